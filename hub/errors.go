@@ -1,0 +1,78 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Code is a machine-readable error code. The codes are the contract's: new
+// ones are appended, existing ones are never renamed. Only the transport maps
+// a code to an HTTP status (or a WebSocket frame, or a CLI exit).
+type Code string
+
+// Error codes of contract Part 1 and Part 2, then chatrelay's own.
+const (
+	InvalidJSON      Code = "invalid_json"
+	InvalidText      Code = "invalid_text"
+	InvalidKind      Code = "invalid_kind"
+	InvalidSince     Code = "invalid_since"
+	Unauthorized     Code = "unauthorized"
+	MethodNotAllowed Code = "method_not_allowed"
+	Gone             Code = "gone"
+	BodyTooLarge     Code = "body_too_large"
+	TextTooLong      Code = "text_too_long"
+	RateLimited      Code = "rate_limited"
+	ThreadLimit      Code = "thread_limit"
+
+	TooManyStreams   Code = "too_many_streams"
+	InvalidTicket    Code = "invalid_ticket"
+	ThreadUnreadable Code = "thread_unreadable"
+	StoreUnavailable Code = "store_unavailable"
+
+	NotFound      Code = "not_found"      // no such route, or (CLI) no such thread
+	InvalidThread Code = "invalid_thread" // (CLI) a thread id that is not 16 lowercase hex
+	Internal      Code = "internal"
+)
+
+// Error is a domain error: a code, words safe to show a client, and the cause,
+// which is logged and never sent.
+type Error struct {
+	Code    Code
+	Message string        // safe to show a client
+	Retry   time.Duration // how long to wait, for retryable codes
+	Err     error         // the cause; may be nil
+}
+
+// Errorf returns an *Error with code c and a formatted message.
+func Errorf(c Code, format string, args ...any) *Error {
+	return &Error{Code: c, Message: fmt.Sprintf(format, args...)}
+}
+
+func (e *Error) Error() string {
+	s := string(e.Code) + ": " + e.Message
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// CodeOf returns the code of the first *Error in err's chain, or Internal for
+// any other non-nil error, or "" for nil.
+func CodeOf(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return Internal
+}
+
+// Retryable reports whether a client may retry the same request later.
+func (c Code) Retryable() bool {
+	return c == RateLimited || c == TooManyStreams || c == StoreUnavailable
+}

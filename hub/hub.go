@@ -1,0 +1,166 @@
+// Package hub fans chat messages out to the live subscribers of each thread.
+// It does no I/O: its input is the store's change feed, its outputs are
+// bounded channels that the transports drain.
+package hub
+
+import (
+	"errors"
+	"sync"
+)
+
+// Why a subscription ended.
+var (
+	ErrSlow   = errors.New("hub: subscriber too slow; resume from the cursor")
+	ErrClosed = errors.New("hub: shutting down")
+	ErrReset  = errors.New("hub: messages may have been missed; resume from the store")
+)
+
+// DefaultBuffer is the default per-subscriber queue length.
+const DefaultBuffer = 64
+
+// Hub is safe for concurrent use. One mutex guards the map of threads to
+// subscriptions; Publish holds it only to make non-blocking sends, so it
+// never waits on a subscriber and one thread's subscribers never delay
+// another's. A subscriber whose queue is full is dropped (its channel is
+// closed and Err says ErrSlow); its transport closes the connection and the
+// client resumes from its cursor, losing nothing because the store is the
+// truth. The hub starts no goroutines.
+type Hub struct {
+	buffer int
+
+	mu      sync.Mutex // guards threads, closed and every Subscription's err and channel close
+	threads map[string]map[*Subscription]struct{}
+	closed  bool
+	// OnDrop, if set, is called (under the hub's lock: keep it cheap) when a
+	// subscriber is dropped, with the reason.
+	onDrop func(error)
+}
+
+// New returns a hub whose subscribers each queue up to buffer events
+// (DefaultBuffer if buffer <= 0).
+func New(buffer int) *Hub {
+	if buffer <= 0 {
+		buffer = DefaultBuffer
+	}
+	return &Hub{buffer: buffer, threads: make(map[string]map[*Subscription]struct{})}
+}
+
+// OnDrop sets a function called with the reason whenever a subscriber is
+// dropped by the hub (not when it unsubscribes). Set it before use.
+func (h *Hub) OnDrop(fn func(error)) { h.onDrop = fn }
+
+// Subscription is one live subscriber of one thread.
+type Subscription struct {
+	h      *Hub
+	thread string
+	c      chan *Event
+	err    error // set under h.mu before c is closed
+}
+
+// C delivers the thread's events in order. It is closed when the hub drops
+// the subscriber; Err then says why.
+func (s *Subscription) C() <-chan *Event { return s.c }
+
+// Err is nil while the subscription is live, then the reason it ended.
+func (s *Subscription) Err() error {
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	return s.err
+}
+
+// Close unsubscribes. It is safe to call more than once, and after a drop.
+func (s *Subscription) Close() {
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	s.h.remove(s, errors.New("hub: unsubscribed"))
+}
+
+// Subscribe registers a subscriber of thread. It returns ErrClosed after
+// Close.
+func (h *Hub) Subscribe(thread string) (*Subscription, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	s := &Subscription{h: h, thread: thread, c: make(chan *Event, h.buffer)}
+	subs := h.threads[thread]
+	if subs == nil {
+		subs = make(map[*Subscription]struct{})
+		h.threads[thread] = subs
+	}
+	subs[s] = struct{}{}
+	return s, nil
+}
+
+// Publish hands events (of one thread, in epoch order) to that thread's
+// subscribers without blocking. A subscriber without room for all of them
+// is dropped with ErrSlow.
+func (h *Hub) Publish(thread string, events ...*Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.threads[thread] {
+		if cap(s.c)-len(s.c) < len(events) {
+			h.drop(s, ErrSlow)
+			continue
+		}
+		for _, ev := range events {
+			s.c <- ev // cannot block: room was checked under h.mu, and only Publish sends
+		}
+	}
+}
+
+// Reset drops every subscriber of thread with ErrReset, so each resumes
+// from the store (the feed may have missed messages of that thread).
+func (h *Hub) Reset(thread string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.threads[thread] {
+		h.drop(s, ErrReset)
+	}
+}
+
+// Subscribers returns the number of live subscribers.
+func (h *Hub) Subscribers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, subs := range h.threads {
+		n += len(subs)
+	}
+	return n
+}
+
+// Close drops every subscriber with ErrClosed; later Subscribes fail.
+// It is idempotent.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for _, subs := range h.threads {
+		for s := range subs {
+			h.drop(s, ErrClosed)
+		}
+	}
+}
+
+func (h *Hub) drop(s *Subscription, why error) {
+	if h.remove(s, why) && h.onDrop != nil {
+		h.onDrop(why)
+	}
+}
+
+// remove ends s with why; it reports whether s was live. h.mu is held.
+func (h *Hub) remove(s *Subscription, why error) bool {
+	if s.err != nil {
+		return false
+	}
+	s.err = why
+	close(s.c)
+	subs := h.threads[s.thread]
+	delete(subs, s)
+	if len(subs) == 0 {
+		delete(h.threads, s.thread)
+	}
+	return true
+}

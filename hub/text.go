@@ -1,0 +1,53 @@
+package hub
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxText is the longest message text, counted in Unicode code points.
+const MaxText = 4000
+
+// CheckText returns an *Error with code InvalidText or TextTooLong if text
+// may not be stored. Text is rejected, never truncated.
+func CheckText(text string) error {
+	if !utf8.ValidString(text) {
+		return Errorf(InvalidText, "text is not valid UTF-8")
+	}
+	if strings.TrimSpace(text) == "" {
+		return Errorf(InvalidText, "text is empty")
+	}
+	if utf8.RuneCountInString(text) > MaxText {
+		return Errorf(TextTooLong, "text too long (max 4000 chars)")
+	}
+	return nil
+}
+
+// ValidThread reports whether s has the form of a thread id: 16 lowercase hex.
+func ValidThread(s string) bool {
+	return len(s) == 16 && isLowerHex(s)
+}
+
+// ValidToken reports whether s has the form of a token: 64 lowercase hex.
+func ValidToken(s string) bool {
+	return len(s) == 64 && isLowerHex(s)
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// ThreadOf returns the thread of a token: the first 16 hex characters of the
+// SHA-256 of its 64 ASCII characters. The client never sends a thread.
+func ThreadOf(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:8])
+}

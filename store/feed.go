@@ -1,0 +1,137 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/chatrelay/chatrelay/hub"
+)
+
+type feed struct{ fn func(Batch) }
+
+// Follow implements Store. Appends by this process are handed to fn inside
+// Append, after the document is durable and before Append returns. Appends
+// by other processes (the host CLI) are noticed by watching the chat folder,
+// with a rescan every FileOptions.Rescan in case the watch misses or loses
+// events. Either way a thread's messages go to fn once each, in order.
+func (s *File) Follow(ctx context.Context, fn func(Batch)) error {
+	s.baseline.Do(s.recordBaseline)
+	f := &feed{fn: fn}
+	s.feedMu.Lock()
+	s.feeds[f] = struct{}{}
+	s.feedMu.Unlock()
+	defer func() {
+		s.feedMu.Lock()
+		delete(s.feeds, f)
+		s.feedMu.Unlock()
+	}()
+
+	w, err := fsnotify.NewWatcher()
+	if err == nil {
+		if err = w.Add(s.dir); err != nil {
+			w.Close()
+		}
+	}
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if err != nil {
+		s.log.Warn("store: cannot watch the chat folder; rescanning instead", "err", err)
+	} else {
+		defer w.Close()
+		events, errs = w.Events, w.Errors
+	}
+	tick := time.NewTicker(s.opt.Rescan)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if name, ok := strings.CutSuffix(filepath.Base(ev.Name), ".json"); ok && hub.ValidThread(name) {
+				s.poke(name)
+			}
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			s.log.Warn("store: folder watch", "err", err)
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				s.rescan()
+			}
+		case <-tick.C:
+			s.rescan()
+		}
+	}
+}
+
+// recordBaseline marks every thread's current messages as announced, so the
+// feed starts with what is appended from now on.
+func (s *File) recordBaseline() {
+	names, err := s.threadNames()
+	if err != nil {
+		s.log.Warn("store: list threads", "err", err)
+		return
+	}
+	for _, name := range names {
+		t := s.state(name)
+		t.mu.Lock()
+		if snap, err := s.load(name, t); err == nil && snap != nil && len(snap.msgs) > 0 {
+			t.announced = max(t.announced, snap.msgs[len(snap.msgs)-1].Epoch)
+		}
+		t.mu.Unlock()
+	}
+}
+
+func (s *File) rescan() {
+	names, err := s.threadNames()
+	if err != nil {
+		s.log.Warn("store: rescan", "err", err)
+		return
+	}
+	for _, name := range names {
+		s.poke(name)
+	}
+}
+
+// poke announces what another process appended to thread.
+func (s *File) poke(thread string) {
+	t := s.state(thread)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	snap, err := s.load(thread, t)
+	if err != nil || snap == nil || snap.err != nil {
+		return
+	}
+	s.announce(thread, t, snap.msgs, snap.trimmed)
+}
+
+// announce hands the messages of msgs newer than t.announced to every feed.
+// trimmed is the newest epoch retention dropped: if it is newer than what
+// was announced, messages were lost to the feed and the batch says Reset.
+// The caller holds t.mu.
+func (s *File) announce(thread string, t *threadState, msgs []Entry, trimmed int64) {
+	i := len(msgs)
+	for i > 0 && msgs[i-1].Epoch > t.announced {
+		i--
+	}
+	if i == len(msgs) {
+		return
+	}
+	b := Batch{Thread: thread, Messages: msgs[i:len(msgs):len(msgs)], Reset: trimmed > t.announced && t.announced > 0}
+	t.announced = msgs[len(msgs)-1].Epoch
+	s.feedMu.Lock()
+	defer s.feedMu.Unlock()
+	for f := range s.feeds {
+		f.fn(b)
+	}
+}

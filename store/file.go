@@ -1,0 +1,533 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/chatrelay/chatrelay/hub"
+)
+
+// FileOptions configures a File store. Zero values take the defaults.
+type FileOptions struct {
+	Retention  Retention
+	MaxThreads int  // defaults to 500
+	NoFsync    bool // skip fsync: fast, but an acknowledged message may be lost on power failure
+	// LockTimeout bounds the wait for another process's lock; defaults to 10s.
+	LockTimeout time.Duration
+	// Rescan is how often Follow re-reads changed threads even if the
+	// folder watch said nothing; defaults to 2s.
+	Rescan time.Duration
+	Log    *slog.Logger     // defaults to slog.Default()
+	Now    func() time.Time // defaults to time.Now
+}
+
+// File is the file store: one JSON document per thread in <data>/chat.
+//
+// Writers take the thread's in-process mutex, then an flock on the sidecar
+// <thread>.json.lock (never on the data file: the rename replaces that inode,
+// so a lock on it would exclude nobody), read, modify, write a temp file in
+// the same folder, fsync it, rename it over the document and fsync the
+// folder. Readers take no lock: the rename makes every read see a whole old
+// or a whole new document. Parsed documents are cached by file identity
+// (inode, size, mtime), so reading an unchanged thread parses nothing.
+// Creating a thread is decided under a store-wide lock (.threads.lock), so
+// two processes cannot both create the last thread the limit allows.
+//
+// Lock files are never removed: removing a lock file that someone holds or
+// waits on would break exclusion. They are empty.
+type File struct {
+	dir  string
+	opt  FileOptions
+	log  *slog.Logger
+	now  func() time.Time
+	mu   sync.Mutex // guards threads
+	tmap map[string]*threadState
+
+	createMu sync.Mutex // orders this process's thread creations (flock is per open file, not per goroutine)
+
+	feedMu   sync.Mutex // guards feeds
+	feeds    map[*feed]struct{}
+	baseline sync.Once // the first Follow records what every thread already had
+}
+
+// threadState is this process's state of one thread.
+type threadState struct {
+	mu   sync.Mutex               // held by this process's writer, and by the feed while it announces
+	snap atomic.Pointer[snapshot] // the newest parsed document seen
+	// announced is the epoch of the newest message handed to the feed; guarded by mu.
+	announced int64
+}
+
+// snapshot is one parsed version of a thread document; never modified.
+type snapshot struct {
+	id      fileID
+	msgs    []Entry
+	trimmed int64
+	err     error // the document does not parse
+}
+
+type fileID struct {
+	ino, size int64
+	mtime     int64
+}
+
+func identity(fi fs.FileInfo) fileID {
+	id := fileID{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.ino = int64(st.Ino)
+	}
+	return id
+}
+
+var _ Store = (*File)(nil)
+
+// OpenFile opens (creating if needed, mode 0700) the file store under data.
+func OpenFile(data string, opt FileOptions) (*File, error) {
+	opt.Retention = opt.Retention.withDefaults()
+	if opt.MaxThreads <= 0 {
+		opt.MaxThreads = 500
+	}
+	if opt.LockTimeout <= 0 {
+		opt.LockTimeout = 10 * time.Second
+	}
+	if opt.Rescan <= 0 {
+		opt.Rescan = 2 * time.Second
+	}
+	s := &File{
+		dir:   filepath.Join(data, "chat"),
+		opt:   opt,
+		log:   opt.Log,
+		now:   opt.Now,
+		tmap:  make(map[string]*threadState),
+		feeds: make(map[*feed]struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return s, nil
+}
+
+// Dir is the folder that holds the thread documents.
+func (s *File) Dir() string { return s.dir }
+
+// Close releases nothing today: every lock is held only inside a call.
+func (s *File) Close() error { return nil }
+
+func (s *File) path(thread string) string { return filepath.Join(s.dir, thread+".json") }
+
+func (s *File) state(thread string) *threadState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tmap[thread]
+	if t == nil {
+		t = new(threadState)
+		s.tmap[thread] = t
+	}
+	return t
+}
+
+func (s *File) peek(thread string) *threadState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tmap[thread]
+}
+
+func checkThread(thread string) error {
+	if !hub.ValidThread(thread) {
+		return hub.Errorf(hub.InvalidThread, "a thread id is 16 lowercase hex characters")
+	}
+	return nil
+}
+
+// load returns the thread's current document, from the cache when the file
+// has not changed. A missing file is (nil, nil).
+func (s *File) load(thread string, t *threadState) (*snapshot, error) {
+	f, err := os.Open(s.path(thread))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.unavailable(thread, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, s.unavailable(thread, err)
+	}
+	id := identity(fi)
+	if snap := t.snap.Load(); snap != nil && snap.id == id {
+		return snap, nil
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, s.unavailable(thread, err)
+	}
+	snap := &snapshot{id: id}
+	snap.msgs, snap.trimmed, snap.err = parseDocument(data, thread)
+	if snap.err != nil {
+		s.log.Error("thread document does not parse; it is left as it is", "file", s.path(thread), "err", snap.err)
+	}
+	t.snap.Store(snap)
+	return snap, nil
+}
+
+func (s *File) unavailable(thread string, err error) error {
+	s.log.Error("store", "thread", thread, "err", err)
+	return &hub.Error{Code: hub.StoreUnavailable, Message: "the store cannot be reached", Retry: time.Second, Err: err}
+}
+
+func unreadable(snap *snapshot) error {
+	return &hub.Error{Code: hub.ThreadUnreadable, Message: "this thread's stored file does not parse; it is kept as it is for an operator to look at", Err: snap.err}
+}
+
+// Since implements Store.
+func (s *File) Since(ctx context.Context, thread string, since int64, limit int) (Page, error) {
+	if err := checkThread(thread); err != nil {
+		return Page{}, err
+	}
+	t := s.peek(thread)
+	if t == nil {
+		// Only threads that exist get state: polling random tokens must not grow memory.
+		if _, err := os.Stat(s.path(thread)); errors.Is(err, fs.ErrNotExist) {
+			return Page{Thread: thread}, nil
+		}
+		t = s.state(thread)
+	}
+	snap, err := s.load(thread, t)
+	if err != nil {
+		return Page{}, err
+	}
+	if snap == nil {
+		return Page{Thread: thread}, nil
+	}
+	if snap.err != nil {
+		return Page{}, unreadable(snap)
+	}
+	return page(thread, snap.msgs, snap.trimmed, since, limit), nil
+}
+
+// lockFile takes an exclusive flock on path, waiting up to LockTimeout.
+func (s *File) lockFile(ctx context.Context, path string) (unlock func(), err error) {
+	fl := flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDWR), flock.SetPermissions(0o600))
+	ok, err := fl.TryLock()
+	if err == nil && !ok {
+		ctx, cancel := context.WithTimeout(ctx, s.opt.LockTimeout)
+		defer cancel()
+		ok, err = fl.TryLockContext(ctx, time.Millisecond)
+	}
+	if err != nil || !ok {
+		if err == nil {
+			err = errors.New("lock not acquired")
+		}
+		return nil, &hub.Error{Code: hub.StoreUnavailable, Message: "the store is busy", Retry: time.Second, Err: fmt.Errorf("lock %s: %w", filepath.Base(path), err)}
+	}
+	return func() { fl.Unlock() }, nil
+}
+
+// Append implements Store.
+func (s *File) Append(ctx context.Context, thread string, m NewMessage) (Entry, error) {
+	if err := checkThread(thread); err != nil {
+		return Entry{}, err
+	}
+	if err := hub.CheckText(m.Text); err != nil {
+		return Entry{}, err
+	}
+	if m.Author == "" {
+		m.Author = hub.Operator
+	}
+	for {
+		e, retry, err := s.append(ctx, thread, m)
+		if !retry {
+			return e, err
+		}
+	}
+}
+
+// append is one attempt of Append. A thread that has no document is created
+// under the store-wide lock, taken before the thread's lock (the one lock
+// order), so that no lock file is made for a thread the limit refuses. If
+// the document vanished (swept) after the lock-free check, it asks to retry.
+func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry, retry bool, err error) {
+	_, statErr := os.Stat(s.path(thread))
+	creating := errors.Is(statErr, fs.ErrNotExist)
+	if creating {
+		if m.MustExist {
+			return Entry{}, false, hub.Errorf(hub.NotFound, "no thread %s", thread)
+		}
+		s.createMu.Lock()
+		defer s.createMu.Unlock()
+		unlock, err := s.lockFile(ctx, filepath.Join(s.dir, ".threads.lock"))
+		if err != nil {
+			return Entry{}, false, err
+		}
+		defer unlock()
+	}
+	t := s.state(thread)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	snap, err := s.load(thread, t)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	if snap == nil {
+		if m.MustExist {
+			return Entry{}, false, hub.Errorf(hub.NotFound, "no thread %s", thread)
+		}
+		if !creating {
+			return Entry{}, true, nil
+		}
+		names, err := s.threadNames()
+		if err != nil {
+			return Entry{}, false, s.unavailable(thread, err)
+		}
+		if len(names) >= s.opt.MaxThreads {
+			return Entry{}, false, hub.Errorf(hub.ThreadLimit, "thread limit reached")
+		}
+	}
+	unlock, err := s.lockFile(ctx, s.path(thread)+".lock")
+	if err != nil {
+		return Entry{}, false, err
+	}
+	defer unlock()
+	if snap, err = s.load(thread, t); err != nil { // again, now that no other process writes
+		return Entry{}, false, err
+	}
+	if snap == nil && !creating {
+		return Entry{}, true, nil
+	}
+	var old []Entry
+	var trimmed int64
+	if snap != nil {
+		if snap.err != nil {
+			return Entry{}, false, unreadable(snap)
+		}
+		old, trimmed = snap.msgs, snap.trimmed
+	}
+
+	now := s.now()
+	e := newEntry(old, m, now)
+	msgs := make([]Entry, 0, len(old)+1)
+	msgs = append(append(msgs, old...), e)
+	msgs, dropped := s.opt.Retention.trim(msgs, now)
+	trimmed = max(trimmed, dropped)
+	id, err := s.write(thread, encodeDocument(thread, msgs, trimmed))
+	if err != nil {
+		return Entry{}, false, err
+	}
+	t.snap.Store(&snapshot{id: id, msgs: msgs, trimmed: trimmed})
+	s.announce(thread, t, msgs, trimmed)
+	return e, false, nil
+}
+
+// newEntry makes the message that follows old: its epoch is now, or the
+// newest epoch + 1 if now is not later; its id is unique in the thread.
+func newEntry(old []Entry, m NewMessage, now time.Time) Entry {
+	epoch := now.UnixMilli()
+	if n := len(old); n > 0 && epoch <= old[n-1].Epoch {
+		epoch = old[n-1].Epoch + 1
+	}
+	at := time.UnixMilli(epoch).UTC()
+	var id string
+	for {
+		var b [3]byte
+		rand.Read(b[:])
+		id = "MSG-" + at.Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+		if !slices.ContainsFunc(old, func(e Entry) bool { return e.ID == id }) {
+			break
+		}
+	}
+	msg := hub.Message{ID: id, Epoch: epoch, TS: at.Format("2006-01-02T15:04:05+00:00"), Author: m.Author, Text: m.Text}
+	return Entry{Message: msg, JSON: hub.MarshalMessage(msg)}
+}
+
+// write replaces the thread's document atomically: a temp file in the same
+// folder, fsync, rename, fsync of the folder. It returns the identity of the
+// new file.
+func (s *File) write(thread string, doc []byte) (id fileID, err error) {
+	defer func() {
+		if err != nil {
+			err = s.unavailable(thread, err)
+		}
+	}()
+	f, err := os.CreateTemp(s.dir, "."+thread+".json.tmp-*")
+	if err != nil {
+		return id, err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(doc); err != nil {
+		return id, err
+	}
+	if !s.opt.NoFsync {
+		if err = f.Sync(); err != nil {
+			return id, err
+		}
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return id, err
+	}
+	if err = f.Close(); err != nil {
+		return id, err
+	}
+	if err = os.Rename(tmp, s.path(thread)); err != nil {
+		return id, err
+	}
+	if !s.opt.NoFsync {
+		if err = syncDir(s.dir); err != nil {
+			return id, err
+		}
+	}
+	return identity(fi), nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// threadNames lists the threads that have a document.
+func (s *File) threadNames() ([]string, error) {
+	des, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, de := range des {
+		name, ok := strings.CutSuffix(de.Name(), ".json")
+		if ok && de.Type().IsRegular() && hub.ValidThread(name) {
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}
+
+// Threads implements Store.
+func (s *File) Threads(ctx context.Context) ([]ThreadInfo, error) {
+	names, err := s.threadNames()
+	if err != nil {
+		return nil, s.unavailable("", err)
+	}
+	infos := make([]ThreadInfo, 0, len(names))
+	for _, name := range names {
+		snap, err := s.load(name, s.state(name))
+		if err != nil {
+			return nil, err
+		}
+		if snap == nil || len(snap.msgs) == 0 {
+			continue // removed meanwhile, or unreadable (logged by load)
+		}
+		last := snap.msgs[len(snap.msgs)-1]
+		infos = append(infos, ThreadInfo{
+			Thread: name, Messages: len(snap.msgs), LastAuthor: last.Author,
+			LastEpoch: last.Epoch, Awaiting: last.Author != hub.Hermes,
+		})
+	}
+	slices.SortFunc(infos, func(a, b ThreadInfo) int { return int(b.LastEpoch - a.LastEpoch) })
+	return infos, nil
+}
+
+// Sweep implements Store. It also removes temp files that a writer killed
+// mid-write left behind (under that thread's lock, so never a live one).
+func (s *File) Sweep(ctx context.Context) (SweepStats, error) {
+	var st SweepStats
+	names, err := s.threadNames()
+	if err != nil {
+		return st, s.unavailable("", err)
+	}
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		dropped, removed, err := s.sweepThread(ctx, name)
+		if err != nil {
+			s.log.Warn("sweep", "thread", name, "err", err)
+			continue
+		}
+		st.Threads++
+		st.Dropped += dropped
+		if removed {
+			st.ThreadsRemoved++
+		}
+	}
+	return st, nil
+}
+
+func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, removed bool, err error) {
+	t := s.state(thread)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	unlock, err := s.lockFile(ctx, s.path(thread)+".lock")
+	if err != nil {
+		return 0, false, err
+	}
+	defer unlock()
+	if tmps, _ := filepath.Glob(filepath.Join(s.dir, "."+thread+".json.tmp-*")); len(tmps) > 0 {
+		for _, tmp := range tmps {
+			os.Remove(tmp)
+		}
+	}
+	snap, err := s.load(thread, t)
+	if err != nil || snap == nil {
+		return 0, false, err
+	}
+	if snap.err != nil {
+		return 0, false, unreadable(snap)
+	}
+	msgs, trimmed := s.opt.Retention.trim(snap.msgs, s.now())
+	dropped = len(snap.msgs) - len(msgs)
+	if dropped == 0 {
+		return 0, false, nil
+	}
+	if len(msgs) == 0 {
+		if err := os.Remove(s.path(thread)); err != nil {
+			return 0, false, s.unavailable(thread, err)
+		}
+		if !s.opt.NoFsync {
+			syncDir(s.dir)
+		}
+		t.snap.Store(nil)
+		return dropped, true, nil
+	}
+	trimmed = max(trimmed, snap.trimmed)
+	id, err := s.write(thread, encodeDocument(thread, msgs, trimmed))
+	if err != nil {
+		return 0, false, err
+	}
+	t.snap.Store(&snapshot{id: id, msgs: msgs, trimmed: trimmed})
+	return dropped, false, nil
+}

@@ -1,0 +1,124 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/chatrelay/chatrelay/hub"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// MaxBody is the largest request body read, in bytes.
+const MaxBody = 32768
+
+// writeJSON encodes v compactly, without HTML escaping and without a
+// trailing newline.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		b.Reset()
+		b.WriteString(`{"success":false,"error":"internal error","code":"internal","retryable":false}`)
+		status = http.StatusInternalServerError
+	}
+	writeBytes(w, status, bytes.TrimSuffix(b.Bytes(), []byte("\n")))
+}
+
+func writeBytes(w http.ResponseWriter, status int, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// postBody is the body of a post: {"text": "…", "kind": "operator"|"agent"}.
+type postBody struct {
+	Text string
+	Kind hub.Author
+}
+
+// parsePost decodes and checks a post body. It is the one parser of posts,
+// shared by POST /api/chat/post and the WebSocket's post frames.
+func parsePost(data []byte) (postBody, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil || raw == nil {
+		return postBody{}, hub.Errorf(hub.InvalidJSON, "the body is not a JSON object")
+	}
+	var p postBody
+	t, ok := raw["text"]
+	if !ok || len(t) == 0 || t[0] != '"' || json.Unmarshal(t, &p.Text) != nil {
+		return postBody{}, hub.Errorf(hub.InvalidText, "text must be a non-empty string")
+	}
+	if err := hub.CheckText(p.Text); err != nil {
+		return postBody{}, err
+	}
+	p.Kind = hub.Operator
+	if k, ok := raw["kind"]; ok && string(k) != "null" {
+		var kind string
+		if json.Unmarshal(k, &kind) != nil || (kind != string(hub.Operator) && kind != string(hub.Agent)) {
+			return postBody{}, hub.Errorf(hub.InvalidKind, `kind must be "operator" or "agent"`)
+		}
+		p.Kind = hub.Author(kind)
+	}
+	return p, nil
+}
+
+// readBody reads at most MaxBody bytes of the request body.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > MaxBody {
+		return nil, hub.Errorf(hub.BodyTooLarge, "request body over %d bytes", MaxBody)
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, hub.Errorf(hub.BodyTooLarge, "request body over %d bytes", MaxBody)
+	}
+	if err != nil {
+		return nil, hub.Errorf(hub.InvalidJSON, "the body could not be read")
+	}
+	return data, nil
+}
+
+// parseSince reads a cursor: empty is 0; otherwise a non-negative integer
+// of milliseconds, digits only.
+func parseSince(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, hub.Errorf(hub.InvalidSince, "since must be a non-negative integer of epoch milliseconds")
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, hub.Errorf(hub.InvalidSince, "since must be a non-negative integer of epoch milliseconds")
+	}
+	return n, nil
+}
+
+// appendPage appends the v1 poll answer for p to b, from the messages'
+// pre-encoded JSON: nothing is encoded per poll.
+func appendPage(b []byte, p store.Page) []byte {
+	b = append(b, `{"success":true,"thread":"`...)
+	b = append(b, p.Thread...)
+	b = append(b, `","messages":[`...)
+	for i, m := range p.Messages {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, m.JSON...)
+	}
+	b = append(b, `],"awaiting":`...)
+	b = strconv.AppendBool(b, p.Awaiting)
+	b = append(b, `,"cursor":`...)
+	b = strconv.AppendInt(b, p.Cursor, 10)
+	return append(b, '}')
+}
