@@ -11,6 +11,7 @@ import (
 
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/web"
 )
 
 // Config is what a Server needs. Store is required; the rest have defaults.
@@ -58,6 +59,11 @@ func (s *Server) routes() {
 		s.mux.HandleFunc(p+"/api/debug/agent-replies"+suffix, s.handleGone)
 	}
 	s.mux.HandleFunc(p+"/api/", s.handleNotFound)
+	page := web.Handler()
+	if p != "" {
+		page = http.StripPrefix(p, page)
+	}
+	s.mux.Handle(p+"/", only(http.MethodGet, page.ServeHTTP))
 }
 
 // only refuses every method but m (and HEAD with GET) with 405.
