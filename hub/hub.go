@@ -120,6 +120,15 @@ func (h *Hub) Reset(thread string) {
 	}
 }
 
+// Has reports whether thread has a live subscriber. A publisher may skip
+// building events for a thread without one: a subscriber that registers
+// later reads the store, which already holds the message.
+func (h *Hub) Has(thread string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.threads[thread]) > 0
+}
+
 // Subscribers returns the number of live subscribers.
 func (h *Hub) Subscribers() int {
 	h.mu.Lock()

@@ -24,6 +24,7 @@ func (s *File) Follow(ctx context.Context, fn func(Batch)) error {
 	f := &feed{fn: fn}
 	s.feedMu.Lock()
 	s.feeds[f] = struct{}{}
+	fn(Batch{Ready: true})
 	s.feedMu.Unlock()
 	defer func() {
 		s.feedMu.Lock()
@@ -44,6 +45,7 @@ func (s *File) Follow(ctx context.Context, fn func(Batch)) error {
 	} else {
 		defer w.Close()
 		events, errs = w.Events, w.Errors
+		s.rescan() // what was appended before the watch began
 	}
 	tick := time.NewTicker(s.opt.Rescan)
 	defer tick.Stop()

@@ -42,7 +42,10 @@ type Store interface {
 	// until ctx is done. A Reset batch says messages may have been missed
 	// (a watch was lost, or retention trimmed faster than the feed read):
 	// subscribers of that thread must resume from the store. fn must not
-	// block. Follow returns when ctx is done.
+	// block. The first call of fn is Batch{Ready: true}, made once the feed
+	// is registered: every append after that is delivered, so a reader that
+	// waits for it and then reads the store misses nothing. Follow returns
+	// when ctx is done.
 	Follow(ctx context.Context, fn func(Batch)) error
 
 	// Close releases what the store holds.
@@ -95,6 +98,7 @@ type Batch struct {
 	Thread   string
 	Messages []Entry
 	Reset    bool // messages may have been missed: resume from the store
+	Ready    bool // the feed is registered (first call only; no thread, no messages)
 }
 
 // Retention says which messages a thread keeps.

@@ -4,10 +4,13 @@
 package transport
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
@@ -17,31 +20,77 @@ import (
 // Config is what a Server needs. Store is required; the rest have defaults.
 type Config struct {
 	Store   store.Store
+	Hub     *hub.Hub       // defaults to hub.New(0); fed by Run
 	Limiter RateLimiter    // defaults to a MemoryLimiter with default windows
+	Streams StreamLimiter  // defaults to NewMemoryStreams(20, 200)
 	Prefix  string         // mount point of the whole API, "" or "/spaces/newos4"
 	Trusted []netip.Prefix // proxies whose X-Forwarded-For is believed
-	Log     *slog.Logger   // defaults to slog.Default()
+	// AllowedOrigins are the other origins ("https://app.example.com") whose
+	// pages may use the API: CORS on post, poll, ticket and stream, and the
+	// WebSocket origin check. The server's own origin is always allowed.
+	AllowedOrigins []string
+	TicketKey      []byte        // HMAC key of tickets; required for tickets (32 random bytes)
+	TicketTTL      time.Duration // defaults to 15m
+	Heartbeat      time.Duration // SSE ping comment and WebSocket ping interval; defaults to 20s
+	WriteTimeout   time.Duration // per stream write; defaults to 10s
+	Log            *slog.Logger  // defaults to slog.Default()
+	Now            func() time.Time
 }
 
-// Server is the chat's HTTP handler.
+// Server is the chat's HTTP handler. Run feeds its hub from the store;
+// Shutdown ends every stream.
 type Server struct {
 	cfg     Config
 	store   store.Store
+	hub     *hub.Hub
 	limiter RateLimiter
+	streams StreamLimiter
+	tickets tickets
+	origins map[string]bool
 	log     *slog.Logger
 	mux     *http.ServeMux
+
+	ready   chan struct{} // closed once Run's feed is registered
+	readyMu sync.Once
+	wsWG    sync.WaitGroup // WebSocket handlers, which http.Server.Shutdown does not wait for
 }
 
 // NewServer returns the chat's HTTP handler.
 func NewServer(cfg Config) *Server {
-	s := &Server{cfg: cfg, store: cfg.Store, limiter: cfg.Limiter, log: cfg.Log, mux: http.NewServeMux()}
-	if s.limiter == nil {
-		s.limiter = NewMemoryLimiter(Windows{}, nil)
+	if cfg.Hub == nil {
+		cfg.Hub = hub.New(0)
 	}
-	if s.log == nil {
-		s.log = slog.Default()
+	if cfg.Limiter == nil {
+		cfg.Limiter = NewMemoryLimiter(Windows{}, nil)
 	}
-	s.cfg.Prefix = strings.TrimSuffix(cfg.Prefix, "/")
+	if cfg.Streams == nil {
+		cfg.Streams = NewMemoryStreams(0, 0)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.TicketTTL <= 0 {
+		cfg.TicketTTL = 15 * time.Minute
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 20 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	cfg.Prefix = strings.TrimSuffix(cfg.Prefix, "/")
+	s := &Server{
+		cfg: cfg, store: cfg.Store, hub: cfg.Hub, limiter: cfg.Limiter, streams: cfg.Streams,
+		tickets: tickets{key: cfg.TicketKey, ttl: cfg.TicketTTL, now: cfg.Now},
+		origins: make(map[string]bool), log: cfg.Log, mux: http.NewServeMux(),
+		ready: make(chan struct{}),
+	}
+	for _, o := range cfg.AllowedOrigins {
+		s.origins[strings.ToLower(strings.TrimSuffix(o, "/"))] = true
+	}
 	s.routes()
 	return s
 }
@@ -54,10 +103,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 func (s *Server) routes() {
 	p := s.cfg.Prefix
 	for _, suffix := range []string{"", ".php"} {
-		s.mux.Handle(p+"/api/chat/post"+suffix, only(http.MethodPost, s.handlePost))
-		s.mux.Handle(p+"/api/chat/poll"+suffix, only(http.MethodGet, s.handlePoll))
+		s.mux.Handle(p+"/api/chat/post"+suffix, s.cors(only(http.MethodPost, s.handlePost)))
+		s.mux.Handle(p+"/api/chat/poll"+suffix, s.cors(only(http.MethodGet, s.handlePoll)))
 		s.mux.HandleFunc(p+"/api/debug/agent-replies"+suffix, s.handleGone)
 	}
+	s.mux.Handle(p+"/api/chat/ticket", s.cors(only(http.MethodPost, s.handleTicket)))
+	s.mux.Handle(p+"/api/chat/stream", s.cors(only(http.MethodGet, s.handleSSE)))
+	s.mux.Handle(p+"/api/chat/ws", only(http.MethodGet, s.handleWS))
 	s.mux.HandleFunc(p+"/api/", s.handleNotFound)
 	page := web.Handler()
 	if p != "" {
@@ -91,13 +143,67 @@ func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
 }
 
 // threadOf authenticates a request by its X-Chat-Token header. It touches
-// nothing on disk.
+// nothing on disk. A ticket, which only streams accept, is refused.
 func threadOf(r *http.Request) (string, error) {
 	tok := r.Header.Get("X-Chat-Token")
 	if !hub.ValidToken(tok) {
+		if tok == "" && r.URL.Query().Has("ticket") {
+			return "", hub.Errorf(hub.InvalidTicket, "a ticket only opens a stream; post and poll need X-Chat-Token")
+		}
 		return "", hub.Errorf(hub.Unauthorized, "missing or malformed X-Chat-Token")
 	}
 	return hub.ThreadOf(tok), nil
+}
+
+// streamAuth authenticates a stream by ?ticket= or X-Chat-Token. canPost
+// is false for a ticket, which is read-only.
+func (s *Server) streamAuth(r *http.Request) (thread string, canPost bool, err error) {
+	if r.URL.Query().Has("ticket") {
+		if len(s.tickets.key) == 0 {
+			return "", false, hub.Errorf(hub.InvalidTicket, "this server issues no tickets")
+		}
+		thread, err := s.tickets.check(r.URL.Query().Get("ticket"))
+		return thread, false, err
+	}
+	thread, err = threadOf(r)
+	return thread, err == nil, err
+}
+
+func (s *Server) handleTicket(w http.ResponseWriter, r *http.Request) {
+	thread, err := threadOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(s.tickets.key) == 0 {
+		s.writeError(w, r, hub.Errorf(hub.NotFound, "this server issues no tickets"))
+		return
+	}
+	t, exp := s.tickets.mint(thread)
+	writeJSON(w, http.StatusCreated, ticketAnswer{Success: true, Ticket: t, Thread: thread, ExpiresAt: exp})
+}
+
+// cors lets the pages of the allowed origins call h, answering their
+// preflights. Other origins get no CORS headers, so browsers refuse them.
+func (s *Server) cors(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		if origin != "" && s.origins[strings.ToLower(origin)] {
+			hd := w.Header()
+			hd.Set("Access-Control-Allow-Origin", origin)
+			hd.Add("Vary", "Origin")
+			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+				hd.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+				hd.Set("Access-Control-Allow-Headers", "X-Chat-Token, Content-Type, Last-Event-ID")
+				hd.Set("Access-Control-Max-Age", "600")
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+		} else if origin != "" {
+			w.Header().Add("Vary", "Origin")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // postAnswer is the 201 of a post, fields in the contract's order.
@@ -125,7 +231,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	e, err := s.post(r, thread, p)
+	e, err := s.post(r.Context(), clientIP(r, s.cfg.Trusted), thread, p)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -135,12 +241,12 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 
 // post counts a checked post against the rate windows and stores it. It is
 // the one write path of browsers, over HTTP and over the WebSocket.
-func (s *Server) post(r *http.Request, thread string, p postBody) (store.Entry, error) {
-	undo, err := s.limiter.Take(r.Context(), thread, clientIP(r, s.cfg.Trusted))
+func (s *Server) post(ctx context.Context, ip, thread string, p postBody) (store.Entry, error) {
+	undo, err := s.limiter.Take(ctx, thread, ip)
 	if err != nil {
 		return store.Entry{}, err
 	}
-	e, err := s.store.Append(r.Context(), thread, store.NewMessage{Author: p.Kind, Text: p.Text})
+	e, err := s.store.Append(ctx, thread, store.NewMessage{Author: p.Kind, Text: p.Text})
 	if err != nil {
 		undo()
 		return store.Entry{}, err

@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/chatrelay/chatrelay/store"
@@ -26,6 +31,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	sweepEvery := fs.Duration("sweep-every", time.Hour, "how often retention sweeps every thread")
 	var trusted listFlag
 	fs.Var(&trusted, "trusted-proxy", "`CIDR` of a reverse proxy whose X-Forwarded-For is believed (repeatable)")
+	var origins listFlag
+	fs.Var(&origins, "allowed-origin", "another `origin` (https://app.example.com) whose pages may use the API: CORS and the WebSocket origin check (repeatable; the server's own origin is always allowed)")
+	heartbeat := fs.Duration("heartbeat", 20*time.Second, "SSE ping comment and WebSocket ping interval")
+	ticketTTL := fs.Duration("ticket-ttl", 15*time.Minute, "how long a stream ticket is valid")
+	ticketKeyFile := fs.String("ticket-key-file", "", "`file` holding the ticket signing key (created 0600 if missing); default DATA/ticket.key. Share it between nodes")
+	streamsThread := fs.Int("max-streams-per-thread", 20, "open SSE and WebSocket streams allowed per thread")
+	streamsIP := fs.Int("max-streams-per-ip", 200, "open SSE and WebSocket streams allowed per client IP")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args, getenv); err != nil {
 		return err
@@ -45,8 +57,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usageError(fmt.Sprintf("--log-level %q: %v", *logLevel, err))
 	}
-	if *rateThread < 1 || *rateIP < 1 || *rateWindow <= 0 || *sweepEvery <= 0 {
-		return usageError("--rate-thread, --rate-ip, --rate-window and --sweep-every must be positive")
+	if *rateThread < 1 || *rateIP < 1 || *rateWindow <= 0 || *sweepEvery <= 0 || *heartbeat <= 0 ||
+		*ticketTTL <= 0 || *streamsThread < 1 || *streamsIP < 1 {
+		return usageError("--rate-*, --sweep-every, --heartbeat, --ticket-ttl and --max-streams-* must be positive")
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	opt.Log = log
@@ -56,12 +69,24 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer st.Close()
+	if *ticketKeyFile == "" {
+		*ticketKeyFile = filepath.Join(sf.data, "ticket.key")
+	}
+	key, err := loadKey(*ticketKeyFile)
+	if err != nil {
+		return err
+	}
 	srv := transport.NewServer(transport.Config{
-		Store:   st,
-		Limiter: transport.NewMemoryLimiter(transport.Windows{PerThread: *rateThread, PerIP: *rateIP, Window: *rateWindow}, nil),
-		Prefix:  *prefix,
-		Trusted: proxies,
-		Log:     log,
+		Store:          st,
+		Limiter:        transport.NewMemoryLimiter(transport.Windows{PerThread: *rateThread, PerIP: *rateIP, Window: *rateWindow}, nil),
+		Streams:        transport.NewMemoryStreams(*streamsThread, *streamsIP),
+		Prefix:         *prefix,
+		Trusted:        proxies,
+		AllowedOrigins: origins,
+		TicketKey:      key,
+		TicketTTL:      *ticketTTL,
+		Heartbeat:      *heartbeat,
+		Log:            log,
 	})
 	hs := &http.Server{
 		Handler:           srv,
@@ -78,30 +103,81 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	fmt.Fprintf(stdout, "listening on http://%s%s/\n", ln.Addr(), *prefix)
 	log.Info("listening", "addr", ln.Addr().String(), "data", sf.data, "fsync", sf.fsync)
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sweepDone := make(chan struct{})
-	go func() {
-		defer close(sweepDone)
-		sweep(ctx, st, *sweepEvery, log)
-	}()
+	// Background work, each owned here and waited for before run returns.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	var wg sync.WaitGroup
+	wg.Go(func() { sweep(bg, st, *sweepEvery, log) })
+	relayErr := make(chan error, 1)
+	wg.Go(func() { relayErr <- srv.Run(bg) })
+	defer wg.Wait()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 
 	select {
 	case err = <-errc:
+		stopBG()
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		return err
+	case err = <-relayErr:
+		hs.Close()
+		return fmt.Errorf("change feed: %w", err)
 	case <-ctx.Done():
-		log.Info("shutting down")
-		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer scancel()
-		err = hs.Shutdown(sctx)
 	}
-	cancel()
-	<-sweepDone
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
+	// SIGINT/SIGTERM: stop accepting, end every stream (SSE handlers return
+	// when the hub closes; WebSockets close with 1001), all within 5s.
+	log.Info("shutting down")
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer scancel()
+	hs.RegisterOnShutdown(func() { srv.Shutdown(sctx) })
+	err = hs.Shutdown(sctx)
+	if werr := srv.Shutdown(sctx); err == nil {
+		err = werr
 	}
+	stopBG()
 	return err
+}
+
+// loadKey reads the ticket signing key, creating it (32 random bytes, mode
+// 0600) if the file does not exist. Two processes starting at once agree:
+// the key is linked into place, never overwritten.
+func loadKey(path string) ([]byte, error) {
+	key, err := os.ReadFile(path)
+	if err == nil {
+		if len(key) < 32 {
+			return nil, fmt.Errorf("ticket key %s: want at least 32 bytes, has %d", path, len(key))
+		}
+		return key, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("ticket key: %w", err)
+	}
+	key = make([]byte, 32)
+	rand.Read(key)
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".ticket.key.tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("ticket key: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(key)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp.Name(), path)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		return loadKey(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ticket key: %w", err)
+	}
+	return key, nil
 }
 
 // sweep runs the retention sweep at start and then every interval until ctx is done.
