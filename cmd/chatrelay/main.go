@@ -32,6 +32,10 @@ Usage:
   chatrelay list      [--data DIR] [--json]   threads, newest activity first
   chatrelay show      [--data DIR] [--json] [--since N] THREAD
   chatrelay reply     [--data DIR] THREAD TEXT   answer as hermes (TEXT "-" reads standard input)
+  chatrelay watch     [--data DIR] [--since EPOCH] [--all]
+                      new messages of every thread, one JSON line each (no server needed)
+  chatrelay subscribe --server URL [--token T | --ticket K] [--since N]
+                      one thread's live stream from a remote server, one JSON line each
 
 Run "chatrelay COMMAND --help" for a command's flags. Every flag can also be
 set by an environment variable: --max-threads is CHATRELAY_MAX_THREADS; a
@@ -55,6 +59,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return show(ctx, rest, getenv, stdout, stderr)
 	case "reply":
 		return reply(ctx, rest, getenv, stdin, stdout, stderr)
+	case "watch":
+		return watch(ctx, rest, getenv, stdout, stderr)
+	case "subscribe":
+		return subscribe(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
