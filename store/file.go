@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -77,6 +78,7 @@ type threadState struct {
 // snapshot is one parsed version of a thread document; never modified.
 type snapshot struct {
 	id      fileID
+	sum     uint64 // maphash of the document's bytes, checked by writers
 	msgs    []Entry
 	trimmed int64
 	err     error // the document does not parse
@@ -161,9 +163,26 @@ func checkThread(thread string) error {
 	return nil
 }
 
+// docSeed seeds the document checksums, which are compared in-process only.
+var docSeed = maphash.MakeSeed()
+
 // load returns the thread's current document, from the cache when the file
 // has not changed. A missing file is (nil, nil).
 func (s *File) load(thread string, t *threadState) (*snapshot, error) {
+	return s.read(thread, t, false)
+}
+
+// loadExact is load for a writer holding the thread's lock. The file's
+// identity alone can deceive: a reused inode, an unchanged size and an
+// mtime within one coarse timestamp tick can hide another process's write,
+// and the writer would then drop it. So it always reads the file and trusts
+// the cache only if the bytes' checksum matches too; it still parses
+// nothing when the document has not changed.
+func (s *File) loadExact(thread string, t *threadState) (*snapshot, error) {
+	return s.read(thread, t, true)
+}
+
+func (s *File) read(thread string, t *threadState, exact bool) (*snapshot, error) {
 	f, err := os.Open(s.path(thread))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -177,14 +196,18 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 		return nil, s.unavailable(thread, err)
 	}
 	id := identity(fi)
-	if snap := t.snap.Load(); snap != nil && snap.id == id {
+	if snap := t.snap.Load(); snap != nil && snap.id == id && !exact {
 		return snap, nil
 	}
 	data, err := io.ReadAll(f)
 	if err != nil {
 		return nil, s.unavailable(thread, err)
 	}
-	snap := &snapshot{id: id}
+	sum := maphash.Bytes(docSeed, data)
+	if snap := t.snap.Load(); snap != nil && snap.id == id && snap.sum == sum {
+		return snap, nil
+	}
+	snap := &snapshot{id: id, sum: sum}
 	snap.msgs, snap.trimmed, snap.err = parseDocument(data, thread)
 	if snap.err != nil {
 		s.log.Error("thread document does not parse; it is left as it is", "file", s.path(thread), "err", snap.err)
@@ -311,7 +334,7 @@ func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry
 		return Entry{}, false, err
 	}
 	defer unlock()
-	if snap, err = s.load(thread, t); err != nil { // again, now that no other process writes
+	if snap, err = s.loadExact(thread, t); err != nil { // again, now that no other process writes
 		return Entry{}, false, err
 	}
 	if snap == nil && !creating {
@@ -332,11 +355,12 @@ func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry
 	msgs = append(append(msgs, old...), e)
 	msgs, dropped := s.opt.Retention.trim(msgs, now)
 	trimmed = max(trimmed, dropped)
-	id, err := s.write(thread, encodeDocument(thread, msgs, trimmed))
+	doc := encodeDocument(thread, msgs, trimmed)
+	id, err := s.write(thread, doc)
 	if err != nil {
 		return Entry{}, false, err
 	}
-	t.snap.Store(&snapshot{id: id, msgs: msgs, trimmed: trimmed})
+	t.snap.Store(&snapshot{id: id, sum: maphash.Bytes(docSeed, doc), msgs: msgs, trimmed: trimmed})
 	s.announce(thread, t, msgs, trimmed)
 	return e, false, nil
 }
@@ -484,7 +508,27 @@ func (s *File) Sweep(ctx context.Context) (SweepStats, error) {
 			st.ThreadsRemoved++
 		}
 	}
+	// A writer killed while creating a thread leaves a temp file and no
+	// document: clean those up too, under the thread's lock like the rest.
+	for _, name := range s.orphanTemps(names) {
+		if _, _, err := s.sweepThread(ctx, name); err != nil {
+			s.log.Warn("sweep", "thread", name, "err", err)
+		}
+	}
 	return st, nil
+}
+
+// orphanTemps lists the threads, other than those in docs, that have temp files.
+func (s *File) orphanTemps(docs []string) []string {
+	tmps, _ := filepath.Glob(filepath.Join(s.dir, ".*.json.tmp-*"))
+	var out []string
+	for _, tmp := range tmps {
+		name, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(tmp), "."), ".json.tmp-")
+		if hub.ValidThread(name) && !slices.Contains(docs, name) && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, removed bool, err error) {
@@ -501,7 +545,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 			os.Remove(tmp)
 		}
 	}
-	snap, err := s.load(thread, t)
+	snap, err := s.loadExact(thread, t)
 	if err != nil || snap == nil {
 		return 0, false, err
 	}
@@ -524,10 +568,11 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		return dropped, true, nil
 	}
 	trimmed = max(trimmed, snap.trimmed)
-	id, err := s.write(thread, encodeDocument(thread, msgs, trimmed))
+	doc := encodeDocument(thread, msgs, trimmed)
+	id, err := s.write(thread, doc)
 	if err != nil {
 		return 0, false, err
 	}
-	t.snap.Store(&snapshot{id: id, msgs: msgs, trimmed: trimmed})
+	t.snap.Store(&snapshot{id: id, sum: maphash.Bytes(docSeed, doc), msgs: msgs, trimmed: trimmed})
 	return dropped, false, nil
 }

@@ -1,0 +1,51 @@
+// Package assert is the tests' handful of checks: each reports the caller's
+// line and stops the test.
+package assert
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/chatrelay/chatrelay/hub"
+)
+
+// Equal fails the test unless got and want are deeply equal.
+func Equal[T any](tb testing.TB, name string, got, want T) {
+	tb.Helper()
+	if !reflect.DeepEqual(got, want) {
+		tb.Fatalf("%s:\n got: %#v\nwant: %#v", name, got, want)
+	}
+}
+
+// Success fails the test if err is not nil.
+func Success(tb testing.TB, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatalf("unexpected error: %v", err)
+	}
+}
+
+// True fails the test with msg unless cond holds.
+func True(tb testing.TB, cond bool, format string, args ...any) {
+	tb.Helper()
+	if !cond {
+		tb.Fatalf(format, args...)
+	}
+}
+
+// Code fails the test unless err carries the domain code want.
+func Code(tb testing.TB, err error, want hub.Code) {
+	tb.Helper()
+	if got := hub.CodeOf(err); got != want {
+		tb.Fatalf("error code = %q, want %q (err: %v)", got, want, err)
+	}
+}
+
+// ErrorIs fails the test unless errors.Is(err, target).
+func ErrorIs(tb testing.TB, err, target error) {
+	tb.Helper()
+	if !errors.Is(err, target) {
+		tb.Fatalf("error = %v, want %v", err, target)
+	}
+}

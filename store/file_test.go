@@ -1,0 +1,554 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay/hub"
+	"github.com/chatrelay/chatrelay/internal/assert"
+)
+
+// clock is a settable clock for FileOptions.Now.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock(t time.Time) *clock { return &clock{t: t} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+var t0 = time.Date(2026, 10, 23, 18, 40, 0, 123e6, time.UTC)
+
+const (
+	threadA = "a1b2c3d4e5f60718"
+	threadB = "0123456789abcdef"
+)
+
+// openFile opens a store in dir (a new temp dir if "") without fsync.
+func openFile(t testing.TB, dir string, opt FileOptions) *File {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	opt.NoFsync = true
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	s, err := OpenFile(dir, opt)
+	assert.Success(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func appendText(t testing.TB, s Store, thread, text string) Entry {
+	t.Helper()
+	e, err := s.Append(context.Background(), thread, NewMessage{Author: hub.Operator, Text: text})
+	assert.Success(t, err)
+	return e
+}
+
+func texts(p Page) []string {
+	var out []string
+	for _, e := range p.Messages {
+		out = append(out, e.Text)
+	}
+	return out
+}
+
+// readThread parses the thread's document straight from disk.
+func readThread(t testing.TB, dir, thread string) ([]Entry, int64) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "chat", thread+".json"))
+	assert.Success(t, err)
+	msgs, trimmed, err := parseDocument(data, thread)
+	assert.Success(t, err)
+	return msgs, trimmed
+}
+
+func TestAppendAssignsEpochIDAndTS(t *testing.T) {
+	t.Parallel()
+	clk := newClock(t0)
+	s := openFile(t, "", FileOptions{Now: clk.Now})
+
+	e1 := appendText(t, s, threadA, "one")
+	e2 := appendText(t, s, threadA, "two") // same millisecond
+	clk.Advance(-time.Hour)                // the clock steps back
+	e3 := appendText(t, s, threadA, "three")
+
+	assert.Equal(t, "epochs", []int64{e1.Epoch, e2.Epoch, e3.Epoch}, []int64{t0.UnixMilli(), t0.UnixMilli() + 1, t0.UnixMilli() + 2})
+	assert.Equal(t, "ts", e1.TS, "2026-10-23T18:40:00+00:00")
+	assert.Equal(t, "author defaults", e1.Author, hub.Operator)
+	assert.True(t, strings.HasPrefix(e1.ID, "MSG-20261023-184000-"), "id %q", e1.ID)
+	assert.True(t, e1.ID != e2.ID && e2.ID != e3.ID && e1.ID != e3.ID, "ids repeat: %s %s %s", e1.ID, e2.ID, e3.ID)
+	assert.Equal(t, "entry JSON", string(e1.JSON), string(hub.MarshalMessage(e1.Message)))
+}
+
+func TestAppendRefuses(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		thread string
+		msg    NewMessage
+		want   hub.Code
+	}{
+		{"empty text", threadA, NewMessage{Text: ""}, hub.InvalidText},
+		{"blank text", threadA, NewMessage{Text: " \n\t"}, hub.InvalidText},
+		{"invalid UTF-8", threadA, NewMessage{Text: "a\xffb"}, hub.InvalidText},
+		{"text too long", threadA, NewMessage{Text: strings.Repeat("é", hub.MaxText+1)}, hub.TextTooLong},
+		{"bad thread id", "../../etc/passwd", NewMessage{Text: "hi"}, hub.InvalidThread},
+		{"upper-case thread id", "A1B2C3D4E5F60718", NewMessage{Text: "hi"}, hub.InvalidThread},
+		{"reply to a missing thread", threadA, NewMessage{Author: hub.Hermes, Text: "hi", MustExist: true}, hub.NotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			s := openFile(t, dir, FileOptions{})
+			_, err := s.Append(t.Context(), tt.thread, tt.msg)
+			assert.Code(t, err, tt.want)
+			des, err := os.ReadDir(filepath.Join(dir, "chat"))
+			assert.Success(t, err)
+			assert.Equal(t, "files in the chat folder", len(des), 0)
+		})
+	}
+}
+
+func TestConcurrentAppendsLoseNothing(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		stores int // goroutines share this many *File on one folder
+	}{
+		{"one store", 1},
+		{"two stores on one folder", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			var stores []*File
+			for range tt.stores {
+				stores = append(stores, openFile(t, dir, FileOptions{}))
+			}
+			const writers, each = 8, 20
+			var wg sync.WaitGroup
+			for w := range writers {
+				s := stores[w%len(stores)]
+				wg.Go(func() {
+					for i := range each {
+						if _, err := s.Append(context.Background(), threadA, NewMessage{Text: fmt.Sprintf("w%d-%d", w, i)}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+
+			msgs, _ := readThread(t, dir, threadA)
+			assert.Equal(t, "messages stored", len(msgs), writers*each)
+			seen := map[string]bool{}
+			for i, m := range msgs {
+				assert.True(t, !seen[m.Text], "message %q stored twice", m.Text)
+				seen[m.Text] = true
+				assert.True(t, i == 0 || m.Epoch > msgs[i-1].Epoch, "epochs not increasing at %d", i)
+			}
+			for _, s := range stores { // every store sees the other's writes
+				p, err := s.Since(t.Context(), threadA, 0, 0)
+				assert.Success(t, err)
+				assert.Equal(t, "messages seen", len(p.Messages), writers*each)
+			}
+		})
+	}
+}
+
+// Two stores on one folder stand for two processes. Under count retention a
+// thread's document keeps the same size, and a freed inode is soon reused,
+// so a cache keyed by (inode, size, mtime) alone can hand a writer a stale
+// document: the other store's message would vanish.
+func TestTwoStoresWithSteadySizeLoseNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opt := FileOptions{Retention: Retention{Messages: 3}}
+	stores := []*File{openFile(t, dir, opt), openFile(t, dir, opt)}
+	const each = 150
+	acked := make([][]int64, len(stores))
+	var wg sync.WaitGroup
+	for w, s := range stores {
+		wg.Go(func() {
+			for i := range each {
+				e, err := s.Append(context.Background(), threadA, NewMessage{Text: fmt.Sprintf("w%d-%03d", w, i)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				acked[w] = append(acked[w], e.Epoch)
+			}
+		})
+	}
+	wg.Wait()
+
+	msgs, trimmed := readThread(t, dir, threadA)
+	kept := map[int64]bool{}
+	for _, m := range msgs {
+		kept[m.Epoch] = true
+	}
+	all := slices.Concat(acked...)
+	slices.Sort(all)
+	assert.Equal(t, "distinct acknowledged epochs", len(slices.Compact(slices.Clone(all))), len(all))
+	for _, e := range all {
+		assert.True(t, kept[e] || e <= trimmed, "acknowledged epoch %d neither kept nor trimmed (trimmed %d)", e, trimmed)
+	}
+}
+
+func TestRetentionOnAppend(t *testing.T) {
+	t.Parallel()
+	t.Run("by count", func(t *testing.T) {
+		t.Parallel()
+		clk := newClock(t0)
+		dir := t.TempDir()
+		s := openFile(t, dir, FileOptions{Retention: Retention{Messages: 3}, Now: clk.Now})
+		var es []Entry
+		for i := range 5 {
+			es = append(es, appendText(t, s, threadA, fmt.Sprint("m", i)))
+			clk.Advance(time.Second)
+		}
+		p, err := s.Since(t.Context(), threadA, 0, 0)
+		assert.Success(t, err)
+		assert.Equal(t, "kept", texts(p), []string{"m2", "m3", "m4"})
+		_, trimmed := readThread(t, dir, threadA)
+		assert.Equal(t, "trimmed", trimmed, es[1].Epoch)
+	})
+	t.Run("by age", func(t *testing.T) {
+		t.Parallel()
+		clk := newClock(t0)
+		s := openFile(t, "", FileOptions{Retention: Retention{Age: 24 * time.Hour}, Now: clk.Now})
+		appendText(t, s, threadA, "old")
+		clk.Advance(12 * time.Hour)
+		appendText(t, s, threadA, "middle")
+		clk.Advance(12*time.Hour + time.Millisecond) // "old" is now older than 24h
+		appendText(t, s, threadA, "new")
+		p, err := s.Since(t.Context(), threadA, 0, 0)
+		assert.Success(t, err)
+		assert.Equal(t, "kept", texts(p), []string{"middle", "new"})
+	})
+}
+
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	clk := newClock(t0)
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{Retention: Retention{Age: time.Hour}, Now: clk.Now})
+	appendText(t, s, threadA, "a-old")
+	appendText(t, s, threadB, "b-old")
+	clk.Advance(30 * time.Minute)
+	appendText(t, s, threadB, "b-new")
+	clk.Advance(31 * time.Minute)
+
+	st, err := s.Sweep(t.Context())
+	assert.Success(t, err)
+	assert.Equal(t, "stats", st, SweepStats{Threads: 2, Dropped: 2, ThreadsRemoved: 1})
+
+	_, err = os.Stat(filepath.Join(dir, "chat", threadA+".json"))
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+	p, err := s.Since(t.Context(), threadA, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "swept thread", p, Page{Thread: threadA})
+	p, err = s.Since(t.Context(), threadB, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "kept", texts(p), []string{"b-new"})
+
+	// A swept thread can be written again.
+	appendText(t, s, threadA, "a-again")
+	p, err = s.Since(t.Context(), threadA, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "after sweep", texts(p), []string{"a-again"})
+}
+
+func TestSweepRemovesCrashTempFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	appendText(t, s, threadA, "hello")
+	chat := filepath.Join(dir, "chat")
+	// What a writer killed between CreateTemp and Rename leaves behind: one
+	// beside an existing thread, one for a thread it was creating.
+	for _, name := range []string{"." + threadA + ".json.tmp-123", "." + threadB + ".json.tmp-456"} {
+		assert.Success(t, os.WriteFile(filepath.Join(chat, name), []byte(`{"version":1`), 0o600))
+	}
+	_, err := s.Sweep(t.Context())
+	assert.Success(t, err)
+	tmps, err := filepath.Glob(filepath.Join(chat, ".*.tmp-*"))
+	assert.Success(t, err)
+	assert.Equal(t, "temp files left", tmps, []string(nil))
+	p, err := s.Since(t.Context(), threadA, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "thread after sweep", texts(p), []string{"hello"})
+	_, err = os.Stat(filepath.Join(chat, threadB+".json"))
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+func TestSinceAndReset(t *testing.T) {
+	t.Parallel()
+	clk := newClock(t0)
+	s := openFile(t, "", FileOptions{Retention: Retention{Messages: 3}, Now: clk.Now})
+	var es []Entry
+	for i := range 5 {
+		es = append(es, appendText(t, s, threadA, fmt.Sprint("m", i)))
+		clk.Advance(time.Second)
+	}
+	// Kept: m2 m3 m4; trimmed = m1's epoch.
+	tests := []struct {
+		name      string
+		since     int64
+		limit     int
+		want      []string
+		wantReset bool
+	}{
+		{"no cursor", 0, 0, []string{"m2", "m3", "m4"}, false},
+		{"no cursor, limit", 0, 2, []string{"m3", "m4"}, false},
+		{"cursor before everything dropped", es[0].Epoch - 1, 0, []string{"m2", "m3", "m4"}, true},
+		{"cursor inside the dropped part", es[0].Epoch, 0, []string{"m2", "m3", "m4"}, true},
+		{"cursor at the newest dropped", es[1].Epoch, 0, []string{"m2", "m3", "m4"}, false},
+		{"cursor at a kept message", es[2].Epoch, 0, []string{"m3", "m4"}, false},
+		{"cursor between messages", es[2].Epoch + 1, 0, []string{"m3", "m4"}, false},
+		{"cursor at the newest", es[4].Epoch, 0, nil, false},
+		{"cursor in the future", es[4].Epoch + 1000, 0, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := s.Since(t.Context(), threadA, tt.since, tt.limit)
+			assert.Success(t, err)
+			assert.Equal(t, "messages", texts(p), tt.want)
+			assert.Equal(t, "reset", p.Reset, tt.wantReset)
+			assert.Equal(t, "cursor", p.Cursor, es[4].Epoch)
+			assert.Equal(t, "awaiting", p.Awaiting, true)
+		})
+	}
+
+	_, err := s.Append(t.Context(), threadA, NewMessage{Author: hub.Hermes, Text: "answer", MustExist: true})
+	assert.Success(t, err)
+	p, err := s.Since(t.Context(), threadA, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "awaiting after hermes", p.Awaiting, false)
+}
+
+func TestSinceOfMissingThreadCreatesNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	p, err := s.Since(t.Context(), threadA, 0, 50)
+	assert.Success(t, err)
+	assert.Equal(t, "page", p, Page{Thread: threadA})
+	des, err := os.ReadDir(filepath.Join(dir, "chat"))
+	assert.Success(t, err)
+	assert.Equal(t, "files in the chat folder", len(des), 0)
+}
+
+func TestThreadLimit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{MaxThreads: 2})
+	appendText(t, s, threadA, "a")
+	appendText(t, s, threadB, "b")
+	_, err := s.Append(t.Context(), "ffffffffffffffff", NewMessage{Text: "c"})
+	assert.Code(t, err, hub.ThreadLimit)
+	_, err = os.Stat(filepath.Join(dir, "chat", "ffffffffffffffff.json.lock"))
+	assert.ErrorIs(t, err, fs.ErrNotExist) // a refused thread leaves nothing behind
+	appendText(t, s, threadA, "existing threads keep working")
+}
+
+// Two stores on one folder (two processes, as far as flock is concerned)
+// race to create the last thread the limit allows: exactly one wins.
+func TestThreadLimitRace(t *testing.T) {
+	t.Parallel()
+	for round := range 20 {
+		dir := t.TempDir()
+		a := openFile(t, dir, FileOptions{MaxThreads: 2})
+		b := openFile(t, dir, FileOptions{MaxThreads: 2})
+		appendText(t, a, threadA, "first")
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, s := range []*File{a, b} {
+			thread := fmt.Sprintf("%016x", 0xbeef00+i)
+			wg.Go(func() {
+				_, errs[i] = s.Append(context.Background(), thread, NewMessage{Text: "race"})
+			})
+		}
+		wg.Wait()
+		won := 0
+		for _, err := range errs {
+			if err == nil {
+				won++
+			} else {
+				assert.Code(t, err, hub.ThreadLimit)
+			}
+		}
+		assert.True(t, won == 1, "round %d: %d stores created the last thread (errs %v)", round, won, errs)
+		names, err := a.threadNames()
+		assert.Success(t, err)
+		assert.Equal(t, "threads", len(names), 2)
+	}
+}
+
+func TestPermissions(t *testing.T) {
+	t.Parallel()
+	data := filepath.Join(t.TempDir(), "data")
+	s := openFile(t, data, FileOptions{})
+	appendText(t, s, threadA, "secret")
+	for _, d := range []string{data, filepath.Join(data, "chat")} {
+		fi, err := os.Stat(d)
+		assert.Success(t, err)
+		assert.Equal(t, d+" mode", fi.Mode().Perm(), fs.FileMode(0o700))
+	}
+	des, err := os.ReadDir(filepath.Join(data, "chat"))
+	assert.Success(t, err)
+	assert.True(t, len(des) >= 2, "want a document and its lock, got %d files", len(des))
+	for _, de := range des {
+		fi, err := de.Info()
+		assert.Success(t, err)
+		assert.Equal(t, de.Name()+" mode", fi.Mode().Perm(), fs.FileMode(0o600))
+	}
+}
+
+func TestUnreadableThreadIsNeverOverwritten(t *testing.T) {
+	t.Parallel()
+	clk := newClock(t0)
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	s := openFile(t, dir, FileOptions{Retention: Retention{Age: time.Hour}, Now: clk.Now, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	appendText(t, s, threadB, "other thread")
+	bad := []byte(`{"version":1,"thread":"a1b2c3d4e5f60718","messages":[{"id":`)
+	path := filepath.Join(dir, "chat", threadA+".json")
+	assert.Success(t, os.WriteFile(path, bad, 0o600))
+
+	_, err := s.Append(t.Context(), threadA, NewMessage{Text: "hi"})
+	assert.Code(t, err, hub.ThreadUnreadable)
+	_, err = s.Since(t.Context(), threadA, 0, 0)
+	assert.Code(t, err, hub.ThreadUnreadable)
+	clk.Advance(2 * time.Hour)
+	_, err = s.Sweep(t.Context())
+	assert.Success(t, err)
+
+	got, err := os.ReadFile(path)
+	assert.Success(t, err)
+	assert.True(t, bytes.Equal(got, bad), "the unreadable document was changed: %q", got)
+	assert.True(t, strings.Contains(logs.String(), path), "the log does not name %s:\n%s", path, logs.String())
+	appendText(t, s, threadB, "still working")
+}
+
+func TestReadersNeverSeeATornDocument(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	w := openFile(t, dir, FileOptions{Retention: Retention{Messages: 1000}})
+	r := openFile(t, dir, FileOptions{})
+	appendText(t, w, threadA, "first")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			if _, err := w.Append(context.Background(), threadA, NewMessage{Text: fmt.Sprint("m", i)}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	last := 0
+	for reading := true; reading; {
+		select {
+		case <-done:
+			reading = false
+		default:
+		}
+		p, err := r.Since(t.Context(), threadA, 0, 0)
+		assert.Success(t, err)
+		assert.True(t, len(p.Messages) >= last, "a reader went back from %d to %d messages", last, len(p.Messages))
+		last = len(p.Messages)
+	}
+	p, err := r.Since(t.Context(), threadA, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "messages", len(p.Messages), 201)
+}
+
+func TestThreadsNewestFirst(t *testing.T) {
+	t.Parallel()
+	clk := newClock(t0)
+	s := openFile(t, "", FileOptions{Now: clk.Now})
+	appendText(t, s, threadA, "a")
+	clk.Advance(time.Minute)
+	appendText(t, s, threadB, "b")
+	clk.Advance(time.Minute)
+	_, err := s.Append(t.Context(), threadA, NewMessage{Author: hub.Hermes, Text: "answer", MustExist: true})
+	assert.Success(t, err)
+
+	infos, err := s.Threads(t.Context())
+	assert.Success(t, err)
+	assert.Equal(t, "threads", infos, []ThreadInfo{
+		{Thread: threadA, Messages: 2, LastAuthor: hub.Hermes, LastEpoch: t0.Add(2 * time.Minute).UnixMilli(), Awaiting: false},
+		{Thread: threadB, Messages: 1, LastAuthor: hub.Operator, LastEpoch: t0.Add(time.Minute).UnixMilli(), Awaiting: true},
+	})
+}
+
+// A writer must not trust its cache on identity alone: after another process
+// replaced the document, a reused inode, an equal size (count retention keeps
+// it steady) and an mtime within one coarse timestamp tick can make the new
+// file look like the cached one. The append would then drop what the other
+// process wrote. Here the collision is made on purpose.
+func TestWriterIsNotFooledByAFileIdentityCollision(t *testing.T) {
+	t.Parallel()
+	clk := newClock(t0)
+	dir, other := t.TempDir(), t.TempDir()
+	opt := FileOptions{Retention: Retention{Messages: 3}, Now: clk.Now}
+	a := openFile(t, dir, opt)
+	for i := range 4 { // one trimmed already, so the document's size stays put
+		appendText(t, a, threadA, fmt.Sprint("a", i))
+		clk.Advance(time.Second)
+	}
+	path := filepath.Join(dir, "chat", threadA+".json")
+	before, err := os.Stat(path)
+	assert.Success(t, err)
+
+	// Another process appends "b4": its document has the same size.
+	data, err := os.ReadFile(path)
+	assert.Success(t, err)
+	assert.Success(t, os.MkdirAll(filepath.Join(other, "chat"), 0o700))
+	assert.Success(t, os.WriteFile(filepath.Join(other, "chat", threadA+".json"), data, 0o600))
+	b := openFile(t, other, opt)
+	appendText(t, b, threadA, "b4")
+	clk.Advance(time.Second)
+	changed, err := os.ReadFile(filepath.Join(other, "chat", threadA+".json"))
+	assert.Success(t, err)
+	assert.Equal(t, "document size", len(changed), len(data))
+	// ... and it lands on the same inode with the same mtime.
+	assert.Success(t, os.WriteFile(path, changed, 0o600))
+	assert.Success(t, os.Chtimes(path, before.ModTime(), before.ModTime()))
+
+	appendText(t, a, threadA, "a5")
+	msgs, _ := readThread(t, dir, threadA)
+	var got []string
+	for _, m := range msgs {
+		got = append(got, m.Text)
+	}
+	assert.Equal(t, "messages", got, []string{"a3", "b4", "a5"})
+}
