@@ -102,7 +102,7 @@ func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
 	if !writes {
 		return
 	}
-	fs.StringVar(&sf.fsync, "fsync", "always", "always: an acknowledged message survives a power cut; never: skip fsync (benchmarks only, may lose acknowledged messages)")
+	fs.StringVar(&sf.fsync, "fsync", "always", "`mode`: always: an acknowledged message survives a power cut; never: skip fsync (benchmarks only, may lose acknowledged messages)")
 	fs.IntVar(&sf.maxThreads, "max-threads", 500, "most threads the store holds; a post that would create one more gets 507 thread_limit")
 	fs.IntVar(&sf.retainN, "retention-messages", 200, "newest messages kept per thread")
 	fs.DurationVar(&sf.retainAge, "retention-age", 720*time.Hour, "messages older than this are dropped")
