@@ -59,7 +59,7 @@ func (s *File) Follow(ctx context.Context, fn func(Batch)) error {
 				continue
 			}
 			if name, ok := strings.CutSuffix(filepath.Base(ev.Name), ".json"); ok && hub.ValidThread(name) {
-				s.poke(name)
+				s.poke(name, true)
 			}
 		case err, ok := <-errs:
 			if !ok {
@@ -101,16 +101,22 @@ func (s *File) rescan() {
 		return
 	}
 	for _, name := range names {
-		s.poke(name)
+		s.poke(name, false)
 	}
 }
 
-// poke announces what another process appended to thread.
-func (s *File) poke(thread string) {
+// poke announces what another process appended to thread. After a folder
+// event it reads the file (exact), since a file's identity can hide a write
+// (see loadExact); the periodic rescan trusts the identity.
+func (s *File) poke(thread string, exact bool) {
 	t := s.state(thread)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	snap, err := s.load(thread, t)
+	read := s.load
+	if exact {
+		read = s.loadExact
+	}
+	snap, err := read(thread, t)
 	if err != nil || snap == nil || snap.err != nil {
 		return
 	}
