@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
@@ -55,6 +56,9 @@ func parsePost(data []byte) (postBody, error) {
 	t, ok := raw["text"]
 	if !ok || len(t) == 0 || t[0] != '"' || json.Unmarshal(t, &p.Text) != nil {
 		return postBody{}, hub.Errorf(hub.InvalidText, "text must be a non-empty string")
+	}
+	if !utf8.Valid(t) { // json.Unmarshal would quietly turn the bad bytes into U+FFFD
+		return postBody{}, hub.Errorf(hub.InvalidText, "text is not valid UTF-8")
 	}
 	if err := hub.CheckText(p.Text); err != nil {
 		return postBody{}, err
