@@ -1,5 +1,6 @@
 // Package web is the browser page, embedded in the binary and served at the
-// prefix root.
+// prefix root: index.html, app.css, app.js (the page) and chat.js (the
+// client module, which other sites may import).
 package web
 
 import (
@@ -11,11 +12,36 @@ import (
 //go:embed static
 var static embed.FS
 
-// Handler serves the page and its assets.
-func Handler() http.Handler {
+// Static is the page's files, rooted at the folder that holds index.html.
+func Static() fs.FS {
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	return http.FileServerFS(sub)
+	return sub
+}
+
+// csp lets the page load only its own files and talk only to its own
+// server (its WebSocket included).
+const csp = "default-src 'self'; connect-src 'self'; img-src 'self' data:; " +
+	"object-src 'none'; base-uri 'none'; form-action 'none'"
+
+// Handler serves the page and its assets.
+//
+// The files are public and carry no secret, so any origin may read them:
+// that lets a site on another origin import chat.js straight from this
+// server (module scripts are fetched with CORS). The API routes have their
+// own, narrower CORS (--allowed-origin). Browsers revalidate the files on
+// each load, so a new binary's page is picked up at once.
+func Handler() http.Handler {
+	files := http.FileServerFS(Static())
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", "*")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Content-Security-Policy", csp)
+		h.Set("Referrer-Policy", "no-referrer")
+		files.ServeHTTP(w, r)
+	})
 }
