@@ -31,9 +31,9 @@ type Hub struct {
 	mu      sync.Mutex // guards threads, closed and every Subscription's err and channel close
 	threads map[string]map[*Subscription]struct{}
 	closed  bool
-	// OnDrop, if set, is called (under the hub's lock: keep it cheap) when a
-	// subscriber is dropped, with the reason.
-	onDrop func(error)
+	// The OnDrop functions, called in order (under the hub's lock: keep
+	// them cheap) when a subscriber is dropped, with the reason.
+	onDrop []func(error)
 }
 
 // New returns a hub whose subscribers each queue up to buffer events
@@ -45,9 +45,11 @@ func New(buffer int) *Hub {
 	return &Hub{buffer: buffer, threads: make(map[string]map[*Subscription]struct{})}
 }
 
-// OnDrop sets a function called with the reason whenever a subscriber is
-// dropped by the hub (not when it unsubscribes). Set it before use.
-func (h *Hub) OnDrop(fn func(error)) { h.onDrop = fn }
+// OnDrop adds a function called with the reason whenever a subscriber is
+// dropped by the hub (not when it unsubscribes); each added function is
+// called, in order. Add them before use. (The transport adds one that
+// counts drops for its metrics.)
+func (h *Hub) OnDrop(fn func(error)) { h.onDrop = append(h.onDrop, fn) }
 
 // Subscription is one live subscriber of one thread.
 type Subscription struct {
@@ -154,8 +156,10 @@ func (h *Hub) Close() {
 }
 
 func (h *Hub) drop(s *Subscription, why error) {
-	if h.remove(s, why) && h.onDrop != nil {
-		h.onDrop(why)
+	if h.remove(s, why) {
+		for _, fn := range h.onDrop {
+			fn(why)
+		}
 	}
 }
 

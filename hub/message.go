@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"time"
 )
 
 // Author names who wrote a message. The set is open: later kinds of author
@@ -51,6 +52,10 @@ type Event struct {
 	JSON   []byte // the message object as poll returns it
 	SSE    []byte // "id: <epoch>\nevent: message\ndata: <JSON>\n\n"
 	WS     []byte // {"type":"message","message":<JSON>}
+	// Stored is when the store's change feed delivered the message (for
+	// the server's own posts, the end of the append); zero if unknown.
+	// The transports measure the fan-out delay from it.
+	Stored time.Time
 }
 
 // NewEvent builds the shared frames of a message whose v1 JSON is js.

@@ -61,7 +61,8 @@ func errorOf(err error) (*hub.Error, errorBody) {
 }
 
 // writeError answers a refused request. It logs server-side failures with
-// their cause, and refusals at debug with the code (never a token or a text).
+// their cause; the request log (accesslog.go) logs refusals at info with
+// the code (never a token or a text) and counts them.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e, body := errorOf(err)
 	status, ok := statusOf[e.Code]
@@ -70,9 +71,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", e.Code, "err", err)
-	} else {
-		s.log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "code", e.Code)
 	}
+	noteRefused(r, e.Code)
 	if e.Code.Retryable() && e.Retry > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64((e.Retry+time.Second-1)/time.Second), 10))
 	}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"time"
 
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
@@ -11,7 +12,10 @@ import (
 // the hub's only input, so a message is pushed only after it is stored.
 // Streams wait for Ready before they read their backlog.
 func (s *Server) Run(ctx context.Context) error {
+	s.ops.feeds.Add(1) // /readyz: the feed is live while Run runs
+	defer s.ops.feeds.Add(-1)
 	return s.store.Follow(ctx, func(b store.Batch) {
+		s.ops.feedBatch(b)
 		switch {
 		case b.Ready:
 			s.readyMu.Do(func() { close(s.ready) })
@@ -19,8 +23,10 @@ func (s *Server) Run(ctx context.Context) error {
 			s.hub.Reset(b.Thread)
 		case s.hub.Has(b.Thread):
 			events := make([]*hub.Event, len(b.Messages))
+			now := time.Now()
 			for i, e := range b.Messages {
 				events[i] = hub.NewEvent(b.Thread, e.Epoch, e.JSON)
+				events[i].Stored = now
 			}
 			s.hub.Publish(b.Thread, events...)
 		}
@@ -35,6 +41,7 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 // (going away). It waits for the WebSocket handlers, which
 // http.Server.Shutdown does not track, until ctx is done.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.Drain()
 	s.hub.Close()
 	done := make(chan struct{})
 	go func() {

@@ -35,6 +35,9 @@ type Config struct {
 	WriteTimeout   time.Duration // per stream write; defaults to 10s
 	Log            *slog.Logger  // defaults to slog.Default()
 	Now            func() time.Time
+	// PrivateMetrics leaves GET /metrics off this handler: it is served
+	// only by OpsHandler, on a private listener (--metrics-addr).
+	PrivateMetrics bool
 }
 
 // Server is the chat's HTTP handler. Run feeds its hub from the store;
@@ -53,6 +56,7 @@ type Server struct {
 	ready   chan struct{} // closed once Run's feed is registered
 	readyMu sync.Once
 	wsWG    sync.WaitGroup // WebSocket handlers, which http.Server.Shutdown does not wait for
+	ops     *ops           // metrics and readiness (metrics.go, health.go)
 }
 
 // NewServer returns the chat's HTTP handler.
@@ -91,11 +95,13 @@ func NewServer(cfg Config) *Server {
 	for _, o := range cfg.AllowedOrigins {
 		s.origins[strings.ToLower(strings.TrimSuffix(o, "/"))] = true
 	}
+	s.initOps()
 	s.routes()
 	return s
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the API, timing and logging each request (accesslog.go).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.observe(w, r) }
 
 // routes is the whole API. Each v1 route is also served with a .php suffix.
 // Patterns carry no method, so a wrong method gets the contract's JSON 405
@@ -123,6 +129,7 @@ func only(m string, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", m)
+			noteRefused(r, hub.MethodNotAllowed)
 			errBody := errorBody{Error: "Method not allowed", Code: hub.MethodNotAllowed}
 			writeJSON(w, http.StatusMethodNotAllowed, errBody)
 			return
@@ -132,6 +139,7 @@ func only(m string, h http.HandlerFunc) http.Handler {
 }
 
 func (s *Server) handleGone(w http.ResponseWriter, r *http.Request) {
+	noteRefused(r, hub.Gone)
 	writeJSON(w, http.StatusGone, errorBody{
 		Error: "this route is retired; post with " + s.cfg.Prefix + "/api/chat/post",
 		Code:  hub.Gone, See: s.cfg.Prefix + "/api/chat/post",
@@ -152,7 +160,9 @@ func threadOf(r *http.Request) (string, error) {
 		}
 		return "", hub.Errorf(hub.Unauthorized, "missing or malformed X-Chat-Token")
 	}
-	return hub.ThreadOf(tok), nil
+	thread := hub.ThreadOf(tok)
+	noteThread(r, thread)
+	return thread, nil
 }
 
 // streamAuth authenticates a stream by ?ticket= or X-Chat-Token. canPost
@@ -163,6 +173,9 @@ func (s *Server) streamAuth(r *http.Request) (thread string, canPost bool, err e
 			return "", false, hub.Errorf(hub.InvalidTicket, "this server issues no tickets")
 		}
 		thread, err := s.tickets.check(r.URL.Query().Get("ticket"))
+		if err == nil {
+			noteThread(r, thread)
+		}
 		return thread, false, err
 	}
 	thread, err = threadOf(r)

@@ -3,6 +3,8 @@ package transport
 import (
 	"net/http"
 	"time"
+
+	"github.com/chatrelay/chatrelay/hub"
 )
 
 // handleSSE serves GET /api/chat/stream: a retry hint, then "ready" once
@@ -35,6 +37,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer st.close()
+	defer s.ops.streamOpened(transportSSE)()
 
 	rc := http.NewResponseController(w)
 	rc.SetWriteDeadline(time.Time{}) // the server's WriteTimeout must not cut the stream
@@ -90,10 +93,12 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 				if !write(ev.SSE) {
 					return
 				}
+				s.ops.delivered(transportSSE, ev)
 				continue
 			}
 			// Several queued: one write and one flush for all of them.
 			out := append([]byte(nil), ev.SSE...)
+			evs := []*hub.Event{ev}
 			for len(st.sub.C()) > 0 {
 				ev, ok := <-st.sub.C()
 				if !ok {
@@ -102,11 +107,13 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 				if ev.Epoch > last {
 					last = ev.Epoch
 					out = append(out, ev.SSE...)
+					evs = append(evs, ev)
 				}
 			}
 			if !write(out) {
 				return
 			}
+			s.ops.delivered(transportSSE, evs...)
 		}
 	}
 }

@@ -42,6 +42,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.wsWG.Add(1)
 	defer s.wsWG.Done()
 	if authErr != nil {
+		noteRefused(r, hub.CodeOf(authErr))
 		s.closeWith(c, authErr)
 		return
 	}
@@ -52,10 +53,12 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	st, err := s.openStream(ctx, thread, ip, cursor)
 	if err != nil {
+		noteRefused(r, hub.CodeOf(err))
 		s.closeWith(c, err)
 		return
 	}
 	defer st.close()
+	defer s.ops.streamOpened(transportWS)()
 
 	answers := make(chan []byte, 4)
 	readDone := make(chan error, 1)
@@ -114,6 +117,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 				if !write(ev.WS) {
 					return
 				}
+				s.ops.delivered(transportWS, ev)
 			}
 		}
 	}

@@ -1,0 +1,152 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chatrelay/chatrelay/hub"
+)
+
+// reqInfo is what handlers tell the request log about a request: the
+// thread it authenticated as and the code it was refused with. Only the
+// request's own goroutine writes it.
+type reqInfo struct {
+	thread string
+	code   hub.Code
+}
+
+type reqInfoKey struct{}
+
+func infoOf(r *http.Request) *reqInfo {
+	ri, _ := r.Context().Value(reqInfoKey{}).(*reqInfo)
+	return ri
+}
+
+// noteThread records the thread a request authenticated as, for the log.
+func noteThread(r *http.Request, thread string) {
+	if ri := infoOf(r); ri != nil {
+		ri.thread = thread
+	}
+}
+
+// noteRefused records that a request was refused with code, for the log
+// line and chatrelay_requests_refused_total.
+func noteRefused(r *http.Request, code hub.Code) {
+	if ri := infoOf(r); ri != nil {
+		ri.code = code
+	}
+}
+
+// observe serves r through the mux, then records the request: its
+// duration by route pattern and status, a refusal by code, and one log
+// line. The line is at info for a refused request (with the code), at
+// debug for every other one; a failure (5xx) was already logged at error
+// with its cause by writeError. Never logged: the query (it may hold a
+// ticket), headers (the token), bodies (message text), the client address.
+func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	ri := new(reqInfo)
+	r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, ri))
+	rec := &recorder{ResponseWriter: w}
+	s.mux.ServeHTTP(rec, r) // sets r.Pattern
+	end := time.Now()
+
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	route := s.routeOf(r.Pattern)
+	took := end.Sub(start)
+	if (rec.stream || rec.hijacked) && !rec.headerAt.IsZero() {
+		took = rec.headerAt.Sub(start) // a stream: the time to open it
+	}
+	s.ops.requests.WithLabelValues(route, strconv.Itoa(status)).Observe(took.Seconds())
+
+	attrs := []slog.Attr{
+		slog.String("method", r.Method), slog.String("route", route), slog.String("path", r.URL.Path),
+		slog.Int("status", status), slog.Duration("dur", end.Sub(start)),
+	}
+	if ri.thread != "" {
+		attrs = append(attrs, slog.String("thread", ri.thread))
+	}
+	switch {
+	case ri.code != "":
+		s.ops.refused.WithLabelValues(string(ri.code)).Inc()
+		if status < 500 {
+			attrs = append(attrs, slog.String("code", string(ri.code)))
+			s.log.LogAttrs(r.Context(), slog.LevelInfo, "request refused", attrs...)
+		}
+	default:
+		s.log.LogAttrs(r.Context(), slog.LevelDebug, "request", attrs...)
+	}
+}
+
+// routeOf is the route label of a mux pattern: the pattern without the
+// prefix, so dashboards work whatever the mount point. A request that
+// matched no pattern is "unmatched".
+func (s *Server) routeOf(pattern string) string {
+	if pattern == "" {
+		return "unmatched"
+	}
+	if s.cfg.Prefix != "" {
+		if rest, ok := strings.CutPrefix(pattern, s.cfg.Prefix); ok && strings.HasPrefix(rest, "/") {
+			return rest
+		}
+	}
+	return pattern
+}
+
+// recorder notes the status of a response and when its headers went out.
+// It passes Flush, Hijack and (through Unwrap) write deadlines on, so
+// streams and WebSockets work through it.
+type recorder struct {
+	http.ResponseWriter
+	status   int
+	headerAt time.Time
+	stream   bool // an SSE response
+	hijacked bool // a WebSocket
+}
+
+func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *recorder) sent(status int) {
+	if w.status == 0 {
+		w.status = status
+		w.headerAt = time.Now()
+		w.stream = strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream")
+	}
+}
+
+func (w *recorder) WriteHeader(status int) {
+	if status >= 200 || status == http.StatusSwitchingProtocols {
+		w.sent(status)
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *recorder) Write(b []byte) (int, error) {
+	w.sent(http.StatusOK)
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *recorder) FlushError() error {
+	w.sent(http.StatusOK)
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *recorder) Flush() { w.FlushError() }
+
+func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.hijacked = true
+		w.sent(http.StatusSwitchingProtocols)
+	}
+	return c, brw, err
+}

@@ -1,0 +1,85 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// handleHealthz serves GET /healthz: 200 whenever the process answers
+// HTTP at all. It checks nothing else, so a liveness probe restarts only a
+// wedged process, never one whose disk is full.
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	writeBytes(w, http.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// readiness is the body of GET /readyz.
+type readiness struct {
+	Ready        bool   `json:"ready"`
+	Store        string `json:"store"`         // "ok", "not writable" or "unchecked" (a store that cannot say)
+	Feed         string `json:"feed"`          // "ok" or "not live"
+	ShuttingDown bool   `json:"shutting_down"` // Drain or Shutdown was called
+}
+
+// handleReadyz serves GET /readyz: 200 when the server should get traffic,
+// 503 otherwise. Ready means: not shutting down, the change feed (Run) is
+// registered and still running, and the store takes writes now (for the
+// file store, a probe file is created and removed in the chat folder). The
+// body names each part; causes go to the log (on a change), never to the
+// client, as they may hold host paths.
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	rd, cause := s.readiness(ctx)
+	why := ""
+	if !rd.Ready {
+		why = rd.Store + "/" + rd.Feed
+		if rd.ShuttingDown {
+			why = "shutting down"
+		}
+	}
+	if prev, _ := s.ops.lastNot.Swap(why).(string); prev != why {
+		if why != "" {
+			s.log.Warn("not ready", "store", rd.Store, "feed", rd.Feed, "shutting_down", rd.ShuttingDown, "err", cause)
+		} else if prev != "" {
+			s.log.Info("ready")
+		}
+	}
+	status := http.StatusOK
+	if !rd.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	b, _ := json.Marshal(rd)
+	writeBytes(w, status, b)
+}
+
+// readiness evaluates /readyz; cause is the store's error, if any.
+func (s *Server) readiness(ctx context.Context) (rd readiness, cause error) {
+	rd.ShuttingDown = s.ops.draining.Load()
+	rd.Feed = "not live"
+	select {
+	case <-s.ready:
+		if s.ops.feeds.Load() > 0 {
+			rd.Feed = "ok"
+		}
+	default:
+	}
+	rd.Store = "unchecked"
+	if c, ok := s.cfg.Store.(store.Checker); ok {
+		rd.Store = "ok"
+		if cause = c.Check(ctx); cause != nil {
+			rd.Store = "not writable"
+		}
+	}
+	rd.Ready = !rd.ShuttingDown && rd.Feed == "ok" && rd.Store != "not writable"
+	return rd, cause
+}
+
+// Drain marks the server as shutting down: GET /readyz answers 503 from
+// now on while everything else keeps working, so a load balancer stops
+// sending new clients before Shutdown closes the listener. Shutdown drains
+// too.
+func (s *Server) Drain() { s.ops.draining.Store(true) }

@@ -1,0 +1,258 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/chatrelay/chatrelay/hub"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// ops is a Server's operational side: its own Prometheus registry (never
+// the global one, so servers in parallel tests do not collide) and what
+// readiness looks at. Every label value is from a small fixed set: a route
+// pattern, a status, a code, an author kind, a transport. Never a thread,
+// token, IP or raw path.
+type ops struct {
+	reg *prometheus.Registry
+
+	streamsOpen   *prometheus.GaugeVec     // transport
+	streamsOpened *prometheus.CounterVec   // transport
+	appended      *prometheus.CounterVec   // author
+	fed           *prometheus.CounterVec   // author
+	fanout        *prometheus.HistogramVec // transport
+	drops         *prometheus.CounterVec   // reason
+	refused       *prometheus.CounterVec   // code
+	requests      *prometheus.HistogramVec // route, status
+	storeDur      *prometheus.HistogramVec // op
+	storeErrs     *prometheus.CounterVec   // op, code
+
+	feeds    atomic.Int32 // Run calls in progress
+	draining atomic.Bool  // Drain or Shutdown was called
+	lastNot  atomic.Value // string: the last reason /readyz gave for "not ready", for logging transitions
+}
+
+// The label values of the transport label.
+const (
+	transportSSE = "sse"
+	transportWS  = "ws"
+)
+
+func newOps(st store.Store, log *slog.Logger) *ops {
+	m := &ops{reg: prometheus.NewRegistry()}
+	m.streamsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "chatrelay_streams_open", Help: "Open live streams, by transport (sse, ws).",
+	}, []string{"transport"})
+	m.streamsOpened = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chatrelay_streams_opened_total", Help: "Live streams opened (subscribed and backlog read), by transport.",
+	}, []string{"transport"})
+	m.appended = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chatrelay_messages_appended_total", Help: "Messages this server appended to the store, by author kind.",
+	}, []string{"author"})
+	m.fed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chatrelay_feed_messages_total", Help: "Messages the store's change feed delivered (appended by this server or another process, such as the host CLI), by author kind.",
+	}, []string{"author"})
+	m.fanout = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "chatrelay_fanout_delay_seconds",
+		Help:    "Time from the change feed delivering a stored message (for this server's own posts: the end of the store append) to its frame being written to a live stream, per stream, by transport.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"transport"})
+	m.drops = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chatrelay_hub_drops_total", Help: "Live subscribers the hub dropped, by reason: slow (a slow consumer whose queue was full), reset (must resume from the store), shutdown.",
+	}, []string{"reason"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chatrelay_requests_refused_total", Help: "Requests answered with an error code (the contract's machine code), by code.",
+	}, []string{"code"})
+	m.requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "chatrelay_http_request_duration_seconds",
+		Help: "HTTP request duration by route pattern and status. For a stream (SSE or WebSocket) it is the time to open it (headers sent or connection upgraded), not its lifetime.",
+		// The default buckets, 5ms to 10s.
+		Buckets: prometheus.DefBuckets,
+	}, []string{"route", "status"})
+	m.storeDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "chatrelay_store_duration_seconds",
+		Help:    "Store call duration, by operation: append (write), since and threads (reads).",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"op"})
+	m.storeErrs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chatrelay_store_errors_total", Help: "Store calls that failed, by operation and error code.",
+	}, []string{"op", "code"})
+	m.reg.MustRegister(m.streamsOpen, m.streamsOpened, m.appended, m.fed, m.fanout, m.drops,
+		m.refused, m.requests, m.storeDur, m.storeErrs,
+		&threadsCollector{st: st, log: log},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Series that exist from the start, at 0, so a rate() or an alert has
+	// a baseline before the first event.
+	for _, t := range []string{transportSSE, transportWS} {
+		m.streamsOpen.WithLabelValues(t)
+		m.streamsOpened.WithLabelValues(t)
+		m.fanout.WithLabelValues(t)
+	}
+	for _, a := range []hub.Author{hub.Operator, hub.Agent, hub.Hermes} {
+		m.appended.WithLabelValues(string(a))
+		m.fed.WithLabelValues(string(a))
+	}
+	for _, r := range []string{"slow", "reset", "shutdown"} {
+		m.drops.WithLabelValues(r)
+	}
+	for c := range statusOf {
+		m.refused.WithLabelValues(string(c))
+	}
+	for _, op := range []string{"append", "since", "threads"} {
+		m.storeDur.WithLabelValues(op)
+	}
+	return m
+}
+
+// Registry is the server's own Prometheus registry: /metrics serves it,
+// and a caller may register more collectors (a store backend's, say).
+func (s *Server) Registry() *prometheus.Registry { return s.ops.reg }
+
+// metricsHandler serves the registry in the Prometheus text (or
+// OpenMetrics) format.
+func (s *Server) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.ops.reg, promhttp.HandlerOpts{
+		ErrorLog:      slogPrinter{s},
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+type slogPrinter struct{ s *Server }
+
+func (p slogPrinter) Println(v ...any) {
+	p.s.log.Warn("metrics", "err", strings.TrimSpace(fmt.Sprintln(v...)))
+}
+
+// OpsHandler serves GET /metrics, /healthz and /readyz, for a private
+// listener (--metrics-addr). Its requests are neither logged nor counted.
+func (s *Server) OpsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", only(http.MethodGet, s.metricsHandler().ServeHTTP))
+	mux.Handle("/healthz", only(http.MethodGet, s.handleHealthz))
+	mux.Handle("/readyz", only(http.MethodGet, s.handleReadyz))
+	return mux
+}
+
+// initOps sets up metrics, wraps the store to time it, hooks the hub's
+// drops and registers the operational routes (at the root, never under
+// the prefix: probes and scrapers talk to the server directly).
+func (s *Server) initOps() {
+	s.ops = newOps(s.cfg.Store, s.log)
+	s.store = meteredStore{Store: s.cfg.Store, m: s.ops}
+	s.hub.OnDrop(func(why error) { s.ops.drops.WithLabelValues(closeReason(why)).Inc() })
+	s.mux.Handle("/healthz", only(http.MethodGet, s.handleHealthz))
+	s.mux.Handle("/readyz", only(http.MethodGet, s.handleReadyz))
+	if !s.cfg.PrivateMetrics {
+		s.mux.Handle("/metrics", only(http.MethodGet, s.metricsHandler().ServeHTTP))
+	}
+}
+
+// streamOpened counts an open stream of a transport; call the result when
+// it ends.
+func (m *ops) streamOpened(transport string) (closed func()) {
+	g := m.streamsOpen.WithLabelValues(transport)
+	g.Inc()
+	m.streamsOpened.WithLabelValues(transport).Inc()
+	return g.Dec
+}
+
+// delivered records the fan-out delay of events just written to a stream.
+func (m *ops) delivered(transport string, evs ...*hub.Event) {
+	o := m.fanout.WithLabelValues(transport)
+	now := time.Now()
+	for _, ev := range evs {
+		if !ev.Stored.IsZero() {
+			o.Observe(now.Sub(ev.Stored).Seconds())
+		}
+	}
+}
+
+// feedBatch counts the messages of a change-feed batch.
+func (m *ops) feedBatch(b store.Batch) {
+	for _, e := range b.Messages {
+		m.fed.WithLabelValues(authorLabel(e.Author)).Inc()
+	}
+}
+
+// authorLabel bounds the author label: stored documents may hold any
+// author string, the label only the known kinds.
+func authorLabel(a hub.Author) string {
+	switch a {
+	case hub.Operator, hub.Agent, hub.Hermes:
+		return string(a)
+	}
+	return "other"
+}
+
+// meteredStore times every call of the store the server makes and counts
+// appended messages. Follow and Close pass through.
+type meteredStore struct {
+	store.Store
+	m *ops
+}
+
+func (s meteredStore) done(op string, start time.Time, err error) {
+	s.m.storeDur.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.m.storeErrs.WithLabelValues(op, string(hub.CodeOf(err))).Inc()
+	}
+}
+
+func (s meteredStore) Append(ctx context.Context, thread string, msg store.NewMessage) (store.Entry, error) {
+	start := time.Now()
+	e, err := s.Store.Append(ctx, thread, msg)
+	s.done("append", start, err)
+	if err == nil {
+		s.m.appended.WithLabelValues(authorLabel(e.Author)).Inc()
+	}
+	return e, err
+}
+
+func (s meteredStore) Since(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
+	start := time.Now()
+	p, err := s.Store.Since(ctx, thread, since, limit)
+	s.done("since", start, err)
+	return p, err
+}
+
+func (s meteredStore) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
+	start := time.Now()
+	t, err := s.Store.Threads(ctx)
+	s.done("threads", start, err)
+	return t, err
+}
+
+// threadsCollector reports the number of stored threads at each scrape,
+// asking the store itself (not through meteredStore, so scrapes do not
+// move the store metrics). A store error leaves the metric out of that
+// scrape and is logged.
+type threadsCollector struct {
+	st  store.Store
+	log *slog.Logger
+}
+
+var threadsDesc = prometheus.NewDesc("chatrelay_threads", "Threads in the store.", nil, nil)
+
+func (c *threadsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- threadsDesc }
+
+func (c *threadsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ts, err := c.st.Threads(ctx)
+	if err != nil {
+		c.log.Warn("metrics: count threads", "err", err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(threadsDesc, prometheus.GaugeValue, float64(len(ts)))
+}
