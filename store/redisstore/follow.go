@@ -1,0 +1,213 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// pingEvery is how long the feed may be silent before Follow pings Redis;
+// a second silent period without the pong counts as a lost connection (a
+// peer that vanished without closing it).
+const pingEvery = 15 * time.Second
+
+// Follow implements store.Store. It receives every node's appends through
+// the feed channel, in the order Redis ran them, on a connection of its own,
+// and calls fn from the calling goroutine. The first call is
+// Batch{Ready: true}, once the subscription is confirmed.
+//
+// When the connection is lost, Follow subscribes again (backing off up to
+// 2s while Redis is unreachable) and then catches up from the store before
+// it hands on anything newer: for every thread whose newest epoch is past
+// what Follow last announced (or past the thread's newest when Follow
+// started), it calls fn with the messages after that epoch, marked Reset if
+// retention dropped some of them meanwhile. A thread that went away, or
+// whose newest epoch went backwards (Redis lost data), gets a Reset batch.
+// Follow returns nil when ctx is done, and ErrClosed if the store is closed.
+func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
+	if !s.enter() {
+		return ErrClosed
+	}
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.closing, cancel)()
+
+	var mu sync.Mutex // guards ps: the loop replaces it, the closer closes it
+	ps := s.rdb.Subscribe(ctx, s.feed)
+	closePS := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		ps.Close()
+	}
+	defer closePS()
+	defer context.AfterFunc(ctx, closePS)()
+	renew := func() *redis.PubSub { // a fresh connection: forgets a stale one
+		mu.Lock()
+		defer mu.Unlock()
+		ps.Close()
+		ps = s.rdb.Subscribe(ctx, s.feed)
+		return ps
+	}
+
+	f := &follower{s: s, fn: fn, announced: make(map[string]int64)}
+	cur := ps
+	var backoff time.Duration
+	synced := false // the current connection is subscribed and caught up
+	pinged := false // a ping is unanswered
+	lost := false   // a loss was logged and not yet followed by a resume
+	for {
+		msg, err := cur.ReceiveTimeout(ctx, pingEvery)
+		if ctx.Err() != nil {
+			if s.closing.Err() != nil {
+				return ErrClosed
+			}
+			return nil
+		}
+		if err == nil {
+			pinged = false
+			backoff = 0
+		}
+		if err != nil && isTimeout(err) && synced && !pinged {
+			pinged = true
+			if err = cur.Ping(ctx); err == nil {
+				continue
+			}
+		}
+		if err == nil {
+			if sub, ok := msg.(*redis.Subscription); ok && sub.Kind == "subscribe" && sub.Channel == s.feed {
+				if err = f.sync(ctx); err == nil {
+					if lost {
+						s.log.Info("redis store: feed resumed")
+						lost = false
+					}
+					synced = true
+					continue
+				}
+				cur = renew() // subscribe again to get another confirmation
+			} else {
+				if m, ok := msg.(*redis.Message); ok && synced && m.Channel == s.feed {
+					f.deliver(m.Payload)
+				}
+				continue
+			}
+		}
+		// The connection failed, went silent, or the catch-up failed.
+		if !lost {
+			s.log.Warn("redis store: feed subscription lost; resubscribing", "err", err)
+			lost = true
+		}
+		if isTimeout(err) {
+			cur = renew() // the connection may be dead without having been closed
+		}
+		synced, pinged = false, false
+		if s.onLost != nil {
+			s.onLost(ctx)
+		}
+		backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// follower is the state of one Follow call; only its goroutine uses it.
+type follower struct {
+	s         *Store
+	fn        func(store.Batch)
+	ready     bool             // Ready was sent
+	announced map[string]int64 // the newest epoch handed to fn, per thread
+	base      map[string]int64 // each thread's newest epoch when the feed was first registered
+}
+
+// sync runs once the feed's subscription is confirmed: the first time it
+// records where every thread stood and sends Ready; after a reconnection it
+// catches up from the store.
+func (f *follower) sync(ctx context.Context) error {
+	idx, err := f.s.threadIndex(ctx)
+	if err != nil {
+		return err
+	}
+	if !f.ready {
+		f.base = idx
+		f.ready = true
+		f.fn(store.Batch{Ready: true})
+		return nil
+	}
+	for thread, newest := range idx {
+		from, known := f.announced[thread]
+		if !known {
+			from = f.base[thread]
+		}
+		if newest < from {
+			// The store went backwards: what subscribers hold is not in it.
+			f.s.log.Warn("redis store: a thread is older than what the feed announced; resetting it", "thread", thread)
+			f.fn(store.Batch{Thread: thread, Reset: true})
+			f.announced[thread] = newest
+			continue
+		}
+		if newest == from {
+			continue
+		}
+		msgs, _, trimmed, err := f.s.read(ctx, thread, from, 0)
+		if err != nil {
+			return err
+		}
+		reset := trimmed > from
+		if len(msgs) == 0 && !reset {
+			continue
+		}
+		f.fn(store.Batch{Thread: thread, Messages: msgs, Reset: reset})
+		if n := len(msgs); n > 0 {
+			f.announced[thread] = msgs[n-1].Epoch
+		}
+	}
+	for thread := range f.announced {
+		if _, ok := idx[thread]; !ok {
+			f.fn(store.Batch{Thread: thread, Reset: true})
+			delete(f.announced, thread)
+		}
+	}
+	for thread := range f.base {
+		if _, ok := idx[thread]; !ok {
+			delete(f.base, thread)
+		}
+	}
+	return nil
+}
+
+// deliver hands on one feed message: "<thread> <prev> <trimmed> <json>".
+func (f *follower) deliver(payload string) {
+	thread, rest, ok1 := strings.Cut(payload, " ")
+	prevS, rest, ok2 := strings.Cut(rest, " ")
+	trimS, js, ok3 := strings.Cut(rest, " ")
+	prev, err1 := strconv.ParseInt(prevS, 10, 64)
+	trimmed, err2 := strconv.ParseInt(trimS, 10, 64)
+	e, err3 := parseEntry(js)
+	if !ok1 || !ok2 || !ok3 || err1 != nil || err2 != nil || err3 != nil {
+		f.s.log.Error("redis store: feed message does not parse; ignored", "thread", thread)
+		return
+	}
+	a, known := f.announced[thread]
+	if known && e.Epoch <= a {
+		return // a catch-up already handed it on
+	}
+	f.announced[thread] = e.Epoch
+	f.fn(store.Batch{Thread: thread, Messages: []store.Entry{e}, Reset: known && (prev > a || trimmed > a)})
+}

@@ -1,0 +1,255 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chatrelay/chatrelay/hub"
+)
+
+// RateLimiter is the rate windows of the contract counted in Redis, so
+// that every node shares them: at most perThread accepted posts per thread
+// and perIP per client IP in any sliding window. It implements
+// transport.RateLimiter and is safe for concurrent use.
+//
+// Each window is a sorted set of post times (the Store's clock, like the
+// in-memory limiter), pruned and checked in one script with both keys; the
+// keys share the hash tag {rl}, so that script also runs on a cluster.
+type RateLimiter struct {
+	s                *Store
+	perThread, perIP int
+	window           time.Duration
+}
+
+// NewRateLimiter returns a limiter on s's Redis; perThread defaults to 20,
+// perIP to 40 and window to 10 minutes.
+func NewRateLimiter(s *Store, perThread, perIP int, window time.Duration) *RateLimiter {
+	if perThread <= 0 {
+		perThread = 20
+	}
+	if perIP <= 0 {
+		perIP = 40
+	}
+	if window <= 0 {
+		window = 10 * time.Minute
+	}
+	return &RateLimiter{s: s, perThread: perThread, perIP: perIP, window: window}
+}
+
+// Take counts one post against thread and ip if both are under their
+// windows. Over a window it returns *hub.Error RateLimited with the wait;
+// if Redis cannot be reached, StoreUnavailable. undo uncounts the post (if
+// it was then not stored).
+func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(), err error) {
+	keys := []string{l.s.prefix + "{rl}:t:" + thread, l.s.prefix + "{rl}:i:" + ip}
+	member := randomHex(8)
+	wait, err := takeScript.Run(ctx, l.s.rdb, keys, l.s.now().UnixMilli(), l.window.Milliseconds(),
+		member, l.perThread, l.perIP).Int64()
+	if err != nil {
+		return nil, l.s.unavailable("rate limit", err)
+	}
+	if wait > 0 {
+		return nil, &hub.Error{Code: hub.RateLimited, Retry: time.Duration(wait) * time.Millisecond,
+			Message: fmt.Sprintf("rate limit: at most %d posts per thread and %d per client address every %s", l.perThread, l.perIP, l.window)}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			_, err := l.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.ZRem(ctx, keys[0], member)
+				p.ZRem(ctx, keys[1], member)
+				return nil
+			})
+			if err != nil {
+				l.s.log.Warn("redis rate limit: undo", "err", err)
+			}
+		})
+	}, nil
+}
+
+// StreamLimiter bounds the open streams per thread and per client IP
+// across every node. It implements transport.StreamLimiter and is safe for
+// concurrent use.
+//
+// Each open stream holds a lease: a member of the thread's and the IP's
+// sorted sets (hash tag {sl}) whose score is its expiry on Redis's clock.
+// Acquire drops expired leases and counts the rest, in one script. This
+// node renews all its leases every lease/3 in one script per 256 streams,
+// so a node that crashed stops renewing and its streams are forgotten
+// within one lease period. A release while Redis is unreachable is not
+// lost either: the lease is no longer renewed and expires.
+type StreamLimiter struct {
+	s                *Store
+	perThread, perIP int
+	lease            time.Duration
+	node             string // prefix of this limiter's lease members
+
+	mu   sync.Mutex // guards live and seq
+	live map[uint64]streamLease
+	seq  uint64
+
+	stop context.CancelFunc
+}
+
+type streamLease struct{ tkey, ikey, member string }
+
+// NewStreamLimiter returns a limiter on s's Redis: perThread open streams
+// per thread (default 20), perIP per client IP (default 200), each lease
+// lasting lease (default 30s) unless renewed. It starts the renewal
+// goroutine, which Close or the Store's Close stops.
+func NewStreamLimiter(s *Store, perThread, perIP int, lease time.Duration) *StreamLimiter {
+	if perThread <= 0 {
+		perThread = 20
+	}
+	if perIP <= 0 {
+		perIP = 200
+	}
+	if lease <= 0 {
+		lease = 30 * time.Second
+	}
+	l := &StreamLimiter{s: s, perThread: perThread, perIP: perIP, lease: max(lease, 30*time.Millisecond),
+		node: randomHex(8), live: make(map[uint64]streamLease)}
+	ctx, cancel := context.WithCancel(s.closing)
+	l.stop = cancel
+	if s.enter() {
+		go l.run(ctx)
+	}
+	return l
+}
+
+// Close stops renewing this node's leases; they expire within one lease
+// period unless released first. It does not wait for Redis.
+func (l *StreamLimiter) Close() error {
+	l.stop()
+	return nil
+}
+
+// Acquire counts one open stream, or returns *hub.Error TooManyStreams (with
+// Retry) past a limit, or StoreUnavailable. release must be called once
+// when the stream ends; later calls do nothing.
+func (l *StreamLimiter) Acquire(ctx context.Context, thread, ip string) (release func(), err error) {
+	l.mu.Lock()
+	l.seq++
+	seq := l.seq
+	l.mu.Unlock()
+	ls := streamLease{
+		tkey:   l.s.prefix + "{sl}:t:" + thread,
+		ikey:   l.s.prefix + "{sl}:i:" + ip,
+		member: l.node + ":" + strconv.FormatUint(seq, 10),
+	}
+	ok, err := acquireScript.Run(ctx, l.s.rdb, []string{ls.tkey, ls.ikey}, ls.member,
+		l.lease.Milliseconds(), l.perThread, l.perIP).Int64()
+	if err != nil {
+		return nil, l.s.unavailable("stream limit", err)
+	}
+	if ok != 1 {
+		return nil, &hub.Error{Code: hub.TooManyStreams, Retry: 5 * time.Second,
+			Message: fmt.Sprintf("too many open streams: at most %d per thread and %d per client address", l.perThread, l.perIP)}
+	}
+	// Renewed from now on; the script's lease lasts until the next renewal.
+	l.mu.Lock()
+	l.live[seq] = ls
+	l.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { l.forget(ctx, seq, ls) }) }, nil
+}
+
+// forget stops renewing a lease and removes it from Redis.
+func (l *StreamLimiter) forget(ctx context.Context, seq uint64, ls streamLease) {
+	l.mu.Lock()
+	delete(l.live, seq)
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	l.remove(ctx, []streamLease{ls})
+}
+
+func (l *StreamLimiter) remove(ctx context.Context, ls []streamLease) {
+	_, err := l.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, x := range ls {
+			p.ZRem(ctx, x.tkey, x.member)
+			p.ZRem(ctx, x.ikey, x.member)
+		}
+		return nil
+	})
+	if err != nil {
+		l.s.log.Warn("redis stream limit: release (the lease will expire)", "err", err)
+	}
+}
+
+func (l *StreamLimiter) run(ctx context.Context) {
+	defer l.s.wg.Done()
+	t := time.NewTicker(l.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.renew(ctx)
+		}
+	}
+}
+
+// renew extends every live lease of this node. A lease released while the
+// renewal ran may have been added back by it: it is removed again.
+func (l *StreamLimiter) renew(ctx context.Context) {
+	l.mu.Lock()
+	snap := make(map[uint64]streamLease, len(l.live))
+	for k, v := range l.live {
+		snap[k] = v
+	}
+	l.mu.Unlock()
+	if len(snap) == 0 {
+		return
+	}
+	const chunk = 256
+	keys := make([]string, 0, 2*chunk)
+	args := make([]any, 0, 1+chunk)
+	flush := func() {
+		if len(keys) == 0 {
+			return
+		}
+		if err := renewScript.Run(ctx, l.s.rdb, keys, args...).Err(); err != nil && ctx.Err() == nil {
+			l.s.log.Warn("redis stream limit: renew leases", "err", err)
+		}
+		keys, args = keys[:0], args[:0]
+	}
+	for _, ls := range snap {
+		if len(args) == 0 {
+			args = append(args, l.lease.Milliseconds())
+		}
+		keys = append(keys, ls.tkey, ls.ikey)
+		args = append(args, ls.member)
+		if len(args) > chunk {
+			flush()
+		}
+	}
+	flush()
+	var gone []streamLease
+	l.mu.Lock()
+	for k, v := range snap {
+		if _, ok := l.live[k]; !ok {
+			gone = append(gone, v)
+		}
+	}
+	l.mu.Unlock()
+	if len(gone) > 0 {
+		l.remove(ctx, gone)
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

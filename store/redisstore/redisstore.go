@@ -1,0 +1,298 @@
+// Package redisstore is the Redis (or Valkey) backend of store.Store, with
+// the rate and stream limiters that count across every chatrelay node
+// sharing one Redis.
+//
+// # Keys
+//
+// Every key starts with Options.Prefix (default "chatrelay:"). A thread T's
+// keys carry the hash tag {T}, so on Redis Cluster they live in one slot:
+//
+//	<prefix>{T}:log     stream: one entry per retained message, id "<epoch>-0",
+//	                    one field "j" holding the v1 message JSON, byte for
+//	                    byte what hub.MarshalMessage makes
+//	<prefix>{T}:meta    hash: "trimmed", the newest epoch retention dropped
+//	<prefix>threads     sorted set: thread -> epoch of its newest message;
+//	                    the thread count (the 507 limit) and Threads' order
+//	<prefix>feed        pub/sub channel of the change feed (not a key)
+//	<prefix>{rl}:t:T    sorted sets of the rate windows (RateLimiter)
+//	<prefix>{rl}:i:IP
+//	<prefix>{sl}:t:T    sorted sets of open-stream leases (StreamLimiter)
+//	<prefix>{sl}:i:IP
+//
+// A stream fits a thread: its entry ids are the epochs, so Redis itself
+// refuses an epoch that is not greater than the newest, XRANGE and
+// XREVRANGE answer "epoch > since" and "the newest N", and XTRIM MINID
+// applies retention in one command. Redis 6.2 or later is needed (MINID).
+//
+// # Append
+//
+// Append is one Lua script (appendScript, run with EVALSHA) over the
+// thread's two keys and the thread index. Redis runs a script alone, so in
+// one step it checks that the thread exists (MustExist) or that creating it
+// stays within MaxThreads, gives the message the epoch max(now, newest+1),
+// builds its id (unique among the thread's messages of that second) and its
+// ts, stores it, applies retention by count and age while keeping
+// "trimmed", updates the index and PUBLISHes the message on the feed. A
+// message is never pushed before it is stored nor stored unannounced; with
+// AOF persistence Redis writes the script's effects to the log before it
+// answers the caller or sends the message to subscribers.
+//
+// Redis Cluster: a script may only touch keys of one slot, and the thread
+// index cannot share a slot with every thread. The thread keys and the
+// limiter keys are cluster-ready (hash tags), but the append script as
+// written needs a single Redis (a primary with replicas, or Sentinel). On a
+// cluster, the thread limit would take a reservation step for new threads
+// only: an append on a thread whose log does not exist first runs a small
+// script on the index's slot that adds the thread if ZCARD < MaxThreads (or
+// it is already there), then the append script on the thread's slot; the
+// sweep removes index entries whose log is gone after a grace period. The
+// feed would stay a plain PUBLISH, which a cluster forwards to every node.
+//
+// # Feed
+//
+// Follow subscribes to the feed channel. Each message carries the thread,
+// the epoch of its predecessor and the thread's trimmed epoch, so a gap is
+// detected. When the subscription's connection is lost, Follow keeps
+// retrying; once subscribed again it re-reads every thread whose newest
+// epoch (from the index) is past what it last announced, and hands those
+// messages on as ordinary batches, in order, exactly once. It sends a Reset
+// batch only where that is not enough: retention dropped messages it never
+// announced, a thread went away, or the store went backwards (a Redis that
+// restarted without its data).
+//
+// # Failures
+//
+// A Redis that cannot be reached (refused, timed out, loading its data,
+// read-only) gives *hub.Error with code StoreUnavailable and Retry 1s.
+// Commands are not retried by the client (MaxRetries -1): an append whose
+// answer was lost may have been stored, and running it twice would store it
+// twice. An append that fails is never acknowledged; one whose answer is lost
+// may have been stored and is then delivered to subscribers like any other.
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/chatrelay/chatrelay/hub"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// Options configures a Store. Zero values take the defaults.
+type Options struct {
+	Prefix     string          // of every key and of the feed channel; defaults to "chatrelay:"
+	Retention  store.Retention // defaults to 200 messages and 720h
+	MaxThreads int             // defaults to 500; every node must use the same
+	Log        *slog.Logger    // defaults to slog.Default()
+	Now        func() time.Time
+	// Now defaults to time.Now. It gives epochs and retention ages, like the
+	// file store's clock; nodes are expected to keep their clocks in sync
+	// (an epoch is still strictly increasing within a thread if they do not).
+}
+
+// Store is the Redis store. It is safe for concurrent use by many goroutines
+// and by many processes (nodes and the host CLI) sharing one Redis.
+type Store struct {
+	rdb    *redis.Client
+	opt    Options
+	log    *slog.Logger
+	now    func() time.Time
+	prefix string
+	feed   string // the pub/sub channel
+	index  string // the thread index key
+
+	closing context.Context // done once Close is called
+	close   context.CancelFunc
+	life    sync.Mutex     // guards closed, and orders wg.Add before wg.Wait
+	closed  bool           // Close was called
+	wg      sync.WaitGroup // Follow calls and the goroutines the store owns
+	once    sync.Once
+
+	// onLost, if set (by tests, before Follow), is called by Follow after it
+	// notices that its subscription was lost, before it subscribes again.
+	onLost func(ctx context.Context)
+}
+
+var _ store.Store = (*Store)(nil)
+
+// retry is how long a client should wait when Redis cannot be reached.
+const retry = time.Second
+
+// Open connects to the Redis at url (redis://[user:pass@]host:port/db or
+// rediss:// for TLS; the query parameters of redis.ParseURL apply) and
+// checks that it answers. It returns StoreUnavailable if it does not.
+func Open(ctx context.Context, url string, opt Options) (*Store, error) {
+	ro, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	// An append is not idempotent: never send it twice.
+	ro.MaxRetries = -1
+	// Redis before 8 does not know the maintenance notifications handshake.
+	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	if ro.ClientName == "" {
+		ro.ClientName = "chatrelay"
+	}
+	return open(ctx, redis.NewClient(ro), opt)
+}
+
+func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
+	if opt.Prefix == "" {
+		opt.Prefix = "chatrelay:"
+	}
+	if opt.Retention.Messages <= 0 {
+		opt.Retention.Messages = 200
+	}
+	if opt.Retention.Age <= 0 {
+		opt.Retention.Age = 720 * time.Hour
+	}
+	if opt.MaxThreads <= 0 {
+		opt.MaxThreads = 500
+	}
+	s := &Store{
+		rdb:    rdb,
+		opt:    opt,
+		log:    opt.Log,
+		now:    opt.Now,
+		prefix: opt.Prefix,
+		feed:   opt.Prefix + "feed",
+		index:  opt.Prefix + "threads",
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.closing, s.close = context.WithCancel(context.Background())
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		s.close()
+		return nil, s.unavailable("open", err)
+	}
+	return s, nil
+}
+
+// Client is the underlying go-redis client (for health checks).
+func (s *Store) Client() *redis.Client { return s.rdb }
+
+// Ping reports whether Redis answers: nil, or StoreUnavailable.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return s.unavailable("ping", err)
+	}
+	return nil
+}
+
+// Close ends every Follow and the limiters' lease renewals, waits for them,
+// and closes the connections. It is idempotent.
+func (s *Store) Close() error {
+	var err error
+	s.once.Do(func() {
+		s.life.Lock()
+		s.closed = true
+		s.life.Unlock()
+		s.close()
+		s.wg.Wait()
+		err = s.rdb.Close()
+	})
+	return err
+}
+
+// ErrClosed is returned by Follow and the limiters after Close.
+var ErrClosed = errors.New("redisstore: closed")
+
+// enter counts one more goroutine or call that Close waits for; it returns
+// false once the store is closed. The caller calls s.wg.Done when it ends.
+func (s *Store) enter() bool {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Store) logKey(thread string) string  { return s.prefix + "{" + thread + "}:log" }
+func (s *Store) metaKey(thread string) string { return s.prefix + "{" + thread + "}:meta" }
+
+func checkThread(thread string) error {
+	if !hub.ValidThread(thread) {
+		return hub.Errorf(hub.InvalidThread, "a thread id is 16 lowercase hex characters")
+	}
+	return nil
+}
+
+// unavailable wraps a Redis failure: StoreUnavailable for anything that
+// says Redis cannot serve now, Internal for an answer this code did not
+// expect (a bug, or a Redis too old for a command).
+func (s *Store) unavailable(op string, err error) error {
+	var he *hub.Error
+	if errors.As(err, &he) {
+		return err
+	}
+	if isInternal(err) {
+		s.log.Error("redis store", "op", op, "err", err)
+		return &hub.Error{Code: hub.Internal, Message: "internal error", Err: fmt.Errorf("redis %s: %w", op, err)}
+	}
+	s.log.Warn("redis store unavailable", "op", op, "err", err)
+	return &hub.Error{Code: hub.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
+		Err: fmt.Errorf("redis %s: %w", op, err)}
+}
+
+// isInternal reports whether err is an error reply of Redis that does not
+// mean "try again later": a script error or an unknown command.
+func isInternal(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) || errors.Is(err, redis.Nil) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return false
+	}
+	msg := re.Error()
+	for _, p := range []string{"LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
+		"OOM", "NOREPLICAS", "MISCONF", "MOVED", "ASK", "NOAUTH", "WRONGPASS", "NOPERM", "ERR max number of clients"} {
+		if strings.HasPrefix(msg, p) {
+			return false
+		}
+	}
+	return strings.HasPrefix(msg, "ERR") || strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "NOSCRIPT")
+}
+
+// jsonString encodes s as encoding/json does inside hub.MarshalMessage
+// (no HTML escaping), so the message JSON the script assembles is byte for
+// byte what hub.MarshalMessage would make.
+func jsonString(s string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		panic("redisstore: encode string: " + err.Error()) // a string always encodes
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// parseEntry decodes one stored message JSON.
+func parseEntry(js string) (store.Entry, error) {
+	var m hub.Message
+	if err := json.Unmarshal([]byte(js), &m); err != nil {
+		return store.Entry{}, err
+	}
+	if m.ID == "" || m.Author == "" || m.Epoch <= 0 {
+		return store.Entry{}, errors.New("incomplete message")
+	}
+	return store.Entry{Message: m, JSON: []byte(js)}, nil
+}
