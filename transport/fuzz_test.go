@@ -1,0 +1,92 @@
+package transport
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/chatrelay/chatrelay/hub"
+)
+
+// FuzzParsePost: the post parser never panics; what it accepts is a text the
+// store may keep (valid UTF-8, not blank, at most 4000 code points) and a
+// kind a browser may write; what it refuses carries a request code.
+func FuzzParsePost(f *testing.F) {
+	for _, seed := range []string{
+		`{"text":"hi"}`,
+		`{"text":"hi","kind":"agent"}`,
+		`{"text":"hi","kind":"operator"}`,
+		`{"text":"hi","kind":"hermes"}`,
+		`{"text":"hi","kind":null}`,
+		`{"text":"  "}`,
+		`{"text":"\u0000"}`,
+		`{"text":"\ud800"}`,
+		"{\"text\":\"caf\xe9\"}",
+		"{\"text\":\"ok\",\"other\":\"\xff\"}",
+		`{"text":5}`,
+		`{"text":"a","text":"b"}`,
+		`{"Text":"capital key"}`,
+		`[]`, `null`, `"str"`, ``, `{`, `{}{}`,
+		`{"text":"` + strings.Repeat("é", 4000) + `"}`,
+		`{"text":"` + strings.Repeat("é", 4001) + `"}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := parsePost(data)
+		if err != nil {
+			switch code := hub.CodeOf(err); code {
+			case hub.InvalidJSON, hub.InvalidText, hub.InvalidKind, hub.TextTooLong:
+			default:
+				t.Fatalf("refused with code %q: %v", code, err)
+			}
+			return
+		}
+		if !utf8.ValidString(p.Text) || strings.TrimSpace(p.Text) == "" || utf8.RuneCountInString(p.Text) > hub.MaxText {
+			t.Fatalf("accepted text %q", p.Text)
+		}
+		if p.Kind != hub.Operator && p.Kind != hub.Agent {
+			t.Fatalf("accepted kind %q", p.Kind)
+		}
+		// The text accepted is the text sent, not one with its bad bytes repaired.
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(data, &raw); err != nil || !utf8.Valid(raw["text"]) {
+			t.Fatalf("accepted a text sent as %q", raw["text"])
+		}
+		again, err := parsePost([]byte(jsonBody(map[string]any{"text": p.Text, "kind": p.Kind})))
+		if err != nil || again != p {
+			t.Fatalf("re-encoded post %+v parses to %+v, %v", p, again, err)
+		}
+	})
+}
+
+// FuzzParseSince: the cursor parser never panics, accepts exactly the
+// non-negative decimal integers that fit in int64 (and "" as 0), and refuses
+// the rest with invalid_since.
+func FuzzParseSince(f *testing.F) {
+	for _, seed := range []string{"", "0", "00", "1792780800123", "-1", "+1", " 1", "1 ", "1.5", "1e3", "0x10",
+		"9223372036854775807", "9223372036854775808", "99999999999999999999", "١٢٣", "abc"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := parseSince(s)
+		digits := s != "" && strings.Trim(s, "0123456789") == ""
+		want, perr := strconv.ParseInt(s, 10, 64)
+		switch {
+		case s == "":
+			if err != nil || n != 0 {
+				t.Fatalf("empty since: %d, %v", n, err)
+			}
+		case digits && perr == nil:
+			if err != nil || n != want {
+				t.Fatalf("since %q: %d, %v; want %d", s, n, err, want)
+			}
+		default:
+			if hub.CodeOf(err) != hub.InvalidSince {
+				t.Fatalf("since %q: %d, %v; want invalid_since", s, n, err)
+			}
+		}
+	})
+}
