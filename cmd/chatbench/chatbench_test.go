@@ -185,8 +185,8 @@ func TestReadHead(t *testing.T) {
 func TestCheck(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name                                     string
-		acked, got                               []int64
+		name                                string
+		acked, got                          []int64
 		lost, repeated, outOfOrder, unacked int64
 	}{
 		{"exact", []int64{1, 2, 3}, []int64{1, 2, 3}, 0, 0, 0, 0},
