@@ -1,0 +1,532 @@
+package web_test
+
+// The page, driven in real Chromium against a real chatrelay process: the
+// nine checks of the browser page's issue, one test each.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	_ "time/tzdata" // Pacific/Chatham, for the local-time check
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+)
+
+// soon is how long a "within a second" delivery may take here before a
+// test fails: generous, since a loaded CI machine runs the race detector
+// beside Chromium. The measured delays are logged.
+const soon = 5 * time.Second
+
+// live is how long a page may take to connect.
+const live = 15 * time.Second
+
+// 1. Open the page, send a message: it shows, and the poll API returns it.
+func TestSendShowsAndPollReturnsIt(t *testing.T) {
+	srv := startServer(t)
+	tb := newWindow(t)
+	// A time zone 12:45 or 13:45 from UTC shows whether times are local.
+	tb.do(5*time.Second, "set the time zone", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Pacific/Chatham"})
+		return chromedp.Void{}, err
+	})
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	if got := eval[string](tb, `document.getElementById("status-text").textContent`); got != "live · WebSocket" {
+		t.Errorf("status reads %q, want %q", got, "live · WebSocket")
+	}
+	// Keyboard only: the composer has focus and a label.
+	if got := eval[string](tb, `document.activeElement.id + "|" + document.querySelector("label[for=text]").textContent`); got != "text|Message" {
+		t.Errorf("focus and label: %q", got)
+	}
+
+	text := "hello <b>hermes</b> & co"
+	tb.write(text)
+	took := tb.waitShown(soon, text)
+	t.Logf("own message shown after %v", took)
+
+	got := tb.shown()
+	if len(got) != 1 || got[0].Author != "you" || got[0].Text != text {
+		t.Fatalf("page shows %+v", got)
+	}
+	if n := eval[int](tb, `document.querySelectorAll("#log b").length`); n != 0 {
+		t.Errorf("the text was parsed as HTML: %d <b> elements", n)
+	}
+	if v := eval[string](tb, `document.getElementById("text").value`); v != "" {
+		t.Errorf("composer still holds %q after a send", v)
+	}
+	tb.waitJS(soon, "the waiting state", `!document.getElementById("waiting").hidden`)
+
+	page := poll(t, srv.URL, tb.token())
+	if len(page.Messages) != 1 || page.Messages[0].Text != text || page.Messages[0].Author != "operator" || page.Messages[0].ID != got[0].ID {
+		t.Fatalf("poll returns %+v, page shows %+v", page.Messages, got)
+	}
+
+	// Shift+Enter makes a new line; Enter sends.
+	tb.do(5*time.Second, "type", chromedp.SendKeys(chromedp.CSS("#text"), "line one"))
+	tb.enter(true)
+	tb.write("line two")
+	tb.waitShown(soon, "line one\nline two")
+
+	chatham, err := time.LoadLocation("Pacific/Chatham")
+	if err != nil {
+		t.Fatal(err)
+	}
+	minute := time.UnixMilli(page.Messages[0].Epoch).In(chatham).Format(":04")
+	if !strings.Contains(got[0].Time, minute) {
+		t.Errorf("time shown %q, want the reader's local time (…%s in Pacific/Chatham)", got[0].Time, minute)
+	}
+}
+
+// 2. Two tabs of one token: a message sent in one appears in the other
+// within a second, once.
+func TestTwoTabs(t *testing.T) {
+	srv := startServer(t)
+	a := newWindow(t)
+	a.open(srv.URL)
+	a.waitState(live, "ws")
+	b := a.sibling()
+	b.open(srv.URL)
+	b.waitState(live, "ws")
+	if a.token() != b.token() {
+		t.Fatal("two tabs of one profile have different tokens")
+	}
+
+	b.write("from tab B")
+	took := a.waitShown(soon, "from tab B")
+	t.Logf("tab A shows tab B's message after %v", took)
+	a.write("from tab A")
+	took = b.waitShown(soon, "from tab A")
+	t.Logf("tab B shows tab A's message after %v", took)
+
+	// Each message that came later arrived, so had a copy of an earlier
+	// one been coming, it would be here by now.
+	want := poll(t, srv.URL, a.token()).Messages
+	checkOnce(t, a, want)
+	checkOnce(t, b, want)
+}
+
+// 3. A `chatrelay reply` from another process appears in the tab within a
+// second and the waiting state clears.
+func TestReplyFromHostCLI(t *testing.T) {
+	srv := startServer(t)
+	tb := newWindow(t)
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	tb.write("is anyone there?")
+	tb.waitShown(soon, "is anyone there?")
+	tb.waitJS(soon, "the waiting state", `!document.getElementById("waiting").hidden`)
+
+	start := time.Now()
+	srv.reply(threadOf(tb.token()), "hermes here")
+	tb.waitShown(soon, "hermes here")
+	t.Logf("CLI reply shown %v after the CLI started", time.Since(start))
+	tb.waitJS(soon, "the waiting state to clear", `document.getElementById("waiting").hidden`)
+
+	got := tb.shown()
+	if len(got) != 2 || got[1].Author != "hermes" || got[1].Text != "hermes here" {
+		t.Fatalf("page shows %+v", got)
+	}
+}
+
+// 4. WebSocket refused → the tab is live over SSE; both refused → it polls
+// and still receives; when they come back, it climbs back.
+func TestLadder(t *testing.T) {
+	srv := startServer(t)
+	g := newGate(t, srv)
+	g.refuse(true, false)
+
+	tb := newWindow(t)
+	tb.open(g.URL)
+	tb.waitState(live, "sse")
+	thread := threadOf(tb.token())
+	tb.write("hello") // the host CLI answers existing threads only
+	tb.waitShown(soon, "hello")
+	srv.reply(thread, "over SSE")
+	tb.waitShown(soon, "over SSE")
+
+	g.refuse(true, true)
+	took := tb.waitState(live, "polling")
+	t.Logf("polling %v after both push routes were refused", took)
+	srv.reply(thread, "while polling")
+	tb.waitShown(soon, "while polling")
+	tb.write("sent while polling")
+	tb.waitShown(soon, "sent while polling")
+
+	g.refuse(false, false)
+	took = tb.waitState(45*time.Second, "ws")
+	t.Logf("back on the WebSocket %v after the routes came back", took)
+	srv.reply(thread, "over the WebSocket again")
+	tb.waitShown(soon, "over the WebSocket again")
+
+	checkOnce(t, tb, poll(t, srv.URL, tb.token()).Messages)
+}
+
+// 5. The server restarts mid-conversation: the tab reconnects and shows
+// every message once, in order.
+func TestServerRestart(t *testing.T) {
+	srv := startServer(t)
+	tb := newWindow(t)
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	thread := threadOf(tb.token())
+	tb.write("one")
+	tb.waitShown(soon, "one")
+	srv.reply(thread, "two")
+	tb.waitShown(soon, "two")
+
+	srv.stop()
+	tb.waitJS(soon, "the page to notice", `document.getElementById("status").dataset.state !== "ws"`)
+	// A send while the server is away keeps the text and offers a retry.
+	tb.write("four")
+	tb.waitJS(soon, "the network error", `!document.getElementById("retry").hidden &&
+		document.getElementById("notice-text").textContent.includes("could not be reached")`)
+	if v := eval[string](tb, `document.getElementById("text").value`); v != "four" {
+		t.Errorf("composer holds %q after a network failure, want the text kept", v)
+	}
+	srv.reply(thread, "three, written while the server was down")
+	srv.start()
+	took := tb.waitState(live, "ws")
+	t.Logf("live again %v after the restart", took)
+	tb.waitShown(soon, "three, written while the server was down")
+	tb.do(5*time.Second, "click Retry", chromedp.Click(chromedp.CSS("#retry")))
+	tb.waitShown(soon, "four")
+	srv.reply(thread, "five")
+	tb.waitShown(soon, "five")
+
+	checkOnce(t, tb, poll(t, srv.URL, tb.token()).Messages)
+}
+
+// 6. 4 001 characters → the error shows and the text stays; a 429 → the
+// countdown shows, and the message is sent again only when asked.
+func TestComposerLimits(t *testing.T) {
+	srv := startServer(t, "--rate-thread", "2", "--rate-window", "5s")
+	tb := newWindow(t)
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+
+	// The counter counts code points, as the server does: 4 000 emoji fit.
+	setText := func(v string) {
+		t.Helper()
+		eval[bool](tb, `(() => { const e = document.getElementById("text");
+			e.value = `+v+`; e.dispatchEvent(new Event("input")); return true })()`)
+	}
+	setText(`"😀".repeat(4000)`)
+	if got := eval[string](tb, `document.getElementById("count").textContent`); got != "4000 / 4000" {
+		t.Errorf("counter for 4000 emoji reads %q", got)
+	}
+
+	setText(`"x".repeat(4001)`)
+	if got := eval[string](tb, `document.getElementById("count").textContent`); got != "4001 / 4000 · 1 too many" {
+		t.Errorf("counter for 4001 characters reads %q", got)
+	}
+	tb.do(5*time.Second, "focus the composer", chromedp.Focus(chromedp.CSS("#text")))
+	tb.enter(false)
+	tb.waitJS(soon, "the 413 explained", `document.getElementById("notice-text").textContent.includes("text too long (max 4000 chars)")`)
+	if n := eval[int](tb, `document.getElementById("text").value.length`); n != 4001 {
+		t.Errorf("composer holds %d characters after the 413, want the 4001 written", n)
+	}
+	if n := len(poll(t, srv.URL, tb.token()).Messages); n != 0 {
+		t.Errorf("a text over the limit was stored: %d messages", n)
+	}
+
+	setText(`""`)
+	tb.write("r1")
+	tb.waitShown(soon, "r1")
+	tb.write("r2")
+	tb.waitShown(soon, "r2")
+	tb.write("r3")
+	tb.waitJS(soon, "the countdown", `/send again in \d+ s/.test(document.getElementById("notice-text").textContent)`)
+	if !eval[bool](tb, `document.getElementById("send").disabled && document.getElementById("text").value === "r3"`) {
+		t.Errorf("during the countdown the send button must be disabled and the text kept%s", tb.dump())
+	}
+	tb.waitJS(10*time.Second, "the countdown to end", `!document.getElementById("send").disabled`)
+	if v := eval[string](tb, `document.getElementById("text").value`); v != "r3" {
+		t.Errorf("composer holds %q after the countdown, want r3", v)
+	}
+	if n := len(poll(t, srv.URL, tb.token()).Messages); n != 2 {
+		t.Errorf("%d messages stored after the countdown ended: nothing may be sent unasked", n)
+	}
+	tb.do(5*time.Second, "click Send", chromedp.Click(chromedp.CSS("#send")))
+	tb.waitShown(soon, "r3")
+}
+
+// 7. Ten tabs of one token stay live and each receives a new message
+// within a second. The WebSocket is refused, so they are on SSE, which
+// counts against the browser's six connections per origin: the tabs share
+// one stream.
+func TestTenTabs(t *testing.T) {
+	srv := startServer(t)
+	g := newGate(t, srv)
+	g.refuse(true, false)
+	first := newWindow(t)
+	tabs := []*tab{first}
+	for range 9 {
+		tabs = append(tabs, first.sibling())
+	}
+	for _, tb := range tabs {
+		tb.open(g.URL)
+	}
+	for _, tb := range tabs {
+		tb.waitState(live, "sse")
+	}
+	token := first.token()
+
+	post(t, srv.URL, token, "to every tab", "agent")
+	var worst time.Duration
+	for _, tb := range tabs {
+		worst = max(worst, tb.waitShown(soon, "to every tab"))
+	}
+	t.Logf("ten tabs show a new message; the last one after %v", worst)
+
+	tabs[9].write("from the tenth tab")
+	for _, tb := range tabs {
+		tb.waitShown(soon, "from the tenth tab")
+	}
+	want := poll(t, srv.URL, token).Messages
+	for _, tb := range tabs {
+		checkOnce(t, tb, want)
+	}
+	open, peak := g.counts()
+	t.Logf("SSE streams open: %d (at most %d at once)", open, peak)
+	if open != 1 || peak > 2 {
+		t.Errorf("ten tabs hold %d SSE streams (peak %d), want one shared", open, peak)
+	}
+}
+
+// 8. A page served from a second local origin that is listed in
+// --allowed-origin chats through the client module; one that is not listed
+// is refused.
+func TestAnotherOrigin(t *testing.T) {
+	var chatURL string // set once the server runs
+	embed := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, embedPage, chatURL)
+	})
+	listed := httptest.NewServer(embed)
+	defer listed.Close()
+	unlisted := httptest.NewServer(embed)
+	defer unlisted.Close()
+	srv := startServer(t, "--allowed-origin", listed.URL)
+	chatURL = srv.URL
+
+	tb := newWindow(t)
+	tb.open(listed.URL)
+	tb.waitJS(live, "live over the WebSocket", `document.getElementById("state").textContent === "ws"`)
+	if got := eval[string](tb, `window.sendIt("from another origin")`); got != "ok" {
+		t.Fatalf("send from the listed origin: %s", got)
+	}
+	tb.waitJS(soon, "the message", `document.getElementById("log").textContent.includes("from another origin")`)
+	token := tb.token()
+	page := poll(t, srv.URL, token)
+	if len(page.Messages) != 1 || page.Messages[0].Text != "from another origin" {
+		t.Fatalf("poll returns %+v", page.Messages)
+	}
+	// SSE and polling cross origins too.
+	for _, rung := range []string{"sse", "poll"} {
+		got := eval[string](tb, `window.tryOnly(`+js(rung)+`)`)
+		if want := map[string]string{"sse": "sse", "poll": "polling"}[rung]; got != want {
+			t.Errorf("a client on %s alone from the listed origin ends %q, want %q", rung, got, want)
+		}
+	}
+
+	other := newWindow(t)
+	other.open(unlisted.URL)
+	other.waitJS(live, "the client to give up", `document.getElementById("state").textContent === "offline"`)
+	if got := eval[string](other, `window.sendIt("must not arrive")`); got != "network" {
+		t.Errorf("send from an unlisted origin: %s, want refused (network)", got)
+	}
+	if n := len(poll(t, srv.URL, other.token()).Messages); n != 0 {
+		t.Errorf("an unlisted origin stored %d messages", n)
+	}
+	// Even with a valid ticket, the WebSocket refuses the unlisted origin.
+	tk := ticket(t, srv.URL, other.token())
+	got := eval[string](other, `new Promise((resolve) => {
+		const u = new URL("api/chat/ws", `+js(srv.URL)+`);
+		u.protocol = "ws:";
+		u.searchParams.set("ticket", `+js(tk)+`);
+		const ws = new WebSocket(u);
+		ws.onmessage = () => resolve("frame");
+		ws.onclose = () => resolve("closed");
+	})`)
+	if got != "closed" {
+		t.Errorf("WebSocket from an unlisted origin: %s, want closed before any frame", got)
+	}
+}
+
+// embedPage is another site's page that imports the client module from
+// the chatrelay server (%[1]s) and chats through it.
+const embedPage = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>another site</title></head>
+<body>
+<p id="state"></p>
+<ol id="log"></ol>
+<script type="module">
+import { ChatClient } from "%[1]schat.js";
+
+const chat = new ChatClient(); // the server is where chat.js came from
+chat.addEventListener("status", (e) => (document.getElementById("state").textContent = e.detail.state));
+chat.addEventListener("message", (e) => {
+  const li = document.createElement("li");
+  li.textContent = e.detail.message.text;
+  document.getElementById("log").append(li);
+});
+chat.start();
+
+window.sendIt = (text) => chat.send(text).then(() => "ok", (e) => e.code);
+
+// tryOnly runs a second client on one rung of the ladder until it
+// settles, and tells where it ended.
+window.tryOnly = (rung) => new Promise((resolve) => {
+  const c = new ChatClient({ transports: [rung], share: false, storageKey: "chatrelay.token" });
+  c.addEventListener("status", (e) => {
+    if (e.detail.state === "connecting") return;
+    resolve(e.detail.state);
+    c.stop();
+  });
+  c.start();
+});
+</script>
+</body></html>
+`
+
+// 9. A screenshot (PNG) of a conversation is written as a test artifact;
+// with -update, also as testdata/screenshot.png for the README. A phone
+// width shows the page without sideways scrolling.
+func TestScreenshot(t *testing.T) {
+	srv := startServer(t)
+	tb := newWindow(t)
+	tb.do(5*time.Second, "size the window", chromedp.EmulateViewport(820, 620))
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	token := tb.token()
+	thread := threadOf(token)
+
+	tb.write("The deploy of build 412 failed on step 3. Can you look at the log?")
+	tb.waitShown(soon, "The deploy of build 412 failed on step 3. Can you look at the log?")
+	srv.reply(thread, "Looking now. Step 3 ran out of disk on the runner: /var was 100% full.\nI cleared the old images; a retry should pass.")
+	tb.waitShown(soon, "Looking now. Step 3 ran out of disk on the runner: /var was 100% full.\nI cleared the old images; a retry should pass.")
+	post(t, srv.URL, token, "Retried from the page: build 412 is green.", "agent")
+	tb.waitShown(soon, "Retried from the page: build 412 is green.")
+	tb.write("Thanks! Could you also keep an eye on the next one?")
+	tb.waitShown(soon, "Thanks! Could you also keep an eye on the next one?")
+	tb.waitJS(soon, "the waiting state", `!document.getElementById("waiting").hidden`)
+	eval[bool](tb, `(() => { const e = document.getElementById("text");
+		e.value = "Sure — which branch?"; e.dispatchEvent(new Event("input")); e.blur(); return true })()`)
+
+	png := screenshot(tb)
+	dir := t.ArtifactDir()
+	if err := os.WriteFile(filepath.Join(dir, "screenshot.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", filepath.Join(dir, "screenshot.png"))
+	if *update {
+		if err := os.WriteFile(filepath.Join("testdata", "screenshot.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tb.do(5*time.Second, "a phone-width window", chromedp.EmulateViewport(360, 720, chromedp.EmulateScale(2)))
+	tb.waitJS(soon, "the page to fit the phone", `document.documentElement.scrollWidth <= innerWidth`)
+	if !eval[bool](tb, `(() => { const r = document.getElementById("send").getBoundingClientRect();
+		return r.right <= innerWidth && r.bottom <= innerHeight && r.width > 0 })()`) {
+		t.Errorf("the send button is off a phone-width screen%s", tb.dump())
+	}
+	if err := os.WriteFile(filepath.Join(dir, "phone.png"), screenshot(tb), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// A reader scrolled up to read is not yanked down by a new message,
+	// but told; the button takes them down.
+	srv.reply(thread, "Will do. I will write here when it starts and when it ends.")
+	eval[bool](tb, `(document.getElementById("text").value = "", true)`)
+	tb.write("The next one is build 413, on the release branch of the API.")
+	tb.waitShown(soon, "The next one is build 413, on the release branch of the API.")
+	tb.waitJS(soon, "the conversation to overflow", `(() => { const s = document.getElementById("conversation");
+		return s.scrollHeight > s.clientHeight + 100 })()`)
+	eval[bool](tb, `(document.getElementById("conversation").scrollTop = 0, true)`)
+	srv.reply(thread, "Main, the release branch.")
+	tb.waitShown(soon, "Main, the release branch.")
+	tb.waitJS(soon, "the new-messages button", `!document.getElementById("jump").hidden`)
+	if top := eval[float64](tb, `document.getElementById("conversation").scrollTop`); top != 0 {
+		t.Errorf("a pushed message scrolled a reader who was reading at the top to %v", top)
+	}
+	tb.do(5*time.Second, "click the new-messages button", chromedp.Click(chromedp.CSS("#jump")))
+	tb.waitJS(soon, "the end of the conversation", `(() => { const s = document.getElementById("conversation");
+		return s.scrollHeight - s.scrollTop - s.clientHeight < 2 && document.getElementById("jump").hidden })()`)
+}
+
+// New conversation, after a confirmation, starts a fresh token in every
+// tab of the browser; the old conversation is no longer shown.
+func TestNewConversation(t *testing.T) {
+	srv := startServer(t)
+	a := newWindow(t)
+	a.open(srv.URL)
+	a.waitState(live, "ws")
+	b := a.sibling()
+	b.open(srv.URL)
+	b.waitState(live, "ws")
+	a.write("the old conversation")
+	b.waitShown(soon, "the old conversation")
+	old := a.token()
+
+	dialogs := chromedp.Events(a.ctx, page.JavascriptDialogOpening)
+	answered := make(chan string, 1)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			_, err := chromedp.Call(a.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+			if err != nil {
+				t.Errorf("accept the dialog: %v", err)
+			}
+			answered <- ev.Message
+			return
+		}
+	}()
+	a.do(5*time.Second, "click New conversation", chromedp.Click(chromedp.CSS("#new")))
+	select {
+	case msg := <-answered:
+		if !strings.Contains(msg, "new conversation") {
+			t.Errorf("confirmation reads %q", msg)
+		}
+	case <-time.After(soon):
+		t.Fatal("no confirmation asked")
+	}
+
+	for _, tb := range []*tab{a, b} {
+		tb.waitJS(soon, "the old conversation to go", `document.querySelectorAll("#log li").length === 0`)
+	}
+	if a.token() == old || b.token() != a.token() {
+		t.Fatalf("tokens after New conversation: a %s…, b %s…, old %s…", a.token()[:8], b.token()[:8], old[:8])
+	}
+	b.waitState(live, "ws")
+	b.write("the new conversation")
+	a.waitShown(soon, "the new conversation")
+	if n := len(poll(t, srv.URL, a.token()).Messages); n != 1 {
+		t.Errorf("the new thread has %d messages, want 1", n)
+	}
+	if n := len(poll(t, srv.URL, old).Messages); n != 1 {
+		t.Errorf("the old thread has %d messages, want it kept with its 1", n)
+	}
+}
+
+func screenshot(tb *tab) []byte {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 15*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		tb.t.Fatal(err)
+	}
+	return png
+}
