@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/chatrelay/chatrelay/internal/assert"
+)
+
+// TestServeShutdownWithOpenStreams runs the real "serve" and cancels its
+// context, as SIGTERM does, while an SSE stream and a WebSocket are open:
+// run must return nil within 5s, the SSE stream must end and the WebSocket
+// must be closed with 1001 (going away).
+func TestServeShutdownWithOpenStreams(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, stdout := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		args := []string{"serve", "--addr", "127.0.0.1:0", "--data", dir, "--fsync", "never", "--log-level", "error"}
+		done <- run(ctx, args, func(string) string { return "" }, strings.NewReader(""), stdout, io.Discard)
+		stdout.Close()
+	}()
+	lines := bufio.NewReader(out)
+	first, err := lines.ReadString('\n')
+	assert.Success(t, err)
+	base, ok := strings.CutPrefix(strings.TrimSpace(first), "listening on ")
+	assert.True(t, ok, "first line %q", first)
+	base = strings.TrimSuffix(base, "/")
+	go io.Copy(io.Discard, lines) // whatever serve prints later must not block it
+
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	token := strings.Repeat("ab", 32)
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/chat/post", strings.NewReader(`{"text":"hello"}`))
+	req.Header.Set("X-Chat-Token", token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	assert.Success(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "post status", resp.StatusCode, http.StatusCreated)
+
+	// An SSE stream, read up to its first message.
+	req, _ = http.NewRequest(http.MethodGet, base+"/api/chat/stream", nil)
+	req.Header.Set("X-Chat-Token", token)
+	resp, err = client.Do(req)
+	assert.Success(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, "stream status", resp.StatusCode, http.StatusOK)
+	sse := bufio.NewReader(resp.Body)
+	for {
+		line, err := sse.ReadString('\n')
+		assert.Success(t, err)
+		if strings.HasPrefix(line, "id: ") {
+			break
+		}
+	}
+	// A WebSocket, read up to its ready frame.
+	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer dcancel()
+	ws, _, err := websocket.Dial(dctx, "ws"+strings.TrimPrefix(base, "http")+"/api/chat/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"X-Chat-Token": {token}}})
+	assert.Success(t, err)
+	defer ws.CloseNow()
+	_, frame, err := ws.Read(dctx)
+	assert.Success(t, err)
+	assert.True(t, strings.Contains(string(frame), `"type":"ready"`), "first frame %s", frame)
+
+	sseEnd, wsEnd := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, sse)
+		sseEnd <- err
+	}()
+	go func() {
+		for {
+			if _, _, err := ws.Read(context.Background()); err != nil {
+				wsEnd <- err
+				return
+			}
+		}
+	}()
+
+	start := time.Now()
+	cancel() // SIGTERM
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	select {
+	case err := <-done:
+		assert.Success(t, err)
+		t.Logf("serve returned %v after the signal", time.Since(start))
+	case <-deadline.C:
+		t.Fatal("serve still running 5s after the signal")
+	}
+	select {
+	case err := <-sseEnd:
+		assert.True(t, err == nil, "the SSE stream ended with %v, want a clean end", err)
+	case <-deadline.C:
+		t.Fatal("the SSE stream is still open after serve returned")
+	}
+	select {
+	case err := <-wsEnd:
+		assert.Equal(t, "WebSocket close status", websocket.CloseStatus(err), websocket.StatusGoingAway)
+	case <-deadline.C:
+		t.Fatal("the WebSocket is still open after serve returned")
+	}
+}

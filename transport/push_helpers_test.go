@@ -1,0 +1,519 @@
+package transport_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/chatrelay/chatrelay/hub"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/transport"
+)
+
+// pushEnv is a real server on loopback: a file store in a temp dir, the
+// transport, its change feed running, and an HTTP client of its own.
+type pushEnv struct {
+	t      testing.TB
+	dir    string
+	store  *store.File
+	srv    *transport.Server
+	ts     *httptest.Server
+	client *http.Client
+	stop   func() // ends everything; idempotent
+}
+
+type pushOptions struct {
+	file   store.FileOptions
+	config func(*transport.Config)
+	http   func(*http.Server)
+	// listener wraps the server's listener (for socket options).
+	listener func(net.Listener) net.Listener
+}
+
+// testTicketKey signs the tickets of every test server.
+var testTicketKey = bytes.Repeat([]byte{7}, 32)
+
+// startPush starts a server; t.Cleanup shuts it down.
+func startPush(t testing.TB, o pushOptions) *pushEnv {
+	t.Helper()
+	dir := t.TempDir()
+	o.file.NoFsync = true
+	o.file.Log = slog.New(slog.DiscardHandler)
+	st, err := store.OpenFile(dir, o.file)
+	assert.Success(t, err)
+	cfg := transport.Config{
+		Store:     st,
+		Limiter:   transport.NewMemoryLimiter(transport.Windows{PerThread: 100000, PerIP: 100000}, nil),
+		TicketKey: testTicketKey,
+		Log:       slog.New(slog.DiscardHandler),
+	}
+	if o.config != nil {
+		o.config(&cfg)
+	}
+	srv := transport.NewServer(cfg)
+	ts := httptest.NewUnstartedServer(srv)
+	if o.listener != nil {
+		ts.Listener = o.listener(ts.Listener)
+	}
+	if o.http != nil {
+		o.http(ts.Config)
+	}
+	ts.Start()
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- srv.Run(ctx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-runDone:
+		t.Fatalf("Run returned before the feed was ready: %v", err)
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	e := &pushEnv{t: t, dir: dir, store: st, srv: srv, ts: ts, client: &http.Client{Transport: tr}}
+	var once sync.Once
+	e.stop = func() {
+		once.Do(func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer scancel()
+			if err := srv.Shutdown(sctx); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			tr.CloseIdleConnections()
+			ts.Close()
+			cancel()
+			<-runDone
+			st.Close()
+		})
+	}
+	t.Cleanup(e.stop)
+	return e
+}
+
+// tokenN is a deterministic valid token; threadN is its thread.
+func tokenN(i int) string {
+	sum := sha256.Sum256([]byte("chatrelay test token " + strconv.Itoa(i)))
+	return hex.EncodeToString(sum[:])
+}
+
+func threadN(i int) string { return hub.ThreadOf(tokenN(i)) }
+
+func (e *pushEnv) url(path string) string { return e.ts.URL + path }
+
+func (e *pushEnv) wsURL(path string) string {
+	return "ws" + strings.TrimPrefix(e.ts.URL, "http") + path
+}
+
+// do sends a request and returns the status, headers and body.
+func (e *pushEnv) do(method, path, token string, body string, hdr map[string]string) (int, http.Header, []byte) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.url(path), strings.NewReader(body))
+	assert.Success(e.t, err)
+	if token != "" {
+		req.Header.Set("X-Chat-Token", token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := e.client.Do(req)
+	assert.Success(e.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	assert.Success(e.t, err)
+	return resp.StatusCode, resp.Header, b
+}
+
+type postAnswer struct {
+	Success bool   `json:"success"`
+	ID      string `json:"id"`
+	Epoch   int64  `json:"epoch"`
+	TS      string `json:"ts"`
+	Thread  string `json:"thread"`
+}
+
+// post posts text as operator and returns the 201 answer. It may be
+// called from any goroutine; it reports failures with Errorf.
+func (e *pushEnv) post(token, text string) (postAnswer, error) {
+	b, _ := json.Marshal(map[string]string{"text": text})
+	req, err := http.NewRequest(http.MethodPost, e.url("/api/chat/post"), bytes.NewReader(b))
+	if err != nil {
+		return postAnswer{}, err
+	}
+	req.Header.Set("X-Chat-Token", token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return postAnswer{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return postAnswer{}, err
+	}
+	if resp.StatusCode != http.StatusCreated {
+		return postAnswer{}, fmt.Errorf("post: %d %s", resp.StatusCode, body)
+	}
+	var a postAnswer
+	return a, json.Unmarshal(body, &a)
+}
+
+func (e *pushEnv) mustPost(token, text string) postAnswer {
+	e.t.Helper()
+	a, err := e.post(token, text)
+	assert.Success(e.t, err)
+	return a
+}
+
+// pollPage is a poll answer with each message kept as the exact bytes the
+// server sent.
+type pollPage struct {
+	Success  bool              `json:"success"`
+	Thread   string            `json:"thread"`
+	Messages []json.RawMessage `json:"messages"`
+	Awaiting bool              `json:"awaiting"`
+	Cursor   int64             `json:"cursor"`
+}
+
+type message struct {
+	ID     string `json:"id"`
+	Epoch  int64  `json:"epoch"`
+	TS     string `json:"ts"`
+	Author string `json:"author"`
+	Text   string `json:"text"`
+}
+
+func decodeMessage(t testing.TB, raw []byte) message {
+	t.Helper()
+	var m message
+	assert.Success(t, json.Unmarshal(raw, &m))
+	return m
+}
+
+func (e *pushEnv) poll(token string, since int64) pollPage {
+	e.t.Helper()
+	status, _, body := e.do(http.MethodGet, "/api/chat/poll?since="+strconv.FormatInt(since, 10), token, "", nil)
+	assert.Equal(e.t, "poll status", status, http.StatusOK)
+	var p pollPage
+	assert.Success(e.t, json.Unmarshal(body, &p))
+	return p
+}
+
+// ticket mints a ticket for token's thread.
+func (e *pushEnv) ticket(token string) string {
+	e.t.Helper()
+	status, _, body := e.do(http.MethodPost, "/api/chat/ticket", token, "", nil)
+	assert.Equal(e.t, "ticket status", status, http.StatusCreated)
+	var a struct{ Ticket string }
+	assert.Success(e.t, json.Unmarshal(body, &a))
+	return a.Ticket
+}
+
+// sseFrame is one SSE event block as it was on the wire.
+type sseFrame struct {
+	ID       string
+	HasID    bool
+	Event    string
+	Data     string
+	Retry    string
+	Comments []string
+}
+
+// sseStream reads an SSE response block by block.
+type sseStream struct {
+	resp *http.Response
+	r    *bufio.Reader
+}
+
+// openSSE opens GET path with optional extra headers (token as
+// X-Chat-Token if non-empty). It returns the stream only on 200; otherwise
+// the response with its body read into errBody.
+func (e *pushEnv) openSSE(ctx context.Context, path, token string, hdr map[string]string) (*sseStream, *http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url(path), nil)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if token != "" {
+		req.Header.Set("X-Chat-Token", token)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return nil, resp, b, nil
+	}
+	return &sseStream{resp: resp, r: bufio.NewReaderSize(resp.Body, 64<<10)}, resp, nil, nil
+}
+
+// mustSSE opens a stream that must answer 200; it is closed at cleanup.
+func (e *pushEnv) mustSSE(path, token string, hdr map[string]string) *sseStream {
+	e.t.Helper()
+	s, resp, body, err := e.openSSE(context.Background(), path, token, hdr)
+	assert.Success(e.t, err)
+	if s == nil {
+		e.t.Fatalf("GET %s: %d %s", path, resp.StatusCode, body)
+	}
+	e.t.Cleanup(s.Close)
+	return s
+}
+
+func (s *sseStream) Close() { s.resp.Body.Close() }
+
+// Next reads the next block (an event, a retry hint or comments).
+func (s *sseStream) Next() (sseFrame, error) {
+	var f sseFrame
+	n := 0
+	for {
+		line, err := s.r.ReadString('\n')
+		if err != nil {
+			if err == io.EOF && line == "" && n == 0 {
+				return f, io.EOF
+			}
+			return f, err
+		}
+		line = strings.TrimSuffix(line, "\n")
+		if line == "" {
+			if n == 0 {
+				continue
+			}
+			return f, nil
+		}
+		n++
+		name, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch name {
+		case "":
+			f.Comments = append(f.Comments, value)
+		case "id":
+			f.ID, f.HasID = value, true
+		case "event":
+			f.Event = value
+		case "data":
+			if f.Data != "" {
+				f.Data += "\n"
+			}
+			f.Data += value
+		case "retry":
+			f.Retry = value
+		default:
+			return f, fmt.Errorf("unknown SSE field in %q", line)
+		}
+	}
+}
+
+// NextEvent skips comment-only blocks and retry hints.
+func (s *sseStream) NextEvent() (sseFrame, error) {
+	for {
+		f, err := s.Next()
+		if err != nil || f.Event != "" || f.HasID || f.Data != "" {
+			return f, err
+		}
+	}
+}
+
+// within runs fn in a goroutine and fails the test if it takes longer than
+// d. fn must return once the stream it reads is closed.
+func within[T any](t testing.TB, d time.Duration, what string, closer func(), fn func() (T, error)) T {
+	t.Helper()
+	type result struct {
+		v   T
+		err error
+	}
+	c := make(chan result, 1)
+	go func() {
+		v, err := fn()
+		c <- result{v, err}
+	}()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case r := <-c:
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		return r.v
+	case <-timer.C:
+		closer()
+		<-c
+		t.Fatalf("%s: nothing within %v", what, d)
+	}
+	panic("unreachable")
+}
+
+// nextEvent reads the next SSE event within 5s.
+func (s *sseStream) nextEvent(t testing.TB) sseFrame {
+	t.Helper()
+	return within(t, 5*time.Second, "SSE event", s.Close, s.NextEvent)
+}
+
+// wsFrame is any frame the server sends on the WebSocket.
+type wsFrame struct {
+	Type      string          `json:"type"`
+	Thread    string          `json:"thread"`
+	Cursor    int64           `json:"cursor"`
+	Awaiting  bool            `json:"awaiting"`
+	Message   json.RawMessage `json:"message"`
+	Success   bool            `json:"success"`
+	ID        string          `json:"id"`
+	Epoch     int64           `json:"epoch"`
+	TS        string          `json:"ts"`
+	Code      string          `json:"code"`
+	Error     string          `json:"error"`
+	Retryable bool            `json:"retryable"`
+	RetryMS   int64           `json:"retry_after_ms"`
+	raw       []byte
+}
+
+// dialWS opens the WebSocket at path with token (if non-empty) and extra headers.
+func (e *pushEnv) dialWS(ctx context.Context, path, token string, hdr http.Header) (*websocket.Conn, *http.Response, error) {
+	h := http.Header{}
+	for k, v := range hdr {
+		h[k] = v
+	}
+	if token != "" {
+		h.Set("X-Chat-Token", token)
+	}
+	return websocket.Dial(ctx, e.wsURL(path), &websocket.DialOptions{HTTPClient: e.client, HTTPHeader: h})
+}
+
+func (e *pushEnv) mustWS(path, token string) *websocket.Conn {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, _, err := e.dialWS(ctx, path, token, nil)
+	assert.Success(e.t, err)
+	c.SetReadLimit(1 << 20)
+	e.t.Cleanup(func() { c.CloseNow() })
+	return c
+}
+
+// readWS reads one frame with a deadline; a closed connection is an error
+// that websocket.CloseStatus can read.
+func readWS(ctx context.Context, c *websocket.Conn) (wsFrame, error) {
+	typ, b, err := c.Read(ctx)
+	if err != nil {
+		return wsFrame{}, err
+	}
+	if typ != websocket.MessageText {
+		return wsFrame{}, errors.New("binary frame")
+	}
+	var f wsFrame
+	if err := json.Unmarshal(b, &f); err != nil {
+		return wsFrame{}, fmt.Errorf("frame %q: %w", b, err)
+	}
+	f.raw = b
+	return f, nil
+}
+
+func nextWS(t testing.TB, c *websocket.Conn) wsFrame {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	f, err := readWS(ctx, c)
+	assert.Success(t, err)
+	return f
+}
+
+// wsCloseStatus reads until the connection ends and returns its close
+// status (-1 if it ended without a close frame).
+func wsCloseStatus(t testing.TB, c *websocket.Conn, d time.Duration) websocket.StatusCode {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		if _, _, err := c.Read(ctx); err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("the WebSocket was not closed within %v", d)
+			}
+			return websocket.CloseStatus(err)
+		}
+	}
+}
+
+func writeWS(t testing.TB, c *websocket.Conn, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	assert.Success(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	assert.Success(t, c.Write(ctx, websocket.MessageText, b))
+}
+
+// errorAnswer is the contract's error body.
+type errorAnswer struct {
+	Success   bool   `json:"success"`
+	Error     string `json:"error"`
+	Code      string `json:"code"`
+	Retryable bool   `json:"retryable"`
+}
+
+func decodeError(t testing.TB, body []byte) errorAnswer {
+	t.Helper()
+	var e errorAnswer
+	assert.Success(t, json.Unmarshal(body, &e))
+	return e
+}
+
+// mustBinary builds ./cmd/chatrelay into a temp dir (the build cache
+// makes the second and later builds quick) and returns its path.
+func mustBinary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds ./cmd/chatrelay; skipped with -short")
+	}
+	bin := filepath.Join(t.TempDir(), "chatrelay")
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	out, err := exec.Command(goTool, "build", "-o", bin, "github.com/chatrelay/chatrelay/cmd/chatrelay").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build ./cmd/chatrelay: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// cliReply runs "chatrelay reply" against the env's data folder and returns
+// the stored message's epoch. fsync is "always" or "never".
+func (e *pushEnv) cliReply(ctx context.Context, bin, fsync, thread, text string) (int64, error) {
+	cmd := exec.CommandContext(ctx, bin, "reply", "--data", e.dir, "--fsync", fsync, thread, text)
+	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=")
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return 0, fmt.Errorf("chatrelay reply: %v: %s", err, ee.Stderr)
+		}
+		return 0, err
+	}
+	var a struct{ Epoch int64 }
+	if err := json.Unmarshal(out, &a); err != nil {
+		return 0, fmt.Errorf("chatrelay reply printed %q: %w", out, err)
+	}
+	return a.Epoch, nil
+}

@@ -1,0 +1,68 @@
+package transport_test
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/coder/websocket"
+
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/transport"
+)
+
+// TestThousandSubscribers: 1 000 open streams, one SSE and one WebSocket on
+// each of 500 threads; every stream gets every message posted to its
+// thread, in order, before anything else.
+//
+// Not parallel: with -race a process may hold at most 8128 goroutines, and
+// this test alone uses about 3 000.
+func TestThousandSubscribers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1 000 streams; skipped with -short")
+	}
+	const threads, perThread = 500, 2
+	e := startPush(t, pushOptions{config: func(c *transport.Config) {
+		c.Streams = transport.NewMemoryStreams(20, 2*threads)
+	}})
+	sse := make([]*sseStream, threads)
+	ws := make([]*websocket.Conn, threads)
+	for i := range threads {
+		sse[i] = e.mustSSE("/api/chat/stream", tokenN(i), nil)
+		assert.Equal(t, "SSE ready", sse[i].nextEvent(t).Event, "ready")
+		ws[i] = e.mustWS("/api/chat/ws", tokenN(i))
+		assert.Equal(t, "WS ready", nextWS(t, ws[i]).Type, "ready")
+	}
+
+	// Post from 8 writers; each thread's messages in order from one writer.
+	posted := make([][]int64, threads)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < threads; i += 8 {
+				for n := range perThread {
+					a, err := e.post(tokenN(i), "thread "+strconv.Itoa(i)+" message "+strconv.Itoa(n))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					posted[i] = append(posted[i], a.Epoch)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	for i := range threads {
+		for n, epoch := range posted[i] {
+			f := sse[i].nextEvent(t)
+			assert.Equal(t, "thread "+strconv.Itoa(i)+" SSE message "+strconv.Itoa(n), f.ID, strconv.FormatInt(epoch, 10))
+			m := decodeMessage(t, nextWS(t, ws[i]).Message)
+			assert.Equal(t, "thread "+strconv.Itoa(i)+" WS message "+strconv.Itoa(n), m.Epoch, epoch)
+			assert.Equal(t, "thread "+strconv.Itoa(i)+" WS text", m.Text, "thread "+strconv.Itoa(i)+" message "+strconv.Itoa(n))
+		}
+	}
+}
