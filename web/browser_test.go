@@ -530,3 +530,20 @@ func screenshot(tb *tab) []byte {
 	}
 	return png
 }
+
+// Under --prefix, the page finds its files and its API below the prefix
+// (the client's default server is the folder chat.js came from).
+func TestUnderPrefix(t *testing.T) {
+	srv := startServer(t, "--prefix", "/spaces/newos4")
+	if !strings.HasSuffix(srv.URL, "/spaces/newos4/") {
+		t.Fatalf("server URL %s", srv.URL)
+	}
+	tb := newWindow(t)
+	tb.open(strings.TrimSuffix(srv.URL, "/")) // without the slash: redirected
+	tb.waitState(live, "ws")
+	tb.write("under a prefix")
+	tb.waitShown(soon, "under a prefix")
+	if n := len(poll(t, srv.URL, tb.token()).Messages); n != 1 {
+		t.Errorf("poll under the prefix returns %d messages, want 1", n)
+	}
+}
