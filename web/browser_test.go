@@ -140,7 +140,7 @@ func TestReplyFromHostCLI(t *testing.T) {
 // 4. WebSocket refused → the tab is live over SSE; both refused → it polls
 // and still receives; when they come back, it climbs back.
 func TestLadder(t *testing.T) {
-	srv := startServer(t)
+	srv := startServer(t, "--ticket-ttl", "2s")
 	g := newGate(t, srv)
 	g.refuse(true, false)
 
@@ -152,6 +152,14 @@ func TestLadder(t *testing.T) {
 	tb.waitShown(soon, "hello")
 	srv.reply(thread, "over SSE")
 	tb.waitShown(soon, "over SSE")
+
+	// The stream drops after its ticket expired: the page gets a new one
+	// and resumes from the last message it showed.
+	waitExpired(t, srv.URL, ticket(t, srv.URL, tb.token()))
+	g.cut()
+	srv.reply(thread, "after the ticket expired")
+	tb.waitShown(soon, "after the ticket expired")
+	tb.waitState(live, "sse")
 
 	g.refuse(true, true)
 	took := tb.waitState(live, "polling")

@@ -312,6 +312,26 @@ func ticket(t *testing.T, base, token string) string {
 	return a.Ticket
 }
 
+// waitExpired waits until the stream route refuses ticket tk.
+func waitExpired(t *testing.T, base, tk string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "api/chat/stream?ticket=" + url.QueryEscape(tk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusUnauthorized {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ticket still accepted (%d) after 20s", resp.StatusCode)
+		}
+		time.Sleep(100 * time.Millisecond) // the poll interval of a condition
+	}
+}
+
 // threadOf is the contract's thread of a token.
 func threadOf(token string) string {
 	sum := sha256.Sum256([]byte(token))
@@ -401,6 +421,15 @@ func (g *gate) refuse(ws, sse bool) {
 		if (s.ws && ws) || (!s.ws && sse) {
 			s.cancel()
 		}
+	}
+}
+
+// cut ends the open streams, as a dropped connection does.
+func (g *gate) cut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range g.streams {
+		s.cancel()
 	}
 }
 
