@@ -11,6 +11,8 @@
 //	                    one field "j" holding the v1 message JSON, byte for
 //	                    byte what hub.MarshalMessage makes
 //	<prefix>{T}:meta    hash: "trimmed", the newest epoch retention dropped
+//	<prefix>{T}:ids     hash: the id suffixes taken in the thread's newest
+//	                    second, while it has several messages (expires)
 //	<prefix>threads     sorted set: thread -> epoch of its newest message;
 //	                    the thread count (the 507 limit) and Threads' order
 //	<prefix>feed        pub/sub channel of the change feed (not a key)
@@ -226,6 +228,7 @@ func (s *Store) enter() bool {
 
 func (s *Store) logKey(thread string) string  { return s.prefix + "{" + thread + "}:log" }
 func (s *Store) metaKey(thread string) string { return s.prefix + "{" + thread + "}:meta" }
+func (s *Store) idsKey(thread string) string  { return s.prefix + "{" + thread + "}:ids" }
 
 func checkThread(thread string) error {
 	if !hub.ValidThread(thread) {

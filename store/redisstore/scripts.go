@@ -35,7 +35,7 @@ local function cutOf(log, now, keep, age)
 end
 `
 
-// appendScript stores one message. KEYS: log, meta, index. ARGV: thread,
+// appendScript stores one message. KEYS: log, meta, index, ids. ARGV: thread,
 // now (ms), keep, age (ms), max threads, must exist ("1"/"0"), author as
 // JSON, text as JSON, feed channel, then id suffix candidates (6 hex each).
 //
@@ -44,7 +44,7 @@ end
 //
 // The feed message is "<thread> <previous newest epoch> <trimmed> <json>".
 var appendScript = redis.NewScript(luaCommon + `
-local log, meta, index = KEYS[1], KEYS[2], KEYS[3]
+local log, meta, index, ids = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local thread = ARGV[1]
 local now, keep, age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 
@@ -81,19 +81,32 @@ local stamp = string.format('%04d%02d%02d-%02d%02d%02d', y, m, d, hh, mi, ss)
 local ts = string.format('%04d-%02d-%02dT%02d:%02d:%02d+00:00', y, m, d, hh, mi, ss)
 
 -- The id is unique in the thread: only messages of the same second can
--- share it. The JSON starts {"id":" so the id is bytes 8 to 33.
-local taken = {}
+-- share it. The first message of a second in the thread takes the first
+-- candidate. Later ones check the hash of suffixes taken that second
+-- (field "s" says which second), filled from the log the first time it is
+-- needed: one scan per busy second, not one per message. The JSON starts
+-- {"id":"MSG-YYYYMMDD-HHMMSS- so the suffix is bytes 28 to 33.
+local suffix = ARGV[10]
 if prev >= secs * 1000 then
-  for _, e in ipairs(redis.call('XRANGE', log, sid(secs * 1000), '+')) do
-    taken[string.sub(e[2][2], 8, 33)] = true
+  local sec = string.format('%.0f', secs)
+  if redis.call('HGET', ids, 's') ~= sec then
+    redis.call('DEL', ids)
+    local fill = {'s', sec}
+    for _, e in ipairs(redis.call('XRANGE', log, sid(secs * 1000), '+')) do
+      fill[#fill + 1] = string.sub(e[2][2], 28, 33)
+      fill[#fill + 1] = '1'
+    end
+    redis.call('HSET', ids, unpack(fill))
   end
+  suffix = nil
+  for i = 10, #ARGV do
+    if redis.call('HEXISTS', ids, ARGV[i]) == 0 then suffix = ARGV[i] break end
+  end
+  if not suffix then return {'collision'} end
+  redis.call('HSET', ids, suffix, '1')
+  redis.call('PEXPIRE', ids, 10000)
 end
-local id
-for i = 10, #ARGV do
-  local c = 'MSG-' .. stamp .. '-' .. ARGV[i]
-  if not taken[c] then id = c break end
-end
-if not id then return {'collision'} end
+local id = 'MSG-' .. stamp .. '-' .. suffix
 
 local es = string.format('%.0f', epoch)
 local json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[7] .. ',"text":' .. ARGV[8] .. '}'
@@ -113,7 +126,7 @@ redis.call('PUBLISH', ARGV[9], thread .. ' ' .. string.format('%.0f', prev) .. '
 return {'ok', es, id, json}
 `)
 
-// sweepScript applies retention to one thread. KEYS: log, meta, index.
+// sweepScript applies retention to one thread. KEYS: log, meta, index, ids.
 // ARGV: thread, now (ms), keep, age (ms). It answers {dropped, removed}
 // where removed is 1 if the thread was removed because nothing was left.
 // A thread in the index without a log is taken out of the index.
@@ -122,14 +135,14 @@ local log, meta, index = KEYS[1], KEYS[2], KEYS[3]
 local thread = ARGV[1]
 local cut, n = cutOf(log, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
 if n == 0 then
-  redis.call('DEL', log, meta)
+  redis.call('DEL', log, meta, KEYS[4])
   redis.call('ZREM', index, thread)
   return {0, 0}
 end
 if cut == 0 then return {0, 0} end
 local newest = epochOf(redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1][1])
 if cut >= newest then
-  redis.call('DEL', log, meta)
+  redis.call('DEL', log, meta, KEYS[4])
   redis.call('ZREM', index, thread)
   return {n, 1}
 end

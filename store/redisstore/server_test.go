@@ -268,12 +268,12 @@ type recorder struct {
 func newRecorder() *recorder { return &recorder{ready: make(chan struct{})} }
 
 func (r *recorder) fn(b store.Batch) {
+	r.mu.Lock()
+	r.batches = append(r.batches, b)
+	r.mu.Unlock()
 	if b.Ready {
 		r.once.Do(func() { close(r.ready) })
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.batches = append(r.batches, b)
 }
 
 func (r *recorder) snapshot() []store.Batch {

@@ -463,7 +463,58 @@ func TestOpenURL(t *testing.T) {
 		t.Fatalf("db %d", db)
 	}
 	// rediss:// is accepted (a TLS client); this server speaks no TLS.
-	if _, err := Open(ctx, fmt.Sprintf("rediss://127.0.0.1:%d/0", srv.port), Options{}); hub.CodeOf(err) != hub.StoreUnavailable {
+	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := Open(tctx, fmt.Sprintf("rediss://127.0.0.1:%d/0?dial_timeout=1s", srv.port), Options{}); hub.CodeOf(err) != hub.StoreUnavailable {
 		t.Fatalf("rediss to a plain server: %v", err)
+	}
+}
+
+// TestIDSuffixes drives the script's choice of id suffix with chosen
+// candidates: a taken suffix is skipped, all taken is a collision, and the
+// suffixes of the second are found again when their hash is gone.
+func TestIDSuffixes(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t, false)
+	clk := newClock(time.UnixMilli(1792778400500))
+	s := openStore(t, srv, Options{Now: clk.Now})
+	ctx := t.Context()
+	const th = "a1b2c3d4e5f60718"
+	m := store.NewMessage{Text: "x", Author: hub.Operator}
+	suffix := func(cands ...string) string {
+		t.Helper()
+		res := must[[]string](t)(s.runAppend(ctx, th, m, cands))
+		if res[0] != "ok" {
+			return res[0]
+		}
+		e := must[store.Entry](t)(parseEntry(res[3]))
+		checkEntry(t, e)
+		return e.ID[len(e.ID)-6:]
+	}
+	steps := []struct {
+		name  string
+		cands []string
+		want  string
+	}{
+		{"first of its second", []string{"aaaaaa", "bbbbbb"}, "aaaaaa"},
+		{"taken is skipped", []string{"aaaaaa", "bbbbbb"}, "bbbbbb"},
+		{"all taken", []string{"aaaaaa", "bbbbbb"}, "collision"},
+		{"a free one", []string{"bbbbbb", "cccccc", "aaaaaa"}, "cccccc"},
+	}
+	for _, st := range steps {
+		if got := suffix(st.cands...); got != st.want {
+			t.Fatalf("%s: %s, want %s", st.name, got, st.want)
+		}
+	}
+	s.rdb.Del(ctx, s.idsKey(th))
+	if got := suffix("cccccc", "aaaaaa", "dddddd"); got != "dddddd" {
+		t.Fatalf("after the hash expired: %s, want dddddd", got)
+	}
+	clk.Add(time.Second) // a new second: every suffix is free again
+	if got := suffix("aaaaaa"); got != "aaaaaa" {
+		t.Fatalf("next second: %s", got)
+	}
+	if got := suffix("aaaaaa", "eeeeee"); got != "eeeeee" {
+		t.Fatalf("next second, second message: %s", got)
 	}
 }

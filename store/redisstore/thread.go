@@ -3,8 +3,6 @@ package redisstore
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -31,22 +29,12 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 	if m.Author == "" {
 		m.Author = hub.Operator
 	}
-	must := "0"
-	if m.MustExist {
-		must = "1"
-	}
-	keys := []string{s.logKey(thread), s.metaKey(thread), s.index}
-	args := make([]any, 0, 9+idCandidates)
-	args = append(args, thread, s.now().UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
-		s.opt.MaxThreads, must, jsonString(string(m.Author)), jsonString(m.Text), s.feed)
 	for {
-		args = args[:9]
-		for range idCandidates {
-			var b [3]byte
-			rand.Read(b[:])
-			args = append(args, hex.EncodeToString(b[:]))
+		suffixes := make([]string, idCandidates)
+		for i := range suffixes {
+			suffixes[i] = randomHex(3)
 		}
-		res, err := appendScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+		res, err := s.runAppend(ctx, thread, m, suffixes)
 		if err != nil {
 			return store.Entry{}, s.unavailable("append", err)
 		}
@@ -69,6 +57,21 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 		}
 		return store.Entry{}, s.unavailable("append", fmt.Errorf("unexpected answer %q", res))
 	}
+}
+
+// runAppend runs appendScript once, offering the id suffixes given.
+func (s *Store) runAppend(ctx context.Context, thread string, m store.NewMessage, suffixes []string) ([]string, error) {
+	must := "0"
+	if m.MustExist {
+		must = "1"
+	}
+	keys := []string{s.logKey(thread), s.metaKey(thread), s.index, s.idsKey(thread)}
+	args := []any{thread, s.now().UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
+		s.opt.MaxThreads, must, jsonString(string(m.Author)), jsonString(m.Text), s.feed}
+	for _, x := range suffixes {
+		args = append(args, x)
+	}
+	return appendScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 }
 
 // Since implements store.Store. One MULTI reads the page, the newest
@@ -213,7 +216,7 @@ func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 		if !hub.ValidThread(name) {
 			continue
 		}
-		res, err := sweepScript.Run(ctx, s.rdb, []string{s.logKey(name), s.metaKey(name), s.index},
+		res, err := sweepScript.Run(ctx, s.rdb, []string{s.logKey(name), s.metaKey(name), s.index, s.idsKey(name)},
 			name, now, s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds()).Int64Slice()
 		if err != nil {
 			return st, s.unavailable("sweep", err)
@@ -244,5 +247,5 @@ func (s *Store) threadIndex(ctx context.Context) (map[string]int64, error) {
 
 // keysOf lists the keys of thread, for tests and operators.
 func (s *Store) keysOf(thread string) []string {
-	return []string{s.logKey(thread), s.metaKey(thread)}
+	return []string{s.logKey(thread), s.metaKey(thread), s.idsKey(thread)}
 }

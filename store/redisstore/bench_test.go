@@ -1,0 +1,141 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay/store"
+)
+
+func benchStore(b *testing.B, srv *redisServer) *Store {
+	b.Helper()
+	s, err := Open(b.Context(), srv.URL(), Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxThreads: 1 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// BenchmarkAppend: one append (the script: store, trim, publish) through
+// a loopback Redis, on a thread at its 200-message retention.
+func BenchmarkAppend(b *testing.B) {
+	srv := startRedis(b, false)
+	s := benchStore(b, srv)
+	ctx := b.Context()
+	const th = "a1b2c3d4e5f60718"
+	m := store.NewMessage{Text: "a message of a typical length, about sixty characters long."}
+	for range 200 {
+		if _, err := s.Append(ctx, th, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		s.rdb.ConfigResetStat(ctx)
+		for b.Loop() {
+			if _, err := s.Append(ctx, th, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(scriptMicros(b, s), "redis-µs/append")
+	})
+	b.Run("parallel-threads", func(b *testing.B) {
+		b.ReportAllocs()
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			th := fmt.Sprintf("%016x", n.Add(1))
+			for pb.Next() {
+				if _, err := s.Append(ctx, th, m); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkSince: the poll without a cursor (newest 50 of 200).
+func BenchmarkSince(b *testing.B) {
+	srv := startRedis(b, false)
+	s := benchStore(b, srv)
+	ctx := b.Context()
+	const th = "a1b2c3d4e5f60718"
+	for range 200 {
+		if _, err := s.Append(ctx, th, store.NewMessage{Text: "a message of a typical length, about sixty characters long."}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if p, err := s.Since(ctx, th, 0, 50); err != nil || len(p.Messages) != 50 {
+			b.Fatal(p, err)
+		}
+	}
+}
+
+// BenchmarkCrossNode: an append on node A until node B's Follow hands it
+// on; reports the latency percentiles.
+func BenchmarkCrossNode(b *testing.B) {
+	srv := startRedis(b, false)
+	a, n2 := benchStore(b, srv), benchStore(b, srv)
+	got := make(chan int64, 1)
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n2.Follow(ctx, func(bt store.Batch) {
+			if bt.Ready {
+				close(ready)
+			}
+			for _, e := range bt.Messages {
+				got <- e.Epoch
+			}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	<-ready
+	const th = "a1b2c3d4e5f60718"
+	var lat []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		e, err := a.Append(b.Context(), th, store.NewMessage{Text: "ping"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ep := <-got; ep != e.Epoch {
+			b.Fatalf("delivered %d, appended %d", ep, e.Epoch)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// scriptMicros is Redis's own time per EVALSHA since the last CONFIG
+// RESETSTAT: the script's cost without the round trip.
+func scriptMicros(b *testing.B, s *Store) float64 {
+	info := s.rdb.Info(context.Background(), "commandstats").Val()
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+			for _, kv := range strings.Split(strings.TrimSpace(rest), ",") {
+				if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
+					f, _ := strconv.ParseFloat(v, 64)
+					return f
+				}
+			}
+		}
+	}
+	b.Log("no evalsha in commandstats")
+	return 0
+}

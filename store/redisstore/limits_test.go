@@ -1,0 +1,109 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay/hub"
+)
+
+// TestRateLimiterAcrossNodes: two nodes share the windows.
+func TestRateLimiterAcrossNodes(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t, false)
+	clk := newClock(time.UnixMilli(1792778400000))
+	a := NewRateLimiter(openStore(t, srv, Options{Now: clk.Now}), 3, 5, 10*time.Minute)
+	b := NewRateLimiter(openStore(t, srv, Options{Now: clk.Now}), 3, 5, 10*time.Minute)
+	ctx := t.Context()
+	const th, ip = "a1b2c3d4e5f60718", "192.0.2.7"
+
+	must[func()](t)(a.Take(ctx, th, ip))
+	clk.Add(time.Minute)
+	must[func()](t)(b.Take(ctx, th, ip))
+	undo := must[func()](t)(a.Take(ctx, th, ip))
+	_, err := b.Take(ctx, th, ip)
+	he := wantCode(t, err, hub.RateLimited)
+	if he.Retry != 9*time.Minute {
+		t.Fatalf("retry %s, want 9m (the first post leaves the window then)", he.Retry)
+	}
+	undo() // the third post was not stored after all
+	undo() // twice does nothing
+	must[func()](t)(b.Take(ctx, th, ip))
+	_, err = a.Take(ctx, th, ip)
+	wantCode(t, err, hub.RateLimited)
+
+	// The IP window, across threads: 3 posts so far, 2 more allowed.
+	must[func()](t)(a.Take(ctx, "0000000000000001", ip))
+	must[func()](t)(b.Take(ctx, "0000000000000002", ip))
+	_, err = a.Take(ctx, "0000000000000003", ip)
+	wantCode(t, err, hub.RateLimited)
+	must[func()](t)(b.Take(ctx, "0000000000000003", "192.0.2.8"))
+
+	// The window slides: at 10m after the first post, one slot frees.
+	clk.Add(9 * time.Minute)
+	must[func()](t)(b.Take(ctx, th, ip))
+	_, err = a.Take(ctx, th, ip)
+	wantCode(t, err, hub.RateLimited)
+}
+
+// TestStreamLimiterAcrossNodes: the limits count both nodes' streams, a
+// release frees a place, leases are renewed while held, and the streams of
+// a node that stops renewing (crashed) are forgotten after one lease.
+func TestStreamLimiterAcrossNodes(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t, false)
+	sa, sb := openStore(t, srv, Options{}), openStore(t, srv, Options{})
+	const lease = 300 * time.Millisecond
+	a := NewStreamLimiter(sa, 2, 3, lease)
+	b := NewStreamLimiter(sb, 2, 3, lease)
+	ctx := t.Context()
+	const th = "a1b2c3d4e5f60718"
+
+	relA := must[func()](t)(a.Acquire(ctx, th, "192.0.2.1"))
+	must[func()](t)(b.Acquire(ctx, th, "192.0.2.2"))
+	_, err := b.Acquire(ctx, th, "192.0.2.3")
+	if he := wantCode(t, err, hub.TooManyStreams); he.Retry <= 0 {
+		t.Fatalf("no retry: %+v", he)
+	}
+	relA()
+	relA()
+	relA = must[func()](t)(a.Acquire(ctx, th, "192.0.2.1"))
+
+	// Per IP, across threads and nodes: 192.0.2.1 holds 1, may hold 3.
+	must[func()](t)(b.Acquire(ctx, "0000000000000001", "192.0.2.1"))
+	must[func()](t)(a.Acquire(ctx, "0000000000000002", "192.0.2.1"))
+	_, err = b.Acquire(ctx, "0000000000000003", "192.0.2.1")
+	wantCode(t, err, hub.TooManyStreams)
+
+	// Held leases outlive their first period: they are renewed.
+	key := sa.prefix + "{sl}:t:" + th
+	first := sa.rdb.ZRangeWithScores(ctx, key, 0, -1).Val()
+	if len(first) != 2 {
+		t.Fatalf("leases %+v", first)
+	}
+	eventually(t, 10*time.Second, "both nodes to renew their leases", func() bool {
+		now := sa.rdb.ZRangeWithScores(ctx, key, 0, -1).Val()
+		if len(now) != 2 {
+			t.Fatalf("leases %+v", now)
+		}
+		renewed := 0
+		for _, z := range now {
+			for _, f := range first {
+				if z.Member == f.Member && z.Score >= f.Score+float64(lease.Milliseconds()) {
+					renewed++
+				}
+			}
+		}
+		return renewed == 2
+	})
+	_, err = b.Acquire(ctx, th, "192.0.2.9")
+	wantCode(t, err, hub.TooManyStreams)
+
+	// Node a "crashes": it stops renewing and never releases.
+	a.Close()
+	eventually(t, 10*time.Second, "a's lease to expire", func() bool {
+		_, err := b.Acquire(ctx, th, "192.0.2.9")
+		return err == nil
+	})
+	_ = relA
+}
