@@ -54,6 +54,7 @@ type config struct {
 	serverPID int
 	scenarios string
 	json      bool
+	jsonOut   string
 	label     string
 	sources   int
 	dialConc  int
@@ -92,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.serverPID, "server-pid", 0, "`PID` of the server, to report its CPU (and RSS in S3) from /proc")
 	fs.StringVar(&c.scenarios, "scenario", "all", "scenarios to run: all, or a comma list such as S1,S2")
 	fs.BoolVar(&c.json, "json", false, "one JSON object per scenario instead of a line of text")
+	fs.StringVar(&c.jsonOut, "json-out", "", "also append each result as a JSON line to `file`")
 	fs.StringVar(&c.label, "label", "", "a `label` printed with every result, e.g. fsync=never")
 	fs.IntVar(&c.sources, "sources", 8, "loopback source addresses to dial from (127.0.0.1…): each has ~28 000 ephemeral ports")
 	fs.IntVar(&c.dialConc, "dial-concurrency", 128, "streams being opened at once")
@@ -210,6 +212,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := t.waitUp(ctx, 10*time.Second); err != nil {
 		return err
 	}
+	var jsonOut io.Writer
+	if cfg.jsonOut != "" {
+		f, err := os.OpenFile(cfg.jsonOut, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		jsonOut = f
+	}
 	b := &bench{cfg: cfg, t: t, pid: pid, nofile: nofile, log: stderr}
 	failed := 0
 	for _, sc := range which {
@@ -234,6 +245,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			stdout.Write(res.json())
 		} else {
 			fmt.Fprintln(stdout, res.text())
+		}
+		if jsonOut != nil {
+			jsonOut.Write(res.json())
 		}
 	}
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.Canceled) {
