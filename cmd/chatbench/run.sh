@@ -34,7 +34,11 @@ ulimit -n "$(ulimit -Hn)"
 	echo "# chatbench run $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "# machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(uname -sr)"
 	echo "# $(go version)"
-	echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo ' (work tree modified)')"
+	if git rev-parse --git-dir >/dev/null 2>&1; then
+		echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- || echo ' (work tree modified)')"
+	else
+		echo "# commit ${COMMIT:-unknown} (exported tree)"
+	fi
 	echo "# data on $(df -T "$data_root" | awk 'NR==2 {print $2, $1}'); open files $(ulimit -n)"
 } | tee "$out/results.txt"
 
