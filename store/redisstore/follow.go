@@ -14,10 +14,10 @@ import (
 	"github.com/chatrelay/chatrelay/store"
 )
 
-// pingEvery is how long the feed may be silent before Follow pings Redis;
-// a second silent period without the pong counts as a lost connection (a
-// peer that vanished without closing it).
-const pingEvery = 15 * time.Second
+// defaultPingEvery is how long the feed may be silent before Follow pings
+// Redis; a second silent period without the pong counts as a lost
+// connection (a peer that vanished without closing it).
+const defaultPingEvery = 15 * time.Second
 
 // Follow implements store.Store. It receives every node's appends through
 // the feed channel, in the order Redis ran them, on a connection of its own,
@@ -65,7 +65,7 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 	pinged := false // a ping is unanswered
 	lost := false   // a loss was logged and not yet followed by a resume
 	for {
-		msg, err := cur.ReceiveTimeout(ctx, pingEvery)
+		msg, err := cur.ReceiveTimeout(ctx, s.pingEvery)
 		if ctx.Err() != nil {
 			if s.closing.Err() != nil {
 				return ErrClosed

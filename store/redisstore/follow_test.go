@@ -260,3 +260,33 @@ func TestFollowClose(t *testing.T) {
 		t.Fatalf("Follow after Close: %v", err)
 	}
 }
+
+// TestFollowSilentConnection: a feed connection that stops answering (all
+// clients paused) is noticed by the ping, replaced, and caught up.
+func TestFollowSilentConnection(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t, false)
+	a := openStore(t, srv, Options{})
+	b := openStore(t, srv, Options{})
+	b.pingEvery = 100 * time.Millisecond
+	g := newGate()
+	b.onLost = g.hook
+	close(g.open) // only observe the loss
+	rec := follow(t, b)
+	ctx := t.Context()
+	const th = "5555555555555555"
+	e1 := must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "before"}))
+	eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(th)) == 1 })
+	if err := a.rdb.Do(ctx, "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, g.lost, "Follow to notice the silence")
+	var e2 store.Entry
+	eventually(t, 10*time.Second, "an append after the pause", func() bool {
+		var err error
+		e2, err = a.Append(ctx, th, store.NewMessage{Text: "after"})
+		return err == nil
+	})
+	eventually(t, 10*time.Second, "the message after the pause", func() bool { return len(rec.messages(th)) == 2 })
+	checkDelivered(t, rec, th, []store.Entry{e1, e2})
+}

@@ -120,6 +120,8 @@ type Store struct {
 	wg      sync.WaitGroup // Follow calls and the goroutines the store owns
 	once    sync.Once
 
+	pingEvery time.Duration // defaultPingEvery; tests shorten it
+
 	// onLost, if set (by tests, before Follow), is called by Follow after it
 	// notices that its subscription was lost, before it subscribes again.
 	onLost func(ctx context.Context)
@@ -169,6 +171,8 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 		prefix: opt.Prefix,
 		feed:   opt.Prefix + "feed",
 		index:  opt.Prefix + "threads",
+
+		pingEvery: defaultPingEvery,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -184,9 +188,6 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 	}
 	return s, nil
 }
-
-// Client is the underlying go-redis client (for health checks).
-func (s *Store) Client() *redis.Client { return s.rdb }
 
 // Ping reports whether Redis answers: nil, or StoreUnavailable.
 func (s *Store) Ping(ctx context.Context) error {

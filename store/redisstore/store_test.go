@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -199,6 +200,10 @@ func TestAppendBasics(t *testing.T) {
 	}
 	if p = must[store.Page](t)(s.Since(ctx, th, 1792778400123, 0)); !p.Reset || len(p.Messages) != 200 {
 		t.Fatalf("since the first (dropped) message: reset %v, %d messages", p.Reset, len(p.Messages))
+	}
+
+	if p = must[store.Page](t)(s.Since(ctx, th, math.MaxInt64, 0)); len(p.Messages) != 0 || p.Cursor != e.Epoch || p.Reset {
+		t.Fatalf("since MaxInt64: %+v", p)
 	}
 
 	const other = "0000000000000002"

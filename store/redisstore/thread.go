@@ -18,6 +18,9 @@ import (
 // in the same second with colliding suffixes (odds of 1 in 2^24 each).
 const idCandidates = 4
 
+// maxEpoch bounds epochs: Lua computes them in doubles, exact below 2^53.
+const maxEpoch = 1 << 53
+
 // Append implements store.Store.
 func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (store.Entry, error) {
 	if err := checkThread(thread); err != nil {
@@ -96,7 +99,7 @@ func (s *Store) Since(ctx context.Context, thread string, since int64, limit int
 // of them if limit > 0), oldest first, its newest message (nil if none)
 // and its trimmed epoch.
 func (s *Store) read(ctx context.Context, thread string, since int64, limit int) (msgs []store.Entry, newest *store.Entry, trimmed int64, err error) {
-	since = max(since, 0)
+	since = min(max(since, 0), maxEpoch) // epochs are below 2^53; since+1 must not overflow
 	log := s.logKey(thread)
 	from := strconv.FormatInt(since+1, 10) + "-0"
 	var page, last *redis.XMessageSliceCmd
