@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
@@ -38,7 +39,7 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 func TestMain(m *testing.M) {
 	// go-redis logs every failed reconnection to stderr; the tests provoke many.
 	redis.SetLogger(quietLogger{})
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m) // every Follow, renewal and server goroutine ends by Close and cleanup
 }
 
 // redisServer is a private redis-server on a loopback port, in a folder of
