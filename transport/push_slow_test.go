@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -206,4 +207,73 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 	wagain := e.mustWS("/api/chat/ws?since="+strconv.FormatInt(resume, 10), tok)
 	assert.Equal(t, "resumed WS ready", nextWS(t, wagain).Type, "ready")
 	expectWSMessages(t, wagain, all[len(wgot):])
+}
+
+// TestShutdownWithStuckClients: clients that stopped reading, an SSE and a
+// WebSocket client whose socket buffers are full (their handlers blocked in
+// a write) and a WebSocket client that never answers the close handshake,
+// must not hold Shutdown to its deadline; healthy clients still get a clean
+// end and 1001, and the stuck clients' streams end too.
+func TestShutdownWithStuckClients(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{listener: func(l net.Listener) net.Listener { return smallBuffers{l} }})
+	tok := tokenN(1)
+	stuck := &pushEnv{t: t, ts: e.ts, client: smallReadClient()}
+	stuckSSE := stuck.mustSSE("/api/chat/stream", tok, nil)
+	assert.Equal(t, "stuck SSE ready", stuckSSE.nextEvent(t).Event, "ready")
+	stuckWS := stuck.mustWS("/api/chat/ws", tok)
+	assert.Equal(t, "stuck WS ready", nextWS(t, stuckWS).Type, "ready")
+	silentWS := e.mustWS("/api/chat/ws", tokenN(2))
+	assert.Equal(t, "silent WS ready", nextWS(t, silentWS).Type, "ready")
+	healthySSE := e.mustSSE("/api/chat/stream", tokenN(3), nil)
+	assert.Equal(t, "healthy SSE ready", healthySSE.nextEvent(t).Event, "ready")
+	healthyWS := e.mustWS("/api/chat/ws", tokenN(3))
+	assert.Equal(t, "healthy WS ready", nextWS(t, healthyWS).Type, "ready")
+	// Enough 4 KB messages to fill the stuck clients' buffers, not their
+	// hub queues (64): their handlers are left blocked in a write.
+	for i := range 40 {
+		e.mustPost(tok, strconv.Itoa(i)+" "+strings.Repeat("x", 3990))
+	}
+	healthyEnd := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := healthySSE.Next(); err != nil {
+				healthyEnd <- err
+				return
+			}
+		}
+	}()
+	healthyWSEnd := make(chan websocket.StatusCode, 1)
+	go func() {
+		for {
+			if _, _, err := healthyWS.Read(context.Background()); err != nil {
+				healthyWSEnd <- websocket.CloseStatus(err)
+				return
+			}
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	assert.Success(t, e.srv.Shutdown(ctx))
+	t.Logf("Shutdown with stuck clients took %v", time.Since(start))
+	assert.ErrorIs(t, <-healthyEnd, io.EOF)
+	assert.Equal(t, "healthy WS close status", <-healthyWSEnd, websocket.StatusGoingAway)
+	// The stuck clients, reading at last, find their streams ended.
+	within(t, 5*time.Second, "the stuck SSE stream to end", stuckSSE.Close, func() (int, error) {
+		for {
+			if _, err := stuckSSE.Next(); err != nil {
+				return 0, nil
+			}
+		}
+	})
+	wsCloseStatus(t, stuckWS, 5*time.Second)
+	wsCloseStatus(t, silentWS, 5*time.Second)
+	// New streams are refused while the server shuts down.
+	s, resp, body, err := e.openSSE(ctx, "/api/chat/stream", tok, nil)
+	assert.Success(t, err)
+	assert.True(t, s == nil && resp.StatusCode == http.StatusServiceUnavailable, "a stream during shutdown: %d %s", resp.StatusCode, body)
+	c := e.mustWS("/api/chat/ws", tok)
+	assert.Equal(t, "a WebSocket during shutdown", wsCloseStatus(t, c, 5*time.Second), websocket.StatusTryAgainLater)
 }

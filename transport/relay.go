@@ -36,18 +36,38 @@ func (s *Server) Run(ctx context.Context) error {
 // Ready is closed once Run's feed is registered.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
+// shutdownGrace is how long Shutdown lets streams end on their own: a live
+// client takes its last frames and answers the WebSocket close within a
+// round trip.
+const shutdownGrace = 2 * time.Second
+
 // Shutdown ends every stream: the hub drops its subscribers with
 // hub.ErrClosed, SSE handlers flush and return, WebSockets close with 1001
-// (going away). It waits for the WebSocket handlers, which
-// http.Server.Shutdown does not track, until ctx is done.
+// (going away); new streams are refused. Streams still open after
+// shutdownGrace (or when ctx is done) belong to clients that stopped
+// reading, blocked in a write or in the close handshake: their connections
+// are cut. It waits for the stream handlers (http.Server.Shutdown does not
+// track hijacked WebSockets) until ctx is done.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.Drain()
+	s.closeMu.Lock()
+	s.closing = true
+	s.closeMu.Unlock()
 	s.hub.Close()
 	done := make(chan struct{})
 	go func() {
 		s.wsWG.Wait()
 		close(done)
 	}()
+	grace := time.NewTimer(shutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	s.abort()
 	select {
 	case <-done:
 		return nil
@@ -55,3 +75,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// enterStream counts a stream handler for Shutdown to wait for. It is
+// false once Shutdown began: the stream must be refused.
+func (s *Server) enterStream() bool {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.wsWG.Add(1)
+	return true
+}
+
+var errShuttingDown = &hub.Error{Code: hub.StoreUnavailable, Message: "the server is shutting down", Retry: time.Second}

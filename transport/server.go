@@ -55,8 +55,15 @@ type Server struct {
 
 	ready   chan struct{} // closed once Run's feed is registered
 	readyMu sync.Once
-	wsWG    sync.WaitGroup // WebSocket handlers, which http.Server.Shutdown does not wait for
+	wsWG    sync.WaitGroup // stream handlers (SSE and WebSocket); Shutdown waits for them
+	closeMu sync.Mutex     // orders wsWG.Add (enterStream) before Shutdown's Wait
+	closing bool           // Shutdown began; guarded by closeMu
 	ops     *ops           // metrics and readiness (metrics.go, health.go)
+
+	// abortCtx is cancelled when Shutdown's grace is over, to cut the
+	// streams of clients that stopped reading (see Shutdown).
+	abortCtx context.Context
+	abort    context.CancelFunc
 }
 
 // NewServer returns the chat's HTTP handler.
@@ -92,6 +99,7 @@ func NewServer(cfg Config) *Server {
 		origins: make(map[string]bool), log: cfg.Log, mux: http.NewServeMux(),
 		ready: make(chan struct{}),
 	}
+	s.abortCtx, s.abort = context.WithCancel(context.Background())
 	for _, o := range cfg.AllowedOrigins {
 		s.origins[strings.ToLower(strings.TrimSuffix(o, "/"))] = true
 	}

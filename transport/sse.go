@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -29,6 +30,11 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if !s.enterStream() {
+		s.writeError(w, r, errShuttingDown)
+		return
+	}
+	defer s.wsWG.Done()
 	st, err := s.openStream(r.Context(), thread, clientIP(r, s.cfg.Trusted), cursor)
 	if err != nil {
 		if r.Context().Err() == nil {
@@ -41,6 +47,8 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 
 	rc := http.NewResponseController(w)
 	rc.SetWriteDeadline(time.Time{}) // the server's WriteTimeout must not cut the stream
+	// Shutdown's abort fails a write blocked on a client that stopped reading.
+	defer context.AfterFunc(s.abortCtx, func() { rc.SetWriteDeadline(time.Now()) })()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache, no-transform")
@@ -59,6 +67,9 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	}
 	write := func(b []byte) bool {
 		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		if s.abortCtx.Err() != nil { // checked after setting: an abort after this check sets its own deadline
+			return false
+		}
 		if _, err := w.Write(b); err != nil {
 			return false
 		}

@@ -39,7 +39,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return // Accept answered (403 for a foreign origin, 426 for a plain GET)
 	}
 	defer c.CloseNow()
-	s.wsWG.Add(1)
+	if !s.enterStream() {
+		s.closeWith(c, errShuttingDown)
+		return
+	}
 	defer s.wsWG.Done()
 	if authErr != nil {
 		noteRefused(r, hub.CodeOf(authErr))
@@ -49,7 +52,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(wsReadLimit)
 
 	// r.Context() must not be used after Accept (the connection is hijacked).
-	ctx, cancel := context.WithCancel(context.Background())
+	// Shutdown's abort cancels ctx, which closes the connection and so
+	// ends a write or a close handshake blocked on a client that stopped
+	// reading.
+	ctx, cancel := context.WithCancel(s.abortCtx)
 	defer cancel()
 	st, err := s.openStream(ctx, thread, ip, cursor)
 	if err != nil {
