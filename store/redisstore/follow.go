@@ -31,6 +31,9 @@ const defaultPingEvery = 15 * time.Second
 // started), it calls fn with the messages after that epoch, marked Reset if
 // retention dropped some of them meanwhile. A thread that went away, or
 // whose newest epoch went backwards (Redis lost data), gets a Reset batch.
+// If the connection stays lost longer than Options.ResetAfter, every
+// thread Follow knows gets a Reset batch then, so that streams end instead
+// of waiting silently.
 // Follow returns nil when ctx is done, and ErrClosed if the store is closed.
 func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 	if !s.enter() {
@@ -64,6 +67,8 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 	synced := false // the current connection is subscribed and caught up
 	pinged := false // a ping is unanswered
 	lost := false   // a loss was logged and not yet followed by a resume
+	var lostAt time.Time
+	resetSent := false // the threads were reset during this loss
 	for {
 		msg, err := cur.ReceiveTimeout(ctx, s.pingEvery)
 		if ctx.Err() != nil {
@@ -86,8 +91,8 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 			if sub, ok := msg.(*redis.Subscription); ok && sub.Kind == "subscribe" && sub.Channel == s.feed {
 				if err = f.sync(ctx); err == nil {
 					if lost {
-						s.log.Info("redis store: feed resumed")
-						lost = false
+						s.log.Info("redis store: feed resumed", "after", time.Since(lostAt).Round(time.Millisecond))
+						lost, lostAt, resetSent = false, time.Time{}, false
 					}
 					synced = true
 					continue
@@ -103,7 +108,7 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 		// The connection failed, went silent, or the catch-up failed.
 		if !lost {
 			s.log.Warn("redis store: feed subscription lost; resubscribing", "err", err)
-			lost = true
+			lost, lostAt = true, time.Now()
 		}
 		if isTimeout(err) {
 			cur = renew() // the connection may be dead without having been closed
@@ -112,8 +117,18 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 		if s.onLost != nil {
 			s.onLost(ctx)
 		}
-		backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
-		t := time.NewTimer(backoff)
+		wait := min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
+		backoff = wait
+		if ra := s.opt.ResetAfter; ra > 0 && !resetSent {
+			if left := ra - time.Since(lostAt); left <= 0 {
+				s.log.Warn("redis store: feed still lost; resetting every known thread", "after", ra)
+				f.resetAll()
+				resetSent = true
+			} else {
+				wait = min(wait, left)
+			}
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -190,6 +205,20 @@ func (f *follower) sync(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// resetAll gives every thread the feed knows (those that existed when it
+// started and those it announced since) a Reset batch. A thread created
+// meanwhile that has no message yet has nothing to resume.
+func (f *follower) resetAll() {
+	for thread := range f.announced {
+		f.fn(store.Batch{Thread: thread, Reset: true})
+	}
+	for thread := range f.base {
+		if _, ok := f.announced[thread]; !ok {
+			f.fn(store.Batch{Thread: thread, Reset: true})
+		}
+	}
 }
 
 // deliver hands on one feed message: "<thread> <prev> <trimmed> <json>".

@@ -88,7 +88,7 @@ func TestFollowAcrossNodes(t *testing.T) {
 func TestFollowConnectionKilled(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t, false)
-	a, b := openStore(t, srv, Options{}), openStore(t, srv, Options{})
+	a, b := openStore(t, srv, Options{}), openStore(t, srv, Options{ResetAfter: -1})
 	rec := follow(t, b)
 	ctx := t.Context()
 	threads := []string{"aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"}
@@ -150,7 +150,7 @@ func TestFollowRedisRestart(t *testing.T) {
 	srv := startRedis(t, true)
 	ret := store.Retention{Messages: 3}
 	a := openStore(t, srv, Options{Retention: ret})
-	b := openStore(t, srv, Options{Retention: ret})
+	b := openStore(t, srv, Options{Retention: ret, ResetAfter: -1}) // however long the gate holds it
 	g := newGate()
 	b.onLost = g.hook
 	rec := follow(t, b)
@@ -215,7 +215,7 @@ func TestFollowRedisRestart(t *testing.T) {
 func TestFollowRedisLostData(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t, false)
-	a, b := openStore(t, srv, Options{}), openStore(t, srv, Options{})
+	a, b := openStore(t, srv, Options{}), openStore(t, srv, Options{ResetAfter: -1})
 	rec := follow(t, b)
 	ctx := t.Context()
 	const th = "abcdefabcdef0123"
@@ -289,4 +289,37 @@ func TestFollowSilentConnection(t *testing.T) {
 	})
 	eventually(t, 10*time.Second, "the message after the pause", func() bool { return len(rec.messages(th)) == 2 })
 	checkDelivered(t, rec, th, []store.Entry{e1, e2})
+}
+
+// TestFollowResetAfter: a loss longer than ResetAfter resets every known
+// thread (streams end); the feed then catches up once Redis is back.
+func TestFollowResetAfter(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t, true)
+	a := openStore(t, srv, Options{})
+	const known, old, quiet = "7777777777777777", "8888888888888888", "9999999999999999"
+	must[store.Entry](t)(a.Append(t.Context(), old, store.NewMessage{Text: "before b started"}))
+	b := openStore(t, srv, Options{ResetAfter: 300 * time.Millisecond})
+	rec := follow(t, b)
+	ctx := t.Context()
+	e1 := must[store.Entry](t)(a.Append(ctx, known, store.NewMessage{Text: "one"}))
+	eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(known)) == 1 })
+
+	srv.kill()
+	eventually(t, 10*time.Second, "Reset batches", func() bool { return rec.resets(known) == 1 && rec.resets(old) == 1 })
+	if rec.resets(quiet) != 0 {
+		t.Fatal("an unknown thread was reset")
+	}
+	srv.start(false)
+	var e2 store.Entry
+	eventually(t, 10*time.Second, "an append after the restart", func() bool {
+		var err error
+		e2, err = a.Append(ctx, known, store.NewMessage{Text: "two"})
+		return err == nil
+	})
+	eventually(t, 10*time.Second, "the message after the restart", func() bool { return len(rec.messages(known)) == 2 })
+	checkDelivered(t, rec, known, []store.Entry{e1, e2})
+	if rec.resets(known) != 1 {
+		t.Fatalf("%d resets after the catch-up", rec.resets(known))
+	}
 }

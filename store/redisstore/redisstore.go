@@ -96,6 +96,12 @@ type Options struct {
 	Retention  store.Retention // defaults to 200 messages and 720h
 	MaxThreads int             // defaults to 500; every node must use the same
 	Log        *slog.Logger    // defaults to slog.Default()
+	// ResetAfter is how long Follow's connection may stay lost before it
+	// gives every thread it knows a Reset batch, so that their streams end
+	// and clients resume elsewhere (or here, once Redis is back). Shorter
+	// losses are invisible: Follow catches up when it is subscribed again.
+	// Defaults to 5s; negative never resets.
+	ResetAfter time.Duration
 	Now        func() time.Time
 	// Now defaults to time.Now. It gives epochs and retention ages, like the
 	// file store's clock; nodes are expected to keep their clocks in sync
@@ -162,6 +168,9 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 	}
 	if opt.MaxThreads <= 0 {
 		opt.MaxThreads = 500
+	}
+	if opt.ResetAfter == 0 {
+		opt.ResetAfter = 5 * time.Second
 	}
 	s := &Store{
 		rdb:    rdb,
