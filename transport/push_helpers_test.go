@@ -42,6 +42,24 @@ type pushEnv struct {
 	ts     *httptest.Server
 	client *http.Client
 	stop   func() // ends everything; idempotent
+
+	stopFeed func() // stops Run and waits for it
+}
+
+// startFeed runs the server's change feed (Run) until stopFeed.
+func (e *pushEnv) startFeed() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Run(ctx) }()
+	var once sync.Once
+	e.stopFeed = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.t.Errorf("Run: %v", err)
+			}
+		})
+	}
 }
 
 type pushOptions struct {
@@ -81,16 +99,14 @@ func startPush(t testing.TB, o pushOptions) *pushEnv {
 		o.http(ts.Config)
 	}
 	ts.Start()
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- srv.Run(ctx) }()
-	select {
-	case <-srv.Ready():
-	case err := <-runDone:
-		t.Fatalf("Run returned before the feed was ready: %v", err)
-	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	e := &pushEnv{t: t, dir: dir, store: st, srv: srv, ts: ts, client: &http.Client{Transport: tr}}
+	e.startFeed()
+	select {
+	case <-srv.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the feed was not ready within 5s")
+	}
 	var once sync.Once
 	e.stop = func() {
 		once.Do(func() {
@@ -101,8 +117,7 @@ func startPush(t testing.TB, o pushOptions) *pushEnv {
 			}
 			tr.CloseIdleConnections()
 			ts.Close()
-			cancel()
-			<-runDone
+			e.stopFeed()
 			st.Close()
 		})
 	}

@@ -213,3 +213,45 @@ func TestSSEOutlivesWriteTimeout(t *testing.T) {
 	m := e.mustPost(tok, "still there?")
 	assert.Equal(t, "message after the write timeout", s.nextEvent(t).ID, strconv.FormatInt(m.Epoch, 10))
 }
+
+// TestSSEToldWhenRetentionOutrunsTheFeed: while the server's feed is not
+// looking (stopped here, as a lost folder watch would be), another process
+// appends more than retention keeps. When the feed sees the thread again,
+// the live client must not skip the dropped messages silently: its stream
+// ends, and resuming with Last-Event-ID, as EventSource does, it is sent
+// "reset" before the retained messages.
+func TestSSEToldWhenRetentionOutrunsTheFeed(t *testing.T) {
+	t.Parallel()
+	retention := store.FileOptions{Retention: store.Retention{Messages: 5}, NoFsync: true}
+	e := startPush(t, pushOptions{file: retention})
+	other, err := store.OpenFile(e.dir, retention) // another writer: its appends reach the server only through the folder
+	assert.Success(t, err)
+	defer other.Close()
+	tok := tokenN(1)
+	first := e.mustPost(tok, "start")
+	s := e.mustSSE("/api/chat/stream", tok, map[string]string{"Last-Event-ID": strconv.FormatInt(first.Epoch, 10)})
+	assert.Equal(t, "first event", s.nextEvent(t).Event, "ready")
+	m, err := other.Append(context.Background(), threadN(1), store.NewMessage{Author: "hermes", Text: "seen live"})
+	assert.Success(t, err)
+	assert.Equal(t, "live message", s.nextEvent(t).ID, strconv.FormatInt(m.Epoch, 10))
+
+	e.stopFeed()
+	for i := range 8 {
+		_, err := other.Append(context.Background(), threadN(1), store.NewMessage{Author: "hermes", Text: "unseen " + strconv.Itoa(i)})
+		assert.Success(t, err)
+	}
+	e.startFeed()
+
+	// The stream ends (the hub drops it), with nothing sent in between.
+	ended := within(t, 10*time.Second, "the stream to end", s.Close, func() (error, error) {
+		_, err := s.NextEvent()
+		return err, nil
+	})
+	assert.True(t, ended != nil, "the stream went on after messages were lost to it")
+	again := e.mustSSE("/api/chat/stream", tok, map[string]string{"Last-Event-ID": strconv.FormatInt(m.Epoch, 10)})
+	assert.Equal(t, "first event", again.nextEvent(t).Event, "ready")
+	assert.Equal(t, "second event", again.nextEvent(t).Event, "reset")
+	kept := e.poll(tok, 0).Messages
+	assert.Equal(t, "retained", len(kept), 5)
+	expectMessages(t, again, kept)
+}

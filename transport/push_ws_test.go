@@ -169,12 +169,13 @@ func TestWSTicketSocketCannotPost(t *testing.T) {
 func TestWSOrigin(t *testing.T) {
 	t.Parallel()
 	e := startPush(t, pushOptions{config: func(c *transport.Config) {
-		c.AllowedOrigins = []string{"https://app.example.com"}
+		c.AllowedOrigins = []string{"https://app.example.com", "https://other.example.org/"}
 	}})
 	for _, tc := range []struct {
 		name, origin string
 		ok           bool
 	}{
+		{"an allowed origin given with a trailing slash", "https://other.example.org", true},
 		{"no Origin (not a browser)", "", true},
 		{"the server's own origin", e.ts.URL, true},
 		{"an allowed origin", "https://app.example.com", true},

@@ -93,6 +93,13 @@ func NewServer(cfg Config) *Server {
 		cfg.WriteTimeout = 10 * time.Second
 	}
 	cfg.Prefix = strings.TrimSuffix(cfg.Prefix, "/")
+	// An origin has no path: "https://app.example.com/" means the origin
+	// "https://app.example.com", for CORS and the WebSocket origin check alike.
+	origins := make([]string, len(cfg.AllowedOrigins))
+	for i, o := range cfg.AllowedOrigins {
+		origins[i] = strings.TrimSuffix(o, "/")
+	}
+	cfg.AllowedOrigins = origins
 	s := &Server{
 		cfg: cfg, store: cfg.Store, hub: cfg.Hub, limiter: cfg.Limiter, streams: cfg.Streams,
 		tickets: tickets{key: cfg.TicketKey, ttl: cfg.TicketTTL, now: cfg.Now},
