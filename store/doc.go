@@ -66,11 +66,18 @@ func parseDocument(data []byte, thread string) ([]Entry, int64, error) {
 
 // encodeDocument writes the document of a thread.
 func encodeDocument(thread string, msgs []Entry, trimmed int64) []byte {
-	n := 64
+	return appendDocument(nil, thread, msgs, trimmed)
+}
+
+// appendDocument appends the document of a thread to b (a recycled buffer).
+func appendDocument(b []byte, thread string, msgs []Entry, trimmed int64) []byte {
+	n := 128 // the head and the tail
 	for _, e := range msgs {
 		n += len(e.JSON) + 1
 	}
-	b := make([]byte, 0, n)
+	if cap(b)-len(b) < n {
+		b = append(make([]byte, 0, len(b)+n), b...)
+	}
 	b = append(b, `{"version":`...)
 	b = fmt.Appendf(b, "%d", docVersion)
 	b = append(b, `,"thread":"`...)

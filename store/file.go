@@ -199,7 +199,10 @@ func (s *File) read(thread string, t *threadState, exact bool) (*snapshot, error
 	if snap := t.snap.Load(); snap != nil && snap.id == id && !exact {
 		return snap, nil
 	}
-	data, err := io.ReadAll(f)
+	bp := docBufs.Get().(*[]byte)
+	defer docBufs.Put(bp)
+	data, err := readSized(f, fi.Size(), (*bp)[:0])
+	*bp = data[:0]
 	if err != nil {
 		return nil, s.unavailable(thread, err)
 	}
@@ -214,6 +217,35 @@ func (s *File) read(thread string, t *threadState, exact bool) (*snapshot, error
 	}
 	t.snap.Store(snap)
 	return snap, nil
+}
+
+// docBufs recycles the buffers documents are read into and encoded in.
+// Nothing keeps the bytes: the checksum is taken, parseDocument copies what
+// it keeps, write has written them; and most reads (every append's and
+// every folder event's exact read) find the cached snapshot current and
+// parse nothing at all.
+var docBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// readSized reads f to the end into buf, sized from the file's size so that
+// a whole document takes one read (io.ReadAll would grow its buffer from
+// 512 bytes, copying and discarding a document's size twice over).
+func readSized(f *os.File, size int64, buf []byte) ([]byte, error) {
+	if want := int(size) + 512; cap(buf) < want {
+		buf = make([]byte, 0, want)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // the file grew since Stat
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 func (s *File) unavailable(thread string, err error) error {
@@ -355,12 +387,16 @@ func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry
 	msgs = append(append(msgs, old...), e)
 	msgs, dropped := s.opt.Retention.trim(msgs, now)
 	trimmed = max(trimmed, dropped)
-	doc := encodeDocument(thread, msgs, trimmed)
+	bp := docBufs.Get().(*[]byte)
+	doc := appendDocument((*bp)[:0], thread, msgs, trimmed)
 	id, err := s.write(thread, doc)
+	sum := maphash.Bytes(docSeed, doc)
+	*bp = doc[:0]
+	docBufs.Put(bp)
 	if err != nil {
 		return Entry{}, false, err
 	}
-	t.snap.Store(&snapshot{id: id, sum: maphash.Bytes(docSeed, doc), msgs: msgs, trimmed: trimmed})
+	t.snap.Store(&snapshot{id: id, sum: sum, msgs: msgs, trimmed: trimmed})
 	s.announce(thread, t, msgs, trimmed)
 	return e, false, nil
 }
