@@ -39,6 +39,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	streamsThread := fs.Int("max-streams-per-thread", 20, "open SSE and WebSocket streams allowed per thread")
 	streamsIP := fs.Int("max-streams-per-ip", 200, "open SSE and WebSocket streams allowed per client IP")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var of opsFlags // --log-format, --metrics-addr, --tls-cert, --tls-key, --drain-delay (ops.go)
+	of.register(fs)
 	if err := parse(fs, args, getenv); err != nil {
 		return err
 	}
@@ -61,7 +63,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		*ticketTTL <= 0 || *streamsThread < 1 || *streamsIP < 1 {
 		return usageError("--rate-*, --sweep-every, --heartbeat, --ticket-ttl and --max-streams-* must be positive")
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := of.check(); err != nil {
+		return err
+	}
+	log := of.logger(stderr, level)
 	opt.Log = log
 
 	st, err := store.OpenFile(sf.data, opt)
@@ -87,6 +92,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		TicketTTL:      *ticketTTL,
 		Heartbeat:      *heartbeat,
 		Log:            log,
+		PrivateMetrics: of.metricsAddr != "",
 	})
 	hs := &http.Server{
 		Handler:           srv,
@@ -100,8 +106,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "listening on http://%s%s/\n", ln.Addr(), *prefix)
-	log.Info("listening", "addr", ln.Addr().String(), "data", sf.data, "fsync", sf.fsync)
+	fmt.Fprintf(stdout, "listening on %s://%s%s/\n", of.scheme(), ln.Addr(), *prefix)
+	log.Info("listening", "addr", ln.Addr().String(), "data", sf.data, "fsync", sf.fsync, "tls", of.tls != nil)
+	stopOps, err := of.startOps(srv, stdout, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopOps()
 
 	// Background work, each owned here and waited for before run returns.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -112,7 +124,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	wg.Go(func() { relayErr <- srv.Run(bg) })
 	defer wg.Wait()
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- of.serve(hs, ln) }()
 
 	select {
 	case err = <-errc:
@@ -126,6 +138,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("change feed: %w", err)
 	case <-ctx.Done():
 	}
+	of.drain(srv, log) // /readyz answers 503 from here on
 	// SIGINT/SIGTERM: stop accepting, end every stream (SSE handlers return
 	// when the hub closes; WebSockets close with 1001), all within 5s.
 	log.Info("shutting down")

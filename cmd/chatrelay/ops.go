@@ -1,0 +1,127 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/chatrelay/chatrelay/transport"
+)
+
+// opsFlags are serve's operational flags: logs, metrics, TLS, draining.
+type opsFlags struct {
+	logFormat   string
+	metricsAddr string
+	tlsCert     string
+	tlsKey      string
+	drainDelay  time.Duration
+	tls         *tls.Config // loaded by check
+}
+
+func (o *opsFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.logFormat, "log-format", "text", "log line format: text or json")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this private `address` instead of the main listener")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain `file`; with --tls-key, serve HTTPS with HTTP/2")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `file` of --tls-cert")
+	fs.DurationVar(&o.drainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long with /readyz answering 503 before closing the listener, so a load balancer stops sending new clients")
+}
+
+// check validates the flags and loads the certificate, so that a bad
+// file fails at start, not at the first handshake.
+func (o *opsFlags) check() error {
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return usageError(fmt.Sprintf("--log-format %q: want text or json", o.logFormat))
+	}
+	if o.drainDelay < 0 {
+		return usageError("--drain-delay must not be negative")
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return usageError("--tls-cert and --tls-key go together")
+	}
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+		o.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	return nil
+}
+
+// logger returns the server's logger in the chosen format.
+func (o *opsFlags) logger(w io.Writer, level slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if o.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func (o *opsFlags) scheme() string {
+	if o.tls != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// serve serves hs on ln: HTTPS with HTTP/2 (ALPN "h2", then "http/1.1",
+// which WebSockets use) if a certificate was given, else plain HTTP/1.1.
+func (o *opsFlags) serve(hs *http.Server, ln net.Listener) error {
+	if o.tls == nil {
+		return hs.Serve(ln)
+	}
+	hs.TLSConfig = o.tls
+	return hs.ServeTLS(ln, "", "")
+}
+
+// startOps starts the private metrics listener if --metrics-addr was
+// given. stop closes it; call it after the main server has shut down, so
+// /readyz answers 503 there while the main listener drains.
+func (o *opsFlags) startOps(srv *transport.Server, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
+	if o.metricsAddr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	hs := &http.Server{
+		Handler:           srv.OpsHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", ln.Addr())
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener", "err", err)
+		}
+	}()
+	return func() {
+		hs.Close()
+		<-done
+	}, nil
+}
+
+// drain marks the server not ready and, with --drain-delay, keeps serving
+// that long before shutdown.
+func (o *opsFlags) drain(srv *transport.Server, log *slog.Logger) {
+	srv.Drain()
+	if o.drainDelay <= 0 {
+		return
+	}
+	log.Info("draining", "for", o.drainDelay)
+	t := time.NewTimer(o.drainDelay)
+	defer t.Stop()
+	<-t.C
+}
