@@ -97,7 +97,6 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 					synced = true
 					continue
 				}
-				cur = renew() // subscribe again to get another confirmation
 			} else {
 				if m, ok := msg.(*redis.Message); ok && synced && m.Channel == s.feed {
 					f.deliver(m.Payload)
@@ -105,14 +104,15 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 				continue
 			}
 		}
-		// The connection failed, went silent, or the catch-up failed.
+		// The connection failed, went silent, or the catch-up failed. A new
+		// subscription (never the old connection, which may be dead without
+		// being closed, or still subscribed after an error reply) is what
+		// brings the confirmation that starts the catch-up.
 		if !lost {
 			s.log.Warn("redis store: feed subscription lost; resubscribing", "err", err)
 			lost, lostAt = true, time.Now()
 		}
-		if isTimeout(err) {
-			cur = renew() // the connection may be dead without having been closed
-		}
+		cur = renew()
 		synced, pinged = false, false
 		if s.onLost != nil {
 			s.onLost(ctx)

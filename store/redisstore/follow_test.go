@@ -192,8 +192,11 @@ func TestFollowRedisRestart(t *testing.T) {
 	after3 := must[store.Entry](t)(a.Append(ctx, t3, store.NewMessage{Text: "t3 second"}))
 	close(g.open)
 
+	// The catch-up takes the threads in any order: wait for all three.
+	eventually(t, 10*time.Second, "the catch-up", func() bool {
+		return len(rec.messages(t2)) == 2 && len(rec.messages(t3)) == 2 && rec.resets(t1) == 1
+	})
 	// t2 was created while b was away: both messages, no Reset.
-	eventually(t, 10*time.Second, "the catch-up of t2", func() bool { return len(rec.messages(t2)) == 2 })
 	checkDelivered(t, rec, t2, after2)
 	checkDelivered(t, rec, t3, []store.Entry{m3, after3})
 	// t1: retention dropped 2 messages b never saw: Reset, with what is left.
