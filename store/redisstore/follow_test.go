@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -324,5 +325,82 @@ func TestFollowResetAfter(t *testing.T) {
 	checkDelivered(t, rec, known, []store.Entry{e1, e2})
 	if rec.resets(known) != 1 {
 		t.Fatalf("%d resets after the catch-up", rec.resets(known))
+	}
+}
+
+// TestFollowChaos: writers on two nodes append without pause (retrying
+// while Redis is down) while Redis is killed and restarted (persistence
+// on) and feed connections are killed. At the end each follower has
+// handed on exactly what is stored, in order, once each, and that includes
+// every acknowledged message.
+func TestFollowChaos(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t, true)
+	opt := Options{ResetAfter: -1, Retention: store.Retention{Messages: 1000}}
+	a, b, c := openStore(t, srv, opt), openStore(t, srv, opt), openStore(t, srv, opt)
+	recB, recC := follow(t, b), follow(t, c)
+	ctx := t.Context()
+	threads := []string{"c000000000000001", "c000000000000002", "c000000000000003"}
+	const perWriter = 300
+
+	var mu sync.Mutex
+	acked := map[string]bool{} // ids
+	var progress, retries atomic.Int64
+	var wg sync.WaitGroup
+	for w, node := range []*Store{a, b, a, b} {
+		wg.Go(func() {
+			for i := range perWriter {
+				th := threads[(w+i)%len(threads)]
+				for {
+					e, err := node.Append(ctx, th, store.NewMessage{Text: fmt.Sprintf("w%d m%d", w, i)})
+					if err == nil {
+						mu.Lock()
+						acked[e.ID] = true
+						mu.Unlock()
+						break
+					}
+					if hub.CodeOf(err) != hub.StoreUnavailable {
+						t.Error(err)
+						return
+					}
+					retries.Add(1)
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(10 * time.Millisecond): // the client's retry wait
+					}
+				}
+				progress.Add(1)
+			}
+		})
+	}
+	total := int64(4 * perWriter)
+	eventually(t, 30*time.Second, "a third of the appends", func() bool { return progress.Load() >= total/3 })
+	atRestart := progress.Load()
+	srv.restart()
+	eventually(t, 30*time.Second, "two thirds of the appends", func() bool { return progress.Load() >= 2*total/3 })
+	atKill := progress.Load()
+	killed := a.rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Val()
+	wg.Wait()
+	t.Logf("restart at %d of %d appends, %d feed connections killed at %d; %d appends retried", atRestart, total, killed, atKill, retries.Load())
+	if atRestart >= total {
+		t.Fatal("the writers finished before the restart")
+	}
+
+	for _, th := range threads {
+		stored := must[store.Page](t)(a.Since(ctx, th, 0, 0)).Messages
+		for _, rec := range []*recorder{recB, recC} {
+			eventually(t, 10*time.Second, "every stored message", func() bool { return len(rec.messages(th)) >= len(stored) })
+			checkDelivered(t, rec, th, stored)
+			if rec.resets(th) != 0 {
+				t.Fatalf("thread %s: Reset batches, none expected", th)
+			}
+		}
+		for _, e := range stored {
+			delete(acked, e.ID)
+		}
+	}
+	if len(acked) != 0 {
+		t.Fatalf("%d acknowledged messages are not stored", len(acked))
 	}
 }
