@@ -47,6 +47,9 @@ func TestSendShowsAndPollReturnsIt(t *testing.T) {
 	if got := eval[string](tb, `document.activeElement.id + "|" + document.querySelector("label[for=text]").textContent`); got != "text|Message" {
 		t.Errorf("focus and label: %q", got)
 	}
+	// The message list is a live region, busy only while the history loads.
+	tb.waitJS(soon, "the log to settle", `(() => { const l = document.getElementById("log");
+		return l.getAttribute("aria-live") === "polite" && !l.hasAttribute("aria-busy") })()`)
 
 	text := "hello <b>hermes</b> & co"
 	tb.write(text)

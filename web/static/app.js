@@ -87,8 +87,27 @@ function render(m) {
   return li;
 }
 
+// The log is an aria-live region. While a batch of old messages loads (the
+// history, or a backlog after a reset) it is marked busy, so a screen
+// reader announces what arrives afterwards, not fifty old messages.
+// index.html starts it busy; it settles half a second after the last
+// message of the batch, or after connecting to an empty thread.
+let settling = null;
+function settle() {
+  clearTimeout(settling);
+  settling = setTimeout(() => {
+    settling = null;
+    els.log.removeAttribute("aria-busy");
+  }, 500);
+}
+function loading() {
+  els.log.setAttribute("aria-busy", "true");
+  settle();
+}
+
 chat.addEventListener("message", (e) => {
   const stick = nearBottom();
+  if (els.log.hasAttribute("aria-busy")) settle();
   els.log.append(render(e.detail.message));
   els.empty.hidden = true;
   // Follow the conversation only if the reader was already at its end;
@@ -99,6 +118,7 @@ chat.addEventListener("message", (e) => {
 });
 
 chat.addEventListener("clear", () => {
+  loading();
   els.log.replaceChildren();
   els.empty.hidden = false;
   els.jump.hidden = true;
@@ -123,6 +143,7 @@ els.scroller.addEventListener("scroll", () => {
 
 chat.addEventListener("status", (e) => {
   const { state, shared } = e.detail;
+  if (state !== "connecting" && settling === null && els.log.hasAttribute("aria-busy")) settle();
   els.status.dataset.state = state;
   els.statusText.textContent = states[state] || state;
   els.status.title = shared ? "shared with another tab of this browser" : "";
@@ -141,10 +162,13 @@ function updateCount() {
   els.text.setAttribute("aria-invalid", over > 0 ? "true" : "false");
 }
 
-function notify(text, kind = "error", retry = false) {
-  els.notice.hidden = !text;
+// notify shows a notice under the composer (an alert); parts are strings
+// or nodes. notify("") hides it.
+function notify(parts, kind = "error", retry = false) {
+  parts = [].concat(parts).filter((p) => p !== "");
+  els.notice.hidden = parts.length === 0;
   els.notice.dataset.kind = kind;
-  els.noticeText.textContent = text;
+  els.noticeText.replaceChildren(...parts);
   els.retry.hidden = !retry;
 }
 
@@ -155,17 +179,21 @@ function updateSend() {
 function startCountdown(ms) {
   clearInterval(countdown);
   const end = Date.now() + Math.max(ms, 1000);
+  // The seconds tick in a part that is not announced, so a screen reader
+  // reads the notice once rather than every second.
+  const secs = document.createElement("span");
+  secs.setAttribute("aria-live", "off");
+  notify(["Too many messages for now. You can send again in ", secs, " s. Your message is kept."], "wait");
   const tick = () => {
     const left = Math.ceil((end - Date.now()) / 1000);
+    secs.textContent = String(Math.max(left, 0));
     if (left <= 0) {
       clearInterval(countdown);
       countdown = null;
       updateSend();
       // The message waits for the person: nothing is sent on its own.
       notify("You can send again. Your message is still here; press Send when you are ready.", "info");
-      return;
     }
-    notify(`Too many messages for now. You can send again in ${left} s. Your message is kept.`, "wait");
   };
   countdown = setInterval(tick, 250);
   tick();
