@@ -54,7 +54,11 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 	ri := new(reqInfo)
 	r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, ri))
 	rec := &recorder{ResponseWriter: w}
-	s.mux.ServeHTTP(rec, r) // sets r.Pattern
+	var rw http.ResponseWriter = rec
+	if _, ok := w.(http.Hijacker); ok { // HTTP/1; an HTTP/2 stream cannot be hijacked
+		rw = hijackRecorder{rec}
+	}
+	s.mux.ServeHTTP(rw, r) // sets r.Pattern
 	end := time.Now()
 
 	status := rec.status
@@ -103,8 +107,8 @@ func (s *Server) routeOf(pattern string) string {
 }
 
 // recorder notes the status of a response and when its headers went out.
-// It passes Flush, Hijack and (through Unwrap) write deadlines on, so
-// streams and WebSockets work through it.
+// It passes Flush and (through Unwrap) write deadlines on, so streams work
+// through it; hijackRecorder adds Hijack, for WebSockets over HTTP/1.
 type recorder struct {
 	http.ResponseWriter
 	status   int
@@ -142,7 +146,9 @@ func (w *recorder) FlushError() error {
 
 func (w *recorder) Flush() { w.FlushError() }
 
-func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+type hijackRecorder struct{ *recorder }
+
+func (w hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err == nil {
 		w.hijacked = true
