@@ -458,6 +458,17 @@ func TestTextLimits(t *testing.T) {
 	}
 }
 
+// Escapes are decoded, and the text is stored exactly as the client meant it.
+func TestEscapedText(t *testing.T) {
+	t.Parallel()
+	e := newContractEnv(t, envOptions{})
+	tok := token(12)
+	a := e.post(t, tok, `{"text":"\ud83d\ude00 \"q\" \\ \u00e9\n\t\/ <b>&amp;</b>"}`)
+	assert.Equal(t, "status of "+a.body, a.status, http.StatusCreated)
+	p := decodePoll(t, e.poll(t, tok, ""))
+	assert.Equal(t, "text", p.Messages[0].Text, "😀 \"q\" \\ é\n\t/ <b>&amp;</b>")
+}
+
 func TestBodyLimit(t *testing.T) {
 	t.Parallel()
 	// body returns a valid post of exactly n bytes.
@@ -540,6 +551,9 @@ func TestErrors(t *testing.T) {
 		{name: "invalid UTF-8 bytes", do: post("{\"text\":\"caf\xe9 au lait\"}"), status: 400, code: hub.InvalidText},
 		{name: "a lone continuation byte", do: post("{\"text\":\"\x80\"}"), status: 400, code: hub.InvalidText},
 		{name: "an overlong encoding", do: post("{\"text\":\"\xc0\xaf\"}"), status: 400, code: hub.InvalidText},
+		{name: "a lone high surrogate (a sliced emoji)", do: post(`{"text":"smile \ud83d"}`), status: 400, code: hub.InvalidText},
+		{name: "a lone low surrogate", do: post(`{"text":"\ude00 tail"}`), status: 400, code: hub.InvalidText},
+		{name: "a high surrogate before a letter", do: post(`{"text":"\ud83d\u0041"}`), status: 400, code: hub.InvalidText},
 
 		{name: "kind hermes", do: post(`{"text":"hi","kind":"hermes"}`), status: 400, code: hub.InvalidKind},
 		{name: "kind in capitals", do: post(`{"text":"hi","kind":"Operator"}`), status: 400, code: hub.InvalidKind},
