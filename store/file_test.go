@@ -415,7 +415,8 @@ func TestThreadLimitRace(t *testing.T) {
 func TestPermissions(t *testing.T) {
 	t.Parallel()
 	data := filepath.Join(t.TempDir(), "data")
-	s := openFile(t, data, FileOptions{})
+	s, err := OpenFile(data, FileOptions{Log: slog.New(slog.DiscardHandler)}) // with fsync, the default
+	assert.Success(t, err)
 	appendText(t, s, threadA, "secret")
 	for _, d := range []string{data, filepath.Join(data, "chat")} {
 		fi, err := os.Stat(d)
