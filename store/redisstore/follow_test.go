@@ -281,7 +281,7 @@ func TestFollowSilentConnection(t *testing.T) {
 	const th = "5555555555555555"
 	e1 := must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "before"}))
 	eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(th)) == 1 })
-	if err := a.rdb.Do(ctx, "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
+	if err := a.rdb.Do(ctx, "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, g.lost, "Follow to notice the silence")

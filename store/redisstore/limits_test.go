@@ -53,7 +53,7 @@ func TestStreamLimiterAcrossNodes(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t, false)
 	sa, sb := openStore(t, srv, Options{}), openStore(t, srv, Options{})
-	const lease = 300 * time.Millisecond
+	const lease = 2 * time.Second
 	a := NewStreamLimiter(sa, 2, 3, lease)
 	b := NewStreamLimiter(sb, 2, 3, lease)
 	ctx := t.Context()

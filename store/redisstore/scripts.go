@@ -187,7 +187,7 @@ for i = 1, 2 do
 end
 for i = 1, 2 do
   redis.call('ZADD', KEYS[i], string.format('%.0f', now + lease), ARGV[1])
-  redis.call('PEXPIRE', KEYS[i], 2 * lease)
+  redis.call('PEXPIRE', KEYS[i], 3 * lease)
 end
 return 1
 `)
@@ -202,7 +202,7 @@ local lease = tonumber(ARGV[1])
 local exp = string.format('%.0f', now + lease)
 for i = 1, #KEYS do
   redis.call('ZADD', KEYS[i], exp, ARGV[1 + math.floor((i + 1) / 2)])
-  redis.call('PEXPIRE', KEYS[i], 2 * lease)
+  redis.call('PEXPIRE', KEYS[i], 3 * lease)
 end
 return #KEYS
 `)
