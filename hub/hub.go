@@ -103,7 +103,11 @@ func (h *Hub) Publish(thread string, events ...*Event) {
 	defer h.mu.Unlock()
 	for s := range h.threads[thread] {
 		if cap(s.c)-len(s.c) < len(events) {
-			h.drop(s, ErrSlow)
+			why := ErrSlow
+			if len(s.c) == 0 { // idle, but the batch is larger than any queue: not slow
+				why = ErrReset
+			}
+			h.drop(s, why)
 			continue
 		}
 		for _, ev := range events {

@@ -197,13 +197,22 @@ func TestDroppedSubscriptionKeepsItsReason(t *testing.T) {
 	t.Parallel()
 	h := hub.New(1)
 	s := subscribe(t, h, threadA)
-	h.Publish(threadA, event(threadA, 1), event(threadA, 2))
+	h.Publish(threadA, event(threadA, 1))
+	h.Publish(threadA, event(threadA, 2)) // the queue of one is full: slow
 	assert.ErrorIs(t, s.Err(), hub.ErrSlow)
 	s.Close() // after a drop: no panic, reason kept
 	h.Close() // no second close of the channel
 	h.Reset(threadA)
 	assert.ErrorIs(t, s.Err(), hub.ErrSlow)
 	assert.Equal(t, "Has", h.Has(threadA), false)
+}
+
+func TestBatchLargerThanQueueIsAResetNotSlow(t *testing.T) {
+	t.Parallel()
+	h := hub.New(2)
+	s := subscribe(t, h, threadA)
+	h.Publish(threadA, event(threadA, 1), event(threadA, 2), event(threadA, 3))
+	assert.ErrorIs(t, s.Err(), hub.ErrReset) // idle, yet it cannot take the batch: resume from the store
 }
 
 func TestPublishNeverBlocks(t *testing.T) {

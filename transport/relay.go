@@ -56,7 +56,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.hub.Close()
 	done := make(chan struct{})
 	go func() {
-		s.wsWG.Wait()
+		s.streamsWG.Wait()
 		close(done)
 	}()
 	grace := time.NewTimer(shutdownGrace)
@@ -84,7 +84,7 @@ func (s *Server) enterStream() bool {
 	if s.closing {
 		return false
 	}
-	s.wsWG.Add(1)
+	s.streamsWG.Add(1)
 	return true
 }
 

@@ -55,8 +55,8 @@ type Server struct {
 
 	ready   chan struct{} // closed once Run's feed is registered
 	readyMu sync.Once
-	wsWG    sync.WaitGroup // stream handlers (SSE and WebSocket); Shutdown waits for them
-	closeMu sync.Mutex     // orders wsWG.Add (enterStream) before Shutdown's Wait
+	streamsWG    sync.WaitGroup // stream handlers (SSE and WebSocket); Shutdown waits for them
+	closeMu sync.Mutex     // orders streamsWG.Add (enterStream) before Shutdown's Wait
 	closing bool           // Shutdown began; guarded by closeMu
 	ops     *ops           // metrics and readiness (metrics.go, health.go)
 
@@ -155,9 +155,10 @@ func only(m string, h http.HandlerFunc) http.Handler {
 
 func (s *Server) handleGone(w http.ResponseWriter, r *http.Request) {
 	noteRefused(r, hub.Gone)
+	// "see" is the contract's frozen value; the words name the mounted path.
 	writeJSON(w, http.StatusGone, errorBody{
 		Error: "this route is retired; post with " + s.cfg.Prefix + "/api/chat/post",
-		Code:  hub.Gone, See: s.cfg.Prefix + "/api/chat/post",
+		Code:  hub.Gone, See: "/api/chat/post",
 	})
 }
 

@@ -34,7 +34,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errShuttingDown)
 		return
 	}
-	defer s.wsWG.Done()
+	defer s.streamsWG.Done()
 	st, err := s.openStream(r.Context(), thread, clientIP(r, s.cfg.Trusted), cursor)
 	if err != nil {
 		if r.Context().Err() == nil {

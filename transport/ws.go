@@ -43,7 +43,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		s.closeWith(c, errShuttingDown)
 		return
 	}
-	defer s.wsWG.Done()
+	defer s.streamsWG.Done()
 	if authErr != nil {
 		noteRefused(r, hub.CodeOf(authErr))
 		s.closeWith(c, authErr)
