@@ -79,6 +79,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -298,14 +299,88 @@ func jsonString(s string) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// parseEntry decodes one stored message JSON.
+// parseEntry decodes one stored message JSON. The store writes one exact
+// layout (hub.MarshalMessage's); parseFast reads it without reflection,
+// and anything else goes through encoding/json.
 func parseEntry(js string) (store.Entry, error) {
-	var m hub.Message
-	if err := json.Unmarshal([]byte(js), &m); err != nil {
-		return store.Entry{}, err
+	m, ok := parseFast(js)
+	if !ok {
+		m = hub.Message{}
+		if err := json.Unmarshal([]byte(js), &m); err != nil {
+			return store.Entry{}, err
+		}
 	}
 	if m.ID == "" || m.Author == "" || m.Epoch <= 0 {
 		return store.Entry{}, errors.New("incomplete message")
 	}
 	return store.Entry{Message: m, JSON: []byte(js)}, nil
+}
+
+// parseFast reads {"id":"…","epoch":N,"ts":"…","author":"…","text":"…"}
+// exactly as hub.MarshalMessage writes it, or reports false.
+func parseFast(js string) (m hub.Message, ok bool) {
+	rest, ok := strings.CutPrefix(js, `{"id":`)
+	if !ok {
+		return m, false
+	}
+	var id, epoch, ts, author string
+	if id, rest, ok = cutJSONString(rest); !ok {
+		return m, false
+	}
+	if rest, ok = strings.CutPrefix(rest, `,"epoch":`); !ok {
+		return m, false
+	}
+	if epoch, rest, ok = strings.Cut(rest, ","); !ok {
+		return m, false
+	}
+	e, err := strconv.ParseInt(epoch, 10, 64)
+	if err != nil {
+		return m, false
+	}
+	if rest, ok = strings.CutPrefix(rest, `"ts":`); !ok {
+		return m, false
+	}
+	if ts, rest, ok = cutJSONString(rest); !ok {
+		return m, false
+	}
+	if rest, ok = strings.CutPrefix(rest, `,"author":`); !ok {
+		return m, false
+	}
+	if author, rest, ok = cutJSONString(rest); !ok {
+		return m, false
+	}
+	if rest, ok = strings.CutPrefix(rest, `,"text":`); !ok {
+		return m, false
+	}
+	text, rest, ok := cutJSONString(rest)
+	if !ok || rest != "}" {
+		return m, false
+	}
+	return hub.Message{ID: id, Epoch: e, TS: ts, Author: hub.Author(author), Text: text}, true
+}
+
+// cutJSONString decodes the JSON string at the start of s and returns the
+// rest of s after it. A string without escapes is sliced; one with escapes
+// goes through encoding/json.
+func cutJSONString(s string) (val, rest string, ok bool) {
+	if len(s) == 0 || s[0] != '"' {
+		return "", s, false
+	}
+	escaped := false
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			escaped = true
+			i++
+		case '"':
+			if !escaped {
+				return s[1:i], s[i+1:], true
+			}
+			if err := json.Unmarshal([]byte(s[:i+1]), &val); err != nil {
+				return "", s, false
+			}
+			return val, s[i+1:], true
+		}
+	}
+	return "", s, false
 }

@@ -523,3 +523,34 @@ func TestIDSuffixes(t *testing.T) {
 		t.Fatalf("next second, second message: %s", got)
 	}
 }
+
+// TestParseEntry: the fast reader of the stored layout agrees with
+// encoding/json, and other layouts still parse (through encoding/json).
+func TestParseEntry(t *testing.T) {
+	t.Parallel()
+	texts := []string{"plain", `"quoted" \\ back\\`, "line\nbreak\ttab\r", "\u2028\u2029 é ✓ 🙂", "\x01\x1f\x7f", "<b>&amp;</b>", `\"`, "}", `","text":"`}
+	for i, text := range texts {
+		m := hub.Message{ID: "MSG-20261023-180000-a1b2c3", Epoch: 1792778400123 + int64(i), TS: "2026-10-23T18:00:00+00:00", Author: hub.Author(texts[(i+1)%len(texts)]), Text: text}
+		js := string(hub.MarshalMessage(m))
+		fast, ok := parseFast(js)
+		if !ok || fast != m {
+			t.Fatalf("parseFast(%s) = %+v, %v", js, fast, ok)
+		}
+		e, err := parseEntry(js)
+		if err != nil || e.Message != m || string(e.JSON) != js {
+			t.Fatalf("parseEntry(%s) = %+v, %v", js, e, err)
+		}
+	}
+	other := `{"text":"x","author":"agent","ts":"2026-10-23T18:00:00+00:00","epoch":5,"id":"MSG-x"}`
+	if _, ok := parseFast(other); ok {
+		t.Fatal("parseFast accepted another layout")
+	}
+	if e, err := parseEntry(other); err != nil || e.Text != "x" || e.Epoch != 5 {
+		t.Fatalf("parseEntry(other layout) = %+v, %v", e, err)
+	}
+	for _, bad := range []string{"", "{", `{"id":"x"}`, `{"id":"MSG","epoch":1,"ts":"t","author":"a","text":"t"`, "null"} {
+		if _, err := parseEntry(bad); err == nil {
+			t.Fatalf("parseEntry(%q) accepted", bad)
+		}
+	}
+}
