@@ -29,7 +29,7 @@ func list(ctx context.Context, args []string, getenv func(string) string, stdout
 	if fs.NArg() > 0 {
 		return usageError("list takes no arguments")
 	}
-	st, err := store.OpenFile(sf.data, store.FileOptions{})
+	st, err := sf.open(ctx, store.FileOptions{})
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func show(ctx context.Context, args []string, getenv func(string) string, stdout
 	if *since < 0 {
 		return usageError("--since must not be negative")
 	}
-	st, err := store.OpenFile(sf.data, store.FileOptions{})
+	st, err := sf.open(ctx, store.FileOptions{})
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func reply(ctx context.Context, args []string, getenv func(string) string, stdin
 		}
 		text = strings.TrimSuffix(string(b), "\n")
 	}
-	st, err := store.OpenFile(sf.data, opt)
+	st, err := sf.open(ctx, opt)
 	if err != nil {
 		return err
 	}

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/redisstore"
 )
 
 // newFlags returns a flag set for a subcommand that prints its usage to stderr.
@@ -88,17 +91,21 @@ func prefixes(list []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// storeFlags are the flags of every command that writes to the store.
+// storeFlags are the flags of every command that uses the store.
 type storeFlags struct {
-	data       string
-	fsync      string
-	maxThreads int
-	retainN    int
-	retainAge  time.Duration
+	data        string
+	store       string
+	redisPrefix string
+	fsync       string
+	maxThreads  int
+	retainN     int
+	retainAge   time.Duration
 }
 
 func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
 	fs.StringVar(&sf.data, "data", "./data", "data `folder`; thread documents live in DIR/chat (local filesystems only)")
+	fs.StringVar(&sf.store, "store", "", "the store `backend`: file:DIR (the same as --data DIR; the default) or redis://[user:pass@]host:port/db (rediss:// for TLS), shared by several nodes")
+	fs.StringVar(&sf.redisPrefix, "redis-prefix", "chatrelay:", "prefix of every Redis key and of the feed channel")
 	if !writes {
 		return
 	}
@@ -106,6 +113,49 @@ func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
 	fs.IntVar(&sf.maxThreads, "max-threads", 500, "most threads the store holds; a post that would create one more gets 507 thread_limit")
 	fs.IntVar(&sf.retainN, "retention-messages", 200, "newest messages kept per thread")
 	fs.DurationVar(&sf.retainAge, "retention-age", 720*time.Hour, "messages older than this are dropped")
+}
+
+// backend is an open store, and the Redis store behind it if it is one.
+type backend struct {
+	store.Store
+	redis *redisstore.Store // nil for the file store
+}
+
+// open opens the store the flags name, with opt's retention and limits.
+func (sf *storeFlags) open(ctx context.Context, opt store.FileOptions) (backend, error) {
+	spec := sf.store
+	switch {
+	case spec == "":
+	case strings.HasPrefix(spec, "file:"):
+		sf.data = strings.TrimPrefix(spec, "file:")
+		if sf.data == "" {
+			return backend{}, usageError("--store file:DIR needs a folder")
+		}
+	case strings.HasPrefix(spec, "redis://"), strings.HasPrefix(spec, "rediss://"):
+		rs, err := redisstore.Open(ctx, spec, redisstore.Options{
+			Prefix: sf.redisPrefix, Retention: opt.Retention, MaxThreads: opt.MaxThreads, Log: opt.Log,
+		})
+		if err != nil {
+			return backend{}, err
+		}
+		return backend{Store: rs, redis: rs}, nil
+	default:
+		return backend{}, usageError(fmt.Sprintf("--store %q: want file:DIR, redis:// or rediss://", spec))
+	}
+	fst, err := store.OpenFile(sf.data, opt)
+	if err != nil {
+		return backend{}, err
+	}
+	return backend{Store: fst}, nil
+}
+
+// where names the store for logs, without a password.
+func (sf *storeFlags) where() string {
+	if u, err := url.Parse(sf.store); err == nil && strings.HasPrefix(u.Scheme, "redis") {
+		u.User = nil
+		return u.String()
+	}
+	return "file:" + sf.data
 }
 
 func (sf *storeFlags) options() (store.FileOptions, error) {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/redisstore"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -35,7 +36,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs.Var(&origins, "allowed-origin", "another `origin` (https://app.example.com) whose pages may use the API: CORS and the WebSocket origin check (repeatable; the server's own origin is always allowed)")
 	heartbeat := fs.Duration("heartbeat", 20*time.Second, "SSE ping comment and WebSocket ping interval")
 	ticketTTL := fs.Duration("ticket-ttl", 15*time.Minute, "how long a stream ticket is valid")
-	ticketKeyFile := fs.String("ticket-key-file", "", "`file` holding the ticket signing key (created 0600 if missing); default DATA/ticket.key. Share it between nodes")
+	ticketKeyFile := fs.String("ticket-key-file", "", "`file` holding the ticket signing key (created 0600 if missing); default DATA/ticket.key, or kept in Redis with --store redis://. Every node needs the same key")
 	streamsThread := fs.Int("max-streams-per-thread", 20, "open SSE and WebSocket streams allowed per thread")
 	streamsIP := fs.Int("max-streams-per-ip", 200, "open SSE and WebSocket streams allowed per client IP")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -69,22 +70,38 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	log := of.logger(stderr, level)
 	opt.Log = log
 
-	st, err := store.OpenFile(sf.data, opt)
+	st, err := sf.open(ctx, opt)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if *ticketKeyFile == "" {
+	// One node keeps its limits in memory; nodes sharing a Redis count
+	// them there, and share the ticket key there unless given a file.
+	var limiter transport.RateLimiter = transport.NewMemoryLimiter(transport.Windows{PerThread: *rateThread, PerIP: *rateIP, Window: *rateWindow}, nil)
+	var streams transport.StreamLimiter = transport.NewMemoryStreams(*streamsThread, *streamsIP)
+	var key []byte
+	if rs := st.redis; rs != nil {
+		limiter = redisstore.NewRateLimiter(rs, *rateThread, *rateIP, *rateWindow)
+		sl := redisstore.NewStreamLimiter(rs, *streamsThread, *streamsIP, 30*time.Second)
+		defer sl.Close()
+		streams = sl
+		if *ticketKeyFile == "" {
+			if key, err = rs.TicketKey(ctx); err != nil {
+				return err
+			}
+		}
+	} else if *ticketKeyFile == "" {
 		*ticketKeyFile = filepath.Join(sf.data, "ticket.key")
 	}
-	key, err := loadKey(*ticketKeyFile)
-	if err != nil {
-		return err
+	if key == nil {
+		if key, err = loadKey(*ticketKeyFile); err != nil {
+			return err
+		}
 	}
 	srv := transport.NewServer(transport.Config{
-		Store:          st,
-		Limiter:        transport.NewMemoryLimiter(transport.Windows{PerThread: *rateThread, PerIP: *rateIP, Window: *rateWindow}, nil),
-		Streams:        transport.NewMemoryStreams(*streamsThread, *streamsIP),
+		Store:          st.Store,
+		Limiter:        limiter,
+		Streams:        streams,
 		Prefix:         *prefix,
 		Trusted:        proxies,
 		AllowedOrigins: origins,
@@ -107,7 +124,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	fmt.Fprintf(stdout, "listening on %s://%s%s/\n", of.scheme(), ln.Addr(), *prefix)
-	log.Info("listening", "addr", ln.Addr().String(), "data", sf.data, "fsync", sf.fsync, "tls", of.tls != nil)
+	log.Info("listening", "addr", ln.Addr().String(), "store", sf.where(), "fsync", sf.fsync, "tls", of.tls != nil)
 	stopOps, err := of.startOps(srv, stdout, log)
 	if err != nil {
 		ln.Close()

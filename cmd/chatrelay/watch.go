@@ -41,7 +41,7 @@ func watch(ctx context.Context, args []string, getenv func(string) string, stdou
 	if fs.NArg() > 0 || *since < 0 {
 		return usageError("watch takes no arguments and a non-negative --since")
 	}
-	st, err := store.OpenFile(sf.data, store.FileOptions{})
+	st, err := sf.open(ctx, store.FileOptions{})
 	if err != nil {
 		return err
 	}
