@@ -318,6 +318,9 @@ func (r *result) cpu(u *usage, per string, n int64) {
 	r.add("bench_cpu_s", round(u.Self.Seconds(), 2), fmt.Sprintf("%.2fs(%.0f%%)", u.Self.Seconds(), share(u.Self)))
 	if u.ServerOK {
 		r.add("other_cpu_s", round(u.Others.Seconds(), 2), fmt.Sprintf("%.2fs(%.0f%%)", u.Others.Seconds(), share(u.Others)))
+		if share(u.Others) > 30 {
+			r.note("CPU charged to neither process (other jobs, kernel threads) was %.0f%% of a core: the figures are skewed", share(u.Others))
+		}
 	}
 }
 
