@@ -1,0 +1,289 @@
+// Package storetest runs tests against every store backend: the file
+// store in a temp folder and the Redis store on a private redis-server.
+//
+// A test binary that uses the Redis backend shares one redis-server,
+// started on first use on a free loopback port in a throwaway folder
+// (no persistence), and stopped by Main when the package's tests end.
+// Each Open on it takes a key prefix of its own, so tests stay
+// independent and may run in parallel. The package that uses it says so
+// in its TestMain:
+//
+//	func TestMain(m *testing.M) { storetest.Main(m) }
+//
+// A missing redis-server fails the tests that need it; they are never
+// skipped.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/redisstore"
+)
+
+// The backends' names, as Open takes them and as subtests are named.
+const (
+	File  = "file"
+	Redis = "redis"
+)
+
+// Backends returns the names of every backend, file first.
+func Backends() []string { return []string{File, Redis} }
+
+// Run runs fn as one parallel subtest per backend, named after it.
+func Run(t *testing.T, fn func(t *testing.T, backend string)) {
+	t.Helper()
+	for _, name := range Backends() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, name)
+		})
+	}
+}
+
+var shared struct {
+	mu      sync.Mutex
+	main    bool // Main is running the tests
+	srv     *Server
+	dir     string
+	err     error
+	started bool
+}
+
+var prefixSeq atomic.Int64
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// Main runs the package's tests and benchmarks, stops the shared
+// redis-server if they started it, and exits. Call it from TestMain.
+func Main(m *testing.M) { os.Exit(WithRedis(m).Run()) }
+
+// WithRedis wraps m so that its Run stops the shared redis-server once the
+// tests are done; for a TestMain that hands m to something else
+// (goleak.VerifyTestMain(storetest.WithRedis(m))).
+func WithRedis(m *testing.M) interface{ Run() int } { return runner{m} }
+
+type runner struct{ m *testing.M }
+
+func (r runner) Run() int {
+	// go-redis logs every failed reconnection to stderr; tests that stop
+	// Redis on purpose provoke many.
+	redis.SetLogger(quietLogger{})
+	shared.mu.Lock()
+	shared.main = true
+	shared.mu.Unlock()
+	code := r.m.Run()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.srv != nil {
+		shared.srv.Kill()
+		os.RemoveAll(shared.dir)
+	}
+	shared.main = false
+	return code
+}
+
+// SharedServer returns the test binary's shared redis-server, starting it
+// on first use. It fails the test if redis-server cannot run, or if the
+// package's TestMain does not call Main (nothing would stop the server).
+func SharedServer(t testing.TB) *Server {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if !shared.main {
+		t.Fatal("storetest: the shared redis-server needs the package's TestMain to call storetest.Main(m)")
+	}
+	if !shared.started {
+		shared.started = true
+		shared.dir, shared.err = os.MkdirTemp("", "chatrelay-redis-")
+		if shared.err == nil {
+			shared.srv, shared.err = startServer(shared.dir, ServerOptions{})
+		}
+		if shared.err != nil {
+			os.RemoveAll(shared.dir)
+		}
+	}
+	if shared.err != nil {
+		t.Fatalf("storetest: %v", shared.err)
+	}
+	return shared.srv
+}
+
+// Options configures a store. Zero values take the test defaults.
+type Options struct {
+	Retention  store.Retention
+	MaxThreads int
+	Now        func() time.Time // defaults to time.Now
+	Log        *slog.Logger     // defaults to discarding everything
+	Fsync      bool             // file: fsync as in production (tests skip it by default)
+	// ResetAfter is redisstore.Options.ResetAfter (Redis only).
+	ResetAfter time.Duration
+}
+
+// Backend is an open store of one backend, closed when the test ends.
+type Backend struct {
+	Name  string      // File or Redis
+	Store store.Store // *store.File or *redisstore.Store
+
+	Dir string // File: the data folder (documents are in Dir/chat)
+
+	Redis  *redisstore.Store // Redis: the store
+	Server *Server           // Redis: the server it is on
+	Prefix string            // Redis: its key prefix, this test's own
+}
+
+// Open opens a store of the named backend for the test: the file store in
+// a new temp folder, or the Redis store on the shared server under a new
+// key prefix.
+func Open(t testing.TB, name string, opt Options) *Backend {
+	t.Helper()
+	switch name {
+	case File:
+		return openFile(t, t.TempDir(), opt)
+	case Redis:
+		return OpenRedis(t, SharedServer(t), NewPrefix(), opt)
+	}
+	t.Fatalf("storetest: no backend %q", name)
+	return nil
+}
+
+// NewPrefix returns a key prefix no other test of this binary uses.
+func NewPrefix() string { return fmt.Sprintf("test%d:", prefixSeq.Add(1)) }
+
+// OpenRedis opens a Redis store on srv under prefix.
+func OpenRedis(t testing.TB, srv *Server, prefix string, opt Options) *Backend {
+	t.Helper()
+	rs, err := redisstore.Open(context.Background(), srv.URL(), redisstore.Options{
+		Prefix: prefix, Retention: opt.Retention, MaxThreads: opt.MaxThreads,
+		Log: logger(opt), Now: opt.Now, ResetAfter: opt.ResetAfter,
+	})
+	if err != nil {
+		t.Fatalf("storetest: open the Redis store: %v", err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	return &Backend{Name: Redis, Store: rs, Redis: rs, Server: srv, Prefix: prefix}
+}
+
+func openFile(t testing.TB, dir string, opt Options) *Backend {
+	t.Helper()
+	fs, err := store.OpenFile(dir, store.FileOptions{
+		Retention: opt.Retention, MaxThreads: opt.MaxThreads, NoFsync: !opt.Fsync,
+		Now: opt.Now, Log: logger(opt),
+	})
+	if err != nil {
+		t.Fatalf("storetest: open the file store: %v", err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	return &Backend{Name: File, Store: fs, Dir: dir}
+}
+
+func logger(opt Options) *slog.Logger {
+	if opt.Log != nil {
+		return opt.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// Another opens a second store on the same data: the same folder, or the
+// same Redis and prefix. It is what another node or another process (the
+// host CLI) sees.
+func (b *Backend) Another(t testing.TB, opt Options) *Backend {
+	t.Helper()
+	if b.Name == File {
+		return openFile(t, b.Dir, opt)
+	}
+	return OpenRedis(t, b.Server, b.Prefix, opt)
+}
+
+// CLIArgs are the flags that point the chatrelay command at this store.
+func (b *Backend) CLIArgs() []string {
+	if b.Name == File {
+		return []string{"--data", b.Dir}
+	}
+	return []string{"--store", b.Server.URL(), "--redis-prefix", b.Prefix}
+}
+
+// RateLimiter is transport.RateLimiter (this package cannot import
+// transport, whose tests import it).
+type RateLimiter interface {
+	Take(ctx context.Context, thread, ip string) (undo func(), err error)
+}
+
+// StreamLimiter is transport.StreamLimiter.
+type StreamLimiter interface {
+	Acquire(ctx context.Context, thread, ip string) (release func(), err error)
+}
+
+// SharedLimiters returns the limiters that count across every node of
+// this backend: Redis's, on the store's clock. The file store has none
+// (one node keeps its limits in memory): ok is false, and the caller uses
+// transport's in-memory limiters.
+func (b *Backend) SharedLimiters(perThread, perIP int, window time.Duration, streamsPerThread, streamsPerIP int) (rate RateLimiter, streams StreamLimiter, ok bool) {
+	if b.Redis == nil {
+		return nil, nil, false
+	}
+	return redisstore.NewRateLimiter(b.Redis, perThread, perIP, window),
+		redisstore.NewStreamLimiter(b.Redis, streamsPerThread, streamsPerIP, 0), true
+}
+
+// Threads lists the threads the store holds, for tests that check that a
+// refused request stored nothing.
+func (b *Backend) Threads(t testing.TB) []string {
+	t.Helper()
+	infos, err := b.Store.Threads(context.Background())
+	if err != nil {
+		t.Fatalf("storetest: Threads: %v", err)
+	}
+	var out []string
+	for _, i := range infos {
+		out = append(out, i.Thread)
+	}
+	return out
+}
+
+// Client returns a plain Redis client on the backend's server, closed
+// when the test ends, for tests that look at or change Redis itself.
+func (b *Backend) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	return b.Server.Client(t)
+}
+
+// Client returns a plain Redis client on s, closed when the test ends.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1,
+		// Redis before 8 does not know the maintenance notifications handshake.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Keys lists the keys under the backend's prefix.
+func (b *Backend) Keys(t testing.TB) []string {
+	t.Helper()
+	if b.Redis == nil {
+		t.Fatal("storetest: Keys is for the Redis backend")
+	}
+	var out []string
+	iter := b.Client(t).Scan(context.Background(), 0, b.Prefix+"*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		out = append(out, strings.TrimPrefix(iter.Val(), b.Prefix))
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("storetest: SCAN: %v", err)
+	}
+	return out
+}
