@@ -1,7 +1,11 @@
 package transport
 
-// Contract Part 1, row by row, through a real HTTP server on the real file
-// store in a temp folder. Clocks are injected: nothing here sleeps.
+// Contract Part 1, row by row, through a real HTTP server on each real
+// store backend (storetest.Run: subtests "file", the file store in a temp
+// folder, and "redis", the Redis store on the test binary's private
+// redis-server with the Redis rate windows). Clocks are injected: nothing
+// here sleeps. A few tests are about files and run on the file store only;
+// each says why.
 
 import (
 	"bytes"
@@ -18,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +31,7 @@ import (
 
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -70,12 +76,14 @@ func (s *countingStore) Since(ctx context.Context, thread string, since int64, l
 	return s.Store.Since(ctx, thread, since, limit)
 }
 
-// contractEnv is one server on its own data folder.
+// contractEnv is one server on its own store: a data folder of its own, or
+// a key prefix of its own on the shared Redis.
 type contractEnv struct {
-	url   string
-	data  string // the data folder; documents are in data/chat
-	clock *manualClock
-	store *countingStore
+	url     string
+	backend *storetest.Backend
+	data    string // file store: the data folder; documents are in data/chat
+	clock   *manualClock
+	store   *countingStore
 }
 
 type envOptions struct {
@@ -88,26 +96,31 @@ type envOptions struct {
 // at is 2026-10-23T18:40:00.123Z, the contract's example instant.
 var at = time.Date(2026, 10, 23, 18, 40, 0, 123e6, time.UTC)
 
-func newContractEnv(t *testing.T, o envOptions) *contractEnv {
+// newContractEnv starts a server on a new store of the backend. The store
+// and the rate windows run on the test's clock; on Redis the windows are
+// Redis's, as on a node of several.
+func newContractEnv(t *testing.T, backend string, o envOptions) *contractEnv {
 	t.Helper()
 	clk := &manualClock{t: at}
-	data := t.TempDir()
 	quiet := slog.New(slog.DiscardHandler)
-	fst, err := store.OpenFile(data, store.FileOptions{MaxThreads: o.MaxThreads, NoFsync: true, Now: clk.Now, Log: quiet})
-	assert.Success(t, err)
+	be := storetest.Open(t, backend, storetest.Options{MaxThreads: o.MaxThreads, Now: clk.Now, Log: quiet})
 	if o.Windows == (Windows{}) {
 		o.Windows = Windows{PerThread: 1000, PerIP: 1000}
 	}
-	st := &countingStore{Store: fst}
+	var limiter RateLimiter = NewMemoryLimiter(o.Windows, clk.Now)
+	if shared, _, ok := be.SharedLimiters(o.Windows.PerThread, o.Windows.PerIP, o.Windows.Window, 0, 0); ok {
+		limiter = shared
+	}
+	st := &countingStore{Store: be.Store}
 	srv := httptest.NewServer(NewServer(Config{
 		Store:   st,
-		Limiter: NewMemoryLimiter(o.Windows, clk.Now),
+		Limiter: limiter,
 		Prefix:  o.Prefix,
 		Trusted: o.Trusted,
 		Log:     quiet,
 	}))
 	t.Cleanup(srv.Close)
-	return &contractEnv{url: srv.URL, data: data, clock: clk, store: st}
+	return &contractEnv{url: srv.URL, backend: be, data: be.Dir, clock: clk, store: st}
 }
 
 // answer is a response, read whole.
@@ -154,7 +167,19 @@ func (e *contractEnv) poll(t *testing.T, token, query string) answer {
 	return e.request(t, "GET", "/api/chat/poll"+query, nil, "X-Chat-Token", token)
 }
 
-// chatFiles lists what is in the data folder's chat directory.
+// nothingStored checks that the store holds no thread at all: for the file
+// store, not even a file in the chat folder.
+func (e *contractEnv) nothingStored(t *testing.T) {
+	t.Helper()
+	assert.Equal(t, "stored threads", e.backend.Threads(t), []string(nil))
+	if e.backend.Name == storetest.File {
+		assert.Equal(t, "files in the chat folder", e.chatFiles(t), []string(nil))
+	} else {
+		assert.Equal(t, "Redis keys", e.backend.Keys(t), []string(nil))
+	}
+}
+
+// chatFiles lists what is in the data folder's chat directory (file store).
 func (e *contractEnv) chatFiles(t *testing.T) []string {
 	t.Helper()
 	des, err := os.ReadDir(filepath.Join(e.data, "chat"))
@@ -268,451 +293,477 @@ func TestPostAnswer(t *testing.T) {
 		{"a whole second", time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC), 1798859045000, "2027-01-02T03:04:05+00:00", "20270102-030405"},
 		{"a host clock in another zone", at.In(time.FixedZone("CEST", 2*3600)), 1792780800123, "2026-10-23T18:40:00+00:00", "20261023-184000"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			e := newContractEnv(t, envOptions{})
-			e.clock.Set(tt.now)
-			tok := token(7)
-			a := e.post(t, tok, `{"text": "message body", "kind": "operator"}`)
-			assert.Equal(t, "status", a.status, http.StatusCreated)
-			assert.Equal(t, "Content-Type", a.header.Get("Content-Type"), "application/json")
-			want := regexp.MustCompile(`^\{"success":true,"id":"MSG-` + tt.wantIDAt + `-[0-9a-f]{6}","epoch":` +
-				fmt.Sprint(tt.wantEpoch) + `,"ts":"` + regexp.QuoteMeta(tt.wantTS) + `","thread":"` + threadOfToken(tok) + `"\}$`)
-			assert.True(t, want.MatchString(a.body), "201 body\n got: %s\nwant: %s", a.body, want)
-		})
-	}
+	storetest.Run(t, func(t *testing.T, backend string) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				e := newContractEnv(t, backend, envOptions{})
+				e.clock.Set(tt.now)
+				tok := token(7)
+				a := e.post(t, tok, `{"text": "message body", "kind": "operator"}`)
+				assert.Equal(t, "status", a.status, http.StatusCreated)
+				assert.Equal(t, "Content-Type", a.header.Get("Content-Type"), "application/json")
+				want := regexp.MustCompile(`^\{"success":true,"id":"MSG-` + tt.wantIDAt + `-[0-9a-f]{6}","epoch":` +
+					fmt.Sprint(tt.wantEpoch) + `,"ts":"` + regexp.QuoteMeta(tt.wantTS) + `","thread":"` + threadOfToken(tok) + `"\}$`)
+				assert.True(t, want.MatchString(a.body), "201 body\n got: %s\nwant: %s", a.body, want)
+			})
+		}
+	})
 }
 
 func TestEpochsStrictlyIncreaseWithinAMillisecond(t *testing.T) {
 	t.Parallel()
-	e := newContractEnv(t, envOptions{})
-	tok := token(1)
-	var posts []postResult
-	for i := range 4 {
-		posts = append(posts, e.say(t, tok, fmt.Sprint("same millisecond ", i)))
-	}
-	e.clock.Advance(-time.Hour) // the host clock steps back
-	posts = append(posts, e.say(t, tok, "after the clock stepped back"))
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := newContractEnv(t, backend, envOptions{})
+		tok := token(1)
+		var posts []postResult
+		for i := range 4 {
+			posts = append(posts, e.say(t, tok, fmt.Sprint("same millisecond ", i)))
+		}
+		e.clock.Advance(-time.Hour) // the host clock steps back
+		posts = append(posts, e.say(t, tok, "after the clock stepped back"))
 
-	ids := map[string]bool{}
-	for i, p := range posts {
-		assert.Equal(t, "epoch", p.Epoch, at.UnixMilli()+int64(i))
-		assert.Equal(t, "ts", p.TS, "2026-10-23T18:40:00+00:00")
-		assert.True(t, !ids[p.ID], "id %s repeats", p.ID)
-		ids[p.ID] = true
-	}
-	// A strict > cursor drops nothing.
-	p := decodePoll(t, e.poll(t, tok, fmt.Sprintf("?since=%d", posts[1].Epoch)))
-	assert.Equal(t, "messages after the second", len(p.Messages), 3)
-	assert.Equal(t, "first after the cursor", p.Messages[0].ID, posts[2].ID)
+		ids := map[string]bool{}
+		for i, p := range posts {
+			assert.Equal(t, "epoch", p.Epoch, at.UnixMilli()+int64(i))
+			assert.Equal(t, "ts", p.TS, "2026-10-23T18:40:00+00:00")
+			assert.True(t, !ids[p.ID], "id %s repeats", p.ID)
+			ids[p.ID] = true
+		}
+		// A strict > cursor drops nothing.
+		p := decodePoll(t, e.poll(t, tok, fmt.Sprintf("?since=%d", posts[1].Epoch)))
+		assert.Equal(t, "messages after the second", len(p.Messages), 3)
+		assert.Equal(t, "first after the cursor", p.Messages[0].ID, posts[2].ID)
+	})
 }
 
 func TestPoll(t *testing.T) {
 	t.Parallel()
-	t.Run("a thread with no file answers empty and creates nothing", func(t *testing.T) {
-		t.Parallel()
-		e := newContractEnv(t, envOptions{})
-		tok := token(3)
-		for _, q := range []string{"", "?since=", "?since=0", "?since=1792780800123"} {
-			a := e.poll(t, tok, q)
-			assert.Equal(t, "status", a.status, http.StatusOK)
-			assert.Equal(t, "body", a.body, `{"success":true,"thread":"`+threadOfToken(tok)+`","messages":[],"awaiting":false,"cursor":0}`)
+	storetest.Run(t, func(t *testing.T, backend string) {
+		t.Run("a thread with no file answers empty and creates nothing", func(t *testing.T) {
+			t.Parallel()
+			e := newContractEnv(t, backend, envOptions{})
+			tok := token(3)
+			for _, q := range []string{"", "?since=", "?since=0", "?since=1792780800123"} {
+				a := e.poll(t, tok, q)
+				assert.Equal(t, "status", a.status, http.StatusOK)
+				assert.Equal(t, "body", a.body, `{"success":true,"thread":"`+threadOfToken(tok)+`","messages":[],"awaiting":false,"cursor":0}`)
+			}
+			e.nothingStored(t)
+		})
+
+		t.Run("byte for byte", func(t *testing.T) {
+			t.Parallel()
+			e := newContractEnv(t, backend, envOptions{})
+			tok := token(4)
+			first := e.say(t, tok, "hello")
+			e.clock.Advance(1500 * time.Millisecond)
+			a := e.post(t, tok, `{"text":"<b>\"hi\"</b>","kind":"agent"}`)
+			assert.Equal(t, "status", a.status, http.StatusCreated)
+			var second postResult
+			assert.Success(t, json.Unmarshal([]byte(a.body), &second))
+
+			want := `{"success":true,"thread":"` + threadOfToken(tok) + `","messages":[` +
+				`{"id":"` + first.ID + `","epoch":1792780800123,"ts":"2026-10-23T18:40:00+00:00","author":"operator","text":"hello"},` +
+				`{"id":"` + second.ID + `","epoch":1792780801623,"ts":"2026-10-23T18:40:01+00:00","author":"agent","text":"<b>\"hi\"</b>"}` +
+				`],"awaiting":true,"cursor":1792780801623}`
+			got := e.poll(t, tok, "")
+			assert.Equal(t, "status", got.status, http.StatusOK)
+			assert.Equal(t, "Content-Type", got.header.Get("Content-Type"), "application/json")
+			assert.Equal(t, "body", got.body, want)
+		})
+
+		t.Run("pages and cursor", func(t *testing.T) {
+			t.Parallel()
+			e := newContractEnv(t, backend, envOptions{})
+			tok := token(5)
+			var epochs []int64
+			for i := range 60 {
+				epochs = append(epochs, e.say(t, tok, fmt.Sprint("m", i)).Epoch)
+				e.clock.Advance(time.Second)
+			}
+			newest := epochs[59]
+			tests := []struct {
+				name        string
+				query       string
+				first, last int // indexes of the messages expected, oldest first
+			}{
+				{"no since: newest 50", "", 10, 59},
+				{"empty since: newest 50", "?since=", 10, 59},
+				{"since 0: newest 50", "?since=0", 10, 59},
+				{"since 1: every message after it, no page limit", "?since=1", 0, 59},
+				{"since an epoch: strictly after it", fmt.Sprintf("?since=%d", epochs[54]), 55, 59},
+				{"since between two epochs", fmt.Sprintf("?since=%d", epochs[54]+1), 55, 59},
+				{"since the cursor: nothing", fmt.Sprintf("?since=%d", newest), 60, 59},
+				{"since the future: nothing", fmt.Sprintf("?since=%d", newest+1e9), 60, 59},
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					p := decodePoll(t, e.poll(t, tok, tt.query))
+					var got []string
+					for _, m := range p.Messages {
+						got = append(got, m.Text)
+					}
+					var want []string
+					for i := tt.first; i <= tt.last; i++ {
+						want = append(want, fmt.Sprint("m", i))
+					}
+					assert.Equal(t, "messages", got, want)
+					assert.Equal(t, "cursor", p.Cursor, newest)
+					assert.Equal(t, "awaiting", p.Awaiting, true)
+					assert.Equal(t, "thread", p.Thread, threadOfToken(tok))
+				})
+			}
+		})
+
+		t.Run("awaiting follows the last author", func(t *testing.T) {
+			t.Parallel()
+			e := newContractEnv(t, backend, envOptions{})
+			tok := token(6)
+			thread := threadOfToken(tok)
+			e.say(t, tok, "question")
+			reply, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: hub.Hermes, Text: "answer", MustExist: true})
+			assert.Success(t, err)
+			p := decodePoll(t, e.poll(t, tok, ""))
+			assert.Equal(t, "awaiting after hermes", p.Awaiting, false)
+			assert.Equal(t, "cursor", p.Cursor, reply.Epoch)
+			assert.Equal(t, "last author", p.Messages[len(p.Messages)-1].Author, hub.Hermes)
+
+			a := e.post(t, tok, `{"text":"thanks","kind":"agent"}`)
+			assert.Equal(t, "status", a.status, http.StatusCreated)
+			p = decodePoll(t, e.poll(t, tok, ""))
+			assert.Equal(t, "awaiting after agent", p.Awaiting, true)
+			assert.Equal(t, "last author", p.Messages[len(p.Messages)-1].Author, hub.Agent)
+		})
+
+		if backend != storetest.File {
+			return // the rest is about the thread's file
 		}
-		assert.Equal(t, "files in the chat folder", e.chatFiles(t), []string(nil))
-	})
-
-	t.Run("byte for byte", func(t *testing.T) {
-		t.Parallel()
-		e := newContractEnv(t, envOptions{})
-		tok := token(4)
-		first := e.say(t, tok, "hello")
-		e.clock.Advance(1500 * time.Millisecond)
-		a := e.post(t, tok, `{"text":"<b>\"hi\"</b>","kind":"agent"}`)
-		assert.Equal(t, "status", a.status, http.StatusCreated)
-		var second postResult
-		assert.Success(t, json.Unmarshal([]byte(a.body), &second))
-
-		want := `{"success":true,"thread":"` + threadOfToken(tok) + `","messages":[` +
-			`{"id":"` + first.ID + `","epoch":1792780800123,"ts":"2026-10-23T18:40:00+00:00","author":"operator","text":"hello"},` +
-			`{"id":"` + second.ID + `","epoch":1792780801623,"ts":"2026-10-23T18:40:01+00:00","author":"agent","text":"<b>\"hi\"</b>"}` +
-			`],"awaiting":true,"cursor":1792780801623}`
-		got := e.poll(t, tok, "")
-		assert.Equal(t, "status", got.status, http.StatusOK)
-		assert.Equal(t, "Content-Type", got.header.Get("Content-Type"), "application/json")
-		assert.Equal(t, "body", got.body, want)
-	})
-
-	t.Run("pages and cursor", func(t *testing.T) {
-		t.Parallel()
-		e := newContractEnv(t, envOptions{})
-		tok := token(5)
-		var epochs []int64
-		for i := range 60 {
-			epochs = append(epochs, e.say(t, tok, fmt.Sprint("m", i)).Epoch)
-			e.clock.Advance(time.Second)
-		}
-		newest := epochs[59]
-		tests := []struct {
-			name        string
-			query       string
-			first, last int // indexes of the messages expected, oldest first
-		}{
-			{"no since: newest 50", "", 10, 59},
-			{"empty since: newest 50", "?since=", 10, 59},
-			{"since 0: newest 50", "?since=0", 10, 59},
-			{"since 1: every message after it, no page limit", "?since=1", 0, 59},
-			{"since an epoch: strictly after it", fmt.Sprintf("?since=%d", epochs[54]), 55, 59},
-			{"since between two epochs", fmt.Sprintf("?since=%d", epochs[54]+1), 55, 59},
-			{"since the cursor: nothing", fmt.Sprintf("?since=%d", newest), 60, 59},
-			{"since the future: nothing", fmt.Sprintf("?since=%d", newest+1e9), 60, 59},
-		}
-		for _, tt := range tests {
-			t.Run(tt.name, func(t *testing.T) {
-				p := decodePoll(t, e.poll(t, tok, tt.query))
-				var got []string
-				for _, m := range p.Messages {
-					got = append(got, m.Text)
-				}
-				var want []string
-				for i := tt.first; i <= tt.last; i++ {
-					want = append(want, fmt.Sprint("m", i))
-				}
-				assert.Equal(t, "messages", got, want)
-				assert.Equal(t, "cursor", p.Cursor, newest)
-				assert.Equal(t, "awaiting", p.Awaiting, true)
-				assert.Equal(t, "thread", p.Thread, threadOfToken(tok))
-			})
-		}
-	})
-
-	t.Run("awaiting follows the last author", func(t *testing.T) {
-		t.Parallel()
-		e := newContractEnv(t, envOptions{})
-		tok := token(6)
-		thread := threadOfToken(tok)
-		e.say(t, tok, "question")
-		reply, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: hub.Hermes, Text: "answer", MustExist: true})
-		assert.Success(t, err)
-		p := decodePoll(t, e.poll(t, tok, ""))
-		assert.Equal(t, "awaiting after hermes", p.Awaiting, false)
-		assert.Equal(t, "cursor", p.Cursor, reply.Epoch)
-		assert.Equal(t, "last author", p.Messages[len(p.Messages)-1].Author, hub.Hermes)
-
-		a := e.post(t, tok, `{"text":"thanks","kind":"agent"}`)
-		assert.Equal(t, "status", a.status, http.StatusCreated)
-		p = decodePoll(t, e.poll(t, tok, ""))
-		assert.Equal(t, "awaiting after agent", p.Awaiting, true)
-		assert.Equal(t, "last author", p.Messages[len(p.Messages)-1].Author, hub.Agent)
-	})
-
-	t.Run("a poll never writes", func(t *testing.T) {
-		t.Parallel()
-		e := newContractEnv(t, envOptions{})
-		tok := token(8)
-		e.say(t, tok, "hello")
-		path := filepath.Join(e.data, "chat", threadOfToken(tok)+".json")
-		before, err := os.ReadFile(path)
-		assert.Success(t, err)
-		files := e.chatFiles(t)
-		e.clock.Advance(time.Hour)
-		decodePoll(t, e.poll(t, tok, ""))
-		after, err := os.ReadFile(path)
-		assert.Success(t, err)
-		assert.Equal(t, "document", string(after), string(before))
-		assert.Equal(t, "files", e.chatFiles(t), files)
+		t.Run("a poll never writes", func(t *testing.T) {
+			t.Parallel()
+			e := newContractEnv(t, backend, envOptions{})
+			tok := token(8)
+			e.say(t, tok, "hello")
+			path := filepath.Join(e.data, "chat", threadOfToken(tok)+".json")
+			before, err := os.ReadFile(path)
+			assert.Success(t, err)
+			files := e.chatFiles(t)
+			e.clock.Advance(time.Hour)
+			decodePoll(t, e.poll(t, tok, ""))
+			after, err := os.ReadFile(path)
+			assert.Success(t, err)
+			assert.Equal(t, "document", string(after), string(before))
+			assert.Equal(t, "files", e.chatFiles(t), files)
+		})
 	})
 }
 
 func TestTextLimits(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		text string
-		want int
-	}{
-		{"4000 ASCII", strings.Repeat("a", 4000), http.StatusCreated},
-		{"4000 two-byte code points", strings.Repeat("é", 4000), http.StatusCreated},
-		{"4000 four-byte code points (16000 bytes)", strings.Repeat("😀", 4000), http.StatusCreated},
-		{"4001 ASCII", strings.Repeat("a", 4001), http.StatusRequestEntityTooLarge},
-		{"4001 two-byte code points", strings.Repeat("é", 4001), http.StatusRequestEntityTooLarge},
-		{"4001 four-byte code points", strings.Repeat("😀", 4001), http.StatusRequestEntityTooLarge},
-		{"surrounding blanks count", " " + strings.Repeat("a", 4000), http.StatusRequestEntityTooLarge},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			e := newContractEnv(t, envOptions{})
-			tok := token(9)
-			a := e.post(t, tok, jsonBody(map[string]string{"text": tt.text}))
-			if tt.want != http.StatusCreated {
-				ea := checkError(t, a, tt.want, hub.TextTooLong)
-				assert.Equal(t, "error", ea.Error, "text too long (max 4000 chars)")
-				assert.Equal(t, "files", e.chatFiles(t), []string(nil))
-				return
-			}
-			assert.Equal(t, "status", a.status, http.StatusCreated)
-			p := decodePoll(t, e.poll(t, tok, ""))
-			assert.Equal(t, "stored text is the posted text, whole", p.Messages[0].Text, tt.text)
-		})
-	}
+	storetest.Run(t, func(t *testing.T, backend string) {
+		tests := []struct {
+			name string
+			text string
+			want int
+		}{
+			{"4000 ASCII", strings.Repeat("a", 4000), http.StatusCreated},
+			{"4000 two-byte code points", strings.Repeat("é", 4000), http.StatusCreated},
+			{"4000 four-byte code points (16000 bytes)", strings.Repeat("😀", 4000), http.StatusCreated},
+			{"4001 ASCII", strings.Repeat("a", 4001), http.StatusRequestEntityTooLarge},
+			{"4001 two-byte code points", strings.Repeat("é", 4001), http.StatusRequestEntityTooLarge},
+			{"4001 four-byte code points", strings.Repeat("😀", 4001), http.StatusRequestEntityTooLarge},
+			{"surrounding blanks count", " " + strings.Repeat("a", 4000), http.StatusRequestEntityTooLarge},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				e := newContractEnv(t, backend, envOptions{})
+				tok := token(9)
+				a := e.post(t, tok, jsonBody(map[string]string{"text": tt.text}))
+				if tt.want != http.StatusCreated {
+					ea := checkError(t, a, tt.want, hub.TextTooLong)
+					assert.Equal(t, "error", ea.Error, "text too long (max 4000 chars)")
+					e.nothingStored(t)
+					return
+				}
+				assert.Equal(t, "status", a.status, http.StatusCreated)
+				p := decodePoll(t, e.poll(t, tok, ""))
+				assert.Equal(t, "stored text is the posted text, whole", p.Messages[0].Text, tt.text)
+			})
+		}
+	})
 }
 
 // Escapes are decoded, and the text is stored exactly as the client meant it.
 func TestEscapedText(t *testing.T) {
 	t.Parallel()
-	e := newContractEnv(t, envOptions{})
-	tok := token(12)
-	a := e.post(t, tok, `{"text":"\ud83d\ude00 \"q\" \\ \u00e9\n\t\/ <b>&amp;</b>"}`)
-	assert.Equal(t, "status of "+a.body, a.status, http.StatusCreated)
-	p := decodePoll(t, e.poll(t, tok, ""))
-	assert.Equal(t, "text", p.Messages[0].Text, "😀 \"q\" \\ é\n\t/ <b>&amp;</b>")
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := newContractEnv(t, backend, envOptions{})
+		tok := token(12)
+		a := e.post(t, tok, `{"text":"\ud83d\ude00 \"q\" \\ \u00e9\n\t\/ <b>&amp;</b>"}`)
+		assert.Equal(t, "status of "+a.body, a.status, http.StatusCreated)
+		p := decodePoll(t, e.poll(t, tok, ""))
+		assert.Equal(t, "text", p.Messages[0].Text, "😀 \"q\" \\ é\n\t/ <b>&amp;</b>")
+	})
 }
 
 func TestBodyLimit(t *testing.T) {
 	t.Parallel()
-	// body returns a valid post of exactly n bytes.
-	body := func(n int) string {
-		const head, tail = `{"text":"hi","pad":"`, `"}`
-		return head + strings.Repeat("x", n-len(head)-len(tail)) + tail
-	}
-	tests := []struct {
-		name    string
-		size    int
-		chunked bool // no Content-Length: the limit is met while reading
-		want    int
-	}{
-		{"32768 bytes", 32768, false, http.StatusCreated},
-		{"32769 bytes", 32769, false, http.StatusRequestEntityTooLarge},
-		{"32768 bytes, chunked", 32768, true, http.StatusCreated},
-		{"32769 bytes, chunked", 32769, true, http.StatusRequestEntityTooLarge},
-		{"1 MiB", 1 << 20, false, http.StatusRequestEntityTooLarge},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			e := newContractEnv(t, envOptions{})
-			var r io.Reader = strings.NewReader(body(tt.size))
-			if tt.chunked {
-				r = io.MultiReader(r) // hides the length from net/http
-			}
-			a := e.request(t, "POST", "/api/chat/post", r, "X-Chat-Token", token(1), "Content-Type", "application/json")
-			if tt.want == http.StatusCreated {
-				assert.Equal(t, "status of "+a.body, a.status, tt.want)
-				return
-			}
-			checkError(t, a, tt.want, hub.BodyTooLarge)
-			assert.Equal(t, "files", e.chatFiles(t), []string(nil))
-		})
-	}
+	storetest.Run(t, func(t *testing.T, backend string) {
+		// body returns a valid post of exactly n bytes.
+		body := func(n int) string {
+			const head, tail = `{"text":"hi","pad":"`, `"}`
+			return head + strings.Repeat("x", n-len(head)-len(tail)) + tail
+		}
+		tests := []struct {
+			name    string
+			size    int
+			chunked bool // no Content-Length: the limit is met while reading
+			want    int
+		}{
+			{"32768 bytes", 32768, false, http.StatusCreated},
+			{"32769 bytes", 32769, false, http.StatusRequestEntityTooLarge},
+			{"32768 bytes, chunked", 32768, true, http.StatusCreated},
+			{"32769 bytes, chunked", 32769, true, http.StatusRequestEntityTooLarge},
+			{"1 MiB", 1 << 20, false, http.StatusRequestEntityTooLarge},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				e := newContractEnv(t, backend, envOptions{})
+				var r io.Reader = strings.NewReader(body(tt.size))
+				if tt.chunked {
+					r = io.MultiReader(r) // hides the length from net/http
+				}
+				a := e.request(t, "POST", "/api/chat/post", r, "X-Chat-Token", token(1), "Content-Type", "application/json")
+				if tt.want == http.StatusCreated {
+					assert.Equal(t, "status of "+a.body, a.status, tt.want)
+					return
+				}
+				checkError(t, a, tt.want, hub.BodyTooLarge)
+				e.nothingStored(t)
+			})
+		}
+	})
 }
 
 // Every refusal that one request can earn: status, code, words, retryable,
 // and nothing touched the store (auth and checks come before disk).
 func TestErrors(t *testing.T) {
 	t.Parallel()
-	tok := token(2)
-	post := func(body string) func(e *contractEnv, t *testing.T) answer {
-		return func(e *contractEnv, t *testing.T) answer { return e.post(t, tok, body) }
-	}
-	poll := func(query string) func(e *contractEnv, t *testing.T) answer {
-		return func(e *contractEnv, t *testing.T) answer { return e.poll(t, tok, query) }
-	}
-	req := func(method, path string, hdr ...string) func(e *contractEnv, t *testing.T) answer {
-		return func(e *contractEnv, t *testing.T) answer {
-			return e.request(t, method, path, strings.NewReader(`{"text":"hi"}`), hdr...)
+	storetest.Run(t, func(t *testing.T, backend string) {
+		tok := token(2)
+		post := func(body string) func(e *contractEnv, t *testing.T) answer {
+			return func(e *contractEnv, t *testing.T) answer { return e.post(t, tok, body) }
 		}
-	}
-	const unauthorized = "missing or malformed X-Chat-Token"
-	tests := []struct {
-		name   string
-		do     func(e *contractEnv, t *testing.T) answer
-		status int
-		code   hub.Code
-		words  string // the frozen words, if any
-		allow  string // the Allow header of a 405
-		see    string // the "see" of a 410
-	}{
-		{name: "not JSON", do: post("hello"), status: 400, code: hub.InvalidJSON},
-		{name: "empty body", do: post(""), status: 400, code: hub.InvalidJSON},
-		{name: "JSON array", do: post(`[{"text":"hi"}]`), status: 400, code: hub.InvalidJSON},
-		{name: "JSON string", do: post(`"hi"`), status: 400, code: hub.InvalidJSON},
-		{name: "JSON null", do: post(`null`), status: 400, code: hub.InvalidJSON},
-		{name: "truncated object", do: post(`{"text":"hi"`), status: 400, code: hub.InvalidJSON},
-		{name: "two objects", do: post(`{"text":"hi"}{"text":"again"}`), status: 400, code: hub.InvalidJSON},
-
-		{name: "no text", do: post(`{"kind":"agent"}`), status: 400, code: hub.InvalidText},
-		{name: "text is a number", do: post(`{"text":5}`), status: 400, code: hub.InvalidText},
-		{name: "text is null", do: post(`{"text":null}`), status: 400, code: hub.InvalidText},
-		{name: "text is an array", do: post(`{"text":["hi"]}`), status: 400, code: hub.InvalidText},
-		{name: "empty text", do: post(`{"text":""}`), status: 400, code: hub.InvalidText},
-		{name: "white space only", do: post(`{"text":" \n\t\r "}`), status: 400, code: hub.InvalidText},
-		{name: "escaped white space only", do: post(`{"text":"\u00a0\u3000\n"}`), status: 400, code: hub.InvalidText},
-		{name: "invalid UTF-8 bytes", do: post("{\"text\":\"caf\xe9 au lait\"}"), status: 400, code: hub.InvalidText},
-		{name: "a lone continuation byte", do: post("{\"text\":\"\x80\"}"), status: 400, code: hub.InvalidText},
-		{name: "an overlong encoding", do: post("{\"text\":\"\xc0\xaf\"}"), status: 400, code: hub.InvalidText},
-		{name: "a lone high surrogate (a sliced emoji)", do: post(`{"text":"smile \ud83d"}`), status: 400, code: hub.InvalidText},
-		{name: "a lone low surrogate", do: post(`{"text":"\ude00 tail"}`), status: 400, code: hub.InvalidText},
-		{name: "a high surrogate before a letter", do: post(`{"text":"\ud83d\u0041"}`), status: 400, code: hub.InvalidText},
-
-		{name: "kind hermes", do: post(`{"text":"hi","kind":"hermes"}`), status: 400, code: hub.InvalidKind},
-		{name: "kind in capitals", do: post(`{"text":"hi","kind":"Operator"}`), status: 400, code: hub.InvalidKind},
-		{name: "kind empty", do: post(`{"text":"hi","kind":""}`), status: 400, code: hub.InvalidKind},
-		{name: "kind a number", do: post(`{"text":"hi","kind":1}`), status: 400, code: hub.InvalidKind},
-		{name: "kind unknown", do: post(`{"text":"hi","kind":"admin"}`), status: 400, code: hub.InvalidKind},
-
-		{name: "since negative", do: poll("?since=-1"), status: 400, code: hub.InvalidSince},
-		{name: "since words", do: poll("?since=yesterday"), status: 400, code: hub.InvalidSince},
-		{name: "since fraction", do: poll("?since=1.5"), status: 400, code: hub.InvalidSince},
-		{name: "since exponent", do: poll("?since=1e3"), status: 400, code: hub.InvalidSince},
-		{name: "since plus sign", do: poll("?since=%2B5"), status: 400, code: hub.InvalidSince},
-		{name: "since with a space", do: poll("?since=%205"), status: 400, code: hub.InvalidSince},
-		{name: "since hex", do: poll("?since=0x10"), status: 400, code: hub.InvalidSince},
-		{name: "since too big", do: poll("?since=99999999999999999999"), status: 400, code: hub.InvalidSince},
-		{name: "since an ISO time", do: poll("?since=2026-10-23T18:40:00%2B00:00"), status: 400, code: hub.InvalidSince},
-
-		{name: "post without token", do: req("POST", "/api/chat/post"), status: 401, code: hub.Unauthorized, words: unauthorized},
-		{name: "poll without token", do: req("GET", "/api/chat/poll"), status: 401, code: hub.Unauthorized, words: unauthorized},
-		{name: "token in capitals", do: req("POST", "/api/chat/post", "X-Chat-Token", strings.ToUpper(token(0xabc))), status: 401, code: hub.Unauthorized, words: unauthorized},
-		{name: "token of 63 hex", do: req("POST", "/api/chat/post", "X-Chat-Token", token(1)[1:]), status: 401, code: hub.Unauthorized, words: unauthorized},
-		{name: "token of 65 hex", do: req("GET", "/api/chat/poll", "X-Chat-Token", token(1)+"0"), status: 401, code: hub.Unauthorized, words: unauthorized},
-		{name: "token not hex", do: req("POST", "/api/chat/post", "X-Chat-Token", strings.Repeat("g", 64)), status: 401, code: hub.Unauthorized, words: unauthorized},
-		{name: "token with a bad body", do: func(e *contractEnv, t *testing.T) answer {
-			return e.request(t, "POST", "/api/chat/post", strings.NewReader("not json"), "X-Chat-Token", "nope")
-		}, status: 401, code: hub.Unauthorized, words: unauthorized},
-
-		{name: "GET post", do: req("GET", "/api/chat/post", "X-Chat-Token", tok), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "POST"},
-		{name: "PUT post", do: req("PUT", "/api/chat/post", "X-Chat-Token", tok), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "POST"},
-		{name: "POST poll", do: req("POST", "/api/chat/poll", "X-Chat-Token", tok), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "GET"},
-		{name: "DELETE poll.php", do: req("DELETE", "/api/chat/poll.php"), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "GET"},
-		{name: "GET post.php", do: req("GET", "/api/chat/post.php"), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "POST"},
-
-		{name: "retired route, no headers", do: req("POST", "/api/debug/agent-replies.php"), status: 410, code: hub.Gone, see: "/api/chat/post"},
-		{name: "retired route, with a token", do: req("POST", "/api/debug/agent-replies.php", "X-Chat-Token", tok, "Content-Type", "application/json"), status: 410, code: hub.Gone, see: "/api/chat/post"},
-		{name: "retired route, malformed token", do: req("POST", "/api/debug/agent-replies.php", "X-Chat-Token", "x"), status: 410, code: hub.Gone, see: "/api/chat/post"},
-		{name: "retired route without .php", do: req("POST", "/api/debug/agent-replies"), status: 410, code: hub.Gone, see: "/api/chat/post"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			e := newContractEnv(t, envOptions{})
-			a := tt.do(e, t)
-			ea := checkError(t, a, tt.status, tt.code)
-			if tt.words != "" {
-				assert.Equal(t, "error words", ea.Error, tt.words)
+		poll := func(query string) func(e *contractEnv, t *testing.T) answer {
+			return func(e *contractEnv, t *testing.T) answer { return e.poll(t, tok, query) }
+		}
+		req := func(method, path string, hdr ...string) func(e *contractEnv, t *testing.T) answer {
+			return func(e *contractEnv, t *testing.T) answer {
+				return e.request(t, method, path, strings.NewReader(`{"text":"hi"}`), hdr...)
 			}
-			assert.Equal(t, "Allow", a.header.Get("Allow"), tt.allow)
-			assert.Equal(t, "see", ea.See, tt.see)
-			assert.Equal(t, "Retry-After", a.header.Get("Retry-After"), "")
-			assert.True(t, ea.RetryAfterMS == nil, "retry_after_ms on a %d", a.status)
-			assert.Equal(t, "files in the chat folder", e.chatFiles(t), []string(nil))
-			assert.Equal(t, "calls that reached the store", e.store.calls.Load(), int64(0))
-		})
-	}
+		}
+		const unauthorized = "missing or malformed X-Chat-Token"
+		tests := []struct {
+			name   string
+			do     func(e *contractEnv, t *testing.T) answer
+			status int
+			code   hub.Code
+			words  string // the frozen words, if any
+			allow  string // the Allow header of a 405
+			see    string // the "see" of a 410
+		}{
+			{name: "not JSON", do: post("hello"), status: 400, code: hub.InvalidJSON},
+			{name: "empty body", do: post(""), status: 400, code: hub.InvalidJSON},
+			{name: "JSON array", do: post(`[{"text":"hi"}]`), status: 400, code: hub.InvalidJSON},
+			{name: "JSON string", do: post(`"hi"`), status: 400, code: hub.InvalidJSON},
+			{name: "JSON null", do: post(`null`), status: 400, code: hub.InvalidJSON},
+			{name: "truncated object", do: post(`{"text":"hi"`), status: 400, code: hub.InvalidJSON},
+			{name: "two objects", do: post(`{"text":"hi"}{"text":"again"}`), status: 400, code: hub.InvalidJSON},
+
+			{name: "no text", do: post(`{"kind":"agent"}`), status: 400, code: hub.InvalidText},
+			{name: "text is a number", do: post(`{"text":5}`), status: 400, code: hub.InvalidText},
+			{name: "text is null", do: post(`{"text":null}`), status: 400, code: hub.InvalidText},
+			{name: "text is an array", do: post(`{"text":["hi"]}`), status: 400, code: hub.InvalidText},
+			{name: "empty text", do: post(`{"text":""}`), status: 400, code: hub.InvalidText},
+			{name: "white space only", do: post(`{"text":" \n\t\r "}`), status: 400, code: hub.InvalidText},
+			{name: "escaped white space only", do: post(`{"text":"\u00a0\u3000\n"}`), status: 400, code: hub.InvalidText},
+			{name: "invalid UTF-8 bytes", do: post("{\"text\":\"caf\xe9 au lait\"}"), status: 400, code: hub.InvalidText},
+			{name: "a lone continuation byte", do: post("{\"text\":\"\x80\"}"), status: 400, code: hub.InvalidText},
+			{name: "an overlong encoding", do: post("{\"text\":\"\xc0\xaf\"}"), status: 400, code: hub.InvalidText},
+			{name: "a lone high surrogate (a sliced emoji)", do: post(`{"text":"smile \ud83d"}`), status: 400, code: hub.InvalidText},
+			{name: "a lone low surrogate", do: post(`{"text":"\ude00 tail"}`), status: 400, code: hub.InvalidText},
+			{name: "a high surrogate before a letter", do: post(`{"text":"\ud83d\u0041"}`), status: 400, code: hub.InvalidText},
+
+			{name: "kind hermes", do: post(`{"text":"hi","kind":"hermes"}`), status: 400, code: hub.InvalidKind},
+			{name: "kind in capitals", do: post(`{"text":"hi","kind":"Operator"}`), status: 400, code: hub.InvalidKind},
+			{name: "kind empty", do: post(`{"text":"hi","kind":""}`), status: 400, code: hub.InvalidKind},
+			{name: "kind a number", do: post(`{"text":"hi","kind":1}`), status: 400, code: hub.InvalidKind},
+			{name: "kind unknown", do: post(`{"text":"hi","kind":"admin"}`), status: 400, code: hub.InvalidKind},
+
+			{name: "since negative", do: poll("?since=-1"), status: 400, code: hub.InvalidSince},
+			{name: "since words", do: poll("?since=yesterday"), status: 400, code: hub.InvalidSince},
+			{name: "since fraction", do: poll("?since=1.5"), status: 400, code: hub.InvalidSince},
+			{name: "since exponent", do: poll("?since=1e3"), status: 400, code: hub.InvalidSince},
+			{name: "since plus sign", do: poll("?since=%2B5"), status: 400, code: hub.InvalidSince},
+			{name: "since with a space", do: poll("?since=%205"), status: 400, code: hub.InvalidSince},
+			{name: "since hex", do: poll("?since=0x10"), status: 400, code: hub.InvalidSince},
+			{name: "since too big", do: poll("?since=99999999999999999999"), status: 400, code: hub.InvalidSince},
+			{name: "since an ISO time", do: poll("?since=2026-10-23T18:40:00%2B00:00"), status: 400, code: hub.InvalidSince},
+
+			{name: "post without token", do: req("POST", "/api/chat/post"), status: 401, code: hub.Unauthorized, words: unauthorized},
+			{name: "poll without token", do: req("GET", "/api/chat/poll"), status: 401, code: hub.Unauthorized, words: unauthorized},
+			{name: "token in capitals", do: req("POST", "/api/chat/post", "X-Chat-Token", strings.ToUpper(token(0xabc))), status: 401, code: hub.Unauthorized, words: unauthorized},
+			{name: "token of 63 hex", do: req("POST", "/api/chat/post", "X-Chat-Token", token(1)[1:]), status: 401, code: hub.Unauthorized, words: unauthorized},
+			{name: "token of 65 hex", do: req("GET", "/api/chat/poll", "X-Chat-Token", token(1)+"0"), status: 401, code: hub.Unauthorized, words: unauthorized},
+			{name: "token not hex", do: req("POST", "/api/chat/post", "X-Chat-Token", strings.Repeat("g", 64)), status: 401, code: hub.Unauthorized, words: unauthorized},
+			{name: "token with a bad body", do: func(e *contractEnv, t *testing.T) answer {
+				return e.request(t, "POST", "/api/chat/post", strings.NewReader("not json"), "X-Chat-Token", "nope")
+			}, status: 401, code: hub.Unauthorized, words: unauthorized},
+
+			{name: "GET post", do: req("GET", "/api/chat/post", "X-Chat-Token", tok), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "POST"},
+			{name: "PUT post", do: req("PUT", "/api/chat/post", "X-Chat-Token", tok), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "POST"},
+			{name: "POST poll", do: req("POST", "/api/chat/poll", "X-Chat-Token", tok), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "GET"},
+			{name: "DELETE poll.php", do: req("DELETE", "/api/chat/poll.php"), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "GET"},
+			{name: "GET post.php", do: req("GET", "/api/chat/post.php"), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "POST"},
+
+			{name: "retired route, no headers", do: req("POST", "/api/debug/agent-replies.php"), status: 410, code: hub.Gone, see: "/api/chat/post"},
+			{name: "retired route, with a token", do: req("POST", "/api/debug/agent-replies.php", "X-Chat-Token", tok, "Content-Type", "application/json"), status: 410, code: hub.Gone, see: "/api/chat/post"},
+			{name: "retired route, malformed token", do: req("POST", "/api/debug/agent-replies.php", "X-Chat-Token", "x"), status: 410, code: hub.Gone, see: "/api/chat/post"},
+			{name: "retired route without .php", do: req("POST", "/api/debug/agent-replies"), status: 410, code: hub.Gone, see: "/api/chat/post"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				e := newContractEnv(t, backend, envOptions{})
+				a := tt.do(e, t)
+				ea := checkError(t, a, tt.status, tt.code)
+				if tt.words != "" {
+					assert.Equal(t, "error words", ea.Error, tt.words)
+				}
+				assert.Equal(t, "Allow", a.header.Get("Allow"), tt.allow)
+				assert.Equal(t, "see", ea.See, tt.see)
+				assert.Equal(t, "Retry-After", a.header.Get("Retry-After"), "")
+				assert.True(t, ea.RetryAfterMS == nil, "retry_after_ms on a %d", a.status)
+				e.nothingStored(t)
+				assert.Equal(t, "calls that reached the store", e.store.calls.Load(), int64(0))
+			})
+		}
+	})
 }
 
 func TestRateLimits(t *testing.T) {
 	t.Parallel()
-	expectLimited := func(t *testing.T, a answer, wantMS int64, wantHeader string) {
-		t.Helper()
-		ea := checkError(t, a, http.StatusTooManyRequests, hub.RateLimited)
-		assert.True(t, strings.HasPrefix(ea.Error, "rate limit"), "error %q does not start with \"rate limit\"", ea.Error)
-		assert.True(t, ea.RetryAfterMS != nil, "no retry_after_ms in %s", a.body)
-		assert.Equal(t, "retry_after_ms", *ea.RetryAfterMS, wantMS)
-		assert.Equal(t, "Retry-After", a.header.Get("Retry-After"), wantHeader)
-		assert.Equal(t, "keys", topKeys(t, a.body), []string{"success", "error", "code", "retryable", "retry_after_ms"})
-	}
-
-	t.Run("per thread, sliding", func(t *testing.T) {
-		t.Parallel()
-		e := newContractEnv(t, envOptions{Windows: Windows{PerThread: 2, PerIP: 100, Window: 10 * time.Minute}})
-		e.say(t, token(1), "one")
-		e.clock.Advance(1500 * time.Millisecond)
-		e.say(t, token(1), "two")
-		e.clock.Advance(time.Second) // 2.5s after the first post
-		expectLimited(t, e.post(t, token(1), `{"text":"three"}`), 597500, "598")
-		e.say(t, token(2), "another thread is not limited")
-		e.clock.Advance(597500*time.Millisecond - 1)
-		expectLimited(t, e.post(t, token(1), `{"text":"three"}`), 1, "1")
-		e.clock.Advance(1) // the first post leaves the window
-		e.say(t, token(1), "three")
-		expectLimited(t, e.post(t, token(1), `{"text":"four"}`), 1500, "2")
-	})
-
-	t.Run("per client IP, across tokens", func(t *testing.T) {
-		t.Parallel()
-		e := newContractEnv(t, envOptions{Windows: Windows{PerThread: 100, PerIP: 3, Window: time.Minute}})
-		for i := range 3 {
-			e.say(t, token(i), "hi")
+	storetest.Run(t, func(t *testing.T, backend string) {
+		expectLimited := func(t *testing.T, a answer, wantMS int64, wantHeader string) {
+			t.Helper()
+			ea := checkError(t, a, http.StatusTooManyRequests, hub.RateLimited)
+			assert.True(t, strings.HasPrefix(ea.Error, "rate limit"), "error %q does not start with \"rate limit\"", ea.Error)
+			assert.True(t, ea.RetryAfterMS != nil, "no retry_after_ms in %s", a.body)
+			assert.Equal(t, "retry_after_ms", *ea.RetryAfterMS, wantMS)
+			assert.Equal(t, "Retry-After", a.header.Get("Retry-After"), wantHeader)
+			assert.Equal(t, "keys", topKeys(t, a.body), []string{"success", "error", "code", "retryable", "retry_after_ms"})
 		}
-		expectLimited(t, e.post(t, token(99), `{"text":"hi"}`), 60000, "60")
-	})
 
-	t.Run("refused posts do not count", func(t *testing.T) {
-		t.Parallel()
-		e := newContractEnv(t, envOptions{Windows: Windows{PerThread: 2, PerIP: 2}, MaxThreads: 1})
-		e.say(t, token(1), "one")
-		for range 3 {
-			checkError(t, e.post(t, token(1), `{"text":"  "}`), 400, hub.InvalidText)
-			checkError(t, e.post(t, token(2), `{"text":"new thread"}`), 507, hub.ThreadLimit)
-		}
-		e.say(t, token(1), "two")
-		expectLimited(t, e.post(t, token(1), `{"text":"three"}`), 600000, "600")
+		t.Run("per thread, sliding", func(t *testing.T) {
+			t.Parallel()
+			e := newContractEnv(t, backend, envOptions{Windows: Windows{PerThread: 2, PerIP: 100, Window: 10 * time.Minute}})
+			e.say(t, token(1), "one")
+			e.clock.Advance(1500 * time.Millisecond)
+			e.say(t, token(1), "two")
+			e.clock.Advance(time.Second) // 2.5s after the first post
+			expectLimited(t, e.post(t, token(1), `{"text":"three"}`), 597500, "598")
+			e.say(t, token(2), "another thread is not limited")
+			e.clock.Advance(597500*time.Millisecond - 1)
+			expectLimited(t, e.post(t, token(1), `{"text":"three"}`), 1, "1")
+			e.clock.Advance(1) // the first post leaves the window
+			e.say(t, token(1), "three")
+			expectLimited(t, e.post(t, token(1), `{"text":"four"}`), 1500, "2")
+		})
+
+		t.Run("per client IP, across tokens", func(t *testing.T) {
+			t.Parallel()
+			e := newContractEnv(t, backend, envOptions{Windows: Windows{PerThread: 100, PerIP: 3, Window: time.Minute}})
+			for i := range 3 {
+				e.say(t, token(i), "hi")
+			}
+			expectLimited(t, e.post(t, token(99), `{"text":"hi"}`), 60000, "60")
+		})
+
+		t.Run("refused posts do not count", func(t *testing.T) {
+			t.Parallel()
+			e := newContractEnv(t, backend, envOptions{Windows: Windows{PerThread: 2, PerIP: 2}, MaxThreads: 1})
+			e.say(t, token(1), "one")
+			for range 3 {
+				checkError(t, e.post(t, token(1), `{"text":"  "}`), 400, hub.InvalidText)
+				checkError(t, e.post(t, token(2), `{"text":"new thread"}`), 507, hub.ThreadLimit)
+			}
+			e.say(t, token(1), "two")
+			expectLimited(t, e.post(t, token(1), `{"text":"three"}`), 600000, "600")
+		})
 	})
 }
 
 func TestThreadLimitAnswer(t *testing.T) {
 	t.Parallel()
-	e := newContractEnv(t, envOptions{MaxThreads: 2})
-	e.say(t, token(1), "one")
-	e.say(t, token(2), "two")
-	ea := checkError(t, e.post(t, token(3), `{"text":"three"}`), http.StatusInsufficientStorage, hub.ThreadLimit)
-	assert.Equal(t, "error words", ea.Error, "thread limit reached")
-	// Existing threads keep working; the refused one has no file and polls empty.
-	e.say(t, token(1), "one again")
-	e.say(t, token(2), "two again")
-	p := decodePoll(t, e.poll(t, token(3), ""))
-	assert.Equal(t, "messages of the refused thread", len(p.Messages), 0)
-	_, err := os.Stat(filepath.Join(e.data, "chat", threadOfToken(token(3))+".json"))
-	assert.True(t, os.IsNotExist(err), "the refused thread has a file: %v", err)
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := newContractEnv(t, backend, envOptions{MaxThreads: 2})
+		e.say(t, token(1), "one")
+		e.say(t, token(2), "two")
+		ea := checkError(t, e.post(t, token(3), `{"text":"three"}`), http.StatusInsufficientStorage, hub.ThreadLimit)
+		assert.Equal(t, "error words", ea.Error, "thread limit reached")
+		// Existing threads keep working; the refused one is not stored and polls empty.
+		e.say(t, token(1), "one again")
+		e.say(t, token(2), "two again")
+		p := decodePoll(t, e.poll(t, token(3), ""))
+		assert.Equal(t, "messages of the refused thread", len(p.Messages), 0)
+		assert.True(t, !slices.Contains(e.backend.Threads(t), threadOfToken(token(3))), "the refused thread is stored")
+		if backend == storetest.File {
+			_, err := os.Stat(filepath.Join(e.data, "chat", threadOfToken(token(3))+".json"))
+			assert.True(t, os.IsNotExist(err), "the refused thread has a file: %v", err)
+		}
+	})
 }
 
 func TestPHPAliasesAndPrefix(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name   string
-		prefix string // Config.Prefix
-		mount  string // where the routes are
-		post   string
-		poll   string
-	}{
-		{"plain", "", "", "/api/chat/post", "/api/chat/poll"},
-		{".php", "", "", "/api/chat/post.php", "/api/chat/poll.php"},
-		{"post plain, poll .php", "", "", "/api/chat/post", "/api/chat/poll.php"},
-		{"prefix", "/spaces/newos4", "/spaces/newos4", "/api/chat/post", "/api/chat/poll"},
-		{"prefix with a trailing slash, .php", "/spaces/newos4/", "/spaces/newos4", "/api/chat/post.php", "/api/chat/poll.php"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			e := newContractEnv(t, envOptions{Prefix: tt.prefix})
-			tok := token(11)
-			a := e.request(t, "POST", tt.mount+tt.post, strings.NewReader(`{"text":"hi"}`), "X-Chat-Token", tok)
-			assert.Equal(t, "post status of "+a.body, a.status, http.StatusCreated)
-			p := decodePoll(t, e.request(t, "GET", tt.mount+tt.poll+"?since=0", nil, "X-Chat-Token", tok))
-			assert.Equal(t, "messages", len(p.Messages), 1)
-			checkError(t, e.request(t, "GET", tt.mount+tt.post, nil, "X-Chat-Token", tok), 405, hub.MethodNotAllowed)
-			gone := checkError(t, e.request(t, "POST", tt.mount+"/api/debug/agent-replies.php", nil), 410, hub.Gone)
-			assert.Equal(t, "see (frozen, whatever the prefix)", gone.See, "/api/chat/post")
-			assert.True(t, strings.Contains(gone.Error, tt.mount+"/api/chat/post"), "error words %q name the mounted route", gone.Error)
-			if tt.mount != "" { // nothing is served outside the prefix
-				a := e.request(t, "POST", tt.post, strings.NewReader(`{"text":"hi"}`), "X-Chat-Token", tok)
-				assert.Equal(t, "status outside the prefix", a.status, http.StatusNotFound)
-				p := decodePoll(t, e.request(t, "GET", tt.mount+tt.poll, nil, "X-Chat-Token", tok))
+	storetest.Run(t, func(t *testing.T, backend string) {
+		tests := []struct {
+			name   string
+			prefix string // Config.Prefix
+			mount  string // where the routes are
+			post   string
+			poll   string
+		}{
+			{"plain", "", "", "/api/chat/post", "/api/chat/poll"},
+			{".php", "", "", "/api/chat/post.php", "/api/chat/poll.php"},
+			{"post plain, poll .php", "", "", "/api/chat/post", "/api/chat/poll.php"},
+			{"prefix", "/spaces/newos4", "/spaces/newos4", "/api/chat/post", "/api/chat/poll"},
+			{"prefix with a trailing slash, .php", "/spaces/newos4/", "/spaces/newos4", "/api/chat/post.php", "/api/chat/poll.php"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				e := newContractEnv(t, backend, envOptions{Prefix: tt.prefix})
+				tok := token(11)
+				a := e.request(t, "POST", tt.mount+tt.post, strings.NewReader(`{"text":"hi"}`), "X-Chat-Token", tok)
+				assert.Equal(t, "post status of "+a.body, a.status, http.StatusCreated)
+				p := decodePoll(t, e.request(t, "GET", tt.mount+tt.poll+"?since=0", nil, "X-Chat-Token", tok))
 				assert.Equal(t, "messages", len(p.Messages), 1)
-			}
-		})
-	}
+				checkError(t, e.request(t, "GET", tt.mount+tt.post, nil, "X-Chat-Token", tok), 405, hub.MethodNotAllowed)
+				gone := checkError(t, e.request(t, "POST", tt.mount+"/api/debug/agent-replies.php", nil), 410, hub.Gone)
+				assert.Equal(t, "see (frozen, whatever the prefix)", gone.See, "/api/chat/post")
+				assert.True(t, strings.Contains(gone.Error, tt.mount+"/api/chat/post"), "error words %q name the mounted route", gone.Error)
+				if tt.mount != "" { // nothing is served outside the prefix
+					a := e.request(t, "POST", tt.post, strings.NewReader(`{"text":"hi"}`), "X-Chat-Token", tok)
+					assert.Equal(t, "status outside the prefix", a.status, http.StatusNotFound)
+					p := decodePoll(t, e.request(t, "GET", tt.mount+tt.poll, nil, "X-Chat-Token", tok))
+					assert.Equal(t, "messages", len(p.Messages), 1)
+				}
+			})
+		}
+	})
 }
 
 // The client IP is the TCP peer (here always 127.0.0.1); X-Forwarded-For
@@ -720,54 +771,59 @@ func TestPHPAliasesAndPrefix(t *testing.T) {
 // rate window shows which IP the server saw.
 func TestClientIPAndTrustedProxies(t *testing.T) {
 	t.Parallel()
-	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
-	type step struct {
-		xff  string
-		want int
-	}
-	tests := []struct {
-		name    string
-		trusted []netip.Prefix
-		steps   []step
-	}{
-		{"no trusted proxy: X-Forwarded-For is ignored", nil, []step{
-			{"203.0.113.1", 201},
-			{"203.0.113.2", 429}, // same peer
-			{"", 429},
-		}},
-		{"a trusted proxy: X-Forwarded-For names the client", loopback, []step{
-			{"203.0.113.1", 201},
-			{"203.0.113.2", 201},
-			{"203.0.113.1", 429},
-			{"198.51.100.7, 203.0.113.2", 429}, // the nearest hop is the client; the rest is the client's to forge
-			{"203.0.113.3, 127.0.0.2", 201},    // a chain of trusted proxies is skipped
-			{"", 201},                          // no header: the proxy itself
-			{"not-an-address", 429},            // a malformed hop trusts nothing beyond the proxy
-		}},
-		{"a proxy that is not trusted", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, []step{
-			{"203.0.113.1", 201},
-			{"203.0.113.2", 429},
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			e := newContractEnv(t, envOptions{Trusted: tt.trusted, Windows: Windows{PerThread: 100, PerIP: 1}})
-			for i, s := range tt.steps {
-				hdr := []string{"X-Chat-Token", token(100 + i)} // a new thread each time
-				if s.xff != "" {
-					hdr = append(hdr, "X-Forwarded-For", s.xff)
+	storetest.Run(t, func(t *testing.T, backend string) {
+		loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		type step struct {
+			xff  string
+			want int
+		}
+		tests := []struct {
+			name    string
+			trusted []netip.Prefix
+			steps   []step
+		}{
+			{"no trusted proxy: X-Forwarded-For is ignored", nil, []step{
+				{"203.0.113.1", 201},
+				{"203.0.113.2", 429}, // same peer
+				{"", 429},
+			}},
+			{"a trusted proxy: X-Forwarded-For names the client", loopback, []step{
+				{"203.0.113.1", 201},
+				{"203.0.113.2", 201},
+				{"203.0.113.1", 429},
+				{"198.51.100.7, 203.0.113.2", 429}, // the nearest hop is the client; the rest is the client's to forge
+				{"203.0.113.3, 127.0.0.2", 201},    // a chain of trusted proxies is skipped
+				{"", 201},                          // no header: the proxy itself
+				{"not-an-address", 429},            // a malformed hop trusts nothing beyond the proxy
+			}},
+			{"a proxy that is not trusted", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, []step{
+				{"203.0.113.1", 201},
+				{"203.0.113.2", 429},
+			}},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				e := newContractEnv(t, backend, envOptions{Trusted: tt.trusted, Windows: Windows{PerThread: 100, PerIP: 1}})
+				for i, s := range tt.steps {
+					hdr := []string{"X-Chat-Token", token(100 + i)} // a new thread each time
+					if s.xff != "" {
+						hdr = append(hdr, "X-Forwarded-For", s.xff)
+					}
+					a := e.request(t, "POST", "/api/chat/post", strings.NewReader(`{"text":"hi"}`), hdr...)
+					assert.Equal(t, fmt.Sprintf("step %d (X-Forwarded-For %q) status", i, s.xff), a.status, s.want)
 				}
-				a := e.request(t, "POST", "/api/chat/post", strings.NewReader(`{"text":"hi"}`), hdr...)
-				assert.Equal(t, fmt.Sprintf("step %d (X-Forwarded-For %q) status", i, s.xff), a.status, s.want)
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
+// TestUnreadableThread is about files: a thread document that does not
+// parse (the Redis store writes each message whole, in one script, and has
+// no document to corrupt). File store only.
 func TestUnreadableThread(t *testing.T) {
 	t.Parallel()
-	e := newContractEnv(t, envOptions{})
+	e := newContractEnv(t, storetest.File, envOptions{})
 	bad, good := token(21), token(22)
 	e.say(t, good, "before")
 	path := filepath.Join(e.data, "chat", threadOfToken(bad)+".json")
@@ -788,9 +844,12 @@ func TestUnreadableThread(t *testing.T) {
 	assert.Equal(t, "other thread", len(p.Messages), 2)
 }
 
+// TestNothingServedFromTheDataFolder is about files: no path serves the
+// data folder's documents or lock files. File store only (Redis data has
+// no path to guess).
 func TestNothingServedFromTheDataFolder(t *testing.T) {
 	t.Parallel()
-	e := newContractEnv(t, envOptions{})
+	e := newContractEnv(t, storetest.File, envOptions{})
 	tok := token(31)
 	thread := threadOfToken(tok)
 	const marker = "only-in-the-thread-file-7f3a"
@@ -823,11 +882,13 @@ func TestNothingServedFromTheDataFolder(t *testing.T) {
 
 func TestUnknownAPIRoute(t *testing.T) {
 	t.Parallel()
-	e := newContractEnv(t, envOptions{})
-	a := e.request(t, "GET", "/api/chat/nothing-here", nil, "X-Chat-Token", token(1))
-	assert.Equal(t, "status", a.status, http.StatusNotFound)
-	var ea errorAnswer
-	assert.Success(t, json.Unmarshal([]byte(a.body), &ea))
-	assert.Equal(t, "code", ea.Code, string(hub.NotFound))
-	assert.True(t, !bytes.Contains([]byte(a.body), []byte("<html")), "a JSON API answers JSON: %s", a.body)
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := newContractEnv(t, backend, envOptions{})
+		a := e.request(t, "GET", "/api/chat/nothing-here", nil, "X-Chat-Token", token(1))
+		assert.Equal(t, "status", a.status, http.StatusNotFound)
+		var ea errorAnswer
+		assert.Success(t, json.Unmarshal([]byte(a.body), &ea))
+		assert.Equal(t, "code", ea.Code, string(hub.NotFound))
+		assert.True(t, !bytes.Contains([]byte(a.body), []byte("<html")), "a JSON API answers JSON: %s", a.body)
+	})
 }
