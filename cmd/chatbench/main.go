@@ -316,6 +316,9 @@ func (r *result) cpu(u *usage, per string, n int64) {
 		}
 	}
 	r.add("bench_cpu_s", round(u.Self.Seconds(), 2), fmt.Sprintf("%.2fs(%.0f%%)", u.Self.Seconds(), share(u.Self)))
+	if u.Children > 0 {
+		r.add("child_cpu_s", round(u.Children.Seconds(), 2), fmt.Sprintf("%.2fs(%.0f%%)", u.Children.Seconds(), share(u.Children)))
+	}
 	if u.ServerOK {
 		r.add("other_cpu_s", round(u.Others.Seconds(), 2), fmt.Sprintf("%.2fs(%.0f%%)", u.Others.Seconds(), share(u.Others)))
 		if share(u.Others) > 30 {

@@ -37,8 +37,31 @@ func parseStatCPU(b []byte) (time.Duration, error) {
 	if len(f) < 13 {
 		return 0, errors.New("stat: too few fields")
 	}
+	return sumTicks(f[11:13])
+}
+
+// procChildCPU returns the user+system CPU time of the waited-for children
+// of this process (cutime and cstime, fields 16 and 17 of /proc/self/stat):
+// the chatrelay reply processes of S6.
+func procChildCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("stat: no ')'")
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 15 {
+		return 0, errors.New("stat: too few fields")
+	}
+	return sumTicks(f[13:15])
+}
+
+func sumTicks(f [][]byte) (time.Duration, error) {
 	var total time.Duration
-	for _, s := range f[11:13] {
+	for _, s := range f {
 		n, err := strconv.ParseInt(string(s), 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("stat: %w", err)
@@ -80,8 +103,10 @@ type usage struct {
 	self0     time.Duration
 	srv0      time.Duration
 	busy0     time.Duration
+	child0    time.Duration
 
 	Wall, Self, Server time.Duration
+	Children           time.Duration // processes the tool ran and waited for (S6)
 	ServerOK           bool
 	// Others is the CPU that neither the tool nor the server used while
 	// the phase ran (other jobs, kernel threads): it should be near 0.
@@ -92,6 +117,7 @@ func startUsage(serverPID string) *usage {
 	u := &usage{serverPID: serverPID, wall0: time.Now()}
 	u.busy0, _ = machineBusy()
 	u.self0, _ = procCPU("self")
+	u.child0, _ = procChildCPU()
 	if serverPID != "" {
 		u.srv0, _ = procCPU(serverPID)
 	}
@@ -107,8 +133,11 @@ func (u *usage) stop() {
 			u.Server, u.ServerOK = srv-u.srv0, true
 		}
 	}
+	if child, err := procChildCPU(); err == nil {
+		u.Children = child - u.child0
+	}
 	if busy, err := machineBusy(); err == nil && u.ServerOK {
-		u.Others = max(busy-u.busy0-u.Self-u.Server, 0)
+		u.Others = max(busy-u.busy0-u.Self-u.Server-u.Children, 0)
 	}
 }
 
