@@ -28,20 +28,23 @@ import (
 
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
-// pushEnv is a real server on loopback: a file store in a temp dir, the
-// transport, its change feed running, and an HTTP client of its own.
+// pushEnv is a real server on loopback: a store of one backend (a file
+// store in a temp dir, or a Redis store under a key prefix of its own),
+// the transport, its change feed running, and an HTTP client of its own.
 type pushEnv struct {
-	t      testing.TB
-	dir    string
-	store  *store.File
-	srv    *transport.Server
-	ts     *httptest.Server
-	client *http.Client
-	stop   func() // ends everything; idempotent
+	t       testing.TB
+	backend *storetest.Backend
+	dir     string // the file store's data folder; "" on Redis
+	store   store.Store
+	srv     *transport.Server
+	ts      *httptest.Server
+	client  *http.Client
+	stop    func() // ends everything; idempotent
 
 	stopFeed func() // stops Run and waits for it
 }
@@ -63,7 +66,17 @@ func (e *pushEnv) startFeed() {
 }
 
 type pushOptions struct {
-	file   store.FileOptions
+	backend string             // storetest.File (the default) or storetest.Redis
+	on      *storetest.Backend // a store already open (a node's own view of shared data); overrides backend
+	store   storetest.Options
+	// windows are the rate windows; zero: too wide to matter.
+	windows transport.Windows
+	// streamsThread and streamsIP bound the open streams; zero: the
+	// transport's defaults (20 and 200).
+	streamsThread, streamsIP int
+	// On Redis the rate windows and the stream limits are Redis's, shared
+	// by every node of the store, as serve sets them up; config may
+	// replace them.
 	config func(*transport.Config)
 	http   func(*http.Server)
 	// listener wraps the server's listener (for socket options).
@@ -76,16 +89,26 @@ var testTicketKey = bytes.Repeat([]byte{7}, 32)
 // startPush starts a server; t.Cleanup shuts it down.
 func startPush(t testing.TB, o pushOptions) *pushEnv {
 	t.Helper()
-	dir := t.TempDir()
-	o.file.NoFsync = true
-	o.file.Log = slog.New(slog.DiscardHandler)
-	st, err := store.OpenFile(dir, o.file)
-	assert.Success(t, err)
+	be := o.on
+	if be == nil {
+		if o.backend == "" {
+			o.backend = storetest.File
+		}
+		be = storetest.Open(t, o.backend, o.store)
+	}
+	st := be.Store
+	if o.windows == (transport.Windows{}) {
+		o.windows = transport.Windows{PerThread: 100000, PerIP: 100000}
+	}
 	cfg := transport.Config{
 		Store:     st,
-		Limiter:   transport.NewMemoryLimiter(transport.Windows{PerThread: 100000, PerIP: 100000}, nil),
+		Limiter:   transport.NewMemoryLimiter(o.windows, o.store.Now),
+		Streams:   transport.NewMemoryStreams(o.streamsThread, o.streamsIP),
 		TicketKey: testTicketKey,
 		Log:       slog.New(slog.DiscardHandler),
+	}
+	if rate, streams, ok := be.SharedLimiters(o.windows.PerThread, o.windows.PerIP, o.windows.Window, o.streamsThread, o.streamsIP); ok {
+		cfg.Limiter, cfg.Streams = rate, streams
 	}
 	if o.config != nil {
 		o.config(&cfg)
@@ -100,7 +123,7 @@ func startPush(t testing.TB, o pushOptions) *pushEnv {
 	}
 	ts.Start()
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
-	e := &pushEnv{t: t, dir: dir, store: st, srv: srv, ts: ts, client: &http.Client{Transport: tr}}
+	e := &pushEnv{t: t, backend: be, dir: be.Dir, store: st, srv: srv, ts: ts, client: &http.Client{Transport: tr}}
 	e.startFeed()
 	select {
 	case <-srv.Ready():
@@ -513,11 +536,13 @@ func mustBinary(t testing.TB) string {
 	return bin
 }
 
-// cliReply runs "chatrelay reply" against the env's data folder and returns
-// the stored message's epoch. fsync is "always" or "never".
+// cliReply runs "chatrelay reply" against the env's store (--data, or
+// --store redis://… --redis-prefix) and returns the stored message's
+// epoch. fsync is "always" or "never" (the file store's).
 func (e *pushEnv) cliReply(ctx context.Context, bin, fsync, thread, text string) (int64, error) {
-	cmd := exec.CommandContext(ctx, bin, "reply", "--data", e.dir, "--fsync", fsync, thread, text)
-	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=")
+	args := append([]string{"reply"}, e.backend.CLIArgs()...)
+	cmd := exec.CommandContext(ctx, bin, append(args, "--fsync", fsync, thread, text)...)
+	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=", "CHATRELAY_REDIS_PREFIX=")
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError

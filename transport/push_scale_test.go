@@ -8,23 +8,28 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
-	"github.com/chatrelay/chatrelay/transport"
+	"github.com/chatrelay/chatrelay/internal/storetest"
 )
 
 // TestThousandSubscribers: 1 000 open streams, one SSE and one WebSocket on
 // each of 500 threads; every stream gets every message posted to its
-// thread, in order, before anything else.
+// thread, in order, before anything else. On Redis the same test runs with
+// the streams' leases and the rate windows in Redis too.
 //
 // Not parallel: with -race a process may hold at most 8128 goroutines, and
-// this test alone uses about 3 000.
+// this test alone uses about 3 000. The subtests run one after the other.
 func TestThousandSubscribers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1 000 streams; skipped with -short")
 	}
-	const threads, perThread = 500, 2
-	e := startPush(t, pushOptions{config: func(c *transport.Config) {
-		c.Streams = transport.NewMemoryStreams(20, 2*threads)
-	}})
+	for _, backend := range storetest.Backends() {
+		t.Run(backend, func(t *testing.T) { thousandSubscribers(t, backend, 500) })
+	}
+}
+
+func thousandSubscribers(t *testing.T, backend string, threads int) {
+	const perThread = 2
+	e := startPush(t, pushOptions{backend: backend, streamsThread: 20, streamsIP: 2 * threads})
 	sse := make([]*sseStream, threads)
 	ws := make([]*websocket.Conn, threads)
 	for i := range threads {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -53,160 +54,162 @@ func smallReadClient() *http.Client {
 // the last message it got and misses nothing.
 func TestSlowSubscriberIsDropped(t *testing.T) {
 	t.Parallel()
-	drops := make(chan error, 16)
-	h := hub.New(8)
-	h.OnDrop(func(err error) {
-		select {
-		case drops <- err:
-		default:
+	storetest.Run(t, func(t *testing.T, backend string) {
+		drops := make(chan error, 16)
+		h := hub.New(8)
+		h.OnDrop(func(err error) {
+			select {
+			case drops <- err:
+			default:
+			}
+		})
+		e := startPush(t, pushOptions{backend: backend,
+			config:   func(c *transport.Config) { c.Hub = h },
+			listener: func(l net.Listener) net.Listener { return smallBuffers{l} },
+		})
+		tok := tokenN(1)
+		first := e.mustPost(tok, "start")
+		since := "?since=" + strconv.FormatInt(first.Epoch, 10)
+
+		// The slow ones read their ready frame, then nothing.
+		slow := &pushEnv{t: t, ts: e.ts, client: smallReadClient()}
+		slowSSE := slow.mustSSE("/api/chat/stream"+since, tok, nil)
+		assert.Equal(t, "slow SSE ready", slowSSE.nextEvent(t).Event, "ready")
+		slowWS := slow.mustWS("/api/chat/ws"+since, tok)
+		assert.Equal(t, "slow WS ready", nextWS(t, slowWS).Type, "ready")
+
+		// The fast ones hand over every epoch they get.
+		fastSSE := e.mustSSE("/api/chat/stream"+since, tok, nil)
+		assert.Equal(t, "fast SSE ready", fastSSE.nextEvent(t).Event, "ready")
+		fastWS := e.mustWS("/api/chat/ws"+since, tok)
+		assert.Equal(t, "fast WS ready", nextWS(t, fastWS).Type, "ready")
+		sseGot, wsGot := make(chan int64, 1024), make(chan int64, 1024)
+		go func() {
+			defer close(sseGot)
+			for {
+				f, err := fastSSE.NextEvent()
+				if err != nil {
+					return
+				}
+				n, _ := strconv.ParseInt(f.ID, 10, 64)
+				sseGot <- n
+			}
+		}()
+		go func() {
+			defer close(wsGot)
+			for {
+				f, err := readWS(context.Background(), fastWS)
+				if err != nil {
+					return
+				}
+				var m message
+				if json.Unmarshal(f.Message, &m) != nil {
+					return
+				}
+				wsGot <- m.Epoch
+			}
+		}()
+		var worst time.Duration
+		await := func(name string, got <-chan int64, epoch int64, posted time.Time) {
+			t.Helper()
+			timer := time.NewTimer(5 * time.Second)
+			defer timer.Stop()
+			select {
+			case n, ok := <-got:
+				assert.True(t, ok, "the fast %s stream ended", name)
+				assert.Equal(t, "fast "+name+" epoch", n, epoch)
+				worst = max(worst, time.Since(posted))
+			case <-timer.C:
+				t.Fatalf("the fast %s client did not get message %d within 5s", name, epoch)
+			}
 		}
-	})
-	e := startPush(t, pushOptions{
-		config:   func(c *transport.Config) { c.Hub = h },
-		listener: func(l net.Listener) net.Listener { return smallBuffers{l} },
-	})
-	tok := tokenN(1)
-	first := e.mustPost(tok, "start")
-	since := "?since=" + strconv.FormatInt(first.Epoch, 10)
+		post := func(i int) int64 {
+			at := time.Now()
+			m := e.mustPost(tok, strconv.Itoa(i)+" "+strings.Repeat("x", 3990))
+			await("SSE", sseGot, m.Epoch, at)
+			await("WS", wsGot, m.Epoch, at)
+			return m.Epoch
+		}
 
-	// The slow ones read their ready frame, then nothing.
-	slow := &pushEnv{t: t, ts: e.ts, client: smallReadClient()}
-	slowSSE := slow.mustSSE("/api/chat/stream"+since, tok, nil)
-	assert.Equal(t, "slow SSE ready", slowSSE.nextEvent(t).Event, "ready")
-	slowWS := slow.mustWS("/api/chat/ws"+since, tok)
-	assert.Equal(t, "slow WS ready", nextWS(t, slowWS).Type, "ready")
+		var reasons []error
+		posts := 0
+		for len(reasons) < 2 {
+			if posts++; posts > 400 {
+				t.Fatalf("400 messages of 4 KB did not fill the queues of the clients that do not read (dropped: %v)", reasons)
+			}
+			post(posts)
+			for len(drops) > 0 {
+				reasons = append(reasons, <-drops)
+			}
+		}
+		var last int64
+		for i := range 5 {
+			last = post(posts + 1 + i)
+		}
+		t.Logf("slow clients dropped after %d messages; fast clients got each of %d within %v", posts, posts+5, worst)
+		for _, r := range reasons {
+			assert.ErrorIs(t, r, hub.ErrSlow)
+		}
+		assert.Equal(t, "subscribers left", h.Subscribers(), 2)
 
-	// The fast ones hand over every epoch they get.
-	fastSSE := e.mustSSE("/api/chat/stream"+since, tok, nil)
-	assert.Equal(t, "fast SSE ready", fastSSE.nextEvent(t).Event, "ready")
-	fastWS := e.mustWS("/api/chat/ws"+since, tok)
-	assert.Equal(t, "fast WS ready", nextWS(t, fastWS).Type, "ready")
-	sseGot, wsGot := make(chan int64, 1024), make(chan int64, 1024)
-	go func() {
-		defer close(sseGot)
+		all := e.poll(tok, first.Epoch).Messages
+		assert.Equal(t, "stored", len(all), posts+5)
+		assert.Equal(t, "newest", decodeMessage(t, all[len(all)-1]).Epoch, last)
+		// prefix checks that got is the start of all, in order, once each, and
+		// not all of it (the client was dropped).
+		prefix := func(name string, got []int64) {
+			t.Helper()
+			assert.True(t, len(got) < len(all), "the slow %s client got every message: it was not cut off", name)
+			for i, n := range got {
+				assert.Equal(t, "slow "+name+" message "+strconv.Itoa(i), n, decodeMessage(t, all[i]).Epoch)
+			}
+		}
+
+		// The slow SSE client reads what was sent before the drop; then its
+		// stream ends, and resuming from its Last-Event-ID gives the rest.
+		got := within(t, 15*time.Second, "the slow SSE stream to end", slowSSE.Close, func() ([]int64, error) {
+			var got []int64
+			for {
+				f, err := slowSSE.NextEvent()
+				if err != nil {
+					return got, nil // ended, as it should
+				}
+				n, _ := strconv.ParseInt(f.ID, 10, 64)
+				got = append(got, n)
+			}
+		})
+		prefix("SSE", got)
+		resume := first.Epoch
+		if len(got) > 0 {
+			resume = got[len(got)-1]
+		}
+		again := e.mustSSE("/api/chat/stream", tok, map[string]string{"Last-Event-ID": strconv.FormatInt(resume, 10)})
+		assert.Equal(t, "resumed SSE ready", again.nextEvent(t).Event, "ready")
+		expectMessages(t, again, all[len(got):])
+
+		// The slow WebSocket client likewise, and its close status says "try
+		// again later".
+		var wgot []int64
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
 		for {
-			f, err := fastSSE.NextEvent()
+			f, err := readWS(ctx, slowWS)
 			if err != nil {
-				return
+				assert.True(t, ctx.Err() == nil, "the slow WebSocket was not closed within 15s")
+				assert.Equal(t, "slow WS close status", websocket.CloseStatus(err), websocket.StatusTryAgainLater)
+				break
 			}
-			n, _ := strconv.ParseInt(f.ID, 10, 64)
-			sseGot <- n
+			wgot = append(wgot, decodeMessage(t, f.Message).Epoch)
 		}
-	}()
-	go func() {
-		defer close(wsGot)
-		for {
-			f, err := readWS(context.Background(), fastWS)
-			if err != nil {
-				return
-			}
-			var m message
-			if json.Unmarshal(f.Message, &m) != nil {
-				return
-			}
-			wsGot <- m.Epoch
+		prefix("WS", wgot)
+		resume = first.Epoch
+		if len(wgot) > 0 {
+			resume = wgot[len(wgot)-1]
 		}
-	}()
-	var worst time.Duration
-	await := func(name string, got <-chan int64, epoch int64, posted time.Time) {
-		t.Helper()
-		timer := time.NewTimer(5 * time.Second)
-		defer timer.Stop()
-		select {
-		case n, ok := <-got:
-			assert.True(t, ok, "the fast %s stream ended", name)
-			assert.Equal(t, "fast "+name+" epoch", n, epoch)
-			worst = max(worst, time.Since(posted))
-		case <-timer.C:
-			t.Fatalf("the fast %s client did not get message %d within 5s", name, epoch)
-		}
-	}
-	post := func(i int) int64 {
-		at := time.Now()
-		m := e.mustPost(tok, strconv.Itoa(i)+" "+strings.Repeat("x", 3990))
-		await("SSE", sseGot, m.Epoch, at)
-		await("WS", wsGot, m.Epoch, at)
-		return m.Epoch
-	}
-
-	var reasons []error
-	posts := 0
-	for len(reasons) < 2 {
-		if posts++; posts > 400 {
-			t.Fatalf("400 messages of 4 KB did not fill the queues of the clients that do not read (dropped: %v)", reasons)
-		}
-		post(posts)
-		for len(drops) > 0 {
-			reasons = append(reasons, <-drops)
-		}
-	}
-	var last int64
-	for i := range 5 {
-		last = post(posts + 1 + i)
-	}
-	t.Logf("slow clients dropped after %d messages; fast clients got each of %d within %v", posts, posts+5, worst)
-	for _, r := range reasons {
-		assert.ErrorIs(t, r, hub.ErrSlow)
-	}
-	assert.Equal(t, "subscribers left", h.Subscribers(), 2)
-
-	all := e.poll(tok, first.Epoch).Messages
-	assert.Equal(t, "stored", len(all), posts+5)
-	assert.Equal(t, "newest", decodeMessage(t, all[len(all)-1]).Epoch, last)
-	// prefix checks that got is the start of all, in order, once each, and
-	// not all of it (the client was dropped).
-	prefix := func(name string, got []int64) {
-		t.Helper()
-		assert.True(t, len(got) < len(all), "the slow %s client got every message: it was not cut off", name)
-		for i, n := range got {
-			assert.Equal(t, "slow "+name+" message "+strconv.Itoa(i), n, decodeMessage(t, all[i]).Epoch)
-		}
-	}
-
-	// The slow SSE client reads what was sent before the drop; then its
-	// stream ends, and resuming from its Last-Event-ID gives the rest.
-	got := within(t, 15*time.Second, "the slow SSE stream to end", slowSSE.Close, func() ([]int64, error) {
-		var got []int64
-		for {
-			f, err := slowSSE.NextEvent()
-			if err != nil {
-				return got, nil // ended, as it should
-			}
-			n, _ := strconv.ParseInt(f.ID, 10, 64)
-			got = append(got, n)
-		}
+		wagain := e.mustWS("/api/chat/ws?since="+strconv.FormatInt(resume, 10), tok)
+		assert.Equal(t, "resumed WS ready", nextWS(t, wagain).Type, "ready")
+		expectWSMessages(t, wagain, all[len(wgot):])
 	})
-	prefix("SSE", got)
-	resume := first.Epoch
-	if len(got) > 0 {
-		resume = got[len(got)-1]
-	}
-	again := e.mustSSE("/api/chat/stream", tok, map[string]string{"Last-Event-ID": strconv.FormatInt(resume, 10)})
-	assert.Equal(t, "resumed SSE ready", again.nextEvent(t).Event, "ready")
-	expectMessages(t, again, all[len(got):])
-
-	// The slow WebSocket client likewise, and its close status says "try
-	// again later".
-	var wgot []int64
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	for {
-		f, err := readWS(ctx, slowWS)
-		if err != nil {
-			assert.True(t, ctx.Err() == nil, "the slow WebSocket was not closed within 15s")
-			assert.Equal(t, "slow WS close status", websocket.CloseStatus(err), websocket.StatusTryAgainLater)
-			break
-		}
-		wgot = append(wgot, decodeMessage(t, f.Message).Epoch)
-	}
-	prefix("WS", wgot)
-	resume = first.Epoch
-	if len(wgot) > 0 {
-		resume = wgot[len(wgot)-1]
-	}
-	wagain := e.mustWS("/api/chat/ws?since="+strconv.FormatInt(resume, 10), tok)
-	assert.Equal(t, "resumed WS ready", nextWS(t, wagain).Type, "ready")
-	expectWSMessages(t, wagain, all[len(wgot):])
 }
 
 // TestShutdownWithStuckClients: clients that stopped reading, an SSE and a
@@ -216,64 +219,66 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 // end and 1001, and the stuck clients' streams end too.
 func TestShutdownWithStuckClients(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{listener: func(l net.Listener) net.Listener { return smallBuffers{l} }})
-	tok := tokenN(1)
-	stuck := &pushEnv{t: t, ts: e.ts, client: smallReadClient()}
-	stuckSSE := stuck.mustSSE("/api/chat/stream", tok, nil)
-	assert.Equal(t, "stuck SSE ready", stuckSSE.nextEvent(t).Event, "ready")
-	stuckWS := stuck.mustWS("/api/chat/ws", tok)
-	assert.Equal(t, "stuck WS ready", nextWS(t, stuckWS).Type, "ready")
-	silentWS := e.mustWS("/api/chat/ws", tokenN(2))
-	assert.Equal(t, "silent WS ready", nextWS(t, silentWS).Type, "ready")
-	healthySSE := e.mustSSE("/api/chat/stream", tokenN(3), nil)
-	assert.Equal(t, "healthy SSE ready", healthySSE.nextEvent(t).Event, "ready")
-	healthyWS := e.mustWS("/api/chat/ws", tokenN(3))
-	assert.Equal(t, "healthy WS ready", nextWS(t, healthyWS).Type, "ready")
-	// Enough 4 KB messages to fill the stuck clients' buffers, not their
-	// hub queues (64): their handlers are left blocked in a write.
-	for i := range 40 {
-		e.mustPost(tok, strconv.Itoa(i)+" "+strings.Repeat("x", 3990))
-	}
-	healthyEnd := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := healthySSE.Next(); err != nil {
-				healthyEnd <- err
-				return
-			}
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend, listener: func(l net.Listener) net.Listener { return smallBuffers{l} }})
+		tok := tokenN(1)
+		stuck := &pushEnv{t: t, ts: e.ts, client: smallReadClient()}
+		stuckSSE := stuck.mustSSE("/api/chat/stream", tok, nil)
+		assert.Equal(t, "stuck SSE ready", stuckSSE.nextEvent(t).Event, "ready")
+		stuckWS := stuck.mustWS("/api/chat/ws", tok)
+		assert.Equal(t, "stuck WS ready", nextWS(t, stuckWS).Type, "ready")
+		silentWS := e.mustWS("/api/chat/ws", tokenN(2))
+		assert.Equal(t, "silent WS ready", nextWS(t, silentWS).Type, "ready")
+		healthySSE := e.mustSSE("/api/chat/stream", tokenN(3), nil)
+		assert.Equal(t, "healthy SSE ready", healthySSE.nextEvent(t).Event, "ready")
+		healthyWS := e.mustWS("/api/chat/ws", tokenN(3))
+		assert.Equal(t, "healthy WS ready", nextWS(t, healthyWS).Type, "ready")
+		// Enough 4 KB messages to fill the stuck clients' buffers, not their
+		// hub queues (64): their handlers are left blocked in a write.
+		for i := range 40 {
+			e.mustPost(tok, strconv.Itoa(i)+" "+strings.Repeat("x", 3990))
 		}
-	}()
-	healthyWSEnd := make(chan websocket.StatusCode, 1)
-	go func() {
-		for {
-			if _, _, err := healthyWS.Read(context.Background()); err != nil {
-				healthyWSEnd <- websocket.CloseStatus(err)
-				return
+		healthyEnd := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := healthySSE.Next(); err != nil {
+					healthyEnd <- err
+					return
+				}
 			}
-		}
-	}()
+		}()
+		healthyWSEnd := make(chan websocket.StatusCode, 1)
+		go func() {
+			for {
+				if _, _, err := healthyWS.Read(context.Background()); err != nil {
+					healthyWSEnd <- websocket.CloseStatus(err)
+					return
+				}
+			}
+		}()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	start := time.Now()
-	assert.Success(t, e.srv.Shutdown(ctx))
-	t.Logf("Shutdown with stuck clients took %v", time.Since(start))
-	assert.ErrorIs(t, <-healthyEnd, io.EOF)
-	assert.Equal(t, "healthy WS close status", <-healthyWSEnd, websocket.StatusGoingAway)
-	// The stuck clients, reading at last, find their streams ended.
-	within(t, 5*time.Second, "the stuck SSE stream to end", stuckSSE.Close, func() (int, error) {
-		for {
-			if _, err := stuckSSE.Next(); err != nil {
-				return 0, nil
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		assert.Success(t, e.srv.Shutdown(ctx))
+		t.Logf("Shutdown with stuck clients took %v", time.Since(start))
+		assert.ErrorIs(t, <-healthyEnd, io.EOF)
+		assert.Equal(t, "healthy WS close status", <-healthyWSEnd, websocket.StatusGoingAway)
+		// The stuck clients, reading at last, find their streams ended.
+		within(t, 5*time.Second, "the stuck SSE stream to end", stuckSSE.Close, func() (int, error) {
+			for {
+				if _, err := stuckSSE.Next(); err != nil {
+					return 0, nil
+				}
 			}
-		}
+		})
+		wsCloseStatus(t, stuckWS, 5*time.Second)
+		wsCloseStatus(t, silentWS, 5*time.Second)
+		// New streams are refused while the server shuts down.
+		s, resp, body, err := e.openSSE(ctx, "/api/chat/stream", tok, nil)
+		assert.Success(t, err)
+		assert.True(t, s == nil && resp.StatusCode == http.StatusServiceUnavailable, "a stream during shutdown: %d %s", resp.StatusCode, body)
+		c := e.mustWS("/api/chat/ws", tok)
+		assert.Equal(t, "a WebSocket during shutdown", wsCloseStatus(t, c, 5*time.Second), websocket.StatusTryAgainLater)
 	})
-	wsCloseStatus(t, stuckWS, 5*time.Second)
-	wsCloseStatus(t, silentWS, 5*time.Second)
-	// New streams are refused while the server shuts down.
-	s, resp, body, err := e.openSSE(ctx, "/api/chat/stream", tok, nil)
-	assert.Success(t, err)
-	assert.True(t, s == nil && resp.StatusCode == http.StatusServiceUnavailable, "a stream during shutdown: %d %s", resp.StatusCode, body)
-	c := e.mustWS("/api/chat/ws", tok)
-	assert.Equal(t, "a WebSocket during shutdown", wsCloseStatus(t, c, 5*time.Second), websocket.StatusTryAgainLater)
 }

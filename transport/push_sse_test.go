@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
 )
@@ -41,217 +43,275 @@ func expectMessages(t testing.TB, s *sseStream, want []json.RawMessage) {
 
 func TestSSEStream(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{})
-	tok := tokenN(1)
-	first := e.mustPost(tok, "one")
-	e.mustPost(tok, "two <b>&</b>")
-	e.mustPost(tok, "three\nlines")
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend})
+		tok := tokenN(1)
+		first := e.mustPost(tok, "one")
+		e.mustPost(tok, "two <b>&</b>")
+		e.mustPost(tok, "three\nlines")
 
-	s := e.mustSSE("/api/chat/stream?since="+strconv.FormatInt(first.Epoch, 10), tok, nil)
-	h := s.resp.Header
-	assert.Equal(t, "Content-Type", h.Get("Content-Type"), "text/event-stream")
-	assert.Equal(t, "Cache-Control", h.Get("Cache-Control"), "no-cache, no-transform")
-	assert.Equal(t, "X-Accel-Buffering", h.Get("X-Accel-Buffering"), "no")
+		s := e.mustSSE("/api/chat/stream?since="+strconv.FormatInt(first.Epoch, 10), tok, nil)
+		h := s.resp.Header
+		assert.Equal(t, "Content-Type", h.Get("Content-Type"), "text/event-stream")
+		assert.Equal(t, "Cache-Control", h.Get("Cache-Control"), "no-cache, no-transform")
+		assert.Equal(t, "X-Accel-Buffering", h.Get("X-Accel-Buffering"), "no")
 
-	hint, err := s.Next()
-	assert.Success(t, err)
-	assert.Equal(t, "retry hint", hint.Retry, "2000")
-	ready := s.nextEvent(t)
-	assert.Equal(t, "first event", ready.Event, "ready")
-	assert.True(t, !ready.HasID, "the ready event has an id line (%q): it would reset the browser's Last-Event-ID", ready.ID)
-	page := e.poll(tok, 0)
-	assert.Equal(t, "ready data", decodeReady(t, ready.Data), readyData{Thread: threadN(1), Cursor: page.Cursor, Awaiting: true})
+		hint, err := s.Next()
+		assert.Success(t, err)
+		assert.Equal(t, "retry hint", hint.Retry, "2000")
+		ready := s.nextEvent(t)
+		assert.Equal(t, "first event", ready.Event, "ready")
+		assert.True(t, !ready.HasID, "the ready event has an id line (%q): it would reset the browser's Last-Event-ID", ready.ID)
+		page := e.poll(tok, 0)
+		assert.Equal(t, "ready data", decodeReady(t, ready.Data), readyData{Thread: threadN(1), Cursor: page.Cursor, Awaiting: true})
 
-	// The backlog after the cursor, byte for byte the poll's objects.
-	expectMessages(t, s, page.Messages[1:])
+		// The backlog after the cursor, byte for byte the poll's objects.
+		expectMessages(t, s, page.Messages[1:])
 
-	// Live: a message to another thread is not sent; this thread's are.
-	e.mustPost(tokenN(2), "elsewhere")
-	live := e.mustPost(tok, "four")
-	expectMessages(t, s, e.poll(tok, live.Epoch-1).Messages)
+		// Live: a message to another thread is not sent; this thread's are.
+		e.mustPost(tokenN(2), "elsewhere")
+		live := e.mustPost(tok, "four")
+		expectMessages(t, s, e.poll(tok, live.Epoch-1).Messages)
+	})
 }
 
 func TestSSEResume(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{})
-	tok := tokenN(1)
-	for i := range 55 {
-		e.mustPost(tok, "message "+strconv.Itoa(i))
-	}
-	// Each case posts one live message, so positions count from the end.
-	for _, tc := range []struct {
-		name string
-		// since and lastEventID give the cursors by position in every
-		// retained message (-1: not sent, -2: "0"); from is the position
-		// of the first message expected.
-		since, lastEventID int
-		from               func(n int) int
-	}{
-		{"no cursor: the newest 50", -1, -1, func(n int) int { return n - 50 }},
-		{"since=0: the newest 50", -2, -1, func(n int) int { return n - 50 }},
-		{"since: everything after it", 2, -1, func(int) int { return 3 }},
-		{"Last-Event-ID", -1, 50, func(int) int { return 51 }},
-		{"Last-Event-ID wins over since", 1, 52, func(int) int { return 53 }},
-		{"Last-Event-ID 0 wins over since", 1, -2, func(n int) int { return n - 50 }},
-		{"cursor at the newest: nothing", -3, -1, func(n int) int { return n }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			all := e.poll(tok, 1).Messages // since=1: every retained message
-			cursor := func(i int) string {
-				switch i {
-				case -2:
-					return "0"
-				case -3:
-					i = len(all) - 1
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend})
+		tok := tokenN(1)
+		for i := range 55 {
+			e.mustPost(tok, "message "+strconv.Itoa(i))
+		}
+		// Each case posts one live message, so positions count from the end.
+		for _, tc := range []struct {
+			name string
+			// since and lastEventID give the cursors by position in every
+			// retained message (-1: not sent, -2: "0"); from is the position
+			// of the first message expected.
+			since, lastEventID int
+			from               func(n int) int
+		}{
+			{"no cursor: the newest 50", -1, -1, func(n int) int { return n - 50 }},
+			{"since=0: the newest 50", -2, -1, func(n int) int { return n - 50 }},
+			{"since: everything after it", 2, -1, func(int) int { return 3 }},
+			{"Last-Event-ID", -1, 50, func(int) int { return 51 }},
+			{"Last-Event-ID wins over since", 1, 52, func(int) int { return 53 }},
+			{"Last-Event-ID 0 wins over since", 1, -2, func(n int) int { return n - 50 }},
+			{"cursor at the newest: nothing", -3, -1, func(n int) int { return n }},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				all := e.poll(tok, 1).Messages // since=1: every retained message
+				cursor := func(i int) string {
+					switch i {
+					case -2:
+						return "0"
+					case -3:
+						i = len(all) - 1
+					}
+					return strconv.FormatInt(decodeMessage(t, all[i]).Epoch, 10)
 				}
-				return strconv.FormatInt(decodeMessage(t, all[i]).Epoch, 10)
-			}
-			path := "/api/chat/stream"
-			if tc.since != -1 {
-				path += "?since=" + cursor(tc.since)
-			}
-			var hdr map[string]string
-			if tc.lastEventID != -1 {
-				hdr = map[string]string{"Last-Event-ID": cursor(tc.lastEventID)}
-			}
-			s := e.mustSSE(path, tok, hdr)
-			ready := s.nextEvent(t)
-			assert.Equal(t, "first event", ready.Event, "ready")
-			expectMessages(t, s, all[tc.from(len(all)):])
-			// Then live, and nothing of the backlog twice.
-			live := e.mustPost(tok, "live for "+tc.name)
-			f := s.nextEvent(t)
-			assert.Equal(t, "live id", f.ID, strconv.FormatInt(live.Epoch, 10))
-		})
-	}
+				path := "/api/chat/stream"
+				if tc.since != -1 {
+					path += "?since=" + cursor(tc.since)
+				}
+				var hdr map[string]string
+				if tc.lastEventID != -1 {
+					hdr = map[string]string{"Last-Event-ID": cursor(tc.lastEventID)}
+				}
+				s := e.mustSSE(path, tok, hdr)
+				ready := s.nextEvent(t)
+				assert.Equal(t, "first event", ready.Event, "ready")
+				expectMessages(t, s, all[tc.from(len(all)):])
+				// Then live, and nothing of the backlog twice.
+				live := e.mustPost(tok, "live for "+tc.name)
+				f := s.nextEvent(t)
+				assert.Equal(t, "live id", f.ID, strconv.FormatInt(live.Epoch, 10))
+			})
+		}
+	})
 }
 
 func TestSSERefusesInvalidCursor(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{})
-	for _, tc := range []struct {
-		name  string
-		query string
-		hdr   map[string]string
-	}{
-		{"letters", "?since=abc", nil},
-		{"negative", "?since=-1", nil},
-		{"fraction", "?since=1.5", nil},
-		{"too big", "?since=99999999999999999999", nil},
-		{"Last-Event-ID not a number", "", map[string]string{"Last-Event-ID": "MSG-1"}},
-		{"bad Last-Event-ID, good since", "?since=5", map[string]string{"Last-Event-ID": "x"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s, resp, body, err := e.openSSE(context.Background(), "/api/chat/stream"+tc.query, tokenN(1), tc.hdr)
-			assert.Success(t, err)
-			if s != nil {
-				s.Close()
-				t.Fatal("stream opened")
-			}
-			assert.Equal(t, "status", resp.StatusCode, http.StatusBadRequest)
-			assert.Equal(t, "code", decodeError(t, body).Code, "invalid_since")
-		})
-	}
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend})
+		for _, tc := range []struct {
+			name  string
+			query string
+			hdr   map[string]string
+		}{
+			{"letters", "?since=abc", nil},
+			{"negative", "?since=-1", nil},
+			{"fraction", "?since=1.5", nil},
+			{"too big", "?since=99999999999999999999", nil},
+			{"Last-Event-ID not a number", "", map[string]string{"Last-Event-ID": "MSG-1"}},
+			{"bad Last-Event-ID, good since", "?since=5", map[string]string{"Last-Event-ID": "x"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				s, resp, body, err := e.openSSE(context.Background(), "/api/chat/stream"+tc.query, tokenN(1), tc.hdr)
+				assert.Success(t, err)
+				if s != nil {
+					s.Close()
+					t.Fatal("stream opened")
+				}
+				assert.Equal(t, "status", resp.StatusCode, http.StatusBadRequest)
+				assert.Equal(t, "code", decodeError(t, body).Code, "invalid_since")
+			})
+		}
+	})
 }
 
 func TestSSEResetWhenRetentionDroppedMessages(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{file: store.FileOptions{Retention: store.Retention{Messages: 5}}})
-	tok := tokenN(1)
-	var posted []postAnswer
-	for i := range 10 {
-		posted = append(posted, e.mustPost(tok, "m"+strconv.Itoa(i)))
-	}
-	kept := e.poll(tok, 0).Messages
-	assert.Equal(t, "retained", len(kept), 5)
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend, store: storetest.Options{Retention: store.Retention{Messages: 5}}})
+		tok := tokenN(1)
+		var posted []postAnswer
+		for i := range 10 {
+			posted = append(posted, e.mustPost(tok, "m"+strconv.Itoa(i)))
+		}
+		kept := e.poll(tok, 0).Messages
+		assert.Equal(t, "retained", len(kept), 5)
 
-	// A cursor before the retained messages: reset, then what was kept.
-	s := e.mustSSE("/api/chat/stream", tok, map[string]string{"Last-Event-ID": strconv.FormatInt(posted[1].Epoch, 10)})
-	assert.Equal(t, "first event", s.nextEvent(t).Event, "ready")
-	reset := s.nextEvent(t)
-	assert.Equal(t, "second event", reset.Event, "reset")
-	assert.True(t, !reset.HasID, "the reset event has an id line")
-	expectMessages(t, s, kept)
+		// A cursor before the retained messages: reset, then what was kept.
+		s := e.mustSSE("/api/chat/stream", tok, map[string]string{"Last-Event-ID": strconv.FormatInt(posted[1].Epoch, 10)})
+		assert.Equal(t, "first event", s.nextEvent(t).Event, "ready")
+		reset := s.nextEvent(t)
+		assert.Equal(t, "second event", reset.Event, "reset")
+		assert.True(t, !reset.HasID, "the reset event has an id line")
+		expectMessages(t, s, kept)
 
-	// A cursor inside the retained messages: no reset.
-	s2 := e.mustSSE("/api/chat/stream?since="+strconv.FormatInt(posted[6].Epoch, 10), tok, nil)
-	assert.Equal(t, "first event", s2.nextEvent(t).Event, "ready")
-	expectMessages(t, s2, kept[2:])
+		// A cursor inside the retained messages: no reset.
+		s2 := e.mustSSE("/api/chat/stream?since="+strconv.FormatInt(posted[6].Epoch, 10), tok, nil)
+		assert.Equal(t, "first event", s2.nextEvent(t).Event, "ready")
+		expectMessages(t, s2, kept[2:])
+	})
 }
 
 func TestSSEHeartbeat(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{config: func(c *transport.Config) { c.Heartbeat = 20 * time.Millisecond }})
-	s := e.mustSSE("/api/chat/stream", tokenN(1), nil)
-	pings := 0
-	for pings < 3 {
-		f := within(t, 5*time.Second, "ping", s.Close, s.Next)
-		for _, c := range f.Comments {
-			if c == "ping" {
-				pings++
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend, config: func(c *transport.Config) { c.Heartbeat = 20 * time.Millisecond }})
+		s := e.mustSSE("/api/chat/stream", tokenN(1), nil)
+		pings := 0
+		for pings < 3 {
+			f := within(t, 5*time.Second, "ping", s.Close, s.Next)
+			for _, c := range f.Comments {
+				if c == "ping" {
+					pings++
+				}
 			}
 		}
-	}
+	})
 }
 
 // TestSSEOutlivesWriteTimeout starts the server with a WriteTimeout far
 // shorter than the stream's life: the stream must go on.
 func TestSSEOutlivesWriteTimeout(t *testing.T) {
 	t.Parallel()
-	const writeTimeout = 200 * time.Millisecond
-	e := startPush(t, pushOptions{
-		config: func(c *transport.Config) { c.Heartbeat = 50 * time.Millisecond },
-		http:   func(s *http.Server) { s.WriteTimeout = writeTimeout },
+	storetest.Run(t, func(t *testing.T, backend string) {
+		const writeTimeout = 200 * time.Millisecond
+		e := startPush(t, pushOptions{backend: backend,
+			config: func(c *transport.Config) { c.Heartbeat = 50 * time.Millisecond },
+			http:   func(s *http.Server) { s.WriteTimeout = writeTimeout },
+		})
+		tok := tokenN(1)
+		s := e.mustSSE("/api/chat/stream", tok, nil)
+		start := time.Now()
+		assert.Equal(t, "first event", s.nextEvent(t).Event, "ready")
+		for time.Since(start) < 3*writeTimeout { // pings keep coming
+			within(t, 5*time.Second, "ping", s.Close, s.Next)
+		}
+		m := e.mustPost(tok, "still there?")
+		assert.Equal(t, "message after the write timeout", s.nextEvent(t).ID, strconv.FormatInt(m.Epoch, 10))
 	})
-	tok := tokenN(1)
-	s := e.mustSSE("/api/chat/stream", tok, nil)
-	start := time.Now()
-	assert.Equal(t, "first event", s.nextEvent(t).Event, "ready")
-	for time.Since(start) < 3*writeTimeout { // pings keep coming
-		within(t, 5*time.Second, "ping", s.Close, s.Next)
-	}
-	m := e.mustPost(tok, "still there?")
-	assert.Equal(t, "message after the write timeout", s.nextEvent(t).ID, strconv.FormatInt(m.Epoch, 10))
 }
 
 // TestSSEToldWhenRetentionOutrunsTheFeed: while the server's feed is not
-// looking (stopped here, as a lost folder watch would be), another process
-// appends more than retention keeps. When the feed sees the thread again,
-// the live client must not skip the dropped messages silently: its stream
-// ends, and resuming with Last-Event-ID, as EventSource does, it is sent
-// "reset" before the retained messages.
+// looking, another writer appends more than retention keeps. When the feed
+// sees the thread again, the live client must not skip the dropped
+// messages silently: its stream ends, and resuming with Last-Event-ID, as
+// EventSource does, it is sent "reset" before the retained messages.
+//
+// On the file store the feed is stopped, as a lost folder watch would be,
+// and the other writer is another process's store on the folder. On Redis
+// the node's feed connection is lost and cannot come back for a while (its
+// Redis user loses the right to the feed channel: Redis drops the
+// subscription and refuses a new one), and the other writer is another
+// node.
 func TestSSEToldWhenRetentionOutrunsTheFeed(t *testing.T) {
 	t.Parallel()
-	retention := store.FileOptions{Retention: store.Retention{Messages: 5}, NoFsync: true}
-	e := startPush(t, pushOptions{file: retention})
-	other, err := store.OpenFile(e.dir, retention) // another writer: its appends reach the server only through the folder
-	assert.Success(t, err)
-	defer other.Close()
-	tok := tokenN(1)
-	first := e.mustPost(tok, "start")
-	s := e.mustSSE("/api/chat/stream", tok, map[string]string{"Last-Event-ID": strconv.FormatInt(first.Epoch, 10)})
-	assert.Equal(t, "first event", s.nextEvent(t).Event, "ready")
-	m, err := other.Append(context.Background(), threadN(1), store.NewMessage{Author: "hermes", Text: "seen live"})
-	assert.Success(t, err)
-	assert.Equal(t, "live message", s.nextEvent(t).ID, strconv.FormatInt(m.Epoch, 10))
-
-	e.stopFeed()
-	for i := range 8 {
-		_, err := other.Append(context.Background(), threadN(1), store.NewMessage{Author: "hermes", Text: "unseen " + strconv.Itoa(i)})
+	storetest.Run(t, func(t *testing.T, backend string) {
+		retention := storetest.Options{Retention: store.Retention{Messages: 5}}
+		var e *pushEnv
+		var other store.Store
+		var blind, see func()
+		switch backend {
+		case storetest.File:
+			e = startPush(t, pushOptions{store: retention})
+			other = e.backend.Another(t, retention).Store // its appends reach the server only through the folder
+			blind, see = e.stopFeed, e.startFeed
+		case storetest.Redis:
+			be := storetest.Open(t, backend, retention)
+			other = be.Store
+			admin := be.Client(t)
+			ctx := context.Background()
+			user := "node-" + strings.TrimSuffix(be.Prefix, ":")
+			acl := func(rules ...any) {
+				t.Helper()
+				assert.Success(t, admin.Do(ctx, append([]any{"ACL", "SETUSER", user}, rules...)...).Err())
+			}
+			acl("on", ">secret", "~"+be.Prefix+"*", "&"+be.Prefix+"*", "+@all")
+			node := be.Another(t, storetest.Options{Retention: retention.Retention, User: user, Password: "secret"})
+			e = startPush(t, pushOptions{on: node})
+			feedClients := func() int {
+				list, err := admin.ClientList(ctx).Result()
+				assert.Success(t, err)
+				n := 0
+				for _, line := range strings.Split(list, "\n") {
+					if strings.Contains(line, " user="+user+" ") && strings.Contains(line, " sub=1 ") {
+						n++
+					}
+				}
+				return n
+			}
+			blind = func() {
+				acl("resetchannels")
+				deadline := time.Now().Add(5 * time.Second)
+				for feedClients() > 0 {
+					assert.True(t, time.Now().Before(deadline), "the node's feed is still subscribed 5s after losing its right to the channel")
+					<-time.After(5 * time.Millisecond)
+				}
+			}
+			see = func() { acl("&" + be.Prefix + "*") }
+		}
+		tok := tokenN(1)
+		first := e.mustPost(tok, "start")
+		s := e.mustSSE("/api/chat/stream", tok, map[string]string{"Last-Event-ID": strconv.FormatInt(first.Epoch, 10)})
+		assert.Equal(t, "first event", s.nextEvent(t).Event, "ready")
+		m, err := other.Append(context.Background(), threadN(1), store.NewMessage{Author: "hermes", Text: "seen live"})
 		assert.Success(t, err)
-	}
-	e.startFeed()
+		assert.Equal(t, "live message", s.nextEvent(t).ID, strconv.FormatInt(m.Epoch, 10))
 
-	// The stream ends (the hub drops it), with nothing sent in between.
-	ended := within(t, 10*time.Second, "the stream to end", s.Close, func() (error, error) {
-		_, err := s.NextEvent()
-		return err, nil
+		blind()
+		for i := range 8 {
+			_, err := other.Append(context.Background(), threadN(1), store.NewMessage{Author: "hermes", Text: "unseen " + strconv.Itoa(i)})
+			assert.Success(t, err)
+		}
+		see()
+
+		// The stream ends (the hub drops it), with nothing sent in between.
+		ended := within(t, 10*time.Second, "the stream to end", s.Close, func() (error, error) {
+			_, err := s.NextEvent()
+			return err, nil
+		})
+		assert.True(t, ended != nil, "the stream went on after messages were lost to it")
+		again := e.mustSSE("/api/chat/stream", tok, map[string]string{"Last-Event-ID": strconv.FormatInt(m.Epoch, 10)})
+		assert.Equal(t, "first event", again.nextEvent(t).Event, "ready")
+		assert.Equal(t, "second event", again.nextEvent(t).Event, "reset")
+		kept := e.poll(tok, 0).Messages
+		assert.Equal(t, "retained", len(kept), 5)
+		expectMessages(t, again, kept)
 	})
-	assert.True(t, ended != nil, "the stream went on after messages were lost to it")
-	again := e.mustSSE("/api/chat/stream", tok, map[string]string{"Last-Event-ID": strconv.FormatInt(m.Epoch, 10)})
-	assert.Equal(t, "first event", again.nextEvent(t).Event, "ready")
-	assert.Equal(t, "second event", again.nextEvent(t).Event, "reset")
-	kept := e.poll(tok, 0).Messages
-	assert.Equal(t, "retained", len(kept), 5)
-	expectMessages(t, again, kept)
 }

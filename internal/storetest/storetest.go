@@ -131,6 +131,9 @@ type Options struct {
 	Fsync      bool             // file: fsync as in production (tests skip it by default)
 	// ResetAfter is redisstore.Options.ResetAfter (Redis only).
 	ResetAfter time.Duration
+	// User and Password log in to Redis as an ACL user of the test's
+	// (Redis only; by default the default user).
+	User, Password string
 }
 
 // Backend is an open store of one backend, closed when the test ends.
@@ -166,7 +169,11 @@ func NewPrefix() string { return fmt.Sprintf("test%d:", prefixSeq.Add(1)) }
 // OpenRedis opens a Redis store on srv under prefix.
 func OpenRedis(t testing.TB, srv *Server, prefix string, opt Options) *Backend {
 	t.Helper()
-	rs, err := redisstore.Open(context.Background(), srv.URL(), redisstore.Options{
+	url := srv.URL()
+	if opt.User != "" {
+		url = "redis://" + opt.User + ":" + opt.Password + "@" + srv.Addr() + "/0"
+	}
+	rs, err := redisstore.Open(context.Background(), url, redisstore.Options{
 		Prefix: prefix, Retention: opt.Retention, MaxThreads: opt.MaxThreads,
 		Log: logger(opt), Now: opt.Now, ResetAfter: opt.ResetAfter,
 	})
