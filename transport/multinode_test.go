@@ -1,0 +1,314 @@
+package transport_test
+
+// Several nodes, one Redis: each node is a transport.Server with its own
+// Redis store (same server, same key prefix), its own hub and change feed,
+// and the Redis limiters and ticket key, as "chatrelay serve --store
+// redis://…" sets them up.
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/transport"
+)
+
+// startNodes starts n nodes on one Redis under a key prefix of the test's.
+// Each node's ticket key is the one kept in Redis (TicketKey), and the
+// nodes believe X-Forwarded-For from loopback, so a test can post as
+// different client addresses.
+func startNodes(t *testing.T, n int, o pushOptions) (*storetest.Backend, []*pushEnv) {
+	t.Helper()
+	be := storetest.Open(t, storetest.Redis, o.store)
+	nodes := make([]*pushEnv, n)
+	for i := range nodes {
+		no := o
+		no.on = be.Another(t, o.store)
+		key, err := no.on.Redis.TicketKey(context.Background())
+		assert.Success(t, err)
+		no.config = func(c *transport.Config) {
+			c.TicketKey = key
+			c.Trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+			if o.config != nil {
+				o.config(c)
+			}
+		}
+		nodes[i] = startPush(t, no)
+	}
+	return be, nodes
+}
+
+// postAs posts text to token's thread as the client at ip, and returns the
+// status and body.
+func (e *pushEnv) postAs(token, ip, text string) (int, http.Header, []byte) {
+	e.t.Helper()
+	b, _ := json.Marshal(map[string]string{"text": text})
+	return e.do(http.MethodPost, "/api/chat/post", token, string(b), map[string]string{"X-Forwarded-For": ip})
+}
+
+// pollBody is the exact bytes of a poll answer.
+func (e *pushEnv) pollBody(token string, since int64) string {
+	e.t.Helper()
+	status, _, body := e.do(http.MethodGet, "/api/chat/poll?since="+strconv.FormatInt(since, 10), token, "", nil)
+	assert.Equal(e.t, "poll status of "+string(body), status, http.StatusOK)
+	return string(body)
+}
+
+// TestNodesShareOneRedis: nodes A, B and C share one Redis. A post to any
+// node reaches a WebSocket on B and an SSE stream on C, as does a reply of
+// the host CLI (another process); polls on every node agree byte for byte.
+func TestNodesShareOneRedis(t *testing.T) {
+	t.Parallel()
+	be, nodes := startNodes(t, 3, pushOptions{})
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	tok := tokenN(1)
+	first := a.mustPost(tok, "first, on A")
+	since := "?since=" + strconv.FormatInt(first.Epoch, 10)
+	ws := b.mustWS("/api/chat/ws"+since, tok)
+	assert.Equal(t, "WS ready on B", nextWS(t, ws).Type, "ready")
+	sse := c.mustSSE("/api/chat/stream"+since, tok, nil)
+	assert.Equal(t, "SSE ready on C", sse.nextEvent(t).Event, "ready")
+
+	var posted []postAnswer
+	for i := range 9 {
+		node := nodes[i%3]
+		posted = append(posted, node.mustPost(tok, "message "+strconv.Itoa(i)+" via node "+strconv.Itoa(i%3)))
+		if i == 0 {
+			// The first one, from A, is there before anything else is posted.
+			want := a.poll(tok, first.Epoch).Messages
+			expectWSMessages(t, ws, want)
+			expectMessages(t, sse, want)
+		}
+	}
+	a.mustPost(tokenN(2), "another thread, not pushed to these streams")
+	rest := a.poll(tok, posted[0].Epoch).Messages
+	assert.Equal(t, "messages after the first", len(rest), 8)
+	expectWSMessages(t, ws, rest)
+	expectMessages(t, sse, rest)
+
+	// The host CLI writes straight to Redis: its reply reaches both nodes.
+	bin := mustBinary(t)
+	epoch, err := a.cliReply(context.Background(), bin, "always", threadN(1), "a reply of the host")
+	assert.Success(t, err)
+	reply := c.poll(tok, epoch-1).Messages
+	assert.Equal(t, "the reply, polled on C", len(reply), 1)
+	assert.Equal(t, "the reply's epoch", decodeMessage(t, reply[0]).Epoch, epoch)
+	expectWSMessages(t, ws, reply)
+	expectMessages(t, sse, reply)
+
+	// Polls agree on every node, byte for byte, whatever the cursor.
+	for _, since := range []int64{0, 1, first.Epoch, posted[4].Epoch, epoch} {
+		want := a.pollBody(tok, since)
+		for i, node := range nodes[1:] {
+			assert.Equal(t, "poll since "+strconv.FormatInt(since, 10)+" on node "+strconv.Itoa(i+1), node.pollBody(tok, since), want)
+		}
+	}
+	infos, err := be.Store.Threads(context.Background())
+	assert.Success(t, err)
+	assert.Equal(t, "threads", len(infos), 2)
+}
+
+// TestNodesThreadLimit: the thread limit (507) counts every node's
+// threads, also when new threads are created through several nodes at
+// once.
+func TestNodesThreadLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 3
+	be, nodes := startNodes(t, 3, pushOptions{store: storetest.Options{MaxThreads: limit}})
+
+	// Nine new threads at once, three through each node: three are created.
+	status := make([]int, 9)
+	var wg sync.WaitGroup
+	for i := range status {
+		wg.Go(func() {
+			status[i], _, _ = nodes[i%3].postAs(tokenN(100+i), "203.0.113.1", "new thread "+strconv.Itoa(i))
+		})
+	}
+	wg.Wait()
+	var created []int
+	for i, s := range status {
+		switch s {
+		case http.StatusCreated:
+			created = append(created, i)
+		case http.StatusInsufficientStorage:
+		default:
+			t.Fatalf("post %d: status %d", i, s)
+		}
+	}
+	assert.Equal(t, "threads created of 9 posted at once", len(created), limit)
+	stored := be.Threads(t)
+	assert.Equal(t, "stored threads", len(stored), limit)
+	for _, i := range created {
+		assert.True(t, slices.Contains(stored, threadN(100+i)), "created thread %d is not stored", i)
+	}
+
+	// Every node refuses one more, and every created thread still takes
+	// posts on every node.
+	for i, node := range nodes {
+		st, _, body := node.postAs(tokenN(200), "203.0.113.1", "one thread too many")
+		assert.Equal(t, "status of a new thread on node "+strconv.Itoa(i), st, http.StatusInsufficientStorage)
+		assert.Equal(t, "code", decodeError(t, body).Code, "thread_limit")
+		for _, j := range created {
+			node.mustPost(tokenN(100+j), "still open on node "+strconv.Itoa(i))
+		}
+		assert.Equal(t, "messages of the refused thread on node "+strconv.Itoa(i), len(node.poll(tokenN(200), 0).Messages), 0)
+	}
+	assert.Equal(t, "stored threads at the end", len(be.Threads(t)), limit)
+}
+
+// TestNodesRateWindows: the rate windows per thread and per client
+// address count the posts of every node. The nodes share a clock, so the
+// waits they announce are exact.
+func TestNodesRateWindows(t *testing.T) {
+	t.Parallel()
+	clock := &testClock{t: time.Date(2026, 10, 23, 18, 40, 0, 0, time.UTC)}
+	_, nodes := startNodes(t, 3, pushOptions{
+		store:   storetest.Options{Now: clock.Now},
+		windows: transport.Windows{PerThread: 3, PerIP: 5, Window: 10 * time.Minute},
+	})
+	limited := func(t *testing.T, st int, h http.Header, body []byte, wantMS int64) {
+		t.Helper()
+		assert.Equal(t, "status of "+string(body), st, http.StatusTooManyRequests)
+		var ea struct {
+			Code         string `json:"code"`
+			RetryAfterMS int64  `json:"retry_after_ms"`
+		}
+		assert.Success(t, json.Unmarshal(body, &ea))
+		assert.Equal(t, "code", ea.Code, "rate_limited")
+		assert.Equal(t, "retry_after_ms", ea.RetryAfterMS, wantMS)
+		assert.Equal(t, "Retry-After", h.Get("Retry-After"), strconv.FormatInt((wantMS+999)/1000, 10))
+	}
+
+	t.Run("per thread", func(t *testing.T) {
+		tok := tokenN(1)
+		// Three posts, one through each node, from three addresses, a
+		// second apart: the thread's window is full on every node.
+		for i, node := range nodes {
+			st, _, body := node.postAs(tok, "198.51.100."+strconv.Itoa(i+1), "post "+strconv.Itoa(i))
+			assert.Equal(t, "status of post "+strconv.Itoa(i)+": "+string(body), st, http.StatusCreated)
+			clock.Advance(time.Second)
+		}
+		for _, node := range nodes {
+			st, h, body := node.postAs(tok, "198.51.100.9", "one too many")
+			limited(t, st, h, body, 597_000) // the first post, 3s ago, leaves the window 10 min after it
+		}
+		assert.Equal(t, "stored", len(nodes[0].poll(tok, 0).Messages), 3)
+		clock.Advance(10*time.Minute - 2*time.Second) // the first post has left the window
+		st, _, body := nodes[1].postAs(tok, "198.51.100.9", "room again")
+		assert.Equal(t, "status after the window moved: "+string(body), st, http.StatusCreated)
+	})
+
+	t.Run("per client address", func(t *testing.T) {
+		const ip = "203.0.113.77"
+		// Five posts to five threads, alternating nodes.
+		for i := range 5 {
+			st, _, body := nodes[i%3].postAs(tokenN(10+i), ip, "post "+strconv.Itoa(i))
+			assert.Equal(t, "status of post "+strconv.Itoa(i)+": "+string(body), st, http.StatusCreated)
+		}
+		for _, node := range nodes {
+			st, h, body := node.postAs(tokenN(20), ip, "a sixth")
+			limited(t, st, h, body, 600_000)
+		}
+		st, _, body := nodes[2].postAs(tokenN(20), "203.0.113.78", "another address")
+		assert.Equal(t, "status from another address: "+string(body), st, http.StatusCreated)
+	})
+}
+
+// TestNodesTicketsAndStreamLimits: a ticket minted on one node opens
+// streams on the others (the key is shared through Redis), and the open
+// streams of every node count against one limit.
+func TestNodesTicketsAndStreamLimits(t *testing.T) {
+	t.Parallel()
+	_, nodes := startNodes(t, 3, pushOptions{streamsThread: 2, streamsIP: 100})
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	tok := tokenN(1)
+	hello := a.mustPost(tok, "hello")
+
+	ticket := a.ticket(tok)
+	sse := b.mustSSE("/api/chat/stream?ticket="+ticket, "", nil)
+	ready := sse.nextEvent(t)
+	assert.Equal(t, "ready on B with A's ticket", decodeReady(t, ready.Data), readyData{Thread: threadN(1), Cursor: hello.Epoch, Awaiting: true})
+	expectMessages(t, sse, a.poll(tok, 0).Messages)
+	ws := c.mustWS("/api/chat/ws?ticket="+ticket, "")
+	assert.Equal(t, "WS ready on C with A's ticket", nextWS(t, ws).Thread, threadN(1))
+	expectWSMessages(t, ws, a.poll(tok, 0).Messages)
+
+	// Two streams of the thread are open (on B and C): A refuses a third.
+	s, resp, body, err := a.openSSE(context.Background(), "/api/chat/stream", tok, nil)
+	assert.Success(t, err)
+	if s != nil {
+		s.Close()
+		t.Fatal("a third stream of the thread opened on A")
+	}
+	assert.Equal(t, "status of a third stream on A", resp.StatusCode, http.StatusTooManyRequests)
+	assert.Equal(t, "code", decodeError(t, body).Code, "too_many_streams")
+
+	// The WebSocket on C ends: its place is free on A.
+	ws.Close(websocket.StatusNormalClosure, "")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s, resp, _, err := a.openSSE(context.Background(), "/api/chat/stream", tok, nil)
+		assert.Success(t, err)
+		if s != nil {
+			t.Cleanup(s.Close)
+			assert.Equal(t, "ready on A", s.nextEvent(t).Event, "ready")
+			break
+		}
+		assert.Equal(t, "status while C's stream ends", resp.StatusCode, http.StatusTooManyRequests)
+		assert.True(t, time.Now().Before(deadline), "the stream closed on C still counts 5s later")
+		<-time.After(10 * time.Millisecond) // C notices the close
+	}
+	live := b.mustPost(tok, "live, via B")
+	assert.Equal(t, "live on B's ticket stream", sse.nextEvent(t).ID, strconv.FormatInt(live.Epoch, 10))
+}
+
+// TestNodesLatency measures delivery from a post on node A to a
+// WebSocket on node B. It logs the figures; it asserts only that every
+// message arrives.
+func TestNodesLatency(t *testing.T) {
+	t.Parallel()
+	_, nodes := startNodes(t, 2, pushOptions{})
+	lat := crossNodeLatency(t, nodes[0], nodes[1], 200)
+	t.Logf("post on A -> WebSocket on B, %d messages (-race, shared machine): p50 %v, p99 %v, max %v",
+		len(lat), percentile(lat, 50), percentile(lat, 99), lat[len(lat)-1])
+}
+
+// crossNodeLatency posts n messages on a, one at a time, and times each
+// from the start of the post to its arrival on a WebSocket on b. It
+// returns the times sorted.
+func crossNodeLatency(t testing.TB, a, b *pushEnv, n int) []time.Duration {
+	tok := tokenN(7)
+	ws := b.mustWS("/api/chat/ws", tok)
+	assert.Equal(t, "WS ready on B", nextWS(t, ws).Type, "ready")
+	lat := make([]time.Duration, 0, n)
+	for i := range n {
+		start := time.Now()
+		m, err := a.post(tok, "latency "+strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := nextWS(t, ws)
+		lat = append(lat, time.Since(start))
+		if got := decodeMessage(t, f.Message).Epoch; got != m.Epoch {
+			t.Fatalf("message %d: got epoch %d on B, posted %d", i, got, m.Epoch)
+		}
+	}
+	slices.Sort(lat)
+	return lat
+}
+
+// percentile of sorted durations (nearest rank).
+func percentile(sorted []time.Duration, p int) time.Duration {
+	i := (len(sorted)*p + 99) / 100
+	return sorted[max(0, min(i, len(sorted))-1)]
+}
