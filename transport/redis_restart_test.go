@@ -273,8 +273,8 @@ func TestRedisRestartMidStream(t *testing.T) {
 		// post sent during the outage may still be stored and acknowledged
 		// if Redis comes back while it waits: go-redis retries a dial for
 		// about half a second.)
-		down     atomic.Bool
-		badAck   atomic.Value
+		down   atomic.Bool
+		badAck atomic.Value
 	)
 	writeCtx, stopWriters := context.WithCancel(ctx)
 	var writersWG sync.WaitGroup
