@@ -53,12 +53,12 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 
-	ready   chan struct{} // closed once Run's feed is registered
-	readyMu sync.Once
-	streamsWG    sync.WaitGroup // stream handlers (SSE and WebSocket); Shutdown waits for them
-	closeMu sync.Mutex     // orders streamsWG.Add (enterStream) before Shutdown's Wait
-	closing bool           // Shutdown began; guarded by closeMu
-	ops     *ops           // metrics and readiness (metrics.go, health.go)
+	ready     chan struct{} // closed once Run's feed is registered
+	readyMu   sync.Once
+	streamsWG sync.WaitGroup // stream handlers (SSE and WebSocket); Shutdown waits for them
+	closeMu   sync.Mutex     // orders streamsWG.Add (enterStream) before Shutdown's Wait
+	closing   bool           // Shutdown began; guarded by closeMu
+	ops       *ops           // metrics and readiness (metrics.go, health.go)
 
 	// abortCtx is cancelled when Shutdown's grace is over, to cut the
 	// streams of clients that stopped reading (see Shutdown).
