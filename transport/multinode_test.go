@@ -27,7 +27,7 @@ import (
 // Each node's ticket key is the one kept in Redis (TicketKey), and the
 // nodes believe X-Forwarded-For from loopback, so a test can post as
 // different client addresses.
-func startNodes(t *testing.T, n int, o pushOptions) (*storetest.Backend, []*pushEnv) {
+func startNodes(t testing.TB, n int, o pushOptions) (*storetest.Backend, []*pushEnv) {
 	t.Helper()
 	be := storetest.Open(t, storetest.Redis, o.store)
 	nodes := make([]*pushEnv, n)
