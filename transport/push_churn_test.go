@@ -344,13 +344,20 @@ func TestExactlyOnceUnderChurn(t *testing.T) {
 		}
 		assert.Equal(t, "stored", len(all), httpPosts+wsPosts+cliReplies+1)
 		for _, s := range subs {
+			// after is the index of the first message after epoch (len(all)
+			// if none: a subscriber that joins last may first connect after
+			// the end was posted).
+			after := func(epoch int64) int {
+				if i := slices.IndexFunc(all, func(m message) bool { return m.Epoch > epoch }); i >= 0 {
+					return i
+				}
+				return len(all)
+			}
 			var want []message
 			if s.start == 0 {
-				i := slices.IndexFunc(all, func(m message) bool { return m.Epoch > s.ready })
-				want = all[max(0, i-50):]
+				want = all[max(0, after(s.ready)-50):]
 			} else {
-				i := slices.IndexFunc(all, func(m message) bool { return m.Epoch > s.start })
-				want = all[i:]
+				want = all[after(s.start):]
 			}
 			if !slices.Equal(s.got, want) {
 				t.Errorf("%s (cursor %d, ready %d, %d connections): got %d messages, want %d\n got: %v\nwant: %v",
