@@ -1,8 +1,15 @@
 package main
 
 import (
-	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -73,7 +80,7 @@ func TestLoopbackOnly(t *testing.T) {
 		{"https://127.0.0.1:8080", false},
 		{"http://0.0.0.0:8080", false},
 	} {
-		tg, err := loopbackTarget(c.url, 4)
+		tg, err := loopbackTarget(c.url, 4, 8)
 		if (err == nil) != c.ok {
 			t.Errorf("%s: err %v, want ok=%v", c.url, err, c.ok)
 			continue
@@ -86,40 +93,26 @@ func TestLoopbackOnly(t *testing.T) {
 			}
 		}
 	}
-	tg, _ := loopbackTarget("http://127.0.0.1:8080/spaces/newos4/", 1)
-	if tg.prefix != "/spaces/newos4" || tg.addr != "127.0.0.1:8080" {
-		t.Errorf("prefix %q addr %q", tg.prefix, tg.addr)
+	tg, _ := loopbackTarget("http://127.0.0.1:8080/spaces/newos4/", 1, 8)
+	if tg.prefix != "/spaces/newos4" || tg.addr != "127.0.0.1:8080" || tg.base != "http://127.0.0.1:8080/spaces/newos4" {
+		t.Errorf("prefix %q addr %q base %q", tg.prefix, tg.addr, tg.base)
 	}
 }
 
 func TestBenchText(t *testing.T) {
 	t.Parallel()
 	text := benchText(nil, "S1.ab12", 42, 123456789)
-	seq, sent, ok := parseBenchText(text, "S1.ab12")
+	seq, sent, ok := parseBenchText(string(text), "S1.ab12")
 	if !ok || seq != 42 || sent != 123456789 {
 		t.Fatalf("%q: %d %d %v", text, seq, sent, ok)
 	}
 	for _, other := range []string{"S1.ab1", "S1.ab123", "S2.ab12"} {
-		if _, _, ok := parseBenchText(text, other); ok {
+		if _, _, ok := parseBenchText(string(text), other); ok {
 			t.Errorf("%q parsed with tag %q", text, other)
 		}
 	}
-	if _, _, ok := parseBenchText([]byte("hello"), "S1.ab12"); ok {
+	if _, _, ok := parseBenchText("hello", "S1.ab12"); ok {
 		t.Error("a person's text parsed")
-	}
-}
-
-func TestJSONFields(t *testing.T) {
-	t.Parallel()
-	f := []byte(`{"type":"message","message":{"id":"MSG-1","epoch":1792778400123,"ts":"x","author":"operator","text":"cb S1.x 1 2"}}`)
-	if e, ok := jsonInt(f, "epoch"); !ok || e != 1792778400123 {
-		t.Errorf("epoch %d %v", e, ok)
-	}
-	if s, ok := jsonStr(f, "text"); !ok || string(s) != "cb S1.x 1 2" {
-		t.Errorf("text %q %v", s, ok)
-	}
-	if s, ok := jsonStr([]byte(`{"text":"a\"b"}`), "text"); !ok || string(s) != `a\"b` {
-		t.Errorf("escaped text %q %v", s, ok)
 	}
 }
 
@@ -131,55 +124,128 @@ type recordingHandler struct {
 }
 
 func (h *recordingHandler) ready(_ *subscriber, c int64) { h.readies = append(h.readies, c) }
-func (h *recordingHandler) message(_ *subscriber, e int64, text []byte) {
+func (h *recordingHandler) message(_ *subscriber, e int64, text string) {
 	h.epochs = append(h.epochs, e)
-	h.texts = append(h.texts, string(text))
+	h.texts = append(h.texts, text)
 }
 
-func TestReadSSE(t *testing.T) {
+// TestSSESession runs two SSE sessions against a local server: the first
+// is cut in the middle of an event, the second must resume from the last
+// complete message, not from the cut event's id.
+func TestSSESession(t *testing.T) {
 	t.Parallel()
-	stream := "retry: 2000\n\nevent: ready\ndata: {\"thread\":\"a\",\"cursor\":5,\"awaiting\":true}\n\n" +
-		": ping\n\n" +
-		"id: 6\nevent: message\ndata: {\"id\":\"MSG-x\",\"epoch\":6,\"text\":\"one\"}\n\n" +
-		"event: reset\ndata: {}\n\n" +
-		"id: 7\r\nevent: message\r\ndata: {\"id\":\"MSG-y\",\"epoch\":7,\"text\":\"" + strings.Repeat("z", 5000) + "\"}\r\n\r\n"
-	s := &subscriber{lines: bufio.NewReaderSize(strings.NewReader(stream), 64)}
+	var mu sync.Mutex
+	var lastIDs, tokens []string
+	long := strings.Repeat("z", 100<<10) // above r3labs' default 64 KiB event
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		lastIDs = append(lastIDs, r.Header.Get("Last-Event-ID"))
+		tokens = append(tokens, r.Header.Get("X-Chat-Token"))
+		n := len(lastIDs)
+		mu.Unlock()
+		if r.URL.Path != "/p/api/chat/stream" || r.URL.RawQuery != "" {
+			http.Error(w, "bad path "+r.URL.String(), http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		if n == 1 {
+			io.WriteString(w, "retry: 2000\n\nevent: ready\ndata: {\"thread\":\"a\",\"cursor\":5,\"awaiting\":true}\n\n"+
+				": ping\n\n"+
+				"id: 6\nevent: message\ndata: {\"id\":\"MSG-x\",\"epoch\":6,\"text\":\"one\"}\n\n"+
+				"event: reset\ndata: {}\n\n"+
+				"id: 7\r\nevent: message\r\ndata: {\"id\":\"MSG-y\",\"epoch\":7,\"text\":\""+long+"\"}\r\n\r\n"+
+				"id: 8\nevent: message\ndata: {\"id\":\"MSG-z\",\"epo")
+			fl.Flush()
+			panic(http.ErrAbortHandler) // drop the connection mid-event
+		}
+		io.WriteString(w, "event: ready\ndata: {\"cursor\":8}\n\nid: 8\nevent: message\ndata: {\"epoch\":8,\"text\":\"two\"}\n\n")
+	}))
+	defer srv.Close()
+	tg, err := loopbackTarget(srv.URL+"/p/", 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := &subscriber{thread: &thread{token: "tok"}}
 	h := &recordingHandler{}
-	if err := s.readSSE(h); err == nil {
-		t.Fatal("want the end of the stream as an error")
+	if err := s.session(ctx, tg, h); err == nil {
+		t.Fatal("first session: want the cut connection as an error")
 	}
 	if len(h.readies) != 1 || h.readies[0] != 5 {
 		t.Errorf("readies %v", h.readies)
 	}
-	if len(h.epochs) != 2 || h.epochs[0] != 6 || h.epochs[1] != 7 || h.texts[0] != "one" || len(h.texts[1]) != 5000 {
+	if len(h.epochs) != 2 || h.epochs[0] != 6 || h.epochs[1] != 7 || h.texts[0] != "one" || len(h.texts[1]) != len(long) {
 		t.Errorf("epochs %v texts %d", h.epochs, len(h.texts))
 	}
-	if s.cursor.Load() != 7 || s.resets.Load() != 1 {
-		t.Errorf("cursor %d resets %d", s.cursor.Load(), s.resets.Load())
+	if s.cursor.Load() != 7 || s.resets.Load() != 1 || s.partial.Load() != 1 {
+		t.Errorf("cursor %d resets %d partial %d", s.cursor.Load(), s.resets.Load(), s.partial.Load())
+	}
+	if err := s.session(ctx, tg, h); !errors.Is(err, errStreamEnded) {
+		t.Errorf("second session: %v, want a clean end", err)
+	}
+	if len(h.epochs) != 3 || h.epochs[2] != 8 || s.cursor.Load() != 8 {
+		t.Errorf("after resume: epochs %v cursor %d", h.epochs, s.cursor.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lastIDs) != 2 || lastIDs[0] != "" || lastIDs[1] != "7" || tokens[0] != "tok" {
+		t.Errorf("Last-Event-ID sent %q, tokens %q", lastIDs, tokens)
 	}
 }
 
-func TestReadHead(t *testing.T) {
+func TestSSESessionStatus(t *testing.T) {
 	t.Parallel()
-	resp := "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\ncontent-length: 11\r\n\r\n{\"epoch\":9}" +
-		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
-	br := bufio.NewReader(strings.NewReader(resp))
-	status, cl, chunked, keep, err := readHead(br)
-	if err != nil || status != 201 || cl != 11 || chunked || !keep {
-		t.Fatalf("%d %d %v %v %v", status, cl, chunked, keep, err)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "slow down", http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	tg, _ := loopbackTarget(srv.URL, 1, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := &subscriber{thread: &thread{token: "tok"}}
+	if err := s.session(ctx, tg, &recordingHandler{}); statusOf(err) != http.StatusTooManyRequests {
+		t.Errorf("err %v, want HTTP 429", err)
 	}
-	body, err := readBody(br, nil, cl, chunked)
-	if err != nil || string(body) != `{"epoch":9}` {
-		t.Fatalf("body %q %v", body, err)
+}
+
+func TestAPIClient(t *testing.T) {
+	t.Parallel()
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Chat-Token") != "tok" {
+			http.Error(w, "no token", http.StatusUnauthorized)
+			return
+		}
+		if r.Method == http.MethodPost {
+			b, _ := io.ReadAll(r.Body)
+			if r.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(b), `"text":"cb S1.x 3 `) {
+				http.Error(w, "bad body "+string(b), http.StatusBadRequest)
+				return
+			}
+			n := posts.Add(1)
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"success":true,"id":"MSG-a","epoch":%d,"ts":"x","thread":"t"}`, 1000+n)
+			return
+		}
+		http.Error(w, "slow down", http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	tg, _ := loopbackTarget(srv.URL, 2, 2)
+	p := &poster{hc: apiClient{t: tg}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 3 {
+		epoch, err := p.post(ctx, &thread{token: "tok"}, "S1.x", 3)
+		if err != nil || epoch != int64(1001+i) {
+			t.Fatalf("post %d: %d %v", i, epoch, err)
+		}
 	}
-	status, cl, chunked, keep, err = readHead(br)
-	if err != nil || status != 200 || cl != -1 || !chunked || keep {
-		t.Fatalf("%d %d %v %v %v", status, cl, chunked, keep, err)
+	if _, err := p.hc.do(ctx, http.MethodGet, "/api/chat/poll", "tok", nil); statusOf(err) != http.StatusTooManyRequests {
+		t.Errorf("poll: %v, want HTTP 429", err)
 	}
-	body, err = readBody(br, nil, cl, chunked)
-	if err != nil || string(body) != "hello" {
-		t.Fatalf("chunked body %q %v", body, err)
-	}
+	closePosters([]*poster{p})
 }
 
 func TestCheck(t *testing.T) {

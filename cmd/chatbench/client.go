@@ -1,25 +1,27 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/r3labs/sse/v2"
+	"gopkg.in/cenkalti/backoff.v1"
 )
 
 // base is the tool's clock: message texts carry nanoseconds since base, so
@@ -28,22 +30,29 @@ var base = time.Now()
 
 func nowNS() int64 { return int64(time.Since(base)) }
 
-// target is the server under test, always on a loopback address. Connections
-// are dialed from a rotating set of loopback source addresses
-// (127.0.0.1, 127.0.0.2, …) so that more streams than one source address has
-// ephemeral ports can be held.
+// target is the server under test, always on a loopback address. Every
+// connection is dialed to that address, from a rotating set of loopback
+// source addresses (127.0.0.1, 127.0.0.2, …) so that more streams than one
+// source address has ephemeral ports can be held. The clients are the
+// standard ones: net/http for posts and polls, github.com/r3labs/sse/v2 for
+// SSE streams and github.com/coder/websocket for WebSocket streams.
 type target struct {
 	addr    string // host:port to dial, a loopback IP
 	host    string // Host header
 	prefix  string // path prefix of the API, "" or "/spaces/newos4"
+	base    string // "http://" + host + prefix: URLs are built on it, dial goes to addr
 	sources []net.IP
 	next    atomic.Uint32
-	ws      *http.Client // WebSocket handshakes, dialed like everything else
+
+	api    *http.Client // posts and polls: keep-alive, a pool as large as the posters and pollers
+	stream *http.Client // SSE streams: one connection per stream
+	ws     *http.Client // WebSocket handshakes
 }
 
 // loopbackTarget parses the --server URL and refuses anything but http on a
-// loopback address.
-func loopbackTarget(raw string, sources int) (*target, error) {
+// loopback address. conns is how many posters and pollers may run at once:
+// the keep-alive pool keeps that many idle connections.
+func loopbackTarget(raw string, sources, conns int) (*target, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("--server: %w", err)
@@ -70,6 +79,7 @@ func loopbackTarget(raw string, sources int) (*target, error) {
 		host:   u.Host,
 		prefix: trimSlash(u.Path),
 	}
+	t.base = "http://" + t.host + t.prefix
 	if ip.To4() != nil {
 		for i := range max(sources, 1) {
 			t.sources = append(t.sources, net.IPv4(127, 0, byte((i+1)>>8), byte((i+1)&0xff)))
@@ -77,8 +87,23 @@ func loopbackTarget(raw string, sources int) (*target, error) {
 	} else {
 		t.sources = []net.IP{net.IPv6loopback}
 	}
+	// Proxy is nil in every Transport: the traffic never leaves loopback.
+	t.api = &http.Client{Transport: &http.Transport{
+		DialContext:           t.dial,
+		MaxIdleConns:          0, // no limit across hosts; there is one host
+		MaxIdleConnsPerHost:   max(conns, 1),
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 15 * time.Second,
+		DisableCompression:    true,
+	}}
+	t.stream = &http.Client{Transport: &http.Transport{
+		DialContext:           t.dial,
+		MaxIdleConnsPerHost:   -1, // a stream's connection is not reused
+		ResponseHeaderTimeout: 30 * time.Second,
+		DisableCompression:    true,
+	}}
 	t.ws = &http.Client{Transport: &http.Transport{
-		DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return t.dial(ctx) },
+		DialContext:       t.dial,
 		DisableKeepAlives: true,
 	}}
 	return t, nil
@@ -91,12 +116,16 @@ func trimSlash(p string) string {
 	return p
 }
 
-// dial connects to the server from the next source address.
-func (t *target) dial(ctx context.Context) (net.Conn, error) {
+// dial connects to the server (t.addr, whatever the URL's host) from the
+// next source address.
+func (t *target) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 	src := t.sources[int(t.next.Add(1))%len(t.sources)]
-	d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: src}}
+	d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: src}}
 	return d.DialContext(ctx, "tcp", t.addr)
 }
+
+// closeIdle closes the keep-alive connections of posts and polls.
+func (t *target) closeIdle() { t.api.CloseIdleConnections() }
 
 // waitUp waits until the server accepts a connection, for at most d.
 func (t *target) waitUp(ctx context.Context, d time.Duration) error {
@@ -144,16 +173,12 @@ func threadOf(token string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// httpConn is a minimal HTTP/1.1 keep-alive client for the fixed requests
-// of post and poll. It reuses its buffers, so a request allocates nothing;
-// net/http would cost the tool several times the CPU on a 2-core box that
-// it shares with the server.
-type httpConn struct {
+// apiClient sends one poster's (or poller's) requests through the target's
+// keep-alive pool, one at a time, reusing its body buffers.
+type apiClient struct {
 	t    *target
-	c    net.Conn
-	br   *bufio.Reader
-	req  []byte
-	body []byte
+	rd   bytes.Reader
+	resp bytes.Buffer
 }
 
 type httpError struct {
@@ -172,154 +197,37 @@ func statusOf(err error) int {
 	return 0
 }
 
-func (h *httpConn) close() {
-	if h.c != nil {
-		h.c.Close()
-		h.c = nil
-	}
-}
-
 // do sends one request and returns the body of a 2xx answer (valid until
-// the next call). Any other status is an *httpError. On a transport error
-// the connection is closed and the next call dials again; nothing is
-// retried, so a post is never sent twice.
-func (h *httpConn) do(ctx context.Context, method, path, token string, body []byte) ([]byte, error) {
-	if h.c == nil {
-		c, err := h.t.dial(ctx)
-		if err != nil {
-			return nil, err
-		}
-		h.c = c
-		if h.br == nil {
-			h.br = bufio.NewReaderSize(c, 16<<10)
-		} else {
-			h.br.Reset(c)
-		}
-	}
-	r := h.req[:0]
-	r = append(r, method...)
-	r = append(r, ' ')
-	r = append(r, h.t.prefix...)
-	r = append(r, path...)
-	r = append(r, " HTTP/1.1\r\nHost: "...)
-	r = append(r, h.t.host...)
-	r = append(r, "\r\nX-Chat-Token: "...)
-	r = append(r, token...)
+// the next call). Any other status is an *httpError. net/http does not
+// retry a POST that reached the server, so a post is never sent twice.
+func (h *apiClient) do(ctx context.Context, method, path, token string, body []byte) ([]byte, error) {
+	var rb io.Reader
 	if body != nil {
-		r = append(r, "\r\nContent-Type: application/json\r\nContent-Length: "...)
-		r = strconv.AppendInt(r, int64(len(body)), 10)
+		h.rd.Reset(body)
+		rb = &h.rd
 	}
-	r = append(r, "\r\n\r\n"...)
-	r = append(r, body...)
-	h.req = r
-	h.c.SetDeadline(time.Now().Add(15 * time.Second))
-	if _, err := h.c.Write(r); err != nil {
-		h.close()
+	req, err := http.NewRequestWithContext(ctx, method, h.t.base+path, rb)
+	if err != nil {
 		return nil, err
 	}
-	status, cl, chunked, keep, err := readHead(h.br)
+	req.Header["X-Chat-Token"] = []string{token}
+	if body != nil {
+		req.Header["Content-Type"] = []string{"application/json"}
+	}
+	resp, err := h.t.api.Do(req)
 	if err != nil {
-		h.close()
 		return nil, err
 	}
-	h.body, err = readBody(h.br, h.body[:0], cl, chunked)
+	h.resp.Reset()
+	_, err = h.resp.ReadFrom(io.LimitReader(resp.Body, 16<<20))
+	resp.Body.Close()
 	if err != nil {
-		h.close()
 		return nil, err
 	}
-	if !keep {
-		h.close()
+	if resp.StatusCode/100 != 2 {
+		return nil, &httpError{status: resp.StatusCode, body: h.resp.String()}
 	}
-	if status/100 != 2 {
-		return nil, &httpError{status: status, body: string(h.body)}
-	}
-	return h.body, nil
-}
-
-// readHead reads a response's status line and headers.
-func readHead(br *bufio.Reader) (status int, contentLength int64, chunked, keepAlive bool, err error) {
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		return 0, 0, false, false, err
-	}
-	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
-		return 0, 0, false, false, fmt.Errorf("bad status line %q", line)
-	}
-	status, err = strconv.Atoi(string(line[9:12]))
-	if err != nil {
-		return 0, 0, false, false, fmt.Errorf("bad status line %q", line)
-	}
-	contentLength, keepAlive = -1, true
-	for {
-		line, err = br.ReadSlice('\n')
-		if err != nil {
-			return 0, 0, false, false, err
-		}
-		line = bytes.TrimRight(line, "\r\n")
-		if len(line) == 0 {
-			return status, contentLength, chunked, keepAlive, nil
-		}
-		name, value, ok := bytes.Cut(line, []byte(":"))
-		if !ok {
-			continue
-		}
-		value = bytes.TrimSpace(value)
-		switch {
-		case asciiEqualFold(name, "content-length"):
-			contentLength, err = strconv.ParseInt(string(value), 10, 64)
-			if err != nil {
-				return 0, 0, false, false, fmt.Errorf("bad Content-Length %q", value)
-			}
-		case asciiEqualFold(name, "transfer-encoding"):
-			chunked = asciiEqualFold(value, "chunked")
-		case asciiEqualFold(name, "connection"):
-			keepAlive = !asciiEqualFold(value, "close")
-		}
-	}
-}
-
-func asciiEqualFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range len(b) {
-		c := b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != s[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// readBody appends a response body to buf.
-func readBody(br *bufio.Reader, buf []byte, contentLength int64, chunked bool) ([]byte, error) {
-	switch {
-	case chunked:
-		var b bytes.Buffer
-		b.Write(buf)
-		_, err := b.ReadFrom(httputil.NewChunkedReader(br))
-		if err == nil {
-			// The trailer: an empty line after the last chunk.
-			_, err = br.ReadSlice('\n')
-		}
-		return b.Bytes(), err
-	case contentLength >= 0:
-		if contentLength > 16<<20 {
-			return buf, fmt.Errorf("body of %d bytes", contentLength)
-		}
-		n := int(contentLength)
-		if cap(buf) < n {
-			buf = make([]byte, 0, n)
-		}
-		buf = buf[:n]
-		_, err := io.ReadFull(br, buf)
-		return buf, err
-	default:
-		return buf, errors.New("response with neither Content-Length nor chunked encoding")
-	}
+	return h.resp.Bytes(), nil
 }
 
 // postBody appends {"text":"<text>"} to b. text is the tool's own (ASCII,
@@ -342,85 +250,55 @@ func benchText(b []byte, tag string, seq int, sent int64) []byte {
 
 // parseBenchText reads a text made by benchText; ok is false for a text of
 // another tag (an older run's message in a backlog, a person's).
-func parseBenchText(text []byte, tag string) (seq int, sent int64, ok bool) {
-	rest, ok := bytes.CutPrefix(text, []byte("cb "))
+func parseBenchText(text, tag string) (seq int, sent int64, ok bool) {
+	rest, ok := strings.CutPrefix(text, "cb ")
 	if !ok {
 		return 0, 0, false
 	}
-	rest, ok = bytes.CutPrefix(rest, []byte(tag))
+	rest, ok = strings.CutPrefix(rest, tag)
 	if !ok || len(rest) == 0 || rest[0] != ' ' {
 		return 0, 0, false
 	}
-	s, n, ok := bytes.Cut(rest[1:], []byte(" "))
+	s, n, ok := strings.Cut(rest[1:], " ")
 	if !ok {
 		return 0, 0, false
 	}
-	seq, ok = atoi(s)
-	if !ok {
+	seq, err := strconv.Atoi(s)
+	if err != nil || seq < 0 {
 		return 0, 0, false
 	}
-	v, ok := atoi(n)
-	return seq, int64(v), ok
+	sent, err = strconv.ParseInt(n, 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return seq, sent, true
 }
 
-func atoi(b []byte) (int, bool) {
-	if len(b) == 0 || len(b) > 18 {
-		return 0, false
-	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, true
+// message is a stored message as the server sends it: the data of an SSE
+// message event, inside a WebSocket message frame, the answer of a post.
+type message struct {
+	Epoch int64  `json:"epoch"`
+	Text  string `json:"text"`
 }
 
-// jsonInt returns the integer after the first `"key":` in b.
-func jsonInt(b []byte, key string) (int64, bool) {
-	i := bytes.Index(b, []byte(`"`+key+`":`))
-	if i < 0 {
-		return 0, false
-	}
-	b = b[i+len(key)+3:]
-	j := 0
-	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-		j++
-	}
-	n, ok := atoi(b[:j])
-	return int64(n), ok
-}
-
-// jsonStr returns the raw (still escaped) string after the first
-// `"key":"` in b. The tool's own texts have no escapes.
-func jsonStr(b []byte, key string) ([]byte, bool) {
-	i := bytes.Index(b, []byte(`"`+key+`":"`))
-	if i < 0 {
-		return nil, false
-	}
-	b = b[i+len(key)+4:]
-	for j := 0; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return b[:j], true
-		}
-	}
-	return nil, false
+// frame is a WebSocket frame, or (Cursor only) an SSE ready event's data.
+type frame struct {
+	Type    string  `json:"type"`
+	Cursor  int64   `json:"cursor"`
+	Message message `json:"message"`
 }
 
 // handler receives a subscriber's frames. Its methods run on the
 // subscriber's goroutine and must not block.
 type handler interface {
 	ready(s *subscriber, cursor int64)
-	message(s *subscriber, epoch int64, text []byte)
+	message(s *subscriber, epoch int64, text string)
 }
 
 // subscriber is one live stream (SSE or WebSocket) of one thread, read by
-// one goroutine that reuses its buffers. It resumes from the newest epoch it
-// received: Last-Event-ID on SSE, ?since= on the WebSocket.
+// one goroutine. It resumes from the newest complete message it received
+// (its own cursor, never the SSE client's LastEventID): Last-Event-ID on SSE,
+// ?since= on the WebSocket.
 type subscriber struct {
 	idx    int
 	thread *thread
@@ -437,10 +315,8 @@ type subscriber struct {
 	closer io.Closer
 	done   bool // close was called: do not reconnect
 
-	br    *bufio.Reader // the connection (SSE)
-	lines *bufio.Reader // the de-chunked stream (SSE)
-	buf   []byte        // a frame being assembled
-	data  []byte
+	partial atomic.Int32 // SSE message events dropped as incomplete (cut by a closed connection)
+	buf     []byte       // a WebSocket frame being assembled
 }
 
 func (s *subscriber) setCloser(c io.Closer) bool {
@@ -529,127 +405,86 @@ func (s *subscriber) session(ctx context.Context, t *target, h handler) error {
 	return s.sseSession(ctx, t, h)
 }
 
+// errStreamEnded is a session that the server ended cleanly (the r3labs
+// client returns nil on a clean EOF and does not reconnect by itself).
+var errStreamEnded = errors.New("stream ended by the server")
+
+// sseSession reads one SSE connection with the r3labs/sse client, set as
+// libraries.md §1.6 says: 1 MiB events, no reconnect of its own (the run
+// loop reconnects, from the tool's cursor), an empty stream name, the
+// token as a header, bounded by a context that drop and close cancel.
 func (s *subscriber) sseSession(ctx context.Context, t *target, h handler) error {
-	c, err := t.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if !s.setCloser(c) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if !s.setCloser(closerFunc(func() error { cancel(); return nil })) {
 		return nil
 	}
-	req := make([]byte, 0, 256)
-	req = append(req, "GET "...)
-	req = append(req, t.prefix...)
-	req = append(req, "/api/chat/stream HTTP/1.1\r\nHost: "...)
-	req = append(req, t.host...)
-	req = append(req, "\r\nAccept: text/event-stream\r\nX-Chat-Token: "...)
-	req = append(req, s.thread.token...)
+	c := sse.NewClient(t.base+"/api/chat/stream", sse.ClientMaxBufferSize(1<<20))
+	c.Connection = t.stream
+	c.ReconnectStrategy = &backoff.StopBackOff{}
+	c.Headers["X-Chat-Token"] = s.thread.token
+	// Resume from the newest complete message this tool recorded. The
+	// client's own LastEventID may come from an event cut off by a dropped
+	// connection, so it is overwritten on every session.
+	var last []byte
 	if cur := s.cursor.Load(); cur > 0 {
-		req = append(req, "\r\nLast-Event-ID: "...)
-		req = strconv.AppendInt(req, cur, 10)
+		last = strconv.AppendInt(nil, cur, 10)
 	}
-	req = append(req, "\r\n\r\n"...)
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write(req); err != nil {
-		return err
+	c.LastEventID.Store(last)
+	c.ResponseValidator = func(_ *sse.Client, resp *http.Response) error {
+		if resp.StatusCode == http.StatusOK {
+			return nil
+		}
+		// The client returns a validator's error without closing the body.
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		resp.Body.Close()
+		return &httpError{status: resp.StatusCode, body: string(body)}
 	}
-	if s.br == nil {
-		s.br = bufio.NewReaderSize(c, 2048)
-	} else {
-		s.br.Reset(c)
+	err := c.SubscribeWithContext(sctx, "", func(ev *sse.Event) { s.sseEvent(h, ev) })
+	if err == nil && sctx.Err() == nil {
+		err = errStreamEnded
 	}
-	status, cl, chunked, _, err := readHead(s.br)
-	if err != nil {
-		return err
-	}
-	if status != http.StatusOK {
-		body, _ := readBody(s.br, nil, cl, chunked)
-		return &httpError{status: status, body: string(body)}
-	}
-	c.SetDeadline(time.Time{})
-	var r io.Reader = s.br
-	if chunked {
-		r = httputil.NewChunkedReader(s.br)
-	}
-	if s.lines == nil {
-		s.lines = bufio.NewReaderSize(r, 2048)
-	} else {
-		s.lines.Reset(r)
-	}
-	return s.readSSE(h)
+	return err
 }
 
-// readSSE parses events until the stream ends.
-func (s *subscriber) readSSE(h handler) error {
-	var event [16]byte
-	nevent := 0
-	var id int64
-	hasData := false
-	s.data = s.data[:0]
-	for {
-		line, err := s.lines.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// A line longer than the buffer: assemble it.
-			s.buf = append(s.buf[:0], line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				line, err = s.lines.ReadSlice('\n')
-				s.buf = append(s.buf, line...)
-			}
-			line = s.buf
+// sseEvent handles one event from the client. A connection closed in the
+// middle of an event hands the client the event's first part as if it were
+// whole (its id possibly cut short too): a message counts only when its data
+// is complete JSON and its id is the epoch inside.
+func (s *subscriber) sseEvent(h handler, ev *sse.Event) {
+	switch string(ev.Event) {
+	case "ready":
+		var f frame
+		if json.Unmarshal(ev.Data, &f) != nil {
+			return
 		}
-		if err != nil {
-			return err
+		s.readies.Add(1)
+		h.ready(s, f.Cursor)
+	case "reset":
+		s.resets.Add(1)
+	case "message", "":
+		if len(ev.Data) == 0 {
+			return // retry:, or an event cut before its data
 		}
-		line = bytes.TrimSuffix(line, []byte("\n"))
-		line = bytes.TrimSuffix(line, []byte("\r"))
-		if len(line) == 0 {
-			ev := string(event[:nevent]) // does not allocate in a switch
-			switch {
-			case ev == "ready" && hasData:
-				cur, _ := jsonInt(s.data, "cursor")
-				s.readies.Add(1)
-				h.ready(s, cur)
-			case ev == "reset":
-				s.resets.Add(1)
-			case (ev == "message" || nevent == 0) && hasData:
-				if id == 0 {
-					id, _ = jsonInt(s.data, "epoch")
-				}
-				if id > s.cursor.Load() {
-					s.cursor.Store(id)
-				}
-				text, _ := jsonStr(s.data, "text")
-				h.message(s, id, text)
-			}
-			nevent, id, hasData = 0, 0, false
-			s.data = s.data[:0]
-			continue
+		var m message
+		if json.Unmarshal(ev.Data, &m) != nil || m.Epoch <= 0 || string(ev.ID) != strconv.FormatInt(m.Epoch, 10) {
+			s.partial.Add(1)
+			return
 		}
-		if line[0] == ':' {
-			continue // a comment: the heartbeat
-		}
-		name, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(name) {
-		case "event":
-			nevent = copy(event[:], value)
-		case "data":
-			if hasData {
-				s.data = append(s.data, '\n')
-			}
-			s.data = append(s.data, value...)
-			hasData = true
-		case "id":
-			if n, ok := atoi(value); ok {
-				id = int64(n)
-			}
-		}
+		s.deliver(h, m.Epoch, m.Text)
 	}
+}
+
+// deliver records a complete message and hands it to h.
+func (s *subscriber) deliver(h handler, epoch int64, text string) {
+	if epoch > s.cursor.Load() {
+		s.cursor.Store(epoch)
+	}
+	h.message(s, epoch, text)
 }
 
 func (s *subscriber) wsSession(ctx context.Context, t *target, h handler) error {
-	u := "ws://" + t.addr + t.prefix + "/api/chat/ws"
+	u := "ws://" + t.host + t.prefix + "/api/chat/ws"
 	if cur := s.cursor.Load(); cur > 0 {
 		u += "?since=" + strconv.FormatInt(cur, 10)
 	}
@@ -690,20 +525,17 @@ func (s *subscriber) wsSession(ctx context.Context, t *target, h handler) error 
 				return err
 			}
 		}
-		f := s.buf
-		switch {
-		case bytes.HasPrefix(f, []byte(`{"type":"message"`)):
-			epoch, _ := jsonInt(f, "epoch")
-			if epoch > s.cursor.Load() {
-				s.cursor.Store(epoch)
-			}
-			text, _ := jsonStr(f, "text")
-			h.message(s, epoch, text)
-		case bytes.HasPrefix(f, []byte(`{"type":"ready"`)):
-			cur, _ := jsonInt(f, "cursor")
+		var f frame
+		if err := json.Unmarshal(s.buf, &f); err != nil {
+			return fmt.Errorf("WebSocket frame: %w", err)
+		}
+		switch f.Type {
+		case "message":
+			s.deliver(h, f.Message.Epoch, f.Message.Text)
+		case "ready":
 			s.readies.Add(1)
-			h.ready(s, cur)
-		case bytes.HasPrefix(f, []byte(`{"type":"reset"`)):
+			h.ready(s, f.Cursor)
+		case "reset":
 			s.resets.Add(1)
 		}
 	}

@@ -180,7 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	t, err := loopbackTarget(cfg.server, cfg.sources)
+	t, err := loopbackTarget(cfg.server, cfg.sources, max(cfg.posters, cfg.s1Posters, 16)+cfg.pollers)
 	if err != nil {
 		return err
 	}

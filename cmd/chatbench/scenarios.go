@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -68,7 +69,7 @@ type sink struct {
 
 func (k *sink) ready(*subscriber, int64) { k.readyN.Add(1) }
 
-func (k *sink) message(s *subscriber, _ int64, text []byte) {
+func (k *sink) message(s *subscriber, _ int64, text string) {
 	seq, sent, ok := parseBenchText(text, k.tag)
 	if !ok {
 		k.foreign.Add(1)
@@ -216,9 +217,10 @@ func waitFor(ctx context.Context, limit time.Duration, cond func() bool) error {
 // openLimit is how long opening n streams may take.
 func openLimit(n int) time.Duration { return 30*time.Second + time.Duration(n)*5*time.Millisecond }
 
-// poster posts over one keep-alive connection, reusing its buffers.
+// poster posts (or polls) one request at a time over the keep-alive pool,
+// reusing its buffers.
 type poster struct {
-	hc   httpConn
+	hc   apiClient
 	text []byte
 	body []byte
 	rng  *mrand.Rand
@@ -227,14 +229,16 @@ type poster struct {
 func (b *bench) newPosters(n int) []*poster {
 	ps := make([]*poster, n)
 	for i := range ps {
-		ps[i] = &poster{hc: httpConn{t: b.t}, rng: mrand.New(mrand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))}
+		ps[i] = &poster{hc: apiClient{t: b.t}, rng: mrand.New(mrand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))}
 	}
 	return ps
 }
 
+// closePosters closes the idle keep-alive connections (of every poster:
+// they share one pool).
 func closePosters(ps []*poster) {
-	for _, p := range ps {
-		p.hc.close()
+	if len(ps) > 0 {
+		ps[0].hc.t.closeIdle()
 	}
 }
 
@@ -246,11 +250,11 @@ func (p *poster) post(ctx context.Context, th *thread, tag string, seq int) (int
 	if err != nil {
 		return 0, err
 	}
-	epoch, ok := jsonInt(resp, "epoch")
-	if !ok {
+	var m message
+	if err := json.Unmarshal(resp, &m); err != nil || m.Epoch <= 0 {
 		return 0, fmt.Errorf("post answer without epoch: %q", resp)
 	}
-	return epoch, nil
+	return m.Epoch, nil
 }
 
 // postStats counts posts by outcome.
@@ -618,7 +622,7 @@ func (k *recorder) ready(s *subscriber, _ int64) {
 	}
 }
 
-func (k *recorder) message(s *subscriber, epoch int64, text []byte) {
+func (k *recorder) message(s *subscriber, epoch int64, text string) {
 	if _, _, ok := parseBenchText(text, k.tag); !ok {
 		k.foreign.Add(1)
 		return
@@ -727,6 +731,13 @@ func (b *bench) s5(ctx context.Context) *result {
 	if c.unexpected > 0 {
 		r.int("unacknowledged", c.unexpected)
 		r.note("messages received whose post was not acknowledged (a post that failed in the tool)")
+	}
+	var partial int64
+	for _, s := range subs {
+		partial += int64(s.partial.Load())
+	}
+	if partial > 0 {
+		r.int("sse_cut_events", partial)
 	}
 	r.cpu(u, "", 0)
 	st.report(r)
