@@ -96,7 +96,21 @@ func TestNodesShareOneRedis(t *testing.T) {
 	expectWSMessages(t, ws, rest)
 	expectMessages(t, sse, rest)
 
-	// The host CLI writes straight to Redis: its reply reaches both nodes.
+	// Polls agree on every node, byte for byte, whatever the cursor.
+	pollsAgree := func(sinces ...int64) {
+		t.Helper()
+		for _, since := range sinces {
+			want := a.pollBody(tok, since)
+			for i, node := range nodes[1:] {
+				assert.Equal(t, "poll since "+strconv.FormatInt(since, 10)+" on node "+strconv.Itoa(i+1), node.pollBody(tok, since), want)
+			}
+		}
+	}
+	pollsAgree(0, 1, first.Epoch, posted[4].Epoch, posted[8].Epoch)
+	assert.Equal(t, "threads", len(be.Threads(t)), 2)
+
+	// The host CLI, another process, writes straight to Redis: its reply
+	// reaches the streams on B and C.
 	bin := mustBinary(t)
 	epoch, err := a.cliReply(context.Background(), bin, "always", threadN(1), "a reply of the host")
 	assert.Success(t, err)
@@ -105,17 +119,7 @@ func TestNodesShareOneRedis(t *testing.T) {
 	assert.Equal(t, "the reply's epoch", decodeMessage(t, reply[0]).Epoch, epoch)
 	expectWSMessages(t, ws, reply)
 	expectMessages(t, sse, reply)
-
-	// Polls agree on every node, byte for byte, whatever the cursor.
-	for _, since := range []int64{0, 1, first.Epoch, posted[4].Epoch, epoch} {
-		want := a.pollBody(tok, since)
-		for i, node := range nodes[1:] {
-			assert.Equal(t, "poll since "+strconv.FormatInt(since, 10)+" on node "+strconv.Itoa(i+1), node.pollBody(tok, since), want)
-		}
-	}
-	infos, err := be.Store.Threads(context.Background())
-	assert.Success(t, err)
-	assert.Equal(t, "threads", len(infos), 2)
+	pollsAgree(0, posted[8].Epoch)
 }
 
 // TestNodesThreadLimit: the thread limit (507) counts every node's
