@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/store/redisstore"
 )
@@ -110,7 +110,7 @@ func SharedServer(t testing.TB) *Server {
 		shared.started = true
 		shared.dir, shared.err = os.MkdirTemp("", "chatrelay-redis-")
 		if shared.err == nil {
-			shared.srv, shared.err = startServer(shared.dir, ServerOptions{})
+			shared.srv, shared.err = redistest.Start(shared.dir, ServerOptions{})
 		}
 		if shared.err != nil {
 			os.RemoveAll(shared.dir)
@@ -266,16 +266,6 @@ func (b *Backend) Threads(t testing.TB) []string {
 func (b *Backend) Client(t testing.TB) *redis.Client {
 	t.Helper()
 	return b.Server.Client(t)
-}
-
-// Client returns a plain Redis client on s, closed when the test ends.
-func (s *Server) Client(t testing.TB) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1,
-		// Redis before 8 does not know the maintenance notifications handshake.
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // Keys lists the keys under the backend's prefix.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/chatrelay/chatrelay/hub"
+	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -46,7 +47,7 @@ func TestOpenAndAnother(t *testing.T) {
 // say what to install.
 func TestMissingRedisServer(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	_, err := startServer(t.TempDir(), ServerOptions{})
+	_, err := redistest.Start(t.TempDir(), ServerOptions{})
 	if err == nil || !strings.Contains(err.Error(), "redis-server is not installed") || !strings.Contains(err.Error(), "apt-get install redis-server") {
 		t.Fatalf("err = %v", err)
 	}

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )
 
-func benchStore(b *testing.B, srv *redisServer) *Store {
+func benchStore(b *testing.B, srv *redistest.Server) *Store {
 	b.Helper()
 	s, err := Open(b.Context(), srv.URL(), Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxThreads: 1 << 20})
 	if err != nil {
@@ -28,7 +29,7 @@ func benchStore(b *testing.B, srv *redisServer) *Store {
 // BenchmarkAppend: one append (the script: store, trim, publish) through
 // a loopback Redis, on a thread at its 200-message retention.
 func BenchmarkAppend(b *testing.B) {
-	srv := startRedis(b, false)
+	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	s := benchStore(b, srv)
 	ctx := b.Context()
 	const th = "a1b2c3d4e5f60718"
@@ -65,7 +66,7 @@ func BenchmarkAppend(b *testing.B) {
 
 // BenchmarkSince: the poll without a cursor (newest 50 of 200).
 func BenchmarkSince(b *testing.B) {
-	srv := startRedis(b, false)
+	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	s := benchStore(b, srv)
 	ctx := b.Context()
 	const th = "a1b2c3d4e5f60718"
@@ -85,7 +86,7 @@ func BenchmarkSince(b *testing.B) {
 // BenchmarkCrossNode: an append on node A until node B's Follow hands it
 // on; reports the latency percentiles.
 func BenchmarkCrossNode(b *testing.B) {
-	srv := startRedis(b, false)
+	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	a, n2 := benchStore(b, srv), benchStore(b, srv)
 	got := make(chan int64, 1)
 	ready := make(chan struct{})

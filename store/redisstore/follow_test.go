@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chatrelay/chatrelay/hub"
+	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -31,7 +32,7 @@ func checkDelivered(t *testing.T, rec *recorder, thread string, want []store.Ent
 // once each, in epoch order per thread.
 func TestFollowAcrossNodes(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	a, b := openStore(t, srv, Options{}), openStore(t, srv, Options{})
 	other := openStore(t, srv, Options{Prefix: "other:"})
 	recA, recB, recOther := follow(t, a), follow(t, b), follow(t, other)
@@ -88,7 +89,7 @@ func TestFollowAcrossNodes(t *testing.T) {
 // arrives once, in order, live or through the catch-up.
 func TestFollowConnectionKilled(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	a, b := openStore(t, srv, Options{}), openStore(t, srv, Options{ResetAfter: -1})
 	rec := follow(t, b)
 	ctx := t.Context()
@@ -148,7 +149,7 @@ func waitFor(t *testing.T, c <-chan struct{}, what string) {
 // Reset batch.
 func TestFollowRedisRestart(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, true)
+	srv := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
 	ret := store.Retention{Messages: 3}
 	a := openStore(t, srv, Options{Retention: ret})
 	b := openStore(t, srv, Options{Retention: ret, ResetAfter: -1}) // however long the gate holds it
@@ -164,7 +165,7 @@ func TestFollowRedisRestart(t *testing.T) {
 		return len(rec.messages(t1)) == 1 && len(rec.messages(t3)) == 1
 	})
 
-	srv.kill()
+	srv.Kill()
 	waitFor(t, g.lost, "Follow to notice the loss")
 	_, err := a.Append(ctx, t1, store.NewMessage{Text: "while down"})
 	if he := wantCode(t, err, hub.StoreUnavailable); he.Retry <= 0 {
@@ -173,7 +174,7 @@ func TestFollowRedisRestart(t *testing.T) {
 	_, err = a.Since(ctx, t1, 0, 0)
 	wantCode(t, err, hub.StoreUnavailable)
 
-	srv.start(false)
+	srv.Restart(t)
 	var after2 []store.Entry
 	eventually(t, 10*time.Second, "an append after the restart", func() bool {
 		e, err := a.Append(ctx, t2, store.NewMessage{Text: "t2 first"})
@@ -218,14 +219,14 @@ func TestFollowRedisRestart(t *testing.T) {
 // (a new thread now) is delivered.
 func TestFollowRedisLostData(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	a, b := openStore(t, srv, Options{}), openStore(t, srv, Options{ResetAfter: -1})
 	rec := follow(t, b)
 	ctx := t.Context()
 	const th = "abcdefabcdef0123"
 	must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "lost soon"}))
 	eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(th)) == 1 })
-	srv.restart()
+	srv.Restart(t)
 	eventually(t, 10*time.Second, "a Reset for the vanished thread", func() bool { return rec.resets(th) == 1 })
 	var e store.Entry
 	eventually(t, 10*time.Second, "an append after the restart", func() bool {
@@ -242,7 +243,7 @@ func TestFollowRedisLostData(t *testing.T) {
 // TestFollowClose: Close ends Follow, and Follow after Close fails.
 func TestFollowClose(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	s, err := Open(t.Context(), srv.URL(), Options{Log: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -269,7 +270,7 @@ func TestFollowClose(t *testing.T) {
 // clients paused) is noticed by the ping, replaced, and caught up.
 func TestFollowSilentConnection(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	a := openStore(t, srv, Options{})
 	b := openStore(t, srv, Options{})
 	b.pingEvery = 100 * time.Millisecond
@@ -299,7 +300,7 @@ func TestFollowSilentConnection(t *testing.T) {
 // thread (streams end); the feed then catches up once Redis is back.
 func TestFollowResetAfter(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, true)
+	srv := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
 	a := openStore(t, srv, Options{})
 	const known, old, quiet = "7777777777777777", "8888888888888888", "9999999999999999"
 	must[store.Entry](t)(a.Append(t.Context(), old, store.NewMessage{Text: "before b started"}))
@@ -309,12 +310,12 @@ func TestFollowResetAfter(t *testing.T) {
 	e1 := must[store.Entry](t)(a.Append(ctx, known, store.NewMessage{Text: "one"}))
 	eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(known)) == 1 })
 
-	srv.kill()
+	srv.Kill()
 	eventually(t, 10*time.Second, "Reset batches", func() bool { return rec.resets(known) == 1 && rec.resets(old) == 1 })
 	if rec.resets(quiet) != 0 {
 		t.Fatal("an unknown thread was reset")
 	}
-	srv.start(false)
+	srv.Restart(t)
 	var e2 store.Entry
 	eventually(t, 10*time.Second, "an append after the restart", func() bool {
 		var err error
@@ -335,7 +336,7 @@ func TestFollowResetAfter(t *testing.T) {
 // every acknowledged message.
 func TestFollowChaos(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, true)
+	srv := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
 	opt := Options{ResetAfter: -1, Retention: store.Retention{Messages: 1000}}
 	a, b, c := openStore(t, srv, opt), openStore(t, srv, opt), openStore(t, srv, opt)
 	recB, recC := follow(t, b), follow(t, c)
@@ -377,7 +378,7 @@ func TestFollowChaos(t *testing.T) {
 	total := int64(4 * perWriter)
 	eventually(t, 30*time.Second, "a third of the appends", func() bool { return progress.Load() >= total/3 })
 	atRestart := progress.Load()
-	srv.restart()
+	srv.Restart(t)
 	eventually(t, 30*time.Second, "two thirds of the appends", func() bool { return progress.Load() >= 2*total/3 })
 	atKill := progress.Load()
 	killed := a.rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Val()

@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/chatrelay/chatrelay/hub"
+	"github.com/chatrelay/chatrelay/internal/redistest"
 )
 
 // TestRateLimiterAcrossNodes: two nodes share the windows.
 func TestRateLimiterAcrossNodes(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := newClock(time.UnixMilli(1792778400000))
 	a := NewRateLimiter(openStore(t, srv, Options{Now: clk.Now}), 3, 5, 10*time.Minute)
 	b := NewRateLimiter(openStore(t, srv, Options{Now: clk.Now}), 3, 5, 10*time.Minute)
@@ -51,7 +52,7 @@ func TestRateLimiterAcrossNodes(t *testing.T) {
 // a node that stops renewing (crashed) are forgotten after one lease.
 func TestStreamLimiterAcrossNodes(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	sa, sb := openStore(t, srv, Options{}), openStore(t, srv, Options{})
 	const lease = 2 * time.Second
 	a := NewStreamLimiter(sa, 2, 3, lease)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chatrelay/chatrelay/hub"
+	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -57,7 +58,7 @@ func sameMessages(t *testing.T, what string, got, want []store.Entry) {
 // same clock, and requires the same answers.
 func TestSameAsFileStore(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := newClock(time.Date(2026, 10, 23, 18, 39, 59, 998e6, time.UTC))
 	ret := store.Retention{Messages: 5, Age: time.Hour}
 	fs, err := store.OpenFile(t.TempDir(), store.FileOptions{Retention: ret, MaxThreads: 3, NoFsync: true, Now: clk.Now, Log: testLogger(t)})
@@ -155,7 +156,7 @@ func TestSameAsFileStore(t *testing.T) {
 // TestAppendBasics pins the contract's examples and the errors.
 func TestAppendBasics(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := newClock(time.UnixMilli(1792778400123))
 	s := openStore(t, srv, Options{Now: clk.Now})
 	ctx := t.Context()
@@ -225,7 +226,7 @@ func TestAppendBasics(t *testing.T) {
 // TestDates checks the script's calendar against Go's for many instants.
 func TestDates(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := newClock(time.Time{})
 	s := openStore(t, srv, Options{Now: clk.Now, MaxThreads: 1 << 20, Retention: store.Retention{Age: 1 << 62}})
 	ctx := t.Context()
@@ -260,7 +261,7 @@ func TestDates(t *testing.T) {
 // threads keep working, and a swept thread frees its place.
 func TestThreadLimitAcrossNodes(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := newClock(time.UnixMilli(1792778400000))
 	opt := Options{MaxThreads: 7, Now: clk.Now}
 	a, b := openStore(t, srv, opt), openStore(t, srv, opt)
@@ -327,7 +328,7 @@ func TestThreadLimitAcrossNodes(t *testing.T) {
 // each message is dropped once, each expired thread removed once.
 func TestSweepFromTwoNodes(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := newClock(time.UnixMilli(1792778400000))
 	ret := store.Retention{Messages: 10, Age: time.Hour}
 	a := openStore(t, srv, Options{Retention: ret, Now: clk.Now})
@@ -390,7 +391,7 @@ func TestSweepFromTwoNodes(t *testing.T) {
 // TestPrefixes keeps two deployments on one Redis apart.
 func TestPrefixes(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	a := openStore(t, srv, Options{})
 	b := openStore(t, srv, Options{Prefix: "other:"})
 	ctx := t.Context()
@@ -413,14 +414,14 @@ func TestPrefixes(t *testing.T) {
 // store_unavailable (retryable, with a wait), and Open does too.
 func TestUnavailable(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	s := openStore(t, srv, Options{})
 	rl := NewRateLimiter(s, 0, 0, 0)
 	sl := NewStreamLimiter(s, 0, 0, 0)
 	ctx := t.Context()
 	const th = "a1b2c3d4e5f60718"
 	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "x"}))
-	srv.kill()
+	srv.Kill()
 
 	check := func(what string, err error) {
 		t.Helper()
@@ -448,7 +449,7 @@ func TestUnavailable(t *testing.T) {
 		t.Fatal("Open accepted an http URL")
 	}
 
-	srv.start(false)
+	srv.Restart(t)
 	eventually(t, 10*time.Second, "append after the restart", func() bool {
 		_, err := s.Append(ctx, th, store.NewMessage{Text: "z"})
 		return err == nil
@@ -457,9 +458,9 @@ func TestUnavailable(t *testing.T) {
 
 func TestOpenURL(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	ctx := context.Background()
-	s, err := Open(ctx, fmt.Sprintf("redis://127.0.0.1:%d/3?client_name=node1", srv.port), Options{})
+	s, err := Open(ctx, "redis://"+srv.Addr()+"/3?client_name=node1", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +471,7 @@ func TestOpenURL(t *testing.T) {
 	// rediss:// is accepted (a TLS client); this server speaks no TLS.
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if _, err := Open(tctx, fmt.Sprintf("rediss://127.0.0.1:%d/0?dial_timeout=1s", srv.port), Options{}); hub.CodeOf(err) != hub.StoreUnavailable {
+	if _, err := Open(tctx, "rediss://"+srv.Addr()+"/0?dial_timeout=1s", Options{}); hub.CodeOf(err) != hub.StoreUnavailable {
 		t.Fatalf("rediss to a plain server: %v", err)
 	}
 }
@@ -480,7 +481,7 @@ func TestOpenURL(t *testing.T) {
 // suffixes of the second are found again when their hash is gone.
 func TestIDSuffixes(t *testing.T) {
 	t.Parallel()
-	srv := startRedis(t, false)
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := newClock(time.UnixMilli(1792778400500))
 	s := openStore(t, srv, Options{Now: clk.Now})
 	ctx := t.Context()

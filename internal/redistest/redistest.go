@@ -1,0 +1,216 @@
+// Package redistest runs private redis-server processes for tests, on free
+// loopback ports in throwaway folders. Tests that need Redis fail, never
+// skip, when redis-server is not installed.
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Server is a private redis-server on a free loopback port, in a
+// throwaway folder of its own. Its methods are safe for concurrent use.
+type Server struct {
+	bin     string
+	dir     string
+	persist bool
+
+	mu   sync.Mutex // guards port, cmd and done
+	port int
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// ServerOptions configures a private server.
+type ServerOptions struct {
+	// Persist turns on the append-only file with appendfsync always, so
+	// that every write Redis acknowledged survives Kill and Restart.
+	Persist bool
+}
+
+// StartServer starts a redis-server of the test's own, killed at the end
+// of the test. It fails the test (never skips it) if redis-server is not
+// installed.
+func StartServer(t testing.TB, opt ServerOptions) *Server {
+	t.Helper()
+	s, err := Start(t.TempDir(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Start starts a server in dir that the caller must Kill (StartServer ties
+// it to a test instead).
+func Start(dir string, opt ServerOptions) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server is not installed (%v): the tests of the Redis backend run a real Redis, never skipped; "+
+			"on Debian: apt-get install redis-server (.ci/test installs what .ci/packages lists)", err)
+	}
+	s := &Server{bin: bin, dir: dir, persist: opt.Persist}
+	if err := s.start(true); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// URL is the server's redis:// URL (database 0).
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Addr is the server's host:port on loopback.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// Kill ends the server at once with SIGKILL, as a crash would, and waits
+// for the process to be gone. Killing a server that is not running does
+// nothing.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// Restart starts the server again on the same port and folder (after
+// Kill), and waits until it answers PING. With Persist, it has loaded its
+// data by then.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Kill()
+	if err := s.start(false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs redis-server and waits until it answers PING. With newPort it
+// picks a free port first, and tries again with another if someone took
+// it meanwhile; without, it reuses the port (a restart).
+func (s *Server) start(newPort bool) error {
+	var last error
+	for range 5 {
+		if newPort {
+			port, err := freePort()
+			if err != nil {
+				return err
+			}
+			s.mu.Lock()
+			s.port = port
+			s.mu.Unlock()
+		}
+		args := []string{
+			"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+			"--save", "", "--daemonize", "no", "--logfile", filepath.Join(s.dir, "redis.log"),
+		}
+		if s.persist {
+			args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+		} else {
+			args = append(args, "--appendonly", "no")
+		}
+		cmd := exec.Command(s.bin, args...)
+		// If the test binary dies without cleaning up (a panic, a timeout),
+		// the kernel kills the server with it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		started := make(chan error, 1)
+		done := make(chan struct{})
+		// The parent-death signal is tied to the thread that forked the
+		// server, and Go ends a thread when a goroutine locked to it exits.
+		// So the server is started by a goroutine that stays locked to its
+		// thread until the server has exited: no other goroutine can end
+		// that thread early.
+		go func() {
+			runtime.LockOSThread()
+			if err := cmd.Start(); err != nil {
+				started <- err
+				close(done)
+				return
+			}
+			started <- nil
+			cmd.Wait()
+			close(done)
+		}()
+		if err := <-started; err != nil {
+			return fmt.Errorf("start redis-server: %w", err)
+		}
+		if last = waitPing(s.Addr(), done, 10*time.Second); last == nil {
+			s.mu.Lock()
+			s.cmd, s.done = cmd, done
+			s.mu.Unlock()
+			return nil
+		}
+		cmd.Process.Kill()
+		<-done
+		if !newPort {
+			break
+		}
+	}
+	logs, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	return fmt.Errorf("redis-server on %s did not answer PING: %v\n%s", s.Addr(), last, logs)
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitPing polls addr with PING until it answers +PONG (not -LOADING), the
+// process exits, or the deadline passes.
+func waitPing(addr string, exited <-chan struct{}, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = ping(addr); err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("redis-server exited")
+		case <-time.After(10 * time.Millisecond): // the poll interval of a condition with a deadline
+		}
+	}
+	return err
+}
+
+func ping(addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer c.Close()
+	return c.Ping(context.Background()).Err()
+}
+
+// Client returns a plain Redis client on s, closed when the test ends.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1,
+		// Redis before 8 does not know the maintenance notifications handshake.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
