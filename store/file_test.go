@@ -16,27 +16,8 @@ import (
 
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/testclock"
 )
-
-// clock is a settable clock for FileOptions.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock(t time.Time) *clock { return &clock{t: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 var t0 = time.Date(2026, 10, 23, 18, 40, 0, 123e6, time.UTC)
 
@@ -88,7 +69,7 @@ func readThread(t testing.TB, dir, thread string) ([]Entry, int64) {
 
 func TestAppendAssignsEpochIDAndTS(t *testing.T) {
 	t.Parallel()
-	clk := newClock(t0)
+	clk := testclock.New(t0)
 	s := openFile(t, "", FileOptions{Now: clk.Now})
 
 	e1 := appendText(t, s, threadA, "one")
@@ -226,7 +207,7 @@ func TestRetentionOnAppend(t *testing.T) {
 	t.Parallel()
 	t.Run("by count", func(t *testing.T) {
 		t.Parallel()
-		clk := newClock(t0)
+		clk := testclock.New(t0)
 		dir := t.TempDir()
 		s := openFile(t, dir, FileOptions{Retention: Retention{Messages: 3}, Now: clk.Now})
 		var es []Entry
@@ -242,7 +223,7 @@ func TestRetentionOnAppend(t *testing.T) {
 	})
 	t.Run("by age", func(t *testing.T) {
 		t.Parallel()
-		clk := newClock(t0)
+		clk := testclock.New(t0)
 		s := openFile(t, "", FileOptions{Retention: Retention{Age: 24 * time.Hour}, Now: clk.Now})
 		appendText(t, s, threadA, "old")
 		clk.Advance(12 * time.Hour)
@@ -257,7 +238,7 @@ func TestRetentionOnAppend(t *testing.T) {
 
 func TestSweep(t *testing.T) {
 	t.Parallel()
-	clk := newClock(t0)
+	clk := testclock.New(t0)
 	dir := t.TempDir()
 	s := openFile(t, dir, FileOptions{Retention: Retention{Age: time.Hour}, Now: clk.Now})
 	appendText(t, s, threadA, "a-old")
@@ -311,7 +292,7 @@ func TestSweepRemovesCrashTempFiles(t *testing.T) {
 
 func TestSinceAndReset(t *testing.T) {
 	t.Parallel()
-	clk := newClock(t0)
+	clk := testclock.New(t0)
 	s := openFile(t, "", FileOptions{Retention: Retention{Messages: 3}, Now: clk.Now})
 	var es []Entry
 	for i := range 5 {
@@ -435,7 +416,7 @@ func TestPermissions(t *testing.T) {
 
 func TestUnreadableThreadIsNeverOverwritten(t *testing.T) {
 	t.Parallel()
-	clk := newClock(t0)
+	clk := testclock.New(t0)
 	dir := t.TempDir()
 	var logs bytes.Buffer
 	s := openFile(t, dir, FileOptions{Retention: Retention{Age: time.Hour}, Now: clk.Now, Log: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -494,7 +475,7 @@ func TestReadersNeverSeeATornDocument(t *testing.T) {
 
 func TestThreadsNewestFirst(t *testing.T) {
 	t.Parallel()
-	clk := newClock(t0)
+	clk := testclock.New(t0)
 	s := openFile(t, "", FileOptions{Now: clk.Now})
 	appendText(t, s, threadA, "a")
 	clk.Advance(time.Minute)
@@ -518,7 +499,7 @@ func TestThreadsNewestFirst(t *testing.T) {
 // process wrote. Here the collision is made on purpose.
 func TestWriterIsNotFooledByAFileIdentityCollision(t *testing.T) {
 	t.Parallel()
-	clk := newClock(t0)
+	clk := testclock.New(t0)
 	dir, other := t.TempDir(), t.TempDir()
 	opt := FileOptions{Retention: Retention{Messages: 3}, Now: clk.Now}
 	a := openFile(t, dir, opt)

@@ -24,7 +24,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,33 +31,12 @@ import (
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
 )
 
 // manualClock is a clock the test sets; it feeds both the store and the
 // rate limiter.
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *manualClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // countingStore counts the calls that reach the store.
 type countingStore struct {
@@ -82,7 +60,7 @@ type contractEnv struct {
 	url     string
 	backend *storetest.Backend
 	data    string // file store: the data folder; documents are in data/chat
-	clock   *manualClock
+	clock   *testclock.Clock
 	store   *countingStore
 }
 
@@ -101,7 +79,7 @@ var at = time.Date(2026, 10, 23, 18, 40, 0, 123e6, time.UTC)
 // Redis's, as on a node of several.
 func newContractEnv(t *testing.T, backend string, o envOptions) *contractEnv {
 	t.Helper()
-	clk := &manualClock{t: at}
+	clk := testclock.New(at)
 	quiet := slog.New(slog.DiscardHandler)
 	be := storetest.Open(t, backend, storetest.Options{MaxThreads: o.MaxThreads, Now: clk.Now, Log: quiet})
 	if o.Windows == (Windows{}) {

@@ -6,20 +6,21 @@ import (
 
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/redistest"
+	"github.com/chatrelay/chatrelay/internal/testclock"
 )
 
 // TestRateLimiterAcrossNodes: two nodes share the windows.
 func TestRateLimiterAcrossNodes(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	clk := newClock(time.UnixMilli(1792778400000))
+	clk := testclock.New(time.UnixMilli(1792778400000))
 	a := NewRateLimiter(openStore(t, srv, Options{Now: clk.Now}), 3, 5, 10*time.Minute)
 	b := NewRateLimiter(openStore(t, srv, Options{Now: clk.Now}), 3, 5, 10*time.Minute)
 	ctx := t.Context()
 	const th, ip = "a1b2c3d4e5f60718", "192.0.2.7"
 
 	must[func()](t)(a.Take(ctx, th, ip))
-	clk.Add(time.Minute)
+	clk.Advance(time.Minute)
 	must[func()](t)(b.Take(ctx, th, ip))
 	undo := must[func()](t)(a.Take(ctx, th, ip))
 	_, err := b.Take(ctx, th, ip)
@@ -41,7 +42,7 @@ func TestRateLimiterAcrossNodes(t *testing.T) {
 	must[func()](t)(b.Take(ctx, "0000000000000003", "192.0.2.8"))
 
 	// The window slides: at 10m after the first post, one slot frees.
-	clk.Add(9 * time.Minute)
+	clk.Advance(9 * time.Minute)
 	must[func()](t)(b.Take(ctx, th, ip))
 	_, err = a.Take(ctx, th, ip)
 	wantCode(t, err, hub.RateLimited)

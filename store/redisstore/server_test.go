@@ -60,32 +60,6 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// clock is a settable clock shared by stores in a test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock(t time.Time) *clock { return &clock{t: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 func wantCode(t testing.TB, err error, code hub.Code) *hub.Error {
 	t.Helper()
 	if got := hub.CodeOf(err); got != code {

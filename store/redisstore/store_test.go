@@ -16,6 +16,7 @@ import (
 
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/redistest"
+	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -59,7 +60,7 @@ func sameMessages(t *testing.T, what string, got, want []store.Entry) {
 func TestSameAsFileStore(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	clk := newClock(time.Date(2026, 10, 23, 18, 39, 59, 998e6, time.UTC))
+	clk := testclock.New(time.Date(2026, 10, 23, 18, 39, 59, 998e6, time.UTC))
 	ret := store.Retention{Messages: 5, Age: time.Hour}
 	fs, err := store.OpenFile(t.TempDir(), store.FileOptions{Retention: ret, MaxThreads: 3, NoFsync: true, Now: clk.Now, Log: testLogger(t)})
 	if err != nil {
@@ -116,11 +117,11 @@ func TestSameAsFileStore(t *testing.T) {
 		th := threads[rng.IntN(len(threads))]
 		switch r := rng.IntN(100); {
 		case r < 8: // the clock goes back: epochs still increase
-			clk.Add(-time.Duration(rng.IntN(3000)) * time.Millisecond)
+			clk.Advance(-time.Duration(rng.IntN(3000)) * time.Millisecond)
 		case r < 12: // past the retention age
-			clk.Add(time.Duration(30+rng.IntN(60)) * time.Minute)
+			clk.Advance(time.Duration(30+rng.IntN(60)) * time.Minute)
 		case r < 15:
-			clk.Add(10 * time.Minute)
+			clk.Advance(10 * time.Minute)
 			want := must[store.SweepStats](t)(fs.Sweep(ctx))
 			got := must[store.SweepStats](t)(rs.Sweep(ctx))
 			if got != want {
@@ -128,7 +129,7 @@ func TestSameAsFileStore(t *testing.T) {
 			}
 		default:
 			if rng.IntN(3) == 0 {
-				clk.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+				clk.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
 			}
 			m := store.NewMessage{Author: authors[rng.IntN(len(authors))], Text: texts[rng.IntN(len(texts))], MustExist: rng.IntN(10) == 0}
 			we, werr := fs.Append(ctx, th, m)
@@ -157,7 +158,7 @@ func TestSameAsFileStore(t *testing.T) {
 func TestAppendBasics(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	clk := newClock(time.UnixMilli(1792778400123))
+	clk := testclock.New(time.UnixMilli(1792778400123))
 	s := openStore(t, srv, Options{Now: clk.Now})
 	ctx := t.Context()
 	const th = "a1b2c3d4e5f60718"
@@ -227,7 +228,7 @@ func TestAppendBasics(t *testing.T) {
 func TestDates(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	clk := newClock(time.Time{})
+	clk := testclock.New(time.Time{})
 	s := openStore(t, srv, Options{Now: clk.Now, MaxThreads: 1 << 20, Retention: store.Retention{Age: 1 << 62}})
 	ctx := t.Context()
 	instants := []time.Time{
@@ -262,7 +263,7 @@ func TestDates(t *testing.T) {
 func TestThreadLimitAcrossNodes(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	clk := newClock(time.UnixMilli(1792778400000))
+	clk := testclock.New(time.UnixMilli(1792778400000))
 	opt := Options{MaxThreads: 7, Now: clk.Now}
 	a, b := openStore(t, srv, opt), openStore(t, srv, opt)
 	ctx := t.Context()
@@ -309,7 +310,7 @@ func TestThreadLimitAcrossNodes(t *testing.T) {
 		old = th
 		break
 	}
-	clk.Add(31 * 24 * time.Hour)
+	clk.Advance(31 * 24 * time.Hour)
 	for th := range created {
 		if th != old {
 			must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "recent"}))
@@ -329,7 +330,7 @@ func TestThreadLimitAcrossNodes(t *testing.T) {
 func TestSweepFromTwoNodes(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	clk := newClock(time.UnixMilli(1792778400000))
+	clk := testclock.New(time.UnixMilli(1792778400000))
 	ret := store.Retention{Messages: 10, Age: time.Hour}
 	a := openStore(t, srv, Options{Retention: ret, Now: clk.Now})
 	b := openStore(t, srv, Options{Retention: ret, Now: clk.Now})
@@ -341,13 +342,13 @@ func TestSweepFromTwoNodes(t *testing.T) {
 			must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "old"}))
 		}
 	}
-	clk.Add(50 * time.Minute)
+	clk.Advance(50 * time.Minute)
 	keep := map[string]int64{}
 	for i := range n / 2 { // half the threads get a message that stays
 		th := fmt.Sprintf("%016x", i+1)
 		keep[th] = must[store.Entry](t)(b.Append(ctx, th, store.NewMessage{Text: "new"})).Epoch
 	}
-	clk.Add(20 * time.Minute)
+	clk.Advance(20 * time.Minute)
 
 	var wg sync.WaitGroup
 	stats := make([]store.SweepStats, 2)
@@ -482,7 +483,7 @@ func TestOpenURL(t *testing.T) {
 func TestIDSuffixes(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	clk := newClock(time.UnixMilli(1792778400500))
+	clk := testclock.New(time.UnixMilli(1792778400500))
 	s := openStore(t, srv, Options{Now: clk.Now})
 	ctx := t.Context()
 	const th = "a1b2c3d4e5f60718"
@@ -516,7 +517,7 @@ func TestIDSuffixes(t *testing.T) {
 	if got := suffix("cccccc", "aaaaaa", "dddddd"); got != "dddddd" {
 		t.Fatalf("after the hash expired: %s, want dddddd", got)
 	}
-	clk.Add(time.Second) // a new second: every suffix is free again
+	clk.Advance(time.Second) // a new second: every suffix is free again
 	if got := suffix("aaaaaa"); got != "aaaaaa" {
 		t.Fatalf("next second: %s", got)
 	}
