@@ -66,7 +66,8 @@ type Server struct {
 	abort    context.CancelFunc
 }
 
-// NewServer returns the chat's HTTP handler.
+// NewServer returns the chat's HTTP handler. Call Run to feed its hub: a
+// stream waits for Run's feed before it reads its backlog.
 func NewServer(cfg Config) *Server {
 	if cfg.Hub == nil {
 		cfg.Hub = hub.New(0)
