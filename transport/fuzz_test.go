@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/chatrelay/chatrelay/hub"
@@ -87,6 +88,35 @@ func FuzzParseSince(f *testing.F) {
 			if hub.CodeOf(err) != hub.InvalidSince {
 				t.Fatalf("since %q: %d, %v; want invalid_since", s, n, err)
 			}
+		}
+	})
+}
+
+// FuzzTicketCheck: a ticket is untrusted input. Checking one never panics,
+// and whatever it accepts was minted with the key: it names a valid thread,
+// and re-signing its body gives the ticket back.
+func FuzzTicketCheck(f *testing.F) {
+	now := time.UnixMilli(1792778400123)
+	tk := tickets{key: []byte("0123456789abcdef0123456789abcdef"), ttl: 15 * time.Minute, now: func() time.Time { return now }}
+	good, _ := tk.mint("a1b2c3d4e5f60718")
+	for _, s := range []string{good, good + "x", "", ".", "t1...", "t1.a1b2c3d4e5f60718.1792778400123.",
+		strings.Replace(good, "t1.", "t2.", 1), strings.ToUpper(good)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ticket string) {
+		thread, err := tk.check(ticket)
+		if err != nil {
+			if hub.CodeOf(err) != hub.InvalidTicket {
+				t.Fatalf("check(%q): code %s, want invalid_ticket", ticket, hub.CodeOf(err))
+			}
+			return
+		}
+		if !hub.ValidThread(thread) {
+			t.Fatalf("check(%q) accepted thread %q", ticket, thread)
+		}
+		i := strings.LastIndexByte(ticket, '.')
+		if body := ticket[:i]; body+"."+tk.sign(body) != ticket || !strings.HasPrefix(body, "t1."+thread+".") {
+			t.Fatalf("check(%q) accepted a ticket the key did not sign", ticket)
 		}
 	})
 }

@@ -81,6 +81,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 	"sync"
 	"time"
 
@@ -333,6 +334,9 @@ func parseFast(js string) (m hub.Message, ok bool) {
 	if epoch, rest, ok = strings.Cut(rest, ","); !ok {
 		return m, false
 	}
+	if epoch == "" || epoch[0] < '1' || epoch[0] > '9' { // JSON: no sign, no leading zero
+		return m, false
+	}
 	e, err := strconv.ParseInt(epoch, 10, 64)
 	if err != nil {
 		return m, false
@@ -360,20 +364,27 @@ func parseFast(js string) (m hub.Message, ok bool) {
 }
 
 // cutJSONString decodes the JSON string at the start of s and returns the
-// rest of s after it. A string without escapes is sliced; one with escapes
-// goes through encoding/json.
+// rest of s after it. A string of plain valid UTF-8 is sliced; one with
+// escapes goes through encoding/json; one with a control character or
+// invalid UTF-8 (never stored, but JSON would refuse or replace it) is
+// not ok, so the caller falls back to encoding/json for the whole message.
 func cutJSONString(s string) (val, rest string, ok bool) {
 	if len(s) == 0 || s[0] != '"' {
 		return "", s, false
 	}
 	escaped := false
 	for i := 1; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
+		switch c := s[i]; {
+		case c < 0x20:
+			return "", s, false
+		case c == '\\':
 			escaped = true
 			i++
-		case '"':
+		case c == '"':
 			if !escaped {
+				if !utf8.ValidString(s[1:i]) {
+					return "", s, false
+				}
 				return s[1:i], s[i+1:], true
 			}
 			if err := json.Unmarshal([]byte(s[:i+1]), &val); err != nil {
