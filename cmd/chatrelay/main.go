@@ -37,7 +37,8 @@ Usage:
   chatrelay subscribe --server URL [--token T | --ticket K] [--since N]
                       one thread's live stream from a remote server, one JSON line each
 
-Run "chatrelay COMMAND --help" for a command's flags. Every flag can also be
+list, show, reply and watch take --store redis://… instead of --data for a
+Redis store. Run "chatrelay COMMAND --help" for a command's flags. Every flag can also be
 set by an environment variable: --max-threads is CHATRELAY_MAX_THREADS; a
 flag on the command line wins.
 `
