@@ -60,16 +60,28 @@ type Event struct {
 
 // NewEvent builds the shared frames of a message whose v1 JSON is js.
 func NewEvent(thread string, epoch int64, js []byte) *Event {
-	id := strconv.FormatInt(epoch, 10)
-	sse := make([]byte, 0, len(js)+len(id)+32)
-	sse = append(sse, "id: "...)
-	sse = append(sse, id...)
-	sse = append(sse, "\nevent: message\ndata: "...)
-	sse = append(sse, js...) // encoding/json never emits a raw newline
-	sse = append(sse, "\n\n"...)
-	ws := make([]byte, 0, len(js)+32)
-	ws = append(ws, `{"type":"message","message":`...)
-	ws = append(ws, js...)
-	ws = append(ws, '}')
-	return &Event{Thread: thread, Epoch: epoch, JSON: js, SSE: sse, WS: ws}
+	return &Event{
+		Thread: thread, Epoch: epoch, JSON: js,
+		SSE: AppendSSE(make([]byte, 0, len(js)+40), epoch, js),
+		WS:  AppendWS(make([]byte, 0, len(js)+32), js),
+	}
+}
+
+// AppendSSE appends the SSE frame of a message to b:
+// "id: <epoch>\nevent: message\ndata: <js>\n\n". encoding/json never
+// writes a raw newline, so js fits one data line.
+func AppendSSE(b []byte, epoch int64, js []byte) []byte {
+	b = append(b, "id: "...)
+	b = strconv.AppendInt(b, epoch, 10)
+	b = append(b, "\nevent: message\ndata: "...)
+	b = append(b, js...)
+	return append(b, "\n\n"...)
+}
+
+// AppendWS appends the WebSocket frame of a message to b:
+// {"type":"message","message":<js>}.
+func AppendWS(b []byte, js []byte) []byte {
+	b = append(b, `{"type":"message","message":`...)
+	b = append(b, js...)
+	return append(b, '}')
 }

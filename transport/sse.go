@@ -63,7 +63,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		buf = append(buf, "event: reset\ndata: {}\n\n"...)
 	}
 	for _, e := range st.backlog.Messages {
-		buf = sseMessage(buf, e)
+		buf = hub.AppendSSE(buf, e.Epoch, e.JSON)
 	}
 	write := func(b []byte) bool {
 		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
@@ -72,16 +71,6 @@ func cursorOf(lastEventID string, hasLastEventID bool, since string) (int64, err
 		return parseSince(lastEventID)
 	}
 	return parseSince(since)
-}
-
-// sseMessage frames a stored message for SSE (the backlog; live messages
-// come with their frame from the hub).
-func sseMessage(b []byte, e store.Entry) []byte {
-	b = append(b, "id: "...)
-	b = strconv.AppendInt(b, e.Epoch, 10)
-	b = append(b, "\nevent: message\ndata: "...)
-	b = append(b, e.JSON...)
-	return append(b, "\n\n"...)
 }
 
 // closeReason says why the hub ended a subscription, for logs.

@@ -86,8 +86,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if st.backlog.Reset && !write([]byte(`{"type":"reset"}`)) {
 		return
 	}
+	var frame []byte
 	for _, e := range st.backlog.Messages {
-		if !write(hub.NewEvent(thread, e.Epoch, e.JSON).WS) {
+		frame = hub.AppendWS(frame[:0], e.JSON)
+		if !write(frame) {
 			return
 		}
 	}
