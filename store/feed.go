@@ -59,7 +59,7 @@ func (s *File) Follow(ctx context.Context, fn func(Batch)) error {
 				continue
 			}
 			if name, ok := strings.CutSuffix(filepath.Base(ev.Name), ".json"); ok && hub.ValidThread(name) {
-				s.poke(name, true)
+				s.poke(name)
 			}
 		case err, ok := <-errs:
 			if !ok {
@@ -101,22 +101,16 @@ func (s *File) rescan() {
 		return
 	}
 	for _, name := range names {
-		s.poke(name, false)
+		s.poke(name)
 	}
 }
 
-// poke announces what another process appended to thread. After a folder
-// event it reads the file (exact), since a file's identity can hide a write
-// (see loadExact); the periodic rescan trusts the identity.
-func (s *File) poke(thread string, exact bool) {
+// poke announces what another process appended to thread.
+func (s *File) poke(thread string) {
 	t := s.state(thread)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	read := s.load
-	if exact {
-		read = s.loadExact
-	}
-	snap, err := read(thread, t)
+	snap, err := s.load(thread, t)
 	if err != nil || snap == nil || snap.err != nil {
 		return
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -76,12 +75,29 @@ type threadState struct {
 }
 
 // snapshot is one parsed version of a thread document; never modified.
+//
+// pin keeps the document's inode open while the snapshot is cached, so that
+// the inode cannot be freed and its number reused: a file at the path with
+// the snapshot's inode is then the very file it was read from, and since no
+// writer ever changes a document in place (each write is a new file renamed
+// over the old), its bytes are the snapshot's. That makes the identity check
+// exact without reading the file. (An inode number alone, or with size and
+// a coarse mtime, can deceive once the inode is freed: a reused inode, an
+// equal size and an mtime in the same tick hid another process's write.)
 type snapshot struct {
 	id      fileID
-	sum     uint64 // maphash of the document's bytes, checked by writers
+	pin     *os.File // closed when the snapshot is replaced in the cache
 	msgs    []Entry
 	trimmed int64
 	err     error // the document does not parse
+}
+
+// setSnap caches snap as the thread's document and unpins the snapshot it
+// replaces. Each snapshot is swapped out once, so each pin is closed once.
+func (t *threadState) setSnap(snap *snapshot) {
+	if old := t.snap.Swap(snap); old != nil && old != snap && old.pin != nil {
+		old.pin.Close()
+	}
 }
 
 type fileID struct {
@@ -134,8 +150,16 @@ func OpenFile(data string, opt FileOptions) (*File, error) {
 // Dir is the folder that holds the thread documents.
 func (s *File) Dir() string { return s.dir }
 
-// Close releases nothing today: every lock is held only inside a call.
-func (s *File) Close() error { return nil }
+// Close unpins the cached documents (every lock is held only inside a
+// call); a read after Close pins again.
+func (s *File) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.tmap {
+		t.setSnap(nil)
+	}
+	return nil
+}
 
 func (s *File) path(thread string) string { return filepath.Join(s.dir, thread+".json") }
 
@@ -163,26 +187,10 @@ func checkThread(thread string) error {
 	return nil
 }
 
-// docSeed seeds the document checksums, which are compared in-process only.
-var docSeed = maphash.MakeSeed()
-
-// load returns the thread's current document, from the cache when the file
-// has not changed. A missing file is (nil, nil).
+// load returns the thread's current document, from the cache when the
+// file at the path is the cached snapshot's (pinned) inode. A missing file
+// is (nil, nil).
 func (s *File) load(thread string, t *threadState) (*snapshot, error) {
-	return s.read(thread, t, false)
-}
-
-// loadExact is load for a writer holding the thread's lock. The file's
-// identity alone can deceive: a reused inode, an unchanged size and an
-// mtime within one coarse timestamp tick can hide another process's write,
-// and the writer would then drop it. So it always reads the file and trusts
-// the cache only if the bytes' checksum matches too; it still parses
-// nothing when the document has not changed.
-func (s *File) loadExact(thread string, t *threadState) (*snapshot, error) {
-	return s.read(thread, t, true)
-}
-
-func (s *File) read(thread string, t *threadState, exact bool) (*snapshot, error) {
 	f, err := os.Open(s.path(thread))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -190,13 +198,17 @@ func (s *File) read(thread string, t *threadState, exact bool) (*snapshot, error
 	if err != nil {
 		return nil, s.unavailable(thread, err)
 	}
-	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
+		f.Close()
 		return nil, s.unavailable(thread, err)
 	}
 	id := identity(fi)
-	if snap := t.snap.Load(); snap != nil && snap.id == id && !exact {
+	// The cached snapshot's pin was open from before f was opened (it is
+	// unpinned only once replaced, and then Load no longer returns it), so
+	// an equal inode is the same file, not a reused number.
+	if snap := t.snap.Load(); snap != nil && snap.id == id {
+		f.Close()
 		return snap, nil
 	}
 	bp := docBufs.Get().(*[]byte)
@@ -204,26 +216,23 @@ func (s *File) read(thread string, t *threadState, exact bool) (*snapshot, error
 	data, err := readSized(f, fi.Size(), (*bp)[:0])
 	*bp = data[:0]
 	if err != nil {
+		f.Close()
 		return nil, s.unavailable(thread, err)
 	}
-	sum := maphash.Bytes(docSeed, data)
-	if snap := t.snap.Load(); snap != nil && snap.id == id && snap.sum == sum {
-		return snap, nil
-	}
-	snap := &snapshot{id: id, sum: sum}
+	snap := &snapshot{id: id, pin: f}
 	snap.msgs, snap.trimmed, snap.err = parseDocument(data, thread)
 	if snap.err != nil {
 		s.log.Error("thread document does not parse; it is left as it is", "file", s.path(thread), "err", snap.err)
 	}
-	t.snap.Store(snap)
+	t.setSnap(snap)
 	return snap, nil
 }
 
 // docBufs recycles the buffers documents are read into and encoded in.
-// Nothing keeps the bytes: the checksum is taken, parseDocument copies what
-// it keeps, write has written them; and most reads (every append's and
-// every folder event's exact read) find the cached snapshot current and
-// parse nothing at all.
+// Nothing keeps the bytes: parseDocument copies what it keeps, and write
+// has written them. Most loads (every append's, every poll's, and the
+// folder event of this process's own write) find the cached snapshot
+// current and read nothing at all.
 var docBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // readSized reads f to the end into buf, sized from the file's size so that
@@ -366,7 +375,7 @@ func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry
 		return Entry{}, false, err
 	}
 	defer unlock()
-	if snap, err = s.loadExact(thread, t); err != nil { // again, now that no other process writes
+	if snap, err = s.load(thread, t); err != nil { // again, now that no other process writes
 		return Entry{}, false, err
 	}
 	if snap == nil && !creating {
@@ -389,14 +398,13 @@ func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry
 	trimmed = max(trimmed, dropped)
 	bp := docBufs.Get().(*[]byte)
 	doc := appendDocument((*bp)[:0], thread, msgs, trimmed)
-	id, err := s.write(thread, doc)
-	sum := maphash.Bytes(docSeed, doc)
+	pin, id, err := s.write(thread, doc)
 	*bp = doc[:0]
 	docBufs.Put(bp)
 	if err != nil {
 		return Entry{}, false, err
 	}
-	t.snap.Store(&snapshot{id: id, sum: sum, msgs: msgs, trimmed: trimmed})
+	t.setSnap(&snapshot{id: id, pin: pin, msgs: msgs, trimmed: trimmed})
 	s.announce(thread, t, msgs, trimmed)
 	return e, false, nil
 }
@@ -425,7 +433,7 @@ func newEntry(old []Entry, m NewMessage, now time.Time) Entry {
 // write replaces the thread's document atomically: a temp file in the same
 // folder, fsync, rename, fsync of the folder. It returns the identity of the
 // new file.
-func (s *File) write(thread string, doc []byte) (id fileID, err error) {
+func (s *File) write(thread string, doc []byte) (pin *os.File, id fileID, err error) {
 	defer func() {
 		if err != nil {
 			err = s.unavailable(thread, err)
@@ -433,7 +441,7 @@ func (s *File) write(thread string, doc []byte) (id fileID, err error) {
 	}()
 	f, err := os.CreateTemp(s.dir, "."+thread+".json.tmp-*")
 	if err != nil {
-		return id, err
+		return nil, id, err
 	}
 	tmp := f.Name()
 	defer func() {
@@ -443,29 +451,26 @@ func (s *File) write(thread string, doc []byte) (id fileID, err error) {
 		}
 	}()
 	if _, err = f.Write(doc); err != nil {
-		return id, err
+		return nil, id, err
 	}
 	if !s.opt.NoFsync {
 		if err = f.Sync(); err != nil {
-			return id, err
+			return nil, id, err
 		}
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		return id, err
-	}
-	if err = f.Close(); err != nil {
-		return id, err
+		return nil, id, err
 	}
 	if err = os.Rename(tmp, s.path(thread)); err != nil {
-		return id, err
+		return nil, id, err
 	}
 	if !s.opt.NoFsync {
 		if err = syncDir(s.dir); err != nil {
-			return id, err
+			return nil, id, err
 		}
 	}
-	return identity(fi), nil
+	return f, identity(fi), nil // f stays open: the new snapshot's pin
 }
 
 func syncDir(dir string) error {
@@ -581,7 +586,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 			os.Remove(tmp)
 		}
 	}
-	snap, err := s.loadExact(thread, t)
+	snap, err := s.load(thread, t)
 	if err != nil || snap == nil {
 		return 0, false, err
 	}
@@ -600,15 +605,15 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		if !s.opt.NoFsync {
 			syncDir(s.dir)
 		}
-		t.snap.Store(nil)
+		t.setSnap(nil)
 		return dropped, true, nil
 	}
 	trimmed = max(trimmed, snap.trimmed)
 	doc := encodeDocument(thread, msgs, trimmed)
-	id, err := s.write(thread, doc)
+	pin, id, err := s.write(thread, doc)
 	if err != nil {
 		return 0, false, err
 	}
-	t.snap.Store(&snapshot{id: id, sum: maphash.Bytes(docSeed, doc), msgs: msgs, trimmed: trimmed})
+	t.setSnap(&snapshot{id: id, pin: pin, msgs: msgs, trimmed: trimmed})
 	return dropped, false, nil
 }

