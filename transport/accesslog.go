@@ -71,7 +71,18 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 		took = rec.headerAt.Sub(start) // a stream: the time to open it
 	}
 	s.ops.requests.WithLabelValues(route, strconv.Itoa(status)).Observe(took.Seconds())
-
+	if ri.code != "" {
+		s.ops.refused.WithLabelValues(string(ri.code)).Inc()
+	}
+	level := slog.LevelDebug
+	if ri.code != "" && status < 500 {
+		level = slog.LevelInfo
+	} else if ri.code != "" {
+		return // writeError logged the failure with its cause
+	}
+	if !s.log.Enabled(r.Context(), level) {
+		return // most requests at the default level: build no log line
+	}
 	attrs := []slog.Attr{
 		slog.String("method", r.Method), slog.String("route", route), slog.String("path", r.URL.Path),
 		slog.Int("status", status), slog.Duration("dur", end.Sub(start)),
@@ -79,16 +90,12 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 	if ri.thread != "" {
 		attrs = append(attrs, slog.String("thread", ri.thread))
 	}
-	switch {
-	case ri.code != "":
-		s.ops.refused.WithLabelValues(string(ri.code)).Inc()
-		if status < 500 {
-			attrs = append(attrs, slog.String("code", string(ri.code)))
-			s.log.LogAttrs(r.Context(), slog.LevelInfo, "request refused", attrs...)
-		}
-	default:
-		s.log.LogAttrs(r.Context(), slog.LevelDebug, "request", attrs...)
+	if ri.code != "" {
+		attrs = append(attrs, slog.String("code", string(ri.code)))
+		s.log.LogAttrs(r.Context(), level, "request refused", attrs...)
+		return
 	}
+	s.log.LogAttrs(r.Context(), level, "request", attrs...)
 }
 
 // routeOf is the route label of a mux pattern: the pattern without the

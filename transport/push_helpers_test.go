@@ -235,13 +235,8 @@ type pollPage struct {
 	Cursor   int64             `json:"cursor"`
 }
 
-type message struct {
-	ID     string `json:"id"`
-	Epoch  int64  `json:"epoch"`
-	TS     string `json:"ts"`
-	Author string `json:"author"`
-	Text   string `json:"text"`
-}
+// message is the v1 message object as clients receive it.
+type message = hub.Message
 
 func decodeMessage(t testing.TB, raw []byte) message {
 	t.Helper()
