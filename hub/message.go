@@ -62,7 +62,7 @@ type Event struct {
 func NewEvent(thread string, epoch int64, js []byte) *Event {
 	return &Event{
 		Thread: thread, Epoch: epoch, JSON: js,
-		SSE: AppendSSE(make([]byte, 0, len(js)+40), epoch, js),
+		SSE: AppendSSE(make([]byte, 0, len(js)+64), epoch, js), // 41 bytes of framing with a 13-digit epoch
 		WS:  AppendWS(make([]byte, 0, len(js)+32), js),
 	}
 }
