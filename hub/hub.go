@@ -1,6 +1,9 @@
-// Package hub fans chat messages out to the live subscribers of each thread.
-// It does no I/O: its input is the store's change feed, its outputs are
-// bounded channels that the transports drain.
+// Package hub fans events out to the live subscribers of each thread. It
+// does no I/O and knows nothing of what an event holds or how it is
+// framed: the transport encodes each change once and hands the hub that
+// value (its type parameter E), which every subscriber of the thread then
+// receives, shared and read-only. The hub's input is the store's change
+// feed; its outputs are bounded channels that the transports drain.
 package hub
 
 import (
@@ -25,11 +28,11 @@ const DefaultBuffer = 64
 // closed and Err says ErrSlow); its transport closes the connection and the
 // client resumes from its cursor, losing nothing because the store is the
 // truth. The hub starts no goroutines.
-type Hub struct {
+type Hub[E any] struct {
 	buffer int
 
 	mu      sync.Mutex // guards threads, closed and every Subscription's err and channel close
-	threads map[string]map[*Subscription]struct{}
+	threads map[string]map[*Subscription[E]]struct{}
 	closed  bool
 	// The OnDrop functions, called in order (under the hub's lock: keep
 	// them cheap) when a subscriber is dropped, with the reason.
@@ -38,40 +41,40 @@ type Hub struct {
 
 // New returns a hub whose subscribers each queue up to buffer events
 // (DefaultBuffer if buffer <= 0).
-func New(buffer int) *Hub {
+func New[E any](buffer int) *Hub[E] {
 	if buffer <= 0 {
 		buffer = DefaultBuffer
 	}
-	return &Hub{buffer: buffer, threads: make(map[string]map[*Subscription]struct{})}
+	return &Hub[E]{buffer: buffer, threads: make(map[string]map[*Subscription[E]]struct{})}
 }
 
 // OnDrop adds a function called with the reason whenever a subscriber is
 // dropped by the hub (not when it unsubscribes); each added function is
 // called, in order. Add them before use. (The transport adds one that
 // counts drops for its metrics.)
-func (h *Hub) OnDrop(fn func(error)) { h.onDrop = append(h.onDrop, fn) }
+func (h *Hub[E]) OnDrop(fn func(error)) { h.onDrop = append(h.onDrop, fn) }
 
 // Subscription is one live subscriber of one thread.
-type Subscription struct {
-	h      *Hub
+type Subscription[E any] struct {
+	h      *Hub[E]
 	thread string
-	c      chan *Event
+	c      chan E
 	err    error // set under h.mu before c is closed
 }
 
-// C delivers the thread's events in order. It is closed when the hub drops
+// C delivers the thread's events in the order they were published. It is closed when the hub drops
 // the subscriber; Err then says why.
-func (s *Subscription) C() <-chan *Event { return s.c }
+func (s *Subscription[E]) C() <-chan E { return s.c }
 
 // Err is nil while the subscription is live, then the reason it ended.
-func (s *Subscription) Err() error {
+func (s *Subscription[E]) Err() error {
 	s.h.mu.Lock()
 	defer s.h.mu.Unlock()
 	return s.err
 }
 
 // Close unsubscribes. It is safe to call more than once, and after a drop.
-func (s *Subscription) Close() {
+func (s *Subscription[E]) Close() {
 	s.h.mu.Lock()
 	defer s.h.mu.Unlock()
 	s.h.remove(s, errors.New("hub: unsubscribed"))
@@ -79,26 +82,26 @@ func (s *Subscription) Close() {
 
 // Subscribe registers a subscriber of thread. It returns ErrClosed after
 // Close.
-func (h *Hub) Subscribe(thread string) (*Subscription, error) {
+func (h *Hub[E]) Subscribe(thread string) (*Subscription[E], error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, ErrClosed
 	}
-	s := &Subscription{h: h, thread: thread, c: make(chan *Event, h.buffer)}
+	s := &Subscription[E]{h: h, thread: thread, c: make(chan E, h.buffer)}
 	subs := h.threads[thread]
 	if subs == nil {
-		subs = make(map[*Subscription]struct{})
+		subs = make(map[*Subscription[E]]struct{})
 		h.threads[thread] = subs
 	}
 	subs[s] = struct{}{}
 	return s, nil
 }
 
-// Publish hands events (of one thread, in epoch order) to that thread's
+// Publish hands events (of one thread, in the order they happened) to that thread's
 // subscribers without blocking. A subscriber without room for all of them
 // is dropped with ErrSlow.
-func (h *Hub) Publish(thread string, events ...*Event) {
+func (h *Hub[E]) Publish(thread string, events ...E) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.threads[thread] {
@@ -118,7 +121,7 @@ func (h *Hub) Publish(thread string, events ...*Event) {
 
 // Reset drops every subscriber of thread with ErrReset, so each resumes
 // from the store (the feed may have missed messages of that thread).
-func (h *Hub) Reset(thread string) {
+func (h *Hub[E]) Reset(thread string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.threads[thread] {
@@ -129,14 +132,14 @@ func (h *Hub) Reset(thread string) {
 // Has reports whether thread has a live subscriber. A publisher may skip
 // building events for a thread without one: a subscriber that registers
 // later reads the store, which already holds the message.
-func (h *Hub) Has(thread string) bool {
+func (h *Hub[E]) Has(thread string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.threads[thread]) > 0
 }
 
 // Subscribers returns the number of live subscribers.
-func (h *Hub) Subscribers() int {
+func (h *Hub[E]) Subscribers() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
@@ -148,7 +151,7 @@ func (h *Hub) Subscribers() int {
 
 // Close drops every subscriber with ErrClosed; later Subscribes fail.
 // It is idempotent.
-func (h *Hub) Close() {
+func (h *Hub[E]) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
@@ -159,7 +162,7 @@ func (h *Hub) Close() {
 	}
 }
 
-func (h *Hub) drop(s *Subscription, why error) {
+func (h *Hub[E]) drop(s *Subscription[E], why error) {
 	if h.remove(s, why) {
 		for _, fn := range h.onDrop {
 			fn(why)
@@ -168,7 +171,7 @@ func (h *Hub) drop(s *Subscription, why error) {
 }
 
 // remove ends s with why; it reports whether s was live. h.mu is held.
-func (h *Hub) remove(s *Subscription, why error) bool {
+func (h *Hub[E]) remove(s *Subscription[E], why error) bool {
 	if s.err != nil {
 		return false
 	}

@@ -1,9 +1,7 @@
 package hub_test
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"strconv"
 	"sync"
 	"testing"
@@ -18,15 +16,17 @@ const (
 	threadB = "0123456789abcdef"
 )
 
-func event(thread string, epoch int64) *hub.Event {
-	js := hub.MarshalMessage(hub.Message{ID: "MSG-" + strconv.FormatInt(epoch, 10), Epoch: epoch,
-		TS: "2026-10-23T18:40:00+00:00", Author: hub.Operator, Text: "hello"})
-	return hub.NewEvent(thread, epoch, js)
+// testEvent stands for what a transport publishes: the hub never looks inside.
+type testEvent struct {
+	Thread string
+	Epoch  int64
 }
+
+func event(thread string, epoch int64) *testEvent { return &testEvent{thread, epoch} }
 
 // drain returns the epochs queued on s without waiting, and whether C is
 // closed.
-func drain(s *hub.Subscription) (epochs []int64, closed bool) {
+func drain(s *hub.Subscription[*testEvent]) (epochs []int64, closed bool) {
 	for {
 		select {
 		case ev, ok := <-s.C():
@@ -40,7 +40,7 @@ func drain(s *hub.Subscription) (epochs []int64, closed bool) {
 	}
 }
 
-func subscribe(t *testing.T, h *hub.Hub, thread string) *hub.Subscription {
+func subscribe(t *testing.T, h *hub.Hub[*testEvent], thread string) *hub.Subscription[*testEvent] {
 	t.Helper()
 	s, err := h.Subscribe(thread)
 	assert.Success(t, err)
@@ -67,7 +67,7 @@ func TestHub(t *testing.T) {
 		name   string
 		buffer int
 		// run acts on a hub with subscribers a1, a2 (thread A) and b (thread B).
-		run func(t *testing.T, h *hub.Hub, a1, a2, b *hub.Subscription)
+		run func(t *testing.T, h *hub.Hub[*testEvent], a1, a2, b *hub.Subscription[*testEvent])
 		// Each subscriber's queued epochs, whether its channel is closed, and its Err.
 		wantA1, wantA2, wantB []int64
 		closedA1, closedA2    bool
@@ -77,7 +77,7 @@ func TestHub(t *testing.T) {
 		{
 			name:   "fan-out in order to the thread's subscribers only",
 			buffer: 8,
-			run: func(t *testing.T, h *hub.Hub, _, _, _ *hub.Subscription) {
+			run: func(t *testing.T, h *hub.Hub[*testEvent], _, _, _ *hub.Subscription[*testEvent]) {
 				h.Publish(threadA, event(threadA, 1), event(threadA, 2))
 				h.Publish(threadA, event(threadA, 3))
 			},
@@ -86,7 +86,7 @@ func TestHub(t *testing.T) {
 		{
 			name:   "a slow subscriber is dropped with ErrSlow; the others still get the message",
 			buffer: 2,
-			run: func(t *testing.T, h *hub.Hub, _, a2, _ *hub.Subscription) {
+			run: func(t *testing.T, h *hub.Hub[*testEvent], _, a2, _ *hub.Subscription[*testEvent]) {
 				for e := int64(1); e <= 3; e++ {
 					h.Publish(threadA, event(threadA, e))
 					if e == 2 {
@@ -103,7 +103,7 @@ func TestHub(t *testing.T) {
 		{
 			name:   "a batch bigger than the room left drops the subscriber without a partial batch",
 			buffer: 4,
-			run: func(t *testing.T, h *hub.Hub, _, a2, _ *hub.Subscription) {
+			run: func(t *testing.T, h *hub.Hub[*testEvent], _, a2, _ *hub.Subscription[*testEvent]) {
 				h.Publish(threadA, event(threadA, 1), event(threadA, 2))
 				got, _ := drain(a2)
 				assert.Equal(t, "a2 first batch", got, []int64{1, 2})
@@ -116,7 +116,7 @@ func TestHub(t *testing.T) {
 		{
 			name:   "Reset drops the thread's subscribers with ErrReset, other threads untouched",
 			buffer: 8,
-			run: func(t *testing.T, h *hub.Hub, _, _, _ *hub.Subscription) {
+			run: func(t *testing.T, h *hub.Hub[*testEvent], _, _, _ *hub.Subscription[*testEvent]) {
 				h.Publish(threadA, event(threadA, 1))
 				h.Reset(threadA)
 				h.Publish(threadA, event(threadA, 2)) // nobody left to get it
@@ -136,7 +136,7 @@ func TestHub(t *testing.T) {
 		{
 			name:   "Close drops everyone with ErrClosed and refuses new subscribers",
 			buffer: 8,
-			run: func(t *testing.T, h *hub.Hub, _, _, _ *hub.Subscription) {
+			run: func(t *testing.T, h *hub.Hub[*testEvent], _, _, _ *hub.Subscription[*testEvent]) {
 				h.Publish(threadB, event(threadB, 5))
 				h.Close()
 				h.Close() // idempotent
@@ -153,7 +153,7 @@ func TestHub(t *testing.T) {
 		{
 			name:   "a subscriber that unsubscribes is not counted as dropped and gets nothing more",
 			buffer: 8,
-			run: func(t *testing.T, h *hub.Hub, a1, _, _ *hub.Subscription) {
+			run: func(t *testing.T, h *hub.Hub[*testEvent], a1, _, _ *hub.Subscription[*testEvent]) {
 				h.Publish(threadA, event(threadA, 1))
 				a1.Close()
 				a1.Close() // idempotent
@@ -166,7 +166,7 @@ func TestHub(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			h := hub.New(tc.buffer)
+			h := hub.New[*testEvent](tc.buffer)
 			var drops dropLog
 			h.OnDrop(drops.add)
 			a1, a2, b := subscribe(t, h, threadA), subscribe(t, h, threadA), subscribe(t, h, threadB)
@@ -174,7 +174,7 @@ func TestHub(t *testing.T) {
 
 			for _, c := range []struct {
 				name   string
-				s      *hub.Subscription
+				s      *hub.Subscription[*testEvent]
 				want   []int64
 				closed bool
 				err    error
@@ -195,7 +195,7 @@ func TestHub(t *testing.T) {
 
 func TestDroppedSubscriptionKeepsItsReason(t *testing.T) {
 	t.Parallel()
-	h := hub.New(1)
+	h := hub.New[*testEvent](1)
 	s := subscribe(t, h, threadA)
 	h.Publish(threadA, event(threadA, 1))
 	h.Publish(threadA, event(threadA, 2)) // the queue of one is full: slow
@@ -209,7 +209,7 @@ func TestDroppedSubscriptionKeepsItsReason(t *testing.T) {
 
 func TestBatchLargerThanQueueIsAResetNotSlow(t *testing.T) {
 	t.Parallel()
-	h := hub.New(2)
+	h := hub.New[*testEvent](2)
 	s := subscribe(t, h, threadA)
 	h.Publish(threadA, event(threadA, 1), event(threadA, 2), event(threadA, 3))
 	assert.ErrorIs(t, s.Err(), hub.ErrReset) // idle, yet it cannot take the batch: resume from the store
@@ -218,7 +218,7 @@ func TestBatchLargerThanQueueIsAResetNotSlow(t *testing.T) {
 func TestPublishNeverBlocks(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		h := hub.New(4)
+		h := hub.New[*testEvent](4)
 		stuck := subscribe(t, h, threadA) // never reads
 		other := subscribe(t, h, threadB)
 		got := make(chan int64) // thread B's reader hands over each event
@@ -256,7 +256,7 @@ func TestPublishNeverBlocks(t *testing.T) {
 func TestConcurrentUse(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		h := hub.New(16)
+		h := hub.New[*testEvent](16)
 		var wg sync.WaitGroup
 		threads := []string{threadA, threadB}
 		for _, th := range threads {
@@ -307,27 +307,14 @@ func TestConcurrentUse(t *testing.T) {
 	})
 }
 
-func TestNewEventFrames(t *testing.T) {
-	t.Parallel()
-	m := hub.Message{ID: "MSG-20261023-184000-a1b2c3", Epoch: 1792778400123, TS: "2026-10-23T18:40:00+00:00",
-		Author: hub.Agent, Text: "line 1\nline 2 <b>&</b>"}
-	js := hub.MarshalMessage(m)
-	ev := hub.NewEvent(threadA, m.Epoch, js)
-	wantJSON := `{"id":"MSG-20261023-184000-a1b2c3","epoch":1792778400123,"ts":"2026-10-23T18:40:00+00:00","author":"agent","text":"line 1\nline 2 <b>&</b>"}`
-	assert.Equal(t, "JSON", string(ev.JSON), wantJSON)
-	assert.Equal(t, "SSE", string(ev.SSE), "id: 1792778400123\nevent: message\ndata: "+wantJSON+"\n\n")
-	assert.Equal(t, "WS", string(ev.WS), `{"type":"message","message":`+wantJSON+`}`)
-	assert.Equal(t, "SSE frame lines", bytes.Count(ev.SSE, []byte("\n")), 4) // the text's newline is escaped
-}
-
 // BenchmarkPublish fans one prebuilt event out to n subscribers of a
 // thread. Subscribers are drained (timer stopped) before their queues fill,
 // so nobody is dropped.
 func BenchmarkPublish(b *testing.B) {
 	for _, n := range []int{1, 100, 10000} {
 		b.Run("subscribers="+strconv.Itoa(n), func(b *testing.B) {
-			h := hub.New(hub.DefaultBuffer)
-			subs := make([]*hub.Subscription, n)
+			h := hub.New[*testEvent](hub.DefaultBuffer)
+			subs := make([]*hub.Subscription[*testEvent], n)
 			for i := range subs {
 				s, err := h.Subscribe(threadA)
 				if err != nil {
@@ -355,28 +342,5 @@ func BenchmarkPublish(b *testing.B) {
 				b.Fatalf("%d subscribers left of %d: some were dropped", got, n)
 			}
 		})
-	}
-}
-
-// BenchmarkSSEFrame builds a message's shared frames once and writes its
-// SSE frame, as a stream does per subscriber.
-func BenchmarkSSEFrame(b *testing.B) {
-	benchmarkFrame(b, func(ev *hub.Event) []byte { return ev.SSE })
-}
-
-// BenchmarkWSFrame is BenchmarkSSEFrame for the WebSocket frame.
-func BenchmarkWSFrame(b *testing.B) {
-	benchmarkFrame(b, func(ev *hub.Event) []byte { return ev.WS })
-}
-
-func benchmarkFrame(b *testing.B, frame func(*hub.Event) []byte) {
-	js := hub.MarshalMessage(hub.Message{ID: "MSG-20261023-184000-a1b2c3", Epoch: 1792778400123,
-		TS: "2026-10-23T18:40:00+00:00", Author: hub.Operator, Text: "a typical chat line of about eighty characters, asking the agent something"})
-	b.ReportAllocs()
-	for b.Loop() {
-		ev := hub.NewEvent(threadA, 1792778400123, js)
-		if _, err := io.Discard.Write(frame(ev)); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

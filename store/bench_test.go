@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 // BenchmarkAppend is one append through the file store: lock, read, write a
@@ -29,7 +29,7 @@ func BenchmarkAppend(b *testing.B) {
 				}
 				defer s.Close()
 				ctx := context.Background()
-				m := NewMessage{Author: hub.Operator, Text: text}
+				m := NewMessage{Author: chatrelay.Operator, Text: text}
 				for range size {
 					if _, err := s.Append(ctx, threadA, m); err != nil {
 						b.Fatal(err)

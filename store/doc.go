@@ -1,12 +1,12 @@
 package store
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 // docVersion is the version of the thread document this code reads and
@@ -24,10 +24,10 @@ const docVersion = 1
 // retention ever dropped (0 if none), which tells a resuming reader whether
 // it missed messages.
 type document struct {
-	Version  int           `json:"version"`
-	Thread   string        `json:"thread"`
-	Trimmed  int64         `json:"trimmed"`
-	Messages []hub.Message `json:"messages"`
+	Version  int                 `json:"version"`
+	Thread   string              `json:"thread"`
+	Trimmed  int64               `json:"trimmed"`
+	Messages []chatrelay.Message `json:"messages"`
 }
 
 var errBadDocument = errors.New("not a thread document")
@@ -59,7 +59,7 @@ func parseDocument(data []byte, thread string) ([]Entry, int64, error) {
 			return nil, 0, fmt.Errorf("%w: message %d is out of order or incomplete", errBadDocument, i)
 		}
 		prev = m.Epoch
-		entries[i] = Entry{Message: m, JSON: hub.MarshalMessage(m)}
+		entries[i] = Entry{Message: m, JSON: chatrelay.MarshalMessage(m)}
 	}
 	return entries, d.Trimmed, nil
 }

@@ -1,13 +1,14 @@
 package store
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"bytes"
 	"flag"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
 )
 
@@ -16,14 +17,14 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden from the curr
 // goldenEntries is the thread pinned by testdata/thread.golden: every author,
 // and texts that need escaping.
 func goldenEntries() []Entry {
-	msgs := []hub.Message{
-		{ID: "MSG-20261023-184000-a1b2c3", Epoch: 1792780800123, TS: "2026-10-23T18:40:00+00:00", Author: hub.Operator, Text: "Is the build green?"},
-		{ID: "MSG-20261023-184000-0f9e8d", Epoch: 1792780800124, TS: "2026-10-23T18:40:00+00:00", Author: hub.Agent, Text: "Checking <main> & \"release\"…\nline two\ttabbed \\ done"},
-		{ID: "MSG-20261023-184105-ffffff", Epoch: 1792780865000, TS: "2026-10-23T18:41:05+00:00", Author: hub.Hermes, Text: "Green. 🟢 Ünïcödé stays as it is; control \u0001 is escaped."},
+	msgs := []chatrelay.Message{
+		{ID: "MSG-20261023-184000-a1b2c3", Epoch: 1792780800123, TS: "2026-10-23T18:40:00+00:00", Author: chatrelay.Operator, Text: "Is the build green?"},
+		{ID: "MSG-20261023-184000-0f9e8d", Epoch: 1792780800124, TS: "2026-10-23T18:40:00+00:00", Author: chatrelay.Agent, Text: "Checking <main> & \"release\"…\nline two\ttabbed \\ done"},
+		{ID: "MSG-20261023-184105-ffffff", Epoch: 1792780865000, TS: "2026-10-23T18:41:05+00:00", Author: chatrelay.Hermes, Text: "Green. 🟢 Ünïcödé stays as it is; control \u0001 is escaped."},
 	}
 	es := make([]Entry, len(msgs))
 	for i, m := range msgs {
-		es[i] = Entry{Message: m, JSON: hub.MarshalMessage(m)}
+		es[i] = Entry{Message: m, JSON: chatrelay.MarshalMessage(m)}
 	}
 	return es
 }

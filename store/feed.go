@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"errors"
 	"path/filepath"
@@ -8,8 +10,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 type feed struct{ fn func(Batch) }
@@ -58,7 +58,7 @@ func (s *File) Follow(ctx context.Context, fn func(Batch)) error {
 				events = nil
 				continue
 			}
-			if name, ok := strings.CutSuffix(filepath.Base(ev.Name), ".json"); ok && hub.ValidThread(name) {
+			if name, ok := strings.CutSuffix(filepath.Base(ev.Name), ".json"); ok && chatrelay.ValidThread(name) {
 				s.poke(name)
 			}
 		case err, ok := <-errs:

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,16 +21,15 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 // FileOptions configures a File store. Zero values take the defaults.
 type FileOptions struct {
-	Retention  Retention
-	MaxThreads int  // defaults to 500
+	Retention  chatrelay.Retention
+	MaxThreads int  // defaults to chatrelay.DefaultMaxThreads
 	NoFsync    bool // skip fsync: fast, but an acknowledged message may be lost on power failure
-	// LockTimeout bounds the wait for another process's lock; defaults to 10s.
+	// LockTimeout bounds the wait for another process's lock; defaults to
+	// chatrelay.DefaultLockTimeout.
 	LockTimeout time.Duration
 	// Rescan is how often Follow re-reads changed threads even if the
 	// folder watch said nothing; defaults to 2s.
@@ -117,12 +118,12 @@ var _ Store = (*File)(nil)
 
 // OpenFile opens (creating if needed, mode 0700) the file store under data.
 func OpenFile(data string, opt FileOptions) (*File, error) {
-	opt.Retention = opt.Retention.withDefaults()
+	opt.Retention = opt.Retention.WithDefaults()
 	if opt.MaxThreads <= 0 {
-		opt.MaxThreads = 500
+		opt.MaxThreads = chatrelay.DefaultMaxThreads
 	}
 	if opt.LockTimeout <= 0 {
-		opt.LockTimeout = 10 * time.Second
+		opt.LockTimeout = chatrelay.DefaultLockTimeout
 	}
 	if opt.Rescan <= 0 {
 		opt.Rescan = 2 * time.Second
@@ -181,8 +182,8 @@ func (s *File) peek(thread string) *threadState {
 }
 
 func checkThread(thread string) error {
-	if !hub.ValidThread(thread) {
-		return hub.Errorf(hub.InvalidThread, "a thread id is 16 lowercase hex characters")
+	if !chatrelay.ValidThread(thread) {
+		return chatrelay.Errorf(chatrelay.InvalidThread, "a thread id is 16 lowercase hex characters")
 	}
 	return nil
 }
@@ -259,11 +260,11 @@ func readSized(f *os.File, size int64, buf []byte) ([]byte, error) {
 
 func (s *File) unavailable(thread string, err error) error {
 	s.log.Error("store", "thread", thread, "err", err)
-	return &hub.Error{Code: hub.StoreUnavailable, Message: "the store cannot be reached", Retry: time.Second, Err: err}
+	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: time.Second, Err: err}
 }
 
 func unreadable(snap *snapshot) error {
-	return &hub.Error{Code: hub.ThreadUnreadable, Message: "this thread's stored file does not parse; it is kept as it is for an operator to look at", Err: snap.err}
+	return &chatrelay.Error{Code: chatrelay.ThreadUnreadable, Message: "this thread's stored file does not parse; it is kept as it is for an operator to look at", Err: snap.err}
 }
 
 // Since implements Store.
@@ -305,7 +306,7 @@ func (s *File) lockFile(ctx context.Context, path string) (unlock func(), err er
 		if err == nil {
 			err = errors.New("lock not acquired")
 		}
-		return nil, &hub.Error{Code: hub.StoreUnavailable, Message: "the store is busy", Retry: time.Second, Err: fmt.Errorf("lock %s: %w", filepath.Base(path), err)}
+		return nil, &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store is busy", Retry: time.Second, Err: fmt.Errorf("lock %s: %w", filepath.Base(path), err)}
 	}
 	return func() { fl.Unlock() }, nil
 }
@@ -315,11 +316,11 @@ func (s *File) Append(ctx context.Context, thread string, m NewMessage) (Entry, 
 	if err := checkThread(thread); err != nil {
 		return Entry{}, err
 	}
-	if err := hub.CheckText(m.Text); err != nil {
+	if err := chatrelay.CheckText(m.Text); err != nil {
 		return Entry{}, err
 	}
 	if m.Author == "" {
-		m.Author = hub.Operator
+		m.Author = chatrelay.Operator
 	}
 	for {
 		e, retry, err := s.append(ctx, thread, m)
@@ -338,7 +339,7 @@ func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry
 	creating := errors.Is(statErr, fs.ErrNotExist)
 	if creating {
 		if m.MustExist {
-			return Entry{}, false, hub.Errorf(hub.NotFound, "no thread %s", thread)
+			return Entry{}, false, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
 		}
 		s.createMu.Lock()
 		defer s.createMu.Unlock()
@@ -357,7 +358,7 @@ func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry
 	}
 	if snap == nil {
 		if m.MustExist {
-			return Entry{}, false, hub.Errorf(hub.NotFound, "no thread %s", thread)
+			return Entry{}, false, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
 		}
 		if !creating {
 			return Entry{}, true, nil
@@ -367,7 +368,7 @@ func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry
 			return Entry{}, false, s.unavailable(thread, err)
 		}
 		if len(names) >= s.opt.MaxThreads {
-			return Entry{}, false, hub.Errorf(hub.ThreadLimit, "thread limit reached")
+			return Entry{}, false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
 		}
 	}
 	unlock, err := s.lockFile(ctx, s.path(thread)+".lock")
@@ -394,7 +395,7 @@ func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry
 	e := newEntry(old, m, now)
 	msgs := make([]Entry, 0, len(old)+1)
 	msgs = append(append(msgs, old...), e)
-	msgs, dropped := s.opt.Retention.trim(msgs, now)
+	msgs, dropped := trim(s.opt.Retention, msgs, now)
 	trimmed = max(trimmed, dropped)
 	bp := docBufs.Get().(*[]byte)
 	doc := appendDocument((*bp)[:0], thread, msgs, trimmed)
@@ -426,8 +427,8 @@ func newEntry(old []Entry, m NewMessage, now time.Time) Entry {
 			break
 		}
 	}
-	msg := hub.Message{ID: id, Epoch: epoch, TS: at.Format("2006-01-02T15:04:05+00:00"), Author: m.Author, Text: m.Text}
-	return Entry{Message: msg, JSON: hub.MarshalMessage(msg)}
+	msg := chatrelay.Message{ID: id, Epoch: epoch, TS: at.Format("2006-01-02T15:04:05+00:00"), Author: m.Author, Text: m.Text}
+	return Entry{Message: msg, JSON: chatrelay.MarshalMessage(msg)}
 }
 
 // write replaces the thread's document atomically: a temp file in the same
@@ -494,7 +495,7 @@ func (s *File) threadNames() ([]string, error) {
 	var names []string
 	for _, de := range des {
 		name, ok := strings.CutSuffix(de.Name(), ".json")
-		if ok && de.Type().IsRegular() && hub.ValidThread(name) {
+		if ok && de.Type().IsRegular() && chatrelay.ValidThread(name) {
 			names = append(names, name)
 		}
 	}
@@ -519,7 +520,7 @@ func (s *File) Threads(ctx context.Context) ([]ThreadInfo, error) {
 		last := snap.msgs[len(snap.msgs)-1]
 		infos = append(infos, ThreadInfo{
 			Thread: name, Messages: len(snap.msgs), LastAuthor: last.Author,
-			LastEpoch: last.Epoch, Awaiting: last.Author != hub.Hermes,
+			LastEpoch: last.Epoch, Awaiting: last.Author != chatrelay.Hermes,
 		})
 	}
 	slices.SortFunc(infos, func(a, b ThreadInfo) int { return int(b.LastEpoch - a.LastEpoch) })
@@ -565,7 +566,7 @@ func (s *File) orphanTemps(docs []string) []string {
 	var out []string
 	for _, tmp := range tmps {
 		name, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(tmp), "."), ".json.tmp-")
-		if hub.ValidThread(name) && !slices.Contains(docs, name) && !slices.Contains(out, name) {
+		if chatrelay.ValidThread(name) && !slices.Contains(docs, name) && !slices.Contains(out, name) {
 			out = append(out, name)
 		}
 	}
@@ -593,7 +594,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	if snap.err != nil {
 		return 0, false, unreadable(snap)
 	}
-	msgs, trimmed := s.opt.Retention.trim(snap.msgs, s.now())
+	msgs, trimmed := trim(s.opt.Retention, snap.msgs, s.now())
 	dropped = len(snap.msgs) - len(msgs)
 	if dropped == 0 {
 		return 0, false, nil

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -14,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 )
@@ -44,7 +45,7 @@ func openFile(t testing.TB, dir string, opt FileOptions) *File {
 
 func appendText(t testing.TB, s Store, thread, text string) Entry {
 	t.Helper()
-	e, err := s.Append(context.Background(), thread, NewMessage{Author: hub.Operator, Text: text})
+	e, err := s.Append(context.Background(), thread, NewMessage{Author: chatrelay.Operator, Text: text})
 	assert.Success(t, err)
 	return e
 }
@@ -79,10 +80,10 @@ func TestAppendAssignsEpochIDAndTS(t *testing.T) {
 
 	assert.Equal(t, "epochs", []int64{e1.Epoch, e2.Epoch, e3.Epoch}, []int64{t0.UnixMilli(), t0.UnixMilli() + 1, t0.UnixMilli() + 2})
 	assert.Equal(t, "ts", e1.TS, "2026-10-23T18:40:00+00:00")
-	assert.Equal(t, "author defaults", e1.Author, hub.Operator)
+	assert.Equal(t, "author defaults", e1.Author, chatrelay.Operator)
 	assert.True(t, strings.HasPrefix(e1.ID, "MSG-20261023-184000-"), "id %q", e1.ID)
 	assert.True(t, e1.ID != e2.ID && e2.ID != e3.ID && e1.ID != e3.ID, "ids repeat: %s %s %s", e1.ID, e2.ID, e3.ID)
-	assert.Equal(t, "entry JSON", string(e1.JSON), string(hub.MarshalMessage(e1.Message)))
+	assert.Equal(t, "entry JSON", string(e1.JSON), string(chatrelay.MarshalMessage(e1.Message)))
 }
 
 func TestAppendRefuses(t *testing.T) {
@@ -91,15 +92,15 @@ func TestAppendRefuses(t *testing.T) {
 		name   string
 		thread string
 		msg    NewMessage
-		want   hub.Code
+		want   chatrelay.Code
 	}{
-		{"empty text", threadA, NewMessage{Text: ""}, hub.InvalidText},
-		{"blank text", threadA, NewMessage{Text: " \n\t"}, hub.InvalidText},
-		{"invalid UTF-8", threadA, NewMessage{Text: "a\xffb"}, hub.InvalidText},
-		{"text too long", threadA, NewMessage{Text: strings.Repeat("é", hub.MaxText+1)}, hub.TextTooLong},
-		{"bad thread id", "../../etc/passwd", NewMessage{Text: "hi"}, hub.InvalidThread},
-		{"upper-case thread id", "A1B2C3D4E5F60718", NewMessage{Text: "hi"}, hub.InvalidThread},
-		{"reply to a missing thread", threadA, NewMessage{Author: hub.Hermes, Text: "hi", MustExist: true}, hub.NotFound},
+		{"empty text", threadA, NewMessage{Text: ""}, chatrelay.InvalidText},
+		{"blank text", threadA, NewMessage{Text: " \n\t"}, chatrelay.InvalidText},
+		{"invalid UTF-8", threadA, NewMessage{Text: "a\xffb"}, chatrelay.InvalidText},
+		{"text too long", threadA, NewMessage{Text: strings.Repeat("é", chatrelay.MaxText+1)}, chatrelay.TextTooLong},
+		{"bad thread id", "../../etc/passwd", NewMessage{Text: "hi"}, chatrelay.InvalidThread},
+		{"upper-case thread id", "A1B2C3D4E5F60718", NewMessage{Text: "hi"}, chatrelay.InvalidThread},
+		{"reply to a missing thread", threadA, NewMessage{Author: chatrelay.Hermes, Text: "hi", MustExist: true}, chatrelay.NotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -171,7 +172,7 @@ func TestConcurrentAppendsLoseNothing(t *testing.T) {
 func TestTwoStoresWithSteadySizeLoseNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	opt := FileOptions{Retention: Retention{Messages: 3}}
+	opt := FileOptions{Retention: chatrelay.Retention{Messages: 3}}
 	stores := []*File{openFile(t, dir, opt), openFile(t, dir, opt)}
 	const each = 150
 	acked := make([][]int64, len(stores))
@@ -209,7 +210,7 @@ func TestRetentionOnAppend(t *testing.T) {
 		t.Parallel()
 		clk := testclock.New(t0)
 		dir := t.TempDir()
-		s := openFile(t, dir, FileOptions{Retention: Retention{Messages: 3}, Now: clk.Now})
+		s := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Messages: 3}, Now: clk.Now})
 		var es []Entry
 		for i := range 5 {
 			es = append(es, appendText(t, s, threadA, fmt.Sprint("m", i)))
@@ -224,7 +225,7 @@ func TestRetentionOnAppend(t *testing.T) {
 	t.Run("by age", func(t *testing.T) {
 		t.Parallel()
 		clk := testclock.New(t0)
-		s := openFile(t, "", FileOptions{Retention: Retention{Age: 24 * time.Hour}, Now: clk.Now})
+		s := openFile(t, "", FileOptions{Retention: chatrelay.Retention{Age: 24 * time.Hour}, Now: clk.Now})
 		appendText(t, s, threadA, "old")
 		clk.Advance(12 * time.Hour)
 		appendText(t, s, threadA, "middle")
@@ -240,7 +241,7 @@ func TestSweep(t *testing.T) {
 	t.Parallel()
 	clk := testclock.New(t0)
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{Retention: Retention{Age: time.Hour}, Now: clk.Now})
+	s := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Age: time.Hour}, Now: clk.Now})
 	appendText(t, s, threadA, "a-old")
 	appendText(t, s, threadB, "b-old")
 	clk.Advance(30 * time.Minute)
@@ -293,7 +294,7 @@ func TestSweepRemovesCrashTempFiles(t *testing.T) {
 func TestSinceAndReset(t *testing.T) {
 	t.Parallel()
 	clk := testclock.New(t0)
-	s := openFile(t, "", FileOptions{Retention: Retention{Messages: 3}, Now: clk.Now})
+	s := openFile(t, "", FileOptions{Retention: chatrelay.Retention{Messages: 3}, Now: clk.Now})
 	var es []Entry
 	for i := range 5 {
 		es = append(es, appendText(t, s, threadA, fmt.Sprint("m", i)))
@@ -328,7 +329,7 @@ func TestSinceAndReset(t *testing.T) {
 		})
 	}
 
-	_, err := s.Append(t.Context(), threadA, NewMessage{Author: hub.Hermes, Text: "answer", MustExist: true})
+	_, err := s.Append(t.Context(), threadA, NewMessage{Author: chatrelay.Hermes, Text: "answer", MustExist: true})
 	assert.Success(t, err)
 	p, err := s.Since(t.Context(), threadA, 0, 0)
 	assert.Success(t, err)
@@ -354,7 +355,7 @@ func TestThreadLimit(t *testing.T) {
 	appendText(t, s, threadA, "a")
 	appendText(t, s, threadB, "b")
 	_, err := s.Append(t.Context(), "ffffffffffffffff", NewMessage{Text: "c"})
-	assert.Code(t, err, hub.ThreadLimit)
+	assert.Code(t, err, chatrelay.ThreadLimit)
 	_, err = os.Stat(filepath.Join(dir, "chat", "ffffffffffffffff.json.lock"))
 	assert.ErrorIs(t, err, fs.ErrNotExist) // a refused thread leaves nothing behind
 	appendText(t, s, threadA, "existing threads keep working")
@@ -383,7 +384,7 @@ func TestThreadLimitRace(t *testing.T) {
 			if err == nil {
 				won++
 			} else {
-				assert.Code(t, err, hub.ThreadLimit)
+				assert.Code(t, err, chatrelay.ThreadLimit)
 			}
 		}
 		assert.True(t, won == 1, "round %d: %d stores created the last thread (errs %v)", round, won, errs)
@@ -419,16 +420,16 @@ func TestUnreadableThreadIsNeverOverwritten(t *testing.T) {
 	clk := testclock.New(t0)
 	dir := t.TempDir()
 	var logs bytes.Buffer
-	s := openFile(t, dir, FileOptions{Retention: Retention{Age: time.Hour}, Now: clk.Now, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	s := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Age: time.Hour}, Now: clk.Now, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	appendText(t, s, threadB, "other thread")
 	bad := []byte(`{"version":1,"thread":"a1b2c3d4e5f60718","messages":[{"id":`)
 	path := filepath.Join(dir, "chat", threadA+".json")
 	assert.Success(t, os.WriteFile(path, bad, 0o600))
 
 	_, err := s.Append(t.Context(), threadA, NewMessage{Text: "hi"})
-	assert.Code(t, err, hub.ThreadUnreadable)
+	assert.Code(t, err, chatrelay.ThreadUnreadable)
 	_, err = s.Since(t.Context(), threadA, 0, 0)
-	assert.Code(t, err, hub.ThreadUnreadable)
+	assert.Code(t, err, chatrelay.ThreadUnreadable)
 	clk.Advance(2 * time.Hour)
 	_, err = s.Sweep(t.Context())
 	assert.Success(t, err)
@@ -443,7 +444,7 @@ func TestUnreadableThreadIsNeverOverwritten(t *testing.T) {
 func TestReadersNeverSeeATornDocument(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	w := openFile(t, dir, FileOptions{Retention: Retention{Messages: 1000}})
+	w := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Messages: 1000}})
 	r := openFile(t, dir, FileOptions{})
 	appendText(t, w, threadA, "first")
 	done := make(chan struct{})
@@ -481,14 +482,14 @@ func TestThreadsNewestFirst(t *testing.T) {
 	clk.Advance(time.Minute)
 	appendText(t, s, threadB, "b")
 	clk.Advance(time.Minute)
-	_, err := s.Append(t.Context(), threadA, NewMessage{Author: hub.Hermes, Text: "answer", MustExist: true})
+	_, err := s.Append(t.Context(), threadA, NewMessage{Author: chatrelay.Hermes, Text: "answer", MustExist: true})
 	assert.Success(t, err)
 
 	infos, err := s.Threads(t.Context())
 	assert.Success(t, err)
 	assert.Equal(t, "threads", infos, []ThreadInfo{
-		{Thread: threadA, Messages: 2, LastAuthor: hub.Hermes, LastEpoch: t0.Add(2 * time.Minute).UnixMilli(), Awaiting: false},
-		{Thread: threadB, Messages: 1, LastAuthor: hub.Operator, LastEpoch: t0.Add(time.Minute).UnixMilli(), Awaiting: true},
+		{Thread: threadA, Messages: 2, LastAuthor: chatrelay.Hermes, LastEpoch: t0.Add(2 * time.Minute).UnixMilli(), Awaiting: false},
+		{Thread: threadB, Messages: 1, LastAuthor: chatrelay.Operator, LastEpoch: t0.Add(time.Minute).UnixMilli(), Awaiting: true},
 	})
 }
 
@@ -504,7 +505,7 @@ func TestWriterIsNotFooledByAFileIdentityCollision(t *testing.T) {
 	t.Parallel()
 	clk := testclock.New(t0)
 	dir, other := t.TempDir(), t.TempDir()
-	opt := FileOptions{Retention: Retention{Messages: 3}, Now: clk.Now}
+	opt := FileOptions{Retention: chatrelay.Retention{Messages: 3}, Now: clk.Now}
 	a := openFile(t, dir, opt)
 	for i := range 4 { // one trimmed already, so the document's size stays put
 		appendText(t, a, threadA, fmt.Sprint("a", i))

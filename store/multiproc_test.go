@@ -5,6 +5,8 @@ package store_test
 // folder as the parent, the way the host CLI shares the server's store.
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -22,7 +24,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
@@ -49,7 +50,7 @@ func child(mode string) int {
 	n, _ := strconv.Atoi(os.Getenv("CHATRELAY_TEST_N"))
 	maxThreads, _ := strconv.Atoi(os.Getenv("CHATRELAY_TEST_MAX"))
 	st, err := store.OpenFile(data, store.FileOptions{
-		Retention:  store.Retention{Messages: 10000},
+		Retention:  chatrelay.Retention{Messages: 10000},
 		MaxThreads: maxThreads,
 		NoFsync:    mode != "crash",
 		Log:        slog.New(slog.DiscardHandler),
@@ -64,9 +65,9 @@ func child(mode string) int {
 	name := os.Getenv("CHATRELAY_TEST_NAME")
 	for i := 0; mode == "crash" || i < n; i++ {
 		text := fmt.Sprintf("%s-%d", name, i)
-		e, err := st.Append(context.Background(), thread, store.NewMessage{Author: hub.Agent, Text: text})
+		e, err := st.Append(context.Background(), thread, store.NewMessage{Author: chatrelay.Agent, Text: text})
 		if err != nil {
-			fmt.Fprintln(out, "error", hub.CodeOf(err))
+			fmt.Fprintln(out, "error", chatrelay.CodeOf(err))
 			return 1
 		}
 		fmt.Fprintln(out, e.Epoch, text)
@@ -155,14 +156,14 @@ func TestProcessesAppendToOneThread(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
 	const token = "00000000000000000000000000000000000000000000000000000000000000aa"
-	thread := hub.ThreadOf(token)
+	thread := chatrelay.ThreadOf(token)
 	const children, each = 4, 40
 
-	st, err := store.OpenFile(data, store.FileOptions{Retention: store.Retention{Messages: 10000}, NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := store.OpenFile(data, store.FileOptions{Retention: chatrelay.Retention{Messages: 10000}, NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	srv := httptest.NewServer(transport.NewServer(transport.Config{
 		Store:   st,
-		Limiter: transport.NewMemoryLimiter(transport.Windows{PerThread: 1 << 20, PerIP: 1 << 20}, nil),
+		Limiter: transport.NewMemoryLimiter(chatrelay.Windows{PerThread: 1 << 20, PerIP: 1 << 20}, nil),
 		Log:     slog.New(slog.DiscardHandler),
 	}))
 	t.Cleanup(srv.Close)
@@ -241,7 +242,7 @@ func TestProcessesRaceForTheLastThread(t *testing.T) {
 				switch a.code {
 				case "":
 					won++
-				case string(hub.ThreadLimit):
+				case string(chatrelay.ThreadLimit):
 					refused++
 				default:
 					t.Fatalf("round %d: unexpected error %s", round, a.code)

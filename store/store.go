@@ -6,10 +6,10 @@
 package store
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"time"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 // Store is what the server and the host CLI need from storage. Every
@@ -54,7 +54,7 @@ type Store interface {
 
 // NewMessage is what a writer supplies; the store assigns the rest.
 type NewMessage struct {
-	Author hub.Author
+	Author chatrelay.Author
 	Text   string
 	// MustExist refuses to create the thread (the host CLI's reply).
 	MustExist bool
@@ -62,8 +62,8 @@ type NewMessage struct {
 
 // Entry is a stored message together with its v1 JSON, encoded once.
 type Entry struct {
-	hub.Message
-	JSON []byte // hub.MarshalMessage(Message); shared, never modified
+	chatrelay.Message
+	JSON []byte // chatrelay.MarshalMessage(Message); shared, never modified
 }
 
 // Page is the answer to Since.
@@ -79,11 +79,11 @@ type Page struct {
 
 // ThreadInfo summarises one thread for the host CLI.
 type ThreadInfo struct {
-	Thread     string     `json:"thread"`
-	Messages   int        `json:"messages"`
-	LastAuthor hub.Author `json:"last_author"`
-	LastEpoch  int64      `json:"last_epoch"`
-	Awaiting   bool       `json:"awaiting"`
+	Thread     string           `json:"thread"`
+	Messages   int              `json:"messages"`
+	LastAuthor chatrelay.Author `json:"last_author"`
+	LastEpoch  int64            `json:"last_epoch"`
+	Awaiting   bool             `json:"awaiting"`
 }
 
 // SweepStats says what a sweep did.
@@ -101,25 +101,9 @@ type Batch struct {
 	Ready    bool // the feed is registered (first call only; no thread, no messages)
 }
 
-// Retention says which messages a thread keeps.
-type Retention struct {
-	Messages int           // newest N messages per thread; defaults to 200
-	Age      time.Duration // none older than this; defaults to 720h
-}
-
-func (r Retention) withDefaults() Retention {
-	if r.Messages <= 0 {
-		r.Messages = 200
-	}
-	if r.Age <= 0 {
-		r.Age = 720 * time.Hour
-	}
-	return r
-}
-
 // trim applies r to msgs (oldest first) at time now. It returns the kept
 // messages and the epoch of the newest dropped one (0 if none was dropped).
-func (r Retention) trim(msgs []Entry, now time.Time) ([]Entry, int64) {
+func trim(r chatrelay.Retention, msgs []Entry, now time.Time) ([]Entry, int64) {
 	cut := 0
 	if n := len(msgs) - r.Messages; n > 0 {
 		cut = n
@@ -143,7 +127,7 @@ func page(thread string, msgs []Entry, trimmed, since int64, limit int) Page {
 	}
 	last := msgs[len(msgs)-1]
 	p.Cursor = last.Epoch
-	p.Awaiting = last.Author != hub.Hermes
+	p.Awaiting = last.Author != chatrelay.Hermes
 	p.Reset = since > 0 && since < trimmed
 	// First message with epoch > since: epochs strictly increase.
 	lo, hi := 0, len(msgs)

@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"bufio"
 	"context"
 	"log/slog"
@@ -9,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 // reqInfo is what handlers tell the request log about a request: the
@@ -18,7 +18,7 @@ import (
 // request's own goroutine writes it.
 type reqInfo struct {
 	thread string
-	code   hub.Code
+	code   chatrelay.Code
 }
 
 type reqInfoKey struct{}
@@ -37,7 +37,7 @@ func noteThread(r *http.Request, thread string) {
 
 // noteRefused records that a request was refused with code, for the log
 // line and chatrelay_requests_refused_total.
-func noteRefused(r *http.Request, code hub.Code) {
+func noteRefused(r *http.Request, code chatrelay.Code) {
 	if ri := infoOf(r); ri != nil {
 		ri.code = code
 	}

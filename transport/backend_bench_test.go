@@ -5,12 +5,13 @@ package transport_test
 //	go test -run '^$' -bench 'AppendFanout|PostFanout|CrossNode' ./transport/
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"strconv"
 	"sync"
 	"testing"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
 )
@@ -50,7 +51,7 @@ func BenchmarkAppendFanout(b *testing.B) {
 		b.Run(bb.name, func(b *testing.B) {
 			be := bb.open(b, storetest.Options{})
 			const thread = "a1b2c3d4e5f60718"
-			m := store.NewMessage{Author: hub.Operator, Text: "a message of a typical length, about sixty characters long."}
+			m := store.NewMessage{Author: chatrelay.Operator, Text: "a message of a typical length, about sixty characters long."}
 			ctx := context.Background()
 			for range 200 {
 				if _, err := be.Store.Append(ctx, thread, m); err != nil {

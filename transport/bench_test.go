@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,7 +10,6 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -25,7 +26,7 @@ func BenchmarkPollCached(b *testing.B) {
 			}
 			tok := token(1)
 			for i := range size {
-				if _, err := st.Append(context.Background(), hub.ThreadOf(tok), store.NewMessage{Text: fmt.Sprint("message number ", i)}); err != nil {
+				if _, err := st.Append(context.Background(), chatrelay.ThreadOf(tok), store.NewMessage{Text: fmt.Sprint("message number ", i)}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -8,6 +8,8 @@ package transport
 // each says why.
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -28,7 +30,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
@@ -67,7 +68,7 @@ type contractEnv struct {
 type envOptions struct {
 	Prefix     string
 	Trusted    []netip.Prefix
-	Windows    Windows // zero: windows too wide to matter
+	Windows    chatrelay.Windows // zero: windows too wide to matter
 	MaxThreads int
 }
 
@@ -82,10 +83,10 @@ func newContractEnv(t *testing.T, backend string, o envOptions) *contractEnv {
 	clk := testclock.New(at)
 	quiet := slog.New(slog.DiscardHandler)
 	be := storetest.Open(t, backend, storetest.Options{MaxThreads: o.MaxThreads, Now: clk.Now, Log: quiet})
-	if o.Windows == (Windows{}) {
-		o.Windows = Windows{PerThread: 1000, PerIP: 1000}
+	if o.Windows == (chatrelay.Windows{}) {
+		o.Windows = chatrelay.Windows{PerThread: 1000, PerIP: 1000}
 	}
-	var limiter RateLimiter = NewMemoryLimiter(o.Windows, clk.Now)
+	var limiter chatrelay.RateLimiter = NewMemoryLimiter(o.Windows, clk.Now)
 	if shared, _, ok := be.SharedLimiters(o.Windows.PerThread, o.Windows.PerIP, o.Windows.Window, 0, 0); ok {
 		limiter = shared
 	}
@@ -178,11 +179,11 @@ type postResult struct {
 }
 
 type pollResult struct {
-	Success  bool          `json:"success"`
-	Thread   string        `json:"thread"`
-	Messages []hub.Message `json:"messages"`
-	Awaiting bool          `json:"awaiting"`
-	Cursor   int64         `json:"cursor"`
+	Success  bool                `json:"success"`
+	Thread   string              `json:"thread"`
+	Messages []chatrelay.Message `json:"messages"`
+	Awaiting bool                `json:"awaiting"`
+	Cursor   int64               `json:"cursor"`
 }
 
 func decodePoll(t *testing.T, a answer) pollResult {
@@ -240,7 +241,7 @@ type errorAnswer struct {
 }
 
 // checkError checks the shape every error shares and returns the body.
-func checkError(t *testing.T, a answer, status int, code hub.Code) errorAnswer {
+func checkError(t *testing.T, a answer, status int, code chatrelay.Code) errorAnswer {
 	t.Helper()
 	assert.Equal(t, "status of "+a.body, a.status, status)
 	assert.Equal(t, "Content-Type", a.header.Get("Content-Type"), "application/json")
@@ -248,7 +249,7 @@ func checkError(t *testing.T, a answer, status int, code hub.Code) errorAnswer {
 	assert.Success(t, json.Unmarshal([]byte(a.body), &e))
 	assert.Equal(t, "code", e.Code, string(code))
 	assert.Equal(t, "success", e.Success, false)
-	assert.Equal(t, "retryable", e.Retryable, code == hub.RateLimited)
+	assert.Equal(t, "retryable", e.Retryable, code == chatrelay.RateLimited)
 	assert.True(t, strings.TrimSpace(e.Error) != "", "no words for a person in %s", a.body)
 	assert.Equal(t, "first keys", topKeys(t, a.body)[:4], []string{"success", "error", "code", "retryable"})
 	for _, leak := range []string{"goroutine", "panic", "/tmp", os.TempDir(), ".json"} {
@@ -400,18 +401,18 @@ func TestPoll(t *testing.T) {
 			tok := token(6)
 			thread := threadOfToken(tok)
 			e.say(t, tok, "question")
-			reply, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: hub.Hermes, Text: "answer", MustExist: true})
+			reply, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, Text: "answer", MustExist: true})
 			assert.Success(t, err)
 			p := decodePoll(t, e.poll(t, tok, ""))
 			assert.Equal(t, "awaiting after hermes", p.Awaiting, false)
 			assert.Equal(t, "cursor", p.Cursor, reply.Epoch)
-			assert.Equal(t, "last author", p.Messages[len(p.Messages)-1].Author, hub.Hermes)
+			assert.Equal(t, "last author", p.Messages[len(p.Messages)-1].Author, chatrelay.Hermes)
 
 			a := e.post(t, tok, `{"text":"thanks","kind":"agent"}`)
 			assert.Equal(t, "status", a.status, http.StatusCreated)
 			p = decodePoll(t, e.poll(t, tok, ""))
 			assert.Equal(t, "awaiting after agent", p.Awaiting, true)
-			assert.Equal(t, "last author", p.Messages[len(p.Messages)-1].Author, hub.Agent)
+			assert.Equal(t, "last author", p.Messages[len(p.Messages)-1].Author, chatrelay.Agent)
 		})
 
 		if backend != storetest.File {
@@ -459,7 +460,7 @@ func TestTextLimits(t *testing.T) {
 				tok := token(9)
 				a := e.post(t, tok, jsonBody(map[string]string{"text": tt.text}))
 				if tt.want != http.StatusCreated {
-					ea := checkError(t, a, tt.want, hub.TextTooLong)
+					ea := checkError(t, a, tt.want, chatrelay.TextTooLong)
 					assert.Equal(t, "error", ea.Error, "text too long (max 4000 chars)")
 					e.nothingStored(t)
 					return
@@ -518,7 +519,7 @@ func TestBodyLimit(t *testing.T) {
 					assert.Equal(t, "status of "+a.body, a.status, tt.want)
 					return
 				}
-				checkError(t, a, tt.want, hub.BodyTooLarge)
+				checkError(t, a, tt.want, chatrelay.BodyTooLarge)
 				e.nothingStored(t)
 			})
 		}
@@ -547,69 +548,69 @@ func TestErrors(t *testing.T) {
 			name   string
 			do     func(e *contractEnv, t *testing.T) answer
 			status int
-			code   hub.Code
+			code   chatrelay.Code
 			words  string // the frozen words, if any
 			allow  string // the Allow header of a 405
 			see    string // the "see" of a 410
 		}{
-			{name: "not JSON", do: post("hello"), status: 400, code: hub.InvalidJSON},
-			{name: "empty body", do: post(""), status: 400, code: hub.InvalidJSON},
-			{name: "JSON array", do: post(`[{"text":"hi"}]`), status: 400, code: hub.InvalidJSON},
-			{name: "JSON string", do: post(`"hi"`), status: 400, code: hub.InvalidJSON},
-			{name: "JSON null", do: post(`null`), status: 400, code: hub.InvalidJSON},
-			{name: "truncated object", do: post(`{"text":"hi"`), status: 400, code: hub.InvalidJSON},
-			{name: "two objects", do: post(`{"text":"hi"}{"text":"again"}`), status: 400, code: hub.InvalidJSON},
+			{name: "not JSON", do: post("hello"), status: 400, code: chatrelay.InvalidJSON},
+			{name: "empty body", do: post(""), status: 400, code: chatrelay.InvalidJSON},
+			{name: "JSON array", do: post(`[{"text":"hi"}]`), status: 400, code: chatrelay.InvalidJSON},
+			{name: "JSON string", do: post(`"hi"`), status: 400, code: chatrelay.InvalidJSON},
+			{name: "JSON null", do: post(`null`), status: 400, code: chatrelay.InvalidJSON},
+			{name: "truncated object", do: post(`{"text":"hi"`), status: 400, code: chatrelay.InvalidJSON},
+			{name: "two objects", do: post(`{"text":"hi"}{"text":"again"}`), status: 400, code: chatrelay.InvalidJSON},
 
-			{name: "no text", do: post(`{"kind":"agent"}`), status: 400, code: hub.InvalidText},
-			{name: "text is a number", do: post(`{"text":5}`), status: 400, code: hub.InvalidText},
-			{name: "text is null", do: post(`{"text":null}`), status: 400, code: hub.InvalidText},
-			{name: "text is an array", do: post(`{"text":["hi"]}`), status: 400, code: hub.InvalidText},
-			{name: "empty text", do: post(`{"text":""}`), status: 400, code: hub.InvalidText},
-			{name: "white space only", do: post(`{"text":" \n\t\r "}`), status: 400, code: hub.InvalidText},
-			{name: "escaped white space only", do: post(`{"text":"\u00a0\u3000\n"}`), status: 400, code: hub.InvalidText},
-			{name: "invalid UTF-8 bytes", do: post("{\"text\":\"caf\xe9 au lait\"}"), status: 400, code: hub.InvalidText},
-			{name: "a lone continuation byte", do: post("{\"text\":\"\x80\"}"), status: 400, code: hub.InvalidText},
-			{name: "an overlong encoding", do: post("{\"text\":\"\xc0\xaf\"}"), status: 400, code: hub.InvalidText},
-			{name: "a lone high surrogate (a sliced emoji)", do: post(`{"text":"smile \ud83d"}`), status: 400, code: hub.InvalidText},
-			{name: "a lone low surrogate", do: post(`{"text":"\ude00 tail"}`), status: 400, code: hub.InvalidText},
-			{name: "a high surrogate before a letter", do: post(`{"text":"\ud83d\u0041"}`), status: 400, code: hub.InvalidText},
+			{name: "no text", do: post(`{"kind":"agent"}`), status: 400, code: chatrelay.InvalidText},
+			{name: "text is a number", do: post(`{"text":5}`), status: 400, code: chatrelay.InvalidText},
+			{name: "text is null", do: post(`{"text":null}`), status: 400, code: chatrelay.InvalidText},
+			{name: "text is an array", do: post(`{"text":["hi"]}`), status: 400, code: chatrelay.InvalidText},
+			{name: "empty text", do: post(`{"text":""}`), status: 400, code: chatrelay.InvalidText},
+			{name: "white space only", do: post(`{"text":" \n\t\r "}`), status: 400, code: chatrelay.InvalidText},
+			{name: "escaped white space only", do: post(`{"text":"\u00a0\u3000\n"}`), status: 400, code: chatrelay.InvalidText},
+			{name: "invalid UTF-8 bytes", do: post("{\"text\":\"caf\xe9 au lait\"}"), status: 400, code: chatrelay.InvalidText},
+			{name: "a lone continuation byte", do: post("{\"text\":\"\x80\"}"), status: 400, code: chatrelay.InvalidText},
+			{name: "an overlong encoding", do: post("{\"text\":\"\xc0\xaf\"}"), status: 400, code: chatrelay.InvalidText},
+			{name: "a lone high surrogate (a sliced emoji)", do: post(`{"text":"smile \ud83d"}`), status: 400, code: chatrelay.InvalidText},
+			{name: "a lone low surrogate", do: post(`{"text":"\ude00 tail"}`), status: 400, code: chatrelay.InvalidText},
+			{name: "a high surrogate before a letter", do: post(`{"text":"\ud83d\u0041"}`), status: 400, code: chatrelay.InvalidText},
 
-			{name: "kind hermes", do: post(`{"text":"hi","kind":"hermes"}`), status: 400, code: hub.InvalidKind},
-			{name: "kind in capitals", do: post(`{"text":"hi","kind":"Operator"}`), status: 400, code: hub.InvalidKind},
-			{name: "kind empty", do: post(`{"text":"hi","kind":""}`), status: 400, code: hub.InvalidKind},
-			{name: "kind a number", do: post(`{"text":"hi","kind":1}`), status: 400, code: hub.InvalidKind},
-			{name: "kind unknown", do: post(`{"text":"hi","kind":"admin"}`), status: 400, code: hub.InvalidKind},
+			{name: "kind hermes", do: post(`{"text":"hi","kind":"hermes"}`), status: 400, code: chatrelay.InvalidKind},
+			{name: "kind in capitals", do: post(`{"text":"hi","kind":"Operator"}`), status: 400, code: chatrelay.InvalidKind},
+			{name: "kind empty", do: post(`{"text":"hi","kind":""}`), status: 400, code: chatrelay.InvalidKind},
+			{name: "kind a number", do: post(`{"text":"hi","kind":1}`), status: 400, code: chatrelay.InvalidKind},
+			{name: "kind unknown", do: post(`{"text":"hi","kind":"admin"}`), status: 400, code: chatrelay.InvalidKind},
 
-			{name: "since negative", do: poll("?since=-1"), status: 400, code: hub.InvalidSince},
-			{name: "since words", do: poll("?since=yesterday"), status: 400, code: hub.InvalidSince},
-			{name: "since fraction", do: poll("?since=1.5"), status: 400, code: hub.InvalidSince},
-			{name: "since exponent", do: poll("?since=1e3"), status: 400, code: hub.InvalidSince},
-			{name: "since plus sign", do: poll("?since=%2B5"), status: 400, code: hub.InvalidSince},
-			{name: "since with a space", do: poll("?since=%205"), status: 400, code: hub.InvalidSince},
-			{name: "since hex", do: poll("?since=0x10"), status: 400, code: hub.InvalidSince},
-			{name: "since too big", do: poll("?since=99999999999999999999"), status: 400, code: hub.InvalidSince},
-			{name: "since an ISO time", do: poll("?since=2026-10-23T18:40:00%2B00:00"), status: 400, code: hub.InvalidSince},
+			{name: "since negative", do: poll("?since=-1"), status: 400, code: chatrelay.InvalidSince},
+			{name: "since words", do: poll("?since=yesterday"), status: 400, code: chatrelay.InvalidSince},
+			{name: "since fraction", do: poll("?since=1.5"), status: 400, code: chatrelay.InvalidSince},
+			{name: "since exponent", do: poll("?since=1e3"), status: 400, code: chatrelay.InvalidSince},
+			{name: "since plus sign", do: poll("?since=%2B5"), status: 400, code: chatrelay.InvalidSince},
+			{name: "since with a space", do: poll("?since=%205"), status: 400, code: chatrelay.InvalidSince},
+			{name: "since hex", do: poll("?since=0x10"), status: 400, code: chatrelay.InvalidSince},
+			{name: "since too big", do: poll("?since=99999999999999999999"), status: 400, code: chatrelay.InvalidSince},
+			{name: "since an ISO time", do: poll("?since=2026-10-23T18:40:00%2B00:00"), status: 400, code: chatrelay.InvalidSince},
 
-			{name: "post without token", do: req("POST", "/api/chat/post"), status: 401, code: hub.Unauthorized, words: unauthorized},
-			{name: "poll without token", do: req("GET", "/api/chat/poll"), status: 401, code: hub.Unauthorized, words: unauthorized},
-			{name: "token in capitals", do: req("POST", "/api/chat/post", "X-Chat-Token", strings.ToUpper(token(0xabc))), status: 401, code: hub.Unauthorized, words: unauthorized},
-			{name: "token of 63 hex", do: req("POST", "/api/chat/post", "X-Chat-Token", token(1)[1:]), status: 401, code: hub.Unauthorized, words: unauthorized},
-			{name: "token of 65 hex", do: req("GET", "/api/chat/poll", "X-Chat-Token", token(1)+"0"), status: 401, code: hub.Unauthorized, words: unauthorized},
-			{name: "token not hex", do: req("POST", "/api/chat/post", "X-Chat-Token", strings.Repeat("g", 64)), status: 401, code: hub.Unauthorized, words: unauthorized},
+			{name: "post without token", do: req("POST", "/api/chat/post"), status: 401, code: chatrelay.Unauthorized, words: unauthorized},
+			{name: "poll without token", do: req("GET", "/api/chat/poll"), status: 401, code: chatrelay.Unauthorized, words: unauthorized},
+			{name: "token in capitals", do: req("POST", "/api/chat/post", "X-Chat-Token", strings.ToUpper(token(0xabc))), status: 401, code: chatrelay.Unauthorized, words: unauthorized},
+			{name: "token of 63 hex", do: req("POST", "/api/chat/post", "X-Chat-Token", token(1)[1:]), status: 401, code: chatrelay.Unauthorized, words: unauthorized},
+			{name: "token of 65 hex", do: req("GET", "/api/chat/poll", "X-Chat-Token", token(1)+"0"), status: 401, code: chatrelay.Unauthorized, words: unauthorized},
+			{name: "token not hex", do: req("POST", "/api/chat/post", "X-Chat-Token", strings.Repeat("g", 64)), status: 401, code: chatrelay.Unauthorized, words: unauthorized},
 			{name: "token with a bad body", do: func(e *contractEnv, t *testing.T) answer {
 				return e.request(t, "POST", "/api/chat/post", strings.NewReader("not json"), "X-Chat-Token", "nope")
-			}, status: 401, code: hub.Unauthorized, words: unauthorized},
+			}, status: 401, code: chatrelay.Unauthorized, words: unauthorized},
 
-			{name: "GET post", do: req("GET", "/api/chat/post", "X-Chat-Token", tok), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "POST"},
-			{name: "PUT post", do: req("PUT", "/api/chat/post", "X-Chat-Token", tok), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "POST"},
-			{name: "POST poll", do: req("POST", "/api/chat/poll", "X-Chat-Token", tok), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "GET"},
-			{name: "DELETE poll.php", do: req("DELETE", "/api/chat/poll.php"), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "GET"},
-			{name: "GET post.php", do: req("GET", "/api/chat/post.php"), status: 405, code: hub.MethodNotAllowed, words: "Method not allowed", allow: "POST"},
+			{name: "GET post", do: req("GET", "/api/chat/post", "X-Chat-Token", tok), status: 405, code: chatrelay.MethodNotAllowed, words: "Method not allowed", allow: "POST"},
+			{name: "PUT post", do: req("PUT", "/api/chat/post", "X-Chat-Token", tok), status: 405, code: chatrelay.MethodNotAllowed, words: "Method not allowed", allow: "POST"},
+			{name: "POST poll", do: req("POST", "/api/chat/poll", "X-Chat-Token", tok), status: 405, code: chatrelay.MethodNotAllowed, words: "Method not allowed", allow: "GET"},
+			{name: "DELETE poll.php", do: req("DELETE", "/api/chat/poll.php"), status: 405, code: chatrelay.MethodNotAllowed, words: "Method not allowed", allow: "GET"},
+			{name: "GET post.php", do: req("GET", "/api/chat/post.php"), status: 405, code: chatrelay.MethodNotAllowed, words: "Method not allowed", allow: "POST"},
 
-			{name: "retired route, no headers", do: req("POST", "/api/debug/agent-replies.php"), status: 410, code: hub.Gone, see: "/api/chat/post"},
-			{name: "retired route, with a token", do: req("POST", "/api/debug/agent-replies.php", "X-Chat-Token", tok, "Content-Type", "application/json"), status: 410, code: hub.Gone, see: "/api/chat/post"},
-			{name: "retired route, malformed token", do: req("POST", "/api/debug/agent-replies.php", "X-Chat-Token", "x"), status: 410, code: hub.Gone, see: "/api/chat/post"},
-			{name: "retired route without .php", do: req("POST", "/api/debug/agent-replies"), status: 410, code: hub.Gone, see: "/api/chat/post"},
+			{name: "retired route, no headers", do: req("POST", "/api/debug/agent-replies.php"), status: 410, code: chatrelay.Gone, see: "/api/chat/post"},
+			{name: "retired route, with a token", do: req("POST", "/api/debug/agent-replies.php", "X-Chat-Token", tok, "Content-Type", "application/json"), status: 410, code: chatrelay.Gone, see: "/api/chat/post"},
+			{name: "retired route, malformed token", do: req("POST", "/api/debug/agent-replies.php", "X-Chat-Token", "x"), status: 410, code: chatrelay.Gone, see: "/api/chat/post"},
+			{name: "retired route without .php", do: req("POST", "/api/debug/agent-replies"), status: 410, code: chatrelay.Gone, see: "/api/chat/post"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -636,7 +637,7 @@ func TestRateLimits(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, backend string) {
 		expectLimited := func(t *testing.T, a answer, wantMS int64, wantHeader string) {
 			t.Helper()
-			ea := checkError(t, a, http.StatusTooManyRequests, hub.RateLimited)
+			ea := checkError(t, a, http.StatusTooManyRequests, chatrelay.RateLimited)
 			assert.True(t, strings.HasPrefix(ea.Error, "rate limit"), "error %q does not start with \"rate limit\"", ea.Error)
 			assert.True(t, ea.RetryAfterMS != nil, "no retry_after_ms in %s", a.body)
 			assert.Equal(t, "retry_after_ms", *ea.RetryAfterMS, wantMS)
@@ -646,7 +647,7 @@ func TestRateLimits(t *testing.T) {
 
 		t.Run("per thread, sliding", func(t *testing.T) {
 			t.Parallel()
-			e := newContractEnv(t, backend, envOptions{Windows: Windows{PerThread: 2, PerIP: 100, Window: 10 * time.Minute}})
+			e := newContractEnv(t, backend, envOptions{Windows: chatrelay.Windows{PerThread: 2, PerIP: 100, Window: 10 * time.Minute}})
 			e.say(t, token(1), "one")
 			e.clock.Advance(1500 * time.Millisecond)
 			e.say(t, token(1), "two")
@@ -662,7 +663,7 @@ func TestRateLimits(t *testing.T) {
 
 		t.Run("per client IP, across tokens", func(t *testing.T) {
 			t.Parallel()
-			e := newContractEnv(t, backend, envOptions{Windows: Windows{PerThread: 100, PerIP: 3, Window: time.Minute}})
+			e := newContractEnv(t, backend, envOptions{Windows: chatrelay.Windows{PerThread: 100, PerIP: 3, Window: time.Minute}})
 			for i := range 3 {
 				e.say(t, token(i), "hi")
 			}
@@ -671,11 +672,11 @@ func TestRateLimits(t *testing.T) {
 
 		t.Run("refused posts do not count", func(t *testing.T) {
 			t.Parallel()
-			e := newContractEnv(t, backend, envOptions{Windows: Windows{PerThread: 2, PerIP: 2}, MaxThreads: 1})
+			e := newContractEnv(t, backend, envOptions{Windows: chatrelay.Windows{PerThread: 2, PerIP: 2}, MaxThreads: 1})
 			e.say(t, token(1), "one")
 			for range 3 {
-				checkError(t, e.post(t, token(1), `{"text":"  "}`), 400, hub.InvalidText)
-				checkError(t, e.post(t, token(2), `{"text":"new thread"}`), 507, hub.ThreadLimit)
+				checkError(t, e.post(t, token(1), `{"text":"  "}`), 400, chatrelay.InvalidText)
+				checkError(t, e.post(t, token(2), `{"text":"new thread"}`), 507, chatrelay.ThreadLimit)
 			}
 			e.say(t, token(1), "two")
 			expectLimited(t, e.post(t, token(1), `{"text":"three"}`), 600000, "600")
@@ -689,7 +690,7 @@ func TestThreadLimitAnswer(t *testing.T) {
 		e := newContractEnv(t, backend, envOptions{MaxThreads: 2})
 		e.say(t, token(1), "one")
 		e.say(t, token(2), "two")
-		ea := checkError(t, e.post(t, token(3), `{"text":"three"}`), http.StatusInsufficientStorage, hub.ThreadLimit)
+		ea := checkError(t, e.post(t, token(3), `{"text":"three"}`), http.StatusInsufficientStorage, chatrelay.ThreadLimit)
 		assert.Equal(t, "error words", ea.Error, "thread limit reached")
 		// Existing threads keep working; the refused one is not stored and polls empty.
 		e.say(t, token(1), "one again")
@@ -729,8 +730,8 @@ func TestPHPAliasesAndPrefix(t *testing.T) {
 				assert.Equal(t, "post status of "+a.body, a.status, http.StatusCreated)
 				p := decodePoll(t, e.request(t, "GET", tt.mount+tt.poll+"?since=0", nil, "X-Chat-Token", tok))
 				assert.Equal(t, "messages", len(p.Messages), 1)
-				checkError(t, e.request(t, "GET", tt.mount+tt.post, nil, "X-Chat-Token", tok), 405, hub.MethodNotAllowed)
-				gone := checkError(t, e.request(t, "POST", tt.mount+"/api/debug/agent-replies.php", nil), 410, hub.Gone)
+				checkError(t, e.request(t, "GET", tt.mount+tt.post, nil, "X-Chat-Token", tok), 405, chatrelay.MethodNotAllowed)
+				gone := checkError(t, e.request(t, "POST", tt.mount+"/api/debug/agent-replies.php", nil), 410, chatrelay.Gone)
 				assert.Equal(t, "see (frozen, whatever the prefix)", gone.See, "/api/chat/post")
 				assert.True(t, strings.Contains(gone.Error, tt.mount+"/api/chat/post"), "error words %q name the mounted route", gone.Error)
 				if tt.mount != "" { // nothing is served outside the prefix
@@ -782,7 +783,7 @@ func TestClientIPAndTrustedProxies(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
-				e := newContractEnv(t, backend, envOptions{Trusted: tt.trusted, Windows: Windows{PerThread: 100, PerIP: 1}})
+				e := newContractEnv(t, backend, envOptions{Trusted: tt.trusted, Windows: chatrelay.Windows{PerThread: 100, PerIP: 1}})
 				for i, s := range tt.steps {
 					hdr := []string{"X-Chat-Token", token(100 + i)} // a new thread each time
 					if s.xff != "" {
@@ -809,7 +810,7 @@ func TestUnreadableThread(t *testing.T) {
 	assert.Success(t, os.WriteFile(path, corrupt, 0o600))
 
 	for _, a := range []answer{e.post(t, bad, `{"text":"hi"}`), e.poll(t, bad, ""), e.poll(t, bad, "?since=5")} {
-		checkError(t, a, http.StatusServiceUnavailable, hub.ThreadUnreadable)
+		checkError(t, a, http.StatusServiceUnavailable, chatrelay.ThreadUnreadable)
 		assert.Equal(t, "Retry-After", a.header.Get("Retry-After"), "")
 		assert.True(t, !strings.Contains(a.body, e.data), "the answer names a host path: %s", a.body)
 	}
@@ -866,7 +867,7 @@ func TestUnknownAPIRoute(t *testing.T) {
 		assert.Equal(t, "status", a.status, http.StatusNotFound)
 		var ea errorAnswer
 		assert.Success(t, json.Unmarshal([]byte(a.body), &ea))
-		assert.Equal(t, "code", ea.Code, string(hub.NotFound))
+		assert.Equal(t, "code", ea.Code, string(chatrelay.NotFound))
 		assert.True(t, !bytes.Contains([]byte(a.body), []byte("<html")), "a JSON API answers JSON: %s", a.body)
 	})
 }

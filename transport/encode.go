@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -9,12 +11,8 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
 )
-
-// MaxBody is the largest request body read, in bytes.
-const MaxBody = 32768
 
 // writeJSON encodes v compactly, without HTML escaping and without a
 // trailing newline.
@@ -42,7 +40,7 @@ func writeBytes(w http.ResponseWriter, status int, b []byte) {
 // postBody is the body of a post: {"text": "…", "kind": "operator"|"agent"}.
 type postBody struct {
 	Text string
-	Kind hub.Author
+	Kind chatrelay.Author
 }
 
 // parsePost decodes and checks a post body. It is the one parser of posts,
@@ -50,26 +48,26 @@ type postBody struct {
 func parsePost(data []byte) (postBody, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil || raw == nil {
-		return postBody{}, hub.Errorf(hub.InvalidJSON, "the body is not a JSON object")
+		return postBody{}, chatrelay.Errorf(chatrelay.InvalidJSON, "the body is not a JSON object")
 	}
 	var p postBody
 	t, ok := raw["text"]
 	if !ok || len(t) == 0 || t[0] != '"' || json.Unmarshal(t, &p.Text) != nil {
-		return postBody{}, hub.Errorf(hub.InvalidText, "text must be a non-empty string")
+		return postBody{}, chatrelay.Errorf(chatrelay.InvalidText, "text must be a non-empty string")
 	}
 	if !utf8.Valid(t) || loneSurrogate(t) { // json.Unmarshal would quietly turn them into U+FFFD
-		return postBody{}, hub.Errorf(hub.InvalidText, "text is not valid UTF-8")
+		return postBody{}, chatrelay.Errorf(chatrelay.InvalidText, "text is not valid UTF-8")
 	}
-	if err := hub.CheckText(p.Text); err != nil {
+	if err := chatrelay.CheckText(p.Text); err != nil {
 		return postBody{}, err
 	}
-	p.Kind = hub.Operator
+	p.Kind = chatrelay.Operator
 	if k, ok := raw["kind"]; ok && string(k) != "null" {
 		var kind string
-		if json.Unmarshal(k, &kind) != nil || (kind != string(hub.Operator) && kind != string(hub.Agent)) {
-			return postBody{}, hub.Errorf(hub.InvalidKind, `kind must be "operator" or "agent"`)
+		if json.Unmarshal(k, &kind) != nil || (kind != string(chatrelay.Operator) && kind != string(chatrelay.Agent)) {
+			return postBody{}, chatrelay.Errorf(chatrelay.InvalidKind, `kind must be "operator" or "agent"`)
 		}
-		p.Kind = hub.Author(kind)
+		p.Kind = chatrelay.Author(kind)
 	}
 	return p, nil
 }
@@ -108,18 +106,18 @@ func loneSurrogate(s []byte) bool {
 	return false
 }
 
-// readBody reads at most MaxBody bytes of the request body.
+// readBody reads at most chatrelay.MaxBody bytes of the request body.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	if r.ContentLength > MaxBody {
-		return nil, hub.Errorf(hub.BodyTooLarge, "request body over %d bytes", MaxBody)
+	if r.ContentLength > chatrelay.MaxBody {
+		return nil, chatrelay.Errorf(chatrelay.BodyTooLarge, "request body over %d bytes", chatrelay.MaxBody)
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, chatrelay.MaxBody))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return nil, hub.Errorf(hub.BodyTooLarge, "request body over %d bytes", MaxBody)
+		return nil, chatrelay.Errorf(chatrelay.BodyTooLarge, "request body over %d bytes", chatrelay.MaxBody)
 	}
 	if err != nil {
-		return nil, hub.Errorf(hub.InvalidJSON, "the body could not be read")
+		return nil, chatrelay.Errorf(chatrelay.InvalidJSON, "the body could not be read")
 	}
 	return data, nil
 }
@@ -132,12 +130,12 @@ func parseSince(s string) (int64, error) {
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
-			return 0, hub.Errorf(hub.InvalidSince, "since must be a non-negative integer of epoch milliseconds")
+			return 0, chatrelay.Errorf(chatrelay.InvalidSince, "since must be a non-negative integer of epoch milliseconds")
 		}
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, hub.Errorf(hub.InvalidSince, "since must be a non-negative integer of epoch milliseconds")
+		return 0, chatrelay.Errorf(chatrelay.InvalidSince, "since must be a non-negative integer of epoch milliseconds")
 	}
 	return n, nil
 }

@@ -1,59 +1,59 @@
 package transport
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"errors"
 	"net/http"
 	"strconv"
 	"time"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 // statusOf is the only place where an error code meets an HTTP status.
-var statusOf = map[hub.Code]int{
-	hub.InvalidJSON:      http.StatusBadRequest,
-	hub.InvalidText:      http.StatusBadRequest,
-	hub.InvalidKind:      http.StatusBadRequest,
-	hub.InvalidSince:     http.StatusBadRequest,
-	hub.Unauthorized:     http.StatusUnauthorized,
-	hub.MethodNotAllowed: http.StatusMethodNotAllowed,
-	hub.Gone:             http.StatusGone,
-	hub.BodyTooLarge:     http.StatusRequestEntityTooLarge,
-	hub.TextTooLong:      http.StatusRequestEntityTooLarge,
-	hub.RateLimited:      http.StatusTooManyRequests,
-	hub.ThreadLimit:      http.StatusInsufficientStorage,
-	hub.TooManyStreams:   http.StatusTooManyRequests,
-	hub.InvalidTicket:    http.StatusUnauthorized,
-	hub.ThreadUnreadable: http.StatusServiceUnavailable,
-	hub.StoreUnavailable: http.StatusServiceUnavailable,
-	hub.NotFound:         http.StatusNotFound,
-	hub.InvalidThread:    http.StatusBadRequest,
-	hub.Internal:         http.StatusInternalServerError,
+var statusOf = map[chatrelay.Code]int{
+	chatrelay.InvalidJSON:      http.StatusBadRequest,
+	chatrelay.InvalidText:      http.StatusBadRequest,
+	chatrelay.InvalidKind:      http.StatusBadRequest,
+	chatrelay.InvalidSince:     http.StatusBadRequest,
+	chatrelay.Unauthorized:     http.StatusUnauthorized,
+	chatrelay.MethodNotAllowed: http.StatusMethodNotAllowed,
+	chatrelay.Gone:             http.StatusGone,
+	chatrelay.BodyTooLarge:     http.StatusRequestEntityTooLarge,
+	chatrelay.TextTooLong:      http.StatusRequestEntityTooLarge,
+	chatrelay.RateLimited:      http.StatusTooManyRequests,
+	chatrelay.ThreadLimit:      http.StatusInsufficientStorage,
+	chatrelay.TooManyStreams:   http.StatusTooManyRequests,
+	chatrelay.InvalidTicket:    http.StatusUnauthorized,
+	chatrelay.ThreadUnreadable: http.StatusServiceUnavailable,
+	chatrelay.StoreUnavailable: http.StatusServiceUnavailable,
+	chatrelay.NotFound:         http.StatusNotFound,
+	chatrelay.InvalidThread:    http.StatusBadRequest,
+	chatrelay.Internal:         http.StatusInternalServerError,
 }
 
 // errorBody is the contract's error shape; extra fields follow the four.
 type errorBody struct {
-	Success      bool     `json:"success"`
-	Error        string   `json:"error"`
-	Code         hub.Code `json:"code"`
-	Retryable    bool     `json:"retryable"`
-	RetryAfterMS *int64   `json:"retry_after_ms,omitempty"`
-	See          string   `json:"see,omitempty"`
+	Success      bool           `json:"success"`
+	Error        string         `json:"error"`
+	Code         chatrelay.Code `json:"code"`
+	Retryable    bool           `json:"retryable"`
+	RetryAfterMS *int64         `json:"retry_after_ms,omitempty"`
+	See          string         `json:"see,omitempty"`
 }
 
 // errorOf turns any error into the body a client is shown. A foreign error
 // becomes "internal error": its text never reaches a client.
-func errorOf(err error) (*hub.Error, errorBody) {
-	var e *hub.Error
+func errorOf(err error) (*chatrelay.Error, errorBody) {
+	var e *chatrelay.Error
 	if !errors.As(err, &e) {
-		e = &hub.Error{Code: hub.Internal, Message: "internal error", Err: err}
+		e = &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: err}
 	}
 	msg := e.Message
-	if e.Code == hub.Internal {
+	if e.Code == chatrelay.Internal {
 		msg = "internal error"
 	}
 	body := errorBody{Error: msg, Code: e.Code, Retryable: e.Code.Retryable()}
-	if e.Code == hub.RateLimited {
+	if e.Code == chatrelay.RateLimited {
 		ms := max(e.Retry.Milliseconds(), 1)
 		body.RetryAfterMS = &ms
 	}

@@ -1,14 +1,14 @@
 package transport
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 // FuzzParsePost: the post parser never panics; what it accepts is a text the
@@ -38,17 +38,17 @@ func FuzzParsePost(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := parsePost(data)
 		if err != nil {
-			switch code := hub.CodeOf(err); code {
-			case hub.InvalidJSON, hub.InvalidText, hub.InvalidKind, hub.TextTooLong:
+			switch code := chatrelay.CodeOf(err); code {
+			case chatrelay.InvalidJSON, chatrelay.InvalidText, chatrelay.InvalidKind, chatrelay.TextTooLong:
 			default:
 				t.Fatalf("refused with code %q: %v", code, err)
 			}
 			return
 		}
-		if !utf8.ValidString(p.Text) || strings.TrimSpace(p.Text) == "" || utf8.RuneCountInString(p.Text) > hub.MaxText {
+		if !utf8.ValidString(p.Text) || strings.TrimSpace(p.Text) == "" || utf8.RuneCountInString(p.Text) > chatrelay.MaxText {
 			t.Fatalf("accepted text %q", p.Text)
 		}
-		if p.Kind != hub.Operator && p.Kind != hub.Agent {
+		if p.Kind != chatrelay.Operator && p.Kind != chatrelay.Agent {
 			t.Fatalf("accepted kind %q", p.Kind)
 		}
 		// The text accepted is the text sent, not one with its bad bytes repaired.
@@ -85,7 +85,7 @@ func FuzzParseSince(f *testing.F) {
 				t.Fatalf("since %q: %d, %v; want %d", s, n, err, want)
 			}
 		default:
-			if hub.CodeOf(err) != hub.InvalidSince {
+			if chatrelay.CodeOf(err) != chatrelay.InvalidSince {
 				t.Fatalf("since %q: %d, %v; want invalid_since", s, n, err)
 			}
 		}
@@ -106,12 +106,12 @@ func FuzzTicketCheck(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ticket string) {
 		thread, err := tk.check(ticket)
 		if err != nil {
-			if hub.CodeOf(err) != hub.InvalidTicket {
-				t.Fatalf("check(%q): code %s, want invalid_ticket", ticket, hub.CodeOf(err))
+			if chatrelay.CodeOf(err) != chatrelay.InvalidTicket {
+				t.Fatalf("check(%q): code %s, want invalid_ticket", ticket, chatrelay.CodeOf(err))
 			}
 			return
 		}
-		if !hub.ValidThread(thread) {
+		if !chatrelay.ValidThread(thread) {
 			t.Fatalf("check(%q) accepted thread %q", ticket, thread)
 		}
 		i := strings.LastIndexByte(ticket, '.')

@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -99,7 +100,7 @@ func newOps(st store.Store, log *slog.Logger) *ops {
 		m.streamsOpened.WithLabelValues(t)
 		m.fanout.WithLabelValues(t)
 	}
-	for _, a := range []hub.Author{hub.Operator, hub.Agent, hub.Hermes} {
+	for _, a := range []chatrelay.Author{chatrelay.Operator, chatrelay.Agent, chatrelay.Hermes} {
 		m.appended.WithLabelValues(string(a))
 		m.fed.WithLabelValues(string(a))
 	}
@@ -168,7 +169,7 @@ func (m *ops) streamOpened(transport string) (closed func()) {
 }
 
 // delivered records the fan-out delay of events just written to a stream.
-func (m *ops) delivered(transport string, evs ...*hub.Event) {
+func (m *ops) delivered(transport string, evs ...*Event) {
 	o := m.fanout.WithLabelValues(transport)
 	now := time.Now()
 	for _, ev := range evs {
@@ -187,9 +188,9 @@ func (m *ops) feedBatch(b store.Batch) {
 
 // authorLabel bounds the author label: stored documents may hold any
 // author string, the label only the known kinds.
-func authorLabel(a hub.Author) string {
+func authorLabel(a chatrelay.Author) string {
 	switch a {
-	case hub.Operator, hub.Agent, hub.Hermes:
+	case chatrelay.Operator, chatrelay.Agent, chatrelay.Hermes:
 		return string(a)
 	}
 	return "other"
@@ -205,7 +206,7 @@ type meteredStore struct {
 func (s meteredStore) done(op string, start time.Time, err error) {
 	s.m.storeDur.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	if err != nil {
-		s.m.storeErrs.WithLabelValues(op, string(hub.CodeOf(err))).Inc()
+		s.m.storeErrs.WithLabelValues(op, string(chatrelay.CodeOf(err))).Inc()
 	}
 }
 

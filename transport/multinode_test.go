@@ -6,6 +6,8 @@ package transport_test
 // redis://…" sets them up.
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"encoding/json"
 	"net/http"
@@ -178,7 +180,7 @@ func TestNodesRateWindows(t *testing.T) {
 	clock := &testClock{t: time.Date(2026, 10, 23, 18, 40, 0, 0, time.UTC)}
 	_, nodes := startNodes(t, 3, pushOptions{
 		store:   storetest.Options{Now: clock.Now},
-		windows: transport.Windows{PerThread: 3, PerIP: 5, Window: 10 * time.Minute},
+		windows: chatrelay.Windows{PerThread: 3, PerIP: 5, Window: 10 * time.Minute},
 	})
 	limited := func(t *testing.T, st int, h http.Header, body []byte, wantMS int64) {
 		t.Helper()

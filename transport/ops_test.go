@@ -5,6 +5,8 @@ package transport_test
 // they stay clear of the other test files of this package.
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -38,7 +40,7 @@ import (
 type opsEnv struct {
 	t      *testing.T
 	dir    string
-	hub    *hub.Hub
+	hub    *hub.Hub[*transport.Event]
 	srv    *transport.Server
 	ts     *httptest.Server
 	prefix string
@@ -55,8 +57,8 @@ func opsStart(t *testing.T, run bool, config func(*transport.Config)) *opsEnv {
 	assert.Success(t, err)
 	cfg := transport.Config{
 		Store:     st,
-		Hub:       hub.New(0),
-		Limiter:   transport.NewMemoryLimiter(transport.Windows{PerThread: 1000, PerIP: 1000}, nil),
+		Hub:       hub.New[*transport.Event](0),
+		Limiter:   transport.NewMemoryLimiter(chatrelay.Windows{PerThread: 1000, PerIP: 1000}, nil),
 		TicketKey: bytes.Repeat([]byte{9}, 32),
 		Log:       slog.New(slog.DiscardHandler),
 	}
@@ -235,8 +237,8 @@ func TestMetricsAfterSession(t *testing.T) {
 	t.Parallel()
 	e := opsStart(t, true, func(c *transport.Config) {
 		c.Prefix = "/p"
-		c.Hub = hub.New(2)
-		c.Limiter = transport.NewMemoryLimiter(transport.Windows{PerThread: 3, PerIP: 1000}, nil)
+		c.Hub = hub.New[*transport.Event](2)
+		c.Limiter = transport.NewMemoryLimiter(chatrelay.Windows{PerThread: 3, PerIP: 1000}, nil)
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -274,7 +276,7 @@ func TestMetricsAfterSession(t *testing.T) {
 
 	// A subscriber of thread d that never reads: with a queue of 2, the
 	// third message drops it as a slow consumer.
-	dead, err := e.hub.Subscribe(hub.ThreadOf(d))
+	dead, err := e.hub.Subscribe(chatrelay.ThreadOf(d))
 	assert.Success(t, err)
 	defer dead.Close()
 	for i := range 3 {
@@ -286,7 +288,7 @@ func TestMetricsAfterSession(t *testing.T) {
 	// the feed delivers it, but this server appended nothing.
 	cli, err := store.OpenFile(e.dir, store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
-	_, err = cli.Append(ctx, hub.ThreadOf(a), store.NewMessage{Author: hub.Hermes, Text: "hello from the host", MustExist: true})
+	_, err = cli.Append(ctx, chatrelay.ThreadOf(a), store.NewMessage{Author: chatrelay.Hermes, Text: "hello from the host", MustExist: true})
 	assert.Success(t, err)
 
 	want := map[string]float64{
@@ -354,7 +356,7 @@ func TestMetricsLabelsAreBounded(t *testing.T) {
 	e.do(http.MethodGet, "/api/nothing/"+tok, tok, "")
 	e.do(http.MethodGet, "/no/such/page-"+tok, "", "")
 	for k := range opsScrape(t, e.ts.Client(), e.ts.URL+"/metrics") {
-		assert.True(t, !strings.Contains(k, tok) && !strings.Contains(k, hub.ThreadOf(tok)) && !strings.Contains(k, "127.0.0.1"),
+		assert.True(t, !strings.Contains(k, tok) && !strings.Contains(k, chatrelay.ThreadOf(tok)) && !strings.Contains(k, "127.0.0.1"),
 			"label value leaks a request detail: %s", k)
 	}
 	all := opsScrape(t, e.ts.Client(), e.ts.URL+"/metrics")
@@ -515,7 +517,7 @@ func TestRequestLog(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	tok := opsToken("log")
-	thread := hub.ThreadOf(tok)
+	thread := chatrelay.ThreadOf(tok)
 	secret := "the secret words of a message"
 	e.post(tok, "operator", secret, http.StatusCreated)
 	e.post(tok, "hermes", secret+" as hermes", http.StatusBadRequest)

@@ -1,6 +1,8 @@
 package transport_test
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -26,7 +28,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
@@ -70,7 +71,7 @@ type pushOptions struct {
 	on      *storetest.Backend // a store already open (a node's own view of shared data); overrides backend
 	store   storetest.Options
 	// windows are the rate windows; zero: too wide to matter.
-	windows transport.Windows
+	windows chatrelay.Windows
 	// streamsThread and streamsIP bound the open streams; zero: the
 	// transport's defaults (20 and 200).
 	streamsThread, streamsIP int
@@ -97,8 +98,8 @@ func startPush(t testing.TB, o pushOptions) *pushEnv {
 		be = storetest.Open(t, o.backend, o.store)
 	}
 	st := be.Store
-	if o.windows == (transport.Windows{}) {
-		o.windows = transport.Windows{PerThread: 100000, PerIP: 100000}
+	if o.windows == (chatrelay.Windows{}) {
+		o.windows = chatrelay.Windows{PerThread: 100000, PerIP: 100000}
 	}
 	cfg := transport.Config{
 		Store:     st,
@@ -154,7 +155,7 @@ func tokenN(i int) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func threadN(i int) string { return hub.ThreadOf(tokenN(i)) }
+func threadN(i int) string { return chatrelay.ThreadOf(tokenN(i)) }
 
 func (e *pushEnv) url(path string) string { return e.ts.URL + path }
 
@@ -236,7 +237,7 @@ type pollPage struct {
 }
 
 // message is the v1 message object as clients receive it.
-type message = hub.Message
+type message = chatrelay.Message
 
 func decodeMessage(t testing.TB, raw []byte) message {
 	t.Helper()

@@ -56,7 +56,7 @@ func TestSlowSubscriberIsDropped(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
 		drops := make(chan error, 16)
-		h := hub.New(8)
+		h := hub.New[*transport.Event](8)
 		h.OnDrop(func(err error) {
 			select {
 			case drops <- err:

@@ -1,6 +1,8 @@
 package transport_test
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"encoding/json"
 	"net/http"
@@ -165,7 +167,7 @@ func TestSSERefusesInvalidCursor(t *testing.T) {
 func TestSSEResetWhenRetentionDroppedMessages(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
-		e := startPush(t, pushOptions{backend: backend, store: storetest.Options{Retention: store.Retention{Messages: 5}}})
+		e := startPush(t, pushOptions{backend: backend, store: storetest.Options{Retention: chatrelay.Retention{Messages: 5}}})
 		tok := tokenN(1)
 		var posted []postAnswer
 		for i := range 10 {
@@ -243,7 +245,7 @@ func TestSSEOutlivesWriteTimeout(t *testing.T) {
 func TestSSEToldWhenRetentionOutrunsTheFeed(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
-		retention := storetest.Options{Retention: store.Retention{Messages: 5}}
+		retention := storetest.Options{Retention: chatrelay.Retention{Messages: 5}}
 		var e *pushEnv
 		var other store.Store
 		var blind, see func()

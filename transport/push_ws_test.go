@@ -1,6 +1,8 @@
 package transport_test
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"encoding/json"
 	"net/http"
@@ -13,7 +15,6 @@ import (
 
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
-	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -59,7 +60,7 @@ func TestWSStream(t *testing.T) {
 func TestWSReset(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
-		e := startPush(t, pushOptions{backend: backend, store: storetest.Options{Retention: store.Retention{Messages: 5}}})
+		e := startPush(t, pushOptions{backend: backend, store: storetest.Options{Retention: chatrelay.Retention{Messages: 5}}})
 		tok := tokenN(1)
 		var posted []postAnswer
 		for i := range 10 {
@@ -111,7 +112,7 @@ func wsAnswer(t testing.TB, c *websocket.Conn, frame any) (answer wsFrame, pushe
 func TestWSPost(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
-		e := startPush(t, pushOptions{backend: backend, windows: transport.Windows{PerThread: 2, PerIP: 100}})
+		e := startPush(t, pushOptions{backend: backend, windows: chatrelay.Windows{PerThread: 2, PerIP: 100}})
 		tok := tokenN(1)
 		c := e.mustWS("/api/chat/ws", tok)
 		assert.Equal(t, "first", nextWS(t, c).Type, "ready")

@@ -1,49 +1,18 @@
 package transport
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
-// RateLimiter counts accepted posts in sliding windows, per thread and per
-// client IP. A shared backend (Redis) implements it to count across nodes.
-type RateLimiter interface {
-	// Take counts one post against thread and ip if both are under their
-	// windows. It returns an *hub.Error with code RateLimited and the wait
-	// otherwise. Call undo if the post was then not stored, so that only
-	// accepted posts count.
-	Take(ctx context.Context, thread, ip string) (undo func(), err error)
-}
-
-// Windows are the rate windows: at most PerThread posts per thread and
-// PerIP posts per client IP in any Window.
-type Windows struct {
-	PerThread int           // defaults to 20
-	PerIP     int           // defaults to 40
-	Window    time.Duration // defaults to 10m
-}
-
-func (w Windows) withDefaults() Windows {
-	if w.PerThread <= 0 {
-		w.PerThread = 20
-	}
-	if w.PerIP <= 0 {
-		w.PerIP = 40
-	}
-	if w.Window <= 0 {
-		w.Window = 10 * time.Minute
-	}
-	return w
-}
-
-// MemoryLimiter is the in-process RateLimiter: a sliding log of the times of
+// MemoryLimiter is the in-process chatrelay.RateLimiter (one node): a sliding log of the times of
 // accepted posts per key. It is safe for concurrent use.
 type MemoryLimiter struct {
-	w   Windows
+	w   chatrelay.Windows
 	now func() time.Time
 
 	mu    sync.Mutex // guards logs and takes
@@ -52,16 +21,16 @@ type MemoryLimiter struct {
 }
 
 // NewMemoryLimiter returns a limiter for w; now defaults to time.Now.
-func NewMemoryLimiter(w Windows, now func() time.Time) *MemoryLimiter {
+func NewMemoryLimiter(w chatrelay.Windows, now func() time.Time) *MemoryLimiter {
 	if now == nil {
 		now = time.Now
 	}
-	return &MemoryLimiter{w: w.withDefaults(), now: now, logs: make(map[string][]time.Time)}
+	return &MemoryLimiter{w: w.WithDefaults(), now: now, logs: make(map[string][]time.Time)}
 }
 
-var _ RateLimiter = (*MemoryLimiter)(nil)
+var _ chatrelay.RateLimiter = (*MemoryLimiter)(nil)
 
-// Take implements RateLimiter.
+// Take implements chatrelay.RateLimiter.
 func (l *MemoryLimiter) Take(_ context.Context, thread, ip string) (func(), error) {
 	now := l.now()
 	tk, ik := "t:"+thread, "i:"+ip
@@ -73,7 +42,7 @@ func (l *MemoryLimiter) Take(_ context.Context, thread, ip string) (func(), erro
 	}
 	wait := max(l.wait(tk, l.w.PerThread, now), l.wait(ik, l.w.PerIP, now))
 	if wait > 0 {
-		return nil, &hub.Error{Code: hub.RateLimited, Retry: wait,
+		return nil, &chatrelay.Error{Code: chatrelay.RateLimited, Retry: wait,
 			Message: fmt.Sprintf("rate limit: at most %d posts per thread and %d per client address every %s", l.w.PerThread, l.w.PerIP, l.w.Window)}
 	}
 	l.logs[tk] = append(l.logs[tk], now)

@@ -1,6 +1,8 @@
 package transport_test
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,7 +18,6 @@ import (
 
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
-	"github.com/chatrelay/chatrelay/store"
 )
 
 // resumer is a subscriber that resumes after every drop from the last
@@ -228,7 +229,7 @@ func TestRedisRestartMidStream(t *testing.T) {
 	t.Parallel()
 	srv := storetest.StartServer(t, storetest.ServerOptions{Persist: true})
 	prefix := storetest.NewPrefix()
-	keep := store.Retention{Messages: 10000} // retention never drops a message here
+	keep := chatrelay.Retention{Messages: 10000} // retention never drops a message here
 	a := startPush(t, pushOptions{on: storetest.OpenRedis(t, srv, prefix, storetest.Options{Retention: keep, ResetAfter: 300 * time.Millisecond})})
 	b := startPush(t, pushOptions{on: storetest.OpenRedis(t, srv, prefix, storetest.Options{Retention: keep})})
 	nodes := []*pushEnv{a, b}

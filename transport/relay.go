@@ -1,10 +1,11 @@
 package transport
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"time"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -22,10 +23,10 @@ func (s *Server) Run(ctx context.Context) error {
 		case b.Reset:
 			s.hub.Reset(b.Thread)
 		case s.hub.Has(b.Thread):
-			events := make([]*hub.Event, len(b.Messages))
+			events := make([]*Event, len(b.Messages))
 			now := time.Now()
 			for i, e := range b.Messages {
-				events[i] = hub.NewEvent(b.Thread, e.Epoch, e.JSON)
+				events[i] = NewEvent(b.Thread, e.Epoch, e.JSON)
 				events[i].Stored = now
 			}
 			s.hub.Publish(b.Thread, events...)
@@ -88,4 +89,4 @@ func (s *Server) enterStream() bool {
 	return true
 }
 
-var errShuttingDown = &hub.Error{Code: hub.StoreUnavailable, Message: "the server is shutting down", Retry: time.Second}
+var errShuttingDown = &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the server is shutting down", Retry: time.Second}

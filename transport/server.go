@@ -4,6 +4,8 @@
 package transport
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"log/slog"
 	"net/http"
@@ -20,19 +22,19 @@ import (
 // Config is what a Server needs. Store is required; the rest have defaults.
 type Config struct {
 	Store   store.Store
-	Hub     *hub.Hub       // defaults to hub.New(0); fed by Run
-	Limiter RateLimiter    // defaults to a MemoryLimiter with default windows
-	Streams StreamLimiter  // defaults to NewMemoryStreams(20, 200)
-	Prefix  string         // mount point of the whole API, "" or "/spaces/newos4"
-	Trusted []netip.Prefix // proxies whose X-Forwarded-For is believed
+	Hub     *hub.Hub[*Event]        // defaults to hub.New[*Event](0); fed by Run
+	Limiter chatrelay.RateLimiter   // defaults to a MemoryLimiter with default windows
+	Streams chatrelay.StreamLimiter // defaults to NewMemoryStreams(20, 200)
+	Prefix  string                  // mount point of the whole API, "" or "/spaces/newos4"
+	Trusted []netip.Prefix          // proxies whose X-Forwarded-For is believed
 	// AllowedOrigins are the other origins ("https://app.example.com") whose
 	// pages may use the API: CORS on post, poll, ticket and stream, and the
 	// WebSocket origin check. The server's own origin is always allowed.
 	AllowedOrigins []string
 	TicketKey      []byte        // HMAC key of tickets; required for tickets (32 random bytes)
-	TicketTTL      time.Duration // defaults to 15m
-	Heartbeat      time.Duration // SSE ping comment and WebSocket ping interval; defaults to 20s
-	WriteTimeout   time.Duration // per stream write; defaults to 10s
+	TicketTTL      time.Duration // defaults to chatrelay.DefaultTicketTTL
+	Heartbeat      time.Duration // SSE ping comment and WebSocket ping interval; defaults to chatrelay.DefaultHeartbeat
+	WriteTimeout   time.Duration // per stream write; defaults to chatrelay.DefaultWriteTimeout
 	Log            *slog.Logger  // defaults to slog.Default()
 	Now            func() time.Time
 	// PrivateMetrics leaves GET /metrics off this handler: it is served
@@ -45,9 +47,9 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	store   store.Store
-	hub     *hub.Hub
-	limiter RateLimiter
-	streams StreamLimiter
+	hub     *hub.Hub[*Event]
+	limiter chatrelay.RateLimiter
+	streams chatrelay.StreamLimiter
 	tickets tickets
 	origins map[string]bool
 	log     *slog.Logger
@@ -70,10 +72,10 @@ type Server struct {
 // stream waits for Run's feed before it reads its backlog.
 func NewServer(cfg Config) *Server {
 	if cfg.Hub == nil {
-		cfg.Hub = hub.New(0)
+		cfg.Hub = hub.New[*Event](0)
 	}
 	if cfg.Limiter == nil {
-		cfg.Limiter = NewMemoryLimiter(Windows{}, nil)
+		cfg.Limiter = NewMemoryLimiter(chatrelay.Windows{}, nil)
 	}
 	if cfg.Streams == nil {
 		cfg.Streams = NewMemoryStreams(0, 0)
@@ -85,13 +87,13 @@ func NewServer(cfg Config) *Server {
 		cfg.Now = time.Now
 	}
 	if cfg.TicketTTL <= 0 {
-		cfg.TicketTTL = 15 * time.Minute
+		cfg.TicketTTL = chatrelay.DefaultTicketTTL
 	}
 	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = 20 * time.Second
+		cfg.Heartbeat = chatrelay.DefaultHeartbeat
 	}
 	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 10 * time.Second
+		cfg.WriteTimeout = chatrelay.DefaultWriteTimeout
 	}
 	cfg.Prefix = strings.TrimSuffix(cfg.Prefix, "/")
 	// An origin has no path: "https://app.example.com/" means the origin
@@ -145,8 +147,8 @@ func only(m string, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", m)
-			noteRefused(r, hub.MethodNotAllowed)
-			errBody := errorBody{Error: "Method not allowed", Code: hub.MethodNotAllowed}
+			noteRefused(r, chatrelay.MethodNotAllowed)
+			errBody := errorBody{Error: "Method not allowed", Code: chatrelay.MethodNotAllowed}
 			writeJSON(w, http.StatusMethodNotAllowed, errBody)
 			return
 		}
@@ -155,29 +157,29 @@ func only(m string, h http.HandlerFunc) http.Handler {
 }
 
 func (s *Server) handleGone(w http.ResponseWriter, r *http.Request) {
-	noteRefused(r, hub.Gone)
+	noteRefused(r, chatrelay.Gone)
 	// "see" is the contract's frozen value; the words name the mounted path.
 	writeJSON(w, http.StatusGone, errorBody{
 		Error: "this route is retired; post with " + s.cfg.Prefix + "/api/chat/post",
-		Code:  hub.Gone, See: "/api/chat/post",
+		Code:  chatrelay.Gone, See: "/api/chat/post",
 	})
 }
 
 func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
-	s.writeError(w, r, hub.Errorf(hub.NotFound, "no such route"))
+	s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no such route"))
 }
 
 // threadOf authenticates a request by its X-Chat-Token header. It touches
 // nothing on disk. A ticket, which only streams accept, is refused.
 func threadOf(r *http.Request) (string, error) {
 	tok := r.Header.Get("X-Chat-Token")
-	if !hub.ValidToken(tok) {
+	if !chatrelay.ValidToken(tok) {
 		if tok == "" && r.URL.Query().Has("ticket") {
-			return "", hub.Errorf(hub.InvalidTicket, "a ticket only opens a stream; post and poll need X-Chat-Token")
+			return "", chatrelay.Errorf(chatrelay.InvalidTicket, "a ticket only opens a stream; post and poll need X-Chat-Token")
 		}
-		return "", hub.Errorf(hub.Unauthorized, "missing or malformed X-Chat-Token")
+		return "", chatrelay.Errorf(chatrelay.Unauthorized, "missing or malformed X-Chat-Token")
 	}
-	thread := hub.ThreadOf(tok)
+	thread := chatrelay.ThreadOf(tok)
 	noteThread(r, thread)
 	return thread, nil
 }
@@ -187,7 +189,7 @@ func threadOf(r *http.Request) (string, error) {
 func (s *Server) streamAuth(r *http.Request) (thread string, canPost bool, err error) {
 	if r.URL.Query().Has("ticket") {
 		if len(s.tickets.key) == 0 {
-			return "", false, hub.Errorf(hub.InvalidTicket, "this server issues no tickets")
+			return "", false, chatrelay.Errorf(chatrelay.InvalidTicket, "this server issues no tickets")
 		}
 		thread, err := s.tickets.check(r.URL.Query().Get("ticket"))
 		if err == nil {
@@ -206,7 +208,7 @@ func (s *Server) handleTicket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(s.tickets.key) == 0 {
-		s.writeError(w, r, hub.Errorf(hub.NotFound, "this server issues no tickets"))
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "this server issues no tickets"))
 		return
 	}
 	t, exp := s.tickets.mint(thread)
@@ -308,7 +310,7 @@ func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request) {
 // the newest 50 messages; with one, everything after it.
 func limitFor(since int64) int {
 	if since == 0 {
-		return 50
+		return chatrelay.PollPage
 	}
 	return 0
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"net/http"
 	"time"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 // handleSSE serves GET /api/chat/stream: a retry hint, then "ready" once
@@ -63,7 +61,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		buf = append(buf, "event: reset\ndata: {}\n\n"...)
 	}
 	for _, e := range st.backlog.Messages {
-		buf = hub.AppendSSE(buf, e.Epoch, e.JSON)
+		buf = AppendSSE(buf, e.Epoch, e.JSON)
 	}
 	write := func(b []byte) bool {
 		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
@@ -109,7 +107,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 			}
 			// Several queued: one write and one flush for all of them.
 			out := append([]byte(nil), ev.SSE...)
-			evs := []*hub.Event{ev}
+			evs := []*Event{ev}
 			for len(st.sub.C()) > 0 {
 				ev, ok := <-st.sub.C()
 				if !ok {

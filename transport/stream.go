@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +14,7 @@ import (
 // stream is one live subscriber's start: registered with the hub before its
 // backlog was read, so nothing falls between the two.
 type stream struct {
-	sub     *hub.Subscription
+	sub     *hub.Subscription[*Event]
 	backlog store.Page
 	// last is the newest epoch the client has or will have from the
 	// backlog; live events at or below it are skipped.
@@ -41,7 +43,7 @@ func (s *Server) openStream(ctx context.Context, thread, ip string, cursor int64
 	sub, err := s.hub.Subscribe(thread)
 	if err != nil {
 		release()
-		return nil, &hub.Error{Code: hub.StoreUnavailable, Message: "the server is shutting down", Retry: 1e9, Err: err}
+		return nil, &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the server is shutting down", Retry: 1e9, Err: err}
 	}
 	page, err := s.store.Since(ctx, thread, cursor, limitFor(cursor))
 	if err != nil {

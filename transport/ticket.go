@@ -1,14 +1,14 @@
 package transport
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 // Tickets are read-only, thread-scoped, expiring credentials for browsers,
@@ -40,7 +40,7 @@ func (t tickets) sign(body string) string {
 
 // check returns the thread a ticket grants, or InvalidTicket.
 func (t tickets) check(ticket string) (string, error) {
-	bad := func(why string) error { return hub.Errorf(hub.InvalidTicket, "invalid ticket: %s", why) }
+	bad := func(why string) error { return chatrelay.Errorf(chatrelay.InvalidTicket, "invalid ticket: %s", why) }
 	i := strings.LastIndexByte(ticket, '.')
 	if i < 0 || len(ticket) > 128 {
 		return "", bad("malformed")
@@ -50,7 +50,7 @@ func (t tickets) check(ticket string) (string, error) {
 		return "", bad("signature does not match")
 	}
 	parts := strings.Split(body, ".")
-	if len(parts) != 3 || parts[0] != ticketVersion || !hub.ValidThread(parts[1]) {
+	if len(parts) != 3 || parts[0] != ticketVersion || !chatrelay.ValidThread(parts[1]) {
 		return "", bad("malformed")
 	}
 	exp, err := strconv.ParseInt(parts[2], 10, 64)

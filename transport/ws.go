@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,7 +47,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.streamsWG.Done()
 	if authErr != nil {
-		noteRefused(r, hub.CodeOf(authErr))
+		noteRefused(r, chatrelay.CodeOf(authErr))
 		s.closeWith(c, authErr)
 		return
 	}
@@ -59,7 +61,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	st, err := s.openStream(ctx, thread, ip, cursor)
 	if err != nil {
-		noteRefused(r, hub.CodeOf(err))
+		noteRefused(r, chatrelay.CodeOf(err))
 		s.closeWith(c, err)
 		return
 	}
@@ -88,7 +90,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	var frame []byte
 	for _, e := range st.backlog.Messages {
-		frame = hub.AppendWS(frame[:0], e.JSON)
+		frame = AppendWS(frame[:0], e.JSON)
 		if !write(frame) {
 			return
 		}
@@ -141,7 +143,7 @@ func (s *Server) wsRead(ctx context.Context, c *websocket.Conn, thread, ip strin
 		}
 		var answer []byte
 		if typ != websocket.MessageText {
-			answer = wsError(hub.Errorf(hub.InvalidJSON, "frames are JSON text"))
+			answer = wsError(chatrelay.Errorf(chatrelay.InvalidJSON, "frames are JSON text"))
 		} else {
 			answer = s.wsFrame(ctx, data, thread, ip, canPost)
 		}
@@ -159,13 +161,13 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, thread, ip string, ca
 		Type string `json:"type"`
 	}
 	if json.Unmarshal(data, &head) != nil {
-		return wsError(hub.Errorf(hub.InvalidJSON, "the frame is not a JSON object"))
+		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, "the frame is not a JSON object"))
 	}
 	if head.Type != "post" {
-		return wsError(hub.Errorf(hub.InvalidJSON, `unknown frame type; the client may send {"type":"post","text":…,"kind":…}`))
+		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, `unknown frame type; the client may send {"type":"post","text":…,"kind":…}`))
 	}
 	if !canPost {
-		return wsError(hub.Errorf(hub.InvalidTicket, "a ticket is read-only; post with X-Chat-Token"))
+		return wsError(chatrelay.Errorf(chatrelay.InvalidTicket, "a ticket is read-only; post with X-Chat-Token"))
 	}
 	p, err := parsePost(data)
 	if err != nil {
@@ -173,7 +175,7 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, thread, ip string, ca
 	}
 	e, err := s.post(ctx, ip, thread, p)
 	if err != nil {
-		if hub.CodeOf(err) == hub.Internal || hub.CodeOf(err) == hub.StoreUnavailable {
+		if chatrelay.CodeOf(err) == chatrelay.Internal || chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
 			s.log.Error("ws post failed", "thread", thread, "err", err)
 		}
 		return wsError(err)
@@ -198,16 +200,16 @@ func wsError(err error) []byte {
 // for the error and its machine code as the reason.
 func (s *Server) closeWith(c *websocket.Conn, err error) {
 	code := websocket.StatusInternalError
-	switch hub.CodeOf(err) {
-	case hub.Unauthorized, hub.InvalidTicket, hub.InvalidSince:
+	switch chatrelay.CodeOf(err) {
+	case chatrelay.Unauthorized, chatrelay.InvalidTicket, chatrelay.InvalidSince:
 		code = websocket.StatusPolicyViolation
-	case hub.TooManyStreams, hub.StoreUnavailable:
+	case chatrelay.TooManyStreams, chatrelay.StoreUnavailable:
 		code = websocket.StatusTryAgainLater
 	}
 	if errors.Is(err, context.Canceled) {
 		code = websocket.StatusGoingAway
 	}
-	c.Close(code, string(hub.CodeOf(err)))
+	c.Close(code, string(chatrelay.CodeOf(err)))
 }
 
 // closeHub closes a connection the hub dropped.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -82,7 +83,7 @@ func show(ctx context.Context, args []string, getenv func(string) string, stdout
 		return err
 	}
 	if *asJSON {
-		msgs := make([]hub.Message, len(p.Messages))
+		msgs := make([]chatrelay.Message, len(p.Messages))
 		for i, e := range p.Messages {
 			msgs[i] = e.Message
 		}
@@ -125,7 +126,7 @@ func reply(ctx context.Context, args []string, getenv func(string) string, stdin
 		return err
 	}
 	defer st.Close()
-	e, err := st.Append(ctx, fs.Arg(0), store.NewMessage{Author: hub.Hermes, Text: text, MustExist: true})
+	e, err := st.Append(ctx, fs.Arg(0), store.NewMessage{Author: chatrelay.Hermes, Text: text, MustExist: true})
 	if err != nil {
 		return err
 	}

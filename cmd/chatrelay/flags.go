@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"flag"
 	"fmt"
@@ -110,9 +112,9 @@ func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
 		return
 	}
 	fs.StringVar(&sf.fsync, "fsync", "always", "`mode`: always: an acknowledged message survives a power cut; never: skip fsync (benchmarks only, may lose acknowledged messages)")
-	fs.IntVar(&sf.maxThreads, "max-threads", 500, "most threads the store holds; a post that would create one more gets 507 thread_limit")
-	fs.IntVar(&sf.retainN, "retention-messages", 200, "newest messages kept per thread")
-	fs.DurationVar(&sf.retainAge, "retention-age", 720*time.Hour, "messages older than this are dropped")
+	fs.IntVar(&sf.maxThreads, "max-threads", chatrelay.DefaultMaxThreads, "most threads the store holds; a post that would create one more gets 507 thread_limit")
+	fs.IntVar(&sf.retainN, "retention-messages", chatrelay.DefaultRetainMessages, "newest messages kept per thread")
+	fs.DurationVar(&sf.retainAge, "retention-age", chatrelay.DefaultRetainAge, "messages older than this are dropped")
 }
 
 // backend is an open store, and the Redis store behind it if it is one.
@@ -161,7 +163,7 @@ func (sf *storeFlags) where() string {
 func (sf *storeFlags) options() (store.FileOptions, error) {
 	opt := store.FileOptions{
 		MaxThreads: sf.maxThreads,
-		Retention:  store.Retention{Messages: sf.retainN, Age: sf.retainAge},
+		Retention:  chatrelay.Retention{Messages: sf.retainN, Age: sf.retainAge},
 	}
 	switch sf.fsync {
 	case "", "always":

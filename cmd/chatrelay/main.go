@@ -3,6 +3,8 @@
 package main
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"errors"
 	"flag"
@@ -11,8 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 func main() {
@@ -87,7 +87,7 @@ func exitCode(err error) int {
 		return 0
 	case errors.As(err, &u):
 		return 2
-	case hub.CodeOf(err) == hub.InvalidThread:
+	case chatrelay.CodeOf(err) == chatrelay.InvalidThread:
 		return 2
 	default:
 		return 1

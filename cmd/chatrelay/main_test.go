@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -18,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/store"
 )
@@ -82,12 +83,12 @@ func seed(t *testing.T) string {
 	defer st.Close()
 	for _, m := range []struct {
 		thread string
-		author hub.Author
+		author chatrelay.Author
 		text   string
 	}{
-		{threadOld, hub.Operator, "is it green?"},
-		{threadOld, hub.Hermes, "green\nand deployed"},
-		{threadNew, hub.Agent, "new question"},
+		{threadOld, chatrelay.Operator, "is it green?"},
+		{threadOld, chatrelay.Hermes, "green\nand deployed"},
+		{threadNew, chatrelay.Agent, "new question"},
 	} {
 		_, err := st.Append(t.Context(), m.thread, store.NewMessage{Author: m.author, Text: m.text})
 		assert.Success(t, err)
@@ -141,20 +142,20 @@ func TestServe(t *testing.T) {
 	assert.Equal(t, "post status", res.StatusCode, http.StatusCreated)
 
 	// The host CLI answers through the same store while the server runs.
-	thread := hub.ThreadOf(cliToken)
+	thread := chatrelay.ThreadOf(cliToken)
 	r := runCLI(t, nil, "", "reply", "--data", data, thread, "hello from the host")
 	assert.Success(t, r.err)
 	res, err = poll()
 	assert.Success(t, err)
 	var page struct {
-		Messages []hub.Message `json:"messages"`
-		Awaiting bool          `json:"awaiting"`
+		Messages []chatrelay.Message `json:"messages"`
+		Awaiting bool                `json:"awaiting"`
 	}
 	err = json.NewDecoder(res.Body).Decode(&page)
 	res.Body.Close()
 	assert.Success(t, err)
 	assert.Equal(t, "messages", len(page.Messages), 2)
-	assert.Equal(t, "reply author", page.Messages[1].Author, hub.Hermes)
+	assert.Equal(t, "reply author", page.Messages[1].Author, chatrelay.Hermes)
 	assert.Equal(t, "awaiting", page.Awaiting, false)
 
 	cancel()
@@ -224,10 +225,10 @@ func TestShow(t *testing.T) {
 	r = runCLI(t, nil, "", "show", "--data", data, "--json", "--since", "1792780800123", threadOld)
 	assert.Success(t, r.err)
 	var page struct {
-		Thread   string        `json:"thread"`
-		Messages []hub.Message `json:"messages"`
-		Awaiting bool          `json:"awaiting"`
-		Cursor   int64         `json:"cursor"`
+		Thread   string              `json:"thread"`
+		Messages []chatrelay.Message `json:"messages"`
+		Awaiting bool                `json:"awaiting"`
+		Cursor   int64               `json:"cursor"`
 	}
 	assert.Success(t, json.Unmarshal([]byte(r.stdout), &page))
 	assert.Equal(t, "thread", page.Thread, threadOld)
@@ -248,21 +249,21 @@ func TestReply(t *testing.T) {
 		name     string
 		args     []string // after "reply --data DIR"
 		stdin    string
-		wantText string   // stored as hermes' newest message; "" if refused
-		wantCode hub.Code // the refusal's code
+		wantText string         // stored as hermes' newest message; "" if refused
+		wantCode chatrelay.Code // the refusal's code
 		wantExit int
 		wantWord string // in the error a person reads
 	}{
 		{name: "text", args: []string{threadNew, "on it"}, wantText: "on it"},
 		{name: "4000 code points", args: []string{threadNew, strings.Repeat("é", 4000)}, wantText: strings.Repeat("é", 4000)},
 		{name: "from standard input", args: []string{threadNew, "-"}, stdin: "line one\nline two\n", wantText: "line one\nline two"},
-		{name: "unknown thread", args: []string{missing, "hello?"}, wantCode: hub.NotFound, wantExit: 1, wantWord: "no thread " + missing},
-		{name: "empty text", args: []string{threadNew, ""}, wantCode: hub.InvalidText, wantExit: 1, wantWord: "empty"},
-		{name: "blank text", args: []string{threadNew, " \n "}, wantCode: hub.InvalidText, wantExit: 1, wantWord: "empty"},
-		{name: "empty standard input", args: []string{threadNew, "-"}, stdin: "", wantCode: hub.InvalidText, wantExit: 1, wantWord: "empty"},
-		{name: "4001 characters", args: []string{threadNew, strings.Repeat("a", 4001)}, wantCode: hub.TextTooLong, wantExit: 1, wantWord: "text too long (max 4000 chars)"},
-		{name: "4001 characters on standard input", args: []string{threadNew, "-"}, stdin: strings.Repeat("é", 4001), wantCode: hub.TextTooLong, wantExit: 1, wantWord: "too long"},
-		{name: "malformed thread", args: []string{"../../etc", "hi"}, wantCode: hub.InvalidThread, wantExit: 2, wantWord: "16 lowercase hex"},
+		{name: "unknown thread", args: []string{missing, "hello?"}, wantCode: chatrelay.NotFound, wantExit: 1, wantWord: "no thread " + missing},
+		{name: "empty text", args: []string{threadNew, ""}, wantCode: chatrelay.InvalidText, wantExit: 1, wantWord: "empty"},
+		{name: "blank text", args: []string{threadNew, " \n "}, wantCode: chatrelay.InvalidText, wantExit: 1, wantWord: "empty"},
+		{name: "empty standard input", args: []string{threadNew, "-"}, stdin: "", wantCode: chatrelay.InvalidText, wantExit: 1, wantWord: "empty"},
+		{name: "4001 characters", args: []string{threadNew, strings.Repeat("a", 4001)}, wantCode: chatrelay.TextTooLong, wantExit: 1, wantWord: "text too long (max 4000 chars)"},
+		{name: "4001 characters on standard input", args: []string{threadNew, "-"}, stdin: strings.Repeat("é", 4001), wantCode: chatrelay.TextTooLong, wantExit: 1, wantWord: "too long"},
+		{name: "malformed thread", args: []string{"../../etc", "hi"}, wantCode: chatrelay.InvalidThread, wantExit: 2, wantWord: "16 lowercase hex"},
 		{name: "no text", args: []string{threadNew}, wantExit: 2, wantWord: "THREAD and TEXT"},
 	}
 	for _, tt := range tests {
@@ -297,7 +298,7 @@ func TestReply(t *testing.T) {
 			p, err := st.Since(t.Context(), threadNew, 0, 0)
 			assert.Success(t, err)
 			last := p.Messages[len(p.Messages)-1]
-			assert.Equal(t, "stored", []any{last.Author, last.Text, last.ID, last.Epoch}, []any{hub.Hermes, tt.wantText, ans.ID, ans.Epoch})
+			assert.Equal(t, "stored", []any{last.Author, last.Text, last.ID, last.Epoch}, []any{chatrelay.Hermes, tt.wantText, ans.ID, ans.Epoch})
 			assert.Equal(t, "awaiting", p.Awaiting, false)
 		})
 	}

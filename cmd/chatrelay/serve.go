@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"crypto/rand"
 	"errors"
@@ -26,19 +28,19 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	sf.register(fs, true)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen `address`")
 	prefix := fs.String("prefix", "", "mount the whole API under this `path`, e.g. /spaces/newos4")
-	rateThread := fs.Int("rate-thread", 20, "accepted posts per thread per rate window")
-	rateIP := fs.Int("rate-ip", 40, "accepted posts per client IP per rate window")
-	rateWindow := fs.Duration("rate-window", 10*time.Minute, "the sliding rate window")
-	sweepEvery := fs.Duration("sweep-every", time.Hour, "how often retention sweeps every thread")
+	rateThread := fs.Int("rate-thread", chatrelay.DefaultRatePerThread, "accepted posts per thread per rate window")
+	rateIP := fs.Int("rate-ip", chatrelay.DefaultRatePerIP, "accepted posts per client IP per rate window")
+	rateWindow := fs.Duration("rate-window", chatrelay.DefaultRateWindow, "the sliding rate window")
+	sweepEvery := fs.Duration("sweep-every", chatrelay.DefaultSweepEvery, "how often retention sweeps every thread")
 	var trusted listFlag
 	fs.Var(&trusted, "trusted-proxy", "`CIDR` of a reverse proxy whose X-Forwarded-For is believed (repeatable)")
 	var origins listFlag
 	fs.Var(&origins, "allowed-origin", "another `origin` (https://app.example.com) whose pages may use the API: CORS and the WebSocket origin check (repeatable; the server's own origin is always allowed)")
-	heartbeat := fs.Duration("heartbeat", 20*time.Second, "SSE ping comment and WebSocket ping interval")
-	ticketTTL := fs.Duration("ticket-ttl", 15*time.Minute, "how long a stream ticket is valid")
+	heartbeat := fs.Duration("heartbeat", chatrelay.DefaultHeartbeat, "SSE ping comment and WebSocket ping interval")
+	ticketTTL := fs.Duration("ticket-ttl", chatrelay.DefaultTicketTTL, "how long a stream ticket is valid")
 	ticketKeyFile := fs.String("ticket-key-file", "", "`file` holding the ticket signing key (created 0600 if missing); default DATA/ticket.key, or kept in Redis with --store redis://. Every node needs the same key")
-	streamsThread := fs.Int("max-streams-per-thread", 20, "open SSE and WebSocket streams allowed per thread")
-	streamsIP := fs.Int("max-streams-per-ip", 200, "open SSE and WebSocket streams allowed per client IP")
+	streamsThread := fs.Int("max-streams-per-thread", chatrelay.DefaultStreamsPerThread, "open SSE and WebSocket streams allowed per thread")
+	streamsIP := fs.Int("max-streams-per-ip", chatrelay.DefaultStreamsPerIP, "open SSE and WebSocket streams allowed per client IP")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var of opsFlags // --log-format, --metrics-addr, --tls-cert, --tls-key, --drain-delay (ops.go)
 	of.register(fs)
@@ -77,12 +79,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer st.Close()
 	// One node keeps its limits in memory; nodes sharing a Redis count
 	// them there, and share the ticket key there unless given a file.
-	var limiter transport.RateLimiter = transport.NewMemoryLimiter(transport.Windows{PerThread: *rateThread, PerIP: *rateIP, Window: *rateWindow}, nil)
-	var streams transport.StreamLimiter = transport.NewMemoryStreams(*streamsThread, *streamsIP)
+	var limiter chatrelay.RateLimiter = transport.NewMemoryLimiter(chatrelay.Windows{PerThread: *rateThread, PerIP: *rateIP, Window: *rateWindow}, nil)
+	var streams chatrelay.StreamLimiter = transport.NewMemoryStreams(*streamsThread, *streamsIP)
 	var key []byte
 	if rs := st.redis; rs != nil {
-		limiter = redisstore.NewRateLimiter(rs, *rateThread, *rateIP, *rateWindow)
-		sl := redisstore.NewStreamLimiter(rs, *streamsThread, *streamsIP, 30*time.Second)
+		limiter = redisstore.NewRateLimiter(rs, chatrelay.Windows{PerThread: *rateThread, PerIP: *rateIP, Window: *rateWindow})
+		sl := redisstore.NewStreamLimiter(rs, chatrelay.StreamLimits{PerThread: *streamsThread, PerIP: *streamsIP}, 0)
 		defer sl.Close()
 		streams = sl
 		if *ticketKeyFile == "" {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,7 +18,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -68,7 +69,7 @@ func watch(ctx context.Context, args []string, getenv func(string) string, stdou
 				continue
 			}
 			last[thread] = e.Epoch
-			if e.Author == hub.Hermes && !*all {
+			if e.Author == chatrelay.Hermes && !*all {
 				continue
 			}
 			if err := enc.Encode(watchLine{Thread: thread, Message: e.JSON}); err != nil {

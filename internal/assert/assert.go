@@ -3,11 +3,11 @@
 package assert
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"errors"
 	"reflect"
 	"testing"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 // Equal fails the test unless got and want are deeply equal.
@@ -35,9 +35,9 @@ func True(tb testing.TB, cond bool, format string, args ...any) {
 }
 
 // Code fails the test unless err carries the domain code want.
-func Code(tb testing.TB, err error, want hub.Code) {
+func Code(tb testing.TB, err error, want chatrelay.Code) {
 	tb.Helper()
-	if got := hub.CodeOf(err); got != want {
+	if got := chatrelay.CodeOf(err); got != want {
 		tb.Fatalf("error code = %q, want %q (err: %v)", got, want, err)
 	}
 }

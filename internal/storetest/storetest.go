@@ -15,6 +15,8 @@
 package storetest
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -124,7 +126,7 @@ func SharedServer(t testing.TB) *Server {
 
 // Options configures a store. Zero values take the test defaults.
 type Options struct {
-	Retention  store.Retention
+	Retention  chatrelay.Retention
 	MaxThreads int
 	Now        func() time.Time // defaults to time.Now
 	Log        *slog.Logger     // defaults to discarding everything
@@ -223,13 +225,13 @@ func (b *Backend) CLIArgs() []string {
 	return []string{"--store", b.Server.URL(), "--redis-prefix", b.Prefix}
 }
 
-// RateLimiter is transport.RateLimiter (this package cannot import
+// RateLimiter is chatrelay.RateLimiter (this package cannot import
 // transport, whose tests import it).
 type RateLimiter interface {
 	Take(ctx context.Context, thread, ip string) (undo func(), err error)
 }
 
-// StreamLimiter is transport.StreamLimiter.
+// StreamLimiter is chatrelay.StreamLimiter.
 type StreamLimiter interface {
 	Acquire(ctx context.Context, thread, ip string) (release func(), err error)
 }
@@ -242,8 +244,8 @@ func (b *Backend) SharedLimiters(perThread, perIP int, window time.Duration, str
 	if b.Redis == nil {
 		return nil, nil, false
 	}
-	return redisstore.NewRateLimiter(b.Redis, perThread, perIP, window),
-		redisstore.NewStreamLimiter(b.Redis, streamsPerThread, streamsPerIP, 0), true
+	return redisstore.NewRateLimiter(b.Redis, chatrelay.Windows{PerThread: perThread, PerIP: perIP, Window: window}),
+		redisstore.NewStreamLimiter(b.Redis, chatrelay.StreamLimits{PerThread: streamsPerThread, PerIP: streamsPerIP}, 0), true
 }
 
 // Threads lists the threads the store holds, for tests that check that a

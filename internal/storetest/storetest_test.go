@@ -1,12 +1,13 @@
 package storetest
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )
@@ -21,7 +22,7 @@ func TestOpenAndAnother(t *testing.T) {
 		a := Open(t, backend, Options{})
 		other := Open(t, backend, Options{})
 		const thread = "0123456789abcdef"
-		e, err := a.Store.Append(ctx, thread, store.NewMessage{Author: hub.Operator, Text: "hello"})
+		e, err := a.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Operator, Text: "hello"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"fmt"
 	"sync"
@@ -8,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )
@@ -150,7 +151,7 @@ func waitFor(t *testing.T, c <-chan struct{}, what string) {
 func TestFollowRedisRestart(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
-	ret := store.Retention{Messages: 3}
+	ret := chatrelay.Retention{Messages: 3}
 	a := openStore(t, srv, Options{Retention: ret})
 	b := openStore(t, srv, Options{Retention: ret, ResetAfter: -1}) // however long the gate holds it
 	g := newGate()
@@ -168,11 +169,11 @@ func TestFollowRedisRestart(t *testing.T) {
 	srv.Kill()
 	waitFor(t, g.lost, "Follow to notice the loss")
 	_, err := a.Append(ctx, t1, store.NewMessage{Text: "while down"})
-	if he := wantCode(t, err, hub.StoreUnavailable); he.Retry <= 0 {
+	if he := wantCode(t, err, chatrelay.StoreUnavailable); he.Retry <= 0 {
 		t.Fatalf("no retry: %+v", he)
 	}
 	_, err = a.Since(ctx, t1, 0, 0)
-	wantCode(t, err, hub.StoreUnavailable)
+	wantCode(t, err, chatrelay.StoreUnavailable)
 
 	srv.Restart(t)
 	var after2 []store.Entry
@@ -337,7 +338,7 @@ func TestFollowResetAfter(t *testing.T) {
 func TestFollowChaos(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
-	opt := Options{ResetAfter: -1, Retention: store.Retention{Messages: 1000}}
+	opt := Options{ResetAfter: -1, Retention: chatrelay.Retention{Messages: 1000}}
 	a, b, c := openStore(t, srv, opt), openStore(t, srv, opt), openStore(t, srv, opt)
 	recB, recC := follow(t, b), follow(t, c)
 	ctx := t.Context()
@@ -360,7 +361,7 @@ func TestFollowChaos(t *testing.T) {
 						mu.Unlock()
 						break
 					}
-					if hub.CodeOf(err) != hub.StoreUnavailable {
+					if chatrelay.CodeOf(err) != chatrelay.StoreUnavailable {
 						t.Error(err)
 						return
 					}

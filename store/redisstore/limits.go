@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,14 +12,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/chatrelay/chatrelay/hub"
 )
 
 // RateLimiter is the rate windows of the contract counted in Redis, so
 // that every node shares them: at most perThread accepted posts per thread
 // and perIP per client IP in any sliding window. It implements
-// transport.RateLimiter and is safe for concurrent use.
+// chatrelay.RateLimiter and is safe for concurrent use.
 //
 // Each window is a sorted set of post times (the Store's clock, like the
 // in-memory limiter), pruned and checked in one script with both keys; the
@@ -28,23 +28,15 @@ type RateLimiter struct {
 	window           time.Duration
 }
 
-// NewRateLimiter returns a limiter on s's Redis; perThread defaults to 20,
-// perIP to 40 and window to 10 minutes.
-func NewRateLimiter(s *Store, perThread, perIP int, window time.Duration) *RateLimiter {
-	if perThread <= 0 {
-		perThread = 20
-	}
-	if perIP <= 0 {
-		perIP = 40
-	}
-	if window <= 0 {
-		window = 10 * time.Minute
-	}
-	return &RateLimiter{s: s, perThread: perThread, perIP: perIP, window: window}
+// NewRateLimiter returns a limiter of windows w (zero fields take the
+// defaults) on s's Redis.
+func NewRateLimiter(s *Store, w chatrelay.Windows) *RateLimiter {
+	w = w.WithDefaults()
+	return &RateLimiter{s: s, perThread: w.PerThread, perIP: w.PerIP, window: w.Window}
 }
 
 // Take counts one post against thread and ip if both are under their
-// windows. Over a window it returns *hub.Error RateLimited with the wait;
+// windows. Over a window it returns *chatrelay.Error RateLimited with the wait;
 // if Redis cannot be reached, StoreUnavailable. undo uncounts the post (if
 // it was then not stored).
 func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(), err error) {
@@ -56,7 +48,7 @@ func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(),
 		return nil, l.s.unavailable("rate limit", err)
 	}
 	if wait > 0 {
-		return nil, &hub.Error{Code: hub.RateLimited, Retry: time.Duration(wait) * time.Millisecond,
+		return nil, &chatrelay.Error{Code: chatrelay.RateLimited, Retry: time.Duration(wait) * time.Millisecond,
 			Message: fmt.Sprintf("rate limit: at most %d posts per thread and %d per client address every %s", l.perThread, l.perIP, l.window)}
 	}
 	var once sync.Once
@@ -77,7 +69,7 @@ func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(),
 }
 
 // StreamLimiter bounds the open streams per thread and per client IP
-// across every node. It implements transport.StreamLimiter and is safe for
+// across every node. It implements chatrelay.StreamLimiter and is safe for
 // concurrent use.
 //
 // Each open stream holds a lease: a member of the thread's and the IP's
@@ -102,21 +94,19 @@ type StreamLimiter struct {
 
 type streamLease struct{ tkey, ikey, member string }
 
-// NewStreamLimiter returns a limiter on s's Redis: perThread open streams
-// per thread (default 20), perIP per client IP (default 200), each lease
-// lasting lease (default 30s) unless renewed. It starts the renewal
-// goroutine, which Close or the Store's Close stops.
-func NewStreamLimiter(s *Store, perThread, perIP int, lease time.Duration) *StreamLimiter {
-	if perThread <= 0 {
-		perThread = 20
-	}
-	if perIP <= 0 {
-		perIP = 200
-	}
+// DefaultLease is how long a stream lease lasts unless renewed.
+const DefaultLease = 30 * time.Second
+
+// NewStreamLimiter returns a limiter of lim (zero fields take the
+// defaults) on s's Redis, each lease lasting lease (DefaultLease if zero)
+// unless renewed. It starts the renewal goroutine, which Close or the
+// Store's Close stops.
+func NewStreamLimiter(s *Store, lim chatrelay.StreamLimits, lease time.Duration) *StreamLimiter {
+	lim = lim.WithDefaults()
 	if lease <= 0 {
-		lease = 30 * time.Second
+		lease = DefaultLease
 	}
-	l := &StreamLimiter{s: s, perThread: perThread, perIP: perIP, lease: max(lease, 30*time.Millisecond),
+	l := &StreamLimiter{s: s, perThread: lim.PerThread, perIP: lim.PerIP, lease: max(lease, 30*time.Millisecond),
 		node: randomHex(8), live: make(map[uint64]streamLease)}
 	ctx, cancel := context.WithCancel(s.closing)
 	l.stop = cancel
@@ -133,7 +123,7 @@ func (l *StreamLimiter) Close() error {
 	return nil
 }
 
-// Acquire counts one open stream, or returns *hub.Error TooManyStreams (with
+// Acquire counts one open stream, or returns *chatrelay.Error TooManyStreams (with
 // Retry) past a limit, or StoreUnavailable. release must be called once
 // when the stream ends; later calls do nothing.
 func (l *StreamLimiter) Acquire(ctx context.Context, thread, ip string) (release func(), err error) {
@@ -152,7 +142,7 @@ func (l *StreamLimiter) Acquire(ctx context.Context, thread, ip string) (release
 		return nil, l.s.unavailable("stream limit", err)
 	}
 	if ok != 1 {
-		return nil, &hub.Error{Code: hub.TooManyStreams, Retry: 5 * time.Second,
+		return nil, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: 5 * time.Second,
 			Message: fmt.Sprintf("too many open streams: at most %d per thread and %d per client address", l.perThread, l.perIP)}
 	}
 	// Renewed from now on; the script's lease lasts until the next renewal.

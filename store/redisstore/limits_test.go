@@ -1,10 +1,11 @@
 package redisstore
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"testing"
 	"time"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 )
@@ -14,8 +15,8 @@ func TestRateLimiterAcrossNodes(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := testclock.New(time.UnixMilli(1792778400000))
-	a := NewRateLimiter(openStore(t, srv, Options{Now: clk.Now}), 3, 5, 10*time.Minute)
-	b := NewRateLimiter(openStore(t, srv, Options{Now: clk.Now}), 3, 5, 10*time.Minute)
+	a := NewRateLimiter(openStore(t, srv, Options{Now: clk.Now}), chatrelay.Windows{PerThread: 3, PerIP: 5, Window: 10 * time.Minute})
+	b := NewRateLimiter(openStore(t, srv, Options{Now: clk.Now}), chatrelay.Windows{PerThread: 3, PerIP: 5, Window: 10 * time.Minute})
 	ctx := t.Context()
 	const th, ip = "a1b2c3d4e5f60718", "192.0.2.7"
 
@@ -24,7 +25,7 @@ func TestRateLimiterAcrossNodes(t *testing.T) {
 	must[func()](t)(b.Take(ctx, th, ip))
 	undo := must[func()](t)(a.Take(ctx, th, ip))
 	_, err := b.Take(ctx, th, ip)
-	he := wantCode(t, err, hub.RateLimited)
+	he := wantCode(t, err, chatrelay.RateLimited)
 	if he.Retry != 9*time.Minute {
 		t.Fatalf("retry %s, want 9m (the first post leaves the window then)", he.Retry)
 	}
@@ -32,20 +33,20 @@ func TestRateLimiterAcrossNodes(t *testing.T) {
 	undo() // twice does nothing
 	must[func()](t)(b.Take(ctx, th, ip))
 	_, err = a.Take(ctx, th, ip)
-	wantCode(t, err, hub.RateLimited)
+	wantCode(t, err, chatrelay.RateLimited)
 
 	// The IP window, across threads: 3 posts so far, 2 more allowed.
 	must[func()](t)(a.Take(ctx, "0000000000000001", ip))
 	must[func()](t)(b.Take(ctx, "0000000000000002", ip))
 	_, err = a.Take(ctx, "0000000000000003", ip)
-	wantCode(t, err, hub.RateLimited)
+	wantCode(t, err, chatrelay.RateLimited)
 	must[func()](t)(b.Take(ctx, "0000000000000003", "192.0.2.8"))
 
 	// The window slides: at 10m after the first post, one slot frees.
 	clk.Advance(9 * time.Minute)
 	must[func()](t)(b.Take(ctx, th, ip))
 	_, err = a.Take(ctx, th, ip)
-	wantCode(t, err, hub.RateLimited)
+	wantCode(t, err, chatrelay.RateLimited)
 }
 
 // TestStreamLimiterAcrossNodes: the limits count both nodes' streams, a
@@ -56,15 +57,15 @@ func TestStreamLimiterAcrossNodes(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	sa, sb := openStore(t, srv, Options{}), openStore(t, srv, Options{})
 	const lease = 2 * time.Second
-	a := NewStreamLimiter(sa, 2, 3, lease)
-	b := NewStreamLimiter(sb, 2, 3, lease)
+	a := NewStreamLimiter(sa, chatrelay.StreamLimits{PerThread: 2, PerIP: 3}, lease)
+	b := NewStreamLimiter(sb, chatrelay.StreamLimits{PerThread: 2, PerIP: 3}, lease)
 	ctx := t.Context()
 	const th = "a1b2c3d4e5f60718"
 
 	relA := must[func()](t)(a.Acquire(ctx, th, "192.0.2.1"))
 	must[func()](t)(b.Acquire(ctx, th, "192.0.2.2"))
 	_, err := b.Acquire(ctx, th, "192.0.2.3")
-	if he := wantCode(t, err, hub.TooManyStreams); he.Retry <= 0 {
+	if he := wantCode(t, err, chatrelay.TooManyStreams); he.Retry <= 0 {
 		t.Fatalf("no retry: %+v", he)
 	}
 	relA()
@@ -75,7 +76,7 @@ func TestStreamLimiterAcrossNodes(t *testing.T) {
 	must[func()](t)(b.Acquire(ctx, "0000000000000001", "192.0.2.1"))
 	must[func()](t)(a.Acquire(ctx, "0000000000000002", "192.0.2.1"))
 	_, err = b.Acquire(ctx, "0000000000000003", "192.0.2.1")
-	wantCode(t, err, hub.TooManyStreams)
+	wantCode(t, err, chatrelay.TooManyStreams)
 
 	// Held leases outlive their first period: they are renewed.
 	key := sa.prefix + "{sl}:t:" + th
@@ -99,7 +100,7 @@ func TestStreamLimiterAcrossNodes(t *testing.T) {
 		return renewed == 2
 	})
 	_, err = b.Acquire(ctx, th, "192.0.2.9")
-	wantCode(t, err, hub.TooManyStreams)
+	wantCode(t, err, chatrelay.TooManyStreams)
 
 	// Node a "crashes": it stops renewing and never releases.
 	a.Close()

@@ -9,7 +9,7 @@
 //
 //	<prefix>{T}:log     stream: one entry per retained message, id "<epoch>-0",
 //	                    one field "j" holding the v1 message JSON, byte for
-//	                    byte what hub.MarshalMessage makes
+//	                    byte what chatrelay.MarshalMessage makes
 //	<prefix>{T}:meta    hash: "trimmed", the newest epoch retention dropped
 //	<prefix>{T}:ids     hash: the id suffixes taken in the thread's newest
 //	                    second, while it has several messages (expires)
@@ -65,7 +65,7 @@
 // # Failures
 //
 // A Redis that cannot be reached (refused, timed out, loading its data,
-// read-only) gives *hub.Error with code StoreUnavailable and Retry 1s.
+// read-only) gives *chatrelay.Error with code StoreUnavailable and Retry 1s.
 // Commands are not retried by the client (MaxRetries -1): an append whose
 // answer was lost may have been stored, and running it twice would store it
 // twice. An append that fails is never acknowledged; one whose answer is lost
@@ -73,6 +73,8 @@
 package redisstore
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -88,16 +90,15 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
 )
 
 // Options configures a Store. Zero values take the defaults.
 type Options struct {
-	Prefix     string          // of every key and of the feed channel; defaults to "chatrelay:"
-	Retention  store.Retention // defaults to 200 messages and 720h
-	MaxThreads int             // defaults to 500; every node must use the same
-	Log        *slog.Logger    // defaults to slog.Default()
+	Prefix     string              // of every key and of the feed channel; defaults to "chatrelay:"
+	Retention  chatrelay.Retention // zero fields take the defaults
+	MaxThreads int                 // defaults to chatrelay.DefaultMaxThreads; every node must use the same
+	Log        *slog.Logger        // defaults to slog.Default()
 	// ResetAfter is how long Follow's connection may stay lost before it
 	// gives every thread it knows a Reset batch, so that their streams end
 	// and clients resume elsewhere (or here, once Redis is back). Shorter
@@ -162,14 +163,9 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 	if opt.Prefix == "" {
 		opt.Prefix = "chatrelay:"
 	}
-	if opt.Retention.Messages <= 0 {
-		opt.Retention.Messages = 200
-	}
-	if opt.Retention.Age <= 0 {
-		opt.Retention.Age = 720 * time.Hour
-	}
+	opt.Retention = opt.Retention.WithDefaults()
 	if opt.MaxThreads <= 0 {
-		opt.MaxThreads = 500
+		opt.MaxThreads = chatrelay.DefaultMaxThreads
 	}
 	if opt.ResetAfter == 0 {
 		opt.ResetAfter = 5 * time.Second
@@ -243,8 +239,8 @@ func (s *Store) metaKey(thread string) string { return s.prefix + "{" + thread +
 func (s *Store) idsKey(thread string) string  { return s.prefix + "{" + thread + "}:ids" }
 
 func checkThread(thread string) error {
-	if !hub.ValidThread(thread) {
-		return hub.Errorf(hub.InvalidThread, "a thread id is 16 lowercase hex characters")
+	if !chatrelay.ValidThread(thread) {
+		return chatrelay.Errorf(chatrelay.InvalidThread, "a thread id is 16 lowercase hex characters")
 	}
 	return nil
 }
@@ -253,16 +249,16 @@ func checkThread(thread string) error {
 // says Redis cannot serve now, Internal for an answer this code did not
 // expect (a bug, or a Redis too old for a command).
 func (s *Store) unavailable(op string, err error) error {
-	var he *hub.Error
+	var he *chatrelay.Error
 	if errors.As(err, &he) {
 		return err
 	}
 	if isInternal(err) {
 		s.log.Error("redis store", "op", op, "err", err)
-		return &hub.Error{Code: hub.Internal, Message: "internal error", Err: fmt.Errorf("redis %s: %w", op, err)}
+		return &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: fmt.Errorf("redis %s: %w", op, err)}
 	}
 	s.log.Warn("redis store unavailable", "op", op, "err", err)
-	return &hub.Error{Code: hub.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
+	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
 		Err: fmt.Errorf("redis %s: %w", op, err)}
 }
 
@@ -287,9 +283,9 @@ func isInternal(err error) bool {
 	return strings.HasPrefix(msg, "ERR") || strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "NOSCRIPT")
 }
 
-// jsonString encodes s as encoding/json does inside hub.MarshalMessage
+// jsonString encodes s as encoding/json does inside chatrelay.MarshalMessage
 // (no HTML escaping), so the message JSON the script assembles is byte for
-// byte what hub.MarshalMessage would make.
+// byte what chatrelay.MarshalMessage would make.
 func jsonString(s string) string {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
@@ -301,12 +297,12 @@ func jsonString(s string) string {
 }
 
 // parseEntry decodes one stored message JSON. The store writes one exact
-// layout (hub.MarshalMessage's); parseFast reads it without reflection,
+// layout (chatrelay.MarshalMessage's); parseFast reads it without reflection,
 // and anything else goes through encoding/json.
 func parseEntry(js string) (store.Entry, error) {
 	m, ok := parseFast(js)
 	if !ok {
-		m = hub.Message{}
+		m = chatrelay.Message{}
 		if err := json.Unmarshal([]byte(js), &m); err != nil {
 			return store.Entry{}, err
 		}
@@ -318,8 +314,8 @@ func parseEntry(js string) (store.Entry, error) {
 }
 
 // parseFast reads {"id":"…","epoch":N,"ts":"…","author":"…","text":"…"}
-// exactly as hub.MarshalMessage writes it, or reports false.
-func parseFast(js string) (m hub.Message, ok bool) {
+// exactly as chatrelay.MarshalMessage writes it, or reports false.
+func parseFast(js string) (m chatrelay.Message, ok bool) {
 	rest, ok := strings.CutPrefix(js, `{"id":`)
 	if !ok {
 		return m, false
@@ -360,7 +356,7 @@ func parseFast(js string) (m hub.Message, ok bool) {
 	if !ok || rest != "}" {
 		return m, false
 	}
-	return hub.Message{ID: id, Epoch: e, TS: ts, Author: hub.Author(author), Text: text}, true
+	return chatrelay.Message{ID: id, Epoch: e, TS: ts, Author: chatrelay.Author(author), Text: text}, true
 }
 
 // cutJSONString decodes the JSON string at the start of s and returns the

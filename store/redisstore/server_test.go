@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -12,16 +14,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
-	"github.com/chatrelay/chatrelay/transport"
 )
 
 // The limiters are what the transport asks for.
 var (
-	_ transport.RateLimiter   = (*RateLimiter)(nil)
-	_ transport.StreamLimiter = (*StreamLimiter)(nil)
+	_ chatrelay.RateLimiter   = (*RateLimiter)(nil)
+	_ chatrelay.StreamLimiter = (*StreamLimiter)(nil)
 )
 
 type quietLogger struct{}
@@ -60,12 +60,12 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func wantCode(t testing.TB, err error, code hub.Code) *hub.Error {
+func wantCode(t testing.TB, err error, code chatrelay.Code) *chatrelay.Error {
 	t.Helper()
-	if got := hub.CodeOf(err); got != code {
+	if got := chatrelay.CodeOf(err); got != code {
 		t.Fatalf("error %v: code %q, want %q", err, got, code)
 	}
-	var he *hub.Error
+	var he *chatrelay.Error
 	errors.As(err, &he)
 	return he
 }

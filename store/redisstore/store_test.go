@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"bytes"
 	"cmp"
 	"context"
@@ -14,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
@@ -23,7 +24,7 @@ import (
 var idRE = regexp.MustCompile(`^MSG-\d{8}-\d{6}-[0-9a-f]{6}$`)
 
 // checkEntry checks what only the store decides: the id's form and second,
-// ts, and that JSON is exactly hub.MarshalMessage of the message.
+// ts, and that JSON is exactly chatrelay.MarshalMessage of the message.
 func checkEntry(t *testing.T, e store.Entry) {
 	t.Helper()
 	at := time.UnixMilli(e.Epoch).UTC()
@@ -33,7 +34,7 @@ func checkEntry(t *testing.T, e store.Entry) {
 	if want := at.Format("2006-01-02T15:04:05+00:00"); e.TS != want {
 		t.Fatalf("ts %q for epoch %d, want %q", e.TS, e.Epoch, want)
 	}
-	if want := hub.MarshalMessage(e.Message); !bytes.Equal(e.JSON, want) {
+	if want := chatrelay.MarshalMessage(e.Message); !bytes.Equal(e.JSON, want) {
 		t.Fatalf("JSON\n%s\nwant\n%s", e.JSON, want)
 	}
 }
@@ -61,7 +62,7 @@ func TestSameAsFileStore(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := testclock.New(time.Date(2026, 10, 23, 18, 39, 59, 998e6, time.UTC))
-	ret := store.Retention{Messages: 5, Age: time.Hour}
+	ret := chatrelay.Retention{Messages: 5, Age: time.Hour}
 	fs, err := store.OpenFile(t.TempDir(), store.FileOptions{Retention: ret, MaxThreads: 3, NoFsync: true, Now: clk.Now, Log: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +72,7 @@ func TestSameAsFileStore(t *testing.T) {
 
 	threads := []string{"a1b2c3d4e5f60718", "0000000000000001", "ffffffffffffffff", "0123456789abcdef"}
 	texts := []string{"hello", "<b>&amp;</b> \"quoted\" \\ back", "line\nbreak\ttab\r", "\u2028\u2029 é ✓ 🙂", "\x01\x1f ctl", "  padded  "}
-	authors := []hub.Author{"", hub.Operator, hub.Agent, hub.Hermes}
+	authors := []chatrelay.Author{"", chatrelay.Operator, chatrelay.Agent, chatrelay.Hermes}
 	rng := rand.New(rand.NewPCG(1, 2))
 
 	compare := func(step int) {
@@ -134,7 +135,7 @@ func TestSameAsFileStore(t *testing.T) {
 			m := store.NewMessage{Author: authors[rng.IntN(len(authors))], Text: texts[rng.IntN(len(texts))], MustExist: rng.IntN(10) == 0}
 			we, werr := fs.Append(ctx, th, m)
 			ge, gerr := rs.Append(ctx, th, m)
-			if hub.CodeOf(gerr) != hub.CodeOf(werr) {
+			if chatrelay.CodeOf(gerr) != chatrelay.CodeOf(werr) {
 				t.Fatalf("step %d: Append error %v, file store %v", step, gerr, werr)
 			}
 			if werr != nil {
@@ -173,7 +174,7 @@ func TestAppendBasics(t *testing.T) {
 
 	e := must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "hi"}))
 	// (The contract's example pairs this epoch with 18:40:00; it is 18:00:00.123 UTC.)
-	if e.Epoch != 1792778400123 || e.TS != "2026-10-23T18:00:00+00:00" || e.Author != hub.Operator ||
+	if e.Epoch != 1792778400123 || e.TS != "2026-10-23T18:00:00+00:00" || e.Author != chatrelay.Operator ||
 		!strings.HasPrefix(e.ID, "MSG-20261023-180000-") {
 		t.Fatalf("first message %+v", e)
 	}
@@ -181,7 +182,7 @@ func TestAppendBasics(t *testing.T) {
 	// The same millisecond: newest + 1; ids stay unique within the second.
 	ids := map[string]bool{e.ID: true}
 	for i := range 300 {
-		e2 := must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Author: hub.Hermes, Text: "again"}))
+		e2 := must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Author: chatrelay.Hermes, Text: "again"}))
 		if e2.Epoch != e.Epoch+1 {
 			t.Fatalf("append %d: epoch %d after %d", i, e2.Epoch, e.Epoch)
 		}
@@ -209,19 +210,19 @@ func TestAppendBasics(t *testing.T) {
 	}
 
 	const other = "0000000000000002"
-	_, err := s.Append(ctx, other, store.NewMessage{Text: "reply", Author: hub.Hermes, MustExist: true})
-	wantCode(t, err, hub.NotFound)
+	_, err := s.Append(ctx, other, store.NewMessage{Text: "reply", Author: chatrelay.Hermes, MustExist: true})
+	wantCode(t, err, chatrelay.NotFound)
 	_, err = s.Append(ctx, "NOT-A-THREAD", store.NewMessage{Text: "x"})
-	wantCode(t, err, hub.InvalidThread)
+	wantCode(t, err, chatrelay.InvalidThread)
 	_, err = s.Since(ctx, "abc", 0, 0)
-	wantCode(t, err, hub.InvalidThread)
+	wantCode(t, err, chatrelay.InvalidThread)
 	_, err = s.Append(ctx, th, store.NewMessage{Text: " \n\t"})
-	wantCode(t, err, hub.InvalidText)
+	wantCode(t, err, chatrelay.InvalidText)
 	_, err = s.Append(ctx, th, store.NewMessage{Text: "bad \xff"})
-	wantCode(t, err, hub.InvalidText)
-	_, err = s.Append(ctx, th, store.NewMessage{Text: strings.Repeat("é", hub.MaxText+1)})
-	wantCode(t, err, hub.TextTooLong)
-	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: strings.Repeat("é", hub.MaxText)}))
+	wantCode(t, err, chatrelay.InvalidText)
+	_, err = s.Append(ctx, th, store.NewMessage{Text: strings.Repeat("é", chatrelay.MaxText+1)})
+	wantCode(t, err, chatrelay.TextTooLong)
+	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: strings.Repeat("é", chatrelay.MaxText)}))
 }
 
 // TestDates checks the script's calendar against Go's for many instants.
@@ -229,7 +230,7 @@ func TestDates(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := testclock.New(time.Time{})
-	s := openStore(t, srv, Options{Now: clk.Now, MaxThreads: 1 << 20, Retention: store.Retention{Age: 1 << 62}})
+	s := openStore(t, srv, Options{Now: clk.Now, MaxThreads: 1 << 20, Retention: chatrelay.Retention{Age: 1 << 62}})
 	ctx := t.Context()
 	instants := []time.Time{
 		time.Date(1970, 1, 1, 0, 0, 1, 0, time.UTC),
@@ -282,10 +283,10 @@ func TestThreadLimitAcrossNodes(t *testing.T) {
 			_, err := node.Append(ctx, th, store.NewMessage{Text: "first"})
 			mu.Lock()
 			defer mu.Unlock()
-			switch hub.CodeOf(err) {
+			switch chatrelay.CodeOf(err) {
 			case "":
 				created[th] = node
-			case hub.ThreadLimit:
+			case chatrelay.ThreadLimit:
 				limited++
 			default:
 				t.Errorf("append: %v", err)
@@ -302,7 +303,7 @@ func TestThreadLimitAcrossNodes(t *testing.T) {
 		}
 	}
 	_, err := b.Append(ctx, "fedcba9876543210", store.NewMessage{Text: "new"})
-	wantCode(t, err, hub.ThreadLimit)
+	wantCode(t, err, chatrelay.ThreadLimit)
 
 	// One thread's messages expire; the sweep removes it; a new thread fits.
 	var old string
@@ -322,7 +323,7 @@ func TestThreadLimitAcrossNodes(t *testing.T) {
 	}
 	must[store.Entry](t)(a.Append(ctx, "fedcba9876543210", store.NewMessage{Text: "new"}))
 	_, err = b.Append(ctx, old, store.NewMessage{Text: "back"})
-	wantCode(t, err, hub.ThreadLimit)
+	wantCode(t, err, chatrelay.ThreadLimit)
 }
 
 // TestSweepFromTwoNodes sweeps the same threads from two nodes at once:
@@ -331,7 +332,7 @@ func TestSweepFromTwoNodes(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := testclock.New(time.UnixMilli(1792778400000))
-	ret := store.Retention{Messages: 10, Age: time.Hour}
+	ret := chatrelay.Retention{Messages: 10, Age: time.Hour}
 	a := openStore(t, srv, Options{Retention: ret, Now: clk.Now})
 	b := openStore(t, srv, Options{Retention: ret, Now: clk.Now})
 	ctx := t.Context()
@@ -417,8 +418,8 @@ func TestUnavailable(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	s := openStore(t, srv, Options{})
-	rl := NewRateLimiter(s, 0, 0, 0)
-	sl := NewStreamLimiter(s, 0, 0, 0)
+	rl := NewRateLimiter(s, chatrelay.Windows{})
+	sl := NewStreamLimiter(s, chatrelay.StreamLimits{}, 0)
 	ctx := t.Context()
 	const th = "a1b2c3d4e5f60718"
 	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "x"}))
@@ -426,7 +427,7 @@ func TestUnavailable(t *testing.T) {
 
 	check := func(what string, err error) {
 		t.Helper()
-		he := wantCode(t, err, hub.StoreUnavailable)
+		he := wantCode(t, err, chatrelay.StoreUnavailable)
 		if he.Retry <= 0 || !he.Code.Retryable() {
 			t.Fatalf("%s: %+v", what, he)
 		}
@@ -472,7 +473,7 @@ func TestOpenURL(t *testing.T) {
 	// rediss:// is accepted (a TLS client); this server speaks no TLS.
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if _, err := Open(tctx, "rediss://"+srv.Addr()+"/0?dial_timeout=1s", Options{}); hub.CodeOf(err) != hub.StoreUnavailable {
+	if _, err := Open(tctx, "rediss://"+srv.Addr()+"/0?dial_timeout=1s", Options{}); chatrelay.CodeOf(err) != chatrelay.StoreUnavailable {
 		t.Fatalf("rediss to a plain server: %v", err)
 	}
 }
@@ -487,7 +488,7 @@ func TestIDSuffixes(t *testing.T) {
 	s := openStore(t, srv, Options{Now: clk.Now})
 	ctx := t.Context()
 	const th = "a1b2c3d4e5f60718"
-	m := store.NewMessage{Text: "x", Author: hub.Operator}
+	m := store.NewMessage{Text: "x", Author: chatrelay.Operator}
 	suffix := func(cands ...string) string {
 		t.Helper()
 		res := must[[]string](t)(s.runAppend(ctx, th, m, cands))
@@ -532,8 +533,8 @@ func TestParseEntry(t *testing.T) {
 	t.Parallel()
 	texts := []string{"plain", `"quoted" \\ back\\`, "line\nbreak\ttab\r", "\u2028\u2029 é ✓ 🙂", "\x01\x1f\x7f", "<b>&amp;</b>", `\"`, "}", `","text":"`}
 	for i, text := range texts {
-		m := hub.Message{ID: "MSG-20261023-180000-a1b2c3", Epoch: 1792778400123 + int64(i), TS: "2026-10-23T18:00:00+00:00", Author: hub.Author(texts[(i+1)%len(texts)]), Text: text}
-		js := string(hub.MarshalMessage(m))
+		m := chatrelay.Message{ID: "MSG-20261023-180000-a1b2c3", Epoch: 1792778400123 + int64(i), TS: "2026-10-23T18:00:00+00:00", Author: chatrelay.Author(texts[(i+1)%len(texts)]), Text: text}
+		js := string(chatrelay.MarshalMessage(m))
 		fast, ok := parseFast(js)
 		if !ok || fast != m {
 			t.Fatalf("parseFast(%s) = %+v, %v", js, fast, ok)

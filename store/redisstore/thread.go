@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"github.com/chatrelay/chatrelay"
+
 	"cmp"
 	"context"
 	"fmt"
@@ -9,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -26,11 +27,11 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 	if err := checkThread(thread); err != nil {
 		return store.Entry{}, err
 	}
-	if err := hub.CheckText(m.Text); err != nil {
+	if err := chatrelay.CheckText(m.Text); err != nil {
 		return store.Entry{}, err
 	}
 	if m.Author == "" {
-		m.Author = hub.Operator
+		m.Author = chatrelay.Operator
 	}
 	for {
 		suffixes := make([]string, idCandidates)
@@ -52,9 +53,9 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 			}
 			return e, nil
 		case "not_found":
-			return store.Entry{}, hub.Errorf(hub.NotFound, "no thread %s", thread)
+			return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
 		case "thread_limit":
-			return store.Entry{}, hub.Errorf(hub.ThreadLimit, "thread limit reached")
+			return store.Entry{}, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
 		case "collision":
 			continue
 		}
@@ -90,7 +91,7 @@ func (s *Store) Since(ctx context.Context, thread string, since int64, limit int
 	p := store.Page{Thread: thread, Messages: msgs, Reset: since > 0 && since < trimmed}
 	if newest != nil {
 		p.Cursor = newest.Epoch
-		p.Awaiting = newest.Author != hub.Hermes
+		p.Awaiting = newest.Author != chatrelay.Hermes
 	}
 	return p, nil
 }
@@ -154,7 +155,7 @@ func entryOf(thread string, x redis.XMessage) (store.Entry, error) {
 		err = fmt.Errorf("epoch %d in entry %s", e.Epoch, x.ID)
 	}
 	if err != nil {
-		return store.Entry{}, &hub.Error{Code: hub.ThreadUnreadable,
+		return store.Entry{}, &chatrelay.Error{Code: chatrelay.ThreadUnreadable,
 			Message: "this thread's stored data does not parse; it is kept as it is for an operator to look at",
 			Err:     fmt.Errorf("redis thread %s entry %s: %w", thread, x.ID, err)}
 	}
@@ -181,7 +182,7 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 	}
 	infos := make([]store.ThreadInfo, 0, len(names))
 	for i, name := range names {
-		if !hub.ValidThread(name) {
+		if !chatrelay.ValidThread(name) {
 			continue
 		}
 		l := lasts[i].Val()
@@ -195,7 +196,7 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 		}
 		infos = append(infos, store.ThreadInfo{
 			Thread: name, Messages: int(lens[i].Val()), LastAuthor: last.Author,
-			LastEpoch: last.Epoch, Awaiting: last.Author != hub.Hermes,
+			LastEpoch: last.Epoch, Awaiting: last.Author != chatrelay.Hermes,
 		})
 	}
 	slices.SortStableFunc(infos, func(a, b store.ThreadInfo) int { return cmp.Compare(b.LastEpoch, a.LastEpoch) })
@@ -216,7 +217,7 @@ func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		if !hub.ValidThread(name) {
+		if !chatrelay.ValidThread(name) {
 			continue
 		}
 		res, err := sweepScript.Run(ctx, s.rdb, []string{s.logKey(name), s.metaKey(name), s.index, s.idsKey(name)},
@@ -241,7 +242,7 @@ func (s *Store) threadIndex(ctx context.Context) (map[string]int64, error) {
 	}
 	m := make(map[string]int64, len(zs))
 	for _, z := range zs {
-		if name, ok := z.Member.(string); ok && hub.ValidThread(name) {
+		if name, ok := z.Member.(string); ok && chatrelay.ValidThread(name) {
 			m[name] = int64(z.Score)
 		}
 	}

@@ -1,4 +1,4 @@
-package hub
+package chatrelay
 
 import (
 	"errors"

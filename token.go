@@ -1,4 +1,4 @@
-package hub
+package chatrelay
 
 import (
 	"crypto/sha256"
@@ -6,9 +6,6 @@ import (
 	"strings"
 	"unicode/utf8"
 )
-
-// MaxText is the longest message text, counted in Unicode code points.
-const MaxText = 4000
 
 // CheckText returns an *Error with code InvalidText or TextTooLong if text
 // may not be stored. Text is rejected, never truncated.
@@ -20,7 +17,7 @@ func CheckText(text string) error {
 		return Errorf(InvalidText, "text is empty")
 	}
 	if utf8.RuneCountInString(text) > MaxText {
-		return Errorf(TextTooLong, "text too long (max 4000 chars)")
+		return Errorf(TextTooLong, "text too long (max %d chars)", MaxText)
 	}
 	return nil
 }

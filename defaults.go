@@ -1,0 +1,52 @@
+package chatrelay
+
+import "time"
+
+// The contract's limits (Part 1, frozen).
+const (
+	// MaxText is the longest message text, counted in Unicode code points.
+	MaxText = 4000
+	// MaxBody is the largest request body read, in bytes.
+	MaxBody = 32768
+	// PollPage is how many of the newest messages a read without a cursor
+	// returns (a poll or a stream without since).
+	PollPage = 50
+)
+
+// Defaults of the server, the store and the CLI. Each is written here
+// once; flags, options and zero values all take it from here.
+const (
+	DefaultRatePerThread = 20               // accepted posts per thread per window
+	DefaultRatePerIP     = 40               // accepted posts per client address per window
+	DefaultRateWindow    = 10 * time.Minute // the sliding rate window
+
+	DefaultStreamsPerThread = 20  // open SSE and WebSocket streams per thread
+	DefaultStreamsPerIP     = 200 // open streams per client address
+
+	DefaultRetainMessages = 200             // newest messages kept per thread
+	DefaultRetainAge      = 720 * time.Hour // none older than this (30 days)
+	DefaultMaxThreads     = 500             // threads the store holds; one more is 507
+
+	DefaultTicketTTL    = 15 * time.Minute // a stream ticket's life
+	DefaultHeartbeat    = 20 * time.Second // SSE ping comment and WebSocket ping interval
+	DefaultWriteTimeout = 10 * time.Second // one stream write
+	DefaultSweepEvery   = time.Hour        // retention sweep interval
+	DefaultLockTimeout  = 10 * time.Second // the wait for another process's lock
+)
+
+// Retention says which messages a thread keeps.
+type Retention struct {
+	Messages int           // newest N messages per thread; defaults to DefaultRetainMessages
+	Age      time.Duration // none older than this; defaults to DefaultRetainAge
+}
+
+// WithDefaults fills the zero fields of r.
+func (r Retention) WithDefaults() Retention {
+	if r.Messages <= 0 {
+		r.Messages = DefaultRetainMessages
+	}
+	if r.Age <= 0 {
+		r.Age = DefaultRetainAge
+	}
+	return r
+}
