@@ -33,6 +33,11 @@ const (
 	NotFound      Code = "not_found"      // no such route, or (CLI) no such thread
 	InvalidThread Code = "invalid_thread" // (CLI) a thread id that is not 16 lowercase hex
 	Internal      Code = "internal"
+
+	// Refusals of a WebSocket handshake, answered before any upgrade.
+	OriginNotAllowed Code = "origin_not_allowed" // a browser page of an origin not allowed
+	UpgradeRequired  Code = "upgrade_required"   // not a WebSocket handshake, or not version 13
+	InvalidHandshake Code = "invalid_handshake"  // a malformed Sec-WebSocket-Key
 )
 
 // Error is a domain error: a code, words safe to show a client, and the cause,

@@ -29,6 +29,9 @@ var statusOf = map[chatrelay.Code]int{
 	chatrelay.NotFound:         http.StatusNotFound,
 	chatrelay.InvalidThread:    http.StatusBadRequest,
 	chatrelay.Internal:         http.StatusInternalServerError,
+	chatrelay.OriginNotAllowed: http.StatusForbidden,
+	chatrelay.UpgradeRequired:  http.StatusUpgradeRequired,
+	chatrelay.InvalidHandshake: http.StatusBadRequest,
 }
 
 // errorBody is the contract's error shape; extra fields follow the four.
@@ -70,7 +73,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusInternalServerError
 	}
 	if status >= 500 {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", e.Code, "err", err)
+		s.log.Error("request failed", "method", clip(r.Method), "path", clip(r.URL.Path), "code", e.Code, "err", err)
 	}
 	noteRefused(r, e.Code)
 	if e.Code.Retryable() && e.Retry > 0 {

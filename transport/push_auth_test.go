@@ -122,8 +122,9 @@ func TestTicket(t *testing.T) {
 			eb := decodeError(t, body)
 			assert.Equal(t, "SSE code", eb.Code, "invalid_ticket")
 			assert.True(t, !eb.Retryable, "invalid_ticket is retryable")
-			c := e.mustWS("/api/chat/ws?ticket="+url.QueryEscape(ticket), "")
-			assert.Equal(t, "WS close status", wsCloseStatus(t, c, 5*time.Second), websocket.StatusPolicyViolation)
+			wresp, web := e.refusedWS("/api/chat/ws?ticket="+url.QueryEscape(ticket), "", nil)
+			assert.Equal(t, "WS status", wresp.StatusCode, http.StatusUnauthorized)
+			assert.Equal(t, "WS code", web.Code, "invalid_ticket")
 		}
 		for _, tc := range refused {
 			t.Run(tc.name, func(t *testing.T) { checkRefused(t, tc.ticket) })
@@ -158,8 +159,11 @@ func TestStreamLimits(t *testing.T) {
 		}
 		refusedWS := func(token string) {
 			t.Helper()
-			c := e.mustWS("/api/chat/ws", token)
-			assert.Equal(t, "WS close status", wsCloseStatus(t, c, 5*time.Second), websocket.StatusTryAgainLater)
+			resp, eb := e.refusedWS("/api/chat/ws", token, nil)
+			assert.Equal(t, "WS status", resp.StatusCode, http.StatusTooManyRequests)
+			assert.True(t, eb.Code == "too_many_streams" && eb.Retryable, "WS answer %+v", eb)
+			secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+			assert.True(t, err == nil && secs > 0, "WS Retry-After %q", resp.Header.Get("Retry-After"))
 		}
 
 		// Per thread: 2.

@@ -449,6 +449,26 @@ func (e *pushEnv) mustWS(path, token string) *websocket.Conn {
 	return c
 }
 
+// refusedWS dials a WebSocket that must be refused before the upgrade and
+// returns the HTTP status and the contract's error body.
+func (e *pushEnv) refusedWS(path, token string, hdr http.Header) (*http.Response, errorAnswer) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, resp, err := e.dialWS(ctx, path, token, hdr)
+	if err == nil {
+		c.CloseNow()
+		e.t.Fatalf("WebSocket %s was upgraded; want a refusal", path)
+	}
+	if resp == nil {
+		e.t.Fatalf("WebSocket %s: no HTTP answer: %v", path, err)
+	}
+	assert.Equal(e.t, "refusal content type", resp.Header.Get("Content-Type"), "application/json")
+	body, rerr := io.ReadAll(resp.Body)
+	assert.Success(e.t, rerr)
+	return resp, decodeError(e.t, body)
+}
+
 // readWS reads one frame with a deadline; a closed connection is an error
 // that websocket.CloseStatus can read.
 func readWS(ctx context.Context, c *websocket.Conn) (wsFrame, error) {

@@ -278,7 +278,8 @@ func TestShutdownWithStuckClients(t *testing.T) {
 		s, resp, body, err := e.openSSE(ctx, "/api/chat/stream", tok, nil)
 		assert.Success(t, err)
 		assert.True(t, s == nil && resp.StatusCode == http.StatusServiceUnavailable, "a stream during shutdown: %d %s", resp.StatusCode, body)
-		c := e.mustWS("/api/chat/ws", tok)
-		assert.Equal(t, "a WebSocket during shutdown", wsCloseStatus(t, c, 5*time.Second), websocket.StatusTryAgainLater)
+		wresp, web := e.refusedWS("/api/chat/ws", tok, nil)
+		assert.True(t, wresp.StatusCode == http.StatusServiceUnavailable && web.Code == "store_unavailable" && web.Retryable,
+			"a WebSocket during shutdown: %d %+v", wresp.StatusCode, web)
 	})
 }

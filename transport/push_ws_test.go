@@ -1,6 +1,8 @@
 package transport_test
 
 import (
+	"io"
+
 	"github.com/chatrelay/chatrelay"
 
 	"context"
@@ -73,22 +75,72 @@ func TestWSReset(t *testing.T) {
 	})
 }
 
+// TestWSRefusesBadRequests: every refusal is answered before the upgrade,
+// as the contract's JSON error with its status, never a 101 followed by a
+// close or a library's plain-text answer.
 func TestWSRefusesBadRequests(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
-		e := startPush(t, pushOptions{backend: backend})
+		e := startPush(t, pushOptions{backend: backend, config: func(c *transport.Config) {
+			c.AllowedOrigins = []string{"https://app.example.com"}
+		}})
 		for _, tc := range []struct {
 			name, path, token string
-			want              websocket.StatusCode
+			hdr               http.Header
+			status            int
+			code              string
 		}{
-			{"no token", "/api/chat/ws", "", websocket.StatusPolicyViolation},
-			{"malformed token", "/api/chat/ws", "ABC", websocket.StatusPolicyViolation},
-			{"invalid since", "/api/chat/ws?since=-4", tokenN(1), websocket.StatusPolicyViolation},
-			{"malformed ticket", "/api/chat/ws?ticket=t1.nope", "", websocket.StatusPolicyViolation},
+			{"no token", "/api/chat/ws", "", nil, 401, "unauthorized"},
+			{"malformed token", "/api/chat/ws", "ABC", nil, 401, "unauthorized"},
+			{"invalid since", "/api/chat/ws?since=-4", tokenN(1), nil, 400, "invalid_since"},
+			{"malformed ticket", "/api/chat/ws?ticket=t1.nope", "", nil, 401, "invalid_ticket"},
+			{"foreign origin", "/api/chat/ws", tokenN(1), http.Header{"Origin": {"https://evil.example.net"}}, 403, "origin_not_allowed"},
+			{"a pattern is not a glob", "/api/chat/ws", tokenN(1), http.Header{"Origin": {"https://x.app.example.com"}}, 403, "origin_not_allowed"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				c := e.mustWS(tc.path, tc.token)
-				assert.Equal(t, "close status", wsCloseStatus(t, c, 5*time.Second), tc.want)
+				resp, eb := e.refusedWS(tc.path, tc.token, tc.hdr)
+				assert.Equal(t, "status", resp.StatusCode, tc.status)
+				assert.Equal(t, "code", eb.Code, tc.code)
+			})
+		}
+		// The listed origin and the server's own are let in.
+		for _, origin := range []string{"https://app.example.com", "HTTPS://APP.EXAMPLE.COM", e.ts.URL} {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			c, _, err := e.dialWS(ctx, "/api/chat/ws", tokenN(2), http.Header{"Origin": {origin}})
+			cancel()
+			assert.Success(t, err)
+			assert.Equal(t, "first frame with Origin "+origin, nextWS(t, c).Type, "ready")
+			c.CloseNow()
+		}
+		// Not a handshake at all: 426 with the JSON body, and Upgrade named.
+		for _, tc := range []struct {
+			name string
+			hdr  http.Header
+			want int
+			code string
+		}{
+			{"plain GET", http.Header{}, 426, "upgrade_required"},
+			{"version 8", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"8"}, "Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}}, 426, "upgrade_required"},
+			{"bad key", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"}, "Sec-Websocket-Key": {"short"}}, 400, "invalid_handshake"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.ts.URL+"/api/chat/ws", nil)
+				assert.Success(t, err)
+				req.Header = tc.hdr
+				req.Header.Set("X-Chat-Token", tokenN(1))
+				resp, err := http.DefaultClient.Do(req)
+				assert.Success(t, err)
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				assert.Success(t, err)
+				assert.Equal(t, "status", resp.StatusCode, tc.want)
+				assert.Equal(t, "code", decodeError(t, body).Code, tc.code)
+				if tc.want == 426 && tc.name == "plain GET" {
+					assert.Equal(t, "Upgrade header", resp.Header.Get("Upgrade"), "websocket")
+				}
+				if tc.name == "version 8" {
+					assert.Equal(t, "Sec-WebSocket-Version header", resp.Header.Get("Sec-WebSocket-Version"), "13")
+				}
 			})
 		}
 	})

@@ -2,47 +2,29 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 )
 
-// handleSSE serves GET /api/chat/stream: a retry hint, then "ready" once
-// the subscriber is registered, "reset" if retention dropped messages after
-// the cursor, the backlog, then each new message as it is stored, with a
-// ping comment every heartbeat. The stream ends when the client leaves, a
-// write fails or times out, or the hub drops the subscriber (slow, reset,
-// shutdown); the browser then resumes from Last-Event-ID.
+// handleSSE serves GET /api/chat/stream: Server-Sent Events. The session
+// (session.go) writes a retry hint, "ready", "reset" if retention dropped
+// messages after the cursor, the backlog, then each new message, with a
+// ping comment every heartbeat; the browser resumes from Last-Event-ID.
 func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
-	thread, _, err := s.streamAuth(r)
+	req, err := s.streamRequest(r, sseCursor(r))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	lei, hasLEI := r.Header["Last-Event-Id"]
-	leiValue := ""
-	if hasLEI && len(lei) > 0 {
-		leiValue = lei[0]
-	}
-	cursor, err := cursorOf(leiValue, hasLEI, r.URL.Query().Get("since"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if !s.enterStream() {
-		s.writeError(w, r, errShuttingDown)
-		return
-	}
-	defer s.streamsWG.Done()
-	st, err := s.openStream(r.Context(), thread, clientIP(r, s.cfg.Trusted), cursor)
+	ss, err := s.openSession(r.Context(), req)
 	if err != nil {
 		if r.Context().Err() == nil {
 			s.writeError(w, r, err)
 		}
 		return
 	}
-	defer st.close()
-	defer s.ops.streamOpened(transportSSE)()
-
+	defer ss.close()
 	rc := http.NewResponseController(w)
 	rc.SetWriteDeadline(time.Time{}) // the server's WriteTimeout must not cut the stream
 	// Shutdown's abort fails a write blocked on a client that stopped reading.
@@ -52,77 +34,76 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-cache, no-transform")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
+	ss.run(&sseWriter{s: s, w: w, rc: rc, done: r.Context().Done()})
+}
 
-	buf := make([]byte, 0, 512)
-	buf = append(buf, "retry: 2000\n\nevent: ready\ndata: "...)
-	buf = append(buf, marshalReady("", st.backlog)...)
-	buf = append(buf, "\n\n"...)
-	if st.backlog.Reset {
-		buf = append(buf, "event: reset\ndata: {}\n\n"...)
-	}
-	for _, e := range st.backlog.Messages {
-		buf = AppendSSE(buf, e.Epoch, e.JSON)
-	}
-	write := func(b []byte) bool {
-		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-		if s.abortCtx.Err() != nil { // checked after setting: an abort after this check sets its own deadline
-			return false
+// sseCursor is a stream's resume point: Last-Event-ID (even empty) wins
+// over ?since=.
+func sseCursor(r *http.Request) string {
+	if v, ok := r.Header["Last-Event-Id"]; ok {
+		if len(v) == 0 {
+			return ""
 		}
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil // buffered writes fail only at Flush
+		return v[0]
 	}
-	if !write(buf) {
-		return
-	}
-	buf = nil // not held by an idle stream
+	return r.URL.Query().Get("since")
+}
 
-	ping := time.NewTicker(s.cfg.Heartbeat)
-	defer ping.Stop()
-	last := st.last
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-ping.C:
-			if !write([]byte(": ping\n\n")) {
-				return
-			}
-		case ev, ok := <-st.sub.C():
-			if !ok {
-				s.log.Debug("stream ended by hub", "thread", thread, "transport", "sse", "reason", closeReason(st.sub.Err()))
-				return
-			}
-			if ev.Epoch <= last {
-				continue
-			}
-			last = ev.Epoch
-			if len(st.sub.C()) == 0 {
-				if !write(ev.SSE) {
-					return
-				}
-				s.ops.delivered(transportSSE, ev)
-				continue
-			}
-			// Several queued: one write and one flush for all of them.
-			out := append([]byte(nil), ev.SSE...)
-			evs := []*Event{ev}
-			for len(st.sub.C()) > 0 {
-				ev, ok := <-st.sub.C()
-				if !ok {
-					break
-				}
-				if ev.Epoch > last {
-					last = ev.Epoch
-					out = append(out, ev.SSE...)
-					evs = append(evs, ev)
-				}
-			}
-			if !write(out) {
-				return
-			}
-			s.ops.delivered(transportSSE, evs...)
-		}
+// sseWriter frames a session as Server-Sent Events. Each write has its
+// own deadline and is flushed at once.
+type sseWriter struct {
+	s    *Server
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	done <-chan struct{}
+}
+
+var errAborted = errors.New("transport: shutdown cut the stream")
+
+func (sw *sseWriter) name() string          { return transportSSE }
+func (sw *sseWriter) gone() <-chan struct{} { return sw.done }
+func (sw *sseWriter) heartbeat() error      { return sw.write([]byte(": ping\n\n")) }
+func (sw *sseWriter) end(why error)         {} // SSE has no close reason: the client resumes from Last-Event-ID
+func (sw *sseWriter) events(evs []*Event) error {
+	if len(evs) == 1 {
+		return sw.write(evs[0].SSE)
 	}
+	n := 0
+	for _, ev := range evs {
+		n += len(ev.SSE)
+	}
+	b := make([]byte, 0, n) // one write and one flush for the batch
+	for _, ev := range evs {
+		b = append(b, ev.SSE...)
+	}
+	return sw.write(b)
+}
+
+func (sw *sseWriter) start(o opening) error {
+	n := 128
+	for _, e := range o.backlog {
+		n += len(e.JSON) + 48
+	}
+	b := make([]byte, 0, n)
+	b = append(b, "retry: 2000\n\nevent: ready\ndata: "...)
+	b = append(b, o.ready.marshal()...)
+	b = append(b, "\n\n"...)
+	if o.reset {
+		b = append(b, "event: reset\ndata: {}\n\n"...)
+	}
+	for _, e := range o.backlog {
+		b = AppendSSE(b, e.Epoch, e.JSON)
+	}
+	return sw.write(b)
+}
+
+func (sw *sseWriter) write(b []byte) error {
+	sw.rc.SetWriteDeadline(time.Now().Add(sw.s.cfg.WriteTimeout))
+	if sw.s.abortCtx.Err() != nil { // checked after setting: an abort after this check sets its own deadline
+		return errAborted
+	}
+	if _, err := sw.w.Write(b); err != nil {
+		return err
+	}
+	return sw.rc.Flush() // buffered writes fail only at Flush
 }

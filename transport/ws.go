@@ -1,162 +1,202 @@
 package transport
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"time"
+	"strings"
 
 	"github.com/coder/websocket"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/hub"
 )
 
 // wsReadLimit is the largest frame a client may send.
 const wsReadLimit = 64 << 10
 
-// handleWS serves GET /api/chat/ws. Frames are JSON: "ready" once the
-// subscriber is registered, "reset" if retention dropped messages after the
-// cursor, then each message as {"type":"message","message":{…}}. A client
-// holding a token (not a ticket) may post with {"type":"post","text","kind"}
-// and is answered {"type":"posted",…} or {"type":"error",…}.
+// handleWS serves GET /api/chat/ws. Every refusal (a foreign origin, not a
+// WebSocket handshake, a bad token, ticket or cursor, too many streams) is
+// answered before the upgrade, as the contract's JSON error with its
+// status. Then the session (session.go) writes "ready", "reset" if
+// retention dropped messages after the cursor, and each message as
+// {"type":"message","message":{…}}. A client holding the token may post
+// with {"type":"post","text","kind"}; it is answered {"type":"posted",…}
+// or {"type":"error",…}.
 //
-// Goroutines: the handler's goroutine is the only writer (backlog, live
-// messages, answers, pings); one reader goroutine, owned by the handler and
-// waited for before it returns, reads frames and runs posts. Close codes:
-// 1001 shutdown, 1008 refused credentials or cursor, 1011 store failure,
-// 1012 resume from the store (reset), 1013 too many streams or too slow.
+// Goroutines: the handler's runs the session, the only writer of stream
+// frames; one reader, owned by the handler and waited for before it
+// returns, reads the client's frames, runs posts and writes their answers
+// (the connection's writes are safe for concurrent use). Close codes: 1001
+// shutdown, 1012 resume from the store (reset), 1013 too slow.
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
-	opts := &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins}
-	thread, canPost, authErr := s.streamAuth(r)
-	var cursor int64
-	if authErr == nil {
-		cursor, authErr = parseSince(r.URL.Query().Get("since"))
+	if err := s.checkHandshake(w, r); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
-	ip := clientIP(r, s.cfg.Trusted)
-	c, err := websocket.Accept(w, r, opts)
+	req, err := s.streamRequest(r, r.URL.Query().Get("since"))
 	if err != nil {
-		return // Accept answered (403 for a foreign origin, 426 for a plain GET)
+		s.writeError(w, r, err)
+		return
+	}
+	ss, err := s.openSession(r.Context(), req)
+	if err != nil {
+		if r.Context().Err() == nil {
+			s.writeError(w, r, err)
+		}
+		return
+	}
+	defer ss.close()
+	// The origin was checked above, by the one matcher CORS uses too.
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		return // the handshake was checked: only a failed hijack gets here
 	}
 	defer c.CloseNow()
-	if !s.enterStream() {
-		s.closeWith(c, errShuttingDown)
-		return
-	}
-	defer s.streamsWG.Done()
-	if authErr != nil {
-		noteRefused(r, chatrelay.CodeOf(authErr))
-		s.closeWith(c, authErr)
-		return
-	}
 	c.SetReadLimit(wsReadLimit)
-
-	// r.Context() must not be used after Accept (the connection is hijacked).
-	// Shutdown's abort cancels ctx, which closes the connection and so
-	// ends a write or a close handshake blocked on a client that stopped
-	// reading.
+	// r.Context() must not be used after Accept (the connection is
+	// hijacked). Shutdown's abort cancels ctx, which closes the connection
+	// and so ends a write blocked on a client that stopped reading.
 	ctx, cancel := context.WithCancel(s.abortCtx)
-	defer cancel()
-	st, err := s.openStream(ctx, thread, ip, cursor)
-	if err != nil {
-		noteRefused(r, chatrelay.CodeOf(err))
-		s.closeWith(c, err)
-		return
-	}
-	defer st.close()
-	defer s.ops.streamOpened(transportWS)()
-
-	answers := make(chan []byte, 4)
-	readDone := make(chan error, 1)
-	go func() { readDone <- s.wsRead(ctx, c, thread, ip, canPost, answers) }()
+	ww := &wsWriter{s: s, c: c, ctx: ctx, done: make(chan struct{})}
+	go func() {
+		defer close(ww.done)
+		s.wsRead(ctx, ww, req)
+	}()
 	defer func() {
 		cancel()
 		c.CloseNow() // unblocks the reader
-		<-readDone
+		<-ww.done
 	}()
+	ss.run(ww)
+}
 
-	write := func(b []byte) bool {
-		wctx, wcancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
-		defer wcancel()
-		return c.Write(wctx, websocket.MessageText, b) == nil
+// checkHandshake refuses, before any upgrade, a request that is not a
+// WebSocket handshake this server takes: a foreign Origin (403
+// origin_not_allowed), no upgrade (426 upgrade_required), a version
+// other than 13 (426), or a malformed key (400 invalid_handshake).
+func (s *Server) checkHandshake(w http.ResponseWriter, r *http.Request) error {
+	if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r.Host) {
+		return chatrelay.Errorf(chatrelay.OriginNotAllowed, "this origin may not open a WebSocket here; the server lists the origins it allows with --allowed-origin")
 	}
-	if !write(marshalReady("ready", st.backlog)) {
-		return
+	if !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", "websocket") {
+		w.Header().Set("Upgrade", "websocket")
+		w.Header().Set("Connection", "Upgrade")
+		return chatrelay.Errorf(chatrelay.UpgradeRequired, "this route is a WebSocket: send a WebSocket handshake (Connection: Upgrade, Upgrade: websocket)")
 	}
-	if st.backlog.Reset && !write([]byte(`{"type":"reset"}`)) {
-		return
+	if r.Header.Get("Sec-WebSocket-Version") != "13" {
+		w.Header().Set("Sec-WebSocket-Version", "13")
+		return chatrelay.Errorf(chatrelay.UpgradeRequired, "unsupported WebSocket version: only 13 is spoken")
+	}
+	if k, err := base64.StdEncoding.DecodeString(r.Header.Get("Sec-WebSocket-Key")); err != nil || len(k) != 16 {
+		return chatrelay.Errorf(chatrelay.InvalidHandshake, "Sec-WebSocket-Key must be 16 bytes in base64")
+	}
+	return nil
+}
+
+// headerHas reports whether a comma-separated header holds token, in any case.
+func headerHas(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wsWriter frames a session as WebSocket text frames, each write bounded
+// by the server's write timeout.
+type wsWriter struct {
+	s    *Server
+	c    *websocket.Conn
+	ctx  context.Context
+	done chan struct{} // closed when the reader returns: the client left
+}
+
+func (ww *wsWriter) name() string          { return transportWS }
+func (ww *wsWriter) gone() <-chan struct{} { return ww.done }
+
+func (ww *wsWriter) write(b []byte) error {
+	ctx, cancel := context.WithTimeout(ww.ctx, ww.s.cfg.WriteTimeout)
+	defer cancel()
+	return ww.c.Write(ctx, websocket.MessageText, b)
+}
+
+func (ww *wsWriter) start(o opening) error {
+	o.ready.Type = "ready"
+	if err := ww.write(o.ready.marshal()); err != nil {
+		return err
+	}
+	if o.reset {
+		if err := ww.write([]byte(`{"type":"reset"}`)); err != nil {
+			return err
+		}
 	}
 	var frame []byte
-	for _, e := range st.backlog.Messages {
+	for _, e := range o.backlog {
 		frame = AppendWS(frame[:0], e.JSON)
-		if !write(frame) {
-			return
+		if err := ww.write(frame); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	ping := time.NewTicker(s.cfg.Heartbeat)
-	defer ping.Stop()
-	last := st.last
-	for {
-		select {
-		case err := <-readDone:
-			readDone <- err // for the deferred wait
-			return
-		case b := <-answers:
-			if !write(b) {
-				return
-			}
-		case <-ping.C:
-			pctx, pcancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
-			err := c.Ping(pctx)
-			pcancel()
-			if err != nil {
-				return
-			}
-		case ev, ok := <-st.sub.C():
-			if !ok {
-				why := st.sub.Err()
-				s.log.Debug("stream ended by hub", "thread", thread, "transport", "ws", "reason", closeReason(why))
-				s.closeHub(c, why)
-				return
-			}
-			if ev.Epoch > last {
-				last = ev.Epoch
-				if !write(ev.WS) {
-					return
-				}
-				s.ops.delivered(transportWS, ev)
-			}
+func (ww *wsWriter) events(evs []*Event) error {
+	for _, ev := range evs {
+		if err := ww.write(ev.WS); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// heartbeat pings and waits for the pong, which the reader delivers.
+func (ww *wsWriter) heartbeat() error {
+	ctx, cancel := context.WithTimeout(ww.ctx, ww.s.cfg.WriteTimeout)
+	defer cancel()
+	return ww.c.Ping(ctx)
+}
+
+// end closes a connection the hub dropped, with a code that tells the
+// client how to come back.
+func (ww *wsWriter) end(why error) {
+	switch {
+	case errors.Is(why, hub.ErrClosed):
+		ww.c.Close(websocket.StatusGoingAway, "server shutting down; reconnect")
+	case errors.Is(why, hub.ErrSlow):
+		ww.c.Close(websocket.StatusTryAgainLater, "too slow; resume from your cursor")
+	default:
+		ww.c.Close(websocket.StatusServiceRestart, "resume from your cursor")
 	}
 }
 
 // wsRead reads the client's frames until the connection ends, running
-// posts and handing answers to the writer.
-func (s *Server) wsRead(ctx context.Context, c *websocket.Conn, thread, ip string, canPost bool, answers chan<- []byte) error {
+// posts and writing their answers.
+func (s *Server) wsRead(ctx context.Context, ww *wsWriter, req streamRequest) {
 	for {
-		typ, data, err := c.Read(ctx)
+		typ, data, err := ww.c.Read(ctx)
 		if err != nil {
-			return err
+			return
 		}
 		var answer []byte
 		if typ != websocket.MessageText {
 			answer = wsError(chatrelay.Errorf(chatrelay.InvalidJSON, "frames are JSON text"))
 		} else {
-			answer = s.wsFrame(ctx, data, thread, ip, canPost)
+			answer = s.wsFrame(ctx, data, req)
 		}
-		select {
-		case answers <- answer:
-		case <-ctx.Done():
-			return ctx.Err()
+		if ww.write(answer) != nil {
+			return
 		}
 	}
 }
 
 // wsFrame runs one client frame and returns the answer.
-func (s *Server) wsFrame(ctx context.Context, data []byte, thread, ip string, canPost bool) []byte {
+func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []byte {
 	var head struct {
 		Type string `json:"type"`
 	}
@@ -166,16 +206,17 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, thread, ip string, ca
 	if head.Type != "post" {
 		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, `unknown frame type; the client may send {"type":"post","text":…,"kind":…}`))
 	}
-	if !canPost {
+	if !req.p.canPost {
 		return wsError(chatrelay.Errorf(chatrelay.InvalidTicket, "a ticket is read-only; post with X-Chat-Token"))
 	}
 	p, err := parsePost(data)
 	if err != nil {
 		return wsError(err)
 	}
-	e, err := s.post(ctx, ip, thread, p)
+	thread := req.p.thread
+	e, err := s.post(ctx, req.ip, thread, p)
 	if err != nil {
-		if chatrelay.CodeOf(err) == chatrelay.Internal || chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
+		if c := chatrelay.CodeOf(err); c == chatrelay.Internal || c == chatrelay.StoreUnavailable {
 			s.log.Error("ws post failed", "thread", thread, "err", err)
 		}
 		return wsError(err)
@@ -194,32 +235,4 @@ func wsError(err error) []byte {
 		errorBody
 	}{"error", body})
 	return b
-}
-
-// closeWith closes a connection that could not start, with a close code
-// for the error and its machine code as the reason.
-func (s *Server) closeWith(c *websocket.Conn, err error) {
-	code := websocket.StatusInternalError
-	switch chatrelay.CodeOf(err) {
-	case chatrelay.Unauthorized, chatrelay.InvalidTicket, chatrelay.InvalidSince:
-		code = websocket.StatusPolicyViolation
-	case chatrelay.TooManyStreams, chatrelay.StoreUnavailable:
-		code = websocket.StatusTryAgainLater
-	}
-	if errors.Is(err, context.Canceled) {
-		code = websocket.StatusGoingAway
-	}
-	c.Close(code, string(chatrelay.CodeOf(err)))
-}
-
-// closeHub closes a connection the hub dropped.
-func (s *Server) closeHub(c *websocket.Conn, why error) {
-	switch {
-	case errors.Is(why, hub.ErrClosed):
-		c.Close(websocket.StatusGoingAway, "server shutting down; reconnect")
-	case errors.Is(why, hub.ErrSlow):
-		c.Close(websocket.StatusTryAgainLater, "too slow; resume from your cursor")
-	default:
-		c.Close(websocket.StatusServiceRestart, "resume from your cursor")
-	}
 }
