@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"unicode/utf8"
+
 	"github.com/chatrelay/chatrelay"
 
 	"bufio"
@@ -84,7 +86,7 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 		return // most requests at the default level: build no log line
 	}
 	attrs := []slog.Attr{
-		slog.String("method", r.Method), slog.String("route", route), slog.String("path", r.URL.Path),
+		slog.String("method", clip(r.Method)), slog.String("route", route), slog.String("path", clip(r.URL.Path)),
 		slog.Int("status", status), slog.Duration("dur", end.Sub(start)),
 	}
 	if ri.thread != "" {
@@ -162,4 +164,21 @@ func (w hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		w.sent(http.StatusSwitchingProtocols)
 	}
 	return c, brw, err
+}
+
+// maxLogValue bounds each value a client chose (a path, a method) in a log
+// line, so that a 1 MB path does not make a 1 MB line.
+const maxLogValue = 256
+
+// clip cuts s to at most maxLogValue bytes, on a UTF-8 boundary, marking
+// the cut with "…".
+func clip(s string) string {
+	if len(s) <= maxLogValue {
+		return s
+	}
+	i := maxLogValue
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }

@@ -45,3 +45,16 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	}
 	return false
 }
+
+// limitKey is the key of a client address in the per-address limits (rate
+// windows and open streams): an IPv4 address as it is, an IPv6 address by
+// its /64, the block one host or one customer is usually given, so that
+// rotating through the addresses of one's own /64 does not multiply one's
+// allowance.
+func limitKey(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil || !a.Is6() || a.Is4In6() {
+		return ip
+	}
+	return netip.PrefixFrom(a, 64).Masked().String()
+}

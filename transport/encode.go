@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"math"
+
 	"github.com/chatrelay/chatrelay"
 
 	"bytes"
@@ -123,7 +125,8 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 }
 
 // parseSince reads a cursor: empty is 0; otherwise a non-negative integer
-// of milliseconds, digits only.
+// of milliseconds, digits only. An integer too large for 64 bits is past
+// every epoch there can be: it reads as math.MaxInt64, "nothing newer".
 func parseSince(s string) (int64, error) {
 	if s == "" {
 		return 0, nil
@@ -134,8 +137,8 @@ func parseSince(s string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, chatrelay.Errorf(chatrelay.InvalidSince, "since must be a non-negative integer of epoch milliseconds")
+	if err != nil { // only a range error is left: digits were checked
+		return math.MaxInt64, nil
 	}
 	return n, nil
 }

@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"math"
+
 	"github.com/chatrelay/chatrelay"
 
 	"encoding/json"
@@ -64,8 +66,9 @@ func FuzzParsePost(f *testing.F) {
 }
 
 // FuzzParseSince: the cursor parser never panics, accepts exactly the
-// non-negative decimal integers that fit in int64 (and "" as 0), and refuses
-// the rest with invalid_since.
+// non-negative decimal integers (and "" as 0), reading one too large for
+// int64 as math.MaxInt64 ("nothing newer"), and refuses the rest with
+// invalid_since.
 func FuzzParseSince(f *testing.F) {
 	for _, seed := range []string{"", "0", "00", "1792780800123", "-1", "+1", " 1", "1 ", "1.5", "1e3", "0x10",
 		"9223372036854775807", "9223372036854775808", "99999999999999999999", "١٢٣", "abc"} {
@@ -83,6 +86,10 @@ func FuzzParseSince(f *testing.F) {
 		case digits && perr == nil:
 			if err != nil || n != want {
 				t.Fatalf("since %q: %d, %v; want %d", s, n, err, want)
+			}
+		case digits:
+			if err != nil || n != math.MaxInt64 {
+				t.Fatalf("since %q (past int64): %d, %v; want math.MaxInt64", s, n, err)
 			}
 		default:
 			if chatrelay.CodeOf(err) != chatrelay.InvalidSince {

@@ -19,9 +19,10 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 // readiness is the body of GET /readyz.
 type readiness struct {
 	Ready        bool   `json:"ready"`
-	Store        string `json:"store"`         // "ok", "not writable" or "unchecked" (a store that cannot say)
-	Feed         string `json:"feed"`          // "ok" or "not live"
-	ShuttingDown bool   `json:"shutting_down"` // Drain or Shutdown was called
+	Store        string `json:"store"`                 // "ok", "not writable" or "unchecked" (a store that cannot say)
+	StoreError   string `json:"store_error,omitempty"` // why not writable, in a few words ("disk full"), never a path
+	Feed         string `json:"feed"`                  // "ok" or "not live"
+	ShuttingDown bool   `json:"shutting_down"`         // Drain or Shutdown was called
 }
 
 // handleReadyz serves GET /readyz: 200 when the server should get traffic,
@@ -72,6 +73,7 @@ func (s *Server) readiness(ctx context.Context) (rd readiness, cause error) {
 		rd.Store = "ok"
 		if cause = c.Check(ctx); cause != nil {
 			rd.Store = "not writable"
+			rd.StoreError = store.Reason(cause)
 		}
 	}
 	rd.Ready = !rd.ShuttingDown && rd.Feed == "ok" && rd.Store != "not writable"

@@ -146,7 +146,6 @@ func TestSSERefusesInvalidCursor(t *testing.T) {
 			{"letters", "?since=abc", nil},
 			{"negative", "?since=-1", nil},
 			{"fraction", "?since=1.5", nil},
-			{"too big", "?since=99999999999999999999", nil},
 			{"Last-Event-ID not a number", "", map[string]string{"Last-Event-ID": "MSG-1"}},
 			{"bad Last-Event-ID, good since", "?since=5", map[string]string{"Last-Event-ID": "x"}},
 		} {

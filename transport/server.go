@@ -21,15 +21,20 @@ import (
 
 // Config is what a Server needs. Store is required; the rest have defaults.
 type Config struct {
-	Store   store.Store
-	Hub     *hub.Hub[*Event]        // defaults to hub.New[*Event](0); fed by Run
-	Limiter chatrelay.RateLimiter   // defaults to a MemoryLimiter with default windows
-	Streams chatrelay.StreamLimiter // defaults to NewMemoryStreams(20, 200)
-	Prefix  string                  // mount point of the whole API, "" or "/spaces/newos4"
-	Trusted []netip.Prefix          // proxies whose X-Forwarded-For is believed
+	Store store.Store
+	Hub   *hub.Hub[*Event] // defaults to hub.New[*Event](0); fed by Run
+	// Limiter and Streams count posts and open streams; nil: in this
+	// process's memory (one node), with Windows and StreamLimits.
+	Limiter      chatrelay.RateLimiter
+	Streams      chatrelay.StreamLimiter
+	Windows      chatrelay.Windows      // zero fields: the defaults
+	StreamLimits chatrelay.StreamLimits // zero fields: the defaults
+	Prefix       string                 // mount point of the whole API, "" or "/spaces/newos4"
+	Trusted      []netip.Prefix         // proxies whose X-Forwarded-For is believed
 	// AllowedOrigins are the other origins ("https://app.example.com") whose
 	// pages may use the API: CORS on post, poll, ticket and stream, and the
-	// WebSocket origin check. The server's own origin is always allowed.
+	// WebSocket origin check, both by one exact matcher (origin.go; no
+	// patterns). The server's own origin is always allowed.
 	AllowedOrigins []string
 	TicketKey      []byte        // HMAC key of tickets; required for tickets (32 random bytes)
 	TicketTTL      time.Duration // defaults to chatrelay.DefaultTicketTTL
@@ -74,17 +79,18 @@ func NewServer(cfg Config) *Server {
 	if cfg.Hub == nil {
 		cfg.Hub = hub.New[*Event](0)
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Windows, cfg.StreamLimits = cfg.Windows.WithDefaults(), cfg.StreamLimits.WithDefaults()
 	if cfg.Limiter == nil {
-		cfg.Limiter = NewMemoryLimiter(chatrelay.Windows{}, nil)
+		cfg.Limiter = NewMemoryLimiter(cfg.Windows, cfg.Now)
 	}
 	if cfg.Streams == nil {
-		cfg.Streams = NewMemoryStreams(0, 0)
+		cfg.Streams = NewMemoryStreams(cfg.StreamLimits.PerThread, cfg.StreamLimits.PerIP)
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
 	}
 	if cfg.TicketTTL <= 0 {
 		cfg.TicketTTL = chatrelay.DefaultTicketTTL
@@ -96,13 +102,6 @@ func NewServer(cfg Config) *Server {
 		cfg.WriteTimeout = chatrelay.DefaultWriteTimeout
 	}
 	cfg.Prefix = strings.TrimSuffix(cfg.Prefix, "/")
-	// An origin has no path: "https://app.example.com/" means the origin
-	// "https://app.example.com", for CORS and the WebSocket origin check alike.
-	origins := make([]string, len(cfg.AllowedOrigins))
-	for i, o := range cfg.AllowedOrigins {
-		origins[i] = strings.TrimSuffix(o, "/")
-	}
-	cfg.AllowedOrigins = origins
 	s := &Server{
 		cfg: cfg, store: cfg.Store, hub: cfg.Hub, limiter: cfg.Limiter, streams: cfg.Streams,
 		tickets: tickets{key: cfg.TicketKey, ttl: cfg.TicketTTL, now: cfg.Now},
@@ -111,6 +110,7 @@ func NewServer(cfg Config) *Server {
 	}
 	s.abortCtx, s.abort = context.WithCancel(context.Background())
 	for _, o := range cfg.AllowedOrigins {
+		// "https://app.example.com/" means the origin "https://app.example.com".
 		s.origins[strings.ToLower(strings.TrimSuffix(o, "/"))] = true
 	}
 	s.initOps()
@@ -132,8 +132,8 @@ func (s *Server) routes() {
 		s.mux.HandleFunc(p+"/api/debug/agent-replies"+suffix, s.handleGone)
 	}
 	s.mux.Handle(p+"/api/chat/ticket", s.cors(only(http.MethodPost, s.handleTicket)))
-	s.mux.Handle(p+"/api/chat/stream", s.cors(only(http.MethodGet, s.handleSSE)))
-	s.mux.Handle(p+"/api/chat/ws", only(http.MethodGet, s.handleWS))
+	s.mux.Handle(p+"/api/chat/stream", s.cors(onlyStream(s.handleSSE)))
+	s.mux.Handle(p+"/api/chat/ws", onlyStream(s.handleWS))
 	s.mux.HandleFunc(p+"/api/", s.handleNotFound)
 	page := web.Handler()
 	if p != "" {
@@ -150,6 +150,21 @@ func only(m string, h http.HandlerFunc) http.Handler {
 			noteRefused(r, chatrelay.MethodNotAllowed)
 			errBody := errorBody{Error: "Method not allowed", Code: chatrelay.MethodNotAllowed}
 			writeJSON(w, http.StatusMethodNotAllowed, errBody)
+			return
+		}
+		h(w, r)
+	})
+}
+
+// onlyStream refuses every method but GET, HEAD included: a stream is a
+// body, and HEAD would open one whose writes are discarded, so it would
+// never notice its client leave.
+func onlyStream(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			noteRefused(r, chatrelay.MethodNotAllowed)
+			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "Method not allowed", Code: chatrelay.MethodNotAllowed})
 			return
 		}
 		h(w, r)
@@ -184,23 +199,6 @@ func threadOf(r *http.Request) (string, error) {
 	return thread, nil
 }
 
-// streamAuth authenticates a stream by ?ticket= or X-Chat-Token. canPost
-// is false for a ticket, which is read-only.
-func (s *Server) streamAuth(r *http.Request) (thread string, canPost bool, err error) {
-	if r.URL.Query().Has("ticket") {
-		if len(s.tickets.key) == 0 {
-			return "", false, chatrelay.Errorf(chatrelay.InvalidTicket, "this server issues no tickets")
-		}
-		thread, err := s.tickets.check(r.URL.Query().Get("ticket"))
-		if err == nil {
-			noteThread(r, thread)
-		}
-		return thread, false, err
-	}
-	thread, err = threadOf(r)
-	return thread, err == nil, err
-}
-
 func (s *Server) handleTicket(w http.ResponseWriter, r *http.Request) {
 	thread, err := threadOf(r)
 	if err != nil {
@@ -220,7 +218,7 @@ func (s *Server) handleTicket(w http.ResponseWriter, r *http.Request) {
 func (s *Server) cors(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		origin := r.Header.Get("Origin")
-		if origin != "" && s.origins[strings.ToLower(origin)] {
+		if origin != "" && s.originAllowed(origin, "") {
 			hd := w.Header()
 			hd.Set("Access-Control-Allow-Origin", origin)
 			hd.Add("Vary", "Origin")
@@ -263,7 +261,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	e, err := s.post(r.Context(), clientIP(r, s.cfg.Trusted), thread, p)
+	e, err := s.post(r.Context(), limitKey(clientIP(r, s.cfg.Trusted)), thread, p)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -271,10 +269,11 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, postAnswer{Success: true, ID: e.ID, Epoch: e.Epoch, TS: e.TS, Thread: thread})
 }
 
-// post counts a checked post against the rate windows and stores it. It is
-// the one write path of browsers, over HTTP and over the WebSocket.
-func (s *Server) post(ctx context.Context, ip, thread string, p postBody) (store.Entry, error) {
-	undo, err := s.limiter.Take(ctx, thread, ip)
+// post counts a checked post against the rate windows of thread and of
+// ipKey (limitKey's) and stores it. It is the one write path of browsers,
+// over HTTP and over the WebSocket.
+func (s *Server) post(ctx context.Context, ipKey, thread string, p postBody) (store.Entry, error) {
+	undo, err := s.limiter.Take(ctx, thread, ipKey)
 	if err != nil {
 		return store.Entry{}, err
 	}
