@@ -62,6 +62,10 @@ type File struct {
 
 	createMu sync.Mutex // orders this process's thread creations (flock is per open file, not per goroutine)
 
+	// lastFail is the last append whose write failed, until a later write
+	// or readiness probe of its size succeeds (Check).
+	lastFail atomic.Pointer[writeFailure]
+
 	feedMu   sync.Mutex // guards feeds
 	feeds    map[*feed]struct{}
 	baseline sync.Once // the first Follow records what every thread already had
@@ -295,10 +299,22 @@ func (s *File) Since(ctx context.Context, thread string, since int64, limit int)
 
 // lockFile takes an exclusive flock on path, waiting up to LockTimeout.
 func (s *File) lockFile(ctx context.Context, path string) (unlock func(), err error) {
-	fl := flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDWR), flock.SetPermissions(0o600))
+	return lockPath(ctx, path, s.opt.LockTimeout)
+}
+
+// newFlock returns an flock on path, which is created 0600 and opened for
+// writing (as NFS's emulation of flock needs).
+func newFlock(path string) *flock.Flock {
+	return flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDWR), flock.SetPermissions(0o600))
+}
+
+// lockPath takes an exclusive flock on path (created 0600 if missing),
+// waiting up to timeout; StoreUnavailable if it cannot.
+func lockPath(ctx context.Context, path string, timeout time.Duration) (unlock func(), err error) {
+	fl := newFlock(path)
 	ok, err := fl.TryLock()
 	if err == nil && !ok {
-		ctx, cancel := context.WithTimeout(ctx, s.opt.LockTimeout)
+		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		ok, err = fl.TryLockContext(ctx, time.Millisecond)
 	}
@@ -400,6 +416,11 @@ func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry
 	bp := docBufs.Get().(*[]byte)
 	doc := appendDocument((*bp)[:0], thread, msgs, trimmed)
 	pin, id, err := s.write(thread, doc)
+	if err != nil {
+		s.lastFail.Store(&writeFailure{size: len(doc), err: err})
+	} else if s.lastFail.Load() != nil {
+		s.lastFail.Store(nil)
+	}
 	*bp = doc[:0]
 	docBufs.Put(bp)
 	if err != nil {
@@ -431,16 +452,23 @@ func newEntry(old []Entry, m NewMessage, now time.Time) Entry {
 	return Entry{Message: msg, JSON: chatrelay.MarshalMessage(msg)}
 }
 
-// write replaces the thread's document atomically: a temp file in the same
-// folder, fsync, rename, fsync of the folder. It returns the identity of the
-// new file.
+// write replaces the thread's document atomically (writeFile). It returns
+// the new file, still open (the snapshot's pin), and its identity.
 func (s *File) write(thread string, doc []byte) (pin *os.File, id fileID, err error) {
-	defer func() {
-		if err != nil {
-			err = s.unavailable(thread, err)
-		}
-	}()
-	f, err := os.CreateTemp(s.dir, "."+thread+".json.tmp-*")
+	pin, id, err = writeFile(s.dir, thread+".json", doc, !s.opt.NoFsync)
+	if err != nil {
+		return nil, id, s.unavailable(thread, err)
+	}
+	return pin, id, nil
+}
+
+// writeFile replaces dir/name atomically: a temp file in the same folder
+// (mode 0600), write, fsync, rename over name, fsync of the folder (the
+// syncs only if sync). A reader that takes no lock sees the whole old file
+// or the whole new one. The caller holds name's lock. It returns the new
+// file, still open, and its identity; on error it leaves no temp file.
+func writeFile(dir, name string, data []byte, sync bool) (f *os.File, id fileID, err error) {
+	f, err = os.CreateTemp(dir, "."+name+".tmp-*")
 	if err != nil {
 		return nil, id, err
 	}
@@ -451,10 +479,10 @@ func (s *File) write(thread string, doc []byte) (pin *os.File, id fileID, err er
 			os.Remove(tmp)
 		}
 	}()
-	if _, err = f.Write(doc); err != nil {
+	if _, err = f.Write(data); err != nil {
 		return nil, id, err
 	}
-	if !s.opt.NoFsync {
+	if sync {
 		if err = f.Sync(); err != nil {
 			return nil, id, err
 		}
@@ -463,15 +491,15 @@ func (s *File) write(thread string, doc []byte) (pin *os.File, id fileID, err er
 	if err != nil {
 		return nil, id, err
 	}
-	if err = os.Rename(tmp, s.path(thread)); err != nil {
+	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return nil, id, err
 	}
-	if !s.opt.NoFsync {
-		if err = syncDir(s.dir); err != nil {
+	if sync {
+		if err = syncDir(dir); err != nil {
 			return nil, id, err
 		}
 	}
-	return f, identity(fi), nil // f stays open: the new snapshot's pin
+	return f, identity(fi), nil
 }
 
 func syncDir(dir string) error {

@@ -30,7 +30,11 @@ func list(ctx context.Context, args []string, getenv func(string) string, stdout
 	if fs.NArg() > 0 {
 		return usageError("list takes no arguments")
 	}
-	st, err := sf.open(ctx, store.FileOptions{})
+	opt, err := sf.options(false)
+	if err != nil {
+		return err
+	}
+	st, err := sf.open(ctx, opt)
 	if err != nil {
 		return err
 	}
@@ -73,7 +77,11 @@ func show(ctx context.Context, args []string, getenv func(string) string, stdout
 	if *since < 0 {
 		return usageError("--since must not be negative")
 	}
-	st, err := sf.open(ctx, store.FileOptions{})
+	opt, err := sf.options(false)
+	if err != nil {
+		return err
+	}
+	st, err := sf.open(ctx, opt)
 	if err != nil {
 		return err
 	}
@@ -109,7 +117,7 @@ func reply(ctx context.Context, args []string, getenv func(string) string, stdin
 	if fs.NArg() != 2 {
 		return usageError("reply takes THREAD and TEXT")
 	}
-	opt, err := sf.options()
+	opt, err := sf.options(false)
 	if err != nil {
 		return err
 	}

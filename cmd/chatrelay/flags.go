@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+
 	"github.com/chatrelay/chatrelay"
 
 	"context"
@@ -8,12 +10,10 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/chatrelay/chatrelay/store"
-	"github.com/chatrelay/chatrelay/store/redisstore"
 )
 
 // newFlags returns a flag set for a subcommand that prints its usage to stderr.
@@ -54,7 +54,9 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 			values = strings.Split(v, ",")
 		}
 		for _, v := range values {
-			if e := f.Value.Set(strings.TrimSpace(v)); e != nil {
+			// fs.Set, not f.Value.Set: a flag set from the environment
+			// counts as given (given, fs.Visit), like one on the command line.
+			if e := fs.Set(f.Name, strings.TrimSpace(v)); e != nil {
 				err = usageError(fmt.Sprintf("%s=%q: %v", env, v, e))
 				return
 			}
@@ -93,8 +95,17 @@ func prefixes(list []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// given reports whether the flag name was set on the command line or by
+// its environment variable.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // storeFlags are the flags of every command that uses the store.
 type storeFlags struct {
+	fs          *flag.FlagSet
 	data        string
 	store       string
 	redisPrefix string
@@ -104,7 +115,10 @@ type storeFlags struct {
 	retainAge   time.Duration
 }
 
+// register adds the store flags to fs; writes adds those of commands that
+// write (durability, retention and the thread limit).
 func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
+	sf.fs = fs
 	fs.StringVar(&sf.data, "data", "./data", "data `folder`; thread documents live in DIR/chat (local filesystems only)")
 	fs.StringVar(&sf.store, "store", "", "the store `backend`: file:DIR (the same as --data DIR; the default) or redis://[user:pass@]host:port/db (rediss:// for TLS), shared by several nodes")
 	fs.StringVar(&sf.redisPrefix, "redis-prefix", "chatrelay:", "prefix of every Redis key and of the feed channel")
@@ -117,53 +131,22 @@ func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
 	fs.DurationVar(&sf.retainAge, "retention-age", chatrelay.DefaultRetainAge, "messages older than this are dropped")
 }
 
-// backend is an open store, and the Redis store behind it if it is one.
-type backend struct {
-	store.Store
-	redis *redisstore.Store // nil for the file store
-}
-
-// open opens the store the flags name, with opt's retention and limits.
-func (sf *storeFlags) open(ctx context.Context, opt store.FileOptions) (backend, error) {
-	spec := sf.store
-	switch {
-	case spec == "":
-	case strings.HasPrefix(spec, "file:"):
-		sf.data = strings.TrimPrefix(spec, "file:")
-		if sf.data == "" {
-			return backend{}, usageError("--store file:DIR needs a folder")
-		}
-	case strings.HasPrefix(spec, "redis://"), strings.HasPrefix(spec, "rediss://"):
-		rs, err := redisstore.Open(ctx, spec, redisstore.Options{
-			Prefix: sf.redisPrefix, Retention: opt.Retention, MaxThreads: opt.MaxThreads, Log: opt.Log,
-		})
-		if err != nil {
-			return backend{}, err
-		}
-		return backend{Store: rs, redis: rs}, nil
-	default:
-		return backend{}, usageError(fmt.Sprintf("--store %q: want file:DIR, redis:// or rediss://", spec))
-	}
-	fst, err := store.OpenFile(sf.data, opt)
-	if err != nil {
-		return backend{}, err
-	}
-	return backend{Store: fst}, nil
-}
-
-// where names the store for logs, without a password.
-func (sf *storeFlags) where() string {
-	if u, err := url.Parse(sf.store); err == nil && strings.HasPrefix(u.Scheme, "redis") {
-		u.User = nil
-		return u.String()
+// spec is the store the flags name.
+func (sf *storeFlags) spec() string {
+	if sf.store != "" {
+		return sf.store
 	}
 	return "file:" + sf.data
 }
 
-func (sf *storeFlags) options() (store.FileOptions, error) {
-	opt := store.FileOptions{
-		MaxThreads: sf.maxThreads,
-		Retention:  chatrelay.Retention{Messages: sf.retainN, Age: sf.retainAge},
+// options are the store options of the flags. A server takes every value
+// (defaults included) and records them in its data folder; any other
+// command passes only the values given, so that the folder's recorded
+// settings apply, and a given one that contradicts them is refused.
+func (sf *storeFlags) options(serve bool) (store.Options, error) {
+	opt := store.Options{KeyPrefix: sf.redisPrefix, Serve: serve}
+	if sf.fs.Lookup("fsync") == nil {
+		return opt, nil
 	}
 	switch sf.fsync {
 	case "", "always":
@@ -175,5 +158,24 @@ func (sf *storeFlags) options() (store.FileOptions, error) {
 	if sf.maxThreads < 1 || sf.retainN < 1 || sf.retainAge <= 0 {
 		return opt, usageError("--max-threads, --retention-messages and --retention-age must be positive")
 	}
+	if serve || given(sf.fs, "max-threads") {
+		opt.MaxThreads = sf.maxThreads
+	}
+	if serve || given(sf.fs, "retention-messages") {
+		opt.Retention.Messages = sf.retainN
+	}
+	if serve || given(sf.fs, "retention-age") {
+		opt.Retention.Age = sf.retainAge
+	}
 	return opt, nil
+}
+
+// open opens the store the flags name with opt.
+func (sf *storeFlags) open(ctx context.Context, opt store.Options) (*store.Backend, error) {
+	b, err := store.Open(ctx, sf.spec(), opt)
+	var ce *store.ConfigError
+	if errors.As(err, &ce) {
+		return nil, usageError(ce.Error())
+	}
+	return b, err
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"github.com/chatrelay/chatrelay"
+	_ "github.com/chatrelay/chatrelay/store/redisstore" // the redis:// and rediss:// stores
 
 	"context"
 	"errors"

@@ -1,0 +1,213 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+)
+
+// Stores open themselves from a spec ("file:DIR", "redis://host:6379/0"),
+// as database/sql opens a driver's database: each backend registers an
+// Opener for its schemes (the file store here, for "file"; redisstore in
+// its init, for "redis" and "rediss"), and a binary imports the backends
+// it ships. The Backend an Opener returns carries the store and what the
+// backend offers beside it, so a server is wired the same way whatever
+// the backend.
+
+// Options configures a store opened from its spec. Zero values take the
+// defaults; for a command that only uses the store (the host CLI), a zero
+// Retention or MaxThreads means "not given": the file store then takes
+// what the data folder's server recorded (see Settings).
+type Options struct {
+	Retention  chatrelay.Retention
+	MaxThreads int
+	NoFsync    bool   // skip fsync (file store): fast, but an acknowledged message may be lost on power failure
+	KeyPrefix  string // of every key of a shared backend (Redis); defaults to "chatrelay:"
+
+	// Windows and Streams are the limits a shared backend counts across
+	// its nodes (Backend.Limiter and Backend.Streams).
+	Windows chatrelay.Windows
+	Streams chatrelay.StreamLimits
+
+	// TicketKeyFile holds the key that signs stream tickets; "" lets the
+	// backend keep it (the file store in DATA/ticket.key, Redis in Redis).
+	TicketKeyFile string
+
+	// Serve opens the store for a long-running server. The file store
+	// then takes its data folder for this process alone, for the
+	// server's life (a second server on the folder is refused; the CLI
+	// is not), and records the settings it is served with.
+	Serve bool
+
+	Log *slog.Logger     // defaults to slog.Default()
+	Now func() time.Time // defaults to time.Now
+}
+
+// Backend is an open store and what its backend offers beside it.
+type Backend struct {
+	Store
+	// Limiter and Streams count across every node of a shared backend;
+	// nil for a backend that one server uses, which counts in memory.
+	Limiter chatrelay.RateLimiter
+	Streams chatrelay.StreamLimiter
+	// TicketKey returns the key that signs stream tickets: the same for
+	// every node of a store.
+	TicketKey func(ctx context.Context) ([]byte, error)
+	// Where names the store for logs and messages, without a password.
+	Where string
+	// Settings are what the store is served with (retention, threads).
+	Settings Settings
+
+	closers []func() error // run by Close, last first
+	once    sync.Once
+}
+
+// OnClose adds fn to what Close runs (before closing the store; the last
+// added runs first).
+func (b *Backend) OnClose(fn func() error) { b.closers = append(b.closers, fn) }
+
+// Close releases what the backend holds, then closes the store. It is
+// idempotent.
+func (b *Backend) Close() error {
+	var err error
+	b.once.Do(func() {
+		for _, fn := range slices.Backward(b.closers) {
+			err = errors.Join(err, fn())
+		}
+		if b.Store != nil {
+			err = errors.Join(err, b.Store.Close())
+		}
+	})
+	return err
+}
+
+// Opener opens the store a spec names. spec keeps its scheme.
+type Opener func(ctx context.Context, spec string, opt Options) (*Backend, error)
+
+var registry struct {
+	mu      sync.Mutex
+	openers map[string]Opener
+}
+
+// Register makes a backend available to Open under scheme ("redis" for
+// "redis://…"). It panics if scheme is registered twice, like sql.Register.
+func Register(scheme string, open Opener) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if registry.openers == nil {
+		registry.openers = make(map[string]Opener)
+	}
+	if _, dup := registry.openers[scheme]; dup {
+		panic("store: Register called twice for scheme " + scheme)
+	}
+	registry.openers[scheme] = open
+}
+
+// Schemes lists the registered schemes, sorted.
+func Schemes() []string {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	var out []string
+	for s := range registry.openers {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Open opens the store that spec names: "file:DIR" (a folder) or any
+// scheme a backend registered. A spec without a scheme is a folder.
+// It returns a *ConfigError for a spec or options that cannot be used.
+func Open(ctx context.Context, spec string, opt Options) (*Backend, error) {
+	if opt.Log == nil {
+		opt.Log = slog.Default()
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	scheme, _, ok := strings.Cut(spec, ":")
+	if !ok || strings.ContainsAny(scheme, `/\.`) {
+		scheme, spec = "file", "file:"+spec
+	}
+	registry.mu.Lock()
+	open := registry.openers[scheme]
+	registry.mu.Unlock()
+	if open == nil {
+		return nil, configErrorf("store %q: unknown scheme %q; this chatrelay opens %s", redact(spec), scheme, strings.Join(Schemes(), ", "))
+	}
+	b, err := open(ctx, spec, opt)
+	if err != nil {
+		return nil, err
+	}
+	if opt.TicketKeyFile != "" {
+		b.TicketKey = KeyFile(opt.TicketKeyFile, opt.Log)
+	}
+	return b, nil
+}
+
+// ConfigError is a store spec or option that cannot be used, such as an
+// unknown scheme or a CLI flag that contradicts what the data folder is
+// served with: the caller's to fix (a command line exits 2).
+type ConfigError struct{ msg string }
+
+func (e *ConfigError) Error() string { return e.msg }
+
+func configErrorf(format string, args ...any) error {
+	return &ConfigError{fmt.Sprintf(format, args...)}
+}
+
+// redact drops a password from a spec, for messages.
+func redact(spec string) string {
+	scheme, rest, ok := strings.Cut(spec, "://")
+	if !ok {
+		return spec
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if i := strings.IndexAny(rest[:at], ":/"); i >= 0 && rest[i] == ':' {
+			rest = rest[:i] + ":xxxxx" + rest[at:]
+		}
+	}
+	return scheme + "://" + rest
+}
+
+func init() { Register("file", openFileSpec) }
+
+// openFileSpec opens the file store of "file:DIR".
+func openFileSpec(ctx context.Context, spec string, opt Options) (*Backend, error) {
+	data := strings.TrimPrefix(spec, "file:")
+	if data == "" {
+		return nil, configErrorf("store %q: file: needs a folder, as in file:./data", spec)
+	}
+	b := &Backend{Where: "file:" + data}
+	if opt.Serve {
+		release, err := lockServe(data)
+		if err != nil {
+			return nil, err
+		}
+		b.OnClose(release)
+	}
+	set, err := reconcile(data, opt)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.Settings = set
+	f, err := OpenFile(data, FileOptions{
+		Retention: set.Retention, MaxThreads: set.MaxThreads, NoFsync: opt.NoFsync,
+		Log: opt.Log, Now: opt.Now,
+	})
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.Store = f
+	b.TicketKey = KeyFile(keyPath(data), opt.Log)
+	return b, nil
+}

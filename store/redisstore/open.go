@@ -1,0 +1,49 @@
+package redisstore
+
+import (
+	"context"
+	"net/url"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+func init() {
+	store.Register("redis", openSpec)
+	store.Register("rediss", openSpec)
+}
+
+// openSpec opens the Redis store of a redis:// or rediss:// spec, with the
+// rate and stream limiters that every node sharing it counts in Redis,
+// and the ticket key kept there.
+func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backend, error) {
+	rs, err := Open(ctx, spec, Options{
+		Prefix: opt.KeyPrefix, Retention: opt.Retention, MaxThreads: opt.MaxThreads, Log: opt.Log, Now: opt.Now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	sl := NewStreamLimiter(rs, opt.Streams, 0)
+	b := &store.Backend{
+		Store:     rs,
+		Limiter:   NewRateLimiter(rs, opt.Windows),
+		Streams:   sl,
+		TicketKey: rs.TicketKey,
+		Where:     where(spec),
+		Settings:  store.Settings{Retention: rs.opt.Retention, MaxThreads: rs.opt.MaxThreads},
+	}
+	b.OnClose(sl.Close)
+	return b, nil
+}
+
+var _ chatrelay.RateLimiter = (*RateLimiter)(nil)
+
+// where names a Redis spec for logs, without its password.
+func where(spec string) string {
+	u, err := url.Parse(spec)
+	if err != nil {
+		return "redis"
+	}
+	u.User = nil
+	return u.String()
+}

@@ -1,0 +1,149 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+)
+
+// Settings are what a data folder is served with: the server records them
+// (DATA/settings.json) when it opens the folder, and the host CLI, which
+// writes through the same folder, applies them, so that a reply with the
+// CLI's defaults can never trim a thread that the server keeps longer.
+type Settings struct {
+	Retention  chatrelay.Retention
+	MaxThreads int
+}
+
+// settingsFile is the JSON form of Settings.
+type settingsFile struct {
+	RetentionMessages int    `json:"retention_messages"`
+	RetentionAge      string `json:"retention_age"` // a Go duration, "720h0m0s"
+	MaxThreads        int    `json:"max_threads"`
+}
+
+func settingsPath(data string) string { return filepath.Join(data, "settings.json") }
+
+// reconcile returns the settings to open the folder with. A server
+// (opt.Serve) takes its options (zero fields: the defaults) and records
+// them. Any other command takes what the folder records, and refuses an
+// option that contradicts it (*ConfigError); a folder no server recorded
+// takes the given options and the defaults.
+func reconcile(data string, opt Options) (Settings, error) {
+	given := Settings{Retention: opt.Retention, MaxThreads: opt.MaxThreads}
+	withDefaults := func(s Settings) Settings {
+		s.Retention = s.Retention.WithDefaults()
+		if s.MaxThreads <= 0 {
+			s.MaxThreads = chatrelay.DefaultMaxThreads
+		}
+		return s
+	}
+	if opt.Serve {
+		set := withDefaults(given)
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			return set, fmt.Errorf("store: %w", err)
+		}
+		return set, recordSettings(data, set, !opt.NoFsync)
+	}
+	rec, ok, err := readSettings(data)
+	if err != nil || !ok {
+		return withDefaults(given), err
+	}
+	conflict := func(flag, have, want string) error {
+		return configErrorf("--%s %s contradicts the data folder %s, which its server keeps with %s (recorded in %s): drop the flag, or restart chatrelay serve with --%s %s",
+			flag, want, data, have, settingsPath(data), flag, want)
+	}
+	if n := given.Retention.Messages; n > 0 && n != rec.Retention.Messages {
+		return rec, conflict("retention-messages", strconv.Itoa(rec.Retention.Messages), strconv.Itoa(n))
+	}
+	if a := given.Retention.Age; a > 0 && a != rec.Retention.Age {
+		return rec, conflict("retention-age", rec.Retention.Age.String(), a.String())
+	}
+	if n := given.MaxThreads; n > 0 && n != rec.MaxThreads {
+		return rec, conflict("max-threads", strconv.Itoa(rec.MaxThreads), strconv.Itoa(n))
+	}
+	return rec, nil
+}
+
+// readSettings reads what the folder's server recorded; ok is false if no
+// server did.
+func readSettings(data string) (Settings, bool, error) {
+	b, err := os.ReadFile(settingsPath(data))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Settings{}, false, nil
+	}
+	if err != nil {
+		return Settings{}, false, fmt.Errorf("store: settings: %w", err)
+	}
+	var f settingsFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return Settings{}, false, fmt.Errorf("store: %s does not parse: %w", settingsPath(data), err)
+	}
+	age, err := time.ParseDuration(f.RetentionAge)
+	if err != nil || age <= 0 || f.RetentionMessages <= 0 || f.MaxThreads <= 0 {
+		return Settings{}, false, fmt.Errorf("store: %s holds settings out of range", settingsPath(data))
+	}
+	return Settings{Retention: chatrelay.Retention{Messages: f.RetentionMessages, Age: age}, MaxThreads: f.MaxThreads}, true, nil
+}
+
+// recordSettings writes set as the folder's settings, atomically, under
+// the settings' lock.
+func recordSettings(data string, set Settings, sync bool) error {
+	b, _ := json.MarshalIndent(settingsFile{
+		RetentionMessages: set.Retention.Messages, RetentionAge: set.Retention.Age.String(), MaxThreads: set.MaxThreads,
+	}, "", "  ")
+	unlock, err := lockPath(context.Background(), settingsPath(data)+".lock", chatrelay.DefaultLockTimeout)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	f, _, err := writeFile(data, "settings.json", append(b, '\n'), sync)
+	if err != nil {
+		return fmt.Errorf("store: record settings: %w", err)
+	}
+	return f.Close()
+}
+
+// lockServe takes the data folder for this server process alone: an flock
+// on DATA/serve.lock held until release. The lock file names the holder's
+// pid, so that a second server can say who has the folder.
+func lockServe(data string) (release func() error, err error) {
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	path := filepath.Join(data, "serve.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	fl := newFlock(path)
+	ok, err := fl.TryLock()
+	if err != nil || !ok {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		who := strings.TrimSpace(string(holder))
+		if who == "" {
+			who = "another process"
+		}
+		return nil, fmt.Errorf("the data folder %s is served by %s: one folder serves one chatrelay serve (the host CLI may share it); to run several servers, share a Redis with --store redis://… instead", data, who)
+	}
+	// The pid goes in after the lock is ours, through f (the lock is on
+	// fl's own descriptor of the same file).
+	if err := f.Truncate(0); err == nil {
+		fmt.Fprintf(f, "chatrelay serve (pid %d, since %s)\n", os.Getpid(), time.Now().UTC().Format(time.RFC3339))
+	}
+	f.Close()
+	return func() error {
+		os.WriteFile(path, nil, 0o600) // the next holder writes its own pid
+		return fl.Unlock()
+	}, nil
+}
