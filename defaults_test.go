@@ -1,0 +1,57 @@
+package chatrelay_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestDefaultsWrittenOnce: every default and limit of defaults.go is
+// written there only. Elsewhere in the module's code (tests and the load
+// tool, which sets its own scenario sizes, aside) the values appear only
+// by name: a flag's default, an option's zero value, a message's words.
+// The test greps for the values' literal forms.
+func TestDefaultsWrittenOnce(t *testing.T) {
+	forbidden := []*regexp.Regexp{
+		// the durations
+		regexp.MustCompile(`\b720\s*\*\s*time\.Hour\b|"720h"`),
+		regexp.MustCompile(`\b10\s*\*\s*time\.Minute\b`),
+		regexp.MustCompile(`\b15\s*\*\s*time\.Minute\b`),
+		regexp.MustCompile(`\b20\s*\*\s*time\.Second\b`),
+		// the contract's limits
+		regexp.MustCompile(`\b(4000|4 000|32768|32 768)\b`),
+		// a flag whose default is a literal number (0 and 1 aside)
+		regexp.MustCompile(`\b(Int|IntVar|Int64|Int64Var)\((&\w+(\.\w+)*, )?"[a-z-]+", [2-9]\d*,`),
+		regexp.MustCompile(`\b(Duration|DurationVar)\((&\w+(\.\w+)*, )?"[a-z-]+", [1-9][\d]*\s*\*\s*time\.`),
+	}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || path == "cmd/chatbench" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || path == "defaults.go" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			code, _, _ := strings.Cut(line, "//")
+			for _, re := range forbidden {
+				if m := re.FindString(code); m != "" {
+					t.Errorf("%s:%d writes a default again (%q): name it from defaults.go", path, i+1, m)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
