@@ -38,6 +38,17 @@ const (
 	OriginNotAllowed Code = "origin_not_allowed" // a browser page of an origin not allowed
 	UpgradeRequired  Code = "upgrade_required"   // not a WebSocket handshake, or not version 13
 	InvalidHandshake Code = "invalid_handshake"  // a malformed Sec-WebSocket-Key
+
+	// Part 4 (v2).
+	InvalidVersion    Code = "invalid_version"    // v is neither 1 nor 2
+	InvalidAnswer     Code = "invalid_answer"     // an answer that does not fit its interaction
+	InvalidEmoji      Code = "invalid_emoji"      // an emoji that is empty, too long or holds white space
+	InvalidClientID   Code = "invalid_client_id"  // a client_id that does not match its pattern
+	InteractionClosed Code = "interaction_closed" // answered, expired or canceled already
+	ClientIDConflict  Code = "client_id_conflict" // the client_id names a different message
+	// chatrelay's own, for what the host (CLI, MCP) sends.
+	InvalidInteraction Code = "invalid_interaction" // an interaction hermes asks that breaks a limit
+	InvalidCard        Code = "invalid_card"        // a card that breaks a limit or has a link that is not http(s)
 )
 
 // Error is a domain error: a code, words safe to show a client, and the cause,
@@ -47,6 +58,9 @@ type Error struct {
 	Message string        // safe to show a client
 	Retry   time.Duration // how long to wait, for retryable codes
 	Err     error         // the cause; may be nil
+	// About is the v2 JSON of the message the error is about, sent with
+	// it as "message" (a 409 interaction_closed carries the current state).
+	About []byte
 }
 
 // Errorf returns an *Error with code c and a formatted message.

@@ -17,9 +17,30 @@ const (
 	Hermes   Author = "hermes"   // the host agent, through the host CLI only
 )
 
-// Message is one stored chat message. Its JSON form, with exactly these five
-// fields in this order, is the message object of the frozen v1 poll answer.
+// Message is one stored chat message. Its first five fields, in this
+// order, are the message object of the frozen v1 poll answer
+// (MarshalMessage); the v2 object (MarshalMessageV2) adds the rest.
 type Message struct {
+	ID     string `json:"id"`
+	Epoch  int64  `json:"epoch"`
+	TS     string `json:"ts"`
+	Author Author `json:"author"`
+	Text   string `json:"text"`
+
+	// Rev is the epoch of the message's latest change: its epoch until an
+	// interaction's state or a reaction changes it. Every change of a
+	// thread, a new message included, takes the next epoch of the
+	// thread's one strictly increasing sequence.
+	Rev         int64        `json:"rev,omitempty"`
+	AuthorName  string       `json:"author_name,omitempty"` // a participant's name (Part 3)
+	ClientID    string       `json:"client_id,omitempty"`   // the idempotency key the post carried
+	Interaction *Interaction `json:"interaction,omitempty"` // hermes asks for input or approval
+	Card        *Card        `json:"card,omitempty"`        // hermes's card
+	Reactions   Reactions    `json:"reactions,omitempty"`   // emoji → reactors, in the order they reacted
+}
+
+// v1Message is the frozen v1 message object: exactly these five fields.
+type v1Message struct {
 	ID     string `json:"id"`
 	Epoch  int64  `json:"epoch"`
 	TS     string `json:"ts"`
@@ -29,13 +50,29 @@ type Message struct {
 
 // MarshalMessage encodes m as the v1 message object, without HTML escaping
 // (the text is shown as text, and "<" reads better than "\u003c" in a log).
+// It never carries a v2 field.
 func MarshalMessage(m Message) []byte {
+	return marshal(v1Message{ID: m.ID, Epoch: m.Epoch, TS: m.TS, Author: m.Author, Text: m.Text})
+}
+
+// MarshalMessageV2 encodes m as the v2 message object: the v1 fields, rev
+// (its epoch if it never changed) and the v2 fields it has.
+func MarshalMessageV2(m Message) []byte {
+	if m.Rev == 0 {
+		m.Rev = m.Epoch
+	}
+	return marshal(m)
+}
+
+// marshal encodes v compactly without HTML escaping. The domain's types
+// hold only strings, integers, booleans and their slices and maps, so
+// encoding cannot fail.
+func marshal(v any) []byte {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(m); err != nil {
-		// Message has only strings and an integer: Encode cannot fail.
-		panic("chatrelay: encode message: " + err.Error())
+	if err := enc.Encode(v); err != nil {
+		panic("chatrelay: encode: " + err.Error())
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }

@@ -1,94 +1,144 @@
 package store
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+
+	"github.com/chatrelay/chatrelay"
 )
 
-// docVersion is the version of the thread document this code reads and
-// writes. A field added to the document or its messages bumps it: an older
-// binary then refuses the newer file (and never rewrites it) instead of
-// silently dropping what it does not know.
-const docVersion = 1
+// docVersion is the version of the thread document this code writes. A
+// field added to the document or its messages bumps it: an older binary
+// then refuses the newer file (and never rewrites it) instead of silently
+// dropping what it does not know. This code reads version 1 too and
+// writes it anew as version 2 on its first write (a migration that needs
+// nothing: a v1 message is a v2 message that never changed).
+const docVersion = 2
 
 // document is the JSON file of one thread, <data>/chat/<thread>.json:
 //
-//	{"version":1,"thread":"a1b2c3d4e5f60718","trimmed":0,"messages":[{…},…]}
+//	{"version":2,"thread":"a1b2c3d4e5f60718","trimmed":0,"trimmed_rev":0,"rev":1792780800123,"messages":[{…},…]}
 //
-// messages are oldest first with strictly increasing epochs, each exactly
-// the v1 message object. trimmed is the epoch of the newest message that
-// retention ever dropped (0 if none), which tells a resuming reader whether
-// it missed messages.
+// messages are oldest first with strictly increasing epochs, each the v2
+// message object (the v1 fields, rev, and the v2 fields it has). trimmed
+// and trimmed_rev are the newest epoch and rev retention ever dropped (0
+// if none), which tell a resuming reader whether it missed messages; rev
+// is the thread's newest change epoch, which the next change passes.
+//
+// Version 1 had no rev and no trimmed_rev, and v1 message objects.
 type document struct {
-	Version  int                 `json:"version"`
-	Thread   string              `json:"thread"`
-	Trimmed  int64               `json:"trimmed"`
-	Messages []chatrelay.Message `json:"messages"`
+	Version    int                 `json:"version"`
+	Thread     string              `json:"thread"`
+	Trimmed    int64               `json:"trimmed"`
+	TrimmedRev int64               `json:"trimmed_rev"`
+	Rev        int64               `json:"rev"`
+	Messages   []chatrelay.Message `json:"messages"`
 }
 
 var errBadDocument = errors.New("not a thread document")
 
-// parseDocument decodes and checks a thread document. It returns the
-// messages as entries, each with its v1 JSON encoded once.
-func parseDocument(data []byte, thread string) ([]Entry, int64, error) {
+// parseDocument decodes and checks a thread document (version 1 or 2).
+// It returns the thread with every message's JSON encoded once.
+func parseDocument(data []byte, thread string) (threadDoc, error) {
 	var d document
 	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return nil, 0, fmt.Errorf("%w: %v", errBadDocument, err)
+		return threadDoc{}, fmt.Errorf("%w: %v", errBadDocument, err)
 	}
 	if dec.More() {
-		return nil, 0, fmt.Errorf("%w: data after the document", errBadDocument)
+		return threadDoc{}, fmt.Errorf("%w: data after the document", errBadDocument)
 	}
-	if d.Version != docVersion {
-		return nil, 0, fmt.Errorf("%w: version %d, this chatrelay reads version %d", errBadDocument, d.Version, docVersion)
+	if d.Version != 1 && d.Version != docVersion {
+		return threadDoc{}, fmt.Errorf("%w: version %d, this chatrelay reads versions 1 and %d", errBadDocument, d.Version, docVersion)
 	}
 	if d.Thread != thread {
-		return nil, 0, fmt.Errorf("%w: holds thread %q", errBadDocument, d.Thread)
+		return threadDoc{}, fmt.Errorf("%w: holds thread %q", errBadDocument, d.Thread)
 	}
-	if d.Trimmed < 0 {
-		return nil, 0, fmt.Errorf("%w: negative trimmed", errBadDocument)
+	if d.Trimmed < 0 || d.TrimmedRev < 0 || d.Rev < 0 {
+		return threadDoc{}, fmt.Errorf("%w: a negative mark", errBadDocument)
 	}
-	entries := make([]Entry, len(d.Messages))
+	td := threadDoc{msgs: make([]Entry, len(d.Messages)), trimmed: d.Trimmed, trimmedRev: max(d.TrimmedRev, d.Trimmed), rev: d.Rev}
 	prev := d.Trimmed
 	for i, m := range d.Messages {
 		if m.Epoch <= prev || m.ID == "" || m.Author == "" {
-			return nil, 0, fmt.Errorf("%w: message %d is out of order or incomplete", errBadDocument, i)
+			return threadDoc{}, fmt.Errorf("%w: message %d is out of order or incomplete", errBadDocument, i)
+		}
+		if d.Version == 1 && (m.Rev != 0 || m.Interaction != nil || m.Card != nil || m.Reactions != nil || m.ClientID != "" || m.AuthorName != "") {
+			return threadDoc{}, fmt.Errorf("%w: message %d of a version 1 document has v2 fields", errBadDocument, i)
+		}
+		if m.Rev == 0 {
+			m.Rev = m.Epoch
+		}
+		if m.Rev < m.Epoch {
+			return threadDoc{}, fmt.Errorf("%w: message %d changed before it was written", errBadDocument, i)
+		}
+		if err := checkStored(m); err != nil {
+			return threadDoc{}, fmt.Errorf("%w: message %d: %v", errBadDocument, i, err)
 		}
 		prev = m.Epoch
-		entries[i] = Entry{Message: m, JSON: chatrelay.MarshalMessage(m)}
+		td.rev = max(td.rev, m.Rev)
+		td.msgs[i] = NewEntry(m)
 	}
-	return entries, d.Trimmed, nil
+	if d.Version == 1 {
+		td.rev = max(td.rev, d.Trimmed)
+	}
+	return td, nil
 }
 
-// encodeDocument writes the document of a thread.
-func encodeDocument(thread string, msgs []Entry, trimmed int64) []byte {
-	return appendDocument(nil, thread, msgs, trimmed)
+// checkStored checks what a reader relies on in a stored message's v2
+// fields: an interaction with an id, a known type and state; reactions
+// with reactors.
+func checkStored(m chatrelay.Message) error {
+	if ix := m.Interaction; ix != nil {
+		if !chatrelay.InteractionIDPattern.MatchString(ix.ID) {
+			return errors.New("an interaction without a valid id")
+		}
+		if ix.Type != chatrelay.Approval && ix.Type != chatrelay.Input {
+			return fmt.Errorf("interaction type %q", ix.Type)
+		}
+		switch ix.State {
+		case chatrelay.Pending, chatrelay.Approved, chatrelay.Denied, chatrelay.Answered, chatrelay.Expired, chatrelay.Canceled:
+		default:
+			return fmt.Errorf("interaction state %q", ix.State)
+		}
+	}
+	for emoji, who := range m.Reactions {
+		if emoji == "" || len(who) == 0 {
+			return errors.New("an empty reaction")
+		}
+	}
+	return nil
 }
 
 // appendDocument appends the document of a thread to b (a recycled buffer).
-func appendDocument(b []byte, thread string, msgs []Entry, trimmed int64) []byte {
-	n := 128 // the head and the tail
-	for _, e := range msgs {
-		n += len(e.JSON) + 1
+func appendDocument(b []byte, thread string, d threadDoc) []byte {
+	n := 160 // the head and the tail
+	for _, e := range d.msgs {
+		n += len(e.JSON2) + 1
 	}
 	if cap(b)-len(b) < n {
 		b = append(make([]byte, 0, len(b)+n), b...)
 	}
 	b = append(b, `{"version":`...)
-	b = fmt.Appendf(b, "%d", docVersion)
+	b = strconv.AppendInt(b, docVersion, 10)
 	b = append(b, `,"thread":"`...)
 	b = append(b, thread...) // 16 hex, checked by the caller
-	b = fmt.Appendf(b, `","trimmed":%d,"messages":[`, trimmed)
-	for i, e := range msgs {
+	b = append(b, `","trimmed":`...)
+	b = strconv.AppendInt(b, d.trimmed, 10)
+	b = append(b, `,"trimmed_rev":`...)
+	b = strconv.AppendInt(b, d.trimmedRev, 10)
+	b = append(b, `,"rev":`...)
+	b = strconv.AppendInt(b, d.rev, 10)
+	b = append(b, `,"messages":[`...)
+	for i, e := range d.msgs {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, e.JSON...)
+		b = append(b, e.JSON2...)
 	}
-	b = append(b, "]}\n"...)
-	return b
+	return append(b, "]}\n"...)
 }

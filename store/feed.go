@@ -1,6 +1,8 @@
 package store
 
 import (
+	"slices"
+
 	"github.com/chatrelay/chatrelay"
 
 	"context"
@@ -87,8 +89,8 @@ func (s *File) recordBaseline() {
 	for _, name := range names {
 		t := s.state(name)
 		t.mu.Lock()
-		if snap, err := s.load(name, t); err == nil && snap != nil && len(snap.msgs) > 0 {
-			t.announced = max(t.announced, snap.msgs[len(snap.msgs)-1].Epoch)
+		if snap, err := s.load(name, t); err == nil && snap != nil && snap.err == nil {
+			t.announced = max(t.announced, snap.doc.rev)
 		}
 		t.mu.Unlock()
 	}
@@ -114,23 +116,31 @@ func (s *File) poke(thread string) {
 	if err != nil || snap == nil || snap.err != nil {
 		return
 	}
-	s.announce(thread, t, snap.msgs, snap.trimmed)
+	s.announce(thread, t, snap.doc)
 }
 
-// announce hands the messages of msgs newer than t.announced to every feed.
-// trimmed is the newest epoch retention dropped: if it is newer than what
-// was announced, messages were lost to the feed and the batch says Reset.
-// The caller holds t.mu.
-func (s *File) announce(thread string, t *threadState, msgs []Entry, trimmed int64) {
-	i := len(msgs)
-	for i > 0 && msgs[i-1].Epoch > t.announced {
-		i--
-	}
-	if i == len(msgs) {
+// announce hands the changes of d newer than t.announced (new messages and
+// changed ones, by rev) to every feed. If retention dropped a message
+// changed after t.announced, changes were lost to the feed and the batch
+// says Reset. The caller holds t.mu.
+func (s *File) announce(thread string, t *threadState, d threadDoc) {
+	if d.rev <= t.announced {
 		return
 	}
-	b := Batch{Thread: thread, Messages: msgs[i:len(msgs):len(msgs)], Reset: trimmed > t.announced && t.announced > 0}
-	t.announced = msgs[len(msgs)-1].Epoch
+	var changed []Entry
+	for _, e := range d.msgs { // at most the retained messages: a scan costs less than the write
+		if e.Rev > t.announced {
+			changed = append(changed, e)
+		}
+	}
+	if len(changed) > 1 {
+		slices.SortFunc(changed, func(a, b Entry) int { return cmpInt(a.Rev, b.Rev) })
+	}
+	b := Batch{Thread: thread, Messages: changed, Reset: d.trimmedRev > t.announced && t.announced > 0}
+	t.announced = d.rev
+	if len(changed) == 0 && !b.Reset {
+		return
+	}
 	s.feedMu.Lock()
 	defer s.feedMu.Unlock()
 	for f := range s.feeds {

@@ -4,8 +4,6 @@ import (
 	"github.com/chatrelay/chatrelay"
 
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -90,11 +88,10 @@ type threadState struct {
 // a coarse mtime, can deceive once the inode is freed: a reused inode, an
 // equal size and an mtime in the same tick hid another process's write.)
 type snapshot struct {
-	id      fileID
-	pin     *os.File // closed when the snapshot is replaced in the cache
-	msgs    []Entry
-	trimmed int64
-	err     error // the document does not parse
+	id  fileID
+	pin *os.File // closed when the snapshot is replaced in the cache
+	doc threadDoc
+	err error // the document does not parse
 }
 
 // setSnap caches snap as the thread's document and unpins the snapshot it
@@ -225,7 +222,7 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 		return nil, s.unavailable(thread, err)
 	}
 	snap := &snapshot{id: id, pin: f}
-	snap.msgs, snap.trimmed, snap.err = parseDocument(data, thread)
+	snap.doc, snap.err = parseDocument(data, thread)
 	if snap.err != nil {
 		s.log.Error("thread document does not parse; it is left as it is", "file", s.path(thread), "err", snap.err)
 	}
@@ -273,28 +270,44 @@ func unreadable(snap *snapshot) error {
 
 // Since implements Store.
 func (s *File) Since(ctx context.Context, thread string, since int64, limit int) (Page, error) {
+	d, ok, err := s.read(thread)
+	if err != nil || !ok {
+		return Page{Thread: thread}, err
+	}
+	return page(thread, d, since, limit), nil
+}
+
+// Changes implements Store.
+func (s *File) Changes(ctx context.Context, thread string, since int64, limit int) (Page, error) {
+	d, ok, err := s.read(thread)
+	if err != nil || !ok {
+		return Page{Thread: thread}, err
+	}
+	return changesPage(thread, d, since, limit), nil
+}
+
+// read returns the thread's current document; ok is false for a thread
+// with no document (reading it creates nothing).
+func (s *File) read(thread string) (threadDoc, bool, error) {
 	if err := checkThread(thread); err != nil {
-		return Page{}, err
+		return threadDoc{}, false, err
 	}
 	t := s.peek(thread)
 	if t == nil {
-		// Only threads that exist get state: polling random tokens must not grow memory.
+		// Only threads that exist get state: reading random threads must not grow memory.
 		if _, err := os.Stat(s.path(thread)); errors.Is(err, fs.ErrNotExist) {
-			return Page{Thread: thread}, nil
+			return threadDoc{}, false, nil
 		}
 		t = s.state(thread)
 	}
 	snap, err := s.load(thread, t)
-	if err != nil {
-		return Page{}, err
-	}
-	if snap == nil {
-		return Page{Thread: thread}, nil
+	if err != nil || snap == nil {
+		return threadDoc{}, false, err
 	}
 	if snap.err != nil {
-		return Page{}, unreadable(snap)
+		return threadDoc{}, false, unreadable(snap)
 	}
-	return page(thread, snap.msgs, snap.trimmed, since, limit), nil
+	return snap.doc, true, nil
 }
 
 // lockFile takes an exclusive flock on path, waiting up to LockTimeout.
@@ -332,36 +345,88 @@ func (s *File) Append(ctx context.Context, thread string, m NewMessage) (Entry, 
 	if err := checkThread(thread); err != nil {
 		return Entry{}, err
 	}
-	if err := chatrelay.CheckText(m.Text); err != nil {
+	ix, err := m.Prepare(s.now())
+	if err != nil {
 		return Entry{}, err
 	}
-	if m.Author == "" {
-		m.Author = chatrelay.Operator
+	var e Entry
+	err = s.mutate(ctx, thread, !m.MustExist, func(d threadDoc, now time.Time) (threadDoc, error) {
+		nd, ne, err := appendTo(d, m, ix, s.opt.Retention, now)
+		e = ne
+		return nd, err
+	})
+	return e, err
+}
+
+// Change implements Store.
+func (s *File) Change(ctx context.Context, thread string, c Change) (Entry, error) {
+	if err := checkThread(thread); err != nil {
+		return Entry{}, err
 	}
+	var e Entry
+	err := s.mutate(ctx, thread, false, func(d threadDoc, now time.Time) (threadDoc, error) {
+		nd, ne, _, err := changeIn(d, c, now)
+		e = ne
+		return nd, err
+	})
+	return e, err
+}
+
+// Pending implements Store.
+func (s *File) Pending(ctx context.Context) ([]PendingInteraction, error) {
+	names, err := s.threadNames()
+	if err != nil {
+		return nil, s.unavailable("", err)
+	}
+	var out []PendingInteraction
+	for _, name := range names {
+		d, ok, err := s.read(name)
+		if err != nil || !ok {
+			continue // removed meanwhile, or unreadable (logged by load)
+		}
+		for _, e := range d.msgs {
+			if ix := e.Interaction; ix != nil && ix.State == chatrelay.Pending {
+				out = append(out, PendingInteraction{Thread: name, InteractionID: ix.ID, Deadline: ix.Deadline})
+			}
+		}
+	}
+	return out, nil
+}
+
+// mutate runs fn on the thread's current document under the thread's
+// locks and, if fn returns a new document (another slice of messages or
+// other marks), writes it and hands its changes to the feed. fn may return
+// a new document together with an error (the change is stored, and the
+// error returned). create allows fn to run on a thread that has no
+// document (fn then gets an empty one); otherwise such a thread is
+// NotFound.
+func (s *File) mutate(ctx context.Context, thread string, create bool, fn func(threadDoc, time.Time) (threadDoc, error)) error {
 	for {
-		e, retry, err := s.append(ctx, thread, m)
+		retry, err := s.mutateOnce(ctx, thread, create, fn)
 		if !retry {
-			return e, err
+			return err
 		}
 	}
 }
 
-// append is one attempt of Append. A thread that has no document is created
-// under the store-wide lock, taken before the thread's lock (the one lock
-// order), so that no lock file is made for a thread the limit refuses. If
-// the document vanished (swept) after the lock-free check, it asks to retry.
-func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry, retry bool, err error) {
+// mutateOnce is one attempt of mutate. A thread that has no document is
+// created under the store-wide lock, taken before the thread's lock (the
+// one lock order), so that no lock file is made for a thread the limit
+// refuses. If the document vanished (swept) after the lock-free check, it
+// asks to retry.
+func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn func(threadDoc, time.Time) (threadDoc, error)) (retry bool, err error) {
+	notFound := func() error { return chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread) }
 	_, statErr := os.Stat(s.path(thread))
 	creating := errors.Is(statErr, fs.ErrNotExist)
 	if creating {
-		if m.MustExist {
-			return Entry{}, false, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
+		if !create {
+			return false, notFound()
 		}
 		s.createMu.Lock()
 		defer s.createMu.Unlock()
 		unlock, err := s.lockFile(ctx, filepath.Join(s.dir, ".threads.lock"))
 		if err != nil {
-			return Entry{}, false, err
+			return false, err
 		}
 		defer unlock()
 	}
@@ -370,51 +435,47 @@ func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry
 	defer t.mu.Unlock()
 	snap, err := s.load(thread, t)
 	if err != nil {
-		return Entry{}, false, err
+		return false, err
 	}
 	if snap == nil {
-		if m.MustExist {
-			return Entry{}, false, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
+		if !create {
+			return false, notFound()
 		}
 		if !creating {
-			return Entry{}, true, nil
+			return true, nil
 		}
 		names, err := s.threadNames()
 		if err != nil {
-			return Entry{}, false, s.unavailable(thread, err)
+			return false, s.unavailable(thread, err)
 		}
 		if len(names) >= s.opt.MaxThreads {
-			return Entry{}, false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
+			return false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
 		}
 	}
 	unlock, err := s.lockFile(ctx, s.path(thread)+".lock")
 	if err != nil {
-		return Entry{}, false, err
+		return false, err
 	}
 	defer unlock()
 	if snap, err = s.load(thread, t); err != nil { // again, now that no other process writes
-		return Entry{}, false, err
+		return false, err
 	}
 	if snap == nil && !creating {
-		return Entry{}, true, nil
+		return true, nil
 	}
-	var old []Entry
-	var trimmed int64
+	var old threadDoc
 	if snap != nil {
 		if snap.err != nil {
-			return Entry{}, false, unreadable(snap)
+			return false, unreadable(snap)
 		}
-		old, trimmed = snap.msgs, snap.trimmed
+		old = snap.doc
 	}
-
-	now := s.now()
-	e := newEntry(old, m, now)
-	msgs := make([]Entry, 0, len(old)+1)
-	msgs = append(append(msgs, old...), e)
-	msgs, dropped := trim(s.opt.Retention, msgs, now)
-	trimmed = max(trimmed, dropped)
+	nd, ferr := fn(old, s.now())
+	if sameDoc(nd, old) {
+		return false, ferr
+	}
 	bp := docBufs.Get().(*[]byte)
-	doc := appendDocument((*bp)[:0], thread, msgs, trimmed)
+	doc := appendDocument((*bp)[:0], thread, nd)
 	pin, id, err := s.write(thread, doc)
 	if err != nil {
 		s.lastFail.Store(&writeFailure{size: len(doc), err: err})
@@ -424,32 +485,17 @@ func (s *File) append(ctx context.Context, thread string, m NewMessage) (_ Entry
 	*bp = doc[:0]
 	docBufs.Put(bp)
 	if err != nil {
-		return Entry{}, false, err
+		return false, err
 	}
-	t.setSnap(&snapshot{id: id, pin: pin, msgs: msgs, trimmed: trimmed})
-	s.announce(thread, t, msgs, trimmed)
-	return e, false, nil
+	t.setSnap(&snapshot{id: id, pin: pin, doc: nd})
+	s.announce(thread, t, nd)
+	return false, ferr
 }
 
-// newEntry makes the message that follows old: its epoch is now, or the
-// newest epoch + 1 if now is not later; its id is unique in the thread.
-func newEntry(old []Entry, m NewMessage, now time.Time) Entry {
-	epoch := now.UnixMilli()
-	if n := len(old); n > 0 && epoch <= old[n-1].Epoch {
-		epoch = old[n-1].Epoch + 1
-	}
-	at := time.UnixMilli(epoch).UTC()
-	var id string
-	for {
-		var b [3]byte
-		rand.Read(b[:])
-		id = "MSG-" + at.Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
-		if !slices.ContainsFunc(old, func(e Entry) bool { return e.ID == id }) {
-			break
-		}
-	}
-	msg := chatrelay.Message{ID: id, Epoch: epoch, TS: at.Format("2006-01-02T15:04:05+00:00"), Author: m.Author, Text: m.Text}
-	return Entry{Message: msg, JSON: chatrelay.MarshalMessage(msg)}
+// sameDoc reports whether fn left the document as it was.
+func sameDoc(a, b threadDoc) bool {
+	return a.rev == b.rev && a.trimmed == b.trimmed && a.trimmedRev == b.trimmedRev && len(a.msgs) == len(b.msgs) &&
+		(len(a.msgs) == 0 || &a.msgs[0] == &b.msgs[0])
 }
 
 // write replaces the thread's document atomically (writeFile). It returns
@@ -542,16 +588,12 @@ func (s *File) Threads(ctx context.Context) ([]ThreadInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		if snap == nil || len(snap.msgs) == 0 {
+		if snap == nil || snap.err != nil || len(snap.doc.msgs) == 0 {
 			continue // removed meanwhile, or unreadable (logged by load)
 		}
-		last := snap.msgs[len(snap.msgs)-1]
-		infos = append(infos, ThreadInfo{
-			Thread: name, Messages: len(snap.msgs), LastAuthor: last.Author,
-			LastEpoch: last.Epoch, Awaiting: last.Author != chatrelay.Hermes,
-		})
+		infos = append(infos, threadInfo(name, snap.doc))
 	}
-	slices.SortFunc(infos, func(a, b ThreadInfo) int { return int(b.LastEpoch - a.LastEpoch) })
+	sortThreads(infos)
 	return infos, nil
 }
 
@@ -622,8 +664,9 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	if snap.err != nil {
 		return 0, false, unreadable(snap)
 	}
-	msgs, trimmed := trim(s.opt.Retention, snap.msgs, s.now())
-	dropped = len(snap.msgs) - len(msgs)
+	d := snap.doc
+	msgs, trimmed, trimmedRev := trim(s.opt.Retention, d.msgs, s.now(), d.trimmed, d.trimmedRev)
+	dropped = len(d.msgs) - len(msgs)
 	if dropped == 0 {
 		return 0, false, nil
 	}
@@ -637,12 +680,12 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		t.setSnap(nil)
 		return dropped, true, nil
 	}
-	trimmed = max(trimmed, snap.trimmed)
-	doc := encodeDocument(thread, msgs, trimmed)
+	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev}
+	doc := appendDocument(nil, thread, nd)
 	pin, id, err := s.write(thread, doc)
 	if err != nil {
 		return 0, false, err
 	}
-	t.setSnap(&snapshot{id: id, pin: pin, msgs: msgs, trimmed: trimmed})
+	t.setSnap(&snapshot{id: id, pin: pin, doc: nd})
 	return dropped, false, nil
 }

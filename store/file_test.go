@@ -63,9 +63,9 @@ func readThread(t testing.TB, dir, thread string) ([]Entry, int64) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, "chat", thread+".json"))
 	assert.Success(t, err)
-	msgs, trimmed, err := parseDocument(data, thread)
+	d, err := parseDocument(data, thread)
 	assert.Success(t, err)
-	return msgs, trimmed
+	return d.msgs, d.trimmed
 }
 
 func TestAppendAssignsEpochIDAndTS(t *testing.T) {
@@ -488,8 +488,8 @@ func TestThreadsNewestFirst(t *testing.T) {
 	infos, err := s.Threads(t.Context())
 	assert.Success(t, err)
 	assert.Equal(t, "threads", infos, []ThreadInfo{
-		{Thread: threadA, Messages: 2, LastAuthor: chatrelay.Hermes, LastEpoch: t0.Add(2 * time.Minute).UnixMilli(), Awaiting: false},
-		{Thread: threadB, Messages: 1, LastAuthor: chatrelay.Operator, LastEpoch: t0.Add(time.Minute).UnixMilli(), Awaiting: true},
+		{Thread: threadA, Messages: 2, LastAuthor: chatrelay.Hermes, LastEpoch: t0.Add(2 * time.Minute).UnixMilli(), Rev: t0.Add(2 * time.Minute).UnixMilli(), Awaiting: false},
+		{Thread: threadB, Messages: 1, LastAuthor: chatrelay.Operator, LastEpoch: t0.Add(time.Minute).UnixMilli(), Rev: t0.Add(time.Minute).UnixMilli(), Awaiting: true},
 	})
 }
 

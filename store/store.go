@@ -9,7 +9,6 @@ import (
 	"github.com/chatrelay/chatrelay"
 
 	"context"
-	"time"
 )
 
 // Store is what the server and the host CLI need from storage. Every
@@ -27,8 +26,32 @@ type Store interface {
 
 	// Since returns the thread's retained messages with epoch > since, oldest
 	// first; if limit > 0, only the newest limit of them. A thread with no
-	// messages is an empty page, and reading it creates nothing.
+	// messages is an empty page, and reading it creates nothing. This is
+	// the v1 view: Page.Cursor is the newest message's epoch.
 	Since(ctx context.Context, thread string, since int64, limit int) (Page, error)
+
+	// Changes is the v2 view: every retained message with rev > since,
+	// oldest change first, each in its current state; with since 0, the
+	// newest limit messages (all if limit <= 0), oldest first. Page.Cursor
+	// is the thread's newest change epoch, and Page.Reset says that
+	// retention dropped a message changed after since.
+	Changes(ctx context.Context, thread string, since int64, limit int) (Page, error)
+
+	// Change applies c to the message or interaction it names, atomically
+	// with every other writer of the thread (of any process or node), and
+	// returns the message in its current state. A change that changes
+	// something takes the thread's next epoch as the message's rev and is
+	// announced on the feed; one that changes nothing (a reaction the
+	// reactor already has) stores nothing. It returns NotFound for an
+	// unknown thread, message or interaction, InteractionClosed (with the
+	// current message) for an answer or cancel that comes too late — the
+	// first answer wins — and InvalidAnswer for an answer that does not
+	// fit its interaction.
+	Change(ctx context.Context, thread string, c Change) (Entry, error)
+
+	// Pending lists the pending interactions of every thread, for the
+	// timers that expire them.
+	Pending(ctx context.Context) ([]PendingInteraction, error)
 
 	// Threads lists every stored thread, newest activity first.
 	Threads(ctx context.Context) ([]ThreadInfo, error)
@@ -37,9 +60,13 @@ type Store interface {
 	// whose messages have all expired.
 	Sweep(ctx context.Context) (SweepStats, error)
 
-	// Follow calls fn with every message appended from now on, by this
-	// process or another, once each and in epoch order within a thread,
-	// until ctx is done. A Reset batch says messages may have been missed
+	// Follow calls fn with every change from now on, by this process or
+	// another: each new message and each changed message, in its state as
+	// of that change (its Rev), in the thread's change order, until ctx is
+	// done. Changes of one message that another process made between two
+	// reads of the feed may come as one: its latest state. A reader tells
+	// a message it has not seen (Epoch past its cursor) from a change of
+	// one it has. A Reset batch says messages may have been missed
 	// (a watch was lost, or retention trimmed faster than the feed read):
 	// subscribers of that thread must resume from the store. fn must not
 	// block. The first call of fn is Batch{Ready: true}, made once the feed
@@ -54,27 +81,70 @@ type Store interface {
 
 // NewMessage is what a writer supplies; the store assigns the rest.
 type NewMessage struct {
-	Author chatrelay.Author
-	Text   string
-	// MustExist refuses to create the thread (the host CLI's reply).
+	Author     chatrelay.Author
+	Text       string // ignored for an Ask (the rendering is stored) and a Card (its fallback text)
+	AuthorName string // a participant's name
+	// ClientID makes the post idempotent: a message of the thread with the
+	// same ClientID is answered again (Entry.Replayed) instead of stored,
+	// or, if it differs, refused with ClientIDConflict.
+	ClientID string
+	Ask      *chatrelay.Ask  // hermes asks: the message carries a new pending interaction
+	Card     *chatrelay.Card // hermes sends a card
+	// MustExist refuses to create the thread (the host CLI's writes).
 	MustExist bool
 }
 
-// Entry is a stored message together with its v1 JSON, encoded once.
+// Entry is a stored message together with its v1 and v2 JSON, encoded once.
 type Entry struct {
 	chatrelay.Message
-	JSON []byte // chatrelay.MarshalMessage(Message); shared, never modified
+	JSON  []byte // chatrelay.MarshalMessage(Message); shared, never modified
+	JSON2 []byte // chatrelay.MarshalMessageV2(Message); shared, never modified
+	// Replayed says that Append found the message by its client_id and
+	// stored nothing (never stored; only on Append's answer).
+	Replayed bool
 }
 
-// Page is the answer to Since.
+// Page is the answer to Since and Changes.
 type Page struct {
 	Thread   string
-	Messages []Entry // oldest first; shared, never modified
-	Cursor   int64   // the epoch of the thread's newest message, 0 if empty
-	Awaiting bool    // the newest message was not written by hermes
+	Messages []Entry // oldest first (Changes: oldest change first); shared, never modified
+	// Cursor is the epoch of the thread's newest message (Since), or of its
+	// newest change (Changes); 0 if empty.
+	Cursor   int64
+	Awaiting bool // the newest message was not written by hermes
 	// Reset is true when since > 0 and retention dropped messages newer
-	// than since: the reader missed messages it can no longer get.
+	// than since (changed after since, for Changes): the reader missed
+	// messages it can no longer get.
 	Reset bool
+}
+
+// ChangeOp is what a Change does.
+type ChangeOp string
+
+// The changes.
+const (
+	Respond ChangeOp = "respond" // answer an interaction: the first answer wins
+	Cancel  ChangeOp = "cancel"  // hermes withdraws a pending interaction
+	Expire  ChangeOp = "expire"  // a pending interaction's deadline passed
+	React   ChangeOp = "react"   // add By's reaction Emoji to a message
+	Unreact ChangeOp = "unreact" // remove it
+)
+
+// Change is a change of a stored message.
+type Change struct {
+	Op            ChangeOp
+	MessageID     string           // React, Unreact
+	InteractionID string           // Respond, Cancel, Expire
+	Answer        chatrelay.Answer // Respond
+	Emoji         string           // React, Unreact
+	By            chatrelay.Author // who answers, cancels or reacts
+}
+
+// PendingInteraction is an interaction waiting for its answer.
+type PendingInteraction struct {
+	Thread        string
+	InteractionID string
+	Deadline      int64 // epoch ms
 }
 
 // ThreadInfo summarises one thread for the host CLI.
@@ -82,7 +152,8 @@ type ThreadInfo struct {
 	Thread     string           `json:"thread"`
 	Messages   int              `json:"messages"`
 	LastAuthor chatrelay.Author `json:"last_author"`
-	LastEpoch  int64            `json:"last_epoch"`
+	LastEpoch  int64            `json:"last_epoch"` // the newest message's epoch (v1 cursor)
+	Rev        int64            `json:"rev"`        // the newest change's epoch (v2 cursor)
 	Awaiting   bool             `json:"awaiting"`
 }
 
@@ -93,56 +164,11 @@ type SweepStats struct {
 	ThreadsRemoved int // threads removed because every message expired
 }
 
-// Batch is one feed event: new messages of one thread, oldest first.
+// Batch is one feed event: changes of one thread, in change order (new
+// messages, and changed messages in their new state).
 type Batch struct {
 	Thread   string
 	Messages []Entry
 	Reset    bool // messages may have been missed: resume from the store
 	Ready    bool // the feed is registered (first call only; no thread, no messages)
-}
-
-// trim applies r to msgs (oldest first) at time now. It returns the kept
-// messages and the epoch of the newest dropped one (0 if none was dropped).
-func trim(r chatrelay.Retention, msgs []Entry, now time.Time) ([]Entry, int64) {
-	cut := 0
-	if n := len(msgs) - r.Messages; n > 0 {
-		cut = n
-	}
-	oldest := now.Add(-r.Age).UnixMilli()
-	for cut < len(msgs) && msgs[cut].Epoch < oldest {
-		cut++
-	}
-	if cut == 0 {
-		return msgs, 0
-	}
-	return msgs[cut:], msgs[cut-1].Epoch
-}
-
-// page builds the answer to Since from a thread's retained messages.
-func page(thread string, msgs []Entry, trimmed, since int64, limit int) Page {
-	p := Page{Thread: thread}
-	if len(msgs) == 0 {
-		p.Reset = since > 0 && since < trimmed
-		return p
-	}
-	last := msgs[len(msgs)-1]
-	p.Cursor = last.Epoch
-	p.Awaiting = last.Author != chatrelay.Hermes
-	p.Reset = since > 0 && since < trimmed
-	// First message with epoch > since: epochs strictly increase.
-	lo, hi := 0, len(msgs)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if msgs[mid].Epoch <= since {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	out := msgs[lo:]
-	if limit > 0 && len(out) > limit {
-		out = out[len(out)-limit:]
-	}
-	p.Messages = out[:len(out):len(out)]
-	return p
 }

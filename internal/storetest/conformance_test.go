@@ -179,7 +179,7 @@ func TestConformance(t *testing.T) {
 				infos, err := b.Store.Threads(context.Background())
 				assert.Success(t, err)
 				assert.Equal(t, "order", []string{infos[0].Thread, infos[1].Thread}, []string{thA, thB})
-				assert.Equal(t, "summary", infos[0], store.ThreadInfo{Thread: thA, Messages: 2, LastAuthor: chatrelay.Hermes, LastEpoch: last.Epoch, Awaiting: false})
+				assert.Equal(t, "summary", infos[0], store.ThreadInfo{Thread: thA, Messages: 2, LastAuthor: chatrelay.Hermes, LastEpoch: last.Epoch, Rev: last.Epoch, Awaiting: false})
 				assert.Equal(t, "awaiting", infos[1].Awaiting, true)
 			}},
 			{"the feed: ready first, then every append of another process once, in order", Options{}, func(t *testing.T, b *Backend, _ *testclock.Clock) {

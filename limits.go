@@ -1,0 +1,148 @@
+package chatrelay
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+	"unicode/utf8"
+)
+
+// Unit is what a limit counts.
+type Unit string
+
+// The units of the limits.
+const (
+	CodePoints    Unit = "code_points"     // Unicode code points of a string (JSON Schema's maxLength)
+	Bytes         Unit = "bytes"           // bytes of a request body
+	JSONUTF8Bytes Unit = "json_utf8_bytes" // bytes of a value encoded as compact UTF-8 JSON
+	Items         Unit = "items"           // elements of an array
+	Seconds       Unit = "seconds"         // a duration
+)
+
+// Limit is one limit of the contract: the most (and, where it has one,
+// the least) a value may hold, in Unit. The table below is the one source
+// of every limit: the validators check against it, the JSON Schema's
+// maxLength and maxItems are made from it, and GET /api/limits.json
+// states it; a limit is changed here only.
+type Limit struct {
+	Name string // "post.text": the field it bounds, as the limits artifact names it
+	Min  int
+	Max  int
+	Unit Unit
+}
+
+// The limits (contract Parts 1, 3 and 4).
+var (
+	LimitPostText = Limit{"post.text", 1, MaxText, CodePoints}
+	LimitPostBody = Limit{"post.body", 0, MaxBody, Bytes}
+
+	LimitInputTitle    = Limit{"input.title", 0, 160, CodePoints}
+	LimitApprovalTitle = Limit{"approval.title", 0, 128, CodePoints}
+	LimitInputPrompt   = Limit{"input.prompt", 1, 4000, CodePoints}
+	LimitApprovalText  = Limit{"approval.prompt", 1, 1000, CodePoints}
+	LimitChoices       = Limit{"input.choices", 0, 12, Items}
+	LimitChoiceValue   = Limit{"choice.value", 1, 200, CodePoints}
+	LimitChoiceLabel   = Limit{"choice.label", 0, 120, CodePoints}
+	LimitChoiceDesc    = Limit{"choice.description", 0, 300, CodePoints}
+	LimitDetails       = Limit{"approval.details", 0, 8, Items}
+	LimitDetailLabel   = Limit{"detail.label", 1, 80, CodePoints}
+	LimitDetailValue   = Limit{"detail.value", 0, 500, CodePoints}
+	LimitInputTimeout  = Limit{"input.timeout", 1, 30 * 60, Seconds}
+	LimitApprovalTime  = Limit{"approval.timeout", 1, 72 * 3600, Seconds}
+	LimitAnswerValue   = Limit{"answer.value", 1, 8192, CodePoints}
+
+	LimitEmoji = Limit{"reaction.emoji", 1, 64, CodePoints}
+
+	LimitCard         = Limit{"card", 0, 32768, JSONUTF8Bytes}
+	LimitCardTitle    = Limit{"card.title", 0, 200, CodePoints}
+	LimitCardFallback = Limit{"card.fallback_text", 1, 2000, CodePoints}
+	LimitCardBlocks   = Limit{"card.blocks", 0, 64, Items}
+	LimitBlockText    = Limit{"block.text", 1, 4000, CodePoints}
+	LimitFields       = Limit{"block.fields", 1, 20, Items}
+	LimitFieldLabel   = Limit{"field.label", 1, 80, CodePoints}
+	LimitFieldValue   = Limit{"field.value", 0, 500, CodePoints}
+	LimitLinkURL      = Limit{"link.url", 1, 2048, CodePoints}
+	LimitLinkLabel    = Limit{"link.label", 0, 200, CodePoints}
+	LimitCodeText     = Limit{"code.text", 1, 4000, CodePoints}
+	LimitCodeLanguage = Limit{"code.language", 0, 32, CodePoints}
+
+	LimitClientID = Limit{"client_id", 1, 160, CodePoints}
+
+	LimitWaitTimeout = Limit{"wait.timeout", 0, 300, Seconds}
+)
+
+// Limits lists every limit, in the table's order.
+func Limits() []Limit {
+	return []Limit{
+		LimitPostText, LimitPostBody,
+		LimitInputTitle, LimitApprovalTitle, LimitInputPrompt, LimitApprovalText,
+		LimitChoices, LimitChoiceValue, LimitChoiceLabel, LimitChoiceDesc,
+		LimitDetails, LimitDetailLabel, LimitDetailValue,
+		LimitInputTimeout, LimitApprovalTime, LimitAnswerValue,
+		LimitEmoji,
+		LimitCard, LimitCardTitle, LimitCardFallback, LimitCardBlocks, LimitBlockText,
+		LimitFields, LimitFieldLabel, LimitFieldValue, LimitLinkURL, LimitLinkLabel,
+		LimitCodeText, LimitCodeLanguage,
+		LimitClientID, LimitWaitTimeout,
+	}
+}
+
+// Default interaction deadlines (contract Part 4).
+const (
+	DefaultInputTimeout    = 10 * time.Minute
+	DefaultApprovalTimeout = time.Hour
+)
+
+// Duration is l's Min and Max as durations (for Seconds limits).
+func (l Limit) Duration() (min, max time.Duration) {
+	return time.Duration(l.Min) * time.Second, time.Duration(l.Max) * time.Second
+}
+
+// Check returns an *Error with code c if the string s breaks l (code
+// points). what names the field in the message.
+func (l Limit) Check(c Code, what, s string) error {
+	if !utf8.ValidString(s) {
+		return Errorf(c, "%s is not valid UTF-8", what)
+	}
+	n := utf8.RuneCountInString(s)
+	switch {
+	case n > l.Max:
+		return Errorf(c, "%s is too long: %d code points, at most %d", what, n, l.Max)
+	case n < l.Min && l.Min == 1:
+		return Errorf(c, "%s is empty", what)
+	case n < l.Min:
+		return Errorf(c, "%s is too short: %d code points, at least %d", what, n, l.Min)
+	}
+	return nil
+}
+
+// CheckItems returns an *Error with code c if an array of n items breaks l.
+func (l Limit) CheckItems(c Code, what string, n int) error {
+	if n > l.Max {
+		return Errorf(c, "%s: %d items, at most %d", what, n, l.Max)
+	}
+	if n < l.Min {
+		return Errorf(c, "%s: %d items, at least %d", what, n, l.Min)
+	}
+	return nil
+}
+
+func (l Limit) String() string { return fmt.Sprintf("%s ≤ %d %s", l.Name, l.Max, l.Unit) }
+
+// Patterns are the contract's id patterns.
+var (
+	ClientIDPattern      = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,160}$`)
+	InteractionIDPattern = regexp.MustCompile(`^ix_[0-9a-f]{12}$`)
+	MessageIDPattern     = regexp.MustCompile(`^MSG-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
+	ThreadPattern        = regexp.MustCompile(`^[0-9a-f]{16}$`)
+	TokenPattern         = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// CheckClientID returns InvalidClientID unless id matches ClientIDPattern
+// ("" is no client_id, and passes).
+func CheckClientID(id string) error {
+	if id != "" && !ClientIDPattern.MatchString(id) {
+		return Errorf(InvalidClientID, "client_id must match %s", ClientIDPattern)
+	}
+	return nil
+}

@@ -1,0 +1,393 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+)
+
+// This file is what every backend does to a thread the same way: give
+// epochs and ids, apply retention, answer Since and Changes, and apply a
+// Change to a message. The file store runs it under the thread's lock;
+// the Redis store uses the exported parts (NewEntry, ApplyChange,
+// SameContent) around its scripts.
+
+// threadDoc is one version of a thread: its retained messages, oldest
+// first, and its marks. It is never modified: a change makes a new one.
+type threadDoc struct {
+	msgs       []Entry
+	trimmed    int64 // the newest epoch retention dropped (v1 resets)
+	trimmedRev int64 // the newest rev retention dropped (v2 resets)
+	rev        int64 // the thread's newest change epoch
+}
+
+// nextEpoch is the epoch of the thread's next change at now: now, or one
+// past the newest change if now is not later (epochs strictly increase,
+// whatever the clock does).
+func (d *threadDoc) nextEpoch(now time.Time) int64 {
+	e := now.UnixMilli()
+	if e <= d.rev {
+		e = d.rev + 1
+	}
+	return e
+}
+
+// NewEntry returns m with its v1 and v2 JSON encoded once. A zero Rev is
+// the epoch (a message that never changed).
+func NewEntry(m chatrelay.Message) Entry {
+	if m.Rev == 0 {
+		m.Rev = m.Epoch
+	}
+	return Entry{Message: m, JSON: chatrelay.MarshalMessage(m), JSON2: chatrelay.MarshalMessageV2(m)}
+}
+
+// newID returns a message id for the second of at that no message of msgs
+// has.
+func newID(msgs []Entry, at time.Time) string {
+	for {
+		var b [3]byte
+		rand.Read(b[:])
+		id := "MSG-" + at.Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+		if !slices.ContainsFunc(msgs, func(e Entry) bool { return e.ID == id }) {
+			return id
+		}
+	}
+}
+
+// Prepare checks m and fills what it implies: the default author, a
+// checked Ask or Card, and the stored text (an interaction's rendering, a
+// card's fallback). It returns the domain's codes for bad input.
+func (m *NewMessage) Prepare(now time.Time) (*chatrelay.Interaction, error) {
+	if m.Author == "" {
+		m.Author = chatrelay.Operator
+	}
+	if err := chatrelay.CheckClientID(m.ClientID); err != nil {
+		return nil, err
+	}
+	var ix *chatrelay.Interaction
+	switch {
+	case m.Ask != nil && m.Card != nil:
+		return nil, chatrelay.Errorf(chatrelay.InvalidInteraction, "a message is an interaction or a card, not both")
+	case m.Ask != nil:
+		if err := m.Ask.Check(); err != nil {
+			return nil, err
+		}
+		ix = m.Ask.Interaction(now)
+		m.Text = ix.RenderText()
+		return ix, nil
+	case m.Card != nil:
+		if err := m.Card.Check(); err != nil {
+			return nil, err
+		}
+		m.Text = m.Card.FallbackText
+		return nil, nil
+	}
+	return nil, chatrelay.CheckText(m.Text)
+}
+
+// appendTo returns d with the new message m (prepared, with its
+// interaction ix) appended at now and retention r applied, and the new
+// entry; or, if m carries the client_id of a retained message, d itself
+// and that message (Replayed) or ClientIDConflict.
+func appendTo(d threadDoc, m NewMessage, ix *chatrelay.Interaction, r chatrelay.Retention, now time.Time) (threadDoc, Entry, error) {
+	if m.ClientID != "" {
+		if i := slices.IndexFunc(d.msgs, func(e Entry) bool { return e.ClientID == m.ClientID }); i >= 0 {
+			e := d.msgs[i]
+			if !SameContent(e.Message, m) {
+				return d, Entry{}, &chatrelay.Error{Code: chatrelay.ClientIDConflict, About: e.JSON2,
+					Message: "this client_id names another message of the thread; use a new client_id for a new message"}
+			}
+			e.Replayed = true
+			return d, e, nil
+		}
+	}
+	epoch := d.nextEpoch(now)
+	at := time.UnixMilli(epoch).UTC()
+	e := NewEntry(chatrelay.Message{
+		ID: newID(d.msgs, at), Epoch: epoch, TS: at.Format("2006-01-02T15:04:05+00:00"),
+		Author: m.Author, Text: m.Text, Rev: epoch,
+		AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card,
+	})
+	msgs := make([]Entry, 0, len(d.msgs)+1)
+	msgs = append(append(msgs, d.msgs...), e)
+	nd := threadDoc{trimmed: d.trimmed, trimmedRev: d.trimmedRev, rev: epoch}
+	nd.msgs, nd.trimmed, nd.trimmedRev = trim(r, msgs, now, d.trimmed, d.trimmedRev)
+	return nd, e, nil
+}
+
+// SameContent reports whether a stored message is what m would store
+// again: the same author, and the same text, card or question. (An
+// interaction's stored text names its deadline, so questions are compared
+// by what was asked.)
+func SameContent(stored chatrelay.Message, m NewMessage) bool {
+	if stored.Author != m.Author || stored.AuthorName != m.AuthorName {
+		return false
+	}
+	switch {
+	case m.Ask != nil:
+		ix := stored.Interaction
+		return ix != nil && ix.Type == m.Ask.Type && ix.Title == m.Ask.Title && ix.Prompt == m.Ask.Prompt &&
+			ix.AllowText == m.Ask.AllowText && slices.Equal(ix.Choices, m.Ask.Choices) && slices.Equal(ix.Details, m.Ask.Details)
+	case m.Card != nil:
+		return stored.Card != nil && string(chatrelay.MarshalMessageV2(chatrelay.Message{Card: stored.Card})) ==
+			string(chatrelay.MarshalMessageV2(chatrelay.Message{Card: m.Card}))
+	}
+	return stored.Interaction == nil && stored.Card == nil && stored.Text == m.Text
+}
+
+// changeIn applies c to d at now. It returns the new document (d itself if
+// nothing changed), the message in its current state, whether it changed,
+// and the change's error (a change and an error can come together: an
+// answer after the deadline stores the expiry and is refused).
+func changeIn(d threadDoc, c Change, now time.Time) (threadDoc, Entry, bool, error) {
+	i := slices.IndexFunc(d.msgs, func(e Entry) bool {
+		if c.Op == React || c.Op == Unreact {
+			return e.ID == c.MessageID
+		}
+		return e.Interaction != nil && e.Interaction.ID == c.InteractionID
+	})
+	if i < 0 {
+		if c.Op == React || c.Op == Unreact {
+			return d, Entry{}, false, chatrelay.Errorf(chatrelay.NotFound, "no message %s in this thread", c.MessageID)
+		}
+		return d, Entry{}, false, chatrelay.Errorf(chatrelay.NotFound, "no interaction %s in this thread", c.InteractionID)
+	}
+	m := cloneMessage(d.msgs[i].Message)
+	changed, err := ApplyChange(&m, c, now)
+	if !changed {
+		e := d.msgs[i]
+		if err != nil {
+			err = about(err, e.JSON2)
+		}
+		return d, e, false, err
+	}
+	m.Rev = d.nextEpoch(now)
+	e := NewEntry(m)
+	msgs := slices.Clone(d.msgs)
+	msgs[i] = e
+	nd := d
+	nd.msgs, nd.rev = msgs, m.Rev
+	if err != nil {
+		err = about(err, e.JSON2)
+	}
+	return nd, e, true, err
+}
+
+// about attaches a message's v2 JSON to a domain error.
+func about(err error, js []byte) error {
+	if e, ok := err.(*chatrelay.Error); ok {
+		c := *e
+		c.About = js
+		return &c
+	}
+	return err
+}
+
+// cloneMessage copies m deeply enough to change its interaction and
+// reactions without touching m (stored entries are shared).
+func cloneMessage(m chatrelay.Message) chatrelay.Message {
+	if m.Interaction != nil {
+		ix := *m.Interaction
+		if ix.Answer != nil {
+			a := *ix.Answer
+			ix.Answer = &a
+		}
+		m.Interaction = &ix
+	}
+	if m.Reactions != nil {
+		r := make(chatrelay.Reactions, len(m.Reactions))
+		for k, v := range m.Reactions {
+			r[k] = slices.Clone(v)
+		}
+		m.Reactions = r
+	}
+	return m
+}
+
+// ApplyChange applies c to m (a copy the caller owns) at now, and reports
+// whether m changed. Its errors: NotFound (a message without the
+// interaction), InvalidAnswer, InvalidEmoji, and InteractionClosed — an
+// answer or cancel of an interaction no longer pending. An answer that
+// comes at or after the deadline changes m to expired and is refused.
+func ApplyChange(m *chatrelay.Message, c Change, now time.Time) (changed bool, err error) {
+	switch c.Op {
+	case React, Unreact:
+		if err := chatrelay.CheckEmoji(c.Emoji); err != nil {
+			return false, err
+		}
+		who := m.Reactions[c.Emoji]
+		has := slices.Contains(who, c.By)
+		if c.Op == React {
+			if has {
+				return false, nil
+			}
+			if m.Reactions == nil {
+				m.Reactions = chatrelay.Reactions{}
+			}
+			m.Reactions[c.Emoji] = append(who, c.By)
+			return true, nil
+		}
+		if !has {
+			return false, nil
+		}
+		who = slices.DeleteFunc(who, func(a chatrelay.Author) bool { return a == c.By })
+		if len(who) == 0 {
+			delete(m.Reactions, c.Emoji)
+			if len(m.Reactions) == 0 {
+				m.Reactions = nil
+			}
+		} else {
+			m.Reactions[c.Emoji] = who
+		}
+		return true, nil
+	}
+	ix := m.Interaction
+	if ix == nil || ix.ID != c.InteractionID {
+		return false, chatrelay.Errorf(chatrelay.NotFound, "no interaction %s in this thread", c.InteractionID)
+	}
+	at := now.UnixMilli()
+	expire := func() {
+		ix.State, ix.AnsweredAt = chatrelay.Expired, max(at, ix.Deadline)
+	}
+	switch c.Op {
+	case Expire:
+		if ix.State != chatrelay.Pending || at < ix.Deadline {
+			return false, nil
+		}
+		expire()
+		return true, nil
+	case Cancel:
+		if ix.State == chatrelay.Pending && at >= ix.Deadline {
+			expire()
+			return true, closed(ix)
+		}
+		if ix.State != chatrelay.Pending {
+			return false, closed(ix)
+		}
+		ix.State, ix.AnsweredBy, ix.AnsweredAt = chatrelay.Canceled, c.By, at
+		return true, nil
+	case Respond:
+		if ix.State == chatrelay.Pending && at >= ix.Deadline {
+			expire()
+			return true, closed(ix)
+		}
+		if ix.State != chatrelay.Pending {
+			return false, closed(ix)
+		}
+		if err := ix.CheckAnswer(c.Answer); err != nil {
+			return false, err
+		}
+		a := c.Answer
+		ix.Answer, ix.AnsweredBy, ix.AnsweredAt = &a, c.By, at
+		switch {
+		case ix.Type == chatrelay.Input:
+			ix.State = chatrelay.Answered
+		case a.Decision == chatrelay.Approve:
+			ix.State = chatrelay.Approved
+		default:
+			ix.State = chatrelay.Denied
+		}
+		return true, nil
+	}
+	return false, chatrelay.Errorf(chatrelay.Internal, "unknown change %q", c.Op)
+}
+
+func closed(ix *chatrelay.Interaction) error {
+	return chatrelay.Errorf(chatrelay.InteractionClosed, "this interaction is %s: the first answer won", ix.State)
+}
+
+// trim applies r to msgs (oldest first) at time now. It returns the kept
+// messages and the newest epoch and rev dropped (or trimmed and trimmedRev
+// if retention drops nothing newer).
+func trim(r chatrelay.Retention, msgs []Entry, now time.Time, trimmed, trimmedRev int64) ([]Entry, int64, int64) {
+	cut := 0
+	if n := len(msgs) - r.Messages; n > 0 {
+		cut = n
+	}
+	oldest := now.Add(-r.Age).UnixMilli()
+	for cut < len(msgs) && msgs[cut].Epoch < oldest {
+		cut++
+	}
+	for _, e := range msgs[:cut] {
+		trimmed, trimmedRev = max(trimmed, e.Epoch), max(trimmedRev, e.Rev)
+	}
+	return msgs[cut:], trimmed, trimmedRev
+}
+
+// page builds the answer to Since (v1) from a thread's retained messages.
+func page(thread string, d threadDoc, since int64, limit int) Page {
+	msgs := d.msgs
+	p := Page{Thread: thread, Reset: since > 0 && since < d.trimmed}
+	if len(msgs) == 0 {
+		return p
+	}
+	last := msgs[len(msgs)-1]
+	p.Cursor = last.Epoch
+	p.Awaiting = last.Author != chatrelay.Hermes
+	// First message with epoch > since: epochs strictly increase.
+	lo, _ := slices.BinarySearchFunc(msgs, since, func(e Entry, s int64) int {
+		if e.Epoch <= s {
+			return -1
+		}
+		return 1
+	})
+	out := msgs[lo:]
+	if limit > 0 && len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	p.Messages = out[:len(out):len(out)]
+	return p
+}
+
+// changesPage builds the answer to Changes (v2).
+func changesPage(thread string, d threadDoc, since int64, limit int) Page {
+	p := Page{Thread: thread, Cursor: d.rev, Reset: since > 0 && since < d.trimmedRev}
+	if len(d.msgs) == 0 {
+		return p
+	}
+	p.Awaiting = d.msgs[len(d.msgs)-1].Author != chatrelay.Hermes
+	if since <= 0 {
+		out := d.msgs
+		if limit > 0 && len(out) > limit {
+			out = out[len(out)-limit:]
+		}
+		p.Messages = out[:len(out):len(out)]
+		return p
+	}
+	var out []Entry
+	for _, e := range d.msgs {
+		if e.Rev > since {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return cmpInt(a.Rev, b.Rev) })
+	p.Messages = out
+	return p
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// threadInfo summarises a thread that has messages.
+func threadInfo(thread string, d threadDoc) ThreadInfo {
+	last := d.msgs[len(d.msgs)-1]
+	return ThreadInfo{
+		Thread: thread, Messages: len(d.msgs), LastAuthor: last.Author,
+		LastEpoch: last.Epoch, Rev: d.rev, Awaiting: last.Author != chatrelay.Hermes,
+	}
+}
+
+// sortThreads orders threads newest activity (change) first.
+func sortThreads(infos []ThreadInfo) {
+	slices.SortFunc(infos, func(a, b ThreadInfo) int { return cmpInt(b.Rev, a.Rev) })
+}
