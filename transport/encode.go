@@ -39,10 +39,12 @@ func writeBytes(w http.ResponseWriter, status int, b []byte) {
 	w.Write(b)
 }
 
-// postBody is the body of a post: {"text": "…", "kind": "operator"|"agent"}.
+// postBody is the body of a post: {"text": "…", "kind": "operator"|"agent",
+// "client_id": "…"}.
 type postBody struct {
-	Text string
-	Kind chatrelay.Author
+	Text     string
+	Kind     chatrelay.Author
+	ClientID string
 }
 
 // parsePost decodes and checks a post body. It is the one parser of posts,
@@ -70,6 +72,17 @@ func parsePost(data []byte) (postBody, error) {
 			return postBody{}, chatrelay.Errorf(chatrelay.InvalidKind, `kind must be "operator" or "agent"`)
 		}
 		p.Kind = chatrelay.Author(kind)
+	}
+	if c, ok := raw["client_id"]; ok && string(c) != "null" {
+		if json.Unmarshal(c, &p.ClientID) != nil {
+			return postBody{}, chatrelay.Errorf(chatrelay.InvalidClientID, "client_id must be a string matching %s", chatrelay.ClientIDPattern)
+		}
+		if err := chatrelay.CheckClientID(p.ClientID); err != nil {
+			return postBody{}, err
+		}
+		if p.ClientID == "" {
+			return postBody{}, chatrelay.Errorf(chatrelay.InvalidClientID, "client_id must match %s", chatrelay.ClientIDPattern)
+		}
 	}
 	return p, nil
 }
@@ -143,9 +156,10 @@ func parseSince(s string) (int64, error) {
 	return n, nil
 }
 
-// appendPage appends the v1 poll answer for p to b, from the messages'
-// pre-encoded JSON: nothing is encoded per poll.
-func appendPage(b []byte, p store.Page) []byte {
+// appendPage appends the poll answer for p in view v to b, from the
+// messages' pre-encoded JSON: nothing is encoded per poll. The v2 answer
+// adds "reset" (true when retention dropped a change after the cursor).
+func appendPage(b []byte, p store.Page, v view) []byte {
 	b = append(b, `{"success":true,"thread":"`...)
 	b = append(b, p.Thread...)
 	b = append(b, `","messages":[`...)
@@ -153,9 +167,19 @@ func appendPage(b []byte, p store.Page) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, m.JSON...)
+		if v.v2 {
+			b = append(b, m.JSON2...)
+		} else {
+			b = append(b, m.JSON...)
+		}
 	}
-	b = append(b, `],"awaiting":`...)
+	if v.v2 {
+		b = append(b, `],"reset":`...)
+		b = strconv.AppendBool(b, p.Reset)
+		b = append(b, `,"awaiting":`...)
+	} else {
+		b = append(b, `],"awaiting":`...)
+	}
 	b = strconv.AppendBool(b, p.Awaiting)
 	b = append(b, `,"cursor":`...)
 	b = strconv.AppendInt(b, p.Cursor, 10)

@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"encoding/json"
+
 	"github.com/chatrelay/chatrelay"
 
 	"errors"
@@ -32,6 +34,15 @@ var statusOf = map[chatrelay.Code]int{
 	chatrelay.OriginNotAllowed: http.StatusForbidden,
 	chatrelay.UpgradeRequired:  http.StatusUpgradeRequired,
 	chatrelay.InvalidHandshake: http.StatusBadRequest,
+
+	chatrelay.InvalidVersion:     http.StatusBadRequest,
+	chatrelay.InvalidAnswer:      http.StatusBadRequest,
+	chatrelay.InvalidEmoji:       http.StatusBadRequest,
+	chatrelay.InvalidClientID:    http.StatusBadRequest,
+	chatrelay.InteractionClosed:  http.StatusConflict,
+	chatrelay.ClientIDConflict:   http.StatusConflict,
+	chatrelay.InvalidInteraction: http.StatusBadRequest,
+	chatrelay.InvalidCard:        http.StatusBadRequest,
 }
 
 // errorBody is the contract's error shape; extra fields follow the four.
@@ -42,6 +53,9 @@ type errorBody struct {
 	Retryable    bool           `json:"retryable"`
 	RetryAfterMS *int64         `json:"retry_after_ms,omitempty"`
 	See          string         `json:"see,omitempty"`
+	// Message is the v2 message the error is about, in its current state
+	// (a 409 interaction_closed or client_id_conflict).
+	Message json.RawMessage `json:"message,omitempty"`
 }
 
 // errorOf turns any error into the body a client is shown. A foreign error
@@ -55,7 +69,7 @@ func errorOf(err error) (*chatrelay.Error, errorBody) {
 	if e.Code == chatrelay.Internal {
 		msg = "internal error"
 	}
-	body := errorBody{Error: msg, Code: e.Code, Retryable: e.Code.Retryable()}
+	body := errorBody{Error: msg, Code: e.Code, Retryable: e.Code.Retryable(), Message: e.About}
 	if e.Code == chatrelay.RateLimited {
 		ms := max(e.Retry.Milliseconds(), 1)
 		body.RetryAfterMS = &ms

@@ -2,50 +2,116 @@ package transport
 
 import (
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/chatrelay/chatrelay/store"
 )
 
-// Event is one change on its way to a thread's subscribers (the hub's
-// event type). It is built once per
-// message by NewEvent and then shared, read-only, by every subscriber of the
-// thread: the transports write SSE or WS as they are, with no per-subscriber
-// encoding.
+// kind is what a stream sends of a change, in its view.
+type kind uint8
+
+const (
+	v1Message kind = iota // v1: a new message, its v1 object
+	v2Message             // v2: a message the client has not seen (its epoch is past the client's cursor)
+	v2Update              // v2: a change of a message the client has
+	numKinds
+)
+
+// name is the SSE event name and the WebSocket frame type of k.
+func (k kind) name() string {
+	if k == v2Update {
+		return "update"
+	}
+	return "message"
+}
+
+// Event is one change of a thread on its way to the thread's subscribers:
+// the hub's event type. It is built once per change by NewEvent and then
+// shared, read-only, by every subscriber: each frame (per kind and
+// transport) is encoded once, by the first stream that needs it, and every
+// other stream writes the same bytes.
 type Event struct {
 	Thread string
-	Epoch  int64
-	JSON   []byte // the message object as poll returns it
-	SSE    []byte // "id: <epoch>\nevent: message\ndata: <JSON>\n\n"
-	WS     []byte // {"type":"message","message":<JSON>}
-	// Stored is when the store's change feed delivered the message (for
-	// the server's own posts, the end of the append); zero if unknown.
+	Entry  store.Entry // the message in its state as of this change
+	// Stored is when the store's change feed delivered the change (for
+	// the server's own writes, the end of the write); zero if unknown.
 	// The transports measure the fan-out delay from it.
 	Stored time.Time
+
+	sse, ws [numKinds]lazyFrame
 }
 
-// NewEvent builds the shared frames of a message whose v1 JSON is js.
-func NewEvent(thread string, epoch int64, js []byte) *Event {
-	return &Event{
-		Thread: thread, Epoch: epoch, JSON: js,
-		SSE: AppendSSE(make([]byte, 0, len(js)+64), epoch, js), // 41 bytes of framing with a 13-digit epoch
-		WS:  AppendWS(make([]byte, 0, len(js)+32), js),
+// lazyFrame is a frame encoded on first use.
+type lazyFrame struct {
+	once sync.Once
+	b    []byte
+}
+
+func (f *lazyFrame) get(make func() []byte) []byte {
+	f.once.Do(func() { f.b = make() })
+	return f.b
+}
+
+// NewEvent returns the event of a change whose message is now e.
+func NewEvent(thread string, e store.Entry) *Event {
+	return &Event{Thread: thread, Entry: e}
+}
+
+// Epoch is the change's epoch: the message's rev (its epoch if new).
+func (ev *Event) Epoch() int64 { return ev.Entry.Rev }
+
+// json is the message object a frame of kind k carries.
+func (ev *Event) json(k kind) []byte {
+	if k == v1Message {
+		return ev.Entry.JSON
 	}
+	return ev.Entry.JSON2
 }
 
-// AppendSSE appends the SSE frame of a message to b:
-// "id: <epoch>\nevent: message\ndata: <js>\n\n". encoding/json never
-// writes a raw newline, so js fits one data line.
-func AppendSSE(b []byte, epoch int64, js []byte) []byte {
+// id is the SSE id of a frame of kind k: the cursor it moves the client
+// to (the message's epoch in v1, the change's in v2).
+func (ev *Event) id(k kind) int64 {
+	if k == v1Message {
+		return ev.Entry.Epoch
+	}
+	return ev.Entry.Rev
+}
+
+// SSE is the event's SSE frame of kind k.
+func (ev *Event) SSE(k kind) []byte {
+	return ev.sse[k].get(func() []byte {
+		js := ev.json(k)
+		return AppendSSE(make([]byte, 0, len(js)+48), ev.id(k), k.name(), js) // 41 bytes of framing with a 13-digit id
+	})
+}
+
+// WS is the event's WebSocket frame of kind k.
+func (ev *Event) WS(k kind) []byte {
+	return ev.ws[k].get(func() []byte {
+		js := ev.json(k)
+		return AppendWS(make([]byte, 0, len(js)+32), k.name(), js)
+	})
+}
+
+// AppendSSE appends an SSE frame to b: "id: <id>\nevent: <name>\ndata:
+// <js>\n\n". encoding/json never writes a raw newline, so js fits one
+// data line.
+func AppendSSE(b []byte, id int64, name string, js []byte) []byte {
 	b = append(b, "id: "...)
-	b = strconv.AppendInt(b, epoch, 10)
-	b = append(b, "\nevent: message\ndata: "...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, "\nevent: "...)
+	b = append(b, name...)
+	b = append(b, "\ndata: "...)
 	b = append(b, js...)
 	return append(b, "\n\n"...)
 }
 
-// AppendWS appends the WebSocket frame of a message to b:
-// {"type":"message","message":<js>}.
-func AppendWS(b []byte, js []byte) []byte {
-	b = append(b, `{"type":"message","message":`...)
+// AppendWS appends a WebSocket frame to b: {"type":"<typ>","message":<js>}.
+func AppendWS(b []byte, typ string, js []byte) []byte {
+	b = append(b, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","message":`...)
 	b = append(b, js...)
 	return append(b, '}')
 }

@@ -7,38 +7,48 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/store"
 )
 
-func TestNewEventFrames(t *testing.T) {
+func TestEventFrames(t *testing.T) {
 	t.Parallel()
 	m := chatrelay.Message{ID: "MSG-20261023-184000-a1b2c3", Epoch: 1792778400123, TS: "2026-10-23T18:40:00+00:00",
-		Author: chatrelay.Agent, Text: "line 1\nline 2 <b>&</b>"}
-	js := chatrelay.MarshalMessage(m)
-	ev := NewEvent("a1b2c3d4e5f60718", m.Epoch, js)
-	wantJSON := `{"id":"MSG-20261023-184000-a1b2c3","epoch":1792778400123,"ts":"2026-10-23T18:40:00+00:00","author":"agent","text":"line 1\nline 2 <b>&</b>"}`
-	assert.Equal(t, "JSON", string(ev.JSON), wantJSON)
-	assert.Equal(t, "SSE", string(ev.SSE), "id: 1792778400123\nevent: message\ndata: "+wantJSON+"\n\n")
-	assert.Equal(t, "WS", string(ev.WS), `{"type":"message","message":`+wantJSON+`}`)
-	assert.Equal(t, "SSE frame lines", bytes.Count(ev.SSE, []byte("\n")), 4) // the text's newline is escaped
+		Author: chatrelay.Agent, Text: "line 1\nline 2 <b>&</b>", Rev: 1792778400999, Reactions: chatrelay.Reactions{"👍": {chatrelay.Hermes}}}
+	ev := NewEvent("a1b2c3d4e5f60718", store.NewEntry(m))
+	v1 := `{"id":"MSG-20261023-184000-a1b2c3","epoch":1792778400123,"ts":"2026-10-23T18:40:00+00:00","author":"agent","text":"line 1\nline 2 <b>&</b>"}`
+	v2 := `{"id":"MSG-20261023-184000-a1b2c3","epoch":1792778400123,"ts":"2026-10-23T18:40:00+00:00","author":"agent","text":"line 1\nline 2 <b>&</b>","rev":1792778400999,"reactions":{"👍":["hermes"]}}`
+	for _, tc := range []struct {
+		k       kind
+		sse, ws string
+	}{
+		{v1Message, "id: 1792778400123\nevent: message\ndata: " + v1 + "\n\n", `{"type":"message","message":` + v1 + `}`},
+		{v2Message, "id: 1792778400999\nevent: message\ndata: " + v2 + "\n\n", `{"type":"message","message":` + v2 + `}`},
+		{v2Update, "id: 1792778400999\nevent: update\ndata: " + v2 + "\n\n", `{"type":"update","message":` + v2 + `}`},
+	} {
+		assert.Equal(t, "SSE", string(ev.SSE(tc.k)), tc.sse)
+		assert.Equal(t, "WS", string(ev.WS(tc.k)), tc.ws)
+		assert.Equal(t, "SSE frame lines", bytes.Count(ev.SSE(tc.k), []byte("\n")), 4) // the text's newline is escaped
+		assert.True(t, &ev.SSE(tc.k)[0] == &ev.SSE(tc.k)[0], "a frame encoded twice")
+	}
 }
 
-// BenchmarkSSEFrame builds a message's shared frames once and writes its
-// SSE frame, as a stream does per subscriber.
+// BenchmarkSSEFrame builds a change's event and writes its SSE frame, as
+// the first stream of a thread does.
 func BenchmarkSSEFrame(b *testing.B) {
-	benchmarkFrame(b, func(ev *Event) []byte { return ev.SSE })
+	benchmarkFrame(b, func(ev *Event) []byte { return ev.SSE(v1Message) })
 }
 
 // BenchmarkWSFrame is BenchmarkSSEFrame for the WebSocket frame.
 func BenchmarkWSFrame(b *testing.B) {
-	benchmarkFrame(b, func(ev *Event) []byte { return ev.WS })
+	benchmarkFrame(b, func(ev *Event) []byte { return ev.WS(v1Message) })
 }
 
 func benchmarkFrame(b *testing.B, frame func(*Event) []byte) {
-	js := chatrelay.MarshalMessage(chatrelay.Message{ID: "MSG-20261023-184000-a1b2c3", Epoch: 1792778400123,
+	e := store.NewEntry(chatrelay.Message{ID: "MSG-20261023-184000-a1b2c3", Epoch: 1792778400123,
 		TS: "2026-10-23T18:40:00+00:00", Author: chatrelay.Operator, Text: "a typical chat line of about eighty characters, asking the agent something"})
 	b.ReportAllocs()
 	for b.Loop() {
-		ev := NewEvent("a1b2c3d4e5f60718", 1792778400123, js)
+		ev := NewEvent("a1b2c3d4e5f60718", e)
 		if _, err := io.Discard.Write(frame(ev)); err != nil {
 			b.Fatal(err)
 		}

@@ -236,8 +236,15 @@ type pollPage struct {
 	Cursor   int64             `json:"cursor"`
 }
 
-// message is the v1 message object as clients receive it.
-type message = chatrelay.Message
+// message is the v1 message object as clients receive it: exactly these
+// five fields.
+type message struct {
+	ID     string           `json:"id"`
+	Epoch  int64            `json:"epoch"`
+	TS     string           `json:"ts"`
+	Author chatrelay.Author `json:"author"`
+	Text   string           `json:"text"`
+}
 
 func decodeMessage(t testing.TB, raw []byte) message {
 	t.Helper()

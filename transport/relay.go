@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"sync"
+
 	"github.com/chatrelay/chatrelay"
 
 	"context"
@@ -10,13 +12,22 @@ import (
 )
 
 // Run feeds the hub from the store's change feed until ctx is done. It is
-// the hub's only input, so a message is pushed only after it is stored.
-// Streams wait for Ready before they read their backlog.
+// the hub's only input, so a change is pushed only after it is stored.
+// Streams wait for Ready before they read their backlog. Run also owns
+// the timers that expire pending interactions (expiry.go).
 func (s *Server) Run(ctx context.Context) error {
 	s.ops.feeds.Add(1) // /readyz: the feed is live while Run runs
 	defer s.ops.feeds.Add(-1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	x := newExpiries(s)
+	var wg sync.WaitGroup
+	wg.Go(func() { x.run(ctx) })
+	defer wg.Wait()
+	defer cancel()
 	return s.store.Follow(ctx, func(b store.Batch) {
 		s.ops.feedBatch(b)
+		x.noteBatch(b)
 		switch {
 		case b.Ready:
 			s.readyMu.Do(func() { close(s.ready) })
@@ -26,7 +37,7 @@ func (s *Server) Run(ctx context.Context) error {
 			events := make([]*Event, len(b.Messages))
 			now := time.Now()
 			for i, e := range b.Messages {
-				events[i] = NewEvent(b.Thread, e.Epoch, e.JSON)
+				events[i] = NewEvent(b.Thread, e)
 				events[i].Stored = now
 			}
 			s.hub.Publish(b.Thread, events...)

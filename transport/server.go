@@ -132,6 +132,8 @@ func (s *Server) routes() {
 		s.mux.HandleFunc(p+"/api/debug/agent-replies"+suffix, s.handleGone)
 	}
 	s.mux.Handle(p+"/api/chat/ticket", s.cors(only(http.MethodPost, s.handleTicket)))
+	s.mux.Handle(p+"/api/chat/respond", s.cors(only(http.MethodPost, s.handleRespond)))
+	s.mux.Handle(p+"/api/chat/react", s.cors(only(http.MethodPost, s.handleReact)))
 	s.mux.Handle(p+"/api/chat/stream", s.cors(onlyStream(s.handleSSE)))
 	s.mux.Handle(p+"/api/chat/ws", onlyStream(s.handleWS))
 	s.mux.HandleFunc(p+"/api/", s.handleNotFound)
@@ -266,23 +268,48 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if e.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	writeJSON(w, http.StatusCreated, postAnswer{Success: true, ID: e.ID, Epoch: e.Epoch, TS: e.TS, Thread: thread})
 }
 
 // post counts a checked post against the rate windows of thread and of
 // ipKey (limitKey's) and stores it. It is the one write path of browsers,
-// over HTTP and over the WebSocket.
+// over HTTP and over the WebSocket. A post whose client_id the thread
+// already holds is answered that message again (Entry.Replayed), stores
+// nothing and counts in no window, even a full one.
 func (s *Server) post(ctx context.Context, ipKey, thread string, p postBody) (store.Entry, error) {
+	m := store.NewMessage{Author: p.Kind, Text: p.Text, ClientID: p.ClientID}
 	undo, err := s.limiter.Take(ctx, thread, ipKey)
 	if err != nil {
+		if p.ClientID != "" && chatrelay.CodeOf(err) == chatrelay.RateLimited {
+			if e, ok := s.replayOf(ctx, thread, m); ok {
+				return e, nil
+			}
+		}
 		return store.Entry{}, err
 	}
-	e, err := s.store.Append(ctx, thread, store.NewMessage{Author: p.Kind, Text: p.Text})
-	if err != nil {
+	e, err := s.store.Append(ctx, thread, m)
+	if err != nil || e.Replayed {
 		undo()
-		return store.Entry{}, err
 	}
-	return e, nil
+	return e, err
+}
+
+// replayOf finds the retained message of thread that m would replay.
+func (s *Server) replayOf(ctx context.Context, thread string, m store.NewMessage) (store.Entry, bool) {
+	p, err := s.store.Changes(ctx, thread, 0, 0)
+	if err != nil {
+		return store.Entry{}, false
+	}
+	for _, e := range p.Messages {
+		if e.ClientID == m.ClientID && store.SameContent(e.Message, m) {
+			e.Replayed = true
+			return e, true
+		}
+	}
+	return store.Entry{}, false
 }
 
 func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request) {
@@ -296,13 +323,18 @@ func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	pg, err := s.store.Since(r.Context(), thread, since, limitFor(since))
+	v, err := viewOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	pg, err := v.read(r.Context(), s.store, thread, since)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	buf := make([]byte, 0, 128+len(pg.Messages)*192)
-	writeBytes(w, http.StatusOK, appendPage(buf, pg))
+	writeBytes(w, http.StatusOK, appendPage(buf, pg, v))
 }
 
 // limitFor is the page size of a read from cursor since: without a cursor,

@@ -31,10 +31,57 @@ type principal struct {
 	ctx context.Context
 }
 
-// view is what a stream or a poll shows its principal. Today every
-// principal sees the v1 view; the frames of each view are encoded once per
-// change and shared by its subscribers (Event).
-type view struct{}
+// view is what a stream or a poll shows its principal: the frozen v1 view
+// (new messages, v1 objects, the message cursor) or the v2 view (every
+// change, v2 objects, the change cursor). The frames of each view are
+// encoded once per change and shared by its subscribers (Event).
+type view struct {
+	v2 bool
+}
+
+// viewOf reads the view a request asks for: ?v= absent, empty or 1 is v1,
+// 2 is v2, anything else is refused with invalid_version.
+func viewOf(r *http.Request) (view, error) {
+	switch r.URL.Query().Get("v") {
+	case "", "1":
+		return view{}, nil
+	case "2":
+		return view{v2: true}, nil
+	}
+	return view{}, chatrelay.Errorf(chatrelay.InvalidVersion, `v is 1 (the default) or 2`)
+}
+
+// read is the view's read of a thread after cursor: the v1 messages
+// (Since) or the v2 changes (Changes).
+func (v view) read(ctx context.Context, st store.Store, thread string, cursor int64) (store.Page, error) {
+	if v.v2 {
+		return st.Changes(ctx, thread, cursor, limitFor(cursor))
+	}
+	return st.Since(ctx, thread, cursor, limitFor(cursor))
+}
+
+// kindOf says how a stream of the view at cursor sends message e, and
+// whether it sends it at all: v1 sends a message once, when its epoch is
+// past the cursor; v2 sends each change past the cursor, as a message if
+// the client cannot have it yet (its epoch is past the cursor), else as an
+// update.
+func (v view) kindOf(e store.Entry, cursor int64) (kind, bool) {
+	if !v.v2 {
+		return v1Message, e.Epoch > cursor
+	}
+	if e.Epoch > cursor {
+		return v2Message, true
+	}
+	return v2Update, e.Rev > cursor
+}
+
+// cursorAfter is the cursor of a stream of the view once it sent e.
+func (v view) cursorAfter(e store.Entry) int64 {
+	if v.v2 {
+		return e.Rev
+	}
+	return e.Epoch
+}
 
 // streamRequest is a stream asked for: by whom, what view, from where.
 type streamRequest struct {
@@ -48,10 +95,10 @@ type streamRequest struct {
 // the session's goroutine calls it.
 type frameWriter interface {
 	// start writes the opening: ready, reset if the reader missed
-	// messages it can no longer get, then the backlog, oldest first.
+	// messages it can no longer get, then the backlog, in order.
 	start(o opening) error
-	// events writes live events of the thread, in order.
-	events(evs []*Event) error
+	// events writes live changes of the thread, in order.
+	events(items []item) error
 	// heartbeat keeps an idle stream open through proxies and finds a
 	// client that left.
 	heartbeat() error
@@ -68,7 +115,40 @@ type frameWriter interface {
 type opening struct {
 	ready   readyFrame
 	reset   bool
-	backlog []store.Entry
+	backlog []item
+}
+
+// item is one message a stream sends: a live change (ev, whose frames are
+// shared) or a message of the backlog (e, framed for this stream only),
+// of kind k.
+type item struct {
+	ev *Event
+	e  store.Entry
+	k  kind
+}
+
+// sse appends the item's SSE frame to b.
+func (it item) sse(b []byte) []byte {
+	if it.ev != nil {
+		return append(b, it.ev.SSE(it.k)...)
+	}
+	if it.k == v1Message {
+		return AppendSSE(b, it.e.Epoch, it.k.name(), it.e.JSON)
+	}
+	return AppendSSE(b, it.e.Rev, it.k.name(), it.e.JSON2)
+}
+
+// ws returns the item's WebSocket frame: a live change's shared frame, or
+// a backlog message's, built in buf (which the caller may reuse once it is
+// written; never a shared frame).
+func (it item) ws(buf []byte) []byte {
+	if it.ev != nil {
+		return it.ev.WS(it.k)
+	}
+	if it.k == v1Message {
+		return AppendWS(buf[:0], it.k.name(), it.e.JSON)
+	}
+	return AppendWS(buf[:0], it.k.name(), it.e.JSON2)
 }
 
 // session is one open stream: registered with the hub, its backlog read.
@@ -91,7 +171,11 @@ func (s *Server) streamRequest(r *http.Request, cursor string) (streamRequest, e
 	if err != nil {
 		return streamRequest{}, err
 	}
-	return streamRequest{p: p, cursor: c, ip: limitKey(clientIP(r, s.cfg.Trusted))}, nil
+	v, err := viewOf(r)
+	if err != nil {
+		return streamRequest{}, err
+	}
+	return streamRequest{p: p, v: v, cursor: c, ip: limitKey(clientIP(r, s.cfg.Trusted))}, nil
 }
 
 // openSession takes a stream slot, registers a subscriber with the hub
@@ -124,7 +208,7 @@ func (s *Server) openSession(ctx context.Context, req streamRequest) (*session, 
 		release()
 		return nil, errShuttingDown
 	}
-	page, err := s.store.Since(ctx, req.p.thread, req.cursor, limitFor(req.cursor))
+	page, err := req.v.read(ctx, s.store, req.p.thread, req.cursor)
 	if err != nil {
 		sub.Close()
 		release()
@@ -151,21 +235,28 @@ func (ss *session) run(fw frameWriter) {
 	s := ss.s
 	defer s.ops.streamOpened(fw.name())()
 	p := ss.backlog
+	v := ss.req.v
+	// last is the cursor the client has from its own cursor and the
+	// backlog: live changes at or below it are skipped.
+	last := max(ss.req.cursor, p.Cursor)
+	backlog := make([]item, 0, len(p.Messages))
+	for _, e := range p.Messages {
+		if k, ok := v.kindOf(e, ss.req.cursor); ok {
+			backlog = append(backlog, item{e: e, k: k})
+		}
+	}
 	err := fw.start(opening{
-		ready:   readyFrame{Thread: p.Thread, Cursor: p.Cursor, Awaiting: p.Awaiting},
-		reset:   p.Reset,
-		backlog: p.Messages,
+		ready: readyFrame{Thread: p.Thread, Cursor: p.Cursor, Awaiting: p.Awaiting},
+		reset: p.Reset, backlog: backlog,
 	})
 	if err != nil {
 		return
 	}
-	ss.backlog = store.Page{} // an idle stream holds no backlog
-	// last is the newest epoch the client has from the backlog or its
-	// cursor: live events at or below it are skipped.
-	last := max(ss.req.cursor, p.Cursor)
+	ss.backlog, backlog = store.Page{}, nil // an idle stream holds no backlog
 	ping := time.NewTicker(s.cfg.Heartbeat)
 	defer ping.Stop()
-	batch := make([]*Event, 0, 1)
+	var batch []item
+	var evs []*Event
 	for {
 		select {
 		case <-fw.gone():
@@ -183,11 +274,12 @@ func (ss *session) run(fw frameWriter) {
 				fw.end(why)
 				return
 			}
-			batch = batch[:0]
+			batch, evs = batch[:0], evs[:0]
 			for {
-				if ev.Epoch > last {
-					last = ev.Epoch
-					batch = append(batch, ev)
+				if k, ok := v.kindOf(ev.Entry, last); ok {
+					last = v.cursorAfter(ev.Entry)
+					batch = append(batch, item{ev: ev, k: k})
+					evs = append(evs, ev)
 				}
 				if len(batch) == maxBatch || len(ss.sub.C()) == 0 {
 					break
@@ -202,8 +294,9 @@ func (ss *session) run(fw frameWriter) {
 			if fw.events(batch) != nil {
 				return
 			}
-			s.ops.delivered(fw.name(), batch...)
+			s.ops.delivered(fw.name(), evs...)
 			clear(batch) // hold no events while idle
+			clear(evs)
 		}
 	}
 }

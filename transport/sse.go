@@ -64,25 +64,25 @@ func (sw *sseWriter) name() string          { return transportSSE }
 func (sw *sseWriter) gone() <-chan struct{} { return sw.done }
 func (sw *sseWriter) heartbeat() error      { return sw.write([]byte(": ping\n\n")) }
 func (sw *sseWriter) end(why error)         {} // SSE has no close reason: the client resumes from Last-Event-ID
-func (sw *sseWriter) events(evs []*Event) error {
-	if len(evs) == 1 {
-		return sw.write(evs[0].SSE)
+func (sw *sseWriter) events(items []item) error {
+	if len(items) == 1 {
+		return sw.write(items[0].ev.SSE(items[0].k))
 	}
 	n := 0
-	for _, ev := range evs {
-		n += len(ev.SSE)
+	for _, it := range items {
+		n += len(it.ev.SSE(it.k))
 	}
 	b := make([]byte, 0, n) // one write and one flush for the batch
-	for _, ev := range evs {
-		b = append(b, ev.SSE...)
+	for _, it := range items {
+		b = it.sse(b)
 	}
 	return sw.write(b)
 }
 
 func (sw *sseWriter) start(o opening) error {
 	n := 128
-	for _, e := range o.backlog {
-		n += len(e.JSON) + 48
+	for _, it := range o.backlog {
+		n += len(it.e.JSON2) + 48
 	}
 	b := make([]byte, 0, n)
 	b = append(b, "retry: 2000\n\nevent: ready\ndata: "...)
@@ -91,8 +91,8 @@ func (sw *sseWriter) start(o opening) error {
 	if o.reset {
 		b = append(b, "event: reset\ndata: {}\n\n"...)
 	}
-	for _, e := range o.backlog {
-		b = AppendSSE(b, e.Epoch, e.JSON)
+	for _, it := range o.backlog {
+		b = it.sse(b)
 	}
 	return sw.write(b)
 }

@@ -136,19 +136,19 @@ func (ww *wsWriter) start(o opening) error {
 			return err
 		}
 	}
-	var frame []byte
-	for _, e := range o.backlog {
-		frame = AppendWS(frame[:0], e.JSON)
-		if err := ww.write(frame); err != nil {
+	var buf []byte // backlog items are never shared events: buf is ours to reuse
+	for _, it := range o.backlog {
+		buf = it.ws(buf)
+		if err := ww.write(buf); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (ww *wsWriter) events(evs []*Event) error {
-	for _, ev := range evs {
-		if err := ww.write(ev.WS); err != nil {
+func (ww *wsWriter) events(items []item) error {
+	for _, it := range items {
+		if err := ww.write(it.ws(nil)); err != nil {
 			return err
 		}
 	}
@@ -224,7 +224,8 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 	b, _ := json.Marshal(struct {
 		Type string `json:"type"`
 		postAnswer
-	}{"posted", postAnswer{Success: true, ID: e.ID, Epoch: e.Epoch, TS: e.TS, Thread: thread}})
+		Replayed bool `json:"replayed,omitempty"` // the client_id named a message already stored
+	}{"posted", postAnswer{Success: true, ID: e.ID, Epoch: e.Epoch, TS: e.TS, Thread: thread}, e.Replayed})
 	return b
 }
 

@@ -1,0 +1,166 @@
+package transport
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// The v2 routes (contract Part 4): answering an interaction, reacting.
+
+// messageAnswer is the 200 of respond and react.
+type messageAnswer struct {
+	Success bool            `json:"success"`
+	Message json.RawMessage `json:"message"` // the v2 message, in its current state
+}
+
+// respondBody is the body of POST /api/chat/respond.
+type respondBody struct {
+	InteractionID *string `json:"interaction_id"`
+	Decision      *string `json:"decision"`
+	Value         *string `json:"value"`
+}
+
+// handleRespond serves POST /api/chat/respond: the owner answers an
+// interaction. The first answer wins, atomically in the store; any other,
+// and any after the deadline or a cancel, is 409 interaction_closed with
+// the current message.
+func (s *Server) handleRespond(w http.ResponseWriter, r *http.Request) {
+	thread, err := threadOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var body respondBody
+	if err := readJSON(w, r, &body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if body.InteractionID == nil {
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.InvalidJSON, `the body names the interaction: {"interaction_id": "ix_…", "decision" or "value"}`))
+		return
+	}
+	if !chatrelay.InteractionIDPattern.MatchString(*body.InteractionID) {
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no interaction %q in this thread", *body.InteractionID))
+		return
+	}
+	var ans chatrelay.Answer
+	switch {
+	case body.Decision != nil && body.Value != nil:
+		err = chatrelay.Errorf(chatrelay.InvalidAnswer, "an answer is a decision or a value, not both")
+	case body.Decision != nil:
+		ans.Decision = *body.Decision
+	case body.Value != nil:
+		ans.Value = *body.Value
+	default:
+		err = chatrelay.Errorf(chatrelay.InvalidAnswer, `an answer needs a "decision" (approval) or a "value" (input)`)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	e, err := s.store.Change(r.Context(), thread, store.Change{Op: store.Respond, InteractionID: *body.InteractionID, Answer: ans, By: chatrelay.Operator})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, messageAnswer{Success: true, Message: e.JSON2})
+}
+
+// reactBody is the body of POST /api/chat/react.
+type reactBody struct {
+	MessageID *string `json:"message_id"`
+	Emoji     *string `json:"emoji"`
+	Remove    bool    `json:"remove"`
+}
+
+// handleReact serves POST /api/chat/react: add or remove the owner's
+// reaction. Reactions have rate windows of their own (the posts' sizes); a
+// reaction that changes nothing answers 200 and counts in no window.
+func (s *Server) handleReact(w http.ResponseWriter, r *http.Request) {
+	thread, err := threadOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var body reactBody
+	if err := readJSON(w, r, &body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if body.MessageID == nil || body.Emoji == nil {
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.InvalidJSON, `the body is {"message_id": "MSG-…", "emoji": "👍", "remove"?: true}`))
+		return
+	}
+	if err := chatrelay.CheckEmoji(*body.Emoji); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !chatrelay.MessageIDPattern.MatchString(*body.MessageID) {
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no message %q in this thread", *body.MessageID))
+		return
+	}
+	ip := limitKey(clientIP(r, s.cfg.Trusted))
+	undo, err := s.limiter.Take(r.Context(), "react:"+thread, "react:"+ip)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c := store.Change{Op: store.React, MessageID: *body.MessageID, Emoji: *body.Emoji, By: chatrelay.Operator}
+	if body.Remove {
+		c.Op = store.Unreact
+	}
+	before, _ := s.revOf(r, thread, *body.MessageID)
+	e, err := s.store.Change(r.Context(), thread, c)
+	if err != nil || e.Rev == before {
+		undo() // refused, or nothing changed: no place in the window
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, messageAnswer{Success: true, Message: e.JSON2})
+}
+
+// revOf is the rev of a message as it is now (0 if not found).
+func (s *Server) revOf(r *http.Request, thread, id string) (int64, error) {
+	p, err := s.store.Changes(r.Context(), thread, 0, 0)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range p.Messages {
+		if e.ID == id {
+			return e.Rev, nil
+		}
+	}
+	return 0, nil
+}
+
+// readJSON reads a JSON object body into v: 413 past MaxBody, 400
+// invalid_json if it is not an object of v's shape.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	data, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(data, &probe) != nil || probe == nil {
+		return chatrelay.Errorf(chatrelay.InvalidJSON, "the body is not a JSON object")
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return chatrelay.Errorf(chatrelay.InvalidJSON, "the body's fields have the wrong types: %s", typeError(err))
+	}
+	return nil
+}
+
+// typeError names the field of a JSON type error, for the client.
+func typeError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return te.Field + " must be a " + te.Type.String()
+	}
+	return "see the API"
+}
