@@ -10,12 +10,14 @@ import (
 // Watch calls fn with every message appended to any thread of st from now
 // on, by any process, once each and in epoch order within a thread; with
 // since > 0 it first calls fn with every stored message with epoch >
-// since, oldest first across threads. It reads the change feed (st.Follow)
-// through a bounded queue, so a slow fn never blocks the feed: past the
-// queue, and after a Reset batch, it catches up from the store instead.
-// A thread it cannot read is reported to skipped and left out. Watch
-// returns when ctx is done (nil) or fn fails (fn's error).
-func Watch(ctx context.Context, st Store, since int64, fn func(thread string, e Entry) error, skipped func(thread string, err error)) error {
+// since, oldest first across threads. With updates, it also calls fn
+// (update true) with each later change of a message it already handed on,
+// in its new state. It reads the change feed (st.Follow) through a
+// bounded queue, so a slow fn never blocks the feed: past the queue, and
+// after a Reset batch, it catches up from the store instead (new messages
+// only). A thread it cannot read is reported to skipped and left out.
+// Watch returns when ctx is done (nil) or fn fails (fn's error).
+func Watch(ctx context.Context, st Store, since int64, updates bool, fn func(thread string, e Entry, update bool) error, skipped func(thread string, err error)) error {
 	q := newBatchQueue(4096)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -29,14 +31,17 @@ func Watch(ctx context.Context, st Store, since int64, fn func(thread string, e 
 		return nil
 	}
 
-	last := map[string]int64{}
+	last := map[string]int64{}    // per thread, the newest epoch handed on
+	lastRev := map[string]int64{} // per thread, the newest change handed on
 	deliver := func(thread string, msgs []Entry) error {
 		for _, e := range msgs {
-			if e.Epoch <= last[thread] {
+			update := e.Epoch <= last[thread]
+			if update && (!updates || e.Rev <= lastRev[thread]) {
 				continue
 			}
-			last[thread] = e.Epoch
-			if err := fn(thread, e); err != nil {
+			last[thread] = max(last[thread], e.Epoch)
+			lastRev[thread] = max(lastRev[thread], e.Rev)
+			if err := fn(thread, e, update); err != nil {
 				return err
 			}
 		}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/chatrelay/chatrelay"
 
 	"context"
@@ -11,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/chatrelay/chatrelay/host"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -63,10 +67,11 @@ func list(ctx context.Context, args []string, getenv func(string) string, stdout
 }
 
 func show(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlags("show", "show [--data DIR] [--json] [--since N] THREAD", stderr)
+	fs := newFlags("show", "show THREAD [--data DIR] [--json] [--v2] [--since N]", stderr)
 	var sf storeFlags
 	sf.register(fs, false)
 	asJSON := fs.Bool("json", false, "the page as JSON, shaped like the poll answer")
+	v2 := fs.Bool("v2", false, "with --json: v2 message objects (interactions, cards, reactions), --since a v2 cursor (changes after it)")
 	since := fs.Int64("since", 0, "only messages with epoch > `N` (0: every retained message)")
 	if err := parse(fs, args, getenv); err != nil {
 		return err
@@ -86,14 +91,24 @@ func show(ctx context.Context, args []string, getenv func(string) string, stdout
 		return err
 	}
 	defer st.Close()
+	if *v2 {
+		if !*asJSON {
+			return usageError("--v2 goes with --json")
+		}
+		r, err := (&host.Verbs{Store: st}).ReadThread(ctx, host.ReadThreadInput{Thread: fs.Arg(0), Since: *since, Limit: 1 << 20})
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(stdout).Encode(r)
+	}
 	p, err := st.Since(ctx, fs.Arg(0), *since, 0)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		msgs := make([]chatrelay.Message, len(p.Messages))
+		msgs := make([]json.RawMessage, len(p.Messages))
 		for i, e := range p.Messages {
-			msgs[i] = e.Message
+			msgs[i] = e.JSON
 		}
 		return json.NewEncoder(stdout).Encode(map[string]any{
 			"thread": p.Thread, "messages": msgs, "awaiting": p.Awaiting, "cursor": p.Cursor,
@@ -101,42 +116,38 @@ func show(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	for _, e := range p.Messages {
 		text := strings.ReplaceAll(e.Text, "\n", "\n    ")
-		fmt.Fprintf(stdout, "%s  %-8s %d\n    %s\n", utc(e.Epoch), e.Author, e.Epoch, text)
+		fmt.Fprintf(stdout, "%s  %-8s %d  %s\n    %s\n", utc(e.Epoch), e.Author, e.Epoch, e.ID, text)
+		if ix := e.Interaction; ix != nil {
+			fmt.Fprintf(stdout, "    [%s %s: %s]\n", ix.Type, ix.ID, interactionState(ix))
+		}
+		if len(e.Reactions) > 0 {
+			fmt.Fprintf(stdout, "    %s\n", reactionLine(e.Reactions))
+		}
 	}
 	fmt.Fprintf(stdout, "-- thread %s: %d messages shown, cursor %d, awaiting %v\n", p.Thread, len(p.Messages), p.Cursor, p.Awaiting)
 	return nil
 }
 
-func reply(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("reply", "reply [--data DIR] THREAD TEXT   (TEXT \"-\" reads standard input)", stderr)
-	var sf storeFlags
-	sf.register(fs, true)
-	if err := parse(fs, args, getenv); err != nil {
-		return err
+// interactionState says where an interaction stands, for people.
+func interactionState(ix *chatrelay.Interaction) string {
+	st := ix.StateAt(time.Now())
+	switch {
+	case st == chatrelay.Pending:
+		return "pending until " + utc(ix.Deadline)
+	case ix.Answer != nil && ix.Answer.Value != "":
+		return fmt.Sprintf("%s %q by %s", st, ix.Answer.Value, ix.AnsweredBy)
+	case ix.AnsweredBy != "":
+		return fmt.Sprintf("%s by %s", st, ix.AnsweredBy)
 	}
-	if fs.NArg() != 2 {
-		return usageError("reply takes THREAD and TEXT")
+	return string(st)
+}
+
+// reactionLine lists reactions with their counts: "👍 2  🎉 1".
+func reactionLine(r chatrelay.Reactions) string {
+	keys := slices.Sorted(maps.Keys(r))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, len(r[k]))
 	}
-	opt, err := sf.options(false)
-	if err != nil {
-		return err
-	}
-	text := fs.Arg(1)
-	if text == "-" {
-		b, err := io.ReadAll(io.LimitReader(stdin, 1<<20))
-		if err != nil {
-			return err
-		}
-		text = strings.TrimSuffix(string(b), "\n")
-	}
-	st, err := sf.open(ctx, opt)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	e, err := st.Append(ctx, fs.Arg(0), store.NewMessage{Author: chatrelay.Hermes, Text: text, MustExist: true})
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(stdout).Encode(map[string]any{"id": e.ID, "epoch": e.Epoch, "ts": e.TS, "thread": fs.Arg(0)})
+	return strings.Join(parts, "  ")
 }

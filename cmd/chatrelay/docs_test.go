@@ -9,9 +9,6 @@ import (
 	"bytes"
 	"errors"
 	"flag"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -28,73 +25,16 @@ const repoRoot = "../.."
 // cliDoc is the page that documents every command and flag.
 const cliDoc = "docs/cli.md"
 
-// knownCommands are commands the dispatcher has had since the first
-// release. They are a floor, not the list: the list is read from the code
-// (see commands), and this only makes sure that reading still works. New
-// commands need no change here.
-var knownCommands = []string{"serve", "list", "show", "reply", "watch", "subscribe"}
-
-// commands returns every subcommand of chatrelay: those `chatrelay help`
-// lists and those the dispatcher's switch in run (main.go) names, so a
-// command added to either is checked.
-func commands(t *testing.T) []string {
+// commandNames returns every subcommand of chatrelay: the dispatcher's
+// table (commands, main.go), so a new command is checked as soon as it is
+// added.
+func commandNames(t *testing.T) []string {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	if err := run(t.Context(), []string{"help"}, func(string) string { return "" }, strings.NewReader(""), &stdout, &stderr); err != nil {
-		t.Fatalf("chatrelay help: %v", err)
-	}
-	found := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+chatrelay ([a-z][a-z0-9-]*)\b`).FindAllStringSubmatch(stdout.String(), -1) {
-		found[m[1]] = true
-	}
-	for _, c := range dispatched(t) {
-		found[c] = true
-	}
-	var cmds []string
-	for c := range found {
-		cmds = append(cmds, c)
-	}
-	slices.Sort(cmds)
-	for _, c := range knownCommands {
-		if !found[c] {
-			t.Fatalf("found commands %q, which lack %q: neither `chatrelay help` nor run's switch in main.go could be read; update commands() in docs_test.go", cmds, c)
-		}
-	}
-	return cmds
-}
-
-// dispatched returns the command names in the case clauses of the switch
-// in func run (main.go), leaving out help and its flag spellings.
-func dispatched(t *testing.T) []string {
-	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var names []string
-	for _, d := range f.Decls {
-		fn, ok := d.(*ast.FuncDecl)
-		if !ok || fn.Name.Name != "run" {
-			continue
-		}
-		ast.Inspect(fn, func(n ast.Node) bool {
-			cc, ok := n.(*ast.CaseClause)
-			if !ok {
-				return true
-			}
-			for _, e := range cc.List {
-				lit, ok := e.(*ast.BasicLit)
-				if !ok || lit.Kind != token.STRING {
-					continue
-				}
-				s, err := strconv.Unquote(lit.Value)
-				if err == nil && s != "help" && !strings.HasPrefix(s, "-") {
-					names = append(names, s)
-				}
-			}
-			return true
-		})
+	for _, c := range commands {
+		names = append(names, c.name)
 	}
+	slices.Sort(names)
 	return names
 }
 
@@ -121,7 +61,7 @@ func flagsOf(t *testing.T, cmd string) map[string]bool {
 func allFlags(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	all := map[string]map[string]bool{}
-	for _, c := range commands(t) {
+	for _, c := range commandNames(t) {
 		all[c] = flagsOf(t, c)
 	}
 	return all

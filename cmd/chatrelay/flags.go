@@ -27,11 +27,12 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args, then fills every flag not given on the command line
-// from its environment variable: --max-threads from CHATRELAY_MAX_THREADS.
-// A repeatable flag takes a comma-separated list from its variable.
+// parse parses args, flags before or after the operands ("--" ends the
+// flags), then fills every flag not given on the command line from its
+// environment variable: --max-threads from CHATRELAY_MAX_THREADS. A
+// repeatable flag takes a comma-separated list from its variable.
 func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(flagsFirst(fs, args)); err != nil {
 		if err == flag.ErrHelp {
 			return err
 		}
@@ -63,6 +64,42 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 		}
 	})
 	return err
+}
+
+// flagsFirst reorders args so that every flag comes before the operands,
+// which the flag package stops at: "ask THREAD --approval X" is read as
+// "ask --approval X -- THREAD". A flag takes the next argument as its
+// value unless it is a boolean flag or written --name=value.
+func flagsFirst(fs *flag.FlagSet, args []string) []string {
+	var flags, operands []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			operands = append(operands, args[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			operands = append(operands, a) // "-" too: standard input
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			continue // the flag package says it is unknown
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		if i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return append(append(flags, "--"), operands...)
 }
 
 func envName(flagName string) string {

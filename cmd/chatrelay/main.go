@@ -3,6 +3,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/chatrelay/chatrelay"
 	_ "github.com/chatrelay/chatrelay/store/redisstore" // the redis:// and rediss:// stores
 
@@ -26,52 +28,79 @@ func main() {
 	os.Exit(exitCode(err))
 }
 
-const usage = `chatrelay: a live chat relay between browser tabs and a host agent.
+// cmdEnv is what a command runs with: main's process, or a test's.
+type cmdEnv struct {
+	args   []string
+	getenv func(string) string
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
 
-Usage:
-  chatrelay serve     [flags]                 run the server
-  chatrelay list      [--data DIR] [--json]   threads, newest activity first
-  chatrelay show      [--data DIR] [--json] [--since N] THREAD
-  chatrelay reply     [--data DIR] THREAD TEXT   answer as hermes (TEXT "-" reads standard input)
-  chatrelay watch     [--data DIR] [--since EPOCH] [--all]
-                      new messages of every thread, one JSON line each (no server needed)
-  chatrelay subscribe --server URL [--token T | --ticket K] [--since N]
-                      one thread's live stream from a remote server, one JSON line each
+// command is one subcommand: its name, its synopsis (after "chatrelay
+// NAME"), what it does, and its function.
+type command struct {
+	name, synopsis, what string
+	run                  func(ctx context.Context, e cmdEnv) error
+}
 
-list, show, reply and watch take --store redis://… instead of --data for a
-Redis store. Run "chatrelay COMMAND --help" for a command's flags. Every flag can also be
-set by an environment variable: --max-threads is CHATRELAY_MAX_THREADS; a
-flag on the command line wins.
-`
+// commands are the subcommands, in the order the usage lists them. Every
+// command takes its flags before or after its operands.
+var commands = []command{
+	{"serve", "[flags]", "run the server", func(ctx context.Context, e cmdEnv) error { return serve(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
+	{"list", "[--data DIR] [--json]", "threads, newest activity first", func(ctx context.Context, e cmdEnv) error { return list(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
+	{"show", "THREAD [--json] [--v2] [--since N]", "a thread's messages", func(ctx context.Context, e cmdEnv) error { return show(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
+	{"reply", "THREAD TEXT [--client-id ID]", `answer as hermes (TEXT "-" reads standard input)`, reply},
+	{"ask", "THREAD (--input PROMPT [--choice V[=LABEL]]... [--allow-text] | --approval SUMMARY [--detail L=V]...) [--title T] [--timeout D] [--wait]",
+		"ask the person for input or approval; --wait exits 0 approved/answered, 10 denied, 11 expired, 12 canceled", ask},
+	{"check", "THREAD INTERACTION [--wait] [--timeout D]", "an interaction's state and answer (--wait: until it is closed)", check},
+	{"cancel", "THREAD INTERACTION", "withdraw a pending interaction", cancel},
+	{"react", "THREAD MESSAGE EMOJI [--remove]", "add (or remove) hermes's reaction", react},
+	{"card", "THREAD FILE", `send a card (JSON; FILE "-" reads standard input)`, card},
+	{"watch", "[--data DIR] [--since EPOCH] [--all] [--v2]", "new messages of every thread, and interaction updates, one JSON line each (no server needed)",
+		func(ctx context.Context, e cmdEnv) error { return watch(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
+	{"subscribe", "--server URL [--token T | --ticket K] [--since N]", "one thread's live stream from a remote server, one JSON line each",
+		func(ctx context.Context, e cmdEnv) error { return subscribe(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
+}
+
+// usage is the command list.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("chatrelay: a live chat relay between browser tabs and a host agent.\n\nUsage:\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  chatrelay %s %s\n      %s\n", c.name, c.synopsis, c.what)
+	}
+	b.WriteString(`
+Every command but serve and subscribe works on the store directly (no server
+needed): --data DIR, or --store redis://... for a Redis store. Run
+"chatrelay COMMAND --help" for a command's flags. Every flag can also be set
+by an environment variable: --max-threads is CHATRELAY_MAX_THREADS; a flag on
+the command line wins. Exit status: 0 done, 1 failed, 2 a malformed command
+line (ask and check --wait: 10 denied, 11 expired, 12 canceled).
+`)
+	return b.String()
+}
 
 // run is main without the process: tests call it with their own arguments,
 // environment and streams.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return usageError("no command")
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "serve":
-		return serve(ctx, rest, getenv, stdout, stderr)
-	case "list":
-		return list(ctx, rest, getenv, stdout, stderr)
-	case "show":
-		return show(ctx, rest, getenv, stdout, stderr)
-	case "reply":
-		return reply(ctx, rest, getenv, stdin, stdout, stderr)
-	case "watch":
-		return watch(ctx, rest, getenv, stdout, stderr)
-	case "subscribe":
-		return subscribe(ctx, rest, getenv, stdout, stderr)
+	name, rest := args[0], args[1:]
+	switch name {
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 		return nil
-	default:
-		fmt.Fprint(stderr, usage)
-		return usageError(fmt.Sprintf("unknown command %q", cmd))
 	}
+	for _, c := range commands {
+		if c.name == name {
+			return c.run(ctx, cmdEnv{args: rest, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr})
+		}
+	}
+	fmt.Fprint(stderr, usage())
+	return usageError(fmt.Sprintf("unknown command %q", name))
 }
 
 // usageError is a command line that could not be understood (exit 2).
@@ -88,9 +117,19 @@ func exitCode(err error) int {
 		return 0
 	case errors.As(err, &u):
 		return 2
+	case errors.As(err, new(exitStatus)):
+		var x exitStatus
+		errors.As(err, &x)
+		return int(x)
 	case chatrelay.CodeOf(err) == chatrelay.InvalidThread:
 		return 2
 	default:
 		return 1
 	}
 }
+
+// exitStatus is a command's answer in its exit status (ask --wait: 10
+// denied, 11 expired, 12 canceled); it is not an error to report.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }

@@ -17,17 +17,19 @@ import (
 type watchLine struct {
 	Thread  string          `json:"thread"`
 	Message json.RawMessage `json:"message,omitempty"`
-	Reset   bool            `json:"reset,omitempty"` // messages were dropped by retention: redraw
+	Update  json.RawMessage `json:"update,omitempty"` // an interaction changed: the v2 message now
+	Reset   bool            `json:"reset,omitempty"`  // messages were dropped by retention: redraw
 }
 
 // watch prints every new message of every thread as one JSON line, read
 // from the store's change feed: no server needed.
 func watch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlags("watch", "watch [--data DIR] [--since EPOCH] [--all]", stderr)
+	fs := newFlags("watch", "watch [--data DIR] [--since EPOCH] [--all] [--v2]", stderr)
 	var sf storeFlags
 	sf.register(fs, false)
 	since := fs.Int64("since", 0, "first print stored messages with epoch > `EPOCH` (0: only new ones)")
 	all := fs.Bool("all", false, "include hermes's own messages")
+	v2 := fs.Bool("v2", false, "print messages as v2 objects (interactions, cards, reactions)")
 	if err := parse(fs, args, getenv); err != nil {
 		return err
 	}
@@ -45,11 +47,23 @@ func watch(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer st.Close()
 
 	enc := json.NewEncoder(stdout)
-	return store.Watch(ctx, st, *since, func(thread string, e store.Entry) error {
+	// Interaction changes are printed as update lines (whoever answered),
+	// so an agent that watches learns of an answer without polling.
+	return store.Watch(ctx, st, *since, true, func(thread string, e store.Entry, update bool) error {
+		if update {
+			if e.Interaction == nil {
+				return nil
+			}
+			return enc.Encode(watchLine{Thread: thread, Update: e.JSON2})
+		}
 		if e.Author == chatrelay.Hermes && !*all {
 			return nil
 		}
-		return enc.Encode(watchLine{Thread: thread, Message: e.JSON})
+		js := e.JSON
+		if *v2 {
+			js = e.JSON2
+		}
+		return enc.Encode(watchLine{Thread: thread, Message: js})
 	}, func(thread string, err error) {
 		fmt.Fprintf(stderr, "chatrelay watch: thread %s: %v\n", thread, err)
 	})

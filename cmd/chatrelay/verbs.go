@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/host"
+)
+
+// The host's verbs on the command line (contract Part 4): each prints its
+// result as one JSON object, the same as the MCP tool of the same verb.
+
+// verbFlags are the flags of a verb that writes: the store's, and
+// --client-id where the verb takes one.
+type verbFlags struct {
+	fs       *flag.FlagSet
+	sf       storeFlags
+	clientID string
+}
+
+func newVerb(name, synopsis string, stderr io.Writer, clientID bool) *verbFlags {
+	v := &verbFlags{fs: newFlags(name, name+" "+synopsis, stderr)}
+	v.sf.register(v.fs, true)
+	if clientID {
+		v.fs.StringVar(&v.clientID, "client-id", "", "an idempotency `key` (^[A-Za-z0-9_.:-]{1,160}$): running the command again with it stores nothing new")
+	}
+	return v
+}
+
+// open parses the command line, checks it has n operands, and opens the
+// store. The caller closes it.
+func (v *verbFlags) open(ctx context.Context, e cmdEnv, n int, what string) (*host.Verbs, func(), error) {
+	if err := parse(v.fs, e.args, e.getenv); err != nil {
+		return nil, nil, err
+	}
+	if v.fs.NArg() != n {
+		return nil, nil, usageError(fmt.Sprintf("%s takes %s", v.fs.Name(), what))
+	}
+	opt, err := v.sf.options(false)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := v.sf.open(ctx, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &host.Verbs{Store: st}, func() { st.Close() }, nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+func reply(ctx context.Context, e cmdEnv) error {
+	v := newVerb("reply", `THREAD TEXT [--data DIR] [--client-id ID]   (TEXT "-" reads standard input)`, e.stderr, true)
+	h, done, err := v.open(ctx, e, 2, "THREAD and TEXT")
+	if err != nil {
+		return err
+	}
+	defer done()
+	text := v.fs.Arg(1)
+	if text == "-" {
+		b, err := io.ReadAll(io.LimitReader(e.stdin, 1<<20))
+		if err != nil {
+			return err
+		}
+		text = strings.TrimSuffix(string(b), "\n")
+	}
+	r, err := h.Send(ctx, host.SendInput{Thread: v.fs.Arg(0), Text: text, ClientID: v.clientID})
+	if err != nil {
+		return err
+	}
+	var m chatrelay.Message
+	if err := json.Unmarshal(r.Message, &m); err != nil {
+		return err
+	}
+	// The v1 answer's fields, as before, and the replay flag.
+	return printJSON(e.stdout, struct {
+		ID       string `json:"id"`
+		Epoch    int64  `json:"epoch"`
+		TS       string `json:"ts"`
+		Thread   string `json:"thread"`
+		Replayed bool   `json:"replayed,omitempty"`
+	}{m.ID, m.Epoch, m.TS, v.fs.Arg(0), r.Replayed})
+}
+
+// choiceFlag is a repeatable --choice VALUE[=LABEL].
+type choiceFlag []chatrelay.Choice
+
+func (c *choiceFlag) String() string { return "" }
+func (c *choiceFlag) Set(s string) error {
+	value, label, _ := strings.Cut(s, "=")
+	*c = append(*c, chatrelay.Choice{Value: value, Label: label})
+	return nil
+}
+
+// detailFlag is a repeatable --detail LABEL=VALUE.
+type detailFlag []chatrelay.Detail
+
+func (d *detailFlag) String() string { return "" }
+func (d *detailFlag) Set(s string) error {
+	label, value, ok := strings.Cut(s, "=")
+	if !ok {
+		return errors.New("want LABEL=VALUE")
+	}
+	*d = append(*d, chatrelay.Detail{Label: label, Value: value})
+	return nil
+}
+
+func ask(ctx context.Context, e cmdEnv) error {
+	v := newVerb("ask", "THREAD (--input PROMPT [--choice VALUE[=LABEL]]... [--allow-text] | --approval SUMMARY [--detail LABEL=VALUE]...) [--title T] [--timeout D] [--wait] [--data DIR]", e.stderr, true)
+	input := v.fs.String("input", "", "ask for input: the `prompt` (≤ 4000 characters)")
+	approval := v.fs.String("approval", "", "ask for approval: the `summary` of what hermes would do (≤ 1000 characters)")
+	title := v.fs.String("title", "", "the `title` (input ≤ 160, approval: the tool or action, ≤ 128)")
+	var choices choiceFlag
+	v.fs.Var(&choices, "choice", "an input's choice `VALUE[=LABEL]` (repeatable, ≤ 12, values unique)")
+	allowText := v.fs.Bool("allow-text", false, "an input may be answered with any text, not only a choice")
+	var details detailFlag
+	v.fs.Var(&details, "detail", "an approval's `LABEL=VALUE` detail (repeatable, ≤ 8)")
+	timeout := v.fs.Duration("timeout", 0, "the deadline, after now (input 1s … 30m, default 10m; approval 1s … 72h, default 1h)")
+	wait := v.fs.Bool("wait", false, "wait for the answer and say it in the exit status: 0 approved or answered, 10 denied, 11 expired, 12 canceled")
+	h, done, err := v.open(ctx, e, 1, "THREAD")
+	if err != nil {
+		return err
+	}
+	defer done()
+	if (*input == "") == (*approval == "") {
+		return usageError("ask takes exactly one of --input PROMPT and --approval SUMMARY")
+	}
+	secs, err := wholeSeconds(*timeout)
+	if err != nil {
+		return err
+	}
+	thread := v.fs.Arg(0)
+	var r host.InteractionResult
+	if *input != "" {
+		if len(details) > 0 {
+			return usageError("--detail is for --approval")
+		}
+		r, err = h.RequestInput(ctx, host.RequestInputInput{Thread: thread, Prompt: *input, Title: *title,
+			Choices: choices, AllowText: *allowText, Timeout: secs, ClientID: v.clientID})
+	} else {
+		if len(choices) > 0 || *allowText {
+			return usageError("--choice and --allow-text are for --input")
+		}
+		r, err = h.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: *approval, Title: *title,
+			Details: details, Timeout: secs, ClientID: v.clientID})
+	}
+	if err != nil {
+		return err
+	}
+	if !*wait {
+		return printJSON(e.stdout, r)
+	}
+	return waitAndExit(ctx, h, e, r.Thread, r.Interaction.ID)
+}
+
+// wholeSeconds is a --timeout in whole seconds (0 stays 0: the default).
+func wholeSeconds(d time.Duration) (int, error) {
+	if d < 0 || d%time.Second != 0 {
+		return 0, usageError(fmt.Sprintf("--timeout %v: want whole seconds, such as 90s or 10m", d))
+	}
+	return int(d / time.Second), nil
+}
+
+// waitAndExit waits (in rounds of at most 5 minutes) until the interaction
+// is closed, prints it, and returns its state as the exit status.
+func waitAndExit(ctx context.Context, h *host.Verbs, e cmdEnv, thread, id string) error {
+	for {
+		r, err := h.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: id})
+		if err != nil {
+			return err
+		}
+		if r.TimedOut {
+			continue
+		}
+		if err := printJSON(e.stdout, r); err != nil {
+			return err
+		}
+		code, err := host.ExitCode(r.Interaction.State)
+		if err != nil || code == 0 {
+			return err
+		}
+		return exitStatus(code)
+	}
+}
+
+func check(ctx context.Context, e cmdEnv) error {
+	v := newVerb("check", "THREAD INTERACTION [--wait] [--data DIR]", e.stderr, false)
+	wait := v.fs.Bool("wait", false, "wait until it is answered, expired or canceled, and say which in the exit status: 0 approved or answered, 10 denied, 11 expired, 12 canceled")
+	h, done, err := v.open(ctx, e, 2, "THREAD and INTERACTION")
+	if err != nil {
+		return err
+	}
+	defer done()
+	if *wait {
+		return waitAndExit(ctx, h, e, v.fs.Arg(0), v.fs.Arg(1))
+	}
+	r, err := h.CheckInteraction(ctx, host.InteractionInput{Thread: v.fs.Arg(0), InteractionID: v.fs.Arg(1)})
+	if err != nil {
+		return err
+	}
+	return printJSON(e.stdout, r)
+}
+
+func cancel(ctx context.Context, e cmdEnv) error {
+	v := newVerb("cancel", "THREAD INTERACTION [--data DIR]", e.stderr, false)
+	h, done, err := v.open(ctx, e, 2, "THREAD and INTERACTION")
+	if err != nil {
+		return err
+	}
+	defer done()
+	r, err := h.CancelInteraction(ctx, host.InteractionInput{Thread: v.fs.Arg(0), InteractionID: v.fs.Arg(1)})
+	if err != nil {
+		return err
+	}
+	return printJSON(e.stdout, r)
+}
+
+func react(ctx context.Context, e cmdEnv) error {
+	v := newVerb("react", "THREAD MESSAGE EMOJI [--remove] [--data DIR]", e.stderr, false)
+	remove := v.fs.Bool("remove", false, "remove hermes's reaction instead of adding it")
+	h, done, err := v.open(ctx, e, 3, "THREAD, MESSAGE and EMOJI")
+	if err != nil {
+		return err
+	}
+	defer done()
+	r, err := h.React(ctx, host.ReactInput{Thread: v.fs.Arg(0), MessageID: v.fs.Arg(1), Emoji: v.fs.Arg(2), Remove: *remove})
+	if err != nil {
+		return err
+	}
+	return printJSON(e.stdout, r)
+}
+
+func card(ctx context.Context, e cmdEnv) error {
+	v := newVerb("card", `THREAD FILE [--client-id ID] [--data DIR]   (FILE "-" reads standard input)`, e.stderr, true)
+	h, done, err := v.open(ctx, e, 2, "THREAD and FILE")
+	if err != nil {
+		return err
+	}
+	defer done()
+	var data []byte
+	if name := v.fs.Arg(1); name == "-" {
+		data, err = io.ReadAll(io.LimitReader(e.stdin, int64(chatrelay.LimitCard.Max)+1))
+	} else {
+		data, err = readFile(name, int64(chatrelay.LimitCard.Max)+1)
+	}
+	if err != nil {
+		return err
+	}
+	c, err := chatrelay.ParseCard(data)
+	if err != nil {
+		return err
+	}
+	r, err := h.SendCard(ctx, host.SendCardInput{Thread: v.fs.Arg(0), Card: c, ClientID: v.clientID})
+	if err != nil {
+		return err
+	}
+	return printJSON(e.stdout, r)
+}
+
+// readFile reads at most limit bytes of a file the command line names.
+func readFile(name string, limit int64) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit))
+}

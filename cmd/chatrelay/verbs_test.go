@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/host"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// freshThread makes a data folder with one operator message in threadNew,
+// written now (the verbs' deadlines are on the real clock).
+func freshThread(t *testing.T) string {
+	t.Helper()
+	data := t.TempDir()
+	st, err := store.OpenFile(data, store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	assert.Success(t, err)
+	defer st.Close()
+	_, err = st.Append(t.Context(), threadNew, store.NewMessage{Text: "can you deploy?"})
+	assert.Success(t, err)
+	return data
+}
+
+// asked decodes the JSON an ask (without --wait) prints.
+func asked(t *testing.T, r cliResult) host.InteractionResult {
+	t.Helper()
+	assert.Success(t, r.err)
+	var out host.InteractionResult
+	assert.Success(t, json.Unmarshal([]byte(r.stdout), &out))
+	return out
+}
+
+// TestAskWaitExitCodes: ask --wait and check --wait say the outcome in
+// their exit status: 0 approved, 10 denied, 11 expired, 12 canceled; and 0
+// for an answered input, printing the interaction.
+func TestAskWaitExitCodes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		answer  func(t *testing.T, data string, r host.InteractionResult)
+		code    int
+		state   chatrelay.State
+		timeout string
+	}{
+		{"approved", []string{"--approval", "Deploy build 412?", "--title", "deploy"}, respondWith(chatrelay.Answer{Decision: "approve"}), 0, chatrelay.Approved, "1m"},
+		{"denied", []string{"--approval", "Deploy build 412?"}, respondWith(chatrelay.Answer{Decision: "deny"}), 10, chatrelay.Denied, "1m"},
+		{"answered", []string{"--input", "Which branch?", "--choice", "main=Main branch", "--choice", "release"}, respondWith(chatrelay.Answer{Value: "release"}), 0, chatrelay.Answered, "1m"},
+		{"expired", []string{"--input", "Quick?", "--allow-text"}, nil, 11, chatrelay.Expired, "1s"},
+		{"canceled", []string{"--approval", "Deploy?"}, func(t *testing.T, data string, r host.InteractionResult) {
+			res := runCLI(t, nil, "", "cancel", r.Thread, r.Interaction.ID, "--data", data)
+			assert.Success(t, res.err)
+		}, 12, chatrelay.Canceled, "1m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			data := freshThread(t)
+			// Flags after the operand, as the contract allows.
+			args := append([]string{"ask", threadNew}, tc.args...)
+			args = append(args, "--timeout", tc.timeout, "--data", data, "--fsync", "never")
+			r := asked(t, runCLI(t, nil, "", args...))
+			assert.Equal(t, "pending", r.Interaction.State, chatrelay.Pending)
+
+			waited := make(chan cliResult, 1)
+			go func() { waited <- runCLI(t, nil, "", "check", threadNew, r.Interaction.ID, "--wait", "--data", data) }()
+			if tc.answer != nil {
+				tc.answer(t, data, r)
+			}
+			var res cliResult
+			select {
+			case res = <-waited:
+			case <-time.After(10 * time.Second):
+				t.Fatal("check --wait did not return")
+			}
+			assert.Equal(t, "exit code", exitCode(res.err), tc.code)
+			var out host.InteractionResult
+			assert.Success(t, json.Unmarshal([]byte(res.stdout), &out))
+			assert.Equal(t, "state printed", out.Interaction.State, tc.state)
+		})
+	}
+	// ask --wait itself: approved by another process meanwhile.
+	data := freshThread(t)
+	done := make(chan cliResult, 1)
+	go func() {
+		done <- runCLI(t, nil, "", "ask", threadNew, "--approval", "Ship it?", "--wait", "--data", data, "--fsync", "never")
+	}()
+	st := openStore(t, data)
+	var id string
+	deadline := time.Now().Add(10 * time.Second)
+	for id == "" {
+		pending, err := st.Pending(t.Context())
+		assert.Success(t, err)
+		if len(pending) > 0 {
+			id = pending[0].InteractionID
+		}
+		assert.True(t, time.Now().Before(deadline), "ask --wait asked nothing")
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, err := st.Change(t.Context(), threadNew, store.Change{Op: store.Respond, InteractionID: id, Answer: chatrelay.Answer{Decision: "deny"}, By: chatrelay.Operator})
+	assert.Success(t, err)
+	res := <-done
+	assert.Equal(t, "ask --wait exit code", exitCode(res.err), 10)
+}
+
+func openStore(t *testing.T, data string) store.Store {
+	t.Helper()
+	st, err := store.OpenFile(data, store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	assert.Success(t, err)
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func respondWith(a chatrelay.Answer) func(t *testing.T, data string, r host.InteractionResult) {
+	return func(t *testing.T, data string, r host.InteractionResult) {
+		_, err := openStore(t, data).Change(context.Background(), r.Thread, store.Change{Op: store.Respond, InteractionID: r.Interaction.ID, Answer: a, By: chatrelay.Operator})
+		assert.Success(t, err)
+	}
+}
+
+// TestVerbsRefuseBadInput: a malformed command line exits 2; a limit or a
+// bad card exits 1 with the contract's code in the message, and stores
+// nothing.
+func TestVerbsRefuseBadInput(t *testing.T) {
+	t.Parallel()
+	data := freshThread(t)
+	card := filepath.Join(t.TempDir(), "card.json")
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		stdin string
+		code  int
+		words string
+	}{
+		{"ask without a kind", []string{"ask", threadNew}, "", 2, "exactly one of"},
+		{"ask with both kinds", []string{"ask", threadNew, "--input", "a", "--approval", "b"}, "", 2, "exactly one of"},
+		{"a choice on an approval", []string{"ask", threadNew, "--approval", "x", "--choice", "a"}, "", 2, "--choice"},
+		{"a fractional timeout", []string{"ask", threadNew, "--approval", "x", "--timeout", "1500ms"}, "", 2, "whole seconds"},
+		{"a timeout past 30 min for an input", []string{"ask", threadNew, "--input", "x", "--allow-text", "--timeout", "31m"}, "", 1, "invalid_interaction"},
+		{"a title past 128 for an approval", []string{"ask", threadNew, "--approval", "x", "--title", strings.Repeat("t", 129)}, "", 1, "invalid_interaction"},
+		{"duplicate choices", []string{"ask", threadNew, "--input", "x", "--choice", "a", "--choice", "a"}, "", 1, "unique"},
+		{"an input with no way to answer", []string{"ask", threadNew, "--input", "x"}, "", 1, "invalid_interaction"},
+		{"ask in no thread", []string{"ask", threadOld, "--approval", "x"}, "", 1, "not_found"},
+		{"a malformed thread", []string{"ask", "nope", "--approval", "x"}, "", 2, "invalid_thread"},
+		{"a javascript: link", []string{"card", threadNew, "-"}, `{"fallback_text":"x","blocks":[{"type":"link","url":"javascript:alert(1)","label":"x"}]}`, 1, "http or https"},
+		{"a card with an unknown field", []string{"card", threadNew, "-"}, `{"fallback_text":"x","blocks":[],"html":"<b>"}`, 1, "invalid_card"},
+		{"a card that is not JSON", []string{"card", threadNew, card}, "", 1, "no such file"},
+		{"react with white space", []string{"react", threadNew, "MSG-20261023-184000-000000", "a b"}, "", 1, "invalid_emoji"},
+		{"react to no message", []string{"react", threadNew, "MSG-20261023-184000-000000", "👍"}, "", 1, "not_found"},
+		{"check no interaction", []string{"check", threadNew, "ix_000000000000"}, "", 1, "not_found"},
+		{"reply with a bad client id", []string{"reply", threadNew, "hi", "--client-id", "a b"}, "", 1, "invalid_client_id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCLI(t, nil, tc.stdin, append(tc.args, "--data", data)...)
+			assert.Equal(t, "exit code ("+errString(r.err)+")", exitCode(r.err), tc.code)
+			assert.True(t, strings.Contains(errString(r.err), tc.words), "error %q lacks %q", errString(r.err), tc.words)
+		})
+	}
+	r := runCLI(t, nil, "", "show", threadNew, "--json", "--data", data)
+	assert.Success(t, r.err)
+	var page struct{ Messages []json.RawMessage }
+	assert.Success(t, json.Unmarshal([]byte(r.stdout), &page))
+	assert.Equal(t, "stored", len(page.Messages), 1)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// TestVerbsAtWork: react, card, reply --client-id and show --v2 do what
+// they say, and watch prints an update line when an interaction is
+// answered.
+func TestVerbsAtWork(t *testing.T) {
+	t.Parallel()
+	data := freshThread(t)
+	ctx, cancelWatch := context.WithCancel(t.Context())
+	var watched lockedBuffer
+	watchDone := make(chan error, 1)
+	go func() {
+		watchDone <- run(ctx, []string{"watch", "--data", data, "--all"}, env(nil), strings.NewReader(""), &watched, os.Stderr)
+	}()
+
+	r := runCLI(t, nil, "", "reply", threadNew, "on it", "--client-id", "deploy-1", "--data", data)
+	assert.Success(t, r.err)
+	again := runCLI(t, nil, "", "reply", "--client-id", "deploy-1", threadNew, "on it", "--data", data)
+	assert.Success(t, again.err)
+	var first, second struct {
+		ID       string
+		Replayed bool
+	}
+	assert.Success(t, json.Unmarshal([]byte(r.stdout), &first))
+	assert.Success(t, json.Unmarshal([]byte(again.stdout), &second))
+	assert.True(t, second.Replayed && second.ID == first.ID && !first.Replayed, "replies %s / %s", r.stdout, again.stdout)
+
+	r = runCLI(t, nil, "", "react", threadNew, first.ID, "👍", "--data", data)
+	assert.Success(t, r.err)
+	assert.True(t, strings.Contains(r.stdout, `"reactions":{"👍":["hermes"]}`), "react printed %s", r.stdout)
+
+	r = runCLI(t, nil, `{"title":"Build 412","fallback_text":"Build 412 is green.","blocks":[{"type":"text","text":"<script>x</script>"},{"type":"link","url":"https://ci.example.com/412","label":"log"}]}`,
+		"card", threadNew, "-", "--data", data)
+	assert.Success(t, r.err)
+
+	ix := asked(t, runCLI(t, nil, "", "ask", threadNew, "--input", "Which branch?", "--choice", "main", "--data", data))
+	_, err := openStore(t, data).Change(t.Context(), threadNew, store.Change{Op: store.Respond, InteractionID: ix.Interaction.ID, Answer: chatrelay.Answer{Value: "main"}, By: chatrelay.Operator})
+	assert.Success(t, err)
+
+	r = runCLI(t, nil, "", "show", threadNew, "--json", "--v2", "--data", data)
+	assert.Success(t, r.err)
+	var page host.ReadThreadResult
+	assert.Success(t, json.Unmarshal([]byte(r.stdout), &page))
+	assert.Equal(t, "messages", len(page.Messages), 4)
+	var last chatrelay.Message
+	assert.Success(t, json.Unmarshal(page.Messages[3], &last))
+	assert.Equal(t, "answered", last.Interaction.State, chatrelay.Answered)
+	var c chatrelay.Message
+	assert.Success(t, json.Unmarshal(page.Messages[2], &c))
+	assert.Equal(t, "card text", c.Text, "Build 412 is green.")
+
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(watched.String(), `"update":`) {
+		assert.True(t, time.Now().Before(deadline), "watch printed no update line:\n%s", watched.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancelWatch()
+	assert.Success(t, <-watchDone)
+	var sawMessage bool
+	for _, line := range strings.Split(strings.TrimSpace(watched.String()), "\n") {
+		var l watchLine
+		assert.Success(t, json.Unmarshal([]byte(line), &l))
+		if l.Update != nil {
+			var m chatrelay.Message
+			assert.Success(t, json.Unmarshal(l.Update, &m))
+			assert.True(t, m.Interaction != nil && m.Interaction.State == chatrelay.Answered, "update %s", l.Update)
+		}
+		sawMessage = sawMessage || strings.Contains(string(l.Message), "on it")
+	}
+	assert.True(t, sawMessage, "watch printed no message line:\n%s", watched.String())
+}

@@ -1,0 +1,249 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// WaitMessagesInput is wait_messages's input.
+type WaitMessagesInput struct {
+	Thread  string `json:"thread,omitempty"`  // "": any thread
+	Since   int64  `json:"since,omitempty"`   // an epoch cursor; 0: from now on
+	Timeout int    `json:"timeout,omitempty"` // seconds, at most 300; 0: 300
+}
+
+// ThreadMessage is a message with its thread.
+type ThreadMessage struct {
+	Thread  string          `json:"thread"`
+	Message json.RawMessage `json:"message"` // v2
+}
+
+// WaitMessagesResult is wait_messages's result: the messages not by hermes
+// after the cursor, oldest first (none if it timed out), and the cursor to
+// pass back.
+type WaitMessagesResult struct {
+	Messages []ThreadMessage `json:"messages"`
+	Cursor   int64           `json:"cursor"`
+	TimedOut bool            `json:"timed_out"`
+}
+
+var errWake = errors.New("host: a message to answer")
+
+// WaitMessages blocks until the thread (or any thread) has a message not
+// written by hermes with an epoch past the cursor, or the timeout passes,
+// or ctx is done (its error). It watches the store's change feed, so it
+// wakes as soon as the message is stored, by any process.
+func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMessagesResult, error) {
+	if in.Thread != "" {
+		if err := checkThread(in.Thread); err != nil {
+			return WaitMessagesResult{}, err
+		}
+	}
+	if in.Since < 0 {
+		return WaitMessagesResult{}, chatrelay.Errorf(chatrelay.InvalidSince, "since is not negative")
+	}
+	timeout, err := waitLimit(in.Timeout)
+	if err != nil {
+		return WaitMessagesResult{}, err
+	}
+	since := in.Since
+	if since == 0 {
+		since = v.now().UnixMilli()
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// Watch registers with the feed, then reads the store after since, so
+	// a message stored at any moment is seen.
+	err = store.Watch(wctx, v.Store, since, false, func(thread string, e store.Entry, _ bool) error {
+		if e.Author != chatrelay.Hermes && (in.Thread == "" || thread == in.Thread) {
+			return errWake
+		}
+		return nil
+	}, nil)
+	switch {
+	case errors.Is(err, errWake):
+	case err != nil:
+		return WaitMessagesResult{}, err
+	case ctx.Err() != nil:
+		return WaitMessagesResult{}, ctx.Err()
+	default:
+		return WaitMessagesResult{Messages: []ThreadMessage{}, Cursor: since, TimedOut: true}, nil
+	}
+	return v.messagesAfter(ctx, in.Thread, since)
+}
+
+// messagesAfter reads every message not by hermes after since, of thread
+// or of every thread, oldest first; the cursor is the newest epoch read.
+func (v *Verbs) messagesAfter(ctx context.Context, thread string, since int64) (WaitMessagesResult, error) {
+	threads := []string{thread}
+	if thread == "" {
+		infos, err := v.Store.Threads(ctx)
+		if err != nil {
+			return WaitMessagesResult{}, err
+		}
+		threads = threads[:0]
+		for _, i := range infos {
+			if i.LastEpoch > since {
+				threads = append(threads, i.Thread)
+			}
+		}
+	}
+	type msg struct {
+		ThreadMessage
+		epoch int64
+	}
+	var all []msg
+	out := WaitMessagesResult{Cursor: since, Messages: []ThreadMessage{}}
+	for _, th := range threads {
+		p, err := v.Store.Since(ctx, th, since, 0)
+		if err != nil {
+			return WaitMessagesResult{}, err
+		}
+		for _, e := range p.Messages {
+			out.Cursor = max(out.Cursor, e.Epoch)
+			if e.Author != chatrelay.Hermes {
+				all = append(all, msg{ThreadMessage{th, e.JSON2}, e.Epoch})
+			}
+		}
+	}
+	slices.SortStableFunc(all, func(a, b msg) int { return cmpInt(a.epoch, b.epoch) })
+	for _, m := range all {
+		out.Messages = append(out.Messages, m.ThreadMessage)
+	}
+	return out, nil
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// WaitInteractionInput is wait_interaction's input.
+type WaitInteractionInput struct {
+	Thread        string `json:"thread"`
+	InteractionID string `json:"interaction_id"`
+	Timeout       int    `json:"timeout,omitempty"` // seconds, at most 300 a call; 0: 300
+}
+
+// WaitInteraction blocks until the interaction is no longer pending (it is
+// answered, expired or canceled), or the timeout passes (TimedOut, still
+// pending), or ctx is done (its error). At its deadline it counts as
+// expired even if no server wrote so yet.
+func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (InteractionResult, error) {
+	timeout, err := waitLimit(in.Timeout)
+	if err != nil {
+		return InteractionResult{}, err
+	}
+	e, err := v.find(ctx, in.Thread, in.InteractionID)
+	if err != nil {
+		return InteractionResult{}, err
+	}
+	if r := v.result(in.Thread, e); r.Interaction.State.Closed() {
+		return r, nil
+	}
+	wait := min(timeout, time.Until(time.UnixMilli(e.Interaction.Deadline)))
+	wctx, cancel := context.WithTimeout(ctx, max(wait, 0))
+	defer cancel()
+	var got store.Entry
+	errClosed := errors.New("closed")
+	err = followThread(wctx, v.Store, in.Thread, func(b store.Batch) error {
+		if b.Reset { // look again in the store
+			if e, err := v.find(wctx, in.Thread, in.InteractionID); err == nil && e.Interaction.State.Closed() {
+				got = e
+				return errClosed
+			}
+		}
+		for _, e := range b.Messages {
+			if e.Interaction != nil && e.Interaction.ID == in.InteractionID && e.Interaction.State.Closed() {
+				got = e
+				return errClosed
+			}
+		}
+		return nil
+	}, func() error { // registered: the store may have changed before
+		if e, err := v.find(wctx, in.Thread, in.InteractionID); err == nil && e.Interaction.State.Closed() {
+			got = e
+			return errClosed
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errClosed):
+		return v.result(in.Thread, got), nil
+	case err != nil:
+		return InteractionResult{}, err
+	case ctx.Err() != nil:
+		return InteractionResult{}, ctx.Err()
+	}
+	// The wait ended: at the deadline the interaction reads as expired.
+	e, err = v.find(ctx, in.Thread, in.InteractionID)
+	if err != nil {
+		return InteractionResult{}, err
+	}
+	r := v.result(in.Thread, e)
+	r.TimedOut = !r.Interaction.State.Closed()
+	return r, nil
+}
+
+// followThread calls fn with the feed's batches of thread until fn or
+// ready fails or ctx is done (nil). ready runs once the feed is
+// registered. Batches are handed over through a queue, never blocking the
+// feed.
+func followThread(ctx context.Context, st store.Store, thread string, fn func(store.Batch) error, ready func() error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan store.Batch, 64)
+	var lost atomic.Bool // a batch did not fit: the reader looks in the store
+	registered := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- st.Follow(ctx, func(b store.Batch) {
+			if b.Ready {
+				close(registered)
+				return
+			}
+			if b.Thread != thread {
+				return
+			}
+			select {
+			case ch <- b:
+			default:
+				lost.Store(true)
+			}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-registered:
+	case <-ctx.Done():
+		return nil
+	}
+	if err := ready(); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case b := <-ch:
+			if lost.Swap(false) {
+				b.Reset = true // something was dropped: fn looks in the store
+			}
+			if err := fn(b); err != nil {
+				return err
+			}
+		}
+	}
+}
