@@ -46,6 +46,18 @@ const (
 	InvalidClientID   Code = "invalid_client_id"  // a client_id that does not match its pattern
 	InteractionClosed Code = "interaction_closed" // answered, expired or canceled already
 	ClientIDConflict  Code = "client_id_conflict" // the client_id names a different message
+	// Part 3 (participants).
+	InvalidName            Code = "invalid_name"            // a name empty once cleaned
+	InvalidRole            Code = "invalid_role"            // a role that is not viewer or commenter
+	InvalidExpiry          Code = "invalid_expiry"          // expires_in out of range
+	InvalidCap             Code = "invalid_cap"             // cap out of range
+	TokenRevoked           Code = "token_revoked"           // a revoked grant's token, or a ticket minted from it
+	TokenExpired           Code = "token_expired"           // an expired grant's token, or a ticket minted from it
+	NotPermitted           Code = "not_permitted"           // a participant on an owner's route, or a viewer posting
+	ParticipantLimit       Code = "participant_limit"       // the thread has the most active grants
+	TooManyMessages        Code = "too_many_messages"       // a participant's messages wait for hermes
+	CapReached             Code = "cap_reached"             // the grant's cap is spent
+	ParticipantsUnreadable Code = "participants_unreadable" // the participants record does not parse
 	// chatrelay's own, for what the host (CLI, MCP) sends.
 	InvalidInteraction Code = "invalid_interaction" // an interaction hermes asks that breaks a limit
 	InvalidCard        Code = "invalid_card"        // a card that breaks a limit or has a link that is not http(s)

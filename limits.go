@@ -69,6 +69,13 @@ var (
 	LimitClientID = Limit{"client_id", 1, 160, CodePoints}
 
 	LimitWaitTimeout = Limit{"wait.timeout", 0, 300, Seconds}
+
+	LimitName         = Limit{"participant.name", 1, 64, CodePoints}
+	LimitExpiresIn    = Limit{"participant.expires_in", 3600, 2592000, Seconds}
+	LimitCap          = Limit{"participant.cap", 1, 1000, Items}
+	LimitActiveGrants = Limit{"thread.active_grants", 0, 50, Items}
+	LimitWaitingPosts = Limit{"participant.waiting_messages", 0, 3, Items}
+	LimitAuditKept    = Limit{"audit.events", 0, 1000, Items}
 )
 
 // Limits lists every limit, in the table's order.
@@ -84,13 +91,16 @@ func Limits() []Limit {
 		LimitFields, LimitFieldLabel, LimitFieldValue, LimitLinkURL, LimitLinkLabel,
 		LimitCodeText, LimitCodeLanguage,
 		LimitClientID, LimitWaitTimeout,
+		LimitName, LimitExpiresIn, LimitCap, LimitActiveGrants, LimitWaitingPosts, LimitAuditKept,
 	}
 }
 
-// Default interaction deadlines (contract Part 4).
+// Default interaction deadlines (contract Part 4) and grant terms (Part 3).
 const (
 	DefaultInputTimeout    = 10 * time.Minute
 	DefaultApprovalTimeout = time.Hour
+	DefaultExpiresIn       = 7 * 24 * time.Hour // a share link's life
+	DefaultCap             = 50                 // a participant's posts in a grant's life
 )
 
 // Duration is l's Min and Max as durations (for Seconds limits).
@@ -136,6 +146,8 @@ var (
 	MessageIDPattern     = regexp.MustCompile(`^MSG-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
 	ThreadPattern        = regexp.MustCompile(`^[0-9a-f]{16}$`)
 	TokenPattern         = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	ShareTokenPattern    = regexp.MustCompile(`^chp_[A-Za-z0-9_-]{43}$`)
+	ParticipantIDPattern = regexp.MustCompile(`^p_[0-9a-f]{8}$`)
 )
 
 // CheckClientID returns InvalidClientID unless id matches ClientIDPattern

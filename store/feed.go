@@ -60,7 +60,10 @@ func (s *File) Follow(ctx context.Context, fn func(Batch)) error {
 				events = nil
 				continue
 			}
-			if name, ok := strings.CutSuffix(filepath.Base(ev.Name), ".json"); ok && chatrelay.ValidThread(name) {
+			base := filepath.Base(ev.Name)
+			if name, ok := strings.CutSuffix(base, ".participants.json"); ok && chatrelay.ValidThread(name) {
+				s.pokeParticipants(name)
+			} else if name, ok := strings.CutSuffix(base, ".json"); ok && chatrelay.ValidThread(name) {
 				s.poke(name)
 			}
 		case err, ok := <-errs:
@@ -145,5 +148,24 @@ func (s *File) announce(thread string, t *threadState, d threadDoc) {
 	defer s.feedMu.Unlock()
 	for f := range s.feeds {
 		f.fn(b)
+	}
+}
+
+// pokeParticipants tells the feeds that another process changed the
+// thread's participants record (and puts its grants in the index).
+func (s *File) pokeParticipants(thread string) {
+	if grants, err := s.readGrants(thread); err == nil {
+		s.noteGrants(thread, grants)
+	}
+	s.announceParticipants(thread)
+}
+
+// announceParticipants hands the feeds a batch saying the thread's
+// participants record changed.
+func (s *File) announceParticipants(thread string) {
+	s.feedMu.Lock()
+	defer s.feedMu.Unlock()
+	for f := range s.feeds {
+		f.fn(Batch{Thread: thread, Participants: true})
 	}
 }

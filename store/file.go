@@ -60,6 +60,8 @@ type File struct {
 
 	createMu sync.Mutex // orders this process's thread creations (flock is per open file, not per goroutine)
 
+	index grantIndex // share-token digests to threads (participants.go)
+
 	// lastFail is the last append whose write failed, until a later write
 	// or readiness probe of its size succeeds (Check).
 	lastFail atomic.Pointer[writeFailure]
@@ -350,10 +352,28 @@ func (s *File) Append(ctx context.Context, thread string, m NewMessage) (Entry, 
 		return Entry{}, err
 	}
 	var e Entry
-	err = s.mutate(ctx, thread, !m.MustExist, func(d threadDoc, now time.Time) (threadDoc, error) {
+	err = s.mutate(ctx, thread, !m.MustExist && m.Participant == "", func(d threadDoc, now time.Time) (threadDoc, error) {
+		var grants []chatrelay.Grant
+		gi := -1
+		if m.Participant != "" {
+			var err error
+			if grants, err = s.readGrants(thread); err != nil {
+				return d, err
+			}
+			if gi, err = checkParticipantPost(grants, d, m, now); err != nil {
+				return d, err
+			}
+		}
 		nd, ne, err := appendTo(d, m, ix, s.opt.Retention, now)
 		e = ne
-		return nd, err
+		if err != nil || ne.Replayed || gi < 0 {
+			return nd, err
+		}
+		// Count the post in the grant first: a crash between the two
+		// writes counts one post too many, never one too few.
+		grants = slices.Clone(grants)
+		grants[gi].Sent++
+		return nd, s.writeGrants(thread, grants)
 	})
 	return e, err
 }
@@ -652,7 +672,8 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		return 0, false, err
 	}
 	defer unlock()
-	if tmps, _ := filepath.Glob(filepath.Join(s.dir, "."+thread+".json.tmp-*")); len(tmps) > 0 {
+	for _, pattern := range []string{".json.tmp-*", ".participants.json.tmp-*", ".audit.jsonl.tmp-*"} {
+		tmps, _ := filepath.Glob(filepath.Join(s.dir, "."+thread+pattern))
 		for _, tmp := range tmps {
 			os.Remove(tmp)
 		}
@@ -674,6 +695,13 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		if err := os.Remove(s.path(thread)); err != nil {
 			return 0, false, s.unavailable(thread, err)
 		}
+		// The thread is gone: its grants and audit go with it.
+		for _, p := range []string{s.participantsPath(thread), s.auditPath(thread)} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				s.log.Warn("sweep: remove", "thread", thread, "err", err)
+			}
+		}
+		s.announceParticipants(thread)
 		if !s.opt.NoFsync {
 			syncDir(s.dir)
 		}

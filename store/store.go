@@ -90,6 +90,11 @@ type NewMessage struct {
 	ClientID string
 	Ask      *chatrelay.Ask  // hermes asks: the message carries a new pending interaction
 	Card     *chatrelay.Card // hermes sends a card
+	// Participant is the grant id of a participant's post (Author is then
+	// "p:" + id): the store refuses it unless the grant is active, under
+	// its cap (CapReached) and has fewer than three messages after
+	// hermes's newest (TooManyMessages), and counts it in the grant.
+	Participant string
 	// MustExist refuses to create the thread (the host CLI's writes).
 	MustExist bool
 }
@@ -171,4 +176,7 @@ type Batch struct {
 	Messages []Entry
 	Reset    bool // messages may have been missed: resume from the store
 	Ready    bool // the feed is registered (first call only; no thread, no messages)
+	// Participants says the thread's participants record changed (a grant
+	// was issued, revoked or used): holders of its grants look again.
+	Participants bool
 }

@@ -391,3 +391,37 @@ func threadInfo(thread string, d threadDoc) ThreadInfo {
 func sortThreads(infos []ThreadInfo) {
 	slices.SortFunc(infos, func(a, b ThreadInfo) int { return cmpInt(b.Rev, a.Rev) })
 }
+
+// checkParticipantPost checks that the participant of m may post to d now:
+// its grant is active, under its cap, and it has fewer than
+// LimitWaitingPosts.Max messages after hermes's newest. It returns the
+// grant's index in grants.
+func checkParticipantPost(grants []chatrelay.Grant, d threadDoc, m NewMessage, now time.Time) (int, error) {
+	i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == m.Participant })
+	if i < 0 {
+		return -1, chatrelay.Errorf(chatrelay.Unauthorized, "this share link is not known here")
+	}
+	g := grants[i]
+	switch g.StateAt(now) {
+	case chatrelay.Revoked:
+		return -1, chatrelay.Errorf(chatrelay.TokenRevoked, "this share link was revoked by the conversation's owner")
+	case chatrelay.Lapsed:
+		return -1, chatrelay.Errorf(chatrelay.TokenExpired, "this share link expired")
+	}
+	if m.ClientID != "" && slices.ContainsFunc(d.msgs, func(e Entry) bool { return e.ClientID == m.ClientID }) {
+		return i, nil // a replay: appendTo answers it, and it counts nowhere
+	}
+	if g.Sent >= g.Cap {
+		return -1, chatrelay.Errorf(chatrelay.CapReached, "this share link's %d messages are spent", g.Cap)
+	}
+	waiting := 0
+	for j := len(d.msgs) - 1; j >= 0 && d.msgs[j].Author != chatrelay.Hermes; j-- {
+		if d.msgs[j].Author == g.Author() {
+			waiting++
+		}
+	}
+	if waiting >= chatrelay.LimitWaitingPosts.Max {
+		return -1, chatrelay.Errorf(chatrelay.TooManyMessages, "%d of your messages wait for hermes's answer", waiting)
+	}
+	return i, nil
+}

@@ -15,6 +15,8 @@
 package storetest
 
 import (
+	"path/filepath"
+
 	"github.com/chatrelay/chatrelay"
 
 	"context"
@@ -285,4 +287,27 @@ func (b *Backend) Keys(t testing.TB) []string {
 		t.Fatalf("storetest: SCAN: %v", err)
 	}
 	return out
+}
+
+// CorruptParticipants writes over the thread's participants record with
+// one whose grant grantID lacks its digest and expiry, as a damaged disk
+// or a hand edit would leave it, and returns a function that reads the
+// record's raw bytes (to check that nothing writes over it).
+func (b *Backend) CorruptParticipants(t testing.TB, thread, grantID string) (raw func() []byte) {
+	t.Helper()
+	if b.Name != File {
+		t.Fatalf("storetest: CorruptParticipants is not written for the %s backend yet", b.Name)
+	}
+	path := filepath.Join(b.Dir, "chat", thread+".participants.json")
+	bad := []byte(`{"version":1,"thread":"` + thread + `","grants":[{"id":"` + grantID + `","name":"Alex"}]}`)
+	if err := os.WriteFile(path, bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func() []byte {
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
 }

@@ -1,0 +1,247 @@
+package chatrelay
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Participants (contract Part 3): the owner of a thread (whoever holds its
+// token) invites people or agents with share links. Each link is one
+// grant: one participant, one role, until it expires or is revoked.
+
+// Role is what a participant may do.
+type Role string
+
+// The roles. The owner is not a grant's role but a principal's.
+const (
+	Owner     Role = "owner"
+	Viewer    Role = "viewer"    // reads
+	Commenter Role = "commenter" // reads and posts
+)
+
+// Kind says whether a participant is a person or an agent.
+type Kind string
+
+// The participant kinds.
+const (
+	Human     Kind = "human"
+	AgentKind Kind = "agent"
+)
+
+const sharePrefx = "chp_"
+
+// GrantState is where a grant stands.
+type GrantState string
+
+// The grant states.
+const (
+	Active  GrantState = "active" // a grant whose cap is spent stays active
+	Revoked GrantState = "revoked"
+	Lapsed  GrantState = "expired"
+)
+
+// Participant is the participant object of every answer that shows one:
+// never with its token or digest.
+type Participant struct {
+	ID        string     `json:"id"` // "p_" + 8 lowercase hex
+	Name      string     `json:"name"`
+	Kind      Kind       `json:"kind"`
+	Role      Role       `json:"role"`
+	CreatedAt int64      `json:"created_at"`
+	ExpiresAt int64      `json:"expires_at"`
+	State     GrantState `json:"state"`
+	Cap       int        `json:"cap"`
+	Sent      int        `json:"sent"`
+}
+
+// Grant is a participant as the store keeps it: the participant object
+// and the SHA-256 digest of its share token, when it was revoked, and
+// whether it was ever used.
+type Grant struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Kind      Kind   `json:"kind"`
+	Role      Role   `json:"role"`
+	CreatedAt int64  `json:"created_at"`
+	ExpiresAt int64  `json:"expires_at"`
+	RevokedAt int64  `json:"revoked_at,omitempty"`
+	Cap       int    `json:"cap"`
+	Sent      int    `json:"sent"`
+	Digest    string `json:"digest"` // hex SHA-256 of the share token
+	Used      bool   `json:"used,omitempty"`
+}
+
+// StateAt is the grant's state at now.
+func (g *Grant) StateAt(now time.Time) GrantState {
+	switch {
+	case g.RevokedAt != 0:
+		return Revoked
+	case now.UnixMilli() >= g.ExpiresAt:
+		return Lapsed
+	}
+	return Active
+}
+
+// Participant is the grant's public object at now.
+func (g *Grant) Participant(now time.Time) Participant {
+	return Participant{ID: g.ID, Name: g.Name, Kind: g.Kind, Role: g.Role, CreatedAt: g.CreatedAt,
+		ExpiresAt: g.ExpiresAt, State: g.StateAt(now), Cap: g.Cap, Sent: g.Sent}
+}
+
+// Author is the stored author of the participant's messages: "p:" + id.
+func (g *Grant) Author() Author { return Author("p:" + g.ID) }
+
+// NewShareToken returns a fresh share token ("chp_" + 43 base64url
+// characters of 32 random bytes) and its digest (hex SHA-256).
+func NewShareToken() (token, digest string) {
+	var b [32]byte
+	rand.Read(b[:])
+	token = sharePrefx + base64.RawURLEncoding.EncodeToString(b[:])
+	return token, DigestOf(token)
+}
+
+// DigestOf is the hex SHA-256 of a share token: what the store keeps.
+func DigestOf(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// ValidShareToken reports whether s has the form of a share token.
+func ValidShareToken(s string) bool {
+	if len(s) != len(sharePrefx)+43 || !strings.HasPrefix(s, sharePrefx) {
+		return false
+	}
+	for _, c := range s[len(sharePrefx):] {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// NewParticipantID returns a fresh "p_" + 8 lowercase hex.
+func NewParticipantID() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return "p_" + hex.EncodeToString(b[:])
+}
+
+// ValidParticipantID reports whether s has the form of a participant id.
+func ValidParticipantID(s string) bool {
+	return len(s) == 10 && strings.HasPrefix(s, "p_") && isLowerHex(s[2:])
+}
+
+// CleanName cleans a participant's name as the contract says: control
+// characters and line breaks become spaces, [ ] < > are removed, runs of
+// white space become one space, the ends are trimmed, and it is cut to 64
+// code points. It returns InvalidName if nothing is left.
+func CleanName(name string) (string, error) {
+	if !utf8.ValidString(name) {
+		name = strings.ToValidUTF8(name, " ")
+	}
+	var b strings.Builder
+	space := false
+	for _, r := range name {
+		switch {
+		case r == '[' || r == ']' || r == '<' || r == '>':
+			continue
+		case unicode.IsControl(r) || unicode.IsSpace(r) || r == '\u2028' || r == '\u2029':
+			space = true
+			continue
+		}
+		if space && b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		space = false
+		b.WriteRune(r)
+	}
+	s := b.String()
+	if r := []rune(s); len(r) > LimitName.Max {
+		s = strings.TrimSpace(string(r[:LimitName.Max]))
+	}
+	if s == "" {
+		return "", Errorf(InvalidName, "the name is empty once cleaned (control characters and [ ] < > are removed)")
+	}
+	return s, nil
+}
+
+// Invite is what the owner asks for: a participant's name, role, kind,
+// life and cap (zero values take the defaults).
+type Invite struct {
+	Name      string
+	Role      Role
+	Kind      Kind
+	ExpiresIn time.Duration
+	Cap       int
+}
+
+// Check cleans the name, fills the defaults and checks the rest, with the
+// contract's codes.
+func (in *Invite) Check() error {
+	name, err := CleanName(in.Name)
+	if err != nil {
+		return err
+	}
+	in.Name = name
+	switch in.Role {
+	case "":
+		in.Role = Commenter
+	case Viewer, Commenter:
+	default:
+		return Errorf(InvalidRole, `role is "viewer" or "commenter"`)
+	}
+	switch in.Kind {
+	case "":
+		in.Kind = Human
+	case Human, AgentKind:
+	default:
+		return Errorf(InvalidKind, `kind is "human" or "agent"`)
+	}
+	if in.ExpiresIn == 0 {
+		in.ExpiresIn = DefaultExpiresIn
+	}
+	lo, hi := LimitExpiresIn.Duration()
+	if in.ExpiresIn < lo || in.ExpiresIn > hi || in.ExpiresIn%time.Second != 0 {
+		return Errorf(InvalidExpiry, "expires_in is %d … %d seconds", LimitExpiresIn.Min, LimitExpiresIn.Max)
+	}
+	if in.Cap == 0 {
+		in.Cap = DefaultCap
+	}
+	if in.Cap < LimitCap.Min || in.Cap > LimitCap.Max {
+		return Errorf(InvalidCap, "cap is %d … %d", LimitCap.Min, LimitCap.Max)
+	}
+	return nil
+}
+
+// Grant makes the grant of a checked invite at now, with a fresh id and
+// token; the token is returned once and never kept.
+func (in Invite) Grant(now time.Time) (Grant, string) {
+	token, digest := NewShareToken()
+	return Grant{ID: NewParticipantID(), Name: in.Name, Kind: in.Kind, Role: in.Role,
+		CreatedAt: now.UnixMilli(), ExpiresAt: now.Add(in.ExpiresIn).UnixMilli(), Cap: in.Cap, Digest: digest}, token
+}
+
+// AuditEvent is one event of a thread's audit trail: never a token, a
+// digest or a message text.
+type AuditEvent struct {
+	At          int64  `json:"at"`
+	Event       string `json:"event"` // issued, revoked, expired, refused, first_use
+	Participant string `json:"participant"`
+	Code        Code   `json:"code,omitempty"`
+	IP          string `json:"ip,omitempty"`
+}
+
+// The audit events.
+const (
+	AuditIssued   = "issued"
+	AuditRevoked  = "revoked"
+	AuditExpired  = "expired"
+	AuditRefused  = "refused"
+	AuditFirstUse = "first_use"
+)

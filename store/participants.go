@@ -1,0 +1,412 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+)
+
+// Participants keeps each thread's grants (share links, contract Part 3)
+// and their audit trail. Only the SHA-256 digest of a share token is
+// kept. A thread's record that does not parse fails closed: every share
+// token of the thread is refused (Unauthorized), the owner's participant
+// calls get ParticipantsUnreadable, and nothing writes over it.
+type Participants interface {
+	// Invite stores a new grant in thread. It returns NotFound if the
+	// thread has no message, ParticipantLimit if the thread has the most
+	// active grants, and ParticipantsUnreadable.
+	Invite(ctx context.Context, thread string, g chatrelay.Grant) error
+
+	// Grants lists the thread's grants, newest first.
+	Grants(ctx context.Context, thread string) ([]chatrelay.Grant, error)
+
+	// Revoke revokes a grant and returns it; revoking one already revoked
+	// changes nothing. NotFound for no such grant.
+	Revoke(ctx context.Context, thread, id string) (chatrelay.Grant, error)
+
+	// Resolve finds the grant of a share token's digest, comparing
+	// digests in constant time: its thread and the grant in its current
+	// state (the caller checks the state). Unauthorized if no grant has
+	// it, or if its thread's record cannot be read.
+	Resolve(ctx context.Context, digest string) (thread string, g chatrelay.Grant, err error)
+
+	// Grant returns one grant of thread: NotFound if none.
+	Grant(ctx context.Context, thread, id string) (chatrelay.Grant, error)
+
+	// MarkUsed records that a grant was used, and reports whether this
+	// was its first use.
+	MarkUsed(ctx context.Context, thread, id string) (first bool, err error)
+
+	// Audit appends an event to the thread's audit trail; AuditLog returns
+	// its newest events (LimitAuditKept), oldest first.
+	Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent) error
+	AuditLog(ctx context.Context, thread string) ([]chatrelay.AuditEvent, error)
+}
+
+// participantsFile is a thread's participants record,
+// <data>/chat/<thread>.participants.json (mode 0600):
+//
+//	{"version":1,"thread":"a1b2c3d4e5f60718","grants":[{…},…]}
+type participantsFile struct {
+	Version int               `json:"version"`
+	Thread  string            `json:"thread"`
+	Grants  []chatrelay.Grant `json:"grants"`
+}
+
+var errBadParticipants = errors.New("not a participants record")
+
+func parseParticipants(data []byte, thread string) ([]chatrelay.Grant, error) {
+	var f participantsFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil || dec.More() {
+		return nil, fmt.Errorf("%w: %v", errBadParticipants, err)
+	}
+	if f.Version != 1 || f.Thread != thread {
+		return nil, fmt.Errorf("%w: version %d of thread %q", errBadParticipants, f.Version, f.Thread)
+	}
+	for i, g := range f.Grants {
+		d, err := hex.DecodeString(g.Digest)
+		if !chatrelay.ValidParticipantID(g.ID) || err != nil || len(d) != 32 || g.ExpiresAt <= 0 {
+			return nil, fmt.Errorf("%w: grant %d lacks its id, digest or expiry", errBadParticipants, i)
+		}
+	}
+	return f.Grants, nil
+}
+
+func (s *File) participantsPath(thread string) string {
+	return filepath.Join(s.dir, thread+".participants.json")
+}
+
+func (s *File) auditPath(thread string) string {
+	return filepath.Join(s.dir, thread+".audit.jsonl")
+}
+
+func participantsUnreadable(err error) error {
+	return &chatrelay.Error{Code: chatrelay.ParticipantsUnreadable, Err: err,
+		Message: "this thread's participants record does not parse; it is kept as it is for an operator to look at, and every share link of the thread is refused"}
+}
+
+// readGrants reads the thread's grants (none if it has no record).
+func (s *File) readGrants(thread string) ([]chatrelay.Grant, error) {
+	data, err := os.ReadFile(s.participantsPath(thread))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.unavailable(thread, err)
+	}
+	grants, err := parseParticipants(data, thread)
+	if err != nil {
+		s.log.Error("participants record does not parse; every share link of the thread is refused", "thread", thread, "err", err)
+		return nil, participantsUnreadable(err)
+	}
+	return grants, nil
+}
+
+// writeGrants replaces the thread's record. The caller holds the thread's
+// locks.
+func (s *File) writeGrants(thread string, grants []chatrelay.Grant) error {
+	b, _ := json.Marshal(participantsFile{Version: 1, Thread: thread, Grants: grants})
+	f, _, err := writeFile(s.dir, thread+".participants.json", append(b, '\n'), !s.opt.NoFsync)
+	if err != nil {
+		return s.unavailable(thread, err)
+	}
+	f.Close()
+	s.noteGrants(thread, grants)
+	s.announceParticipants(thread)
+	return nil
+}
+
+// withGrants runs fn on the thread's grants under the thread's locks and
+// writes what it returns (if write).
+func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []chatrelay.Grant, d threadDoc, exists bool) ([]chatrelay.Grant, bool, error)) error {
+	if err := checkThread(thread); err != nil {
+		return err
+	}
+	t := s.state(thread)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	unlock, err := s.lockFile(ctx, s.path(thread)+".lock")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	snap, err := s.load(thread, t)
+	if err != nil {
+		return err
+	}
+	var d threadDoc
+	if snap != nil && snap.err == nil {
+		d = snap.doc
+	}
+	grants, err := s.readGrants(thread)
+	if err != nil {
+		return err
+	}
+	out, write, err := fn(grants, d, snap != nil && len(d.msgs) > 0)
+	if err != nil || !write {
+		return err
+	}
+	return s.writeGrants(thread, out)
+}
+
+// Invite implements Participants.
+func (s *File) Invite(ctx context.Context, thread string, g chatrelay.Grant) error {
+	return s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, exists bool) ([]chatrelay.Grant, bool, error) {
+		if !exists {
+			return nil, false, chatrelay.Errorf(chatrelay.NotFound, "this thread has no message yet: post one before inviting")
+		}
+		now := s.now()
+		active := 0
+		for i := range grants {
+			if grants[i].StateAt(now) == chatrelay.Active {
+				active++
+			}
+		}
+		if active >= chatrelay.LimitActiveGrants.Max {
+			return nil, false, chatrelay.Errorf(chatrelay.ParticipantLimit, "this thread already has %d active share links: revoke one first", active)
+		}
+		for slices.ContainsFunc(grants, func(o chatrelay.Grant) bool { return o.ID == g.ID }) {
+			g.ID = chatrelay.NewParticipantID()
+		}
+		return append(slices.Clone(grants), g), true, nil
+	})
+}
+
+// Grants implements Participants.
+func (s *File) Grants(ctx context.Context, thread string) ([]chatrelay.Grant, error) {
+	if err := checkThread(thread); err != nil {
+		return nil, err
+	}
+	grants, err := s.readGrants(thread)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(grants)
+	slices.Reverse(out) // newest first
+	return out, nil
+}
+
+// Grant implements Participants.
+func (s *File) Grant(ctx context.Context, thread, id string) (chatrelay.Grant, error) {
+	grants, err := s.Grants(ctx, thread)
+	if err != nil {
+		return chatrelay.Grant{}, err
+	}
+	i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
+	if i < 0 {
+		return chatrelay.Grant{}, chatrelay.Errorf(chatrelay.NotFound, "no participant %q in this thread", id)
+	}
+	return grants[i], nil
+}
+
+// Revoke implements Participants.
+func (s *File) Revoke(ctx context.Context, thread, id string) (chatrelay.Grant, error) {
+	var out chatrelay.Grant
+	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, _ bool) ([]chatrelay.Grant, bool, error) {
+		i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
+		if i < 0 {
+			return nil, false, chatrelay.Errorf(chatrelay.NotFound, "no participant %q in this thread", id)
+		}
+		if grants[i].RevokedAt != 0 {
+			out = grants[i]
+			return nil, false, nil
+		}
+		grants = slices.Clone(grants)
+		grants[i].RevokedAt = s.now().UnixMilli()
+		out = grants[i]
+		return grants, true, nil
+	})
+	return out, err
+}
+
+// MarkUsed implements Participants.
+func (s *File) MarkUsed(ctx context.Context, thread, id string) (bool, error) {
+	first := false
+	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, _ bool) ([]chatrelay.Grant, bool, error) {
+		i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
+		if i < 0 || grants[i].Used {
+			return nil, false, nil
+		}
+		grants = slices.Clone(grants)
+		grants[i].Used, first = true, true
+		return grants, true, nil
+	})
+	return first, err
+}
+
+// Resolve implements Participants. An index from the first 16 hex of
+// each digest to its thread finds the thread; the thread's record then
+// decides, by a constant-time comparison of the whole digest. A digest
+// the index does not know makes the index be rebuilt from the records, at
+// most once a second (a grant another process just made).
+func (s *File) Resolve(ctx context.Context, digest string) (string, chatrelay.Grant, error) {
+	unauthorized := chatrelay.Errorf(chatrelay.Unauthorized, "this share link is not known here")
+	if len(digest) != 64 {
+		return "", chatrelay.Grant{}, unauthorized
+	}
+	thread, ok := s.index.lookup(digest[:16])
+	if !ok && s.index.rebuildDue() {
+		s.rebuildIndex()
+		thread, ok = s.index.lookup(digest[:16])
+	}
+	if !ok {
+		return "", chatrelay.Grant{}, unauthorized
+	}
+	grants, err := s.readGrants(thread)
+	if err != nil {
+		if chatrelay.CodeOf(err) == chatrelay.ParticipantsUnreadable {
+			return "", chatrelay.Grant{}, unauthorized // fail closed
+		}
+		return "", chatrelay.Grant{}, err
+	}
+	for _, g := range grants {
+		if subtle.ConstantTimeCompare([]byte(g.Digest), []byte(digest)) == 1 {
+			return thread, g, nil
+		}
+	}
+	return "", chatrelay.Grant{}, unauthorized
+}
+
+// grantIndex maps digest prefixes to threads.
+type grantIndex struct {
+	mu      sync.Mutex // guards m and rebuilt
+	m       map[string]string
+	rebuilt time.Time
+}
+
+func (x *grantIndex) lookup(prefix string) (string, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	t, ok := x.m[prefix]
+	return t, ok
+}
+
+func (x *grantIndex) rebuildDue() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if time.Since(x.rebuilt) < time.Second {
+		return false
+	}
+	x.rebuilt = time.Now()
+	return true
+}
+
+// noteGrants puts a thread's grants in the index.
+func (s *File) noteGrants(thread string, grants []chatrelay.Grant) {
+	s.index.mu.Lock()
+	defer s.index.mu.Unlock()
+	if s.index.m == nil {
+		s.index.m = make(map[string]string)
+	}
+	for _, g := range grants {
+		s.index.m[g.Digest[:16]] = thread
+	}
+}
+
+// rebuildIndex reads every participants record into the index.
+func (s *File) rebuildIndex() {
+	paths, _ := filepath.Glob(filepath.Join(s.dir, "*.participants.json"))
+	for _, p := range paths {
+		thread := strings.TrimSuffix(filepath.Base(p), ".participants.json")
+		if !chatrelay.ValidThread(thread) {
+			continue
+		}
+		if grants, err := s.readGrants(thread); err == nil {
+			s.noteGrants(thread, grants)
+		}
+	}
+}
+
+// Audit implements Participants: one JSON line appended to the thread's
+// audit file (mode 0600); past twice LimitAuditKept lines the file is
+// rewritten with the newest LimitAuditKept.
+func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent) error {
+	if err := checkThread(thread); err != nil {
+		return err
+	}
+	t := s.state(thread)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	unlock, err := s.lockFile(ctx, s.path(thread)+".lock")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	line, _ := json.Marshal(ev)
+	f, err := os.OpenFile(s.auditPath(thread), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return s.unavailable(thread, err)
+	}
+	_, err = f.Write(append(line, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return s.unavailable(thread, err)
+	}
+	events, err := s.readAudit(thread)
+	if err == nil && len(events) > 2*chatrelay.LimitAuditKept.Max {
+		var b []byte
+		for _, e := range events[len(events)-chatrelay.LimitAuditKept.Max:] {
+			l, _ := json.Marshal(e)
+			b = append(append(b, l...), '\n')
+		}
+		if f, _, err := writeFile(s.dir, thread+".audit.jsonl", b, !s.opt.NoFsync); err == nil {
+			f.Close()
+		}
+	}
+	return nil
+}
+
+// AuditLog implements Participants.
+func (s *File) AuditLog(ctx context.Context, thread string) ([]chatrelay.AuditEvent, error) {
+	if err := checkThread(thread); err != nil {
+		return nil, err
+	}
+	events, err := s.readAudit(thread)
+	if err != nil {
+		return nil, err
+	}
+	if n := len(events) - chatrelay.LimitAuditKept.Max; n > 0 {
+		events = events[n:]
+	}
+	return events, nil
+}
+
+func (s *File) readAudit(thread string) ([]chatrelay.AuditEvent, error) {
+	f, err := os.Open(s.auditPath(thread))
+	if errors.Is(err, fs.ErrNotExist) {
+		return []chatrelay.AuditEvent{}, nil
+	}
+	if err != nil {
+		return nil, s.unavailable(thread, err)
+	}
+	defer f.Close()
+	events := []chatrelay.AuditEvent{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var e chatrelay.AuditEvent
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Event != "" {
+			events = append(events, e) // a torn last line (a crash mid-append) is left out
+		}
+	}
+	return events, sc.Err()
+}
+
+var _ Participants = (*File)(nil)
