@@ -75,6 +75,8 @@ type Grant struct {
 	Sent      int    `json:"sent"`
 	Digest    string `json:"digest"` // hex SHA-256 of the share token
 	Used      bool   `json:"used,omitempty"`
+	// ExpiryNoted says the expiry was audited (once, when first noticed).
+	ExpiryNoted bool `json:"expiry_noted,omitempty"`
 }
 
 // StateAt is the grant's state at now.

@@ -51,6 +51,10 @@ type Participants interface {
 	// was its first use.
 	MarkUsed(ctx context.Context, thread, id string) (first bool, err error)
 
+	// NoteExpired records that a grant's expiry was noticed, and reports
+	// whether this was the first time (its audit event is written once).
+	NoteExpired(ctx context.Context, thread, id string) (first bool, err error)
+
 	// Audit appends an event to the thread's audit trail; AuditLog returns
 	// its newest events (LimitAuditKept), oldest first.
 	Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent) error
@@ -237,14 +241,25 @@ func (s *File) Revoke(ctx context.Context, thread, id string) (chatrelay.Grant, 
 
 // MarkUsed implements Participants.
 func (s *File) MarkUsed(ctx context.Context, thread, id string) (bool, error) {
+	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.Used })
+}
+
+// NoteExpired implements Participants.
+func (s *File) NoteExpired(ctx context.Context, thread, id string) (bool, error) {
+	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.ExpiryNoted })
+}
+
+// markGrant sets the flag of a grant that flag points to, and reports
+// whether it was not set before.
+func (s *File) markGrant(ctx context.Context, thread, id string, flag func(*chatrelay.Grant) *bool) (bool, error) {
 	first := false
 	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, _ bool) ([]chatrelay.Grant, bool, error) {
 		i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
-		if i < 0 || grants[i].Used {
+		if i < 0 || *flag(&grants[i]) {
 			return nil, false, nil
 		}
 		grants = slices.Clone(grants)
-		grants[i].Used, first = true, true
+		*flag(&grants[i]), first = true, true
 		return grants, true, nil
 	})
 	return first, err

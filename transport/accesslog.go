@@ -19,8 +19,9 @@ import (
 // thread it authenticated as and the code it was refused with. Only the
 // request's own goroutine writes it.
 type reqInfo struct {
-	thread string
-	code   chatrelay.Code
+	thread      string
+	code        chatrelay.Code
+	participant string // the participant the request authenticated as
 }
 
 type reqInfoKey struct{}
@@ -34,6 +35,14 @@ func infoOf(r *http.Request) *reqInfo {
 func noteThread(r *http.Request, thread string) {
 	if ri := infoOf(r); ri != nil {
 		ri.thread = thread
+	}
+}
+
+// noteParticipant records the participant a request authenticated as: a
+// refusal of its request (403, 429) is audited.
+func noteParticipant(r *http.Request, thread, id string) {
+	if ri := infoOf(r); ri != nil {
+		ri.thread, ri.participant = thread, id
 	}
 }
 
@@ -75,6 +84,9 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 	s.ops.requests.WithLabelValues(route, strconv.Itoa(status)).Observe(took.Seconds())
 	if ri.code != "" {
 		s.ops.refused.WithLabelValues(string(ri.code)).Inc()
+		if ri.participant != "" && (status == http.StatusForbidden || status == http.StatusTooManyRequests || status == http.StatusUnauthorized) {
+			s.audit(r, ri.thread, chatrelay.AuditEvent{Event: chatrelay.AuditRefused, Participant: ri.participant, Code: ri.code})
+		}
 	}
 	level := slog.LevelDebug
 	if ri.code != "" && status < 500 {

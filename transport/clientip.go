@@ -58,3 +58,13 @@ func limitKey(ip string) string {
 	}
 	return netip.PrefixFrom(a, 64).Masked().String()
 }
+
+// fromTrusted reports whether the request's TCP peer is a trusted proxy.
+func fromTrusted(r *http.Request, trusted []netip.Prefix) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	peer, err := netip.ParseAddr(host)
+	return err == nil && isTrusted(peer.Unmap(), trusted)
+}

@@ -47,9 +47,10 @@ type postBody struct {
 	ClientID string
 }
 
-// parsePost decodes and checks a post body. It is the one parser of posts,
-// shared by POST /api/chat/post and the WebSocket's post frames.
-func parsePost(data []byte) (postBody, error) {
+// parsePost decodes and checks a post body of who. It is the one parser
+// of posts, shared by POST /api/chat/post and the WebSocket's post frames.
+// A participant's post takes no kind (its author is the participant).
+func parsePost(data []byte, who principal) (postBody, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil || raw == nil {
 		return postBody{}, chatrelay.Errorf(chatrelay.InvalidJSON, "the body is not a JSON object")
@@ -66,6 +67,9 @@ func parsePost(data []byte) (postBody, error) {
 		return postBody{}, err
 	}
 	p.Kind = chatrelay.Operator
+	if k, ok := raw["kind"]; ok && string(k) != "null" && who.participant() {
+		return postBody{}, chatrelay.Errorf(chatrelay.InvalidKind, "a participant's post takes no kind: its author is the participant")
+	}
 	if k, ok := raw["kind"]; ok && string(k) != "null" {
 		var kind string
 		if json.Unmarshal(k, &kind) != nil || (kind != string(chatrelay.Operator) && kind != string(chatrelay.Agent)) {
@@ -167,11 +171,7 @@ func appendPage(b []byte, p store.Page, v view) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if v.v2 {
-			b = append(b, m.JSON2...)
-		} else {
-			b = append(b, m.JSON...)
-		}
+		b = append(b, v.json(m)...) // redacted for a participant
 	}
 	if v.v2 {
 		b = append(b, `],"reset":`...)

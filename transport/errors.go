@@ -43,6 +43,18 @@ var statusOf = map[chatrelay.Code]int{
 	chatrelay.ClientIDConflict:   http.StatusConflict,
 	chatrelay.InvalidInteraction: http.StatusBadRequest,
 	chatrelay.InvalidCard:        http.StatusBadRequest,
+
+	chatrelay.InvalidName:            http.StatusBadRequest,
+	chatrelay.InvalidRole:            http.StatusBadRequest,
+	chatrelay.InvalidExpiry:          http.StatusBadRequest,
+	chatrelay.InvalidCap:             http.StatusBadRequest,
+	chatrelay.TokenRevoked:           http.StatusUnauthorized,
+	chatrelay.TokenExpired:           http.StatusUnauthorized,
+	chatrelay.NotPermitted:           http.StatusForbidden,
+	chatrelay.ParticipantLimit:       http.StatusConflict,
+	chatrelay.TooManyMessages:        http.StatusTooManyRequests,
+	chatrelay.CapReached:             http.StatusTooManyRequests,
+	chatrelay.ParticipantsUnreadable: http.StatusServiceUnavailable,
 }
 
 // errorBody is the contract's error shape; extra fields follow the four.

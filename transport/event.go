@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -39,7 +40,9 @@ type Event struct {
 	// The transports measure the fan-out delay from it.
 	Stored time.Time
 
-	sse, ws [numKinds]lazyFrame
+	redacted      lazyFrame // the redacted entry's marker: built once
+	redactedEntry store.Entry
+	sse, ws       [2][numKinds]lazyFrame // [redacted][kind]
 }
 
 // lazyFrame is a frame encoded on first use.
@@ -61,12 +64,33 @@ func NewEvent(thread string, e store.Entry) *Event {
 // Epoch is the change's epoch: the message's rev (its epoch if new).
 func (ev *Event) Epoch() int64 { return ev.Entry.Rev }
 
-// json is the message object a frame of kind k carries.
-func (ev *Event) json(k kind) []byte {
-	if k == v1Message {
-		return ev.Entry.JSON
+// entry is the message as a view sees it: redacted for a participant
+// (built once per event).
+func (ev *Event) entry(redact bool) store.Entry {
+	if !redact {
+		return ev.Entry
 	}
-	return ev.Entry.JSON2
+	ev.redacted.get(func() []byte {
+		ev.redactedEntry = redactEntry(ev.Entry)
+		return nil
+	})
+	return ev.redactedEntry
+}
+
+// redactEntry is e with every string a participant reads redacted.
+func redactEntry(e store.Entry) store.Entry {
+	r := store.NewEntry(chatrelay.RedactMessage(e.Message))
+	r.Replayed = e.Replayed
+	return r
+}
+
+// json is the message object a frame of kind k carries.
+func (ev *Event) json(k kind, redact bool) []byte {
+	e := ev.entry(redact)
+	if k == v1Message {
+		return e.JSON
+	}
+	return e.JSON2
 }
 
 // id is the SSE id of a frame of kind k: the cursor it moves the client
@@ -78,20 +102,27 @@ func (ev *Event) id(k kind) int64 {
 	return ev.Entry.Rev
 }
 
-// SSE is the event's SSE frame of kind k.
-func (ev *Event) SSE(k kind) []byte {
-	return ev.sse[k].get(func() []byte {
-		js := ev.json(k)
+// SSE is the event's SSE frame of kind k (redacted for a participant).
+func (ev *Event) SSE(k kind, redact bool) []byte {
+	return ev.sse[b2i(redact)][k].get(func() []byte {
+		js := ev.json(k, redact)
 		return AppendSSE(make([]byte, 0, len(js)+48), ev.id(k), k.name(), js) // 41 bytes of framing with a 13-digit id
 	})
 }
 
-// WS is the event's WebSocket frame of kind k.
-func (ev *Event) WS(k kind) []byte {
-	return ev.ws[k].get(func() []byte {
-		js := ev.json(k)
+// WS is the event's WebSocket frame of kind k (redacted for a participant).
+func (ev *Event) WS(k kind, redact bool) []byte {
+	return ev.ws[b2i(redact)][k].get(func() []byte {
+		js := ev.json(k, redact)
 		return AppendWS(make([]byte, 0, len(js)+32), k.name(), js)
 	})
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // AppendSSE appends an SSE frame to b: "id: <id>\nevent: <name>\ndata:

@@ -25,22 +25,22 @@ func TestEventFrames(t *testing.T) {
 		{v2Message, "id: 1792778400999\nevent: message\ndata: " + v2 + "\n\n", `{"type":"message","message":` + v2 + `}`},
 		{v2Update, "id: 1792778400999\nevent: update\ndata: " + v2 + "\n\n", `{"type":"update","message":` + v2 + `}`},
 	} {
-		assert.Equal(t, "SSE", string(ev.SSE(tc.k)), tc.sse)
-		assert.Equal(t, "WS", string(ev.WS(tc.k)), tc.ws)
-		assert.Equal(t, "SSE frame lines", bytes.Count(ev.SSE(tc.k), []byte("\n")), 4) // the text's newline is escaped
-		assert.True(t, &ev.SSE(tc.k)[0] == &ev.SSE(tc.k)[0], "a frame encoded twice")
+		assert.Equal(t, "SSE", string(ev.SSE(tc.k, false)), tc.sse)
+		assert.Equal(t, "WS", string(ev.WS(tc.k, false)), tc.ws)
+		assert.Equal(t, "SSE frame lines", bytes.Count(ev.SSE(tc.k, false), []byte("\n")), 4) // the text's newline is escaped
+		assert.True(t, &ev.SSE(tc.k, false)[0] == &ev.SSE(tc.k, false)[0], "a frame encoded twice")
 	}
 }
 
 // BenchmarkSSEFrame builds a change's event and writes its SSE frame, as
 // the first stream of a thread does.
 func BenchmarkSSEFrame(b *testing.B) {
-	benchmarkFrame(b, func(ev *Event) []byte { return ev.SSE(v1Message) })
+	benchmarkFrame(b, func(ev *Event) []byte { return ev.SSE(v1Message, false) })
 }
 
 // BenchmarkWSFrame is BenchmarkSSEFrame for the WebSocket frame.
 func BenchmarkWSFrame(b *testing.B) {
-	benchmarkFrame(b, func(ev *Event) []byte { return ev.WS(v1Message) })
+	benchmarkFrame(b, func(ev *Event) []byte { return ev.WS(v1Message, false) })
 }
 
 func benchmarkFrame(b *testing.B, frame func(*Event) []byte) {

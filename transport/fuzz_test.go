@@ -38,7 +38,7 @@ func FuzzParsePost(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := parsePost(data)
+		p, err := parsePost(data, principal{role: chatrelay.Owner})
 		if err != nil {
 			switch code := chatrelay.CodeOf(err); code {
 			case chatrelay.InvalidJSON, chatrelay.InvalidText, chatrelay.InvalidKind, chatrelay.TextTooLong:
@@ -58,7 +58,7 @@ func FuzzParsePost(f *testing.F) {
 		if err := json.Unmarshal(data, &raw); err != nil || !utf8.Valid(raw["text"]) {
 			t.Fatalf("accepted a text sent as %q", raw["text"])
 		}
-		again, err := parsePost([]byte(jsonBody(map[string]any{"text": p.Text, "kind": p.Kind})))
+		again, err := parsePost([]byte(jsonBody(map[string]any{"text": p.Text, "kind": p.Kind})), principal{role: chatrelay.Owner})
 		if err != nil || again != p {
 			t.Fatalf("re-encoded post %+v parses to %+v, %v", p, again, err)
 		}
@@ -105,13 +105,14 @@ func FuzzParseSince(f *testing.F) {
 func FuzzTicketCheck(f *testing.F) {
 	now := time.UnixMilli(1792778400123)
 	tk := tickets{key: []byte("0123456789abcdef0123456789abcdef"), ttl: 15 * time.Minute, now: func() time.Time { return now }}
-	good, _ := tk.mint("a1b2c3d4e5f60718")
-	for _, s := range []string{good, good + "x", "", ".", "t1...", "t1.a1b2c3d4e5f60718.1792778400123.",
+	good, _ := tk.mint("a1b2c3d4e5f60718", "")
+	part, _ := tk.mint("a1b2c3d4e5f60718", "p_1a2b3c4d")
+	for _, s := range []string{good, part, part[:len(part)-2], good + "x", "", ".", "t1...", "t1.a1b2c3d4e5f60718.1792778400123.",
 		strings.Replace(good, "t1.", "t2.", 1), strings.ToUpper(good)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, ticket string) {
-		thread, err := tk.check(ticket)
+		thread, pid, err := tk.check(ticket)
 		if err != nil {
 			if chatrelay.CodeOf(err) != chatrelay.InvalidTicket {
 				t.Fatalf("check(%q): code %s, want invalid_ticket", ticket, chatrelay.CodeOf(err))
@@ -122,7 +123,11 @@ func FuzzTicketCheck(f *testing.F) {
 			t.Fatalf("check(%q) accepted thread %q", ticket, thread)
 		}
 		i := strings.LastIndexByte(ticket, '.')
-		if body := ticket[:i]; body+"."+tk.sign(body) != ticket || !strings.HasPrefix(body, "t1."+thread+".") {
+		want := "t1." + thread + "."
+		if pid != "" {
+			want = "t2." + thread + "." + pid + "."
+		}
+		if body := ticket[:i]; body+"."+tk.sign(body) != ticket || !strings.HasPrefix(body, want) {
 			t.Fatalf("check(%q) accepted a ticket the key did not sign", ticket)
 		}
 	})

@@ -21,13 +21,29 @@ func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	x := newExpiries(s)
+	rechecks := newThreadQueue()
 	var wg sync.WaitGroup
 	wg.Go(func() { x.run(ctx) })
+	wg.Go(func() { // a thread's participants changed: look at its live grants
+		for {
+			threads, ok := rechecks.pop(ctx)
+			if !ok {
+				return
+			}
+			for _, th := range threads {
+				s.live.recheck(th)
+			}
+		}
+	})
 	defer wg.Wait()
 	defer cancel()
 	return s.store.Follow(ctx, func(b store.Batch) {
 		s.ops.feedBatch(b)
 		x.noteBatch(b)
+		if b.Participants {
+			rechecks.push(b.Thread)
+			return
+		}
 		switch {
 		case b.Ready:
 			s.readyMu.Do(func() { close(s.ready) })
@@ -101,3 +117,45 @@ func (s *Server) enterStream() bool {
 }
 
 var errShuttingDown = &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the server is shutting down", Retry: time.Second}
+
+// threadQueue is a set of threads waiting for a look, filled without
+// blocking (the feed pushes) and drained by one goroutine.
+type threadQueue struct {
+	mu   sync.Mutex // guards set
+	set  map[string]bool
+	wake chan struct{}
+}
+
+func newThreadQueue() *threadQueue {
+	return &threadQueue{set: make(map[string]bool), wake: make(chan struct{}, 1)}
+}
+
+func (q *threadQueue) push(thread string) {
+	q.mu.Lock()
+	q.set[thread] = true
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop waits for threads; ok is false once ctx is done.
+func (q *threadQueue) pop(ctx context.Context) (threads []string, ok bool) {
+	for {
+		q.mu.Lock()
+		for th := range q.set {
+			threads = append(threads, th)
+		}
+		clear(q.set)
+		q.mu.Unlock()
+		if len(threads) > 0 {
+			return threads, true
+		}
+		select {
+		case <-q.wake:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}

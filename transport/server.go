@@ -42,6 +42,12 @@ type Config struct {
 	WriteTimeout   time.Duration // per stream write; defaults to chatrelay.DefaultWriteTimeout
 	Log            *slog.Logger  // defaults to slog.Default()
 	Now            func() time.Time
+	// AfterFunc runs f once d has passed on Now's clock; defaults to
+	// time.AfterFunc (tests give a settable clock's).
+	AfterFunc func(d time.Duration, f func()) interface{ Stop() bool }
+	// PublicURL is the base of share links (https://chat.example.com,
+	// with the prefix if any); "" builds it from each request.
+	PublicURL string
 	// PrivateMetrics leaves GET /metrics off this handler: it is served
 	// only by OpsHandler, on a private listener (--metrics-addr).
 	PrivateMetrics bool
@@ -56,6 +62,8 @@ type Server struct {
 	limiter chatrelay.RateLimiter
 	streams chatrelay.StreamLimiter
 	tickets tickets
+	parts   store.Participants // nil if the store keeps no participants
+	live    *liveGrants        // the grants with open streams here
 	origins map[string]bool
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -82,6 +90,9 @@ func NewServer(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.AfterFunc == nil {
+		cfg.AfterFunc = func(d time.Duration, f func()) interface{ Stop() bool } { return time.AfterFunc(d, f) }
+	}
 	cfg.Windows, cfg.StreamLimits = cfg.Windows.WithDefaults(), cfg.StreamLimits.WithDefaults()
 	if cfg.Limiter == nil {
 		cfg.Limiter = NewMemoryLimiter(cfg.Windows, cfg.Now)
@@ -105,9 +116,11 @@ func NewServer(cfg Config) *Server {
 	s := &Server{
 		cfg: cfg, store: cfg.Store, hub: cfg.Hub, limiter: cfg.Limiter, streams: cfg.Streams,
 		tickets: tickets{key: cfg.TicketKey, ttl: cfg.TicketTTL, now: cfg.Now},
+		parts:   participantsOf(cfg.Store),
 		origins: make(map[string]bool), log: cfg.Log, mux: http.NewServeMux(),
 		ready: make(chan struct{}),
 	}
+	s.live = &liveGrants{s: s, m: make(map[string]*liveGrant)}
 	s.abortCtx, s.abort = context.WithCancel(context.Background())
 	for _, o := range cfg.AllowedOrigins {
 		// "https://app.example.com/" means the origin "https://app.example.com".
@@ -121,19 +134,62 @@ func NewServer(cfg Config) *Server {
 // ServeHTTP serves the API, timing and logging each request (accesslog.go).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.observe(w, r) }
 
-// routes is the whole API. Each v1 route is also served with a .php suffix.
-// Patterns carry no method, so a wrong method gets the contract's JSON 405
-// with an Allow header rather than the mux's plain-text one.
+// route is one route of the API: its pattern (under the prefix), its
+// method, who may use it, and its handler. The table (routeTable) is
+// the one place that says who may use what; a test walks it as every
+// kind of principal.
+type route struct {
+	pattern string
+	method  string
+	who     who
+	cors    bool // pages of the allowed origins may call it
+	handle  func(w http.ResponseWriter, r *http.Request, p principal)
+}
+
+// routeTable is every route that takes credentials. The v1 routes are
+// also served with a .php suffix.
+func (s *Server) routeTable() []route {
+	return []route{
+		{"/api/chat/post", http.MethodPost, writers, true, s.handlePost},
+		{"/api/chat/poll", http.MethodGet, members, true, s.handlePoll},
+		{"/api/chat/ticket", http.MethodPost, members, true, s.handleTicket},
+		{"/api/chat/respond", http.MethodPost, ownerOnly, true, s.handleRespond},
+		{"/api/chat/react", http.MethodPost, writers, true, s.handleReact},
+		{"/api/chat/participants", http.MethodPost, ownerOnly, true, s.handleInvite},
+		{"/api/chat/participants", http.MethodGet, ownerOnly, true, s.handleParticipants},
+		{"/api/chat/participants/{id}", http.MethodDelete, ownerOnly, true, s.handleRevoke},
+		{"/api/chat/participants/audit", http.MethodGet, ownerOnly, true, s.handleAudit},
+		{"/api/chat/whoami", http.MethodGet, members, true, s.handleWhoami},
+	}
+}
+
+// routes is the whole API. Patterns carry no method, so a wrong method
+// gets the contract's JSON 405 with an Allow header rather than the mux's
+// plain-text one. The streams authenticate themselves (they also take
+// tickets): members may open them.
 func (s *Server) routes() {
 	p := s.cfg.Prefix
+	byPattern := map[string][]route{}
+	var order []string
+	for _, rt := range s.routeTable() {
+		if byPattern[rt.pattern] == nil {
+			order = append(order, rt.pattern)
+		}
+		byPattern[rt.pattern] = append(byPattern[rt.pattern], rt)
+	}
+	for _, pattern := range order {
+		h := s.methods(byPattern[pattern])
+		if byPattern[pattern][0].cors {
+			h = s.cors(h)
+		}
+		s.mux.Handle(p+pattern, h)
+		if pattern == "/api/chat/post" || pattern == "/api/chat/poll" {
+			s.mux.Handle(p+pattern+".php", h)
+		}
+	}
 	for _, suffix := range []string{"", ".php"} {
-		s.mux.Handle(p+"/api/chat/post"+suffix, s.cors(only(http.MethodPost, s.handlePost)))
-		s.mux.Handle(p+"/api/chat/poll"+suffix, s.cors(only(http.MethodGet, s.handlePoll)))
 		s.mux.HandleFunc(p+"/api/debug/agent-replies"+suffix, s.handleGone)
 	}
-	s.mux.Handle(p+"/api/chat/ticket", s.cors(only(http.MethodPost, s.handleTicket)))
-	s.mux.Handle(p+"/api/chat/respond", s.cors(only(http.MethodPost, s.handleRespond)))
-	s.mux.Handle(p+"/api/chat/react", s.cors(only(http.MethodPost, s.handleReact)))
 	s.mux.Handle(p+"/api/chat/stream", s.cors(onlyStream(s.handleSSE)))
 	s.mux.Handle(p+"/api/chat/ws", onlyStream(s.handleWS))
 	s.mux.HandleFunc(p+"/api/", s.handleNotFound)
@@ -142,6 +198,47 @@ func (s *Server) routes() {
 		page = http.StripPrefix(p, page)
 	}
 	s.mux.Handle(p+"/", only(http.MethodGet, page.ServeHTTP))
+}
+
+// methods serves the routes of one pattern, each for its method (GET
+// answers HEAD too); any other method is 405 with Allow naming them.
+func (s *Server) methods(rts []route) http.Handler {
+	var allow []string
+	for _, rt := range rts {
+		allow = append(allow, rt.method)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, rt := range rts {
+			if r.Method == rt.method || (rt.method == http.MethodGet && r.Method == http.MethodHead) {
+				s.gate(rt.who, rt.handle)(w, r)
+				return
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		noteRefused(r, chatrelay.MethodNotAllowed)
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "Method not allowed", Code: chatrelay.MethodNotAllowed})
+	})
+}
+
+// gate authenticates a request and lets through the principals w takes.
+func (s *Server) gate(w who, h func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		p, err := s.authenticate(r)
+		if err == nil {
+			err = w.allows(p)
+		}
+		if err == nil && p.participant() && s.parts == nil {
+			err = chatrelay.Errorf(chatrelay.Unauthorized, "this server keeps no share links")
+		}
+		if err == nil && s.parts == nil && strings.Contains(r.URL.Path, "/participants") {
+			err = chatrelay.Errorf(chatrelay.NotFound, "this server's store keeps no participants")
+		}
+		if err != nil {
+			s.writeError(rw, r, err)
+			return
+		}
+		h(rw, r, p)
+	}
 }
 
 // only refuses every method but m (and HEAD with GET) with 405.
@@ -201,18 +298,17 @@ func threadOf(r *http.Request) (string, error) {
 	return thread, nil
 }
 
-func (s *Server) handleTicket(w http.ResponseWriter, r *http.Request) {
-	thread, err := threadOf(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handleTicket(w http.ResponseWriter, r *http.Request, p principal) {
 	if len(s.tickets.key) == 0 {
 		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "this server issues no tickets"))
 		return
 	}
-	t, exp := s.tickets.mint(thread)
-	writeJSON(w, http.StatusCreated, ticketAnswer{Success: true, Ticket: t, Thread: thread, ExpiresAt: exp})
+	pid := ""
+	if p.grant != nil {
+		pid = p.grant.ID
+	}
+	t, exp := s.tickets.mint(p.thread, pid)
+	writeJSON(w, http.StatusCreated, ticketAnswer{Success: true, Ticket: t, Thread: p.thread, ExpiresAt: exp})
 }
 
 // cors lets the pages of the allowed origins call h, answering their
@@ -225,8 +321,8 @@ func (s *Server) cors(h http.Handler) http.Handler {
 			hd.Set("Access-Control-Allow-Origin", origin)
 			hd.Add("Vary", "Origin")
 			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-				hd.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-				hd.Set("Access-Control-Allow-Headers", "X-Chat-Token, Content-Type, Last-Event-ID")
+				hd.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
+				hd.Set("Access-Control-Allow-Headers", "X-Chat-Token, Authorization, Content-Type, Last-Event-ID")
 				hd.Set("Access-Control-Max-Age", "600")
 				w.WriteHeader(http.StatusNoContent)
 				return
@@ -247,23 +343,19 @@ type postAnswer struct {
 	Thread  string `json:"thread"`
 }
 
-func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
-	thread, err := threadOf(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handlePost(w http.ResponseWriter, r *http.Request, who principal) {
+	thread := who.thread
 	data, err := readBody(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	p, err := parsePost(data)
+	p, err := parsePost(data, who)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	e, err := s.post(r.Context(), limitKey(clientIP(r, s.cfg.Trusted)), thread, p)
+	e, err := s.post(r.Context(), limitKey(clientIP(r, s.cfg.Trusted)), who, p)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -274,13 +366,18 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, postAnswer{Success: true, ID: e.ID, Epoch: e.Epoch, TS: e.TS, Thread: thread})
 }
 
-// post counts a checked post against the rate windows of thread and of
-// ipKey (limitKey's) and stores it. It is the one write path of browsers,
-// over HTTP and over the WebSocket. A post whose client_id the thread
-// already holds is answered that message again (Entry.Replayed), stores
-// nothing and counts in no window, even a full one.
-func (s *Server) post(ctx context.Context, ipKey, thread string, p postBody) (store.Entry, error) {
+// post counts a checked post against the rate windows of the thread and of
+// ipKey (limitKey's) and stores it. It is the one write path of browsers
+// and participants, over HTTP and over the WebSocket. A post whose
+// client_id the thread already holds is answered that message again
+// (Entry.Replayed), stores nothing and counts in no window, even a full
+// one.
+func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBody) (store.Entry, error) {
+	thread := who.thread
 	m := store.NewMessage{Author: p.Kind, Text: p.Text, ClientID: p.ClientID}
+	if g := who.grant; g != nil {
+		m.Author, m.AuthorName, m.Participant = g.Author(), g.Name, g.ID
+	}
 	undo, err := s.limiter.Take(ctx, thread, ipKey)
 	if err != nil {
 		if p.ClientID != "" && chatrelay.CodeOf(err) == chatrelay.RateLimited {
@@ -312,12 +409,8 @@ func (s *Server) replayOf(ctx context.Context, thread string, m store.NewMessage
 	return store.Entry{}, false
 }
 
-func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request) {
-	thread, err := threadOf(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request, who principal) {
+	thread := who.thread
 	since, err := parseSince(r.URL.Query().Get("since"))
 	if err != nil {
 		s.writeError(w, r, err)
@@ -328,6 +421,7 @@ func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	v = who.view(v)
 	pg, err := v.read(r.Context(), s.store, thread, since)
 	if err != nil {
 		s.writeError(w, r, err)

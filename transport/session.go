@@ -22,21 +22,30 @@ import (
 // hands it, and its own handshake. Who the stream is for (the principal)
 // and what it may see (the view) are decided here, once, for both.
 
-// principal is who a request acts as.
-type principal struct {
-	thread  string
-	canPost bool // the thread's token; a ticket only reads
-	// ctx ends when the principal's right to the thread ends; the
-	// session then ends too. Background for a token.
-	ctx context.Context
-}
-
 // view is what a stream or a poll shows its principal: the frozen v1 view
 // (new messages, v1 objects, the message cursor) or the v2 view (every
 // change, v2 objects, the change cursor). The frames of each view are
 // encoded once per change and shared by its subscribers (Event).
 type view struct {
-	v2 bool
+	v2     bool
+	redact bool // a participant's view: secret-shaped text is [redacted]
+}
+
+// entry is e as the view shows it.
+func (v view) entry(e store.Entry) store.Entry {
+	if v.redact {
+		return redactEntry(e)
+	}
+	return e
+}
+
+// json is the message object of e in the view.
+func (v view) json(e store.Entry) []byte {
+	e = v.entry(e)
+	if v.v2 {
+		return e.JSON2
+	}
+	return e.JSON
 }
 
 // viewOf reads the view a request asks for: ?v= absent, empty or 1 is v1,
@@ -105,6 +114,9 @@ type frameWriter interface {
 	// end tells the client why the stream ends, if its transport can:
 	// why is a hub error (hub.ErrSlow, ErrReset, ErrClosed).
 	end(why error)
+	// revoked tells a participant that its share link no longer holds
+	// (code token_revoked or token_expired); the stream then ends.
+	revoked(code chatrelay.Code)
 	// gone is closed when the client left or the connection failed.
 	gone() <-chan struct{}
 	// name is the transport's metrics label.
@@ -119,18 +131,19 @@ type opening struct {
 }
 
 // item is one message a stream sends: a live change (ev, whose frames are
-// shared) or a message of the backlog (e, framed for this stream only),
-// of kind k.
+// shared) or a message of the backlog (e, as the view shows it, framed
+// for this stream only), of kind k.
 type item struct {
-	ev *Event
-	e  store.Entry
-	k  kind
+	ev     *Event
+	e      store.Entry
+	k      kind
+	redact bool
 }
 
 // sse appends the item's SSE frame to b.
 func (it item) sse(b []byte) []byte {
 	if it.ev != nil {
-		return append(b, it.ev.SSE(it.k)...)
+		return append(b, it.ev.SSE(it.k, it.redact)...)
 	}
 	if it.k == v1Message {
 		return AppendSSE(b, it.e.Epoch, it.k.name(), it.e.JSON)
@@ -143,7 +156,7 @@ func (it item) sse(b []byte) []byte {
 // written; never a shared frame).
 func (it item) ws(buf []byte) []byte {
 	if it.ev != nil {
-		return it.ev.WS(it.k)
+		return it.ev.WS(it.k, it.redact)
 	}
 	if it.k == v1Message {
 		return AppendWS(buf[:0], it.k.name(), it.e.JSON)
@@ -175,7 +188,7 @@ func (s *Server) streamRequest(r *http.Request, cursor string) (streamRequest, e
 	if err != nil {
 		return streamRequest{}, err
 	}
-	return streamRequest{p: p, v: v, cursor: c, ip: limitKey(clientIP(r, s.cfg.Trusted))}, nil
+	return streamRequest{p: p, v: p.view(v), cursor: c, ip: limitKey(clientIP(r, s.cfg.Trusted))}, nil
 }
 
 // openSession takes a stream slot, registers a subscriber with the hub
@@ -215,6 +228,16 @@ func (s *Server) openSession(ctx context.Context, req streamRequest) (*session, 
 		return nil, err
 	}
 	ok = true
+	if g := req.p.grant; g != nil {
+		ctx, done := s.live.acquire(req.p.thread, *g)
+		req.p.ctx = ctx
+		limit := release
+		release = func() { done(); limit() }
+		// Revoked between the check and now: the registry did not see it.
+		if cur, err := s.parts.Grant(ctx, req.p.thread, g.ID); err == nil && s.grantRefusal(ctx, req.p.thread, cur) != nil {
+			s.live.end(req.p.thread, g.ID, s.grantRefusal(ctx, req.p.thread, cur))
+		}
+	}
 	return &session{s: s, req: req, sub: sub, backlog: page, release: release}, nil
 }
 
@@ -242,7 +265,7 @@ func (ss *session) run(fw frameWriter) {
 	backlog := make([]item, 0, len(p.Messages))
 	for _, e := range p.Messages {
 		if k, ok := v.kindOf(e, ss.req.cursor); ok {
-			backlog = append(backlog, item{e: e, k: k})
+			backlog = append(backlog, item{e: v.entry(e), k: k})
 		}
 	}
 	err := fw.start(opening{
@@ -262,6 +285,11 @@ func (ss *session) run(fw frameWriter) {
 		case <-fw.gone():
 			return
 		case <-ss.req.p.ctx.Done():
+			code := chatrelay.CodeOf(context.Cause(ss.req.p.ctx))
+			if code == chatrelay.TokenRevoked || code == chatrelay.TokenExpired {
+				s.log.Info("participant's stream ended", "thread", ss.req.p.thread, "participant", ss.req.p.grant.ID, "code", code)
+				fw.revoked(code)
+			}
 			return
 		case <-ping.C:
 			if fw.heartbeat() != nil {
@@ -278,7 +306,7 @@ func (ss *session) run(fw frameWriter) {
 			for {
 				if k, ok := v.kindOf(ev.Entry, last); ok {
 					last = v.cursorAfter(ev.Entry)
-					batch = append(batch, item{ev: ev, k: k})
+					batch = append(batch, item{ev: ev, k: k, redact: v.redact})
 					evs = append(evs, ev)
 				}
 				if len(batch) == maxBatch || len(ss.sub.C()) == 0 {
@@ -314,25 +342,42 @@ func (f readyFrame) marshal() []byte {
 	return b
 }
 
-// streamAuth authenticates a stream by ?ticket= or X-Chat-Token. A ticket
-// reads only.
+// streamAuth authenticates a stream: a ticket (?ticket=, read-only; one
+// minted from a grant dies with it) or the headers (the token, or a share
+// link's Bearer token). Every member may open a stream.
 func (s *Server) streamAuth(r *http.Request) (principal, error) {
-	if r.URL.Query().Has("ticket") {
-		if len(s.tickets.key) == 0 {
-			return principal{}, chatrelay.Errorf(chatrelay.InvalidTicket, "this server issues no tickets")
-		}
-		thread, err := s.tickets.check(r.URL.Query().Get("ticket"))
-		if err != nil {
-			return principal{}, err
-		}
-		noteThread(r, thread)
-		return principal{thread: thread, ctx: context.Background()}, nil
+	if !r.URL.Query().Has("ticket") {
+		return s.authenticate(r)
 	}
-	thread, err := threadOf(r)
+	if len(s.tickets.key) == 0 {
+		return principal{}, chatrelay.Errorf(chatrelay.InvalidTicket, "this server issues no tickets")
+	}
+	thread, pid, err := s.tickets.check(r.URL.Query().Get("ticket"))
 	if err != nil {
 		return principal{}, err
 	}
-	return principal{thread: thread, canPost: true, ctx: context.Background()}, nil
+	noteThread(r, thread)
+	p := principal{thread: thread, role: chatrelay.Owner, ticket: true, ctx: context.Background()}
+	if pid == "" {
+		return p, nil
+	}
+	if s.parts == nil {
+		return principal{}, chatrelay.Errorf(chatrelay.InvalidTicket, "this server keeps no share links")
+	}
+	g, err := s.parts.Grant(r.Context(), thread, pid)
+	if err != nil {
+		if chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
+			return principal{}, err
+		}
+		return principal{}, chatrelay.Errorf(chatrelay.InvalidTicket, "invalid ticket: its share link is gone")
+	}
+	if err := s.grantRefusal(r.Context(), thread, g); err != nil {
+		s.audit(r, thread, chatrelay.AuditEvent{Event: chatrelay.AuditRefused, Participant: g.ID, Code: chatrelay.CodeOf(err)})
+		return principal{}, err
+	}
+	noteParticipant(r, thread, g.ID)
+	p.role, p.grant = g.Role, &g
+	return p, nil
 }
 
 // closeReason says why the hub ended a subscription, for logs and metrics.

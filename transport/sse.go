@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"time"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // handleSSE serves GET /api/chat/stream: Server-Sent Events. The session
@@ -65,12 +67,12 @@ func (sw *sseWriter) gone() <-chan struct{} { return sw.done }
 func (sw *sseWriter) heartbeat() error      { return sw.write([]byte(": ping\n\n")) }
 func (sw *sseWriter) end(why error)         {} // SSE has no close reason: the client resumes from Last-Event-ID
 func (sw *sseWriter) events(items []item) error {
-	if len(items) == 1 {
-		return sw.write(items[0].ev.SSE(items[0].k))
+	if len(items) == 1 { // the shared frame, as it is
+		return sw.write(items[0].ev.SSE(items[0].k, items[0].redact))
 	}
 	n := 0
 	for _, it := range items {
-		n += len(it.ev.SSE(it.k))
+		n += len(it.ev.SSE(it.k, it.redact))
 	}
 	b := make([]byte, 0, n) // one write and one flush for the batch
 	for _, it := range items {
@@ -106,4 +108,11 @@ func (sw *sseWriter) write(b []byte) error {
 		return err
 	}
 	return sw.rc.Flush() // buffered writes fail only at Flush
+}
+
+// revoked tells a participant its link is no longer valid, before the
+// stream ends: event: revoked, data {"code":"token_revoked"} (or
+// token_expired).
+func (sw *sseWriter) revoked(code chatrelay.Code) {
+	sw.write([]byte(`event: revoked` + "\n" + `data: {"code":"` + string(code) + `"}` + "\n\n"))
 }

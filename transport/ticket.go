@@ -15,20 +15,26 @@ import (
 // which cannot set X-Chat-Token on EventSource or WebSocket:
 //
 //	t1.<thread>.<expires epoch ms>.<base64url HMAC-SHA256 of "t1.<thread>.<expires>">
+//	t2.<thread>.<participant>.<expires>.<HMAC of the rest>   (minted from a share link)
 //
 // They carry the thread (not secret: it is a hash of the token) and never
-// the token. They subscribe and can never post.
+// the token. They subscribe and can never post. A t2 ticket names its
+// grant, and dies with it (a revoked or expired grant refuses its
+// tickets).
 type tickets struct {
 	key []byte
 	ttl time.Duration
 	now func() time.Time
 }
 
-const ticketVersion = "t1"
-
-func (t tickets) mint(thread string) (string, int64) {
+// mint returns a ticket for thread (for the participant pid, if not "")
+// and its expiry.
+func (t tickets) mint(thread, pid string) (string, int64) {
 	exp := t.now().Add(t.ttl).UnixMilli()
-	body := ticketVersion + "." + thread + "." + strconv.FormatInt(exp, 10)
+	body := "t1." + thread + "." + strconv.FormatInt(exp, 10)
+	if pid != "" {
+		body = "t2." + thread + "." + pid + "." + strconv.FormatInt(exp, 10)
+	}
 	return body + "." + t.sign(body), exp
 }
 
@@ -38,29 +44,37 @@ func (t tickets) sign(body string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// check returns the thread a ticket grants, or InvalidTicket.
-func (t tickets) check(ticket string) (string, error) {
+// check returns the thread a ticket grants (and its participant, for a
+// t2 ticket), or InvalidTicket.
+func (t tickets) check(ticket string) (thread, pid string, err error) {
 	bad := func(why string) error { return chatrelay.Errorf(chatrelay.InvalidTicket, "invalid ticket: %s", why) }
 	i := strings.LastIndexByte(ticket, '.')
-	if i < 0 || len(ticket) > 128 {
-		return "", bad("malformed")
+	if i < 0 || len(ticket) > 160 {
+		return "", "", bad("malformed")
 	}
 	body, mac := ticket[:i], ticket[i+1:]
 	if !hmac.Equal([]byte(mac), []byte(t.sign(body))) {
-		return "", bad("signature does not match")
+		return "", "", bad("signature does not match")
 	}
 	parts := strings.Split(body, ".")
-	if len(parts) != 3 || parts[0] != ticketVersion || !chatrelay.ValidThread(parts[1]) {
-		return "", bad("malformed")
+	switch {
+	case len(parts) == 3 && parts[0] == "t1":
+	case len(parts) == 4 && parts[0] == "t2" && chatrelay.ValidParticipantID(parts[2]):
+		pid = parts[2]
+	default:
+		return "", "", bad("malformed")
 	}
-	exp, err := strconv.ParseInt(parts[2], 10, 64)
+	if !chatrelay.ValidThread(parts[1]) {
+		return "", "", bad("malformed")
+	}
+	exp, err := strconv.ParseInt(parts[len(parts)-1], 10, 64)
 	if err != nil {
-		return "", bad("malformed")
+		return "", "", bad("malformed")
 	}
 	if t.now().UnixMilli() >= exp {
-		return "", bad("expired")
+		return "", "", bad("expired")
 	}
-	return parts[1], nil
+	return parts[1], pid, nil
 }
 
 // ticketAnswer is the 201 of POST /api/chat/ticket.

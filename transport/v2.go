@@ -28,12 +28,9 @@ type respondBody struct {
 // interaction. The first answer wins, atomically in the store; any other,
 // and any after the deadline or a cancel, is 409 interaction_closed with
 // the current message.
-func (s *Server) handleRespond(w http.ResponseWriter, r *http.Request) {
-	thread, err := threadOf(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+func (s *Server) handleRespond(w http.ResponseWriter, r *http.Request, who principal) {
+	thread := who.thread
+	var err error
 	var body respondBody
 	if err := readJSON(w, r, &body); err != nil {
 		s.writeError(w, r, err)
@@ -77,15 +74,12 @@ type reactBody struct {
 	Remove    bool    `json:"remove"`
 }
 
-// handleReact serves POST /api/chat/react: add or remove the owner's
-// reaction. Reactions have rate windows of their own (the posts' sizes); a
-// reaction that changes nothing answers 200 and counts in no window.
-func (s *Server) handleReact(w http.ResponseWriter, r *http.Request) {
-	thread, err := threadOf(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+// handleReact serves POST /api/chat/react: add or remove the reaction of
+// the owner (as "operator") or a commenter (as "p:<id>"). Reactions have
+// rate windows of their own (the posts' sizes); a reaction that changes
+// nothing answers 200 and counts in no window.
+func (s *Server) handleReact(w http.ResponseWriter, r *http.Request, who principal) {
+	thread := who.thread
 	var body reactBody
 	if err := readJSON(w, r, &body); err != nil {
 		s.writeError(w, r, err)
@@ -109,7 +103,7 @@ func (s *Server) handleReact(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	c := store.Change{Op: store.React, MessageID: *body.MessageID, Emoji: *body.Emoji, By: chatrelay.Operator}
+	c := store.Change{Op: store.React, MessageID: *body.MessageID, Emoji: *body.Emoji, By: who.author()}
 	if body.Remove {
 		c.Op = store.Unreact
 	}
@@ -122,7 +116,7 @@ func (s *Server) handleReact(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, messageAnswer{Success: true, Message: e.JSON2})
+	writeJSON(w, http.StatusOK, messageAnswer{Success: true, Message: who.view(view{v2: true}).json(e)})
 }
 
 // revOf is the rev of a message as it is now (0 if not found).

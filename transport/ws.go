@@ -175,6 +175,12 @@ func (ww *wsWriter) end(why error) {
 	}
 }
 
+// revoked closes a participant's connection with 1008 and the machine
+// code (token_revoked or token_expired) as the reason.
+func (ww *wsWriter) revoked(code chatrelay.Code) {
+	ww.c.Close(websocket.StatusPolicyViolation, string(code))
+}
+
 // wsRead reads the client's frames until the connection ends, running
 // posts and writing their answers.
 func (s *Server) wsRead(ctx context.Context, ww *wsWriter, req streamRequest) {
@@ -206,15 +212,15 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 	if head.Type != "post" {
 		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, `unknown frame type; the client may send {"type":"post","text":…,"kind":…}`))
 	}
-	if !req.p.canPost {
-		return wsError(chatrelay.Errorf(chatrelay.InvalidTicket, "a ticket is read-only; post with X-Chat-Token"))
+	if err := writers.allows(req.p); err != nil {
+		return wsError(err)
 	}
-	p, err := parsePost(data)
+	p, err := parsePost(data, req.p)
 	if err != nil {
 		return wsError(err)
 	}
 	thread := req.p.thread
-	e, err := s.post(ctx, req.ip, thread, p)
+	e, err := s.post(ctx, req.ip, req.p, p)
 	if err != nil {
 		if c := chatrelay.CodeOf(err); c == chatrelay.Internal || c == chatrelay.StoreUnavailable {
 			s.log.Error("ws post failed", "thread", thread, "err", err)

@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"reflect"
+
 	"github.com/chatrelay/chatrelay"
 
 	"encoding/json"
@@ -29,7 +31,7 @@ func FuzzParseFast(f *testing.F) {
 			if err := json.Unmarshal([]byte(js), &want); err != nil {
 				t.Fatalf("parseFast accepted %q, encoding/json refuses it: %v", js, err)
 			}
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("parseFast(%q) = %+v, encoding/json reads %+v", js, got, want)
 			}
 		}
@@ -39,7 +41,7 @@ func FuzzParseFast(f *testing.F) {
 		if json.Unmarshal([]byte(js), &m) == nil && m.Epoch > 0 {
 			again := string(chatrelay.MarshalMessage(m))
 			back, ok := parseFast(again)
-			if !ok || back != m {
+			if !ok || !reflect.DeepEqual(back, m) {
 				t.Fatalf("parseFast(%q) = %+v, %v; want %+v", again, back, ok, m)
 			}
 		}

@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"reflect"
+
 	"github.com/chatrelay/chatrelay"
 
 	"bytes"
@@ -49,7 +51,7 @@ func sameMessages(t *testing.T, what string, got, want []store.Entry) {
 	for i := range got {
 		g, w := got[i].Message, want[i].Message
 		g.ID, w.ID = g.ID[:19], w.ID[:19]
-		if g != w {
+		if !reflect.DeepEqual(g, w) {
 			t.Fatalf("%s: message %d\n%+v\nfile store:\n%+v", what, i, g, w)
 		}
 	}
@@ -536,11 +538,11 @@ func TestParseEntry(t *testing.T) {
 		m := chatrelay.Message{ID: "MSG-20261023-180000-a1b2c3", Epoch: 1792778400123 + int64(i), TS: "2026-10-23T18:00:00+00:00", Author: chatrelay.Author(texts[(i+1)%len(texts)]), Text: text}
 		js := string(chatrelay.MarshalMessage(m))
 		fast, ok := parseFast(js)
-		if !ok || fast != m {
+		if !ok || !reflect.DeepEqual(fast, m) {
 			t.Fatalf("parseFast(%s) = %+v, %v", js, fast, ok)
 		}
 		e, err := parseEntry(js)
-		if err != nil || e.Message != m || string(e.JSON) != js {
+		if err != nil || !reflect.DeepEqual(e.Message, m) || string(e.JSON) != js {
 			t.Fatalf("parseEntry(%s) = %+v, %v", js, e, err)
 		}
 	}

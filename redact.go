@@ -1,0 +1,109 @@
+package chatrelay
+
+import (
+	"regexp"
+	"slices"
+)
+
+// Redaction (contract Part 3): every string a participant is sent has its
+// secret-shaped substrings replaced by "[redacted]". The owner and the
+// host always see the stored text; redaction never changes what is
+// stored. These patterns are the whole list; redact_test.go plants each
+// shape and checks the ordinary text that looks close stays as it is.
+
+// Redacted is what a secret becomes.
+const Redacted = "[redacted]"
+
+// secretPatterns are the secret shapes, each replaced whole.
+var secretPatterns = []*regexp.Regexp{
+	// PEM private key blocks, from BEGIN to its END line (or to the end of
+	// the text if it was cut).
+	regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)`),
+	// OpenAI-style keys.
+	regexp.MustCompile(`\bsk-[A-Za-z0-9_-]{16,}`),
+	// GitHub tokens.
+	regexp.MustCompile(`\b(?:ghp|gho|ghs|ghu|ghr)_[A-Za-z0-9]{20,}`),
+	regexp.MustCompile(`\bgithub_pat_[A-Za-z0-9_]{20,}`),
+	// AWS access key ids.
+	regexp.MustCompile(`\b(?:AKIA|ASIA)[A-Z0-9]{16}\b`),
+	// Slack tokens.
+	regexp.MustCompile(`\bxox[abprs]-[A-Za-z0-9-]{10,}`),
+	// JWTs: three base64url parts, the first starting eyJ.
+	regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}`),
+	// Share tokens.
+	regexp.MustCompile(`\bchp_[A-Za-z0-9_-]{43}`),
+	// Thread tokens: exactly 64 hex characters.
+	regexp.MustCompile(`\b[0-9a-fA-F]{64}\b`),
+}
+
+// valuePattern finds the value after password, passwd, secret, token or
+// api_key/api-key followed by "=" or ":"; group 1 is what stays.
+var valuePattern = regexp.MustCompile(`(?i)(\b(?:password|passwd|secret|token|api[_-]key)\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s,;&"']+)`)
+
+// urlPassword finds the password in a URL's user info; groups 1 and 3
+// stay.
+var urlPassword = regexp.MustCompile(`(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)([^\s/@]+)(@)`)
+
+// Redact returns s with every secret-shaped substring replaced by
+// "[redacted]". Text with none is returned as it is (no copy).
+func Redact(s string) string {
+	out := s
+	for _, re := range secretPatterns {
+		out = re.ReplaceAllLiteralString(out, Redacted)
+	}
+	out = urlPassword.ReplaceAllString(out, "${1}"+Redacted+"${3}")
+	out = valuePattern.ReplaceAllStringFunc(out, func(m string) string {
+		sub := valuePattern.FindStringSubmatch(m)
+		if sub[2] == Redacted {
+			return m
+		}
+		return sub[1] + Redacted
+	})
+	return out
+}
+
+// RedactMessage returns m with every string a participant could read
+// redacted: its text, and in v2 its interaction's and card's words. m is
+// not changed (its interaction and card are copied if redacted).
+func RedactMessage(m Message) Message {
+	m.Text = Redact(m.Text)
+	if ix := m.Interaction; ix != nil {
+		c := *ix
+		c.Title, c.Prompt = Redact(c.Title), Redact(c.Prompt)
+		c.Choices = slices.Clone(c.Choices)
+		for i := range c.Choices {
+			ch := &c.Choices[i]
+			ch.Value, ch.Label, ch.Description = Redact(ch.Value), Redact(ch.Label), Redact(ch.Description)
+		}
+		c.Details = redactDetails(c.Details)
+		if c.Answer != nil {
+			a := *c.Answer
+			a.Value = Redact(a.Value)
+			c.Answer = &a
+		}
+		m.Interaction = &c
+	}
+	if cd := m.Card; cd != nil {
+		c := *cd
+		c.Title, c.FallbackText = Redact(c.Title), Redact(c.FallbackText)
+		c.Blocks = slices.Clone(c.Blocks)
+		for i := range c.Blocks {
+			b := &c.Blocks[i]
+			b.Text, b.URL, b.Label, b.Language = Redact(b.Text), Redact(b.URL), Redact(b.Label), Redact(b.Language)
+			b.Fields = redactDetails(b.Fields)
+		}
+		m.Card = &c
+	}
+	return m
+}
+
+func redactDetails(ds []Detail) []Detail {
+	if ds == nil {
+		return nil
+	}
+	out := slices.Clone(ds)
+	for i := range out {
+		out[i].Label, out[i].Value = Redact(out[i].Label), Redact(out[i].Value)
+	}
+	return out
+}

@@ -1,0 +1,375 @@
+package transport
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	qrcode "github.com/skip2/go-qrcode"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// The participant routes (contract Part 3): invite, list, revoke, audit,
+// whoami; and the registry that ends a participant's streams within a
+// second of a revoke or an expiry, wherever the revoke happened.
+
+// Revocation causes: a participant's stream context ends with one.
+var (
+	errRevoked = chatrelay.Errorf(chatrelay.TokenRevoked, "this link was revoked by the conversation's owner")
+	errExpired = chatrelay.Errorf(chatrelay.TokenExpired, "this link expired: ask the owner for a new one")
+)
+
+// liveGrants holds the grants that have open streams here: each with a
+// context that its streams end with, cancelled (with errRevoked or
+// errExpired) when the store's feed says the thread's participants
+// changed and the grant is no longer active, or when its expiry timer
+// fires. It is safe for concurrent use.
+type liveGrants struct {
+	s  *Server
+	mu sync.Mutex // guards m
+	m  map[string]*liveGrant
+}
+
+type liveGrant struct {
+	thread, id string
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
+	refs       int
+	timer      interface{ Stop() bool }
+}
+
+func grantKey(thread, id string) string { return thread + " " + id }
+
+// acquire returns the context of a participant's stream and a release
+// to call when the stream ends.
+func (l *liveGrants) acquire(thread string, g chatrelay.Grant) (context.Context, func()) {
+	key := grantKey(thread, g.ID)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lg := l.m[key]
+	if lg == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		lg = &liveGrant{thread: thread, id: g.ID, ctx: ctx, cancel: cancel}
+		wait := time.UnixMilli(g.ExpiresAt).Sub(l.s.cfg.Now())
+		lg.timer = l.s.cfg.AfterFunc(wait, func() { l.expire(thread, g) })
+		l.m[key] = lg
+	}
+	lg.refs++
+	var once sync.Once
+	return lg.ctx, func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if lg.refs--; lg.refs == 0 {
+				lg.timer.Stop()
+				lg.cancel(nil)
+				if l.m[key] == lg {
+					delete(l.m, key)
+				}
+			}
+		})
+	}
+}
+
+// end cancels the streams of a grant with cause.
+func (l *liveGrants) end(thread, id string, cause error) {
+	l.mu.Lock()
+	lg := l.m[grantKey(thread, id)]
+	l.mu.Unlock()
+	if lg != nil {
+		lg.cancel(cause)
+	}
+}
+
+// expire runs at a grant's expiry: its streams end, and the expiry is
+// audited (once for every node and process).
+func (l *liveGrants) expire(thread string, g chatrelay.Grant) {
+	l.end(thread, g.ID, errExpired)
+	l.s.noteExpired(context.Background(), thread, g)
+}
+
+// recheck looks again at the grants of thread that have streams here,
+// after the feed said its participants changed: a grant no longer active
+// ends its streams.
+func (l *liveGrants) recheck(thread string) {
+	l.mu.Lock()
+	var ids []string
+	for _, lg := range l.m {
+		if lg.thread == thread {
+			ids = append(ids, lg.id)
+		}
+	}
+	l.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	grants, err := l.s.parts.Grants(ctx, thread)
+	for _, id := range ids {
+		if err != nil { // unreadable, or gone with its thread: fail closed
+			if chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
+				continue
+			}
+			l.end(thread, id, errRevoked)
+			continue
+		}
+		found := false
+		for _, g := range grants {
+			if g.ID != id {
+				continue
+			}
+			found = true
+			if cause := l.s.grantRefusal(ctx, thread, g); cause != nil {
+				l.end(thread, id, cause)
+			}
+		}
+		if !found {
+			l.end(thread, id, errRevoked)
+		}
+	}
+}
+
+// noteExpired audits a grant's expiry the first time it is noticed.
+func (s *Server) noteExpired(ctx context.Context, thread string, g chatrelay.Grant) {
+	if s.parts == nil || g.ExpiryNoted {
+		return
+	}
+	if first, err := s.parts.NoteExpired(ctx, thread, g.ID); err == nil && first {
+		s.audit(nil, thread, chatrelay.AuditEvent{Event: chatrelay.AuditExpired, Participant: g.ID})
+	}
+}
+
+// inviteBody is the body of POST /api/chat/participants.
+type inviteBody struct {
+	Name      *string         `json:"name"`
+	Role      *string         `json:"role"`
+	Kind      *string         `json:"kind"`
+	ExpiresIn json.RawMessage `json:"expires_in"`
+	Cap       json.RawMessage `json:"cap"`
+}
+
+// inviteAnswer is the 201 of an invite: the token and link are shown this
+// once. qr is the link as a QR code (a PNG data URL), for the page.
+type inviteAnswer struct {
+	Success     bool                  `json:"success"`
+	Participant chatrelay.Participant `json:"participant"`
+	Token       string                `json:"token"`
+	Link        string                `json:"link"`
+	QR          string                `json:"qr"`
+}
+
+// handleInvite serves POST /api/chat/participants (the owner).
+func (s *Server) handleInvite(w http.ResponseWriter, r *http.Request, p principal) {
+	var body inviteBody
+	if err := readJSON(w, r, &body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	in, err := body.invite()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	g, token := in.Grant(s.cfg.Now())
+	if err := s.parts.Invite(r.Context(), p.thread, g); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.audit(r, p.thread, chatrelay.AuditEvent{Event: chatrelay.AuditIssued, Participant: g.ID})
+	link := s.publicBase(r) + "/p#" + token
+	png, err := qrcode.Encode(link, qrcode.Medium, 256)
+	qr := ""
+	if err == nil {
+		qr = "data:image/png;base64," + base64.StdEncoding.EncodeToString(png)
+	}
+	writeJSON(w, http.StatusCreated, inviteAnswer{Success: true, Participant: g.Participant(s.cfg.Now()), Token: token, Link: link, QR: qr})
+}
+
+// invite checks the body's fields, with the contract's codes.
+func (b inviteBody) invite() (chatrelay.Invite, error) {
+	var in chatrelay.Invite
+	if b.Name == nil {
+		return in, chatrelay.Errorf(chatrelay.InvalidName, "a participant needs a name")
+	}
+	in.Name = *b.Name
+	if b.Role != nil {
+		in.Role = chatrelay.Role(*b.Role)
+		if in.Role == "" {
+			return in, chatrelay.Errorf(chatrelay.InvalidRole, `role is "viewer" or "commenter"`)
+		}
+	}
+	if b.Kind != nil {
+		in.Kind = chatrelay.Kind(*b.Kind)
+		if in.Kind == "" {
+			return in, chatrelay.Errorf(chatrelay.InvalidKind, `kind is "human" or "agent"`)
+		}
+	}
+	if len(b.ExpiresIn) > 0 && string(b.ExpiresIn) != "null" {
+		var n int64
+		if json.Unmarshal(b.ExpiresIn, &n) != nil || n == 0 {
+			return in, chatrelay.Errorf(chatrelay.InvalidExpiry, "expires_in is an integer of seconds, %d … %d", chatrelay.LimitExpiresIn.Min, chatrelay.LimitExpiresIn.Max)
+		}
+		in.ExpiresIn = time.Duration(max(min(n, 1<<40), -1)) * time.Second
+	}
+	if len(b.Cap) > 0 && string(b.Cap) != "null" {
+		var n int
+		if json.Unmarshal(b.Cap, &n) != nil || n == 0 {
+			return in, chatrelay.Errorf(chatrelay.InvalidCap, "cap is an integer, %d … %d", chatrelay.LimitCap.Min, chatrelay.LimitCap.Max)
+		}
+		in.Cap = n
+	}
+	return in, in.Check()
+}
+
+// publicBase is the base of share links: Config.PublicURL, or the
+// request's scheme (https under TLS, or when a trusted proxy says so in
+// X-Forwarded-Proto) and Host, with the prefix.
+func (s *Server) publicBase(r *http.Request) string {
+	if s.cfg.PublicURL != "" {
+		return strings.TrimSuffix(s.cfg.PublicURL, "/")
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if proto := r.Header.Get("X-Forwarded-Proto"); proto != "" && fromTrusted(r, s.cfg.Trusted) {
+		if p := strings.ToLower(strings.TrimSpace(strings.Split(proto, ",")[0])); p == "https" || p == "http" {
+			scheme = p
+		}
+	}
+	return scheme + "://" + r.Host + s.cfg.Prefix
+}
+
+// participantsAnswer is the 200 of GET /api/chat/participants.
+type participantsAnswer struct {
+	Success      bool                    `json:"success"`
+	Participants []chatrelay.Participant `json:"participants"`
+}
+
+// handleParticipants serves GET /api/chat/participants (the owner): every
+// grant, newest first.
+func (s *Server) handleParticipants(w http.ResponseWriter, r *http.Request, p principal) {
+	grants, err := s.parts.Grants(r.Context(), p.thread)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	now := s.cfg.Now()
+	out := participantsAnswer{Success: true, Participants: make([]chatrelay.Participant, 0, len(grants))}
+	for _, g := range grants {
+		out.Participants = append(out.Participants, g.Participant(now))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// participantAnswer is the 200 of a revoke.
+type participantAnswer struct {
+	Success     bool                  `json:"success"`
+	Participant chatrelay.Participant `json:"participant"`
+}
+
+// handleRevoke serves DELETE /api/chat/participants/{id} (the owner).
+// Revoking again answers the same.
+func (s *Server) handleRevoke(w http.ResponseWriter, r *http.Request, p principal) {
+	id := r.PathValue("id")
+	if !chatrelay.ValidParticipantID(id) {
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no participant %q in this thread", clip(id)))
+		return
+	}
+	before, err := s.parts.Grant(r.Context(), p.thread, id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	g, err := s.parts.Revoke(r.Context(), p.thread, id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if before.RevokedAt == 0 {
+		s.audit(r, p.thread, chatrelay.AuditEvent{Event: chatrelay.AuditRevoked, Participant: id})
+	}
+	s.live.end(p.thread, id, errRevoked) // here at once; other nodes by the feed
+	writeJSON(w, http.StatusOK, participantAnswer{Success: true, Participant: g.Participant(s.cfg.Now())})
+}
+
+// auditAnswer is the 200 of GET /api/chat/participants/audit.
+type auditAnswer struct {
+	Success bool                   `json:"success"`
+	Events  []chatrelay.AuditEvent `json:"events"`
+}
+
+// handleAudit serves GET /api/chat/participants/audit (the owner).
+func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request, p principal) {
+	if _, err := s.parts.Grants(r.Context(), p.thread); err != nil { // fail closed with the record
+		s.writeError(w, r, err)
+		return
+	}
+	events, err := s.parts.AuditLog(r.Context(), p.thread)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, auditAnswer{Success: true, Events: events})
+}
+
+// member is a participant as whoami lists the others.
+type member struct {
+	ID   string         `json:"id"`
+	Name string         `json:"name"`
+	Kind chatrelay.Kind `json:"kind"`
+	Role chatrelay.Role `json:"role"`
+}
+
+// whoamiAnswer is the 200 of GET /api/chat/whoami.
+type whoamiAnswer struct {
+	Success      bool                   `json:"success"`
+	Thread       string                 `json:"thread"`
+	Role         chatrelay.Role         `json:"role"`
+	Participant  *chatrelay.Participant `json:"participant"`
+	Participants []member               `json:"participants"`
+}
+
+// handleWhoami serves GET /api/chat/whoami (the owner or a participant):
+// who the request is, and who else is in the conversation (the active
+// grants).
+func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request, p principal) {
+	now := s.cfg.Now()
+	out := whoamiAnswer{Success: true, Thread: p.thread, Role: p.role, Participants: []member{}}
+	if p.grant != nil {
+		pp := p.grant.Participant(now)
+		out.Participant = &pp
+	}
+	grants, err := s.parts.Grants(r.Context(), p.thread)
+	switch {
+	case err == nil:
+		for _, g := range grants {
+			if g.StateAt(now) == chatrelay.Active {
+				out.Participants = append(out.Participants, member{g.ID, g.Name, g.Kind, g.Role})
+			}
+		}
+	case p.role == chatrelay.Owner && chatrelay.CodeOf(err) == chatrelay.ParticipantsUnreadable:
+		// The owner still learns who they are; the list needs the record.
+		s.writeError(w, r, err)
+		return
+	default:
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// participantsOf is the store's Participants, if it keeps them.
+func participantsOf(st store.Store) store.Participants {
+	if p, ok := st.(store.Participants); ok {
+		return p
+	}
+	return nil
+}

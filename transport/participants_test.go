@@ -1,0 +1,436 @@
+package transport_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/internal/testclock"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/transport"
+)
+
+// invited is the 201 of an invite.
+type invited struct {
+	Success     bool                  `json:"success"`
+	Participant chatrelay.Participant `json:"participant"`
+	Token       string                `json:"token"`
+	Link        string                `json:"link"`
+	QR          string                `json:"qr"`
+}
+
+func (e *pushEnv) invite(owner, body string) invited {
+	e.t.Helper()
+	status, _, b := e.do(http.MethodPost, "/api/chat/participants", owner, body, nil)
+	assert.Equal(e.t, "invite status "+string(b), status, http.StatusCreated)
+	var in invited
+	assert.Success(e.t, json.Unmarshal(b, &in))
+	return in
+}
+
+func bearer(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+
+// asParticipant sends a request with a share token.
+func (e *pushEnv) asParticipant(method, path, tok, body string) (int, []byte) {
+	e.t.Helper()
+	status, _, b := e.do(method, path, "", body, bearer(tok))
+	return status, b
+}
+
+// TestInviteAndManage: invite, list, whoami, revoke and audit as the
+// contract says, with every refusal's code.
+func TestInviteAndManage(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{config: func(c *transport.Config) {
+		c.Trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	}})
+	owner := tokenN(1)
+	status, _, b := e.do(http.MethodPost, "/api/chat/participants", owner, `{"name":"Alex"}`, nil)
+	assert.True(t, status == 404 && decodeError(t, b).Code == "not_found", "invite into an empty thread: %d %s", status, b)
+	e.mustPost(owner, "hello")
+
+	alex := e.invite(owner, `{"name":"Alex","role":"commenter","kind":"human","expires_in":86400,"cap":5}`)
+	assert.True(t, chatrelay.ValidShareToken(alex.Token), "token %q", alex.Token)
+	assert.Equal(t, "link", alex.Link, e.ts.URL+"/p#"+alex.Token)
+	assert.True(t, strings.HasPrefix(alex.QR, "data:image/png;base64,"), "qr %.40s", alex.QR)
+	p := alex.Participant
+	assert.True(t, chatrelay.ValidParticipantID(p.ID) && p.Name == "Alex" && p.Role == "commenter" && p.Kind == "human" && p.Cap == 5 &&
+		p.State == "active" && p.Sent == 0 && p.ExpiresAt-p.CreatedAt == 86400_000, "participant %+v", p)
+	bo := e.invite(owner, `{"name":"Bo","role":"viewer","kind":"agent"}`)
+	assert.Equal(t, "defaults", [2]any{bo.Participant.Cap, bo.Participant.ExpiresAt - bo.Participant.CreatedAt}, [2]any{50, int64(7 * 24 * 3600_000)})
+	// Behind a trusted proxy that says https, the link is https.
+	_, _, b = e.do(http.MethodPost, "/api/chat/participants", owner, `{"name":"Cy"}`, map[string]string{"X-Forwarded-Proto": "https"})
+	var cy invited
+	assert.Success(t, json.Unmarshal(b, &cy))
+	assert.True(t, strings.HasPrefix(cy.Link, "https://"), "link behind a proxy: %s", cy.Link)
+
+	status, _, b = e.do(http.MethodGet, "/api/chat/participants", owner, "", nil)
+	assert.Equal(t, "list", status, http.StatusOK)
+	var list struct{ Participants []chatrelay.Participant }
+	assert.Success(t, json.Unmarshal(b, &list))
+	assert.Equal(t, "newest first", []string{list.Participants[0].Name, list.Participants[1].Name, list.Participants[2].Name}, []string{"Cy", "Bo", "Alex"})
+	assert.True(t, !strings.Contains(string(b), alex.Token) && !strings.Contains(string(b), chatrelay.DigestOf(alex.Token)), "the list shows a token or digest")
+
+	status, wb := e.asParticipant(http.MethodGet, "/api/chat/whoami", bo.Token, "")
+	assert.Equal(t, "whoami", status, http.StatusOK)
+	var who struct {
+		Thread       string
+		Role         string
+		Participant  *chatrelay.Participant
+		Participants []map[string]string
+	}
+	assert.Success(t, json.Unmarshal(wb, &who))
+	assert.True(t, who.Thread == threadN(1) && who.Role == "viewer" && who.Participant.ID == bo.Participant.ID && len(who.Participants) == 3, "whoami %s", wb)
+	status, _, wb = e.do(http.MethodGet, "/api/chat/whoami", owner, "", nil)
+	assert.True(t, status == 200 && strings.Contains(string(wb), `"role":"owner","participant":null`), "owner's whoami %s", wb)
+
+	status, _, b = e.do(http.MethodDelete, "/api/chat/participants/"+alex.Participant.ID, owner, "", nil)
+	assert.True(t, status == 200 && strings.Contains(string(b), `"state":"revoked"`), "revoke: %d %s", status, b)
+	status2, _, b2 := e.do(http.MethodDelete, "/api/chat/participants/"+alex.Participant.ID, owner, "", nil)
+	assert.True(t, status2 == 200 && string(b2) == string(b), "revoking again: %d %s", status2, b2)
+	status, _, b = e.do(http.MethodDelete, "/api/chat/participants/p_00000000", owner, "", nil)
+	assert.True(t, status == 404 && decodeError(t, b).Code == "not_found", "revoke unknown: %d %s", status, b)
+	status, b = e.asParticipant(http.MethodGet, "/api/chat/poll", alex.Token, "")
+	assert.True(t, status == 401 && decodeError(t, b).Code == "token_revoked", "a revoked token: %d %s", status, b)
+
+	status, _, b = e.do(http.MethodGet, "/api/chat/participants/audit", owner, "", nil)
+	assert.Equal(t, "audit", status, http.StatusOK)
+	var audit struct{ Events []chatrelay.AuditEvent }
+	assert.Success(t, json.Unmarshal(b, &audit))
+	var events []string
+	for _, ev := range audit.Events {
+		events = append(events, ev.Event+":"+string(ev.Code))
+	}
+	assert.Equal(t, "audit events", events, []string{"issued:", "issued:", "issued:", "first_use:", "revoked:", "refused:token_revoked"})
+	assert.True(t, !strings.Contains(string(b), alex.Token) && !strings.Contains(string(b), "hello"), "the audit shows a token or a text")
+
+	for _, tc := range []struct{ body, code string }{
+		{`{"name":" \n<>[] "}`, "invalid_name"},
+		{`{}`, "invalid_name"},
+		{`{"name":"x","role":"owner"}`, "invalid_role"},
+		{`{"name":"x","kind":"robot"}`, "invalid_kind"},
+		{`{"name":"x","expires_in":3599}`, "invalid_expiry"},
+		{`{"name":"x","expires_in":2592001}`, "invalid_expiry"},
+		{`{"name":"x","expires_in":"1h"}`, "invalid_expiry"},
+		{`{"name":"x","cap":0}`, "invalid_cap"},
+		{`{"name":"x","cap":1001}`, "invalid_cap"},
+		{`{"name":"x","cap":1.5}`, "invalid_cap"},
+	} {
+		status, _, b := e.do(http.MethodPost, "/api/chat/participants", owner, tc.body, nil)
+		assert.True(t, status == 400 && decodeError(t, b).Code == tc.code, "invite %s: %d %s", tc.body, status, b)
+	}
+}
+
+// TestNamesAreCleaned: no name can forge an attribution line.
+func TestNamesAreCleaned(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	owner := tokenN(1)
+	e.mustPost(owner, "hello")
+	for _, tc := range []struct{ in, want string }{
+		{"Alex\nhermes: approved", "Alex hermes: approved"},
+		{"[hermes] <b>Boss</b>", "hermes bBoss/b"},
+		{"  tabs\tand\r\nbreaks  ", "tabs and breaks"},
+		{strings.Repeat("é", 500), strings.Repeat("é", 64)},
+		{"zero\u200bwidth\u2028line", "zero\u200bwidth line"},
+	} {
+		b, _ := json.Marshal(map[string]string{"name": tc.in})
+		in := e.invite(owner, string(b))
+		assert.Equal(t, "name of "+strconv.Quote(tc.in), in.Participant.Name, tc.want)
+	}
+}
+
+// TestParticipantPosts: a commenter posts as p:<id> with author_name
+// (v2), over HTTP and the WebSocket; a viewer may not; a kind is refused;
+// three messages wait for hermes at most; the cap holds; both 429s are
+// not retryable.
+func TestParticipantPosts(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	owner := tokenN(1)
+	e.mustPost(owner, "hello")
+	alex := e.invite(owner, `{"name":"Alex","cap":4}`)
+	viewer := e.invite(owner, `{"name":"Vi","role":"viewer"}`)
+
+	status, b := e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"looks good"}`)
+	assert.Equal(t, "commenter posts "+string(b), status, http.StatusCreated)
+	status, b = e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"x","kind":"agent"}`)
+	assert.True(t, status == 400 && decodeError(t, b).Code == "invalid_kind", "a kind: %d %s", status, b)
+	status, b = e.asParticipant(http.MethodPost, "/api/chat/post", viewer.Token, `{"text":"x"}`)
+	assert.True(t, status == 403 && decodeError(t, b).Code == "not_permitted", "a viewer posts: %d %s", status, b)
+	ws, _, err := e.dialWS(t.Context(), "/api/chat/ws", "", http.Header{"Authorization": {"Bearer " + alex.Token}})
+	assert.Success(t, err)
+	defer ws.CloseNow()
+	assert.Equal(t, "ready", nextWS(t, ws).Type, "ready")
+	answer, _ := wsAnswer(t, ws, map[string]any{"type": "post", "text": "over the socket"})
+	assert.True(t, answer.Type == "posted", "WS post: %s", answer.raw)
+	status, b = e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"third"}`)
+	assert.Equal(t, "third", status, http.StatusCreated)
+	status, b = e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"fourth"}`)
+	eb := decodeError(t, b)
+	assert.True(t, status == 429 && eb.Code == "too_many_messages" && !eb.Retryable, "fourth before hermes: %d %s", status, b)
+	_, err = e.store.Append(t.Context(), threadN(1), store.NewMessage{Author: chatrelay.Hermes, Text: "answered", MustExist: true})
+	assert.Success(t, err)
+	status, _ = e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"fourth"}`)
+	assert.Equal(t, "fourth after hermes", status, http.StatusCreated)
+	status, b = e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"fifth"}`)
+	eb = decodeError(t, b)
+	assert.True(t, status == 429 && eb.Code == "cap_reached" && !eb.Retryable, "past the cap: %d %s", status, b)
+
+	page := e.pollV2(owner, 0)
+	var mine []v2msg
+	for _, m := range page.Messages {
+		if m.Author == "p:"+alex.Participant.ID {
+			mine = append(mine, m)
+		}
+	}
+	assert.Equal(t, "the commenter's messages", len(mine), 4)
+	_, _, b = e.do(http.MethodGet, "/api/chat/poll?v=2", owner, "", nil)
+	assert.True(t, strings.Contains(string(b), `"author_name":"Alex"`), "v2 carries author_name: %s", b)
+	_, _, b = e.do(http.MethodGet, "/api/chat/poll", owner, "", nil)
+	assert.True(t, strings.Contains(string(b), `"author":"p:`+alex.Participant.ID+`"`) && !strings.Contains(string(b), "author_name"), "v1: %s", b)
+	_, _, b = e.do(http.MethodGet, "/api/chat/participants", owner, "", nil)
+	assert.True(t, strings.Contains(string(b), `"sent":4`), "sent counted: %s", b)
+}
+
+// planted holds one secret of each shape the contract names.
+var planted = []string{
+	"sk-proj-AbCdEfGhIjKlMnOpQrStUv123",
+	"ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+	"github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
+	"AKIAIOSFODNN7EXAMPLE",
+	"xoxb-123456789012-1234567890123-AbCdEfGhIjKl",
+	"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NSJ9.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk",
+	"-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+	"chp_" + strings.Repeat("Q", 43),
+	strings.Repeat("a1b2c3d4", 8),
+	"password=hunter2hunter2",
+	"https://alice:s3cr3tpass@git.example.com/x",
+}
+
+// secretLeft names a planted secret's distinctive part found in s.
+func secretLeft(s string) string {
+	for _, p := range []string{"AbCdEfGhIjKl", "abcdefghijklmnopqrstuvwxyz0123456789", "11ABCDEFG0123456789", "AKIAIOSFODNN7EXAMPLE",
+		"123456789012-1234567890123", "dBjftJeZ4CVPmB92K27", "MIIEowIBAAKCAQEA", strings.Repeat("Q", 43), strings.Repeat("a1b2c3d4", 8),
+		"hunter2hunter2", "s3cr3tpass"} {
+		if strings.Contains(s, p) {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestParticipantsSeeRedacted: with a secret of every shape planted in a
+// thread (a post, hermes's question and card), a participant's poll (v1,
+// v2), SSE and WebSocket never carry one; the owner's carry all unchanged.
+func TestParticipantsSeeRedacted(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	owner := tokenN(1)
+	for _, s := range planted {
+		b, _ := json.Marshal(map[string]string{"text": "here: " + s})
+		status, _, body := e.do(http.MethodPost, "/api/chat/post", owner, string(b), nil)
+		assert.Equal(t, "post "+string(body), status, http.StatusCreated)
+	}
+	e.ask(threadN(1), chatrelay.Ask{Type: chatrelay.Input, Title: planted[0], Prompt: "token: " + planted[8], Choices: []chatrelay.Choice{{Value: planted[3], Label: planted[1]}}})
+	_, err := e.store.Append(t.Context(), threadN(1), store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Card: &chatrelay.Card{
+		FallbackText: planted[2], Blocks: []chatrelay.Block{{Type: chatrelay.CodeBlock, Text: planted[6]}, {Type: chatrelay.LinkBlock, URL: planted[10]}}}})
+	assert.Success(t, err)
+	alex := e.invite(owner, `{"name":"Alex","role":"viewer"}`)
+
+	var seen []string
+	for _, path := range []string{"/api/chat/poll", "/api/chat/poll?v=2"} {
+		status, b := e.asParticipant(http.MethodGet, path, alex.Token, "")
+		assert.Equal(t, path, status, http.StatusOK)
+		assert.Equal(t, path+" leaks in "+string(b), secretLeft(string(b)), "")
+		seen = append(seen, string(b))
+		_, _, ob := e.do(http.MethodGet, path, owner, "", nil)
+		for _, s := range planted {
+			js, _ := json.Marshal(s)
+			assert.True(t, strings.Contains(string(ob), strings.Trim(string(js), `"`)), "the owner's %s lacks %q", path, s)
+		}
+	}
+	assert.True(t, strings.Contains(seen[0], "[redacted]"), "nothing redacted: %s", seen[0])
+	for _, v := range []string{"", "&v=2"} {
+		s := e.mustSSE("/api/chat/stream?since=1"+v, "", bearer(alex.Token))
+		ws, _, err := e.dialWS(t.Context(), "/api/chat/ws?since=1"+v, "", http.Header{"Authorization": {"Bearer " + alex.Token}})
+		assert.Success(t, err)
+		assert.Equal(t, "SSE ready", s.nextEvent(t).Event, "ready")
+		assert.Equal(t, "WS ready", nextWS(t, ws).Type, "ready")
+		for range len(planted) + 2 {
+			f := s.nextEvent(t)
+			assert.Equal(t, "SSE leaks "+f.Data, secretLeft(f.Data), "")
+			wf := nextWS(t, ws)
+			assert.Equal(t, "WS leaks "+string(wf.raw), secretLeft(string(wf.raw)), "")
+		}
+		// Live too.
+		b, _ := json.Marshal(map[string]string{"text": "live " + planted[0]})
+		e.do(http.MethodPost, "/api/chat/post", owner, string(b), nil)
+		f := s.nextEvent(t)
+		assert.True(t, secretLeft(f.Data) == "" && strings.Contains(f.Data, "live [redacted]"), "live SSE %s", f.Data)
+		wf := nextWS(t, ws)
+		assert.True(t, secretLeft(string(wf.raw)) == "" && strings.Contains(string(wf.raw), "live [redacted]"), "live WS %s", wf.raw)
+		ws.CloseNow()
+		s.Close()
+	}
+}
+
+// TestRevokeEndsStreamsWithinASecond: a revoke over HTTP, or by another
+// process (another store of the same folder, as the host CLI is), ends the
+// participant's SSE, WebSocket and ticket streams within a second (each
+// measured), while the owner's and another participant's stay open.
+func TestRevokeEndsStreamsWithinASecond(t *testing.T) {
+	t.Parallel()
+	for _, by := range []string{"http", "another process"} {
+		t.Run(by, func(t *testing.T) {
+			t.Parallel()
+			e := startPush(t, pushOptions{})
+			owner := tokenN(1)
+			e.mustPost(owner, "hello")
+			alex := e.invite(owner, `{"name":"Alex"}`)
+			bo := e.invite(owner, `{"name":"Bo"}`)
+			status, tb := e.asParticipant(http.MethodPost, "/api/chat/ticket", alex.Token, "")
+			assert.Equal(t, "ticket", status, http.StatusCreated)
+			var tk struct{ Ticket string }
+			assert.Success(t, json.Unmarshal(tb, &tk))
+
+			sse := e.mustSSE("/api/chat/stream", "", bearer(alex.Token))
+			ticketSSE := e.mustSSE("/api/chat/stream?ticket="+tk.Ticket, "", nil)
+			ws, _, err := e.dialWS(t.Context(), "/api/chat/ws", "", http.Header{"Authorization": {"Bearer " + alex.Token}})
+			assert.Success(t, err)
+			defer ws.CloseNow()
+			ownerSSE := e.mustSSE("/api/chat/stream", owner, nil)
+			boSSE := e.mustSSE("/api/chat/stream", "", bearer(bo.Token))
+			for _, s := range []*sseStream{sse, ticketSSE, ownerSSE, boSSE} {
+				assert.Equal(t, "ready", s.nextEvent(t).Event, "ready")
+				assert.Equal(t, "the backlog", s.nextEvent(t).Event, "message")
+			}
+			assert.Equal(t, "ws ready", nextWS(t, ws).Type, "ready")
+			assert.Equal(t, "ws backlog", nextWS(t, ws).Type, "message")
+
+			start := time.Now()
+			if by == "http" {
+				status, _, _ := e.do(http.MethodDelete, "/api/chat/participants/"+alex.Participant.ID, owner, "", nil)
+				assert.Equal(t, "revoke", status, http.StatusOK)
+			} else {
+				other := e.backend.Another(t, storetest.Options{})
+				_, err := other.Store.(store.Participants).Revoke(t.Context(), threadN(1), alex.Participant.ID)
+				assert.Success(t, err)
+			}
+			for _, s := range []*sseStream{sse, ticketSSE} {
+				f := within(t, 2*time.Second, "the revoked event", s.Close, s.NextEvent)
+				took := time.Since(start)
+				assert.True(t, f.Event == "revoked" && f.Data == `{"code":"token_revoked"}`, "revoked event %+v", f)
+				assert.True(t, took <= time.Second, "the SSE stream ended %v after the revoke", took)
+				t.Logf("SSE ended %v after the revoke (%s)", took.Round(time.Millisecond), by)
+			}
+			_, err = readWS(t.Context(), ws)
+			took := time.Since(start)
+			assert.Equal(t, "WS close", websocket.CloseStatus(err), websocket.StatusPolicyViolation)
+			var ce websocket.CloseError
+			assert.True(t, errors.As(err, &ce) && ce.Reason == "token_revoked", "close reason %v", err)
+			assert.True(t, took <= time.Second, "the WebSocket closed %v after the revoke", took)
+
+			// The others stay open: a new message reaches them.
+			e.mustPost(owner, "still here")
+			assert.Equal(t, "owner's stream", ownerSSE.nextEvent(t).Event, "message")
+			assert.Equal(t, "Bo's stream", boSSE.nextEvent(t).Event, "message")
+			// The ticket is refused from now on.
+			_, resp, b, err := e.openSSE(t.Context(), "/api/chat/stream?ticket="+tk.Ticket, "", nil)
+			assert.Success(t, err)
+			assert.True(t, resp.StatusCode == 401 && decodeError(t, b).Code == "token_revoked", "the ticket after the revoke: %d %s", resp.StatusCode, b)
+		})
+	}
+}
+
+// TestExpiryEndsStreams: with a settable clock, a participant's streams end
+// with token_expired within a second of expires_at, and its token is then
+// refused with token_expired.
+func TestExpiryEndsStreams(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New(time.Now())
+	e := startPush(t, pushOptions{store: storetest.Options{Now: clk.Now}, config: func(c *transport.Config) {
+		c.Now = clk.Now
+		c.AfterFunc = func(d time.Duration, f func()) interface{ Stop() bool } { return clk.AfterFunc(d, f) }
+	}})
+	owner := tokenN(1)
+	e.mustPost(owner, "hello")
+	alex := e.invite(owner, `{"name":"Alex","expires_in":3600}`)
+	sse := e.mustSSE("/api/chat/stream", "", bearer(alex.Token))
+	assert.Equal(t, "ready", sse.nextEvent(t).Event, "ready")
+	assert.Equal(t, "the backlog", sse.nextEvent(t).Event, "message")
+	ws, _, err := e.dialWS(t.Context(), "/api/chat/ws", "", http.Header{"Authorization": {"Bearer " + alex.Token}})
+	assert.Success(t, err)
+	defer ws.CloseNow()
+	assert.Equal(t, "ws ready", nextWS(t, ws).Type, "ready")
+
+	clk.Advance(3599 * time.Second)
+	e.mustPost(owner, "a second before")
+	assert.Equal(t, "still open", sse.nextEvent(t).Event, "message")
+	start := time.Now()
+	clk.Advance(time.Second)
+	f := within(t, 2*time.Second, "the expired event", sse.Close, sse.NextEvent)
+	for f.Event == "message" {
+		f = within(t, 2*time.Second, "the expired event", sse.Close, sse.NextEvent)
+	}
+	assert.True(t, f.Event == "revoked" && f.Data == `{"code":"token_expired"}`, "event %+v", f)
+	assert.True(t, time.Since(start) <= time.Second, "ended %v after expires_at", time.Since(start))
+	for {
+		wf, err := readWS(t.Context(), ws)
+		if err != nil {
+			var ce websocket.CloseError
+			assert.True(t, errors.As(err, &ce) && ce.Code == websocket.StatusPolicyViolation && ce.Reason == "token_expired", "WS %v", err)
+			break
+		}
+		assert.Equal(t, "only messages before the close", wf.Type, "message")
+	}
+	status, b := e.asParticipant(http.MethodGet, "/api/chat/poll", alex.Token, "")
+	assert.True(t, status == 401 && decodeError(t, b).Code == "token_expired", "after expiry: %d %s", status, b)
+}
+
+// TestParticipantsFailClosed: a participants record that does not parse
+// refuses every share token of the thread (401 unauthorized), answers the
+// owner's participant routes 503 participants_unreadable, is never
+// written over whatever route is tried, and leaves the thread's messages
+// working for the owner.
+func TestParticipantsFailClosed(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	owner := tokenN(1)
+	e.mustPost(owner, "hello")
+	alex := e.invite(owner, `{"name":"Alex"}`)
+	path := filepath.Join(e.dir, "chat", threadN(1)+".participants.json")
+	bad := []byte(`{"version":1,"thread":"` + threadN(1) + `","grants":[{"id":"` + alex.Participant.ID + `","name":"Alex"}]}`)
+	assert.Success(t, os.WriteFile(path, bad, 0o600))
+
+	for _, path := range []string{"/api/chat/poll", "/api/chat/whoami", "/api/chat/stream"} {
+		status, b := e.asParticipant(http.MethodGet, path, alex.Token, "")
+		assert.True(t, status == 401 && decodeError(t, b).Code == "unauthorized", "%s with the token: %d %s", path, status, b)
+	}
+	for _, rq := range []struct{ method, path, body string }{
+		{http.MethodPost, "/api/chat/participants", `{"name":"Bo"}`},
+		{http.MethodGet, "/api/chat/participants", ""},
+		{http.MethodDelete, "/api/chat/participants/" + alex.Participant.ID, ""},
+		{http.MethodGet, "/api/chat/participants/audit", ""},
+	} {
+		status, _, b := e.do(rq.method, rq.path, owner, rq.body, nil)
+		assert.True(t, status == 503 && decodeError(t, b).Code == "participants_unreadable", "%s %s: %d %s", rq.method, rq.path, status, b)
+	}
+	e.mustPost(owner, "the owner keeps working")
+	assert.Equal(t, "owner's poll", len(e.poll(owner, 0).Messages), 2)
+	got, err := os.ReadFile(path)
+	assert.Success(t, err)
+	assert.Equal(t, "the record's bytes", string(got), string(bad))
+}
