@@ -40,6 +40,10 @@ type Options struct {
 	// backend keep it (the file store in DATA/ticket.key, Redis in Redis).
 	TicketKeyFile string
 
+	// PublicURL is the base of share links a server records for the
+	// host CLI (Settings.PublicURL).
+	PublicURL string
+
 	// Serve opens the store for a long-running server. The file store
 	// then takes its data folder for this process alone, for the
 	// server's life (a second server on the folder is refused; the CLI

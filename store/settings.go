@@ -22,6 +22,7 @@ import (
 type Settings struct {
 	Retention  chatrelay.Retention
 	MaxThreads int
+	PublicURL  string // the base of share links (serve --public-url), "" if none
 }
 
 // settingsFile is the JSON form of Settings.
@@ -29,6 +30,7 @@ type settingsFile struct {
 	RetentionMessages int    `json:"retention_messages"`
 	RetentionAge      string `json:"retention_age"` // a Go duration, "720h0m0s"
 	MaxThreads        int    `json:"max_threads"`
+	PublicURL         string `json:"public_url,omitempty"`
 }
 
 func settingsPath(data string) string { return filepath.Join(data, "settings.json") }
@@ -48,6 +50,7 @@ func reconcile(data string, opt Options) (Settings, error) {
 		return s
 	}
 	if opt.Serve {
+		given.PublicURL = opt.PublicURL
 		set := withDefaults(given)
 		if err := os.MkdirAll(data, 0o700); err != nil {
 			return set, fmt.Errorf("store: %w", err)
@@ -92,7 +95,7 @@ func readSettings(data string) (Settings, bool, error) {
 	if err != nil || age <= 0 || f.RetentionMessages <= 0 || f.MaxThreads <= 0 {
 		return Settings{}, false, fmt.Errorf("store: %s holds settings out of range", settingsPath(data))
 	}
-	return Settings{Retention: chatrelay.Retention{Messages: f.RetentionMessages, Age: age}, MaxThreads: f.MaxThreads}, true, nil
+	return Settings{Retention: chatrelay.Retention{Messages: f.RetentionMessages, Age: age}, MaxThreads: f.MaxThreads, PublicURL: f.PublicURL}, true, nil
 }
 
 // recordSettings writes set as the folder's settings, atomically, under
@@ -100,6 +103,7 @@ func readSettings(data string) (Settings, bool, error) {
 func recordSettings(data string, set Settings, sync bool) error {
 	b, _ := json.MarshalIndent(settingsFile{
 		RetentionMessages: set.Retention.Messages, RetentionAge: set.Retention.Age.String(), MaxThreads: set.MaxThreads,
+		PublicURL: set.PublicURL,
 	}, "", "  ")
 	unlock, err := lockPath(context.Background(), settingsPath(data)+".lock", chatrelay.DefaultLockTimeout)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -287,13 +288,15 @@ func TestParticipantsSeeRedacted(t *testing.T) {
 	}
 }
 
-// TestRevokeEndsStreamsWithinASecond: a revoke over HTTP, or by another
-// process (another store of the same folder, as the host CLI is), ends the
-// participant's SSE, WebSocket and ticket streams within a second (each
-// measured), while the owner's and another participant's stay open.
+// TestRevokeEndsStreamsWithinASecond: a revoke over HTTP, by another store
+// of the same data, or by `chatrelay share revoke` in another process ends
+// the participant's SSE, WebSocket and ticket streams within a second
+// (each measured; for the CLI, from when the command started), while the
+// owner's and another participant's stay open.
 func TestRevokeEndsStreamsWithinASecond(t *testing.T) {
 	t.Parallel()
-	for _, by := range []string{"http", "another process"} {
+	bin := mustBinary(t)
+	for _, by := range []string{"http", "another store", "the CLI"} {
 		t.Run(by, func(t *testing.T) {
 			t.Parallel()
 			e := startPush(t, pushOptions{})
@@ -324,10 +327,17 @@ func TestRevokeEndsStreamsWithinASecond(t *testing.T) {
 			if by == "http" {
 				status, _, _ := e.do(http.MethodDelete, "/api/chat/participants/"+alex.Participant.ID, owner, "", nil)
 				assert.Equal(t, "revoke", status, http.StatusOK)
-			} else {
+			} else if by == "another store" {
 				other := e.backend.Another(t, storetest.Options{})
 				_, err := other.Store.(store.Participants).Revoke(t.Context(), threadN(1), alex.Participant.ID)
 				assert.Success(t, err)
+			} else {
+				start = time.Now() // the process's own start is not the server's to pay
+				args := append([]string{"share", "revoke", threadN(1), alex.Participant.ID, "--fsync", "never"}, e.backend.CLIArgs()...)
+				cmd := exec.CommandContext(t.Context(), bin, args...)
+				cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
+				out, err := cmd.CombinedOutput()
+				assert.True(t, err == nil && strings.Contains(string(out), "revoked Alex"), "chatrelay share revoke: %v %s", err, out)
 			}
 			for _, s := range []*sseStream{sse, ticketSSE} {
 				f := within(t, 2*time.Second, "the revoked event", s.Close, s.NextEvent)

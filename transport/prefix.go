@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 )
 
@@ -29,4 +30,23 @@ func CheckPrefix(p string) (string, error) {
 		}
 	}
 	return p, nil
+}
+
+// CheckPublicURL checks a --public-url: an http or https URL with a host
+// and a clean path (the prefix, if any), no query, no fragment. It
+// returns it without a trailing slash.
+func CheckPublicURL(s string) (string, error) {
+	u, err := url.Parse(strings.TrimSuffix(s, "/"))
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%q is not a URL: %v", s, err)
+	case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
+		return "", fmt.Errorf("%q: want http://host or https://host[:port][/prefix]", s)
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+		return "", fmt.Errorf("%q: no user, query or fragment", s)
+	}
+	if _, err := CheckPrefix(u.Path); err != nil {
+		return "", fmt.Errorf("%q: its path: %v", s, err)
+	}
+	return strings.TrimSuffix(s, "/"), nil
 }

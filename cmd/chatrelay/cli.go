@@ -116,7 +116,7 @@ func show(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	for _, e := range p.Messages {
 		text := strings.ReplaceAll(e.Text, "\n", "\n    ")
-		fmt.Fprintf(stdout, "%s  %-8s %d  %s\n    %s\n", utc(e.Epoch), e.Author, e.Epoch, e.ID, text)
+		fmt.Fprintf(stdout, "%s  %-8s %d  %s\n    %s\n", utc(e.Epoch), who(e.Message), e.Epoch, e.ID, text)
 		if ix := e.Interaction; ix != nil {
 			fmt.Fprintf(stdout, "    [%s %s: %s]\n", ix.Type, ix.ID, interactionState(ix))
 		}
@@ -150,4 +150,13 @@ func reactionLine(r chatrelay.Reactions) string {
 		parts[i] = fmt.Sprintf("%s %d", k, len(r[k]))
 	}
 	return strings.Join(parts, "  ")
+}
+
+// who names a message's author for people: a participant as "Alex
+// (p_1a2b3c4d)", anyone else by the author itself.
+func who(m chatrelay.Message) string {
+	if id, ok := strings.CutPrefix(string(m.Author), "p:"); ok && m.AuthorName != "" {
+		return m.AuthorName + " (" + id + ")"
+	}
+	return string(m.Author)
 }

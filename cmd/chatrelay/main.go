@@ -57,6 +57,8 @@ var commands = []command{
 	{"cancel", "THREAD INTERACTION", "withdraw a pending interaction", cancel},
 	{"react", "THREAD MESSAGE EMOJI [--remove]", "add (or remove) hermes's reaction", react},
 	{"card", "THREAD FILE", `send a card (JSON; FILE "-" reads standard input)`, card},
+	{"share", "THREAD --name NAME [--role viewer|commenter] [--kind human|agent] [--expires D] [--cap N] [--public-url URL] | share list THREAD [--json] | share revoke THREAD (ID | --all) | share audit THREAD [--json]",
+		"share the conversation with a link (shown once), list, revoke and audit the links", share},
 	{"watch", "[--data DIR] [--since EPOCH] [--all] [--v2]", "new messages of every thread, and interaction updates, one JSON line each (no server needed)",
 		func(ctx context.Context, e cmdEnv) error { return watch(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
 	{"subscribe", "--server URL [--token T | --ticket K] [--since N]", "one thread's live stream from a remote server, one JSON line each",

@@ -354,8 +354,10 @@ func TestServeMetricsAddrLogsAndDrain(t *testing.T) {
 	status, _ := opsGet(t, srv.base+"/metrics")
 	assert.Equal(t, "main /metrics", status, http.StatusNotFound)
 	opsWait(t, "ready", func() bool { s, _ := opsGet(t, srv.metrics+"/readyz"); return s == http.StatusOK })
-	status, _ = opsGet(t, srv.base+"/readyz")
+	status, body := opsGet(t, srv.base+"/readyz")
 	assert.Equal(t, "main /readyz", status, http.StatusOK)
+	// The store serve opens is checked (a file store can say it is writable).
+	assert.True(t, strings.Contains(string(body), `"store":"ok"`), "readyz %s", body)
 	status, _ = opsGet(t, srv.base+"/healthz")
 	assert.Equal(t, "main /healthz", status, http.StatusOK)
 
@@ -364,7 +366,7 @@ func TestServeMetricsAddrLogsAndDrain(t *testing.T) {
 	assert.Equal(t, "post", opsPost(t, t.Context(), http.DefaultClient, srv.base, tok, secret, nil), http.StatusCreated)
 	assert.Equal(t, "no token", opsPost(t, t.Context(), http.DefaultClient, srv.base, "", secret, nil), http.StatusUnauthorized)
 
-	status, body := opsGet(t, srv.metrics+"/metrics")
+	status, body = opsGet(t, srv.metrics+"/metrics")
 	assert.Equal(t, "private /metrics", status, http.StatusOK)
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))

@@ -34,7 +34,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	f.server.Store, f.server.Limiter, f.server.Streams = st, st.Limiter, st.Streams
+	f.server.Store, f.server.Limiter, f.server.Streams = st.Store, st.Limiter, st.Streams // the backend's own store: its optional interfaces (Checker, Participants) show
 	f.server.Windows, f.server.StreamLimits = f.storeOpt.Windows, f.storeOpt.Streams
 	f.server.TicketKey, f.server.Log = key, log
 	srv := transport.NewServer(f.server)
@@ -130,6 +130,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.StringVar(&keyFile, "ticket-key-file", "", "`file` holding the ticket signing key (created 0600 if missing); default DATA/ticket.key, or kept in Redis with --store redis://. Every node needs the same key")
 	fs.IntVar(&l.PerThread, "max-streams-per-thread", chatrelay.DefaultStreamsPerThread, "open SSE and WebSocket streams allowed per thread")
 	fs.IntVar(&l.PerIP, "max-streams-per-ip", chatrelay.DefaultStreamsPerIP, "open SSE and WebSocket streams allowed per client address (an IPv6 address by its /64)")
+	publicURL := fs.String("public-url", "", "the public `URL` of the server (https://chat.example.com, with the prefix if any) that share links start with; default: each request's scheme and Host. The host CLI's share takes it from the data folder")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	f.ops.register(fs)
 	if err := parse(fs, args, getenv); err != nil {
@@ -155,6 +156,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 		}
 	}
 	f.server.AllowedOrigins = origins
+	if *publicURL != "" {
+		if f.server.PublicURL, err = transport.CheckPublicURL(*publicURL); err != nil {
+			return nil, usageError("--public-url " + err.Error())
+		}
+		f.storeOpt.PublicURL = f.server.PublicURL
+	}
 	if err := f.level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return nil, usageError(fmt.Sprintf("--log-level %q: %v", *logLevel, err))
 	}

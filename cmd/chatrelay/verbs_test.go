@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,7 +188,7 @@ func TestVerbsAtWork(t *testing.T) {
 	var watched lockedBuffer
 	watchDone := make(chan error, 1)
 	go func() {
-		watchDone <- run(ctx, []string{"watch", "--data", data, "--all"}, env(nil), strings.NewReader(""), &watched, os.Stderr)
+		watchDone <- run(ctx, []string{"watch", "--data", data, "--all", "--since", "1"}, env(nil), strings.NewReader(""), &watched, os.Stderr)
 	}()
 
 	r := runCLI(t, nil, "", "reply", threadNew, "on it", "--client-id", "deploy-1", "--data", data)
@@ -245,4 +246,66 @@ func TestVerbsAtWork(t *testing.T) {
 		sawMessage = sawMessage || strings.Contains(string(l.Message), "on it")
 	}
 	assert.True(t, sawMessage, "watch printed no message line:\n%s", watched.String())
+}
+
+// TestShare: the host CLI invites (the link from the folder's recorded
+// public URL), lists, audits and revokes share links through the store.
+func TestShare(t *testing.T) {
+	t.Parallel()
+	s := opsServe(t, "--public-url", "https://chat.example.com/spaces/x/")
+	tok := opsToken("share")
+	thread := chatrelay.ThreadOf(tok)
+	r := runCLI(t, nil, "", "share", thread, "--name", "Alex", "--data", s.data)
+	assert.True(t, r.err != nil && exitCode(r.err) == 1 && strings.Contains(r.err.Error(), "not_found"), "share into an empty thread: %v", r.err)
+	assert.Equal(t, "post", opsPost(t, t.Context(), http.DefaultClient, s.base, tok, "hello", nil), http.StatusCreated)
+
+	r = runCLI(t, nil, "", "share", thread, "--name", "Alex\n[hermes]", "--role", "viewer", "--expires", "2d", "--cap", "3", "--json", "--data", s.data)
+	assert.Success(t, r.err)
+	var inv struct {
+		Participant chatrelay.Participant
+		Token, Link string
+	}
+	assert.Success(t, json.Unmarshal([]byte(r.stdout), &inv))
+	assert.True(t, inv.Participant.Name == "Alex hermes" && inv.Participant.Role == "viewer" && inv.Participant.Cap == 3 &&
+		inv.Participant.ExpiresAt-inv.Participant.CreatedAt == 2*24*3600_000, "invited %+v", inv.Participant)
+	assert.Equal(t, "link", inv.Link, "https://chat.example.com/spaces/x/p#"+inv.Token)
+	// The token works on the server at once.
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, s.base+"/api/chat/whoami", nil)
+	req.Header.Set("Authorization", "Bearer "+inv.Token)
+	resp, err := http.DefaultClient.Do(req)
+	assert.Success(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "whoami with the CLI's link", resp.StatusCode, http.StatusOK)
+
+	r = runCLI(t, nil, "", "share", thread, "--name", "Bo", "--data", s.data)
+	assert.Success(t, r.err)
+	assert.True(t, strings.Contains(r.stdout, "Invited Bo") && strings.Contains(r.stdout, "chp_"), "text invite: %s", r.stdout)
+	r = runCLI(t, nil, "", "share", "list", thread, "--data", s.data)
+	assert.Success(t, r.err)
+	assert.True(t, strings.Contains(r.stdout, "Alex hermes (p_") && strings.Contains(r.stdout, "Bo (p_") && !strings.Contains(r.stdout, "chp_"), "list: %s", r.stdout)
+	r = runCLI(t, nil, "", "share", "revoke", thread, inv.Participant.ID, "--data", s.data)
+	assert.True(t, r.err == nil && strings.Contains(r.stdout, "revoked Alex hermes"), "revoke: %v %s", r.err, r.stdout)
+	r = runCLI(t, nil, "", "share", "revoke", "--all", thread, "--data", s.data)
+	assert.True(t, r.err == nil && strings.Contains(r.stdout, "revoked Bo"), "revoke --all: %v %s", r.err, r.stdout)
+	r = runCLI(t, nil, "", "share", "audit", thread, "--json", "--data", s.data)
+	assert.Success(t, r.err)
+	var audit struct{ Events []chatrelay.AuditEvent }
+	assert.Success(t, json.Unmarshal([]byte(r.stdout), &audit))
+	var evs []string
+	for _, ev := range audit.Events {
+		evs = append(evs, ev.Event)
+	}
+	assert.Equal(t, "audit", evs, []string{"issued", "first_use", "issued", "revoked", "revoked"})
+
+	for _, args := range [][]string{
+		{"share", thread, "--name", " <> "},
+		{"share", thread, "--name", "x", "--role", "owner"},
+		{"share", thread, "--name", "x", "--expires", "31d"},
+		{"share", thread, "--name", "x", "--cap", "0"},
+	} {
+		r := runCLI(t, nil, "", append(args, "--data", s.data)...)
+		assert.Equal(t, "exit code of "+strings.Join(args, " "), exitCode(r.err), 1)
+	}
+	r = runCLI(t, nil, "", "share", thread, "--name", "x", "--expires", "soon", "--data", s.data)
+	assert.Equal(t, "a bad --expires", exitCode(r.err), 2)
 }

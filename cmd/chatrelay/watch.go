@@ -16,6 +16,7 @@ import (
 // watchLine is one line of watch and subscribe output.
 type watchLine struct {
 	Thread  string          `json:"thread"`
+	From    string          `json:"from,omitempty"` // a participant's message: "Alex (p_1a2b3c4d)"
 	Message json.RawMessage `json:"message,omitempty"`
 	Update  json.RawMessage `json:"update,omitempty"` // an interaction changed: the v2 message now
 	Reset   bool            `json:"reset,omitempty"`  // messages were dropped by retention: redraw
@@ -63,7 +64,19 @@ func watch(ctx context.Context, args []string, getenv func(string) string, stdou
 		if *v2 {
 			js = e.JSON2
 		}
-		return enc.Encode(watchLine{Thread: thread, Message: js})
+		line := watchLine{Thread: thread, Message: js}
+		if strings.HasPrefix(string(e.Author), "p:") {
+			line.From = who(e.Message)
+		}
+		if err := enc.Encode(line); err != nil {
+			return err
+		}
+		if e.Interaction != nil && e.Rev != e.Epoch {
+			// First seen already changed (answered between two reads of
+			// the feed): its update line too, so no answer goes unsaid.
+			return enc.Encode(watchLine{Thread: thread, Update: e.JSON2})
+		}
+		return nil
 	}, func(thread string, err error) {
 		fmt.Fprintf(stderr, "chatrelay watch: thread %s: %v\n", thread, err)
 	})
