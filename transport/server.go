@@ -32,6 +32,7 @@ type Config struct {
 	// WebSocket origin check. The server's own origin is always allowed.
 	AllowedOrigins []string
 	TicketKey      []byte        // HMAC key of tickets; required for tickets (32 random bytes)
+	TicketKeys     TicketKeys    // where TicketKey came from, if it may change (shared in Redis): read again to sign and verify (ticketkeys.go)
 	TicketTTL      time.Duration // defaults to chatrelay.DefaultTicketTTL
 	Heartbeat      time.Duration // SSE ping comment and WebSocket ping interval; defaults to chatrelay.DefaultHeartbeat
 	WriteTimeout   time.Duration // per stream write; defaults to chatrelay.DefaultWriteTimeout
@@ -105,7 +106,7 @@ func NewServer(cfg Config) *Server {
 	cfg.AllowedOrigins = origins
 	s := &Server{
 		cfg: cfg, store: cfg.Store, hub: cfg.Hub, limiter: cfg.Limiter, streams: cfg.Streams,
-		tickets: tickets{key: cfg.TicketKey, ttl: cfg.TicketTTL, now: cfg.Now},
+		tickets: tickets{key: cfg.TicketKey, ttl: cfg.TicketTTL, now: cfg.Now, ring: newKeyRing(cfg.TicketKeys, cfg.TicketKey, cfg.Log)},
 		origins: make(map[string]bool), log: cfg.Log, mux: http.NewServeMux(),
 		ready: make(chan struct{}),
 	}

@@ -26,8 +26,9 @@ const wsReadLimit = 64 << 10
 // Goroutines: the handler's goroutine is the only writer (backlog, live
 // messages, answers, pings); one reader goroutine, owned by the handler and
 // waited for before it returns, reads frames and runs posts. Close codes:
-// 1001 shutdown, 1008 refused credentials or cursor, 1011 store failure,
-// 1012 resume from the store (reset), 1013 too many streams or too slow.
+// 1001 shutdown, 1008 refused credentials or cursor, 1011 internal error
+// (or a thread that does not parse), 1012 resume from the store (reset),
+// 1013 try again later: store unavailable, too many streams or too slow.
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	opts := &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins}
 	thread, canPost, authErr := s.streamAuth(r)

@@ -82,6 +82,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	var limiter chatrelay.RateLimiter = transport.NewMemoryLimiter(chatrelay.Windows{PerThread: *rateThread, PerIP: *rateIP, Window: *rateWindow}, nil)
 	var streams chatrelay.StreamLimiter = transport.NewMemoryStreams(*streamsThread, *streamsIP)
 	var key []byte
+	var keys transport.TicketKeys // the key kept in Redis, which may change under the node (#15)
 	if rs := st.redis; rs != nil {
 		limiter = redisstore.NewRateLimiter(rs, chatrelay.Windows{PerThread: *rateThread, PerIP: *rateIP, Window: *rateWindow})
 		sl := redisstore.NewStreamLimiter(rs, chatrelay.StreamLimits{PerThread: *streamsThread, PerIP: *streamsIP}, 0)
@@ -91,6 +92,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			if key, err = rs.TicketKey(ctx); err != nil {
 				return err
 			}
+			keys = rs
 		}
 	} else if *ticketKeyFile == "" {
 		*ticketKeyFile = filepath.Join(sf.data, "ticket.key")
@@ -108,6 +110,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Trusted:        proxies,
 		AllowedOrigins: origins,
 		TicketKey:      key,
+		TicketKeys:     keys,
 		TicketTTL:      *ticketTTL,
 		Heartbeat:      *heartbeat,
 		Log:            log,
