@@ -93,6 +93,12 @@ func (s *Store) checkGen(ctx context.Context, g generation, self *follower) gene
 		g.lost = max(g.lost, cur.lost)
 		return g
 	}
+	lost := false
+	defer func() {
+		if lost { // outside lossMu: a feed's sync may be waiting for it
+			s.kickFeeds(self)
+		}
+	}()
 	s.lossMu.Lock()
 	defer s.lossMu.Unlock()
 	cur := s.gen.Load()
@@ -107,20 +113,20 @@ func (s *Store) checkGen(ctx context.Context, g generation, self *follower) gene
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	seen := s.seen.Load()
-	lost, err := markLostScript.Run(ctx, s.rdb, []string{s.genKey}, g.id, seen).Int64()
+	recorded, err := markLostScript.Run(ctx, s.rdb, []string{s.genKey}, g.id, seen).Int64()
 	if err != nil {
 		// Not recorded in Redis: this call still answers with what this
 		// store knows; the next store to notice records it.
 		s.log.Warn("redis store: record the lost data", "err", err)
 	}
-	g.lost = max(g.lost, lost, seen)
+	g.lost = max(g.lost, recorded, seen)
+	lost = true
 	s.gen.Store(&g)
 	s.log.Warn("redis store: Redis lost its data (a new data set began); streams are reset and clients told",
 		"lost_through_epoch", g.lost)
 	if _, err := s.offerTicketKey(ctx); err != nil {
 		s.log.Warn("redis store: offer the ticket key again", "err", err)
 	}
-	s.kickFeeds(self)
 	return g
 }
 
