@@ -7,6 +7,7 @@ package transport_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
@@ -282,7 +285,8 @@ func TestRedisFeedLostReadyz(t *testing.T) {
 
 // TestRedisLimiterFailuresCounted: with Redis gone, every post fails in
 // the rate limiter and every stream in the stream limiter, before the
-// store is asked; chatrelay_store_errors_total counts each of them.
+// store is asked; chatrelay_store_errors_total counts each of them. (A
+// WebSocket refused so closes with 1013 store_unavailable.)
 func TestRedisLimiterFailuresCounted(t *testing.T) {
 	t.Parallel()
 	srv := storetest.StartServer(t, storetest.ServerOptions{})
@@ -296,11 +300,18 @@ func TestRedisLimiterFailuresCounted(t *testing.T) {
 		status, _, body := n.do(http.MethodPost, "/api/chat/post", tok, `{"text":"down `+strconv.Itoa(i)+`"}`, nil)
 		assert.True(t, status == http.StatusServiceUnavailable && decodeError(t, body).Code == "store_unavailable", "post: %d %s", status, body)
 	}
-	for range streams {
+	for range streams - 1 {
 		s, resp, body, err := n.openSSE(context.Background(), "/api/chat/stream", tok, nil)
 		assert.Success(t, err)
 		assert.True(t, s == nil && resp.StatusCode == http.StatusServiceUnavailable, "stream: %d %s", resp.StatusCode, body)
 	}
+	// A WebSocket is accepted, then closed with 1013 (try again later) and
+	// the code as the reason.
+	c := n.mustWS("/api/chat/ws", tok)
+	_, err := readWS(context.Background(), c)
+	var ce websocket.CloseError
+	assert.True(t, errors.As(err, &ce) && ce.Code == websocket.StatusTryAgainLater && ce.Reason == "store_unavailable",
+		"WebSocket while Redis is down: %v", err)
 	after := opsScrape(t, n.client, n.url("/metrics"))
 	for _, c := range []struct {
 		series string
