@@ -19,14 +19,20 @@ import (
 // connection (a peer that vanished without closing it).
 const defaultPingEvery = 15 * time.Second
 
+// maxBackoff bounds the wait between two attempts to subscribe again. An
+// attempt while Redis is down costs a refused dial (go-redis logs nothing
+// for it), so the bound is short: a node whose own calls do not find Redis
+// back first (see answerHook) is live again within it.
+const maxBackoff = 250 * time.Millisecond
+
 // Follow implements store.Store. It receives every node's appends through
 // the feed channel, in the order Redis ran them, on a connection of its own,
 // and calls fn from the calling goroutine. The first call is
 // Batch{Ready: true}, once the subscription is confirmed.
 //
 // When the connection is lost, Follow subscribes again, backing off up to
-// 1s while Redis is unreachable, but at once when any call of the store
-// finds Redis answering again. Once subscribed it catches up from the
+// maxBackoff while Redis is unreachable, and at once when any call of the
+// store finds Redis answering again. Once subscribed it catches up from the
 // store before it hands on anything newer: for every thread whose newest
 // epoch is past what Follow last announced (or past the thread's newest
 // when Follow started), it calls fn with the messages after that epoch,
@@ -149,7 +155,7 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 		if s.onLost != nil {
 			s.onLost(ctx)
 		}
-		wait := min(max(2*backoff, 50*time.Millisecond), time.Second)
+		wait := min(max(2*backoff, 50*time.Millisecond), maxBackoff)
 		backoff = wait
 		if ra := s.opt.ResetAfter; ra > 0 && !resetSent {
 			if left := ra - time.Since(lostAt); left <= 0 {
