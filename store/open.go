@@ -64,6 +64,10 @@ type Backend struct {
 	// TicketKey returns the key that signs stream tickets: the same for
 	// every node of a store.
 	TicketKey func(ctx context.Context) ([]byte, error)
+	// TicketKeyShared says the key is kept where it may change under a
+	// running server (a Redis that lost its data and got another node's
+	// key): the server reads it again to sign and verify.
+	TicketKeyShared bool
 	// Where names the store for logs and messages, without a password.
 	Where string
 	// Settings are what the store is served with (retention, threads).
@@ -151,7 +155,7 @@ func Open(ctx context.Context, spec string, opt Options) (*Backend, error) {
 		return nil, err
 	}
 	if opt.TicketKeyFile != "" {
-		b.TicketKey = KeyFile(opt.TicketKeyFile, opt.Log)
+		b.TicketKey, b.TicketKeyShared = KeyFile(opt.TicketKeyFile, opt.Log), false
 	}
 	return b, nil
 }

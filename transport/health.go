@@ -27,12 +27,14 @@ type readiness struct {
 
 // handleReadyz serves GET /readyz: 200 when the server should get traffic,
 // 503 otherwise. Ready means: not shutting down, the change feed (Run) is
-// registered and still running, and the store takes writes now (for the
-// file store, a probe file is created and removed in the chat folder). The
-// body names each part; causes go to the log (on a change), never to the
-// client, as they may hold host paths.
+// registered, still running and, for a store whose feed can lose its
+// source (store.FeedStater: Redis's subscription), live now; and the store
+// takes writes now (for the file store, a probe file is created and
+// removed in the chat folder). The store check is bounded by
+// readyzTimeout. The body names each part; causes go to the log (on a
+// change), never to the client, as they may hold host paths.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), readyzTimeout)
 	defer cancel()
 	rd, cause := s.readiness(ctx)
 	why := ""
@@ -57,6 +59,9 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	writeBytes(w, status, b)
 }
 
+// readyzTimeout bounds the store check of /readyz.
+const readyzTimeout = 2 * time.Second
+
 // readiness evaluates /readyz; cause is the store's error, if any.
 func (s *Server) readiness(ctx context.Context) (rd readiness, cause error) {
 	rd.ShuttingDown = s.ops.draining.Load()
@@ -65,6 +70,9 @@ func (s *Server) readiness(ctx context.Context) (rd readiness, cause error) {
 	case <-s.ready:
 		if s.ops.feeds.Load() > 0 {
 			rd.Feed = "ok"
+			if fs, ok := s.cfg.Store.(store.FeedStater); ok && !fs.FeedLive() {
+				rd.Feed = "not live"
+			}
 		}
 	default:
 	}

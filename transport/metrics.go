@@ -85,7 +85,7 @@ func newOps(st store.Store, log *slog.Logger) *ops {
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	}, []string{"op"})
 	m.storeErrs = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "chatrelay_store_errors_total", Help: "Store calls that failed, by operation and error code.",
+		Name: "chatrelay_store_errors_total", Help: "Store calls that failed, by operation (append, since, threads; rate_limit and stream_limit for the limiters' own calls to a shared store such as Redis, which refusals by a limit are not) and error code.",
 	}, []string{"op", "code"})
 	m.reg.MustRegister(m.streamsOpen, m.streamsOpened, m.appended, m.fed, m.fanout, m.drops,
 		m.refused, m.requests, m.storeDur, m.storeErrs,
@@ -151,6 +151,8 @@ func (s *Server) OpsHandler() http.Handler {
 func (s *Server) initOps() {
 	s.ops = newOps(s.cfg.Store, s.log)
 	s.store = meteredStore{Store: s.cfg.Store, m: s.ops}
+	s.limiter = meteredLimiter{RateLimiter: s.limiter, m: s.ops}
+	s.streams = meteredStreams{StreamLimiter: s.streams, m: s.ops}
 	s.hub.OnDrop(func(why error) { s.ops.drops.WithLabelValues(closeReason(why)).Inc() })
 	s.mux.Handle("/healthz", only(http.MethodGet, s.handleHealthz))
 	s.mux.Handle("/readyz", only(http.MethodGet, s.handleReadyz))
@@ -232,6 +234,43 @@ func (s meteredStore) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 	t, err := s.Store.Threads(ctx)
 	s.done("threads", start, err)
 	return t, err
+}
+
+// meteredLimiter counts the rate limiter's failures (a shared limiter
+// asks Redis first thing on every post) as store errors of op
+// "rate_limit". A refusal by the limit itself is not an error here.
+type meteredLimiter struct {
+	chatrelay.RateLimiter
+	m *ops
+}
+
+func (l meteredLimiter) Take(ctx context.Context, thread, ip string) (func(), error) {
+	undo, err := l.RateLimiter.Take(ctx, thread, ip)
+	l.m.limiterFailed("rate_limit", err)
+	return undo, err
+}
+
+// meteredStreams counts the stream limiter's failures (the first call of
+// every stream) as store errors of op "stream_limit".
+type meteredStreams struct {
+	chatrelay.StreamLimiter
+	m *ops
+}
+
+func (l meteredStreams) Acquire(ctx context.Context, thread, ip string) (func(), error) {
+	release, err := l.StreamLimiter.Acquire(ctx, thread, ip)
+	l.m.limiterFailed("stream_limit", err)
+	return release, err
+}
+
+// limiterFailed counts err as a store error of op unless it is nil or a
+// refusal by the limit.
+func (m *ops) limiterFailed(op string, err error) {
+	switch c := chatrelay.CodeOf(err); c {
+	case "", chatrelay.RateLimited, chatrelay.TooManyStreams:
+	default:
+		m.storeErrs.WithLabelValues(op, string(c)).Inc()
+	}
 }
 
 // threadsCollector reports the number of stored threads at each scrape,

@@ -37,6 +37,7 @@ type Config struct {
 	// patterns). The server's own origin is always allowed.
 	AllowedOrigins []string
 	TicketKey      []byte        // HMAC key of tickets; required for tickets (32 random bytes)
+	TicketKeys     TicketKeys    // where TicketKey came from, if it may change (shared in Redis): read again to sign and verify (ticketkeys.go)
 	TicketTTL      time.Duration // defaults to chatrelay.DefaultTicketTTL
 	Heartbeat      time.Duration // SSE ping comment and WebSocket ping interval; defaults to chatrelay.DefaultHeartbeat
 	WriteTimeout   time.Duration // per stream write; defaults to chatrelay.DefaultWriteTimeout
@@ -115,7 +116,7 @@ func NewServer(cfg Config) *Server {
 	cfg.Prefix = strings.TrimSuffix(cfg.Prefix, "/")
 	s := &Server{
 		cfg: cfg, store: cfg.Store, hub: cfg.Hub, limiter: cfg.Limiter, streams: cfg.Streams,
-		tickets: tickets{key: cfg.TicketKey, ttl: cfg.TicketTTL, now: cfg.Now},
+		tickets: tickets{key: cfg.TicketKey, ttl: cfg.TicketTTL, now: cfg.Now, ring: newKeyRing(cfg.TicketKeys, cfg.TicketKey, cfg.Log)},
 		parts:   participantsOf(cfg.Store),
 		origins: make(map[string]bool), log: cfg.Log, mux: http.NewServeMux(),
 		ready: make(chan struct{}),

@@ -3,6 +3,7 @@ package transport
 import (
 	"github.com/chatrelay/chatrelay"
 
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -22,30 +23,45 @@ import (
 // grant, and dies with it (a revoked or expired grant refuses its
 // tickets).
 type tickets struct {
-	key []byte
-	ttl time.Duration
-	now func() time.Time
+	key  []byte // the key given; empty: this server issues no tickets
+	ttl  time.Duration
+	now  func() time.Time
+	ring *keyRing // where the key may change (Config.TicketKeys); nil: key is fixed
 }
 
 // mint returns a ticket for thread (for the participant pid, if not "")
 // and its expiry.
 func (t tickets) mint(thread, pid string) (string, int64) {
+	key := t.key
+	if t.ring != nil {
+		key = t.ring.current()
+	}
 	exp := t.now().Add(t.ttl).UnixMilli()
 	body := "t1." + thread + "." + strconv.FormatInt(exp, 10)
 	if pid != "" {
 		body = "t2." + thread + "." + pid + "." + strconv.FormatInt(exp, 10)
 	}
-	return body + "." + t.sign(body), exp
+	return body + "." + signWith(key, body), exp
 }
 
+// sign signs body with the key held now.
 func (t tickets) sign(body string) string {
-	m := hmac.New(sha256.New, t.key)
+	if t.ring != nil {
+		return signWith(t.ring.held(), body)
+	}
+	return signWith(t.key, body)
+}
+
+func signWith(key []byte, body string) string {
+	m := hmac.New(sha256.New, key)
 	m.Write([]byte(body))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 // check returns the thread a ticket grants (and its participant, for a
-// t2 ticket), or InvalidTicket.
+// t2 ticket), or InvalidTicket. A signature that does not match the key
+// held is checked again with the key read anew, if it may have changed
+// (TicketKeys) and was not read in the last ticketRefresh.
 func (t tickets) check(ticket string) (thread, pid string, err error) {
 	bad := func(why string) error { return chatrelay.Errorf(chatrelay.InvalidTicket, "invalid ticket: %s", why) }
 	i := strings.LastIndexByte(ticket, '.')
@@ -53,8 +69,20 @@ func (t tickets) check(ticket string) (thread, pid string, err error) {
 		return "", "", bad("malformed")
 	}
 	body, mac := ticket[:i], ticket[i+1:]
-	if !hmac.Equal([]byte(mac), []byte(t.sign(body))) {
-		return "", "", bad("signature does not match")
+	key := t.key
+	if t.ring != nil {
+		key = t.ring.held()
+	}
+	if !hmac.Equal([]byte(mac), []byte(signWith(key, body))) {
+		ok := false
+		if t.ring != nil {
+			if fresh := t.ring.current(); !bytes.Equal(fresh, key) {
+				ok = hmac.Equal([]byte(mac), []byte(signWith(fresh, body)))
+			}
+		}
+		if !ok {
+			return "", "", bad("signature does not match")
+		}
 	}
 	parts := strings.Split(body, ".")
 	switch {

@@ -29,8 +29,11 @@ const wsReadLimit = 64 << 10
 // Goroutines: the handler's runs the session, the only writer of stream
 // frames; one reader, owned by the handler and waited for before it
 // returns, reads the client's frames, runs posts and writes their answers
-// (the connection's writes are safe for concurrent use). Close codes: 1001
-// shutdown, 1012 resume from the store (reset), 1013 too slow.
+// (the connection's writes are safe for concurrent use). Close codes once
+// upgraded: 1001 shutdown, 1008 a participant's link revoked or expired
+// (the reason is the code), 1012 resume from the store (reset), 1013 too
+// slow. Everything else (the store down included) is refused before the
+// upgrade with its HTTP status.
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if err := s.checkHandshake(w, r); err != nil {
 		s.writeError(w, r, err)

@@ -106,6 +106,18 @@ func (s *Server) Restart(t testing.TB) {
 	}
 }
 
+// Pause stalls the server for d, as a Redis busy with a slow command or a
+// slow disk would look: it accepts connections and reads commands, and
+// answers none (CLIENT PAUSE … ALL) until d has passed. It returns once
+// the pause is in force.
+func (s *Server) Pause(t testing.TB, d time.Duration) {
+	t.Helper()
+	c := s.Client(t)
+	if err := c.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatalf("redistest: CLIENT PAUSE: %v", err)
+	}
+}
+
 // start runs redis-server and waits until it answers PING. With newPort it
 // picks a free port first, and tries again with another if someone took
 // it meanwhile; without, it reuses the port (a restart).

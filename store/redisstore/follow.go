@@ -19,21 +19,30 @@ import (
 // connection (a peer that vanished without closing it).
 const defaultPingEvery = 15 * time.Second
 
+// maxBackoff bounds the wait between two attempts to subscribe again. An
+// attempt while Redis is down costs a refused dial (go-redis logs nothing
+// for it), so the bound is short: a node whose own calls do not find Redis
+// back first (see answerHook) is live again within it.
+const maxBackoff = 250 * time.Millisecond
+
 // Follow implements store.Store. It receives every node's appends through
 // the feed channel, in the order Redis ran them, on a connection of its own,
 // and calls fn from the calling goroutine. The first call is
 // Batch{Ready: true}, once the subscription is confirmed.
 //
-// When the connection is lost, Follow subscribes again (backing off up to
-// 2s while Redis is unreachable) and then catches up from the store before
-// it hands on anything newer: for every thread whose newest epoch is past
-// what Follow last announced (or past the thread's newest when Follow
-// started), it calls fn with the messages after that epoch, marked Reset if
-// retention dropped some of them meanwhile. A thread that went away, or
-// whose newest epoch went backwards (Redis lost data), gets a Reset batch.
-// If the connection stays lost longer than Options.ResetAfter, every
-// thread Follow knows gets a Reset batch then, so that streams end instead
-// of waiting silently.
+// When the connection is lost, Follow subscribes again, backing off up to
+// maxBackoff while Redis is unreachable, and at once when any call of the
+// store finds Redis answering again. Once subscribed it catches up from the
+// store before it hands on anything newer: for every thread whose newest
+// epoch is past what Follow last announced (or past the thread's newest
+// when Follow started), it calls fn with the messages after that epoch,
+// marked Reset only if retention dropped some of them meanwhile. A thread
+// that went away gets a Reset batch. If Redis lost its data (a new
+// generation, gen.go), every thread Follow knew gets a Reset batch. If the
+// connection stays lost longer than Options.ResetAfter, every thread
+// Follow knows gets a Reset batch then, so that streams end instead of
+// waiting silently. From the loss until it has caught up, FeedLive is
+// false.
 // Follow returns nil when ctx is done, and ErrClosed if the store is closed.
 func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 	if !s.enter() {
@@ -62,6 +71,31 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 	}
 
 	f := &follower{s: s, fn: fn, announced: make(map[string]int64)}
+	// Another call of the store that finds Redis's data lost closes the
+	// connection, so that the feed subscribes again and resets its threads.
+	s.feedsMu.Lock()
+	s.kicks[f] = closePS
+	s.feedsMu.Unlock()
+	defer func() {
+		s.feedsMu.Lock()
+		delete(s.kicks, f)
+		s.feedsMu.Unlock()
+	}()
+	// FeedLive: this call is down until it has subscribed and caught up.
+	s.feedsDown.Add(1)
+	live := false
+	setLive := func(v bool) {
+		if v != live {
+			live = v
+			if v {
+				s.feedsDown.Add(-1)
+			} else {
+				s.feedsDown.Add(1)
+			}
+		}
+	}
+	defer setLive(true) // this call no longer counts
+
 	cur := ps
 	var backoff time.Duration
 	synced := false // the current connection is subscribed and caught up
@@ -79,7 +113,6 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 		}
 		if err == nil {
 			pinged = false
-			backoff = 0
 		}
 		if err != nil && isTimeout(err) && synced && !pinged {
 			pinged = true
@@ -94,7 +127,8 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 						s.log.Info("redis store: feed resumed", "after", time.Since(lostAt).Round(time.Millisecond))
 						lost, lostAt, resetSent = false, time.Time{}, false
 					}
-					synced = true
+					synced, backoff = true, 0
+					setLive(true)
 					continue
 				}
 			} else {
@@ -108,16 +142,20 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 		// subscription (never the old connection, which may be dead without
 		// being closed, or still subscribed after an error reply) is what
 		// brings the confirmation that starts the catch-up.
+		setLive(false)
 		if !lost {
 			s.log.Warn("redis store: feed subscription lost; resubscribing", "err", err)
 			lost, lostAt = true, time.Now()
 		}
+		// The first call that finds Redis answering wakes the wait below.
+		wake := s.wakeup()
+		s.down.Store(true)
 		cur = renew()
 		synced, pinged = false, false
 		if s.onLost != nil {
 			s.onLost(ctx)
 		}
-		wait := min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
+		wait := min(max(2*backoff, 50*time.Millisecond), maxBackoff)
 		backoff = wait
 		if ra := s.opt.ResetAfter; ra > 0 && !resetSent {
 			if left := ra - time.Since(lostAt); left <= 0 {
@@ -131,8 +169,21 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 		case <-t.C:
+		case <-wake:
+		}
+		t.Stop()
+	}
+}
+
+// kickFeeds makes every Follow of the store but except (nil: none)
+// subscribe again, and so compare the generation.
+func (s *Store) kickFeeds(except *follower) {
+	s.feedsMu.Lock()
+	defer s.feedsMu.Unlock()
+	for f, kick := range s.kicks {
+		if f != except {
+			kick()
 		}
 	}
 }
@@ -147,23 +198,29 @@ type follower struct {
 	s         *Store
 	fn        func(store.Batch)
 	ready     bool             // Ready was sent
+	gen       string           // the generation id when the feed last caught up
 	announced map[string]int64 // the newest epoch handed to fn, per thread
-	base      map[string]int64 // each thread's newest epoch when the feed was first registered
+	base      map[string]int64 // each thread's newest epoch when the feed was registered (or Redis lost its data)
 }
 
 // sync runs once the feed's subscription is confirmed: the first time it
 // records where every thread stood and sends Ready; after a reconnection it
 // catches up from the store.
 func (f *follower) sync(ctx context.Context) error {
-	idx, err := f.s.threadIndex(ctx)
+	idx, g, err := f.s.threadIndex(ctx)
 	if err != nil {
 		return err
 	}
+	g = f.s.checkGen(ctx, g, f)
 	if !f.ready {
-		f.base = idx
+		f.base, f.gen = idx, g.id
+		f.seeAll(idx)
 		f.ready = true
 		f.fn(store.Batch{Ready: true})
 		return nil
+	}
+	if g.id != f.gen {
+		return f.lostData(ctx, idx, g)
 	}
 	for thread, newest := range idx {
 		from, known := f.announced[thread]
@@ -180,19 +237,12 @@ func (f *follower) sync(ctx context.Context) error {
 		if newest == from {
 			continue
 		}
-		msgs, _, trimmed, err := f.s.read(ctx, thread, from, 0)
-		if err != nil {
+		if err := f.catchUp(ctx, thread, from); err != nil {
 			return err
 		}
-		reset := trimmed > from
-		if len(msgs) == 0 && !reset {
-			continue
-		}
-		f.fn(store.Batch{Thread: thread, Messages: msgs, Reset: reset})
-		if n := len(msgs); n > 0 {
-			f.announced[thread] = msgs[n-1].Epoch
-		}
 	}
+	// A thread that went away (the sweep removed it): its subscribers hold
+	// messages that are gone.
 	for thread := range f.announced {
 		if _, ok := idx[thread]; !ok {
 			f.fn(store.Batch{Thread: thread, Reset: true})
@@ -201,10 +251,70 @@ func (f *follower) sync(ctx context.Context) error {
 	}
 	for thread := range f.base {
 		if _, ok := idx[thread]; !ok {
+			if _, announced := f.announced[thread]; !announced {
+				f.fn(store.Batch{Thread: thread, Reset: true})
+			}
 			delete(f.base, thread)
 		}
 	}
 	return nil
+}
+
+// catchUp hands on thread's messages after from, marked Reset if retention
+// dropped some of them.
+func (f *follower) catchUp(ctx context.Context, thread string, from int64) error {
+	ctx, cancel := f.s.bound(ctx)
+	defer cancel()
+	msgs, _, trimmed, err := f.s.read(ctx, thread, from, 0, nil)
+	if err != nil {
+		return err
+	}
+	reset := trimmed > from
+	if len(msgs) == 0 && !reset {
+		return nil
+	}
+	f.fn(store.Batch{Thread: thread, Messages: msgs, Reset: reset})
+	if n := len(msgs); n > 0 {
+		f.announced[thread] = msgs[n-1].Epoch
+		f.s.see(msgs[n-1].Epoch)
+	}
+	return nil
+}
+
+// lostData handles a new generation: Redis lost every message the feed
+// knew. Each thread the feed knew gets a Reset batch: its subscribers
+// resume from the store, which tells them to reset too (Since). A thread
+// that only has messages of the new data set is caught up from its start.
+func (f *follower) lostData(ctx context.Context, idx map[string]int64, g generation) error {
+	known := make(map[string]bool, len(f.base)+len(f.announced))
+	for thread := range f.base {
+		known[thread] = true
+	}
+	for thread := range f.announced {
+		known[thread] = true
+	}
+	for thread := range known {
+		f.fn(store.Batch{Thread: thread, Reset: true})
+	}
+	f.s.log.Warn("redis store: feed reset every thread it knew: Redis lost its data", "threads", len(known))
+	f.base, f.announced, f.gen = make(map[string]int64, len(idx)), make(map[string]int64), g.id
+	for thread, newest := range idx {
+		if known[thread] {
+			f.base[thread] = newest // its subscribers read it from the store
+			continue
+		}
+		if err := f.catchUp(ctx, thread, 0); err != nil {
+			return err
+		}
+	}
+	f.seeAll(idx)
+	return nil
+}
+
+func (f *follower) seeAll(idx map[string]int64) {
+	for _, e := range idx {
+		f.s.see(e)
+	}
 }
 
 // resetAll gives every thread the feed knows (those that existed when it
@@ -237,6 +347,10 @@ func (f *follower) deliver(payload string) {
 	if known && e.Epoch <= a {
 		return // a catch-up already handed it on
 	}
+	if !known && e.Epoch <= f.base[thread] {
+		return // stored before the feed's baseline was read: subscribers read it from the store
+	}
 	f.announced[thread] = e.Epoch
+	f.s.see(e.Epoch)
 	f.fn(store.Batch{Thread: thread, Messages: []store.Entry{e}, Reset: known && (prev > a || trimmed > a)})
 }

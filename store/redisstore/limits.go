@@ -42,7 +42,9 @@ func NewRateLimiter(s *Store, w chatrelay.Windows) *RateLimiter {
 func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(), err error) {
 	keys := []string{l.s.prefix + "{rl}:t:" + thread, l.s.prefix + "{rl}:i:" + ip}
 	member := randomHex(8)
-	wait, err := takeScript.Run(ctx, l.s.rdb, keys, l.s.now().UnixMilli(), l.window.Milliseconds(),
+	tctx, cancel := l.s.bound(ctx)
+	defer cancel()
+	wait, err := takeScript.Run(tctx, l.s.rdb, keys, l.s.now().UnixMilli(), l.window.Milliseconds(),
 		member, l.perThread, l.perIP).Int64()
 	if err != nil {
 		return nil, l.s.unavailable("rate limit", err)
@@ -136,7 +138,9 @@ func (l *StreamLimiter) Acquire(ctx context.Context, thread, ip string) (release
 		ikey:   l.s.prefix + "{sl}:i:" + ip,
 		member: l.node + ":" + strconv.FormatUint(seq, 10),
 	}
-	ok, err := acquireScript.Run(ctx, l.s.rdb, []string{ls.tkey, ls.ikey}, ls.member,
+	actx, cancel := l.s.bound(ctx)
+	defer cancel()
+	ok, err := acquireScript.Run(actx, l.s.rdb, []string{ls.tkey, ls.ikey}, ls.member,
 		l.lease.Milliseconds(), l.perThread, l.perIP).Int64()
 	if err != nil {
 		return nil, l.s.unavailable("stream limit", err)
@@ -164,6 +168,8 @@ func (l *StreamLimiter) forget(ctx context.Context, seq uint64, ls streamLease) 
 }
 
 func (l *StreamLimiter) remove(ctx context.Context, ls []streamLease) {
+	ctx, cancel := l.s.bound(ctx)
+	defer cancel()
 	_, err := l.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, x := range ls {
 			p.ZRem(ctx, x.tkey, x.member)
@@ -209,7 +215,10 @@ func (l *StreamLimiter) renew(ctx context.Context) {
 		if len(keys) == 0 {
 			return
 		}
-		if err := renewScript.Run(ctx, l.s.rdb, keys, args...).Err(); err != nil && ctx.Err() == nil {
+		rctx, cancel := l.s.bound(ctx)
+		err := renewScript.Run(rctx, l.s.rdb, keys, args...).Err()
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			l.s.log.Warn("redis stream limit: renew leases", "err", err)
 		}
 		keys, args = keys[:0], args[:0]

@@ -28,7 +28,7 @@ func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backe
 		Store:     rs,
 		Limiter:   NewRateLimiter(rs, opt.Windows),
 		Streams:   sl,
-		TicketKey: rs.TicketKey,
+		TicketKey: rs.TicketKey, TicketKeyShared: true,
 		Where:     where(spec),
 		Settings:  store.Settings{Retention: rs.opt.Retention, MaxThreads: rs.opt.MaxThreads},
 	}

@@ -15,6 +15,9 @@
 //	                    second, while it has several messages (expires)
 //	<prefix>threads     sorted set: thread -> epoch of its newest message;
 //	                    the thread count (the 507 limit) and Threads' order
+//	<prefix>generation  hash: the data set's random id, start and the newest
+//	                    epoch known lost with an earlier one (gen.go)
+//	<prefix>ticket-key  string: the ticket signing key nodes share (TicketKey)
 //	<prefix>feed        pub/sub channel of the change feed (not a key)
 //	<prefix>{rl}:t:T    sorted sets of the rate windows (RateLimiter)
 //	<prefix>{rl}:i:IP
@@ -59,13 +62,16 @@
 // epoch (from the index) is past what it last announced, and hands those
 // messages on as ordinary batches, in order, exactly once. It sends a Reset
 // batch only where that is not enough: retention dropped messages it never
-// announced, a thread went away, or the store went backwards (a Redis that
-// restarted without its data).
+// announced, a thread went away, or the store went backwards. A Redis that
+// restarted without its data is told by the generation key (gen.go): every
+// thread the feed knew is reset, and Since answers Reset to a cursor into
+// the lost data.
 //
 // # Failures
 //
 // A Redis that cannot be reached (refused, timed out, loading its data,
-// read-only) gives *chatrelay.Error with code StoreUnavailable and Retry 1s.
+// read-only), or that does not answer a call within Options.Timeout, gives
+// *chatrelay.Error with code StoreUnavailable and Retry 1s.
 // Commands are not retried by the client (MaxRetries -1): an append whose
 // answer was lost may have been stored, and running it twice would store it
 // twice. An append that fails is never acknowledged; one whose answer is lost
@@ -84,6 +90,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -105,7 +112,13 @@ type Options struct {
 	// losses are invisible: Follow catches up when it is subscribed again.
 	// Defaults to 5s; negative never resets.
 	ResetAfter time.Duration
-	Now        func() time.Time
+	// Timeout bounds every call of the store and of its limiters (each is
+	// one or a few Redis round trips), unless the caller's context ends
+	// sooner: a call still waiting for Redis then fails with
+	// StoreUnavailable, so a Redis that stalls makes requests fail in
+	// Timeout rather than hang. Defaults to 2s.
+	Timeout time.Duration
+	Now     func() time.Time
 	// Now defaults to time.Now. It gives epochs and retention ages, like the
 	// file store's clock; nodes are expected to keep their clocks in sync
 	// (an epoch is still strictly increasing within a thread if they do not).
@@ -121,6 +134,7 @@ type Store struct {
 	prefix string
 	feed   string // the pub/sub channel
 	index  string // the thread index key
+	genKey string // the generation key (gen.go)
 
 	closing context.Context // done once Close is called
 	close   context.CancelFunc
@@ -130,6 +144,24 @@ type Store struct {
 	once    sync.Once
 
 	pingEvery time.Duration // defaultPingEvery; tests shorten it
+
+	// What the store knows of Redis's data set (gen.go).
+	seen   atomic.Int64               // the newest epoch this store read or its feed announced
+	gen    atomic.Pointer[generation] // the generation this store saw last; nil before the first
+	lossMu sync.Mutex                 // serialises the handling of a new generation
+
+	// Redis answering again (hook.go).
+	down   atomic.Bool   // a call failed (or a feed lost its connection) since Redis last answered
+	wakeMu sync.Mutex    // guards wake
+	wake   chan struct{} // closed (and replaced) when Redis answers after down
+
+	// The feeds (follow.go).
+	feedsDown atomic.Int32 // Follow calls not subscribed and caught up
+	feedsMu   sync.Mutex   // guards kicks
+	kicks     map[*follower]func()
+
+	tkMu      sync.Mutex // guards ticketKey
+	ticketKey []byte     // the ticket key this store last read from Redis (shared.go)
 
 	// onLost, if set (by tests, before Follow), is called by Follow after it
 	// notices that its subscription was lost, before it subscribes again.
@@ -153,6 +185,10 @@ func Open(ctx context.Context, url string, opt Options) (*Store, error) {
 	ro.MaxRetries = -1
 	// Redis before 8 does not know the maintenance notifications handshake.
 	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	// A context's deadline bounds the network waits of a call (Timeout,
+	// and the readiness probe's own deadline); without this the client
+	// would wait its ReadTimeout (5s) whatever the context says.
+	ro.ContextTimeoutEnabled = true
 	if ro.ClientName == "" {
 		ro.ClientName = "chatrelay"
 	}
@@ -170,6 +206,9 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 	if opt.ResetAfter == 0 {
 		opt.ResetAfter = 5 * time.Second
 	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = 2 * time.Second
+	}
 	s := &Store{
 		rdb:    rdb,
 		opt:    opt,
@@ -178,8 +217,11 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 		prefix: opt.Prefix,
 		feed:   opt.Prefix + "feed",
 		index:  opt.Prefix + "threads",
+		genKey: opt.Prefix + "generation",
 
 		pingEvery: defaultPingEvery,
+		wake:      make(chan struct{}),
+		kicks:     make(map[*follower]func()),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -187,8 +229,13 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	rdb.AddHook(answerHook{s})
+	routeClientLog(s)
 	s.closing, s.close = context.WithCancel(context.Background())
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	pctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		unrouteClientLog(s)
 		rdb.Close()
 		s.close()
 		return nil, s.unavailable("open", err)
@@ -196,8 +243,16 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 	return s, nil
 }
 
-// Ping reports whether Redis answers: nil, or StoreUnavailable.
+// bound limits a call to Options.Timeout (or less, if ctx ends sooner).
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opt.Timeout)
+}
+
+// Ping reports whether Redis answers within Options.Timeout (or ctx's
+// deadline, if sooner): nil, or StoreUnavailable.
 func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return s.unavailable("ping", err)
 	}
@@ -215,6 +270,7 @@ func (s *Store) Close() error {
 		s.close()
 		s.wg.Wait()
 		err = s.rdb.Close()
+		unrouteClientLog(s)
 	})
 	return err
 }
@@ -257,6 +313,7 @@ func (s *Store) unavailable(op string, err error) error {
 		s.log.Error("redis store", "op", op, "err", err)
 		return &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: fmt.Errorf("redis %s: %w", op, err)}
 	}
+	s.down.Store(true)
 	s.log.Warn("redis store unavailable", "op", op, "err", err)
 	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
 		Err: fmt.Errorf("redis %s: %w", op, err)}

@@ -35,9 +35,13 @@ local function cutOf(log, now, keep, age)
 end
 `
 
-// appendScript stores one message. KEYS: log, meta, index, ids. ARGV: thread,
-// now (ms), keep, age (ms), max threads, must exist ("1"/"0"), author as
-// JSON, text as JSON, feed channel, then id suffix candidates (6 hex each).
+// appendScript stores one message. KEYS: log, meta, index, ids, generation.
+// ARGV: thread, now (ms), keep, age (ms), max threads, must exist
+// ("1"/"0"), author as JSON, text as JSON, feed channel, the newest epoch
+// the store has seen, a generation id, then id suffix candidates (6 hex
+// each). It creates
+// the generation (gen.go) if it is missing, so that a data set's start is
+// never after its first message.
 //
 // It answers {"ok", epoch, id, json} or {"not_found"}, {"thread_limit"},
 // {"collision"} (every candidate suffix is taken this second: try others).
@@ -47,6 +51,9 @@ var appendScript = redis.NewScript(luaCommon + `
 local log, meta, index, ids = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local thread = ARGV[1]
 local now, keep, age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if redis.call('EXISTS', KEYS[5]) == 0 then
+  redis.call('HSET', KEYS[5], 'id', ARGV[11], 'start', ARGV[2], 'lost', ARGV[10])
+end
 
 local prev = 0
 local newest = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)
@@ -86,7 +93,7 @@ local ts = string.format('%04d-%02d-%02dT%02d:%02d:%02d+00:00', y, m, d, hh, mi,
 -- (field "s" says which second), filled from the log the first time it is
 -- needed: one scan per busy second, not one per message. The JSON starts
 -- {"id":"MSG-YYYYMMDD-HHMMSS- so the suffix is bytes 28 to 33.
-local suffix = ARGV[10]
+local suffix = ARGV[12]
 if prev >= secs * 1000 then
   local sec = string.format('%.0f', secs)
   if redis.call('HGET', ids, 's') ~= sec then
@@ -99,7 +106,7 @@ if prev >= secs * 1000 then
     redis.call('HSET', ids, unpack(fill))
   end
   suffix = nil
-  for i = 10, #ARGV do
+  for i = 12, #ARGV do
     if redis.call('HEXISTS', ids, ARGV[i]) == 0 then suffix = ARGV[i] break end
   end
   if not suffix then return {'collision'} end

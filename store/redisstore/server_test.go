@@ -48,16 +48,34 @@ func openStore(t testing.TB, r *redistest.Server, opt Options) *Store {
 	return s
 }
 
-// testLogger logs through t.Logf.
+// testLogger logs through t.Logf until the test's cleanup: go-redis's own
+// lines go to the newest open store's logger (clientlog.go), which may be
+// another test's, and t.Logf after a test ended panics.
 func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w := &tWriter{t: t}
+	t.Cleanup(w.stop)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type tWriter struct{ t testing.TB }
+type tWriter struct {
+	t    testing.TB
+	mu   sync.RWMutex // held (read) across t.Logf, so stop waits for it
+	done bool
+}
 
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Logf("%s", strings.TrimSuffix(string(p), "\n"))
+func (w *tWriter) Write(p []byte) (int, error) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if !w.done {
+		w.t.Logf("%s", strings.TrimSuffix(string(p), "\n"))
+	}
 	return len(p), nil
+}
+
+func (w *tWriter) stop() {
+	w.mu.Lock()
+	w.done = true
+	w.mu.Unlock()
 }
 
 func wantCode(t testing.TB, err error, code chatrelay.Code) *chatrelay.Error {

@@ -33,6 +33,8 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 	if m.Author == "" {
 		m.Author = chatrelay.Operator
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	for {
 		suffixes := make([]string, idCandidates)
 		for i := range suffixes {
@@ -69,9 +71,9 @@ func (s *Store) runAppend(ctx context.Context, thread string, m store.NewMessage
 	if m.MustExist {
 		must = "1"
 	}
-	keys := []string{s.logKey(thread), s.metaKey(thread), s.index, s.idsKey(thread)}
+	keys := []string{s.logKey(thread), s.metaKey(thread), s.index, s.idsKey(thread), s.genKey}
 	args := []any{thread, s.now().UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
-		s.opt.MaxThreads, must, jsonString(string(m.Author)), jsonString(m.Text), s.feed}
+		s.opt.MaxThreads, must, jsonString(string(m.Author)), jsonString(m.Text), s.feed, s.seen.Load(), randomHex(8)}
 	for _, x := range suffixes {
 		args = append(args, x)
 	}
@@ -79,32 +81,42 @@ func (s *Store) runAppend(ctx context.Context, thread string, m store.NewMessage
 }
 
 // Since implements store.Store. One MULTI reads the page, the newest
-// message and "trimmed" together.
+// message, "trimmed" and the generation (gen.go) together. Reset is also
+// true for a cursor into data that Redis lost (since <= the generation's
+// lost epoch).
 func (s *Store) Since(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
 	if err := checkThread(thread); err != nil {
 		return store.Page{}, err
 	}
-	msgs, newest, trimmed, err := s.read(ctx, thread, since, limit)
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var g generation
+	msgs, newest, trimmed, err := s.read(ctx, thread, since, limit, &g)
 	if err != nil {
 		return store.Page{}, err
 	}
-	p := store.Page{Thread: thread, Messages: msgs, Reset: since > 0 && since < trimmed}
+	g = s.checkGen(ctx, g, nil)
+	p := store.Page{Thread: thread, Messages: msgs}
 	if newest != nil {
 		p.Cursor = newest.Epoch
 		p.Awaiting = newest.Author != chatrelay.Hermes
+		s.see(p.Cursor)
 	}
+	p.Reset = since > 0 && (since < trimmed || since <= g.lost)
 	return p, nil
 }
 
 // read returns the thread's messages with epoch > since (the newest limit
 // of them if limit > 0), oldest first, its newest message (nil if none)
-// and its trimmed epoch.
-func (s *Store) read(ctx context.Context, thread string, since int64, limit int) (msgs []store.Entry, newest *store.Entry, trimmed int64, err error) {
+// and its trimmed epoch. If g is not nil, it also reads the generation
+// (creating it if it is missing) into *g.
+func (s *Store) read(ctx context.Context, thread string, since int64, limit int, g *generation) (msgs []store.Entry, newest *store.Entry, trimmed int64, err error) {
 	since = min(max(since, 0), maxEpoch) // epochs are below 2^53; since+1 must not overflow
 	log := s.logKey(thread)
 	from := strconv.FormatInt(since+1, 10) + "-0"
 	var page, last *redis.XMessageSliceCmd
 	var trim *redis.StringCmd
+	var gen *redis.SliceCmd
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		if limit > 0 {
 			page = p.XRevRangeN(ctx, log, "+", from, int64(limit))
@@ -113,6 +125,9 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int)
 		}
 		last = p.XRevRangeN(ctx, log, "+", "-", 1)
 		trim = p.HGet(ctx, s.metaKey(thread), "trimmed")
+		if g != nil {
+			gen = s.genCmds(ctx, p)
+		}
 		return nil
 	})
 	if err != nil && err != redis.Nil {
@@ -120,6 +135,9 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int)
 	}
 	if v, err := trim.Int64(); err == nil {
 		trimmed = v
+	}
+	if g != nil {
+		*g = genOf(gen)
 	}
 	xs := page.Val()
 	if limit > 0 {
@@ -164,6 +182,8 @@ func entryOf(thread string, x redis.XMessage) (store.Entry, error) {
 
 // Threads implements store.Store.
 func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	names, err := s.rdb.ZRevRange(ctx, s.index, 0, -1).Result()
 	if err != nil {
 		return nil, s.unavailable("threads", err)
@@ -208,7 +228,9 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 // one of them only.
 func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 	var st store.SweepStats
-	names, err := s.rdb.ZRange(ctx, s.index, 0, -1).Result()
+	lctx, cancel := s.bound(ctx)
+	names, err := s.rdb.ZRange(lctx, s.index, 0, -1).Result()
+	cancel()
 	if err != nil {
 		return st, s.unavailable("sweep", err)
 	}
@@ -220,8 +242,10 @@ func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 		if !chatrelay.ValidThread(name) {
 			continue
 		}
-		res, err := sweepScript.Run(ctx, s.rdb, []string{s.logKey(name), s.metaKey(name), s.index, s.idsKey(name)},
+		sctx, cancel := s.bound(ctx)
+		res, err := sweepScript.Run(sctx, s.rdb, []string{s.logKey(name), s.metaKey(name), s.index, s.idsKey(name)},
 			name, now, s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds()).Int64Slice()
+		cancel()
 		if err != nil {
 			return st, s.unavailable("sweep", err)
 		}
@@ -234,19 +258,28 @@ func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 	return st, nil
 }
 
-// threadIndex returns every thread of the index with its newest epoch.
-func (s *Store) threadIndex(ctx context.Context) (map[string]int64, error) {
-	zs, err := s.rdb.ZRangeWithScores(ctx, s.index, 0, -1).Result()
+// threadIndex returns every thread of the index with its newest epoch,
+// and the generation (created if it is missing), read together.
+func (s *Store) threadIndex(ctx context.Context) (map[string]int64, generation, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var zs *redis.ZSliceCmd
+	var gen *redis.SliceCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		zs = p.ZRangeWithScores(ctx, s.index, 0, -1)
+		gen = s.genCmds(ctx, p)
+		return nil
+	})
 	if err != nil {
-		return nil, s.unavailable("threads", err)
+		return nil, generation{}, s.unavailable("threads", err)
 	}
-	m := make(map[string]int64, len(zs))
-	for _, z := range zs {
+	m := make(map[string]int64, len(zs.Val()))
+	for _, z := range zs.Val() {
 		if name, ok := z.Member.(string); ok && chatrelay.ValidThread(name) {
 			m[name] = int64(z.Score)
 		}
 	}
-	return m, nil
+	return m, genOf(gen), nil
 }
 
 // keysOf lists the keys of thread, for tests and operators.
