@@ -53,3 +53,32 @@ func BenchmarkAppend(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCreateThread is the append that creates a thread, with n other
+// threads in the folder: its cost must not grow with n.
+func BenchmarkCreateThread(b *testing.B) {
+	for _, n := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("threads=%d", n), func(b *testing.B) {
+			s, err := OpenFile(b.TempDir(), FileOptions{NoFsync: true, MaxThreads: 1 << 30, Log: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			m := NewMessage{Author: chatrelay.Operator, Text: "the first message of a new tab"}
+			for i := range n {
+				if _, err := s.Append(ctx, fmt.Sprintf("%016x", 1<<40+i), m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				i++
+				if _, err := s.Append(ctx, fmt.Sprintf("%016x", 1<<50+i), m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
