@@ -227,7 +227,10 @@ export class ChatClient extends EventTarget {
     );
     this.#setStatus("connecting");
 
-    const name = `chatrelay ${this.#base.href} ${token.slice(0, 16)}`;
+    // The name carries the version of what the tabs tell each other
+    // (v2: changes), so a tab still running an older chat.js (open since
+    // before a deploy) keeps to its own group and leader.
+    const name = `chatrelay/2 ${this.#base.href} ${token.slice(0, 16)}`;
     const share = this.#o.share && globalThis.BroadcastChannel && globalThis.navigator?.locks;
     if (!share) {
       this.#lead(run);
