@@ -141,7 +141,8 @@ func TestReplyFromHostCLI(t *testing.T) {
 }
 
 // 4. WebSocket refused → the tab is live over SSE; both refused → it polls
-// and still receives; when they come back, it climbs back.
+// and still receives (new messages and changes of earlier ones); when they
+// come back, it climbs back.
 func TestLadder(t *testing.T) {
 	srv := startServer(t, "--ticket-ttl", "2s")
 	g := newGate(t, srv)
@@ -155,6 +156,10 @@ func TestLadder(t *testing.T) {
 	tb.waitShown(soon, "hello")
 	srv.reply(thread, "over SSE")
 	tb.waitShown(soon, "over SSE")
+	// A change of an earlier message comes as an update, on every rung.
+	first := poll2(t, srv.URL, tb.token())[0].ID
+	srv.cli("react", thread, first, "🎉")
+	tb.waitJS(soon, "hermes's reaction over SSE", `document.querySelector(`+js(msgSel(first)+` button[data-emoji="🎉"]`)+`).getAttribute("aria-label") === "party, 1"`)
 
 	// The stream drops after its ticket expired: the page gets a new one
 	// and resumes from the last message it showed.
@@ -169,6 +174,12 @@ func TestLadder(t *testing.T) {
 	t.Logf("polling %v after both push routes were refused", took)
 	srv.reply(thread, "while polling")
 	tb.waitShown(soon, "while polling")
+	q := srv.ask(thread, "--approval", "Go on while polling?")
+	tb.waitIx(soon, q.Interaction.ID, "pending")
+	srv.cli("cancel", thread, q.Interaction.ID)
+	tb.waitIx(soon, q.Interaction.ID, "canceled")
+	srv.cli("react", thread, first, "🎉", "--remove")
+	tb.waitJS(soon, "hermes's reaction removed while polling", `document.querySelector(`+js(msgSel(first)+` button[data-emoji="🎉"]`)+`).getAttribute("aria-label") === "party"`)
 	tb.write("sent while polling")
 	tb.waitShown(soon, "sent while polling")
 
@@ -415,7 +426,7 @@ window.tryOnly = (rung) => new Promise((resolve) => {
 func TestScreenshot(t *testing.T) {
 	srv := startServer(t)
 	tb := newWindow(t)
-	tb.do(5*time.Second, "size the window", chromedp.EmulateViewport(820, 620))
+	tb.do(5*time.Second, "size the window", chromedp.EmulateViewport(820, 720))
 	tb.open(srv.URL)
 	tb.waitState(live, "ws")
 	token := tb.token()

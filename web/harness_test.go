@@ -7,6 +7,7 @@ package web_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -35,7 +36,7 @@ import (
 
 var (
 	chromiumPath = flag.String("chromium", envOr("CHROMIUM", "/usr/bin/chromium"), "the Chromium the browser tests drive")
-	update       = flag.Bool("update", false, "rewrite testdata/screenshot.png")
+	update       = flag.Bool("update", false, "rewrite the screenshots in testdata/ (screenshot.png, approval.png)")
 	showBrowser  = flag.Bool("browser-log", false, "print Chromium's own output")
 )
 
@@ -228,6 +229,31 @@ func (s *server) reply(thread, text string) {
 	}
 }
 
+// cli runs a host CLI verb on the server's data folder and returns what it
+// printed; it fails the test if the verb fails.
+func (s *server) cli(args ...string) []byte {
+	s.t.Helper()
+	out, errOut, err := s.cliRun(nil, args...)
+	if err != nil {
+		s.t.Fatalf("chatrelay %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+	}
+	return out
+}
+
+// cliRun runs a host CLI verb on the server's data folder with stdin.
+func (s *server) cliRun(stdin []byte, args ...string) (stdout, stderr []byte, err error) {
+	s.t.Helper()
+	cmd := exec.Command(chatrelayBin, append(args, "--data", s.Data)...)
+	cmd.Env = cleanEnv()
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.Bytes(), e.Bytes(), err
+}
+
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -258,6 +284,52 @@ type pollPage struct {
 	Messages []message `json:"messages"`
 	Awaiting bool      `json:"awaiting"`
 	Cursor   int64     `json:"cursor"`
+}
+
+// message2 is a v2 message object, with the fields the page draws.
+type message2 struct {
+	ID          string              `json:"id"`
+	Epoch       int64               `json:"epoch"`
+	Rev         int64               `json:"rev"`
+	Author      string              `json:"author"`
+	Text        string              `json:"text"`
+	ClientID    string              `json:"client_id"`
+	Interaction *interaction        `json:"interaction"`
+	Card        json.RawMessage     `json:"card"`
+	Reactions   map[string][]string `json:"reactions"`
+}
+
+type interaction struct {
+	ID         string `json:"id"`
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Prompt     string `json:"prompt"`
+	Deadline   int64  `json:"deadline"`
+	State      string `json:"state"`
+	AnsweredBy string `json:"answered_by"`
+	Answer     struct {
+		Decision string `json:"decision"`
+		Value    string `json:"value"`
+	} `json:"answer"`
+}
+
+// poll2 reads a thread's newest messages through the v2 poll route.
+func poll2(t *testing.T, base, token string) []message2 {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"api/chat/poll?v=2", nil)
+	req.Header.Set("X-Chat-Token", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p struct {
+		Messages []message2 `json:"messages"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("poll v2: %d %v", resp.StatusCode, err)
+	}
+	return p.Messages
 }
 
 // poll reads a thread's newest messages through the v1 poll route.
@@ -332,6 +404,18 @@ func waitExpired(t *testing.T, base, tk string) {
 	}
 }
 
+// waitFor polls cond every 20ms until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond) // the poll interval of a condition
+	}
+}
+
 // threadOf is the contract's thread of a token.
 func threadOf(token string) string {
 	sum := sha256.Sum256([]byte(token))
@@ -342,11 +426,17 @@ func threadOf(token string) string {
 
 // gate is a reverse proxy in front of a server that can refuse the
 // WebSocket route, the SSE route, or both, as a corporate proxy or a
-// broken middlebox would. Refusing also cuts the streams already open.
+// broken middlebox would. Refusing also cuts the streams already open. It
+// can also refuse polls, and lose the answers to posts: the post reaches
+// the server, which stores it, and the connection is then cut before the
+// browser reads a byte of the answer.
 type gate struct {
-	URL   string
-	noWS  atomic.Bool
-	noSSE atomic.Bool
+	URL       string
+	noWS      atomic.Bool
+	noSSE     atomic.Bool
+	noPoll    atomic.Bool
+	dropPosts atomic.Bool
+	posts     atomic.Int32 // posts that went through, answered or not
 
 	mu      sync.Mutex
 	streams map[*int]stream
@@ -379,9 +469,20 @@ func newGate(t *testing.T, backend *server) *gate {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		isWS := strings.HasSuffix(r.URL.Path, "/api/chat/ws")
 		isSSE := strings.HasSuffix(r.URL.Path, "/api/chat/stream")
-		if (isWS && g.noWS.Load()) || (isSSE && g.noSSE.Load()) {
+		isPoll := strings.HasSuffix(r.URL.Path, "/api/chat/poll")
+		if (isWS && g.noWS.Load()) || (isSSE && g.noSSE.Load()) || (isPoll && g.noPoll.Load()) {
 			http.Error(w, "refused by the test proxy", http.StatusServiceUnavailable)
 			return
+		}
+		if strings.HasSuffix(r.URL.Path, "/api/chat/post") && r.Method == http.MethodPost {
+			g.posts.Add(1)
+			if g.dropPosts.Load() {
+				rp.ServeHTTP(httptest.NewRecorder(), r) // the server stores it…
+				if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+					conn.Close() // …and its answer is lost
+				}
+				return
+			}
 		}
 		if isWS || isSSE {
 			ctx, cancel := context.WithCancel(r.Context())
@@ -463,6 +564,18 @@ type tab struct {
 func newWindow(t *testing.T) *tab {
 	t.Helper()
 	return openTab(t, browserCtx, chromedp.WithNewBrowserContext())
+}
+
+// adopt gives a tab of another profile the identity token (as a person
+// who copied it to a second browser would), then loads the page at u.
+func (tb *tab) adopt(u, token string) {
+	tb.t.Helper()
+	tb.open(u)
+	eval[bool](tb, `(localStorage.setItem("chatrelay.token", `+js(token)+`), true)`)
+	tb.open(u)
+	if got := tb.token(); got != token {
+		tb.t.Fatalf("the tab kept token %s…, want %s…", got[:8], token[:8])
+	}
 }
 
 // sibling opens another tab in the same profile as tb: same localStorage,
@@ -550,7 +663,7 @@ func (tb *tab) dump() string {
 	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({
 		url: location.href,
 		status: document.getElementById("status")?.dataset.state,
-		shown: [...document.querySelectorAll("#log li .text")].map((e) => e.textContent),
+		shown: [...document.querySelectorAll("#log li")].map((li) => li.querySelector(".text, .ix, .card")?.textContent),
 		notice: document.getElementById("notice-text")?.textContent,
 		waiting: document.getElementById("waiting") ? !document.getElementById("waiting").hidden : null,
 	})`))
@@ -579,12 +692,15 @@ func (tb *tab) waitShown(d time.Duration, text string) time.Duration {
 		`[...document.querySelectorAll("#log li .text")].some((e) => e.textContent === `+js(text)+`)`)
 }
 
-// shownMsg is a message as the page shows it.
+// shownMsg is a message as the page shows it. Text is a plain message's
+// text; Kind says what the page drew: "text", "ix" (an interaction) or
+// "card".
 type shownMsg struct {
 	ID     string `json:"id"`
 	Author string `json:"author"`
 	Text   string `json:"text"`
 	Time   string `json:"time"`
+	Kind   string `json:"kind"`
 }
 
 func (tb *tab) shown() []shownMsg {
@@ -592,8 +708,9 @@ func (tb *tab) shown() []shownMsg {
 	return eval[[]shownMsg](tb, `[...document.querySelectorAll("#log li")].map((li) => ({
 		id: li.dataset.id,
 		author: li.querySelector(".author").textContent,
-		text: li.querySelector(".text").textContent,
+		text: li.querySelector(":scope > .text")?.textContent ?? "",
 		time: li.querySelector("time").textContent,
+		kind: li.querySelector(":scope > .ix") ? "ix" : li.querySelector(":scope > .card") ? "card" : "text",
 	}))`)
 }
 
@@ -624,13 +741,25 @@ func (tb *tab) enter(shift bool) {
 	if shift {
 		mods = 8 // Shift
 	}
-	down := input.DispatchKeyEventParams{
-		Type: input.DispatchKeyEventTypeKeyDown, Key: "Enter", Code: "Enter", Modifiers: mods,
+	tb.press(input.DispatchKeyEventParams{
+		Key: "Enter", Code: "Enter", Modifiers: mods,
 		WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13, Text: "\r", UnmodifiedText: "\r",
-	}
+	})
+}
+
+// arrowRight presses the right arrow key in the focused element.
+func (tb *tab) arrowRight() {
+	tb.t.Helper()
+	tb.press(input.DispatchKeyEventParams{Key: "ArrowRight", Code: "ArrowRight", WindowsVirtualKeyCode: 39, NativeVirtualKeyCode: 39})
+}
+
+// press presses and releases a key (down's Type is set here).
+func (tb *tab) press(down input.DispatchKeyEventParams) {
+	tb.t.Helper()
+	down.Type = input.DispatchKeyEventTypeKeyDown
 	up := down
 	up.Type, up.Text, up.UnmodifiedText = input.DispatchKeyEventTypeKeyUp, "", ""
-	tb.do(5*time.Second, "press Enter", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+	tb.do(5*time.Second, "press "+down.Key, func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
 		if _, err := cdp.Call(ctx, tg, input.DispatchKeyEvent, down); err != nil {
 			return chromedp.Void{}, err
 		}
@@ -653,7 +782,7 @@ func checkOnce(t *testing.T, tb *tab, want []message) {
 			t.Errorf("message %s shown twice", got[i].ID)
 		}
 		seen[got[i].ID] = true
-		if got[i].ID != want[i].ID || got[i].Text != want[i].Text {
+		if got[i].ID != want[i].ID || (got[i].Kind == "text" && got[i].Text != want[i].Text) {
 			t.Errorf("message %d: page shows %s %q, thread has %s %q", i, got[i].ID, got[i].Text, want[i].ID, want[i].Text)
 		}
 	}

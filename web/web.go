@@ -1,6 +1,6 @@
 // Package web is the browser page, embedded in the binary and served at the
-// prefix root: index.html, app.css, app.js (the page) and chat.js (the
-// client module, which other sites may import).
+// prefix root: index.html, app.css, app.js (the page), view.js (its
+// drawing) and chat.js (the client module, which other sites may import).
 package web
 
 import (

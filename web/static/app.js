@@ -1,8 +1,9 @@
-// app.js: the page. It draws what the ChatClient of chat.js reports and
-// sends what the person writes. Text is always set with textContent, never
-// parsed as HTML.
+// app.js: the page. It draws what the ChatClient of chat.js reports (with
+// the builders of view.js) and sends what the person writes, answers and
+// reacts. Text is always set with textContent, never parsed as HTML.
 
 import { ChatClient, MAX_CHARS, countChars } from "./chat.js";
+import { ME, messageItem, moveInBar, refreshInteraction, tick, updateItem } from "./view.js";
 
 const $ = (id) => document.getElementById(id);
 const els = {
@@ -14,6 +15,7 @@ const els = {
   empty: $("empty"),
   waiting: $("waiting"),
   jump: $("jump"),
+  announcer: $("announcer"),
   form: $("composer"),
   text: $("text"),
   count: $("count"),
@@ -23,7 +25,6 @@ const els = {
   retry: $("retry"),
 };
 
-const authors = { operator: "you", agent: "agent", hermes: "hermes" };
 const states = {
   connecting: "connecting…",
   ws: "live · WebSocket",
@@ -34,22 +35,12 @@ const states = {
 
 const chat = new ChatClient(); // the server is the one that served this page
 
+// busy holds the requests of this page in flight: an interaction's id
+// while its answer is sent, "<message id> <emoji>" while a reaction is.
+const busy = new Set();
+const ctx = { now: () => chat.now(), busy: (key) => busy.has(key) };
+
 // ---- the conversation ----
-
-const timeFmt = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
-const dayFmt = new Intl.DateTimeFormat(undefined, {
-  month: "short",
-  day: "numeric",
-  hour: "2-digit",
-  minute: "2-digit",
-});
-const fullFmt = new Intl.DateTimeFormat(undefined, { dateStyle: "full", timeStyle: "long" });
-
-function when(epoch) {
-  const d = new Date(epoch);
-  const today = new Date().toDateString() === d.toDateString();
-  return { short: (today ? timeFmt : dayFmt).format(d), full: fullFmt.format(d) };
-}
 
 function nearBottom() {
   const s = els.scroller;
@@ -61,30 +52,24 @@ function toBottom() {
   els.jump.hidden = true;
 }
 
-function render(m) {
-  const li = document.createElement("li");
-  li.className = `msg msg-${authors[m.author] ? m.author : "other"}`;
-  li.dataset.id = m.id;
-  li.dataset.epoch = m.epoch;
+function itemOf(id) {
+  return els.log.querySelector(`li[data-id="${CSS.escape(id)}"]`);
+}
 
-  const meta = document.createElement("div");
-  meta.className = "meta";
-  const who = document.createElement("span");
-  who.className = "author";
-  who.textContent = authors[m.author] || String(m.author);
-  const t = document.createElement("time");
-  const w = when(m.epoch);
-  t.dateTime = new Date(m.epoch).toISOString();
-  t.textContent = w.short;
-  t.title = w.full;
-  meta.append(who, " ", t);
+// shown is every message drawn in the log, by id, as drawn.
+const shown = new Map();
 
-  const text = document.createElement("p");
-  text.className = "text";
-  text.textContent = m.text;
+function messageOf(id) {
+  return shown.get(id);
+}
 
-  li.append(meta, text);
-  return li;
+// announce says words once through the page's polite status region: the
+// outcome of an interaction, never its countdown.
+function announce(words) {
+  if (!words) return;
+  // The same words twice in a row are still read: the region is emptied first.
+  els.announcer.textContent = "";
+  setTimeout(() => (els.announcer.textContent = words), 50);
 }
 
 // The log is an aria-live region. While a batch of old messages loads (the
@@ -106,19 +91,38 @@ function loading() {
 }
 
 chat.addEventListener("message", (e) => {
+  const { message: m, before } = e.detail;
   const stick = nearBottom();
   if (els.log.hasAttribute("aria-busy")) settle();
-  els.log.append(render(e.detail.message));
+  const li = messageItem(m, ctx);
+  shown.set(m.id, m);
+  const next = before && itemOf(before);
+  if (next) next.before(li);
+  else els.log.append(li);
   els.empty.hidden = true;
   // Follow the conversation only if the reader was already at its end;
   // one scrolled up to read is not yanked away, but told.
   if (stick) toBottom();
-  else els.jump.hidden = false;
+  else if (!next) els.jump.hidden = false;
   showWaiting();
+  delivered(m);
+  ticking();
+});
+
+chat.addEventListener("update", (e) => {
+  const { message: m, previous } = e.detail;
+  const li = itemOf(m.id);
+  if (!li) return;
+  shown.set(m.id, m);
+  const stick = nearBottom();
+  announce(updateItem(li, m, previous, ctx));
+  if (stick) toBottom();
+  ticking();
 });
 
 chat.addEventListener("clear", () => {
   loading();
+  shown.clear();
   els.log.replaceChildren();
   els.empty.hidden = false;
   els.jump.hidden = true;
@@ -149,10 +153,154 @@ chat.addEventListener("status", (e) => {
   els.status.title = shared ? "shared with another tab of this browser" : "";
 });
 
+// ---- interactions ----
+
+// The countdowns of pending interactions tick while there is one, each
+// turn timed to the next moment a countdown's words change (its seconds
+// are counted to its deadline), so a card whose deadline passed shows as
+// expired at once, before the server's word arrives (the server writes it
+// within a second).
+let ticker = null;
+function ticking() {
+  if (ticker !== null) return;
+  const pending = els.log.querySelectorAll(".ix[data-state=pending]");
+  if (!pending.length) return;
+  const now = chat.now();
+  let next = 1000;
+  for (const sec of pending) {
+    const left = Number(sec.dataset.deadline) - now;
+    if (Number.isFinite(left)) next = Math.min(next, left > 0 ? left % 1000 || 1000 : 0);
+  }
+  ticker = setTimeout(() => {
+    ticker = null;
+    const now = chat.now();
+    for (const sec of els.log.querySelectorAll(".ix[data-state=pending]")) {
+      if (!tick(sec, now)) continue;
+      const li = sec.closest("li");
+      const m = li && messageOf(li.dataset.id);
+      if (m?.interaction) announce(refreshInteraction(li, m, ctx));
+    }
+    ticking();
+  }, Math.max(next + 5, 20));
+}
+
+// redraw draws an interaction's card again (busy changed, or an error).
+function redraw(ixID) {
+  const li = els.log.querySelector(`.ix[data-ix="${CSS.escape(ixID)}"]`)?.closest("li");
+  const m = li && messageOf(li.dataset.id);
+  if (li) announce(refreshInteraction(li, m, ctx));
+  return li;
+}
+
+function cardError(ixID, words) {
+  const e = redraw(ixID)?.querySelector(".ix-error");
+  if (!e) return;
+  e.textContent = words;
+  e.hidden = !words;
+}
+
+async function answer(ixID, ans) {
+  if (busy.has(ixID)) return;
+  busy.add(ixID);
+  cardError(ixID, "");
+  let error = "";
+  try {
+    await chat.respond(ixID, ans); // shows the answered message at once
+  } catch (err) {
+    // interaction_closed: the card now shows who or what came first
+    // (chat.respond showed the message the 409 carried).
+    if (err.code === "interaction_closed") {
+      error = "Your answer was not taken: this had already closed.";
+    } else if (err.status === 0) {
+      error = "Not sent: the server could not be reached. Try again.";
+    } else if (err.code === "rate_limited") {
+      error = `Too many requests; try again in ${Math.ceil(err.retryAfterMs / 1000)} s.`;
+    } else {
+      error = `Not sent: ${err.message}.`;
+    }
+  } finally {
+    busy.delete(ixID);
+    redraw(ixID);
+    if (error) cardError(ixID, error);
+  }
+}
+
+// ---- reactions ----
+
+async function toggleReaction(id, emoji, button) {
+  const key = `${id} ${emoji}`;
+  if (busy.has(key)) return;
+  const m = messageOf(id);
+  const mine = (m?.reactions?.[emoji] || []).includes(ME);
+  busy.add(key);
+  button.setAttribute("aria-disabled", "true");
+  try {
+    await chat.react(id, emoji, mine); // shows the message at once
+  } catch (err) {
+    if (err.code === "rate_limited") {
+      if (countdown === null) {
+        const s = Math.max(1, Math.ceil(err.retryAfterMs / 1000));
+        notify(`Too many reactions for now; try again in ${s} s.`, "wait");
+      }
+    } else if (err.status === 0) {
+      notify("Reaction not saved: the server could not be reached.", "error");
+    } else {
+      notify(`Reaction not saved: ${err.message}.`, "error");
+    }
+  } finally {
+    busy.delete(key);
+    // The bar may have been drawn again meanwhile: find the button anew.
+    itemOf(id)?.querySelector(`.reactions button[data-emoji="${CSS.escape(emoji)}"]`)?.removeAttribute("aria-disabled");
+  }
+}
+
+// One listener for every button of the log: real <button>s, so Enter and
+// Space work as clicks.
+els.log.addEventListener("click", (e) => {
+  const b = e.target.closest("button");
+  if (!b || !els.log.contains(b) || b.getAttribute("aria-disabled") === "true") return;
+  const li = b.closest("li[data-id]");
+  if (!li) return;
+  if (b.dataset.emoji) {
+    for (const x of b.parentElement.children) x.tabIndex = x === b ? 0 : -1; // the bar's Tab stop
+    toggleReaction(li.dataset.id, b.dataset.emoji, b);
+    return;
+  }
+  const ixID = b.closest(".ix")?.dataset.ix;
+  if (!ixID) return;
+  if (b.dataset.decision) answer(ixID, { decision: b.dataset.decision });
+  else if (b.dataset.choice !== undefined) answer(ixID, { value: b.dataset.choice });
+});
+
+els.log.addEventListener("keydown", (e) => {
+  const b = e.target.closest?.(".reactions button");
+  if (b && !e.altKey && !e.ctrlKey && !e.metaKey && moveInBar(b, e.key)) e.preventDefault();
+});
+
+els.log.addEventListener("submit", (e) => {
+  const f = e.target.closest("form.ix-text");
+  if (!f) return;
+  e.preventDefault();
+  const ixID = f.dataset.ix;
+  if (busy.has(ixID)) return;
+  const v = f.elements.value.value;
+  if (!v.trim()) {
+    cardError(ixID, "Write an answer first.");
+    f.elements.value.focus();
+    return;
+  }
+  answer(ixID, { value: v });
+});
+
 // ---- writing ----
 
 let countdown = null; // the rate-limit timer, while it runs
 let sending = false;
+// pending is the post that was sent but is not known to be stored: its
+// text and client_id. Sending the same text again reuses the client_id,
+// so a retry after a network failure is stored once, however many times
+// it is pressed.
+let pending = null;
 
 function updateCount() {
   const n = countChars(els.text.value);
@@ -200,6 +348,24 @@ function startCountdown(ms) {
   updateSend();
 }
 
+// sent clears the composer once its post is stored (if it still holds
+// that text).
+function sent(text) {
+  pending = null;
+  if (els.text.value === text) els.text.value = "";
+  updateCount();
+  notify("");
+}
+
+// delivered notices the pending post arriving: its answer was lost, but
+// the message was stored, so nothing is left to retry.
+function delivered(m) {
+  if (!pending || sending || m.client_id !== pending.clientId) return;
+  const text = pending.text;
+  sent(text);
+  if (els.text.value !== "") notify("Your earlier message was delivered after all.", "info");
+}
+
 async function send() {
   const text = els.text.value;
   if (sending || countdown !== null) return;
@@ -207,18 +373,20 @@ async function send() {
     notify("Write a message first.", "info");
     return;
   }
+  if (!pending || pending.text !== text) pending = { text, clientId: chat.newClientId() };
+  const p = pending;
   sending = true;
   updateSend();
   els.form.setAttribute("aria-busy", "true");
   try {
-    await chat.send(text);
-    if (els.text.value === text) els.text.value = "";
-    updateCount();
-    notify("");
+    await chat.send(text, { clientId: p.clientId });
+    sent(text);
     toBottom();
   } catch (err) {
-    // In every failure the text stays in the composer.
-    if (err.code === "rate_limited") {
+    // In every failure the text stays in the composer, with its client_id.
+    if (err.status === 0 && chat.messages.some((m) => m.client_id === p.clientId)) {
+      sent(text); // the answer was lost, the message is shown: it was stored
+    } else if (err.code === "rate_limited") {
       startCountdown(err.retryAfterMs);
     } else if (err.status === 413) {
       const n = countChars(text);
@@ -259,6 +427,7 @@ els.fresh.addEventListener("click", () => {
   if (!ok) return;
   clearInterval(countdown);
   countdown = null;
+  pending = null;
   els.text.value = "";
   updateCount();
   updateSend();

@@ -1,9 +1,17 @@
 // chat.js: the chatrelay client, one ES module with no dependencies.
 //
 // A ChatClient keeps one conversation (one token, so one thread) in sync
-// with a chatrelay server and tells its page what changed through events:
+// with a chatrelay server and tells its page what changed through events.
+// It reads the server's v2 view (contract Part 4): a message can change
+// after it is written (an interaction answered, expired or canceled, a
+// reaction added or removed), and each message carries its `rev`, the
+// epoch of its latest change.
 //
-//   "message"   detail {message}   a new message; oldest first, each exactly once
+//   "message"   detail {message, before}
+//               a message first seen; before is the id of the shown message
+//               it goes before (null: at the end). Each id once.
+//   "update"    detail {message, previous}
+//               a shown message changed: message replaces previous (same id)
 //   "clear"                        forget every shown message (new conversation, reset)
 //   "awaiting"  detail {awaiting}  true while the last message waits for hermes
 //   "status"    detail {state, shared}
@@ -13,8 +21,11 @@
 //   import { ChatClient } from "https://chat.example.com/chat.js";
 //   const chat = new ChatClient();   // the server is where chat.js came from
 //   chat.addEventListener("message", (e) => show(e.detail.message));
+//   chat.addEventListener("update", (e) => redraw(e.detail.message));
 //   chat.start();
 //   await chat.send("hello");        // throws a ChatError when not stored
+//   await chat.respond(message.interaction.id, { decision: "approve" });
+//   await chat.react(message.id, "👍");
 //
 // Identity. The token (32 random bytes as 64 lowercase hex) is made here
 // with crypto.getRandomValues and kept in localStorage. It travels only in
@@ -26,14 +37,19 @@
 // poll route every few seconds, trying the ladder again now and then.
 // Reconnects wait a jittered, growing delay, so a server restart does not
 // bring every browser back in the same instant. Every transport resumes
-// from the cursor (the newest epoch shown) and a message is shown only if
-// its epoch is above it, so nothing is shown twice.
+// from the cursor, the newest change this client holds (every change up
+// to it has been applied), and messages are upserted by id: a change is
+// applied only if its rev is newer than the one shown, so nothing is shown
+// twice and no change goes back in time.
 //
 // Tabs. All tabs of one browser that show the same conversation elect a
 // leader with the Web Locks API; only the leader connects, and it hands
-// every message to the other tabs over a BroadcastChannel. A browser thus
+// every change to the other tabs over a BroadcastChannel. A browser thus
 // holds one stream however many tabs are open (HTTP/1.1 allows only six
 // connections per origin). When the leader tab closes, another takes over.
+//
+// Posts are idempotent: each carries a client_id (see send), so a post
+// sent again after a network failure is stored once.
 
 /** The longest message the server accepts, in Unicode code points. */
 export const MAX_CHARS = 4000;
@@ -82,6 +98,9 @@ export class ChatError extends Error {
     this.code = body?.code || (status ? `http_${status}` : "network");
     this.retryable = status === 0 || body?.retryable === true;
     this.retryAfterMs = retryAfterMs || 0; // for rate_limited
+    // The message the refusal is about, in its current state (a 409
+    // interaction_closed or client_id_conflict), or null.
+    this.current = body?.message && typeof body.message === "object" ? body.message : null;
   }
 }
 
@@ -92,20 +111,31 @@ function jitter(base, n, max) {
   return d / 2 + (Math.random() * d) / 2;
 }
 
+// revOf is a message's change epoch (a v1 object has only its epoch).
+const revOf = (m) => (typeof m.rev === "number" ? m.rev : m.epoch);
+
+// valid tells whether m looks like a message object.
+const valid = (m) => !!m && typeof m.id === "string" && typeof m.epoch === "number";
+
 export class ChatClient extends EventTarget {
   #o;
   #base;
   #token = "";
-  #run = null; // the current start(): {ac, wakers, leader}
+  #run = null; // the current start(): {ac, wakers, leader, catching, again, full}
   #channel = null;
   #ticket = null; // {ticket, expiresAt}
   #status = "offline";
   #shared = false;
   #loaded = false; // the history has been read once
+  #byId = new Map(); // id → the message shown
+  #floor = 0; // messages older than this epoch are not shown (before the first page)
+  #tab = ""; // this client's part of every client_id it makes
+  #posts = 0;
+  #skew = { lo: -Infinity, hi: Infinity }; // server clock − ours, in ms, as far as known
 
-  /** Messages shown, oldest first. */
+  /** Messages shown, oldest (by epoch) first, each in its newest known state. */
   messages = [];
-  /** The epoch of the newest message shown. */
+  /** The v2 cursor: every change up to this epoch has been applied. */
   cursor = 0;
   /** Whether the last message still waits for a reply from hermes. */
   awaiting = false;
@@ -122,6 +152,9 @@ export class ChatClient extends EventTarget {
     base.search = "";
     base.hash = "";
     this.#base = base;
+    const r = new Uint8Array(6);
+    crypto.getRandomValues(r);
+    this.#tab = "tab-" + Array.from(r, (x) => x.toString(16).padStart(2, "0")).join("");
   }
 
   /** The server's base URL, ending in "/". */
@@ -156,12 +189,32 @@ export class ChatClient extends EventTarget {
     return (this.#token = t);
   }
 
+  /**
+   * now is the server's clock, in epoch ms, as well as this client can
+   * tell it: its own clock, corrected only when the Date headers of the
+   * server's answers prove the two differ (by a second or more). Deadlines
+   * are the server's epochs: count down to them with now().
+   */
+  now() {
+    const { lo, hi } = this.#skew;
+    const skew = lo > 0 ? lo : hi < 0 ? hi : 0;
+    return Date.now() + skew;
+  }
+
   /** start connects; the events above follow. */
   start() {
     if (this.#run) return;
     // Everything a run owns: stop() ends it, start() makes a new one.
-    // catching is its poll in flight; again asks that poll to run once more.
-    const run = { ac: new AbortController(), wakers: new Set(), leader: false, catching: null, again: false };
+    // catching is its poll in flight; again asks that poll to run once
+    // more, full to read from the start (after a reset).
+    const run = {
+      ac: new AbortController(),
+      wakers: new Set(),
+      leader: false,
+      catching: null,
+      again: false,
+      full: false,
+    };
     this.#run = run;
     const token = this.token;
     const signal = run.ac.signal;
@@ -174,7 +227,10 @@ export class ChatClient extends EventTarget {
     );
     this.#setStatus("connecting");
 
-    const name = `chatrelay ${this.#base.href} ${token.slice(0, 16)}`;
+    // The name carries the version of what the tabs tell each other
+    // (v2: changes), so a tab still running an older chat.js (open since
+    // before a deploy) keeps to its own group and leader.
+    const name = `chatrelay/2 ${this.#base.href} ${token.slice(0, 16)}`;
     const share = this.#o.share && globalThis.BroadcastChannel && globalThis.navigator?.locks;
     if (!share) {
       this.#lead(run);
@@ -212,21 +268,79 @@ export class ChatClient extends EventTarget {
   }
 
   /**
-   * send stores text as a message by kind ("operator" unless the client was
-   * made with another). It resolves with the server's 201 answer; the message
-   * itself arrives as a "message" event, like every other. It throws a
+   * newClientId makes a client_id for a post: this client's random part
+   * and a counter ("tab-3f9a0c7e21b4:7"). Keep it with the text while the
+   * post is not known to be stored, and send it again with the text.
+   */
+  newClientId() {
+    return `${this.#tab}:${++this.#posts}`;
+  }
+
+  /**
+   * send stores text as a message. options: kind ("operator" unless the
+   * client was made with another; a string is taken as the kind), clientId
+   * (one from newClientId(); made when absent). A post sent again with
+   * the same clientId and text is stored once: the server answers the
+   * first message's 201 again, so a retry after a network failure never
+   * doubles a message. It resolves with the server's 201 answer plus
+   * client_id (and replayed: true for such a repeat); the message itself
+   * arrives as a "message" event, like every other. It throws a
    * ChatError: status 413 (text_too_long), 429 (rate_limited, with
    * retryAfterMs), 0 (no answer), and so on.
    */
-  async send(text, kind = this.#o.kind) {
-    const answer = await this.#request("POST", "api/chat/post", null, { text, kind });
+  async send(text, options = {}) {
+    if (typeof options === "string") options = { kind: options };
+    const kind = options.kind ?? this.#o.kind;
+    const clientId = options.clientId ?? this.newClientId();
+    const body = { text, kind, client_id: clientId };
+    const { data, res } = await this.#request("POST", "api/chat/post", null, body, true);
+    this.#poke();
+    const replayed = res.headers.get("Idempotent-Replayed") === "true";
+    return { ...data, client_id: clientId, replayed };
+  }
+
+  /**
+   * respond answers an interaction as the owner: answer is {decision:
+   * "approve" | "deny"} (an approval) or {value} (an input). It resolves
+   * with the answered message, which is shown at once. The first answer
+   * wins: when another came first (or the deadline, or a cancel), it
+   * throws a ChatError with code "interaction_closed" whose current is
+   * the message as it stands, also shown at once.
+   */
+  async respond(interactionId, answer) {
+    const body = { interaction_id: interactionId, ...answer };
+    try {
+      const data = await this.#request("POST", "api/chat/respond", null, body);
+      this.#upsert(data.message, false);
+      return data.message;
+    } catch (e) {
+      if (e.current) this.#upsert(e.current, false);
+      throw e;
+    }
+  }
+
+  /**
+   * react adds the owner's reaction emoji to a message, or removes it
+   * (remove true). It resolves with the message, which is shown at once;
+   * a 429 throws a ChatError with retryAfterMs, as send does.
+   */
+  async react(messageId, emoji, remove = false) {
+    const body = { message_id: messageId, emoji };
+    if (remove) body.remove = true;
+    const data = await this.#request("POST", "api/chat/react", null, body);
+    this.#upsert(data.message, false);
+    return data.message;
+  }
+
+  // poke has the live connection catch up soon after this tab wrote: the
+  // leader polls at once if it is polling; another tab asks the leader.
+  #poke() {
     const run = this.#run;
     if (run?.leader) {
       if (this.#status === "polling" || this.#status === "offline") this.#wake();
     } else if (run) {
       this.#channel?.postMessage({ type: "poke" });
     }
-    return answer;
   }
 
   // ---- the leader: the ladder ----
@@ -323,7 +437,7 @@ export class ChatClient extends EventTarget {
   // ws runs one WebSocket until it closes.
   #ws(run, ticket) {
     return this.#stream(run, (on) => {
-      const u = this.#url("api/chat/ws", { ticket, since: this.cursor });
+      const u = this.#url("api/chat/ws", { v: 2, ticket, since: this.cursor });
       u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
       const ws = new WebSocket(u);
       ws.onmessage = (e) => {
@@ -334,8 +448,8 @@ export class ChatClient extends EventTarget {
           return;
         }
         if (f.type === "ready") on.ready(f, "ws");
-        else if (f.type === "message") this.#accept(f.message);
-        else if (f.type === "reset") this.#reset();
+        else if (f.type === "message" || f.type === "update") on.change(f.message);
+        else if (f.type === "reset") this.#reset(run);
       };
       ws.onclose = on.end;
       return () => ws.close(1000);
@@ -348,15 +462,16 @@ export class ChatClient extends EventTarget {
   // and the cursor as ?since=.
   #sse(run, ticket) {
     return this.#stream(run, (on) => {
-      const es = new EventSource(this.#url("api/chat/stream", { ticket, since: this.cursor }));
+      const es = new EventSource(this.#url("api/chat/stream", { v: 2, ticket, since: this.cursor }));
       const parse = (fn) => (e) => {
         try {
           fn(JSON.parse(e.data));
         } catch {}
       };
       es.addEventListener("ready", parse((f) => on.ready(f, "sse")));
-      es.addEventListener("message", parse((m) => this.#accept(m)));
-      es.addEventListener("reset", () => this.#reset());
+      es.addEventListener("message", parse((m) => on.change(m)));
+      es.addEventListener("update", parse((m) => on.change(m)));
+      es.addEventListener("reset", () => this.#reset(run));
       es.onerror = on.end;
       return () => es.close();
     });
@@ -370,6 +485,9 @@ export class ChatClient extends EventTarget {
       let since = 0;
       let close = null;
       let timer = null;
+      // A stream opened without a cursor starts with the newest messages:
+      // the first is where the shown conversation begins.
+      let first = this.cursor === 0;
       const end = () => {
         if (!close) return;
         const c = close;
@@ -387,6 +505,12 @@ export class ChatClient extends EventTarget {
           clearTimeout(timer);
           this.#onReady(f);
           this.#setStatus(state);
+        },
+        change: (m) => {
+          if (!close || !valid(m)) return;
+          if (first && this.messages.length === 0) this.#floor = m.epoch;
+          first = false;
+          this.#upsert(m, true);
         },
         end,
       };
@@ -424,8 +548,10 @@ export class ChatClient extends EventTarget {
     }
   }
 
-  // catchUp polls from the cursor. Calls made while a poll is in flight
-  // share it and make it run once more, so none is lost.
+  // catchUp polls the v2 view from the cursor. Calls made while a poll is
+  // in flight share it and make it run once more, so none is lost. A page
+  // that says reset (retention dropped a message changed after the
+  // cursor) redraws: the conversation is read again from the start.
   #catchUp(run) {
     if (run.catching) {
       run.again = true;
@@ -434,12 +560,26 @@ export class ChatClient extends EventTarget {
     const once = async () => {
       do {
         run.again = false;
-        const since = this.cursor;
-        const page = await this.#request("GET", "api/chat/poll", { since });
+        const full = run.full || this.cursor === 0;
+        run.full = false;
+        const since = full ? 0 : this.cursor;
+        const page = await this.#request("GET", "api/chat/poll", { v: 2, since });
         if (!this.#alive(run)) return;
         this.thread = page.thread || this.thread;
-        for (const m of page.messages || []) this.#accept(m);
-        if (Number(page.cursor) === this.cursor) this.#setAwaiting(!!page.awaiting);
+        if (page.reset && since > 0) {
+          this.#redraw(run);
+          continue;
+        }
+        const msgs = (page.messages || []).filter(valid);
+        // A read without a cursor is the newest messages: the conversation
+        // shown starts at the first (a change of an older one is not shown).
+        if (full && msgs.length) this.#floor = msgs[0].epoch;
+        for (const m of msgs) this.#upsert(m, true);
+        // The page is one read of the thread: its cursor covers every
+        // change it could have listed.
+        const cursor = Number(page.cursor) || 0;
+        if (cursor > this.cursor) this.#advance(cursor, null);
+        if (cursor === this.cursor) this.#setAwaiting(!!page.awaiting);
         this.#loaded = true;
       } while (run.again && this.#alive(run));
     };
@@ -475,18 +615,19 @@ export class ChatClient extends EventTarget {
           this.#setStatus(d.state);
         }
         break;
-      case "message":
-        if (leader || !d.message || !(d.message.epoch > this.cursor)) break;
-        // prev is the leader's cursor before this message: above ours
+      case "change":
+        if (leader) break;
+        // prev is the leader's cursor before this change: above ours
         // means we missed some, so read them instead of skipping them.
-        if (!this.#loaded || d.prev > this.cursor) this.#catchUp(run).catch(() => {});
-        else this.#accept(d.message);
+        if (!this.#loaded || d.prev > this.cursor) {
+          this.#catchUp(run).catch(() => {});
+          break;
+        }
+        if (d.message) this.#upsert(d.message, false);
+        if (d.cursor > this.cursor) this.cursor = d.cursor;
         break;
       case "reset":
-        if (!leader) {
-          this.#clear();
-          this.#catchUp(run).catch(() => {});
-        }
+        if (!leader) this.#redraw(run);
         break;
       case "poke":
         if (leader) this.#wake();
@@ -502,27 +643,75 @@ export class ChatClient extends EventTarget {
 
   // ---- state ----
 
-  #accept(m) {
-    if (!m || typeof m.epoch !== "number" || !(m.epoch > this.cursor)) return;
-    const prev = this.cursor;
-    this.cursor = m.epoch;
-    this.messages.push(m);
-    if (this.messages.length > this.#o.keep) this.messages.splice(0, this.messages.length - this.#o.keep);
-    this.dispatchEvent(new CustomEvent("message", { detail: { message: m } }));
-    this.#setAwaiting(m.author !== "hermes");
-    if (this.#run?.leader) this.#broadcast({ type: "message", message: m, prev });
+  // upsert shows m: a message first seen is inserted in epoch order, one
+  // shown is replaced if m is a newer change of it. advance says m came
+  // from the thread's change sequence (a stream, a poll, the leader), so
+  // the cursor moves to its rev; an answer to this tab's own request
+  // (respond, react) shows the change at once but does not move the
+  // cursor, since the changes before it may still be on their way.
+  #upsert(m, advance) {
+    if (!valid(m)) return;
+    const rev = revOf(m);
+    const old = this.#byId.get(m.id);
+    if (old) {
+      if (rev > revOf(old)) {
+        const i = this.messages.lastIndexOf(old);
+        if (i >= 0) this.messages[i] = m;
+        this.#byId.set(m.id, m);
+        this.dispatchEvent(new CustomEvent("update", { detail: { message: m, previous: old } }));
+      }
+    } else if (m.epoch >= this.#floor) {
+      this.#insert(m);
+    }
+    if (advance) this.#advance(rev, m);
   }
 
-  // reset: the server dropped messages after our cursor (retention), so
-  // what is shown has a hole. The retained backlog follows; show it alone.
-  #reset() {
-    this.messages = [];
-    this.dispatchEvent(new Event("clear"));
+  #insert(m) {
+    const list = this.messages;
+    let i = list.length;
+    while (i > 0 && list[i - 1].epoch > m.epoch) i--;
+    list.splice(i, 0, m);
+    this.#byId.set(m.id, m);
+    const before = i + 1 < list.length ? list[i + 1].id : null;
+    if (list.length > this.#o.keep) {
+      for (const gone of list.splice(0, list.length - this.#o.keep)) this.#byId.delete(gone.id);
+      this.#floor = list[0].epoch;
+    }
+    this.dispatchEvent(new CustomEvent("message", { detail: { message: m, before } }));
+    if (before === null) this.#setAwaiting(m.author !== "hermes");
+  }
+
+  // advance moves the cursor up to rev (a read without a cursor lists
+  // messages by epoch, so revs may come in any order) and, in the leader,
+  // hands the change (m, or none for a poll's cursor) to the other tabs,
+  // with the cursor before and after it.
+  #advance(rev, m) {
+    const prev = this.cursor;
+    if (rev > prev) this.cursor = rev;
+    if (this.#run?.leader && (m || rev > prev)) {
+      this.#broadcast({ type: "change", message: m, cursor: this.cursor, prev });
+    }
+  }
+
+  // reset: the server dropped a message changed after our cursor
+  // (retention), so what is shown may have a hole. Read the conversation
+  // again from the start; a stream's backlog, which follows, is upserted
+  // as usual.
+  #reset(run) {
     if (this.#run?.leader) this.#broadcast({ type: "reset" });
+    this.#redraw(run);
+  }
+
+  #redraw(run) {
+    this.#clear();
+    run.full = true;
+    this.#catchUp(run).catch(() => {});
   }
 
   #clear() {
     this.messages = [];
+    this.#byId.clear();
+    this.#floor = 0;
     this.cursor = 0;
     this.#loaded = false;
     this.dispatchEvent(new Event("clear"));
@@ -589,10 +778,24 @@ export class ChatClient extends EventTarget {
     return u;
   }
 
-  async #request(method, path, params, body) {
+  // clock narrows what is known of the server's clock from an answer's
+  // Date header (whole seconds), sent after t0 and received at t1.
+  #clock(res, t0, t1) {
+    const d = Date.parse(res.headers.get("Date") || "");
+    if (!Number.isFinite(d)) return; // not exposed to another origin's page
+    let lo = d - t1;
+    let hi = d + 1000 - t0;
+    const k = this.#skew;
+    if (lo > k.hi || hi < k.lo) k.lo = k.hi = NaN; // a clock was set: start over
+    k.lo = Number.isNaN(k.lo) ? lo : Math.max(k.lo, lo);
+    k.hi = Number.isNaN(k.hi) ? hi : Math.min(k.hi, hi);
+  }
+
+  async #request(method, path, params, body, withResponse = false) {
     const headers = { "X-Chat-Token": this.token };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     let res;
+    const t0 = Date.now();
     try {
       res = await fetch(this.#url(path, params), {
         method,
@@ -604,6 +807,7 @@ export class ChatClient extends EventTarget {
     } catch {
       throw new ChatError(0, null, 0);
     }
+    this.#clock(res, t0, Date.now());
     let data = null;
     try {
       data = await res.json();
@@ -613,6 +817,6 @@ export class ChatClient extends EventTarget {
       if (!ms && res.status === 429) ms = (Number(res.headers.get("Retry-After")) || 1) * 1000;
       throw new ChatError(res.status, data, ms);
     }
-    return data;
+    return withResponse ? { data, res } : data;
   }
 }
