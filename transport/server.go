@@ -320,6 +320,7 @@ func (s *Server) cors(h http.Handler) http.Handler {
 		if origin != "" && s.originAllowed(origin, "") {
 			hd := w.Header()
 			hd.Set("Access-Control-Allow-Origin", origin)
+			hd.Set("Access-Control-Expose-Headers", "Idempotent-Replayed, Date, Retry-After")
 			hd.Add("Vary", "Origin")
 			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 				hd.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")

@@ -1,10 +1,12 @@
 package transport
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -267,6 +269,12 @@ func (ss *session) run(fw frameWriter) {
 		if k, ok := v.kindOf(e, ss.req.cursor); ok {
 			backlog = append(backlog, item{e: v.entry(e), k: k})
 		}
+	}
+	if v.v2 && ss.req.cursor == 0 {
+		// The newest messages come in epoch order; a v2 stream sends them
+		// in change order, so that its SSE ids only grow and a client
+		// resuming with Last-Event-ID repeats nothing.
+		slices.SortStableFunc(backlog, func(a, b item) int { return cmp.Compare(a.e.Rev, b.e.Rev) })
 	}
 	err := fw.start(opening{
 		ready: readyFrame{Thread: p.Thread, Cursor: p.Cursor, Awaiting: p.Awaiting},
