@@ -1,6 +1,8 @@
 package store
 
 import (
+	"strconv"
+
 	"github.com/chatrelay/chatrelay"
 
 	"context"
@@ -195,6 +197,14 @@ func checkThread(thread string) error {
 // file at the path is the cached snapshot's (pinned) inode. A missing file
 // is (nil, nil).
 func (s *File) load(thread string, t *threadState) (*snapshot, error) {
+	// The fast path, one stat: the cached snapshot pins its inode, so a
+	// file at the path with that identity is the snapshot's very file.
+	if snap := t.snap.Load(); snap != nil {
+		fi, err := os.Stat(s.path(thread))
+		if err == nil && identity(fi) == snap.id {
+			return snap, nil
+		}
+	}
 	f, err := os.Open(s.path(thread))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -435,6 +445,8 @@ func (s *File) mutate(ctx context.Context, thread string, create bool, fn func(t
 // refuses. If the document vanished (swept) after the lock-free check, it
 // asks to retry.
 func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn func(threadDoc, time.Time) (threadDoc, error)) (retry bool, err error) {
+	// Lock order: the store-wide .threads.lock (only to create a thread),
+	// then the thread's mutex and .lock.
 	notFound := func() error { return chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread) }
 	_, statErr := os.Stat(s.path(thread))
 	creating := errors.Is(statErr, fs.ErrNotExist)
@@ -453,35 +465,29 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 	t := s.state(thread)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	snap, err := s.load(thread, t)
-	if err != nil {
-		return false, err
-	}
-	if snap == nil {
-		if !create {
-			return false, notFound()
-		}
-		if !creating {
-			return true, nil
-		}
-		names, err := s.threadNames()
-		if err != nil {
-			return false, s.unavailable(thread, err)
-		}
-		if len(names) >= s.opt.MaxThreads {
-			return false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
-		}
-	}
 	unlock, err := s.lockFile(ctx, s.path(thread)+".lock")
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
-	if snap, err = s.load(thread, t); err != nil { // again, now that no other process writes
+	snap, err := s.load(thread, t) // now that no other process writes
+	if err != nil {
 		return false, err
 	}
 	if snap == nil && !creating {
-		return true, nil
+		if !create {
+			return false, notFound()
+		}
+		return true, nil // swept after the check: decide creating again
+	}
+	count := -1 // the thread count before this creation, when creating
+	if snap == nil {
+		if count, err = s.threadCount(); err != nil {
+			return false, s.unavailable(thread, err)
+		}
+		if count >= s.opt.MaxThreads {
+			return false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
+		}
 	}
 	var old threadDoc
 	if snap != nil {
@@ -493,6 +499,16 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 	nd, ferr := fn(old, s.now())
 	if sameDoc(nd, old) {
 		return false, ferr
+	}
+	if count >= 0 {
+		// Counted before the document exists: a crash between the two
+		// overstates the count (the sweep recounts), never understates it.
+		s.setThreadCount(count + 1)
+		defer func() {
+			if err != nil {
+				s.setThreadCount(count)
+			}
+		}()
 	}
 	bp := docBufs.Get().(*[]byte)
 	doc := appendDocument((*bp)[:0], thread, nd)
@@ -580,6 +596,63 @@ func syncDir(dir string) error {
 	return err
 }
 
+// The thread count is kept in .threads.lock itself (the lock file is
+// never renamed or removed, and it is read and written only under its
+// lock), so that creating a thread costs the same whatever the number of
+// threads: no folder listing. A count that does not read is recounted
+// from the folder; every sweep recounts it.
+func (s *File) threadCountPath() string { return filepath.Join(s.dir, ".threads.lock") }
+
+// threadCount reads the count; the caller holds .threads.lock.
+func (s *File) threadCount() (int, error) {
+	b, err := os.ReadFile(s.threadCountPath())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, err
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n >= 0 {
+		return n, nil
+	}
+	names, err := s.threadNames()
+	if err != nil {
+		return 0, err
+	}
+	s.setThreadCount(len(names))
+	return len(names), nil
+}
+
+// setThreadCount writes the count in place; the caller holds
+// .threads.lock. A failure leaves a count that does not read, which is
+// recounted.
+func (s *File) setThreadCount(n int) {
+	f, err := os.OpenFile(s.threadCountPath(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	b := strconv.AppendInt(nil, int64(n), 10)
+	b = append(b, '\n')
+	if _, err := f.WriteAt(b, 0); err == nil {
+		f.Truncate(int64(len(b)))
+	}
+}
+
+// recount sets the count to the folder's threads, under .threads.lock.
+func (s *File) recount(ctx context.Context) error {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	unlock, err := s.lockFile(ctx, s.threadCountPath())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	names, err := s.threadNames()
+	if err != nil {
+		return err
+	}
+	s.setThreadCount(len(names))
+	return nil
+}
+
 // threadNames lists the threads that have a document.
 func (s *File) threadNames() ([]string, error) {
 	des, err := os.ReadDir(s.dir)
@@ -646,6 +719,9 @@ func (s *File) Sweep(ctx context.Context) (SweepStats, error) {
 		if _, _, err := s.sweepThread(ctx, name); err != nil {
 			s.log.Warn("sweep", "thread", name, "err", err)
 		}
+	}
+	if err := s.recount(ctx); err != nil {
+		s.log.Warn("sweep: recount the threads", "err", err)
 	}
 	return st, nil
 }

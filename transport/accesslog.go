@@ -173,7 +173,11 @@ func (w hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err == nil {
 		w.hijacked = true
-		w.sent(http.StatusSwitchingProtocols)
+		status := http.StatusSwitchingProtocols // a WebSocket
+		if strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+			status = http.StatusOK // an SSE stream, whose head the handler writes
+		}
+		w.sent(status)
 	}
 	return c, brw, err
 }

@@ -1,8 +1,10 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"time"
 
@@ -13,6 +15,15 @@ import (
 // (session.go) writes a retry hint, "ready", "reset" if retention dropped
 // messages after the cursor, the backlog, then each new message, with a
 // ping comment every heartbeat; the browser resumes from Last-Event-ID.
+//
+// Over HTTP/1 the connection is hijacked once the stream opens: the
+// handler writes the response head itself and returns, so net/http's
+// goroutine and buffers end, and a fresh goroutine runs the session,
+// writing the connection directly (no buffer held while idle), with a
+// second, shallow goroutine blocked in a one-byte read, which notices at
+// once a client that left (and so gives its stream place back at once).
+// HTTP/2 streams cannot be hijacked and keep the handler's goroutine and
+// net/http's writer.
 func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	req, err := s.streamRequest(r, sseCursor(r))
 	if err != nil {
@@ -26,17 +37,59 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache, no-transform")
+	h.Set("X-Accel-Buffering", "no")
+	if r.ProtoMajor == 1 {
+		if conn, head, ok := hijackSSE(w); ok {
+			gone := make(chan struct{})
+			go func() { // owned by the session's goroutine, which waits for it
+				defer close(gone)
+				var b [1]byte
+				for {
+					if _, err := conn.Read(b[:]); err != nil {
+						return // the client left, or the session closed the connection
+					}
+				}
+			}()
+			go func() { // owned by the server: openSession counted it for Shutdown
+				defer ss.close()
+				defer func() { conn.Close(); <-gone }()
+				defer context.AfterFunc(s.abortCtx, func() { conn.SetWriteDeadline(time.Now()) })()
+				ss.run(&sseWriter{s: s, out: &connSSE{s: s, conn: conn, head: head}, done: gone})
+			}()
+			return
+		}
+	}
 	defer ss.close()
 	rc := http.NewResponseController(w)
 	rc.SetWriteDeadline(time.Time{}) // the server's WriteTimeout must not cut the stream
 	// Shutdown's abort fails a write blocked on a client that stopped reading.
 	defer context.AfterFunc(s.abortCtx, func() { rc.SetWriteDeadline(time.Now()) })()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache, no-transform")
-	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	ss.run(&sseWriter{s: s, w: w, rc: rc, done: r.Context().Done()})
+	ss.run(&sseWriter{s: s, out: &rwSSE{s: s, w: w, rc: rc}, done: r.Context().Done()})
+}
+
+// hijackSSE takes an HTTP/1 connection over for an SSE stream and returns
+// the response head to write first: 200, the headers set on w (the
+// stream's and CORS's), and "Connection: close", since the body is the
+// stream until the connection ends. ok is false if w cannot be hijacked.
+func hijackSSE(w http.ResponseWriter) (net.Conn, []byte, bool) {
+	hdr := w.Header().Clone()
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return nil, nil, false
+	}
+	_ = brw // a GET stream has no body to read; nothing buffered is wanted
+	conn.SetDeadline(time.Time{})
+	var b bytes.Buffer
+	b.WriteString("HTTP/1.1 200 OK\r\n")
+	hdr.Set("Connection", "close")
+	hdr.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	hdr.Write(&b)
+	b.WriteString("\r\n")
+	return conn, b.Bytes(), true
 }
 
 // sseCursor is a stream's resume point: Last-Event-ID (even empty) wins
@@ -51,13 +104,57 @@ func sseCursor(r *http.Request) string {
 	return r.URL.Query().Get("since")
 }
 
-// sseWriter frames a session as Server-Sent Events. Each write has its
-// own deadline and is flushed at once.
+// sseWriter frames a session as Server-Sent Events on out.
 type sseWriter struct {
 	s    *Server
-	w    http.ResponseWriter
-	rc   *http.ResponseController
-	done <-chan struct{}
+	out  sseOut
+	done <-chan struct{} // the client left, when its transport can tell (nil: never)
+}
+
+// sseOut is where an SSE stream's bytes go: a hijacked connection
+// (connSSE) or net/http's writer (rwSSE, HTTP/2). Each write has its own
+// deadline and goes out at once.
+type sseOut interface {
+	write(b []byte) error
+}
+
+// connSSE writes a hijacked connection directly; the response head goes
+// out with the first write.
+type connSSE struct {
+	s    *Server
+	conn net.Conn
+	head []byte // not written yet
+}
+
+func (c *connSSE) write(b []byte) error {
+	if c.head != nil {
+		b = append(c.head, b...)
+		c.head = nil
+	}
+	c.conn.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	if c.s.abortCtx.Err() != nil { // checked after setting: an abort after this check sets its own deadline
+		return errAborted
+	}
+	_, err := c.conn.Write(b)
+	return err
+}
+
+// rwSSE writes through net/http's ResponseWriter, flushing each write.
+type rwSSE struct {
+	s  *Server
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (o *rwSSE) write(b []byte) error {
+	o.rc.SetWriteDeadline(time.Now().Add(o.s.cfg.WriteTimeout))
+	if o.s.abortCtx.Err() != nil { // checked after setting: an abort after this check sets its own deadline
+		return errAborted
+	}
+	if _, err := o.w.Write(b); err != nil {
+		return err
+	}
+	return o.rc.Flush() // buffered writes fail only at Flush
 }
 
 var errAborted = errors.New("transport: shutdown cut the stream")
@@ -66,6 +163,7 @@ func (sw *sseWriter) name() string          { return transportSSE }
 func (sw *sseWriter) gone() <-chan struct{} { return sw.done }
 func (sw *sseWriter) heartbeat() error      { return sw.write([]byte(": ping\n\n")) }
 func (sw *sseWriter) end(why error)         {} // SSE has no close reason: the client resumes from Last-Event-ID
+func (sw *sseWriter) write(b []byte) error  { return sw.out.write(b) }
 func (sw *sseWriter) events(items []item) error {
 	if len(items) == 1 { // the shared frame, as it is
 		return sw.write(items[0].ev.SSE(items[0].k, items[0].redact))
@@ -74,7 +172,7 @@ func (sw *sseWriter) events(items []item) error {
 	for _, it := range items {
 		n += len(it.ev.SSE(it.k, it.redact))
 	}
-	b := make([]byte, 0, n) // one write and one flush for the batch
+	b := make([]byte, 0, n) // one write for the batch
 	for _, it := range items {
 		b = it.sse(b)
 	}
@@ -97,17 +195,6 @@ func (sw *sseWriter) start(o opening) error {
 		b = it.sse(b)
 	}
 	return sw.write(b)
-}
-
-func (sw *sseWriter) write(b []byte) error {
-	sw.rc.SetWriteDeadline(time.Now().Add(sw.s.cfg.WriteTimeout))
-	if sw.s.abortCtx.Err() != nil { // checked after setting: an abort after this check sets its own deadline
-		return errAborted
-	}
-	if _, err := sw.w.Write(b); err != nil {
-		return err
-	}
-	return sw.rc.Flush() // buffered writes fail only at Flush
 }
 
 // revoked tells a participant its link is no longer valid, before the

@@ -51,29 +51,34 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	defer ss.close()
 	// The origin was checked above, by the one matcher CORS uses too.
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
+		ss.close()
 		return // the handshake was checked: only a failed hijack gets here
 	}
-	defer c.CloseNow()
 	c.SetReadLimit(wsReadLimit)
-	// r.Context() must not be used after Accept (the connection is
-	// hijacked). Shutdown's abort cancels ctx, which closes the connection
-	// and so ends a write blocked on a client that stopped reading.
+	// The connection is hijacked: the handler returns, so net/http's
+	// goroutine (with its deep stack) ends, and fresh goroutines run the
+	// session (the writer) and the reader. r.Context() must not be used
+	// from here on. Shutdown's abort cancels ctx, which closes the
+	// connection and so ends a write blocked on a client that stopped
+	// reading.
 	ctx, cancel := context.WithCancel(s.abortCtx)
 	ww := &wsWriter{s: s, c: c, ctx: ctx, done: make(chan struct{})}
-	go func() {
+	go func() { // owned by the session's goroutine, which waits for it
 		defer close(ww.done)
 		s.wsRead(ctx, ww, req)
 	}()
-	defer func() {
-		cancel()
-		c.CloseNow() // unblocks the reader
-		<-ww.done
+	go func() { // owned by the server: openSession counted it for Shutdown
+		defer ss.close()
+		defer func() {
+			cancel()
+			c.CloseNow() // unblocks the reader
+			<-ww.done
+		}()
+		ss.run(ww)
 	}()
-	ss.run(ww)
 }
 
 // checkHandshake refuses, before any upgrade, a request that is not a
