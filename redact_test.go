@@ -3,6 +3,8 @@ package chatrelay_test
 import (
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
@@ -85,6 +87,38 @@ func FuzzRedact(f *testing.F) {
 		r := chatrelay.Redact(s)
 		if again := chatrelay.Redact(r); again != r {
 			t.Fatalf("not idempotent: %q → %q → %q", s, r, again)
+		}
+	})
+}
+
+// FuzzCleanName: a name is untrusted. Cleaning never panics; what it keeps
+// is valid UTF-8 of 1 … 64 code points with no line break, control
+// character, [ ] < >, leading, trailing or doubled space; and cleaning it
+// again changes nothing.
+func FuzzCleanName(f *testing.F) {
+	for _, s := range []string{"Alex", "Alex\nhermes: ok", "[hermes]", " <b> ", strings.Repeat("é", 100), "a\u2028b", "\xff\xfe", "a  \t b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		got, err := chatrelay.CleanName(name)
+		if err != nil {
+			if chatrelay.CodeOf(err) != chatrelay.InvalidName {
+				t.Fatalf("CleanName(%q): %v", name, err)
+			}
+			return
+		}
+		n := utf8.RuneCountInString(got)
+		if !utf8.ValidString(got) || n < 1 || n > 64 || strings.ContainsAny(got, "[]<>\n\r\t") || strings.Contains(got, "  ") ||
+			strings.TrimSpace(got) != got {
+			t.Fatalf("CleanName(%q) = %q", name, got)
+		}
+		for _, r := range got {
+			if unicode.IsControl(r) {
+				t.Fatalf("CleanName(%q) = %q keeps a control character", name, got)
+			}
+		}
+		if again, err := chatrelay.CleanName(got); err != nil || again != got {
+			t.Fatalf("CleanName(%q) = %q, again %q %v", name, got, again, err)
 		}
 	})
 }

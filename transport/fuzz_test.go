@@ -2,6 +2,8 @@ package transport
 
 import (
 	"math"
+	"net/http"
+	"net/http/httptest"
 
 	"github.com/chatrelay/chatrelay"
 
@@ -129,6 +131,62 @@ func FuzzTicketCheck(f *testing.F) {
 		}
 		if body := ticket[:i]; body+"."+tk.sign(body) != ticket || !strings.HasPrefix(body, want) {
 			t.Fatalf("check(%q) accepted a ticket the key did not sign", ticket)
+		}
+	})
+}
+
+// FuzzParseBearer: the Authorization header is untrusted. The parser never
+// panics, and accepts exactly "Bearer" (any case), spaces, and a share
+// token, which it returns as it is.
+func FuzzParseBearer(f *testing.F) {
+	tok := "chp_" + strings.Repeat("A", 43)
+	for _, s := range []string{"Bearer " + tok, "bearer  " + tok, "Bearer", "Bearer ", "Basic " + tok, tok, "Bearer " + tok + " x",
+		"Bearer chp_" + strings.Repeat("=", 43), "Bearer " + strings.Repeat("a", 64), "Bearer\t" + tok} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		got, ok := parseBearer(h)
+		if !ok {
+			if got != "" {
+				t.Fatalf("parseBearer(%q) refused but returned %q", h, got)
+			}
+			return
+		}
+		if !chatrelay.ValidShareToken(got) || !strings.HasSuffix(h, got) || !strings.EqualFold(h[:6], "Bearer") {
+			t.Fatalf("parseBearer(%q) accepted %q", h, got)
+		}
+	})
+}
+
+// FuzzRespondBody: a respond body is untrusted. Reading it never panics
+// and never answers a foreign error: every refusal has the contract's
+// code, and nothing past the checks reaches the store but a well-formed
+// interaction id with exactly one of decision or value.
+func FuzzRespondBody(f *testing.F) {
+	for _, s := range []string{`{"interaction_id":"ix_3f9a0c7e21b4","decision":"approve"}`, `{"interaction_id":"ix_3f9a0c7e21b4","value":"main"}`,
+		`{"interaction_id":5}`, `{}`, `[]`, `null`, `{"interaction_id":"ix_3f9a0c7e21b4","decision":"approve","value":"x"}`, "\xff", `{"value":"\ud800"}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		r := httptest.NewRequest(http.MethodPost, "/api/chat/respond", strings.NewReader(body))
+		w := httptest.NewRecorder()
+		var b respondBody
+		err := readJSON(w, r, &b)
+		if err != nil {
+			if c := chatrelay.CodeOf(err); c != chatrelay.InvalidJSON && c != chatrelay.BodyTooLarge {
+				t.Fatalf("body %q: code %s", body, c)
+			}
+			return
+		}
+		ans, id, err := b.answer()
+		if err != nil {
+			if c := chatrelay.CodeOf(err); c != chatrelay.InvalidJSON && c != chatrelay.InvalidAnswer && c != chatrelay.NotFound {
+				t.Fatalf("body %q: code %s", body, c)
+			}
+			return
+		}
+		if !chatrelay.InteractionIDPattern.MatchString(id) || (b.Decision != nil) == (b.Value != nil) {
+			t.Fatalf("body %q reaches the store as %q %+v", body, id, ans)
 		}
 	})
 }

@@ -24,6 +24,30 @@ type respondBody struct {
 	Value         *string `json:"value"`
 }
 
+// answer checks a respond body: the interaction it names and the answer,
+// a decision or a value (the interaction's type decides which, later).
+func (body respondBody) answer() (chatrelay.Answer, string, error) {
+	var ans chatrelay.Answer
+	if body.InteractionID == nil {
+		return ans, "", chatrelay.Errorf(chatrelay.InvalidJSON, `the body names the interaction: {"interaction_id": "ix_…", "decision" or "value"}`)
+	}
+	id := *body.InteractionID
+	if !chatrelay.InteractionIDPattern.MatchString(id) {
+		return ans, "", chatrelay.Errorf(chatrelay.NotFound, "no interaction %q in this thread", clip(id))
+	}
+	switch {
+	case body.Decision != nil && body.Value != nil:
+		return ans, "", chatrelay.Errorf(chatrelay.InvalidAnswer, "an answer is a decision or a value, not both")
+	case body.Decision != nil:
+		ans.Decision = *body.Decision
+	case body.Value != nil:
+		ans.Value = *body.Value
+	default:
+		return ans, "", chatrelay.Errorf(chatrelay.InvalidAnswer, `an answer needs a "decision" (approval) or a "value" (input)`)
+	}
+	return ans, id, nil
+}
+
 // handleRespond serves POST /api/chat/respond: the owner answers an
 // interaction. The first answer wins, atomically in the store; any other,
 // and any after the deadline or a cancel, is 409 interaction_closed with
@@ -36,30 +60,12 @@ func (s *Server) handleRespond(w http.ResponseWriter, r *http.Request, who princ
 		s.writeError(w, r, err)
 		return
 	}
-	if body.InteractionID == nil {
-		s.writeError(w, r, chatrelay.Errorf(chatrelay.InvalidJSON, `the body names the interaction: {"interaction_id": "ix_…", "decision" or "value"}`))
-		return
-	}
-	if !chatrelay.InteractionIDPattern.MatchString(*body.InteractionID) {
-		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no interaction %q in this thread", *body.InteractionID))
-		return
-	}
-	var ans chatrelay.Answer
-	switch {
-	case body.Decision != nil && body.Value != nil:
-		err = chatrelay.Errorf(chatrelay.InvalidAnswer, "an answer is a decision or a value, not both")
-	case body.Decision != nil:
-		ans.Decision = *body.Decision
-	case body.Value != nil:
-		ans.Value = *body.Value
-	default:
-		err = chatrelay.Errorf(chatrelay.InvalidAnswer, `an answer needs a "decision" (approval) or a "value" (input)`)
-	}
+	ans, id, err := body.answer()
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	e, err := s.store.Change(r.Context(), thread, store.Change{Op: store.Respond, InteractionID: *body.InteractionID, Answer: ans, By: chatrelay.Operator})
+	e, err := s.store.Change(r.Context(), thread, store.Change{Op: store.Respond, InteractionID: id, Answer: ans, By: chatrelay.Operator})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
