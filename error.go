@@ -49,7 +49,35 @@ const (
 	// chatrelay's own, for what the host (CLI, MCP) sends.
 	InvalidInteraction Code = "invalid_interaction" // an interaction hermes asks that breaks a limit
 	InvalidCard        Code = "invalid_card"        // a card that breaks a limit or has a link that is not http(s)
+
+	// Part 3 (participants).
+	InvalidName            Code = "invalid_name"            // a participant's name is empty after cleaning
+	InvalidRole            Code = "invalid_role"            // role is not viewer or commenter
+	InvalidExpiry          Code = "invalid_expiry"          // expires_in out of its bounds
+	InvalidCap             Code = "invalid_cap"             // cap out of its bounds
+	TokenRevoked           Code = "token_revoked"           // a revoked grant's token (or a ticket minted from it)
+	TokenExpired           Code = "token_expired"           // an expired grant's token (or a ticket minted from it)
+	NotPermitted           Code = "not_permitted"           // a participant on an owner's route, or a viewer posting
+	ParticipantLimit       Code = "participant_limit"       // the thread has its most active grants
+	TooManyMessages        Code = "too_many_messages"       // a participant's posts wait for hermes
+	CapReached             Code = "cap_reached"             // the grant's cap is spent
+	ParticipantsUnreadable Code = "participants_unreadable" // the participants record does not parse
 )
+
+// Codes lists every code, in the order above: the schema's enum of codes.
+func Codes() []Code {
+	return []Code{
+		InvalidJSON, InvalidText, InvalidKind, InvalidSince, Unauthorized, MethodNotAllowed, Gone,
+		BodyTooLarge, TextTooLong, RateLimited, ThreadLimit,
+		TooManyStreams, InvalidTicket, ThreadUnreadable, StoreUnavailable,
+		NotFound, InvalidThread, Internal,
+		OriginNotAllowed, UpgradeRequired, InvalidHandshake,
+		InvalidVersion, InvalidAnswer, InvalidEmoji, InvalidClientID, InteractionClosed, ClientIDConflict,
+		InvalidInteraction, InvalidCard,
+		InvalidName, InvalidRole, InvalidExpiry, InvalidCap, TokenRevoked, TokenExpired, NotPermitted,
+		ParticipantLimit, TooManyMessages, CapReached, ParticipantsUnreadable,
+	}
+}
 
 // Error is a domain error: a code, words safe to show a client, and the cause,
 // which is logged and never sent.

@@ -5,7 +5,10 @@ go 1.26.0
 require (
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/gofrs/flock v0.13.2
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 )
+
+require golang.org/x/text v0.43.0 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -17,6 +17,7 @@ const (
 	JSONUTF8Bytes Unit = "json_utf8_bytes" // bytes of a value encoded as compact UTF-8 JSON
 	Items         Unit = "items"           // elements of an array
 	Seconds       Unit = "seconds"         // a duration
+	Count         Unit = "count"           // things counted over time (posts, grants)
 )
 
 // Limit is one limit of the contract: the most (and, where it has one,
@@ -69,6 +70,20 @@ var (
 	LimitClientID = Limit{"client_id", 1, 160, CodePoints}
 
 	LimitWaitTimeout = Limit{"wait.timeout", 0, 300, Seconds}
+
+	// Part 3 (participants). A name is cleaned and cut to its Max, never
+	// refused for its length; the others are refused past their bounds.
+	LimitParticipantName = Limit{"participant.name", 1, 64, CodePoints}
+	LimitShareExpiry     = Limit{"participant.expires_in", 3600, 30 * 24 * 3600, Seconds}
+	LimitShareCap        = Limit{"participant.cap", 1, 1000, Count}
+	LimitGrants          = Limit{"participant.grants", 0, 50, Count} // active grants per thread
+	LimitPendingPosts    = Limit{"participant.pending", 0, 3, Count} // a participant's posts after hermes's newest
+)
+
+// Part 3's defaults: an invite's lifetime and cap.
+const (
+	DefaultShareExpiry = 7 * 24 * time.Hour
+	DefaultShareCap    = 50
 )
 
 // Limits lists every limit, in the table's order.
@@ -84,6 +99,7 @@ func Limits() []Limit {
 		LimitFields, LimitFieldLabel, LimitFieldValue, LimitLinkURL, LimitLinkLabel,
 		LimitCodeText, LimitCodeLanguage,
 		LimitClientID, LimitWaitTimeout,
+		LimitParticipantName, LimitShareExpiry, LimitShareCap, LimitGrants, LimitPendingPosts,
 	}
 }
 
@@ -129,14 +145,28 @@ func (l Limit) CheckItems(c Code, what string, n int) error {
 
 func (l Limit) String() string { return fmt.Sprintf("%s ≤ %d %s", l.Name, l.Max, l.Unit) }
 
-// Patterns are the contract's id patterns.
+// Patterns are the contract's id patterns. Each is in the syntax that Go's
+// regexp and ECMA-262 (JSON Schema's pattern) read alike; the schema and
+// the limits artifact state them as written here.
 var (
-	ClientIDPattern      = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,160}$`)
+	ClientIDPattern      = regexp.MustCompile(fmt.Sprintf(`^[A-Za-z0-9_.:-]{%d,%d}$`, LimitClientID.Min, LimitClientID.Max))
 	InteractionIDPattern = regexp.MustCompile(`^ix_[0-9a-f]{12}$`)
 	MessageIDPattern     = regexp.MustCompile(`^MSG-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
 	ThreadPattern        = regexp.MustCompile(`^[0-9a-f]{16}$`)
 	TokenPattern         = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	// Part 3.
+	ParticipantIDPattern = regexp.MustCompile(`^p_[0-9a-f]{8}$`)
+	ShareTokenPattern    = regexp.MustCompile(`^chp_[A-Za-z0-9_-]{43}$`)
 )
+
+// Patterns lists the id patterns by the names the limits artifact gives
+// them.
+func Patterns() map[string]*regexp.Regexp {
+	return map[string]*regexp.Regexp{
+		"client_id": ClientIDPattern, "interaction_id": InteractionIDPattern, "message_id": MessageIDPattern,
+		"thread": ThreadPattern, "token": TokenPattern, "participant_id": ParticipantIDPattern, "share_token": ShareTokenPattern,
+	}
+}
 
 // CheckClientID returns InvalidClientID unless id matches ClientIDPattern
 // ("" is no client_id, and passes).

@@ -119,14 +119,14 @@ func (d *detailFlag) Set(s string) error {
 
 func ask(ctx context.Context, e cmdEnv) error {
 	v := newVerb("ask", "THREAD (--input PROMPT [--choice VALUE[=LABEL]]... [--allow-text] | --approval SUMMARY [--detail LABEL=VALUE]...) [--title T] [--timeout D] [--wait] [--data DIR]", e.stderr, true)
-	input := v.fs.String("input", "", "ask for input: the `prompt` (≤ 4000 characters)")
-	approval := v.fs.String("approval", "", "ask for approval: the `summary` of what hermes would do (≤ 1000 characters)")
-	title := v.fs.String("title", "", "the `title` (input ≤ 160, approval: the tool or action, ≤ 128)")
+	input := v.fs.String("input", "", fmt.Sprintf("ask for input: the `prompt` (≤ %d characters)", chatrelay.LimitInputPrompt.Max))
+	approval := v.fs.String("approval", "", fmt.Sprintf("ask for approval: the `summary` of what hermes would do (≤ %d characters)", chatrelay.LimitApprovalText.Max))
+	title := v.fs.String("title", "", fmt.Sprintf("the `title` (input ≤ %d, approval: the tool or action, ≤ %d)", chatrelay.LimitInputTitle.Max, chatrelay.LimitApprovalTitle.Max))
 	var choices choiceFlag
-	v.fs.Var(&choices, "choice", "an input's choice `VALUE[=LABEL]` (repeatable, ≤ 12, values unique)")
+	v.fs.Var(&choices, "choice", fmt.Sprintf("an input's choice `VALUE[=LABEL]` (repeatable, ≤ %d, values unique)", chatrelay.LimitChoices.Max))
 	allowText := v.fs.Bool("allow-text", false, "an input may be answered with any text, not only a choice")
 	var details detailFlag
-	v.fs.Var(&details, "detail", "an approval's `LABEL=VALUE` detail (repeatable, ≤ 8)")
+	v.fs.Var(&details, "detail", fmt.Sprintf("an approval's `LABEL=VALUE` detail (repeatable, ≤ %d)", chatrelay.LimitDetails.Max))
 	timeout := v.fs.Duration("timeout", 0, "the deadline, after now (input 1s … 30m, default 10m; approval 1s … 72h, default 1h)")
 	wait := v.fs.Bool("wait", false, "wait for the answer and say it in the exit status: 0 approved or answered, 10 denied, 11 expired, 12 canceled")
 	h, done, err := v.open(ctx, e, 1, "THREAD")
