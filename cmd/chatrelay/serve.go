@@ -36,6 +36,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	f.server.Store, f.server.Limiter, f.server.Streams = st, st.Limiter, st.Streams
 	f.server.Windows, f.server.StreamLimits = f.storeOpt.Windows, f.storeOpt.Streams
+	f.server.Retention = st.Settings.Retention // stated in GET /api/limits.json
 	f.server.TicketKey, f.server.Log = key, log
 	srv := transport.NewServer(f.server)
 	hs := &http.Server{
