@@ -61,6 +61,8 @@ var commands = []command{
 		func(ctx context.Context, e cmdEnv) error { return watch(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
 	{"subscribe", "--server URL [--token T | --ticket K] [--since N]", "one thread's live stream from a remote server, one JSON line each",
 		func(ctx context.Context, e cmdEnv) error { return subscribe(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
+	{"schema", "[--limits]", "print the JSON Schema bundle of the API and the verbs (--limits: every limit with its unit)", schema},
+	{"mcp", "[--data DIR | --store URL]", "serve the host's verbs to an AI agent over MCP on standard input and output (tools chatrelay_<verb>)", mcpServe},
 }
 
 // usage is the command list.
@@ -71,7 +73,7 @@ func usage() string {
 		fmt.Fprintf(&b, "  chatrelay %s %s\n      %s\n", c.name, c.synopsis, c.what)
 	}
 	b.WriteString(`
-Every command but serve and subscribe works on the store directly (no server
+Every command but serve, subscribe and schema works on the store directly (no server
 needed): --data DIR, or --store redis://... for a Redis store. Run
 "chatrelay COMMAND --help" for a command's flags. Every flag can also be set
 by an environment variable: --max-threads is CHATRELAY_MAX_THREADS; a flag on

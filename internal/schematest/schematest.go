@@ -297,3 +297,29 @@ func clip(b []byte) string {
 	}
 	return string(b)
 }
+
+// Standalone compiles a schema that must stand alone (an MCP tool's input
+// schema, as a client receives it): it refers to nothing outside itself
+// and is valid against the draft 2020-12 meta-schema.
+func Standalone(schema []byte) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noLoader{})
+	const u = "https://chatrelay.invalid/standalone.json"
+	if err := c.AddResource(u, doc); err != nil {
+		return nil, err
+	}
+	return c.Compile(u)
+}
+
+// noLoader refuses every URL it is asked to load: a standalone schema
+// needs none (the meta-schemas are built in).
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("a standalone schema refers to %s", url)
+}
