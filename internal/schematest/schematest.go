@@ -323,3 +323,21 @@ type noLoader struct{}
 func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("a standalone schema refers to %s", url)
 }
+
+// BodyDef names the $defs entry of a request's body (x-routes), or ""
+// when the route takes none.
+func BodyDef(method, target string) (string, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return "", err
+	}
+	i := strings.Index(u.Path, "/api/")
+	if i < 0 {
+		return "", fmt.Errorf("%s is not under /api/", target)
+	}
+	key, ok := routeKey(method, strings.TrimSuffix(u.Path[i:], ".php"), u.Query().Get("v") == "2")
+	if !ok {
+		return "", fmt.Errorf("x-routes has no %s %s", method, u.Path[i:])
+	}
+	return ann().Routes[key].Body, nil
+}
