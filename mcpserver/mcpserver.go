@@ -148,6 +148,9 @@ func decode[In any](args []byte) (In, error) {
 	if err != nil {
 		return in, chatrelay.Errorf(chatrelay.InvalidJSON, "the arguments do not fit the tool's input schema: %s", argError(err))
 	}
+	if chatrelay.LoneSurrogate(args) { // refused, never stored as U+FFFD (as over HTTP)
+		return in, chatrelay.Errorf(chatrelay.InvalidText, `the arguments hold a lone UTF-16 surrogate escape (such as "\ud83d"): it is no text`)
+	}
 	return in, nil
 }
 

@@ -180,6 +180,7 @@ func TestBadArguments(t *testing.T) {
 		{"an unknown interaction", "check_interaction", map[string]any{"thread": thread, "interaction_id": "ix_000000000000"}, chatrelay.NotFound},
 		{"a wait past its limit", "wait_interaction", map[string]any{"thread": thread, "interaction_id": ix.Interaction.ID, "timeout": chatrelay.LimitWaitTimeout.Max + 1}, chatrelay.InvalidJSON},
 		{"a negative cursor", "wait_messages", map[string]any{"since": -1}, chatrelay.InvalidSince},
+		{"a lone surrogate", "send", json.RawMessage(`{"thread":"` + thread + `","text":"half an emoji \ud83d"}`), chatrelay.InvalidText},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.call(t, t.Context(), tc.verb, tc.args)
