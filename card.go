@@ -73,6 +73,9 @@ func (c *Card) Check() error {
 	if strings.TrimSpace(c.FallbackText) == "" {
 		return Errorf(e, "fallback_text is empty: it is what a v1 client shows")
 	}
+	if c.Blocks == nil {
+		return Errorf(e, "blocks is required: an array of at most %d blocks (it may be empty)", LimitCardBlocks.Max)
+	}
 	if err := LimitCardBlocks.CheckItems(e, "blocks", len(c.Blocks)); err != nil {
 		return err
 	}

@@ -61,7 +61,23 @@ const (
 	// chatrelay's own, for what the host (CLI, MCP) sends.
 	InvalidInteraction Code = "invalid_interaction" // an interaction hermes asks that breaks a limit
 	InvalidCard        Code = "invalid_card"        // a card that breaks a limit or has a link that is not http(s)
+
 )
+
+// Codes lists every code, in the order above: the schema's enum of codes.
+func Codes() []Code {
+	return []Code{
+		InvalidJSON, InvalidText, InvalidKind, InvalidSince, Unauthorized, MethodNotAllowed, Gone,
+		BodyTooLarge, TextTooLong, RateLimited, ThreadLimit,
+		TooManyStreams, InvalidTicket, ThreadUnreadable, StoreUnavailable,
+		NotFound, InvalidThread, Internal,
+		OriginNotAllowed, UpgradeRequired, InvalidHandshake,
+		InvalidVersion, InvalidAnswer, InvalidEmoji, InvalidClientID, InteractionClosed, ClientIDConflict,
+		InvalidInteraction, InvalidCard,
+		InvalidName, InvalidRole, InvalidExpiry, InvalidCap, TokenRevoked, TokenExpired, NotPermitted,
+		ParticipantLimit, TooManyMessages, CapReached, ParticipantsUnreadable,
+	}
+}
 
 // Error is a domain error: a code, words safe to show a client, and the cause,
 // which is logged and never sent.

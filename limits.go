@@ -17,6 +17,7 @@ const (
 	JSONUTF8Bytes Unit = "json_utf8_bytes" // bytes of a value encoded as compact UTF-8 JSON
 	Items         Unit = "items"           // elements of an array
 	Seconds       Unit = "seconds"         // a duration
+	Count         Unit = "count"           // things counted over time (posts, grants)
 )
 
 // Limit is one limit of the contract: the most (and, where it has one,
@@ -72,10 +73,10 @@ var (
 
 	LimitName         = Limit{"participant.name", 1, 64, CodePoints}
 	LimitExpiresIn    = Limit{"participant.expires_in", 3600, 2592000, Seconds}
-	LimitCap          = Limit{"participant.cap", 1, 1000, Items}
-	LimitActiveGrants = Limit{"thread.active_grants", 0, 50, Items}
-	LimitWaitingPosts = Limit{"participant.waiting_messages", 0, 3, Items}
-	LimitAuditKept    = Limit{"audit.events", 0, 1000, Items}
+	LimitCap          = Limit{"participant.cap", 1, 1000, Count}
+	LimitActiveGrants = Limit{"participant.grants", 0, 50, Count} // active grants per thread
+	LimitWaitingPosts = Limit{"participant.pending", 0, 3, Count} // a participant's posts after hermes's newest
+	LimitAuditKept    = Limit{"audit.events", 0, 1000, Count}
 )
 
 // Limits lists every limit, in the table's order.
@@ -139,9 +140,11 @@ func (l Limit) CheckItems(c Code, what string, n int) error {
 
 func (l Limit) String() string { return fmt.Sprintf("%s ≤ %d %s", l.Name, l.Max, l.Unit) }
 
-// Patterns are the contract's id patterns.
+// Patterns are the contract's id patterns. Each is in the syntax that Go's
+// regexp and ECMA-262 (JSON Schema's pattern) read alike; the schema and
+// the limits artifact state them as written here.
 var (
-	ClientIDPattern      = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,160}$`)
+	ClientIDPattern      = regexp.MustCompile(fmt.Sprintf(`^[A-Za-z0-9_.:-]{%d,%d}$`, LimitClientID.Min, LimitClientID.Max))
 	InteractionIDPattern = regexp.MustCompile(`^ix_[0-9a-f]{12}$`)
 	MessageIDPattern     = regexp.MustCompile(`^MSG-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
 	ThreadPattern        = regexp.MustCompile(`^[0-9a-f]{16}$`)
@@ -149,6 +152,15 @@ var (
 	ShareTokenPattern    = regexp.MustCompile(`^chp_[A-Za-z0-9_-]{43}$`)
 	ParticipantIDPattern = regexp.MustCompile(`^p_[0-9a-f]{8}$`)
 )
+
+// Patterns lists the id patterns by the names the limits artifact gives
+// them.
+func Patterns() map[string]*regexp.Regexp {
+	return map[string]*regexp.Regexp{
+		"client_id": ClientIDPattern, "interaction_id": InteractionIDPattern, "message_id": MessageIDPattern,
+		"thread": ThreadPattern, "token": TokenPattern, "participant_id": ParticipantIDPattern, "share_token": ShareTokenPattern,
+	}
+}
 
 // CheckClientID returns InvalidClientID unless id matches ClientIDPattern
 // ("" is no client_id, and passes).

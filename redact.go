@@ -63,47 +63,63 @@ func Redact(s string) string {
 }
 
 // RedactMessage returns m with every string a participant could read
-// redacted: its text, and in v2 its interaction's and card's words. m is
-// not changed (its interaction and card are copied if redacted).
+// redacted: its text, and in v2 its interaction's and card's words. A
+// redaction can lengthen a string ("password=x" becomes
+// "password=[redacted]"): each is then cut to its field's limit, with "…",
+// so the participant's view keeps every limit of the contract. m is not
+// changed (its interaction and card are copied if redacted).
 func RedactMessage(m Message) Message {
-	m.Text = Redact(m.Text)
+	m.Text = redactTo(m.Text, LimitPostText)
 	if ix := m.Interaction; ix != nil {
 		c := *ix
-		c.Title, c.Prompt = Redact(c.Title), Redact(c.Prompt)
+		title, prompt := LimitInputTitle, LimitInputPrompt
+		if c.Type == Approval {
+			title, prompt = LimitApprovalTitle, LimitApprovalText
+		}
+		c.Title, c.Prompt = redactTo(c.Title, title), redactTo(c.Prompt, prompt)
 		c.Choices = slices.Clone(c.Choices)
 		for i := range c.Choices {
 			ch := &c.Choices[i]
-			ch.Value, ch.Label, ch.Description = Redact(ch.Value), Redact(ch.Label), Redact(ch.Description)
+			ch.Value, ch.Label = redactTo(ch.Value, LimitChoiceValue), redactTo(ch.Label, LimitChoiceLabel)
+			ch.Description = redactTo(ch.Description, LimitChoiceDesc)
 		}
-		c.Details = redactDetails(c.Details)
+		c.Details = redactDetails(c.Details, LimitDetailLabel, LimitDetailValue)
 		if c.Answer != nil {
 			a := *c.Answer
-			a.Value = Redact(a.Value)
+			a.Value = redactTo(a.Value, LimitAnswerValue)
 			c.Answer = &a
 		}
 		m.Interaction = &c
 	}
 	if cd := m.Card; cd != nil {
 		c := *cd
-		c.Title, c.FallbackText = Redact(c.Title), Redact(c.FallbackText)
+		c.Title, c.FallbackText = redactTo(c.Title, LimitCardTitle), redactTo(c.FallbackText, LimitCardFallback)
 		c.Blocks = slices.Clone(c.Blocks)
 		for i := range c.Blocks {
 			b := &c.Blocks[i]
-			b.Text, b.URL, b.Label, b.Language = Redact(b.Text), Redact(b.URL), Redact(b.Label), Redact(b.Language)
-			b.Fields = redactDetails(b.Fields)
+			text := LimitBlockText
+			if b.Type == CodeBlock {
+				text = LimitCodeText
+			}
+			b.Text, b.URL = redactTo(b.Text, text), redactTo(b.URL, LimitLinkURL)
+			b.Label, b.Language = redactTo(b.Label, LimitLinkLabel), redactTo(b.Language, LimitCodeLanguage)
+			b.Fields = redactDetails(b.Fields, LimitFieldLabel, LimitFieldValue)
 		}
 		m.Card = &c
 	}
 	return m
 }
 
-func redactDetails(ds []Detail) []Detail {
+// redactTo redacts s and cuts it to l.Max code points.
+func redactTo(s string, l Limit) string { return cut(Redact(s), l.Max) }
+
+func redactDetails(ds []Detail, label, value Limit) []Detail {
 	if ds == nil {
 		return nil
 	}
 	out := slices.Clone(ds)
 	for i := range out {
-		out[i].Label, out[i].Value = Redact(out[i].Label), Redact(out[i].Value)
+		out[i].Label, out[i].Value = redactTo(out[i].Label, label), redactTo(out[i].Value, value)
 	}
 	return out
 }

@@ -122,3 +122,14 @@ func FuzzCleanName(f *testing.F) {
 		}
 	})
 }
+
+// TestRedactKeepsLimits: a redaction that lengthens a text at its limit
+// is cut back to it, so a participant's view keeps every limit.
+func TestRedactKeepsLimits(t *testing.T) {
+	t.Parallel()
+	text := strings.Repeat("password=x ", chatrelay.MaxText/11) + "end"
+	text = string([]rune(text)[:chatrelay.MaxText])
+	r := chatrelay.RedactMessage(chatrelay.Message{Text: text})
+	n := utf8.RuneCountInString(r.Text)
+	assert.True(t, n == chatrelay.MaxText && strings.HasSuffix(r.Text, "…") && strings.Contains(r.Text, "password=[redacted]"), "%d code points", n)
+}

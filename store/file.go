@@ -448,6 +448,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 	// Lock order: the store-wide .threads.lock (only to create a thread),
 	// then the thread's mutex and .lock.
 	notFound := func() error { return chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread) }
+	count := -1 // the thread count before this creation, when creating
 	_, statErr := os.Stat(s.path(thread))
 	creating := errors.Is(statErr, fs.ErrNotExist)
 	if creating {
@@ -461,6 +462,18 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 			return false, err
 		}
 		defer unlock()
+		// Decided under the store-wide lock, before the thread's lock
+		// file is made: a refused thread leaves nothing behind.
+		if _, err := os.Stat(s.path(thread)); errors.Is(err, fs.ErrNotExist) {
+			if count, err = s.threadCount(); err != nil {
+				return false, s.unavailable(thread, err)
+			}
+			if count >= s.opt.MaxThreads {
+				return false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
+			}
+		} else {
+			creating = false // another process created it meanwhile
+		}
 	}
 	t := s.state(thread)
 	t.mu.Lock()
@@ -480,14 +493,8 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 		}
 		return true, nil // swept after the check: decide creating again
 	}
-	count := -1 // the thread count before this creation, when creating
-	if snap == nil {
-		if count, err = s.threadCount(); err != nil {
-			return false, s.unavailable(thread, err)
-		}
-		if count >= s.opt.MaxThreads {
-			return false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
-		}
+	if snap != nil {
+		count = -1 // it exists after all: nothing to count
 	}
 	var old threadDoc
 	if snap != nil {

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/schematest"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
@@ -122,6 +123,7 @@ func (e *contractEnv) request(t *testing.T, method, path string, body io.Reader,
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
 	assert.Success(t, err)
+	schematest.Answer(t, method, path, res.StatusCode, res.Header, b)
 	return answer{status: res.StatusCode, header: res.Header, body: string(b)}
 }
 

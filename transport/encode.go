@@ -60,7 +60,7 @@ func parsePost(data []byte, who principal) (postBody, error) {
 	if !ok || len(t) == 0 || t[0] != '"' || json.Unmarshal(t, &p.Text) != nil {
 		return postBody{}, chatrelay.Errorf(chatrelay.InvalidText, "text must be a non-empty string")
 	}
-	if !utf8.Valid(t) || loneSurrogate(t) { // json.Unmarshal would quietly turn them into U+FFFD
+	if !utf8.Valid(t) || chatrelay.LoneSurrogate(t) { // json.Unmarshal would quietly turn them into U+FFFD
 		return postBody{}, chatrelay.Errorf(chatrelay.InvalidText, "text is not valid UTF-8")
 	}
 	if err := chatrelay.CheckText(p.Text); err != nil {
@@ -89,40 +89,6 @@ func parsePost(data []byte, who principal) (postBody, error) {
 		}
 	}
 	return p, nil
-}
-
-// loneSurrogate reports whether the JSON string literal s (already known to
-// decode) escapes a UTF-16 surrogate that is not half of a pair, such as
-// "\ud83d" from a sliced emoji: no UTF-8 text can hold it.
-func loneSurrogate(s []byte) bool {
-	hex4 := func(i int) rune { // the code unit of the \uXXXX escape at s[i]
-		if i+6 > len(s) || s[i] != '\\' || s[i+1] != 'u' {
-			return -1
-		}
-		n, err := strconv.ParseUint(string(s[i+2:i+6]), 16, 16)
-		if err != nil {
-			return -1
-		}
-		return rune(n)
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] != '\\' {
-			continue
-		}
-		r := hex4(i)
-		switch {
-		case r >= 0xd800 && r < 0xdc00:
-			if lo := hex4(i + 6); lo < 0xdc00 || lo > 0xdfff {
-				return true
-			}
-			i += 11
-		case r >= 0xdc00 && r <= 0xdfff:
-			return true
-		default:
-			i++ // skip the escaped character
-		}
-	}
-	return false
 }
 
 // readBody reads at most chatrelay.MaxBody bytes of the request body.

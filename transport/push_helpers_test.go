@@ -29,6 +29,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/schematest"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
@@ -182,6 +183,7 @@ func (e *pushEnv) do(method, path, token string, body string, hdr map[string]str
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	assert.Success(e.t, err)
+	schematest.Answer(e.t, method, path, resp.StatusCode, resp.Header, b)
 	return resp.StatusCode, resp.Header, b
 }
 
@@ -210,6 +212,9 @@ func (e *pushEnv) post(token, text string) (postAnswer, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
+		return postAnswer{}, err
+	}
+	if err := schematest.CheckAnswer(http.MethodPost, "/api/chat/post", resp.StatusCode, resp.Header, body); err != nil {
 		return postAnswer{}, err
 	}
 	if resp.StatusCode != http.StatusCreated {
@@ -309,7 +314,7 @@ func (e *pushEnv) openSSE(ctx context.Context, path, token string, hdr map[strin
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		return nil, resp, b, nil
+		return nil, resp, b, schematest.CheckAnswer(http.MethodGet, path, resp.StatusCode, resp.Header, b)
 	}
 	return &sseStream{resp: resp, r: bufio.NewReaderSize(resp.Body, 64<<10)}, resp, nil, nil
 }
@@ -328,6 +333,19 @@ func (e *pushEnv) mustSSE(path, token string, hdr map[string]string) *sseStream 
 
 func (s *sseStream) Close() { s.resp.Body.Close() }
 
+// checkSchema checks an event's data against the bundle (x-sse of the
+// stream's view); comments and retry hints carry none.
+func (s *sseStream) checkSchema(f sseFrame) error {
+	if f.Event == "" && f.Data == "" {
+		return nil
+	}
+	event := f.Event
+	if event == "" {
+		event = "message" // SSE's default
+	}
+	return schematest.CheckSSE(s.resp.Request.URL.String(), event, f.Data)
+}
+
 // Next reads the next block (an event, a retry hint or comments).
 func (s *sseStream) Next() (sseFrame, error) {
 	var f sseFrame
@@ -345,7 +363,7 @@ func (s *sseStream) Next() (sseFrame, error) {
 			if n == 0 {
 				continue
 			}
-			return f, nil
+			return f, s.checkSchema(f)
 		}
 		n++
 		name, value, _ := strings.Cut(line, ":")
@@ -442,8 +460,16 @@ func (e *pushEnv) dialWS(ctx context.Context, path, token string, hdr http.Heade
 	if token != "" {
 		h.Set("X-Chat-Token", token)
 	}
-	return websocket.Dial(ctx, e.wsURL(path), &websocket.DialOptions{HTTPClient: e.client, HTTPHeader: h})
+	c, resp, err := websocket.Dial(ctx, e.wsURL(path), &websocket.DialOptions{HTTPClient: e.client, HTTPHeader: h})
+	if c != nil {
+		wsV2.Store(c, schematest.IsV2(path))
+	}
+	return c, resp, err
 }
+
+// wsV2 records the view of each socket dialWS opened, for readWS's check
+// of its frames against the bundle.
+var wsV2 sync.Map // *websocket.Conn → bool
 
 func (e *pushEnv) mustWS(path, token string) *websocket.Conn {
 	e.t.Helper()
@@ -473,6 +499,7 @@ func (e *pushEnv) refusedWS(path, token string, hdr http.Header) (*http.Response
 	assert.Equal(e.t, "refusal content type", resp.Header.Get("Content-Type"), "application/json")
 	body, rerr := io.ReadAll(resp.Body)
 	assert.Success(e.t, rerr)
+	schematest.Answer(e.t, http.MethodGet, path, resp.StatusCode, resp.Header, body)
 	return resp, decodeError(e.t, body)
 }
 
@@ -491,6 +518,11 @@ func readWS(ctx context.Context, c *websocket.Conn) (wsFrame, error) {
 		return wsFrame{}, fmt.Errorf("frame %q: %w", b, err)
 	}
 	f.raw = b
+	view, _ := wsV2.Load(c)
+	v2, _ := view.(bool)
+	if err := schematest.CheckWS(v2, b); err != nil {
+		return f, err
+	}
 	return f, nil
 }
 

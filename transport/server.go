@@ -29,6 +29,7 @@ type Config struct {
 	Streams      chatrelay.StreamLimiter
 	Windows      chatrelay.Windows      // zero fields: the defaults
 	StreamLimits chatrelay.StreamLimits // zero fields: the defaults
+	Retention    chatrelay.Retention    // the store's, stated in GET /api/limits.json; zero fields: the defaults
 	Prefix       string                 // mount point of the whole API, "" or "/spaces/newos4"
 	Trusted      []netip.Prefix         // proxies whose X-Forwarded-For is believed
 	// AllowedOrigins are the other origins ("https://app.example.com") whose
@@ -193,6 +194,8 @@ func (s *Server) routes() {
 	}
 	s.mux.Handle(p+"/api/chat/stream", s.cors(onlyStream(s.handleSSE)))
 	s.mux.Handle(p+"/api/chat/ws", onlyStream(s.handleWS))
+	s.mux.Handle(p+"/api/schema.json", s.cors(only(http.MethodGet, schemaArtifact()))) // schema.go
+	s.mux.Handle(p+"/api/limits.json", s.cors(only(http.MethodGet, s.limitsArtifact())))
 	s.mux.HandleFunc(p+"/api/", s.handleNotFound)
 	page := web.Handler()
 	if p != "" {

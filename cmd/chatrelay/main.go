@@ -53,7 +53,7 @@ var commands = []command{
 	{"reply", "THREAD TEXT [--client-id ID]", `answer as hermes (TEXT "-" reads standard input)`, reply},
 	{"ask", "THREAD (--input PROMPT [--choice V[=LABEL]]... [--allow-text] | --approval SUMMARY [--detail L=V]...) [--title T] [--timeout D] [--wait]",
 		"ask the person for input or approval; --wait exits 0 approved/answered, 10 denied, 11 expired, 12 canceled", ask},
-	{"check", "THREAD INTERACTION [--wait] [--timeout D]", "an interaction's state and answer (--wait: until it is closed)", check},
+	{"check", "THREAD INTERACTION [--wait]", "an interaction's state and answer (--wait: until it is closed)", check},
 	{"cancel", "THREAD INTERACTION", "withdraw a pending interaction", cancel},
 	{"react", "THREAD MESSAGE EMOJI [--remove]", "add (or remove) hermes's reaction", react},
 	{"card", "THREAD FILE", `send a card (JSON; FILE "-" reads standard input)`, card},
@@ -63,6 +63,8 @@ var commands = []command{
 		func(ctx context.Context, e cmdEnv) error { return watch(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
 	{"subscribe", "--server URL [--token T | --ticket K] [--since N]", "one thread's live stream from a remote server, one JSON line each",
 		func(ctx context.Context, e cmdEnv) error { return subscribe(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
+	{"schema", "[--limits]", "print the JSON Schema bundle of the API and the verbs (--limits: every limit with its unit)", schema},
+	{"mcp", "[--data DIR | --store URL]", "serve the host's verbs to an AI agent over MCP on standard input and output (tools chatrelay_<verb>)", mcpServe},
 }
 
 // usage is the command list.
@@ -73,7 +75,7 @@ func usage() string {
 		fmt.Fprintf(&b, "  chatrelay %s %s\n      %s\n", c.name, c.synopsis, c.what)
 	}
 	b.WriteString(`
-Every command but serve and subscribe works on the store directly (no server
+Every command but serve, subscribe and schema works on the store directly (no server
 needed): --data DIR, or --store redis://... for a Redis store. Run
 "chatrelay COMMAND --help" for a command's flags. Every flag can also be set
 by an environment variable: --max-threads is CHATRELAY_MAX_THREADS; a flag on

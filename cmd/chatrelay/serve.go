@@ -36,6 +36,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	f.server.Store, f.server.Limiter, f.server.Streams = st.Store, st.Limiter, st.Streams // the backend's own store: its optional interfaces (Checker, Participants) show
 	f.server.Windows, f.server.StreamLimits = f.storeOpt.Windows, f.storeOpt.Streams
+	f.server.Retention = st.Settings.Retention // stated in GET /api/limits.json
 	f.server.TicketKey, f.server.Log = key, log
 	if st.TicketKeyShared { // kept in Redis: it may change under the node (#15)
 		f.server.TicketKeys = transport.TicketKeyFunc(st.TicketKey)

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/mcpserver"
+)
+
+// The agent's bindings of the verbs beside the CLI's: the schema bundle
+// (chatrelay schema) and the MCP server (chatrelay mcp).
+
+// schema prints the JSON Schema bundle, or with --limits the limits
+// artifact (with the default rate windows and retention: a running server
+// states its own at GET /api/limits.json). Both are the bytes the server
+// serves and the repository commits under schema/.
+func schema(_ context.Context, e cmdEnv) error {
+	fs := newFlags("schema", "schema [--limits]", e.stderr)
+	limits := fs.Bool("limits", false, "print the limits artifact instead: every limit with its unit, the id patterns, and the default rate windows, stream limits and retention")
+	if err := parse(fs, e.args, e.getenv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError("schema takes no arguments")
+	}
+	b := chatrelay.Schema()
+	if *limits {
+		b = chatrelay.LimitsArtifact(chatrelay.Windows{}, chatrelay.StreamLimits{}, chatrelay.Retention{})
+	}
+	_, err := e.stdout.Write(b)
+	return err
+}
+
+// mcpServe serves the host's verbs over MCP on standard input and output
+// until the client closes its end (or the process is told to stop).
+// Warnings and the causes of internal errors go to standard error;
+// standard output carries the protocol only.
+func mcpServe(ctx context.Context, e cmdEnv) error {
+	v := newVerb("mcp", "[--data DIR | --store URL]", e.stderr, false)
+	h, done, err := v.open(ctx, e, 0, "no arguments")
+	if err != nil {
+		return err
+	}
+	defer done()
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	t := &mcp.IOTransport{Reader: readCloser(e.stdin), Writer: nopWriteCloser{e.stdout}}
+	err = mcpserver.New(h, log).Run(ctx, t)
+	if errors.Is(err, io.EOF) || (err != nil && ctx.Err() != nil) {
+		return nil // the client closed its end, or we were told to stop
+	}
+	return err
+}
+
+// readCloser closes standard input when the session ends, so that its
+// reader returns.
+func readCloser(r io.Reader) io.ReadCloser {
+	if f, ok := r.(*os.File); ok {
+		return f
+	}
+	return io.NopCloser(r)
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

@@ -1,0 +1,360 @@
+// Package mcpserver serves the host's verbs (package host) over the Model
+// Context Protocol, with the official Go SDK: each verb of the contract's
+// table is a tool named chatrelay_<verb>, whose input schema is the JSON
+// Schema bundle's <verb>.input entry, taken as it is, never written again.
+// A result is both structured content (the verb's result, as the CLI
+// prints it) and a short text for the model; a refusal is a tool error
+// carrying the contract's code.
+//
+// The verbs are package host's, implemented once: this package only binds
+// them (arguments in, results and errors out), as cmd/chatrelay binds them
+// to the command line.
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/host"
+)
+
+// Instructions tell an agent, in a few lines, how to use the tools (MCP
+// "instructions", sent when a client connects).
+const Instructions = `chatrelay connects you (as "hermes") to people chatting in browser threads.
+- Find work: chatrelay_list_threads (awaiting: true means a person waits for you), then chatrelay_read_thread; pass its cursor back as since to read only what changed.
+- Answer: chatrelay_send. Give a client_id when you might retry, so a retry never posts twice.
+- Before an action with consequences (deploying, deleting, spending, writing outside the chat), ask first: chatrelay_request_approval with a one-line summary, then chatrelay_wait_interaction; act only if the state is approved. denied, expired or canceled means do not act.
+- To ask a question: chatrelay_request_input (choices and/or allow_text), then chatrelay_wait_interaction for the answer.
+- To wait for the person's next message: chatrelay_wait_messages with the cursor you have; it blocks up to its timeout (at most 300 s); timed_out means call it again.
+- Errors carry a code (text_too_long, not_found, invalid_interaction, …): fix the arguments rather than retrying the same call.`
+
+// Name and Version identify the server to clients.
+const (
+	Name    = "chatrelay"
+	Version = chatrelay.SchemaVersion
+)
+
+// New returns the MCP server of the host's verbs on v. log receives the
+// causes of internal errors (a client only sees "internal error"); nil
+// discards them.
+func New(v *host.Verbs, log *slog.Logger) *mcp.Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: Name, Title: "chatrelay: chat threads with people", Version: Version},
+		&mcp.ServerOptions{Instructions: Instructions, Logger: log})
+	for _, verb := range chatrelay.Verbs() {
+		b, ok := bindings[verb]
+		if !ok {
+			panic("mcpserver: no binding for the verb " + verb)
+		}
+		s.AddTool(Tool(verb), handler(v, verb, b, log))
+	}
+	return s
+}
+
+// ToolName is the tool of a verb.
+func ToolName(verb string) string { return "chatrelay_" + verb }
+
+// Tool is the tool of a verb: its input schema and description are the
+// bundle's <verb>.input entry.
+func Tool(verb string) *mcp.Tool {
+	in, ok := chatrelay.SchemaDef(verb + ".input")
+	if !ok {
+		panic("mcpserver: the bundle has no " + verb + ".input")
+	}
+	var head struct {
+		Description string `json:"description"`
+	}
+	if err := json.Unmarshal(in, &head); err != nil {
+		panic("mcpserver: " + verb + ".input: " + err.Error())
+	}
+	b := bindings[verb]
+	return &mcp.Tool{
+		Name:        ToolName(verb),
+		Description: head.Description,
+		InputSchema: in,
+		Annotations: &mcp.ToolAnnotations{
+			ReadOnlyHint:    b.readOnly,
+			IdempotentHint:  b.readOnly,
+			DestructiveHint: new(false),
+			OpenWorldHint:   new(false),
+		},
+	}
+}
+
+// binding runs one verb on decoded arguments and says its result in a
+// short text.
+type binding struct {
+	readOnly bool
+	call     func(ctx context.Context, v *host.Verbs, args []byte) (result any, text string, err error)
+}
+
+// bind makes the binding of a verb from its method on host.Verbs and its
+// text.
+func bind[In, Out any](readOnly bool, verb func(*host.Verbs, context.Context, In) (Out, error), say func(In, Out) string) binding {
+	return binding{readOnly: readOnly, call: func(ctx context.Context, v *host.Verbs, args []byte) (any, string, error) {
+		in, err := decode[In](args)
+		if err != nil {
+			return nil, "", err
+		}
+		out, err := verb(v, ctx, in)
+		if err != nil {
+			return nil, "", err
+		}
+		return out, say(in, out), nil
+	}}
+}
+
+var bindings = map[string]binding{
+	host.ListThreads:       bind(true, (*host.Verbs).ListThreads, sayThreads),
+	host.ReadThread:        bind(true, (*host.Verbs).ReadThread, sayRead),
+	host.WaitMessages:      bind(true, (*host.Verbs).WaitMessages, sayWait),
+	host.Send:              bind(false, (*host.Verbs).Send, sayMessage[host.SendInput]("sent")),
+	host.RequestInput:      bind(false, (*host.Verbs).RequestInput, sayAsked[host.RequestInputInput]),
+	host.RequestApproval:   bind(false, (*host.Verbs).RequestApproval, sayAsked[host.RequestApprovalInput]),
+	host.CheckInteraction:  bind(true, (*host.Verbs).CheckInteraction, sayInteraction[host.InteractionInput]),
+	host.WaitInteraction:   bind(true, (*host.Verbs).WaitInteraction, sayInteraction[host.WaitInteractionInput]),
+	host.CancelInteraction: bind(false, (*host.Verbs).CancelInteraction, sayInteraction[host.InteractionInput]),
+	host.React:             bind(false, (*host.Verbs).React, sayReact),
+	host.SendCard:          bind(false, (*host.Verbs).SendCard, sayMessage[host.SendCardInput]("sent the card")),
+}
+
+// decode reads a tool's arguments into In: a JSON object of In's fields
+// and no other (no arguments is {}). Anything else is invalid_json, as a
+// body of the wrong shape is over HTTP.
+func decode[In any](args []byte) (In, error) {
+	var in In
+	if len(bytes.TrimSpace(args)) == 0 || string(args) == "null" {
+		args = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&in)
+	if err == nil && dec.More() {
+		err = errors.New("data after the arguments")
+	}
+	if err != nil {
+		return in, chatrelay.Errorf(chatrelay.InvalidJSON, "the arguments do not fit the tool's input schema: %s", argError(err))
+	}
+	if chatrelay.LoneSurrogate(args) { // refused, never stored as U+FFFD (as over HTTP)
+		return in, chatrelay.Errorf(chatrelay.InvalidText, `the arguments hold a lone UTF-16 surrogate escape (such as "\ud83d"): it is no text`)
+	}
+	return in, nil
+}
+
+// argError names what is wrong with the arguments, for the model.
+func argError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return te.Field + " must be " + jsonType(te.Type.String())
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+func jsonType(goType string) string {
+	switch {
+	case goType == "string":
+		return "a string"
+	case goType == "bool":
+		return "a boolean"
+	case strings.HasPrefix(goType, "int"):
+		return "an integer"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	}
+	return "an object"
+}
+
+// handler is a verb's tool handler.
+func handler(v *host.Verbs, verb string, b binding, log *slog.Logger) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		out, text, err := b.call(ctx, v, req.Params.Arguments)
+		if err != nil {
+			if ctx.Err() != nil { // the client canceled the call (or left): no result
+				return nil, ctx.Err()
+			}
+			return toolError(verb, err, log), nil
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: out}, nil
+	}
+}
+
+// ToolError is the structured content of a tool error ($defs verb.error).
+type ToolError struct {
+	Code      chatrelay.Code `json:"code"`
+	Error     string         `json:"error"`
+	Retryable bool           `json:"retryable"`
+}
+
+// toolError is a refusal as an MCP tool error: the text "code: words"
+// for the model, and ToolError as structured content. An error that is
+// not the domain's is "internal error"; its cause is logged, never sent.
+func toolError(verb string, err error, log *slog.Logger) *mcp.CallToolResult {
+	var e *chatrelay.Error
+	if !errors.As(err, &e) || e.Code == chatrelay.Internal {
+		log.Error("tool failed", "tool", ToolName(verb), "err", err)
+		e = &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error"}
+	}
+	te := ToolError{Code: e.Code, Error: e.Message, Retryable: e.Code.Retryable()}
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(te.Code) + ": " + te.Error}},
+		StructuredContent: te,
+	}
+}
+
+// The texts for the model. Each is short: what happened, and what a
+// message says (cut; the structured content has it whole).
+
+const textCut = 500
+
+func utc(epoch int64) string { return time.UnixMilli(epoch).UTC().Format("2006-01-02 15:04:05Z") }
+
+func cut(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "… (cut here; the structured result has it whole)"
+	}
+	return s
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func sayThreads(_ host.ListThreadsInput, r host.ListThreadsResult) string {
+	var b strings.Builder
+	waiting := 0
+	for _, t := range r.Threads {
+		if t.Awaiting {
+			waiting++
+		}
+	}
+	fmt.Fprintf(&b, "%s, %d awaiting your answer (newest activity first):", plural(len(r.Threads), "thread"), waiting)
+	for i, t := range r.Threads {
+		if i == 50 {
+			fmt.Fprintf(&b, "\n… and %d more", len(r.Threads)-i)
+			break
+		}
+		fmt.Fprintf(&b, "\n- %s: %s, last by %s at %s, awaiting: %s", t.Thread, plural(t.Messages, "message"), t.LastAuthor, utc(t.LastEpoch), yes(t.Awaiting))
+	}
+	return b.String()
+}
+
+// sayMessages writes one line (and the text) per v2 message.
+func sayMessages(b *strings.Builder, thread string, raws []json.RawMessage) {
+	for _, raw := range raws {
+		var m chatrelay.Message
+		if json.Unmarshal(raw, &m) != nil {
+			continue
+		}
+		fmt.Fprintf(b, "\n[%s", m.ID)
+		if thread != "" {
+			fmt.Fprintf(b, " in %s", thread)
+		}
+		author := string(m.Author)
+		if m.AuthorName != "" {
+			author += " (" + m.AuthorName + ")"
+		}
+		fmt.Fprintf(b, "] %s at %s: %s", author, utc(m.Epoch), cut(m.Text, textCut))
+		if ix := m.Interaction; ix != nil {
+			fmt.Fprintf(b, "\n  (%s %s: %s)", ix.Type, ix.ID, ix.StateAt(time.Now()))
+		}
+		for _, emoji := range slices.Sorted(maps.Keys(m.Reactions)) {
+			fmt.Fprintf(b, "\n  %s by %d", emoji, len(m.Reactions[emoji]))
+		}
+	}
+}
+
+func sayRead(_ host.ReadThreadInput, r host.ReadThreadResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "thread %s: %s; cursor %d (pass it as since to read what changes next); awaiting your answer: %s", r.Thread, plural(len(r.Messages), "message"), r.Cursor, yes(r.Awaiting))
+	if r.Reset {
+		b.WriteString("; some changes after since were dropped by retention: read again without since")
+	}
+	sayMessages(&b, "", r.Messages)
+	return b.String()
+}
+
+func sayWait(_ host.WaitMessagesInput, r host.WaitMessagesResult) string {
+	if r.TimedOut {
+		return fmt.Sprintf("nothing new before the timeout; cursor %d: call chatrelay_wait_messages again with since %d", r.Cursor, r.Cursor)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s; cursor %d (pass it as since next time):", plural(len(r.Messages), "new message"), r.Cursor)
+	for _, m := range r.Messages {
+		sayMessages(&b, m.Thread, []json.RawMessage{m.Message})
+	}
+	return b.String()
+}
+
+func sayMessage[In any](did string) func(In, host.MessageResult) string {
+	return func(_ In, r host.MessageResult) string {
+		var m chatrelay.Message
+		json.Unmarshal(r.Message, &m)
+		s := fmt.Sprintf("%s %s", did, m.ID)
+		if r.Replayed {
+			s += " (already sent under this client_id: nothing new was stored)"
+		}
+		return s
+	}
+}
+
+func sayReact(in host.ReactInput, r host.MessageResult) string {
+	if in.Remove {
+		return fmt.Sprintf("removed %s from %s", in.Emoji, in.MessageID)
+	}
+	return fmt.Sprintf("reacted %s to %s", in.Emoji, in.MessageID)
+}
+
+func sayAsked[In any](_ In, r host.InteractionResult) string {
+	ix := r.Interaction
+	s := fmt.Sprintf("asked for %s: %s in thread %s, pending until %s. Call chatrelay_wait_interaction with this interaction_id for the answer.",
+		ix.Type, ix.ID, r.Thread, utc(ix.Deadline))
+	if r.Replayed {
+		s += " (already asked under this client_id)"
+	}
+	return s
+}
+
+func sayInteraction[In any](_ In, r host.InteractionResult) string {
+	ix := r.Interaction
+	switch {
+	case ix.State == chatrelay.Pending && r.TimedOut:
+		return fmt.Sprintf("%s is still pending (until %s): call chatrelay_wait_interaction again", ix.ID, utc(ix.Deadline))
+	case ix.State == chatrelay.Pending:
+		return fmt.Sprintf("%s is pending until %s", ix.ID, utc(ix.Deadline))
+	case ix.State == chatrelay.Approved:
+		return fmt.Sprintf("%s: approved by %s. You may act.", ix.ID, ix.AnsweredBy)
+	case ix.State == chatrelay.Denied:
+		return fmt.Sprintf("%s: denied by %s. Do not act.", ix.ID, ix.AnsweredBy)
+	case ix.State == chatrelay.Answered && ix.Answer != nil:
+		return fmt.Sprintf("%s: answered by %s: %s", ix.ID, ix.AnsweredBy, cut(ix.Answer.Value, textCut))
+	case ix.State == chatrelay.Expired:
+		return fmt.Sprintf("%s: expired unanswered. Do not act on it.", ix.ID)
+	case ix.State == chatrelay.Canceled:
+		return fmt.Sprintf("%s: canceled.", ix.ID)
+	}
+	return fmt.Sprintf("%s: %s", ix.ID, ix.State)
+}

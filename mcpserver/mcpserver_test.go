@@ -1,0 +1,297 @@
+package mcpserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/host"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/schematest"
+	"github.com/chatrelay/chatrelay/mcpserver"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+const thread = "00000000000000bb"
+
+// env is an MCP server of the verbs on a file store, and an SDK client
+// connected to it in memory. calls reports each tools/call as it starts
+// ("start <tool>") and returns ("end <tool>").
+type env struct {
+	st    store.Store
+	cs    *mcp.ClientSession
+	first store.Entry // the operator's message in thread
+	calls chan string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	st, err := store.OpenFile(t.TempDir(), store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	assert.Success(t, err)
+	t.Cleanup(func() { st.Close() })
+	first, err := st.Append(t.Context(), thread, store.NewMessage{Text: "can you deploy build 412?"})
+	assert.Success(t, err)
+	e := &env{st: st, first: first, calls: make(chan string, 1024)}
+	srv := mcpserver.New(&host.Verbs{Store: st}, nil)
+	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != "tools/call" {
+				return next(ctx, method, req)
+			}
+			name := req.GetParams().(*mcp.CallToolParamsRaw).Name
+			e.calls <- "start " + name
+			defer func() { e.calls <- "end " + name }()
+			return next(ctx, method, req)
+		}
+	})
+	ct, stt := mcp.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	ss, err := srv.Connect(ctx, stt, nil)
+	assert.Success(t, err)
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	e.cs, err = client.Connect(ctx, ct, nil)
+	assert.Success(t, err)
+	t.Cleanup(func() {
+		e.cs.Close()
+		ss.Wait()
+		cancel()
+	})
+	return e
+}
+
+// call calls a tool; a tool error is a result (IsError), not an error.
+func (e *env) call(t *testing.T, ctx context.Context, verb string, args any) *mcp.CallToolResult {
+	t.Helper()
+	r, err := e.cs.CallTool(ctx, &mcp.CallToolParams{Name: mcpserver.ToolName(verb), Arguments: args})
+	assert.Success(t, err)
+	// Every answer is checked against the bundle: the result against
+	// <verb>.result, a tool error against verb.error.
+	b, err := json.Marshal(r.StructuredContent)
+	assert.Success(t, err)
+	def := verb + ".result"
+	if r.IsError {
+		def = "verb.error"
+	}
+	schematest.Valid(t, def, b)
+	assert.True(t, len(r.Content) == 1 && text(r) != "", "%s: no text for the model", verb)
+	return r
+}
+
+// await reads the calls' events until want, for at most 5 s.
+func (e *env) await(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case c := <-e.calls:
+			if c == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no %q within 5s", want)
+		}
+	}
+}
+
+func text(r *mcp.CallToolResult) string {
+	if tc, ok := r.Content[0].(*mcp.TextContent); ok {
+		return tc.Text
+	}
+	return ""
+}
+
+// ok calls a tool that must succeed and decodes its structured content.
+func ok[T any](t *testing.T, e *env, verb string, args any) T {
+	t.Helper()
+	r := e.call(t, t.Context(), verb, args)
+	assert.True(t, !r.IsError, "%s: %s", verb, text(r))
+	var out T
+	b, _ := json.Marshal(r.StructuredContent)
+	assert.Success(t, json.Unmarshal(b, &out))
+	return out
+}
+
+// TestToolsAreTheVerbs: every verb of the contract's table is a tool
+// chatrelay_<verb>, whose input schema, as the client receives it, is its
+// $defs entry, a valid schema on its own; the server's instructions say
+// how to use them.
+func TestToolsAreTheVerbs(t *testing.T) {
+	e := newEnv(t)
+	res, err := e.cs.ListTools(t.Context(), nil)
+	assert.Success(t, err)
+	got := map[string]*mcp.Tool{}
+	for _, tool := range res.Tools {
+		got[tool.Name] = tool
+	}
+	assert.Equal(t, "tools", len(got), len(chatrelay.Verbs()))
+	for _, verb := range chatrelay.Verbs() {
+		tool, found := got["chatrelay_"+verb]
+		assert.True(t, found, "no tool chatrelay_%s", verb)
+		schema, err := json.Marshal(tool.InputSchema)
+		assert.Success(t, err)
+		def, _ := chatrelay.SchemaDef(verb + ".input")
+		assert.True(t, schematest.SameJSON(schema, def), "chatrelay_%s's input schema is not its $defs entry:\n%s", verb, schema)
+		_, err = schematest.Standalone(schema)
+		assert.Success(t, err)
+		assert.True(t, tool.Description != "" && strings.Contains(string(def), tool.Description), "chatrelay_%s's description is not its entry's", verb)
+	}
+	ins := e.cs.InitializeResult().Instructions
+	for _, want := range []string{"chatrelay_request_approval", "chatrelay_wait_interaction", "chatrelay_read_thread", "chatrelay_send", "approved"} {
+		assert.True(t, strings.Contains(ins, want), "the instructions do not mention %s", want)
+	}
+}
+
+// TestBadArguments: arguments over a limit, of a wrong type or naming
+// what does not exist are tool errors with the contract's codes, and
+// nothing is stored.
+func TestBadArguments(t *testing.T) {
+	e := newEnv(t)
+	ix := ok[host.InteractionResult](t, e, "request_input", map[string]any{"thread": thread, "prompt": "Which branch?", "allow_text": true})
+	before, err := e.st.Changes(t.Context(), thread, 0, 0)
+	assert.Success(t, err)
+	long := func(l chatrelay.Limit) string { return strings.Repeat("é", l.Max+1) }
+	for _, tc := range []struct {
+		name, verb string
+		args       any
+		code       chatrelay.Code
+	}{
+		{"text over its limit", "send", map[string]any{"thread": thread, "text": long(chatrelay.LimitPostText)}, chatrelay.TextTooLong},
+		{"blank text", "send", map[string]any{"thread": thread, "text": " \n"}, chatrelay.InvalidText},
+		{"text of a wrong type", "send", map[string]any{"thread": thread, "text": 5}, chatrelay.InvalidJSON},
+		{"an unknown argument", "send", map[string]any{"thread": thread, "text": "hi", "kind": "operator"}, chatrelay.InvalidJSON},
+		{"arguments that are not an object", "send", []string{thread, "hi"}, chatrelay.InvalidJSON},
+		{"an unknown thread", "send", map[string]any{"thread": "00000000000000cc", "text": "hi"}, chatrelay.NotFound},
+		{"not a thread id", "read_thread", map[string]any{"thread": "../etc"}, chatrelay.InvalidThread},
+		{"a bad client_id", "send", map[string]any{"thread": thread, "text": "hi", "client_id": "a b"}, chatrelay.InvalidClientID},
+		{"a summary over its limit", "request_approval", map[string]any{"thread": thread, "summary": long(chatrelay.LimitApprovalText)}, chatrelay.InvalidInteraction},
+		{"too many choices", "request_input", map[string]any{"thread": thread, "prompt": "?", "choices": make([]map[string]string, chatrelay.LimitChoices.Max+1)}, chatrelay.InvalidInteraction},
+		{"a timeout past its limit", "request_approval", map[string]any{"thread": thread, "summary": "Deploy?", "timeout": chatrelay.LimitApprovalTime.Max + 1}, chatrelay.InvalidInteraction},
+		{"a card link that is not http", "send_card", map[string]any{"thread": thread, "card": map[string]any{"fallback_text": "x",
+			"blocks": []any{map[string]any{"type": "link", "url": "javascript:alert(1)"}}}}, chatrelay.InvalidCard},
+		{"a card without blocks", "send_card", map[string]any{"thread": thread, "card": map[string]any{"fallback_text": "x"}}, chatrelay.InvalidCard},
+		{"an emoji with a space", "react", map[string]any{"thread": thread, "message_id": e.first.ID, "emoji": "👍 👍"}, chatrelay.InvalidEmoji},
+		{"an unknown message", "react", map[string]any{"thread": thread, "message_id": "MSG-20000101-000000-000000", "emoji": "👍"}, chatrelay.NotFound},
+		{"an unknown interaction", "check_interaction", map[string]any{"thread": thread, "interaction_id": "ix_000000000000"}, chatrelay.NotFound},
+		{"a wait past its limit", "wait_interaction", map[string]any{"thread": thread, "interaction_id": ix.Interaction.ID, "timeout": chatrelay.LimitWaitTimeout.Max + 1}, chatrelay.InvalidJSON},
+		{"a negative cursor", "wait_messages", map[string]any{"since": -1}, chatrelay.InvalidSince},
+		{"a lone surrogate", "send", json.RawMessage(`{"thread":"` + thread + `","text":"half an emoji \ud83d"}`), chatrelay.InvalidText},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.call(t, t.Context(), tc.verb, tc.args)
+			assert.True(t, r.IsError, "%s: not a tool error: %s", tc.name, text(r))
+			var te mcpserver.ToolError
+			b, _ := json.Marshal(r.StructuredContent)
+			assert.Success(t, json.Unmarshal(b, &te))
+			assert.Equal(t, "code", te.Code, tc.code)
+			assert.True(t, strings.HasPrefix(text(r), string(tc.code)+": "), "text %q does not start with the code", text(r))
+		})
+	}
+	after, err := e.st.Changes(t.Context(), thread, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "cursor (nothing stored)", after.Cursor, before.Cursor)
+	assert.Equal(t, "messages", len(after.Messages), len(before.Messages))
+	threads, err := e.st.Threads(t.Context())
+	assert.Success(t, err)
+	assert.Equal(t, "threads", len(threads), 1)
+}
+
+// TestAskApproveAndWait: request_approval, then wait_interaction blocks
+// until the person approves (here, through the store, as the server's
+// respond route does), and says approved.
+func TestAskApproveAndWait(t *testing.T) {
+	e := newEnv(t)
+	asked := ok[host.InteractionResult](t, e, "request_approval", map[string]any{
+		"thread": thread, "summary": "Deploy build 412 to production?", "title": "deploy",
+		"details": []map[string]string{{"label": "build", "value": "412"}}, "client_id": "deploy-412",
+	})
+	assert.Equal(t, "pending", asked.Interaction.State, chatrelay.Pending)
+	again := ok[host.InteractionResult](t, e, "request_approval", map[string]any{
+		"thread": thread, "summary": "Deploy build 412 to production?", "title": "deploy",
+		"details": []map[string]string{{"label": "build", "value": "412"}}, "client_id": "deploy-412",
+	})
+	assert.Equal(t, "the same interaction under the client_id", [2]any{again.Interaction.ID, again.Replayed}, [2]any{asked.Interaction.ID, true})
+	waited := make(chan host.InteractionResult, 1)
+	go func() {
+		r, _ := e.cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "chatrelay_wait_interaction",
+			Arguments: map[string]any{"thread": thread, "interaction_id": asked.Interaction.ID, "timeout": 60}})
+		var out host.InteractionResult
+		if r != nil {
+			b, _ := json.Marshal(r.StructuredContent)
+			json.Unmarshal(b, &out)
+		}
+		waited <- out
+	}()
+	e.await(t, "start chatrelay_wait_interaction")
+	_, err := e.st.Change(t.Context(), thread, store.Change{Op: store.Respond, InteractionID: asked.Interaction.ID,
+		Answer: chatrelay.Answer{Decision: chatrelay.Approve}, By: chatrelay.Operator})
+	assert.Success(t, err)
+	select {
+	case r := <-waited:
+		assert.Equal(t, "state", r.Interaction.State, chatrelay.Approved)
+		assert.Equal(t, "by", r.Interaction.AnsweredBy, chatrelay.Operator)
+	case <-time.After(10 * time.Second):
+		t.Fatal("wait_interaction did not return after the approval")
+	}
+}
+
+// TestCancelABlockedWait: a client that cancels a blocked wait_messages
+// gets its call back at once, and the server's handler returns (it does
+// not wait out its timeout).
+func TestCancelABlockedWait(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	returned := make(chan error, 1)
+	go func() {
+		_, err := e.cs.CallTool(ctx, &mcp.CallToolParams{Name: "chatrelay_wait_messages",
+			Arguments: map[string]any{"thread": thread, "timeout": chatrelay.LimitWaitTimeout.Max}})
+		returned <- err
+	}()
+	e.await(t, "start chatrelay_wait_messages")
+	cancel()
+	select {
+	case err := <-returned:
+		assert.True(t, err != nil, "a canceled call returned no error")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the canceled call did not return")
+	}
+	e.await(t, "end chatrelay_wait_messages") // the server's handler returned
+	// The session still serves.
+	ok[host.ListThreadsResult](t, e, "list_threads", nil)
+}
+
+// TestEveryVerbAnswers: each tool answers its verb's result, with a text
+// that says what happened.
+func TestEveryVerbAnswers(t *testing.T) {
+	e := newEnv(t)
+	th := ok[host.ListThreadsResult](t, e, "list_threads", map[string]any{})
+	assert.Equal(t, "threads", len(th.Threads), 1)
+	rd := ok[host.ReadThreadResult](t, e, "read_thread", map[string]any{"thread": thread})
+	assert.Equal(t, "awaiting", rd.Awaiting, true)
+	sent := e.call(t, t.Context(), "send", map[string]any{"thread": thread, "text": "on it"})
+	assert.True(t, strings.HasPrefix(text(sent), "sent MSG-"), "send said %q", text(sent))
+	rx := e.call(t, t.Context(), "react", map[string]any{"thread": thread, "message_id": e.first.ID, "emoji": "👀"})
+	assert.Equal(t, "react said", text(rx), "reacted 👀 to "+e.first.ID)
+	card := ok[host.MessageResult](t, e, "send_card", map[string]any{"thread": thread, "card": map[string]any{
+		"title": "Build 412", "fallback_text": "Build 412 is green.", "blocks": []any{map[string]any{"type": "text", "text": "all checks passed"}}}})
+	var m chatrelay.Message
+	assert.Success(t, json.Unmarshal(card.Message, &m))
+	assert.Equal(t, "card's v1 text", m.Text, "Build 412 is green.")
+	in := ok[host.InteractionResult](t, e, "request_input", map[string]any{"thread": thread, "prompt": "Which branch?",
+		"choices": []map[string]string{{"value": "main"}, {"value": "release"}}})
+	ck := e.call(t, t.Context(), "check_interaction", map[string]any{"thread": thread, "interaction_id": in.Interaction.ID})
+	assert.True(t, strings.Contains(text(ck), "pending"), "check said %q", text(ck))
+	wt := e.call(t, t.Context(), "wait_interaction", map[string]any{"thread": thread, "interaction_id": in.Interaction.ID, "timeout": 1})
+	assert.True(t, strings.Contains(text(wt), "still pending"), "wait said %q", text(wt))
+	cn := ok[host.InteractionResult](t, e, "cancel_interaction", map[string]any{"thread": thread, "interaction_id": in.Interaction.ID})
+	assert.Equal(t, "canceled", cn.Interaction.State, chatrelay.Canceled)
+	wm := ok[host.WaitMessagesResult](t, e, "wait_messages", map[string]any{"thread": thread, "since": 1})
+	assert.Equal(t, "the operator's message", len(wm.Messages), 1)
+	read := e.call(t, t.Context(), "read_thread", map[string]any{"thread": thread, "since": rd.Cursor})
+	assert.True(t, strings.Contains(text(read), "hermes") && strings.Contains(text(read), "canceled"), "read said %q", text(read))
+}

@@ -1,0 +1,180 @@
+package chatrelay_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/schematest"
+)
+
+var update = flag.Bool("update", false, "rewrite the committed schema/ files from the code")
+
+// TestCommittedArtifacts: schema/chatrelay.schema.json and
+// schema/limits.json are what the code renders (chatrelay schema and
+// chatrelay schema --limits print the same bytes). go test -run
+// TestCommittedArtifacts -update rewrites them after a change.
+func TestCommittedArtifacts(t *testing.T) {
+	for _, f := range []struct {
+		path string
+		want []byte
+	}{
+		{"schema/chatrelay.schema.json", chatrelay.Schema()},
+		{"schema/limits.json", chatrelay.LimitsArtifact(chatrelay.Windows{}, chatrelay.StreamLimits{}, chatrelay.Retention{})},
+	} {
+		if *update {
+			assert.Success(t, os.MkdirAll(filepath.Dir(f.path), 0o755))
+			assert.Success(t, os.WriteFile(f.path, f.want, 0o644))
+			continue
+		}
+		got, err := os.ReadFile(f.path)
+		assert.Success(t, err)
+		if !bytes.Equal(got, f.want) {
+			t.Errorf("%s differs from what the code renders: run go test -run TestCommittedArtifacts -update . and commit it", f.path)
+		}
+	}
+}
+
+// TestBundleIsValid: the bundle is a valid draft 2020-12 schema (the
+// compiler checks it against the meta-schema) and every $defs entry
+// compiles; every verb has its input and result, and each input stands
+// alone (an MCP tool's input schema is the entry as it is).
+func TestBundleIsValid(t *testing.T) {
+	names := chatrelay.SchemaDefNames()
+	for _, n := range names {
+		_, err := schematest.Schema(n)
+		assert.Success(t, err)
+	}
+	for _, v := range chatrelay.Verbs() {
+		in, ok := chatrelay.SchemaDef(v + ".input")
+		assert.True(t, ok, "no %s.input", v)
+		_, ok = chatrelay.SchemaDef(v + ".result")
+		assert.True(t, ok, "no %s.result", v)
+		assert.True(t, !bytes.Contains(in, []byte(`"$ref"`)), "%s.input refers to another entry: it must stand alone", v)
+		var s struct {
+			Type        string `json:"type"`
+			Description string `json:"description"`
+		}
+		assert.Success(t, json.Unmarshal(in, &s))
+		assert.Equal(t, v+".input type", s.Type, "object")
+		assert.True(t, s.Description != "", "%s.input has no description (the MCP tool's)", v)
+		assert.Equal(t, "x-verbs input of "+v, schematest.VerbInput(v), v+".input")
+	}
+	// Every error code of the domain is in the schema's enum, once.
+	codes := chatrelay.Codes()
+	seen := map[chatrelay.Code]bool{}
+	for _, c := range codes {
+		assert.True(t, !seen[c], "code %s listed twice", c)
+		seen[c] = true
+		schematest.Valid(t, "code", []byte(`"`+string(c)+`"`))
+	}
+	schematest.Invalid(t, "code", []byte(`"no_such_code"`))
+}
+
+// TestLimitsArtifact: every limit of the table is stated with its unit;
+// the patterns are the domain's; the windows and retention given are
+// stated (zero: the defaults); the artifact is valid against its entry.
+func TestLimitsArtifact(t *testing.T) {
+	b := chatrelay.LimitsArtifact(chatrelay.Windows{PerThread: 7, Window: 90e9}, chatrelay.StreamLimits{}, chatrelay.Retention{Messages: 12})
+	schematest.Valid(t, "limits.answer", b)
+	var a struct {
+		Version string `json:"schema_version"`
+		Limits  map[string]struct {
+			Min, Max int
+			Unit     string
+		}
+		Patterns   map[string]string
+		RateLimits struct {
+			PerThread     int     `json:"per_thread"`
+			PerIP         int     `json:"per_ip"`
+			WindowSeconds float64 `json:"window_seconds"`
+		} `json:"rate_limits"`
+		Retention struct {
+			Messages   int     `json:"messages"`
+			AgeSeconds float64 `json:"age_seconds"`
+		}
+	}
+	assert.Success(t, json.Unmarshal(b, &a))
+	assert.Equal(t, "version", a.Version, chatrelay.SchemaVersion)
+	assert.Equal(t, "limits stated", len(a.Limits), len(chatrelay.Limits()))
+	for _, l := range chatrelay.Limits() {
+		got := a.Limits[l.Name]
+		assert.Equal(t, l.Name, [3]any{got.Min, got.Max, got.Unit}, [3]any{l.Min, l.Max, string(l.Unit)})
+	}
+	assert.Equal(t, "post.text", a.Limits["post.text"].Max, chatrelay.MaxText)
+	assert.Equal(t, "post.body unit", a.Limits["post.body"].Unit, "bytes")
+	assert.Equal(t, "card unit", a.Limits["card"].Unit, "json_utf8_bytes")
+	assert.Equal(t, "client_id pattern", a.Patterns["client_id"], `^[A-Za-z0-9_.:-]{1,160}$`)
+	assert.Equal(t, "rate window", a.RateLimits.WindowSeconds, 90.0)
+	assert.Equal(t, "per thread", a.RateLimits.PerThread, 7)
+	assert.Equal(t, "per ip (default)", a.RateLimits.PerIP, chatrelay.DefaultRatePerIP)
+	assert.Equal(t, "retention", a.Retention.Messages, 12)
+	assert.Equal(t, "retention age (default)", a.Retention.AgeSeconds, chatrelay.DefaultRetainAge.Seconds())
+}
+
+// TestDomainFixtures: the domain's objects, written from the contract,
+// decode into their Go types and encode back the same, and are valid
+// against their entries; objects that break the contract are refused by
+// the schema.
+func TestDomainFixtures(t *testing.T) {
+	msg := schematest.Decode[chatrelay.Message](t, "message",
+		[]byte(`{"id":"MSG-20261023-184000-a1b2c3","epoch":1792780800123,"ts":"2026-10-23T18:40:00+00:00","author":"operator","text":"hello"}`))
+	assert.Equal(t, "v1 author", msg.Author, chatrelay.Operator)
+	approval := `{"id":"ix_3f9a0c7e21b4","type":"approval","title":"deploy","prompt":"Deploy build 412 to production?","allow_text":false,` +
+		`"details":[{"label":"build","value":"412"}],"deadline":1792781400123,"state":"approved","answer":{"decision":"approve"},"answered_by":"operator","answered_at":1792780900123}`
+	ix := schematest.Decode[chatrelay.Interaction](t, "interaction", []byte(approval))
+	assert.Equal(t, "state", ix.State, chatrelay.Approved)
+	input := `{"id":"ix_3f9a0c7e21b5","type":"input","prompt":"Which branch?","choices":[{"value":"main","label":"Main branch","description":"the default"},{"value":"release"}],` +
+		`"allow_text":true,"deadline":1792781400123,"state":"answered","answer":{"value":"a branch of my own"},"answered_by":"operator","answered_at":1792780900123}`
+	schematest.Decode[chatrelay.Interaction](t, "interaction", []byte(input))
+	card := `{"title":"Build 412","fallback_text":"Build 412 is green.","blocks":[{"type":"text","text":"All checks passed."},` +
+		`{"type":"fields","fields":[{"label":"build","value":"412"},{"label":"branch","value":"main"}]},` +
+		`{"type":"link","url":"https://ci.example.com/412","label":"log"},{"type":"code","text":"make deploy","language":"sh"}]}`
+	schematest.Decode[chatrelay.Card](t, "card", []byte(card))
+	v2 := `{"id":"MSG-20261023-184000-a1b2c3","epoch":1792780800123,"ts":"2026-10-23T18:40:00+00:00","author":"hermes","text":"Approval requested: deploy",` +
+		`"rev":1792780900123,"client_id":"ask-412","interaction":` + approval + `,"reactions":{"👍":["operator","hermes","p:p_1a2b3c4d"]}}`
+	m := schematest.Decode[chatrelay.Message](t, "message.v2", []byte(v2))
+	assert.Equal(t, "reactors", len(m.Reactions["👍"]), 3)
+	schematest.Decode[chatrelay.Message](t, "message.v2", []byte(`{"id":"MSG-20261023-184000-a1b2c4","epoch":1792780800124,"ts":"2026-10-23T18:40:00+00:00",`+
+		`"author":"p:p_1a2b3c4d","text":"looks good","rev":1792780800124,"author_name":"Alex"}`))
+	schematest.Decode[chatrelay.Message](t, "message.v2", []byte(`{"id":"MSG-20261023-184000-a1b2c5","epoch":1792780800125,"ts":"2026-10-23T18:40:00+00:00",`+
+		`"author":"hermes","text":"Build 412 is green.","rev":1792780800125,"card":`+card+`}`))
+
+	for _, bad := range []struct{ def, json string }{
+		{"message", `{"id":"MSG-20261023-184000-a1b2c3","epoch":1,"ts":"2026-10-23T18:40:00+00:00","author":"operator","text":"hi","rev":1}`}, // a v2 field on v1
+		{"message", `{"id":"MSG-20261023-184000-a1b2c3","epoch":1,"ts":"2026-10-23T18:40:00Z","author":"operator","text":"hi"}`},              // ts not +00:00
+		{"message", `{"id":"MSG-20261023-184000-a1b2c3","epoch":1,"ts":"2026-10-23T18:40:00+00:00","author":"root","text":"hi"}`},             // no such author
+		{"message", `{"id":"MSG-20261023-184000-a1b2c3","epoch":1,"ts":"2026-10-23T18:40:00+00:00","author":"operator","text":"  "}`},         // blank
+		{"message", `{"id":"MSG-20261023-184000-a1b2c3","epoch":1,"ts":"2026-10-23T18:40:00+00:00","author":"operator","text":"` + strings.Repeat("é", chatrelay.MaxText+1) + `"}`},
+		{"interaction", strings.Replace(approval, `"allow_text":false`, `"allow_text":true`, 1)},                                                   // an approval takes no text
+		{"interaction", strings.Replace(approval, `{"decision":"approve"}`, `{"value":"main"}`, 1)},                                                // a value on an approval
+		{"interaction", strings.Replace(input, `"state":"answered"`, `"state":"approved"`, 1)},                                                     // an input is not approved
+		{"interaction", strings.Replace(approval, `"title":"deploy"`, `"title":"`+strings.Repeat("x", chatrelay.LimitApprovalTitle.Max+1)+`"`, 1)}, // approval title ≤ 128
+		{"card", strings.Replace(card, `https://ci.example.com/412`, `javascript:alert(1)`, 1)},
+		{"card", strings.Replace(card, `"language":"sh"`, `"language":"sh","url":"https://x"`, 1)}, // a field its type does not take
+		{"card", `{"fallback_text":"x"}`},                      // blocks are required
+		{"message.v2", strings.Replace(v2, `"👍"`, `"a b"`, 1)}, // an emoji with white space
+		{"reactions", `{}`},
+	} {
+		schematest.Invalid(t, bad.def, []byte(bad.json))
+	}
+}
+
+// TestVerbNamesAreTheHosts: the bundle's verbs are the contract's table,
+// in its order.
+func TestVerbNames(t *testing.T) {
+	want := []string{"list_threads", "read_thread", "wait_messages", "send", "request_input", "request_approval",
+		"check_interaction", "wait_interaction", "cancel_interaction", "react", "send_card"}
+	assert.Equal(t, "verbs", chatrelay.Verbs(), want)
+	for _, v := range want {
+		assert.Equal(t, "tool of "+v, schematest.MCPName(v), "chatrelay_"+v)
+	}
+	assert.True(t, slices.IsSorted(chatrelay.SchemaDefNames()), "SchemaDefNames is sorted")
+}
