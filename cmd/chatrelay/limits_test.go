@@ -89,7 +89,7 @@ type walk struct {
 	http     func(t *testing.T, w *walkEnv, n int) (path, body string) // POSTed as the thread's owner
 	cli      func(w *walkEnv, n int) (args []string, stdin string)
 	mcp      func(w *walkEnv, n int) (verb string, args map[string]any)
-	noSchema bool   // a limit in bytes: JSON Schema cannot state it
+	noSchema bool // a limit in bytes: JSON Schema cannot state it
 	// custom walks a limit that is not a refusal past a size (a name cut
 	// to its length, a count of grants or posts, the audit kept).
 	custom func(t *testing.T, w *walkEnv, l chatrelay.Limit)
