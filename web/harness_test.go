@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,7 +37,7 @@ import (
 
 var (
 	chromiumPath = flag.String("chromium", envOr("CHROMIUM", "/usr/bin/chromium"), "the Chromium the browser tests drive")
-	update       = flag.Bool("update", false, "rewrite the screenshots in testdata/ (screenshot.png, approval.png)")
+	update       = flag.Bool("update", false, "rewrite the screenshots in testdata/ (screenshot.png, approval.png, people.png, participant.png)")
 	showBrowser  = flag.Bool("browser-log", false, "print Chromium's own output")
 )
 
@@ -440,7 +441,9 @@ type gate struct {
 
 	mu      sync.Mutex
 	streams map[*int]stream
-	peak    int // most SSE streams open at once
+	peak    int      // most SSE streams open at once
+	lines   []string // every request line that reached the proxy: "METHOD URI"
+	heads   []string // the Referer and Authorization scheme of each, "Referer: …"
 }
 
 type stream struct {
@@ -467,6 +470,15 @@ func newGate(t *testing.T, backend *server) *gate {
 		},
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		g.lines = append(g.lines, r.Method+" "+r.RequestURI)
+		if ref := r.Header.Get("Referer"); ref != "" {
+			g.heads = append(g.heads, "Referer: "+ref)
+		}
+		if scheme, _, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok {
+			g.heads = append(g.heads, "Authorization: "+scheme+" for "+r.Method+" "+r.URL.Path)
+		}
+		g.mu.Unlock()
 		isWS := strings.HasSuffix(r.URL.Path, "/api/chat/ws")
 		isSSE := strings.HasSuffix(r.URL.Path, "/api/chat/stream")
 		isPoll := strings.HasSuffix(r.URL.Path, "/api/chat/poll")
@@ -543,6 +555,14 @@ func (g *gate) open(ws bool) int {
 		}
 	}
 	return n
+}
+
+// requests returns every request line the proxy saw ("GET /p") and the
+// Referer headers and Authorization schemes sent with them.
+func (g *gate) requests() (lines, heads []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.lines), slices.Clone(g.heads)
 }
 
 func (g *gate) counts() (sse, peakSSE int) {
@@ -666,6 +686,9 @@ func (tb *tab) dump() string {
 		shown: [...document.querySelectorAll("#log li")].map((li) => li.querySelector(".text, .ix, .card")?.textContent),
 		notice: document.getElementById("notice-text")?.textContent,
 		waiting: document.getElementById("waiting") ? !document.getElementById("waiting").hidden : null,
+		me: document.getElementById("me")?.textContent,
+		ended: document.getElementById("ended-text")?.textContent,
+		people: document.getElementById("invite-error")?.textContent || document.getElementById("people-status")?.textContent,
 	})`))
 	if err != nil {
 		return ""

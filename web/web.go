@@ -1,6 +1,8 @@
 // Package web is the browser page, embedded in the binary and served at the
 // prefix root: index.html, app.css, app.js (the page), view.js (its
-// drawing) and chat.js (the client module, which other sites may import).
+// drawing), people.js (the owner's People panel) and chat.js (the client
+// module, which other sites may import); and at /p the participant page
+// (p.html, with p-link.js) that a share link opens.
 package web
 
 import (
@@ -26,7 +28,8 @@ func Static() fs.FS {
 const csp = "default-src 'self'; connect-src 'self'; img-src 'self' data:; " +
 	"object-src 'none'; base-uri 'none'; form-action 'none'"
 
-// Handler serves the page and its assets.
+// Handler serves the page and its assets, and the participant page at /p
+// (a share link is <base>/p#chp_…).
 //
 // The files are public and carry no secret, so any origin may read them:
 // that lets a site on another origin import chat.js straight from this
@@ -42,6 +45,10 @@ func Handler() http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Content-Security-Policy", csp)
 		h.Set("Referrer-Policy", "no-referrer")
+		if r.URL.Path == "/p" {
+			http.ServeFileFS(w, r, Static(), "p.html")
+			return
+		}
 		files.ServeHTTP(w, r)
 	})
 }

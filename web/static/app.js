@@ -1,15 +1,24 @@
-// app.js: the page. It draws what the ChatClient of chat.js reports (with
+// app.js: the page, for the conversation's owner (index.html) and for a
+// participant who came by a share link (p.html, <body data-page=
+// "participant">). It draws what the ChatClient of chat.js reports (with
 // the builders of view.js) and sends what the person writes, answers and
-// reacts. Text is always set with textContent, never parsed as HTML.
+// reacts. Text is always set with textContent, never parsed as HTML. The
+// owner's People panel is people.js.
 
-import { ChatClient, MAX_CHARS, countChars } from "./chat.js";
-import { ME, messageItem, moveInBar, refreshInteraction, tick, updateItem } from "./view.js";
+import { ChatClient, MAX_CHARS, SHARE_TOKEN, countChars } from "./chat.js";
+import { OWNER, guest, messageItem, moveInBar, redrawNames, refreshInteraction, tick, updateItem } from "./view.js";
+import { setupPeople } from "./people.js";
 
 const $ = (id) => document.getElementById(id);
 const els = {
   status: $("status"),
   statusText: $("status-text"),
   fresh: $("new"),
+  me: $("me"),
+  others: $("others"),
+  readonly: $("readonly"),
+  ended: $("ended"),
+  endedText: $("ended-text"),
   scroller: $("conversation"),
   log: $("log"),
   empty: $("empty"),
@@ -31,14 +40,47 @@ const states = {
   sse: "live · SSE",
   polling: "polling",
   offline: "offline",
+  ended: "no access",
 };
 
-const chat = new ChatClient(); // the server is the one that served this page
+// ---- who reads ----
+
+/** The participant page keeps its link's token here, for this tab only. */
+const SHARE_KEY = "chatrelay.share";
+
+const participantPage = document.body.dataset.page === "participant";
+
+// The participant's link: p-link.js took its token out of the address bar
+// (and the history) before anything else ran, and left it here.
+const link = participantPage ? readLink() : null;
+
+function readLink() {
+  let token = "";
+  try {
+    token = sessionStorage.getItem(SHARE_KEY) || "";
+  } catch {}
+  if (!token) return { token, problem: "missing" };
+  if (!SHARE_TOKEN.test(token)) return { token, problem: "malformed" };
+  return { token, problem: "" };
+}
+
+// The server is the one that served this page. A participant's client is
+// made with its link's token (one that is not a token is never started).
+const chat = new ChatClient(participantPage ? { shareToken: link.token || "-" } : {});
 
 // busy holds the requests of this page in flight: an interaction's id
 // while its answer is sent, "<message id> <emoji>" while a reaction is.
 const busy = new Set();
-const ctx = { now: () => chat.now(), busy: (key) => busy.has(key) };
+// ctx says who reads (view.js draws with it). A participant's page fills
+// it in from whoami before it connects.
+const ctx = {
+  me: OWNER,
+  canAnswer: !participantPage,
+  canReact: !participantPage,
+  names: new Map(), // "p:<id>" → {name, role, kind}
+  now: () => chat.now(),
+  busy: (key) => busy.has(key),
+};
 
 // ---- the conversation ----
 
@@ -107,6 +149,7 @@ chat.addEventListener("message", (e) => {
   showWaiting();
   delivered(m);
   ticking();
+  learnNames(m);
 });
 
 chat.addEventListener("update", (e) => {
@@ -118,6 +161,7 @@ chat.addEventListener("update", (e) => {
   announce(updateItem(li, m, previous, ctx));
   if (stick) toBottom();
   ticking();
+  learnNames(m);
 });
 
 chat.addEventListener("clear", () => {
@@ -145,13 +189,50 @@ els.scroller.addEventListener("scroll", () => {
   if (nearBottom()) els.jump.hidden = true;
 });
 
+let wasLive = false;
+let seenLive = false;
 chat.addEventListener("status", (e) => {
   const { state, shared } = e.detail;
   if (state !== "connecting" && settling === null && els.log.hasAttribute("aria-busy")) settle();
   els.status.dataset.state = state;
   els.statusText.textContent = states[state] || state;
   els.status.title = shared ? "shared with another tab of this browser" : "";
+  // Back after a while away: who is in the conversation may have changed.
+  const isLive = state === "ws" || state === "sse" || state === "polling";
+  if (isLive && !wasLive && participantPage && seenLive) refreshWho();
+  wasLive = isLive;
+  seenLive ||= isLive;
 });
+
+// ---- participants' names ----
+
+// learnNames notices participants this page cannot name yet (a reactor,
+// or an agent's badge) and asks the server who they are: one request at a
+// time, after a short wait that gathers a burst of messages. The names and
+// reactions are then drawn again.
+let naming = null;
+const unnamed = (m) =>
+  [m.author, ...Object.values(m.reactions || {}).flat()].some((id) => guest(id) && id !== ctx.me && !ctx.names.has(id));
+function learnNames(m) {
+  if (naming || !unnamed(m)) return;
+  naming = setTimeout(async () => {
+    await (participantPage ? refreshWho() : refreshNames());
+    naming = null;
+    for (const [id, m] of shown) {
+      const li = itemOf(id);
+      if (li && (guest(m.author) || Object.keys(m.reactions || {}).length)) redrawNames(li, m, ctx);
+    }
+  }, 300);
+}
+
+// setNames takes the owner's list of grants, or whoami's active ones.
+function setNames(list) {
+  for (const p of list || []) ctx.names.set(`p:${p.id}`, { name: p.name, role: p.role, kind: p.kind });
+}
+
+function refreshNames() {
+  return chat.participants().then(setNames, () => {});
+}
 
 // ---- interactions ----
 
@@ -231,7 +312,7 @@ async function toggleReaction(id, emoji, button) {
   const key = `${id} ${emoji}`;
   if (busy.has(key)) return;
   const m = messageOf(id);
-  const mine = (m?.reactions?.[emoji] || []).includes(ME);
+  const mine = (m?.reactions?.[emoji] || []).includes(ctx.me);
   busy.add(key);
   button.setAttribute("aria-disabled", "true");
   try {
@@ -384,7 +465,9 @@ async function send() {
     toBottom();
   } catch (err) {
     // In every failure the text stays in the composer, with its client_id.
-    if (err.status === 0 && chat.messages.some((m) => m.client_id === p.clientId)) {
+    if (chat.ended) {
+      // The link ended: the page says so instead (the "ended" event).
+    } else if (err.status === 0 && chat.messages.some((m) => m.client_id === p.clientId)) {
       sent(text); // the answer was lost, the message is shown: it was stored
     } else if (err.code === "rate_limited") {
       startCountdown(err.retryAfterMs);
@@ -394,6 +477,8 @@ async function send() {
       notify(`Not sent: ${err.message}. Your message is ${why}; shorten it and send again.`);
     } else if (err.status === 0) {
       notify("Not sent: the server could not be reached. Your message is kept.", "error", true);
+    } else if (refusals[err.code]) {
+      notify(refusals[err.code], "wait");
     } else {
       notify(`Not sent: ${err.message}.`, "error", err.retryable);
     }
@@ -420,7 +505,14 @@ els.retry.addEventListener("click", () => {
   els.text.focus();
 });
 
-els.fresh.addEventListener("click", () => {
+// A participant's post refused for a reason of its link's (contract Part 3).
+const refusals = {
+  too_many_messages: "Not sent: your last 3 messages still wait for hermes's answer. Your message is kept; send it once hermes has answered.",
+  cap_reached: "Not sent: this link has used all the messages it may write. Ask the conversation's owner for a new link to write more.",
+  not_permitted: "Not sent: this link lets you read this conversation, not write in it.",
+};
+
+els.fresh?.addEventListener("click", () => {
   const ok = confirm(
     "Start a new conversation?\n\nThis browser will forget the current one; it cannot be opened here again.",
   );
@@ -436,6 +528,88 @@ els.fresh.addEventListener("click", () => {
   els.text.focus();
 });
 
+// ---- a participant's page ----
+
+// The sentences a participant reads when the server refuses their link,
+// and when the page has no link to use.
+const ended = {
+  token_revoked: "This link was revoked by the conversation's owner.",
+  token_expired: "This link expired: ask the owner for a new one.",
+  unauthorized: "This link is not valid: ask the conversation's owner for a new one.",
+  malformed: "This link is incomplete: open the whole link the conversation's owner sent you.",
+  missing: "This page opens a conversation shared with you: open the link the conversation's owner sent you.",
+};
+
+// endWith puts the page in its final state: the conversation goes, the
+// reason is said, nothing more is asked of the server.
+function endWith(code) {
+  clearInterval(countdown);
+  countdown = null;
+  shown.clear();
+  els.log.replaceChildren();
+  els.log.removeAttribute("aria-busy");
+  for (const e of [els.empty, els.waiting, els.jump, els.form, els.readonly, els.others, els.scroller]) e.hidden = true;
+  document.body.dataset.ended = code;
+  els.status.dataset.state = "ended";
+  els.statusText.textContent = states.ended;
+  els.endedText.textContent = ended[code] || ended.unauthorized;
+  els.ended.hidden = false;
+  els.ended.focus();
+}
+
+chat.addEventListener("ended", (e) => endWith(e.detail.code));
+
+// applyWho shows who the participant is ("Alex · commenter") and who else
+// is in the conversation, and what they may do.
+function applyWho(w) {
+  const p = w.participant;
+  if (!p) return;
+  ctx.me = `p:${p.id}`;
+  ctx.canReact = p.role === "commenter";
+  ctx.names.clear();
+  setNames(w.participants);
+  els.me.textContent = `${p.name} · ${p.role}`;
+  els.me.hidden = false;
+  document.title = `${p.name} · chatrelay`;
+  const others = (w.participants || []).filter((o) => o.id !== p.id).map((o) => `${o.name} (${o.role})`);
+  els.others.textContent = `Also here: the owner, hermes${others.map((o) => ", " + o).join("")}.`;
+  els.others.hidden = false;
+  const writes = p.role === "commenter";
+  els.form.hidden = !writes;
+  els.readonly.hidden = writes;
+}
+
+function refreshWho() {
+  return chat.whoami().then(applyWho, () => {});
+}
+
+// join reads who the link is for (retrying while the server is away),
+// then connects. A refused link ends the page (the "ended" event).
+async function join() {
+  if (link.problem) {
+    endWith(link.problem);
+    return;
+  }
+  for (let fails = 0; ; fails++) {
+    try {
+      applyWho(await chat.whoami());
+      break;
+    } catch (err) {
+      if (chat.ended) return;
+      els.status.dataset.state = "offline";
+      els.statusText.textContent = states.offline;
+      await new Promise((r) => setTimeout(r, Math.min(30000, 500 * 2 ** fails)));
+    }
+  }
+  chat.start();
+  if (!els.form.hidden) els.text.focus();
+}
+
 updateCount();
-chat.start();
-els.text.focus();
+if (participantPage) {
+  join();
+} else {
+  setupPeople(chat, (list) => setNames(list));
+  chat.start();
+  els.text.focus();
+}

@@ -15,8 +15,13 @@
 //   "clear"                        forget every shown message (new conversation, reset)
 //   "awaiting"  detail {awaiting}  true while the last message waits for hermes
 //   "status"    detail {state, shared}
-//               state is "connecting", "ws", "sse", "polling" or "offline";
-//               shared is true when another tab holds the connection
+//               state is "connecting", "ws", "sse", "polling", "offline" or
+//               "ended"; shared is true when another tab holds the connection
+//   "ended"     detail {code}
+//               the server refused this client's credential for good
+//               (token_revoked, token_expired, or unauthorized for a share
+//               token it does not know): the client has stopped and will
+//               not reconnect
 //
 //   import { ChatClient } from "https://chat.example.com/chat.js";
 //   const chat = new ChatClient();   // the server is where chat.js came from
@@ -31,6 +36,14 @@
 // with crypto.getRandomValues and kept in localStorage. It travels only in
 // the X-Chat-Token header, never in a URL: streams are opened with a
 // short-lived, read-only ticket instead.
+//
+// A participant (contract Part 3) is made with the share token of its link
+// instead: new ChatClient({ shareToken: "chp_…" }). It is sent only as
+// Authorization: Bearer (tickets are minted with it the same way), and the
+// owner's token is then neither made nor read. When the owner revokes the
+// link, or it expires, the server ends the streams (SSE "revoked", a
+// WebSocket closed 1008) and refuses every request (401): the client stops
+// for good and says why with an "ended" event.
 //
 // The live connection climbs down a ladder: a WebSocket with a ticket; if
 // that cannot open, Server-Sent Events with a ticket; if neither can, the
@@ -56,10 +69,17 @@ export const MAX_CHARS = 4000;
 
 const TOKEN = /^[0-9a-f]{64}$/;
 
+/** SHARE_TOKEN is the form of a share link's token: chp_ and 43 base64url characters. */
+export const SHARE_TOKEN = /^chp_[A-Za-z0-9_-]{43}$/;
+
+// The codes that end a client for good: its credential will never work again.
+const ENDS = new Set(["token_revoked", "token_expired"]);
+
 const defaults = {
   baseURL: undefined, // the server, with its prefix; defaults to where chat.js was loaded from
   storage: undefined, // defaults to localStorage
   storageKey: "chatrelay.token",
+  shareToken: "", // a participant's share token (chp_…): then the owner's token is not used
   kind: "operator", // the author of send(); "agent" for an in-page AI
   transports: ["ws", "sse", "poll"], // the rungs of the ladder, in order
   share: true, // one connection per browser, shared by its tabs
@@ -132,6 +152,7 @@ export class ChatClient extends EventTarget {
   #tab = ""; // this client's part of every client_id it makes
   #posts = 0;
   #skew = { lo: -Infinity, hi: Infinity }; // server clock − ours, in ms, as far as known
+  #ended = ""; // the code that ended this client for good, once it has
 
   /** Messages shown, oldest (by epoch) first, each in its newest known state. */
   messages = [];
@@ -161,9 +182,17 @@ export class ChatClient extends EventTarget {
   get baseURL() {
     return this.#base.href;
   }
-  /** The current state: "connecting", "ws", "sse", "polling" or "offline". */
+  /** The current state: "connecting", "ws", "sse", "polling", "offline" or "ended". */
   get status() {
     return this.#status;
+  }
+  /** Whether this client is a participant, holding a share token. */
+  get participant() {
+    return !!this.#o.shareToken;
+  }
+  /** The code that ended this client for good ("token_revoked", …), or "". */
+  get ended() {
+    return this.#ended;
   }
   /** Whether another tab holds the live connection for this one. */
   get shared() {
@@ -173,8 +202,9 @@ export class ChatClient extends EventTarget {
     return this.#o.storage ?? globalThis.localStorage;
   }
 
-  /** The identity; made and stored on first use. */
+  /** The identity: the owner's token, made and stored on first use; or a participant's share token. */
   get token() {
+    if (this.participant) return this.#o.shareToken;
     if (this.#token) return this.#token;
     let t = null;
     try {
@@ -201,9 +231,9 @@ export class ChatClient extends EventTarget {
     return Date.now() + skew;
   }
 
-  /** start connects; the events above follow. */
+  /** start connects; the events above follow. An ended client stays ended. */
   start() {
-    if (this.#run) return;
+    if (this.#run || this.#ended) return;
     // Everything a run owns: stop() ends it, start() makes a new one.
     // catching is its poll in flight; again asks that poll to run once
     // more, full to read from the start (after a reset).
@@ -216,9 +246,8 @@ export class ChatClient extends EventTarget {
       full: false,
     };
     this.#run = run;
-    const token = this.token;
     const signal = run.ac.signal;
-    globalThis.addEventListener?.("storage", (e) => this.#onStorage(e), { signal });
+    if (!this.participant) globalThis.addEventListener?.("storage", (e) => this.#onStorage(e), { signal });
     globalThis.addEventListener?.("online", () => this.#wake(), { signal });
     globalThis.document?.addEventListener(
       "visibilitychange",
@@ -230,7 +259,8 @@ export class ChatClient extends EventTarget {
     // The name carries the version of what the tabs tell each other
     // (v2: changes), so a tab still running an older chat.js (open since
     // before a deploy) keeps to its own group and leader.
-    const name = `chatrelay/2 ${this.#base.href} ${token.slice(0, 16)}`;
+    const who = this.participant ? this.#o.shareToken.slice(0, 20) : this.token.slice(0, 16);
+    const name = `chatrelay/2 ${this.#base.href} ${who}`;
     const share = this.#o.share && globalThis.BroadcastChannel && globalThis.navigator?.locks;
     if (!share) {
       this.#lead(run);
@@ -255,7 +285,19 @@ export class ChatClient extends EventTarget {
     this.#channel?.close();
     this.#channel = null;
     this.#ticket = null;
-    this.#setStatus("offline");
+    this.#setStatus(this.#ended ? "ended" : "offline");
+  }
+
+  // end stops this client for good: the server refused its credential
+  // with code, which no retry can change. The other tabs are told, and
+  // the page hears "ended".
+  #end(code) {
+    if (this.#ended) return;
+    this.#ended = code;
+    this.#broadcast({ type: "ended", code });
+    this.stop();
+    this.#setStatus("ended");
+    this.dispatchEvent(new CustomEvent("ended", { detail: { code } }));
   }
 
   /** newConversation forgets this conversation and starts a new one. */
@@ -292,7 +334,8 @@ export class ChatClient extends EventTarget {
     if (typeof options === "string") options = { kind: options };
     const kind = options.kind ?? this.#o.kind;
     const clientId = options.clientId ?? this.newClientId();
-    const body = { text, kind, client_id: clientId };
+    // A participant's author is its grant: the server refuses a kind.
+    const body = this.participant ? { text, client_id: clientId } : { text, kind, client_id: clientId };
     const { data, res } = await this.#request("POST", "api/chat/post", null, body, true);
     this.#poke();
     const replayed = res.headers.get("Idempotent-Replayed") === "true";
@@ -320,9 +363,10 @@ export class ChatClient extends EventTarget {
   }
 
   /**
-   * react adds the owner's reaction emoji to a message, or removes it
-   * (remove true). It resolves with the message, which is shown at once;
-   * a 429 throws a ChatError with retryAfterMs, as send does.
+   * react adds this client's reaction emoji to a message (the owner's, or
+   * a commenter's), or removes it (remove true). It resolves with the
+   * message, which is shown at once; a 429 throws a ChatError with
+   * retryAfterMs, as send does.
    */
   async react(messageId, emoji, remove = false) {
     const body = { message_id: messageId, emoji };
@@ -330,6 +374,53 @@ export class ChatClient extends EventTarget {
     const data = await this.#request("POST", "api/chat/react", null, body);
     this.#upsert(data.message, false);
     return data.message;
+  }
+
+  // ---- participants (contract Part 3) ----
+
+  /**
+   * whoami resolves with who this client is in its conversation:
+   * {thread, role ("owner", "viewer" or "commenter"), participant (the
+   * participant object, or null for the owner), participants (the active
+   * grants: {id, name, kind, role})}.
+   */
+  async whoami() {
+    const data = await this.#request("GET", "api/chat/whoami");
+    this.thread = data.thread || this.thread;
+    return data;
+  }
+
+  /**
+   * invite asks the server for a share link (the owner only): name, role
+   * ("viewer" or "commenter"), expiresIn (seconds), cap, kind ("human" or
+   * "agent"); those left out take the server's defaults. It resolves with
+   * {participant, token, link, qr}: the link (and its token) is shown this
+   * once, and qr is the link as a QR code (a PNG data URL).
+   */
+  async invite({ name, role, expiresIn, cap, kind } = {}) {
+    const body = { name };
+    if (role !== undefined) body.role = role;
+    if (expiresIn !== undefined) body.expires_in = expiresIn;
+    if (cap !== undefined) body.cap = cap;
+    if (kind !== undefined) body.kind = kind;
+    const data = await this.#request("POST", "api/chat/participants", null, body);
+    return { participant: data.participant, token: data.token, link: data.link, qr: data.qr || "" };
+  }
+
+  /** participants resolves with every grant of the conversation, newest first (the owner only). */
+  async participants() {
+    const data = await this.#request("GET", "api/chat/participants");
+    return Array.isArray(data.participants) ? data.participants : [];
+  }
+
+  /**
+   * revoke ends a participant's link (the owner only): their open streams
+   * end within a second. It resolves with the participant, now revoked;
+   * revoking again answers the same.
+   */
+  async revoke(id) {
+    const data = await this.#request("DELETE", `api/chat/participants/${encodeURIComponent(id)}`);
+    return data.participant;
   }
 
   // poke has the live connection catch up soon after this tab wrote: the
@@ -451,7 +542,12 @@ export class ChatClient extends EventTarget {
         else if (f.type === "message" || f.type === "update") on.change(f.message);
         else if (f.type === "reset") this.#reset(run);
       };
-      ws.onclose = on.end;
+      ws.onclose = (e) => {
+        // 1008 with the reason token_revoked or token_expired: a
+        // participant's link ended while the socket was open.
+        if (e.code === 1008 && ENDS.has(e.reason)) this.#end(e.reason);
+        on.end();
+      };
       return () => ws.close(1000);
     });
   }
@@ -472,6 +568,8 @@ export class ChatClient extends EventTarget {
       es.addEventListener("message", parse((m) => on.change(m)));
       es.addEventListener("update", parse((m) => on.change(m)));
       es.addEventListener("reset", () => this.#reset(run));
+      // A participant's link ended while the stream was open.
+      es.addEventListener("revoked", parse((f) => this.#end(ENDS.has(f.code) ? f.code : "token_revoked")));
       es.onerror = on.end;
       return () => es.close();
     });
@@ -631,6 +729,9 @@ export class ChatClient extends EventTarget {
         break;
       case "poke":
         if (leader) this.#wake();
+        break;
+      case "ended":
+        if (ENDS.has(d.code) || d.code === "unauthorized") this.#end(d.code);
         break;
     }
   }
@@ -792,7 +893,10 @@ export class ChatClient extends EventTarget {
   }
 
   async #request(method, path, params, body, withResponse = false) {
-    const headers = { "X-Chat-Token": this.token };
+    if (this.#ended) throw new ChatError(401, { code: this.#ended, error: "this link no longer gives access" }, 0);
+    const headers = this.participant
+      ? { Authorization: `Bearer ${this.#o.shareToken}` }
+      : { "X-Chat-Token": this.token };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     let res;
     const t0 = Date.now();
@@ -815,7 +919,13 @@ export class ChatClient extends EventTarget {
     if (!res.ok || !data || data.success === false) {
       let ms = Number(data?.retry_after_ms) || 0;
       if (!ms && res.status === 429) ms = (Number(res.headers.get("Retry-After")) || 1) * 1000;
-      throw new ChatError(res.status, data, ms);
+      const err = new ChatError(res.status, data, ms);
+      // A credential that will never work again ends the client: a
+      // revoked or expired link, or a share token the server does not know.
+      if (res.status === 401 && (ENDS.has(err.code) || (this.participant && err.code === "unauthorized"))) {
+        this.#end(err.code);
+      }
+      throw err;
     }
     return withResponse ? { data, res } : data;
   }

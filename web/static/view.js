@@ -2,6 +2,13 @@
 // Every string a message carries is set with textContent (or as an
 // attribute value), never parsed as HTML; a link is a link only for an
 // http or https URL. app.js wires these to the ChatClient and the person.
+//
+// The drawing takes a ctx that says who reads: me (the author and reactor
+// id that is "you": "operator" for the owner, "p:<id>" for a participant),
+// canAnswer (the owner answers interactions; a participant sees them
+// read-only), canReact (the owner and commenters), names (participant
+// author ids to {name, role, kind}, for reactors), now() (the server's
+// clock) and busy(key) (a request of this page in flight).
 
 /** The reactions offered under every message, with the names read out. */
 export const REACTIONS = [
@@ -14,16 +21,22 @@ export const REACTIONS = [
 ];
 const reactionName = new Map(REACTIONS);
 
-/** The reactor (and answerer) that is this page's person: the token's owner. */
-export const ME = "operator";
+/** OWNER is the author (and reactor, and answerer) id of the thread's owner. */
+export const OWNER = "operator";
 
-const authors = { operator: "you", agent: "agent", hermes: "hermes" };
+const authors = { operator: "the owner", agent: "agent", hermes: "hermes" };
 
-/** who names an author or a reactor for the reader. */
-export function who(id, m) {
+/** guest reports whether an author id is a participant's ("p:<id>"). */
+export const guest = (id) => typeof id === "string" && id.startsWith("p:");
+
+/** who names an author or a reactor for the reader: "you" for ctx.me. */
+export function who(id, m, ctx) {
+  if (id === (ctx?.me ?? OWNER)) return "you";
   if (authors[id]) return authors[id];
   if (m?.author === id && m.author_name) return m.author_name;
-  return String(id);
+  const known = ctx?.names?.get(id)?.name;
+  if (known) return known;
+  return guest(id) ? `guest ${id.slice(2)}` : String(id);
 }
 
 const timeFmt = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
@@ -77,16 +90,40 @@ export function safeURL(url) {
  * (the server's clock) and busy(key) (a request of this page in flight).
  */
 export function messageItem(m, ctx) {
+  const kind = authors[m.author] ? m.author : guest(m.author) ? "guest" : "other";
   const li = el("li", {
-    className: `msg msg-${authors[m.author] ? m.author : "other"}`,
+    className: `msg msg-${kind}${m.author === (ctx.me ?? OWNER) ? " mine" : ""}`,
     "data-id": m.id,
     "data-epoch": m.epoch,
+    "data-author": m.author,
   });
+  li.append(meta(m, ctx), body(m, ctx), reactionBar(m, ctx));
+  return li;
+}
+
+// meta is a message's first line: who wrote it, and when. A participant's
+// message is never drawn as the owner's: it carries their name and a badge
+// that says they came in by a share link.
+function meta(m, ctx) {
   const w = when(m.epoch);
   const t = el("time", { dateTime: new Date(m.epoch).toISOString(), title: w.full, textContent: w.short });
-  const meta = el("div", { className: "meta" }, el("span", { className: "author", textContent: who(m.author, m) }), " ", t);
-  li.append(meta, body(m, ctx), reactionBar(m, ctx));
-  return li;
+  const line = el("div", { className: "meta" }, el("span", { className: "author", textContent: who(m.author, m, ctx) }));
+  if (guest(m.author)) {
+    const agent = ctx.names?.get(m.author)?.kind === "agent";
+    const badge = agent ? "guest agent" : "guest";
+    line.append(" ", el("span", { className: "badge", title: `invited with a share link (${m.author.slice(2)})`, textContent: badge }));
+  }
+  line.append(" ", t);
+  return line;
+}
+
+/**
+ * redrawNames draws li's author line and reactions again, once the page
+ * has learned who the participants are.
+ */
+export function redrawNames(li, m, ctx) {
+  li.querySelector(":scope > .meta")?.replaceWith(meta(m, ctx));
+  redrawReactions(li, m, ctx);
 }
 
 function body(m, ctx) {
@@ -108,15 +145,22 @@ export function updateItem(li, m, previous, ctx) {
   } else if (JSON.stringify(m.card) !== JSON.stringify(previous?.card) || m.text !== previous?.text) {
     oldBody.replaceWith(body(m, ctx));
   }
-  if (JSON.stringify(m.reactions) !== JSON.stringify(previous?.reactions)) {
-    const bar = li.querySelector(":scope > .reactions");
-    const focused = bar?.contains(document.activeElement);
-    const stop = bar?.querySelector('button[tabindex="0"]')?.dataset.emoji;
-    const fresh = reactionBar(m, ctx, stop);
-    bar ? bar.replaceWith(fresh) : li.append(fresh);
-    if (focused) fresh.querySelector('button[tabindex="0"]')?.focus();
-  }
+  if (JSON.stringify(m.reactions) !== JSON.stringify(previous?.reactions)) redrawReactions(li, m, ctx);
   return said;
+}
+
+/**
+ * redrawReactions draws li's reaction bar again (its reactions changed, or
+ * the page learned the names of the reactors), keeping the bar's Tab stop
+ * and the focus in it.
+ */
+export function redrawReactions(li, m, ctx) {
+  const bar = li.querySelector(":scope > .reactions");
+  const focused = bar?.contains(document.activeElement);
+  const stop = bar?.querySelector('button[tabindex="0"]')?.dataset.emoji;
+  const fresh = reactionBar(m, ctx, stop);
+  bar ? bar.replaceWith(fresh) : li.append(fresh);
+  if (focused) fresh.querySelector('button[tabindex="0"]')?.focus();
 }
 
 // ---- interactions ----
@@ -139,8 +183,8 @@ export function countdown(ms) {
 }
 
 /** outcome words an interaction's closed state for the reader ("Approved by you"). */
-export function outcome(ix, state, m) {
-  const by = ix.answered_by ? ` by ${who(ix.answered_by, m)}` : "";
+export function outcome(ix, state, m, ctx) {
+  const by = ix.answered_by ? ` by ${who(ix.answered_by, m, ctx)}` : "";
   switch (state) {
     case "approved":
       return `Approved${by}`;
@@ -200,8 +244,20 @@ function interaction(m, ctx) {
         el("span", { className: "sr-only", textContent: `Answer by ${when(local).short}.` }),
       ),
     );
+    if (!ctx.canAnswer) {
+      // A participant sees what is asked and how it ends; the answer is
+      // the owner's alone.
+      sec.append(el("p", { className: "ix-waiting", textContent: "Waiting for the owner's answer." }));
+      if (!approval && ix.choices?.length) {
+        const ul = el("ul", { className: "ix-choices", "aria-label": "Choices" });
+        for (const c of ix.choices) ul.append(el("li", { textContent: c.label || c.value }));
+        sec.append(ul);
+      }
+    }
     const actions = el("div", { className: "ix-actions", role: "group", "aria-label": approval ? "Approve or deny" : "Choices" });
-    if (approval) {
+    if (!ctx.canAnswer) {
+      // no buttons
+    } else if (approval) {
       actions.append(
         el("button", { type: "button", className: "approve", "data-decision": "approve", textContent: "Approve", "aria-disabled": busy && "true" }),
         el("button", { type: "button", className: "deny quiet", "data-decision": "deny", textContent: "Deny", "aria-disabled": busy && "true" }),
@@ -219,7 +275,7 @@ function interaction(m, ctx) {
       }
     }
     if (actions.children.length) sec.append(actions);
-    if (!approval && ix.allow_text) {
+    if (ctx.canAnswer && !approval && ix.allow_text) {
       const id = `ix-text-${ix.id}`;
       sec.append(
         el(
@@ -237,7 +293,7 @@ function interaction(m, ctx) {
     }
   } else {
     const at = ix.answered_at && state !== "expired" ? ` · ${when(ix.answered_at).short}` : "";
-    sec.append(el("p", { className: "ix-outcome", tabIndex: -1, textContent: outcome(ix, state, m) + at }));
+    sec.append(el("p", { className: "ix-outcome", tabIndex: -1, textContent: outcome(ix, state, m, ctx) + at }));
   }
   sec.append(el("p", { className: "ix-error", role: "alert", hidden: true }));
   sec._ix = JSON.stringify(ix);
@@ -281,7 +337,7 @@ export function refreshInteraction(li, m, ctx) {
     same?.focus();
   }
   if (sec?.dataset.state === "pending" && state !== "pending") {
-    return `${m.interaction.title || (m.interaction.type === "approval" ? "Approval" : "Question")}: ${outcome(m.interaction, state, m)}.`;
+    return `${m.interaction.title || (m.interaction.type === "approval" ? "Approval" : "Question")}: ${outcome(m.interaction, state, m, ctx)}.`;
   }
   return "";
 }
@@ -355,15 +411,34 @@ export function card(c) {
  * aria-pressed when this page's person reacted with it. The bar is a
  * toolbar: one Tab stop (the button of emoji stop, else the first), the
  * arrow keys move between its buttons (moveInBar), so the keyboard does
- * not cross six buttons per message.
+ * not cross six buttons per message. A reader who may not react (a
+ * viewer) sees the reactions used, as text.
  */
 export function reactionBar(m, ctx, stop) {
   const r = m.reactions && typeof m.reactions === "object" ? m.reactions : {};
+  if (ctx.canReact === false) {
+    const list = el("ul", { className: "reactions read-only", "aria-label": "Reactions", "aria-live": "off" });
+    for (const [e, by] of Object.entries(r)) {
+      if (!Array.isArray(by) || !by.length) continue;
+      const name = reactionName.get(e) || e;
+      list.append(
+        el(
+          "li",
+          { className: "react", title: `${name}: ${by.map((x) => who(x, m, ctx)).join(", ")}` },
+          el("span", { className: "emoji", "aria-hidden": "true", textContent: e }),
+          el("span", { className: "n", "aria-hidden": "true", textContent: String(by.length) }),
+          el("span", { className: "sr-only", textContent: `${name}, ${by.length}` }),
+        ),
+      );
+    }
+    return list;
+  }
+  const me = ctx.me ?? OWNER;
   const bar = el("div", { className: "reactions", role: "toolbar", "aria-label": "Reactions", "aria-live": "off" });
   const emojis = [...REACTIONS.map(([e]) => e), ...Object.keys(r).filter((e) => !reactionName.has(e))];
   for (const e of emojis) {
     const by = Array.isArray(r[e]) ? r[e] : [];
-    const mine = by.includes(ME);
+    const mine = by.includes(me);
     const name = reactionName.get(e) || e;
     const b = el(
       "button",
@@ -373,7 +448,7 @@ export function reactionBar(m, ctx, stop) {
         "data-emoji": e,
         "aria-pressed": mine ? "true" : "false",
         "aria-label": by.length ? `${name}, ${by.length}` : name,
-        title: by.length ? `${name}: ${by.map((x) => who(x, m)).join(", ")}` : `React with ${name}`,
+        title: by.length ? `${name}: ${by.map((x) => who(x, m, ctx)).join(", ")}` : `React with ${name}`,
         "aria-disabled": ctx.busy(`${m.id} ${e}`) && "true",
       },
       el("span", { className: "emoji", "aria-hidden": "true", textContent: e }),

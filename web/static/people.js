@@ -1,0 +1,273 @@
+// people.js: the owner's People panel (contract Part 3). A modal dialog
+// (the browser's own <dialog>: it keeps the focus inside, Escape closes it,
+// and the focus goes back to the People button) with the invite form (a
+// name, a role, an expiry), the link of a new invite shown this once with
+// Copy and its QR code (made by the server, a PNG data URL), and the list
+// of every link with its state and, while active, Revoke.
+
+const dayFmt = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+
+// sentence says why the server refused an invite, a revoke or the list,
+// from the error's machine code.
+function sentence(err, what) {
+  switch (err.code) {
+    case "participant_limit":
+      return "This conversation already has 50 active links: revoke one before inviting someone else.";
+    case "invalid_name":
+      return "Give the person a name: letters or digits, not only spaces or the characters [ ] < >.";
+    case "invalid_role":
+      return "Choose a role: viewer or commenter.";
+    case "invalid_expiry":
+      return "Choose when the link expires: between 1 hour and 30 days.";
+    case "invalid_cap":
+      return "The number of messages a link may write is 1 to 1000.";
+    case "participants_unreadable":
+      return "The server cannot read this conversation's list of people, so no one can be invited or revoked for now, and every link is refused meanwhile. Tell whoever runs the server.";
+    case "not_found":
+      return what === "invite"
+        ? "Write a first message before inviting anyone: there is no conversation to share yet."
+        : "That link is not in this conversation's list any more.";
+    case "store_unavailable":
+      return "The server's store cannot be reached for now; try again in a moment.";
+    case "rate_limited":
+      return `Too many requests for now; try again in ${Math.max(1, Math.ceil(err.retryAfterMs / 1000))} s.`;
+    case "network":
+      return "The server could not be reached. Try again.";
+  }
+  const lead = { invite: "No link was made", revoke: "The link was not revoked", list: "The list could not be read" }[what];
+  return `${lead}: ${err.message}.`;
+}
+
+/**
+ * setupPeople wires the People panel of index.html to chat (a
+ * ChatClient of the owner). onList is given every list of grants read,
+ * so the page can name participants.
+ */
+export function setupPeople(chat, onList = () => {}) {
+  const $ = (id) => document.getElementById(id);
+  const dialog = $("people");
+  if (!dialog) return;
+  const opener = $("people-open");
+  const form = $("invite");
+  const name = $("invite-name");
+  const expiry = $("invite-expiry");
+  const send = $("invite-send");
+  const error = $("invite-error");
+  const invited = $("invited");
+  const invitedTitle = $("invited-title");
+  const linkInput = $("invited-link");
+  const copyButton = $("invited-copy");
+  const copied = $("invited-copied");
+  const qr = $("invited-qr");
+  const list = $("people-list");
+  const status = $("people-status");
+
+  let inviting = false;
+
+  function showError(words) {
+    error.textContent = words;
+    error.hidden = !words;
+    name.setAttribute("aria-invalid", words ? "true" : "false");
+  }
+
+  // ---- the list ----
+
+  let reading = 0;
+  async function refresh() {
+    const n = ++reading;
+    try {
+      const all = await chat.participants();
+      if (n !== reading) return;
+      onList(all);
+      draw(all);
+    } catch (err) {
+      if (n === reading) status.textContent = sentence(err, "list");
+    }
+  }
+
+  function draw(all) {
+    const focusedID = list.contains(document.activeElement) ? document.activeElement.closest("li")?.dataset.id : null;
+    list.replaceChildren(...all.map(row));
+    const active = all.filter((p) => p.state === "active").length;
+    status.textContent = all.length
+      ? `${active} active ${active === 1 ? "link" : "links"}, ${all.length} in all.`
+      : "No one has been invited yet.";
+    if (focusedID) list.querySelector(`li[data-id="${CSS.escape(focusedID)}"]`)?.focus();
+  }
+
+  function row(p) {
+    const li = document.createElement("li");
+    li.dataset.id = p.id;
+    li.dataset.state = p.state;
+    li.tabIndex = -1;
+    const who = document.createElement("div");
+    who.className = "p-who";
+    const nm = document.createElement("span");
+    nm.className = "p-name";
+    nm.textContent = p.name;
+    const role = document.createElement("span");
+    role.className = "badge";
+    role.textContent = p.kind === "agent" ? `${p.role} · agent` : p.role;
+    const state = document.createElement("span");
+    state.className = "p-state";
+    state.dataset.state = p.state;
+    state.textContent = p.state;
+    who.append(nm, " ", role, " ", state);
+    const meta = document.createElement("div");
+    meta.className = "p-meta";
+    const parts = [];
+    if (p.role === "commenter" || p.sent > 0) parts.push(`${p.sent} of ${p.cap} messages sent`);
+    if (p.state === "active") parts.push(`expires ${dayFmt.format(new Date(p.expires_at))}`);
+    else if (p.state === "expired") parts.push(`expired ${dayFmt.format(new Date(p.expires_at))}`);
+    else parts.push(`invited ${dayFmt.format(new Date(p.created_at))}`);
+    meta.textContent = parts.join(" · ");
+    li.append(who, meta);
+    if (p.state === "active") {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "revoke quiet";
+      b.dataset.revoke = p.id;
+      b.dataset.name = p.name;
+      b.textContent = "Revoke";
+      b.setAttribute("aria-label", `Revoke ${p.name}'s link`);
+      li.append(b);
+    }
+    return li;
+  }
+
+  // ---- revoke ----
+
+  async function revoke(b) {
+    const id = b.dataset.revoke;
+    const who = b.dataset.name;
+    const ok = confirm(`Revoke ${who}'s link?\n\n${who} loses access to this conversation at once, and the link can never be used again.`);
+    if (!ok) return;
+    b.disabled = true;
+    showError("");
+    try {
+      await chat.revoke(id);
+      status.textContent = `${who}'s link is revoked.`;
+      b.closest("li")?.focus();
+    } catch (err) {
+      showError(sentence(err, "revoke"));
+      b.disabled = false;
+      return;
+    }
+    await refresh();
+    status.textContent = `${who}'s link is revoked.`;
+  }
+
+  list.addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-revoke]");
+    if (b && !b.disabled) revoke(b);
+  });
+
+  // ---- invite ----
+
+  // The link of an invite is shown once: Done, or closing the panel,
+  // forgets it (the server keeps only its digest).
+  function forgetLink() {
+    invited.hidden = true;
+    linkInput.value = "";
+    qr.removeAttribute("src");
+    qr.alt = "";
+    qr.hidden = true;
+    copied.textContent = "";
+  }
+
+  function showLink(r) {
+    const p = r.participant;
+    invitedTitle.textContent = `Link for ${p.name} (${p.role}), until ${dayFmt.format(new Date(p.expires_at))}`;
+    linkInput.value = r.link;
+    copied.textContent = "";
+    if (r.qr) {
+      qr.src = r.qr;
+      qr.alt = `QR code of the link for ${p.name}`;
+      qr.hidden = false;
+    }
+    invited.hidden = false;
+    invitedTitle.focus();
+  }
+
+  async function invite() {
+    if (inviting) return;
+    const who = name.value;
+    if (!who.trim()) {
+      showError("Give the person a name first.");
+      name.focus();
+      return;
+    }
+    inviting = true;
+    send.disabled = true;
+    form.setAttribute("aria-busy", "true");
+    showError("");
+    forgetLink();
+    try {
+      const role = form.elements.role.value || "commenter";
+      const r = await chat.invite({ name: who, role, expiresIn: Number(expiry.value) });
+      name.value = "";
+      showLink(r);
+      refresh();
+    } catch (err) {
+      showError(sentence(err, "invite"));
+      name.focus();
+    } finally {
+      inviting = false;
+      send.disabled = false;
+      form.removeAttribute("aria-busy");
+    }
+  }
+
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    invite();
+  });
+
+  // Copy puts the link on the clipboard; where the Clipboard API is
+  // refused (a page that is not a secure context), the selected text is
+  // copied the old way, and failing that the person is told to.
+  copyButton.addEventListener("click", async () => {
+    const text = linkInput.value;
+    if (!text) return;
+    let ok = false;
+    try {
+      await navigator.clipboard.writeText(text);
+      ok = true;
+    } catch {}
+    if (!ok) {
+      linkInput.focus();
+      linkInput.select();
+      try {
+        ok = document.execCommand("copy");
+      } catch {}
+    }
+    if (ok) {
+      copied.textContent = "Copied.";
+      copyButton.focus();
+    } else {
+      linkInput.focus();
+      linkInput.select();
+      copied.textContent = "Could not copy: the link is selected, press Ctrl+C (⌘C on a Mac).";
+    }
+  });
+
+  $("invited-done").addEventListener("click", () => {
+    forgetLink();
+    name.focus();
+  });
+
+  // ---- the panel ----
+
+  opener.addEventListener("click", () => {
+    showError("");
+    if (!dialog.open) dialog.showModal();
+    name.focus();
+    refresh();
+  });
+  $("people-close").addEventListener("click", () => dialog.close());
+  dialog.addEventListener("close", () => {
+    forgetLink();
+    showError("");
+    opener.focus();
+  });
+}
