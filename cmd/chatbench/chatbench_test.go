@@ -101,7 +101,7 @@ func TestLoopbackOnly(t *testing.T) {
 
 func TestBenchText(t *testing.T) {
 	t.Parallel()
-	text := benchText(nil, "S1.ab12", 42, 123456789)
+	text := benchText(nil, "S1.ab12", 42, 123456789, 0)
 	seq, sent, ok := parseBenchText(string(text), "S1.ab12")
 	if !ok || seq != 42 || sent != 123456789 {
 		t.Fatalf("%q: %d %d %v", text, seq, sent, ok)
@@ -113,6 +113,18 @@ func TestBenchText(t *testing.T) {
 	}
 	if _, _, ok := parseBenchText("hello", "S1.ab12"); ok {
 		t.Error("a person's text parsed")
+	}
+	// The scenarios' texts are 100 bytes and still carry their send time.
+	padded := benchText([]byte("prefix"), "S1.ab12", 7, 987654321, 100)
+	if got := len(padded) - len("prefix"); got != 100 {
+		t.Fatalf("padded text is %d bytes, want 100: %q", got, padded)
+	}
+	seq, sent, ok = parseBenchText(string(padded[len("prefix"):]), "S1.ab12")
+	if !ok || seq != 7 || sent != 987654321 {
+		t.Errorf("%q: %d %d %v", padded, seq, sent, ok)
+	}
+	if _, _, ok := parseBenchText("cb S1.ab12 7 987654321 xxyx", "S1.ab12"); ok {
+		t.Error("a text with a foreign tail parsed")
 	}
 }
 
