@@ -10,7 +10,7 @@
 #   journaled ext4 with --fsync always:                S1+S2
 #   Redis without persistence:                         S1+S2, S3, S4, S5, S6
 #   Redis with AOF everysec:                           S1+S2
-#   tmpfs, S3 with S3_BIG (19 000) idle streams
+#   tmpfs, S3 with S3_BIG (19 000) idle streams over 500 threads
 #
 # and prints one markdown table (machine, date, commit). Everything is
 # unmounted, stopped and removed on exit. ~12 minutes on 2 cores.
@@ -31,6 +31,9 @@
 #              subscribers)
 #   S3_BIG     idle streams of the s3big setup (default 19000; the
 #              descriptor limit must allow it, one per stream in each process)
+#   S3_BIG_THREADS  threads they are spread over (default 500: the file
+#              store keeps one descriptor open per cached thread, so streams
+#              plus threads must stay under the limit)
 #   OUT        results folder (default a new /tmp/chatbench.* folder):
 #              results.txt, results.jsonl, results.md, server.log
 #   ROOT_DIR   a folder on the root filesystem (default /var/tmp): the root
@@ -201,7 +204,7 @@ for c in $configs; do
 	redis) label="Redis"; backend=redis://127.0.0.1:$rport_none/0; mode=never ;;
 	redis-aof) label="Redis AOF everysec"; backend=redis://127.0.0.1:$rport_aof/0; mode=never; all=$s1s2 ;;
 	s3big) label="tmpfs"; backend=$work/tmpfs; mode=never; all=S3
-		extra=(--idle "$s3big" --idle-threads $((s3big / 2)))
+		extra=(--idle "$s3big" --idle-threads "${S3_BIG_THREADS:-$((s3big < 1000 ? s3big / 2 : 500))}")
 		[ "$s3big" -gt 0 ] || continue
 		case " $groups " in *" S3 "*) ;; *) continue ;; esac ;;
 	*) echo "CONFIGS: unknown setup $c" >&2; exit 1 ;;
