@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -82,8 +84,8 @@ func readResults(name string) ([]map[string]any, error) {
 type table struct {
 	main, other string
 	labels      []string
-	cells       map[string]map[string]map[string]map[string]any // build → label → key → result
-	s3sizes     []int64                                         // S3's stream counts, in order seen
+	cells       map[string]map[string]map[string][]map[string]any // build → label → key → results (repeats)
+	s3sizes     []int64                                           // S3's stream counts, in order seen
 	notes       []string
 	marked      map[string]bool // runs whose notes have been marked in a cell
 }
@@ -111,21 +113,22 @@ func rowKey(m map[string]any) string {
 }
 
 func newTable(runs []map[string]any, mainBuild string) *table {
-	t := &table{cells: map[string]map[string]map[string]map[string]any{}, marked: map[string]bool{}}
+	t := &table{cells: map[string]map[string]map[string][]map[string]any{}, marked: map[string]bool{}}
 	var builds []string
 	for _, m := range runs {
 		b, l := str(m, "build"), str(m, "label")
 		if t.cells[b] == nil {
-			t.cells[b] = map[string]map[string]map[string]any{}
+			t.cells[b] = map[string]map[string][]map[string]any{}
 			builds = append(builds, b)
 		}
 		if !contains(t.labels, l) {
 			t.labels = append(t.labels, l)
 		}
 		if t.cells[b][l] == nil {
-			t.cells[b][l] = map[string]map[string]any{}
+			t.cells[b][l] = map[string][]map[string]any{}
 		}
-		t.cells[b][l][rowKey(m)] = m // a later run of the same row wins
+		k := rowKey(m)
+		t.cells[b][l][k] = append(t.cells[b][l][k], m)
 		if str(m, "scenario") == "S3" {
 			if n, ok := num(m, "streams"); ok && !containsInt(t.s3sizes, int64(n)) {
 				t.s3sizes = append(t.s3sizes, int64(n))
@@ -316,10 +319,12 @@ func cpuPer(unit string) func(m map[string]any) (string, float64, bool) {
 // scenario of label, by build.
 func (t *table) otherCPU(build, label string) (string, bool) {
 	worst, seen := -1.0, false
-	for _, m := range t.cells[build][label] {
-		if v, ok := num(m, "other_cpu_pct"); ok {
-			seen = true
-			worst = max(worst, v)
+	for _, runs := range t.cells[build][label] {
+		for _, m := range runs {
+			if v, ok := num(m, "other_cpu_pct"); ok {
+				seen = true
+				worst = max(worst, v)
+			}
 		}
 	}
 	if !seen {
@@ -335,6 +340,9 @@ func skewNote(n string) bool {
 }
 
 func (t *table) write(w io.Writer) {
+	if n := t.repeats(); n > 1 {
+		fmt.Fprintf(w, "Each figure is the median of up to %d runs (the run with the median value is shown whole).\n\n", n)
+	}
 	if t.other != "" {
 		fmt.Fprintf(w, "Each cell: build %q (build %q in the same run, ratio %s/%s).\n\n", t.main, t.other, t.main, t.other)
 	}
@@ -400,10 +408,18 @@ func (t *table) cell(f figure, label string) string {
 }
 
 func (t *table) one(build string, f figure, label string) (text string, val float64, ok bool, m map[string]any) {
-	m = t.cells[build][label][f.key]
+	runs := t.cells[build][label][f.key]
+	m = t.median(runs, f)
 	if m == nil {
 		return "", 0, false, nil
 	}
+	defer func() { // a repeat that failed is not hidden by the others
+		for _, r := range runs {
+			if str(r, "error") != "" && fmt.Sprintf("%p", r) != fmt.Sprintf("%p", m) && text != "" {
+				text += t.noteMarks(build, r)
+			}
+		}
+	}()
 	if e := str(m, "error"); e != "" {
 		return "error", 0, false, m
 	}
@@ -414,10 +430,51 @@ func (t *table) one(build string, f figure, label string) (text string, val floa
 	return text, val, ok, m
 }
 
+// median picks, of the repeated runs of one row, the run whose figure
+// (the value f compares) is the median: the lower middle one of an even
+// count. Runs that failed or have no such value count only when no run
+// has one.
+func (t *table) median(runs []map[string]any, f figure) map[string]any {
+	type run struct {
+		m   map[string]any
+		val float64
+	}
+	var ok []run
+	for _, m := range runs {
+		if str(m, "error") != "" {
+			continue
+		}
+		if _, v, good := f.cell(m); good {
+			ok = append(ok, run{m, v})
+		}
+	}
+	if len(ok) == 0 {
+		if len(runs) == 0 {
+			return nil
+		}
+		return runs[len(runs)-1]
+	}
+	slices.SortStableFunc(ok, func(a, b run) int { return cmp.Compare(a.val, b.val) })
+	return ok[(len(ok)-1)/2].m
+}
+
+// repeats is the most runs of one row, of any build and label.
+func (t *table) repeats() int {
+	n := 0
+	for _, labels := range t.cells {
+		for _, rows := range labels {
+			for _, runs := range rows {
+				n = max(n, len(runs))
+			}
+		}
+	}
+	return n
+}
+
 // noteMarks numbers a run's error and notes and returns their marks, in
 // the first cell written of that run only.
 func (t *table) noteMarks(build string, m map[string]any) string {
-	run := build + "\x00" + str(m, "label") + "\x00" + rowKey(m)
+	run := fmt.Sprintf("%p", m)
 	if t.marked[run] {
 		return ""
 	}

@@ -40,7 +40,11 @@
 #              fs setup's data and the ext4 image and Redis files go there
 #   PORT       chatrelay's port (default 18931); Redis uses PORT+1, PORT+2
 #   QUIET      before each scenario, wait up to this long for the machine to
-#              be idle (default 5s)
+#              be idle (default 1s: it only helps when the machine
+#              is about to be idle, and costs that much per scenario)
+#   REPEAT     run each group this many times in a row (alternating the
+#              builds); the table shows each figure's median run (default 1;
+#              use an odd number)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 t_start=$(date +%s)
@@ -68,7 +72,8 @@ for g in ${SCENARIOS:-S1,S2 S3 S4 S5 S6}; do
 done
 s3big=${S3_BIG:-19000}
 if $quick && [ -z "${S3_BIG:-}" ]; then s3big=800; fi
-quiet=${QUIET:-5s}
+quiet=${QUIET:-1s}
+repeat=${REPEAT:-1}
 
 bin=$out/bin
 go build -o "$bin/chatrelay" ./cmd/chatrelay
@@ -210,8 +215,10 @@ for c in $configs; do
 	*) echo "CONFIGS: unknown setup $c" >&2; exit 1 ;;
 	esac
 	for g in $all; do
-		for b in "${builds[@]}"; do
-			bench "${b%%=*}" "${b#*=}" "$label" "$backend" "$mode" "$g" "${extra[@]}" "$@"
+		for _ in $(seq "$repeat"); do
+			for b in "${builds[@]}"; do
+				bench "${b%%=*}" "${b#*=}" "$label" "$backend" "$mode" "$g" "${extra[@]}" "$@"
+			done
 		done
 	done
 done

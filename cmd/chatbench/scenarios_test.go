@@ -225,3 +225,33 @@ func TestReportTable(t *testing.T) {
 		}
 	}
 }
+
+// TestReportMedian: a setup run several times shows, for each figure, the
+// run with the median value, says so, and still reports a repeat that failed.
+func TestReportMedian(t *testing.T) {
+	t.Parallel()
+	lines := strings.Join([]string{
+		`{"scenario":"S2","label":"tmpfs","build":"new","posts_per_s":1000,"lost":0,"server_cpu_ms_per_post":0.5}`,
+		`{"scenario":"S2","label":"tmpfs","build":"new","posts_per_s":3000,"lost":0,"server_cpu_ms_per_post":0.1}`,
+		`{"scenario":"S2","label":"tmpfs","build":"new","posts_per_s":2000,"lost":0,"server_cpu_ms_per_post":0.3}`,
+		`{"scenario":"S2","label":"tmpfs","build":"new","error":"0 of 2000 streams opened"}`,
+	}, "\n")
+	file := filepath.Join(t.TempDir(), "results.jsonl")
+	if err := os.WriteFile(file, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if err := report([]string{file}, &out, &errb); err != nil {
+		t.Fatalf("report: %v %s", err, errb.String())
+	}
+	for _, want := range []string{
+		"Each figure is the median of up to 4 runs",
+		"| S2 accepted posts/s, closed loop | 2 000, 0 lost[1] |",
+		"| S2 server CPU per post (+ Redis's) | 0.300 ms |",
+		"[1] S2, tmpfs (new): error: 0 of 2000 streams opened",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
