@@ -319,3 +319,40 @@ func TestResultJSON(t *testing.T) {
 		t.Errorf("text: %q", got)
 	}
 }
+
+// TestMakeSubs: S1's method gives each thread one SSE and one WebSocket
+// subscriber; S3's and S5's mixes are half and half; sse and ws are all of
+// one kind.
+func TestMakeSubs(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 2, 7, 1000} {
+		threads := newThreads(n)
+		kinds := map[*thread][]bool{}
+		for _, s := range makeSubs(threads, 2*n, "mixed") {
+			kinds[s.thread] = append(kinds[s.thread], s.ws)
+		}
+		for _, th := range threads {
+			if k := kinds[th]; len(k) != 2 || k[0] == k[1] {
+				t.Fatalf("%d threads: thread %d has subscribers ws=%v, want one SSE and one WebSocket", n, th.idx, k)
+			}
+		}
+	}
+	for _, c := range []struct{ threads, subs int }{{5000, 10000}, {1000, 5000}, {9500, 19000}, {3, 6}} {
+		ws := 0
+		for _, s := range makeSubs(newThreads(c.threads), c.subs, "mixed") {
+			if s.ws {
+				ws++
+			}
+		}
+		if ws != c.subs/2 {
+			t.Errorf("mixed, %d subscribers over %d threads: %d WebSocket, want %d", c.subs, c.threads, ws, c.subs/2)
+		}
+	}
+	for _, mix := range []string{"sse", "ws"} {
+		for _, s := range makeSubs(newThreads(3), 9, mix) {
+			if s.ws != (mix == "ws") {
+				t.Errorf("%s: a subscriber with ws=%v", mix, s.ws)
+			}
+		}
+	}
+}

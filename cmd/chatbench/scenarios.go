@@ -87,12 +87,16 @@ func (k *sink) message(s *subscriber, _ int64, text string) {
 	}
 }
 
-// makeSubs makes perThread subscribers of each thread, SSE and WebSocket
-// alternating over the whole set (mix "mixed"), or all of one kind.
+// makeSubs makes total subscribers spread round-robin over threads. With
+// mix "mixed" the kinds alternate both along a thread's subscribers and
+// across the threads of one round, so that with two per thread each thread
+// has one SSE and one WebSocket subscriber, and any count is half and half;
+// "sse" or "ws" makes them all of one kind.
 func makeSubs(threads []*thread, total int, mix string) []*subscriber {
 	subs := make([]*subscriber, total)
 	for i := range subs {
-		ws := i%2 == 1
+		thread, round := i%len(threads), i/len(threads)
+		ws := (thread+round)%2 == 1
 		switch mix {
 		case "sse":
 			ws = false
