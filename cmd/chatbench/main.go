@@ -1,13 +1,20 @@
 // Command chatbench is chatrelay's load tool. It drives a running server over
 // loopback only, through the public API (tokens, POST /api/chat/post,
 // /api/chat/stream, /api/chat/ws, /api/chat/poll), runs the scenarios S1–S6
-// of the performance issue, and prints one line of figures per scenario
+// of the performance issues, and prints one line of figures per scenario
 // (--json: one JSON object per line). Every scenario is bounded in count and
 // time and stops by itself; the whole run is capped by --timeout.
 //
+// By default it measures the way issue #14 measured chatrelay's peers: S1's
+// threads are created by their first post, on the clock, each with one SSE
+// and one WebSocket subscriber connected before it; texts are 100 bytes and
+// carry their send time; S2 follows S1 on the same subscribers.
+//
 // It reports its own CPU (from /proc/self/stat) beside the server's (from
-// /proc/PID/stat with --server-pid), because on a small machine the tool
-// competes with the server for the same cores.
+// /proc/PID/stat with --server-pid) and the store's server's (--backend-pid),
+// because on a small machine the tool competes with the server for the same
+// cores. `chatbench report RESULTS.jsonl...` prints the results of runs
+// (--json-out) as one markdown table.
 //
 // The server under load needs its guards of a public host raised:
 //
@@ -17,7 +24,8 @@
 //	    --max-streams-per-thread 100000 --max-streams-per-ip 1000000
 //	chatbench --server http://127.0.0.1:8080 --server-pid PID --scenario all
 //
-// cmd/chatbench/run.sh does both, with a fresh server per scenario.
+// cmd/chatbench/run.sh does both, on three filesystems and on Redis, with a
+// fresh server per group of scenarios (see PERFORMANCE.md).
 package main
 
 import (
