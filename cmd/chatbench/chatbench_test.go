@@ -101,7 +101,7 @@ func TestLoopbackOnly(t *testing.T) {
 
 func TestBenchText(t *testing.T) {
 	t.Parallel()
-	text := benchText(nil, "S1.ab12", 42, 123456789)
+	text := benchText(nil, "S1.ab12", 42, 123456789, 0)
 	seq, sent, ok := parseBenchText(string(text), "S1.ab12")
 	if !ok || seq != 42 || sent != 123456789 {
 		t.Fatalf("%q: %d %d %v", text, seq, sent, ok)
@@ -113,6 +113,18 @@ func TestBenchText(t *testing.T) {
 	}
 	if _, _, ok := parseBenchText("hello", "S1.ab12"); ok {
 		t.Error("a person's text parsed")
+	}
+	// The scenarios' texts are 100 bytes and still carry their send time.
+	padded := benchText([]byte("prefix"), "S1.ab12", 7, 987654321, 100)
+	if got := len(padded) - len("prefix"); got != 100 {
+		t.Fatalf("padded text is %d bytes, want 100: %q", got, padded)
+	}
+	seq, sent, ok = parseBenchText(string(padded[len("prefix"):]), "S1.ab12")
+	if !ok || seq != 7 || sent != 987654321 {
+		t.Errorf("%q: %d %d %v", padded, seq, sent, ok)
+	}
+	if _, _, ok := parseBenchText("cb S1.ab12 7 987654321 xxyx", "S1.ab12"); ok {
+		t.Error("a text with a foreign tail parsed")
 	}
 }
 
@@ -305,5 +317,42 @@ func TestResultJSON(t *testing.T) {
 	}
 	if got := r.text(); got != "S1 latency    [fsync=never] posts=10 p99_ms=1.50ms delivered=20/20" {
 		t.Errorf("text: %q", got)
+	}
+}
+
+// TestMakeSubs: S1's method gives each thread one SSE and one WebSocket
+// subscriber; S3's and S5's mixes are half and half; sse and ws are all of
+// one kind.
+func TestMakeSubs(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 2, 7, 1000} {
+		threads := newThreads(n)
+		kinds := map[*thread][]bool{}
+		for _, s := range makeSubs(threads, 2*n, "mixed") {
+			kinds[s.thread] = append(kinds[s.thread], s.ws)
+		}
+		for _, th := range threads {
+			if k := kinds[th]; len(k) != 2 || k[0] == k[1] {
+				t.Fatalf("%d threads: thread %d has subscribers ws=%v, want one SSE and one WebSocket", n, th.idx, k)
+			}
+		}
+	}
+	for _, c := range []struct{ threads, subs int }{{5000, 10000}, {1000, 5000}, {9500, 19000}, {3, 6}} {
+		ws := 0
+		for _, s := range makeSubs(newThreads(c.threads), c.subs, "mixed") {
+			if s.ws {
+				ws++
+			}
+		}
+		if ws != c.subs/2 {
+			t.Errorf("mixed, %d subscribers over %d threads: %d WebSocket, want %d", c.subs, c.threads, ws, c.subs/2)
+		}
+	}
+	for _, mix := range []string{"sse", "ws"} {
+		for _, s := range makeSubs(newThreads(3), 9, mix) {
+			if s.ws != (mix == "ws") {
+				t.Errorf("%s: a subscriber with ws=%v", mix, s.ws)
+			}
+		}
 	}
 }

@@ -152,6 +152,8 @@ type thread struct {
 	token string
 	id    string
 
+	created atomic.Bool // S1/S2: a post to it was sent (its first creates it)
+
 	mu    sync.Mutex
 	acked []int64 // epochs of acknowledged posts, when the scenario records them
 }
@@ -238,14 +240,24 @@ func postBody(b []byte, text []byte) []byte {
 	return append(b, `","kind":"operator"}`...)
 }
 
-// benchText appends the text of a tool message: "cb <tag> <seq> <sent ns>".
-func benchText(b []byte, tag string, seq int, sent int64) []byte {
+// benchText appends the text of a tool message, "cb <tag> <seq> <sent ns>",
+// padded with a space and 'x's to size bytes (if it is shorter), so that
+// every message has the size the scenarios call for (--text-size).
+func benchText(b []byte, tag string, seq int, sent int64, size int) []byte {
+	start := len(b)
 	b = append(b, "cb "...)
 	b = append(b, tag...)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, int64(seq), 10)
 	b = append(b, ' ')
-	return strconv.AppendInt(b, sent, 10)
+	b = strconv.AppendInt(b, sent, 10)
+	if pad := size - (len(b) - start); pad > 0 {
+		b = append(b, ' ')
+		for range pad - 1 {
+			b = append(b, 'x')
+		}
+	}
+	return b
 }
 
 // parseBenchText reads a text made by benchText; ok is false for a text of
@@ -265,6 +277,10 @@ func parseBenchText(text, tag string) (seq int, sent int64, ok bool) {
 	}
 	seq, err := strconv.Atoi(s)
 	if err != nil || seq < 0 {
+		return 0, 0, false
+	}
+	n, pad, padded := strings.Cut(n, " ")
+	if padded && strings.Trim(pad, "x") != "" {
 		return 0, 0, false
 	}
 	sent, err = strconv.ParseInt(n, 10, 64)

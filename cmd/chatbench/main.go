@@ -1,13 +1,20 @@
 // Command chatbench is chatrelay's load tool. It drives a running server over
 // loopback only, through the public API (tokens, POST /api/chat/post,
 // /api/chat/stream, /api/chat/ws, /api/chat/poll), runs the scenarios S1–S6
-// of the performance issue, and prints one line of figures per scenario
+// of the performance issues, and prints one line of figures per scenario
 // (--json: one JSON object per line). Every scenario is bounded in count and
 // time and stops by itself; the whole run is capped by --timeout.
 //
+// By default it measures the way issue #14 measured chatrelay's peers: S1's
+// threads are created by their first post, on the clock, each with one SSE
+// and one WebSocket subscriber connected before it; texts are 100 bytes and
+// carry their send time; S2 follows S1 on the same subscribers.
+//
 // It reports its own CPU (from /proc/self/stat) beside the server's (from
-// /proc/PID/stat with --server-pid), because on a small machine the tool
-// competes with the server for the same cores.
+// /proc/PID/stat with --server-pid) and the store's server's (--backend-pid),
+// because on a small machine the tool competes with the server for the same
+// cores. `chatbench report RESULTS.jsonl...` prints the results of runs
+// (--json-out) as one markdown table.
 //
 // The server under load needs its guards of a public host raised:
 //
@@ -17,7 +24,8 @@
 //	    --max-streams-per-thread 100000 --max-streams-per-ip 1000000
 //	chatbench --server http://127.0.0.1:8080 --server-pid PID --scenario all
 //
-// cmd/chatbench/run.sh does both, with a fresh server per scenario.
+// cmd/chatbench/run.sh does both, on three filesystems and on Redis, with a
+// fresh server per group of scenarios (see PERFORMANCE.md).
 package main
 
 import (
@@ -38,7 +46,12 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "report" {
+		err = report(os.Args[2:], os.Stdout, os.Stderr)
+	} else {
+		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	}
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
@@ -50,18 +63,21 @@ func main() {
 
 // config is the command line.
 type config struct {
-	server    string
-	serverPID int
-	scenarios string
-	json      bool
-	jsonOut   string
-	label     string
-	sources   int
-	dialConc  int
-	timeout   time.Duration
-	drain     time.Duration
-	quiet     time.Duration
-	quick     bool
+	server     string
+	serverPID  int
+	backendPID int
+	scenarios  string
+	json       bool
+	jsonOut    string
+	label      string
+	build      string
+	textSize   int
+	sources    int
+	dialConc   int
+	timeout    time.Duration
+	drain      time.Duration
+	quiet      time.Duration
+	quick      bool
 
 	threads, subs, s1Posters, posters int
 	rate                              float64
@@ -82,6 +98,7 @@ type config struct {
 	replies      int
 	chatrelayBin string
 	data         string
+	store        string
 	replyFsync   string
 }
 
@@ -91,10 +108,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.server, "server", "http://127.0.0.1:8080", "`URL` of the server; only a loopback address is accepted")
 	fs.IntVar(&c.serverPID, "server-pid", 0, "`PID` of the server, to report its CPU (and RSS in S3) from /proc")
+	fs.IntVar(&c.backendPID, "backend-pid", 0, "`PID` of the store's server (redis-server), to report its CPU beside the server's")
 	fs.StringVar(&c.scenarios, "scenario", "all", "scenarios to run: all, or a comma list such as S1,S2")
 	fs.BoolVar(&c.json, "json", false, "one JSON object per scenario instead of a line of text")
 	fs.StringVar(&c.jsonOut, "json-out", "", "also append each result as a JSON line to `file`")
-	fs.StringVar(&c.label, "label", "", "a `label` printed with every result, e.g. fsync=never")
+	fs.StringVar(&c.label, "label", "", "a `label` printed with every result: the server's setup, e.g. \"tmpfs, fsync=never\"")
+	fs.StringVar(&c.build, "build", "", "a `name` of the server build under test, printed with every result (run.sh: new or base)")
+	fs.IntVar(&c.textSize, "text-size", 100, "bytes of every posted text (it carries its send time, padded to this size)")
 	fs.IntVar(&c.sources, "sources", 8, "loopback source addresses to dial from (127.0.0.1…): each has ~28 000 ephemeral ports")
 	fs.IntVar(&c.dialConc, "dial-concurrency", 128, "streams being opened at once")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "hard limit on the whole run")
@@ -102,13 +122,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.quiet, "quiet-wait", 0, "before each scenario, wait up to this long for the machine to be idle (under 10% busy for a second)")
 	fs.BoolVar(&c.quick, "quick", false, "a smoke run: every size and duration not given is scaled down")
 
-	fs.IntVar(&c.threads, "threads", 1000, "S1/S2: threads")
+	fs.IntVar(&c.threads, "threads", 1000, "S1/S2: threads, each created by its first post, on the clock")
 	fs.IntVar(&c.subs, "subs", 2, "S1/S2: subscribers per thread, alternately SSE and WebSocket")
 	fs.Float64Var(&c.rate, "rate", 500, "S1: posts per second, to random threads")
 	fs.DurationVar(&c.duration, "duration", 20*time.Second, "S1: how long to post")
-	fs.IntVar(&c.s1Posters, "s1-posters", 16, "S1: connections the paced posts are spread over")
-	fs.IntVar(&c.posters, "posters", 32, "S2/S3/S4: posters posting as fast as they can")
-	fs.DurationVar(&c.s2Duration, "s2-duration", 15*time.Second, "S2: how long to post")
+	fs.IntVar(&c.s1Posters, "s1-posters", 64, "S1: workers (each with its keep-alive connection) the paced posts are spread over")
+	fs.IntVar(&c.posters, "posters", 32, "S2: closed-loop posters (also S3/S4's posters of their setup)")
+	fs.DurationVar(&c.s2Duration, "s2-duration", 15*time.Second, "S2: how long to post (after S1, on its subscribers, when both run)")
 
 	fs.IntVar(&c.idle, "idle", 10000, "S3: idle streams")
 	fs.IntVar(&c.idleThreads, "idle-threads", 5000, "S3: threads the idle streams are spread over")
@@ -130,6 +150,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.replies, "replies", 200, "S6: host replies")
 	fs.StringVar(&c.chatrelayBin, "chatrelay-bin", "", "S6: the chatrelay binary that runs `chatrelay reply`")
 	fs.StringVar(&c.data, "data", "", "S6: the server's --data folder")
+	fs.StringVar(&c.store, "store", "", "S6: the server's --store (redis://…), instead of --data")
 	fs.StringVar(&c.replyFsync, "reply-fsync", "always", "S6: --fsync of the reply process")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -148,7 +169,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.threads < 1 || c.subs < 1 || c.rate <= 0 || c.s1Posters < 1 || c.posters < 1 ||
 		c.idle < 1 || c.idleThreads < 1 || c.pollThreads < 1 || c.pollMessages < 1 || c.pollers < 1 ||
-		c.storm < 1 || c.stormThreads < 1 || c.stormRate <= 0 || c.replies < 1 || c.sources < 1 || c.dialConc < 1 {
+		c.storm < 1 || c.stormThreads < 1 || c.stormRate <= 0 || c.replies < 1 || c.sources < 1 || c.dialConc < 1 || c.textSize < 1 {
 		return nil, errors.New("sizes and rates must be positive")
 	}
 	switch c.idleMix {
@@ -207,6 +228,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--server-pid %d: %w", cfg.serverPID, err)
 		}
 	}
+	bePID := ""
+	if cfg.backendPID > 0 {
+		bePID = strconv.Itoa(cfg.backendPID)
+		if _, err := procCPU(bePID); err != nil {
+			return fmt.Errorf("--backend-pid %d: %w", cfg.backendPID, err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	if err := t.waitUp(ctx, 10*time.Second); err != nil {
@@ -221,11 +249,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer f.Close()
 		jsonOut = f
 	}
-	b := &bench{cfg: cfg, t: t, pid: pid, nofile: nofile, log: stderr}
+	b := &bench{cfg: cfg, t: t, pid: pid, bePID: bePID, nofile: nofile, log: stderr}
+	defer b.closeFan()
 	failed := 0
 	for _, sc := range which {
 		if ctx.Err() != nil {
 			break
+		}
+		if sc != "S1" && sc != "S2" {
+			b.closeFan() // S1/S2's streams must not weigh on the other scenarios
 		}
 		busy := -1.0
 		if cfg.quiet > 0 {
@@ -235,9 +267,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if busy >= 0.10 {
 			res.note("the machine was %.0f%% busy before the scenario started", 100*busy)
 		}
-		if cfg.label != "" {
-			res.label = cfg.label
-		}
+		res.label, res.build = cfg.label, cfg.build
 		if res.err != nil {
 			failed++
 		}
@@ -277,10 +307,10 @@ type fig struct {
 
 // result is one scenario's line.
 type result struct {
-	id, name, label string
-	figs            []fig
-	notes           []string
-	err             error
+	id, name, label, build string
+	figs                   []fig
+	notes                  []string
+	err                    error
 }
 
 func (r *result) add(key string, val any, text string) { r.figs = append(r.figs, fig{key, val, text}) }
@@ -315,12 +345,20 @@ func (r *result) cpu(u *usage, per string, n int64) {
 			r.add("server_cpu_ms_per_"+per, round(perMs, 4), strconv.FormatFloat(perMs, 'f', 4, 64)+"ms")
 		}
 	}
+	if u.BackendOK {
+		r.add("backend_cpu_s", round(u.Backend.Seconds(), 2), fmt.Sprintf("%.2fs(%.0f%%)", u.Backend.Seconds(), share(u.Backend)))
+		if per != "" && n > 0 {
+			perMs := u.Backend.Seconds() * 1000 / float64(n)
+			r.add("backend_cpu_ms_per_"+per, round(perMs, 4), strconv.FormatFloat(perMs, 'f', 4, 64)+"ms")
+		}
+	}
 	r.add("bench_cpu_s", round(u.Self.Seconds(), 2), fmt.Sprintf("%.2fs(%.0f%%)", u.Self.Seconds(), share(u.Self)))
 	if u.Children > 0 {
 		r.add("child_cpu_s", round(u.Children.Seconds(), 2), fmt.Sprintf("%.2fs(%.0f%%)", u.Children.Seconds(), share(u.Children)))
 	}
 	if u.ServerOK {
 		r.add("other_cpu_s", round(u.Others.Seconds(), 2), fmt.Sprintf("%.2fs(%.0f%%)", u.Others.Seconds(), share(u.Others)))
+		r.add("other_cpu_pct", round(share(u.Others), 0), "")
 		if share(u.Others) > 30 {
 			r.note("CPU charged to neither process (other jobs, kernel threads) was %.0f%% of a core: the figures are skewed", share(u.Others))
 		}
@@ -356,11 +394,13 @@ func round(v float64, digits int) float64 {
 func (r *result) text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %-10s", r.id, r.name)
-	if r.label != "" {
-		fmt.Fprintf(&b, " [%s]", r.label)
+	if r.label != "" || r.build != "" {
+		fmt.Fprintf(&b, " [%s]", strings.TrimPrefix(r.build+" "+r.label, " "))
 	}
 	for _, f := range r.figs {
-		fmt.Fprintf(&b, " %s=%s", f.key, f.text)
+		if f.text != "" { // a figure for JSON only
+			fmt.Fprintf(&b, " %s=%s", f.key, f.text)
+		}
 	}
 	if r.err != nil {
 		fmt.Fprintf(&b, " ERROR: %v", r.err)
@@ -371,7 +411,7 @@ func (r *result) text() string {
 	return b.String()
 }
 
-// json is one line: {"scenario","name","label", the figures in order,
+// json is one line: {"scenario","name","label","build", the figures in order,
 // "notes", "error"}.
 func (r *result) json() []byte {
 	var b []byte
@@ -392,6 +432,9 @@ func (r *result) json() []byte {
 	add("name", r.name)
 	if r.label != "" {
 		add("label", r.label)
+	}
+	if r.build != "" {
+		add("build", r.build)
 	}
 	for _, f := range r.figs {
 		add(f.key, f.val)

@@ -98,28 +98,36 @@ func parseStatusField(b []byte, field string) (int64, error) {
 // usage is a CPU meter over one phase: the tool's and the server's CPU and
 // the wall time between start and stop.
 type usage struct {
-	serverPID string // "" when --server-pid was not given
-	wall0     time.Time
-	self0     time.Duration
-	srv0      time.Duration
-	busy0     time.Duration
-	child0    time.Duration
+	serverPID  string // "" when --server-pid was not given
+	backendPID string // "" when --backend-pid was not given
+	wall0      time.Time
+	self0      time.Duration
+	srv0       time.Duration
+	backend0   time.Duration
+	busy0      time.Duration
+	child0     time.Duration
 
 	Wall, Self, Server time.Duration
 	Children           time.Duration // processes the tool ran and waited for (S6)
 	ServerOK           bool
-	// Others is the CPU that neither the tool nor the server used while
-	// the phase ran (other jobs, kernel threads): it should be near 0.
+	Backend            time.Duration // the store's server process (redis-server)
+	BackendOK          bool
+	// Others is the CPU that neither the tool nor the server (nor the
+	// backend) used while the phase ran (other jobs, kernel threads): it
+	// should be near 0.
 	Others time.Duration
 }
 
-func startUsage(serverPID string) *usage {
-	u := &usage{serverPID: serverPID, wall0: time.Now()}
+func startUsage(serverPID, backendPID string) *usage {
+	u := &usage{serverPID: serverPID, backendPID: backendPID, wall0: time.Now()}
 	u.busy0, _ = machineBusy()
 	u.self0, _ = procCPU("self")
 	u.child0, _ = procChildCPU()
 	if serverPID != "" {
 		u.srv0, _ = procCPU(serverPID)
+	}
+	if backendPID != "" {
+		u.backend0, _ = procCPU(backendPID)
 	}
 	return u
 }
@@ -133,11 +141,16 @@ func (u *usage) stop() {
 			u.Server, u.ServerOK = srv-u.srv0, true
 		}
 	}
+	if u.backendPID != "" {
+		if be, err := procCPU(u.backendPID); err == nil {
+			u.Backend, u.BackendOK = be-u.backend0, true
+		}
+	}
 	if child, err := procChildCPU(); err == nil {
 		u.Children = child - u.child0
 	}
 	if busy, err := machineBusy(); err == nil && u.ServerOK {
-		u.Others = max(busy-u.busy0-u.Self-u.Server-u.Children, 0)
+		u.Others = max(busy-u.busy0-u.Self-u.Server-u.Backend-u.Children, 0)
 	}
 }
 

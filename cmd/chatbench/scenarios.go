@@ -25,9 +25,14 @@ type bench struct {
 	cfg    *config
 	t      *target
 	pid    string // server pid for /proc, or ""
+	bePID  string // backend (redis-server) pid for /proc, or ""
 	nofile uint64
 	log    io.Writer
+	fan    *fanSet // S1/S2's threads and subscribers, kept open from S1 to S2
 }
+
+// startUsage starts a CPU meter of the tool, the server and the backend.
+func (b *bench) startUsage() *usage { return startUsage(b.pid, b.bePID) }
 
 func (b *bench) runScenario(ctx context.Context, id string) *result {
 	var r *result
@@ -82,12 +87,16 @@ func (k *sink) message(s *subscriber, _ int64, text string) {
 	}
 }
 
-// makeSubs makes perThread subscribers of each thread, SSE and WebSocket
-// alternating over the whole set (mix "mixed"), or all of one kind.
+// makeSubs makes total subscribers spread round-robin over threads. With
+// mix "mixed" the kinds alternate both along a thread's subscribers and
+// across the threads of one round, so that with two per thread each thread
+// has one SSE and one WebSocket subscriber, and any count is half and half;
+// "sse" or "ws" makes them all of one kind.
 func makeSubs(threads []*thread, total int, mix string) []*subscriber {
 	subs := make([]*subscriber, total)
 	for i := range subs {
-		ws := i%2 == 1
+		thread, round := i%len(threads), i/len(threads)
+		ws := (thread+round)%2 == 1
 		switch mix {
 		case "sse":
 			ws = false
@@ -221,6 +230,7 @@ func openLimit(n int) time.Duration { return 30*time.Second + time.Duration(n)*5
 // reusing its buffers.
 type poster struct {
 	hc   apiClient
+	size int // text size of a post, bytes
 	text []byte
 	body []byte
 	rng  *mrand.Rand
@@ -229,7 +239,7 @@ type poster struct {
 func (b *bench) newPosters(n int) []*poster {
 	ps := make([]*poster, n)
 	for i := range ps {
-		ps[i] = &poster{hc: apiClient{t: b.t}, rng: mrand.New(mrand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))}
+		ps[i] = &poster{hc: apiClient{t: b.t}, size: b.cfg.textSize, rng: mrand.New(mrand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))}
 	}
 	return ps
 }
@@ -244,7 +254,7 @@ func closePosters(ps []*poster) {
 
 // post sends one tool message to th and returns its epoch.
 func (p *poster) post(ctx context.Context, th *thread, tag string, seq int) (int64, error) {
-	p.text = benchText(p.text[:0], tag, seq, nowNS())
+	p.text = benchText(p.text[:0], tag, seq, nowNS(), p.size)
 	p.body = postBody(p.body[:0], p.text)
 	resp, err := p.hc.do(ctx, http.MethodPost, "/api/chat/post", th.token, p.body)
 	if err != nil {
@@ -288,11 +298,17 @@ func (ps *postStats) report(r *result) {
 	}
 }
 
+// lateAfter is how far behind its slot a paced call may start before it
+// counts as late (every poster was still busy with an earlier call).
+const lateAfter = 10 * time.Millisecond
+
 // paced makes total calls of fn, call i at start+i/rate, spread over the
 // posters (open loop: a slow answer does not delay the next post's start,
-// as long as a poster is free).
-func paced(ctx context.Context, ps []*poster, rate float64, total int, fn func(p *poster, i int)) {
-	var next atomic.Int64
+// as long as a poster is free). It returns how many calls started more
+// than lateAfter behind their slot: then the posters were too few, and the
+// latency of those calls is measured from their late start.
+func paced(ctx context.Context, ps []*poster, rate float64, total int, fn func(p *poster, i int)) (late int64) {
+	var next, nlate atomic.Int64
 	start := time.Now()
 	interval := float64(time.Second) / rate
 	var wg sync.WaitGroup
@@ -303,14 +319,18 @@ func paced(ctx context.Context, ps []*poster, rate float64, total int, fn func(p
 				if i >= total {
 					return
 				}
-				if d := time.Until(start.Add(time.Duration(float64(i) * interval))); d > 0 {
+				d := time.Until(start.Add(time.Duration(float64(i) * interval)))
+				if d > 0 {
 					time.Sleep(d)
+				} else if d < -lateAfter {
+					nlate.Add(1)
 				}
 				fn(p, i)
 			}
 		})
 	}
 	wg.Wait()
+	return nlate.Load()
 }
 
 // flat makes calls of fn as fast as the posters can for d, or until total
@@ -335,8 +355,13 @@ func flat(ctx context.Context, ps []*poster, d time.Duration, total int, fn func
 	wg.Wait()
 }
 
-// S1 and S2: a thousand threads with two subscribers each; S1 posts at a
-// steady rate and measures latency, S2 posts as fast as it can.
+// S1 and S2: a thousand threads with one SSE and one WebSocket subscriber
+// each. The subscribers connect first, to threads that do not exist yet
+// (a stream of an empty thread creates nothing); each thread is then
+// created by its first post, on the clock, as a new browser tab creates its
+// thread with its first message. S1 posts at a fixed rate to random threads
+// and measures latency (post sent → frame read, so the publish request is
+// in it); S2 follows on the same subscribers with closed-loop posters.
 func (b *bench) s1(ctx context.Context) *result {
 	return b.fanout(ctx, "S1", "latency", b.cfg.duration, b.cfg.rate, b.cfg.s1Posters)
 }
@@ -345,48 +370,99 @@ func (b *bench) s2(ctx context.Context) *result {
 	return b.fanout(ctx, "S2", "throughput", b.cfg.s2Duration, 0, b.cfg.posters)
 }
 
+// fanSet is S1/S2's threads and their subscribers. It stays open from S1
+// to S2 (closeFan ends it), so S2 runs on S1's subscribers and threads.
+type fanSet struct {
+	threads []*thread
+	f       *fleet
+	to      switchSink
+	setup   time.Duration
+	err     error
+}
+
+// switchSink hands a fleet's frames to the current scenario's sink.
+type switchSink struct{ cur atomic.Pointer[sink] }
+
+func (w *switchSink) ready(s *subscriber, c int64) {
+	if k := w.cur.Load(); k != nil {
+		k.ready(s, c)
+	}
+}
+
+func (w *switchSink) message(s *subscriber, e int64, text string) {
+	if k := w.cur.Load(); k != nil {
+		k.message(s, e, text)
+	}
+}
+
+// fanSet returns S1/S2's set, opening it (and reporting fresh=true) if no
+// earlier scenario did.
+func (b *bench) fanSet(ctx context.Context) (fs *fanSet, fresh bool) {
+	if b.fan != nil {
+		return b.fan, false
+	}
+	cfg := b.cfg
+	fs = &fanSet{threads: newThreads(cfg.threads)}
+	subs := makeSubs(fs.threads, cfg.threads*cfg.subs, "mixed")
+	fs.f, fs.setup, fs.err = b.openFleet(ctx, subs, &fs.to, true, openLimit(len(subs)))
+	b.fan = fs
+	return fs, true
+}
+
+// closeFan ends S1/S2's subscribers, if they are open.
+func (b *bench) closeFan() {
+	if b.fan != nil {
+		b.fan.f.close()
+		b.fan = nil
+	}
+}
+
 func (b *bench) fanout(ctx context.Context, id, name string, d time.Duration, rate float64, posters int) *result {
 	r := &result{name: name}
 	cfg := b.cfg
-	threads := newThreads(cfg.threads)
-	subs := makeSubs(threads, cfg.threads*cfg.subs, "mixed")
-	k := &sink{tag: newTag(id)}
-	f, setup, err := b.openFleet(ctx, subs, k, true, openLimit(len(subs)))
-	defer f.close()
+	fs, fresh := b.fanSet(ctx)
+	threads, f := fs.threads, fs.f
 	r.int("threads", int64(len(threads)))
-	r.int("subs", int64(len(subs)))
-	if err != nil {
-		r.err = err
+	r.int("subs", int64(len(f.subs)))
+	if fs.err != nil {
+		r.err = fs.err
 		return r
 	}
-	r.ms("setup", setup)
+	if fresh {
+		r.ms("setup", fs.setup)
+	} else {
+		r.add("subscribers", "S1's", "S1's")
+	}
+	k := &sink{tag: newTag(id)}
+	fs.to.cur.Store(k)
 
 	ps := b.newPosters(posters)
 	defer closePosters(ps)
-	// Warm-up, off the clock: one post creates each thread (a creation
-	// lists the folder under the store-wide lock: a one-off per thread that
-	// would otherwise weigh on the first second of the run).
-	var warm postStats
-	t0 := time.Now()
-	flat(ctx, ps, time.Hour, len(threads), func(p *poster, i int) {
-		_, err := p.post(ctx, threads[i], k.tag+"w", i)
-		warm.count(err)
-	})
-	r.ms("warmup", time.Since(t0))
-	if n := warm.ok.Load(); n < int64(len(threads)) {
-		r.err = fmt.Errorf("warm-up: %d of %d threads created: %s", n, len(threads), *warm.lastErr.Load())
-		return r
-	}
-	waitFor(ctx, cfg.drain, func() bool { return k.foreign.Load() >= int64(len(subs)) })
 	ended0 := f.sessionsEnded()
 	var st postStats
+	var created atomic.Int64
+	var postRT, createRT hist // the post request's round trip, of posts that (do not) create their thread
 	post := func(p *poster, i int) {
-		_, err := p.post(ctx, threads[p.rng.IntN(len(threads))], k.tag, i)
+		th := threads[p.rng.IntN(len(threads))]
+		first := th.created.CompareAndSwap(false, true)
+		t0 := time.Now()
+		_, err := p.post(ctx, th, k.tag, i)
+		rt := time.Since(t0)
 		st.count(err)
+		switch {
+		case err != nil && first:
+			th.created.Store(false)
+		case first:
+			created.Add(1)
+			createRT.Record(rt)
+		case err == nil:
+			postRT.Record(rt)
+		}
 	}
-	u := startUsage(b.pid)
+	u := b.startUsage()
+	var late int64
 	if rate > 0 {
-		paced(ctx, ps, rate, int(rate*d.Seconds()), post)
+		late = paced(ctx, ps, rate, int(rate*d.Seconds()), post)
 	} else {
 		flat(ctx, ps, d, 0, post)
 	}
@@ -397,22 +473,35 @@ func (b *bench) fanout(ctx context.Context, id, name string, d time.Duration, ra
 	u.stop()
 
 	got := k.got.Load()
+	r.int("posters", int64(posters))
 	r.int("posts", st.ok.Load())
-	if rate > 0 {
-		r.num("posts_per_s", float64(st.ok.Load())/window.Seconds(), "")
-	} else {
-		r.num("posts_per_s", float64(st.ok.Load())/window.Seconds(), "")
+	r.num("posts_per_s", float64(st.ok.Load())/window.Seconds(), "")
+	if rate == 0 {
 		r.num("deliveries_per_s", float64(gotInWindow)/window.Seconds(), "")
 	}
+	r.int("threads_created", created.Load())
 	r.ratio("delivered", got, want)
 	r.int("lost", max(want-got, 0))
 	r.ms("p50", k.lat.Quantile(0.50))
 	r.ms("p99", k.lat.Quantile(0.99))
 	r.ms("max", k.lat.Max())
+	r.ms("post_rt_p50", postRT.Quantile(0.50))
+	r.ms("post_rt_p99", postRT.Quantile(0.99))
+	if createRT.Count() > 0 {
+		r.ms("create_rt_p50", createRT.Quantile(0.50))
+		r.ms("create_rt_p99", createRT.Quantile(0.99))
+	}
 	r.cpu(u, "post", st.ok.Load())
+	if late > 0 {
+		r.int("late_posts", late)
+		r.note("%d posts started more than %s behind their slot: every poster was busy", late, lateAfter)
+	}
 	if n := f.sessionsEnded() - ended0; n > 0 {
 		r.int("stream_drops", n)
 		r.note("streams ended during the run and resumed from their cursor: %s", f.firstErr())
+	}
+	if n := k.foreign.Load(); n > 0 {
+		r.int("foreign", n)
 	}
 	st.report(r)
 	if drainErr != nil && got < want {
@@ -457,7 +546,7 @@ func (b *bench) s3(ctx context.Context) *result {
 			aliveN.Add(1)
 		}
 	}
-	u := startUsage(b.pid)
+	u := b.startUsage()
 	f, setup, err := b.openFleet(ctx, subs, k, false, openLimit(len(subs)))
 	defer f.close()
 	if err != nil {
@@ -557,7 +646,7 @@ func (b *bench) s4(ctx context.Context) *result {
 	var lastErr atomic.Pointer[string]
 	pollers := b.newPosters(cfg.pollers)
 	defer closePosters(pollers)
-	u := startUsage(b.pid)
+	u := b.startUsage()
 	flat(ctx, pollers, cfg.pollDuration, 0, func(p *poster, _ int) {
 		ti := p.rng.IntN(len(threads))
 		path := "/api/chat/poll"
@@ -665,7 +754,9 @@ func (b *bench) s5(ctx context.Context) *result {
 				return
 			}
 			th := threads[p.rng.IntN(len(threads))]
-			epoch, err := p.post(pctx, th, k.tag, i)
+			// ctx, not pctx: pcancel stops the pacing, never a post in
+			// flight (its message would be stored but not acknowledged).
+			epoch, err := p.post(ctx, th, k.tag, i)
 			st.count(err)
 			if err == nil {
 				th.mu.Lock()
@@ -674,7 +765,7 @@ func (b *bench) s5(ctx context.Context) *result {
 			}
 		})
 	}()
-	u := startUsage(b.pid)
+	u := b.startUsage()
 	sleep(ctx, cfg.stormBefore)
 
 	// The storm: every connection closes at once; each reader resumes from
@@ -788,9 +879,13 @@ func (c *check) add(acked, got []int64) {
 func (b *bench) s6(ctx context.Context) *result {
 	r := &result{name: "host-reply"}
 	cfg := b.cfg
-	if cfg.chatrelayBin == "" || cfg.data == "" {
-		r.err = errors.New("S6 needs --chatrelay-bin and --data (the server's data folder)")
+	if cfg.chatrelayBin == "" || (cfg.data == "") == (cfg.store == "") {
+		r.err = errors.New("S6 needs --chatrelay-bin and either --data (the server's data folder) or --store (its store)")
 		return r
+	}
+	where := []string{"reply", "--data", cfg.data}
+	if cfg.store != "" {
+		where = []string{"reply", "--store", cfg.store}
 	}
 	threads := newThreads(1)
 	th := threads[0]
@@ -814,12 +909,12 @@ func (b *bench) s6(ctx context.Context) *result {
 	var proc hist
 	var failed int64
 	var lastErr string
-	u := startUsage(b.pid)
+	u := b.startUsage()
 	for i := 0; i < cfg.replies && ctx.Err() == nil; i++ {
-		text := string(benchText(nil, tag, i, nowNS()))
+		text := string(benchText(nil, tag, i, nowNS(), cfg.textSize))
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		t0 := time.Now()
-		out, err := exec.CommandContext(cctx, cfg.chatrelayBin, "reply", "--data", cfg.data, "--fsync", cfg.replyFsync, th.id, text).CombinedOutput()
+		out, err := exec.CommandContext(cctx, cfg.chatrelayBin, append(where, "--fsync", cfg.replyFsync, th.id, text)...).CombinedOutput()
 		proc.Record(time.Since(t0))
 		cancel()
 		if err != nil {
