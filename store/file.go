@@ -1,6 +1,7 @@
 package store
 
 import (
+	"hash/maphash"
 	"strconv"
 
 	"github.com/chatrelay/chatrelay"
@@ -34,8 +35,14 @@ type FileOptions struct {
 	// Rescan is how often Follow re-reads changed threads even if the
 	// folder watch said nothing; defaults to 2s.
 	Rescan time.Duration
-	Log    *slog.Logger     // defaults to slog.Default()
-	Now    func() time.Time // defaults to time.Now
+	// MaxOpenDocs bounds the thread documents the cache keeps open (one
+	// descriptor each, see snapshot); defaults to the smaller of MaxThreads
+	// and a quarter of the process's descriptor limit. A thread past it
+	// stays cached but its next read reads the file (and parses nothing
+	// if the bytes are the cached ones).
+	MaxOpenDocs int
+	Log         *slog.Logger     // defaults to slog.Default()
+	Now         func() time.Time // defaults to time.Now
 }
 
 // File is the file store: one JSON document per thread in <data>/chat.
@@ -63,6 +70,7 @@ type File struct {
 	createMu sync.Mutex // orders this process's thread creations (flock is per open file, not per goroutine)
 
 	index grantIndex // share-token digests to threads (participants.go)
+	pins  pinQueue   // the threads whose cached snapshot holds a descriptor
 
 	// lastFail is the last append whose write failed, until a later write
 	// or readiness probe of its size succeeds (Check).
@@ -79,6 +87,7 @@ type threadState struct {
 	snap atomic.Pointer[snapshot] // the newest parsed document seen
 	// announced is the epoch of the newest message handed to the feed; guarded by mu.
 	announced int64
+	queued    bool // in the pin queue; guarded by File.pins.mu
 }
 
 // snapshot is one parsed version of a thread document; never modified.
@@ -91,19 +100,82 @@ type threadState struct {
 // exact without reading the file. (An inode number alone, or with size and
 // a coarse mtime, can deceive once the inode is freed: a reused inode, an
 // equal size and an mtime in the same tick hid another process's write.)
+//
+// Pins are bounded (FileOptions.MaxOpenDocs): a snapshot whose pin was
+// taken back keeps its document and the checksum of its bytes, so a read
+// of an unchanged thread still parses nothing, though it reads the file.
 type snapshot struct {
 	id  fileID
-	pin *os.File // closed when the snapshot is replaced in the cache
+	pin *os.File // nil once unpinned; closed when the snapshot is replaced or unpinned
+	sum uint64   // maphash of the document's bytes
 	doc threadDoc
 	err error // the document does not parse
 }
 
+// docSeed seeds the checksums of this process's snapshots.
+var docSeed = maphash.MakeSeed()
+
 // setSnap caches snap as the thread's document and unpins the snapshot it
 // replaces. Each snapshot is swapped out once, so each pin is closed once.
-func (t *threadState) setSnap(snap *snapshot) {
+// A pinned snap joins the pin queue, which unpins the oldest past the bound.
+func (s *File) setSnap(t *threadState, snap *snapshot) {
 	if old := t.snap.Swap(snap); old != nil && old != snap && old.pin != nil {
 		old.pin.Close()
 	}
+	if snap != nil && snap.pin != nil {
+		s.pins.add(t, s.opt.MaxOpenDocs)
+	}
+}
+
+// pinQueue is the threads whose snapshots may hold a pin, oldest first,
+// each at most once. Every pinned snapshot's thread is in it (a setter
+// queues after its swap; unpinning reads the snapshot after dequeuing), so
+// its length bounds the open descriptors.
+type pinQueue struct {
+	mu sync.Mutex
+	q  []*threadState
+}
+
+func (pq *pinQueue) add(t *threadState, limit int) {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	if !t.queued {
+		t.queued = true
+		pq.q = append(pq.q, t)
+	}
+	for len(pq.q) > limit {
+		old := pq.q[0]
+		pq.q[0] = nil
+		pq.q = pq.q[1:]
+		old.queued = false
+		old.unpin()
+	}
+	if cap(pq.q) > 2*limit && len(pq.q) < cap(pq.q)/4 {
+		pq.q = append([]*threadState(nil), pq.q...) // let the dequeued front go
+	}
+}
+
+// unpin swaps the thread's pinned snapshot for an unpinned copy and closes
+// its pin. If a newer snapshot is swapped in meanwhile, its setter closes
+// the old pin and queues the thread again.
+func (t *threadState) unpin() {
+	cur := t.snap.Load()
+	if cur == nil || cur.pin == nil {
+		return
+	}
+	if t.snap.CompareAndSwap(cur, &snapshot{id: cur.id, sum: cur.sum, doc: cur.doc, err: cur.err}) {
+		cur.pin.Close()
+	}
+}
+
+// openFileLimit is the process's descriptor limit (the Go runtime has
+// raised the soft limit to the hard one), or 1024 if it cannot be read.
+func openFileLimit() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 1024
+	}
+	return int(min(lim.Cur, 1<<30))
 }
 
 type fileID struct {
@@ -132,6 +204,9 @@ func OpenFile(data string, opt FileOptions) (*File, error) {
 	}
 	if opt.Rescan <= 0 {
 		opt.Rescan = 2 * time.Second
+	}
+	if opt.MaxOpenDocs <= 0 {
+		opt.MaxOpenDocs = min(opt.MaxThreads, max(16, openFileLimit()/4))
 	}
 	s := &File{
 		dir:   filepath.Join(data, "chat"),
@@ -162,7 +237,7 @@ func (s *File) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range s.tmap {
-		t.setSnap(nil)
+		s.setSnap(t, nil)
 	}
 	return nil
 }
@@ -194,14 +269,16 @@ func checkThread(thread string) error {
 }
 
 // load returns the thread's current document, from the cache when the
-// file at the path is the cached snapshot's (pinned) inode. A missing file
-// is (nil, nil).
+// file at the path is the cached snapshot's (pinned) inode, or holds the
+// cached snapshot's bytes. A missing file is (nil, nil).
 func (s *File) load(thread string, t *threadState) (*snapshot, error) {
-	// The fast path, one stat: the cached snapshot pins its inode, so a
-	// file at the path with that identity is the snapshot's very file.
-	if snap := t.snap.Load(); snap != nil {
+	// The fast path, one stat: a pinned snapshot pins its inode, so a file
+	// at the path with that identity is the snapshot's very file. The
+	// snapshot still cached after the stat was pinned during it (a
+	// snapshot, once swapped out, never comes back).
+	if snap := t.snap.Load(); snap != nil && snap.pin != nil {
 		fi, err := os.Stat(s.path(thread))
-		if err == nil && identity(fi) == snap.id {
+		if err == nil && identity(fi) == snap.id && t.snap.Load() == snap {
 			return snap, nil
 		}
 	}
@@ -218,10 +295,9 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 		return nil, s.unavailable(thread, err)
 	}
 	id := identity(fi)
-	// The cached snapshot's pin was open from before f was opened (it is
-	// unpinned only once replaced, and then Load no longer returns it), so
-	// an equal inode is the same file, not a reused number.
-	if snap := t.snap.Load(); snap != nil && snap.id == id {
+	// A pinned snapshot still cached now was pinned from before f was
+	// opened, so an equal inode is the same file, not a reused number.
+	if snap := t.snap.Load(); snap != nil && snap.pin != nil && snap.id == id && t.snap.Load() == snap {
 		f.Close()
 		return snap, nil
 	}
@@ -233,12 +309,16 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 		f.Close()
 		return nil, s.unavailable(thread, err)
 	}
-	snap := &snapshot{id: id, pin: f}
-	snap.doc, snap.err = parseDocument(data, thread)
-	if snap.err != nil {
-		s.log.Error("thread document does not parse; it is left as it is", "file", s.path(thread), "err", snap.err)
+	snap := &snapshot{id: id, pin: f, sum: maphash.Bytes(docSeed, data)}
+	if old := t.snap.Load(); old != nil && old.sum == snap.sum && old.id.size == id.size {
+		snap.doc, snap.err = old.doc, old.err // the cached bytes: nothing to parse
+	} else {
+		snap.doc, snap.err = parseDocument(data, thread)
+		if snap.err != nil {
+			s.log.Error("thread document does not parse; it is left as it is", "file", s.path(thread), "err", snap.err)
+		}
 	}
-	t.setSnap(snap)
+	s.setSnap(t, snap)
 	return snap, nil
 }
 
@@ -525,12 +605,13 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 	} else if s.lastFail.Load() != nil {
 		s.lastFail.Store(nil)
 	}
+	sum := maphash.Bytes(docSeed, doc)
 	*bp = doc[:0]
 	docBufs.Put(bp)
 	if err != nil {
 		return false, err
 	}
-	t.setSnap(&snapshot{id: id, pin: pin, doc: nd})
+	s.setSnap(t, &snapshot{id: id, pin: pin, sum: sum, doc: nd})
 	s.announce(thread, t, nd)
 	return false, ferr
 }
@@ -788,7 +869,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		if !s.opt.NoFsync {
 			syncDir(s.dir)
 		}
-		t.setSnap(nil)
+		s.setSnap(t, nil)
 		return dropped, true, nil
 	}
 	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev}
@@ -797,6 +878,6 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	if err != nil {
 		return 0, false, err
 	}
-	t.setSnap(&snapshot{id: id, pin: pin, doc: nd})
+	s.setSnap(t, &snapshot{id: id, pin: pin, sum: maphash.Bytes(docSeed, doc), doc: nd})
 	return dropped, false, nil
 }

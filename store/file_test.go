@@ -545,3 +545,86 @@ func TestWriterIsNotFooledByAFileIdentityCollision(t *testing.T) {
 	}
 	assert.Equal(t, "messages", got, []string{"a3", "b4", "a5"})
 }
+
+// openDocs counts this process's descriptors open on thread documents of
+// the store in dir.
+func openDocs(t *testing.T, dir string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	assert.Success(t, err)
+	chat := filepath.Join(dir, "chat") + string(filepath.Separator)
+	n := 0
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && strings.HasPrefix(target, chat) && strings.HasSuffix(target, ".json") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOpenDocumentsAreBounded: the cache keeps at most MaxOpenDocs
+// documents open however many threads are read, and a thread it let go
+// of still reads another process's writes.
+func TestOpenDocumentsAreBounded(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const threads, limit = 40, 4
+	a := openFile(t, dir, FileOptions{MaxThreads: threads, MaxOpenDocs: limit})
+	b := openFile(t, dir, FileOptions{MaxThreads: threads})
+	thread := func(i int) string { return fmt.Sprintf("%016x", i+1) }
+	for i := range threads {
+		appendText(t, a, thread(i), "hello")
+	}
+	for range 2 {
+		for i := range threads {
+			p, err := a.Since(context.Background(), thread(i), 0, 0)
+			assert.Success(t, err)
+			assert.Equal(t, "messages of "+thread(i), texts(p), []string{"hello"})
+		}
+	}
+	// b holds none open: it has read nothing.
+	assert.True(t, openDocs(t, dir) <= limit, "%d documents open, the bound is %d", openDocs(t, dir), limit)
+
+	appendText(t, b, thread(0), "from another process") // thread 0 was let go of long ago
+	p, err := a.Since(context.Background(), thread(0), 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "messages", texts(p), []string{"hello", "from another process"})
+	assert.True(t, openDocs(t, dir) <= limit+1, "%d documents open", openDocs(t, dir)) // + b's pin of thread 0
+}
+
+// TestUnpinnedDocumentIsNotFooledByAnIdentityCollision: once the cache has
+// let go of a document, its inode may be reused; a replacement with the
+// same inode, size and mtime but other bytes is still read.
+func TestUnpinnedDocumentIsNotFooledByAnIdentityCollision(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a := openFile(t, dir, FileOptions{MaxOpenDocs: 1})
+	appendText(t, a, threadA, "one")
+	path := filepath.Join(dir, "chat", threadA+".json")
+	before, err := os.Stat(path)
+	assert.Success(t, err)
+	appendText(t, a, threadB, "other") // unpins threadA's document
+	assert.Equal(t, "texts", texts(mustSince(t, a, threadA)), []string{"one"})
+	appendText(t, a, threadB, "other again")
+
+	// Rewrite the same file in place, as no writer does, keeping its
+	// inode, size and mtime: only the bytes tell.
+	data, err := os.ReadFile(path)
+	assert.Success(t, err)
+	changed := bytes.Replace(data, []byte(`"one"`), []byte(`"two"`), 1)
+	assert.Success(t, os.WriteFile(path, changed, 0o600))
+	assert.Success(t, os.Chtimes(path, before.ModTime(), before.ModTime()))
+	after, err := os.Stat(path)
+	assert.Success(t, err)
+	assert.True(t, os.SameFile(before, after) && after.Size() == before.Size() && after.ModTime().Equal(before.ModTime()), "the file's identity changed")
+
+	assert.Equal(t, "texts", texts(mustSince(t, a, threadA)), []string{"two"})
+}
+
+func mustSince(t *testing.T, s Store, thread string) Page {
+	t.Helper()
+	p, err := s.Since(context.Background(), thread, 0, 0)
+	assert.Success(t, err)
+	return p
+}
