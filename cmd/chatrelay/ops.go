@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/chatrelay/chatrelay/transport"
@@ -21,6 +22,7 @@ type opsFlags struct {
 	tlsCert     string
 	tlsKey      string
 	drainDelay  time.Duration
+	pprof       bool
 	tls         *tls.Config // loaded by check
 }
 
@@ -29,6 +31,7 @@ func (o *opsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this private `address` instead of the main listener")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain `file`; with --tls-key, serve HTTPS with HTTP/2")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `file` of --tls-cert")
+	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles (/debug/pprof/) on --metrics-addr, for profiling a live server")
 	fs.DurationVar(&o.drainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long with /readyz answering 503 before closing the listener, so a load balancer stops sending new clients")
 }
 
@@ -40,6 +43,9 @@ func (o *opsFlags) check() error {
 	}
 	if o.drainDelay < 0 {
 		return usageError("--drain-delay must not be negative")
+	}
+	if o.pprof && o.metricsAddr == "" {
+		return usageError("--pprof needs --metrics-addr: the profiles are served only on the private listener")
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return usageError("--tls-cert and --tls-key go together")
@@ -91,11 +97,22 @@ func (o *opsFlags) startOps(srv *transport.Server, stdout io.Writer, log *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
+	handler := srv.OpsHandler()
+	if o.pprof {
+		mux := http.NewServeMux()
+		mux.Handle("/", handler)
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		handler = mux
+	}
 	hs := &http.Server{
-		Handler:           srv.OpsHandler(),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      90 * time.Second, // a CPU profile takes 30 s by default
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", ln.Addr())

@@ -408,3 +408,21 @@ func TestServeMetricsAddrLogsAndDrain(t *testing.T) {
 	assert.True(t, requests >= 4, "%d request lines, want one per request", requests)
 	assert.True(t, !strings.Contains(logs, tok) && !strings.Contains(logs, secret), "the log holds the token or the text:\n%s", logs)
 }
+
+// TestServePprof: --pprof serves Go's profiles on the private listener
+// only, and is refused without one.
+func TestServePprof(t *testing.T) {
+	t.Parallel()
+	srv := opsServe(t, "--metrics-addr", "127.0.0.1:0", "--pprof")
+	status, body := opsGet(t, srv.metrics+"/debug/pprof/heap?debug=1")
+	assert.Equal(t, "private heap profile", status, http.StatusOK)
+	assert.True(t, strings.Contains(string(body), "heap profile"), "heap profile: %.200s", body)
+	status, _ = opsGet(t, srv.metrics+"/metrics")
+	assert.Equal(t, "private /metrics beside it", status, http.StatusOK)
+	status, _ = opsGet(t, srv.base+"/debug/pprof/heap")
+	assert.Equal(t, "main listener", status, http.StatusNotFound)
+
+	var stderr bytes.Buffer
+	err := run(t.Context(), []string{"serve", "--data", t.TempDir(), "--pprof"}, func(string) string { return "" }, strings.NewReader(""), io.Discard, &stderr)
+	assert.Equal(t, "exit code without --metrics-addr", exitCode(err), 2)
+}
