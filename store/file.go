@@ -2,6 +2,7 @@ package store
 
 import (
 	"hash/maphash"
+	"math/rand/v2"
 	"strconv"
 
 	"github.com/chatrelay/chatrelay"
@@ -71,6 +72,7 @@ type File struct {
 
 	index grantIndex // share-token digests to threads (participants.go)
 	pins  pinQueue   // the threads whose cached snapshot holds a descriptor
+	dsync *dirSync   // groups the folder fsyncs; nil with NoFsync
 
 	// lastFail is the last append whose write failed, until a later write
 	// or readiness probe of its size succeeds (Check).
@@ -208,12 +210,17 @@ func OpenFile(data string, opt FileOptions) (*File, error) {
 	if opt.MaxOpenDocs <= 0 {
 		opt.MaxOpenDocs = min(opt.MaxThreads, max(16, openFileLimit()/4))
 	}
+	var ds *dirSync
+	if !opt.NoFsync {
+		ds = newDirSync(filepath.Join(data, "chat"))
+	}
 	s := &File{
 		dir:   filepath.Join(data, "chat"),
 		opt:   opt,
 		log:   opt.Log,
 		now:   opt.Now,
 		tmap:  make(map[string]*threadState),
+		dsync: ds,
 		feeds: make(map[*feed]struct{}),
 	}
 	if s.log == nil {
@@ -238,6 +245,9 @@ func (s *File) Close() error {
 	defer s.mu.Unlock()
 	for _, t := range s.tmap {
 		s.setSnap(t, nil)
+	}
+	if s.dsync != nil {
+		s.dsync.close()
 	}
 	return nil
 }
@@ -284,6 +294,7 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 	}
 	f, err := os.Open(s.path(thread))
 	if errors.Is(err, fs.ErrNotExist) {
+		s.setSnap(t, nil) // removed (swept) by another process
 		return nil, nil
 	}
 	if err != nil {
@@ -529,8 +540,13 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 	// then the thread's mutex and .lock.
 	notFound := func() error { return chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread) }
 	count := -1 // the thread count before this creation, when creating
-	_, statErr := os.Stat(s.path(thread))
-	creating := errors.Is(statErr, fs.ErrNotExist)
+	// A thread this process has read or written exists but for a sweep
+	// since, which the load under the lock notices (and retries).
+	creating := false
+	if t := s.peek(thread); t == nil || t.snap.Load() == nil {
+		_, statErr := os.Stat(s.path(thread))
+		creating = errors.Is(statErr, fs.ErrNotExist)
+	}
 	if creating {
 		if !create {
 			return false, notFound()
@@ -625,7 +641,7 @@ func sameDoc(a, b threadDoc) bool {
 // write replaces the thread's document atomically (writeFile). It returns
 // the new file, still open (the snapshot's pin), and its identity.
 func (s *File) write(thread string, doc []byte) (pin *os.File, id fileID, err error) {
-	pin, id, err = writeFile(s.dir, thread+".json", doc, !s.opt.NoFsync)
+	pin, id, err = writeFileSync(s.dir, thread+".json", doc, s.dsync)
 	if err != nil {
 		return nil, id, s.unavailable(thread, err)
 	}
@@ -638,11 +654,21 @@ func (s *File) write(thread string, doc []byte) (pin *os.File, id fileID, err er
 // or the whole new one. The caller holds name's lock. It returns the new
 // file, still open, and its identity; on error it leaves no temp file.
 func writeFile(dir, name string, data []byte, sync bool) (f *os.File, id fileID, err error) {
-	f, err = os.CreateTemp(dir, "."+name+".tmp-*")
+	var ds *dirSync
+	if sync {
+		ds = newDirSync(dir)
+		defer ds.close()
+	}
+	return writeFileSync(dir, name, data, ds)
+}
+
+// writeFileSync is writeFile with the folder's fsync done by ds (nil: no
+// fsync at all), which groups the fsyncs of concurrent writers.
+func writeFileSync(dir, name string, data []byte, ds *dirSync) (f *os.File, id fileID, err error) {
+	f, tmp, err := createTemp(dir, "."+name+".tmp-")
 	if err != nil {
 		return nil, id, err
 	}
-	tmp := f.Name()
 	defer func() {
 		if err != nil {
 			f.Close()
@@ -652,7 +678,7 @@ func writeFile(dir, name string, data []byte, sync bool) (f *os.File, id fileID,
 	if _, err = f.Write(data); err != nil {
 		return nil, id, err
 	}
-	if sync {
+	if ds != nil {
 		if err = f.Sync(); err != nil {
 			return nil, id, err
 		}
@@ -664,12 +690,33 @@ func writeFile(dir, name string, data []byte, sync bool) (f *os.File, id fileID,
 	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return nil, id, err
 	}
-	if sync {
-		if err = syncDir(dir); err != nil {
+	if ds != nil {
+		if err = ds.sync(); err != nil {
 			return nil, id, err
 		}
 	}
 	return f, identity(fi), nil
+}
+
+// createTemp creates a new file (mode 0600) named prefix + a random
+// suffix in dir. It is os.CreateTemp without the poller: os.OpenFile
+// tries to register every file with the network poller and sets its
+// blocking mode back and forth (four fcntl and a failing epoll_ctl per
+// file), a fifth of an append's system calls; os.NewFile of a blocking
+// descriptor does neither.
+func createTemp(dir, prefix string) (*os.File, string, error) {
+	for range 100 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36))
+		fd, err := syscall.Open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
+		if err == syscall.EEXIST || err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, "", &fs.PathError{Op: "open", Path: name, Err: err}
+		}
+		return os.NewFile(uintptr(fd), name), name, nil
+	}
+	return nil, "", &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*"), Err: fs.ErrExist}
 }
 
 func syncDir(dir string) error {
@@ -682,6 +729,94 @@ func syncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// dirSync groups the folder fsyncs of concurrent writers (group commit):
+// a rename is made durable by any fsync of the folder that starts after
+// it, so a writer waits for the running fsync (which may not cover it)
+// and then shares the next one with every writer that renamed meanwhile.
+// With --fsync always under concurrent posts, that is one folder fsync
+// per round instead of one per post.
+type dirSync struct {
+	dir string
+
+	mu      sync.Mutex
+	cond    sync.Cond // signalled when a sync ends; L is &mu
+	f       *os.File  // the folder, opened by the first sync
+	started uint64    // syncs started
+	done    uint64    // syncs finished (they run one at a time, in order)
+	running bool
+	failed  map[uint64]error // recent syncs that failed, by number
+
+	fsyncFn func() error // d.fsync; a test's stand-in
+}
+
+func newDirSync(dir string) *dirSync {
+	d := &dirSync{dir: dir}
+	d.cond.L = &d.mu
+	d.fsyncFn = d.fsync
+	return d
+}
+
+// sync returns once a folder fsync that started after the call has
+// finished, with its error.
+func (d *dirSync) sync() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	need := d.started + 1 // a running sync may have started before our rename
+	for d.done < need {
+		if d.running {
+			d.cond.Wait()
+			continue
+		}
+		d.running = true
+		d.started++
+		n := d.started
+		d.mu.Unlock()
+		err := d.fsyncFn()
+		d.mu.Lock()
+		d.running = false
+		d.done = n
+		if err != nil {
+			if d.failed == nil || len(d.failed) > 64 {
+				d.failed = make(map[uint64]error)
+			}
+			d.failed[n] = err
+		}
+		d.cond.Broadcast()
+	}
+	return d.failed[need] // sync number need is the first that covers us
+}
+
+// fsync syncs the folder; the caller is the one running sync, so it
+// alone touches d.f.
+func (d *dirSync) fsync() error {
+	if d.f == nil {
+		f, err := os.Open(d.dir)
+		if err != nil {
+			return err
+		}
+		d.f = f
+	}
+	if err := d.f.Sync(); err != nil {
+		d.f.Close() // a fresh descriptor next time
+		d.f = nil
+		return err
+	}
+	return nil
+}
+
+// close closes the folder once no sync runs; a later sync reopens it.
+func (d *dirSync) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.running {
+		d.cond.Wait()
+	}
+	if d.f != nil {
+		d.f.Close()
+		d.f = nil
+	}
 }
 
 // The thread count is kept in .threads.lock itself (the lock file is
@@ -866,8 +1001,8 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 			}
 		}
 		s.announceParticipants(thread)
-		if !s.opt.NoFsync {
-			syncDir(s.dir)
+		if s.dsync != nil {
+			s.dsync.sync()
 		}
 		s.setSnap(t, nil)
 		return dropped, true, nil

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"sync/atomic"
+
 	"github.com/chatrelay/chatrelay"
 
 	"bytes"
@@ -627,4 +629,77 @@ func mustSince(t *testing.T, s Store, thread string) Page {
 	p, err := s.Since(context.Background(), thread, 0, 0)
 	assert.Success(t, err)
 	return p
+}
+
+// TestAppendAfterAnotherProcessSwept: a thread this store has cached but
+// another process swept away is created anew by the next append, and
+// counted against the limit again.
+func TestAppendAfterAnotherProcessSwept(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New(t0)
+	dir := t.TempDir()
+	opt := FileOptions{Retention: chatrelay.Retention{Age: time.Hour}, MaxThreads: 2, Now: clk.Now}
+	a, b := openFile(t, dir, opt), openFile(t, dir, opt)
+	appendText(t, a, threadA, "old")
+	clk.Advance(2 * time.Hour)
+	st, err := b.Sweep(t.Context())
+	assert.Success(t, err)
+	assert.Equal(t, "removed", st.ThreadsRemoved, 1)
+
+	appendText(t, a, threadA, "again")
+	assert.Equal(t, "texts", texts(mustSince(t, b, threadA)), []string{"again"})
+	appendText(t, a, threadB, "second thread")
+	_, err = a.Append(t.Context(), "00000000000000ff", NewMessage{Text: "third"})
+	assert.Code(t, err, chatrelay.ThreadLimit)
+}
+
+// TestDirSyncCoversEveryCaller: a caller of the grouped folder fsync
+// returns only after an fsync that started after its call has finished,
+// with that fsync's outcome, and concurrent callers share fsyncs.
+func TestDirSyncCoversEveryCaller(t *testing.T) {
+	t.Parallel()
+	var clock atomic.Int64 // orders calls, fsync starts and ends
+	type span struct{ start, end int64 }
+	var mu sync.Mutex
+	var syncs []span
+	d := newDirSync(t.TempDir())
+	d.fsyncFn = func() error {
+		sp := span{start: clock.Add(1)}
+		time.Sleep(time.Millisecond) // an fsync takes a while; others call meanwhile
+		sp.end = clock.Add(1)
+		mu.Lock()
+		syncs = append(syncs, sp)
+		failed := len(syncs)%5 == 0
+		mu.Unlock()
+		if failed {
+			return fmt.Errorf("fsync %d failed", len(syncs))
+		}
+		return nil
+	}
+	const callers = 200
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			called := clock.Add(1)
+			err := d.sync()
+			returned := clock.Add(1)
+			mu.Lock()
+			defer mu.Unlock()
+			// Some fsync that started after the call ended before it
+			// returned, and the call has that fsync's outcome.
+			covered := false
+			for i, sp := range syncs {
+				if sp.start > called && sp.end < returned && ((i+1)%5 == 0) == (err != nil) {
+					covered = true
+				}
+			}
+			if !covered {
+				t.Errorf("call at %d returned at %d with %v: no fsync that started after it ended before with that outcome (%v)", called, returned, err, syncs)
+			}
+		})
+	}
+	wg.Wait()
+	d.close()
+	t.Logf("%d callers, %d fsyncs", callers, len(syncs))
+	assert.True(t, len(syncs) < callers, "%d fsyncs for %d concurrent callers: none shared", len(syncs), callers)
 }

@@ -126,7 +126,7 @@ func (s *File) readGrants(thread string) ([]chatrelay.Grant, error) {
 // locks.
 func (s *File) writeGrants(thread string, grants []chatrelay.Grant) error {
 	b, _ := json.Marshal(participantsFile{Version: 1, Thread: thread, Grants: grants})
-	f, _, err := writeFile(s.dir, thread+".participants.json", append(b, '\n'), !s.opt.NoFsync)
+	f, _, err := writeFileSync(s.dir, thread+".participants.json", append(b, '\n'), s.dsync)
 	if err != nil {
 		return s.unavailable(thread, err)
 	}
@@ -382,7 +382,7 @@ func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent
 			l, _ := json.Marshal(e)
 			b = append(append(b, l...), '\n')
 		}
-		if f, _, err := writeFile(s.dir, thread+".audit.jsonl", b, !s.opt.NoFsync); err == nil {
+		if f, _, err := writeFileSync(s.dir, thread+".audit.jsonl", b, s.dsync); err == nil {
 			f.Close()
 		}
 	}
