@@ -530,16 +530,18 @@ func (s *File) mutate(ctx context.Context, thread string, create bool, fn func(t
 	}
 }
 
-// mutateOnce is one attempt of mutate. A thread that has no document is
-// created under the store-wide lock, taken before the thread's lock (the
-// one lock order), so that no lock file is made for a thread the limit
-// refuses. If the document vanished (swept) after the lock-free check, it
-// asks to retry.
+// mutateOnce is one attempt of mutate. A thread that has no document
+// first reserves its place in the thread count under the store-wide lock
+// (taken before the thread's lock: the one lock order), so that no lock
+// file is made for a thread the limit refuses; the store-wide lock is held
+// only for that, never across the document's write and fsyncs, so
+// creations do not queue behind each other's disk writes. A reservation
+// that creates nothing (another process created the thread meanwhile,
+// or the write failed) is given back once the thread's lock is released.
+// If the document vanished (swept) after the lock-free check, it asks to
+// retry.
 func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn func(threadDoc, time.Time) (threadDoc, error)) (retry bool, err error) {
-	// Lock order: the store-wide .threads.lock (only to create a thread),
-	// then the thread's mutex and .lock.
 	notFound := func() error { return chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread) }
-	count := -1 // the thread count before this creation, when creating
 	// A thread this process has read or written exists but for a sweep
 	// since, which the load under the lock notices (and retries).
 	creating := false
@@ -551,25 +553,17 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 		if !create {
 			return false, notFound()
 		}
-		s.createMu.Lock()
-		defer s.createMu.Unlock()
-		unlock, err := s.lockFile(ctx, filepath.Join(s.dir, ".threads.lock"))
-		if err != nil {
+		if creating, err = s.reserveThread(ctx, thread); err != nil {
 			return false, err
 		}
-		defer unlock()
-		// Decided under the store-wide lock, before the thread's lock
-		// file is made: a refused thread leaves nothing behind.
-		if _, err := os.Stat(s.path(thread)); errors.Is(err, fs.ErrNotExist) {
-			if count, err = s.threadCount(); err != nil {
-				return false, s.unavailable(thread, err)
+	}
+	created := false
+	if creating {
+		defer func() { // after the thread's lock is released (deferred below)
+			if !created {
+				s.releaseThread(ctx)
 			}
-			if count >= s.opt.MaxThreads {
-				return false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
-			}
-		} else {
-			creating = false // another process created it meanwhile
-		}
+		}()
 	}
 	t := s.state(thread)
 	t.mu.Lock()
@@ -589,9 +583,6 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 		}
 		return true, nil // swept after the check: decide creating again
 	}
-	if snap != nil {
-		count = -1 // it exists after all: nothing to count
-	}
 	var old threadDoc
 	if snap != nil {
 		if snap.err != nil {
@@ -602,16 +593,6 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 	nd, ferr := fn(old, s.now())
 	if sameDoc(nd, old) {
 		return false, ferr
-	}
-	if count >= 0 {
-		// Counted before the document exists: a crash between the two
-		// overstates the count (the sweep recounts), never understates it.
-		s.setThreadCount(count + 1)
-		defer func() {
-			if err != nil {
-				s.setThreadCount(count)
-			}
-		}()
 	}
 	bp := docBufs.Get().(*[]byte)
 	doc := appendDocument((*bp)[:0], thread, nd)
@@ -627,9 +608,54 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 	if err != nil {
 		return false, err
 	}
+	created = snap == nil
 	s.setSnap(t, &snapshot{id: id, pin: pin, sum: sum, doc: nd})
 	s.announce(thread, t, nd)
 	return false, ferr
+}
+
+// reserveThread counts a thread about to be created, under the store-wide
+// lock: ThreadLimit if the store is full. Counted before the document
+// exists, a crash in between overstates the count (the sweep recounts),
+// never understates it. It reports false if the thread exists after all
+// (another process created it): nothing is counted then.
+func (s *File) reserveThread(ctx context.Context, thread string) (bool, error) {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	unlock, err := s.lockFile(ctx, s.threadCountPath())
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	if _, err := os.Stat(s.path(thread)); !errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	count, err := s.threadCount()
+	if err != nil {
+		return false, s.unavailable(thread, err)
+	}
+	if count >= s.opt.MaxThreads {
+		return false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
+	}
+	s.setThreadCount(count + 1)
+	return true, nil
+}
+
+// releaseThread gives back a reservation that created nothing. If the
+// store-wide lock cannot be had, the count stays one too high until the
+// next sweep recounts.
+func (s *File) releaseThread(ctx context.Context) {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	unlock, err := s.lockFile(context.WithoutCancel(ctx), s.threadCountPath())
+	if err != nil {
+		s.log.Warn("thread count stays one too high until the next sweep", "err", err)
+		return
+	}
+	defer unlock()
+	if count, err := s.threadCount(); err == nil && count > 0 {
+		s.setThreadCount(count - 1)
+	}
 }
 
 // sameDoc reports whether fn left the document as it was.
