@@ -29,8 +29,8 @@ func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backe
 		Limiter:   NewRateLimiter(rs, opt.Windows),
 		Streams:   sl,
 		TicketKey: rs.TicketKey, TicketKeyShared: true,
-		Where:     where(spec),
-		Settings:  store.Settings{Retention: rs.opt.Retention, MaxThreads: rs.opt.MaxThreads},
+		Where:    where(spec),
+		Settings: store.Settings{Retention: rs.opt.Retention, MaxThreads: rs.opt.MaxThreads},
 	}
 	b.OnClose(sl.Close)
 	return b, nil

@@ -82,17 +82,14 @@ import (
 	"github.com/chatrelay/chatrelay"
 
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -133,8 +130,10 @@ type Store struct {
 	now    func() time.Time
 	prefix string
 	feed   string // the pub/sub channel
-	index  string // the thread index key
-	genKey string // the generation key (gen.go)
+	index   string // the thread index key
+	genKey  string // the generation key (gen.go)
+	pending string // the pending interactions' index key
+	gindex  string // the grant index key (participants.go)
 
 	closing context.Context // done once Close is called
 	close   context.CancelFunc
@@ -219,6 +218,9 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 		index:  opt.Prefix + "threads",
 		genKey: opt.Prefix + "generation",
 
+		pending: opt.Prefix + "pending",
+		gindex:  opt.Prefix + "grant-index",
+
 		pingEvery: defaultPingEvery,
 		wake:      make(chan struct{}),
 		kicks:     make(map[*follower]func()),
@@ -290,9 +292,28 @@ func (s *Store) enter() bool {
 	return true
 }
 
-func (s *Store) logKey(thread string) string  { return s.prefix + "{" + thread + "}:log" }
-func (s *Store) metaKey(thread string) string { return s.prefix + "{" + thread + "}:meta" }
-func (s *Store) idsKey(thread string) string  { return s.prefix + "{" + thread + "}:ids" }
+func (s *Store) logKey(thread string) string    { return s.prefix + "{" + thread + "}:log" }
+func (s *Store) metaKey(thread string) string   { return s.prefix + "{" + thread + "}:meta" }
+func (s *Store) idsKey(thread string) string    { return s.prefix + "{" + thread + "}:ids" }
+func (s *Store) v2Key(thread string) string     { return s.prefix + "{" + thread + "}:v2" }
+func (s *Store) grantsKey(thread string) string { return s.prefix + "{" + thread + "}:grants" }
+func (s *Store) auditKey(thread string) string  { return s.prefix + "{" + thread + "}:audit" }
+
+// threadKeys are the suffixes of a thread's keys, in the order the
+// scripts take them (luaCommon's K).
+var threadKeys = [...]string{"log", "meta", "ids", "v2", "v2e", "revs", "cids", "ixs", "grants", "audit"}
+
+// keys returns the keys every script of a thread is given: the thread's
+// (threadKeys), then the thread index, the generation, the pending index
+// and the grant index.
+func (s *Store) keys(thread string) []string {
+	base := s.prefix + "{" + thread + "}:"
+	k := make([]string, 0, len(threadKeys)+4)
+	for _, suffix := range threadKeys {
+		k = append(k, base+suffix)
+	}
+	return append(k, s.index, s.genKey, s.pending, s.gindex)
+}
 
 func checkThread(thread string) error {
 	if !chatrelay.ValidThread(thread) {
@@ -340,111 +361,3 @@ func isInternal(err error) bool {
 	return strings.HasPrefix(msg, "ERR") || strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "NOSCRIPT")
 }
 
-// jsonString encodes s as encoding/json does inside chatrelay.MarshalMessage
-// (no HTML escaping), so the message JSON the script assembles is byte for
-// byte what chatrelay.MarshalMessage would make.
-func jsonString(s string) string {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(s); err != nil {
-		panic("redisstore: encode string: " + err.Error()) // a string always encodes
-	}
-	return strings.TrimSuffix(b.String(), "\n")
-}
-
-// parseEntry decodes one stored message JSON. The store writes one exact
-// layout (chatrelay.MarshalMessage's); parseFast reads it without reflection,
-// and anything else goes through encoding/json.
-func parseEntry(js string) (store.Entry, error) {
-	m, ok := parseFast(js)
-	if !ok {
-		m = chatrelay.Message{}
-		if err := json.Unmarshal([]byte(js), &m); err != nil {
-			return store.Entry{}, err
-		}
-	}
-	if m.ID == "" || m.Author == "" || m.Epoch <= 0 {
-		return store.Entry{}, errors.New("incomplete message")
-	}
-	return store.Entry{Message: m, JSON: []byte(js)}, nil
-}
-
-// parseFast reads {"id":"…","epoch":N,"ts":"…","author":"…","text":"…"}
-// exactly as chatrelay.MarshalMessage writes it, or reports false.
-func parseFast(js string) (m chatrelay.Message, ok bool) {
-	rest, ok := strings.CutPrefix(js, `{"id":`)
-	if !ok {
-		return m, false
-	}
-	var id, epoch, ts, author string
-	if id, rest, ok = cutJSONString(rest); !ok {
-		return m, false
-	}
-	if rest, ok = strings.CutPrefix(rest, `,"epoch":`); !ok {
-		return m, false
-	}
-	if epoch, rest, ok = strings.Cut(rest, ","); !ok {
-		return m, false
-	}
-	if epoch == "" || epoch[0] < '1' || epoch[0] > '9' { // JSON: no sign, no leading zero
-		return m, false
-	}
-	e, err := strconv.ParseInt(epoch, 10, 64)
-	if err != nil {
-		return m, false
-	}
-	if rest, ok = strings.CutPrefix(rest, `"ts":`); !ok {
-		return m, false
-	}
-	if ts, rest, ok = cutJSONString(rest); !ok {
-		return m, false
-	}
-	if rest, ok = strings.CutPrefix(rest, `,"author":`); !ok {
-		return m, false
-	}
-	if author, rest, ok = cutJSONString(rest); !ok {
-		return m, false
-	}
-	if rest, ok = strings.CutPrefix(rest, `,"text":`); !ok {
-		return m, false
-	}
-	text, rest, ok := cutJSONString(rest)
-	if !ok || rest != "}" {
-		return m, false
-	}
-	return chatrelay.Message{ID: id, Epoch: e, TS: ts, Author: chatrelay.Author(author), Text: text}, true
-}
-
-// cutJSONString decodes the JSON string at the start of s and returns the
-// rest of s after it. A string of plain valid UTF-8 is sliced; one with
-// escapes goes through encoding/json; one with a control character or
-// invalid UTF-8 (never stored, but JSON would refuse or replace it) is
-// not ok, so the caller falls back to encoding/json for the whole message.
-func cutJSONString(s string) (val, rest string, ok bool) {
-	if len(s) == 0 || s[0] != '"' {
-		return "", s, false
-	}
-	escaped := false
-	for i := 1; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20:
-			return "", s, false
-		case c == '\\':
-			escaped = true
-			i++
-		case c == '"':
-			if !escaped {
-				if !utf8.ValidString(s[1:i]) {
-					return "", s, false
-				}
-				return s[1:i], s[i+1:], true
-			}
-			if err := json.Unmarshal([]byte(s[:i+1]), &val); err != nil {
-				return "", s, false
-			}
-			return val, s[i+1:], true
-		}
-	}
-	return "", s, false
-}

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -492,7 +493,7 @@ func TestIDSuffixes(t *testing.T) {
 	m := store.NewMessage{Text: "x", Author: chatrelay.Operator}
 	suffix := func(cands ...string) string {
 		t.Helper()
-		res := must[[]string](t)(s.runAppend(ctx, th, m, cands))
+		res := must[[]string](t)(s.runAppend(ctx, th, &appendReq{m: m}, cands))
 		if res[0] != "ok" {
 			return res[0]
 		}
@@ -540,9 +541,15 @@ func TestParseEntry(t *testing.T) {
 		if !ok || !reflect.DeepEqual(fast, m) {
 			t.Fatalf("parseFast(%s) = %+v, %v", js, fast, ok)
 		}
-		e, err := parseEntry(js)
-		if err != nil || !reflect.DeepEqual(e.Message, m) || string(e.JSON) != js {
-			t.Fatalf("parseEntry(%s) = %+v, %v", js, e, err)
+		// A message read from its v1 JSON has no v2 state: its rev is its
+		// epoch, and its v2 object is the one MarshalMessageV2 makes.
+		want := m
+		want.Rev = m.Epoch
+		for _, parse := range []func(string) (store.Entry, error){parseEntry, entryOfJSON} {
+			e, err := parse(js)
+			if err != nil || !reflect.DeepEqual(e.Message, want) || string(e.JSON) != js || string(e.JSON2) != string(chatrelay.MarshalMessageV2(m)) {
+				t.Fatalf("parse(%s) = %+v, %v", js, e, err)
+			}
 		}
 	}
 	other := `{"text":"x","author":"agent","ts":"2026-10-23T18:00:00+00:00","epoch":5,"id":"MSG-x"}`
@@ -552,9 +559,46 @@ func TestParseEntry(t *testing.T) {
 	if e, err := parseEntry(other); err != nil || e.Text != "x" || e.Epoch != 5 {
 		t.Fatalf("parseEntry(other layout) = %+v, %v", e, err)
 	}
-	for _, bad := range []string{"", "{", `{"id":"x"}`, `{"id":"MSG","epoch":1,"ts":"t","author":"a","text":"t"`, "null"} {
-		if _, err := parseEntry(bad); err == nil {
-			t.Fatalf("parseEntry(%q) accepted", bad)
+	for _, bad := range []string{"", "{", `{"id":"x"}`, `{"id":"MSG","epoch":1,"ts":"t","author":"a","text":"t"`, "null",
+		`{"id":"MSG","epoch":5,"ts":"t","author":"a","text":"t","rev":4}`} {
+		if _, err := entryOfJSON(bad); err == nil {
+			t.Fatalf("entryOfJSON(%q) accepted", bad)
 		}
+	}
+}
+
+// TestV2Encoding: what the scripts store for a message with v2 state (the
+// v2 object split around its rev, with the rev put in by the script) is
+// byte for byte chatrelay.MarshalMessageV2, and reads back as the message.
+func TestV2Encoding(t *testing.T) {
+	t.Parallel()
+	now := time.UnixMilli(1792778400123)
+	ask := chatrelay.Ask{Type: chatrelay.Input, Prompt: "Which <branch>?", Choices: []chatrelay.Choice{{Value: "main", Label: "Main \"branch\""}}, Timeout: time.Minute}
+	answered := ask.Interaction(now)
+	answered.State, answered.Answer, answered.AnsweredBy, answered.AnsweredAt = chatrelay.Answered, &chatrelay.Answer{Value: "main"}, chatrelay.Operator, now.UnixMilli()+5
+	base := chatrelay.Message{ID: "MSG-20261023-180000-a1b2c3", Epoch: now.UnixMilli(), TS: "2026-10-23T18:00:00+00:00", Author: chatrelay.Hermes, Text: "line\nbreak & <b>"}
+	for _, m := range []chatrelay.Message{
+		{AuthorName: "Alex \u2028", ClientID: "tab-1:2"},
+		{Interaction: ask.Interaction(now)},
+		{Interaction: answered, Reactions: chatrelay.Reactions{"👍": {chatrelay.Hermes, "p:p_1a2b3c4d"}, "🎉": {chatrelay.Operator}}},
+		{Card: &chatrelay.Card{Title: "Build", FallbackText: "green", Blocks: []chatrelay.Block{{Type: chatrelay.CodeBlock, Text: "a\tb", Language: "go"}}}},
+	} {
+		m.ID, m.Epoch, m.TS, m.Author, m.Text = base.ID, base.Epoch, base.TS, base.Author, base.Text
+		if !hasV2(&m) {
+			t.Fatalf("hasV2(%+v) = false", m)
+		}
+		head, tail := splitV2(m)
+		m.Rev = m.Epoch + 42
+		stored := head + strconv.FormatInt(m.Rev, 10) + tail
+		if want := string(chatrelay.MarshalMessageV2(m)); stored != want {
+			t.Fatalf("stored\n%s\nwant\n%s", stored, want)
+		}
+		e, err := entryOfJSON(stored)
+		if err != nil || !reflect.DeepEqual(e.Message, m) || string(e.JSON) != string(chatrelay.MarshalMessage(m)) || string(e.JSON2) != stored {
+			t.Fatalf("entryOfJSON(%s) = %+v, %v", stored, e, err)
+		}
+	}
+	if hasV2(&base) {
+		t.Fatal("a plain message has v2 fields")
 	}
 }
