@@ -124,12 +124,12 @@ type Options struct {
 // Store is the Redis store. It is safe for concurrent use by many goroutines
 // and by many processes (nodes and the host CLI) sharing one Redis.
 type Store struct {
-	rdb    *redis.Client
-	opt    Options
-	log    *slog.Logger
-	now    func() time.Time
-	prefix string
-	feed   string // the pub/sub channel
+	rdb     *redis.Client
+	opt     Options
+	log     *slog.Logger
+	now     func() time.Time
+	prefix  string
+	feed    string // the pub/sub channel
 	index   string // the thread index key
 	genKey  string // the generation key (gen.go)
 	pending string // the pending interactions' index key
@@ -360,4 +360,3 @@ func isInternal(err error) bool {
 	}
 	return strings.HasPrefix(msg, "ERR") || strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "NOSCRIPT")
 }
-
