@@ -305,12 +305,27 @@ var threadKeys = [...]string{"log", "meta", "ids", "v2", "v2e", "revs", "cids", 
 
 // keys returns the keys every script of a thread is given: the thread's
 // (threadKeys), then the thread index, the generation, the pending index
-// and the grant index.
+// and the grant index. The thread's keys are slices of one string: an
+// append allocates two values for them, not ten.
 func (s *Store) keys(thread string) []string {
-	base := s.prefix + "{" + thread + "}:"
-	k := make([]string, 0, len(threadKeys)+4)
-	for _, suffix := range threadKeys {
-		k = append(k, base+suffix)
+	base := len(s.prefix) + len(thread) + 3 // <prefix>{T}:
+	var b strings.Builder
+	b.Grow(len(threadKeys) * (base + 6))
+	ends := [len(threadKeys)]int{}
+	for i, suffix := range threadKeys {
+		b.WriteString(s.prefix)
+		b.WriteByte('{')
+		b.WriteString(thread)
+		b.WriteString("}:")
+		b.WriteString(suffix)
+		ends[i] = b.Len()
+	}
+	all := b.String()
+	k := make([]string, len(threadKeys), len(threadKeys)+4)
+	start := 0
+	for i, end := range ends {
+		k[i] = all[start:end]
+		start = end
 	}
 	return append(k, s.index, s.genKey, s.pending, s.gindex)
 }

@@ -147,10 +147,11 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		}
 		return "0"
 	}
-	args := []any{thread, s.now().UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
+	args := make([]any, 0, 20+len(suffixes))
+	args = append(args, thread, s.now().UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
 		s.opt.MaxThreads, flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(r.m.Text), s.feed, s.seen.Load(), randomHex(8),
 		r.m.ClientID, r.tail, r.ix, r.deadline,
-		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max}
+		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max)
 	for _, x := range suffixes {
 		args = append(args, x)
 	}
