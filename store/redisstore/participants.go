@@ -123,6 +123,9 @@ func (s *Store) writeGrants(ctx context.Context, thread string, rec grantsRecord
 	for _, f := range fields {
 		args = append(args, f)
 	}
+	if s.beforeCAS != nil {
+		s.beforeCAS("grants")
+	}
 	res, err := grantsScript.Run(ctx, s.rdb, s.keys(thread), args...).Text()
 	if err != nil {
 		return false, s.unavailable("participants", err)

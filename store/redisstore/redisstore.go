@@ -165,6 +165,11 @@ type Store struct {
 	// onLost, if set (by tests, before Follow), is called by Follow after it
 	// notices that its subscription was lost, before it subscribes again.
 	onLost func(ctx context.Context)
+	// beforeCAS, if set (by tests, before use), is called between the read
+	// and the compare-and-set script of a write that has one: "change"
+	// (Change), "post" (a participant's post), "grants" (the other writes
+	// of a participants record).
+	beforeCAS func(op string)
 }
 
 var _ store.Store = (*Store)(nil)

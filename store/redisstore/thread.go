@@ -65,6 +65,9 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 			next.Sent++
 			js, _ := json.Marshal(next)
 			r.grant, r.version, r.next, r.capSpent = g.ID, rec.version, string(js), store.CapRefusal(g) != nil
+			if s.beforeCAS != nil {
+				s.beforeCAS("post")
+			}
 		}
 		suffixes := make([]string, idCandidates)
 		for i := range suffixes {

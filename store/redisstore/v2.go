@@ -120,6 +120,9 @@ func (s *Store) Change(ctx context.Context, thread string, c store.Change) (stor
 		if was && m.Interaction.State != chatrelay.Pending {
 			done = m.Interaction.ID
 		}
+		if s.beforeCAS != nil {
+			s.beforeCAS("change")
+		}
 		res, err := changeScript.Run(ctx, s.rdb, s.keys(thread), thread, e.Epoch, e.Rev, now.UnixMilli(),
 			head, tail, done, s.feed).StringSlice()
 		if err != nil {
