@@ -55,6 +55,10 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 			}
 			i := rec.find(m.Participant)
 			if i < 0 {
+				// As the file store answers: a thread that is gone first.
+				if n, err := s.rdb.XLen(ctx, s.logKey(thread)).Result(); err == nil && n == 0 {
+					return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
+				}
 				return store.Entry{}, store.UnknownShareLink()
 			}
 			g = rec.grants[i]
