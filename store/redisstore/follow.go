@@ -28,24 +28,26 @@ const defaultPingEvery = 15 * time.Second
 // back first (see answerHook) is live again within it.
 const maxBackoff = 250 * time.Millisecond
 
-// Follow implements store.Store. It receives every node's appends through
-// the feed channel, in the order Redis ran them, on a connection of its own,
-// and calls fn from the calling goroutine. The first call is
-// Batch{Ready: true}, once the subscription is confirmed.
+// Follow implements store.Store. It receives every node's changes (new
+// messages, changed messages in their new state, and participants
+// changes) through the feed channel, in the order Redis ran them, on a
+// connection of its own, and calls fn from the calling goroutine. The
+// first call is Batch{Ready: true}, once the subscription is confirmed.
 //
 // When the connection is lost, Follow subscribes again, backing off up to
 // maxBackoff while Redis is unreachable, and at once when any call of the
 // store finds Redis answering again. Once subscribed it catches up from the
-// store before it hands on anything newer: for every thread whose newest
-// epoch is past what Follow last announced (or past the thread's newest
-// when Follow started), it calls fn with the messages after that epoch,
-// marked Reset only if retention dropped some of them meanwhile. A thread
-// that went away gets a Reset batch. If Redis lost its data (a new
-// generation, gen.go), every thread Follow knew gets a Reset batch. If the
-// connection stays lost longer than Options.ResetAfter, every thread
-// Follow knows gets a Reset batch then, so that streams end instead of
-// waiting silently. From the loss until it has caught up, FeedLive is
-// false.
+// store before it hands on anything newer: for every thread whose rev is
+// past what Follow last announced (or past the thread's rev when Follow
+// started), it calls fn with the messages changed after that, each in its
+// current state, in change order, marked Reset only if retention dropped
+// some of them meanwhile; and it calls fn with Batch{Participants: true}
+// for every thread that has grants. A thread that went away gets a Reset
+// batch. If Redis lost its data (a new generation, gen.go), every thread
+// Follow knew gets a Reset batch. If the connection stays lost longer than
+// Options.ResetAfter, every thread Follow knows gets a Reset batch then,
+// so that streams end instead of waiting silently. From the loss until it
+// has caught up, FeedLive is false.
 // Follow returns nil when ctx is done, and ErrClosed if the store is closed.
 func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 	if !s.enter() {
@@ -202,8 +204,8 @@ type follower struct {
 	fn        func(store.Batch)
 	ready     bool             // Ready was sent
 	gen       string           // the generation id when the feed last caught up
-	announced map[string]int64 // the newest epoch handed to fn, per thread
-	base      map[string]int64 // each thread's newest epoch when the feed was registered (or Redis lost its data)
+	announced map[string]int64 // the newest rev handed to fn, per thread
+	base      map[string]int64 // each thread's rev when the feed was registered (or Redis lost its data)
 }
 
 // sync runs once the feed's subscription is confirmed: the first time it

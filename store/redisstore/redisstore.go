@@ -1,6 +1,6 @@
-// Package redisstore is the Redis (or Valkey) backend of store.Store, with
-// the rate and stream limiters that count across every chatrelay node
-// sharing one Redis.
+// Package redisstore is the Redis (or Valkey) backend of store.Store and
+// store.Participants, with the rate and stream limiters that count across
+// every chatrelay node sharing one Redis.
 //
 // # Keys
 //
@@ -9,12 +9,34 @@
 //
 //	<prefix>{T}:log     stream: one entry per retained message, id "<epoch>-0",
 //	                    one field "j" holding the v1 message JSON, byte for
-//	                    byte what chatrelay.MarshalMessage makes
-//	<prefix>{T}:meta    hash: "trimmed", the newest epoch retention dropped
+//	                    byte what chatrelay.MarshalMessage makes; never
+//	                    changed once written
+//	<prefix>{T}:meta    hash: "trimmed", the newest epoch retention dropped;
+//	                    "rev", the newest change's epoch (written by changes
+//	                    only: the thread's rev is the newer of it and the
+//	                    newest message's epoch); "trimmed_rev", the newest
+//	                    rev retention dropped; "v2", set once the thread
+//	                    has v2 state (a v1-only thread never reads any)
 //	<prefix>{T}:ids     hash: the id suffixes taken in the thread's newest
 //	                    second, while it has several messages (expires)
-//	<prefix>threads     sorted set: thread -> epoch of its newest message;
-//	                    the thread count (the 507 limit) and Threads' order
+//	<prefix>{T}:v2      hash: epoch -> the current v2 object of each message
+//	                    with v2 state (a v2 field, or a change); a message
+//	                    without has for v2 object its v1 JSON and "rev"
+//	<prefix>{T}:v2e     sorted set: the epochs in v2 (score = epoch), so
+//	                    retention finds the v2 state it drops
+//	<prefix>{T}:revs    sorted set: epoch -> rev of each changed message
+//	                    (rev > epoch), for the v2 cursor
+//	<prefix>{T}:cids    hash: client_id -> epoch of the retained message
+//	                    that carried it (idempotent posts)
+//	<prefix>{T}:ixs     hash: interaction id -> epoch of its message
+//	<prefix>{T}:grants  hash: the participants record (participants.go)
+//	<prefix>{T}:audit   list: the audit events, the newest 1 000
+//	<prefix>threads     sorted set: thread -> its rev; the thread count (the
+//	                    507 limit), Threads' order and the feed's catch-up
+//	<prefix>pending     sorted set: "<thread> <interaction id>" -> deadline,
+//	                    every pending interaction (Pending)
+//	<prefix>grant-index hash: the first 16 hex of a share token's digest ->
+//	                    its thread (Resolve)
 //	<prefix>generation  hash: the data set's random id, start and the newest
 //	                    epoch known lost with an earlier one (gen.go)
 //	<prefix>ticket-key  string: the ticket signing key nodes share (TicketKey)
@@ -27,45 +49,83 @@
 // A stream fits a thread: its entry ids are the epochs, so Redis itself
 // refuses an epoch that is not greater than the newest, XRANGE and
 // XREVRANGE answer "epoch > since" and "the newest N", and XTRIM MINID
-// applies retention in one command. Redis 6.2 or later is needed (MINID).
+// applies retention in one command. Redis 6.2 or later is needed (MINID,
+// ZMSCORE, exclusive XREVRANGE ranges).
 //
-// # Append
+// # Scripts
 //
-// Append is one Lua script (appendScript, run with EVALSHA) over the
-// thread's two keys and the thread index. Redis runs a script alone, so in
-// one step it checks that the thread exists (MustExist) or that creating it
-// stays within MaxThreads, gives the message the epoch max(now, newest+1),
-// builds its id (unique among the thread's messages of that second) and its
-// ts, stores it, applies retention by count and age while keeping
-// "trimmed", updates the index and PUBLISHes the message on the feed. A
-// message is never pushed before it is stored nor stored unannounced; with
-// AOF persistence Redis writes the script's effects to the log before it
-// answers the caller or sends the message to subscribers.
+// Every write of a thread is one Lua script (scripts.go, run with EVALSHA)
+// over all of the thread's keys and the global ones it keeps. Redis runs a
+// script alone, so each is atomic with every other writer of any node and
+// of the host CLI:
 //
-// Redis Cluster: a script may only touch keys of one slot, and the thread
-// index cannot share a slot with every thread. The thread keys and the
-// limiter keys are cluster-ready (hash tags), but the append script as
-// written needs a single Redis (a primary with replicas, or Sentinel). On a
-// cluster, the thread limit would take a reservation step for new threads
-// only: an append on a thread whose log does not exist first runs a small
-// script on the index's slot that adds the thread if ZCARD < MaxThreads (or
-// it is already there), then the append script on the thread's slot; the
-// sweep removes index entries whose log is gone after a grace period. The
-// feed would stay a plain PUBLISH, which a cluster forwards to every node.
+//	appendScript   a new message (below)
+//	changeScript   a change of a message: compare and set (below)
+//	grantsScript   a write of a participants record: compare and set
+//	sweepScript    retention of one thread; removes a thread (every key of
+//	               it, and its entries in the global indexes) once empty
+//
+// and two read a thread in one step: changesScript (the v2 view with its
+// marks and the generation) and messageScript (one message, for a change).
+//
+// appendScript checks that the thread exists (MustExist) or that creating
+// it stays within MaxThreads; answers a client_id it finds in cids with that
+// message (the caller compares the content: a replay or a conflict),
+// storing nothing; for a participant's post, checks that the grants record
+// is still the one the caller read and checked (else "retry"), the cap and
+// the three messages waiting for hermes, and stores the grant with one more
+// post; gives the message the epoch max(now, rev+1), builds its id (unique
+// among the thread's messages of that second) and its ts, stores its v1
+// JSON and, if it has v2 fields, its v2 object (the caller sends the part
+// after the rev) and its client_id, interaction and pending entries;
+// applies retention by count and age, dropping the v2 state of what it
+// drops with it and keeping "trimmed" and "trimmed_rev"; updates the
+// index; and PUBLISHes the message on the feed. A v1 post reads no v2
+// key. A message is never pushed before it is stored nor stored
+// unannounced; with AOF persistence Redis writes the script's effects to
+// the log before it answers the caller or sends the message to
+// subscribers.
+//
+// A change (Change: an answer, a cancel, an expiry, a reaction) is
+// computed in Go from the message as read (store.ApplyChange, as the file
+// store does); changeScript stores the new v2 object only if the message
+// is still retained and its rev is still the one read, with the thread's
+// next epoch as its rev, and publishes it. Otherwise another change came
+// first, and Change reads again: the first answer stored wins, and any
+// later one finds the interaction closed; two nodes expiring one
+// interaction store one expiry.
+//
+// Redis Cluster: a script may only touch keys of one slot, and the global
+// indexes (threads, pending, grant-index, generation) cannot share a slot
+// with every thread. The thread keys and the limiter keys are
+// cluster-ready (hash tags), but the scripts as written need a single
+// Redis (a primary with replicas, or Sentinel). On a cluster, the thread
+// limit would take a reservation step for new threads only: an append on
+// a thread whose log does not exist first runs a small script on the
+// index's slot that adds the thread if ZCARD < MaxThreads (or it is
+// already there), then the append script on the thread's slot; the sweep
+// removes index entries whose log is gone after a grace period; the
+// pending and grant indexes would be written after the thread's script
+// and repaired by the sweep. The feed would stay a plain PUBLISH, which a
+// cluster forwards to every node.
 //
 // # Feed
 //
-// Follow subscribes to the feed channel. Each message carries the thread,
-// the epoch of its predecessor and the thread's trimmed epoch, so a gap is
-// detected. When the subscription's connection is lost, Follow keeps
-// retrying; once subscribed again it re-reads every thread whose newest
-// epoch (from the index) is past what it last announced, and hands those
-// messages on as ordinary batches, in order, exactly once. It sends a Reset
-// batch only where that is not enough: retention dropped messages it never
-// announced, a thread went away, or the store went backwards. A Redis that
-// restarted without its data is told by the generation key (gen.go): every
-// thread the feed knew is reset, and Since answers Reset to a cursor into
-// the lost data.
+// Follow subscribes to the feed channel. A change's message is "<thread>
+// <the thread's rev before it> <the newest epoch or rev retention dropped>
+// <JSON>", the JSON being the message's v1 JSON if it has no v2 state and
+// its v2 object otherwise, so a gap is detected; "<thread> P" says that the
+// thread's participants record changed. When the subscription's
+// connection is lost, Follow keeps retrying; once subscribed again it
+// re-reads every thread whose rev (from the index) is past what it last
+// announced, and hands on each message changed since, in its current
+// state, in change order, exactly once; and it tells every thread that
+// has grants that its participants may have changed. It sends a Reset
+// batch only where that is not enough: retention dropped changes it never
+// announced, a thread went away, or the store went backwards. A Redis
+// that restarted without its data is told by the generation key (gen.go):
+// every thread the feed knew is reset, and Since and Changes answer Reset
+// to a cursor into the lost data.
 //
 // # Failures
 //
