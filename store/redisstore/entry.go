@@ -37,8 +37,12 @@ func withRev(v1 []byte, rev int64) []byte {
 }
 
 // v2Entry decodes a message's stored v2 object. v1 is its v1 JSON if the
-// caller has it (nil: it is encoded).
+// caller has it (nil: it is encoded); the v2 object must then begin with
+// it (its v1 fields, byte for byte), or it is another message's.
 func v2Entry(v1 []byte, v2 string) (store.Entry, error) {
+	if v1 != nil && (len(v1) < 2 || len(v2) < len(v1) || v2[:len(v1)-1] != string(v1[:len(v1)-1]) || v2[len(v1)-1] != ',') {
+		return store.Entry{}, errors.New("a v2 object that is not its message's")
+	}
 	var m chatrelay.Message
 	if err := json.Unmarshal([]byte(v2), &m); err != nil {
 		return store.Entry{}, err

@@ -830,4 +830,17 @@ func TestV2Encoding(t *testing.T) {
 	if hasV2(&base) {
 		t.Fatal("a plain message has v2 fields")
 	}
+	// A v2 object beside another message's v1 JSON is refused.
+	m := base
+	m.ClientID, m.Rev = "c1", m.Epoch
+	other := base
+	other.Epoch++
+	for _, v1 := range [][]byte{chatrelay.MarshalMessage(other), []byte("{}"), {}} {
+		if _, err := v2Entry(v1, string(chatrelay.MarshalMessageV2(m))); err == nil {
+			t.Fatalf("v2Entry(%s) accepted another message's v2 object", v1)
+		}
+	}
+	if _, err := v2Entry(chatrelay.MarshalMessage(m), string(chatrelay.MarshalMessageV2(m))); err != nil {
+		t.Fatal(err)
+	}
 }
