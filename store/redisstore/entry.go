@@ -117,6 +117,16 @@ func jsonString(s string) string {
 // layout (chatrelay.MarshalMessage's); parseFast reads it without reflection,
 // and anything else goes through encoding/json.
 func parseEntry(js string) (store.Entry, error) {
+	e, err := parseV1(js)
+	if err != nil {
+		return store.Entry{}, err
+	}
+	return plainEntry(e), nil
+}
+
+// parseV1 is parseEntry without the v2 object (JSON2) and rev, which the
+// caller adds (plainEntries, for a page at once).
+func parseV1(js string) (store.Entry, error) {
 	m, ok := parseFast(js)
 	if !ok {
 		m = chatrelay.Message{}
@@ -127,7 +137,26 @@ func parseEntry(js string) (store.Entry, error) {
 	if m.ID == "" || m.Author == "" || m.Epoch <= 0 {
 		return store.Entry{}, errors.New("incomplete message")
 	}
-	return plainEntry(store.Entry{Message: m, JSON: []byte(js)}), nil
+	return store.Entry{Message: m, JSON: []byte(js)}, nil
+}
+
+// plainEntries completes entries read by parseV1 as plainEntry does, with
+// one allocation for all their v2 objects.
+func plainEntries(es []store.Entry) {
+	n := 0
+	for _, e := range es {
+		n += len(e.JSON) + 24
+	}
+	buf := make([]byte, 0, n)
+	for i := range es {
+		e := &es[i]
+		start := len(buf)
+		buf = append(buf, e.JSON[:len(e.JSON)-1]...)
+		buf = append(buf, `,"rev":`...)
+		buf = strconv.AppendInt(buf, e.Epoch, 10)
+		buf = append(buf, '}')
+		e.Rev, e.JSON2 = e.Epoch, buf[start:len(buf):len(buf)]
+	}
 }
 
 // parseFast reads {"id":"…","epoch":N,"ts":"…","author":"…","text":"…"}

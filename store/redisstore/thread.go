@@ -261,12 +261,13 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int,
 	}
 	msgs = make([]store.Entry, 0, len(xs))
 	for _, x := range xs {
-		e, err := entryOf(thread, x)
+		e, err := v1EntryOf(thread, x)
 		if err != nil {
 			return nil, nil, 0, false, err
 		}
 		msgs = append(msgs, e)
 	}
+	plainEntries(msgs)
 	if l := last.Val(); len(l) > 0 {
 		e, err := entryOf(thread, l[0])
 		if err != nil {
@@ -283,9 +284,19 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int,
 // entryOf decodes one stream entry. An entry that does not decode (written
 // by something else) makes the thread unreadable, as a broken file does.
 func entryOf(thread string, x redis.XMessage) (store.Entry, error) {
+	e, err := v1EntryOf(thread, x)
+	if err != nil {
+		return store.Entry{}, err
+	}
+	return plainEntry(e), nil
+}
+
+// v1EntryOf is entryOf without the v2 object and rev (plainEntries).
+func v1EntryOf(thread string, x redis.XMessage) (store.Entry, error) {
 	js, _ := x.Values["j"].(string)
-	e, err := parseEntry(js)
-	if err == nil && strconv.FormatInt(e.Epoch, 10)+"-0" != x.ID {
+	e, err := parseV1(js)
+	var id [24]byte
+	if err == nil && string(append(strconv.AppendInt(id[:0], e.Epoch, 10), '-', '0')) != x.ID {
 		err = fmt.Errorf("epoch %d in entry %s", e.Epoch, x.ID)
 	}
 	if err != nil {
