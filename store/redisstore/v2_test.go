@@ -500,9 +500,9 @@ func TestFeedCatchesUpChanges(t *testing.T) {
 	if r1.Rev >= r2.Rev || rec.resets(thV2) != 0 {
 		t.Fatalf("revs %d %d, %d resets", r1.Rev, r2.Rev, rec.resets(thV2))
 	}
-	if !slices.ContainsFunc(rec.snapshot(), func(b store.Batch) bool { return b.Thread == thV2 && b.Participants }) {
-		t.Fatal("no participants batch after the catch-up")
-	}
+	eventually(t, 10*time.Second, "a participants batch after the catch-up", func() bool {
+		return slices.ContainsFunc(rec.snapshot(), func(b store.Batch) bool { return b.Thread == thV2 && b.Participants })
+	})
 
 	// Live again: the next change comes as it happens.
 	r3 := must[store.Entry](t)(a.Change(ctx, thV2, store.Change{Op: store.Unreact, MessageID: m.ID, Emoji: "👍", By: chatrelay.Hermes}))
