@@ -8,13 +8,17 @@ package transport_test
 import (
 	"github.com/chatrelay/chatrelay"
 
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/netip"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -478,4 +482,44 @@ func TestNodesRevokeEndsStreams(t *testing.T) {
 	t.Logf("revoke on B: SSE on A ended after %v, WebSocket after %v", took.Round(time.Millisecond), wsTook.Round(time.Millisecond))
 	status, body := a.asParticipant(http.MethodGet, "/api/chat/poll", alex.Token, "")
 	assert.True(t, status == 401 && decodeError(t, body).Code == "token_revoked", "the token on A after the revoke: %d %s", status, body)
+}
+
+// TestNodesHostVerbs: the host's verbs in another process, on Redis. The
+// question of an `ask --wait` reaches a v2 stream on a node; an answer
+// over HTTP on another node ends the wait with exit status 0 and the
+// answer; a `react` reaches the stream as an update.
+func TestNodesHostVerbs(t *testing.T) {
+	t.Parallel()
+	bin := mustBinary(t)
+	be, nodes := startNodes(t, 2, pushOptions{})
+	a, b := nodes[0], nodes[1]
+	tok := tokenN(1)
+	first := a.mustPost(tok, "can you deploy?")
+	sse := b.mustSSE("/api/chat/stream?v=2&since="+strconv.FormatInt(first.Epoch, 10), tok, nil)
+	assert.Equal(t, "SSE ready on B", sse.nextEvent(t).Event, "ready")
+	cli := func(args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(t.Context(), bin, append(args, be.CLIArgs()...)...)
+		cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=", "CHATRELAY_REDIS_PREFIX=")
+		return cmd
+	}
+
+	ask := cli("ask", threadN(1), "--approval", "Deploy build 412?", "--timeout", "1m", "--wait")
+	var out, errOut bytes.Buffer
+	ask.Stdout, ask.Stderr = &out, &errOut
+	assert.Success(t, ask.Start())
+	ev := nextV2SSE(t, sse)
+	assert.True(t, ev.typ == "message" && ev.msg.Author == "hermes" && ev.msg.Interaction != nil && ev.msg.Interaction.State == chatrelay.Pending,
+		"the question on B: %s %+v", ev.typ, ev.msg)
+	status, body := a.respond(tok, `{"interaction_id":"`+ev.msg.Interaction.ID+`","decision":"approve"}`)
+	assert.Equal(t, "respond on A "+string(body), status, http.StatusOK)
+	ev = nextV2SSE(t, sse)
+	assert.True(t, ev.typ == "update" && ev.msg.Interaction.State == chatrelay.Approved, "the answer on B: %s %+v", ev.typ, ev.msg)
+	within(t, 10*time.Second, "ask --wait to end", func() { ask.Process.Kill() }, func() (struct{}, error) { return struct{}{}, ask.Wait() })
+	assert.True(t, ask.ProcessState.ExitCode() == 0 && strings.Contains(out.String(), `"approved"`), "ask --wait: exit %d, %s %s", ask.ProcessState.ExitCode(), out.String(), errOut.String())
+
+	react, rerr := cli("react", threadN(1), first.ID, "👍").CombinedOutput()
+	assert.True(t, rerr == nil, "chatrelay react: %v %s", rerr, react)
+	ev = nextV2SSE(t, sse)
+	assert.True(t, ev.typ == "update" && ev.msg.ID == first.ID && slices.Equal(ev.msg.Reactions["👍"], []chatrelay.Author{chatrelay.Hermes}),
+		"the reaction on B: %s %+v", ev.typ, ev.msg)
 }
