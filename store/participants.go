@@ -84,12 +84,22 @@ func parseParticipants(data []byte, thread string) ([]chatrelay.Grant, error) {
 		return nil, fmt.Errorf("%w: version %d of thread %q", errBadParticipants, f.Version, f.Thread)
 	}
 	for i, g := range f.Grants {
-		d, err := hex.DecodeString(g.Digest)
-		if !chatrelay.ValidParticipantID(g.ID) || err != nil || len(d) != 32 || g.ExpiresAt <= 0 {
-			return nil, fmt.Errorf("%w: grant %d lacks its id, digest or expiry", errBadParticipants, i)
+		if err := CheckGrant(g); err != nil {
+			return nil, fmt.Errorf("%w: grant %d %v", errBadParticipants, i, err)
 		}
 	}
 	return f.Grants, nil
+}
+
+// CheckGrant checks what a reader of a stored grant relies on: its id,
+// its digest (64 hex) and its expiry. A backend's participants record
+// with a grant that fails it does not parse (it fails closed).
+func CheckGrant(g chatrelay.Grant) error {
+	d, err := hex.DecodeString(g.Digest)
+	if !chatrelay.ValidParticipantID(g.ID) || err != nil || len(d) != 32 || g.ExpiresAt <= 0 {
+		return errors.New("lacks its id, digest or expiry")
+	}
+	return nil
 }
 
 func (s *File) participantsPath(thread string) string {
@@ -100,7 +110,9 @@ func (s *File) auditPath(thread string) string {
 	return filepath.Join(s.dir, thread+".audit.jsonl")
 }
 
-func participantsUnreadable(err error) error {
+// ParticipantsUnreadable is the error of a thread whose participants
+// record does not parse (err says why; it is logged, never sent).
+func ParticipantsUnreadable(err error) error {
 	return &chatrelay.Error{Code: chatrelay.ParticipantsUnreadable, Err: err,
 		Message: "this thread's participants record does not parse; it is kept as it is for an operator to look at, and every share link of the thread is refused"}
 }
@@ -117,7 +129,7 @@ func (s *File) readGrants(thread string) ([]chatrelay.Grant, error) {
 	grants, err := parseParticipants(data, thread)
 	if err != nil {
 		s.log.Error("participants record does not parse; every share link of the thread is refused", "thread", thread, "err", err)
-		return nil, participantsUnreadable(err)
+		return nil, ParticipantsUnreadable(err)
 	}
 	return grants, nil
 }
@@ -271,7 +283,7 @@ func (s *File) markGrant(ctx context.Context, thread, id string, flag func(*chat
 // the index does not know makes the index be rebuilt from the records, at
 // most once a second (a grant another process just made).
 func (s *File) Resolve(ctx context.Context, digest string) (string, chatrelay.Grant, error) {
-	unauthorized := chatrelay.Errorf(chatrelay.Unauthorized, "this share link is not known here")
+	unauthorized := UnknownShareLink()
 	if len(digest) != 64 {
 		return "", chatrelay.Grant{}, unauthorized
 	}

@@ -399,20 +399,17 @@ func sortThreads(infos []ThreadInfo) {
 func checkParticipantPost(grants []chatrelay.Grant, d threadDoc, m NewMessage, now time.Time) (int, error) {
 	i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == m.Participant })
 	if i < 0 {
-		return -1, chatrelay.Errorf(chatrelay.Unauthorized, "this share link is not known here")
+		return -1, UnknownShareLink()
 	}
 	g := grants[i]
-	switch g.StateAt(now) {
-	case chatrelay.Revoked:
-		return -1, chatrelay.Errorf(chatrelay.TokenRevoked, "this share link was revoked by the conversation's owner")
-	case chatrelay.Lapsed:
-		return -1, chatrelay.Errorf(chatrelay.TokenExpired, "this share link expired")
+	if err := GrantRefusal(g, now); err != nil {
+		return -1, err
 	}
 	if m.ClientID != "" && slices.ContainsFunc(d.msgs, func(e Entry) bool { return e.ClientID == m.ClientID }) {
 		return i, nil // a replay: appendTo answers it, and it counts nowhere
 	}
-	if g.Sent >= g.Cap {
-		return -1, chatrelay.Errorf(chatrelay.CapReached, "this share link's %d messages are spent", g.Cap)
+	if err := CapRefusal(g); err != nil {
+		return -1, err
 	}
 	waiting := 0
 	for j := len(d.msgs) - 1; j >= 0 && d.msgs[j].Author != chatrelay.Hermes; j-- {
@@ -420,8 +417,48 @@ func checkParticipantPost(grants []chatrelay.Grant, d threadDoc, m NewMessage, n
 			waiting++
 		}
 	}
-	if waiting >= chatrelay.LimitWaitingPosts.Max {
-		return -1, chatrelay.Errorf(chatrelay.TooManyMessages, "%d of your messages wait for hermes's answer", waiting)
+	if err := WaitingRefusal(waiting); err != nil {
+		return -1, err
 	}
 	return i, nil
+}
+
+// The refusals of a participant's post, in the order a store checks them:
+// the share link is unknown, revoked or expired (before anything else; a
+// replay of a message the participant posted is then answered as such),
+// its cap is spent, or too many of its messages wait for hermes. Every
+// backend refuses with these, so that their answers agree.
+
+// UnknownShareLink is the refusal of a grant the thread does not have.
+func UnknownShareLink() error {
+	return chatrelay.Errorf(chatrelay.Unauthorized, "this share link is not known here")
+}
+
+// GrantRefusal is TokenRevoked or TokenExpired for a grant that is not
+// active at now, else nil.
+func GrantRefusal(g chatrelay.Grant, now time.Time) error {
+	switch g.StateAt(now) {
+	case chatrelay.Revoked:
+		return chatrelay.Errorf(chatrelay.TokenRevoked, "this share link was revoked by the conversation's owner")
+	case chatrelay.Lapsed:
+		return chatrelay.Errorf(chatrelay.TokenExpired, "this share link expired")
+	}
+	return nil
+}
+
+// CapRefusal is CapReached for a grant whose cap is spent, else nil.
+func CapRefusal(g chatrelay.Grant) error {
+	if g.Sent >= g.Cap {
+		return chatrelay.Errorf(chatrelay.CapReached, "this share link's %d messages are spent", g.Cap)
+	}
+	return nil
+}
+
+// WaitingRefusal is TooManyMessages when waiting of the participant's
+// messages come after hermes's newest (LimitWaitingPosts), else nil.
+func WaitingRefusal(waiting int) error {
+	if waiting >= chatrelay.LimitWaitingPosts.Max {
+		return chatrelay.Errorf(chatrelay.TooManyMessages, "%d of your messages wait for hermes's answer", waiting)
+	}
+	return nil
 }

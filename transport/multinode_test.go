@@ -8,12 +8,17 @@ package transport_test
 import (
 	"github.com/chatrelay/chatrelay"
 
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/netip"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -317,4 +322,204 @@ func crossNodeLatency(t testing.TB, a, b *pushEnv, n int) []time.Duration {
 func percentile(sorted []time.Duration, p int) time.Duration {
 	i := (len(sorted)*p + 99) / 100
 	return sorted[max(0, min(i, len(sorted))-1)]
+}
+
+// v2Event is a v2 change as a stream on one node sends it: "message" or
+// "update", and the message in its new state.
+type v2Event struct {
+	typ string
+	msg v2msg
+}
+
+// nextV2SSE reads the next event of a v2 SSE stream.
+func nextV2SSE(t *testing.T, s *sseStream) v2Event {
+	t.Helper()
+	f := s.nextEvent(t)
+	var m v2msg
+	assert.Success(t, json.Unmarshal([]byte(f.Data), &m))
+	assert.Equal(t, "SSE id of "+f.Data, f.ID, strconv.FormatInt(m.Rev, 10))
+	return v2Event{f.Event, m}
+}
+
+// nextV2WS reads the next frame of a v2 WebSocket.
+func nextV2WS(t *testing.T, ws *websocket.Conn) v2Event {
+	t.Helper()
+	f := nextWS(t, ws)
+	var m v2msg
+	assert.Success(t, json.Unmarshal(f.Message, &m))
+	return v2Event{f.Type, m}
+}
+
+// TestNodesRespondFirstWins: 20 answers to one question, sent at once to
+// two nodes: Redis's script decides, so exactly one gets 200 and 19 get
+// 409 interaction_closed; v2 streams on both nodes get that one answer,
+// once, and nothing else before the next message.
+func TestNodesRespondFirstWins(t *testing.T) {
+	t.Parallel()
+	_, nodes := startNodes(t, 2, pushOptions{})
+	a, b := nodes[0], nodes[1]
+	tok := tokenN(1)
+	a.mustPost(tok, "hello")
+	ix := a.ask(threadN(1), chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy build 412?", Timeout: time.Hour})
+	since := "?v=2&since=" + strconv.FormatInt(ix.Epoch, 10)
+	sse := a.mustSSE("/api/chat/stream"+since, tok, nil)
+	assert.Equal(t, "SSE ready on A", sse.nextEvent(t).Event, "ready")
+	ws := b.mustWS("/api/chat/ws"+since, tok)
+	assert.Equal(t, "WS ready on B", nextWS(t, ws).Type, "ready")
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	var winner v2msg
+	for i := range 20 {
+		node := nodes[i%2]
+		decision := []string{"approve", "deny"}[i/2%2]
+		wg.Go(func() {
+			status, body := node.respond(tok, `{"interaction_id":"`+ix.Interaction.ID+`","decision":"`+decision+`"}`)
+			var answer struct {
+				Code    string `json:"code"`
+				Message v2msg  `json:"message"`
+			}
+			if err := json.Unmarshal(body, &answer); err != nil {
+				t.Errorf("respond answer %s: %v", body, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			statuses[status]++
+			if status == http.StatusOK {
+				winner = answer.Message
+			} else if answer.Code != "interaction_closed" {
+				t.Errorf("a refused answer: %d %s", status, body)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, "statuses", statuses, map[int]int{http.StatusOK: 1, http.StatusConflict: 19})
+	assert.True(t, winner.Interaction.State == chatrelay.Approved || winner.Interaction.State == chatrelay.Denied, "the winner %+v", winner.Interaction)
+
+	after := b.mustPost(tok, "after the answers")
+	for name, next := range map[string]func() v2Event{"SSE on A": func() v2Event { return nextV2SSE(t, sse) }, "WS on B": func() v2Event { return nextV2WS(t, ws) }} {
+		ev := next()
+		assert.True(t, ev.typ == "update" && ev.msg.ID == ix.ID && ev.msg.Rev == winner.Rev && ev.msg.Interaction.State == winner.Interaction.State,
+			"%s: first %s %+v, want the winning answer", name, ev.typ, ev.msg)
+		ev = next()
+		assert.True(t, ev.typ == "message" && ev.msg.ID == after.ID, "%s: then %s %s, want the next message", name, ev.typ, ev.msg.ID)
+	}
+}
+
+// TestNodesExpireOnce: both nodes time a question's deadline and write
+// its expiry at once; one expiry is stored, within a second of the
+// deadline, and streams on both nodes get it once.
+func TestNodesExpireOnce(t *testing.T) {
+	t.Parallel()
+	_, nodes := startNodes(t, 2, pushOptions{})
+	a, b := nodes[0], nodes[1]
+	tok := tokenN(1)
+	first := a.mustPost(tok, "hello")
+	since := "?v=2&since=" + strconv.FormatInt(first.Epoch, 10)
+	sse := a.mustSSE("/api/chat/stream"+since, tok, nil)
+	assert.Equal(t, "SSE ready on A", sse.nextEvent(t).Event, "ready")
+	ws := b.mustWS("/api/chat/ws"+since, tok)
+	assert.Equal(t, "WS ready on B", nextWS(t, ws).Type, "ready")
+	ix := b.ask(threadN(1), chatrelay.Ask{Type: chatrelay.Input, Prompt: "Quick?", AllowText: true, Timeout: time.Second})
+	deadline := time.UnixMilli(ix.Interaction.Deadline)
+
+	reads := map[string]func() v2Event{"SSE on A": func() v2Event { return nextV2SSE(t, sse) }, "WS on B": func() v2Event { return nextV2WS(t, ws) }}
+	var expired v2msg
+	for name, next := range reads {
+		ev := next()
+		assert.True(t, ev.typ == "message" && ev.msg.ID == ix.ID && ev.msg.Interaction.State == chatrelay.Pending, "%s: the question %+v", name, ev)
+		ev = next()
+		late := time.Since(deadline)
+		assert.True(t, ev.typ == "update" && ev.msg.ID == ix.ID && ev.msg.Interaction.State == chatrelay.Expired, "%s: the expiry %+v", name, ev)
+		assert.True(t, late <= time.Second, "%s: the expiry came %v after the deadline", name, late)
+		t.Logf("%s: the expiry came %v after the deadline", name, late.Round(time.Millisecond))
+		expired = ev.msg
+	}
+	after := a.mustPost(tok, "after the deadline")
+	for name, next := range reads {
+		ev := next()
+		assert.True(t, ev.typ == "message" && ev.msg.ID == after.ID, "%s: after the expiry %s %+v, want the next message (one expiry stored)", name, ev.typ, ev.msg)
+	}
+	for _, m := range a.pollV2(tok, 0).Messages {
+		if m.ID == ix.ID {
+			assert.Equal(t, "the stored expiry's rev", m.Rev, expired.Rev)
+		}
+	}
+}
+
+// TestNodesRevokeEndsStreams: a grant made on node B works on node A at
+// once; its revoke on node B ends the participant's SSE stream and
+// WebSocket on node A within a second, and A refuses the token after.
+func TestNodesRevokeEndsStreams(t *testing.T) {
+	t.Parallel()
+	_, nodes := startNodes(t, 2, pushOptions{})
+	a, b := nodes[0], nodes[1]
+	owner := tokenN(1)
+	a.mustPost(owner, "hello")
+	alex := b.invite(owner, `{"name":"Alex"}`)
+	sse := a.mustSSE("/api/chat/stream", "", bearer(alex.Token))
+	assert.Equal(t, "ready", sse.nextEvent(t).Event, "ready")
+	assert.Equal(t, "the backlog", sse.nextEvent(t).Event, "message")
+	ws, _, err := a.dialWS(t.Context(), "/api/chat/ws", "", http.Header{"Authorization": {"Bearer " + alex.Token}})
+	assert.Success(t, err)
+	defer ws.CloseNow()
+	assert.Equal(t, "ws ready", nextWS(t, ws).Type, "ready")
+	assert.Equal(t, "ws backlog", nextWS(t, ws).Type, "message")
+
+	start := time.Now()
+	status, _, _ := b.do(http.MethodDelete, "/api/chat/participants/"+alex.Participant.ID, owner, "", nil)
+	assert.Equal(t, "revoke on B", status, http.StatusOK)
+	f := within(t, 2*time.Second, "the revoked event on A", sse.Close, sse.NextEvent)
+	took := time.Since(start)
+	assert.True(t, f.Event == "revoked" && f.Data == `{"code":"token_revoked"}`, "revoked event %+v", f)
+	assert.True(t, took <= time.Second, "A's SSE stream ended %v after the revoke on B", took)
+	_, err = readWS(t.Context(), ws)
+	wsTook := time.Since(start)
+	var ce websocket.CloseError
+	assert.True(t, errors.As(err, &ce) && ce.Code == websocket.StatusPolicyViolation && ce.Reason == "token_revoked", "WS close %v", err)
+	assert.True(t, wsTook <= time.Second, "A's WebSocket closed %v after the revoke on B", wsTook)
+	t.Logf("revoke on B: SSE on A ended after %v, WebSocket after %v", took.Round(time.Millisecond), wsTook.Round(time.Millisecond))
+	status, body := a.asParticipant(http.MethodGet, "/api/chat/poll", alex.Token, "")
+	assert.True(t, status == 401 && decodeError(t, body).Code == "token_revoked", "the token on A after the revoke: %d %s", status, body)
+}
+
+// TestNodesHostVerbs: the host's verbs in another process, on Redis. The
+// question of an `ask --wait` reaches a v2 stream on a node; an answer
+// over HTTP on another node ends the wait with exit status 0 and the
+// answer; a `react` reaches the stream as an update.
+func TestNodesHostVerbs(t *testing.T) {
+	t.Parallel()
+	bin := mustBinary(t)
+	be, nodes := startNodes(t, 2, pushOptions{})
+	a, b := nodes[0], nodes[1]
+	tok := tokenN(1)
+	first := a.mustPost(tok, "can you deploy?")
+	sse := b.mustSSE("/api/chat/stream?v=2&since="+strconv.FormatInt(first.Epoch, 10), tok, nil)
+	assert.Equal(t, "SSE ready on B", sse.nextEvent(t).Event, "ready")
+	cli := func(args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(t.Context(), bin, append(args, be.CLIArgs()...)...)
+		cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=", "CHATRELAY_REDIS_PREFIX=")
+		return cmd
+	}
+
+	ask := cli("ask", threadN(1), "--approval", "Deploy build 412?", "--timeout", "1m", "--wait")
+	var out, errOut bytes.Buffer
+	ask.Stdout, ask.Stderr = &out, &errOut
+	assert.Success(t, ask.Start())
+	ev := nextV2SSE(t, sse)
+	assert.True(t, ev.typ == "message" && ev.msg.Author == "hermes" && ev.msg.Interaction != nil && ev.msg.Interaction.State == chatrelay.Pending,
+		"the question on B: %s %+v", ev.typ, ev.msg)
+	status, body := a.respond(tok, `{"interaction_id":"`+ev.msg.Interaction.ID+`","decision":"approve"}`)
+	assert.Equal(t, "respond on A "+string(body), status, http.StatusOK)
+	ev = nextV2SSE(t, sse)
+	assert.True(t, ev.typ == "update" && ev.msg.Interaction.State == chatrelay.Approved, "the answer on B: %s %+v", ev.typ, ev.msg)
+	within(t, 10*time.Second, "ask --wait to end", func() { ask.Process.Kill() }, func() (struct{}, error) { return struct{}{}, ask.Wait() })
+	assert.True(t, ask.ProcessState.ExitCode() == 0 && strings.Contains(out.String(), `"approved"`), "ask --wait: exit %d, %s %s", ask.ProcessState.ExitCode(), out.String(), errOut.String())
+
+	react, rerr := cli("react", threadN(1), first.ID, "👍").CombinedOutput()
+	assert.True(t, rerr == nil, "chatrelay react: %v %s", rerr, react)
+	ev = nextV2SSE(t, sse)
+	assert.True(t, ev.typ == "update" && ev.msg.ID == first.ID && slices.Equal(ev.msg.Reactions["👍"], []chatrelay.Author{chatrelay.Hermes}),
+		"the reaction on B: %s %+v", ev.typ, ev.msg)
 }

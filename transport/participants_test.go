@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,7 +53,11 @@ func (e *pushEnv) asParticipant(method, path, tok, body string) (int, []byte) {
 // contract says, with every refusal's code.
 func TestInviteAndManage(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{config: func(c *transport.Config) {
+	storetest.Run(t, testInviteAndManage)
+}
+
+func testInviteAndManage(t *testing.T, backend string) {
+	e := startPush(t, pushOptions{backend: backend, config: func(c *transport.Config) {
 		c.Trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	}})
 	owner := tokenN(1)
@@ -137,7 +140,11 @@ func TestInviteAndManage(t *testing.T) {
 // TestNamesAreCleaned: no name can forge an attribution line.
 func TestNamesAreCleaned(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{})
+	storetest.Run(t, testNamesAreCleaned)
+}
+
+func testNamesAreCleaned(t *testing.T, backend string) {
+	e := startPush(t, pushOptions{backend: backend})
 	owner := tokenN(1)
 	e.mustPost(owner, "hello")
 	for _, tc := range []struct{ in, want string }{
@@ -159,7 +166,11 @@ func TestNamesAreCleaned(t *testing.T) {
 // not retryable.
 func TestParticipantPosts(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{})
+	storetest.Run(t, testParticipantPosts)
+}
+
+func testParticipantPosts(t *testing.T, backend string) {
+	e := startPush(t, pushOptions{backend: backend})
 	owner := tokenN(1)
 	e.mustPost(owner, "hello")
 	alex := e.invite(owner, `{"name":"Alex","cap":4}`)
@@ -238,7 +249,11 @@ func secretLeft(s string) string {
 // v2), SSE and WebSocket never carry one; the owner's carry all unchanged.
 func TestParticipantsSeeRedacted(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{})
+	storetest.Run(t, testParticipantsSeeRedacted)
+}
+
+func testParticipantsSeeRedacted(t *testing.T, backend string) {
+	e := startPush(t, pushOptions{backend: backend})
 	owner := tokenN(1)
 	for _, s := range planted {
 		b, _ := json.Marshal(map[string]string{"text": "here: " + s})
@@ -295,11 +310,15 @@ func TestParticipantsSeeRedacted(t *testing.T) {
 // owner's and another participant's stay open.
 func TestRevokeEndsStreamsWithinASecond(t *testing.T) {
 	t.Parallel()
+	storetest.Run(t, testRevokeEndsStreamsWithinASecond)
+}
+
+func testRevokeEndsStreamsWithinASecond(t *testing.T, backend string) {
 	bin := mustBinary(t)
 	for _, by := range []string{"http", "another store", "the CLI"} {
 		t.Run(by, func(t *testing.T) {
 			t.Parallel()
-			e := startPush(t, pushOptions{})
+			e := startPush(t, pushOptions{backend: backend})
 			owner := tokenN(1)
 			e.mustPost(owner, "hello")
 			alex := e.invite(owner, `{"name":"Alex"}`)
@@ -370,8 +389,12 @@ func TestRevokeEndsStreamsWithinASecond(t *testing.T) {
 // refused with token_expired.
 func TestExpiryEndsStreams(t *testing.T) {
 	t.Parallel()
+	storetest.Run(t, testExpiryEndsStreams)
+}
+
+func testExpiryEndsStreams(t *testing.T, backend string) {
 	clk := testclock.New(time.Now())
-	e := startPush(t, pushOptions{store: storetest.Options{Now: clk.Now}, config: func(c *transport.Config) {
+	e := startPush(t, pushOptions{backend: backend, store: storetest.Options{Now: clk.Now}, config: func(c *transport.Config) {
 		c.Now = clk.Now
 		c.AfterFunc = func(d time.Duration, f func()) interface{ Stop() bool } { return clk.AfterFunc(d, f) }
 	}})
@@ -417,13 +440,16 @@ func TestExpiryEndsStreams(t *testing.T) {
 // working for the owner.
 func TestParticipantsFailClosed(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{})
+	storetest.Run(t, testParticipantsFailClosed)
+}
+
+func testParticipantsFailClosed(t *testing.T, backend string) {
+	e := startPush(t, pushOptions{backend: backend})
 	owner := tokenN(1)
 	e.mustPost(owner, "hello")
 	alex := e.invite(owner, `{"name":"Alex"}`)
-	path := filepath.Join(e.dir, "chat", threadN(1)+".participants.json")
-	bad := []byte(`{"version":1,"thread":"` + threadN(1) + `","grants":[{"id":"` + alex.Participant.ID + `","name":"Alex"}]}`)
-	assert.Success(t, os.WriteFile(path, bad, 0o600))
+	raw := e.backend.CorruptParticipants(t, threadN(1), alex.Participant.ID)
+	bad := raw()
 
 	for _, path := range []string{"/api/chat/poll", "/api/chat/whoami", "/api/chat/stream"} {
 		status, b := e.asParticipant(http.MethodGet, path, alex.Token, "")
@@ -440,7 +466,5 @@ func TestParticipantsFailClosed(t *testing.T) {
 	}
 	e.mustPost(owner, "the owner keeps working")
 	assert.Equal(t, "owner's poll", len(e.poll(owner, 0).Messages), 2)
-	got, err := os.ReadFile(path)
-	assert.Success(t, err)
-	assert.Equal(t, "the record's bytes", string(got), string(bad))
+	assert.Equal(t, "the record's bytes", string(raw()), string(bad))
 }

@@ -240,7 +240,11 @@ func TestRespondFirstWins(t *testing.T) {
 // TestRespondRefusals: every refusal of respond and react has its code.
 func TestRespondRefusals(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{})
+	storetest.Run(t, testRespondRefusals)
+}
+
+func testRespondRefusals(t *testing.T, backend string) {
+	e := startPush(t, pushOptions{backend: backend})
 	tok := tokenN(1)
 	m := e.mustPost(tok, "hello")
 	ap := e.ask(threadN(1), chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?"})

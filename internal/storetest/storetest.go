@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -290,16 +291,40 @@ func (b *Backend) Keys(t testing.TB) []string {
 }
 
 // CorruptParticipants writes over the thread's participants record with
-// one whose grant grantID lacks its digest and expiry, as a damaged disk
-// or a hand edit would leave it, and returns a function that reads the
-// record's raw bytes (to check that nothing writes over it).
+// one whose grant grantID lacks its digest and expiry, as a damaged disk,
+// a hand edit or a write by something else would leave it: the file
+// store's record file, or on Redis the grant's value in the thread's
+// grants hash. It returns a function that reads the record's raw bytes
+// (to check that nothing writes over it).
 func (b *Backend) CorruptParticipants(t testing.TB, thread, grantID string) (raw func() []byte) {
 	t.Helper()
-	if b.Name != File {
-		t.Fatalf("storetest: CorruptParticipants is not written for the %s backend yet", b.Name)
+	grant := `{"id":"` + grantID + `","name":"Alex"}`
+	if b.Name == Redis {
+		c := b.Client(t)
+		key := b.Prefix + "{" + thread + "}:grants"
+		ctx := context.Background()
+		if err := c.HSet(ctx, key, grantID, grant).Err(); err != nil {
+			t.Fatalf("storetest: corrupt the grants hash: %v", err)
+		}
+		return func() []byte {
+			fields, err := c.HGetAll(ctx, key).Result()
+			if err != nil {
+				t.Fatalf("storetest: read the grants hash: %v", err)
+			}
+			names := make([]string, 0, len(fields))
+			for f := range fields {
+				names = append(names, f)
+			}
+			slices.Sort(names)
+			var out []byte
+			for _, f := range names {
+				out = append(append(append(append(out, f...), '='), fields[f]...), '\n')
+			}
+			return out
+		}
 	}
 	path := filepath.Join(b.Dir, "chat", thread+".participants.json")
-	bad := []byte(`{"version":1,"thread":"` + thread + `","grants":[{"id":"` + grantID + `","name":"Alex"}]}`)
+	bad := []byte(`{"version":1,"thread":"` + thread + `","grants":[` + grant + `]}`)
 	if err := os.WriteFile(path, bad, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,57 @@ func BenchmarkAppend(b *testing.B) {
 	})
 }
 
+// BenchmarkV2: what the v2 paths cost through a loopback Redis, on a
+// thread at its 200-message retention: a post with a client_id (stored
+// with its v2 object and index entry, and trimming one such post), a
+// reaction added or removed (a change: a read, then the compare-and-set
+// script), and the v2 poll without a cursor (newest 50).
+func BenchmarkV2(b *testing.B) {
+	srv := redistest.StartServer(b, redistest.ServerOptions{})
+	s := benchStore(b, srv)
+	ctx := b.Context()
+	const th = "a1b2c3d4e5f60718"
+	text := "a message of a typical length, about sixty characters long."
+	var n atomic.Int64
+	post := func() store.Entry {
+		e, err := s.Append(ctx, th, store.NewMessage{Text: text, ClientID: "tab-1:" + strconv.FormatInt(n.Add(1), 10)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return e
+	}
+	var last store.Entry
+	for range 200 {
+		last = post()
+	}
+	b.Run("post-client-id", func(b *testing.B) {
+		b.ReportAllocs()
+		s.rdb.ConfigResetStat(ctx)
+		for b.Loop() {
+			last = post()
+		}
+		b.ReportMetric(scriptMicros(b, s), "redis-µs/append")
+	})
+	b.Run("react", func(b *testing.B) {
+		b.ReportAllocs()
+		op := store.React
+		for b.Loop() {
+			if _, err := s.Change(ctx, th, store.Change{Op: op, MessageID: last.ID, Emoji: "👍", By: "hermes"}); err != nil {
+				b.Fatal(err)
+			}
+			op = map[store.ChangeOp]store.ChangeOp{store.React: store.Unreact, store.Unreact: store.React}[op]
+		}
+	})
+	b.Run("changes", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if p, err := s.Changes(ctx, th, 0, 50); err != nil || len(p.Messages) != 50 {
+				b.Fatal(p, err)
+			}
+		}
+	})
+}
+
 // BenchmarkSince: the poll without a cursor (newest 50 of 200).
 func BenchmarkSince(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})

@@ -47,9 +47,15 @@ func TestSinceAfterLostData(t *testing.T) {
 			t.Fatalf("since %d on the node that saw the data: %+v, want Reset", since, p)
 		}
 	}
-	// The loss is recorded in Redis: every node answers the same now.
+	// The loss is recorded in Redis: every node answers the same now, in
+	// both views.
 	if p := must[store.Page](t)(late.Since(ctx, th, e2.Epoch, 0)); !p.Reset {
 		t.Fatalf("on the late node after the loss was recorded: %+v, want Reset", p)
+	}
+	for _, node := range []*Store{a, late} {
+		if p := must[store.Page](t)(node.Changes(ctx, th, e2.Epoch, 0)); !p.Reset || p.Cursor != 0 {
+			t.Fatalf("v2 view after the loss: %+v, want Reset", p)
+		}
 	}
 
 	// New messages: a cursor of the old data gets Reset and them; a cursor
@@ -58,9 +64,15 @@ func TestSinceAfterLostData(t *testing.T) {
 	if p := must[store.Page](t)(a.Since(ctx, th, e2.Epoch, 0)); !p.Reset || len(p.Messages) != 1 || p.Messages[0].ID != e3.ID {
 		t.Fatalf("an old cursor after new messages: %+v", p)
 	}
+	if p := must[store.Page](t)(a.Changes(ctx, th, e2.Epoch, 0)); !p.Reset || len(p.Messages) != 1 || p.Messages[0].ID != e3.ID {
+		t.Fatalf("an old v2 cursor after new messages: %+v", p)
+	}
 	for _, since := range []int64{0, e3.Epoch, e3.Epoch + 1e6} {
 		if p := must[store.Page](t)(late.Since(ctx, th, since, 0)); p.Reset {
 			t.Fatalf("since %d (not into the lost data): Reset", since)
+		}
+		if p := must[store.Page](t)(late.Changes(ctx, th, since, 0)); p.Reset {
+			t.Fatalf("v2 since %d (not into the lost data): Reset", since)
 		}
 	}
 	if p := must[store.Page](t)(a.Since(ctx, quiet, 0, 0)); p.Reset {

@@ -1,9 +1,11 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -25,24 +28,26 @@ const defaultPingEvery = 15 * time.Second
 // back first (see answerHook) is live again within it.
 const maxBackoff = 250 * time.Millisecond
 
-// Follow implements store.Store. It receives every node's appends through
-// the feed channel, in the order Redis ran them, on a connection of its own,
-// and calls fn from the calling goroutine. The first call is
-// Batch{Ready: true}, once the subscription is confirmed.
+// Follow implements store.Store. It receives every node's changes (new
+// messages, changed messages in their new state, and participants
+// changes) through the feed channel, in the order Redis ran them, on a
+// connection of its own, and calls fn from the calling goroutine. The
+// first call is Batch{Ready: true}, once the subscription is confirmed.
 //
 // When the connection is lost, Follow subscribes again, backing off up to
 // maxBackoff while Redis is unreachable, and at once when any call of the
 // store finds Redis answering again. Once subscribed it catches up from the
-// store before it hands on anything newer: for every thread whose newest
-// epoch is past what Follow last announced (or past the thread's newest
-// when Follow started), it calls fn with the messages after that epoch,
-// marked Reset only if retention dropped some of them meanwhile. A thread
-// that went away gets a Reset batch. If Redis lost its data (a new
-// generation, gen.go), every thread Follow knew gets a Reset batch. If the
-// connection stays lost longer than Options.ResetAfter, every thread
-// Follow knows gets a Reset batch then, so that streams end instead of
-// waiting silently. From the loss until it has caught up, FeedLive is
-// false.
+// store before it hands on anything newer: for every thread whose rev is
+// past what Follow last announced (or past the thread's rev when Follow
+// started), it calls fn with the messages changed after that, each in its
+// current state, in change order, marked Reset only if retention dropped
+// some of them meanwhile; and it calls fn with Batch{Participants: true}
+// for every thread that has grants. A thread that went away gets a Reset
+// batch. If Redis lost its data (a new generation, gen.go), every thread
+// Follow knew gets a Reset batch. If the connection stays lost longer than
+// Options.ResetAfter, every thread Follow knows gets a Reset batch then,
+// so that streams end instead of waiting silently. From the loss until it
+// has caught up, FeedLive is false.
 // Follow returns nil when ctx is done, and ErrClosed if the store is closed.
 func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 	if !s.enter() {
@@ -199,8 +204,8 @@ type follower struct {
 	fn        func(store.Batch)
 	ready     bool             // Ready was sent
 	gen       string           // the generation id when the feed last caught up
-	announced map[string]int64 // the newest epoch handed to fn, per thread
-	base      map[string]int64 // each thread's newest epoch when the feed was registered (or Redis lost its data)
+	announced map[string]int64 // the newest rev handed to fn, per thread
+	base      map[string]int64 // each thread's rev when the feed was registered (or Redis lost its data)
 }
 
 // sync runs once the feed's subscription is confirmed: the first time it
@@ -257,26 +262,47 @@ func (f *follower) sync(ctx context.Context) error {
 			delete(f.base, thread)
 		}
 	}
-	return nil
+	return f.participantsChanged(ctx)
 }
 
-// catchUp hands on thread's messages after from, marked Reset if retention
-// dropped some of them.
+// catchUp hands on thread's changes after from (each changed message in
+// its current state, in change order), marked Reset if retention dropped
+// a message changed after from.
 func (f *follower) catchUp(ctx context.Context, thread string, from int64) error {
 	ctx, cancel := f.s.bound(ctx)
 	defer cancel()
-	msgs, _, trimmed, err := f.s.read(ctx, thread, from, 0, nil)
+	p, _, err := f.s.changes(ctx, thread, from, 0)
 	if err != nil {
 		return err
 	}
-	reset := trimmed > from
-	if len(msgs) == 0 && !reset {
+	if from == 0 { // the whole thread, oldest first: also in change order
+		slices.SortFunc(p.Messages, func(a, b store.Entry) int { return cmp.Compare(a.Rev, b.Rev) })
+	}
+	if p.Cursor > f.announced[thread] {
+		f.announced[thread] = p.Cursor
+		f.s.see(p.Cursor)
+	}
+	if len(p.Messages) == 0 && !p.Reset {
 		return nil
 	}
-	f.fn(store.Batch{Thread: thread, Messages: msgs, Reset: reset})
-	if n := len(msgs); n > 0 {
-		f.announced[thread] = msgs[n-1].Epoch
-		f.s.see(msgs[n-1].Epoch)
+	f.fn(store.Batch{Thread: thread, Messages: p.Messages, Reset: p.Reset})
+	return nil
+}
+
+// participantsChanged tells fn that the participants of every thread that
+// has grants may have changed while the feed was lost.
+func (f *follower) participantsChanged(ctx context.Context) error {
+	ctx, cancel := f.s.bound(ctx)
+	defer cancel()
+	threads, err := f.s.rdb.HVals(ctx, f.s.gindex).Result()
+	if err != nil && err != redis.Nil {
+		return f.s.unavailable("participants", err)
+	}
+	slices.Sort(threads)
+	for _, thread := range slices.Compact(threads) {
+		if chatrelay.ValidThread(thread) {
+			f.fn(store.Batch{Thread: thread, Participants: true})
+		}
 	}
 	return nil
 }
@@ -308,7 +334,7 @@ func (f *follower) lostData(ctx context.Context, idx map[string]int64, g generat
 		}
 	}
 	f.seeAll(idx)
-	return nil
+	return f.participantsChanged(ctx)
 }
 
 func (f *follower) seeAll(idx map[string]int64) {
@@ -331,26 +357,33 @@ func (f *follower) resetAll() {
 	}
 }
 
-// deliver hands on one feed message: "<thread> <prev> <trimmed> <json>".
+// deliver hands on one feed message: a change, "<thread> <the thread's
+// rev before it> <the newest epoch or rev retention dropped> <JSON>" (the
+// message's v1 JSON if it has no v2 state, else its v2 object), or
+// "<thread> P": the thread's participants record changed.
 func (f *follower) deliver(payload string) {
 	thread, rest, ok1 := strings.Cut(payload, " ")
+	if ok1 && rest == "P" && chatrelay.ValidThread(thread) {
+		f.fn(store.Batch{Thread: thread, Participants: true})
+		return
+	}
 	prevS, rest, ok2 := strings.Cut(rest, " ")
 	trimS, js, ok3 := strings.Cut(rest, " ")
 	prev, err1 := strconv.ParseInt(prevS, 10, 64)
 	trimmed, err2 := strconv.ParseInt(trimS, 10, 64)
-	e, err3 := parseEntry(js)
+	e, err3 := entryOfJSON(js)
 	if !ok1 || !ok2 || !ok3 || err1 != nil || err2 != nil || err3 != nil {
 		f.s.log.Error("redis store: feed message does not parse; ignored", "thread", thread)
 		return
 	}
 	a, known := f.announced[thread]
-	if known && e.Epoch <= a {
+	if known && e.Rev <= a {
 		return // a catch-up already handed it on
 	}
-	if !known && e.Epoch <= f.base[thread] {
+	if !known && e.Rev <= f.base[thread] {
 		return // stored before the feed's baseline was read: subscribers read it from the store
 	}
-	f.announced[thread] = e.Epoch
-	f.s.see(e.Epoch)
+	f.announced[thread] = e.Rev
+	f.s.see(e.Rev)
 	f.fn(store.Batch{Thread: thread, Messages: []store.Entry{e}, Reset: known && (prev > a || trimmed > a)})
 }

@@ -1,6 +1,6 @@
-// Package redisstore is the Redis (or Valkey) backend of store.Store, with
-// the rate and stream limiters that count across every chatrelay node
-// sharing one Redis.
+// Package redisstore is the Redis (or Valkey) backend of store.Store and
+// store.Participants, with the rate and stream limiters that count across
+// every chatrelay node sharing one Redis.
 //
 // # Keys
 //
@@ -9,12 +9,34 @@
 //
 //	<prefix>{T}:log     stream: one entry per retained message, id "<epoch>-0",
 //	                    one field "j" holding the v1 message JSON, byte for
-//	                    byte what chatrelay.MarshalMessage makes
-//	<prefix>{T}:meta    hash: "trimmed", the newest epoch retention dropped
+//	                    byte what chatrelay.MarshalMessage makes; never
+//	                    changed once written
+//	<prefix>{T}:meta    hash: "trimmed", the newest epoch retention dropped;
+//	                    "rev", the newest change's epoch (written by changes
+//	                    only: the thread's rev is the newer of it and the
+//	                    newest message's epoch); "trimmed_rev", the newest
+//	                    rev retention dropped; "v2", set once the thread
+//	                    has v2 state (a v1-only thread never reads any)
 //	<prefix>{T}:ids     hash: the id suffixes taken in the thread's newest
 //	                    second, while it has several messages (expires)
-//	<prefix>threads     sorted set: thread -> epoch of its newest message;
-//	                    the thread count (the 507 limit) and Threads' order
+//	<prefix>{T}:v2      hash: epoch -> the current v2 object of each message
+//	                    with v2 state (a v2 field, or a change); a message
+//	                    without has for v2 object its v1 JSON and "rev"
+//	<prefix>{T}:v2e     sorted set: the epochs in v2 (score = epoch), so
+//	                    retention finds the v2 state it drops
+//	<prefix>{T}:revs    sorted set: epoch -> rev of each changed message
+//	                    (rev > epoch), for the v2 cursor
+//	<prefix>{T}:cids    hash: client_id -> epoch of the retained message
+//	                    that carried it (idempotent posts)
+//	<prefix>{T}:ixs     hash: interaction id -> epoch of its message
+//	<prefix>{T}:grants  hash: the participants record (participants.go)
+//	<prefix>{T}:audit   list: the audit events, the newest 1 000
+//	<prefix>threads     sorted set: thread -> its rev; the thread count (the
+//	                    507 limit), Threads' order and the feed's catch-up
+//	<prefix>pending     sorted set: "<thread> <interaction id>" -> deadline,
+//	                    every pending interaction (Pending)
+//	<prefix>grant-index hash: the first 16 hex of a share token's digest ->
+//	                    its thread (Resolve)
 //	<prefix>generation  hash: the data set's random id, start and the newest
 //	                    epoch known lost with an earlier one (gen.go)
 //	<prefix>ticket-key  string: the ticket signing key nodes share (TicketKey)
@@ -27,45 +49,83 @@
 // A stream fits a thread: its entry ids are the epochs, so Redis itself
 // refuses an epoch that is not greater than the newest, XRANGE and
 // XREVRANGE answer "epoch > since" and "the newest N", and XTRIM MINID
-// applies retention in one command. Redis 6.2 or later is needed (MINID).
+// applies retention in one command. Redis 6.2 or later is needed (MINID,
+// ZMSCORE, exclusive XREVRANGE ranges).
 //
-// # Append
+// # Scripts
 //
-// Append is one Lua script (appendScript, run with EVALSHA) over the
-// thread's two keys and the thread index. Redis runs a script alone, so in
-// one step it checks that the thread exists (MustExist) or that creating it
-// stays within MaxThreads, gives the message the epoch max(now, newest+1),
-// builds its id (unique among the thread's messages of that second) and its
-// ts, stores it, applies retention by count and age while keeping
-// "trimmed", updates the index and PUBLISHes the message on the feed. A
-// message is never pushed before it is stored nor stored unannounced; with
-// AOF persistence Redis writes the script's effects to the log before it
-// answers the caller or sends the message to subscribers.
+// Every write of a thread is one Lua script (scripts.go, run with EVALSHA)
+// over all of the thread's keys and the global ones it keeps. Redis runs a
+// script alone, so each is atomic with every other writer of any node and
+// of the host CLI:
 //
-// Redis Cluster: a script may only touch keys of one slot, and the thread
-// index cannot share a slot with every thread. The thread keys and the
-// limiter keys are cluster-ready (hash tags), but the append script as
-// written needs a single Redis (a primary with replicas, or Sentinel). On a
-// cluster, the thread limit would take a reservation step for new threads
-// only: an append on a thread whose log does not exist first runs a small
-// script on the index's slot that adds the thread if ZCARD < MaxThreads (or
-// it is already there), then the append script on the thread's slot; the
-// sweep removes index entries whose log is gone after a grace period. The
-// feed would stay a plain PUBLISH, which a cluster forwards to every node.
+//	appendScript   a new message (below)
+//	changeScript   a change of a message: compare and set (below)
+//	grantsScript   a write of a participants record: compare and set
+//	sweepScript    retention of one thread; removes a thread (every key of
+//	               it, and its entries in the global indexes) once empty
+//
+// and two read a thread in one step: changesScript (the v2 view with its
+// marks and the generation) and messageScript (one message, for a change).
+//
+// appendScript checks that the thread exists (MustExist) or that creating
+// it stays within MaxThreads; answers a client_id it finds in cids with that
+// message (the caller compares the content: a replay or a conflict),
+// storing nothing; for a participant's post, checks that the grants record
+// is still the one the caller read and checked (else "retry"), the cap and
+// the three messages waiting for hermes, and stores the grant with one more
+// post; gives the message the epoch max(now, rev+1), builds its id (unique
+// among the thread's messages of that second) and its ts, stores its v1
+// JSON and, if it has v2 fields, its v2 object (the caller sends the part
+// after the rev) and its client_id, interaction and pending entries;
+// applies retention by count and age, dropping the v2 state of what it
+// drops with it and keeping "trimmed" and "trimmed_rev"; updates the
+// index; and PUBLISHes the message on the feed. A v1 post reads no v2
+// key. A message is never pushed before it is stored nor stored
+// unannounced; with AOF persistence Redis writes the script's effects to
+// the log before it answers the caller or sends the message to
+// subscribers.
+//
+// A change (Change: an answer, a cancel, an expiry, a reaction) is
+// computed in Go from the message as read (store.ApplyChange, as the file
+// store does); changeScript stores the new v2 object only if the message
+// is still retained and its rev is still the one read, with the thread's
+// next epoch as its rev, and publishes it. Otherwise another change came
+// first, and Change reads again: the first answer stored wins, and any
+// later one finds the interaction closed; two nodes expiring one
+// interaction store one expiry.
+//
+// Redis Cluster: a script may only touch keys of one slot, and the global
+// indexes (threads, pending, grant-index, generation) cannot share a slot
+// with every thread. The thread keys and the limiter keys are
+// cluster-ready (hash tags), but the scripts as written need a single
+// Redis (a primary with replicas, or Sentinel). On a cluster, the thread
+// limit would take a reservation step for new threads only: an append on
+// a thread whose log does not exist first runs a small script on the
+// index's slot that adds the thread if ZCARD < MaxThreads (or it is
+// already there), then the append script on the thread's slot; the sweep
+// removes index entries whose log is gone after a grace period; the
+// pending and grant indexes would be written after the thread's script
+// and repaired by the sweep. The feed would stay a plain PUBLISH, which a
+// cluster forwards to every node.
 //
 // # Feed
 //
-// Follow subscribes to the feed channel. Each message carries the thread,
-// the epoch of its predecessor and the thread's trimmed epoch, so a gap is
-// detected. When the subscription's connection is lost, Follow keeps
-// retrying; once subscribed again it re-reads every thread whose newest
-// epoch (from the index) is past what it last announced, and hands those
-// messages on as ordinary batches, in order, exactly once. It sends a Reset
-// batch only where that is not enough: retention dropped messages it never
-// announced, a thread went away, or the store went backwards. A Redis that
-// restarted without its data is told by the generation key (gen.go): every
-// thread the feed knew is reset, and Since answers Reset to a cursor into
-// the lost data.
+// Follow subscribes to the feed channel. A change's message is "<thread>
+// <the thread's rev before it> <the newest epoch or rev retention dropped>
+// <JSON>", the JSON being the message's v1 JSON if it has no v2 state and
+// its v2 object otherwise, so a gap is detected; "<thread> P" says that the
+// thread's participants record changed. When the subscription's
+// connection is lost, Follow keeps retrying; once subscribed again it
+// re-reads every thread whose rev (from the index) is past what it last
+// announced, and hands on each message changed since, in its current
+// state, in change order, exactly once; and it tells every thread that
+// has grants that its participants may have changed. It sends a Reset
+// batch only where that is not enough: retention dropped changes it never
+// announced, a thread went away, or the store went backwards. A Redis
+// that restarted without its data is told by the generation key (gen.go):
+// every thread the feed knew is reset, and Since and Changes answer Reset
+// to a cursor into the lost data.
 //
 // # Failures
 //
@@ -82,17 +142,14 @@ import (
 	"github.com/chatrelay/chatrelay"
 
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -127,14 +184,16 @@ type Options struct {
 // Store is the Redis store. It is safe for concurrent use by many goroutines
 // and by many processes (nodes and the host CLI) sharing one Redis.
 type Store struct {
-	rdb    *redis.Client
-	opt    Options
-	log    *slog.Logger
-	now    func() time.Time
-	prefix string
-	feed   string // the pub/sub channel
-	index  string // the thread index key
-	genKey string // the generation key (gen.go)
+	rdb     *redis.Client
+	opt     Options
+	log     *slog.Logger
+	now     func() time.Time
+	prefix  string
+	feed    string // the pub/sub channel
+	index   string // the thread index key
+	genKey  string // the generation key (gen.go)
+	pending string // the pending interactions' index key
+	gindex  string // the grant index key (participants.go)
 
 	closing context.Context // done once Close is called
 	close   context.CancelFunc
@@ -166,6 +225,11 @@ type Store struct {
 	// onLost, if set (by tests, before Follow), is called by Follow after it
 	// notices that its subscription was lost, before it subscribes again.
 	onLost func(ctx context.Context)
+	// beforeCAS, if set (by tests, before use), is called between the read
+	// and the compare-and-set script of a write that has one: "change"
+	// (Change), "post" (a participant's post), "grants" (the other writes
+	// of a participants record).
+	beforeCAS func(op string)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -218,6 +282,9 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 		feed:   opt.Prefix + "feed",
 		index:  opt.Prefix + "threads",
 		genKey: opt.Prefix + "generation",
+
+		pending: opt.Prefix + "pending",
+		gindex:  opt.Prefix + "grant-index",
 
 		pingEvery: defaultPingEvery,
 		wake:      make(chan struct{}),
@@ -290,9 +357,43 @@ func (s *Store) enter() bool {
 	return true
 }
 
-func (s *Store) logKey(thread string) string  { return s.prefix + "{" + thread + "}:log" }
-func (s *Store) metaKey(thread string) string { return s.prefix + "{" + thread + "}:meta" }
-func (s *Store) idsKey(thread string) string  { return s.prefix + "{" + thread + "}:ids" }
+func (s *Store) logKey(thread string) string    { return s.prefix + "{" + thread + "}:log" }
+func (s *Store) metaKey(thread string) string   { return s.prefix + "{" + thread + "}:meta" }
+func (s *Store) idsKey(thread string) string    { return s.prefix + "{" + thread + "}:ids" }
+func (s *Store) v2Key(thread string) string     { return s.prefix + "{" + thread + "}:v2" }
+func (s *Store) grantsKey(thread string) string { return s.prefix + "{" + thread + "}:grants" }
+func (s *Store) auditKey(thread string) string  { return s.prefix + "{" + thread + "}:audit" }
+
+// threadKeys are the suffixes of a thread's keys, in the order the
+// scripts take them (luaCommon's K).
+var threadKeys = [...]string{"log", "meta", "ids", "v2", "v2e", "revs", "cids", "ixs", "grants", "audit"}
+
+// keys returns the keys every script of a thread is given: the thread's
+// (threadKeys), then the thread index, the generation, the pending index
+// and the grant index. The thread's keys are slices of one string: an
+// append allocates two values for them, not ten.
+func (s *Store) keys(thread string) []string {
+	base := len(s.prefix) + len(thread) + 3 // <prefix>{T}:
+	var b strings.Builder
+	b.Grow(len(threadKeys) * (base + 6))
+	ends := [len(threadKeys)]int{}
+	for i, suffix := range threadKeys {
+		b.WriteString(s.prefix)
+		b.WriteByte('{')
+		b.WriteString(thread)
+		b.WriteString("}:")
+		b.WriteString(suffix)
+		ends[i] = b.Len()
+	}
+	all := b.String()
+	k := make([]string, len(threadKeys), len(threadKeys)+4)
+	start := 0
+	for i, end := range ends {
+		k[i] = all[start:end]
+		start = end
+	}
+	return append(k, s.index, s.genKey, s.pending, s.gindex)
+}
 
 func checkThread(thread string) error {
 	if !chatrelay.ValidThread(thread) {
@@ -338,113 +439,4 @@ func isInternal(err error) bool {
 		}
 	}
 	return strings.HasPrefix(msg, "ERR") || strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "NOSCRIPT")
-}
-
-// jsonString encodes s as encoding/json does inside chatrelay.MarshalMessage
-// (no HTML escaping), so the message JSON the script assembles is byte for
-// byte what chatrelay.MarshalMessage would make.
-func jsonString(s string) string {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(s); err != nil {
-		panic("redisstore: encode string: " + err.Error()) // a string always encodes
-	}
-	return strings.TrimSuffix(b.String(), "\n")
-}
-
-// parseEntry decodes one stored message JSON. The store writes one exact
-// layout (chatrelay.MarshalMessage's); parseFast reads it without reflection,
-// and anything else goes through encoding/json.
-func parseEntry(js string) (store.Entry, error) {
-	m, ok := parseFast(js)
-	if !ok {
-		m = chatrelay.Message{}
-		if err := json.Unmarshal([]byte(js), &m); err != nil {
-			return store.Entry{}, err
-		}
-	}
-	if m.ID == "" || m.Author == "" || m.Epoch <= 0 {
-		return store.Entry{}, errors.New("incomplete message")
-	}
-	return store.Entry{Message: m, JSON: []byte(js)}, nil
-}
-
-// parseFast reads {"id":"…","epoch":N,"ts":"…","author":"…","text":"…"}
-// exactly as chatrelay.MarshalMessage writes it, or reports false.
-func parseFast(js string) (m chatrelay.Message, ok bool) {
-	rest, ok := strings.CutPrefix(js, `{"id":`)
-	if !ok {
-		return m, false
-	}
-	var id, epoch, ts, author string
-	if id, rest, ok = cutJSONString(rest); !ok {
-		return m, false
-	}
-	if rest, ok = strings.CutPrefix(rest, `,"epoch":`); !ok {
-		return m, false
-	}
-	if epoch, rest, ok = strings.Cut(rest, ","); !ok {
-		return m, false
-	}
-	if epoch == "" || epoch[0] < '1' || epoch[0] > '9' { // JSON: no sign, no leading zero
-		return m, false
-	}
-	e, err := strconv.ParseInt(epoch, 10, 64)
-	if err != nil {
-		return m, false
-	}
-	if rest, ok = strings.CutPrefix(rest, `"ts":`); !ok {
-		return m, false
-	}
-	if ts, rest, ok = cutJSONString(rest); !ok {
-		return m, false
-	}
-	if rest, ok = strings.CutPrefix(rest, `,"author":`); !ok {
-		return m, false
-	}
-	if author, rest, ok = cutJSONString(rest); !ok {
-		return m, false
-	}
-	if rest, ok = strings.CutPrefix(rest, `,"text":`); !ok {
-		return m, false
-	}
-	text, rest, ok := cutJSONString(rest)
-	if !ok || rest != "}" {
-		return m, false
-	}
-	return chatrelay.Message{ID: id, Epoch: e, TS: ts, Author: chatrelay.Author(author), Text: text}, true
-}
-
-// cutJSONString decodes the JSON string at the start of s and returns the
-// rest of s after it. A string of plain valid UTF-8 is sliced; one with
-// escapes goes through encoding/json; one with a control character or
-// invalid UTF-8 (never stored, but JSON would refuse or replace it) is
-// not ok, so the caller falls back to encoding/json for the whole message.
-func cutJSONString(s string) (val, rest string, ok bool) {
-	if len(s) == 0 || s[0] != '"' {
-		return "", s, false
-	}
-	escaped := false
-	for i := 1; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20:
-			return "", s, false
-		case c == '\\':
-			escaped = true
-			i++
-		case c == '"':
-			if !escaped {
-				if !utf8.ValidString(s[1:i]) {
-					return "", s, false
-				}
-				return s[1:i], s[i+1:], true
-			}
-			if err := json.Unmarshal([]byte(s[:i+1]), &val); err != nil {
-				return "", s, false
-			}
-			return val, s[i+1:], true
-		}
-	}
-	return "", s, false
 }

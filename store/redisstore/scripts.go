@@ -9,10 +9,17 @@ import "github.com/redis/go-redis/v9"
 // Epochs are integers below 2^53, exact in Lua's doubles; they are written
 // with %.0f, never tostring (which would switch to exponent form).
 
-// luaCommon is shared by the scripts that read a thread's log.
+// luaCommon is shared by the scripts of a thread. Every one of them is
+// given the same keys (Store.keys): the thread's, then the global ones.
 const luaCommon = `
+local K = {log = KEYS[1], meta = KEYS[2], ids = KEYS[3], v2 = KEYS[4], v2e = KEYS[5], revs = KEYS[6],
+  cids = KEYS[7], ixs = KEYS[8], grants = KEYS[9], audit = KEYS[10],
+  index = KEYS[11], gen = KEYS[12], pending = KEYS[13], gindex = KEYS[14]}
+
 local function epochOf(id) return tonumber(string.match(id, '^(%d+)')) end
-local function sid(e) return string.format('%.0f-0', e) end
+local function fmt(n) return string.format('%.0f', n) end
+local function sid(e) return fmt(e) .. '-0' end
+local function num(x) return tonumber(x) or 0 end
 
 -- cutOf returns the epoch of the newest message that retention drops from
 -- the log: the oldest beyond keep, and any older than now - age (0: none).
@@ -33,40 +40,165 @@ local function cutOf(log, now, keep, age)
   end
   return cut, n
 end
+
+-- dropV2 removes the v2 state of the messages retention drops (epoch <=
+-- cut): their v2 objects and revs, and their client ids, interaction ids
+-- and pending entries. It returns the newest rev among them (0 if none
+-- has v2 state). Only a thread whose meta says "v2" has any.
+local function dropV2(thread, cut)
+  local es = redis.call('ZRANGEBYSCORE', K.v2e, '-inf', fmt(cut))
+  if #es == 0 then return 0 end
+  local newest = 0
+  local revs = redis.call('ZMSCORE', K.revs, unpack(es))
+  local js = redis.call('HMGET', K.v2, unpack(es))
+  for i, e in ipairs(es) do
+    local r = tonumber(revs[i]) or tonumber(e)
+    if r > newest then newest = r end
+    if js[i] then
+      local ok, m = pcall(cjson.decode, js[i])
+      if ok and type(m) == 'table' then
+        if type(m.client_id) == 'string' and redis.call('HGET', K.cids, m.client_id) == e then
+          redis.call('HDEL', K.cids, m.client_id)
+        end
+        local ix = m.interaction
+        if type(ix) == 'table' and type(ix.id) == 'string' then
+          redis.call('HDEL', K.ixs, ix.id)
+          redis.call('ZREM', K.pending, thread .. ' ' .. ix.id)
+        end
+      end
+    end
+  end
+  redis.call('HDEL', K.v2, unpack(es))
+  redis.call('ZREM', K.revs, unpack(es))
+  redis.call('ZREMRANGEBYSCORE', K.v2e, '-inf', fmt(cut))
+  return newest
+end
+
+-- trimAt drops the log's messages with epoch <= cut (> 0), with the marks
+-- in meta (trimmed, trimmed_rev, and v2: whether the thread has v2 state).
+-- It returns the marks as they are after it.
+local function trimAt(thread, cut, trimmed, trimmedRev, v2)
+  if v2 then
+    local r = dropV2(thread, cut)
+    if r > trimmedRev then
+      trimmedRev = r
+      redis.call('HSET', K.meta, 'trimmed_rev', fmt(r))
+    end
+  end
+  redis.call('XTRIM', K.log, 'MINID', sid(cut + 1))
+  if cut > trimmed then
+    trimmed = cut
+    redis.call('HSET', K.meta, 'trimmed', fmt(cut))
+  end
+  return trimmed, trimmedRev
+end
+
+-- announce publishes a change on the feed: "<thread> <the thread's rev
+-- before it> <the newest epoch or rev retention dropped> <message JSON>".
+local function announce(feed, thread, prevRev, trimmed, trimmedRev, json)
+  redis.call('PUBLISH', feed, thread .. ' ' .. fmt(prevRev) .. ' ' .. fmt(math.max(trimmed, trimmedRev)) .. ' ' .. json)
+end
+
+-- removeThread deletes every key of the thread, its grants' entries in
+-- the grant index and its interactions' in the pending index, and tells
+-- the feed that its participants changed.
+local function removeThread(thread, feed)
+  for _, ix in ipairs(redis.call('HKEYS', K.ixs)) do
+    redis.call('ZREM', K.pending, thread .. ' ' .. ix)
+  end
+  local gs = redis.call('HGETALL', K.grants)
+  for i = 2, #gs, 2 do
+    local d = string.match(gs[i], '"digest":"(%x+)"')
+    if d and #d >= 16 and redis.call('HGET', K.gindex, string.sub(d, 1, 16)) == thread then
+      redis.call('HDEL', K.gindex, string.sub(d, 1, 16))
+    end
+  end
+  redis.call('DEL', K.log, K.meta, K.ids, K.v2, K.v2e, K.revs, K.cids, K.ixs, K.grants, K.audit)
+  redis.call('ZREM', K.index, thread)
+  if #gs > 0 then redis.call('PUBLISH', feed, thread .. ' P') end
+end
+
+-- waiting counts the messages of author (as JSON) after hermes's newest,
+-- up to limit.
+local function waiting(author, limit)
+  local n, from = 0, '+'
+  while true do
+    local r = redis.call('XREVRANGE', K.log, from, '-', 'COUNT', 32)
+    if #r == 0 then return n end
+    for _, e in ipairs(r) do
+      local a = string.match(e[2][2], '^{"id":"[^"]*","epoch":%d+,"ts":"[^"]*","author":(".-"),"text":')
+      if a == '"hermes"' then return n end
+      if a == author then
+        n = n + 1
+        if n >= limit then return n end
+      end
+    end
+    from = '(' .. r[#r][1]
+  end
+end
 `
 
-// appendScript stores one message. KEYS: log, meta, index, ids, generation.
-// ARGV: thread, now (ms), keep, age (ms), max threads, must exist
-// ("1"/"0"), author as JSON, text as JSON, feed channel, the newest epoch
-// the store has seen, a generation id, then id suffix candidates (6 hex
-// each). It creates
-// the generation (gen.go) if it is missing, so that a data set's start is
+// appendScript stores one message. KEYS: Store.keys. ARGV:
+//
+//	1 thread          2 now (ms)        3 keep            4 age (ms)
+//	5 max threads     6 must exist "1"  7 author as JSON  8 text as JSON
+//	9 feed channel    10 the newest epoch the store has seen
+//	11 a generation id (gen.go)
+//	12 client id ("" if none)
+//	13 the v2 tail: the v2 object after its rev ("" for a message with no
+//	   v2 field, whose v2 object is its v1 object and rev)
+//	14 interaction id ("" if none)    15 its deadline
+//	16 participant grant id ("" if not a participant's post)
+//	17 the grants record's version read   18 the grant with one more post
+//	19 "1" if the grant's cap is spent    20 the most messages waiting
+//	21… id suffix candidates (6 hex each)
+//
+// It creates the generation if it is missing, so that a data set's start is
 // never after its first message.
 //
-// It answers {"ok", epoch, id, json} or {"not_found"}, {"thread_limit"},
-// {"collision"} (every candidate suffix is taken this second: try others).
-//
-// The feed message is "<thread> <previous newest epoch> <trimmed> <json>".
+// It answers {"ok", epoch, id, v1 JSON, v2 JSON or ""}, {"replay", v2 JSON
+// of the message with the client id}, {"not_found"}, {"thread_limit"},
+// {"collision"} (every candidate suffix is taken this second: try
+// others), {"retry"} (the grants record changed since it was read),
+// {"cap"} or {"waiting", n}.
 var appendScript = redis.NewScript(luaCommon + `
-local log, meta, index, ids = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local thread = ARGV[1]
 local now, keep, age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if redis.call('EXISTS', KEYS[5]) == 0 then
-  redis.call('HSET', KEYS[5], 'id', ARGV[11], 'start', ARGV[2], 'lost', ARGV[10])
+local participant = ARGV[16]
+if redis.call('EXISTS', K.gen) == 0 then
+  redis.call('HSET', K.gen, 'id', ARGV[11], 'start', ARGV[2], 'lost', ARGV[10])
 end
 
 local prev = 0
-local newest = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)
+local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
 if #newest == 0 then
-  if ARGV[6] == '1' then return {'not_found'} end
-  if not redis.call('ZSCORE', index, thread) and redis.call('ZCARD', index) >= tonumber(ARGV[5]) then
+  if ARGV[6] == '1' or participant ~= '' then return {'not_found'} end
+  if not redis.call('ZSCORE', K.index, thread) and redis.call('ZCARD', K.index) >= tonumber(ARGV[5]) then
     return {'thread_limit'}
   end
 else
   prev = epochOf(newest[1][1])
 end
+local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2')
+local rev = math.max(prev, num(meta[2]))
+
+if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[17] then
+  return {'retry'}
+end
+local cid = ARGV[12]
+if cid ~= '' then
+  local e = redis.call('HGET', K.cids, cid)
+  local js = e and redis.call('HGET', K.v2, e)
+  if js then return {'replay', js} end
+end
+if participant ~= '' then
+  if ARGV[19] == '1' then return {'cap'} end
+  local n = waiting(ARGV[7], tonumber(ARGV[20]))
+  if n >= tonumber(ARGV[20]) then return {'waiting', fmt(n)} end
+end
+
 local epoch = now
-if epoch <= prev then epoch = prev + 1 end
+if epoch <= rev then epoch = rev + 1 end
 
 -- The UTC date and time of the epoch's second (days to civil date:
 -- H. Hinnant's algorithm).
@@ -93,70 +225,222 @@ local ts = string.format('%04d-%02d-%02dT%02d:%02d:%02d+00:00', y, m, d, hh, mi,
 -- (field "s" says which second), filled from the log the first time it is
 -- needed: one scan per busy second, not one per message. The JSON starts
 -- {"id":"MSG-YYYYMMDD-HHMMSS- so the suffix is bytes 28 to 33.
-local suffix = ARGV[12]
+local suffix = ARGV[21]
 if prev >= secs * 1000 then
-  local sec = string.format('%.0f', secs)
-  if redis.call('HGET', ids, 's') ~= sec then
-    redis.call('DEL', ids)
+  local sec = fmt(secs)
+  if redis.call('HGET', K.ids, 's') ~= sec then
+    redis.call('DEL', K.ids)
     local fill = {'s', sec}
-    for _, e in ipairs(redis.call('XRANGE', log, sid(secs * 1000), '+')) do
+    for _, e in ipairs(redis.call('XRANGE', K.log, sid(secs * 1000), '+')) do
       fill[#fill + 1] = string.sub(e[2][2], 28, 33)
       fill[#fill + 1] = '1'
     end
-    redis.call('HSET', ids, unpack(fill))
+    redis.call('HSET', K.ids, unpack(fill))
   end
   suffix = nil
-  for i = 12, #ARGV do
-    if redis.call('HEXISTS', ids, ARGV[i]) == 0 then suffix = ARGV[i] break end
+  for i = 21, #ARGV do
+    if redis.call('HEXISTS', K.ids, ARGV[i]) == 0 then suffix = ARGV[i] break end
   end
   if not suffix then return {'collision'} end
-  redis.call('HSET', ids, suffix, '1')
-  redis.call('PEXPIRE', ids, 10000)
+  redis.call('HSET', K.ids, suffix, '1')
+  redis.call('PEXPIRE', K.ids, 10000)
 end
 local id = 'MSG-' .. stamp .. '-' .. suffix
 
-local es = string.format('%.0f', epoch)
+local es = fmt(epoch)
 local json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[7] .. ',"text":' .. ARGV[8] .. '}'
-redis.call('XADD', log, es .. '-0', 'j', json)
+redis.call('XADD', K.log, es .. '-0', 'j', json)
 
-local trimmed = tonumber(redis.call('HGET', meta, 'trimmed') or '0')
-local cut = cutOf(log, now, keep, age)
-if cut > 0 then
-  redis.call('XTRIM', log, 'MINID', sid(cut + 1))
-  if cut > trimmed then
-    trimmed = cut
-    redis.call('HSET', meta, 'trimmed', string.format('%.0f', cut))
+-- A message with v2 fields keeps its v2 object beside the log.
+local v2 = meta[4]
+local v2json = ''
+if ARGV[13] ~= '' then
+  v2json = string.sub(json, 1, -2) .. ',"rev":' .. es .. ARGV[13]
+  redis.call('HSET', K.v2, es, v2json)
+  redis.call('ZADD', K.v2e, es, es)
+  if not v2 then
+    v2 = '1'
+    redis.call('HSET', K.meta, 'v2', '1')
+  end
+  if cid ~= '' then redis.call('HSET', K.cids, cid, es) end
+  if ARGV[14] ~= '' then
+    redis.call('HSET', K.ixs, ARGV[14], es)
+    redis.call('ZADD', K.pending, ARGV[15], thread .. ' ' .. ARGV[14])
   end
 end
-redis.call('ZADD', index, es, thread)
-redis.call('PUBLISH', ARGV[9], thread .. ' ' .. string.format('%.0f', prev) .. ' ' .. string.format('%.0f', trimmed) .. ' ' .. json)
-return {'ok', es, id, json}
+if participant ~= '' then
+  redis.call('HSET', K.grants, participant, ARGV[18])
+  redis.call('HINCRBY', K.grants, '.v', 1)
+end
+
+local trimmed, trimmedRev = num(meta[1]), num(meta[3])
+local cut = cutOf(K.log, now, keep, age)
+if cut > 0 then trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2) end
+redis.call('ZADD', K.index, es, thread)
+announce(ARGV[9], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or json)
+if participant ~= '' then redis.call('PUBLISH', ARGV[9], thread .. ' P') end
+return {'ok', es, id, json, v2json}
 `)
 
-// sweepScript applies retention to one thread. KEYS: log, meta, index, ids.
-// ARGV: thread, now (ms), keep, age (ms). It answers {dropped, removed}
-// where removed is 1 if the thread was removed because nothing was left.
-// A thread in the index without a log is taken out of the index.
+// changeScript stores a message's new v2 object if the message is still
+// retained and its rev is still the one read (compare and set: the caller
+// computed the change from that state). KEYS: Store.keys. ARGV: thread,
+// the message's epoch, the rev read, now (ms), the new v2 object up to its
+// rev ("…,\"rev\":") and after it, the interaction id to take out of the
+// pending index ("" if none), the feed channel. The change takes the
+// thread's next epoch as the message's rev: max(now, the thread's rev + 1).
+//
+// It answers {"ok", rev}, {"retry"} (the message changed since it was
+// read) or {"gone"} (retention dropped it).
+var changeScript = redis.NewScript(luaCommon + `
+local thread, es = ARGV[1], ARGV[2]
+if #redis.call('XRANGE', K.log, es .. '-0', es .. '-0') == 0 then return {'gone'} end
+local cur = redis.call('ZSCORE', K.revs, es) or es
+if tonumber(cur) ~= tonumber(ARGV[3]) then return {'retry'} end
+local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
+local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev')
+local prevRev = math.max(epochOf(newest[1][1]), num(meta[2]))
+local rev = tonumber(ARGV[4])
+if rev <= prevRev then rev = prevRev + 1 end
+local rs = fmt(rev)
+local v2json = ARGV[5] .. rs .. ARGV[6]
+redis.call('HSET', K.v2, es, v2json)
+redis.call('ZADD', K.v2e, es, es)
+redis.call('ZADD', K.revs, rs, es)
+redis.call('HSET', K.meta, 'rev', rs, 'v2', '1')
+if ARGV[7] ~= '' then redis.call('ZREM', K.pending, thread .. ' ' .. ARGV[7]) end
+redis.call('ZADD', K.index, 'XX', rs, thread)
+announce(ARGV[8], thread, prevRev, num(meta[1]), num(meta[3]), v2json)
+return {'ok', rs}
+`)
+
+// messageScript reads one message for a change: by interaction id (ARGV
+// "ix", id) or by message id (ARGV "id", id, and the first and last epoch
+// of the id's second). KEYS: Store.keys. It answers {epoch, v1 JSON, v2
+// JSON or ""}, or {} if the thread has no such message.
+var messageScript = redis.NewScript(luaCommon + `
+local es, entry
+if ARGV[1] == 'ix' then
+  es = redis.call('HGET', K.ixs, ARGV[2])
+  if not es then return {} end
+  local r = redis.call('XRANGE', K.log, es .. '-0', es .. '-0')
+  if #r == 0 then return {} end
+  entry = r[1]
+else
+  local want = '{"id":"' .. ARGV[2] .. '"'
+  for _, e in ipairs(redis.call('XRANGE', K.log, ARGV[3] .. '-0', ARGV[4] .. '-0')) do
+    if string.sub(e[2][2], 1, #want) == want then
+      entry = e
+      break
+    end
+  end
+  if not entry then return {} end
+  es = string.match(entry[1], '^(%d+)')
+end
+return {es, entry[2][2], redis.call('HGET', K.v2, es) or ''}
+`)
+
+// changesScript reads the v2 view of a thread: the messages with rev >
+// since in their current state (since <= 0: the newest limit, all if limit
+// <= 0), with the thread's marks and the generation (created if missing,
+// as genCmds does). KEYS: Store.keys. ARGV: since, limit, then a
+// generation id, start and lost for a missing generation.
+//
+// It answers {gen id, gen start, gen lost, trimmed, rev, trimmed_rev, the
+// newest message's v1 JSON or "", then for each message its v1 JSON and
+// its v2 JSON or ""}; the caller orders them by rev.
+var changesScript = redis.NewScript(luaCommon + `
+redis.call('HSETNX', K.gen, 'id', ARGV[3])
+redis.call('HSETNX', K.gen, 'start', ARGV[4])
+redis.call('HSETNX', K.gen, 'lost', ARGV[5])
+local g = redis.call('HMGET', K.gen, 'id', 'start', 'lost')
+local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2')
+local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
+local out = {g[1] or '', g[2] or '', g[3] or '', meta[1] or '0', meta[2] or '0', meta[3] or '0', ''}
+if #newest == 0 then return out end
+out[7] = newest[1][2][2]
+local since, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local entries
+if since <= 0 then
+  if limit > 0 then
+    local r = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', limit)
+    entries = {}
+    for i = #r, 1, -1 do entries[#entries + 1] = r[i] end
+  else
+    entries = redis.call('XRANGE', K.log, '-', '+')
+  end
+else
+  entries = redis.call('XRANGE', K.log, sid(since + 1), '+')
+  if meta[4] then
+    -- Messages written before since and changed after it.
+    for _, e in ipairs(redis.call('ZRANGEBYSCORE', K.revs, '(' .. fmt(since), '+inf')) do
+      if tonumber(e) <= since then
+        local r = redis.call('XRANGE', K.log, e .. '-0', e .. '-0')
+        if #r > 0 then entries[#entries + 1] = r[1] end
+      end
+    end
+  end
+end
+local js = {}
+if meta[4] and #entries > 0 then
+  local es = {}
+  for i, e in ipairs(entries) do es[i] = string.match(e[1], '^(%d+)') end
+  js = redis.call('HMGET', K.v2, unpack(es))
+end
+for i, e in ipairs(entries) do
+  out[#out + 1] = e[2][2]
+  out[#out + 1] = js[i] or ''
+end
+return out
+`)
+
+// sweepScript applies retention to one thread. KEYS: Store.keys. ARGV:
+// thread, now (ms), keep, age (ms), feed channel. It answers {dropped,
+// removed} where removed is 1 if the thread was removed because nothing
+// was left; a removed thread takes its grants, audit and index entries
+// with it. A thread in the index without a log is taken out of the index.
 var sweepScript = redis.NewScript(luaCommon + `
-local log, meta, index = KEYS[1], KEYS[2], KEYS[3]
-local thread = ARGV[1]
-local cut, n = cutOf(log, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))
+local thread, now, keep, age = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local n = redis.call('XLEN', K.log)
 if n == 0 then
-  redis.call('DEL', log, meta, KEYS[4])
-  redis.call('ZREM', index, thread)
+  removeThread(thread, ARGV[5])
   return {0, 0}
 end
+local cut = cutOf(K.log, now, keep, age)
 if cut == 0 then return {0, 0} end
-local newest = epochOf(redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)[1][1])
+local newest = epochOf(redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)[1][1])
 if cut >= newest then
-  redis.call('DEL', log, meta, KEYS[4])
-  redis.call('ZREM', index, thread)
+  removeThread(thread, ARGV[5])
   return {n, 1}
 end
-redis.call('XTRIM', log, 'MINID', sid(cut + 1))
-local trimmed = tonumber(redis.call('HGET', meta, 'trimmed') or '0')
-if cut > trimmed then redis.call('HSET', meta, 'trimmed', string.format('%.0f', cut)) end
-return {n - redis.call('XLEN', log), 0}
+local meta = redis.call('HMGET', K.meta, 'trimmed', 'trimmed_rev', 'v2')
+trimAt(thread, cut, num(meta[1]), num(meta[2]), meta[3])
+return {n - redis.call('XLEN', K.log), 0}
+`)
+
+// grantsScript writes a thread's participants record (the hash
+// Store.grantsKey) if its version is still the one read (compare and set),
+// and tells the feed. KEYS: Store.keys. ARGV: thread, the version read
+// ("" if none), feed channel, "1" if the thread must have a message, the
+// digest prefix to point at the thread in the grant index ("" if none),
+// the grant id to add to the record's order ("" if none), then field and
+// value pairs to set. It answers "ok", "retry" or "not_found".
+var grantsScript = redis.NewScript(luaCommon + `
+local thread = ARGV[1]
+if ARGV[4] == '1' and redis.call('XLEN', K.log) == 0 then return 'not_found' end
+if (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[2] then return 'retry' end
+for i = 7, #ARGV, 2 do
+  redis.call('HSET', K.grants, ARGV[i], ARGV[i + 1])
+end
+if ARGV[6] ~= '' then
+  local o = redis.call('HGET', K.grants, '.order')
+  if o and o ~= '' then o = o .. ' ' .. ARGV[6] else o = ARGV[6] end
+  redis.call('HSET', K.grants, '.order', o)
+end
+redis.call('HINCRBY', K.grants, '.v', 1)
+if ARGV[5] ~= '' then redis.call('HSET', K.gindex, ARGV[5], thread) end
+redis.call('PUBLISH', ARGV[3], thread .. ' P')
+return 'ok'
 `)
 
 // takeScript counts one post in two sliding windows, or says how long to

@@ -8,11 +8,14 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,25 +44,60 @@ func checkEntry(t *testing.T, e store.Entry) {
 	}
 }
 
-// sameMessages compares two stores' messages, ids by their second only
-// (the 6 hex are random).
+// normalized is m with what each store draws at random left out: the
+// message id's 6 hex and the interaction's id.
+func normalized(m chatrelay.Message) chatrelay.Message {
+	m.ID = m.ID[:min(19, len(m.ID))]
+	if m.Interaction != nil {
+		ix := *m.Interaction
+		ix.ID = ""
+		m.Interaction = &ix
+	}
+	return m
+}
+
+// sameMessages compares two stores' messages but for their random parts
+// (normalized), and checks that the Redis store's JSON is exactly what
+// chatrelay encodes of its messages (v1 and v2).
 func sameMessages(t *testing.T, what string, got, want []store.Entry) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d messages, file store has %d", what, len(got), len(want))
 	}
 	for i := range got {
-		g, w := got[i].Message, want[i].Message
-		g.ID, w.ID = g.ID[:19], w.ID[:19]
+		g, w := normalized(got[i].Message), normalized(want[i].Message)
 		if !reflect.DeepEqual(g, w) {
-			t.Fatalf("%s: message %d\n%+v\nfile store:\n%+v", what, i, g, w)
+			t.Fatalf("%s: message %d\n%s\nfile store:\n%s", what, i, got[i].JSON2, want[i].JSON2)
+		}
+		if !bytes.Equal(got[i].JSON2, chatrelay.MarshalMessageV2(got[i].Message)) || !bytes.Equal(got[i].JSON, chatrelay.MarshalMessage(got[i].Message)) {
+			t.Fatalf("%s: message %d: JSON %s, JSON2 %s", what, i, got[i].JSON, got[i].JSON2)
 		}
 	}
 }
 
-// TestSameAsFileStore runs one random history of appends, clock moves,
-// sweeps and reads against the file store and the Redis store with the
-// same clock, and requires the same answers.
+// sameError compares two stores' errors: the same code, and the same
+// message attached (About) but for its random parts.
+func sameError(t *testing.T, what string, got, want error) {
+	t.Helper()
+	if chatrelay.CodeOf(got) != chatrelay.CodeOf(want) {
+		t.Fatalf("%s: error %v, file store %v", what, got, want)
+	}
+	var ge, we *chatrelay.Error
+	if errors.As(got, &ge) && errors.As(want, &we) && (ge.About != nil || we.About != nil) {
+		var gm, wm chatrelay.Message
+		if json.Unmarshal(ge.About, &gm) != nil || json.Unmarshal(we.About, &wm) != nil || !reflect.DeepEqual(normalized(gm), normalized(wm)) {
+			t.Fatalf("%s: error about %s, file store %s", what, ge.About, we.About)
+		}
+	}
+}
+
+// TestSameAsFileStore runs one random history against the file store and
+// the Redis store with the same clock, and requires the same answers:
+// appends (plain, with a client_id that repeats, questions, cards, a
+// participant's posts), changes (reactions, answers good and bad,
+// cancels, expiries), grants (invites, revokes), clock moves, sweeps, and
+// the reads of both views, the thread list, the pending interactions and
+// the grants.
 func TestSameAsFileStore(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
@@ -75,37 +113,78 @@ func TestSameAsFileStore(t *testing.T) {
 	threads := []string{"a1b2c3d4e5f60718", "0000000000000001", "ffffffffffffffff", "0123456789abcdef"}
 	texts := []string{"hello", "<b>&amp;</b> \"quoted\" \\ back", "line\nbreak\ttab\r", "\u2028\u2029 é ✓ 🙂", "\x01\x1f ctl", "  padded  "}
 	authors := []chatrelay.Author{"", chatrelay.Operator, chatrelay.Agent, chatrelay.Hermes}
+	reactors := []chatrelay.Author{chatrelay.Operator, chatrelay.Hermes, "p:p_0000000a"}
+	clientIDs := []string{"tab-1:1", "tab-1:2", "tab-2:1"}
+	emojis := []string{"👍", "🎉", "👀"}
+	asks := []chatrelay.Ask{
+		{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy build 412?", Details: []chatrelay.Detail{{Label: "build", Value: "412"}}, Timeout: time.Minute},
+		{Type: chatrelay.Input, Prompt: "Which branch?", Choices: []chatrelay.Choice{{Value: "main", Label: "Main"}, {Value: "release"}}, Timeout: 2 * time.Second},
+		{Type: chatrelay.Input, Prompt: "Anything to add?", AllowText: true, Timeout: time.Minute},
+	}
+	answers := []chatrelay.Answer{{Decision: chatrelay.Approve}, {Decision: chatrelay.Deny}, {Value: "main"}, {Value: "free text"}, {Value: "  "}}
+	card := &chatrelay.Card{Title: "Build 412", FallbackText: "Build 412 is green.", Blocks: []chatrelay.Block{
+		{Type: chatrelay.TextBlock, Text: "<script>x</script> stays text"}, {Type: chatrelay.LinkBlock, URL: "https://ci.example.com/412", Label: "log"}}}
 	rng := rand.New(rand.NewPCG(1, 2))
+
+	// Each store's entry of every message appended, by thread, in order:
+	// a change names the message by each store's own ids.
+	type pair struct{ f, r store.Entry }
+	appended := map[string][]pair{}
+	grants := map[string][]chatrelay.Grant{}
+	lastPost := map[string]store.NewMessage{} // by thread and client_id
+	// What happened, by kind and outcome: the history must have been
+	// through every path it is meant to compare.
+	seen := map[string]int{}
+	note := func(kind string, err error) {
+		code := chatrelay.CodeOf(err)
+		if code == "" {
+			code = "ok"
+		}
+		seen[kind+" "+string(code)]++
+	}
 
 	compare := func(step int) {
 		t.Helper()
 		for _, th := range threads {
 			fp := must[store.Page](t)(fs.Since(ctx, th, 0, 0))
-			sinces := []int64{0, 1, fp.Cursor, fp.Cursor + 5}
-			for _, m := range fp.Messages {
-				sinces = append(sinces, m.Epoch-1, m.Epoch)
+			fc := must[store.Page](t)(fs.Changes(ctx, th, 0, 0))
+			sinces := []int64{0, 1, fp.Cursor, fp.Cursor + 5, fc.Cursor, fc.Cursor + 5}
+			for _, m := range fc.Messages {
+				sinces = append(sinces, m.Epoch-1, m.Epoch, m.Rev-1, m.Rev)
 			}
 			if len(fp.Messages) > 0 {
 				sinces = append(sinces, fp.Messages[0].Epoch-1000)
 			}
 			for _, since := range sinces {
 				for _, limit := range []int{0, 2, 50} {
-					what := fmt.Sprintf("step %d thread %s since %d limit %d", step, th, since, limit)
-					want := must[store.Page](t)(fs.Since(ctx, th, since, limit))
-					got := must[store.Page](t)(rs.Since(ctx, th, since, limit))
-					if got.Thread != want.Thread || got.Cursor != want.Cursor || got.Awaiting != want.Awaiting || got.Reset != want.Reset {
-						t.Fatalf("%s: page %+v, file store %+v", what, got, want)
-					}
-					sameMessages(t, what, got.Messages, want.Messages)
-					for _, e := range got.Messages {
-						checkEntry(t, e)
+					for _, view := range []string{"since", "changes"} {
+						what := fmt.Sprintf("step %d thread %s %s %d limit %d", step, th, view, since, limit)
+						read := store.Store.Since
+						if view == "changes" {
+							read = store.Store.Changes
+						}
+						want := must[store.Page](t)(read(fs, ctx, th, since, limit))
+						got := must[store.Page](t)(read(rs, ctx, th, since, limit))
+						if got.Thread != want.Thread || got.Cursor != want.Cursor || got.Awaiting != want.Awaiting || got.Reset != want.Reset {
+							t.Fatalf("%s: page %+v, file store %+v", what, got, want)
+						}
+						sameMessages(t, what, got.Messages, want.Messages)
+						for _, e := range got.Messages {
+							checkEntry(t, e)
+						}
 					}
 				}
 			}
+			fg, ferr := fs.Grants(ctx, th)
+			rg, rerr := rs.Grants(ctx, th)
+			sameError(t, fmt.Sprintf("step %d grants of %s", step, th), rerr, ferr)
+			if len(fg) != len(rg) || (len(fg) > 0 && !reflect.DeepEqual(fg, rg)) {
+				t.Fatalf("step %d: grants of %s %+v, file store %+v", step, th, rg, fg)
+			}
 		}
-		// Threads with the same newest epoch may come in either order.
+		// Threads with the same newest change may come in either order.
 		order := func(a, b store.ThreadInfo) int {
-			return cmp.Or(cmp.Compare(b.LastEpoch, a.LastEpoch), strings.Compare(a.Thread, b.Thread))
+			return cmp.Or(cmp.Compare(b.Rev, a.Rev), strings.Compare(a.Thread, b.Thread))
 		}
 		fi := must[[]store.ThreadInfo](t)(fs.Threads(ctx))
 		ri := must[[]store.ThreadInfo](t)(rs.Threads(ctx))
@@ -114,45 +193,196 @@ func TestSameAsFileStore(t *testing.T) {
 		if fmt.Sprint(fi) != fmt.Sprint(ri) {
 			t.Fatalf("step %d: Threads %v, file store %v", step, ri, fi)
 		}
+		// Pending interactions, by thread and deadline (their ids differ).
+		pend := func(ps []store.PendingInteraction) []string {
+			var out []string
+			for _, p := range ps {
+				out = append(out, fmt.Sprintf("%s %d", p.Thread, p.Deadline))
+			}
+			slices.Sort(out)
+			return out
+		}
+		fpend := pend(must[[]store.PendingInteraction](t)(fs.Pending(ctx)))
+		rpend := pend(must[[]store.PendingInteraction](t)(rs.Pending(ctx)))
+		if !slices.Equal(fpend, rpend) {
+			t.Fatalf("step %d: pending %v, file store %v", step, rpend, fpend)
+		}
 	}
 
-	for step := range 400 {
+	// appendBoth appends m to th on both stores and compares the answers.
+	appendBoth := func(step int, th string, m store.NewMessage) {
+		t.Helper()
+		we, werr := fs.Append(ctx, th, m)
+		ge, gerr := rs.Append(ctx, th, m)
+		what := fmt.Sprintf("step %d append %+v", step, m)
+		sameError(t, what, gerr, werr)
+		kind := "post"
+		switch {
+		case m.Ask != nil:
+			kind = "ask"
+		case m.Card != nil:
+			kind = "card"
+		case m.Participant != "":
+			kind = "participant post"
+		}
+		note(kind, werr)
+		if werr != nil {
+			return
+		}
+		if ge.Replayed != we.Replayed {
+			t.Fatalf("%s: replayed %v, file store %v", what, ge.Replayed, we.Replayed)
+		}
+		if ge.Replayed {
+			seen[kind+" replayed"]++
+		}
+		checkEntry(t, ge)
+		sameMessages(t, what, []store.Entry{ge}, []store.Entry{we})
+		if ge.Replayed {
+			return
+		}
+		appended[th] = append(appended[th], pair{we, ge})
+		// What Append returned is what is stored.
+		p := must[store.Page](t)(rs.Changes(ctx, th, ge.Epoch-1, 0))
+		if len(p.Messages) == 0 || !bytes.Equal(p.Messages[len(p.Messages)-1].JSON2, ge.JSON2) {
+			t.Fatalf("step %d: stored %+v, Append returned %s", step, p.Messages, ge.JSON2)
+		}
+	}
+	// changeBoth applies the change that c makes of each store's message.
+	changeBoth := func(step int, th string, c func(e store.Entry) store.Change) {
+		t.Helper()
+		// One of the newest messages (retention keeps 5), preferring one
+		// with an interaction for an interaction's change.
+		ps := appended[th]
+		ps = ps[max(0, len(ps)-6):]
+		if len(ps) == 0 {
+			return
+		}
+		if ix := slices.IndexFunc(ps, func(p pair) bool { return p.f.Interaction != nil }); ix >= 0 && c(ps[ix].f).Op != store.React && c(ps[ix].f).Op != store.Unreact {
+			var with []pair
+			for _, p := range ps {
+				if p.f.Interaction != nil {
+					with = append(with, p)
+				}
+			}
+			ps = with
+		}
+		p := ps[rng.IntN(len(ps))]
+		fc, rc := c(p.f), c(p.r)
+		we, werr := fs.Change(ctx, th, fc)
+		ge, gerr := rs.Change(ctx, th, rc)
+		what := fmt.Sprintf("step %d change %+v", step, rc)
+		sameError(t, what, gerr, werr)
+		note(string(rc.Op), werr)
+		if werr == nil && we.Interaction != nil && rc.Op != store.React && rc.Op != store.Unreact {
+			seen["state "+string(we.Interaction.State)]++
+		}
+		if werr == nil || we.ID != "" {
+			sameMessages(t, what, []store.Entry{ge}, []store.Entry{we})
+		}
+	}
+	ixOf := func(e store.Entry) string {
+		if e.Interaction == nil {
+			return "ix_000000000000"
+		}
+		return e.Interaction.ID
+	}
+
+	for step := range 800 {
 		th := threads[rng.IntN(len(threads))]
 		switch r := rng.IntN(100); {
-		case r < 8: // the clock goes back: epochs still increase
+		case r < 6: // the clock goes back: epochs still increase
 			clk.Advance(-time.Duration(rng.IntN(3000)) * time.Millisecond)
-		case r < 12: // past the retention age
+		case r < 9: // past the retention age
 			clk.Advance(time.Duration(30+rng.IntN(60)) * time.Minute)
-		case r < 15:
+		case r < 12:
 			clk.Advance(10 * time.Minute)
 			want := must[store.SweepStats](t)(fs.Sweep(ctx))
 			got := must[store.SweepStats](t)(rs.Sweep(ctx))
 			if got != want {
 				t.Fatalf("step %d: Sweep %+v, file store %+v", step, got, want)
 			}
+			if got.ThreadsRemoved > 0 {
+				seen["sweep removed a thread"]++
+			}
+		case r < 22: // a reaction, or its removal
+			op := []store.ChangeOp{store.React, store.React, store.Unreact}[rng.IntN(3)]
+			emoji, by := emojis[rng.IntN(len(emojis))], reactors[rng.IntN(len(reactors))]
+			changeBoth(step, th, func(e store.Entry) store.Change {
+				return store.Change{Op: op, MessageID: e.ID, Emoji: emoji, By: by}
+			})
+		case r < 32: // an answer, a cancel, an expiry
+			op := []store.ChangeOp{store.Respond, store.Respond, store.Respond, store.Cancel, store.Cancel, store.Expire}[rng.IntN(6)]
+			pick := rng.IntN(len(answers))
+			fits := rng.IntN(3) > 0 // mostly an answer of the interaction's type
+			changeBoth(step, th, func(e store.Entry) store.Change {
+				ans := answers[pick]
+				if ix := e.Interaction; fits && ix != nil && (ix.Type == chatrelay.Approval) != (ans.Decision != "") {
+					ans = answers[(pick+2)%len(answers)]
+				}
+				return store.Change{Op: op, InteractionID: ixOf(e), Answer: ans, By: chatrelay.Operator}
+			})
+		case r < 37: // an invite, or a revoke
+			if rng.IntN(2) == 0 && len(grants[th]) > 0 {
+				g := grants[th][rng.IntN(len(grants[th]))]
+				wg, werr := fs.Revoke(ctx, th, g.ID)
+				gg, gerr := rs.Revoke(ctx, th, g.ID)
+				sameError(t, fmt.Sprintf("step %d revoke", step), gerr, werr)
+				note("revoke", werr)
+				if wg != gg {
+					t.Fatalf("step %d: revoked %+v, file store %+v", step, gg, wg)
+				}
+			} else {
+				g, _ := chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter, Kind: chatrelay.Human, ExpiresIn: 6 * time.Hour, Cap: 6}.Grant(clk.Now())
+				werr, gerr := fs.Invite(ctx, th, g), rs.Invite(ctx, th, g)
+				sameError(t, fmt.Sprintf("step %d invite", step), gerr, werr)
+				note("invite", werr)
+				if werr == nil {
+					grants[th] = append(grants[th], g)
+				}
+			}
 		default:
 			if rng.IntN(3) == 0 {
 				clk.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
 			}
 			m := store.NewMessage{Author: authors[rng.IntN(len(authors))], Text: texts[rng.IntN(len(texts))], MustExist: rng.IntN(10) == 0}
-			we, werr := fs.Append(ctx, th, m)
-			ge, gerr := rs.Append(ctx, th, m)
-			if chatrelay.CodeOf(gerr) != chatrelay.CodeOf(werr) {
-				t.Fatalf("step %d: Append error %v, file store %v", step, gerr, werr)
-			}
-			if werr != nil {
+			switch k := rng.IntN(20); {
+			case k < 4:
+				m.ClientID = clientIDs[rng.IntN(len(clientIDs))]
+				if last, ok := lastPost[th+m.ClientID]; ok && rng.IntN(2) == 0 {
+					m = last // a repeat: replayed while the first is retained
+				}
+				lastPost[th+m.ClientID] = m
+			case k < 6:
+				a := asks[rng.IntN(len(asks))]
+				m = store.NewMessage{Author: chatrelay.Hermes, Ask: &a, MustExist: true}
+			case k < 7:
+				m = store.NewMessage{Author: chatrelay.Hermes, Card: card, MustExist: true, ClientID: clientIDs[rng.IntN(len(clientIDs))]}
+			case k < 12 && len(grants[th]) > 0:
+				// A few in a row: the three waiting for hermes, the cap.
+				g := grants[th][rng.IntN(len(grants[th]))]
+				for range 1 + rng.IntN(4) {
+					m = store.NewMessage{Author: g.Author(), AuthorName: g.Name, Text: texts[rng.IntN(len(texts))], Participant: g.ID}
+					if rng.IntN(3) == 0 {
+						m.ClientID = clientIDs[rng.IntN(len(clientIDs))]
+					}
+					appendBoth(step, th, m)
+				}
 				continue
 			}
-			checkEntry(t, ge)
-			sameMessages(t, fmt.Sprintf("step %d append", step), []store.Entry{ge}, []store.Entry{we})
-			// What Append returned is what is stored.
-			p := must[store.Page](t)(rs.Since(ctx, th, ge.Epoch-1, 0))
-			if len(p.Messages) != 1 || !bytes.Equal(p.Messages[0].JSON, ge.JSON) {
-				t.Fatalf("step %d: stored %+v, Append returned %s", step, p.Messages, ge.JSON)
-			}
+			appendBoth(step, th, m)
 		}
-		if step%10 == 0 || step == 399 {
+		if step%10 == 0 || step == 799 {
 			compare(step)
+		}
+	}
+	t.Logf("outcomes: %v", seen)
+	for _, kind := range []string{"post ok", "post replayed", "post client_id_conflict", "post thread_limit", "post not_found",
+		"ask ok", "card ok", "participant post ok", "participant post too_many_messages", "participant post token_revoked",
+		"react ok", "unreact ok", "react not_found", "respond ok", "respond interaction_closed", "respond invalid_answer",
+		"cancel ok", "expire ok", "state approved", "state denied", "state answered", "state expired", "state canceled",
+		"invite ok", "invite not_found", "revoke ok", "sweep removed a thread"} {
+		if seen[kind] == 0 {
+			t.Errorf("the history never had %q", kind)
 		}
 	}
 }
@@ -492,7 +722,7 @@ func TestIDSuffixes(t *testing.T) {
 	m := store.NewMessage{Text: "x", Author: chatrelay.Operator}
 	suffix := func(cands ...string) string {
 		t.Helper()
-		res := must[[]string](t)(s.runAppend(ctx, th, m, cands))
+		res := must[[]string](t)(s.runAppend(ctx, th, &appendReq{m: m}, cands))
 		if res[0] != "ok" {
 			return res[0]
 		}
@@ -540,9 +770,15 @@ func TestParseEntry(t *testing.T) {
 		if !ok || !reflect.DeepEqual(fast, m) {
 			t.Fatalf("parseFast(%s) = %+v, %v", js, fast, ok)
 		}
-		e, err := parseEntry(js)
-		if err != nil || !reflect.DeepEqual(e.Message, m) || string(e.JSON) != js {
-			t.Fatalf("parseEntry(%s) = %+v, %v", js, e, err)
+		// A message read from its v1 JSON has no v2 state: its rev is its
+		// epoch, and its v2 object is the one MarshalMessageV2 makes.
+		want := m
+		want.Rev = m.Epoch
+		for _, parse := range []func(string) (store.Entry, error){parseEntry, entryOfJSON} {
+			e, err := parse(js)
+			if err != nil || !reflect.DeepEqual(e.Message, want) || string(e.JSON) != js || string(e.JSON2) != string(chatrelay.MarshalMessageV2(m)) {
+				t.Fatalf("parse(%s) = %+v, %v", js, e, err)
+			}
 		}
 	}
 	other := `{"text":"x","author":"agent","ts":"2026-10-23T18:00:00+00:00","epoch":5,"id":"MSG-x"}`
@@ -552,9 +788,59 @@ func TestParseEntry(t *testing.T) {
 	if e, err := parseEntry(other); err != nil || e.Text != "x" || e.Epoch != 5 {
 		t.Fatalf("parseEntry(other layout) = %+v, %v", e, err)
 	}
-	for _, bad := range []string{"", "{", `{"id":"x"}`, `{"id":"MSG","epoch":1,"ts":"t","author":"a","text":"t"`, "null"} {
-		if _, err := parseEntry(bad); err == nil {
-			t.Fatalf("parseEntry(%q) accepted", bad)
+	for _, bad := range []string{"", "{", `{"id":"x"}`, `{"id":"MSG","epoch":1,"ts":"t","author":"a","text":"t"`, "null",
+		`{"id":"MSG","epoch":5,"ts":"t","author":"a","text":"t","rev":4}`} {
+		if _, err := entryOfJSON(bad); err == nil {
+			t.Fatalf("entryOfJSON(%q) accepted", bad)
 		}
+	}
+}
+
+// TestV2Encoding: what the scripts store for a message with v2 state (the
+// v2 object split around its rev, with the rev put in by the script) is
+// byte for byte chatrelay.MarshalMessageV2, and reads back as the message.
+func TestV2Encoding(t *testing.T) {
+	t.Parallel()
+	now := time.UnixMilli(1792778400123)
+	ask := chatrelay.Ask{Type: chatrelay.Input, Prompt: "Which <branch>?", Choices: []chatrelay.Choice{{Value: "main", Label: "Main \"branch\""}}, Timeout: time.Minute}
+	answered := ask.Interaction(now)
+	answered.State, answered.Answer, answered.AnsweredBy, answered.AnsweredAt = chatrelay.Answered, &chatrelay.Answer{Value: "main"}, chatrelay.Operator, now.UnixMilli()+5
+	base := chatrelay.Message{ID: "MSG-20261023-180000-a1b2c3", Epoch: now.UnixMilli(), TS: "2026-10-23T18:00:00+00:00", Author: chatrelay.Hermes, Text: "line\nbreak & <b>"}
+	for _, m := range []chatrelay.Message{
+		{AuthorName: "Alex \u2028", ClientID: "tab-1:2"},
+		{Interaction: ask.Interaction(now)},
+		{Interaction: answered, Reactions: chatrelay.Reactions{"👍": {chatrelay.Hermes, "p:p_1a2b3c4d"}, "🎉": {chatrelay.Operator}}},
+		{Card: &chatrelay.Card{Title: "Build", FallbackText: "green", Blocks: []chatrelay.Block{{Type: chatrelay.CodeBlock, Text: "a\tb", Language: "go"}}}},
+	} {
+		m.ID, m.Epoch, m.TS, m.Author, m.Text = base.ID, base.Epoch, base.TS, base.Author, base.Text
+		if !hasV2(&m) {
+			t.Fatalf("hasV2(%+v) = false", m)
+		}
+		head, tail := splitV2(m)
+		m.Rev = m.Epoch + 42
+		stored := head + strconv.FormatInt(m.Rev, 10) + tail
+		if want := string(chatrelay.MarshalMessageV2(m)); stored != want {
+			t.Fatalf("stored\n%s\nwant\n%s", stored, want)
+		}
+		e, err := entryOfJSON(stored)
+		if err != nil || !reflect.DeepEqual(e.Message, m) || string(e.JSON) != string(chatrelay.MarshalMessage(m)) || string(e.JSON2) != stored {
+			t.Fatalf("entryOfJSON(%s) = %+v, %v", stored, e, err)
+		}
+	}
+	if hasV2(&base) {
+		t.Fatal("a plain message has v2 fields")
+	}
+	// A v2 object beside another message's v1 JSON is refused.
+	m := base
+	m.ClientID, m.Rev = "c1", m.Epoch
+	other := base
+	other.Epoch++
+	for _, v1 := range [][]byte{chatrelay.MarshalMessage(other), []byte("{}"), {}} {
+		if _, err := v2Entry(v1, string(chatrelay.MarshalMessageV2(m))); err == nil {
+			t.Fatalf("v2Entry(%s) accepted another message's v2 object", v1)
+		}
+	}
+	if _, err := v2Entry(chatrelay.MarshalMessage(m), string(chatrelay.MarshalMessageV2(m))); err != nil {
+		t.Fatal(err)
 	}
 }

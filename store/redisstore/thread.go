@@ -5,6 +5,7 @@ import (
 
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -22,68 +23,154 @@ const idCandidates = 4
 // maxEpoch bounds epochs: Lua computes them in doubles, exact below 2^53.
 const maxEpoch = 1 << 53
 
-// Append implements store.Store.
+// Append implements store.Store. A plain message (no v2 field) is one run
+// of appendScript; a participant's post reads the thread's grants first
+// and runs the script with the grant it read, which the script stores
+// with one more post only if the record is still the one read (else it
+// is read again).
 func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (store.Entry, error) {
 	if err := checkThread(thread); err != nil {
 		return store.Entry{}, err
 	}
-	if err := chatrelay.CheckText(m.Text); err != nil {
+	ix, err := m.Prepare(s.now())
+	if err != nil {
 		return store.Entry{}, err
 	}
-	if m.Author == "" {
-		m.Author = chatrelay.Operator
+	r := &appendReq{m: m}
+	if msg := (chatrelay.Message{AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card}); hasV2(&msg) {
+		msg.Author, msg.Text = m.Author, m.Text
+		_, r.tail = splitV2(msg)
+		if ix != nil {
+			r.ix, r.deadline = ix.ID, ix.Deadline
+		}
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	var g chatrelay.Grant
 	for {
+		if m.Participant != "" {
+			rec, err := s.readGrants(ctx, thread)
+			if err != nil {
+				return store.Entry{}, err
+			}
+			i := rec.find(m.Participant)
+			if i < 0 {
+				// As the file store answers: a thread that is gone first.
+				if n, err := s.rdb.XLen(ctx, s.logKey(thread)).Result(); err == nil && n == 0 {
+					return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
+				}
+				return store.Entry{}, store.UnknownShareLink()
+			}
+			g = rec.grants[i]
+			if err := store.GrantRefusal(g, s.now()); err != nil {
+				return store.Entry{}, err
+			}
+			next := g
+			next.Sent++
+			js, _ := json.Marshal(next)
+			r.grant, r.version, r.next, r.capSpent = g.ID, rec.version, string(js), store.CapRefusal(g) != nil
+			if s.beforeCAS != nil {
+				s.beforeCAS("post")
+			}
+		}
 		suffixes := make([]string, idCandidates)
 		for i := range suffixes {
 			suffixes[i] = randomHex(3)
 		}
-		res, err := s.runAppend(ctx, thread, m, suffixes)
+		res, err := s.runAppend(ctx, thread, r, suffixes)
 		if err != nil {
 			return store.Entry{}, s.unavailable("append", err)
 		}
 		switch res[0] {
 		case "ok":
-			if len(res) != 4 {
+			if len(res) != 5 {
 				break
 			}
-			e, err := parseEntry(res[3])
+			e, err := appended(res[3], res[4])
 			if err != nil {
 				return store.Entry{}, s.unavailable("append", fmt.Errorf("stored message: %w", err))
 			}
+			return e, nil
+		case "replay":
+			if len(res) != 2 {
+				break
+			}
+			e, err := v2Entry(nil, res[1])
+			if err != nil {
+				return store.Entry{}, s.unavailable("append", fmt.Errorf("stored message: %w", err))
+			}
+			if !store.SameContent(e.Message, m) {
+				return store.Entry{}, &chatrelay.Error{Code: chatrelay.ClientIDConflict, About: e.JSON2,
+					Message: "this client_id names another message of the thread; use a new client_id for a new message"}
+			}
+			e.Replayed = true
 			return e, nil
 		case "not_found":
 			return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
 		case "thread_limit":
 			return store.Entry{}, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
-		case "collision":
+		case "collision", "retry":
 			continue
+		case "cap":
+			return store.Entry{}, store.CapRefusal(g)
+		case "waiting":
+			if len(res) != 2 {
+				break
+			}
+			n, _ := strconv.Atoi(res[1])
+			return store.Entry{}, store.WaitingRefusal(n)
 		}
 		return store.Entry{}, s.unavailable("append", fmt.Errorf("unexpected answer %q", res))
 	}
 }
 
-// runAppend runs appendScript once, offering the id suffixes given.
-func (s *Store) runAppend(ctx context.Context, thread string, m store.NewMessage, suffixes []string) ([]string, error) {
-	must := "0"
-	if m.MustExist {
-		must = "1"
+// appendReq is an append as appendScript takes it: the prepared message,
+// and what it stores beside the log.
+type appendReq struct {
+	m        store.NewMessage
+	tail     string // the v2 object after its rev; "" for a message without v2 fields
+	ix       string // the new interaction's id, if any
+	deadline int64  // and its deadline
+	// A participant's post: the grant, the record's version read, the
+	// grant with one more post, and whether its cap is spent.
+	grant, version, next string
+	capSpent             bool
+}
+
+// appended is the entry appendScript stored: v1 JSON, and the v2 object
+// if it has one.
+func appended(v1, v2 string) (store.Entry, error) {
+	if v2 == "" {
+		return parseEntry(v1)
 	}
-	keys := []string{s.logKey(thread), s.metaKey(thread), s.index, s.idsKey(thread), s.genKey}
-	args := []any{thread, s.now().UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
-		s.opt.MaxThreads, must, jsonString(string(m.Author)), jsonString(m.Text), s.feed, s.seen.Load(), randomHex(8)}
+	return v2Entry([]byte(v1), v2)
+}
+
+// runAppend runs appendScript once, offering the id suffixes given.
+func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suffixes []string) ([]string, error) {
+	flag := func(b bool) string {
+		if b {
+			return "1"
+		}
+		return "0"
+	}
+	args := make([]any, 0, 20+len(suffixes))
+	args = append(args, thread, s.now().UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
+		s.opt.MaxThreads, flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(r.m.Text), s.feed, s.seen.Load(), randomHex(8),
+		r.m.ClientID, r.tail, r.ix, r.deadline,
+		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max)
 	for _, x := range suffixes {
 		args = append(args, x)
 	}
-	return appendScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+	return appendScript.Run(ctx, s.rdb, s.keys(thread), args...).StringSlice()
 }
 
 // Since implements store.Store. One MULTI reads the page, the newest
 // message, "trimmed" and the generation (gen.go) together. Reset is also
 // true for a cursor into data that Redis lost (since <= the generation's
-// lost epoch).
+// lost epoch). A thread with v2 state takes a second read for the v2
+// objects of the page's messages (the v1 view needs only their v1 JSON,
+// which never changes; the v2 objects are those of that moment).
 func (s *Store) Since(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
 	if err := checkThread(thread); err != nil {
 		return store.Page{}, err
@@ -91,9 +178,14 @@ func (s *Store) Since(ctx context.Context, thread string, since int64, limit int
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var g generation
-	msgs, newest, trimmed, err := s.read(ctx, thread, since, limit, &g)
+	msgs, newest, trimmed, v2, err := s.read(ctx, thread, since, limit, &g)
 	if err != nil {
 		return store.Page{}, err
+	}
+	if v2 && len(msgs) > 0 {
+		if err := s.withV2(ctx, thread, msgs); err != nil {
+			return store.Page{}, err
+		}
 	}
 	g = s.checkGen(ctx, g, nil)
 	p := store.Page{Thread: thread, Messages: msgs}
@@ -106,16 +198,39 @@ func (s *Store) Since(ctx context.Context, thread string, since int64, limit int
 	return p, nil
 }
 
+// withV2 replaces the entries of msgs that have v2 state by that state.
+func (s *Store) withV2(ctx context.Context, thread string, msgs []store.Entry) error {
+	fields := make([]string, len(msgs))
+	for i, e := range msgs {
+		fields[i] = strconv.FormatInt(e.Epoch, 10)
+	}
+	vals, err := s.rdb.HMGet(ctx, s.v2Key(thread), fields...).Result()
+	if err != nil {
+		return s.unavailable("read", err)
+	}
+	for i, v := range vals {
+		if js, ok := v.(string); ok {
+			e, err := v2Entry(msgs[i].JSON, js)
+			if err != nil {
+				return unreadableEntry(thread, fields[i], err)
+			}
+			msgs[i] = e
+		}
+	}
+	return nil
+}
+
 // read returns the thread's messages with epoch > since (the newest limit
-// of them if limit > 0), oldest first, its newest message (nil if none)
-// and its trimmed epoch. If g is not nil, it also reads the generation
-// (creating it if it is missing) into *g.
-func (s *Store) read(ctx context.Context, thread string, since int64, limit int, g *generation) (msgs []store.Entry, newest *store.Entry, trimmed int64, err error) {
+// of them if limit > 0), oldest first, as their v1 JSON has them, its
+// newest message (nil if none), its trimmed epoch, and whether it has v2
+// state. If g is not nil, it also reads the generation (creating it if it
+// is missing) into *g.
+func (s *Store) read(ctx context.Context, thread string, since int64, limit int, g *generation) (msgs []store.Entry, newest *store.Entry, trimmed int64, v2 bool, err error) {
 	since = min(max(since, 0), maxEpoch) // epochs are below 2^53; since+1 must not overflow
 	log := s.logKey(thread)
 	from := strconv.FormatInt(since+1, 10) + "-0"
 	var page, last *redis.XMessageSliceCmd
-	var trim *redis.StringCmd
+	var marks *redis.SliceCmd
 	var gen *redis.SliceCmd
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		if limit > 0 {
@@ -124,17 +239,18 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int,
 			page = p.XRange(ctx, log, from, "+")
 		}
 		last = p.XRevRangeN(ctx, log, "+", "-", 1)
-		trim = p.HGet(ctx, s.metaKey(thread), "trimmed")
+		marks = p.HMGet(ctx, s.metaKey(thread), "trimmed", "v2")
 		if g != nil {
 			gen = s.genCmds(ctx, p)
 		}
 		return nil
 	})
 	if err != nil && err != redis.Nil {
-		return nil, nil, 0, s.unavailable("read", err)
+		return nil, nil, 0, false, s.unavailable("read", err)
 	}
-	if v, err := trim.Int64(); err == nil {
-		trimmed = v
+	if m := marks.Val(); len(m) == 2 {
+		trimmed = toInt(m[0])
+		v2 = m[1] != nil
 	}
 	if g != nil {
 		*g = genOf(gen)
@@ -145,39 +261,57 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int,
 	}
 	msgs = make([]store.Entry, 0, len(xs))
 	for _, x := range xs {
-		e, err := entryOf(thread, x)
+		e, err := v1EntryOf(thread, x)
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, nil, 0, false, err
 		}
 		msgs = append(msgs, e)
 	}
+	plainEntries(msgs)
 	if l := last.Val(); len(l) > 0 {
 		e, err := entryOf(thread, l[0])
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, nil, 0, false, err
 		}
 		newest = &e
 	}
 	if len(msgs) == 0 {
 		msgs = nil
 	}
-	return msgs[:len(msgs):len(msgs)], newest, trimmed, nil
+	return msgs[:len(msgs):len(msgs)], newest, trimmed, v2, nil
 }
 
 // entryOf decodes one stream entry. An entry that does not decode (written
 // by something else) makes the thread unreadable, as a broken file does.
 func entryOf(thread string, x redis.XMessage) (store.Entry, error) {
+	e, err := v1EntryOf(thread, x)
+	if err != nil {
+		return store.Entry{}, err
+	}
+	return plainEntry(e), nil
+}
+
+// v1EntryOf is entryOf without the v2 object and rev (plainEntries).
+func v1EntryOf(thread string, x redis.XMessage) (store.Entry, error) {
 	js, _ := x.Values["j"].(string)
-	e, err := parseEntry(js)
-	if err == nil && strconv.FormatInt(e.Epoch, 10)+"-0" != x.ID {
+	e, err := parseV1(js)
+	var id [24]byte
+	if err == nil && string(append(strconv.AppendInt(id[:0], e.Epoch, 10), '-', '0')) != x.ID {
 		err = fmt.Errorf("epoch %d in entry %s", e.Epoch, x.ID)
 	}
 	if err != nil {
-		return store.Entry{}, &chatrelay.Error{Code: chatrelay.ThreadUnreadable,
-			Message: "this thread's stored data does not parse; it is kept as it is for an operator to look at",
-			Err:     fmt.Errorf("redis thread %s entry %s: %w", thread, x.ID, err)}
+		return store.Entry{}, unreadableEntry(thread, x.ID, err)
 	}
 	return e, nil
+}
+
+// unreadableEntry is the error of a stored message that does not decode
+// (written by something else): the thread is unreadable, as a broken
+// file is.
+func unreadableEntry(thread, id string, err error) error {
+	return &chatrelay.Error{Code: chatrelay.ThreadUnreadable,
+		Message: "this thread's stored data does not parse; it is kept as it is for an operator to look at",
+		Err:     fmt.Errorf("redis thread %s entry %s: %w", thread, id, err)}
 }
 
 // Threads implements store.Store.
@@ -190,14 +324,16 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 	}
 	lens := make([]*redis.IntCmd, len(names))
 	lasts := make([]*redis.XMessageSliceCmd, len(names))
+	revs := make([]*redis.StringCmd, len(names))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, name := range names {
 			lens[i] = p.XLen(ctx, s.logKey(name))
 			lasts[i] = p.XRevRangeN(ctx, s.logKey(name), "+", "-", 1)
+			revs[i] = p.HGet(ctx, s.metaKey(name), "rev")
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && err != redis.Nil {
 		return nil, s.unavailable("threads", err)
 	}
 	infos := make([]store.ThreadInfo, 0, len(names))
@@ -214,12 +350,13 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 			s.log.Error("redis store: thread does not parse", "thread", name, "err", err)
 			continue
 		}
+		rev, _ := revs[i].Int64()
 		infos = append(infos, store.ThreadInfo{
 			Thread: name, Messages: int(lens[i].Val()), LastAuthor: last.Author,
-			LastEpoch: last.Epoch, Awaiting: last.Author != chatrelay.Hermes,
+			LastEpoch: last.Epoch, Rev: max(rev, last.Epoch), Awaiting: last.Author != chatrelay.Hermes,
 		})
 	}
-	slices.SortStableFunc(infos, func(a, b store.ThreadInfo) int { return cmp.Compare(b.LastEpoch, a.LastEpoch) })
+	slices.SortStableFunc(infos, func(a, b store.ThreadInfo) int { return cmp.Compare(b.Rev, a.Rev) })
 	return infos, nil
 }
 
@@ -243,8 +380,8 @@ func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 			continue
 		}
 		sctx, cancel := s.bound(ctx)
-		res, err := sweepScript.Run(sctx, s.rdb, []string{s.logKey(name), s.metaKey(name), s.index, s.idsKey(name)},
-			name, now, s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds()).Int64Slice()
+		res, err := sweepScript.Run(sctx, s.rdb, s.keys(name),
+			name, now, s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(), s.feed).Int64Slice()
 		cancel()
 		if err != nil {
 			return st, s.unavailable("sweep", err)
@@ -258,7 +395,7 @@ func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 	return st, nil
 }
 
-// threadIndex returns every thread of the index with its newest epoch,
+// threadIndex returns every thread of the index with its rev (newest change),
 // and the generation (created if it is missing), read together.
 func (s *Store) threadIndex(ctx context.Context) (map[string]int64, generation, error) {
 	ctx, cancel := s.bound(ctx)
@@ -283,6 +420,4 @@ func (s *Store) threadIndex(ctx context.Context) (map[string]int64, generation, 
 }
 
 // keysOf lists the keys of thread, for tests and operators.
-func (s *Store) keysOf(thread string) []string {
-	return []string{s.logKey(thread), s.metaKey(thread), s.idsKey(thread)}
-}
+func (s *Store) keysOf(thread string) []string { return s.keys(thread)[:len(threadKeys)] }

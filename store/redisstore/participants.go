@@ -1,0 +1,354 @@
+package redisstore
+
+import (
+	"github.com/chatrelay/chatrelay"
+
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// Participants (contract Part 3) on Redis. A thread's participants record
+// is one hash, <prefix>{T}:grants:
+//
+//	<grant id>  the grant's JSON (chatrelay.Grant: never a token, only the
+//	            SHA-256 digest of one)
+//	.order      the grant ids, oldest first, separated by spaces
+//	.v          the record's version, raised by every write
+//
+// Every write is a script that writes only if .v is still the version
+// read (compare and set; grantsScript, or appendScript for a
+// participant's post, which counts the post in the same step), and that
+// tells the feed ("<thread> P"), so that every node looks at the grants
+// of its open streams again. A record that does not parse (a value that
+// is not a grant of its field's id, with its digest and expiry, or an
+// .order or .v that does not match) fails closed: the thread's share
+// tokens are refused and nothing writes over it.
+//
+// <prefix>grant-index is a hash from the first 16 hex of each digest to
+// its thread, so that a share token finds its thread on any node; the
+// thread's record then decides, by a constant-time comparison of the
+// whole digest. The audit is a list, <prefix>{T}:audit, capped at the
+// newest chatrelay.LimitAuditKept events. The sweep that removes a thread
+// removes its record, its audit and its index entries.
+
+var _ store.Participants = (*Store)(nil)
+
+// grantsRecord is a thread's participants record as read.
+type grantsRecord struct {
+	version string            // "" if the thread has none
+	grants  []chatrelay.Grant // oldest first
+}
+
+func (r *grantsRecord) find(id string) int {
+	return slices.IndexFunc(r.grants, func(g chatrelay.Grant) bool { return g.ID == id })
+}
+
+var errBadRecord = errors.New("not a participants record")
+
+// parseGrants decodes a record's fields.
+func parseGrants(fields map[string]string) (grantsRecord, error) {
+	if len(fields) == 0 {
+		return grantsRecord{}, nil
+	}
+	rec := grantsRecord{version: fields[".v"]}
+	if v, err := strconv.ParseInt(rec.version, 10, 64); err != nil || v <= 0 {
+		return grantsRecord{}, fmt.Errorf("%w: version %q", errBadRecord, rec.version)
+	}
+	order := strings.Fields(fields[".order"])
+	if len(order) != len(fields)-2 {
+		return grantsRecord{}, fmt.Errorf("%w: %d grants in its order, %d fields", errBadRecord, len(order), len(fields))
+	}
+	rec.grants = make([]chatrelay.Grant, 0, len(order))
+	for i, id := range order {
+		js, ok := fields[id]
+		if !ok || strings.HasPrefix(id, ".") || slices.Contains(order[:i], id) {
+			return grantsRecord{}, fmt.Errorf("%w: grant %d of its order (%q) is missing or twice", errBadRecord, i, id)
+		}
+		var g chatrelay.Grant
+		dec := json.NewDecoder(strings.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&g); err != nil || dec.More() {
+			return grantsRecord{}, fmt.Errorf("%w: grant %q: %v", errBadRecord, id, err)
+		}
+		if err := store.CheckGrant(g); err != nil || g.ID != id {
+			return grantsRecord{}, fmt.Errorf("%w: grant %q %v", errBadRecord, id, err)
+		}
+		rec.grants = append(rec.grants, g)
+	}
+	return rec, nil
+}
+
+// readGrants reads the thread's participants record: ParticipantsUnreadable
+// if it does not parse.
+func (s *Store) readGrants(ctx context.Context, thread string) (grantsRecord, error) {
+	fields, err := s.rdb.HGetAll(ctx, s.grantsKey(thread)).Result()
+	if err != nil && !isWrongType(err) {
+		return grantsRecord{}, s.unavailable("participants", err)
+	}
+	rec, perr := parseGrants(fields)
+	if err != nil {
+		perr = fmt.Errorf("%w: %v", errBadRecord, err)
+	}
+	if perr != nil {
+		s.log.Error("participants record does not parse; every share link of the thread is refused", "thread", thread, "err", perr)
+		return grantsRecord{}, store.ParticipantsUnreadable(perr)
+	}
+	return rec, nil
+}
+
+func isWrongType(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
+}
+
+// writeGrants runs grantsScript: it sets fields (pairs of field and value)
+// if the record's version is still rec's. It reports false if it is not
+// (read again and retry).
+func (s *Store) writeGrants(ctx context.Context, thread string, rec grantsRecord, needLog bool, index, order string, fields ...string) (bool, error) {
+	need := "0"
+	if needLog {
+		need = "1"
+	}
+	args := []any{thread, rec.version, s.feed, need, index, order}
+	for _, f := range fields {
+		args = append(args, f)
+	}
+	if s.beforeCAS != nil {
+		s.beforeCAS("grants")
+	}
+	res, err := grantsScript.Run(ctx, s.rdb, s.keys(thread), args...).Text()
+	if err != nil {
+		return false, s.unavailable("participants", err)
+	}
+	switch res {
+	case "ok":
+		return true, nil
+	case "retry":
+		return false, nil
+	case "not_found":
+		return false, chatrelay.Errorf(chatrelay.NotFound, "this thread has no message yet: post one before inviting")
+	}
+	return false, s.unavailable("participants", fmt.Errorf("unexpected answer %q", res))
+}
+
+// Invite implements store.Participants.
+func (s *Store) Invite(ctx context.Context, thread string, g chatrelay.Grant) error {
+	if err := checkThread(thread); err != nil {
+		return err
+	}
+	if err := store.CheckGrant(g); err != nil {
+		return &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: fmt.Errorf("redisstore: invite: the grant %w", err)}
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	for {
+		rec, err := s.readGrants(ctx, thread)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		active := 0
+		for i := range rec.grants {
+			if rec.grants[i].StateAt(now) == chatrelay.Active {
+				active++
+			}
+		}
+		if active >= chatrelay.LimitActiveGrants.Max {
+			return chatrelay.Errorf(chatrelay.ParticipantLimit, "this thread already has %d active share links: revoke one first", active)
+		}
+		for rec.find(g.ID) >= 0 {
+			g.ID = chatrelay.NewParticipantID()
+		}
+		js, _ := json.Marshal(g)
+		ok, err := s.writeGrants(ctx, thread, rec, true, g.Digest[:16], g.ID, g.ID, string(js))
+		if ok || err != nil {
+			return err
+		}
+	}
+}
+
+// Grants implements store.Participants.
+func (s *Store) Grants(ctx context.Context, thread string) ([]chatrelay.Grant, error) {
+	if err := checkThread(thread); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rec, err := s.readGrants(ctx, thread)
+	if err != nil {
+		return nil, err
+	}
+	slices.Reverse(rec.grants) // newest first
+	return rec.grants, nil
+}
+
+// Grant implements store.Participants.
+func (s *Store) Grant(ctx context.Context, thread, id string) (chatrelay.Grant, error) {
+	grants, err := s.Grants(ctx, thread)
+	if err != nil {
+		return chatrelay.Grant{}, err
+	}
+	i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
+	if i < 0 {
+		return chatrelay.Grant{}, chatrelay.Errorf(chatrelay.NotFound, "no participant %q in this thread", id)
+	}
+	return grants[i], nil
+}
+
+// Revoke implements store.Participants.
+func (s *Store) Revoke(ctx context.Context, thread, id string) (chatrelay.Grant, error) {
+	var out chatrelay.Grant
+	err := s.updateGrant(ctx, thread, id, true, func(g *chatrelay.Grant) bool {
+		if g.RevokedAt != 0 {
+			return false
+		}
+		g.RevokedAt = s.now().UnixMilli()
+		return true
+	}, &out)
+	return out, err
+}
+
+// MarkUsed implements store.Participants.
+func (s *Store) MarkUsed(ctx context.Context, thread, id string) (bool, error) {
+	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.Used })
+}
+
+// NoteExpired implements store.Participants.
+func (s *Store) NoteExpired(ctx context.Context, thread, id string) (bool, error) {
+	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.ExpiryNoted })
+}
+
+// markGrant sets the flag of a grant that flag points to, and reports
+// whether it was not set before. An unknown grant changes nothing.
+func (s *Store) markGrant(ctx context.Context, thread, id string, flag func(*chatrelay.Grant) *bool) (bool, error) {
+	first := false
+	err := s.updateGrant(ctx, thread, id, false, func(g *chatrelay.Grant) bool {
+		if *flag(g) {
+			return false
+		}
+		*flag(g), first = true, true
+		return true
+	}, nil)
+	return first && err == nil, err
+}
+
+// updateGrant applies fn to grant id of thread and writes it if fn says
+// it changed, retrying while another write came first; out, if not nil,
+// gets the grant as it is then. An unknown grant is NotFound if
+// mustExist, else nothing.
+func (s *Store) updateGrant(ctx context.Context, thread, id string, mustExist bool, fn func(*chatrelay.Grant) bool, out *chatrelay.Grant) error {
+	if err := checkThread(thread); err != nil {
+		return err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	for {
+		rec, err := s.readGrants(ctx, thread)
+		if err != nil {
+			return err
+		}
+		i := rec.find(id)
+		if i < 0 {
+			if mustExist {
+				return chatrelay.Errorf(chatrelay.NotFound, "no participant %q in this thread", id)
+			}
+			return nil
+		}
+		g := rec.grants[i]
+		changed := fn(&g)
+		if out != nil {
+			*out = g
+		}
+		if !changed {
+			return nil
+		}
+		js, _ := json.Marshal(g)
+		ok, err := s.writeGrants(ctx, thread, rec, false, "", "", g.ID, string(js))
+		if ok || err != nil {
+			return err
+		}
+	}
+}
+
+// Resolve implements store.Participants.
+func (s *Store) Resolve(ctx context.Context, digest string) (string, chatrelay.Grant, error) {
+	unauthorized := store.UnknownShareLink()
+	if len(digest) != 64 {
+		return "", chatrelay.Grant{}, unauthorized
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	thread, err := s.rdb.HGet(ctx, s.gindex, digest[:16]).Result()
+	if err == redis.Nil || err == nil && !chatrelay.ValidThread(thread) {
+		return "", chatrelay.Grant{}, unauthorized
+	}
+	if err != nil {
+		return "", chatrelay.Grant{}, s.unavailable("participants", err)
+	}
+	rec, err := s.readGrants(ctx, thread)
+	if err != nil {
+		if chatrelay.CodeOf(err) == chatrelay.ParticipantsUnreadable {
+			return "", chatrelay.Grant{}, unauthorized // fail closed
+		}
+		return "", chatrelay.Grant{}, err
+	}
+	for _, g := range rec.grants {
+		if subtle.ConstantTimeCompare([]byte(g.Digest), []byte(digest)) == 1 {
+			return thread, g, nil
+		}
+	}
+	return "", chatrelay.Grant{}, unauthorized
+}
+
+// Audit implements store.Participants: the event is pushed on the
+// thread's audit list, trimmed to the newest LimitAuditKept, in one MULTI.
+func (s *Store) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent) error {
+	if err := checkThread(thread); err != nil {
+		return err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	js, _ := json.Marshal(ev)
+	key := s.auditKey(thread)
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.RPush(ctx, key, js)
+		p.LTrim(ctx, key, -int64(chatrelay.LimitAuditKept.Max), -1)
+		return nil
+	})
+	if err != nil {
+		return s.unavailable("audit", err)
+	}
+	return nil
+}
+
+// AuditLog implements store.Participants. An event that does not decode
+// is left out, as the file store leaves out a torn line.
+func (s *Store) AuditLog(ctx context.Context, thread string) ([]chatrelay.AuditEvent, error) {
+	if err := checkThread(thread); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	vals, err := s.rdb.LRange(ctx, s.auditKey(thread), -int64(chatrelay.LimitAuditKept.Max), -1).Result()
+	if err != nil && err != redis.Nil {
+		return nil, s.unavailable("audit", err)
+	}
+	events := make([]chatrelay.AuditEvent, 0, len(vals))
+	for _, v := range vals {
+		var e chatrelay.AuditEvent
+		if json.Unmarshal([]byte(v), &e) == nil && e.Event != "" {
+			events = append(events, e)
+		}
+	}
+	return events, nil
+}
