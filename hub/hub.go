@@ -59,7 +59,8 @@ type Subscription[E any] struct {
 	h      *Hub[E]
 	thread string
 	c      chan E
-	err    error // set under h.mu before c is closed
+	err    error  // set under h.mu before c is closed
+	notify func() // called after events are queued on c or c is closed by the hub; may be nil
 }
 
 // C delivers the thread's events in the order they were published. It is closed when the hub drops
@@ -83,12 +84,20 @@ func (s *Subscription[E]) Close() {
 // Subscribe registers a subscriber of thread. It returns ErrClosed after
 // Close.
 func (h *Hub[E]) Subscribe(thread string) (*Subscription[E], error) {
+	return h.SubscribeFunc(thread, nil)
+}
+
+// SubscribeFunc is Subscribe for a subscriber that holds no goroutine
+// waiting on C: notify is called each time events are queued on C or the
+// hub closes C, so that the subscriber can start draining C. It is called
+// with the hub's lock held: it must be quick and must not call the hub.
+func (h *Hub[E]) SubscribeFunc(thread string, notify func()) (*Subscription[E], error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, ErrClosed
 	}
-	s := &Subscription[E]{h: h, thread: thread, c: make(chan E, h.buffer)}
+	s := &Subscription[E]{h: h, thread: thread, c: make(chan E, h.buffer), notify: notify}
 	subs := h.threads[thread]
 	if subs == nil {
 		subs = make(map[*Subscription[E]]struct{})
@@ -115,6 +124,9 @@ func (h *Hub[E]) Publish(thread string, events ...E) {
 		}
 		for _, ev := range events {
 			s.c <- ev // cannot block: room was checked under h.mu, and only Publish sends
+		}
+		if s.notify != nil {
+			s.notify()
 		}
 	}
 }
@@ -166,6 +178,9 @@ func (h *Hub[E]) drop(s *Subscription[E], why error) {
 	if h.remove(s, why) {
 		for _, fn := range h.onDrop {
 			fn(why)
+		}
+		if s.notify != nil {
+			s.notify()
 		}
 	}
 }

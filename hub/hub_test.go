@@ -344,3 +344,44 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	}
 }
+
+// TestSubscribeFuncNotifies: a subscriber without a goroutine on C is
+// told each time there is something to drain: events queued for its
+// thread, or its channel closed by a drop, a reset or Close; never for
+// another thread's events, nor when it unsubscribes itself.
+func TestSubscribeFuncNotifies(t *testing.T) {
+	t.Parallel()
+	h := hub.New[*testEvent](2)
+	var n [2]int // notifications, under the hub's lock
+	sub := func(i int, thread string) *hub.Subscription[*testEvent] {
+		s, err := h.SubscribeFunc(thread, func() { n[i]++ })
+		assert.Success(t, err)
+		return s
+	}
+	a, b := sub(0, threadA), sub(1, threadB)
+
+	h.Publish(threadA, event(threadA, 1), event(threadA, 2))
+	assert.Equal(t, "notifications after one batch", n, [2]int{1, 0})
+	got, _ := drain(a)
+	assert.Equal(t, "queued", got, []int64{1, 2})
+
+	h.Publish(threadA, event(threadA, 3), event(threadA, 4))
+	h.Publish(threadA, event(threadA, 5)) // no room: dropped as slow
+	assert.Equal(t, "notifications after a drop", n, [2]int{3, 0})
+	got, closed := drain(a)
+	assert.Equal(t, "queued before the drop", got, []int64{3, 4})
+	assert.True(t, closed, "C is open after the drop")
+	assert.ErrorIs(t, a.Err(), hub.ErrSlow)
+
+	h.Reset(threadB)
+	assert.Equal(t, "notifications after a reset", n, [2]int{3, 1})
+	_, closed = drain(b)
+	assert.True(t, closed, "reset subscriber's C is open")
+	sub(1, threadB).Close()
+	assert.Equal(t, "after unsubscribing", n, [2]int{3, 1})
+	d := sub(1, threadB)
+	h.Close()
+	assert.Equal(t, "after Close", n, [2]int{3, 2})
+	_, closed = drain(d)
+	assert.True(t, closed, "C is open after Close")
+}

@@ -1,7 +1,10 @@
 package transport_test
 
 import (
+	"bufio"
 	"io"
+	"net"
+	"slices"
 
 	"github.com/chatrelay/chatrelay"
 
@@ -287,4 +290,60 @@ func TestWSReadLimit(t *testing.T) {
 		assert.Success(t, c.Write(ctx, websocket.MessageText, frame(64<<10+1)))
 		assert.Equal(t, "close status", wsCloseStatus(t, c, 5*time.Second), websocket.StatusMessageTooBig)
 	})
+}
+
+// TestWSFrameSentWithTheHandshake: a client may send its first frame in
+// the same packet as its handshake; the frame is not lost when the
+// connection changes hands (net/http's buffer to the WebSocket's).
+func TestWSFrameSentWithTheHandshake(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	tok := tokenN(1)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.ts.URL, "http://"))
+	assert.Success(t, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+
+	// A masked text frame, built by hand: FIN+text, MASK+length, the key, the payload XOR the key.
+	payload := []byte(`{"type":"post","text":"sent with the handshake"}`)
+	key := [4]byte{1, 2, 3, 4}
+	frame := append([]byte{0x81, 0x80 | byte(len(payload))}, key[:]...)
+	for i, b := range payload {
+		frame = append(frame, b^key[i%4])
+	}
+	req := "GET /api/chat/ws HTTP/1.1\r\nHost: " + strings.TrimPrefix(e.ts.URL, "http://") +
+		"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Chat-Token: " + tok + "\r\n\r\n"
+	_, err = conn.Write(append([]byte(req), frame...)) // one write: one packet on loopback
+	assert.Success(t, err)
+
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	assert.Success(t, err)
+	assert.Equal(t, "status", resp.StatusCode, http.StatusSwitchingProtocols)
+	// Server frames are unmasked: FIN+opcode, then a 7-bit or 16-bit length.
+	readFrame := func() string {
+		h := make([]byte, 2)
+		_, err := io.ReadFull(br, h)
+		assert.Success(t, err)
+		n := int(h[1] & 0x7f)
+		if n == 126 {
+			var l [2]byte
+			_, err = io.ReadFull(br, l[:])
+			assert.Success(t, err)
+			n = int(l[0])<<8 | int(l[1])
+		}
+		b := make([]byte, n)
+		_, err = io.ReadFull(br, b)
+		assert.Success(t, err)
+		return string(b)
+	}
+	var types []string
+	for len(types) < 3 { // ready, posted and the message pushed to this socket, in either order after ready
+		var f struct{ Type string }
+		assert.Success(t, json.Unmarshal([]byte(readFrame()), &f))
+		types = append(types, f.Type)
+	}
+	slices.Sort(types[1:])
+	assert.Equal(t, "frames", types, []string{"ready", "message", "posted"})
+	assert.Equal(t, "stored", len(e.poll(tok, 0).Messages), 1)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -102,8 +103,8 @@ type streamRequest struct {
 	ip     string
 }
 
-// frameWriter writes one stream's frames in its transport's framing. Only
-// the session's goroutine calls it.
+// frameWriter writes one stream's frames in its transport's framing. The
+// session calls it from one goroutine at a time.
 type frameWriter interface {
 	// start writes the opening: ready, reset if the reader missed
 	// messages it can no longer get, then the backlog, in order.
@@ -119,8 +120,6 @@ type frameWriter interface {
 	// revoked tells a participant that its share link no longer holds
 	// (code token_revoked or token_expired); the stream then ends.
 	revoked(code chatrelay.Code)
-	// gone is closed when the client left or the connection failed.
-	gone() <-chan struct{}
 	// name is the transport's metrics label.
 	name() string
 }
@@ -167,12 +166,34 @@ func (it item) ws(buf []byte) []byte {
 }
 
 // session is one open stream: registered with the hub, its backlog read.
+//
+// An idle session holds no goroutine. What can need it (events queued by
+// the hub, the heartbeat's timer, the client leaving, the principal's
+// right ending) calls wake, which starts a goroutine to take a turn only
+// if none is running: pend counts the wakes not yet looked at, and the
+// goroutine that takes it from 0 runs turns until a turn has seen them
+// all. The goroutine that opens the stream holds the first count, so no
+// turn runs before the opening is written; a session that ended keeps a
+// count forever, so no turn runs after it.
 type session struct {
 	s       *Server
 	req     streamRequest
 	sub     *hub.Subscription[*Event]
 	backlog store.Page
 	release func()
+
+	pend atomic.Int64 // wakes not yet seen by a turn; the running turn's goroutine holds > 0
+
+	// Set by run, used by turns (one at a time).
+	fw      frameWriter
+	gone    context.Context // done when the client left or the connection failed
+	last    int64           // the client's cursor: live changes at or below it are skipped
+	ping    *time.Timer     // the heartbeat
+	pingDue atomic.Bool
+	stops   []func() bool // the wake registrations, undone when the session ends
+	cleanup func()        // the transport's, before the session's resources go
+	closed  func()        // the stream-count metric's
+	ended   chan struct{} // closed once the session has ended and released everything
 }
 
 // streamRequest authenticates a stream request (a ticket or the token)
@@ -218,7 +239,9 @@ func (s *Server) openSession(ctx context.Context, req streamRequest) (*session, 
 	if err != nil {
 		return nil, err
 	}
-	sub, err := s.hub.Subscribe(req.p.thread)
+	ss := &session{s: s, req: req, ended: make(chan struct{})}
+	ss.pend.Store(1) // held by the opener until the opening is written
+	sub, err := s.hub.SubscribeFunc(req.p.thread, ss.wake)
 	if err != nil {
 		release()
 		return nil, errShuttingDown
@@ -240,7 +263,8 @@ func (s *Server) openSession(ctx context.Context, req streamRequest) (*session, 
 			s.live.end(req.p.thread, g.ID, s.grantRefusal(ctx, req.p.thread, cur))
 		}
 	}
-	return &session{s: s, req: req, sub: sub, backlog: page, release: release}, nil
+	ss.req, ss.sub, ss.backlog, ss.release = req, sub, page, release // req with the grant's context
+	return ss, nil
 }
 
 // close releases what openSession took. Call it once.
@@ -253,17 +277,21 @@ func (ss *session) close() {
 // maxBatch bounds how many queued events one write takes.
 const maxBatch = 64
 
-// run writes the stream until it ends: the client leaves, a write fails or
-// times out, the hub drops the subscriber (slow, reset, shutdown), or the
-// principal's right ends.
-func (ss *session) run(fw frameWriter) {
+// run writes the stream's opening (ready, reset, the backlog), then leaves
+// the stream to turns started by wake and returns: the calling goroutine
+// may end (a hijacked connection needs none) or wait on ss.ended (a
+// stream that must keep its handler). gone is done when the client left;
+// cleanup, if not nil, is the transport's teardown, run once the stream
+// ended, before the session releases its slot.
+func (ss *session) run(fw frameWriter, gone context.Context, cleanup func()) {
 	s := ss.s
-	defer s.ops.streamOpened(fw.name())()
+	ss.fw, ss.gone, ss.cleanup = fw, gone, cleanup
+	ss.closed = s.ops.streamOpened(fw.name())
 	p := ss.backlog
 	v := ss.req.v
 	// last is the cursor the client has from its own cursor and the
 	// backlog: live changes at or below it are skipped.
-	last := max(ss.req.cursor, p.Cursor)
+	ss.last = max(ss.req.cursor, p.Cursor)
 	backlog := make([]item, 0, len(p.Messages))
 	for _, e := range p.Messages {
 		if k, ok := v.kindOf(e, ss.req.cursor); ok {
@@ -280,61 +308,133 @@ func (ss *session) run(fw frameWriter) {
 		ready: readyFrame{Thread: p.Thread, Cursor: p.Cursor, Awaiting: p.Awaiting},
 		reset: p.Reset, backlog: backlog,
 	})
+	ss.backlog, backlog = store.Page{}, nil // an idle stream holds no backlog
 	if err != nil {
+		ss.finish()
 		return
 	}
-	ss.backlog, backlog = store.Page{}, nil // an idle stream holds no backlog
-	ping := time.NewTicker(s.cfg.Heartbeat)
-	defer ping.Stop()
-	var batch []item
-	var evs []*Event
+	ss.ping = time.AfterFunc(s.cfg.Heartbeat, func() { ss.pingDue.Store(true); ss.wake() })
+	ss.stops = append(ss.stops, ss.ping.Stop,
+		context.AfterFunc(gone, ss.wake),
+		context.AfterFunc(ss.req.p.ctx, ss.wake))
+	ss.turns() // what came meanwhile, then park
+}
+
+// wake asks for a turn; it starts one unless one is running (or the
+// opener has not finished, or the session ended).
+func (ss *session) wake() {
+	if ss.pend.Add(1) == 1 {
+		go ss.turns() // owned by the session: one at a time, and none once it ended
+	}
+}
+
+// turns runs turns until one has seen every wake, or the stream ended.
+// The caller holds a count of pend.
+func (ss *session) turns() {
 	for {
-		select {
-		case <-fw.gone():
+		seen := ss.pend.Load()
+		if ss.turn() {
+			ss.finish() // pend stays above 0: no turn ever again
 			return
-		case <-ss.req.p.ctx.Done():
-			code := chatrelay.CodeOf(context.Cause(ss.req.p.ctx))
-			if code == chatrelay.TokenRevoked || code == chatrelay.TokenExpired {
-				s.log.Info("participant's stream ended", "thread", ss.req.p.thread, "participant", ss.req.p.grant.ID, "code", code)
-				fw.revoked(code)
-			}
+		}
+		if ss.pend.Add(-seen) == 0 {
 			return
-		case <-ping.C:
-			if fw.heartbeat() != nil {
-				return
-			}
-		case ev, ok := <-ss.sub.C():
-			if !ok {
-				why := ss.sub.Err()
-				s.log.Debug("stream ended by hub", "thread", ss.req.p.thread, "transport", fw.name(), "reason", closeReason(why))
-				fw.end(why)
-				return
-			}
-			batch, evs = batch[:0], evs[:0]
-			for {
-				if k, ok := v.kindOf(ev.Entry, last); ok {
-					last = v.cursorAfter(ev.Entry)
-					batch = append(batch, item{ev: ev, k: k, redact: v.redact})
-					evs = append(evs, ev)
-				}
-				if len(batch) == maxBatch || len(ss.sub.C()) == 0 {
-					break
-				}
-				if ev, ok = <-ss.sub.C(); !ok {
-					break // the drop is seen on the next turn
-				}
-			}
-			if len(batch) == 0 {
-				continue
-			}
-			if fw.events(batch) != nil {
-				return
-			}
-			s.ops.delivered(fw.name(), evs...)
-			clear(batch) // hold no events while idle
-			clear(evs)
 		}
 	}
+}
+
+// turn does what is due without waiting for anything: it ends the stream
+// if the client left or the principal's right ended, writes a heartbeat
+// if its time came, and writes the queued events. It reports whether the
+// stream ended.
+func (ss *session) turn() (ended bool) {
+	s, fw, v := ss.s, ss.fw, ss.req.v
+	if ss.gone.Err() != nil {
+		return true
+	}
+	if pctx := ss.req.p.ctx; pctx.Err() != nil {
+		code := chatrelay.CodeOf(context.Cause(pctx))
+		if code == chatrelay.TokenRevoked || code == chatrelay.TokenExpired {
+			s.log.Info("participant's stream ended", "thread", ss.req.p.thread, "participant", ss.req.p.grant.ID, "code", code)
+			fw.revoked(code)
+		}
+		return true
+	}
+	if ss.pingDue.Swap(false) {
+		if fw.heartbeat() != nil {
+			return true
+		}
+		ss.ping.Reset(s.cfg.Heartbeat)
+	}
+	for {
+		n := min(len(ss.sub.C()), maxBatch)
+		if n == 0 {
+			// Nothing queued, or the channel is closed: a receive tells which.
+			select {
+			case ev, ok := <-ss.sub.C():
+				if !ok {
+					why := ss.sub.Err()
+					s.log.Debug("stream ended by hub", "thread", ss.req.p.thread, "transport", fw.name(), "reason", closeReason(why))
+					fw.end(why)
+					return true
+				}
+				if ss.send(v, []*Event{ev}) {
+					return true
+				}
+				continue
+			default:
+				return false
+			}
+		}
+		evs := make([]*Event, n)
+		for i := range evs {
+			evs[i] = <-ss.sub.C() // queued: cannot block (only this turn receives)
+			if evs[i] == nil {    // closed after len was read: seen on the next pass
+				evs = evs[:i]
+				break
+			}
+		}
+		if ss.send(v, evs) {
+			return true
+		}
+	}
+}
+
+// send writes the events the client does not have yet; it reports whether
+// the write failed (the stream ended).
+func (ss *session) send(v view, evs []*Event) (failed bool) {
+	batch := make([]item, 0, len(evs))
+	sent := evs[:0]
+	for _, ev := range evs {
+		if k, ok := v.kindOf(ev.Entry, ss.last); ok {
+			ss.last = v.cursorAfter(ev.Entry)
+			batch = append(batch, item{ev: ev, k: k, redact: v.redact})
+			sent = append(sent, ev)
+		}
+	}
+	if len(batch) == 0 {
+		return false
+	}
+	if ss.fw.events(batch) != nil {
+		return true
+	}
+	ss.s.ops.delivered(ss.fw.name(), sent...)
+	return false
+}
+
+// finish ends the stream: it undoes the wake registrations, runs the
+// transport's teardown and releases what openSession took. Called once,
+// by the goroutine that saw the end.
+func (ss *session) finish() {
+	for _, stop := range ss.stops {
+		stop()
+	}
+	if ss.cleanup != nil {
+		ss.cleanup()
+	}
+	ss.closed()
+	ss.close()
+	close(ss.ended)
 }
 
 // readyFrame is the data of the first frame of a stream.

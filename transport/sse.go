@@ -17,11 +17,12 @@ import (
 // ping comment every heartbeat; the browser resumes from Last-Event-ID.
 //
 // Over HTTP/1 the connection is hijacked once the stream opens: the
-// handler writes the response head itself and returns, so net/http's
-// goroutine and buffers end, and a fresh goroutine runs the session,
-// writing the connection directly (no buffer held while idle), with a
-// second, shallow goroutine blocked in a one-byte read, which notices at
-// once a client that left (and so gives its stream place back at once).
+// handler writes the response head and the opening itself and returns, so
+// net/http's goroutine and buffers end. The idle stream then holds one
+// shallow goroutine, blocked in a one-byte read, which notices at once a
+// client that left (and so gives its stream place back at once); the
+// session writes the connection directly (no buffer held while idle) from
+// a goroutine that lives only while there is something to write.
 // HTTP/2 streams cannot be hijacked and keep the handler's goroutine and
 // net/http's writer.
 func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
@@ -43,9 +44,11 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Accel-Buffering", "no")
 	if r.ProtoMajor == 1 {
 		if conn, head, ok := hijackSSE(w); ok {
-			gone := make(chan struct{})
-			go func() { // owned by the session's goroutine, which waits for it
-				defer close(gone)
+			gone, left := context.WithCancel(context.Background())
+			readerDone := make(chan struct{})
+			go func() { // owned by the session, whose end waits for it
+				defer close(readerDone)
+				defer left()
 				var b [1]byte
 				for {
 					if _, err := conn.Read(b[:]); err != nil {
@@ -53,22 +56,22 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 					}
 				}
 			}()
-			go func() { // owned by the server: openSession counted it for Shutdown
-				defer ss.close()
-				defer func() { conn.Close(); <-gone }()
-				defer context.AfterFunc(s.abortCtx, func() { conn.SetWriteDeadline(time.Now()) })()
-				ss.run(&sseWriter{s: s, out: &connSSE{s: s, conn: conn, head: head}, done: gone})
-			}()
+			// Shutdown's abort fails a write blocked on a client that stopped reading.
+			stopAbort := context.AfterFunc(s.abortCtx, func() { conn.SetWriteDeadline(time.Now()) })
+			ss.run(&sseWriter{s: s, out: &connSSE{s: s, conn: conn, head: head}}, gone, func() {
+				stopAbort()
+				conn.Close()
+				<-readerDone
+			})
 			return
 		}
 	}
-	defer ss.close()
 	rc := http.NewResponseController(w)
 	rc.SetWriteDeadline(time.Time{}) // the server's WriteTimeout must not cut the stream
-	// Shutdown's abort fails a write blocked on a client that stopped reading.
-	defer context.AfterFunc(s.abortCtx, func() { rc.SetWriteDeadline(time.Now()) })()
+	stopAbort := context.AfterFunc(s.abortCtx, func() { rc.SetWriteDeadline(time.Now()) })
 	w.WriteHeader(http.StatusOK)
-	ss.run(&sseWriter{s: s, out: &rwSSE{s: s, w: w, rc: rc}, done: r.Context().Done()})
+	ss.run(&sseWriter{s: s, out: &rwSSE{s: s, w: w, rc: rc}}, r.Context(), func() { stopAbort() })
+	<-ss.ended // the response is the stream: the handler returns when it ends
 }
 
 // hijackSSE takes an HTTP/1 connection over for an SSE stream and returns
@@ -106,9 +109,8 @@ func sseCursor(r *http.Request) string {
 
 // sseWriter frames a session as Server-Sent Events on out.
 type sseWriter struct {
-	s    *Server
-	out  sseOut
-	done <-chan struct{} // the client left, when its transport can tell (nil: never)
+	s   *Server
+	out sseOut
 }
 
 // sseOut is where an SSE stream's bytes go: a hijacked connection
@@ -160,7 +162,6 @@ func (o *rwSSE) write(b []byte) error {
 var errAborted = errors.New("transport: shutdown cut the stream")
 
 func (sw *sseWriter) name() string          { return transportSSE }
-func (sw *sseWriter) gone() <-chan struct{} { return sw.done }
 func (sw *sseWriter) heartbeat() error      { return sw.write([]byte(": ping\n\n")) }
 func (sw *sseWriter) end(why error)         {} // SSE has no close reason: the client resumes from Last-Event-ID
 func (sw *sseWriter) write(b []byte) error  { return sw.out.write(b) }

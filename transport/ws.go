@@ -1,10 +1,14 @@
 package transport
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 
@@ -26,10 +30,10 @@ const wsReadLimit = 64 << 10
 // with {"type":"post","text","kind"}; it is answered {"type":"posted",…}
 // or {"type":"error",…}.
 //
-// Goroutines: the handler's runs the session, the only writer of stream
-// frames; one reader, owned by the handler and waited for before it
-// returns, reads the client's frames, runs posts and writes their answers
-// (the connection's writes are safe for concurrent use). Close codes once
+// Goroutines: the session's turns write the stream frames (session.go);
+// one reader, owned by the session and waited for when it ends, reads the
+// client's frames, runs posts and writes their answers (the connection's
+// writes are safe for concurrent use). Close codes once
 // upgraded: 1001 shutdown, 1008 a participant's link revoked or expired
 // (the reason is the code), 1012 resume from the store (reset), 1013 too
 // slow. Everything else (the store down included) is refused before the
@@ -52,33 +56,74 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The origin was checked above, by the one matcher CORS uses too.
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	c, err := websocket.Accept(smallBufs{w}, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		ss.close()
 		return // the handshake was checked: only a failed hijack gets here
 	}
 	c.SetReadLimit(wsReadLimit)
-	// The connection is hijacked: the handler returns, so net/http's
-	// goroutine (with its deep stack) ends, and fresh goroutines run the
-	// session (the writer) and the reader. r.Context() must not be used
-	// from here on. Shutdown's abort cancels ctx, which closes the
-	// connection and so ends a write blocked on a client that stopped
-	// reading.
+	// The connection is hijacked: the handler writes the opening and
+	// returns, so net/http's goroutine (with its deep stack) ends. The idle
+	// stream holds one goroutine, the reader; the session writes from a
+	// goroutine that lives only while there is something to write.
+	// r.Context() must not be used from here on. Shutdown's abort cancels
+	// ctx, which closes the connection and so ends a write blocked on a
+	// client that stopped reading.
 	ctx, cancel := context.WithCancel(s.abortCtx)
-	ww := &wsWriter{s: s, c: c, ctx: ctx, done: make(chan struct{})}
-	go func() { // owned by the session's goroutine, which waits for it
-		defer close(ww.done)
+	ww := &wsWriter{s: s, c: c, ctx: ctx}
+	gone, left := context.WithCancel(context.Background())
+	readerDone := make(chan struct{})
+	go func() { // owned by the session, whose end waits for it
+		defer close(readerDone)
+		defer left()
 		s.wsRead(ctx, ww, req)
 	}()
-	go func() { // owned by the server: openSession counted it for Shutdown
-		defer ss.close()
-		defer func() {
-			cancel()
-			c.CloseNow() // unblocks the reader
-			<-ww.done
-		}()
-		ss.run(ww)
-	}()
+	ss.run(ww, gone, func() {
+		cancel()
+		c.CloseNow() // unblocks the reader
+		<-readerDone
+	})
+}
+
+// The buffers a WebSocket connection reads and writes through, for its
+// whole life. net/http hands a hijacker 4 KiB of each; a stream's frames
+// are a few hundred bytes, and a larger one is read or written through
+// (bufio copies nothing it need not), so small ones cost an idle stream
+// less without costing a write more.
+const (
+	wsReadBuf  = 512
+	wsWriteBuf = 2048
+)
+
+// smallBufs is a ResponseWriter whose Hijack (which websocket.Accept
+// calls) hands over small buffers instead of net/http's.
+type smallBufs struct{ http.ResponseWriter }
+
+func (w smallBufs) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w smallBufs) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Writer.Flush(); err != nil { // the 101 head went out already; nothing should be left
+		conn.Close()
+		return nil, nil, err
+	}
+	// What the client sent after its handshake must be in the reader's
+	// buffer, not behind it: Accept takes the buffered bytes and points
+	// the reader at the connection.
+	n := brw.Reader.Buffered()
+	br := bufio.NewReaderSize(conn, max(wsReadBuf, n))
+	if n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		br.Reset(io.MultiReader(bytes.NewReader(bytes.Clone(b)), conn))
+		if _, err := br.Peek(n); err != nil {
+			conn.Close()
+			return nil, nil, err
+		}
+	}
+	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(conn, wsWriteBuf)), nil
 }
 
 // checkHandshake refuses, before any upgrade, a request that is not a
@@ -119,14 +164,12 @@ func headerHas(h http.Header, name, token string) bool {
 // wsWriter frames a session as WebSocket text frames, each write bounded
 // by the server's write timeout.
 type wsWriter struct {
-	s    *Server
-	c    *websocket.Conn
-	ctx  context.Context
-	done chan struct{} // closed when the reader returns: the client left
+	s   *Server
+	c   *websocket.Conn
+	ctx context.Context
 }
 
-func (ww *wsWriter) name() string          { return transportWS }
-func (ww *wsWriter) gone() <-chan struct{} { return ww.done }
+func (ww *wsWriter) name() string { return transportWS }
 
 func (ww *wsWriter) write(b []byte) error {
 	ctx, cancel := context.WithTimeout(ww.ctx, ww.s.cfg.WriteTimeout)
