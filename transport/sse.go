@@ -161,10 +161,10 @@ func (o *rwSSE) write(b []byte) error {
 
 var errAborted = errors.New("transport: shutdown cut the stream")
 
-func (sw *sseWriter) name() string          { return transportSSE }
-func (sw *sseWriter) heartbeat() error      { return sw.write([]byte(": ping\n\n")) }
-func (sw *sseWriter) end(why error)         {} // SSE has no close reason: the client resumes from Last-Event-ID
-func (sw *sseWriter) write(b []byte) error  { return sw.out.write(b) }
+func (sw *sseWriter) name() string         { return transportSSE }
+func (sw *sseWriter) heartbeat() error     { return sw.write([]byte(": ping\n\n")) }
+func (sw *sseWriter) end(why error)        {} // SSE has no close reason: the client resumes from Last-Event-ID
+func (sw *sseWriter) write(b []byte) error { return sw.out.write(b) }
 func (sw *sseWriter) events(items []item) error {
 	if len(items) == 1 { // the shared frame, as it is
 		return sw.write(items[0].ev.SSE(items[0].k, items[0].redact))
