@@ -372,7 +372,7 @@ func TestRetentionTrimsV2State(t *testing.T) {
 	ctx := t.Context()
 	first := must[store.Entry](t)(s.Append(ctx, thV2, store.NewMessage{Text: "hello", ClientID: "c1"}))
 	askOn(t, s, thV2, inputAsk)
-	card := &chatrelay.Card{Title: "Build", FallbackText: "green"}
+	card := &chatrelay.Card{Title: "Build", FallbackText: "green", Blocks: []chatrelay.Block{}}
 	must[store.Entry](t)(s.Append(ctx, thV2, store.NewMessage{Author: chatrelay.Hermes, Card: card, MustExist: true}))
 	r := must[store.Entry](t)(s.Change(ctx, thV2, store.Change{Op: store.React, MessageID: first.ID, Emoji: "👍", By: chatrelay.Hermes}))
 	want := map[string]int64{"v2": 3, "v2e": 3, "revs": 1, "cids": 1, "ixs": 1, "pending": 1, "grant-index": 0}
