@@ -548,9 +548,9 @@ func TestWriterIsNotFooledByAFileIdentityCollision(t *testing.T) {
 	assert.Equal(t, "messages", got, []string{"a3", "b4", "a5"})
 }
 
-// openDocs counts this process's descriptors open on thread documents of
-// the store in dir.
-func openDocs(t *testing.T, dir string) int {
+// openDocs counts this process's descriptors open on thread documents
+// (suffix ".json") or their lock files (".json.lock") of the store in dir.
+func openDocs(t *testing.T, dir, suffix string) int {
 	t.Helper()
 	fds, err := os.ReadDir("/proc/self/fd")
 	assert.Success(t, err)
@@ -558,7 +558,7 @@ func openDocs(t *testing.T, dir string) int {
 	n := 0
 	for _, fd := range fds {
 		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
-		if err == nil && strings.HasPrefix(target, chat) && strings.HasSuffix(target, ".json") {
+		if err == nil && strings.HasPrefix(target, chat) && strings.HasSuffix(target, suffix) {
 			n++
 		}
 	}
@@ -586,13 +586,14 @@ func TestOpenDocumentsAreBounded(t *testing.T) {
 		}
 	}
 	// b holds none open: it has read nothing.
-	assert.True(t, openDocs(t, dir) <= limit, "%d documents open, the bound is %d", openDocs(t, dir), limit)
+	assert.True(t, openDocs(t, dir, ".json") <= limit, "%d documents open, the bound is %d", openDocs(t, dir, ".json"), limit)
+	assert.True(t, openDocs(t, dir, ".json.lock") <= limit, "%d lock files open, the bound is %d", openDocs(t, dir, ".json.lock"), limit)
 
 	appendText(t, b, thread(0), "from another process") // thread 0 was let go of long ago
 	p, err := a.Since(context.Background(), thread(0), 0, 0)
 	assert.Success(t, err)
 	assert.Equal(t, "messages", texts(p), []string{"hello", "from another process"})
-	assert.True(t, openDocs(t, dir) <= limit+1, "%d documents open", openDocs(t, dir)) // + b's pin of thread 0
+	assert.True(t, openDocs(t, dir, ".json") <= limit+1, "%d documents open", openDocs(t, dir, ".json")) // + b's pin of thread 0
 }
 
 // TestUnpinnedDocumentIsNotFooledByAnIdentityCollision: once the cache has
@@ -702,4 +703,36 @@ func TestDirSyncCoversEveryCaller(t *testing.T) {
 	d.close()
 	t.Logf("%d callers, %d fsyncs", callers, len(syncs))
 	assert.True(t, len(syncs) < callers, "%d fsyncs for %d concurrent callers: none shared", len(syncs), callers)
+}
+
+// TestThreadLockExcludesOtherLockers: the lock a writer takes (kept open
+// between writes) is the flock of <thread>.json.lock that another process
+// or tool takes with gofrs/flock: each waits for the other.
+func TestThreadLockExcludesOtherLockers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{LockTimeout: 50 * time.Millisecond})
+	appendText(t, s, threadA, "one")
+	lockPath := filepath.Join(dir, "chat", threadA+".json.lock")
+
+	other := newFlock(lockPath) // another process's lock
+	ok, err := other.TryLock()
+	assert.Success(t, err)
+	assert.True(t, ok, "the lock is held after the append")
+	_, err = s.Append(t.Context(), threadA, NewMessage{Text: "while another holds the lock"})
+	assert.Code(t, err, chatrelay.StoreUnavailable)
+	assert.Success(t, other.Unlock())
+	appendText(t, s, threadA, "two")
+
+	// And the other way round: a writer in the middle of a write holds it.
+	st := s.state(threadA)
+	st.mu.Lock()
+	unlock, err := s.lockThread(t.Context(), st, threadA)
+	assert.Success(t, err)
+	ok, err = newFlock(lockPath).TryLock()
+	assert.Success(t, err)
+	assert.True(t, !ok, "another locker got the lock a writer holds")
+	unlock()
+	st.mu.Unlock()
+	assert.Equal(t, "texts", texts(mustSince(t, s, threadA)), []string{"one", "two"})
 }

@@ -157,7 +157,7 @@ func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []c
 	t := s.state(thread)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	unlock, err := s.lockFile(ctx, s.path(thread)+".lock")
+	unlock, err := s.lockThread(ctx, t, thread)
 	if err != nil {
 		return err
 	}
@@ -370,7 +370,7 @@ func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent
 	t := s.state(thread)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	unlock, err := s.lockFile(ctx, s.path(thread)+".lock")
+	unlock, err := s.lockThread(ctx, t, thread)
 	if err != nil {
 		return err
 	}

@@ -46,12 +46,21 @@ func NewEntry(m chatrelay.Message) Entry {
 
 // newID returns a message id for the second of at that no message of msgs
 // has.
+//
+// An id names the second of its message's epoch, and epochs only grow, so
+// only the newest messages, those of that second, can have it.
 func newID(msgs []Entry, at time.Time) string {
+	second := at.Truncate(time.Second).UnixMilli()
+	i := len(msgs)
+	for i > 0 && msgs[i-1].Epoch >= second {
+		i--
+	}
+	same := msgs[i:]
 	for {
 		var b [3]byte
 		rand.Read(b[:])
 		id := "MSG-" + at.Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
-		if !slices.ContainsFunc(msgs, func(e Entry) bool { return e.ID == id }) {
+		if !slices.ContainsFunc(same, func(e Entry) bool { return e.ID == id }) {
 			return id
 		}
 	}
@@ -111,8 +120,11 @@ func appendTo(d threadDoc, m NewMessage, ix *chatrelay.Interaction, r chatrelay.
 		Author: m.Author, Text: m.Text, Rev: epoch,
 		AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card,
 	})
-	msgs := make([]Entry, 0, len(d.msgs)+1)
-	msgs = append(append(msgs, d.msgs...), e)
+	// Appended in place when the array has room: a document is never
+	// changed, but every holder of d sees only d.msgs[:len], and appends
+	// are serialized by the thread's lock, so the slot past the end is
+	// free (a discarded attempt's entry there is written over).
+	msgs := append(d.msgs[:len(d.msgs):cap(d.msgs)], e)
 	nd := threadDoc{trimmed: d.trimmed, trimmedRev: d.trimmedRev, rev: epoch}
 	nd.msgs, nd.trimmed, nd.trimmedRev = trim(r, msgs, now, d.trimmed, d.trimmedRev)
 	return nd, e, nil
