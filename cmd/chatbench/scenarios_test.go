@@ -18,7 +18,7 @@ import (
 // on a free loopback port with a fresh data folder and the guards of a
 // public host raised, as run.sh does. It returns the base URL, the data
 // folder, the binary and the server's process.
-func startChatrelay(t *testing.T) (base, data, bin string, proc *os.Process) {
+func startChatrelay(t testing.TB) (base, data, bin string, proc *os.Process) {
 	t.Helper()
 	dir := t.TempDir()
 	bin = filepath.Join(dir, "chatrelay")
