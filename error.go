@@ -61,6 +61,8 @@ const (
 	// chatrelay's own, for what the host (CLI, MCP) sends.
 	InvalidInteraction Code = "invalid_interaction" // an interaction hermes asks that breaks a limit
 	InvalidCard        Code = "invalid_card"        // a card that breaks a limit or has a link that is not http(s)
+	// chatrelay's own, where the contract is silent.
+	TooManyReactions Code = "too_many_reactions" // a new emoji on a message that has the most distinct ones
 
 )
 
@@ -76,6 +78,7 @@ func Codes() []Code {
 		InvalidInteraction, InvalidCard,
 		InvalidName, InvalidRole, InvalidExpiry, InvalidCap, TokenRevoked, TokenExpired, NotPermitted,
 		ParticipantLimit, TooManyMessages, CapReached, ParticipantsUnreadable,
+		TooManyReactions,
 	}
 }
 

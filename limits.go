@@ -52,7 +52,8 @@ var (
 	LimitApprovalTime  = Limit{"approval.timeout", 1, 72 * 3600, Seconds}
 	LimitAnswerValue   = Limit{"answer.value", 1, 8192, CodePoints}
 
-	LimitEmoji = Limit{"reaction.emoji", 1, 64, CodePoints}
+	LimitEmoji     = Limit{"reaction.emoji", 1, 64, CodePoints}
+	LimitReactions = Limit{"message.reactions", 0, 20, Items} // distinct emoji on one message
 
 	LimitCard         = Limit{"card", 0, 32768, JSONUTF8Bytes}
 	LimitCardTitle    = Limit{"card.title", 0, 200, CodePoints}
@@ -87,7 +88,7 @@ func Limits() []Limit {
 		LimitChoices, LimitChoiceValue, LimitChoiceLabel, LimitChoiceDesc,
 		LimitDetails, LimitDetailLabel, LimitDetailValue,
 		LimitInputTimeout, LimitApprovalTime, LimitAnswerValue,
-		LimitEmoji,
+		LimitEmoji, LimitReactions,
 		LimitCard, LimitCardTitle, LimitCardFallback, LimitCardBlocks, LimitBlockText,
 		LimitFields, LimitFieldLabel, LimitFieldValue, LimitLinkURL, LimitLinkLabel,
 		LimitCodeText, LimitCodeLanguage,

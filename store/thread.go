@@ -236,6 +236,9 @@ func ApplyChange(m *chatrelay.Message, c Change, now time.Time) (changed bool, e
 			if has {
 				return false, nil
 			}
+			if len(who) == 0 && len(m.Reactions) >= chatrelay.LimitReactions.Max {
+				return false, chatrelay.Errorf(chatrelay.TooManyReactions, "this message has %d different reactions, the most it may have; react with one of them", chatrelay.LimitReactions.Max)
+			}
 			if m.Reactions == nil {
 				m.Reactions = chatrelay.Reactions{}
 			}

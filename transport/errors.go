@@ -41,6 +41,7 @@ var statusOf = map[chatrelay.Code]int{
 	chatrelay.InvalidClientID:    http.StatusBadRequest,
 	chatrelay.InteractionClosed:  http.StatusConflict,
 	chatrelay.ClientIDConflict:   http.StatusConflict,
+	chatrelay.TooManyReactions:   http.StatusConflict,
 	chatrelay.InvalidInteraction: http.StatusBadRequest,
 	chatrelay.InvalidCard:        http.StatusBadRequest,
 

@@ -408,6 +408,28 @@ var walks = map[string]walk{
 			}
 		}
 	}},
+	"message.reactions": {custom: func(t *testing.T, w *walkEnv, l chatrelay.Limit) {
+		// l.Max distinct emoji on a message (from the owner, hermes's CLI
+		// and MCP tool), then a new one is refused by each; one it has is taken.
+		e, err := w.st.Append(t.Context(), w.thread, store.NewMessage{Text: "react to me", MustExist: true})
+		assert.Success(t, err)
+		for i := range l.Max {
+			status, b := w.post(t, "/api/chat/react", jsonOf(map[string]any{"message_id": e.ID, "emoji": fmt.Sprint("e", i)}))
+			assert.True(t, status == 200, "reaction %d: %d %s", i+1, status, b)
+		}
+		status, b := w.post(t, "/api/chat/react", jsonOf(map[string]any{"message_id": e.ID, "emoji": "one-more"}))
+		assert.True(t, status == 409 && strings.Contains(string(b), `"too_many_reactions"`), "HTTP past %d: %d %s", l.Max, status, b)
+		r := runCLI(t, nil, "", "react", w.thread, e.ID, "one-more", "--data", w.data, "--fsync", "never")
+		assert.Equal(t, "CLI past the limit", chatrelay.CodeOf(r.err), chatrelay.TooManyReactions)
+		res, err := w.cs.CallTool(t.Context(), &mcp.CallToolParams{Name: mcpserver.ToolName("react"), Arguments: map[string]any{"thread": w.thread, "message_id": e.ID, "emoji": "one-more"}})
+		assert.Success(t, err)
+		var te mcpserver.ToolError
+		sc, _ := json.Marshal(res.StructuredContent)
+		json.Unmarshal(sc, &te)
+		assert.True(t, res.IsError && te.Code == chatrelay.TooManyReactions, "MCP past the limit: %s", sc)
+		r = runCLI(t, nil, "", "react", w.thread, e.ID, "e0", "--data", w.data, "--fsync", "never")
+		assert.Success(t, r.err) // hermes joins a reaction the message has
+	}},
 	"audit.events": {custom: func(t *testing.T, w *walkEnv, l chatrelay.Limit) {
 		parts := w.st.(store.Participants)
 		for i := range l.Max + 1 {
