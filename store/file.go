@@ -36,11 +36,14 @@ type FileOptions struct {
 	// Rescan is how often Follow re-reads changed threads even if the
 	// folder watch said nothing; defaults to 2s.
 	Rescan time.Duration
-	// MaxOpenDocs bounds the thread documents the cache keeps open (one
-	// descriptor each, see snapshot); defaults to the smaller of MaxThreads
-	// and a quarter of the process's descriptor limit. A thread past it
-	// stays cached but its next read reads the file (and parses nothing
-	// if the bytes are the cached ones).
+	// MaxOpenDocs bounds the threads whose document and lock file the
+	// store keeps open (two descriptors each, see snapshot and
+	// lockThread); defaults to the smaller of MaxThreads and an eighth of
+	// the process's descriptor limit, so that the store holds at most a
+	// quarter of it. A thread past it stays cached but its next read reads
+	// the file (and parses nothing if the bytes are the cached ones). When
+	// the process runs out of descriptors anyway (streams hold the rest),
+	// the store lets go of half of them and tries again.
 	MaxOpenDocs int
 	Log         *slog.Logger     // defaults to slog.Default()
 	Now         func() time.Time // defaults to time.Now
@@ -146,6 +149,12 @@ func (pq *pinQueue) add(t *threadState, limit int) {
 		t.queued = true
 		pq.q = append(pq.q, t)
 	}
+	pq.trim(limit)
+}
+
+// trim lets go of the oldest threads until at most limit remain. The
+// caller holds pq.mu.
+func (pq *pinQueue) trim(limit int) {
 	for len(pq.q) > limit {
 		old := pq.q[0]
 		pq.q[0] = nil
@@ -154,9 +163,35 @@ func (pq *pinQueue) add(t *threadState, limit int) {
 		old.unpin()
 		old.closeLock()
 	}
-	if cap(pq.q) > 2*limit && len(pq.q) < cap(pq.q)/4 {
+	if cap(pq.q) > 2*max(limit, 16) && len(pq.q) < cap(pq.q)/4 {
 		pq.q = append([]*threadState(nil), pq.q...) // let the dequeued front go
 	}
+}
+
+// release lets go of the older half of the kept threads (at least one):
+// the process ran out of descriptors.
+func (pq *pinQueue) release() {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	pq.trim(len(pq.q) / 2)
+}
+
+// outOfFDs reports whether err says the process or the system has no
+// descriptor left.
+func outOfFDs(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+// withFDs runs open, and if it fails for want of a descriptor, lets go of
+// half of the kept documents and lock files and runs it once more.
+func (s *File) withFDs(open func() error) error {
+	err := open()
+	if outOfFDs(err) {
+		s.log.Warn("out of file descriptors: closing half of the kept thread documents; raise the open-file limit (LimitNOFILE)", "err", err)
+		s.pins.release()
+		err = open()
+	}
+	return err
 }
 
 // closeLock closes the thread's kept lock file, unless a writer holds
@@ -225,7 +260,7 @@ func OpenFile(data string, opt FileOptions) (*File, error) {
 		opt.Rescan = 2 * time.Second
 	}
 	if opt.MaxOpenDocs <= 0 {
-		opt.MaxOpenDocs = min(opt.MaxThreads, max(16, openFileLimit()/4))
+		opt.MaxOpenDocs = min(opt.MaxThreads, max(16, openFileLimit()/8))
 	}
 	var ds *dirSync
 	if !opt.NoFsync {
@@ -310,7 +345,8 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 			return snap, nil
 		}
 	}
-	f, err := os.Open(s.path(thread))
+	var f *os.File
+	err := s.withFDs(func() (err error) { f, err = os.Open(s.path(thread)); return err })
 	if errors.Is(err, fs.ErrNotExist) {
 		s.setSnap(t, nil) // removed (swept) by another process
 		return nil, nil
@@ -433,7 +469,8 @@ func (s *File) read(thread string) (threadDoc, bool, error) {
 
 // lockFile takes an exclusive flock on path, waiting up to LockTimeout.
 func (s *File) lockFile(ctx context.Context, path string) (unlock func(), err error) {
-	return lockPath(ctx, path, s.opt.LockTimeout)
+	err = s.withFDs(func() (err error) { unlock, err = lockPath(ctx, path, s.opt.LockTimeout); return err })
+	return unlock, err
 }
 
 // lockThread takes the exclusive flock of the thread's lock file,
@@ -448,7 +485,11 @@ func (s *File) lockFile(ctx context.Context, path string) (unlock func(), err er
 func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (unlock func(), err error) {
 	path := s.path(thread) + ".lock"
 	if t.lockf == nil {
-		fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
+		var fd int
+		err := s.withFDs(func() (err error) {
+			fd, err = syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
+			return err
+		})
 		if err != nil {
 			return nil, s.unavailable(thread, &fs.PathError{Op: "open", Path: path, Err: err})
 		}
@@ -739,7 +780,7 @@ func sameDoc(a, b threadDoc) bool {
 // write replaces the thread's document atomically (writeFile). It returns
 // the new file, still open (the snapshot's pin), and its identity.
 func (s *File) write(thread string, doc []byte) (pin *os.File, id fileID, err error) {
-	pin, id, err = writeFileSync(s.dir, thread+".json", doc, s.dsync)
+	err = s.withFDs(func() (err error) { pin, id, err = writeFileSync(s.dir, thread+".json", doc, s.dsync); return err })
 	if err != nil {
 		return nil, id, s.unavailable(thread, err)
 	}

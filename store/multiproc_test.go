@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
@@ -46,6 +47,9 @@ func TestMain(m *testing.M) {
 //
 // It prints "<epoch> <text>" for each acknowledged append, or "error <code>".
 func child(mode string) int {
+	if mode == "fdlimit" {
+		return fdLimitChild()
+	}
 	data, thread := os.Getenv("CHATRELAY_TEST_DATA"), os.Getenv("CHATRELAY_TEST_THREAD")
 	n, _ := strconv.Atoi(os.Getenv("CHATRELAY_TEST_N"))
 	maxThreads, _ := strconv.Atoi(os.Getenv("CHATRELAY_TEST_MAX"))
@@ -298,4 +302,54 @@ func TestKilledWriterLosesNoAcknowledgedMessage(t *testing.T) {
 	assert.Success(t, err)
 	tmps, _ := filepath.Glob(filepath.Join(data, "chat", ".*.tmp-*"))
 	assert.Equal(t, "temp files", tmps, []string(nil))
+}
+
+// fdLimitChild runs with an open-file limit of 64 and a store told to keep
+// up to 1 000 threads open: it appends to 100 threads, then reads each
+// back, printing "<thread> <messages>" or "error <code>".
+func fdLimitChild() int {
+	lim := syscall.Rlimit{Cur: 64, Max: 64}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		fmt.Println("error setrlimit", err)
+		return 1
+	}
+	st, err := store.OpenFile(os.Getenv("CHATRELAY_TEST_DATA"), store.FileOptions{MaxThreads: 1000, MaxOpenDocs: 1000, NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	ctx := context.Background()
+	for i := range 100 {
+		if _, err := st.Append(ctx, fmt.Sprintf("%016x", i+1), store.NewMessage{Text: "hello"}); err != nil {
+			fmt.Println("error", chatrelay.CodeOf(err), err)
+			return 1
+		}
+	}
+	for i := range 100 {
+		thread := fmt.Sprintf("%016x", i+1)
+		p, err := st.Since(ctx, thread, 0, 0)
+		if err != nil {
+			fmt.Println("error", chatrelay.CodeOf(err), err)
+			return 1
+		}
+		fmt.Println(thread, len(p.Messages))
+	}
+	return 0
+}
+
+// TestOutOfDescriptorsLetsGoOfKeptFiles: a store that keeps more thread
+// documents and lock files open than the process may have (its streams
+// hold the rest) lets go of kept ones when an open fails for want of a
+// descriptor, and the write or read goes on: no 503.
+func TestOutOfDescriptorsLetsGoOfKeptFiles(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "CHATRELAY_TEST_CHILD=fdlimit", "CHATRELAY_TEST_DATA="+data)
+	out, err := cmd.Output()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	assert.True(t, err == nil && len(lines) == 100, "child: %v\n%s", err, out)
+	for _, l := range lines {
+		assert.True(t, strings.HasSuffix(l, " 1"), "child read %q", l)
+	}
 }
