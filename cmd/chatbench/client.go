@@ -293,8 +293,11 @@ func parseBenchText(text, tag string) (seq int, sent int64, ok bool) {
 // message is a stored message as the server sends it: the data of an SSE
 // message event, inside a WebSocket message frame, the answer of a post.
 type message struct {
-	Epoch int64  `json:"epoch"`
-	Text  string `json:"text"`
+	ID        string              `json:"id"`
+	Epoch     int64               `json:"epoch"`
+	Rev       int64               `json:"rev"` // v2
+	Text      string              `json:"text"`
+	Reactions map[string][]string `json:"reactions"` // v2
 }
 
 // frame is a WebSocket frame, or (Cursor only) an SSE ready event's data.
@@ -311,6 +314,12 @@ type handler interface {
 	message(s *subscriber, epoch int64, text string)
 }
 
+// updater is a handler of v2 streams, which also receive updates: a
+// change of a message the stream sent before (a reaction, here).
+type updater interface {
+	update(s *subscriber, m *message)
+}
+
 // subscriber is one live stream (SSE or WebSocket) of one thread, read by
 // one goroutine. It resumes from the newest complete message it received
 // (its own cursor, never the SSE client's LastEventID): Last-Event-ID on SSE,
@@ -319,6 +328,7 @@ type subscriber struct {
 	idx    int
 	thread *thread
 	ws     bool
+	v2     bool // the v2 view (?v=2): messages and updates, the cursor is the change's rev
 
 	cursor  atomic.Int64 // newest epoch received; stored only by the reading goroutine
 	epochs  []int64      // S5: every epoch received, in order
@@ -435,7 +445,11 @@ func (s *subscriber) sseSession(ctx context.Context, t *target, h handler) error
 	if !s.setCloser(closerFunc(func() error { cancel(); return nil })) {
 		return nil
 	}
-	c := sse.NewClient(t.base+"/api/chat/stream", sse.ClientMaxBufferSize(1<<20))
+	u := t.base + "/api/chat/stream"
+	if s.v2 {
+		u += "?v=2"
+	}
+	c := sse.NewClient(u, sse.ClientMaxBufferSize(1<<20))
 	c.Connection = t.stream
 	c.ReconnectStrategy = &backoff.StopBackOff{}
 	c.Headers["X-Chat-Token"] = s.thread.token
@@ -478,31 +492,61 @@ func (s *subscriber) sseEvent(h handler, ev *sse.Event) {
 		h.ready(s, f.Cursor)
 	case "reset":
 		s.resets.Add(1)
-	case "message", "":
+	case "message", "", "update":
 		if len(ev.Data) == 0 {
 			return // retry:, or an event cut before its data
 		}
 		var m message
-		if json.Unmarshal(ev.Data, &m) != nil || m.Epoch <= 0 || string(ev.ID) != strconv.FormatInt(m.Epoch, 10) {
+		if json.Unmarshal(ev.Data, &m) != nil || m.Epoch <= 0 || string(ev.ID) != strconv.FormatInt(s.cursorOf(&m), 10) {
 			s.partial.Add(1)
 			return
 		}
-		s.deliver(h, m.Epoch, m.Text)
+		if string(ev.Event) == "update" {
+			s.deliverUpdate(h, &m)
+			return
+		}
+		s.deliverMessage(h, &m)
 	}
 }
 
-// deliver records a complete message and hands it to h.
-func (s *subscriber) deliver(h handler, epoch int64, text string) {
-	if epoch > s.cursor.Load() {
-		s.cursor.Store(epoch)
+// cursorOf is the stream's cursor once it has m: its epoch (v1), its rev (v2).
+func (s *subscriber) cursorOf(m *message) int64 {
+	if s.v2 {
+		return m.Rev
 	}
-	h.message(s, epoch, text)
+	return m.Epoch
+}
+
+// deliverMessage records a complete message and hands it to h.
+func (s *subscriber) deliverMessage(h handler, m *message) {
+	if c := s.cursorOf(m); c > s.cursor.Load() {
+		s.cursor.Store(c)
+	}
+	h.message(s, m.Epoch, m.Text)
+}
+
+// deliverUpdate records a complete update and hands it to h, if h takes
+// updates.
+func (s *subscriber) deliverUpdate(h handler, m *message) {
+	if m.Rev > s.cursor.Load() {
+		s.cursor.Store(m.Rev)
+	}
+	if u, ok := h.(updater); ok {
+		u.update(s, m)
+	}
 }
 
 func (s *subscriber) wsSession(ctx context.Context, t *target, h handler) error {
 	u := "ws://" + t.host + t.prefix + "/api/chat/ws"
+	q := []string{}
+	if s.v2 {
+		q = append(q, "v=2")
+	}
 	if cur := s.cursor.Load(); cur > 0 {
-		u += "?since=" + strconv.FormatInt(cur, 10)
+		q = append(q, "since="+strconv.FormatInt(cur, 10))
+	}
+	if len(q) > 0 {
+		u += "?" + strings.Join(q, "&")
 	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	c, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{
@@ -547,7 +591,9 @@ func (s *subscriber) wsSession(ctx context.Context, t *target, h handler) error 
 		}
 		switch f.Type {
 		case "message":
-			s.deliver(h, f.Message.Epoch, f.Message.Text)
+			s.deliverMessage(h, &f.Message)
+		case "update":
+			s.deliverUpdate(h, &f.Message)
 		case "ready":
 			s.readies.Add(1)
 			h.ready(s, f.Cursor)

@@ -95,6 +95,10 @@ type config struct {
 	stormRate               float64
 	stormBefore, stormAfter time.Duration
 
+	v2Threads  int
+	v2Rate     float64
+	v2Duration time.Duration
+
 	replies      int
 	chatrelayBin string
 	data         string
@@ -147,6 +151,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.stormBefore, "storm-before", 2*time.Second, "S5: posting before the drop")
 	fs.DurationVar(&c.stormAfter, "storm-after", 3*time.Second, "S5: posting after all are live again")
 
+	fs.IntVar(&c.v2Threads, "v2-threads", 200, "S7: threads, each with one v2 SSE and one v2 WebSocket subscriber")
+	fs.Float64Var(&c.v2Rate, "v2-rate", 200, "S7: changes per second (posts and reactions, about half each) to random threads")
+	fs.DurationVar(&c.v2Duration, "v2-duration", 15*time.Second, "S7: how long to post and react")
+
 	fs.IntVar(&c.replies, "replies", 200, "S6: host replies")
 	fs.StringVar(&c.chatrelayBin, "chatrelay-bin", "", "S6: the chatrelay binary that runs `chatrelay reply`")
 	fs.StringVar(&c.data, "data", "", "S6: the server's --data folder")
@@ -169,7 +177,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.threads < 1 || c.subs < 1 || c.rate <= 0 || c.s1Posters < 1 || c.posters < 1 ||
 		c.idle < 1 || c.idleThreads < 1 || c.pollThreads < 1 || c.pollMessages < 1 || c.pollers < 1 ||
-		c.storm < 1 || c.stormThreads < 1 || c.stormRate <= 0 || c.replies < 1 || c.sources < 1 || c.dialConc < 1 || c.textSize < 1 {
+		c.storm < 1 || c.stormThreads < 1 || c.stormRate <= 0 || c.replies < 1 || c.v2Threads < 1 || c.v2Rate <= 0 || c.sources < 1 || c.dialConc < 1 || c.textSize < 1 {
 		return nil, errors.New("sizes and rates must be positive")
 	}
 	switch c.idleMix {
@@ -192,9 +200,10 @@ var quickValues = map[string]string{
 	"poll-threads": "20", "poll-duration": "2s", "pollers": "8",
 	"storm": "400", "storm-threads": "100", "storm-rate": "200", "storm-before": "1s", "storm-after": "1s",
 	"replies": "10", "drain": "5s",
+	"v2-threads": "20", "v2-rate": "100", "v2-duration": "3s",
 }
 
-var allScenarios = []string{"S1", "S2", "S3", "S4", "S5", "S6"}
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S5", "S6", "S7"}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseFlags(args, stderr)

@@ -291,6 +291,21 @@ func (t *table) figures() []figure {
 			return text, after, true
 		}},
 		figure{"S6 host reply → subscriber p99", "S6", plain("p99_ms", " ms")},
+		figure{"S7 v2 with reactions: message p99; reaction p99 (request → update frame)", "S7", func(m map[string]any) (string, float64, bool) {
+			mp, ok := num(m, "message_p99_ms")
+			rp, ok2 := num(m, "reaction_p99_ms")
+			if !ok || !ok2 {
+				return "", 0, false
+			}
+			text := fmtNum(mp) + " ms; " + fmtNum(rp) + " ms"
+			for _, key := range []string{"messages_delivered", "reactions_delivered"} {
+				if g, w, _, ok := ratioText(m, key); ok && g < w {
+					text += fmt.Sprintf(", %.0f/%.0f %s ✗", g, w, strings.TrimSuffix(key, "_delivered"))
+				}
+			}
+			return text, rp, true
+		}},
+		figure{"S7 server CPU per change (+ Redis's)", "S7", cpuPer("change")},
 	)
 	// Other work on the machine skews every figure: one row says how much
 	// there was (the scenarios' worst) instead of a note per run.

@@ -7,8 +7,9 @@
 # then runs the scenarios on a fresh chatrelay server for each group:
 #
 #   root fs, journaled ext4, tmpfs (--fsync never):   S1+S2, S3, S4, S5, S6
+#                                 (and S7 on tmpfs)
 #   journaled ext4 with --fsync always:                S1+S2
-#   Redis without persistence:                         S1+S2, S3, S4, S5, S6
+#   Redis without persistence:                         S1+S2, S3, S4, S5, S6, S7
 #   Redis with AOF everysec:                           S1+S2
 #   tmpfs, S3 with S3_BIG (19 000) idle streams over 500 threads
 #
@@ -26,7 +27,7 @@
 #   BASE_NAME  its name in the table (default base)
 #   CONFIGS    which setups to run, a space list of: root ext4j tmpfs
 #              ext4j-always redis redis-aof s3big (default all)
-#   SCENARIOS  which groups to run, a space list of: S1,S2 S3 S4 S5 S6
+#   SCENARIOS  which groups to run, a space list of: S1,S2 S3 S4 S5 S6 S7
 #              (default all; S1 and S2 always run together, S2 on S1's
 #              subscribers)
 #   S3_BIG     idle streams of the s3big setup (default 19000; the
@@ -66,8 +67,8 @@ out=${OUT:-$(mktemp -d /tmp/chatbench.XXXXXX)}
 mkdir -p "$out"
 configs=${CONFIGS:-root ext4j tmpfs ext4j-always redis redis-aof s3big}
 groups=""
-for g in ${SCENARIOS:-S1,S2 S3 S4 S5 S6}; do
-	case $g in S1 | S2 | S1,S2 | S2,S1) g=S1,S2 ;; S3 | S4 | S5 | S6) ;; *) echo "SCENARIOS: unknown group $g" >&2; exit 1 ;; esac
+for g in ${SCENARIOS:-S1,S2 S3 S4 S5 S6 S7}; do
+	case $g in S1 | S2 | S1,S2 | S2,S1) g=S1,S2 ;; S3 | S4 | S5 | S6 | S7) ;; *) echo "SCENARIOS: unknown group $g" >&2; exit 1 ;; esac
 	case " $groups " in *" $g "*) ;; *) groups="$groups $g" ;; esac
 done
 s3big=${S3_BIG:-19000}
@@ -198,12 +199,13 @@ bench() {
 # config NAME: label, backend, fsync mode and groups of a setup.
 for c in $configs; do
 	all=$groups
+	no7=${groups/ S7/} # S7 (v2 with reactions) runs on tmpfs and Redis only, for time
 	s1s2=""
 	case " $groups " in *" S1,S2 "*) s1s2="S1,S2" ;; esac
 	extra=()
 	case $c in
-	root) label="root fs"; backend=$work/root; mode=never ;;
-	ext4j) label="journaled ext4"; backend=$work/ext4j; mode=never ;;
+	root) label="root fs"; backend=$work/root; mode=never; all=$no7 ;;
+	ext4j) label="journaled ext4"; backend=$work/ext4j; mode=never; all=$no7 ;;
 	tmpfs) label="tmpfs"; backend=$work/tmpfs; mode=never ;;
 	ext4j-always) label="journaled ext4, fsync always"; backend=$work/ext4j; mode=always; all=$s1s2 ;;
 	redis) label="Redis"; backend=redis://127.0.0.1:$rport_none/0; mode=never ;;

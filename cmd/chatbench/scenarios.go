@@ -49,6 +49,8 @@ func (b *bench) runScenario(ctx context.Context, id string) *result {
 		r = b.s5(ctx)
 	case "S6":
 		r = b.s6(ctx)
+	case "S7":
+		r = b.s7(ctx)
 	}
 	r.id = id
 	return r
@@ -158,6 +160,13 @@ func (g *gate) ready(s *subscriber, cursor int64) {
 		<-g.sem
 	}
 	g.handler.ready(s, cursor)
+}
+
+// update hands a v2 stream's update on, if the handler takes updates.
+func (g *gate) update(s *subscriber, m *message) {
+	if u, ok := g.handler.(updater); ok {
+		u.update(s, m)
+	}
 }
 
 func (f *fleet) readyCount() int {

@@ -82,7 +82,7 @@ func TestScenariosAgainstServer(t *testing.T) {
 		"--idle", "40", "--idle-threads", "20", "--idle-hold", "300ms",
 		"--poll-threads", "5", "--poll-duration", "1s", "--pollers", "2",
 		"--storm", "40", "--storm-threads", "10", "--storm-rate", "100", "--storm-before", "500ms", "--storm-after", "500ms",
-		"--replies", "3", "--drain", "30s", "--chatrelay-bin", bin, "--data", data, "--reply-fsync", "never",
+		"--replies", "3", "--v2-threads", "10", "--v2-rate", "100", "--v2-duration", "2s", "--drain", "30s", "--chatrelay-bin", bin, "--data", data, "--reply-fsync", "never",
 	}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr: %s\nstdout: %s", err, stderr.String(), stdout.String())
@@ -183,6 +183,19 @@ func TestScenariosAgainstServer(t *testing.T) {
 	}
 	if got, want := delivered("S6"); got != 6 || want != 6 {
 		t.Errorf("S6: delivered %v/%v, want 6/6", got, want)
+	}
+	s7 := res["S7"]
+	for _, key := range []string{"messages_delivered", "reactions_delivered"} {
+		d, _ := s7[key].(map[string]any)
+		if d["got"] != d["want"] || d["want"] == 0.0 {
+			t.Errorf("S7: %s %v", key, s7[key])
+		}
+	}
+	if s7["reactions"] == 0.0 || s7["posts"] == 0.0 || s7["lost"] != 0.0 || s7["repeated"] != nil {
+		t.Errorf("S7: posts %v reactions %v lost %v repeated %v", s7["posts"], s7["reactions"], s7["lost"], s7["repeated"])
+	}
+	if _, ok := s7["reaction_p99_ms"].(float64); !ok {
+		t.Errorf("S7 has no reaction_p99_ms: %v", s7)
 	}
 }
 
