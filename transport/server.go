@@ -432,9 +432,18 @@ func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request, who principa
 		s.writeError(w, r, err)
 		return
 	}
-	buf := make([]byte, 0, 128+len(pg.Messages)*192)
-	writeBytes(w, http.StatusOK, appendPage(buf, pg, v))
+	bp := pageBufs.Get().(*[]byte)
+	b := appendPage((*bp)[:0], pg, v)
+	writeBytes(w, http.StatusOK, b)
+	if cap(b) <= 1<<20 { // a rare huge answer is not kept
+		*bp = b[:0]
+		pageBufs.Put(bp)
+	}
 }
+
+// pageBufs recycles the buffers poll answers are assembled in: an answer
+// is written (net/http copies or sends it) before its handler returns.
+var pageBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // limitFor is the page size of a read from cursor since: without a cursor,
 // the newest 50 messages; with one, everything after it.
