@@ -476,6 +476,23 @@ func TestShareViewer(t *testing.T) {
 			t.Errorf("Jo's note is drawn as %+v", got)
 		}
 	}
+
+	// Jo's link is revoked: a viewer's page opened afterwards (whoami
+	// names active links only) still names Jo's notes and reaction.
+	req, _ := http.NewRequest(http.MethodDelete, srv.URL+"api/chat/participants/"+jo.Participant.ID, nil)
+	req.Header.Set("X-Chat-Token", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("revoke: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	later := newWindow(t)
+	later.open(sam.Link)
+	later.waitShown(soon, "note 4")
+	later.waitJS(soon, "the revoked commenter's reaction named", `!!document.querySelector(`+js(msgSel(first)+` .react[title="eyes: Jo ops"]`)+`)`)
+	if got := later.shownBy("note 1"); got.Author != "Jo ops" {
+		t.Errorf("after the revoke, Jo's note is drawn as %+v", got)
+	}
 }
 
 // Under --prefix, a share link opens the participant page below the

@@ -211,12 +211,19 @@ chat.addEventListener("status", (e) => {
 // time, after a short wait that gathers a burst of messages. The names and
 // reactions are then drawn again.
 let naming = null;
-const unnamed = (m) =>
-  [m.author, ...Object.values(m.reactions || {}).flat()].some((id) => guest(id) && id !== ctx.me && !ctx.names.has(id));
+const asked = new Set(); // ids the server could not name (a revoked link's, on whoami): not asked again
+const unnamedIn = (m) =>
+  [m.author, ...Object.values(m.reactions || {}).flat()].filter(
+    (id) => guest(id) && id !== ctx.me && !ctx.names.has(id) && !asked.has(id),
+  );
 function learnNames(m) {
-  if (naming || !unnamed(m)) return;
+  // A participant's message names its author, even one whose link has ended.
+  if (guest(m.author) && m.author_name && !ctx.names.has(m.author)) ctx.names.set(m.author, { name: m.author_name });
+  if (naming || unnamedIn(m).length === 0) return;
   naming = setTimeout(async () => {
+    const ids = unnamedIn(m);
     await (participantPage ? refreshWho() : refreshNames());
+    for (const id of ids) if (!ctx.names.has(id)) asked.add(id);
     naming = null;
     for (const [id, m] of shown) {
       const li = itemOf(id);
@@ -566,8 +573,7 @@ function applyWho(w) {
   if (!p) return;
   ctx.me = `p:${p.id}`;
   ctx.canReact = p.role === "commenter";
-  ctx.names.clear();
-  setNames(w.participants);
+  setNames(w.participants); // over what is known: a name learned from a message stays
   els.me.textContent = `${p.name} · ${p.role}`;
   els.me.hidden = false;
   document.title = `${p.name} · chatrelay`;
