@@ -1,11 +1,14 @@
 package transport
 
 import (
+	"context"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
 
 	"encoding/json"
 	"strconv"
@@ -187,6 +190,56 @@ func FuzzRespondBody(f *testing.F) {
 		}
 		if !chatrelay.InteractionIDPattern.MatchString(id) || (b.Decision != nil) == (b.Value != nil) {
 			t.Fatalf("body %q reaches the store as %q %+v", body, id, ans)
+		}
+	})
+}
+
+// FuzzRouteBodies: the bodies of the owner's write routes (post, respond,
+// react, invite) are untrusted. Whatever the body, the route answers
+// with a status below 500 and, when it refuses, the contract's JSON error
+// with a known code; it never panics.
+func FuzzRouteBodies(f *testing.F) {
+	st, err := store.OpenFile(f.TempDir(), store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer st.Close()
+	srv := NewServer(Config{Store: st, Log: slog.New(slog.DiscardHandler), Windows: chatrelay.Windows{PerThread: 1 << 30, PerIP: 1 << 30}})
+	token := strings.Repeat("ab", 32)
+	e, err := st.Append(context.Background(), chatrelay.ThreadOf(token), store.NewMessage{Text: "hello"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	routes := []string{"/api/chat/post", "/api/chat/respond", "/api/chat/react", "/api/chat/participants"}
+	for _, s := range []string{`{"text":"hi"}`, `{"text":"hi","client_id":"c-1"}`, `{"interaction_id":"ix_3f9a0c7e21b4","decision":"approve"}`,
+		`{"message_id":"` + e.ID + `","emoji":"👍"}`, `{"message_id":"` + e.ID + `","emoji":"👍","remove":true}`,
+		`{"name":"Alex","role":"commenter","expires_in":3600,"cap":5}`, `{"name":"\u202eAlex"}`, `{"expires_in":1e400}`, `[]`, `null`, "\xff"} {
+		for i := range routes {
+			f.Add(uint8(i), s)
+		}
+	}
+	known := map[chatrelay.Code]bool{}
+	for _, c := range chatrelay.Codes() {
+		known[c] = true
+	}
+	f.Fuzz(func(t *testing.T, route uint8, body string) {
+		path := routes[int(route)%len(routes)]
+		r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		r.Header.Set("X-Chat-Token", token)
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, r)
+		if w.Code >= 500 && w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("%s %q: %d %s", path, body, w.Code, w.Body)
+		}
+		if w.Code < 400 {
+			return
+		}
+		var a struct {
+			Success *bool          `json:"success"`
+			Code    chatrelay.Code `json:"code"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &a); err != nil || a.Success == nil || *a.Success || !known[a.Code] {
+			t.Fatalf("%s %q: %d %s", path, body, w.Code, w.Body)
 		}
 	})
 }
