@@ -78,6 +78,7 @@ func chatrelayBinary(t testing.TB) string {
 // standard input and output.
 type agentEnv struct {
 	url    string
+	data   string // the server's data folder, for `chatrelay mcp --data`
 	token  string
 	thread string
 	cs     *mcp.ClientSession
@@ -85,6 +86,21 @@ type agentEnv struct {
 }
 
 func startAgent(t testing.TB) *agentEnv {
+	t.Helper()
+	e := startChat(t)
+	cmd := exec.Command(chatrelayBinary(t), "mcp", "--data", e.data, "--fsync", "never")
+	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
+	cmd.Stderr = os.Stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), watched{&mcp.CommandTransport{Command: cmd}, e.sent}, nil)
+	assert.Success(t, err)
+	t.Cleanup(func() { cs.Close() })
+	e.cs = cs
+	return e
+}
+
+// startChat starts the chat server of an agentEnv, without an MCP client.
+func startChat(t testing.TB) *agentEnv {
 	t.Helper()
 	data := t.TempDir()
 	st, err := store.OpenFile(data, store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
@@ -101,17 +117,8 @@ func startAgent(t testing.TB) *agentEnv {
 		cancel()
 		<-fed
 	})
-	e := &agentEnv{url: hs.URL, token: strings.Repeat("ab", 32), sent: make(chan string, 1024)}
+	e := &agentEnv{url: hs.URL, data: data, token: strings.Repeat("ab", 32), sent: make(chan string, 1024)}
 	e.thread = chatrelay.ThreadOf(e.token)
-
-	cmd := exec.Command(chatrelayBinary(t), "mcp", "--data", data, "--fsync", "never")
-	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
-	cmd.Stderr = os.Stderr
-	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	cs, err := client.Connect(t.Context(), watched{&mcp.CommandTransport{Command: cmd}, e.sent}, nil)
-	assert.Success(t, err)
-	t.Cleanup(func() { cs.Close() })
-	e.cs = cs
 	return e
 }
 
