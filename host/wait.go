@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -113,21 +114,11 @@ func (v *Verbs) messagesAfter(ctx context.Context, thread string, since int64) (
 			}
 		}
 	}
-	slices.SortStableFunc(all, func(a, b msg) int { return cmpInt(a.epoch, b.epoch) })
+	slices.SortStableFunc(all, func(a, b msg) int { return cmp.Compare(a.epoch, b.epoch) })
 	for _, m := range all {
 		out.Messages = append(out.Messages, m.ThreadMessage)
 	}
 	return out, nil
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // WaitInteractionInput is wait_interaction's input.

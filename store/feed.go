@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/chatrelay/chatrelay"
@@ -137,7 +138,7 @@ func (s *File) announce(thread string, t *threadState, d threadDoc) {
 		}
 	}
 	if len(changed) > 1 {
-		slices.SortFunc(changed, func(a, b Entry) int { return cmpInt(a.Rev, b.Rev) })
+		slices.SortFunc(changed, func(a, b Entry) int { return cmp.Compare(a.Rev, b.Rev) })
 	}
 	b := Batch{Thread: thread, Messages: changed, Reset: d.trimmedRev > t.announced && t.announced > 0}
 	t.announced = d.rev

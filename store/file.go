@@ -473,6 +473,20 @@ func (s *File) lockFile(ctx context.Context, path string) (unlock func(), err er
 	return unlock, err
 }
 
+// lockState locks a thread against this process's other goroutines
+// (t.mu) and other processes (lockThread), and returns its state and the
+// one function that unlocks both.
+func (s *File) lockState(ctx context.Context, thread string) (*threadState, func(), error) {
+	t := s.state(thread)
+	t.mu.Lock()
+	unlock, err := s.lockThread(ctx, t, thread)
+	if err != nil {
+		t.mu.Unlock()
+		return nil, nil, err
+	}
+	return t, func() { unlock(); t.mu.Unlock() }, nil
+}
+
 // lockThread takes the exclusive flock of the thread's lock file,
 // <thread>.json.lock, for a caller holding t.mu, waiting up to
 // LockTimeout. Unlike lockFile it keeps the file open between writes
@@ -678,10 +692,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 			}
 		}()
 	}
-	t := s.state(thread)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	unlock, err := s.lockThread(ctx, t, thread)
+	t, unlock, err := s.lockState(ctx, thread)
 	if err != nil {
 		return false, err
 	}
@@ -1102,10 +1113,7 @@ func (s *File) orphanTemps(docs []string) []string {
 }
 
 func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, removed bool, err error) {
-	t := s.state(thread)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	unlock, err := s.lockThread(ctx, t, thread)
+	t, unlock, err := s.lockState(ctx, thread)
 	if err != nil {
 		return 0, false, err
 	}

@@ -154,10 +154,7 @@ func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []c
 	if err := checkThread(thread); err != nil {
 		return err
 	}
-	t := s.state(thread)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	unlock, err := s.lockThread(ctx, t, thread)
+	t, unlock, err := s.lockState(ctx, thread)
 	if err != nil {
 		return err
 	}
@@ -367,10 +364,7 @@ func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent
 	if err := checkThread(thread); err != nil {
 		return err
 	}
-	t := s.state(thread)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	unlock, err := s.lockThread(ctx, t, thread)
+	_, unlock, err := s.lockState(ctx, thread)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"slices"
@@ -378,19 +379,9 @@ func changesPage(thread string, d threadDoc, since int64, limit int) Page {
 			out = append(out, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b Entry) int { return cmpInt(a.Rev, b.Rev) })
+	slices.SortFunc(out, func(a, b Entry) int { return cmp.Compare(a.Rev, b.Rev) })
 	p.Messages = out
 	return p
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // threadInfo summarises a thread that has messages.
@@ -404,7 +395,7 @@ func threadInfo(thread string, d threadDoc) ThreadInfo {
 
 // sortThreads orders threads newest activity (change) first.
 func sortThreads(infos []ThreadInfo) {
-	slices.SortFunc(infos, func(a, b ThreadInfo) int { return cmpInt(b.Rev, a.Rev) })
+	slices.SortFunc(infos, func(a, b ThreadInfo) int { return cmp.Compare(b.Rev, a.Rev) })
 }
 
 // checkParticipantPost checks that the participant of m may post to d now:
