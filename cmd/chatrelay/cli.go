@@ -34,11 +34,7 @@ func list(ctx context.Context, args []string, getenv func(string) string, stdout
 	if fs.NArg() > 0 {
 		return usageError("list takes no arguments")
 	}
-	opt, err := sf.options(false)
-	if err != nil {
-		return err
-	}
-	st, err := sf.open(ctx, opt)
+	st, err := sf.openHost(ctx)
 	if err != nil {
 		return err
 	}
@@ -82,11 +78,7 @@ func show(ctx context.Context, args []string, getenv func(string) string, stdout
 	if *since < 0 {
 		return usageError("--since must not be negative")
 	}
-	opt, err := sf.options(false)
-	if err != nil {
-		return err
-	}
-	st, err := sf.open(ctx, opt)
+	st, err := sf.openHost(ctx)
 	if err != nil {
 		return err
 	}

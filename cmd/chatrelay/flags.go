@@ -207,6 +207,16 @@ func (sf *storeFlags) options(serve bool) (store.Options, error) {
 	return opt, nil
 }
 
+// openHost opens the store for a command other than serve: with only the
+// values given on its command line (options(false)).
+func (sf *storeFlags) openHost(ctx context.Context) (*store.Backend, error) {
+	opt, err := sf.options(false)
+	if err != nil {
+		return nil, err
+	}
+	return sf.open(ctx, opt)
+}
+
 // open opens the store the flags name with opt.
 func (sf *storeFlags) open(ctx context.Context, opt store.Options) (*store.Backend, error) {
 	b, err := store.Open(ctx, sf.spec(), opt)

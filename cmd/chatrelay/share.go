@@ -60,11 +60,7 @@ func share(ctx context.Context, e cmdEnv) error {
 	if !chatrelay.ValidThread(thread) {
 		return chatrelay.Errorf(chatrelay.InvalidThread, "a thread id is 16 lowercase hex characters")
 	}
-	opt, err := sf.options(false)
-	if err != nil {
-		return err
-	}
-	st, err := sf.open(ctx, opt)
+	st, err := sf.openHost(ctx)
 	if err != nil {
 		return err
 	}

@@ -44,11 +44,7 @@ func (v *verbFlags) open(ctx context.Context, e cmdEnv, n int, what string) (*ho
 	if v.fs.NArg() != n {
 		return nil, nil, usageError(fmt.Sprintf("%s takes %s", v.fs.Name(), what))
 	}
-	opt, err := v.sf.options(false)
-	if err != nil {
-		return nil, nil, err
-	}
-	st, err := v.sf.open(ctx, opt)
+	st, err := v.sf.openHost(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

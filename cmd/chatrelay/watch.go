@@ -37,11 +37,7 @@ func watch(ctx context.Context, args []string, getenv func(string) string, stdou
 	if fs.NArg() > 0 || *since < 0 {
 		return usageError("watch takes no arguments and a non-negative --since")
 	}
-	opt, err := sf.options(false)
-	if err != nil {
-		return err
-	}
-	st, err := sf.open(ctx, opt)
+	st, err := sf.openHost(ctx)
 	if err != nil {
 		return err
 	}
