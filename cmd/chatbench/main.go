@@ -37,6 +37,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -220,7 +221,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		for s := range strings.SplitSeq(cfg.scenarios, ",") {
 			s = strings.ToUpper(strings.TrimSpace(s))
-			if !contains(allScenarios, s) {
+			if !slices.Contains(allScenarios, s) {
 				return fmt.Errorf("--scenario %q: want all or some of %s", s, strings.Join(allScenarios, ","))
 			}
 			which = append(which, s)
@@ -296,15 +297,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%d scenario(s) could not run", failed)
 	}
 	return ctx.Err()
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // fig is one figure of a result: a JSON value and its text form.

@@ -121,7 +121,7 @@ func newTable(runs []map[string]any, mainBuild string) *table {
 			t.cells[b] = map[string]map[string][]map[string]any{}
 			builds = append(builds, b)
 		}
-		if !contains(t.labels, l) {
+		if !slices.Contains(t.labels, l) {
 			t.labels = append(t.labels, l)
 		}
 		if t.cells[b][l] == nil {
@@ -130,7 +130,7 @@ func newTable(runs []map[string]any, mainBuild string) *table {
 		k := rowKey(m)
 		t.cells[b][l][k] = append(t.cells[b][l][k], m)
 		if str(m, "scenario") == "S3" {
-			if n, ok := num(m, "streams"); ok && !containsInt(t.s3sizes, int64(n)) {
+			if n, ok := num(m, "streams"); ok && !slices.Contains(t.s3sizes, int64(n)) {
 				t.s3sizes = append(t.s3sizes, int64(n))
 			}
 		}
@@ -147,15 +147,6 @@ func newTable(runs []map[string]any, mainBuild string) *table {
 		}
 	}
 	return t
-}
-
-func containsInt(list []int64, n int64) bool {
-	for _, x := range list {
-		if x == n {
-			return true
-		}
-	}
-	return false
 }
 
 // figure is one row of the table: a cell's text and the value that the
