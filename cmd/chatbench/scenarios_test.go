@@ -28,9 +28,12 @@ func startChatrelay(t testing.TB) (base, data, bin string, proc *os.Process) {
 	}
 	data = filepath.Join(dir, "data")
 	var logs bytes.Buffer
+	// Retention is raised too: the test reads every thread's first
+	// message, which a fast S2 (over 200 posts to a thread) would trim.
 	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--data", data, "--fsync", "never",
 		"--rate-thread", "1000000000", "--rate-ip", "1000000000", "--max-threads", "1000000",
-		"--max-streams-per-thread", "100000", "--max-streams-per-ip", "1000000", "--log-level", "warn")
+		"--max-streams-per-thread", "100000", "--max-streams-per-ip", "1000000", "--log-level", "warn",
+		"--retention-messages", "1000000")
 	cmd.Stderr = &logs
 	out, err := cmd.StdoutPipe()
 	if err != nil {
