@@ -307,7 +307,7 @@ func TestShareInviteCommentRevoke(t *testing.T) {
 	alexID := strings.TrimPrefix(last.Author, "p:")
 
 	// The owner's list counts it.
-	owner.click("#people-close")
+	owner.closePeople()
 	owner.click("#people-open")
 	owner.waitJS(soon, "the count", `document.querySelector("#people-list li").textContent.includes("1 of 50 messages sent")`)
 
@@ -325,6 +325,10 @@ func TestShareInviteCommentRevoke(t *testing.T) {
 	}
 	alex.waitJS(soon, "the revoked sentence", `document.getElementById("ended-text").textContent === `+js(revokedWords))
 	endedAt := eval[float64](alex, `window.__endedAt`)
+	// The server ends Alex's streams before it answers the revoke, so the
+	// owner's request may finish (and get its timing entry) a little later.
+	revokeURL := js("/api/chat/participants/" + alexID)
+	owner.waitJS(soon, "the revoke request done", `performance.getEntriesByType("resource").some((e) => e.name.endsWith(`+revokeURL+`))`)
 	sent := eval[[]float64](owner, `performance.getEntriesByType("resource")
 		.filter((e) => e.name.endsWith(`+js("/api/chat/participants/"+alexID)+`))
 		.map((e) => [performance.timeOrigin + e.startTime, e.responseEnd - e.startTime]).flat()`)
@@ -358,7 +362,7 @@ func TestShareInviteCommentRevoke(t *testing.T) {
 
 	// The page stopped for good: while the conversation goes on, it asks
 	// the server nothing more.
-	owner.click("#people-close")
+	owner.closePeople()
 	owner.write("Thanks Alex, draining the EU nodes first.")
 	owner.waitShown(soon, "Thanks Alex, draining the EU nodes first.")
 	srv.reply(thread, "Draining eu-1 and eu-2 now.")
@@ -724,4 +728,21 @@ func grantClipboard(tb *tab, origin string) {
 	if err := c.Browser.Call(ctx, "Browser.grantPermissions", params, nil); err != nil {
 		tb.t.Fatalf("grant the clipboard: %v", err)
 	}
+}
+
+// closePeople closes the People panel with its Close button and waits
+// until the page has handled the dialog's close event, which comes a task
+// after the click and gives the focus back to the People button: keys
+// typed before it would lose the focus to the button halfway, and a
+// space would open the panel again. (A listener added now runs after the
+// page's own.)
+func (tb *tab) closePeople() {
+	tb.t.Helper()
+	eval[bool](tb, `(() => {
+		window.__peopleClosed = false;
+		document.getElementById("people").addEventListener("close", () => { window.__peopleClosed = true }, { once: true });
+		return true;
+	})()`)
+	tb.click("#people-close")
+	tb.waitJS(soon, "the People panel closed", `window.__peopleClosed === true && document.activeElement?.id === "people-open"`)
 }

@@ -131,6 +131,8 @@ func lookPath(t *testing.T, name string) string {
 
 // installMCPClient installs testdata/mcpjs with `npm ci` into a folder of
 // the user's cache named by its lock file's digest, once, and returns it.
+// A marker written after a whole install tells the next run it is there;
+// an install cut short has none, and is done again.
 func installMCPClient(t *testing.T, npm string) string {
 	t.Helper()
 	src := filepath.Join("testdata", "mcpjs")
@@ -138,7 +140,9 @@ func installMCPClient(t *testing.T, npm string) string {
 	assert.Success(t, err)
 	sum := sha256.Sum256(lock)
 	cache, err := os.UserCacheDir()
-	assert.Success(t, err)
+	if err != nil { // no $HOME nor $XDG_CACHE_HOME: install it for this run only
+		cache = t.TempDir()
+	}
 	dir := filepath.Join(cache, "chatrelay-test", "mcpjs-"+hex.EncodeToString(sum[:8]))
 	assert.Success(t, os.MkdirAll(dir, 0o755))
 	for _, f := range []string{"package.json", "package-lock.json", "client.mjs"} {
@@ -146,7 +150,8 @@ func installMCPClient(t *testing.T, npm string) string {
 		assert.Success(t, err)
 		assert.Success(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err == nil {
+	installed := filepath.Join(dir, "node_modules", ".chatrelay-installed")
+	if _, err := os.Stat(installed); err == nil {
 		return dir
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
@@ -156,5 +161,6 @@ func installMCPClient(t *testing.T, npm string) string {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("npm ci in %s: %v\n%s", dir, err, b)
 	}
+	assert.Success(t, os.WriteFile(installed, nil, 0o644))
 	return dir
 }
