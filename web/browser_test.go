@@ -472,6 +472,10 @@ func TestScreenshot(t *testing.T) {
 	eval[bool](tb, `(document.getElementById("text").value = "", true)`)
 	tb.write("The next one is build 413, on the release branch of the API.")
 	tb.waitShown(soon, "The next one is build 413, on the release branch of the API.")
+	// The composer empties when the post's answer comes, which may be after
+	// the message is pushed: the composer shrinks and the conversation
+	// grows. Measure the overflow after that.
+	tb.waitJS(soon, "the composer emptied", `document.getElementById("text").value === ""`)
 	tb.waitJS(soon, "the conversation to overflow", `(() => { const s = document.getElementById("conversation");
 		return s.scrollHeight > s.clientHeight + 100 })()`)
 	eval[bool](tb, `(document.getElementById("conversation").scrollTop = 0, true)`)
