@@ -479,12 +479,15 @@ func (s *File) lockFile(ctx context.Context, path string) (unlock func(), err er
 func (s *File) lockState(ctx context.Context, thread string) (*threadState, func(), error) {
 	t := s.state(thread)
 	t.mu.Lock()
-	unlock, err := s.lockThread(ctx, t, thread)
+	fd, err := s.lockThread(ctx, t, thread)
 	if err != nil {
 		t.mu.Unlock()
 		return nil, nil, err
 	}
-	return t, func() { unlock(); t.mu.Unlock() }, nil
+	return t, func() {
+		syscall.Flock(fd, syscall.LOCK_UN)
+		t.mu.Unlock()
+	}, nil
 }
 
 // lockThread takes the exclusive flock of the thread's lock file,
@@ -495,8 +498,9 @@ func (s *File) lockState(ctx context.Context, thread string) (*threadState, func
 // each time (open, four fcntl and an epoll_ctl of os.OpenFile, two flock,
 // close: nine system calls, two fifths of an append's). It is the same
 // flock(2) lock on the same file, so other processes, which use
-// gofrs/flock, are excluded alike.
-func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (unlock func(), err error) {
+// gofrs/flock, are excluded alike. It returns the locked descriptor;
+// lockState, its one caller, unlocks it.
+func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (lockedFD int, err error) {
 	path := s.path(thread) + ".lock"
 	if t.lockf == nil {
 		var fd int
@@ -505,7 +509,7 @@ func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (u
 			return err
 		})
 		if err != nil {
-			return nil, s.unavailable(thread, &fs.PathError{Op: "open", Path: path, Err: err})
+			return -1, s.unavailable(thread, &fs.PathError{Op: "open", Path: path, Err: err})
 		}
 		t.lockf = os.NewFile(uintptr(fd), path)
 		s.pins.add(t, s.opt.MaxOpenDocs) // its descriptor is bounded with the pinned documents'
@@ -523,16 +527,16 @@ func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (u
 		for err == syscall.EWOULDBLOCK {
 			select {
 			case <-ctx.Done():
-				return nil, busy(ctx.Err())
+				return -1, busy(ctx.Err())
 			case <-tick.C:
 				err = flockNB(fd)
 			}
 		}
 	}
 	if err != nil {
-		return nil, busy(err)
+		return -1, busy(err)
 	}
-	return func() { syscall.Flock(fd, syscall.LOCK_UN) }, nil
+	return fd, nil
 }
 
 // flockNB tries once to take an exclusive flock on fd.

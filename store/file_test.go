@@ -725,14 +725,11 @@ func TestThreadLockExcludesOtherLockers(t *testing.T) {
 	appendText(t, s, threadA, "two")
 
 	// And the other way round: a writer in the middle of a write holds it.
-	st := s.state(threadA)
-	st.mu.Lock()
-	unlock, err := s.lockThread(t.Context(), st, threadA)
+	_, unlock, err := s.lockState(t.Context(), threadA)
 	assert.Success(t, err)
 	ok, err = newFlock(lockPath).TryLock()
 	assert.Success(t, err)
 	assert.True(t, !ok, "another locker got the lock a writer holds")
 	unlock()
-	st.mu.Unlock()
 	assert.Equal(t, "texts", texts(mustSince(t, s, threadA)), []string{"one", "two"})
 }
