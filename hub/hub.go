@@ -16,6 +16,10 @@ var (
 	ErrSlow   = errors.New("hub: subscriber too slow; resume from the cursor")
 	ErrClosed = errors.New("hub: shutting down")
 	ErrReset  = errors.New("hub: messages may have been missed; resume from the store")
+	// ErrOverflow: an idle subscriber was handed a batch (a feed's
+	// catch-up) larger than its whole queue. It is not slow and missed
+	// nothing the store does not hold: it resumes from its cursor.
+	ErrOverflow = errors.New("hub: a batch larger than the queue; resume from the cursor")
 )
 
 // DefaultBuffer is the default per-subscriber queue length.
@@ -109,7 +113,7 @@ func (h *Hub[E]) SubscribeFunc(thread string, notify func()) (*Subscription[E], 
 
 // Publish hands events (of one thread, in the order they happened) to that thread's
 // subscribers without blocking. A subscriber without room for all of them
-// is dropped with ErrSlow.
+// is dropped with ErrSlow, or ErrOverflow if its queue was empty.
 func (h *Hub[E]) Publish(thread string, events ...E) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -117,7 +121,7 @@ func (h *Hub[E]) Publish(thread string, events ...E) {
 		if cap(s.c)-len(s.c) < len(events) {
 			why := ErrSlow
 			if len(s.c) == 0 { // idle, but the batch is larger than any queue: not slow
-				why = ErrReset
+				why = ErrOverflow
 			}
 			h.drop(s, why)
 			continue

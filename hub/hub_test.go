@@ -207,12 +207,12 @@ func TestDroppedSubscriptionKeepsItsReason(t *testing.T) {
 	assert.Equal(t, "Has", h.Has(threadA), false)
 }
 
-func TestBatchLargerThanQueueIsAResetNotSlow(t *testing.T) {
+func TestBatchLargerThanQueueIsAnOverflowNotSlow(t *testing.T) {
 	t.Parallel()
 	h := hub.New[*testEvent](2)
 	s := subscribe(t, h, threadA)
 	h.Publish(threadA, event(threadA, 1), event(threadA, 2), event(threadA, 3))
-	assert.ErrorIs(t, s.Err(), hub.ErrReset) // idle, yet it cannot take the batch: resume from the store
+	assert.ErrorIs(t, s.Err(), hub.ErrOverflow) // idle, yet it cannot take the batch: resume from the cursor
 }
 
 func TestPublishNeverBlocks(t *testing.T) {

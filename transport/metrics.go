@@ -68,7 +68,7 @@ func newOps(st store.Store, log *slog.Logger) *ops {
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	}, []string{"transport"})
 	m.drops = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "chatrelay_hub_drops_total", Help: "Live subscribers the hub dropped, by reason: slow (a slow consumer whose queue was full), reset (must resume from the store), shutdown.",
+		Name: "chatrelay_hub_drops_total", Help: "Live subscribers the hub dropped, by reason: slow (a slow consumer whose queue was full), reset (must resume from the store), overflow (an idle subscriber handed a catch-up larger than its queue), shutdown.",
 	}, []string{"reason"})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chatrelay_requests_refused_total", Help: "Requests answered with an error code (the contract's machine code), by code.",

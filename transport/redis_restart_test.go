@@ -480,14 +480,19 @@ func TestRedisRestartMidStream(t *testing.T) {
 		}
 		t.Logf("%s: %d messages over %d streams (%d dropped, %d attempts refused)", s.name, len(st.got), st.streams, st.drops, st.refused)
 	}
-	// Streams cut because messages may have been missed (or a batch did not
-	// fit an idle subscriber's queue): A's two, once, when its feed gave
-	// up; none after Redis was back. (A slow reader's drop is another
-	// reason, not counted here.)
+	// Streams cut because messages may have been missed: A's two, once,
+	// when its feed gave up; none after Redis was back. (A stream that
+	// opened after Redis was back, before A's feed caught up, is cut if the
+	// catch-up is larger than its queue: an overflow, documented, counted
+	// apart; a slow reader's drop is another reason again.)
 	for i, node := range nodes {
 		m := opsScrape(t, node.client, node.url("/metrics"))
-		assert.Equal(t, "node "+string(rune('A'+i))+" subscribers dropped for a reset",
+		name := "node " + string(rune('A'+i))
+		assert.Equal(t, name+" subscribers dropped for a reset",
 			m[`chatrelay_hub_drops_total{reason="reset"}`], float64(2*(1-i)))
+		if n := m[`chatrelay_hub_drops_total{reason="overflow"}`]; n > 0 {
+			t.Logf("%s: %v subscribers handed a catch-up larger than their queue", name, n)
+		}
 	}
 	_, refused := counts()
 	posts := len(stored) - 2 // not the first message and the last

@@ -115,7 +115,7 @@ type frameWriter interface {
 	// client that left.
 	heartbeat() error
 	// end tells the client why the stream ends, if its transport can:
-	// why is a hub error (hub.ErrSlow, ErrReset, ErrClosed).
+	// why is a hub error (hub.ErrSlow, ErrReset, ErrOverflow, ErrClosed).
 	end(why error)
 	// revoked tells a participant that its share link no longer holds
 	// (code token_revoked or token_expired); the stream then ends.
@@ -497,6 +497,8 @@ func closeReason(err error) string {
 		return "shutdown"
 	case errors.Is(err, hub.ErrReset):
 		return "reset"
+	case errors.Is(err, hub.ErrOverflow):
+		return "overflow"
 	default:
 		return "closed"
 	}
