@@ -70,7 +70,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	// ctx, which closes the connection and so ends a write blocked on a
 	// client that stopped reading.
 	ctx, cancel := context.WithCancel(s.abortCtx)
-	ww := &wsWriter{s: s, c: c, ctx: ctx}
+	ww := &wsWriter{s: s, c: c, ctx: ctx, opened: make(chan struct{})}
 	gone, left := context.WithCancel(context.Background())
 	readerDone := make(chan struct{})
 	go func() { // owned by the session, whose end waits for it
@@ -164,9 +164,10 @@ func headerHas(h http.Header, name, token string) bool {
 // wsWriter frames a session as WebSocket text frames, each write bounded
 // by the server's write timeout.
 type wsWriter struct {
-	s   *Server
-	c   *websocket.Conn
-	ctx context.Context
+	s      *Server
+	c      *websocket.Conn
+	ctx    context.Context
+	opened chan struct{} // closed once start returns: the reader answers only then
 }
 
 func (ww *wsWriter) name() string { return transportWS }
@@ -178,6 +179,7 @@ func (ww *wsWriter) write(b []byte) error {
 }
 
 func (ww *wsWriter) start(o opening) error {
+	defer close(ww.opened)
 	o.ready.Type = "ready"
 	if err := ww.write(o.ready.marshal()); err != nil {
 		return err
@@ -235,6 +237,14 @@ func (ww *wsWriter) revoked(code chatrelay.Code) {
 // wsRead reads the client's frames until the connection ends, running
 // posts and writing their answers.
 func (s *Server) wsRead(ctx context.Context, ww *wsWriter, req streamRequest) {
+	// ready is the stream's first frame, even when the client posts in the
+	// packet of its handshake or at once on open: frames are read (and
+	// answered) only once the opening is written.
+	select {
+	case <-ww.opened:
+	case <-ctx.Done():
+		return
+	}
 	for {
 		typ, data, err := ww.c.Read(ctx)
 		if err != nil {
