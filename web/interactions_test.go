@@ -133,15 +133,9 @@ func startConversation(t *testing.T, u, first string) (*tab, string) {
 // browser (its own stream).
 func TestApprovalInEveryTabAtOnce(t *testing.T) {
 	srv := startServer(t)
-	a, token := startConversation(t, srv.URL, "May I deploy build 412?")
+	tabs, token := threeTabs(t, srv, "May I deploy build 412?")
 	thread := threadOf(token)
-	a2 := a.sibling()
-	a2.open(srv.URL)
-	a2.waitState(live, "ws")
-	b := newWindow(t)
-	b.adopt(srv.URL, token)
-	b.waitState(live, "ws")
-	tabs := []*tab{a, a2, b}
+	a, a2, b := tabs[0], tabs[1], tabs[2]
 
 	q := srv.ask(thread, "--approval", "Deploy build 412 to production?", "--title", "deploy",
 		"--detail", "build=412", "--detail", "branch=main", "--timeout", "15m")
@@ -374,15 +368,9 @@ func TestInteractionClosedWhileCutOff(t *testing.T) {
 // counts; one added or removed in one tab shows in the others.
 func TestReactionsAcrossTabs(t *testing.T) {
 	srv := startServer(t)
-	a, token := startConversation(t, srv.URL, "ship it?")
+	tabs, token := threeTabs(t, srv, "ship it?")
 	thread := threadOf(token)
-	a2 := a.sibling()
-	a2.open(srv.URL)
-	a2.waitState(live, "ws")
-	b := newWindow(t)
-	b.adopt(srv.URL, token)
-	b.waitState(live, "ws")
-	tabs := []*tab{a, a2, b}
+	a, a2, b := tabs[0], tabs[1], tabs[2]
 
 	srv.reply(thread, "on it")
 	for _, tb := range tabs {
@@ -729,4 +717,20 @@ func TestApprovalScreenshot(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "approval-phone.png"), screenshot(tb), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// threeTabs starts a conversation with first and opens it in three live
+// tabs: the first, a second tab of the same browser (which shares the
+// first's stream) and a tab of another browser (its own stream). It
+// returns the tabs and the conversation's token.
+func threeTabs(t *testing.T, srv *server, first string) ([]*tab, string) {
+	t.Helper()
+	a, token := startConversation(t, srv.URL, first)
+	a2 := a.sibling()
+	a2.open(srv.URL)
+	a2.waitState(live, "ws")
+	b := newWindow(t)
+	b.adopt(srv.URL, token)
+	b.waitState(live, "ws")
+	return []*tab{a, a2, b}, token
 }
