@@ -67,33 +67,35 @@ func Redact(s string) string {
 // redaction can lengthen a string ("password=x" becomes
 // "password=[redacted]"): each is then cut to its field's limit, with "…",
 // so the participant's view keeps every limit of the contract. m is not
-// changed (its interaction and card are copied if redacted).
-func RedactMessage(m Message) Message {
-	m.Text = redactTo(m.Text, LimitPostText)
+// changed (its interaction and card are copied). It also reports whether
+// any string changed: if none did, a participant reads m as it is.
+func RedactMessage(m Message) (Message, bool) {
+	var r redactor
+	m.Text = r.to(m.Text, LimitPostText)
 	if ix := m.Interaction; ix != nil {
 		c := *ix
 		title, prompt := LimitInputTitle, LimitInputPrompt
 		if c.Type == Approval {
 			title, prompt = LimitApprovalTitle, LimitApprovalText
 		}
-		c.Title, c.Prompt = redactTo(c.Title, title), redactTo(c.Prompt, prompt)
+		c.Title, c.Prompt = r.to(c.Title, title), r.to(c.Prompt, prompt)
 		c.Choices = slices.Clone(c.Choices)
 		for i := range c.Choices {
 			ch := &c.Choices[i]
-			ch.Value, ch.Label = redactTo(ch.Value, LimitChoiceValue), redactTo(ch.Label, LimitChoiceLabel)
-			ch.Description = redactTo(ch.Description, LimitChoiceDesc)
+			ch.Value, ch.Label = r.to(ch.Value, LimitChoiceValue), r.to(ch.Label, LimitChoiceLabel)
+			ch.Description = r.to(ch.Description, LimitChoiceDesc)
 		}
-		c.Details = redactDetails(c.Details, LimitDetailLabel, LimitDetailValue)
+		c.Details = r.details(c.Details, LimitDetailLabel, LimitDetailValue)
 		if c.Answer != nil {
 			a := *c.Answer
-			a.Value = redactTo(a.Value, LimitAnswerValue)
+			a.Value = r.to(a.Value, LimitAnswerValue)
 			c.Answer = &a
 		}
 		m.Interaction = &c
 	}
 	if cd := m.Card; cd != nil {
 		c := *cd
-		c.Title, c.FallbackText = redactTo(c.Title, LimitCardTitle), redactTo(c.FallbackText, LimitCardFallback)
+		c.Title, c.FallbackText = r.to(c.Title, LimitCardTitle), r.to(c.FallbackText, LimitCardFallback)
 		c.Blocks = slices.Clone(c.Blocks)
 		for i := range c.Blocks {
 			b := &c.Blocks[i]
@@ -101,25 +103,34 @@ func RedactMessage(m Message) Message {
 			if b.Type == CodeBlock {
 				text = LimitCodeText
 			}
-			b.Text, b.URL = redactTo(b.Text, text), redactTo(b.URL, LimitLinkURL)
-			b.Label, b.Language = redactTo(b.Label, LimitLinkLabel), redactTo(b.Language, LimitCodeLanguage)
-			b.Fields = redactDetails(b.Fields, LimitFieldLabel, LimitFieldValue)
+			b.Text, b.URL = r.to(b.Text, text), r.to(b.URL, LimitLinkURL)
+			b.Label, b.Language = r.to(b.Label, LimitLinkLabel), r.to(b.Language, LimitCodeLanguage)
+			b.Fields = r.details(b.Fields, LimitFieldLabel, LimitFieldValue)
 		}
 		m.Card = &c
 	}
-	return m
+	return m, r.changed
 }
 
-// redactTo redacts s and cuts it to l.Max code points.
-func redactTo(s string, l Limit) string { return cut(Redact(s), l.Max) }
+// redactor redacts a message's strings and notes whether any changed.
+type redactor struct{ changed bool }
 
-func redactDetails(ds []Detail, label, value Limit) []Detail {
+// to redacts s and cuts it to l.Max code points.
+func (r *redactor) to(s string, l Limit) string {
+	out := cut(Redact(s), l.Max)
+	if out != s {
+		r.changed = true
+	}
+	return out
+}
+
+func (r *redactor) details(ds []Detail, label, value Limit) []Detail {
 	if ds == nil {
 		return nil
 	}
 	out := slices.Clone(ds)
 	for i := range out {
-		out[i].Label, out[i].Value = redactTo(out[i].Label, label), redactTo(out[i].Value, value)
+		out[i].Label, out[i].Value = r.to(out[i].Label, label), r.to(out[i].Value, value)
 	}
 	return out
 }

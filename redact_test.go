@@ -70,7 +70,8 @@ func TestRedactMessage(t *testing.T) {
 			Details: []chatrelay.Detail{{Label: "k", Value: key}}, Answer: &chatrelay.Answer{Value: key}},
 		Card: &chatrelay.Card{Title: key, FallbackText: key, Blocks: []chatrelay.Block{{Type: "text", Text: key},
 			{Type: "fields", Fields: []chatrelay.Detail{{Label: key, Value: key}}}, {Type: "link", URL: "https://u:" + key + "@x.example", Label: key}}}}
-	r := chatrelay.RedactMessage(m)
+	r, changed := chatrelay.RedactMessage(m)
+	assert.True(t, changed, "a message with secrets reported unchanged")
 	js := string(chatrelay.MarshalMessageV2(r))
 	assert.True(t, !strings.Contains(js, "AbCdEfGh"), "a secret left: %s", js)
 	assert.True(t, strings.Count(js, "[redacted]") >= 13, "redactions: %s", js)
@@ -129,7 +130,7 @@ func TestRedactKeepsLimits(t *testing.T) {
 	t.Parallel()
 	text := strings.Repeat("password=x ", chatrelay.MaxText/11) + "end"
 	text = string([]rune(text)[:chatrelay.MaxText])
-	r := chatrelay.RedactMessage(chatrelay.Message{Text: text})
+	r, _ := chatrelay.RedactMessage(chatrelay.Message{Text: text})
 	n := utf8.RuneCountInString(r.Text)
 	assert.True(t, n == chatrelay.MaxText && strings.HasSuffix(r.Text, "…") && strings.Contains(r.Text, "password=[redacted]"), "%d code points", n)
 }

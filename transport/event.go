@@ -40,9 +40,10 @@ type Event struct {
 	// The transports measure the fan-out delay from it.
 	Stored time.Time
 
-	redacted      lazyFrame // the redacted entry's marker: built once
-	redactedEntry store.Entry
-	sse, ws       [2][numKinds]lazyFrame // [redacted][kind]
+	redactOnce sync.Once              // builds redacted and plain
+	redacted   store.Entry            // the message as a participant sees it
+	plain      bool                   // redaction changed nothing: participants share the owner's frames
+	sse, ws    [2][numKinds]lazyFrame // [redacted][kind]
 }
 
 // lazyFrame is a frame encoded on first use.
@@ -61,27 +62,36 @@ func NewEvent(thread string, e store.Entry) *Event {
 	return &Event{Thread: thread, Entry: e}
 }
 
-// Epoch is the change's epoch: the message's rev (its epoch if new).
-func (ev *Event) Epoch() int64 { return ev.Entry.Rev }
-
 // entry is the message as a view sees it: redacted for a participant
 // (built once per event).
 func (ev *Event) entry(redact bool) store.Entry {
 	if !redact {
 		return ev.Entry
 	}
-	ev.redacted.get(func() []byte {
-		ev.redactedEntry = redactEntry(ev.Entry)
-		return nil
-	})
-	return ev.redactedEntry
+	ev.redactOnce.Do(func() { ev.redacted, ev.plain = redactEntry(ev.Entry) })
+	return ev.redacted
 }
 
-// redactEntry is e with every string a participant reads redacted.
-func redactEntry(e store.Entry) store.Entry {
-	r := store.NewEntry(chatrelay.RedactMessage(e.Message))
+// frames is the index of the frames a view uses: the redacted ones only
+// if redaction changed the message.
+func (ev *Event) frames(redact bool) int {
+	if !redact {
+		return 0
+	}
+	ev.entry(true)
+	return b2i(!ev.plain)
+}
+
+// redactEntry is e with every string a participant reads redacted, and
+// whether that left it as it was (then e itself, encoded nothing again).
+func redactEntry(e store.Entry) (store.Entry, bool) {
+	m, changed := chatrelay.RedactMessage(e.Message)
+	if !changed {
+		return e, true
+	}
+	r := store.NewEntry(m)
 	r.Replayed = e.Replayed
-	return r
+	return r, false
 }
 
 // json is the message object a frame of kind k carries.
@@ -104,7 +114,7 @@ func (ev *Event) id(k kind) int64 {
 
 // SSE is the event's SSE frame of kind k (redacted for a participant).
 func (ev *Event) SSE(k kind, redact bool) []byte {
-	return ev.sse[b2i(redact)][k].get(func() []byte {
+	return ev.sse[ev.frames(redact)][k].get(func() []byte {
 		js := ev.json(k, redact)
 		return AppendSSE(make([]byte, 0, len(js)+48), ev.id(k), k.name(), js) // 41 bytes of framing with a 13-digit id
 	})
@@ -112,7 +122,7 @@ func (ev *Event) SSE(k kind, redact bool) []byte {
 
 // WS is the event's WebSocket frame of kind k (redacted for a participant).
 func (ev *Event) WS(k kind, redact bool) []byte {
-	return ev.ws[b2i(redact)][k].get(func() []byte {
+	return ev.ws[ev.frames(redact)][k].get(func() []byte {
 		js := ev.json(k, redact)
 		return AppendWS(make([]byte, 0, len(js)+32), k.name(), js)
 	})

@@ -32,6 +32,26 @@ func TestEventFrames(t *testing.T) {
 	}
 }
 
+// TestRedactedFrames: a participant's frame of a message with a secret
+// hides it; one of a message with none is the owner's frame itself
+// (encoded once for both).
+func TestRedactedFrames(t *testing.T) {
+	t.Parallel()
+	m := chatrelay.Message{ID: "MSG-20261023-184000-a1b2c3", Epoch: 1792778400123, TS: "2026-10-23T18:40:00+00:00",
+		Author: chatrelay.Operator, Text: "the key is sk-proj-AbCdEfGhIjKlMnOpQrStUv123", Rev: 1792778400123}
+	secret := NewEvent("a1b2c3d4e5f60718", store.NewEntry(m))
+	m.Text = "nothing to hide"
+	plain := NewEvent("a1b2c3d4e5f60718", store.NewEntry(m))
+	for _, k := range []kind{v1Message, v2Message, v2Update} {
+		for name, f := range map[string]func(*Event, kind, bool) []byte{"SSE": (*Event).SSE, "WS": (*Event).WS} {
+			assert.True(t, !bytes.Contains(f(secret, k, true), []byte("AbCdEfGh")) && bytes.Contains(f(secret, k, true), []byte(chatrelay.Redacted)),
+				"%s %d: the participant's frame %s", name, k, f(secret, k, true))
+			assert.True(t, bytes.Contains(f(secret, k, false), []byte("AbCdEfGh")), "%s %d: the owner's frame lost the text", name, k)
+			assert.True(t, &f(plain, k, true)[0] == &f(plain, k, false)[0], "%s %d: a frame with nothing to redact encoded twice", name, k)
+		}
+	}
+}
+
 // BenchmarkSSEFrame builds a change's event and writes its SSE frame, as
 // the first stream of a thread does.
 func BenchmarkSSEFrame(b *testing.B) {

@@ -37,7 +37,8 @@ type view struct {
 // entry is e as the view shows it.
 func (v view) entry(e store.Entry) store.Entry {
 	if v.redact {
-		return redactEntry(e)
+		r, _ := redactEntry(e)
+		return r
 	}
 	return e
 }
