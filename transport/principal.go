@@ -58,11 +58,10 @@ const (
 	ownerOnly who = iota // the thread's token only: a participant gets 403 not_permitted
 	members              // the owner and every participant
 	writers              // the owner and commenters: a viewer gets 403 not_permitted
-	anyone               // no credentials needed
 )
 
 func (w who) String() string {
-	return [...]string{"owner", "members", "writers", "anyone"}[w]
+	return [...]string{"owner", "members", "writers"}[w]
 }
 
 // allows reports whether w takes p, or the refusal.
@@ -142,10 +141,10 @@ func (s *Server) participant(r *http.Request, token string) (principal, error) {
 func (s *Server) grantRefusal(ctx context.Context, thread string, g chatrelay.Grant) error {
 	switch g.StateAt(s.cfg.Now()) {
 	case chatrelay.Revoked:
-		return chatrelay.Errorf(chatrelay.TokenRevoked, "this link was revoked by the conversation's owner")
+		return errRevoked
 	case chatrelay.Lapsed:
 		s.noteExpired(ctx, thread, g)
-		return chatrelay.Errorf(chatrelay.TokenExpired, "this link expired: ask the owner for a new one")
+		return errExpired
 	}
 	return nil
 }

@@ -144,7 +144,7 @@ type route struct {
 	pattern string
 	method  string
 	who     who
-	cors    bool // pages of the allowed origins may call it
+	parts   bool // it needs a store that keeps participants (else 404)
 	handle  func(w http.ResponseWriter, r *http.Request, p principal)
 }
 
@@ -152,16 +152,16 @@ type route struct {
 // also served with a .php suffix.
 func (s *Server) routeTable() []route {
 	return []route{
-		{"/api/chat/post", http.MethodPost, writers, true, s.handlePost},
-		{"/api/chat/poll", http.MethodGet, members, true, s.handlePoll},
-		{"/api/chat/ticket", http.MethodPost, members, true, s.handleTicket},
-		{"/api/chat/respond", http.MethodPost, ownerOnly, true, s.handleRespond},
-		{"/api/chat/react", http.MethodPost, writers, true, s.handleReact},
+		{"/api/chat/post", http.MethodPost, writers, false, s.handlePost},
+		{"/api/chat/poll", http.MethodGet, members, false, s.handlePoll},
+		{"/api/chat/ticket", http.MethodPost, members, false, s.handleTicket},
+		{"/api/chat/respond", http.MethodPost, ownerOnly, false, s.handleRespond},
+		{"/api/chat/react", http.MethodPost, writers, false, s.handleReact},
 		{"/api/chat/participants", http.MethodPost, ownerOnly, true, s.handleInvite},
 		{"/api/chat/participants", http.MethodGet, ownerOnly, true, s.handleParticipants},
 		{"/api/chat/participants/{id}", http.MethodDelete, ownerOnly, true, s.handleRevoke},
 		{"/api/chat/participants/audit", http.MethodGet, ownerOnly, true, s.handleAudit},
-		{"/api/chat/whoami", http.MethodGet, members, true, s.handleWhoami},
+		{"/api/chat/whoami", http.MethodGet, members, false, s.handleWhoami},
 	}
 }
 
@@ -180,10 +180,7 @@ func (s *Server) routes() {
 		byPattern[rt.pattern] = append(byPattern[rt.pattern], rt)
 	}
 	for _, pattern := range order {
-		h := s.methods(byPattern[pattern])
-		if byPattern[pattern][0].cors {
-			h = s.cors(h)
-		}
+		h := s.cors(s.methods(byPattern[pattern])) // pages of the allowed origins may call every route
 		s.mux.Handle(p+pattern, h)
 		if pattern == "/api/chat/post" || pattern == "/api/chat/poll" {
 			s.mux.Handle(p+pattern+".php", h)
@@ -214,7 +211,7 @@ func (s *Server) methods(rts []route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, rt := range rts {
 			if r.Method == rt.method || (rt.method == http.MethodGet && r.Method == http.MethodHead) {
-				s.gate(rt.who, rt.handle)(w, r)
+				s.gate(rt, rt.handle)(w, r)
 				return
 			}
 		}
@@ -224,17 +221,16 @@ func (s *Server) methods(rts []route) http.Handler {
 	})
 }
 
-// gate authenticates a request and lets through the principals w takes.
-func (s *Server) gate(w who, h func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
+// gate authenticates a request and lets through the principals rt takes.
+// (A share token on a store without participants is refused by
+// authenticate.)
+func (s *Server) gate(rt route, h func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
 		p, err := s.authenticate(r)
 		if err == nil {
-			err = w.allows(p)
+			err = rt.who.allows(p)
 		}
-		if err == nil && p.participant() && s.parts == nil {
-			err = chatrelay.Errorf(chatrelay.Unauthorized, "this server keeps no share links")
-		}
-		if err == nil && s.parts == nil && strings.Contains(r.URL.Path, "/participants") {
+		if err == nil && rt.parts && s.parts == nil {
 			err = chatrelay.Errorf(chatrelay.NotFound, "this server's store keeps no participants")
 		}
 		if err != nil {

@@ -255,13 +255,17 @@ func (s *Server) openSession(ctx context.Context, req streamRequest) (*session, 
 	}
 	ok = true
 	if g := req.p.grant; g != nil {
-		ctx, done := s.live.acquire(req.p.thread, *g)
-		req.p.ctx = ctx
+		gctx, done := s.live.acquire(req.p.thread, *g)
+		req.p.ctx = gctx
 		limit := release
 		release = func() { done(); limit() }
 		// Revoked between the check and now: the registry did not see it.
-		if cur, err := s.parts.Grant(ctx, req.p.thread, g.ID); err == nil && s.grantRefusal(ctx, req.p.thread, cur) != nil {
-			s.live.end(req.p.thread, g.ID, s.grantRefusal(ctx, req.p.thread, cur))
+		// (The request's ctx, not the grant's: the lookup is bounded by the
+		// client's staying.)
+		if cur, err := s.parts.Grant(ctx, req.p.thread, g.ID); err == nil {
+			if refused := s.grantRefusal(ctx, req.p.thread, cur); refused != nil {
+				s.live.end(req.p.thread, g.ID, refused)
+			}
 		}
 	}
 	ss.req, ss.sub, ss.backlog, ss.release = req, sub, page, release // req with the grant's context

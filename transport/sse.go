@@ -58,7 +58,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 			}()
 			// Shutdown's abort fails a write blocked on a client that stopped reading.
 			stopAbort := context.AfterFunc(s.abortCtx, func() { conn.SetWriteDeadline(time.Now()) })
-			ss.run(&sseWriter{s: s, out: &connSSE{s: s, conn: conn, head: head}}, gone, func() {
+			ss.run(&sseWriter{out: &connSSE{s: s, conn: conn, head: head}}, gone, func() {
 				stopAbort()
 				conn.Close()
 				<-readerDone
@@ -70,7 +70,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	rc.SetWriteDeadline(time.Time{}) // the server's WriteTimeout must not cut the stream
 	stopAbort := context.AfterFunc(s.abortCtx, func() { rc.SetWriteDeadline(time.Now()) })
 	w.WriteHeader(http.StatusOK)
-	ss.run(&sseWriter{s: s, out: &rwSSE{s: s, w: w, rc: rc}}, r.Context(), func() { stopAbort() })
+	ss.run(&sseWriter{out: &rwSSE{s: s, w: w, rc: rc}}, r.Context(), func() { stopAbort() })
 	<-ss.ended // the response is the stream: the handler returns when it ends
 }
 
@@ -109,7 +109,6 @@ func sseCursor(r *http.Request) string {
 
 // sseWriter frames a session as Server-Sent Events on out.
 type sseWriter struct {
-	s   *Server
 	out sseOut
 }
 

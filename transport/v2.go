@@ -54,7 +54,6 @@ func (body respondBody) answer() (chatrelay.Answer, string, error) {
 // the current message.
 func (s *Server) handleRespond(w http.ResponseWriter, r *http.Request, who principal) {
 	thread := who.thread
-	var err error
 	var body respondBody
 	if err := readJSON(w, r, &body); err != nil {
 		s.writeError(w, r, err)
