@@ -190,11 +190,15 @@ func TestScenariosAgainstServer(t *testing.T) {
 	s7 := res["S7"]
 	for _, key := range []string{"messages_delivered", "reactions_delivered"} {
 		d, _ := s7[key].(map[string]any)
-		if d["got"] != d["want"] || d["want"] == 0.0 {
+		got, ok1 := d["got"].(float64)
+		want, ok2 := d["want"].(float64)
+		if !ok1 || !ok2 || got != want || want == 0 {
 			t.Errorf("S7: %s %v", key, s7[key])
 		}
 	}
-	if s7["reactions"] == 0.0 || s7["posts"] == 0.0 || s7["lost"] != 0.0 || s7["repeated"] != nil {
+	reactions, ok1 := s7["reactions"].(float64)
+	posts, ok2 := s7["posts"].(float64)
+	if !ok1 || !ok2 || reactions == 0 || posts == 0 || s7["lost"] != 0.0 || s7["repeated"] != nil {
 		t.Errorf("S7: posts %v reactions %v lost %v repeated %v", s7["posts"], s7["reactions"], s7["lost"], s7["repeated"])
 	}
 	if _, ok := s7["reaction_p99_ms"].(float64); !ok {

@@ -190,6 +190,7 @@ func tool[T any](t testing.TB, ctx context.Context, e *agentEnv, verb string, ar
 type called struct {
 	r   *mcp.CallToolResult
 	err error
+	at  time.Time // when the answer came
 }
 
 // callAsync calls a tool in a goroutine of its own.
@@ -197,7 +198,7 @@ func (e *agentEnv) callAsync(ctx context.Context, verb string, args any) <-chan 
 	c := make(chan called, 1)
 	go func() {
 		r, err := e.cs.CallTool(ctx, &mcp.CallToolParams{Name: "chatrelay_" + verb, Arguments: args})
-		c <- called{r, err}
+		c <- called{r, err, time.Now()}
 	}()
 	return c
 }
@@ -296,7 +297,7 @@ func TestMCPOverStdio(t *testing.T) {
 	assert.Equal(t, "threads", len(th.Threads), 1)
 }
 
-// BenchmarkMCPWaitMessagesWake measures how long after an operator's post
+// BenchmarkMCPWaitMessagesWake measures how long after an operator sends a post
 // (over HTTP, to a server in this process) a `chatrelay mcp` process's
 // blocked wait_messages returns with it: the store's change feed across
 // processes, plus one MCP answer over a pipe.
@@ -311,10 +312,10 @@ func BenchmarkMCPWaitMessagesWake(b *testing.B) {
 		rd := tool[host.ReadThreadResult](b, ctx, e, "read_thread", map[string]any{"thread": e.thread})
 		woke := e.callAsync(ctx, "wait_messages", map[string]any{"thread": e.thread, "since": rd.Cursor, "timeout": 60})
 		e.awaitSent(b, "chatrelay_wait_messages")
+		posted := time.Now() // the person sends: the wake includes the post's round trip
 		e.http(b, "POST", "/api/chat/post", `{"text":"next"}`)
-		posted := time.Now()
 		c := <-woke
-		d := time.Since(posted)
+		d := c.at.Sub(posted)
 		if r := result[host.WaitMessagesResult](b, "wait_messages", c.r, c.err); r.TimedOut {
 			b.Fatal("wait_messages timed out")
 		}
