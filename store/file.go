@@ -94,6 +94,11 @@ type threadState struct {
 	announced int64
 	queued    bool     // in the pin queue; guarded by File.pins.mu
 	lockf     *os.File // <thread>.json.lock, kept open between writes (lockThread); guarded by mu
+	// auditLines counts the lines of the thread's audit file, as this
+	// process last counted and appended them (0: not counted yet); it
+	// decides when the file is cut. Other processes' lines are counted
+	// at the next cut. Guarded by mu.
+	auditLines int
 }
 
 // snapshot is one parsed version of a thread document; never modified.

@@ -364,11 +364,18 @@ func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent
 	if err := checkThread(thread); err != nil {
 		return err
 	}
-	_, unlock, err := s.lockState(ctx, thread)
+	t, unlock, err := s.lockState(ctx, thread)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	if t.auditLines == 0 { // the file's lines, once (counting parses nothing)
+		data, err := os.ReadFile(s.auditPath(thread))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return s.unavailable(thread, err)
+		}
+		t.auditLines = bytes.Count(data, []byte{'\n'})
+	}
 	line, _ := json.Marshal(ev)
 	f, err := os.OpenFile(s.auditPath(thread), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
@@ -381,7 +388,12 @@ func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent
 	if err != nil {
 		return s.unavailable(thread, err)
 	}
+	t.auditLines++
+	if t.auditLines <= 2*chatrelay.LimitAuditKept.Max {
+		return nil
+	}
 	events, err := s.readAudit(thread)
+	t.auditLines = len(events)
 	if err == nil && len(events) > 2*chatrelay.LimitAuditKept.Max {
 		var b []byte
 		for _, e := range events[len(events)-chatrelay.LimitAuditKept.Max:] {
@@ -390,6 +402,7 @@ func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent
 		}
 		if f, _, err := writeFileSync(s.dir, thread+".audit.jsonl", b, s.dsync); err == nil {
 			f.Close()
+			t.auditLines = chatrelay.LimitAuditKept.Max
 		}
 	}
 	return nil

@@ -1,10 +1,16 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
 )
 
 // FuzzParseParticipants: a participants record is read from disk, where
@@ -48,4 +54,49 @@ func FuzzParseParticipants(f *testing.F) {
 			t.Fatalf("%q: grants %+v became %+v", data, grants, again)
 		}
 	})
+}
+
+// TestAuditIsCut: past twice LimitAuditKept lines the audit file is cut
+// to the newest LimitAuditKept, counted across a reopen of the store (a
+// server restart) and with lines another process appended; AuditLog
+// always gives the newest, oldest first.
+func TestAuditIsCut(t *testing.T) {
+	t.Parallel()
+	const thread = "a1b2c3d4e5f60718"
+	kept := chatrelay.LimitAuditKept.Max
+	dir := t.TempDir()
+	audit := func(s *File, at int) {
+		t.Helper()
+		if err := s.Audit(t.Context(), thread, chatrelay.AuditEvent{At: int64(at), Event: chatrelay.AuditFirstUse, Participant: "p_0011aabb"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := func() int {
+		b, err := os.ReadFile(filepath.Join(dir, "chat", thread+".audit.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Count(b, []byte{'\n'})
+	}
+	s := openFile(t, dir, FileOptions{NoFsync: true})
+	for i := 1; i <= kept; i++ {
+		audit(s, i)
+	}
+	s.Close()
+	// Another writer of the folder (the CLI, another store) appends.
+	other := openFile(t, dir, FileOptions{NoFsync: true})
+	for i := kept + 1; i <= 2*kept-10; i++ {
+		audit(other, i)
+	}
+	s = openFile(t, dir, FileOptions{NoFsync: true}) // counts the file's lines once
+	for i := 2*kept - 9; i <= 2*kept; i++ {
+		audit(s, i)
+	}
+	assert.Equal(t, "lines at twice the kept", lines(), 2*kept)
+	audit(s, 2*kept+1)
+	assert.Equal(t, "lines after the cut", lines(), kept)
+	events, err := s.AuditLog(t.Context(), thread)
+	assert.Success(t, err)
+	assert.Equal(t, "events", len(events), kept)
+	assert.Equal(t, "oldest, newest", [2]int64{events[0].At, events[kept-1].At}, [2]int64{int64(kept + 2), int64(2*kept + 1)})
 }
