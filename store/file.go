@@ -878,18 +878,6 @@ func createTemp(dir, prefix string) (*os.File, string, error) {
 	return nil, "", &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*"), Err: fs.ErrExist}
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // dirSync groups the folder fsyncs of concurrent writers (group commit):
 // a rename is made durable by any fsync of the folder that starts after
 // it, so a writer waits for the running fsync (which may not cover it)

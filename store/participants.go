@@ -91,6 +91,29 @@ func parseParticipants(data []byte, thread string) ([]chatrelay.Grant, error) {
 	return f.Grants, nil
 }
 
+// AdmitGrant is how every backend's Invite admits g beside a thread's
+// grants: ParticipantLimit if the thread has the most active grants, an
+// Internal error if g lacks what a reader relies on (CheckGrant: it would
+// make the record unreadable), and g with a fresh id if its id is taken.
+func AdmitGrant(grants []chatrelay.Grant, g chatrelay.Grant, now time.Time) (chatrelay.Grant, error) {
+	if err := CheckGrant(g); err != nil {
+		return g, &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: fmt.Errorf("invite: the grant %w", err)}
+	}
+	active := 0
+	for i := range grants {
+		if grants[i].StateAt(now) == chatrelay.Active {
+			active++
+		}
+	}
+	if active >= chatrelay.LimitActiveGrants.Max {
+		return g, chatrelay.Errorf(chatrelay.ParticipantLimit, "this thread already has %d active share links: revoke one first", active)
+	}
+	for slices.ContainsFunc(grants, func(o chatrelay.Grant) bool { return o.ID == g.ID }) {
+		g.ID = chatrelay.NewParticipantID()
+	}
+	return g, nil
+}
+
 // CheckGrant checks what a reader of a stored grant relies on: its id,
 // its digest (64 hex) and its expiry. A backend's participants record
 // with a grant that fails it does not parse (it fails closed).
@@ -184,18 +207,9 @@ func (s *File) Invite(ctx context.Context, thread string, g chatrelay.Grant) err
 		if !exists {
 			return nil, false, chatrelay.Errorf(chatrelay.NotFound, "this thread has no message yet: post one before inviting")
 		}
-		now := s.now()
-		active := 0
-		for i := range grants {
-			if grants[i].StateAt(now) == chatrelay.Active {
-				active++
-			}
-		}
-		if active >= chatrelay.LimitActiveGrants.Max {
-			return nil, false, chatrelay.Errorf(chatrelay.ParticipantLimit, "this thread already has %d active share links: revoke one first", active)
-		}
-		for slices.ContainsFunc(grants, func(o chatrelay.Grant) bool { return o.ID == g.ID }) {
-			g.ID = chatrelay.NewParticipantID()
+		g, err := AdmitGrant(grants, g, s.now())
+		if err != nil {
+			return nil, false, err
 		}
 		return append(slices.Clone(grants), g), true, nil
 	})

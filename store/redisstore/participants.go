@@ -146,9 +146,6 @@ func (s *Store) Invite(ctx context.Context, thread string, g chatrelay.Grant) er
 	if err := checkThread(thread); err != nil {
 		return err
 	}
-	if err := store.CheckGrant(g); err != nil {
-		return &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: fmt.Errorf("redisstore: invite: the grant %w", err)}
-	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	for {
@@ -156,18 +153,9 @@ func (s *Store) Invite(ctx context.Context, thread string, g chatrelay.Grant) er
 		if err != nil {
 			return err
 		}
-		now := s.now()
-		active := 0
-		for i := range rec.grants {
-			if rec.grants[i].StateAt(now) == chatrelay.Active {
-				active++
-			}
-		}
-		if active >= chatrelay.LimitActiveGrants.Max {
-			return chatrelay.Errorf(chatrelay.ParticipantLimit, "this thread already has %d active share links: revoke one first", active)
-		}
-		for rec.find(g.ID) >= 0 {
-			g.ID = chatrelay.NewParticipantID()
+		g, err := store.AdmitGrant(rec.grants, g, s.now())
+		if err != nil {
+			return err
 		}
 		js, _ := json.Marshal(g)
 		ok, err := s.writeGrants(ctx, thread, rec, true, g.Digest[:16], g.ID, g.ID, string(js))
