@@ -805,7 +805,7 @@ func TestV2Encoding(t *testing.T) {
 	ask := chatrelay.Ask{Type: chatrelay.Input, Prompt: "Which <branch>?", Choices: []chatrelay.Choice{{Value: "main", Label: "Main \"branch\""}}, Timeout: time.Minute}
 	answered := ask.Interaction(now)
 	answered.State, answered.Answer, answered.AnsweredBy, answered.AnsweredAt = chatrelay.Answered, &chatrelay.Answer{Value: "main"}, chatrelay.Operator, now.UnixMilli()+5
-	base := chatrelay.Message{ID: "MSG-20261023-180000-a1b2c3", Epoch: now.UnixMilli(), TS: "2026-10-23T18:00:00+00:00", Author: chatrelay.Hermes, Text: "line\nbreak & <b>"}
+	base := chatrelay.Message{ID: "MSG-20261023-180000-a1b2c3", Epoch: now.UnixMilli(), TS: "2026-10-23T18:00:00+00:00", Author: chatrelay.Hermes, Text: "line\nbreak & <b> ,\"rev\":1,"}
 	for _, m := range []chatrelay.Message{
 		{AuthorName: "Alex \u2028", ClientID: "tab-1:2"},
 		{Interaction: ask.Interaction(now)},
@@ -816,7 +816,8 @@ func TestV2Encoding(t *testing.T) {
 		if !hasV2(&m) {
 			t.Fatalf("hasV2(%+v) = false", m)
 		}
-		head, tail := splitV2(m)
+		v1 := chatrelay.MarshalMessage(m)
+		head, tail := string(v1[:len(v1)-1])+`,"rev":`, v2Tail(m)
 		m.Rev = m.Epoch + 42
 		stored := head + strconv.FormatInt(m.Rev, 10) + tail
 		if want := string(chatrelay.MarshalMessageV2(m)); stored != want {

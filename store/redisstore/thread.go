@@ -39,7 +39,7 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 	r := &appendReq{m: m}
 	if msg := (chatrelay.Message{AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card}); hasV2(&msg) {
 		msg.Author, msg.Text = m.Author, m.Text
-		_, r.tail = splitV2(msg)
+		r.tail = v2Tail(msg)
 		if ix != nil {
 			r.ix, r.deadline = ix.ID, ix.Deadline
 		}

@@ -117,7 +117,7 @@ func (s *Store) Change(ctx context.Context, thread string, c store.Change) (stor
 		}
 		// The v2 object begins with the message's v1 JSON as the log has it
 		// (a change never changes a v1 field), then its rev and the rest.
-		_, tail := splitV2(m)
+		tail := v2Tail(m)
 		head := string(e.JSON[:len(e.JSON)-1]) + `,"rev":`
 		done := ""
 		if was && m.Interaction.State != chatrelay.Pending {

@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"maps"
+
 	"github.com/chatrelay/chatrelay"
 
 	"bytes"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
@@ -56,7 +59,7 @@ func TestChangeComparesAndSets(t *testing.T) {
 		t.Fatalf("A wrote %d times, want 2 (its first compare-and-set fails)", cas)
 	}
 	want := chatrelay.Reactions{"🎉": {chatrelay.Operator}, "👍": {chatrelay.Hermes}}
-	if !equalReactions(got.Reactions, want) || !(m.Epoch < between.Rev && between.Rev < got.Rev) {
+	if !maps.EqualFunc(got.Reactions, want, slices.Equal) || !(m.Epoch < between.Rev && between.Rev < got.Rev) {
 		t.Fatalf("after two reactions: %s (B's at rev %d)", got.JSON2, between.Rev)
 	}
 	if want := chatrelay.MarshalMessageV2(got.Message); !bytes.Equal(got.JSON2, want) {
@@ -83,25 +86,6 @@ func TestChangeComparesAndSets(t *testing.T) {
 	if len(p.Messages) != 1 || p.Messages[0].Interaction.Answer.Value != "main" || p.Cursor != between.Rev {
 		t.Fatalf("changes after the ask: %+v", p)
 	}
-}
-
-func noErr(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func equalReactions(a, b chatrelay.Reactions) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if !slices.Equal(v, b[k]) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestConcurrentReactionsLoseNothing: 40 reactions by 40 reactors on one
@@ -424,8 +408,8 @@ func TestSweepRemovesEveryKey(t *testing.T) {
 	ix := askOn(t, s, thV2, approvalAsk)
 	must[store.Entry](t)(s.Change(ctx, thV2, store.Change{Op: store.React, MessageID: ix.ID, Emoji: "👀", By: chatrelay.Operator}))
 	g, tok := chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter, Kind: chatrelay.Human, ExpiresIn: 24 * time.Hour, Cap: 5}.Grant(clk.Now())
-	noErr(t, s.Invite(ctx, thV2, g))
-	noErr(t, s.Audit(ctx, thV2, chatrelay.AuditEvent{At: 1, Event: chatrelay.AuditIssued, Participant: g.ID}))
+	assert.Success(t, s.Invite(ctx, thV2, g))
+	assert.Success(t, s.Audit(ctx, thV2, chatrelay.AuditEvent{At: 1, Event: chatrelay.AuditIssued, Participant: g.ID}))
 	const kept = "0000000000000001"
 	must[store.Entry](t)(s.Append(ctx, kept, store.NewMessage{Text: "stays"}))
 	rec := follow(t, s)
@@ -471,7 +455,7 @@ func TestFeedCatchesUpChanges(t *testing.T) {
 	m := must[store.Entry](t)(a.Append(ctx, thV2, store.NewMessage{Text: "hello"}))
 	ix := askOn(t, a, thV2, inputAsk)
 	g, _ := chatrelay.Invite{Name: "Alex", Role: chatrelay.Viewer, Kind: chatrelay.Human, ExpiresIn: time.Hour, Cap: 1}.Grant(time.Now())
-	noErr(t, a.Invite(ctx, thV2, g))
+	assert.Success(t, a.Invite(ctx, thV2, g))
 	gt := newGate()
 	b.onLost = gt.hook
 	rec := follow(t, b)
