@@ -49,6 +49,27 @@ func (e *pushEnv) asParticipant(method, path, tok, body string) (int, []byte) {
 	return status, b
 }
 
+// TestParticipantReadsTheSchema: a participant's Bearer token works on
+// the schema routes (contract Part 3), a viewer's as well as a
+// commenter's: the same bytes as without a token.
+func TestParticipantReadsTheSchema(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	owner := tokenN(1)
+	e.mustPost(owner, "hello")
+	for _, body := range []string{`{"name":"Alex"}`, `{"name":"Vi","role":"viewer"}`} {
+		p := e.invite(owner, body)
+		for path, want := range map[string][]byte{"/api/schema.json": chatrelay.Schema(), "/api/limits.json": nil} {
+			status, b := e.asParticipant(http.MethodGet, path, p.Token, "")
+			assert.Equal(t, path+" as "+body, status, http.StatusOK)
+			if want == nil {
+				_, _, want = e.do(http.MethodGet, path, "", "", nil)
+			}
+			assert.Equal(t, path+" as "+body+": the body", string(b), string(want))
+		}
+	}
+}
+
 // TestInviteAndManage: invite, list, whoami, revoke and audit as the
 // contract says, with every refusal's code.
 func TestInviteAndManage(t *testing.T) {
