@@ -2,6 +2,8 @@ package store
 
 import (
 	"cmp"
+	"hash/maphash"
+	"os"
 	"slices"
 
 	"github.com/chatrelay/chatrelay"
@@ -153,8 +155,14 @@ func (s *File) announce(thread string, t *threadState, d threadDoc) {
 }
 
 // pokeParticipants tells the feeds that another process changed the
-// thread's participants record (and puts its grants in the index).
+// thread's participants record (and puts its grants in the index). A
+// record with the bytes this process wrote last is its own write, which
+// writeGrants announced.
 func (s *File) pokeParticipants(thread string) {
+	data, err := os.ReadFile(s.participantsPath(thread))
+	if err == nil && s.index.known(thread, maphash.Bytes(docSeed, data)) {
+		return
+	}
 	if grants, err := s.readGrants(thread); err == nil {
 		s.noteGrants(thread, grants)
 	}

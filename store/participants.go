@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -161,8 +162,11 @@ func (s *File) readGrants(thread string) ([]chatrelay.Grant, error) {
 // locks.
 func (s *File) writeGrants(thread string, grants []chatrelay.Grant) error {
 	b, _ := json.Marshal(participantsFile{Version: 1, Thread: thread, Grants: grants})
-	f, _, err := writeFileSync(s.dir, thread+".participants.json", append(b, '\n'), s.dsync)
+	b = append(b, '\n')
+	s.index.known(thread, maphash.Bytes(docSeed, b)) // before the rename the watch sees
+	f, _, err := writeFileSync(s.dir, thread+".participants.json", b, s.dsync)
 	if err != nil {
+		s.index.forget(thread)
 		return s.unavailable(thread, err)
 	}
 	f.Close()
@@ -323,9 +327,36 @@ func (s *File) Resolve(ctx context.Context, digest string) (string, chatrelay.Gr
 
 // grantIndex maps digest prefixes to threads.
 type grantIndex struct {
-	mu      sync.Mutex // guards m and rebuilt
+	mu      sync.Mutex // guards m, rebuilt and sums
 	m       map[string]string
 	rebuilt time.Time
+	// sums holds, per thread, the maphash of the participants record this
+	// process last wrote or announced: the folder watch's event for a
+	// record with those bytes is this process's own write, already
+	// announced, and is not read and announced again.
+	sums map[string]uint64
+}
+
+// known records that the thread's record with sum was announced, and
+// reports whether it already was.
+func (x *grantIndex) known(thread string, sum uint64) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.sums == nil {
+		x.sums = make(map[string]uint64)
+	}
+	if x.sums[thread] == sum {
+		return true
+	}
+	x.sums[thread] = sum
+	return false
+}
+
+// forget drops the thread's sum: the next record seen is announced.
+func (x *grantIndex) forget(thread string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.sums, thread)
 }
 
 func (x *grantIndex) lookup(prefix string) (string, bool) {

@@ -2,12 +2,15 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
@@ -99,4 +102,61 @@ func TestAuditIsCut(t *testing.T) {
 	assert.Success(t, err)
 	assert.Equal(t, "events", len(events), kept)
 	assert.Equal(t, "oldest, newest", [2]int64{events[0].At, events[kept-1].At}, [2]int64{int64(kept + 2), int64(2*kept + 1)})
+}
+
+// TestOwnGrantsWriteAnnouncedOnce: a record this process writes is
+// announced once (by the write), not again when the folder watch sees
+// its rename; another process's write is announced. The other process's
+// write of a second thread's record comes after in the watch's order,
+// so once it is announced, the first record's event was handled.
+func TestOwnGrantsWriteAnnouncedOnce(t *testing.T) {
+	t.Parallel()
+	const a, b = "a1b2c3d4e5f60718", "b1b2c3d4e5f60718"
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{NoFsync: true})
+	other := openFile(t, dir, FileOptions{NoFsync: true})
+	for _, th := range []string{a, b} {
+		appendText(t, s, th, "hello")
+	}
+	var mu sync.Mutex
+	count := map[string]int{}
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Follow(ctx, func(bt Batch) {
+			if bt.Ready {
+				close(ready)
+			}
+			if bt.Participants {
+				mu.Lock()
+				count[bt.Thread]++
+				mu.Unlock()
+			}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	<-ready
+	grant := func(id string) chatrelay.Grant {
+		return chatrelay.Grant{ID: id, Name: "Jo", Kind: chatrelay.Human, Role: chatrelay.Viewer, CreatedAt: 1,
+			ExpiresAt: time.Now().Add(time.Hour).UnixMilli(), Digest: strings.Repeat("0f", 31) + id[len(id)-2:]}
+	}
+	assert.Success(t, s.Invite(t.Context(), a, grant("p_0011aabb")))
+	assert.Success(t, other.Invite(t.Context(), b, grant("p_0011aacc")))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := count[b]
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("another process's write of a record was not announced")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, "announcements of this process's own write", count[a], 1)
 }
