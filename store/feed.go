@@ -111,6 +111,16 @@ func (s *File) rescan() {
 	for _, name := range names {
 		s.poke(name)
 	}
+	// The participants records too: a revoke by another process that the
+	// watch missed (before it began, or lost in an overflow) must still end
+	// the participant's streams. A record with the bytes last announced is
+	// not announced again.
+	paths, _ := filepath.Glob(filepath.Join(s.dir, "*.participants.json"))
+	for _, p := range paths {
+		if name := strings.TrimSuffix(filepath.Base(p), ".participants.json"); chatrelay.ValidThread(name) {
+			s.pokeParticipants(name)
+		}
+	}
 }
 
 // poke announces what another process appended to thread.
