@@ -244,11 +244,19 @@ export class ChatClient extends EventTarget {
       catching: null,
       again: false,
       full: false,
+      online: false, // the browser said it is online again: try a live transport now
     };
     this.#run = run;
     const signal = run.ac.signal;
     if (!this.participant) globalThis.addEventListener?.("storage", (e) => this.#onStorage(e), { signal });
-    globalThis.addEventListener?.("online", () => this.#wake(), { signal });
+    globalThis.addEventListener?.(
+      "online",
+      () => {
+        run.online = true;
+        this.#wake();
+      },
+      { signal },
+    );
     globalThis.document?.addEventListener(
       "visibilitychange",
       () => document.hidden || this.#wake(),
@@ -447,6 +455,7 @@ export class ChatClient extends EventTarget {
     let fails = 0;
     let climbs = 0;
     while (this.#alive(run)) {
+      run.online = false; // this turn tries the live transports anyway
       const push = await this.#pushable(run);
       if (!this.#alive(run)) break;
       if (push === null) {
@@ -478,6 +487,7 @@ export class ChatClient extends EventTarget {
       }
       fails = 0;
       await this.#pollUntil(run, Date.now() + jitter(o.climbMs, climbs++, o.maxClimbMs));
+      if (run.online) climbs = 0; // the network came back: climb at once, and soon again
     }
   }
 
@@ -640,7 +650,7 @@ export class ChatClient extends EventTarget {
       }
       if (!this.#alive(run)) return;
       const hidden = globalThis.document?.hidden;
-      if (Date.now() >= climbAt && !hidden) return;
+      if ((Date.now() >= climbAt || run.online) && !hidden) return;
       const d = fails ? jitter(o.pollMs, fails, o.maxPollMs) : hidden ? o.hiddenPollMs : o.pollMs;
       await this.#sleep(run, d);
     }
