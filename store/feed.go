@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"hash/maphash"
-	"os"
 	"slices"
 
 	"github.com/chatrelay/chatrelay"
@@ -169,7 +168,7 @@ func (s *File) announce(thread string, t *threadState, d threadDoc) {
 // record with the bytes this process wrote last is its own write, which
 // writeGrants announced.
 func (s *File) pokeParticipants(thread string) {
-	data, err := os.ReadFile(s.participantsPath(thread))
+	data, err := s.readFile(s.participantsPath(thread))
 	if err == nil && s.index.known(thread, maphash.Bytes(docSeed, data)) {
 		return
 	}

@@ -199,6 +199,12 @@ func (s *File) withFDs(open func() error) error {
 	return err
 }
 
+// readFile is os.ReadFile through withFDs.
+func (s *File) readFile(path string) (data []byte, err error) {
+	err = s.withFDs(func() (err error) { data, err = os.ReadFile(path); return err })
+	return data, err
+}
+
 // closeLock closes the thread's kept lock file, unless a writer holds
 // the thread (then it stays open until the thread is let go of again):
 // TryLock, because the caller may hold another thread's mutex, or this
@@ -472,12 +478,6 @@ func (s *File) read(thread string) (threadDoc, bool, error) {
 	return snap.doc, true, nil
 }
 
-// lockFile takes an exclusive flock on path, waiting up to LockTimeout.
-func (s *File) lockFile(ctx context.Context, path string) (unlock func(), err error) {
-	err = s.withFDs(func() (err error) { unlock, err = lockPath(ctx, path, s.opt.LockTimeout); return err })
-	return unlock, err
-}
-
 // lockState locks a thread against this process's other goroutines
 // (t.mu) and other processes (lockThread), and returns its state and the
 // one function that unlocks both.
@@ -520,28 +520,37 @@ func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (l
 		s.pins.add(t, s.opt.MaxOpenDocs) // its descriptor is bounded with the pinned documents'
 	}
 	fd := int(t.lockf.Fd())
+	if err := flockWait(ctx, fd, path, s.opt.LockTimeout); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// flockWait takes an exclusive flock on fd, the open file path, waiting up
+// to timeout: StoreUnavailable ("busy") if it cannot be had.
+func flockWait(ctx context.Context, fd int, path string, timeout time.Duration) error {
 	busy := func(err error) error {
 		return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store is busy", Retry: time.Second, Err: fmt.Errorf("lock %s: %w", filepath.Base(path), err)}
 	}
-	err = flockNB(fd)
+	err := flockNB(fd)
 	if err == syscall.EWOULDBLOCK {
-		ctx, cancel := context.WithTimeout(ctx, s.opt.LockTimeout)
+		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		for err == syscall.EWOULDBLOCK {
 			select {
 			case <-ctx.Done():
-				return -1, busy(ctx.Err())
+				return busy(ctx.Err())
 			case <-tick.C:
 				err = flockNB(fd)
 			}
 		}
 	}
 	if err != nil {
-		return -1, busy(err)
+		return busy(err)
 	}
-	return fd, nil
+	return nil
 }
 
 // flockNB tries once to take an exclusive flock on fd.
@@ -755,22 +764,22 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 func (s *File) reserveThread(ctx context.Context, thread string) (bool, error) {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
-	unlock, err := s.lockFile(ctx, s.threadCountPath())
+	c, err := s.lockCount(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer unlock()
+	defer c.unlock()
 	if _, err := os.Stat(s.path(thread)); !errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
-	count, err := s.threadCount()
+	count, err := s.threadCount(c)
 	if err != nil {
 		return false, s.unavailable(thread, err)
 	}
 	if count >= s.opt.MaxThreads {
 		return false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
 	}
-	s.setThreadCount(count + 1)
+	setThreadCount(c, count+1)
 	return true, nil
 }
 
@@ -780,14 +789,14 @@ func (s *File) reserveThread(ctx context.Context, thread string) (bool, error) {
 func (s *File) releaseThread(ctx context.Context) {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
-	unlock, err := s.lockFile(context.WithoutCancel(ctx), s.threadCountPath())
+	c, err := s.lockCount(context.WithoutCancel(ctx))
 	if err != nil {
 		s.log.Warn("thread count stays one too high until the next sweep", "err", err)
 		return
 	}
-	defer unlock()
-	if count, err := s.threadCount(); err == nil && count > 0 {
-		s.setThreadCount(count - 1)
+	defer c.unlock()
+	if count, err := s.threadCount(c); err == nil && count > 0 {
+		setThreadCount(c, count-1)
 	}
 }
 
@@ -968,58 +977,80 @@ func (d *dirSync) close() {
 
 // The thread count is kept in .threads.lock itself (the lock file is
 // never renamed or removed, and it is read and written only under its
-// lock), so that creating a thread costs the same whatever the number of
-// threads: no folder listing. A count that does not read is recounted
-// from the folder; every sweep recounts it.
+// lock, through the descriptor the lock is held on), so that creating a
+// thread costs the same whatever the number of threads: no folder
+// listing. A count that does not read is recounted from the folder; every
+// sweep recounts it.
 func (s *File) threadCountPath() string { return filepath.Join(s.dir, ".threads.lock") }
 
-// threadCount reads the count; the caller holds .threads.lock.
-func (s *File) threadCount() (int, error) {
-	b, err := os.ReadFile(s.threadCountPath())
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+// countFile is .threads.lock, open and locked.
+type countFile struct{ f *os.File }
+
+// lockCount opens .threads.lock (letting go of kept files if the process
+// is out of descriptors) and takes its flock, waiting up to LockTimeout.
+func (s *File) lockCount(ctx context.Context) (countFile, error) {
+	path := s.threadCountPath()
+	var fd int
+	err := s.withFDs(func() (err error) {
+		fd, err = syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
+		return err
+	})
+	if err != nil {
+		return countFile{}, s.unavailable("", &fs.PathError{Op: "open", Path: path, Err: err})
+	}
+	f := os.NewFile(uintptr(fd), path)
+	if err := flockWait(ctx, fd, path, s.opt.LockTimeout); err != nil {
+		f.Close()
+		return countFile{}, err
+	}
+	return countFile{f}, nil
+}
+
+// unlock closes the file, which lets go of its flock.
+func (c countFile) unlock() { c.f.Close() }
+
+// threadCount reads the count, or recounts the folder if it does not read.
+func (s *File) threadCount(c countFile) (int, error) {
+	var buf [24]byte
+	n, err := c.f.ReadAt(buf[:], 0)
+	if err != nil && err != io.EOF {
 		return 0, err
 	}
-	if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n >= 0 {
+	if n, err := strconv.Atoi(strings.TrimSpace(string(buf[:n]))); err == nil && n >= 0 {
 		return n, nil
 	}
 	names, err := s.threadNames()
 	if err != nil {
 		return 0, err
 	}
-	s.setThreadCount(len(names))
+	setThreadCount(c, len(names))
 	return len(names), nil
 }
 
-// setThreadCount writes the count in place; the caller holds
-// .threads.lock. A failure leaves a count that does not read, which is
-// recounted.
-func (s *File) setThreadCount(n int) {
-	f, err := os.OpenFile(s.threadCountPath(), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	b := strconv.AppendInt(nil, int64(n), 10)
+// setThreadCount writes the count in place. A failure leaves a count that
+// does not read, which is recounted.
+func setThreadCount(c countFile, n int) {
+	b := strconv.AppendInt(make([]byte, 0, 24), int64(n), 10)
 	b = append(b, '\n')
-	if _, err := f.WriteAt(b, 0); err == nil {
-		f.Truncate(int64(len(b)))
+	if _, err := c.f.WriteAt(b, 0); err == nil {
+		c.f.Truncate(int64(len(b)))
 	}
 }
 
-// recount sets the count to the folder's threads, under .threads.lock.
+// recount sets the count to the folder's threads.
 func (s *File) recount(ctx context.Context) error {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
-	unlock, err := s.lockFile(ctx, s.threadCountPath())
+	c, err := s.lockCount(ctx)
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	defer c.unlock()
 	names, err := s.threadNames()
 	if err != nil {
 		return err
 	}
-	s.setThreadCount(len(names))
+	setThreadCount(c, len(names))
 	return nil
 }
 

@@ -143,7 +143,7 @@ func ParticipantsUnreadable(err error) error {
 
 // readGrants reads the thread's grants (none if it has no record).
 func (s *File) readGrants(thread string) ([]chatrelay.Grant, error) {
-	data, err := os.ReadFile(s.participantsPath(thread))
+	data, err := s.readFile(s.participantsPath(thread))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -164,7 +164,11 @@ func (s *File) writeGrants(thread string, grants []chatrelay.Grant) error {
 	b, _ := json.Marshal(participantsFile{Version: 1, Thread: thread, Grants: grants})
 	b = append(b, '\n')
 	s.index.known(thread, maphash.Bytes(docSeed, b)) // before the rename the watch sees
-	f, _, err := writeFileSync(s.dir, thread+".participants.json", b, s.dsync)
+	var f *os.File
+	err := s.withFDs(func() (err error) {
+		f, _, err = writeFileSync(s.dir, thread+".participants.json", b, s.dsync)
+		return err
+	})
 	if err != nil {
 		s.index.forget(thread)
 		return s.unavailable(thread, err)
@@ -415,14 +419,18 @@ func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent
 	}
 	defer unlock()
 	if t.auditLines == 0 { // the file's lines, once (counting parses nothing)
-		data, err := os.ReadFile(s.auditPath(thread))
+		data, err := s.readFile(s.auditPath(thread))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return s.unavailable(thread, err)
 		}
 		t.auditLines = bytes.Count(data, []byte{'\n'})
 	}
 	line, _ := json.Marshal(ev)
-	f, err := os.OpenFile(s.auditPath(thread), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	var f *os.File
+	err = s.withFDs(func() (err error) {
+		f, err = os.OpenFile(s.auditPath(thread), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		return err
+	})
 	if err != nil {
 		return s.unavailable(thread, err)
 	}
@@ -469,7 +477,8 @@ func (s *File) AuditLog(ctx context.Context, thread string) ([]chatrelay.AuditEv
 }
 
 func (s *File) readAudit(thread string) ([]chatrelay.AuditEvent, error) {
-	f, err := os.Open(s.auditPath(thread))
+	var f *os.File
+	err := s.withFDs(func() (err error) { f, err = os.Open(s.auditPath(thread)); return err })
 	if errors.Is(err, fs.ErrNotExist) {
 		return []chatrelay.AuditEvent{}, nil
 	}
