@@ -24,6 +24,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/store"
@@ -304,11 +305,32 @@ func TestKilledWriterLosesNoAcknowledgedMessage(t *testing.T) {
 	assert.Equal(t, "temp files", tmps, []string(nil))
 }
 
-// fdLimitChild runs with an open-file limit of 64 and a store told to keep
-// up to 1 000 threads open: it appends to 100 threads, then reads each
-// back, printing "<thread> <messages>" or "error <code>".
+// fdLimitChild runs with room for 48 more descriptors and a store told to
+// keep up to 1 000 threads open: it appends to 100 threads, invites a
+// participant to each and audits it, then reads each back, printing
+// "<thread> <messages> <grants> <audit events>" or "error <code>". The limit
+// counts descriptor numbers, not open files, and whatever started the
+// test may have passed on descriptors of its own, so the limit is set
+// where 48 numbers below it are free.
 func fdLimitChild() int {
-	lim := syscall.Rlimit{Cur: 64, Max: 64}
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	open := make(map[int]bool, len(entries))
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil {
+			open[fd] = true
+		}
+	}
+	limit, free := 0, 0
+	for ; free < 48; limit++ {
+		if !open[limit] {
+			free++
+		}
+	}
+	lim := syscall.Rlimit{Cur: uint64(limit), Max: uint64(limit)}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		fmt.Println("error setrlimit", err)
 		return 1
@@ -319,20 +341,40 @@ func fdLimitChild() int {
 		return 1
 	}
 	ctx := context.Background()
+	fail := func(err error) int {
+		fmt.Println("error", chatrelay.CodeOf(err), err)
+		return 1
+	}
 	for i := range 100 {
-		if _, err := st.Append(ctx, fmt.Sprintf("%016x", i+1), store.NewMessage{Text: "hello"}); err != nil {
-			fmt.Println("error", chatrelay.CodeOf(err), err)
-			return 1
+		thread := fmt.Sprintf("%016x", i+1)
+		if _, err := st.Append(ctx, thread, store.NewMessage{Text: "hello"}); err != nil {
+			return fail(err)
+		}
+		id := fmt.Sprintf("p_%08x", i+1)
+		g := chatrelay.Grant{ID: id, Name: "Jo", Kind: chatrelay.Human, Role: chatrelay.Viewer, CreatedAt: 1,
+			ExpiresAt: time.Now().Add(time.Hour).UnixMilli(), Digest: fmt.Sprintf("%064x", i+1)}
+		if err := st.Invite(ctx, thread, g); err != nil {
+			return fail(err)
+		}
+		if err := st.Audit(ctx, thread, chatrelay.AuditEvent{At: 1, Event: chatrelay.AuditIssued, Participant: id}); err != nil {
+			return fail(err)
 		}
 	}
 	for i := range 100 {
 		thread := fmt.Sprintf("%016x", i+1)
 		p, err := st.Since(ctx, thread, 0, 0)
 		if err != nil {
-			fmt.Println("error", chatrelay.CodeOf(err), err)
-			return 1
+			return fail(err)
 		}
-		fmt.Println(thread, len(p.Messages))
+		grants, err := st.Grants(ctx, thread)
+		if err != nil {
+			return fail(err)
+		}
+		audit, err := st.AuditLog(ctx, thread)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Println(thread, len(p.Messages), len(grants), len(audit))
 	}
 	return 0
 }
@@ -340,7 +382,9 @@ func fdLimitChild() int {
 // TestOutOfDescriptorsLetsGoOfKeptFiles: a store that keeps more thread
 // documents and lock files open than the process may have (its streams
 // hold the rest) lets go of kept ones when an open fails for want of a
-// descriptor, and the write or read goes on: no 503.
+// descriptor, and the write or read goes on: no 503, whichever file it
+// opens (a document, a lock, the thread count, a participants record, an
+// audit log).
 func TestOutOfDescriptorsLetsGoOfKeptFiles(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
@@ -350,6 +394,6 @@ func TestOutOfDescriptorsLetsGoOfKeptFiles(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	assert.True(t, err == nil && len(lines) == 100, "child: %v\n%s", err, out)
 	for _, l := range lines {
-		assert.True(t, strings.HasSuffix(l, " 1"), "child read %q", l)
+		assert.True(t, strings.HasSuffix(l, " 1 1 1"), "child read %q", l)
 	}
 }
