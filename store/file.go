@@ -497,8 +497,8 @@ func (s *File) lockState(ctx context.Context, thread string) (*threadState, func
 
 // lockThread takes the exclusive flock of the thread's lock file,
 // <thread>.json.lock, for a caller holding t.mu, waiting up to
-// LockTimeout. Unlike lockFile it keeps the file open between writes
-// (until the thread is let go of, with its pinned document): a write then
+// LockTimeout. It keeps the file open between writes (until the thread
+// is let go of, with its pinned document): a write then
 // costs two flock(2) calls, where gofrs/flock opens and closes the file
 // each time (open, four fcntl and an epoll_ctl of os.OpenFile, two flock,
 // close: nine system calls, two fifths of an append's). It is the same
@@ -508,15 +508,11 @@ func (s *File) lockState(ctx context.Context, thread string) (*threadState, func
 func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (lockedFD int, err error) {
 	path := s.path(thread) + ".lock"
 	if t.lockf == nil {
-		var fd int
-		err := s.withFDs(func() (err error) {
-			fd, err = syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
-			return err
-		})
+		f, err := s.openLock(thread, path)
 		if err != nil {
-			return -1, s.unavailable(thread, &fs.PathError{Op: "open", Path: path, Err: err})
+			return -1, err
 		}
-		t.lockf = os.NewFile(uintptr(fd), path)
+		t.lockf = f
 		s.pins.add(t, s.opt.MaxOpenDocs) // its descriptor is bounded with the pinned documents'
 	}
 	fd := int(t.lockf.Fd())
@@ -524,6 +520,24 @@ func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (l
 		return -1, err
 	}
 	return fd, nil
+}
+
+// openLock opens (creating, 0600, for writing as NFS's flock emulation
+// needs) the lock file path of thread ("" for the store-wide one), letting
+// go of kept files if the process is out of descriptors. It opens with
+// syscall.Open: os.OpenFile would register the file with the network
+// poller and set its blocking mode back and forth, for a file that is
+// only ever flocked, read and written at an offset.
+func (s *File) openLock(thread, path string) (*os.File, error) {
+	var fd int
+	err := s.withFDs(func() (err error) {
+		fd, err = syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
+		return err
+	})
+	if err != nil {
+		return nil, s.unavailable(thread, &fs.PathError{Op: "open", Path: path, Err: err})
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }
 
 // flockWait takes an exclusive flock on fd, the open file path, waiting up
@@ -990,16 +1004,11 @@ type countFile struct{ f *os.File }
 // is out of descriptors) and takes its flock, waiting up to LockTimeout.
 func (s *File) lockCount(ctx context.Context) (countFile, error) {
 	path := s.threadCountPath()
-	var fd int
-	err := s.withFDs(func() (err error) {
-		fd, err = syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
-		return err
-	})
+	f, err := s.openLock("", path)
 	if err != nil {
-		return countFile{}, s.unavailable("", &fs.PathError{Op: "open", Path: path, Err: err})
+		return countFile{}, err
 	}
-	f := os.NewFile(uintptr(fd), path)
-	if err := flockWait(ctx, fd, path, s.opt.LockTimeout); err != nil {
+	if err := flockWait(ctx, int(f.Fd()), path, s.opt.LockTimeout); err != nil {
 		f.Close()
 		return countFile{}, err
 	}
