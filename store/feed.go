@@ -172,7 +172,7 @@ func (s *File) pokeParticipants(thread string) {
 	if err == nil && s.index.known(thread, maphash.Bytes(docSeed, data)) {
 		return
 	}
-	if grants, err := s.readGrants(thread); err == nil {
+	if grants, err := s.grantsOf(thread, data, err); err == nil {
 		s.noteGrants(thread, grants)
 	}
 	s.announceParticipants(thread)

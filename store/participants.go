@@ -144,6 +144,11 @@ func ParticipantsUnreadable(err error) error {
 // readGrants reads the thread's grants (none if it has no record).
 func (s *File) readGrants(thread string) ([]chatrelay.Grant, error) {
 	data, err := s.readFile(s.participantsPath(thread))
+	return s.grantsOf(thread, data, err)
+}
+
+// grantsOf parses the thread's participants record, data, read with err.
+func (s *File) grantsOf(thread string, data []byte, err error) ([]chatrelay.Grant, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -453,7 +458,9 @@ func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent
 			l, _ := json.Marshal(e)
 			b = append(append(b, l...), '\n')
 		}
-		if f, _, err := writeFileSync(s.dir, thread+".audit.jsonl", b, s.dsync); err == nil {
+		var f *os.File
+		err := s.withFDs(func() (err error) { f, _, err = writeFileSync(s.dir, thread+".audit.jsonl", b, s.dsync); return err })
+		if err == nil {
 			f.Close()
 			t.auditLines = chatrelay.LimitAuditKept.Max
 		}
