@@ -222,7 +222,8 @@ func (s *Store) withV2(ctx context.Context, thread string, msgs []store.Entry) e
 
 // read returns the thread's messages with epoch > since (the newest limit
 // of them if limit > 0), oldest first, as their v1 JSON has them, its
-// newest message (nil if none), its trimmed epoch, and whether it has v2
+// newest message (nil if none; its v1 fields only), its trimmed epoch,
+// and whether it has v2
 // state. If g is not nil, it also reads the generation (creating it if it
 // is missing) into *g.
 func (s *Store) read(ctx context.Context, thread string, since int64, limit int, g *generation) (msgs []store.Entry, newest *store.Entry, trimmed int64, v2 bool, err error) {
@@ -261,7 +262,7 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int,
 	}
 	msgs = make([]store.Entry, 0, len(xs))
 	for _, x := range xs {
-		e, err := v1EntryOf(thread, x)
+		e, err := entryOf(thread, x)
 		if err != nil {
 			return nil, nil, 0, false, err
 		}
@@ -281,18 +282,11 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int,
 	return msgs[:len(msgs):len(msgs)], newest, trimmed, v2, nil
 }
 
-// entryOf decodes one stream entry. An entry that does not decode (written
-// by something else) makes the thread unreadable, as a broken file does.
+// entryOf decodes one stream entry, its v1 JSON: the entry has no v2
+// object or rev (plainEntries adds them). An entry that does not decode
+// (written by something else) makes the thread unreadable, as a broken
+// file does.
 func entryOf(thread string, x redis.XMessage) (store.Entry, error) {
-	e, err := v1EntryOf(thread, x)
-	if err != nil {
-		return store.Entry{}, err
-	}
-	return plainEntry(e), nil
-}
-
-// v1EntryOf is entryOf without the v2 object and rev (plainEntries).
-func v1EntryOf(thread string, x redis.XMessage) (store.Entry, error) {
 	js, _ := x.Values["j"].(string)
 	e, err := parseV1(js)
 	var id [24]byte

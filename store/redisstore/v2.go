@@ -59,7 +59,7 @@ func (s *Store) changes(ctx context.Context, thread string, since int64, limit i
 	if res[6] == "" {
 		return p, g, nil
 	}
-	newest, err := parseEntry(res[6])
+	newest, err := parseV1(res[6]) // its epoch and author
 	if err != nil {
 		return store.Page{}, g, unreadableEntry(thread, "newest", err)
 	}
