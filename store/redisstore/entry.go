@@ -56,6 +56,15 @@ func v2Entry(v1 []byte, v2 string) (store.Entry, error) {
 	return store.Entry{Message: m, JSON: v1, JSON2: []byte(v2)}, nil
 }
 
+// stored decodes a message as the scripts answer it: its v1 JSON, and
+// its v2 object ("" if it has no v2 state).
+func stored(v1, v2 string) (store.Entry, error) {
+	if v2 == "" {
+		return parseEntry(v1)
+	}
+	return v2Entry([]byte(v1), v2)
+}
+
 // entryOfJSON decodes a message as the feed carries it: its v1 JSON if
 // it has no v2 state, else its v2 object.
 func entryOfJSON(js string) (store.Entry, error) {

@@ -86,7 +86,7 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 			if len(res) != 5 {
 				break
 			}
-			e, err := appended(res[3], res[4])
+			e, err := stored(res[3], res[4])
 			if err != nil {
 				return store.Entry{}, s.unavailable("append", fmt.Errorf("stored message: %w", err))
 			}
@@ -135,15 +135,6 @@ type appendReq struct {
 	// grant with one more post, and whether its cap is spent.
 	grant, version, next string
 	capSpent             bool
-}
-
-// appended is the entry appendScript stored: v1 JSON, and the v2 object
-// if it has one.
-func appended(v1, v2 string) (store.Entry, error) {
-	if v2 == "" {
-		return parseEntry(v1)
-	}
-	return v2Entry([]byte(v1), v2)
 }
 
 // runAppend runs appendScript once, offering the id suffixes given.

@@ -68,12 +68,7 @@ func (s *Store) changes(ctx context.Context, thread string, since int64, limit i
 	rest := res[7:]
 	msgs := make([]store.Entry, 0, len(rest)/2)
 	for i := 0; i < len(rest); i += 2 {
-		var e store.Entry
-		if rest[i+1] == "" {
-			e, err = parseEntry(rest[i])
-		} else {
-			e, err = v2Entry([]byte(rest[i]), rest[i+1])
-		}
+		e, err := stored(rest[i], rest[i+1])
 		if err != nil {
 			return store.Page{}, g, unreadableEntry(thread, strconv.Itoa(i/2), err)
 		}
@@ -176,12 +171,7 @@ func (s *Store) message(ctx context.Context, thread string, c store.Change) (sto
 	if len(res) != 3 {
 		return store.Entry{}, notFound(c)
 	}
-	var e store.Entry
-	if res[2] == "" {
-		e, err = parseEntry(res[1])
-	} else {
-		e, err = v2Entry([]byte(res[1]), res[2])
-	}
+	e, err := stored(res[1], res[2])
 	if err != nil {
 		return store.Entry{}, unreadableEntry(thread, res[0], err)
 	}
