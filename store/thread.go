@@ -440,14 +440,21 @@ func UnknownShareLink() error {
 	return chatrelay.Errorf(chatrelay.Unauthorized, "this share link is not known here")
 }
 
-// GrantRefusal is TokenRevoked or TokenExpired for a grant that is not
-// active at now, else nil.
+// The refusals of a share link that no longer holds, wherever it is
+// found out: a post, a request, a live stream's end.
+var (
+	ErrLinkRevoked = chatrelay.Errorf(chatrelay.TokenRevoked, "this share link was revoked by the conversation's owner")
+	ErrLinkExpired = chatrelay.Errorf(chatrelay.TokenExpired, "this share link expired: ask the owner for a new one")
+)
+
+// GrantRefusal is ErrLinkRevoked or ErrLinkExpired for a grant that is
+// not active at now, else nil.
 func GrantRefusal(g chatrelay.Grant, now time.Time) error {
 	switch g.StateAt(now) {
 	case chatrelay.Revoked:
-		return chatrelay.Errorf(chatrelay.TokenRevoked, "this share link was revoked by the conversation's owner")
+		return ErrLinkRevoked
 	case chatrelay.Lapsed:
-		return chatrelay.Errorf(chatrelay.TokenExpired, "this share link expired")
+		return ErrLinkExpired
 	}
 	return nil
 }

@@ -19,15 +19,9 @@ import (
 // whoami; and the registry that ends a participant's streams within a
 // second of a revoke or an expiry, wherever the revoke happened.
 
-// Revocation causes: a participant's stream context ends with one.
-var (
-	errRevoked = chatrelay.Errorf(chatrelay.TokenRevoked, "this link was revoked by the conversation's owner")
-	errExpired = chatrelay.Errorf(chatrelay.TokenExpired, "this link expired: ask the owner for a new one")
-)
-
 // liveGrants holds the grants that have open streams here: each with a
-// context that its streams end with, cancelled (with errRevoked or
-// errExpired) when the store's feed says the thread's participants
+// context that its streams end with, cancelled (with store.ErrLinkRevoked or
+// store.ErrLinkExpired) when the store's feed says the thread's participants
 // changed and the grant is no longer active, or when its expiry timer
 // fires. It is safe for concurrent use.
 type liveGrants struct {
@@ -90,7 +84,7 @@ func (l *liveGrants) end(thread, id string, cause error) {
 // expire runs at a grant's expiry: its streams end, and the expiry is
 // audited (once for every node and process).
 func (l *liveGrants) expire(thread string, g chatrelay.Grant) {
-	l.end(thread, g.ID, errExpired)
+	l.end(thread, g.ID, store.ErrLinkExpired)
 	l.s.noteExpired(context.Background(), thread, g)
 }
 
@@ -117,7 +111,7 @@ func (l *liveGrants) recheck(thread string) {
 			if chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
 				continue
 			}
-			l.end(thread, id, errRevoked)
+			l.end(thread, id, store.ErrLinkRevoked)
 			continue
 		}
 		found := false
@@ -131,7 +125,7 @@ func (l *liveGrants) recheck(thread string) {
 			}
 		}
 		if !found {
-			l.end(thread, id, errRevoked)
+			l.end(thread, id, store.ErrLinkRevoked)
 		}
 	}
 }
@@ -296,7 +290,7 @@ func (s *Server) handleRevoke(w http.ResponseWriter, r *http.Request, p principa
 	if before.RevokedAt == 0 {
 		s.audit(r, p.thread, chatrelay.AuditEvent{Event: chatrelay.AuditRevoked, Participant: id})
 	}
-	s.live.end(p.thread, id, errRevoked) // here at once; other nodes by the feed
+	s.live.end(p.thread, id, store.ErrLinkRevoked) // here at once; other nodes by the feed
 	writeJSON(w, http.StatusOK, participantAnswer{Success: true, Participant: g.Participant(s.cfg.Now())})
 }
 

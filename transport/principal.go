@@ -2,10 +2,12 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
 )
 
 // Every request resolves to one principal (contract Part 3): the owner
@@ -139,14 +141,11 @@ func (s *Server) participant(r *http.Request, token string) (principal, error) {
 // grantRefusal is the refusal of a grant that is not active: token_revoked
 // or token_expired (an expiry is audited once, when first noticed).
 func (s *Server) grantRefusal(ctx context.Context, thread string, g chatrelay.Grant) error {
-	switch g.StateAt(s.cfg.Now()) {
-	case chatrelay.Revoked:
-		return errRevoked
-	case chatrelay.Lapsed:
+	err := store.GrantRefusal(g, s.cfg.Now())
+	if errors.Is(err, store.ErrLinkExpired) {
 		s.noteExpired(ctx, thread, g)
-		return errExpired
 	}
-	return nil
+	return err
 }
 
 // audit appends an event to the thread's audit trail, with the client's
