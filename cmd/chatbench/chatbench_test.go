@@ -249,7 +249,7 @@ func TestAPIClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i := range 3 {
-		epoch, err := p.post(ctx, &thread{token: "tok"}, "S1.x", 3)
+		epoch, _, err := p.post(ctx, &thread{token: "tok"}, "S1.x", 3)
 		if err != nil || epoch != int64(1001+i) {
 			t.Fatalf("post %d: %d %v", i, epoch, err)
 		}

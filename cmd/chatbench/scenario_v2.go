@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -52,7 +51,7 @@ func (b *bench) s7(ctx context.Context) *result {
 		th, st := threads[ti], &states[ti]
 		id, ok := st.target(p.rng.IntN(2) == 0)
 		if !ok {
-			_, mid, err := p.postV2(ctx, th, k.tag, i)
+			_, mid, err := p.post(ctx, th, k.tag, i)
 			posts.count(err)
 			if err == nil {
 				st.add(mid)
@@ -102,8 +101,12 @@ func (b *bench) s7(ctx context.Context) *result {
 	return r
 }
 
+// maxReactions is the server's message.reactions limit (GET
+// /api/limits.json): the distinct emoji one message may hold.
+const maxReactions = 20
+
 // v2thread is what S7 knows of one thread: the messages it posted, and
-// how many reactions each has (a message holds at most 20 distinct ones).
+// how many reactions each has (at most maxReactions).
 type v2thread struct {
 	mu   sync.Mutex
 	ids  []string
@@ -128,7 +131,7 @@ func (t *v2thread) target(react bool) (string, bool) {
 		t.used = map[string]int{}
 	}
 	for i := len(t.ids) - 1; i >= 0 && i >= len(t.ids)-4; i-- {
-		if id := t.ids[i]; t.used[id] < 20 {
+		if id := t.ids[i]; t.used[id] < maxReactions {
 			t.used[id]++
 			return id, true
 		}
@@ -182,21 +185,6 @@ func (k *v2sink) update(s *subscriber, m *message) {
 		k.reacts.Add(1)
 		k.reactLat.Record(time.Duration(now - ns))
 	}
-}
-
-// postV2 posts a tool message and returns its epoch and id.
-func (p *poster) postV2(ctx context.Context, th *thread, tag string, seq int) (int64, string, error) {
-	p.text = benchText(p.text[:0], tag, seq, nowNS(), p.size)
-	p.body = postBody(p.body[:0], p.text)
-	resp, err := p.hc.do(ctx, http.MethodPost, "/api/chat/post", th.token, p.body)
-	if err != nil {
-		return 0, "", err
-	}
-	var m message
-	if err := json.Unmarshal(resp, &m); err != nil || m.Epoch <= 0 || m.ID == "" {
-		return 0, "", fmt.Errorf("post answer without epoch or id: %q", resp)
-	}
-	return m.Epoch, m.ID, nil
 }
 
 // react adds the owner's reaction emoji to message id of th.

@@ -261,19 +261,19 @@ func closePosters(ps []*poster) {
 	}
 }
 
-// post sends one tool message to th and returns its epoch.
-func (p *poster) post(ctx context.Context, th *thread, tag string, seq int) (int64, error) {
+// post sends one tool message to th and returns its epoch and id.
+func (p *poster) post(ctx context.Context, th *thread, tag string, seq int) (epoch int64, id string, err error) {
 	p.text = benchText(p.text[:0], tag, seq, nowNS(), p.size)
 	p.body = postBody(p.body[:0], p.text)
 	resp, err := p.hc.do(ctx, http.MethodPost, "/api/chat/post", th.token, p.body)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	var m message
-	if err := json.Unmarshal(resp, &m); err != nil || m.Epoch <= 0 {
-		return 0, fmt.Errorf("post answer without epoch: %q", resp)
+	if err := json.Unmarshal(resp, &m); err != nil || m.Epoch <= 0 || m.ID == "" {
+		return 0, "", fmt.Errorf("post answer without epoch or id: %q", resp)
 	}
-	return m.Epoch, nil
+	return m.Epoch, m.ID, nil
 }
 
 // postStats counts posts by outcome.
@@ -455,7 +455,7 @@ func (b *bench) fanout(ctx context.Context, id, name string, d time.Duration, ra
 		th := threads[p.rng.IntN(len(threads))]
 		first := th.created.CompareAndSwap(false, true)
 		t0 := time.Now()
-		_, err := p.post(ctx, th, k.tag, i)
+		_, _, err := p.post(ctx, th, k.tag, i)
 		rt := time.Since(t0)
 		st.count(err)
 		switch {
@@ -586,7 +586,7 @@ func (b *bench) s3(ctx context.Context) *result {
 	defer closePosters(ps)
 	var st postStats
 	flat(ctx, ps, time.Hour, len(threads), func(p *poster, i int) {
-		_, err := p.post(ctx, threads[i], k.tag, i)
+		_, _, err := p.post(ctx, threads[i], k.tag, i)
 		st.count(err)
 	})
 	waitFor(ctx, cfg.drain, func() bool { return aliveN.Load() >= int64(len(subs)) })
@@ -630,7 +630,7 @@ func (b *bench) s4(ctx context.Context) *result {
 	total := len(threads) * cfg.pollMessages
 	flat(ctx, ps, time.Hour, total, func(p *poster, i int) {
 		ti := i % len(threads)
-		epoch, err := p.post(ctx, threads[ti], tag, i)
+		epoch, _, err := p.post(ctx, threads[ti], tag, i)
 		st.count(err)
 		for {
 			c := cursors[ti].Load()
@@ -765,7 +765,7 @@ func (b *bench) s5(ctx context.Context) *result {
 			th := threads[p.rng.IntN(len(threads))]
 			// ctx, not pctx: pcancel stops the pacing, never a post in
 			// flight (its message would be stored but not acknowledged).
-			epoch, err := p.post(ctx, th, k.tag, i)
+			epoch, _, err := p.post(ctx, th, k.tag, i)
 			st.count(err)
 			if err == nil {
 				th.mu.Lock()
@@ -901,7 +901,7 @@ func (b *bench) s6(ctx context.Context) *result {
 	ps := b.newPosters(1)
 	defer closePosters(ps)
 	tag := newTag("S6")
-	if _, err := ps[0].post(ctx, th, tag+"x", 0); err != nil { // the thread must exist for reply
+	if _, _, err := ps[0].post(ctx, th, tag+"x", 0); err != nil { // the thread must exist for reply
 		r.err = fmt.Errorf("create the thread: %w", err)
 		return r
 	}
