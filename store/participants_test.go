@@ -143,19 +143,11 @@ func TestOwnGrantsWriteAnnouncedOnce(t *testing.T) {
 	}
 	assert.Success(t, s.Invite(t.Context(), a, grant("p_0011aabb")))
 	assert.Success(t, other.Invite(t.Context(), b, grant("p_0011aacc")))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	assert.Eventually(t, 10*time.Second, "another process's write of a record announced", func() bool {
 		mu.Lock()
-		n := count[b]
-		mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("another process's write of a record was not announced")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return count[b] > 0
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, "announcements of this process's own write", count[a], 1)

@@ -104,7 +104,7 @@ func TestRedisLostDataResetsEveryStream(t *testing.T) {
 	for _, s := range subs {
 		wg.Go(func() { s.run(ctx) })
 	}
-	eventually(t, 10*time.Second, "every stream open", func() bool {
+	assert.Eventually(t, 10*time.Second, "every stream open", func() bool {
 		for _, s := range subs {
 			if s.snapshot().streams == 0 {
 				return false
@@ -115,7 +115,7 @@ func TestRedisLostDataResetsEveryStream(t *testing.T) {
 	ticketA := a.ticket(tokNew)
 
 	srv.Restart(t) // empty
-	eventually(t, 10*time.Second, "every stream told to reset", func() bool {
+	assert.Eventually(t, 10*time.Second, "every stream told to reset", func() bool {
 		for _, s := range subs {
 			st := s.snapshot()
 			if st.err != nil {
@@ -156,7 +156,7 @@ func TestRedisLostDataResetsEveryStream(t *testing.T) {
 
 	// New messages reach every stream once, after its reset.
 	last := map[string]postAnswer{tokOld: c.mustPost(tokOld, "after the loss"), tokNew: a.mustPost(tokNew, "after the loss")}
-	eventually(t, 10*time.Second, "every stream has the new message", func() bool {
+	assert.Eventually(t, 10*time.Second, "every stream has the new message", func() bool {
 		for _, s := range subs {
 			st := s.snapshot()
 			if len(st.got) == 0 || st.got[len(st.got)-1].Epoch != last[s.token].Epoch {
@@ -229,7 +229,7 @@ func TestRedisStalledAnswersWithinBounds(t *testing.T) {
 			"%s %s during the stall: %d %s", r.method, r.path, a.status, a.body)
 		assert.True(t, a.h.Get("Retry-After") != "", "%s %s: no Retry-After", r.method, r.path)
 	}
-	eventually(t, 15*time.Second, "ready after the stall", func() bool {
+	assert.Eventually(t, 15*time.Second, "ready after the stall", func() bool {
 		status, _ := readyzOf(t, n)
 		return status == http.StatusOK
 	})
@@ -260,7 +260,7 @@ func TestRedisFeedLostReadyz(t *testing.T) {
 
 	acl("-subscribe")
 	assert.Success(t, admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
-	eventually(t, 10*time.Second, "/readyz: the feed is not live", func() bool {
+	assert.Eventually(t, 10*time.Second, "/readyz: the feed is not live", func() bool {
 		status, rd := readyzOf(t, n)
 		return status == http.StatusServiceUnavailable && rd.Feed == "not live" && rd.Store == "ok"
 	})
@@ -269,7 +269,7 @@ func TestRedisFeedLostReadyz(t *testing.T) {
 	assert.True(t, status == http.StatusServiceUnavailable && rd.Feed == "not live", "/readyz after a post while the feed is lost: %d %+v", status, rd)
 
 	acl("+subscribe")
-	eventually(t, 10*time.Second, "/readyz: ready again", func() bool {
+	assert.Eventually(t, 10*time.Second, "/readyz: ready again", func() bool {
 		status, _ := readyzOf(t, n)
 		return status == http.StatusOK
 	})
@@ -349,7 +349,7 @@ func TestRedisTicketKeyChanges(t *testing.T) {
 	assert.True(t, opens(b, old), "a ticket of A does not open a stream on B")
 
 	assert.Success(t, srv.Client(t).Set(ctx, prefix+"ticket-key", strings.Repeat("k", 32), 0).Err())
-	eventually(t, 10*time.Second, "both nodes on the new key", func() bool {
+	assert.Eventually(t, 10*time.Second, "both nodes on the new key", func() bool {
 		ta, tb := a.ticket(tok), b.ticket(tok)
 		return opens(b, ta) && opens(a, tb) && !opens(a, old) && !opens(b, old)
 	})

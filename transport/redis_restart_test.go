@@ -227,18 +227,6 @@ func rawPost(ctx context.Context, e *pushEnv, token, text string) (status int, h
 	return resp.StatusCode, resp.Header, body, err
 }
 
-// eventually polls cond until it holds, failing the test after d.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		<-time.After(10 * time.Millisecond) // the poll interval of a condition with a deadline
-	}
-}
-
 // TestRedisRestartMidStream: two nodes share a Redis that persists every
 // write before it answers (appendonly, appendfsync always). Writers post
 // through both nodes while SSE and WebSocket subscribers on both nodes
@@ -280,7 +268,7 @@ func TestRedisRestartMidStream(t *testing.T) {
 		s.token, s.cursor = tok, start.Epoch
 		subsWG.Go(func() { s.run(subCtx) })
 	}
-	eventually(t, 10*time.Second, "every subscriber's stream is open", func() bool {
+	assert.Eventually(t, 10*time.Second, "every subscriber's stream is open", func() bool {
 		for _, s := range subs {
 			if s.snapshot().streams == 0 {
 				return false
@@ -364,7 +352,7 @@ func TestRedisRestartMidStream(t *testing.T) {
 		defer mu.Unlock()
 		return len(acks), refusals
 	}
-	eventually(t, 10*time.Second, "30 posts acknowledged before the kill", func() bool { n, _ := counts(); return n >= 30 })
+	assert.Eventually(t, 10*time.Second, "30 posts acknowledged before the kill", func() bool { n, _ := counts(); return n >= 30 })
 
 	srv.Kill()
 	down.Store(true)
@@ -374,7 +362,7 @@ func TestRedisRestartMidStream(t *testing.T) {
 
 	// While Redis is down: posts (the writers) and polls answer 503
 	// store_unavailable with Retry-After, and /readyz says not ready.
-	eventually(t, 10*time.Second, "both writers refused while Redis is down", func() bool {
+	assert.Eventually(t, 10*time.Second, "both writers refused while Redis is down", func() bool {
 		_, r := counts()
 		return r[0] > refusedBefore[0] && r[1] > refusedBefore[1]
 	})
@@ -396,7 +384,7 @@ func TestRedisRestartMidStream(t *testing.T) {
 	}
 	// Node A's streams end (its feed gave up) and their clients try again
 	// in vain.
-	eventually(t, 10*time.Second, "the streams on node A end while Redis is down", func() bool {
+	assert.Eventually(t, 10*time.Second, "the streams on node A end while Redis is down", func() bool {
 		for _, s := range subs[:2] {
 			if s.snapshot().drops == 0 {
 				return false
@@ -408,12 +396,12 @@ func TestRedisRestartMidStream(t *testing.T) {
 	srv.Restart(t)
 	t.Logf("Redis down for %v", time.Since(killedAt).Round(time.Millisecond))
 	for i, node := range nodes {
-		eventually(t, 10*time.Second, "node "+string(rune('A'+i))+" ready again", func() bool {
+		assert.Eventually(t, 10*time.Second, "node "+string(rune('A'+i))+" ready again", func() bool {
 			status, _, _ := node.do(http.MethodGet, "/readyz", "", "", nil)
 			return status == http.StatusOK
 		})
 	}
-	eventually(t, 20*time.Second, "30 more posts acknowledged after the restart", func() bool { n, _ := counts(); return n >= ackedBefore+30 })
+	assert.Eventually(t, 20*time.Second, "30 more posts acknowledged after the restart", func() bool { n, _ := counts(); return n >= ackedBefore+30 })
 	stopWriters()
 	writersWG.Wait()
 	close(writerErr)
@@ -426,7 +414,7 @@ func TestRedisRestartMidStream(t *testing.T) {
 	end := b.mustPost(tok, churnEnd)
 
 	// Every subscriber reads to the end.
-	eventually(t, 20*time.Second, "every subscriber has the last message", func() bool {
+	assert.Eventually(t, 20*time.Second, "every subscriber has the last message", func() bool {
 		for _, s := range subs {
 			st := s.snapshot()
 			if st.err != nil {

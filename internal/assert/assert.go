@@ -8,6 +8,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 )
 
 // Equal fails the test unless got and want are deeply equal.
@@ -47,5 +48,19 @@ func ErrorIs(tb testing.TB, err, target error) {
 	tb.Helper()
 	if !errors.Is(err, target) {
 		tb.Fatalf("error = %v, want %v", err, target)
+	}
+}
+
+// Eventually polls cond every few milliseconds until it holds, and fails
+// the test if it does not within the given time: the wait for a condition
+// that another goroutine or process brings about.
+func Eventually(tb testing.TB, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond) // the poll interval of a condition with a deadline
 	}
 }

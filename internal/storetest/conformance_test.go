@@ -208,7 +208,7 @@ func TestConformance(t *testing.T) {
 					th := []string{thA, thB}[i%2]
 					want = append(want, appendText(t, other.Store, th, chatrelay.Hermes, "from elsewhere").Epoch)
 				}
-				eventually(t, "every append on the feed", func() bool {
+				assert.Eventually(t, 10*time.Second, "every append on the feed", func() bool {
 					mu.Lock()
 					defer mu.Unlock()
 					n := 0
@@ -246,18 +246,6 @@ func TestConformance(t *testing.T) {
 			})
 		}
 	})
-}
-
-// eventually waits up to 10s for cond, checking every few milliseconds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestOpenBySpec: store.Open opens each backend from its spec, with the

@@ -308,7 +308,7 @@ func TestConformanceV2(t *testing.T) {
 				other := b.Another(t, Options{Now: clk.Now}).Store
 				seen := func(n int) {
 					t.Helper()
-					eventually(t, "the change on the feed", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= n })
+					assert.Eventually(t, 10*time.Second, "the change on the feed", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= n })
 				}
 				r, err := change(other, thA, store.Change{Op: store.React, MessageID: m.ID, Emoji: "👀", By: chatrelay.Hermes})
 				assert.Success(t, err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )
@@ -97,14 +98,14 @@ func TestFollowLostDataResetsEveryThread(t *testing.T) {
 	b.onLost = g.hook
 	rec := follow(t, b)
 	e := must[store.Entry](t)(a.Append(ctx, announced, store.NewMessage{Text: "announced"}))
-	eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(announced)) == 1 })
+	assert.Eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(announced)) == 1 })
 	if !b.FeedLive() {
 		t.Fatal("FeedLive false while the feed is subscribed")
 	}
 
 	srv.Restart(t)
 	waitFor(t, g.lost, "the feed to notice the loss")
-	eventually(t, 10*time.Second, "an append after the restart", func() bool {
+	assert.Eventually(t, 10*time.Second, "an append after the restart", func() bool {
 		_, err := a.Append(ctx, announced, store.NewMessage{Text: "new data"})
 		return err == nil
 	})
@@ -114,10 +115,10 @@ func TestFollowLostDataResetsEveryThread(t *testing.T) {
 	}
 	close(g.open)
 
-	eventually(t, 10*time.Second, "Reset batches and the new thread", func() bool {
+	assert.Eventually(t, 10*time.Second, "Reset batches and the new thread", func() bool {
 		return rec.resets(before) == 1 && rec.resets(announced) == 1 && len(rec.messages(fresh)) == 1
 	})
-	eventually(t, 10*time.Second, "FeedLive after the catch-up", b.FeedLive)
+	assert.Eventually(t, 10*time.Second, "FeedLive after the catch-up", b.FeedLive)
 	checkDelivered(t, rec, fresh, []store.Entry{f1})
 	if rec.resets(fresh) != 0 {
 		t.Fatal("the thread of the new data was reset")
@@ -126,7 +127,7 @@ func TestFollowLostDataResetsEveryThread(t *testing.T) {
 	// the reset thread was not handed on: its subscribers read it from
 	// the store.)
 	live := must[store.Entry](t)(a.Append(ctx, announced, store.NewMessage{Text: "live"}))
-	eventually(t, 10*time.Second, "a live message", func() bool { return len(rec.messages(announced)) == 2 })
+	assert.Eventually(t, 10*time.Second, "a live message", func() bool { return len(rec.messages(announced)) == 2 })
 	checkDelivered(t, rec, announced, []store.Entry{e, live})
 	if rec.resets(announced) != 1 || rec.resets(before) != 1 {
 		t.Fatalf("resets %d and %d after the catch-up, want 1 and 1", rec.resets(announced), rec.resets(before))
@@ -145,14 +146,14 @@ func TestReadNoticesLostData(t *testing.T) {
 	ctx := t.Context()
 	const th = "cccccccccccccccc"
 	e := must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "soon gone"}))
-	eventually(t, 10*time.Second, "the message", func() bool { return len(rec.messages(th)) == 1 })
+	assert.Eventually(t, 10*time.Second, "the message", func() bool { return len(rec.messages(th)) == 1 })
 	if err := srv.Client(t).FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if p := must[store.Page](t)(b.Since(ctx, th, e.Epoch, 0)); !p.Reset {
 		t.Fatalf("a cursor into the flushed data: %+v", p)
 	}
-	eventually(t, 10*time.Second, "a Reset batch", func() bool { return rec.resets(th) == 1 })
+	assert.Eventually(t, 10*time.Second, "a Reset batch", func() bool { return rec.resets(th) == 1 })
 }
 
 // TestTicketKeyAfterLostData: the nodes that were running put their key
@@ -231,7 +232,7 @@ func TestTimeoutBoundsCalls(t *testing.T) {
 	if took := time.Since(start); took >= bound {
 		t.Fatalf("ping with a 50ms deadline answered after %v", took)
 	}
-	eventually(t, 10*time.Second, "Redis answering after the pause", func() bool { return s.Ping(ctx) == nil })
+	assert.Eventually(t, 10*time.Second, "Redis answering after the pause", func() bool { return s.Ping(ctx) == nil })
 }
 
 // syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )
@@ -67,7 +68,7 @@ func TestFollowAcrossNodes(t *testing.T) {
 			t.Fatalf("thread %s holds %d messages", th, len(p.Messages))
 		}
 		for _, rec := range []*recorder{recA, recB} {
-			eventually(t, 10*time.Second, "every message on every node", func() bool { return len(rec.messages(th)) >= 4*per })
+			assert.Eventually(t, 10*time.Second, "every message on every node", func() bool { return len(rec.messages(th)) >= 4*per })
 			checkDelivered(t, rec, th, p.Messages)
 			if rec.resets(th) != 0 {
 				t.Fatalf("thread %s: Reset batches", th)
@@ -108,7 +109,7 @@ func TestFollowConnectionKilled(t *testing.T) {
 	t.Logf("killed %d feed connections", kills)
 	for _, th := range threads {
 		p := must[store.Page](t)(a.Since(ctx, th, 0, 0))
-		eventually(t, 10*time.Second, "every message after the kills", func() bool { return len(rec.messages(th)) >= len(p.Messages) })
+		assert.Eventually(t, 10*time.Second, "every message after the kills", func() bool { return len(rec.messages(th)) >= len(p.Messages) })
 		checkDelivered(t, rec, th, p.Messages)
 		if rec.resets(th) != 0 {
 			t.Fatalf("thread %s: %d Reset batches, none expected", th, rec.resets(th))
@@ -162,7 +163,7 @@ func TestFollowRedisRestart(t *testing.T) {
 
 	m1 := must[store.Entry](t)(a.Append(ctx, t1, store.NewMessage{Text: "before"}))
 	m3 := must[store.Entry](t)(a.Append(ctx, t3, store.NewMessage{Text: "before"}))
-	eventually(t, 10*time.Second, "the first messages", func() bool {
+	assert.Eventually(t, 10*time.Second, "the first messages", func() bool {
 		return len(rec.messages(t1)) == 1 && len(rec.messages(t3)) == 1
 	})
 
@@ -177,7 +178,7 @@ func TestFollowRedisRestart(t *testing.T) {
 
 	srv.Restart(t)
 	var after2 []store.Entry
-	eventually(t, 10*time.Second, "an append after the restart", func() bool {
+	assert.Eventually(t, 10*time.Second, "an append after the restart", func() bool {
 		e, err := a.Append(ctx, t2, store.NewMessage{Text: "t2 first"})
 		if err == nil {
 			after2 = append(after2, e)
@@ -196,7 +197,7 @@ func TestFollowRedisRestart(t *testing.T) {
 	close(g.open)
 
 	// The catch-up takes the threads in any order: wait for all three.
-	eventually(t, 10*time.Second, "the catch-up", func() bool {
+	assert.Eventually(t, 10*time.Second, "the catch-up", func() bool {
 		return len(rec.messages(t2)) == 2 && len(rec.messages(t3)) == 2 && rec.resets(t1) == 1
 	})
 	// t2 was created while b was away: both messages, no Reset.
@@ -211,7 +212,7 @@ func TestFollowRedisRestart(t *testing.T) {
 
 	// Live again.
 	live := must[store.Entry](t)(a.Append(ctx, t2, store.NewMessage{Text: "live"}))
-	eventually(t, 10*time.Second, "a live message after the catch-up", func() bool { return len(rec.messages(t2)) == 3 })
+	assert.Eventually(t, 10*time.Second, "a live message after the catch-up", func() bool { return len(rec.messages(t2)) == 3 })
 	checkDelivered(t, rec, t2, append(after2, live))
 }
 
@@ -226,16 +227,16 @@ func TestFollowRedisLostData(t *testing.T) {
 	ctx := t.Context()
 	const th = "abcdefabcdef0123"
 	must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "lost soon"}))
-	eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(th)) == 1 })
+	assert.Eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(th)) == 1 })
 	srv.Restart(t)
-	eventually(t, 10*time.Second, "a Reset for the vanished thread", func() bool { return rec.resets(th) == 1 })
+	assert.Eventually(t, 10*time.Second, "a Reset for the vanished thread", func() bool { return rec.resets(th) == 1 })
 	var e store.Entry
-	eventually(t, 10*time.Second, "an append after the restart", func() bool {
+	assert.Eventually(t, 10*time.Second, "an append after the restart", func() bool {
 		var err error
 		e, err = a.Append(ctx, th, store.NewMessage{Text: "again"})
 		return err == nil
 	})
-	eventually(t, 10*time.Second, "the new message", func() bool { return len(rec.messages(th)) == 2 })
+	assert.Eventually(t, 10*time.Second, "the new message", func() bool { return len(rec.messages(th)) == 2 })
 	if got := rec.messages(th)[1]; got.ID != e.ID {
 		t.Fatalf("delivered %s, want %s", got.JSON, e.JSON)
 	}
@@ -282,18 +283,18 @@ func TestFollowSilentConnection(t *testing.T) {
 	ctx := t.Context()
 	const th = "5555555555555555"
 	e1 := must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "before"}))
-	eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(th)) == 1 })
+	assert.Eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(th)) == 1 })
 	if err := a.rdb.Do(ctx, "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, g.lost, "Follow to notice the silence")
 	var e2 store.Entry
-	eventually(t, 10*time.Second, "an append after the pause", func() bool {
+	assert.Eventually(t, 10*time.Second, "an append after the pause", func() bool {
 		var err error
 		e2, err = a.Append(ctx, th, store.NewMessage{Text: "after"})
 		return err == nil
 	})
-	eventually(t, 10*time.Second, "the message after the pause", func() bool { return len(rec.messages(th)) == 2 })
+	assert.Eventually(t, 10*time.Second, "the message after the pause", func() bool { return len(rec.messages(th)) == 2 })
 	checkDelivered(t, rec, th, []store.Entry{e1, e2})
 }
 
@@ -309,21 +310,21 @@ func TestFollowResetAfter(t *testing.T) {
 	rec := follow(t, b)
 	ctx := t.Context()
 	e1 := must[store.Entry](t)(a.Append(ctx, known, store.NewMessage{Text: "one"}))
-	eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(known)) == 1 })
+	assert.Eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(known)) == 1 })
 
 	srv.Kill()
-	eventually(t, 10*time.Second, "Reset batches", func() bool { return rec.resets(known) == 1 && rec.resets(old) == 1 })
+	assert.Eventually(t, 10*time.Second, "Reset batches", func() bool { return rec.resets(known) == 1 && rec.resets(old) == 1 })
 	if rec.resets(quiet) != 0 {
 		t.Fatal("an unknown thread was reset")
 	}
 	srv.Restart(t)
 	var e2 store.Entry
-	eventually(t, 10*time.Second, "an append after the restart", func() bool {
+	assert.Eventually(t, 10*time.Second, "an append after the restart", func() bool {
 		var err error
 		e2, err = a.Append(ctx, known, store.NewMessage{Text: "two"})
 		return err == nil
 	})
-	eventually(t, 10*time.Second, "the message after the restart", func() bool { return len(rec.messages(known)) == 2 })
+	assert.Eventually(t, 10*time.Second, "the message after the restart", func() bool { return len(rec.messages(known)) == 2 })
 	checkDelivered(t, rec, known, []store.Entry{e1, e2})
 	if rec.resets(known) != 1 {
 		t.Fatalf("%d resets after the catch-up", rec.resets(known))
@@ -377,10 +378,10 @@ func TestFollowChaos(t *testing.T) {
 		})
 	}
 	total := int64(4 * perWriter)
-	eventually(t, 30*time.Second, "a third of the appends", func() bool { return progress.Load() >= total/3 })
+	assert.Eventually(t, 30*time.Second, "a third of the appends", func() bool { return progress.Load() >= total/3 })
 	atRestart := progress.Load()
 	srv.Restart(t)
-	eventually(t, 30*time.Second, "two thirds of the appends", func() bool { return progress.Load() >= 2*total/3 })
+	assert.Eventually(t, 30*time.Second, "two thirds of the appends", func() bool { return progress.Load() >= 2*total/3 })
 	atKill := progress.Load()
 	killed := a.rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Val()
 	wg.Wait()
@@ -392,7 +393,7 @@ func TestFollowChaos(t *testing.T) {
 	for _, th := range threads {
 		stored := must[store.Page](t)(a.Since(ctx, th, 0, 0)).Messages
 		for _, rec := range []*recorder{recB, recC} {
-			eventually(t, 10*time.Second, "every stored message", func() bool { return len(rec.messages(th)) >= len(stored) })
+			assert.Eventually(t, 10*time.Second, "every stored message", func() bool { return len(rec.messages(th)) >= len(stored) })
 			checkDelivered(t, rec, th, stored)
 			if rec.resets(th) != 0 {
 				t.Fatalf("thread %s: Reset batches, none expected", th)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 )
@@ -84,7 +85,7 @@ func TestStreamLimiterAcrossNodes(t *testing.T) {
 	if len(first) != 2 {
 		t.Fatalf("leases %+v", first)
 	}
-	eventually(t, 10*time.Second, "both nodes to renew their leases", func() bool {
+	assert.Eventually(t, 10*time.Second, "both nodes to renew their leases", func() bool {
 		now := sa.rdb.ZRangeWithScores(ctx, key, 0, -1).Val()
 		if len(now) != 2 {
 			t.Fatalf("leases %+v", now)
@@ -104,7 +105,7 @@ func TestStreamLimiterAcrossNodes(t *testing.T) {
 
 	// Node a "crashes": it stops renewing and never releases.
 	a.Close()
-	eventually(t, 10*time.Second, "a's lease to expire", func() bool {
+	assert.Eventually(t, 10*time.Second, "a's lease to expire", func() bool {
 		_, err := b.Acquire(ctx, th, "192.0.2.9")
 		return err == nil
 	})

@@ -98,18 +98,6 @@ func must[T any](t testing.TB) func(T, error) T {
 	}
 }
 
-// eventually polls cond until it is true or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond) // the poll interval of a condition with a deadline
-	}
-}
-
 // recorder collects what Follow hands on.
 type recorder struct {
 	mu      sync.Mutex

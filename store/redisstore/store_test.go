@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
@@ -683,7 +684,7 @@ func TestUnavailable(t *testing.T) {
 	}
 
 	srv.Restart(t)
-	eventually(t, 10*time.Second, "append after the restart", func() bool {
+	assert.Eventually(t, 10*time.Second, "append after the restart", func() bool {
 		_, err := s.Append(ctx, th, store.NewMessage{Text: "z"})
 		return err == nil
 	})

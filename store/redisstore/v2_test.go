@@ -158,7 +158,7 @@ func TestExpireOnceAcrossNodes(t *testing.T) {
 		t.Fatalf("the expiry's revs %v", revs)
 	}
 	sentinel := must[store.Entry](t)(b.Append(ctx, thV2, store.NewMessage{Text: "after"}))
-	eventually(t, 10*time.Second, "the sentinel on the feed", func() bool {
+	assert.Eventually(t, 10*time.Second, "the sentinel on the feed", func() bool {
 		return slices.ContainsFunc(rec.messages(thV2), func(e store.Entry) bool { return e.ID == sentinel.ID })
 	})
 	var changes []store.Entry
@@ -217,7 +217,7 @@ func TestIdempotentAcrossNodes(t *testing.T) {
 	_, err := b.Append(ctx, thV2, store.NewMessage{Text: "hello", Author: chatrelay.Agent, ClientID: "tab-1:1"})
 	wantCode(t, err, chatrelay.ClientIDConflict)
 	sentinel := must[store.Entry](t)(a.Append(ctx, thV2, store.NewMessage{Text: "after"}))
-	eventually(t, 10*time.Second, "the sentinel on the feed", func() bool { return len(rec.messages(thV2)) >= 2 })
+	assert.Eventually(t, 10*time.Second, "the sentinel on the feed", func() bool { return len(rec.messages(thV2)) >= 2 })
 	if got := rec.messages(thV2); len(got) != 2 || got[0].ID != stored[0].ID || got[1].ID != sentinel.ID {
 		t.Fatalf("the feed announced %d messages", len(got))
 	}
@@ -437,7 +437,7 @@ func TestSweepRemovesEveryKey(t *testing.T) {
 	}
 	_, _, err := s.Resolve(ctx, chatrelay.DigestOf(tok))
 	wantCode(t, err, chatrelay.Unauthorized)
-	eventually(t, 10*time.Second, "the participants change on the feed", func() bool {
+	assert.Eventually(t, 10*time.Second, "the participants change on the feed", func() bool {
 		return slices.ContainsFunc(rec.snapshot(), func(b store.Batch) bool { return b.Thread == thV2 && b.Participants })
 	})
 }
@@ -470,7 +470,7 @@ func TestFeedCatchesUpChanges(t *testing.T) {
 	post := must[store.Entry](t)(a.Append(ctx, thV2, store.NewMessage{Text: "meanwhile"}))
 	close(gt.open)
 
-	eventually(t, 10*time.Second, "the catch-up", func() bool { return len(rec.messages(thV2)) >= 3 })
+	assert.Eventually(t, 10*time.Second, "the catch-up", func() bool { return len(rec.messages(thV2)) >= 3 })
 	got := rec.messages(thV2)
 	want := []store.Entry{ans, r2, post} // m's two reactions come as its latest state
 	if len(got) != len(want) {
@@ -484,13 +484,13 @@ func TestFeedCatchesUpChanges(t *testing.T) {
 	if r1.Rev >= r2.Rev || rec.resets(thV2) != 0 {
 		t.Fatalf("revs %d %d, %d resets", r1.Rev, r2.Rev, rec.resets(thV2))
 	}
-	eventually(t, 10*time.Second, "a participants batch after the catch-up", func() bool {
+	assert.Eventually(t, 10*time.Second, "a participants batch after the catch-up", func() bool {
 		return slices.ContainsFunc(rec.snapshot(), func(b store.Batch) bool { return b.Thread == thV2 && b.Participants })
 	})
 
 	// Live again: the next change comes as it happens.
 	r3 := must[store.Entry](t)(a.Change(ctx, thV2, store.Change{Op: store.Unreact, MessageID: m.ID, Emoji: "👍", By: chatrelay.Hermes}))
-	eventually(t, 10*time.Second, "a live change", func() bool { return len(rec.messages(thV2)) >= 4 })
+	assert.Eventually(t, 10*time.Second, "a live change", func() bool { return len(rec.messages(thV2)) >= 4 })
 	if last := rec.messages(thV2)[3]; last.Rev != r3.Rev || !bytes.Equal(last.JSON2, r3.JSON2) {
 		t.Fatalf("live change %s, want %s", last.JSON2, r3.JSON2)
 	}
