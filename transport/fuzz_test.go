@@ -196,8 +196,8 @@ func FuzzRespondBody(f *testing.F) {
 
 // FuzzRouteBodies: the bodies of the owner's write routes (post, respond,
 // react, invite) are untrusted. Whatever the body, the route answers
-// with a status below 500 and, when it refuses, the contract's JSON error
-// with a known code; it never panics.
+// with a status below 500 (or 503, the store's own refusal) and, when it
+// refuses, the contract's JSON error with a known code; it never panics.
 func FuzzRouteBodies(f *testing.F) {
 	st, err := store.OpenFile(f.TempDir(), store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {

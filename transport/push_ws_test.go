@@ -1,7 +1,6 @@
 package transport_test
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"slices"
@@ -294,56 +293,62 @@ func TestWSReadLimit(t *testing.T) {
 
 // TestWSFrameSentWithTheHandshake: a client may send its first frame in
 // the same packet as its handshake; the frame is not lost when the
-// connection changes hands (net/http's buffer to the WebSocket's).
+// connection changes hands (net/http's buffer to the WebSocket's), and it
+// is answered only after the stream's ready.
 func TestWSFrameSentWithTheHandshake(t *testing.T) {
 	t.Parallel()
 	e := startPush(t, pushOptions{})
 	tok := tokenN(1)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(e.ts.URL, "http://"))
-	assert.Success(t, err)
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-
-	// A masked text frame, built by hand: FIN+text, MASK+length, the key, the payload XOR the key.
+	// The client's first frame, masked as a client's must be: FIN+text,
+	// MASK+length, the key, the payload XOR the key. It is the test's
+	// input, appended to the handshake's one write (one packet on
+	// loopback); the WebSocket library does the rest.
 	payload := []byte(`{"type":"post","text":"sent with the handshake"}`)
 	key := [4]byte{1, 2, 3, 4}
 	frame := append([]byte{0x81, 0x80 | byte(len(payload))}, key[:]...)
 	for i, b := range payload {
 		frame = append(frame, b^key[i%4])
 	}
-	req := "GET /api/chat/ws HTTP/1.1\r\nHost: " + strings.TrimPrefix(e.ts.URL, "http://") +
-		"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Chat-Token: " + tok + "\r\n\r\n"
-	_, err = conn.Write(append([]byte(req), frame...)) // one write: one packet on loopback
-	assert.Success(t, err)
-
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	assert.Success(t, err)
-	assert.Equal(t, "status", resp.StatusCode, http.StatusSwitchingProtocols)
-	// Server frames are unmasked: FIN+opcode, then a 7-bit or 16-bit length.
-	readFrame := func() string {
-		h := make([]byte, 2)
-		_, err := io.ReadFull(br, h)
-		assert.Success(t, err)
-		n := int(h[1] & 0x7f)
-		if n == 126 {
-			var l [2]byte
-			_, err = io.ReadFull(br, l[:])
-			assert.Success(t, err)
-			n = int(l[0])<<8 | int(l[1])
+	var d net.Dialer
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
 		}
-		b := make([]byte, n)
-		_, err = io.ReadFull(br, b)
-		assert.Success(t, err)
-		return string(b)
-	}
+		return &firstWriteAppends{Conn: c, extra: frame}, nil
+	}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, e.wsURL("/api/chat/ws"), &websocket.DialOptions{
+		HTTPClient: client, HTTPHeader: http.Header{"X-Chat-Token": {tok}},
+	})
+	assert.Success(t, err)
+	defer ws.CloseNow()
+
 	var types []string
-	for len(types) < 3 { // ready, posted and the message pushed to this socket, in either order after ready
-		var f struct{ Type string }
-		assert.Success(t, json.Unmarshal([]byte(readFrame()), &f))
-		types = append(types, f.Type)
+	for len(types) < 3 { // ready, then posted and the message pushed to this socket, in either order
+		types = append(types, nextWS(t, ws).Type)
 	}
 	slices.Sort(types[1:])
 	assert.Equal(t, "frames", types, []string{"ready", "message", "posted"})
 	assert.Equal(t, "stored", len(e.poll(tok, 0).Messages), 1)
+}
+
+// firstWriteAppends is a connection whose first write (an HTTP client's
+// request head) carries extra bytes after it, in the same write.
+type firstWriteAppends struct {
+	net.Conn
+	extra []byte
+	done  bool
+}
+
+func (c *firstWriteAppends) Write(p []byte) (int, error) {
+	if c.done {
+		return c.Conn.Write(p)
+	}
+	c.done = true
+	if _, err := c.Conn.Write(append(slices.Clip(p), c.extra...)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
