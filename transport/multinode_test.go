@@ -341,6 +341,19 @@ func nextV2SSE(t *testing.T, s *sseStream) v2Event {
 	return v2Event{f.Event, m}
 }
 
+// v2Streams opens a v2 SSE stream on node a and a v2 WebSocket on node b
+// from cursor since, reads their ready, and returns a reader of each's
+// next event, by name.
+func v2Streams(t *testing.T, a, b *pushEnv, tok string, since int64) map[string]func() v2Event {
+	t.Helper()
+	q := "?v=2&since=" + strconv.FormatInt(since, 10)
+	sse := a.mustSSE("/api/chat/stream"+q, tok, nil)
+	assert.Equal(t, "SSE ready on A", sse.nextEvent(t).Event, "ready")
+	ws := b.mustWS("/api/chat/ws"+q, tok)
+	assert.Equal(t, "WS ready on B", nextWS(t, ws).Type, "ready")
+	return map[string]func() v2Event{"SSE on A": func() v2Event { return nextV2SSE(t, sse) }, "WS on B": func() v2Event { return nextV2WS(t, ws) }}
+}
+
 // nextV2WS reads the next frame of a v2 WebSocket.
 func nextV2WS(t *testing.T, ws *websocket.Conn) v2Event {
 	t.Helper()
@@ -361,11 +374,7 @@ func TestNodesRespondFirstWins(t *testing.T) {
 	tok := tokenN(1)
 	a.mustPost(tok, "hello")
 	ix := a.ask(threadN(1), chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy build 412?", Timeout: time.Hour})
-	since := "?v=2&since=" + strconv.FormatInt(ix.Epoch, 10)
-	sse := a.mustSSE("/api/chat/stream"+since, tok, nil)
-	assert.Equal(t, "SSE ready on A", sse.nextEvent(t).Event, "ready")
-	ws := b.mustWS("/api/chat/ws"+since, tok)
-	assert.Equal(t, "WS ready on B", nextWS(t, ws).Type, "ready")
+	reads := v2Streams(t, a, b, tok, ix.Epoch)
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -398,7 +407,7 @@ func TestNodesRespondFirstWins(t *testing.T) {
 	assert.True(t, winner.Interaction.State == chatrelay.Approved || winner.Interaction.State == chatrelay.Denied, "the winner %+v", winner.Interaction)
 
 	after := b.mustPost(tok, "after the answers")
-	for name, next := range map[string]func() v2Event{"SSE on A": func() v2Event { return nextV2SSE(t, sse) }, "WS on B": func() v2Event { return nextV2WS(t, ws) }} {
+	for name, next := range reads {
 		ev := next()
 		assert.True(t, ev.typ == "update" && ev.msg.ID == ix.ID && ev.msg.Rev == winner.Rev && ev.msg.Interaction.State == winner.Interaction.State,
 			"%s: first %s %+v, want the winning answer", name, ev.typ, ev.msg)
@@ -416,15 +425,10 @@ func TestNodesExpireOnce(t *testing.T) {
 	a, b := nodes[0], nodes[1]
 	tok := tokenN(1)
 	first := a.mustPost(tok, "hello")
-	since := "?v=2&since=" + strconv.FormatInt(first.Epoch, 10)
-	sse := a.mustSSE("/api/chat/stream"+since, tok, nil)
-	assert.Equal(t, "SSE ready on A", sse.nextEvent(t).Event, "ready")
-	ws := b.mustWS("/api/chat/ws"+since, tok)
-	assert.Equal(t, "WS ready on B", nextWS(t, ws).Type, "ready")
+	reads := v2Streams(t, a, b, tok, first.Epoch)
 	ix := b.ask(threadN(1), chatrelay.Ask{Type: chatrelay.Input, Prompt: "Quick?", AllowText: true, Timeout: time.Second})
 	deadline := time.UnixMilli(ix.Interaction.Deadline)
 
-	reads := map[string]func() v2Event{"SSE on A": func() v2Event { return nextV2SSE(t, sse) }, "WS on B": func() v2Event { return nextV2WS(t, ws) }}
 	var expired v2msg
 	for name, next := range reads {
 		ev := next()
