@@ -313,10 +313,13 @@ func TestKilledWriterLosesNoAcknowledgedMessage(t *testing.T) {
 // test may have passed on descriptors of its own, so the limit is set
 // where 48 numbers below it are free.
 func fdLimitChild() int {
+	fail := func(err error) int {
+		fmt.Println("error", chatrelay.CodeOf(err), err)
+		return 1
+	}
 	entries, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	open := make(map[int]bool, len(entries))
 	for _, e := range entries {
@@ -332,19 +335,13 @@ func fdLimitChild() int {
 	}
 	lim := syscall.Rlimit{Cur: uint64(limit), Max: uint64(limit)}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		fmt.Println("error setrlimit", err)
-		return 1
+		return fail(err)
 	}
 	st, err := store.OpenFile(os.Getenv("CHATRELAY_TEST_DATA"), store.FileOptions{MaxThreads: 1000, MaxOpenDocs: 1000, NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		fmt.Println("error", err)
-		return 1
+		return fail(err)
 	}
 	ctx := context.Background()
-	fail := func(err error) int {
-		fmt.Println("error", chatrelay.CodeOf(err), err)
-		return 1
-	}
 	for i := range 100 {
 		thread := fmt.Sprintf("%016x", i+1)
 		if _, err := st.Append(ctx, thread, store.NewMessage{Text: "hello"}); err != nil {
