@@ -381,6 +381,8 @@ func TestRetentionTrimsV2State(t *testing.T) {
 	}
 }
 
+// equalCounts reports whether got and want agree, a missing key counting
+// as 0 (so that want can be {} for "nothing left").
 func equalCounts(got, want map[string]int64) bool {
 	for k, v := range got {
 		if want[k] != v {
