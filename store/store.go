@@ -64,9 +64,11 @@ type Store interface {
 	// another: each new message and each changed message, in its state as
 	// of that change (its Rev), in the thread's change order, until ctx is
 	// done. Changes of one message that another process made between two
-	// reads of the feed may come as one: its latest state. A reader tells
-	// a message it has not seen (Epoch past its cursor) from a change of
-	// one it has. A Reset batch says messages may have been missed
+	// reads of the feed may come as one: its latest state, at the place of
+	// its latest change, so a batch's new messages need not be in epoch
+	// order (EpochOrder puts them in it). A reader tells a message it has
+	// not seen (Epoch past the cursor it had before the batch) from a change
+	// of one it has. A Reset batch says messages may have been missed
 	// (a watch was lost, or retention trimmed faster than the feed read):
 	// subscribers of that thread must resume from the store. fn must not
 	// block. The first call of fn is Batch{Ready: true}, made once the feed

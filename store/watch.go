@@ -33,15 +33,29 @@ func Watch(ctx context.Context, st Store, since int64, updates bool, fn func(thr
 
 	last := map[string]int64{}    // per thread, the newest epoch handed on
 	lastRev := map[string]int64{} // per thread, the newest change handed on
+	// deliver hands on a batch (in change order): its new messages in epoch
+	// order, then, with updates, the changes of messages handed on before.
 	deliver := func(thread string, msgs []Entry) error {
-		for _, e := range msgs {
-			update := e.Epoch <= last[thread]
-			if update && (!updates || e.Rev <= lastRev[thread]) {
+		base, baseRev := last[thread], lastRev[thread]
+		for _, e := range EpochOrder(msgs, func(e Entry) Entry { return e }) {
+			if e.Epoch <= last[thread] {
 				continue
 			}
-			last[thread] = max(last[thread], e.Epoch)
+			last[thread] = e.Epoch
 			lastRev[thread] = max(lastRev[thread], e.Rev)
-			if err := fn(thread, e, update); err != nil {
+			if err := fn(thread, e, false); err != nil {
+				return err
+			}
+		}
+		if !updates {
+			return nil
+		}
+		for _, e := range msgs {
+			if e.Epoch > base || e.Rev <= baseRev {
+				continue
+			}
+			lastRev[thread] = max(lastRev[thread], e.Rev)
+			if err := fn(thread, e, true); err != nil {
 				return err
 			}
 		}

@@ -39,6 +39,9 @@ type Event struct {
 	// the server's own writes, the end of the write); zero if unknown.
 	// The transports measure the fan-out delay from it.
 	Stored time.Time
+	// batch is the feed batch the change came in, shared by its events;
+	// nil when the change came alone.
+	batch *eventBatch
 
 	redactOnce sync.Once              // builds redacted and plain
 	redacted   store.Entry            // the message as a participant sees it
@@ -60,6 +63,31 @@ func (f *lazyFrame) get(make func() []byte) []byte {
 // NewEvent returns the event of a change whose message is now e.
 func NewEvent(thread string, e store.Entry) *Event {
 	return &Event{Thread: thread, Entry: e}
+}
+
+// eventBatch is the events of one feed batch, which the hub hands to a
+// subscriber together (Publish), in change order.
+type eventBatch struct {
+	// byEpoch is the batch's messages in epoch order, each once
+	// (store.EpochOrder): what a v1 stream sends of the batch.
+	byEpoch []*Event
+}
+
+// NewEvents returns the events of a feed batch's messages (in change
+// order), each knowing the others: a stream takes the batch as a whole
+// (see session.send).
+func NewEvents(thread string, msgs []store.Entry, stored time.Time) []*Event {
+	events := make([]*Event, len(msgs))
+	for i, e := range msgs {
+		events[i] = &Event{Thread: thread, Entry: e, Stored: stored}
+	}
+	if len(events) > 1 {
+		b := &eventBatch{byEpoch: store.EpochOrder(events, func(ev *Event) store.Entry { return ev.Entry })}
+		for _, ev := range events {
+			ev.batch = b
+		}
+	}
+	return events
 }
 
 // entry is the message as a view sees it: redacted for a participant

@@ -171,12 +171,12 @@ func (m *ops) streamOpened(transport string) (closed func()) {
 }
 
 // delivered records the fan-out delay of events just written to a stream.
-func (m *ops) delivered(transport string, evs ...*Event) {
+func (m *ops) delivered(transport string, items []item) {
 	o := m.fanout.WithLabelValues(transport)
 	now := time.Now()
-	for _, ev := range evs {
-		if !ev.Stored.IsZero() {
-			o.Observe(now.Sub(ev.Stored).Seconds())
+	for _, it := range items {
+		if it.ev != nil && !it.ev.Stored.IsZero() {
+			o.Observe(now.Sub(it.ev.Stored).Seconds())
 		}
 	}
 }

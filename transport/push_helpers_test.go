@@ -596,14 +596,8 @@ func mustBinary(t testing.TB) string {
 // epoch. fsync is "always" or "never" (the file store's).
 func (e *pushEnv) cliReply(ctx context.Context, bin, fsync, thread, text string) (int64, error) {
 	args := append([]string{"reply"}, e.backend.CLIArgs()...)
-	cmd := exec.CommandContext(ctx, bin, append(args, "--fsync", fsync, thread, text)...)
-	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=", "CHATRELAY_REDIS_PREFIX=")
-	out, err := cmd.Output()
+	out, err := e.cli(ctx, bin, append(args, "--fsync", fsync, thread, text)...)
 	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return 0, fmt.Errorf("chatrelay reply: %v: %s", err, ee.Stderr)
-		}
 		return 0, err
 	}
 	var a struct{ Epoch int64 }
@@ -611,4 +605,18 @@ func (e *pushEnv) cliReply(ctx context.Context, bin, fsync, thread, text string)
 		return 0, fmt.Errorf("chatrelay reply printed %q: %w", out, err)
 	}
 	return a.Epoch, nil
+}
+
+// cli runs the chatrelay command bin with args (which point it at the
+// env's store: e.backend.CLIArgs()) and returns what it printed; an error
+// carries its standard error.
+func (e *pushEnv) cli(ctx context.Context, bin string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=", "CHATRELAY_REDIS_PREFIX=")
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return out, fmt.Errorf("chatrelay %s: %v: %s", args[0], err, ee.Stderr)
+	}
+	return out, err
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -235,58 +234,11 @@ func TestSSEOutlivesWriteTimeout(t *testing.T) {
 // messages silently: its stream ends, and resuming with Last-Event-ID, as
 // EventSource does, it is sent "reset" before the retained messages.
 //
-// On the file store the feed is stopped, as a lost folder watch would be,
-// and the other writer is another process's store on the folder. On Redis
-// the node's feed connection is lost and cannot come back for a while (its
-// Redis user loses the right to the feed channel: Redis drops the
-// subscription and refuses a new one), and the other writer is another
-// node.
+// (startBlindable says how, on each store.)
 func TestSSEToldWhenRetentionOutrunsTheFeed(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
-		retention := storetest.Options{Retention: chatrelay.Retention{Messages: 5}}
-		var e *pushEnv
-		var other store.Store
-		var blind, see func()
-		switch backend {
-		case storetest.File:
-			e = startPush(t, pushOptions{store: retention})
-			other = e.backend.Another(t, retention).Store // its appends reach the server only through the folder
-			blind, see = e.stopFeed, e.startFeed
-		case storetest.Redis:
-			be := storetest.Open(t, backend, retention)
-			other = be.Store
-			admin := be.Client(t)
-			ctx := context.Background()
-			user := "node-" + strings.TrimSuffix(be.Prefix, ":")
-			acl := func(rules ...any) {
-				t.Helper()
-				assert.Success(t, admin.Do(ctx, append([]any{"ACL", "SETUSER", user}, rules...)...).Err())
-			}
-			acl("on", ">secret", "~"+be.Prefix+"*", "&"+be.Prefix+"*", "+@all")
-			node := be.Another(t, storetest.Options{Retention: retention.Retention, User: user, Password: "secret"})
-			e = startPush(t, pushOptions{on: node})
-			feedClients := func() int {
-				list, err := admin.ClientList(ctx).Result()
-				assert.Success(t, err)
-				n := 0
-				for _, line := range strings.Split(list, "\n") {
-					if strings.Contains(line, " user="+user+" ") && strings.Contains(line, " sub=1 ") {
-						n++
-					}
-				}
-				return n
-			}
-			blind = func() {
-				acl("resetchannels")
-				deadline := time.Now().Add(5 * time.Second)
-				for feedClients() > 0 {
-					assert.True(t, time.Now().Before(deadline), "the node's feed is still subscribed 5s after losing its right to the channel")
-					<-time.After(5 * time.Millisecond)
-				}
-			}
-			see = func() { acl("&" + be.Prefix + "*") }
-		}
+		e, other, blind, see := startBlindable(t, backend, storetest.Options{Retention: chatrelay.Retention{Messages: 5}})
 		tok := tokenN(1)
 		first := e.mustPost(tok, "start")
 		s := e.mustSSE("/api/chat/stream", tok, map[string]string{"Last-Event-ID": strconv.FormatInt(first.Epoch, 10)})

@@ -50,13 +50,7 @@ func (s *Server) Run(ctx context.Context) error {
 		case b.Reset:
 			s.hub.Reset(b.Thread)
 		case s.hub.Has(b.Thread):
-			events := make([]*Event, len(b.Messages))
-			now := time.Now()
-			for i, e := range b.Messages {
-				events[i] = NewEvent(b.Thread, e)
-				events[i].Stored = now
-			}
-			s.hub.Publish(b.Thread, events...)
+			s.hub.Publish(b.Thread, NewEvents(b.Thread, b.Messages, time.Now())...)
 		}
 	})
 }

@@ -189,6 +189,9 @@ type session struct {
 	fw      frameWriter
 	gone    context.Context // done when the client left or the connection failed
 	last    int64           // the client's cursor: live changes at or below it are skipped
+	cur     *eventBatch     // the feed batch being sent (nil: a change that came alone)
+	base    int64           // the client's cursor before that batch
+	fresh   []int64         // v2: the epochs sent as new messages in that batch
 	ping    *time.Timer     // the heartbeat
 	pingDue atomic.Bool
 	stops   []func() bool // the wake registrations, undone when the session ends
@@ -407,14 +410,35 @@ func (ss *session) turn() (ended bool) {
 
 // send writes the events the client does not have yet; it reports whether
 // the write failed (the stream ended).
+//
+// A feed batch comes in change order, which is not epoch order when it
+// holds a message and a later change of an older one (see
+// store.EpochOrder), and the hub queues a batch whole. So the stream takes
+// a batch as a whole: v1 sends the batch's new messages in epoch order
+// when it meets the batch's first event (and skips the rest); v2 sends
+// each change in change order, as a message if the client could not have
+// it before the batch began (its epoch is past that cursor), once.
 func (ss *session) send(v view, evs []*Event) (failed bool) {
 	batch := make([]item, 0, len(evs))
-	sent := evs[:0]
-	for _, ev := range evs {
-		if k, ok := v.kindOf(ev.Entry, ss.last); ok {
+	add := func(ev *Event) {
+		if k, ok := ss.kindOf(v, ev.Entry); ok {
 			ss.last = v.cursorAfter(ev.Entry)
 			batch = append(batch, item{ev: ev, k: k, redact: v.redact})
-			sent = append(sent, ev)
+		}
+	}
+	for _, ev := range evs {
+		switch {
+		case ev.batch == nil || ev.batch != ss.cur: // a batch begins
+			ss.cur, ss.base, ss.fresh = ev.batch, ss.last, ss.fresh[:0]
+			if v.v2 || ev.batch == nil {
+				add(ev)
+				continue
+			}
+			for _, bev := range ev.batch.byEpoch {
+				add(bev)
+			}
+		case v.v2:
+			add(ev)
 		}
 	}
 	if len(batch) == 0 {
@@ -423,8 +447,27 @@ func (ss *session) send(v view, evs []*Event) (failed bool) {
 	if ss.fw.events(batch) != nil {
 		return true
 	}
-	ss.s.ops.delivered(ss.fw.name(), sent...)
+	ss.s.ops.delivered(ss.fw.name(), batch)
 	return false
+}
+
+// kindOf is view.kindOf for a live change of the current batch: v1 sends a
+// message whose epoch is past the client's cursor; v2 sends a change past
+// it, as a message the first time the batch brings a message the client
+// could not have had before the batch (its epoch past base), else as an
+// update.
+func (ss *session) kindOf(v view, e store.Entry) (kind, bool) {
+	if !v.v2 {
+		return v1Message, e.Epoch > ss.last
+	}
+	if e.Rev <= ss.last {
+		return 0, false
+	}
+	if e.Epoch > ss.base && !slices.Contains(ss.fresh, e.Epoch) {
+		ss.fresh = append(ss.fresh, e.Epoch)
+		return v2Message, true
+	}
+	return v2Update, true
 }
 
 // finish ends the stream: it undoes the wake registrations, runs the

@@ -1,0 +1,103 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+)
+
+func entry(id string, epoch, rev int64) Entry {
+	return NewEntry(chatrelay.Message{ID: id, Epoch: epoch, Rev: rev, Author: chatrelay.Hermes, Text: id})
+}
+
+func ids(es []Entry) string {
+	out := ""
+	for _, e := range es {
+		out += fmt.Sprintf("%s@%d ", e.ID, e.Rev)
+	}
+	return out
+}
+
+func TestEpochOrder(t *testing.T) {
+	t.Parallel()
+	self := func(e Entry) Entry { return e }
+	for _, tc := range []struct {
+		name      string
+		batch     []Entry // change order
+		want      string
+		unchanged bool // returned as it is
+	}{
+		{"empty", nil, "", true},
+		{"one", []Entry{entry("A", 100, 100)}, "A@100 ", true},
+		{"in order", []Entry{entry("A", 100, 100), entry("B", 101, 105)}, "A@100 B@105 ", true},
+		// The file store's batch: A and B written, then A reacted to.
+		{"a message after newer ones", []Entry{entry("B", 101, 101), entry("A", 100, 102)}, "A@102 B@101 ", false},
+		// Redis's batch: every change in order, A twice.
+		{"a message twice", []Entry{entry("A", 100, 100), entry("B", 101, 101), entry("A", 100, 102)}, "A@102 B@101 ", false},
+		{"an old message changed", []Entry{entry("C", 102, 102), entry("X", 50, 103)}, "X@103 C@102 ", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := EpochOrder(tc.batch, self)
+			assert.Equal(t, "order", ids(got), tc.want)
+			same := len(got) == len(tc.batch) && (len(got) == 0 || &got[0] == &tc.batch[0])
+			assert.Equal(t, "returned as it is", same, tc.unchanged)
+		})
+	}
+}
+
+// feedOnly is a store whose feed hands on the batches given, then idles.
+type feedOnly struct {
+	Store
+	batches []Batch
+}
+
+func (f feedOnly) Follow(ctx context.Context, fn func(Batch)) error {
+	fn(Batch{Ready: true})
+	for _, b := range f.batches {
+		fn(b)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// TestWatchTakesABatchInEpochOrder: another process replied A and B, then
+// reacted to A, and the feed hands on the three writes as one batch in
+// change order (B, then A in its reacted state); X, handed on before, also
+// changed. Watch must hand on A then B as new messages (before the fix it
+// skipped A, whose epoch was below B's), and with updates, X's change.
+func TestWatchTakesABatchInEpochOrder(t *testing.T) {
+	t.Parallel()
+	for _, updates := range []bool{false, true} {
+		t.Run(fmt.Sprint("updates=", updates), func(t *testing.T) {
+			st := feedOnly{batches: []Batch{
+				{Thread: "t1", Messages: []Entry{entry("X", 50, 50)}},
+				{Thread: "t1", Messages: []Entry{entry("X", 50, 103), entry("B", 101, 101), entry("A", 100, 102)}},
+			}}
+			want, calls := "new X@50 new A@102 new B@101 ", 3
+			if updates {
+				want, calls = want+"update X@103 ", 4
+			}
+			got := ""
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second) // or until the calls wanted
+			defer cancel()
+			n := 0
+			err := Watch(ctx, st, 0, updates, func(thread string, e Entry, update bool) error {
+				kind := "new"
+				if update {
+					kind = "update"
+				}
+				got += fmt.Sprintf("%s %s@%d ", kind, e.ID, e.Rev)
+				if n++; n == calls {
+					cancel()
+				}
+				return nil
+			}, nil)
+			assert.Success(t, err)
+			assert.Equal(t, "handed on", got, want)
+		})
+	}
+}
