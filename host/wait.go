@@ -136,7 +136,9 @@ const lookAgain = 250 * time.Millisecond
 // answered, expired or canceled), or the timeout passes (TimedOut, still
 // pending), or ctx is done (its error). At its deadline it asks the store
 // to expire it (settle), even if no server did so yet: an answer the store
-// took before the deadline is the outcome, never expired.
+// took before the deadline is the outcome, never expired. An interaction
+// gone from the store (Redis lost its data, or retention dropped it) ends
+// the wait at once with not_found.
 func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (InteractionResult, error) {
 	timeout, err := waitLimit(in.Timeout)
 	if err != nil {
@@ -185,17 +187,22 @@ func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (I
 
 // followInteraction follows the thread's changes for at most d, or until
 // ctx is done, and returns the interaction's message once it is no longer
-// pending (closed).
+// pending (closed). An interaction gone from the store (a feed reset finds
+// it no more) is a NotFound error.
 func (v *Verbs) followInteraction(ctx context.Context, thread, id string, d time.Duration) (e store.Entry, closed bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	errClosed := errors.New("closed")
 	look := func() error { // in the store
-		if found, err := v.find(ctx, thread, id); err == nil && found.Interaction.State.Closed() {
+		found, err := v.find(ctx, thread, id)
+		switch {
+		case chatrelay.CodeOf(err) == chatrelay.NotFound:
+			return chatrelay.Errorf(chatrelay.NotFound, "interaction %s is gone: thread %s no longer holds it (the store lost its data, or retention dropped it)", id, thread)
+		case err == nil && found.Interaction.State.Closed():
 			e = found
 			return errClosed
 		}
-		return nil
+		return nil // pending, or the store cannot answer now: a later batch, or the end of the wait, looks again
 	}
 	err = followThread(ctx, v.Store, thread, func(b store.Batch) error {
 		if b.Reset {

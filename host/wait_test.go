@@ -192,3 +192,38 @@ func TestDeadlineIsTheStoresWord(t *testing.T) {
 		assert.Equal(t, "at the store's deadline", rr.r.Interaction.State, chatrelay.Expired)
 	})
 }
+
+// TestWaitEndsWhenRedisLosesTheInteraction: a wait_interaction running
+// while Redis restarts without its data ends at once with not_found (the
+// interaction is gone), instead of waiting for a deadline nothing can
+// reach any more.
+func TestWaitEndsWhenRedisLosesTheInteraction(t *testing.T) {
+	srv := storetest.StartServer(t, storetest.ServerOptions{})
+	b := storetest.OpenRedis(t, srv, storetest.NewPrefix(), storetest.Options{})
+	v := &host.Verbs{Store: b.Store}
+	ctx := t.Context()
+	_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
+	assert.Success(t, err)
+	asked, err := v.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+	assert.Success(t, err)
+	got := make(chan readResult, 1)
+	go func() {
+		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID})
+		got <- readResult{r, err}
+	}()
+	waitForFeed(t, srv, b.Prefix)
+	srv.Restart(t) // no persistence: Redis comes back empty
+	rr := recv(t, got, "wait_interaction after Redis lost its data")
+	assert.Code(t, rr.err, chatrelay.NotFound)
+}
+
+// waitForFeed waits until a store under prefix follows its change feed on
+// srv (a wait is registered).
+func waitForFeed(t *testing.T, srv *storetest.Server, prefix string) {
+	t.Helper()
+	c := srv.Client(t)
+	assert.Eventually(t, within, "a feed subscriber", func() bool {
+		n, err := c.PubSubNumSub(t.Context(), prefix+"feed").Result()
+		return err == nil && n[prefix+"feed"] > 0
+	})
+}
