@@ -219,16 +219,6 @@ func (ix *Interaction) CheckAnswer(ans Answer) error {
 	return nil
 }
 
-// StateAt is the interaction's state as a reader sees it at now: a pending
-// interaction past its deadline is expired, even before the server has
-// written so.
-func (ix *Interaction) StateAt(now time.Time) State {
-	if ix.State == Pending && now.UnixMilli() >= ix.Deadline {
-		return Expired
-	}
-	return ix.State
-}
-
 // RenderText is the v1 text of an interaction's message: a readable
 // rendering, so that a v1 page or poller sees the question and how to
 // answer it. It is cut to MaxText code points (with "…") if the question

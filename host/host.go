@@ -166,8 +166,9 @@ type RequestApprovalInput struct {
 }
 
 // InteractionResult is the result of the verbs about one interaction:
-// the interaction as a reader sees it now (a pending one past its deadline
-// is expired), and the message that carries it.
+// the interaction as the store holds it (a pending one found past its
+// deadline is first expired in the store, unless an answer got there
+// first: see settle), and the message that carries it.
 type InteractionResult struct {
 	Thread      string                 `json:"thread"`
 	MessageID   string                 `json:"message_id"`
@@ -208,11 +209,27 @@ func (v *Verbs) ask(ctx context.Context, thread, clientID string, a chatrelay.As
 	return r, nil
 }
 
-// result is the InteractionResult of a message carrying an interaction.
+// result is the InteractionResult of a message carrying an interaction,
+// in the state the store holds.
 func (v *Verbs) result(thread string, e store.Entry) InteractionResult {
 	ix := *e.Interaction
-	ix.State = ix.StateAt(v.now())
 	return InteractionResult{Thread: thread, MessageID: e.ID, Interaction: &ix}
+}
+
+// settle returns e, the message carrying an interaction as read, in its
+// final state if the deadline decided it. A pending interaction past its
+// deadline (on v's clock) is never reported expired on the reader's word:
+// an answer the store took before the deadline may still be being
+// written. The store expires it under the thread's lock (a compare-and-set
+// on Redis), where an answer that got there first wins, and what the store
+// answers is the outcome, the same for every reader. If the store's clock
+// has not reached the deadline yet, the interaction stays pending.
+func (v *Verbs) settle(ctx context.Context, thread string, e store.Entry) (store.Entry, error) {
+	ix := e.Interaction
+	if ix.State != chatrelay.Pending || v.now().UnixMilli() < ix.Deadline {
+		return e, nil
+	}
+	return v.Store.Change(ctx, thread, store.Change{Op: store.Expire, InteractionID: ix.ID})
 }
 
 // InteractionInput names an interaction: check_interaction's and
@@ -225,6 +242,9 @@ type InteractionInput struct {
 // CheckInteraction returns an interaction's state and answer.
 func (v *Verbs) CheckInteraction(ctx context.Context, in InteractionInput) (InteractionResult, error) {
 	e, err := v.find(ctx, in.Thread, in.InteractionID)
+	if err == nil {
+		e, err = v.settle(ctx, in.Thread, e)
+	}
 	if err != nil {
 		return InteractionResult{}, err
 	}

@@ -128,64 +128,98 @@ type WaitInteractionInput struct {
 	Timeout       int    `json:"timeout,omitempty"` // seconds, at most 300 a call; 0: 300
 }
 
+// lookAgain is how soon a wait past the deadline on the host's clock, but
+// not yet on the store's, asks the store to expire the interaction again.
+const lookAgain = 250 * time.Millisecond
+
 // WaitInteraction blocks until the interaction is no longer pending (it is
 // answered, expired or canceled), or the timeout passes (TimedOut, still
-// pending), or ctx is done (its error). At its deadline it counts as
-// expired even if no server wrote so yet.
+// pending), or ctx is done (its error). At its deadline it asks the store
+// to expire it (settle), even if no server did so yet: an answer the store
+// took before the deadline is the outcome, never expired. An interaction
+// gone from the store (Redis lost its data, or retention dropped it) ends
+// the wait at once with not_found.
 func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (InteractionResult, error) {
 	timeout, err := waitLimit(in.Timeout)
 	if err != nil {
 		return InteractionResult{}, err
 	}
-	e, err := v.find(ctx, in.Thread, in.InteractionID)
-	if err != nil {
-		return InteractionResult{}, err
-	}
-	if r := v.result(in.Thread, e); r.Interaction.State.Closed() {
-		return r, nil
-	}
-	wait := min(timeout, time.Until(time.UnixMilli(e.Interaction.Deadline)))
-	wctx, cancel := context.WithTimeout(ctx, max(wait, 0))
+	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var got store.Entry
+	e, err := v.find(ctx, in.Thread, in.InteractionID)
+	for {
+		if err == nil {
+			e, err = v.settle(ctx, in.Thread, e)
+		}
+		if err != nil {
+			return InteractionResult{}, err
+		}
+		if e.Interaction.State.Closed() {
+			return v.result(in.Thread, e), nil
+		}
+		if ctx.Err() != nil {
+			return InteractionResult{}, ctx.Err()
+		}
+		if wctx.Err() != nil {
+			r := v.result(in.Thread, e)
+			r.TimedOut = true
+			return r, nil
+		}
+		// Follow the thread until the deadline; once it passed on this
+		// clock but not yet on the store's, for lookAgain at a time.
+		wait := time.UnixMilli(e.Interaction.Deadline).Sub(v.now())
+		if wait <= 0 {
+			wait = lookAgain
+		}
+		got, closed, ferr := v.followInteraction(wctx, in.Thread, in.InteractionID, wait)
+		switch {
+		case ferr != nil:
+			return InteractionResult{}, ferr
+		case ctx.Err() != nil:
+			return InteractionResult{}, ctx.Err()
+		case closed:
+			e = got
+		default:
+			e, err = v.find(ctx, in.Thread, in.InteractionID)
+		}
+	}
+}
+
+// followInteraction follows the thread's changes for at most d, or until
+// ctx is done, and returns the interaction's message once it is no longer
+// pending (closed). An interaction gone from the store (a feed reset finds
+// it no more) is a NotFound error.
+func (v *Verbs) followInteraction(ctx context.Context, thread, id string, d time.Duration) (e store.Entry, closed bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
 	errClosed := errors.New("closed")
-	err = followThread(wctx, v.Store, in.Thread, func(b store.Batch) error {
-		if b.Reset { // look again in the store
-			if e, err := v.find(wctx, in.Thread, in.InteractionID); err == nil && e.Interaction.State.Closed() {
-				got = e
-				return errClosed
-			}
-		}
-		for _, e := range b.Messages {
-			if e.Interaction != nil && e.Interaction.ID == in.InteractionID && e.Interaction.State.Closed() {
-				got = e
-				return errClosed
-			}
-		}
-		return nil
-	}, func() error { // registered: the store may have changed before
-		if e, err := v.find(wctx, in.Thread, in.InteractionID); err == nil && e.Interaction.State.Closed() {
-			got = e
+	look := func() error { // in the store
+		found, err := v.find(ctx, thread, id)
+		switch {
+		case chatrelay.CodeOf(err) == chatrelay.NotFound:
+			return chatrelay.Errorf(chatrelay.NotFound, "interaction %s is gone: thread %s no longer holds it (the store lost its data, or retention dropped it)", id, thread)
+		case err == nil && found.Interaction.State.Closed():
+			e = found
 			return errClosed
 		}
+		return nil // pending, or the store cannot answer now: a later batch, or the end of the wait, looks again
+	}
+	err = followThread(ctx, v.Store, thread, func(b store.Batch) error {
+		if b.Reset {
+			return look()
+		}
+		for _, m := range b.Messages {
+			if m.Interaction != nil && m.Interaction.ID == id && m.Interaction.State.Closed() {
+				e = m
+				return errClosed
+			}
+		}
 		return nil
-	})
-	switch {
-	case errors.Is(err, errClosed):
-		return v.result(in.Thread, got), nil
-	case err != nil:
-		return InteractionResult{}, err
-	case ctx.Err() != nil:
-		return InteractionResult{}, ctx.Err()
+	}, look) // registered: the store may have changed before
+	if errors.Is(err, errClosed) {
+		return e, true, nil
 	}
-	// The wait ended: at the deadline the interaction reads as expired.
-	e, err = v.find(ctx, in.Thread, in.InteractionID)
-	if err != nil {
-		return InteractionResult{}, err
-	}
-	r := v.result(in.Thread, e)
-	r.TimedOut = !r.Interaction.State.Closed()
-	return r, nil
+	return store.Entry{}, false, err
 }
 
 // followThread calls fn with the feed's batches of thread until fn or

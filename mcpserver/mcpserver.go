@@ -279,7 +279,11 @@ func sayMessages(b *strings.Builder, thread string, raws []json.RawMessage) {
 		}
 		fmt.Fprintf(b, "] %s at %s: %s", author, utc(m.Epoch), cut(m.Text, textCut))
 		if ix := m.Interaction; ix != nil {
-			fmt.Fprintf(b, "\n  (%s %s: %s)", ix.Type, ix.ID, ix.StateAt(time.Now()))
+			st := string(ix.State)
+			if ix.State == chatrelay.Pending && time.Now().UnixMilli() >= ix.Deadline {
+				st = "pending, deadline passed: chatrelay_check_interaction settles it"
+			}
+			fmt.Fprintf(b, "\n  (%s %s: %s)", ix.Type, ix.ID, st)
 		}
 		for _, emoji := range slices.Sorted(maps.Keys(m.Reactions)) {
 			fmt.Fprintf(b, "\n  %s by %d", emoji, len(m.Reactions[emoji]))

@@ -120,10 +120,14 @@ func show(ctx context.Context, args []string, getenv func(string) string, stdout
 	return nil
 }
 
-// interactionState says where an interaction stands, for people.
+// interactionState says where an interaction stands in the store, for
+// people. A pending one past its deadline is said so, not expired: an
+// answer taken before the deadline may still land (check settles it).
 func interactionState(ix *chatrelay.Interaction) string {
-	st := ix.StateAt(time.Now())
+	st := ix.State
 	switch {
+	case st == chatrelay.Pending && time.Now().UnixMilli() >= ix.Deadline:
+		return "pending, deadline " + utc(ix.Deadline) + " passed"
 	case st == chatrelay.Pending:
 		return "pending until " + utc(ix.Deadline)
 	case ix.Answer != nil && ix.Answer.Value != "":

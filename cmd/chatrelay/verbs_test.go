@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -109,6 +111,46 @@ func TestAskWaitExitCodes(t *testing.T) {
 	assert.Success(t, err)
 	res := <-done
 	assert.Equal(t, "ask --wait exit code", exitCode(res.err), 10)
+}
+
+// TestWaitEndsWhenRedisLosesTheInteraction: ask --wait and check --wait
+// running while Redis restarts without its data end at once, exit 1 with
+// not_found (the interaction is gone), instead of waiting for its
+// deadline (here an hour).
+func TestWaitEndsWhenRedisLosesTheInteraction(t *testing.T) {
+	t.Parallel()
+	for _, verb := range []string{"ask", "check"} {
+		t.Run(verb, func(t *testing.T) {
+			t.Parallel()
+			srv := storetest.StartServer(t, storetest.ServerOptions{})
+			b := storetest.OpenRedis(t, srv, storetest.NewPrefix(), storetest.Options{})
+			_, err := b.Store.Append(t.Context(), threadNew, store.NewMessage{Text: "can you deploy?"})
+			assert.Success(t, err)
+			ask := append([]string{"ask", threadNew, "--approval", "Deploy build 412?", "--timeout", "1h"}, b.CLIArgs()...)
+			args := slices.Concat(ask, []string{"--wait"})
+			if verb == "check" {
+				r := asked(t, runCLI(t, nil, "", ask...))
+				args = slices.Concat([]string{"check", threadNew, r.Interaction.ID, "--wait"}, b.CLIArgs())
+			}
+			waited := make(chan cliResult, 1)
+			go func() { waited <- runCLI(t, nil, "", args...) }()
+			// The wait follows the store's feed: then Redis loses everything.
+			c := srv.Client(t)
+			assert.Eventually(t, 10*time.Second, verb+" --wait following the feed", func() bool {
+				n, err := c.PubSubNumSub(t.Context(), b.Prefix+"feed").Result()
+				return err == nil && n[b.Prefix+"feed"] > 0
+			})
+			srv.Restart(t)
+			var res cliResult
+			select {
+			case res = <-waited:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s --wait still waits for an interaction Redis lost", verb)
+			}
+			assert.Equal(t, "exit code", exitCode(res.err), 1)
+			assert.Equal(t, "the code", chatrelay.CodeOf(res.err), chatrelay.NotFound)
+		})
+	}
 }
 
 func openStore(t *testing.T, data string) store.Store {

@@ -1,0 +1,229 @@
+package host_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/host"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/internal/testclock"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+// within bounds every wait of these tests: reaching it is a failure, not
+// a measure of speed.
+const within = 10 * time.Second
+
+// recv returns what ch brings, failing the test if nothing comes within.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(within):
+		t.Fatalf("%s: nothing within %v", what, within)
+		panic("unreachable")
+	}
+}
+
+type readResult struct {
+	r   host.InteractionResult
+	err error
+}
+
+// readers are the verbs that tell the host an interaction's outcome.
+var readers = map[string]func(ctx context.Context, v *host.Verbs, thread, id string) (host.InteractionResult, error){
+	"check_interaction": func(ctx context.Context, v *host.Verbs, thread, id string) (host.InteractionResult, error) {
+		return v.CheckInteraction(ctx, host.InteractionInput{Thread: thread, InteractionID: id})
+	},
+	"wait_interaction": func(ctx context.Context, v *host.Verbs, thread, id string) (host.InteractionResult, error) {
+		return v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: id, Timeout: 5})
+	},
+}
+
+// TestAnswerBeforeTheDeadlineIsTheOutcome: an answer that the store takes
+// just before the deadline, but that is still being written when the
+// deadline passes, is the outcome every reader reports: check_interaction
+// and wait_interaction, reading it meanwhile (pending, past its deadline
+// on their clock), never say expired once the answer was accepted, on
+// every store. The server that answers and the host that reads are two
+// stores on one data set and one clock, as two processes are. The
+// answer's store holds its write (in its clock reading, once it has taken
+// the answer's time) until the reader has read the interaction and looked
+// at its own clock, so the race is the same every run.
+func TestAnswerBeforeTheDeadlineIsTheOutcome(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, backend string) {
+		for name, read := range readers {
+			t.Run(name, func(t *testing.T) {
+				clk := testclock.New(time.Now())
+				var (
+					hold        atomic.Bool // the server's next clock reading waits for release
+					stamped     = make(chan struct{})
+					readerArmed atomic.Bool // the reader's next clock reading releases the answer
+					release     = make(chan struct{})
+					released    atomic.Bool
+					answered    = make(chan struct{})
+					once        sync.Once
+				)
+				server := storetest.Open(t, backend, storetest.Options{Now: func() time.Time {
+					now := clk.Now()
+					if hold.CompareAndSwap(true, false) {
+						close(stamped)
+						<-release
+					}
+					return now
+				}})
+				// Once released, the reader's store waits for the answer
+				// to be stored before it takes its time: the answer wins
+				// even where nothing else would order them (Redis's
+				// compare-and-set).
+				reader := server.Another(t, storetest.Options{Now: func() time.Time {
+					now := clk.Now()
+					if released.Load() {
+						<-answered
+					}
+					return now
+				}})
+				v := &host.Verbs{Store: reader.Store, Now: func() time.Time {
+					if readerArmed.CompareAndSwap(true, false) {
+						once.Do(func() { released.Store(true); close(release) })
+					}
+					return clk.Now()
+				}}
+				ctx := t.Context()
+				_, err := server.Store.Append(ctx, thread, store.NewMessage{Text: "which branch?"})
+				assert.Success(t, err)
+				asked, err := v.RequestInput(ctx, host.RequestInputInput{Thread: thread, Prompt: "Which branch?", AllowText: true, Timeout: 1})
+				assert.Success(t, err)
+				id, deadline := asked.Interaction.ID, asked.Interaction.Deadline
+
+				clk.Set(time.UnixMilli(deadline - 1))
+				hold.Store(true)
+				respond := make(chan error, 1)
+				go func() {
+					defer close(answered)
+					_, err := server.Store.Change(ctx, thread, store.Change{Op: store.Respond, InteractionID: id, Answer: chatrelay.Answer{Value: "main"}, By: chatrelay.Operator})
+					respond <- err
+				}()
+				recv(t, stamped, "the answer taking its time")
+				clk.Set(time.UnixMilli(deadline + 1))
+				readerArmed.Store(true)
+				got := make(chan readResult, 1)
+				go func() {
+					r, err := read(ctx, v, thread, id)
+					got <- readResult{r, err}
+				}()
+				assert.Success(t, recv(t, respond, "the answer"))
+				rr := recv(t, got, name)
+				assert.Success(t, rr.err)
+				assert.Equal(t, name+": the state after an accepted answer", rr.r.Interaction.State, chatrelay.Answered)
+				assert.Equal(t, name+": the answer", rr.r.Interaction.Answer, &chatrelay.Answer{Value: "main"})
+				again, err := v.CheckInteraction(ctx, host.InteractionInput{Thread: thread, InteractionID: id})
+				assert.Success(t, err)
+				assert.Equal(t, "check_interaction afterwards", again.Interaction.State, chatrelay.Answered)
+			})
+		}
+	})
+}
+
+// TestAnswerAtTheDeadlineIsRefused: once the deadline has passed, a
+// reader reports expired, and an answer is then refused with
+// interaction_closed: the expiry is the outcome for everyone.
+func TestAnswerAtTheDeadlineIsRefused(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, backend string) {
+		for name, read := range readers {
+			t.Run(name, func(t *testing.T) {
+				clk := testclock.New(time.Now())
+				server := storetest.Open(t, backend, storetest.Options{Now: clk.Now})
+				reader := server.Another(t, storetest.Options{Now: clk.Now})
+				v := &host.Verbs{Store: reader.Store, Now: clk.Now}
+				ctx := t.Context()
+				_, err := server.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
+				assert.Success(t, err)
+				asked, err := v.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 1})
+				assert.Success(t, err)
+				clk.Set(time.UnixMilli(asked.Interaction.Deadline))
+				r, err := read(ctx, v, thread, asked.Interaction.ID)
+				assert.Success(t, err)
+				assert.Equal(t, name+": at the deadline", r.Interaction.State, chatrelay.Expired)
+				_, err = server.Store.Change(ctx, thread, store.Change{Op: store.Respond, InteractionID: asked.Interaction.ID, Answer: chatrelay.Answer{Decision: chatrelay.Approve}, By: chatrelay.Operator})
+				assert.Code(t, err, chatrelay.InteractionClosed)
+				r, err = v.CheckInteraction(ctx, host.InteractionInput{Thread: thread, InteractionID: asked.Interaction.ID})
+				assert.Success(t, err)
+				assert.Equal(t, "check_interaction after the refused answer", r.Interaction.State, chatrelay.Expired)
+			})
+		}
+	})
+}
+
+// TestDeadlineIsTheStoresWord: a host whose clock is past the deadline
+// while the store's is not yet reports the interaction pending (the store
+// would still take an answer), and a wait running meanwhile ends expired
+// once the store's clock reaches the deadline.
+func TestDeadlineIsTheStoresWord(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, backend string) {
+		clk := testclock.New(time.Now())
+		b := storetest.Open(t, backend, storetest.Options{Now: clk.Now})
+		v := &host.Verbs{Store: b.Store, Now: func() time.Time { return clk.Now().Add(time.Minute) }}
+		ctx := t.Context()
+		_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "which branch?"})
+		assert.Success(t, err)
+		asked, err := v.RequestInput(ctx, host.RequestInputInput{Thread: thread, Prompt: "Which branch?", AllowText: true, Timeout: 1})
+		assert.Success(t, err)
+		id := asked.Interaction.ID
+		r, err := v.CheckInteraction(ctx, host.InteractionInput{Thread: thread, InteractionID: id})
+		assert.Success(t, err)
+		assert.Equal(t, "past the deadline on the host's clock only", r.Interaction.State, chatrelay.Pending)
+		got := make(chan readResult, 1)
+		go func() {
+			r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: id, Timeout: 30})
+			got <- readResult{r, err}
+		}()
+		clk.Set(time.UnixMilli(asked.Interaction.Deadline))
+		rr := recv(t, got, "wait_interaction")
+		assert.Success(t, rr.err)
+		assert.Equal(t, "at the store's deadline", rr.r.Interaction.State, chatrelay.Expired)
+	})
+}
+
+// TestWaitEndsWhenRedisLosesTheInteraction: a wait_interaction running
+// while Redis restarts without its data ends at once with not_found (the
+// interaction is gone), instead of waiting for a deadline nothing can
+// reach any more.
+func TestWaitEndsWhenRedisLosesTheInteraction(t *testing.T) {
+	srv := storetest.StartServer(t, storetest.ServerOptions{})
+	b := storetest.OpenRedis(t, srv, storetest.NewPrefix(), storetest.Options{})
+	v := &host.Verbs{Store: b.Store}
+	ctx := t.Context()
+	_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
+	assert.Success(t, err)
+	asked, err := v.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+	assert.Success(t, err)
+	got := make(chan readResult, 1)
+	go func() {
+		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID})
+		got <- readResult{r, err}
+	}()
+	waitForFeed(t, srv, b.Prefix)
+	srv.Restart(t) // no persistence: Redis comes back empty
+	rr := recv(t, got, "wait_interaction after Redis lost its data")
+	assert.Code(t, rr.err, chatrelay.NotFound)
+}
+
+// waitForFeed waits until a store under prefix follows its change feed on
+// srv (a wait is registered).
+func waitForFeed(t *testing.T, srv *storetest.Server, prefix string) {
+	t.Helper()
+	c := srv.Client(t)
+	assert.Eventually(t, within, "a feed subscriber", func() bool {
+		n, err := c.PubSubNumSub(t.Context(), prefix+"feed").Result()
+		return err == nil && n[prefix+"feed"] > 0
+	})
+}
