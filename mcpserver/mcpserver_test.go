@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,20 @@ func TestToolsAreTheVerbs(t *testing.T) {
 		assert.Success(t, err)
 		assert.True(t, tool.Description != "" && strings.Contains(string(def), tool.Description), "chatrelay_%s's description is not its entry's", verb)
 	}
+	// What the model reads of a tool (its description and input schema)
+	// names the other tools as the client knows them: chatrelay_<verb>.
+	// (send and react are words too; the verbs of two words are checked.)
+	for _, tool := range res.Tools {
+		schema, _ := json.Marshal(tool.InputSchema)
+		words := tool.Description + "\n" + string(schema)
+		for _, verb := range chatrelay.Verbs() {
+			if !strings.Contains(verb, "_") {
+				continue
+			}
+			bare := regexp.MustCompile(`(^|[^A-Za-z0-9_])` + verb + `\b`)
+			assert.True(t, !bare.MatchString(words), "%s names %s without its prefix chatrelay_: %s", tool.Name, verb, words)
+		}
+	}
 	ins := e.cs.InitializeResult().Instructions
 	for _, want := range []string{"chatrelay_request_approval", "chatrelay_wait_interaction", "chatrelay_read_thread", "chatrelay_send", "approved"} {
 		assert.True(t, strings.Contains(ins, want), "the instructions do not mention %s", want)
@@ -249,7 +264,7 @@ func TestCancelABlockedWait(t *testing.T) {
 	returned := make(chan error, 1)
 	go func() {
 		_, err := e.cs.CallTool(ctx, &mcp.CallToolParams{Name: "chatrelay_wait_messages",
-			Arguments: map[string]any{"thread": thread, "timeout": chatrelay.LimitWaitTimeout.Max}})
+			Arguments: map[string]any{"thread": thread, "since": e.first.Epoch, "timeout": chatrelay.LimitWaitTimeout.Max}})
 		returned <- err
 	}()
 	e.await(t, "start chatrelay_wait_messages")

@@ -284,7 +284,7 @@ func TestMCPOverStdio(t *testing.T) {
 
 	// A canceled wait returns at once; the session goes on.
 	cctx, cancel := context.WithCancel(ctx)
-	canceled := e.callAsync(cctx, "wait_messages", map[string]any{"thread": e.thread, "timeout": chatrelay.LimitWaitTimeout.Max})
+	canceled := e.callAsync(cctx, "wait_messages", map[string]any{"thread": e.thread, "since": rd.Cursor + 1, "timeout": chatrelay.LimitWaitTimeout.Max})
 	e.awaitSent(t, "chatrelay_wait_messages")
 	cancel()
 	select {
