@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -21,9 +22,9 @@ import (
 
 const thread = "00000000000000bb"
 
-// env is an MCP server of the verbs on a file store, and an SDK client
-// connected to it in memory. calls reports each tools/call as it starts
-// ("start <tool>") and returns ("end <tool>").
+// env is an MCP server of the verbs on a file store, served over Stdio on
+// pipes, and an SDK client connected to it. calls reports each tools/call
+// as it starts ("start <tool>") and returns ("end <tool>").
 type env struct {
 	st    store.Store
 	cs    *mcp.ClientSession
@@ -40,23 +41,14 @@ func newEnv(t *testing.T) *env {
 	assert.Success(t, err)
 	e := &env{st: st, first: first, calls: make(chan string, 1024)}
 	srv := mcpserver.New(&host.Verbs{Store: st}, nil)
-	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
-		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if method != "tools/call" {
-				return next(ctx, method, req)
-			}
-			name := req.GetParams().(*mcp.CallToolParamsRaw).Name
-			e.calls <- "start " + name
-			defer func() { e.calls <- "end " + name }()
-			return next(ctx, method, req)
-		}
-	})
-	ct, stt := mcp.NewInMemoryTransports()
+	srv.AddReceivingMiddleware(e.observe)
+	toServer, fromClient := io.Pipe()
+	toClient, fromServer := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
-	ss, err := srv.Connect(ctx, stt, nil)
+	ss, err := srv.Connect(ctx, &mcpserver.Stdio{In: toServer, Out: fromServer}, nil)
 	assert.Success(t, err)
 	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	e.cs, err = client.Connect(ctx, ct, nil)
+	e.cs, err = client.Connect(ctx, &mcp.IOTransport{Reader: toClient, Writer: fromClient}, nil)
 	assert.Success(t, err)
 	t.Cleanup(func() {
 		e.cs.Close()
@@ -64,6 +56,19 @@ func newEnv(t *testing.T) *env {
 		cancel()
 	})
 	return e
+}
+
+// observe is a receiving middleware that reports tool calls on e.calls.
+func (e *env) observe(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		name := req.GetParams().(*mcp.CallToolParamsRaw).Name
+		e.calls <- "start " + name
+		defer func() { e.calls <- "end " + name }()
+		return next(ctx, method, req)
+	}
 }
 
 // call calls a tool; a tool error is a result (IsError), not an error.

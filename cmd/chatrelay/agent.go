@@ -5,9 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"os"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/mcpserver"
@@ -40,7 +37,8 @@ func schema(_ context.Context, e cmdEnv) error {
 // mcpServe serves the host's verbs over MCP on standard input and output
 // until the client closes its end (or the process is told to stop).
 // Warnings and the causes of internal errors go to standard error;
-// standard output carries the protocol only.
+// standard output carries the protocol only. A malformed line gets its
+// JSON-RPC error and the session goes on (mcpserver.Stdio).
 func mcpServe(ctx context.Context, e cmdEnv) error {
 	v := newVerb("mcp", "[--data DIR | --store URL]", e.stderr, false)
 	h, done, err := v.open(ctx, e, 0, "no arguments")
@@ -49,23 +47,9 @@ func mcpServe(ctx context.Context, e cmdEnv) error {
 	}
 	defer done()
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	t := &mcp.IOTransport{Reader: readCloser(e.stdin), Writer: nopWriteCloser{e.stdout}}
-	err = mcpserver.New(h, log).Run(ctx, t)
+	err = mcpserver.New(h, log).Run(ctx, &mcpserver.Stdio{In: e.stdin, Out: e.stdout})
 	if errors.Is(err, io.EOF) || (err != nil && ctx.Err() != nil) {
 		return nil // the client closed its end, or we were told to stop
 	}
 	return err
 }
-
-// readCloser closes standard input when the session ends, so that its
-// reader returns.
-func readCloser(r io.Reader) io.ReadCloser {
-	if f, ok := r.(*os.File); ok {
-		return f
-	}
-	return io.NopCloser(r)
-}
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
