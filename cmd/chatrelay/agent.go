@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/mcpserver"
@@ -40,16 +41,36 @@ func schema(_ context.Context, e cmdEnv) error {
 // standard output carries the protocol only. A malformed line gets its
 // JSON-RPC error and the session goes on (mcpserver.Stdio).
 func mcpServe(ctx context.Context, e cmdEnv) error {
-	v := newVerb("mcp", "[--data DIR | --store URL]", e.stderr, false)
+	v := newVerb("mcp", "[--data DIR | --store URL] [--progress-every D]", e.stderr, false)
+	every := positiveDuration(mcpserver.DefaultProgressEvery)
+	v.fs.Var(&every, "progress-every", "a wait (wait_messages, wait_interaction) sends notifications/progress every `duration` to a call that carries a progressToken")
 	h, done, err := v.open(ctx, e, 0, "no arguments")
 	if err != nil {
 		return err
 	}
 	defer done()
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	err = mcpserver.New(h, log).Run(ctx, &mcpserver.Stdio{In: e.stdin, Out: e.stdout})
+	srv := mcpserver.New(h, &mcpserver.Options{Log: log, ProgressEvery: time.Duration(every)})
+	err = srv.Run(ctx, &mcpserver.Stdio{In: e.stdin, Out: e.stdout})
 	if errors.Is(err, io.EOF) || (err != nil && ctx.Err() != nil) {
 		return nil // the client closed its end, or we were told to stop
 	}
 	return err
+}
+
+// positiveDuration is a duration flag that refuses 0 and negatives.
+type positiveDuration time.Duration
+
+func (d *positiveDuration) String() string { return time.Duration(*d).String() }
+
+func (d *positiveDuration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err == nil && v <= 0 {
+		err = errors.New("must be positive")
+	}
+	if err != nil {
+		return err
+	}
+	*d = positiveDuration(v)
+	return nil
 }
