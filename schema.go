@@ -615,9 +615,9 @@ func verbDefs() map[string]verbDef {
 			}, "thread", "messages", "cursor", "awaiting", "reset"),
 		},
 		"wait_messages": {
-			object("Wait until a thread (or any thread) has a message not written by hermes after a cursor, or the timeout. Returns at once if there is one.", obj{
+			object("Wait until a thread (or any thread) has a message not written by hermes after a cursor, or the timeout. Returns at once if there is one. Without since, returns at once what hermes has not answered (in each thread, the messages after hermes's newest one), else waits for the next message.", obj{
 				"thread":  describe(pattern(ThreadPattern, ""), "the thread to watch; absent: every thread"),
-				"since":   integer(0, -1, "an epoch cursor (a wait's or a read's cursor); 0 or absent: from now on"),
+				"since":   integer(0, -1, "an epoch cursor (a wait's or a read's cursor); 0 or absent: the messages hermes has not answered yet, else the next one"),
 				"timeout": wait,
 			}),
 			object("the messages not by hermes after the cursor, oldest first (none if it timed out)", obj{
@@ -632,7 +632,7 @@ func verbDefs() map[string]verbDef {
 			messageResult,
 		},
 		"request_input": {
-			object("Ask the person a question: one of the choices, or any text when allow_text. Then wait for the answer with wait_interaction.", obj{
+			object("Ask the person a question: one of the choices, or any text when allow_text. Then wait for the answer with chatrelay_wait_interaction.", obj{
 				"thread": thread, "prompt": text(LimitInputPrompt, "the question"), "title": str(LimitInputTitle, ""),
 				"choices":    array(LimitChoices, choice(), "the answers offered; values unique"),
 				"allow_text": boolean("any text may answer, not only a choice"),
@@ -641,7 +641,7 @@ func verbDefs() map[string]verbDef {
 			interactionResult,
 		},
 		"request_approval": {
-			object("Ask the person to approve or deny before you act. Then wait for the decision with wait_interaction; act only if it is approved.", obj{
+			object("Ask the person to approve or deny before you act. Then wait for the decision with chatrelay_wait_interaction; act only if it is approved.", obj{
 				"thread": thread, "summary": text(LimitApprovalText, "what you would do, for the person to judge"),
 				"title":   str(LimitApprovalTitle, "the tool or action"),
 				"details": array(LimitDetails, detail(), "labelled facts"),

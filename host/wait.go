@@ -16,7 +16,7 @@ import (
 // WaitMessagesInput is wait_messages's input.
 type WaitMessagesInput struct {
 	Thread  string `json:"thread,omitempty"`  // "": any thread
-	Since   int64  `json:"since,omitempty"`   // an epoch cursor; 0: from now on
+	Since   int64  `json:"since,omitempty"`   // an epoch cursor; 0: what hermes has not answered
 	Timeout int    `json:"timeout,omitempty"` // seconds, at most 300; 0: 300
 }
 
@@ -41,6 +41,11 @@ var errWake = errors.New("host: a message to answer")
 // written by hermes with an epoch past the cursor, or the timeout passes,
 // or ctx is done (its error). It watches the store's change feed, so it
 // wakes as soon as the message is stored, by any process.
+//
+// Without a cursor it answers at once with what hermes has not answered:
+// in each thread, the messages after hermes's newest one (every message
+// of a thread hermes never wrote in). If there are none, it waits for the
+// next message after the newest one stored.
 func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMessagesResult, error) {
 	if in.Thread != "" {
 		if err := checkThread(in.Thread); err != nil {
@@ -56,7 +61,14 @@ func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMes
 	}
 	since := in.Since
 	if since == 0 {
-		since = v.now().UnixMilli()
+		r, err := v.unanswered(ctx, in.Thread)
+		if err != nil || len(r.Messages) > 0 {
+			return r, err
+		}
+		// Nothing to answer: wait from the newest message on (from the
+		// first, when there is none, so that a message stored before the
+		// wait has started is seen all the same).
+		since = max(r.Cursor, 1)
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -80,6 +92,63 @@ func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMes
 	return v.messagesAfter(ctx, in.Thread, since)
 }
 
+// unanswered reads the messages hermes has not answered, of thread or of
+// every thread, oldest first: in each thread those after hermes's newest
+// message. The cursor is the newest epoch of the threads read (0 if there
+// is none).
+func (v *Verbs) unanswered(ctx context.Context, thread string) (WaitMessagesResult, error) {
+	out := WaitMessagesResult{Messages: []ThreadMessage{}}
+	threads := []string{thread}
+	if thread == "" {
+		infos, err := v.Store.Threads(ctx)
+		if err != nil {
+			return WaitMessagesResult{}, err
+		}
+		threads = threads[:0]
+		for _, i := range infos {
+			out.Cursor = max(out.Cursor, i.LastEpoch)
+			if i.Awaiting { // its newest message is not hermes's
+				threads = append(threads, i.Thread)
+			}
+		}
+	}
+	var all []msg
+	for _, th := range threads {
+		p, err := v.Store.Since(ctx, th, 0, 0)
+		if err != nil {
+			return WaitMessagesResult{}, err
+		}
+		out.Cursor = max(out.Cursor, p.Cursor)
+		from := 0
+		for i, e := range p.Messages {
+			if e.Author == chatrelay.Hermes {
+				from = i + 1
+			}
+		}
+		for _, e := range p.Messages[from:] {
+			all = append(all, msg{ThreadMessage{th, e.JSON2}, e.Epoch})
+		}
+	}
+	out.Messages = oldestFirst(all)
+	return out, nil
+}
+
+// msg is a message of a wait's answer, with its epoch for the order.
+type msg struct {
+	ThreadMessage
+	epoch int64
+}
+
+// oldestFirst orders messages of several threads by epoch.
+func oldestFirst(all []msg) []ThreadMessage {
+	slices.SortStableFunc(all, func(a, b msg) int { return cmp.Compare(a.epoch, b.epoch) })
+	out := make([]ThreadMessage, 0, len(all))
+	for _, m := range all {
+		out = append(out, m.ThreadMessage)
+	}
+	return out
+}
+
 // messagesAfter reads every message not by hermes after since, of thread
 // or of every thread, oldest first; the cursor is the newest epoch read.
 func (v *Verbs) messagesAfter(ctx context.Context, thread string, since int64) (WaitMessagesResult, error) {
@@ -96,12 +165,8 @@ func (v *Verbs) messagesAfter(ctx context.Context, thread string, since int64) (
 			}
 		}
 	}
-	type msg struct {
-		ThreadMessage
-		epoch int64
-	}
 	var all []msg
-	out := WaitMessagesResult{Cursor: since, Messages: []ThreadMessage{}}
+	out := WaitMessagesResult{Cursor: since}
 	for _, th := range threads {
 		p, err := v.Store.Since(ctx, th, since, 0)
 		if err != nil {
@@ -114,10 +179,7 @@ func (v *Verbs) messagesAfter(ctx context.Context, thread string, since int64) (
 			}
 		}
 	}
-	slices.SortStableFunc(all, func(a, b msg) int { return cmp.Compare(a.epoch, b.epoch) })
-	for _, m := range all {
-		out.Messages = append(out.Messages, m.ThreadMessage)
-	}
+	out.Messages = oldestFirst(all)
 	return out, nil
 }
 

@@ -36,7 +36,7 @@ const Instructions = `chatrelay connects you (as "hermes") to people chatting in
 - Answer: chatrelay_send. Give a client_id when you might retry, so a retry never posts twice.
 - Before an action with consequences (deploying, deleting, spending, writing outside the chat), ask first: chatrelay_request_approval with a one-line summary, then chatrelay_wait_interaction; act only if the state is approved. denied, expired or canceled means do not act.
 - To ask a question: chatrelay_request_input (choices and/or allow_text), then chatrelay_wait_interaction for the answer.
-- To wait for the person's next message: chatrelay_wait_messages with the cursor you have; it blocks up to its timeout (at most 300 s); timed_out means call it again.
+- To wait for the person: chatrelay_wait_messages. Without since it returns at once what you have not answered yet, else it blocks until the next message; pass its cursor back as since next time. It blocks up to its timeout (at most 300 s); timed_out means call it again.
 - Errors carry a code (text_too_long, not_found, invalid_interaction, …): fix the arguments rather than retrying the same call.`
 
 // Name and Version identify the server to clients.
@@ -45,21 +45,43 @@ const (
 	Version = chatrelay.SchemaVersion
 )
 
-// New returns the MCP server of the host's verbs on v. log receives the
-// causes of internal errors (a client only sees "internal error"); nil
-// discards them.
-func New(v *host.Verbs, log *slog.Logger) *mcp.Server {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// DefaultProgressEvery is how often a wait reports its progress.
+const DefaultProgressEvery = 10 * time.Second
+
+// Options tune a server. The zero value (or nil) is the defaults.
+type Options struct {
+	// Log receives the causes of internal errors (a client only sees
+	// "internal error"). Defaults to discarding them.
+	Log *slog.Logger
+	// ProgressEvery is how often a wait (wait_messages, wait_interaction)
+	// sends notifications/progress to a call that carries a progressToken,
+	// so that a client whose request timeout is shorter than the wait, and
+	// that resets it on progress, keeps waiting. Defaults to
+	// DefaultProgressEvery.
+	ProgressEvery time.Duration
+}
+
+// New returns the MCP server of the host's verbs on v. Serve it over
+// stdio with Stdio, which survives a client's malformed lines.
+func New(v *host.Verbs, opts *Options) *mcp.Server {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = DefaultProgressEvery
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: Name, Title: "chatrelay: chat threads with people", Version: Version},
-		&mcp.ServerOptions{Instructions: Instructions, Logger: log})
+		&mcp.ServerOptions{Instructions: Instructions, Logger: o.Log})
 	for _, verb := range chatrelay.Verbs() {
 		b, ok := bindings[verb]
 		if !ok {
 			panic("mcpserver: no binding for the verb " + verb)
 		}
-		s.AddTool(Tool(verb), handler(v, verb, b, log))
+		s.AddTool(Tool(verb), handler(v, verb, b, o))
 	}
 	return s
 }
@@ -98,6 +120,7 @@ func Tool(verb string) *mcp.Tool {
 // short text.
 type binding struct {
 	readOnly bool
+	waiting  string // a wait's progress message; "": not a wait
 	call     func(ctx context.Context, v *host.Verbs, args []byte) (result any, text string, err error)
 }
 
@@ -120,15 +143,21 @@ func bind[In, Out any](readOnly bool, verb func(*host.Verbs, context.Context, In
 var bindings = map[string]binding{
 	host.ListThreads:       bind(true, (*host.Verbs).ListThreads, sayThreads),
 	host.ReadThread:        bind(true, (*host.Verbs).ReadThread, sayRead),
-	host.WaitMessages:      bind(true, (*host.Verbs).WaitMessages, sayWait),
+	host.WaitMessages:      waits("waiting for a message", bind(true, (*host.Verbs).WaitMessages, sayWait)),
 	host.Send:              bind(false, (*host.Verbs).Send, sayMessage[host.SendInput]("sent")),
 	host.RequestInput:      bind(false, (*host.Verbs).RequestInput, sayAsked[host.RequestInputInput]),
 	host.RequestApproval:   bind(false, (*host.Verbs).RequestApproval, sayAsked[host.RequestApprovalInput]),
 	host.CheckInteraction:  bind(true, (*host.Verbs).CheckInteraction, sayInteraction[host.InteractionInput]),
-	host.WaitInteraction:   bind(true, (*host.Verbs).WaitInteraction, sayInteraction[host.WaitInteractionInput]),
+	host.WaitInteraction:   waits("waiting for the answer", bind(true, (*host.Verbs).WaitInteraction, sayInteraction[host.WaitInteractionInput])),
 	host.CancelInteraction: bind(false, (*host.Verbs).CancelInteraction, sayInteraction[host.InteractionInput]),
 	host.React:             bind(false, (*host.Verbs).React, sayReact),
 	host.SendCard:          bind(false, (*host.Verbs).SendCard, sayMessage[host.SendCardInput]("sent the card")),
+}
+
+// waits marks a binding as a wait, which reports its progress.
+func waits(message string, b binding) binding {
+	b.waiting = message
+	return b
 }
 
 // decode reads a tool's arguments into In: a JSON object of In's fields
@@ -178,17 +207,66 @@ func jsonType(goType string) string {
 }
 
 // handler is a verb's tool handler.
-func handler(v *host.Verbs, verb string, b binding, log *slog.Logger) mcp.ToolHandler {
+func handler(v *host.Verbs, verb string, b binding, o Options) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if token := req.Params.GetProgressToken(); b.waiting != "" && token != nil && req.Session != nil {
+			stop := reportProgress(ctx, req.Session, token, b.waiting, waitSeconds(req.Params.Arguments), o.ProgressEvery)
+			defer stop()
+		}
 		out, text, err := b.call(ctx, v, req.Params.Arguments)
 		if err != nil {
 			if ctx.Err() != nil { // the client canceled the call (or left): no result
 				return nil, ctx.Err()
 			}
-			return toolError(verb, err, log), nil
+			return toolError(verb, err, o.Log), nil
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: out}, nil
 	}
+}
+
+// reportProgress sends notifications/progress for token every interval
+// until stop is called (or ctx is done): progress is the seconds waited so
+// far, total the wait's timeout. stop returns once nothing more will be
+// sent, so that no progress follows the call's answer.
+func reportProgress(ctx context.Context, ss *mcp.ServerSession, token any, message string, total, every time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for n := 1; ; n++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			waited := time.Duration(n) * every
+			ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: token,
+				Progress:      waited.Seconds(),
+				Total:         total.Seconds(),
+				Message:       fmt.Sprintf("%s (%s of at most %s)", message, waited.Round(time.Second), total),
+			})
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// waitSeconds is the timeout a wait's arguments ask for (absent or 0: the
+// most). Arguments that do not parse are refused by the verb.
+func waitSeconds(args json.RawMessage) time.Duration {
+	var in struct {
+		Timeout int `json:"timeout"`
+	}
+	json.Unmarshal(args, &in)
+	if in.Timeout <= 0 || in.Timeout > chatrelay.LimitWaitTimeout.Max {
+		in.Timeout = chatrelay.LimitWaitTimeout.Max
+	}
+	return time.Duration(in.Timeout) * time.Second
 }
 
 // ToolError is the structured content of a tool error ($defs verb.error).

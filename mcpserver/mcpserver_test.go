@@ -3,7 +3,9 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,9 +22,9 @@ import (
 
 const thread = "00000000000000bb"
 
-// env is an MCP server of the verbs on a file store, and an SDK client
-// connected to it in memory. calls reports each tools/call as it starts
-// ("start <tool>") and returns ("end <tool>").
+// env is an MCP server of the verbs on a file store, served over Stdio on
+// pipes, and an SDK client connected to it. calls reports each tools/call
+// as it starts ("start <tool>") and returns ("end <tool>").
 type env struct {
 	st    store.Store
 	cs    *mcp.ClientSession
@@ -30,7 +32,10 @@ type env struct {
 	calls chan string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil, nil) }
+
+// newEnvWith is newEnv with the server's and the client's options.
+func newEnvWith(t *testing.T, opts *mcpserver.Options, copts *mcp.ClientOptions) *env {
 	t.Helper()
 	st, err := store.OpenFile(t.TempDir(), store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
@@ -38,24 +43,15 @@ func newEnv(t *testing.T) *env {
 	first, err := st.Append(t.Context(), thread, store.NewMessage{Text: "can you deploy build 412?"})
 	assert.Success(t, err)
 	e := &env{st: st, first: first, calls: make(chan string, 1024)}
-	srv := mcpserver.New(&host.Verbs{Store: st}, nil)
-	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
-		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if method != "tools/call" {
-				return next(ctx, method, req)
-			}
-			name := req.GetParams().(*mcp.CallToolParamsRaw).Name
-			e.calls <- "start " + name
-			defer func() { e.calls <- "end " + name }()
-			return next(ctx, method, req)
-		}
-	})
-	ct, stt := mcp.NewInMemoryTransports()
+	srv := mcpserver.New(&host.Verbs{Store: st}, opts)
+	srv.AddReceivingMiddleware(e.observe)
+	toServer, fromClient := io.Pipe()
+	toClient, fromServer := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
-	ss, err := srv.Connect(ctx, stt, nil)
+	ss, err := srv.Connect(ctx, &mcpserver.Stdio{In: toServer, Out: fromServer}, nil)
 	assert.Success(t, err)
-	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	e.cs, err = client.Connect(ctx, ct, nil)
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts)
+	e.cs, err = client.Connect(ctx, &mcp.IOTransport{Reader: toClient, Writer: fromClient}, nil)
 	assert.Success(t, err)
 	t.Cleanup(func() {
 		e.cs.Close()
@@ -63,6 +59,19 @@ func newEnv(t *testing.T) *env {
 		cancel()
 	})
 	return e
+}
+
+// observe is a receiving middleware that reports tool calls on e.calls.
+func (e *env) observe(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		name := req.GetParams().(*mcp.CallToolParamsRaw).Name
+		e.calls <- "start " + name
+		defer func() { e.calls <- "end " + name }()
+		return next(ctx, method, req)
+	}
 }
 
 // call calls a tool; a tool error is a result (IsError), not an error.
@@ -140,6 +149,20 @@ func TestToolsAreTheVerbs(t *testing.T) {
 		_, err = schematest.Standalone(schema)
 		assert.Success(t, err)
 		assert.True(t, tool.Description != "" && strings.Contains(string(def), tool.Description), "chatrelay_%s's description is not its entry's", verb)
+	}
+	// What the model reads of a tool (its description and input schema)
+	// names the other tools as the client knows them: chatrelay_<verb>.
+	// (send and react are words too; the verbs of two words are checked.)
+	for _, tool := range res.Tools {
+		schema, _ := json.Marshal(tool.InputSchema)
+		words := tool.Description + "\n" + string(schema)
+		for _, verb := range chatrelay.Verbs() {
+			if !strings.Contains(verb, "_") {
+				continue
+			}
+			bare := regexp.MustCompile(`(^|[^A-Za-z0-9_])` + verb + `\b`)
+			assert.True(t, !bare.MatchString(words), "%s names %s without its prefix chatrelay_: %s", tool.Name, verb, words)
+		}
 	}
 	ins := e.cs.InitializeResult().Instructions
 	for _, want := range []string{"chatrelay_request_approval", "chatrelay_wait_interaction", "chatrelay_read_thread", "chatrelay_send", "approved"} {
@@ -249,7 +272,7 @@ func TestCancelABlockedWait(t *testing.T) {
 	returned := make(chan error, 1)
 	go func() {
 		_, err := e.cs.CallTool(ctx, &mcp.CallToolParams{Name: "chatrelay_wait_messages",
-			Arguments: map[string]any{"thread": thread, "timeout": chatrelay.LimitWaitTimeout.Max}})
+			Arguments: map[string]any{"thread": thread, "since": e.first.Epoch, "timeout": chatrelay.LimitWaitTimeout.Max}})
 		returned <- err
 	}()
 	e.await(t, "start chatrelay_wait_messages")
@@ -294,4 +317,81 @@ func TestEveryVerbAnswers(t *testing.T) {
 	assert.Equal(t, "the operator's message", len(wm.Messages), 1)
 	read := e.call(t, t.Context(), "read_thread", map[string]any{"thread": thread, "since": rd.Cursor})
 	assert.True(t, strings.Contains(text(read), "hermes") && strings.Contains(text(read), "canceled"), "read said %q", text(read))
+}
+
+// TestWaitsReportProgress: a wait called with a progressToken sends
+// notifications/progress for that token while it waits, every
+// ProgressEvery, progress increasing and total the wait's timeout, so that
+// a client resetting its request timeout on progress keeps waiting; the
+// wait still answers when its event comes.
+func TestWaitsReportProgress(t *testing.T) {
+	progress := make(chan *mcp.ProgressNotificationParams, 1024)
+	e := newEnvWith(t, &mcpserver.Options{ProgressEvery: 20 * time.Millisecond}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) { progress <- req.Params },
+	})
+	ix := ok[host.InteractionResult](t, e, "request_input", map[string]any{"thread": thread, "prompt": "Which branch?", "allow_text": true})
+	rd := ok[host.ReadThreadResult](t, e, "read_thread", map[string]any{"thread": thread})
+	for _, tc := range []struct {
+		verb  string
+		args  map[string]any
+		token any
+		end   func() error // what the wait waits for
+	}{
+		{"wait_messages", map[string]any{"thread": thread, "since": rd.Cursor, "timeout": 60}, "messages-1", func() error {
+			_, err := e.st.Append(t.Context(), thread, store.NewMessage{Text: "main, please"})
+			return err
+		}},
+		{"wait_interaction", map[string]any{"thread": thread, "interaction_id": ix.Interaction.ID, "timeout": 60}, 7, func() error {
+			_, err := e.st.Change(t.Context(), thread, store.Change{Op: store.Respond, InteractionID: ix.Interaction.ID,
+				Answer: chatrelay.Answer{Value: "main"}, By: chatrelay.Operator})
+			return err
+		}},
+	} {
+		t.Run(tc.verb, func(t *testing.T) {
+			params := &mcp.CallToolParams{Name: mcpserver.ToolName(tc.verb), Arguments: tc.args}
+			params.SetProgressToken(tc.token)
+			type called struct {
+				r   *mcp.CallToolResult
+				err error
+			}
+			answered := make(chan called, 1)
+			go func() {
+				r, err := e.cs.CallTool(t.Context(), params)
+				answered <- called{r, err}
+			}()
+			want, _ := json.Marshal(tc.token)
+			var last float64
+			deadline := time.After(10 * time.Second)
+			for n := 0; n < 3; {
+				select {
+				case p := <-progress:
+					if got, _ := json.Marshal(p.ProgressToken); string(got) != string(want) {
+						continue // an earlier wait's
+					}
+					assert.True(t, p.Progress > last, "progress %v after %v: not increasing", p.Progress, last)
+					assert.Equal(t, "total", p.Total, 60.0)
+					last = p.Progress
+					n++
+				case c := <-answered:
+					t.Fatalf("the wait answered before it reported progress: %v %v", c.r, c.err)
+				case <-deadline:
+					t.Fatalf("%s sent no progress for token %s within 10s", tc.verb, want)
+				}
+			}
+			assert.Success(t, tc.end())
+			select {
+			case c := <-answered:
+				assert.Success(t, c.err)
+				assert.True(t, !c.r.IsError, "%s: %s", tc.verb, text(c.r))
+				var out struct {
+					TimedOut bool `json:"timed_out"`
+				}
+				b, _ := json.Marshal(c.r.StructuredContent)
+				assert.Success(t, json.Unmarshal(b, &out))
+				assert.True(t, !out.TimedOut, "%s timed out: %s", tc.verb, b)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s did not answer after its event", tc.verb)
+			}
+		})
+	}
 }

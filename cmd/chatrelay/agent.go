@@ -5,9 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"os"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/mcpserver"
@@ -40,32 +38,39 @@ func schema(_ context.Context, e cmdEnv) error {
 // mcpServe serves the host's verbs over MCP on standard input and output
 // until the client closes its end (or the process is told to stop).
 // Warnings and the causes of internal errors go to standard error;
-// standard output carries the protocol only.
+// standard output carries the protocol only. A malformed line gets its
+// JSON-RPC error and the session goes on (mcpserver.Stdio).
 func mcpServe(ctx context.Context, e cmdEnv) error {
-	v := newVerb("mcp", "[--data DIR | --store URL]", e.stderr, false)
+	v := newVerb("mcp", "[--data DIR | --store URL] [--progress-every D]", e.stderr, false)
+	every := positiveDuration(mcpserver.DefaultProgressEvery)
+	v.fs.Var(&every, "progress-every", "a wait (wait_messages, wait_interaction) sends notifications/progress every `duration` to a call that carries a progressToken")
 	h, done, err := v.open(ctx, e, 0, "no arguments")
 	if err != nil {
 		return err
 	}
 	defer done()
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	t := &mcp.IOTransport{Reader: readCloser(e.stdin), Writer: nopWriteCloser{e.stdout}}
-	err = mcpserver.New(h, log).Run(ctx, t)
+	srv := mcpserver.New(h, &mcpserver.Options{Log: log, ProgressEvery: time.Duration(every)})
+	err = srv.Run(ctx, &mcpserver.Stdio{In: e.stdin, Out: e.stdout})
 	if errors.Is(err, io.EOF) || (err != nil && ctx.Err() != nil) {
 		return nil // the client closed its end, or we were told to stop
 	}
 	return err
 }
 
-// readCloser closes standard input when the session ends, so that its
-// reader returns.
-func readCloser(r io.Reader) io.ReadCloser {
-	if f, ok := r.(*os.File); ok {
-		return f
+// positiveDuration is a duration flag that refuses 0 and negatives.
+type positiveDuration time.Duration
+
+func (d *positiveDuration) String() string { return time.Duration(*d).String() }
+
+func (d *positiveDuration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err == nil && v <= 0 {
+		err = errors.New("must be positive")
 	}
-	return io.NopCloser(r)
+	if err != nil {
+		return err
+	}
+	*d = positiveDuration(v)
+	return nil
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -284,7 +286,7 @@ func TestMCPOverStdio(t *testing.T) {
 
 	// A canceled wait returns at once; the session goes on.
 	cctx, cancel := context.WithCancel(ctx)
-	canceled := e.callAsync(cctx, "wait_messages", map[string]any{"thread": e.thread, "timeout": chatrelay.LimitWaitTimeout.Max})
+	canceled := e.callAsync(cctx, "wait_messages", map[string]any{"thread": e.thread, "since": rd.Cursor + 1, "timeout": chatrelay.LimitWaitTimeout.Max})
 	e.awaitSent(t, "chatrelay_wait_messages")
 	cancel()
 	select {
@@ -295,6 +297,124 @@ func TestMCPOverStdio(t *testing.T) {
 	}
 	th := tool[host.ListThreadsResult](t, ctx, e, "list_threads", nil)
 	assert.Equal(t, "threads", len(th.Threads), 1)
+}
+
+// TestMCPSurvivesMalformedLines: the real `chatrelay mcp`, fed lines no
+// client should send (not JSON, NUL bytes, not UTF-8, a truncated line,
+// an empty array, a batch, a number, a wrong jsonrpc, an object id, a line
+// over its cap), answers each with the JSON-RPC error due, answers the
+// request after it, and keeps a wait_messages that was already waiting:
+// the person's post still ends it.
+func TestMCPSurvivesMalformedLines(t *testing.T) {
+	t.Parallel()
+	e := startChat(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chatrelayBinary(t), "mcp", "--data", e.data, "--fsync", "never")
+	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
+	stderr, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	assert.Success(t, err)
+	defer stderr.Close()
+	cmd.Stderr = stderr
+	logged := func() string { b, _ := os.ReadFile(stderr.Name()); return string(b) }
+	stdin, err := cmd.StdinPipe()
+	assert.Success(t, err)
+	stdout, err := cmd.StdoutPipe()
+	assert.Success(t, err)
+	assert.Success(t, cmd.Start())
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 1<<22)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	send := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+			t.Fatalf("writing to chatrelay mcp: %v; stderr: %s", err, logged())
+		}
+	}
+	type answer struct {
+		ID    json.RawMessage `json:"id"`
+		Error *struct {
+			Code int `json:"code"`
+		} `json:"error"`
+		Result json.RawMessage `json:"result"`
+		line   string
+	}
+	// until reads answers up to the one with id, for at most 30 s.
+	until := func(id string) []answer {
+		t.Helper()
+		var got []answer
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					t.Fatalf("chatrelay mcp closed its output waiting for %s (it exited?); stderr: %s", id, logged())
+				}
+				a := answer{line: line}
+				assert.Success(t, json.Unmarshal([]byte(line), &a))
+				got = append(got, a)
+				if string(a.ID) == id {
+					return got
+				}
+			case <-deadline:
+				t.Fatalf("no answer %s within 30s; stderr: %s", id, logged())
+			}
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	until(`"init"`)
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	// A wait with no since, in a thread that has nothing to answer: it waits.
+	send(`{"jsonrpc":"2.0","id":"wait","method":"tools/call","params":{"name":"chatrelay_wait_messages","arguments":{"thread":"` + e.thread + `","timeout":120}}}`)
+
+	for i, tc := range []struct {
+		name, line string
+		code       int
+	}{
+		{"not JSON", "hello", -32700},
+		{"NUL bytes", "\x00\x00\x00", -32700},
+		{"not UTF-8", "\xff\xfe", -32700},
+		{"a truncated line", `{"jsonrpc":"2.0","id":9,"method":"pi`, -32700},
+		{"an empty array", `[]`, -32600},
+		{"a batch", `[{"jsonrpc":"2.0","id":7,"method":"ping"}]`, -32600},
+		{"a number", `42`, -32600},
+		{"a wrong jsonrpc version", `{"jsonrpc":"1.0","id":8,"method":"ping"}`, -32600},
+		{"an object id", `{"jsonrpc":"2.0","id":{},"method":"ping"}`, -32600},
+		{"a line over its cap", `{"jsonrpc":"2.0","id":10,"method":"ping","params":{"pad":"` + strings.Repeat("x", 1<<20) + `"}}`, -32600},
+	} {
+		send(tc.line)
+		ping := fmt.Sprintf(`"ping-%d"`, i)
+		send(`{"jsonrpc":"2.0","id":` + ping + `,"method":"ping"}`)
+		got := until(ping)
+		var read []string
+		for _, a := range got {
+			read = append(read, a.line)
+		}
+		assert.True(t, len(got) == 2 && got[0].Error != nil && got[0].Error.Code == tc.code,
+			"%s: want the error %d, then the ping's answer; got %q", tc.name, tc.code, read)
+		assert.True(t, got[1].Error == nil, "%s: the ping after it: %s", tc.name, got[1].line)
+	}
+
+	status, _ := e.http(t, "POST", "/api/chat/post", `{"text":"still there?"}`)
+	assert.Equal(t, "the person's post", status, http.StatusCreated)
+	got := until(`"wait"`)
+	var r struct {
+		StructuredContent host.WaitMessagesResult `json:"structuredContent"`
+	}
+	assert.Success(t, json.Unmarshal(got[len(got)-1].Result, &r))
+	assert.Equal(t, "the wait's messages", len(r.StructuredContent.Messages), 1)
+	var m chatrelay.Message
+	assert.Success(t, json.Unmarshal(r.StructuredContent.Messages[0].Message, &m))
+	assert.Equal(t, "the wait's message", m.Text, "still there?")
+
+	stdin.Close()
+	assert.Success(t, cmd.Wait())
 }
 
 // BenchmarkMCPWaitMessagesWake measures how long after an operator sends a post

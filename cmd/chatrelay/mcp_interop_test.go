@@ -25,8 +25,11 @@ import (
 // thread list, sends (a repeat with the same client_id stores nothing),
 // gets a tool error with the contract's code for a blank text, asks for
 // approval, and its wait_interaction returns approved once the person
-// answers over HTTP. Node and npm come from .ci/packages; the SDK from
-// npm, once per lock file (in the user's cache folder).
+// answers over HTTP; a second wait, with a 1 s request timeout that the
+// client resets on progress (resetTimeoutOnProgress), outlives it on the
+// server's notifications/progress and gets its answer. Node and npm come
+// from .ci/packages; the SDK from npm, once per lock file (in the user's
+// cache folder).
 func TestMCPFromTheTypeScriptSDK(t *testing.T) {
 	t.Parallel()
 	node := lookPath(t, "node")
@@ -61,8 +64,11 @@ func TestMCPFromTheTypeScriptSDK(t *testing.T) {
 			Name        string          `json:"name"`
 			InputSchema json.RawMessage `json:"inputSchema"`
 		}
-		Post, Respond                        int
-		List, Send, Resend, Blank, Ask, Wait toolResult
+		Post, Respond, Respond2                              int
+		List, Send, Resend, Blank, Ask, Wait, Ask2, SlowWait toolResult
+		Progress                                             []struct {
+			Progress, Total float64
+		}
 	}
 	assert.Success(t, json.Unmarshal(stdout, &out))
 
@@ -111,6 +117,19 @@ func TestMCPFromTheTypeScriptSDK(t *testing.T) {
 		State      chatrelay.State  `json:"state"`
 		AnsweredBy chatrelay.Author `json:"answered_by"`
 	}{chatrelay.Approved, chatrelay.Operator})
+
+	// The wait that outlived the client's 1 s request timeout: progress
+	// came every 100 ms, increasing, out of the wait's 60 s, and the call
+	// got the person's answer.
+	ok("request_approval", out.Ask2)
+	assert.True(t, len(out.Progress) >= 15, "progress notifications: %d", len(out.Progress))
+	for i, p := range out.Progress {
+		assert.True(t, p.Total == 60 && (i == 0 || p.Progress > out.Progress[i-1].Progress), "progress %d: %+v after %+v", i, p, out.Progress[max(i-1, 0)])
+	}
+	assert.Equal(t, "the person's second answer", out.Respond2, 200)
+	ok("wait_interaction", out.SlowWait)
+	assert.Success(t, json.Unmarshal(out.SlowWait.StructuredContent, &waited))
+	assert.Equal(t, "the slow wait's outcome", waited.Interaction.State, chatrelay.Approved)
 
 	// Everything the client did is in the thread: the person's post, one
 	// reply (not two), the approval.

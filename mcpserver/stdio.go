@@ -1,0 +1,403 @@
+package mcpserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// DefaultMaxLine is the longest line, in bytes without its newline, that
+// Stdio reads as a message: far more than the largest call the tools take
+// (a card of 32 KiB, even with every character escaped), and small enough
+// that a runaway client cannot fill the memory.
+const DefaultMaxLine = 1 << 20
+
+// Stdio is MCP's stdio transport (one JSON-RPC message a line) made to
+// outlive a client's mistakes. The SDK's own ends the session on the first
+// line it cannot decode, and every call in flight with it. Stdio answers
+// such a line itself, as JSON-RPC says, and reads on:
+//
+//   - a line that is not JSON (or not UTF-8): -32700 "Parse error", id null;
+//   - JSON that is no message (a number, a string, an array, a batch, a
+//     jsonrpc other than "2.0", an id that is not a string or an integer,
+//     params that are not structured, a response with neither result nor
+//     error), or a line over MaxLine: -32600 "Invalid Request", with the
+//     request's id when it has a usable one, else null.
+//
+// A blank line is skipped. Only well-formed messages reach the SDK.
+//
+// It also keeps MCP's rule for a canceled call: once the client has sent
+// notifications/cancelled for a call in flight, the call gets no answer at
+// all (the SDK would send an error of code 0).
+type Stdio struct {
+	// In is read line by line. When the session ends it is closed, if it is
+	// an io.Closer, so that a read blocked on it returns.
+	In io.Reader
+	// Out receives one message a line; it is not closed.
+	Out io.Writer
+	// MaxLine bounds a line, in bytes. Defaults to DefaultMaxLine.
+	MaxLine int
+}
+
+// Connect implements mcp.Transport. It starts the goroutine that reads In;
+// that goroutine ends at the end of In, or once the connection is closed
+// and its read in progress returns.
+func (s *Stdio) Connect(context.Context) (mcp.Connection, error) {
+	maxLine := s.MaxLine
+	if maxLine <= 0 {
+		maxLine = DefaultMaxLine
+	}
+	c := &stdioConn{
+		in:       s.In,
+		out:      s.Out,
+		incoming: make(chan jsonrpc.Message),
+		closed:   make(chan struct{}),
+		inFlight: map[jsonrpc.ID]bool{},
+	}
+	go c.read(maxLine)
+	return c, nil
+}
+
+type stdioConn struct {
+	in       io.Reader
+	incoming chan jsonrpc.Message // closed by read when In ends; readErr says how
+	readErr  error                // written before incoming is closed
+
+	writeMu sync.Mutex // one line at a time on out
+	out     io.Writer
+
+	mu       sync.Mutex
+	inFlight map[jsonrpc.ID]bool // the calls read and not answered yet; true: the client canceled it
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// read reads In line by line: it answers each malformed line, and hands
+// each message to Read.
+func (c *stdioConn) read(maxLine int) {
+	defer close(c.incoming)
+	lines := lineReader{r: bufio.NewReaderSize(c.in, 64<<10), max: maxLine}
+	for {
+		line, over, err := lines.next()
+		if over || len(bytes.TrimSpace(line)) > 0 {
+			msg, refused := parseLine(line, over, maxLine)
+			if refused != nil {
+				c.refuse(refused)
+			} else {
+				c.track(msg)
+				select {
+				case c.incoming <- msg:
+				case <-c.closed:
+					return
+				}
+			}
+		}
+		if err != nil {
+			c.readErr = err
+			return
+		}
+	}
+}
+
+// Read implements mcp.Connection.
+func (c *stdioConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.closed:
+		return nil, io.EOF
+	case msg, ok := <-c.incoming:
+		switch {
+		case ok:
+			return msg, nil
+		case c.readErr != nil:
+			return nil, c.readErr
+		}
+		return nil, io.EOF // read stopped because the connection closed
+	}
+}
+
+// Write implements mcp.Connection. An answer to a call the client
+// canceled is not written.
+func (c *stdioConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-c.closed:
+		return mcp.ErrConnectionClosed
+	default:
+	}
+	var line []byte
+	if r, ok := msg.(*jsonrpc.Response); ok {
+		switch {
+		case !r.ID.IsValid() && r.Error != nil: // the SDK leaves the id out; JSON-RPC says null
+			line = errorLine(nil, errorCode(r.Error), r.Error.Error())
+		case r.ID.IsValid() && c.answered(r.ID):
+			return nil
+		}
+	}
+	if line == nil {
+		b, err := jsonrpc.EncodeMessage(msg)
+		if err != nil {
+			return err
+		}
+		line = append(b, '\n')
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	_, err := c.out.Write(line)
+	return err
+}
+
+// Close implements mcp.Connection.
+func (c *stdioConn) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		if cl, ok := c.in.(io.Closer); ok {
+			err = cl.Close()
+		}
+	})
+	return err
+}
+
+// SessionID implements mcp.Connection: stdio has one session.
+func (c *stdioConn) SessionID() string { return "" }
+
+// track notes a call in flight, and a cancel of one.
+func (c *stdioConn) track(msg jsonrpc.Message) {
+	r, ok := msg.(*jsonrpc.Request)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.IsCall() {
+		if _, dup := c.inFlight[r.ID]; !dup { // a duplicate is refused by the SDK under no id
+			c.inFlight[r.ID] = false
+		}
+		return
+	}
+	if r.Method != "notifications/cancelled" {
+		return
+	}
+	var p struct {
+		RequestID any `json:"requestId"`
+	}
+	if json.Unmarshal(r.Params, &p) != nil {
+		return
+	}
+	if id, err := jsonrpc.MakeID(p.RequestID); err == nil {
+		if _, ok := c.inFlight[id]; ok {
+			c.inFlight[id] = true
+		}
+	}
+}
+
+// answered notes that the call id is answered, and says whether the
+// client canceled it (its answer is then not sent).
+func (c *stdioConn) answered(id jsonrpc.ID) (canceled bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	canceled = c.inFlight[id]
+	delete(c.inFlight, id)
+	return canceled
+}
+
+// refuse writes the error answer of a malformed line. A write that fails
+// is left to the SDK's next write to find.
+func (c *stdioConn) refuse(r *refusal) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.out.Write(errorLine(r.id, r.code, r.message))
+}
+
+// refusal is the error answer due to a malformed line.
+type refusal struct {
+	id      json.RawMessage // nil: null
+	code    int64
+	message string
+}
+
+func parseError(format string, args ...any) *refusal {
+	return &refusal{code: jsonrpc.CodeParseError, message: "Parse error: " + fmt.Sprintf(format, args...)}
+}
+
+func invalidRequest(id json.RawMessage, format string, args ...any) *refusal {
+	return &refusal{id: id, code: jsonrpc.CodeInvalidRequest, message: "Invalid Request: " + fmt.Sprintf(format, args...)}
+}
+
+// errorLine is a JSON-RPC error answer, as a line.
+func errorLine(id json.RawMessage, code int64, message string) []byte {
+	var answer struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   jsonrpc.Error   `json:"error"`
+	}
+	answer.JSONRPC, answer.ID = "2.0", id
+	answer.Error = jsonrpc.Error{Code: code, Message: message}
+	b, _ := json.Marshal(answer) // cannot fail: plain strings and numbers
+	return append(b, '\n')
+}
+
+func errorCode(err error) int64 {
+	var we *jsonrpc.Error
+	if errors.As(err, &we) {
+		return we.Code
+	}
+	return jsonrpc.CodeInternalError
+}
+
+// maxSafeID is the largest integer id answered as it came: a float64, as
+// the SDK keeps an id, holds every integer up to 2^53 exactly.
+const maxSafeID = 1 << 53
+
+// parseLine reads a line (without its newline) as one JSON-RPC message,
+// or says the error answer it is due. over says the line was longer than
+// maxLine (line is then not read).
+func parseLine(line []byte, over bool, maxLine int) (jsonrpc.Message, *refusal) {
+	if over {
+		return nil, invalidRequest(nil, "the line is over %d bytes", maxLine)
+	}
+	if !utf8.Valid(line) {
+		return nil, parseError("the line is not UTF-8")
+	}
+	var v json.RawMessage
+	if err := json.Unmarshal(bytes.TrimSpace(line), &v); err != nil {
+		return nil, parseError("the line is not one JSON value (%s)", trimJSONError(err))
+	}
+	switch v[0] {
+	case '{':
+	case '[':
+		return nil, invalidRequest(nil, "a batch (a JSON array) is not supported: send one message a line")
+	default:
+		return nil, invalidRequest(nil, "a message is a JSON object")
+	}
+	var fields map[string]json.RawMessage // keys as they are: JSON-RPC's are case-sensitive
+	if err := json.Unmarshal(v, &fields); err != nil {
+		return nil, invalidRequest(nil, "%s", trimJSONError(err))
+	}
+	rawID, hasID := fields["id"]
+	rawMethod, hasMethod := fields["method"]
+	var id jsonrpc.ID
+	var answerID json.RawMessage // the id an error answer carries: a request's usable id, else null
+	if hasID {
+		var ok bool
+		if id, ok = parseID(rawID); !ok {
+			return nil, invalidRequest(nil, "id must be a string or an integer (of at most 2^53)")
+		}
+		if hasMethod {
+			answerID, _ = json.Marshal(id.Raw())
+		}
+	}
+	var version string
+	if json.Unmarshal(fields["jsonrpc"], &version) != nil || version != "2.0" {
+		return nil, invalidRequest(answerID, `jsonrpc must be "2.0"`)
+	}
+	if hasMethod {
+		var method string
+		if json.Unmarshal(rawMethod, &method) != nil {
+			return nil, invalidRequest(answerID, "method must be a string")
+		}
+		params := fields["params"]
+		if string(params) == "null" {
+			params = nil
+		}
+		if len(params) > 0 && params[0] != '{' && params[0] != '[' {
+			return nil, invalidRequest(answerID, "params must be an object")
+		}
+		return &jsonrpc.Request{ID: id, Method: method, Params: params}, nil
+	}
+	// No method: a response to a request of the server's. An error answer
+	// never carries its id, which is the server's, not the client's.
+	rawErr, hasErr := fields["error"]
+	result, hasResult := fields["result"]
+	switch {
+	case !hasID:
+		return nil, invalidRequest(nil, "a message has a method (a request or notification) or an id (a response)")
+	case hasErr == hasResult:
+		return nil, invalidRequest(nil, "a response has either a result or an error")
+	case hasErr:
+		var we jsonrpc.Error
+		if rawErr[0] != '{' || json.Unmarshal(rawErr, &we) != nil {
+			return nil, invalidRequest(nil, "a response's error is an object with an integer code and a message")
+		}
+		return &jsonrpc.Response{ID: id, Error: &we}, nil
+	}
+	return &jsonrpc.Response{ID: id, Result: result}, nil
+}
+
+// parseID reads a request id: a string, or an integer the SDK keeps
+// exactly. null is none (MCP: "the ID MUST NOT be null").
+func parseID(raw json.RawMessage) (jsonrpc.ID, bool) {
+	switch raw[0] {
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return jsonrpc.ID{}, false
+		}
+		id, err := jsonrpc.MakeID(s)
+		return id, err == nil
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil || n > maxSafeID || n < -maxSafeID {
+			return jsonrpc.ID{}, false
+		}
+		id, err := jsonrpc.MakeID(float64(n))
+		return id, err == nil
+	}
+	return jsonrpc.ID{}, false
+}
+
+// trimJSONError is the words of a decoding error, without its package.
+func trimJSONError(err error) string { return strings.TrimPrefix(err.Error(), "json: ") }
+
+// lineReader reads lines of at most max bytes: past that it keeps only
+// the first max bytes and skips to the end of the line.
+type lineReader struct {
+	r   *bufio.Reader
+	max int
+	buf []byte
+}
+
+// next returns the next line without its "\n" (or "\r\n"); over says it
+// was longer than max. At the end of the input it returns the last,
+// unterminated line (possibly empty) with io.EOF, or a read error.
+func (l *lineReader) next() (line []byte, over bool, err error) {
+	l.buf = l.buf[:0]
+	for {
+		chunk, err := l.r.ReadSlice('\n')
+		if !over {
+			if len(l.buf)+len(chunk) > l.max+2 { // room for "\r\n"
+				over = true
+				l.buf = l.buf[:0]
+			} else {
+				l.buf = append(l.buf, chunk...)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		line = bytes.TrimSuffix(bytes.TrimSuffix(l.buf, []byte("\n")), []byte("\r"))
+		if !over && len(line) > l.max {
+			over = true
+		}
+		if over {
+			line = nil
+		}
+		return line, over, err
+	}
+}
