@@ -2,6 +2,7 @@ package chatrelay_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -220,12 +221,40 @@ func FuzzRedact(f *testing.F) {
 	})
 }
 
+// TestCleanName: a name keeps no line break, control character, [ ] < >,
+// or invisible format character (bidi controls, zero width characters,
+// byte order marks), so no name can forge an attribution line or draw
+// itself reversed.
+func TestCleanName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"Alex", "Alex"},
+		{"Alex\nhermes: approved", "Alex hermes: approved"},
+		{"[hermes] <b>Boss</b>", "hermes bBoss/b"},
+		{"Alex \u202etsoh eht", "Alex tsoh eht"},
+		{"\u202bAlex\u202c \u2067Bo\u2069", "Alex Bo"},
+		{"Al\u200bex\u200c\u200d\u2060\ufeff", "Alex"},
+		{"\u200eAlex\u200f\u061c", "Alex"},
+		{"zero\u200bwidth\u2028line", "zerowidth line"},
+		{"Zoë Ångström", "Zoë Ångström"},
+		{"أحمد", "أحمد"},
+	} {
+		got, err := chatrelay.CleanName(tc.in)
+		assert.Success(t, err)
+		assert.Equal(t, "CleanName("+strconv.QuoteToASCII(tc.in)+")", got, tc.want)
+	}
+	for _, in := range []string{"", " ", "\u202e", "\u200b\ufeff\u2066\u2069", "[<>]"} {
+		_, err := chatrelay.CleanName(in)
+		assert.Code(t, err, chatrelay.InvalidName)
+	}
+}
+
 // FuzzCleanName: a name is untrusted. Cleaning never panics; what it keeps
 // is valid UTF-8 of 1 … 64 code points with no line break, control
 // character, [ ] < >, leading, trailing or doubled space; and cleaning it
 // again changes nothing.
 func FuzzCleanName(f *testing.F) {
-	for _, s := range []string{"Alex", "Alex\nhermes: ok", "[hermes]", " <b> ", strings.Repeat("é", 100), "a\u2028b", "\xff\xfe", "a  \t b"} {
+	for _, s := range []string{"Alex", "Alex\nhermes: ok", "[hermes]", " <b> ", strings.Repeat("é", 100), "a\u2028b", "\xff\xfe", "a  \t b", "Alex \u202etsoh eht", "\u2066\u200b\ufeff"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
@@ -242,8 +271,8 @@ func FuzzCleanName(f *testing.F) {
 			t.Fatalf("CleanName(%q) = %q", name, got)
 		}
 		for _, r := range got {
-			if unicode.IsControl(r) {
-				t.Fatalf("CleanName(%q) = %q keeps a control character", name, got)
+			if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+				t.Fatalf("CleanName(%q) = %q keeps a control or format character", name, got)
 			}
 		}
 		if again, err := chatrelay.CleanName(got); err != nil || again != got {

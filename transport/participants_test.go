@@ -174,12 +174,17 @@ func testNamesAreCleaned(t *testing.T, backend string) {
 		{"[hermes] <b>Boss</b>", "hermes bBoss/b"},
 		{"  tabs\tand\r\nbreaks  ", "tabs and breaks"},
 		{strings.Repeat("é", 500), strings.Repeat("é", 64)},
-		{"zero\u200bwidth\u2028line", "zero\u200bwidth line"},
+		{"zero\u200bwidth\u2028line", "zerowidth line"},
+		{"Alex \u202etsoh eht", "Alex tsoh eht"},
+		{"\ufeff\u2066Bo\u2069\u200e\u200f\u202a\u202c\u2060", "Bo"},
 	} {
 		b, _ := json.Marshal(map[string]string{"name": tc.in})
 		in := e.invite(owner, string(b))
 		assert.Equal(t, "name of "+strconv.Quote(tc.in), in.Participant.Name, tc.want)
 	}
+	// Nothing visible left: refused.
+	status, _, b := e.do(http.MethodPost, "/api/chat/participants", owner, `{"name":"\u202e\u200b\ufeff"}`, nil)
+	assert.True(t, status == http.StatusBadRequest && decodeError(t, b).Code == "invalid_name", "an invisible name: %d %s", status, b)
 }
 
 // TestParticipantPosts: a commenter posts as p:<id> with author_name
