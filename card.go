@@ -152,15 +152,45 @@ func (b Block) check(what string) error {
 type Reactions map[string][]Author
 
 // CheckEmoji returns InvalidEmoji unless emoji is 1 … 64 code points of
-// valid UTF-8 with no white space or control character.
+// valid UTF-8 with no white space, control character or invisible format
+// character (Unicode's Cf: bidi controls, zero width spaces, U+FEFF). Two
+// format characters are parts of emoji and stay allowed: the zero width
+// joiner (U+200D) of sequences such as 👨‍👩‍👧, and the tags of a
+// subdivision flag (🏴 then tags ending with the cancel tag U+E007F), and
+// only there, so that tags cannot carry hidden text.
 func CheckEmoji(emoji string) error {
 	if err := LimitEmoji.Check(InvalidEmoji, "the emoji", emoji); err != nil {
 		return err
 	}
+	flag, tags := false, false // the last code point was 🏴; in a flag's tags
 	for _, r := range emoji {
-		if unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError {
+		switch {
+		case unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError:
 			return Errorf(InvalidEmoji, "an emoji holds no white space or control character")
+		case r >= tagFirst && r <= tagCancel:
+			if !flag && !tags {
+				return Errorf(InvalidEmoji, "an emoji holds tag characters only in a subdivision flag")
+			}
+			flag, tags = false, r != tagCancel
+			continue
+		case tags:
+			return Errorf(InvalidEmoji, "a subdivision flag's tags end with U+E007F")
+		case r == zeroWidthJoiner:
+		case unicode.Is(unicode.Cf, r):
+			return Errorf(InvalidEmoji, "an emoji holds no invisible format character (U+%04X)", r)
 		}
+		flag = r == blackFlag
+	}
+	if tags {
+		return Errorf(InvalidEmoji, "a subdivision flag's tags end with U+E007F")
 	}
 	return nil
 }
+
+// The format characters an emoji may hold.
+const (
+	zeroWidthJoiner = '\u200d'
+	blackFlag       = '\U0001F3F4' // a subdivision flag's base
+	tagFirst        = '\U000E0020' // the tag characters of a subdivision flag …
+	tagCancel       = '\U000E007F' // … ending with the cancel tag
+)

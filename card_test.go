@@ -43,3 +43,48 @@ func FuzzParseCard(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckEmoji: an emoji is refused with invalid_emoji when it is empty,
+// too long, or holds white space, a control character, or an invisible
+// format character (a bidi control, a zero width space, a byte order
+// mark); the joiner of emoji sequences and the tags of a subdivision flag
+// are kept.
+func TestCheckEmoji(t *testing.T) {
+	t.Parallel()
+	england := "\U0001F3F4\U000E0067\U000E0062\U000E0065\U000E006E\U000E0067\U000E007F"
+	for _, tc := range []struct {
+		name, emoji string
+		ok          bool
+	}{
+		{"one", "👍", true},
+		{"with a variation selector", "❤️", true},
+		{"a family, joined", "👨\u200d👩\u200d👧", true},
+		{"a skin tone", "👋🏽", true},
+		{"a subdivision flag", england, true},
+		{"a black flag", "\U0001F3F4", true},
+		{"a pirate flag", "\U0001F3F4\u200d\u2620\ufe0f", true},
+		{"two flags", england + england, true},
+		{"a short name", "+1", true},
+		{"empty", "", false},
+		{"white space", "a b", false},
+		{"a control character", "a\x07", false},
+		{"65 code points", strings.Repeat("😀", 65), false},
+		{"a right-to-left override", "👍\u202e", false},
+		{"a left-to-right mark", "\u200e👍", false},
+		{"an isolate", "\u2066👍\u2069", false},
+		{"a zero width space", "\u200b", false},
+		{"a zero width non-joiner", "👍\u200c", false},
+		{"a word joiner", "👍\u2060", false},
+		{"a byte order mark", "\ufeff👍", false},
+		{"a soft hyphen", "a\u00adb", false},
+		{"tags with no flag", "a\U000E0067\U000E007F", false},
+		{"tags that smuggle text", "👍\U000E0068\U000E0069", false},
+		{"a flag's tags not ended", "\U0001F3F4\U000E0067\U000E0062", false},
+		{"a flag's tags, then text", "\U0001F3F4\U000E0067a\U000E007F", false},
+	} {
+		err := chatrelay.CheckEmoji(tc.emoji)
+		if tc.ok && err != nil || !tc.ok && chatrelay.CodeOf(err) != chatrelay.InvalidEmoji {
+			t.Errorf("%s: CheckEmoji(%+q) = %v", tc.name, tc.emoji, err)
+		}
+	}
+}

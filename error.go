@@ -42,7 +42,7 @@ const (
 	// Part 4 (v2).
 	InvalidVersion    Code = "invalid_version"    // v is neither 1 nor 2
 	InvalidAnswer     Code = "invalid_answer"     // an answer that does not fit its interaction
-	InvalidEmoji      Code = "invalid_emoji"      // an emoji that is empty, too long or holds white space
+	InvalidEmoji      Code = "invalid_emoji"      // an emoji that is empty, too long or holds white space, a control or a format character
 	InvalidClientID   Code = "invalid_client_id"  // a client_id that does not match its pattern
 	InteractionClosed Code = "interaction_closed" // answered, expired or canceled already
 	ClientIDConflict  Code = "client_id_conflict" // the client_id names a different message

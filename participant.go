@@ -140,9 +140,13 @@ func ValidParticipantID(s string) bool {
 }
 
 // CleanName cleans a participant's name as the contract says: control
-// characters and line breaks become spaces, [ ] < > are removed, runs of
-// white space become one space, the ends are trimmed, and it is cut to 64
-// code points. It returns InvalidName if nothing is left.
+// characters and line breaks become spaces, [ ] < > and invisible format
+// characters (Unicode's Cf: bidi controls such as U+202E, zero width
+// characters, U+FEFF) are removed, runs of white space become one space,
+// the ends are trimmed, and it is cut to 64 code points. It returns
+// InvalidName if nothing is left. So no name can forge an attribution
+// line, draw itself reversed, or pass for another by an invisible
+// difference.
 func CleanName(name string) (string, error) {
 	if !utf8.ValidString(name) {
 		name = strings.ToValidUTF8(name, " ")
@@ -151,7 +155,7 @@ func CleanName(name string) (string, error) {
 	space := false
 	for _, r := range name {
 		switch {
-		case r == '[' || r == ']' || r == '<' || r == '>':
+		case r == '[' || r == ']' || r == '<' || r == '>' || unicode.Is(unicode.Cf, r):
 			continue
 		case unicode.IsControl(r) || unicode.IsSpace(r) || r == '\u2028' || r == '\u2029':
 			space = true

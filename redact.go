@@ -1,8 +1,10 @@
 package chatrelay
 
 import (
+	"maps"
 	"regexp"
 	"slices"
+	"strings"
 )
 
 // Redaction (contract Part 3): every string a participant is sent has its
@@ -14,63 +16,441 @@ import (
 // Redacted is what a secret becomes.
 const Redacted = "[redacted]"
 
-// secretPatterns are the secret shapes, each replaced whole.
-var secretPatterns = []*regexp.Regexp{
-	// PEM private key blocks, from BEGIN to its END line (or to the end of
-	// the text if it was cut).
-	regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)`),
-	// OpenAI-style keys.
-	regexp.MustCompile(`\bsk-[A-Za-z0-9_-]{16,}`),
-	// GitHub tokens.
-	regexp.MustCompile(`\b(?:ghp|gho|ghs|ghu|ghr)_[A-Za-z0-9]{20,}`),
-	regexp.MustCompile(`\bgithub_pat_[A-Za-z0-9_]{20,}`),
-	// AWS access key ids.
-	regexp.MustCompile(`\b(?:AKIA|ASIA)[A-Z0-9]{16}\b`),
-	// Slack tokens.
-	regexp.MustCompile(`\bxox[abprs]-[A-Za-z0-9-]{10,}`),
-	// JWTs: three base64url parts, the first starting eyJ.
-	regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}`),
-	// Share tokens.
-	regexp.MustCompile(`\bchp_[A-Za-z0-9_-]{43}`),
-	// Thread tokens: exactly 64 hex characters.
-	regexp.MustCompile(`\b[0-9a-fA-F]{64}\b`),
+// A secret shape starts and, if it has a fixed length, ends at a
+// boundary: the text's start or end, or any character but an ASCII letter
+// or digit ("_" counts, so PROD_ghp_… is found), or where the shape just
+// before it was redacted.
+
+// shape is a secret shape: each match of re is replaced by "[redacted]",
+// keeping its group "keep" if it has one.
+type shape struct {
+	starts []string       // every match starts with one of these (in lower case, any case matching, if fold)
+	fold   bool           // starts match in any case
+	re     *regexp.Regexp // the shape, anchored at a start
+	fixed  bool           // it has a fixed length, so it also ends at a boundary
+	inside bool           // it may start inside a word (a PEM block's dashes)
+	// run is the class of the shape's first run of characters (after its
+	// start) if no match can start inside that run once one starting
+	// before it in the run failed (a JWT's first part, which ends only at
+	// its "."): the search skips the run, so it stays linear.
+	run func(byte) bool
 }
 
-// valuePattern finds the value after password, passwd, secret, token or
-// api_key/api-key followed by "=" or ":"; group 1 is what stays.
-var valuePattern = regexp.MustCompile(`(?i)(\b(?:password|passwd|secret|token|api[_-]key)\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s,;&"']+)`)
+func shapeRE(expr string) *regexp.Regexp { return regexp.MustCompile(`^(?:` + expr + `)`) }
 
-// urlPassword finds the password in a URL's user info; groups 1 and 3
-// stay.
-var urlPassword = regexp.MustCompile(`(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)([^\s/@]+)(@)`)
+// base64url reports whether c is a base64url character.
+func base64url(c byte) bool { return isAlnum(c) || c == '_' || c == '-' }
+
+// secretShapes are the secret shapes.
+var secretShapes = []shape{
+	// PEM and PGP private key blocks, from BEGIN to its END line (or to
+	// the end of the text if it was cut).
+	{starts: []string{"-----BEGIN "}, inside: true,
+		re: shapeRE(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z0-9 ]*-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY[A-Z0-9 ]*-----|\z)`)},
+	// OpenAI-style keys.
+	{starts: []string{"sk-"}, re: shapeRE(`sk-[A-Za-z0-9_-]{16,}`)},
+	// GitHub tokens.
+	{starts: []string{"ghp_", "gho_", "ghs_", "ghu_", "ghr_"}, re: shapeRE(`gh[psour]_[A-Za-z0-9]{20,}`)},
+	{starts: []string{"github_pat_"}, re: shapeRE(`github_pat_[A-Za-z0-9_]{20,}`)},
+	// AWS access key ids.
+	{starts: []string{"AKIA", "ASIA"}, re: shapeRE(`A(?:KIA|SIA)[A-Z0-9]{16}`), fixed: true},
+	// Slack tokens: xoxb-, xoxp-, xoxe- … (every xox?-) and app tokens.
+	{starts: []string{"xox", "xapp-"}, re: shapeRE(`x(?:ox[a-z]|app)-[A-Za-z0-9-]{10,}`)},
+	// JWTs: three base64url parts, the first starting eyJ.
+	{starts: []string{"eyJ"}, run: base64url,
+		re: shapeRE(`eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}`)},
+	// Share tokens.
+	{starts: []string{"chp_"}, re: shapeRE(`chp_[A-Za-z0-9_-]{43}`)},
+	// A bearer credential, wherever it is written.
+	{starts: []string{"bearer"}, fold: true, re: shapeRE(`(?P<keep>(?i:bearer)[ \t]+)[A-Za-z0-9._~+/-]{16,}=*`)},
+}
+
+// replace redacts every match of sh in s that starts (and, if fixed,
+// ends) at a boundary. Each place a match may start is tried once, and a
+// match is tried only at a boundary, so the work is linear in s (times a
+// match's length).
+func (sh shape) replace(s string) string {
+	in := s // where the starts are looked for
+	if sh.fold {
+		in = asciiLower(s)
+	}
+	keep := sh.re.SubexpIndex("keep")
+	starts := newFinder(in, sh.starts)
+	var b strings.Builder
+	last := 0 // s[:last] is written
+	for i := 0; i < len(s); {
+		k, n := starts.from(i)
+		if k < 0 {
+			break
+		}
+		i = k
+		if !sh.inside && !(i == last && last > 0) && !boundaryBefore(s, i) {
+			i++
+			continue
+		}
+		loc := sh.re.FindStringSubmatchIndex(s[i:])
+		if loc == nil || sh.fixed && !boundaryAfter(s, i+loc[1]) {
+			i++
+			if sh.run != nil {
+				for i += n - 1; i < len(s) && sh.run(s[i]); i++ {
+				}
+			}
+			continue
+		}
+		b.WriteString(s[last:i])
+		if keep > 0 && loc[2*keep] >= 0 {
+			b.WriteString(s[i+loc[2*keep] : i+loc[2*keep+1]])
+		}
+		b.WriteString(Redacted)
+		i += max(loc[1], 1)
+		last = i
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// finder finds where any of its literals occurs next in s. It asks for
+// each literal's next place only once that place is passed, so finding
+// every place, in order, is linear in s.
+type finder struct {
+	s    string
+	lits []string
+	next []int // lits[j]'s place at or after the last asked; -1: none; -2: not looked for yet
+}
+
+func newFinder(s string, lits []string) *finder {
+	f := &finder{s: s, lits: lits, next: make([]int, len(lits))}
+	for j := range f.next {
+		f.next[j] = -2
+	}
+	return f
+}
+
+// from is the first place at or after i where a literal occurs, and its
+// length; or -1.
+func (f *finder) from(i int) (int, int) {
+	at, n := -1, 0
+	for j, l := range f.lits {
+		if f.next[j] == -2 || f.next[j] >= 0 && f.next[j] < i {
+			f.next[j] = -1
+			if k := strings.Index(f.s[i:], l); k >= 0 {
+				f.next[j] = i + k
+			}
+		}
+		if k := f.next[j]; k >= 0 && (at < 0 || k < at) {
+			at, n = k, len(l)
+		}
+	}
+	return at, n
+}
+
+// redactThreadTokens redacts every run of exactly 64 hex characters
+// between boundaries: a thread token.
+func redactThreadTokens(s string) string {
+	var b strings.Builder
+	last := 0
+	for i := 0; i < len(s); {
+		if !isHex(s[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) && isHex(s[j]) {
+			j++
+		}
+		if j-i == 64 && boundaryBefore(s, i) && boundaryAfter(s, j) {
+			b.WriteString(s[last:i])
+			b.WriteString(Redacted)
+			last = j
+		}
+		i = j
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+func boundaryBefore(s string, i int) bool { return i == 0 || !isAlnum(s[i-1]) }
+func boundaryAfter(s string, i int) bool  { return i == len(s) || !isAlnum(s[i]) }
+
+func isAlnum(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// secretNames are what makes a key or a label secret-named, in any case,
+// alone or inside a longer name (DB_PASSWORD, GITHUB_TOKEN,
+// client_secret, access_token): "api" is api_key, api-key or apikey.
+var secretNames = []string{"password", "passwd", "secret", "token", "api", "authorization"}
+
+// secretNameAt is the length of the secret name that lower (ASCII lower
+// case) holds at i, or 0.
+func secretNameAt(lower string, i int) int {
+	for _, n := range secretNames {
+		if !strings.HasPrefix(lower[i:], n) {
+			continue
+		}
+		if n != "api" {
+			return len(n)
+		}
+		j := i + 3
+		if j < len(lower) && (lower[j] == '_' || lower[j] == '-') {
+			j++
+		}
+		if strings.HasPrefix(lower[j:], "key") {
+			return j + 3 - i
+		}
+	}
+	return 0
+}
+
+// secretNamed reports whether a label is secret-named.
+func secretNamed(label string) bool {
+	lower := asciiLower(label)
+	for i := range lower {
+		if secretNameAt(lower, i) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// asciiLower is s with ASCII letters in lower case, byte for byte (even
+// in invalid UTF-8), so its bytes line up with s's.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// isKeyChar reports whether c may be part of a key's name.
+func isKeyChar(c byte) bool { return isAlnum(c) || c == '_' || c == '.' || c == '-' }
+
+// redactValues redacts the value after each secret-named key followed by
+// "=" or ":" (the key may be quoted, as in JSON, and the sign may have
+// spaces or tabs around it). The value runs to the end of the line or,
+// when quoted, to its closing quote (an unterminated quote: to the end of
+// the line); only what is inside the quotes is replaced, so JSON stays
+// JSON. A value that is already "[redacted]" is left as it is.
+func redactValues(s string) string {
+	if !strings.ContainsAny(s, "=:") {
+		return s
+	}
+	lower := asciiLower(s)
+	var b strings.Builder
+	last := 0 // s[:last] is written
+	for i := 0; i < len(s); i++ {
+		n := secretNameAt(lower, i)
+		if n == 0 {
+			continue
+		}
+		j := i + n
+		for j < len(s) && isKeyChar(s[j]) {
+			j++
+		}
+		if j < len(s) && s[j] == '\\' {
+			j++
+		}
+		if j < len(s) && (s[j] == '"' || s[j] == '\'') {
+			j++
+		}
+		j = skipBlanks(s, j)
+		if j == len(s) || s[j] != '=' && s[j] != ':' {
+			continue
+		}
+		from, to, end, ok := valueAt(s, skipBlanks(s, j+1))
+		if !ok {
+			continue
+		}
+		if s[from:to] != Redacted {
+			b.WriteString(s[last:from])
+			b.WriteString(Redacted)
+			last = to
+		}
+		i = end - 1 // the next key starts after the value
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+func skipBlanks(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// valueAt reads the value that starts at i: s[from:to] is what is
+// replaced, s[i:end] the whole value with its quotes. A quoted value runs
+// to its closing quote (a backslash escapes in double quotes), an
+// unterminated one or a bare one to the end of the line.
+func valueAt(s string, i int) (from, to, end int, ok bool) {
+	if i == len(s) || isSpace(s[i]) {
+		return 0, 0, 0, false
+	}
+	eol := func(from int) int {
+		if k := strings.IndexAny(s[from:], "\r\n"); k >= 0 {
+			return from + k
+		}
+		return len(s)
+	}
+	switch q := s[i]; q {
+	case '"':
+		for k := i + 1; k < len(s); k++ {
+			switch s[k] {
+			case '\\':
+				k++
+			case '"':
+				return i + 1, k, k + 1, true
+			}
+		}
+		to = eol(i + 1)
+		return i + 1, to, to, true
+	case '\'':
+		if k := strings.IndexByte(s[i+1:], '\''); k >= 0 {
+			return i + 1, i + 1 + k, i + 2 + k, true
+		}
+		to = eol(i + 1)
+		return i + 1, to, to, true
+	}
+	to = eol(i)
+	return i, to, to, true
+}
+
+// isSpace reports whether c is ASCII white space.
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r' || c == '\v'
+}
+
+// redactURLPasswords redacts the password of each URL's user info,
+// scheme://user:password@host: the user may be empty (redis://:pass@host)
+// and the password may hold "@" or "/", running to the last "@" before
+// white space.
+func redactURLPasswords(s string) string {
+	var b strings.Builder
+	last, runEnd, lastAt := 0, -1, -1
+	for pos := 0; ; {
+		k := strings.Index(s[pos:], "://")
+		if k < 0 {
+			break
+		}
+		at := pos + k
+		pos = at + 3
+		if at < last || !hasScheme(s[:at]) {
+			continue
+		}
+		i := pos
+		for i < len(s) && !isSpace(s[i]) && s[i] != ':' && s[i] != '/' && s[i] != '@' {
+			i++
+		}
+		if i == len(s) || s[i] != ':' {
+			continue
+		}
+		from := i + 1
+		if from > runEnd { // the run of non-space the password is in, and its last "@"
+			runEnd = from
+			for runEnd < len(s) && !isSpace(s[runEnd]) {
+				runEnd++
+			}
+			lastAt = from + strings.LastIndexByte(s[from:runEnd], '@')
+		}
+		to := lastAt
+		if to <= from {
+			continue
+		}
+		if s[from:to] != Redacted {
+			b.WriteString(s[last:from])
+			b.WriteString(Redacted)
+			last = to
+		}
+		pos = to
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// hasScheme reports whether s ends with a URL scheme: letters, digits,
+// "+", "." and "-", one of them a letter.
+func hasScheme(s string) bool {
+	for i := len(s) - 1; i >= 0; i-- {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+			return true
+		case c >= '0' && c <= '9' || c == '+' || c == '.' || c == '-':
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// maxPasses bounds how often Redact runs over a text.
+const maxPasses = 8
 
 // Redact returns s with every secret-shaped substring replaced by
 // "[redacted]". Text with none is returned as it is (no copy).
+//
+// Redact is idempotent: it runs over its own result again until that
+// changes no more (one redaction can uncover another: in
+// `s://u:password="x y"@h` the URL's password ends at "@" only once the
+// quoted value is one word), so no secret shape is left in what it
+// returns. A text still changing after maxPasses runs is redacted whole.
 func Redact(s string) string {
 	out := s
-	for _, re := range secretPatterns {
-		out = re.ReplaceAllLiteralString(out, Redacted)
-	}
-	out = urlPassword.ReplaceAllString(out, "${1}"+Redacted+"${3}")
-	out = valuePattern.ReplaceAllStringFunc(out, func(m string) string {
-		sub := valuePattern.FindStringSubmatch(m)
-		if sub[2] == Redacted {
-			return m
+	for range maxPasses {
+		next := redactOnce(out)
+		if next == out {
+			return out
 		}
-		return sub[1] + Redacted
-	})
-	return out
+		out = next
+	}
+	return Redacted
 }
 
-// RedactMessage returns m with every string a participant could read
-// redacted: its text, and in v2 its interaction's and card's words. A
-// redaction can lengthen a string ("password=x" becomes
-// "password=[redacted]"): each is then cut to its field's limit, with "…",
-// so the participant's view keeps every limit of the contract. m is not
-// changed (its interaction and card are copied). It also reports whether
-// any string changed: if none did, a participant reads m as it is.
+// redactOnce redacts s once: the secret shapes, then URL passwords, then
+// the values of secret-named keys.
+func redactOnce(s string) string {
+	for _, sh := range secretShapes {
+		s = sh.replace(s)
+	}
+	s = redactThreadTokens(s)
+	s = redactURLPasswords(s)
+	return redactValues(s)
+}
+
+// RedactMessage returns m as a participant sees it: every string a
+// participant could read redacted (its text, in v2 its interaction's and
+// card's words, and its reactions' emoji), the value of every detail or
+// card field whose label is secret-named redacted whole, and without its
+// client_id (the owner's tab's identity, never a participant's to see).
+// A redaction can lengthen a string ("password=x" becomes
+// "password=[redacted]"): each is then cut to its field's limit, with
+// "…", so the participant's view keeps every limit of the contract. m is
+// not changed (its interaction, card and reactions are copied). It also
+// reports whether anything changed: if nothing did, a participant reads m
+// as it is.
 func RedactMessage(m Message) (Message, bool) {
 	var r redactor
+	if m.ClientID != "" {
+		m.ClientID, r.changed = "", true
+	}
 	m.Text = r.to(m.Text, LimitPostText)
 	if ix := m.Interaction; ix != nil {
 		c := *ix
@@ -109,6 +489,7 @@ func RedactMessage(m Message) (Message, bool) {
 		}
 		m.Card = &c
 	}
+	m.Reactions = r.reactions(m.Reactions)
 	return m, r.changed
 }
 
@@ -124,13 +505,49 @@ func (r *redactor) to(s string, l Limit) string {
 	return out
 }
 
+// details redacts labelled values; a secret-named label's value is
+// redacted whole.
 func (r *redactor) details(ds []Detail, label, value Limit) []Detail {
 	if ds == nil {
 		return nil
 	}
 	out := slices.Clone(ds)
 	for i := range out {
-		out[i].Label, out[i].Value = r.to(out[i].Label, label), r.to(out[i].Value, value)
+		d := &out[i]
+		secret := secretNamed(d.Label)
+		d.Label = r.to(d.Label, label)
+		if secret && d.Value != "" && d.Value != Redacted {
+			d.Value, r.changed = Redacted, true
+			continue
+		}
+		d.Value = r.to(d.Value, value)
+	}
+	return out
+}
+
+// reactions redacts the emoji of rs (a reactor's key is any short
+// string). Emoji that become the same are merged, their reactors in
+// order, each once. rs is returned itself if no emoji changed.
+func (r *redactor) reactions(rs Reactions) Reactions {
+	var out Reactions
+	for emoji := range rs {
+		if Redact(emoji) != emoji {
+			out = make(Reactions, len(rs))
+			break
+		}
+	}
+	if out == nil {
+		return rs
+	}
+	r.changed = true
+	keys := slices.Sorted(maps.Keys(rs)) // a map's order is random: merged reactors in a fixed order
+	for _, emoji := range keys {
+		k := Redact(emoji)
+		for _, who := range rs[emoji] {
+			if !slices.Contains(out[k], who) {
+				out[k] = append(out[k], who)
+			}
+		}
 	}
 	return out
 }

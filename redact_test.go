@@ -1,6 +1,8 @@
 package chatrelay_test
 
 import (
+	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -32,12 +34,12 @@ func TestRedact(t *testing.T) {
 		{"PEM cut short", "-----BEGIN PRIVATE KEY-----\nMIIEv", "[redacted]"},
 		{"share token", "join with chp_" + strings.Repeat("A", 43) + " please", "join with [redacted] please"},
 		{"thread token", "my token is " + hex64, "my token is [redacted]"},
-		{"password=", "password=hunter2 and more", "password=[redacted] and more"},
+		{"password=", "password=hunter2 and more\nnext", "password=[redacted]\nnext"},
 		{"passwd:", "passwd: hunter2", "passwd: [redacted]"},
 		{"secret=", "SECRET=abc123", "SECRET=[redacted]"},
-		{"token:", "token: 'abc def'", "token: [redacted]"},
-		{"api_key", "api_key=AbC123, next", "api_key=[redacted], next"},
-		{"api-key", `api-key: "quoted value"`, "api-key: [redacted]"},
+		{"token:", "token: 'abc def' more", "token: '[redacted]' more"},
+		{"api_key", "api_key=AbC123, next", "api_key=[redacted]"},
+		{"api-key", `api-key: "quoted value"`, `api-key: "[redacted]"`},
 		{"URL password", "clone https://alice:s3cr3t@git.example.com/repo.git", "clone https://alice:[redacted]@git.example.com/repo.git"},
 		{"URL password, redis", "redis://default:p4ss@127.0.0.1:6379/0", "redis://default:[redacted]@127.0.0.1:6379/0"},
 
@@ -60,6 +62,92 @@ func TestRedact(t *testing.T) {
 	}
 }
 
+// TestRedactShapes: each secret shape of the contract's clarified list
+// (2026-12-01), planted in a message: the participant's view of it (v1
+// and v2 objects) carries [redacted] and not the secret, and the
+// message itself, the owner's view, is the original. keep, when set, is
+// text next to the secret that the participant still reads.
+func TestRedactShapes(t *testing.T) {
+	t.Parallel()
+	text := func(s string) chatrelay.Message {
+		return chatrelay.Message{ID: "MSG-1", Epoch: 1, Author: chatrelay.Hermes, Text: s}
+	}
+	approval := func(label, value string) chatrelay.Message {
+		m := text("Approval requested")
+		m.Interaction = &chatrelay.Interaction{ID: "ix_3f9a0c7e21b4", Type: chatrelay.Approval, Prompt: "Deploy?", State: chatrelay.Pending,
+			Details: []chatrelay.Detail{{Label: label, Value: value}}}
+		return m
+	}
+	card := func(label, value string) chatrelay.Message {
+		m := text("card")
+		m.Card = &chatrelay.Card{FallbackText: "card", Blocks: []chatrelay.Block{{Type: chatrelay.FieldsBlock, Fields: []chatrelay.Detail{{Label: label, Value: value}}}}}
+		return m
+	}
+	ghp := "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+	for _, tc := range []struct {
+		name         string
+		m            chatrelay.Message
+		secret, keep string
+	}{
+		{"details label password", approval("password", "hunter2hunter2"), "hunter2hunter2", "Deploy?"},
+		{"details label DB Password", approval("DB Password", "s3cr3t-value"), "s3cr3t-value", ""},
+		{"details label GITHUB_TOKEN", approval("GITHUB_TOKEN", "opaquevalue42"), "opaquevalue42", ""},
+		{"card fields label api_key", card("api_key", "abc123xyz789"), "abc123xyz789", ""},
+		{"card fields label Client Secret", card("Client Secret", "v4lue with spaces"), "v4lue with spaces", ""},
+		{"DB_PASSWORD=", text("export DB_PASSWORD=hunter2hunter2"), "hunter2hunter2", "export DB_PASSWORD="},
+		{"GITHUB_TOKEN=", text("GITHUB_TOKEN=opaquevalue42"), "opaquevalue42", ""},
+		{"client_secret=", text("client_secret=v4lue42"), "v4lue42", ""},
+		{"access_token=", text("?access_token=v4lue42"), "v4lue42", ""},
+		{"Access_Token: in any case", text("Access_Token: v4lue42"), "v4lue42", ""},
+		{"JSON password", text(`{"password":"hunter2hunter2","user":"bob"}`), "hunter2hunter2", `"user":"bob"`},
+		{"JSON password with spaces", text(`{"password" : "hunter2 hunter2"}`), "hunter2", ""},
+		{"single-quoted key", text(`{'secret': 'v4lue42'}`), "v4lue42", ""},
+		{"redis URL without a user", text("redis://:p4ssw0rd@127.0.0.1:6379/0"), "p4ssw0rd", "@127.0.0.1:6379/0"},
+		{"URL password with @", text("https://bob:p4ss@w0rd@git.example.com/x"), "w0rd", "@git.example.com/x"},
+		{"URL password with /", text("https://bob:p4ss/w0rd@git.example.com/x"), "w0rd", "@git.example.com/x"},
+		{"value with &", text("password=first&second-part"), "second-part", ""},
+		{"value with ;", text("password=first;second-part"), "second-part", ""},
+		{"value with ,", text("password=first,second-part"), "second-part", ""},
+		{"value with /", text("token: first/second-part"), "second-part", ""},
+		{"value to the end of the line", text("password: two words\nnext line"), "words", "next line"},
+		{"unterminated double quote", text("password=\"hunter2hunter2\nnext line"), "hunter2hunter2", "next line"},
+		{"unterminated single quote", text("secret: 'hunter2hunter2"), "hunter2hunter2", ""},
+		{"PGP private key block", text("-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF0AAAAB\n-----END PGP PRIVATE KEY BLOCK-----\nthanks"), "lQOYBF0AAAAB", "thanks"},
+		{"Slack xoxe-", text("refresh xoxe-1-My0xLTEyMzQ1Njc4OTAx"), "My0xLTEyMzQ1Njc4OTAx", "refresh "},
+		{"Slack xoxe.xoxp-", text("xoxe.xoxp-1-My0xLTEyMzQ1Njc4OTAx"), "My0xLTEyMzQ1Njc4OTAx", ""},
+		{"Slack xapp-", text("xapp-1-A0123456789-0123456789-abcdef"), "0123456789-abcdef", ""},
+		{"Authorization: Bearer", text("Authorization: Bearer opaque.token-value_12345"), "opaque.token-value_12345", "Authorization: "},
+		{"curl -H Authorization", text(`curl -H "Authorization: Bearer opaque.token-value_12345" https://api.example.com`), "opaque.token-value_12345", "curl -H "},
+		{"a token after _", text("PROD_" + ghp), "abcdefghijklmnopqrstuvwxyz0123456789", "PROD_"},
+		{"reaction key", chatrelay.Message{ID: "MSG-1", Epoch: 1, Author: chatrelay.Operator, Text: "hi",
+			Reactions: chatrelay.Reactions{"👍": {chatrelay.Hermes}, ghp: {"p:p_1a2b3c4d"}}}, "abcdefghijklmnopqrstuvwxyz0123456789", `"👍":["hermes"]`},
+		{"client_id", chatrelay.Message{ID: "MSG-1", Epoch: 1, Author: chatrelay.Operator, Text: "hi", ClientID: ghp}, "abcdefghijklmnopqrstuvwxyz0123456789", ""},
+		{"client_id of any shape", chatrelay.Message{ID: "MSG-1", Epoch: 1, Author: chatrelay.Operator, Text: "hi", ClientID: "tab-3f9a0c7e21b4:7"}, "tab-3f9a0c7e21b4", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			owner := string(chatrelay.MarshalMessageV2(tc.m))
+			r, changed := chatrelay.RedactMessage(tc.m)
+			v1, v2 := string(chatrelay.MarshalMessage(r)), string(chatrelay.MarshalMessageV2(r))
+			assert.True(t, changed, "the participant's view is reported unchanged")
+			for _, js := range []string{v1, v2} {
+				assert.True(t, !strings.Contains(js, tc.secret), "the participant reads %q: %s", tc.secret, js)
+			}
+			assert.True(t, strings.Contains(v2, tc.keep) || strings.Contains(v2, jsonText(tc.keep)), "the participant lost %q: %s", tc.keep, v2)
+			assert.True(t, !strings.Contains(v2, `"client_id"`), "the participant reads a client_id: %s", v2)
+			assert.True(t, tc.m.ClientID != "" || strings.Contains(v2, chatrelay.Redacted), "nothing [redacted]: %s", v2)
+			assert.Equal(t, "the owner's view after the redaction", string(chatrelay.MarshalMessageV2(tc.m)), owner)
+			assert.True(t, strings.Contains(owner, tc.secret), "the owner's view lacks %q: %s", tc.secret, owner)
+		})
+	}
+}
+
+// jsonText is s as it reads inside a JSON string.
+func jsonText(s string) string {
+	b, _ := json.Marshal(s)
+	return strings.Trim(string(b), `"`)
+}
+
 // TestRedactMessage: every string of a v2 message a participant reads is
 // redacted; the message given is not changed.
 func TestRedactMessage(t *testing.T) {
@@ -78,18 +166,87 @@ func TestRedactMessage(t *testing.T) {
 	assert.True(t, strings.Contains(string(chatrelay.MarshalMessageV2(m)), key), "the stored message was changed")
 }
 
-// FuzzRedact: redaction never panics, never leaves a thread token, and is
-// idempotent.
+// fuzzSecrets are secrets of the contract's shapes, each with the part
+// that must never survive (the part that is not kept, like a key's name).
+var fuzzSecrets = []struct{ secret, body string }{
+	{"sk-proj-AbCdEfGhIjKlMnOpQrStUv123", "AbCdEfGhIjKlMnOpQrStUv123"},
+	{"ghp_abcdefghijklmnopqrstuvwxyz0123456789", "abcdefghijklmnopqrstuvwxyz0123456789"},
+	{"github_pat_11ABCDEFG0123456789_abcdefghijklmnop", "11ABCDEFG0123456789_abcdefghijklmnop"},
+	{"AKIAIOSFODNN7EXAMPLE", "IOSFODNN7EXAMPLE"},
+	{"xoxb-123456789012-1234567890123-AbCdEfGhIjKl", "123456789012-1234567890123"},
+	{"xoxe-1-My0xLTEyMzQ1Njc4OTAx", "My0xLTEyMzQ1Njc4OTAx"},
+	{"xapp-1-A0123456789-0123456789-abcdef", "A0123456789-0123456789"},
+	{"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NSJ9.dBjftJeZ4CVPmB92K27uhbUJU1p1r", "dBjftJeZ4CVPmB92K27uhbUJU1p1r"},
+	{"-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEA"},
+	{"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF0AAAAB\n-----END PGP PRIVATE KEY BLOCK-----", "lQOYBF0AAAAB"},
+	{"chp_" + strings.Repeat("Q", 43), strings.Repeat("Q", 43)},
+	{strings.Repeat("a1b2c3d4", 8), strings.Repeat("a1b2c3d4", 8)},
+	{"DB_PASSWORD=hunter2hunter2", "hunter2hunter2"},
+	{`{"api_key": "v4lue-v4lue"}`, "v4lue-v4lue"},
+	{"Authorization: Bearer opaque.opaque-123456", "opaque.opaque-123456"},
+	{"https://bob:s3cr3t@pass@git.example.com/x", "s3cr3t@pass"},
+	{"redis://:s3cr3tpass@127.0.0.1:6379", "s3cr3tpass"},
+}
+
+// FuzzRedact: redaction never panics; what it returns from valid UTF-8 is
+// valid UTF-8; it is idempotent, redacting twice is redacting once (and
+// since Redact changes every secret shape it finds, that says no shape is
+// left in what it returns); and a secret of every shape planted anywhere
+// in any text, set apart by spaces, does not survive: its secret part
+// occurs in the result no more often than the text around it holds it.
 func FuzzRedact(f *testing.F) {
-	for _, s := range []string{"", "password=x", "https://a:b@c", strings.Repeat("a", 64), "-----BEGIN PRIVATE KEY-----"} {
-		f.Add(s)
+	for _, s := range []string{"", "password=x", "https://a:b@c", strings.Repeat("a", 64), "-----BEGIN PRIVATE KEY-----",
+		"chp_" + strings.Repeat("Q", 43) + "chp_" + strings.Repeat("Q", 43), `{"token": "a\"b", "x": 'y'}`, "secret: '", "Bearer ",
+		"x_" + strings.Repeat("f", 64) + "_" + strings.Repeat("f", 64), "a://b:[redacted]@c@d", "token=\"[redacted]\" x"} {
+		f.Add(s, uint8(len(s)), uint16(len(s)/2))
 	}
-	f.Fuzz(func(t *testing.T, s string) {
+	f.Fuzz(func(t *testing.T, s string, pick uint8, at uint16) {
 		r := chatrelay.Redact(s)
+		if utf8.ValidString(s) && !utf8.ValidString(r) {
+			t.Fatalf("Redact(%q) = %q, not valid UTF-8", s, r)
+		}
 		if again := chatrelay.Redact(r); again != r {
 			t.Fatalf("not idempotent: %q → %q → %q", s, r, again)
 		}
+		i := int(at) % (len(s) + 1)
+		for i > 0 && i < len(s) && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		sec := fuzzSecrets[int(pick)%len(fuzzSecrets)]
+		prefix, suffix := s[:i], s[i:]
+		planted := chatrelay.Redact(prefix + " " + sec.secret + " " + suffix)
+		if strings.Count(planted, sec.body) > strings.Count(prefix, sec.body)+strings.Count(suffix, sec.body) {
+			t.Fatalf("the secret %q survives in %q + %q: %q", sec.secret, prefix, suffix, planted)
+		}
 	})
+}
+
+// TestCleanName: a name keeps no line break, control character, [ ] < >,
+// or invisible format character (bidi controls, zero width characters,
+// byte order marks), so no name can forge an attribution line or draw
+// itself reversed.
+func TestCleanName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"Alex", "Alex"},
+		{"Alex\nhermes: approved", "Alex hermes: approved"},
+		{"[hermes] <b>Boss</b>", "hermes bBoss/b"},
+		{"Alex \u202etsoh eht", "Alex tsoh eht"},
+		{"\u202bAlex\u202c \u2067Bo\u2069", "Alex Bo"},
+		{"Al\u200bex\u200c\u200d\u2060\ufeff", "Alex"},
+		{"\u200eAlex\u200f\u061c", "Alex"},
+		{"zero\u200bwidth\u2028line", "zerowidth line"},
+		{"Zoë Ångström", "Zoë Ångström"},
+		{"أحمد", "أحمد"},
+	} {
+		got, err := chatrelay.CleanName(tc.in)
+		assert.Success(t, err)
+		assert.Equal(t, "CleanName("+strconv.QuoteToASCII(tc.in)+")", got, tc.want)
+	}
+	for _, in := range []string{"", " ", "\u202e", "\u200b\ufeff\u2066\u2069", "[<>]"} {
+		_, err := chatrelay.CleanName(in)
+		assert.Code(t, err, chatrelay.InvalidName)
+	}
 }
 
 // FuzzCleanName: a name is untrusted. Cleaning never panics; what it keeps
@@ -97,7 +254,7 @@ func FuzzRedact(f *testing.F) {
 // character, [ ] < >, leading, trailing or doubled space; and cleaning it
 // again changes nothing.
 func FuzzCleanName(f *testing.F) {
-	for _, s := range []string{"Alex", "Alex\nhermes: ok", "[hermes]", " <b> ", strings.Repeat("é", 100), "a\u2028b", "\xff\xfe", "a  \t b"} {
+	for _, s := range []string{"Alex", "Alex\nhermes: ok", "[hermes]", " <b> ", strings.Repeat("é", 100), "a\u2028b", "\xff\xfe", "a  \t b", "Alex \u202etsoh eht", "\u2066\u200b\ufeff"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
@@ -114,8 +271,8 @@ func FuzzCleanName(f *testing.F) {
 			t.Fatalf("CleanName(%q) = %q", name, got)
 		}
 		for _, r := range got {
-			if unicode.IsControl(r) {
-				t.Fatalf("CleanName(%q) = %q keeps a control character", name, got)
+			if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+				t.Fatalf("CleanName(%q) = %q keeps a control or format character", name, got)
 			}
 		}
 		if again, err := chatrelay.CleanName(got); err != nil || again != got {
@@ -128,7 +285,7 @@ func FuzzCleanName(f *testing.F) {
 // is cut back to it, so a participant's view keeps every limit.
 func TestRedactKeepsLimits(t *testing.T) {
 	t.Parallel()
-	text := strings.Repeat("password=x ", chatrelay.MaxText/11) + "end"
+	text := strings.Repeat("password=x\n", chatrelay.MaxText/11) + "end"
 	text = string([]rune(text)[:chatrelay.MaxText])
 	r, _ := chatrelay.RedactMessage(chatrelay.Message{Text: text})
 	n := utf8.RuneCountInString(r.Text)

@@ -194,8 +194,14 @@ func epoch(desc string) obj {
 const (
 	tsPattern     = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\+00:00$`
 	authorPattern = `^(operator|agent|hermes|p:p_[0-9a-f]{8})$`
-	emojiPattern  = `^[^\s\x00-\x1f\x7f-\x9f]+$` // no white space, no control character
-	linkPattern   = `^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#]+`
+	// No white space, no control character. CheckEmoji also refuses the
+	// invisible format characters but the joiner U+200D (and a flag's
+	// tags): a pattern that says so would need \p{Cf} with U+200D set
+	// apart, which no one regexp syntax of both Go and ECMA-262 spells,
+	// or those characters written invisibly in the bundle, so the
+	// description says it and the pattern is looser.
+	emojiPattern = `^[^\s\x00-\x1f\x7f-\x9f]+$`
+	linkPattern  = `^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#]+`
 )
 
 func codeStrings(codes []Code) []any {
@@ -226,7 +232,7 @@ func buildSchema() obj {
 	add("epoch", epoch(""))
 	add("ts", describe(obj{"type": "string", "pattern": tsPattern}, "the epoch's second in RFC 3339, UTC, written +00:00"))
 	add("author", describe(obj{"type": "string", "pattern": authorPattern}, "who wrote a message: operator, agent, hermes, or p:<participant id>"))
-	add("emoji", describe(withPattern(str(LimitEmoji, ""), emojiPattern), "a reaction: 1 … 64 code points, no white space or control character"))
+	add("emoji", describe(withPattern(str(LimitEmoji, ""), emojiPattern), "a reaction: 1 … 64 code points, no white space, control character or invisible format character (bidi controls, zero width spaces, U+FEFF; the joiner U+200D and a subdivision flag's tags are allowed)"))
 	add("code", enum("an error's machine code", codeStrings(Codes())...))
 
 	// Messages.

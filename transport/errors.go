@@ -1,14 +1,14 @@
 package transport
 
 import (
+	"context"
 	"encoding/json"
-
-	"github.com/chatrelay/chatrelay"
-
 	"errors"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // statusOf is the only place where an error code meets an HTTP status.
@@ -67,13 +67,17 @@ type errorBody struct {
 	RetryAfterMS *int64         `json:"retry_after_ms,omitempty"`
 	See          string         `json:"see,omitempty"`
 	// Message is the v2 message the error is about, in its current state
-	// (a 409 interaction_closed or client_id_conflict).
+	// (a 409 interaction_closed, client_id_conflict or too_many_reactions),
+	// as the asker's view shows it.
 	Message json.RawMessage `json:"message,omitempty"`
 }
 
-// errorOf turns any error into the body a client is shown. A foreign error
-// becomes "internal error": its text never reaches a client.
-func errorOf(err error) (*chatrelay.Error, errorBody) {
+// errorOf turns any error into the body a client of view v is shown. A
+// foreign error becomes "internal error": its text never reaches a client.
+// The message a refusal is about is shown as v shows a message: a
+// participant's is redacted and has no client_id (contract Part 3: every
+// answer, errors included).
+func errorOf(err error, v view) (*chatrelay.Error, errorBody) {
 	var e *chatrelay.Error
 	if !errors.As(err, &e) {
 		e = &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: err}
@@ -82,7 +86,7 @@ func errorOf(err error) (*chatrelay.Error, errorBody) {
 	if e.Code == chatrelay.Internal {
 		msg = "internal error"
 	}
-	body := errorBody{Error: msg, Code: e.Code, Retryable: e.Code.Retryable(), Message: e.About}
+	body := errorBody{Error: msg, Code: e.Code, Retryable: e.Code.Retryable(), Message: v.about(e.About)}
 	if e.Code == chatrelay.RateLimited {
 		ms := max(e.Retry.Milliseconds(), 1)
 		body.RetryAfterMS = &ms
@@ -94,7 +98,7 @@ func errorOf(err error) (*chatrelay.Error, errorBody) {
 // their cause; the request log (accesslog.go) logs refusals at info with
 // the code (never a token or a text) and counts them.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	e, body := errorOf(err)
+	e, body := errorOf(err, errorView(r))
 	status, ok := statusOf[e.Code]
 	if !ok {
 		status = http.StatusInternalServerError
@@ -107,4 +111,38 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64((e.Retry+time.Second-1)/time.Second), 10))
 	}
 	writeJSON(w, status, body)
+}
+
+// about is the v2 JSON of the message a refusal is about (as the store
+// gave it, the owner's view) as v shows it. A participant's view redacts
+// it and drops its client_id; if it cannot be read, the refusal carries
+// no message rather than the owner's.
+func (v view) about(js []byte) json.RawMessage {
+	if js == nil || !v.redact {
+		return js
+	}
+	var m chatrelay.Message
+	if json.Unmarshal(js, &m) != nil {
+		return nil
+	}
+	r, _ := chatrelay.RedactMessage(m)
+	return chatrelay.MarshalMessageV2(r)
+}
+
+// principalKey is the request context key of the principal gate let in.
+type principalKey struct{}
+
+// withPrincipal is r knowing its principal, for the view of its refusals.
+func withPrincipal(r *http.Request, p principal) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+}
+
+// errorView is the view a request's refusals are shown in: the owner's
+// only for a request gate let in as the owner; any other (a participant,
+// or one not authenticated yet) is shown a participant's view.
+func errorView(r *http.Request) view {
+	if p, ok := r.Context().Value(principalKey{}).(principal); ok && !p.participant() {
+		return view{v2: true}
+	}
+	return view{v2: true, redact: true}
 }

@@ -3,6 +3,8 @@ package transport
 import (
 	"bytes"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/chatrelay/chatrelay"
@@ -73,4 +75,30 @@ func benchmarkFrame(b *testing.B, frame func(*Event) []byte) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestRefusalsShowTheView: a refusal that carries the message it is about
+// (409 interaction_closed, client_id_conflict, too_many_reactions) shows
+// it as the asker's view shows a message: the owner's as stored, a
+// participant's redacted and without its client_id. A request gate did
+// not let in as the owner is shown a participant's view.
+func TestRefusalsShowTheView(t *testing.T) {
+	t.Parallel()
+	m := chatrelay.Message{ID: "MSG-20261023-184000-a1b2c3", Epoch: 1792778400123, TS: "2026-10-23T18:40:00+00:00",
+		Author: chatrelay.Hermes, Text: "Approval requested\n- password: hunter2hunter2", ClientID: "tab-1:1",
+		Interaction: &chatrelay.Interaction{ID: "ix_3f9a0c7e21b4", Type: chatrelay.Approval, Prompt: "Deploy?", State: chatrelay.Approved,
+			Details: []chatrelay.Detail{{Label: "password", Value: "hunter2hunter2"}}}}
+	js := chatrelay.MarshalMessageV2(m)
+	for _, code := range []chatrelay.Code{chatrelay.InteractionClosed, chatrelay.ClientIDConflict, chatrelay.TooManyReactions} {
+		err := &chatrelay.Error{Code: code, Message: "refused", About: js}
+		_, owner := errorOf(err, view{v2: true})
+		assert.Equal(t, string(code)+": the owner's message", string(owner.Message), string(js))
+		_, p := errorOf(err, view{v2: true, redact: true})
+		assert.True(t, len(p.Message) > 0 && !bytes.Contains(p.Message, []byte("hunter2")) && bytes.Contains(p.Message, []byte(chatrelay.Redacted)) &&
+			!bytes.Contains(p.Message, []byte("client_id")), "%s: the participant's message %s", code, p.Message)
+	}
+	r := httptest.NewRequest(http.MethodPost, "/api/chat/post", nil)
+	assert.True(t, errorView(r).redact, "a request with no principal is shown the owner's view")
+	assert.True(t, errorView(withPrincipal(r, principal{grant: &chatrelay.Grant{ID: "p_1a2b3c4d"}})).redact, "a participant is shown the owner's view")
+	assert.True(t, !errorView(withPrincipal(r, principal{role: chatrelay.Owner})).redact, "the owner is shown a participant's view")
 }

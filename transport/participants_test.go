@@ -3,6 +3,7 @@ package transport_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"os"
@@ -173,12 +174,17 @@ func testNamesAreCleaned(t *testing.T, backend string) {
 		{"[hermes] <b>Boss</b>", "hermes bBoss/b"},
 		{"  tabs\tand\r\nbreaks  ", "tabs and breaks"},
 		{strings.Repeat("é", 500), strings.Repeat("é", 64)},
-		{"zero\u200bwidth\u2028line", "zero\u200bwidth line"},
+		{"zero\u200bwidth\u2028line", "zerowidth line"},
+		{"Alex \u202etsoh eht", "Alex tsoh eht"},
+		{"\ufeff\u2066Bo\u2069\u200e\u200f\u202a\u202c\u2060", "Bo"},
 	} {
 		b, _ := json.Marshal(map[string]string{"name": tc.in})
 		in := e.invite(owner, string(b))
 		assert.Equal(t, "name of "+strconv.Quote(tc.in), in.Participant.Name, tc.want)
 	}
+	// Nothing visible left: refused.
+	status, _, b := e.do(http.MethodPost, "/api/chat/participants", owner, `{"name":"\u202e\u200b\ufeff"}`, nil)
+	assert.True(t, status == http.StatusBadRequest && decodeError(t, b).Code == "invalid_name", "an invisible name: %d %s", status, b)
 }
 
 // TestParticipantPosts: a commenter posts as p:<id> with author_name
@@ -251,13 +257,20 @@ var planted = []string{
 	strings.Repeat("a1b2c3d4", 8),
 	"password=hunter2hunter2",
 	"https://alice:s3cr3tpass@git.example.com/x",
+	// The clarified shapes (2026-12-01).
+	"DB_PASSWORD=pl4nted-db-pw",
+	`{"password": "pl4nted-json-pw", "user": "bob"}`,
+	"redis://:pl4nted-redis-pw@127.0.0.1:6379/0",
+	"xoxe-1-pl4ntedSlackRefresh",
+	"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\npl4ntedPGPbody\n-----END PGP PRIVATE KEY BLOCK-----",
+	"Authorization: Bearer pl4nted.bearer-token",
 }
 
 // secretLeft names a planted secret's distinctive part found in s.
 func secretLeft(s string) string {
 	for _, p := range []string{"AbCdEfGhIjKl", "abcdefghijklmnopqrstuvwxyz0123456789", "11ABCDEFG0123456789", "AKIAIOSFODNN7EXAMPLE",
 		"123456789012-1234567890123", "dBjftJeZ4CVPmB92K27", "MIIEowIBAAKCAQEA", strings.Repeat("Q", 43), strings.Repeat("a1b2c3d4", 8),
-		"hunter2hunter2", "s3cr3tpass"} {
+		"hunter2hunter2", "s3cr3tpass", "pl4nted"} {
 		if strings.Contains(s, p) {
 			return p
 		}
@@ -322,6 +335,86 @@ func testParticipantsSeeRedacted(t *testing.T, backend string) {
 		ws.CloseNow()
 		s.Close()
 	}
+}
+
+// TestErrorsCarryTheRedactedMessage: a refusal that carries the message
+// it is about (409 client_id_conflict, too_many_reactions) carries a
+// participant's view of it, over HTTP and on a WebSocket post frame:
+// redacted, and without the owner's client_id; the owner's refusal
+// carries the message as stored.
+func TestErrorsCarryTheRedactedMessage(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, testErrorsCarryTheRedactedMessage)
+}
+
+func testErrorsCarryTheRedactedMessage(t *testing.T, backend string) {
+	e := startPush(t, pushOptions{backend: backend})
+	owner := tokenN(1)
+	const clientID = "tab-owner:1"
+	b, _ := json.Marshal(map[string]string{"text": "deploy with " + planted[1] + " and password=hunter2hunter2", "client_id": clientID})
+	status, _, body := e.do(http.MethodPost, "/api/chat/post", owner, string(b), nil)
+	assert.Equal(t, "the owner's post "+string(body), status, http.StatusCreated)
+	var posted postAnswer
+	assert.Success(t, json.Unmarshal(body, &posted))
+	alex := e.invite(owner, `{"name":"Alex"}`)
+
+	type refusal struct {
+		Code    string          `json:"code"`
+		Message json.RawMessage `json:"message"`
+	}
+	check := func(what string, participant bool, status int, body []byte, code string) {
+		t.Helper()
+		var r refusal
+		assert.Success(t, json.Unmarshal(body, &r))
+		assert.True(t, status == http.StatusConflict && r.Code == code && len(r.Message) > 0, "%s: %d %s, want 409 %s with the message", what, status, body, code)
+		m := string(r.Message)
+		if participant {
+			assert.Equal(t, what+" leaks in "+m, secretLeft(m), "")
+			assert.True(t, strings.Contains(m, "[redacted]"), "%s: nothing redacted in %s", what, m)
+			assert.True(t, !strings.Contains(m, "client_id") && !strings.Contains(m, clientID), "%s: the participant reads the client_id: %s", what, m)
+		} else {
+			assert.True(t, strings.Contains(m, "hunter2hunter2") && strings.Contains(m, planted[1]) && strings.Contains(m, `"client_id":"`+clientID+`"`),
+				"%s: the owner's refusal lacks the stored message: %s", what, m)
+		}
+	}
+
+	// client_id_conflict, over HTTP and the WebSocket.
+	conflict := map[string]string{"text": "something else", "client_id": clientID}
+	b, _ = json.Marshal(conflict)
+	status, body = e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, string(b))
+	check("a commenter's HTTP post", true, status, body, "client_id_conflict")
+	status, _, body = e.do(http.MethodPost, "/api/chat/post", owner, string(b), nil)
+	check("the owner's HTTP post", false, status, body, "client_id_conflict")
+	for _, participant := range []bool{true, false} {
+		hdr := http.Header{"Authorization": {"Bearer " + alex.Token}}
+		tok := ""
+		if !participant {
+			hdr, tok = nil, owner
+		}
+		ws, _, err := e.dialWS(t.Context(), "/api/chat/ws", tok, hdr)
+		assert.Success(t, err)
+		assert.Equal(t, "ready", nextWS(t, ws).Type, "ready")
+		frame := map[string]string{"type": "post", "text": conflict["text"], "client_id": clientID}
+		answer, _ := wsAnswer(t, ws, frame)
+		assert.Equal(t, "the answer's type "+string(answer.raw), answer.Type, "error")
+		check(fmt.Sprintf("a WebSocket post frame (participant %v)", participant), participant, http.StatusConflict, answer.raw, "client_id_conflict")
+		ws.CloseNow()
+	}
+
+	// too_many_reactions: a commenter alone reaches the most emoji.
+	react := func(i int) map[string]any {
+		return map[string]any{"message_id": posted.ID, "emoji": string(rune(0x1F600 + i))}
+	}
+	for i := range chatrelay.LimitReactions.Max {
+		b, _ = json.Marshal(react(i))
+		status, body = e.asParticipant(http.MethodPost, "/api/chat/react", alex.Token, string(b))
+		assert.Equal(t, "reaction "+strconv.Itoa(i)+" "+string(body), status, http.StatusOK)
+	}
+	b, _ = json.Marshal(react(chatrelay.LimitReactions.Max))
+	status, body = e.asParticipant(http.MethodPost, "/api/chat/react", alex.Token, string(b))
+	check("a commenter's reaction past the most", true, status, body, "too_many_reactions")
+	status, _, body = e.do(http.MethodPost, "/api/chat/react", owner, string(b), nil)
+	check("the owner's reaction past the most", false, status, body, "too_many_reactions")
 }
 
 // TestRevokeEndsStreamsWithinASecond: a revoke over HTTP, by another store

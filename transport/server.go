@@ -237,7 +237,7 @@ func (s *Server) gate(rt route, h func(http.ResponseWriter, *http.Request, princ
 			s.writeError(rw, r, err)
 			return
 		}
-		h(rw, r, p)
+		h(rw, withPrincipal(r, p), p)
 	}
 }
 

@@ -280,6 +280,10 @@ func testRespondRefusals(t *testing.T, backend string) {
 		{"empty emoji", m.ID, "", 400, "invalid_emoji"},
 		{"white space", m.ID, "a b", 400, "invalid_emoji"},
 		{"65 code points", m.ID, strings.Repeat("😀", 65), 400, "invalid_emoji"},
+		{"a right-to-left override", m.ID, "👍\u202e", 400, "invalid_emoji"},
+		{"a zero width space", m.ID, "\u200b", 400, "invalid_emoji"},
+		{"a byte order mark", m.ID, "👍\ufeff", 400, "invalid_emoji"},
+		{"an isolate", m.ID, "\u2066👍\u2069", 400, "invalid_emoji"},
 		{"unknown message", "MSG-20261023-184000-000000", "👍", 404, "not_found"},
 		{"not a message id", "nope", "👍", 404, "not_found"},
 	} {

@@ -252,7 +252,7 @@ func (s *Server) wsRead(ctx context.Context, ww *wsWriter, req streamRequest) {
 		}
 		var answer []byte
 		if typ != websocket.MessageText {
-			answer = wsError(chatrelay.Errorf(chatrelay.InvalidJSON, "frames are JSON text"))
+			answer = wsError(chatrelay.Errorf(chatrelay.InvalidJSON, "frames are JSON text"), req.p.view(view{v2: true}))
 		} else {
 			answer = s.wsFrame(ctx, data, req)
 		}
@@ -264,21 +264,22 @@ func (s *Server) wsRead(ctx context.Context, ww *wsWriter, req streamRequest) {
 
 // wsFrame runs one client frame and returns the answer.
 func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []byte {
+	v := req.p.view(view{v2: true}) // the view of a refusal's message
 	var head struct {
 		Type string `json:"type"`
 	}
 	if json.Unmarshal(data, &head) != nil {
-		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, "the frame is not a JSON object"))
+		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, "the frame is not a JSON object"), v)
 	}
 	if head.Type != "post" {
-		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, `unknown frame type; the client may send {"type":"post","text":…,"kind":…}`))
+		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, `unknown frame type; the client may send {"type":"post","text":…,"kind":…}`), v)
 	}
 	if err := writers.allows(req.p); err != nil {
-		return wsError(err)
+		return wsError(err, v)
 	}
 	p, err := parsePost(data, req.p)
 	if err != nil {
-		return wsError(err)
+		return wsError(err, v)
 	}
 	thread := req.p.thread
 	e, err := s.post(ctx, req.ip, req.p, p)
@@ -286,7 +287,7 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 		if c := chatrelay.CodeOf(err); c == chatrelay.Internal || c == chatrelay.StoreUnavailable {
 			s.log.Error("ws post failed", "thread", thread, "err", err)
 		}
-		return wsError(err)
+		return wsError(err, v)
 	}
 	b, _ := json.Marshal(struct {
 		Type string `json:"type"`
@@ -296,8 +297,10 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 	return b
 }
 
-func wsError(err error) []byte {
-	_, body := errorOf(err)
+// wsError is the error frame of err in view v (the message a refusal is
+// about is shown as v shows it).
+func wsError(err error, v view) []byte {
+	_, body := errorOf(err, v)
 	b, _ := json.Marshal(struct {
 		Type string `json:"type"`
 		errorBody

@@ -415,15 +415,23 @@ func TestShareViewer(t *testing.T) {
 	if got := viewer.text("others"); got != "Also here: the owner, hermes, Jo ops (commenter)." {
 		t.Errorf("the others read %q", got)
 	}
+	// Each name is isolated, so a right-to-left one never reorders the
+	// words around it.
+	if got := eval[string](viewer, `[...document.querySelectorAll("#me bdi, #others bdi")].map((b) => b.textContent).join("|")`); got != "Sam|Jo ops" {
+		t.Errorf("the names in <bdi>: %q, want Sam|Jo ops", got)
+	}
 	if viewer.visible("#composer") || viewer.visible("#text") || !viewer.visible("#readonly") {
 		t.Errorf("a viewer's page shows a composer%s", viewer.dump())
 	}
 	// Redacted by the server: the viewer never sees the password.
-	viewer.waitShown(soon, "The staging password=[redacted] works again.")
+	viewer.waitShown(soon, "The staging password=[redacted]") // the value runs to the end of the line
 	if n := eval[int](viewer, `document.body.textContent.includes("hunter2") ? 1 : 0`); n != 0 {
 		t.Error("the viewer's page shows the password")
 	}
 	owner.waitShown(soon, "The staging password=hunter2 works again.")
+	if got := eval[string](owner, `[...document.querySelectorAll(".msg .author")].map((a) => a.dir).join()`); got != "auto" {
+		t.Errorf("the author names' dir: %q, want auto (isolated)", got)
+	}
 
 	// hermes asks the owner; the viewer sees the question, read-only.
 	q := srv.ask(thread, "--approval", "Rotate the staging password?", "--title", "rotate")

@@ -6,7 +6,7 @@
 // owner's People panel is people.js.
 
 import { ChatClient, MAX_CHARS, SHARE_TOKEN, countChars } from "./chat.js";
-import { OWNER, guest, messageItem, moveInBar, redrawNames, refreshInteraction, tick, updateItem } from "./view.js";
+import { OWNER, el, guest, messageItem, moveInBar, redrawNames, refreshInteraction, tick, updateItem } from "./view.js";
 import { setupPeople } from "./people.js";
 
 const $ = (id) => document.getElementById(id);
@@ -574,11 +574,14 @@ function applyWho(w) {
   ctx.me = `p:${p.id}`;
   ctx.canReact = p.role === "commenter";
   setNames(w.participants); // over what is known: a name learned from a message stays
-  els.me.textContent = `${p.name} · ${p.role}`;
+  // Each name is drawn in its own <bdi>: a right-to-left name (or one
+  // stored with bidi controls) never reorders the text around it.
+  const bdi = (name) => el("bdi", { textContent: name });
+  els.me.replaceChildren(bdi(p.name), ` · ${p.role}`);
   els.me.hidden = false;
   document.title = `${p.name} · chatrelay`;
-  const others = (w.participants || []).filter((o) => o.id !== p.id).map((o) => `${o.name} (${o.role})`);
-  els.others.textContent = `Also here: the owner, hermes${others.map((o) => ", " + o).join("")}.`;
+  const others = (w.participants || []).filter((o) => o.id !== p.id).flatMap((o) => [", ", bdi(o.name), ` (${o.role})`]);
+  els.others.replaceChildren("Also here: the owner, hermes", ...others, ".");
   els.others.hidden = false;
   const writes = p.role === "commenter";
   els.form.hidden = !writes;

@@ -104,6 +104,7 @@ export function setupPeople(chat, onList = () => {}) {
     who.className = "p-who";
     const nm = document.createElement("span");
     nm.className = "p-name";
+    nm.dir = "auto"; // isolated: a right-to-left name never reorders the badges after it
     nm.textContent = p.name;
     const role = document.createElement("span");
     role.className = "badge";

@@ -107,7 +107,9 @@ export function messageItem(m, ctx) {
 function meta(m, ctx) {
   const w = when(m.epoch);
   const t = el("time", { dateTime: new Date(m.epoch).toISOString(), title: w.full, textContent: w.short });
-  const line = el("div", { className: "meta" }, el("span", { className: "author", textContent: who(m.author, m, ctx) }));
+  // dir=auto isolates the name: a right-to-left one (or one stored with
+  // bidi controls) never reorders the badge and time after it.
+  const line = el("div", { className: "meta" }, el("span", { className: "author", dir: "auto", textContent: who(m.author, m, ctx) }));
   if (guest(m.author)) {
     const agent = ctx.names?.get(m.author)?.kind === "agent";
     const badge = agent ? "guest agent" : "guest";
