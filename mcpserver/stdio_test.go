@@ -155,6 +155,12 @@ func TestStdioAnswersMalformedLines(t *testing.T) {
 			ping := fmt.Sprintf(`"ping-%d"`, i)
 			c.send(t, `{"jsonrpc":"2.0","id":`+ping+`,"method":"ping"}`)
 			got := c.until(t, ping)
+			if len(got) == 1 {
+				// A request the SDK serves (the line at the cap, the
+				// unknown method) and the ping are served concurrently:
+				// the ping's answer may come first.
+				got = append(c.until(t, tc.id), got...)
+			}
 			assert.Equal(t, "lines written", len(got), 2)
 			a := got[0]
 			assert.Equal(t, "id", string(a.ID), tc.id)
