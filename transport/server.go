@@ -125,8 +125,13 @@ func NewServer(cfg Config) *Server {
 	s.live = &liveGrants{s: s, m: make(map[string]*liveGrant)}
 	s.abortCtx, s.abort = context.WithCancel(context.Background())
 	for _, o := range cfg.AllowedOrigins {
-		// "https://app.example.com/" means the origin "https://app.example.com".
-		s.origins[strings.ToLower(strings.TrimSuffix(o, "/"))] = true
+		// "https://App.example.com:443/" means the origin "https://app.example.com".
+		c, err := CheckOrigin(o)
+		if err != nil {
+			s.log.Warn("an allowed origin that is not an origin is left out", "err", err)
+			continue
+		}
+		s.origins[c] = true
 	}
 	s.initOps()
 	s.routes()
