@@ -464,35 +464,36 @@ end
 return 0
 `)
 
-// acquireScript takes one stream lease on two keys if both are under their
-// limits. KEYS: thread leases, IP leases. ARGV: member, lease (ms), thread
-// limit, IP limit. Scores are expiry times on Redis's own clock, so nodes'
+// acquireScript takes one stream lease on its keys if each is under its
+// limit. KEYS: thread leases, IP leases, and for a participant's stream
+// the thread's participants' leases. ARGV: member, lease (ms), then each
+// key's limit. Scores are expiry times on Redis's own clock, so nodes'
 // clocks do not matter. It answers 1 (taken) or 0 (over a limit).
 var acquireScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[2])
-for i = 1, 2 do
+for i = 1, #KEYS do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', string.format('%.0f', now))
   if redis.call('ZCARD', KEYS[i]) >= tonumber(ARGV[2 + i]) then return 0 end
 end
-for i = 1, 2 do
+for i = 1, #KEYS do
   redis.call('ZADD', KEYS[i], string.format('%.0f', now + lease), ARGV[1])
   redis.call('PEXPIRE', KEYS[i], 3 * lease)
 end
 return 1
 `)
 
-// renewScript extends leases. KEYS: pairs of (thread leases, IP leases).
-// ARGV: lease (ms), then one member per pair. A lease that expired while
-// Redis was unreachable is added back: the stream is still open.
+// renewScript extends leases. KEYS: the sets of the leases. ARGV: lease
+// (ms), then the member of each key. A lease that expired while Redis was
+// unreachable is added back: the stream is still open.
 var renewScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 local exp = string.format('%.0f', now + lease)
 for i = 1, #KEYS do
-  redis.call('ZADD', KEYS[i], exp, ARGV[1 + math.floor((i + 1) / 2)])
+  redis.call('ZADD', KEYS[i], exp, ARGV[1 + i])
   redis.call('PEXPIRE', KEYS[i], 3 * lease)
 end
 return #KEYS
