@@ -423,13 +423,31 @@ return {n - redis.call('XLEN', K.log), 0}
 // and tells the feed. KEYS: Store.keys. ARGV: thread, the version read
 // ("" if none), feed channel, "1" if the thread must have a message, the
 // digest prefix to point at the thread in the grant index ("" if none),
-// the grant id to add to the record's order ("" if none), then field and
-// value pairs to set. It answers "ok", "retry" or "not_found".
+// the grant id to add to the record's order ("" if none), the ids of
+// grants to remove (space-separated, "" if none) and the digest prefixes
+// of theirs to take out of the grant index (if it points at this thread),
+// then field and value pairs to set. It answers "ok", "retry" or
+// "not_found".
 var grantsScript = redis.NewScript(luaCommon + `
 local thread = ARGV[1]
 if ARGV[4] == '1' and redis.call('XLEN', K.log) == 0 then return 'not_found' end
 if (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[2] then return 'retry' end
-for i = 7, #ARGV, 2 do
+if ARGV[7] ~= '' then
+  local drop = {}
+  for id in string.gmatch(ARGV[7], '%S+') do
+    drop[id] = true
+    redis.call('HDEL', K.grants, id)
+  end
+  local kept = {}
+  for id in string.gmatch(redis.call('HGET', K.grants, '.order') or '', '%S+') do
+    if not drop[id] then kept[#kept + 1] = id end
+  end
+  redis.call('HSET', K.grants, '.order', table.concat(kept, ' '))
+  for p in string.gmatch(ARGV[8], '%S+') do
+    if redis.call('HGET', K.gindex, p) == thread then redis.call('HDEL', K.gindex, p) end
+  end
+end
+for i = 9, #ARGV, 2 do
   redis.call('HSET', K.grants, ARGV[i], ARGV[i + 1])
 end
 if ARGV[6] ~= '' then
