@@ -22,6 +22,10 @@ const (
 
 	DefaultStreamsPerThread = 20  // open SSE and WebSocket streams per thread
 	DefaultStreamsPerIP     = 200 // open streams per client address
+	// StreamsOwnerShare: a thread's owner keeps 1/StreamsOwnerShare of its
+	// streams (rounded up) that its participants may not take
+	// (StreamLimits.OwnerReserve).
+	StreamsOwnerShare = 4
 
 	DefaultRetainMessages = 200             // newest messages kept per thread
 	DefaultRetainAge      = 720 * time.Hour // none older than this (30 days)

@@ -78,7 +78,19 @@ var (
 	LimitActiveGrants = Limit{"participant.grants", 0, 50, Count} // active grants per thread
 	LimitWaitingPosts = Limit{"participant.pending", 0, 3, Count} // a participant's posts after hermes's newest
 	LimitAuditKept    = Limit{"audit.events", 0, 1000, Count}
+	// Invites per thread in any InviteWindow: the owner's over HTTP and the
+	// host's (chatrelay share) alike; one more is RateLimited.
+	LimitInvites = Limit{"participant.invites_per_hour", 0, 60, Count}
+	// An ended grant (revoked or expired) stays in the participants record,
+	// listed with its state, for LimitEndedListed after it ended, and a
+	// thread keeps at most LimitEndedKept of them (the newest ended); older
+	// ones are dropped from the record (the audit keeps its own history).
+	LimitEndedListed = Limit{"participant.ended_listed", 0, 30 * 24 * 3600, Seconds}
+	LimitEndedKept   = Limit{"participant.ended_kept", 0, 100, Count}
 )
+
+// InviteWindow is the sliding window of LimitInvites.
+const InviteWindow = time.Hour
 
 // Limits lists every limit, in the table's order.
 func Limits() []Limit {
@@ -94,6 +106,7 @@ func Limits() []Limit {
 		LimitCodeText, LimitCodeLanguage,
 		LimitClientID, LimitWaitTimeout,
 		LimitName, LimitExpiresIn, LimitCap, LimitActiveGrants, LimitWaitingPosts, LimitAuditKept,
+		LimitInvites, LimitEndedListed, LimitEndedKept,
 	}
 }
 

@@ -521,8 +521,10 @@ func limitsAnswer() obj {
 			"per_thread": integer(1, -1, ""), "per_ip": integer(1, -1, ""), "window_seconds": seconds(),
 		}, "per_thread", "per_ip", "window_seconds"),
 		"streams": object("open SSE and WebSocket streams", obj{
-			"per_thread": integer(1, -1, ""), "per_ip": integer(1, -1, ""),
-		}, "per_thread", "per_ip"),
+			"per_thread":              integer(1, -1, ""),
+			"participants_per_thread": integer(0, -1, "of per_thread, the most that a thread's participants may hold together; the rest is kept for the owner"),
+			"per_ip":                  integer(1, -1, ""),
+		}, "per_thread", "participants_per_thread", "per_ip"),
 		"retention": object("which messages a thread keeps", obj{
 			"messages": integer(1, -1, "the newest N"), "age_seconds": seconds(),
 		}, "messages", "age_seconds"),
@@ -708,7 +710,7 @@ func LimitsArtifact(w Windows, s StreamLimits, r Retention) []byte {
 		"limits":         limits,
 		"patterns":       patterns,
 		"rate_limits":    obj{"per_thread": w.PerThread, "per_ip": w.PerIP, "window_seconds": w.Window.Seconds()},
-		"streams":        obj{"per_thread": s.PerThread, "per_ip": s.PerIP},
+		"streams":        obj{"per_thread": s.PerThread, "participants_per_thread": s.Participants(), "per_ip": s.PerIP},
 		"retention":      obj{"messages": r.Messages, "age_seconds": r.Age.Seconds()},
 	})
 }

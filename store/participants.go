@@ -29,10 +29,12 @@ import (
 type Participants interface {
 	// Invite stores a new grant in thread. It returns NotFound if the
 	// thread has no message, ParticipantLimit if the thread has the most
-	// active grants, and ParticipantsUnreadable.
+	// active grants, RateLimited past the invite window, and
+	// ParticipantsUnreadable.
 	Invite(ctx context.Context, thread string, g chatrelay.Grant) error
 
-	// Grants lists the thread's grants, newest first.
+	// Grants lists the thread's grants, newest first, without those that
+	// ended long ago (PruneGrants: every backend reads the record so).
 	Grants(ctx context.Context, thread string) ([]chatrelay.Grant, error)
 
 	// Revoke revokes a grant and returns it; revoking one already revoked
@@ -93,7 +95,8 @@ func parseParticipants(data []byte, thread string) ([]chatrelay.Grant, error) {
 }
 
 // AdmitGrant is how every backend's Invite admits g beside a thread's
-// grants: ParticipantLimit if the thread has the most active grants, an
+// grants: ParticipantLimit if the thread has the most active grants,
+// RateLimited if it made the most in the invite window (checkInviteRate), an
 // Internal error if g lacks what a reader relies on (CheckGrant: it would
 // make the record unreadable), and g with a fresh id if its id is taken.
 func AdmitGrant(grants []chatrelay.Grant, g chatrelay.Grant, now time.Time) (chatrelay.Grant, error) {
@@ -108,6 +111,9 @@ func AdmitGrant(grants []chatrelay.Grant, g chatrelay.Grant, now time.Time) (cha
 	}
 	if active >= chatrelay.LimitActiveGrants.Max {
 		return g, chatrelay.Errorf(chatrelay.ParticipantLimit, "this thread already has %d active share links: revoke one first", active)
+	}
+	if err := checkInviteRate(grants, now); err != nil {
+		return g, err
 	}
 	for slices.ContainsFunc(grants, func(o chatrelay.Grant) bool { return o.ID == g.ID }) {
 		g.ID = chatrelay.NewParticipantID()
@@ -160,6 +166,7 @@ func (s *File) grantsOf(thread string, data []byte, err error) ([]chatrelay.Gran
 		s.log.Error("participants record does not parse; every share link of the thread is refused", "thread", thread, "err", err)
 		return nil, ParticipantsUnreadable(err)
 	}
+	grants, _ = PruneGrants(grants, s.now()) // long-ended grants are gone; the next write drops them from the file
 	return grants, nil
 }
 

@@ -33,6 +33,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func writeBytes(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff") // never read as a script or a page
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)

@@ -257,8 +257,8 @@ type meteredStreams struct {
 	m *ops
 }
 
-func (l meteredStreams) Acquire(ctx context.Context, thread, ip string) (func(), error) {
-	release, err := l.StreamLimiter.Acquire(ctx, thread, ip)
+func (l meteredStreams) Acquire(ctx context.Context, thread, ip string, holder chatrelay.StreamHolder) (func(), error) {
+	release, err := l.StreamLimiter.Acquire(ctx, thread, ip, holder)
 	l.m.limiterFailed("stream_limit", err)
 	return release, err
 }

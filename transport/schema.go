@@ -28,6 +28,7 @@ func artifact(body []byte, contentType string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Type", contentType)
+		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Cache-Control", artifactMaxAge)
 		h.Set("ETag", etag)
 		// ServeContent answers If-None-Match (304), HEAD and ranges.

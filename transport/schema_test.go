@@ -84,7 +84,7 @@ func TestSchemaAndLimitsRoutes(t *testing.T) {
 	assert.Success(t, json.Unmarshal([]byte(l.body), &lim))
 	assert.Equal(t, "post.text", lim.Limits["post.text"].Max, chatrelay.MaxText)
 	assert.Equal(t, "rate windows", lim.RateLimits, map[string]float64{"per_thread": 5, "per_ip": 9, "window_seconds": 60})
-	assert.Equal(t, "streams", lim.Streams, map[string]int{"per_thread": 3, "per_ip": chatrelay.DefaultStreamsPerIP})
+	assert.Equal(t, "streams", lim.Streams, map[string]int{"per_thread": 3, "participants_per_thread": 2, "per_ip": chatrelay.DefaultStreamsPerIP})
 	assert.Equal(t, "retention", lim.Retention, map[string]float64{"messages": 40, "age_seconds": 48 * 3600})
 	assert.Equal(t, "limits revalidated", get(t, "GET", base+"/api/limits.json", "If-None-Match", l.header.Get("ETag")).status, http.StatusNotModified)
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,7 +36,8 @@ type Config struct {
 	// AllowedOrigins are the other origins ("https://app.example.com") whose
 	// pages may use the API: CORS on post, poll, ticket and stream, and the
 	// WebSocket origin check, both by one exact matcher (origin.go; no
-	// patterns). The server's own origin is always allowed.
+	// patterns). The server's own origin is always allowed. They alone may
+	// frame the chat's pages (CSP frame-ancestors; none by default).
 	AllowedOrigins []string
 	TicketKey      []byte        // HMAC key of tickets; required for tickets (32 random bytes)
 	TicketKeys     TicketKeys    // where TicketKey came from, if it may change (shared in Redis): read again to sign and verify (ticketkeys.go)
@@ -125,12 +127,31 @@ func NewServer(cfg Config) *Server {
 	s.live = &liveGrants{s: s, m: make(map[string]*liveGrant)}
 	s.abortCtx, s.abort = context.WithCancel(context.Background())
 	for _, o := range cfg.AllowedOrigins {
-		// "https://app.example.com/" means the origin "https://app.example.com".
-		s.origins[strings.ToLower(strings.TrimSuffix(o, "/"))] = true
+		// "https://App.example.com:443/" means the origin "https://app.example.com".
+		c, err := CheckOrigin(o)
+		if err != nil {
+			s.log.Warn("an allowed origin that is not an origin is left out", "err", err)
+			continue
+		}
+		s.origins[c] = true
 	}
 	s.initOps()
 	s.routes()
 	return s
+}
+
+// frameAncestors are the origins whose pages may frame the chat's pages:
+// the allowed origins (CheckOrigin's form, sorted), but an IPv6 literal,
+// which a CSP source cannot name.
+func (s *Server) frameAncestors() []string {
+	var out []string
+	for o := range s.origins {
+		if !strings.Contains(o, "://[") {
+			out = append(out, o)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ServeHTTP serves the API, timing and logging each request (accesslog.go).
@@ -194,7 +215,7 @@ func (s *Server) routes() {
 	s.mux.Handle(p+"/api/schema.json", s.cors(only(http.MethodGet, schemaArtifact()))) // schema.go
 	s.mux.Handle(p+"/api/limits.json", s.cors(only(http.MethodGet, s.limitsArtifact())))
 	s.mux.HandleFunc(p+"/api/", s.handleNotFound)
-	page := web.Handler()
+	page := web.Handler(s.frameAncestors()...)
 	if p != "" {
 		page = http.StripPrefix(p, page)
 	}

@@ -239,7 +239,11 @@ func (s *Server) openSession(ctx context.Context, req streamRequest) (*session, 
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	release, err := s.streams.Acquire(ctx, req.p.thread, req.ip)
+	holder := chatrelay.OwnerStream
+	if req.p.participant() { // a share token, or a ticket minted from one
+		holder = chatrelay.ParticipantStream
+	}
+	release, err := s.streams.Acquire(ctx, req.p.thread, req.ip, holder)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 //go:embed static
@@ -36,14 +37,28 @@ const csp = "default-src 'self'; connect-src 'self'; img-src 'self' data:; " +
 // server (module scripts are fetched with CORS). The API routes have their
 // own, narrower CORS (--allowed-origin). Browsers revalidate the files on
 // each load, so a new binary's page is picked up at once.
-func Handler() http.Handler {
+//
+// Framing: the pages hold a token and buttons such as Approve, so no page
+// may frame them (clickjacking) but those of frameAncestors, origins
+// ("https://app.example.com") the server trusts with its API: CSP
+// frame-ancestors names them, or is 'none', with X-Frame-Options: DENY
+// for browsers that predate frame-ancestors (it cannot name an origin,
+// so it is left out when some are allowed).
+func Handler(frameAncestors ...string) http.Handler {
+	policy, xfo := csp+"; frame-ancestors 'none'", "DENY"
+	if len(frameAncestors) > 0 {
+		policy, xfo = csp+"; frame-ancestors "+strings.Join(frameAncestors, " "), ""
+	}
 	files := http.FileServerFS(Static())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Access-Control-Allow-Origin", "*")
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Content-Security-Policy", csp)
+		h.Set("Content-Security-Policy", policy)
+		if xfo != "" {
+			h.Set("X-Frame-Options", xfo)
+		}
 		h.Set("Referrer-Policy", "no-referrer")
 		if r.URL.Path == "/p" {
 			http.ServeFileFS(w, r, Static(), "p.html")

@@ -34,10 +34,19 @@ func TestServeRefusesBadPrefixesAndOrigins(t *testing.T) {
 		{"--allowed-origin", "https://app.example.com/path"},
 		{"--allowed-origin", "app.example.com"},
 		{"--allowed-origin", "ftp://app.example.com"},
+		{"--allowed-origin", "https://app.example.com:0"},
+		{"--allowed-origin", "https://app.example.com:99999"},
+		{"--allowed-origin", "http://[::1%25eth0]:8080"},
+		{"--allowed-origin", "https://bücher.example"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			t.Parallel()
 			full := append([]string{"serve", "--data", t.TempDir(), "--addr", "127.0.0.1:0"}, args...)
+			// The flags alone first: a serve that took them would run
+			// until the test timed out.
+			if _, err := parseServe(full[1:], env(nil), io.Discard); err == nil {
+				t.Fatalf("serve accepted %q", args)
+			}
 			r := runCLI(t, nil, "", full...)
 			assert.True(t, r.err != nil, "serve accepted %q", args)
 			assert.Equal(t, "exit code", exitCode(r.err), 2)
@@ -46,7 +55,8 @@ func TestServeRefusesBadPrefixesAndOrigins(t *testing.T) {
 		})
 	}
 	// The good ones are taken.
-	s := opsServe(t, "--prefix", "/spaces/newos4.v2~x", "--allowed-origin", "https://App.Example.com:8443/")
+	s := opsServe(t, "--prefix", "/spaces/newos4.v2~x", "--allowed-origin", "https://App.Example.com:8443/",
+		"--allowed-origin", "https://a.example.com:443", "--allowed-origin", "http://[::1]:8080")
 	assert.True(t, strings.HasSuffix(s.base, "/spaces/newos4.v2~x"), "listening on %s", s.base)
 	status, _ := getStatus(t, s.base+"/api/chat/poll", opsToken("p"))
 	assert.Equal(t, "poll under the prefix", status, http.StatusOK)

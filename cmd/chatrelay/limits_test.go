@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/chatrelay/chatrelay/host"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/schematest"
+	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/mcpserver"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
@@ -430,6 +432,68 @@ var walks = map[string]walk{
 		r = runCLI(t, nil, "", "react", w.thread, e.ID, "e0", "--data", w.data, "--fsync", "never")
 		assert.Success(t, r.err) // hermes joins a reaction the message has
 	}},
+	"participant.invites_per_hour": {custom: func(t *testing.T, w *walkEnv, l chatrelay.Limit) {
+		// A thread of its own: l.Max invites in the hour (over HTTP and by
+		// the CLI; revoking some to stay under the active grants' limit),
+		// then one more is refused by both, revoked ones counted.
+		other := newWalkEnv(t)
+		parts := other.st.(store.Participants)
+		var ids []string
+		for i := range l.Max {
+			if i == chatrelay.LimitActiveGrants.Max {
+				for _, id := range ids[:l.Max-chatrelay.LimitActiveGrants.Max+1] {
+					_, err := parts.Revoke(t.Context(), other.thread, id)
+					assert.Success(t, err)
+				}
+			}
+			if i%2 == 0 {
+				status, b := other.post(t, "/api/chat/participants", jsonOf(map[string]any{"name": fmt.Sprint("i", i), "role": "viewer"}))
+				assert.True(t, status == 201, "invite %d: %d %s", i+1, status, b)
+				var in struct{ Participant chatrelay.Participant }
+				json.Unmarshal(b, &in)
+				ids = append(ids, in.Participant.ID)
+				continue
+			}
+			r := runCLI(t, nil, "", "share", other.thread, "--name", fmt.Sprint("i", i), "--role", "viewer", "--json", "--data", other.data, "--fsync", "never")
+			assert.Success(t, r.err)
+			var in struct{ Participant chatrelay.Participant }
+			json.Unmarshal([]byte(r.stdout), &in)
+			ids = append(ids, in.Participant.ID)
+		}
+		status, b := other.post(t, "/api/chat/participants", jsonOf(map[string]any{"name": "one more"}))
+		assert.True(t, status == 429 && strings.Contains(string(b), `"rate_limited"`), "HTTP past %d: %d %s", l.Max, status, b)
+		r := runCLI(t, nil, "", "share", other.thread, "--name", "one more", "--data", other.data, "--fsync", "never")
+		assert.Equal(t, "CLI past the limit", chatrelay.CodeOf(r.err), chatrelay.RateLimited)
+	}},
+	"participant.ended_listed": {custom: func(t *testing.T, w *walkEnv, l chatrelay.Limit) {
+		// On a clock of its own: a revoked grant is listed l.Max seconds
+		// after its revoke, and not a second later.
+		c := newClockedEnv(t)
+		status, b := c.do(t, "POST", "/api/chat/participants", jsonOf(map[string]any{"name": "gone", "role": "viewer"}))
+		assert.Equal(t, "invite", status, 201)
+		var in struct{ Participant chatrelay.Participant }
+		json.Unmarshal(b, &in)
+		status, _ = c.do(t, "DELETE", "/api/chat/participants/"+in.Participant.ID, "")
+		assert.Equal(t, "revoke", status, 200)
+		c.clk.Advance(time.Duration(l.Max) * time.Second)
+		assert.Equal(t, "listed at the limit", c.listed(t), 1)
+		c.clk.Advance(time.Second)
+		assert.Equal(t, "listed past the limit", c.listed(t), 0)
+	}},
+	"participant.ended_kept": {custom: func(t *testing.T, w *walkEnv, l chatrelay.Limit) {
+		// On a clock of its own: l.Max+1 grants that expired, an hour
+		// apart in batches; l.Max are listed.
+		c := newClockedEnv(t)
+		for made := 0; made <= l.Max; {
+			for range min(chatrelay.LimitActiveGrants.Max, l.Max+1-made) {
+				status, b := c.do(t, "POST", "/api/chat/participants", jsonOf(map[string]any{"name": "e", "role": "viewer", "expires_in": 3600}))
+				assert.True(t, status == 201, "invite %d: %d %s", made+1, status, b)
+				made++
+			}
+			c.clk.Advance(time.Hour + time.Minute)
+		}
+		assert.Equal(t, "ended grants listed", c.listed(t), l.Max)
+	}},
 	"audit.events": {custom: func(t *testing.T, w *walkEnv, l chatrelay.Limit) {
 		parts := w.st.(store.Participants)
 		for i := range l.Max + 1 {
@@ -444,6 +508,51 @@ var walks = map[string]walk{
 		res.Body.Close()
 		assert.True(t, len(a.Events) == l.Max && a.Events[0].At == 2, "the audit keeps the newest %d: %d from %d", l.Max, len(a.Events), a.Events[0].At)
 	}},
+}
+
+// clockedEnv is a server on a file store of its own whose clock the test
+// sets, with one message in its owner's thread.
+type clockedEnv struct {
+	clk        *testclock.Clock
+	url, token string
+}
+
+func newClockedEnv(t *testing.T) *clockedEnv {
+	t.Helper()
+	c := &clockedEnv{clk: testclock.New(time.Now()), token: strings.Repeat("6b", 32)}
+	st, err := store.OpenFile(t.TempDir(), store.FileOptions{NoFsync: true, Now: c.clk.Now, Log: slog.New(slog.DiscardHandler)})
+	assert.Success(t, err)
+	t.Cleanup(func() { st.Close() })
+	hs := httptest.NewServer(transport.NewServer(transport.Config{Store: st, Now: c.clk.Now, Log: slog.New(slog.DiscardHandler)}))
+	t.Cleanup(hs.Close)
+	c.url = hs.URL
+	_, err = st.Append(t.Context(), chatrelay.ThreadOf(c.token), store.NewMessage{Text: "hello"})
+	assert.Success(t, err)
+	return c
+}
+
+// do sends a request as the thread's owner.
+func (c *clockedEnv) do(t *testing.T, method, path, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, c.url+path, strings.NewReader(body))
+	assert.Success(t, err)
+	req.Header.Set("X-Chat-Token", c.token)
+	res, err := http.DefaultClient.Do(req)
+	assert.Success(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	assert.Success(t, err)
+	return res.StatusCode, b
+}
+
+// listed is how many grants GET /api/chat/participants lists.
+func (c *clockedEnv) listed(t *testing.T) int {
+	t.Helper()
+	status, b := c.do(t, "GET", "/api/chat/participants", "")
+	assert.Equal(t, "list "+string(b), status, 200)
+	var list struct{ Participants []chatrelay.Participant }
+	assert.Success(t, json.Unmarshal(b, &list))
+	return len(list.Participants)
 }
 
 // post POSTs body to path as the thread's owner.

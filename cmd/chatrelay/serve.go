@@ -128,11 +128,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.DurationVar(&f.sweepEvery, "sweep-every", chatrelay.DefaultSweepEvery, "how often retention sweeps every thread")
 	var trusted, origins listFlag
 	fs.Var(&trusted, "trusted-proxy", "`CIDR` of a reverse proxy whose X-Forwarded-For is believed (repeatable)")
-	fs.Var(&origins, "allowed-origin", "another `origin` (https://app.example.com, exactly: no patterns) whose pages may use the API: CORS and the WebSocket origin check (repeatable; the server's own origin is always allowed)")
+	fs.Var(&origins, "allowed-origin", "another `origin` (https://app.example.com, exactly: no patterns; :443 on https and :80 on http match an Origin without a port; IPv6 as http://[::1]:8080) whose pages may use the API (CORS and the WebSocket origin check) and frame the chat's pages (repeatable; the server's own origin is always allowed)")
 	fs.DurationVar(&f.server.Heartbeat, "heartbeat", chatrelay.DefaultHeartbeat, "SSE ping comment and WebSocket ping interval")
 	fs.DurationVar(&f.server.TicketTTL, "ticket-ttl", chatrelay.DefaultTicketTTL, "how long a stream ticket is valid")
 	fs.StringVar(&keyFile, "ticket-key-file", "", "`file` holding the ticket signing key (created 0600 if missing); default DATA/ticket.key, or kept in Redis with --store redis://. Every node needs the same key")
-	fs.IntVar(&l.PerThread, "max-streams-per-thread", chatrelay.DefaultStreamsPerThread, "open SSE and WebSocket streams allowed per thread")
+	fs.IntVar(&l.PerThread, "max-streams-per-thread", chatrelay.DefaultStreamsPerThread, "open SSE and WebSocket streams allowed per thread; its participants together may hold three quarters of them, the rest is kept for the owner")
 	fs.IntVar(&l.PerIP, "max-streams-per-ip", chatrelay.DefaultStreamsPerIP, "open SSE and WebSocket streams allowed per client address (an IPv6 address by its /64)")
 	publicURL := fs.String("public-url", "", "the public `URL` of the server (https://chat.example.com, with the prefix if any) that share links start with; default: each request's scheme and Host. The host CLI's share takes it from the data folder")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")

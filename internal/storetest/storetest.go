@@ -236,7 +236,7 @@ type RateLimiter interface {
 
 // StreamLimiter is chatrelay.StreamLimiter.
 type StreamLimiter interface {
-	Acquire(ctx context.Context, thread, ip string) (release func(), err error)
+	Acquire(ctx context.Context, thread, ip string, holder chatrelay.StreamHolder) (release func(), err error)
 }
 
 // SharedLimiters returns the limiters that count across every node of

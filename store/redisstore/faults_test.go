@@ -209,7 +209,7 @@ func TestTimeoutBoundsCalls(t *testing.T) {
 		}},
 		{"since", func(ctx context.Context) error { _, err := s.Since(ctx, th, 0, 0); return err }},
 		{"take", func(ctx context.Context) error { _, err := rl.Take(ctx, th, ip); return err }},
-		{"acquire", func(ctx context.Context) error { _, err := sl.Acquire(ctx, th, ip); return err }},
+		{"acquire", func(ctx context.Context) error { _, err := sl.Acquire(ctx, th, ip, chatrelay.OwnerStream); return err }},
 		{"ticket key", func(ctx context.Context) error { _, err := s.TicketKey(ctx); return err }},
 		{"ping", s.Ping},
 	}

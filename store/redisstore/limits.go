@@ -70,22 +70,23 @@ func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(),
 	}, nil
 }
 
-// StreamLimiter bounds the open streams per thread and per client IP
-// across every node. It implements chatrelay.StreamLimiter and is safe for
-// concurrent use.
+// StreamLimiter bounds the open streams per thread and per client IP, and
+// the participants' share of a thread's streams, across every node. It
+// implements chatrelay.StreamLimiter and is safe for concurrent use.
 //
 // Each open stream holds a lease: a member of the thread's and the IP's
-// sorted sets (hash tag {sl}) whose score is its expiry on Redis's clock.
+// sorted sets (hash tag {sl}), and of the thread's participants' set for a
+// participant's stream, whose score is its expiry on Redis's clock.
 // Acquire drops expired leases and counts the rest, in one script. This
 // node renews all its leases every lease/3 in one script per 256 streams,
 // so a node that crashed stops renewing and its streams are forgotten
 // within one lease period. A release while Redis is unreachable is not
 // lost either: the lease is no longer renewed and expires.
 type StreamLimiter struct {
-	s                *Store
-	perThread, perIP int
-	lease            time.Duration
-	node             string // prefix of this limiter's lease members
+	s     *Store
+	lim   chatrelay.StreamLimits
+	lease time.Duration
+	node  string // prefix of this limiter's lease members
 
 	mu   sync.Mutex // guards live and seq
 	live map[uint64]streamLease
@@ -94,7 +95,12 @@ type StreamLimiter struct {
 	stop context.CancelFunc
 }
 
-type streamLease struct{ tkey, ikey, member string }
+// streamLease is one stream's member of its sets: the thread's, the IP's
+// and, for a participant's stream, the thread's participants'.
+type streamLease struct {
+	keys   []string
+	member string
+}
 
 // DefaultLease is how long a stream lease lasts unless renewed.
 const DefaultLease = 30 * time.Second
@@ -108,7 +114,7 @@ func NewStreamLimiter(s *Store, lim chatrelay.StreamLimits, lease time.Duration)
 	if lease <= 0 {
 		lease = DefaultLease
 	}
-	l := &StreamLimiter{s: s, perThread: lim.PerThread, perIP: lim.PerIP, lease: max(lease, 30*time.Millisecond),
+	l := &StreamLimiter{s: s, lim: lim, lease: max(lease, 30*time.Millisecond),
 		node: randomHex(8), live: make(map[uint64]streamLease)}
 	ctx, cancel := context.WithCancel(s.closing)
 	l.stop = cancel
@@ -128,26 +134,28 @@ func (l *StreamLimiter) Close() error {
 // Acquire counts one open stream, or returns *chatrelay.Error TooManyStreams (with
 // Retry) past a limit, or StoreUnavailable. release must be called once
 // when the stream ends; later calls do nothing.
-func (l *StreamLimiter) Acquire(ctx context.Context, thread, ip string) (release func(), err error) {
+func (l *StreamLimiter) Acquire(ctx context.Context, thread, ip string, holder chatrelay.StreamHolder) (release func(), err error) {
 	l.mu.Lock()
 	l.seq++
 	seq := l.seq
 	l.mu.Unlock()
 	ls := streamLease{
-		tkey:   l.s.prefix + "{sl}:t:" + thread,
-		ikey:   l.s.prefix + "{sl}:i:" + ip,
+		keys:   []string{l.s.prefix + "{sl}:t:" + thread, l.s.prefix + "{sl}:i:" + ip},
 		member: l.node + ":" + strconv.FormatUint(seq, 10),
+	}
+	args := []any{ls.member, l.lease.Milliseconds(), l.lim.PerThread, l.lim.PerIP}
+	if holder == chatrelay.ParticipantStream {
+		ls.keys = append(ls.keys, l.s.prefix+"{sl}:p:"+thread)
+		args = append(args, l.lim.Participants())
 	}
 	actx, cancel := l.s.bound(ctx)
 	defer cancel()
-	ok, err := acquireScript.Run(actx, l.s.rdb, []string{ls.tkey, ls.ikey}, ls.member,
-		l.lease.Milliseconds(), l.perThread, l.perIP).Int64()
+	ok, err := acquireScript.Run(actx, l.s.rdb, ls.keys, args...).Int64()
 	if err != nil {
 		return nil, l.s.unavailable("stream limit", err)
 	}
 	if ok != 1 {
-		return nil, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: 5 * time.Second,
-			Message: fmt.Sprintf("too many open streams: at most %d per thread and %d per client address", l.perThread, l.perIP)}
+		return nil, l.lim.Refusal()
 	}
 	// Renewed from now on; the script's lease lasts until the next renewal.
 	l.mu.Lock()
@@ -172,8 +180,9 @@ func (l *StreamLimiter) remove(ctx context.Context, ls []streamLease) {
 	defer cancel()
 	_, err := l.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, x := range ls {
-			p.ZRem(ctx, x.tkey, x.member)
-			p.ZRem(ctx, x.ikey, x.member)
+			for _, k := range x.keys {
+				p.ZRem(ctx, k, x.member)
+			}
 		}
 		return nil
 	})
@@ -208,9 +217,10 @@ func (l *StreamLimiter) renew(ctx context.Context) {
 	if len(snap) == 0 {
 		return
 	}
-	const chunk = 256
-	keys := make([]string, 0, 2*chunk)
-	args := make([]any, 0, 1+chunk)
+	const chunk = 256 // streams per script
+	keys := make([]string, 0, 3*chunk)
+	args := make([]any, 0, 1+3*chunk)
+	n := 0
 	flush := func() {
 		if len(keys) == 0 {
 			return
@@ -221,15 +231,17 @@ func (l *StreamLimiter) renew(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			l.s.log.Warn("redis stream limit: renew leases", "err", err)
 		}
-		keys, args = keys[:0], args[:0]
+		keys, args, n = keys[:0], args[:0], 0
 	}
 	for _, ls := range snap {
 		if len(args) == 0 {
 			args = append(args, l.lease.Milliseconds())
 		}
-		keys = append(keys, ls.tkey, ls.ikey)
-		args = append(args, ls.member)
-		if len(args) > chunk {
+		for _, k := range ls.keys {
+			keys = append(keys, k)
+			args = append(args, ls.member)
+		}
+		if n++; n == chunk {
 			flush()
 		}
 	}

@@ -63,20 +63,20 @@ func TestStreamLimiterAcrossNodes(t *testing.T) {
 	ctx := t.Context()
 	const th = "a1b2c3d4e5f60718"
 
-	relA := must[func()](t)(a.Acquire(ctx, th, "192.0.2.1"))
-	must[func()](t)(b.Acquire(ctx, th, "192.0.2.2"))
-	_, err := b.Acquire(ctx, th, "192.0.2.3")
+	relA := must[func()](t)(a.Acquire(ctx, th, "192.0.2.1", chatrelay.OwnerStream))
+	must[func()](t)(b.Acquire(ctx, th, "192.0.2.2", chatrelay.OwnerStream))
+	_, err := b.Acquire(ctx, th, "192.0.2.3", chatrelay.OwnerStream)
 	if he := wantCode(t, err, chatrelay.TooManyStreams); he.Retry <= 0 {
 		t.Fatalf("no retry: %+v", he)
 	}
 	relA()
 	relA()
-	relA = must[func()](t)(a.Acquire(ctx, th, "192.0.2.1"))
+	relA = must[func()](t)(a.Acquire(ctx, th, "192.0.2.1", chatrelay.OwnerStream))
 
 	// Per IP, across threads and nodes: 192.0.2.1 holds 1, may hold 3.
-	must[func()](t)(b.Acquire(ctx, "0000000000000001", "192.0.2.1"))
-	must[func()](t)(a.Acquire(ctx, "0000000000000002", "192.0.2.1"))
-	_, err = b.Acquire(ctx, "0000000000000003", "192.0.2.1")
+	must[func()](t)(b.Acquire(ctx, "0000000000000001", "192.0.2.1", chatrelay.OwnerStream))
+	must[func()](t)(a.Acquire(ctx, "0000000000000002", "192.0.2.1", chatrelay.OwnerStream))
+	_, err = b.Acquire(ctx, "0000000000000003", "192.0.2.1", chatrelay.OwnerStream)
 	wantCode(t, err, chatrelay.TooManyStreams)
 
 	// Held leases outlive their first period: they are renewed.
@@ -100,14 +100,67 @@ func TestStreamLimiterAcrossNodes(t *testing.T) {
 		}
 		return renewed == 2
 	})
-	_, err = b.Acquire(ctx, th, "192.0.2.9")
+	_, err = b.Acquire(ctx, th, "192.0.2.9", chatrelay.OwnerStream)
 	wantCode(t, err, chatrelay.TooManyStreams)
 
 	// Node a "crashes": it stops renewing and never releases.
 	a.Close()
 	assert.Eventually(t, 10*time.Second, "a's lease to expire", func() bool {
-		_, err := b.Acquire(ctx, th, "192.0.2.9")
+		_, err := b.Acquire(ctx, th, "192.0.2.9", chatrelay.OwnerStream)
 		return err == nil
 	})
 	_ = relA
+}
+
+// TestStreamLimiterKeepsTheOwnersShare: a thread's participants hold at
+// most their share of its streams, counted across nodes (4 per thread: 3
+// for participants, 1 kept for the owner); their leases are renewed like
+// the others, and a release gives a participant's place back.
+func TestStreamLimiterKeepsTheOwnersShare(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	sa, sb := openStore(t, srv, Options{}), openStore(t, srv, Options{})
+	const lease = 2 * time.Second
+	lim := chatrelay.StreamLimits{PerThread: 4, PerIP: 100}
+	a, b := NewStreamLimiter(sa, lim, lease), NewStreamLimiter(sb, lim, lease)
+	ctx := t.Context()
+	const th = "a1b2c3d4e5f60718"
+
+	rel := must[func()](t)(a.Acquire(ctx, th, "192.0.2.1", chatrelay.ParticipantStream))
+	must[func()](t)(b.Acquire(ctx, th, "192.0.2.2", chatrelay.ParticipantStream))
+	must[func()](t)(a.Acquire(ctx, th, "192.0.2.3", chatrelay.ParticipantStream))
+	_, err := b.Acquire(ctx, th, "192.0.2.4", chatrelay.ParticipantStream)
+	wantCode(t, err, chatrelay.TooManyStreams)
+	// Another thread's participants have their own share.
+	must[func()](t)(b.Acquire(ctx, "0000000000000001", "192.0.2.4", chatrelay.ParticipantStream))
+
+	// The participants' leases outlive their first period: still full.
+	key := sa.prefix + "{sl}:p:" + th
+	first := sa.rdb.ZRangeWithScores(ctx, key, 0, -1).Val()
+	assert.Eventually(t, 10*time.Second, "the participants' leases to be renewed", func() bool {
+		now := sa.rdb.ZRangeWithScores(ctx, key, 0, -1).Val()
+		if len(now) != 3 {
+			t.Fatalf("participants' leases %+v", now)
+		}
+		for _, z := range now {
+			for _, f := range first {
+				if z.Member == f.Member && z.Score < f.Score+float64(lease.Milliseconds()) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	_, err = a.Acquire(ctx, th, "192.0.2.4", chatrelay.ParticipantStream)
+	wantCode(t, err, chatrelay.TooManyStreams)
+
+	// The owner's place is there.
+	must[func()](t)(a.Acquire(ctx, th, "192.0.2.5", chatrelay.OwnerStream))
+
+	// A participant's release frees a participant's place; the thread is
+	// then full for everyone.
+	rel()
+	must[func()](t)(b.Acquire(ctx, th, "192.0.2.4", chatrelay.ParticipantStream))
+	_, err = b.Acquire(ctx, th, "192.0.2.6", chatrelay.OwnerStream)
+	wantCode(t, err, chatrelay.TooManyStreams)
 }

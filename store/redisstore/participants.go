@@ -46,7 +46,8 @@ var _ store.Participants = (*Store)(nil)
 // grantsRecord is a thread's participants record as read.
 type grantsRecord struct {
 	version string            // "" if the thread has none
-	grants  []chatrelay.Grant // oldest first
+	grants  []chatrelay.Grant // oldest first, without those store.PruneGrants drops
+	dropped []chatrelay.Grant // those: the next write of the record removes them
 }
 
 func (r *grantsRecord) find(id string) int {
@@ -103,6 +104,7 @@ func (s *Store) readGrants(ctx context.Context, thread string) (grantsRecord, er
 		s.log.Error("participants record does not parse; every share link of the thread is refused", "thread", thread, "err", perr)
 		return grantsRecord{}, store.ParticipantsUnreadable(perr)
 	}
+	rec.grants, rec.dropped = store.PruneGrants(rec.grants, s.now())
 	return rec, nil
 }
 
@@ -112,14 +114,23 @@ func isWrongType(err error) bool {
 }
 
 // writeGrants runs grantsScript: it sets fields (pairs of field and value)
-// if the record's version is still rec's. It reports false if it is not
-// (read again and retry).
+// and removes the grants rec dropped (store.PruneGrants), with their
+// grant index entries, if the record's version is still rec's. It reports
+// false if it is not (read again and retry).
 func (s *Store) writeGrants(ctx context.Context, thread string, rec grantsRecord, needLog bool, index, order string, fields ...string) (bool, error) {
 	need := "0"
 	if needLog {
 		need = "1"
 	}
-	args := []any{thread, rec.version, s.feed, need, index, order}
+	var drop, prefixes []string
+	for _, g := range rec.dropped {
+		drop = append(drop, g.ID)
+		p := g.Digest[:16]
+		if p != index && !slices.ContainsFunc(rec.grants, func(k chatrelay.Grant) bool { return k.Digest[:16] == p }) {
+			prefixes = append(prefixes, p) // another grant's too: its entry stays
+		}
+	}
+	args := []any{thread, rec.version, s.feed, need, index, order, strings.Join(drop, " "), strings.Join(prefixes, " ")}
 	for _, f := range fields {
 		args = append(args, f)
 	}

@@ -45,6 +45,7 @@
 //	<prefix>{rl}:i:IP
 //	<prefix>{sl}:t:T    sorted sets of open-stream leases (StreamLimiter)
 //	<prefix>{sl}:i:IP
+//	<prefix>{sl}:p:T    (the thread's participants' streams)
 //
 // A stream fits a thread: its entry ids are the epochs, so Redis itself
 // refuses an epoch that is not greater than the newest, XRANGE and

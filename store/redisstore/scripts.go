@@ -423,13 +423,31 @@ return {n - redis.call('XLEN', K.log), 0}
 // and tells the feed. KEYS: Store.keys. ARGV: thread, the version read
 // ("" if none), feed channel, "1" if the thread must have a message, the
 // digest prefix to point at the thread in the grant index ("" if none),
-// the grant id to add to the record's order ("" if none), then field and
-// value pairs to set. It answers "ok", "retry" or "not_found".
+// the grant id to add to the record's order ("" if none), the ids of
+// grants to remove (space-separated, "" if none) and the digest prefixes
+// of theirs to take out of the grant index (if it points at this thread),
+// then field and value pairs to set. It answers "ok", "retry" or
+// "not_found".
 var grantsScript = redis.NewScript(luaCommon + `
 local thread = ARGV[1]
 if ARGV[4] == '1' and redis.call('XLEN', K.log) == 0 then return 'not_found' end
 if (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[2] then return 'retry' end
-for i = 7, #ARGV, 2 do
+if ARGV[7] ~= '' then
+  local drop = {}
+  for id in string.gmatch(ARGV[7], '%S+') do
+    drop[id] = true
+    redis.call('HDEL', K.grants, id)
+  end
+  local kept = {}
+  for id in string.gmatch(redis.call('HGET', K.grants, '.order') or '', '%S+') do
+    if not drop[id] then kept[#kept + 1] = id end
+  end
+  redis.call('HSET', K.grants, '.order', table.concat(kept, ' '))
+  for p in string.gmatch(ARGV[8], '%S+') do
+    if redis.call('HGET', K.gindex, p) == thread then redis.call('HDEL', K.gindex, p) end
+  end
+end
+for i = 9, #ARGV, 2 do
   redis.call('HSET', K.grants, ARGV[i], ARGV[i + 1])
 end
 if ARGV[6] ~= '' then
@@ -464,35 +482,36 @@ end
 return 0
 `)
 
-// acquireScript takes one stream lease on two keys if both are under their
-// limits. KEYS: thread leases, IP leases. ARGV: member, lease (ms), thread
-// limit, IP limit. Scores are expiry times on Redis's own clock, so nodes'
+// acquireScript takes one stream lease on its keys if each is under its
+// limit. KEYS: thread leases, IP leases, and for a participant's stream
+// the thread's participants' leases. ARGV: member, lease (ms), then each
+// key's limit. Scores are expiry times on Redis's own clock, so nodes'
 // clocks do not matter. It answers 1 (taken) or 0 (over a limit).
 var acquireScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[2])
-for i = 1, 2 do
+for i = 1, #KEYS do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', string.format('%.0f', now))
   if redis.call('ZCARD', KEYS[i]) >= tonumber(ARGV[2 + i]) then return 0 end
 end
-for i = 1, 2 do
+for i = 1, #KEYS do
   redis.call('ZADD', KEYS[i], string.format('%.0f', now + lease), ARGV[1])
   redis.call('PEXPIRE', KEYS[i], 3 * lease)
 end
 return 1
 `)
 
-// renewScript extends leases. KEYS: pairs of (thread leases, IP leases).
-// ARGV: lease (ms), then one member per pair. A lease that expired while
-// Redis was unreachable is added back: the stream is still open.
+// renewScript extends leases. KEYS: the sets of the leases. ARGV: lease
+// (ms), then the member of each key. A lease that expired while Redis was
+// unreachable is added back: the stream is still open.
 var renewScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 local exp = string.format('%.0f', now + lease)
 for i = 1, #KEYS do
-  redis.call('ZADD', KEYS[i], exp, ARGV[1 + math.floor((i + 1) / 2)])
+  redis.call('ZADD', KEYS[i], exp, ARGV[1 + i])
   redis.call('PEXPIRE', KEYS[i], 3 * lease)
 end
 return #KEYS

@@ -674,7 +674,7 @@ func TestUnavailable(t *testing.T) {
 	check("sweep", err)
 	_, err = rl.Take(ctx, th, "192.0.2.1")
 	check("take", err)
-	_, err = sl.Acquire(ctx, th, "192.0.2.1")
+	_, err = sl.Acquire(ctx, th, "192.0.2.1", chatrelay.OwnerStream)
 	check("acquire", err)
 	check("ping", s.Ping(ctx))
 	_, err = Open(ctx, srv.URL(), Options{})

@@ -1,0 +1,44 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+)
+
+// TestPruneKeepsWhatTheInviteWindowCounts: past the 100 newest-ended
+// grants a thread keeps, the older-ended go, but never an active grant nor
+// one made within the invite window (beside the 100), even when it ended
+// before the others (a link revoked at once, while older links expire
+// after it): the window would forget an invite and allow one more.
+func TestPruneKeepsWhatTheInviteWindowCounts(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ms := now.UnixMilli()
+	var grants []chatrelay.Grant
+	add := func(created, expires, revoked int64) string {
+		id := fmt.Sprintf("p_%08x", len(grants))
+		grants = append(grants, chatrelay.Grant{ID: id, CreatedAt: created, ExpiresAt: expires, RevokedAt: revoked})
+		return id
+	}
+	day := int64(24 * 3600 * 1000)
+	active := add(ms-10*day, ms+day, 0)
+	recent := add(ms-30*60*1000, ms+day, ms-29*60*1000) // made 30 minutes ago, revoked at once
+	var expired []string
+	for i := range chatrelay.LimitEndedKept.Max + 5 { // made days ago, expired in the last minutes, after recent's revoke
+		expired = append(expired, add(ms-7*day, ms-int64(i+1)*1000, 0))
+	}
+	kept, dropped := PruneGrants(grants, now)
+	assert.Equal(t, "dropped", len(dropped), 5)
+	ids := map[string]bool{}
+	for _, g := range kept {
+		ids[g.ID] = true
+	}
+	assert.True(t, ids[active] && ids[recent], "the active or the recent grant was dropped")
+	for i, id := range expired {
+		assert.Equal(t, fmt.Sprintf("expired %d kept", i), ids[id], i < chatrelay.LimitEndedKept.Max)
+	}
+	assert.Equal(t, "the order kept", kept[0].ID, active)
+}
