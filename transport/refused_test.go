@@ -1,0 +1,82 @@
+package transport_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/coder/websocket"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/storetest"
+)
+
+// Regression tests for the holes an outside probe found (issue #19,
+// "nothing lost, nothing leaked"): what a refused or idempotent request
+// spends and leaves.
+
+// TestFullWindowAnswersWhatARetryWould: a request that would change
+// nothing, or that no retry can make succeed, gets its own answer even
+// when the rate window is full, and spends no place in it: a post's
+// replay (201, over HTTP and the WebSocket), a client_id conflict (409
+// client_id_conflict, not 429), re-adding a reaction one has or removing
+// one one has not (200, no new rev), and a reaction to a message the
+// thread does not have (404). A reaction that changes something is 429.
+func TestFullWindowAnswersWhatARetryWould(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend, windows: chatrelay.Windows{PerThread: 2, PerIP: 100}})
+		tok := tokenN(1)
+		first := `{"text":"hello","client_id":"tab-1:1"}`
+		s, _, b1 := e.do(http.MethodPost, "/api/chat/post", tok, first, nil)
+		assert.Equal(t, "first post", s, http.StatusCreated)
+		e.mustPost(tok, "second")
+		s, _, _ = e.do(http.MethodPost, "/api/chat/post", tok, `{"text":"third"}`, nil)
+		assert.Equal(t, "the post window is full", s, http.StatusTooManyRequests)
+
+		s, h, b := e.do(http.MethodPost, "/api/chat/post", tok, first, nil)
+		assert.True(t, s == http.StatusCreated && string(b) == string(b1) && h.Get("Idempotent-Replayed") == "true",
+			"a replay over a full window: %d %s", s, b)
+		s, _, b = e.do(http.MethodPost, "/api/chat/post", tok, `{"text":"another","client_id":"tab-1:1"}`, nil)
+		assert.Equal(t, "a client_id conflict over a full window "+string(b), s, http.StatusConflict)
+		assert.Equal(t, "its code", decodeError(t, b).Code, "client_id_conflict")
+
+		c := e.mustWS("/api/chat/ws", tok)
+		assert.Equal(t, "ready", nextWS(t, c).Type, "ready")
+		again, _ := wsAnswer(t, c, map[string]any{"type": "post", "text": "hello", "client_id": "tab-1:1"})
+		assert.True(t, again.Type == "posted" && again.ID == decodeMessage(t, b1).ID && strings.Contains(string(again.raw), `"replayed":true`),
+			"a WebSocket replay over a full window: %s", again.raw)
+		conflict, _ := wsAnswer(t, c, map[string]any{"type": "post", "text": "other", "client_id": "tab-1:1"})
+		assert.True(t, conflict.Type == "error" && conflict.Code == "client_id_conflict",
+			"a WebSocket client_id conflict over a full window: %s", conflict.raw)
+		c.Close(websocket.StatusNormalClosure, "")
+
+		// Reactions have a window of their own, of the same size: two
+		// reactions that change something fill it.
+		m := e.pollV2(tok, 0).Messages[0]
+		for _, emoji := range []string{"👍", "🎉"} {
+			s, b := e.react(tok, m.ID, emoji, false)
+			assert.Equal(t, "react "+emoji+" "+string(b), s, http.StatusOK)
+		}
+		before := e.pollV2(tok, 0).Messages[0]
+		s, b = e.react(tok, m.ID, "👀", false)
+		assert.Equal(t, "a new reaction over the full window "+string(b), s, http.StatusTooManyRequests)
+		for _, r := range []struct {
+			emoji  string
+			remove bool
+		}{{"👍", false}, {"🎉", false}, {"🚀", true}} {
+			s, b := e.react(tok, m.ID, r.emoji, r.remove)
+			assert.Equal(t, "a reaction that changes nothing, over a full window: "+r.emoji+" "+string(b), s, http.StatusOK)
+			var a struct{ Message v2msg }
+			assert.Success(t, json.Unmarshal(b, &a))
+			assert.Equal(t, "its rev", a.Message.Rev, before.Rev)
+			assert.Equal(t, "its reactions", a.Message.Reactions, before.Reactions)
+		}
+		s, b = e.react(tok, "MSG-20260101-000000-abcdef", "👍", false)
+		assert.Equal(t, "a reaction to no message, over a full window "+string(b), s, http.StatusNotFound)
+		assert.Equal(t, "its code", decodeError(t, b).Code, "not_found")
+		assert.Equal(t, "nothing changed", e.pollV2(tok, 0).Messages[0].Rev, before.Rev)
+	})
+}
