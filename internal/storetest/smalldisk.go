@@ -1,7 +1,10 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 )
@@ -22,4 +25,52 @@ func SmallDisk(t testing.TB, size int) string {
 		}
 	})
 	return dir
+}
+
+// FillDisk fills the filesystem of dir (a SmallDisk) to the last block but
+// about spare bytes, with a file of its own in dir, and returns the
+// function that removes that file again. A write of more than spare bytes
+// then fails with ENOSPC; writes within spare succeed (the filesystem
+// counts whole pages: spare is rounded up to one).
+func FillDisk(t testing.TB, dir string, spare int) (free func()) {
+	t.Helper()
+	sparePath, filler := filepath.Join(dir, ".spare"), filepath.Join(dir, ".filler")
+	if spare > 0 {
+		if err := os.WriteFile(sparePath, make([]byte, spare), 0o600); err != nil {
+			t.Fatalf("fill %s: keep %d bytes: %v", dir, spare, err)
+		}
+	}
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatalf("fill %s: %v", dir, err)
+	}
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("fill %s: %v", dir, err)
+			}
+			break
+		}
+	}
+	// The last blocks a chunk could not take.
+	for {
+		if _, err := f.Write(chunk[:512]); err != nil {
+			break
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("fill %s: %v", dir, err)
+	}
+	if spare > 0 {
+		if err := os.Remove(sparePath); err != nil {
+			t.Fatalf("fill %s: %v", dir, err)
+		}
+	}
+	return func() {
+		t.Helper()
+		if err := os.Remove(filler); err != nil {
+			t.Errorf("free %s: %v", dir, err)
+		}
+	}
 }
