@@ -846,26 +846,30 @@ func writeFile(dir, name string, data []byte, sync bool) (f *os.File, id fileID,
 
 // writeFileSync is writeFile with the folder's fsync done by ds (nil: no
 // fsync at all), which groups the fsyncs of concurrent writers.
-func writeFileSync(dir, name string, data []byte, ds *dirSync) (f *os.File, id fileID, err error) {
-	f, tmp, err := createTemp(dir, "."+name+".tmp-")
+func writeFileSync(dir, name string, data []byte, ds *dirSync) (_ *os.File, id fileID, err error) {
+	// tf, not a named result: a failed return sets the result to nil
+	// before the deferred cleanup runs, which must close the file (else
+	// its descriptor, and a removed temp file's room on the disk, are
+	// held until the garbage collector finds it).
+	tf, tmp, err := createTemp(dir, "."+name+".tmp-")
 	if err != nil {
 		return nil, id, err
 	}
 	defer func() {
 		if err != nil {
-			f.Close()
+			tf.Close()
 			os.Remove(tmp)
 		}
 	}()
-	if _, err = f.Write(data); err != nil {
+	if _, err = tf.Write(data); err != nil {
 		return nil, id, err
 	}
 	if ds != nil {
-		if err = f.Sync(); err != nil {
+		if err = tf.Sync(); err != nil {
 			return nil, id, err
 		}
 	}
-	fi, err := f.Stat()
+	fi, err := tf.Stat()
 	if err != nil {
 		return nil, id, err
 	}
@@ -877,7 +881,7 @@ func writeFileSync(dir, name string, data []byte, ds *dirSync) (f *os.File, id f
 			return nil, id, err
 		}
 	}
-	return f, identity(fi), nil
+	return tf, identity(fi), nil
 }
 
 // createTemp creates a new file (mode 0600) named prefix + a random

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/chatrelay/chatrelay"
@@ -72,4 +73,25 @@ func TestAuditAfterAFullDisk(t *testing.T) {
 	assert.Success(t, err)
 	assert.True(t, bytes.Count(data, []byte{'\n'}) == len(events) && bytes.HasSuffix(data, []byte("}\n")),
 		"the file is not whole lines of events: %q", data[max(0, len(data)-300):])
+}
+
+// TestFailedWriteGivesBackItsRoom: a message refused because the disk is
+// full gives back the room its write had taken (and its descriptor) at
+// once: before the fix the temp file was removed but left open, so its
+// blocks stayed taken until the garbage collector closed it, and the
+// next small write failed too.
+func TestFailedWriteGivesBackItsRoom(t *testing.T) {
+	t.Parallel()
+	dir := storetest.SmallDisk(t, 1<<20)
+	s := openOn(t, dir)
+	ctx := context.Background()
+	_, err := s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: strings.Repeat("🪐", chatrelay.MaxText)})
+	assert.Success(t, err)
+	free := storetest.FillDisk(t, dir, 3*4096)
+	defer free()
+	for range 3 {
+		_, err = s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "no room for the document"})
+		assert.Code(t, err, chatrelay.StoreUnavailable)
+	}
+	assert.Success(t, os.WriteFile(filepath.Join(dir, "room"), make([]byte, 3*4096), 0o600))
 }
