@@ -61,8 +61,15 @@ type FileOptions struct {
 // Creating a thread is decided under a store-wide lock (.threads.lock), so
 // two processes cannot both create the last thread the limit allows.
 //
-// Lock files are never removed: removing a lock file that someone holds or
-// waits on would break exclusion. They are empty.
+// A thread's lock file lives as long as its document: a holder of the
+// lock that finds no document and writes none (a refused request, a
+// creation that failed, a sweep that removed the thread) removes the lock
+// file before it lets go of it, so that nothing is left of a thread that
+// does not exist. Removing a lock file others may wait on would break
+// exclusion (they would hold a lock on a file no one else can find), so
+// every locker checks, once it holds the lock, that its file is still
+// linked, and takes the one now at the path if not (lockThread). Lock
+// files are empty.
 type File struct {
 	dir  string
 	opt  FileOptions
@@ -94,6 +101,9 @@ type threadState struct {
 	announced int64
 	queued    bool     // in the pin queue; guarded by File.pins.mu
 	lockf     *os.File // <thread>.json.lock, kept open between writes (lockThread); guarded by mu
+	// drop asks the unlock of lockState to remove the lock file: its
+	// holder found no document and wrote none. Guarded by mu.
+	drop bool
 	// auditLines counts the lines of the thread's audit file, as this
 	// process last counted and appended them (0: not counted yet); it
 	// decides when the file is cut. Other processes' lines are counted
@@ -478,6 +488,17 @@ func (s *File) read(thread string) (threadDoc, bool, error) {
 	return snap.doc, true, nil
 }
 
+// mayExist reports whether the thread has a document, as far as a check
+// without its lock can tell: a thread this process has read or written
+// exists but for a sweep since, which a load under the lock notices.
+func (s *File) mayExist(thread string) bool {
+	if t := s.peek(thread); t != nil && t.snap.Load() != nil {
+		return true
+	}
+	_, err := os.Stat(s.path(thread))
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
 // lockState locks a thread against this process's other goroutines
 // (t.mu) and other processes (lockThread), and returns its state and the
 // one function that unlocks both.
@@ -490,7 +511,17 @@ func (s *File) lockState(ctx context.Context, thread string) (*threadState, func
 		return nil, nil, err
 	}
 	return t, func() {
-		syscall.Flock(fd, syscall.LOCK_UN)
+		if t.drop {
+			// Removed while held: a waiter then finds its file unlinked
+			// (lockThread) and takes the one at the path. Closing the
+			// file lets go of the lock.
+			t.drop = false
+			os.Remove(s.path(thread) + ".lock")
+			t.lockf.Close()
+			t.lockf = nil
+		} else {
+			syscall.Flock(fd, syscall.LOCK_UN)
+		}
 		t.mu.Unlock()
 	}, nil
 }
@@ -502,24 +533,38 @@ func (s *File) lockState(ctx context.Context, thread string) (*threadState, func
 // costs two flock(2) calls, where gofrs/flock opens and closes the file
 // each time (open, four fcntl and an epoll_ctl of os.OpenFile, two flock,
 // close: nine system calls, two fifths of an append's). It is the same
-// flock(2) lock on the same file, so other processes, which use
-// gofrs/flock, are excluded alike. It returns the locked descriptor;
-// lockState, its one caller, unlocks it.
+// flock(2) lock on the same file, so another locker of it (gofrs/flock)
+// is excluded alike. Once it holds the lock it checks that the file is
+// still linked: a holder that found no document removes the lock file
+// (lockState), and a lock on a removed file excludes no one who opens the
+// path after the removal, so it then takes the file at the path instead.
+// It returns the locked descriptor; lockState, its one caller, unlocks it.
 func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (lockedFD int, err error) {
 	path := s.path(thread) + ".lock"
-	if t.lockf == nil {
-		f, err := s.openLock(thread, path)
-		if err != nil {
+	for {
+		if t.lockf == nil {
+			f, err := s.openLock(thread, path)
+			if err != nil {
+				return -1, err
+			}
+			t.lockf = f
+			s.pins.add(t, s.opt.MaxOpenDocs) // its descriptor is bounded with the pinned documents'
+		}
+		fd := int(t.lockf.Fd())
+		if err := flockWait(ctx, fd, path, s.opt.LockTimeout); err != nil {
 			return -1, err
 		}
-		t.lockf = f
-		s.pins.add(t, s.opt.MaxOpenDocs) // its descriptor is bounded with the pinned documents'
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
+			syscall.Flock(fd, syscall.LOCK_UN)
+			return -1, s.unavailable(thread, &fs.PathError{Op: "fstat", Path: path, Err: err})
+		}
+		if st.Nlink > 0 {
+			return fd, nil
+		}
+		t.lockf.Close() // removed by the holder before us: lets go of the lock
+		t.lockf = nil
 	}
-	fd := int(t.lockf.Fd())
-	if err := flockWait(ctx, fd, path, s.opt.LockTimeout); err != nil {
-		return -1, err
-	}
-	return fd, nil
 }
 
 // openLock opens (creating, 0600, for writing as NFS's flock emulation
@@ -701,13 +746,7 @@ func (s *File) mutate(ctx context.Context, thread string, create bool, fn func(t
 // retry.
 func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn func(threadDoc, time.Time) (threadDoc, error)) (retry bool, err error) {
 	notFound := func() error { return chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread) }
-	// A thread this process has read or written exists but for a sweep
-	// since, which the load under the lock notices (and retries).
-	creating := false
-	if t := s.peek(thread); t == nil || t.snap.Load() == nil {
-		_, statErr := os.Stat(s.path(thread))
-		creating = errors.Is(statErr, fs.ErrNotExist)
-	}
+	creating := !s.mayExist(thread)
 	if creating {
 		if !create {
 			return false, notFound()
@@ -732,6 +771,11 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 	snap, err := s.load(thread, t) // now that no other process writes
 	if err != nil {
 		return false, err
+	}
+	if snap == nil {
+		// No document: unless this call writes one, its lock file goes
+		// (before the deferred unlock, which removes it).
+		defer func() { t.drop = !created }()
 	}
 	if snap == nil && !creating {
 		if !create {
@@ -1166,8 +1210,12 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		}
 	}
 	snap, err := s.load(thread, t)
-	if err != nil || snap == nil {
+	if err != nil {
 		return 0, false, err
+	}
+	if snap == nil {
+		t.drop = true // a thread with no document (temp files of a writer killed while creating it)
+		return 0, false, nil
 	}
 	if snap.err != nil {
 		return 0, false, unreadable(snap)
@@ -1182,7 +1230,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		if err := os.Remove(s.path(thread)); err != nil {
 			return 0, false, s.unavailable(thread, err)
 		}
-		// The thread is gone: its grants and audit go with it.
+		// The thread is gone: its grants, audit and lock file go with it.
 		for _, p := range []string{s.participantsPath(thread), s.auditPath(thread)} {
 			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				s.log.Warn("sweep: remove", "thread", thread, "err", err)
@@ -1193,6 +1241,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 			s.dsync.sync()
 		}
 		s.setSnap(t, nil)
+		t.drop = true // and its lock file
 		return dropped, true, nil
 	}
 	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev}

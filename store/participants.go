@@ -186,10 +186,22 @@ func (s *File) writeGrants(thread string, grants []chatrelay.Grant) error {
 }
 
 // withGrants runs fn on the thread's grants under the thread's locks and
-// writes what it returns (if write).
+// writes what it returns (if write). A thread with no document is locked
+// only if fn writes (a grant a sweep cut short left): a call refused for a
+// thread that does not exist, which anyone with any token can make, makes
+// no lock file and keeps no state.
 func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []chatrelay.Grant, d threadDoc, exists bool) ([]chatrelay.Grant, bool, error)) error {
 	if err := checkThread(thread); err != nil {
 		return err
+	}
+	if !s.mayExist(thread) {
+		grants, err := s.readGrants(thread)
+		if err != nil {
+			return err
+		}
+		if _, write, err := fn(grants, threadDoc{}, false); err != nil || !write {
+			return err
+		}
 	}
 	t, unlock, err := s.lockState(ctx, thread)
 	if err != nil {
@@ -200,6 +212,7 @@ func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []c
 	if err != nil {
 		return err
 	}
+	t.drop = snap == nil // no document: its lock file goes
 	var d threadDoc
 	if snap != nil && snap.err == nil {
 		d = snap.doc

@@ -80,3 +80,45 @@ func TestFullWindowAnswersWhatARetryWould(t *testing.T) {
 		assert.Equal(t, "nothing changed", e.pollV2(tok, 0).Messages[0].Rev, before.Rev)
 	})
 }
+
+// TestRefusedRequestsLeaveNothing: a request refused for a thread that
+// does not exist, which anyone with any token can send as often as the
+// rate of requests allows, and a post refused on a full disk, leave the
+// data folder as it was: before the fix each left <thread>.json.lock.
+func TestRefusedRequestsLeaveNothing(t *testing.T) {
+	t.Parallel()
+	dir := storetest.SmallDisk(t, 1<<20)
+	e := startPush(t, pushOptions{on: storetest.OpenFileIn(t, dir, storetest.Options{})})
+	owner := tokenN(1)
+	m := e.mustPost(owner, "hello")
+	p := e.invite(owner, `{"name":"Alex"}`)
+	before := storetest.Files(t, dir)
+	for i := 2; i <= 4; i++ {
+		tok := tokenN(i) // a thread with no message
+		for _, r := range []struct {
+			method, path, body string
+			status             int
+		}{
+			{http.MethodPost, "/api/chat/participants", `{"name":"Alex"}`, http.StatusNotFound},
+			{http.MethodDelete, "/api/chat/participants/" + p.Participant.ID, "", http.StatusNotFound},
+			{http.MethodGet, "/api/chat/participants", "", http.StatusOK},
+			{http.MethodGet, "/api/chat/participants/audit", "", http.StatusOK},
+			{http.MethodPost, "/api/chat/react", `{"message_id":"` + m.ID + `","emoji":"👍"}`, http.StatusNotFound},
+			{http.MethodPost, "/api/chat/respond", `{"interaction_id":"ix_3f9a0c7e21b4","decision":"approve"}`, http.StatusNotFound},
+			{http.MethodGet, "/api/chat/poll", "", http.StatusOK},
+		} {
+			s, _, b := e.do(r.method, r.path, tok, r.body, nil)
+			assert.Equal(t, r.method+" "+r.path+" into a thread with no message "+string(b), s, r.status)
+			assert.Equal(t, "the data folder after "+r.method+" "+r.path, storetest.Files(t, dir), before)
+		}
+	}
+
+	free := storetest.FillDisk(t, dir, 0)
+	for _, tok := range []string{tokenN(5), owner} { // a new thread, and one that exists
+		s, _, b := e.do(http.MethodPost, "/api/chat/post", tok, `{"text":"on a full disk"}`, nil)
+		assert.Equal(t, "a post on a full disk "+string(b), s, http.StatusServiceUnavailable)
+		assert.Equal(t, "the data folder after a post on a full disk", storetest.Files(t, dir), before)
+	}
+	free()
+	e.mustPost(tokenN(5), "once space is freed")
+}

@@ -1,8 +1,10 @@
 package storetest
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -73,4 +75,35 @@ func FillDisk(t testing.TB, dir string, spare int) (free func()) {
 			t.Errorf("free %s: %v", dir, err)
 		}
 	}
+}
+
+// Files lists every file under dir (but FillDisk's) with its mode and the
+// SHA-256 of its bytes, by path relative to dir: two listings are equal
+// when the folder holds exactly the same files, byte for byte.
+func Files(t testing.TB, dir string) map[string]string {
+	t.Helper()
+	files := make(map[string]string)
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if rel == ".filler" || rel == ".spare" {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		files[rel] = fmt.Sprintf("%v %x", fi.Mode(), sha256.Sum256(data))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("list %s: %v", dir, err)
+	}
+	return files
 }
