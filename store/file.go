@@ -657,28 +657,39 @@ func (s *File) Append(ctx context.Context, thread string, m NewMessage) (Entry, 
 		return Entry{}, err
 	}
 	var e Entry
-	err = s.mutate(ctx, thread, !m.MustExist && m.Participant == "", func(d threadDoc, now time.Time) (threadDoc, error) {
+	err = s.mutate(ctx, thread, !m.MustExist && m.Participant == "", func(d threadDoc, now time.Time) (threadDoc, func(), error) {
 		var grants []chatrelay.Grant
 		gi := -1
 		if m.Participant != "" {
 			var err error
 			if grants, err = s.readGrants(thread); err != nil {
-				return d, err
+				return d, nil, err
 			}
 			if gi, err = checkParticipantPost(grants, d, m, now); err != nil {
-				return d, err
+				return d, nil, err
 			}
 		}
 		nd, ne, err := appendTo(d, m, ix, s.opt.Retention, now)
 		e = ne
 		if err != nil || ne.Replayed || gi < 0 {
-			return nd, err
+			return nd, nil, err
 		}
 		// Count the post in the grant first: a crash between the two
-		// writes counts one post too many, never one too few.
-		grants = slices.Clone(grants)
-		grants[gi].Sent++
-		return nd, s.writeGrants(thread, grants)
+		// writes counts one post too many, never one too few. A post
+		// whose document the store then fails to write is counted back
+		// (it is refused: it counts nothing). Counting back needs no more
+		// room on the disk than counting did, which just succeeded, with
+		// the room the failed write had taken given back.
+		counted := slices.Clone(grants)
+		counted[gi].Sent++
+		if err := s.writeGrants(thread, counted); err != nil {
+			return d, nil, err // nothing stored
+		}
+		return nd, func() {
+			if err := s.writeGrants(thread, grants); err != nil {
+				s.log.Warn("a post the store refused stays counted in its share link's sent", "thread", thread, "participant", m.Participant, "err", err)
+			}
+		}, nil
 	})
 	return e, err
 }
@@ -689,10 +700,10 @@ func (s *File) Change(ctx context.Context, thread string, c Change) (Entry, erro
 		return Entry{}, err
 	}
 	var e Entry
-	err := s.mutate(ctx, thread, false, func(d threadDoc, now time.Time) (threadDoc, error) {
+	err := s.mutate(ctx, thread, false, func(d threadDoc, now time.Time) (threadDoc, func(), error) {
 		nd, ne, _, err := changeIn(d, c, now)
 		e = ne
-		return nd, err
+		return nd, nil, err
 	})
 	return e, err
 }
@@ -722,10 +733,12 @@ func (s *File) Pending(ctx context.Context) ([]PendingInteraction, error) {
 // locks and, if fn returns a new document (another slice of messages or
 // other marks), writes it and hands its changes to the feed. fn may return
 // a new document together with an error (the change is stored, and the
-// error returned). create allows fn to run on a thread that has no
+// error returned), and an undo, which is run (under the locks) if the new
+// document cannot be written: what fn wrote beside the document for it
+// is taken back. create allows fn to run on a thread that has no
 // document (fn then gets an empty one); otherwise such a thread is
 // NotFound.
-func (s *File) mutate(ctx context.Context, thread string, create bool, fn func(threadDoc, time.Time) (threadDoc, error)) error {
+func (s *File) mutate(ctx context.Context, thread string, create bool, fn mutation) error {
 	for {
 		retry, err := s.mutateOnce(ctx, thread, create, fn)
 		if !retry {
@@ -733,6 +746,10 @@ func (s *File) mutate(ctx context.Context, thread string, create bool, fn func(t
 		}
 	}
 }
+
+// mutation is what mutate runs: the new document, what to undo if it
+// cannot be written (nil: nothing), and an error.
+type mutation func(d threadDoc, now time.Time) (nd threadDoc, undo func(), err error)
 
 // mutateOnce is one attempt of mutate. A thread that has no document
 // first reserves its place in the thread count under the store-wide lock
@@ -744,7 +761,7 @@ func (s *File) mutate(ctx context.Context, thread string, create bool, fn func(t
 // or the write failed) is given back once the thread's lock is released.
 // If the document vanished (swept) after the lock-free check, it asks to
 // retry.
-func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn func(threadDoc, time.Time) (threadDoc, error)) (retry bool, err error) {
+func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mutation) (retry bool, err error) {
 	notFound := func() error { return chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread) }
 	creating := !s.mayExist(thread)
 	if creating {
@@ -790,7 +807,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 		}
 		old = snap.doc
 	}
-	nd, ferr := fn(old, s.now())
+	nd, undo, ferr := fn(old, s.now())
 	if sameDoc(nd, old) {
 		return false, ferr
 	}
@@ -806,6 +823,9 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 	*bp = doc[:0]
 	docBufs.Put(bp)
 	if err != nil {
+		if undo != nil {
+			undo()
+		}
 		return false, err
 	}
 	created = snap == nil

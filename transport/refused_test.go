@@ -3,6 +3,7 @@ package transport_test
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/transport"
 )
 
 // Regression tests for the holes an outside probe found (issue #19,
@@ -121,4 +123,81 @@ func TestRefusedRequestsLeaveNothing(t *testing.T) {
 	}
 	free()
 	e.mustPost(tokenN(5), "once space is freed")
+}
+
+// TestRefusedPostCountsNothing: a commenter's post that the store refuses
+// (503 store_unavailable: a full disk, a Redis that refuses the write)
+// counts neither in the grant's sent nor in a rate window: before the fix
+// the file store counted it in sent when the participants record had
+// room on the disk and the thread's document had none. (Redis writes the
+// grant and the message in one script, the message first.)
+func TestRefusedPostCountsNothing(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		const window = 6
+		o := pushOptions{windows: chatrelay.Windows{PerThread: window, PerIP: 100}}
+		var fault func() (restore func())
+		switch backend {
+		case storetest.File:
+			dir := storetest.SmallDisk(t, 1<<20)
+			o.on = storetest.OpenFileIn(t, dir, storetest.Options{})
+			// Room for the participants record, not for the document.
+			fault = func() func() { return storetest.FillDisk(t, dir, 8<<10) }
+		case storetest.Redis:
+			// Redis out of memory refuses every write (reads go on); the
+			// rate windows are counted in this process, so that the post
+			// reaches the store.
+			srv := storetest.StartServer(t, storetest.ServerOptions{})
+			o.on = storetest.OpenRedis(t, srv, storetest.NewPrefix(), storetest.Options{})
+			o.config = func(c *transport.Config) { c.Limiter = transport.NewMemoryLimiter(o.windows, nil) }
+			admin := srv.Client(t)
+			maxmemory := func(v string) {
+				t.Helper()
+				assert.Success(t, admin.ConfigSet(t.Context(), "maxmemory", v).Err())
+			}
+			fault = func() func() { maxmemory("1"); return func() { maxmemory("0") } }
+		}
+		e := startPush(t, o)
+		owner := tokenN(1)
+		e.mustPost(owner, "hello")
+		e.mustPost(owner, strings.Repeat("🪐", chatrelay.MaxText)) // a document larger than the room left
+		alex := e.invite(owner, `{"name":"Alex","cap":5}`)
+		sent := func() int {
+			t.Helper()
+			s, _, b := e.do(http.MethodGet, "/api/chat/participants", owner, "", nil)
+			assert.Equal(t, "list", s, http.StatusOK)
+			var list struct{ Participants []chatrelay.Participant }
+			assert.Success(t, json.Unmarshal(b, &list))
+			return list.Participants[0].Sent
+		}
+		commenter := func(text string) (int, []byte) {
+			t.Helper()
+			return e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"`+text+`"}`)
+		}
+		s, b := commenter("one")
+		assert.Equal(t, "the commenter's first post "+string(b), s, http.StatusCreated)
+		posts := 3 // in the thread's window
+
+		restore := fault()
+		for i := range 3 {
+			s, b := commenter("refused " + strconv.Itoa(i))
+			assert.Equal(t, "a commenter's post the store refuses "+string(b), s, http.StatusServiceUnavailable)
+			assert.Equal(t, "its code", decodeError(t, b).Code, "store_unavailable")
+		}
+		s, _, b = e.do(http.MethodPost, "/api/chat/post", owner, `{"text":"refused"}`, nil)
+		assert.Equal(t, "the owner's post the store refuses "+string(b), s, http.StatusServiceUnavailable)
+		restore()
+
+		assert.Equal(t, "sent after the refused posts", sent(), 1)
+		s, b = commenter("two")
+		assert.Equal(t, "the commenter's post once the store takes it "+string(b), s, http.StatusCreated)
+		assert.Equal(t, "sent", sent(), 2)
+		posts++
+		for posts < window {
+			e.mustPost(owner, "to the end of the window "+strconv.Itoa(posts))
+			posts++
+		}
+		s, _, b = e.do(http.MethodPost, "/api/chat/post", owner, `{"text":"past the window"}`, nil)
+		assert.Equal(t, "the window holds the accepted posts only "+string(b), s, http.StatusTooManyRequests)
+	})
 }
