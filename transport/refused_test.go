@@ -6,12 +6,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -85,44 +87,84 @@ func TestFullWindowAnswersWhatARetryWould(t *testing.T) {
 
 // TestRefusedRequestsLeaveNothing: a request refused for a thread that
 // does not exist, which anyone with any token can send as often as the
-// rate of requests allows, and a post refused on a full disk, leave the
-// data folder as it was: before the fix each left <thread>.json.lock.
+// rate of requests allows, and a post refused on a full disk (Redis: out
+// of memory), leave the data as they were: before the fix each left
+// <thread>.json.lock in the file store's folder.
 func TestRefusedRequestsLeaveNothing(t *testing.T) {
 	t.Parallel()
-	dir := storetest.SmallDisk(t, 1<<20)
-	e := startPush(t, pushOptions{on: storetest.OpenFileIn(t, dir, storetest.Options{})})
-	owner := tokenN(1)
-	m := e.mustPost(owner, "hello")
-	p := e.invite(owner, `{"name":"Alex"}`)
-	before := storetest.Files(t, dir)
-	for i := 2; i <= 4; i++ {
-		tok := tokenN(i) // a thread with no message
-		for _, r := range []struct {
-			method, path, body string
-			status             int
-		}{
-			{http.MethodPost, "/api/chat/participants", `{"name":"Alex"}`, http.StatusNotFound},
-			{http.MethodDelete, "/api/chat/participants/" + p.Participant.ID, "", http.StatusNotFound},
-			{http.MethodGet, "/api/chat/participants", "", http.StatusOK},
-			{http.MethodGet, "/api/chat/participants/audit", "", http.StatusOK},
-			{http.MethodPost, "/api/chat/react", `{"message_id":"` + m.ID + `","emoji":"👍"}`, http.StatusNotFound},
-			{http.MethodPost, "/api/chat/respond", `{"interaction_id":"ix_3f9a0c7e21b4","decision":"approve"}`, http.StatusNotFound},
-			{http.MethodGet, "/api/chat/poll", "", http.StatusOK},
-		} {
-			s, _, b := e.do(r.method, r.path, tok, r.body, nil)
-			assert.Equal(t, r.method+" "+r.path+" into a thread with no message "+string(b), s, r.status)
-			assert.Equal(t, "the data folder after "+r.method+" "+r.path, storetest.Files(t, dir), before)
+	storetest.Run(t, func(t *testing.T, backend string) {
+		o := pushOptions{}
+		var data func() map[string]string // what the store holds
+		var fault func() (restore func())
+		switch backend {
+		case storetest.File:
+			dir := storetest.SmallDisk(t, 1<<20)
+			o.on = storetest.OpenFileIn(t, dir, storetest.Options{})
+			data = func() map[string]string { return storetest.Files(t, dir) }
+			fault = func() func() { return storetest.FillDisk(t, dir, 0) }
+		case storetest.Redis:
+			srv := storetest.StartServer(t, storetest.ServerOptions{})
+			clk := testclock.New(time.Now())
+			o.on = storetest.OpenRedis(t, srv, storetest.NewPrefix(), storetest.Options{Now: clk.Now})
+			// The rate windows are counted in this process, so that a
+			// post reaches the store.
+			o.config = func(c *transport.Config) { c.Limiter = transport.NewMemoryLimiter(chatrelay.Windows{}, clk.Now) }
+			admin := srv.Client(t)
+			data = func() map[string]string {
+				keys, err := admin.Keys(t.Context(), o.on.Prefix+"*").Result()
+				assert.Success(t, err)
+				out := make(map[string]string)
+				for _, k := range keys {
+					out[k], err = admin.Dump(t.Context(), k).Result()
+					assert.Success(t, err)
+				}
+				return out
+			}
+			maxmemory := func(v string) {
+				t.Helper()
+				assert.Success(t, admin.ConfigSet(t.Context(), "maxmemory", v).Err())
+			}
+			// Out of memory, Redis refuses a script's first write but
+			// lets a script that has written go on: a message in the
+			// same second as the one before it may first clear the ids
+			// cache (a delete, always allowed), and is then stored. A
+			// second later, a post's first write is its message.
+			fault = func() func() { maxmemory("1"); clk.Advance(time.Second); return func() { maxmemory("0") } }
 		}
-	}
+		e := startPush(t, o)
+		owner := tokenN(1)
+		m := e.mustPost(owner, "hello")
+		p := e.invite(owner, `{"name":"Alex"}`)
+		before := data()
+		for i := 2; i <= 4; i++ {
+			tok := tokenN(i) // a thread with no message
+			for _, r := range []struct {
+				method, path, body string
+				status             int
+			}{
+				{http.MethodPost, "/api/chat/participants", `{"name":"Alex"}`, http.StatusNotFound},
+				{http.MethodDelete, "/api/chat/participants/" + p.Participant.ID, "", http.StatusNotFound},
+				{http.MethodGet, "/api/chat/participants", "", http.StatusOK},
+				{http.MethodGet, "/api/chat/participants/audit", "", http.StatusOK},
+				{http.MethodPost, "/api/chat/react", `{"message_id":"` + m.ID + `","emoji":"👍"}`, http.StatusNotFound},
+				{http.MethodPost, "/api/chat/respond", `{"interaction_id":"ix_3f9a0c7e21b4","decision":"approve"}`, http.StatusNotFound},
+				{http.MethodGet, "/api/chat/poll", "", http.StatusOK},
+			} {
+				s, _, b := e.do(r.method, r.path, tok, r.body, nil)
+				assert.Equal(t, r.method+" "+r.path+" into a thread with no message "+string(b), s, r.status)
+				assert.Equal(t, "the data after "+r.method+" "+r.path, data(), before)
+			}
+		}
 
-	free := storetest.FillDisk(t, dir, 0)
-	for _, tok := range []string{tokenN(5), owner} { // a new thread, and one that exists
-		s, _, b := e.do(http.MethodPost, "/api/chat/post", tok, `{"text":"on a full disk"}`, nil)
-		assert.Equal(t, "a post on a full disk "+string(b), s, http.StatusServiceUnavailable)
-		assert.Equal(t, "the data folder after a post on a full disk", storetest.Files(t, dir), before)
-	}
-	free()
-	e.mustPost(tokenN(5), "once space is freed")
+		restore := fault()
+		for _, tok := range []string{tokenN(5), owner} { // a new thread, and one that exists
+			s, _, b := e.do(http.MethodPost, "/api/chat/post", tok, `{"text":"while the store is full"}`, nil)
+			assert.Equal(t, "a post while the store is full "+string(b), s, http.StatusServiceUnavailable)
+			assert.Equal(t, "the data after a post while the store is full", data(), before)
+		}
+		restore()
+		e.mustPost(tokenN(5), "once there is room")
+	})
 }
 
 // TestRefusedPostCountsNothing: a commenter's post that the store refuses
@@ -148,14 +190,15 @@ func TestRefusedPostCountsNothing(t *testing.T) {
 			// rate windows are counted in this process, so that the post
 			// reaches the store.
 			srv := storetest.StartServer(t, storetest.ServerOptions{})
-			o.on = storetest.OpenRedis(t, srv, storetest.NewPrefix(), storetest.Options{})
-			o.config = func(c *transport.Config) { c.Limiter = transport.NewMemoryLimiter(o.windows, nil) }
+			clk := testclock.New(time.Now())
+			o.on = storetest.OpenRedis(t, srv, storetest.NewPrefix(), storetest.Options{Now: clk.Now})
+			o.config = func(c *transport.Config) { c.Limiter = transport.NewMemoryLimiter(o.windows, clk.Now) }
 			admin := srv.Client(t)
 			maxmemory := func(v string) {
 				t.Helper()
 				assert.Success(t, admin.ConfigSet(t.Context(), "maxmemory", v).Err())
 			}
-			fault = func() func() { maxmemory("1"); return func() { maxmemory("0") } }
+			fault = func() func() { maxmemory("1"); clk.Advance(time.Second); return func() { maxmemory("0") } }
 		}
 		e := startPush(t, o)
 		owner := tokenN(1)
