@@ -61,8 +61,15 @@ type FileOptions struct {
 // Creating a thread is decided under a store-wide lock (.threads.lock), so
 // two processes cannot both create the last thread the limit allows.
 //
-// Lock files are never removed: removing a lock file that someone holds or
-// waits on would break exclusion. They are empty.
+// A thread's lock file lives as long as its document: a holder of the
+// lock that finds no document and writes none (a refused request, a
+// creation that failed, a sweep that removed the thread) removes the lock
+// file before it lets go of it, so that nothing is left of a thread that
+// does not exist. Removing a lock file others may wait on would break
+// exclusion (they would hold a lock on a file no one else can find), so
+// every locker checks, once it holds the lock, that its file is still
+// linked, and takes the one now at the path if not (lockThread). Lock
+// files are empty.
 type File struct {
 	dir  string
 	opt  FileOptions
@@ -94,6 +101,9 @@ type threadState struct {
 	announced int64
 	queued    bool     // in the pin queue; guarded by File.pins.mu
 	lockf     *os.File // <thread>.json.lock, kept open between writes (lockThread); guarded by mu
+	// drop asks the unlock of lockState to remove the lock file: its
+	// holder found no document and wrote none. Guarded by mu.
+	drop bool
 	// auditLines counts the lines of the thread's audit file, as this
 	// process last counted and appended them (0: not counted yet); it
 	// decides when the file is cut. Other processes' lines are counted
@@ -478,6 +488,17 @@ func (s *File) read(thread string) (threadDoc, bool, error) {
 	return snap.doc, true, nil
 }
 
+// mayExist reports whether the thread has a document, as far as a check
+// without its lock can tell: a thread this process has read or written
+// exists but for a sweep since, which a load under the lock notices.
+func (s *File) mayExist(thread string) bool {
+	if t := s.peek(thread); t != nil && t.snap.Load() != nil {
+		return true
+	}
+	_, err := os.Stat(s.path(thread))
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
 // lockState locks a thread against this process's other goroutines
 // (t.mu) and other processes (lockThread), and returns its state and the
 // one function that unlocks both.
@@ -490,7 +511,17 @@ func (s *File) lockState(ctx context.Context, thread string) (*threadState, func
 		return nil, nil, err
 	}
 	return t, func() {
-		syscall.Flock(fd, syscall.LOCK_UN)
+		if t.drop {
+			// Removed while held: a waiter then finds its file unlinked
+			// (lockThread) and takes the one at the path. Closing the
+			// file lets go of the lock.
+			t.drop = false
+			os.Remove(s.path(thread) + ".lock")
+			t.lockf.Close()
+			t.lockf = nil
+		} else {
+			syscall.Flock(fd, syscall.LOCK_UN)
+		}
 		t.mu.Unlock()
 	}, nil
 }
@@ -502,24 +533,38 @@ func (s *File) lockState(ctx context.Context, thread string) (*threadState, func
 // costs two flock(2) calls, where gofrs/flock opens and closes the file
 // each time (open, four fcntl and an epoll_ctl of os.OpenFile, two flock,
 // close: nine system calls, two fifths of an append's). It is the same
-// flock(2) lock on the same file, so other processes, which use
-// gofrs/flock, are excluded alike. It returns the locked descriptor;
-// lockState, its one caller, unlocks it.
+// flock(2) lock on the same file, so another locker of it (gofrs/flock)
+// is excluded alike. Once it holds the lock it checks that the file is
+// still linked: a holder that found no document removes the lock file
+// (lockState), and a lock on a removed file excludes no one who opens the
+// path after the removal, so it then takes the file at the path instead.
+// It returns the locked descriptor; lockState, its one caller, unlocks it.
 func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (lockedFD int, err error) {
 	path := s.path(thread) + ".lock"
-	if t.lockf == nil {
-		f, err := s.openLock(thread, path)
-		if err != nil {
+	for {
+		if t.lockf == nil {
+			f, err := s.openLock(thread, path)
+			if err != nil {
+				return -1, err
+			}
+			t.lockf = f
+			s.pins.add(t, s.opt.MaxOpenDocs) // its descriptor is bounded with the pinned documents'
+		}
+		fd := int(t.lockf.Fd())
+		if err := flockWait(ctx, fd, path, s.opt.LockTimeout); err != nil {
 			return -1, err
 		}
-		t.lockf = f
-		s.pins.add(t, s.opt.MaxOpenDocs) // its descriptor is bounded with the pinned documents'
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
+			syscall.Flock(fd, syscall.LOCK_UN)
+			return -1, s.unavailable(thread, &fs.PathError{Op: "fstat", Path: path, Err: err})
+		}
+		if st.Nlink > 0 {
+			return fd, nil
+		}
+		t.lockf.Close() // removed by the holder before us: lets go of the lock
+		t.lockf = nil
 	}
-	fd := int(t.lockf.Fd())
-	if err := flockWait(ctx, fd, path, s.opt.LockTimeout); err != nil {
-		return -1, err
-	}
-	return fd, nil
 }
 
 // openLock opens (creating, 0600, for writing as NFS's flock emulation
@@ -612,28 +657,39 @@ func (s *File) Append(ctx context.Context, thread string, m NewMessage) (Entry, 
 		return Entry{}, err
 	}
 	var e Entry
-	err = s.mutate(ctx, thread, !m.MustExist && m.Participant == "", func(d threadDoc, now time.Time) (threadDoc, error) {
+	err = s.mutate(ctx, thread, !m.MustExist && m.Participant == "", func(d threadDoc, now time.Time) (threadDoc, func(), error) {
 		var grants []chatrelay.Grant
 		gi := -1
 		if m.Participant != "" {
 			var err error
 			if grants, err = s.readGrants(thread); err != nil {
-				return d, err
+				return d, nil, err
 			}
 			if gi, err = checkParticipantPost(grants, d, m, now); err != nil {
-				return d, err
+				return d, nil, err
 			}
 		}
 		nd, ne, err := appendTo(d, m, ix, s.opt.Retention, now)
 		e = ne
 		if err != nil || ne.Replayed || gi < 0 {
-			return nd, err
+			return nd, nil, err
 		}
 		// Count the post in the grant first: a crash between the two
-		// writes counts one post too many, never one too few.
-		grants = slices.Clone(grants)
-		grants[gi].Sent++
-		return nd, s.writeGrants(thread, grants)
+		// writes counts one post too many, never one too few. A post
+		// whose document the store then fails to write is counted back
+		// (it is refused: it counts nothing). Counting back needs no more
+		// room on the disk than counting did, which just succeeded, with
+		// the room the failed write had taken given back.
+		counted := slices.Clone(grants)
+		counted[gi].Sent++
+		if err := s.writeGrants(thread, counted); err != nil {
+			return d, nil, err // nothing stored
+		}
+		return nd, func() {
+			if err := s.writeGrants(thread, grants); err != nil {
+				s.log.Warn("a post the store refused stays counted in its share link's sent", "thread", thread, "participant", m.Participant, "err", err)
+			}
+		}, nil
 	})
 	return e, err
 }
@@ -644,10 +700,10 @@ func (s *File) Change(ctx context.Context, thread string, c Change) (Entry, erro
 		return Entry{}, err
 	}
 	var e Entry
-	err := s.mutate(ctx, thread, false, func(d threadDoc, now time.Time) (threadDoc, error) {
+	err := s.mutate(ctx, thread, false, func(d threadDoc, now time.Time) (threadDoc, func(), error) {
 		nd, ne, _, err := changeIn(d, c, now)
 		e = ne
-		return nd, err
+		return nd, nil, err
 	})
 	return e, err
 }
@@ -677,10 +733,12 @@ func (s *File) Pending(ctx context.Context) ([]PendingInteraction, error) {
 // locks and, if fn returns a new document (another slice of messages or
 // other marks), writes it and hands its changes to the feed. fn may return
 // a new document together with an error (the change is stored, and the
-// error returned). create allows fn to run on a thread that has no
+// error returned), and an undo, which is run (under the locks) if the new
+// document cannot be written: what fn wrote beside the document for it
+// is taken back. create allows fn to run on a thread that has no
 // document (fn then gets an empty one); otherwise such a thread is
 // NotFound.
-func (s *File) mutate(ctx context.Context, thread string, create bool, fn func(threadDoc, time.Time) (threadDoc, error)) error {
+func (s *File) mutate(ctx context.Context, thread string, create bool, fn mutation) error {
 	for {
 		retry, err := s.mutateOnce(ctx, thread, create, fn)
 		if !retry {
@@ -688,6 +746,10 @@ func (s *File) mutate(ctx context.Context, thread string, create bool, fn func(t
 		}
 	}
 }
+
+// mutation is what mutate runs: the new document, what to undo if it
+// cannot be written (nil: nothing), and an error.
+type mutation func(d threadDoc, now time.Time) (nd threadDoc, undo func(), err error)
 
 // mutateOnce is one attempt of mutate. A thread that has no document
 // first reserves its place in the thread count under the store-wide lock
@@ -699,15 +761,9 @@ func (s *File) mutate(ctx context.Context, thread string, create bool, fn func(t
 // or the write failed) is given back once the thread's lock is released.
 // If the document vanished (swept) after the lock-free check, it asks to
 // retry.
-func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn func(threadDoc, time.Time) (threadDoc, error)) (retry bool, err error) {
+func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mutation) (retry bool, err error) {
 	notFound := func() error { return chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread) }
-	// A thread this process has read or written exists but for a sweep
-	// since, which the load under the lock notices (and retries).
-	creating := false
-	if t := s.peek(thread); t == nil || t.snap.Load() == nil {
-		_, statErr := os.Stat(s.path(thread))
-		creating = errors.Is(statErr, fs.ErrNotExist)
-	}
+	creating := !s.mayExist(thread)
 	if creating {
 		if !create {
 			return false, notFound()
@@ -733,6 +789,11 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 	if err != nil {
 		return false, err
 	}
+	if snap == nil {
+		// No document: unless this call writes one, its lock file goes
+		// (before the deferred unlock, which removes it).
+		defer func() { t.drop = !created }()
+	}
 	if snap == nil && !creating {
 		if !create {
 			return false, notFound()
@@ -746,7 +807,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 		}
 		old = snap.doc
 	}
-	nd, ferr := fn(old, s.now())
+	nd, undo, ferr := fn(old, s.now())
 	if sameDoc(nd, old) {
 		return false, ferr
 	}
@@ -762,6 +823,9 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn fu
 	*bp = doc[:0]
 	docBufs.Put(bp)
 	if err != nil {
+		if undo != nil {
+			undo()
+		}
 		return false, err
 	}
 	created = snap == nil
@@ -846,26 +910,30 @@ func writeFile(dir, name string, data []byte, sync bool) (f *os.File, id fileID,
 
 // writeFileSync is writeFile with the folder's fsync done by ds (nil: no
 // fsync at all), which groups the fsyncs of concurrent writers.
-func writeFileSync(dir, name string, data []byte, ds *dirSync) (f *os.File, id fileID, err error) {
-	f, tmp, err := createTemp(dir, "."+name+".tmp-")
+func writeFileSync(dir, name string, data []byte, ds *dirSync) (_ *os.File, id fileID, err error) {
+	// tf, not a named result: a failed return sets the result to nil
+	// before the deferred cleanup runs, which must close the file (else
+	// its descriptor, and a removed temp file's room on the disk, are
+	// held until the garbage collector finds it).
+	tf, tmp, err := createTemp(dir, "."+name+".tmp-")
 	if err != nil {
 		return nil, id, err
 	}
 	defer func() {
 		if err != nil {
-			f.Close()
+			tf.Close()
 			os.Remove(tmp)
 		}
 	}()
-	if _, err = f.Write(data); err != nil {
+	if _, err = tf.Write(data); err != nil {
 		return nil, id, err
 	}
 	if ds != nil {
-		if err = f.Sync(); err != nil {
+		if err = tf.Sync(); err != nil {
 			return nil, id, err
 		}
 	}
-	fi, err := f.Stat()
+	fi, err := tf.Stat()
 	if err != nil {
 		return nil, id, err
 	}
@@ -877,7 +945,7 @@ func writeFileSync(dir, name string, data []byte, ds *dirSync) (f *os.File, id f
 			return nil, id, err
 		}
 	}
-	return f, identity(fi), nil
+	return tf, identity(fi), nil
 }
 
 // createTemp creates a new file (mode 0600) named prefix + a random
@@ -1162,8 +1230,12 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		}
 	}
 	snap, err := s.load(thread, t)
-	if err != nil || snap == nil {
+	if err != nil {
 		return 0, false, err
+	}
+	if snap == nil {
+		t.drop = true // a thread with no document (temp files of a writer killed while creating it)
+		return 0, false, nil
 	}
 	if snap.err != nil {
 		return 0, false, unreadable(snap)
@@ -1178,7 +1250,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		if err := os.Remove(s.path(thread)); err != nil {
 			return 0, false, s.unavailable(thread, err)
 		}
-		// The thread is gone: its grants and audit go with it.
+		// The thread is gone: its grants, audit and lock file go with it.
 		for _, p := range []string{s.participantsPath(thread), s.auditPath(thread)} {
 			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				s.log.Warn("sweep: remove", "thread", thread, "err", err)
@@ -1189,6 +1261,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 			s.dsync.sync()
 		}
 		s.setSnap(t, nil)
+		t.drop = true // and its lock file
 		return dropped, true, nil
 	}
 	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev}

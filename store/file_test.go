@@ -733,3 +733,124 @@ func TestThreadLockExcludesOtherLockers(t *testing.T) {
 	unlock()
 	assert.Equal(t, "texts", texts(mustSince(t, s, threadA)), []string{"one", "two"})
 }
+
+// folderFiles lists the names in the chat folder of dir.
+func folderFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	des, err := os.ReadDir(filepath.Join(dir, "chat"))
+	assert.Success(t, err)
+	var names []string
+	for _, de := range des {
+		names = append(names, de.Name())
+	}
+	return names
+}
+
+// TestRefusedCallsLeaveNothing: a call refused for a thread with no
+// document (anyone with any token can make one) leaves the folder as it
+// was, and keeps no state of the thread: before the fix an invite, a
+// revoke or a grant's mark left <thread>.json.lock, and state in memory.
+func TestRefusedCallsLeaveNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	appendText(t, s, threadA, "a thread that exists")
+	before := folderFiles(t, dir)
+	ctx := t.Context()
+	g := chatrelay.Grant{ID: "p_0011aabb", Name: "Jo", Kind: chatrelay.Human, Role: chatrelay.Commenter, Cap: 5,
+		CreatedAt: 1, ExpiresAt: time.Now().Add(time.Hour).UnixMilli(), Digest: strings.Repeat("0f", 32)}
+	for _, c := range []struct {
+		name string
+		call func() error
+		code chatrelay.Code
+	}{
+		{"invite", func() error { return s.Invite(ctx, threadB, g) }, chatrelay.NotFound},
+		{"revoke", func() error { _, err := s.Revoke(ctx, threadB, g.ID); return err }, chatrelay.NotFound},
+		{"mark used", func() error { _, err := s.MarkUsed(ctx, threadB, g.ID); return err }, ""},
+		{"note expired", func() error { _, err := s.NoteExpired(ctx, threadB, g.ID); return err }, ""},
+		{"a participant's post", func() error {
+			_, err := s.Append(ctx, threadB, NewMessage{Author: g.Author(), Participant: g.ID, Text: "hi"})
+			return err
+		}, chatrelay.NotFound},
+		{"a reply that must find its thread", func() error {
+			_, err := s.Append(ctx, threadB, NewMessage{Author: chatrelay.Hermes, Text: "hi", MustExist: true})
+			return err
+		}, chatrelay.NotFound},
+		{"a reaction", func() error {
+			_, err := s.Change(ctx, threadB, Change{Op: React, MessageID: "MSG-20260101-000000-abcdef", Emoji: "👍", By: chatrelay.Operator})
+			return err
+		}, chatrelay.NotFound},
+	} {
+		err := c.call()
+		if c.code == "" {
+			assert.Success(t, err)
+		} else {
+			assert.Code(t, err, c.code)
+		}
+		assert.Equal(t, "the folder after "+c.name, folderFiles(t, dir), before)
+		assert.True(t, s.peek(threadB) == nil, "%s kept state of a thread that does not exist", c.name)
+	}
+}
+
+// TestSweptThreadLeavesNothing: a thread the sweep removes leaves no
+// file, its lock file included; it can be written again.
+func TestSweptThreadLeavesNothing(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New(t0)
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Age: time.Hour}, Now: clk.Now})
+	appendText(t, s, threadB, "kept")
+	before := folderFiles(t, dir)
+	appendText(t, s, threadA, "swept")
+	clk.Advance(2 * time.Hour)
+	appendText(t, s, threadB, "kept too")
+	_, err := s.Sweep(t.Context())
+	assert.Success(t, err)
+	assert.Equal(t, "the folder after the sweep", folderFiles(t, dir), before)
+	appendText(t, s, threadA, "again")
+	assert.Equal(t, "texts", texts(mustSince(t, s, threadA)), []string{"again"})
+}
+
+// TestRemovedLockFileStillExcludes: a writer waiting on a thread's lock
+// file that its holder removes (it found no document) takes the file at
+// the path instead of the removed one, so that it still excludes, and is
+// excluded by, every other locker of the thread.
+func TestRemovedLockFileStillExcludes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	lockPath := filepath.Join(dir, "chat", threadA+".json.lock")
+	waiter := openFile(t, dir, FileOptions{LockTimeout: time.Minute})
+	holder := openFile(t, dir, FileOptions{}) // another process, as far as flock is concerned
+	ht, unlock, err := holder.lockState(t.Context(), threadA)
+	assert.Success(t, err)
+	opened := func() int { // this process's descriptors of the lock file, removed or not
+		fds, _ := os.ReadDir("/proc/self/fd")
+		n := 0
+		for _, fd := range fds {
+			if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.HasPrefix(target, lockPath) {
+				n++
+			}
+		}
+		return n
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Append(context.Background(), threadA, NewMessage{Author: chatrelay.Operator, Text: "after the wait"})
+		done <- err
+	}()
+	assert.Eventually(t, 10*time.Second, "the waiter opened the lock file", func() bool { return opened() == 2 })
+	ht.drop = true // what a holder that found no document does
+	unlock()
+	assert.Success(t, <-done)
+
+	other := newFlock(lockPath) // another locker of the path
+	ok, err := other.TryLock()
+	assert.Success(t, err)
+	assert.True(t, ok, "the lock file at the path is held after the write")
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, err = waiter.Append(ctx, threadA, NewMessage{Author: chatrelay.Operator, Text: "while another holds the lock"})
+	assert.Code(t, err, chatrelay.StoreUnavailable)
+	assert.Success(t, other.Unlock())
+	assert.Equal(t, "texts", texts(mustSince(t, waiter, threadA)), []string{"after the wait"})
+}

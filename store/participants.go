@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -192,10 +193,22 @@ func (s *File) writeGrants(thread string, grants []chatrelay.Grant) error {
 }
 
 // withGrants runs fn on the thread's grants under the thread's locks and
-// writes what it returns (if write).
+// writes what it returns (if write). A thread with no document is locked
+// only if fn writes (a grant a sweep cut short left): a call refused for a
+// thread that does not exist, which anyone with any token can make, makes
+// no lock file and keeps no state.
 func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []chatrelay.Grant, d threadDoc, exists bool) ([]chatrelay.Grant, bool, error)) error {
 	if err := checkThread(thread); err != nil {
 		return err
+	}
+	if !s.mayExist(thread) {
+		grants, err := s.readGrants(thread)
+		if err != nil {
+			return err
+		}
+		if _, write, err := fn(grants, threadDoc{}, false); err != nil || !write {
+			return err
+		}
 	}
 	t, unlock, err := s.lockState(ctx, thread)
 	if err != nil {
@@ -206,6 +219,7 @@ func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []c
 	if err != nil {
 		return err
 	}
+	t.drop = snap == nil // no document: its lock file goes
 	var d threadDoc
 	if snap != nil && snap.err == nil {
 		d = snap.doc
@@ -438,19 +452,7 @@ func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent
 		t.auditLines = bytes.Count(data, []byte{'\n'})
 	}
 	line, _ := json.Marshal(ev)
-	var f *os.File
-	err = s.withFDs(func() (err error) {
-		f, err = os.OpenFile(s.auditPath(thread), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		return err
-	})
-	if err != nil {
-		return s.unavailable(thread, err)
-	}
-	_, err = f.Write(append(line, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := s.appendAuditLine(thread, append(line, '\n')); err != nil {
 		return s.unavailable(thread, err)
 	}
 	t.auditLines++
@@ -473,6 +475,78 @@ func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent
 		}
 	}
 	return nil
+}
+
+// appendAuditLine appends line (one event and its newline) to the
+// thread's audit file, for a caller holding the thread's locks. Only whole
+// lines are ever left: a torn tail (the part of a line that a full disk or
+// a crash cut) is cut off before the line is written, so that the line
+// never joins it, and a line whose write fails is cut off again. The file
+// is created if missing; one this call created and could write nothing to
+// is removed.
+func (s *File) appendAuditLine(thread string, line []byte) error {
+	path := s.auditPath(thread)
+	created := false
+	var f *os.File
+	err := s.withFDs(func() (err error) {
+		f, err = os.OpenFile(path, os.O_RDWR, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+			created = err == nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	end, err := wholeLinesEnd(f)
+	if err == nil {
+		_, err = f.WriteAt(line, end)
+		if err != nil {
+			f.Truncate(end) // if this fails too, the next append cuts the tail
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && created && end == 0 {
+		os.Remove(path)
+	}
+	return err
+}
+
+// wholeLinesEnd returns the size of f's whole lines: its size if it ends
+// with a newline (or is empty), else the offset after its last newline, to
+// which it cuts f (the bytes after it are a torn line).
+func wholeLinesEnd(f *os.File) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	size := fi.Size()
+	if size == 0 {
+		return 0, nil
+	}
+	var buf [4096]byte
+	if _, err := f.ReadAt(buf[:1], size-1); err != nil {
+		return 0, err
+	}
+	if buf[0] == '\n' {
+		return size, nil
+	}
+	end := int64(0)
+	for off := size; off > 0; {
+		n := min(off, int64(len(buf)))
+		if _, err := f.ReadAt(buf[:n], off-n); err != nil {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			end = off - n + int64(i) + 1
+			break
+		}
+		off -= n
+	}
+	return end, f.Truncate(end)
 }
 
 // AuditLog implements Participants.
@@ -500,15 +574,33 @@ func (s *File) readAudit(thread string) ([]chatrelay.AuditEvent, error) {
 		return nil, s.unavailable(thread, err)
 	}
 	defer f.Close()
+	events, err := parseAudit(f)
+	if err != nil {
+		return nil, s.unavailable(thread, err)
+	}
+	return events, nil
+}
+
+// parseAudit reads the events of an audit file: each whole line (one that
+// ends with a newline) that holds an event, whatever its length. A line
+// that does not parse is left out, and so is a torn last line (one a
+// crash or a full disk cut before its newline), which the next append cuts.
+func parseAudit(r io.Reader) ([]chatrelay.AuditEvent, error) {
 	events := []chatrelay.AuditEvent{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadBytes('\n')
+		if err == io.EOF {
+			return events, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 		var e chatrelay.AuditEvent
-		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Event != "" {
-			events = append(events, e) // a torn last line (a crash mid-append) is left out
+		if json.Unmarshal(line, &e) == nil && e.Event != "" {
+			events = append(events, e)
 		}
 	}
-	return events, sc.Err()
 }
 
 var _ Participants = (*File)(nil)

@@ -59,6 +59,68 @@ func FuzzParseParticipants(f *testing.F) {
 	})
 }
 
+// FuzzAudit: an audit file may hold anything (a torn line a full disk or
+// a crash left, another writer's bytes, an editor's). Reading it never
+// fails and gives the events of its whole lines; an event appended to it
+// is always read back, after those, and the file's whole lines are kept
+// as they were (but past the cut, which keeps the newest events).
+func FuzzAudit(f *testing.F) {
+	const thread = "a1b2c3d4e5f60718"
+	issued := `{"at":1,"event":"issued","participant":"p_0011aabb"}`
+	for _, s := range []string{
+		``, issued + "\n", issued + "\n" + `{"at":2,"event":"refu`, `{"at":2,"event":"refused","participant":"p_0011aabb","co`,
+		issued, issued + "\n" + issued, "\n\n", "\xff\n{", `null` + "\n", `{"at":"x","event":"issued"}` + "\n",
+		issued + "\n" + `{"event":""}` + "\n" + strings.Repeat("x", 70_000) + "\n" + issued + "\n",
+		`{"at":3,"event":"first_use","participant":"p_` + strings.Repeat("a", 70_000) + `"}` + "\n",
+		strings.Repeat(issued+"\n", 2*chatrelay.LimitAuditKept.Max) + `{"at":`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, existing []byte) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "chat", thread+".audit.jsonl")
+		s := openFile(t, dir, FileOptions{})
+		assert.Success(t, os.WriteFile(path, existing, 0o600))
+		// What the file's whole lines hold.
+		whole := existing[:bytes.LastIndexByte(existing, '\n')+1]
+		var want []chatrelay.AuditEvent
+		for line := range bytes.Lines(whole) {
+			var e chatrelay.AuditEvent
+			if json.Unmarshal(line, &e) == nil && e.Event != "" {
+				want = append(want, e)
+			}
+		}
+		newest := func(events []chatrelay.AuditEvent) []chatrelay.AuditEvent {
+			return events[max(0, len(events)-chatrelay.LimitAuditKept.Max):]
+		}
+		got, err := s.AuditLog(t.Context(), thread)
+		assert.Success(t, err)
+		// A failure names the file's first bytes and the last events.
+		clip := func(b []byte) []byte { return b[:min(len(b), 200)] }
+		tail := func(events []chatrelay.AuditEvent) []chatrelay.AuditEvent { return events[max(0, len(events)-2):] }
+		if len(got) != len(newest(want)) || (len(got) > 0 && !reflect.DeepEqual(got, newest(want))) {
+			t.Fatalf("%q… reads as %d events ending %+v, want %d ending %+v", clip(existing), len(got), tail(got), len(newest(want)), tail(newest(want)))
+		}
+
+		ev := chatrelay.AuditEvent{At: 99, Event: chatrelay.AuditRevoked, Participant: "p_0011aabb"}
+		assert.Success(t, s.Audit(t.Context(), thread, ev))
+		want = newest(append(want, ev))
+		got, err = s.AuditLog(t.Context(), thread)
+		assert.Success(t, err)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("after an append to %q…: %d events ending %+v, want %d ending %+v", clip(existing), len(got), tail(got), len(want), tail(want))
+		}
+		after, err := os.ReadFile(path)
+		assert.Success(t, err)
+		line, _ := json.Marshal(ev)
+		if bytes.Count(whole, []byte{'\n'}) < 2*chatrelay.LimitAuditKept.Max { // not cut
+			assert.True(t, string(after) == string(whole)+string(line)+"\n", "after an append to %q…, the file is %q…", clip(existing), clip(after))
+		} else {
+			assert.True(t, bytes.HasSuffix(after, append(line, '\n')), "the cut file does not end with the event: …%q", after[max(0, len(after)-200):])
+		}
+	})
+}
+
 // TestAuditIsCut: past twice LimitAuditKept lines the audit file is cut
 // to the newest LimitAuditKept, counted across a reopen of the store (a
 // server restart) and with lines another process appended; AuditLog

@@ -106,12 +106,8 @@ func appendTo(d threadDoc, m NewMessage, ix *chatrelay.Interaction, r chatrelay.
 	if m.ClientID != "" {
 		if i := slices.IndexFunc(d.msgs, func(e Entry) bool { return e.ClientID == m.ClientID }); i >= 0 {
 			e := d.msgs[i]
-			if !SameContent(e.Message, m) {
-				return d, Entry{}, &chatrelay.Error{Code: chatrelay.ClientIDConflict, About: e.JSON2,
-					Message: "this client_id names another message of the thread; use a new client_id for a new message"}
-			}
-			e.Replayed = true
-			return d, e, nil
+			e, err := ReplayOf(e, m)
+			return d, e, err
 		}
 	}
 	epoch := d.nextEpoch(now)
@@ -129,6 +125,19 @@ func appendTo(d threadDoc, m NewMessage, ix *chatrelay.Interaction, r chatrelay.
 	nd := threadDoc{trimmed: d.trimmed, trimmedRev: d.trimmedRev, rev: epoch}
 	nd.msgs, nd.trimmed, nd.trimmedRev = trim(r, msgs, now, d.trimmed, d.trimmedRev)
 	return nd, e, nil
+}
+
+// ReplayOf answers m, a post that carries the client_id of the stored
+// message e: e again (Replayed) if m is what e stores, else
+// ClientIDConflict about e. Every backend and the transport answer a
+// repeated client_id with it, so that their answers agree.
+func ReplayOf(e Entry, m NewMessage) (Entry, error) {
+	if !SameContent(e.Message, m) {
+		return Entry{}, &chatrelay.Error{Code: chatrelay.ClientIDConflict, About: e.JSON2,
+			Message: "this client_id names another message of the thread; use a new client_id for a new message"}
+	}
+	e.Replayed = true
+	return e, nil
 }
 
 // SameContent reports whether a stored message is what m would store
@@ -218,6 +227,19 @@ func cloneMessage(m chatrelay.Message) chatrelay.Message {
 		m.Reactions = r
 	}
 	return m
+}
+
+// WouldChange reports whether c would change the stored message e at now,
+// and the refusal it would get (about e), without changing anything: what
+// the store would answer now, for a caller that decides before it writes
+// (a change that would change nothing spends no rate window).
+func WouldChange(e Entry, c Change, now time.Time) (bool, error) {
+	m := cloneMessage(e.Message)
+	changed, err := ApplyChange(&m, c, now)
+	if err != nil {
+		err = about(err, e.JSON2)
+	}
+	return changed, err
 }
 
 // ApplyChange applies c to m (a copy the caller owns) at now, and reports

@@ -5,11 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -143,23 +140,7 @@ func TestReadyzOnAFullDisk(t *testing.T) {
 	_, r := e.readyz()
 	assert.True(t, r.Ready, "not ready on a free disk: %+v", r)
 
-	filler := filepath.Join(dir, "filler")
-	f, err := os.Create(filler)
-	assert.Success(t, err)
-	chunk := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			assert.ErrorIs(t, err, syscall.ENOSPC)
-			break
-		}
-	}
-	// Fill the last blocks a chunk could not take.
-	for {
-		if _, err := f.Write(chunk[:512]); err != nil {
-			break
-		}
-	}
-	assert.Success(t, f.Close())
+	free := storetest.FillDisk(t, dir, 0)
 
 	status, r := e.readyz()
 	assert.Equal(t, "readyz on a full disk", r, opsReady{Store: "not writable", StoreError: "disk full", Feed: "ok"})
@@ -170,7 +151,7 @@ func TestReadyzOnAFullDisk(t *testing.T) {
 	_, r = e.readyz()
 	assert.True(t, !r.Ready && r.StoreError == "disk full", "ready after a failed append on a full disk: %+v", r)
 
-	assert.Success(t, os.Remove(filler))
+	free()
 	_, r = e.readyz()
 	assert.Equal(t, "readyz with space again", r, opsReady{Ready: true, Store: "ok", Feed: "ok"})
 	e.post(tok, "operator", "after space was freed", http.StatusCreated)

@@ -392,8 +392,9 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request, who principa
 // ipKey (limitKey's) and stores it. It is the one write path of browsers
 // and participants, over HTTP and over the WebSocket. A post whose
 // client_id the thread already holds is answered that message again
-// (Entry.Replayed), stores nothing and counts in no window, even a full
-// one.
+// (Entry.Replayed), or 409 client_id_conflict if it is another message,
+// stores nothing and counts in no window, even a full one: over a full
+// window it gets the answer a retry would get, never 429.
 func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBody) (store.Entry, error) {
 	thread := who.thread
 	m := store.NewMessage{Author: p.Kind, Text: p.Text, ClientID: p.ClientID}
@@ -403,8 +404,8 @@ func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBo
 	undo, err := s.limiter.Take(ctx, thread, ipKey)
 	if err != nil {
 		if p.ClientID != "" && chatrelay.CodeOf(err) == chatrelay.RateLimited {
-			if e, ok := s.replayOf(ctx, thread, m); ok {
-				return e, nil
+			if e, ok := s.storedWith(ctx, thread, m.ClientID); ok {
+				return store.ReplayOf(e, m)
 			}
 		}
 		return store.Entry{}, err
@@ -416,15 +417,14 @@ func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBo
 	return e, err
 }
 
-// replayOf finds the retained message of thread that m would replay.
-func (s *Server) replayOf(ctx context.Context, thread string, m store.NewMessage) (store.Entry, bool) {
+// storedWith finds the retained message of thread that carries clientID.
+func (s *Server) storedWith(ctx context.Context, thread, clientID string) (store.Entry, bool) {
 	p, err := s.store.Changes(ctx, thread, 0, 0)
 	if err != nil {
 		return store.Entry{}, false
 	}
 	for _, e := range p.Messages {
-		if e.ClientID == m.ClientID && store.SameContent(e.Message, m) {
-			e.Replayed = true
+		if e.ClientID == clientID {
 			return e, true
 		}
 	}

@@ -81,8 +81,11 @@ type reactBody struct {
 
 // handleReact serves POST /api/chat/react: add or remove the reaction of
 // the owner (as "operator") or a commenter (as "p:<id>"). Reactions have
-// rate windows of their own (the posts' sizes); a reaction that changes
-// nothing answers 200 and counts in no window.
+// rate windows of their own (the posts' sizes). Only a reaction that
+// changes something counts in them: one that changes nothing (re-adding
+// a reaction one has, removing one one has not) answers 200 with the
+// message as it is, and one refused for what it is (no such message, too
+// many reactions) gets its refusal, even over a full window.
 func (s *Server) handleReact(w http.ResponseWriter, r *http.Request, who principal) {
 	thread := who.thread
 	var body reactBody
@@ -102,20 +105,33 @@ func (s *Server) handleReact(w http.ResponseWriter, r *http.Request, who princip
 		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no message %q in this thread", *body.MessageID))
 		return
 	}
+	c := store.Change{Op: store.React, MessageID: *body.MessageID, Emoji: *body.Emoji, By: who.author()}
+	if body.Remove {
+		c.Op = store.Unreact
+	}
+	cur, err := s.messageOf(r, thread, c.MessageID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	changes, err := store.WouldChange(cur, c, s.cfg.Now())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !changes {
+		writeJSON(w, http.StatusOK, messageAnswer{Success: true, Message: who.view(view{v2: true}).json(cur)})
+		return
+	}
 	ip := limitKey(clientIP(r, s.cfg.Trusted))
 	undo, err := s.limiter.Take(r.Context(), "react:"+thread, "react:"+ip)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	c := store.Change{Op: store.React, MessageID: *body.MessageID, Emoji: *body.Emoji, By: who.author()}
-	if body.Remove {
-		c.Op = store.Unreact
-	}
-	before, _ := s.revOf(r, thread, *body.MessageID)
 	e, err := s.store.Change(r.Context(), thread, c)
-	if err != nil || e.Rev == before {
-		undo() // refused, or nothing changed: no place in the window
+	if err != nil || e.Rev == cur.Rev {
+		undo() // refused, or nothing changed after all (another reacted alike meanwhile): no place in the window
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -124,18 +140,19 @@ func (s *Server) handleReact(w http.ResponseWriter, r *http.Request, who princip
 	writeJSON(w, http.StatusOK, messageAnswer{Success: true, Message: who.view(view{v2: true}).json(e)})
 }
 
-// revOf is the rev of a message as it is now (0 if not found).
-func (s *Server) revOf(r *http.Request, thread, id string) (int64, error) {
+// messageOf is a message of thread as it is now: NotFound if the thread
+// has no message id.
+func (s *Server) messageOf(r *http.Request, thread, id string) (store.Entry, error) {
 	p, err := s.store.Changes(r.Context(), thread, 0, 0)
 	if err != nil {
-		return 0, err
+		return store.Entry{}, err
 	}
 	for _, e := range p.Messages {
 		if e.ID == id {
-			return e.Rev, nil
+			return e, nil
 		}
 	}
-	return 0, nil
+	return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no message %s in this thread", id)
 }
 
 // readJSON reads a JSON object body into v: 413 past MaxBody, 400

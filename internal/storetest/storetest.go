@@ -168,6 +168,13 @@ func Open(t testing.TB, name string, opt Options) *Backend {
 	return nil
 }
 
+// OpenFileIn opens the file store on the data folder dir (a SmallDisk,
+// say) for the test.
+func OpenFileIn(t testing.TB, dir string, opt Options) *Backend {
+	t.Helper()
+	return openFile(t, dir, opt)
+}
+
 // NewPrefix returns a key prefix no other test of this binary uses.
 func NewPrefix() string { return fmt.Sprintf("test%d:", prefixSeq.Add(1)) }
 

@@ -99,12 +99,7 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 			if err != nil {
 				return store.Entry{}, s.unavailable("append", fmt.Errorf("stored message: %w", err))
 			}
-			if !store.SameContent(e.Message, m) {
-				return store.Entry{}, &chatrelay.Error{Code: chatrelay.ClientIDConflict, About: e.JSON2,
-					Message: "this client_id names another message of the thread; use a new client_id for a new message"}
-			}
-			e.Replayed = true
-			return e, nil
+			return store.ReplayOf(e, m)
 		case "not_found":
 			return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
 		case "thread_limit":
