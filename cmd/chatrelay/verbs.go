@@ -114,7 +114,7 @@ func (d *detailFlag) Set(s string) error {
 }
 
 func ask(ctx context.Context, e cmdEnv) error {
-	v := newVerb("ask", "THREAD (--input PROMPT [--choice VALUE[=LABEL]]... [--allow-text] | --approval SUMMARY [--detail LABEL=VALUE]...) [--title T] [--timeout D] [--wait] [--data DIR]", e.stderr, true)
+	v := newVerb("ask", "THREAD (--input PROMPT [--choice VALUE[=LABEL]]... [--allow-text] | --approval SUMMARY [--detail LABEL=VALUE]...) [--title T] [--timeout D] [--wait [--keep-on-interrupt]] [--data DIR]", e.stderr, true)
 	input := v.fs.String("input", "", fmt.Sprintf("ask for input: the `prompt` (≤ %d characters)", chatrelay.LimitInputPrompt.Max))
 	approval := v.fs.String("approval", "", fmt.Sprintf("ask for approval: the `summary` of what hermes would do (≤ %d characters)", chatrelay.LimitApprovalText.Max))
 	title := v.fs.String("title", "", fmt.Sprintf("the `title` (input ≤ %d, approval: the tool or action, ≤ %d)", chatrelay.LimitInputTitle.Max, chatrelay.LimitApprovalTitle.Max))
@@ -128,6 +128,7 @@ func ask(ctx context.Context, e cmdEnv) error {
 	timeout := v.fs.Duration("timeout", 0, fmt.Sprintf("the deadline, after now (input %v … %v, default %v; approval %v … %v, default %v)",
 		inLo, inHi, chatrelay.DefaultInputTimeout, apLo, apHi, chatrelay.DefaultApprovalTimeout))
 	wait := v.fs.Bool("wait", false, "wait for the answer and say it in the exit status: 0 approved or answered, 10 denied, 11 expired, 12 canceled")
+	keep := v.fs.Bool("keep-on-interrupt", false, "with --wait: an interrupt (Ctrl-C) or SIGTERM leaves the interaction pending instead of canceling it")
 	h, done, err := v.open(ctx, e, 1, "THREAD")
 	if err != nil {
 		return err
@@ -161,7 +162,32 @@ func ask(ctx context.Context, e cmdEnv) error {
 	if !*wait {
 		return printJSON(e.stdout, r)
 	}
-	return waitAndExit(ctx, h, e, r.Thread, r.Interaction.ID)
+	id := r.Interaction.ID
+	then := "cancels it"
+	if *keep {
+		then = "leaves it pending"
+	}
+	fmt.Fprintf(e.stderr, "chatrelay: waiting for interaction %s in thread %s (an interrupt %s)\n", id, thread, then)
+	err = waitAndExit(ctx, h, e, thread, id)
+	if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if *keep {
+		return fmt.Errorf("interrupted: interaction %s in thread %s is still pending", id, thread)
+	}
+	// Interrupted: withdraw the question nobody waits for. An answer that
+	// came first is the outcome.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	in := host.InteractionInput{Thread: thread, InteractionID: id}
+	r, err = h.CancelInteraction(cctx, in)
+	if chatrelay.CodeOf(err) == chatrelay.InteractionClosed {
+		r, err = h.CheckInteraction(cctx, in)
+	}
+	if err != nil {
+		return err
+	}
+	return printOutcome(e, r)
 }
 
 // wholeSeconds is a --timeout in whole seconds (0 stays 0: the default).
@@ -180,18 +206,23 @@ func waitAndExit(ctx context.Context, h *host.Verbs, e cmdEnv, thread, id string
 		if err != nil {
 			return err
 		}
-		if r.TimedOut {
-			continue
+		if !r.TimedOut {
+			return printOutcome(e, r)
 		}
-		if err := printJSON(e.stdout, r); err != nil {
-			return err
-		}
-		code, err := host.ExitCode(r.Interaction.State)
-		if err != nil || code == 0 {
-			return err
-		}
-		return exitStatus(code)
 	}
+}
+
+// printOutcome prints a closed interaction and returns its state as the
+// exit status.
+func printOutcome(e cmdEnv, r host.InteractionResult) error {
+	if err := printJSON(e.stdout, r); err != nil {
+		return err
+	}
+	code, err := host.ExitCode(r.Interaction.State)
+	if err != nil || code == 0 {
+		return err
+	}
+	return exitStatus(code)
 }
 
 func check(ctx context.Context, e cmdEnv) error {

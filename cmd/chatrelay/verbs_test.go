@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -350,4 +356,75 @@ func TestShare(t *testing.T) {
 	}
 	r = runCLI(t, nil, "", "share", thread, "--name", "x", "--expires", "soon", "--data", s.data)
 	assert.Equal(t, "a bad --expires", exitCode(r.err), 2)
+}
+
+// TestAskWaitInterrupted: ask --wait says on standard error which
+// interaction it waits for, before it waits; Ctrl-C (SIGINT) then cancels
+// the question nobody waits for any more, printing it and exiting 12;
+// with --keep-on-interrupt it leaves the question pending and exits 1.
+// An answer that came before the interrupt is the outcome.
+func TestAskWaitInterrupted(t *testing.T) {
+	t.Parallel()
+	bin := chatrelayBinary(t)
+	for _, tc := range []struct {
+		name   string
+		flags  []string
+		answer bool // the person approves before the interrupt
+		exit   int
+		state  chatrelay.State
+	}{
+		{"cancels", nil, false, 12, chatrelay.Canceled},
+		{"keep on interrupt", []string{"--keep-on-interrupt"}, false, 1, chatrelay.Pending},
+		{"answered first", nil, true, 0, chatrelay.Approved},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			data := freshThread(t)
+			cmd := exec.Command(bin, slices.Concat([]string{"ask", threadNew, "--approval", "Deploy build 412?", "--timeout", "1h", "--wait", "--data", data}, tc.flags)...)
+			var stdout bytes.Buffer
+			cmd.Stdout = &stdout
+			stderr, err := cmd.StderrPipe()
+			assert.Success(t, err)
+			assert.Success(t, cmd.Start())
+			t.Cleanup(func() { cmd.Process.Kill() })
+			line := make(chan string, 1)
+			go func() {
+				s, _ := bufio.NewReader(stderr).ReadString('\n')
+				line <- s
+				io.Copy(io.Discard, stderr)
+			}()
+			var first string
+			select {
+			case first = <-line:
+			case <-time.After(10 * time.Second):
+				t.Fatal("ask --wait said nothing on standard error within 10s")
+			}
+			id := regexp.MustCompile(`ix_[0-9a-f]{12}`).FindString(first)
+			assert.True(t, id != "" && strings.Contains(first, threadNew), "the first line names no interaction and thread: %q", first)
+			if tc.answer {
+				respondWith(chatrelay.Answer{Decision: chatrelay.Approve})(t, data, host.InteractionResult{Thread: threadNew, Interaction: &chatrelay.Interaction{ID: id}})
+				// ask --wait may see the answer first and exit 0 by itself;
+				// either way the answer is the outcome.
+			}
+			if err := cmd.Process.Signal(os.Interrupt); err != nil && !errors.Is(err, os.ErrProcessDone) {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("ask --wait still runs 10s after the interrupt")
+			}
+			assert.Equal(t, "exit status", cmd.ProcessState.ExitCode(), tc.exit)
+			r, err := (&host.Verbs{Store: openStore(t, data)}).CheckInteraction(t.Context(), host.InteractionInput{Thread: threadNew, InteractionID: id})
+			assert.Success(t, err)
+			assert.Equal(t, "the interaction's state", r.Interaction.State, tc.state)
+			if tc.state != chatrelay.Pending {
+				var printed host.InteractionResult
+				assert.Success(t, json.Unmarshal(stdout.Bytes(), &printed))
+				assert.Equal(t, "the state printed", printed.Interaction.State, tc.state)
+			}
+		})
+	}
 }
