@@ -65,6 +65,7 @@ var commands = []command{
 		func(ctx context.Context, e cmdEnv) error { return subscribe(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
 	{"schema", "[--limits]", "print the JSON Schema bundle of the API and the verbs (--limits: every limit with its unit)", schema},
 	{"mcp", "[--data DIR | --store URL]", "serve the host's verbs to an AI agent over MCP on standard input and output (tools chatrelay_<verb>)", mcpServe},
+	{"version", "", "the module version and the VCS revision this binary was built from", version},
 }
 
 // usage is the command list.
