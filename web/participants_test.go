@@ -754,3 +754,37 @@ func (tb *tab) closePeople() {
 	tb.click("#people-close")
 	tb.waitJS(soon, "the People panel closed", `window.__peopleClosed === true && document.activeElement?.id === "people-open"`)
 }
+
+// TestPeopleFollowTheConversation: People is offered once the
+// conversation has a first message (before it, an invite could only be
+// refused), and an open People list shows a guest's post in its link's
+// count at once (before, "0 of 50 messages sent" stayed until a reload).
+func TestPeopleFollowTheConversation(t *testing.T) {
+	srv := startServer(t)
+	owner := newWindow(t)
+	owner.open(srv.URL)
+	owner.waitState(live, "ws")
+	if !eval[bool](owner, `document.getElementById("people-open").hidden`) {
+		t.Errorf("People is offered before the conversation has a message%s", owner.dump())
+	}
+	owner.write("Alex will review the deploy plan.")
+	owner.waitShown(soon, "Alex will review the deploy plan.")
+	owner.waitJS(soon, "People offered", `!document.getElementById("people-open").hidden`)
+
+	guest := invite(t, srv.URL, owner.token(), map[string]any{"name": "Alex", "role": "commenter"})
+	eval[bool](owner, `(document.getElementById("people-open").click(), true)`)
+	owner.waitJS(soon, "the list with Alex's count", `document.getElementById("people-list").textContent.includes("0 of 50 messages sent")`)
+
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"api/chat/post", strings.NewReader(`{"text":"Looks right to me."}`))
+	req.Header.Set("Authorization", "Bearer "+guest.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("the guest's post: %d", resp.StatusCode)
+	}
+	owner.waitJS(soon, "the open list counting the guest's post", `document.getElementById("people-list").textContent.includes("1 of 50 messages sent")`)
+}

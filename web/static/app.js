@@ -185,9 +185,30 @@ els.jump.addEventListener("click", () => {
   toBottom();
   els.text.focus();
 });
+// A reader at the end stays there when the conversation's box or its
+// content changes size without a message (the header or the composer
+// growing, a phone's keyboard, a font arriving): no scroll event says so.
+let atEnd = true;
 els.scroller.addEventListener("scroll", () => {
-  if (nearBottom()) els.jump.hidden = true;
+  atEnd = nearBottom();
+  if (atEnd) els.jump.hidden = true;
 });
+new ResizeObserver(() => {
+  if (atEnd) toBottom();
+}).observe(els.scroller);
+new ResizeObserver(() => {
+  if (atEnd) toBottom();
+}).observe(els.log);
+
+// showThread says which conversation this is: its thread id, short in the
+// header (whole in its tooltip) and whole in the tab's title.
+const threadID = document.getElementById("thread-id");
+function showThread() {
+  if (!chat.thread || threadID.title === chat.thread) return;
+  threadID.textContent = chat.thread.slice(0, 8);
+  threadID.title = `conversation ${chat.thread}`;
+  document.title = `chatrelay · ${chat.thread}`;
+}
 
 let wasLive = false;
 let seenLive = false;
@@ -197,6 +218,7 @@ chat.addEventListener("status", (e) => {
   els.status.dataset.state = state;
   els.statusText.textContent = states[state] || state;
   els.status.title = shared ? "shared with another tab of this browser" : "";
+  showThread();
   // Back after a while away: who is in the conversation may have changed.
   const isLive = state === "ws" || state === "sse" || state === "polling";
   if (isLive && !wasLive && participantPage && seenLive) refreshWho();

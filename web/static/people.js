@@ -259,6 +259,19 @@ export function setupPeople(chat, onList = () => {}) {
 
   // ---- the panel ----
 
+  // Inviting needs a conversation (the server answers 404 before the
+  // first message), so People is offered once there is one.
+  const offer = () => {
+    opener.hidden = chat.messages.length === 0;
+  };
+  chat.addEventListener("clear", offer);
+  chat.addEventListener("message", (e) => {
+    offer();
+    // A guest's post changes its link's count: an open list shows it.
+    if (dialog.open && String(e.detail.message.author).startsWith("p:")) refresh();
+  });
+  offer();
+
   opener.addEventListener("click", () => {
     showError("");
     if (!dialog.open) dialog.showModal();
