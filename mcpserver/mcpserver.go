@@ -1,10 +1,11 @@
 // Package mcpserver serves the host's verbs (package host) over the Model
 // Context Protocol, with the official Go SDK: each verb of the contract's
 // table is a tool named chatrelay_<verb>, whose input schema is the JSON
-// Schema bundle's <verb>.input entry, taken as it is, never written again.
-// A result is both structured content (the verb's result, as the CLI
-// prints it) and a short text for the model; a refusal is a tool error
-// carrying the contract's code.
+// Schema bundle's <verb>.input entry, taken as it is, never written again,
+// and whose output schema is made of its <verb>.result and verb.error
+// entries (OutputSchema). A result is both structured content (the verb's
+// result, as the CLI prints it) and a short text for the model; a refusal
+// is a tool error carrying the contract's code.
 //
 // The verbs are package host's, implemented once: this package only binds
 // them (arguments in, results and errors out), as cmd/chatrelay binds them
@@ -90,7 +91,7 @@ func New(v *host.Verbs, opts *Options) *mcp.Server {
 func ToolName(verb string) string { return "chatrelay_" + verb }
 
 // Tool is the tool of a verb: its input schema and description are the
-// bundle's <verb>.input entry.
+// bundle's <verb>.input entry, its output schema is OutputSchema(verb).
 func Tool(verb string) *mcp.Tool {
 	in, ok := chatrelay.SchemaDef(verb + ".input")
 	if !ok {
@@ -104,9 +105,10 @@ func Tool(verb string) *mcp.Tool {
 	}
 	b := bindings[verb]
 	return &mcp.Tool{
-		Name:        ToolName(verb),
-		Description: head.Description,
-		InputSchema: in,
+		Name:         ToolName(verb),
+		Description:  head.Description,
+		InputSchema:  in,
+		OutputSchema: OutputSchema(verb),
 		Annotations: &mcp.ToolAnnotations{
 			ReadOnlyHint:    b.readOnly,
 			IdempotentHint:  b.readOnly,
@@ -114,6 +116,87 @@ func Tool(verb string) *mcp.Tool {
 			OpenWorldHint:   new(false),
 		},
 	}
+}
+
+// ErrorDef is the bundle's entry of a tool error's structured content
+// (ToolError).
+const ErrorDef = "verb.error"
+
+// OutputSchema is the output schema of a verb's tool, made of the bundle's
+// entries taken as they are: an object that is the verb's result
+// (<verb>.result) or, in a tool error, ErrorDef, with under $defs those two
+// entries and every entry they refer to, under their bundle names (so each
+// "#/$defs/…" reference reads as in the bundle, and the schema stands
+// alone). A tool error is in it because a refusal carries ToolError and
+// some clients validate every answer's structured content against the
+// output schema, errors included: the TypeScript SDK's client does (1.32.2,
+// the one the interop test pins; its code says "not when there's an
+// error" but does not check isError), and throws on a mismatch.
+func OutputSchema(verb string) json.RawMessage {
+	result := verb + ".result"
+	defs := map[string]json.RawMessage{}
+	var add func(name string)
+	add = func(name string) {
+		if _, done := defs[name]; done {
+			return
+		}
+		d, ok := chatrelay.SchemaDef(name)
+		if !ok {
+			panic("mcpserver: the bundle has no " + name)
+		}
+		defs[name] = d
+		var v any
+		if err := json.Unmarshal(d, &v); err != nil {
+			panic("mcpserver: " + name + ": " + err.Error())
+		}
+		for _, r := range refs(v, nil) {
+			add(r)
+		}
+	}
+	add(result)
+	add(ErrorDef)
+	for _, name := range []string{result, ErrorDef} {
+		var root struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(defs[name], &root); root.Type != "object" {
+			// MCP's structured content is a JSON object.
+			panic("mcpserver: " + name + " is not an object schema")
+		}
+	}
+	b, err := json.Marshal(map[string]any{
+		"type":        "object",
+		"description": "chatrelay_" + verb + "'s result (" + result + "), or in a tool error (isError) the refusal (" + ErrorDef + ")",
+		"oneOf":       []any{map[string]string{"$ref": "#/$defs/" + result}, map[string]string{"$ref": "#/$defs/" + ErrorDef}},
+		"$defs":       defs,
+	})
+	if err != nil {
+		panic("mcpserver: " + verb + "'s output schema: " + err.Error())
+	}
+	return b
+}
+
+// refs appends to names the $defs entries v refers to ("#/$defs/NAME").
+func refs(v any, names []string) []string {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if r, ok := x.(string); ok && k == "$ref" {
+				name, ok := strings.CutPrefix(r, "#/$defs/")
+				if !ok {
+					panic("mcpserver: a reference outside the bundle's $defs: " + r)
+				}
+				names = append(names, name)
+				continue
+			}
+			names = refs(x, names)
+		}
+	case []any:
+		for _, x := range v {
+			names = refs(x, names)
+		}
+	}
+	return names
 }
 
 // binding runs one verb on decoded arguments and says its result in a

@@ -1,16 +1,21 @@
 package mcpserver_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
@@ -30,6 +35,10 @@ type env struct {
 	cs    *mcp.ClientSession
 	first store.Entry // the operator's message in thread
 	calls chan string
+
+	mu       sync.Mutex
+	outputs  map[string]*jsonschema.Schema // each tool's declared outputSchema, compiled
+	answered map[string]bool               // the verbs that answered a result (not a tool error) through call
 }
 
 func newEnv(t *testing.T) *env { return newEnvWith(t, nil, nil) }
@@ -88,8 +97,48 @@ func (e *env) call(t *testing.T, ctx context.Context, verb string, args any) *mc
 		def = "verb.error"
 	}
 	schematest.Valid(t, def, b)
+	// And against the outputSchema the tool declares, as a client that
+	// validates does (the TypeScript SDK's, errors included).
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	assert.Success(t, err)
+	if err := e.output(t, verb).Validate(v); err != nil {
+		t.Errorf("chatrelay_%s's structured content does not fit its outputSchema: %v\n%s", verb, err, b)
+	}
 	assert.True(t, len(r.Content) == 1 && text(r) != "", "%s: no text for the model", verb)
+	if !r.IsError {
+		e.mu.Lock()
+		e.answered[verb] = true
+		e.mu.Unlock()
+	}
 	return r
+}
+
+// output is the outputSchema the tool of verb declares, as the client
+// lists it, compiled on its own.
+func (e *env) output(t *testing.T, verb string) *jsonschema.Schema {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.outputs == nil {
+		res, err := e.cs.ListTools(t.Context(), nil)
+		assert.Success(t, err)
+		e.outputs, e.answered = map[string]*jsonschema.Schema{}, map[string]bool{}
+		for _, tool := range res.Tools {
+			if tool.OutputSchema == nil {
+				continue
+			}
+			b, err := json.Marshal(tool.OutputSchema)
+			assert.Success(t, err)
+			s, err := schematest.Standalone(b)
+			assert.Success(t, err)
+			e.outputs[tool.Name] = s
+		}
+	}
+	s, ok := e.outputs[mcpserver.ToolName(verb)]
+	if !ok {
+		t.Fatalf("chatrelay_%s declares no outputSchema", verb)
+	}
+	return s
 }
 
 // await reads the calls' events until want, for at most 5 s.
@@ -167,6 +216,60 @@ func TestToolsAreTheVerbs(t *testing.T) {
 	ins := e.cs.InitializeResult().Instructions
 	for _, want := range []string{"chatrelay_request_approval", "chatrelay_wait_interaction", "chatrelay_read_thread", "chatrelay_send", "approved"} {
 		assert.True(t, strings.Contains(ins, want), "the instructions do not mention %s", want)
+	}
+}
+
+// TestToolsDeclareOutputSchemas: every tool declares an outputSchema, as
+// the client receives it, made of the bundle's entries taken as they are:
+// an object (MCP's structured content is one) that is the verb's
+// <verb>.result or, in a tool error, verb.error, with under $defs exactly
+// the entries these refer to, each the bundle's own, so that it stands
+// alone and is valid against the draft 2020-12 meta-schema. (Each call's
+// structured content is validated against it in env.call.)
+func TestToolsDeclareOutputSchemas(t *testing.T) {
+	e := newEnv(t)
+	res, err := e.cs.ListTools(t.Context(), nil)
+	assert.Success(t, err)
+	ref := regexp.MustCompile(`"\$ref":"#/\$defs/([^"]+)"`)
+	for _, tool := range res.Tools {
+		verb := strings.TrimPrefix(tool.Name, "chatrelay_")
+		assert.True(t, tool.OutputSchema != nil, "%s declares no outputSchema", tool.Name)
+		schema, err := json.Marshal(tool.OutputSchema)
+		assert.Success(t, err)
+		var root map[string]json.RawMessage
+		assert.Success(t, json.Unmarshal(schema, &root))
+		assert.Equal(t, tool.Name+"'s outputSchema's keys", slices.Sorted(maps.Keys(root)), []string{"$defs", "description", "oneOf", "type"})
+		assert.Equal(t, tool.Name+"'s outputSchema's type", string(root["type"]), `"object"`)
+		result := verb + ".result"
+		assert.True(t, schematest.SameJSON(root["oneOf"], []byte(`[{"$ref":"#/$defs/`+result+`"},{"$ref":"#/$defs/verb.error"}]`)),
+			"%s's outputSchema is not %s or verb.error: %s", tool.Name, result, root["oneOf"])
+		var defs map[string]json.RawMessage
+		assert.Success(t, json.Unmarshal(root["$defs"], &defs))
+		for name, d := range defs {
+			want, ok := chatrelay.SchemaDef(name)
+			assert.True(t, ok && schematest.SameJSON(d, want), "%s's outputSchema's $defs %s is not the bundle's:\n%s", tool.Name, name, d)
+		}
+		for _, name := range []string{result, "verb.error"} {
+			var head struct{ Type string }
+			assert.Success(t, json.Unmarshal(defs[name], &head))
+			assert.Equal(t, name+"'s type", head.Type, "object")
+		}
+		// Exactly what is referred to, from the root on.
+		used := map[string]bool{}
+		todo := []string{string(root["oneOf"])}
+		for len(todo) > 0 {
+			s := todo[0]
+			todo = todo[1:]
+			for _, m := range ref.FindAllStringSubmatch(s, -1) {
+				if !used[m[1]] {
+					used[m[1]] = true
+					todo = append(todo, string(defs[m[1]]))
+				}
+			}
+		}
+		assert.Equal(t, tool.Name+"'s outputSchema's $defs", slices.Sorted(maps.Keys(defs)), slices.Sorted(maps.Keys(used)))
+		_, err = schematest.Standalone(schema)
+		assert.Success(t, err)
 	}
 }
 
@@ -289,7 +392,8 @@ func TestCancelABlockedWait(t *testing.T) {
 }
 
 // TestEveryVerbAnswers: each tool answers its verb's result, with a text
-// that says what happened.
+// that says what happened, and structured content that fits the
+// outputSchema it declares (env.call checks it).
 func TestEveryVerbAnswers(t *testing.T) {
 	e := newEnv(t)
 	th := ok[host.ListThreadsResult](t, e, "list_threads", map[string]any{})
@@ -317,6 +421,12 @@ func TestEveryVerbAnswers(t *testing.T) {
 	assert.Equal(t, "the operator's message", len(wm.Messages), 1)
 	read := e.call(t, t.Context(), "read_thread", map[string]any{"thread": thread, "since": rd.Cursor})
 	assert.True(t, strings.Contains(text(read), "hermes") && strings.Contains(text(read), "canceled"), "read said %q", text(read))
+	ap := ok[host.InteractionResult](t, e, "request_approval", map[string]any{"thread": thread, "summary": "Deploy build 412?", "title": "deploy",
+		"details": []map[string]string{{"label": "build", "value": "412"}}})
+	assert.Equal(t, "approval", ap.Interaction.Type, chatrelay.Approval)
+	for _, verb := range chatrelay.Verbs() {
+		assert.True(t, e.answered[verb], "chatrelay_%s was not called with a result", verb)
+	}
 }
 
 // TestWaitsReportProgress: a wait called with a progressToken sends

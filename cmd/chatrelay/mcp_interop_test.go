@@ -16,14 +16,17 @@ import (
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/schematest"
+	"github.com/chatrelay/chatrelay/mcpserver"
 )
 
 // TestMCPFromTheTypeScriptSDK: an agent runtime we did not write — the
 // official TypeScript SDK's client (testdata/mcpjs, pinned by its lock
 // file), in Node — starts `chatrelay mcp` over stdio. It initializes,
-// lists the tools (the verbs, with the bundle's input schemas), reads the
-// thread list, sends (a repeat with the same client_id stores nothing),
-// gets a tool error with the contract's code for a blank text, asks for
+// lists the tools (the verbs, with the bundle's input schemas, and the
+// output schemas against which it validates every answer's structured
+// content, a tool error's included), reads the thread list, sends (a
+// repeat with the same client_id stores nothing), gets a tool error with
+// the contract's code and structured content for a blank text, asks for
 // approval, and its wait_interaction returns approved once the person
 // answers over HTTP; a second wait, with a 1 s request timeout that the
 // client resets on progress (resetTimeoutOnProgress), outlives it on the
@@ -61,8 +64,9 @@ func TestMCPFromTheTypeScriptSDK(t *testing.T) {
 		}
 		Instructions string
 		Tools        []struct {
-			Name        string          `json:"name"`
-			InputSchema json.RawMessage `json:"inputSchema"`
+			Name         string          `json:"name"`
+			InputSchema  json.RawMessage `json:"inputSchema"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
 		}
 		Post, Respond, Respond2                              int
 		List, Send, Resend, Blank, Ask, Wait, Ask2, SlowWait toolResult
@@ -81,6 +85,8 @@ func TestMCPFromTheTypeScriptSDK(t *testing.T) {
 		def, ok := chatrelay.SchemaDef(verb + ".input")
 		assert.True(t, ok, "tool %s is no verb of the bundle", tl.Name)
 		assert.True(t, schematest.SameJSON(tl.InputSchema, def), "%s's input schema is not %s.input: %s", tl.Name, verb, tl.InputSchema)
+		// The client validated each answer below against this.
+		assert.True(t, schematest.SameJSON(tl.OutputSchema, mcpserver.OutputSchema(verb)), "%s's output schema: %s", tl.Name, tl.OutputSchema)
 	}
 
 	ok := func(verb string, r toolResult) {
@@ -103,6 +109,7 @@ func TestMCPFromTheTypeScriptSDK(t *testing.T) {
 	assert.True(t, out.Blank.IsError, "a blank text was no tool error: %+v", out.Blank)
 	assert.True(t, len(out.Blank.Content) == 1 && strings.HasPrefix(out.Blank.Content[0].Text, string(chatrelay.InvalidText)+": "),
 		"a blank text's error: %+v", out.Blank.Content)
+	schematest.Valid(t, "verb.error", out.Blank.StructuredContent)
 	ok("request_approval", out.Ask)
 	assert.Equal(t, "the person's answer", out.Respond, 200)
 	ok("wait_interaction", out.Wait)
