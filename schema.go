@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -449,7 +450,7 @@ func buildSchema() obj {
 		"description":      "The chatrelay wire contract (Parts 1-4) and the host's verbs, " + SchemaVersion + ". Every limit's unit is in GET /api/limits.json: maxLength counts code points.",
 		"$defs":            defs,
 		"x-schema-version": SchemaVersion,
-		"x-routes":         routes(),
+		"x-routes":         xRoutes(),
 		"x-sse":            sseEvents(),
 		"x-ws":             obj{"v1": "ws.frame", "v2": "ws.v2.frame", "client": "ws.post"},
 		"x-verbs":          verbMap(),
@@ -531,39 +532,41 @@ func limitsAnswer() obj {
 	}, "schema_version", "limits", "patterns", "rate_limits", "streams", "retention")
 }
 
-// routes is x-routes: each route's body and its answers by status (every
-// error answer, 4xx or 5xx, is "error"), or the stream it opens and its
-// view (x-sse, x-ws). A v1 route also answers with a .php suffix, and the
-// whole API may be mounted under a prefix.
-func routes() obj {
+// xRoutes is x-routes, from the route table (routes.go): each documented
+// route's body and its answers by status (every error answer, 4xx or 5xx,
+// is "error"), or the stream it opens and its view (x-sse, x-ws). A v1
+// route also answers with a .php suffix, and the whole API may be mounted
+// under a prefix.
+func xRoutes() obj {
 	r := obj{}
-	add := func(key, body string, answers obj) {
-		e := obj{"answers": answers}
-		if body != "" {
-			e["body"] = body
+	for _, rt := range Routes() {
+		if !rt.Documented() {
+			continue
 		}
-		r[key] = e
+		key := rt.Key()
+		if rt.Stream != "" {
+			r[key] = obj{"stream": rt.Stream, "view": "v1"}
+			r[key+"?v=2"] = obj{"stream": rt.Stream, "view": "v2"}
+			continue
+		}
+		r[key] = routeEntry(rt.Body, rt.Status, rt.Answer)
+		if rt.AnswerV2 != "" {
+			r[key+"?v=2"] = routeEntry(rt.Body, rt.Status, rt.AnswerV2)
+		}
 	}
-	stream := func(key, kind, view string) { r[key] = obj{"stream": kind, "view": view} }
-	add("POST /api/chat/post", "post.body", obj{"201": "post.answer"})
-	add("GET /api/chat/poll", "", obj{"200": "poll.answer"})
-	add("GET /api/chat/poll?v=2", "", obj{"200": "poll.v2.answer"})
-	add("POST /api/chat/ticket", "", obj{"201": "ticket.answer"})
-	add("POST /api/chat/respond", "respond.body", obj{"200": "respond.answer"})
-	add("POST /api/chat/react", "react.body", obj{"200": "react.answer"})
-	add("POST /api/chat/participants", "participant.invite.body", obj{"201": "participant.invite.answer"})
-	add("GET /api/chat/participants", "", obj{"200": "participants.answer"})
-	add("DELETE /api/chat/participants/{id}", "", obj{"200": "participant.revoke.answer"})
-	add("GET /api/chat/participants/audit", "", obj{"200": "audit.answer"})
-	add("GET /api/chat/whoami", "", obj{"200": "whoami.answer"})
-	add("GET /api/schema.json", "", obj{"200": "schema.answer"})
-	add("GET /api/limits.json", "", obj{"200": "limits.answer"})
-	add("POST /api/debug/agent-replies", "", obj{})
-	stream("GET /api/chat/stream", "sse", "v1")
-	stream("GET /api/chat/stream?v=2", "sse", "v2")
-	stream("GET /api/chat/ws", "websocket", "v1")
-	stream("GET /api/chat/ws?v=2", "websocket", "v2")
 	return r
+}
+
+func routeEntry(body string, status int, answer string) obj {
+	answers := obj{}
+	if answer != "" {
+		answers[strconv.Itoa(status)] = answer
+	}
+	e := obj{"answers": answers}
+	if body != "" {
+		e["body"] = body
+	}
+	return e
 }
 
 func sseEvents() obj {
