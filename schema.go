@@ -315,19 +315,19 @@ func buildSchema() obj {
 	}, "at", "event", "participant"))
 
 	// Request bodies.
-	add("post.body", open("POST /api/chat/post, and a participant's post (which carries no kind)", obj{
+	add("post.body", open("POST "+PathPost+", and a participant's post (which carries no kind)", obj{
 		"text":      text(LimitPostText, "the message; rejected, never truncated, past its limit"),
 		"kind":      enum("operator (the default; null too) or agent; never hermes", string(Operator), string(Agent), nil),
 		"client_id": oneOf("", ref("client_id"), obj{"type": "null"}),
 	}, "text"))
-	add("respond.body", oneOf("POST /api/chat/respond: a decision answers an approval, a value an input",
+	add("respond.body", oneOf("POST "+PathRespond+": a decision answers an approval, a value an input",
 		open("", obj{"interaction_id": ref("interaction_id"), "decision": enum("", Approve, Deny)}, "interaction_id", "decision"),
 		open("", obj{"interaction_id": ref("interaction_id"), "value": text(LimitAnswerValue, "a choice's value, or any text when allow_text")}, "interaction_id", "value"),
 	))
-	add("react.body", open("POST /api/chat/react", obj{
+	add("react.body", open("POST "+PathReact, obj{
 		"message_id": ref("message_id"), "emoji": ref("emoji"), "remove": boolean("remove the reaction instead of adding it"),
 	}, "message_id", "emoji"))
-	add("participant.invite.body", open("POST /api/chat/participants", obj{
+	add("participant.invite.body", open("POST "+PathParticipants, obj{
 		"name":       describe(obj{"type": "string", "minLength": 1}, fmt.Sprintf("cleaned, then cut to %d code points; empty after cleaning is refused", LimitName.Max)),
 		"role":       describe(enum("", roles...), "default viewer"),
 		"kind":       describe(enum("", kinds...), "default human"),
@@ -350,7 +350,7 @@ func buildSchema() obj {
 			"code":           ref("code"),
 			"retryable":      boolean("only rate_limited, too_many_streams and store_unavailable are"),
 			"retry_after_ms": integer(1, -1, "rate_limited: how long to wait"),
-			"see":            constant("/api/chat/post"),
+			"see":            constant(PathPost),
 			"message":        ref("message.v2"),
 		},
 		"required":             []string{"success", "error", "code", "retryable"},
@@ -372,7 +372,7 @@ func buildSchema() obj {
 		"reset":    boolean("retention dropped a message changed after since: redraw"),
 		"awaiting": boolean("the last message was not written by hermes"), "cursor": epoch("the thread's newest change"),
 	}, "success", "thread", "messages", "reset", "awaiting", "cursor"))
-	add("ticket.answer", object("201 to POST /api/chat/ticket", obj{
+	add("ticket.answer", object("201 to POST "+PathTicket, obj{
 		"success": ok, "ticket": describe(obj{"type": "string", "minLength": 1}, "opaque; opens a stream with ?ticket="),
 		"thread": ref("thread"), "expires_at": ref("epoch"),
 	}, "success", "ticket", "thread", "expires_at"))
@@ -398,7 +398,7 @@ func buildSchema() obj {
 		"participant":  oneOf("the caller's grant; null for the owner", ref("participant"), obj{"type": "null"}),
 		"participants": list(ref("participant.summary"), "the active grants"),
 	}, "success", "thread", "role", "participant", "participants"))
-	add("schema.answer", describe(obj{"$ref": SchemaDraft}, "GET /api/schema.json: this bundle"))
+	add("schema.answer", describe(obj{"$ref": SchemaDraft}, "GET "+PathSchema+": this bundle"))
 	add("limits.answer", limitsAnswer())
 
 	// SSE data.
@@ -447,7 +447,7 @@ func buildSchema() obj {
 	return obj{
 		"$schema":          SchemaDraft,
 		"title":            "chatrelay",
-		"description":      "The chatrelay wire contract (Parts 1-4) and the host's verbs, " + SchemaVersion + ". Every limit's unit is in GET /api/limits.json: maxLength counts code points.",
+		"description":      "The chatrelay wire contract (Parts 1-4) and the host's verbs, " + SchemaVersion + ". Every limit's unit is in GET " + PathLimits + ": maxLength counts code points.",
 		"$defs":            defs,
 		"x-schema-version": SchemaVersion,
 		"x-routes":         xRoutes(),
@@ -514,7 +514,7 @@ func limitsAnswer() obj {
 	for _, l := range Limits() {
 		names[l.Name] = limit
 	}
-	return object("GET /api/limits.json: every limit with its unit, the id patterns, the server's rate windows and retention", obj{
+	return object("GET "+PathLimits+": every limit with its unit, the id patterns, the server's rate windows and retention", obj{
 		"schema_version": constant(SchemaVersion),
 		"limits":         object("", names, slices.Sorted(maps.Keys(names))...),
 		"patterns":       describe(obj{"type": "object", "additionalProperties": obj{"type": "string"}}, "the id patterns, Go and ECMA-262 alike"),

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/coder/websocket"
 	"github.com/r3labs/sse/v2"
 	"gopkg.in/cenkalti/backoff.v1"
@@ -445,7 +446,7 @@ func (s *subscriber) sseSession(ctx context.Context, t *target, h handler) error
 	if !s.setCloser(closerFunc(func() error { cancel(); return nil })) {
 		return nil
 	}
-	u := t.base + "/api/chat/stream"
+	u := t.base + chatrelay.PathSSE
 	if s.v2 {
 		u += "?v=2"
 	}
@@ -537,7 +538,7 @@ func (s *subscriber) deliverUpdate(h handler, m *message) {
 }
 
 func (s *subscriber) wsSession(ctx context.Context, t *target, h handler) error {
-	u := "ws://" + t.host + t.prefix + "/api/chat/ws"
+	u := "ws://" + t.host + t.prefix + chatrelay.PathWS
 	q := []string{}
 	if s.v2 {
 		q = append(q, "v=2")
