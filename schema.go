@@ -342,13 +342,24 @@ func buildSchema() obj {
 			retryable = append(retryable, c)
 		}
 	}
+	retryWords := ""
+	for i, c := range retryable {
+		switch {
+		case i == 0:
+		case i == len(retryable)-1:
+			retryWords += " and "
+		default:
+			retryWords += ", "
+		}
+		retryWords += string(c)
+	}
 	add("error", describe(obj{
 		"type": "object",
 		"properties": obj{
 			"success":        constant(false),
 			"error":          describe(obj{"type": "string"}, "words for a person"),
 			"code":           ref("code"),
-			"retryable":      boolean("only rate_limited, too_many_streams and store_unavailable are"),
+			"retryable":      boolean("only " + retryWords + " are"),
 			"retry_after_ms": integer(1, -1, "rate_limited: how long to wait"),
 			"see":            constant(PathPost),
 			"message":        ref("message.v2"),
