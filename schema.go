@@ -58,12 +58,32 @@ func SchemaDefNames() []string {
 	return slices.Sorted(maps.Keys(schemaDoc()["$defs"].(obj)))
 }
 
+// The host's verbs' names, as the MCP tools (chatrelay_<verb>) and the
+// schema ($defs <verb>.input, <verb>.result) name them. Each verb's
+// description, input and result are in the verb table (verbDefs).
+const (
+	VerbListThreads       = "list_threads"
+	VerbReadThread        = "read_thread"
+	VerbWaitMessages      = "wait_messages"
+	VerbSend              = "send"
+	VerbRequestInput      = "request_input"
+	VerbRequestApproval   = "request_approval"
+	VerbCheckInteraction  = "check_interaction"
+	VerbWaitInteraction   = "wait_interaction"
+	VerbCancelInteraction = "cancel_interaction"
+	VerbReact             = "react"
+	VerbSendCard          = "send_card"
+)
+
 // Verbs lists the host's verbs as the bundle names them, in the
 // contract's order.
-func Verbs() []string { return slices.Clone(verbNames) }
-
-var verbNames = []string{"list_threads", "read_thread", "wait_messages", "send", "request_input", "request_approval",
-	"check_interaction", "wait_interaction", "cancel_interaction", "react", "send_card"}
+func Verbs() []string {
+	var out []string
+	for _, v := range verbDefs() {
+		out = append(out, v.name)
+	}
+	return out
+}
 
 var (
 	schemaDoc   = sync.OnceValue(buildSchema)
@@ -446,10 +466,9 @@ func buildSchema() obj {
 		ref("ws.ready"), ref("ws.reset"), ref("ws.v2.message"), ref("ws.v2.update"), ref("ws.posted"), ref("ws.error")))
 
 	// The host's verbs.
-	verbs := verbDefs()
-	for _, v := range verbNames {
-		add(v+".input", verbs[v].input)
-		add(v+".result", verbs[v].result)
+	for _, v := range verbDefs() {
+		add(v.name+".input", describe(v.input, v.description))
+		add(v.name+".result", v.result)
 	}
 	add("verb.error", object("a verb's refusal (an MCP tool error's structured content)", obj{
 		"code": ref("code"), "error": describe(obj{"type": "string"}, "words for a person"), "retryable": boolean(""),
@@ -589,17 +608,23 @@ func sseEvents() obj {
 
 func verbMap() obj {
 	m := obj{}
-	for _, v := range verbNames {
+	for _, v := range Verbs() {
 		m[v] = obj{"input": v + ".input", "result": v + ".result", "mcp": "chatrelay_" + v}
 	}
 	return m
 }
 
-type verbDef struct{ input, result obj }
+// verbDef is a row of the verb table: a verb's name, what it does (its
+// input's description, which an MCP tool shows), its input and its
+// result.
+type verbDef struct {
+	name, description string
+	input, result     obj
+}
 
-// verbDefs are the verbs' inputs and results. Each input stands alone (no
-// $ref): an MCP tool's input schema is exactly its $defs entry.
-func verbDefs() map[string]verbDef {
+// verbDefs is the verb table, in the contract's order. Each input stands
+// alone (no $ref): an MCP tool's input schema is exactly its $defs entry.
+func verbDefs() []verbDef {
 	thread := pattern(ThreadPattern, "the thread id (16 hex characters)")
 	clientID := pattern(ClientIDPattern, "optional idempotency key: calling again with it stores nothing new and answers the first message")
 	ixID := pattern(InteractionIDPattern, "the interaction id (ix_…)")
@@ -615,17 +640,19 @@ func verbDefs() map[string]verbDef {
 		"replayed":  boolean("the client_id named an interaction already asked"),
 		"timed_out": boolean("wait_interaction: still pending when the wait ended"),
 	}, "thread", "message_id", "interaction")
-	return map[string]verbDef{
-		"list_threads": {
-			object("List the threads, newest activity first, with whether each awaits hermes's answer.", obj{}),
+	return []verbDef{
+		{
+			VerbListThreads, "List the threads, newest activity first, with whether each awaits hermes's answer.",
+			object("", obj{}),
 			object("", obj{"threads": list(object("", obj{
 				"thread": ref("thread"), "messages": integer(0, -1, "messages kept"), "last_author": ref("author"),
 				"last_epoch": epoch("the newest message's epoch"), "rev": epoch("the newest change's epoch"),
 				"awaiting": boolean("the newest message is not hermes's"),
 			}, "thread", "messages", "last_author", "last_epoch", "rev", "awaiting"), "")}, "threads"),
 		},
-		"read_thread": {
-			object("Read a thread's messages (v2 objects, with interactions, cards and reactions). No since: the newest messages; since: every message changed after that cursor.", obj{
+		{
+			VerbReadThread, "Read a thread's messages (v2 objects, with interactions, cards and reactions). No since: the newest messages; since: every message changed after that cursor.",
+			object("", obj{
 				"thread": thread,
 				"since":  integer(0, -1, "a cursor from an earlier read (its cursor); 0 or absent: the newest messages"),
 				"limit":  integer(0, -1, fmt.Sprintf("how many of the newest, without since; 0 or absent: %d", PollPage)),
@@ -636,8 +663,9 @@ func verbDefs() map[string]verbDef {
 				"reset": boolean("retention dropped changes after since"),
 			}, "thread", "messages", "cursor", "awaiting", "reset"),
 		},
-		"wait_messages": {
-			object("Wait until a thread (or any thread) has a message not written by hermes after a cursor, or the timeout. Returns at once if there is one. Without since, returns at once what hermes has not answered (in each thread, the messages after hermes's newest one), else waits for the next message.", obj{
+		{
+			VerbWaitMessages, "Wait until a thread (or any thread) has a message not written by hermes after a cursor, or the timeout. Returns at once if there is one. Without since, returns at once what hermes has not answered (in each thread, the messages after hermes's newest one), else waits for the next message.",
+			object("", obj{
 				"thread":  describe(pattern(ThreadPattern, ""), "the thread to watch; absent: every thread"),
 				"since":   integer(0, -1, "an epoch cursor (a wait's or a read's cursor); 0 or absent: the messages hermes has not answered yet, else the next one"),
 				"timeout": wait,
@@ -647,14 +675,16 @@ func verbDefs() map[string]verbDef {
 				"cursor":   epoch("pass it back as since"), "timed_out": boolean(""),
 			}, "messages", "cursor", "timed_out"),
 		},
-		"send": {
-			object("Send a message to a thread as hermes.", obj{
+		{
+			VerbSend, "Send a message to a thread as hermes.",
+			object("", obj{
 				"thread": thread, "text": text(LimitPostText, "the message; refused, never truncated, past its limit"), "client_id": clientID,
 			}, "thread", "text"),
 			messageResult,
 		},
-		"request_input": {
-			object("Ask the person a question: one of the choices, or any text when allow_text. Then wait for the answer with chatrelay_wait_interaction.", obj{
+		{
+			VerbRequestInput, "Ask the person a question: one of the choices, or any text when allow_text. Then wait for the answer with chatrelay_wait_interaction.",
+			object("", obj{
 				"thread": thread, "prompt": text(LimitInputPrompt, "the question"), "title": str(LimitInputTitle, ""),
 				"choices":    array(LimitChoices, choice(), "the answers offered; values unique"),
 				"allow_text": boolean("any text may answer, not only a choice"),
@@ -662,8 +692,9 @@ func verbDefs() map[string]verbDef {
 			}, "thread", "prompt"),
 			interactionResult,
 		},
-		"request_approval": {
-			object("Ask the person to approve or deny before you act. Then wait for the decision with chatrelay_wait_interaction; act only if it is approved.", obj{
+		{
+			VerbRequestApproval, "Ask the person to approve or deny before you act. Then wait for the decision with chatrelay_wait_interaction; act only if it is approved.",
+			object("", obj{
 				"thread": thread, "summary": text(LimitApprovalText, "what you would do, for the person to judge"),
 				"title":   str(LimitApprovalTitle, "the tool or action"),
 				"details": array(LimitDetails, detail(), "labelled facts"),
@@ -671,30 +702,35 @@ func verbDefs() map[string]verbDef {
 			}, "thread", "summary"),
 			interactionResult,
 		},
-		"check_interaction": {
-			object("An interaction's state and answer, now.", obj{"thread": thread, "interaction_id": ixID}, "thread", "interaction_id"),
+		{
+			VerbCheckInteraction, "An interaction's state and answer, now.",
+			object("", obj{"thread": thread, "interaction_id": ixID}, "thread", "interaction_id"),
 			interactionResult,
 		},
-		"wait_interaction": {
-			object("Wait until an interaction is answered, expired or canceled, or the timeout (timed_out: still pending; call again).", obj{
+		{
+			VerbWaitInteraction, "Wait until an interaction is answered, expired or canceled, or the timeout (timed_out: still pending; call again).",
+			object("", obj{
 				"thread": thread, "interaction_id": ixID, "timeout": wait,
 			}, "thread", "interaction_id"),
 			interactionResult,
 		},
-		"cancel_interaction": {
-			object("Withdraw a pending interaction.", obj{"thread": thread, "interaction_id": ixID}, "thread", "interaction_id"),
+		{
+			VerbCancelInteraction, "Withdraw a pending interaction.",
+			object("", obj{"thread": thread, "interaction_id": ixID}, "thread", "interaction_id"),
 			interactionResult,
 		},
-		"react": {
-			object("Add (or remove) hermes's reaction to a message.", obj{
+		{
+			VerbReact, "Add (or remove) hermes's reaction to a message.",
+			object("", obj{
 				"thread": thread, "message_id": pattern(MessageIDPattern, "the message id (MSG-…)"),
 				"emoji":  withPattern(str(LimitEmoji, "the reaction, e.g. 👍"), emojiPattern),
 				"remove": boolean("remove the reaction instead of adding it"),
 			}, "thread", "message_id", "emoji"),
 			messageResult,
 		},
-		"send_card": {
-			object("Send a card: a title, fallback text and blocks (text, fields, link, code), drawn as text.", obj{
+		{
+			VerbSendCard, "Send a card: a title, fallback text and blocks (text, fields, link, code), drawn as text.",
+			object("", obj{
 				"thread": thread, "card": card(cardBlock(object("", obj{"label": str(LimitFieldLabel, ""), "value": str(LimitFieldValue, "")}, "label", "value"))),
 				"client_id": clientID,
 			}, "thread", "card"),
