@@ -19,7 +19,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/chatrelay/chatrelay"
 	"github.com/coder/websocket"
 	"github.com/r3labs/sse/v2"
 	"gopkg.in/cenkalti/backoff.v1"
@@ -446,7 +445,7 @@ func (s *subscriber) sseSession(ctx context.Context, t *target, h handler) error
 	if !s.setCloser(closerFunc(func() error { cancel(); return nil })) {
 		return nil
 	}
-	u := t.base + chatrelay.PathSSE
+	u := t.base + "/api/chat/stream"
 	if s.v2 {
 		u += "?v=2"
 	}
@@ -538,7 +537,7 @@ func (s *subscriber) deliverUpdate(h handler, m *message) {
 }
 
 func (s *subscriber) wsSession(ctx context.Context, t *target, h handler) error {
-	u := "ws://" + t.host + t.prefix + chatrelay.PathWS
+	u := "ws://" + t.host + t.prefix + "/api/chat/ws"
 	q := []string{}
 	if s.v2 {
 		q = append(q, "v=2")

@@ -18,8 +18,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/chatrelay/chatrelay"
 )
 
 // bench runs scenarios against one server.
@@ -267,7 +265,7 @@ func closePosters(ps []*poster) {
 func (p *poster) post(ctx context.Context, th *thread, tag string, seq int) (epoch int64, id string, err error) {
 	p.text = benchText(p.text[:0], tag, seq, nowNS(), p.size)
 	p.body = postBody(p.body[:0], p.text)
-	resp, err := p.hc.do(ctx, http.MethodPost, chatrelay.PathPost, th.token, p.body)
+	resp, err := p.hc.do(ctx, http.MethodPost, "/api/chat/post", th.token, p.body)
 	if err != nil {
 		return 0, "", err
 	}
@@ -660,9 +658,9 @@ func (b *bench) s4(ctx context.Context) *result {
 	u := b.startUsage()
 	flat(ctx, pollers, cfg.pollDuration, 0, func(p *poster, _ int) {
 		ti := p.rng.IntN(len(threads))
-		path := chatrelay.PathPoll
+		path := "/api/chat/poll"
 		if cfg.pollSince == "cursor" {
-			p.text = append(append(p.text[:0], chatrelay.PathPoll+"?since="...), strconv.FormatInt(cursors[ti].Load(), 10)...)
+			p.text = append(append(p.text[:0], "/api/chat/poll?since="...), strconv.FormatInt(cursors[ti].Load(), 10)...)
 			path = string(p.text)
 		}
 		t0 := time.Now()
