@@ -8,8 +8,9 @@ import (
 )
 
 // Code is a machine-readable error code. The codes are the contract's: new
-// ones are appended, existing ones are never renamed. Only the transport maps
-// a code to an HTTP status (or a WebSocket frame, or a CLI exit).
+// ones are appended, existing ones are never renamed. The code table states
+// each one's HTTP status; only the transport writes it (or a WebSocket
+// frame, or a CLI exit).
 type Code string
 
 // Error codes of contract Part 1 and Part 2, then chatrelay's own. What

@@ -1,6 +1,6 @@
 // Package transport serves the chat over HTTP: the frozen v1 post and poll
 // routes, the SSE and WebSocket streams, and tickets. It is the only package
-// that maps an error code to an HTTP status.
+// that writes an error code's HTTP status (the code table's, error.go).
 package transport
 
 import (
