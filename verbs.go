@@ -28,6 +28,9 @@ const (
 	VerbSendCard          = "send_card"
 )
 
+// ToolName is the MCP tool of a verb: chatrelay_<verb>.
+func ToolName(verb string) string { return "chatrelay_" + verb }
+
 // Verbs lists the host's verbs as the bundle names them, in the
 // contract's order.
 func Verbs() []string {
@@ -41,7 +44,7 @@ func Verbs() []string {
 func verbMap() obj {
 	m := obj{}
 	for _, v := range Verbs() {
-		m[v] = obj{"input": v + ".input", "result": v + ".result", "mcp": "chatrelay_" + v}
+		m[v] = obj{"input": v + ".input", "result": v + ".result", "mcp": ToolName(v)}
 	}
 	return m
 }
