@@ -83,7 +83,8 @@ func (s *Server) bind() []route {
 	var out []route
 	for _, row := range chatrelay.Routes() {
 		h, ok := hs[row.Key()]
-		if !ok || (h.handle == nil) != !row.Gated() || (h.handle == nil) == (h.serve == nil) {
+		gated := h.handle != nil
+		if !ok || gated != row.Gated() || gated == (h.serve != nil) { // none, or not of its kind, or both
 			panic(fmt.Sprintf("transport: route %s: no handler of its kind", row.Key()))
 		}
 		rt := route{row: row, pattern: row.Path, method: row.Method, parts: row.Participants, handle: h.handle, serve: h.serve}
