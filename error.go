@@ -3,15 +3,19 @@ package chatrelay
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
 // Code is a machine-readable error code. The codes are the contract's: new
-// ones are appended, existing ones are never renamed. Only the transport maps
-// a code to an HTTP status (or a WebSocket frame, or a CLI exit).
+// ones are appended, existing ones are never renamed. The code table states
+// each one's HTTP status; only the transport writes it (or a WebSocket
+// frame, or a CLI exit).
 type Code string
 
-// Error codes of contract Part 1 and Part 2, then chatrelay's own.
+// Error codes of contract Part 1 and Part 2, then chatrelay's own. What
+// each means, its HTTP status and whether it may be retried are in the
+// code table below.
 const (
 	InvalidJSON      Code = "invalid_json"
 	InvalidText      Code = "invalid_text"
@@ -30,56 +34,108 @@ const (
 	ThreadUnreadable Code = "thread_unreadable"
 	StoreUnavailable Code = "store_unavailable"
 
-	NotFound      Code = "not_found"      // no such route, or (CLI) no such thread
-	InvalidThread Code = "invalid_thread" // (CLI) a thread id that is not 16 lowercase hex
+	NotFound      Code = "not_found"
+	InvalidThread Code = "invalid_thread"
 	Internal      Code = "internal"
 
 	// Refusals of a WebSocket handshake, answered before any upgrade.
-	OriginNotAllowed Code = "origin_not_allowed" // a browser page of an origin not allowed
-	UpgradeRequired  Code = "upgrade_required"   // not a WebSocket handshake, or not version 13
-	InvalidHandshake Code = "invalid_handshake"  // a malformed Sec-WebSocket-Key
+	OriginNotAllowed Code = "origin_not_allowed"
+	UpgradeRequired  Code = "upgrade_required"
+	InvalidHandshake Code = "invalid_handshake"
 
 	// Part 4 (v2).
-	InvalidVersion    Code = "invalid_version"    // v is neither 1 nor 2
-	InvalidAnswer     Code = "invalid_answer"     // an answer that does not fit its interaction
-	InvalidEmoji      Code = "invalid_emoji"      // an emoji that is empty, too long or holds white space, a control or a format character
-	InvalidClientID   Code = "invalid_client_id"  // a client_id that does not match its pattern
-	InteractionClosed Code = "interaction_closed" // answered, expired or canceled already
-	ClientIDConflict  Code = "client_id_conflict" // the client_id names a different message
+	InvalidVersion    Code = "invalid_version"
+	InvalidAnswer     Code = "invalid_answer"
+	InvalidEmoji      Code = "invalid_emoji"
+	InvalidClientID   Code = "invalid_client_id"
+	InteractionClosed Code = "interaction_closed"
+	ClientIDConflict  Code = "client_id_conflict"
 	// Part 3 (participants).
-	InvalidName            Code = "invalid_name"            // a name empty once cleaned
-	InvalidRole            Code = "invalid_role"            // a role that is not viewer or commenter
-	InvalidExpiry          Code = "invalid_expiry"          // expires_in out of range
-	InvalidCap             Code = "invalid_cap"             // cap out of range
-	TokenRevoked           Code = "token_revoked"           // a revoked grant's token, or a ticket minted from it
-	TokenExpired           Code = "token_expired"           // an expired grant's token, or a ticket minted from it
-	NotPermitted           Code = "not_permitted"           // a participant on an owner's route, or a viewer posting
-	ParticipantLimit       Code = "participant_limit"       // the thread has the most active grants
-	TooManyMessages        Code = "too_many_messages"       // a participant's messages wait for hermes
-	CapReached             Code = "cap_reached"             // the grant's cap is spent
-	ParticipantsUnreadable Code = "participants_unreadable" // the participants record does not parse
+	InvalidName            Code = "invalid_name"
+	InvalidRole            Code = "invalid_role"
+	InvalidExpiry          Code = "invalid_expiry"
+	InvalidCap             Code = "invalid_cap"
+	TokenRevoked           Code = "token_revoked"
+	TokenExpired           Code = "token_expired"
+	NotPermitted           Code = "not_permitted"
+	ParticipantLimit       Code = "participant_limit"
+	TooManyMessages        Code = "too_many_messages"
+	CapReached             Code = "cap_reached"
+	ParticipantsUnreadable Code = "participants_unreadable"
 	// chatrelay's own, for what the host (CLI, MCP) sends.
-	InvalidInteraction Code = "invalid_interaction" // an interaction hermes asks that breaks a limit
-	InvalidCard        Code = "invalid_card"        // a card that breaks a limit or has a link that is not http(s)
+	InvalidInteraction Code = "invalid_interaction"
+	InvalidCard        Code = "invalid_card"
 	// chatrelay's own, where the contract is silent.
-	TooManyReactions Code = "too_many_reactions" // a new emoji on a message that has the most distinct ones
-
+	TooManyReactions Code = "too_many_reactions"
 )
 
-// Codes lists every code, in the order above: the schema's enum of codes.
+// CodeInfo is a row of the code table: a code, the HTTP status of an
+// answer that carries it (the transport writes it, the metrics count it),
+// whether a client may retry the same request later, and what it means.
+type CodeInfo struct {
+	Code        Code
+	Status      int
+	Retryable   bool
+	Description string
+}
+
+// codeTable is every code, in the schema enum's order; Codes, the
+// statuses and Retryable are read from it. A new code is appended.
+var codeTable = []CodeInfo{
+	{InvalidJSON, 400, false, "the body is not a JSON object of the route's shape"},
+	{InvalidText, 400, false, "a text missing, not a string, not valid UTF-8, or blank"},
+	{InvalidKind, 400, false, "a kind that is not operator or agent"},
+	{InvalidSince, 400, false, "a cursor (since, Last-Event-ID) that is not a non-negative integer"},
+	{Unauthorized, 401, false, "credentials missing, malformed or unknown"},
+	{MethodNotAllowed, 405, false, "a method the route does not take (Allow names those it takes)"},
+	{Gone, 410, false, "the retired route"},
+	{BodyTooLarge, 413, false, "a body past its limit"},
+	{TextTooLong, 413, false, "a text past its limit: refused, never truncated"},
+	{RateLimited, 429, true, "a rate window is full; retry_after_ms says how long to wait"},
+	{ThreadLimit, 507, false, "the post would create a thread beyond the most the store keeps"},
+	{TooManyStreams, 429, true, "the thread or the address holds the most open streams"},
+	{InvalidTicket, 401, false, "a ticket that is malformed, tampered, expired, or used to post or poll"},
+	{ThreadUnreadable, 503, false, "the thread's stored record does not parse"},
+	{StoreUnavailable, 503, true, "the store cannot be reached"},
+	{NotFound, 404, false, "no such route, or (CLI) no such thread"},
+	{InvalidThread, 400, false, "(CLI) a thread id that is not 16 lowercase hex"},
+	{Internal, 500, false, "a failure of the server's own; its cause is logged, never sent"},
+	{OriginNotAllowed, 403, false, "a browser page of an origin not allowed"},
+	{UpgradeRequired, 426, false, "not a WebSocket handshake, or not version 13"},
+	{InvalidHandshake, 400, false, "a malformed Sec-WebSocket-Key"},
+	{InvalidVersion, 400, false, "v is neither 1 nor 2"},
+	{InvalidAnswer, 400, false, "an answer that does not fit its interaction"},
+	{InvalidEmoji, 400, false, "an emoji that is empty, too long or holds white space, a control or a format character"},
+	{InvalidClientID, 400, false, "a client_id that does not match its pattern"},
+	{InteractionClosed, 409, false, "answered, expired or canceled already"},
+	{ClientIDConflict, 409, false, "the client_id names a different message"},
+	{InvalidInteraction, 400, false, "an interaction hermes asks that breaks a limit"},
+	{InvalidCard, 400, false, "a card that breaks a limit or has a link that is not http(s)"},
+	{InvalidName, 400, false, "a name empty once cleaned"},
+	{InvalidRole, 400, false, "a role that is not viewer or commenter"},
+	{InvalidExpiry, 400, false, "expires_in out of range"},
+	{InvalidCap, 400, false, "cap out of range"},
+	{TokenRevoked, 401, false, "a revoked grant's token, or a ticket minted from it"},
+	{TokenExpired, 401, false, "an expired grant's token, or a ticket minted from it"},
+	{NotPermitted, 403, false, "a participant on an owner's route, or a viewer posting"},
+	{ParticipantLimit, 409, false, "the thread has the most active grants"},
+	{TooManyMessages, 429, false, "a participant's messages wait for hermes"},
+	{CapReached, 429, false, "the grant's cap is spent"},
+	{ParticipantsUnreadable, 503, false, "the participants record does not parse"},
+	{TooManyReactions, 409, false, "a new emoji on a message that has the most distinct ones"},
+}
+
+// CodeTable returns the code table: every code with its status, whether
+// it is retryable and what it means, in Codes' order.
+func CodeTable() []CodeInfo { return slices.Clone(codeTable) }
+
+// Codes lists every code, in the table's order: the schema's enum of codes.
 func Codes() []Code {
-	return []Code{
-		InvalidJSON, InvalidText, InvalidKind, InvalidSince, Unauthorized, MethodNotAllowed, Gone,
-		BodyTooLarge, TextTooLong, RateLimited, ThreadLimit,
-		TooManyStreams, InvalidTicket, ThreadUnreadable, StoreUnavailable,
-		NotFound, InvalidThread, Internal,
-		OriginNotAllowed, UpgradeRequired, InvalidHandshake,
-		InvalidVersion, InvalidAnswer, InvalidEmoji, InvalidClientID, InteractionClosed, ClientIDConflict,
-		InvalidInteraction, InvalidCard,
-		InvalidName, InvalidRole, InvalidExpiry, InvalidCap, TokenRevoked, TokenExpired, NotPermitted,
-		ParticipantLimit, TooManyMessages, CapReached, ParticipantsUnreadable,
-		TooManyReactions,
+	out := make([]Code, len(codeTable))
+	for i, c := range codeTable {
+		out[i] = c.Code
 	}
+	return out
 }
 
 // Error is a domain error: a code, words safe to show a client, and the cause,
@@ -123,6 +179,14 @@ func CodeOf(err error) Code {
 }
 
 // Retryable reports whether a client may retry the same request later.
-func (c Code) Retryable() bool {
-	return c == RateLimited || c == TooManyStreams || c == StoreUnavailable
-}
+func (c Code) Retryable() bool { return retryable[c] }
+
+var retryable = func() map[Code]bool {
+	m := map[Code]bool{}
+	for _, c := range codeTable {
+		if c.Retryable {
+			m[c.Code] = true
+		}
+	}
+	return m
+}()

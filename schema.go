@@ -3,11 +3,10 @@ package chatrelay
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
-	"time"
 )
 
 // The JSON Schema bundle (contract Part 4, "The schema and the limits, as
@@ -56,13 +55,6 @@ func SchemaDef(name string) (json.RawMessage, bool) {
 func SchemaDefNames() []string {
 	return slices.Sorted(maps.Keys(schemaDoc()["$defs"].(obj)))
 }
-
-// Verbs lists the host's verbs as the bundle names them, in the
-// contract's order.
-func Verbs() []string { return slices.Clone(verbNames) }
-
-var verbNames = []string{"list_threads", "read_thread", "wait_messages", "send", "request_input", "request_approval",
-	"check_interaction", "wait_interaction", "cancel_interaction", "react", "send_card"}
 
 var (
 	schemaDoc   = sync.OnceValue(buildSchema)
@@ -212,244 +204,37 @@ func codeStrings(codes []Code) []any {
 	return out
 }
 
+// defSet is the bundle's $defs under construction.
+type defSet obj
+
+// add adds an entry; a name is added once.
+func (d defSet) add(name string, s obj) {
+	if _, dup := d[name]; dup {
+		panic("chatrelay: schema: $defs " + name + " twice")
+	}
+	d[name] = s
+}
+
 func buildSchema() obj {
-	defs := obj{}
-	add := func(name string, s obj) {
-		if _, dup := defs[name]; dup {
-			panic("chatrelay: schema: $defs " + name + " twice")
-		}
-		defs[name] = s
-	}
-
-	// Ids and scalars.
-	add("thread", pattern(ThreadPattern, "a thread id: the first 16 hex characters of sha256(token)"))
-	add("token", pattern(TokenPattern, "a thread token, sent as X-Chat-Token"))
-	add("message_id", pattern(MessageIDPattern, "a message id"))
-	add("interaction_id", pattern(InteractionIDPattern, "an interaction id"))
-	add("client_id", pattern(ClientIDPattern, "an idempotency key: a repeat with the same client_id stores nothing and answers the first message again"))
-	add("participant_id", pattern(ParticipantIDPattern, "a participant id"))
-	add("share_token", pattern(ShareTokenPattern, "a share token, sent as Authorization: Bearer; shown once"))
-	add("epoch", epoch(""))
-	add("ts", describe(obj{"type": "string", "pattern": tsPattern}, "the epoch's second in RFC 3339, UTC, written +00:00"))
-	add("author", describe(obj{"type": "string", "pattern": authorPattern}, "who wrote a message: operator, agent, hermes, or p:<participant id>"))
-	add("emoji", describe(withPattern(str(LimitEmoji, ""), emojiPattern), "a reaction: 1 … 64 code points, no white space, control character or invisible format character (bidi controls, zero width spaces, U+FEFF; the joiner U+200D and a subdivision flag's tags are allowed)"))
-	add("code", enum("an error's machine code", codeStrings(Codes())...))
-
-	// Messages.
-	v1 := obj{
-		"id": ref("message_id"), "epoch": ref("epoch"), "ts": ref("ts"), "author": ref("author"),
-		"text": text(LimitPostText, "the text; an interaction's readable rendering, or a card's fallback_text"),
-	}
-	add("message", object("the v1 message object: exactly these five fields", v1, "id", "epoch", "ts", "author", "text"))
-	add("message.v2", withProps(object("the v2 message object: the v1 fields, rev, and the v2 fields the message has", v1,
-		"id", "epoch", "ts", "author", "text"), obj{
-		"rev":         epoch("the epoch of the message's latest change (its epoch if it never changed): the v2 cursor"),
-		"author_name": str(LimitName, "a participant's name"),
-		"client_id":   ref("client_id"),
-		"interaction": ref("interaction"),
-		"card":        ref("card"),
-		"reactions":   ref("reactions"),
-	}, "rev"))
-	add("reactions", describe(obj{
-		"type":                 "object",
-		"propertyNames":        ref("emoji"),
-		"additionalProperties": describe(obj{"type": "array", "items": ref("author"), "minItems": 1, "uniqueItems": true}, "the reactors, in the order they reacted"),
-		"minProperties":        1,
-	}, "each emoji with its reactors; absent when there is none"))
-
-	// Interactions.
-	add("choice", choice())
-	add("detail", detail())
-	ixCommon := obj{
-		"id": ref("interaction_id"), "deadline": epoch("when it expires unanswered"),
-		"answered_by": ref("author"), "answered_at": epoch("when it was answered, expired or canceled"),
-	}
-	add("interaction.approval", object("an approval: approve or deny before hermes acts", merge(ixCommon, obj{
-		"type":       constant(string(Approval)),
-		"title":      str(LimitApprovalTitle, "the tool or action"),
-		"prompt":     text(LimitApprovalText, "the summary of what hermes would do"),
-		"allow_text": constant(false),
-		"details":    array(LimitDetails, ref("detail"), "labelled facts"),
-		"state":      enum("", string(Pending), string(Approved), string(Denied), string(Expired), string(Canceled)),
-		"answer": object("the decision", obj{
-			"decision": enum("", Approve, Deny),
-		}, "decision"),
-	}), "id", "type", "prompt", "allow_text", "deadline", "state"))
-	add("interaction.input", object("an input: one of the choices, or text when allow_text", merge(ixCommon, obj{
-		"type":       constant(string(Input)),
-		"title":      str(LimitInputTitle, ""),
-		"prompt":     text(LimitInputPrompt, "the question"),
-		"choices":    array(LimitChoices, ref("choice"), "the answers offered; values unique"),
-		"allow_text": boolean("any text may answer, not only a choice"),
-		"state":      enum("", string(Pending), string(Answered), string(Expired), string(Canceled)),
-		"answer": object("the value", obj{
-			"value": text(LimitAnswerValue, ""),
-		}, "value"),
-	}), "id", "type", "prompt", "allow_text", "deadline", "state"))
-	add("interaction", oneOf("hermes asks a person: approval or input; pending, then exactly one final state",
-		ref("interaction.approval"), ref("interaction.input")))
-
-	// Cards.
-	add("field", object("", obj{"label": str(LimitFieldLabel, ""), "value": str(LimitFieldValue, "")}, "label", "value"))
-	add("block", cardBlock(ref("field")))
-	add("card", card(ref("block")))
-
-	// Participants (Part 3).
-	roles := []any{"viewer", "commenter"}
-	kinds := []any{"human", "agent"}
-	add("participant", object("a grant: one participant, one role, until it expires or is revoked (never its token)", obj{
-		"id": ref("participant_id"), "name": str(LimitName, "the cleaned name"),
-		"kind": enum("", kinds...), "role": enum("", roles...),
-		"created_at": ref("epoch"), "expires_at": ref("epoch"),
-		"state": enum("a grant whose cap is spent stays active", "active", "revoked", "expired"),
-		"cap":   count(LimitCap, "most messages the participant may ever post"),
-		"sent":  integer(0, -1, "the participant's accepted posts"),
-	}, "id", "name", "kind", "role", "created_at", "expires_at", "state", "cap", "sent"))
-	add("participant.summary", object("an active grant as whoami lists it", obj{
-		"id": ref("participant_id"), "name": str(LimitName, ""), "kind": enum("", kinds...), "role": enum("", roles...),
-	}, "id", "name", "kind", "role"))
-	add("audit.event", object("one audit record: never a token, a digest or a message text", obj{
-		"at": ref("epoch"), "event": enum("", "issued", "revoked", "expired", "refused", "first_use"),
-		"participant": ref("participant_id"), "code": ref("code"), "ip": describe(obj{"type": "string"}, "the client address"),
-	}, "at", "event", "participant"))
-
-	// Request bodies.
-	add("post.body", open("POST /api/chat/post, and a participant's post (which carries no kind)", obj{
-		"text":      text(LimitPostText, "the message; rejected, never truncated, past its limit"),
-		"kind":      enum("operator (the default; null too) or agent; never hermes", string(Operator), string(Agent), nil),
-		"client_id": oneOf("", ref("client_id"), obj{"type": "null"}),
-	}, "text"))
-	add("respond.body", oneOf("POST /api/chat/respond: a decision answers an approval, a value an input",
-		open("", obj{"interaction_id": ref("interaction_id"), "decision": enum("", Approve, Deny)}, "interaction_id", "decision"),
-		open("", obj{"interaction_id": ref("interaction_id"), "value": text(LimitAnswerValue, "a choice's value, or any text when allow_text")}, "interaction_id", "value"),
-	))
-	add("react.body", open("POST /api/chat/react", obj{
-		"message_id": ref("message_id"), "emoji": ref("emoji"), "remove": boolean("remove the reaction instead of adding it"),
-	}, "message_id", "emoji"))
-	add("participant.invite.body", open("POST /api/chat/participants", obj{
-		"name":       describe(obj{"type": "string", "minLength": 1}, fmt.Sprintf("cleaned, then cut to %d code points; empty after cleaning is refused", LimitName.Max)),
-		"role":       describe(enum("", roles...), "default viewer"),
-		"kind":       describe(enum("", kinds...), "default human"),
-		"expires_in": describe(integer(LimitExpiresIn.Min, LimitExpiresIn.Max, ""), fmt.Sprintf("seconds; default %d", int(DefaultExpiresIn/time.Second))),
-		"cap":        describe(count(LimitCap, ""), fmt.Sprintf("most messages the participant may post; default %d", DefaultCap)),
-	}, "name"))
-
-	// Answers.
-	retryable := []Code{}
-	for _, c := range Codes() {
-		if c.Retryable() {
-			retryable = append(retryable, c)
-		}
-	}
-	add("error", describe(obj{
-		"type": "object",
-		"properties": obj{
-			"success":        constant(false),
-			"error":          describe(obj{"type": "string"}, "words for a person"),
-			"code":           ref("code"),
-			"retryable":      boolean("only rate_limited, too_many_streams and store_unavailable are"),
-			"retry_after_ms": integer(1, -1, "rate_limited: how long to wait"),
-			"see":            constant("/api/chat/post"),
-			"message":        ref("message.v2"),
-		},
-		"required":             []string{"success", "error", "code", "retryable"},
-		"additionalProperties": false,
-		"if":                   obj{"properties": obj{"code": enum("", codeStrings(retryable)...)}},
-		"then":                 obj{"properties": obj{"retryable": constant(true)}},
-		"else":                 obj{"properties": obj{"retryable": constant(false)}},
-	}, "every error answer: see is on the retired route's 410, message on a 409 about a message"))
-	ok := constant(true)
-	add("post.answer", object("201 to a post", obj{
-		"success": ok, "id": ref("message_id"), "epoch": ref("epoch"), "ts": ref("ts"), "thread": ref("thread"),
-	}, "success", "id", "epoch", "ts", "thread"))
-	add("poll.answer", object("200 to a v1 poll", obj{
-		"success": ok, "thread": ref("thread"), "messages": list(ref("message"), "oldest first"),
-		"awaiting": boolean("the last message was not written by hermes"), "cursor": epoch("the newest message's epoch; 0 for an empty thread"),
-	}, "success", "thread", "messages", "awaiting", "cursor"))
-	add("poll.v2.answer", object("200 to a v2 poll (v=2)", obj{
-		"success": ok, "thread": ref("thread"), "messages": list(ref("message.v2"), "each message changed after since, oldest change first, in its current state"),
-		"reset":    boolean("retention dropped a message changed after since: redraw"),
-		"awaiting": boolean("the last message was not written by hermes"), "cursor": epoch("the thread's newest change"),
-	}, "success", "thread", "messages", "reset", "awaiting", "cursor"))
-	add("ticket.answer", object("201 to POST /api/chat/ticket", obj{
-		"success": ok, "ticket": describe(obj{"type": "string", "minLength": 1}, "opaque; opens a stream with ?ticket="),
-		"thread": ref("thread"), "expires_at": ref("epoch"),
-	}, "success", "ticket", "thread", "expires_at"))
-	messageAnswer := object("200: the v2 message in its current state", obj{"success": ok, "message": ref("message.v2")}, "success", "message")
-	add("respond.answer", messageAnswer)
-	add("react.answer", maps.Clone(messageAnswer))
-	add("participant.invite.answer", object("201 to an invite: the token and the link are shown once", obj{
-		"success": ok, "participant": ref("participant"), "token": ref("share_token"),
-		"link": describe(obj{"type": "string", "pattern": `/p#chp_`}, "<base>/p#chp_…: the token only in the fragment"),
-		"qr":   describe(obj{"type": "string", "pattern": `^data:image/png;base64,`}, "the link as a QR code, a PNG data URL (chatrelay's addition, for the page)"),
-	}, "success", "participant", "token", "link"))
-	add("participants.answer", object("200: every grant, newest first", obj{
-		"success": ok, "participants": list(ref("participant"), ""),
-	}, "success", "participants"))
-	add("participant.revoke.answer", object("200 to a revoke (again: the same)", obj{
-		"success": ok, "participant": ref("participant"),
-	}, "success", "participant"))
-	add("audit.answer", object("200: the audit, oldest first", obj{
-		"success": ok, "events": list(ref("audit.event"), ""),
-	}, "success", "events"))
-	add("whoami.answer", object("200: who the caller is in the thread", obj{
-		"success": ok, "thread": ref("thread"), "role": enum("", "owner", "viewer", "commenter"),
-		"participant":  oneOf("the caller's grant; null for the owner", ref("participant"), obj{"type": "null"}),
-		"participants": list(ref("participant.summary"), "the active grants"),
-	}, "success", "thread", "role", "participant", "participants"))
-	add("schema.answer", describe(obj{"$ref": SchemaDraft}, "GET /api/schema.json: this bundle"))
-	add("limits.answer", limitsAnswer())
-
-	// SSE data.
-	ready := obj{"thread": ref("thread"), "cursor": epoch("v1: the newest message's epoch; v2: the newest change's"), "awaiting": boolean("")}
-	add("sse.ready", object("event: ready (no id), once the subscriber is registered", ready, "thread", "cursor", "awaiting"))
-	add("sse.reset", object("event: reset: retention dropped messages after the cursor; redraw", obj{}))
-	add("sse.revoked", object("event: revoked: the participant's grant ended; the stream closes", obj{
-		"code": enum("", string(TokenRevoked), string(TokenExpired)),
-	}, "code"))
-
-	// WebSocket frames.
-	add("ws.ready", withProps(object("the first frame, once registered", ready, "thread", "cursor", "awaiting"), obj{"type": constant("ready")}, "type"))
-	add("ws.reset", object("retention dropped messages after the cursor; redraw", obj{"type": constant("reset")}, "type"))
-	add("ws.message", object("a new message (v1)", obj{"type": constant("message"), "message": ref("message")}, "type", "message"))
-	add("ws.v2.message", object("a message the client cannot have yet (v2)", obj{"type": constant("message"), "message": ref("message.v2")}, "type", "message"))
-	add("ws.v2.update", object("a change of a message the client has (v2)", obj{"type": constant("update"), "message": ref("message.v2")}, "type", "message"))
-	add("ws.posted", describe(withProps(defs["post.answer"].(obj), obj{
-		"type": constant("posted"), "replayed": boolean("the client_id named a message already stored"),
-	}, "type"), "the answer to a client's post frame"))
-	errFrame := maps.Clone(defs["error"].(obj))
-	errProps := maps.Clone(errFrame["properties"].(obj))
-	errProps["type"] = constant("error")
-	errFrame["properties"] = errProps
-	errFrame["required"] = append(slices.Clone(errFrame["required"].([]string)), "type")
-	add("ws.error", describe(errFrame, "the answer to a client frame that was refused"))
-	add("ws.post", open("a client's frame: post over the socket (not with a ticket)", obj{
-		"type": constant("post"), "text": text(LimitPostText, ""),
-		"kind":      enum("", string(Operator), string(Agent), nil),
-		"client_id": oneOf("", ref("client_id"), obj{"type": "null"}),
-	}, "type", "text"))
-	add("ws.frame", oneOf("any frame the server sends on a v1 socket",
-		ref("ws.ready"), ref("ws.reset"), ref("ws.message"), ref("ws.posted"), ref("ws.error")))
-	add("ws.v2.frame", oneOf("any frame the server sends on a v2 socket (v=2)",
-		ref("ws.ready"), ref("ws.reset"), ref("ws.v2.message"), ref("ws.v2.update"), ref("ws.posted"), ref("ws.error")))
-
-	// The host's verbs.
-	verbs := verbDefs()
-	for _, v := range verbNames {
-		add(v+".input", verbs[v].input)
-		add(v+".result", verbs[v].result)
-	}
-	add("verb.error", object("a verb's refusal (an MCP tool error's structured content)", obj{
-		"code": ref("code"), "error": describe(obj{"type": "string"}, "words for a person"), "retryable": boolean(""),
-	}, "code", "error", "retryable"))
-
+	d := defSet{}
+	d.ids()
+	d.messages()
+	d.interactions()
+	d.cards()
+	d.participants()
+	d.bodies()
+	d.answers()
+	d.sse()
+	d.ws()
+	d.verbs()
+	defs := obj(d)
 	return obj{
 		"$schema":          SchemaDraft,
 		"title":            "chatrelay",
-		"description":      "The chatrelay wire contract (Parts 1-4) and the host's verbs, " + SchemaVersion + ". Every limit's unit is in GET /api/limits.json: maxLength counts code points.",
+		"description":      "The chatrelay wire contract (Parts 1-4) and the host's verbs, " + SchemaVersion + ". Every limit's unit is in GET " + PathLimits + ": maxLength counts code points.",
 		"$defs":            defs,
 		"x-schema-version": SchemaVersion,
-		"x-routes":         routes(),
+		"x-routes":         xRoutes(),
 		"x-sse":            sseEvents(),
 		"x-ws":             obj{"v1": "ws.frame", "v2": "ws.v2.frame", "client": "ws.post"},
 		"x-verbs":          verbMap(),
@@ -476,94 +261,41 @@ func count(l Limit, desc string) obj {
 	return integer(l.Min, l.Max, desc)
 }
 
-func choice() obj {
-	return object("an answer an input offers", obj{
-		"value": str(LimitChoiceValue, "what the answer is"), "label": str(LimitChoiceLabel, ""), "description": str(LimitChoiceDesc, ""),
-	}, "value")
-}
-
-func detail() obj {
-	return object("a labelled fact an approval shows", obj{"label": str(LimitDetailLabel, ""), "value": str(LimitDetailValue, "")}, "label", "value")
-}
-
-// cardBlock is a card's block; field is the schema of a fields block's
-// field (a $ref, or the field itself where the schema must stand alone).
-func cardBlock(field any) obj {
-	return oneOf("a card's block: each type takes only its own fields",
-		object("", obj{"type": constant(string(TextBlock)), "text": str(LimitBlockText, "")}, "type", "text"),
-		object("", obj{"type": constant(string(FieldsBlock)), "fields": array(LimitFields, field, "")}, "type", "fields"),
-		object("", obj{"type": constant(string(LinkBlock)), "url": withPattern(str(LimitLinkURL, "http or https only"), linkPattern), "label": str(LimitLinkLabel, "")}, "type", "url"),
-		object("", obj{"type": constant(string(CodeBlock)), "text": str(LimitCodeText, ""), "language": str(LimitCodeLanguage, "")}, "type", "text"),
-	)
-}
-
-// card is a card whose blocks are block.
-func card(block any) obj {
-	return object(fmt.Sprintf("hermes's card, drawn as text, never as HTML; at most %d bytes as UTF-8 JSON (%s)", LimitCard.Max, LimitCard.Unit), obj{
-		"title":         str(LimitCardTitle, ""),
-		"fallback_text": text(LimitCardFallback, "what a v1 client shows: the message's text"),
-		"blocks":        array(LimitCardBlocks, block, ""),
-	}, "fallback_text", "blocks")
-}
-
-func limitsAnswer() obj {
-	units := []any{string(CodePoints), string(Bytes), string(JSONUTF8Bytes), string(Items), string(Seconds), string(Count)}
-	limit := object("", obj{"min": integer(0, -1, ""), "max": integer(0, -1, ""), "unit": enum("", units...)}, "min", "max", "unit")
-	names := obj{}
-	for _, l := range Limits() {
-		names[l.Name] = limit
-	}
-	return object("GET /api/limits.json: every limit with its unit, the id patterns, the server's rate windows and retention", obj{
-		"schema_version": constant(SchemaVersion),
-		"limits":         object("", names, slices.Sorted(maps.Keys(names))...),
-		"patterns":       describe(obj{"type": "object", "additionalProperties": obj{"type": "string"}}, "the id patterns, Go and ECMA-262 alike"),
-		"rate_limits": object("the sliding rate windows over accepted posts (reactions have their own of the same sizes)", obj{
-			"per_thread": integer(1, -1, ""), "per_ip": integer(1, -1, ""), "window_seconds": seconds(),
-		}, "per_thread", "per_ip", "window_seconds"),
-		"streams": object("open SSE and WebSocket streams", obj{
-			"per_thread":              integer(1, -1, ""),
-			"participants_per_thread": integer(0, -1, "of per_thread, the most that a thread's participants may hold together; the rest is kept for the owner"),
-			"per_ip":                  integer(1, -1, ""),
-		}, "per_thread", "participants_per_thread", "per_ip"),
-		"retention": object("which messages a thread keeps", obj{
-			"messages": integer(1, -1, "the newest N"), "age_seconds": seconds(),
-		}, "messages", "age_seconds"),
-	}, "schema_version", "limits", "patterns", "rate_limits", "streams", "retention")
-}
-
-// routes is x-routes: each route's body and its answers by status (every
-// error answer, 4xx or 5xx, is "error"), or the stream it opens and its
-// view (x-sse, x-ws). A v1 route also answers with a .php suffix, and the
-// whole API may be mounted under a prefix.
-func routes() obj {
+// xRoutes is x-routes, from the route table (routes.go): each documented
+// route's body and its answers by status (every error answer, 4xx or 5xx,
+// is "error"), or the stream it opens and its view (x-sse, x-ws). A v1
+// route also answers with a .php suffix, and the whole API may be mounted
+// under a prefix.
+func xRoutes() obj {
 	r := obj{}
-	add := func(key, body string, answers obj) {
-		e := obj{"answers": answers}
-		if body != "" {
-			e["body"] = body
+	for _, rt := range Routes() {
+		if !rt.Documented() {
+			continue
 		}
-		r[key] = e
+		key := rt.Key()
+		if rt.Stream != "" {
+			r[key] = obj{"stream": rt.Stream, "view": "v1"}
+			r[key+"?v=2"] = obj{"stream": rt.Stream, "view": "v2"}
+			continue
+		}
+		r[key] = routeEntry(rt.Body, rt.Status, rt.Answer)
+		if rt.AnswerV2 != "" {
+			r[key+"?v=2"] = routeEntry(rt.Body, rt.Status, rt.AnswerV2)
+		}
 	}
-	stream := func(key, kind, view string) { r[key] = obj{"stream": kind, "view": view} }
-	add("POST /api/chat/post", "post.body", obj{"201": "post.answer"})
-	add("GET /api/chat/poll", "", obj{"200": "poll.answer"})
-	add("GET /api/chat/poll?v=2", "", obj{"200": "poll.v2.answer"})
-	add("POST /api/chat/ticket", "", obj{"201": "ticket.answer"})
-	add("POST /api/chat/respond", "respond.body", obj{"200": "respond.answer"})
-	add("POST /api/chat/react", "react.body", obj{"200": "react.answer"})
-	add("POST /api/chat/participants", "participant.invite.body", obj{"201": "participant.invite.answer"})
-	add("GET /api/chat/participants", "", obj{"200": "participants.answer"})
-	add("DELETE /api/chat/participants/{id}", "", obj{"200": "participant.revoke.answer"})
-	add("GET /api/chat/participants/audit", "", obj{"200": "audit.answer"})
-	add("GET /api/chat/whoami", "", obj{"200": "whoami.answer"})
-	add("GET /api/schema.json", "", obj{"200": "schema.answer"})
-	add("GET /api/limits.json", "", obj{"200": "limits.answer"})
-	add("POST /api/debug/agent-replies", "", obj{})
-	stream("GET /api/chat/stream", "sse", "v1")
-	stream("GET /api/chat/stream?v=2", "sse", "v2")
-	stream("GET /api/chat/ws", "websocket", "v1")
-	stream("GET /api/chat/ws?v=2", "websocket", "v2")
 	return r
+}
+
+func routeEntry(body string, status int, answer string) obj {
+	answers := obj{}
+	if answer != "" {
+		answers[strconv.Itoa(status)] = answer
+	}
+	e := obj{"answers": answers}
+	if body != "" {
+		e["body"] = body
+	}
+	return e
 }
 
 func sseEvents() obj {
@@ -571,122 +303,6 @@ func sseEvents() obj {
 	v2 := maps.Clone(v1)
 	v2["message"], v2["update"] = "message.v2", "message.v2"
 	return obj{"v1": v1, "v2": v2}
-}
-
-func verbMap() obj {
-	m := obj{}
-	for _, v := range verbNames {
-		m[v] = obj{"input": v + ".input", "result": v + ".result", "mcp": "chatrelay_" + v}
-	}
-	return m
-}
-
-type verbDef struct{ input, result obj }
-
-// verbDefs are the verbs' inputs and results. Each input stands alone (no
-// $ref): an MCP tool's input schema is exactly its $defs entry.
-func verbDefs() map[string]verbDef {
-	thread := pattern(ThreadPattern, "the thread id (16 hex characters)")
-	clientID := pattern(ClientIDPattern, "optional idempotency key: calling again with it stores nothing new and answers the first message")
-	ixID := pattern(InteractionIDPattern, "the interaction id (ix_…)")
-	wait := integer(LimitWaitTimeout.Min, LimitWaitTimeout.Max, fmt.Sprintf("seconds to wait, at most %d; 0 or absent: %d", LimitWaitTimeout.Max, LimitWaitTimeout.Max))
-	timeout := func(l Limit, def time.Duration) obj {
-		return integer(0, l.Max, fmt.Sprintf("seconds until the deadline, %d … %d; 0 or absent: %d", l.Min, l.Max, int(def/time.Second)))
-	}
-	messageResult := object("the v2 message written, and whether it was already stored under its client_id", obj{
-		"message": ref("message.v2"), "replayed": boolean(""),
-	}, "message")
-	interactionResult := object("the interaction as it stands now (pending past its deadline reads expired) and its message", obj{
-		"thread": ref("thread"), "message_id": ref("message_id"), "interaction": ref("interaction"),
-		"replayed":  boolean("the client_id named an interaction already asked"),
-		"timed_out": boolean("wait_interaction: still pending when the wait ended"),
-	}, "thread", "message_id", "interaction")
-	return map[string]verbDef{
-		"list_threads": {
-			object("List the threads, newest activity first, with whether each awaits hermes's answer.", obj{}),
-			object("", obj{"threads": list(object("", obj{
-				"thread": ref("thread"), "messages": integer(0, -1, "messages kept"), "last_author": ref("author"),
-				"last_epoch": epoch("the newest message's epoch"), "rev": epoch("the newest change's epoch"),
-				"awaiting": boolean("the newest message is not hermes's"),
-			}, "thread", "messages", "last_author", "last_epoch", "rev", "awaiting"), "")}, "threads"),
-		},
-		"read_thread": {
-			object("Read a thread's messages (v2 objects, with interactions, cards and reactions). No since: the newest messages; since: every message changed after that cursor.", obj{
-				"thread": thread,
-				"since":  integer(0, -1, "a cursor from an earlier read (its cursor); 0 or absent: the newest messages"),
-				"limit":  integer(0, -1, fmt.Sprintf("how many of the newest, without since; 0 or absent: %d", PollPage)),
-			}, "thread"),
-			object("", obj{
-				"thread": ref("thread"), "messages": list(ref("message.v2"), "oldest change first"),
-				"cursor": epoch("pass it back as since"), "awaiting": boolean("the newest message is not hermes's"),
-				"reset": boolean("retention dropped changes after since"),
-			}, "thread", "messages", "cursor", "awaiting", "reset"),
-		},
-		"wait_messages": {
-			object("Wait until a thread (or any thread) has a message not written by hermes after a cursor, or the timeout. Returns at once if there is one. Without since, returns at once what hermes has not answered (in each thread, the messages after hermes's newest one), else waits for the next message.", obj{
-				"thread":  describe(pattern(ThreadPattern, ""), "the thread to watch; absent: every thread"),
-				"since":   integer(0, -1, "an epoch cursor (a wait's or a read's cursor); 0 or absent: the messages hermes has not answered yet, else the next one"),
-				"timeout": wait,
-			}),
-			object("the messages not by hermes after the cursor, oldest first (none if it timed out)", obj{
-				"messages": list(object("", obj{"thread": ref("thread"), "message": ref("message.v2")}, "thread", "message"), ""),
-				"cursor":   epoch("pass it back as since"), "timed_out": boolean(""),
-			}, "messages", "cursor", "timed_out"),
-		},
-		"send": {
-			object("Send a message to a thread as hermes.", obj{
-				"thread": thread, "text": text(LimitPostText, "the message; refused, never truncated, past its limit"), "client_id": clientID,
-			}, "thread", "text"),
-			messageResult,
-		},
-		"request_input": {
-			object("Ask the person a question: one of the choices, or any text when allow_text. Then wait for the answer with chatrelay_wait_interaction.", obj{
-				"thread": thread, "prompt": text(LimitInputPrompt, "the question"), "title": str(LimitInputTitle, ""),
-				"choices":    array(LimitChoices, choice(), "the answers offered; values unique"),
-				"allow_text": boolean("any text may answer, not only a choice"),
-				"timeout":    timeout(LimitInputTimeout, DefaultInputTimeout), "client_id": clientID,
-			}, "thread", "prompt"),
-			interactionResult,
-		},
-		"request_approval": {
-			object("Ask the person to approve or deny before you act. Then wait for the decision with chatrelay_wait_interaction; act only if it is approved.", obj{
-				"thread": thread, "summary": text(LimitApprovalText, "what you would do, for the person to judge"),
-				"title":   str(LimitApprovalTitle, "the tool or action"),
-				"details": array(LimitDetails, detail(), "labelled facts"),
-				"timeout": timeout(LimitApprovalTime, DefaultApprovalTimeout), "client_id": clientID,
-			}, "thread", "summary"),
-			interactionResult,
-		},
-		"check_interaction": {
-			object("An interaction's state and answer, now.", obj{"thread": thread, "interaction_id": ixID}, "thread", "interaction_id"),
-			interactionResult,
-		},
-		"wait_interaction": {
-			object("Wait until an interaction is answered, expired or canceled, or the timeout (timed_out: still pending; call again).", obj{
-				"thread": thread, "interaction_id": ixID, "timeout": wait,
-			}, "thread", "interaction_id"),
-			interactionResult,
-		},
-		"cancel_interaction": {
-			object("Withdraw a pending interaction.", obj{"thread": thread, "interaction_id": ixID}, "thread", "interaction_id"),
-			interactionResult,
-		},
-		"react": {
-			object("Add (or remove) hermes's reaction to a message.", obj{
-				"thread": thread, "message_id": pattern(MessageIDPattern, "the message id (MSG-…)"),
-				"emoji":  withPattern(str(LimitEmoji, "the reaction, e.g. 👍"), emojiPattern),
-				"remove": boolean("remove the reaction instead of adding it"),
-			}, "thread", "message_id", "emoji"),
-			messageResult,
-		},
-		"send_card": {
-			object("Send a card: a title, fallback text and blocks (text, fields, link, code), drawn as text.", obj{
-				"thread": thread, "card": card(cardBlock(object("", obj{"label": str(LimitFieldLabel, ""), "value": str(LimitFieldValue, "")}, "label", "value"))),
-				"client_id": clientID,
-			}, "thread", "card"),
-			messageResult,
-		},
-	}
 }
 
 func seconds() obj { return obj{"type": "number", "exclusiveMinimum": 0} }

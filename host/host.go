@@ -32,27 +32,23 @@ func (v *Verbs) now() time.Time {
 	return time.Now()
 }
 
-// The verbs' names, as the MCP tools (chatrelay_<verb>) and the schema
-// ($defs <verb>.input, <verb>.result) name them.
+// The verbs' names (the verb table is the root package's, schema.go).
 const (
-	ListThreads       = "list_threads"
-	ReadThread        = "read_thread"
-	WaitMessages      = "wait_messages"
-	Send              = "send"
-	RequestInput      = "request_input"
-	RequestApproval   = "request_approval"
-	CheckInteraction  = "check_interaction"
-	WaitInteraction   = "wait_interaction"
-	CancelInteraction = "cancel_interaction"
-	React             = "react"
-	SendCard          = "send_card"
+	ListThreads       = chatrelay.VerbListThreads
+	ReadThread        = chatrelay.VerbReadThread
+	WaitMessages      = chatrelay.VerbWaitMessages
+	Send              = chatrelay.VerbSend
+	RequestInput      = chatrelay.VerbRequestInput
+	RequestApproval   = chatrelay.VerbRequestApproval
+	CheckInteraction  = chatrelay.VerbCheckInteraction
+	WaitInteraction   = chatrelay.VerbWaitInteraction
+	CancelInteraction = chatrelay.VerbCancelInteraction
+	React             = chatrelay.VerbReact
+	SendCard          = chatrelay.VerbSendCard
 )
 
 // Names lists the verbs in the contract's order.
-func Names() []string {
-	return []string{ListThreads, ReadThread, WaitMessages, Send, RequestInput, RequestApproval,
-		CheckInteraction, WaitInteraction, CancelInteraction, React, SendCard}
-}
+func Names() []string { return chatrelay.Verbs() }
 
 // ListThreadsInput is list_threads's input: nothing.
 type ListThreadsInput struct{}

@@ -88,7 +88,7 @@ func New(v *host.Verbs, opts *Options) *mcp.Server {
 }
 
 // ToolName is the tool of a verb.
-func ToolName(verb string) string { return "chatrelay_" + verb }
+func ToolName(verb string) string { return chatrelay.ToolName(verb) }
 
 // Tool is the tool of a verb: its input schema and description are the
 // bundle's <verb>.input entry, its output schema is OutputSchema(verb).

@@ -11,52 +11,15 @@ import (
 	"github.com/chatrelay/chatrelay"
 )
 
-// statusOf is the only place where an error code meets an HTTP status.
-var statusOf = map[chatrelay.Code]int{
-	chatrelay.InvalidJSON:      http.StatusBadRequest,
-	chatrelay.InvalidText:      http.StatusBadRequest,
-	chatrelay.InvalidKind:      http.StatusBadRequest,
-	chatrelay.InvalidSince:     http.StatusBadRequest,
-	chatrelay.Unauthorized:     http.StatusUnauthorized,
-	chatrelay.MethodNotAllowed: http.StatusMethodNotAllowed,
-	chatrelay.Gone:             http.StatusGone,
-	chatrelay.BodyTooLarge:     http.StatusRequestEntityTooLarge,
-	chatrelay.TextTooLong:      http.StatusRequestEntityTooLarge,
-	chatrelay.RateLimited:      http.StatusTooManyRequests,
-	chatrelay.ThreadLimit:      http.StatusInsufficientStorage,
-	chatrelay.TooManyStreams:   http.StatusTooManyRequests,
-	chatrelay.InvalidTicket:    http.StatusUnauthorized,
-	chatrelay.ThreadUnreadable: http.StatusServiceUnavailable,
-	chatrelay.StoreUnavailable: http.StatusServiceUnavailable,
-	chatrelay.NotFound:         http.StatusNotFound,
-	chatrelay.InvalidThread:    http.StatusBadRequest,
-	chatrelay.Internal:         http.StatusInternalServerError,
-	chatrelay.OriginNotAllowed: http.StatusForbidden,
-	chatrelay.UpgradeRequired:  http.StatusUpgradeRequired,
-	chatrelay.InvalidHandshake: http.StatusBadRequest,
-
-	chatrelay.InvalidVersion:     http.StatusBadRequest,
-	chatrelay.InvalidAnswer:      http.StatusBadRequest,
-	chatrelay.InvalidEmoji:       http.StatusBadRequest,
-	chatrelay.InvalidClientID:    http.StatusBadRequest,
-	chatrelay.InteractionClosed:  http.StatusConflict,
-	chatrelay.ClientIDConflict:   http.StatusConflict,
-	chatrelay.TooManyReactions:   http.StatusConflict,
-	chatrelay.InvalidInteraction: http.StatusBadRequest,
-	chatrelay.InvalidCard:        http.StatusBadRequest,
-
-	chatrelay.InvalidName:            http.StatusBadRequest,
-	chatrelay.InvalidRole:            http.StatusBadRequest,
-	chatrelay.InvalidExpiry:          http.StatusBadRequest,
-	chatrelay.InvalidCap:             http.StatusBadRequest,
-	chatrelay.TokenRevoked:           http.StatusUnauthorized,
-	chatrelay.TokenExpired:           http.StatusUnauthorized,
-	chatrelay.NotPermitted:           http.StatusForbidden,
-	chatrelay.ParticipantLimit:       http.StatusConflict,
-	chatrelay.TooManyMessages:        http.StatusTooManyRequests,
-	chatrelay.CapReached:             http.StatusTooManyRequests,
-	chatrelay.ParticipantsUnreadable: http.StatusServiceUnavailable,
-}
+// statusOf is each code's HTTP status, from the code table
+// (chatrelay.CodeTable): the one place a code meets a status.
+var statusOf = func() map[chatrelay.Code]int {
+	m := make(map[chatrelay.Code]int)
+	for _, c := range chatrelay.CodeTable() {
+		m[c.Code] = c.Status
+	}
+	return m
+}()
 
 // errorBody is the contract's error shape; extra fields follow the four.
 type errorBody struct {

@@ -135,30 +135,14 @@ func (p slogPrinter) Println(v ...any) {
 	p.s.log.Warn("metrics", "err", strings.TrimSpace(fmt.Sprintln(v...)))
 }
 
-// OpsHandler serves GET /metrics, /healthz and /readyz, for a private
-// listener (--metrics-addr). Its requests are neither logged nor counted.
-func (s *Server) OpsHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", only(http.MethodGet, s.metricsHandler().ServeHTTP))
-	mux.Handle("/healthz", only(http.MethodGet, s.handleHealthz))
-	mux.Handle("/readyz", only(http.MethodGet, s.handleReadyz))
-	return mux
-}
-
-// initOps sets up metrics, wraps the store to time it, hooks the hub's
-// drops and registers the operational routes (at the root, never under
-// the prefix: probes and scrapers talk to the server directly).
+// initOps sets up metrics, wraps the store to time it and hooks the hub's
+// drops. The ops routes are rows of the route table (mux.go).
 func (s *Server) initOps() {
 	s.ops = newOps(s.cfg.Store, s.log)
 	s.store = meteredStore{Store: s.cfg.Store, m: s.ops}
 	s.limiter = meteredLimiter{RateLimiter: s.limiter, m: s.ops}
 	s.streams = meteredStreams{StreamLimiter: s.streams, m: s.ops}
 	s.hub.OnDrop(func(why error) { s.ops.drops.WithLabelValues(closeReason(why)).Inc() })
-	s.mux.Handle("/healthz", only(http.MethodGet, s.handleHealthz))
-	s.mux.Handle("/readyz", only(http.MethodGet, s.handleReadyz))
-	if !s.cfg.PrivateMetrics {
-		s.mux.Handle("/metrics", only(http.MethodGet, s.metricsHandler().ServeHTTP))
-	}
 }
 
 // streamOpened counts an open stream of a transport; call the result when

@@ -14,8 +14,8 @@ import (
 // (X-Chat-Token), a participant (Authorization: Bearer chp_…, an active
 // grant), or a reader holding a ticket (streams only); or it is refused
 // (unauthorized, token_revoked, token_expired, invalid_ticket). Which
-// principals a route takes is written once, in the route table (routes),
-// as a who.
+// principals a route takes is written once, in the route table
+// (chatrelay.Routes, its Callers), which mux.go turns into a who.
 
 // principal is who a request acts as.
 type principal struct {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/coder/websocket"
 )
 
@@ -56,7 +57,7 @@ func (e *RefusedError) Error() string {
 // (so that a restart does not bring every client back at once). It returns
 // nil when ctx is done, fn's error, or a *RefusedError.
 func Subscribe(ctx context.Context, opt SubscribeOptions, fn func(StreamItem) error) error {
-	u, err := url.Parse(strings.TrimSuffix(opt.Server, "/") + "/api/chat/ws")
+	u, err := url.Parse(strings.TrimSuffix(opt.Server, "/") + chatrelay.PathWS)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 		return fmt.Errorf("server %q: want http:// or https://", opt.Server)
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -28,11 +29,11 @@ type opsFlags struct {
 
 func (o *opsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.logFormat, "log-format", "text", "log line format: text or json")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this private `address` instead of the main listener")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve "+chatrelay.PathMetrics+" (and "+chatrelay.PathHealthz+", "+chatrelay.PathReadyz+") on this private `address` instead of the main listener")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain `file`; with --tls-key, serve HTTPS with HTTP/2")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `file` of --tls-cert")
 	fs.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles (/debug/pprof/) on --metrics-addr, for profiling a live server")
-	fs.DurationVar(&o.drainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long with /readyz answering 503 before closing the listener, so a load balancer stops sending new clients")
+	fs.DurationVar(&o.drainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long with "+chatrelay.PathReadyz+" answering 503 before closing the listener, so a load balancer stops sending new clients")
 }
 
 // check validates the flags and loads the certificate, so that a bad
@@ -115,7 +116,7 @@ func (o *opsFlags) startOps(srv *transport.Server, stdout io.Writer, log *slog.L
 		WriteTimeout:      90 * time.Second, // a CPU profile takes 30 s by default
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", ln.Addr())
+	fmt.Fprintf(stdout, "metrics on http://%s%s\n", ln.Addr(), chatrelay.PathMetrics)
 	log.Info("metrics listening", "addr", ln.Addr().String())
 	done := make(chan struct{})
 	go func() {

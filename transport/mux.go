@@ -1,0 +1,260 @@
+package transport
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/web"
+)
+
+// The mux is built from the route table (chatrelay.Routes, routes.go at
+// the module root), which says each route's method, path, callers,
+// schema entries and how it is served; handlers binds each row, by its
+// Key, to the function that answers it. A row without a handler, or a
+// handler without a row, is a bug: NewServer panics, and TestRouteBindings
+// fails.
+
+// handler answers a row of the route table: handle behind the gate (a
+// Gated row: the caller is authenticated and its Callers checked first),
+// or serve as it is (streams authenticate themselves; the rest take no
+// credentials).
+type handler struct {
+	handle func(w http.ResponseWriter, r *http.Request, p principal)
+	serve  http.HandlerFunc
+}
+
+// on is the Key of the route method path.
+func on(method, path string) string { return method + " " + path }
+
+// handlers binds every row of the route table to its handler.
+func (s *Server) handlers() map[string]handler {
+	return map[string]handler{
+		on(http.MethodPost, chatrelay.PathPost):          {handle: s.handlePost},
+		on(http.MethodGet, chatrelay.PathPoll):           {handle: s.handlePoll},
+		on(http.MethodPost, chatrelay.PathTicket):        {handle: s.handleTicket},
+		on(http.MethodPost, chatrelay.PathRespond):       {handle: s.handleRespond},
+		on(http.MethodPost, chatrelay.PathReact):         {handle: s.handleReact},
+		on(http.MethodPost, chatrelay.PathParticipants):  {handle: s.handleInvite},
+		on(http.MethodGet, chatrelay.PathParticipants):   {handle: s.handleParticipants},
+		on(http.MethodDelete, chatrelay.PathParticipant): {handle: s.handleRevoke},
+		on(http.MethodGet, chatrelay.PathAudit):          {handle: s.handleAudit},
+		on(http.MethodGet, chatrelay.PathWhoami):         {handle: s.handleWhoami},
+		on(http.MethodGet, chatrelay.PathSSE):            {serve: s.handleSSE},
+		on(http.MethodGet, chatrelay.PathWS):             {serve: s.handleWS},
+		on(http.MethodGet, chatrelay.PathSchema):         {serve: schemaArtifact()}, // schema.go
+		on(http.MethodGet, chatrelay.PathLimits):         {serve: s.limitsArtifact()},
+		on(http.MethodPost, chatrelay.PathRetired):       {serve: s.handleGone},
+		chatrelay.Route{Path: chatrelay.PathAPI}.Key():   {serve: s.handleNotFound},
+		on(http.MethodGet, chatrelay.PathPage):           {serve: s.page()},
+		on(http.MethodGet, chatrelay.PathHealthz):        {serve: s.handleHealthz}, // health.go
+		on(http.MethodGet, chatrelay.PathReadyz):         {serve: s.handleReadyz},
+		on(http.MethodGet, chatrelay.PathMetrics):        {serve: s.metricsHandler().ServeHTTP}, // metrics.go
+	}
+}
+
+// route is a row of the route table bound to its handler: its pattern
+// (under the prefix, but an ops route), its method ("" for every one),
+// who may use it (a gated route), and serve, which answers it (behind the
+// gate for a gated route).
+type route struct {
+	row     chatrelay.Route
+	pattern string
+	method  string
+	who     who
+	parts   bool // it needs a store that keeps participants (else 404)
+	handle  func(w http.ResponseWriter, r *http.Request, p principal)
+	serve   http.HandlerFunc
+}
+
+// takes reports whether rt answers method m: its own, HEAD with GET but on
+// a stream (a stream is a body, and HEAD would open one whose writes are
+// discarded, so it would never notice its client leave), or any for a row
+// that takes every method.
+func (rt route) takes(m string) bool {
+	return rt.row.AnyMethod || rt.method == "" || m == rt.method ||
+		(rt.method == http.MethodGet && m == http.MethodHead && rt.row.Stream == "")
+}
+
+// bind binds every row of the route table, in its order.
+func (s *Server) bind() []route {
+	hs := s.handlers()
+	var out []route
+	for _, row := range chatrelay.Routes() {
+		h, ok := hs[row.Key()]
+		gated := h.handle != nil
+		if !ok || gated != row.Gated() || gated == (h.serve != nil) { // none, or not of its kind, or both
+			panic(fmt.Sprintf("transport: route %s: no handler of its kind", row.Key()))
+		}
+		rt := route{row: row, pattern: row.Path, method: row.Method, parts: row.Participants, handle: h.handle, serve: h.serve}
+		if row.Gated() {
+			rt.who = whoOf(row.Callers)
+			rt.serve = s.gate(rt, h.handle)
+		}
+		out = append(out, rt)
+	}
+	return out
+}
+
+// whoOf is the gate's who of a gated row's callers.
+func whoOf(c chatrelay.Callers) who {
+	switch c {
+	case chatrelay.CallerOwner:
+		return ownerOnly
+	case chatrelay.Members:
+		return members
+	case chatrelay.Writers:
+		return writers
+	}
+	panic(fmt.Sprintf("transport: no gate for callers %b", c))
+}
+
+// routeTable is every route that takes credentials through the gate; a
+// test walks it as every kind of principal.
+func (s *Server) routeTable() []route {
+	var out []route
+	for _, rt := range s.bound {
+		if rt.row.Gated() {
+			out = append(out, rt)
+		}
+	}
+	return out
+}
+
+// routes is the whole mux, from the route table. Patterns carry no
+// method, so a wrong method gets the contract's JSON 405 with an Allow
+// header rather than the mux's plain-text one. An ops route is served at
+// the root (probes and scrapers talk to the server directly), a private
+// one only by OpsHandler when PrivateMetrics is set.
+func (s *Server) routes() {
+	s.bound = s.bind()
+	for _, rts := range byPattern(s.bound) {
+		row := rts[0].row
+		if row.Private && s.cfg.PrivateMetrics {
+			continue
+		}
+		h := s.methods(rts)
+		if row.CORS {
+			h = s.cors(h) // pages of the allowed origins may call it
+		}
+		at := s.cfg.Prefix + row.Path
+		if row.Mount == chatrelay.MountOps {
+			at = row.Path
+		}
+		s.mux.Handle(at, h)
+		if row.PHP {
+			s.mux.Handle(at+".php", h)
+		}
+	}
+}
+
+// OpsHandler serves the ops routes (GET /metrics, /healthz and /readyz),
+// for a private listener (--metrics-addr). Its requests are neither
+// logged nor counted.
+func (s *Server) OpsHandler() http.Handler {
+	mux := http.NewServeMux()
+	for _, rts := range byPattern(s.bound) {
+		if rts[0].row.Mount == chatrelay.MountOps {
+			mux.Handle(rts[0].row.Path, s.methods(rts))
+		}
+	}
+	return mux
+}
+
+// byPattern groups routes by path, in the table's order. The routes of
+// one path must agree on how they are served.
+func byPattern(rts []route) [][]route {
+	var out [][]route
+	at := map[string]int{}
+	for _, rt := range rts {
+		i, ok := at[rt.pattern]
+		if !ok {
+			i = len(out)
+			at[rt.pattern] = i
+			out = append(out, nil)
+		} else if f := out[i][0].row; f.CORS != rt.row.CORS || f.PHP != rt.row.PHP || f.Mount != rt.row.Mount || f.Private != rt.row.Private {
+			panic("transport: the routes of " + rt.pattern + " are served differently")
+		}
+		out[i] = append(out[i], rt)
+	}
+	return out
+}
+
+// methods serves the routes of one pattern, each for its methods; any
+// other method is 405 with Allow naming them.
+func (s *Server) methods(rts []route) http.Handler {
+	var allow []string
+	for _, rt := range rts {
+		allow = append(allow, rt.method)
+	}
+	allowed := strings.Join(allow, ", ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, rt := range rts {
+			if rt.takes(r.Method) {
+				rt.serve(w, r)
+				return
+			}
+		}
+		w.Header().Set("Allow", allowed)
+		noteRefused(r, chatrelay.MethodNotAllowed)
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "Method not allowed", Code: chatrelay.MethodNotAllowed})
+	})
+}
+
+// gate authenticates a request and lets through the principals rt takes.
+// (A share token on a store without participants is refused by
+// authenticate.)
+func (s *Server) gate(rt route, h func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		p, err := s.authenticate(r)
+		if err == nil {
+			err = rt.who.allows(p)
+		}
+		if err == nil && rt.parts && s.parts == nil {
+			err = chatrelay.Errorf(chatrelay.NotFound, "this server's store keeps no participants")
+		}
+		if err != nil {
+			s.writeError(rw, r, err)
+			return
+		}
+		h(rw, withPrincipal(r, p), p)
+	}
+}
+
+// page serves the page (web.Handler) under the prefix.
+func (s *Server) page() http.HandlerFunc {
+	page := web.Handler(s.frameAncestors()...)
+	if s.cfg.Prefix != "" {
+		page = http.StripPrefix(s.cfg.Prefix, page)
+	}
+	return page.ServeHTTP
+}
+
+func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
+	s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no such route"))
+}
+
+// cors lets the pages of the allowed origins call h, answering their
+// preflights. Other origins get no CORS headers, so browsers refuse them.
+func (s *Server) cors(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		if origin != "" && s.originAllowed(origin, "") {
+			hd := w.Header()
+			hd.Set("Access-Control-Allow-Origin", origin)
+			hd.Set("Access-Control-Expose-Headers", "Idempotent-Replayed, Date, Retry-After")
+			hd.Add("Vary", "Origin")
+			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+				hd.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
+				hd.Set("Access-Control-Allow-Headers", "X-Chat-Token, Authorization, Content-Type, Last-Event-ID")
+				hd.Set("Access-Control-Max-Age", "600")
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+		} else if origin != "" {
+			w.Header().Add("Vary", "Origin")
+		}
+		h.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,165 @@
+package transport
+
+import (
+	"context"
+	"net/http"
+	"sync"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// The v1 routes (contract Part 1, frozen: post, poll and the retired
+// route) and the ticket that opens a stream.
+
+func (s *Server) handleGone(w http.ResponseWriter, r *http.Request) {
+	noteRefused(r, chatrelay.Gone)
+	// "see" is the contract's frozen value; the words name the mounted path.
+	writeJSON(w, http.StatusGone, errorBody{
+		Error: "this route is retired; post with " + s.cfg.Prefix + chatrelay.PathPost,
+		Code:  chatrelay.Gone, See: chatrelay.PathPost,
+	})
+}
+
+// threadOf authenticates a request by its X-Chat-Token header. It touches
+// nothing on disk. A ticket, which only streams accept, is refused.
+func threadOf(r *http.Request) (string, error) {
+	tok := r.Header.Get("X-Chat-Token")
+	if !chatrelay.ValidToken(tok) {
+		if tok == "" && r.URL.Query().Has("ticket") {
+			return "", chatrelay.Errorf(chatrelay.InvalidTicket, "a ticket only opens a stream; post and poll need X-Chat-Token")
+		}
+		return "", chatrelay.Errorf(chatrelay.Unauthorized, "missing or malformed X-Chat-Token")
+	}
+	thread := chatrelay.ThreadOf(tok)
+	noteThread(r, thread)
+	return thread, nil
+}
+
+func (s *Server) handleTicket(w http.ResponseWriter, r *http.Request, p principal) {
+	if len(s.tickets.key) == 0 {
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "this server issues no tickets"))
+		return
+	}
+	pid := ""
+	if p.grant != nil {
+		pid = p.grant.ID
+	}
+	t, exp := s.tickets.mint(p.thread, pid)
+	writeJSON(w, http.StatusCreated, ticketAnswer{Success: true, Ticket: t, Thread: p.thread, ExpiresAt: exp})
+}
+
+// postAnswer is the 201 of a post, fields in the contract's order.
+type postAnswer struct {
+	Success bool   `json:"success"`
+	ID      string `json:"id"`
+	Epoch   int64  `json:"epoch"`
+	TS      string `json:"ts"`
+	Thread  string `json:"thread"`
+}
+
+func (s *Server) handlePost(w http.ResponseWriter, r *http.Request, who principal) {
+	thread := who.thread
+	data, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	p, err := parsePost(data, who)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	e, err := s.post(r.Context(), limitKey(clientIP(r, s.cfg.Trusted)), who, p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if e.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, http.StatusCreated, postAnswer{Success: true, ID: e.ID, Epoch: e.Epoch, TS: e.TS, Thread: thread})
+}
+
+// post counts a checked post against the rate windows of the thread and of
+// ipKey (limitKey's) and stores it. It is the one write path of browsers
+// and participants, over HTTP and over the WebSocket. A post whose
+// client_id the thread already holds is answered that message again
+// (Entry.Replayed), or 409 client_id_conflict if it is another message,
+// stores nothing and counts in no window, even a full one: over a full
+// window it gets the answer a retry would get, never 429.
+func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBody) (store.Entry, error) {
+	thread := who.thread
+	m := store.NewMessage{Author: p.Kind, Text: p.Text, ClientID: p.ClientID}
+	if g := who.grant; g != nil {
+		m.Author, m.AuthorName, m.Participant = g.Author(), g.Name, g.ID
+	}
+	undo, err := s.limiter.Take(ctx, thread, ipKey)
+	if err != nil {
+		if p.ClientID != "" && chatrelay.CodeOf(err) == chatrelay.RateLimited {
+			if e, ok := s.storedWith(ctx, thread, m.ClientID); ok {
+				return store.ReplayOf(e, m)
+			}
+		}
+		return store.Entry{}, err
+	}
+	e, err := s.store.Append(ctx, thread, m)
+	if err != nil || e.Replayed {
+		undo()
+	}
+	return e, err
+}
+
+// storedWith finds the retained message of thread that carries clientID.
+func (s *Server) storedWith(ctx context.Context, thread, clientID string) (store.Entry, bool) {
+	p, err := s.store.Changes(ctx, thread, 0, 0)
+	if err != nil {
+		return store.Entry{}, false
+	}
+	for _, e := range p.Messages {
+		if e.ClientID == clientID {
+			return e, true
+		}
+	}
+	return store.Entry{}, false
+}
+
+func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request, who principal) {
+	thread := who.thread
+	since, err := parseSince(r.URL.Query().Get("since"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	v, err := viewOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	v = who.view(v)
+	pg, err := v.read(r.Context(), s.store, thread, since)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	bp := pageBufs.Get().(*[]byte)
+	b := appendPage((*bp)[:0], pg, v)
+	writeBytes(w, http.StatusOK, b)
+	if cap(b) <= 1<<20 { // a rare huge answer is not kept
+		*bp = b[:0]
+		pageBufs.Put(bp)
+	}
+}
+
+// pageBufs recycles the buffers poll answers are assembled in: an answer
+// is written (net/http copies or sends it) before its handler returns.
+var pageBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// limitFor is the page size of a read from cursor since: without a cursor,
+// the newest 50 messages; with one, everything after it.
+func limitFor(since int64) int {
+	if since == 0 {
+		return chatrelay.PollPage
+	}
+	return 0
+}
