@@ -272,10 +272,12 @@ func TestMCPOverStdio(t *testing.T) {
 	status, _ = e.http(t, "POST", "/api/chat/post", `{"text":"approved, go ahead"}`)
 	posted := time.Now()
 	assert.Equal(t, "operator's post", status, http.StatusCreated)
+	var after int64 // the cursor past the post
 	select {
 	case c := <-woke:
 		t.Logf("wait_messages woke %v after the post", time.Since(posted))
 		r := result[host.WaitMessagesResult](t, "wait_messages", c.r, c.err)
+		after = r.Cursor
 		assert.True(t, !r.TimedOut && len(r.Messages) == 1, "wait_messages: %+v", r)
 		var got chatrelay.Message
 		assert.Success(t, json.Unmarshal(r.Messages[0].Message, &got))
@@ -284,9 +286,10 @@ func TestMCPOverStdio(t *testing.T) {
 		t.Fatal("wait_messages did not wake on the post")
 	}
 
-	// A canceled wait returns at once; the session goes on.
+	// A canceled wait returns at once; the session goes on. (From past the
+	// post, so that it waits: from before it, it answers the post at once.)
 	cctx, cancel := context.WithCancel(ctx)
-	canceled := e.callAsync(cctx, "wait_messages", map[string]any{"thread": e.thread, "since": rd.Cursor + 1, "timeout": chatrelay.LimitWaitTimeout.Max})
+	canceled := e.callAsync(cctx, "wait_messages", map[string]any{"thread": e.thread, "since": after, "timeout": chatrelay.LimitWaitTimeout.Max})
 	e.awaitSent(t, "chatrelay_wait_messages")
 	cancel()
 	select {
