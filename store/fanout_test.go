@@ -11,18 +11,25 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 )
 
-// chanFeed is a store whose feed hands on what the test sends on c, and
-// counts the feeds that run.
+// chanFeed is a store whose feed hands on what the test sends (send),
+// and counts the feeds that run.
 type chanFeed struct {
 	Store
 	c       chan Batch
+	handed  chan struct{} // the feed handed on what was sent
 	running atomic.Int32
 	started atomic.Int32
 	end     chan error // a value ends the feed with it
 }
 
 func newChanFeed() *chanFeed {
-	return &chanFeed{c: make(chan Batch), end: make(chan error, 1)}
+	return &chanFeed{c: make(chan Batch), handed: make(chan struct{}), end: make(chan error, 1)}
+}
+
+// send has the feed hand on b, and returns once it has.
+func (f *chanFeed) send(b Batch) {
+	f.c <- b
+	<-f.handed
 }
 
 func (f *chanFeed) Follow(ctx context.Context, fn func(Batch)) error {
@@ -38,6 +45,7 @@ func (f *chanFeed) Follow(ctx context.Context, fn func(Batch)) error {
 			return err
 		case b := <-f.c:
 			fn(b)
+			f.handed <- struct{}{}
 		}
 	}
 }
@@ -85,8 +93,8 @@ func TestFeedReadsTheStoreOnce(t *testing.T) {
 	<-readyAll
 	<-readyOne
 	assert.Equal(t, "store feeds started", st.started.Load(), int32(1))
-	st.c <- Batch{Thread: "t2", Messages: []Entry{entry("A", 1, 1)}}
-	st.c <- Batch{Thread: "t1", Messages: []Entry{entry("B", 2, 2), entry("C", 3, 3)}}
+	st.send(Batch{Thread: "t2", Messages: []Entry{entry("A", 1, 1)}})
+	st.send(Batch{Thread: "t1", Messages: []Entry{entry("B", 2, 2), entry("C", 3, 3)}})
 	for _, want := range []string{"t2 A@1 ", "t1 B@2 C@3 "} {
 		b := <-all
 		assert.Equal(t, "every thread's reader", b.Thread+" "+ids(b.Messages), want)
@@ -140,7 +148,7 @@ func TestFeedReaderThatFallsBehindCatchesUp(t *testing.T) {
 	<-ready
 	<-ready
 	for i := range FeedBuffer + 2 { // one taken and held, FeedBuffer waiting, one too many
-		st.c <- Batch{Thread: "t1", Messages: []Entry{entry("m", int64(i+1), int64(i+1))}}
+		st.send(Batch{Thread: "t1", Messages: []Entry{entry("m", int64(i+1), int64(i+1))}})
 	}
 	close(release)
 	last := Batch{Thread: "t1", Messages: []Entry{entry("last", 1e6, 1e6)}}
@@ -149,7 +157,7 @@ func TestFeedReaderThatFallsBehindCatchesUp(t *testing.T) {
 		defer mu.Unlock()
 		return len(slow) > 0 && slow[len(slow)-1].Reset
 	})
-	st.c <- last
+	st.send(last)
 	assert.Eventually(t, 10*time.Second, "both readers to take the batch after", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
