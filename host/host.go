@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -23,6 +24,19 @@ import (
 type Verbs struct {
 	Store store.Store
 	Now   func() time.Time // defaults to time.Now
+	// Feed is Store's change feed, which the waits follow; nil: the verbs
+	// make one on first use, shared by all their waits.
+	Feed     *store.Feed
+	feedOnce sync.Once
+}
+
+func (v *Verbs) feed() *store.Feed {
+	v.feedOnce.Do(func() {
+		if v.Feed == nil {
+			v.Feed = store.NewFeed(v.Store)
+		}
+	})
+	return v.Feed
 }
 
 func (v *Verbs) now() time.Time {

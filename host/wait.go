@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -74,7 +73,7 @@ func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMes
 	defer cancel()
 	// Watch registers with the feed, then reads the store after since, so
 	// a message stored at any moment is seen.
-	err = store.Watch(wctx, v.Store, since, false, func(thread string, e store.Entry, _ bool) error {
+	err = v.feed().Watch(wctx, since, false, func(thread string, e store.Entry, _ bool) error {
 		if e.Author != chatrelay.Hermes && (in.Thread == "" || thread == in.Thread) {
 			return errWake
 		}
@@ -266,10 +265,7 @@ func (v *Verbs) followInteraction(ctx context.Context, thread, id string, d time
 		}
 		return nil // pending, or the store cannot answer now: a later batch, or the end of the wait, looks again
 	}
-	err = followThread(ctx, v.Store, thread, func(b store.Batch) error {
-		if b.Reset {
-			return look()
-		}
+	err = v.followThread(ctx, thread, func(b store.Batch) error {
 		for _, m := range b.Messages {
 			if m.Interaction != nil && m.Interaction.ID == id && m.Interaction.State.Closed() {
 				e = m
@@ -277,7 +273,7 @@ func (v *Verbs) followInteraction(ctx context.Context, thread, id string, d time
 			}
 		}
 		return nil
-	}, look) // registered: the store may have changed before
+	}, look) // registered, or reset: the store may have changed before
 	if errors.Is(err, errClosed) {
 		return e, true, nil
 	}
@@ -285,52 +281,14 @@ func (v *Verbs) followInteraction(ctx context.Context, thread, id string, d time
 }
 
 // followThread calls fn with the feed's batches of thread until fn or
-// ready fails or ctx is done (nil). ready runs once the feed is
-// registered. Batches are handed over through a queue, never blocking the
-// feed.
-func followThread(ctx context.Context, st store.Store, thread string, fn func(store.Batch) error, ready func() error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch := make(chan store.Batch, 64)
-	var lost atomic.Bool // a batch did not fit: the reader looks in the store
-	registered := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- st.Follow(ctx, func(b store.Batch) {
-			if b.Ready {
-				close(registered)
-				return
-			}
-			if b.Thread != thread {
-				return
-			}
-			select {
-			case ch <- b:
-			default:
-				lost.Store(true)
-			}
-		})
-	}()
-	defer func() { cancel(); <-done }()
-	select {
-	case <-registered:
-	case <-ctx.Done():
-		return nil
-	}
-	if err := ready(); err != nil {
-		return err
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case b := <-ch:
-			if lost.Swap(false) {
-				b.Reset = true // something was dropped: fn looks in the store
-			}
-			if err := fn(b); err != nil {
-				return err
-			}
+// ready fails or ctx is done (nil). ready runs once the wait is
+// registered with the feed, and again after a Reset batch (the wait may
+// have missed a change: it looks in the store).
+func (v *Verbs) followThread(ctx context.Context, thread string, fn func(store.Batch) error, ready func() error) error {
+	return v.feed().Follow(ctx, thread, func(b store.Batch) error {
+		if b.Ready || b.Reset {
+			return ready()
 		}
-	}
+		return fn(b)
+	})
 }

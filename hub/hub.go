@@ -2,8 +2,10 @@
 // does no I/O and knows nothing of what an event holds or how it is
 // framed: the transport encodes each change once and hands the hub that
 // value (its type parameter E), which every subscriber of the thread then
-// receives, shared and read-only. The hub's input is the store's change
-// feed; its outputs are bounded channels that the transports drain.
+// receives, shared and read-only. The transport's hub takes the store's
+// change feed to the live streams, a store.Feed's takes the feed's
+// batches to its readers; the outputs are bounded channels that the
+// subscribers drain.
 package hub
 
 import (
@@ -142,6 +144,18 @@ func (h *Hub[E]) Reset(thread string) {
 	defer h.mu.Unlock()
 	for s := range h.threads[thread] {
 		h.drop(s, ErrReset)
+	}
+}
+
+// ResetAll drops every subscriber of every thread with ErrReset (the
+// feed may have missed messages of any thread).
+func (h *Hub[E]) ResetAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, subs := range h.threads {
+		for s := range subs {
+			h.drop(s, ErrReset)
+		}
 	}
 }
 

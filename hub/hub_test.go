@@ -134,6 +134,24 @@ func TestHub(t *testing.T) {
 			drops: []error{hub.ErrReset, hub.ErrReset},
 		},
 		{
+			name:   "ResetAll drops every thread's subscribers with ErrReset; new ones are welcome",
+			buffer: 8,
+			run: func(t *testing.T, h *hub.Hub[*testEvent], _, _, _ *hub.Subscription[*testEvent]) {
+				h.Publish(threadB, event(threadB, 5))
+				h.ResetAll()
+				assert.Equal(t, "subscribers after ResetAll", h.Subscribers(), 0)
+				s := subscribe(t, h, threadA)
+				h.Publish(threadA, event(threadA, 6))
+				got, closed := drain(s)
+				assert.Equal(t, "resubscribed", got, []int64{6})
+				assert.True(t, !closed, "a new subscription after ResetAll is closed")
+			},
+			closedA1: true, errA1: hub.ErrReset,
+			closedA2: true, errA2: hub.ErrReset,
+			wantB: []int64{5}, errB: hub.ErrReset,
+			drops: []error{hub.ErrReset, hub.ErrReset, hub.ErrReset},
+		},
+		{
 			name:   "Close drops everyone with ErrClosed and refuses new subscribers",
 			buffer: 8,
 			run: func(t *testing.T, h *hub.Hub[*testEvent], _, _, _ *hub.Subscription[*testEvent]) {

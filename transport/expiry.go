@@ -62,6 +62,21 @@ func (x *expiries) add(p store.PendingInteraction) {
 	}
 }
 
+// reload schedules every interaction the store holds pending, after the
+// feed may have missed some (the relay fell behind it).
+func (x *expiries) reload() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pending, err := x.s.store.Pending(ctx)
+	if err != nil {
+		x.s.log.Warn("interactions: list the pending ones", "err", err)
+		return
+	}
+	for _, p := range pending {
+		x.add(p)
+	}
+}
+
 // noteBatch schedules the pending interactions a feed batch brings.
 func (x *expiries) noteBatch(b store.Batch) {
 	for _, e := range b.Messages {

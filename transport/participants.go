@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	qrcode "github.com/skip2/go-qrcode"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/host"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -171,19 +173,17 @@ func (s *Server) handleInvite(w http.ResponseWriter, r *http.Request, p principa
 		s.writeError(w, r, err)
 		return
 	}
-	g, token := in.Grant(s.cfg.Now())
-	if err := s.parts.Invite(r.Context(), p.thread, g); err != nil {
+	inv, err := s.people().Invite(r.Context(), p.thread, in, s.publicBase(r), caller(r, s.cfg.Trusted))
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.audit(r, p.thread, chatrelay.AuditEvent{Event: chatrelay.AuditIssued, Participant: g.ID})
-	link := s.publicBase(r) + "/p#" + token
-	png, err := qrcode.Encode(link, qrcode.Medium, 256)
+	png, err := qrcode.Encode(inv.Link, qrcode.Medium, 256)
 	qr := ""
 	if err == nil {
 		qr = "data:image/png;base64," + base64.StdEncoding.EncodeToString(png)
 	}
-	writeJSON(w, http.StatusCreated, inviteAnswer{Success: true, Participant: g.Participant(s.cfg.Now()), Token: token, Link: link, QR: qr})
+	writeJSON(w, http.StatusCreated, inviteAnswer{Success: true, Participant: inv.Participant, Token: inv.Token, Link: inv.Link, QR: qr})
 }
 
 // invite checks the body's fields, with the contract's codes.
@@ -250,17 +250,12 @@ type participantsAnswer struct {
 // handleParticipants serves GET /api/chat/participants (the owner): every
 // grant, newest first.
 func (s *Server) handleParticipants(w http.ResponseWriter, r *http.Request, p principal) {
-	grants, err := s.parts.Grants(r.Context(), p.thread)
+	ps, err := s.people().List(r.Context(), p.thread)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	now := s.cfg.Now()
-	out := participantsAnswer{Success: true, Participants: make([]chatrelay.Participant, 0, len(grants))}
-	for _, g := range grants {
-		out.Participants = append(out.Participants, g.Participant(now))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, participantsAnswer{Success: true, Participants: ps})
 }
 
 // participantAnswer is the 200 of a revoke.
@@ -273,25 +268,13 @@ type participantAnswer struct {
 // Revoking again answers the same.
 func (s *Server) handleRevoke(w http.ResponseWriter, r *http.Request, p principal) {
 	id := r.PathValue("id")
-	if !chatrelay.ValidParticipantID(id) {
-		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no participant %q in this thread", clip(id)))
-		return
-	}
-	before, err := s.parts.Grant(r.Context(), p.thread, id)
+	pp, err := s.people().Revoke(r.Context(), p.thread, id, caller(r, s.cfg.Trusted))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
-	}
-	g, err := s.parts.Revoke(r.Context(), p.thread, id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if before.RevokedAt == 0 {
-		s.audit(r, p.thread, chatrelay.AuditEvent{Event: chatrelay.AuditRevoked, Participant: id})
 	}
 	s.live.end(p.thread, id, store.ErrLinkRevoked) // here at once; other nodes by the feed
-	writeJSON(w, http.StatusOK, participantAnswer{Success: true, Participant: g.Participant(s.cfg.Now())})
+	writeJSON(w, http.StatusOK, participantAnswer{Success: true, Participant: pp})
 }
 
 // auditAnswer is the 200 of GET /api/chat/participants/audit.
@@ -302,11 +285,7 @@ type auditAnswer struct {
 
 // handleAudit serves GET /api/chat/participants/audit (the owner).
 func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request, p principal) {
-	if _, err := s.parts.Grants(r.Context(), p.thread); err != nil { // fail closed with the record
-		s.writeError(w, r, err)
-		return
-	}
-	events, err := s.parts.AuditLog(r.Context(), p.thread)
+	events, err := s.people().AuditLog(r.Context(), p.thread)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -358,6 +337,17 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request, p principa
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// people is the owner's side of the thread's share links (host.Participants),
+// on the server's clock; it needs s.parts.
+func (s *Server) people() *host.Participants {
+	return &host.Participants{Store: s.parts, Now: s.cfg.Now, Log: s.log}
+}
+
+// caller is who makes a request, as the audit records it.
+func caller(r *http.Request, trusted []netip.Prefix) host.Caller {
+	return host.Caller{IP: clientIP(r, trusted)}
 }
 
 // participantsOf is the store's Participants, if it keeps them.

@@ -154,15 +154,12 @@ func (s *Server) audit(r *http.Request, thread string, ev chatrelay.AuditEvent) 
 	if s.parts == nil {
 		return
 	}
-	ev.At = s.cfg.Now().UnixMilli()
-	if r != nil && ev.IP == "" {
-		ev.IP = clientIP(r, s.cfg.Trusted)
-	}
 	ctx := context.Background()
 	if r != nil {
-		ctx = context.WithoutCancel(r.Context())
+		ctx = r.Context()
+		if ev.IP == "" {
+			ev.IP = clientIP(r, s.cfg.Trusted)
+		}
 	}
-	if err := s.parts.Audit(ctx, thread, ev); err != nil {
-		s.log.Warn("audit", "thread", thread, "event", ev.Event, "err", err)
-	}
+	s.people().Audit(ctx, thread, ev)
 }

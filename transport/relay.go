@@ -1,13 +1,11 @@
 package transport
 
 import (
-	"sync"
-
-	"github.com/chatrelay/chatrelay"
-
 	"context"
+	"sync"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -37,22 +35,32 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	defer wg.Wait()
 	defer cancel()
-	return s.store.Follow(ctx, func(b store.Batch) {
-		s.ops.feedBatch(b)
-		x.noteBatch(b)
-		if b.Participants {
-			rechecks.push(b.Thread)
-			return
-		}
-		switch {
-		case b.Ready:
-			s.readyMu.Do(func() { close(s.ready) })
-		case b.Reset:
-			s.hub.Reset(b.Thread)
-		case s.hub.Has(b.Thread):
-			s.hub.Publish(b.Thread, NewEvents(b.Thread, b.Messages, time.Now())...)
-		}
+	return store.NewFeed(s.store).Follow(ctx, "", func(b store.Batch) error {
+		s.relay(b, x, rechecks)
+		return nil
 	})
+}
+
+// relay takes a batch of the store's feed to the live streams, the
+// expiry timers and the participants' rechecks.
+func (s *Server) relay(b store.Batch, x *expiries, rechecks *threadQueue) {
+	s.ops.feedBatch(b)
+	x.noteBatch(b)
+	if b.Participants {
+		rechecks.push(b.Thread)
+		return
+	}
+	switch {
+	case b.Ready:
+		s.readyMu.Do(func() { close(s.ready) })
+	case b.Reset && b.Thread == "": // the relay fell behind the feed: every stream resumes
+		s.hub.ResetAll()
+		x.reload()
+	case b.Reset:
+		s.hub.Reset(b.Thread)
+	case s.hub.Has(b.Thread):
+		s.hub.Publish(b.Thread, NewEvents(b.Thread, b.Messages, time.Now())...)
+	}
 }
 
 // Ready is closed once Run's feed is registered.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	qrcode "github.com/skip2/go-qrcode"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/host"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
 )
@@ -27,40 +29,20 @@ import (
 // ends the participant's streams on a running server within a second.
 func share(ctx context.Context, e cmdEnv) error {
 	fs := newFlags("share", "share THREAD --name NAME [flags] | share list THREAD [--json] | share revoke THREAD (ID | --all) | share audit THREAD [--json]", e.stderr)
-	var sf storeFlags
-	sf.register(fs, true)
-	name := fs.String("name", "", "invite: the participant's `name` (cleaned: no line breaks, no [ ] < >, at most 64 characters)")
-	role := fs.String("role", string(chatrelay.Commenter), "invite: `viewer` (reads) or commenter (reads and posts)")
-	kind := fs.String("kind", string(chatrelay.Human), "invite: `human` or agent")
-	expires := fs.String("expires", "7d", "invite: how long the link lives, 1h … 30d (`D`: 90m, 12h, 7d)")
-	limit := fs.Int("cap", chatrelay.DefaultCap, "invite: the most messages the participant may post, 1 … 1000")
-	publicURL := fs.String("public-url", "", "invite: the server's public `URL` for the link (default: what the folder's server records with serve --public-url)")
-	asJSON := fs.Bool("json", false, "list, audit: one JSON object instead of a table")
-	all := fs.Bool("all", false, "revoke: every active link of the thread")
+	var f shareFlags
+	f.register(fs)
 	if err := parse(fs, e.args, e.getenv); err != nil {
 		return err
 	}
-	args := fs.Args()
-	verb := "invite"
-	if len(args) > 0 && (args[0] == "list" || args[0] == "revoke" || args[0] == "audit") {
-		verb, args = args[0], args[1:]
-	}
-	want := map[string]int{"invite": 1, "list": 1, "audit": 1, "revoke": 2}[verb]
-	if verb == "revoke" && *all {
-		want = 1
-	}
-	if len(args) != want {
-		return usageError(fmt.Sprintf("share %s takes %s", verb, map[string]string{
-			"invite": "THREAD --name NAME", "list": "THREAD", "audit": "THREAD", "revoke": "THREAD and ID (or --all)"}[verb]))
-	}
-	if verb != "invite" && given(fs, "name") {
-		return usageError("--name is for inviting: chatrelay share THREAD --name NAME")
+	verb, args, err := shareArgs(fs, f.all)
+	if err != nil {
+		return err
 	}
 	thread := args[0]
 	if !chatrelay.ValidThread(thread) {
 		return chatrelay.Errorf(chatrelay.InvalidThread, "a thread id is 16 lowercase hex characters")
 	}
-	st, err := sf.openHost(ctx)
+	st, err := f.store.openHost(ctx)
 	if err != nil {
 		return err
 	}
@@ -69,132 +51,168 @@ func share(ctx context.Context, e cmdEnv) error {
 	if !ok {
 		return fmt.Errorf("the store %s keeps no share links", st.Where)
 	}
-	now := time.Now()
+	people := &host.Participants{Store: parts}
 	switch verb {
 	case "list":
-		grants, err := parts.Grants(ctx, thread)
-		if err != nil {
-			return err
-		}
-		ps := make([]chatrelay.Participant, len(grants))
-		for i, g := range grants {
-			ps[i] = g.Participant(now)
-		}
-		if *asJSON {
-			return printJSON(e.stdout, map[string]any{"thread": thread, "participants": ps})
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PARTICIPANT\tROLE\tKIND\tSTATE\tSENT/CAP\tEXPIRES (UTC)")
-		for _, p := range ps {
-			fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\t%d/%d\t%s\n", p.Name, p.ID, p.Role, p.Kind, p.State, p.Sent, p.Cap, utc(p.ExpiresAt))
-		}
-		return tw.Flush()
+		return shareList(ctx, e, people, thread, *f.asJSON)
 	case "audit":
-		events, err := parts.AuditLog(ctx, thread)
-		if err != nil {
-			return err
-		}
-		if _, err := parts.Grants(ctx, thread); err != nil { // fail closed with the record
-			return err
-		}
-		if *asJSON {
-			return printJSON(e.stdout, map[string]any{"thread": thread, "events": events})
-		}
-		for _, ev := range events {
-			line := fmt.Sprintf("%s  %-9s %s", utc(ev.At), ev.Event, ev.Participant)
-			if ev.Code != "" {
-				line += "  " + string(ev.Code)
-			}
-			if ev.IP != "" {
-				line += "  from " + ev.IP
-			}
-			fmt.Fprintln(e.stdout, line)
-		}
-		return nil
+		return shareAudit(ctx, e, people, thread, *f.asJSON)
 	case "revoke":
-		grants, err := parts.Grants(ctx, thread)
-		if err != nil {
-			return err
-		}
-		var ids []string
-		if *all {
-			for _, g := range grants {
-				if g.StateAt(now) == chatrelay.Active {
-					ids = append(ids, g.ID)
-				}
-			}
-		} else {
-			ids = []string{args[1]}
-		}
-		for _, id := range ids {
-			before, err := parts.Grant(ctx, thread, id)
-			if err != nil {
-				return err
-			}
-			g, err := parts.Revoke(ctx, thread, id)
-			if err != nil {
-				return err
-			}
-			if before.RevokedAt == 0 {
-				auditCLI(ctx, parts, thread, chatrelay.AuditRevoked, id)
-			}
-			fmt.Fprintf(e.stdout, "revoked %s (%s)\n", g.Name, g.ID)
-		}
-		if len(ids) == 0 {
-			fmt.Fprintln(e.stdout, "no active link to revoke")
-		}
-		return nil
+		return shareRevoke(ctx, e, people, thread, args[1:])
 	}
-	// invite
-	d, err := parseDays(*expires)
+	return shareInvite(ctx, e, people, thread, f, st.Settings.PublicURL)
+}
+
+// shareFlags are the flags of chatrelay share.
+type shareFlags struct {
+	store              storeFlags
+	name, role, kind   *string
+	expires, publicURL *string
+	limit              *int
+	asJSON, all        *bool
+}
+
+func (f *shareFlags) register(fs *flag.FlagSet) {
+	f.store.register(fs, true)
+	f.name = fs.String("name", "", "invite: the participant's `name` (cleaned: no line breaks, no [ ] < >, at most 64 characters)")
+	f.role = fs.String("role", string(chatrelay.Commenter), "invite: `viewer` (reads) or commenter (reads and posts)")
+	f.kind = fs.String("kind", string(chatrelay.Human), "invite: `human` or agent")
+	f.expires = fs.String("expires", "7d", "invite: how long the link lives, 1h … 30d (`D`: 90m, 12h, 7d)")
+	f.limit = fs.Int("cap", chatrelay.DefaultCap, "invite: the most messages the participant may post, 1 … 1000")
+	f.publicURL = fs.String("public-url", "", "invite: the server's public `URL` for the link (default: what the folder's server records with serve --public-url)")
+	f.asJSON = fs.Bool("json", false, "list, audit: one JSON object instead of a table")
+	f.all = fs.Bool("all", false, "revoke: every active link of the thread")
+}
+
+// shareArgs reads the verb (invite when none is named) and checks its
+// arguments: args[0] is the thread.
+func shareArgs(fs *flag.FlagSet, all *bool) (verb string, args []string, err error) {
+	args = fs.Args()
+	verb = "invite"
+	if len(args) > 0 && (args[0] == "list" || args[0] == "revoke" || args[0] == "audit") {
+		verb, args = args[0], args[1:]
+	}
+	want := map[string]int{"invite": 1, "list": 1, "audit": 1, "revoke": 2}[verb]
+	if verb == "revoke" && *all {
+		want = 1
+	}
+	if len(args) != want {
+		return "", nil, usageError(fmt.Sprintf("share %s takes %s", verb, map[string]string{
+			"invite": "THREAD --name NAME", "list": "THREAD", "audit": "THREAD", "revoke": "THREAD and ID (or --all)"}[verb]))
+	}
+	if verb != "invite" && given(fs, "name") {
+		return "", nil, usageError("--name is for inviting: chatrelay share THREAD --name NAME")
+	}
+	return verb, args, nil
+}
+
+// shareList prints the thread's participants.
+func shareList(ctx context.Context, e cmdEnv, people *host.Participants, thread string, asJSON bool) error {
+	ps, err := people.List(ctx, thread)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(e.stdout, map[string]any{"thread": thread, "participants": ps})
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTICIPANT\tROLE\tKIND\tSTATE\tSENT/CAP\tEXPIRES (UTC)")
+	for _, p := range ps {
+		fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\t%d/%d\t%s\n", p.Name, p.ID, p.Role, p.Kind, p.State, p.Sent, p.Cap, utc(p.ExpiresAt))
+	}
+	return tw.Flush()
+}
+
+// shareAudit prints the thread's audit trail.
+func shareAudit(ctx context.Context, e cmdEnv, people *host.Participants, thread string, asJSON bool) error {
+	events, err := people.AuditLog(ctx, thread)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(e.stdout, map[string]any{"thread": thread, "events": events})
+	}
+	for _, ev := range events {
+		line := fmt.Sprintf("%s  %-9s %s", utc(ev.At), ev.Event, ev.Participant)
+		if ev.Code != "" {
+			line += "  " + string(ev.Code)
+		}
+		if ev.IP != "" {
+			line += "  from " + ev.IP
+		}
+		fmt.Fprintln(e.stdout, line)
+	}
+	return nil
+}
+
+// shareRevoke revokes the participant ids[0], or with no id every active
+// one, and prints each it revoked.
+func shareRevoke(ctx context.Context, e cmdEnv, people *host.Participants, thread string, ids []string) error {
+	var revoked []chatrelay.Participant
+	var err error
+	if len(ids) == 0 {
+		revoked, err = people.RevokeAll(ctx, thread, host.Caller{})
+	} else {
+		var p chatrelay.Participant
+		if p, err = people.Revoke(ctx, thread, ids[0], host.Caller{}); err == nil {
+			revoked = append(revoked, p)
+		}
+	}
+	for _, p := range revoked {
+		fmt.Fprintf(e.stdout, "revoked %s (%s)\n", p.Name, p.ID)
+	}
+	if err != nil {
+		return err
+	}
+	if len(revoked) == 0 {
+		fmt.Fprintln(e.stdout, "no active link to revoke")
+	}
+	return nil
+}
+
+// shareInvite invites a participant and prints its token and link, shown
+// this once. The link's base is --public-url, else recorded (what the
+// folder's server records).
+func shareInvite(ctx context.Context, e cmdEnv, people *host.Participants, thread string, f shareFlags, recorded string) error {
+	d, err := parseDays(*f.expires)
 	if err != nil {
 		return usageError("--expires " + err.Error())
 	}
-	if *limit < chatrelay.LimitCap.Min { // 0 would read as the default
+	if *f.limit < chatrelay.LimitCap.Min { // 0 would read as the default
 		return chatrelay.Errorf(chatrelay.InvalidCap, "--cap is %d … %d", chatrelay.LimitCap.Min, chatrelay.LimitCap.Max)
 	}
-	in := chatrelay.Invite{Name: *name, Role: chatrelay.Role(*role), Kind: chatrelay.Kind(*kind), ExpiresIn: d, Cap: *limit}
+	in := chatrelay.Invite{Name: *f.name, Role: chatrelay.Role(*f.role), Kind: chatrelay.Kind(*f.kind), ExpiresIn: d, Cap: *f.limit}
 	if err := in.Check(); err != nil {
 		return err
 	}
-	base := strings.TrimSuffix(*publicURL, "/")
+	base := strings.TrimSuffix(*f.publicURL, "/")
 	if base == "" {
-		base = st.Settings.PublicURL
+		base = recorded
 	}
 	if base != "" {
 		if _, err := transport.CheckPublicURL(base); err != nil {
 			return usageError("--public-url " + err.Error())
 		}
 	}
-	g, token := in.Grant(now)
-	if err := parts.Invite(ctx, thread, g); err != nil {
+	inv, err := people.Invite(ctx, thread, in, base, host.Caller{})
+	if err != nil {
 		return err
 	}
-	auditCLI(ctx, parts, thread, chatrelay.AuditIssued, g.ID)
-	link := base + "/p#" + token
-	if base == "" {
-		link = "/p#" + token // the server's address comes before it
-	}
-	p := g.Participant(now)
-	if *asJSON {
-		return printJSON(e.stdout, map[string]any{"participant": p, "token": token, "link": link})
+	p := inv.Participant
+	if *f.asJSON {
+		return printJSON(e.stdout, map[string]any{"participant": p, "token": inv.Token, "link": inv.Link})
 	}
 	fmt.Fprintf(e.stdout, "Invited %s (%s), %s, until %s. The token and the link are shown this once:\n\n  token  %s\n  link   %s\n",
-		p.Name, p.ID, p.Role, utc(p.ExpiresAt), token, link)
+		p.Name, p.ID, p.Role, utc(p.ExpiresAt), inv.Token, inv.Link)
 	if base == "" {
 		fmt.Fprintln(e.stdout, "\n(put the server's address before the link, or give --public-url)")
 	}
 	if isTerminal(e.stdout) && base != "" {
-		if q, err := qrcode.New(link, qrcode.Medium); err == nil {
+		if q, err := qrcode.New(inv.Link, qrcode.Medium); err == nil {
 			fmt.Fprintf(e.stdout, "\n%s", q.ToSmallString(false))
 		}
 	}
 	return nil
-}
-
-// auditCLI appends an audit event the host CLI caused (no client address).
-func auditCLI(ctx context.Context, parts store.Participants, thread, event, id string) {
-	parts.Audit(ctx, thread, chatrelay.AuditEvent{At: time.Now().UnixMilli(), Event: event, Participant: id})
 }
 
 // parseDays reads a duration that may count days: "7d", "36h", "90m".

@@ -58,28 +58,15 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
 
-	var mu sync.Mutex // guards ps: the loop replaces it, the closer closes it
-	ps := s.rdb.Subscribe(ctx, s.feed)
-	closePS := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		ps.Close()
-	}
-	defer closePS()
-	defer context.AfterFunc(ctx, closePS)()
-	renew := func() *redis.PubSub { // a fresh connection: forgets a stale one
-		mu.Lock()
-		defer mu.Unlock()
-		ps.Close()
-		ps = s.rdb.Subscribe(ctx, s.feed)
-		return ps
-	}
+	conn := &feedConn{s: s, ps: s.rdb.Subscribe(ctx, s.feed)}
+	defer conn.close()
+	defer context.AfterFunc(ctx, conn.close)()
 
 	f := &follower{s: s, fn: fn, announced: make(map[string]int64)}
 	// Another call of the store that finds Redis's data lost closes the
 	// connection, so that the feed subscribes again and resets its threads.
 	s.feedsMu.Lock()
-	s.kicks[f] = closePS
+	s.kicks[f] = conn.close
 	s.feedsMu.Unlock()
 	defer func() {
 		s.feedsMu.Lock()
@@ -88,97 +75,154 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 	}()
 	// FeedLive: this call is down until it has subscribed and caught up.
 	s.feedsDown.Add(1)
-	live := false
-	setLive := func(v bool) {
-		if v != live {
-			live = v
-			if v {
-				s.feedsDown.Add(-1)
-			} else {
-				s.feedsDown.Add(1)
-			}
-		}
-	}
-	defer setLive(true) // this call no longer counts
+	l := &feedLoop{s: s, f: f, conn: conn, cur: conn.ps}
+	defer l.setLive(true) // this call no longer counts
+	return l.run(ctx)
+}
 
-	cur := ps
-	var backoff time.Duration
-	synced := false // the current connection is subscribed and caught up
-	pinged := false // a ping is unanswered
-	lost := false   // a loss was logged and not yet followed by a resume
-	var lostAt time.Time
-	resetSent := false // the threads were reset during this loss
+// feedConn is a Follow's subscription: the loop replaces it, a kick or
+// the end of Follow closes it.
+type feedConn struct {
+	s  *Store
+	mu sync.Mutex // guards ps
+	ps *redis.PubSub
+}
+
+func (c *feedConn) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ps.Close()
+}
+
+// renew subscribes on a fresh connection: it forgets a stale one.
+func (c *feedConn) renew(ctx context.Context) *redis.PubSub {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ps.Close()
+	c.ps = c.s.rdb.Subscribe(ctx, c.s.feed)
+	return c.ps
+}
+
+// feedLoop is the state of a Follow's receive loop; only its goroutine
+// uses it.
+type feedLoop struct {
+	s       *Store
+	f       *follower
+	conn    *feedConn
+	cur     *redis.PubSub // the subscription being read
+	backoff time.Duration
+	live    bool      // counted live in FeedLive
+	synced  bool      // the current connection is subscribed and caught up
+	pinged  bool      // a ping is unanswered
+	lost    bool      // a loss was logged and not yet followed by a resume
+	lostAt  time.Time // when
+	// resetSent says the threads were reset during this loss.
+	resetSent bool
+}
+
+// run receives the feed until ctx is done: nil, or ErrClosed if the
+// store is closed.
+func (l *feedLoop) run(ctx context.Context) error {
 	for {
-		msg, err := cur.ReceiveTimeout(ctx, s.pingEvery)
+		msg, err := l.cur.ReceiveTimeout(ctx, l.s.pingEvery)
 		if ctx.Err() != nil {
-			if s.closing.Err() != nil {
+			if l.s.closing.Err() != nil {
 				return ErrClosed
 			}
 			return nil
 		}
-		if err == nil {
-			pinged = false
+		if err = l.take(ctx, msg, err); err != nil {
+			l.resubscribe(ctx, err)
 		}
-		if err != nil && isTimeout(err) && synced && !pinged {
-			pinged = true
-			if err = cur.Ping(ctx); err == nil {
-				continue
-			}
-		}
-		if err == nil {
-			if sub, ok := msg.(*redis.Subscription); ok && sub.Kind == "subscribe" && sub.Channel == s.feed {
-				if err = f.sync(ctx); err == nil {
-					if lost {
-						s.log.Info("redis store: feed resumed", "after", time.Since(lostAt).Round(time.Millisecond))
-						lost, lostAt, resetSent = false, time.Time{}, false
-					}
-					synced, backoff = true, 0
-					setLive(true)
-					continue
-				}
-			} else {
-				if m, ok := msg.(*redis.Message); ok && synced && m.Channel == s.feed {
-					f.deliver(m.Payload)
-				}
-				continue
-			}
-		}
-		// The connection failed, went silent, or the catch-up failed. A new
-		// subscription (never the old connection, which may be dead without
-		// being closed, or still subscribed after an error reply) is what
-		// brings the confirmation that starts the catch-up.
-		setLive(false)
-		if !lost {
-			s.log.Warn("redis store: feed subscription lost; resubscribing", "err", err)
-			lost, lostAt = true, time.Now()
-		}
-		// The first call that finds Redis answering wakes the wait below.
-		wake := s.wakeup()
-		s.down.Store(true)
-		cur = renew()
-		synced, pinged = false, false
-		if s.onLost != nil {
-			s.onLost(ctx)
-		}
-		wait := min(max(2*backoff, 50*time.Millisecond), maxBackoff)
-		backoff = wait
-		if ra := s.opt.ResetAfter; ra > 0 && !resetSent {
-			if left := ra - time.Since(lostAt); left <= 0 {
-				s.log.Warn("redis store: feed still lost; resetting every known thread", "after", ra)
-				f.resetAll()
-				resetSent = true
-			} else {
-				wait = min(wait, left)
-			}
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		case <-wake:
-		}
-		t.Stop()
 	}
+}
+
+// take handles what the connection brought: a confirmed subscription (the
+// catch-up), a message of the feed, or a silence (a ping). It returns the
+// failure that makes the loop subscribe again, if any.
+func (l *feedLoop) take(ctx context.Context, msg any, err error) error {
+	if err == nil {
+		l.pinged = false
+	}
+	if err != nil && isTimeout(err) && l.synced && !l.pinged {
+		l.pinged = true
+		if err = l.cur.Ping(ctx); err == nil {
+			return nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if sub, ok := msg.(*redis.Subscription); !ok || sub.Kind != "subscribe" || sub.Channel != l.s.feed {
+		if m, ok := msg.(*redis.Message); ok && l.synced && m.Channel == l.s.feed {
+			l.f.deliver(m.Payload)
+		}
+		return nil
+	}
+	if err := l.f.sync(ctx); err != nil {
+		return err
+	}
+	if l.lost {
+		l.s.log.Info("redis store: feed resumed", "after", time.Since(l.lostAt).Round(time.Millisecond))
+		l.lost, l.lostAt, l.resetSent = false, time.Time{}, false
+	}
+	l.synced, l.backoff = true, 0
+	l.setLive(true)
+	return nil
+}
+
+// setLive counts this Follow in or out of FeedLive's down feeds.
+func (l *feedLoop) setLive(v bool) {
+	if v != l.live {
+		l.live = v
+		if v {
+			l.s.feedsDown.Add(-1)
+		} else {
+			l.s.feedsDown.Add(1)
+		}
+	}
+}
+
+// resubscribe follows a failure: the connection failed, went silent, or
+// the catch-up failed. A new subscription (never the old connection, which
+// may be dead without being closed, or still subscribed after an error
+// reply) is what brings the confirmation that starts the catch-up. It
+// waits a backoff first, or until a call of the store finds Redis
+// answering, and resets every known thread once the loss lasts past
+// Options.ResetAfter.
+func (l *feedLoop) resubscribe(ctx context.Context, err error) {
+	s := l.s
+	l.setLive(false)
+	if !l.lost {
+		s.log.Warn("redis store: feed subscription lost; resubscribing", "err", err)
+		l.lost, l.lostAt = true, time.Now()
+	}
+	// The first call that finds Redis answering wakes the wait below.
+	wake := s.wakeup()
+	s.down.Store(true)
+	l.cur = l.conn.renew(ctx)
+	l.synced, l.pinged = false, false
+	if s.onLost != nil {
+		s.onLost(ctx)
+	}
+	wait := min(max(2*l.backoff, 50*time.Millisecond), maxBackoff)
+	l.backoff = wait
+	if ra := s.opt.ResetAfter; ra > 0 && !l.resetSent {
+		if left := ra - time.Since(l.lostAt); left <= 0 {
+			s.log.Warn("redis store: feed still lost; resetting every known thread", "after", ra)
+			l.f.resetAll()
+			l.resetSent = true
+		} else {
+			wait = min(wait, left)
+		}
+	}
+	t := time.NewTimer(wait)
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-wake:
+	}
+	t.Stop()
 }
 
 // kickFeeds makes every Follow of the store but except (nil: none)
