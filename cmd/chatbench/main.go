@@ -127,6 +127,30 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.quiet, "quiet-wait", 0, "before each scenario, wait up to this long for the machine to be idle (under 10% busy for a second)")
 	fs.BoolVar(&c.quick, "quick", false, "a smoke run: every size and duration not given is scaled down")
 
+	c.scenarioFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range quickValues {
+			if !set[name] {
+				fs.Set(name, v)
+			}
+		}
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// scenarioFlags adds each scenario's sizes, rates and durations to fs.
+func (c *config) scenarioFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.threads, "threads", 1000, "S1/S2: threads, each created by its first post, on the clock")
 	fs.IntVar(&c.subs, "subs", 2, "S1/S2: subscribers per thread, alternately SSE and WebSocket")
 	fs.Float64Var(&c.rate, "rate", 500, "S1: posts per second, to random threads")
@@ -161,37 +185,26 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.data, "data", "", "S6: the server's --data folder")
 	fs.StringVar(&c.store, "store", "", "S6: the server's --store (redis://…), instead of --data")
 	fs.StringVar(&c.replyFsync, "reply-fsync", "always", "S6: --fsync of the reply process")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if c.quick {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range quickValues {
-			if !set[name] {
-				fs.Set(name, v)
-			}
-		}
-	}
+}
+
+// check refuses sizes and choices no run can use.
+func (c *config) check() error {
 	if c.threads < 1 || c.subs < 1 || c.rate <= 0 || c.s1Posters < 1 || c.posters < 1 ||
 		c.idle < 1 || c.idleThreads < 1 || c.pollThreads < 1 || c.pollMessages < 1 || c.pollers < 1 ||
 		c.storm < 1 || c.stormThreads < 1 || c.stormRate <= 0 || c.replies < 1 || c.v2Threads < 1 || c.v2Rate <= 0 || c.sources < 1 || c.dialConc < 1 || c.textSize < 1 {
-		return nil, errors.New("sizes and rates must be positive")
+		return errors.New("sizes and rates must be positive")
 	}
 	switch c.idleMix {
 	case "mixed", "sse", "ws":
 	default:
-		return nil, fmt.Errorf("--idle-mix %q: want mixed, sse or ws", c.idleMix)
+		return fmt.Errorf("--idle-mix %q: want mixed, sse or ws", c.idleMix)
 	}
 	switch c.pollSince {
 	case "full", "cursor":
 	default:
-		return nil, fmt.Errorf("--poll-since %q: want full or cursor", c.pollSince)
+		return fmt.Errorf("--poll-since %q: want full or cursor", c.pollSince)
 	}
-	return c, nil
+	return nil
 }
 
 // quickValues scale every scenario down to a few seconds.
@@ -215,35 +228,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var which []string
-	if cfg.scenarios == "all" {
-		which = allScenarios
-	} else {
-		for s := range strings.SplitSeq(cfg.scenarios, ",") {
-			s = strings.ToUpper(strings.TrimSpace(s))
-			if !slices.Contains(allScenarios, s) {
-				return fmt.Errorf("--scenario %q: want all or some of %s", s, strings.Join(allScenarios, ","))
-			}
-			which = append(which, s)
-		}
+	which, err := cfg.which()
+	if err != nil {
+		return err
 	}
 	nofile, err := raiseNoFile()
 	if err != nil {
 		fmt.Fprintf(stderr, "chatbench: cannot raise the open-file limit: %v\n", err)
 	}
-	pid := ""
-	if cfg.serverPID > 0 {
-		pid = strconv.Itoa(cfg.serverPID)
-		if _, err := procCPU(pid); err != nil {
-			return fmt.Errorf("--server-pid %d: %w", cfg.serverPID, err)
-		}
+	pid, err := procOf("--server-pid", cfg.serverPID)
+	if err != nil {
+		return err
 	}
-	bePID := ""
-	if cfg.backendPID > 0 {
-		bePID = strconv.Itoa(cfg.backendPID)
-		if _, err := procCPU(bePID); err != nil {
-			return fmt.Errorf("--backend-pid %d: %w", cfg.backendPID, err)
-		}
+	bePID, err := procOf("--backend-pid", cfg.backendPID)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
@@ -297,6 +296,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%d scenario(s) could not run", failed)
 	}
 	return ctx.Err()
+}
+
+// which is the scenarios --scenario names, in the order given.
+func (c *config) which() ([]string, error) {
+	if c.scenarios == "all" {
+		return allScenarios, nil
+	}
+	var which []string
+	for s := range strings.SplitSeq(c.scenarios, ",") {
+		s = strings.ToUpper(strings.TrimSpace(s))
+		if !slices.Contains(allScenarios, s) {
+			return nil, fmt.Errorf("--scenario %q: want all or some of %s", s, strings.Join(allScenarios, ","))
+		}
+		which = append(which, s)
+	}
+	return which, nil
+}
+
+// procOf is the /proc name of the process given by flag (pid 0: none),
+// checked to be readable.
+func procOf(flag string, pid int) (string, error) {
+	if pid <= 0 {
+		return "", nil
+	}
+	p := strconv.Itoa(pid)
+	if _, err := procCPU(p); err != nil {
+		return "", fmt.Errorf("%s %d: %w", flag, pid, err)
+	}
+	return p, nil
 }
 
 // fig is one figure of a result: a JSON value and its text form.

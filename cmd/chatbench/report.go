@@ -216,92 +216,107 @@ func (t *table) figures() []figure {
 			}
 			return text, 0, ok
 		}},
-		{"S1 threads created on the clock; their post's round trip p99", "S1", func(m map[string]any) (string, float64, bool) {
-			n, ok := num(m, "threads_created")
-			rt, ok2 := num(m, "create_rt_p99_ms")
-			if !ok {
-				return "", 0, false
-			}
-			if !ok2 {
-				return fmtCount(n), 0, true
-			}
-			return fmtCount(n) + "; " + fmtNum(rt) + " ms", rt, true
-		}},
+		{"S1 threads created on the clock; their post's round trip p99", "S1", s1Created},
 		{"S1 server CPU per post (+ Redis's)", "S1", cpuPer("post")},
-		{"S2 accepted posts/s, closed loop", "S2", func(m map[string]any) (string, float64, bool) {
-			v, ok := num(m, "posts_per_s")
-			if !ok {
-				return "", 0, false
-			}
-			text := fmtNum(v)
-			if lost, _ := num(m, "lost"); lost > 0 {
-				text += ", " + fmtCount(lost) + " lost ✗"
-			} else if _, ok := m["lost"]; ok {
-				text += ", 0 lost"
-			}
-			return text, v, true
-		}},
+		{"S2 accepted posts/s, closed loop", "S2", s2Throughput},
 		{"S2 publish→receive p99", "S2", plain("p99_ms", " ms")},
 		{"S2 server CPU per post (+ Redis's)", "S2", cpuPer("post")},
 	}
 	for _, n := range t.s3sizes {
 		fs = append(fs, figure{"S3 server memory per idle stream, " + groupThousands(strconv.FormatInt(n, 10)) + " streams (SSE+WS)",
-			"S3/" + strconv.FormatInt(n, 10), func(m map[string]any) (string, float64, bool) {
-				v, ok := num(m, "kib_per_stream")
-				if !ok {
-					return "", 0, false
-				}
-				text := fmtNum(v) + " KiB"
-				if g, w, _, ok := ratioText(m, "alive"); ok {
-					if g == w {
-						text += ", all alive"
-					} else {
-						text += fmt.Sprintf(", %.0f/%.0f alive ✗", g, w)
-					}
-				}
-				return text, v, true
-			}})
+			"S3/" + strconv.FormatInt(n, 10), s3Memory})
 	}
 	fs = append(fs,
 		figure{"S4 polls/s", "S4", plain("polls_per_s", "")},
 		figure{"S4 server CPU per poll (+ Redis's)", "S4", cpuPer("poll")},
-		figure{"S5 resume storm: lost / repeated; all live again after", "S5", func(m map[string]any) (string, float64, bool) {
-			lost, ok := num(m, "lost")
-			rep, _ := num(m, "repeated")
-			if !ok {
-				return "", 0, false
-			}
-			text := fmt.Sprintf("%.0f / %.0f", lost, rep)
-			if lost+rep > 0 {
-				text += " ✗"
-			}
-			after, ok := num(m, "all_live_after_ms")
-			if ok {
-				text += "; " + fmtNum(after/1000) + " s"
-			}
-			return text, after, true
-		}},
+		figure{"S5 resume storm: lost / repeated; all live again after", "S5", s5Storm},
 		figure{"S6 host reply → subscriber p99", "S6", plain("p99_ms", " ms")},
-		figure{"S7 v2 with reactions: message p99; reaction p99 (request → update frame)", "S7", func(m map[string]any) (string, float64, bool) {
-			mp, ok := num(m, "message_p99_ms")
-			rp, ok2 := num(m, "reaction_p99_ms")
-			if !ok || !ok2 {
-				return "", 0, false
-			}
-			text := fmtNum(mp) + " ms; " + fmtNum(rp) + " ms"
-			for _, key := range []string{"messages_delivered", "reactions_delivered"} {
-				if g, w, _, ok := ratioText(m, key); ok && g < w {
-					text += fmt.Sprintf(", %.0f/%.0f %s ✗", g, w, strings.TrimSuffix(key, "_delivered"))
-				}
-			}
-			return text, rp, true
-		}},
+		figure{"S7 v2 with reactions: message p99; reaction p99 (request → update frame)", "S7", s7Changes},
 		figure{"S7 server CPU per change (+ Redis's)", "S7", cpuPer("change")},
 	)
 	// Other work on the machine skews every figure: one row says how much
 	// there was (the scenarios' worst) instead of a note per run.
 	fs = append(fs, figure{"other work on the machine during the scenarios (worst, % of a core)", "", nil})
 	return fs
+}
+
+// s1Created is the threads S1 created and their post's round trip p99.
+func s1Created(m map[string]any) (string, float64, bool) {
+	n, ok := num(m, "threads_created")
+	rt, ok2 := num(m, "create_rt_p99_ms")
+	if !ok {
+		return "", 0, false
+	}
+	if !ok2 {
+		return fmtCount(n), 0, true
+	}
+	return fmtCount(n) + "; " + fmtNum(rt) + " ms", rt, true
+}
+
+// s2Throughput is S2's accepted posts per second, and what was lost.
+func s2Throughput(m map[string]any) (string, float64, bool) {
+	v, ok := num(m, "posts_per_s")
+	if !ok {
+		return "", 0, false
+	}
+	text := fmtNum(v)
+	if lost, _ := num(m, "lost"); lost > 0 {
+		text += ", " + fmtCount(lost) + " lost ✗"
+	} else if _, ok := m["lost"]; ok {
+		text += ", 0 lost"
+	}
+	return text, v, true
+}
+
+// s5Storm is S5's lost and repeated messages and how soon all were live again.
+func s5Storm(m map[string]any) (string, float64, bool) {
+	lost, ok := num(m, "lost")
+	rep, _ := num(m, "repeated")
+	if !ok {
+		return "", 0, false
+	}
+	text := fmt.Sprintf("%.0f / %.0f", lost, rep)
+	if lost+rep > 0 {
+		text += " ✗"
+	}
+	after, ok := num(m, "all_live_after_ms")
+	if ok {
+		text += "; " + fmtNum(after/1000) + " s"
+	}
+	return text, after, true
+}
+
+// s7Changes is S7's message and reaction p99, and what was not delivered.
+func s7Changes(m map[string]any) (string, float64, bool) {
+	mp, ok := num(m, "message_p99_ms")
+	rp, ok2 := num(m, "reaction_p99_ms")
+	if !ok || !ok2 {
+		return "", 0, false
+	}
+	text := fmtNum(mp) + " ms; " + fmtNum(rp) + " ms"
+	for _, key := range []string{"messages_delivered", "reactions_delivered"} {
+		if g, w, _, ok := ratioText(m, key); ok && g < w {
+			text += fmt.Sprintf(", %.0f/%.0f %s ✗", g, w, strings.TrimSuffix(key, "_delivered"))
+		}
+	}
+	return text, rp, true
+}
+
+// s3Memory is S3's server memory per idle stream, and whether all stayed alive.
+func s3Memory(m map[string]any) (string, float64, bool) {
+	v, ok := num(m, "kib_per_stream")
+	if !ok {
+		return "", 0, false
+	}
+	text := fmtNum(v) + " KiB"
+	if g, w, _, ok := ratioText(m, "alive"); ok {
+		if g == w {
+			text += ", all alive"
+		} else {
+			text += fmt.Sprintf(", %.0f/%.0f alive ✗", g, w)
+		}
+	}
+	return text, v, true
 }
 
 // cpuPer is the server's CPU per post or poll, with the backend's

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"sync/atomic"
+	"time"
+)
+
+// S6: the host CLI replies from another process; a live SSE and a live
+// WebSocket subscriber of the thread each time it lands.
+func (b *bench) s6(ctx context.Context) *result {
+	r := &result{name: "host-reply"}
+	cfg := b.cfg
+	if cfg.chatrelayBin == "" || (cfg.data == "") == (cfg.store == "") {
+		r.err = errors.New("S6 needs --chatrelay-bin and either --data (the server's data folder) or --store (its store)")
+		return r
+	}
+	where := []string{"reply", "--data", cfg.data}
+	if cfg.store != "" {
+		where = []string{"reply", "--store", cfg.store}
+	}
+	threads := newThreads(1)
+	th := threads[0]
+	ps := b.newPosters(1)
+	defer closePosters(ps)
+	tag := newTag("S6")
+	if _, _, err := ps[0].post(ctx, th, tag+"x", 0); err != nil { // the thread must exist for reply
+		r.err = fmt.Errorf("create the thread: %w", err)
+		return r
+	}
+	subs := makeSubs(threads, 2, "mixed")
+	var got [2]atomic.Int64 // per subscriber: the newest reply seq received + 1
+	k := &sink{tag: tag}
+	k.onMsg = func(s *subscriber, seq int) { got[s.idx].Store(int64(seq) + 1) }
+	f, _, err := b.openFleet(ctx, subs, k, true, openLimit(2))
+	defer f.close()
+	if err != nil {
+		r.err = err
+		return r
+	}
+	var proc hist
+	var failed int64
+	var lastErr string
+	u := b.startUsage()
+	for i := 0; i < cfg.replies && ctx.Err() == nil; i++ {
+		text := string(benchText(nil, tag, i, nowNS(), cfg.textSize))
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		t0 := time.Now()
+		out, err := exec.CommandContext(cctx, cfg.chatrelayBin, append(where, "--fsync", cfg.replyFsync, th.id, text)...).CombinedOutput()
+		proc.Record(time.Since(t0))
+		cancel()
+		if err != nil {
+			failed++
+			lastErr = fmt.Sprintf("%v: %s", err, bytes.TrimSpace(out))
+			continue
+		}
+		waitFor(ctx, 5*time.Second, func() bool { return got[0].Load() > int64(i) && got[1].Load() > int64(i) })
+	}
+	u.stop()
+	r.int("replies", int64(cfg.replies)-failed)
+	r.ratio("delivered", k.got.Load(), 2*(int64(cfg.replies)-failed))
+	r.ms("p50", k.lat.Quantile(0.50))
+	r.ms("p99", k.lat.Quantile(0.99))
+	r.ms("max", k.lat.Max())
+	r.ms("reply_process_p50", proc.Quantile(0.50))
+	r.cpu(u, "", 0)
+	if failed > 0 {
+		r.int("reply_errors", failed)
+		r.note("last reply error: %s", lastErr)
+	}
+	return r
+}

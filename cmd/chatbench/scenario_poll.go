@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// S4: pollers. Each poll asks a random thread for its newest 50 messages
+// (--poll-since full) or for what is newer than its cursor (cursor: nothing).
+func (b *bench) s4(ctx context.Context) *result {
+	r := &result{name: "poll"}
+	cfg := b.cfg
+	threads := newThreads(cfg.pollThreads)
+	tag := newTag("S4")
+	ps := b.newPosters(cfg.posters)
+	defer closePosters(ps)
+	var st postStats
+	cursors := make([]atomic.Int64, len(threads))
+	total := len(threads) * cfg.pollMessages
+	flat(ctx, ps, time.Hour, total, func(p *poster, i int) {
+		ti := i % len(threads)
+		epoch, _, err := p.post(ctx, threads[ti], tag, i)
+		st.count(err)
+		for {
+			c := cursors[ti].Load()
+			if epoch <= c || cursors[ti].CompareAndSwap(c, epoch) {
+				break
+			}
+		}
+	})
+	r.int("threads", int64(len(threads)))
+	r.int("messages", st.ok.Load())
+	st.report(r)
+	if st.ok.Load() < int64(total) {
+		r.err = fmt.Errorf("%d of %d messages stored", st.ok.Load(), total)
+		return r
+	}
+	want := min(cfg.pollMessages, 50)
+	if cfg.pollSince == "cursor" {
+		want = 0
+	}
+	var lat hist
+	var polls, bad, failed atomic.Int64
+	var lastErr atomic.Pointer[string]
+	pollers := b.newPosters(cfg.pollers)
+	defer closePosters(pollers)
+	u := b.startUsage()
+	flat(ctx, pollers, cfg.pollDuration, 0, func(p *poster, _ int) {
+		ti := p.rng.IntN(len(threads))
+		path := "/api/chat/poll"
+		if cfg.pollSince == "cursor" {
+			p.text = append(append(p.text[:0], "/api/chat/poll?since="...), strconv.FormatInt(cursors[ti].Load(), 10)...)
+			path = string(p.text)
+		}
+		t0 := time.Now()
+		body, err := p.hc.do(ctx, http.MethodGet, path, threads[ti].token, nil)
+		lat.Record(time.Since(t0))
+		if err != nil {
+			failed.Add(1)
+			msg := err.Error()
+			lastErr.Store(&msg)
+			return
+		}
+		polls.Add(1)
+		if bytes.Count(body, []byte(`"id":"MSG-`)) != want {
+			bad.Add(1)
+		}
+	})
+	u.stop()
+	r.add("since", cfg.pollSince, cfg.pollSince)
+	r.int("pollers", int64(cfg.pollers))
+	r.int("polls", polls.Load())
+	r.num("polls_per_s", float64(polls.Load())/u.Wall.Seconds(), "")
+	r.ms("p50", lat.Quantile(0.50))
+	r.ms("p99", lat.Quantile(0.99))
+	r.ms("max", lat.Max())
+	r.cpu(u, "poll", polls.Load())
+	if n := bad.Load(); n > 0 {
+		r.int("wrong_pages", n)
+		r.note("a poll answer did not hold %d messages", want)
+	}
+	if n := failed.Load(); n > 0 {
+		r.int("poll_errors", n)
+		r.note("last poll error: %s", *lastErr.Load())
+	}
+	return r
+}
+
+// recorder keeps every epoch each subscriber receives (S5) and times the
+// resume after the drop.
