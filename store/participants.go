@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,7 +34,7 @@ type Participants interface {
 	Invite(ctx context.Context, thread string, g chatrelay.Grant) error
 
 	// Grants lists the thread's grants, newest first, without those that
-	// ended long ago (PruneGrants: every backend reads the record so).
+	// ended long ago (chatrelay.PruneGrants: every backend reads the record so).
 	Grants(ctx context.Context, thread string) ([]chatrelay.Grant, error)
 
 	// Revoke revokes a grant and returns it; revoking one already revoked
@@ -88,49 +87,11 @@ func parseParticipants(data []byte, thread string) ([]chatrelay.Grant, error) {
 		return nil, fmt.Errorf("%w: version %d of thread %q", errBadParticipants, f.Version, f.Thread)
 	}
 	for i, g := range f.Grants {
-		if err := CheckGrant(g); err != nil {
+		if err := chatrelay.CheckGrant(g); err != nil {
 			return nil, fmt.Errorf("%w: grant %d %v", errBadParticipants, i, err)
 		}
 	}
 	return f.Grants, nil
-}
-
-// AdmitGrant is how every backend's Invite admits g beside a thread's
-// grants: ParticipantLimit if the thread has the most active grants,
-// RateLimited if it made the most in the invite window (checkInviteRate), an
-// Internal error if g lacks what a reader relies on (CheckGrant: it would
-// make the record unreadable), and g with a fresh id if its id is taken.
-func AdmitGrant(grants []chatrelay.Grant, g chatrelay.Grant, now time.Time) (chatrelay.Grant, error) {
-	if err := CheckGrant(g); err != nil {
-		return g, &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: fmt.Errorf("invite: the grant %w", err)}
-	}
-	active := 0
-	for i := range grants {
-		if grants[i].StateAt(now) == chatrelay.Active {
-			active++
-		}
-	}
-	if active >= chatrelay.LimitActiveGrants.Max {
-		return g, chatrelay.Errorf(chatrelay.ParticipantLimit, "this thread already has %d active share links: revoke one first", active)
-	}
-	if err := checkInviteRate(grants, now); err != nil {
-		return g, err
-	}
-	for slices.ContainsFunc(grants, func(o chatrelay.Grant) bool { return o.ID == g.ID }) {
-		g.ID = chatrelay.NewParticipantID()
-	}
-	return g, nil
-}
-
-// CheckGrant checks what a reader of a stored grant relies on: its id,
-// its digest (64 hex) and its expiry. A backend's participants record
-// with a grant that fails it does not parse (it fails closed).
-func CheckGrant(g chatrelay.Grant) error {
-	d, err := hex.DecodeString(g.Digest)
-	if !chatrelay.ValidParticipantID(g.ID) || err != nil || len(d) != 32 || g.ExpiresAt <= 0 {
-		return errors.New("lacks its id, digest or expiry")
-	}
-	return nil
 }
 
 func (s *File) participantsPath(thread string) string {
@@ -167,7 +128,7 @@ func (s *File) grantsOf(thread string, data []byte, err error) ([]chatrelay.Gran
 		s.log.Error("participants record does not parse; every share link of the thread is refused", "thread", thread, "err", err)
 		return nil, ParticipantsUnreadable(err)
 	}
-	grants, _ = PruneGrants(grants, s.now()) // long-ended grants are gone; the next write drops them from the file
+	grants, _ = chatrelay.PruneGrants(grants, s.now()) // long-ended grants are gone; the next write drops them from the file
 	return grants, nil
 }
 
@@ -241,7 +202,7 @@ func (s *File) Invite(ctx context.Context, thread string, g chatrelay.Grant) err
 		if !exists {
 			return nil, false, chatrelay.Errorf(chatrelay.NotFound, "this thread has no message yet: post one before inviting")
 		}
-		g, err := AdmitGrant(grants, g, s.now())
+		g, err := chatrelay.AdmitGrant(grants, g, s.now())
 		if err != nil {
 			return nil, false, err
 		}
@@ -328,7 +289,7 @@ func (s *File) markGrant(ctx context.Context, thread, id string, flag func(*chat
 // the index does not know makes the index be rebuilt from the records, at
 // most once a second (a grant another process just made).
 func (s *File) Resolve(ctx context.Context, digest string) (string, chatrelay.Grant, error) {
-	unauthorized := UnknownShareLink()
+	unauthorized := chatrelay.UnknownShareLink()
 	if len(digest) != 64 {
 		return "", chatrelay.Grant{}, unauthorized
 	}

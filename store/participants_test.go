@@ -41,7 +41,7 @@ func FuzzParseParticipants(f *testing.F) {
 			return
 		}
 		for i, g := range grants {
-			if err := CheckGrant(g); err != nil {
+			if err := chatrelay.CheckGrant(g); err != nil {
 				t.Fatalf("%q: grant %d accepted but %v", data, i, err)
 			}
 		}

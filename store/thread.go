@@ -67,37 +67,6 @@ func newID(msgs []Entry, at time.Time) string {
 	}
 }
 
-// Prepare checks m and fills what it implies: the default author, a
-// checked Ask or Card, and the stored text (an interaction's rendering, a
-// card's fallback). It returns the domain's codes for bad input.
-func (m *NewMessage) Prepare(now time.Time) (*chatrelay.Interaction, error) {
-	if m.Author == "" {
-		m.Author = chatrelay.Operator
-	}
-	if err := chatrelay.CheckClientID(m.ClientID); err != nil {
-		return nil, err
-	}
-	var ix *chatrelay.Interaction
-	switch {
-	case m.Ask != nil && m.Card != nil:
-		return nil, chatrelay.Errorf(chatrelay.InvalidInteraction, "a message is an interaction or a card, not both")
-	case m.Ask != nil:
-		if err := m.Ask.Check(); err != nil {
-			return nil, err
-		}
-		ix = m.Ask.Interaction(now)
-		m.Text = ix.RenderText()
-		return ix, nil
-	case m.Card != nil:
-		if err := m.Card.Check(); err != nil {
-			return nil, err
-		}
-		m.Text = m.Card.FallbackText
-		return nil, nil
-	}
-	return nil, chatrelay.CheckText(m.Text)
-}
-
 // appendTo returns d with the new message m (prepared, with its
 // interaction ix) appended at now and retention r applied, and the new
 // entry; or, if m carries the client_id of a retained message, d itself
@@ -132,32 +101,12 @@ func appendTo(d threadDoc, m NewMessage, ix *chatrelay.Interaction, r chatrelay.
 // ClientIDConflict about e. Every backend and the transport answer a
 // repeated client_id with it, so that their answers agree.
 func ReplayOf(e Entry, m NewMessage) (Entry, error) {
-	if !SameContent(e.Message, m) {
+	if !chatrelay.SameContent(e.Message, m) {
 		return Entry{}, &chatrelay.Error{Code: chatrelay.ClientIDConflict, About: e.JSON2,
 			Message: "this client_id names another message of the thread; use a new client_id for a new message"}
 	}
 	e.Replayed = true
 	return e, nil
-}
-
-// SameContent reports whether a stored message is what m would store
-// again: the same author, and the same text, card or question. (An
-// interaction's stored text names its deadline, so questions are compared
-// by what was asked.)
-func SameContent(stored chatrelay.Message, m NewMessage) bool {
-	if stored.Author != m.Author || stored.AuthorName != m.AuthorName {
-		return false
-	}
-	switch {
-	case m.Ask != nil:
-		ix := stored.Interaction
-		return ix != nil && ix.Type == m.Ask.Type && ix.Title == m.Ask.Title && ix.Prompt == m.Ask.Prompt &&
-			ix.AllowText == m.Ask.AllowText && slices.Equal(ix.Choices, m.Ask.Choices) && slices.Equal(ix.Details, m.Ask.Details)
-	case m.Card != nil:
-		return stored.Card != nil && string(chatrelay.MarshalMessageV2(chatrelay.Message{Card: stored.Card})) ==
-			string(chatrelay.MarshalMessageV2(chatrelay.Message{Card: m.Card}))
-	}
-	return stored.Interaction == nil && stored.Card == nil && stored.Text == m.Text
 }
 
 // changeIn applies c to d at now. It returns the new document (d itself if
@@ -177,8 +126,8 @@ func changeIn(d threadDoc, c Change, now time.Time) (threadDoc, Entry, bool, err
 		}
 		return d, Entry{}, false, chatrelay.Errorf(chatrelay.NotFound, "no interaction %s in this thread", c.InteractionID)
 	}
-	m := cloneMessage(d.msgs[i].Message)
-	changed, err := ApplyChange(&m, c, now)
+	m := chatrelay.CloneMessage(d.msgs[i].Message)
+	changed, err := chatrelay.ApplyChange(&m, c, now)
 	if !changed {
 		e := d.msgs[i]
 		if err != nil {
@@ -208,133 +157,17 @@ func about(err error, js []byte) error {
 	return err
 }
 
-// cloneMessage copies m deeply enough to change its interaction and
-// reactions without touching m (stored entries are shared).
-func cloneMessage(m chatrelay.Message) chatrelay.Message {
-	if m.Interaction != nil {
-		ix := *m.Interaction
-		if ix.Answer != nil {
-			a := *ix.Answer
-			ix.Answer = &a
-		}
-		m.Interaction = &ix
-	}
-	if m.Reactions != nil {
-		r := make(chatrelay.Reactions, len(m.Reactions))
-		for k, v := range m.Reactions {
-			r[k] = slices.Clone(v)
-		}
-		m.Reactions = r
-	}
-	return m
-}
-
 // WouldChange reports whether c would change the stored message e at now,
 // and the refusal it would get (about e), without changing anything: what
 // the store would answer now, for a caller that decides before it writes
 // (a change that would change nothing spends no rate window).
 func WouldChange(e Entry, c Change, now time.Time) (bool, error) {
-	m := cloneMessage(e.Message)
-	changed, err := ApplyChange(&m, c, now)
+	m := chatrelay.CloneMessage(e.Message)
+	changed, err := chatrelay.ApplyChange(&m, c, now)
 	if err != nil {
 		err = about(err, e.JSON2)
 	}
 	return changed, err
-}
-
-// ApplyChange applies c to m (a copy the caller owns) at now, and reports
-// whether m changed. Its errors: NotFound (a message without the
-// interaction), InvalidAnswer, InvalidEmoji, and InteractionClosed — an
-// answer or cancel of an interaction no longer pending. An answer that
-// comes at or after the deadline changes m to expired and is refused.
-func ApplyChange(m *chatrelay.Message, c Change, now time.Time) (changed bool, err error) {
-	switch c.Op {
-	case React, Unreact:
-		if err := chatrelay.CheckEmoji(c.Emoji); err != nil {
-			return false, err
-		}
-		who := m.Reactions[c.Emoji]
-		has := slices.Contains(who, c.By)
-		if c.Op == React {
-			if has {
-				return false, nil
-			}
-			if len(who) == 0 && len(m.Reactions) >= chatrelay.LimitReactions.Max {
-				return false, chatrelay.Errorf(chatrelay.TooManyReactions, "this message has %d different reactions, the most it may have; react with one of them", chatrelay.LimitReactions.Max)
-			}
-			if m.Reactions == nil {
-				m.Reactions = chatrelay.Reactions{}
-			}
-			m.Reactions[c.Emoji] = append(who, c.By)
-			return true, nil
-		}
-		if !has {
-			return false, nil
-		}
-		who = slices.DeleteFunc(who, func(a chatrelay.Author) bool { return a == c.By })
-		if len(who) == 0 {
-			delete(m.Reactions, c.Emoji)
-			if len(m.Reactions) == 0 {
-				m.Reactions = nil
-			}
-		} else {
-			m.Reactions[c.Emoji] = who
-		}
-		return true, nil
-	}
-	ix := m.Interaction
-	if ix == nil || ix.ID != c.InteractionID {
-		return false, chatrelay.Errorf(chatrelay.NotFound, "no interaction %s in this thread", c.InteractionID)
-	}
-	at := now.UnixMilli()
-	expire := func() {
-		ix.State, ix.AnsweredAt = chatrelay.Expired, max(at, ix.Deadline)
-	}
-	switch c.Op {
-	case Expire:
-		if ix.State != chatrelay.Pending || at < ix.Deadline {
-			return false, nil
-		}
-		expire()
-		return true, nil
-	case Cancel:
-		if ix.State == chatrelay.Pending && at >= ix.Deadline {
-			expire()
-			return true, closed(ix)
-		}
-		if ix.State != chatrelay.Pending {
-			return false, closed(ix)
-		}
-		ix.State, ix.AnsweredBy, ix.AnsweredAt = chatrelay.Canceled, c.By, at
-		return true, nil
-	case Respond:
-		if ix.State == chatrelay.Pending && at >= ix.Deadline {
-			expire()
-			return true, closed(ix)
-		}
-		if ix.State != chatrelay.Pending {
-			return false, closed(ix)
-		}
-		if err := ix.CheckAnswer(c.Answer); err != nil {
-			return false, err
-		}
-		a := c.Answer
-		ix.Answer, ix.AnsweredBy, ix.AnsweredAt = &a, c.By, at
-		switch {
-		case ix.Type == chatrelay.Input:
-			ix.State = chatrelay.Answered
-		case a.Decision == chatrelay.Approve:
-			ix.State = chatrelay.Approved
-		default:
-			ix.State = chatrelay.Denied
-		}
-		return true, nil
-	}
-	return false, chatrelay.Errorf(chatrelay.Internal, "unknown change %q", c.Op)
-}
-
-func closed(ix *chatrelay.Interaction) error {
-	return chatrelay.Errorf(chatrelay.InteractionClosed, "this interaction is %s: the first answer won", ix.State)
 }
 
 // trim applies r to msgs (oldest first) at time now. It returns the kept
@@ -427,16 +260,16 @@ func sortThreads(infos []ThreadInfo) {
 func checkParticipantPost(grants []chatrelay.Grant, d threadDoc, m NewMessage, now time.Time) (int, error) {
 	i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == m.Participant })
 	if i < 0 {
-		return -1, UnknownShareLink()
+		return -1, chatrelay.UnknownShareLink()
 	}
 	g := grants[i]
-	if err := GrantRefusal(g, now); err != nil {
+	if err := chatrelay.GrantRefusal(g, now); err != nil {
 		return -1, err
 	}
 	if m.ClientID != "" && slices.ContainsFunc(d.msgs, func(e Entry) bool { return e.ClientID == m.ClientID }) {
 		return i, nil // a replay: appendTo answers it, and it counts nowhere
 	}
-	if err := CapRefusal(g); err != nil {
+	if err := chatrelay.CapRefusal(g); err != nil {
 		return -1, err
 	}
 	waiting := 0
@@ -445,55 +278,8 @@ func checkParticipantPost(grants []chatrelay.Grant, d threadDoc, m NewMessage, n
 			waiting++
 		}
 	}
-	if err := WaitingRefusal(waiting); err != nil {
+	if err := chatrelay.WaitingRefusal(waiting); err != nil {
 		return -1, err
 	}
 	return i, nil
-}
-
-// The refusals of a participant's post, in the order a store checks them:
-// the share link is unknown, revoked or expired (before anything else; a
-// replay of a message the participant posted is then answered as such),
-// its cap is spent, or too many of its messages wait for hermes. Every
-// backend refuses with these, so that their answers agree.
-
-// UnknownShareLink is the refusal of a grant the thread does not have.
-func UnknownShareLink() error {
-	return chatrelay.Errorf(chatrelay.Unauthorized, "this share link is not known here")
-}
-
-// The refusals of a share link that no longer holds, wherever it is
-// found out: a post, a request, a live stream's end.
-var (
-	ErrLinkRevoked = chatrelay.Errorf(chatrelay.TokenRevoked, "this share link was revoked by the conversation's owner")
-	ErrLinkExpired = chatrelay.Errorf(chatrelay.TokenExpired, "this share link expired: ask the owner for a new one")
-)
-
-// GrantRefusal is ErrLinkRevoked or ErrLinkExpired for a grant that is
-// not active at now, else nil.
-func GrantRefusal(g chatrelay.Grant, now time.Time) error {
-	switch g.StateAt(now) {
-	case chatrelay.Revoked:
-		return ErrLinkRevoked
-	case chatrelay.Lapsed:
-		return ErrLinkExpired
-	}
-	return nil
-}
-
-// CapRefusal is CapReached for a grant whose cap is spent, else nil.
-func CapRefusal(g chatrelay.Grant) error {
-	if g.Sent >= g.Cap {
-		return chatrelay.Errorf(chatrelay.CapReached, "this share link's %d messages are spent", g.Cap)
-	}
-	return nil
-}
-
-// WaitingRefusal is TooManyMessages when waiting of the participant's
-// messages come after hermes's newest (LimitWaitingPosts), else nil.
-func WaitingRefusal(waiting int) error {
-	if waiting >= chatrelay.LimitWaitingPosts.Max {
-		return chatrelay.Errorf(chatrelay.TooManyMessages, "%d of your messages wait for hermes's answer", waiting)
-	}
-	return nil
 }

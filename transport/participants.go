@@ -20,8 +20,8 @@ import (
 // second of a revoke or an expiry, wherever the revoke happened.
 
 // liveGrants holds the grants that have open streams here: each with a
-// context that its streams end with, cancelled (with store.ErrLinkRevoked or
-// store.ErrLinkExpired) when the store's feed says the thread's participants
+// context that its streams end with, cancelled (with chatrelay.ErrLinkRevoked or
+// chatrelay.ErrLinkExpired) when the store's feed says the thread's participants
 // changed and the grant is no longer active, or when its expiry timer
 // fires. It is safe for concurrent use.
 type liveGrants struct {
@@ -84,7 +84,7 @@ func (l *liveGrants) end(thread, id string, cause error) {
 // expire runs at a grant's expiry: its streams end, and the expiry is
 // audited (once for every node and process).
 func (l *liveGrants) expire(thread string, g chatrelay.Grant) {
-	l.end(thread, g.ID, store.ErrLinkExpired)
+	l.end(thread, g.ID, chatrelay.ErrLinkExpired)
 	l.s.noteExpired(context.Background(), thread, g)
 }
 
@@ -111,7 +111,7 @@ func (l *liveGrants) recheck(thread string) {
 			if chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
 				continue
 			}
-			l.end(thread, id, store.ErrLinkRevoked)
+			l.end(thread, id, chatrelay.ErrLinkRevoked)
 			continue
 		}
 		found := false
@@ -125,7 +125,7 @@ func (l *liveGrants) recheck(thread string) {
 			}
 		}
 		if !found {
-			l.end(thread, id, store.ErrLinkRevoked)
+			l.end(thread, id, chatrelay.ErrLinkRevoked)
 		}
 	}
 }
@@ -290,7 +290,7 @@ func (s *Server) handleRevoke(w http.ResponseWriter, r *http.Request, p principa
 	if before.RevokedAt == 0 {
 		s.audit(r, p.thread, chatrelay.AuditEvent{Event: chatrelay.AuditRevoked, Participant: id})
 	}
-	s.live.end(p.thread, id, store.ErrLinkRevoked) // here at once; other nodes by the feed
+	s.live.end(p.thread, id, chatrelay.ErrLinkRevoked) // here at once; other nodes by the feed
 	writeJSON(w, http.StatusOK, participantAnswer{Success: true, Participant: g.Participant(s.cfg.Now())})
 }
 

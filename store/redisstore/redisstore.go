@@ -88,7 +88,7 @@
 // subscribers.
 //
 // A change (Change: an answer, a cancel, an expiry, a reaction) is
-// computed in Go from the message as read (store.ApplyChange, as the file
+// computed in Go from the message as read (chatrelay.ApplyChange, as the file
 // store does); changeScript stores the new v2 object only if the message
 // is still retained and its rev is still the one read, with the thread's
 // next epoch as its rev, and publishes it. Otherwise another change came

@@ -59,16 +59,16 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 				if n, err := s.rdb.XLen(ctx, s.logKey(thread)).Result(); err == nil && n == 0 {
 					return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
 				}
-				return store.Entry{}, store.UnknownShareLink()
+				return store.Entry{}, chatrelay.UnknownShareLink()
 			}
 			g = rec.grants[i]
-			if err := store.GrantRefusal(g, s.now()); err != nil {
+			if err := chatrelay.GrantRefusal(g, s.now()); err != nil {
 				return store.Entry{}, err
 			}
 			next := g
 			next.Sent++
 			js, _ := json.Marshal(next)
-			r.grant, r.version, r.next, r.capSpent = g.ID, rec.version, string(js), store.CapRefusal(g) != nil
+			r.grant, r.version, r.next, r.capSpent = g.ID, rec.version, string(js), chatrelay.CapRefusal(g) != nil
 			if s.beforeCAS != nil {
 				s.beforeCAS("post")
 			}
@@ -107,13 +107,13 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 		case "collision", "retry":
 			continue
 		case "cap":
-			return store.Entry{}, store.CapRefusal(g)
+			return store.Entry{}, chatrelay.CapRefusal(g)
 		case "waiting":
 			if len(res) != 2 {
 				break
 			}
 			n, _ := strconv.Atoi(res[1])
-			return store.Entry{}, store.WaitingRefusal(n)
+			return store.Entry{}, chatrelay.WaitingRefusal(n)
 		}
 		return store.Entry{}, s.unavailable("append", fmt.Errorf("unexpected answer %q", res))
 	}
