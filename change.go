@@ -142,3 +142,14 @@ func CloneMessage(m Message) Message {
 	}
 	return m
 }
+
+// WithAbout returns err with the message's v2 JSON js as its About, if err
+// is a domain *Error (a copy: err itself is not changed).
+func WithAbout(err error, js []byte) error {
+	if e, ok := err.(*Error); ok {
+		c := *e
+		c.About = js
+		return &c
+	}
+	return err
+}

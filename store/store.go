@@ -1,8 +1,17 @@
 // Package store keeps chat threads: the one truth that the poll endpoint, the
 // live streams and the host CLI all read.
 //
-// Store is the small interface the server and the CLI use; File is the
-// default backend, one JSON file per thread shared safely between processes.
+// This package is the contract only: the Store interface and its optional
+// capabilities (Participants, Checker, FeedStater), the values they
+// exchange (Entry, Page, Batch), Options, Backend and the registry that
+// Open reads, the errors, and what every backend and reader do the same
+// way over an Entry (NewEntry, ReplayOf, WouldChange, EpochOrder, Watch).
+// It holds no backend: store/filestore (one JSON file per thread, shared
+// safely between processes; "file:DIR") and store/redisstore
+// ("redis://…") register themselves in their init, and a binary imports
+// the ones it ships (cmd/chatrelay imports both). The domain rules they
+// apply (chatrelay.ApplyChange, NewMessage.Prepare, AdmitGrant,
+// GrantRefusal, PruneGrants) are the root package's.
 package store
 
 import (

@@ -1,4 +1,4 @@
-package store
+package filestore
 
 import (
 	"cmp"
@@ -8,18 +8,20 @@ import (
 	"time"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
 )
 
-// This file is what every backend does to a thread the same way: give
-// epochs and ids, apply retention, answer Since and Changes, and apply a
-// Change to a message. The file store runs it under the thread's lock;
-// the Redis store uses the exported parts (NewEntry, ApplyChange,
-// SameContent) around its scripts.
+// A thread document in memory, and what the file store does to it under
+// the thread's lock: give epochs and ids, append (store.ReplayOf for a
+// repeated client_id), apply retention, answer Since and Changes, apply a
+// change (chatrelay.ApplyChange) and check a participant's post
+// (chatrelay.GrantRefusal, CapRefusal, WaitingRefusal). The Redis store
+// does the same in its scripts with the same root rules.
 
 // threadDoc is one version of a thread: its retained messages, oldest
 // first, and its marks. It is never modified: a change makes a new one.
 type threadDoc struct {
-	msgs       []Entry
+	msgs       []store.Entry
 	trimmed    int64 // the newest epoch retention dropped (v1 resets)
 	trimmedRev int64 // the newest rev retention dropped (v2 resets)
 	rev        int64 // the thread's newest change epoch
@@ -36,21 +38,12 @@ func (d *threadDoc) nextEpoch(now time.Time) int64 {
 	return e
 }
 
-// NewEntry returns m with its v1 and v2 JSON encoded once. A zero Rev is
-// the epoch (a message that never changed).
-func NewEntry(m chatrelay.Message) Entry {
-	if m.Rev == 0 {
-		m.Rev = m.Epoch
-	}
-	return Entry{Message: m, JSON: chatrelay.MarshalMessage(m), JSON2: chatrelay.MarshalMessageV2(m)}
-}
-
 // newID returns a message id for the second of at that no message of msgs
 // has.
 //
 // An id names the second of its message's epoch, and epochs only grow, so
 // only the newest messages, those of that second, can have it.
-func newID(msgs []Entry, at time.Time) string {
+func newID(msgs []store.Entry, at time.Time) string {
 	second := at.Truncate(time.Second).UnixMilli()
 	i := len(msgs)
 	for i > 0 && msgs[i-1].Epoch >= second {
@@ -61,7 +54,7 @@ func newID(msgs []Entry, at time.Time) string {
 		var b [3]byte
 		rand.Read(b[:])
 		id := "MSG-" + at.Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
-		if !slices.ContainsFunc(same, func(e Entry) bool { return e.ID == id }) {
+		if !slices.ContainsFunc(same, func(e store.Entry) bool { return e.ID == id }) {
 			return id
 		}
 	}
@@ -71,17 +64,17 @@ func newID(msgs []Entry, at time.Time) string {
 // interaction ix) appended at now and retention r applied, and the new
 // entry; or, if m carries the client_id of a retained message, d itself
 // and that message (Replayed) or ClientIDConflict.
-func appendTo(d threadDoc, m NewMessage, ix *chatrelay.Interaction, r chatrelay.Retention, now time.Time) (threadDoc, Entry, error) {
+func appendTo(d threadDoc, m store.NewMessage, ix *chatrelay.Interaction, r chatrelay.Retention, now time.Time) (threadDoc, store.Entry, error) {
 	if m.ClientID != "" {
-		if i := slices.IndexFunc(d.msgs, func(e Entry) bool { return e.ClientID == m.ClientID }); i >= 0 {
+		if i := slices.IndexFunc(d.msgs, func(e store.Entry) bool { return e.ClientID == m.ClientID }); i >= 0 {
 			e := d.msgs[i]
-			e, err := ReplayOf(e, m)
+			e, err := store.ReplayOf(e, m)
 			return d, e, err
 		}
 	}
 	epoch := d.nextEpoch(now)
 	at := time.UnixMilli(epoch).UTC()
-	e := NewEntry(chatrelay.Message{
+	e := store.NewEntry(chatrelay.Message{
 		ID: newID(d.msgs, at), Epoch: epoch, TS: at.Format("2006-01-02T15:04:05+00:00"),
 		Author: m.Author, Text: m.Text, Rev: epoch,
 		AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card,
@@ -96,84 +89,48 @@ func appendTo(d threadDoc, m NewMessage, ix *chatrelay.Interaction, r chatrelay.
 	return nd, e, nil
 }
 
-// ReplayOf answers m, a post that carries the client_id of the stored
-// message e: e again (Replayed) if m is what e stores, else
-// ClientIDConflict about e. Every backend and the transport answer a
-// repeated client_id with it, so that their answers agree.
-func ReplayOf(e Entry, m NewMessage) (Entry, error) {
-	if !chatrelay.SameContent(e.Message, m) {
-		return Entry{}, &chatrelay.Error{Code: chatrelay.ClientIDConflict, About: e.JSON2,
-			Message: "this client_id names another message of the thread; use a new client_id for a new message"}
-	}
-	e.Replayed = true
-	return e, nil
-}
-
 // changeIn applies c to d at now. It returns the new document (d itself if
 // nothing changed), the message in its current state, whether it changed,
 // and the change's error (a change and an error can come together: an
 // answer after the deadline stores the expiry and is refused).
-func changeIn(d threadDoc, c Change, now time.Time) (threadDoc, Entry, bool, error) {
-	i := slices.IndexFunc(d.msgs, func(e Entry) bool {
-		if c.Op == React || c.Op == Unreact {
+func changeIn(d threadDoc, c store.Change, now time.Time) (threadDoc, store.Entry, bool, error) {
+	i := slices.IndexFunc(d.msgs, func(e store.Entry) bool {
+		if c.Op == store.React || c.Op == store.Unreact {
 			return e.ID == c.MessageID
 		}
 		return e.Interaction != nil && e.Interaction.ID == c.InteractionID
 	})
 	if i < 0 {
-		if c.Op == React || c.Op == Unreact {
-			return d, Entry{}, false, chatrelay.Errorf(chatrelay.NotFound, "no message %s in this thread", c.MessageID)
+		if c.Op == store.React || c.Op == store.Unreact {
+			return d, store.Entry{}, false, chatrelay.Errorf(chatrelay.NotFound, "no message %s in this thread", c.MessageID)
 		}
-		return d, Entry{}, false, chatrelay.Errorf(chatrelay.NotFound, "no interaction %s in this thread", c.InteractionID)
+		return d, store.Entry{}, false, chatrelay.Errorf(chatrelay.NotFound, "no interaction %s in this thread", c.InteractionID)
 	}
 	m := chatrelay.CloneMessage(d.msgs[i].Message)
 	changed, err := chatrelay.ApplyChange(&m, c, now)
 	if !changed {
 		e := d.msgs[i]
 		if err != nil {
-			err = about(err, e.JSON2)
+			err = chatrelay.WithAbout(err, e.JSON2)
 		}
 		return d, e, false, err
 	}
 	m.Rev = d.nextEpoch(now)
-	e := NewEntry(m)
+	e := store.NewEntry(m)
 	msgs := slices.Clone(d.msgs)
 	msgs[i] = e
 	nd := d
 	nd.msgs, nd.rev = msgs, m.Rev
 	if err != nil {
-		err = about(err, e.JSON2)
+		err = chatrelay.WithAbout(err, e.JSON2)
 	}
 	return nd, e, true, err
-}
-
-// about attaches a message's v2 JSON to a domain error.
-func about(err error, js []byte) error {
-	if e, ok := err.(*chatrelay.Error); ok {
-		c := *e
-		c.About = js
-		return &c
-	}
-	return err
-}
-
-// WouldChange reports whether c would change the stored message e at now,
-// and the refusal it would get (about e), without changing anything: what
-// the store would answer now, for a caller that decides before it writes
-// (a change that would change nothing spends no rate window).
-func WouldChange(e Entry, c Change, now time.Time) (bool, error) {
-	m := chatrelay.CloneMessage(e.Message)
-	changed, err := chatrelay.ApplyChange(&m, c, now)
-	if err != nil {
-		err = about(err, e.JSON2)
-	}
-	return changed, err
 }
 
 // trim applies r to msgs (oldest first) at time now. It returns the kept
 // messages and the newest epoch and rev dropped (or trimmed and trimmedRev
 // if retention drops nothing newer).
-func trim(r chatrelay.Retention, msgs []Entry, now time.Time, trimmed, trimmedRev int64) ([]Entry, int64, int64) {
+func trim(r chatrelay.Retention, msgs []store.Entry, now time.Time, trimmed, trimmedRev int64) ([]store.Entry, int64, int64) {
 	cut := 0
 	if n := len(msgs) - r.Messages; n > 0 {
 		cut = n
@@ -189,9 +146,9 @@ func trim(r chatrelay.Retention, msgs []Entry, now time.Time, trimmed, trimmedRe
 }
 
 // page builds the answer to Since (v1) from a thread's retained messages.
-func page(thread string, d threadDoc, since int64, limit int) Page {
+func page(thread string, d threadDoc, since int64, limit int) store.Page {
 	msgs := d.msgs
-	p := Page{Thread: thread, Reset: since > 0 && since < d.trimmed}
+	p := store.Page{Thread: thread, Reset: since > 0 && since < d.trimmed}
 	if len(msgs) == 0 {
 		return p
 	}
@@ -199,7 +156,7 @@ func page(thread string, d threadDoc, since int64, limit int) Page {
 	p.Cursor = last.Epoch
 	p.Awaiting = last.Author != chatrelay.Hermes
 	// First message with epoch > since: epochs strictly increase.
-	lo, _ := slices.BinarySearchFunc(msgs, since, func(e Entry, s int64) int {
+	lo, _ := slices.BinarySearchFunc(msgs, since, func(e store.Entry, s int64) int {
 		if e.Epoch <= s {
 			return -1
 		}
@@ -214,8 +171,8 @@ func page(thread string, d threadDoc, since int64, limit int) Page {
 }
 
 // changesPage builds the answer to Changes (v2).
-func changesPage(thread string, d threadDoc, since int64, limit int) Page {
-	p := Page{Thread: thread, Cursor: d.rev, Reset: since > 0 && since < d.trimmedRev}
+func changesPage(thread string, d threadDoc, since int64, limit int) store.Page {
+	p := store.Page{Thread: thread, Cursor: d.rev, Reset: since > 0 && since < d.trimmedRev}
 	if len(d.msgs) == 0 {
 		return p
 	}
@@ -228,36 +185,36 @@ func changesPage(thread string, d threadDoc, since int64, limit int) Page {
 		p.Messages = out[:len(out):len(out)]
 		return p
 	}
-	var out []Entry
+	var out []store.Entry
 	for _, e := range d.msgs {
 		if e.Rev > since {
 			out = append(out, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b Entry) int { return cmp.Compare(a.Rev, b.Rev) })
+	slices.SortFunc(out, func(a, b store.Entry) int { return cmp.Compare(a.Rev, b.Rev) })
 	p.Messages = out
 	return p
 }
 
 // threadInfo summarises a thread that has messages.
-func threadInfo(thread string, d threadDoc) ThreadInfo {
+func threadInfo(thread string, d threadDoc) store.ThreadInfo {
 	last := d.msgs[len(d.msgs)-1]
-	return ThreadInfo{
+	return store.ThreadInfo{
 		Thread: thread, Messages: len(d.msgs), LastAuthor: last.Author,
 		LastEpoch: last.Epoch, Rev: d.rev, Awaiting: last.Author != chatrelay.Hermes,
 	}
 }
 
 // sortThreads orders threads newest activity (change) first.
-func sortThreads(infos []ThreadInfo) {
-	slices.SortFunc(infos, func(a, b ThreadInfo) int { return cmp.Compare(b.Rev, a.Rev) })
+func sortThreads(infos []store.ThreadInfo) {
+	slices.SortFunc(infos, func(a, b store.ThreadInfo) int { return cmp.Compare(b.Rev, a.Rev) })
 }
 
 // checkParticipantPost checks that the participant of m may post to d now:
 // its grant is active, under its cap, and it has fewer than
 // LimitWaitingPosts.Max messages after hermes's newest. It returns the
 // grant's index in grants.
-func checkParticipantPost(grants []chatrelay.Grant, d threadDoc, m NewMessage, now time.Time) (int, error) {
+func checkParticipantPost(grants []chatrelay.Grant, d threadDoc, m store.NewMessage, now time.Time) (int, error) {
 	i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == m.Participant })
 	if i < 0 {
 		return -1, chatrelay.UnknownShareLink()
@@ -266,7 +223,7 @@ func checkParticipantPost(grants []chatrelay.Grant, d threadDoc, m NewMessage, n
 	if err := chatrelay.GrantRefusal(g, now); err != nil {
 		return -1, err
 	}
-	if m.ClientID != "" && slices.ContainsFunc(d.msgs, func(e Entry) bool { return e.ClientID == m.ClientID }) {
+	if m.ClientID != "" && slices.ContainsFunc(d.msgs, func(e store.Entry) bool { return e.ClientID == m.ClientID }) {
 		return i, nil // a replay: appendTo answers it, and it counts nowhere
 	}
 	if err := chatrelay.CapRefusal(g); err != nil {

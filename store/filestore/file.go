@@ -1,4 +1,8 @@
-package store
+// Package filestore is the file backend of store.Store: one JSON document
+// per thread in DATA/chat, shared safely between processes (a server and
+// the host CLI). It registers the "file" scheme with store.Register; a
+// binary that opens "file:DIR" (or a bare folder) imports it.
+package filestore
 
 import (
 	"hash/maphash"
@@ -6,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
 
 	"context"
 	"errors"
@@ -266,7 +271,7 @@ func identity(fi fs.FileInfo) fileID {
 	return id
 }
 
-var _ Store = (*File)(nil)
+var _ store.Store = (*File)(nil)
 
 // OpenFile opens (creating if needed, mode 0700) the file store under data.
 func OpenFile(data string, opt FileOptions) (*File, error) {
@@ -447,19 +452,19 @@ func unreadable(snap *snapshot) error {
 }
 
 // Since implements Store.
-func (s *File) Since(ctx context.Context, thread string, since int64, limit int) (Page, error) {
+func (s *File) Since(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
 	d, ok, err := s.read(thread)
 	if err != nil || !ok {
-		return Page{Thread: thread}, err
+		return store.Page{Thread: thread}, err
 	}
 	return page(thread, d, since, limit), nil
 }
 
 // Changes implements Store.
-func (s *File) Changes(ctx context.Context, thread string, since int64, limit int) (Page, error) {
+func (s *File) Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
 	d, ok, err := s.read(thread)
 	if err != nil || !ok {
-		return Page{Thread: thread}, err
+		return store.Page{Thread: thread}, err
 	}
 	return changesPage(thread, d, since, limit), nil
 }
@@ -648,15 +653,15 @@ func lockPath(ctx context.Context, path string, timeout time.Duration) (unlock f
 }
 
 // Append implements Store.
-func (s *File) Append(ctx context.Context, thread string, m NewMessage) (Entry, error) {
+func (s *File) Append(ctx context.Context, thread string, m store.NewMessage) (store.Entry, error) {
 	if err := checkThread(thread); err != nil {
-		return Entry{}, err
+		return store.Entry{}, err
 	}
 	ix, err := m.Prepare(s.now())
 	if err != nil {
-		return Entry{}, err
+		return store.Entry{}, err
 	}
-	var e Entry
+	var e store.Entry
 	err = s.mutate(ctx, thread, !m.MustExist && m.Participant == "", func(d threadDoc, now time.Time) (threadDoc, func(), error) {
 		var grants []chatrelay.Grant
 		gi := -1
@@ -695,11 +700,11 @@ func (s *File) Append(ctx context.Context, thread string, m NewMessage) (Entry, 
 }
 
 // Change implements Store.
-func (s *File) Change(ctx context.Context, thread string, c Change) (Entry, error) {
+func (s *File) Change(ctx context.Context, thread string, c store.Change) (store.Entry, error) {
 	if err := checkThread(thread); err != nil {
-		return Entry{}, err
+		return store.Entry{}, err
 	}
-	var e Entry
+	var e store.Entry
 	err := s.mutate(ctx, thread, false, func(d threadDoc, now time.Time) (threadDoc, func(), error) {
 		nd, ne, _, err := changeIn(d, c, now)
 		e = ne
@@ -709,12 +714,12 @@ func (s *File) Change(ctx context.Context, thread string, c Change) (Entry, erro
 }
 
 // Pending implements Store.
-func (s *File) Pending(ctx context.Context) ([]PendingInteraction, error) {
+func (s *File) Pending(ctx context.Context) ([]store.PendingInteraction, error) {
 	names, err := s.threadNames()
 	if err != nil {
 		return nil, s.unavailable("", err)
 	}
-	var out []PendingInteraction
+	var out []store.PendingInteraction
 	for _, name := range names {
 		d, ok, err := s.read(name)
 		if err != nil || !ok {
@@ -722,7 +727,7 @@ func (s *File) Pending(ctx context.Context) ([]PendingInteraction, error) {
 		}
 		for _, e := range d.msgs {
 			if ix := e.Interaction; ix != nil && ix.State == chatrelay.Pending {
-				out = append(out, PendingInteraction{Thread: name, InteractionID: ix.ID, Deadline: ix.Deadline})
+				out = append(out, store.PendingInteraction{Thread: name, InteractionID: ix.ID, Deadline: ix.Deadline})
 			}
 		}
 	}
@@ -1148,12 +1153,12 @@ func (s *File) threadNames() ([]string, error) {
 }
 
 // Threads implements Store.
-func (s *File) Threads(ctx context.Context) ([]ThreadInfo, error) {
+func (s *File) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 	names, err := s.threadNames()
 	if err != nil {
 		return nil, s.unavailable("", err)
 	}
-	infos := make([]ThreadInfo, 0, len(names))
+	infos := make([]store.ThreadInfo, 0, len(names))
 	for _, name := range names {
 		snap, err := s.load(name, s.state(name))
 		if err != nil {
@@ -1170,8 +1175,8 @@ func (s *File) Threads(ctx context.Context) ([]ThreadInfo, error) {
 
 // Sweep implements Store. It also removes temp files that a writer killed
 // mid-write left behind (under that thread's lock, so never a live one).
-func (s *File) Sweep(ctx context.Context) (SweepStats, error) {
-	var st SweepStats
+func (s *File) Sweep(ctx context.Context) (store.SweepStats, error) {
+	var st store.SweepStats
 	names, err := s.threadNames()
 	if err != nil {
 		return st, s.unavailable("", err)
