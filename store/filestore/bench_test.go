@@ -1,17 +1,16 @@
 package filestore
 
 import (
-	"os"
-	"path/filepath"
-
-	"github.com/chatrelay/chatrelay"
-	"github.com/chatrelay/chatrelay/store"
-
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
 )
 
 // BenchmarkAppend is one append through the file store: lock, read, write a

@@ -1,11 +1,11 @@
 package filestore
 
 import (
-	"github.com/chatrelay/chatrelay/store"
-
 	"context"
 	"fmt"
 	"os"
+
+	"github.com/chatrelay/chatrelay/store"
 )
 
 var _ store.Checker = (*File)(nil)

@@ -2,18 +2,16 @@ package filestore
 
 import (
 	"cmp"
-	"hash/maphash"
-	"slices"
-
-	"github.com/chatrelay/chatrelay"
-	"github.com/chatrelay/chatrelay/store"
-
 	"context"
 	"errors"
+	"hash/maphash"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
 	"github.com/fsnotify/fsnotify"
 )
 

@@ -1,11 +1,6 @@
 package filestore
 
 import (
-	"sync/atomic"
-
-	"github.com/chatrelay/chatrelay"
-	"github.com/chatrelay/chatrelay/store"
-
 	"bytes"
 	"context"
 	"fmt"
@@ -16,11 +11,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/testclock"
+	"github.com/chatrelay/chatrelay/store"
 )
 
 var t0 = time.Date(2026, 10, 23, 18, 40, 0, 123e6, time.UTC)

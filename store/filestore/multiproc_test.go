@@ -5,8 +5,6 @@ package filestore_test
 // folder as the parent, the way the host CLI shares the server's store.
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -26,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/store/filestore"
