@@ -29,7 +29,7 @@ type Options struct {
 	Retention  chatrelay.Retention
 	MaxThreads int
 	NoFsync    bool   // skip fsync (file store): fast, but an acknowledged message may be lost on power failure
-	KeyPrefix  string // of every key of a shared backend (Redis); defaults to "chatrelay:"
+	KeyPrefix  string // of every key of a shared backend (Redis); defaults to chatrelay.DefaultKeyPrefix
 
 	// Windows and Streams are the limits a shared backend counts across
 	// its nodes (Backend.Limiter and Backend.Streams).

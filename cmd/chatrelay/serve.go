@@ -48,10 +48,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	srv := transport.NewServer(f.server)
 	hs := &http.Server{
 		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second, // streams clear it and set a deadline per write
-		IdleTimeout:       120 * time.Second,
+		ReadHeaderTimeout: chatrelay.DefaultReadHeaderTimeout,
+		ReadTimeout:       chatrelay.DefaultReadTimeout,
+		WriteTimeout:      chatrelay.DefaultHTTPWriteTimeout, // streams clear it and set a deadline per write
+		IdleTimeout:       chatrelay.DefaultIdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	ln, err := net.Listen("tcp", f.addr)
@@ -94,7 +94,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// SIGINT/SIGTERM: stop accepting, end every stream (SSE handlers return
 	// when the hub closes; WebSockets close with 1001), all within 5s.
 	log.Info("shutting down")
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.DefaultShutdownTimeout)
 	defer scancel()
 	hs.RegisterOnShutdown(func() { srv.Shutdown(sctx) })
 	err = hs.Shutdown(sctx)
@@ -121,7 +121,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	var f serveFlags
 	fs := newFlags("serve", "serve [flags]", stderr)
 	f.store.register(fs, true)
-	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen `address`")
+	fs.StringVar(&f.addr, "addr", chatrelay.DefaultAddr, "listen `address`")
 	prefix := fs.String("prefix", "", "mount the whole API under this `path`, e.g. /spaces/newos4 (letters, digits and -._~ in each segment)")
 	var windows chatrelay.Windows
 	var streams chatrelay.StreamLimits

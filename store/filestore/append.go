@@ -16,7 +16,7 @@ import (
 
 // Append implements Store.
 func (s *File) Append(ctx context.Context, thread string, m store.NewMessage) (store.Entry, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Entry{}, err
 	}
 	ix, err := m.Prepare(s.now())
@@ -63,7 +63,7 @@ func (s *File) Append(ctx context.Context, thread string, m store.NewMessage) (s
 
 // Change implements Store.
 func (s *File) Change(ctx context.Context, thread string, c store.Change) (store.Entry, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Entry{}, err
 	}
 	var e store.Entry

@@ -25,7 +25,7 @@ func (s *File) auditPath(thread string) string {
 // audit file (mode 0600); past twice LimitAuditKept lines the file is
 // rewritten with the newest LimitAuditKept.
 func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent) error {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
 	}
 	t, unlock, err := s.lockState(ctx, thread)
@@ -140,7 +140,7 @@ func wholeLinesEnd(f *os.File) (int64, error) {
 
 // AuditLog implements Participants.
 func (s *File) AuditLog(ctx context.Context, thread string) ([]chatrelay.AuditEvent, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return nil, err
 	}
 	events, err := s.readAudit(thread)

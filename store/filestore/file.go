@@ -115,7 +115,7 @@ func OpenFile(data string, opt FileOptions) (*File, error) {
 		opt.LockTimeout = chatrelay.DefaultLockTimeout
 	}
 	if opt.Rescan <= 0 {
-		opt.Rescan = 2 * time.Second
+		opt.Rescan = chatrelay.DefaultRescan
 	}
 	if opt.MaxOpenDocs <= 0 {
 		opt.MaxOpenDocs = min(opt.MaxThreads, max(16, openFileLimit()/8))
@@ -180,11 +180,4 @@ func (s *File) peek(thread string) *threadState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tmap[thread]
-}
-
-func checkThread(thread string) error {
-	if !chatrelay.ValidThread(thread) {
-		return chatrelay.Errorf(chatrelay.InvalidThread, "a thread id is 16 lowercase hex characters")
-	}
-	return nil
 }

@@ -101,7 +101,7 @@ func (s *File) writeGrants(thread string, grants []chatrelay.Grant) error {
 // thread that does not exist, which anyone with any token can make, makes
 // no lock file and keeps no state.
 func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []chatrelay.Grant, d threadDoc, exists bool) ([]chatrelay.Grant, bool, error)) error {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
 	}
 	if !s.mayExist(thread) {
@@ -154,7 +154,7 @@ func (s *File) Invite(ctx context.Context, thread string, g chatrelay.Grant) err
 
 // Grants implements Participants.
 func (s *File) Grants(ctx context.Context, thread string) ([]chatrelay.Grant, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return nil, err
 	}
 	grants, err := s.readGrants(thread)

@@ -44,7 +44,7 @@ func (s *File) Changes(ctx context.Context, thread string, since int64, limit in
 // read returns the thread's current document; ok is false for a thread
 // with no document (reading it creates nothing).
 func (s *File) read(thread string) (threadDoc, bool, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return threadDoc{}, false, err
 	}
 	t := s.peek(thread)

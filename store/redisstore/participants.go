@@ -154,7 +154,7 @@ func (s *Store) writeGrants(ctx context.Context, thread string, rec grantsRecord
 
 // Invite implements store.Participants.
 func (s *Store) Invite(ctx context.Context, thread string, g chatrelay.Grant) error {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
 	}
 	ctx, cancel := s.bound(ctx)
@@ -178,7 +178,7 @@ func (s *Store) Invite(ctx context.Context, thread string, g chatrelay.Grant) er
 
 // Grants implements store.Participants.
 func (s *Store) Grants(ctx context.Context, thread string) ([]chatrelay.Grant, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return nil, err
 	}
 	ctx, cancel := s.bound(ctx)
@@ -246,7 +246,7 @@ func (s *Store) markGrant(ctx context.Context, thread, id string, flag func(*cha
 // gets the grant as it is then. An unknown grant is NotFound if
 // mustExist, else nothing.
 func (s *Store) updateGrant(ctx context.Context, thread, id string, mustExist bool, fn func(*chatrelay.Grant) bool, out *chatrelay.Grant) error {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
 	}
 	ctx, cancel := s.bound(ctx)
@@ -312,7 +312,7 @@ func (s *Store) Resolve(ctx context.Context, digest string) (string, chatrelay.G
 // Audit implements store.Participants: the event is pushed on the
 // thread's audit list, trimmed to the newest LimitAuditKept, in one MULTI.
 func (s *Store) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent) error {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
 	}
 	ctx, cancel := s.bound(ctx)
@@ -333,7 +333,7 @@ func (s *Store) Audit(ctx context.Context, thread string, ev chatrelay.AuditEven
 // AuditLog implements store.Participants. An event that does not decode
 // is left out, as the file store leaves out a torn line.
 func (s *Store) AuditLog(ctx context.Context, thread string) ([]chatrelay.AuditEvent, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return nil, err
 	}
 	ctx, cancel := s.bound(ctx)

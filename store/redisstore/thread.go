@@ -29,7 +29,7 @@ const maxEpoch = 1 << 53
 // with one more post only if the record is still the one read (else it
 // is read again).
 func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (store.Entry, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Entry{}, err
 	}
 	ix, err := m.Prepare(s.now())
@@ -158,7 +158,7 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 // objects of the page's messages (the v1 view needs only their v1 JSON,
 // which never changes; the v2 objects are those of that moment).
 func (s *Store) Since(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Page{}, err
 	}
 	ctx, cancel := s.bound(ctx)

@@ -26,7 +26,7 @@ import (
 // Changes implements store.Store: one script reads the page, the marks and
 // the generation together.
 func (s *Store) Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Page{}, err
 	}
 	ctx, cancel := s.bound(ctx)
@@ -90,7 +90,7 @@ func (s *Store) changes(ctx context.Context, thread string, since int64, limit i
 // reads again. So of concurrent answers on any number of nodes the first
 // one stored wins: every later one finds the interaction closed.
 func (s *Store) Change(ctx context.Context, thread string, c store.Change) (store.Entry, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Entry{}, err
 	}
 	ctx, cancel := s.bound(ctx)
