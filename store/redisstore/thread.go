@@ -49,28 +49,8 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 	var g chatrelay.Grant
 	for {
 		if m.Participant != "" {
-			rec, err := s.readGrants(ctx, thread)
-			if err != nil {
+			if g, err = s.postGrant(ctx, thread, r); err != nil {
 				return store.Entry{}, err
-			}
-			i := rec.find(m.Participant)
-			if i < 0 {
-				// As the file store answers: a thread that is gone first.
-				if n, err := s.rdb.XLen(ctx, s.logKey(thread)).Result(); err == nil && n == 0 {
-					return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
-				}
-				return store.Entry{}, chatrelay.UnknownShareLink()
-			}
-			g = rec.grants[i]
-			if err := chatrelay.GrantRefusal(g, s.now()); err != nil {
-				return store.Entry{}, err
-			}
-			next := g
-			next.Sent++
-			js, _ := json.Marshal(next)
-			r.grant, r.version, r.next, r.capSpent = g.ID, rec.version, string(js), chatrelay.CapRefusal(g) != nil
-			if s.beforeCAS != nil {
-				s.beforeCAS("post")
 			}
 		}
 		suffixes := make([]string, idCandidates)
@@ -117,6 +97,37 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 		}
 		return store.Entry{}, s.unavailable("append", fmt.Errorf("unexpected answer %q", res))
 	}
+}
+
+// postGrant reads the grant of r's participant post and sets what the
+// script checks and stores with it: the grant as read (its record's
+// version) and with one more post. It refuses a grant the thread does not
+// have (NotFound first for a thread that is gone, as the file store
+// answers) or that is not active.
+func (s *Store) postGrant(ctx context.Context, thread string, r *appendReq) (chatrelay.Grant, error) {
+	rec, err := s.readGrants(ctx, thread)
+	if err != nil {
+		return chatrelay.Grant{}, err
+	}
+	i := rec.find(r.m.Participant)
+	if i < 0 {
+		if n, err := s.rdb.XLen(ctx, s.logKey(thread)).Result(); err == nil && n == 0 {
+			return chatrelay.Grant{}, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
+		}
+		return chatrelay.Grant{}, chatrelay.UnknownShareLink()
+	}
+	g := rec.grants[i]
+	if err := chatrelay.GrantRefusal(g, s.now()); err != nil {
+		return chatrelay.Grant{}, err
+	}
+	next := g
+	next.Sent++
+	js, _ := json.Marshal(next)
+	r.grant, r.version, r.next, r.capSpent = g.ID, rec.version, string(js), chatrelay.CapRefusal(g) != nil
+	if s.beforeCAS != nil {
+		s.beforeCAS("post")
+	}
+	return g, nil
 }
 
 // appendReq is an append as appendScript takes it: the prepared message,
