@@ -7,10 +7,10 @@ import (
 	"github.com/chatrelay/chatrelay/store"
 )
 
-func init() { store.Register("file", openFileSpec) }
+func init() { store.Register("file", openSpec) }
 
-// openFileSpec opens the file store of "file:DIR".
-func openFileSpec(ctx context.Context, spec string, opt store.Options) (*store.Backend, error) {
+// openSpec opens the file store of "file:DIR".
+func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backend, error) {
 	data := strings.TrimPrefix(spec, "file:")
 	if data == "" {
 		return nil, store.ConfigErrorf("store %q: file: needs a folder, as in file:./data", spec)
