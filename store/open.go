@@ -15,9 +15,10 @@ import (
 
 // Stores open themselves from a spec ("file:DIR", "redis://host:6379/0"),
 // as database/sql opens a driver's database: each backend registers an
-// Opener for its schemes (the file store here, for "file"; redisstore in
-// its init, for "redis" and "rediss"), and a binary imports the backends
-// it ships. The Backend an Opener returns carries the store and what the
+// Opener for its schemes in its init (store/filestore for "file",
+// store/redisstore for "redis" and "rediss"), and a binary imports the
+// backends it ships, for that side effect (cmd/chatrelay imports both); no
+// other package imports a backend. The Backend an Opener returns carries the store and what the
 // backend offers beside it, so a server is wired the same way whatever
 // the backend.
 
