@@ -36,6 +36,26 @@ const (
 	DefaultWriteTimeout = 10 * time.Second // one stream write
 	DefaultSweepEvery   = time.Hour        // retention sweep interval
 	DefaultLockTimeout  = 10 * time.Second // the wait for another process's lock
+
+	// The HTTP servers' timeouts (serve's listener; the private metrics
+	// listener writes for longer: a CPU profile takes 30 s by default).
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultHTTPWriteTimeout  = 30 * time.Second // streams clear it and set DefaultWriteTimeout per write
+	DefaultOpsWriteTimeout   = 90 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultShutdownTimeout   = 5 * time.Second // SIGINT/SIGTERM: every stream ended within it
+
+	DefaultData = "./data" // the data folder (--data)
+	DefaultAddr = "127.0.0.1:8080"
+
+	// The stores.
+	DefaultRescan       = 2 * time.Second  // the file store's folder rescan, the safety net of its watch
+	DefaultKeyPrefix    = "chatrelay:"     // of every key of a shared store (Redis) and of its feed channel
+	DefaultStoreTimeout = 2 * time.Second  // every call to a shared store (Redis)
+	DefaultResetAfter   = 5 * time.Second  // a shared store's feed lost this long resets its threads
+	DefaultFeedPing     = 15 * time.Second // a silent feed pings its server this often
+	DefaultStreamLease  = 30 * time.Second // a stream's lease in a shared store, unless renewed
 )
 
 // Retention says which messages a thread keeps.

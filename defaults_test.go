@@ -27,6 +27,12 @@ func TestDefaultsWrittenOnce(t *testing.T) {
 		// a flag whose default is a literal number (0 and 1 aside)
 		regexp.MustCompile(`\b(Int|IntVar|Int64|Int64Var)\((&\w+(\.\w+)*, )?"[a-z-]+", [2-9]\d*,`),
 		regexp.MustCompile(`\b(Duration|DurationVar)\((&\w+(\.\w+)*, )?"[a-z-]+", [1-9][\d]*\s*\*\s*time\.`),
+		// the HTTP servers' timeouts, the stores' defaults
+		regexp.MustCompile(`\b(ReadHeader|Read|Write|Idle)Timeout:\s*\d`),
+		regexp.MustCompile(`\b(2|5|15|30)\s*\*\s*time\.Second\b.*\b(Rescan|ResetAfter|Timeout|lease|[Pp]ing\w*)\b|\b(Rescan|ResetAfter|Timeout|[Ll]ease|[Pp]ing\w*)\s*=\s*(2|5|15|30)\s*\*\s*time\.Second\b`),
+		// a string flag or option whose default is a literal
+		regexp.MustCompile(`\b(String|StringVar)\((&\w+(\.\w+)*, )?"(data|addr|redis-prefix)", "`),
+		regexp.MustCompile(`Prefix\s*=\s*"chatrelay:"`),
 	}
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -27,6 +27,15 @@ func ValidThread(s string) bool {
 	return len(s) == 16 && isLowerHex(s)
 }
 
+// CheckThread is InvalidThread unless thread has the form of a thread id
+// (ValidThread), the refusal every store and command gives.
+func CheckThread(thread string) error {
+	if !ValidThread(thread) {
+		return Errorf(InvalidThread, "a thread id is 16 lowercase hex characters")
+	}
+	return nil
+}
+
 // ValidToken reports whether s has the form of a token: 64 lowercase hex.
 func ValidToken(s string) bool {
 	return len(s) == 64 && isLowerHex(s)

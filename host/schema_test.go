@@ -12,6 +12,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/schematest"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 const thread = "00000000000000bb"
@@ -60,7 +61,7 @@ func TestInputFixtures(t *testing.T) {
 // valid against <verb>.result.
 func TestResultsMatchTheSchema(t *testing.T) {
 	ctx := t.Context()
-	st, err := store.OpenFile(t.TempDir(), store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(t.TempDir(), filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { st.Close() })
 	v := &host.Verbs{Store: st}

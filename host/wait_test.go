@@ -15,6 +15,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 func TestMain(m *testing.M) { storetest.Main(m) }
@@ -246,7 +247,7 @@ func TestWaitMessagesWithoutSince(t *testing.T) {
 		clock = clock.Add(time.Second)
 		return clock
 	}
-	st, err := store.OpenFile(t.TempDir(), store.FileOptions{NoFsync: true, Now: tick, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(t.TempDir(), filestore.FileOptions{NoFsync: true, Now: tick, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { st.Close() })
 	v := &host.Verbs{Store: st}

@@ -23,6 +23,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/schematest"
 	"github.com/chatrelay/chatrelay/mcpserver"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 const thread = "00000000000000bb"
@@ -46,7 +47,7 @@ func newEnv(t *testing.T) *env { return newEnvWith(t, nil, nil) }
 // newEnvWith is newEnv with the server's and the client's options.
 func newEnvWith(t *testing.T, opts *mcpserver.Options, copts *mcp.ClientOptions) *env {
 	t.Helper()
-	st, err := store.OpenFile(t.TempDir(), store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(t.TempDir(), filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { st.Close() })
 	first, err := st.Append(t.Context(), thread, store.NewMessage{Text: "can you deploy build 412?"})

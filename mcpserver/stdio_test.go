@@ -17,7 +17,7 @@ import (
 	"github.com/chatrelay/chatrelay/host"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/mcpserver"
-	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 // answer is a line the server wrote, as a client reads it.
@@ -265,7 +265,7 @@ func FuzzStdioFraming(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	st, err := store.OpenFile(f.TempDir(), store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(f.TempDir(), filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(f, err)
 	f.Cleanup(func() { st.Close() })
 	const probe = `"probe-4f1d0c9a7e"`

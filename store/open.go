@@ -15,9 +15,10 @@ import (
 
 // Stores open themselves from a spec ("file:DIR", "redis://host:6379/0"),
 // as database/sql opens a driver's database: each backend registers an
-// Opener for its schemes (the file store here, for "file"; redisstore in
-// its init, for "redis" and "rediss"), and a binary imports the backends
-// it ships. The Backend an Opener returns carries the store and what the
+// Opener for its schemes in its init (store/filestore for "file",
+// store/redisstore for "redis" and "rediss"), and a binary imports the
+// backends it ships, for that side effect (cmd/chatrelay imports both); no
+// other package imports a backend. The Backend an Opener returns carries the store and what the
 // backend offers beside it, so a server is wired the same way whatever
 // the backend.
 
@@ -29,16 +30,12 @@ type Options struct {
 	Retention  chatrelay.Retention
 	MaxThreads int
 	NoFsync    bool   // skip fsync (file store): fast, but an acknowledged message may be lost on power failure
-	KeyPrefix  string // of every key of a shared backend (Redis); defaults to "chatrelay:"
+	KeyPrefix  string // of every key of a shared backend (Redis); defaults to chatrelay.DefaultKeyPrefix
 
 	// Windows and Streams are the limits a shared backend counts across
 	// its nodes (Backend.Limiter and Backend.Streams).
 	Windows chatrelay.Windows
 	Streams chatrelay.StreamLimits
-
-	// TicketKeyFile holds the key that signs stream tickets; "" lets the
-	// backend keep it (the file store in DATA/ticket.key, Redis in Redis).
-	TicketKeyFile string
 
 	// PublicURL is the base of share links a server records for the
 	// host CLI (Settings.PublicURL).
@@ -52,6 +49,16 @@ type Options struct {
 
 	Log *slog.Logger     // defaults to slog.Default()
 	Now func() time.Time // defaults to time.Now
+}
+
+// Settings are what a data folder is served with: the server records them
+// (DATA/settings.json) when it opens the folder, and the host CLI, which
+// writes through the same folder, applies them, so that a reply with the
+// CLI's defaults can never trim a thread that the server keeps longer.
+type Settings struct {
+	Retention  chatrelay.Retention
+	MaxThreads int
+	PublicURL  string // the base of share links (serve --public-url), "" if none
 }
 
 // Backend is an open store and what its backend offers beside it.
@@ -148,14 +155,11 @@ func Open(ctx context.Context, spec string, opt Options) (*Backend, error) {
 	open := registry.openers[scheme]
 	registry.mu.Unlock()
 	if open == nil {
-		return nil, configErrorf("store %q: unknown scheme %q; this chatrelay opens %s", redact(spec), scheme, strings.Join(Schemes(), ", "))
+		return nil, ConfigErrorf("store %q: unknown scheme %q; this chatrelay opens %s", redact(spec), scheme, strings.Join(Schemes(), ", "))
 	}
 	b, err := open(ctx, spec, opt)
 	if err != nil {
 		return nil, err
-	}
-	if opt.TicketKeyFile != "" {
-		b.TicketKey, b.TicketKeyShared = KeyFile(opt.TicketKeyFile, opt.Log), false
 	}
 	return b, nil
 }
@@ -167,7 +171,8 @@ type ConfigError struct{ msg string }
 
 func (e *ConfigError) Error() string { return e.msg }
 
-func configErrorf(format string, args ...any) error {
+// ConfigErrorf is a *ConfigError, for a backend's opener.
+func ConfigErrorf(format string, args ...any) error {
 	return &ConfigError{fmt.Sprintf(format, args...)}
 }
 
@@ -183,39 +188,4 @@ func redact(spec string) string {
 		}
 	}
 	return scheme + "://" + rest
-}
-
-func init() { Register("file", openFileSpec) }
-
-// openFileSpec opens the file store of "file:DIR".
-func openFileSpec(ctx context.Context, spec string, opt Options) (*Backend, error) {
-	data := strings.TrimPrefix(spec, "file:")
-	if data == "" {
-		return nil, configErrorf("store %q: file: needs a folder, as in file:./data", spec)
-	}
-	b := &Backend{Where: "file:" + data}
-	if opt.Serve {
-		release, err := lockServe(data)
-		if err != nil {
-			return nil, err
-		}
-		b.OnClose(release)
-	}
-	set, err := reconcile(data, opt)
-	if err != nil {
-		b.Close()
-		return nil, err
-	}
-	b.Settings = set
-	f, err := OpenFile(data, FileOptions{
-		Retention: set.Retention, MaxThreads: set.MaxThreads, NoFsync: opt.NoFsync,
-		Log: opt.Log, Now: opt.Now,
-	})
-	if err != nil {
-		b.Close()
-		return nil, err
-	}
-	b.Store = f
-	b.TicketKey = KeyFile(keyPath(data), opt.Log)
-	return b, nil
 }

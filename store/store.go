@@ -1,8 +1,17 @@
 // Package store keeps chat threads: the one truth that the poll endpoint, the
 // live streams and the host CLI all read.
 //
-// Store is the small interface the server and the CLI use; File is the
-// default backend, one JSON file per thread shared safely between processes.
+// This package is the contract only: the Store interface and its optional
+// capabilities (Participants, Checker, FeedStater), the values they
+// exchange (Entry, Page, Batch), Options, Backend and the registry that
+// Open reads, the errors, and what every backend and reader do the same
+// way over an Entry (NewEntry, ReplayOf, WouldChange, EpochOrder, Watch).
+// It holds no backend: store/filestore (one JSON file per thread, shared
+// safely between processes; "file:DIR") and store/redisstore
+// ("redis://…") register themselves in their init, and a binary imports
+// the ones it ships (cmd/chatrelay imports both). The domain rules they
+// apply (chatrelay.ApplyChange, NewMessage.Prepare, AdmitGrant,
+// GrantRefusal, PruneGrants) are the root package's.
 package store
 
 import (
@@ -81,25 +90,23 @@ type Store interface {
 	Close() error
 }
 
-// NewMessage is what a writer supplies; the store assigns the rest.
-type NewMessage struct {
-	Author     chatrelay.Author
-	Text       string // ignored for an Ask (the rendering is stored) and a Card (its fallback text)
-	AuthorName string // a participant's name
-	// ClientID makes the post idempotent: a message of the thread with the
-	// same ClientID is answered again (Entry.Replayed) instead of stored,
-	// or, if it differs, refused with ClientIDConflict.
-	ClientID string
-	Ask      *chatrelay.Ask  // hermes asks: the message carries a new pending interaction
-	Card     *chatrelay.Card // hermes sends a card
-	// Participant is the grant id of a participant's post (Author is then
-	// "p:" + id): the store refuses it unless the grant is active, under
-	// its cap (CapReached) and has fewer than three messages after
-	// hermes's newest (TooManyMessages), and counts it in the grant.
-	Participant string
-	// MustExist refuses to create the thread (the host CLI's writes).
-	MustExist bool
-}
+// NewMessage and Change are the domain's (chatrelay.NewMessage, prepared
+// by its Prepare; chatrelay.Change, applied by chatrelay.ApplyChange),
+// named here as the words of the contract.
+type (
+	NewMessage = chatrelay.NewMessage
+	Change     = chatrelay.Change
+	ChangeOp   = chatrelay.ChangeOp
+)
+
+// The changes (chatrelay's).
+const (
+	Respond = chatrelay.Respond
+	Cancel  = chatrelay.Cancel
+	Expire  = chatrelay.Expire
+	React   = chatrelay.React
+	Unreact = chatrelay.Unreact
+)
 
 // Entry is a stored message together with its v1 and v2 JSON, encoded once.
 type Entry struct {
@@ -123,28 +130,6 @@ type Page struct {
 	// than since (changed after since, for Changes): the reader missed
 	// messages it can no longer get.
 	Reset bool
-}
-
-// ChangeOp is what a Change does.
-type ChangeOp string
-
-// The changes.
-const (
-	Respond ChangeOp = "respond" // answer an interaction: the first answer wins
-	Cancel  ChangeOp = "cancel"  // hermes withdraws a pending interaction
-	Expire  ChangeOp = "expire"  // a pending interaction's deadline passed
-	React   ChangeOp = "react"   // add By's reaction Emoji to a message
-	Unreact ChangeOp = "unreact" // remove it
-)
-
-// Change is a change of a stored message.
-type Change struct {
-	Op            ChangeOp
-	MessageID     string           // React, Unreact
-	InteractionID string           // Respond, Cancel, Expire
-	Answer        chatrelay.Answer // Respond
-	Emoji         string           // React, Unreact
-	By            chatrelay.Author // who answers, cancels or reacts
 }
 
 // PendingInteraction is an interaction waiting for its answer.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 // BenchmarkPollCached is one poll of an unchanged thread through the HTTP
@@ -20,7 +21,7 @@ func BenchmarkPollCached(b *testing.B) {
 	for _, size := range []int{1, 50, 200} {
 		b.Run(fmt.Sprintf("messages=%d", size), func(b *testing.B) {
 			quiet := slog.New(slog.DiscardHandler)
-			st, err := store.OpenFile(b.TempDir(), store.FileOptions{NoFsync: true, Log: quiet})
+			st, err := filestore.OpenFile(b.TempDir(), filestore.FileOptions{NoFsync: true, Log: quiet})
 			if err != nil {
 				b.Fatal(err)
 			}

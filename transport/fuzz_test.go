@@ -9,6 +9,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 
 	"encoding/json"
 	"strconv"
@@ -199,7 +200,7 @@ func FuzzRespondBody(f *testing.F) {
 // with a status below 500 (or 503, the store's own refusal) and, when it
 // refuses, the contract's JSON error with a known code; it never panics.
 func FuzzRouteBodies(f *testing.F) {
-	st, err := store.OpenFile(f.TempDir(), store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(f.TempDir(), filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		f.Fatal(err)
 	}

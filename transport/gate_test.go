@@ -15,6 +15,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 // TestGateWalksEveryRoute is the red team: it walks every route of the
@@ -24,7 +25,7 @@ import (
 func TestGateWalksEveryRoute(t *testing.T) {
 	t.Parallel()
 	clk := testclock.New(time.Now())
-	st, err := store.OpenFile(t.TempDir(), store.FileOptions{NoFsync: true, Now: clk.Now, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(t.TempDir(), filestore.FileOptions{NoFsync: true, Now: clk.Now, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { st.Close() })
 	srv := NewServer(Config{Store: st, Now: clk.Now, AfterFunc: func(d time.Duration, f func()) interface{ Stop() bool } { return clk.AfterFunc(d, f) },

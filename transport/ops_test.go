@@ -34,6 +34,7 @@ import (
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -58,7 +59,7 @@ func opsStart(t *testing.T, run bool, config func(*transport.Config)) *opsEnv {
 // opsStartIn is opsStart with the data folder dir.
 func opsStartIn(t *testing.T, dir string, run bool, config func(*transport.Config)) *opsEnv {
 	t.Helper()
-	st, err := store.OpenFile(dir, store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(dir, filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	cfg := transport.Config{
 		Store:     st,
@@ -291,7 +292,7 @@ func TestMetricsAfterSession(t *testing.T) {
 
 	// The host CLI (another store on the same folder) answers in thread a:
 	// the feed delivers it, but this server appended nothing.
-	cli, err := store.OpenFile(e.dir, store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	cli, err := filestore.OpenFile(e.dir, filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	_, err = cli.Append(ctx, chatrelay.ThreadOf(a), store.NewMessage{Author: chatrelay.Hermes, Text: "hello from the host", MustExist: true})
 	assert.Success(t, err)

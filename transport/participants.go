@@ -22,8 +22,8 @@ import (
 // second of a revoke or an expiry, wherever the revoke happened.
 
 // liveGrants holds the grants that have open streams here: each with a
-// context that its streams end with, cancelled (with store.ErrLinkRevoked or
-// store.ErrLinkExpired) when the store's feed says the thread's participants
+// context that its streams end with, cancelled (with chatrelay.ErrLinkRevoked or
+// chatrelay.ErrLinkExpired) when the store's feed says the thread's participants
 // changed and the grant is no longer active, or when its expiry timer
 // fires. It is safe for concurrent use.
 type liveGrants struct {
@@ -86,7 +86,7 @@ func (l *liveGrants) end(thread, id string, cause error) {
 // expire runs at a grant's expiry: its streams end, and the expiry is
 // audited (once for every node and process).
 func (l *liveGrants) expire(thread string, g chatrelay.Grant) {
-	l.end(thread, g.ID, store.ErrLinkExpired)
+	l.end(thread, g.ID, chatrelay.ErrLinkExpired)
 	l.s.noteExpired(context.Background(), thread, g)
 }
 
@@ -113,7 +113,7 @@ func (l *liveGrants) recheck(thread string) {
 			if chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
 				continue
 			}
-			l.end(thread, id, store.ErrLinkRevoked)
+			l.end(thread, id, chatrelay.ErrLinkRevoked)
 			continue
 		}
 		found := false
@@ -127,7 +127,7 @@ func (l *liveGrants) recheck(thread string) {
 			}
 		}
 		if !found {
-			l.end(thread, id, store.ErrLinkRevoked)
+			l.end(thread, id, chatrelay.ErrLinkRevoked)
 		}
 	}
 }
@@ -273,7 +273,7 @@ func (s *Server) handleRevoke(w http.ResponseWriter, r *http.Request, p principa
 		s.writeError(w, r, err)
 		return
 	}
-	s.live.end(p.thread, id, store.ErrLinkRevoked) // here at once; other nodes by the feed
+	s.live.end(p.thread, id, chatrelay.ErrLinkRevoked) // here at once; other nodes by the feed
 	writeJSON(w, http.StatusOK, participantAnswer{Success: true, Participant: pp})
 }
 

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/chatrelay/chatrelay"
-	"github.com/chatrelay/chatrelay/store"
 )
 
 // Every request resolves to one principal (contract Part 3): the owner
@@ -141,8 +140,8 @@ func (s *Server) participant(r *http.Request, token string) (principal, error) {
 // grantRefusal is the refusal of a grant that is not active: token_revoked
 // or token_expired (an expiry is audited once, when first noticed).
 func (s *Server) grantRefusal(ctx context.Context, thread string, g chatrelay.Grant) error {
-	err := store.GrantRefusal(g, s.cfg.Now())
-	if errors.Is(err, store.ErrLinkExpired) {
+	err := chatrelay.GrantRefusal(g, s.cfg.Now())
+	if errors.Is(err, chatrelay.ErrLinkExpired) {
 		s.noteExpired(ctx, thread, g)
 	}
 	return err

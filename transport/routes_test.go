@@ -5,14 +5,14 @@ import (
 	"testing"
 
 	"github.com/chatrelay/chatrelay"
-	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 // TestRouteBindings: every row of the route table (chatrelay.Routes) has a
 // handler of its kind (behind the gate for a gated row), and every handler
 // has a row, so the mux, the gate and the bundle's x-routes cannot drift.
 func TestRouteBindings(t *testing.T) {
-	st, err := store.OpenFile(t.TempDir(), store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(t.TempDir(), filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ import (
 	qrcode "github.com/skip2/go-qrcode"
 
 	"github.com/chatrelay/chatrelay"
-	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 // The sentences the participant page says when its link is refused.
@@ -541,7 +541,7 @@ func TestShareLinkExpires(t *testing.T) {
 	post(t, srv.URL, owner, "a conversation to share", "operator")
 	thread := threadOf(owner)
 
-	st, err := store.OpenFile(srv.Data, store.FileOptions{})
+	st, err := filestore.OpenFile(srv.Data, filestore.FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 	"github.com/chatrelay/chatrelay/host"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/schematest"
-	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -105,7 +105,7 @@ func startAgent(t testing.TB) *agentEnv {
 func startChat(t testing.TB) *agentEnv {
 	t.Helper()
 	data := t.TempDir()
-	st, err := store.OpenFile(data, store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(data, filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { st.Close() })
 	srv := transport.NewServer(transport.Config{Store: st, Log: slog.New(slog.DiscardHandler),

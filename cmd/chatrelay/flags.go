@@ -156,9 +156,9 @@ type storeFlags struct {
 // write (durability, retention and the thread limit).
 func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
 	sf.fs = fs
-	fs.StringVar(&sf.data, "data", "./data", "data `folder`; thread documents live in DIR/chat (local filesystems only)")
+	fs.StringVar(&sf.data, "data", chatrelay.DefaultData, "data `folder`; thread documents live in DIR/chat (local filesystems only)")
 	fs.StringVar(&sf.store, "store", "", "the store `backend`: file:DIR (the same as --data DIR; the default) or redis://[user:pass@]host:port/db (rediss:// for TLS), shared by several nodes")
-	fs.StringVar(&sf.redisPrefix, "redis-prefix", "chatrelay:", "prefix of every Redis key and of the feed channel")
+	fs.StringVar(&sf.redisPrefix, "redis-prefix", chatrelay.DefaultKeyPrefix, "prefix of every Redis key and of the feed channel")
 	if !writes {
 		return
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/mcpserver"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -44,7 +45,7 @@ func newWalkEnv(t *testing.T) *walkEnv {
 	t.Helper()
 	w := &walkEnv{data: t.TempDir(), token: strings.Repeat("5a", 32)}
 	w.thread = chatrelay.ThreadOf(w.token)
-	st, err := store.OpenFile(w.data, store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(w.data, filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { st.Close() })
 	w.st = st
@@ -520,7 +521,7 @@ type clockedEnv struct {
 func newClockedEnv(t *testing.T) *clockedEnv {
 	t.Helper()
 	c := &clockedEnv{clk: testclock.New(time.Now()), token: strings.Repeat("6b", 32)}
-	st, err := store.OpenFile(t.TempDir(), store.FileOptions{NoFsync: true, Now: c.clk.Now, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(t.TempDir(), filestore.FileOptions{NoFsync: true, Now: c.clk.Now, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { st.Close() })
 	hs := httptest.NewServer(transport.NewServer(transport.Config{Store: st, Now: c.clk.Now, Log: slog.New(slog.DiscardHandler)}))

@@ -3,11 +3,6 @@
 package main
 
 import (
-	"strings"
-
-	"github.com/chatrelay/chatrelay"
-	_ "github.com/chatrelay/chatrelay/store/redisstore" // the redis:// and rediss:// stores
-
 	"context"
 	"errors"
 	"flag"
@@ -15,7 +10,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/chatrelay/chatrelay"
+	_ "github.com/chatrelay/chatrelay/store/filestore"  // the file: store (and a spec without a scheme)
+	_ "github.com/chatrelay/chatrelay/store/redisstore" // the redis:// and rediss:// stores
 )
 
 func main() {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 // lockedBuffer is a buffer a running server may write to while the test reads.
@@ -78,7 +79,7 @@ func seed(t *testing.T) string {
 	t.Helper()
 	data := t.TempDir()
 	now := t0
-	st, err := store.OpenFile(data, store.FileOptions{NoFsync: true, Now: func() time.Time { return now }, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(data, filestore.FileOptions{NoFsync: true, Now: func() time.Time { return now }, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	defer st.Close()
 	for _, m := range []struct {
@@ -271,7 +272,7 @@ func TestReply(t *testing.T) {
 			t.Parallel()
 			data := seed(t)
 			r := runCLI(t, nil, tt.stdin, append([]string{"reply", "--data", data}, tt.args...)...)
-			st, err := store.OpenFile(data, store.FileOptions{Log: slog.New(slog.DiscardHandler)})
+			st, err := filestore.OpenFile(data, filestore.FileOptions{Log: slog.New(slog.DiscardHandler)})
 			assert.Success(t, err)
 			if tt.wantText == "" {
 				assert.True(t, r.err != nil, "reply accepted: %s", r.stdout)

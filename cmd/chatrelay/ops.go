@@ -111,9 +111,9 @@ func (o *opsFlags) startOps(srv *transport.Server, stdout io.Writer, log *slog.L
 	}
 	hs := &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      90 * time.Second, // a CPU profile takes 30 s by default
+		ReadHeaderTimeout: chatrelay.DefaultReadHeaderTimeout,
+		ReadTimeout:       chatrelay.DefaultReadTimeout,
+		WriteTimeout:      chatrelay.DefaultOpsWriteTimeout, // a CPU profile takes 30 s by default
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	fmt.Fprintf(stdout, "metrics on http://%s%s\n", ln.Addr(), chatrelay.PathMetrics)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -30,6 +31,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer st.Close()
+	if f.keyFile != "" { // --ticket-key-file: a file, whatever the store
+		st.TicketKey, st.TicketKeyShared = filestore.KeyFile(f.keyFile, log), false
+	}
 	key, err := st.TicketKey(ctx)
 	if err != nil {
 		return err
@@ -44,10 +48,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	srv := transport.NewServer(f.server)
 	hs := &http.Server{
 		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second, // streams clear it and set a deadline per write
-		IdleTimeout:       120 * time.Second,
+		ReadHeaderTimeout: chatrelay.DefaultReadHeaderTimeout,
+		ReadTimeout:       chatrelay.DefaultReadTimeout,
+		WriteTimeout:      chatrelay.DefaultHTTPWriteTimeout, // streams clear it and set a deadline per write
+		IdleTimeout:       chatrelay.DefaultIdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	ln, err := net.Listen("tcp", f.addr)
@@ -90,7 +94,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// SIGINT/SIGTERM: stop accepting, end every stream (SSE handlers return
 	// when the hub closes; WebSockets close with 1001), all within 5s.
 	log.Info("shutting down")
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.DefaultShutdownTimeout)
 	defer scancel()
 	hs.RegisterOnShutdown(func() { srv.Shutdown(sctx) })
 	err = hs.Shutdown(sctx)
@@ -105,6 +109,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 type serveFlags struct {
 	store      storeFlags
 	storeOpt   store.Options
+	keyFile    string   // --ticket-key-file
 	ops        opsFlags // --log-format, --metrics-addr, --tls-cert, --tls-key, --drain-delay (ops.go)
 	server     transport.Config
 	addr       string
@@ -116,11 +121,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	var f serveFlags
 	fs := newFlags("serve", "serve [flags]", stderr)
 	f.store.register(fs, true)
-	fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen `address`")
+	fs.StringVar(&f.addr, "addr", chatrelay.DefaultAddr, "listen `address`")
 	prefix := fs.String("prefix", "", "mount the whole API under this `path`, e.g. /spaces/newos4 (letters, digits and -._~ in each segment)")
 	var windows chatrelay.Windows
 	var streams chatrelay.StreamLimits
-	var keyFile string
 	w, l := &windows, &streams
 	fs.IntVar(&w.PerThread, "rate-thread", chatrelay.DefaultRatePerThread, "accepted posts per thread per rate window")
 	fs.IntVar(&w.PerIP, "rate-ip", chatrelay.DefaultRatePerIP, "accepted posts per client address (an IPv6 address by its /64) per rate window")
@@ -131,7 +135,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.Var(&origins, "allowed-origin", "another `origin` (https://app.example.com, exactly: no patterns; :443 on https and :80 on http match an Origin without a port; IPv6 as http://[::1]:8080) whose pages may use the API (CORS and the WebSocket origin check) and frame the chat's pages (repeatable; the server's own origin is always allowed)")
 	fs.DurationVar(&f.server.Heartbeat, "heartbeat", chatrelay.DefaultHeartbeat, "SSE ping comment and WebSocket ping interval")
 	fs.DurationVar(&f.server.TicketTTL, "ticket-ttl", chatrelay.DefaultTicketTTL, "how long a stream ticket is valid")
-	fs.StringVar(&keyFile, "ticket-key-file", "", "`file` holding the ticket signing key (created 0600 if missing); default DATA/ticket.key, or kept in Redis with --store redis://. Every node needs the same key")
+	fs.StringVar(&f.keyFile, "ticket-key-file", "", "`file` holding the ticket signing key (created 0600 if missing); default DATA/ticket.key, or kept in Redis with --store redis://. Every node needs the same key")
 	fs.IntVar(&l.PerThread, "max-streams-per-thread", chatrelay.DefaultStreamsPerThread, "open SSE and WebSocket streams allowed per thread; its participants together may hold three quarters of them, the rest is kept for the owner")
 	fs.IntVar(&l.PerIP, "max-streams-per-ip", chatrelay.DefaultStreamsPerIP, "open SSE and WebSocket streams allowed per client address (an IPv6 address by its /64)")
 	publicURL := fs.String("public-url", "", "the public `URL` of the server (https://chat.example.com, with the prefix if any) that share links start with; default: each request's scheme and Host. The host CLI's share takes it from the data folder")
@@ -147,7 +151,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	if f.storeOpt, err = f.store.options(true); err != nil {
 		return nil, err
 	}
-	f.storeOpt.Windows, f.storeOpt.Streams, f.storeOpt.TicketKeyFile = windows, streams, keyFile
+	f.storeOpt.Windows, f.storeOpt.Streams = windows, streams
 	if f.server.Trusted, err = prefixes(trusted); err != nil {
 		return nil, err
 	}

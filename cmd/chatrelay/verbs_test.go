@@ -23,6 +23,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 // freshThread makes a data folder with one operator message in threadNew,
@@ -30,7 +31,7 @@ import (
 func freshThread(t *testing.T) string {
 	t.Helper()
 	data := t.TempDir()
-	st, err := store.OpenFile(data, store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(data, filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	defer st.Close()
 	_, err = st.Append(t.Context(), threadNew, store.NewMessage{Text: "can you deploy?"})
@@ -161,7 +162,7 @@ func TestWaitEndsWhenRedisLosesTheInteraction(t *testing.T) {
 
 func openStore(t *testing.T, data string) store.Store {
 	t.Helper()
-	st, err := store.OpenFile(data, store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(data, filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { st.Close() })
 	return st

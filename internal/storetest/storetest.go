@@ -34,6 +34,7 @@ import (
 
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 	"github.com/chatrelay/chatrelay/store/redisstore"
 )
 
@@ -144,7 +145,7 @@ type Options struct {
 // Backend is an open store of one backend, closed when the test ends.
 type Backend struct {
 	Name  string      // File or Redis
-	Store store.Store // *store.File or *redisstore.Store
+	Store store.Store // *filestore.File or *redisstore.Store
 
 	Dir string // File: the data folder (documents are in Dir/chat)
 
@@ -198,7 +199,7 @@ func OpenRedis(t testing.TB, srv *Server, prefix string, opt Options) *Backend {
 
 func openFile(t testing.TB, dir string, opt Options) *Backend {
 	t.Helper()
-	fs, err := store.OpenFile(dir, store.FileOptions{
+	fs, err := filestore.OpenFile(dir, filestore.FileOptions{
 		Retention: opt.Retention, MaxThreads: opt.MaxThreads, NoFsync: !opt.Fsync,
 		Now: opt.Now, Log: logger(opt),
 	})

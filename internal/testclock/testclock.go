@@ -1,5 +1,5 @@
 // Package testclock is a settable clock for tests that inject a Now func
-// (store.FileOptions.Now, redisstore.Options.Now, transport.Config.Now)
+// (filestore.FileOptions.Now, redisstore.Options.Now, transport.Config.Now)
 // and an AfterFunc (transport.Config.AfterFunc).
 package testclock
 

@@ -17,10 +17,9 @@ import (
 	"github.com/chatrelay/chatrelay/store"
 )
 
-// defaultPingEvery is how long the feed may be silent before Follow pings
-// Redis; a second silent period without the pong counts as a lost
-// connection (a peer that vanished without closing it).
-const defaultPingEvery = 15 * time.Second
+// The feed may be silent for chatrelay.DefaultFeedPing (Store.pingEvery)
+// before Follow pings Redis; a second silent period without the pong
+// counts as a lost connection (a peer that vanished without closing it).
 
 // maxBackoff bounds the wait between two attempts to subscribe again. An
 // attempt while Redis is down costs a refused dial (go-redis logs nothing

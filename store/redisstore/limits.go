@@ -56,7 +56,7 @@ func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(),
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.DefaultStoreTimeout)
 			defer cancel()
 			_, err := l.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				p.ZRem(ctx, keys[0], member)
@@ -102,17 +102,14 @@ type streamLease struct {
 	member string
 }
 
-// DefaultLease is how long a stream lease lasts unless renewed.
-const DefaultLease = 30 * time.Second
-
 // NewStreamLimiter returns a limiter of lim (zero fields take the
-// defaults) on s's Redis, each lease lasting lease (DefaultLease if zero)
+// defaults) on s's Redis, each lease lasting lease (chatrelay.DefaultStreamLease if zero)
 // unless renewed. It starts the renewal goroutine, which Close or the
 // Store's Close stops.
 func NewStreamLimiter(s *Store, lim chatrelay.StreamLimits, lease time.Duration) *StreamLimiter {
 	lim = lim.WithDefaults()
 	if lease <= 0 {
-		lease = DefaultLease
+		lease = chatrelay.DefaultStreamLease
 	}
 	l := &StreamLimiter{s: s, lim: lim, lease: max(lease, 30*time.Millisecond),
 		node: randomHex(8), live: make(map[uint64]streamLease)}
@@ -170,7 +167,7 @@ func (l *StreamLimiter) forget(ctx context.Context, seq uint64, ls streamLease) 
 	l.mu.Lock()
 	delete(l.live, seq)
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.DefaultStoreTimeout)
 	defer cancel()
 	l.remove(ctx, []streamLease{ls})
 }

@@ -46,7 +46,7 @@ var _ store.Participants = (*Store)(nil)
 // grantsRecord is a thread's participants record as read.
 type grantsRecord struct {
 	version string            // "" if the thread has none
-	grants  []chatrelay.Grant // oldest first, without those store.PruneGrants drops
+	grants  []chatrelay.Grant // oldest first, without those chatrelay.PruneGrants drops
 	dropped []chatrelay.Grant // those: the next write of the record removes them
 }
 
@@ -81,7 +81,7 @@ func parseGrants(fields map[string]string) (grantsRecord, error) {
 		if err := dec.Decode(&g); err != nil || dec.More() {
 			return grantsRecord{}, fmt.Errorf("%w: grant %q: %v", errBadRecord, id, err)
 		}
-		if err := store.CheckGrant(g); err != nil || g.ID != id {
+		if err := chatrelay.CheckGrant(g); err != nil || g.ID != id {
 			return grantsRecord{}, fmt.Errorf("%w: grant %q %v", errBadRecord, id, err)
 		}
 		rec.grants = append(rec.grants, g)
@@ -104,7 +104,7 @@ func (s *Store) readGrants(ctx context.Context, thread string) (grantsRecord, er
 		s.log.Error("participants record does not parse; every share link of the thread is refused", "thread", thread, "err", perr)
 		return grantsRecord{}, store.ParticipantsUnreadable(perr)
 	}
-	rec.grants, rec.dropped = store.PruneGrants(rec.grants, s.now())
+	rec.grants, rec.dropped = chatrelay.PruneGrants(rec.grants, s.now())
 	return rec, nil
 }
 
@@ -114,7 +114,7 @@ func isWrongType(err error) bool {
 }
 
 // writeGrants runs grantsScript: it sets fields (pairs of field and value)
-// and removes the grants rec dropped (store.PruneGrants), with their
+// and removes the grants rec dropped (chatrelay.PruneGrants), with their
 // grant index entries, if the record's version is still rec's. It reports
 // false if it is not (read again and retry).
 func (s *Store) writeGrants(ctx context.Context, thread string, rec grantsRecord, needLog bool, index, order string, fields ...string) (bool, error) {
@@ -154,7 +154,7 @@ func (s *Store) writeGrants(ctx context.Context, thread string, rec grantsRecord
 
 // Invite implements store.Participants.
 func (s *Store) Invite(ctx context.Context, thread string, g chatrelay.Grant) error {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
 	}
 	ctx, cancel := s.bound(ctx)
@@ -164,7 +164,7 @@ func (s *Store) Invite(ctx context.Context, thread string, g chatrelay.Grant) er
 		if err != nil {
 			return err
 		}
-		g, err := store.AdmitGrant(rec.grants, g, s.now())
+		g, err := chatrelay.AdmitGrant(rec.grants, g, s.now())
 		if err != nil {
 			return err
 		}
@@ -178,7 +178,7 @@ func (s *Store) Invite(ctx context.Context, thread string, g chatrelay.Grant) er
 
 // Grants implements store.Participants.
 func (s *Store) Grants(ctx context.Context, thread string) ([]chatrelay.Grant, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return nil, err
 	}
 	ctx, cancel := s.bound(ctx)
@@ -246,7 +246,7 @@ func (s *Store) markGrant(ctx context.Context, thread, id string, flag func(*cha
 // gets the grant as it is then. An unknown grant is NotFound if
 // mustExist, else nothing.
 func (s *Store) updateGrant(ctx context.Context, thread, id string, mustExist bool, fn func(*chatrelay.Grant) bool, out *chatrelay.Grant) error {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
 	}
 	ctx, cancel := s.bound(ctx)
@@ -281,7 +281,7 @@ func (s *Store) updateGrant(ctx context.Context, thread, id string, mustExist bo
 
 // Resolve implements store.Participants.
 func (s *Store) Resolve(ctx context.Context, digest string) (string, chatrelay.Grant, error) {
-	unauthorized := store.UnknownShareLink()
+	unauthorized := chatrelay.UnknownShareLink()
 	if len(digest) != 64 {
 		return "", chatrelay.Grant{}, unauthorized
 	}
@@ -312,7 +312,7 @@ func (s *Store) Resolve(ctx context.Context, digest string) (string, chatrelay.G
 // Audit implements store.Participants: the event is pushed on the
 // thread's audit list, trimmed to the newest LimitAuditKept, in one MULTI.
 func (s *Store) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent) error {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
 	}
 	ctx, cancel := s.bound(ctx)
@@ -333,7 +333,7 @@ func (s *Store) Audit(ctx context.Context, thread string, ev chatrelay.AuditEven
 // AuditLog implements store.Participants. An event that does not decode
 // is left out, as the file store leaves out a torn line.
 func (s *Store) AuditLog(ctx context.Context, thread string) ([]chatrelay.AuditEvent, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return nil, err
 	}
 	ctx, cancel := s.bound(ctx)

@@ -4,7 +4,7 @@
 //
 // # Keys
 //
-// Every key starts with Options.Prefix (default "chatrelay:"). A thread T's
+// Every key starts with Options.Prefix (default chatrelay.DefaultKeyPrefix). A thread T's
 // keys carry the hash tag {T}, so on Redis Cluster they live in one slot:
 //
 //	<prefix>{T}:log     stream: one entry per retained message, id "<epoch>-0",
@@ -88,7 +88,7 @@
 // subscribers.
 //
 // A change (Change: an answer, a cancel, an expiry, a reaction) is
-// computed in Go from the message as read (store.ApplyChange, as the file
+// computed in Go from the message as read (chatrelay.ApplyChange, as the file
 // store does); changeScript stores the new v2 object only if the message
 // is still retained and its rev is still the one read, with the thread's
 // next epoch as its rev, and publishes it. Otherwise another change came
@@ -160,7 +160,7 @@ import (
 
 // Options configures a Store. Zero values take the defaults.
 type Options struct {
-	Prefix     string              // of every key and of the feed channel; defaults to "chatrelay:"
+	Prefix     string              // of every key and of the feed channel; defaults to chatrelay.DefaultKeyPrefix
 	Retention  chatrelay.Retention // zero fields take the defaults
 	MaxThreads int                 // defaults to chatrelay.DefaultMaxThreads; every node must use the same
 	Log        *slog.Logger        // defaults to slog.Default()
@@ -203,7 +203,7 @@ type Store struct {
 	wg      sync.WaitGroup // Follow calls and the goroutines the store owns
 	once    sync.Once
 
-	pingEvery time.Duration // defaultPingEvery; tests shorten it
+	pingEvery time.Duration // chatrelay.DefaultFeedPing; tests shorten it
 
 	// What the store knows of Redis's data set (gen.go).
 	seen   atomic.Int64               // the newest epoch this store read or its feed announced
@@ -262,17 +262,17 @@ func Open(ctx context.Context, url string, opt Options) (*Store, error) {
 
 func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 	if opt.Prefix == "" {
-		opt.Prefix = "chatrelay:"
+		opt.Prefix = chatrelay.DefaultKeyPrefix
 	}
 	opt.Retention = opt.Retention.WithDefaults()
 	if opt.MaxThreads <= 0 {
 		opt.MaxThreads = chatrelay.DefaultMaxThreads
 	}
 	if opt.ResetAfter == 0 {
-		opt.ResetAfter = 5 * time.Second
+		opt.ResetAfter = chatrelay.DefaultResetAfter
 	}
 	if opt.Timeout <= 0 {
-		opt.Timeout = 2 * time.Second
+		opt.Timeout = chatrelay.DefaultStoreTimeout
 	}
 	s := &Store{
 		rdb:    rdb,
@@ -287,7 +287,7 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 		pending: opt.Prefix + "pending",
 		gindex:  opt.Prefix + "grant-index",
 
-		pingEvery: defaultPingEvery,
+		pingEvery: chatrelay.DefaultFeedPing,
 		wake:      make(chan struct{}),
 		kicks:     make(map[*follower]func()),
 	}
@@ -394,13 +394,6 @@ func (s *Store) keys(thread string) []string {
 		start = end
 	}
 	return append(k, s.index, s.genKey, s.pending, s.gindex)
-}
-
-func checkThread(thread string) error {
-	if !chatrelay.ValidThread(thread) {
-		return chatrelay.Errorf(chatrelay.InvalidThread, "a thread id is 16 lowercase hex characters")
-	}
-	return nil
 }
 
 // unavailable wraps a Redis failure: StoreUnavailable for anything that

@@ -25,6 +25,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 var idRE = regexp.MustCompile(`^MSG-\d{8}-\d{6}-[0-9a-f]{6}$`)
@@ -104,7 +105,7 @@ func TestSameAsFileStore(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := testclock.New(time.Date(2026, 10, 23, 18, 39, 59, 998e6, time.UTC))
 	ret := chatrelay.Retention{Messages: 5, Age: time.Hour}
-	fs, err := store.OpenFile(t.TempDir(), store.FileOptions{Retention: ret, MaxThreads: 3, NoFsync: true, Now: clk.Now, Log: testLogger(t)})
+	fs, err := filestore.OpenFile(t.TempDir(), filestore.FileOptions{Retention: ret, MaxThreads: 3, NoFsync: true, Now: clk.Now, Log: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ const maxEpoch = 1 << 53
 // with one more post only if the record is still the one read (else it
 // is read again).
 func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (store.Entry, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Entry{}, err
 	}
 	ix, err := m.Prepare(s.now())
@@ -49,28 +49,8 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 	var g chatrelay.Grant
 	for {
 		if m.Participant != "" {
-			rec, err := s.readGrants(ctx, thread)
-			if err != nil {
+			if g, err = s.postGrant(ctx, thread, r); err != nil {
 				return store.Entry{}, err
-			}
-			i := rec.find(m.Participant)
-			if i < 0 {
-				// As the file store answers: a thread that is gone first.
-				if n, err := s.rdb.XLen(ctx, s.logKey(thread)).Result(); err == nil && n == 0 {
-					return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
-				}
-				return store.Entry{}, store.UnknownShareLink()
-			}
-			g = rec.grants[i]
-			if err := store.GrantRefusal(g, s.now()); err != nil {
-				return store.Entry{}, err
-			}
-			next := g
-			next.Sent++
-			js, _ := json.Marshal(next)
-			r.grant, r.version, r.next, r.capSpent = g.ID, rec.version, string(js), store.CapRefusal(g) != nil
-			if s.beforeCAS != nil {
-				s.beforeCAS("post")
 			}
 		}
 		suffixes := make([]string, idCandidates)
@@ -107,16 +87,47 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 		case "collision", "retry":
 			continue
 		case "cap":
-			return store.Entry{}, store.CapRefusal(g)
+			return store.Entry{}, chatrelay.CapRefusal(g)
 		case "waiting":
 			if len(res) != 2 {
 				break
 			}
 			n, _ := strconv.Atoi(res[1])
-			return store.Entry{}, store.WaitingRefusal(n)
+			return store.Entry{}, chatrelay.WaitingRefusal(n)
 		}
 		return store.Entry{}, s.unavailable("append", fmt.Errorf("unexpected answer %q", res))
 	}
+}
+
+// postGrant reads the grant of r's participant post and sets what the
+// script checks and stores with it: the grant as read (its record's
+// version) and with one more post. It refuses a grant the thread does not
+// have (NotFound first for a thread that is gone, as the file store
+// answers) or that is not active.
+func (s *Store) postGrant(ctx context.Context, thread string, r *appendReq) (chatrelay.Grant, error) {
+	rec, err := s.readGrants(ctx, thread)
+	if err != nil {
+		return chatrelay.Grant{}, err
+	}
+	i := rec.find(r.m.Participant)
+	if i < 0 {
+		if n, err := s.rdb.XLen(ctx, s.logKey(thread)).Result(); err == nil && n == 0 {
+			return chatrelay.Grant{}, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
+		}
+		return chatrelay.Grant{}, chatrelay.UnknownShareLink()
+	}
+	g := rec.grants[i]
+	if err := chatrelay.GrantRefusal(g, s.now()); err != nil {
+		return chatrelay.Grant{}, err
+	}
+	next := g
+	next.Sent++
+	js, _ := json.Marshal(next)
+	r.grant, r.version, r.next, r.capSpent = g.ID, rec.version, string(js), chatrelay.CapRefusal(g) != nil
+	if s.beforeCAS != nil {
+		s.beforeCAS("post")
+	}
+	return g, nil
 }
 
 // appendReq is an append as appendScript takes it: the prepared message,
@@ -158,7 +169,7 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 // objects of the page's messages (the v1 view needs only their v1 JSON,
 // which never changes; the v2 objects are those of that moment).
 func (s *Store) Since(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Page{}, err
 	}
 	ctx, cancel := s.bound(ctx)

@@ -26,7 +26,7 @@ import (
 // Changes implements store.Store: one script reads the page, the marks and
 // the generation together.
 func (s *Store) Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Page{}, err
 	}
 	ctx, cancel := s.bound(ctx)
@@ -84,13 +84,13 @@ func (s *Store) changes(ctx context.Context, thread string, since int64, limit i
 }
 
 // Change implements store.Store. It reads the message (messageScript),
-// applies the change to what it read (store.ApplyChange, as the file store
+// applies the change to what it read (chatrelay.ApplyChange, as the file store
 // does), and has changeScript store the result only if the message's rev
 // is still the one it read; otherwise another change came first, and it
 // reads again. So of concurrent answers on any number of nodes the first
 // one stored wins: every later one finds the interaction closed.
 func (s *Store) Change(ctx context.Context, thread string, c store.Change) (store.Entry, error) {
-	if err := checkThread(thread); err != nil {
+	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Entry{}, err
 	}
 	ctx, cancel := s.bound(ctx)
@@ -103,7 +103,7 @@ func (s *Store) Change(ctx context.Context, thread string, c store.Change) (stor
 		m := e.Message // decoded for this call: ApplyChange may change it
 		was := m.Interaction != nil && m.Interaction.State == chatrelay.Pending
 		now := s.now()
-		changed, cerr := store.ApplyChange(&m, c, now)
+		changed, cerr := chatrelay.ApplyChange(&m, c, now)
 		if !changed {
 			if cerr != nil {
 				cerr = about(cerr, e.JSON2)

@@ -1,10 +1,6 @@
-package store
+package filestore
 
 import (
-	"sync/atomic"
-
-	"github.com/chatrelay/chatrelay"
-
 	"bytes"
 	"context"
 	"fmt"
@@ -15,11 +11,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/testclock"
+	"github.com/chatrelay/chatrelay/store"
 )
 
 var t0 = time.Date(2026, 10, 23, 18, 40, 0, 123e6, time.UTC)
@@ -45,14 +44,14 @@ func openFile(t testing.TB, dir string, opt FileOptions) *File {
 	return s
 }
 
-func appendText(t testing.TB, s Store, thread, text string) Entry {
+func appendText(t testing.TB, s store.Store, thread, text string) store.Entry {
 	t.Helper()
-	e, err := s.Append(context.Background(), thread, NewMessage{Author: chatrelay.Operator, Text: text})
+	e, err := s.Append(context.Background(), thread, store.NewMessage{Author: chatrelay.Operator, Text: text})
 	assert.Success(t, err)
 	return e
 }
 
-func texts(p Page) []string {
+func texts(p store.Page) []string {
 	var out []string
 	for _, e := range p.Messages {
 		out = append(out, e.Text)
@@ -61,7 +60,7 @@ func texts(p Page) []string {
 }
 
 // readThread parses the thread's document straight from disk.
-func readThread(t testing.TB, dir, thread string) ([]Entry, int64) {
+func readThread(t testing.TB, dir, thread string) ([]store.Entry, int64) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, "chat", thread+".json"))
 	assert.Success(t, err)
@@ -93,16 +92,16 @@ func TestAppendRefuses(t *testing.T) {
 	tests := []struct {
 		name   string
 		thread string
-		msg    NewMessage
+		msg    store.NewMessage
 		want   chatrelay.Code
 	}{
-		{"empty text", threadA, NewMessage{Text: ""}, chatrelay.InvalidText},
-		{"blank text", threadA, NewMessage{Text: " \n\t"}, chatrelay.InvalidText},
-		{"invalid UTF-8", threadA, NewMessage{Text: "a\xffb"}, chatrelay.InvalidText},
-		{"text too long", threadA, NewMessage{Text: strings.Repeat("é", chatrelay.MaxText+1)}, chatrelay.TextTooLong},
-		{"bad thread id", "../../etc/passwd", NewMessage{Text: "hi"}, chatrelay.InvalidThread},
-		{"upper-case thread id", "A1B2C3D4E5F60718", NewMessage{Text: "hi"}, chatrelay.InvalidThread},
-		{"reply to a missing thread", threadA, NewMessage{Author: chatrelay.Hermes, Text: "hi", MustExist: true}, chatrelay.NotFound},
+		{"empty text", threadA, store.NewMessage{Text: ""}, chatrelay.InvalidText},
+		{"blank text", threadA, store.NewMessage{Text: " \n\t"}, chatrelay.InvalidText},
+		{"invalid UTF-8", threadA, store.NewMessage{Text: "a\xffb"}, chatrelay.InvalidText},
+		{"text too long", threadA, store.NewMessage{Text: strings.Repeat("é", chatrelay.MaxText+1)}, chatrelay.TextTooLong},
+		{"bad thread id", "../../etc/passwd", store.NewMessage{Text: "hi"}, chatrelay.InvalidThread},
+		{"upper-case thread id", "A1B2C3D4E5F60718", store.NewMessage{Text: "hi"}, chatrelay.InvalidThread},
+		{"reply to a missing thread", threadA, store.NewMessage{Author: chatrelay.Hermes, Text: "hi", MustExist: true}, chatrelay.NotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,7 +140,7 @@ func TestConcurrentAppendsLoseNothing(t *testing.T) {
 				s := stores[w%len(stores)]
 				wg.Go(func() {
 					for i := range each {
-						if _, err := s.Append(context.Background(), threadA, NewMessage{Text: fmt.Sprintf("w%d-%d", w, i)}); err != nil {
+						if _, err := s.Append(context.Background(), threadA, store.NewMessage{Text: fmt.Sprintf("w%d-%d", w, i)}); err != nil {
 							t.Error(err)
 							return
 						}
@@ -182,7 +181,7 @@ func TestTwoStoresWithSteadySizeLoseNothing(t *testing.T) {
 	for w, s := range stores {
 		wg.Go(func() {
 			for i := range each {
-				e, err := s.Append(context.Background(), threadA, NewMessage{Text: fmt.Sprintf("w%d-%03d", w, i)})
+				e, err := s.Append(context.Background(), threadA, store.NewMessage{Text: fmt.Sprintf("w%d-%03d", w, i)})
 				if err != nil {
 					t.Error(err)
 					return
@@ -213,7 +212,7 @@ func TestRetentionOnAppend(t *testing.T) {
 		clk := testclock.New(t0)
 		dir := t.TempDir()
 		s := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Messages: 3}, Now: clk.Now})
-		var es []Entry
+		var es []store.Entry
 		for i := range 5 {
 			es = append(es, appendText(t, s, threadA, fmt.Sprint("m", i)))
 			clk.Advance(time.Second)
@@ -252,13 +251,13 @@ func TestSweep(t *testing.T) {
 
 	st, err := s.Sweep(t.Context())
 	assert.Success(t, err)
-	assert.Equal(t, "stats", st, SweepStats{Threads: 2, Dropped: 2, ThreadsRemoved: 1})
+	assert.Equal(t, "stats", st, store.SweepStats{Threads: 2, Dropped: 2, ThreadsRemoved: 1})
 
 	_, err = os.Stat(filepath.Join(dir, "chat", threadA+".json"))
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 	p, err := s.Since(t.Context(), threadA, 0, 0)
 	assert.Success(t, err)
-	assert.Equal(t, "swept thread", p, Page{Thread: threadA})
+	assert.Equal(t, "swept thread", p, store.Page{Thread: threadA})
 	p, err = s.Since(t.Context(), threadB, 0, 0)
 	assert.Success(t, err)
 	assert.Equal(t, "kept", texts(p), []string{"b-new"})
@@ -297,7 +296,7 @@ func TestSinceAndReset(t *testing.T) {
 	t.Parallel()
 	clk := testclock.New(t0)
 	s := openFile(t, "", FileOptions{Retention: chatrelay.Retention{Messages: 3}, Now: clk.Now})
-	var es []Entry
+	var es []store.Entry
 	for i := range 5 {
 		es = append(es, appendText(t, s, threadA, fmt.Sprint("m", i)))
 		clk.Advance(time.Second)
@@ -331,7 +330,7 @@ func TestSinceAndReset(t *testing.T) {
 		})
 	}
 
-	_, err := s.Append(t.Context(), threadA, NewMessage{Author: chatrelay.Hermes, Text: "answer", MustExist: true})
+	_, err := s.Append(t.Context(), threadA, store.NewMessage{Author: chatrelay.Hermes, Text: "answer", MustExist: true})
 	assert.Success(t, err)
 	p, err := s.Since(t.Context(), threadA, 0, 0)
 	assert.Success(t, err)
@@ -344,7 +343,7 @@ func TestSinceOfMissingThreadCreatesNothing(t *testing.T) {
 	s := openFile(t, dir, FileOptions{})
 	p, err := s.Since(t.Context(), threadA, 0, 50)
 	assert.Success(t, err)
-	assert.Equal(t, "page", p, Page{Thread: threadA})
+	assert.Equal(t, "page", p, store.Page{Thread: threadA})
 	des, err := os.ReadDir(filepath.Join(dir, "chat"))
 	assert.Success(t, err)
 	assert.Equal(t, "files in the chat folder", len(des), 0)
@@ -356,7 +355,7 @@ func TestThreadLimit(t *testing.T) {
 	s := openFile(t, dir, FileOptions{MaxThreads: 2})
 	appendText(t, s, threadA, "a")
 	appendText(t, s, threadB, "b")
-	_, err := s.Append(t.Context(), "ffffffffffffffff", NewMessage{Text: "c"})
+	_, err := s.Append(t.Context(), "ffffffffffffffff", store.NewMessage{Text: "c"})
 	assert.Code(t, err, chatrelay.ThreadLimit)
 	_, err = os.Stat(filepath.Join(dir, "chat", "ffffffffffffffff.json.lock"))
 	assert.ErrorIs(t, err, fs.ErrNotExist) // a refused thread leaves nothing behind
@@ -377,7 +376,7 @@ func TestThreadLimitRace(t *testing.T) {
 		for i, s := range []*File{a, b} {
 			thread := fmt.Sprintf("%016x", 0xbeef00+i)
 			wg.Go(func() {
-				_, errs[i] = s.Append(context.Background(), thread, NewMessage{Text: "race"})
+				_, errs[i] = s.Append(context.Background(), thread, store.NewMessage{Text: "race"})
 			})
 		}
 		wg.Wait()
@@ -428,7 +427,7 @@ func TestUnreadableThreadIsNeverOverwritten(t *testing.T) {
 	path := filepath.Join(dir, "chat", threadA+".json")
 	assert.Success(t, os.WriteFile(path, bad, 0o600))
 
-	_, err := s.Append(t.Context(), threadA, NewMessage{Text: "hi"})
+	_, err := s.Append(t.Context(), threadA, store.NewMessage{Text: "hi"})
 	assert.Code(t, err, chatrelay.ThreadUnreadable)
 	_, err = s.Since(t.Context(), threadA, 0, 0)
 	assert.Code(t, err, chatrelay.ThreadUnreadable)
@@ -453,7 +452,7 @@ func TestReadersNeverSeeATornDocument(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range 200 {
-			if _, err := w.Append(context.Background(), threadA, NewMessage{Text: fmt.Sprint("m", i)}); err != nil {
+			if _, err := w.Append(context.Background(), threadA, store.NewMessage{Text: fmt.Sprint("m", i)}); err != nil {
 				t.Error(err)
 				return
 			}
@@ -484,12 +483,12 @@ func TestThreadsNewestFirst(t *testing.T) {
 	clk.Advance(time.Minute)
 	appendText(t, s, threadB, "b")
 	clk.Advance(time.Minute)
-	_, err := s.Append(t.Context(), threadA, NewMessage{Author: chatrelay.Hermes, Text: "answer", MustExist: true})
+	_, err := s.Append(t.Context(), threadA, store.NewMessage{Author: chatrelay.Hermes, Text: "answer", MustExist: true})
 	assert.Success(t, err)
 
 	infos, err := s.Threads(t.Context())
 	assert.Success(t, err)
-	assert.Equal(t, "threads", infos, []ThreadInfo{
+	assert.Equal(t, "threads", infos, []store.ThreadInfo{
 		{Thread: threadA, Messages: 2, LastAuthor: chatrelay.Hermes, LastEpoch: t0.Add(2 * time.Minute).UnixMilli(), Rev: t0.Add(2 * time.Minute).UnixMilli(), Awaiting: false},
 		{Thread: threadB, Messages: 1, LastAuthor: chatrelay.Operator, LastEpoch: t0.Add(time.Minute).UnixMilli(), Rev: t0.Add(time.Minute).UnixMilli(), Awaiting: true},
 	})
@@ -625,7 +624,7 @@ func TestUnpinnedDocumentIsNotFooledByAnIdentityCollision(t *testing.T) {
 	assert.Equal(t, "texts", texts(mustSince(t, a, threadA)), []string{"two"})
 }
 
-func mustSince(t *testing.T, s Store, thread string) Page {
+func mustSince(t *testing.T, s store.Store, thread string) store.Page {
 	t.Helper()
 	p, err := s.Since(context.Background(), thread, 0, 0)
 	assert.Success(t, err)
@@ -650,7 +649,7 @@ func TestAppendAfterAnotherProcessSwept(t *testing.T) {
 	appendText(t, a, threadA, "again")
 	assert.Equal(t, "texts", texts(mustSince(t, b, threadA)), []string{"again"})
 	appendText(t, a, threadB, "second thread")
-	_, err = a.Append(t.Context(), "00000000000000ff", NewMessage{Text: "third"})
+	_, err = a.Append(t.Context(), "00000000000000ff", store.NewMessage{Text: "third"})
 	assert.Code(t, err, chatrelay.ThreadLimit)
 }
 
@@ -719,7 +718,7 @@ func TestThreadLockExcludesOtherLockers(t *testing.T) {
 	ok, err := other.TryLock()
 	assert.Success(t, err)
 	assert.True(t, ok, "the lock is held after the append")
-	_, err = s.Append(t.Context(), threadA, NewMessage{Text: "while another holds the lock"})
+	_, err = s.Append(t.Context(), threadA, store.NewMessage{Text: "while another holds the lock"})
 	assert.Code(t, err, chatrelay.StoreUnavailable)
 	assert.Success(t, other.Unlock())
 	appendText(t, s, threadA, "two")
@@ -769,15 +768,15 @@ func TestRefusedCallsLeaveNothing(t *testing.T) {
 		{"mark used", func() error { _, err := s.MarkUsed(ctx, threadB, g.ID); return err }, ""},
 		{"note expired", func() error { _, err := s.NoteExpired(ctx, threadB, g.ID); return err }, ""},
 		{"a participant's post", func() error {
-			_, err := s.Append(ctx, threadB, NewMessage{Author: g.Author(), Participant: g.ID, Text: "hi"})
+			_, err := s.Append(ctx, threadB, store.NewMessage{Author: g.Author(), Participant: g.ID, Text: "hi"})
 			return err
 		}, chatrelay.NotFound},
 		{"a reply that must find its thread", func() error {
-			_, err := s.Append(ctx, threadB, NewMessage{Author: chatrelay.Hermes, Text: "hi", MustExist: true})
+			_, err := s.Append(ctx, threadB, store.NewMessage{Author: chatrelay.Hermes, Text: "hi", MustExist: true})
 			return err
 		}, chatrelay.NotFound},
 		{"a reaction", func() error {
-			_, err := s.Change(ctx, threadB, Change{Op: React, MessageID: "MSG-20260101-000000-abcdef", Emoji: "👍", By: chatrelay.Operator})
+			_, err := s.Change(ctx, threadB, store.Change{Op: store.React, MessageID: "MSG-20260101-000000-abcdef", Emoji: "👍", By: chatrelay.Operator})
 			return err
 		}, chatrelay.NotFound},
 	} {
@@ -835,7 +834,7 @@ func TestRemovedLockFileStillExcludes(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := waiter.Append(context.Background(), threadA, NewMessage{Author: chatrelay.Operator, Text: "after the wait"})
+		_, err := waiter.Append(context.Background(), threadA, store.NewMessage{Author: chatrelay.Operator, Text: "after the wait"})
 		done <- err
 	}()
 	assert.Eventually(t, 10*time.Second, "the waiter opened the lock file", func() bool { return opened() == 2 })
@@ -849,7 +848,7 @@ func TestRemovedLockFileStillExcludes(t *testing.T) {
 	assert.True(t, ok, "the lock file at the path is held after the write")
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	_, err = waiter.Append(ctx, threadA, NewMessage{Author: chatrelay.Operator, Text: "while another holds the lock"})
+	_, err = waiter.Append(ctx, threadA, store.NewMessage{Author: chatrelay.Operator, Text: "while another holds the lock"})
 	assert.Code(t, err, chatrelay.StoreUnavailable)
 	assert.Success(t, other.Unlock())
 	assert.Equal(t, "texts", texts(mustSince(t, waiter, threadA)), []string{"after the wait"})

@@ -1,4 +1,4 @@
-package store_test
+package filestore_test
 
 // The file store on a full disk (issue #19): a write that fails for want
 // of space leaves nothing half written behind.
@@ -17,13 +17,14 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 const diskThread = "a1b2c3d4e5f60718"
 
-func openOn(t *testing.T, dir string) *store.File {
+func openOn(t *testing.T, dir string) *filestore.File {
 	t.Helper()
-	s, err := store.OpenFile(dir, store.FileOptions{Log: slog.New(slog.DiscardHandler)})
+	s, err := filestore.OpenFile(dir, filestore.FileOptions{Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s

@@ -1,34 +1,33 @@
-package store
+package filestore
 
 import (
 	"cmp"
-	"hash/maphash"
-	"slices"
-
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"errors"
+	"hash/maphash"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
 	"github.com/fsnotify/fsnotify"
 )
 
-type feed struct{ fn func(Batch) }
+type feed struct{ fn func(store.Batch) }
 
 // Follow implements Store. Appends by this process are handed to fn inside
 // Append, after the document is durable and before Append returns. Appends
 // by other processes (the host CLI) are noticed by watching the chat folder,
 // with a rescan every FileOptions.Rescan in case the watch misses or loses
 // events. Either way a thread's messages go to fn once each, in order.
-func (s *File) Follow(ctx context.Context, fn func(Batch)) error {
+func (s *File) Follow(ctx context.Context, fn func(store.Batch)) error {
 	s.baseline.Do(s.recordBaseline)
 	f := &feed{fn: fn}
 	s.feedMu.Lock()
 	s.feeds[f] = struct{}{}
-	fn(Batch{Ready: true})
+	fn(store.Batch{Ready: true})
 	s.feedMu.Unlock()
 	defer func() {
 		s.feedMu.Lock()
@@ -142,16 +141,16 @@ func (s *File) announce(thread string, t *threadState, d threadDoc) {
 	if d.rev <= t.announced {
 		return
 	}
-	var changed []Entry
+	var changed []store.Entry
 	for _, e := range d.msgs { // at most the retained messages: a scan costs less than the write
 		if e.Rev > t.announced {
 			changed = append(changed, e)
 		}
 	}
 	if len(changed) > 1 {
-		slices.SortFunc(changed, func(a, b Entry) int { return cmp.Compare(a.Rev, b.Rev) })
+		slices.SortFunc(changed, func(a, b store.Entry) int { return cmp.Compare(a.Rev, b.Rev) })
 	}
-	b := Batch{Thread: thread, Messages: changed, Reset: d.trimmedRev > t.announced && t.announced > 0}
+	b := store.Batch{Thread: thread, Messages: changed, Reset: d.trimmedRev > t.announced && t.announced > 0}
 	t.announced = d.rev
 	if len(changed) == 0 && !b.Reset {
 		return
@@ -184,6 +183,6 @@ func (s *File) announceParticipants(thread string) {
 	s.feedMu.Lock()
 	defer s.feedMu.Unlock()
 	for f := range s.feeds {
-		f.fn(Batch{Thread: thread, Participants: true})
+		f.fn(store.Batch{Thread: thread, Participants: true})
 	}
 }

@@ -1,4 +1,4 @@
-package store
+package filestore
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/store"
 )
 
 // FuzzParseParticipants: a participants record is read from disk, where
@@ -41,7 +42,7 @@ func FuzzParseParticipants(f *testing.F) {
 			return
 		}
 		for i, g := range grants {
-			if err := CheckGrant(g); err != nil {
+			if err := chatrelay.CheckGrant(g); err != nil {
 				t.Fatalf("%q: grant %d accepted but %v", data, i, err)
 			}
 		}
@@ -186,7 +187,7 @@ func TestOwnGrantsWriteAnnouncedOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Follow(ctx, func(bt Batch) {
+		done <- s.Follow(ctx, func(bt store.Batch) {
 			if bt.Ready {
 				close(ready)
 			}

@@ -1,4 +1,4 @@
-package store
+package chatrelay_test
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ func TestPruneKeepsWhatTheInviteWindowCounts(t *testing.T) {
 	for i := range chatrelay.LimitEndedKept.Max + 5 { // made days ago, expired in the last minutes, after recent's revoke
 		expired = append(expired, add(ms-7*day, ms-int64(i+1)*1000, 0))
 	}
-	kept, dropped := PruneGrants(grants, now)
+	kept, dropped := chatrelay.PruneGrants(grants, now)
 	assert.Equal(t, "dropped", len(dropped), 5)
 	ids := map[string]bool{}
 	for _, g := range kept {

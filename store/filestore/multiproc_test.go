@@ -1,12 +1,10 @@
-package store_test
+package filestore_test
 
 // Tests with several processes: the test binary re-executes itself as a
 // child (TestMain reads CHATRELAY_TEST_CHILD) that writes to the same data
 // folder as the parent, the way the host CLI shares the server's store.
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -26,8 +24,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -54,7 +54,7 @@ func child(mode string) int {
 	data, thread := os.Getenv("CHATRELAY_TEST_DATA"), os.Getenv("CHATRELAY_TEST_THREAD")
 	n, _ := strconv.Atoi(os.Getenv("CHATRELAY_TEST_N"))
 	maxThreads, _ := strconv.Atoi(os.Getenv("CHATRELAY_TEST_MAX"))
-	st, err := store.OpenFile(data, store.FileOptions{
+	st, err := filestore.OpenFile(data, filestore.FileOptions{
 		Retention:  chatrelay.Retention{Messages: 10000},
 		MaxThreads: maxThreads,
 		NoFsync:    mode != "crash",
@@ -137,7 +137,7 @@ func storedMessages(t *testing.T, data, thread string) map[string]int64 {
 	raw, err := os.ReadFile(filepath.Join(data, "chat", thread+".json"))
 	assert.Success(t, err)
 	assert.True(t, json.Valid(raw), "the thread file is not JSON: %q", raw)
-	st, err := store.OpenFile(data, store.FileOptions{Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(data, filestore.FileOptions{Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	defer st.Close()
 	p, err := st.Since(context.Background(), thread, 0, 0)
@@ -164,7 +164,7 @@ func TestProcessesAppendToOneThread(t *testing.T) {
 	thread := chatrelay.ThreadOf(token)
 	const children, each = 4, 40
 
-	st, err := store.OpenFile(data, store.FileOptions{Retention: chatrelay.Retention{Messages: 10000}, NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(data, filestore.FileOptions{Retention: chatrelay.Retention{Messages: 10000}, NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	srv := httptest.NewServer(transport.NewServer(transport.Config{
 		Store:   st,
@@ -228,7 +228,7 @@ func TestProcessesRaceForTheLastThread(t *testing.T) {
 	t.Parallel()
 	for round := range 4 {
 		data := t.TempDir()
-		st, err := store.OpenFile(data, store.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+		st, err := filestore.OpenFile(data, filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 		assert.Success(t, err)
 		_, err = st.Append(t.Context(), "0000000000000001", store.NewMessage{Text: "first"})
 		assert.Success(t, err)
@@ -297,7 +297,7 @@ func TestKilledWriterLosesNoAcknowledgedMessage(t *testing.T) {
 	}
 
 	// A sweep removes any temp file a killed writer left.
-	st, err := store.OpenFile(data, store.FileOptions{Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(data, filestore.FileOptions{Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	_, err = st.Sweep(t.Context())
 	assert.Success(t, err)
@@ -337,7 +337,7 @@ func fdLimitChild() int {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return fail(err)
 	}
-	st, err := store.OpenFile(os.Getenv("CHATRELAY_TEST_DATA"), store.FileOptions{MaxThreads: 1000, MaxOpenDocs: 1000, NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	st, err := filestore.OpenFile(os.Getenv("CHATRELAY_TEST_DATA"), filestore.FileOptions{MaxThreads: 1000, MaxOpenDocs: 1000, NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return fail(err)
 	}

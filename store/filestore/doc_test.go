@@ -1,4 +1,4 @@
-package store
+package filestore
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/store"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current code")
@@ -44,7 +45,7 @@ func goldenV2() threadDoc {
 	)
 	d := threadDoc{trimmed: 1792780799000, trimmedRev: 1792780799500, rev: 1792781040000}
 	for _, m := range msgs {
-		d.msgs = append(d.msgs, NewEntry(m))
+		d.msgs = append(d.msgs, store.NewEntry(m))
 	}
 	return d
 }

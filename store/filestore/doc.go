@@ -1,4 +1,4 @@
-package store
+package filestore
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
 )
 
 // docVersion is the version of the thread document this code writes. A
@@ -61,7 +62,7 @@ func parseDocument(data []byte, thread string) (threadDoc, error) {
 	if d.Trimmed < 0 || d.TrimmedRev < 0 || d.Rev < 0 {
 		return threadDoc{}, fmt.Errorf("%w: a negative mark", errBadDocument)
 	}
-	td := threadDoc{msgs: make([]Entry, len(d.Messages)), trimmed: d.Trimmed, trimmedRev: max(d.TrimmedRev, d.Trimmed), rev: d.Rev}
+	td := threadDoc{msgs: make([]store.Entry, len(d.Messages)), trimmed: d.Trimmed, trimmedRev: max(d.TrimmedRev, d.Trimmed), rev: d.Rev}
 	prev := d.Trimmed
 	for i, m := range d.Messages {
 		if m.Epoch <= prev || m.ID == "" || m.Author == "" {
@@ -81,7 +82,7 @@ func parseDocument(data []byte, thread string) (threadDoc, error) {
 		}
 		prev = m.Epoch
 		td.rev = max(td.rev, m.Rev)
-		td.msgs[i] = NewEntry(m)
+		td.msgs[i] = store.NewEntry(m)
 	}
 	if d.Version == 1 {
 		td.rev = max(td.rev, d.Trimmed)

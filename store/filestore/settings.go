@@ -1,4 +1,4 @@
-package store
+package filestore
 
 import (
 	"context"
@@ -13,17 +13,8 @@ import (
 	"time"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
 )
-
-// Settings are what a data folder is served with: the server records them
-// (DATA/settings.json) when it opens the folder, and the host CLI, which
-// writes through the same folder, applies them, so that a reply with the
-// CLI's defaults can never trim a thread that the server keeps longer.
-type Settings struct {
-	Retention  chatrelay.Retention
-	MaxThreads int
-	PublicURL  string // the base of share links (serve --public-url), "" if none
-}
 
 // settingsFile is the JSON form of Settings.
 type settingsFile struct {
@@ -40,9 +31,9 @@ func settingsPath(data string) string { return filepath.Join(data, "settings.jso
 // them. Any other command takes what the folder records, and refuses an
 // option that contradicts it (*ConfigError); a folder no server recorded
 // takes the given options and the defaults.
-func reconcile(data string, opt Options) (Settings, error) {
-	given := Settings{Retention: opt.Retention, MaxThreads: opt.MaxThreads}
-	withDefaults := func(s Settings) Settings {
+func reconcile(data string, opt store.Options) (store.Settings, error) {
+	given := store.Settings{Retention: opt.Retention, MaxThreads: opt.MaxThreads}
+	withDefaults := func(s store.Settings) store.Settings {
 		s.Retention = s.Retention.WithDefaults()
 		if s.MaxThreads <= 0 {
 			s.MaxThreads = chatrelay.DefaultMaxThreads
@@ -62,7 +53,7 @@ func reconcile(data string, opt Options) (Settings, error) {
 		return withDefaults(given), err
 	}
 	conflict := func(flag, have, want string) error {
-		return configErrorf("--%s %s contradicts the data folder %s, which its server keeps with %s (recorded in %s): drop the flag, or restart chatrelay serve with --%s %s",
+		return store.ConfigErrorf("--%s %s contradicts the data folder %s, which its server keeps with %s (recorded in %s): drop the flag, or restart chatrelay serve with --%s %s",
 			flag, want, data, have, settingsPath(data), flag, want)
 	}
 	if n := given.Retention.Messages; n > 0 && n != rec.Retention.Messages {
@@ -79,28 +70,28 @@ func reconcile(data string, opt Options) (Settings, error) {
 
 // readSettings reads what the folder's server recorded; ok is false if no
 // server did.
-func readSettings(data string) (Settings, bool, error) {
+func readSettings(data string) (store.Settings, bool, error) {
 	b, err := os.ReadFile(settingsPath(data))
 	if errors.Is(err, fs.ErrNotExist) {
-		return Settings{}, false, nil
+		return store.Settings{}, false, nil
 	}
 	if err != nil {
-		return Settings{}, false, fmt.Errorf("store: settings: %w", err)
+		return store.Settings{}, false, fmt.Errorf("store: settings: %w", err)
 	}
 	var f settingsFile
 	if err := json.Unmarshal(b, &f); err != nil {
-		return Settings{}, false, fmt.Errorf("store: %s does not parse: %w", settingsPath(data), err)
+		return store.Settings{}, false, fmt.Errorf("store: %s does not parse: %w", settingsPath(data), err)
 	}
 	age, err := time.ParseDuration(f.RetentionAge)
 	if err != nil || age <= 0 || f.RetentionMessages <= 0 || f.MaxThreads <= 0 {
-		return Settings{}, false, fmt.Errorf("store: %s holds settings out of range", settingsPath(data))
+		return store.Settings{}, false, fmt.Errorf("store: %s holds settings out of range", settingsPath(data))
 	}
-	return Settings{Retention: chatrelay.Retention{Messages: f.RetentionMessages, Age: age}, MaxThreads: f.MaxThreads, PublicURL: f.PublicURL}, true, nil
+	return store.Settings{Retention: chatrelay.Retention{Messages: f.RetentionMessages, Age: age}, MaxThreads: f.MaxThreads, PublicURL: f.PublicURL}, true, nil
 }
 
 // recordSettings writes set as the folder's settings, atomically, under
 // the settings' lock.
-func recordSettings(data string, set Settings, sync bool) error {
+func recordSettings(data string, set store.Settings, sync bool) error {
 	b, _ := json.MarshalIndent(settingsFile{
 		RetentionMessages: set.Retention.Messages, RetentionAge: set.Retention.Age.String(), MaxThreads: set.MaxThreads,
 		PublicURL: set.PublicURL,

@@ -1,16 +1,16 @@
-package store
+package filestore
 
 import (
-	"os"
-	"path/filepath"
-
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
 )
 
 // BenchmarkAppend is one append through the file store: lock, read, write a
@@ -31,7 +31,7 @@ func BenchmarkAppend(b *testing.B) {
 				}
 				defer s.Close()
 				ctx := context.Background()
-				m := NewMessage{Author: chatrelay.Operator, Text: text}
+				m := store.NewMessage{Author: chatrelay.Operator, Text: text}
 				for range size {
 					if _, err := s.Append(ctx, threadA, m); err != nil {
 						b.Fatal(err)
@@ -70,7 +70,7 @@ func BenchmarkCreateThread(b *testing.B) {
 			}
 			defer s.Close()
 			ctx := context.Background()
-			m := NewMessage{Author: chatrelay.Operator, Text: "the first message of a new tab"}
+			m := store.NewMessage{Author: chatrelay.Operator, Text: "the first message of a new tab"}
 			for i := range n {
 				if _, err := s.Append(ctx, fmt.Sprintf("%016x", 1<<40+i), m); err != nil {
 					b.Fatal(err)

@@ -1,0 +1,218 @@
+package filestore
+
+import (
+	"context"
+	"hash/maphash"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// Writes: every change of a thread document runs through mutate, under
+// the thread's locks, and is written atomically (write, in atomic.go).
+
+// Append implements Store.
+func (s *File) Append(ctx context.Context, thread string, m store.NewMessage) (store.Entry, error) {
+	if err := chatrelay.CheckThread(thread); err != nil {
+		return store.Entry{}, err
+	}
+	ix, err := m.Prepare(s.now())
+	if err != nil {
+		return store.Entry{}, err
+	}
+	var e store.Entry
+	err = s.mutate(ctx, thread, !m.MustExist && m.Participant == "", func(d threadDoc, now time.Time) (threadDoc, func(), error) {
+		var grants []chatrelay.Grant
+		gi := -1
+		if m.Participant != "" {
+			var err error
+			if grants, err = s.readGrants(thread); err != nil {
+				return d, nil, err
+			}
+			if gi, err = checkParticipantPost(grants, d, m, now); err != nil {
+				return d, nil, err
+			}
+		}
+		nd, ne, err := appendTo(d, m, ix, s.opt.Retention, now)
+		e = ne
+		if err != nil || ne.Replayed || gi < 0 {
+			return nd, nil, err
+		}
+		// Count the post in the grant first: a crash between the two
+		// writes counts one post too many, never one too few. A post
+		// whose document the store then fails to write is counted back
+		// (it is refused: it counts nothing). Counting back needs no more
+		// room on the disk than counting did, which just succeeded, with
+		// the room the failed write had taken given back.
+		counted := slices.Clone(grants)
+		counted[gi].Sent++
+		if err := s.writeGrants(thread, counted); err != nil {
+			return d, nil, err // nothing stored
+		}
+		return nd, func() {
+			if err := s.writeGrants(thread, grants); err != nil {
+				s.log.Warn("a post the store refused stays counted in its share link's sent", "thread", thread, "participant", m.Participant, "err", err)
+			}
+		}, nil
+	})
+	return e, err
+}
+
+// Change implements Store.
+func (s *File) Change(ctx context.Context, thread string, c store.Change) (store.Entry, error) {
+	if err := chatrelay.CheckThread(thread); err != nil {
+		return store.Entry{}, err
+	}
+	var e store.Entry
+	err := s.mutate(ctx, thread, false, func(d threadDoc, now time.Time) (threadDoc, func(), error) {
+		nd, ne, _, err := changeIn(d, c, now)
+		e = ne
+		return nd, nil, err
+	})
+	return e, err
+}
+
+// Pending implements Store.
+func (s *File) Pending(ctx context.Context) ([]store.PendingInteraction, error) {
+	names, err := s.threadNames()
+	if err != nil {
+		return nil, s.unavailable("", err)
+	}
+	var out []store.PendingInteraction
+	for _, name := range names {
+		d, ok, err := s.read(name)
+		if err != nil || !ok {
+			continue // removed meanwhile, or unreadable (logged by load)
+		}
+		for _, e := range d.msgs {
+			if ix := e.Interaction; ix != nil && ix.State == chatrelay.Pending {
+				out = append(out, store.PendingInteraction{Thread: name, InteractionID: ix.ID, Deadline: ix.Deadline})
+			}
+		}
+	}
+	return out, nil
+}
+
+// mutate runs fn on the thread's current document under the thread's
+// locks and, if fn returns a new document (another slice of messages or
+// other marks), writes it and hands its changes to the feed. fn may return
+// a new document together with an error (the change is stored, and the
+// error returned), and an undo, which is run (under the locks) if the new
+// document cannot be written: what fn wrote beside the document for it
+// is taken back. create allows fn to run on a thread that has no
+// document (fn then gets an empty one); otherwise such a thread is
+// NotFound.
+func (s *File) mutate(ctx context.Context, thread string, create bool, fn mutation) error {
+	for {
+		retry, err := s.mutateOnce(ctx, thread, create, fn)
+		if !retry {
+			return err
+		}
+	}
+}
+
+// mutation is what mutate runs: the new document, what to undo if it
+// cannot be written (nil: nothing), and an error.
+type mutation func(d threadDoc, now time.Time) (nd threadDoc, undo func(), err error)
+
+// mutateOnce is one attempt of mutate. A thread that has no document
+// first reserves its place in the thread count under the store-wide lock
+// (taken before the thread's lock: the one lock order), so that no lock
+// file is made for a thread the limit refuses; the store-wide lock is held
+// only for that, never across the document's write and fsyncs, so
+// creations do not queue behind each other's disk writes. A reservation
+// that creates nothing (another process created the thread meanwhile,
+// or the write failed) is given back once the thread's lock is released.
+// If the document vanished (swept) after the lock-free check, it asks to
+// retry.
+func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mutation) (retry bool, err error) {
+	notFound := func() error { return chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread) }
+	creating := !s.mayExist(thread)
+	if creating {
+		if !create {
+			return false, notFound()
+		}
+		if creating, err = s.reserveThread(ctx, thread); err != nil {
+			return false, err
+		}
+	}
+	created := false
+	if creating {
+		defer func() { // after the thread's lock is released (deferred below)
+			if !created {
+				s.releaseThread(ctx)
+			}
+		}()
+	}
+	t, unlock, err := s.lockState(ctx, thread)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	snap, err := s.load(thread, t) // now that no other process writes
+	if err != nil {
+		return false, err
+	}
+	if snap == nil {
+		// No document: unless this call writes one, its lock file goes
+		// (before the deferred unlock, which removes it).
+		defer func() { t.drop = !created }()
+	}
+	if snap == nil && !creating {
+		if !create {
+			return false, notFound()
+		}
+		return true, nil // swept after the check: decide creating again
+	}
+	var old threadDoc
+	if snap != nil {
+		if snap.err != nil {
+			return false, unreadable(snap)
+		}
+		old = snap.doc
+	}
+	nd, undo, ferr := fn(old, s.now())
+	if sameDoc(nd, old) {
+		return false, ferr
+	}
+	bp := docBufs.Get().(*[]byte)
+	doc := appendDocument((*bp)[:0], thread, nd)
+	pin, id, err := s.write(thread, doc)
+	if err != nil {
+		s.lastFail.Store(&writeFailure{size: len(doc), err: err})
+	} else if s.lastFail.Load() != nil {
+		s.lastFail.Store(nil)
+	}
+	sum := maphash.Bytes(docSeed, doc)
+	*bp = doc[:0]
+	docBufs.Put(bp)
+	if err != nil {
+		if undo != nil {
+			undo()
+		}
+		return false, err
+	}
+	created = snap == nil
+	s.setSnap(t, &snapshot{id: id, pin: pin, sum: sum, doc: nd})
+	s.announce(thread, t, nd)
+	return false, ferr
+}
+
+// sameDoc reports whether fn left the document as it was.
+func sameDoc(a, b threadDoc) bool {
+	return a.rev == b.rev && a.trimmed == b.trimmed && a.trimmedRev == b.trimmedRev && len(a.msgs) == len(b.msgs) &&
+		(len(a.msgs) == 0 || &a.msgs[0] == &b.msgs[0])
+}
+
+// write replaces the thread's document atomically (writeFile). It returns
+// the new file, still open (the snapshot's pin), and its identity.
+func (s *File) write(thread string, doc []byte) (pin *os.File, id fileID, err error) {
+	err = s.withFDs(func() (err error) { pin, id, err = writeFileSync(s.dir, thread+".json", doc, s.dsync); return err })
+	if err != nil {
+		return nil, id, s.unavailable(thread, err)
+	}
+	return pin, id, nil
+}

@@ -1,0 +1,177 @@
+package filestore
+
+import (
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+)
+
+// The atomic write: a temp file in the same folder, fsynced, renamed over
+// the document, and the folder fsynced (grouped: dirSync).
+
+// writeFile replaces dir/name atomically: a temp file in the same folder
+// (mode 0600), write, fsync, rename over name, fsync of the folder (the
+// syncs only if sync). A reader that takes no lock sees the whole old file
+// or the whole new one. The caller holds name's lock. It returns the new
+// file, still open, and its identity; on error it leaves no temp file.
+func writeFile(dir, name string, data []byte, sync bool) (f *os.File, id fileID, err error) {
+	var ds *dirSync
+	if sync {
+		ds = newDirSync(dir)
+		defer ds.close()
+	}
+	return writeFileSync(dir, name, data, ds)
+}
+
+// writeFileSync is writeFile with the folder's fsync done by ds (nil: no
+// fsync at all), which groups the fsyncs of concurrent writers.
+func writeFileSync(dir, name string, data []byte, ds *dirSync) (_ *os.File, id fileID, err error) {
+	// tf, not a named result: a failed return sets the result to nil
+	// before the deferred cleanup runs, which must close the file (else
+	// its descriptor, and a removed temp file's room on the disk, are
+	// held until the garbage collector finds it).
+	tf, tmp, err := createTemp(dir, "."+name+".tmp-")
+	if err != nil {
+		return nil, id, err
+	}
+	defer func() {
+		if err != nil {
+			tf.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = tf.Write(data); err != nil {
+		return nil, id, err
+	}
+	if ds != nil {
+		if err = tf.Sync(); err != nil {
+			return nil, id, err
+		}
+	}
+	fi, err := tf.Stat()
+	if err != nil {
+		return nil, id, err
+	}
+	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return nil, id, err
+	}
+	if ds != nil {
+		if err = ds.sync(); err != nil {
+			return nil, id, err
+		}
+	}
+	return tf, identity(fi), nil
+}
+
+// createTemp creates a new file (mode 0600) named prefix + a random
+// suffix in dir. It is os.CreateTemp without the poller: os.OpenFile
+// tries to register every file with the network poller and sets its
+// blocking mode back and forth (four fcntl and a failing epoll_ctl per
+// file), a fifth of an append's system calls; os.NewFile of a blocking
+// descriptor does neither.
+func createTemp(dir, prefix string) (*os.File, string, error) {
+	for range 100 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36))
+		fd, err := syscall.Open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
+		if err == syscall.EEXIST || err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, "", &fs.PathError{Op: "open", Path: name, Err: err}
+		}
+		return os.NewFile(uintptr(fd), name), name, nil
+	}
+	return nil, "", &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*"), Err: fs.ErrExist}
+}
+
+// dirSync groups the folder fsyncs of concurrent writers (group commit):
+// a rename is made durable by any fsync of the folder that starts after
+// it, so a writer waits for the running fsync (which may not cover it)
+// and then shares the next one with every writer that renamed meanwhile.
+// With --fsync always under concurrent posts, that is one folder fsync
+// per round instead of one per post.
+type dirSync struct {
+	dir string
+
+	mu      sync.Mutex
+	cond    sync.Cond // signalled when a sync ends; L is &mu
+	f       *os.File  // the folder, opened by the first sync
+	started uint64    // syncs started
+	done    uint64    // syncs finished (they run one at a time, in order)
+	running bool
+	failed  map[uint64]error // recent syncs that failed, by number
+
+	fsyncFn func() error // d.fsync; a test's stand-in
+}
+
+func newDirSync(dir string) *dirSync {
+	d := &dirSync{dir: dir}
+	d.cond.L = &d.mu
+	d.fsyncFn = d.fsync
+	return d
+}
+
+// sync returns once a folder fsync that started after the call has
+// finished, with its error.
+func (d *dirSync) sync() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	need := d.started + 1 // a running sync may have started before our rename
+	for d.done < need {
+		if d.running {
+			d.cond.Wait()
+			continue
+		}
+		d.running = true
+		d.started++
+		n := d.started
+		d.mu.Unlock()
+		err := d.fsyncFn()
+		d.mu.Lock()
+		d.running = false
+		d.done = n
+		if err != nil {
+			if d.failed == nil || len(d.failed) > 64 {
+				d.failed = make(map[uint64]error)
+			}
+			d.failed[n] = err
+		}
+		d.cond.Broadcast()
+	}
+	return d.failed[need] // sync number need is the first that covers us
+}
+
+// fsync syncs the folder; the caller is the one running sync, so it
+// alone touches d.f.
+func (d *dirSync) fsync() error {
+	if d.f == nil {
+		f, err := os.Open(d.dir)
+		if err != nil {
+			return err
+		}
+		d.f = f
+	}
+	if err := d.f.Sync(); err != nil {
+		d.f.Close() // a fresh descriptor next time
+		d.f = nil
+		return err
+	}
+	return nil
+}
+
+// close closes the folder once no sync runs; a later sync reopens it.
+func (d *dirSync) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.running {
+		d.cond.Wait()
+	}
+	if d.f != nil {
+		d.f.Close()
+		d.f = nil
+	}
+}

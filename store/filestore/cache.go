@@ -1,0 +1,256 @@
+package filestore
+
+import (
+	"errors"
+	"hash/maphash"
+	"io"
+	"io/fs"
+	"os"
+	"sync"
+	"syscall"
+)
+
+// The descriptor cache: parsed documents are kept by file identity
+// (inode, size, mtime), each pinning its file open so that the identity
+// check is exact (snapshot); pins are bounded and give way when the
+// process runs out of descriptors (pinQueue, withFDs).
+
+// snapshot is one parsed version of a thread document; never modified.
+//
+// pin keeps the document's inode open while the snapshot is cached, so that
+// the inode cannot be freed and its number reused: a file at the path with
+// the snapshot's inode is then the very file it was read from, and since no
+// writer ever changes a document in place (each write is a new file renamed
+// over the old), its bytes are the snapshot's. That makes the identity check
+// exact without reading the file. (An inode number alone, or with size and
+// a coarse mtime, can deceive once the inode is freed: a reused inode, an
+// equal size and an mtime in the same tick hid another process's write.)
+//
+// Pins are bounded (FileOptions.MaxOpenDocs): a snapshot whose pin was
+// taken back keeps its document and the checksum of its bytes, so a read
+// of an unchanged thread still parses nothing, though it reads the file.
+type snapshot struct {
+	id  fileID
+	pin *os.File // nil once unpinned; closed when the snapshot is replaced or unpinned
+	sum uint64   // maphash of the document's bytes
+	doc threadDoc
+	err error // the document does not parse
+}
+
+// docSeed seeds the checksums of this process's snapshots.
+var docSeed = maphash.MakeSeed()
+
+// setSnap caches snap as the thread's document and unpins the snapshot it
+// replaces. Each snapshot is swapped out once, so each pin is closed once.
+// A pinned snap joins the pin queue, which unpins the oldest past the bound.
+func (s *File) setSnap(t *threadState, snap *snapshot) {
+	if old := t.snap.Swap(snap); old != nil && old != snap && old.pin != nil {
+		old.pin.Close()
+	}
+	if snap != nil && snap.pin != nil {
+		s.pins.add(t, s.opt.MaxOpenDocs)
+	}
+}
+
+// pinQueue is the threads whose snapshots may hold a pin, oldest first,
+// each at most once. Every pinned snapshot's thread is in it (a setter
+// queues after its swap; unpinning reads the snapshot after dequeuing), so
+// its length bounds the open descriptors.
+type pinQueue struct {
+	mu sync.Mutex
+	q  []*threadState
+}
+
+func (pq *pinQueue) add(t *threadState, limit int) {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	if !t.queued {
+		t.queued = true
+		pq.q = append(pq.q, t)
+	}
+	pq.trim(limit)
+}
+
+// trim lets go of the oldest threads until at most limit remain. The
+// caller holds pq.mu.
+func (pq *pinQueue) trim(limit int) {
+	for len(pq.q) > limit {
+		old := pq.q[0]
+		pq.q[0] = nil
+		pq.q = pq.q[1:]
+		old.queued = false
+		old.unpin()
+		old.closeLock()
+	}
+	if cap(pq.q) > 2*max(limit, 16) && len(pq.q) < cap(pq.q)/4 {
+		pq.q = append([]*threadState(nil), pq.q...) // let the dequeued front go
+	}
+}
+
+// release lets go of the older half of the kept threads (at least one):
+// the process ran out of descriptors.
+func (pq *pinQueue) release() {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	pq.trim(len(pq.q) / 2)
+}
+
+// outOfFDs reports whether err says the process or the system has no
+// descriptor left.
+func outOfFDs(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+// withFDs runs open, and if it fails for want of a descriptor, lets go of
+// half of the kept documents and lock files and runs it once more.
+func (s *File) withFDs(open func() error) error {
+	err := open()
+	if outOfFDs(err) {
+		s.log.Warn("out of file descriptors: closing half of the kept thread documents; raise the open-file limit (LimitNOFILE)", "err", err)
+		s.pins.release()
+		err = open()
+	}
+	return err
+}
+
+// readFile is os.ReadFile through withFDs.
+func (s *File) readFile(path string) (data []byte, err error) {
+	err = s.withFDs(func() (err error) { data, err = os.ReadFile(path); return err })
+	return data, err
+}
+
+// closeLock closes the thread's kept lock file, unless a writer holds
+// the thread (then it stays open until the thread is let go of again):
+// TryLock, because the caller may hold another thread's mutex, or this
+// one's.
+func (t *threadState) closeLock() {
+	if !t.mu.TryLock() {
+		return
+	}
+	defer t.mu.Unlock()
+	if t.lockf != nil {
+		t.lockf.Close()
+		t.lockf = nil
+	}
+}
+
+// unpin swaps the thread's pinned snapshot for an unpinned copy and closes
+// its pin. If a newer snapshot is swapped in meanwhile, its setter closes
+// the old pin and queues the thread again.
+func (t *threadState) unpin() {
+	cur := t.snap.Load()
+	if cur == nil || cur.pin == nil {
+		return
+	}
+	if t.snap.CompareAndSwap(cur, &snapshot{id: cur.id, sum: cur.sum, doc: cur.doc, err: cur.err}) {
+		cur.pin.Close()
+	}
+}
+
+// openFileLimit is the process's descriptor limit (the Go runtime has
+// raised the soft limit to the hard one), or 1024 if it cannot be read.
+func openFileLimit() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 1024
+	}
+	return int(min(lim.Cur, 1<<30))
+}
+
+type fileID struct {
+	ino, size int64
+	mtime     int64
+}
+
+func identity(fi fs.FileInfo) fileID {
+	id := fileID{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.ino = int64(st.Ino)
+	}
+	return id
+}
+
+// load returns the thread's current document, from the cache when the
+// file at the path is the cached snapshot's (pinned) inode, or holds the
+// cached snapshot's bytes. A missing file is (nil, nil).
+func (s *File) load(thread string, t *threadState) (*snapshot, error) {
+	// The fast path, one stat: a pinned snapshot pins its inode, so a file
+	// at the path with that identity is the snapshot's very file. The
+	// snapshot still cached after the stat was pinned during it (a
+	// snapshot, once swapped out, never comes back).
+	if snap := t.snap.Load(); snap != nil && snap.pin != nil {
+		fi, err := os.Stat(s.path(thread))
+		if err == nil && identity(fi) == snap.id && t.snap.Load() == snap {
+			return snap, nil
+		}
+	}
+	var f *os.File
+	err := s.withFDs(func() (err error) { f, err = os.Open(s.path(thread)); return err })
+	if errors.Is(err, fs.ErrNotExist) {
+		s.setSnap(t, nil) // removed (swept) by another process
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.unavailable(thread, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, s.unavailable(thread, err)
+	}
+	id := identity(fi)
+	// A pinned snapshot still cached now was pinned from before f was
+	// opened, so an equal inode is the same file, not a reused number.
+	if snap := t.snap.Load(); snap != nil && snap.pin != nil && snap.id == id && t.snap.Load() == snap {
+		f.Close()
+		return snap, nil
+	}
+	bp := docBufs.Get().(*[]byte)
+	defer docBufs.Put(bp)
+	data, err := readSized(f, fi.Size(), (*bp)[:0])
+	*bp = data[:0]
+	if err != nil {
+		f.Close()
+		return nil, s.unavailable(thread, err)
+	}
+	snap := &snapshot{id: id, pin: f, sum: maphash.Bytes(docSeed, data)}
+	if old := t.snap.Load(); old != nil && old.sum == snap.sum && old.id.size == id.size {
+		snap.doc, snap.err = old.doc, old.err // the cached bytes: nothing to parse
+	} else {
+		snap.doc, snap.err = parseDocument(data, thread)
+		if snap.err != nil {
+			s.log.Error("thread document does not parse; it is left as it is", "file", s.path(thread), "err", snap.err)
+		}
+	}
+	s.setSnap(t, snap)
+	return snap, nil
+}
+
+// docBufs recycles the buffers documents are read into and encoded in.
+// Nothing keeps the bytes: parseDocument copies what it keeps, and write
+// has written them. Most loads (every append's, every poll's, and the
+// folder event of this process's own write) find the cached snapshot
+// current and read nothing at all.
+var docBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// readSized reads f to the end into buf, sized from the file's size so that
+// a whole document takes one read (io.ReadAll would grow its buffer from
+// 512 bytes, copying and discarding a document's size twice over).
+func readSized(f *os.File, size int64, buf []byte) ([]byte, error) {
+	if want := int(size) + 512; cap(buf) < want {
+		buf = make([]byte, 0, want)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // the file grew since Stat
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}

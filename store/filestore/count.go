@@ -1,0 +1,148 @@
+package filestore
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/chatrelay/chatrelay"
+)
+
+// reserveThread counts a thread about to be created, under the store-wide
+// lock: ThreadLimit if the store is full. Counted before the document
+// exists, a crash in between overstates the count (the sweep recounts),
+// never understates it. It reports false if the thread exists after all
+// (another process created it): nothing is counted then.
+func (s *File) reserveThread(ctx context.Context, thread string) (bool, error) {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	c, err := s.lockCount(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.unlock()
+	if _, err := os.Stat(s.path(thread)); !errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	count, err := s.threadCount(c)
+	if err != nil {
+		return false, s.unavailable(thread, err)
+	}
+	if count >= s.opt.MaxThreads {
+		return false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
+	}
+	setThreadCount(c, count+1)
+	return true, nil
+}
+
+// releaseThread gives back a reservation that created nothing. If the
+// store-wide lock cannot be had, the count stays one too high until the
+// next sweep recounts.
+func (s *File) releaseThread(ctx context.Context) {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	c, err := s.lockCount(context.WithoutCancel(ctx))
+	if err != nil {
+		s.log.Warn("thread count stays one too high until the next sweep", "err", err)
+		return
+	}
+	defer c.unlock()
+	if count, err := s.threadCount(c); err == nil && count > 0 {
+		setThreadCount(c, count-1)
+	}
+}
+
+// The thread count is kept in .threads.lock itself (the lock file is
+// never renamed or removed, and it is read and written only under its
+// lock, through the descriptor the lock is held on), so that creating a
+// thread costs the same whatever the number of threads: no folder
+// listing. A count that does not read is recounted from the folder; every
+// sweep recounts it.
+func (s *File) threadCountPath() string { return filepath.Join(s.dir, ".threads.lock") }
+
+// countFile is .threads.lock, open and locked.
+type countFile struct{ f *os.File }
+
+// lockCount opens .threads.lock (letting go of kept files if the process
+// is out of descriptors) and takes its flock, waiting up to LockTimeout.
+func (s *File) lockCount(ctx context.Context) (countFile, error) {
+	path := s.threadCountPath()
+	f, err := s.openLock("", path)
+	if err != nil {
+		return countFile{}, err
+	}
+	if err := flockWait(ctx, int(f.Fd()), path, s.opt.LockTimeout); err != nil {
+		f.Close()
+		return countFile{}, err
+	}
+	return countFile{f}, nil
+}
+
+// unlock closes the file, which lets go of its flock.
+func (c countFile) unlock() { c.f.Close() }
+
+// threadCount reads the count, or recounts the folder if it does not read.
+func (s *File) threadCount(c countFile) (int, error) {
+	var buf [24]byte
+	n, err := c.f.ReadAt(buf[:], 0)
+	if err != nil && err != io.EOF {
+		return 0, err
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(string(buf[:n]))); err == nil && n >= 0 {
+		return n, nil
+	}
+	names, err := s.threadNames()
+	if err != nil {
+		return 0, err
+	}
+	setThreadCount(c, len(names))
+	return len(names), nil
+}
+
+// setThreadCount writes the count in place. A failure leaves a count that
+// does not read, which is recounted.
+func setThreadCount(c countFile, n int) {
+	b := strconv.AppendInt(make([]byte, 0, 24), int64(n), 10)
+	b = append(b, '\n')
+	if _, err := c.f.WriteAt(b, 0); err == nil {
+		c.f.Truncate(int64(len(b)))
+	}
+}
+
+// recount sets the count to the folder's threads.
+func (s *File) recount(ctx context.Context) error {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	c, err := s.lockCount(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	names, err := s.threadNames()
+	if err != nil {
+		return err
+	}
+	setThreadCount(c, len(names))
+	return nil
+}
+
+// threadNames lists the threads that have a document.
+func (s *File) threadNames() ([]string, error) {
+	des, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, de := range des {
+		name, ok := strings.CutSuffix(de.Name(), ".json")
+		if ok && de.Type().IsRegular() && chatrelay.ValidThread(name) {
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}

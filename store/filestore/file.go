@@ -1,0 +1,183 @@
+// Package filestore is the file backend of store.Store: one JSON document
+// per thread in DATA/chat, shared safely between processes (a server and
+// the host CLI). It registers the "file" scheme with store.Register; a
+// binary that opens "file:DIR" (or a bare folder) imports it.
+package filestore
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// FileOptions configures a File store. Zero values take the defaults.
+type FileOptions struct {
+	Retention  chatrelay.Retention
+	MaxThreads int  // defaults to chatrelay.DefaultMaxThreads
+	NoFsync    bool // skip fsync: fast, but an acknowledged message may be lost on power failure
+	// LockTimeout bounds the wait for another process's lock; defaults to
+	// chatrelay.DefaultLockTimeout.
+	LockTimeout time.Duration
+	// Rescan is how often Follow re-reads changed threads even if the
+	// folder watch said nothing; defaults to 2s.
+	Rescan time.Duration
+	// MaxOpenDocs bounds the threads whose document and lock file the
+	// store keeps open (two descriptors each, see snapshot and
+	// lockThread); defaults to the smaller of MaxThreads and an eighth of
+	// the process's descriptor limit, so that the store holds at most a
+	// quarter of it. A thread past it stays cached but its next read reads
+	// the file (and parses nothing if the bytes are the cached ones). When
+	// the process runs out of descriptors anyway (streams hold the rest),
+	// the store lets go of half of them and tries again.
+	MaxOpenDocs int
+	Log         *slog.Logger     // defaults to slog.Default()
+	Now         func() time.Time // defaults to time.Now
+}
+
+// File is the file store: one JSON document per thread in <data>/chat.
+//
+// Writers take the thread's in-process mutex, then an flock on the sidecar
+// <thread>.json.lock (never on the data file: the rename replaces that inode,
+// so a lock on it would exclude nobody), read, modify, write a temp file in
+// the same folder, fsync it, rename it over the document and fsync the
+// folder. Readers take no lock: the rename makes every read see a whole old
+// or a whole new document. Parsed documents are cached by file identity
+// (inode, size, mtime), so reading an unchanged thread parses nothing.
+// Creating a thread is decided under a store-wide lock (.threads.lock), so
+// two processes cannot both create the last thread the limit allows.
+//
+// A thread's lock file lives as long as its document: a holder of the
+// lock that finds no document and writes none (a refused request, a
+// creation that failed, a sweep that removed the thread) removes the lock
+// file before it lets go of it, so that nothing is left of a thread that
+// does not exist. Removing a lock file others may wait on would break
+// exclusion (they would hold a lock on a file no one else can find), so
+// every locker checks, once it holds the lock, that its file is still
+// linked, and takes the one now at the path if not (lockThread). Lock
+// files are empty.
+type File struct {
+	dir  string
+	opt  FileOptions
+	log  *slog.Logger
+	now  func() time.Time
+	mu   sync.Mutex // guards threads
+	tmap map[string]*threadState
+
+	createMu sync.Mutex // orders this process's thread creations (flock is per open file, not per goroutine)
+
+	index grantIndex // share-token digests to threads (participants.go)
+	pins  pinQueue   // the threads whose cached snapshot holds a descriptor
+	dsync *dirSync   // groups the folder fsyncs; nil with NoFsync
+
+	// lastFail is the last append whose write failed, until a later write
+	// or readiness probe of its size succeeds (Check).
+	lastFail atomic.Pointer[writeFailure]
+
+	feedMu   sync.Mutex // guards feeds
+	feeds    map[*feed]struct{}
+	baseline sync.Once // the first Follow records what every thread already had
+}
+
+// threadState is this process's state of one thread.
+type threadState struct {
+	mu   sync.Mutex               // held by this process's writer, and by the feed while it announces
+	snap atomic.Pointer[snapshot] // the newest parsed document seen
+	// announced is the epoch of the newest message handed to the feed; guarded by mu.
+	announced int64
+	queued    bool     // in the pin queue; guarded by File.pins.mu
+	lockf     *os.File // <thread>.json.lock, kept open between writes (lockThread); guarded by mu
+	// drop asks the unlock of lockState to remove the lock file: its
+	// holder found no document and wrote none. Guarded by mu.
+	drop bool
+	// auditLines counts the lines of the thread's audit file, as this
+	// process last counted and appended them (0: not counted yet); it
+	// decides when the file is cut. Other processes' lines are counted
+	// at the next cut. Guarded by mu.
+	auditLines int
+}
+
+var _ store.Store = (*File)(nil)
+
+// OpenFile opens (creating if needed, mode 0700) the file store under data.
+func OpenFile(data string, opt FileOptions) (*File, error) {
+	opt.Retention = opt.Retention.WithDefaults()
+	if opt.MaxThreads <= 0 {
+		opt.MaxThreads = chatrelay.DefaultMaxThreads
+	}
+	if opt.LockTimeout <= 0 {
+		opt.LockTimeout = chatrelay.DefaultLockTimeout
+	}
+	if opt.Rescan <= 0 {
+		opt.Rescan = chatrelay.DefaultRescan
+	}
+	if opt.MaxOpenDocs <= 0 {
+		opt.MaxOpenDocs = min(opt.MaxThreads, max(16, openFileLimit()/8))
+	}
+	var ds *dirSync
+	if !opt.NoFsync {
+		ds = newDirSync(filepath.Join(data, "chat"))
+	}
+	s := &File{
+		dir:   filepath.Join(data, "chat"),
+		opt:   opt,
+		log:   opt.Log,
+		now:   opt.Now,
+		tmap:  make(map[string]*threadState),
+		dsync: ds,
+		feeds: make(map[*feed]struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return s, nil
+}
+
+// Dir is the folder that holds the thread documents.
+func (s *File) Dir() string { return s.dir }
+
+// Close unpins the cached documents (every lock is held only inside a
+// call); a read after Close pins again.
+func (s *File) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.tmap {
+		s.setSnap(t, nil)
+		t.closeLock()
+	}
+	if s.dsync != nil {
+		s.dsync.close()
+	}
+	return nil
+}
+
+func (s *File) path(thread string) string { return filepath.Join(s.dir, thread+".json") }
+
+func (s *File) state(thread string) *threadState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tmap[thread]
+	if t == nil {
+		t = new(threadState)
+		s.tmap[thread] = t
+	}
+	return t
+}
+
+func (s *File) peek(thread string) *threadState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tmap[thread]
+}

@@ -1,0 +1,261 @@
+package filestore
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// participantsFile is a thread's participants record,
+// <data>/chat/<thread>.participants.json (mode 0600):
+//
+//	{"version":1,"thread":"a1b2c3d4e5f60718","grants":[{…},…]}
+type participantsFile struct {
+	Version int               `json:"version"`
+	Thread  string            `json:"thread"`
+	Grants  []chatrelay.Grant `json:"grants"`
+}
+
+var errBadParticipants = errors.New("not a participants record")
+
+func parseParticipants(data []byte, thread string) ([]chatrelay.Grant, error) {
+	var f participantsFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil || dec.More() {
+		return nil, fmt.Errorf("%w: %v", errBadParticipants, err)
+	}
+	if f.Version != 1 || f.Thread != thread {
+		return nil, fmt.Errorf("%w: version %d of thread %q", errBadParticipants, f.Version, f.Thread)
+	}
+	for i, g := range f.Grants {
+		if err := chatrelay.CheckGrant(g); err != nil {
+			return nil, fmt.Errorf("%w: grant %d %v", errBadParticipants, i, err)
+		}
+	}
+	return f.Grants, nil
+}
+
+func (s *File) participantsPath(thread string) string {
+	return filepath.Join(s.dir, thread+".participants.json")
+}
+
+// readGrants reads the thread's grants (none if it has no record).
+func (s *File) readGrants(thread string) ([]chatrelay.Grant, error) {
+	data, err := s.readFile(s.participantsPath(thread))
+	return s.grantsOf(thread, data, err)
+}
+
+// grantsOf parses the thread's participants record, data, read with err.
+func (s *File) grantsOf(thread string, data []byte, err error) ([]chatrelay.Grant, error) {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.unavailable(thread, err)
+	}
+	grants, err := parseParticipants(data, thread)
+	if err != nil {
+		s.log.Error("participants record does not parse; every share link of the thread is refused", "thread", thread, "err", err)
+		return nil, store.ParticipantsUnreadable(err)
+	}
+	grants, _ = chatrelay.PruneGrants(grants, s.now()) // long-ended grants are gone; the next write drops them from the file
+	return grants, nil
+}
+
+// writeGrants replaces the thread's record. The caller holds the thread's
+// locks.
+func (s *File) writeGrants(thread string, grants []chatrelay.Grant) error {
+	b, _ := json.Marshal(participantsFile{Version: 1, Thread: thread, Grants: grants})
+	b = append(b, '\n')
+	s.index.known(thread, maphash.Bytes(docSeed, b)) // before the rename the watch sees
+	var f *os.File
+	err := s.withFDs(func() (err error) {
+		f, _, err = writeFileSync(s.dir, thread+".participants.json", b, s.dsync)
+		return err
+	})
+	if err != nil {
+		s.index.forget(thread)
+		return s.unavailable(thread, err)
+	}
+	f.Close()
+	s.noteGrants(thread, grants)
+	s.announceParticipants(thread)
+	return nil
+}
+
+// withGrants runs fn on the thread's grants under the thread's locks and
+// writes what it returns (if write). A thread with no document is locked
+// only if fn writes (a grant a sweep cut short left): a call refused for a
+// thread that does not exist, which anyone with any token can make, makes
+// no lock file and keeps no state.
+func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []chatrelay.Grant, d threadDoc, exists bool) ([]chatrelay.Grant, bool, error)) error {
+	if err := chatrelay.CheckThread(thread); err != nil {
+		return err
+	}
+	if !s.mayExist(thread) {
+		grants, err := s.readGrants(thread)
+		if err != nil {
+			return err
+		}
+		if _, write, err := fn(grants, threadDoc{}, false); err != nil || !write {
+			return err
+		}
+	}
+	t, unlock, err := s.lockState(ctx, thread)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	snap, err := s.load(thread, t)
+	if err != nil {
+		return err
+	}
+	t.drop = snap == nil // no document: its lock file goes
+	var d threadDoc
+	if snap != nil && snap.err == nil {
+		d = snap.doc
+	}
+	grants, err := s.readGrants(thread)
+	if err != nil {
+		return err
+	}
+	out, write, err := fn(grants, d, snap != nil && len(d.msgs) > 0)
+	if err != nil || !write {
+		return err
+	}
+	return s.writeGrants(thread, out)
+}
+
+// Invite implements Participants.
+func (s *File) Invite(ctx context.Context, thread string, g chatrelay.Grant) error {
+	return s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, exists bool) ([]chatrelay.Grant, bool, error) {
+		if !exists {
+			return nil, false, chatrelay.Errorf(chatrelay.NotFound, "this thread has no message yet: post one before inviting")
+		}
+		g, err := chatrelay.AdmitGrant(grants, g, s.now())
+		if err != nil {
+			return nil, false, err
+		}
+		return append(slices.Clone(grants), g), true, nil
+	})
+}
+
+// Grants implements Participants.
+func (s *File) Grants(ctx context.Context, thread string) ([]chatrelay.Grant, error) {
+	if err := chatrelay.CheckThread(thread); err != nil {
+		return nil, err
+	}
+	grants, err := s.readGrants(thread)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(grants)
+	slices.Reverse(out) // newest first
+	return out, nil
+}
+
+// Grant implements Participants.
+func (s *File) Grant(ctx context.Context, thread, id string) (chatrelay.Grant, error) {
+	grants, err := s.Grants(ctx, thread)
+	if err != nil {
+		return chatrelay.Grant{}, err
+	}
+	i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
+	if i < 0 {
+		return chatrelay.Grant{}, chatrelay.Errorf(chatrelay.NotFound, "no participant %q in this thread", id)
+	}
+	return grants[i], nil
+}
+
+// Revoke implements Participants.
+func (s *File) Revoke(ctx context.Context, thread, id string) (chatrelay.Grant, error) {
+	var out chatrelay.Grant
+	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, _ bool) ([]chatrelay.Grant, bool, error) {
+		i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
+		if i < 0 {
+			return nil, false, chatrelay.Errorf(chatrelay.NotFound, "no participant %q in this thread", id)
+		}
+		if grants[i].RevokedAt != 0 {
+			out = grants[i]
+			return nil, false, nil
+		}
+		grants = slices.Clone(grants)
+		grants[i].RevokedAt = s.now().UnixMilli()
+		out = grants[i]
+		return grants, true, nil
+	})
+	return out, err
+}
+
+// MarkUsed implements Participants.
+func (s *File) MarkUsed(ctx context.Context, thread, id string) (bool, error) {
+	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.Used })
+}
+
+// NoteExpired implements Participants.
+func (s *File) NoteExpired(ctx context.Context, thread, id string) (bool, error) {
+	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.ExpiryNoted })
+}
+
+// markGrant sets the flag of a grant that flag points to, and reports
+// whether it was not set before.
+func (s *File) markGrant(ctx context.Context, thread, id string, flag func(*chatrelay.Grant) *bool) (bool, error) {
+	first := false
+	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, _ bool) ([]chatrelay.Grant, bool, error) {
+		i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
+		if i < 0 || *flag(&grants[i]) {
+			return nil, false, nil
+		}
+		grants = slices.Clone(grants)
+		*flag(&grants[i]), first = true, true
+		return grants, true, nil
+	})
+	return first, err
+}
+
+// Resolve implements Participants. An index from the first 16 hex of
+// each digest to its thread finds the thread; the thread's record then
+// decides, by a constant-time comparison of the whole digest. A digest
+// the index does not know makes the index be rebuilt from the records, at
+// most once a second (a grant another process just made).
+func (s *File) Resolve(ctx context.Context, digest string) (string, chatrelay.Grant, error) {
+	unauthorized := chatrelay.UnknownShareLink()
+	if len(digest) != 64 {
+		return "", chatrelay.Grant{}, unauthorized
+	}
+	thread, ok := s.index.lookup(digest[:16])
+	if !ok && s.index.rebuildDue() {
+		s.rebuildIndex()
+		thread, ok = s.index.lookup(digest[:16])
+	}
+	if !ok {
+		return "", chatrelay.Grant{}, unauthorized
+	}
+	grants, err := s.readGrants(thread)
+	if err != nil {
+		if chatrelay.CodeOf(err) == chatrelay.ParticipantsUnreadable {
+			return "", chatrelay.Grant{}, unauthorized // fail closed
+		}
+		return "", chatrelay.Grant{}, err
+	}
+	for _, g := range grants {
+		if subtle.ConstantTimeCompare([]byte(g.Digest), []byte(digest)) == 1 {
+			return thread, g, nil
+		}
+	}
+	return "", chatrelay.Grant{}, unauthorized
+}
+
+var _ store.Participants = (*File)(nil)

@@ -1,0 +1,98 @@
+package filestore
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// Reads take no lock: a rename makes every read see a whole old or a
+// whole new document (load, in cache.go).
+
+func (s *File) unavailable(thread string, err error) error {
+	s.log.Error("store", "thread", thread, "err", err)
+	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: time.Second, Err: err}
+}
+
+func unreadable(snap *snapshot) error {
+	return &chatrelay.Error{Code: chatrelay.ThreadUnreadable, Message: "this thread's stored file does not parse; it is kept as it is for an operator to look at", Err: snap.err}
+}
+
+// Since implements Store.
+func (s *File) Since(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
+	d, ok, err := s.read(thread)
+	if err != nil || !ok {
+		return store.Page{Thread: thread}, err
+	}
+	return page(thread, d, since, limit), nil
+}
+
+// Changes implements Store.
+func (s *File) Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
+	d, ok, err := s.read(thread)
+	if err != nil || !ok {
+		return store.Page{Thread: thread}, err
+	}
+	return changesPage(thread, d, since, limit), nil
+}
+
+// read returns the thread's current document; ok is false for a thread
+// with no document (reading it creates nothing).
+func (s *File) read(thread string) (threadDoc, bool, error) {
+	if err := chatrelay.CheckThread(thread); err != nil {
+		return threadDoc{}, false, err
+	}
+	t := s.peek(thread)
+	if t == nil {
+		// Only threads that exist get state: reading random threads must not grow memory.
+		if _, err := os.Stat(s.path(thread)); errors.Is(err, fs.ErrNotExist) {
+			return threadDoc{}, false, nil
+		}
+		t = s.state(thread)
+	}
+	snap, err := s.load(thread, t)
+	if err != nil || snap == nil {
+		return threadDoc{}, false, err
+	}
+	if snap.err != nil {
+		return threadDoc{}, false, unreadable(snap)
+	}
+	return snap.doc, true, nil
+}
+
+// mayExist reports whether the thread has a document, as far as a check
+// without its lock can tell: a thread this process has read or written
+// exists but for a sweep since, which a load under the lock notices.
+func (s *File) mayExist(thread string) bool {
+	if t := s.peek(thread); t != nil && t.snap.Load() != nil {
+		return true
+	}
+	_, err := os.Stat(s.path(thread))
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+// Threads implements Store.
+func (s *File) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
+	names, err := s.threadNames()
+	if err != nil {
+		return nil, s.unavailable("", err)
+	}
+	infos := make([]store.ThreadInfo, 0, len(names))
+	for _, name := range names {
+		snap, err := s.load(name, s.state(name))
+		if err != nil {
+			return nil, err
+		}
+		if snap == nil || snap.err != nil || len(snap.doc.msgs) == 0 {
+			continue // removed meanwhile, or unreadable (logged by load)
+		}
+		infos = append(infos, threadInfo(name, snap.doc))
+	}
+	sortThreads(infos)
+	return infos, nil
+}

@@ -1,0 +1,121 @@
+package filestore
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// Sweep implements Store. It also removes temp files that a writer killed
+// mid-write left behind (under that thread's lock, so never a live one).
+func (s *File) Sweep(ctx context.Context) (store.SweepStats, error) {
+	var st store.SweepStats
+	names, err := s.threadNames()
+	if err != nil {
+		return st, s.unavailable("", err)
+	}
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		dropped, removed, err := s.sweepThread(ctx, name)
+		if err != nil {
+			s.log.Warn("sweep", "thread", name, "err", err)
+			continue
+		}
+		st.Threads++
+		st.Dropped += dropped
+		if removed {
+			st.ThreadsRemoved++
+		}
+	}
+	// A writer killed while creating a thread leaves a temp file and no
+	// document: clean those up too, under the thread's lock like the rest.
+	for _, name := range s.orphanTemps(names) {
+		if _, _, err := s.sweepThread(ctx, name); err != nil {
+			s.log.Warn("sweep", "thread", name, "err", err)
+		}
+	}
+	if err := s.recount(ctx); err != nil {
+		s.log.Warn("sweep: recount the threads", "err", err)
+	}
+	return st, nil
+}
+
+// orphanTemps lists the threads, other than those in docs, that have temp files.
+func (s *File) orphanTemps(docs []string) []string {
+	tmps, _ := filepath.Glob(filepath.Join(s.dir, ".*.json.tmp-*"))
+	var out []string
+	for _, tmp := range tmps {
+		name, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(tmp), "."), ".json.tmp-")
+		if chatrelay.ValidThread(name) && !slices.Contains(docs, name) && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, removed bool, err error) {
+	t, unlock, err := s.lockState(ctx, thread)
+	if err != nil {
+		return 0, false, err
+	}
+	defer unlock()
+	for _, pattern := range []string{".json.tmp-*", ".participants.json.tmp-*", ".audit.jsonl.tmp-*"} {
+		tmps, _ := filepath.Glob(filepath.Join(s.dir, "."+thread+pattern))
+		for _, tmp := range tmps {
+			os.Remove(tmp)
+		}
+	}
+	snap, err := s.load(thread, t)
+	if err != nil {
+		return 0, false, err
+	}
+	if snap == nil {
+		t.drop = true // a thread with no document (temp files of a writer killed while creating it)
+		return 0, false, nil
+	}
+	if snap.err != nil {
+		return 0, false, unreadable(snap)
+	}
+	d := snap.doc
+	msgs, trimmed, trimmedRev := trim(s.opt.Retention, d.msgs, s.now(), d.trimmed, d.trimmedRev)
+	dropped = len(d.msgs) - len(msgs)
+	if dropped == 0 {
+		return 0, false, nil
+	}
+	if len(msgs) == 0 {
+		if err := os.Remove(s.path(thread)); err != nil {
+			return 0, false, s.unavailable(thread, err)
+		}
+		// The thread is gone: its grants, audit and lock file go with it.
+		for _, p := range []string{s.participantsPath(thread), s.auditPath(thread)} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				s.log.Warn("sweep: remove", "thread", thread, "err", err)
+			}
+		}
+		s.announceParticipants(thread)
+		if s.dsync != nil {
+			s.dsync.sync()
+		}
+		s.setSnap(t, nil)
+		t.drop = true // and its lock file
+		return dropped, true, nil
+	}
+	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev}
+	doc := appendDocument(nil, thread, nd)
+	pin, id, err := s.write(thread, doc)
+	if err != nil {
+		return 0, false, err
+	}
+	s.setSnap(t, &snapshot{id: id, pin: pin, sum: maphash.Bytes(docSeed, doc), doc: nd})
+	return dropped, false, nil
+}
