@@ -35,87 +35,86 @@ type Change struct {
 func ApplyChange(m *Message, c Change, now time.Time) (changed bool, err error) {
 	switch c.Op {
 	case React, Unreact:
-		if err := CheckEmoji(c.Emoji); err != nil {
-			return false, err
-		}
-		who := m.Reactions[c.Emoji]
-		has := slices.Contains(who, c.By)
-		if c.Op == React {
-			if has {
-				return false, nil
-			}
-			if len(who) == 0 && len(m.Reactions) >= LimitReactions.Max {
-				return false, Errorf(TooManyReactions, "this message has %d different reactions, the most it may have; react with one of them", LimitReactions.Max)
-			}
-			if m.Reactions == nil {
-				m.Reactions = Reactions{}
-			}
-			m.Reactions[c.Emoji] = append(who, c.By)
-			return true, nil
-		}
-		if !has {
+		return applyReaction(m, c)
+	case Expire, Cancel, Respond:
+		return applyToInteraction(m, c, now.UnixMilli())
+	}
+	return false, Errorf(Internal, "unknown change %q", c.Op)
+}
+
+// applyReaction adds or removes c.By's reaction c.Emoji.
+func applyReaction(m *Message, c Change) (changed bool, err error) {
+	if err := CheckEmoji(c.Emoji); err != nil {
+		return false, err
+	}
+	who := m.Reactions[c.Emoji]
+	has := slices.Contains(who, c.By)
+	if c.Op == React {
+		if has {
 			return false, nil
 		}
-		who = slices.DeleteFunc(who, func(a Author) bool { return a == c.By })
-		if len(who) == 0 {
-			delete(m.Reactions, c.Emoji)
-			if len(m.Reactions) == 0 {
-				m.Reactions = nil
-			}
-		} else {
-			m.Reactions[c.Emoji] = who
+		if len(who) == 0 && len(m.Reactions) >= LimitReactions.Max {
+			return false, Errorf(TooManyReactions, "this message has %d different reactions, the most it may have; react with one of them", LimitReactions.Max)
 		}
+		if m.Reactions == nil {
+			m.Reactions = Reactions{}
+		}
+		m.Reactions[c.Emoji] = append(who, c.By)
 		return true, nil
 	}
+	if !has {
+		return false, nil
+	}
+	who = slices.DeleteFunc(who, func(a Author) bool { return a == c.By })
+	if len(who) == 0 {
+		delete(m.Reactions, c.Emoji)
+		if len(m.Reactions) == 0 {
+			m.Reactions = nil
+		}
+	} else {
+		m.Reactions[c.Emoji] = who
+	}
+	return true, nil
+}
+
+// applyToInteraction expires, cancels or answers the message's
+// interaction at epoch ms at. A cancel or an answer finds the interaction
+// closed once it left pending, or once its deadline passed (which expires
+// it now: the one outcome every reader then sees).
+func applyToInteraction(m *Message, c Change, at int64) (changed bool, err error) {
 	ix := m.Interaction
 	if ix == nil || ix.ID != c.InteractionID {
 		return false, Errorf(NotFound, "no interaction %s in this thread", c.InteractionID)
 	}
-	at := now.UnixMilli()
-	expire := func() {
+	due := ix.State == Pending && at >= ix.Deadline
+	if due {
 		ix.State, ix.AnsweredAt = Expired, max(at, ix.Deadline)
 	}
-	switch c.Op {
-	case Expire:
-		if ix.State != Pending || at < ix.Deadline {
-			return false, nil
-		}
-		expire()
-		return true, nil
-	case Cancel:
-		if ix.State == Pending && at >= ix.Deadline {
-			expire()
-			return true, closed(ix)
-		}
-		if ix.State != Pending {
-			return false, closed(ix)
-		}
+	switch {
+	case c.Op == Expire:
+		return due, nil
+	case due:
+		return true, closed(ix)
+	case ix.State != Pending:
+		return false, closed(ix)
+	case c.Op == Cancel:
 		ix.State, ix.AnsweredBy, ix.AnsweredAt = Canceled, c.By, at
 		return true, nil
-	case Respond:
-		if ix.State == Pending && at >= ix.Deadline {
-			expire()
-			return true, closed(ix)
-		}
-		if ix.State != Pending {
-			return false, closed(ix)
-		}
-		if err := ix.CheckAnswer(c.Answer); err != nil {
-			return false, err
-		}
-		a := c.Answer
-		ix.Answer, ix.AnsweredBy, ix.AnsweredAt = &a, c.By, at
-		switch {
-		case ix.Type == Input:
-			ix.State = Answered
-		case a.Decision == Approve:
-			ix.State = Approved
-		default:
-			ix.State = Denied
-		}
-		return true, nil
 	}
-	return false, Errorf(Internal, "unknown change %q", c.Op)
+	if err := ix.CheckAnswer(c.Answer); err != nil {
+		return false, err
+	}
+	a := c.Answer
+	ix.Answer, ix.AnsweredBy, ix.AnsweredAt = &a, c.By, at
+	switch {
+	case ix.Type == Input:
+		ix.State = Answered
+	case a.Decision == Approve:
+		ix.State = Approved
+	default:
+		ix.State = Denied
+	}
+	return true, nil
 }
 
 func closed(ix *Interaction) error {

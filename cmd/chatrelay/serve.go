@@ -34,18 +34,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if f.keyFile != "" { // --ticket-key-file: a file, whatever the store
 		st.TicketKey, st.TicketKeyShared = filestore.KeyFile(f.keyFile, log), false
 	}
-	key, err := st.TicketKey(ctx)
+	srv, err := f.newServer(ctx, st, log)
 	if err != nil {
 		return err
 	}
-	f.server.Store, f.server.Limiter, f.server.Streams = st.Store, st.Limiter, st.Streams // the backend's own store: its optional interfaces (Checker, Participants) show
-	f.server.Windows, f.server.StreamLimits = f.storeOpt.Windows, f.storeOpt.Streams
-	f.server.Retention = st.Settings.Retention // stated in GET /api/limits.json
-	f.server.TicketKey, f.server.Log = key, log
-	if st.TicketKeyShared { // kept in Redis: it may change under the node (#15)
-		f.server.TicketKeys = transport.TicketKeyFunc(st.TicketKey)
-	}
-	srv := transport.NewServer(f.server)
 	hs := &http.Server{
 		Handler:           srv,
 		ReadHeaderTimeout: chatrelay.DefaultReadHeaderTimeout,
@@ -103,6 +95,23 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	stopBG()
 	return err
+}
+
+// newServer makes the API server over the opened store, with the
+// store's limiters and ticket key.
+func (f *serveFlags) newServer(ctx context.Context, st *store.Backend, log *slog.Logger) (*transport.Server, error) {
+	key, err := st.TicketKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.server.Store, f.server.Limiter, f.server.Streams = st.Store, st.Limiter, st.Streams // the backend's own store: its optional interfaces (Checker, Participants) show
+	f.server.Windows, f.server.StreamLimits = f.storeOpt.Windows, f.storeOpt.Streams
+	f.server.Retention = st.Settings.Retention // stated in GET /api/limits.json
+	f.server.TicketKey, f.server.Log = key, log
+	if st.TicketKeyShared { // kept in Redis: it may change under the node (#15)
+		f.server.TicketKeys = transport.TicketKeyFunc(st.TicketKey)
+	}
+	return transport.NewServer(f.server), nil
 }
 
 // serveFlags are serve's flags, parsed and checked.
