@@ -15,9 +15,9 @@
 package store
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // Store is what the server and the host CLI need from storage. Every

@@ -1,10 +1,6 @@
 package transport
 
 import (
-	"unicode/utf8"
-
-	"github.com/chatrelay/chatrelay"
-
 	"bufio"
 	"context"
 	"log/slog"
@@ -13,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // reqInfo is what handlers tell the request log about a request: the

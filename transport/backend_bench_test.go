@@ -5,13 +5,12 @@ package transport_test
 //	go test -run '^$' -bench 'AppendFanout|PostFanout|CrossNode' ./transport/
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"strconv"
 	"sync"
 	"testing"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
 )

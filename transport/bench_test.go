@@ -1,8 +1,6 @@
 package transport
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,6 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/store/filestore"
 )

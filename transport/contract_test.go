@@ -8,8 +8,6 @@ package transport
 // each says why.
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -30,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/schematest"
 	"github.com/chatrelay/chatrelay/internal/storetest"

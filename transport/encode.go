@@ -1,18 +1,16 @@
 package transport
 
 import (
-	"math"
-
-	"github.com/chatrelay/chatrelay"
-
 	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
 

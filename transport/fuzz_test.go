@@ -2,21 +2,20 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
-
-	"github.com/chatrelay/chatrelay"
-	"github.com/chatrelay/chatrelay/store"
-	"github.com/chatrelay/chatrelay/store/filestore"
-
-	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 // FuzzParsePost: the post parser never panics; what it accepts is a text the

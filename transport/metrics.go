@@ -1,8 +1,6 @@
 package transport
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"fmt"
 	"log/slog"
@@ -15,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
 

@@ -6,8 +6,6 @@ package transport_test
 // redis://…" sets them up.
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/transport"

@@ -5,8 +5,6 @@ package transport_test
 // they stay clear of the other test files of this package.
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -31,6 +29,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/store"

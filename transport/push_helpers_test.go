@@ -1,8 +1,6 @@
 package transport_test
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -28,6 +26,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/schematest"
 	"github.com/chatrelay/chatrelay/internal/storetest"

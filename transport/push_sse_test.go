@@ -1,8 +1,6 @@
 package transport_test
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"encoding/json"
 	"net/http"
@@ -10,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"

@@ -1,15 +1,12 @@
 package transport_test
 
 import (
-	"io"
-	"net"
-	"slices"
-
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/transport"

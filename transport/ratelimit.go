@@ -1,12 +1,12 @@
 package transport
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // MemoryLimiter is the in-process chatrelay.RateLimiter (one node): a sliding log of the times of

@@ -1,8 +1,6 @@
 package transport_test
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 )

@@ -1,10 +1,10 @@
 package transport
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"sync"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // MemoryStreams is the in-process chatrelay.StreamLimiter. It is safe for concurrent use.

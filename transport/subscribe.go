@@ -13,8 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/chatrelay/chatrelay"
 	"github.com/coder/websocket"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // SubscribeOptions says which thread's stream Subscribe follows, on which

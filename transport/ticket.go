@@ -1,8 +1,6 @@
 package transport
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -10,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // Tickets are read-only, thread-scoped, expiring credentials for browsers,

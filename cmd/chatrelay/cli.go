@@ -1,19 +1,17 @@
 package main
 
 import (
-	"maps"
-	"slices"
-
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
 	"github.com/chatrelay/chatrelay/store"
 )

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"errors"
-
-	"github.com/chatrelay/chatrelay"
-
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
 

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -20,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/store/filestore"

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
 )

@@ -3,12 +3,12 @@
 package assert
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"errors"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // Equal fails the test unless got and want are deeply equal.

@@ -15,14 +15,11 @@
 package storetest
 
 import (
-	"path/filepath"
-
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +29,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/store/filestore"

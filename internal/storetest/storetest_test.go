@@ -1,13 +1,12 @@
 package storetest
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )

@@ -10,9 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
+
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
-	"github.com/fsnotify/fsnotify"
 )
 
 type feed struct{ fn func(store.Batch) }

@@ -10,8 +10,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/chatrelay/chatrelay"
 	"github.com/gofrs/flock"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // The locks: a thread's in-process mutex, then an exclusive flock on its

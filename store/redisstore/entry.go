@@ -1,14 +1,13 @@
 package redisstore
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
 

@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"

@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // RateLimiter is the rate windows of the contract counted in Redis, so

@@ -1,11 +1,10 @@
 package redisstore
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/internal/testclock"

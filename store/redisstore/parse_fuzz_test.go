@@ -1,12 +1,11 @@
 package redisstore
 
 import (
+	"encoding/json"
 	"reflect"
+	"testing"
 
 	"github.com/chatrelay/chatrelay"
-
-	"encoding/json"
-	"testing"
 )
 
 // FuzzParseFast checks the reflection-free reader of stored messages

@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
 

@@ -140,8 +140,6 @@
 package redisstore
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"errors"
 	"fmt"
@@ -155,6 +153,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
 

@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"context"
 	"errors"
 	"log/slog"
@@ -14,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )

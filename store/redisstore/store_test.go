@@ -1,10 +1,6 @@
 package redisstore
 
 import (
-	"reflect"
-
-	"github.com/chatrelay/chatrelay"
-
 	"bytes"
 	"cmp"
 	"context"
@@ -13,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -21,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/internal/testclock"

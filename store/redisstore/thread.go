@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"github.com/chatrelay/chatrelay"
-
 	"cmp"
 	"context"
 	"encoding/json"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
 

@@ -1,17 +1,15 @@
 package redisstore
 
 import (
-	"maps"
-
-	"github.com/chatrelay/chatrelay"
-
 	"bytes"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
