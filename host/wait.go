@@ -96,21 +96,12 @@ func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMes
 // message. The cursor is the newest epoch of the threads read (0 if there
 // is none).
 func (v *Verbs) unanswered(ctx context.Context, thread string) (WaitMessagesResult, error) {
-	out := WaitMessagesResult{Messages: []ThreadMessage{}}
-	threads := []string{thread}
-	if thread == "" {
-		infos, err := v.Store.Threads(ctx)
-		if err != nil {
-			return WaitMessagesResult{}, err
-		}
-		threads = threads[:0]
-		for _, i := range infos {
-			out.Cursor = max(out.Cursor, i.LastEpoch)
-			if i.Awaiting { // its newest message is not hermes's
-				threads = append(threads, i.Thread)
-			}
-		}
+	// A thread whose newest message is not hermes's.
+	threads, newest, err := v.threadsWhere(ctx, thread, func(i store.ThreadInfo) bool { return i.Awaiting })
+	if err != nil {
+		return WaitMessagesResult{}, err
 	}
+	out := WaitMessagesResult{Messages: []ThreadMessage{}, Cursor: newest}
 	var all []msg
 	for _, th := range threads {
 		p, err := v.Store.Since(ctx, th, 0, 0)
@@ -132,6 +123,26 @@ func (v *Verbs) unanswered(ctx context.Context, thread string) (WaitMessagesResu
 	return out, nil
 }
 
+// threadsWhere is thread, or with thread "" every thread that keep
+// keeps, and the newest epoch of every thread (0 for one thread: its read
+// says).
+func (v *Verbs) threadsWhere(ctx context.Context, thread string, keep func(store.ThreadInfo) bool) (threads []string, newest int64, err error) {
+	if thread != "" {
+		return []string{thread}, 0, nil
+	}
+	infos, err := v.Store.Threads(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, i := range infos {
+		newest = max(newest, i.LastEpoch)
+		if keep(i) {
+			threads = append(threads, i.Thread)
+		}
+	}
+	return threads, newest, nil
+}
+
 // msg is a message of a wait's answer, with its epoch for the order.
 type msg struct {
 	ThreadMessage
@@ -151,18 +162,9 @@ func oldestFirst(all []msg) []ThreadMessage {
 // messagesAfter reads every message not by hermes after since, of thread
 // or of every thread, oldest first; the cursor is the newest epoch read.
 func (v *Verbs) messagesAfter(ctx context.Context, thread string, since int64) (WaitMessagesResult, error) {
-	threads := []string{thread}
-	if thread == "" {
-		infos, err := v.Store.Threads(ctx)
-		if err != nil {
-			return WaitMessagesResult{}, err
-		}
-		threads = threads[:0]
-		for _, i := range infos {
-			if i.LastEpoch > since {
-				threads = append(threads, i.Thread)
-			}
-		}
+	threads, _, err := v.threadsWhere(ctx, thread, func(i store.ThreadInfo) bool { return i.LastEpoch > since })
+	if err != nil {
+		return WaitMessagesResult{}, err
 	}
 	var all []msg
 	out := WaitMessagesResult{Cursor: since}

@@ -279,6 +279,25 @@ func (s *Server) openSession(ctx context.Context, req streamRequest) (*session, 
 	return ss, nil
 }
 
+// startSession authenticates a stream request from cursor and opens its
+// session; it answers a refusal itself (as the transport's handshake has
+// not begun) and then returns a nil session.
+func (s *Server) startSession(w http.ResponseWriter, r *http.Request, cursor string) (streamRequest, *session) {
+	req, err := s.streamRequest(r, cursor)
+	if err != nil {
+		s.writeError(w, r, err)
+		return req, nil
+	}
+	ss, err := s.openSession(r.Context(), req)
+	if err != nil {
+		if r.Context().Err() == nil {
+			s.writeError(w, r, err)
+		}
+		return req, nil
+	}
+	return req, ss
+}
+
 // close releases what openSession took. Call it once.
 func (ss *session) close() {
 	ss.sub.Close()

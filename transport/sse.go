@@ -26,16 +26,8 @@ import (
 // HTTP/2 streams cannot be hijacked and keep the handler's goroutine and
 // net/http's writer.
 func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
-	req, err := s.streamRequest(r, sseCursor(r))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	ss, err := s.openSession(r.Context(), req)
-	if err != nil {
-		if r.Context().Err() == nil {
-			s.writeError(w, r, err)
-		}
+	_, ss := s.startSession(w, r, sseCursor(r))
+	if ss == nil {
 		return
 	}
 	h := w.Header()

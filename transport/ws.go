@@ -43,16 +43,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	req, err := s.streamRequest(r, r.URL.Query().Get("since"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	ss, err := s.openSession(r.Context(), req)
-	if err != nil {
-		if r.Context().Err() == nil {
-			s.writeError(w, r, err)
-		}
+	req, ss := s.startSession(w, r, r.URL.Query().Get("since"))
+	if ss == nil {
 		return
 	}
 	// The origin was checked above, by the one matcher CORS uses too.
