@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -70,6 +71,8 @@ var (
 
 	LimitClientID = Limit{"client_id", 1, 160, CodePoints}
 
+	LimitThreadTitle = Limit{"thread.title", 0, 160, CodePoints} // open_thread's title (Part 5)
+
 	LimitWaitTimeout = Limit{"wait.timeout", 0, 300, Seconds}
 
 	LimitName         = Limit{"participant.name", 1, 64, CodePoints}
@@ -104,7 +107,7 @@ func Limits() []Limit {
 		LimitCard, LimitCardTitle, LimitCardFallback, LimitCardBlocks, LimitBlockText,
 		LimitFields, LimitFieldLabel, LimitFieldValue, LimitLinkURL, LimitLinkLabel,
 		LimitCodeText, LimitCodeLanguage,
-		LimitClientID, LimitWaitTimeout,
+		LimitClientID, LimitThreadTitle, LimitWaitTimeout,
 		LimitName, LimitExpiresIn, LimitCap, LimitActiveGrants, LimitWaitingPosts, LimitAuditKept,
 		LimitInvites, LimitEndedListed, LimitEndedKept,
 	}
@@ -174,6 +177,24 @@ func Patterns() map[string]*regexp.Regexp {
 		"client_id": ClientIDPattern, "interaction_id": InteractionIDPattern, "message_id": MessageIDPattern,
 		"thread": ThreadPattern, "token": TokenPattern, "participant_id": ParticipantIDPattern, "share_token": ShareTokenPattern,
 	}
+}
+
+// CheckTitle returns TextTooLong for a thread title past LimitThreadTitle
+// (refused, never truncated), and InvalidText for one that is not valid
+// UTF-8 or holds a control character (a title is one line).
+func CheckTitle(title string) error {
+	if !utf8.ValidString(title) {
+		return Errorf(InvalidText, "the title is not valid UTF-8")
+	}
+	for _, r := range title {
+		if unicode.IsControl(r) {
+			return Errorf(InvalidText, "the title is one line, with no control characters")
+		}
+	}
+	if n := utf8.RuneCountInString(title); n > LimitThreadTitle.Max {
+		return Errorf(TextTooLong, "the title is too long: %d code points, at most %d", n, LimitThreadTitle.Max)
+	}
+	return nil
 }
 
 // CheckClientID returns InvalidClientID unless id matches ClientIDPattern

@@ -23,6 +23,9 @@ type NewMessage struct {
 	Participant string
 	// MustExist refuses to create the thread (the host CLI's writes).
 	MustExist bool
+	// Title, when set, becomes the thread's title (open_thread: hermes
+	// starts a conversation). Checked by CheckTitle.
+	Title string
 }
 
 // Prepare checks m and fills what it implies: the default author, a
@@ -34,6 +37,11 @@ func (m *NewMessage) Prepare(now time.Time) (*Interaction, error) {
 	}
 	if err := CheckClientID(m.ClientID); err != nil {
 		return nil, err
+	}
+	if m.Title != "" {
+		if err := CheckTitle(m.Title); err != nil {
+			return nil, err
+		}
 	}
 	var ix *Interaction
 	switch {

@@ -179,6 +179,7 @@ func (d defSet) answers() {
 	}, "success", "thread", "messages", "awaiting", "cursor"))
 	d.add("poll.v2.answer", object("200 to a v2 poll (v=2)", obj{
 		"success": ok, "thread": ref("thread"), "messages": list(ref("message.v2"), "each message changed after since, oldest change first, in its current state"),
+		"title":    str(LimitThreadTitle, "the thread's title, when it has one (open_thread)"),
 		"reset":    boolean("retention dropped a message changed after since: redraw"),
 		"awaiting": boolean("the last message was not written by hermes"), "cursor": epoch("the thread's newest change"),
 	}, "success", "thread", "messages", "reset", "awaiting", "cursor"))

@@ -171,7 +171,7 @@ func TestDomainFixtures(t *testing.T) {
 // in its order.
 func TestVerbNames(t *testing.T) {
 	want := []string{"list_threads", "read_thread", "wait_messages", "send", "request_input", "request_approval",
-		"check_interaction", "wait_interaction", "cancel_interaction", "react", "send_card"}
+		"check_interaction", "wait_interaction", "cancel_interaction", "react", "send_card", "open_thread"}
 	assert.Equal(t, "verbs", chatrelay.Verbs(), want)
 	for _, v := range want {
 		assert.Equal(t, "tool of "+v, schematest.MCPName(v), "chatrelay_"+v)

@@ -26,6 +26,7 @@ const (
 	VerbCancelInteraction = "cancel_interaction"
 	VerbReact             = "react"
 	VerbSendCard          = "send_card"
+	VerbOpenThread        = "open_thread"
 )
 
 // ToolName is the MCP tool of a verb: chatrelay_<verb>.
@@ -59,11 +60,9 @@ type verbDef struct {
 
 // verbDefs is the verb table, in the contract's order. Each input stands
 // alone (no $ref): an MCP tool's input schema is exactly its $defs entry.
-// verbDefs is the verb table, in the contract's order. Each input stands
-// alone (no $ref): an MCP tool's input schema is exactly its $defs entry.
 func verbDefs() []verbDef {
 	v := newVerbParts()
-	return slices.Concat(v.readVerbs(), v.askVerbs(), v.markVerbs())
+	return slices.Concat(v.readVerbs(), v.askVerbs(), v.markVerbs(), v.openVerbs())
 }
 
 // verbParts are the schemas several verbs share.
@@ -103,6 +102,7 @@ func (v verbParts) readVerbs() []verbDef {
 				"thread": ref("thread"), "messages": integer(0, -1, "messages kept"), "last_author": ref("author"),
 				"last_epoch": epoch("the newest message's epoch"), "rev": epoch("the newest change's epoch"),
 				"awaiting": boolean("the newest message is not hermes's"),
+				"title":    str(LimitThreadTitle, "the thread's title (open_thread), if it has one"),
 			}, "thread", "messages", "last_author", "last_epoch", "rev", "awaiting"), "")}, "threads"),
 		},
 		{
@@ -202,6 +202,24 @@ func (v verbParts) markVerbs() []verbDef {
 				"client_id": v.clientID,
 			}, "thread", "card"),
 			v.messageResult,
+		},
+	}
+}
+
+// openVerbs are the verbs of Part 5: open_thread, hermes starts a
+// conversation.
+func (v verbParts) openVerbs() []verbDef {
+	return []verbDef{
+		{
+			VerbOpenThread, "Start a new conversation: a new thread with hermes's first message (text, else title), and its claim link. Whoever opens the link first holds the thread; give the link to the person once (it is not kept anywhere).",
+			object("at least one of title and text", obj{
+				"title": str(LimitThreadTitle, "the thread's title, shown in the page's header and in list"),
+				"text":  text(LimitPostText, "hermes's first message; absent: the title"),
+			}),
+			object("", obj{
+				"thread": ref("thread"),
+				"link":   describe(obj{"type": "string"}, "the claim link, <base>/#t=<token> (the server's public URL; without one the path alone, /#t=<token>)"),
+			}, "thread", "link"),
 		},
 	}
 }

@@ -26,8 +26,11 @@ type Verbs struct {
 	Now   func() time.Time // defaults to time.Now
 	// Feed is Store's change feed, which the waits follow; nil: the verbs
 	// make one on first use, shared by all their waits.
-	Feed     *store.Feed
-	feedOnce sync.Once
+	Feed *store.Feed
+	// PublicURL is the base of open_thread's claim links (the server's
+	// public address, with its prefix); "": the link is its path alone.
+	PublicURL string
+	feedOnce  sync.Once
 }
 
 func (v *Verbs) feed() *store.Feed {

@@ -235,6 +235,7 @@ var bindings = map[string]binding{
 	host.CancelInteraction: bind(false, (*host.Verbs).CancelInteraction, sayInteraction[host.InteractionInput]),
 	host.React:             bind(false, (*host.Verbs).React, sayReact),
 	host.SendCard:          bind(false, (*host.Verbs).SendCard, sayMessage[host.SendCardInput]("sent the card")),
+	host.OpenThread:        bind(false, (*host.Verbs).OpenThread, sayOpened),
 }
 
 // waits marks a binding as a wait, which reports its progress.
@@ -472,6 +473,10 @@ func sayWait(_ host.WaitMessagesInput, r host.WaitMessagesResult) string {
 		sayMessages(&b, m.Thread, []json.RawMessage{m.Message})
 	}
 	return b.String()
+}
+
+func sayOpened(_ host.OpenThreadInput, r host.OpenThreadResult) string {
+	return fmt.Sprintf("opened the thread %s; give the person this link (whoever opens it first holds the thread; it is shown this once): %s", r.Thread, r.Link)
 }
 
 func sayMessage[In any](did string) func(In, host.MessageResult) string {

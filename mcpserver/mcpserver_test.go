@@ -28,6 +28,9 @@ import (
 
 const thread = "00000000000000bb"
 
+// publicURL is the server's public address the MCP server is given.
+const publicURL = "https://chat.example.com/relay"
+
 // env is an MCP server of the verbs on a file store, served over Stdio on
 // pipes, and an SDK client connected to it. calls reports each tools/call
 // as it starts ("start <tool>") and returns ("end <tool>").
@@ -53,7 +56,7 @@ func newEnvWith(t *testing.T, opts *mcpserver.Options, copts *mcp.ClientOptions)
 	first, err := st.Append(t.Context(), thread, store.NewMessage{Text: "can you deploy build 412?"})
 	assert.Success(t, err)
 	e := &env{st: st, first: first, calls: make(chan string, 1024)}
-	srv := mcpserver.New(&host.Verbs{Store: st}, opts)
+	srv := mcpserver.New(&host.Verbs{Store: st, PublicURL: publicURL}, opts)
 	srv.AddReceivingMiddleware(e.observe)
 	toServer, fromClient := io.Pipe()
 	toClient, fromServer := io.Pipe()
@@ -308,6 +311,8 @@ func TestBadArguments(t *testing.T) {
 		{"a wait past its limit", "wait_interaction", map[string]any{"thread": thread, "interaction_id": ix.Interaction.ID, "timeout": chatrelay.LimitWaitTimeout.Max + 1}, chatrelay.InvalidJSON},
 		{"a negative cursor", "wait_messages", map[string]any{"since": -1}, chatrelay.InvalidSince},
 		{"a lone surrogate", "send", json.RawMessage(`{"thread":"` + thread + `","text":"half an emoji \ud83d"}`), chatrelay.InvalidText},
+		{"a thread opened with nothing to say", "open_thread", map[string]any{}, chatrelay.InvalidText},
+		{"a title past its limit", "open_thread", map[string]any{"title": strings.Repeat("é", chatrelay.LimitThreadTitle.Max+1)}, chatrelay.TextTooLong},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.call(t, t.Context(), tc.verb, tc.args)
@@ -425,6 +430,8 @@ func TestEveryVerbAnswers(t *testing.T) {
 	ap := ok[host.InteractionResult](t, e, "request_approval", map[string]any{"thread": thread, "summary": "Deploy build 412?", "title": "deploy",
 		"details": []map[string]string{{"label": "build", "value": "412"}}})
 	assert.Equal(t, "approval", ap.Interaction.Type, chatrelay.Approval)
+	op := e.call(t, t.Context(), "open_thread", map[string]any{"title": "Deploy 412", "text": "Shall I deploy build 412?"})
+	assert.True(t, strings.Contains(text(op), publicURL+"/#t="), "open_thread said %q", text(op))
 	for _, verb := range chatrelay.Verbs() {
 		assert.True(t, e.answered[verb], "chatrelay_%s was not called with a result", verb)
 	}
@@ -505,4 +512,45 @@ func TestWaitsReportProgress(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOpenThread: chatrelay_open_thread starts a thread with hermes's
+// first message and its title, and answers its claim link
+// <public URL>/#t=<token>, whose token is the thread's (ThreadOf) and
+// is fresh each time. Without a text, the title is the first message.
+func TestOpenThread(t *testing.T) {
+	e := newEnv(t)
+	linkRE := regexp.MustCompile(`^` + regexp.QuoteMeta(publicURL) + `/#t=([0-9a-f]{64})$`)
+	open := func(args map[string]any) (host.OpenThreadResult, string) {
+		t.Helper()
+		r := ok[host.OpenThreadResult](t, e, "open_thread", args)
+		m := linkRE.FindStringSubmatch(r.Link)
+		assert.True(t, m != nil, "link %q is not %s/#t=<64 hex>", r.Link, publicURL)
+		assert.Equal(t, "the thread is the token's", r.Thread, chatrelay.ThreadOf(m[1]))
+		return r, m[1]
+	}
+	r, token := open(map[string]any{"title": "Deploy 412", "text": "Shall I deploy build 412?"})
+	p, err := e.st.Changes(t.Context(), r.Thread, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "title", p.Title, "Deploy 412")
+	assert.Equal(t, "messages", len(p.Messages), 1)
+	assert.Equal(t, "author", p.Messages[0].Author, chatrelay.Hermes)
+	assert.Equal(t, "text", p.Messages[0].Text, "Shall I deploy build 412?")
+
+	r2, token2 := open(map[string]any{"title": "Only a title"})
+	assert.True(t, token2 != token && r2.Thread != r.Thread, "the same token twice")
+	p2, err := e.st.Changes(t.Context(), r2.Thread, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "the title is the first message", p2.Messages[0].Text, "Only a title")
+	r3, _ := open(map[string]any{"text": "No title"})
+	p3, err := e.st.Changes(t.Context(), r3.Thread, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "no title", p3.Title, "")
+
+	th := ok[host.ListThreadsResult](t, e, "list_threads", map[string]any{})
+	titles := map[string]string{}
+	for _, x := range th.Threads {
+		titles[x.Thread] = x.Title
+	}
+	assert.Equal(t, "list_threads' titles", titles, map[string]string{thread: "", r.Thread: "Deploy 412", r2.Thread: "Only a title", r3.Thread: ""})
 }

@@ -126,6 +126,8 @@ type Page struct {
 	// newest change (Changes); 0 if empty.
 	Cursor   int64
 	Awaiting bool // the newest message was not written by hermes
+	// Title is the thread's title ("" if it has none: open_thread sets it).
+	Title string
 	// Reset is true when since > 0 and retention dropped messages newer
 	// than since (changed after since, for Changes): the reader missed
 	// messages it can no longer get.
@@ -147,6 +149,7 @@ type ThreadInfo struct {
 	LastEpoch  int64            `json:"last_epoch"` // the newest message's epoch (v1 cursor)
 	Rev        int64            `json:"rev"`        // the newest change's epoch (v2 cursor)
 	Awaiting   bool             `json:"awaiting"`
+	Title      string           `json:"title,omitempty"` // open_thread's title, if any
 }
 
 // SweepStats says what a sweep did.

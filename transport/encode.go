@@ -127,7 +127,9 @@ func parseSince(s string) (int64, error) {
 
 // appendPage appends the poll answer for p in view v to b, from the
 // messages' pre-encoded JSON: nothing is encoded per poll. The v2 answer
-// adds "reset" (true when retention dropped a change after the cursor).
+// adds "reset" (true when retention dropped a change after the cursor),
+// and "title" when the thread has one (open_thread; redacted as a text is
+// for a participant).
 func appendPage(b []byte, p store.Page, v view) []byte {
 	b = append(b, `{"success":true,"thread":"`...)
 	b = append(b, p.Thread...)
@@ -139,7 +141,17 @@ func appendPage(b []byte, p store.Page, v view) []byte {
 		b = append(b, v.json(m)...) // redacted for a participant
 	}
 	if v.v2 {
-		b = append(b, `],"reset":`...)
+		if p.Title != "" {
+			title := p.Title
+			if v.redact {
+				title = chatrelay.Redact(title)
+			}
+			b = append(b, `],"title":`...)
+			b = appendJSONString(b, title)
+			b = append(b, `,"reset":`...)
+		} else {
+			b = append(b, `],"reset":`...)
+		}
 		b = strconv.AppendBool(b, p.Reset)
 		b = append(b, `,"awaiting":`...)
 	} else {
@@ -149,4 +161,10 @@ func appendPage(b []byte, p store.Page, v view) []byte {
 	b = append(b, `,"cursor":`...)
 	b = strconv.AppendInt(b, p.Cursor, 10)
 	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s)
+	return append(b, q...)
 }

@@ -1,7 +1,8 @@
 // Package web is the browser page, embedded in the binary and served at the
 // prefix root: index.html, app.css, app.js (the page), view.js (its
 // drawing), people.js (the owner's People panel) and chat.js (the client
-// module, which other sites may import); and at /p the participant page
+// module, which other sites may import), with t-link.js (which adopts a
+// claim link's token, <base>/#t=…); and at /p the participant page
 // (p.html, with p-link.js) that a share link opens.
 package web
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
@@ -53,11 +55,56 @@ func list(ctx context.Context, args []string, getenv func(string) string, stdout
 		return json.NewEncoder(stdout).Encode(rows)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "THREAD\tMESSAGES\tLAST AUTHOR\tLAST (UTC)\tAWAITING")
+	fmt.Fprintln(tw, "THREAD\tMESSAGES\tLAST AUTHOR\tLAST (UTC)\tAWAITING\tTITLE\tLAST MESSAGE")
 	for _, t := range threads {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%v\n", t.Thread, t.Messages, t.LastAuthor, utc(t.LastEpoch), t.Awaiting)
+		title := t.Title
+		if title == "" {
+			title = "-"
+		}
+		last := "-"
+		if p, err := st.Since(ctx, t.Thread, 0, 1); err == nil && len(p.Messages) > 0 {
+			last = firstWords(p.Messages[0].Text, listWords)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%v\t%s\t%s\n", t.Thread, t.Messages, t.LastAuthor, utc(t.LastEpoch), t.Awaiting, title, last)
 	}
 	return tw.Flush()
+}
+
+// listWords is how many code points of the newest message list shows.
+const listWords = 40
+
+// firstWords is the first words of text on one line, at most n code
+// points, with "…" if it was cut.
+func firstWords(text string, n int) string {
+	var b strings.Builder
+	used := 0
+	text = strings.Map(func(r rune) rune { // never a terminal's control sequence
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, text)
+	for i, w := range strings.Fields(text) {
+		k := utf8.RuneCountInString(w)
+		if i > 0 {
+			k++
+		}
+		if used+k > n {
+			if i == 0 { // one long word: its first n code points
+				b.WriteString(string([]rune(w)[:n]))
+			}
+			return b.String() + "…"
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(w)
+		used += k
+	}
+	if used == 0 {
+		return "-"
+	}
+	return b.String()
 }
 
 func show(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

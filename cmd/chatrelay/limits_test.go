@@ -339,6 +339,11 @@ var walks = map[string]walk{
 		mcp: cardMCP(func(n int) map[string]any {
 			return blocks(map[string]any{"type": "code", "text": "x", "language": cp(n)})
 		})},
+	"thread.title": {code: chatrelay.TextTooLong,
+		cli: func(w *walkEnv, n int) ([]string, string) { return []string{"open", "--title", cp(n)}, "" },
+		mcp: func(w *walkEnv, n int) (string, map[string]any) {
+			return "open_thread", map[string]any{"title": cp(n), "text": "x"}
+		}},
 	"client_id": {code: chatrelay.InvalidClientID, // a prefix per binding: one client_id names one message
 		http: func(t *testing.T, w *walkEnv, n int) (string, string) {
 			return "/api/chat/post", jsonOf(map[string]any{"text": "x", "client_id": "h" + ascii(n-1)})

@@ -57,6 +57,7 @@ var commands = []command{
 	{"cancel", "THREAD INTERACTION", "withdraw a pending interaction", cancel},
 	{"react", "THREAD MESSAGE EMOJI [--remove]", "add (or remove) hermes's reaction", react},
 	{"card", "THREAD FILE", `send a card (JSON; FILE "-" reads standard input)`, card},
+	{"open", "[--title T] [--text FIRST] [--public-url URL]", "start a conversation as hermes: a new thread and its claim link (shown once; whoever opens it first holds the thread)", openThread},
 	{"share", "THREAD --name NAME [--role viewer|commenter] [--kind human|agent] [--expires D] [--cap N] [--public-url URL] | share list THREAD [--json] | share revoke THREAD (ID | --all) | share audit THREAD [--json]",
 		"share the conversation with a link (shown once), list, revoke and audit the links", share},
 	{"watch", "[--data DIR] [--since EPOCH] [--all] [--v2]", "new messages of every thread, and interaction updates, one JSON line each (no server needed)",
@@ -64,7 +65,7 @@ var commands = []command{
 	{"subscribe", "--server URL [--token T | --ticket K] [--since N]", "one thread's live stream from a remote server, one JSON line each",
 		func(ctx context.Context, e cmdEnv) error { return subscribe(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
 	{"schema", "[--limits]", "print the JSON Schema bundle of the API and the verbs (--limits: every limit with its unit)", schema},
-	{"mcp", "[--data DIR | --store URL]", "serve the host's verbs to an AI agent over MCP on standard input and output (tools chatrelay_<verb>)", mcpServe},
+	{"mcp", "[--data DIR | --store URL] [--public-url URL]", "serve the host's verbs to an AI agent over MCP on standard input and output (tools chatrelay_<verb>)", mcpServe},
 	{"version", "", "the module version and the VCS revision this binary was built from", version},
 }
 

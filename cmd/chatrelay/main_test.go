@@ -198,9 +198,9 @@ func TestList(t *testing.T) {
 	assert.Success(t, r.err)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	assert.Equal(t, "lines", len(lines), 3)
-	assert.Equal(t, "header", strings.Fields(lines[0]), []string{"THREAD", "MESSAGES", "LAST", "AUTHOR", "LAST", "(UTC)", "AWAITING"})
-	assert.Equal(t, "newest first", strings.Fields(lines[1]), []string{threadNew, "1", "agent", "2026-10-23", "18:42:00Z", "true"})
-	assert.Equal(t, "then", strings.Fields(lines[2]), []string{threadOld, "2", "hermes", "2026-10-23", "18:41:00Z", "false"})
+	assert.Equal(t, "header", strings.Fields(lines[0]), []string{"THREAD", "MESSAGES", "LAST", "AUTHOR", "LAST", "(UTC)", "AWAITING", "TITLE", "LAST", "MESSAGE"})
+	assert.Equal(t, "newest first", strings.Fields(lines[1]), []string{threadNew, "1", "agent", "2026-10-23", "18:42:00Z", "true", "-", "new", "question"})
+	assert.Equal(t, "then: the newest message on one line", strings.Fields(lines[2]), []string{threadOld, "2", "hermes", "2026-10-23", "18:41:00Z", "false", "-", "green", "and", "deployed"})
 
 	r = runCLI(t, nil, "", "list", "--data", data, "--json")
 	assert.Success(t, r.err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
+	"github.com/chatrelay/chatrelay/transport"
 )
 
 // The host's verbs on the command line (contract Part 4): each prints its
@@ -24,6 +25,15 @@ type verbFlags struct {
 	fs       *flag.FlagSet
 	sf       storeFlags
 	clientID string
+	// publicURL is --public-url, for the verbs that answer a claim link
+	// (open_thread); nil: the command has no such flag.
+	publicURL *string
+}
+
+// withPublicURL adds --public-url: the base of open_thread's claim links.
+func (v *verbFlags) withPublicURL() *verbFlags {
+	v.publicURL = v.fs.String("public-url", "", "the server's public `URL` (with its prefix) that claim links start with (default: what the folder's server records with serve --public-url; none: the link is its path alone, /#t=…)")
+	return v
 }
 
 func newVerb(name, synopsis string, stderr io.Writer, clientID bool) *verbFlags {
@@ -44,11 +54,21 @@ func (v *verbFlags) open(ctx context.Context, e cmdEnv, n int, what string) (*ho
 	if v.fs.NArg() != n {
 		return nil, nil, usageError(fmt.Sprintf("%s takes %s", v.fs.Name(), what))
 	}
+	var base string
+	if v.publicURL != nil && *v.publicURL != "" {
+		var err error
+		if base, err = transport.CheckPublicURL(*v.publicURL); err != nil {
+			return nil, nil, usageError("--public-url " + err.Error())
+		}
+	}
 	st, err := v.sf.openHost(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &host.Verbs{Store: st}, func() { st.Close() }, nil
+	if base == "" {
+		base = st.Settings.PublicURL
+	}
+	return &host.Verbs{Store: st, PublicURL: base}, func() { st.Close() }, nil
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -307,4 +327,26 @@ func readFile(name string, limit int64) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+// openThread is chatrelay open: hermes starts a conversation. It prints
+// {"thread", "link"}: the claim link holds the thread's token, shown this
+// once and kept nowhere.
+func openThread(ctx context.Context, e cmdEnv) error {
+	v := newVerb("open", "[--title T] [--text FIRST] [--public-url URL] [--data DIR]", e.stderr, false).withPublicURL()
+	title := v.fs.String("title", "", "the thread's `title` (at most 160 code points), shown in the page's header and in list")
+	text := v.fs.String("text", "", "hermes's first `message` (default: the title; one of the two is needed)")
+	h, done, err := v.open(ctx, e, 0, "no operands (--title, --text)")
+	if err != nil {
+		return err
+	}
+	defer done()
+	r, err := h.OpenThread(ctx, host.OpenThreadInput{Title: *title, Text: *text})
+	if err != nil {
+		return err
+	}
+	if h.PublicURL == "" {
+		fmt.Fprintln(e.stderr, "chatrelay open: no public URL: put the server's address before the link, or give --public-url")
+	}
+	return printJSON(e.stdout, r)
 }

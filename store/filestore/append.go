@@ -203,7 +203,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 
 // sameDoc reports whether fn left the document as it was.
 func sameDoc(a, b threadDoc) bool {
-	return a.rev == b.rev && a.trimmed == b.trimmed && a.trimmedRev == b.trimmedRev && len(a.msgs) == len(b.msgs) &&
+	return a.rev == b.rev && a.title == b.title && a.trimmed == b.trimmed && a.trimmedRev == b.trimmedRev && len(a.msgs) == len(b.msgs) &&
 		(len(a.msgs) == 0 || &a.msgs[0] == &b.msgs[0])
 }
 

@@ -16,8 +16,11 @@ import (
 // then refuses the newer file (and never rewrites it) instead of silently
 // dropping what it does not know. This code reads version 1 too and
 // writes it anew as version 2 on its first write (a migration that needs
-// nothing: a v1 message is a v2 message that never changed).
-const docVersion = 2
+// nothing: a v1 message is a v2 message that never changed). Version 3
+// added the thread's title; a thread without one is still written as
+// version 2 (the same bytes), so only a titled thread is refused by an
+// older binary.
+const docVersion = 3
 
 // document is the JSON file of one thread, <data>/chat/<thread>.json:
 //
@@ -33,6 +36,7 @@ const docVersion = 2
 type document struct {
 	Version    int                 `json:"version"`
 	Thread     string              `json:"thread"`
+	Title      string              `json:"title,omitempty"` // version 3
 	Trimmed    int64               `json:"trimmed"`
 	TrimmedRev int64               `json:"trimmed_rev"`
 	Rev        int64               `json:"rev"`
@@ -53,8 +57,11 @@ func parseDocument(data []byte, thread string) (threadDoc, error) {
 	if dec.More() {
 		return threadDoc{}, fmt.Errorf("%w: data after the document", errBadDocument)
 	}
-	if d.Version != 1 && d.Version != docVersion {
-		return threadDoc{}, fmt.Errorf("%w: version %d, this chatrelay reads versions 1 and %d", errBadDocument, d.Version, docVersion)
+	if d.Version < 1 || d.Version > docVersion {
+		return threadDoc{}, fmt.Errorf("%w: version %d, this chatrelay reads versions 1 to %d", errBadDocument, d.Version, docVersion)
+	}
+	if d.Title != "" && (d.Version < 3 || chatrelay.CheckTitle(d.Title) != nil) {
+		return threadDoc{}, fmt.Errorf("%w: a title that version %d cannot hold", errBadDocument, d.Version)
 	}
 	if d.Thread != thread {
 		return threadDoc{}, fmt.Errorf("%w: holds thread %q", errBadDocument, d.Thread)
@@ -62,7 +69,7 @@ func parseDocument(data []byte, thread string) (threadDoc, error) {
 	if d.Trimmed < 0 || d.TrimmedRev < 0 || d.Rev < 0 {
 		return threadDoc{}, fmt.Errorf("%w: a negative mark", errBadDocument)
 	}
-	td := threadDoc{msgs: make([]store.Entry, len(d.Messages)), trimmed: d.Trimmed, trimmedRev: max(d.TrimmedRev, d.Trimmed), rev: d.Rev}
+	td := threadDoc{msgs: make([]store.Entry, len(d.Messages)), trimmed: d.Trimmed, trimmedRev: max(d.TrimmedRev, d.Trimmed), rev: d.Rev, title: d.Title}
 	prev := d.Trimmed
 	for i, m := range d.Messages {
 		if m.Epoch <= prev || m.ID == "" || m.Author == "" {
@@ -124,11 +131,20 @@ func appendDocument(b []byte, thread string, d threadDoc) []byte {
 	if cap(b)-len(b) < n {
 		b = append(make([]byte, 0, len(b)+n), b...)
 	}
+	version := 2 // a thread without a title is the version 2 document it was
+	if d.title != "" {
+		version = docVersion
+	}
 	b = append(b, `{"version":`...)
-	b = strconv.AppendInt(b, docVersion, 10)
+	b = strconv.AppendInt(b, int64(version), 10)
 	b = append(b, `,"thread":"`...)
 	b = append(b, thread...) // 16 hex, checked by the caller
-	b = append(b, `","trimmed":`...)
+	b = append(b, '"')
+	if d.title != "" {
+		b = append(b, `,"title":`...)
+		b = appendJSONString(b, d.title)
+	}
+	b = append(b, `,"trimmed":`...)
 	b = strconv.AppendInt(b, d.trimmed, 10)
 	b = append(b, `,"trimmed_rev":`...)
 	b = strconv.AppendInt(b, d.trimmedRev, 10)
@@ -142,4 +158,10 @@ func appendDocument(b []byte, thread string, d threadDoc) []byte {
 		b = append(b, e.JSON2...)
 	}
 	return append(b, "]}\n"...)
+}
+
+// appendJSONString appends s (valid UTF-8, checked) as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s)
+	return append(b, q...)
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/chatrelay/chatrelay"
@@ -70,6 +71,31 @@ func TestDocumentGolden(t *testing.T) {
 	assert.Equal(t, "messages", d.msgs, goldenV2().msgs)
 }
 
+// A titled thread (open_thread) is a version 3 document, pinned by
+// testdata/thread_v3.golden: the version 2 document with "title"; an
+// older binary refuses it rather than drop the title. A thread without a
+// title is still written as version 2 (TestDocumentGolden).
+func TestTitledDocumentGolden(t *testing.T) {
+	const thread = "a1b2c3d4e5f60718"
+	golden := filepath.Join("testdata", "thread_v3.golden")
+	d := goldenV2()
+	d.title = `Deploy "412" <ok> ✓`
+	got := appendDocument(nil, thread, d)
+	if *update {
+		assert.Success(t, os.WriteFile(golden, got, 0o644))
+	}
+	want, err := os.ReadFile(golden)
+	assert.Success(t, err)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the document format changed (run go test ./store/filestore -run Golden -update if on purpose)\n got: %s\nwant: %s", got, want)
+	}
+	assert.True(t, bytes.HasPrefix(want, []byte(`{"version":3,`)), "a titled document is version 3: %s", want[:40])
+	back, err := parseDocument(want, thread)
+	assert.Success(t, err)
+	assert.Equal(t, "title", back.title, d.title)
+	assert.Equal(t, "messages", back.msgs, d.msgs)
+}
+
 // A version 1 document (written by the previous chatrelay) is read as it
 // is: each message is a v2 message that never changed, and the v1 JSON a
 // poll answers is byte for byte what the previous version answered.
@@ -115,7 +141,9 @@ func TestParseDocumentRefuses(t *testing.T) {
 		{"array", "[]"},
 		{"two documents", doc("1", thread, "0") + doc("1", thread, "0")},
 		{"no version", `{"thread":"` + thread + `","trimmed":0,"messages":[]}`},
-		{"newer version", doc("3", thread, "0")},
+		{"newer version", doc("4", thread, "0")},
+		{"a title in a version 2 document", `{"version":2,"thread":"` + thread + `","title":"T","trimmed":0,"messages":[]}`},
+		{"a title too long", `{"version":3,"thread":"` + thread + `","title":"` + strings.Repeat("x", 161) + `","trimmed":0,"messages":[]}`},
 		{"unknown field (a newer writer's)", `{"version":2,"thread":"` + thread + `","trimmed":0,"messages":[],"grants":[]}`},
 		{"another thread", doc("1", "0123456789abcdef", "0")},
 		{"negative trimmed", doc("1", thread, "-1")},

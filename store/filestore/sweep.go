@@ -110,7 +110,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		t.drop = true // and its lock file
 		return dropped, true, nil
 	}
-	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev}
+	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev, title: d.title}
 	doc := appendDocument(nil, thread, nd)
 	pin, id, err := s.write(thread, doc)
 	if err != nil {

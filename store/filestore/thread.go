@@ -25,6 +25,7 @@ type threadDoc struct {
 	trimmed    int64 // the newest epoch retention dropped (v1 resets)
 	trimmedRev int64 // the newest rev retention dropped (v2 resets)
 	rev        int64 // the thread's newest change epoch
+	title      string
 }
 
 // nextEpoch is the epoch of the thread's next change at now: now, or one
@@ -84,7 +85,10 @@ func appendTo(d threadDoc, m store.NewMessage, ix *chatrelay.Interaction, r chat
 	// are serialized by the thread's lock, so the slot past the end is
 	// free (a discarded attempt's entry there is written over).
 	msgs := append(d.msgs[:len(d.msgs):cap(d.msgs)], e)
-	nd := threadDoc{trimmed: d.trimmed, trimmedRev: d.trimmedRev, rev: epoch}
+	nd := threadDoc{trimmed: d.trimmed, trimmedRev: d.trimmedRev, rev: epoch, title: d.title}
+	if m.Title != "" {
+		nd.title = m.Title
+	}
 	nd.msgs, nd.trimmed, nd.trimmedRev = trim(r, msgs, now, d.trimmed, d.trimmedRev)
 	return nd, e, nil
 }
@@ -148,7 +152,7 @@ func trim(r chatrelay.Retention, msgs []store.Entry, now time.Time, trimmed, tri
 // page builds the answer to Since (v1) from a thread's retained messages.
 func page(thread string, d threadDoc, since int64, limit int) store.Page {
 	msgs := d.msgs
-	p := store.Page{Thread: thread, Reset: since > 0 && since < d.trimmed}
+	p := store.Page{Thread: thread, Reset: since > 0 && since < d.trimmed, Title: d.title}
 	if len(msgs) == 0 {
 		return p
 	}
@@ -172,7 +176,7 @@ func page(thread string, d threadDoc, since int64, limit int) store.Page {
 
 // changesPage builds the answer to Changes (v2).
 func changesPage(thread string, d threadDoc, since int64, limit int) store.Page {
-	p := store.Page{Thread: thread, Cursor: d.rev, Reset: since > 0 && since < d.trimmedRev}
+	p := store.Page{Thread: thread, Cursor: d.rev, Reset: since > 0 && since < d.trimmedRev, Title: d.title}
 	if len(d.msgs) == 0 {
 		return p
 	}
@@ -202,6 +206,7 @@ func threadInfo(thread string, d threadDoc) store.ThreadInfo {
 	return store.ThreadInfo{
 		Thread: thread, Messages: len(d.msgs), LastAuthor: last.Author,
 		LastEpoch: last.Epoch, Rev: d.rev, Awaiting: last.Author != chatrelay.Hermes,
+		Title: d.title,
 	}
 }
 

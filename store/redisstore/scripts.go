@@ -151,7 +151,8 @@ end
 //	16 participant grant id ("" if not a participant's post)
 //	17 the grants record's version read   18 the grant with one more post
 //	19 "1" if the grant's cap is spent    20 the most messages waiting
-//	21… id suffix candidates (6 hex each)
+//	21 the thread's title to set ("" to leave it: open_thread sets it)
+//	22… id suffix candidates (6 hex each)
 //
 // It creates the generation if it is missing, so that a data set's start is
 // never after its first message.
@@ -225,7 +226,7 @@ local ts = string.format('%04d-%02d-%02dT%02d:%02d:%02d+00:00', y, m, d, hh, mi,
 -- (field "s" says which second), filled from the log the first time it is
 -- needed: one scan per busy second, not one per message. The JSON starts
 -- {"id":"MSG-YYYYMMDD-HHMMSS- so the suffix is bytes 28 to 33.
-local suffix = ARGV[21]
+local suffix = ARGV[22]
 if prev >= secs * 1000 then
   local sec = fmt(secs)
   if redis.call('HGET', K.ids, 's') ~= sec then
@@ -238,7 +239,7 @@ if prev >= secs * 1000 then
     redis.call('HSET', K.ids, unpack(fill))
   end
   suffix = nil
-  for i = 21, #ARGV do
+  for i = 22, #ARGV do
     if redis.call('HEXISTS', K.ids, ARGV[i]) == 0 then suffix = ARGV[i] break end
   end
   if not suffix then return {'collision'} end
@@ -272,6 +273,8 @@ if participant ~= '' then
   redis.call('HSET', K.grants, participant, ARGV[18])
   redis.call('HINCRBY', K.grants, '.v', 1)
 end
+
+if ARGV[21] ~= '' then redis.call('HSET', K.meta, 'title', ARGV[21]) end
 
 local trimmed, trimmedRev = num(meta[1]), num(meta[3])
 local cut = cutOf(K.log, now, keep, age)
@@ -347,16 +350,16 @@ return {es, entry[2][2], redis.call('HGET', K.v2, es) or ''}
 // generation id, start and lost for a missing generation.
 //
 // It answers {gen id, gen start, gen lost, trimmed, rev, trimmed_rev, the
-// newest message's v1 JSON or "", then for each message its v1 JSON and
-// its v2 JSON or ""}; the caller orders them by rev.
+// newest message's v1 JSON or "", the thread's title or "", then for each
+// message its v1 JSON and its v2 JSON or ""}; the caller orders them by rev.
 var changesScript = redis.NewScript(luaCommon + `
 redis.call('HSETNX', K.gen, 'id', ARGV[3])
 redis.call('HSETNX', K.gen, 'start', ARGV[4])
 redis.call('HSETNX', K.gen, 'lost', ARGV[5])
 local g = redis.call('HMGET', K.gen, 'id', 'start', 'lost')
-local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2')
+local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2', 'title')
 local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
-local out = {g[1] or '', g[2] or '', g[3] or '', meta[1] or '0', meta[2] or '0', meta[3] or '0', ''}
+local out = {g[1] or '', g[2] or '', g[3] or '', meta[1] or '0', meta[2] or '0', meta[3] or '0', '', meta[5] or ''}
 if #newest == 0 then return out end
 out[7] = newest[1][2][2]
 local since, limit = tonumber(ARGV[1]), tonumber(ARGV[2])

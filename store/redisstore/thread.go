@@ -150,11 +150,11 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		}
 		return "0"
 	}
-	args := make([]any, 0, 20+len(suffixes))
+	args := make([]any, 0, 21+len(suffixes))
 	args = append(args, thread, s.now().UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
 		s.opt.MaxThreads, flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(r.m.Text), s.feed, s.seen.Load(), randomHex(8),
 		r.m.ClientID, r.tail, r.ix, r.deadline,
-		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max)
+		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max, r.m.Title)
 	for _, x := range suffixes {
 		args = append(args, x)
 	}
@@ -174,7 +174,7 @@ func (s *Store) Since(ctx context.Context, thread string, since int64, limit int
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var g generation
-	msgs, newest, trimmed, v2, err := s.read(ctx, thread, since, limit, &g)
+	msgs, newest, trimmed, v2, title, err := s.read(ctx, thread, since, limit, &g)
 	if err != nil {
 		return store.Page{}, err
 	}
@@ -184,7 +184,7 @@ func (s *Store) Since(ctx context.Context, thread string, since int64, limit int
 		}
 	}
 	g = s.checkGen(ctx, g, nil)
-	p := store.Page{Thread: thread, Messages: msgs}
+	p := store.Page{Thread: thread, Messages: msgs, Title: title}
 	if newest != nil {
 		p.Cursor = newest.Epoch
 		p.Awaiting = newest.Author != chatrelay.Hermes
@@ -219,10 +219,9 @@ func (s *Store) withV2(ctx context.Context, thread string, msgs []store.Entry) e
 // read returns the thread's messages with epoch > since (the newest limit
 // of them if limit > 0), oldest first, as their v1 JSON has them, its
 // newest message (nil if none; its v1 fields only), its trimmed epoch,
-// and whether it has v2
-// state. If g is not nil, it also reads the generation (creating it if it
-// is missing) into *g.
-func (s *Store) read(ctx context.Context, thread string, since int64, limit int, g *generation) (msgs []store.Entry, newest *store.Entry, trimmed int64, v2 bool, err error) {
+// whether it has v2 state, and its title. If g is not nil, it also reads
+// the generation (creating it if it is missing) into *g.
+func (s *Store) read(ctx context.Context, thread string, since int64, limit int, g *generation) (msgs []store.Entry, newest *store.Entry, trimmed int64, v2 bool, title string, err error) {
 	since = min(max(since, 0), maxEpoch) // epochs are below 2^53; since+1 must not overflow
 	log := s.logKey(thread)
 	from := strconv.FormatInt(since+1, 10) + "-0"
@@ -236,18 +235,19 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int,
 			page = p.XRange(ctx, log, from, "+")
 		}
 		last = p.XRevRangeN(ctx, log, "+", "-", 1)
-		marks = p.HMGet(ctx, s.metaKey(thread), "trimmed", "v2")
+		marks = p.HMGet(ctx, s.metaKey(thread), "trimmed", "v2", "title")
 		if g != nil {
 			gen = s.genCmds(ctx, p)
 		}
 		return nil
 	})
 	if err != nil && err != redis.Nil {
-		return nil, nil, 0, false, s.unavailable("read", err)
+		return nil, nil, 0, false, "", s.unavailable("read", err)
 	}
-	if m := marks.Val(); len(m) == 2 {
+	if m := marks.Val(); len(m) == 3 {
 		trimmed = toInt(m[0])
 		v2 = m[1] != nil
+		title, _ = m[2].(string)
 	}
 	if g != nil {
 		*g = genOf(gen)
@@ -260,7 +260,7 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int,
 	for _, x := range xs {
 		e, err := entryOf(thread, x)
 		if err != nil {
-			return nil, nil, 0, false, err
+			return nil, nil, 0, false, "", err
 		}
 		msgs = append(msgs, e)
 	}
@@ -268,14 +268,14 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int,
 	if l := last.Val(); len(l) > 0 {
 		e, err := entryOf(thread, l[0])
 		if err != nil {
-			return nil, nil, 0, false, err
+			return nil, nil, 0, false, "", err
 		}
 		newest = &e
 	}
 	if len(msgs) == 0 {
 		msgs = nil
 	}
-	return msgs[:len(msgs):len(msgs)], newest, trimmed, v2, nil
+	return msgs[:len(msgs):len(msgs)], newest, trimmed, v2, title, nil
 }
 
 // entryOf decodes one stream entry, its v1 JSON: the entry has no v2
@@ -314,12 +314,12 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 	}
 	lens := make([]*redis.IntCmd, len(names))
 	lasts := make([]*redis.XMessageSliceCmd, len(names))
-	revs := make([]*redis.StringCmd, len(names))
+	revs := make([]*redis.SliceCmd, len(names))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, name := range names {
 			lens[i] = p.XLen(ctx, s.logKey(name))
 			lasts[i] = p.XRevRangeN(ctx, s.logKey(name), "+", "-", 1)
-			revs[i] = p.HGet(ctx, s.metaKey(name), "rev")
+			revs[i] = p.HMGet(ctx, s.metaKey(name), "rev", "title")
 		}
 		return nil
 	})
@@ -340,10 +340,16 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 			s.log.Error("redis store: thread does not parse", "thread", name, "err", err)
 			continue
 		}
-		rev, _ := revs[i].Int64()
+		var rev int64
+		var title string
+		if m := revs[i].Val(); len(m) == 2 {
+			rev = toInt(m[0])
+			title, _ = m[1].(string)
+		}
 		infos = append(infos, store.ThreadInfo{
 			Thread: name, Messages: int(lens[i].Val()), LastAuthor: last.Author,
 			LastEpoch: last.Epoch, Rev: max(rev, last.Epoch), Awaiting: last.Author != chatrelay.Hermes,
+			Title: title,
 		})
 	}
 	slices.SortStableFunc(infos, func(a, b store.ThreadInfo) int { return cmp.Compare(b.Rev, a.Rev) })

@@ -49,12 +49,12 @@ func (s *Store) changes(ctx context.Context, thread string, since int64, limit i
 	if err != nil {
 		return store.Page{}, generation{}, s.unavailable("changes", err)
 	}
-	if len(res) < 7 || len(res)%2 != 1 {
+	if len(res) < 8 || len(res)%2 != 0 {
 		return store.Page{}, generation{}, s.unavailable("changes", fmt.Errorf("unexpected answer of %d values", len(res)))
 	}
 	g := generation{id: res[0], start: toInt(res[1]), lost: toInt(res[2])}
 	trimmed, rev, trimmedRev := toInt(res[3]), toInt(res[4]), toInt(res[5])
-	p := store.Page{Thread: thread, Reset: since > 0 && since < max(trimmed, trimmedRev)}
+	p := store.Page{Thread: thread, Reset: since > 0 && since < max(trimmed, trimmedRev), Title: res[7]}
 	if res[6] == "" {
 		return p, g, nil
 	}
@@ -64,7 +64,7 @@ func (s *Store) changes(ctx context.Context, thread string, since int64, limit i
 	}
 	p.Cursor = max(rev, newest.Epoch)
 	p.Awaiting = newest.Author != chatrelay.Hermes
-	rest := res[7:]
+	rest := res[8:]
 	msgs := make([]store.Entry, 0, len(rest)/2)
 	for i := 0; i < len(rest); i += 2 {
 		e, err := stored(rest[i], rest[i+1])

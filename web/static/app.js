@@ -200,15 +200,21 @@ new ResizeObserver(() => {
   if (atEnd) toBottom();
 }).observe(els.log);
 
-// showThread says which conversation this is: its thread id, short in the
-// header (whole in its tooltip) and whole in the tab's title.
+// showThread says which conversation this is: its title (chatrelay open)
+// or else its thread id, short, in the header (the thread id whole in its
+// tooltip), and the same in the tab's title.
 const threadID = document.getElementById("thread-id");
+let shownThread = "";
 function showThread() {
-  if (!chat.thread || threadID.title === chat.thread) return;
-  threadID.textContent = chat.thread.slice(0, 8);
-  threadID.title = `conversation ${chat.thread}`;
-  document.title = `chatrelay · ${chat.thread}`;
+  const shown = chat.thread + "\n" + chat.title;
+  if (!chat.thread || shownThread === shown) return;
+  shownThread = shown;
+  threadID.textContent = chat.title || chat.thread.slice(0, 8);
+  threadID.classList.toggle("titled", !!chat.title);
+  threadID.title = chat.title ? `${chat.title} (conversation ${chat.thread})` : `conversation ${chat.thread}`;
+  document.title = `chatrelay · ${chat.title || chat.thread}`;
 }
+chat.addEventListener("title", showThread);
 
 let wasLive = false;
 let seenLive = false;
@@ -636,11 +642,29 @@ async function join() {
   if (!els.form.hidden) els.text.focus();
 }
 
+// ---- a claim link (chatrelay open): <base>/#t=<token> ----
+
+// t-link.js has adopted a claim link's token before the page ran (or
+// refused a malformed one); a claim link opened in a tab already showing
+// the page changes only the fragment, and is adopted here.
+const malformedClaim = "This link's conversation token is malformed (it is not 64 hex characters), so it was ignored: this page keeps its own conversation. Ask for the link again.";
+function claimFromHash() {
+  if (location.hash.slice(0, 3) !== "#t=") return;
+  const token = location.hash.slice(3);
+  history.replaceState(history.state, "", location.pathname + location.search);
+  if (!chat.adopt(token)) notify(malformedClaim, "error");
+  else notify("");
+}
+
 updateCount();
 if (participantPage) {
   join();
 } else {
   setupPeople(chat, (list) => setNames(list));
+  const claim = document.documentElement.dataset.claim;
+  if (claim === "malformed") notify(malformedClaim, "error");
+  if (claim === "unkept") notify("This browser refused to store the link's conversation token (site storage is blocked), so the link could not be opened here.", "error");
+  window.addEventListener("hashchange", claimFromHash);
   chat.start();
   els.text.focus();
 }

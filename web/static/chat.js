@@ -162,6 +162,8 @@ export class ChatClient extends EventTarget {
   awaiting = false;
   /** The thread, as the server names it (known after the first answer). */
   thread = "";
+  /** The thread's title (chatrelay open), "" if it has none (known after a read). */
+  title = "";
 
   constructor(options = {}) {
     super();
@@ -306,6 +308,20 @@ export class ChatClient extends EventTarget {
     this.stop();
     this.#setStatus("ended");
     this.dispatchEvent(new CustomEvent("ended", { detail: { code } }));
+  }
+
+  /**
+   * adopt makes token (a claim link's: 64 lowercase hex) this page's own,
+   * as newConversation does with a new one. It returns false, changing
+   * nothing, for a token of another shape.
+   */
+  adopt(token) {
+    if (!TOKEN.test(token)) return false;
+    try {
+      this.#storage.setItem(this.#o.storageKey, token);
+    } catch {}
+    if (token !== this.#token) this.#switchTo(token);
+    return true;
   }
 
   /** newConversation forgets this conversation and starts a new one. */
@@ -674,6 +690,11 @@ export class ChatClient extends EventTarget {
         const page = await this.#request("GET", "api/chat/poll", { v: 2, since });
         if (!this.#alive(run)) return;
         this.thread = page.thread || this.thread;
+        const title = typeof page.title === "string" ? page.title : "";
+        if (title !== this.title) {
+          this.title = title;
+          this.dispatchEvent(new CustomEvent("title", { detail: { title } }));
+        }
         if (page.reset && since > 0) {
           this.#redraw(run);
           continue;
@@ -854,6 +875,10 @@ export class ChatClient extends EventTarget {
     this.stop();
     this.#token = token;
     this.thread = "";
+    if (this.title) {
+      this.title = "";
+      this.dispatchEvent(new CustomEvent("title", { detail: { title: "" } }));
+    }
     this.#clear();
     this.start();
   }
