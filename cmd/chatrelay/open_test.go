@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/chatrelay/chatrelay"
@@ -38,7 +36,7 @@ func TestOpen(t *testing.T) {
 			} else {
 				b = storetest.Open(t, backend, storetest.Options{})
 			}
-			serverLog := &syncWriter{}
+			serverLog := &lockedBuffer{}
 			log := slog.New(slog.NewTextHandler(serverLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			hs := httptest.NewServer(transport.NewServer(transport.Config{Store: b.Store, Log: log}))
 			t.Cleanup(hs.Close)
@@ -188,22 +186,4 @@ func stored(t *testing.T, b *storetest.Backend) map[string]string {
 	}
 	assert.True(t, len(out) > 0, "no key under the prefix")
 	return out
-}
-
-// syncWriter is a log's writer that a test reads while the server writes.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
