@@ -90,6 +90,14 @@ var (
 	// ones are dropped from the record (the audit keeps its own history).
 	LimitEndedListed = Limit{"participant.ended_listed", 0, 30 * 24 * 3600, Seconds}
 	LimitEndedKept   = Limit{"participant.ended_kept", 0, 100, Count}
+
+	// Attachments (Part 5). LimitAttachmentBytes is the default of
+	// --max-attachment-bytes; the running server's is in limits.json.
+	LimitAttachments       = Limit{"message.attachments", 0, 10, Items}
+	LimitAttachmentBytes   = Limit{"attachment.size", 0, 10 << 20, Bytes}
+	LimitThreadAttachments = Limit{"thread.attachments", 0, 100 << 20, Bytes}   // the distinct bytes a thread stores
+	LimitAttachmentName    = Limit{"attachment.name", 1, 200, CodePoints}       // once cleaned
+	LimitAttachmentUnused  = Limit{"attachment.unreferenced", 0, 3600, Seconds} // an upload no post names is deleted after it
 )
 
 // InviteWindow is the sliding window of LimitInvites.
@@ -110,6 +118,7 @@ func Limits() []Limit {
 		LimitClientID, LimitThreadTitle, LimitWaitTimeout,
 		LimitName, LimitExpiresIn, LimitCap, LimitActiveGrants, LimitWaitingPosts, LimitAuditKept,
 		LimitInvites, LimitEndedListed, LimitEndedKept,
+		LimitAttachments, LimitAttachmentBytes, LimitThreadAttachments, LimitAttachmentName, LimitAttachmentUnused,
 	}
 }
 
@@ -176,6 +185,7 @@ func Patterns() map[string]*regexp.Regexp {
 	return map[string]*regexp.Regexp{
 		"client_id": ClientIDPattern, "interaction_id": InteractionIDPattern, "message_id": MessageIDPattern,
 		"thread": ThreadPattern, "token": TokenPattern, "participant_id": ParticipantIDPattern, "share_token": ShareTokenPattern,
+		"attachment_id": AttachmentIDPattern,
 	}
 }
 

@@ -53,6 +53,9 @@ type Config struct {
 	// PrivateMetrics leaves GET /metrics off this handler: it is served
 	// only by OpsHandler, on a private listener (--metrics-addr).
 	PrivateMetrics bool
+	// MaxAttachmentBytes is the most bytes of one attachment
+	// (--max-attachment-bytes); defaults to chatrelay.LimitAttachmentBytes.
+	MaxAttachmentBytes int64
 }
 
 // Server is the chat's HTTP handler. Run feeds its hub from the store;
@@ -111,6 +114,9 @@ func NewServer(cfg Config) *Server {
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = chatrelay.DefaultHeartbeat
+	}
+	if cfg.MaxAttachmentBytes <= 0 {
+		cfg.MaxAttachmentBytes = int64(chatrelay.LimitAttachmentBytes.Max)
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = chatrelay.DefaultWriteTimeout
