@@ -47,7 +47,7 @@ func (d defSet) messages() {
 		"id":     ref("attachment_id"),
 		"name":   str(LimitAttachmentName, "the file's name, cleaned as a participant's name"),
 		"type":   describe(obj{"type": "string"}, "the media type the uploader sent (how it is served is decided from the bytes)"),
-		"size":   integer(0, LimitAttachmentBytes.Max, "bytes (at most the server's --max-attachment-bytes)"),
+		"size":   integer(0, LimitThreadAttachments.Max, fmt.Sprintf("bytes: at most the server's --max-attachment-bytes (default %d; limits.json states it)", LimitAttachmentBytes.Max)),
 		"sha256": describe(obj{"type": "string", "pattern": "^[0-9a-f]{64}$"}, "the SHA-256 of the bytes, lowercase hex"),
 		"width":  integer(1, -1, "an image's width in pixels, read from its header"),
 		"height": integer(1, -1, "an image's height in pixels, read from its header"),

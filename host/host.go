@@ -129,9 +129,10 @@ func (v *Verbs) ReadThread(ctx context.Context, in ReadThreadInput) (ReadThreadR
 
 // SendInput is send's input: a hermes message.
 type SendInput struct {
-	Thread   string `json:"thread"`
-	Text     string `json:"text"`
-	ClientID string `json:"client_id,omitempty"`
+	Thread      string            `json:"thread"`
+	Text        string            `json:"text"`
+	ClientID    string            `json:"client_id,omitempty"`
+	Attachments []AttachmentInput `json:"attachments,omitempty"` // attach.go
 }
 
 // MessageResult is the result of the verbs that write a message: the v2
@@ -146,7 +147,16 @@ func (v *Verbs) Send(ctx context.Context, in SendInput) (MessageResult, error) {
 	if err := checkThread(in.Thread); err != nil {
 		return MessageResult{}, err
 	}
-	e, err := v.Store.Append(ctx, in.Thread, store.NewMessage{Author: chatrelay.Hermes, Text: in.Text, ClientID: in.ClientID, MustExist: true})
+	if strings.TrimSpace(in.Text) != "" || len(in.Attachments) == 0 {
+		if err := chatrelay.CheckText(in.Text); err != nil {
+			return MessageResult{}, err // before any file is stored
+		}
+	}
+	ids, err := v.attach(ctx, in.Thread, in.ClientID, in.Attachments)
+	if err != nil {
+		return MessageResult{}, err
+	}
+	e, err := v.Store.Append(ctx, in.Thread, store.NewMessage{Author: chatrelay.Hermes, Text: in.Text, ClientID: in.ClientID, MustExist: true, Attachments: ids})
 	return messageResult(e, err)
 }
 
@@ -321,9 +331,10 @@ func (v *Verbs) React(ctx context.Context, in ReactInput) (MessageResult, error)
 
 // SendCardInput is send_card's input.
 type SendCardInput struct {
-	Thread   string          `json:"thread"`
-	Card     *chatrelay.Card `json:"card"`
-	ClientID string          `json:"client_id,omitempty"`
+	Thread      string            `json:"thread"`
+	Card        *chatrelay.Card   `json:"card"`
+	ClientID    string            `json:"client_id,omitempty"`
+	Attachments []AttachmentInput `json:"attachments,omitempty"` // attach.go
 }
 
 // SendCard posts a hermes card.
@@ -334,7 +345,14 @@ func (v *Verbs) SendCard(ctx context.Context, in SendCardInput) (MessageResult, 
 	if in.Card == nil {
 		return MessageResult{}, chatrelay.Errorf(chatrelay.InvalidCard, "a card is needed")
 	}
-	e, err := v.Store.Append(ctx, in.Thread, store.NewMessage{Author: chatrelay.Hermes, Card: in.Card, ClientID: in.ClientID, MustExist: true})
+	if err := in.Card.Check(); err != nil {
+		return MessageResult{}, err
+	}
+	ids, err := v.attach(ctx, in.Thread, in.ClientID, in.Attachments)
+	if err != nil {
+		return MessageResult{}, err
+	}
+	e, err := v.Store.Append(ctx, in.Thread, store.NewMessage{Author: chatrelay.Hermes, Card: in.Card, ClientID: in.ClientID, MustExist: true, Attachments: ids})
 	return messageResult(e, err)
 }
 

@@ -25,7 +25,7 @@ import (
 
 // attachments is the store's attachments, or NotFound if it keeps none.
 func (s *Server) attachments() (store.Attachments, error) {
-	if as, ok := s.store.(store.Attachments); ok {
+	if as, ok := s.cfg.Store.(store.Attachments); ok { // (s.store is metered: not the backend)
 		return as, nil
 	}
 	return nil, chatrelay.Errorf(chatrelay.NotFound, "this server's store keeps no attachments")
