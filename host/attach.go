@@ -53,7 +53,7 @@ func (v *Verbs) attach(ctx context.Context, thread, clientID string, files []Att
 			return nil, err
 		}
 		for _, e := range all.Messages {
-			if e.ClientID == clientID && len(e.Attachments) == len(files) {
+			if e.ClientID == clientID && sameNames(e.Attachments, files) {
 				return chatrelay.AttachmentIDs(e.Attachments), nil
 			}
 		}
@@ -81,4 +81,18 @@ func attachmentsOf(st store.Store) (store.Attachments, bool) {
 	}
 	as, ok := st.(store.Attachments)
 	return as, ok
+}
+
+// sameNames reports whether as are files by their names, once cleaned, in
+// order: a repeat of the message that stored as.
+func sameNames(as []chatrelay.Attachment, files []AttachmentInput) bool {
+	if len(as) != len(files) {
+		return false
+	}
+	for i, f := range files {
+		if name, err := chatrelay.CleanAttachmentName(f.Name); err != nil || name != as[i].Name {
+			return false
+		}
+	}
+	return true
 }

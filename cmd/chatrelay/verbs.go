@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"mime"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -78,12 +80,19 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func reply(ctx context.Context, e cmdEnv) error {
-	v := newVerb("reply", `THREAD TEXT [--data DIR] [--client-id ID]   (TEXT "-" reads standard input)`, e.stderr, true)
+	v := newVerb("reply", `THREAD TEXT [--attach FILE]… [--data DIR] [--client-id ID]   (TEXT "-" reads standard input)`, e.stderr, true)
+	var attach listFlag
+	v.fs.Var(&attach, "attach", fmt.Sprintf("a `file` the message carries (repeatable, at most %d, each at most %d bytes); TEXT may then be empty", chatrelay.LimitAttachments.Max, chatrelay.LimitAttachmentBytes.Max))
 	h, done, err := v.open(ctx, e, 2, "THREAD and TEXT")
 	if err != nil {
 		return err
 	}
 	defer done()
+	files, closeFiles, err := openAttachments(attach)
+	if err != nil {
+		return err
+	}
+	defer closeFiles()
 	text := v.fs.Arg(1)
 	if text == "-" {
 		b, err := io.ReadAll(io.LimitReader(e.stdin, 1<<20))
@@ -92,7 +101,7 @@ func reply(ctx context.Context, e cmdEnv) error {
 		}
 		text = strings.TrimSuffix(string(b), "\n")
 	}
-	r, err := h.Send(ctx, host.SendInput{Thread: v.fs.Arg(0), Text: text, ClientID: v.clientID})
+	r, err := h.Send(ctx, host.SendInput{Thread: v.fs.Arg(0), Text: text, ClientID: v.clientID, Attachments: files})
 	if err != nil {
 		return err
 	}
@@ -349,4 +358,31 @@ func openThread(ctx context.Context, e cmdEnv) error {
 		fmt.Fprintln(e.stderr, "chatrelay open: no public URL: put the server's address before the link, or give --public-url")
 	}
 	return printJSON(e.stdout, r)
+}
+
+// openAttachments opens the files of --attach, to be streamed into the
+// store (never read whole): each named by its base name, typed by its
+// extension. It refuses more than LimitAttachments before opening any.
+func openAttachments(paths []string) ([]host.AttachmentInput, func(), error) {
+	if err := chatrelay.LimitAttachments.CheckItems(chatrelay.TooManyAttachments, "--attach", len(paths)); err != nil {
+		return nil, func() {}, err
+	}
+	var files []host.AttachmentInput
+	var opened []*os.File
+	closeAll := func() {
+		for _, f := range opened {
+			f.Close()
+		}
+	}
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			closeAll()
+			return nil, func() {}, usageError(fmt.Sprintf("--attach %s: %v", p, errors.Unwrap(err)))
+		}
+		opened = append(opened, f)
+		typ := mime.TypeByExtension(filepath.Ext(p))
+		files = append(files, host.AttachmentInput{Name: filepath.Base(p), Type: typ, Body: f})
+	}
+	return files, closeAll, nil
 }
