@@ -135,7 +135,7 @@ func (w *appender) Write(b []byte) (int, error) {
 	ctx, cancel := w.s.bound(w.ctx)
 	defer cancel()
 	_, err := w.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Append(ctx, w.key, string(b))
+		p.Do(ctx, "APPEND", w.key, b) // the bytes as they are: no copy into a string
 		p.PExpire(ctx, w.key, stagingTTL)
 		return nil
 	})
