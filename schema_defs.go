@@ -33,7 +33,7 @@ func (d defSet) messages() {
 		"text": text(LimitPostText, "the text; an interaction's readable rendering, or a card's fallback_text"),
 	}
 	d.add("message", object("the v1 message object: exactly these five fields", v1, "id", "epoch", "ts", "author", "text"))
-	d.add("message.v2", withProps(object("the v2 message object: the v1 fields, rev, and the v2 fields the message has", v1,
+	d.add("message.v2", textMayBeEmpty(withProps(object("the v2 message object: the v1 fields, rev, and the v2 fields the message has", v1,
 		"id", "epoch", "ts", "author", "text"), obj{
 		"rev":         epoch("the epoch of the message's latest change (its epoch if it never changed): the v2 cursor"),
 		"author_name": str(LimitName, "a participant's name"),
@@ -42,7 +42,7 @@ func (d defSet) messages() {
 		"card":        ref("card"),
 		"reactions":   ref("reactions"),
 		"attachments": array(LimitAttachments, ref("attachment"), "the files the post named, in its order"),
-	}, "rev"))
+	}, "rev"), "attachments"))
 	d.add("attachment", object("an attachment: an uploaded file (Part 5); GET "+PathAttachments+"/{id} serves its bytes", obj{
 		"id":     ref("attachment_id"),
 		"name":   str(LimitAttachmentName, "the file's name, cleaned as a participant's name"),
@@ -341,15 +341,22 @@ func limitsAnswer() obj {
 // withAttachments adds a post's "attachments" to the body b: with at least
 // one, its text may be empty (or white space).
 func withAttachments(b obj) obj {
-	c := withProps(b, obj{"attachments": array(LimitAttachments, ref("attachment_id"), "uploads of the thread (POST "+PathAttachments+"), each named by one post only")})
-	props := c["properties"].(obj)
+	return textMayBeEmpty(withProps(b, obj{"attachments": array(LimitAttachments, ref("attachment_id"), "uploads of the thread (POST "+PathAttachments+"), each named by one post only")}), "attachments")
+}
+
+// textMayBeEmpty returns a copy of o whose "text" may be empty (or white
+// space) when its array property list has an item.
+func textMayBeEmpty(o obj, list string) obj {
+	c := maps.Clone(o)
+	props := maps.Clone(c["properties"].(obj))
 	t := maps.Clone(props["text"].(obj))
 	delete(t, "pattern")
 	delete(t, "minLength")
 	props["text"] = t
+	c["properties"] = props
 	c["anyOf"] = []any{
 		obj{"properties": obj{"text": obj{"minLength": 1, "pattern": `\S`}}},
-		obj{"required": []string{"attachments"}, "properties": obj{"attachments": obj{"minItems": 1}}},
+		obj{"required": []string{list}, "properties": obj{list: obj{"minItems": 1}}},
 	}
 	return c
 }

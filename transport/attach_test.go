@@ -295,3 +295,25 @@ func TestAttachmentFullDisk(t *testing.T) {
 	assert.Equal(t, "code", u.Code, chatrelay.StoreUnavailable)
 	assert.Equal(t, "files after the refused upload", storetest.Files(t, dir), before)
 }
+
+// TestAttachmentWSPost: a WebSocket post frame names attachments as a
+// POST does; the v2 socket pushes the message with their objects.
+func TestAttachmentWSPost(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend})
+		tok := tokenN(1)
+		a := e.mustUpload(tok, "notes.txt", "text/plain", []byte("notes"))
+		c := e.mustWS("/api/chat/ws?v=2", tok)
+		assert.Equal(t, "first", nextWS(t, c).Type, "ready")
+		answer, pushed := wsAnswer(t, c, map[string]any{"type": "post", "attachments": []string{a.ID}})
+		assert.True(t, answer.Type == "posted" && answer.Success, "WS post: %s", answer.raw)
+		for len(pushed) == 0 {
+			pushed = append(pushed, nextWS(t, c))
+		}
+		var m chatrelay.Message
+		assert.Success(t, json.Unmarshal(pushed[0].Message, &m))
+		assert.Equal(t, "pushed attachments", m.Attachments, []chatrelay.Attachment{a})
+		answer, _ = wsAnswer(t, c, map[string]any{"type": "post", "text": "again", "attachments": []string{a.ID}})
+		assert.True(t, answer.Type == "error" && answer.Code == string(chatrelay.InvalidAttachment), "a used id over the socket: %s", answer.raw)
+	})
+}
