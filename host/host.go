@@ -177,6 +177,8 @@ type RequestInputInput struct {
 	AllowText bool               `json:"allow_text,omitempty"`
 	Timeout   int                `json:"timeout,omitempty"` // seconds; 0: 600
 	ClientID  string             `json:"client_id,omitempty"`
+	// Attachments are files the question shows (attach.go).
+	Attachments []AttachmentInput `json:"attachments,omitempty"`
 }
 
 // RequestApprovalInput is request_approval's input.
@@ -187,6 +189,9 @@ type RequestApprovalInput struct {
 	Details  []chatrelay.Detail `json:"details,omitempty"`
 	Timeout  int                `json:"timeout,omitempty"` // seconds; 0: 3600
 	ClientID string             `json:"client_id,omitempty"`
+	// Attachments are files the approval is about: the diff, the
+	// screenshot (attach.go).
+	Attachments []AttachmentInput `json:"attachments,omitempty"`
 }
 
 // InteractionResult is the result of the verbs about one interaction:
@@ -204,13 +209,13 @@ type InteractionResult struct {
 // RequestInput asks the person for input.
 func (v *Verbs) RequestInput(ctx context.Context, in RequestInputInput) (InteractionResult, error) {
 	return v.ask(ctx, in.Thread, in.ClientID, chatrelay.Ask{Type: chatrelay.Input, Title: in.Title, Prompt: in.Prompt,
-		Choices: in.Choices, AllowText: in.AllowText, Timeout: seconds(in.Timeout)})
+		Choices: in.Choices, AllowText: in.AllowText, Timeout: seconds(in.Timeout)}, in.Attachments)
 }
 
 // RequestApproval asks the person to approve or deny.
 func (v *Verbs) RequestApproval(ctx context.Context, in RequestApprovalInput) (InteractionResult, error) {
 	return v.ask(ctx, in.Thread, in.ClientID, chatrelay.Ask{Type: chatrelay.Approval, Title: in.Title, Prompt: in.Summary,
-		Details: in.Details, Timeout: seconds(in.Timeout)})
+		Details: in.Details, Timeout: seconds(in.Timeout)}, in.Attachments)
 }
 
 func seconds(n int) time.Duration {
@@ -220,11 +225,20 @@ func seconds(n int) time.Duration {
 	return time.Duration(n) * time.Second
 }
 
-func (v *Verbs) ask(ctx context.Context, thread, clientID string, a chatrelay.Ask) (InteractionResult, error) {
+func (v *Verbs) ask(ctx context.Context, thread, clientID string, a chatrelay.Ask, files []AttachmentInput) (InteractionResult, error) {
 	if err := checkThread(thread); err != nil {
 		return InteractionResult{}, err
 	}
-	e, err := v.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, Ask: &a, ClientID: clientID, MustExist: true})
+	if len(files) > 0 {
+		if err := a.Check(); err != nil {
+			return InteractionResult{}, err // before any file is stored
+		}
+	}
+	ids, err := v.attach(ctx, thread, clientID, files)
+	if err != nil {
+		return InteractionResult{}, err
+	}
+	e, err := v.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, Ask: &a, ClientID: clientID, MustExist: true, Attachments: ids})
 	if err != nil {
 		return InteractionResult{}, err
 	}

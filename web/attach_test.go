@@ -13,6 +13,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -133,4 +135,31 @@ func TestPasteAnImageSendsIt(t *testing.T) {
 	if !strings.Contains(string(b), `"name":"pasted.png","type":"image/png"`) || !strings.Contains(string(b), `"width":12,"height":8`) {
 		t.Errorf("the v2 poll lacks the pasted image: %s", b)
 	}
+}
+
+// TestApprovalShowsItsAttachments: an approval hermes asks with a file
+// (chatrelay ask --attach) shows the file under its card, with Approve
+// and Deny; a log is a download chip.
+func TestApprovalShowsItsAttachments(t *testing.T) {
+	srv := startServer(t)
+	tb := newWindow(t)
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	tok := tb.token()
+	post(t, srv.URL, tok, "please deploy", "operator")
+	dir := t.TempDir()
+	shot, log := filepath.Join(dir, "screen.png"), filepath.Join(dir, "deploy.log")
+	if err := os.WriteFile(shot, pngImage(t, 20, 10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(log, []byte("step 1\nstep 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv.cli("ask", threadOf(tok), "--approval", "Deploy build 412?", "--attach", shot, "--attach", log)
+	tb.waitJS(soon, "the approval card with its files", `(() => {
+		const li = [...document.querySelectorAll("#log li")].find((l) => l.querySelector(".ix"));
+		if (!li) return false;
+		const img = li.querySelector(".atts .thumb img"), chip = li.querySelector(".atts .chip");
+		return !!img && img.complete && img.naturalWidth === 20 && !!chip && chip.textContent === "deploy.log (14 B)" &&
+			[...li.querySelectorAll(".ix button")].some((b) => b.textContent === "Approve") })()`)
 }
