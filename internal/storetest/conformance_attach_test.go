@@ -93,6 +93,17 @@ func TestConformanceAttachments(t *testing.T) {
 				assert.True(t, bytes.Contains(v1.Messages[0].JSON, []byte(`"text":"[attachment: build log.txt (22 B)]"`)), "v1 object %s", v1.Messages[0].JSON)
 				assert.True(t, !bytes.Contains(v1.Messages[0].JSON, []byte(`"attachments"`)), "v1 object carries a v2 field: %s", v1.Messages[0].JSON)
 			}},
+			{"an empty file is an attachment of 0 bytes", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				a := mustUpload(t, b.Store, thA, "empty", nil)
+				assert.Equal(t, "size", a.Size, int64(0))
+				assert.Equal(t, "sha256", a.SHA256, digest(nil))
+				got, err := download(t, b.Store, thA, a.ID)
+				assert.Success(t, err)
+				assert.Equal(t, "bytes", len(got), 0)
+				_, err = postWith(b.Store, thA, "", a.ID)
+				assert.Success(t, err)
+				assertNothingStaged(t, b, thA, 1)
+			}},
 			{"an image's size is read from its header", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				a := mustUpload(t, b.Store, thA, "shot.png", pngOf(t, 7, 3))
 				assert.Equal(t, "width×height", [2]int{a.Width, a.Height}, [2]int{7, 3})
