@@ -23,6 +23,22 @@ import (
 // application/octet-stream; always nosniff, a sandbox CSP and private
 // caching.
 
+// transferTime is how long an upload may take to arrive, or a download to
+// leave: the server's ReadTimeout and WriteTimeout (30 s) would cut a 10
+// MiB file on a slow link (a phone at 1 Mbit/s needs 80 s), so these
+// routes set their own deadlines. A client that stalls holds a goroutine
+// and a temp file (removed when it fails) at most this long.
+const transferTime = 10 * time.Minute
+
+// extendDeadlines gives the request transferTime to read its body and
+// write its answer (a server with no deadlines is left as it is).
+func extendDeadlines(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
+	at := time.Now().Add(transferTime)
+	rc.SetReadDeadline(at)
+	rc.SetWriteDeadline(at)
+}
+
 // attachments is the store's attachments, or NotFound if it keeps none.
 func (s *Server) attachments() (store.Attachments, error) {
 	if as, ok := s.cfg.Store.(store.Attachments); ok { // (s.store is metered: not the backend)
@@ -53,6 +69,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 		s.writeError(w, r, store.TooLarge(max))
 		return
 	}
+	extendDeadlines(w)
 	a, err := as.PutAttachment(r.Context(), who.thread, store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: r.Body, Max: max})
 	if err != nil {
 		if chatrelay.CodeOf(err) == chatrelay.AttachmentTooLarge {
@@ -86,6 +103,7 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 		return
 	}
 	defer f.Close()
+	extendDeadlines(w)
 	head := make([]byte, 512)
 	n, err := io.ReadFull(f, head)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
@@ -316,4 +317,37 @@ func TestAttachmentWSPost(t *testing.T) {
 		answer, _ = wsAnswer(t, c, map[string]any{"type": "post", "text": "again", "attachments": []string{a.ID}})
 		assert.True(t, answer.Type == "error" && answer.Code == string(chatrelay.InvalidAttachment), "a used id over the socket: %s", answer.raw)
 	})
+}
+
+// slowReader gives its bytes in n pieces, pausing between them: a client
+// on a slow link.
+type slowReader struct {
+	left  []byte
+	piece int
+	pause time.Duration
+}
+
+func (r *slowReader) Read(b []byte) (int, error) {
+	if len(r.left) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(r.pause) // the client's slowness (the test's input), not a wait for a condition
+	n := copy(b[:min(len(b), r.piece)], r.left)
+	r.left = r.left[n:]
+	return n, nil
+}
+
+// TestAttachmentSlowUpload: an upload that takes longer than the
+// server's ReadTimeout and WriteTimeout (here 300 ms; 30 s in serve) is
+// still received whole, and its answer written: the route sets its own
+// deadlines.
+func TestAttachmentSlowUpload(t *testing.T) {
+	e := startPush(t, pushOptions{http: func(s *http.Server) {
+		s.ReadTimeout, s.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
+	}})
+	tok := tokenN(1)
+	body := bytes.Repeat([]byte("slow"), 1024)
+	status, u := e.upload(owner(tok), "slow.bin", "application/octet-stream", &slowReader{left: body, piece: 512, pause: 100 * time.Millisecond})
+	assert.Equal(t, "a slow upload's status", status, http.StatusCreated)
+	assert.Equal(t, "its size", u.Attachment.Size, int64(len(body)))
 }
