@@ -163,3 +163,53 @@ func TestApprovalShowsItsAttachments(t *testing.T) {
 		return !!img && img.complete && img.naturalWidth === 20 && !!chip && chip.textContent === "deploy.log (14 B)" &&
 			[...li.querySelectorAll(".ix button")].some((b) => b.textContent === "Approve") })()`)
 }
+
+// TestParticipantSeesAttachments: a viewer's page shows the thread's
+// image (fetched with a ticket minted from its link) and a file whose
+// name has a secret's shape with the name redacted.
+func TestParticipantSeesAttachments(t *testing.T) {
+	srv := startServer(t)
+	tok := strings.Repeat("7c", 32)
+	pngID := attach(t, srv.URL, tok, "chart.png", "image/png", pngImage(t, 16, 9))
+	logID := attach(t, srv.URL, tok, "token=s3cr3t.txt", "text/plain", []byte("log"))
+	body, _ := json.Marshal(map[string]any{"text": "the chart and the log", "attachments": []string{pngID, logID}})
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"api/chat/post", bytes.NewReader(body))
+	req.Header.Set("X-Chat-Token", tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("post: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	sam := invite(t, srv.URL, tok, map[string]any{"name": "Sam", "role": "viewer"})
+	viewer := newWindow(t)
+	viewer.open(sam.Link)
+	viewer.waitState(live, "ws")
+	viewer.waitJS(soon, "the image and the redacted file", `(() => {
+		const img = document.querySelector(".atts .thumb img"), chip = document.querySelector(".atts .chip");
+		return !!img && img.complete && img.naturalWidth === 16 && !!chip && chip.textContent.startsWith("token=[redacted]") })()`)
+	if n := eval[int](viewer, `document.body.innerHTML.includes("s3cr3t") ? 1 : 0`); n != 0 {
+		t.Error("the viewer's page shows the secret in a file's name")
+	}
+}
+
+// TestDropAFileSendsIt: a file dropped on the conversation is uploaded
+// and sent with the text; the message shows it as a download chip.
+func TestDropAFileSendsIt(t *testing.T) {
+	srv := startServer(t)
+	tb := newWindow(t)
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	eval[bool](tb, `(() => {
+		const dt = new DataTransfer();
+		dt.items.add(new File(["line 1\nline 2\n"], "build.log", { type: "text/plain" }));
+		const zone = document.getElementById("conversation");
+		zone.dispatchEvent(new DragEvent("dragover", { dataTransfer: dt, bubbles: true, cancelable: true }));
+		zone.dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true, cancelable: true }));
+		return true })()`)
+	tb.waitJS(soon, "the dropped file uploaded", `(() => { const s = document.querySelector("#files .file-status");
+		return !!s && s.textContent === "14 B" })()`)
+	tb.write("the build log")
+	tb.waitJS(soon, "the message with its chip", `(() => { const c = document.querySelector("#log .atts .chip");
+		return !!c && c.textContent === "build.log (14 B)" && c.download === "build.log" })()`)
+	tb.waitShown(soon, "the build log")
+}
