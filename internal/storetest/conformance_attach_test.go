@@ -168,6 +168,8 @@ func TestConformanceAttachments(t *testing.T) {
 				clk.Advance(time.Millisecond)
 				_, err = postWith(b.Store, thA, "too late", lost.ID)
 				assert.Code(t, err, chatrelay.InvalidAttachment)
+				_, err = b.Store.Append(context.Background(), thA, store.NewMessage{Text: "too late", ClientID: "late:1", Attachments: []string{lost.ID}})
+				assert.Code(t, err, chatrelay.InvalidAttachment) // with a client_id of no message, alike
 				_, err = b.Store.Sweep(context.Background())
 				assert.Success(t, err)
 				_, err = download(t, b.Store, thA, lost.ID)

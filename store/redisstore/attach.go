@@ -287,21 +287,34 @@ func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessa
 	}
 	now := s.now()
 	out := make([]chatrelay.Attachment, len(m.Attachments))
+	repeat := -1 // whether the thread holds a message with m's client_id (-1: not asked yet)
 	for i, id := range m.Attachments {
 		js, ok := vals[2*i].(string)
 		var rec store.StoredAttachment
 		if ok && json.Unmarshal([]byte(js), &rec) == nil && rec.ID == id {
-			_, used := vals[2*i+1].(string)
-			if used || !rec.Unused(now) || m.ClientID != "" { // (a repeat's are used: the script answers it)
-				out[i] = rec.Attachment
-				continue
+			out[i] = rec.Attachment
+			if _, used := vals[2*i+1].(string); used || !rec.Unused(now) {
+				continue // (a used one is refused by the script, unless the post is a repeat)
 			}
 		}
-		if m.ClientID != "" {
-			out[i] = chatrelay.Attachment{ID: id} // the script answers a repeat, or refuses it
-			continue
+		// Unknown, or an upload no post named within the hour: refused,
+		// unless the post repeats one the thread holds (the script answers it).
+		if repeat < 0 {
+			repeat = 0
+			if m.ClientID != "" {
+				n, err := s.rdb.HExists(ctx, s.keysOf(thread)[6], m.ClientID).Result() // {T}:cids
+				if err != nil {
+					return nil, s.unavailable("append", err)
+				}
+				if n {
+					repeat = 1
+				}
+			}
 		}
-		return nil, chatrelay.Errorf(chatrelay.InvalidAttachment, "no upload %s in this conversation", id)
+		if repeat == 0 {
+			return nil, chatrelay.Errorf(chatrelay.InvalidAttachment, "no upload %s in this conversation", id)
+		}
+		out[i].ID = id
 	}
 	return out, nil
 }
