@@ -221,6 +221,20 @@ func (s *Store) MarkUsed(ctx context.Context, thread, id string) (bool, error) {
 	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.Used })
 }
 
+// Seen implements store.Participants.
+func (s *Store) Seen(ctx context.Context, thread, id string, at int64) (bool, error) {
+	first := false
+	err := s.updateGrant(ctx, thread, id, false, func(g *chatrelay.Grant) bool {
+		if g.Used && g.LastSeen >= at {
+			return false
+		}
+		first = !g.Used
+		g.Used, g.LastSeen = true, max(g.LastSeen, at)
+		return true
+	}, nil)
+	return first && err == nil, err
+}
+
 // NoteExpired implements store.Participants.
 func (s *Store) NoteExpired(ctx context.Context, thread, id string) (bool, error) {
 	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.ExpiryNoted })
