@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,6 +107,46 @@ func TestConformanceDevices(t *testing.T) {
 				assert.Equal(t, "the device object", g.DeviceObject(clk.Now()).LastSeen, at+60_000)
 				first, err = p.Seen(ctx, thA, "d_ffffffff", at)
 				assert.True(t, err == nil && !first, "an unknown device changes nothing: %v", err)
+			}},
+			{"of concurrent callers from several stores, one is the first use, one notes the expiry", func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				ctx := context.Background()
+				appendText(t, b.Store, thA, "", "hello")
+				phone, _, err := makeDevice(t, b, clk, thA, "Phone")
+				assert.Success(t, err)
+				alex, _ := invite(t, participants(t, b), clk, thA, chatrelay.Invite{Name: "Alex"})
+				const callers = 8
+				stores := make([]interface {
+					Seen(context.Context, string, string, int64) (bool, error)
+					MarkUsed(context.Context, string, string) (bool, error)
+					NoteExpired(context.Context, string, string) (bool, error)
+				}, callers)
+				for i := range stores {
+					stores[i] = participants(t, b.Another(t, Options{Now: clk.Now}))
+				}
+				for _, call := range []struct {
+					name string
+					fn   func(i int) (bool, error)
+				}{
+					{"Seen", func(i int) (bool, error) { return stores[i].Seen(ctx, thA, phone.ID, clk.Now().UnixMilli()+int64(i)) }},
+					{"MarkUsed", func(i int) (bool, error) { return stores[i].MarkUsed(ctx, thA, alex.ID) }},
+					{"NoteExpired", func(i int) (bool, error) { return stores[i].NoteExpired(ctx, thA, phone.ID) }},
+				} {
+					var firsts atomic.Int32
+					var wg sync.WaitGroup
+					for i := range callers {
+						wg.Go(func() {
+							first, err := call.fn(i)
+							if err != nil {
+								t.Errorf("%s: %v", call.name, err)
+							}
+							if first {
+								firsts.Add(1)
+							}
+						})
+					}
+					wg.Wait()
+					assert.Equal(t, call.name+": the callers told they were first", firsts.Load(), int32(1))
+				}
 			}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

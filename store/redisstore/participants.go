@@ -225,6 +225,7 @@ func (s *Store) MarkUsed(ctx context.Context, thread, id string) (bool, error) {
 func (s *Store) Seen(ctx context.Context, thread, id string, at int64) (bool, error) {
 	first := false
 	err := s.updateGrant(ctx, thread, id, false, func(g *chatrelay.Grant) bool {
+		first = false // fn runs again after a write that lost the race: only the last run counts
 		if g.Used && g.LastSeen >= at {
 			return false
 		}
@@ -245,6 +246,7 @@ func (s *Store) NoteExpired(ctx context.Context, thread, id string) (bool, error
 func (s *Store) markGrant(ctx context.Context, thread, id string, flag func(*chatrelay.Grant) *bool) (bool, error) {
 	first := false
 	err := s.updateGrant(ctx, thread, id, false, func(g *chatrelay.Grant) bool {
+		first = false // fn runs again after a write that lost the race: only the last run counts
 		if *flag(g) {
 			return false
 		}
