@@ -115,6 +115,12 @@ func testDeviceActsAsTheOwner(t *testing.T, backend string) {
 	assert.Equal(t, "the device's post "+string(b), status, http.StatusCreated)
 	last := e.pollV2(owner, 0).Messages
 	assert.True(t, last[len(last)-1].Author == string(chatrelay.Operator) && last[len(last)-1].Text == "from the phone", "stored as %+v", last[len(last)-1])
+	// Its refusals show what the owner sees: a 409 carries the stored text.
+	status, b = e.asDevice(http.MethodPost, "/api/chat/post", phone.Token, `{"text":"token: abc123 for the phone","client_id":"dev-1"}`)
+	assert.Equal(t, "the device's post with a client_id "+string(b), status, http.StatusCreated)
+	status, b = e.asDevice(http.MethodPost, "/api/chat/post", phone.Token, `{"text":"another text","client_id":"dev-1"}`)
+	assert.True(t, status == 409 && decodeError(t, b).Code == "client_id_conflict" && strings.Contains(string(b), "token: abc123") &&
+		strings.Contains(string(b), `"client_id":"dev-1"`), "the device's 409: %d %s", status, b)
 	// It answers an approval.
 	ix := e.ask(threadN(1), chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy build 412?"})
 	status, b = e.asDevice(http.MethodPost, "/api/chat/respond", phone.Token, `{"interaction_id":"`+ix.Interaction.ID+`","decision":"approve"}`)
