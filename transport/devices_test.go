@@ -420,3 +420,36 @@ func TestNodesDeviceRevokeEndsStreams(t *testing.T) {
 	status, body := a.asDevice(http.MethodGet, "/api/chat/poll", phone.Token, "")
 	assert.True(t, status == 401 && decodeError(t, body).Code == "token_revoked", "the token on A after the revoke: %d %s", status, body)
 }
+
+// TestDevicesFailClosed: a participants record that does not parse
+// refuses every device token of the thread (401 unauthorized), answers the
+// device routes 503 participants_unreadable, is never written over, and
+// leaves the owner's own token working.
+func TestDevicesFailClosed(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, testDevicesFailClosed)
+}
+
+func testDevicesFailClosed(t *testing.T, backend string) {
+	e := startPush(t, pushOptions{backend: backend})
+	owner := tokenN(1)
+	e.mustPost(owner, "hello")
+	phone := e.issueDevice(owner, `{"name":"Phone"}`)
+	raw := e.backend.CorruptParticipants(t, threadN(1), phone.Device.ID)
+	bad := raw()
+
+	for _, path := range []string{"/api/chat/poll", "/api/chat/whoami", "/api/chat/devices"} {
+		status, b := e.asDevice(http.MethodGet, path, phone.Token, "")
+		assert.True(t, status == 401 && decodeError(t, b).Code == "unauthorized", "%s with the device's token: %d %s", path, status, b)
+	}
+	for _, rq := range []struct{ method, path, body string }{
+		{http.MethodPost, "/api/chat/devices", `{"name":"Tablet"}`},
+		{http.MethodGet, "/api/chat/devices", ""},
+		{http.MethodDelete, "/api/chat/devices/" + phone.Device.ID, ""},
+	} {
+		status, _, b := e.do(rq.method, rq.path, owner, rq.body, nil)
+		assert.True(t, status == 503 && decodeError(t, b).Code == "participants_unreadable", "%s %s: %d %s", rq.method, rq.path, status, b)
+	}
+	e.mustPost(owner, "the owner keeps working")
+	assert.Equal(t, "the record's bytes", string(raw()), string(bad))
+}
