@@ -80,6 +80,14 @@ func TestDeviceLinkOpensAsTheOwner(t *testing.T) {
 	}
 	owner.click("#device-done")
 	owner.click("#devices-close")
+	// The owner's bar stays one row, within the screen, at any width.
+	for _, w := range []int64{390, 500, 700, 900, 1280} {
+		owner.do(soon, "a screen's width", chromedp.EmulateViewport(w, 800))
+		owner.waitJS(soon, "the header on one row within the screen", onOneRow+` && document.querySelector("header.bar").scrollWidth <= innerWidth`)
+	}
+	if got := eval[string](owner, `document.getElementById("devices-open").innerText`); got != "Open on another device" {
+		t.Errorf("the bar's button reads %q at 1280 px, want Open on another device", got)
+	}
 
 	// The phone opens the link.
 	phone := newWindow(t)
