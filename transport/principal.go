@@ -51,12 +51,6 @@ func (p principal) caller() chatrelay.Callers {
 	return chatrelay.CallerCommenter
 }
 
-// canPost reports whether p may post (and react): the owner, its devices
-// and commenters, never through a ticket.
-func (p principal) canPost() bool {
-	return !p.ticket && (p.role == chatrelay.Owner || p.role == chatrelay.Commenter)
-}
-
 // author is who p's posts are written as: the kind the owner's body
 // chose (a device's too), or a participant's "p:<id>".
 func (p principal) author() chatrelay.Author {
