@@ -36,6 +36,10 @@ const (
 	DefaultWriteTimeout = 10 * time.Second // one stream write
 	DefaultSweepEvery   = time.Hour        // retention sweep interval
 	DefaultLockTimeout  = 10 * time.Second // the wait for another process's lock
+	// DefaultDeviceSeen is how stale a device's last_seen may grow: a
+	// request of the device records its time when the one recorded is
+	// older (a write of the participants record, not one per request).
+	DefaultDeviceSeen = 10 * time.Minute
 
 	// The HTTP servers' timeouts (serve's listener; the private metrics
 	// listener writes for longer: a CPU profile takes 30 s by default).
@@ -44,7 +48,11 @@ const (
 	DefaultHTTPWriteTimeout  = 30 * time.Second // streams clear it and set DefaultWriteTimeout per write
 	DefaultOpsWriteTimeout   = 90 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
-	DefaultShutdownTimeout   = 5 * time.Second // SIGINT/SIGTERM: every stream ended within it
+	// DefaultTransferTime is how long an attachment's upload may take to
+	// arrive, or its download to leave (past DefaultReadTimeout and
+	// DefaultHTTPWriteTimeout: a 10 MiB file over 1 Mbit/s takes 80 s).
+	DefaultTransferTime    = 10 * time.Minute
+	DefaultShutdownTimeout = 5 * time.Second // SIGINT/SIGTERM: every stream ended within it
 
 	DefaultData = "./data" // the data folder (--data)
 	DefaultAddr = "127.0.0.1:8080"

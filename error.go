@@ -71,6 +71,8 @@ const (
 	AttachmentTooLarge Code = "attachment_too_large"
 	TooManyAttachments Code = "too_many_attachments"
 	InvalidAttachment  Code = "invalid_attachment"
+	// Part 5 (devices).
+	DeviceLimit Code = "device_limit"
 )
 
 // CodeInfo is a row of the code table: a code, the HTTP status of an
@@ -130,6 +132,7 @@ var codeTable = []CodeInfo{
 	{AttachmentTooLarge, 413, false, "an upload over the size limit of one file or of the thread"},
 	{TooManyAttachments, 409, false, "more attachments on one message than it may carry"},
 	{InvalidAttachment, 400, false, "an attachment id that is unknown, of another thread or already used; or a bad name"},
+	{DeviceLimit, 409, false, "the thread has the most active devices"},
 }
 
 // CodeTable returns the code table: every code with its status, whether

@@ -23,18 +23,14 @@ import (
 // application/octet-stream; always nosniff, a sandbox CSP and private
 // caching.
 
-// transferTime is how long an upload may take to arrive, or a download to
-// leave: the server's ReadTimeout and WriteTimeout (30 s) would cut a 10
-// MiB file on a slow link (a phone at 1 Mbit/s needs 80 s), so these
-// routes set their own deadlines. A client that stalls holds a goroutine
-// and a temp file (removed when it fails) at most this long.
-const transferTime = 10 * time.Minute
-
-// extendDeadlines gives the request transferTime to read its body and
-// write its answer (a server with no deadlines is left as it is).
+// extendDeadlines gives the request chatrelay.DefaultTransferTime to read
+// its body and write its answer: the server's ReadTimeout and
+// WriteTimeout (30 s) would cut a 10 MiB file on a slow link (a phone at
+// 1 Mbit/s needs 80 s). A client that stalls holds a goroutine and a
+// temp file (removed when it fails) at most that long.
 func extendDeadlines(w http.ResponseWriter) {
 	rc := http.NewResponseController(w)
-	at := time.Now().Add(transferTime)
+	at := time.Now().Add(chatrelay.DefaultTransferTime)
 	rc.SetReadDeadline(at)
 	rc.SetWriteDeadline(at)
 }
@@ -78,8 +74,8 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 		s.writeError(w, r, err)
 		return
 	}
-	if g := who.grant; g != nil {
-		s.audit(r, who.thread, chatrelay.AuditEvent{Event: chatrelay.AuditUpload, Participant: g.ID})
+	if who.participant() { // a device uploads as the owner: no audit, nothing redacted
+		s.audit(r, who.thread, chatrelay.AuditEvent{Event: chatrelay.AuditUpload, Participant: who.grant.ID})
 		a = redactAttachment(a)
 	}
 	writeJSON(w, http.StatusCreated, attachmentAnswer{Success: true, Attachment: a})
