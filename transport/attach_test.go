@@ -351,3 +351,24 @@ func TestAttachmentSlowUpload(t *testing.T) {
 	assert.Equal(t, "a slow upload's status", status, http.StatusCreated)
 	assert.Equal(t, "its size", u.Attachment.Size, int64(len(body)))
 }
+
+// TestAttachmentDevice: one of the owner's devices uploads and downloads
+// as the owner: the name unredacted, and no audit line (a participant's
+// upload has one).
+func TestAttachmentDevice(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend})
+		tok := tokenN(1)
+		e.mustPost(tok, "hello")
+		phone := e.issueDevice(tok, `{"name":"Phone"}`)
+		status, u := e.upload(bearer(phone.Token), "password=hunter2.txt", "text/plain", strings.NewReader("from the phone"))
+		assert.Equal(t, "a device's upload", status, http.StatusCreated)
+		assert.Equal(t, "its name, unredacted", u.Attachment.Name, "password=hunter2.txt")
+		status, h, b := e.fetch(chatrelay.PathAttachments+"/"+u.Attachment.ID, bearer(phone.Token))
+		assert.Equal(t, "a device's download", status, http.StatusOK)
+		assert.Equal(t, "bytes", string(b), "from the phone")
+		assert.True(t, strings.Contains(h.Get("Content-Disposition"), "hunter2"), "the owner's device sees the name: %q", h.Get("Content-Disposition"))
+		_, _, audit := e.do(http.MethodGet, chatrelay.PathAudit, tok, "", nil)
+		assert.True(t, !bytes.Contains(audit, []byte(`"event":"upload"`)), "a device's upload is audited as a participant's: %s", audit)
+	})
+}
