@@ -46,7 +46,7 @@ func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(),
 	entry := strconv.FormatInt(now, 10) + " " + randomHex(8)
 	tctx, cancel := l.s.bound(ctx)
 	defer cancel()
-	wait, err := takeScript.Run(tctx, l.s.rdb, keys, now, l.window.Milliseconds(),
+	wait, err := l.s.runScript(tctx, takeScript, keys, now, l.window.Milliseconds(),
 		entry, l.perThread, l.perIP).Int64()
 	if err != nil {
 		return nil, l.s.unavailable("rate limit", err)

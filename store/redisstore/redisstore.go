@@ -79,6 +79,11 @@
 // and two read a thread in one step: changesScript (the v2 view with its
 // marks and the generation) and messageScript (one message, for a change).
 //
+// The scripts of a post (the rate windows' and the append) go through the
+// batcher (batch.go): the ones that wait at the same moment are sent in one
+// pipeline, so that Redis reads and answers them in one system call each;
+// each still runs alone and answers its own caller.
+//
 // appendScript checks that the thread exists (MustExist) or that creating
 // it stays within MaxThreads; answers a client_id it finds in cids with that
 // message (the caller compares the content: a replay or a conflict),
@@ -214,6 +219,8 @@ type Store struct {
 
 	pingEvery time.Duration // chatrelay.DefaultFeedPing; tests shorten it
 
+	calls chan *scriptCall // the scripts waiting for a sender (batch.go)
+
 	// What the store knows of Redis's data set (gen.go).
 	seen   atomic.Int64               // the newest epoch this store read or its feed announced
 	gen    atomic.Pointer[generation] // the generation this store saw last; nil before the first
@@ -317,6 +324,7 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 		s.close()
 		return nil, s.unavailable("open", err)
 	}
+	s.startBatcher()
 	return s, nil
 }
 

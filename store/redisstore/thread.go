@@ -160,7 +160,7 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 	for _, x := range suffixes {
 		args = append(args, x)
 	}
-	return appendScript.Run(ctx, s.rdb, s.keys(thread), args...).StringSlice()
+	return s.runScript(ctx, appendScript, s.keys(thread), args...).StringSlice()
 }
 
 // secondOf is what appendScript takes as ARGV 22: the id stamp and the ts
