@@ -15,16 +15,17 @@ import (
 // together, in one pipeline on one connection (auto-pipelining, as
 // Centrifugo's Redis client does): Redis reads them in one system call,
 // runs them one after the other, each alone as always, and answers them in
-// one write. It never waits to fill a batch: a script that finds a sender
-// idle goes at once; the ones that come while every sender's batch is out
-// go in the next.
+// one write. It never waits to fill a batch: at most batchSenders calls
+// are out at once; a script that finds a place free goes at once, alone,
+// from its caller's goroutine; the ones that come while every place is
+// taken wait, and a sender goroutine sends all that wait in the next batch.
 //
 // A batch is no transaction: each script decides, and fails, on its own.
 // A batch whose connection fails fails each of its scripts, none of which
 // is acknowledged (one may have run, as any call whose answer is lost).
 
-// batchSenders is how many batches may be out at once (each on its own
-// connection of the pool), and batchMax the most scripts in one.
+// batchSenders is how many calls may be out at once (each on its own
+// connection of the pool), and batchMax the most scripts in one batch.
 const (
 	batchSenders = 4
 	batchMax     = 64
@@ -41,6 +42,7 @@ type scriptCall struct {
 // startBatcher starts the senders; Close stops them (s.closing) and waits.
 func (s *Store) startBatcher() {
 	s.calls = make(chan *scriptCall)
+	s.slots = make(chan struct{}, batchSenders)
 	for range batchSenders {
 		if s.enter() {
 			go s.sendBatches()
@@ -52,6 +54,12 @@ func (s *Store) startBatcher() {
 // error of ctx if it ends first (the script may still run: like any call
 // whose answer is lost, it is then not acknowledged).
 func (s *Store) runScript(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	select {
+	case s.slots <- struct{}{}: // a place is free: no batch to join
+		defer func() { <-s.slots }()
+		return script.Run(ctx, s.rdb, keys, args...)
+	default:
+	}
 	c := &scriptCall{script: script, keys: keys, args: args, done: make(chan *redis.Cmd, 1)}
 	select {
 	case s.calls <- c:
@@ -74,8 +82,9 @@ func failedCmd(ctx context.Context, err error) *redis.Cmd {
 	return cmd
 }
 
-// sendBatches is one sender: it takes the first script that waits, then
-// every other one already waiting (up to batchMax), and sends them.
+// sendBatches is one sender: it takes the first script that waits, waits
+// for a place, then takes every other script already waiting (up to
+// batchMax), and sends them.
 func (s *Store) sendBatches() {
 	defer s.wg.Done()
 	batch := make([]*scriptCall, 0, batchMax)
@@ -85,6 +94,12 @@ func (s *Store) sendBatches() {
 			return
 		case c := <-s.calls:
 			batch = append(batch[:0], c)
+		}
+		select {
+		case s.slots <- struct{}{}:
+		case <-s.closing.Done():
+			batch[0].done <- failedCmd(s.closing, ErrClosed)
+			return
 		}
 	fill:
 		for len(batch) < batchMax {
@@ -96,6 +111,7 @@ func (s *Store) sendBatches() {
 			}
 		}
 		s.sendBatch(batch)
+		<-s.slots
 		clear(batch)
 	}
 }

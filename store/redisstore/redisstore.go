@@ -220,6 +220,7 @@ type Store struct {
 	pingEvery time.Duration // chatrelay.DefaultFeedPing; tests shorten it
 
 	calls chan *scriptCall // the scripts waiting for a sender (batch.go)
+	slots chan struct{}    // one token per call out (batch.go)
 
 	// What the store knows of Redis's data set (gen.go).
 	seen   atomic.Int64               // the newest epoch this store read or its feed announced
