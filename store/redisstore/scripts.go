@@ -156,8 +156,9 @@ end
 //	   the script computes them only for an epoch in a later second
 //	23… id suffix candidates (6 hex each)
 //
-// It creates the generation if it is missing, so that a data set's start is
-// never after its first message.
+// An append that makes a thread creates the generation if it is missing, so
+// that a data set's start is never after its first message (a thread that
+// exists was made in this data set, which has its generation).
 //
 // It answers {"ok", epoch, id, v1 JSON, v2 JSON or ""}, {"replay", v2 JSON
 // of the message with the client id}, {"not_found"}, {"thread_limit"},
