@@ -14,7 +14,7 @@ import "github.com/redis/go-redis/v9"
 const luaCommon = `
 local K = {log = KEYS[1], meta = KEYS[2], ids = KEYS[3], v2 = KEYS[4], v2e = KEYS[5], revs = KEYS[6],
   cids = KEYS[7], ixs = KEYS[8], grants = KEYS[9], audit = KEYS[10],
-  index = KEYS[11], gen = KEYS[12], pending = KEYS[13], gindex = KEYS[14]}
+  index = KEYS[11], gen = KEYS[12], pending = KEYS[13], gindex = KEYS[14], events = KEYS[15]}
 
 local function epochOf(id) return tonumber(string.match(id, '^(%d+)')) end
 local function fmt(n) return string.format('%.0f', n) end
@@ -152,7 +152,8 @@ end
 //	17 the grants record's version read   18 the grant with one more post
 //	19 "1" if the grant's cap is spent    20 the most messages waiting
 //	21 the thread's title to set ("" to leave it: open_thread sets it)
-//	22… id suffix candidates (6 hex each)
+//	22 the webhook event to queue ("" if none: outbox.go)
+//	23… id suffix candidates (6 hex each)
 //
 // It creates the generation if it is missing, so that a data set's start is
 // never after its first message.
@@ -226,7 +227,7 @@ local ts = string.format('%04d-%02d-%02dT%02d:%02d:%02d+00:00', y, m, d, hh, mi,
 -- (field "s" says which second), filled from the log the first time it is
 -- needed: one scan per busy second, not one per message. The JSON starts
 -- {"id":"MSG-YYYYMMDD-HHMMSS- so the suffix is bytes 28 to 33.
-local suffix = ARGV[22]
+local suffix = ARGV[23]
 if prev >= secs * 1000 then
   local sec = fmt(secs)
   if redis.call('HGET', K.ids, 's') ~= sec then
@@ -239,7 +240,7 @@ if prev >= secs * 1000 then
     redis.call('HSET', K.ids, unpack(fill))
   end
   suffix = nil
-  for i = 22, #ARGV do
+  for i = 23, #ARGV do
     if redis.call('HEXISTS', K.ids, ARGV[i]) == 0 then suffix = ARGV[i] break end
   end
   if not suffix then return {'collision'} end
@@ -281,6 +282,9 @@ local cut = cutOf(K.log, now, keep, age)
 if cut > 0 then trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2) end
 redis.call('ZADD', K.index, es, thread)
 announce(ARGV[9], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or json)
+if ARGV[22] ~= '' then
+  redis.call('XADD', K.events, '*', 't', ARGV[22], 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
+end
 if participant ~= '' then redis.call('PUBLISH', ARGV[9], thread .. ' P') end
 return {'ok', es, id, json, v2json}
 `)
@@ -290,7 +294,8 @@ return {'ok', es, id, json, v2json}
 // computed the change from that state). KEYS: Store.keys. ARGV: thread,
 // the message's epoch, the rev read, now (ms), the new v2 object up to its
 // rev ("…,\"rev\":") and after it, the interaction id to take out of the
-// pending index ("" if none), the feed channel. The change takes the
+// pending index ("" if none), the feed channel, the webhook event to
+// queue ("" if none: outbox.go). The change takes the
 // thread's next epoch as the message's rev: max(now, the thread's rev + 1).
 //
 // It answers {"ok", rev}, {"retry"} (the message changed since it was
@@ -314,6 +319,9 @@ redis.call('HSET', K.meta, 'rev', rs, 'v2', '1')
 if ARGV[7] ~= '' then redis.call('ZREM', K.pending, thread .. ' ' .. ARGV[7]) end
 redis.call('ZADD', K.index, 'XX', rs, thread)
 announce(ARGV[8], thread, prevRev, num(meta[1]), num(meta[3]), v2json)
+if ARGV[9] ~= '' then
+  redis.call('XADD', K.events, '*', 't', ARGV[9], 'th', thread, 'at', rs, 'm', v2json)
+end
 return {'ok', rs}
 `)
 
