@@ -76,7 +76,9 @@ func TestConformanceWebhooks(t *testing.T) {
 			want := []string{store.EventMessageCreated, store.EventInteractionOpened, store.EventInteractionClosed}
 			assert.Eventually(t, 10*time.Second, "three events accepted", func() bool { return len(rcv.Accepted()) >= 3 })
 			got := rcv.All() // in any order: attempts run concurrently
-			slices.SortFunc(got, func(a, b webhooktest.Delivery) int { return slices.Index(want, a.Event.Type) - slices.Index(want, b.Event.Type) })
+			slices.SortFunc(got, func(a, b webhooktest.Delivery) int {
+				return slices.Index(want, a.Event.Type) - slices.Index(want, b.Event.Type)
+			})
 			assert.Equal(t, "types", types(got), want)
 			ids := map[string]bool{}
 			for i, d := range got {
