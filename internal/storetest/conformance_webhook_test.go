@@ -150,3 +150,40 @@ func TestConformanceWebhooks(t *testing.T) {
 
 	})
 }
+
+// TestRedisWebhooksTwoNodes: two nodes on one Redis, each with its own
+// deliverer of the same destination, deliver each event once (the normal
+// case: no node dies).
+func TestRedisWebhooksTwoNodes(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New(time.Now())
+	rcv := webhooktest.Start(t, webhooktest.NewSecret())
+	a := Open(t, Redis, hookOptions(clk, rcv))
+	b := a.Another(t, hookOptions(clk, rcv))
+	da, db := deliver(t, a, clk, rcv), deliver(t, b, clk, rcv)
+	const n = 60
+	for i := range n {
+		node := a
+		if i%2 == 1 {
+			node = b
+		}
+		appendText(t, node.Store, thA, chatrelay.Operator, "message")
+	}
+	delivered := func() float64 {
+		return testutil.ToFloat64(da.Counter().WithLabelValues(webhook.ResultDelivered)) +
+			testutil.ToFloat64(db.Counter().WithLabelValues(webhook.ResultDelivered))
+	}
+	assert.Eventually(t, 20*time.Second, "every event delivered", func() bool { return delivered() >= n })
+	appendText(t, a.Store, thA, chatrelay.Operator, "marker")
+	assert.Eventually(t, 20*time.Second, "the marker delivered", func() bool { return delivered() >= n+1 })
+	ids := map[string]int{}
+	for _, d := range rcv.All() {
+		ids[d.ID]++
+	}
+	assert.Equal(t, "distinct events", len(ids), n+1)
+	for id, k := range ids {
+		assert.Equal(t, "deliveries of "+id, k, 1)
+	}
+	assert.True(t, testutil.ToFloat64(da.Counter().WithLabelValues(webhook.ResultDelivered)) > 0 &&
+		testutil.ToFloat64(db.Counter().WithLabelValues(webhook.ResultDelivered)) > 0, "both nodes delivered")
+}
