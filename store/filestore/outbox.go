@@ -154,7 +154,7 @@ func (h *hookWriter) appendTo(dest string, lines []byte) error {
 		return err
 	}
 	defer unlock()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600) // read: the last byte
 	if err != nil {
 		return err
 	}
