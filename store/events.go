@@ -18,9 +18,11 @@ import (
 
 // The event types of the contract's table.
 const (
-	EventMessageCreated    = "message.created"
-	EventInteractionOpened = "interaction.opened"
-	EventInteractionClosed = "interaction.closed"
+	EventMessageCreated     = "message.created"
+	EventInteractionOpened  = "interaction.opened"
+	EventInteractionClosed  = "interaction.closed"
+	EventParticipantJoined  = "participant.joined"
+	EventParticipantRevoked = "participant.revoked"
 )
 
 // Event is one queued webhook event.
@@ -34,8 +36,12 @@ type Event struct {
 	// the rev of the change.
 	At time.Time
 	// Message is the message's v2 object as the change left it (the
-	// stored text: the receiver is the operator's).
+	// stored text: the receiver is the operator's); nil for a
+	// participant's event.
 	Message []byte
+	// Participant is the participant object (chatrelay.Participant) as
+	// the change left it, for a participant's event.
+	Participant []byte
 }
 
 // Due is a queued event handed to a deliverer, with the attempts made
@@ -95,6 +101,20 @@ func EventOf(was, m *chatrelay.Message) string {
 	if was.Interaction != nil && was.Interaction.State == chatrelay.Pending &&
 		m.Interaction != nil && m.Interaction.State != chatrelay.Pending {
 		return EventInteractionClosed
+	}
+	return ""
+}
+
+// GrantEventOf says which event a write of grant g causes, "" for none:
+// was is the grant as it was before the write. Its first use is
+// participant.joined; its revoke, or its expiry once noticed, is
+// participant.revoked.
+func GrantEventOf(was, g *chatrelay.Grant) string {
+	switch {
+	case !was.Used && g.Used:
+		return EventParticipantJoined
+	case was.RevokedAt == 0 && !was.ExpiryNoted && (g.RevokedAt != 0 || g.ExpiryNoted):
+		return EventParticipantRevoked // once: a revoke after the expiry was noticed is none
 	}
 	return ""
 }

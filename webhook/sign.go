@@ -63,7 +63,7 @@ func Sign(key []byte, id string, ts time.Time, body []byte) string {
 }
 
 // Body is the JSON an event is sent as: {"type", "timestamp" (RFC 3339,
-// the change's time), "data": {"thread", "message"}}.
+// the change's time), "data": {"thread", "message" or "participant"}}.
 func Body(ev store.Event) []byte {
 	b := make([]byte, 0, 96+len(ev.Thread)+len(ev.Message))
 	b = append(b, `{"type":`...)
@@ -75,6 +75,10 @@ func Body(ev store.Event) []byte {
 	if len(ev.Message) > 0 {
 		b = append(b, `,"message":`...)
 		b = append(b, ev.Message...)
+	}
+	if len(ev.Participant) > 0 {
+		b = append(b, `,"participant":`...)
+		b = append(b, ev.Participant...)
 	}
 	return append(b, "}}"...)
 }

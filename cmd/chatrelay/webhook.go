@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,7 +25,7 @@ type hookFlags struct {
 }
 
 func (h *hookFlags) register(fs *flag.FlagSet) {
-	fs.Var(&h.urls, "webhook", "send every event (message.created, interaction.opened, interaction.closed) to this `URL` as a signed POST (repeatable; needs --webhook-secret)")
+	fs.Var(&h.urls, "webhook", "send every event (message.created, interaction.opened, interaction.closed, participant.joined, participant.revoked) to this `URL` as a signed POST (repeatable; needs --webhook-secret)")
 	fs.StringVar(&h.secret, "webhook-secret", "", "the webhooks' signing `secret`, whsec_ and 24 to 64 bytes in base64 (Standard Webhooks); better given as CHATRELAY_WEBHOOK_SECRET than on the command line")
 }
 
@@ -80,12 +81,15 @@ func (h *hookFlags) deliverer(st *store.Backend, reg prometheus.Registerer, log 
 
 // webhookCmd runs "chatrelay webhook test URL [--secret whsec_…]".
 func webhookCmd(ctx context.Context, e cmdEnv) error {
-	if len(e.args) == 0 || e.args[0] != "test" {
+	args := e.args
+	if len(args) > 0 && args[0] == "test" {
+		args = args[1:]
+	} else if len(args) == 0 || !strings.HasPrefix(args[0], "-") { // --help is answered below
 		return usageError(`webhook: want "webhook test URL [--secret whsec_…]"`)
 	}
-	fs := newFlags("webhook test", "webhook test URL [--secret whsec_…]", e.stderr)
+	fs := newFlags("webhook", "webhook test URL [--secret whsec_…]", e.stderr)
 	secret := fs.String("secret", "", "the signing `secret` (default: CHATRELAY_WEBHOOK_SECRET, as serve's --webhook-secret)")
-	if err := parse(fs, e.args[1:], e.getenv); err != nil {
+	if err := parse(fs, args, e.getenv); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

@@ -98,6 +98,57 @@ func TestConformanceWebhooks(t *testing.T) {
 			assert.Equal(t, "its rev", m.Rev, ans.Rev)
 		})
 
+		t.Run("a grant's first use is participant.joined, its revoke or noticed expiry participant.revoked, once each", func(t *testing.T) {
+			clk := testclock.New(time.Now())
+			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			b := Open(t, backend, hookOptions(clk, rcv))
+			deliver(t, b, clk, rcv)
+			ctx := context.Background()
+			p := participants(t, b)
+			appendText(t, b.Store, thA, chatrelay.Hermes, "hello") // hermes's: no event
+			alex, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter})
+			bo, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Bo", Role: chatrelay.Viewer, ExpiresIn: time.Hour})
+			for range 2 {
+				_, err := p.MarkUsed(ctx, thA, alex.ID)
+				assert.Success(t, err)
+			}
+			_, err := p.Revoke(ctx, thA, alex.ID)
+			assert.Success(t, err)
+			clk.Advance(2 * time.Hour)
+			_, err = p.NoteExpired(ctx, thA, bo.ID)
+			assert.Success(t, err)
+			_, err = p.Revoke(ctx, thA, bo.ID) // ended already: no second event
+			assert.Success(t, err)
+			_, err = p.Revoke(ctx, thA, alex.ID) // revoked already
+			assert.Success(t, err)
+			appendText(t, b.Store, thA, chatrelay.Operator, "marker")
+
+			assert.Eventually(t, 10*time.Second, "four events accepted", func() bool { return len(rcv.Accepted()) >= 4 })
+			got := map[string][]string{}
+			for _, d := range rcv.All() {
+				assert.True(t, d.Valid, "%s does not verify: %s", d.Event.Type, d.Err)
+				if d.Event.Type == store.EventMessageCreated {
+					continue
+				}
+				var body struct {
+					Data struct {
+						Thread      string                `json:"thread"`
+						Participant chatrelay.Participant `json:"participant"`
+						Message     json.RawMessage       `json:"message"`
+					} `json:"data"`
+				}
+				assert.Success(t, json.Unmarshal(d.Body, &body))
+				assert.Equal(t, "thread", body.Data.Thread, thA)
+				assert.True(t, body.Data.Message == nil, "a participant's event carries a message: %s", body.Data.Message)
+				got[d.Event.Type] = append(got[d.Event.Type], body.Data.Participant.Name+" "+string(body.Data.Participant.State))
+			}
+			slices.Sort(got[store.EventParticipantRevoked])
+			assert.Equal(t, "events", got, map[string][]string{
+				store.EventParticipantJoined:  {"Alex active"},
+				store.EventParticipantRevoked: {"Alex revoked", "Bo expired"},
+			})
+		})
+
 		t.Run("a receiver down then up gets each event, with the same webhook-id, on the schedule", func(t *testing.T) {
 			clk := testclock.New(time.Now())
 			rcv := webhooktest.Start(t, webhooktest.NewSecret())

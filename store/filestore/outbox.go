@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -74,7 +75,9 @@ type queueLine struct {
 	Thread  string          `json:"thread"`
 	Epoch   int64           `json:"epoch"` // the message's
 	At      int64           `json:"at"`    // ms
-	Message json.RawMessage `json:"message"`
+	Message json.RawMessage `json:"message,omitempty"`
+	// Participant is the participant object of a participant's event.
+	Participant json.RawMessage `json:"participant,omitempty"`
 }
 
 type queueHeader struct {
@@ -119,6 +122,27 @@ func eventsOf(thread string, old, nd threadDoc) []byte {
 			continue
 		}
 		b, _ := json.Marshal(queueLine{ID: newEventID(), Type: typ, Thread: thread, Epoch: m.Epoch, At: rev, Message: m.JSON2})
+		out = append(append(out, b...), '\n')
+	}
+	return out
+}
+
+// grantEventsOf returns the queue lines of a write of a thread's grants
+// from old to nd.
+func grantEventsOf(thread string, old, nd []chatrelay.Grant, now time.Time) []byte {
+	var out []byte
+	for i := range nd {
+		g := &nd[i]
+		j := slices.IndexFunc(old, func(o chatrelay.Grant) bool { return o.ID == g.ID })
+		if j < 0 {
+			continue // a new grant: no event
+		}
+		typ := store.GrantEventOf(&old[j], g)
+		if typ == "" {
+			continue
+		}
+		p, _ := json.Marshal(g.Participant(now))
+		b, _ := json.Marshal(queueLine{ID: newEventID(), Type: typ, Thread: thread, At: now.UnixMilli(), Participant: p})
 		out = append(append(out, b...), '\n')
 	}
 	return out
@@ -301,7 +325,7 @@ func (o *outbox) Take(ctx context.Context, dest string, now time.Time, max int) 
 		}
 		q.leased = true
 		out = append(out, store.Due{Event: store.Event{ID: q.line.ID, Type: q.line.Type, Thread: q.line.Thread,
-			At: time.UnixMilli(q.line.At).UTC(), Message: q.line.Message}, Attempts: q.attempts}.WithToken(q))
+			At: time.UnixMilli(q.line.At).UTC(), Message: q.line.Message, Participant: q.line.Participant}, Attempts: q.attempts}.WithToken(q))
 	}
 	d.advance()
 	if d.dirty && time.Since(d.saved) >= stateSaveEvery {
@@ -517,6 +541,9 @@ func (d *destQueue) save(sync bool) error {
 // looks again under the thread's lock, which a writer between its
 // queue's write and its document's holds.
 func (s *File) confirm(ctx context.Context, l *queueLine) (bool, error) {
+	if len(l.Participant) > 0 {
+		return s.confirmGrant(ctx, l)
+	}
 	d, ok, err := s.read(l.Thread)
 	if err == nil && ok && stored(d, l) {
 		return true, nil
@@ -558,4 +585,44 @@ func stored(d threadDoc, l *queueLine) bool {
 	}
 	return m.Interaction != nil && was.Interaction != nil && m.Interaction.State == was.Interaction.State &&
 		m.Interaction.AnsweredAt == was.Interaction.AnsweredAt
+}
+
+// confirmGrant reports whether the change of a participant's event is in
+// its thread's participants record: the grant used (joined), or revoked
+// or its expiry noticed (revoked); under the thread's lock if the
+// lock-free read does not find it. An unreadable record: it was stored.
+func (s *File) confirmGrant(ctx context.Context, l *queueLine) (bool, error) {
+	var p chatrelay.Participant
+	if json.Unmarshal(l.Participant, &p) != nil {
+		return false, nil
+	}
+	check := func() bool {
+		grants, err := s.readGrants(l.Thread)
+		if err != nil {
+			return true
+		}
+		i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == p.ID })
+		if i < 0 {
+			return false
+		}
+		g := grants[i]
+		if l.Type == store.EventParticipantJoined {
+			return g.Used
+		}
+		return g.RevokedAt != 0 || g.ExpiryNoted
+	}
+	if check() {
+		return true, nil
+	}
+	t, unlock, err := s.lockState(ctx, l.Thread)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	snap, err := s.load(l.Thread, t)
+	if err != nil {
+		return false, err
+	}
+	t.drop = snap == nil
+	return check(), nil
 }

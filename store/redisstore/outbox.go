@@ -166,6 +166,10 @@ const pendingScan = 1000
 func due(id string, v map[string]any, attempts int) store.Due {
 	str := func(k string) string { x, _ := v[k].(string); return x }
 	at, _ := strconv.ParseInt(str("at"), 10, 64)
+	if p := str("p"); p != "" { // a participant's event
+		return store.Due{Event: store.Event{ID: "evt_" + id, Type: str("t"), Thread: str("th"),
+			At: time.UnixMilli(at).UTC(), Participant: []byte(p)}, Attempts: attempts}.WithToken(id)
+	}
 	msg := []byte(str("m"))
 	var m chatrelay.Message
 	if json.Unmarshal(msg, &m) == nil && m.Rev == 0 {

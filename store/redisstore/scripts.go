@@ -437,8 +437,9 @@ return {n - redis.call('XLEN', K.log), 0}
 // the grant id to add to the record's order ("" if none), the ids of
 // grants to remove (space-separated, "" if none) and the digest prefixes
 // of theirs to take out of the grant index (if it points at this thread),
-// then field and value pairs to set. It answers "ok", "retry" or
-// "not_found".
+// the webhook event to queue ("" if none: outbox.go), its time (ms) and
+// its participant object, then field and value pairs to set. It answers
+// "ok", "retry" or "not_found".
 var grantsScript = redis.NewScript(luaCommon + `
 local thread = ARGV[1]
 if ARGV[4] == '1' and redis.call('XLEN', K.log) == 0 then return 'not_found' end
@@ -458,8 +459,11 @@ if ARGV[7] ~= '' then
     if redis.call('HGET', K.gindex, p) == thread then redis.call('HDEL', K.gindex, p) end
   end
 end
-for i = 9, #ARGV, 2 do
+for i = 12, #ARGV, 2 do
   redis.call('HSET', K.grants, ARGV[i], ARGV[i + 1])
+end
+if ARGV[9] ~= '' then
+  redis.call('XADD', K.events, '*', 't', ARGV[9], 'th', thread, 'at', ARGV[10], 'p', ARGV[11])
 end
 if ARGV[6] ~= '' then
   local o = redis.call('HGET', K.grants, '.order')
