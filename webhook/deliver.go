@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -173,6 +174,10 @@ func (d *Deliverer) take(ctx context.Context, dst dest, wg *sync.WaitGroup) int 
 // attempt sends one event once and settles it.
 func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 	err := d.send(ctx, dst.url, ev.Event)
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		err = uerr.Err // without the URL, which may carry a secret: the log names the destination's ID
+	}
 	if ctx.Err() != nil {
 		return // shutting down: unsettled, sent again later
 	}

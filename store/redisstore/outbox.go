@@ -96,12 +96,16 @@ func (o *outbox) Take(ctx context.Context, dest string, now time.Time, max int) 
 		return nil, s.unavailable("webhook take", err)
 	}
 	lease := fmt.Sprintf("0 %d", now.Add(chatrelay.WebhookLease).UnixMilli())
+	var leases []any
 	for _, st := range res {
 		for _, m := range st.Messages {
-			if err := s.rdb.HSet(ctx, s.retryKey(dest), m.ID, lease).Err(); err != nil {
-				return out, s.unavailable("webhook take", err)
-			}
+			leases = append(leases, m.ID, lease)
 			out = append(out, due(m.ID, m.Values, 0))
+		}
+	}
+	if len(leases) > 0 {
+		if err := s.rdb.HSet(ctx, s.retryKey(dest), leases...).Err(); err != nil {
+			return nil, s.unavailable("webhook take", err) // taken all the same: claimed again once idle for a lease
 		}
 	}
 	if len(out) >= max {
