@@ -123,13 +123,21 @@ func TestConformanceWebhooks(t *testing.T) {
 			assert.Success(t, err)
 			appendText(t, b.Store, thA, chatrelay.Operator, "marker")
 
-			assert.Eventually(t, 10*time.Second, "four events accepted", func() bool { return len(rcv.Accepted()) >= 4 })
+			assert.Eventually(t, 10*time.Second, "four events accepted", func() bool {
+				ids := map[string]bool{}
+				for _, d := range rcv.Accepted() {
+					ids[d.ID] = true
+				}
+				return len(ids) >= 4
+			})
 			got := map[string][]string{}
+			seen := map[string]bool{}
 			for _, d := range rcv.All() {
 				assert.True(t, d.Valid, "%s does not verify: %s", d.Event.Type, d.Err)
-				if d.Event.Type == store.EventMessageCreated {
-					continue
+				if d.Event.Type == store.EventMessageCreated || seen[d.ID] {
+					continue // a receiver deduplicates by webhook-id: the clock's jump of 2 h passes the leases of attempts in flight
 				}
+				seen[d.ID] = true
 				var body struct {
 					Data struct {
 						Thread      string                `json:"thread"`
