@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
@@ -190,4 +192,67 @@ func TestWebhookTest(t *testing.T) {
 	assert.Equal(t, "serve --webhook without a secret: exit status", exitCode(r.err), 2)
 	r = runCLI(t, nil, "", "serve", "--webhook", "ftp://example.com/", "--webhook-secret", other)
 	assert.Equal(t, "serve --webhook ftp://: exit status", exitCode(r.err), 2)
+}
+
+// TestServeWithWebhooks: serve counts its deliveries in /metrics, and
+// shuts down at once though an attempt is in flight to a receiver that
+// never answers (the attempt is cancelled; its event stays queued).
+func TestServeWithWebhooks(t *testing.T) {
+	t.Parallel()
+	rcv := webhooktest.Start(t, webhooktest.NewSecret())
+	hung := make(chan struct{})
+	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // then the server notices the client's leaving
+		select {
+		case hung <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done()
+	}))
+	t.Cleanup(stuck.Close)
+	data := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var stderr lockedBuffer
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, []string{"serve", "-addr", "127.0.0.1:0", "-data", data, "-fsync", "never",
+			"--webhook", rcv.URL, "--webhook", stuck.URL + "/hook"},
+			env(map[string]string{"CHATRELAY_WEBHOOK_SECRET": rcv.Secret}), strings.NewReader(""), pw, &stderr)
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	assert.True(t, lines.Scan(), "serve wrote nothing; log:\n%s", stderr.String())
+	m := regexp.MustCompile(`^listening on (http://127\.0\.0\.1:[0-9]+/)$`).FindStringSubmatch(lines.Text())
+	assert.True(t, m != nil, "first line %q", lines.Text())
+	go io.Copy(io.Discard, pr)
+	base := m[1]
+
+	post(t, base, "wake up")
+	var hungAt time.Time
+	select {
+	case <-hung:
+		hungAt = time.Now()
+	case <-time.After(10 * time.Second):
+		t.Fatal("no attempt reached the receiver that never answers")
+	}
+	assert.Eventually(t, 10*time.Second, "chatrelay_webhook_total{result=\"delivered\"} 1", func() bool {
+		res, err := http.Get(base + "metrics")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return strings.Contains(string(b), `chatrelay_webhook_total{result="delivered"} 1`)
+	})
+	cancel()
+	select {
+	case err := <-errc:
+		assert.Success(t, err)
+	case <-time.After(chatrelay.DefaultShutdownTimeout + 5*time.Second):
+		t.Fatal("serve did not return with an attempt in flight")
+	}
+	// Not the attempt's own end (WebhookTimeout after it started): its cancel.
+	assert.True(t, time.Since(hungAt) < chatrelay.WebhookTimeout/2, "serve returned %v after the attempt started: it waited for it", time.Since(hungAt))
 }
