@@ -108,9 +108,12 @@ func EventOf(was, m *chatrelay.Message) string {
 // GrantEventOf says which event a write of grant g causes, "" for none:
 // was is the grant as it was before the write. Its first use is
 // participant.joined; its revoke, or its expiry once noticed, is
-// participant.revoked.
+// participant.revoked. A device (the owner's, on the same record) is no
+// participant: none.
 func GrantEventOf(was, g *chatrelay.Grant) string {
 	switch {
+	case g.Device():
+		return ""
 	case !was.Used && g.Used:
 		return EventParticipantJoined
 	case was.RevokedAt == 0 && !was.ExpiryNoted && (g.RevokedAt != 0 || g.ExpiryNoted):

@@ -108,11 +108,18 @@ func TestConformanceWebhooks(t *testing.T) {
 			appendText(t, b.Store, thA, chatrelay.Hermes, "hello") // hermes's: no event
 			alex, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter})
 			bo, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Bo", Role: chatrelay.Viewer, ExpiresIn: time.Hour})
+			// The owner's device, kept on the same record, is no participant: no event.
+			dev, _ := chatrelay.DeviceRequest{Name: "phone", ExpiresIn: time.Hour}.Grant(clk.Now())
+			assert.Success(t, p.Invite(ctx, thA, dev))
+			_, err := p.Seen(ctx, thA, dev.ID, clk.Now().UnixMilli())
+			assert.Success(t, err)
+			_, err = p.Revoke(ctx, thA, dev.ID)
+			assert.Success(t, err)
 			for range 2 {
 				_, err := p.MarkUsed(ctx, thA, alex.ID)
 				assert.Success(t, err)
 			}
-			_, err := p.Revoke(ctx, thA, alex.ID)
+			_, err = p.Revoke(ctx, thA, alex.ID)
 			assert.Success(t, err)
 			clk.Advance(2 * time.Hour)
 			_, err = p.NoteExpired(ctx, thA, bo.ID)
