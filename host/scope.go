@@ -20,6 +20,10 @@ func (v *Verbs) ForAgent(k chatrelay.AgentKey) *Verbs {
 	return a
 }
 
+// ChangeFeed is the store's change feed the verbs follow (Verbs.Feed, made
+// on first use).
+func (v *Verbs) ChangeFeed() *store.Feed { return v.feed() }
+
 // reaches reports whether thread is in the verbs' scope.
 func (v *Verbs) reaches(thread string) bool { return v.Reaches == nil || v.Reaches(thread) }
 
