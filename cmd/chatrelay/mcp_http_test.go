@@ -393,3 +393,30 @@ func TestMCPRevokeEndsSessionsWithinASecond(t *testing.T) {
 		assert.True(t, !r.IsError, "the other key's session: %+v", r)
 	})
 }
+
+// TestMCPWaitOutlivesTheServerTimeouts: a tool call's answer comes on its
+// POST's own event stream, so a wait holds its request open for as long
+// as it waits: past the listener's read and write timeouts (30 s), which
+// /mcp lifts (without that, the request is cut at 30 s and the call gets
+// no answer). It waits the timeouts and 5 s more, really.
+func TestMCPWaitOutlivesTheServerTimeouts(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	owner := opsToken("mcp long wait")
+	thread := chatrelay.ThreadOf(owner)
+	assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
+	key, _ := addAgent(t, sa, "patient")
+	cs := mcpClient(t, n.base, key, nil)
+	wait := max(chatrelay.DefaultHTTPWriteTimeout, chatrelay.DefaultReadTimeout) + 5*time.Second
+	p := &mcp.CallToolParams{Name: chatrelay.ToolName("wait_messages"),
+		Arguments: map[string]any{"thread": thread, "since": 1 << 50, "timeout": int(wait.Seconds())}}
+	p.SetProgressToken("long")
+	r, err := cs.CallTool(t.Context(), p)
+	assert.Success(t, err)
+	var w struct {
+		TimedOut bool `json:"timed_out"`
+	}
+	structured(t, r, &w)
+	assert.True(t, !r.IsError && w.TimedOut, "the long wait's answer: %+v", r)
+}
