@@ -420,3 +420,77 @@ func TestMCPWaitOutlivesTheServerTimeouts(t *testing.T) {
 	structured(t, r, &w)
 	assert.True(t, !r.IsError && w.TimedOut, "the long wait's answer: %+v", r)
 }
+
+// TestMCPOverHTTPFromTheTypeScriptSDK: the official TypeScript SDK's
+// StreamableHTTPClientTransport (testdata/mcpjs, pinned by its lock file),
+// in Node, with an agent key: a wrong key is refused 401; it lists the
+// tools with the bundle's input and output schemas, sends, opens an
+// approval and waits, with a request timeout (3 s, standing in for its
+// default 60 s) that progress notifications reset
+// (resetTimeoutOnProgress), longer than that timeout, until the person
+// approves; the answer is approved.
+func TestMCPOverHTTPFromTheTypeScriptSDK(t *testing.T) {
+	t.Parallel()
+	node := lookPath(t, "node")
+	dir := installMCPClient(t, lookPath(t, "npm"))
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	owner := opsToken("mcp ts")
+	thread := chatrelay.ThreadOf(owner)
+	key, _ := addAgent(t, sa, "ts-agent")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, dir+"/httpclient.mjs", n.base+chatrelay.PathMCP, key, n.base, owner, thread, "3000")
+	cmd.Dir = dir
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node httpclient.mjs: %v\n%s\nserver log:\n%s", err, stderr.String(), n.log)
+	}
+	type toolResult struct {
+		IsError           bool            `json:"isError"`
+		StructuredContent json.RawMessage `json:"structuredContent"`
+	}
+	var out struct {
+		WrongKey struct {
+			Code    int
+			Message string
+		}
+		Server struct{ Name string }
+		Tools  []struct {
+			Name         string          `json:"name"`
+			InputSchema  json.RawMessage `json:"inputSchema"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
+		}
+		Post, Respond              int
+		Send, Ask, Wait            toolResult
+		Progress                   []struct{ Progress, Total float64 }
+		WaitedMs, RequestTimeoutMs float64
+	}
+	assert.Success(t, json.Unmarshal(stdout, &out))
+	assert.True(t, out.WrongKey.Code == 401, "a wrong key: %+v", out.WrongKey)
+	assert.Equal(t, "server", out.Server.Name, "chatrelay")
+	assert.Equal(t, "tools", len(out.Tools), len(chatrelay.Verbs()))
+	for _, tl := range out.Tools {
+		verb := strings.TrimPrefix(tl.Name, "chatrelay_")
+		def, ok := chatrelay.SchemaDef(verb + ".input")
+		assert.True(t, ok && schematest.SameJSON(tl.InputSchema, def), "%s's input schema: %s", tl.Name, tl.InputSchema)
+		assert.True(t, schematest.SameJSON(tl.OutputSchema, mcpserver.OutputSchema(verb)), "%s's output schema: %s", tl.Name, tl.OutputSchema)
+	}
+	assert.Equal(t, "the person's post", out.Post, 201)
+	for verb, r := range map[string]toolResult{"send": out.Send, "request_approval": out.Ask, "wait_interaction": out.Wait} {
+		assert.True(t, !r.IsError, "chatrelay_%s: %+v", verb, r)
+		schematest.Valid(t, verb+".result", r.StructuredContent)
+	}
+	var sent struct{ Message chatrelay.Message }
+	assert.Success(t, json.Unmarshal(out.Send.StructuredContent, &sent))
+	assert.Equal(t, "author_name", sent.Message.AuthorName, "ts-agent")
+	assert.Equal(t, "the person's answer", out.Respond, 200)
+	var waited host_InteractionResult
+	assert.Success(t, json.Unmarshal(out.Wait.StructuredContent, &waited))
+	assert.Equal(t, "the wait's outcome", waited.Interaction.State, chatrelay.Approved)
+	assert.True(t, out.WaitedMs > out.RequestTimeoutMs, "the wait (%v ms) did not outlive the request timeout (%v ms)", out.WaitedMs, out.RequestTimeoutMs)
+	assert.True(t, len(out.Progress) >= 5, "progress notifications: %d", len(out.Progress))
+}
