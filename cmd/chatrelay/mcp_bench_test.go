@@ -3,8 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -194,7 +194,9 @@ func BenchmarkMCPHTTPAgents(b *testing.B) {
 		}
 	}
 	slices.Sort(ls)
-	q := func(p float64) float64 { return float64(ls[min(len(ls)-1, int(p*float64(len(ls))))].Microseconds()) / 1000 }
+	q := func(p float64) float64 {
+		return float64(ls[min(len(ls)-1, int(p*float64(len(ls))))].Microseconds()) / 1000
+	}
 	b.ReportMetric(q(0.50), "p50-ms")
 	b.ReportMetric(q(0.99), "p99-ms")
 	b.ReportMetric(float64(after-before)/agents, "KiB/session")
