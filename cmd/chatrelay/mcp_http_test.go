@@ -494,3 +494,34 @@ func TestMCPOverHTTPFromTheTypeScriptSDK(t *testing.T) {
 	assert.True(t, out.WaitedMs > out.RequestTimeoutMs, "the wait (%v ms) did not outlive the request timeout (%v ms)", out.WaitedMs, out.RequestTimeoutMs)
 	assert.True(t, len(out.Progress) >= 5, "progress notifications: %d", len(out.Progress))
 }
+
+// TestMCPBounds: a key's sessions past --mcp-sessions-per-key are refused
+// 429 too_many_streams (another key still connects), and a key's writes
+// past its window (--rate-ip: the key counts as one client address) are
+// the tool's error rate_limited, which stores nothing.
+func TestMCPBounds(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa, "--mcp-sessions-per-key", "1", "--rate-ip", "1")
+	owner := opsToken("mcp bounds")
+	thread := chatrelay.ThreadOf(owner)
+	assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
+	key, _ := addAgent(t, sa, "busy")
+	cs := mcpClient(t, n.base, key, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "second", Version: "1"}, nil)
+	_, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: n.base + chatrelay.PathMCP,
+		HTTPClient: &http.Client{Transport: bearerTransport{key}}, MaxRetries: -1}, nil)
+	assert.True(t, err != nil && strings.Contains(err.Error(), "Too Many Requests"), "a second session of the key: %v", err) // 429
+	other, _ := addAgent(t, sa, "other")
+	mcpClient(t, n.base, other, nil)
+
+	r := callTool(t, cs, "send", map[string]any{"thread": thread, "text": "one"})
+	assert.True(t, !r.IsError, "the first send: %+v", r)
+	r = callTool(t, cs, "send", map[string]any{"thread": thread, "text": "two"})
+	var te mcpserver.ToolError
+	structured(t, r, &te)
+	assert.True(t, r.IsError && te.Code == chatrelay.RateLimited, "the second send: %+v", te)
+	rd := runCLI(t, nil, "", append([]string{"show", thread, "--json"}, sa...)...)
+	assert.Success(t, rd.err)
+	assert.True(t, !strings.Contains(rd.stdout, `"two"`), "the refused send was stored: %s", rd.stdout)
+}
