@@ -130,8 +130,12 @@ func (h *HTTP) admit(k chatrelay.AgentKey) (release func(), err error) {
 	total, mine := h.pending, 0
 	for id, as := range h.servers {
 		n := 0
-		for range as.srv.Sessions() {
-			n++
+		for ss := range as.srv.Sessions() {
+			// A session whose first request was no initialize is being
+			// closed by the SDK (at the end of that request): not counted.
+			if ss.InitializeParams() != nil {
+				n++
+			}
 		}
 		total += n
 		if id == k.ID {
