@@ -67,6 +67,8 @@ const (
 	InvalidCard        Code = "invalid_card"
 	// chatrelay's own, where the contract is silent.
 	TooManyReactions Code = "too_many_reactions"
+	// Part 5 (devices).
+	DeviceLimit Code = "device_limit"
 )
 
 // CodeInfo is a row of the code table: a code, the HTTP status of an
@@ -123,6 +125,7 @@ var codeTable = []CodeInfo{
 	{CapReached, 429, false, "the grant's cap is spent"},
 	{ParticipantsUnreadable, 503, false, "the participants record does not parse"},
 	{TooManyReactions, 409, false, "a new emoji on a message that has the most distinct ones"},
+	{DeviceLimit, 409, false, "the thread has the most active devices"},
 }
 
 // CodeTable returns the code table: every code with its status, whether
