@@ -16,9 +16,19 @@
 //	                    only: the thread's rev is the newer of it and the
 //	                    newest message's epoch); "trimmed_rev", the newest
 //	                    rev retention dropped; "v2", set once the thread
-//	                    has v2 state (a v1-only thread never reads any)
-//	<prefix>{T}:ids     hash: the id suffixes taken in the thread's newest
-//	                    second, while it has several messages (expires)
+//	                    has v2 state (a v1-only thread never reads any);
+//	                    "title"; and what an append needs, so that it reads
+//	                    no message: "last", the newest message's epoch;
+//	                    "first", at most the oldest's; "sec" and "sfx", the
+//	                    newest message's second and the id suffixes taken
+//	                    in it (" <suffix>" each). A thread without "last"
+//	                    (written by an older version) has them read from
+//	                    its log by its next append. Every script that adds
+//	                    to the log keeps them; one that drops messages keeps
+//	                    "first" at most the oldest's (dropping only the
+//	                    oldest does, by itself)
+//	<prefix>{T}:ids     (no longer written: older versions kept the id
+//	                    suffixes here; it expired after 10s)
 //	<prefix>{T}:v2      hash: epoch -> the current v2 object of each message
 //	                    with v2 state (a v2 field, or a change); a message
 //	                    without has for v2 object its v1 JSON and "rev"
@@ -41,8 +51,8 @@
 //	                    epoch known lost with an earlier one (gen.go)
 //	<prefix>ticket-key  string: the ticket signing key nodes share (TicketKey)
 //	<prefix>feed        pub/sub channel of the change feed (not a key)
-//	<prefix>{rl}:t:T    sorted sets of the rate windows (RateLimiter)
-//	<prefix>{rl}:i:IP
+//	<prefix>{rl}:tl:T   lists of the rate windows' posts (RateLimiter)
+//	<prefix>{rl}:il:IP
 //	<prefix>{sl}:t:T    sorted sets of open-stream leases (StreamLimiter)
 //	<prefix>{sl}:i:IP
 //	<prefix>{sl}:p:T    (the thread's participants' streams)
@@ -68,6 +78,11 @@
 //
 // and two read a thread in one step: changesScript (the v2 view with its
 // marks and the generation) and messageScript (one message, for a change).
+//
+// The scripts of a post (the rate windows' and the append) go through the
+// batcher (batch.go): the ones that wait at the same moment are sent in one
+// pipeline, so that Redis reads and answers them in one system call each;
+// each still runs alone and answers its own caller.
 //
 // appendScript checks that the thread exists (MustExist) or that creating
 // it stays within MaxThreads; answers a client_id it finds in cids with that
@@ -204,6 +219,9 @@ type Store struct {
 
 	pingEvery time.Duration // chatrelay.DefaultFeedPing; tests shorten it
 
+	calls chan *scriptCall // the scripts waiting for a sender (batch.go)
+	slots chan struct{}    // one token per call out (batch.go)
+
 	// What the store knows of Redis's data set (gen.go).
 	seen   atomic.Int64               // the newest epoch this store read or its feed announced
 	gen    atomic.Pointer[generation] // the generation this store saw last; nil before the first
@@ -307,6 +325,7 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 		s.close()
 		return nil, s.unavailable("open", err)
 	}
+	s.startBatcher()
 	return s, nil
 }
 
@@ -359,7 +378,6 @@ func (s *Store) enter() bool {
 
 func (s *Store) logKey(thread string) string    { return s.prefix + "{" + thread + "}:log" }
 func (s *Store) metaKey(thread string) string   { return s.prefix + "{" + thread + "}:meta" }
-func (s *Store) idsKey(thread string) string    { return s.prefix + "{" + thread + "}:ids" }
 func (s *Store) v2Key(thread string) string     { return s.prefix + "{" + thread + "}:v2" }
 func (s *Store) grantsKey(thread string) string { return s.prefix + "{" + thread + "}:grants" }
 func (s *Store) auditKey(thread string) string  { return s.prefix + "{" + thread + "}:audit" }
