@@ -22,7 +22,8 @@ import (
 )
 
 // BenchmarkMCPHTTPAgents: 100 agents over MCP HTTP (the official Go SDK's
-// client, one agent key and one session each, scoped to its own thread)
+// client, one session each; "a key each": one agent key each, scoped to
+// its own thread; "one key": one key for every thread, shared)
 // each ask for approval and wait for it (wait_interaction, with progress),
 // again and again, while a person answers one approval every second over
 // the API. It reports answer → tool result p50 and p99 (the respond POST
@@ -33,10 +34,17 @@ import (
 //
 //	go test -run '^$' -bench MCPHTTPAgents -benchtime 60x ./cmd/chatrelay
 func BenchmarkMCPHTTPAgents(b *testing.B) {
+	b.Run("a key each", func(b *testing.B) { benchMCPAgents(b, false) })
+	b.Run("one key", func(b *testing.B) { benchMCPAgents(b, true) })
+}
+
+// benchMCPAgents is BenchmarkMCPHTTPAgents with a key per agent (scoped
+// to its thread), or one key for every thread shared by all.
+func benchMCPAgents(b *testing.B, oneKey bool) {
 	const agents = 100
 	data := b.TempDir()
 	cmd := exec.Command(chatrelayBinary(b), "serve", "--addr", "127.0.0.1:0", "--data", data, "--fsync", "never", "--mcp",
-		"--rate-thread", "1000000", "--rate-ip", "1000000", "--log-level", "warn")
+		"--rate-thread", "1000000", "--rate-ip", "1000000", "--log-level", "warn", "--mcp-sessions-per-key", strconv.Itoa(agents))
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	out, err := cmd.StdoutPipe()
@@ -81,6 +89,13 @@ func BenchmarkMCPHTTPAgents(b *testing.B) {
 	for i, a := range as {
 		var stdout, stderr bytes.Buffer
 		args := append([]string{"agent", "add", fmt.Sprint("agent-", i), "--threads", a.thread, "--fsync", "never"}, sa...)
+		if oneKey && i > 0 {
+			keys[i] = keys[0]
+			continue
+		}
+		if oneKey {
+			args = append([]string{"agent", "add", "agents", "--fsync", "never"}, sa...)
+		}
 		if err := run(context.Background(), args, func(string) string { return "" }, strings.NewReader(""), &stdout, &stderr); err != nil {
 			b.Fatal(err, stderr.String())
 		}
