@@ -525,3 +525,21 @@ func TestMCPBounds(t *testing.T) {
 	assert.Success(t, rd.err)
 	assert.True(t, !strings.Contains(rd.stdout, `"two"`), "the refused send was stored: %s", rd.stdout)
 }
+
+// TestMCPIdleSessionEnds: a session with no request for --mcp-idle ends
+// (the SDK's session timeout); a call on it then fails, and a new session
+// of the same key works.
+func TestMCPIdleSessionEnds(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa, "--mcp-idle", "300ms")
+	key, _ := addAgent(t, sa, "sleepy")
+	cs := mcpClient(t, n.base, key, nil)
+	assert.Eventually(t, 10*time.Second, "the idle session's end", func() bool {
+		return strings.Contains(n.log.String(), `msg="server session disconnected" session_id=`+cs.ID())
+	})
+	_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: chatrelay.ToolName("list_threads"), Arguments: map[string]any{}})
+	assert.True(t, err != nil, "a call on the ended session went through")
+	r := callTool(t, mcpClient(t, n.base, key, nil), "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "a new session: %+v", r)
+}
