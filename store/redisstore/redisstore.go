@@ -190,7 +190,12 @@ type Options struct {
 	// StoreUnavailable, so a Redis that stalls makes requests fail in
 	// Timeout rather than hang. Defaults to 2s.
 	Timeout time.Duration
-	Now     func() time.Time
+	// Webhooks are the webhook destinations (store.DestinationID) a
+	// server delivers to: Open records them in Redis and makes their
+	// consumer groups, and every store opened on the same Redis and
+	// prefix (other nodes, the host CLI) then queues events (outbox.go).
+	Webhooks []string
+	Now      func() time.Time
 	// Now defaults to time.Now. It gives epochs and retention ages, like the
 	// file store's clock; nodes are expected to keep their clocks in sync
 	// (an epoch is still strictly increasing within a thread if they do not).
@@ -209,6 +214,10 @@ type Store struct {
 	genKey  string // the generation key (gen.go)
 	pending string // the pending interactions' index key
 	gindex  string // the grant index key (participants.go)
+	events  string // the webhook events' stream (outbox.go)
+	hooks   bool   // queue webhook events (outbox.go); set by open
+	outOnce sync.Once
+	out     *outbox
 
 	closing context.Context // done once Close is called
 	close   context.CancelFunc
@@ -303,6 +312,7 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 
 		pending: opt.Prefix + "pending",
 		gindex:  opt.Prefix + "grant-index",
+		events:  opt.Prefix + "webhook:events",
 
 		pingEvery: chatrelay.DefaultFeedPing,
 		wake:      make(chan struct{}),
@@ -326,6 +336,12 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 		return nil, s.unavailable("open", err)
 	}
 	s.startBatcher()
+	if err := s.setupHooks(ctx); err != nil {
+		unrouteClientLog(s)
+		rdb.Close()
+		s.close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -388,7 +404,7 @@ var threadKeys = [...]string{"log", "meta", "ids", "v2", "v2e", "revs", "cids", 
 
 // keys returns the keys every script of a thread is given: the thread's
 // (threadKeys), then the thread index, the generation, the pending index
-// and the grant index. The thread's keys are slices of one string: an
+// the grant index and the webhook events' stream. The thread's keys are slices of one string: an
 // append allocates two values for them, not ten.
 func (s *Store) keys(thread string) []string {
 	base := len(s.prefix) + len(thread) + 3 // <prefix>{T}:
@@ -404,13 +420,13 @@ func (s *Store) keys(thread string) []string {
 		ends[i] = b.Len()
 	}
 	all := b.String()
-	k := make([]string, len(threadKeys), len(threadKeys)+4)
+	k := make([]string, len(threadKeys), len(threadKeys)+5)
 	start := 0
 	for i, end := range ends {
 		k[i] = all[start:end]
 		start = end
 	}
-	return append(k, s.index, s.genKey, s.pending, s.gindex)
+	return append(k, s.index, s.genKey, s.pending, s.gindex, s.events)
 }
 
 // unavailable wraps a Redis failure: StoreUnavailable for anything that

@@ -14,7 +14,7 @@ import "github.com/redis/go-redis/v9"
 const luaCommon = `
 local K = {log = KEYS[1], meta = KEYS[2], ids = KEYS[3], v2 = KEYS[4], v2e = KEYS[5], revs = KEYS[6],
   cids = KEYS[7], ixs = KEYS[8], grants = KEYS[9], audit = KEYS[10],
-  index = KEYS[11], gen = KEYS[12], pending = KEYS[13], gindex = KEYS[14]}
+  index = KEYS[11], gen = KEYS[12], pending = KEYS[13], gindex = KEYS[14], events = KEYS[15]}
 
 local function epochOf(id) return tonumber(string.match(id, '^(%d+)')) end
 local function fmt(n) return string.format('%.0f', n) end
@@ -154,7 +154,8 @@ end
 //	21 the thread's title to set ("" to leave it: open_thread sets it)
 //	22 the id's stamp and ts of now's second ("YYYYMMDD-HHMMSS <ts>"):
 //	   the script computes them only for an epoch in a later second
-//	23… id suffix candidates (6 hex each)
+//	23 the webhook event to queue ("" if none: outbox.go)
+//	24… id suffix candidates (6 hex each)
 //
 // An append that makes a thread creates the generation if it is missing, so
 // that a data set's start is never after its first message (a thread that
@@ -244,7 +245,7 @@ end
 -- (" <suffix>" each) if "sec" is that second, else (written before meta
 -- kept them) read from the log. The JSON starts {"id":"MSG-YYYYMMDD-HHMMSS-
 -- so the suffix is bytes 28 to 33.
-local suffix = ARGV[23]
+local suffix = ARGV[24]
 local sec = fmt(secs)
 local taken = ''
 if prev >= secs * 1000 then
@@ -258,7 +259,7 @@ if prev >= secs * 1000 then
     taken = table.concat(t)
   end
   suffix = nil
-  for i = 23, #ARGV do
+  for i = 24, #ARGV do
     if not string.find(taken, ' ' .. ARGV[i], 1, true) then suffix = ARGV[i] break end
   end
   if not suffix then return {'collision'} end
@@ -313,6 +314,9 @@ end
 redis.call('HSET', K.meta, 'last', es, 'first', fmt(first), 'sec', sec, 'sfx', taken .. ' ' .. suffix, unpack(set))
 redis.call('ZADD', K.index, es, thread)
 announce(ARGV[9], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or json)
+if ARGV[23] ~= '' then
+  redis.call('XADD', K.events, '*', 't', ARGV[23], 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
+end
 if participant ~= '' then redis.call('PUBLISH', ARGV[9], thread .. ' P') end
 return {'ok', es, id, json, v2json}
 `)
@@ -322,7 +326,8 @@ return {'ok', es, id, json, v2json}
 // computed the change from that state). KEYS: Store.keys. ARGV: thread,
 // the message's epoch, the rev read, now (ms), the new v2 object up to its
 // rev ("…,\"rev\":") and after it, the interaction id to take out of the
-// pending index ("" if none), the feed channel. The change takes the
+// pending index ("" if none), the feed channel, the webhook event to
+// queue ("" if none: outbox.go). The change takes the
 // thread's next epoch as the message's rev: max(now, the thread's rev + 1).
 //
 // It answers {"ok", rev}, {"retry"} (the message changed since it was
@@ -346,6 +351,9 @@ redis.call('HSET', K.meta, 'rev', rs, 'v2', '1')
 if ARGV[7] ~= '' then redis.call('ZREM', K.pending, thread .. ' ' .. ARGV[7]) end
 redis.call('ZADD', K.index, 'XX', rs, thread)
 announce(ARGV[8], thread, prevRev, num(meta[1]), num(meta[3]), v2json)
+if ARGV[9] ~= '' then
+  redis.call('XADD', K.events, '*', 't', ARGV[9], 'th', thread, 'at', rs, 'm', v2json)
+end
 return {'ok', rs}
 `)
 
@@ -461,8 +469,9 @@ return {n - redis.call('XLEN', K.log), 0}
 // the grant id to add to the record's order ("" if none), the ids of
 // grants to remove (space-separated, "" if none) and the digest prefixes
 // of theirs to take out of the grant index (if it points at this thread),
-// then field and value pairs to set. It answers "ok", "retry" or
-// "not_found".
+// the webhook event to queue ("" if none: outbox.go), its time (ms) and
+// its participant object, then field and value pairs to set. It answers
+// "ok", "retry" or "not_found".
 var grantsScript = redis.NewScript(luaCommon + `
 local thread = ARGV[1]
 if ARGV[4] == '1' and redis.call('XLEN', K.log) == 0 then return 'not_found' end
@@ -482,8 +491,11 @@ if ARGV[7] ~= '' then
     if redis.call('HGET', K.gindex, p) == thread then redis.call('HDEL', K.gindex, p) end
   end
 end
-for i = 9, #ARGV, 2 do
+for i = 12, #ARGV, 2 do
   redis.call('HSET', K.grants, ARGV[i], ARGV[i + 1])
+end
+if ARGV[9] ~= '' then
+  redis.call('XADD', K.events, '*', 't', ARGV[9], 'th', thread, 'at', ARGV[10], 'p', ARGV[11])
 end
 if ARGV[6] ~= '' then
   local o = redis.call('HGET', K.grants, '.order')

@@ -44,6 +44,9 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 			r.ix, r.deadline = ix.ID, ix.Deadline
 		}
 	}
+	if s.hooks {
+		r.event = store.EventOf(nil, &chatrelay.Message{Author: m.Author, Interaction: ix})
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var g chatrelay.Grant
@@ -141,6 +144,7 @@ type appendReq struct {
 	// grant with one more post, and whether its cap is spent.
 	grant, version, next string
 	capSpent             bool
+	event                string // the webhook event to queue ("" if none)
 }
 
 // runAppend runs appendScript once, offering the id suffixes given.
@@ -152,11 +156,11 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		return "0"
 	}
 	now := s.now()
-	args := make([]any, 0, 22+len(suffixes))
+	args := make([]any, 0, 23+len(suffixes))
 	args = append(args, thread, now.UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
 		s.opt.MaxThreads, flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(r.m.Text), s.feed, s.seen.Load(), randomHex(8),
 		r.m.ClientID, r.tail, r.ix, r.deadline,
-		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max, r.m.Title, secondOf(now))
+		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max, r.m.Title, secondOf(now), r.event)
 	for _, x := range suffixes {
 		args = append(args, x)
 	}
