@@ -53,6 +53,9 @@ type Config struct {
 	// PrivateMetrics leaves GET /metrics off this handler: it is served
 	// only by OpsHandler, on a private listener (--metrics-addr).
 	PrivateMetrics bool
+	// MCP serves MCP over HTTP at <prefix>/mcp (serve --mcp) to agent keys
+	// the store keeps (store.Agents); nil: /mcp is not_found (mcp.go).
+	MCP MCPHandler
 }
 
 // Server is the chat's HTTP handler. Run feeds its hub from the store;
