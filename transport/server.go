@@ -56,6 +56,9 @@ type Config struct {
 	// MaxAttachmentBytes is the most bytes of one attachment
 	// (--max-attachment-bytes); defaults to chatrelay.LimitAttachmentBytes.
 	MaxAttachmentBytes int64
+	// MCP serves MCP over HTTP at <prefix>/mcp (serve --mcp) to agent keys
+	// the store keeps (store.Agents); nil: /mcp is not_found (mcp.go).
+	MCP MCPHandler
 }
 
 // Server is the chat's HTTP handler. Run feeds its hub from the store;
