@@ -57,6 +57,9 @@ type Config struct {
 	// PrivateMetrics leaves GET /metrics off this handler: it is served
 	// only by OpsHandler, on a private listener (--metrics-addr).
 	PrivateMetrics bool
+	// MaxAttachmentBytes is the most bytes of one attachment
+	// (--max-attachment-bytes); defaults to chatrelay.LimitAttachmentBytes.
+	MaxAttachmentBytes int64
 	// MCP serves MCP over HTTP at <prefix>/mcp (serve --mcp) to agent keys
 	// the store keeps (store.Agents); nil: /mcp is not_found (mcp.go).
 	MCP MCPHandler
@@ -119,6 +122,9 @@ func NewServer(cfg Config) *Server {
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = chatrelay.DefaultHeartbeat
+	}
+	if cfg.MaxAttachmentBytes <= 0 {
+		cfg.MaxAttachmentBytes = int64(chatrelay.LimitAttachmentBytes.Max)
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = chatrelay.DefaultWriteTimeout
