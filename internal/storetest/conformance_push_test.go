@@ -13,6 +13,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/webpush"
 )
@@ -149,6 +150,28 @@ func TestConformancePush(t *testing.T) {
 				tc.run(t, Open(t, backend, Options{}))
 			})
 		}
+	})
+}
+
+// TestPushSubscriptionsLeaveWithTheirThread: the sweep that removes an
+// expired thread removes its subscriptions; the same token's new thread
+// starts with none.
+func TestPushSubscriptionsLeaveWithTheirThread(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		clk := testclock.New(t0)
+		b := Open(t, backend, Options{Now: clk.Now, Retention: chatrelay.Retention{Age: time.Hour}})
+		p := pushOf(t, b)
+		ctx := t.Context()
+		appendText(t, b.Store, thA, "", "hello")
+		_, _, err := p.PushSubscribe(ctx, thA, pushSub(1, chatrelay.SubscriberOwner))
+		assert.Success(t, err)
+		clk.Advance(2 * time.Hour)
+		st, err := b.Store.Sweep(ctx)
+		assert.Success(t, err)
+		assert.Equal(t, "threads removed", st.ThreadsRemoved, 1)
+		appendText(t, b.Store, thA, "", "hello again")
+		subs, err := p.PushSubscriptions(ctx, thA)
+		assert.True(t, err == nil && len(subs) == 0, "the new thread's subscriptions: %v %v", subs, err)
 	})
 }
 

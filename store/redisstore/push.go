@@ -220,3 +220,22 @@ func (s *Store) ClaimPush(ctx context.Context, id string, ttl time.Duration) (bo
 	}
 	return ok, nil
 }
+
+// dropPush removes the push subscriptions of a thread the sweep removed,
+// unless it has a message again (a post came between): under WATCH of
+// both keys, as every write of them.
+func (s *Store) dropPush(ctx context.Context, thread string) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	key, log := s.pushKey(thread), s.logKey(thread)
+	err := s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+		if n, err := tx.XLen(ctx, log).Result(); err != nil || n > 0 {
+			return err
+		}
+		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error { return p.Del(ctx, key).Err() })
+		return err
+	}, key, log)
+	if err != nil && !errors.Is(err, redis.TxFailedErr) {
+		s.log.Warn("sweep: remove a removed thread's push subscriptions", "thread", thread, "err", err)
+	}
+}
