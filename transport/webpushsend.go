@@ -119,6 +119,8 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 	for _, r := range []string{pushSent, pushRetried, pushGone, pushRejected, pushFailed, pushBlocked, pushDropped, pushRevoked} {
 		ps.total.WithLabelValues(r)
 	}
+	ps.claims.WithLabelValues("true")
+	ps.claims.WithLabelValues("false")
 	s.ops.reg.MustRegister(ps.total, ps.claims)
 	return ps
 }
