@@ -15,6 +15,7 @@ import (
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/pushtest"
+	"github.com/chatrelay/chatrelay/internal/schematest"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
@@ -188,6 +189,7 @@ func awaitPushes(t *testing.T, svc *pushtest.Service, path string, n int) ([]pus
 	var out []payload
 	for _, p := range got {
 		assert.Success(t, p.Err)
+		schematest.Valid(t, "push.payload", p.Plain)
 		var pl payload
 		assert.Success(t, json.Unmarshal(p.Plain, &pl))
 		assert.True(t, len(p.Plain) <= chatrelay.LimitPushPayload.Max, "a payload of %d bytes", len(p.Plain))
