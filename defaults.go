@@ -36,6 +36,10 @@ const (
 	DefaultWriteTimeout = 10 * time.Second // one stream write
 	DefaultSweepEvery   = time.Hour        // retention sweep interval
 	DefaultLockTimeout  = 10 * time.Second // the wait for another process's lock
+	// DefaultDeviceSeen is how stale a device's last_seen may grow: a
+	// request of the device records its time when the one recorded is
+	// older (a write of the participants record, not one per request).
+	DefaultDeviceSeen = 10 * time.Minute
 
 	// The HTTP servers' timeouts (serve's listener; the private metrics
 	// listener writes for longer: a CPU profile takes 30 s by default).

@@ -67,6 +67,8 @@ const (
 	InvalidCard        Code = "invalid_card"
 	// chatrelay's own, where the contract is silent.
 	TooManyReactions Code = "too_many_reactions"
+	// Part 5 (devices).
+	DeviceLimit Code = "device_limit"
 	// Part 5 (Web Push).
 	InvalidPushEndpoint Code = "invalid_push_endpoint"
 	PushLimit           Code = "push_limit"
@@ -127,6 +129,7 @@ var codeTable = []CodeInfo{
 	{CapReached, 429, false, "the grant's cap is spent"},
 	{ParticipantsUnreadable, 503, false, "the participants record does not parse"},
 	{TooManyReactions, 409, false, "a new emoji on a message that has the most distinct ones"},
+	{DeviceLimit, 409, false, "the thread has the most active devices"},
 	{InvalidPushEndpoint, 400, false, "a push subscription that is not https, whose host is a private address, or not of a subscription's shape"},
 	{PushLimit, 409, false, "the thread has the most push subscriptions"},
 	{PushDisabled, 404, false, "push is turned off on this server (--push=false)"},

@@ -17,7 +17,8 @@ import (
 // record.
 
 // AdmitGrant is how every backend's Invite admits g beside a thread's
-// grants: ParticipantLimit if the thread has the most active grants,
+// grants (a device beside the devices, a share link beside the share
+// links): ParticipantLimit or DeviceLimit if the thread has the most active ones,
 // RateLimited if it made the most in the invite window (checkInviteRate), an
 // Internal error if g lacks what a reader relies on (CheckGrant: it would
 // make the record unreadable), and g with a fresh id if its id is taken.
@@ -25,30 +26,44 @@ func AdmitGrant(grants []Grant, g Grant, now time.Time) (Grant, error) {
 	if err := CheckGrant(g); err != nil {
 		return g, &Error{Code: Internal, Message: "internal error", Err: fmt.Errorf("invite: the grant %w", err)}
 	}
+	// A device counts among devices, a share link among share links.
+	grants = slices.DeleteFunc(slices.Clone(grants), func(o Grant) bool { return o.Device() != g.Device() })
 	active := 0
 	for i := range grants {
 		if grants[i].StateAt(now) == Active {
 			active++
 		}
 	}
-	if active >= LimitActiveGrants.Max {
+	switch {
+	case g.Device() && active >= LimitActiveDevices.Max:
+		return g, Errorf(DeviceLimit, "this thread already has %d active devices: revoke one first", active)
+	case !g.Device() && active >= LimitActiveGrants.Max:
 		return g, Errorf(ParticipantLimit, "this thread already has %d active share links: revoke one first", active)
 	}
-	if err := checkInviteRate(grants, now); err != nil {
+	if err := checkInviteRate(grants, now, g.Device()); err != nil {
 		return g, err
 	}
 	for slices.ContainsFunc(grants, func(o Grant) bool { return o.ID == g.ID }) {
-		g.ID = NewParticipantID()
+		if g.Device() {
+			g.ID = NewDeviceID()
+		} else {
+			g.ID = NewParticipantID()
+		}
 	}
 	return g, nil
 }
 
-// CheckGrant checks what a reader of a stored grant relies on: its id,
-// its digest (64 hex) and its expiry. A backend's participants record
-// with a grant that fails it does not parse (it fails closed).
+// CheckGrant checks what a reader of a stored grant relies on: its id (a
+// participant's, or a device's for a grant whose role is Owner), its
+// digest (64 hex) and its expiry. A backend's participants record with a
+// grant that fails it does not parse (it fails closed).
 func CheckGrant(g Grant) error {
 	d, err := hex.DecodeString(g.Digest)
-	if !ValidParticipantID(g.ID) || err != nil || len(d) != 32 || g.ExpiresAt <= 0 {
+	validID := ValidParticipantID(g.ID)
+	if g.Device() {
+		validID = ValidDeviceID(g.ID)
+	}
+	if !validID || err != nil || len(d) != 32 || g.ExpiresAt <= 0 {
 		return errors.New("lacks its id, digest or expiry")
 	}
 	return nil
@@ -58,7 +73,8 @@ func CheckGrant(g Grant) error {
 // that ended (revoked, or expired) more than LimitEndedListed
 // ago, nor, past the newest LimitEndedKept ended ones, the
 // older-ended. It never drops an active grant, nor one created within
-// InviteWindow (the invite window counts those). dropped is
+// InviteWindow (the invite window counts those). Share links and devices
+// are counted apart: each keeps LimitEndedKept ended ones. dropped is
 // what it left out; kept is grants itself when nothing is.
 func PruneGrants(grants []Grant, now time.Time) (kept, dropped []Grant) {
 	ms := now.UnixMilli()
@@ -78,10 +94,16 @@ func PruneGrants(grants []Grant, now time.Time) (kept, dropped []Grant) {
 		return -cmpInt(endedAt(&grants[a], ms), endedAt(&grants[b], ms))
 	})
 	drop := map[int]bool{}
-	for n, i := range ended {
-		if n >= LimitEndedKept.Max || ms-endedAt(&grants[i], ms) > listed {
+	var n [2]int // the ended ones kept so far: share links, devices
+	for _, i := range ended {
+		c := 0
+		if grants[i].Device() {
+			c = 1
+		}
+		if n[c] >= LimitEndedKept.Max || ms-endedAt(&grants[i], ms) > listed {
 			drop[i] = true
 		}
+		n[c]++
 	}
 	if len(drop) == 0 {
 		return grants, nil
@@ -120,10 +142,10 @@ func cmpInt(a, b int64) int {
 }
 
 // checkInviteRate returns RateLimited, with the wait, if the thread's
-// grants hold LimitInvites.Max made within the last
-// InviteWindow (revoked ones too: revoking does not give an
-// invite back).
-func checkInviteRate(grants []Grant, now time.Time) error {
+// grants (of one class: devices, or share links) hold LimitInvites.Max
+// made within the last InviteWindow (revoked ones too: revoking does not
+// give an invite back).
+func checkInviteRate(grants []Grant, now time.Time, devices bool) error {
 	from := now.Add(-InviteWindow).UnixMilli()
 	var made []int64
 	for i := range grants {
@@ -138,8 +160,12 @@ func checkInviteRate(grants []Grant, now time.Time) error {
 	// Room again once all but Max-1 of them have left the window.
 	oldest := made[len(made)-LimitInvites.Max]
 	wait := time.Duration(oldest-from) * time.Millisecond
+	what := "share links"
+	if devices {
+		what = "device links"
+	}
 	return &Error{Code: RateLimited, Retry: max(wait, time.Millisecond),
-		Message: fmt.Sprintf("too many share links made: at most %d per thread in any hour", LimitInvites.Max)}
+		Message: fmt.Sprintf("too many %s made: at most %d per thread in any hour", what, LimitInvites.Max)}
 }
 
 // The refusals of a participant's post, in the order a store checks them:
@@ -160,13 +186,20 @@ var (
 	ErrLinkExpired = Errorf(TokenExpired, "this share link expired: ask the owner for a new one")
 )
 
-// GrantRefusal is ErrLinkRevoked or ErrLinkExpired for a grant that is
-// not active at now, else nil.
+// GrantRefusal is ErrLinkRevoked or ErrLinkExpired (ErrDeviceRevoked or
+// ErrDeviceExpired for a device) for a grant that is not active at now,
+// else nil.
 func GrantRefusal(g Grant, now time.Time) error {
 	switch g.StateAt(now) {
 	case Revoked:
+		if g.Device() {
+			return ErrDeviceRevoked
+		}
 		return ErrLinkRevoked
 	case Lapsed:
+		if g.Device() {
+			return ErrDeviceExpired
+		}
 		return ErrLinkExpired
 	}
 	return nil

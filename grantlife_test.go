@@ -42,3 +42,41 @@ func TestPruneKeepsWhatTheInviteWindowCounts(t *testing.T) {
 	}
 	assert.Equal(t, "the order kept", kept[0].ID, active)
 }
+
+// TestPruneCountsDevicesApart: a thread's ended share links and its ended
+// devices are kept apart, LimitEndedKept of each: a hundred revoked share
+// links never push the owner's ended devices out of its list, and the
+// invite window and the active limits count each class on its own.
+func TestPruneCountsDevicesApart(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	ms := now.UnixMilli()
+	day := int64(24 * 3600 * 1000)
+	var grants []chatrelay.Grant
+	device := chatrelay.Grant{ID: "d_00000001", Role: chatrelay.Owner, CreatedAt: ms - 7*day, ExpiresAt: ms + day, RevokedAt: ms - 2*day}
+	grants = append(grants, device)
+	for i := range chatrelay.LimitEndedKept.Max + 3 {
+		grants = append(grants, chatrelay.Grant{ID: fmt.Sprintf("p_%08x", i), Role: chatrelay.Viewer, CreatedAt: ms - 7*day, ExpiresAt: ms + day, RevokedAt: ms - int64(i+1)*1000})
+	}
+	kept, dropped := chatrelay.PruneGrants(grants, now)
+	assert.Equal(t, "dropped", len(dropped), 3)
+	assert.Equal(t, "the ended device, older-ended than every share link, is kept", kept[0].ID, device.ID)
+	for _, g := range dropped {
+		assert.True(t, !g.Device(), "a device was dropped: %+v", g)
+	}
+
+	// Fifty active share links do not stop a device; ten active devices do.
+	var active []chatrelay.Grant
+	for i := range chatrelay.LimitActiveGrants.Max {
+		active = append(active, chatrelay.Grant{ID: fmt.Sprintf("p_%08x", i), Role: chatrelay.Viewer, CreatedAt: ms - 2*3600*1000, ExpiresAt: ms + day})
+	}
+	in := chatrelay.DeviceRequest{Name: "phone"}
+	assert.Success(t, in.Check())
+	d, _ := in.Grant(now)
+	_, err := chatrelay.AdmitGrant(active, d, now)
+	assert.Success(t, err)
+	for i := range chatrelay.LimitActiveDevices.Max {
+		active = append(active, chatrelay.Grant{ID: fmt.Sprintf("d_%08x", i), Role: chatrelay.Owner, CreatedAt: ms - 2*3600*1000, ExpiresAt: ms + day})
+	}
+	_, err = chatrelay.AdmitGrant(active, d, now)
+	assert.Code(t, err, chatrelay.DeviceLimit)
+}

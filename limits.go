@@ -91,6 +91,10 @@ var (
 	LimitEndedListed = Limit{"participant.ended_listed", 0, 30 * 24 * 3600, Seconds}
 	LimitEndedKept   = Limit{"participant.ended_kept", 0, 100, Count}
 
+	// Devices (Part 5): a device's life, and the active devices of a
+	// thread (beside its share links, not among them).
+	LimitDeviceExpiresIn = Limit{"device.expires_in", 3600, 31536000, Seconds}
+	LimitActiveDevices   = Limit{"device.active", 0, 10, Count}
 	// Web Push (Part 5): subscriptions per thread, and a push's payload
 	// before encryption, whose strings are cut (not refused) to
 	// LimitPushString.
@@ -117,6 +121,7 @@ func Limits() []Limit {
 		LimitClientID, LimitThreadTitle, LimitWaitTimeout,
 		LimitName, LimitExpiresIn, LimitCap, LimitActiveGrants, LimitWaitingPosts, LimitAuditKept,
 		LimitInvites, LimitEndedListed, LimitEndedKept,
+		LimitDeviceExpiresIn, LimitActiveDevices,
 		LimitPushSubscriptions, LimitPushPayload, LimitPushString,
 	}
 }
@@ -125,8 +130,9 @@ func Limits() []Limit {
 const (
 	DefaultInputTimeout    = 10 * time.Minute
 	DefaultApprovalTimeout = time.Hour
-	DefaultExpiresIn       = 7 * 24 * time.Hour // a share link's life
-	DefaultCap             = 50                 // a participant's posts in a grant's life
+	DefaultExpiresIn       = 7 * 24 * time.Hour  // a share link's life
+	DefaultCap             = 50                  // a participant's posts in a grant's life
+	DefaultDeviceExpiresIn = 90 * 24 * time.Hour // a device's life (Part 5)
 )
 
 // Duration is l's Min and Max as durations (for Seconds limits).
@@ -176,6 +182,8 @@ var (
 	TokenPattern         = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	ShareTokenPattern    = regexp.MustCompile(`^chp_[A-Za-z0-9_-]{43}$`)
 	ParticipantIDPattern = regexp.MustCompile(`^p_[0-9a-f]{8}$`)
+	DeviceTokenPattern   = regexp.MustCompile(`^chd_[A-Za-z0-9_-]{43}$`)
+	DeviceIDPattern      = regexp.MustCompile(`^d_[0-9a-f]{8}$`)
 )
 
 // Patterns lists the id patterns by the names the limits artifact gives
@@ -184,6 +192,7 @@ func Patterns() map[string]*regexp.Regexp {
 	return map[string]*regexp.Regexp{
 		"client_id": ClientIDPattern, "interaction_id": InteractionIDPattern, "message_id": MessageIDPattern,
 		"thread": ThreadPattern, "token": TokenPattern, "participant_id": ParticipantIDPattern, "share_token": ShareTokenPattern,
+		"device_id": DeviceIDPattern, "device_token": DeviceTokenPattern,
 	}
 }
 

@@ -75,6 +75,9 @@ type Grant struct {
 	Sent      int    `json:"sent"`
 	Digest    string `json:"digest"` // hex SHA-256 of the share token
 	Used      bool   `json:"used,omitempty"`
+	// LastSeen is a device's latest request (epoch ms; to
+	// DeviceSeenEvery); 0 before its first, and for a participant.
+	LastSeen int64 `json:"last_seen,omitempty"`
 	// ExpiryNoted says the expiry was audited (once, when first noticed).
 	ExpiryNoted bool `json:"expiry_noted,omitempty"`
 }
@@ -234,11 +237,13 @@ func (in Invite) Grant(now time.Time) (Grant, string) {
 }
 
 // AuditEvent is one event of a thread's audit trail: never a token, a
-// digest or a message text.
+// digest or a message text. It names a participant or a device
+// (Grant.AuditOf).
 type AuditEvent struct {
 	At          int64  `json:"at"`
-	Event       string `json:"event"` // issued, revoked, expired, refused, first_use
-	Participant string `json:"participant"`
+	Event       string `json:"event"`                 // issued, revoked, expired, refused, first_use; device_issued, device_revoked, device_expired, device_first_use
+	Participant string `json:"participant,omitempty"` // a participant's event: its id
+	Device      string `json:"device,omitempty"`      // a device's event: its id
 	Code        Code   `json:"code,omitempty"`
 	IP          string `json:"ip,omitempty"`
 }

@@ -36,9 +36,13 @@ const (
 	PushTypeReply             = "reply"
 )
 
-// SubscriberOwner is the Subscriber of the owner's subscriptions; a
-// participant's is its author ("p:p_1a2b3c4d").
-const SubscriberOwner = "owner"
+// SubscriberOwner is the Subscriber of the subscriptions made with the
+// owner's token; a device's is SubscriberDevicePrefix and its id
+// ("d:d_1a2b3c4d"), a participant's its author ("p:p_1a2b3c4d").
+const (
+	SubscriberOwner        = "owner"
+	SubscriberDevicePrefix = "d:"
+)
 
 // PushSubscription is one Web Push subscription of a thread, as stored.
 type PushSubscription struct {

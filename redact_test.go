@@ -33,6 +33,7 @@ func TestRedact(t *testing.T) {
 		{"PEM private key", "key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nabc\n-----END RSA PRIVATE KEY-----\nthanks", "key:\n[redacted]\nthanks"},
 		{"PEM cut short", "-----BEGIN PRIVATE KEY-----\nMIIEv", "[redacted]"},
 		{"share token", "join with chp_" + strings.Repeat("A", 43) + " please", "join with [redacted] please"},
+		{"device token", "my phone: chd_" + strings.Repeat("A", 43) + ".", "my phone: [redacted]."},
 		{"thread token", "my token is " + hex64, "my token is [redacted]"},
 		{"password=", "password=hunter2 and more\nnext", "password=[redacted]\nnext"},
 		{"passwd:", "passwd: hunter2", "passwd: [redacted]"},

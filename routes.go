@@ -23,6 +23,8 @@ const (
 	PathParticipant  = PathParticipants + "/{id}"
 	PathAudit        = PathParticipants + "/audit"
 	PathWhoami       = "/api/chat/whoami"
+	PathDevices      = "/api/chat/devices"
+	PathDevice       = PathDevices + "/{id}"
 	PathSSE          = "/api/chat/stream"
 	PathWS           = "/api/chat/ws"
 	PathSchema       = "/api/schema.json"
@@ -42,15 +44,17 @@ const (
 // Anyone, takes no credentials at all.
 type Callers uint8
 
-// The principals a route may take. (Part 5's devices will be one more bit.)
+// The principals a route may take.
 const (
 	CallerOwner     Callers = 1 << iota // the thread's token (X-Chat-Token)
 	CallerViewer                        // a participant whose role is viewer
 	CallerCommenter                     // a participant whose role is commenter
+	CallerDevice                        // one of the owner's devices (Part 5: Bearer chd_…)
 
-	Anyone  Callers = 0                                            // no credentials
-	Members         = CallerOwner | CallerViewer | CallerCommenter // the owner and every participant
-	Writers         = CallerOwner | CallerCommenter                // who may post: a viewer may not
+	Anyone  Callers = 0                                       // no credentials
+	Owners          = CallerOwner | CallerDevice              // the owner, on any of its devices
+	Members         = Owners | CallerViewer | CallerCommenter // the owner and every participant
+	Writers         = Owners | CallerCommenter                // who may post: a viewer may not
 )
 
 // Mount says where a route is served and whether the bundle describes it.
@@ -108,13 +112,16 @@ var routeTable = []Route{
 	{Method: "POST", Path: PathPost, Callers: Writers, Body: "post.body", Status: 201, Answer: "post.answer", PHP: true, CORS: true},
 	{Method: "GET", Path: PathPoll, Callers: Members, Status: 200, Answer: "poll.answer", AnswerV2: "poll.v2.answer", PHP: true, CORS: true},
 	{Method: "POST", Path: PathTicket, Callers: Members, Status: 201, Answer: "ticket.answer", CORS: true},
-	{Method: "POST", Path: PathRespond, Callers: CallerOwner, Body: "respond.body", Status: 200, Answer: "respond.answer", CORS: true},
+	{Method: "POST", Path: PathRespond, Callers: Owners, Body: "respond.body", Status: 200, Answer: "respond.answer", CORS: true},
 	{Method: "POST", Path: PathReact, Callers: Writers, Body: "react.body", Status: 200, Answer: "react.answer", CORS: true},
-	{Method: "POST", Path: PathParticipants, Callers: CallerOwner, Body: "participant.invite.body", Status: 201, Answer: "participant.invite.answer", CORS: true, Participants: true},
-	{Method: "GET", Path: PathParticipants, Callers: CallerOwner, Status: 200, Answer: "participants.answer", CORS: true, Participants: true},
-	{Method: "DELETE", Path: PathParticipant, Callers: CallerOwner, Status: 200, Answer: "participant.revoke.answer", CORS: true, Participants: true},
-	{Method: "GET", Path: PathAudit, Callers: CallerOwner, Status: 200, Answer: "audit.answer", CORS: true, Participants: true},
+	{Method: "POST", Path: PathParticipants, Callers: Owners, Body: "participant.invite.body", Status: 201, Answer: "participant.invite.answer", CORS: true, Participants: true},
+	{Method: "GET", Path: PathParticipants, Callers: Owners, Status: 200, Answer: "participants.answer", CORS: true, Participants: true},
+	{Method: "DELETE", Path: PathParticipant, Callers: Owners, Status: 200, Answer: "participant.revoke.answer", CORS: true, Participants: true},
+	{Method: "GET", Path: PathAudit, Callers: Owners, Status: 200, Answer: "audit.answer", CORS: true, Participants: true},
 	{Method: "GET", Path: PathWhoami, Callers: Members, Status: 200, Answer: "whoami.answer", CORS: true},
+	{Method: "POST", Path: PathDevices, Callers: CallerOwner, Body: "device.issue.body", Status: 201, Answer: "device.issue.answer", CORS: true, Participants: true},
+	{Method: "GET", Path: PathDevices, Callers: Owners, Status: 200, Answer: "devices.answer", CORS: true, Participants: true},
+	{Method: "DELETE", Path: PathDevice, Callers: Owners, Status: 200, Answer: "device.revoke.answer", CORS: true, Participants: true},
 	{Method: "GET", Path: PathSSE, Callers: Members, Stream: StreamSSE, CORS: true},
 	{Method: "GET", Path: PathWS, Callers: Members, Stream: StreamWebSocket},
 	{Method: "GET", Path: PathSchema, Callers: Anyone, Status: 200, Answer: "schema.answer", CORS: true},

@@ -18,6 +18,8 @@ func (d defSet) ids() {
 	d.add("client_id", pattern(ClientIDPattern, "an idempotency key: a repeat with the same client_id stores nothing and answers the first message again"))
 	d.add("participant_id", pattern(ParticipantIDPattern, "a participant id"))
 	d.add("share_token", pattern(ShareTokenPattern, "a share token, sent as Authorization: Bearer; shown once"))
+	d.add("device_id", pattern(DeviceIDPattern, "a device id"))
+	d.add("device_token", pattern(DeviceTokenPattern, "a device token, sent as Authorization: Bearer; shown once"))
 	d.add("epoch", epoch(""))
 	d.add("ts", describe(obj{"type": "string", "pattern": tsPattern}, "the epoch's second in RFC 3339, UTC, written +00:00"))
 	d.add("author", describe(obj{"type": "string", "pattern": authorPattern}, "who wrote a message: operator, agent, hermes, or p:<participant id>"))
@@ -104,10 +106,21 @@ func (d defSet) participants() {
 	d.add("participant.summary", object("an active grant as whoami lists it", obj{
 		"id": ref("participant_id"), "name": str(LimitName, ""), "kind": enum("", kinds...), "role": enum("", roles...),
 	}, "id", "name", "kind", "role"))
-	d.add("audit.event", object("one audit record: never a token, a digest or a message text", obj{
-		"at": ref("epoch"), "event": enum("", "issued", "revoked", "expired", "refused", "first_use"),
-		"participant": ref("participant_id"), "code": ref("code"), "ip": describe(obj{"type": "string"}, "the client address"),
-	}, "at", "event", "participant"))
+	d.add("audit.event", oneOf("one audit record: never a token, a digest or a message text; a participant's or a device's",
+		object("a participant's event", obj{
+			"at": ref("epoch"), "event": enum("", "issued", "revoked", "expired", "refused", "first_use"),
+			"participant": ref("participant_id"), "code": ref("code"), "ip": describe(obj{"type": "string"}, "the client address"),
+		}, "at", "event", "participant"),
+		object("a device's event (Part 5)", obj{
+			"at": ref("epoch"), "event": enum("", "device_issued", "device_revoked", "device_expired", "device_first_use"),
+			"device": ref("device_id"), "ip": describe(obj{"type": "string"}, "the client address"),
+		}, "at", "event", "device")))
+	d.add("device", object("one of the owner's devices (Part 5; never its token)", obj{
+		"id": ref("device_id"), "name": str(LimitName, "the cleaned name"),
+		"created_at": ref("epoch"), "expires_at": ref("epoch"),
+		"last_seen": epoch(fmt.Sprintf("its latest request, to %v; absent before its first", DefaultDeviceSeen)),
+		"state":     enum("", "active", "revoked", "expired"),
+	}, "id", "name", "created_at", "expires_at", "state"))
 }
 
 // bodies adds the $defs entries: request bodies.
@@ -124,6 +137,11 @@ func (d defSet) bodies() {
 	d.add("react.body", open("POST "+PathReact, obj{
 		"message_id": ref("message_id"), "emoji": ref("emoji"), "remove": boolean("remove the reaction instead of adding it"),
 	}, "message_id", "emoji"))
+	d.add("device.issue.body", open("POST "+PathDevices, obj{
+		"name": describe(obj{"type": "string", "minLength": 1}, fmt.Sprintf("cleaned as a participant's, then cut to %d code points; empty after cleaning is refused", LimitName.Max)),
+		"expires_in": describe(obj{"type": "integer", "minimum": LimitDeviceExpiresIn.Min, "maximum": LimitDeviceExpiresIn.Max},
+			fmt.Sprintf("seconds; default %d", int(DefaultDeviceExpiresIn/time.Second))),
+	}, "name"))
 	d.add("participant.invite.body", open("POST "+PathParticipants, obj{
 		"name":       describe(obj{"type": "string", "minLength": 1}, fmt.Sprintf("cleaned, then cut to %d code points; empty after cleaning is refused", LimitName.Max)),
 		"role":       describe(enum("", participantRoles()...), "default viewer"),
@@ -207,8 +225,20 @@ func (d defSet) answers() {
 	d.add("whoami.answer", object("200: who the caller is in the thread", obj{
 		"success": ok, "thread": ref("thread"), "role": enum("", "owner", "viewer", "commenter"),
 		"participant":  oneOf("the caller's grant; null for the owner", ref("participant"), obj{"type": "null"}),
+		"device":       describe(ref("device"), "the owner's device the caller is (Part 5); absent otherwise"),
 		"participants": list(ref("participant.summary"), "the active grants"),
 	}, "success", "thread", "role", "participant", "participants"))
+	d.add("device.issue.answer", object("201 to POST "+PathDevices+": the token and the link are shown once", obj{
+		"success": ok, "device": ref("device"), "token": ref("device_token"),
+		"link": describe(obj{"type": "string", "pattern": `/d#chd_`}, "<base>/d#chd_…: the token only in the fragment"),
+		"qr":   describe(obj{"type": "string", "pattern": `^data:image/png;base64,`}, "the link as a QR code, a PNG data URL (chatrelay's addition, for the page)"),
+	}, "success", "device", "token", "link"))
+	d.add("devices.answer", object("200: every device, newest first, revoked and expired ones included", obj{
+		"success": ok, "devices": list(ref("device"), ""),
+	}, "success", "devices"))
+	d.add("device.revoke.answer", object("200 to a revoke (again: the same)", obj{
+		"success": ok, "device": ref("device"),
+	}, "success", "device"))
 	d.add("schema.answer", describe(obj{"$ref": SchemaDraft}, "GET "+PathSchema+": this bundle"))
 	d.add("limits.answer", limitsAnswer())
 }

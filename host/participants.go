@@ -60,7 +60,7 @@ func (p *Participants) Invite(ctx context.Context, thread string, in chatrelay.I
 	if err := p.Store.Invite(ctx, thread, g); err != nil {
 		return Invited{}, err
 	}
-	p.Audit(ctx, thread, chatrelay.AuditEvent{Event: chatrelay.AuditIssued, Participant: g.ID, IP: by.IP})
+	p.AuditGrant(ctx, thread, g, chatrelay.AuditIssued, by)
 	return Invited{Participant: g.Participant(now), Token: token, Link: ShareLink(base, token)}, nil
 }
 
@@ -75,7 +75,7 @@ func link(base, page, token string) string {
 	return strings.TrimSuffix(base, "/") + page + token
 }
 
-// List returns the thread's participants, newest first.
+// List returns the thread's participants, newest first (never a device).
 func (p *Participants) List(ctx context.Context, thread string) ([]chatrelay.Participant, error) {
 	grants, err := p.Store.Grants(ctx, thread)
 	if err != nil {
@@ -84,7 +84,9 @@ func (p *Participants) List(ctx context.Context, thread string) ([]chatrelay.Par
 	now := p.now()
 	out := make([]chatrelay.Participant, 0, len(grants))
 	for _, g := range grants {
-		out = append(out, g.Participant(now))
+		if !g.Device() {
+			out = append(out, g.Participant(now))
+		}
 	}
 	return out, nil
 }
@@ -95,18 +97,28 @@ func (p *Participants) Revoke(ctx context.Context, thread, id string, by Caller)
 	if !chatrelay.ValidParticipantID(id) {
 		return chatrelay.Participant{}, chatrelay.Errorf(chatrelay.NotFound, "no participant %q in this thread", clipAt(id, 256))
 	}
-	before, err := p.Store.Grant(ctx, thread, id)
+	g, err := p.revoke(ctx, thread, id, by)
 	if err != nil {
 		return chatrelay.Participant{}, err
+	}
+	return g.Participant(p.now()), nil
+}
+
+// revoke revokes the grant id of thread (a participant's or a device's)
+// and returns it; it audits the revoke the first time.
+func (p *Participants) revoke(ctx context.Context, thread, id string, by Caller) (chatrelay.Grant, error) {
+	before, err := p.Store.Grant(ctx, thread, id)
+	if err != nil {
+		return chatrelay.Grant{}, err
 	}
 	g, err := p.Store.Revoke(ctx, thread, id)
 	if err != nil {
-		return chatrelay.Participant{}, err
+		return chatrelay.Grant{}, err
 	}
 	if before.RevokedAt == 0 {
-		p.Audit(ctx, thread, chatrelay.AuditEvent{Event: chatrelay.AuditRevoked, Participant: id, IP: by.IP})
+		p.AuditGrant(ctx, thread, g, chatrelay.AuditRevoked, by)
 	}
-	return g.Participant(p.now()), nil
+	return g, nil
 }
 
 // RevokeAll revokes every active participant of thread and returns those
@@ -119,7 +131,7 @@ func (p *Participants) RevokeAll(ctx context.Context, thread string, by Caller) 
 	now := p.now()
 	var out []chatrelay.Participant
 	for _, g := range grants {
-		if g.StateAt(now) != chatrelay.Active {
+		if g.StateAt(now) != chatrelay.Active || g.Device() {
 			continue
 		}
 		r, err := p.Revoke(ctx, thread, g.ID, by)
@@ -138,6 +150,16 @@ func (p *Participants) AuditLog(ctx context.Context, thread string) ([]chatrelay
 		return nil, err
 	}
 	return p.Store.AuditLog(ctx, thread)
+}
+
+// AuditGrant audits the event ev (chatrelay.AuditIssued, …) of the grant
+// g, a participant's or a device's (chatrelay.Grant.AuditOf), with the
+// caller's address.
+func (p *Participants) AuditGrant(ctx context.Context, thread string, g chatrelay.Grant, ev string, by Caller) {
+	if e, ok := g.AuditOf(ev); ok {
+		e.IP = by.IP
+		p.Audit(ctx, thread, e)
+	}
 }
 
 // Audit appends an event to the thread's audit trail at Now. A failure

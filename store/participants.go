@@ -6,8 +6,9 @@ import (
 	"github.com/chatrelay/chatrelay"
 )
 
-// Participants keeps each thread's grants (share links, contract Part 3)
-// and their audit trail. Only the SHA-256 digest of a share token is
+// Participants keeps each thread's grants (share links, contract Part 3,
+// and the owner's devices, Part 5: a grant whose role is owner) and their
+// audit trail. Only the SHA-256 digest of a share token is
 // kept. A thread's record that does not parse fails closed: every share
 // token of the thread is refused (Unauthorized), the owner's participant
 // calls get ParticipantsUnreadable, and nothing writes over it.
@@ -38,6 +39,13 @@ type Participants interface {
 	// MarkUsed records that a grant was used, and reports whether this
 	// was its first use.
 	MarkUsed(ctx context.Context, thread, id string) (first bool, err error)
+
+	// Seen records a request of a device at at (epoch ms): it marks the
+	// grant used, as MarkUsed, and sets its LastSeen to at if that is
+	// later (chatrelay.DefaultDeviceSeen says how often the transport
+	// asks). first reports whether this was the grant's first use. An
+	// unknown grant changes nothing.
+	Seen(ctx context.Context, thread, id string, at int64) (first bool, err error)
 
 	// NoteExpired records that a grant's expiry was noticed, and reports
 	// whether this was the first time (its audit event is written once).

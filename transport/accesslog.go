@@ -83,7 +83,9 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 	s.ops.requests.WithLabelValues(route, strconv.Itoa(status)).Observe(took.Seconds())
 	if ri.code != "" {
 		s.ops.refused.WithLabelValues(string(ri.code)).Inc()
-		if ri.participant != "" && (status == http.StatusForbidden || status == http.StatusTooManyRequests || status == http.StatusUnauthorized) {
+		// A participant's refusal is audited; a device's is not (the
+		// contract's device events are issued, revoked, expired, first use).
+		if chatrelay.ValidParticipantID(ri.participant) && (status == http.StatusForbidden || status == http.StatusTooManyRequests || status == http.StatusUnauthorized) {
 			s.audit(r, ri.thread, chatrelay.AuditEvent{Event: chatrelay.AuditRefused, Participant: ri.participant, Code: ri.code})
 		}
 	}

@@ -21,7 +21,8 @@ import (
 // TestGateWalksEveryRoute is the red team: it walks every route of the
 // route table as each kind of principal and checks the table's promise.
 // A route added to the table is walked too, so it cannot forget a
-// principal: every owner route answers a participant 403 not_permitted.
+// principal: every owner route answers a participant 403 not_permitted,
+// and a device is let in wherever the owner is but making devices.
 func TestGateWalksEveryRoute(t *testing.T) {
 	t.Parallel()
 	clk := testclock.New(time.Now())
@@ -55,10 +56,23 @@ func TestGateWalksEveryRoute(t *testing.T) {
 	assert.Success(t, err)
 	_, expired := grant(thread, chatrelay.Commenter, time.Hour)
 	_, elsewhere := grant(chatrelay.ThreadOf(otherOwner), chatrelay.Commenter, 2*time.Hour)
+	device := func(thread string) (chatrelay.Grant, string) {
+		in := chatrelay.DeviceRequest{Name: "phone", ExpiresIn: time.Hour}
+		assert.Success(t, in.Check())
+		g, tok := in.Grant(clk.Now())
+		assert.Success(t, st.Invite(ctx, thread, g))
+		return g, tok
+	}
+	revokedDG, revokedDevice := device(thread)
+	_, err = st.Revoke(ctx, thread, revokedDG.ID)
+	assert.Success(t, err)
+	_, expiredDevice := device(thread)
 	clk.Advance(time.Hour + time.Second) // the expired one expires; the others were made before
 	_, viewer = grant(thread, chatrelay.Viewer, time.Hour)
 	_, commenter = grant(thread, chatrelay.Commenter, time.Hour)
+	_, phone := device(thread)
 	unknown := "chp_" + strings.Repeat("Z", 43)
+	unknownDevice := "chd_" + strings.Repeat("Z", 43)
 
 	type principal struct {
 		name string
@@ -75,24 +89,39 @@ func TestGateWalksEveryRoute(t *testing.T) {
 		{"another thread's participant", bearer(elsewhere)},
 		{"nobody", nil},
 		{"the owner's token as a Bearer", bearer(owner)},
+		{"device", bearer(phone)},
+		{"revoked device", bearer(revokedDevice)},
+		{"expired device", bearer(expiredDevice)},
+		{"unknown chd_", bearer(unknownDevice)},
 	}
 	// want is the gate's answer for a principal on a route of who: 0 when
 	// it lets the request through.
 	want := func(p string, w who) (int, chatrelay.Code) {
+		bit := chatrelay.CallerCommenter
 		switch p {
-		case "revoked":
+		case "revoked", "revoked device":
 			return 401, chatrelay.TokenRevoked
-		case "expired":
+		case "expired", "expired device":
 			return 401, chatrelay.TokenExpired
-		case "unknown chp_", "nobody", "the owner's token as a Bearer":
+		case "unknown chp_", "unknown chd_", "nobody", "the owner's token as a Bearer":
 			return 401, chatrelay.Unauthorized
 		case "owner":
-			return 0, ""
+			bit = chatrelay.CallerOwner
+		case "device":
+			bit = chatrelay.CallerDevice
+		case "viewer":
+			bit = chatrelay.CallerViewer
 		}
-		if w == ownerOnly || (w == writers && p == "viewer") {
+		if chatrelay.Callers(w)&bit == 0 {
 			return 403, chatrelay.NotPermitted
 		}
 		return 0, ""
+	}
+	// The table's promise, as the contract words it.
+	assert.Equal(t, "making devices is the owner's token's alone", whoOfRoute(srv, "POST "+chatrelay.PathDevices), ownerOnly)
+	for _, key := range []string{"POST " + chatrelay.PathRespond, "GET " + chatrelay.PathDevices, "DELETE " + chatrelay.PathDevice,
+		"POST " + chatrelay.PathParticipants, "GET " + chatrelay.PathAudit} {
+		assert.Equal(t, key+": the owner, on any device", whoOfRoute(srv, key), owners)
 	}
 	for _, rt := range srv.routeTable() {
 		path := strings.ReplaceAll(rt.pattern, "{id}", "p_00000000")
@@ -134,6 +163,10 @@ func TestGateWalksEveryRoute(t *testing.T) {
 	assert.Success(t, err)
 	refused := map[chatrelay.Code]int{}
 	for _, ev := range events {
+		if strings.HasPrefix(ev.Event, "device_") {
+			assert.True(t, chatrelay.ValidDeviceID(ev.Device) && ev.Participant == "" && ev.Code == "", "a device's audit event %+v", ev)
+			continue
+		}
 		assert.True(t, chatrelay.ValidParticipantID(ev.Participant) && (ev.IP != "" || ev.Event == chatrelay.AuditExpired), "audit event %+v", ev)
 		if ev.Event == chatrelay.AuditRefused {
 			refused[ev.Code]++
@@ -141,4 +174,14 @@ func TestGateWalksEveryRoute(t *testing.T) {
 	}
 	assert.True(t, refused[chatrelay.TokenRevoked] > 0 && refused[chatrelay.TokenExpired] > 0 && refused[chatrelay.NotPermitted] > 0,
 		"refusals audited: %v", refused)
+}
+
+// whoOfRoute is the gate's who of the route key.
+func whoOfRoute(srv *Server, key string) who {
+	for _, rt := range srv.routeTable() {
+		if rt.row.Key() == key {
+			return rt.who
+		}
+	}
+	return 0
 }

@@ -2,15 +2,12 @@ package transport
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
 	"time"
-
-	qrcode "github.com/skip2/go-qrcode"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
@@ -138,7 +135,7 @@ func (s *Server) noteExpired(ctx context.Context, thread string, g chatrelay.Gra
 		return
 	}
 	if first, err := s.parts.NoteExpired(ctx, thread, g.ID); err == nil && first {
-		s.audit(nil, thread, chatrelay.AuditEvent{Event: chatrelay.AuditExpired, Participant: g.ID})
+		s.auditGrant(nil, thread, g, chatrelay.AuditExpired, "")
 	}
 }
 
@@ -178,12 +175,7 @@ func (s *Server) handleInvite(w http.ResponseWriter, r *http.Request, p principa
 		s.writeError(w, r, err)
 		return
 	}
-	png, err := qrcode.Encode(inv.Link, qrcode.Medium, 256)
-	qr := ""
-	if err == nil {
-		qr = "data:image/png;base64," + base64.StdEncoding.EncodeToString(png)
-	}
-	writeJSON(w, http.StatusCreated, inviteAnswer{Success: true, Participant: inv.Participant, Token: inv.Token, Link: inv.Link, QR: qr})
+	writeJSON(w, http.StatusCreated, inviteAnswer{Success: true, Participant: inv.Participant, Token: inv.Token, Link: inv.Link, QR: qrDataURL(inv.Link)})
 }
 
 // invite checks the body's fields, with the contract's codes.
@@ -307,16 +299,21 @@ type whoamiAnswer struct {
 	Thread       string                 `json:"thread"`
 	Role         chatrelay.Role         `json:"role"`
 	Participant  *chatrelay.Participant `json:"participant"`
+	Device       *chatrelay.Device      `json:"device,omitempty"` // the owner's device the caller is
 	Participants []member               `json:"participants"`
 }
 
-// handleWhoami serves GET /api/chat/whoami (the owner or a participant):
-// who the request is, and who else is in the conversation (the active
-// grants).
+// handleWhoami serves GET /api/chat/whoami (the owner, a device or a
+// participant): who the request is, and who else is in the conversation
+// (the active grants of participants).
 func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request, p principal) {
 	now := s.cfg.Now()
 	out := whoamiAnswer{Success: true, Thread: p.thread, Role: p.role, Participants: []member{}}
-	if p.grant != nil {
+	switch {
+	case p.device():
+		d := p.grant.DeviceObject(now)
+		out.Device = &d
+	case p.participant():
 		pp := p.grant.Participant(now)
 		out.Participant = &pp
 	}
@@ -324,7 +321,7 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request, p principa
 	switch {
 	case err == nil:
 		for _, g := range grants {
-			if g.StateAt(now) == chatrelay.Active {
+			if g.StateAt(now) == chatrelay.Active && !g.Device() { // the owner's devices are no one else's business
 				out.Participants = append(out.Participants, member{g.ID, g.Name, g.Kind, g.Role})
 			}
 		}

@@ -386,7 +386,7 @@ func (ss *session) turn() (ended bool) {
 	if pctx := ss.req.p.ctx; pctx.Err() != nil {
 		code := chatrelay.CodeOf(context.Cause(pctx))
 		if code == chatrelay.TokenRevoked || code == chatrelay.TokenExpired {
-			s.log.Info("participant's stream ended", "thread", ss.req.p.thread, "participant", ss.req.p.grant.ID, "code", code)
+			s.log.Info("a grant's stream ended", "thread", ss.req.p.thread, "grant", ss.req.p.grant.ID, "code", code)
 			fw.revoked(code)
 		}
 		return true
@@ -548,10 +548,10 @@ func (s *Server) streamAuth(r *http.Request) (principal, error) {
 		if chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
 			return principal{}, err
 		}
-		return principal{}, chatrelay.Errorf(chatrelay.InvalidTicket, "invalid ticket: its share link is gone")
+		return principal{}, chatrelay.Errorf(chatrelay.InvalidTicket, "invalid ticket: its share link or device is gone")
 	}
 	if err := s.grantRefusal(r.Context(), thread, g); err != nil {
-		s.audit(r, thread, chatrelay.AuditEvent{Event: chatrelay.AuditRefused, Participant: g.ID, Code: chatrelay.CodeOf(err)})
+		s.auditGrant(r, thread, g, chatrelay.AuditRefused, chatrelay.CodeOf(err))
 		return principal{}, err
 	}
 	noteParticipant(r, thread, g.ID)

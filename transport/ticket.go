@@ -16,7 +16,7 @@ import (
 // which cannot set X-Chat-Token on EventSource or WebSocket:
 //
 //	t1.<thread>.<expires epoch ms>.<base64url HMAC-SHA256 of "t1.<thread>.<expires>">
-//	t2.<thread>.<participant>.<expires>.<HMAC of the rest>   (minted from a share link)
+//	t2.<thread>.<grant id>.<expires>.<HMAC of the rest>   (minted from a share link or a device)
 //
 // They carry the thread (not secret: it is a hash of the token) and never
 // the token. They subscribe and can never post. A t2 ticket names its
@@ -87,7 +87,7 @@ func (t tickets) check(ticket string) (thread, pid string, err error) {
 	parts := strings.Split(body, ".")
 	switch {
 	case len(parts) == 3 && parts[0] == "t1":
-	case len(parts) == 4 && parts[0] == "t2" && chatrelay.ValidParticipantID(parts[2]):
+	case len(parts) == 4 && parts[0] == "t2" && chatrelay.ValidGrantID(parts[2]):
 		pid = parts[2]
 	default:
 		return "", "", bad("malformed")

@@ -91,7 +91,8 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request, who principa
 func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBody) (store.Entry, error) {
 	thread := who.thread
 	m := store.NewMessage{Author: p.Kind, Text: p.Text, ClientID: p.ClientID}
-	if g := who.grant; g != nil {
+	if who.participant() { // a device posts as the owner
+		g := who.grant
 		m.Author, m.AuthorName, m.Participant = g.Author(), g.Name, g.ID
 	}
 	undo, err := s.limiter.Take(ctx, thread, ipKey)

@@ -48,9 +48,13 @@ func answerOf(p chatrelay.PushSubscription) pushAnswer {
 	return pushAnswer{ID: p.ID, Events: p.Events, CreatedAt: p.CreatedAt, Endpoint: p.Endpoint}
 }
 
-// subscriberOf is who p's subscriptions belong to.
+// subscriberOf is who p's subscriptions belong to: the owner's token
+// ("owner"), one of its devices ("d:<id>") or a participant ("p:<id>").
 func subscriberOf(p principal) string {
-	if p.grant != nil {
+	switch {
+	case p.device():
+		return chatrelay.SubscriberDevicePrefix + p.grant.ID
+	case p.participant():
 		return string(p.grant.Author())
 	}
 	return chatrelay.SubscriberOwner
@@ -182,8 +186,8 @@ func (s *Server) handlePushList(w http.ResponseWriter, r *http.Request, p princi
 }
 
 // handlePushDelete serves DELETE /api/chat/push/{id}: by its subscriber,
-// or the owner. Another's subscription is, to a participant, no
-// subscription at all (404 not_found).
+// or the owner (on any of its devices). Another's subscription is, to a
+// participant, no subscription at all (404 not_found).
 func (s *Server) handlePushDelete(w http.ResponseWriter, r *http.Request, p principal) {
 	if !s.pushOn(w, r) {
 		return

@@ -405,3 +405,46 @@ func TestPushExpiredAndEvents(t *testing.T) {
 	awaitPushes(t, svc, "/push/all", 3)
 	assert.Equal(t, "replies only: one push", len(pushesTo(svc, "/push/replies")), 1)
 }
+
+// TestPushDevice: one of the owner's devices subscribes (its own list),
+// gets an approval as the owner does (unredacted, its page /d), and its
+// subscription dies with its revoke.
+func TestPushDevice(t *testing.T) {
+	t.Parallel()
+	svc := pushtest.NewService(t)
+	e := startPush(t, pushOptions{config: withPush(svc, func(c *transport.PushConfig) { c.Workers = 1 })})
+	owner, thread := tokenN(1), threadN(1)
+	e.mustPost(owner, "hello")
+	status, _, b := e.do(http.MethodPost, chatrelay.PathDevices, owner, `{"name":"Phone"}`, nil)
+	assert.Equal(t, "device "+string(b), status, 201)
+	var dev struct {
+		Token  string `json:"token"`
+		Device struct {
+			ID string `json:"id"`
+		} `json:"device"`
+	}
+	assert.Success(t, json.Unmarshal(b, &dev))
+	status, sub := e.subscribe("", bearer(dev.Token), svc.Subscribe(t, "phone"))
+	assert.Equal(t, "the device subscribes", status, 201)
+	_, mine := e.pushCall(http.MethodGet, chatrelay.PathPush, "", bearer(dev.Token))
+	assert.True(t, len(mine.Subscriptions) == 1 && mine.Subscriptions[0].ID == sub.Push.ID, "the device's list: %+v", mine)
+	_, owners := e.pushCall(http.MethodGet, chatrelay.PathPush, owner, nil)
+	assert.Equal(t, "the owner token's own list", len(owners.Subscriptions), 0)
+
+	secret := "Deploy with password=hunter2?"
+	_, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
+		Ask: &chatrelay.Ask{Type: chatrelay.Approval, Prompt: secret}})
+	assert.Success(t, err)
+	_, pls := awaitPushes(t, svc, "/push/phone", 1)
+	assert.True(t, pls[0].Type == "interaction" && pls[0].Message.Interaction.Prompt == secret && strings.HasSuffix(pls[0].URL, "/d"), "to the device: %+v", pls[0])
+
+	status, _, b = e.do(http.MethodDelete, chatrelay.PathDevices+"/"+dev.Device.ID, owner, "", nil)
+	assert.Equal(t, "revoke "+string(b), status, 200)
+	_, err = e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "after the revoke"})
+	assert.Success(t, err)
+	assert.Eventually(t, 10*time.Second, "the revoked device's subscription deleted", func() bool {
+		subs, err := store.PushOf(e.store).PushSubscriptions(t.Context(), thread)
+		return err == nil && len(subs) == 0
+	})
+	assert.Equal(t, "nothing more to the revoked device", len(pushesTo(svc, "/push/phone")), 1)
+}

@@ -55,7 +55,7 @@ const (
 	pushFailed   = "failed"   // no attempt left within the window
 	pushBlocked  = "blocked"  // the endpoint now resolves to an address the guard refuses
 	pushDropped  = "dropped"  // the queue was full, or the claim could not be made
-	pushRevoked  = "revoked"  // a participant's subscription whose grant ended: deleted, not sent
+	pushRevoked  = "revoked"  // a participant's or a device's subscription whose grant ended: deleted, not sent
 )
 
 // pusher sends the pushes of one Server.
@@ -109,7 +109,7 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		sender: &webpush.Sender{Client: webpush.NewClient(guard, cfg.TLS), Now: s.cfg.Now},
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatrelay_push_total",
-			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full or no claim), revoked (a participant's subscription whose grant ended).",
+			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full or no claim), revoked (a participant's or a device's subscription whose grant ended).",
 		}, []string{"result"}),
 	}
 	ps.claims = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -246,14 +246,18 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	var jobs []*pushJob
 	for _, sub := range subs {
 		participant := strings.HasPrefix(sub.Subscriber, "p:")
+		device := strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix)
 		if !sub.Wants(event) || (participant && event == chatrelay.PushInteraction) {
 			continue
 		}
+		if (participant || device) && !ps.grantActive(ctx, thread, sub) {
+			continue // it died with its grant
+		}
 		msg, page := m, "/"
+		if device {
+			page = "/d" // the device's page: its token is in its local storage
+		}
 		if participant {
-			if !ps.grantActive(ctx, thread, sub) {
-				continue
-			}
 			if redacted == nil {
 				r, _ := chatrelay.RedactMessage(m)
 				redacted = &r
@@ -287,10 +291,10 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	wg.Wait()
 }
 
-// grantActive reports whether a participant's subscription's grant is
-// active; if not, the subscription dies with it (deleted).
+// grantActive reports whether the grant of a participant's or a device's
+// subscription is active; if not, the subscription dies with it (deleted).
 func (ps *pusher) grantActive(ctx context.Context, thread string, sub chatrelay.PushSubscription) bool {
-	id := strings.TrimPrefix(sub.Subscriber, "p:")
+	_, id, _ := strings.Cut(sub.Subscriber, ":")
 	if ps.s.parts != nil {
 		g, err := ps.s.parts.Grant(ctx, thread, id)
 		if err == nil && g.StateAt(ps.s.cfg.Now()) == chatrelay.Active {

@@ -2,8 +2,10 @@
 // prefix root: index.html, app.css, app.js (the page), view.js (its
 // drawing), people.js (the owner's People panel) and chat.js (the client
 // module, which other sites may import), with t-link.js (which adopts a
-// claim link's token, <base>/#t=…); and at /p the participant page
-// (p.html, with p-link.js) that a share link opens.
+// claim link's token, <base>/#t=…, and a device link's, <base>/d#chd_…)
+// and devices.js (the owner's devices panel); at /p the participant page
+// (p.html, with p-link.js) that a share link opens; and at /d the owner's
+// page again, which a device link opens (contract Part 5).
 package web
 
 import (
@@ -30,8 +32,9 @@ func Static() fs.FS {
 const csp = "default-src 'self'; connect-src 'self'; img-src 'self' data:; " +
 	"object-src 'none'; base-uri 'none'; form-action 'none'"
 
-// Handler serves the page and its assets, and the participant page at /p
-// (a share link is <base>/p#chp_…).
+// Handler serves the page and its assets, the participant page at /p (a
+// share link is <base>/p#chp_…), and the owner's page at /d (a device
+// link is <base>/d#chd_…).
 //
 // The files are public and carry no secret, so any origin may read them:
 // that lets a site on another origin import chat.js straight from this
@@ -61,8 +64,12 @@ func Handler(frameAncestors ...string) http.Handler {
 			h.Set("X-Frame-Options", xfo)
 		}
 		h.Set("Referrer-Policy", "no-referrer")
-		if r.URL.Path == "/p" {
+		switch r.URL.Path {
+		case "/p":
 			http.ServeFileFS(w, r, Static(), "p.html")
+			return
+		case "/d": // the owner's page, as one of the owner's devices (t-link.js)
+			http.ServeFileFS(w, r, Static(), "index.html")
 			return
 		}
 		files.ServeHTTP(w, r)

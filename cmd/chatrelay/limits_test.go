@@ -365,6 +365,34 @@ var walks = map[string]walk{
 		cli: func(w *walkEnv, n int) ([]string, string) {
 			return []string{"share", w.thread, "--name", "e", "--role", "viewer", "--expires", fmt.Sprintf("%ds", n)}, ""
 		}},
+	"device.expires_in": {code: chatrelay.InvalidExpiry,
+		http: func(t *testing.T, w *walkEnv, n int) (string, string) {
+			return "/api/chat/devices", jsonOf(map[string]any{"name": "e", "expires_in": n})
+		},
+		cli: func(w *walkEnv, n int) ([]string, string) {
+			return []string{"device", w.thread, "--name", "e", "--expires-in", fmt.Sprintf("%ds", n)}, ""
+		}},
+	"device.active": {custom: func(t *testing.T, w *walkEnv, l chatrelay.Limit) {
+		// A thread of its own: l.Max active devices (over HTTP and by the
+		// CLI), then one more is refused by both, and its share links are
+		// not counted among them.
+		other := newWalkEnv(t)
+		status, b := other.post(t, "/api/chat/participants", jsonOf(map[string]any{"name": "a guest", "role": "viewer"}))
+		assert.True(t, status == 201, "a share link: %d %s", status, b)
+		for i := range l.Max {
+			if i%2 == 0 {
+				status, b := other.post(t, "/api/chat/devices", jsonOf(map[string]any{"name": fmt.Sprint("d", i)}))
+				assert.True(t, status == 201, "device %d: %d %s", i+1, status, b)
+				continue
+			}
+			r := runCLI(t, nil, "", "device", other.thread, "--name", fmt.Sprint("d", i), "--data", other.data, "--fsync", "never")
+			assert.Success(t, r.err)
+		}
+		status, b = other.post(t, "/api/chat/devices", jsonOf(map[string]any{"name": "one more"}))
+		assert.True(t, status == 409 && strings.Contains(string(b), `"device_limit"`), "HTTP past %d: %d %s", l.Max, status, b)
+		r := runCLI(t, nil, "", "device", other.thread, "--name", "one more", "--data", other.data, "--fsync", "never")
+		assert.Equal(t, "CLI past the limit", chatrelay.CodeOf(r.err), chatrelay.DeviceLimit)
+	}},
 	"participant.cap": {code: chatrelay.InvalidCap,
 		http: func(t *testing.T, w *walkEnv, n int) (string, string) {
 			return "/api/chat/participants", jsonOf(map[string]any{"name": "c", "cap": n})

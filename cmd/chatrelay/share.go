@@ -133,7 +133,7 @@ func shareAudit(ctx context.Context, e cmdEnv, people *host.Participants, thread
 		return printJSON(e.stdout, map[string]any{"thread": thread, "events": events})
 	}
 	for _, ev := range events {
-		line := fmt.Sprintf("%s  %-9s %s", utc(ev.At), ev.Event, ev.Participant)
+		line := fmt.Sprintf("%s  %-9s %s", utc(ev.At), ev.Event, ev.Participant+ev.Device) // a participant's or a device's
 		if ev.Code != "" {
 			line += "  " + string(ev.Code)
 		}

@@ -204,6 +204,23 @@ func (s *File) MarkUsed(ctx context.Context, thread, id string) (bool, error) {
 	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.Used })
 }
 
+// Seen implements Participants.
+func (s *File) Seen(ctx context.Context, thread, id string, at int64) (bool, error) {
+	first := false
+	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, _ bool) ([]chatrelay.Grant, bool, error) {
+		first = false // fn may run twice (withGrants' look before the lock): only the last run counts
+		i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
+		if i < 0 || grants[i].Used && grants[i].LastSeen >= at {
+			return nil, false, nil
+		}
+		grants = slices.Clone(grants)
+		first = !grants[i].Used
+		grants[i].Used, grants[i].LastSeen = true, max(grants[i].LastSeen, at)
+		return grants, true, nil
+	})
+	return first && err == nil, err
+}
+
 // NoteExpired implements Participants.
 func (s *File) NoteExpired(ctx context.Context, thread, id string) (bool, error) {
 	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.ExpiryNoted })
@@ -214,6 +231,7 @@ func (s *File) NoteExpired(ctx context.Context, thread, id string) (bool, error)
 func (s *File) markGrant(ctx context.Context, thread, id string, flag func(*chatrelay.Grant) *bool) (bool, error) {
 	first := false
 	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, _ bool) ([]chatrelay.Grant, bool, error) {
+		first = false // fn may run twice (withGrants' look before the lock): only the last run counts
 		i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
 		if i < 0 || *flag(&grants[i]) {
 			return nil, false, nil

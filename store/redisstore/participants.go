@@ -221,6 +221,21 @@ func (s *Store) MarkUsed(ctx context.Context, thread, id string) (bool, error) {
 	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.Used })
 }
 
+// Seen implements store.Participants.
+func (s *Store) Seen(ctx context.Context, thread, id string, at int64) (bool, error) {
+	first := false
+	err := s.updateGrant(ctx, thread, id, false, func(g *chatrelay.Grant) bool {
+		first = false // fn runs again after a write that lost the race: only the last run counts
+		if g.Used && g.LastSeen >= at {
+			return false
+		}
+		first = !g.Used
+		g.Used, g.LastSeen = true, max(g.LastSeen, at)
+		return true
+	}, nil)
+	return first && err == nil, err
+}
+
 // NoteExpired implements store.Participants.
 func (s *Store) NoteExpired(ctx context.Context, thread, id string) (bool, error) {
 	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.ExpiryNoted })
@@ -231,6 +246,7 @@ func (s *Store) NoteExpired(ctx context.Context, thread, id string) (bool, error
 func (s *Store) markGrant(ctx context.Context, thread, id string, flag func(*chatrelay.Grant) *bool) (bool, error) {
 	first := false
 	err := s.updateGrant(ctx, thread, id, false, func(g *chatrelay.Grant) bool {
+		first = false // fn runs again after a write that lost the race: only the last run counts
 		if *flag(g) {
 			return false
 		}

@@ -1,13 +1,16 @@
-// app.js: the page, for the conversation's owner (index.html) and for a
-// participant who came by a share link (p.html, <body data-page=
+// app.js: the page, for the conversation's owner (index.html), for one of
+// the owner's devices (index.html served at /d, which t-link.js marks
+// <html data-page="device">: the owner, with a device link's token), and
+// for a participant who came by a share link (p.html, <body data-page=
 // "participant">). It draws what the ChatClient of chat.js reports (with
 // the builders of view.js) and sends what the person writes, answers and
 // reacts. Text is always set with textContent, never parsed as HTML. The
-// owner's People panel is people.js.
+// owner's People panel is people.js, its devices panel devices.js.
 
-import { ChatClient, MAX_CHARS, SHARE_TOKEN, countChars } from "./chat.js";
+import { ChatClient, DEVICE_TOKEN, MAX_CHARS, SHARE_TOKEN, countChars } from "./chat.js";
 import { OWNER, el, guest, messageItem, moveInBar, redrawNames, refreshInteraction, tick, updateItem } from "./view.js";
 import { setupPeople } from "./people.js";
+import { setupDevices } from "./devices.js";
 
 const $ = (id) => document.getElementById(id);
 const els = {
@@ -64,9 +67,34 @@ function readLink() {
   return { token, problem: "" };
 }
 
+/** A device's page keeps its link's token here: a device is meant to stay. */
+const DEVICE_KEY = "chatrelay.device";
+
+const devicePage = document.documentElement.dataset.page === "device";
+
+// The device's link: t-link.js took its token out of the address bar (and
+// the history) before anything else ran, and kept it in localStorage.
+const deviceLink = devicePage ? readDevice() : null;
+
+function readDevice() {
+  const said = document.documentElement.dataset.device;
+  if (said === "malformed") return { token: "", problem: "malformed" };
+  if (said === "unkept") return { token: "", problem: "unkept" };
+  let token = "";
+  try {
+    token = localStorage.getItem(DEVICE_KEY) || "";
+  } catch {}
+  if (!token) return { token, problem: "missing" };
+  if (!DEVICE_TOKEN.test(token)) return { token, problem: "malformed" };
+  return { token, problem: "" };
+}
+
 // The server is the one that served this page. A participant's client is
-// made with its link's token (one that is not a token is never started).
-const chat = new ChatClient(participantPage ? { shareToken: link.token || "-" } : {});
+// made with its link's token, a device's with its own (one that is not a
+// token is never started).
+const chat = new ChatClient(
+  participantPage ? { shareToken: link.token || "-" } : devicePage ? { deviceToken: deviceLink.token || "-" } : {},
+);
 
 // busy holds the requests of this page in flight: an interaction's id
 // while its answer is sent, "<message id> <emoji>" while a reaction is.
@@ -566,7 +594,15 @@ els.fresh?.addEventListener("click", () => {
 // ---- a participant's page ----
 
 // The sentences a participant reads when the server refuses their link,
-// and when the page has no link to use.
+// and when the page has no link to use; a device's page says its own.
+const endedDevice = {
+  token_revoked: "This device was revoked: it no longer opens this conversation. Open a new device link from the browser that started it.",
+  token_expired: "This device's link expired: open a new device link from the browser that started this conversation.",
+  unauthorized: "This device link is not valid: open a new device link from the browser that started this conversation.",
+  malformed: "This device link is incomplete: open the whole link, or scan its QR code again.",
+  missing: "This page opens a conversation on one of its owner's devices: open the device link made for it (Open on another device).",
+  unkept: "This browser refused to store the device link (site storage is blocked), so it cannot open the conversation here.",
+};
 const ended = {
   token_revoked: "This link was revoked by the conversation's owner.",
   token_expired: "This link expired: ask the owner for a new one.",
@@ -583,11 +619,15 @@ function endWith(code) {
   shown.clear();
   els.log.replaceChildren();
   els.log.removeAttribute("aria-busy");
-  for (const e of [els.empty, els.waiting, els.jump, els.form, els.readonly, els.others, els.scroller]) e.hidden = true;
+  for (const e of [els.empty, els.waiting, els.jump, els.form, els.readonly, els.others, els.scroller, $("people-open"), $("devices-open"), els.fresh]) {
+    if (e) e.hidden = true;
+  }
+  $("people")?.open && $("people").close();
   document.body.dataset.ended = code;
   els.status.dataset.state = "ended";
   els.statusText.textContent = states.ended;
-  els.endedText.textContent = ended[code] || ended.unauthorized;
+  const words = devicePage ? endedDevice : ended;
+  els.endedText.textContent = words[code] || words.unauthorized;
   els.ended.hidden = false;
   els.ended.focus();
 }
@@ -656,11 +696,45 @@ function claimFromHash() {
   else notify("");
 }
 
+// ---- a device's page (/d) ----
+
+// myDevice is this page's device id, once whoami said it.
+let myDevice = "";
+
+// startDevice checks the device's link, learns which device it is
+// (retrying while the server is away), then connects as the owner. A
+// refused link ends the page (the "ended" event).
+async function startDevice() {
+  if (els.fresh) els.fresh.hidden = true; // a device opens its owner's conversation, not a new one
+  if (deviceLink.problem) {
+    endWith(deviceLink.problem);
+    return;
+  }
+  setupPeople(chat, (list) => setNames(list));
+  setupDevices(chat, () => myDevice);
+  for (let fails = 0; ; fails++) {
+    try {
+      myDevice = (await chat.whoami()).device?.id || "";
+      break;
+    } catch (err) {
+      if (chat.ended) return;
+      els.status.dataset.state = "offline";
+      els.statusText.textContent = states.offline;
+      await new Promise((r) => setTimeout(r, Math.min(30000, 500 * 2 ** fails)));
+    }
+  }
+  chat.start();
+  els.text.focus();
+}
+
 updateCount();
 if (participantPage) {
   join();
+} else if (devicePage) {
+  startDevice();
 } else {
   setupPeople(chat, (list) => setNames(list));
+  setupDevices(chat);
   const claim = document.documentElement.dataset.claim;
   if (claim === "malformed") notify(malformedClaim, "error");
   if (claim === "unkept") notify("This browser refused to store the link's conversation token (site storage is blocked), so the link could not be opened here.", "error");

@@ -45,6 +45,12 @@
 // WebSocket closed 1008) and refuses every request (401): the client stops
 // for good and says why with an "ended" event.
 //
+// One of the owner's devices (contract Part 5) is made with the device
+// token of its link: new ChatClient({ deviceToken: "chd_…" }). It acts as
+// the owner (it posts, answers, reacts and manages people) but is sent as
+// a Bearer token, as a participant's, and ends the same way when revoked
+// or expired.
+//
 // The live connection climbs down a ladder: a WebSocket with a ticket; if
 // that cannot open, Server-Sent Events with a ticket; if neither can, the
 // poll route every few seconds, trying the ladder again now and then.
@@ -72,6 +78,9 @@ const TOKEN = /^[0-9a-f]{64}$/;
 /** SHARE_TOKEN is the form of a share link's token: chp_ and 43 base64url characters. */
 export const SHARE_TOKEN = /^chp_[A-Za-z0-9_-]{43}$/;
 
+/** DEVICE_TOKEN is the form of a device link's token: chd_ and 43 base64url characters. */
+export const DEVICE_TOKEN = /^chd_[A-Za-z0-9_-]{43}$/;
+
 // The codes that end a client for good: its credential will never work again.
 const ENDS = new Set(["token_revoked", "token_expired"]);
 
@@ -80,6 +89,7 @@ const defaults = {
   storage: undefined, // defaults to localStorage
   storageKey: "chatrelay.token",
   shareToken: "", // a participant's share token (chp_…): then the owner's token is not used
+  deviceToken: "", // one of the owner's devices (chd_…): the owner, by a Bearer token; the owner's token is not used
   kind: "operator", // the author of send(); "agent" for an in-page AI
   transports: ["ws", "sse", "poll"], // the rungs of the ladder, in order
   share: true, // one connection per browser, shared by its tabs
@@ -192,6 +202,15 @@ export class ChatClient extends EventTarget {
   get participant() {
     return !!this.#o.shareToken;
   }
+  /** Whether this client is one of the owner's devices, holding a device token. */
+  get device() {
+    return !this.participant && !!this.#o.deviceToken;
+  }
+  // bearer is the Bearer token this client sends (a share or device
+  // token), or "" for the owner's own token (X-Chat-Token).
+  get #bearer() {
+    return this.#o.shareToken || this.#o.deviceToken || "";
+  }
   /** The code that ended this client for good ("token_revoked", …), or "". */
   get ended() {
     return this.#ended;
@@ -206,7 +225,7 @@ export class ChatClient extends EventTarget {
 
   /** The identity: the owner's token, made and stored on first use; or a participant's share token. */
   get token() {
-    if (this.participant) return this.#o.shareToken;
+    if (this.#bearer) return this.#bearer;
     if (this.#token) return this.#token;
     let t = null;
     try {
@@ -250,7 +269,7 @@ export class ChatClient extends EventTarget {
     };
     this.#run = run;
     const signal = run.ac.signal;
-    if (!this.participant) globalThis.addEventListener?.("storage", (e) => this.#onStorage(e), { signal });
+    if (!this.#bearer) globalThis.addEventListener?.("storage", (e) => this.#onStorage(e), { signal });
     globalThis.addEventListener?.(
       "online",
       () => {
@@ -269,7 +288,7 @@ export class ChatClient extends EventTarget {
     // The name carries the version of what the tabs tell each other
     // (v2: changes), so a tab still running an older chat.js (open since
     // before a deploy) keeps to its own group and leader.
-    const who = this.participant ? this.#o.shareToken.slice(0, 20) : this.token.slice(0, 16);
+    const who = this.#bearer ? this.#bearer.slice(0, 20) : this.token.slice(0, 16);
     const name = `chatrelay/2 ${this.#base.href} ${who}`;
     const share = this.#o.share && globalThis.BroadcastChannel && globalThis.navigator?.locks;
     if (!share) {
@@ -445,6 +464,37 @@ export class ChatClient extends EventTarget {
   async revoke(id) {
     const data = await this.#request("DELETE", `api/chat/participants/${encodeURIComponent(id)}`);
     return data.participant;
+  }
+
+  // ---- devices (contract Part 5) ----
+
+  /**
+   * makeDevice asks the server for a device link (the owner's own token
+   * only): name, expiresIn (seconds; left out, the server's default). It
+   * resolves with {device, token, link, qr}: the link (and its token) is
+   * shown this once, and qr is the link as a QR code (a PNG data URL).
+   */
+  async makeDevice({ name, expiresIn } = {}) {
+    const body = { name };
+    if (expiresIn !== undefined) body.expires_in = expiresIn;
+    const data = await this.#request("POST", "api/chat/devices", null, body);
+    return { device: data.device, token: data.token, link: data.link, qr: data.qr || "" };
+  }
+
+  /** devices resolves with every device of the conversation, newest first (the owner or a device). */
+  async devices() {
+    const data = await this.#request("GET", "api/chat/devices");
+    return Array.isArray(data.devices) ? data.devices : [];
+  }
+
+  /**
+   * revokeDevice ends a device (the owner or a device, itself included):
+   * its open streams end within a second. It resolves with the device,
+   * now revoked.
+   */
+  async revokeDevice(id) {
+    const data = await this.#request("DELETE", `api/chat/devices/${encodeURIComponent(id)}`);
+    return data.device;
   }
 
   // poke has the live connection catch up soon after this tab wrote: the
@@ -929,9 +979,7 @@ export class ChatClient extends EventTarget {
 
   async #request(method, path, params, body, withResponse = false) {
     if (this.#ended) throw new ChatError(401, { code: this.#ended, error: "this link no longer gives access" }, 0);
-    const headers = this.participant
-      ? { Authorization: `Bearer ${this.#o.shareToken}` }
-      : { "X-Chat-Token": this.token };
+    const headers = this.#bearer ? { Authorization: `Bearer ${this.#bearer}` } : { "X-Chat-Token": this.token };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     let res;
     const t0 = Date.now();
@@ -957,7 +1005,7 @@ export class ChatClient extends EventTarget {
       const err = new ChatError(res.status, data, ms);
       // A credential that will never work again ends the client: a
       // revoked or expired link, or a share token the server does not know.
-      if (res.status === 401 && (ENDS.has(err.code) || (this.participant && err.code === "unauthorized"))) {
+      if (res.status === 401 && (ENDS.has(err.code) || (this.#bearer && err.code === "unauthorized"))) {
         this.#end(err.code);
       }
       throw err;

@@ -1,22 +1,55 @@
 // t-link.js: the first thing the owner's page runs, before the page is even
-// parsed. A claim link (chatrelay open) is <base>/#t=<token>: the token is
-// in the fragment, which browsers never send to a server. This takes it
-// out of the address bar and out of the tab's history at once, and keeps
-// it as the page keeps its own token (localStorage "chatrelay.token"), so
-// the page opens that conversation as its owner. A fragment "#t=" that is
-// not 64 lowercase hex is never adopted: app.js says so (data-claim).
+// parsed. Two links open it with a token in the fragment, which browsers
+// never send to a server; this takes the token out of the address bar and
+// out of the tab's history at once, and keeps it:
+//
+//   <base>/#t=<token>   a claim link (chatrelay open): the token becomes the
+//                       page's own (localStorage "chatrelay.token"), so the
+//                       page opens that conversation as its owner. A "#t="
+//                       that is not 64 lowercase hex is never adopted: app.js
+//                       says so (data-claim).
+//   <base>/d#chd_…      a device link (contract Part 5): the page at /d is
+//                       the owner's page acting as one of the owner's
+//                       devices. The device token is kept in this browser's
+//                       localStorage ("chatrelay.device": a device is meant
+//                       to stay), and /d opened again later uses it. app.js
+//                       reads data-page="device" and data-device.
 (function () {
   "use strict";
-  if (location.hash.slice(0, 3) !== "#t=") return;
-  var token = location.hash.slice(3);
-  history.replaceState(history.state, "", location.pathname + location.search);
   var root = document.documentElement;
-  if (!/^[0-9a-f]{64}$/.test(token)) {
+  var hash = location.hash;
+  if (/\/d$/.test(location.pathname)) {
+    root.setAttribute("data-page", "device");
+    if (!hash || hash === "#") return;
+    history.replaceState(history.state, "", location.pathname + location.search);
+    var token = hash.slice(1);
+    try {
+      token = decodeURIComponent(token);
+    } catch (e) {
+      // not percent-encoded: taken as it is
+    }
+    token = token.trim();
+    if (!/^chd_[A-Za-z0-9_-]{43}$/.test(token)) {
+      root.setAttribute("data-device", "malformed");
+      return;
+    }
+    try {
+      localStorage.setItem("chatrelay.device", token);
+      root.setAttribute("data-device", "adopted");
+    } catch (e) {
+      root.setAttribute("data-device", "unkept"); // storage refused: app.js says so
+    }
+    return;
+  }
+  if (hash.slice(0, 3) !== "#t=") return;
+  var claim = hash.slice(3);
+  history.replaceState(history.state, "", location.pathname + location.search);
+  if (!/^[0-9a-f]{64}$/.test(claim)) {
     root.setAttribute("data-claim", "malformed");
     return;
   }
   try {
-    localStorage.setItem("chatrelay.token", token);
+    localStorage.setItem("chatrelay.token", claim);
     root.setAttribute("data-claim", "adopted");
   } catch (e) {
     root.setAttribute("data-claim", "unkept"); // storage refused: app.js says so

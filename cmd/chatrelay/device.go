@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	qrcode "github.com/skip2/go-qrcode"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/host"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/transport"
+)
+
+// device is the host's side of the owner's devices (contract Part 5),
+// built as share is:
+//
+//	chatrelay device THREAD --name NAME [--expires-in D] [--public-url URL] [--json]
+//	chatrelay device list THREAD [--json]
+//	chatrelay device revoke THREAD ID
+//
+// It writes through the same store and locks as the server: a revoke here
+// ends the device's streams on a running server within a second.
+func device(ctx context.Context, e cmdEnv) error {
+	fs := newFlags("device", "device THREAD --name NAME [flags] | device list THREAD [--json] | device revoke THREAD ID", e.stderr)
+	var f deviceFlags
+	f.register(fs)
+	if err := parse(fs, e.args, e.getenv); err != nil {
+		return err
+	}
+	verb, args, err := deviceArgs(fs)
+	if err != nil {
+		return err
+	}
+	thread := args[0]
+	if !chatrelay.ValidThread(thread) {
+		return chatrelay.Errorf(chatrelay.InvalidThread, "a thread id is 16 lowercase hex characters")
+	}
+	st, err := f.store.openHost(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	parts, ok := st.Store.(store.Participants)
+	if !ok {
+		return fmt.Errorf("the store %s keeps no devices", st.Where)
+	}
+	people := &host.Participants{Store: parts}
+	switch verb {
+	case "list":
+		return deviceList(ctx, e, people, thread, *f.asJSON)
+	case "revoke":
+		d, err := people.RevokeDevice(ctx, thread, args[1], host.Caller{})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "revoked %s (%s)\n", d.Name, d.ID)
+		return nil
+	}
+	return deviceIssue(ctx, e, people, thread, f, st.Settings.PublicURL)
+}
+
+// deviceFlags are the flags of chatrelay device.
+type deviceFlags struct {
+	store                 storeFlags
+	name, expires, pubURL *string
+	asJSON                *bool
+}
+
+func (f *deviceFlags) register(fs *flag.FlagSet) {
+	f.store.register(fs, true)
+	f.name = fs.String("name", "", "make: the device's `name` (cleaned as a participant's: at most 64 characters)")
+	f.expires = fs.String("expires-in", "90d", "make: how long the device's link lives, 1h … 365d (`D`: 12h, 30d)")
+	f.pubURL = fs.String("public-url", "", "make: the server's public `URL` for the link (default: what the folder's server records with serve --public-url)")
+	f.asJSON = fs.Bool("json", false, "make, list: one JSON object instead of text")
+}
+
+// deviceArgs reads the verb (make when none is named) and checks its
+// arguments: args[0] is the thread.
+func deviceArgs(fs *flag.FlagSet) (verb string, args []string, err error) {
+	args = fs.Args()
+	verb = "make"
+	if len(args) > 0 && (args[0] == "list" || args[0] == "revoke") {
+		verb, args = args[0], args[1:]
+	}
+	want := map[string]int{"make": 1, "list": 1, "revoke": 2}[verb]
+	if len(args) != want {
+		return "", nil, usageError(fmt.Sprintf("device %s takes %s", verb, map[string]string{
+			"make": "THREAD --name NAME", "list": "THREAD", "revoke": "THREAD and ID"}[verb]))
+	}
+	if verb != "make" && (given(fs, "name") || given(fs, "expires-in")) {
+		return "", nil, usageError("--name and --expires-in are for making a device: chatrelay device THREAD --name NAME")
+	}
+	return verb, args, nil
+}
+
+// deviceList prints the thread's devices.
+func deviceList(ctx context.Context, e cmdEnv, people *host.Participants, thread string, asJSON bool) error {
+	ds, err := people.Devices(ctx, thread)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(e.stdout, map[string]any{"thread": thread, "devices": ds})
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE\tSTATE\tLAST SEEN (UTC)\tEXPIRES (UTC)")
+	for _, d := range ds {
+		seen := "never"
+		if d.LastSeen != 0 {
+			seen = utc(d.LastSeen)
+		}
+		fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\n", d.Name, d.ID, d.State, seen, utc(d.ExpiresAt))
+	}
+	return tw.Flush()
+}
+
+// deviceIssue makes a device and prints its link, shown this once. The
+// link's base is --public-url, else recorded (what the folder's server
+// records).
+func deviceIssue(ctx context.Context, e cmdEnv, people *host.Participants, thread string, f deviceFlags, recorded string) error {
+	d, err := parseDays(*f.expires)
+	if err != nil {
+		return usageError("--expires-in " + err.Error())
+	}
+	in := chatrelay.DeviceRequest{Name: *f.name, ExpiresIn: d}
+	if err := in.Check(); err != nil {
+		return err
+	}
+	base := strings.TrimSuffix(*f.pubURL, "/")
+	if base == "" {
+		base = recorded
+	}
+	if base != "" {
+		if _, err := transport.CheckPublicURL(base); err != nil {
+			return usageError("--public-url " + err.Error())
+		}
+	}
+	is, err := people.IssueDevice(ctx, thread, in, base, host.Caller{})
+	if err != nil {
+		return err
+	}
+	if *f.asJSON {
+		return printJSON(e.stdout, map[string]any{"device": is.Device, "token": is.Token, "link": is.Link})
+	}
+	fmt.Fprintf(e.stdout, "Made device %s (%s), until %s. Open this link on the device; it is shown this once:\n\n  %s\n",
+		is.Device.Name, is.Device.ID, utc(is.Device.ExpiresAt), is.Link)
+	if base == "" {
+		fmt.Fprintln(e.stdout, "\n(put the server's address before the link, or give --public-url)")
+	}
+	if isTerminal(e.stdout) && base != "" {
+		if q, err := qrcode.New(is.Link, qrcode.Medium); err == nil {
+			fmt.Fprintf(e.stdout, "\n%s", q.ToSmallString(false))
+		}
+	}
+	return nil
+}

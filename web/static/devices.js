@@ -1,0 +1,296 @@
+// devices.js: the owner's devices panel, "Open on another device"
+// (contract Part 5). A modal dialog, as People's (people.js): a form that
+// makes a device link (a name, how long it works), the link shown this once
+// with Copy and its QR code (made by the server, a PNG data URL, with the
+// skip2/go-qrcode library), and the list of the conversation's devices with
+// Revoke. On a device's own page (/d) the form is left out (only the
+// conversation's own token makes devices) and the list marks "this device";
+// revoking this device ends the page, as a revoke from elsewhere does.
+
+const dayFmt = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+
+// sentence says why the server refused a device link, a revoke or the
+// list, from the error's machine code.
+function sentence(err, what) {
+  switch (err.code) {
+    case "device_limit":
+      return "This conversation already has 10 active devices: revoke one before adding another.";
+    case "invalid_name":
+      return "Give the device a name: letters or digits, not only spaces or the characters [ ] < >.";
+    case "invalid_expiry":
+      return "Choose how long the link works: between 1 hour and 1 year.";
+    case "participants_unreadable":
+      return "The server cannot read this conversation's list of devices and people for now. Tell whoever runs the server.";
+    case "not_found":
+      return what === "make"
+        ? "Write a first message before opening this conversation elsewhere: there is no conversation yet."
+        : "That device is not in this conversation's list any more.";
+    case "not_permitted":
+      return "Only the browser that started this conversation can add devices.";
+    case "store_unavailable":
+      return "The server's store cannot be reached for now; try again in a moment.";
+    case "rate_limited":
+      return `Too many requests for now; try again in ${Math.max(1, Math.ceil(err.retryAfterMs / 1000))} s.`;
+  }
+  if (err.status === 0) return "The server could not be reached. Try again.";
+  const lead = { make: "No link was made", revoke: "The device was not revoked", list: "The list could not be read" }[what];
+  return `${lead}: ${err.message}.`;
+}
+
+/**
+ * setupDevices wires the devices panel of index.html to chat (a
+ * ChatClient of the owner, or of one of its devices: chat.device).
+ * thisDevice is the id of the device this page is ("" for the owner's
+ * own page), learnt from whoami.
+ */
+export function setupDevices(chat, thisDevice = () => "") {
+  const $ = (id) => document.getElementById(id);
+  const dialog = $("devices");
+  if (!dialog) return;
+  const opener = $("devices-open");
+  const form = $("device-form");
+  const name = $("device-name");
+  const expiry = $("device-expiry");
+  const send = $("device-send");
+  const error = $("device-error");
+  const made = $("device-made");
+  const madeTitle = $("device-made-title");
+  const linkInput = $("device-link");
+  const copyButton = $("device-copy");
+  const copied = $("device-copied");
+  const qr = $("device-qr");
+  const list = $("devices-list");
+  const status = $("devices-status");
+
+  // A device may list and revoke devices, not make them.
+  if (chat.device) {
+    form.hidden = true;
+    $("devices-title").textContent = "Devices";
+    $("devices-intro").textContent =
+      "The devices that open this conversation as its owner. Only the browser that started the conversation can add one; any of them can revoke one.";
+  }
+
+  let making = false;
+
+  function showError(words) {
+    error.textContent = words;
+    error.hidden = !words;
+    name.setAttribute("aria-invalid", words ? "true" : "false");
+  }
+
+  // ---- the list ----
+
+  let reading = 0;
+  async function refresh() {
+    const n = ++reading;
+    try {
+      const all = await chat.devices();
+      if (n === reading) draw(all);
+    } catch (err) {
+      if (n === reading) status.textContent = sentence(err, "list");
+    }
+  }
+
+  function draw(all) {
+    const focusedID = list.contains(document.activeElement) ? document.activeElement.closest("li")?.dataset.id : null;
+    list.replaceChildren(...all.map(row));
+    const active = all.filter((d) => d.state === "active").length;
+    status.textContent = all.length
+      ? `${active} active ${active === 1 ? "device" : "devices"}, ${all.length} in all.`
+      : "No other device yet.";
+    if (focusedID) list.querySelector(`li[data-id="${CSS.escape(focusedID)}"]`)?.focus();
+  }
+
+  function row(d) {
+    const li = document.createElement("li");
+    li.dataset.id = d.id;
+    li.dataset.state = d.state;
+    li.tabIndex = -1;
+    const who = document.createElement("div");
+    who.className = "p-who";
+    const nm = document.createElement("span");
+    nm.className = "p-name";
+    nm.dir = "auto";
+    nm.textContent = d.name;
+    const state = document.createElement("span");
+    state.className = "p-state";
+    state.dataset.state = d.state;
+    state.textContent = d.state;
+    who.append(nm, " ", state);
+    if (d.id === thisDevice()) {
+      const me = document.createElement("span");
+      me.className = "this-device";
+      me.textContent = "this device";
+      who.append(" · ", me);
+    }
+    const meta = document.createElement("div");
+    meta.className = "p-meta";
+    const parts = [d.last_seen ? `last seen ${dayFmt.format(new Date(d.last_seen))}` : "not opened yet"];
+    if (d.state === "active") parts.push(`works until ${dayFmt.format(new Date(d.expires_at))}`);
+    else if (d.state === "expired") parts.push(`expired ${dayFmt.format(new Date(d.expires_at))}`);
+    meta.textContent = parts.join(" · ");
+    li.append(who, meta);
+    if (d.state === "active") {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "revoke quiet";
+      b.dataset.revoke = d.id;
+      b.dataset.name = d.name;
+      b.textContent = "Revoke";
+      b.setAttribute("aria-label", `Revoke the device ${d.name}`);
+      li.append(b);
+    }
+    return li;
+  }
+
+  // ---- revoke ----
+
+  async function revoke(b) {
+    const id = b.dataset.revoke;
+    const which = b.dataset.name;
+    const self = id === thisDevice();
+    const ok = confirm(
+      self
+        ? `Revoke this device (${which})?\n\nThis browser loses access to the conversation at once, for good.`
+        : `Revoke the device ${which}?\n\nIt loses access to this conversation at once, and its link can never be used again.`,
+    );
+    if (!ok) return;
+    b.disabled = true;
+    showError("");
+    try {
+      await chat.revokeDevice(id);
+    } catch (err) {
+      showError(sentence(err, "revoke"));
+      b.disabled = false;
+      return;
+    }
+    if (self) {
+      dialog.close(); // the page ends: the next request is refused
+      return;
+    }
+    await refresh();
+    status.textContent = `${which} is revoked.`;
+    list.querySelector(`li[data-id="${CSS.escape(id)}"]`)?.focus();
+  }
+
+  list.addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-revoke]");
+    if (b && !b.disabled) revoke(b);
+  });
+
+  // ---- make a device link ----
+
+  // The link is shown once: Done, or closing the panel, forgets it (the
+  // server keeps only its digest).
+  function forgetLink() {
+    made.hidden = true;
+    linkInput.value = "";
+    qr.removeAttribute("src");
+    qr.alt = "";
+    qr.hidden = true;
+    copied.textContent = "";
+  }
+
+  function showLink(r) {
+    const d = r.device;
+    madeTitle.textContent = `Link for ${d.name}, until ${dayFmt.format(new Date(d.expires_at))}`;
+    linkInput.value = r.link;
+    copied.textContent = "";
+    if (r.qr) {
+      qr.src = r.qr;
+      qr.alt = `QR code of the link for ${d.name}`;
+      qr.hidden = false;
+    }
+    made.hidden = false;
+    madeTitle.focus();
+  }
+
+  async function make() {
+    if (making) return;
+    const which = name.value.trim() ? name.value : name.placeholder;
+    making = true;
+    send.disabled = true;
+    form.setAttribute("aria-busy", "true");
+    showError("");
+    forgetLink();
+    try {
+      const r = await chat.makeDevice({ name: which, expiresIn: Number(expiry.value) });
+      name.value = "";
+      showLink(r);
+      refresh();
+    } catch (err) {
+      showError(sentence(err, "make"));
+      name.focus();
+    } finally {
+      making = false;
+      send.disabled = false;
+      form.removeAttribute("aria-busy");
+    }
+  }
+
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    make();
+  });
+
+  // Copy: the Clipboard API, else the selected text the old way, else the
+  // person is told to copy it.
+  copyButton.addEventListener("click", async () => {
+    const text = linkInput.value;
+    if (!text) return;
+    let ok = false;
+    try {
+      await navigator.clipboard.writeText(text);
+      ok = true;
+    } catch {}
+    if (!ok) {
+      linkInput.focus();
+      linkInput.select();
+      try {
+        ok = document.execCommand("copy");
+      } catch {}
+    }
+    if (ok) {
+      copied.textContent = "Copied.";
+      copyButton.focus();
+    } else {
+      linkInput.focus();
+      linkInput.select();
+      copied.textContent = "Could not copy: the link is selected, press Ctrl+C (⌘C on a Mac).";
+    }
+  });
+
+  $("device-done").addEventListener("click", () => {
+    forgetLink();
+    name.focus();
+  });
+
+  // ---- the panel ----
+
+  // A device link needs a conversation (the server answers 404 before the
+  // first message), so the panel is offered once there is one.
+  const offer = () => {
+    opener.hidden = chat.messages.length === 0 || !!chat.ended;
+  };
+  chat.addEventListener("clear", offer);
+  chat.addEventListener("message", offer);
+  chat.addEventListener("ended", () => {
+    offer();
+    if (dialog.open) dialog.close();
+  });
+  offer();
+
+  opener.addEventListener("click", () => {
+    showError("");
+    if (!dialog.open) dialog.showModal();
+    if (chat.device) $("devices-close").focus();
+    else name.focus();
+    refresh();
+  });
+  $("devices-close").addEventListener("click", () => dialog.close());
+  dialog.addEventListener("close", () => {
+    forgetLink();
+    showError("");
+    if (!opener.hidden) opener.focus();
+  });
+}
