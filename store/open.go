@@ -47,6 +47,14 @@ type Options struct {
 	// is not), and records the settings it is served with.
 	Serve bool
 
+	// Webhooks are the IDs (DestinationID) of the webhook destinations a
+	// server delivers to: every write then queues its events for each
+	// (see Outbox). A server records them (the file store in its
+	// settings, Redis in a key) and every other writer of the store (the
+	// host CLI), which is opened without them, queues for what is
+	// recorded.
+	Webhooks []string
+
 	Log *slog.Logger     // defaults to slog.Default()
 	Now func() time.Time // defaults to time.Now
 }
@@ -58,7 +66,8 @@ type Options struct {
 type Settings struct {
 	Retention  chatrelay.Retention
 	MaxThreads int
-	PublicURL  string // the base of share links (serve --public-url), "" if none
+	PublicURL  string   // the base of share links (serve --public-url), "" if none
+	Webhooks   []string // the webhook destinations' IDs (serve --webhook)
 }
 
 // Backend is an open store and what its backend offers beside it.
@@ -79,6 +88,9 @@ type Backend struct {
 	Where string
 	// Settings are what the store is served with (retention, threads).
 	Settings Settings
+	// Outbox is the queue of webhook events; nil unless the store was
+	// opened with Options.Webhooks.
+	Outbox Outbox
 
 	closers []func() error // run by Close, last first
 	once    sync.Once

@@ -38,6 +38,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	hooks, err := f.hooks.deliverer(st, srv.Registry(), log) // nil without --webhook (webhook.go)
+	if err != nil {
+		return err
+	}
 	hs := &http.Server{
 		Handler:           srv,
 		ReadHeaderTimeout: chatrelay.DefaultReadHeaderTimeout,
@@ -64,6 +68,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer stopBG()
 	var wg sync.WaitGroup
 	wg.Go(func() { sweep(bg, st, f.sweepEvery, log) })
+	if hooks != nil {
+		wg.Go(func() { hooks.Run(bg) })
+	}
 	feedErr := make(chan error, 1)
 	wg.Go(func() { feedErr <- srv.Run(bg) })
 	defer wg.Wait()
@@ -123,6 +130,7 @@ type serveFlags struct {
 	storeOpt   store.Options
 	keyFile    string   // --ticket-key-file
 	ops        opsFlags // --log-format, --metrics-addr, --tls-cert, --tls-key, --drain-delay (ops.go)
+	hooks      hookFlags
 	server     transport.Config
 	addr       string
 	sweepEvery time.Duration
@@ -154,6 +162,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	pushf := registerPush(fs) // --push, --push-contact, --push-allow-host (push.go)
 	f.ops.register(fs)
+	f.hooks.register(fs)
 	if err := parse(fs, args, getenv); err != nil {
 		return nil, err
 	}
@@ -165,6 +174,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 		return nil, err
 	}
 	f.storeOpt.Windows, f.storeOpt.Streams = windows, streams
+	if err := f.hooks.check(&f.storeOpt); err != nil {
+		return nil, err
+	}
 	if f.server.Trusted, err = prefixes(trusted); err != nil {
 		return nil, err
 	}

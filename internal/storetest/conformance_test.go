@@ -133,6 +133,20 @@ func TestConformance(t *testing.T) {
 				assert.Equal(t, "threads removed", st.ThreadsRemoved, 1)
 				assert.Equal(t, "threads", b.Threads(t), []string{thA})
 			}},
+			{"retention by age drops each message once it is past the age, on append", Options{Retention: chatrelay.Retention{Age: time.Hour}}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				var es []store.Entry
+				for _, step := range []time.Duration{0, 20 * time.Minute, 20 * time.Minute, 30 * time.Minute, 20 * time.Minute, 30 * time.Minute} {
+					clk.Advance(step)
+					es = append(es, appendText(t, b.Store, thA, "", "m"))
+				}
+				// At 0, 20, 40, 70, 90 and 120 minutes: at 120 those of 70
+				// and later are within the hour.
+				p := since(t, b.Store, thA, 0, 0)
+				assert.Equal(t, "kept", len(p.Messages), 3)
+				assert.Equal(t, "oldest kept", p.Messages[0].ID, es[3].ID)
+				assert.Equal(t, "a cursor before what was dropped resets", since(t, b.Store, thA, es[1].Epoch, 0).Reset, true)
+				assert.Equal(t, "a cursor at the newest dropped resets not", since(t, b.Store, thA, es[2].Epoch, 0).Reset, false)
+			}},
 			{"MustExist refuses to create a thread", Options{}, func(t *testing.T, b *Backend, _ *testclock.Clock) {
 				_, err := b.Store.Append(context.Background(), thA, store.NewMessage{Author: chatrelay.Hermes, Text: "x", MustExist: true})
 				assert.Code(t, err, chatrelay.NotFound)

@@ -138,6 +138,9 @@ type Options struct {
 	// User and Password log in to Redis as an ACL user of the test's
 	// (Redis only; by default the default user).
 	User, Password string
+	// Webhooks are store.Options.Webhooks: the destinations whose
+	// events every write queues (Backend.Outbox).
+	Webhooks []string
 }
 
 // Backend is an open store of one backend, closed when the test ends.
@@ -150,6 +153,8 @@ type Backend struct {
 	Redis  *redisstore.Store // Redis: the store
 	Server *Server           // Redis: the server it is on
 	Prefix string            // Redis: its key prefix, this test's own
+
+	Outbox store.Outbox // the queue of webhook events, with Options.Webhooks
 }
 
 // Open opens a store of the named backend for the test: the file store in
@@ -186,26 +191,26 @@ func OpenRedis(t testing.TB, srv *Server, prefix string, opt Options) *Backend {
 	}
 	rs, err := redisstore.Open(context.Background(), url, redisstore.Options{
 		Prefix: prefix, Retention: opt.Retention, MaxThreads: opt.MaxThreads,
-		Log: logger(opt), Now: opt.Now, ResetAfter: opt.ResetAfter,
+		Log: logger(opt), Now: opt.Now, ResetAfter: opt.ResetAfter, Webhooks: opt.Webhooks,
 	})
 	if err != nil {
 		t.Fatalf("storetest: open the Redis store: %v", err)
 	}
 	t.Cleanup(func() { rs.Close() })
-	return &Backend{Name: Redis, Store: rs, Redis: rs, Server: srv, Prefix: prefix}
+	return &Backend{Name: Redis, Store: rs, Redis: rs, Server: srv, Prefix: prefix, Outbox: rs.Outbox()}
 }
 
 func openFile(t testing.TB, dir string, opt Options) *Backend {
 	t.Helper()
 	fs, err := filestore.OpenFile(dir, filestore.FileOptions{
 		Retention: opt.Retention, MaxThreads: opt.MaxThreads, NoFsync: !opt.Fsync,
-		Now: opt.Now, Log: logger(opt),
+		Now: opt.Now, Log: logger(opt), Webhooks: opt.Webhooks,
 	})
 	if err != nil {
 		t.Fatalf("storetest: open the file store: %v", err)
 	}
 	t.Cleanup(func() { fs.Close() })
-	return &Backend{Name: File, Store: fs, Dir: dir}
+	return &Backend{Name: File, Store: fs, Dir: dir, Outbox: fs.Outbox()}
 }
 
 func logger(opt Options) *slog.Logger {

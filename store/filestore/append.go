@@ -178,6 +178,16 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 	if sameDoc(nd, old) {
 		return false, ferr
 	}
+	if s.hooks != nil { // the change's webhook events first (outbox.go)
+		if lines := eventsOf(thread, old, nd); len(lines) > 0 {
+			if err := s.hooks.queue(lines); err != nil {
+				if undo != nil {
+					undo()
+				}
+				return false, s.unavailable(thread, err)
+			}
+		}
+	}
 	bp := docBufs.Get().(*[]byte)
 	doc := appendDocument((*bp)[:0], thread, nd)
 	pin, id, err := s.write(thread, doc)

@@ -37,8 +37,11 @@ type FileOptions struct {
 	// the process runs out of descriptors anyway (streams hold the rest),
 	// the store lets go of half of them and tries again.
 	MaxOpenDocs int
-	Log         *slog.Logger     // defaults to slog.Default()
-	Now         func() time.Time // defaults to time.Now
+	// Webhooks are the webhook destinations (store.DestinationID) every
+	// write queues its events for (outbox.go); none: nothing is queued.
+	Webhooks []string
+	Log      *slog.Logger     // defaults to slog.Default()
+	Now      func() time.Time // defaults to time.Now
 }
 
 // File is the file store: one JSON document per thread in <data>/chat.
@@ -80,6 +83,9 @@ type File struct {
 	// lastFail is the last append whose write failed, until a later write
 	// or readiness probe of its size succeeds (Check).
 	lastFail atomic.Pointer[writeFailure]
+
+	hooks *hookWriter // queues webhook events; nil without FileOptions.Webhooks
+	out   *outbox     // the deliverer's side of the queues (Outbox)
 
 	feedMu   sync.Mutex // guards feeds
 	feeds    map[*feed]struct{}
@@ -133,7 +139,9 @@ func OpenFile(data string, opt FileOptions) (*File, error) {
 		tmap:  make(map[string]*threadState),
 		dsync: ds,
 		feeds: make(map[*feed]struct{}),
+		hooks: newHookWriter(data, opt.Webhooks, !opt.NoFsync),
 	}
+	s.out = &outbox{s: s, dests: make(map[string]*destQueue)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -146,12 +154,17 @@ func OpenFile(data string, opt FileOptions) (*File, error) {
 	return s, nil
 }
 
+// Outbox is the queue of webhook events (store.Outbox): its deliverer
+// is the folder's server.
+func (s *File) Outbox() store.Outbox { return s.out }
+
 // Dir is the folder that holds the thread documents.
 func (s *File) Dir() string { return s.dir }
 
 // Close unpins the cached documents (every lock is held only inside a
 // call); a read after Close pins again.
 func (s *File) Close() error {
+	s.out.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range s.tmap {

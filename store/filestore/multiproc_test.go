@@ -59,6 +59,7 @@ func child(mode string) int {
 		MaxThreads: maxThreads,
 		NoFsync:    mode != "crash",
 		Log:        slog.New(slog.DiscardHandler),
+		Webhooks:   strings.Fields(os.Getenv("CHATRELAY_TEST_HOOKS")),
 	})
 	if err != nil {
 		fmt.Println("error", err)

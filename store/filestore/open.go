@@ -31,13 +31,16 @@ func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backe
 	b.Settings = set
 	f, err := OpenFile(data, FileOptions{
 		Retention: set.Retention, MaxThreads: set.MaxThreads, NoFsync: opt.NoFsync,
-		Log: opt.Log, Now: opt.Now,
+		Webhooks: set.Webhooks, Log: opt.Log, Now: opt.Now,
 	})
 	if err != nil {
 		b.Close()
 		return nil, err
 	}
 	b.Store = f
+	if len(set.Webhooks) > 0 {
+		b.Outbox = f.Outbox()
+	}
 	b.TicketKey = KeyFile(keyPath(data), opt.Log)
 	return b, nil
 }

@@ -135,6 +135,13 @@ func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []c
 	if err != nil || !write {
 		return err
 	}
+	if s.hooks != nil { // the change's webhook events first (outbox.go)
+		if lines := grantEventsOf(thread, grants, out, s.now()); len(lines) > 0 {
+			if err := s.hooks.queue(lines); err != nil {
+				return s.unavailable(thread, err)
+			}
+		}
+	}
 	return s.writeGrants(thread, out)
 }
 

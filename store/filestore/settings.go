@@ -22,6 +22,9 @@ type settingsFile struct {
 	RetentionAge      string `json:"retention_age"` // a Go duration, "720h0m0s"
 	MaxThreads        int    `json:"max_threads"`
 	PublicURL         string `json:"public_url,omitempty"`
+	// Webhooks are the destinations the server delivers to (their IDs,
+	// never their URLs): every writer of the folder queues for them.
+	Webhooks []string `json:"webhooks,omitempty"`
 }
 
 func settingsPath(data string) string { return filepath.Join(data, "settings.json") }
@@ -41,7 +44,7 @@ func reconcile(data string, opt store.Options) (store.Settings, error) {
 		return s
 	}
 	if opt.Serve {
-		given.PublicURL = opt.PublicURL
+		given.PublicURL, given.Webhooks = opt.PublicURL, opt.Webhooks
 		set := withDefaults(given)
 		if err := os.MkdirAll(data, 0o700); err != nil {
 			return set, fmt.Errorf("store: %w", err)
@@ -86,7 +89,7 @@ func readSettings(data string) (store.Settings, bool, error) {
 	if err != nil || age <= 0 || f.RetentionMessages <= 0 || f.MaxThreads <= 0 {
 		return store.Settings{}, false, fmt.Errorf("store: %s holds settings out of range", settingsPath(data))
 	}
-	return store.Settings{Retention: chatrelay.Retention{Messages: f.RetentionMessages, Age: age}, MaxThreads: f.MaxThreads, PublicURL: f.PublicURL}, true, nil
+	return store.Settings{Retention: chatrelay.Retention{Messages: f.RetentionMessages, Age: age}, MaxThreads: f.MaxThreads, PublicURL: f.PublicURL, Webhooks: f.Webhooks}, true, nil
 }
 
 // recordSettings writes set as the folder's settings, atomically, under
@@ -94,7 +97,7 @@ func readSettings(data string) (store.Settings, bool, error) {
 func recordSettings(data string, set store.Settings, sync bool) error {
 	b, _ := json.MarshalIndent(settingsFile{
 		RetentionMessages: set.Retention.Messages, RetentionAge: set.Retention.Age.String(), MaxThreads: set.MaxThreads,
-		PublicURL: set.PublicURL,
+		PublicURL: set.PublicURL, Webhooks: set.Webhooks,
 	}, "", "  ")
 	unlock, err := lockPath(context.Background(), settingsPath(data)+".lock", chatrelay.DefaultLockTimeout)
 	if err != nil {

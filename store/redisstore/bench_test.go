@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )
@@ -190,4 +191,68 @@ func scriptMicros(b *testing.B, s *Store) float64 {
 	}
 	b.Log("no evalsha in commandstats")
 	return 0
+}
+
+// BenchmarkPost: what chatbench S2 asks of Redis per post, without the
+// HTTP server: 32 posters, each post a rate window check (RateLimiter.Take,
+// the limits raised as run.sh raises them) and an append to one of 1 000
+// threads holding a few dozen messages (no retention trim). It reports
+// Redis's own CPU per post (INFO cpu: user + system, with the I/O of the
+// calls), the figure the target is about.
+func BenchmarkPost(b *testing.B) {
+	srv := redistest.StartServer(b, redistest.ServerOptions{})
+	s := benchStore(b, srv)
+	rl := NewRateLimiter(s, chatrelay.Windows{PerThread: 1e9, PerIP: 1e9, Window: 10 * time.Minute})
+	ctx := b.Context()
+	const threads = 1000
+	m := store.NewMessage{Text: strings.Repeat("x", 100)}
+	for i := range threads {
+		if _, err := s.Append(ctx, fmt.Sprintf("%016x", i), m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var n atomic.Int64
+	for _, c := range []struct {
+		name         string
+		take, append bool
+	}{{"post", true, true}, {"take", true, false}, {"append", false, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			n.Store(0)
+			b.SetParallelism(16) // 32 posters on 2 cores
+			cpu0 := redisCPU(b, s)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					th := fmt.Sprintf("%016x", i*7919%threads)
+					if c.take {
+						if _, err := rl.Take(ctx, th, fmt.Sprintf("127.0.0.%d", i%8+1)); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+					if c.append {
+						if _, err := s.Append(ctx, th, m); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}
+			})
+			b.ReportMetric((redisCPU(b, s)-cpu0)*1e6/float64(n.Load()), "redis-cpu-µs/post")
+		})
+	}
+}
+
+// redisCPU is Redis's own CPU time so far, in seconds (INFO cpu).
+func redisCPU(b *testing.B, s *Store) float64 {
+	info := s.rdb.Info(context.Background(), "cpu").Val()
+	var sum float64
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			sum += f
+		}
+	}
+	return sum
 }

@@ -17,8 +17,8 @@ import (
 //	                    newest epoch known to have been lost with an
 //	                    earlier data set (0 if none)
 //
-// Every append, every read (Since) and every feed (re)subscription creates
-// it if it is missing, in the same script or MULTI as what it does, with
+// Every append that makes a thread, every read (Since) and every feed
+// (re)subscription creates it if it is missing, in the same script or MULTI as what it does, with
 // lost = the newest epoch the store has seen: 0 for a new deployment (or a
 // node that never saw the old data), and what was lost for a Redis that
 // lost its data under a running node. A store that then reads an id other

@@ -19,9 +19,10 @@ import (
 // and perIP per client IP in any sliding window. It implements
 // chatrelay.RateLimiter and is safe for concurrent use.
 //
-// Each window is a sorted set of post times (the Store's clock, like the
-// in-memory limiter), pruned and checked in one script with both keys; the
-// keys share the hash tag {rl}, so that script also runs on a cluster.
+// Each window is a list of the times of the posts it counted (the Store's
+// clock, like the in-memory limiter), checked and added to in one script
+// with both keys (takeScript); the keys share the hash tag {rl}, so that
+// script also runs on a cluster.
 type RateLimiter struct {
 	s                *Store
 	perThread, perIP int
@@ -40,12 +41,13 @@ func NewRateLimiter(s *Store, w chatrelay.Windows) *RateLimiter {
 // if Redis cannot be reached, StoreUnavailable. undo uncounts the post (if
 // it was then not stored).
 func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(), err error) {
-	keys := []string{l.s.prefix + "{rl}:t:" + thread, l.s.prefix + "{rl}:i:" + ip}
-	member := randomHex(8)
+	keys := []string{l.s.prefix + "{rl}:tl:" + thread, l.s.prefix + "{rl}:il:" + ip}
+	now := l.s.now().UnixMilli()
+	entry := strconv.FormatInt(now, 10) + " " + randomHex(8)
 	tctx, cancel := l.s.bound(ctx)
 	defer cancel()
-	wait, err := takeScript.Run(tctx, l.s.rdb, keys, l.s.now().UnixMilli(), l.window.Milliseconds(),
-		member, l.perThread, l.perIP).Int64()
+	wait, err := l.s.runScript(tctx, takeScript, keys, now, l.window.Milliseconds(),
+		entry, l.perThread, l.perIP).Int64()
 	if err != nil {
 		return nil, l.s.unavailable("rate limit", err)
 	}
@@ -59,8 +61,8 @@ func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(),
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.DefaultStoreTimeout)
 			defer cancel()
 			_, err := l.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.ZRem(ctx, keys[0], member)
-				p.ZRem(ctx, keys[1], member)
+				p.LRem(ctx, keys[0], -1, entry)
+				p.LRem(ctx, keys[1], -1, entry)
 				return nil
 			})
 			if err != nil {

@@ -1,6 +1,9 @@
 package redisstore
 
 import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -8,6 +11,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
+	"github.com/chatrelay/chatrelay/transport"
 )
 
 // TestRateLimiterAcrossNodes: two nodes share the windows.
@@ -162,4 +166,63 @@ func TestStreamLimiterKeepsTheOwnersShare(t *testing.T) {
 	must[func()](t)(b.Acquire(ctx, th, "192.0.2.4", chatrelay.ParticipantStream))
 	_, err = b.Acquire(ctx, th, "192.0.2.6", chatrelay.OwnerStream)
 	wantCode(t, err, chatrelay.TooManyStreams)
+}
+
+// TestRateLimiterDecidesAsInMemory: the Redis windows decide every post as
+// the in-memory limiter of one node (the file store's) does, wait
+// included: random posts from two nodes to a few threads and addresses,
+// some taken back (undo), the clock moving on by random steps. The larger
+// limits let a window hold more than the 64 posts after which it drops its
+// expired head.
+func TestRateLimiterDecidesAsInMemory(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	for _, c := range []struct {
+		w    chatrelay.Windows
+		step time.Duration // the most the clock moves between posts
+	}{
+		{chatrelay.Windows{PerThread: 3, PerIP: 5, Window: 10 * time.Minute}, 200 * time.Second},
+		{chatrelay.Windows{PerThread: 70, PerIP: 150, Window: time.Minute}, 300 * time.Millisecond},
+	} {
+		w := c.w
+		clk := testclock.New(time.UnixMilli(1792778400000))
+		prefix := fmt.Sprintf("w%d:", w.PerThread)
+		nodes := []*RateLimiter{
+			NewRateLimiter(openStore(t, srv, Options{Prefix: prefix, Now: clk.Now}), w),
+			NewRateLimiter(openStore(t, srv, Options{Prefix: prefix, Now: clk.Now}), w),
+		}
+		ref := transport.NewMemoryLimiter(w, clk.Now)
+		rng := rand.New(rand.NewPCG(1, uint64(w.PerThread)))
+		ctx := t.Context()
+		accepted := 0
+		for i := range 3000 {
+			if rng.IntN(3) == 0 {
+				clk.Advance(time.Duration(rng.Int64N(c.step.Milliseconds())) * time.Millisecond)
+			}
+			th, ip := fmt.Sprintf("%016x", rng.IntN(3)), fmt.Sprintf("192.0.2.%d", rng.IntN(2))
+			want, werr := ref.Take(ctx, th, ip)
+			got, gerr := nodes[rng.IntN(2)].Take(ctx, th, ip)
+			if chatrelay.CodeOf(gerr) != chatrelay.CodeOf(werr) || (werr != nil && (gerr == nil || retryOf(gerr) != retryOf(werr))) {
+				t.Fatalf("%s, post %d: got %v, want %v", prefix, i, gerr, werr)
+			}
+			if werr == nil {
+				accepted++
+				if rng.IntN(10) == 0 {
+					want()
+					got()
+				}
+			}
+		}
+		if accepted < 300 {
+			t.Fatalf("%s: only %d posts accepted: the test does not fill the windows and empty them", prefix, accepted)
+		}
+	}
+}
+
+func retryOf(err error) time.Duration {
+	var he *chatrelay.Error
+	if errors.As(err, &he) {
+		return he.Retry
+	}
+	return -1
 }

@@ -19,6 +19,7 @@ func init() {
 func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backend, error) {
 	rs, err := Open(ctx, spec, Options{
 		Prefix: opt.KeyPrefix, Retention: opt.Retention, MaxThreads: opt.MaxThreads, Log: opt.Log, Now: opt.Now,
+		Webhooks: opt.Webhooks,
 	})
 	if err != nil {
 		return nil, err
@@ -33,6 +34,10 @@ func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backe
 		Settings: store.Settings{Retention: rs.opt.Retention, MaxThreads: rs.opt.MaxThreads},
 	}
 	b.OnClose(sl.Close)
+	if len(opt.Webhooks) > 0 {
+		b.Outbox = rs.Outbox()
+		b.Settings.Webhooks = opt.Webhooks
+	}
 	return b, nil
 }
 

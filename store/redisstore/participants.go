@@ -116,7 +116,7 @@ func isWrongType(err error) bool {
 // and removes the grants rec dropped (chatrelay.PruneGrants), with their
 // grant index entries, if the record's version is still rec's. It reports
 // false if it is not (read again and retry).
-func (s *Store) writeGrants(ctx context.Context, thread string, rec grantsRecord, needLog bool, index, order string, fields ...string) (bool, error) {
+func (s *Store) writeGrants(ctx context.Context, thread string, rec grantsRecord, needLog bool, index, order string, ev grantEvent, fields ...string) (bool, error) {
 	need := "0"
 	if needLog {
 		need = "1"
@@ -129,7 +129,8 @@ func (s *Store) writeGrants(ctx context.Context, thread string, rec grantsRecord
 			prefixes = append(prefixes, p) // another grant's too: its entry stays
 		}
 	}
-	args := []any{thread, rec.version, s.feed, need, index, order, strings.Join(drop, " "), strings.Join(prefixes, " ")}
+	args := []any{thread, rec.version, s.feed, need, index, order, strings.Join(drop, " "), strings.Join(prefixes, " "),
+		ev.typ, ev.at, ev.participant}
 	for _, f := range fields {
 		args = append(args, f)
 	}
@@ -151,6 +152,14 @@ func (s *Store) writeGrants(ctx context.Context, thread string, rec grantsRecord
 	return false, s.unavailable("participants", fmt.Errorf("unexpected answer %q", res))
 }
 
+// grantEvent is the webhook event a write of grants queues (outbox.go);
+// the zero value queues none.
+type grantEvent struct {
+	typ         string
+	at          int64
+	participant string
+}
+
 // Invite implements store.Participants.
 func (s *Store) Invite(ctx context.Context, thread string, g chatrelay.Grant) error {
 	if err := chatrelay.CheckThread(thread); err != nil {
@@ -168,7 +177,7 @@ func (s *Store) Invite(ctx context.Context, thread string, g chatrelay.Grant) er
 			return err
 		}
 		js, _ := json.Marshal(g)
-		ok, err := s.writeGrants(ctx, thread, rec, true, g.Digest[:16], g.ID, g.ID, string(js))
+		ok, err := s.writeGrants(ctx, thread, rec, true, g.Digest[:16], g.ID, grantEvent{}, g.ID, string(js))
 		if ok || err != nil {
 			return err
 		}
@@ -286,8 +295,16 @@ func (s *Store) updateGrant(ctx context.Context, thread, id string, mustExist bo
 		if !changed {
 			return nil
 		}
+		var ev grantEvent
+		if s.hooks {
+			if ev.typ = store.GrantEventOf(&rec.grants[i], &g); ev.typ != "" {
+				now := s.now()
+				p, _ := json.Marshal(g.Participant(now))
+				ev.at, ev.participant = now.UnixMilli(), string(p)
+			}
+		}
 		js, _ := json.Marshal(g)
-		ok, err := s.writeGrants(ctx, thread, rec, false, "", "", g.ID, string(js))
+		ok, err := s.writeGrants(ctx, thread, rec, false, "", "", ev, g.ID, string(js))
 		if ok || err != nil {
 			return err
 		}

@@ -16,9 +16,19 @@
 //	                    only: the thread's rev is the newer of it and the
 //	                    newest message's epoch); "trimmed_rev", the newest
 //	                    rev retention dropped; "v2", set once the thread
-//	                    has v2 state (a v1-only thread never reads any)
-//	<prefix>{T}:ids     hash: the id suffixes taken in the thread's newest
-//	                    second, while it has several messages (expires)
+//	                    has v2 state (a v1-only thread never reads any);
+//	                    "title"; and what an append needs, so that it reads
+//	                    no message: "last", the newest message's epoch;
+//	                    "first", at most the oldest's; "sec" and "sfx", the
+//	                    newest message's second and the id suffixes taken
+//	                    in it (" <suffix>" each). A thread without "last"
+//	                    (written by an older version) has them read from
+//	                    its log by its next append. Every script that adds
+//	                    to the log keeps them; one that drops messages keeps
+//	                    "first" at most the oldest's (dropping only the
+//	                    oldest does, by itself)
+//	<prefix>{T}:ids     (no longer written: older versions kept the id
+//	                    suffixes here; it expired after 10s)
 //	<prefix>{T}:v2      hash: epoch -> the current v2 object of each message
 //	                    with v2 state (a v2 field, or a change); a message
 //	                    without has for v2 object its v1 JSON and "rev"
@@ -41,8 +51,8 @@
 //	                    epoch known lost with an earlier one (gen.go)
 //	<prefix>ticket-key  string: the ticket signing key nodes share (TicketKey)
 //	<prefix>feed        pub/sub channel of the change feed (not a key)
-//	<prefix>{rl}:t:T    sorted sets of the rate windows (RateLimiter)
-//	<prefix>{rl}:i:IP
+//	<prefix>{rl}:tl:T   lists of the rate windows' posts (RateLimiter)
+//	<prefix>{rl}:il:IP
 //	<prefix>{sl}:t:T    sorted sets of open-stream leases (StreamLimiter)
 //	<prefix>{sl}:i:IP
 //	<prefix>{sl}:p:T    (the thread's participants' streams)
@@ -68,6 +78,11 @@
 //
 // and two read a thread in one step: changesScript (the v2 view with its
 // marks and the generation) and messageScript (one message, for a change).
+//
+// The scripts of a post (the rate windows' and the append) go through the
+// batcher (batch.go): the ones that wait at the same moment are sent in one
+// pipeline, so that Redis reads and answers them in one system call each;
+// each still runs alone and answers its own caller.
 //
 // appendScript checks that the thread exists (MustExist) or that creating
 // it stays within MaxThreads; answers a client_id it finds in cids with that
@@ -175,7 +190,12 @@ type Options struct {
 	// StoreUnavailable, so a Redis that stalls makes requests fail in
 	// Timeout rather than hang. Defaults to 2s.
 	Timeout time.Duration
-	Now     func() time.Time
+	// Webhooks are the webhook destinations (store.DestinationID) a
+	// server delivers to: Open records them in Redis and makes their
+	// consumer groups, and every store opened on the same Redis and
+	// prefix (other nodes, the host CLI) then queues events (outbox.go).
+	Webhooks []string
+	Now      func() time.Time
 	// Now defaults to time.Now. It gives epochs and retention ages, like the
 	// file store's clock; nodes are expected to keep their clocks in sync
 	// (an epoch is still strictly increasing within a thread if they do not).
@@ -194,6 +214,10 @@ type Store struct {
 	genKey  string // the generation key (gen.go)
 	pending string // the pending interactions' index key
 	gindex  string // the grant index key (participants.go)
+	events  string // the webhook events' stream (outbox.go)
+	hooks   bool   // queue webhook events (outbox.go); set by open
+	outOnce sync.Once
+	out     *outbox
 
 	closing context.Context // done once Close is called
 	close   context.CancelFunc
@@ -203,6 +227,9 @@ type Store struct {
 	once    sync.Once
 
 	pingEvery time.Duration // chatrelay.DefaultFeedPing; tests shorten it
+
+	calls chan *scriptCall // the scripts waiting for a sender (batch.go)
+	slots chan struct{}    // one token per call out (batch.go)
 
 	// What the store knows of Redis's data set (gen.go).
 	seen   atomic.Int64               // the newest epoch this store read or its feed announced
@@ -285,6 +312,7 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 
 		pending: opt.Prefix + "pending",
 		gindex:  opt.Prefix + "grant-index",
+		events:  opt.Prefix + "webhook:events",
 
 		pingEvery: chatrelay.DefaultFeedPing,
 		wake:      make(chan struct{}),
@@ -306,6 +334,13 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 		rdb.Close()
 		s.close()
 		return nil, s.unavailable("open", err)
+	}
+	s.startBatcher()
+	if err := s.setupHooks(ctx); err != nil {
+		unrouteClientLog(s)
+		rdb.Close()
+		s.close()
+		return nil, err
 	}
 	return s, nil
 }
@@ -359,7 +394,6 @@ func (s *Store) enter() bool {
 
 func (s *Store) logKey(thread string) string    { return s.prefix + "{" + thread + "}:log" }
 func (s *Store) metaKey(thread string) string   { return s.prefix + "{" + thread + "}:meta" }
-func (s *Store) idsKey(thread string) string    { return s.prefix + "{" + thread + "}:ids" }
 func (s *Store) v2Key(thread string) string     { return s.prefix + "{" + thread + "}:v2" }
 func (s *Store) grantsKey(thread string) string { return s.prefix + "{" + thread + "}:grants" }
 func (s *Store) auditKey(thread string) string  { return s.prefix + "{" + thread + "}:audit" }
@@ -370,7 +404,7 @@ var threadKeys = [...]string{"log", "meta", "ids", "v2", "v2e", "revs", "cids", 
 
 // keys returns the keys every script of a thread is given: the thread's
 // (threadKeys), then the thread index, the generation, the pending index
-// and the grant index. The thread's keys are slices of one string: an
+// the grant index and the webhook events' stream. The thread's keys are slices of one string: an
 // append allocates two values for them, not ten.
 func (s *Store) keys(thread string) []string {
 	base := len(s.prefix) + len(thread) + 3 // <prefix>{T}:
@@ -386,13 +420,13 @@ func (s *Store) keys(thread string) []string {
 		ends[i] = b.Len()
 	}
 	all := b.String()
-	k := make([]string, len(threadKeys), len(threadKeys)+4)
+	k := make([]string, len(threadKeys), len(threadKeys)+5)
 	start := 0
 	for i, end := range ends {
 		k[i] = all[start:end]
 		start = end
 	}
-	return append(k, s.index, s.genKey, s.pending, s.gindex)
+	return append(k, s.index, s.genKey, s.pending, s.gindex, s.events)
 }
 
 // unavailable wraps a Redis failure: StoreUnavailable for anything that

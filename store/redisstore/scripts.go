@@ -14,7 +14,7 @@ import "github.com/redis/go-redis/v9"
 const luaCommon = `
 local K = {log = KEYS[1], meta = KEYS[2], ids = KEYS[3], v2 = KEYS[4], v2e = KEYS[5], revs = KEYS[6],
   cids = KEYS[7], ixs = KEYS[8], grants = KEYS[9], audit = KEYS[10],
-  index = KEYS[11], gen = KEYS[12], pending = KEYS[13], gindex = KEYS[14]}
+  index = KEYS[11], gen = KEYS[12], pending = KEYS[13], gindex = KEYS[14], events = KEYS[15]}
 
 local function epochOf(id) return tonumber(string.match(id, '^(%d+)')) end
 local function fmt(n) return string.format('%.0f', n) end
@@ -152,10 +152,14 @@ end
 //	17 the grants record's version read   18 the grant with one more post
 //	19 "1" if the grant's cap is spent    20 the most messages waiting
 //	21 the thread's title to set ("" to leave it: open_thread sets it)
-//	22… id suffix candidates (6 hex each)
+//	22 the id's stamp and ts of now's second ("YYYYMMDD-HHMMSS <ts>"):
+//	   the script computes them only for an epoch in a later second
+//	23 the webhook event to queue ("" if none: outbox.go)
+//	24… id suffix candidates (6 hex each)
 //
-// It creates the generation if it is missing, so that a data set's start is
-// never after its first message.
+// An append that makes a thread creates the generation if it is missing, so
+// that a data set's start is never after its first message (a thread that
+// exists was made in this data set, which has its generation).
 //
 // It answers {"ok", epoch, id, v1 JSON, v2 JSON or ""}, {"replay", v2 JSON
 // of the message with the client id}, {"not_found"}, {"thread_limit"},
@@ -166,21 +170,30 @@ var appendScript = redis.NewScript(luaCommon + `
 local thread = ARGV[1]
 local now, keep, age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local participant = ARGV[16]
-if redis.call('EXISTS', K.gen) == 0 then
-  redis.call('HSET', K.gen, 'id', ARGV[11], 'start', ARGV[2], 'lost', ARGV[10])
-end
 
-local prev = 0
-local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
-if #newest == 0 then
-  if ARGV[6] == '1' or participant ~= '' then return {'not_found'} end
-  if not redis.call('ZSCORE', K.index, thread) and redis.call('ZCARD', K.index) >= tonumber(ARGV[5]) then
-    return {'thread_limit'}
+-- What an append needs of the thread is in meta, read in one call: the
+-- newest epoch ("last"), a lower bound of the oldest ("first"), the id
+-- suffixes of the newest message's second ("sec", "sfx"). A thread written
+-- before meta kept them (no "last") has them read from its log once.
+local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2', 'last', 'first', 'sec', 'sfx')
+local prev, first = tonumber(meta[5]), tonumber(meta[6])
+local set = {}
+if not prev then
+  local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
+  if #newest == 0 then
+    if ARGV[6] == '1' or participant ~= '' then return {'not_found'} end
+    if not redis.call('ZSCORE', K.index, thread) and redis.call('ZCARD', K.index) >= tonumber(ARGV[5]) then
+      return {'thread_limit'}
+    end
+    if redis.call('EXISTS', K.gen) == 0 then
+      redis.call('HSET', K.gen, 'id', ARGV[11], 'start', ARGV[2], 'lost', ARGV[10])
+    end
+    prev = 0
+  else
+    prev = epochOf(newest[1][1])
+    first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
   end
-else
-  prev = epochOf(newest[1][1])
 end
-local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2')
 local rev = math.max(prev, num(meta[2]))
 
 if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[17] then
@@ -200,51 +213,56 @@ end
 
 local epoch = now
 if epoch <= rev then epoch = rev + 1 end
+if not first then first = epoch end
 
--- The UTC date and time of the epoch's second (days to civil date:
--- H. Hinnant's algorithm).
+-- The UTC date and time of the epoch's second: the caller's (ARGV 22) if
+-- the epoch is in now's second, as it nearly always is; else computed
+-- (days to civil date: H. Hinnant's algorithm).
 local secs = math.floor(epoch / 1000)
-local days = math.floor(secs / 86400)
-local sod = secs - days * 86400
-local z = days + 719468
-local era = math.floor(z / 146097)
-local doe = z - era * 146097
-local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-local mp = math.floor((5 * doy + 2) / 153)
-local d = doy - math.floor((153 * mp + 2) / 5) + 1
-local m = mp < 10 and mp + 3 or mp - 9
-local y = yoe + era * 400
-if m <= 2 then y = y + 1 end
-local hh, mi, ss = math.floor(sod / 3600), math.floor((sod % 3600) / 60), sod % 60
-local stamp = string.format('%04d%02d%02d-%02d%02d%02d', y, m, d, hh, mi, ss)
-local ts = string.format('%04d-%02d-%02dT%02d:%02d:%02d+00:00', y, m, d, hh, mi, ss)
+local stamp, ts = string.match(ARGV[22], '^(%d+-%d+) (%S+)$')
+if secs ~= math.floor(now / 1000) or not stamp then
+  local floor = math.floor
+  local days = floor(secs / 86400)
+  local sod = secs - days * 86400
+  local z = days + 719468
+  local era = floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+  local mp = floor((5 * doy + 2) / 153)
+  local d = doy - floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  local hh, mi, ss = floor(sod / 3600), floor((sod % 3600) / 60), sod % 60
+  stamp = string.format('%04d%02d%02d-%02d%02d%02d', y, m, d, hh, mi, ss)
+  ts = string.format('%04d-%02d-%02dT%02d:%02d:%02d+00:00', y, m, d, hh, mi, ss)
+end
 
 -- The id is unique in the thread: only messages of the same second can
 -- share it. The first message of a second in the thread takes the first
--- candidate. Later ones check the hash of suffixes taken that second
--- (field "s" says which second), filled from the log the first time it is
--- needed: one scan per busy second, not one per message. The JSON starts
--- {"id":"MSG-YYYYMMDD-HHMMSS- so the suffix is bytes 28 to 33.
-local suffix = ARGV[22]
+-- candidate. Later ones skip the suffixes taken that second: meta's "sfx"
+-- (" <suffix>" each) if "sec" is that second, else (written before meta
+-- kept them) read from the log. The JSON starts {"id":"MSG-YYYYMMDD-HHMMSS-
+-- so the suffix is bytes 28 to 33.
+local suffix = ARGV[24]
+local sec = fmt(secs)
+local taken = ''
 if prev >= secs * 1000 then
-  local sec = fmt(secs)
-  if redis.call('HGET', K.ids, 's') ~= sec then
-    redis.call('DEL', K.ids)
-    local fill = {'s', sec}
+  if meta[7] == sec then
+    taken = meta[8] or ''
+  else
+    local t = {}
     for _, e in ipairs(redis.call('XRANGE', K.log, sid(secs * 1000), '+')) do
-      fill[#fill + 1] = string.sub(e[2][2], 28, 33)
-      fill[#fill + 1] = '1'
+      t[#t + 1] = ' ' .. string.sub(e[2][2], 28, 33)
     end
-    redis.call('HSET', K.ids, unpack(fill))
+    taken = table.concat(t)
   end
   suffix = nil
-  for i = 22, #ARGV do
-    if redis.call('HEXISTS', K.ids, ARGV[i]) == 0 then suffix = ARGV[i] break end
+  for i = 24, #ARGV do
+    if not string.find(taken, ' ' .. ARGV[i], 1, true) then suffix = ARGV[i] break end
   end
   if not suffix then return {'collision'} end
-  redis.call('HSET', K.ids, suffix, '1')
-  redis.call('PEXPIRE', K.ids, 10000)
 end
 local id = 'MSG-' .. stamp .. '-' .. suffix
 
@@ -261,7 +279,8 @@ if ARGV[13] ~= '' then
   redis.call('ZADD', K.v2e, es, es)
   if not v2 then
     v2 = '1'
-    redis.call('HSET', K.meta, 'v2', '1')
+    set[#set + 1] = 'v2'
+    set[#set + 1] = '1'
   end
   if cid ~= '' then redis.call('HSET', K.cids, cid, es) end
   if ARGV[14] ~= '' then
@@ -274,13 +293,30 @@ if participant ~= '' then
   redis.call('HINCRBY', K.grants, '.v', 1)
 end
 
-if ARGV[21] ~= '' then redis.call('HSET', K.meta, 'title', ARGV[21]) end
+if ARGV[21] ~= '' then
+  set[#set + 1] = 'title'
+  set[#set + 1] = ARGV[21]
+end
 
+-- Retention: by count (the log's length) and by age (only once the oldest
+-- message may be past it: "first" is a lower bound of its epoch).
 local trimmed, trimmedRev = num(meta[1]), num(meta[3])
-local cut = cutOf(K.log, now, keep, age)
-if cut > 0 then trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2) end
+local n = redis.call('XLEN', K.log)
+if n > keep or first <= now - age then
+  local cut = cutOf(K.log, now, keep, age)
+  if cut > 0 then
+    trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2)
+    first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
+  elseif first <= now - age then
+    first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
+  end
+end
+redis.call('HSET', K.meta, 'last', es, 'first', fmt(first), 'sec', sec, 'sfx', taken .. ' ' .. suffix, unpack(set))
 redis.call('ZADD', K.index, es, thread)
 announce(ARGV[9], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or json)
+if ARGV[23] ~= '' then
+  redis.call('XADD', K.events, '*', 't', ARGV[23], 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
+end
 if participant ~= '' then redis.call('PUBLISH', ARGV[9], thread .. ' P') end
 return {'ok', es, id, json, v2json}
 `)
@@ -290,7 +326,8 @@ return {'ok', es, id, json, v2json}
 // computed the change from that state). KEYS: Store.keys. ARGV: thread,
 // the message's epoch, the rev read, now (ms), the new v2 object up to its
 // rev ("…,\"rev\":") and after it, the interaction id to take out of the
-// pending index ("" if none), the feed channel. The change takes the
+// pending index ("" if none), the feed channel, the webhook event to
+// queue ("" if none: outbox.go). The change takes the
 // thread's next epoch as the message's rev: max(now, the thread's rev + 1).
 //
 // It answers {"ok", rev}, {"retry"} (the message changed since it was
@@ -300,9 +337,9 @@ local thread, es = ARGV[1], ARGV[2]
 if #redis.call('XRANGE', K.log, es .. '-0', es .. '-0') == 0 then return {'gone'} end
 local cur = redis.call('ZSCORE', K.revs, es) or es
 if tonumber(cur) ~= tonumber(ARGV[3]) then return {'retry'} end
-local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
-local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev')
-local prevRev = math.max(epochOf(newest[1][1]), num(meta[2]))
+local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'last')
+local last = tonumber(meta[4]) or epochOf(redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)[1][1])
+local prevRev = math.max(last, num(meta[2]))
 local rev = tonumber(ARGV[4])
 if rev <= prevRev then rev = prevRev + 1 end
 local rs = fmt(rev)
@@ -314,6 +351,9 @@ redis.call('HSET', K.meta, 'rev', rs, 'v2', '1')
 if ARGV[7] ~= '' then redis.call('ZREM', K.pending, thread .. ' ' .. ARGV[7]) end
 redis.call('ZADD', K.index, 'XX', rs, thread)
 announce(ARGV[8], thread, prevRev, num(meta[1]), num(meta[3]), v2json)
+if ARGV[9] ~= '' then
+  redis.call('XADD', K.events, '*', 't', ARGV[9], 'th', thread, 'at', rs, 'm', v2json)
+end
 return {'ok', rs}
 `)
 
@@ -429,8 +469,9 @@ return {n - redis.call('XLEN', K.log), 0}
 // the grant id to add to the record's order ("" if none), the ids of
 // grants to remove (space-separated, "" if none) and the digest prefixes
 // of theirs to take out of the grant index (if it points at this thread),
-// then field and value pairs to set. It answers "ok", "retry" or
-// "not_found".
+// the webhook event to queue ("" if none: outbox.go), its time (ms) and
+// its participant object, then field and value pairs to set. It answers
+// "ok", "retry" or "not_found".
 var grantsScript = redis.NewScript(luaCommon + `
 local thread = ARGV[1]
 if ARGV[4] == '1' and redis.call('XLEN', K.log) == 0 then return 'not_found' end
@@ -450,8 +491,11 @@ if ARGV[7] ~= '' then
     if redis.call('HGET', K.gindex, p) == thread then redis.call('HDEL', K.gindex, p) end
   end
 end
-for i = 9, #ARGV, 2 do
+for i = 12, #ARGV, 2 do
   redis.call('HSET', K.grants, ARGV[i], ARGV[i + 1])
+end
+if ARGV[9] ~= '' then
+  redis.call('XADD', K.events, '*', 't', ARGV[9], 'th', thread, 'at', ARGV[10], 'p', ARGV[11])
 end
 if ARGV[6] ~= '' then
   local o = redis.call('HGET', K.grants, '.order')
@@ -465,21 +509,45 @@ return 'ok'
 `)
 
 // takeScript counts one post in two sliding windows, or says how long to
-// wait. KEYS: thread window, IP window. ARGV: now (ms), window (ms), member,
-// thread limit, IP limit. It answers 0 (counted) or the wait in ms.
+// wait. KEYS: thread window, IP window. ARGV: now (ms), window (ms), the
+// post's entry ("<now> <random>"), thread limit, IP limit. It answers 0
+// (counted) or the wait in ms.
+//
+// A window is a list of the entries of the posts it counted, oldest first.
+// The post is pushed on both; if either list then holds limit earlier
+// posts and the limit-th newest of them is still inside the window, the
+// post is taken back from both and the wait is when that one leaves. A
+// full window keeps its newest limit entries (no older one can count
+// again); any window drops its expired head every 64 posts. The common
+// case is RPUSH and PEXPIRE on each key.
 var takeScript = redis.NewScript(`
 local now, win = tonumber(ARGV[1]), tonumber(ARGV[2])
-local function wait(key, limit)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - win))
-  local n = redis.call('ZCARD', key)
-  if n < limit then return 0 end
-  local r = redis.call('ZRANGE', key, n - limit, n - limit, 'WITHSCORES')
-  return tonumber(r[2]) + win - now
-end
-local w = math.max(wait(KEYS[1], tonumber(ARGV[4])), wait(KEYS[2], tonumber(ARGV[5])))
-if w > 0 then return w end
+local n, wait = {}, 0
 for i = 1, 2 do
-  redis.call('ZADD', KEYS[i], ARGV[1], ARGV[3])
+  local limit = tonumber(ARGV[3 + i])
+  n[i] = redis.call('RPUSH', KEYS[i], ARGV[3])
+  if n[i] > limit then
+    local t = tonumber(string.match(redis.call('LINDEX', KEYS[i], n[i] - limit - 1), '^(%d+)'))
+    if t > now - win then wait = math.max(wait, t + win - now) end
+  end
+end
+if wait > 0 then
+  redis.call('RPOP', KEYS[1])
+  redis.call('RPOP', KEYS[2])
+  return wait
+end
+for i = 1, 2 do
+  local limit = tonumber(ARGV[3 + i])
+  if n[i] > limit then
+    redis.call('LTRIM', KEYS[i], -limit, -1)
+  elseif n[i] % 64 == 0 then
+    local drop = 0
+    for _, e in ipairs(redis.call('LRANGE', KEYS[i], 0, 63)) do
+      if tonumber(string.match(e, '^(%d+)')) > now - win then break end
+      drop = drop + 1
+    end
+    if drop > 0 then redis.call('LTRIM', KEYS[i], drop, -1) end
+  end
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
 end
 return 0

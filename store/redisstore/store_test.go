@@ -457,7 +457,10 @@ func TestAppendBasics(t *testing.T) {
 	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: strings.Repeat("é", chatrelay.MaxText)}))
 }
 
-// TestDates checks the script's calendar against Go's for many instants.
+// TestDates checks the id stamp and ts of a message against Go's calendar
+// for many instants: the caller's (the epoch is in now's second) and the
+// script's own (a node whose clock is behind: the epoch is the thread's
+// newest + 1, in a later second than its now).
 func TestDates(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
@@ -485,6 +488,12 @@ func TestDates(t *testing.T) {
 		e := must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "t"}))
 		if e.Epoch != at.UnixMilli() {
 			t.Fatalf("epoch %d, want %d", e.Epoch, at.UnixMilli())
+		}
+		checkEntry(t, e)
+		clk.Set(at.Add(-time.Second))
+		e = must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "t"}))
+		if e.Epoch != at.UnixMilli()+1 {
+			t.Fatalf("behind: epoch %d, want %d", e.Epoch, at.UnixMilli()+1)
 		}
 		checkEntry(t, e)
 	}
@@ -633,11 +642,11 @@ func TestPrefixes(t *testing.T) {
 	if p := must[store.Page](t)(b.Since(ctx, "a1b2c3d4e5f60718", 0, 0)); len(p.Messages) != 0 {
 		t.Fatalf("other prefix sees %+v", p)
 	}
-	// The log, the index and the generation; meta comes with trimming. The
-	// other prefix's read made its own generation.
+	// The log, its meta, the index and the generation. The other prefix's
+	// read made its own generation.
 	keys := a.rdb.Keys(ctx, "*").Val()
 	slices.Sort(keys)
-	want := []string{"chatrelay:generation", "chatrelay:threads", "chatrelay:{a1b2c3d4e5f60718}:log", "other:generation"}
+	want := []string{"chatrelay:generation", "chatrelay:threads", "chatrelay:{a1b2c3d4e5f60718}:log", "chatrelay:{a1b2c3d4e5f60718}:meta", "other:generation"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("keys %q, want %q", keys, want)
 	}
@@ -711,7 +720,8 @@ func TestOpenURL(t *testing.T) {
 
 // TestIDSuffixes drives the script's choice of id suffix with chosen
 // candidates: a taken suffix is skipped, all taken is a collision, and the
-// suffixes of the second are found again when their hash is gone.
+// suffixes of the second are found again in the log when meta does not
+// have them (a thread written by an older version).
 func TestIDSuffixes(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
@@ -745,9 +755,9 @@ func TestIDSuffixes(t *testing.T) {
 			t.Fatalf("%s: %s, want %s", st.name, got, st.want)
 		}
 	}
-	s.rdb.Del(ctx, s.idsKey(th))
+	s.rdb.HDel(ctx, s.metaKey(th), "sec", "sfx")
 	if got := suffix("cccccc", "aaaaaa", "dddddd"); got != "dddddd" {
-		t.Fatalf("after the hash expired: %s, want dddddd", got)
+		t.Fatalf("without meta's record of the second: %s, want dddddd", got)
 	}
 	clk.Advance(time.Second) // a new second: every suffix is free again
 	if got := suffix("aaaaaa"); got != "aaaaaa" {
@@ -843,5 +853,45 @@ func TestV2Encoding(t *testing.T) {
 	}
 	if _, err := v2Entry(chatrelay.MarshalMessage(m), string(chatrelay.MarshalMessageV2(m))); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAppendAfterAnOlderVersion: a thread written before meta kept what an
+// append needs (no "last", "first", "sec", "sfx") is appended to as any
+// other: the epoch follows its newest message, the id is not one its
+// second already has, and retention by age still drops its old messages.
+func TestAppendAfterAnOlderVersion(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	clk := testclock.New(time.UnixMilli(1792778400500))
+	s := openStore(t, srv, Options{Now: clk.Now, Retention: chatrelay.Retention{Age: time.Hour}})
+	ctx := t.Context()
+	const th = "a1b2c3d4e5f60718"
+	m := store.NewMessage{Text: "x", Author: chatrelay.Operator}
+	old := must[store.Entry](t)(s.Append(ctx, th, m))
+	clk.Advance(50 * time.Minute)
+	var es []store.Entry
+	for range 3 {
+		es = append(es, must[store.Entry](t)(s.Append(ctx, th, m)))
+	}
+	forget := func() {
+		t.Helper()
+		if err := s.rdb.HDel(ctx, s.metaKey(th), "last", "first", "sec", "sfx").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forget()
+	// The same second as the three, the suffixes of two of them offered first.
+	res := must[[]string](t)(s.runAppend(ctx, th, &appendReq{m: m}, []string{es[0].ID[20:], es[2].ID[20:], "abcdef"}))
+	e := must[store.Entry](t)(parseEntry(res[3]))
+	if res[0] != "ok" || e.Epoch != es[2].Epoch+1 || e.ID[20:] != "abcdef" {
+		t.Fatalf("append after the older version: %q", res)
+	}
+	forget()
+	clk.Advance(20 * time.Minute) // the first message is past the hour
+	e = must[store.Entry](t)(s.Append(ctx, th, m))
+	p := must[store.Page](t)(s.Since(ctx, th, 0, 0))
+	if len(p.Messages) != 5 || p.Messages[0].ID != es[0].ID || p.Cursor != e.Epoch || !must[store.Page](t)(s.Since(ctx, th, old.Epoch-1, 0)).Reset {
+		t.Fatalf("after retention: %d messages from %s, cursor %d", len(p.Messages), p.Messages[0].ID, p.Cursor)
 	}
 }

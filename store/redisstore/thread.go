@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -42,6 +43,9 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 		if ix != nil {
 			r.ix, r.deadline = ix.ID, ix.Deadline
 		}
+	}
+	if s.hooks {
+		r.event = store.EventOf(nil, &chatrelay.Message{Author: m.Author, Interaction: ix})
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -140,6 +144,7 @@ type appendReq struct {
 	// grant with one more post, and whether its cap is spent.
 	grant, version, next string
 	capSpent             bool
+	event                string // the webhook event to queue ("" if none)
 }
 
 // runAppend runs appendScript once, offering the id suffixes given.
@@ -150,15 +155,26 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		}
 		return "0"
 	}
-	args := make([]any, 0, 21+len(suffixes))
-	args = append(args, thread, s.now().UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
+	now := s.now()
+	args := make([]any, 0, 23+len(suffixes))
+	args = append(args, thread, now.UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
 		s.opt.MaxThreads, flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(r.m.Text), s.feed, s.seen.Load(), randomHex(8),
 		r.m.ClientID, r.tail, r.ix, r.deadline,
-		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max, r.m.Title)
+		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max, r.m.Title, secondOf(now), r.event)
 	for _, x := range suffixes {
 		args = append(args, x)
 	}
-	return appendScript.Run(ctx, s.rdb, s.keys(thread), args...).StringSlice()
+	return s.runScript(ctx, appendScript, s.keys(thread), args...).StringSlice()
+}
+
+// secondOf is what appendScript takes as ARGV 22: the id stamp and the ts
+// of t's second in UTC ("20261023-180000 2026-10-23T18:00:00+00:00"), the
+// same as the script computes.
+func secondOf(t time.Time) string {
+	t = t.UTC()
+	b := make([]byte, 0, 41)
+	b = t.AppendFormat(b, "20060102-150405 ")
+	return string(t.AppendFormat(b, "2006-01-02T15:04:05+00:00"))
 }
 
 // Since implements store.Store. One MULTI reads the page, the newest

@@ -113,15 +113,18 @@ func (s *Store) Change(ctx context.Context, thread string, c store.Change) (stor
 		// (a change never changes a v1 field), then its rev and the rest.
 		tail := v2Tail(m)
 		head := string(e.JSON[:len(e.JSON)-1]) + `,"rev":`
-		done := ""
+		done, event := "", ""
 		if was && m.Interaction.State != chatrelay.Pending {
 			done = m.Interaction.ID
+			if s.hooks {
+				event = store.EventInteractionClosed // store.EventOf
+			}
 		}
 		if s.beforeCAS != nil {
 			s.beforeCAS("change")
 		}
 		res, err := changeScript.Run(ctx, s.rdb, s.keys(thread), thread, e.Epoch, e.Rev, now.UnixMilli(),
-			head, tail, done, s.feed).StringSlice()
+			head, tail, done, s.feed, event).StringSlice()
 		if err != nil {
 			return store.Entry{}, s.unavailable("change", err)
 		}

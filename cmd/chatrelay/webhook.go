@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/webhook"
+)
+
+// Webhooks (contract Part 5): serve's --webhook and --webhook-secret, and
+// the command "webhook test".
+
+// hookFlags are serve's webhook flags.
+type hookFlags struct {
+	urls   listFlag
+	secret string
+	key    []byte
+}
+
+func (h *hookFlags) register(fs *flag.FlagSet) {
+	fs.Var(&h.urls, "webhook", "send every event (message.created, interaction.opened, interaction.closed, participant.joined, participant.revoked) to this `URL` as a signed POST (repeatable; needs --webhook-secret)")
+	fs.StringVar(&h.secret, "webhook-secret", "", "the webhooks' signing `secret`, whsec_ and 24 to 64 bytes in base64 (Standard Webhooks); better given as CHATRELAY_WEBHOOK_SECRET than on the command line")
+}
+
+// check checks the flags and sets the store options that queue events.
+func (h *hookFlags) check(opt *store.Options) error {
+	if len(h.urls) == 0 {
+		if h.secret != "" {
+			return usageError("--webhook-secret without --webhook")
+		}
+		return nil
+	}
+	var err error
+	if h.key, err = webhook.ParseSecret(h.secret); err != nil {
+		return usageError("--webhook-secret: " + err.Error())
+	}
+	seen := map[string]bool{}
+	for _, u := range h.urls {
+		if err := checkHookURL(u); err != nil {
+			return err
+		}
+		if id := store.DestinationID(u); !seen[id] {
+			seen[id] = true
+			opt.Webhooks = append(opt.Webhooks, id)
+		}
+	}
+	return nil
+}
+
+func checkHookURL(u string) error {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+		return usageError(fmt.Sprintf("--webhook %q: want an http:// or https:// URL", u))
+	}
+	return nil
+}
+
+// deliverer returns the deliverer of the store's events (nil without
+// --webhook), its counter registered in reg.
+func (h *hookFlags) deliverer(st *store.Backend, reg prometheus.Registerer, log *slog.Logger) (*webhook.Deliverer, error) {
+	if len(h.urls) == 0 {
+		return nil, nil
+	}
+	var urls []string
+	seen := map[string]bool{}
+	for _, u := range h.urls {
+		if !seen[u] {
+			seen[u] = true
+			urls = append(urls, u)
+		}
+	}
+	return webhook.New(webhook.Config{URLs: urls, Key: h.key, Outbox: st.Outbox, Log: log, Registry: reg})
+}
+
+// webhookCmd runs "chatrelay webhook test URL [--secret whsec_…]".
+func webhookCmd(ctx context.Context, e cmdEnv) error {
+	args := e.args
+	if len(args) > 0 && args[0] == "test" {
+		args = args[1:]
+	} else if len(args) == 0 || !strings.HasPrefix(args[0], "-") { // --help is answered below
+		return usageError(`webhook: want "webhook test URL [--secret whsec_…]"`)
+	}
+	fs := newFlags("webhook", "webhook test URL [--secret whsec_…]", e.stderr)
+	secret := fs.String("secret", "", "the signing `secret` (default: CHATRELAY_WEBHOOK_SECRET, as serve's --webhook-secret)")
+	if err := parse(fs, args, e.getenv); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError("webhook test takes one URL")
+	}
+	u := fs.Arg(0)
+	if err := checkHookURL(u); err != nil {
+		return err
+	}
+	if *secret == "" {
+		*secret = e.getenv("CHATRELAY_WEBHOOK_SECRET")
+	}
+	key, err := webhook.ParseSecret(*secret)
+	if err != nil {
+		return usageError("--secret: " + err.Error())
+	}
+	id, status, err := webhook.Ping(ctx, nil, u, key)
+	if err != nil {
+		return fmt.Errorf("ping %s: %w", id, err)
+	}
+	fmt.Fprintf(e.stdout, "ping %s delivered: %d\n", id, status)
+	return nil
+}

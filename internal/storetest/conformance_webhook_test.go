@@ -1,0 +1,255 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/testclock"
+	"github.com/chatrelay/chatrelay/internal/webhooktest"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/webhook"
+)
+
+// Webhooks (contract Part 5): every write of a store opened with
+// Options.Webhooks queues its events, and a deliverer sends them to a
+// receiver that verifies them with the Standard Webhooks library.
+
+// deliver runs a deliverer of b's outbox to the receivers until the test ends.
+func deliver(t *testing.T, b *Backend, clk *testclock.Clock, rs ...*webhooktest.Receiver) *webhook.Deliverer {
+	t.Helper()
+	var urls []string
+	for _, r := range rs {
+		urls = append(urls, r.URL)
+	}
+	key, err := webhook.ParseSecret(rs[0].Secret)
+	assert.Success(t, err)
+	d, err := webhook.New(webhook.Config{URLs: urls, Key: key, Outbox: b.Outbox, Now: clk.Now, Poll: 5 * time.Millisecond,
+		Log: slog.New(slog.DiscardHandler)})
+	assert.Success(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return d
+}
+
+func hookOptions(clk *testclock.Clock, rs ...*webhooktest.Receiver) Options {
+	opt := Options{Now: clk.Now}
+	for _, r := range rs {
+		opt.Webhooks = append(opt.Webhooks, store.DestinationID(r.URL))
+	}
+	return opt
+}
+
+func types(ds []webhooktest.Delivery) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.Event.Type)
+	}
+	return out
+}
+
+func TestConformanceWebhooks(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		t.Run("every event type reaches the receiver, signed, with its message as stored", func(t *testing.T) {
+			clk := testclock.New(time.Now())
+			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			b := Open(t, backend, hookOptions(clk, rcv))
+			deliver(t, b, clk, rcv)
+
+			op := appendText(t, b.Store, thA, chatrelay.Operator, "deploy when ready, key sk-live-0123456789abcdef0123")
+			appendText(t, b.Store, thA, chatrelay.Hermes, "on it") // hermes's own: no event
+			ix := ask(t, b.Store, thA, approval)
+			_, err := change(b.Store, thA, store.Change{Op: store.React, MessageID: op.ID, Emoji: "👍", By: chatrelay.Hermes})
+			assert.Success(t, err) // a reaction: no event
+			ans, err := change(b.Store, thA, store.Change{Op: store.Respond, InteractionID: ix.Interaction.ID, Answer: chatrelay.Answer{Decision: chatrelay.Approve}, By: chatrelay.Operator})
+			assert.Success(t, err)
+
+			want := []string{store.EventMessageCreated, store.EventInteractionOpened, store.EventInteractionClosed}
+			assert.Eventually(t, 10*time.Second, "three events accepted", func() bool { return len(rcv.Accepted()) >= 3 })
+			got := rcv.All() // in any order: attempts run concurrently
+			slices.SortFunc(got, func(a, b webhooktest.Delivery) int {
+				return slices.Index(want, a.Event.Type) - slices.Index(want, b.Event.Type)
+			})
+			assert.Equal(t, "types", types(got), want)
+			ids := map[string]bool{}
+			for i, d := range got {
+				assert.True(t, d.Valid, "event %d does not verify: %s", i, d.Err)
+				assert.Equal(t, "thread", d.Event.Data.Thread, thA)
+				_, err := time.Parse(time.RFC3339, d.Event.Timestamp)
+				assert.Success(t, err)
+				ids[d.ID] = true
+			}
+			assert.Equal(t, "distinct ids", len(ids), 3)
+			var m chatrelay.Message
+			assert.Success(t, json.Unmarshal(got[0].Event.Data.Message, &m))
+			assert.Equal(t, "the stored text, unredacted", m.Text, op.Text)
+			assert.Equal(t, "rev", m.Rev, op.Epoch)
+			assert.Success(t, json.Unmarshal(got[2].Event.Data.Message, &m))
+			assert.Equal(t, "the closed interaction's state", m.Interaction.State, chatrelay.Approved)
+			assert.Equal(t, "its rev", m.Rev, ans.Rev)
+		})
+
+		t.Run("a grant's first use is participant.joined, its revoke or noticed expiry participant.revoked, once each", func(t *testing.T) {
+			clk := testclock.New(time.Now())
+			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			b := Open(t, backend, hookOptions(clk, rcv))
+			deliver(t, b, clk, rcv)
+			ctx := context.Background()
+			p := participants(t, b)
+			appendText(t, b.Store, thA, chatrelay.Hermes, "hello") // hermes's: no event
+			alex, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter})
+			bo, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Bo", Role: chatrelay.Viewer, ExpiresIn: time.Hour})
+			// The owner's device, kept on the same record, is no participant: no event.
+			dev, _ := chatrelay.DeviceRequest{Name: "phone", ExpiresIn: time.Hour}.Grant(clk.Now())
+			assert.Success(t, p.Invite(ctx, thA, dev))
+			_, err := p.Seen(ctx, thA, dev.ID, clk.Now().UnixMilli())
+			assert.Success(t, err)
+			_, err = p.Revoke(ctx, thA, dev.ID)
+			assert.Success(t, err)
+			for range 2 {
+				_, err := p.MarkUsed(ctx, thA, alex.ID)
+				assert.Success(t, err)
+			}
+			_, err = p.Revoke(ctx, thA, alex.ID)
+			assert.Success(t, err)
+			clk.Advance(2 * time.Hour)
+			_, err = p.NoteExpired(ctx, thA, bo.ID)
+			assert.Success(t, err)
+			_, err = p.Revoke(ctx, thA, bo.ID) // ended already: no second event
+			assert.Success(t, err)
+			_, err = p.Revoke(ctx, thA, alex.ID) // revoked already
+			assert.Success(t, err)
+			appendText(t, b.Store, thA, chatrelay.Operator, "marker")
+
+			assert.Eventually(t, 10*time.Second, "four events accepted", func() bool {
+				ids := map[string]bool{}
+				for _, d := range rcv.Accepted() {
+					ids[d.ID] = true
+				}
+				return len(ids) >= 4
+			})
+			got := map[string][]string{}
+			seen := map[string]bool{}
+			for _, d := range rcv.All() {
+				assert.True(t, d.Valid, "%s does not verify: %s", d.Event.Type, d.Err)
+				if d.Event.Type == store.EventMessageCreated || seen[d.ID] {
+					continue // a receiver deduplicates by webhook-id: the clock's jump of 2 h passes the leases of attempts in flight
+				}
+				seen[d.ID] = true
+				var body struct {
+					Data struct {
+						Thread      string                `json:"thread"`
+						Participant chatrelay.Participant `json:"participant"`
+						Message     json.RawMessage       `json:"message"`
+					} `json:"data"`
+				}
+				assert.Success(t, json.Unmarshal(d.Body, &body))
+				assert.Equal(t, "thread", body.Data.Thread, thA)
+				assert.True(t, body.Data.Message == nil, "a participant's event carries a message: %s", body.Data.Message)
+				got[d.Event.Type] = append(got[d.Event.Type], body.Data.Participant.Name+" "+string(body.Data.Participant.State))
+			}
+			slices.Sort(got[store.EventParticipantRevoked])
+			assert.Equal(t, "events", got, map[string][]string{
+				store.EventParticipantJoined:  {"Alex active"},
+				store.EventParticipantRevoked: {"Alex revoked", "Bo expired"},
+			})
+		})
+
+		t.Run("a receiver down then up gets each event, with the same webhook-id, on the schedule", func(t *testing.T) {
+			clk := testclock.New(time.Now())
+			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			rcv.SetDown(true)
+			b := Open(t, backend, hookOptions(clk, rcv))
+			d := deliver(t, b, clk, rcv)
+			appendText(t, b.Store, thA, chatrelay.Operator, "one")
+			appendText(t, b.Store, thA, chatrelay.Operator, "two")
+			assert.Eventually(t, 10*time.Second, "two failed attempts", func() bool {
+				return testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultFailed)) == 2
+			})
+			// Not due before the first retry's 5 s.
+			clk.Advance(4 * time.Second)
+			rcv.SetDown(false)
+			assert.Equal(t, "attempts before the retry is due", len(rcv.All()), 2)
+			clk.Advance(time.Second)
+			assert.Eventually(t, 10*time.Second, "both delivered", func() bool {
+				return testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultDelivered)) == 2
+			})
+			all := rcv.All()
+			first := []string{all[0].ID, all[1].ID}
+			again := []string{all[2].ID, all[3].ID}
+			slices.Sort(first)
+			slices.Sort(again)
+			assert.Equal(t, "the retries' webhook-ids", again, first)
+			assert.Equal(t, "failed", testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultFailed)), 2.0)
+			assert.Equal(t, "delivered", testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultDelivered)), 2.0)
+		})
+
+		t.Run("an event that fails every retry is dropped after the last and counted", func(t *testing.T) {
+			clk := testclock.New(time.Now())
+			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			rcv.SetDown(true)
+			b := Open(t, backend, hookOptions(clk, rcv))
+			d := deliver(t, b, clk, rcv)
+			appendText(t, b.Store, thA, chatrelay.Operator, "nobody home")
+			failed := d.Counter().WithLabelValues(webhook.ResultFailed)
+			for i, wait := range chatrelay.WebhookSchedule {
+				assert.Eventually(t, 10*time.Second, "attempt settled", func() bool { return testutil.ToFloat64(failed) == float64(i+1) })
+				clk.Advance(wait - time.Millisecond)
+				assert.Equal(t, "attempts before the retry is due", len(rcv.All()), i+1)
+				clk.Advance(time.Millisecond)
+			}
+			assert.Eventually(t, 10*time.Second, "dropped", func() bool {
+				return testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultDropped)) == 1
+			})
+			clk.Advance(24 * time.Hour)
+			assert.Equal(t, "attempts: the first and one per retry", len(rcv.All()), len(chatrelay.WebhookSchedule)+1)
+		})
+
+	})
+}
+
+// TestRedisWebhooksTwoNodes: two nodes on one Redis, each with its own
+// deliverer of the same destination, deliver each event once (the normal
+// case: no node dies).
+func TestRedisWebhooksTwoNodes(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New(time.Now())
+	rcv := webhooktest.Start(t, webhooktest.NewSecret())
+	a := Open(t, Redis, hookOptions(clk, rcv))
+	b := a.Another(t, hookOptions(clk, rcv))
+	da, db := deliver(t, a, clk, rcv), deliver(t, b, clk, rcv)
+	const n = 60
+	for i := range n {
+		node := a
+		if i%2 == 1 {
+			node = b
+		}
+		appendText(t, node.Store, thA, chatrelay.Operator, "message")
+	}
+	delivered := func() float64 {
+		return testutil.ToFloat64(da.Counter().WithLabelValues(webhook.ResultDelivered)) +
+			testutil.ToFloat64(db.Counter().WithLabelValues(webhook.ResultDelivered))
+	}
+	assert.Eventually(t, 20*time.Second, "every event delivered", func() bool { return delivered() >= n })
+	appendText(t, a.Store, thA, chatrelay.Operator, "marker")
+	assert.Eventually(t, 20*time.Second, "the marker delivered", func() bool { return delivered() >= n+1 })
+	ids := map[string]int{}
+	for _, d := range rcv.All() {
+		ids[d.ID]++
+	}
+	assert.Equal(t, "distinct events", len(ids), n+1)
+	for id, k := range ids {
+		assert.Equal(t, "deliveries of "+id, k, 1)
+	}
+	assert.True(t, testutil.ToFloat64(da.Counter().WithLabelValues(webhook.ResultDelivered)) > 0 &&
+		testutil.ToFloat64(db.Counter().WithLabelValues(webhook.ResultDelivered)) > 0, "both nodes delivered")
+}

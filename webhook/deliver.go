@@ -1,0 +1,239 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// Config configures a Deliverer.
+type Config struct {
+	URLs   []string // the destinations, the operator's (serve --webhook)
+	Key    []byte   // the secret's key (ParseSecret)
+	Outbox store.Outbox
+	// Now is the clock of the retry schedule (a test's testclock);
+	// defaults to time.Now. The webhook-timestamp is always the wall
+	// clock's: the receiver checks it against its own.
+	Now func() time.Time
+	// Client sends the attempts; defaults to one that follows no
+	// redirect (a 3xx is not a 2xx). Every attempt is bounded by
+	// chatrelay.WebhookTimeout.
+	Client *http.Client
+	// Workers bounds the attempts in flight, every destination together;
+	// defaults to chatrelay.WebhookWorkers.
+	Workers int
+	// Poll is how often each destination's queue is looked at when it
+	// had nothing more; defaults to 200ms.
+	Poll time.Duration
+	// Schedule is the wait before each retry; defaults to
+	// chatrelay.WebhookSchedule.
+	Schedule []time.Duration
+	Log      *slog.Logger // defaults to slog.Default()
+	// Registry, if set, gets chatrelay_webhook_total{result}.
+	Registry prometheus.Registerer
+}
+
+// The result label values of chatrelay_webhook_total.
+const (
+	ResultDelivered = "delivered" // a 2xx
+	ResultFailed    = "failed"    // an attempt failed; the event is retried
+	ResultDropped   = "dropped"   // the last attempt failed; the event is given up
+)
+
+// Deliverer sends the queued events. Run owns its goroutines: one loop
+// per destination, and the attempts in flight (at most Workers), all
+// ended and waited for before Run returns.
+type Deliverer struct {
+	cfg   Config
+	dests []dest
+	sem   chan struct{}
+	total *prometheus.CounterVec
+}
+
+type dest struct{ url, id string }
+
+// New checks cfg and returns its Deliverer.
+func New(cfg Config) (*Deliverer, error) {
+	if cfg.Outbox == nil || len(cfg.URLs) == 0 || len(cfg.Key) == 0 {
+		return nil, errors.New("webhook: a deliverer needs URLs, a key and the store's outbox")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = chatrelay.WebhookWorkers
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 200 * time.Millisecond
+	}
+	if cfg.Schedule == nil {
+		cfg.Schedule = chatrelay.WebhookSchedule
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	d := &Deliverer{cfg: cfg, sem: make(chan struct{}, cfg.Workers)}
+	for _, u := range cfg.URLs {
+		d.dests = append(d.dests, dest{url: u, id: store.DestinationID(u)})
+	}
+	d.total = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chatrelay_webhook_total",
+		Help: "Webhook attempts by result: delivered (a 2xx within 10s), failed (retried later), dropped (the last retry failed: the event is given up).",
+	}, []string{"result"})
+	for _, r := range []string{ResultDelivered, ResultFailed, ResultDropped} {
+		d.total.WithLabelValues(r)
+	}
+	if cfg.Registry != nil {
+		if err := cfg.Registry.Register(d.total); err != nil {
+			return nil, fmt.Errorf("webhook: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// Counter is chatrelay_webhook_total (for tests and a caller's registry).
+func (d *Deliverer) Counter() *prometheus.CounterVec { return d.total }
+
+// Run delivers until ctx is done, then cancels the attempts in flight
+// (their events stay queued: they are sent again, by this server after
+// a restart or by another node once their lease has passed) and returns
+// once every goroutine it started has ended.
+func (d *Deliverer) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, dst := range d.dests {
+		wg.Go(func() { d.loop(ctx, dst, &wg) })
+	}
+	wg.Wait()
+}
+
+// loop takes the due events of one destination and starts their
+// attempts, each holding one of the Workers slots.
+func (d *Deliverer) loop(ctx context.Context, dst dest, wg *sync.WaitGroup) {
+	t := time.NewTicker(d.cfg.Poll)
+	defer t.Stop()
+	for {
+		n := 0
+		select {
+		case d.sem <- struct{}{}: // at least one free slot before taking
+			<-d.sem
+			n = d.take(ctx, dst, wg)
+		case <-ctx.Done():
+			return
+		}
+		if n > 0 {
+			continue // there may be more
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// take takes what is due, up to the free slots, and starts each attempt.
+func (d *Deliverer) take(ctx context.Context, dst dest, wg *sync.WaitGroup) int {
+	free := cap(d.sem) - len(d.sem)
+	if free <= 0 {
+		return 0
+	}
+	due, err := d.cfg.Outbox.Take(ctx, dst.id, d.cfg.Now(), free)
+	if err != nil && ctx.Err() == nil {
+		d.cfg.Log.Warn("webhook: take from the queue", "dest", dst.id, "err", err)
+	}
+	for _, ev := range due {
+		select {
+		case d.sem <- struct{}{}:
+		case <-ctx.Done():
+			return 0 // left leased: taken again after a restart, or by another node
+		}
+		wg.Go(func() {
+			defer func() { <-d.sem }()
+			d.attempt(ctx, dst, ev)
+		})
+	}
+	return len(due)
+}
+
+// attempt sends one event once and settles it.
+func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
+	err := d.send(ctx, dst.url, ev.Event)
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		err = uerr.Err // without the URL, which may carry a secret: the log names the destination's ID
+	}
+	if ctx.Err() != nil {
+		return // shutting down: unsettled, sent again later
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.WebhookTimeout)
+	defer cancel()
+	var serr error
+	result := ResultDelivered
+	switch {
+	case err == nil:
+		serr = d.cfg.Outbox.Done(sctx, dst.id, ev)
+	case ev.Attempts >= len(d.cfg.Schedule):
+		result = ResultDropped
+		d.cfg.Log.Warn("webhook: event dropped after its last retry", "dest", dst.id, "event", ev.ID, "type", ev.Type, "err", err)
+		serr = d.cfg.Outbox.Done(sctx, dst.id, ev)
+	default:
+		result = ResultFailed
+		wait := d.cfg.Schedule[ev.Attempts]
+		d.cfg.Log.Info("webhook: attempt failed, retried later", "dest", dst.id, "event", ev.ID, "attempt", ev.Attempts+1, "retry_in", wait, "err", err)
+		serr = d.cfg.Outbox.Retry(sctx, dst.id, ev, d.cfg.Now().Add(wait))
+	}
+	if serr != nil {
+		d.cfg.Log.Warn("webhook: settle", "dest", dst.id, "event", ev.ID, "err", serr)
+	}
+	d.total.WithLabelValues(result).Inc() // once settled: a reader of the count sees the settled queue
+}
+
+// send POSTs the event, signed; nil for a 2xx within WebhookTimeout.
+func (d *Deliverer) send(ctx context.Context, url string, ev store.Event) error {
+	_, err := Send(ctx, d.cfg.Client, url, d.cfg.Key, ev.ID, Body(ev))
+	return err
+}
+
+// Send POSTs body as event id to url, signed with key: nil if the
+// receiver answered a 2xx within chatrelay.WebhookTimeout. status is the
+// receiver's answer (0 if none).
+func Send(ctx context.Context, c *http.Client, url string, key []byte, id string, body []byte) (status int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, chatrelay.WebhookTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	ts := time.Now()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "chatrelay-webhook")
+	req.Header.Set(HeaderID, id)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	req.Header.Set(HeaderSignature, Sign(key, id, ts, body))
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, fmt.Errorf("answered %s", resp.Status)
+	}
+	return resp.StatusCode, nil
+}

@@ -1,0 +1,23 @@
+package webhook
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// PingType is the type of the event Ping sends.
+const PingType = "ping"
+
+// Ping sends url a signed test event, {"type": "ping", "timestamp",
+// "data": {}}, once (no retry), and returns its webhook-id and the
+// receiver's status; err is nil for a 2xx within WebhookTimeout.
+func Ping(ctx context.Context, c *http.Client, url string, key []byte) (id string, status int, err error) {
+	if c == nil {
+		c = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	id = NewID()
+	body := []byte(`{"type":"` + PingType + `","timestamp":"` + time.Now().UTC().Format(time.RFC3339Nano) + `","data":{}}`)
+	status, err = Send(ctx, c, url, key, id, body)
+	return id, status, err
+}

@@ -1,0 +1,96 @@
+// Package webhook sends the store's webhook events (contract Part 5,
+// "Events out: webhooks") to the operator's URLs, signed the Standard
+// Webhooks way (https://www.standardwebhooks.com): the headers
+// webhook-id, webhook-timestamp and webhook-signature
+// "v1,<base64 HMAC-SHA256 of id.timestamp.body>" under the secret's
+// decoded bytes. The events are queued by the store in the same write as
+// their change (store.Outbox); a Deliverer takes them, sends them, and
+// settles them: delivered, retried on chatrelay.WebhookSchedule, or
+// dropped.
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// The Standard Webhooks headers.
+const (
+	HeaderID        = "webhook-id"
+	HeaderTimestamp = "webhook-timestamp"
+	HeaderSignature = "webhook-signature"
+)
+
+// SecretPrefix starts a webhook secret: whsec_ and the key in base64.
+const SecretPrefix = "whsec_"
+
+// ParseSecret decodes a secret "whsec_<base64>" into its key: 24 to 64
+// bytes, as Standard Webhooks asks.
+func ParseSecret(s string) ([]byte, error) {
+	b64, ok := strings.CutPrefix(s, SecretPrefix)
+	if !ok {
+		return nil, fmt.Errorf("a webhook secret starts with %s", SecretPrefix)
+	}
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return nil, fmt.Errorf("a webhook secret is %s and base64: %v", SecretPrefix, err)
+	}
+	if len(key) < 24 || len(key) > 64 {
+		return nil, fmt.Errorf("a webhook secret's key is 24 to 64 bytes, this one %d", len(key))
+	}
+	return key, nil
+}
+
+// Sign returns the webhook-signature of body sent as event id at ts.
+func Sign(key []byte, id string, ts time.Time, body []byte) string {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(id))
+	h.Write([]byte{'.'})
+	h.Write(strconv.AppendInt(nil, ts.Unix(), 10))
+	h.Write([]byte{'.'})
+	h.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(h.Sum(nil))
+}
+
+// Body is the JSON an event is sent as: {"type", "timestamp" (RFC 3339,
+// the change's time), "data": {"thread", "message" or "participant"}}.
+func Body(ev store.Event) []byte {
+	b := make([]byte, 0, 96+len(ev.Thread)+len(ev.Message))
+	b = append(b, `{"type":`...)
+	b = appendString(b, ev.Type)
+	b = append(b, `,"timestamp":`...)
+	b = appendString(b, ev.At.UTC().Format(time.RFC3339Nano))
+	b = append(b, `,"data":{"thread":`...)
+	b = appendString(b, ev.Thread)
+	if len(ev.Message) > 0 {
+		b = append(b, `,"message":`...)
+		b = append(b, ev.Message...)
+	}
+	if len(ev.Participant) > 0 {
+		b = append(b, `,"participant":`...)
+		b = append(b, ev.Participant...)
+	}
+	return append(b, "}}"...)
+}
+
+func appendString(b []byte, s string) []byte {
+	js, _ := json.Marshal(s)
+	return append(b, js...)
+}
+
+// NewID returns a fresh webhook-id ("evt_" and 24 hex digits).
+func NewID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "evt_" + hex.EncodeToString(b[:])
+}

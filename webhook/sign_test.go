@@ -1,0 +1,45 @@
+package webhook_test
+
+import (
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/webhook"
+)
+
+// The signature is the reference library's, byte for byte.
+func TestSignIsStandardWebhooks(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	key, err := webhook.ParseSecret(secret)
+	assert.Success(t, err)
+	ref, err := standardwebhooks.NewWebhook(secret)
+	assert.Success(t, err)
+	ts := time.Unix(1614265330, 0)
+	body := []byte(`{"type":"message.created","timestamp":"2021-02-25T15:02:10Z","data":{"thread":"52b6419d27bd7f54"}}`)
+	want, err := ref.Sign("evt_2KWPBgLlAfxdpx2AI54pPJ85f4W", ts, body)
+	assert.Success(t, err)
+	assert.Equal(t, "signature", webhook.Sign(key, "evt_2KWPBgLlAfxdpx2AI54pPJ85f4W", ts, body), want)
+}
+
+func TestParseSecret(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, secret string
+		ok           bool
+	}{
+		{"24 bytes", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", true},
+		{"no prefix", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", false},
+		{"not base64", "whsec_not base64!", false},
+		{"too short", "whsec_c2hvcnQ=", false},
+		{"empty", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := webhook.ParseSecret(tc.secret)
+			assert.Equal(t, "accepted", err == nil, tc.ok)
+		})
+	}
+}
