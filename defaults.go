@@ -11,6 +11,9 @@ const (
 	// PollPage is how many of the newest messages a read without a cursor
 	// returns (a poll or a stream without since).
 	PollPage = 50
+	// MaxMCPBody is the largest MCP request body read (serve --mcp): a
+	// tool call's arguments, a card's included.
+	MaxMCPBody = 1 << 20
 )
 
 // Defaults of the server, the store and the CLI. Each is written here
@@ -61,6 +64,11 @@ const (
 	DefaultFeedPing     = 15 * time.Second // a silent feed pings its server this often
 	DefaultStreamLease  = 30 * time.Second // a stream's lease in a shared store, unless renewed
 
+	// MCP over HTTP (serve --mcp): open sessions per node and per agent
+	// key, and how long a session may sit with no request before it ends.
+	DefaultMCPSessions       = 500
+	DefaultMCPSessionsPerKey = 20
+	DefaultMCPSessionIdle    = 30 * time.Minute
 	// Web Push (contract Part 5).
 	DefaultPushWorkers  = 4                // goroutines that send pushes
 	DefaultPushQueue    = 1024             // changes waiting for them; one more is not pushed (counted "dropped")

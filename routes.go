@@ -35,6 +35,7 @@ const (
 	PathHealthz      = "/healthz"
 	PathReadyz       = "/readyz"
 	PathMetrics      = "/metrics"
+	PathMCP          = "/mcp"             // MCP's Streamable HTTP (serve --mcp; Part 5)
 	PathPushKey      = "/api/push/key"    // Part 5: the VAPID public key
 	PathPush         = "/api/chat/push"   // Part 5: the caller's push subscriptions
 	PathPushOne      = PathPush + "/{id}" // Part 5: one of them
@@ -136,6 +137,10 @@ var routeTable = []Route{
 	{Method: "GET", Path: PathHealthz, Callers: Anyone, Mount: MountOps},
 	{Method: "GET", Path: PathReadyz, Callers: Anyone, Mount: MountOps},
 	{Method: "GET", Path: PathMetrics, Callers: Anyone, Mount: MountOps, Private: true},
+	// MCP over HTTP authenticates itself (an agent key: Bearer cha_…).
+	{Method: "POST", Path: PathMCP, Callers: Anyone},
+	{Method: "GET", Path: PathMCP, Callers: Anyone},
+	{Method: "DELETE", Path: PathMCP, Callers: Anyone},
 }
 
 // Documented reports whether the bundle's x-routes describes the route:

@@ -37,7 +37,7 @@ func (d defSet) messages() {
 	d.add("message.v2", withProps(object("the v2 message object: the v1 fields, rev, and the v2 fields the message has", v1,
 		"id", "epoch", "ts", "author", "text"), obj{
 		"rev":         epoch("the epoch of the message's latest change (its epoch if it never changed): the v2 cursor"),
-		"author_name": str(LimitName, "a participant's name"),
+		"author_name": str(LimitName, "a participant's name; on a hermes message, the name of the agent key it was written with (MCP over HTTP, Part 5)"),
 		"client_id":   ref("client_id"),
 		"interaction": ref("interaction"),
 		"card":        ref("card"),

@@ -30,7 +30,14 @@ type Verbs struct {
 	// PublicURL is the base of open_thread's claim links (the server's
 	// public address, with its prefix); "": the link is its path alone.
 	PublicURL string
-	feedOnce  sync.Once
+	// AuthorName, if set, is the author_name of every message the verbs
+	// write (hermes's still): the agent key's name over MCP HTTP (scope.go).
+	AuthorName string
+	// Reaches, if set, is the scope of the verbs: a thread it refuses is
+	// NotFound to every verb, list_threads and the waits leave it out, and
+	// open_thread is NotPermitted (scope.go). nil: every thread.
+	Reaches  func(thread string) bool
+	feedOnce sync.Once
 }
 
 func (v *Verbs) feed() *store.Feed {
@@ -79,6 +86,7 @@ type ListThreadsResult struct {
 // ListThreads lists the threads, newest activity first.
 func (v *Verbs) ListThreads(ctx context.Context, _ ListThreadsInput) (ListThreadsResult, error) {
 	infos, err := v.Store.Threads(ctx)
+	infos = v.inScope(infos)
 	if infos == nil {
 		infos = []store.ThreadInfo{}
 	}
@@ -103,7 +111,7 @@ type ReadThreadResult struct {
 
 // ReadThread reads a thread's messages (v2) after a cursor.
 func (v *Verbs) ReadThread(ctx context.Context, in ReadThreadInput) (ReadThreadResult, error) {
-	if err := checkThread(in.Thread); err != nil {
+	if err := v.checkThread(in.Thread); err != nil {
 		return ReadThreadResult{}, err
 	}
 	if in.Since < 0 || in.Limit < 0 {
@@ -143,10 +151,10 @@ type MessageResult struct {
 
 // Send posts a hermes message to a thread that exists.
 func (v *Verbs) Send(ctx context.Context, in SendInput) (MessageResult, error) {
-	if err := checkThread(in.Thread); err != nil {
+	if err := v.checkThread(in.Thread); err != nil {
 		return MessageResult{}, err
 	}
-	e, err := v.Store.Append(ctx, in.Thread, store.NewMessage{Author: chatrelay.Hermes, Text: in.Text, ClientID: in.ClientID, MustExist: true})
+	e, err := v.Store.Append(ctx, in.Thread, store.NewMessage{Author: chatrelay.Hermes, AuthorName: v.AuthorName, Text: in.Text, ClientID: in.ClientID, MustExist: true})
 	return messageResult(e, err)
 }
 
@@ -210,10 +218,10 @@ func seconds(n int) time.Duration {
 }
 
 func (v *Verbs) ask(ctx context.Context, thread, clientID string, a chatrelay.Ask) (InteractionResult, error) {
-	if err := checkThread(thread); err != nil {
+	if err := v.checkThread(thread); err != nil {
 		return InteractionResult{}, err
 	}
-	e, err := v.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, Ask: &a, ClientID: clientID, MustExist: true})
+	e, err := v.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, AuthorName: v.AuthorName, Ask: &a, ClientID: clientID, MustExist: true})
 	if err != nil {
 		return InteractionResult{}, err
 	}
@@ -266,7 +274,7 @@ func (v *Verbs) CheckInteraction(ctx context.Context, in InteractionInput) (Inte
 
 // find returns the message carrying an interaction.
 func (v *Verbs) find(ctx context.Context, thread, id string) (store.Entry, error) {
-	if err := checkThread(thread); err != nil {
+	if err := v.checkThread(thread); err != nil {
 		return store.Entry{}, err
 	}
 	if !chatrelay.InteractionIDPattern.MatchString(id) {
@@ -305,7 +313,7 @@ type ReactInput struct {
 
 // React adds or removes hermes's reaction to a message.
 func (v *Verbs) React(ctx context.Context, in ReactInput) (MessageResult, error) {
-	if err := checkThread(in.Thread); err != nil {
+	if err := v.checkThread(in.Thread); err != nil {
 		return MessageResult{}, err
 	}
 	if err := chatrelay.CheckEmoji(in.Emoji); err != nil {
@@ -328,13 +336,13 @@ type SendCardInput struct {
 
 // SendCard posts a hermes card.
 func (v *Verbs) SendCard(ctx context.Context, in SendCardInput) (MessageResult, error) {
-	if err := checkThread(in.Thread); err != nil {
+	if err := v.checkThread(in.Thread); err != nil {
 		return MessageResult{}, err
 	}
 	if in.Card == nil {
 		return MessageResult{}, chatrelay.Errorf(chatrelay.InvalidCard, "a card is needed")
 	}
-	e, err := v.Store.Append(ctx, in.Thread, store.NewMessage{Author: chatrelay.Hermes, Card: in.Card, ClientID: in.ClientID, MustExist: true})
+	e, err := v.Store.Append(ctx, in.Thread, store.NewMessage{Author: chatrelay.Hermes, AuthorName: v.AuthorName, Card: in.Card, ClientID: in.ClientID, MustExist: true})
 	return messageResult(e, err)
 }
 

@@ -33,6 +33,9 @@ type OpenThreadResult struct {
 // thread id only) nor logged: the link is its one copy. A title past its
 // limit is TextTooLong; neither a title nor a text is InvalidText.
 func (v *Verbs) OpenThread(ctx context.Context, in OpenThreadInput) (OpenThreadResult, error) {
+	if v.Reaches != nil {
+		return OpenThreadResult{}, chatrelay.Errorf(chatrelay.NotPermitted, "this agent key reaches only the threads it names: a key for every thread (agent add --threads all) may open one")
+	}
 	if err := chatrelay.CheckTitle(in.Title); err != nil {
 		return OpenThreadResult{}, err
 	}
@@ -47,7 +50,7 @@ func (v *Verbs) OpenThread(ctx context.Context, in OpenThreadInput) (OpenThreadR
 	rand.Read(b[:]) // never fails (crypto/rand)
 	token := hex.EncodeToString(b[:])
 	thread := chatrelay.ThreadOf(token)
-	if _, err := v.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, Text: text, Title: in.Title}); err != nil {
+	if _, err := v.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, AuthorName: v.AuthorName, Text: text, Title: in.Title}); err != nil {
 		return OpenThreadResult{}, err
 	}
 	return OpenThreadResult{Thread: thread, Link: ClaimLink(v.PublicURL, token)}, nil

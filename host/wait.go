@@ -47,7 +47,7 @@ var errWake = errors.New("host: a message to answer")
 // next message after the newest one stored.
 func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMessagesResult, error) {
 	if in.Thread != "" {
-		if err := checkThread(in.Thread); err != nil {
+		if err := v.checkThread(in.Thread); err != nil {
 			return WaitMessagesResult{}, err
 		}
 	}
@@ -74,7 +74,7 @@ func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMes
 	// Watch registers with the feed, then reads the store after since, so
 	// a message stored at any moment is seen.
 	err = v.feed().Watch(wctx, since, false, func(thread string, e store.Entry, _ bool) error {
-		if e.Author != chatrelay.Hermes && (in.Thread == "" || thread == in.Thread) {
+		if e.Author != chatrelay.Hermes && (in.Thread == "" && v.reaches(thread) || thread == in.Thread) {
 			return errWake
 		}
 		return nil
@@ -134,7 +134,7 @@ func (v *Verbs) threadsWhere(ctx context.Context, thread string, keep func(store
 	if err != nil {
 		return nil, 0, err
 	}
-	for _, i := range infos {
+	for _, i := range v.inScope(infos) {
 		newest = max(newest, i.LastEpoch)
 		if keep(i) {
 			threads = append(threads, i.Thread)

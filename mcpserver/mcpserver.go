@@ -60,6 +60,12 @@ type Options struct {
 	// that resets it on progress, keeps waiting. Defaults to
 	// DefaultProgressEvery.
 	ProgressEvery time.Duration
+	// Call, if set, wraps every tool call: it may refuse the call (its
+	// error is the tool's answer), gives the call its context (one that
+	// ends when the caller may no longer call: an agent key revoked), and
+	// is told the outcome (nil, or the error the tool answers). The HTTP
+	// server's per-key audit and rate limit (http.go).
+	Call func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(outcome error), error)
 }
 
 // New returns the MCP server of the host's verbs on v. Serve it over
@@ -293,19 +299,39 @@ func jsonType(goType string) string {
 // handler is a verb's tool handler.
 func handler(v *host.Verbs, verb string, b binding, o Options) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if token := req.Params.GetProgressToken(); b.waiting != "" && token != nil && req.Session != nil {
-			stop := reportProgress(ctx, req.Session, token, b.waiting, waitSeconds(req.Params.Arguments), o.ProgressEvery)
-			defer stop()
+		if o.Call == nil {
+			res, _, err := callTool(ctx, req, v, verb, b, o)
+			return res, err
 		}
-		out, text, err := b.call(ctx, v, req.Params.Arguments)
+		ctx, after, err := o.Call(ctx, ToolName(verb), req.Params.Arguments)
 		if err != nil {
-			if ctx.Err() != nil { // the client canceled the call (or left): no result
-				return nil, ctx.Err()
-			}
+			after(err)
 			return toolError(verb, err, o.Log), nil
 		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: out}, nil
+		res, outcome, err := callTool(ctx, req, v, verb, b, o)
+		if err != nil {
+			outcome = err
+		}
+		after(outcome)
+		return res, err
 	}
+}
+
+// callTool runs a tool call: its answer, and the refusal it answers (nil
+// for a result).
+func callTool(ctx context.Context, req *mcp.CallToolRequest, v *host.Verbs, verb string, b binding, o Options) (res *mcp.CallToolResult, refusal, err error) {
+	if token := req.Params.GetProgressToken(); b.waiting != "" && token != nil && req.Session != nil {
+		stop := reportProgress(ctx, req.Session, token, b.waiting, waitSeconds(req.Params.Arguments), o.ProgressEvery)
+		defer stop()
+	}
+	out, text, err := b.call(ctx, v, req.Params.Arguments)
+	if err != nil {
+		if ctx.Err() != nil { // the client canceled the call (or left): no result
+			return nil, ctx.Err(), ctx.Err()
+		}
+		return toolError(verb, err, o.Log), err, nil
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: out}, nil, nil
 }
 
 // reportProgress sends notifications/progress for token every interval

@@ -189,5 +189,7 @@ func (run *feedRun) publish(b Batch) {
 		return
 	}
 	run.hub.Publish(b.Thread, &b)
-	run.hub.Publish(anyThread, &b)
+	if !b.Agents { // not a thread's: only AgentsTopic's readers take it
+		run.hub.Publish(anyThread, &b)
+	}
 }

@@ -169,4 +169,7 @@ type Batch struct {
 	// Participants says the thread's participants record changed (a grant
 	// was issued, revoked or used): holders of its grants look again.
 	Participants bool
+	// Agents says the agent keys changed (Thread is AgentsTopic): a
+	// server looks again at the keys of its MCP sessions (agents.go).
+	Agents bool
 }

@@ -58,6 +58,9 @@ func (s *Server) handlers() map[string]handler {
 		on(http.MethodGet, chatrelay.PathHealthz):        {serve: s.handleHealthz}, // health.go
 		on(http.MethodGet, chatrelay.PathReadyz):         {serve: s.handleReadyz},
 		on(http.MethodGet, chatrelay.PathMetrics):        {serve: s.metricsHandler().ServeHTTP}, // metrics.go
+		on(http.MethodPost, chatrelay.PathMCP):           {serve: s.handleMCP},                  // mcp.go
+		on(http.MethodGet, chatrelay.PathMCP):            {serve: s.handleMCP},
+		on(http.MethodDelete, chatrelay.PathMCP):         {serve: s.handleMCP},
 	}
 }
 

@@ -84,6 +84,9 @@ const shutdownGrace = 2 * time.Second
 // track hijacked WebSockets) until ctx is done.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.Drain()
+	if s.cfg.MCP != nil {
+		s.cfg.MCP.Close() // its calls in flight end, so the listener's Shutdown need not wait for them
+	}
 	s.closeMu.Lock()
 	s.closing = true
 	s.closeMu.Unlock()

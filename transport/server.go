@@ -53,6 +53,9 @@ type Config struct {
 	// PrivateMetrics leaves GET /metrics off this handler: it is served
 	// only by OpsHandler, on a private listener (--metrics-addr).
 	PrivateMetrics bool
+	// MCP serves MCP over HTTP at <prefix>/mcp (serve --mcp) to agent keys
+	// the store keeps (store.Agents); nil: /mcp is not_found (mcp.go).
+	MCP MCPHandler
 	// Push turns Web Push on (contract Part 5; webpush.go); nil, or a
 	// store that keeps no subscriptions: its routes answer 404
 	// push_disabled.

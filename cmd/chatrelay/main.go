@@ -69,6 +69,7 @@ var commands = []command{
 		func(ctx context.Context, e cmdEnv) error { return subscribe(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
 	{"schema", "[--limits]", "print the JSON Schema bundle of the API and the verbs (--limits: every limit with its unit)", schema},
 	{"mcp", "[--data DIR | --store URL] [--public-url URL]", "serve the host's verbs to an AI agent over MCP on standard input and output (tools chatrelay_<verb>)", mcpServe},
+	{"agent", "add NAME [--threads all | THREAD,…] | agent list [--json] | agent revoke ID", "the keys of agents that use MCP over HTTP (serve --mcp): add prints a key once, revoke ends its sessions", agent},
 	{"webhook", "test URL [--secret whsec_…]", "send a signed ping event to a webhook receiver, once (the secret defaults to CHATRELAY_WEBHOOK_SECRET)", webhookCmd},
 	{"version", "", "the module version and the VCS revision this binary was built from", version},
 }

@@ -171,7 +171,7 @@ func installMCPClient(t *testing.T, npm string) string {
 	}
 	dir := filepath.Join(cache, "chatrelay-test", "mcpjs-"+hex.EncodeToString(sum[:8]))
 	assert.Success(t, os.MkdirAll(dir, 0o755))
-	for _, f := range []string{"package.json", "package-lock.json", "client.mjs"} {
+	for _, f := range []string{"package.json", "package-lock.json", "client.mjs", "httpclient.mjs"} {
 		b, err := os.ReadFile(filepath.Join(src, f))
 		assert.Success(t, err)
 		assert.Success(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))

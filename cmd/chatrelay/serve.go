@@ -71,8 +71,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if hooks != nil {
 		wg.Go(func() { hooks.Run(bg) })
 	}
-	feedErr := make(chan error, 1)
+	feedErr := make(chan error, 2)
 	wg.Go(func() { feedErr <- srv.Run(bg) })
+	wg.Go(func() {
+		if err := f.mcp.run(bg); err != nil && bg.Err() == nil {
+			feedErr <- err
+		}
+	})
 	defer wg.Wait()
 	errc := make(chan error, 1)
 	go func() { errc <- f.ops.serve(hs, ln) }()
@@ -118,6 +123,12 @@ func (f *serveFlags) newServer(ctx context.Context, st *store.Backend, log *slog
 	if st.TicketKeyShared { // kept in Redis: it may change under the node (#15)
 		f.server.TicketKeys = transport.TicketKeyFunc(st.TicketKey)
 	}
+	if f.server.Limiter == nil { // one node: counted in memory, the API's and MCP's posts alike
+		f.server.Limiter = transport.NewMemoryLimiter(f.server.Windows, nil)
+	}
+	if err := f.mcp.start(st, &f.server, f.server.Limiter, log); err != nil {
+		return nil, err
+	}
 	if err := startPush(ctx, f.server.Push, st.Store, log); err != nil {
 		return nil, err
 	}
@@ -130,6 +141,7 @@ type serveFlags struct {
 	storeOpt   store.Options
 	keyFile    string   // --ticket-key-file
 	ops        opsFlags // --log-format, --metrics-addr, --tls-cert, --tls-key, --drain-delay (ops.go)
+	mcp        mcpFlags // --mcp and its bounds (servemcp.go)
 	hooks      hookFlags
 	server     transport.Config
 	addr       string
@@ -162,6 +174,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	pushf := registerPush(fs) // --push, --push-contact, --push-allow-host (push.go)
 	f.ops.register(fs)
+	f.mcp.register(fs)
 	f.hooks.register(fs)
 	if err := parse(fs, args, getenv); err != nil {
 		return nil, err
@@ -206,6 +219,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 		return nil, usageError("--rate-*, --sweep-every, --heartbeat, --ticket-ttl and --max-streams-* must be positive")
 	}
 	f.server.PrivateMetrics = f.ops.metricsAddr != ""
+	if err := f.mcp.check(); err != nil {
+		return nil, err
+	}
 	return &f, f.ops.check()
 }
 

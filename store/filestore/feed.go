@@ -63,7 +63,9 @@ func (s *File) Follow(ctx context.Context, fn func(store.Batch)) error {
 				continue
 			}
 			base := filepath.Base(ev.Name)
-			if name, ok := strings.CutSuffix(base, ".participants.json"); ok && chatrelay.ValidThread(name) {
+			if base == agentsFile {
+				s.pokeAgents()
+			} else if name, ok := strings.CutSuffix(base, ".participants.json"); ok && chatrelay.ValidThread(name) {
 				s.pokeParticipants(name)
 			} else if name, ok := strings.CutSuffix(base, ".json"); ok && chatrelay.ValidThread(name) {
 				s.poke(name)
@@ -114,6 +116,7 @@ func (s *File) rescan() {
 	// watch missed (before it began, or lost in an overflow) must still end
 	// the participant's streams. A record with the bytes last announced is
 	// not announced again.
+	s.pokeAgents() // the agent keys too: a revoke must end its sessions
 	paths, _ := filepath.Glob(filepath.Join(s.dir, "*.participants.json"))
 	for _, p := range paths {
 		if name := strings.TrimSuffix(filepath.Base(p), ".participants.json"); chatrelay.ValidThread(name) {

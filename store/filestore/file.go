@@ -90,6 +90,9 @@ type File struct {
 	feedMu   sync.Mutex // guards feeds
 	feeds    map[*feed]struct{}
 	baseline sync.Once // the first Follow records what every thread already had
+
+	agentsMu   sync.Mutex    // orders this process's writes of the agent keys (agents.go)
+	agentsSeen atomic.Uint64 // the checksum of the agent keys file last announced
 }
 
 // threadState is this process's state of one thread.

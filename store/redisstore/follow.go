@@ -333,8 +333,9 @@ func (f *follower) catchUp(ctx context.Context, thread string, from int64) error
 }
 
 // participantsChanged tells fn that the participants of every thread that
-// has grants may have changed while the feed was lost.
+// has grants, and the agent keys, may have changed while the feed was lost.
 func (f *follower) participantsChanged(ctx context.Context) error {
+	f.fn(store.Batch{Thread: store.AgentsTopic, Agents: true}) // and the agent keys
 	ctx, cancel := f.s.bound(ctx)
 	defer cancel()
 	threads, err := f.s.rdb.HVals(ctx, f.s.gindex).Result()
@@ -405,6 +406,10 @@ func (f *follower) resetAll() {
 // message's v1 JSON if it has no v2 state, else its v2 object), or
 // "<thread> P": the thread's participants record changed.
 func (f *follower) deliver(payload string) {
+	if payload == "A" { // the agent keys changed (agents.go)
+		f.fn(store.Batch{Thread: store.AgentsTopic, Agents: true})
+		return
+	}
 	thread, rest, ok1 := strings.Cut(payload, " ")
 	if ok1 && rest == "P" && chatrelay.ValidThread(thread) {
 		f.fn(store.Batch{Thread: thread, Participants: true})

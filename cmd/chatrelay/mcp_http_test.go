@@ -1,0 +1,545 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/schematest"
+	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/mcpserver"
+)
+
+// mcpNode is a `chatrelay serve --mcp` running in this process.
+type mcpNode struct {
+	base string
+	log  *opsBuffer
+	stop func() error
+}
+
+// serveMCP runs `chatrelay serve --mcp` on a loopback port over the store
+// storeArgs name, with a short progress interval; args come last.
+func serveMCP(t *testing.T, storeArgs []string, args ...string) *mcpNode {
+	t.Helper()
+	n := &mcpNode{log: new(opsBuffer)}
+	full := append(append([]string{"serve", "--addr", "127.0.0.1:0", "--fsync", "never", "--mcp", "--progress-every", "200ms"}, storeArgs...), args...)
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, full, func(string) string { return "" }, strings.NewReader(""), pw, n.log)
+		pw.Close()
+		done <- err
+	}()
+	sc := bufio.NewScanner(pr)
+	for n.base == "" && sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+			n.base = strings.TrimSuffix(v, "/")
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	var once sync.Once
+	var err error
+	n.stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(20 * time.Second):
+				err = fmt.Errorf("serve did not return 20s after cancel")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() {
+		if err := n.stop(); err != nil {
+			t.Errorf("serve: %v\nlog:\n%s", err, n.log)
+		}
+	})
+	if n.base == "" {
+		t.Fatalf("serve printed no address; log:\n%s", n.log)
+	}
+	return n
+}
+
+// addAgent runs `chatrelay agent add NAME [--threads …]` and returns the
+// key it printed and the key's id.
+func addAgent(t *testing.T, storeArgs []string, name string, threads ...string) (key, id string) {
+	t.Helper()
+	args := append([]string{"agent", "add", name, "--fsync", "never"}, storeArgs...)
+	if len(threads) > 0 {
+		args = append(args, "--threads", strings.Join(threads, ","))
+	}
+	r := runCLI(t, nil, "", args...)
+	assert.Success(t, r.err)
+	key = strings.TrimSpace(r.stdout)
+	assert.True(t, chatrelay.ValidAgentKey(key), "agent add printed %q", r.stdout)
+	_, rest, _ := strings.Cut(r.stderr, "agent key ")
+	id, _, _ = strings.Cut(rest, " ")
+	assert.True(t, chatrelay.ValidAgentID(id), "agent add said %q", r.stderr)
+	return key, id
+}
+
+// bearer adds an Authorization header to every request.
+type bearerTransport struct{ key string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// mcpClient connects the official Go SDK's Streamable HTTP client to a
+// node with key; progress receives every progress notification.
+func mcpClient(t *testing.T, base, key string, progress chan<- *mcp.ProgressNotificationParams) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "chatrelay-go-http-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			if progress != nil {
+				select {
+				case progress <- r.Params:
+				default:
+				}
+			}
+		},
+	})
+	cs, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: base + chatrelay.PathMCP,
+		HTTPClient: &http.Client{Transport: bearerTransport{key}}, MaxRetries: -1}, nil)
+	assert.Success(t, err)
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// personPost posts as the thread's owner over the API.
+func personPost(t *testing.T, base, token, path, body string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+	req.Header.Set("X-Chat-Token", token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	assert.Success(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func callTool(t *testing.T, cs *mcp.ClientSession, tool string, args any) *mcp.CallToolResult {
+	t.Helper()
+	r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: chatrelay.ToolName(tool), Arguments: args})
+	assert.Success(t, err)
+	return r
+}
+
+func structured(t *testing.T, r *mcp.CallToolResult, v any) {
+	t.Helper()
+	b, err := json.Marshal(r.StructuredContent)
+	assert.Success(t, err)
+	assert.Success(t, json.Unmarshal(b, v))
+}
+
+// mcpStoreArgs is a fresh store of backend for the chatrelay command.
+func mcpStoreArgs(t *testing.T, backend string) []string {
+	if backend == storetest.Redis {
+		return storetest.OpenRedis(t, storetest.StartServer(t, storetest.ServerOptions{}), storetest.NewPrefix(), storetest.Options{}).CLIArgs()
+	}
+	return []string{"--data", t.TempDir()}
+}
+
+// TestMCPOverHTTPFromTheGoSDK: the official Go SDK's Streamable HTTP
+// client, with an agent key, on both stores: it lists the tools with the
+// bundle's input and output schemas, sends (hermes's message with the
+// key's name as author_name in v2, the v1 poll unchanged), opens an
+// approval and waits on progress notifications until the person approves
+// over HTTP; a key for one thread is refused every other thread
+// (not_found) and lists only its own; every call is in the audit log
+// line, which holds neither the key nor a message's text.
+func TestMCPOverHTTPFromTheGoSDK(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		sa := mcpStoreArgs(t, backend)
+		n := serveMCP(t, sa)
+		owner := opsToken("mcp owner")
+		thread := chatrelay.ThreadOf(owner)
+		assert.Equal(t, "the person's post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"can you deploy build 412?"}`), 201)
+		key, _ := addAgent(t, sa, "builder")
+		progress := make(chan *mcp.ProgressNotificationParams, 64)
+		cs := mcpClient(t, n.base, key, progress)
+
+		tools, err := cs.ListTools(t.Context(), nil)
+		assert.Success(t, err)
+		assert.Equal(t, "tools", len(tools.Tools), len(chatrelay.Verbs()))
+		for _, tl := range tools.Tools {
+			verb := strings.TrimPrefix(tl.Name, "chatrelay_")
+			in, _ := json.Marshal(tl.InputSchema)
+			out, _ := json.Marshal(tl.OutputSchema)
+			def, ok := chatrelay.SchemaDef(verb + ".input")
+			assert.True(t, ok && schematest.SameJSON(in, def), "%s's input schema: %s", tl.Name, in)
+			assert.True(t, schematest.SameJSON(out, mcpserver.OutputSchema(verb)), "%s's output schema: %s", tl.Name, out)
+		}
+
+		r := callTool(t, cs, "send", map[string]any{"thread": thread, "text": "Yes, once you approve."})
+		assert.True(t, !r.IsError, "send: %+v", r)
+		var sent struct{ Message chatrelay.Message }
+		structured(t, r, &sent)
+		assert.True(t, sent.Message.Author == chatrelay.Hermes && sent.Message.AuthorName == "builder", "sent %+v", sent.Message)
+		req, _ := http.NewRequest(http.MethodGet, n.base+chatrelay.PathPoll, nil)
+		req.Header.Set("X-Chat-Token", owner)
+		resp, err := http.DefaultClient.Do(req)
+		assert.Success(t, err)
+		v1, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.True(t, strings.Contains(string(v1), `"author":"hermes","text":"Yes, once you approve."}`) && !strings.Contains(string(v1), "author_name"), "v1 poll: %s", v1)
+
+		r = callTool(t, cs, "request_approval", map[string]any{"thread": thread, "summary": "Deploy build 412?"})
+		assert.True(t, !r.IsError, "request_approval: %+v", r)
+		var asked host_InteractionResult
+		structured(t, r, &asked)
+		waited := make(chan *mcp.CallToolResult, 1)
+		go func() {
+			p := &mcp.CallToolParams{Name: chatrelay.ToolName("wait_interaction"), Arguments: map[string]any{"thread": thread, "interaction_id": asked.Interaction.ID}}
+			p.SetProgressToken("wait-1")
+			r, err := cs.CallTool(t.Context(), p)
+			if err != nil {
+				t.Error(err)
+			}
+			waited <- r
+		}()
+		for range 3 { // the wait is under way, and reports it
+			select {
+			case p := <-progress:
+				assert.True(t, p.ProgressToken == "wait-1" && p.Total == 300, "progress %+v", p)
+			case <-time.After(10 * time.Second):
+				t.Fatal("no progress notification")
+			}
+		}
+		assert.Equal(t, "the person's answer", personPost(t, n.base, owner, chatrelay.PathRespond, fmt.Sprintf(`{"interaction_id":%q,"decision":"approve"}`, asked.Interaction.ID)), 200)
+		var w *mcp.CallToolResult
+		select {
+		case w = <-waited:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the wait did not return after the answer")
+		}
+		var done host_InteractionResult
+		structured(t, w, &done)
+		assert.Equal(t, "the wait's outcome", done.Interaction.State, chatrelay.Approved)
+
+		// A key for another thread: not_found here, and lists only its own.
+		otherThread := chatrelay.ThreadOf(opsToken("mcp other"))
+		assert.Equal(t, "the other thread's post", personPost(t, n.base, opsToken("mcp other"), chatrelay.PathPost, `{"text":"hi"}`), 201)
+		scopedKey, _ := addAgent(t, sa, "reviewer", otherThread)
+		scoped := mcpClient(t, n.base, scopedKey, nil)
+		for _, c := range []struct {
+			tool string
+			args map[string]any
+		}{
+			{"read_thread", map[string]any{"thread": thread}},
+			{"send", map[string]any{"thread": thread, "text": "hello"}},
+			{"wait_messages", map[string]any{"thread": thread, "timeout": 1}},
+		} {
+			r := callTool(t, scoped, c.tool, c.args)
+			var te mcpserver.ToolError
+			structured(t, r, &te)
+			assert.True(t, r.IsError && te.Code == chatrelay.NotFound, "%s outside the scope: %+v", c.tool, te)
+		}
+		var listed struct {
+			Threads []struct{ Thread string }
+		}
+		structured(t, callTool(t, scoped, "list_threads", map[string]any{}), &listed)
+		assert.True(t, len(listed.Threads) == 1 && listed.Threads[0].Thread == otherThread, "listed %+v", listed)
+
+		log := n.log.String()
+		assert.True(t, strings.Contains(log, `msg="mcp tool call" agent=a_`) && strings.Contains(log, "agent_name=builder tool=chatrelay_send thread="+thread+" outcome=ok"), "no audit line of the send:\n%s", log)
+		assert.True(t, strings.Contains(log, "agent_name=reviewer tool=chatrelay_read_thread thread="+thread+" outcome=not_found"), "no audit line of the refusal:\n%s", log)
+		assert.True(t, !strings.Contains(log, key) && !strings.Contains(log, scopedKey) && !strings.Contains(log, "once you approve"), "the log holds a key or a text:\n%s", log)
+	})
+}
+
+type host_InteractionResult struct {
+	Interaction chatrelay.Interaction
+}
+
+// TestMCPRefusals: /mcp without a key, with a key of the wrong shape, an
+// unknown key or a revoked one is 401 with WWW-Authenticate: Bearer; a
+// page of an origin not allowed is 403 (an allowed one passes); a server
+// without --mcp answers 404.
+func TestMCPRefusals(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa, "--allowed-origin", "https://app.example.com")
+	key, id := addAgent(t, sa, "builder")
+	assert.Success(t, runCLI(t, nil, "", append([]string{"agent", "revoke", id, "--fsync", "never"}, sa...)...).err)
+	live, _ := addAgent(t, sa, "live")
+	post := func(auth, origin string) (*http.Response, string) {
+		req, _ := http.NewRequest(http.MethodPost, n.base+chatrelay.PathMCP, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		assert.Success(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	for _, c := range []struct{ name, auth, code string }{
+		{"no key", "", "unauthorized"},
+		{"not a key", "Bearer chp_" + strings.Repeat("A", 43), "unauthorized"},
+		{"an unknown key", "Bearer cha_" + strings.Repeat("A", 43), "unauthorized"},
+		{"a revoked key", "Bearer " + key, "token_revoked"},
+	} {
+		resp, body := post(c.auth, "")
+		assert.True(t, resp.StatusCode == 401 && strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") && strings.Contains(body, `"code":"`+c.code+`"`),
+			"%s: %d %q %s", c.name, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), body)
+	}
+	resp, body := post("Bearer "+live, "https://evil.example")
+	assert.True(t, resp.StatusCode == 403 && strings.Contains(body, `"code":"origin_not_allowed"`), "a foreign origin: %d %s", resp.StatusCode, body)
+	resp, body = post("Bearer "+live, strings.TrimSuffix(n.base, "/")) // the Host's own origin: a DNS rebinding page
+	assert.Equal(t, "the Host's own origin "+body, resp.StatusCode, 403)
+	resp, body = post("Bearer "+live, "https://app.example.com")
+	assert.Equal(t, "an allowed origin "+body, resp.StatusCode, 200)
+	resp, body = post("Bearer "+live, "")
+	assert.Equal(t, "no origin "+body, resp.StatusCode, 200)
+
+	plain := opsServe(t)
+	req, _ := http.NewRequest(http.MethodPost, plain.base+chatrelay.PathMCP, strings.NewReader("{}"))
+	r, err := http.DefaultClient.Do(req)
+	assert.Success(t, err)
+	r.Body.Close()
+	assert.Equal(t, "without --mcp", r.StatusCode, 404)
+}
+
+// TestMCPRevokeEndsSessionsWithinASecond: `chatrelay agent revoke` in
+// another process ends the key's MCP sessions within a second (measured
+// from when the command started): a wait in flight returns an error, and
+// the session's next call fails; on Redis with two nodes, sessions on
+// both end. Another key's session goes on.
+func TestMCPRevokeEndsSessionsWithinASecond(t *testing.T) {
+	t.Parallel()
+	bin := chatrelayBinary(t)
+	storetest.Run(t, func(t *testing.T, backend string) {
+		sa := mcpStoreArgs(t, backend)
+		nodes := []*mcpNode{serveMCP(t, sa)}
+		if backend == storetest.Redis {
+			nodes = append(nodes, serveMCP(t, sa))
+		}
+		owner := opsToken("mcp revoke")
+		thread := chatrelay.ThreadOf(owner)
+		assert.Equal(t, "post", personPost(t, nodes[0].base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
+		key, id := addAgent(t, sa, "doomed")
+		otherKey, _ := addAgent(t, sa, "kept")
+		type call struct {
+			err error
+			r   *mcp.CallToolResult
+			at  time.Time
+		}
+		var waits []chan call
+		var sessions []*mcp.ClientSession
+		for i, n := range nodes {
+			progress := make(chan *mcp.ProgressNotificationParams, 64)
+			cs := mcpClient(t, n.base, key, progress)
+			sessions = append(sessions, cs)
+			ch := make(chan call, 1)
+			go func() {
+				p := &mcp.CallToolParams{Name: chatrelay.ToolName("wait_messages"), Arguments: map[string]any{"thread": thread, "since": 1 << 50, "timeout": 60}}
+				p.SetProgressToken(fmt.Sprint("wait-", i))
+				r, err := cs.CallTool(context.WithoutCancel(t.Context()), p)
+				ch <- call{err, r, time.Now()}
+			}()
+			waits = append(waits, ch)
+			select { // the wait is in flight: it reports its progress
+			case <-progress:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("node %d: the wait reports no progress", i)
+			}
+		}
+		kept := mcpClient(t, nodes[len(nodes)-1].base, otherKey, nil)
+
+		start := time.Now()
+		cmd := exec.CommandContext(t.Context(), bin, append([]string{"agent", "revoke", id, "--fsync", "never"}, sa...)...)
+		cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
+		out, err := cmd.CombinedOutput()
+		assert.True(t, err == nil && strings.Contains(string(out), "revoked "+id), "chatrelay agent revoke: %v %s", err, out)
+		for i, ch := range waits {
+			var c call
+			select {
+			case c = <-ch:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("node %d: the wait in flight went on after the revoke", i)
+			}
+			took := c.at.Sub(start)
+			assert.True(t, c.err != nil || (c.r != nil && c.r.IsError), "node %d: the wait answered %+v", i, c.r)
+			assert.True(t, took <= time.Second, "node %d: the session's wait ended %v after the revoke", i, took)
+			t.Logf("node %d: the wait ended %v after the revoke began", i, took.Round(time.Millisecond))
+			_, err := sessions[i].CallTool(t.Context(), &mcp.CallToolParams{Name: chatrelay.ToolName("list_threads"), Arguments: map[string]any{}})
+			assert.True(t, err != nil, "node %d: a call after the revoke went through", i)
+		}
+		r := callTool(t, kept, "list_threads", map[string]any{})
+		assert.True(t, !r.IsError, "the other key's session: %+v", r)
+	})
+}
+
+// TestMCPWaitOutlivesTheServerTimeouts: a tool call's answer comes on its
+// POST's own event stream, so a wait holds its request open for as long
+// as it waits: past the listener's read and write timeouts (30 s), which
+// /mcp lifts (without that, the request is cut at 30 s and the call gets
+// no answer). It waits the timeouts and 5 s more, really.
+func TestMCPWaitOutlivesTheServerTimeouts(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	owner := opsToken("mcp long wait")
+	thread := chatrelay.ThreadOf(owner)
+	assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
+	key, _ := addAgent(t, sa, "patient")
+	cs := mcpClient(t, n.base, key, nil)
+	wait := max(chatrelay.DefaultHTTPWriteTimeout, chatrelay.DefaultReadTimeout) + 5*time.Second
+	p := &mcp.CallToolParams{Name: chatrelay.ToolName("wait_messages"),
+		Arguments: map[string]any{"thread": thread, "since": 1 << 50, "timeout": int(wait.Seconds())}}
+	p.SetProgressToken("long")
+	r, err := cs.CallTool(t.Context(), p)
+	assert.Success(t, err)
+	var w struct {
+		TimedOut bool `json:"timed_out"`
+	}
+	structured(t, r, &w)
+	assert.True(t, !r.IsError && w.TimedOut, "the long wait's answer: %+v", r)
+}
+
+// TestMCPOverHTTPFromTheTypeScriptSDK: the official TypeScript SDK's
+// StreamableHTTPClientTransport (testdata/mcpjs, pinned by its lock file),
+// in Node, with an agent key: a wrong key is refused 401; it lists the
+// tools with the bundle's input and output schemas, sends, opens an
+// approval and waits, with a request timeout (3 s, standing in for its
+// default 60 s) that progress notifications reset
+// (resetTimeoutOnProgress), longer than that timeout, until the person
+// approves; the answer is approved.
+func TestMCPOverHTTPFromTheTypeScriptSDK(t *testing.T) {
+	t.Parallel()
+	node := lookPath(t, "node")
+	dir := installMCPClient(t, lookPath(t, "npm"))
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	owner := opsToken("mcp ts")
+	thread := chatrelay.ThreadOf(owner)
+	key, _ := addAgent(t, sa, "ts-agent")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, dir+"/httpclient.mjs", n.base+chatrelay.PathMCP, key, n.base, owner, thread, "3000")
+	cmd.Dir = dir
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node httpclient.mjs: %v\n%s\nserver log:\n%s", err, stderr.String(), n.log)
+	}
+	type toolResult struct {
+		IsError           bool            `json:"isError"`
+		StructuredContent json.RawMessage `json:"structuredContent"`
+	}
+	var out struct {
+		WrongKey struct {
+			Code    int
+			Message string
+		}
+		Server struct{ Name string }
+		Tools  []struct {
+			Name         string          `json:"name"`
+			InputSchema  json.RawMessage `json:"inputSchema"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
+		}
+		Post, Respond              int
+		Send, Ask, Wait            toolResult
+		Progress                   []struct{ Progress, Total float64 }
+		WaitedMs, RequestTimeoutMs float64
+	}
+	assert.Success(t, json.Unmarshal(stdout, &out))
+	assert.True(t, out.WrongKey.Code == 401, "a wrong key: %+v", out.WrongKey)
+	assert.Equal(t, "server", out.Server.Name, "chatrelay")
+	assert.Equal(t, "tools", len(out.Tools), len(chatrelay.Verbs()))
+	for _, tl := range out.Tools {
+		verb := strings.TrimPrefix(tl.Name, "chatrelay_")
+		def, ok := chatrelay.SchemaDef(verb + ".input")
+		assert.True(t, ok && schematest.SameJSON(tl.InputSchema, def), "%s's input schema: %s", tl.Name, tl.InputSchema)
+		assert.True(t, schematest.SameJSON(tl.OutputSchema, mcpserver.OutputSchema(verb)), "%s's output schema: %s", tl.Name, tl.OutputSchema)
+	}
+	assert.Equal(t, "the person's post", out.Post, 201)
+	for verb, r := range map[string]toolResult{"send": out.Send, "request_approval": out.Ask, "wait_interaction": out.Wait} {
+		assert.True(t, !r.IsError, "chatrelay_%s: %+v", verb, r)
+		schematest.Valid(t, verb+".result", r.StructuredContent)
+	}
+	var sent struct{ Message chatrelay.Message }
+	assert.Success(t, json.Unmarshal(out.Send.StructuredContent, &sent))
+	assert.Equal(t, "author_name", sent.Message.AuthorName, "ts-agent")
+	assert.Equal(t, "the person's answer", out.Respond, 200)
+	var waited host_InteractionResult
+	assert.Success(t, json.Unmarshal(out.Wait.StructuredContent, &waited))
+	assert.Equal(t, "the wait's outcome", waited.Interaction.State, chatrelay.Approved)
+	assert.True(t, out.WaitedMs > out.RequestTimeoutMs, "the wait (%v ms) did not outlive the request timeout (%v ms)", out.WaitedMs, out.RequestTimeoutMs)
+	assert.True(t, len(out.Progress) >= 5, "progress notifications: %d", len(out.Progress))
+}
+
+// TestMCPBounds: a key's sessions past --mcp-sessions-per-key are refused
+// 429 too_many_streams (another key still connects), and a key's writes
+// past its window (--rate-ip: the key counts as one client address) are
+// the tool's error rate_limited, which stores nothing.
+func TestMCPBounds(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa, "--mcp-sessions-per-key", "1", "--rate-ip", "1")
+	owner := opsToken("mcp bounds")
+	thread := chatrelay.ThreadOf(owner)
+	assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
+	key, _ := addAgent(t, sa, "busy")
+	cs := mcpClient(t, n.base, key, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "second", Version: "1"}, nil)
+	_, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: n.base + chatrelay.PathMCP,
+		HTTPClient: &http.Client{Transport: bearerTransport{key}}, MaxRetries: -1}, nil)
+	assert.True(t, err != nil && strings.Contains(err.Error(), "Too Many Requests"), "a second session of the key: %v", err) // 429
+	other, _ := addAgent(t, sa, "other")
+	mcpClient(t, n.base, other, nil)
+
+	r := callTool(t, cs, "send", map[string]any{"thread": thread, "text": "one"})
+	assert.True(t, !r.IsError, "the first send: %+v", r)
+	r = callTool(t, cs, "send", map[string]any{"thread": thread, "text": "two"})
+	var te mcpserver.ToolError
+	structured(t, r, &te)
+	assert.True(t, r.IsError && te.Code == chatrelay.RateLimited, "the second send: %+v", te)
+	rd := runCLI(t, nil, "", append([]string{"show", thread, "--json"}, sa...)...)
+	assert.Success(t, rd.err)
+	assert.True(t, !strings.Contains(rd.stdout, `"two"`), "the refused send was stored: %s", rd.stdout)
+}
+
+// TestMCPIdleSessionEnds: a session with no request for --mcp-idle ends
+// (the SDK's session timeout); a call on it then fails, and a new session
+// of the same key works.
+func TestMCPIdleSessionEnds(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa, "--mcp-idle", "300ms")
+	key, _ := addAgent(t, sa, "sleepy")
+	cs := mcpClient(t, n.base, key, nil)
+	assert.Eventually(t, 10*time.Second, "the idle session's end", func() bool {
+		return strings.Contains(n.log.String(), `msg="server session disconnected" session_id=`+cs.ID())
+	})
+	_, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: chatrelay.ToolName("list_threads"), Arguments: map[string]any{}})
+	assert.True(t, err != nil, "a call on the ended session went through")
+	r := callTool(t, mcpClient(t, n.base, key, nil), "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "a new session: %+v", r)
+}

@@ -1,0 +1,295 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/host"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// HTTP serves the host's verbs over MCP's Streamable HTTP transport (the
+// official SDK's handler) to agents that run elsewhere, each with an agent
+// key (contract Part 5, "MCP from anywhere"). The transport authenticates
+// each request (the key, the Origin) and hands it on with its key
+// (ServeAgent); HTTP keeps one MCP server per key, made by New over the
+// key's verbs (host.Verbs.ForAgent: its scope and its name), so the tools
+// are the stdio server's, defined once.
+//
+// A key revoked by any process or node ends its sessions within a second:
+// Run follows the store's feed of agent key changes, cancels the key's
+// calls in flight and closes its sessions. Every tool call through a key
+// is audited (a log line at info: the key's id and name, the tool, the
+// thread, the outcome; never the key, never a text) and each write is
+// counted by the rate limiter, against the thread's window and the key's
+// own (as a client address's). HTTP is safe for concurrent use.
+type HTTP struct {
+	v   *host.Verbs
+	o   HTTPOptions
+	h   http.Handler
+	sdk *mcp.StreamableHTTPHandler
+
+	mu      sync.Mutex              // guards servers, pending and closed
+	servers map[string]*agentServer // by key id
+	pending int                     // sessions being made (admitted, not yet counted by their server)
+	closed  bool
+}
+
+// agentServer is the MCP server of one agent key.
+type agentServer struct {
+	key    chatrelay.AgentKey
+	srv    *mcp.Server
+	ctx    context.Context // ended when the key is revoked: its calls in flight end
+	cancel context.CancelFunc
+}
+
+// HTTPOptions tune an HTTP. Agents is required; the zero values of the
+// rest are their defaults.
+type HTTPOptions struct {
+	Options                       // the tools' (Log, ProgressEvery); Call is HTTP's own
+	Agents  store.Agents          // the keys
+	Limiter chatrelay.RateLimiter // counts each write; nil: none counted
+	// MaxSessions bounds the open sessions of this node, MaxSessionsPerKey
+	// those of one key; defaults chatrelay.DefaultMCPSessions and
+	// DefaultMCPSessionsPerKey.
+	MaxSessions, MaxSessionsPerKey int
+	// SessionIdle ends a session that had no request for so long; defaults
+	// to chatrelay.DefaultMCPSessionIdle.
+	SessionIdle time.Duration
+}
+
+// NewHTTP returns the MCP HTTP server of v's verbs. Call Run to end
+// revoked keys' sessions, and Close at shutdown.
+func NewHTTP(v *host.Verbs, o HTTPOptions) *HTTP {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = chatrelay.DefaultMCPSessions
+	}
+	if o.MaxSessionsPerKey <= 0 {
+		o.MaxSessionsPerKey = chatrelay.DefaultMCPSessionsPerKey
+	}
+	if o.SessionIdle <= 0 {
+		o.SessionIdle = chatrelay.DefaultMCPSessionIdle
+	}
+	h := &HTTP{v: v, o: o, servers: make(map[string]*agentServer)}
+	h.sdk = mcp.NewStreamableHTTPHandler(h.serverOf, &mcp.StreamableHTTPOptions{
+		Logger:         o.Log,
+		SessionTimeout: o.SessionIdle,
+		// The transport checks Origin against the allowed origins; a
+		// server behind a proxy on loopback is reached by its public Host.
+		DisableLocalhostProtection: true,
+		MaxRequestBodyBytes:        chatrelay.MaxMCPBody,
+	})
+	// The SDK binds a session to the TokenInfo's UserID that made it: a
+	// session id is refused with any other key.
+	h.h = auth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
+		k, ok := ctx.Value(keyOf{}).(chatrelay.AgentKey)
+		if !ok {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: k.ID}, nil
+	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h.sdk)
+	return h
+}
+
+type keyOf struct{}
+
+// ServeAgent serves an MCP request made with the agent key k (active: the
+// transport checked it). It returns an error, having written nothing, when
+// a new session would pass a bound (TooManyStreams) or the server is
+// closing (Unavailable).
+func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.AgentKey) error {
+	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+		release, err := h.admit(k)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	h.h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyOf{}, k)))
+	return nil
+}
+
+// admit counts a session about to be made, within the bounds.
+func (h *HTTP) admit(k chatrelay.AgentKey) (release func(), err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, chatrelay.Errorf(chatrelay.StoreUnavailable, "the server is shutting down")
+	}
+	total, mine := h.pending, 0
+	for id, as := range h.servers {
+		n := 0
+		for ss := range as.srv.Sessions() {
+			// A session whose first request was no initialize is being
+			// closed by the SDK (at the end of that request): not counted.
+			if ss.InitializeParams() != nil {
+				n++
+			}
+		}
+		total += n
+		if id == k.ID {
+			mine = n
+		}
+	}
+	if total >= h.o.MaxSessions || mine >= h.o.MaxSessionsPerKey {
+		return nil, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: 5 * time.Second,
+			Message: "too many open MCP sessions: close one (DELETE with its Mcp-Session-Id), or let an idle one end"}
+	}
+	h.pending++
+	return func() {
+		h.mu.Lock()
+		h.pending--
+		h.mu.Unlock()
+	}, nil
+}
+
+// serverOf is the MCP server of the request's key, made on first use.
+func (h *HTTP) serverOf(r *http.Request) *mcp.Server {
+	k, ok := r.Context().Value(keyOf{}).(chatrelay.AgentKey)
+	if !ok {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if as := h.servers[k.ID]; as != nil {
+		return as.srv
+	}
+	if h.closed {
+		return nil
+	}
+	as := &agentServer{key: k}
+	as.ctx, as.cancel = context.WithCancel(context.Background())
+	o := h.o.Options
+	o.Call = h.call(as)
+	as.srv = New(h.v.ForAgent(k), &o)
+	h.servers[k.ID] = as
+	return as.srv
+}
+
+// call is the Call of a key's tools: the audit line, the rate limit of
+// writes, and a context that ends when the key is revoked.
+func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error), error) {
+	return func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error), error) {
+		var in struct {
+			Thread string `json:"thread"`
+		}
+		json.Unmarshal(args, &in)
+		thread := in.Thread
+		if !chatrelay.ValidThread(thread) {
+			thread = "" // never a client's arbitrary string in the log
+		}
+		start := time.Now()
+		var undo func()
+		ctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(as.ctx, cancel)
+		after := func(outcome error) {
+			stop()
+			cancel()
+			if outcome != nil && undo != nil {
+				undo() // only stored writes count
+			}
+			result := "ok"
+			if outcome != nil {
+				result = string(chatrelay.CodeOf(outcome))
+			}
+			h.o.Log.Info("mcp tool call", "agent", as.key.ID, "agent_name", as.key.Name, "tool", tool, "thread", thread,
+				"outcome", result, "ms", time.Since(start).Milliseconds())
+		}
+		if as.ctx.Err() != nil {
+			return ctx, after, chatrelay.Errorf(chatrelay.Unauthorized, "this agent key was revoked")
+		}
+		if h.o.Limiter != nil && writes[tool] && thread != "" {
+			var err error
+			if undo, err = h.o.Limiter.Take(ctx, thread, "agent:"+as.key.ID); err != nil {
+				return ctx, after, err
+			}
+		}
+		return ctx, after, nil
+	}
+}
+
+// writes are the tools that store a message: each is counted by the rate
+// limiter (a reaction or a cancel changes a message, as over HTTP, where
+// they are not counted either).
+var writes = map[string]bool{
+	ToolName(host.Send): true, ToolName(host.SendCard): true,
+	ToolName(host.RequestInput): true, ToolName(host.RequestApproval): true,
+}
+
+// Run follows the store's feed of agent key changes until ctx is done,
+// ending the sessions of every key that is no longer active. It returns
+// ctx's end (nil) or the feed's error.
+func (h *HTTP) Run(ctx context.Context) error {
+	return h.v.ChangeFeed().Follow(ctx, store.AgentsTopic, func(b store.Batch) error {
+		if b.Agents || b.Reset {
+			h.recheck(ctx)
+		}
+		return nil
+	})
+}
+
+// recheck looks at every key with a server again and ends those that are
+// no longer active.
+func (h *HTTP) recheck(ctx context.Context) {
+	h.mu.Lock()
+	keys := make([]chatrelay.AgentKey, 0, len(h.servers))
+	for _, as := range h.servers {
+		keys = append(keys, as.key)
+	}
+	h.mu.Unlock()
+	for _, k := range keys {
+		now, err := h.o.Agents.ResolveAgent(ctx, k.Digest)
+		if err != nil && chatrelay.CodeOf(err) != chatrelay.Unauthorized {
+			h.o.Log.Warn("mcp: cannot look at an agent key again", "agent", k.ID, "err", err)
+			continue
+		}
+		if err == nil && now.Active() {
+			continue
+		}
+		h.end(k.ID)
+		h.o.Log.Info("mcp: agent key revoked; its sessions ended", "agent", k.ID, "agent_name", k.Name)
+	}
+}
+
+// end cancels a key's calls in flight and closes its sessions (a session
+// closes once its calls have returned), and returns once they are closed.
+func (h *HTTP) end(id string) {
+	h.mu.Lock()
+	as := h.servers[id]
+	delete(h.servers, id)
+	h.mu.Unlock()
+	if as == nil {
+		return
+	}
+	as.cancel()
+	var wg sync.WaitGroup
+	for ss := range as.srv.Sessions() {
+		wg.Go(func() { ss.Close() })
+	}
+	wg.Wait()
+}
+
+// Close ends every session (at shutdown) and refuses new ones.
+func (h *HTTP) Close() {
+	h.mu.Lock()
+	h.closed = true
+	ids := make([]string, 0, len(h.servers))
+	for id := range h.servers {
+		ids = append(ids, id)
+	}
+	h.mu.Unlock()
+	for _, id := range ids {
+		h.end(id)
+	}
+}

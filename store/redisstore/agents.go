@@ -1,0 +1,148 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// The agent keys (contract Part 5) on Redis: one hash, <prefix>agents,
+// from each key's id to its JSON (chatrelay.AgentKey: the digest, never
+// the key). Every write is a script that checks what it read (compare and
+// set) and tells the feed ("A"), so that every node looks at the keys of
+// its MCP sessions again. The hash is not a thread's, so it has no
+// {thread} tag; a script names it alone.
+
+var _ store.Agents = (*Store)(nil)
+
+// agentsKey is the hash of the agent keys.
+func (s *Store) agentsKey() string { return s.prefix + "agents" }
+
+// agentCAS sets field ARGV[1] to ARGV[3] if it still holds ARGV[2] ("" for
+// none), and announces the change on the feed (ARGV[4]): 1, else 0.
+var agentCAS = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if (cur or '') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('PUBLISH', ARGV[4], 'A')
+return 1`)
+
+func (s *Store) setAgent(ctx context.Context, id, old string, k chatrelay.AgentKey) (bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	js, _ := json.Marshal(k)
+	n, err := agentCAS.Run(ctx, s.rdb, []string{s.agentsKey()}, id, old, string(js), s.feed).Int()
+	if err != nil {
+		return false, s.unavailable("agents", err)
+	}
+	return n == 1, nil
+}
+
+// agentFields reads the hash: each key's id to its JSON.
+func (s *Store) agentFields(ctx context.Context) (map[string]string, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	m, err := s.rdb.HGetAll(ctx, s.agentsKey()).Result()
+	if err != nil && err != redis.Nil {
+		return nil, s.unavailable("agents", err)
+	}
+	return m, nil
+}
+
+// AddAgent implements store.Agents.
+func (s *Store) AddAgent(ctx context.Context, k chatrelay.AgentKey) error {
+	keys, err := s.AgentKeys(ctx)
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(keys, func(o chatrelay.AgentKey) bool { return o.ID == k.ID || o.Digest == k.Digest }) {
+		return chatrelay.Errorf(chatrelay.ClientIDConflict, "an agent key with this id or digest is already stored")
+	}
+	ok, err := s.setAgent(ctx, k.ID, "", k)
+	if err == nil && !ok {
+		err = chatrelay.Errorf(chatrelay.ClientIDConflict, "an agent key with this id is already stored")
+	}
+	return err
+}
+
+// AgentKeys implements store.Agents. A value that does not parse is left
+// out (and logged): its key is refused.
+func (s *Store) AgentKeys(ctx context.Context) ([]chatrelay.AgentKey, error) {
+	m, err := s.agentFields(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]chatrelay.AgentKey, 0, len(m))
+	for id, js := range m {
+		var k chatrelay.AgentKey
+		if err := json.Unmarshal([]byte(js), &k); err != nil || k.ID != id || k.Digest == "" {
+			s.log.Error("redis store: an agent key does not parse; it is refused", "id", id, "err", err)
+			continue
+		}
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b chatrelay.AgentKey) int {
+		if a.CreatedAt != b.CreatedAt {
+			return int(b.CreatedAt - a.CreatedAt)
+		}
+		return -cmpString(a.ID, b.ID)
+	})
+	return keys, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// RevokeAgent implements store.Agents.
+func (s *Store) RevokeAgent(ctx context.Context, id string) (chatrelay.AgentKey, error) {
+	for {
+		m, err := s.agentFields(ctx)
+		if err != nil {
+			return chatrelay.AgentKey{}, err
+		}
+		js, ok := m[id]
+		var k chatrelay.AgentKey
+		if !ok || json.Unmarshal([]byte(js), &k) != nil {
+			return chatrelay.AgentKey{}, chatrelay.Errorf(chatrelay.NotFound, "no agent key %q", id)
+		}
+		if k.RevokedAt != 0 {
+			return k, nil
+		}
+		k.RevokedAt = s.now().UnixMilli()
+		if ok, err := s.setAgent(ctx, id, js, k); err != nil || ok {
+			return k, err
+		}
+		// Another process wrote it meanwhile: read it again.
+	}
+}
+
+// ResolveAgent implements store.Agents.
+func (s *Store) ResolveAgent(ctx context.Context, digest string) (chatrelay.AgentKey, error) {
+	keys, err := s.AgentKeys(ctx)
+	if err != nil {
+		return chatrelay.AgentKey{}, err
+	}
+	found := -1
+	for i, k := range keys { // every key compared, in constant time each
+		if subtle.ConstantTimeCompare([]byte(k.Digest), []byte(digest)) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return chatrelay.AgentKey{}, store.UnknownAgent()
+	}
+	return keys[found], nil
+}

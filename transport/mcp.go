@@ -1,0 +1,71 @@
+package transport
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// MCP over HTTP (contract Part 5, "MCP from anywhere"): the transport
+// checks what is HTTP's (the Origin, the agent key, the statuses of a
+// refusal) and hands the request on to the MCP server (mcpserver.HTTP).
+
+// MCPHandler serves MCP requests made with an agent key.
+type MCPHandler interface {
+	// ServeAgent serves a request made with the active key k; an error
+	// means it wrote nothing, and the transport answers the error.
+	ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.AgentKey) error
+	// Close ends every session; Shutdown calls it.
+	Close()
+}
+
+// handleMCP answers <prefix>/mcp. An Origin (a browser page) must be one
+// of the allowed origins, never merely the Host's own, which a DNS
+// rebinding page would match: else 403 origin_not_allowed. A missing,
+// unknown or revoked key is 401 with WWW-Authenticate: Bearer. The request
+// may then last as long as its wait (a tool call's answer comes on the
+// POST's own event stream): the server's read and write timeouts are
+// lifted for it.
+func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
+	agents, ok := s.cfg.Store.(store.Agents) // the backend's own store: s.store is metered
+	if s.cfg.MCP == nil || !ok {
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "this server does not serve MCP: start it with serve --mcp"))
+		return
+	}
+	if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, "") {
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.OriginNotAllowed, "a page of this origin may not use MCP: name it with --allowed-origin"))
+		return
+	}
+	k, err := s.agentKey(r, agents)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="chatrelay"`)
+		s.writeError(w, r, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Time{})
+	rc.SetWriteDeadline(time.Time{})
+	if err := s.cfg.MCP.ServeAgent(w, r, k); err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+// agentKey is the active agent key of "Authorization: Bearer cha_…".
+func (s *Server) agentKey(r *http.Request, agents store.Agents) (chatrelay.AgentKey, error) {
+	scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	key = strings.TrimLeft(key, " ")
+	if !strings.EqualFold(scheme, "Bearer") || !chatrelay.ValidAgentKey(key) {
+		return chatrelay.AgentKey{}, chatrelay.Errorf(chatrelay.Unauthorized, "MCP needs Authorization: Bearer cha_… (an agent key: chatrelay agent add)")
+	}
+	k, err := agents.ResolveAgent(r.Context(), chatrelay.DigestOf(key))
+	if err != nil {
+		return k, err
+	}
+	if !k.Active() {
+		return k, chatrelay.Errorf(chatrelay.TokenRevoked, "this agent key was revoked")
+	}
+	return k, nil
+}
