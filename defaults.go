@@ -51,7 +51,11 @@ const (
 	DefaultHTTPWriteTimeout  = 30 * time.Second // streams clear it and set DefaultWriteTimeout per write
 	DefaultOpsWriteTimeout   = 90 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
-	DefaultShutdownTimeout   = 5 * time.Second // SIGINT/SIGTERM: every stream ended within it
+	// DefaultTransferTime is how long an attachment's upload may take to
+	// arrive, or its download to leave (past DefaultReadTimeout and
+	// DefaultHTTPWriteTimeout: a 10 MiB file over 1 Mbit/s takes 80 s).
+	DefaultTransferTime    = 10 * time.Minute
+	DefaultShutdownTimeout = 5 * time.Second // SIGINT/SIGTERM: every stream ended within it
 
 	DefaultData = "./data" // the data folder (--data)
 	DefaultAddr = "127.0.0.1:8080"

@@ -67,6 +67,10 @@ const (
 	InvalidCard        Code = "invalid_card"
 	// chatrelay's own, where the contract is silent.
 	TooManyReactions Code = "too_many_reactions"
+	// Part 5 (attachments).
+	AttachmentTooLarge Code = "attachment_too_large"
+	TooManyAttachments Code = "too_many_attachments"
+	InvalidAttachment  Code = "invalid_attachment"
 	// Part 5 (devices).
 	DeviceLimit Code = "device_limit"
 	// Part 5 (Web Push).
@@ -129,6 +133,9 @@ var codeTable = []CodeInfo{
 	{CapReached, 429, false, "the grant's cap is spent"},
 	{ParticipantsUnreadable, 503, false, "the participants record does not parse"},
 	{TooManyReactions, 409, false, "a new emoji on a message that has the most distinct ones"},
+	{AttachmentTooLarge, 413, false, "an upload over the size limit of one file or of the thread"},
+	{TooManyAttachments, 409, false, "more attachments on one message than it may carry"},
+	{InvalidAttachment, 400, false, "an attachment id that is unknown, of another thread or already used; or a bad name"},
 	{DeviceLimit, 409, false, "the thread has the most active devices"},
 	{InvalidPushEndpoint, 400, false, "a push subscription that is not https, whose host is a private address, or not of a subscription's shape"},
 	{PushLimit, 409, false, "the thread has the most push subscriptions"},

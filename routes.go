@@ -19,6 +19,8 @@ const (
 	PathTicket       = "/api/chat/ticket"
 	PathRespond      = "/api/chat/respond"
 	PathReact        = "/api/chat/react"
+	PathAttachments  = "/api/chat/attachments"
+	PathAttachment   = PathAttachments + "/{id}"
 	PathParticipants = "/api/chat/participants"
 	PathParticipant  = PathParticipants + "/{id}"
 	PathAudit        = PathParticipants + "/audit"
@@ -87,6 +89,7 @@ type Route struct {
 	PHP          bool    // also served with a .php suffix (Part 1)
 	CORS         bool    // pages of the allowed origins may call it
 	Participants bool    // it needs a store that keeps participants (else 404)
+	Ticket       bool    // the gate also takes a ticket (?ticket=, Part 2's): a browser's <img> cannot send headers
 	AnyMethod    bool    // every method gets its handler (the 410)
 	Private      bool    // left off the main listener when metrics are private (--metrics-addr)
 	Mount        Mount
@@ -119,6 +122,8 @@ var routeTable = []Route{
 	{Method: "GET", Path: PathParticipants, Callers: Owners, Status: 200, Answer: "participants.answer", CORS: true, Participants: true},
 	{Method: "DELETE", Path: PathParticipant, Callers: Owners, Status: 200, Answer: "participant.revoke.answer", CORS: true, Participants: true},
 	{Method: "GET", Path: PathAudit, Callers: Owners, Status: 200, Answer: "audit.answer", CORS: true, Participants: true},
+	{Method: "POST", Path: PathAttachments, Callers: Writers, Status: 201, Answer: "attachment.answer", CORS: true},
+	{Method: "GET", Path: PathAttachment, Callers: Members, Ticket: true, CORS: true}, // 200: the bytes (no JSON answer)
 	{Method: "GET", Path: PathWhoami, Callers: Members, Status: 200, Answer: "whoami.answer", CORS: true},
 	{Method: "POST", Path: PathDevices, Callers: CallerOwner, Body: "device.issue.body", Status: 201, Answer: "device.issue.answer", CORS: true, Participants: true},
 	{Method: "GET", Path: PathDevices, Callers: Owners, Status: 200, Answer: "devices.answer", CORS: true, Participants: true},

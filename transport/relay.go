@@ -38,7 +38,7 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	defer wg.Wait()
 	defer cancel()
-	return store.NewFeed(s.store).Follow(ctx, "", func(b store.Batch) error {
+	return s.feed.Follow(ctx, "", func(b store.Batch) error {
 		s.relay(b, x, rechecks)
 		return nil
 	})

@@ -21,7 +21,11 @@ import (
 // Config is what a Server needs. Store is required; the rest have defaults.
 type Config struct {
 	Store store.Store
-	Hub   *hub.Hub[*Event] // defaults to hub.New[*Event](0); fed by Run
+	// Feed is the store's feed, read once per process: Run relays it to
+	// the live streams, and whatever else the process runs (the MCP verbs)
+	// subscribes to the same one. nil: store.NewFeed(Store).
+	Feed *store.Feed
+	Hub  *hub.Hub[*Event] // defaults to hub.New[*Event](0); fed by Run
 	// Limiter and Streams count posts and open streams; nil: in this
 	// process's memory (one node), with Windows and StreamLimits.
 	Limiter      chatrelay.RateLimiter
@@ -53,6 +57,9 @@ type Config struct {
 	// PrivateMetrics leaves GET /metrics off this handler: it is served
 	// only by OpsHandler, on a private listener (--metrics-addr).
 	PrivateMetrics bool
+	// MaxAttachmentBytes is the most bytes of one attachment
+	// (--max-attachment-bytes); defaults to chatrelay.LimitAttachmentBytes.
+	MaxAttachmentBytes int64
 	// MCP serves MCP over HTTP at <prefix>/mcp (serve --mcp) to agent keys
 	// the store keeps (store.Agents); nil: /mcp is not_found (mcp.go).
 	MCP MCPHandler
@@ -67,6 +74,7 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	store   store.Store
+	feed    *store.Feed
 	hub     *hub.Hub[*Event]
 	limiter chatrelay.RateLimiter
 	streams chatrelay.StreamLimiter
@@ -120,12 +128,18 @@ func NewServer(cfg Config) *Server {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = chatrelay.DefaultHeartbeat
 	}
+	if cfg.MaxAttachmentBytes <= 0 {
+		cfg.MaxAttachmentBytes = int64(chatrelay.LimitAttachmentBytes.Max)
+	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = chatrelay.DefaultWriteTimeout
 	}
+	if cfg.Feed == nil {
+		cfg.Feed = store.NewFeed(cfg.Store)
+	}
 	cfg.Prefix = strings.TrimSuffix(cfg.Prefix, "/")
 	s := &Server{
-		cfg: cfg, store: cfg.Store, hub: cfg.Hub, limiter: cfg.Limiter, streams: cfg.Streams,
+		cfg: cfg, store: cfg.Store, feed: cfg.Feed, hub: cfg.Hub, limiter: cfg.Limiter, streams: cfg.Streams,
 		tickets: tickets{key: cfg.TicketKey, ttl: cfg.TicketTTL, now: cfg.Now, ring: newKeyRing(cfg.TicketKeys, cfg.TicketKey, cfg.Log)},
 		parts:   participantsOf(cfg.Store),
 		origins: make(map[string]bool), log: cfg.Log, mux: http.NewServeMux(),

@@ -51,7 +51,10 @@ func (f *mcpFlags) start(st *store.Backend, cfg *transport.Config, lim chatrelay
 	}
 	o := f.opt
 	o.Agents, o.Limiter, o.Log, o.ProgressEvery = agents, lim, log, time.Duration(f.every)
-	f.handler = mcpserver.NewHTTP(&host.Verbs{Store: st.Store, PublicURL: cfg.PublicURL}, o)
+	if cfg.Feed == nil { // one feed a process: the live streams' and the verbs'
+		cfg.Feed = store.NewFeed(st.Store)
+	}
+	f.handler = mcpserver.NewHTTP(&host.Verbs{Store: st.Store, Feed: cfg.Feed, PublicURL: cfg.PublicURL}, o)
 	cfg.MCP = f.handler
 	return nil
 }

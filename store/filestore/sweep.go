@@ -44,6 +44,7 @@ func (s *File) Sweep(ctx context.Context) (store.SweepStats, error) {
 			s.log.Warn("sweep", "thread", name, "err", err)
 		}
 	}
+	s.sweepUploads(ctx) // attachments.go: every thread's uploads, and removed threads' files
 	if err := s.recount(ctx); err != nil {
 		s.log.Warn("sweep: recount the threads", "err", err)
 	}
@@ -91,6 +92,24 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	dropped = len(d.msgs) - len(msgs)
 	if dropped == 0 {
 		return 0, false, nil
+	}
+	if gone := droppedFiles(d.msgs, msgs); gone != nil {
+		// The messages' attachments go with them (after the document is
+		// written: collected when this returns, under the same lock).
+		defer func() {
+			if err != nil {
+				return
+			}
+			var nd *threadDoc
+			if !removed {
+				if snap := t.snap.Load(); snap != nil {
+					nd = &snap.doc
+				}
+			}
+			if cerr := s.collect(thread, nd, gone); cerr != nil {
+				s.log.Warn("sweep: attachments", "thread", thread, "err", cerr)
+			}
+		}()
 	}
 	if len(msgs) == 0 {
 		if err := os.Remove(s.path(thread)); err != nil {

@@ -379,10 +379,51 @@ export class ChatClient extends EventTarget {
     const clientId = options.clientId ?? this.newClientId();
     // A participant's author is its grant: the server refuses a kind.
     const body = this.participant ? { text, client_id: clientId } : { text, kind, client_id: clientId };
+    // Uploads of this thread (upload()) the message carries; the text may then be empty.
+    if (options.attachments?.length) body.attachments = options.attachments;
     const { data, res } = await this.#request("POST", "api/chat/post", null, body, true);
     this.#poke();
     const replayed = res.headers.get("Idempotent-Replayed") === "true";
     return { ...data, client_id: clientId, replayed };
+  }
+
+  /**
+   * upload stores a file (a File or Blob; name defaults to its own) as an
+   * attachment of the thread, for a later send({attachments: [id]}).
+   * onProgress(fraction) is called as the bytes go out. It resolves with
+   * the attachment object ({id, name, type, size, sha256, width?,
+   * height?}) and throws a ChatError (413 attachment_too_large, …).
+   */
+  upload(file, onProgress, name = file.name || "file") {
+    return new Promise((resolve, reject) => {
+      const x = new XMLHttpRequest();
+      x.open("POST", this.#url("api/chat/attachments"));
+      if (this.participant) x.setRequestHeader("Authorization", `Bearer ${this.#o.shareToken}`);
+      else x.setRequestHeader("X-Chat-Token", this.token);
+      x.setRequestHeader("X-Filename", encodeURIComponent(name));
+      x.setRequestHeader("Content-Type", file.type || "application/octet-stream");
+      x.upload.onprogress = (e) => e.lengthComputable && onProgress?.(e.loaded / e.total);
+      x.onload = () => {
+        let data = null;
+        try {
+          data = JSON.parse(x.responseText);
+        } catch {}
+        if (x.status === 201 && data?.attachment) resolve(data.attachment);
+        else reject(new ChatError(x.status, data, 0));
+      };
+      x.onerror = () => reject(new ChatError(0, null, 0));
+      x.send(file);
+    });
+  }
+
+  /**
+   * attachmentURL resolves with the address of an attachment's bytes,
+   * carrying a ticket (an <img> or a link cannot send headers). The
+   * server serves raster images inline and everything else as a download.
+   */
+  async attachmentURL(id) {
+    if (!this.#ticket || this.#ticket.expiresAt - Date.now() < 60000) await this.#freshTicket();
+    return this.#url(`api/chat/attachments/${encodeURIComponent(id)}`, { ticket: this.#ticket.ticket }).href;
   }
 
   /**
