@@ -73,6 +73,10 @@ const (
 	InvalidAttachment  Code = "invalid_attachment"
 	// Part 5 (devices).
 	DeviceLimit Code = "device_limit"
+	// Part 5 (Web Push).
+	InvalidPushEndpoint Code = "invalid_push_endpoint"
+	PushLimit           Code = "push_limit"
+	PushDisabled        Code = "push_disabled"
 )
 
 // CodeInfo is a row of the code table: a code, the HTTP status of an
@@ -133,6 +137,9 @@ var codeTable = []CodeInfo{
 	{TooManyAttachments, 409, false, "more attachments on one message than it may carry"},
 	{InvalidAttachment, 400, false, "an attachment id that is unknown, of another thread or already used; or a bad name"},
 	{DeviceLimit, 409, false, "the thread has the most active devices"},
+	{InvalidPushEndpoint, 400, false, "a push subscription that is not https, whose host is a private address, or not of a subscription's shape"},
+	{PushLimit, 409, false, "the thread has the most push subscriptions"},
+	{PushDisabled, 404, false, "push is turned off on this server (--push=false)"},
 }
 
 // CodeTable returns the code table: every code with its status, whether

@@ -102,6 +102,12 @@ var (
 	// thread (beside its share links, not among them).
 	LimitDeviceExpiresIn = Limit{"device.expires_in", 3600, 31536000, Seconds}
 	LimitActiveDevices   = Limit{"device.active", 0, 10, Count}
+	// Web Push (Part 5): subscriptions per thread, and a push's payload
+	// before encryption, whose strings are cut (not refused) to
+	// LimitPushString.
+	LimitPushSubscriptions = Limit{"push.subscriptions", 0, 20, Count}
+	LimitPushPayload       = Limit{"push.payload", 0, 3072, JSONUTF8Bytes}
+	LimitPushString        = Limit{"push.string", 0, 500, CodePoints}
 )
 
 // InviteWindow is the sliding window of LimitInvites.
@@ -124,6 +130,7 @@ func Limits() []Limit {
 		LimitInvites, LimitEndedListed, LimitEndedKept,
 		LimitAttachments, LimitAttachmentBytes, LimitThreadAttachments, LimitAttachmentName, LimitAttachmentUnused,
 		LimitDeviceExpiresIn, LimitActiveDevices,
+		LimitPushSubscriptions, LimitPushPayload, LimitPushString,
 	}
 }
 

@@ -129,6 +129,9 @@ func (f *serveFlags) newServer(ctx context.Context, st *store.Backend, log *slog
 	if err := f.mcp.start(st, &f.server, f.server.Limiter, log); err != nil {
 		return nil, err
 	}
+	if err := startPush(ctx, f.server.Push, st.Store, log); err != nil {
+		return nil, err
+	}
 	return transport.NewServer(f.server), nil
 }
 
@@ -170,6 +173,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	publicURL := fs.String("public-url", "", "the public `URL` of the server (https://chat.example.com, with the prefix if any) that share links start with; default: each request's scheme and Host. The host CLI's share takes it from the data folder")
 	fs.Int64Var(&f.server.MaxAttachmentBytes, "max-attachment-bytes", int64(chatrelay.LimitAttachmentBytes.Max), fmt.Sprintf("most `bytes` of one attachment; one more is 413 attachment_too_large (at most a thread's %d)", chatrelay.LimitThreadAttachments.Max))
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	pushf := registerPush(fs) // --push, --push-contact, --push-allow-host (push.go)
 	f.ops.register(fs)
 	f.mcp.register(fs)
 	f.hooks.register(fs)
@@ -199,6 +203,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 		}
 	}
 	f.server.AllowedOrigins = origins
+	if f.server.Push, err = pushf.config(); err != nil {
+		return nil, err
+	}
 	if *publicURL != "" {
 		if f.server.PublicURL, err = transport.CheckPublicURL(*publicURL); err != nil {
 			return nil, usageError("--public-url " + err.Error())
