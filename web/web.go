@@ -1,9 +1,13 @@
 // Package web is the browser page, embedded in the binary and served at the
 // prefix root: index.html, app.css, app.js (the page), view.js (its
-// drawing), people.js (the owner's People panel) and chat.js (the client
-// module, which other sites may import), with t-link.js (which adopts a
-// claim link's token, <base>/#t=…); and at /p the participant page
-// (p.html, with p-link.js) that a share link opens.
+// drawing), people.js (the owner's People panel), push.js (the "Notify
+// me" switch) and chat.js (the client module, which other sites may
+// import), with t-link.js (which adopts a claim link's token, <base>/#t=…);
+// at /p the participant page (p.html, with p-link.js) that a share link
+// opens; and sw.js, the service worker that shows Web Push notifications
+// and answers their Approve and Deny. Served from the prefix root, the
+// worker's scope is the whole page (no Service-Worker-Allowed header is
+// needed), and like every file it is revalidated on each load (no-cache).
 package web
 
 import (

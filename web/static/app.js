@@ -3,11 +3,12 @@
 // "participant">). It draws what the ChatClient of chat.js reports (with
 // the builders of view.js) and sends what the person writes, answers and
 // reacts. Text is always set with textContent, never parsed as HTML. The
-// owner's People panel is people.js.
+// owner's People panel is people.js; the "Notify me" switch is push.js.
 
 import { ChatClient, MAX_CHARS, SHARE_TOKEN, countChars } from "./chat.js";
 import { OWNER, el, guest, messageItem, moveInBar, redrawNames, refreshInteraction, tick, updateItem } from "./view.js";
 import { setupPeople } from "./people.js";
+import { setupPush } from "./push.js";
 
 const $ = (id) => document.getElementById(id);
 const els = {
@@ -583,7 +584,7 @@ function endWith(code) {
   shown.clear();
   els.log.replaceChildren();
   els.log.removeAttribute("aria-busy");
-  for (const e of [els.empty, els.waiting, els.jump, els.form, els.readonly, els.others, els.scroller]) e.hidden = true;
+  for (const e of [els.empty, els.waiting, els.jump, els.form, els.readonly, els.others, els.scroller, $("notify"), $("notify-note")]) e.hidden = true;
   document.body.dataset.ended = code;
   els.status.dataset.state = "ended";
   els.statusText.textContent = states.ended;
@@ -657,6 +658,7 @@ function claimFromHash() {
 }
 
 updateCount();
+setupPush(chat, { button: $("notify"), note: $("notify-note"), label: $("notify-label") });
 if (participantPage) {
   join();
 } else {
