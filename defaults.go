@@ -56,6 +56,14 @@ const (
 	DefaultResetAfter   = 5 * time.Second  // a shared store's feed lost this long resets its threads
 	DefaultFeedPing     = 15 * time.Second // a silent feed pings its server this often
 	DefaultStreamLease  = 30 * time.Second // a stream's lease in a shared store, unless renewed
+
+	// Web Push (contract Part 5).
+	DefaultPushWorkers  = 4                // goroutines that send pushes
+	DefaultPushQueue    = 1024             // changes waiting for them; one more is not pushed (counted "dropped")
+	DefaultPushAttempts = 5                // attempts of one push (a 429, a 5xx or no answer tries again)
+	DefaultPushWindow   = 10 * time.Minute // every attempt of one push within it
+	DefaultPushReplyTTL = 24 * time.Hour   // how long a push service keeps a reply for an offline device
+	DefaultPushClaim    = 15 * time.Minute // a push's claim in a shared store (one node sends it)
 )
 
 // Retention says which messages a thread keeps.

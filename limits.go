@@ -90,6 +90,13 @@ var (
 	// ones are dropped from the record (the audit keeps its own history).
 	LimitEndedListed = Limit{"participant.ended_listed", 0, 30 * 24 * 3600, Seconds}
 	LimitEndedKept   = Limit{"participant.ended_kept", 0, 100, Count}
+
+	// Web Push (Part 5): subscriptions per thread, and a push's payload
+	// before encryption, whose strings are cut (not refused) to
+	// LimitPushString.
+	LimitPushSubscriptions = Limit{"push.subscriptions", 0, 20, Count}
+	LimitPushPayload       = Limit{"push.payload", 0, 3072, JSONUTF8Bytes}
+	LimitPushString        = Limit{"push.string", 0, 500, CodePoints}
 )
 
 // InviteWindow is the sliding window of LimitInvites.
@@ -110,6 +117,7 @@ func Limits() []Limit {
 		LimitClientID, LimitThreadTitle, LimitWaitTimeout,
 		LimitName, LimitExpiresIn, LimitCap, LimitActiveGrants, LimitWaitingPosts, LimitAuditKept,
 		LimitInvites, LimitEndedListed, LimitEndedKept,
+		LimitPushSubscriptions, LimitPushPayload, LimitPushString,
 	}
 }
 

@@ -33,6 +33,9 @@ const (
 	PathHealthz      = "/healthz"
 	PathReadyz       = "/readyz"
 	PathMetrics      = "/metrics"
+	PathPushKey      = "/api/push/key"    // Part 5: the VAPID public key
+	PathPush         = "/api/chat/push"   // Part 5: the caller's push subscriptions
+	PathPushOne      = PathPush + "/{id}" // Part 5: one of them
 )
 
 // Callers says who may call a route: a set of principals. The zero value,
@@ -72,6 +75,7 @@ type Route struct {
 	Callers      Callers // who may call it
 	Body         string  // the $defs entry of its request body; "" if it takes none
 	Status       int     // the status of its success answer
+	StatusAgain  int     // another success status of the same answer, if any (200: an endpoint already subscribed)
 	Answer       string  // the $defs entry of that answer; "" if it has none (the 410)
 	AnswerV2     string  // the $defs entry of the answer with ?v=2, if it has its own
 	Stream       string  // StreamSSE or StreamWebSocket: it opens a stream (v=1 and v=2 alike) and authenticates itself (tickets too)
@@ -115,6 +119,10 @@ var routeTable = []Route{
 	{Method: "GET", Path: PathWS, Callers: Members, Stream: StreamWebSocket},
 	{Method: "GET", Path: PathSchema, Callers: Anyone, Status: 200, Answer: "schema.answer", CORS: true},
 	{Method: "GET", Path: PathLimits, Callers: Anyone, Status: 200, Answer: "limits.answer", CORS: true},
+	{Method: "GET", Path: PathPushKey, Callers: Anyone, Status: 200, Answer: "push.key.answer", CORS: true},
+	{Method: "POST", Path: PathPush, Callers: Members, Body: "push.subscribe.body", Status: 201, StatusAgain: 200, Answer: "push.subscribe.answer", CORS: true},
+	{Method: "GET", Path: PathPush, Callers: Members, Status: 200, Answer: "push.list.answer", CORS: true},
+	{Method: "DELETE", Path: PathPushOne, Callers: Members, Status: 200, Answer: "push.unsubscribe.answer", CORS: true},
 	{Method: "POST", Path: PathRetired, Callers: Anyone, PHP: true, AnyMethod: true},
 	{Method: "", Path: PathAPI, Callers: Anyone},
 	{Method: "GET", Path: PathPage, Callers: Anyone, Mount: MountPage},

@@ -45,6 +45,10 @@ func (s *Server) handlers() map[string]handler {
 		on(http.MethodGet, chatrelay.PathWS):             {serve: s.handleWS},
 		on(http.MethodGet, chatrelay.PathSchema):         {serve: schemaArtifact()}, // schema.go
 		on(http.MethodGet, chatrelay.PathLimits):         {serve: s.limitsArtifact()},
+		on(http.MethodGet, chatrelay.PathPushKey):        {serve: s.handlePushKey}, // webpush.go
+		on(http.MethodPost, chatrelay.PathPush):          {handle: s.handlePushSubscribe},
+		on(http.MethodGet, chatrelay.PathPush):           {handle: s.handlePushList},
+		on(http.MethodDelete, chatrelay.PathPushOne):     {handle: s.handlePushDelete},
 		on(http.MethodPost, chatrelay.PathRetired):       {serve: s.handleGone},
 		chatrelay.Route{Path: chatrelay.PathAPI}.Key():   {serve: s.handleNotFound},
 		on(http.MethodGet, chatrelay.PathPage):           {serve: s.page()},

@@ -53,6 +53,10 @@ type Config struct {
 	// PrivateMetrics leaves GET /metrics off this handler: it is served
 	// only by OpsHandler, on a private listener (--metrics-addr).
 	PrivateMetrics bool
+	// Push turns Web Push on (contract Part 5; webpush.go); nil, or a
+	// store that keeps no subscriptions: its routes answer 404
+	// push_disabled.
+	Push *PushConfig
 }
 
 // Server is the chat's HTTP handler. Run feeds its hub from the store;
@@ -65,6 +69,7 @@ type Server struct {
 	streams chatrelay.StreamLimiter
 	tickets tickets
 	parts   store.Participants // nil if the store keeps no participants
+	push    *pusher            // nil if push is off (webpushsend.go)
 	live    *liveGrants        // the grants with open streams here
 	origins map[string]bool
 	log     *slog.Logger
@@ -135,6 +140,7 @@ func NewServer(cfg Config) *Server {
 		s.origins[c] = true
 	}
 	s.initOps()
+	s.push = newPusher(s, cfg.Push)
 	s.routes()
 	return s
 }

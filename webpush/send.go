@@ -74,7 +74,7 @@ func NewClient(guard *Guard, roots *tls.Config) *http.Client {
 		MaxIdleConnsPerHost:   16,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 20 * time.Second,
+		ResponseHeaderTimeout: 25 * time.Second,
 		TLSClientConfig:       roots,
 	}
 	return &http.Client{

@@ -60,6 +60,7 @@ var commands = []command{
 	{"open", "[--title T] [--text FIRST] [--public-url URL]", "start a conversation as hermes: a new thread and its claim link (shown once; whoever opens it first holds the thread)", openThread},
 	{"share", "THREAD --name NAME [--role viewer|commenter] [--kind human|agent] [--expires D] [--cap N] [--public-url URL] | share list THREAD [--json] | share revoke THREAD (ID | --all) | share audit THREAD [--json]",
 		"share the conversation with a link (shown once), list, revoke and audit the links", share},
+	{"push", "rotate-key", "make a new VAPID key pair for Web Push (printed: its public key); browsers subscribed with the old one must subscribe again", push},
 	{"watch", "[--data DIR] [--since EPOCH] [--all] [--v2]", "new messages of every thread, and interaction updates, one JSON line each (no server needed)",
 		func(ctx context.Context, e cmdEnv) error { return watch(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
 	{"subscribe", "--server URL [--token T | --ticket K] [--since N]", "one thread's live stream from a remote server, one JSON line each",

@@ -111,6 +111,9 @@ func (f *serveFlags) newServer(ctx context.Context, st *store.Backend, log *slog
 	if st.TicketKeyShared { // kept in Redis: it may change under the node (#15)
 		f.server.TicketKeys = transport.TicketKeyFunc(st.TicketKey)
 	}
+	if err := startPush(ctx, f.server.Push, st.Store, log); err != nil {
+		return nil, err
+	}
 	return transport.NewServer(f.server), nil
 }
 
@@ -149,6 +152,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.IntVar(&l.PerIP, "max-streams-per-ip", chatrelay.DefaultStreamsPerIP, "open SSE and WebSocket streams allowed per client address (an IPv6 address by its /64)")
 	publicURL := fs.String("public-url", "", "the public `URL` of the server (https://chat.example.com, with the prefix if any) that share links start with; default: each request's scheme and Host. The host CLI's share takes it from the data folder")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	pushf := registerPush(fs) // --push, --push-contact, --push-allow-host (push.go)
 	f.ops.register(fs)
 	if err := parse(fs, args, getenv); err != nil {
 		return nil, err
@@ -173,6 +177,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 		}
 	}
 	f.server.AllowedOrigins = origins
+	if f.server.Push, err = pushf.config(); err != nil {
+		return nil, err
+	}
 	if *publicURL != "" {
 		if f.server.PublicURL, err = transport.CheckPublicURL(*publicURL); err != nil {
 			return nil, usageError("--public-url " + err.Error())

@@ -69,7 +69,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		return 0, false, err
 	}
 	defer unlock()
-	for _, pattern := range []string{".json.tmp-*", ".participants.json.tmp-*", ".audit.jsonl.tmp-*"} {
+	for _, pattern := range []string{".json.tmp-*", ".participants.json.tmp-*", ".audit.jsonl.tmp-*", ".push.json.tmp-*"} {
 		tmps, _ := filepath.Glob(filepath.Join(s.dir, "."+thread+pattern))
 		for _, tmp := range tmps {
 			os.Remove(tmp)
@@ -96,8 +96,9 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		if err := os.Remove(s.path(thread)); err != nil {
 			return 0, false, s.unavailable(thread, err)
 		}
-		// The thread is gone: its grants, audit and lock file go with it.
-		for _, p := range []string{s.participantsPath(thread), s.auditPath(thread)} {
+		// The thread is gone: its grants, audit, push subscriptions and
+		// lock file go with it.
+		for _, p := range []string{s.participantsPath(thread), s.auditPath(thread), s.pushPath(thread)} {
 			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				s.log.Warn("sweep: remove", "thread", thread, "err", err)
 			}

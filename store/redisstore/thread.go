@@ -386,6 +386,7 @@ func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 		st.Dropped += int(res[0])
 		if res[1] == 1 {
 			st.ThreadsRemoved++
+			s.dropPush(ctx, name) // its push subscriptions go with it (push.go)
 		}
 	}
 	return st, nil
