@@ -26,7 +26,10 @@ const SUBSCRIBE_MS = 20000;
 function openDB() {
   return new Promise((resolve, reject) => {
     const req = indexedDB.open(DB, 1);
-    req.onupgradeneeded = () => req.result.createObjectStore(STORE, { keyPath: "thread" });
+    req.onupgradeneeded = () => {
+      req.result.createObjectStore(STORE, { keyPath: "thread" });
+      req.result.createObjectStore("answered", { keyPath: "ix" }); // the worker's (sw.js)
+    };
     req.onsuccess = () => resolve(req.result);
     req.onerror = () => reject(req.error);
   });

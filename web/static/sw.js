@@ -17,7 +17,8 @@
 // The credential. push.js keeps, per thread, the credential that
 // subscribed in IndexedDB ("chatrelay-push", store "threads"): the owner's
 // token (sent as X-Chat-Token) or a participant's share token (sent as
-// Authorization: Bearer). Turning notifications off deletes it.
+// Authorization: Bearer). Turning notifications off deletes it. The worker
+// keeps there, in "answered", the interactions it answered itself.
 //
 // A notification's tag is its interaction's id, so the push that closes
 // the interaction (answered, expired, canceled) replaces it: "Approved on
@@ -27,6 +28,7 @@
 
 const DB = "chatrelay-push";
 const STORE = "threads";
+const ANSWERED = "answered";
 
 self.addEventListener("install", () => self.skipWaiting());
 self.addEventListener("activate", (event) => event.waitUntil(self.clients.claim()));
@@ -45,25 +47,55 @@ self.addEventListener("notificationclick", (event) => {
 function openDB() {
   return new Promise((resolve, reject) => {
     const req = indexedDB.open(DB, 1);
-    req.onupgradeneeded = () => req.result.createObjectStore(STORE, { keyPath: "thread" });
+    req.onupgradeneeded = () => {
+      req.result.createObjectStore(STORE, { keyPath: "thread" });
+      req.result.createObjectStore(ANSWERED, { keyPath: "ix" });
+    };
     req.onsuccess = () => resolve(req.result);
     req.onerror = () => reject(req.error);
   });
 }
 
-// recordOf is what push.js keeps for thread: {thread, scheme, token,
-// push, endpoint}, or null.
-async function recordOf(thread) {
+async function inStore(store, mode, fn) {
   const db = await openDB();
   try {
     return await new Promise((resolve, reject) => {
-      const req = db.transaction(STORE).objectStore(STORE).get(String(thread));
-      req.onsuccess = () => resolve(req.result || null);
-      req.onerror = () => reject(req.error);
+      const tx = db.transaction(store, mode);
+      const req = fn(tx.objectStore(store));
+      tx.oncomplete = () => resolve(req.result);
+      tx.onerror = () => reject(tx.error);
+      tx.onabort = () => reject(tx.error);
     });
   } finally {
     db.close();
   }
+}
+
+// recordOf is what push.js keeps for thread: {thread, scheme, token,
+// push, endpoint}, or null.
+const recordOf = (thread) => inStore(STORE, "readonly", (s) => s.get(String(thread))).then((r) => r || null);
+
+// The interactions this worker answered itself, for a day (so that the
+// closing push does not say "on another device"). Kept here rather than
+// read back from the notification: getNotifications while Chromium is
+// still drawing another notification can lose that one (seen in the
+// browser tests).
+const DAY = 86400000;
+function answeredHere(ix) {
+  return inStore(ANSWERED, "readonly", (s) => s.get(ix)).then((r) => !!r && Date.now() - r.at < DAY, () => false);
+}
+function noteAnswered(ix) {
+  return inStore(ANSWERED, "readwrite", (s) => {
+    const req = s.put({ ix, at: Date.now() });
+    // Forget the old ones as it goes.
+    s.openCursor().onsuccess = (e) => {
+      const c = e.target.result;
+      if (!c) return;
+      if (Date.now() - c.value.at >= DAY) c.delete();
+      c.continue();
+    };
+    return req;
+  }).catch(() => {});
 }
 
 // ---- push ----
@@ -80,7 +112,8 @@ async function pushed(data) {
     return self.registration.showNotification("chatrelay", { body: "Something new in a conversation." });
   }
   if (await shownInFocus(p)) return;
-  const n = notificationOf(p, await answeredHere(p));
+  const ix = p.type === "interaction_closed" ? p.message?.interaction?.id : "";
+  const n = notificationOf(p, !!ix && (await answeredHere(String(ix))));
   if (n) return self.registration.showNotification(n.title, n.options);
 }
 
@@ -117,16 +150,6 @@ function ask(client, msg, ms) {
     };
     client.postMessage(msg, [ch.port2]);
   });
-}
-
-// answeredHere reports whether this worker answered the push's
-// interaction itself (its notification says so), so that the closing
-// push does not say "on another device".
-async function answeredHere(p) {
-  const id = p.message?.interaction?.id;
-  if (!id) return false;
-  const ns = await self.registration.getNotifications({ tag: id });
-  return ns.some((n) => n.data?.answeredHere);
 }
 
 const closedWords = {
@@ -232,7 +255,8 @@ async function respond(n, d, answer) {
   }
   if (res.ok && body?.success) {
     const state = body.message?.interaction?.state;
-    return say(closedWords[state]?.[0] || "Answered", { answeredHere: true, closed: state });
+    await noteAnswered(d.ix);
+    return say(closedWords[state]?.[0] || "Answered", { closed: state });
   }
   if (res.status === 409 && body?.code === "interaction_closed") {
     const state = body.message?.interaction?.state;
