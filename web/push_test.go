@@ -576,6 +576,45 @@ func TestNoNotificationOverTheThreadsFocusedPage(t *testing.T) {
 	}
 }
 
+// TestParticipantNotified: on the participant page the switch subscribes
+// with the share link's token (Authorization: Bearer), which the worker
+// keeps; hermes's reply reaches the participant redacted, and shows so.
+func TestParticipantNotified(t *testing.T) {
+	srv, svc := startPushServer(t)
+	g := newGate(t, srv)
+	token := strings.Repeat("7c", 32)
+	thread := threadOf(token)
+	post(t, srv.URL, token, "Is staging back?", "operator")
+	sam := invite(t, g.URL, token, map[string]any{"name": "Sam", "role": "viewer"})
+
+	tb := newWindow(t)
+	tb.allowNotifications(g.URL)
+	tb.pushStub(svc.Subscribe(t, "sam"))
+	tb.open(sam.Link)
+	tb.waitJS(live, "Sam's page", `document.getElementById("me").textContent === "Sam · viewer"`)
+	tb.waitState(live, "ws")
+	tb.click("#notify")
+	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
+	_, heads := g.requests()
+	if !slices.Contains(heads, "Authorization: Bearer for POST /api/chat/push") {
+		t.Errorf("the subscription was not sent with the share token: %q", heads)
+	}
+	id := eval[string](tb, `new Promise((resolve) => { const r = indexedDB.open("chatrelay-push", 1);
+		r.onsuccess = () => { const g = r.result.transaction("threads").objectStore("threads").get(`+js(thread)+`); g.onsuccess = () => resolve(g.result?.push ?? ""); }; })`)
+	if got, want := tb.storedCredential(thread), "bearer "+sam.Token+" "+id; got != want || id == "" {
+		t.Errorf("IndexedDB holds %q for the worker, want %q", got, want)
+	}
+	reg := tb.registration(g.URL)
+
+	tb.open(g.URL + "favicon.svg")
+	srv.reply(thread, "Yes. The staging password=hunter2 works again.")
+	tb.deliver(g.URL, reg, serverPush(t, svc, "/push/sam", "reply", ""))
+	n := tb.waitNotification("thread:"+thread, "Yes. The staging password=[redacted]")
+	if n.Title != "hermes wrote" || len(n.Actions) != 0 {
+		t.Errorf("the reply's notification is %+v", n)
+	}
+}
+
 // TestNotifySwitchScreenshot draws the switch on, at a phone's width, with
 // hermes's approval waiting, for the README.
 func TestNotifySwitchScreenshot(t *testing.T) {
