@@ -615,6 +615,46 @@ func TestParticipantNotified(t *testing.T) {
 	}
 }
 
+// TestNewConversationEndsItsNotifications: the owner's page that starts
+// a new conversation forgets the old one's token, so it stops notifying
+// about it: the old subscription is deleted on the server, its
+// credential goes from IndexedDB (else the worker would keep answering
+// with a token the page dropped), the browser's subscription ends (no
+// thread uses it), and the switch is off for the new conversation.
+func TestNewConversationEndsItsNotifications(t *testing.T) {
+	srv, svc := startPushServer(t)
+	tb := newWindow(t)
+	tb.allowNotifications(srv.URL)
+	tb.pushStub(svc.Subscribe(t, "old"))
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	tb.write("the old conversation")
+	tb.waitShown(soon, "the old conversation")
+	old := tb.token()
+	tb.click("#notify")
+	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
+	if n := len(subscriptions(t, srv.URL, old)); n != 1 {
+		t.Fatalf("the server holds %d subscriptions, want 1", n)
+	}
+
+	confirmed := tb.acceptDialog()
+	tb.click("#new")
+	select {
+	case <-confirmed:
+	case <-time.After(soon):
+		t.Fatal("no confirmation asked")
+	}
+	tb.waitJS(soon, "the old conversation to go", `document.querySelectorAll("#log li").length === 0`)
+	waitFor(t, soon, "the old subscription deleted", func() bool { return len(subscriptions(t, srv.URL, old)) == 0 })
+	tb.waitJS(soon, "the browser's subscription ended", `window.__push.includes("unsubscribe")`)
+	if got := tb.storedCredential(threadOf(old)); got != "" {
+		t.Errorf("IndexedDB still holds the old conversation's credential: %q", got)
+	}
+	if state, _ := tb.switchState(); state != "off" {
+		t.Errorf("the switch is %q in the new conversation, want off", state)
+	}
+}
+
 // TestNotifySwitchScreenshot draws the switch on, at a phone's width, with
 // hermes's approval waiting, for the README.
 func TestNotifySwitchScreenshot(t *testing.T) {

@@ -140,7 +140,6 @@ export function setupPush(chat, { button, note, label }) {
   // still holds its subscription.
   async function refresh() {
     if (!chat.thread || working || state === "unsupported") return;
-    thread = chat.thread;
     if (Notification.permission === "denied") return show("blocked");
     let rec = null;
     try {
@@ -254,8 +253,34 @@ export function setupPush(chat, { button, note, label }) {
   navigator.serviceWorker?.startMessages();
 
   show(supported() ? "off" : "unsupported");
+  // A conversation this browser no longer holds (the owner's page started
+  // a new one, or adopted a claim link: the old token is gone from it)
+  // notifies no more: its subscription is deleted with the old token,
+  // which is then forgotten here too.
+  async function forgetOthers() {
+    if (chat.participant) return;
+    const mine = chat.credential.token;
+    for (const rec of await allRecords().catch(() => [])) {
+      if (rec.scheme !== "owner" || rec.token === mine) continue;
+      if (rec.push) {
+        await fetch(new URL(`api/chat/push/${encodeURIComponent(rec.push)}`, chat.baseURL), {
+          method: "DELETE",
+          headers: { "X-Chat-Token": rec.token },
+          cache: "no-store",
+        }).catch(() => {});
+      }
+      await deleteRecord(rec.thread).catch(() => {});
+    }
+    const reg = await navigator.serviceWorker.getRegistration(swURL.href).catch(() => null);
+    const sub = await reg?.pushManager.getSubscription().catch(() => null);
+    const left = await allRecords().catch(() => []);
+    if (sub && !left.some((r) => r.endpoint === sub.endpoint)) await sub.unsubscribe().catch(() => {});
+  }
+
   const again = () => {
-    if (chat.thread && chat.thread !== thread) refresh();
+    if (!chat.thread || chat.thread === thread) return;
+    thread = chat.thread;
+    (state === "unsupported" ? Promise.resolve() : forgetOthers()).then(refresh);
   };
   chat.addEventListener("status", again);
   chat.addEventListener("title", again);
