@@ -655,6 +655,30 @@ func TestNewConversationEndsItsNotifications(t *testing.T) {
 	}
 }
 
+// TestNotifySwitchUnderPrefix: under --prefix the page registers
+// <prefix>/sw.js with the prefix as its scope, and subscribes through the
+// prefix's API.
+func TestNotifySwitchUnderPrefix(t *testing.T) {
+	svc := pushtest.NewService(t)
+	srv := startServerEnv(t, trustPushService(t, svc), "--push-allow-host", "127.0.0.1", "--prefix", "/spaces/newos4")
+	tb := newWindow(t)
+	tb.allowNotifications(srv.URL)
+	tb.pushStub(svc.Subscribe(t, "prefix"))
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	tb.write("under a prefix")
+	tb.waitShown(soon, "under a prefix")
+	tb.click("#notify")
+	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
+	tb.registration(srv.URL) // http://127.0.0.1:PORT/spaces/newos4/
+	if got := eval[string](tb, `navigator.serviceWorker.getRegistration().then((r) => r.active.scriptURL)`); got != srv.URL+"sw.js" {
+		t.Errorf("the worker is %s, want %ssw.js", got, srv.URL)
+	}
+	if n := len(subscriptions(t, srv.URL, tb.token())); n != 1 {
+		t.Errorf("the server holds %d subscriptions, want 1", n)
+	}
+}
+
 // TestNotifySwitchScreenshot draws the switch on, at a phone's width, with
 // hermes's approval waiting, for the README.
 func TestNotifySwitchScreenshot(t *testing.T) {
@@ -718,12 +742,19 @@ func TestWorkerScriptServed(t *testing.T) {
 func startPushServer(t *testing.T) (*server, *pushtest.Service) {
 	t.Helper()
 	svc := pushtest.NewService(t)
+	return startServerEnv(t, trustPushService(t, svc), "--push-allow-host", "127.0.0.1"), svc
+}
+
+// trustPushService is the environment that has the server trust svc's
+// certificate (and no other).
+func trustPushService(t *testing.T, svc *pushtest.Service) []string {
+	t.Helper()
 	ca := filepath.Join(t.TempDir(), "push-service.pem")
 	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: svc.Certificate().Raw})
 	if err := os.WriteFile(ca, pemBytes, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return startServerEnv(t, []string{"SSL_CERT_FILE=" + ca}, "--push-allow-host", "127.0.0.1"), svc
+	return []string{"SSL_CERT_FILE=" + ca}
 }
 
 // respond answers an approval as the owner, through the API.
