@@ -590,9 +590,11 @@ func TestParticipantNotified(t *testing.T) {
 	tb := newWindow(t)
 	tb.allowNotifications(g.URL)
 	tb.pushStub(svc.Subscribe(t, "sam"))
+	tb.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
 	tb.open(sam.Link)
 	tb.waitJS(live, "Sam's page", `document.getElementById("me").textContent === "Sam · viewer"`)
 	tb.waitState(live, "ws")
+	tb.waitJS(soon, "the header on one row, in the phone's width", headerFits)
 	tb.click("#notify")
 	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
 	_, heads := g.requests()
@@ -697,12 +699,7 @@ func TestNotifySwitchScreenshot(t *testing.T) {
 	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
 	q := srv.ask(thread, "--approval", "Deploy build 412 to production: 3 services, about 4 minutes.", "--title", "deploy", "--timeout", "15m")
 	tb.waitIx(soon, q.Interaction.ID, "pending")
-	tb.waitJS(soon, "the header on one row and the page at the phone's width", `(() => {
-		const kids = [...document.querySelector("header.bar").children].filter(e => e.getBoundingClientRect().width > 0);
-		const first = kids[0].getBoundingClientRect();
-		return document.documentElement.scrollWidth <= innerWidth &&
-			kids.every(k => { const r = k.getBoundingClientRect(); return r.top < first.bottom && r.bottom > first.top && r.right <= innerWidth; });
-	})()`)
+	tb.waitJS(soon, "the header on one row and the page at the phone's width", headerFits)
 	eval[bool](tb, `(document.activeElement.blur(), true)`)
 	png := screenshot(tb)
 	dir := t.ArtifactDir()
@@ -756,6 +753,15 @@ func trustPushService(t *testing.T, svc *pushtest.Service) []string {
 	}
 	return []string{"SSL_CERT_FILE=" + ca}
 }
+
+// headerFits is true when the page fits the screen's width and its
+// header is one row, every part of it on the screen.
+const headerFits = `(() => {
+	const kids = [...document.querySelector("header.bar").children].filter(e => e.getBoundingClientRect().width > 0);
+	const first = kids[0].getBoundingClientRect();
+	return document.documentElement.scrollWidth <= innerWidth &&
+		kids.every(k => { const r = k.getBoundingClientRect(); return r.top < first.bottom && r.bottom > first.top && r.right <= innerWidth; });
+})()`
 
 // respond answers an approval as the owner, through the API.
 func respond(t *testing.T, base, token, ix, decision string) {
