@@ -259,7 +259,7 @@ func clickJS(tag, action string, delay int) string {
 // its VAPID signature).
 func serverPush(t *testing.T, svc *pushtest.Service, path, typ, ix string) []byte {
 	t.Helper()
-	deadline := time.After(soon)
+	deadline := time.After(live)
 	for {
 		wake := svc.Wait()
 		for _, p := range svc.Pushes() {
@@ -283,7 +283,7 @@ func serverPush(t *testing.T, svc *pushtest.Service, path, typ, ix string) []byt
 		select {
 		case <-wake:
 		case <-deadline:
-			t.Fatalf("the server pushed no %s %s to %s within %v", typ, ix, path, soon)
+			t.Fatalf("the server pushed no %s %s to %s within %v", typ, ix, path, live)
 		}
 	}
 }
@@ -530,6 +530,35 @@ func TestApproveFromTheNotification(t *testing.T) {
 	}
 	if got := tb.storedCredential(thread); got != "" {
 		t.Errorf("IndexedDB still holds %q", got)
+	}
+}
+
+// TestExpiredReplacesTheNotification: an approval nobody answers
+// expires; the server's closing push replaces its notification, which
+// then offers no action.
+func TestExpiredReplacesTheNotification(t *testing.T) {
+	srv, svc := startPushServer(t)
+	tb := newWindow(t)
+	tb.allowNotifications(srv.URL)
+	tb.pushStub(svc.Subscribe(t, "late"))
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	tb.write("Restart it if you must.")
+	tb.waitShown(soon, "Restart it if you must.")
+	thread := threadOf(tb.token())
+	tb.click("#notify")
+	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
+	reg := tb.registration(srv.URL)
+	tb.open(srv.URL + "favicon.svg")
+
+	q := srv.ask(thread, "--approval", "Restart the worker?", "--title", "restart", "--timeout", "3s")
+	tb.deliver(srv.URL, reg, serverPush(t, svc, "/push/late", "interaction", q.Interaction.ID))
+	if n := tb.waitNotification(q.Interaction.ID, "Restart the worker?"); len(n.Actions) != 2 {
+		t.Errorf("the approval's actions: %q", n.Actions)
+	}
+	tb.deliver(srv.URL, reg, serverPush(t, svc, "/push/late", "interaction_closed", q.Interaction.ID))
+	if n := tb.waitNotification(q.Interaction.ID, "Expired: no answer in time"); n.Title != "restart" || len(n.Actions) != 0 {
+		t.Errorf("the expired notification is %+v, want titled restart, with no action", n)
 	}
 }
 
