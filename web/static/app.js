@@ -658,7 +658,7 @@ function claimFromHash() {
 }
 
 updateCount();
-setupPush(chat, { button: $("notify"), note: $("notify-note"), label: $("notify-label") });
+setupPush(chat, { button: $("notify"), note: $("notify-note") });
 if (participantPage) {
   join();
 } else {

@@ -114,7 +114,7 @@ const words = {
  * sentence (note) for chat's thread, and answers the worker's question
  * "which thread do you show?".
  */
-export function setupPush(chat, { button, note, label }) {
+export function setupPush(chat, { button, note }) {
   const swURL = new URL("sw.js", chat.baseURL);
   let state = "off";
   let thread = "";
@@ -125,8 +125,9 @@ export function setupPush(chat, { button, note, label }) {
     button.dataset.state = s;
     button.setAttribute("aria-checked", s === "on" ? "true" : "false");
     button.setAttribute("aria-disabled", s === "unsupported" || s === "busy" ? "true" : "false");
+    // The visible label stays "Notify me", the accessible name: the state
+    // is aria-checked, the bell, and this tooltip.
     button.title = words[s];
-    if (label) label.textContent = words[s];
     note.textContent = sentence;
     note.hidden = !sentence;
   }
