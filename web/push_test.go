@@ -555,14 +555,16 @@ func TestExpiredReplacesTheNotification(t *testing.T) {
 	reg := tb.registration(srv.URL)
 	tb.open(srv.URL + "favicon.svg")
 
-	q := srv.ask(thread, "--approval", "Restart the worker?", "--title", "restart", "--timeout", "3s")
+	// An approval without a title: the notification names it the same
+	// before and after.
+	q := srv.ask(thread, "--approval", "Restart the worker?", "--timeout", "3s")
 	tb.deliver(srv.URL, reg, serverPush(t, svc, "/push/late", "interaction", q.Interaction.ID))
-	if n := tb.waitNotification(q.Interaction.ID, "Restart the worker?"); len(n.Actions) != 2 {
-		t.Errorf("the approval's actions: %q", n.Actions)
+	if n := tb.waitNotification(q.Interaction.ID, "Restart the worker?"); len(n.Actions) != 2 || n.Title != "hermes asks for your approval" {
+		t.Errorf("the approval's notification is %+v", n)
 	}
 	tb.deliver(srv.URL, reg, serverPush(t, svc, "/push/late", "interaction_closed", q.Interaction.ID))
-	if n := tb.waitNotification(q.Interaction.ID, "Expired: no answer in time"); n.Title != "restart" || len(n.Actions) != 0 {
-		t.Errorf("the expired notification is %+v, want titled restart, with no action", n)
+	if n := tb.waitNotification(q.Interaction.ID, "Expired: no answer in time"); n.Title != "hermes asks for your approval" || len(n.Actions) != 0 {
+		t.Errorf("the expired notification is %+v, want the same title, with no action", n)
 	}
 }
 

@@ -160,13 +160,19 @@ const closedWords = {
   canceled: ["Canceled by hermes", "Canceled by hermes"],
 };
 
+// titleOf is the title of an interaction's notification, the same while
+// it is open and once it closed.
+function titleOf(ix) {
+  return ix.title || (ix.type === "approval" ? "hermes asks for your approval" : "hermes asks you");
+}
+
 // notificationOf is the notification of a push: {title, options}.
 function notificationOf(p, here) {
   const m = p.message || {};
   const ix = m.interaction;
   const data = { thread: p.thread, url: p.url || self.registration.scope, type: p.type };
   if (p.type === "interaction" && ix?.id) {
-    const title = ix.title || (ix.type === "approval" ? "hermes asks for your approval" : "hermes asks you");
+    const title = titleOf(ix);
     const options = {
       tag: ix.id,
       body: ix.prompt || m.text || "",
@@ -187,13 +193,13 @@ function notificationOf(p, here) {
     return { title, options };
   }
   if (p.type === "interaction_closed" && ix?.id) {
-    const title = ix.title || "hermes's question";
+    const title = titleOf(ix);
     const words = closedWords[ix.state] || ["Closed", "Closed"];
     let body = words[here ? 0 : 1];
     if (ix.state === "answered" && ix.answer?.value !== undefined) body += `: ${ix.answer.value}`;
     return {
       title,
-      options: { tag: ix.id, body, silent: true, timestamp: m.answered_at || Date.now(), data: { ...data, ix: ix.id, closed: ix.state } },
+      options: { tag: ix.id, body, silent: true, data: { ...data, ix: ix.id, closed: ix.state } },
     };
   }
   // A reply (hermes's message or card), or a type this worker does not
