@@ -376,3 +376,30 @@ func TestPushCLIReply(t *testing.T) {
 		assert.True(t, pls[0].Type == "reply" && pls[0].Message.Text == "from the CLI", "pushed: %+v", pls[0])
 	})
 }
+
+// TestPushExpiredAndEvents: an approval that expires pushes
+// interaction_closed (state expired, TTL 0, the same Topic); a
+// subscription that asked for replies only gets neither push, and gets
+// the reply.
+func TestPushExpiredAndEvents(t *testing.T) {
+	t.Parallel()
+	svc := pushtest.NewService(t)
+	e := startPush(t, pushOptions{config: withPush(svc, func(c *transport.PushConfig) { c.Workers = 1 })})
+	owner, thread := tokenN(1), threadN(1)
+	e.mustPost(owner, "hello")
+	e.subscribe(owner, nil, svc.Subscribe(t, "all"))
+	status, _ := e.subscribe(owner, nil, svc.Subscribe(t, "replies"), "reply")
+	assert.Equal(t, "replies only", status, 201)
+	asked, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
+		Ask: &chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?", Timeout: time.Second}})
+	assert.Success(t, err)
+	ps, pls := awaitPushes(t, svc, "/push/all", 2)
+	assert.True(t, pls[1].Type == "interaction_closed" && pls[1].Message.Interaction.State == chatrelay.Expired, "expired: %+v", pls[1])
+	assert.Equal(t, "expired: ttl, urgency, topic", []string{ps[1].TTL, ps[1].Urgency, ps[1].Topic}, []string{"0", "high", asked.Interaction.ID})
+	_, err = e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "deployed anyway? no."})
+	assert.Success(t, err)
+	_, pls = awaitPushes(t, svc, "/push/replies", 1)
+	assert.Equal(t, "the replies-only subscription's pushes", []string{pls[0].Type}, []string{"reply"})
+	awaitPushes(t, svc, "/push/all", 3)
+	assert.Equal(t, "replies only: one push", len(pushesTo(svc, "/push/replies")), 1)
+}

@@ -119,6 +119,8 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 	for _, r := range []string{pushSent, pushRetried, pushGone, pushRejected, pushFailed, pushBlocked, pushDropped, pushRevoked} {
 		ps.total.WithLabelValues(r)
 	}
+	ps.claims.WithLabelValues("true")
+	ps.claims.WithLabelValues("false")
 	s.ops.reg.MustRegister(ps.total, ps.claims)
 	return ps
 }
@@ -241,6 +243,7 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	}
 	now := ps.s.cfg.Now()
 	var redacted *chatrelay.Message
+	var jobs []*pushJob
 	for _, sub := range subs {
 		participant := strings.HasPrefix(sub.Subscriber, "p:")
 		if !sub.Wants(event) || (participant && event == chatrelay.PushInteraction) {
@@ -272,8 +275,16 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 				wm.Topic = ix.ID
 			}
 		}
-		ps.send(ctx, &pushJob{thread: thread, sub: sub, msg: wm, first: now})
+		jobs = append(jobs, &pushJob{thread: thread, sub: sub, msg: wm, first: now})
 	}
+	// The pushes of one change go out at once (at most
+	// LimitPushSubscriptions), each by a goroutine of this worker's,
+	// waited for here: one slow push service holds back only its own.
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() { ps.send(ctx, j) })
+	}
+	wg.Wait()
 }
 
 // grantActive reports whether a participant's subscription's grant is

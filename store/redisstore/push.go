@@ -170,12 +170,19 @@ func (s *Store) PushUnsubscribe(ctx context.Context, thread, id string) (out cha
 	return out, err
 }
 
-// VAPIDKey implements store.Push: SET NX of a fresh key, then GET, in
-// one transaction, so that every node gets the key that won.
+// VAPIDKey implements store.Push: the key kept; if there is none, SET NX
+// of a fresh key, then GET, in one transaction, so that every node gets
+// the key that won.
 func (s *Store) VAPIDKey(ctx context.Context) ([]byte, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	key := s.prefix + "vapid-key"
+	if get := s.rdb.Get(ctx, key); !errors.Is(get.Err(), redis.Nil) {
+		if get.Err() != nil {
+			return nil, s.unavailable("vapid key", get.Err())
+		}
+		return checkVAPID(key, get)
+	}
 	var get *redis.StringCmd
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.SetNX(ctx, key, webpush.NewVAPIDKey(), 0)
