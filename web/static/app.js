@@ -5,12 +5,14 @@
 // "participant">). It draws what the ChatClient of chat.js reports (with
 // the builders of view.js) and sends what the person writes, answers and
 // reacts. Text is always set with textContent, never parsed as HTML. The
-// owner's People panel is people.js, its devices panel devices.js.
+// owner's People panel is people.js, its devices panel devices.js; the
+// "Notify me" switch is push.js.
 
 import { ChatClient, DEVICE_TOKEN, MAX_CHARS, SHARE_TOKEN, countChars } from "./chat.js";
 import { OWNER, el, guest, messageItem, moveInBar, redrawNames, refreshInteraction, sizeText, tick, updateItem } from "./view.js";
 import { setupPeople } from "./people.js";
 import { setupDevices } from "./devices.js";
+import { setupPush } from "./push.js";
 
 const $ = (id) => document.getElementById(id);
 const els = {
@@ -714,7 +716,7 @@ function endWith(code) {
   shown.clear();
   els.log.replaceChildren();
   els.log.removeAttribute("aria-busy");
-  for (const e of [els.empty, els.waiting, els.jump, els.form, els.readonly, els.others, els.scroller, $("people-open"), $("devices-open"), els.fresh]) {
+  for (const e of [els.empty, els.waiting, els.jump, els.form, els.readonly, els.others, els.scroller, $("people-open"), $("devices-open"), els.fresh, $("notify"), $("notify-note")]) {
     if (e) e.hidden = true;
   }
   $("people")?.open && $("people").close();
@@ -823,6 +825,7 @@ async function startDevice() {
 }
 
 updateCount();
+setupPush(chat, { button: $("notify"), note: $("notify-note") });
 if (participantPage) {
   join();
 } else if (devicePage) {

@@ -538,6 +538,53 @@ export class ChatClient extends EventTarget {
     return data.device;
   }
 
+  // ---- Web Push (contract Part 5) ----
+
+  /**
+   * pushKey resolves with the server's VAPID public key (base64url), the
+   * applicationServerKey of a PushManager subscription. A server with push
+   * turned off throws a ChatError with code "push_disabled".
+   */
+  async pushKey() {
+    const data = await this.#request("GET", "api/push/key");
+    return data.public_key;
+  }
+
+  /**
+   * pushSubscribe gives the server a PushSubscription (its toJSON(): the
+   * endpoint and keys) for this client's thread, for events (["interaction",
+   * "reply"] when left out). It resolves with {id, events, created_at}; the
+   * same endpoint subscribed again answers the same id.
+   */
+  async pushSubscribe(subscription, events) {
+    const body = { subscription };
+    if (events !== undefined) body.events = events;
+    const data = await this.#request("POST", "api/chat/push", null, body);
+    return data.push;
+  }
+
+  /** pushSubscriptions resolves with this client's own subscriptions in its thread. */
+  async pushSubscriptions() {
+    const data = await this.#request("GET", "api/chat/push");
+    return Array.isArray(data.subscriptions) ? data.subscriptions : [];
+  }
+
+  /** pushUnsubscribe deletes one of this client's subscriptions by id. */
+  async pushUnsubscribe(id) {
+    await this.#request("DELETE", `api/chat/push/${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * credential is what the service worker (sw.js) answers with on this
+   * client's behalf: the owner's token (sent as X-Chat-Token), or a
+   * participant's share token or a device's token (sent as
+   * Authorization: Bearer).
+   */
+  get credential() {
+    const bearer = this.#bearer;
+    return bearer ? { scheme: "bearer", token: bearer } : { scheme: "owner", token: this.token };
+  }
+
   // poke has the live connection catch up soon after this tab wrote: the
   // leader polls at once if it is polling; another tab asks the leader.
   #poke() {
