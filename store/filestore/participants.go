@@ -113,15 +113,11 @@ func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []c
 			return err
 		}
 	}
-	t, unlock, err := s.lockState(ctx, thread)
+	t, snap, unlock, err := s.lockLoad(ctx, thread)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	snap, err := s.load(thread, t)
-	if err != nil {
-		return err
-	}
 	t.drop = snap == nil // no document: its lock file goes
 	var d threadDoc
 	if snap != nil && snap.err == nil {
