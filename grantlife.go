@@ -1,6 +1,7 @@
 package chatrelay
 
 import (
+	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -91,7 +92,7 @@ func PruneGrants(grants []Grant, now time.Time) (kept, dropped []Grant) {
 	}
 	// The newest-ended first: past LimitEndedKept of them, the rest go.
 	slices.SortStableFunc(ended, func(a, b int) int {
-		return -cmpInt(endedAt(&grants[a], ms), endedAt(&grants[b], ms))
+		return -cmp.Compare(endedAt(&grants[a], ms), endedAt(&grants[b], ms))
 	})
 	drop := map[int]bool{}
 	var n [2]int // the ended ones kept so far: share links, devices
@@ -127,16 +128,6 @@ func endedAt(g *Grant, now int64) int64 {
 		return g.RevokedAt
 	case now >= g.ExpiresAt:
 		return g.ExpiresAt
-	}
-	return 0
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
 	}
 	return 0
 }
