@@ -54,6 +54,16 @@ func AdmitGrant(grants []Grant, g Grant, now time.Time) (Grant, error) {
 	return g, nil
 }
 
+// GrantIndex is the index of the grant id in grants (a thread's); a grant
+// not there is NotFound.
+func GrantIndex(grants []Grant, id string) (int, error) {
+	i := slices.IndexFunc(grants, func(g Grant) bool { return g.ID == id })
+	if i < 0 {
+		return -1, Errorf(NotFound, "no participant %q in this thread", id)
+	}
+	return i, nil
+}
+
 // CheckGrant checks what a reader of a stored grant relies on: its id (a
 // participant's, or a device's for a grant whose role is Owner), its
 // digest (64 hex) and its expiry. A backend's participants record with a
