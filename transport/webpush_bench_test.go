@@ -148,15 +148,15 @@ func BenchmarkWebPush(b *testing.B) {
 			b.StopTimer()
 			svcCPU := benchServiceCrypto(b)
 			p99off, p99on := benchP(offLat, 99), benchP(onLat, 99)
-			b.ReportMetric(ms(p99off), "p99-ms-off")
-			b.ReportMetric(ms(p99on), "p99-ms-on")
+			b.ReportMetric(benchMS(p99off), "p99-ms-off")
+			b.ReportMetric(benchMS(p99on), "p99-ms-on")
 			b.ReportMetric(float64(p99on)/float64(p99off), "p99-ratio")
 			b.ReportMetric(float64(pushes), "pushes")
 			b.ReportMetric(float64(lost), "lost")
 			b.ReportMetric(float64(repeated), "repeated")
 			b.ReportMetric(float64(retried), "retried")
-			b.ReportMetric(ms(benchP(pushLat, 50)), "push-p50-ms")
-			b.ReportMetric(ms(benchP(pushLat, 99)), "push-p99-ms")
+			b.ReportMetric(benchMS(benchP(pushLat, 50)), "push-p50-ms")
+			b.ReportMetric(benchMS(benchP(pushLat, 99)), "push-p99-ms")
 			b.ReportMetric(float64(onCPU-offCPU)/float64(time.Microsecond)/float64(max(pushes, 1)), "cpu-us/push")
 			b.ReportMetric(float64(svcCPU)/float64(time.Microsecond), "svc-us/push")
 			b.ReportMetric(0, "ns/op")
@@ -319,4 +319,4 @@ func benchP(d []time.Duration, p int) time.Duration {
 	return s[min(len(s)*p/100, len(s)-1)]
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func benchMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
