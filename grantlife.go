@@ -1,6 +1,7 @@
 package chatrelay
 
 import (
+	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -53,6 +54,16 @@ func AdmitGrant(grants []Grant, g Grant, now time.Time) (Grant, error) {
 	return g, nil
 }
 
+// GrantIndex is the index of the grant id in grants (a thread's); a grant
+// not there is NotFound.
+func GrantIndex(grants []Grant, id string) (int, error) {
+	i := slices.IndexFunc(grants, func(g Grant) bool { return g.ID == id })
+	if i < 0 {
+		return -1, Errorf(NotFound, "no participant %q in this thread", id)
+	}
+	return i, nil
+}
+
 // CheckGrant checks what a reader of a stored grant relies on: its id (a
 // participant's, or a device's for a grant whose role is Owner), its
 // digest (64 hex) and its expiry. A backend's participants record with a
@@ -91,7 +102,7 @@ func PruneGrants(grants []Grant, now time.Time) (kept, dropped []Grant) {
 	}
 	// The newest-ended first: past LimitEndedKept of them, the rest go.
 	slices.SortStableFunc(ended, func(a, b int) int {
-		return -cmpInt(endedAt(&grants[a], ms), endedAt(&grants[b], ms))
+		return -cmp.Compare(endedAt(&grants[a], ms), endedAt(&grants[b], ms))
 	})
 	drop := map[int]bool{}
 	var n [2]int // the ended ones kept so far: share links, devices
@@ -127,16 +138,6 @@ func endedAt(g *Grant, now int64) int64 {
 		return g.RevokedAt
 	case now >= g.ExpiresAt:
 		return g.ExpiresAt
-	}
-	return 0
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
 	}
 	return 0
 }

@@ -100,6 +100,24 @@ func object(desc string, props obj, required ...string) obj {
 	return describe(obj{"type": "object", "properties": props, "required": required, "additionalProperties": false}, desc)
 }
 
+// answer is a success answer that carries one field, key, besides
+// "success": true.
+func answer(desc, key string, v obj) obj {
+	return object(desc, obj{"success": constant(true), key: v}, "success", key)
+}
+
+// linkAnswer is the answer that shows a new link once (a participant's
+// invite, a device's): the record under key (a ref to key), its token (a
+// ref to token), the link, whose fragment starts with frag ("/p#chp_"), and
+// the link's QR code.
+func linkAnswer(desc, key, token, frag string) obj {
+	return object(desc, obj{
+		"success": constant(true), key: ref(key), "token": ref(token),
+		"link": describe(obj{"type": "string", "pattern": frag}, "<base>"+frag+"…: the token only in the fragment"),
+		"qr":   describe(obj{"type": "string", "pattern": `^data:image/png;base64,`}, "the link as a QR code, a PNG data URL (chatrelay's addition, for the page)"),
+	}, "success", key, "token", "link")
+}
+
 // open is an object that may carry more properties than those listed
 // (request bodies: the server ignores fields it does not know).
 func open(desc string, props obj, required ...string) obj {

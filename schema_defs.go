@@ -212,47 +212,27 @@ func (d defSet) answers() {
 		"reset":    boolean("retention dropped a message changed after since: redraw"),
 		"awaiting": boolean("the last message was not written by hermes"), "cursor": epoch("the thread's newest change"),
 	}, "success", "thread", "messages", "reset", "awaiting", "cursor"))
-	d.add("attachment.answer", object("201 to an upload (POST "+PathAttachments+")", obj{
-		"success": ok, "attachment": ref("attachment"),
-	}, "success", "attachment"))
+	d.add("attachment.answer", answer("201 to an upload (POST "+PathAttachments+")", "attachment", ref("attachment")))
 	d.add("ticket.answer", object("201 to POST "+PathTicket, obj{
 		"success": ok, "ticket": describe(obj{"type": "string", "minLength": 1}, "opaque; opens a stream with ?ticket="),
 		"thread": ref("thread"), "expires_at": ref("epoch"),
 	}, "success", "ticket", "thread", "expires_at"))
-	messageAnswer := object("200: the v2 message in its current state", obj{"success": ok, "message": ref("message.v2")}, "success", "message")
+	messageAnswer := answer("200: the v2 message in its current state", "message", ref("message.v2"))
 	d.add("respond.answer", messageAnswer)
 	d.add("react.answer", maps.Clone(messageAnswer))
-	d.add("participant.invite.answer", object("201 to an invite: the token and the link are shown once", obj{
-		"success": ok, "participant": ref("participant"), "token": ref("share_token"),
-		"link": describe(obj{"type": "string", "pattern": `/p#chp_`}, "<base>/p#chp_…: the token only in the fragment"),
-		"qr":   describe(obj{"type": "string", "pattern": `^data:image/png;base64,`}, "the link as a QR code, a PNG data URL (chatrelay's addition, for the page)"),
-	}, "success", "participant", "token", "link"))
-	d.add("participants.answer", object("200: every grant, newest first", obj{
-		"success": ok, "participants": list(ref("participant"), ""),
-	}, "success", "participants"))
-	d.add("participant.revoke.answer", object("200 to a revoke (again: the same)", obj{
-		"success": ok, "participant": ref("participant"),
-	}, "success", "participant"))
-	d.add("audit.answer", object("200: the audit, oldest first", obj{
-		"success": ok, "events": list(ref("audit.event"), ""),
-	}, "success", "events"))
+	d.add("participant.invite.answer", linkAnswer("201 to an invite: the token and the link are shown once", "participant", "share_token", "/p#chp_"))
+	d.add("participants.answer", answer("200: every grant, newest first", "participants", list(ref("participant"), "")))
+	d.add("participant.revoke.answer", answer("200 to a revoke (again: the same)", "participant", ref("participant")))
+	d.add("audit.answer", answer("200: the audit, oldest first", "events", list(ref("audit.event"), "")))
 	d.add("whoami.answer", object("200: who the caller is in the thread", obj{
 		"success": ok, "thread": ref("thread"), "role": enum("", "owner", "viewer", "commenter"),
 		"participant":  oneOf("the caller's grant; null for the owner", ref("participant"), obj{"type": "null"}),
 		"device":       describe(ref("device"), "the owner's device the caller is (Part 5); absent otherwise"),
 		"participants": list(ref("participant.summary"), "the active grants"),
 	}, "success", "thread", "role", "participant", "participants"))
-	d.add("device.issue.answer", object("201 to POST "+PathDevices+": the token and the link are shown once", obj{
-		"success": ok, "device": ref("device"), "token": ref("device_token"),
-		"link": describe(obj{"type": "string", "pattern": `/d#chd_`}, "<base>/d#chd_…: the token only in the fragment"),
-		"qr":   describe(obj{"type": "string", "pattern": `^data:image/png;base64,`}, "the link as a QR code, a PNG data URL (chatrelay's addition, for the page)"),
-	}, "success", "device", "token", "link"))
-	d.add("devices.answer", object("200: every device, newest first, revoked and expired ones included", obj{
-		"success": ok, "devices": list(ref("device"), ""),
-	}, "success", "devices"))
-	d.add("device.revoke.answer", object("200 to a revoke (again: the same)", obj{
-		"success": ok, "device": ref("device"),
-	}, "success", "device"))
+	d.add("device.issue.answer", linkAnswer("201 to POST "+PathDevices+": the token and the link are shown once", "device", "device_token", "/d#chd_"))
+	d.add("devices.answer", answer("200: every device, newest first, revoked and expired ones included", "devices", list(ref("device"), "")))
+	d.add("device.revoke.answer", answer("200 to a revoke (again: the same)", "device", ref("device")))
 	d.add("schema.answer", describe(obj{"$ref": SchemaDraft}, "GET "+PathSchema+": this bundle"))
 	d.add("limits.answer", limitsAnswer())
 }

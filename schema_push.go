@@ -33,15 +33,9 @@ func (d defSet) push() {
 		"success":    ok,
 		"public_key": describe(obj{"type": "string", "pattern": `^[A-Za-z0-9_-]{87}$`}, "base64url (no padding) of the uncompressed P-256 point"),
 	}, "success", "public_key"))
-	d.add("push.subscribe.answer", object("201: subscribed; 200 with the same id when the endpoint already was", obj{
-		"success": ok, "push": ref("push"),
-	}, "success", "push"))
-	d.add("push.list.answer", object("200: the caller's own subscriptions, oldest first", obj{
-		"success": ok, "subscriptions": list(ref("push"), ""),
-	}, "success", "subscriptions"))
-	d.add("push.unsubscribe.answer", object("200: the subscription removed", obj{
-		"success": ok, "push": ref("push"),
-	}, "success", "push"))
+	d.add("push.subscribe.answer", answer("201: subscribed; 200 with the same id when the endpoint already was", "push", ref("push")))
+	d.add("push.list.answer", answer("200: the caller's own subscriptions, oldest first", "subscriptions", list(ref("push"), "")))
+	d.add("push.unsubscribe.answer", answer("200: the subscription removed", "push", ref("push")))
 	d.add("push.payload", object("the JSON a push carries, before its encryption (at most "+strconv.Itoa(LimitPushPayload.Max)+" bytes)", obj{
 		"type":    enum("", PushTypeInteraction, PushTypeInteractionClosed, PushTypeReply),
 		"thread":  ref("thread"),

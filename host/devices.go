@@ -24,15 +24,10 @@ type Issued struct {
 // DeviceLink). NotFound if the thread has no message, DeviceLimit if it
 // has the most active devices.
 func (p *Participants) IssueDevice(ctx context.Context, thread string, in chatrelay.DeviceRequest, base string, by Caller) (Issued, error) {
-	if err := in.Check(); err != nil {
+	g, token, now, err := p.issue(ctx, thread, &in, by)
+	if err != nil {
 		return Issued{}, err
 	}
-	now := p.now()
-	g, token := in.Grant(now)
-	if err := p.Store.Invite(ctx, thread, g); err != nil {
-		return Issued{}, err
-	}
-	p.AuditGrant(ctx, thread, g, chatrelay.AuditIssued, by)
 	return Issued{Device: g.DeviceObject(now), Token: token, Link: DeviceLink(base, token)}, nil
 }
 

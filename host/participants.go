@@ -52,16 +52,33 @@ type Invited struct {
 // Invite checks in (the contract's codes), stores a new grant in thread
 // and audits it. The link is base's share link (see ShareLink).
 func (p *Participants) Invite(ctx context.Context, thread string, in chatrelay.Invite, base string, by Caller) (Invited, error) {
-	if err := in.Check(); err != nil {
+	g, token, now, err := p.issue(ctx, thread, &in, by)
+	if err != nil {
 		return Invited{}, err
+	}
+	return Invited{Participant: g.Participant(now), Token: token, Link: ShareLink(base, token)}, nil
+}
+
+// grantRequest asks for a grant: an invite or a device's request.
+type grantRequest interface {
+	Check() error
+	Grant(now time.Time) (chatrelay.Grant, string)
+}
+
+// issue checks in (the contract's codes), stores the grant it asks for in
+// thread and audits it; it returns the grant, its token and when it was
+// made.
+func (p *Participants) issue(ctx context.Context, thread string, in grantRequest, by Caller) (chatrelay.Grant, string, time.Time, error) {
+	if err := in.Check(); err != nil {
+		return chatrelay.Grant{}, "", time.Time{}, err
 	}
 	now := p.now()
 	g, token := in.Grant(now)
 	if err := p.Store.Invite(ctx, thread, g); err != nil {
-		return Invited{}, err
+		return chatrelay.Grant{}, "", time.Time{}, err
 	}
 	p.AuditGrant(ctx, thread, g, chatrelay.AuditIssued, by)
-	return Invited{Participant: g.Participant(now), Token: token, Link: ShareLink(base, token)}, nil
+	return g, token, now, nil
 }
 
 // ShareLink is the link that opens the page with a share token: base (the

@@ -3,8 +3,8 @@
 // drawing), people.js (the owner's People panel), push.js (the "Notify
 // me" switch) and chat.js (the client module, which other sites may
 // import), with t-link.js (which adopts a claim link's token, <base>/#t=…,
-// and a device link's, <base>/d#chd_…) and devices.js (the owner's devices
-// panel); at /p the participant page (p.html, with p-link.js) that a share
+// and a device link's, <base>/d#chd_…), devices.js (the owner's devices
+// panel) and linkpanel.js (what the People and devices panels share); at /p the participant page (p.html, with p-link.js) that a share
 // link opens; at /d the owner's page again, which a device link opens
 // (contract Part 5); and sw.js, the service worker that shows Web Push
 // notifications and answers their Approve and Deny. Served from the prefix

@@ -4,15 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strings"
 	"text/tabwriter"
-
-	qrcode "github.com/skip2/go-qrcode"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
-	"github.com/chatrelay/chatrelay/store"
-	"github.com/chatrelay/chatrelay/transport"
 )
 
 // device is the host's side of the owner's devices (contract Part 5),
@@ -36,19 +31,11 @@ func device(ctx context.Context, e cmdEnv) error {
 		return err
 	}
 	thread := args[0]
-	if !chatrelay.ValidThread(thread) {
-		return chatrelay.Errorf(chatrelay.InvalidThread, "a thread id is 16 lowercase hex characters")
-	}
-	st, err := f.store.openHost(ctx)
+	st, people, err := openParticipants(ctx, &f.store, thread, "devices")
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	parts, ok := st.Store.(store.Participants)
-	if !ok {
-		return fmt.Errorf("the store %s keeps no devices", st.Where)
-	}
-	people := &host.Participants{Store: parts}
 	switch verb {
 	case "list":
 		return deviceList(ctx, e, people, thread, *f.asJSON)
@@ -130,14 +117,9 @@ func deviceIssue(ctx context.Context, e cmdEnv, people *host.Participants, threa
 	if err := in.Check(); err != nil {
 		return err
 	}
-	base := strings.TrimSuffix(*f.pubURL, "/")
-	if base == "" {
-		base = recorded
-	}
-	if base != "" {
-		if _, err := transport.CheckPublicURL(base); err != nil {
-			return usageError("--public-url " + err.Error())
-		}
+	base, err := linkBase(*f.pubURL, recorded)
+	if err != nil {
+		return err
 	}
 	is, err := people.IssueDevice(ctx, thread, in, base, host.Caller{})
 	if err != nil {
@@ -148,13 +130,6 @@ func deviceIssue(ctx context.Context, e cmdEnv, people *host.Participants, threa
 	}
 	fmt.Fprintf(e.stdout, "Made device %s (%s), until %s. Open this link on the device; it is shown this once:\n\n  %s\n",
 		is.Device.Name, is.Device.ID, utc(is.Device.ExpiresAt), is.Link)
-	if base == "" {
-		fmt.Fprintln(e.stdout, "\n(put the server's address before the link, or give --public-url)")
-	}
-	if isTerminal(e.stdout) && base != "" {
-		if q, err := qrcode.New(is.Link, qrcode.Medium); err == nil {
-			fmt.Fprintf(e.stdout, "\n%s", q.ToSmallString(false))
-		}
-	}
+	printLinkEnd(e.stdout, base, is.Link)
 	return nil
 }

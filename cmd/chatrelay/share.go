@@ -10,12 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	qrcode "github.com/skip2/go-qrcode"
-
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
-	"github.com/chatrelay/chatrelay/store"
-	"github.com/chatrelay/chatrelay/transport"
 )
 
 // share is the host's side of share links (contract Part 3):
@@ -39,19 +35,11 @@ func share(ctx context.Context, e cmdEnv) error {
 		return err
 	}
 	thread := args[0]
-	if !chatrelay.ValidThread(thread) {
-		return chatrelay.Errorf(chatrelay.InvalidThread, "a thread id is 16 lowercase hex characters")
-	}
-	st, err := f.store.openHost(ctx)
+	st, people, err := openParticipants(ctx, &f.store, thread, "share links")
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	parts, ok := st.Store.(store.Participants)
-	if !ok {
-		return fmt.Errorf("the store %s keeps no share links", st.Where)
-	}
-	people := &host.Participants{Store: parts}
 	switch verb {
 	case "list":
 		return shareList(ctx, e, people, thread, *f.asJSON)
@@ -185,14 +173,9 @@ func shareInvite(ctx context.Context, e cmdEnv, people *host.Participants, threa
 	if err := in.Check(); err != nil {
 		return err
 	}
-	base := strings.TrimSuffix(*f.publicURL, "/")
-	if base == "" {
-		base = recorded
-	}
-	if base != "" {
-		if _, err := transport.CheckPublicURL(base); err != nil {
-			return usageError("--public-url " + err.Error())
-		}
+	base, err := linkBase(*f.publicURL, recorded)
+	if err != nil {
+		return err
 	}
 	inv, err := people.Invite(ctx, thread, in, base, host.Caller{})
 	if err != nil {
@@ -204,14 +187,7 @@ func shareInvite(ctx context.Context, e cmdEnv, people *host.Participants, threa
 	}
 	fmt.Fprintf(e.stdout, "Invited %s (%s), %s, until %s. The token and the link are shown this once:\n\n  token  %s\n  link   %s\n",
 		p.Name, p.ID, p.Role, utc(p.ExpiresAt), inv.Token, inv.Link)
-	if base == "" {
-		fmt.Fprintln(e.stdout, "\n(put the server's address before the link, or give --public-url)")
-	}
-	if isTerminal(e.stdout) && base != "" {
-		if q, err := qrcode.New(inv.Link, qrcode.Medium); err == nil {
-			fmt.Fprintf(e.stdout, "\n%s", q.ToSmallString(false))
-		}
-	}
+	printLinkEnd(e.stdout, base, inv.Link)
 	return nil
 }
 

@@ -81,18 +81,12 @@ func printJSON(w io.Writer, v any) error {
 
 func reply(ctx context.Context, e cmdEnv) error {
 	v := newVerb("reply", `THREAD TEXT [--attach FILE]… [--data DIR] [--client-id ID]   (TEXT "-" reads standard input)`, e.stderr, true)
-	var attach listFlag
-	v.fs.Var(&attach, "attach", fmt.Sprintf("a `file` the message carries (repeatable, at most %d, each at most %d bytes); TEXT may then be empty", chatrelay.LimitAttachments.Max, chatrelay.LimitAttachmentBytes.Max))
-	h, done, err := v.open(ctx, e, 2, "THREAD and TEXT")
+	attach := v.attachFlag("the message carries", "; TEXT may then be empty")
+	h, files, done, err := v.openAttached(ctx, e, 2, "THREAD and TEXT", attach)
 	if err != nil {
 		return err
 	}
 	defer done()
-	files, closeFiles, err := openAttachments(attach)
-	if err != nil {
-		return err
-	}
-	defer closeFiles()
 	text := v.fs.Arg(1)
 	if text == "-" {
 		b, err := io.ReadAll(io.LimitReader(e.stdin, 1<<20))
@@ -158,18 +152,12 @@ func ask(ctx context.Context, e cmdEnv) error {
 		inLo, inHi, chatrelay.DefaultInputTimeout, apLo, apHi, chatrelay.DefaultApprovalTimeout))
 	wait := v.fs.Bool("wait", false, "wait for the answer and say it in the exit status: 0 approved or answered, 10 denied, 11 expired, 12 canceled")
 	keep := v.fs.Bool("keep-on-interrupt", false, "with --wait: an interrupt (Ctrl-C) or SIGTERM leaves the interaction pending instead of canceling it")
-	var attach listFlag
-	v.fs.Var(&attach, "attach", fmt.Sprintf("a `file` the question shows, such as the diff or the screenshot an approval is about (repeatable, at most %d, each at most %d bytes)", chatrelay.LimitAttachments.Max, chatrelay.LimitAttachmentBytes.Max))
-	h, done, err := v.open(ctx, e, 1, "THREAD")
+	attach := v.attachFlag("the question shows, such as the diff or the screenshot an approval is about", "")
+	h, files, done, err := v.openAttached(ctx, e, 1, "THREAD", attach)
 	if err != nil {
 		return err
 	}
 	defer done()
-	files, closeFiles, err := openAttachments(attach)
-	if err != nil {
-		return err
-	}
-	defer closeFiles()
 	if (*input == "") == (*approval == "") {
 		return usageError("ask takes exactly one of --input PROMPT and --approval SUMMARY")
 	}
@@ -365,6 +353,29 @@ func openThread(ctx context.Context, e cmdEnv) error {
 		fmt.Fprintln(e.stderr, "chatrelay open: no public URL: put the server's address before the link, or give --public-url")
 	}
 	return printJSON(e.stdout, r)
+}
+
+// attachFlag registers the repeatable --attach: a file that does what (the
+// usage's words), then more words after its limits.
+func (v *verbFlags) attachFlag(what, after string) *listFlag {
+	var attach listFlag
+	v.fs.Var(&attach, "attach", fmt.Sprintf("a `file` %s (repeatable, at most %d, each at most %d bytes)%s", what, chatrelay.LimitAttachments.Max, chatrelay.LimitAttachmentBytes.Max, after))
+	return &attach
+}
+
+// openAttached is open, then the files of --attach opened (openAttachments).
+// The caller calls done, which closes the files and the store.
+func (v *verbFlags) openAttached(ctx context.Context, e cmdEnv, n int, what string, attach *listFlag) (*host.Verbs, []host.AttachmentInput, func(), error) {
+	h, closeStore, err := v.open(ctx, e, n, what)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	files, closeFiles, err := openAttachments(*attach)
+	if err != nil {
+		closeStore()
+		return nil, nil, nil, err
+	}
+	return h, files, func() { closeFiles(); closeStore() }, nil
 }
 
 // openAttachments opens the files of --attach, to be streamed into the

@@ -162,15 +162,11 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 			}
 		}()
 	}
-	t, unlock, err := s.lockState(ctx, thread)
+	t, snap, unlock, err := s.lockLoad(ctx, thread) // now that no other process writes
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
-	snap, err := s.load(thread, t) // now that no other process writes
-	if err != nil {
-		return false, err
-	}
 	if snap == nil {
 		// No document: unless this call writes one, its lock file goes
 		// (before the deferred unlock, which removes it).

@@ -19,6 +19,22 @@ import (
 // sidecar <thread>.json.lock, kept open between writes (lockState); other
 // processes take the same lock with gofrs/flock (lockPath).
 
+// lockLoad is lockState, then the thread's snapshot loaded under the lock
+// (nil: no document), now that no other process writes. On an error
+// nothing stays locked.
+func (s *File) lockLoad(ctx context.Context, thread string) (*threadState, *snapshot, func(), error) {
+	t, unlock, err := s.lockState(ctx, thread)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	snap, err := s.load(thread, t)
+	if err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	return t, snap, unlock, nil
+}
+
 // lockState locks a thread against this process's other goroutines
 // (t.mu) and other processes (lockThread), and returns its state and the
 // one function that unlocks both.

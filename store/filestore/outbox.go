@@ -552,15 +552,11 @@ func (s *File) confirm(ctx context.Context, l *queueLine) (bool, error) {
 	if errors.As(err, &e) && e.Code == chatrelay.ThreadUnreadable {
 		return true, nil // it was stored: its file does not parse now
 	}
-	t, unlock, err := s.lockState(ctx, l.Thread)
+	t, snap, unlock, err := s.lockLoad(ctx, l.Thread)
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
-	snap, err := s.load(l.Thread, t)
-	if err != nil {
-		return false, err
-	}
 	if snap == nil {
 		t.drop = true // no document: the lock file goes
 		return false, nil
@@ -614,15 +610,11 @@ func (s *File) confirmGrant(ctx context.Context, l *queueLine) (bool, error) {
 	if check() {
 		return true, nil
 	}
-	t, unlock, err := s.lockState(ctx, l.Thread)
+	t, snap, unlock, err := s.lockLoad(ctx, l.Thread)
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
-	snap, err := s.load(l.Thread, t)
-	if err != nil {
-		return false, err
-	}
 	t.drop = snap == nil
 	return check(), nil
 }

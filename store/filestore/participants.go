@@ -113,15 +113,11 @@ func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []c
 			return err
 		}
 	}
-	t, unlock, err := s.lockState(ctx, thread)
+	t, snap, unlock, err := s.lockLoad(ctx, thread)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	snap, err := s.load(thread, t)
-	if err != nil {
-		return err
-	}
 	t.drop = snap == nil // no document: its lock file goes
 	var d threadDoc
 	if snap != nil && snap.err == nil {
@@ -179,9 +175,9 @@ func (s *File) Grant(ctx context.Context, thread, id string) (chatrelay.Grant, e
 	if err != nil {
 		return chatrelay.Grant{}, err
 	}
-	i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
-	if i < 0 {
-		return chatrelay.Grant{}, chatrelay.Errorf(chatrelay.NotFound, "no participant %q in this thread", id)
+	i, err := chatrelay.GrantIndex(grants, id)
+	if err != nil {
+		return chatrelay.Grant{}, err
 	}
 	return grants[i], nil
 }
@@ -190,9 +186,9 @@ func (s *File) Grant(ctx context.Context, thread, id string) (chatrelay.Grant, e
 func (s *File) Revoke(ctx context.Context, thread, id string) (chatrelay.Grant, error) {
 	var out chatrelay.Grant
 	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, _ bool) ([]chatrelay.Grant, bool, error) {
-		i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
-		if i < 0 {
-			return nil, false, chatrelay.Errorf(chatrelay.NotFound, "no participant %q in this thread", id)
+		i, err := chatrelay.GrantIndex(grants, id)
+		if err != nil {
+			return nil, false, err
 		}
 		if grants[i].RevokedAt != 0 {
 			out = grants[i]

@@ -81,15 +81,11 @@ func (s *File) withPush(ctx context.Context, thread string, fn func(subs []chatr
 	if !s.mayExist(thread) {
 		return noThread
 	}
-	t, unlock, err := s.lockState(ctx, thread)
+	t, snap, unlock, err := s.lockLoad(ctx, thread)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	snap, err := s.load(thread, t)
-	if err != nil {
-		return err
-	}
 	if snap == nil {
 		t.drop = true
 		return noThread

@@ -205,9 +205,9 @@ func (s *Store) Grant(ctx context.Context, thread, id string) (chatrelay.Grant, 
 	if err != nil {
 		return chatrelay.Grant{}, err
 	}
-	i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
-	if i < 0 {
-		return chatrelay.Grant{}, chatrelay.Errorf(chatrelay.NotFound, "no participant %q in this thread", id)
+	i, err := chatrelay.GrantIndex(grants, id)
+	if err != nil {
+		return chatrelay.Grant{}, err
 	}
 	return grants[i], nil
 }

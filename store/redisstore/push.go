@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,19 +48,9 @@ func readPush(fields map[string]string) ([]chatrelay.PushSubscription, error) {
 		if a.CreatedAt != b.CreatedAt {
 			return int(a.CreatedAt - b.CreatedAt)
 		}
-		return compareStrings(a.ID, b.ID)
+		return cmp.Compare(a.ID, b.ID)
 	})
 	return out, nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (s *Store) pushErr(thread string, err error) error {

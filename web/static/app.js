@@ -764,19 +764,26 @@ async function join() {
     endWith(link.problem);
     return;
   }
+  const who = await whoamiRetrying();
+  if (!who) return;
+  applyWho(who);
+  chat.start();
+  if (!els.form.hidden) els.text.focus();
+}
+
+// whoamiRetrying reads whoami, retrying while the server is away (the
+// status says offline meanwhile); null once the page has ended.
+async function whoamiRetrying() {
   for (let fails = 0; ; fails++) {
     try {
-      applyWho(await chat.whoami());
-      break;
+      return await chat.whoami();
     } catch (err) {
-      if (chat.ended) return;
+      if (chat.ended) return null;
       els.status.dataset.state = "offline";
       els.statusText.textContent = states.offline;
       await new Promise((r) => setTimeout(r, Math.min(30000, 500 * 2 ** fails)));
     }
   }
-  chat.start();
-  if (!els.form.hidden) els.text.focus();
 }
 
 // ---- a claim link (chatrelay open): <base>/#t=<token> ----
@@ -809,17 +816,9 @@ async function startDevice() {
   }
   setupPeople(chat, (list) => setNames(list));
   setupDevices(chat, () => myDevice);
-  for (let fails = 0; ; fails++) {
-    try {
-      myDevice = (await chat.whoami()).device?.id || "";
-      break;
-    } catch (err) {
-      if (chat.ended) return;
-      els.status.dataset.state = "offline";
-      els.statusText.textContent = states.offline;
-      await new Promise((r) => setTimeout(r, Math.min(30000, 500 * 2 ** fails)));
-    }
-  }
+  const who = await whoamiRetrying();
+  if (!who) return;
+  myDevice = who.device?.id || "";
   chat.start();
   els.text.focus();
 }

@@ -7,7 +7,7 @@
 // conversation's own token makes devices) and the list marks "this device";
 // revoking this device ends the page, as a revoke from elsewhere does.
 
-const dayFmt = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+import { dayFmt, drawList, linkShownOnce, listRow } from "./linkpanel.js";
 
 // sentence says why the server refused a device link, a revoke or the
 // list, from the error's machine code.
@@ -53,12 +53,14 @@ export function setupDevices(chat, thisDevice = () => "") {
   const expiry = $("device-expiry");
   const send = $("device-send");
   const error = $("device-error");
-  const made = $("device-made");
-  const madeTitle = $("device-made-title");
-  const linkInput = $("device-link");
-  const copyButton = $("device-copy");
-  const copied = $("device-copied");
-  const qr = $("device-qr");
+  const shown = linkShownOnce({
+    box: $("device-made"),
+    title: $("device-made-title"),
+    link: $("device-link"),
+    copy: $("device-copy"),
+    copied: $("device-copied"),
+    qr: $("device-qr"),
+  });
   const list = $("devices-list");
   const status = $("devices-status");
 
@@ -92,55 +94,23 @@ export function setupDevices(chat, thisDevice = () => "") {
   }
 
   function draw(all) {
-    const focusedID = list.contains(document.activeElement) ? document.activeElement.closest("li")?.dataset.id : null;
-    list.replaceChildren(...all.map(row));
-    const active = all.filter((d) => d.state === "active").length;
-    status.textContent = all.length
-      ? `${active} active ${active === 1 ? "device" : "devices"}, ${all.length} in all.`
-      : "No other device yet.";
-    if (focusedID) list.querySelector(`li[data-id="${CSS.escape(focusedID)}"]`)?.focus();
+    drawList(list, status, all, row, (active, n) =>
+      n ? `${active} active ${active === 1 ? "device" : "devices"}, ${n} in all.` : "No other device yet.",
+    );
   }
 
   function row(d) {
-    const li = document.createElement("li");
-    li.dataset.id = d.id;
-    li.dataset.state = d.state;
-    li.tabIndex = -1;
-    const who = document.createElement("div");
-    who.className = "p-who";
-    const nm = document.createElement("span");
-    nm.className = "p-name";
-    nm.dir = "auto";
-    nm.textContent = d.name;
-    const state = document.createElement("span");
-    state.className = "p-state";
-    state.dataset.state = d.state;
-    state.textContent = d.state;
-    who.append(nm, " ", state);
+    const extra = [];
     if (d.id === thisDevice()) {
       const me = document.createElement("span");
       me.className = "this-device";
       me.textContent = "this device";
-      who.append(" · ", me);
+      extra.push(" · ", me);
     }
-    const meta = document.createElement("div");
-    meta.className = "p-meta";
-    const parts = [d.last_seen ? `last seen ${dayFmt.format(new Date(d.last_seen))}` : "not opened yet"];
-    if (d.state === "active") parts.push(`works until ${dayFmt.format(new Date(d.expires_at))}`);
-    else if (d.state === "expired") parts.push(`expired ${dayFmt.format(new Date(d.expires_at))}`);
-    meta.textContent = parts.join(" · ");
-    li.append(who, meta);
-    if (d.state === "active") {
-      const b = document.createElement("button");
-      b.type = "button";
-      b.className = "revoke quiet";
-      b.dataset.revoke = d.id;
-      b.dataset.name = d.name;
-      b.textContent = "Revoke";
-      b.setAttribute("aria-label", `Revoke the device ${d.name}`);
-      li.append(b);
-    }
-    return li;
+    const meta = [d.last_seen ? `last seen ${dayFmt.format(new Date(d.last_seen))}` : "not opened yet"];
+    if (d.state === "active") meta.push(`works until ${dayFmt.format(new Date(d.expires_at))}`);
+    else if (d.state === "expired") meta.push(`expired ${dayFmt.format(new Date(d.expires_at))}`);
+    return listRow(d, { extra, meta, revokeLabel: `Revoke the device ${d.name}` });
   }
 
   // ---- revoke ----
@@ -182,27 +152,11 @@ export function setupDevices(chat, thisDevice = () => "") {
 
   // The link is shown once: Done, or closing the panel, forgets it (the
   // server keeps only its digest).
-  function forgetLink() {
-    made.hidden = true;
-    linkInput.value = "";
-    qr.removeAttribute("src");
-    qr.alt = "";
-    qr.hidden = true;
-    copied.textContent = "";
-  }
+  const forgetLink = shown.forget;
 
   function showLink(r) {
     const d = r.device;
-    madeTitle.textContent = `Link for ${d.name}, until ${dayFmt.format(new Date(d.expires_at))}`;
-    linkInput.value = r.link;
-    copied.textContent = "";
-    if (r.qr) {
-      qr.src = r.qr;
-      qr.alt = `QR code of the link for ${d.name}`;
-      qr.hidden = false;
-    }
-    made.hidden = false;
-    madeTitle.focus();
+    shown.show(`Link for ${d.name}, until ${dayFmt.format(new Date(d.expires_at))}`, r, d.name);
   }
 
   async function make() {
@@ -231,33 +185,6 @@ export function setupDevices(chat, thisDevice = () => "") {
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     make();
-  });
-
-  // Copy: the Clipboard API, else the selected text the old way, else the
-  // person is told to copy it.
-  copyButton.addEventListener("click", async () => {
-    const text = linkInput.value;
-    if (!text) return;
-    let ok = false;
-    try {
-      await navigator.clipboard.writeText(text);
-      ok = true;
-    } catch {}
-    if (!ok) {
-      linkInput.focus();
-      linkInput.select();
-      try {
-        ok = document.execCommand("copy");
-      } catch {}
-    }
-    if (ok) {
-      copied.textContent = "Copied.";
-      copyButton.focus();
-    } else {
-      linkInput.focus();
-      linkInput.select();
-      copied.textContent = "Could not copy: the link is selected, press Ctrl+C (⌘C on a Mac).";
-    }
   });
 
   $("device-done").addEventListener("click", () => {

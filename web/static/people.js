@@ -5,7 +5,7 @@
 // Copy and its QR code (made by the server, a PNG data URL), and the list
 // of every link with its state and, while active, Revoke.
 
-const dayFmt = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+import { dayFmt, drawList, linkShownOnce, listRow } from "./linkpanel.js";
 
 // sentence says why the server refused an invite, a revoke or the list,
 // from the error's machine code.
@@ -53,12 +53,14 @@ export function setupPeople(chat, onList = () => {}) {
   const expiry = $("invite-expiry");
   const send = $("invite-send");
   const error = $("invite-error");
-  const invited = $("invited");
-  const invitedTitle = $("invited-title");
-  const linkInput = $("invited-link");
-  const copyButton = $("invited-copy");
-  const copied = $("invited-copied");
-  const qr = $("invited-qr");
+  const shown = linkShownOnce({
+    box: $("invited"),
+    title: $("invited-title"),
+    link: $("invited-link"),
+    copy: $("invited-copy"),
+    copied: $("invited-copied"),
+    qr: $("invited-qr"),
+  });
   const list = $("people-list");
   const status = $("people-status");
 
@@ -86,54 +88,21 @@ export function setupPeople(chat, onList = () => {}) {
   }
 
   function draw(all) {
-    const focusedID = list.contains(document.activeElement) ? document.activeElement.closest("li")?.dataset.id : null;
-    list.replaceChildren(...all.map(row));
-    const active = all.filter((p) => p.state === "active").length;
-    status.textContent = all.length
-      ? `${active} active ${active === 1 ? "link" : "links"}, ${all.length} in all.`
-      : "No one has been invited yet.";
-    if (focusedID) list.querySelector(`li[data-id="${CSS.escape(focusedID)}"]`)?.focus();
+    drawList(list, status, all, row, (active, n) =>
+      n ? `${active} active ${active === 1 ? "link" : "links"}, ${n} in all.` : "No one has been invited yet.",
+    );
   }
 
   function row(p) {
-    const li = document.createElement("li");
-    li.dataset.id = p.id;
-    li.dataset.state = p.state;
-    li.tabIndex = -1;
-    const who = document.createElement("div");
-    who.className = "p-who";
-    const nm = document.createElement("span");
-    nm.className = "p-name";
-    nm.dir = "auto"; // isolated: a right-to-left name never reorders the badges after it
-    nm.textContent = p.name;
     const role = document.createElement("span");
     role.className = "badge";
     role.textContent = p.kind === "agent" ? `${p.role} · agent` : p.role;
-    const state = document.createElement("span");
-    state.className = "p-state";
-    state.dataset.state = p.state;
-    state.textContent = p.state;
-    who.append(nm, " ", role, " ", state);
-    const meta = document.createElement("div");
-    meta.className = "p-meta";
-    const parts = [];
-    if (p.role === "commenter" || p.sent > 0) parts.push(`${p.sent} of ${p.cap} messages sent`);
-    if (p.state === "active") parts.push(`expires ${dayFmt.format(new Date(p.expires_at))}`);
-    else if (p.state === "expired") parts.push(`expired ${dayFmt.format(new Date(p.expires_at))}`);
-    else parts.push(`invited ${dayFmt.format(new Date(p.created_at))}`);
-    meta.textContent = parts.join(" · ");
-    li.append(who, meta);
-    if (p.state === "active") {
-      const b = document.createElement("button");
-      b.type = "button";
-      b.className = "revoke quiet";
-      b.dataset.revoke = p.id;
-      b.dataset.name = p.name;
-      b.textContent = "Revoke";
-      b.setAttribute("aria-label", `Revoke ${p.name}'s link`);
-      li.append(b);
-    }
-    return li;
+    const meta = [];
+    if (p.role === "commenter" || p.sent > 0) meta.push(`${p.sent} of ${p.cap} messages sent`);
+    if (p.state === "active") meta.push(`expires ${dayFmt.format(new Date(p.expires_at))}`);
+    else if (p.state === "expired") meta.push(`expired ${dayFmt.format(new Date(p.expires_at))}`);
+    else meta.push(`invited ${dayFmt.format(new Date(p.created_at))}`);
+    return listRow(p, { badges: [role], meta, revokeLabel: `Revoke ${p.name}'s link` });
   }
 
   // ---- revoke ----
@@ -167,27 +136,11 @@ export function setupPeople(chat, onList = () => {}) {
 
   // The link of an invite is shown once: Done, or closing the panel,
   // forgets it (the server keeps only its digest).
-  function forgetLink() {
-    invited.hidden = true;
-    linkInput.value = "";
-    qr.removeAttribute("src");
-    qr.alt = "";
-    qr.hidden = true;
-    copied.textContent = "";
-  }
+  const forgetLink = shown.forget;
 
   function showLink(r) {
     const p = r.participant;
-    invitedTitle.textContent = `Link for ${p.name} (${p.role}), until ${dayFmt.format(new Date(p.expires_at))}`;
-    linkInput.value = r.link;
-    copied.textContent = "";
-    if (r.qr) {
-      qr.src = r.qr;
-      qr.alt = `QR code of the link for ${p.name}`;
-      qr.hidden = false;
-    }
-    invited.hidden = false;
-    invitedTitle.focus();
+    shown.show(`Link for ${p.name} (${p.role}), until ${dayFmt.format(new Date(p.expires_at))}`, r, p.name);
   }
 
   async function invite() {
@@ -222,34 +175,6 @@ export function setupPeople(chat, onList = () => {}) {
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     invite();
-  });
-
-  // Copy puts the link on the clipboard; where the Clipboard API is
-  // refused (a page that is not a secure context), the selected text is
-  // copied the old way, and failing that the person is told to.
-  copyButton.addEventListener("click", async () => {
-    const text = linkInput.value;
-    if (!text) return;
-    let ok = false;
-    try {
-      await navigator.clipboard.writeText(text);
-      ok = true;
-    } catch {}
-    if (!ok) {
-      linkInput.focus();
-      linkInput.select();
-      try {
-        ok = document.execCommand("copy");
-      } catch {}
-    }
-    if (ok) {
-      copied.textContent = "Copied.";
-      copyButton.focus();
-    } else {
-      linkInput.focus();
-      linkInput.select();
-      copied.textContent = "Could not copy: the link is selected, press Ctrl+C (⌘C on a Mac).";
-    }
   });
 
   $("invited-done").addEventListener("click", () => {

@@ -1,0 +1,120 @@
+// linkpanel.js: what the People panel (people.js) and the devices panel
+// (devices.js) share. Both make a link that is shown this once, with Copy
+// and its QR code, and both list their links with a state and, while
+// active, Revoke.
+
+export const dayFmt = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+
+/**
+ * linkShownOnce wires the part of a panel that shows a new link this once:
+ * els.box (hidden until a link is shown), els.title, els.link (the input
+ * that holds it), els.copy (the Copy button), els.copied (what Copy did)
+ * and els.qr (the QR code's img). show(title, r, name) shows the link
+ * r.link and r.qr (a PNG data URL, if any) made for name; forget forgets
+ * it (the server keeps only its digest).
+ */
+export function linkShownOnce(els) {
+  const { box, title, link, copy, copied, qr } = els;
+
+  function forget() {
+    box.hidden = true;
+    link.value = "";
+    qr.removeAttribute("src");
+    qr.alt = "";
+    qr.hidden = true;
+    copied.textContent = "";
+  }
+
+  function show(words, r, name) {
+    title.textContent = words;
+    link.value = r.link;
+    copied.textContent = "";
+    if (r.qr) {
+      qr.src = r.qr;
+      qr.alt = `QR code of the link for ${name}`;
+      qr.hidden = false;
+    }
+    box.hidden = false;
+    title.focus();
+  }
+
+  // Copy puts the link on the clipboard; where the Clipboard API is
+  // refused (a page that is not a secure context), the selected text is
+  // copied the old way, and failing that the person is told to.
+  copy.addEventListener("click", async () => {
+    const text = link.value;
+    if (!text) return;
+    let ok = false;
+    try {
+      await navigator.clipboard.writeText(text);
+      ok = true;
+    } catch {}
+    if (!ok) {
+      link.focus();
+      link.select();
+      try {
+        ok = document.execCommand("copy");
+      } catch {}
+    }
+    if (ok) {
+      copied.textContent = "Copied.";
+      copy.focus();
+    } else {
+      link.focus();
+      link.select();
+      copied.textContent = "Could not copy: the link is selected, press Ctrl+C (⌘C on a Mac).";
+    }
+  });
+
+  return { forget, show };
+}
+
+/**
+ * drawList replaces the rows of list with all.map(row), keeps the focus
+ * on the row it was on, and says in status what counted says of all.
+ */
+export function drawList(list, status, all, row, counted) {
+  const focusedID = list.contains(document.activeElement) ? document.activeElement.closest("li")?.dataset.id : null;
+  list.replaceChildren(...all.map(row));
+  status.textContent = counted(all.filter((x) => x.state === "active").length, all.length);
+  if (focusedID) list.querySelector(`li[data-id="${CSS.escape(focusedID)}"]`)?.focus();
+}
+
+/**
+ * listRow makes the row of one link x (a participant's or a device's): its
+ * name, then badges (elements, each after a space), its state and extra
+ * (nodes); then the meta line, parts joined by " · "; and while x is
+ * active a Revoke button named revokeLabel.
+ */
+export function listRow(x, { badges = [], extra = [], meta, revokeLabel }) {
+  const li = document.createElement("li");
+  li.dataset.id = x.id;
+  li.dataset.state = x.state;
+  li.tabIndex = -1;
+  const who = document.createElement("div");
+  who.className = "p-who";
+  const nm = document.createElement("span");
+  nm.className = "p-name";
+  nm.dir = "auto"; // isolated: a right-to-left name never reorders the badges after it
+  nm.textContent = x.name;
+  const state = document.createElement("span");
+  state.className = "p-state";
+  state.dataset.state = x.state;
+  state.textContent = x.state;
+  who.append(nm, ...badges.flatMap((b) => [" ", b]), " ", state, ...extra);
+  const line = document.createElement("div");
+  line.className = "p-meta";
+  line.textContent = meta.join(" · ");
+  li.append(who, line);
+  if (x.state === "active") {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "revoke quiet";
+    b.dataset.revoke = x.id;
+    b.dataset.name = x.name;
+    b.textContent = "Revoke";
+    b.setAttribute("aria-label", revokeLabel);
+    li.append(b);
+  }
+  return li;
+}
