@@ -3,9 +3,11 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -49,6 +51,7 @@ type agentServer struct {
 	srv    *mcp.Server
 	ctx    context.Context // ended when the key is revoked: its calls in flight end
 	cancel context.CancelFunc
+	calls  atomic.Int64 // its tool calls in flight (MaxCallsPerKey)
 }
 
 // HTTPOptions tune an HTTP. Agents is required; the zero values of the
@@ -64,6 +67,10 @@ type HTTPOptions struct {
 	// SessionIdle ends a session that had no request for so long; defaults
 	// to chatrelay.DefaultMCPSessionIdle.
 	SessionIdle time.Duration
+	// MaxCallsPerKey bounds one key's tool calls in flight on this node,
+	// its sessions together (a wait is in flight until it returns);
+	// defaults to chatrelay.DefaultMCPCallsPerKey.
+	MaxCallsPerKey int
 }
 
 // NewHTTP returns the MCP HTTP server of v's verbs. Call Run to end
@@ -80,6 +87,9 @@ func NewHTTP(v *host.Verbs, o HTTPOptions) *HTTP {
 	}
 	if o.SessionIdle <= 0 {
 		o.SessionIdle = chatrelay.DefaultMCPSessionIdle
+	}
+	if o.MaxCallsPerKey <= 0 {
+		o.MaxCallsPerKey = chatrelay.DefaultMCPCallsPerKey
 	}
 	h := &HTTP{v: v, o: o, servers: make(map[string]*agentServer)}
 	h.sdk = mcp.NewStreamableHTTPHandler(h.serverOf, &mcp.StreamableHTTPOptions{
@@ -177,8 +187,9 @@ func (h *HTTP) serverOf(r *http.Request) *mcp.Server {
 	return as.srv
 }
 
-// call is the Call of a key's tools: the audit line, the rate limit of
-// writes, and a context that ends when the key is revoked.
+// call is the Call of a key's tools: the audit line, the bound of its
+// calls in flight, the rate limit of writes, and a context that ends when
+// the key is revoked.
 func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error), error) {
 	return func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error), error) {
 		var in struct {
@@ -191,9 +202,11 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		}
 		start := time.Now()
 		var undo func()
+		counted := as.calls.Add(1) <= int64(h.o.MaxCallsPerKey)
 		ctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(as.ctx, cancel)
 		after := func(outcome error) {
+			as.calls.Add(-1)
 			stop()
 			cancel()
 			if outcome != nil && undo != nil {
@@ -208,6 +221,10 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		}
 		if as.ctx.Err() != nil {
 			return ctx, after, chatrelay.Errorf(chatrelay.Unauthorized, "this agent key was revoked")
+		}
+		if !counted {
+			return ctx, after, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: time.Second,
+				Message: fmt.Sprintf("too many tool calls of this agent key in flight: at most %d; wait for one to return", h.o.MaxCallsPerKey)}
 		}
 		if h.o.Limiter != nil && writes[tool] && thread != "" {
 			var err error
