@@ -60,17 +60,12 @@ type HTTPOptions struct {
 	Options                       // the tools' (Log, ProgressEvery); Call is HTTP's own
 	Agents  store.Agents          // the keys
 	Limiter chatrelay.RateLimiter // counts each write; nil: none counted
-	// MaxSessions bounds the open sessions of this node, MaxSessionsPerKey
-	// those of one key; defaults chatrelay.DefaultMCPSessions and
-	// DefaultMCPSessionsPerKey.
-	MaxSessions, MaxSessionsPerKey int
-	// SessionIdle ends a session that had no request for so long; defaults
-	// to chatrelay.DefaultMCPSessionIdle.
-	SessionIdle time.Duration
-	// MaxCallsPerKey bounds one key's tool calls in flight on this node,
-	// its sessions together (a wait is in flight until it returns);
-	// defaults to chatrelay.DefaultMCPCallsPerKey.
-	MaxCallsPerKey int
+	// The bounds of this node: MaxSessions its open sessions,
+	// MaxSessionsPerKey those of one key, MaxCallsPerKey one key's tool
+	// calls in flight (its sessions together; a wait is in flight until it
+	// returns); SessionIdle ends a session that had no request for so
+	// long. Zero fields: the defaults.
+	chatrelay.MCPBounds
 }
 
 // NewHTTP returns the MCP HTTP server of v's verbs. Call Run to end
@@ -79,18 +74,7 @@ func NewHTTP(v *host.Verbs, o HTTPOptions) *HTTP {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if o.MaxSessions <= 0 {
-		o.MaxSessions = chatrelay.DefaultMCPSessions
-	}
-	if o.MaxSessionsPerKey <= 0 {
-		o.MaxSessionsPerKey = chatrelay.DefaultMCPSessionsPerKey
-	}
-	if o.SessionIdle <= 0 {
-		o.SessionIdle = chatrelay.DefaultMCPSessionIdle
-	}
-	if o.MaxCallsPerKey <= 0 {
-		o.MaxCallsPerKey = chatrelay.DefaultMCPCallsPerKey
-	}
+	o.MCPBounds = o.MCPBounds.WithDefaults()
 	h := &HTTP{v: v, o: o, servers: make(map[string]*agentServer)}
 	h.sdk = mcp.NewStreamableHTTPHandler(h.serverOf, &mcp.StreamableHTTPOptions{
 		Logger:         o.Log,

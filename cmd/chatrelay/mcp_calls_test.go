@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -65,4 +67,25 @@ func TestMCPCallsPerKey(t *testing.T) {
 		no, _ := refused(sessions[0])
 		return !no
 	})
+}
+
+// TestMCPBoundsStated: GET /api/limits.json states the node's MCP bounds
+// as its flags set them.
+func TestMCPBoundsStated(t *testing.T) {
+	t.Parallel()
+	n := serveMCP(t, []string{"--data", t.TempDir()}, "--mcp-sessions", "40", "--mcp-calls-per-key", "5", "--mcp-idle", "90s")
+	res, err := http.Get(n.base + chatrelay.PathLimits)
+	assert.Success(t, err)
+	defer res.Body.Close()
+	var a struct {
+		MCP struct {
+			Sessions       int     `json:"sessions"`
+			SessionsPerKey int     `json:"sessions_per_key"`
+			CallsPerKey    int     `json:"calls_per_key"`
+			IdleSeconds    float64 `json:"idle_seconds"`
+		}
+	}
+	assert.Success(t, json.NewDecoder(res.Body).Decode(&a))
+	assert.Equal(t, "the stated bounds", [4]any{a.MCP.Sessions, a.MCP.SessionsPerKey, a.MCP.CallsPerKey, a.MCP.IdleSeconds},
+		[4]any{40, chatrelay.DefaultMCPSessionsPerKey, 5, 90.0})
 }
