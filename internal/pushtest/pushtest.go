@@ -114,6 +114,13 @@ func (s *Service) Pushes() []Push {
 	return append([]Push(nil), s.pushes...)
 }
 
+// Count is how many pushes were received so far (Pushes without the copy).
+func (s *Service) Count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pushes)
+}
+
 // Wait returns a channel closed at the next push.
 func (s *Service) Wait() <-chan struct{} {
 	s.mu.Lock()

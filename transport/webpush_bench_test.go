@@ -1,0 +1,322 @@
+package transport_test
+
+// The Web Push benchmark: run without -race for figures,
+//
+//	go test -run '^$' -bench WebPush -benchtime 3x -timeout 10m ./transport/
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/pushtest"
+	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/webpush"
+)
+
+const (
+	benchPushThreads = 200 // threads, each with benchPushSubs of its owner's subscriptions
+	benchPushSubs    = 5
+	benchPushPosters = 4    // clients posting at once
+	benchPushPosts   = 1000 // posts per phase; an approval opens after every fifth
+)
+
+// BenchmarkWebPush: 1 000 subscriptions across 200 threads (5 each, the
+// owner's), on each store. Each round runs two phases with the same load,
+// push off and push on: 4 clients make 1 000 posts over HTTP, round robin
+// across the threads, and after every fifth post the host opens an
+// approval in the next thread (store.Append, as `chatrelay ask` does), so
+// the 200 approvals — 1 000 pushes with push on — are spread across the
+// posts. The "off" server is a second server on a store of the same kind,
+// set up the same way, with no push config. It reports:
+//
+//   - p99-ms-off, p99-ms-on, p99-ratio: posts' round trip p99 in each phase;
+//   - pushes, lost, repeated: per (subscription, approval), the pushes the
+//     local push service received, decrypted and verified (internal/pushtest);
+//     the benchmark fails unless every one arrived exactly once;
+//   - push-p50-ms, push-p99-ms: from the start of the approval's write
+//     (the Append call) to the push service's receipt of each push;
+//   - cpu-us/push: the process's CPU time (getrusage: user + system) of
+//     the "on" phase, less the "off" phase's, per push: the pusher and the
+//     push service together (both run in this process);
+//   - svc-us/push: the push service's own crypto per push (decrypt and
+//     verify VAPID), measured alone after the rounds: subtract it from
+//     cpu-us/push for a bound of the server's share (its TLS and HTTP
+//     server side is not in it, so the server's share is below the
+//     difference).
+//
+// Nothing is warmed: the pusher's first TLS connections to the push
+// service are made in the first round's "on" phase, on the clock.
+func BenchmarkWebPush(b *testing.B) {
+	for _, backend := range storetest.Backends() {
+		b.Run(backend, func(b *testing.B) {
+			svc := pushtest.NewService(b)
+			on := startPush(b, pushOptions{backend: backend, config: withPush(svc, nil)})
+			off := startPush(b, pushOptions{backend: backend})
+			for i := range benchPushThreads {
+				tok := tokenN(i)
+				on.mustPost(tok, "hello")
+				off.mustPost(tok, "hello")
+				for s := range benchPushSubs {
+					if status, a := on.subscribe(tok, nil, svc.Subscribe(b, fmt.Sprintf("t%d-s%d", i, s))); status != http.StatusCreated {
+						b.Fatalf("subscribe: %d %+v", status, a)
+					}
+				}
+			}
+			var offLat, onLat, pushLat []time.Duration
+			var offCPU, onCPU time.Duration
+			var pushes, lost, repeated, retried int
+			b.ResetTimer()
+			for round := range b.N {
+				lat, cpu, _ := benchPushPhase(b, off, round, nil)
+				offLat, offCPU = append(offLat, lat...), offCPU+cpu
+				sentBefore := benchScrape(b, on, "sent")
+				retriedBefore := benchScrape(b, on, "retried")
+				target := svc.Count() + benchPushThreads*benchPushSubs
+				lat, cpu, opened := benchPushPhase(b, on, round, func() bool {
+					// Until the push service received this round's pushes,
+					// woken by each push: no polling on the clock.
+					deadline := time.After(60 * time.Second)
+					for {
+						wake := svc.Wait()
+						if svc.Count() >= target {
+							return true
+						}
+						select {
+						case <-wake:
+						case <-deadline:
+							return false
+						}
+					}
+				})
+				// None is still being tried: the pusher counted each sent
+				// (a lost push fails here; a repeated one is counted below).
+				deadline := time.Now().Add(10 * time.Second)
+				for benchScrape(b, on, "sent")-sentBefore < benchPushThreads*benchPushSubs {
+					if time.Now().After(deadline) {
+						b.Fatalf("%v of %d pushes sent", benchScrape(b, on, "sent")-sentBefore, benchPushThreads*benchPushSubs)
+					}
+					time.Sleep(10 * time.Millisecond) // polls the condition
+				}
+				onLat, onCPU = append(onLat, lat...), onCPU+cpu
+				// Every push of this round's approvals, once.
+				got := map[string]int{}
+				for _, p := range svc.Pushes() {
+					if p.Err != nil {
+						b.Fatalf("a push that does not decrypt or verify: %v", p.Err)
+					}
+					var pl payload
+					if err := json.Unmarshal(p.Plain, &pl); err != nil {
+						b.Fatal(err)
+					}
+					if pl.Type != chatrelay.PushTypeInteraction || pl.Message.Interaction == nil {
+						continue
+					}
+					start, ok := opened[pl.Message.Interaction.ID]
+					if !ok {
+						continue // an earlier round's
+					}
+					got[p.Path+" "+pl.Message.Interaction.ID]++
+					pushLat = append(pushLat, p.At.Sub(start))
+				}
+				want := benchPushThreads * benchPushSubs
+				n := 0
+				for _, c := range got {
+					n += c
+					if c > 1 {
+						repeated += c - 1
+					}
+				}
+				pushes += n
+				lost += want - len(got)
+				retried += int(benchScrape(b, on, "retried") - retriedBefore)
+			}
+			b.StopTimer()
+			svcCPU := benchServiceCrypto(b)
+			p99off, p99on := benchP(offLat, 99), benchP(onLat, 99)
+			b.ReportMetric(benchMS(p99off), "p99-ms-off")
+			b.ReportMetric(benchMS(p99on), "p99-ms-on")
+			b.ReportMetric(float64(p99on)/float64(p99off), "p99-ratio")
+			b.ReportMetric(float64(pushes), "pushes")
+			b.ReportMetric(float64(lost), "lost")
+			b.ReportMetric(float64(repeated), "repeated")
+			b.ReportMetric(float64(retried), "retried")
+			b.ReportMetric(benchMS(benchP(pushLat, 50)), "push-p50-ms")
+			b.ReportMetric(benchMS(benchP(pushLat, 99)), "push-p99-ms")
+			b.ReportMetric(float64(onCPU-offCPU)/float64(time.Microsecond)/float64(max(pushes, 1)), "cpu-us/push")
+			b.ReportMetric(float64(svcCPU)/float64(time.Microsecond), "svc-us/push")
+			b.ReportMetric(0, "ns/op")
+			if lost != 0 || repeated != 0 {
+				b.Fatalf("%d pushes lost, %d repeated (of %d)", lost, repeated, b.N*benchPushThreads*benchPushSubs)
+			}
+		})
+	}
+}
+
+// benchPushPhase makes benchPushPosts posts from benchPushPosters clients
+// on e, opening an approval after every fifth, then waits for done (if
+// any: until every push arrived). It returns the posts' round trips, the
+// process CPU time of the phase (to done), and when each approval's write
+// started, by interaction id.
+func benchPushPhase(b *testing.B, e *pushEnv, round int, done func() bool) ([]time.Duration, time.Duration, map[string]time.Time) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	opened := map[string]time.Time{}
+	var next atomic.Int64
+	cpu0 := processCPU()
+	var wg sync.WaitGroup
+	for range benchPushPosters {
+		wg.Go(func() {
+			var mine []time.Duration
+			defer func() {
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			}()
+			for {
+				n := int(next.Add(1)) - 1
+				if n >= benchPushPosts {
+					return
+				}
+				d, err := benchPost(e, tokenN(n%benchPushThreads))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				mine = append(mine, d)
+				if n%5 != 4 {
+					continue
+				}
+				i := n / 5
+				start := time.Now()
+				m, err := e.store.Append(context.Background(), threadN(i), store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
+					Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: fmt.Sprintf("Deploy build %d of round %d?", i, round), Timeout: time.Hour}})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				mu.Lock()
+				opened[m.Interaction.ID] = start
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	if done != nil && !done() {
+		b.Fatalf("the pushes did not all arrive within 60s")
+	}
+	return lat, processCPU() - cpu0, opened
+}
+
+// benchPost posts a message of a typical length as token's owner and
+// returns the round trip.
+func benchPost(e *pushEnv, token string) (time.Duration, error) {
+	start := time.Now()
+	req, _ := http.NewRequest(http.MethodPost, e.url(chatrelay.PathPost), strings.NewReader(`{"text":"a message of a typical length, about sixty characters long."}`))
+	req.Header.Set("X-Chat-Token", token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return 0, fmt.Errorf("post: %d", resp.StatusCode)
+	}
+	return time.Since(start), nil
+}
+
+// benchScrape reads chatrelay_push_total{result} from e's /metrics.
+func benchScrape(b *testing.B, e *pushEnv, result string) float64 {
+	resp, err := e.client.Get(e.url("/metrics"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	want := `chatrelay_push_total{result="` + result + `"} `
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), want); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return f
+		}
+	}
+	b.Fatalf("no %s on /metrics", strings.TrimSpace(want))
+	return 0
+}
+
+// benchServiceCrypto is the CPU time per push of the push service's own
+// work on a push's body and header (pushtest.Decrypt and VerifyVAPID),
+// measured alone.
+func benchServiceCrypto(b *testing.B) time.Duration {
+	const n = 500
+	svc := pushtest.NewService(b)
+	sub := svc.Subscribe(b, "alone")
+	v, err := webpush.ParseVAPID(webpush.NewVAPIDKey(), "mailto:ops@example.com")
+	if err != nil {
+		b.Fatal(err)
+	}
+	u, _ := url.Parse(sub.Endpoint)
+	plain := make([]byte, 1000) // about an approval's payload
+	for i := range plain {
+		plain[i] = 'x'
+	}
+	body, err := webpush.Encrypt(plain, webpush.Keys{P256dh: sub.Key.PublicKey().Bytes(), Auth: sub.Auth})
+	if err != nil {
+		b.Fatal(err)
+	}
+	auth, err := v.Authorization(u, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpu0 := processCPU()
+	for range n {
+		if _, err := pushtest.Decrypt(body, sub.Key, sub.Auth); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := pushtest.VerifyVAPID(auth, u, time.Now()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return (processCPU() - cpu0) / n
+}
+
+// processCPU is this process's CPU time so far, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchP is the p-th percentile of d.
+func benchP(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)*p/100, len(s)-1)]
+}
+
+func benchMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
