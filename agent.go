@@ -4,9 +4,11 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"math"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Agent keys (contract Part 5, "MCP from anywhere"): the operator gives an
@@ -66,9 +68,8 @@ func (k *AgentKey) Reaches(thread string) bool {
 // name that is empty once cleaned (CleanName, as a participant's) and
 // InvalidThread for a scope entry that is not a thread id.
 func NewAgentKey(name string, threads []string, now time.Time) (key string, k AgentKey, err error) {
-	name, err = CleanName(name)
-	if err != nil {
-		return "", AgentKey{}, err
+	if name = cleanName(name, math.MaxInt); name == "" { // not cut: checked below
+		return "", AgentKey{}, Errorf(InvalidName, "the name is empty once cleaned (control characters and [ ] < > are removed)")
 	}
 	var scope []string
 	if !(len(threads) == 1 && threads[0] == ScopeAll) {
@@ -82,12 +83,41 @@ func NewAgentKey(name string, threads []string, now time.Time) (key string, k Ag
 			}
 		}
 	}
+	if err := checkAgent(name, scope); err != nil {
+		return "", AgentKey{}, err
+	}
 	var b [32]byte
 	rand.Read(b[:])
 	key = agentKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 	var id [4]byte
 	rand.Read(id[:])
 	return key, AgentKey{ID: "a_" + hex.EncodeToString(id[:]), Name: name, Threads: scope, CreatedAt: now.UnixMilli(), Digest: DigestOf(key)}, nil
+}
+
+// Check returns the error of a key a store must refuse: InvalidName for
+// a name past LimitAgentName (or empty), InvalidThread for a scope past
+// LimitAgentThreads or an entry that is not a thread id.
+func (k *AgentKey) Check() error { return checkAgent(k.Name, k.Threads) }
+
+func checkAgent(name string, scope []string) error {
+	if n := utf8.RuneCountInString(name); n > LimitAgentName.Max || n < LimitAgentName.Min {
+		return Errorf(InvalidName, "an agent key's name is %d code points once cleaned: at least %d, at most %d", n, LimitAgentName.Min, LimitAgentName.Max)
+	}
+	if len(scope) > LimitAgentThreads.Max {
+		return Errorf(InvalidThread, "a key reaches %d threads: at most %d (or %q)", len(scope), LimitAgentThreads.Max, ScopeAll)
+	}
+	for _, t := range scope {
+		if !ValidThread(t) {
+			return Errorf(InvalidThread, "a key's threads are thread ids (16 lowercase hex characters), not %q", t)
+		}
+	}
+	return nil
+}
+
+// ActiveAgentsRefusal is the AgentLimit error of a key added to a store
+// that holds LimitActiveAgents.Max active keys.
+func ActiveAgentsRefusal() error {
+	return Errorf(AgentLimit, "the store holds %d active agent keys, the most: revoke one (chatrelay agent revoke ID) first", LimitActiveAgents.Max)
 }
 
 // ValidAgentKey reports whether s has the form of an agent key.

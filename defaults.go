@@ -73,6 +73,10 @@ const (
 	DefaultMCPSessions       = 500
 	DefaultMCPSessionsPerKey = 20
 	DefaultMCPSessionIdle    = 30 * time.Minute
+	// DefaultMCPCallsPerKey bounds the tool calls of one agent key in
+	// flight on a node, its sessions together: its reads and waits, which
+	// the rate windows do not count.
+	DefaultMCPCallsPerKey = 16
 	// Web Push (contract Part 5).
 	DefaultPushWorkers  = 4                // goroutines that send pushes
 	DefaultPushQueue    = 1024             // changes waiting for them; one more is not pushed (counted "dropped")

@@ -77,6 +77,8 @@ const (
 	InvalidPushEndpoint Code = "invalid_push_endpoint"
 	PushLimit           Code = "push_limit"
 	PushDisabled        Code = "push_disabled"
+	// Part 5 (agent keys).
+	AgentLimit Code = "agent_limit"
 )
 
 // CodeInfo is a row of the code table: a code, the HTTP status of an
@@ -108,7 +110,7 @@ var codeTable = []CodeInfo{
 	{ThreadUnreadable, 503, false, "the thread's stored record does not parse"},
 	{StoreUnavailable, 503, true, "the store cannot be reached"},
 	{NotFound, 404, false, "no such route, or (CLI) no such thread"},
-	{InvalidThread, 400, false, "(CLI) a thread id that is not 16 lowercase hex"},
+	{InvalidThread, 400, false, "(CLI) a thread id that is not 16 lowercase hex, or more threads than an agent key may reach"},
 	{Internal, 500, false, "a failure of the server's own; its cause is logged, never sent"},
 	{OriginNotAllowed, 403, false, "a browser page of an origin not allowed"},
 	{UpgradeRequired, 426, false, "not a WebSocket handshake, or not version 13"},
@@ -121,7 +123,7 @@ var codeTable = []CodeInfo{
 	{ClientIDConflict, 409, false, "the client_id names a different message"},
 	{InvalidInteraction, 400, false, "an interaction hermes asks that breaks a limit"},
 	{InvalidCard, 400, false, "a card that breaks a limit or has a link that is not http(s)"},
-	{InvalidName, 400, false, "a name empty once cleaned"},
+	{InvalidName, 400, false, "a name empty once cleaned, or an agent key's name past its limit"},
 	{InvalidRole, 400, false, "a role that is not viewer or commenter"},
 	{InvalidExpiry, 400, false, "expires_in out of range"},
 	{InvalidCap, 400, false, "cap out of range"},
@@ -140,6 +142,7 @@ var codeTable = []CodeInfo{
 	{InvalidPushEndpoint, 400, false, "a push subscription that is not https, whose host is a private address, or not of a subscription's shape"},
 	{PushLimit, 409, false, "the thread has the most push subscriptions"},
 	{PushDisabled, 404, false, "push is turned off on this server (--push=false)"},
+	{AgentLimit, 409, false, "the store has the most active agent keys"},
 }
 
 // CodeTable returns the code table: every code with its status, whether

@@ -108,6 +108,12 @@ var (
 	LimitPushSubscriptions = Limit{"push.subscriptions", 0, 20, Count}
 	LimitPushPayload       = Limit{"push.payload", 0, 3072, JSONUTF8Bytes}
 	LimitPushString        = Limit{"push.string", 0, 500, CodePoints}
+	// Agent keys (Part 5): a key's name (refused past it, not cut: it is
+	// every message's author_name), the threads a scoped key names, and
+	// the active keys of a store.
+	LimitAgentName    = Limit{"agent.name", 1, 64, CodePoints}
+	LimitAgentThreads = Limit{"agent.threads", 0, 100, Items}
+	LimitActiveAgents = Limit{"agent.active", 0, 100, Count}
 )
 
 // InviteWindow is the sliding window of LimitInvites.
@@ -131,6 +137,7 @@ func Limits() []Limit {
 		LimitAttachments, LimitAttachmentBytes, LimitThreadAttachments, LimitAttachmentName, LimitAttachmentUnused,
 		LimitDeviceExpiresIn, LimitActiveDevices,
 		LimitPushSubscriptions, LimitPushPayload, LimitPushString,
+		LimitAgentName, LimitAgentThreads, LimitActiveAgents,
 	}
 }
 

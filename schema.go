@@ -332,10 +332,10 @@ func seconds() obj { return obj{"type": "number", "exclusiveMinimum": 0} }
 
 // LimitsArtifact returns the limits artifact (GET /api/limits.json,
 // chatrelay schema --limits): every limit of the table with its unit, the
-// id patterns, and the rate windows, stream limits and retention given
-// (zero fields: the defaults). Rendered like Schema.
-func LimitsArtifact(w Windows, s StreamLimits, r Retention) []byte {
-	w, s, r = w.WithDefaults(), s.WithDefaults(), r.WithDefaults()
+// id patterns, and the rate windows, stream limits, retention and MCP
+// bounds given (zero fields: the defaults). Rendered like Schema.
+func LimitsArtifact(w Windows, s StreamLimits, r Retention, m MCPBounds) []byte {
+	w, s, r, m = w.WithDefaults(), s.WithDefaults(), r.WithDefaults(), m.WithDefaults()
 	limits := obj{}
 	for _, l := range Limits() {
 		limits[l.Name] = obj{"min": l.Min, "max": l.Max, "unit": string(l.Unit)}
@@ -351,5 +351,7 @@ func LimitsArtifact(w Windows, s StreamLimits, r Retention) []byte {
 		"rate_limits":    obj{"per_thread": w.PerThread, "per_ip": w.PerIP, "window_seconds": w.Window.Seconds()},
 		"streams":        obj{"per_thread": s.PerThread, "participants_per_thread": s.Participants(), "per_ip": s.PerIP},
 		"retention":      obj{"messages": r.Messages, "age_seconds": r.Age.Seconds()},
+		"mcp": obj{"sessions": m.MaxSessions, "sessions_per_key": m.MaxSessionsPerKey,
+			"calls_per_key": m.MaxCallsPerKey, "idle_seconds": m.SessionIdle.Seconds()},
 	})
 }

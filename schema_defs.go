@@ -345,7 +345,13 @@ func limitsAnswer() obj {
 		"retention": object("which messages a thread keeps", obj{
 			"messages": integer(1, -1, "the newest N"), "age_seconds": seconds(),
 		}, "messages", "age_seconds"),
-	}, "schema_version", "limits", "patterns", "rate_limits", "streams", "retention")
+		"mcp": object("the bounds of MCP over HTTP (serve --mcp), per node", obj{
+			"sessions":         integer(1, -1, "open sessions"),
+			"sessions_per_key": integer(1, -1, "open sessions of one agent key"),
+			"calls_per_key":    integer(1, -1, "tool calls of one agent key in flight, its sessions together"),
+			"idle_seconds":     seconds(),
+		}, "sessions", "sessions_per_key", "calls_per_key", "idle_seconds"),
+	}, "schema_version", "limits", "patterns", "rate_limits", "streams", "retention", "mcp")
 }
 
 // withAttachments adds a post's "attachments" to the body b: with at least

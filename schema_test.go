@@ -27,7 +27,7 @@ func TestCommittedArtifacts(t *testing.T) {
 		want []byte
 	}{
 		{"schema/chatrelay.schema.json", chatrelay.Schema()},
-		{"schema/limits.json", chatrelay.LimitsArtifact(chatrelay.Windows{}, chatrelay.StreamLimits{}, chatrelay.Retention{})},
+		{"schema/limits.json", chatrelay.LimitsArtifact(chatrelay.Windows{}, chatrelay.StreamLimits{}, chatrelay.Retention{}, chatrelay.MCPBounds{})},
 	} {
 		if *update {
 			assert.Success(t, os.MkdirAll(filepath.Dir(f.path), 0o755))
@@ -80,9 +80,17 @@ func TestBundleIsValid(t *testing.T) {
 
 // TestLimitsArtifact: every limit of the table is stated with its unit;
 // the patterns are the domain's; the windows and retention given are
-// stated (zero: the defaults); the artifact is valid against its entry.
+// stated (zero: the defaults), and the MCP bounds given; the artifact is
+// valid against its entry.
 func TestLimitsArtifact(t *testing.T) {
-	b := chatrelay.LimitsArtifact(chatrelay.Windows{PerThread: 7, Window: 90e9}, chatrelay.StreamLimits{}, chatrelay.Retention{Messages: 12})
+	type mcpBounds struct {
+		Sessions       int     `json:"sessions"`
+		SessionsPerKey int     `json:"sessions_per_key"`
+		CallsPerKey    int     `json:"calls_per_key"`
+		IdleSeconds    float64 `json:"idle_seconds"`
+	}
+	b := chatrelay.LimitsArtifact(chatrelay.Windows{PerThread: 7, Window: 90e9}, chatrelay.StreamLimits{}, chatrelay.Retention{Messages: 12},
+		chatrelay.MCPBounds{MaxSessionsPerKey: 3, SessionIdle: 45e9})
 	schematest.Valid(t, "limits.answer", b)
 	var a struct {
 		Version string `json:"schema_version"`
@@ -100,6 +108,7 @@ func TestLimitsArtifact(t *testing.T) {
 			Messages   int     `json:"messages"`
 			AgeSeconds float64 `json:"age_seconds"`
 		}
+		MCP mcpBounds
 	}
 	assert.Success(t, json.Unmarshal(b, &a))
 	assert.Equal(t, "version", a.Version, chatrelay.SchemaVersion)
@@ -117,6 +126,7 @@ func TestLimitsArtifact(t *testing.T) {
 	assert.Equal(t, "per ip (default)", a.RateLimits.PerIP, chatrelay.DefaultRatePerIP)
 	assert.Equal(t, "retention", a.Retention.Messages, 12)
 	assert.Equal(t, "retention age (default)", a.Retention.AgeSeconds, chatrelay.DefaultRetainAge.Seconds())
+	assert.Equal(t, "MCP bounds", a.MCP, mcpBounds{chatrelay.DefaultMCPSessions, 3, chatrelay.DefaultMCPCallsPerKey, 45})
 }
 
 // TestDomainFixtures: the domain's objects, written from the contract,

@@ -3,9 +3,11 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -49,6 +51,7 @@ type agentServer struct {
 	srv    *mcp.Server
 	ctx    context.Context // ended when the key is revoked: its calls in flight end
 	cancel context.CancelFunc
+	calls  atomic.Int64 // its tool calls in flight (MaxCallsPerKey)
 }
 
 // HTTPOptions tune an HTTP. Agents is required; the zero values of the
@@ -57,13 +60,12 @@ type HTTPOptions struct {
 	Options                       // the tools' (Log, ProgressEvery); Call is HTTP's own
 	Agents  store.Agents          // the keys
 	Limiter chatrelay.RateLimiter // counts each write; nil: none counted
-	// MaxSessions bounds the open sessions of this node, MaxSessionsPerKey
-	// those of one key; defaults chatrelay.DefaultMCPSessions and
-	// DefaultMCPSessionsPerKey.
-	MaxSessions, MaxSessionsPerKey int
-	// SessionIdle ends a session that had no request for so long; defaults
-	// to chatrelay.DefaultMCPSessionIdle.
-	SessionIdle time.Duration
+	// The bounds of this node: MaxSessions its open sessions,
+	// MaxSessionsPerKey those of one key, MaxCallsPerKey one key's tool
+	// calls in flight (its sessions together; a wait is in flight until it
+	// returns); SessionIdle ends a session that had no request for so
+	// long. Zero fields: the defaults.
+	chatrelay.MCPBounds
 }
 
 // NewHTTP returns the MCP HTTP server of v's verbs. Call Run to end
@@ -72,15 +74,7 @@ func NewHTTP(v *host.Verbs, o HTTPOptions) *HTTP {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if o.MaxSessions <= 0 {
-		o.MaxSessions = chatrelay.DefaultMCPSessions
-	}
-	if o.MaxSessionsPerKey <= 0 {
-		o.MaxSessionsPerKey = chatrelay.DefaultMCPSessionsPerKey
-	}
-	if o.SessionIdle <= 0 {
-		o.SessionIdle = chatrelay.DefaultMCPSessionIdle
-	}
+	o.MCPBounds = o.MCPBounds.WithDefaults()
 	h := &HTTP{v: v, o: o, servers: make(map[string]*agentServer)}
 	h.sdk = mcp.NewStreamableHTTPHandler(h.serverOf, &mcp.StreamableHTTPOptions{
 		Logger:         o.Log,
@@ -177,8 +171,9 @@ func (h *HTTP) serverOf(r *http.Request) *mcp.Server {
 	return as.srv
 }
 
-// call is the Call of a key's tools: the audit line, the rate limit of
-// writes, and a context that ends when the key is revoked.
+// call is the Call of a key's tools: the audit line, the bound of its
+// calls in flight, the rate limit of writes, and a context that ends when
+// the key is revoked.
 func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error), error) {
 	return func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error), error) {
 		var in struct {
@@ -191,9 +186,11 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		}
 		start := time.Now()
 		var undo func()
+		counted := as.calls.Add(1) <= int64(h.o.MaxCallsPerKey)
 		ctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(as.ctx, cancel)
 		after := func(outcome error) {
+			as.calls.Add(-1)
 			stop()
 			cancel()
 			if outcome != nil && undo != nil {
@@ -208,6 +205,10 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		}
 		if as.ctx.Err() != nil {
 			return ctx, after, chatrelay.Errorf(chatrelay.Unauthorized, "this agent key was revoked")
+		}
+		if !counted {
+			return ctx, after, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: time.Second,
+				Message: fmt.Sprintf("too many tool calls of this agent key in flight: at most %d; wait for one to return", h.o.MaxCallsPerKey)}
 		}
 		if h.o.Limiter != nil && writes[tool] && thread != "" {
 			var err error

@@ -44,9 +44,9 @@ func schemaArtifact() http.HandlerFunc {
 }
 
 // limitsArtifact serves the limits with this server's windows, stream
-// limits and retention.
+// limits, retention and MCP bounds.
 func (s *Server) limitsArtifact() http.HandlerFunc {
-	b := chatrelay.LimitsArtifact(s.cfg.Windows, s.cfg.StreamLimits, s.cfg.Retention)
+	b := chatrelay.LimitsArtifact(s.cfg.Windows, s.cfg.StreamLimits, s.cfg.Retention, s.cfg.MCPBounds)
 	if s.cfg.MaxAttachmentBytes != int64(chatrelay.LimitAttachmentBytes.Max) {
 		b = withMaxAttachment(b, s.cfg.MaxAttachmentBytes)
 	}

@@ -33,6 +33,7 @@ type Config struct {
 	Windows      chatrelay.Windows      // zero fields: the defaults
 	StreamLimits chatrelay.StreamLimits // zero fields: the defaults
 	Retention    chatrelay.Retention    // the store's, stated in GET /api/limits.json; zero fields: the defaults
+	MCPBounds    chatrelay.MCPBounds    // serve --mcp's, stated in GET /api/limits.json; zero fields: the defaults
 	Prefix       string                 // mount point of the whole API, "" or "/spaces/newos4"
 	Trusted      []netip.Prefix         // proxies whose X-Forwarded-For is believed
 	// AllowedOrigins are the other origins ("https://app.example.com") whose

@@ -20,7 +20,7 @@ import (
 // serves and the repository commits under schema/.
 func schema(_ context.Context, e cmdEnv) error {
 	fs := newFlags("schema", "schema [--limits]", e.stderr)
-	limits := fs.Bool("limits", false, "print the limits artifact instead: every limit with its unit, the id patterns, and the default rate windows, stream limits and retention")
+	limits := fs.Bool("limits", false, "print the limits artifact instead: every limit with its unit, the id patterns, and the default rate windows, stream limits, retention and MCP bounds")
 	if err := parse(fs, e.args, e.getenv); err != nil {
 		return err
 	}
@@ -29,7 +29,7 @@ func schema(_ context.Context, e cmdEnv) error {
 	}
 	b := chatrelay.Schema()
 	if *limits {
-		b = chatrelay.LimitsArtifact(chatrelay.Windows{}, chatrelay.StreamLimits{}, chatrelay.Retention{})
+		b = chatrelay.LimitsArtifact(chatrelay.Windows{}, chatrelay.StreamLimits{}, chatrelay.Retention{}, chatrelay.MCPBounds{})
 	}
 	_, err := e.stdout.Write(b)
 	return err

@@ -119,6 +119,7 @@ func (f *serveFlags) newServer(ctx context.Context, st *store.Backend, log *slog
 	f.server.Store, f.server.Limiter, f.server.Streams = st.Store, st.Limiter, st.Streams // the backend's own store: its optional interfaces (Checker, Participants) show
 	f.server.Windows, f.server.StreamLimits = f.storeOpt.Windows, f.storeOpt.Streams
 	f.server.Retention = st.Settings.Retention // stated in GET /api/limits.json
+	f.server.MCPBounds = f.mcp.opt.MCPBounds   // stated there too
 	f.server.TicketKey, f.server.Log = key, log
 	if st.TicketKeyShared { // kept in Redis: it may change under the node (#15)
 		f.server.TicketKeys = transport.TicketKeyFunc(st.TicketKey)

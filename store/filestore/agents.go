@@ -93,11 +93,21 @@ func (s *File) withAgents(ctx context.Context, fn func([]chatrelay.AgentKey) ([]
 
 // AddAgent implements store.Agents.
 func (s *File) AddAgent(ctx context.Context, k chatrelay.AgentKey) error {
+	if err := k.Check(); err != nil {
+		return err
+	}
 	return s.withAgents(ctx, func(keys []chatrelay.AgentKey) ([]chatrelay.AgentKey, bool, error) {
+		active := 0
 		for _, o := range keys {
 			if o.ID == k.ID || o.Digest == k.Digest {
 				return nil, false, chatrelay.Errorf(chatrelay.ClientIDConflict, "an agent key with this id or digest is already stored")
 			}
+			if o.Active() {
+				active++
+			}
+		}
+		if active >= chatrelay.LimitActiveAgents.Max {
+			return nil, false, chatrelay.ActiveAgentsRefusal()
 		}
 		return append([]chatrelay.AgentKey{k}, keys...), true, nil
 	})

@@ -33,6 +33,18 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('PUBLISH', ARGV[4], 'A')
 return 1`)
 
+// agentAdd adds field ARGV[1] with ARGV[2] if the hash has none by that
+// name and still has ARGV[3] fields (the count of active keys was made of
+// them: an add by another process meanwhile makes it read them again),
+// and announces it on the feed (ARGV[4]): 1 added, 0 the field exists, -1
+// the hash changed.
+var agentAdd = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+if redis.call('HLEN', KEYS[1]) ~= tonumber(ARGV[3]) then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PUBLISH', ARGV[4], 'A')
+return 1`)
+
 func (s *Store) setAgent(ctx context.Context, id, old string, k chatrelay.AgentKey) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -56,19 +68,52 @@ func (s *Store) agentFields(ctx context.Context) (map[string]string, error) {
 }
 
 // AddAgent implements store.Agents.
+// A key revoked meanwhile leaves the count of fields as it was: the add
+// is then refused on a count one too high, as if it had come first.
 func (s *Store) AddAgent(ctx context.Context, k chatrelay.AgentKey) error {
-	keys, err := s.AgentKeys(ctx)
-	if err != nil {
+	if err := k.Check(); err != nil {
 		return err
 	}
-	if slices.ContainsFunc(keys, func(o chatrelay.AgentKey) bool { return o.ID == k.ID || o.Digest == k.Digest }) {
-		return chatrelay.Errorf(chatrelay.ClientIDConflict, "an agent key with this id or digest is already stored")
+	js, _ := json.Marshal(k)
+	for {
+		m, err := s.agentFields(ctx)
+		if err != nil {
+			return err
+		}
+		keys := s.parseAgents(m)
+		if slices.ContainsFunc(keys, func(o chatrelay.AgentKey) bool { return o.ID == k.ID || o.Digest == k.Digest }) {
+			return chatrelay.Errorf(chatrelay.ClientIDConflict, "an agent key with this id or digest is already stored")
+		}
+		active := 0
+		for _, o := range keys {
+			if o.Active() {
+				active++
+			}
+		}
+		if active >= chatrelay.LimitActiveAgents.Max {
+			return chatrelay.ActiveAgentsRefusal()
+		}
+		n, err := s.runAgentAdd(ctx, k.ID, string(js), len(m))
+		switch {
+		case err != nil:
+			return err
+		case n == 0:
+			return chatrelay.Errorf(chatrelay.ClientIDConflict, "an agent key with this id is already stored")
+		case n == 1:
+			return nil
+		}
+		// Another process added a key meanwhile: count again.
 	}
-	ok, err := s.setAgent(ctx, k.ID, "", k)
-	if err == nil && !ok {
-		err = chatrelay.Errorf(chatrelay.ClientIDConflict, "an agent key with this id is already stored")
+}
+
+func (s *Store) runAgentAdd(ctx context.Context, id, js string, fields int) (int, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	n, err := agentAdd.Run(ctx, s.rdb, []string{s.agentsKey()}, id, js, fields, s.feed).Int()
+	if err != nil {
+		return 0, s.unavailable("agents", err)
 	}
-	return err
+	return n, nil
 }
 
 // AgentKeys implements store.Agents. A value that does not parse is left
@@ -78,6 +123,11 @@ func (s *Store) AgentKeys(ctx context.Context) ([]chatrelay.AgentKey, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.parseAgents(m), nil
+}
+
+// parseAgents is the keys of the hash's fields, newest first.
+func (s *Store) parseAgents(m map[string]string) []chatrelay.AgentKey {
 	keys := make([]chatrelay.AgentKey, 0, len(m))
 	for id, js := range m {
 		var k chatrelay.AgentKey
@@ -93,7 +143,7 @@ func (s *Store) AgentKeys(ctx context.Context) ([]chatrelay.AgentKey, error) {
 		}
 		return -cmpString(a.ID, b.ID)
 	})
-	return keys, nil
+	return keys
 }
 
 func cmpString(a, b string) int {
