@@ -81,7 +81,7 @@ func TestDeviceLinkOpensAsTheOwner(t *testing.T) {
 	owner.click("#device-done")
 	owner.click("#devices-close")
 	// The owner's bar stays one row, within the screen, at any width.
-	for _, w := range []int64{390, 500, 700, 900, 1280} {
+	for _, w := range []int64{390, 500, 640, 700, 896, 900, 1280} {
 		owner.do(soon, "a screen's width", chromedp.EmulateViewport(w, 800))
 		owner.waitJS(soon, "the header on one row within the screen", onOneRow+` && document.querySelector("header.bar").scrollWidth <= innerWidth`)
 	}
