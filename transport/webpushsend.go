@@ -72,9 +72,10 @@ type pusher struct {
 	total   *prometheus.CounterVec
 	claims  *prometheus.CounterVec // won: "true" (this node sends the change's pushes) or "false" (another does)
 
-	keyMu  sync.Mutex // guards keyRaw, key
-	keyRaw []byte
-	key    *webpush.VAPID
+	keyMu   sync.Mutex // guards keyRaw, key, keyRead
+	keyRaw  []byte
+	key     *webpush.VAPID
+	keyRead time.Time // when the store's key was last read
 }
 
 // pushTask is one change to push (ev), or one push to send again (job).
@@ -139,8 +140,15 @@ func orDefault(v, def int) int {
 	return def
 }
 
-// vapid is the store's VAPID key, parsed once per key (a rotate by the
-// CLI is picked up at the next push).
+// pushKeyRecheck is how long pushes are signed with the VAPID key last
+// read before the store's is read again: a rotate by the CLI (another
+// process, or another node) is picked up within it, or at once by a push
+// that a push service refuses with 401 or 403 (send), or by a GET of the
+// public key on this node.
+const pushKeyRecheck = 30 * time.Second
+
+// vapid reads the store's VAPID key, parsed once per key (the same
+// *VAPID while the key is the same: it keeps its signed JWTs).
 func (ps *pusher) vapid(ctx context.Context) (*webpush.VAPID, error) {
 	raw, err := ps.st.VAPIDKey(ctx)
 	if err != nil {
@@ -155,7 +163,20 @@ func (ps *pusher) vapid(ctx context.Context) (*webpush.VAPID, error) {
 		}
 		ps.key, ps.keyRaw = k, raw
 	}
+	ps.keyRead = ps.s.cfg.Now()
 	return ps.key, nil
+}
+
+// sendKey is the VAPID key a push is signed with: the one last read if
+// that was less than pushKeyRecheck ago, else the store's (vapid).
+func (ps *pusher) sendKey(ctx context.Context) (*webpush.VAPID, error) {
+	ps.keyMu.Lock()
+	k, age := ps.key, ps.s.cfg.Now().Sub(ps.keyRead)
+	ps.keyMu.Unlock()
+	if k != nil && age >= 0 && age < pushKeyRecheck {
+		return k, nil
+	}
+	return ps.vapid(ctx)
 }
 
 // note takes a feed batch's changes to the queue, never waiting.
@@ -313,7 +334,7 @@ func (ps *pusher) grantActive(ctx context.Context, thread string, sub chatrelay.
 // again.
 func (ps *pusher) send(ctx context.Context, j *pushJob) {
 	j.attempt++
-	v, err := ps.vapid(ctx)
+	v, err := ps.sendKey(ctx)
 	if err != nil {
 		ps.again(ctx, j, 0)
 		return
@@ -321,6 +342,14 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 	sender := *ps.sender
 	sender.VAPID = v
 	res, err := sender.Send(ctx, j.msg)
+	if err == nil && (res.Status == 401 || res.Status == 403) {
+		// Signed with a key rotated since it was read? Read the store's;
+		// if it is another, this attempt is made again with it.
+		if nv, kerr := ps.vapid(ctx); kerr == nil && nv != v {
+			sender.VAPID = nv
+			res, err = sender.Send(ctx, j.msg)
+		}
+	}
 	switch {
 	case ctx.Err() != nil:
 		return

@@ -13,15 +13,23 @@ import (
 	"math/big"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 )
 
 // MaxJWTLife is the longest a VAPID JWT may live (RFC 8292 §2: exp no
-// more than 24 hours from the request). JWTLife is what Sign gives one.
+// more than 24 hours from the request). JWTLife is what Authorization
+// gives one; it reuses one for its origin until it has no more than
+// JWTRenew left (then signs a new one).
 const (
 	MaxJWTLife = 24 * time.Hour
 	JWTLife    = 12 * time.Hour
+	JWTRenew   = time.Hour
 )
+
+// maxTokens bounds the JWTs one VAPID keeps: one per push service origin
+// (a handful in practice: FCM, Mozilla's, Apple's, Microsoft's).
+const maxTokens = 256
 
 // VAPID is the server's VAPID key pair (RFC 8292, P-256) and its
 // contact (the JWT's sub: "mailto:…" or "https://…"). It is safe for
@@ -30,6 +38,15 @@ type VAPID struct {
 	key     *ecdsa.PrivateKey
 	public  string // base64url of the uncompressed public point: the k parameter
 	Subject string
+
+	mu     sync.Mutex
+	tokens map[string]token // by aud + "\x00" + sub: the JWT reused
+}
+
+// token is a signed Authorization header and its JWT's exp.
+type token struct {
+	header string
+	exp    time.Time
 }
 
 // NewVAPIDKey makes a fresh key pair and returns its private key, raw
@@ -78,11 +95,48 @@ func CheckSubject(s string) error {
 
 // Authorization is the Authorization header of a push request to
 // endpoint: "vapid t=<JWT>, k=<public key>" (RFC 8292 §3), the JWT's aud
-// being the endpoint's origin and its exp now + JWTLife.
+// being the endpoint's origin. One JWT is signed per origin (exp now +
+// JWTLife) and reused while its exp is more than JWTRenew and at most
+// MaxJWTLife after now (a clock set back gets a new one too): an ECDSA
+// signature per push costs more than the rest of the header.
 func (v *VAPID) Authorization(endpoint *url.URL, now time.Time) (string, error) {
-	claims := map[string]any{"aud": Origin(endpoint), "exp": now.Add(JWTLife).Unix()}
-	if v.Subject != "" {
-		claims["sub"] = v.Subject
+	aud, sub := Origin(endpoint), v.Subject
+	id := aud + "\x00" + sub
+	v.mu.Lock()
+	t, ok := v.tokens[id]
+	v.mu.Unlock()
+	if left := t.exp.Sub(now); ok && left > JWTRenew && left <= MaxJWTLife {
+		return t.header, nil
+	}
+	exp := time.Unix(now.Add(JWTLife).Unix(), 0)
+	h, err := v.sign(aud, sub, exp)
+	if err != nil {
+		return "", err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.tokens == nil {
+		v.tokens = map[string]token{}
+	}
+	if len(v.tokens) >= maxTokens {
+		for k, t := range v.tokens { // the ones no longer reused first; all, if that is not enough
+			if t.exp.Sub(now) <= JWTRenew {
+				delete(v.tokens, k)
+			}
+		}
+		if len(v.tokens) >= maxTokens {
+			clear(v.tokens)
+		}
+	}
+	v.tokens[id] = token{header: h, exp: exp}
+	return h, nil
+}
+
+// sign makes the Authorization header of a new JWT.
+func (v *VAPID) sign(aud, sub string, exp time.Time) (string, error) {
+	claims := map[string]any{"aud": aud, "exp": exp.Unix()}
+	if sub != "" {
+		claims["sub"] = sub
 	}
 	body, _ := json.Marshal(claims)
 	enc := base64.RawURLEncoding

@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -109,6 +110,54 @@ func TestVAPID(t *testing.T) {
 		assert.True(t, CheckSubject(bad) != nil, "contact %q taken", bad)
 	}
 	assert.Success(t, CheckSubject("https://example.com/contact"))
+}
+
+// TestVAPIDReuse: one JWT per push service origin, reused (the same
+// header) for any endpoint of that origin until it has JWTRenew left,
+// then a new one with a full JWTLife; another origin, or a clock set
+// back, gets its own; every header verifies at the time it is used. The
+// tokens kept are bounded.
+func TestVAPIDReuse(t *testing.T) {
+	t.Parallel()
+	v, err := ParseVAPID(NewVAPIDKey(), "mailto:ops@example.com")
+	assert.Success(t, err)
+	t0 := time.Unix(1_800_000_000, 0)
+	fcm1, _ := url.Parse("https://fcm.googleapis.com/fcm/send/aaa")
+	fcm2, _ := url.Parse("https://fcm.googleapis.com/fcm/send/bbb")
+	moz, _ := url.Parse("https://updates.push.services.mozilla.com/wpush/v2/ccc")
+	auth := func(u *url.URL, now time.Time) (string, int64) {
+		t.Helper()
+		h, err := v.Authorization(u, now)
+		assert.Success(t, err)
+		claims, _, err := pushtest.VerifyVAPID(h, &url.URL{Scheme: u.Scheme, Host: u.Host}, now)
+		assert.Success(t, err)
+		return h, int64(claims["exp"].(float64))
+	}
+	first, exp := auth(fcm1, t0)
+	assert.Equal(t, "first exp", exp, t0.Add(JWTLife).Unix())
+	again, _ := auth(fcm2, t0.Add(time.Minute))
+	assert.Equal(t, "the same origin a minute later: the same JWT", again, first)
+	late, _ := auth(fcm1, t0.Add(JWTLife-JWTRenew-time.Second))
+	assert.Equal(t, "the same origin with just over JWTRenew left: the same JWT", late, first)
+	other, _ := auth(moz, t0.Add(time.Minute))
+	assert.True(t, other != first, "another origin got the same JWT")
+	renewAt := t0.Add(JWTLife - JWTRenew)
+	renewed, exp := auth(fcm1, renewAt)
+	assert.True(t, renewed != first, "a JWT with JWTRenew left was reused")
+	assert.Equal(t, "the renewed JWT's exp", exp, renewAt.Add(JWTLife).Unix())
+	reused, _ := auth(fcm2, renewAt.Add(time.Minute))
+	assert.Equal(t, "the renewed JWT reused", reused, renewed)
+	back, exp := auth(fcm1, t0.Add(-13*time.Hour))
+	assert.True(t, back != renewed && exp == t0.Add(-time.Hour).Unix(), "a clock set back 13 h: exp %d", exp)
+
+	for i := range maxTokens + 10 {
+		u, _ := url.Parse(fmt.Sprintf("https://push%d.example.com/x", i))
+		auth(u, t0)
+	}
+	v.mu.Lock()
+	n := len(v.tokens)
+	v.mu.Unlock()
+	assert.True(t, n > 0 && n <= maxTokens, "%d tokens kept, at most %d", n, maxTokens)
 }
 
 // fakeNet is a resolver whose answers a test scripts (each name's answers

@@ -81,7 +81,20 @@ type Service struct {
 	subs   map[string]Subscription
 	pushes []Push
 	counts map[string]int
+	bound  map[string]string // path → the VAPID key its subscription was made with
 	wake   chan struct{}
+}
+
+// Bind makes the Service refuse (403) a push to path signed by another
+// VAPID key than key, as a push service refuses a push whose key is not
+// the applicationServerKey the subscription was made with.
+func (s *Service) Bind(path, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bound == nil {
+		s.bound = map[string]string{}
+	}
+	s.bound[path] = key
 }
 
 // NewService starts a Service on 127.0.0.1 (closed at the test's end).
@@ -135,6 +148,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
 	sub, ok := s.subs[r.URL.Path]
 	s.counts[r.URL.Path]++
 	n := s.counts[r.URL.Path]
+	want, bound := s.bound[r.URL.Path]
 	s.mu.Unlock()
 	switch {
 	case !ok:
@@ -151,6 +165,9 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
 	a := Answer{Status: http.StatusCreated}
 	if s.Respond != nil {
 		a = s.Respond(r.URL.Path, n)
+	}
+	if bound && p.Key != want {
+		a = Answer{Status: http.StatusForbidden}
 	}
 	s.mu.Lock()
 	s.pushes = append(s.pushes, p)
