@@ -51,7 +51,11 @@ const (
 	DefaultHTTPWriteTimeout  = 30 * time.Second // streams clear it and set DefaultWriteTimeout per write
 	DefaultOpsWriteTimeout   = 90 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
-	DefaultShutdownTimeout   = 5 * time.Second // SIGINT/SIGTERM: every stream ended within it
+	// DefaultTransferTime is how long an attachment's upload may take to
+	// arrive, or its download to leave (past DefaultReadTimeout and
+	// DefaultHTTPWriteTimeout: a 10 MiB file over 1 Mbit/s takes 80 s).
+	DefaultTransferTime    = 10 * time.Minute
+	DefaultShutdownTimeout = 5 * time.Second // SIGINT/SIGTERM: every stream ended within it
 
 	DefaultData = "./data" // the data folder (--data)
 	DefaultAddr = "127.0.0.1:8080"
@@ -69,6 +73,13 @@ const (
 	DefaultMCPSessions       = 500
 	DefaultMCPSessionsPerKey = 20
 	DefaultMCPSessionIdle    = 30 * time.Minute
+	// Web Push (contract Part 5).
+	DefaultPushWorkers  = 4                // goroutines that send pushes
+	DefaultPushQueue    = 1024             // changes waiting for them; one more is not pushed (counted "dropped")
+	DefaultPushAttempts = 5                // attempts of one push (a 429, a 5xx or no answer tries again)
+	DefaultPushWindow   = 10 * time.Minute // every attempt of one push within it
+	DefaultPushReplyTTL = 24 * time.Hour   // how long a push service keeps a reply for an offline device
+	DefaultPushClaim    = 15 * time.Minute // a push's claim in a shared store (one node sends it)
 )
 
 // Webhooks (contract Part 5, "Events out: webhooks"): the delivery's

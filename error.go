@@ -67,8 +67,16 @@ const (
 	InvalidCard        Code = "invalid_card"
 	// chatrelay's own, where the contract is silent.
 	TooManyReactions Code = "too_many_reactions"
+	// Part 5 (attachments).
+	AttachmentTooLarge Code = "attachment_too_large"
+	TooManyAttachments Code = "too_many_attachments"
+	InvalidAttachment  Code = "invalid_attachment"
 	// Part 5 (devices).
 	DeviceLimit Code = "device_limit"
+	// Part 5 (Web Push).
+	InvalidPushEndpoint Code = "invalid_push_endpoint"
+	PushLimit           Code = "push_limit"
+	PushDisabled        Code = "push_disabled"
 )
 
 // CodeInfo is a row of the code table: a code, the HTTP status of an
@@ -125,7 +133,13 @@ var codeTable = []CodeInfo{
 	{CapReached, 429, false, "the grant's cap is spent"},
 	{ParticipantsUnreadable, 503, false, "the participants record does not parse"},
 	{TooManyReactions, 409, false, "a new emoji on a message that has the most distinct ones"},
+	{AttachmentTooLarge, 413, false, "an upload over the size limit of one file or of the thread"},
+	{TooManyAttachments, 409, false, "more attachments on one message than it may carry"},
+	{InvalidAttachment, 400, false, "an attachment id that is unknown, of another thread or already used; or a bad name"},
 	{DeviceLimit, 409, false, "the thread has the most active devices"},
+	{InvalidPushEndpoint, 400, false, "a push subscription that is not https, whose host is a private address, or not of a subscription's shape"},
+	{PushLimit, 409, false, "the thread has the most push subscriptions"},
+	{PushDisabled, 404, false, "push is turned off on this server (--push=false)"},
 }
 
 // CodeTable returns the code table: every code with its status, whether

@@ -91,10 +91,23 @@ var (
 	LimitEndedListed = Limit{"participant.ended_listed", 0, 30 * 24 * 3600, Seconds}
 	LimitEndedKept   = Limit{"participant.ended_kept", 0, 100, Count}
 
+	// Attachments (Part 5). LimitAttachmentBytes is the default of
+	// --max-attachment-bytes; the running server's is in limits.json.
+	LimitAttachments       = Limit{"message.attachments", 0, 10, Items}
+	LimitAttachmentBytes   = Limit{"attachment.size", 0, 10 << 20, Bytes}
+	LimitThreadAttachments = Limit{"thread.attachments", 0, 100 << 20, Bytes}   // the distinct bytes a thread stores
+	LimitAttachmentName    = Limit{"attachment.name", 1, 200, CodePoints}       // once cleaned
+	LimitAttachmentUnused  = Limit{"attachment.unreferenced", 0, 3600, Seconds} // an upload no post names is deleted after it
 	// Devices (Part 5): a device's life, and the active devices of a
 	// thread (beside its share links, not among them).
 	LimitDeviceExpiresIn = Limit{"device.expires_in", 3600, 31536000, Seconds}
 	LimitActiveDevices   = Limit{"device.active", 0, 10, Count}
+	// Web Push (Part 5): subscriptions per thread, and a push's payload
+	// before encryption, whose strings are cut (not refused) to
+	// LimitPushString.
+	LimitPushSubscriptions = Limit{"push.subscriptions", 0, 20, Count}
+	LimitPushPayload       = Limit{"push.payload", 0, 3072, JSONUTF8Bytes}
+	LimitPushString        = Limit{"push.string", 0, 500, CodePoints}
 )
 
 // InviteWindow is the sliding window of LimitInvites.
@@ -115,7 +128,9 @@ func Limits() []Limit {
 		LimitClientID, LimitThreadTitle, LimitWaitTimeout,
 		LimitName, LimitExpiresIn, LimitCap, LimitActiveGrants, LimitWaitingPosts, LimitAuditKept,
 		LimitInvites, LimitEndedListed, LimitEndedKept,
+		LimitAttachments, LimitAttachmentBytes, LimitThreadAttachments, LimitAttachmentName, LimitAttachmentUnused,
 		LimitDeviceExpiresIn, LimitActiveDevices,
+		LimitPushSubscriptions, LimitPushPayload, LimitPushString,
 	}
 }
 
@@ -185,7 +200,8 @@ func Patterns() map[string]*regexp.Regexp {
 	return map[string]*regexp.Regexp{
 		"client_id": ClientIDPattern, "interaction_id": InteractionIDPattern, "message_id": MessageIDPattern,
 		"thread": ThreadPattern, "token": TokenPattern, "participant_id": ParticipantIDPattern, "share_token": ShareTokenPattern,
-		"device_id": DeviceIDPattern, "device_token": DeviceTokenPattern,
+		"attachment_id": AttachmentIDPattern,
+		"device_id":     DeviceIDPattern, "device_token": DeviceTokenPattern,
 	}
 }
 

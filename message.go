@@ -37,6 +37,7 @@ type Message struct {
 	Interaction *Interaction `json:"interaction,omitempty"` // hermes asks for input or approval
 	Card        *Card        `json:"card,omitempty"`        // hermes's card
 	Reactions   Reactions    `json:"reactions,omitempty"`   // emoji → reactors, in the order they reacted
+	Attachments []Attachment `json:"attachments,omitempty"` // files the post named (Part 5)
 }
 
 // v1Message is the frozen v1 message object: exactly these five fields.
@@ -50,9 +51,10 @@ type v1Message struct {
 
 // MarshalMessage encodes m as the v1 message object, without HTML escaping
 // (the text is shown as text, and "<" reads better than "\u003c" in a log).
-// It never carries a v2 field.
+// It never carries a v2 field: a message's attachments are lines of its
+// text (v1Text).
 func MarshalMessage(m Message) []byte {
-	return marshal(v1Message{ID: m.ID, Epoch: m.Epoch, TS: m.TS, Author: m.Author, Text: m.Text})
+	return marshal(v1Message{ID: m.ID, Epoch: m.Epoch, TS: m.TS, Author: m.Author, Text: V1Text(m)})
 }
 
 // MarshalMessageV2 encodes m as the v2 message object: the v1 fields, rev

@@ -151,6 +151,16 @@ func ValidParticipantID(s string) bool {
 // line, draw itself reversed, or pass for another by an invisible
 // difference.
 func CleanName(name string) (string, error) {
+	s := cleanName(name, LimitName.Max)
+	if s == "" {
+		return "", Errorf(InvalidName, "the name is empty once cleaned (control characters and [ ] < > are removed)")
+	}
+	return s, nil
+}
+
+// cleanName is CleanName's cleaning, cut to max code points ("" if
+// nothing is left): an attachment's name is cleaned the same way.
+func cleanName(name string, max int) string {
 	if !utf8.ValidString(name) {
 		name = strings.ToValidUTF8(name, " ")
 	}
@@ -171,13 +181,10 @@ func CleanName(name string) (string, error) {
 		b.WriteRune(r)
 	}
 	s := b.String()
-	if r := []rune(s); len(r) > LimitName.Max {
-		s = strings.TrimSpace(string(r[:LimitName.Max]))
+	if r := []rune(s); len(r) > max {
+		s = strings.TrimSpace(string(r[:max]))
 	}
-	if s == "" {
-		return "", Errorf(InvalidName, "the name is empty once cleaned (control characters and [ ] < > are removed)")
-	}
-	return s, nil
+	return s
 }
 
 // Invite is what the owner asks for: a participant's name, role, kind,
@@ -241,7 +248,7 @@ func (in Invite) Grant(now time.Time) (Grant, string) {
 // (Grant.AuditOf).
 type AuditEvent struct {
 	At          int64  `json:"at"`
-	Event       string `json:"event"`                 // issued, revoked, expired, refused, first_use; device_issued, device_revoked, device_expired, device_first_use
+	Event       string `json:"event"`                 // issued, revoked, expired, refused, first_use, upload; device_issued, device_revoked, device_expired, device_first_use
 	Participant string `json:"participant,omitempty"` // a participant's event: its id
 	Device      string `json:"device,omitempty"`      // a device's event: its id
 	Code        Code   `json:"code,omitempty"`
@@ -255,4 +262,5 @@ const (
 	AuditExpired  = "expired"
 	AuditRefused  = "refused"
 	AuditFirstUse = "first_use"
+	AuditUpload   = "upload" // a participant uploaded an attachment (Part 5)
 )

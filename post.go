@@ -2,6 +2,7 @@ package chatrelay
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -26,6 +27,11 @@ type NewMessage struct {
 	// Title, when set, becomes the thread's title (open_thread: hermes
 	// starts a conversation). Checked by CheckTitle.
 	Title string
+	// Attachments are the ids of uploads of the thread (Part 5) that the
+	// message carries: the store refuses an unknown or used one
+	// (InvalidAttachment) and stores their objects in the message. With
+	// attachments the text may be empty.
+	Attachments []string
 }
 
 // Prepare checks m and fills what it implies: the default author, a
@@ -36,6 +42,9 @@ func (m *NewMessage) Prepare(now time.Time) (*Interaction, error) {
 		m.Author = Operator
 	}
 	if err := CheckClientID(m.ClientID); err != nil {
+		return nil, err
+	}
+	if err := CheckAttachmentIDs(m.Attachments); err != nil {
 		return nil, err
 	}
 	if m.Title != "" {
@@ -61,6 +70,10 @@ func (m *NewMessage) Prepare(now time.Time) (*Interaction, error) {
 		m.Text = m.Card.FallbackText
 		return nil, nil
 	}
+	if len(m.Attachments) > 0 && strings.TrimSpace(m.Text) == "" {
+		m.Text = "" // the attachments are the message
+		return nil, nil
+	}
 	return nil, CheckText(m.Text)
 }
 
@@ -69,7 +82,8 @@ func (m *NewMessage) Prepare(now time.Time) (*Interaction, error) {
 // interaction's stored text names its deadline, so questions are compared
 // by what was asked.)
 func SameContent(stored Message, m NewMessage) bool {
-	if stored.Author != m.Author || stored.AuthorName != m.AuthorName {
+	if stored.Author != m.Author || stored.AuthorName != m.AuthorName ||
+		!slices.Equal(AttachmentIDs(stored.Attachments), m.Attachments) && !(len(stored.Attachments) == 0 && len(m.Attachments) == 0) {
 		return false
 	}
 	switch {

@@ -491,6 +491,13 @@ func RedactMessage(m Message) (Message, bool) {
 		m.Card = &c
 	}
 	m.Reactions = r.reactions(m.Reactions)
+	if len(m.Attachments) > 0 {
+		as := slices.Clone(m.Attachments)
+		for i := range as {
+			as[i].Name = r.to(as[i].Name, LimitAttachmentName)
+		}
+		m.Attachments = as
+	}
 	return m, r.changed
 }
 

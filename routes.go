@@ -19,6 +19,8 @@ const (
 	PathTicket       = "/api/chat/ticket"
 	PathRespond      = "/api/chat/respond"
 	PathReact        = "/api/chat/react"
+	PathAttachments  = "/api/chat/attachments"
+	PathAttachment   = PathAttachments + "/{id}"
 	PathParticipants = "/api/chat/participants"
 	PathParticipant  = PathParticipants + "/{id}"
 	PathAudit        = PathParticipants + "/audit"
@@ -35,7 +37,10 @@ const (
 	PathHealthz      = "/healthz"
 	PathReadyz       = "/readyz"
 	PathMetrics      = "/metrics"
-	PathMCP          = "/mcp" // MCP's Streamable HTTP (serve --mcp; Part 5)
+	PathMCP          = "/mcp"             // MCP's Streamable HTTP (serve --mcp; Part 5)
+	PathPushKey      = "/api/push/key"    // Part 5: the VAPID public key
+	PathPush         = "/api/chat/push"   // Part 5: the caller's push subscriptions
+	PathPushOne      = PathPush + "/{id}" // Part 5: one of them
 )
 
 // Callers says who may call a route: a set of principals. The zero value,
@@ -77,12 +82,14 @@ type Route struct {
 	Callers      Callers // who may call it
 	Body         string  // the $defs entry of its request body; "" if it takes none
 	Status       int     // the status of its success answer
+	StatusAgain  int     // another success status of the same answer, if any (200: an endpoint already subscribed)
 	Answer       string  // the $defs entry of that answer; "" if it has none (the 410)
 	AnswerV2     string  // the $defs entry of the answer with ?v=2, if it has its own
 	Stream       string  // StreamSSE or StreamWebSocket: it opens a stream (v=1 and v=2 alike) and authenticates itself (tickets too)
 	PHP          bool    // also served with a .php suffix (Part 1)
 	CORS         bool    // pages of the allowed origins may call it
 	Participants bool    // it needs a store that keeps participants (else 404)
+	Ticket       bool    // the gate also takes a ticket (?ticket=, Part 2's): a browser's <img> cannot send headers
 	AnyMethod    bool    // every method gets its handler (the 410)
 	Private      bool    // left off the main listener when metrics are private (--metrics-addr)
 	Mount        Mount
@@ -115,6 +122,8 @@ var routeTable = []Route{
 	{Method: "GET", Path: PathParticipants, Callers: Owners, Status: 200, Answer: "participants.answer", CORS: true, Participants: true},
 	{Method: "DELETE", Path: PathParticipant, Callers: Owners, Status: 200, Answer: "participant.revoke.answer", CORS: true, Participants: true},
 	{Method: "GET", Path: PathAudit, Callers: Owners, Status: 200, Answer: "audit.answer", CORS: true, Participants: true},
+	{Method: "POST", Path: PathAttachments, Callers: Writers, Status: 201, Answer: "attachment.answer", CORS: true},
+	{Method: "GET", Path: PathAttachment, Callers: Members, Ticket: true, CORS: true}, // 200: the bytes (no JSON answer)
 	{Method: "GET", Path: PathWhoami, Callers: Members, Status: 200, Answer: "whoami.answer", CORS: true},
 	{Method: "POST", Path: PathDevices, Callers: CallerOwner, Body: "device.issue.body", Status: 201, Answer: "device.issue.answer", CORS: true, Participants: true},
 	{Method: "GET", Path: PathDevices, Callers: Owners, Status: 200, Answer: "devices.answer", CORS: true, Participants: true},
@@ -123,6 +132,10 @@ var routeTable = []Route{
 	{Method: "GET", Path: PathWS, Callers: Members, Stream: StreamWebSocket},
 	{Method: "GET", Path: PathSchema, Callers: Anyone, Status: 200, Answer: "schema.answer", CORS: true},
 	{Method: "GET", Path: PathLimits, Callers: Anyone, Status: 200, Answer: "limits.answer", CORS: true},
+	{Method: "GET", Path: PathPushKey, Callers: Anyone, Status: 200, Answer: "push.key.answer", CORS: true},
+	{Method: "POST", Path: PathPush, Callers: Members, Body: "push.subscribe.body", Status: 201, StatusAgain: 200, Answer: "push.subscribe.answer", CORS: true},
+	{Method: "GET", Path: PathPush, Callers: Members, Status: 200, Answer: "push.list.answer", CORS: true},
+	{Method: "DELETE", Path: PathPushOne, Callers: Members, Status: 200, Answer: "push.unsubscribe.answer", CORS: true},
 	{Method: "POST", Path: PathRetired, Callers: Anyone, PHP: true, AnyMethod: true},
 	{Method: "", Path: PathAPI, Callers: Anyone},
 	{Method: "GET", Path: PathPage, Callers: Anyone, Mount: MountPage},

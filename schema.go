@@ -227,6 +227,7 @@ func buildSchema() obj {
 	d.sse()
 	d.ws()
 	d.verbs()
+	d.push()
 	defs := obj(d)
 	return obj{
 		"$schema":          SchemaDraft,
@@ -278,7 +279,11 @@ func xRoutes() obj {
 			r[key+"?v=2"] = obj{"stream": rt.Stream, "view": "v2"}
 			continue
 		}
-		r[key] = routeEntry(rt.Body, rt.Status, rt.Answer)
+		e := routeEntry(rt.Body, rt.Status, rt.Answer)
+		if rt.StatusAgain != 0 {
+			e["answers"].(obj)[strconv.Itoa(rt.StatusAgain)] = rt.Answer
+		}
+		r[key] = e
 		if rt.AnswerV2 != "" {
 			r[key+"?v=2"] = routeEntry(rt.Body, rt.Status, rt.AnswerV2)
 		}

@@ -18,6 +18,7 @@ func (d defSet) ids() {
 	d.add("client_id", pattern(ClientIDPattern, "an idempotency key: a repeat with the same client_id stores nothing and answers the first message again"))
 	d.add("participant_id", pattern(ParticipantIDPattern, "a participant id"))
 	d.add("share_token", pattern(ShareTokenPattern, "a share token, sent as Authorization: Bearer; shown once"))
+	d.add("attachment_id", pattern(AttachmentIDPattern, "an attachment id: an upload of the thread, named once by a post"))
 	d.add("device_id", pattern(DeviceIDPattern, "a device id"))
 	d.add("device_token", pattern(DeviceTokenPattern, "a device token, sent as Authorization: Bearer; shown once"))
 	d.add("epoch", epoch(""))
@@ -34,7 +35,7 @@ func (d defSet) messages() {
 		"text": text(LimitPostText, "the text; an interaction's readable rendering, or a card's fallback_text"),
 	}
 	d.add("message", object("the v1 message object: exactly these five fields", v1, "id", "epoch", "ts", "author", "text"))
-	d.add("message.v2", withProps(object("the v2 message object: the v1 fields, rev, and the v2 fields the message has", v1,
+	d.add("message.v2", textMayBeEmpty(withProps(object("the v2 message object: the v1 fields, rev, and the v2 fields the message has", v1,
 		"id", "epoch", "ts", "author", "text"), obj{
 		"rev":         epoch("the epoch of the message's latest change (its epoch if it never changed): the v2 cursor"),
 		"author_name": str(LimitName, "a participant's name; on a hermes message, the name of the agent key it was written with (MCP over HTTP, Part 5)"),
@@ -42,7 +43,17 @@ func (d defSet) messages() {
 		"interaction": ref("interaction"),
 		"card":        ref("card"),
 		"reactions":   ref("reactions"),
-	}, "rev"))
+		"attachments": array(LimitAttachments, ref("attachment"), "the files the post named, in its order"),
+	}, "rev"), "attachments"))
+	d.add("attachment", object("an attachment: an uploaded file (Part 5); GET "+PathAttachments+"/{id} serves its bytes", obj{
+		"id":     ref("attachment_id"),
+		"name":   str(LimitAttachmentName, "the file's name, cleaned as a participant's name"),
+		"type":   describe(obj{"type": "string"}, "the media type the uploader sent (how it is served is decided from the bytes)"),
+		"size":   integer(0, LimitThreadAttachments.Max, fmt.Sprintf("bytes: at most the server's --max-attachment-bytes (default %d; limits.json states it)", LimitAttachmentBytes.Max)),
+		"sha256": describe(obj{"type": "string", "pattern": "^[0-9a-f]{64}$"}, "the SHA-256 of the bytes, lowercase hex"),
+		"width":  integer(1, -1, "an image's width in pixels, read from its header"),
+		"height": integer(1, -1, "an image's height in pixels, read from its header"),
+	}, "id", "name", "type", "size", "sha256"))
 	d.add("reactions", describe(obj{
 		"type":                 "object",
 		"propertyNames":        ref("emoji"),
@@ -108,7 +119,7 @@ func (d defSet) participants() {
 	}, "id", "name", "kind", "role"))
 	d.add("audit.event", oneOf("one audit record: never a token, a digest or a message text; a participant's or a device's",
 		object("a participant's event", obj{
-			"at": ref("epoch"), "event": enum("", "issued", "revoked", "expired", "refused", "first_use"),
+			"at": ref("epoch"), "event": enum("", "issued", "revoked", "expired", "refused", "first_use", "upload"),
 			"participant": ref("participant_id"), "code": ref("code"), "ip": describe(obj{"type": "string"}, "the client address"),
 		}, "at", "event", "participant"),
 		object("a device's event (Part 5)", obj{
@@ -125,11 +136,11 @@ func (d defSet) participants() {
 
 // bodies adds the $defs entries: request bodies.
 func (d defSet) bodies() {
-	d.add("post.body", open("POST "+PathPost+", and a participant's post (which carries no kind)", obj{
+	d.add("post.body", withAttachments(open("POST "+PathPost+", and a participant's post (which carries no kind)", obj{
 		"text":      text(LimitPostText, "the message; rejected, never truncated, past its limit"),
 		"kind":      enum("operator (the default; null too) or agent; never hermes", string(Operator), string(Agent), nil),
 		"client_id": oneOf("", ref("client_id"), obj{"type": "null"}),
-	}, "text"))
+	}, "text")))
 	d.add("respond.body", oneOf("POST "+PathRespond+": a decision answers an approval, a value an input",
 		open("", obj{"interaction_id": ref("interaction_id"), "decision": enum("", Approve, Deny)}, "interaction_id", "decision"),
 		open("", obj{"interaction_id": ref("interaction_id"), "value": text(LimitAnswerValue, "a choice's value, or any text when allow_text")}, "interaction_id", "value"),
@@ -201,6 +212,9 @@ func (d defSet) answers() {
 		"reset":    boolean("retention dropped a message changed after since: redraw"),
 		"awaiting": boolean("the last message was not written by hermes"), "cursor": epoch("the thread's newest change"),
 	}, "success", "thread", "messages", "reset", "awaiting", "cursor"))
+	d.add("attachment.answer", object("201 to an upload (POST "+PathAttachments+")", obj{
+		"success": ok, "attachment": ref("attachment"),
+	}, "success", "attachment"))
 	d.add("ticket.answer", object("201 to POST "+PathTicket, obj{
 		"success": ok, "ticket": describe(obj{"type": "string", "minLength": 1}, "opaque; opens a stream with ?ticket="),
 		"thread": ref("thread"), "expires_at": ref("epoch"),
@@ -268,11 +282,11 @@ func (d defSet) ws() {
 	errFrame["properties"] = errProps
 	errFrame["required"] = append(slices.Clone(errFrame["required"].([]string)), "type")
 	d.add("ws.error", describe(errFrame, "the answer to a client frame that was refused"))
-	d.add("ws.post", open("a client's frame: post over the socket (not with a ticket)", obj{
+	d.add("ws.post", withAttachments(open("a client's frame: post over the socket (not with a ticket)", obj{
 		"type": constant("post"), "text": text(LimitPostText, ""),
 		"kind":      enum("", string(Operator), string(Agent), nil),
 		"client_id": oneOf("", ref("client_id"), obj{"type": "null"}),
-	}, "type", "text"))
+	}, "type", "text")))
 	d.add("ws.frame", oneOf("any frame the server sends on a v1 socket",
 		ref("ws.ready"), ref("ws.reset"), ref("ws.message"), ref("ws.posted"), ref("ws.error")))
 	d.add("ws.v2.frame", oneOf("any frame the server sends on a v2 socket (v=2)",
@@ -352,4 +366,27 @@ func limitsAnswer() obj {
 			"messages": integer(1, -1, "the newest N"), "age_seconds": seconds(),
 		}, "messages", "age_seconds"),
 	}, "schema_version", "limits", "patterns", "rate_limits", "streams", "retention")
+}
+
+// withAttachments adds a post's "attachments" to the body b: with at least
+// one, its text may be empty (or white space).
+func withAttachments(b obj) obj {
+	return textMayBeEmpty(withProps(b, obj{"attachments": array(LimitAttachments, ref("attachment_id"), "uploads of the thread (POST "+PathAttachments+"), each named by one post only")}), "attachments")
+}
+
+// textMayBeEmpty returns a copy of o whose "text" may be empty (or white
+// space) when its array property list has an item.
+func textMayBeEmpty(o obj, list string) obj {
+	c := maps.Clone(o)
+	props := maps.Clone(c["properties"].(obj))
+	t := maps.Clone(props["text"].(obj))
+	delete(t, "pattern")
+	delete(t, "minLength")
+	props["text"] = t
+	c["properties"] = props
+	c["anyOf"] = []any{
+		obj{"properties": obj{"text": obj{"minLength": 1, "pattern": `\S`}}},
+		obj{"required": []string{list}, "properties": obj{list: obj{"minItems": 1}}},
+	}
+	return c
 }

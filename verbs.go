@@ -67,7 +67,7 @@ func verbDefs() []verbDef {
 
 // verbParts are the schemas several verbs share.
 type verbParts struct {
-	thread, clientID, ixID, wait, messageResult, interactionResult obj
+	thread, clientID, ixID, wait, messageResult, interactionResult, attachments obj
 }
 
 func newVerbParts() verbParts {
@@ -75,6 +75,11 @@ func newVerbParts() verbParts {
 	v.thread = pattern(ThreadPattern, "the thread id (16 hex characters)")
 	v.clientID = pattern(ClientIDPattern, "optional idempotency key: calling again with it stores nothing new and answers the first message")
 	v.ixID = pattern(InteractionIDPattern, "the interaction id (ix_…)")
+	v.attachments = array(LimitAttachments, object("a file", obj{
+		"name": describe(obj{"type": "string", "minLength": 1}, fmt.Sprintf("the file's name; cleaned, then cut to %d code points", LimitAttachmentName.Max)),
+		"type": describe(obj{"type": "string"}, "its media type (default application/octet-stream)"),
+		"data": describe(obj{"type": "string", "contentEncoding": "base64"}, fmt.Sprintf("its bytes, base64 (at most %d bytes once decoded)", LimitAttachmentBytes.Max)),
+	}, "name", "data"), "files the message carries (the text may then be empty)")
 	v.wait = integer(LimitWaitTimeout.Min, LimitWaitTimeout.Max, fmt.Sprintf("seconds to wait, at most %d; 0 or absent: %d", LimitWaitTimeout.Max, LimitWaitTimeout.Max))
 	v.messageResult = object("the v2 message written, and whether it was already stored under its client_id", obj{
 		"message": ref("message.v2"), "replayed": boolean(""),
@@ -139,7 +144,8 @@ func (v verbParts) askVerbs() []verbDef {
 		{
 			VerbSend, "Send a message to a thread as hermes.",
 			object("", obj{
-				"thread": v.thread, "text": text(LimitPostText, "the message; refused, never truncated, past its limit"), "client_id": v.clientID,
+				"thread": v.thread, "text": str(Limit{LimitPostText.Name, 0, LimitPostText.Max, CodePoints}, "the message; refused, never truncated, past its limit; may be empty with attachments"), "client_id": v.clientID,
+				"attachments": v.attachments,
 			}, "thread", "text"),
 			v.messageResult,
 		},
@@ -150,6 +156,7 @@ func (v verbParts) askVerbs() []verbDef {
 				"choices":    array(LimitChoices, choice(), "the answers offered; values unique"),
 				"allow_text": boolean("any text may answer, not only a choice"),
 				"timeout":    timeout(LimitInputTimeout, DefaultInputTimeout), "client_id": v.clientID,
+				"attachments": v.attachments,
 			}, "thread", "prompt"),
 			v.interactionResult,
 		},
@@ -160,6 +167,7 @@ func (v verbParts) askVerbs() []verbDef {
 				"title":   str(LimitApprovalTitle, "the tool or action"),
 				"details": array(LimitDetails, detail(), "labelled facts"),
 				"timeout": timeout(LimitApprovalTime, DefaultApprovalTimeout), "client_id": v.clientID,
+				"attachments": v.attachments,
 			}, "thread", "summary"),
 			v.interactionResult,
 		},
@@ -199,7 +207,7 @@ func (v verbParts) markVerbs() []verbDef {
 			VerbSendCard, "Send a card: a title, fallback text and blocks (text, fields, link, code), drawn as text.",
 			object("", obj{
 				"thread": v.thread, "card": card(cardBlock(object("", obj{"label": str(LimitFieldLabel, ""), "value": str(LimitFieldValue, "")}, "label", "value"))),
-				"client_id": v.clientID,
+				"client_id": v.clientID, "attachments": v.attachments,
 			}, "thread", "card"),
 			v.messageResult,
 		},

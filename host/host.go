@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -137,9 +138,10 @@ func (v *Verbs) ReadThread(ctx context.Context, in ReadThreadInput) (ReadThreadR
 
 // SendInput is send's input: a hermes message.
 type SendInput struct {
-	Thread   string `json:"thread"`
-	Text     string `json:"text"`
-	ClientID string `json:"client_id,omitempty"`
+	Thread      string            `json:"thread"`
+	Text        string            `json:"text"`
+	ClientID    string            `json:"client_id,omitempty"`
+	Attachments []AttachmentInput `json:"attachments,omitempty"` // attach.go
 }
 
 // MessageResult is the result of the verbs that write a message: the v2
@@ -154,7 +156,16 @@ func (v *Verbs) Send(ctx context.Context, in SendInput) (MessageResult, error) {
 	if err := v.checkThread(in.Thread); err != nil {
 		return MessageResult{}, err
 	}
-	e, err := v.Store.Append(ctx, in.Thread, store.NewMessage{Author: chatrelay.Hermes, AuthorName: v.AuthorName, Text: in.Text, ClientID: in.ClientID, MustExist: true})
+	if strings.TrimSpace(in.Text) != "" || len(in.Attachments) == 0 {
+		if err := chatrelay.CheckText(in.Text); err != nil {
+			return MessageResult{}, err // before any file is stored
+		}
+	}
+	ids, err := v.attach(ctx, in.Thread, in.ClientID, in.Attachments)
+	if err != nil {
+		return MessageResult{}, err
+	}
+	e, err := v.Store.Append(ctx, in.Thread, store.NewMessage{Author: chatrelay.Hermes, AuthorName: v.AuthorName, Text: in.Text, ClientID: in.ClientID, MustExist: true, Attachments: ids})
 	return messageResult(e, err)
 }
 
@@ -174,6 +185,8 @@ type RequestInputInput struct {
 	AllowText bool               `json:"allow_text,omitempty"`
 	Timeout   int                `json:"timeout,omitempty"` // seconds; 0: 600
 	ClientID  string             `json:"client_id,omitempty"`
+	// Attachments are files the question shows (attach.go).
+	Attachments []AttachmentInput `json:"attachments,omitempty"`
 }
 
 // RequestApprovalInput is request_approval's input.
@@ -184,6 +197,9 @@ type RequestApprovalInput struct {
 	Details  []chatrelay.Detail `json:"details,omitempty"`
 	Timeout  int                `json:"timeout,omitempty"` // seconds; 0: 3600
 	ClientID string             `json:"client_id,omitempty"`
+	// Attachments are files the approval is about: the diff, the
+	// screenshot (attach.go).
+	Attachments []AttachmentInput `json:"attachments,omitempty"`
 }
 
 // InteractionResult is the result of the verbs about one interaction:
@@ -201,13 +217,13 @@ type InteractionResult struct {
 // RequestInput asks the person for input.
 func (v *Verbs) RequestInput(ctx context.Context, in RequestInputInput) (InteractionResult, error) {
 	return v.ask(ctx, in.Thread, in.ClientID, chatrelay.Ask{Type: chatrelay.Input, Title: in.Title, Prompt: in.Prompt,
-		Choices: in.Choices, AllowText: in.AllowText, Timeout: seconds(in.Timeout)})
+		Choices: in.Choices, AllowText: in.AllowText, Timeout: seconds(in.Timeout)}, in.Attachments)
 }
 
 // RequestApproval asks the person to approve or deny.
 func (v *Verbs) RequestApproval(ctx context.Context, in RequestApprovalInput) (InteractionResult, error) {
 	return v.ask(ctx, in.Thread, in.ClientID, chatrelay.Ask{Type: chatrelay.Approval, Title: in.Title, Prompt: in.Summary,
-		Details: in.Details, Timeout: seconds(in.Timeout)})
+		Details: in.Details, Timeout: seconds(in.Timeout)}, in.Attachments)
 }
 
 func seconds(n int) time.Duration {
@@ -217,11 +233,20 @@ func seconds(n int) time.Duration {
 	return time.Duration(n) * time.Second
 }
 
-func (v *Verbs) ask(ctx context.Context, thread, clientID string, a chatrelay.Ask) (InteractionResult, error) {
+func (v *Verbs) ask(ctx context.Context, thread, clientID string, a chatrelay.Ask, files []AttachmentInput) (InteractionResult, error) {
 	if err := v.checkThread(thread); err != nil {
 		return InteractionResult{}, err
 	}
-	e, err := v.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, AuthorName: v.AuthorName, Ask: &a, ClientID: clientID, MustExist: true})
+	if len(files) > 0 {
+		if err := a.Check(); err != nil {
+			return InteractionResult{}, err // before any file is stored
+		}
+	}
+	ids, err := v.attach(ctx, thread, clientID, files)
+	if err != nil {
+		return InteractionResult{}, err
+	}
+	e, err := v.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, AuthorName: v.AuthorName, Ask: &a, ClientID: clientID, MustExist: true, Attachments: ids})
 	if err != nil {
 		return InteractionResult{}, err
 	}
@@ -329,9 +354,10 @@ func (v *Verbs) React(ctx context.Context, in ReactInput) (MessageResult, error)
 
 // SendCardInput is send_card's input.
 type SendCardInput struct {
-	Thread   string          `json:"thread"`
-	Card     *chatrelay.Card `json:"card"`
-	ClientID string          `json:"client_id,omitempty"`
+	Thread      string            `json:"thread"`
+	Card        *chatrelay.Card   `json:"card"`
+	ClientID    string            `json:"client_id,omitempty"`
+	Attachments []AttachmentInput `json:"attachments,omitempty"` // attach.go
 }
 
 // SendCard posts a hermes card.
@@ -342,7 +368,14 @@ func (v *Verbs) SendCard(ctx context.Context, in SendCardInput) (MessageResult, 
 	if in.Card == nil {
 		return MessageResult{}, chatrelay.Errorf(chatrelay.InvalidCard, "a card is needed")
 	}
-	e, err := v.Store.Append(ctx, in.Thread, store.NewMessage{Author: chatrelay.Hermes, AuthorName: v.AuthorName, Card: in.Card, ClientID: in.ClientID, MustExist: true})
+	if err := in.Card.Check(); err != nil {
+		return MessageResult{}, err
+	}
+	ids, err := v.attach(ctx, in.Thread, in.ClientID, in.Attachments)
+	if err != nil {
+		return MessageResult{}, err
+	}
+	e, err := v.Store.Append(ctx, in.Thread, store.NewMessage{Author: chatrelay.Hermes, AuthorName: v.AuthorName, Card: in.Card, ClientID: in.ClientID, MustExist: true, Attachments: ids})
 	return messageResult(e, err)
 }
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/chatrelay/chatrelay"
@@ -41,9 +42,10 @@ func writeBytes(w http.ResponseWriter, status int, b []byte) {
 // postBody is the body of a post: {"text": "…", "kind": "operator"|"agent",
 // "client_id": "…"}.
 type postBody struct {
-	Text     string
-	Kind     chatrelay.Author
-	ClientID string
+	Text        string
+	Kind        chatrelay.Author
+	ClientID    string
+	Attachments []string // uploads of the thread (Part 5): the text may then be empty
 }
 
 // parsePost decodes and checks a post body of who. It is the one parser
@@ -55,14 +57,27 @@ func parsePost(data []byte, who principal) (postBody, error) {
 		return postBody{}, chatrelay.Errorf(chatrelay.InvalidJSON, "the body is not a JSON object")
 	}
 	var p postBody
+	if a, ok := raw["attachments"]; ok && string(a) != "null" {
+		if json.Unmarshal(a, &p.Attachments) != nil {
+			return postBody{}, chatrelay.Errorf(chatrelay.InvalidAttachment, "attachments must be an array of attachment ids")
+		}
+		if err := chatrelay.CheckAttachmentIDs(p.Attachments); err != nil {
+			return postBody{}, err
+		}
+	}
 	t, ok := raw["text"]
-	if !ok || len(t) == 0 || t[0] != '"' || json.Unmarshal(t, &p.Text) != nil {
+	if !ok && len(p.Attachments) > 0 {
+		t = []byte(`""`) // the attachments are the message
+	}
+	if !ok && len(p.Attachments) == 0 || len(t) == 0 || t[0] != '"' || json.Unmarshal(t, &p.Text) != nil {
 		return postBody{}, chatrelay.Errorf(chatrelay.InvalidText, "text must be a non-empty string")
 	}
 	if !utf8.Valid(t) || chatrelay.LoneSurrogate(t) { // json.Unmarshal would quietly turn them into U+FFFD
 		return postBody{}, chatrelay.Errorf(chatrelay.InvalidText, "text is not valid UTF-8")
 	}
-	if err := chatrelay.CheckText(p.Text); err != nil {
+	if len(p.Attachments) > 0 && strings.TrimSpace(p.Text) == "" {
+		p.Text = ""
+	} else if err := chatrelay.CheckText(p.Text); err != nil {
 		return postBody{}, err
 	}
 	p.Kind = chatrelay.Operator

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,8 +64,15 @@ func FuzzParsePost(f *testing.F) {
 		if err := json.Unmarshal(data, &raw); err != nil || !utf8.Valid(raw["text"]) {
 			t.Fatalf("accepted a text sent as %q", raw["text"])
 		}
-		again, err := parsePost([]byte(jsonBody(map[string]any{"text": p.Text, "kind": p.Kind})), principal{role: chatrelay.Owner})
-		if err != nil || again != p {
+		body := map[string]any{"text": p.Text, "kind": p.Kind}
+		if p.Attachments != nil {
+			body["attachments"] = p.Attachments
+		}
+		if p.ClientID != "" {
+			body["client_id"] = p.ClientID
+		}
+		again, err := parsePost([]byte(jsonBody(body)), principal{role: chatrelay.Owner})
+		if err != nil || !reflect.DeepEqual(again, p) {
 			t.Fatalf("re-encoded post %+v parses to %+v, %v", p, again, err)
 		}
 	})

@@ -41,6 +41,8 @@ func (s *Server) handlers() map[string]handler {
 		on(http.MethodDelete, chatrelay.PathParticipant): {handle: s.handleRevoke},
 		on(http.MethodGet, chatrelay.PathAudit):          {handle: s.handleAudit},
 		on(http.MethodGet, chatrelay.PathWhoami):         {handle: s.handleWhoami},
+		on(http.MethodPost, chatrelay.PathAttachments):   {handle: s.handleUpload},      // attach.go
+		on(http.MethodGet, chatrelay.PathAttachment):     {handle: s.handleAttachment},  // attach.go
 		on(http.MethodPost, chatrelay.PathDevices):       {handle: s.handleDeviceIssue}, // devices.go
 		on(http.MethodGet, chatrelay.PathDevices):        {handle: s.handleDevices},
 		on(http.MethodDelete, chatrelay.PathDevice):      {handle: s.handleDeviceRevoke},
@@ -48,6 +50,10 @@ func (s *Server) handlers() map[string]handler {
 		on(http.MethodGet, chatrelay.PathWS):             {serve: s.handleWS},
 		on(http.MethodGet, chatrelay.PathSchema):         {serve: schemaArtifact()}, // schema.go
 		on(http.MethodGet, chatrelay.PathLimits):         {serve: s.limitsArtifact()},
+		on(http.MethodGet, chatrelay.PathPushKey):        {serve: s.handlePushKey}, // webpush.go
+		on(http.MethodPost, chatrelay.PathPush):          {handle: s.handlePushSubscribe},
+		on(http.MethodGet, chatrelay.PathPush):           {handle: s.handlePushList},
+		on(http.MethodDelete, chatrelay.PathPushOne):     {handle: s.handlePushDelete},
 		on(http.MethodPost, chatrelay.PathRetired):       {serve: s.handleGone},
 		chatrelay.Route{Path: chatrelay.PathAPI}.Key():   {serve: s.handleNotFound},
 		on(http.MethodGet, chatrelay.PathPage):           {serve: s.page()},
@@ -209,7 +215,13 @@ func (s *Server) methods(rts []route) http.Handler {
 // authenticate.)
 func (s *Server) gate(rt route, h func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
-		p, err := s.authenticate(r)
+		var p principal
+		var err error
+		if rt.row.Ticket {
+			p, err = s.streamAuth(r) // a ticket, or the headers
+		} else {
+			p, err = s.authenticate(r)
+		}
 		if err == nil {
 			err = rt.who.allows(p)
 		}
@@ -249,7 +261,7 @@ func (s *Server) cors(h http.Handler) http.Handler {
 			hd.Add("Vary", "Origin")
 			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 				hd.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
-				hd.Set("Access-Control-Allow-Headers", "X-Chat-Token, Authorization, Content-Type, Last-Event-ID")
+				hd.Set("Access-Control-Allow-Headers", "X-Chat-Token, Authorization, Content-Type, Last-Event-ID, X-Filename")
 				hd.Set("Access-Control-Max-Age", "600")
 				w.WriteHeader(http.StatusNoContent)
 				return

@@ -27,6 +27,10 @@ type liveGrants struct {
 	s  *Server
 	mu sync.Mutex // guards m
 	m  map[string]*liveGrant
+	// noting is held (write) while an expiry is noted and audited here;
+	// one who finds an expiry noted takes it (read) first, so that what
+	// follows (a refusal, a stream's end) comes after the audit event.
+	noting sync.RWMutex
 }
 
 type liveGrant struct {
@@ -80,11 +84,30 @@ func (l *liveGrants) end(thread, id string, cause error) {
 	}
 }
 
-// expire runs at a grant's expiry: its streams end, and the expiry is
-// audited (once for every node and process).
+// expiryAuditWait is how long an expiry waits at most for its audit
+// before ending the grant's streams: a store slower than that does not
+// hold them open past the contract's second.
+const expiryAuditWait = 500 * time.Millisecond
+
+// expire runs at a grant's expiry: the expiry is audited (once for every
+// node and process), then its streams end. Audited first, so that one who
+// sees a stream end finds the expiry in the audit (the store records that
+// an expiry was noticed before it appends the event: a request refused
+// meanwhile writes none), unless the store takes longer than
+// expiryAuditWait; the audit then lands a little after.
 func (l *liveGrants) expire(thread string, g chatrelay.Grant) {
+	noted := make(chan struct{})
+	go func() { // ends with the store's calls (each bounded by the store)
+		defer close(noted)
+		l.s.noteExpired(context.Background(), thread, g)
+	}()
+	wait := time.NewTimer(expiryAuditWait)
+	defer wait.Stop()
+	select {
+	case <-noted:
+	case <-wait.C:
+	}
 	l.end(thread, g.ID, chatrelay.ErrLinkExpired)
-	l.s.noteExpired(context.Background(), thread, g)
 }
 
 // recheck looks again at the grants of thread that have streams here,
@@ -129,11 +152,23 @@ func (l *liveGrants) recheck(thread string) {
 	}
 }
 
-// noteExpired audits a grant's expiry the first time it is noticed.
+// noteExpired audits a grant's expiry the first time it is noticed. The
+// store records that an expiry was noticed, then the event is appended:
+// in between, this process's other callers (the feed's recheck that the
+// record's change sets off, a request with the token) wait here, so none
+// refuses the grant or ends its streams before the event is in the audit.
+// (Another process or node may, for that moment.)
 func (s *Server) noteExpired(ctx context.Context, thread string, g chatrelay.Grant) {
-	if s.parts == nil || g.ExpiryNoted {
+	if s.parts == nil {
 		return
 	}
+	if g.ExpiryNoted {
+		s.live.noting.RLock()
+		s.live.noting.RUnlock()
+		return
+	}
+	s.live.noting.Lock()
+	defer s.live.noting.Unlock()
 	if first, err := s.parts.NoteExpired(ctx, thread, g.ID); err == nil && first {
 		s.auditGrant(nil, thread, g, chatrelay.AuditExpired, "")
 	}

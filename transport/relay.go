@@ -22,6 +22,9 @@ func (s *Server) Run(ctx context.Context) error {
 	rechecks := newThreadQueue()
 	var wg sync.WaitGroup
 	wg.Go(func() { x.run(ctx) })
+	if s.push != nil {
+		wg.Go(func() { s.push.run(ctx) }) // push delivery (webpushsend.go)
+	}
 	wg.Go(func() { // a thread's participants changed: look at its live grants
 		for {
 			threads, ok := rechecks.pop(ctx)
@@ -46,6 +49,7 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) relay(b store.Batch, x *expiries, rechecks *threadQueue) {
 	s.ops.feedBatch(b)
 	x.noteBatch(b)
+	s.push.note(b) // never waits
 	if b.Participants {
 		rechecks.push(b.Thread)
 		return

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -45,5 +46,34 @@ func schemaArtifact() http.HandlerFunc {
 // limitsArtifact serves the limits with this server's windows, stream
 // limits and retention.
 func (s *Server) limitsArtifact() http.HandlerFunc {
-	return artifact(chatrelay.LimitsArtifact(s.cfg.Windows, s.cfg.StreamLimits, s.cfg.Retention), "application/json")
+	b := chatrelay.LimitsArtifact(s.cfg.Windows, s.cfg.StreamLimits, s.cfg.Retention)
+	if s.cfg.MaxAttachmentBytes != int64(chatrelay.LimitAttachmentBytes.Max) {
+		b = withMaxAttachment(b, s.cfg.MaxAttachmentBytes)
+	}
+	return artifact(b, "application/json")
+}
+
+// withMaxAttachment is the limits artifact b stating max as the limit of
+// one attachment (--max-attachment-bytes), rendered as b is.
+func withMaxAttachment(b []byte, max int64) []byte {
+	var doc map[string]any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if dec.Decode(&doc) != nil {
+		return b
+	}
+	limits, _ := doc["limits"].(map[string]any)
+	l, _ := limits[chatrelay.LimitAttachmentBytes.Name].(map[string]any)
+	if l == nil {
+		return b
+	}
+	l["max"] = max
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if enc.Encode(doc) != nil {
+		return b
+	}
+	return out.Bytes()
 }

@@ -57,9 +57,16 @@ type Config struct {
 	// PrivateMetrics leaves GET /metrics off this handler: it is served
 	// only by OpsHandler, on a private listener (--metrics-addr).
 	PrivateMetrics bool
+	// MaxAttachmentBytes is the most bytes of one attachment
+	// (--max-attachment-bytes); defaults to chatrelay.LimitAttachmentBytes.
+	MaxAttachmentBytes int64
 	// MCP serves MCP over HTTP at <prefix>/mcp (serve --mcp) to agent keys
 	// the store keeps (store.Agents); nil: /mcp is not_found (mcp.go).
 	MCP MCPHandler
+	// Push turns Web Push on (contract Part 5; webpush.go); nil, or a
+	// store that keeps no subscriptions: its routes answer 404
+	// push_disabled.
+	Push *PushConfig
 }
 
 // Server is the chat's HTTP handler. Run feeds its hub from the store;
@@ -73,6 +80,7 @@ type Server struct {
 	streams chatrelay.StreamLimiter
 	tickets tickets
 	parts   store.Participants // nil if the store keeps no participants
+	push    *pusher            // nil if push is off (webpushsend.go)
 	live    *liveGrants        // the grants with open streams here
 	origins map[string]bool
 	log     *slog.Logger
@@ -120,6 +128,9 @@ func NewServer(cfg Config) *Server {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = chatrelay.DefaultHeartbeat
 	}
+	if cfg.MaxAttachmentBytes <= 0 {
+		cfg.MaxAttachmentBytes = int64(chatrelay.LimitAttachmentBytes.Max)
+	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = chatrelay.DefaultWriteTimeout
 	}
@@ -146,6 +157,7 @@ func NewServer(cfg Config) *Server {
 		s.origins[c] = true
 	}
 	s.initOps()
+	s.push = newPusher(s, cfg.Push)
 	s.routes()
 	return s
 }

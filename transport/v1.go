@@ -90,7 +90,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request, who principa
 // window it gets the answer a retry would get, never 429.
 func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBody) (store.Entry, error) {
 	thread := who.thread
-	m := store.NewMessage{Author: p.Kind, Text: p.Text, ClientID: p.ClientID}
+	m := store.NewMessage{Author: p.Kind, Text: p.Text, ClientID: p.ClientID, Attachments: p.Attachments}
 	if who.participant() { // a device posts as the owner
 		g := who.grant
 		m.Author, m.AuthorName, m.Participant = g.Author(), g.Name, g.ID

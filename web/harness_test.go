@@ -118,6 +118,7 @@ type server struct {
 	Addr string
 	Data string
 	args []string
+	env  []string // more of the process's environment ("K=V")
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -129,7 +130,14 @@ type server struct {
 // data folder and extra flags.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, Addr: "127.0.0.1:0", Data: t.TempDir(), args: args}
+	return startServerEnv(t, nil, args...)
+}
+
+// startServerEnv is startServer with more environment for the process
+// (env: "K=V").
+func startServerEnv(t *testing.T, env []string, args ...string) *server {
+	t.Helper()
+	s := &server{t: t, Addr: "127.0.0.1:0", Data: t.TempDir(), args: args, env: env}
 	s.start()
 	t.Cleanup(func() {
 		s.stop()
@@ -146,7 +154,7 @@ func (s *server) start() {
 	s.t.Helper()
 	args := append([]string{"serve", "--addr", s.Addr, "--data", s.Data, "--log-level", "debug"}, s.args...)
 	cmd := exec.Command(chatrelayBin, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), s.env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		s.t.Fatal(err)

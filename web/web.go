@@ -1,11 +1,16 @@
 // Package web is the browser page, embedded in the binary and served at the
 // prefix root: index.html, app.css, app.js (the page), view.js (its
-// drawing), people.js (the owner's People panel) and chat.js (the client
-// module, which other sites may import), with t-link.js (which adopts a
-// claim link's token, <base>/#t=…, and a device link's, <base>/d#chd_…)
-// and devices.js (the owner's devices panel); at /p the participant page
-// (p.html, with p-link.js) that a share link opens; and at /d the owner's
-// page again, which a device link opens (contract Part 5).
+// drawing), people.js (the owner's People panel), push.js (the "Notify
+// me" switch) and chat.js (the client module, which other sites may
+// import), with t-link.js (which adopts a claim link's token, <base>/#t=…,
+// and a device link's, <base>/d#chd_…) and devices.js (the owner's devices
+// panel); at /p the participant page (p.html, with p-link.js) that a share
+// link opens; at /d the owner's page again, which a device link opens
+// (contract Part 5); and sw.js, the service worker that shows Web Push
+// notifications and answers their Approve and Deny. Served from the prefix
+// root, the worker's scope is the whole page (no Service-Worker-Allowed
+// header is needed), and like every file it is revalidated on each load
+// (no-cache).
 package web
 
 import (

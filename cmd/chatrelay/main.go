@@ -62,6 +62,7 @@ var commands = []command{
 		"share the conversation with a link (shown once), list, revoke and audit the links", share},
 	{"device", "THREAD --name NAME [--expires-in D] [--public-url URL] | device list THREAD [--json] | device revoke THREAD ID",
 		"open the conversation on another device of the owner's: its link (shown once), list and revoke devices", device},
+	{"push", "rotate-key", "make a new VAPID key pair for Web Push (printed: its public key); browsers subscribed with the old one must subscribe again", push},
 	{"watch", "[--data DIR] [--since EPOCH] [--all] [--v2]", "new messages of every thread, and interaction updates, one JSON line each (no server needed)",
 		func(ctx context.Context, e cmdEnv) error { return watch(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
 	{"subscribe", "--server URL [--token T | --ticket K] [--since N]", "one thread's live stream from a remote server, one JSON line each",

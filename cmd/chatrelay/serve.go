@@ -132,6 +132,9 @@ func (f *serveFlags) newServer(ctx context.Context, st *store.Backend, log *slog
 	if err := f.mcp.start(st, &f.server, f.server.Limiter, log); err != nil {
 		return nil, err
 	}
+	if err := startPush(ctx, f.server.Push, st.Store, log); err != nil {
+		return nil, err
+	}
 	return transport.NewServer(f.server), nil
 }
 
@@ -171,7 +174,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.IntVar(&l.PerThread, "max-streams-per-thread", chatrelay.DefaultStreamsPerThread, "open SSE and WebSocket streams allowed per thread; its participants together may hold three quarters of them, the rest is kept for the owner")
 	fs.IntVar(&l.PerIP, "max-streams-per-ip", chatrelay.DefaultStreamsPerIP, "open SSE and WebSocket streams allowed per client address (an IPv6 address by its /64)")
 	publicURL := fs.String("public-url", "", "the public `URL` of the server (https://chat.example.com, with the prefix if any) that share links start with; default: each request's scheme and Host. The host CLI's share takes it from the data folder")
+	fs.Int64Var(&f.server.MaxAttachmentBytes, "max-attachment-bytes", int64(chatrelay.LimitAttachmentBytes.Max), fmt.Sprintf("most `bytes` of one attachment; one more is 413 attachment_too_large (at most a thread's %d)", chatrelay.LimitThreadAttachments.Max))
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	pushf := registerPush(fs) // --push, --push-contact, --push-allow-host (push.go)
 	f.ops.register(fs)
 	f.mcp.register(fs)
 	f.hooks.register(fs)
@@ -201,6 +206,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 		}
 	}
 	f.server.AllowedOrigins = origins
+	if f.server.Push, err = pushf.config(); err != nil {
+		return nil, err
+	}
 	if *publicURL != "" {
 		if f.server.PublicURL, err = transport.CheckPublicURL(*publicURL); err != nil {
 			return nil, usageError("--public-url " + err.Error())
@@ -213,6 +221,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	if w.PerThread < 1 || w.PerIP < 1 || w.Window <= 0 || f.sweepEvery <= 0 || f.server.Heartbeat <= 0 ||
 		f.server.TicketTTL <= 0 || l.PerThread < 1 || l.PerIP < 1 {
 		return nil, usageError("--rate-*, --sweep-every, --heartbeat, --ticket-ttl and --max-streams-* must be positive")
+	}
+	if f.server.MaxAttachmentBytes < 1 || f.server.MaxAttachmentBytes > int64(chatrelay.LimitThreadAttachments.Max) {
+		return nil, usageError(fmt.Sprintf("--max-attachment-bytes must be 1 … %d", chatrelay.LimitThreadAttachments.Max))
 	}
 	f.server.PrivateMetrics = f.ops.metricsAddr != ""
 	if err := f.mcp.check(); err != nil {

@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"mime"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -78,12 +80,19 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func reply(ctx context.Context, e cmdEnv) error {
-	v := newVerb("reply", `THREAD TEXT [--data DIR] [--client-id ID]   (TEXT "-" reads standard input)`, e.stderr, true)
+	v := newVerb("reply", `THREAD TEXT [--attach FILE]… [--data DIR] [--client-id ID]   (TEXT "-" reads standard input)`, e.stderr, true)
+	var attach listFlag
+	v.fs.Var(&attach, "attach", fmt.Sprintf("a `file` the message carries (repeatable, at most %d, each at most %d bytes); TEXT may then be empty", chatrelay.LimitAttachments.Max, chatrelay.LimitAttachmentBytes.Max))
 	h, done, err := v.open(ctx, e, 2, "THREAD and TEXT")
 	if err != nil {
 		return err
 	}
 	defer done()
+	files, closeFiles, err := openAttachments(attach)
+	if err != nil {
+		return err
+	}
+	defer closeFiles()
 	text := v.fs.Arg(1)
 	if text == "-" {
 		b, err := io.ReadAll(io.LimitReader(e.stdin, 1<<20))
@@ -92,7 +101,7 @@ func reply(ctx context.Context, e cmdEnv) error {
 		}
 		text = strings.TrimSuffix(string(b), "\n")
 	}
-	r, err := h.Send(ctx, host.SendInput{Thread: v.fs.Arg(0), Text: text, ClientID: v.clientID})
+	r, err := h.Send(ctx, host.SendInput{Thread: v.fs.Arg(0), Text: text, ClientID: v.clientID, Attachments: files})
 	if err != nil {
 		return err
 	}
@@ -134,7 +143,7 @@ func (d *detailFlag) Set(s string) error {
 }
 
 func ask(ctx context.Context, e cmdEnv) error {
-	v := newVerb("ask", "THREAD (--input PROMPT [--choice VALUE[=LABEL]]... [--allow-text] | --approval SUMMARY [--detail LABEL=VALUE]...) [--title T] [--timeout D] [--wait [--keep-on-interrupt]] [--data DIR]", e.stderr, true)
+	v := newVerb("ask", "THREAD (--input PROMPT [--choice VALUE[=LABEL]]... [--allow-text] | --approval SUMMARY [--detail LABEL=VALUE]...) [--title T] [--timeout D] [--attach FILE]... [--wait [--keep-on-interrupt]] [--data DIR]", e.stderr, true)
 	input := v.fs.String("input", "", fmt.Sprintf("ask for input: the `prompt` (≤ %d characters)", chatrelay.LimitInputPrompt.Max))
 	approval := v.fs.String("approval", "", fmt.Sprintf("ask for approval: the `summary` of what hermes would do (≤ %d characters)", chatrelay.LimitApprovalText.Max))
 	title := v.fs.String("title", "", fmt.Sprintf("the `title` (input ≤ %d, approval: the tool or action, ≤ %d)", chatrelay.LimitInputTitle.Max, chatrelay.LimitApprovalTitle.Max))
@@ -149,11 +158,18 @@ func ask(ctx context.Context, e cmdEnv) error {
 		inLo, inHi, chatrelay.DefaultInputTimeout, apLo, apHi, chatrelay.DefaultApprovalTimeout))
 	wait := v.fs.Bool("wait", false, "wait for the answer and say it in the exit status: 0 approved or answered, 10 denied, 11 expired, 12 canceled")
 	keep := v.fs.Bool("keep-on-interrupt", false, "with --wait: an interrupt (Ctrl-C) or SIGTERM leaves the interaction pending instead of canceling it")
+	var attach listFlag
+	v.fs.Var(&attach, "attach", fmt.Sprintf("a `file` the question shows, such as the diff or the screenshot an approval is about (repeatable, at most %d, each at most %d bytes)", chatrelay.LimitAttachments.Max, chatrelay.LimitAttachmentBytes.Max))
 	h, done, err := v.open(ctx, e, 1, "THREAD")
 	if err != nil {
 		return err
 	}
 	defer done()
+	files, closeFiles, err := openAttachments(attach)
+	if err != nil {
+		return err
+	}
+	defer closeFiles()
 	if (*input == "") == (*approval == "") {
 		return usageError("ask takes exactly one of --input PROMPT and --approval SUMMARY")
 	}
@@ -168,13 +184,13 @@ func ask(ctx context.Context, e cmdEnv) error {
 			return usageError("--detail is for --approval")
 		}
 		r, err = h.RequestInput(ctx, host.RequestInputInput{Thread: thread, Prompt: *input, Title: *title,
-			Choices: choices, AllowText: *allowText, Timeout: secs, ClientID: v.clientID})
+			Choices: choices, AllowText: *allowText, Timeout: secs, ClientID: v.clientID, Attachments: files})
 	} else {
 		if len(choices) > 0 || *allowText {
 			return usageError("--choice and --allow-text are for --input")
 		}
 		r, err = h.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: *approval, Title: *title,
-			Details: details, Timeout: secs, ClientID: v.clientID})
+			Details: details, Timeout: secs, ClientID: v.clientID, Attachments: files})
 	}
 	if err != nil {
 		return err
@@ -349,4 +365,31 @@ func openThread(ctx context.Context, e cmdEnv) error {
 		fmt.Fprintln(e.stderr, "chatrelay open: no public URL: put the server's address before the link, or give --public-url")
 	}
 	return printJSON(e.stdout, r)
+}
+
+// openAttachments opens the files of --attach, to be streamed into the
+// store (never read whole): each named by its base name, typed by its
+// extension. It refuses more than LimitAttachments before opening any.
+func openAttachments(paths []string) ([]host.AttachmentInput, func(), error) {
+	if err := chatrelay.LimitAttachments.CheckItems(chatrelay.TooManyAttachments, "--attach", len(paths)); err != nil {
+		return nil, func() {}, err
+	}
+	var files []host.AttachmentInput
+	var opened []*os.File
+	closeAll := func() {
+		for _, f := range opened {
+			f.Close()
+		}
+	}
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			closeAll()
+			return nil, func() {}, usageError(fmt.Sprintf("--attach %s: %v", p, errors.Unwrap(err)))
+		}
+		opened = append(opened, f)
+		typ := mime.TypeByExtension(filepath.Ext(p))
+		files = append(files, host.AttachmentInput{Name: filepath.Base(p), Type: typ, Body: f})
+	}
+	return files, closeAll, nil
 }

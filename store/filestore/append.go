@@ -15,7 +15,7 @@ import (
 // the thread's locks, and is written atomically (write, in atomic.go).
 
 // Append implements Store.
-func (s *File) Append(ctx context.Context, thread string, m store.NewMessage) (store.Entry, error) {
+func (s *File) Append(ctx context.Context, thread string, m store.NewMessage) (_ store.Entry, err error) {
 	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Entry{}, err
 	}
@@ -24,6 +24,14 @@ func (s *File) Append(ctx context.Context, thread string, m store.NewMessage) (s
 		return store.Entry{}, err
 	}
 	var e store.Entry
+	var gone map[string]bool // the attachments of the messages retention dropped
+	defer func() {
+		if len(gone) > 0 && err == nil {
+			if cerr := s.collectLocked(ctx, thread, gone); cerr != nil {
+				s.log.Warn("append: collect attachments", "thread", thread, "err", cerr)
+			}
+		}
+	}()
 	err = s.mutate(ctx, thread, !m.MustExist && m.Participant == "", func(d threadDoc, now time.Time) (threadDoc, func(), error) {
 		var grants []chatrelay.Grant
 		gi := -1
@@ -36,8 +44,15 @@ func (s *File) Append(ctx context.Context, thread string, m store.NewMessage) (s
 				return d, nil, err
 			}
 		}
-		nd, ne, err := appendTo(d, m, ix, s.opt.Retention, now)
+		as, err := s.attachTo(thread, d, m.Attachments, now)
+		if err != nil && !(m.ClientID != "" && slices.ContainsFunc(d.msgs, func(e store.Entry) bool { return e.ClientID == m.ClientID })) {
+			return d, nil, err // (a repeat's attachments are its own, used: appendTo answers it)
+		}
+		nd, ne, err := appendTo(d, m, ix, as, s.opt.Retention, now)
 		e = ne
+		if err == nil && !ne.Replayed {
+			gone = droppedFiles(d.msgs, nd.msgs)
+		}
 		if err != nil || ne.Replayed || gi < 0 {
 			return nd, nil, err
 		}
@@ -225,4 +240,23 @@ func (s *File) write(thread string, doc []byte) (pin *os.File, id fileID, err er
 		return nil, id, s.unavailable(thread, err)
 	}
 	return pin, id, nil
+}
+
+// droppedFiles lists the attachments of the messages of old (oldest
+// first) that are not in kept (retention dropped them: their attachments
+// go with them); nil if none.
+func droppedFiles(old, kept []store.Entry) map[string]bool {
+	var gone map[string]bool
+	for _, e := range old {
+		if len(kept) > 0 && e.Epoch >= kept[0].Epoch {
+			break
+		}
+		for _, a := range e.Attachments {
+			if gone == nil {
+				gone = map[string]bool{}
+			}
+			gone[a.ID] = true
+		}
+	}
+	return gone
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/chatrelay/chatrelay"
@@ -20,7 +21,10 @@ import (
 // added the thread's title; a thread without one is still written as
 // version 2 (the same bytes), so only a titled thread is refused by an
 // older binary.
-const docVersion = 3
+//
+// Version 4 added attachments (Part 5); a document is written as version 4
+// only while a message carries attachments.
+const docVersion = 4
 
 // document is the JSON file of one thread, <data>/chat/<thread>.json:
 //
@@ -74,6 +78,9 @@ func parseDocument(data []byte, thread string) (threadDoc, error) {
 	for i, m := range d.Messages {
 		if m.Epoch <= prev || m.ID == "" || m.Author == "" {
 			return threadDoc{}, fmt.Errorf("%w: message %d is out of order or incomplete", errBadDocument, i)
+		}
+		if d.Version < 4 && len(m.Attachments) > 0 {
+			return threadDoc{}, fmt.Errorf("%w: message %d of a version %d document has attachments", errBadDocument, i, d.Version)
 		}
 		if d.Version == 1 && (m.Rev != 0 || m.Interaction != nil || m.Card != nil || m.Reactions != nil || m.ClientID != "" || m.AuthorName != "") {
 			return threadDoc{}, fmt.Errorf("%w: message %d of a version 1 document has v2 fields", errBadDocument, i)
@@ -133,7 +140,10 @@ func appendDocument(b []byte, thread string, d threadDoc) []byte {
 	}
 	version := 2 // a thread without a title is the version 2 document it was
 	if d.title != "" {
-		version = docVersion
+		version = 3
+	}
+	if slices.ContainsFunc(d.msgs, func(e store.Entry) bool { return len(e.Attachments) > 0 }) {
+		version = 4
 	}
 	b = append(b, `{"version":`...)
 	b = strconv.AppendInt(b, int64(version), 10)

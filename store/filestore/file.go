@@ -75,9 +75,10 @@ type File struct {
 
 	createMu sync.Mutex // orders this process's thread creations (flock is per open file, not per goroutine)
 
-	index grantIndex // share-token digests to threads (participants.go)
-	pins  pinQueue   // the threads whose cached snapshot holds a descriptor
-	dsync *dirSync   // groups the folder fsyncs; nil with NoFsync
+	index  grantIndex // share-token digests to threads (participants.go)
+	claims pushClaims // the pushes this process claimed (push.go)
+	pins   pinQueue   // the threads whose cached snapshot holds a descriptor
+	dsync  *dirSync   // groups the folder fsyncs; nil with NoFsync
 
 	// lastFail is the last append whose write failed, until a later write
 	// or readiness probe of its size succeeds (Check).

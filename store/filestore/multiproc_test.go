@@ -51,6 +51,9 @@ func child(mode string) int {
 	if mode == "fdlimit" {
 		return fdLimitChild()
 	}
+	if mode == "attach" {
+		return attachChild() // attach_crash_test.go
+	}
 	data, thread := os.Getenv("CHATRELAY_TEST_DATA"), os.Getenv("CHATRELAY_TEST_THREAD")
 	n, _ := strconv.Atoi(os.Getenv("CHATRELAY_TEST_N"))
 	maxThreads, _ := strconv.Atoi(os.Getenv("CHATRELAY_TEST_MAX"))

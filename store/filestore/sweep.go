@@ -44,6 +44,7 @@ func (s *File) Sweep(ctx context.Context) (store.SweepStats, error) {
 			s.log.Warn("sweep", "thread", name, "err", err)
 		}
 	}
+	s.sweepUploads(ctx) // attachments.go: every thread's uploads, and removed threads' files
 	if err := s.recount(ctx); err != nil {
 		s.log.Warn("sweep: recount the threads", "err", err)
 	}
@@ -69,7 +70,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		return 0, false, err
 	}
 	defer unlock()
-	for _, pattern := range []string{".json.tmp-*", ".participants.json.tmp-*", ".audit.jsonl.tmp-*"} {
+	for _, pattern := range []string{".json.tmp-*", ".participants.json.tmp-*", ".audit.jsonl.tmp-*", ".push.json.tmp-*"} {
 		tmps, _ := filepath.Glob(filepath.Join(s.dir, "."+thread+pattern))
 		for _, tmp := range tmps {
 			os.Remove(tmp)
@@ -92,12 +93,31 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	if dropped == 0 {
 		return 0, false, nil
 	}
+	if gone := droppedFiles(d.msgs, msgs); gone != nil {
+		// The messages' attachments go with them (after the document is
+		// written: collected when this returns, under the same lock).
+		defer func() {
+			if err != nil {
+				return
+			}
+			var nd *threadDoc
+			if !removed {
+				if snap := t.snap.Load(); snap != nil {
+					nd = &snap.doc
+				}
+			}
+			if cerr := s.collect(thread, nd, gone); cerr != nil {
+				s.log.Warn("sweep: attachments", "thread", thread, "err", cerr)
+			}
+		}()
+	}
 	if len(msgs) == 0 {
 		if err := os.Remove(s.path(thread)); err != nil {
 			return 0, false, s.unavailable(thread, err)
 		}
-		// The thread is gone: its grants, audit and lock file go with it.
-		for _, p := range []string{s.participantsPath(thread), s.auditPath(thread)} {
+		// The thread is gone: its grants, audit, push subscriptions and
+		// lock file go with it.
+		for _, p := range []string{s.participantsPath(thread), s.auditPath(thread), s.pushPath(thread)} {
 			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				s.log.Warn("sweep: remove", "thread", thread, "err", err)
 			}

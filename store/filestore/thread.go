@@ -65,7 +65,7 @@ func newID(msgs []store.Entry, at time.Time) string {
 // interaction ix) appended at now and retention r applied, and the new
 // entry; or, if m carries the client_id of a retained message, d itself
 // and that message (Replayed) or ClientIDConflict.
-func appendTo(d threadDoc, m store.NewMessage, ix *chatrelay.Interaction, r chatrelay.Retention, now time.Time) (threadDoc, store.Entry, error) {
+func appendTo(d threadDoc, m store.NewMessage, ix *chatrelay.Interaction, as []chatrelay.Attachment, r chatrelay.Retention, now time.Time) (threadDoc, store.Entry, error) {
 	if m.ClientID != "" {
 		if i := slices.IndexFunc(d.msgs, func(e store.Entry) bool { return e.ClientID == m.ClientID }); i >= 0 {
 			e := d.msgs[i]
@@ -78,7 +78,7 @@ func appendTo(d threadDoc, m store.NewMessage, ix *chatrelay.Interaction, r chat
 	e := store.NewEntry(chatrelay.Message{
 		ID: newID(d.msgs, at), Epoch: epoch, TS: at.Format("2006-01-02T15:04:05+00:00"),
 		Author: m.Author, Text: m.Text, Rev: epoch,
-		AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card,
+		AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card, Attachments: as,
 	})
 	// Appended in place when the array has room: a document is never
 	// changed, but every holder of d sees only d.msgs[:len], and appends

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -39,7 +40,7 @@ func withRev(v1 []byte, rev int64) []byte {
 // caller has it (nil: it is encoded); the v2 object must then begin with
 // it (its v1 fields, byte for byte), or it is another message's.
 func v2Entry(v1 []byte, v2 string) (store.Entry, error) {
-	if v1 != nil && (len(v1) < 2 || len(v2) < len(v1) || v2[:len(v1)-1] != string(v1[:len(v1)-1]) || v2[len(v1)-1] != ',') {
+	if v1 != nil && !sameMessage(v1, v2) {
 		return store.Entry{}, errors.New("a v2 object that is not its message's")
 	}
 	var m chatrelay.Message
@@ -89,7 +90,19 @@ func v2Tail(m chatrelay.Message) string {
 // hasV2 reports whether m has a v2 field, so that its v2 object is more
 // than its v1 object and rev.
 func hasV2(m *chatrelay.Message) bool {
-	return m.AuthorName != "" || m.ClientID != "" || m.Interaction != nil || m.Card != nil || len(m.Reactions) > 0
+	return m.AuthorName != "" || m.ClientID != "" || m.Interaction != nil || m.Card != nil || len(m.Reactions) > 0 || len(m.Attachments) > 0
+}
+
+// sameMessage reports whether the v2 object v2 begins with the v1 JSON v1
+// (its v1 fields, byte for byte); for a message with attachments, whose
+// v1 text has a line per attachment, up to the text.
+func sameMessage(v1 []byte, v2 string) bool {
+	if len(v1) >= 2 && len(v2) >= len(v1) && v2[:len(v1)-1] == string(v1[:len(v1)-1]) && v2[len(v1)-1] == ',' {
+		return true
+	}
+	// The key ,"text": cannot be in the id, ts or author: quotes in a string value are escaped.
+	i := bytes.Index(v1, []byte(`,"text":`))
+	return i > 0 && strings.HasPrefix(v2, string(v1[:i+8])) && strings.Contains(v2, `"attachments":[`)
 }
 
 // about attaches a message's v2 JSON to a domain error (as the file store

@@ -13,13 +13,31 @@ import "github.com/redis/go-redis/v9"
 // given the same keys (Store.keys): the thread's, then the global ones.
 const luaCommon = `
 local K = {log = KEYS[1], meta = KEYS[2], ids = KEYS[3], v2 = KEYS[4], v2e = KEYS[5], revs = KEYS[6],
-  cids = KEYS[7], ixs = KEYS[8], grants = KEYS[9], audit = KEYS[10],
-  index = KEYS[11], gen = KEYS[12], pending = KEYS[13], gindex = KEYS[14], events = KEYS[15]}
+  cids = KEYS[7], ixs = KEYS[8], grants = KEYS[9], audit = KEYS[10], att = KEYS[11],
+  index = KEYS[12], gen = KEYS[13], pending = KEYS[14], gindex = KEYS[15], events = KEYS[16]}
 
 local function epochOf(id) return tonumber(string.match(id, '^(%d+)')) end
 local function fmt(n) return string.format('%.0f', n) end
 local function sid(e) return fmt(e) .. '-0' end
 local function num(x) return tonumber(x) or 0 end
+
+-- Attachments (attach.go): K.att holds each upload's record by id, "u:"
+-- .. id (the epoch of the message that names it), "b:" .. sha (how many
+-- records hold those bytes) and ".bytes" (the bytes stored); the bytes
+-- are the string K.att .. ":" .. sha, in the thread's slot.
+-- releaseAtt drops an upload, and its bytes if no record holds them.
+local function releaseAtt(id)
+  local rec = redis.call('HGET', K.att, id)
+  if not rec then return end
+  redis.call('HDEL', K.att, id, 'u:' .. id)
+  local ok, a = pcall(cjson.decode, rec)
+  if not ok or type(a) ~= 'table' or type(a.sha256) ~= 'string' then return end
+  if redis.call('HINCRBY', K.att, 'b:' .. a.sha256, -1) <= 0 then
+    redis.call('HDEL', K.att, 'b:' .. a.sha256)
+    redis.call('DEL', K.att .. ':' .. a.sha256)
+    redis.call('HINCRBY', K.att, '.bytes', -(tonumber(a.size) or 0))
+  end
+end
 
 -- cutOf returns the epoch of the newest message that retention drops from
 -- the log: the oldest beyond keep, and any older than now - age (0: none).
@@ -64,6 +82,11 @@ local function dropV2(thread, cut)
         if type(ix) == 'table' and type(ix.id) == 'string' then
           redis.call('HDEL', K.ixs, ix.id)
           redis.call('ZREM', K.pending, thread .. ' ' .. ix.id)
+        end
+        if type(m.attachments) == 'table' then
+          for _, a in ipairs(m.attachments) do
+            if type(a) == 'table' and type(a.id) == 'string' then releaseAtt(a.id) end
+          end
         end
       end
     end
@@ -113,7 +136,10 @@ local function removeThread(thread, feed)
       redis.call('HDEL', K.gindex, string.sub(d, 1, 16))
     end
   end
-  redis.call('DEL', K.log, K.meta, K.ids, K.v2, K.v2e, K.revs, K.cids, K.ixs, K.grants, K.audit)
+  for _, f in ipairs(redis.call('HKEYS', K.att)) do
+    if string.sub(f, 1, 2) == 'b:' then redis.call('DEL', K.att .. ':' .. string.sub(f, 3)) end
+  end
+  redis.call('DEL', K.log, K.meta, K.ids, K.v2, K.v2e, K.revs, K.cids, K.ixs, K.grants, K.audit, K.att)
   redis.call('ZREM', K.index, thread)
   if #gs > 0 then redis.call('PUBLISH', feed, thread .. ' P') end
 end
@@ -155,7 +181,10 @@ end
 //	22 the id's stamp and ts of now's second ("YYYYMMDD-HHMMSS <ts>"):
 //	   the script computes them only for an epoch in a later second
 //	23 the webhook event to queue ("" if none: outbox.go)
-//	24… id suffix candidates (6 hex each)
+//	24 the attachment ids the message names, space-separated ("" if none)
+//	25 the v2 text as JSON ("" if it is the v1 text: only a message with
+//	   attachments differs, whose v1 text has a line per attachment)
+//	26… id suffix candidates (6 hex each)
 //
 // An append that makes a thread creates the generation if it is missing, so
 // that a data set's start is never after its first message (a thread that
@@ -165,7 +194,8 @@ end
 // of the message with the client id}, {"not_found"}, {"thread_limit"},
 // {"collision"} (every candidate suffix is taken this second: try
 // others), {"retry"} (the grants record changed since it was read),
-// {"cap"} or {"waiting", n}.
+// {"cap"}, {"waiting", n} or {"attachment", id} (an attachment that is
+// not an upload of the thread, or is on a message already).
 var appendScript = redis.NewScript(luaCommon + `
 local thread = ARGV[1]
 local now, keep, age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -210,6 +240,13 @@ if participant ~= '' then
   local n = waiting(ARGV[7], tonumber(ARGV[20]))
   if n >= tonumber(ARGV[20]) then return {'waiting', fmt(n)} end
 end
+local atts = {}
+for id in string.gmatch(ARGV[24], '%S+') do
+  if redis.call('HEXISTS', K.att, id) == 0 or redis.call('HEXISTS', K.att, 'u:' .. id) == 1 then
+    return {'attachment', id}
+  end
+  atts[#atts + 1] = id
+end
 
 local epoch = now
 if epoch <= rev then epoch = rev + 1 end
@@ -245,7 +282,7 @@ end
 -- (" <suffix>" each) if "sec" is that second, else (written before meta
 -- kept them) read from the log. The JSON starts {"id":"MSG-YYYYMMDD-HHMMSS-
 -- so the suffix is bytes 28 to 33.
-local suffix = ARGV[24]
+local suffix = ARGV[26]
 local sec = fmt(secs)
 local taken = ''
 if prev >= secs * 1000 then
@@ -259,7 +296,7 @@ if prev >= secs * 1000 then
     taken = table.concat(t)
   end
   suffix = nil
-  for i = 24, #ARGV do
+  for i = 26, #ARGV do
     if not string.find(taken, ' ' .. ARGV[i], 1, true) then suffix = ARGV[i] break end
   end
   if not suffix then return {'collision'} end
@@ -274,7 +311,12 @@ redis.call('XADD', K.log, es .. '-0', 'j', json)
 local v2 = meta[4]
 local v2json = ''
 if ARGV[13] ~= '' then
-  v2json = string.sub(json, 1, -2) .. ',"rev":' .. es .. ARGV[13]
+  if ARGV[25] ~= '' then
+    v2json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[7] .. ',"text":' .. ARGV[25] .. ',"rev":' .. es .. ARGV[13]
+  else
+    v2json = string.sub(json, 1, -2) .. ',"rev":' .. es .. ARGV[13]
+  end
+  for _, a in ipairs(atts) do redis.call('HSET', K.att, 'u:' .. a, es) end
   redis.call('HSET', K.v2, es, v2json)
   redis.call('ZADD', K.v2e, es, es)
   if not v2 then

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +31,9 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 func TestMain(m *testing.M) {
 	// go-redis logs every failed reconnection to stderr; the tests provoke many.
 	redis.SetLogger(quietLogger{})
+	if os.Getenv("CHATRELAY_TEST_CHILD") == "attach" {
+		os.Exit(attachChild()) // attach_crash_test.go
+	}
 	goleak.VerifyTestMain(m) // every Follow, renewal and server goroutine ends by Close and cleanup
 }
 

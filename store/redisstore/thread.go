@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,9 +38,18 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 		return store.Entry{}, err
 	}
 	r := &appendReq{m: m}
-	if msg := (chatrelay.Message{AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card}); hasV2(&msg) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	as, err := s.attachments(ctx, thread, m)
+	if err != nil {
+		return store.Entry{}, err
+	}
+	if msg := (chatrelay.Message{AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card, Attachments: as}); hasV2(&msg) {
 		msg.Author, msg.Text = m.Author, m.Text
 		r.tail = v2Tail(msg)
+		if len(as) > 0 {
+			r.v1Text, r.v2Text = chatrelay.V1Text(msg), jsonString(m.Text)
+		}
 		if ix != nil {
 			r.ix, r.deadline = ix.ID, ix.Deadline
 		}
@@ -47,8 +57,6 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 	if s.hooks {
 		r.event = store.EventOf(nil, &chatrelay.Message{Author: m.Author, Interaction: ix})
 	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
 	var g chatrelay.Grant
 	for {
 		if m.Participant != "" {
@@ -97,6 +105,11 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 			}
 			n, _ := strconv.Atoi(res[1])
 			return store.Entry{}, chatrelay.WaitingRefusal(n)
+		case "attachment":
+			if len(res) != 2 {
+				break
+			}
+			return store.Entry{}, chatrelay.Errorf(chatrelay.InvalidAttachment, "attachment %s is not an unused upload of this conversation", res[1])
 		}
 		return store.Entry{}, s.unavailable("append", fmt.Errorf("unexpected answer %q", res))
 	}
@@ -144,7 +157,10 @@ type appendReq struct {
 	// grant with one more post, and whether its cap is spent.
 	grant, version, next string
 	capSpent             bool
-	event                string // the webhook event to queue ("" if none)
+	// A message with attachments: its v1 text (a line per attachment)
+	// and its v2 text as JSON.
+	v1Text, v2Text string
+	event          string // the webhook event to queue ("" if none)
 }
 
 // runAppend runs appendScript once, offering the id suffixes given.
@@ -156,11 +172,16 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		return "0"
 	}
 	now := s.now()
-	args := make([]any, 0, 23+len(suffixes))
+	text := r.m.Text
+	if r.v2Text != "" {
+		text = r.v1Text
+	}
+	args := make([]any, 0, 25+len(suffixes))
 	args = append(args, thread, now.UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
-		s.opt.MaxThreads, flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(r.m.Text), s.feed, s.seen.Load(), randomHex(8),
+		s.opt.MaxThreads, flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(text), s.feed, s.seen.Load(), randomHex(8),
 		r.m.ClientID, r.tail, r.ix, r.deadline,
-		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max, r.m.Title, secondOf(now), r.event)
+		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max, r.m.Title, secondOf(now), r.event,
+		strings.Join(r.m.Attachments, " "), r.v2Text)
 	for _, x := range suffixes {
 		args = append(args, x)
 	}
@@ -402,9 +423,10 @@ func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 		st.Dropped += int(res[0])
 		if res[1] == 1 {
 			st.ThreadsRemoved++
+			s.dropPush(ctx, name) // its push subscriptions go with it (push.go)
 		}
 	}
-	return st, nil
+	return st, s.sweepUploads(ctx) // attach.go
 }
 
 // threadIndex returns every thread of the index with its rev (newest change),

@@ -5,12 +5,14 @@
 // "participant">). It draws what the ChatClient of chat.js reports (with
 // the builders of view.js) and sends what the person writes, answers and
 // reacts. Text is always set with textContent, never parsed as HTML. The
-// owner's People panel is people.js, its devices panel devices.js.
+// owner's People panel is people.js, its devices panel devices.js; the
+// "Notify me" switch is push.js.
 
 import { ChatClient, DEVICE_TOKEN, MAX_CHARS, SHARE_TOKEN, countChars } from "./chat.js";
-import { OWNER, el, guest, messageItem, moveInBar, redrawNames, refreshInteraction, tick, updateItem } from "./view.js";
+import { OWNER, el, guest, messageItem, moveInBar, redrawNames, refreshInteraction, sizeText, tick, updateItem } from "./view.js";
 import { setupPeople } from "./people.js";
 import { setupDevices } from "./devices.js";
+import { setupPush } from "./push.js";
 
 const $ = (id) => document.getElementById(id);
 const els = {
@@ -35,6 +37,9 @@ const els = {
   notice: $("notice"),
   noticeText: $("notice-text"),
   retry: $("retry"),
+  files: $("files"),
+  file: $("file"),
+  attach: $("attach"),
 };
 
 const states = {
@@ -108,6 +113,7 @@ const ctx = {
   names: new Map(), // "p:<id>" → {name, role, kind}
   now: () => chat.now(),
   busy: (key) => busy.has(key),
+  attachmentURL: (id) => chat.attachmentURL(id), // a ticket in the address: <img> sends no header
 };
 
 // ---- the conversation ----
@@ -513,18 +519,25 @@ function delivered(m) {
 async function send() {
   const text = els.text.value;
   if (sending || countdown !== null) return;
-  if (!text.trim()) {
+  if (files.some((f) => f.state === "uploading")) {
+    notify("A file is still uploading; send once it is done.", "info");
+    return;
+  }
+  const ids = files.filter((f) => f.state === "done").map((f) => f.attachment.id);
+  if (!text.trim() && ids.length === 0) {
     notify("Write a message first.", "info");
     return;
   }
-  if (!pending || pending.text !== text) pending = { text, clientId: chat.newClientId() };
+  const key = ids.join(" ");
+  if (!pending || pending.text !== text || pending.key !== key) pending = { text, key, clientId: chat.newClientId() };
   const p = pending;
   sending = true;
   updateSend();
   els.form.setAttribute("aria-busy", "true");
   try {
-    await chat.send(text, { clientId: p.clientId });
+    await chat.send(text, { clientId: p.clientId, attachments: ids });
     sent(text);
+    clearFiles(ids);
     toBottom();
   } catch (err) {
     // In every failure the text stays in the composer, with its client_id.
@@ -555,6 +568,90 @@ async function send() {
 els.form.addEventListener("submit", (e) => {
   e.preventDefault();
   send();
+});
+
+// ---- files: attach, drop or paste; each is uploaded at once, with its progress ----
+
+const MAX_FILES = 10; // a message's attachments (the contract's)
+// files are those in the composer: {file, li, state: "uploading" | "done" | "failed", attachment}.
+const files = [];
+
+function drawFiles() {
+  els.files.hidden = files.length === 0;
+}
+
+function addFiles(list) {
+  for (const file of list) {
+    if (files.length >= MAX_FILES) {
+      notify(`A message carries at most ${MAX_FILES} files.`, "info");
+      break;
+    }
+    const f = { file, state: "uploading", attachment: null };
+    const bar = el("progress", { max: 1, value: 0, "aria-label": `Uploading ${file.name || "file"}` });
+    const remove = el("button", { type: "button", className: "quiet", textContent: "×", "aria-label": `Remove ${file.name || "file"}` });
+    const status = el("span", { className: "file-status" });
+    f.li = el("li", { className: "file" }, el("span", { className: "file-name", dir: "auto", textContent: file.name || "pasted image" }), bar, status, remove);
+    remove.addEventListener("click", () => {
+      files.splice(files.indexOf(f), 1);
+      f.li.remove();
+      drawFiles();
+      els.text.focus();
+    });
+    files.push(f);
+    els.files.append(f.li);
+    chat.upload(file, (p) => (bar.value = p), file.name || "pasted image.png").then(
+      (a) => {
+        f.state = "done";
+        f.attachment = a;
+        bar.remove();
+        status.textContent = sizeText(a.size);
+      },
+      (err) => {
+        f.state = "failed";
+        bar.remove();
+        status.className = "file-status bad";
+        status.textContent = err.status === 413 ? "too large" : `not uploaded: ${err.message}`;
+      },
+    );
+  }
+  drawFiles();
+}
+
+// clearFiles takes the files a stored message carried out of the composer.
+function clearFiles(ids) {
+  for (const f of [...files]) {
+    if (f.attachment && ids.includes(f.attachment.id)) {
+      files.splice(files.indexOf(f), 1);
+      f.li.remove();
+    }
+  }
+  drawFiles();
+}
+
+els.attach.addEventListener("click", () => els.file.click());
+els.file.addEventListener("change", () => {
+  addFiles([...els.file.files]);
+  els.file.value = "";
+});
+for (const zone of [els.form, els.scroller]) {
+  zone.addEventListener("dragover", (e) => {
+    if (![...(e.dataTransfer?.types || [])].includes("Files") || els.form.hidden) return;
+    e.preventDefault();
+    els.form.classList.add("dropping");
+  });
+  zone.addEventListener("dragleave", () => els.form.classList.remove("dropping"));
+  zone.addEventListener("drop", (e) => {
+    els.form.classList.remove("dropping");
+    if (!e.dataTransfer?.files?.length || els.form.hidden) return;
+    e.preventDefault();
+    addFiles([...e.dataTransfer.files]);
+  });
+}
+els.text.addEventListener("paste", (e) => {
+  const pasted = [...(e.clipboardData?.files || [])];
+  if (pasted.length === 0) return; // text pastes as text
+  e.preventDefault();
+  addFiles(pasted);
 });
 els.text.addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey && !e.altKey && !e.ctrlKey && !e.metaKey && !e.isComposing) {
@@ -619,7 +716,7 @@ function endWith(code) {
   shown.clear();
   els.log.replaceChildren();
   els.log.removeAttribute("aria-busy");
-  for (const e of [els.empty, els.waiting, els.jump, els.form, els.readonly, els.others, els.scroller, $("people-open"), $("devices-open"), els.fresh]) {
+  for (const e of [els.empty, els.waiting, els.jump, els.form, els.readonly, els.others, els.scroller, $("people-open"), $("devices-open"), els.fresh, $("notify"), $("notify-note")]) {
     if (e) e.hidden = true;
   }
   $("people")?.open && $("people").close();
@@ -728,6 +825,7 @@ async function startDevice() {
 }
 
 updateCount();
+setupPush(chat, { button: $("notify"), note: $("notify-note") });
 if (participantPage) {
   join();
 } else if (devicePage) {

@@ -379,10 +379,51 @@ export class ChatClient extends EventTarget {
     const clientId = options.clientId ?? this.newClientId();
     // A participant's author is its grant: the server refuses a kind.
     const body = this.participant ? { text, client_id: clientId } : { text, kind, client_id: clientId };
+    // Uploads of this thread (upload()) the message carries; the text may then be empty.
+    if (options.attachments?.length) body.attachments = options.attachments;
     const { data, res } = await this.#request("POST", "api/chat/post", null, body, true);
     this.#poke();
     const replayed = res.headers.get("Idempotent-Replayed") === "true";
     return { ...data, client_id: clientId, replayed };
+  }
+
+  /**
+   * upload stores a file (a File or Blob; name defaults to its own) as an
+   * attachment of the thread, for a later send({attachments: [id]}).
+   * onProgress(fraction) is called as the bytes go out. It resolves with
+   * the attachment object ({id, name, type, size, sha256, width?,
+   * height?}) and throws a ChatError (413 attachment_too_large, …).
+   */
+  upload(file, onProgress, name = file.name || "file") {
+    return new Promise((resolve, reject) => {
+      const x = new XMLHttpRequest();
+      x.open("POST", this.#url("api/chat/attachments"));
+      if (this.participant) x.setRequestHeader("Authorization", `Bearer ${this.#o.shareToken}`);
+      else x.setRequestHeader("X-Chat-Token", this.token);
+      x.setRequestHeader("X-Filename", encodeURIComponent(name));
+      x.setRequestHeader("Content-Type", file.type || "application/octet-stream");
+      x.upload.onprogress = (e) => e.lengthComputable && onProgress?.(e.loaded / e.total);
+      x.onload = () => {
+        let data = null;
+        try {
+          data = JSON.parse(x.responseText);
+        } catch {}
+        if (x.status === 201 && data?.attachment) resolve(data.attachment);
+        else reject(new ChatError(x.status, data, 0));
+      };
+      x.onerror = () => reject(new ChatError(0, null, 0));
+      x.send(file);
+    });
+  }
+
+  /**
+   * attachmentURL resolves with the address of an attachment's bytes,
+   * carrying a ticket (an <img> or a link cannot send headers). The
+   * server serves raster images inline and everything else as a download.
+   */
+  async attachmentURL(id) {
+    if (!this.#ticket || this.#ticket.expiresAt - Date.now() < 60000) await this.#freshTicket();
+    return this.#url(`api/chat/attachments/${encodeURIComponent(id)}`, { ticket: this.#ticket.ticket }).href;
   }
 
   /**
@@ -495,6 +536,53 @@ export class ChatClient extends EventTarget {
   async revokeDevice(id) {
     const data = await this.#request("DELETE", `api/chat/devices/${encodeURIComponent(id)}`);
     return data.device;
+  }
+
+  // ---- Web Push (contract Part 5) ----
+
+  /**
+   * pushKey resolves with the server's VAPID public key (base64url), the
+   * applicationServerKey of a PushManager subscription. A server with push
+   * turned off throws a ChatError with code "push_disabled".
+   */
+  async pushKey() {
+    const data = await this.#request("GET", "api/push/key");
+    return data.public_key;
+  }
+
+  /**
+   * pushSubscribe gives the server a PushSubscription (its toJSON(): the
+   * endpoint and keys) for this client's thread, for events (["interaction",
+   * "reply"] when left out). It resolves with {id, events, created_at}; the
+   * same endpoint subscribed again answers the same id.
+   */
+  async pushSubscribe(subscription, events) {
+    const body = { subscription };
+    if (events !== undefined) body.events = events;
+    const data = await this.#request("POST", "api/chat/push", null, body);
+    return data.push;
+  }
+
+  /** pushSubscriptions resolves with this client's own subscriptions in its thread. */
+  async pushSubscriptions() {
+    const data = await this.#request("GET", "api/chat/push");
+    return Array.isArray(data.subscriptions) ? data.subscriptions : [];
+  }
+
+  /** pushUnsubscribe deletes one of this client's subscriptions by id. */
+  async pushUnsubscribe(id) {
+    await this.#request("DELETE", `api/chat/push/${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * credential is what the service worker (sw.js) answers with on this
+   * client's behalf: the owner's token (sent as X-Chat-Token), or a
+   * participant's share token or a device's token (sent as
+   * Authorization: Bearer).
+   */
+  get credential() {
+    const bearer = this.#bearer;
+    return bearer ? { scheme: "bearer", token: bearer } : { scheme: "owner", token: this.token };
   }
 
   // poke has the live connection catch up soon after this tab wrote: the

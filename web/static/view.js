@@ -97,8 +97,52 @@ export function messageItem(m, ctx) {
     "data-epoch": m.epoch,
     "data-author": m.author,
   });
-  li.append(meta(m, ctx), body(m, ctx), reactionBar(m, ctx));
+  li.append(meta(m, ctx), body(m, ctx));
+  if (m.attachments?.length) li.append(attachments(m.attachments, ctx));
+  li.append(reactionBar(m, ctx));
   return li;
+}
+
+// rasters are the types the server serves inline (it decides from the
+// bytes; width and height are set only for an image whose header parsed).
+const rasters = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
+
+/** sizeText is a file's size for a person: B, KiB or MiB. */
+export function sizeText(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(Math.floor((n / 1024) * 10) / 10).toFixed(1)} KiB`;
+  return `${(Math.floor((n / 1048576) * 10) / 10).toFixed(1)} MiB`;
+}
+
+/**
+ * attachments draws a message's files: an image as a thumbnail (drawn by
+ * the browser from the served bytes) that opens full size, anything else
+ * as a named download chip. Their addresses carry a ticket, asked for
+ * through ctx.attachmentURL(id).
+ */
+export function attachments(list, ctx) {
+  const box = el("div", { className: "atts" });
+  for (const a of list) {
+    const label = `${a.name} (${sizeText(Number(a.size) || 0)})`;
+    const image = rasters.has(a.type) && a.width > 0 && a.height > 0;
+    const link = el("a", { className: image ? "thumb" : "chip", title: label, rel: "noopener", target: "_blank" });
+    if (image) {
+      link.append(el("img", { alt: a.name, width: Math.min(a.width, 192), loading: "lazy", decoding: "async" }));
+      link.setAttribute("aria-label", `${label}, open full size`);
+    } else {
+      link.textContent = label;
+      link.download = a.name;
+    }
+    ctx.attachmentURL?.(a.id).then(
+      (u) => {
+        link.href = u;
+        link.querySelector("img")?.setAttribute("src", u);
+      },
+      () => {},
+    );
+    box.append(link);
+  }
+  return box;
 }
 
 // meta is a message's first line: who wrote it, and when. A participant's

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/transport"
+	"github.com/chatrelay/chatrelay/webpush"
+)
+
+// push manages Web Push (contract Part 5) on the store directly:
+// "chatrelay push rotate-key" makes a new VAPID key pair, which every
+// server of the store signs with from its next push. Browsers subscribed
+// with the old key must subscribe again (the page's Notify me switch).
+func push(ctx context.Context, e cmdEnv) error {
+	fs := newFlags("push", "push rotate-key [--data DIR | --store URL]", e.stderr)
+	var sf storeFlags
+	sf.register(fs, true)
+	if err := parse(fs, e.args, e.getenv); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || fs.Arg(0) != "rotate-key" {
+		return usageError("push takes rotate-key: chatrelay push rotate-key")
+	}
+	st, err := sf.openHost(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ps := store.PushOf(st.Store)
+	if ps == nil {
+		return fmt.Errorf("the store %s keeps no push keys", st.Where)
+	}
+	raw, err := ps.RotateVAPIDKey(ctx)
+	if err != nil {
+		return err
+	}
+	v, err := webpush.ParseVAPID(raw, "")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s\n", v.PublicKey())
+	fmt.Fprintln(e.stderr, "chatrelay: a new VAPID key; every browser subscribed with the old one must subscribe again")
+	return nil
+}
+
+// pushFlags are serve's Web Push flags.
+type pushFlags struct {
+	on      *bool
+	contact *string
+	allow   listFlag
+}
+
+func registerPush(fs *flag.FlagSet) *pushFlags {
+	f := &pushFlags{}
+	f.on = fs.Bool("push", true, "Web Push: a question reaches a device with no page open (false: the push routes answer 404 push_disabled)")
+	f.contact = fs.String("push-contact", "", "the VAPID contact push services may write to: `mailto:ops@example.com` or an https:// URL (some push services, Apple's among them, refuse pushes without one)")
+	fs.Var(&f.allow, "push-allow-host", "a push endpoint `host` exempt from the private-address check (repeatable; for tests with a local push service)")
+	return f
+}
+
+// config is the server's push configuration: nil with --push=false.
+func (f *pushFlags) config() (*transport.PushConfig, error) {
+	if !*f.on {
+		return nil, nil
+	}
+	if *f.contact != "" {
+		if err := webpush.CheckSubject(*f.contact); err != nil {
+			return nil, usageError("--push-contact " + err.Error())
+		}
+	}
+	return &transport.PushConfig{Contact: *f.contact, Guard: &webpush.Guard{Allow: f.allow}}, nil
+}
+
+// startPush makes the store's VAPID key at the server's first start (on
+// Redis: the one every node shares), if push is on.
+func startPush(ctx context.Context, pc *transport.PushConfig, st store.Store, log *slog.Logger) error {
+	ps := store.PushOf(st)
+	if pc == nil || ps == nil {
+		return nil
+	}
+	raw, err := ps.VAPIDKey(ctx)
+	if err != nil {
+		return fmt.Errorf("the VAPID key: %w", err)
+	}
+	v, err := webpush.ParseVAPID(raw, pc.Contact)
+	if err != nil {
+		return err
+	}
+	if pc.Contact == "" {
+		log.Warn("push: no --push-contact; some push services refuse pushes without one")
+	}
+	log.Info("push on", "vapid_public_key", v.PublicKey(), "allow_hosts", len(pc.Guard.Allow))
+	return nil
+}

@@ -1,0 +1,263 @@
+// Package pushtest is a Web Push service for tests: an HTTPS server on
+// 127.0.0.1 standing in for FCM or Mozilla's autopush. It decrypts every
+// push with the subscription's private keys (RFC 8291, written here
+// apart from package webpush, from the RFC's text) and verifies its VAPID
+// JWT (RFC 8292: ES256 over the key it names, which must be the server's;
+// aud the endpoint's origin; exp within 24 hours).
+package pushtest
+
+import (
+	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/ecdh"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var b64 = base64.RawURLEncoding
+
+// Subscription is a browser's side of a push subscription: its endpoint
+// at the Service and its keys.
+type Subscription struct {
+	Endpoint string
+	Key      *ecdh.PrivateKey
+	Auth     []byte
+}
+
+// P256dh and AuthKey are the keys as PushSubscription.toJSON gives them.
+func (s Subscription) P256dh() string  { return b64.EncodeToString(s.Key.PublicKey().Bytes()) }
+func (s Subscription) AuthKey() string { return b64.EncodeToString(s.Auth) }
+
+// JSON is the subscription's body of POST /api/chat/push.
+func (s Subscription) JSON() map[string]any {
+	return map[string]any{"endpoint": s.Endpoint, "keys": map[string]string{"p256dh": s.P256dh(), "auth": s.AuthKey()}}
+}
+
+// Push is one push the Service received, decrypted and checked.
+type Push struct {
+	Path    string
+	Plain   []byte // the decrypted payload
+	TTL     string
+	Urgency string
+	Topic   string
+	Claims  map[string]any // the VAPID JWT's claims
+	Key     string         // the VAPID public key it named (k=)
+	Err     error          // what did not decrypt or verify; nil if all did
+	At      time.Time
+}
+
+// Answer is what the Service answers a push: a status and headers.
+type Answer struct {
+	Status  int
+	Headers http.Header
+}
+
+// Service is the push service. Respond, if set before use, picks the
+// answer to each push (n counts the pushes to that path, from 1);
+// otherwise every push gets 201.
+type Service struct {
+	*httptest.Server
+	Respond func(path string, n int) Answer
+
+	mu     sync.Mutex
+	subs   map[string]Subscription
+	pushes []Push
+	counts map[string]int
+	wake   chan struct{}
+}
+
+// NewService starts a Service on 127.0.0.1 (closed at the test's end).
+func NewService(tb testing.TB) *Service {
+	s := &Service{subs: map[string]Subscription{}, counts: map[string]int{}, wake: make(chan struct{})}
+	s.Server = httptest.NewTLSServer(http.HandlerFunc(s.serve))
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Subscribe makes a subscription whose endpoint is at the Service.
+func (s *Service) Subscribe(tb testing.TB, name string) Subscription {
+	tb.Helper()
+	k, err := ecdh.P256().GenerateKey(rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sub := Subscription{Endpoint: s.URL + "/push/" + name, Key: k, Auth: make([]byte, 16)}
+	rand.Read(sub.Auth)
+	s.mu.Lock()
+	s.subs["/push/"+name] = sub
+	s.mu.Unlock()
+	return sub
+}
+
+// Pushes returns every push received so far, in order.
+func (s *Service) Pushes() []Push {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Push(nil), s.pushes...)
+}
+
+// Wait returns a channel closed at the next push.
+func (s *Service) Wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wake
+}
+
+func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 8192))
+	p := Push{Path: r.URL.Path, TTL: r.Header.Get("TTL"), Urgency: r.Header.Get("Urgency"), Topic: r.Header.Get("Topic"), At: time.Now()}
+	s.mu.Lock()
+	sub, ok := s.subs[r.URL.Path]
+	s.counts[r.URL.Path]++
+	n := s.counts[r.URL.Path]
+	s.mu.Unlock()
+	switch {
+	case !ok:
+		p.Err = fmt.Errorf("no subscription at %s", r.URL.Path)
+	case r.Method != http.MethodPost || r.Header.Get("Content-Encoding") != "aes128gcm":
+		p.Err = fmt.Errorf("%s with Content-Encoding %q", r.Method, r.Header.Get("Content-Encoding"))
+	default:
+		u, _ := url.Parse(sub.Endpoint)
+		p.Claims, p.Key, p.Err = VerifyVAPID(r.Header.Get("Authorization"), u, time.Now())
+		if p.Err == nil {
+			p.Plain, p.Err = Decrypt(body, sub.Key, sub.Auth)
+		}
+	}
+	a := Answer{Status: http.StatusCreated}
+	if s.Respond != nil {
+		a = s.Respond(r.URL.Path, n)
+	}
+	s.mu.Lock()
+	s.pushes = append(s.pushes, p)
+	close(s.wake)
+	s.wake = make(chan struct{})
+	s.mu.Unlock()
+	for k, v := range a.Headers {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(a.Status)
+}
+
+// Decrypt opens an aes128gcm body (RFC 8188 §2) of one record, keyed
+// by RFC 8291 §3.3 from the subscription's private key and auth secret.
+func Decrypt(body []byte, ua *ecdh.PrivateKey, auth []byte) ([]byte, error) {
+	if len(body) < 21 {
+		return nil, errors.New("a body shorter than its header")
+	}
+	salt, rs, idlen := body[:16], binary.BigEndian.Uint32(body[16:20]), int(body[20])
+	if idlen != 65 || len(body) < 21+idlen+17 {
+		return nil, fmt.Errorf("keyid of %d bytes", idlen)
+	}
+	asPublic, ct := body[21:21+idlen], body[21+idlen:]
+	if uint32(len(ct)) > rs {
+		return nil, fmt.Errorf("a record of %d bytes in a record size of %d: more than one record", len(ct), rs)
+	}
+	as, err := ecdh.P256().NewPublicKey(asPublic)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := ua.ECDH(as)
+	if err != nil {
+		return nil, err
+	}
+	mac := func(key []byte, parts ...[]byte) []byte {
+		h := hmac.New(sha256.New, key)
+		for _, p := range parts {
+			h.Write(p)
+		}
+		return h.Sum(nil)
+	}
+	// RFC 8291 §3.4: PRK_key, then IKM (one HKDF-Expand block), then
+	// RFC 8188 §2.2–2.3: PRK, CEK and NONCE.
+	prkKey := mac(auth, secret)
+	ikm := mac(prkKey, []byte("WebPush: info\x00"), ua.PublicKey().Bytes(), asPublic, []byte{1})
+	prk := mac(salt, ikm)
+	cek := mac(prk, []byte("Content-Encoding: aes128gcm\x00"), []byte{1})[:16]
+	nonce := mac(prk, []byte("Content-Encoding: nonce\x00"), []byte{1})[:12]
+	block, _ := aes.NewCipher(cek)
+	gcm, _ := cipher.NewGCM(block)
+	plain, err := gcm.Open(nil, nonce, ct, nil)
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexFunc(plain, func(r rune) bool { return r != 0 })
+	if i < 0 || plain[i] != 2 {
+		return nil, errors.New("no last-record delimiter")
+	}
+	return plain[:i], nil
+}
+
+// VerifyVAPID checks an Authorization header "vapid t=<JWT>, k=<key>"
+// (RFC 8292 §3): an ES256 JWT signed by k, whose aud is endpoint's origin
+// and whose exp is after now and at most 24 hours after it. It returns
+// the claims and k.
+func VerifyVAPID(h string, endpoint *url.URL, now time.Time) (map[string]any, string, error) {
+	scheme, params, ok := strings.Cut(h, " ")
+	if !ok || scheme != "vapid" {
+		return nil, "", fmt.Errorf("authorization %q is not vapid", h)
+	}
+	var t, k string
+	for p := range strings.SplitSeq(params, ",") {
+		name, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+		switch name {
+		case "t":
+			t = v
+		case "k":
+			k = v
+		}
+	}
+	raw, err := b64.DecodeString(k)
+	if err != nil || len(raw) != 65 || raw[0] != 4 {
+		return nil, k, fmt.Errorf("k is not an uncompressed P-256 point")
+	}
+	pub := &ecdsa.PublicKey{Curve: elliptic.P256(), X: new(big.Int).SetBytes(raw[1:33]), Y: new(big.Int).SetBytes(raw[33:])}
+	parts := strings.Split(t, ".")
+	if len(parts) != 3 {
+		return nil, k, errors.New("t is not a JWT")
+	}
+	var header map[string]any
+	hb, _ := b64.DecodeString(parts[0])
+	if json.Unmarshal(hb, &header) != nil || header["alg"] != "ES256" {
+		return nil, k, fmt.Errorf("JWT header %s", hb)
+	}
+	sig, err := b64.DecodeString(parts[2])
+	if err != nil || len(sig) != 64 {
+		return nil, k, errors.New("the signature is not r || s")
+	}
+	digest := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+	if !ecdsa.Verify(pub, digest[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
+		return nil, k, errors.New("the JWT's signature does not verify with k")
+	}
+	var claims map[string]any
+	cb, _ := b64.DecodeString(parts[1])
+	if err := json.Unmarshal(cb, &claims); err != nil {
+		return nil, k, err
+	}
+	origin := endpoint.Scheme + "://" + endpoint.Host
+	if claims["aud"] != origin {
+		return claims, k, fmt.Errorf("aud %v, want %s", claims["aud"], origin)
+	}
+	exp, _ := claims["exp"].(float64)
+	if e := time.Unix(int64(exp), 0); !e.After(now) || e.After(now.Add(24*time.Hour)) {
+		return claims, k, fmt.Errorf("exp %v is not within 24 hours of %v", e, now)
+	}
+	return claims, k, nil
+}

@@ -1,0 +1,288 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/testclock"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// The attachments part of the conformance suite (contract Part 5).
+
+func upload(st store.Store, thread, name string, body []byte) (chatrelay.Attachment, error) {
+	// Max: a file may be as large as a thread's limit here (the file's own is a server's).
+	return st.(store.Attachments).PutAttachment(context.Background(), thread, store.Upload{Name: name, Type: "text/plain", Body: bytes.NewReader(body), Max: int64(chatrelay.LimitThreadAttachments.Max)})
+}
+
+func mustUpload(t *testing.T, st store.Store, thread, name string, body []byte) chatrelay.Attachment {
+	t.Helper()
+	a, err := upload(st, thread, name, body)
+	assert.Success(t, err)
+	return a
+}
+
+// download reads an attachment's bytes whole (NotFound: nil and the error).
+func download(t *testing.T, st store.Store, thread, id string) ([]byte, error) {
+	t.Helper()
+	_, f, err := st.(store.Attachments).OpenAttachment(context.Background(), thread, id)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	assert.Success(t, err)
+	return b, nil
+}
+
+func postWith(st store.Store, thread, text string, ids ...string) (store.Entry, error) {
+	return st.Append(context.Background(), thread, store.NewMessage{Text: text, Attachments: ids})
+}
+
+func digest(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+// pngOf is a w×h PNG.
+func pngOf(t *testing.T, w, h int) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	img.Set(0, 0, color.RGBA{255, 0, 0, 255})
+	var b bytes.Buffer
+	assert.Success(t, png.Encode(&b, img))
+	return b.Bytes()
+}
+
+func TestConformanceAttachments(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		for _, tc := range []struct {
+			name string
+			opt  Options
+			run  func(t *testing.T, b *Backend, clk *testclock.Clock)
+		}{
+			{"an upload is stored as sent, named by a post, carried by its v2 object and told in its v1 text", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				body := []byte("log line 1\nlog line 2\n")
+				a := mustUpload(t, b.Store, thA, "build\n<log>.txt", body)
+				assert.True(t, chatrelay.AttachmentIDPattern.MatchString(a.ID), "id %q", a.ID)
+				assert.Equal(t, "name, cleaned", a.Name, "build log.txt")
+				assert.Equal(t, "size", a.Size, int64(len(body)))
+				assert.Equal(t, "sha256", a.SHA256, digest(body))
+				got, err := download(t, b.Store, thA, a.ID)
+				assert.Success(t, err)
+				assert.Equal(t, "bytes", string(got), string(body))
+
+				e, err := postWith(b.Store, thA, "", a.ID)
+				assert.Success(t, err)
+				assert.Equal(t, "attachments", len(e.Attachments), 1)
+				p, err := b.Store.Changes(context.Background(), thA, 0, 0)
+				assert.Success(t, err)
+				assert.True(t, bytes.Contains(p.Messages[0].JSON2, []byte(`"attachments":[{"id":"`+a.ID+`","name":"build log.txt","type":"text/plain","size":22,"sha256":"`+a.SHA256+`"}]`)), "v2 object %s", p.Messages[0].JSON2)
+				v1 := since(t, b.Store, thA, 0, chatrelay.PollPage)
+				assert.True(t, bytes.Contains(v1.Messages[0].JSON, []byte(`"text":"[attachment: build log.txt (22 B)]"`)), "v1 object %s", v1.Messages[0].JSON)
+				assert.True(t, !bytes.Contains(v1.Messages[0].JSON, []byte(`"attachments"`)), "v1 object carries a v2 field: %s", v1.Messages[0].JSON)
+			}},
+			{"an empty file is an attachment of 0 bytes", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				a := mustUpload(t, b.Store, thA, "empty", nil)
+				assert.Equal(t, "size", a.Size, int64(0))
+				assert.Equal(t, "sha256", a.SHA256, digest(nil))
+				got, err := download(t, b.Store, thA, a.ID)
+				assert.Success(t, err)
+				assert.Equal(t, "bytes", len(got), 0)
+				_, err = postWith(b.Store, thA, "", a.ID)
+				assert.Success(t, err)
+				assertNothingStaged(t, b, thA, 1)
+			}},
+			{"an image's size is read from its header", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				a := mustUpload(t, b.Store, thA, "shot.png", pngOf(t, 7, 3))
+				assert.Equal(t, "width×height", [2]int{a.Width, a.Height}, [2]int{7, 3})
+			}},
+			{"an id is named once, in its own thread only; unknown ids are refused", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				a := mustUpload(t, b.Store, thA, "a.txt", []byte("a"))
+				_, err := postWith(b.Store, thB, "elsewhere", a.ID)
+				assert.Code(t, err, chatrelay.InvalidAttachment)
+				_, err = download(t, b.Store, thB, a.ID)
+				assert.Code(t, err, chatrelay.NotFound)
+				_, err = postWith(b.Store, thA, "", "at_000000000000")
+				assert.Code(t, err, chatrelay.InvalidAttachment)
+				_, err = postWith(b.Store, thA, "first", a.ID)
+				assert.Success(t, err)
+				_, err = postWith(b.Store, thA, "again", a.ID)
+				assert.Code(t, err, chatrelay.InvalidAttachment)
+				p := since(t, b.Store, thA, 0, 0)
+				assert.Equal(t, "messages stored", len(p.Messages), 1)
+			}},
+			{"10 attachments on a message are taken, 11 refused", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				var ids []string
+				for i := range 11 {
+					ids = append(ids, mustUpload(t, b.Store, thA, "f.txt", []byte{byte(i)}).ID)
+				}
+				_, err := postWith(b.Store, thA, "too many", ids...)
+				assert.Code(t, err, chatrelay.TooManyAttachments)
+				e, err := postWith(b.Store, thA, "ten", ids[:10]...)
+				assert.Success(t, err)
+				assert.Equal(t, "attachments", len(e.Attachments), 10)
+			}},
+			{"a file of the most bytes is taken, one byte more refused and nothing kept", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				st := b.Store.(store.Attachments)
+				_, err := st.PutAttachment(context.Background(), thA, store.Upload{Name: "max", Body: bytes.NewReader(make([]byte, 1000)), Max: 1000})
+				assert.Success(t, err)
+				_, err = st.PutAttachment(context.Background(), thA, store.Upload{Name: "over", Body: bytes.NewReader(make([]byte, 1001)), Max: 1000})
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				assertNothingStaged(t, b, thA, 1)
+			}},
+			{"identical bytes are stored once per thread and count once toward its limit", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				big := bytes.Repeat([]byte{1}, chatrelay.LimitThreadAttachments.Max/2+1)
+				a1 := mustUpload(t, b.Store, thA, "one", big)
+				a2 := mustUpload(t, b.Store, thA, "two", big) // the same bytes: no more room taken
+				assert.True(t, a1.ID != a2.ID, "two uploads, two ids")
+				assertNothingStaged(t, b, thA, 1)
+				other := bytes.Repeat([]byte{2}, chatrelay.LimitThreadAttachments.Max/2+1)
+				_, err := upload(b.Store, thA, "three", other)
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				assertNothingStaged(t, b, thA, 1)
+				rest := bytes.Repeat([]byte{3}, chatrelay.LimitThreadAttachments.Max-len(big)) // to the byte
+				mustUpload(t, b.Store, thA, "rest", rest)
+			}},
+			{"an upload no post names is deleted after an hour; one a post names stays", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				kept := mustUpload(t, b.Store, thA, "kept", []byte("kept"))
+				lost := mustUpload(t, b.Store, thA, "lost", []byte("lost"))
+				_, err := postWith(b.Store, thA, "with", kept.ID)
+				assert.Success(t, err)
+				clk.Advance(time.Hour - time.Millisecond)
+				_, err = b.Store.Sweep(context.Background())
+				assert.Success(t, err)
+				_, err = download(t, b.Store, thA, lost.ID)
+				assert.Success(t, err)
+				clk.Advance(time.Millisecond)
+				_, err = postWith(b.Store, thA, "too late", lost.ID)
+				assert.Code(t, err, chatrelay.InvalidAttachment)
+				_, err = b.Store.Append(context.Background(), thA, store.NewMessage{Text: "too late", ClientID: "late:1", Attachments: []string{lost.ID}})
+				assert.Code(t, err, chatrelay.InvalidAttachment) // with a client_id of no message, alike
+				_, err = b.Store.Sweep(context.Background())
+				assert.Success(t, err)
+				_, err = download(t, b.Store, thA, lost.ID)
+				assert.Code(t, err, chatrelay.NotFound)
+				got, err := download(t, b.Store, thA, kept.ID)
+				assert.Success(t, err)
+				assert.Equal(t, "kept bytes", string(got), "kept")
+				assertNothingStaged(t, b, thA, 1)
+			}},
+			{"attachments leave with their message (retention)", Options{Retention: chatrelay.Retention{Messages: 1}}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				a := mustUpload(t, b.Store, thA, "a", []byte("bytes of a"))
+				_, err := postWith(b.Store, thA, "with a", a.ID)
+				assert.Success(t, err)
+				appendText(t, b.Store, thA, "", "pushes it out")
+				_, err = download(t, b.Store, thA, a.ID)
+				assert.Code(t, err, chatrelay.NotFound)
+				assertNothingStaged(t, b, thA, 0)
+			}},
+			{"attachments leave with their thread (sweep)", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				a := mustUpload(t, b.Store, thA, "a", []byte("bytes of a"))
+				_, err := postWith(b.Store, thA, "with a", a.ID)
+				assert.Success(t, err)
+				clk.Advance(chatrelay.DefaultRetainAge + time.Hour)
+				_, err = b.Store.Sweep(context.Background())
+				assert.Success(t, err)
+				_, err = download(t, b.Store, thA, a.ID)
+				assert.Code(t, err, chatrelay.NotFound)
+				assertNothingStaged(t, b, thA, 0)
+			}},
+			{"concurrent posts naming one upload: exactly one takes it", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				a := mustUpload(t, b.Store, thA, "a", []byte("once"))
+				stores := []store.Store{b.Store, b.Another(t, Options{Now: clk.Now}).Store}
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				ok, refused := 0, 0
+				for i := range 10 {
+					wg.Go(func() {
+						_, err := postWith(stores[i%2], thA, "take it", a.ID)
+						mu.Lock()
+						defer mu.Unlock()
+						switch chatrelay.CodeOf(err) {
+						case "":
+							ok++
+						case chatrelay.InvalidAttachment:
+							refused++
+						default:
+							t.Errorf("post: %v", err)
+						}
+					})
+				}
+				wg.Wait()
+				assert.Equal(t, "posts that took it", ok, 1)
+				assert.Equal(t, "posts refused", refused, 9)
+			}},
+			{"a repeat of a post with its client_id is answered again, attachments and all", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				a := mustUpload(t, b.Store, thA, "a", []byte("a"))
+				m := store.NewMessage{Text: "see", ClientID: "tab:1", Attachments: []string{a.ID}}
+				e1, err := b.Store.Append(context.Background(), thA, m)
+				assert.Success(t, err)
+				m.Attachments = []string{a.ID}
+				e2, err := b.Store.Append(context.Background(), thA, m)
+				assert.Success(t, err)
+				assert.Equal(t, "replayed", e2.Replayed, true)
+				assert.Equal(t, "same message", e2.ID, e1.ID)
+			}},
+			{"a name empty once cleaned is refused and keeps nothing", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				_, err := upload(b.Store, thA, " <[]>\n", []byte("x"))
+				assert.Code(t, err, chatrelay.InvalidAttachment)
+				assertNothingStaged(t, b, thA, 0)
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				clk := testclock.New(t0)
+				tc.opt.Now = clk.Now
+				tc.run(t, Open(t, backend, tc.opt), clk)
+			})
+		}
+	})
+}
+
+// assertNothingStaged checks that thread holds files bytes (distinct
+// contents) and no upload in progress: no temp file (file), no staging
+// key (Redis).
+func assertNothingStaged(t *testing.T, b *Backend, thread string, files int) {
+	t.Helper()
+	switch b.Name {
+	case File:
+		var blobs, temps int
+		for f := range Files(t, b.Dir) {
+			switch {
+			case strings.Contains(f, ".upload.tmp-"):
+				temps++
+			case strings.Contains(f, thread+".files/") && !strings.HasSuffix(f, "index.json"):
+				blobs++
+			}
+		}
+		assert.Equal(t, "temp files", temps, 0)
+		assert.Equal(t, "stored files", blobs, files)
+	case Redis:
+		c := redis.NewClient(&redis.Options{Addr: b.Server.Addr()})
+		defer c.Close()
+		keys, err := c.Keys(context.Background(), b.Prefix+"{"+thread+"}:att:*").Result()
+		assert.Success(t, err)
+		var blobs, staged int
+		for _, k := range keys {
+			if strings.Contains(k, ":att:up:") {
+				staged++
+			} else {
+				blobs++
+			}
+		}
+		assert.Equal(t, "staging keys", staged, 0)
+		assert.Equal(t, "stored blobs", blobs, files)
+	}
+}

@@ -1,0 +1,224 @@
+package storetest
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/testclock"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/webpush"
+)
+
+// The Web Push part of the conformance suite (contract Part 5).
+
+func pushOf(t *testing.T, b *Backend) store.Push {
+	t.Helper()
+	p := store.PushOf(b.Store)
+	if p == nil {
+		t.Fatalf("the %s store keeps no push subscriptions", b.Name)
+	}
+	return p
+}
+
+// pushSub is a subscription of endpoint n, by subscriber.
+func pushSub(n int, subscriber string) chatrelay.PushSubscription {
+	p256 := make([]byte, 65)
+	p256[0] = 4
+	p256[1] = byte(n)
+	return chatrelay.PushSubscription{
+		ID: chatrelay.NewPushID(), Endpoint: fmt.Sprintf("https://push.example.com/ep/%d", n),
+		P256dh: base64.RawURLEncoding.EncodeToString(p256), Auth: base64.RawURLEncoding.EncodeToString(make([]byte, 16)),
+		Events: chatrelay.PushEvents, CreatedAt: int64(1000 + n), Subscriber: subscriber,
+	}
+}
+
+func TestConformancePush(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		for _, tc := range []struct {
+			name string
+			run  func(t *testing.T, b *Backend)
+		}{
+			{"subscribe: a thread with no message is refused and keeps nothing", func(t *testing.T, b *Backend) {
+				p := pushOf(t, b)
+				_, _, err := p.PushSubscribe(t.Context(), thA, pushSub(1, chatrelay.SubscriberOwner))
+				assert.Code(t, err, chatrelay.NotFound)
+				subs, err := p.PushSubscriptions(t.Context(), thA)
+				assert.Success(t, err)
+				assert.Equal(t, "subscriptions", len(subs), 0)
+				assert.Equal(t, "threads", b.Threads(t), []string(nil))
+			}},
+			{"subscribe, the same endpoint again, list oldest first, seen by another store, unsubscribe", func(t *testing.T, b *Backend) {
+				ctx := t.Context()
+				p := pushOf(t, b)
+				appendText(t, b.Store, thA, "", "hello")
+				first, created, err := p.PushSubscribe(ctx, thA, pushSub(1, chatrelay.SubscriberOwner))
+				assert.Success(t, err)
+				assert.True(t, created, "the first subscribe did not create")
+				second, _, err := p.PushSubscribe(ctx, thA, pushSub(2, "p:p_00000001"))
+				assert.Success(t, err)
+				again := pushSub(1, chatrelay.SubscriberOwner)
+				again.Events = []chatrelay.PushEvent{chatrelay.PushReply}
+				got, created, err := p.PushSubscribe(ctx, thA, again)
+				assert.Success(t, err)
+				assert.True(t, !created && got.ID == first.ID && got.CreatedAt == first.CreatedAt, "again: %+v created %v", got, created)
+				other := pushOf(t, b.Another(t, Options{}))
+				subs, err := other.PushSubscriptions(ctx, thA)
+				assert.Success(t, err)
+				assert.Equal(t, "ids", []string{subs[0].ID, subs[1].ID}, []string{first.ID, second.ID})
+				assert.Equal(t, "events replaced", subs[0].Events, []chatrelay.PushEvent{chatrelay.PushReply})
+				none, err := other.PushSubscriptions(ctx, thB)
+				assert.True(t, err == nil && len(none) == 0, "thread B: %v %v", none, err)
+				gone, err := other.PushUnsubscribe(ctx, thA, first.ID)
+				assert.Success(t, err)
+				assert.Equal(t, "removed", gone.ID, first.ID)
+				_, err = p.PushUnsubscribe(ctx, thA, first.ID)
+				assert.Code(t, err, chatrelay.NotFound)
+				subs, _ = p.PushSubscriptions(ctx, thA)
+				assert.Equal(t, "left", len(subs), 1)
+			}},
+			{"at most 20 subscriptions a thread, even when written at once", func(t *testing.T, b *Backend) {
+				ctx := t.Context()
+				p := pushOf(t, b)
+				appendText(t, b.Store, thA, "", "hello")
+				other := pushOf(t, b.Another(t, Options{}))
+				var wg sync.WaitGroup
+				errs := make([]error, 30)
+				for i := range 30 {
+					st := p
+					if i%2 == 1 {
+						st = other
+					}
+					wg.Go(func() { _, _, errs[i] = st.PushSubscribe(ctx, thA, pushSub(i, chatrelay.SubscriberOwner)) })
+				}
+				wg.Wait()
+				refused := 0
+				for _, err := range errs {
+					if err != nil {
+						assert.Code(t, err, chatrelay.PushLimit)
+						refused++
+					}
+				}
+				assert.Equal(t, "refused", refused, 30-chatrelay.LimitPushSubscriptions.Max)
+				subs, _ := p.PushSubscriptions(ctx, thA)
+				assert.Equal(t, "kept", len(subs), chatrelay.LimitPushSubscriptions.Max)
+				ids := map[string]bool{}
+				for _, s := range subs {
+					ids[s.ID] = true
+				}
+				assert.Equal(t, "distinct ids", len(ids), len(subs))
+				// A known endpoint is still taken at the limit.
+				_, created, err := p.PushSubscribe(ctx, thA, subs[3])
+				assert.True(t, err == nil && !created, "a known endpoint at the limit: %v", err)
+			}},
+			{"one VAPID key for every store, made once; a rotate replaces it for all", func(t *testing.T, b *Backend) {
+				ctx := t.Context()
+				others := []store.Push{pushOf(t, b), pushOf(t, b.Another(t, Options{})), pushOf(t, b.Another(t, Options{}))}
+				keys := make([][]byte, len(others))
+				var wg sync.WaitGroup
+				for i, p := range others {
+					wg.Go(func() {
+						k, err := p.VAPIDKey(ctx)
+						assert.Success(t, err)
+						keys[i] = k
+					})
+				}
+				wg.Wait()
+				for _, k := range keys[1:] {
+					assert.True(t, slices.Equal(k, keys[0]), "two stores got different keys")
+				}
+				_, err := webpush.ParseVAPID(keys[0], "")
+				assert.Success(t, err)
+				rotated, err := others[1].RotateVAPIDKey(ctx)
+				assert.Success(t, err)
+				assert.True(t, !slices.Equal(rotated, keys[0]), "the rotate kept the key")
+				now, err := others[2].VAPIDKey(ctx)
+				assert.Success(t, err)
+				assert.True(t, slices.Equal(now, rotated), "another store did not see the rotated key")
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.run(t, Open(t, backend, Options{}))
+			})
+		}
+	})
+}
+
+// TestPushSubscriptionsLeaveWithTheirThread: the sweep that removes an
+// expired thread removes its subscriptions; the same token's new thread
+// starts with none.
+func TestPushSubscriptionsLeaveWithTheirThread(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		clk := testclock.New(t0)
+		b := Open(t, backend, Options{Now: clk.Now, Retention: chatrelay.Retention{Age: time.Hour}})
+		p := pushOf(t, b)
+		ctx := t.Context()
+		appendText(t, b.Store, thA, "", "hello")
+		_, _, err := p.PushSubscribe(ctx, thA, pushSub(1, chatrelay.SubscriberOwner))
+		assert.Success(t, err)
+		clk.Advance(2 * time.Hour)
+		st, err := b.Store.Sweep(ctx)
+		assert.Success(t, err)
+		assert.Equal(t, "threads removed", st.ThreadsRemoved, 1)
+		appendText(t, b.Store, thA, "", "hello again")
+		subs, err := p.PushSubscriptions(ctx, thA)
+		assert.True(t, err == nil && len(subs) == 0, "the new thread's subscriptions: %v %v", subs, err)
+	})
+}
+
+// TestPushClaimOnce: of two stores, one claim of a push wins on Redis
+// (two nodes); the file store (one server a folder) keeps each store's
+// claims in its memory; a claim is granted again once it ended.
+func TestPushClaimOnce(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		b := Open(t, backend, Options{})
+		a, c := pushOf(t, b), pushOf(t, b.Another(t, Options{}))
+		ctx := context.Background()
+		ok1, err := a.ClaimPush(ctx, "x:1", time.Minute)
+		assert.Success(t, err)
+		ok2, err := c.ClaimPush(ctx, "x:1", time.Minute)
+		assert.Success(t, err)
+		if backend == Redis {
+			assert.True(t, ok1 && !ok2, "claims %v %v", ok1, ok2)
+		} else {
+			assert.True(t, ok1 && ok2, "claims %v %v", ok1, ok2)
+		}
+		again, err := a.ClaimPush(ctx, "x:1", time.Minute)
+		assert.True(t, err == nil && !again, "the same store claimed twice: %v", err)
+		short, _ := a.ClaimPush(ctx, "x:2", time.Millisecond)
+		assert.True(t, short, "x:2")
+		assert.Eventually(t, 5*time.Second, "a claim that ended is granted again", func() bool {
+			ok, err := a.ClaimPush(ctx, "x:2", time.Millisecond)
+			return err == nil && ok
+		})
+	})
+}
+
+// TestPushFilesArePrivate: the file store's subscriptions and VAPID key
+// are mode 0600, and a thread's subscriptions leave with it.
+func TestPushFilesArePrivate(t *testing.T) {
+	t.Parallel()
+	b := Open(t, File, Options{})
+	p := pushOf(t, b)
+	appendText(t, b.Store, thA, "", "hello")
+	_, _, err := p.PushSubscribe(t.Context(), thA, pushSub(1, chatrelay.SubscriberOwner))
+	assert.Success(t, err)
+	_, err = p.VAPIDKey(t.Context())
+	assert.Success(t, err)
+	dir := b.Store.(interface{ Dir() string }).Dir()
+	for _, f := range []string{filepath.Join(dir, thA+".push.json"), filepath.Join(filepath.Dir(dir), "vapid.key")} {
+		fi, err := os.Stat(f)
+		assert.Success(t, err)
+		assert.Equal(t, f+" mode", fi.Mode().Perm(), os.FileMode(0o600))
+	}
+	assert.Equal(t, "threads", b.Threads(t), []string{thA})
+}

@@ -1,0 +1,169 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+)
+
+// Attachments is the optional capability of a store that keeps
+// attachments (contract Part 5): files uploaded into a thread, then named
+// by id in a post (NewMessage.Attachments), which Append checks and
+// stores in the message. Both backends have it.
+//
+// An upload is streamed, never held whole in memory, and refused or
+// failed, it leaves nothing behind (no file, no key, no count). Identical
+// bytes are stored once per thread. An upload no post names is deleted
+// after LimitAttachmentUnused; an attachment leaves with its message
+// (retention, Sweep), and its bytes when no attachment of the thread
+// holds them any more.
+type Attachments interface {
+	// PutAttachment stores up in thread and returns its attachment
+	// object. It returns InvalidAttachment for a name empty once cleaned,
+	// AttachmentTooLarge for a body over up.Max bytes or one that would
+	// take the thread's stored bytes past LimitThreadAttachments,
+	// ThreadLimit for an upload that would start a thread beyond the
+	// store's limit, and StoreUnavailable if storage cannot take it (a
+	// full disk).
+	PutAttachment(ctx context.Context, thread string, up Upload) (chatrelay.Attachment, error)
+
+	// OpenAttachment returns the attachment id of thread and its bytes,
+	// which the caller closes; NotFound if the thread has no such
+	// attachment (another thread's id included).
+	OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error)
+}
+
+// Upload is a file to store: its name and media type as the uploader
+// sent them, its bytes, and the most bytes it may have.
+type Upload struct {
+	Name string
+	Type string
+	Body io.Reader
+	Max  int64 // bytes; 0 is LimitAttachmentBytes.Max
+}
+
+// Check cleans up's name and type, fills Max, and refuses a bad name
+// (InvalidAttachment).
+func (up *Upload) Check() error {
+	name, err := chatrelay.CleanAttachmentName(up.Name)
+	if err != nil {
+		return err
+	}
+	up.Name, up.Type = name, chatrelay.CleanMediaType(up.Type)
+	if up.Max <= 0 {
+		up.Max = int64(chatrelay.LimitAttachmentBytes.Max)
+	}
+	return nil
+}
+
+// headKept is how much of a file's start Receive keeps, to read an
+// image's size from its header.
+const headKept = 64 << 10
+
+// Received is what Receive learned of the bytes it copied.
+type Received struct {
+	Size   int64
+	SHA256 string // lowercase hex
+	Head   []byte // the first bytes (up to 64 KiB)
+}
+
+// Receive copies up's body to dst, hashing it on the way, and refuses
+// (AttachmentTooLarge) a body of more than up.Max bytes as soon as it
+// sees the byte past it. A failure of dst is returned as it is; a failure
+// to read the body is InvalidAttachment (the upload broke off).
+func Receive(dst io.Writer, up Upload) (Received, error) {
+	h := sha256.New()
+	var head []byte
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, rerr := up.Body.Read(buf)
+		if k > 0 {
+			if n+int64(k) > up.Max {
+				return Received{}, TooLarge(up.Max)
+			}
+			if len(head) < headKept {
+				head = append(head, buf[:min(k, headKept-len(head))]...)
+			}
+			h.Write(buf[:k])
+			if _, err := dst.Write(buf[:k]); err != nil {
+				return Received{}, err
+			}
+			n += int64(k)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			var me interface{ Limit() int64 }
+			if errors.As(rerr, &me) {
+				return Received{}, TooLarge(up.Max)
+			}
+			return Received{}, &chatrelay.Error{Code: chatrelay.InvalidAttachment, Message: "the upload broke off before its end", Err: rerr}
+		}
+	}
+	return Received{Size: n, SHA256: hex.EncodeToString(h.Sum(nil)), Head: head}, nil
+}
+
+// TooLarge is the refusal of a file over max bytes.
+func TooLarge(max int64) error {
+	return chatrelay.Errorf(chatrelay.AttachmentTooLarge, "the file is larger than %d bytes", max)
+}
+
+// ThreadFull is the refusal of a file that would take the thread's
+// stored bytes past LimitThreadAttachments.
+func ThreadFull() error {
+	return chatrelay.Errorf(chatrelay.AttachmentTooLarge, "this conversation holds the most attachment bytes it may (%d)", chatrelay.LimitThreadAttachments.Max)
+}
+
+// NewAttachment is the attachment object of up once received: a fresh
+// id, and an image's size read from its header.
+func NewAttachment(up Upload, r Received) chatrelay.Attachment {
+	a := chatrelay.Attachment{ID: chatrelay.NewAttachmentID(), Name: up.Name, Type: up.Type, Size: r.Size, SHA256: r.SHA256}
+	if w, h, ok := chatrelay.ImageSize(bytes.NewReader(r.Head)); ok {
+		a.Width, a.Height = w, h
+	}
+	return a
+}
+
+// StoredAttachment is an attachment as a store keeps it: the object and
+// when it was uploaded.
+type StoredAttachment struct {
+	chatrelay.Attachment
+	At int64 `json:"at"` // epoch ms of the upload
+}
+
+// Unused reports whether an upload no message names is old enough at now
+// to be deleted (LimitAttachmentUnused).
+func (a StoredAttachment) Unused(now time.Time) bool {
+	_, ttl := chatrelay.LimitAttachmentUnused.Duration()
+	return now.UnixMilli()-a.At >= ttl.Milliseconds()
+}
+
+// Attach resolves the ids a post names (checked by Prepare) against a
+// thread's uploads: each must be an upload of the thread (known) that no
+// message names yet (used). It returns their objects, in the post's order,
+// or InvalidAttachment.
+func Attach(ids []string, known func(id string) (chatrelay.Attachment, bool), used func(id string) bool) ([]chatrelay.Attachment, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	out := make([]chatrelay.Attachment, len(ids))
+	for i, id := range ids {
+		a, ok := known(id)
+		if !ok {
+			return nil, chatrelay.Errorf(chatrelay.InvalidAttachment, "no upload %s in this conversation", id)
+		}
+		if used(id) {
+			return nil, chatrelay.Errorf(chatrelay.InvalidAttachment, "attachment %s is on a message already", id)
+		}
+		out[i] = a
+	}
+	return out, nil
+}

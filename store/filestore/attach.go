@@ -1,0 +1,419 @@
+package filestore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// Attachments (contract Part 5), content-addressed per thread:
+//
+//	<data>/chat/<thread>.files/<sha256 hex>   the bytes, once per thread
+//	<data>/chat/<thread>.files/index.json     the thread's uploads
+//	<data>/chat/.<thread>.upload.tmp-*        an upload being received
+//
+// An upload is streamed into its temp file (hashed on the way), fsynced,
+// then, under the thread's lock, renamed to its digest's name (or dropped
+// if the thread has those bytes already), the folder fsynced, and its
+// record added to index.json (written atomically). A message names its
+// attachments in the thread document; an upload is "used" when a message
+// of the document names it. Under the same lock, the records that no
+// message names and that are older than LimitAttachmentUnused are
+// dropped, and then the files that no record names (collect). A crash
+// leaves at most a temp file (swept after an hour) or a file no record
+// names (collected): never a record without its file, never a message
+// naming a record that is gone (a record a message names is never
+// dropped).
+
+var _ store.Attachments = (*File)(nil)
+
+// index is the file <thread>.files/index.json.
+type index struct {
+	Version     int                      `json:"version"`
+	Attachments []store.StoredAttachment `json:"attachments"`
+}
+
+const indexVersion = 1
+
+func (s *File) filesDir(thread string) string { return filepath.Join(s.dir, thread+".files") }
+
+// PutAttachment implements store.Attachments.
+func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload) (chatrelay.Attachment, error) {
+	if err := chatrelay.CheckThread(thread); err != nil {
+		return chatrelay.Attachment{}, err
+	}
+	if err := up.Check(); err != nil {
+		return chatrelay.Attachment{}, err
+	}
+	if !s.mayExist(thread) {
+		if err := s.roomForThread(ctx); err != nil {
+			return chatrelay.Attachment{}, err
+		}
+	}
+	var tf *os.File
+	var tmp string
+	err := s.withFDs(func() (err error) { tf, tmp, err = createTemp(s.dir, "."+thread+".upload.tmp-"); return err })
+	if err != nil {
+		return chatrelay.Attachment{}, s.unavailable(thread, err)
+	}
+	defer func() {
+		tf.Close()
+		if tmp != "" {
+			os.Remove(tmp)
+		}
+	}()
+	rec, err := store.Receive(tf, up)
+	if err == nil && s.dsync != nil {
+		err = tf.Sync()
+	}
+	if err != nil {
+		var ce *chatrelay.Error
+		if errors.As(err, &ce) {
+			return chatrelay.Attachment{}, err
+		}
+		return chatrelay.Attachment{}, s.unavailable(thread, err)
+	}
+	a := store.NewAttachment(up, rec)
+
+	t, unlock, err := s.lockState(ctx, thread)
+	if err != nil {
+		return chatrelay.Attachment{}, err
+	}
+	defer unlock()
+	d, err := s.lockedDoc(thread, t)
+	if err != nil {
+		return chatrelay.Attachment{}, err
+	}
+	recs, err := s.readIndex(thread)
+	if err != nil {
+		return chatrelay.Attachment{}, err
+	}
+	now := s.now()
+	recs = kept(recs, d, now)
+	held := 0
+	for _, r := range recs {
+		if r.SHA256 == a.SHA256 {
+			held++
+		}
+	}
+	dir := s.filesDir(thread)
+	blob := filepath.Join(dir, a.SHA256)
+	if held == 0 {
+		if storedBytes(recs)+a.Size > int64(chatrelay.LimitThreadAttachments.Max) {
+			return chatrelay.Attachment{}, store.ThreadFull()
+		}
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return chatrelay.Attachment{}, s.unavailable(thread, err)
+		}
+		if err := os.Rename(tmp, blob); err != nil {
+			return chatrelay.Attachment{}, s.unavailable(thread, err)
+		}
+		tmp = ""
+		if err := s.syncDir(dir); err != nil {
+			os.Remove(blob)
+			return chatrelay.Attachment{}, s.unavailable(thread, err)
+		}
+	}
+	recs = append(recs, store.StoredAttachment{Attachment: a, At: now.UnixMilli()})
+	if err := s.writeIndex(thread, recs); err != nil {
+		if held == 0 {
+			os.Remove(blob)
+		}
+		return chatrelay.Attachment{}, s.unavailable(thread, err)
+	}
+	s.removeStray(thread, recs)
+	return a, nil
+}
+
+// roomForThread refuses (ThreadLimit) an upload that would start a thread
+// when the store holds the most threads it may: its uploads would hold
+// bytes for a thread the limit refuses.
+func (s *File) roomForThread(ctx context.Context) error {
+	c, err := s.lockCount(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.unlock()
+	n, err := s.threadCount(c)
+	if err != nil {
+		return s.unavailable("", err)
+	}
+	if n >= s.opt.MaxThreads {
+		return chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
+	}
+	return nil
+}
+
+// OpenAttachment implements store.Attachments. It takes no lock: the
+// index is replaced atomically, and a file opened stays readable if it is
+// collected meanwhile.
+func (s *File) OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
+	notFound := chatrelay.Errorf(chatrelay.NotFound, "no attachment %s in this conversation", id)
+	if err := chatrelay.CheckThread(thread); err != nil || !chatrelay.AttachmentIDPattern.MatchString(id) {
+		return chatrelay.Attachment{}, nil, notFound
+	}
+	recs, err := s.readIndex(thread)
+	if err != nil {
+		return chatrelay.Attachment{}, nil, err
+	}
+	i := slices.IndexFunc(recs, func(r store.StoredAttachment) bool { return r.ID == id })
+	if i < 0 {
+		return chatrelay.Attachment{}, nil, notFound
+	}
+	f, err := os.Open(filepath.Join(s.filesDir(thread), recs[i].SHA256))
+	if errors.Is(err, fs.ErrNotExist) {
+		return chatrelay.Attachment{}, nil, notFound
+	}
+	if err != nil {
+		return chatrelay.Attachment{}, nil, s.unavailable(thread, err)
+	}
+	return recs[i].Attachment, f, nil
+}
+
+// attachTo resolves the attachment ids of a post against the thread's
+// uploads (under the thread's lock): an upload no message of d names, not
+// yet old enough to be deleted.
+func (s *File) attachTo(thread string, d threadDoc, ids []string, now time.Time) ([]chatrelay.Attachment, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	recs, err := s.readIndex(thread)
+	if err != nil {
+		return nil, err
+	}
+	used := usedIDs(d)
+	return store.Attach(ids, func(id string) (chatrelay.Attachment, bool) {
+		i := slices.IndexFunc(recs, func(r store.StoredAttachment) bool { return r.ID == id })
+		if i < 0 || (!used[id] && recs[i].Unused(now)) {
+			return chatrelay.Attachment{}, false
+		}
+		return recs[i].Attachment, true
+	}, func(id string) bool { return used[id] })
+}
+
+// collect drops the uploads of thread that no message names and that are
+// old enough or in gone (their message left), and the files no upload
+// names; a thread with none left loses its folder. The caller holds the
+// thread's lock; d is its document (nil: it has none).
+func (s *File) collect(thread string, d *threadDoc, gone map[string]bool) error {
+	recs, err := s.readIndex(thread)
+	if err != nil {
+		return err
+	}
+	var doc threadDoc
+	if d != nil {
+		doc = *d
+	}
+	if len(recs) == 0 {
+		s.removeStray(thread, nil)
+		return nil
+	}
+	keep := slices.DeleteFunc(kept(recs, doc, s.now()), func(r store.StoredAttachment) bool { return gone[r.ID] })
+	if len(keep) != len(recs) {
+		if err := s.writeIndex(thread, keep); err != nil {
+			return s.unavailable(thread, err)
+		}
+	}
+	s.removeStray(thread, keep)
+	return nil
+}
+
+// collectLocked takes the thread's lock and collects its attachments.
+func (s *File) collectLocked(ctx context.Context, thread string, gone map[string]bool) error {
+	t, unlock, err := s.lockState(ctx, thread)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	d, err := s.lockedDoc(thread, t)
+	if err != nil {
+		return err
+	}
+	used := usedIDs(d)
+	for id := range gone {
+		if used[id] { // never: an id is on one message
+			delete(gone, id)
+		}
+	}
+	return s.collect(thread, &d, gone)
+}
+
+// lockedDoc is the thread's document for a holder of its lock (empty if
+// it has none: then the lock file goes at unlock).
+func (s *File) lockedDoc(thread string, t *threadState) (threadDoc, error) {
+	snap, err := s.load(thread, t)
+	if err != nil {
+		return threadDoc{}, err
+	}
+	if snap == nil {
+		t.drop = true
+		return threadDoc{}, nil
+	}
+	if snap.err != nil {
+		return threadDoc{}, unreadable(snap)
+	}
+	return snap.doc, nil
+}
+
+// kept is recs without the uploads that no message of d names and that
+// are old enough to go.
+func kept(recs []store.StoredAttachment, d threadDoc, now time.Time) []store.StoredAttachment {
+	used := usedIDs(d)
+	return slices.DeleteFunc(slices.Clone(recs), func(r store.StoredAttachment) bool { return !used[r.ID] && r.Unused(now) })
+}
+
+// usedIDs are the attachments the messages of d name.
+func usedIDs(d threadDoc) map[string]bool {
+	used := map[string]bool{}
+	for _, e := range d.msgs {
+		for _, a := range e.Attachments {
+			used[a.ID] = true
+		}
+	}
+	return used
+}
+
+// storedBytes is what the files of recs take: each digest's bytes once.
+func storedBytes(recs []store.StoredAttachment) int64 {
+	seen := map[string]bool{}
+	var n int64
+	for _, r := range recs {
+		if !seen[r.SHA256] {
+			seen[r.SHA256] = true
+			n += r.Size
+		}
+	}
+	return n
+}
+
+// removeStray removes the files of thread's folder that no record of recs
+// names (collected bytes, or a crash's leftovers), and the folder itself
+// if nothing is left in it. Failures are logged: the next collect tries
+// again.
+func (s *File) removeStray(thread string, recs []store.StoredAttachment) {
+	dir := s.filesDir(thread)
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	names := map[string]bool{"index.json": len(recs) > 0}
+	for _, r := range recs {
+		names[r.SHA256] = true
+	}
+	left := 0
+	for _, de := range des {
+		if names[de.Name()] {
+			left++
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, de.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("attachments: remove", "thread", thread, "err", err)
+			left++
+		}
+	}
+	if left == 0 {
+		os.Remove(dir)
+	}
+}
+
+// readIndex reads the uploads of thread (none if it has no index).
+func (s *File) readIndex(thread string) ([]store.StoredAttachment, error) {
+	b, err := os.ReadFile(filepath.Join(s.filesDir(thread), "index.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.unavailable(thread, err)
+	}
+	var ix index
+	if err := json.Unmarshal(b, &ix); err != nil || ix.Version != indexVersion {
+		return nil, &chatrelay.Error{Code: chatrelay.ThreadUnreadable, Message: "this thread's attachments index does not parse; it is kept as it is for an operator to look at",
+			Err: fmt.Errorf("%s: version %d: %v", thread, ix.Version, err)}
+	}
+	for _, r := range ix.Attachments {
+		if !chatrelay.AttachmentIDPattern.MatchString(r.ID) || len(r.SHA256) != 64 || strings.Trim(r.SHA256, "0123456789abcdef") != "" {
+			return nil, &chatrelay.Error{Code: chatrelay.ThreadUnreadable, Message: "this thread's attachments index does not parse; it is kept as it is for an operator to look at",
+				Err: fmt.Errorf("%s: a record without a valid id or digest", thread)}
+		}
+	}
+	return ix.Attachments, nil
+}
+
+// writeIndex replaces the index of thread atomically (none is removed).
+func (s *File) writeIndex(thread string, recs []store.StoredAttachment) error {
+	path := filepath.Join(s.filesDir(thread), "index.json")
+	if len(recs) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	b, err := json.Marshal(index{Version: indexVersion, Attachments: recs})
+	if err != nil {
+		return err
+	}
+	return s.withFDs(func() error {
+		f, _, err := writeFile(s.filesDir(thread), "index.json", append(b, '\n'), s.dsync != nil)
+		if f != nil {
+			f.Close()
+		}
+		return err
+	})
+}
+
+// syncDir fsyncs a folder (unless the store does not fsync).
+func (s *File) syncDir(dir string) error {
+	if s.dsync == nil {
+		return nil
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// uploadThreads lists the threads that have an attachments folder.
+func (s *File) uploadThreads() []string {
+	dirs, _ := filepath.Glob(filepath.Join(s.dir, "*.files"))
+	var out []string
+	for _, d := range dirs {
+		if name := strings.TrimSuffix(filepath.Base(d), ".files"); chatrelay.ValidThread(name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// sweepUploads removes what uploads killed mid-way left (temp files not
+// written to for LimitAttachmentUnused) and collects the attachments of
+// every thread that has them.
+func (s *File) sweepUploads(ctx context.Context) {
+	_, ttl := chatrelay.LimitAttachmentUnused.Duration()
+	tmps, _ := filepath.Glob(filepath.Join(s.dir, ".*.upload.tmp-*"))
+	for _, tmp := range tmps {
+		if fi, err := os.Stat(tmp); err == nil && s.now().Sub(fi.ModTime()) >= ttl {
+			os.Remove(tmp)
+		}
+	}
+	for _, thread := range s.uploadThreads() {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := s.collectLocked(ctx, thread, nil); err != nil {
+			s.log.Warn("sweep: attachments", "thread", thread, "err", err)
+		}
+	}
+}

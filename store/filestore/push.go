@@ -1,0 +1,241 @@
+package filestore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/webpush"
+)
+
+// Web Push (contract Part 5) in the file store. A thread's subscriptions
+// are <data>/chat/<thread>.push.json (mode 0600), written under the
+// thread's locks through the same atomic write as its document:
+//
+//	{"version":1,"thread":"a1b2c3d4e5f60718","subscriptions":[{…},…]}
+//
+// The VAPID key is <data>/vapid.key (0600): the raw P-256 scalar, made
+// under the file's lock on first use (as the ticket key), replaced
+// atomically by RotateVAPIDKey. One server serves a data folder, so a
+// claim is this process's: kept in memory until its ttl.
+
+var _ store.Push = (*File)(nil)
+
+type pushFile struct {
+	Version       int                          `json:"version"`
+	Thread        string                       `json:"thread"`
+	Subscriptions []chatrelay.PushSubscription `json:"subscriptions"`
+}
+
+func (s *File) pushPath(thread string) string { return filepath.Join(s.dir, thread+".push.json") }
+
+// readPush reads the thread's subscriptions (none if it has no record).
+// A record that does not parse is an error (logged): nothing writes
+// over it, and nothing is pushed from it.
+func (s *File) readPush(thread string) ([]chatrelay.PushSubscription, error) {
+	data, err := s.readFile(s.pushPath(thread))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.unavailable(thread, err)
+	}
+	var f pushFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	err = dec.Decode(&f)
+	if err == nil && (f.Version != 1 || f.Thread != thread) {
+		err = fmt.Errorf("version %d of thread %q", f.Version, f.Thread)
+	}
+	for i := 0; err == nil && i < len(f.Subscriptions); i++ {
+		if cerr := chatrelay.CheckPushSubscription(f.Subscriptions[i]); cerr != nil {
+			err = fmt.Errorf("subscription %d: %v", i, cerr)
+		}
+	}
+	if err != nil {
+		s.log.Error("push subscriptions record does not parse; it is kept as it is", "thread", thread, "err", err)
+		return nil, &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: fmt.Errorf("push record of %s: %w", thread, err)}
+	}
+	return f.Subscriptions, nil
+}
+
+// withPush runs fn on the thread's subscriptions under the thread's
+// locks, and writes what it returns if write. A thread with no message
+// is refused (NotFound) before any lock file is made.
+func (s *File) withPush(ctx context.Context, thread string, fn func(subs []chatrelay.PushSubscription) ([]chatrelay.PushSubscription, bool, error)) error {
+	if err := chatrelay.CheckThread(thread); err != nil {
+		return err
+	}
+	noThread := chatrelay.Errorf(chatrelay.NotFound, "this thread has no message yet: post one before subscribing")
+	if !s.mayExist(thread) {
+		return noThread
+	}
+	t, unlock, err := s.lockState(ctx, thread)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	snap, err := s.load(thread, t)
+	if err != nil {
+		return err
+	}
+	if snap == nil {
+		t.drop = true
+		return noThread
+	}
+	if snap.err != nil {
+		return unreadable(snap)
+	}
+	if len(snap.doc.msgs) == 0 {
+		return noThread
+	}
+	subs, err := s.readPush(thread)
+	if err != nil {
+		return err
+	}
+	out, write, err := fn(subs)
+	if err != nil || !write {
+		return err
+	}
+	if len(out) == 0 {
+		if err := os.Remove(s.pushPath(thread)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return s.unavailable(thread, err)
+		}
+		return nil
+	}
+	b, _ := json.Marshal(pushFile{Version: 1, Thread: thread, Subscriptions: out})
+	var f *os.File
+	err = s.withFDs(func() (err error) {
+		f, _, err = writeFileSync(s.dir, thread+".push.json", append(b, '\n'), s.dsync)
+		return err
+	})
+	if err != nil {
+		return s.unavailable(thread, err)
+	}
+	return f.Close()
+}
+
+// PushSubscribe implements store.Push.
+func (s *File) PushSubscribe(ctx context.Context, thread string, sub chatrelay.PushSubscription) (out chatrelay.PushSubscription, created bool, err error) {
+	err = s.withPush(ctx, thread, func(subs []chatrelay.PushSubscription) ([]chatrelay.PushSubscription, bool, error) {
+		var write bool
+		subs, out, created, write, err = chatrelay.AdmitPush(subs, sub)
+		return subs, write, err
+	})
+	return out, created, err
+}
+
+// PushSubscriptions implements store.Push.
+func (s *File) PushSubscriptions(ctx context.Context, thread string) ([]chatrelay.PushSubscription, error) {
+	if err := chatrelay.CheckThread(thread); err != nil {
+		return nil, err
+	}
+	return s.readPush(thread)
+}
+
+// PushUnsubscribe implements store.Push.
+func (s *File) PushUnsubscribe(ctx context.Context, thread, id string) (out chatrelay.PushSubscription, err error) {
+	err = s.withPush(ctx, thread, func(subs []chatrelay.PushSubscription) ([]chatrelay.PushSubscription, bool, error) {
+		i := slices.IndexFunc(subs, func(p chatrelay.PushSubscription) bool { return p.ID == id })
+		if i < 0 {
+			return nil, false, chatrelay.Errorf(chatrelay.NotFound, "no push subscription %q in this thread", id)
+		}
+		out = subs[i]
+		return slices.Delete(slices.Clone(subs), i, i+1), true, nil
+	})
+	return out, err
+}
+
+func (s *File) vapidPath() string { return filepath.Join(filepath.Dir(s.dir), "vapid.key") }
+
+// VAPIDKey implements store.Push.
+func (s *File) VAPIDKey(ctx context.Context) ([]byte, error) {
+	key, err := readVAPID(s.vapidPath())
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return key, err
+	}
+	return s.writeVAPID(ctx, false)
+}
+
+// RotateVAPIDKey implements store.Push.
+func (s *File) RotateVAPIDKey(ctx context.Context) ([]byte, error) { return s.writeVAPID(ctx, true) }
+
+// writeVAPID makes a fresh key and writes it, under the key file's lock:
+// always (rotate), or only if there is none yet.
+func (s *File) writeVAPID(ctx context.Context, rotate bool) ([]byte, error) {
+	path := s.vapidPath()
+	unlock, err := lockPath(ctx, path+".lock", chatrelay.DefaultLockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if !rotate {
+		if key, err := readVAPID(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return key, err // another process made it meanwhile
+		}
+	}
+	key := webpush.NewVAPIDKey()
+	f, _, err := writeFile(filepath.Dir(path), filepath.Base(path), key, true)
+	if err != nil {
+		return nil, fmt.Errorf("vapid key: %w", err)
+	}
+	f.Close()
+	s.log.Info("made a VAPID key", "file", path, "rotated", rotate)
+	return key, nil
+}
+
+func readVAPID(path string) ([]byte, error) {
+	key, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if err == nil {
+		_, err = webpush.ParseVAPID(key, "")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("vapid key %s: %w", path, err)
+	}
+	return key, nil
+}
+
+// ClaimPush implements store.Push: one server serves a data folder, so
+// the claims are kept in this process's memory.
+func (s *File) ClaimPush(_ context.Context, id string, ttl time.Duration) (bool, error) {
+	return s.claims.claim(id, s.now(), ttl), nil
+}
+
+// pushClaims are the claims of this process, each until its end; the
+// ended ones are dropped as new ones come. Safe for concurrent use.
+type pushClaims struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+	sweep time.Time // when ended claims were last dropped
+}
+
+func (c *pushClaims) claim(id string, now time.Time, ttl time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.until == nil {
+		c.until = make(map[string]time.Time)
+	}
+	if now.Sub(c.sweep) > time.Minute {
+		maps.DeleteFunc(c.until, func(_ string, end time.Time) bool { return !end.After(now) })
+		c.sweep = now
+	}
+	if end, ok := c.until[id]; ok && end.After(now) {
+		return false
+	}
+	c.until[id] = now.Add(ttl)
+	return true
+}

@@ -1,0 +1,51 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+)
+
+// Push keeps a store's Web Push subscriptions (contract Part 5), per
+// thread, and its VAPID key pair, one for every process and node of the
+// store. A backend that keeps them implements it; the server finds it by
+// a type assertion, like Participants.
+type Push interface {
+	// PushSubscribe adds sub (its ID and CreatedAt made by the caller)
+	// to thread's subscriptions and reports created. If the thread has a
+	// subscription with sub's endpoint already, that one takes sub's
+	// keys, events and subscriber and keeps its id and created_at, and
+	// created is false. It returns NotFound if the thread has no message
+	// and PushLimit if it has LimitPushSubscriptions already.
+	PushSubscribe(ctx context.Context, thread string, sub chatrelay.PushSubscription) (out chatrelay.PushSubscription, created bool, err error)
+
+	// PushSubscriptions lists the thread's subscriptions, oldest first
+	// (none for a thread that has none, or no message).
+	PushSubscriptions(ctx context.Context, thread string) ([]chatrelay.PushSubscription, error)
+
+	// PushUnsubscribe removes the thread's subscription id and returns
+	// it: NotFound if it has none of that id.
+	PushUnsubscribe(ctx context.Context, thread, id string) (chatrelay.PushSubscription, error)
+
+	// VAPIDKey returns the VAPID private key (the raw P-256 scalar,
+	// webpush.NewVAPIDKey's form), made and kept on first use: the same
+	// key for every process and node of the store.
+	VAPIDKey(ctx context.Context) ([]byte, error)
+
+	// RotateVAPIDKey replaces the VAPID key with a fresh one and returns
+	// it. Browsers subscribed with the old key must subscribe again.
+	RotateVAPIDKey(ctx context.Context) ([]byte, error)
+
+	// ClaimPush reports whether the caller is the first to claim id
+	// within ttl, of every node of a shared store, so that a push that
+	// every node's feed sees is sent by one. A store that one server
+	// uses answers true.
+	ClaimPush(ctx context.Context, id string, ttl time.Duration) (bool, error)
+}
+
+// PushOf is st's Push, or nil if st keeps no subscriptions.
+func PushOf(st Store) Push {
+	p, _ := st.(Push)
+	return p
+}

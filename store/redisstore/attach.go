@@ -1,0 +1,355 @@
+package redisstore
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// Attachments (contract Part 5) live in Redis, so every node serves them,
+// bounded by the limits (LimitAttachmentBytes a file, LimitThreadAttachments
+// a thread). In the thread's slot:
+//
+//	<prefix>{T}:att          hash: <id> -> the upload's record (JSON),
+//	                         u:<id> -> the epoch of the message naming it,
+//	                         b:<sha256> -> records holding those bytes,
+//	                         .bytes -> the bytes the thread stores
+//	<prefix>{T}:att:<sha256> string: the bytes, once per thread
+//	<prefix>{T}:att:up:<r>   string: an upload being received (expires)
+//	<prefix>att-threads      sorted set: threads with uploads, by the newest
+//	                         upload's time (the sweep collects them)
+//
+// An upload is APPENDed to its staging key in chunks (never whole in
+// memory; the key expires if the writer dies), then commitScript renames
+// it to its digest's key, or drops it if the thread holds those bytes,
+// and adds the record: an upload is whole or absent. appendScript marks
+// the uploads a message names (u:<id>), refusing one unknown or marked;
+// retention releases them with their message (dropV2, removeThread), and
+// collectScript the uploads no message named within the hour.
+
+var _ store.Attachments = (*Store)(nil)
+
+// chunkSize is the bytes of one APPEND (and of one read of a download).
+const chunkSize = 256 << 10
+
+// stagingTTL bounds the life of an upload's staging key: a writer killed
+// mid-upload leaves it for at most this long.
+const stagingTTL = 2 * time.Hour
+
+func (s *Store) attKey(thread string) string       { return s.prefix + "{" + thread + "}:att" }
+func (s *Store) attThreadsKey() string             { return s.prefix + "att-threads" }
+func (s *Store) blobKey(thread, sha string) string { return s.attKey(thread) + ":" + sha }
+
+// PutAttachment implements store.Attachments.
+func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Upload) (_ chatrelay.Attachment, err error) {
+	if err := chatrelay.CheckThread(thread); err != nil {
+		return chatrelay.Attachment{}, err
+	}
+	if err := up.Check(); err != nil {
+		return chatrelay.Attachment{}, err
+	}
+	if err := s.roomForThread(ctx, thread); err != nil {
+		return chatrelay.Attachment{}, err
+	}
+	stage := s.attKey(thread) + ":up:" + randomHex(8)
+	defer func() {
+		if err != nil {
+			dctx, cancel := s.bound(context.WithoutCancel(ctx))
+			s.rdb.Del(dctx, stage) // best effort: else it expires
+			cancel()
+		}
+	}()
+	aw := &appender{ctx: ctx, s: s, key: stage}
+	bw := bufio.NewWriterSize(aw, chunkSize)
+	rec, err := store.Receive(bw, up)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		var ce *chatrelay.Error
+		if errors.As(err, &ce) {
+			return chatrelay.Attachment{}, err
+		}
+		return chatrelay.Attachment{}, s.unavailable("upload", err)
+	}
+	a := store.NewAttachment(up, rec)
+	js, _ := json.Marshal(store.StoredAttachment{Attachment: a, At: s.now().UnixMilli()})
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	// Listed for the sweep first: a listed thread with no upload costs a look.
+	if err := s.rdb.ZAdd(cctx, s.attThreadsKey(), redis.Z{Score: float64(s.now().UnixMilli()), Member: thread}).Err(); err != nil {
+		return chatrelay.Attachment{}, s.unavailable("upload", err)
+	}
+	res, err := commitScript.Run(cctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256)},
+		a.ID, string(js), a.SHA256, a.Size, chatrelay.LimitThreadAttachments.Max, aw.n > 0).Text()
+	if err != nil {
+		return chatrelay.Attachment{}, s.unavailable("upload", err)
+	}
+	if res == "full" {
+		return chatrelay.Attachment{}, store.ThreadFull()
+	}
+	return a, nil
+}
+
+// roomForThread refuses (ThreadLimit) an upload that would start a thread
+// when the store holds the most threads it may.
+func (s *Store) roomForThread(ctx context.Context, thread string) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var score *redis.FloatCmd
+	var n *redis.IntCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		score = p.ZScore(ctx, s.index, thread)
+		n = p.ZCard(ctx, s.index)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return s.unavailable("upload", err)
+	}
+	if score.Err() == redis.Nil && n.Val() >= int64(s.opt.MaxThreads) {
+		return chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
+	}
+	return nil
+}
+
+// appender writes an upload to its staging key, one APPEND per write
+// (bufio makes each a chunk), keeping the key's expiry.
+type appender struct {
+	ctx context.Context
+	s   *Store
+	key string
+	n   int64
+}
+
+func (w *appender) Write(b []byte) (int, error) {
+	ctx, cancel := w.s.bound(w.ctx)
+	defer cancel()
+	_, err := w.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "APPEND", w.key, b) // the bytes as they are: no copy into a string
+		p.PExpire(ctx, w.key, stagingTTL)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	w.n += int64(len(b))
+	return len(b), nil
+}
+
+// commitScript makes a received upload the thread's. KEYS: the thread's
+// att hash, the staging key, the bytes' key. ARGV: id, record JSON, sha,
+// size, the thread's most bytes, "1" if the staging key holds the bytes
+// (an empty file has none). It answers "ok" or "full" (the bytes would
+// take the thread past its most; nothing is kept).
+var commitScript = redis.NewScript(`
+local att, stage, blob = KEYS[1], KEYS[2], KEYS[3]
+local id, rec, sha, size, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+if tonumber(redis.call('HGET', att, 'b:' .. sha) or '0') > 0 then
+  redis.call('DEL', stage)
+else
+  if (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most then
+    redis.call('DEL', stage)
+    return 'full'
+  end
+  if ARGV[6] == 'true' or ARGV[6] == '1' then
+    redis.call('RENAME', stage, blob)
+    redis.call('PERSIST', blob)
+  else
+    redis.call('SET', blob, '')
+  end
+  redis.call('HINCRBY', att, '.bytes', size)
+end
+redis.call('HINCRBY', att, 'b:' .. sha, 1)
+redis.call('HSET', att, id, rec)
+return 'ok'
+`)
+
+// collectScript drops a thread's uploads that no message names and that
+// were uploaded at or before ARGV[1] (ms), and their bytes if no record holds
+// them. KEYS: Store.keys. It answers how many uploads the thread keeps.
+// (A pending upload's staging key is not the hash's: it expires.)
+var collectScript = redis.NewScript(luaCommon + `
+local before = tonumber(ARGV[1])
+local left = 0
+local fs = redis.call('HGETALL', K.att)
+for i = 1, #fs, 2 do
+  local id = fs[i]
+  if string.sub(id, 1, 3) == 'at_' then
+    local ok, a = pcall(cjson.decode, fs[i + 1])
+    if redis.call('HEXISTS', K.att, 'u:' .. id) == 0 and (not ok or type(a) ~= 'table' or (tonumber(a.at) or 0) <= before) then
+      releaseAtt(id)
+    else
+      left = left + 1
+    end
+  end
+end
+if left == 0 then
+  for _, f in ipairs(redis.call('HKEYS', K.att)) do
+    if string.sub(f, 1, 2) == 'b:' then redis.call('DEL', K.att .. ':' .. string.sub(f, 3)) end
+  end
+  redis.call('DEL', K.att)
+end
+return left
+`)
+
+// OpenAttachment implements store.Attachments: the bytes are read in
+// chunks (GETRANGE), never whole.
+func (s *Store) OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
+	notFound := chatrelay.Errorf(chatrelay.NotFound, "no attachment %s in this conversation", id)
+	if err := chatrelay.CheckThread(thread); err != nil || !chatrelay.AttachmentIDPattern.MatchString(id) {
+		return chatrelay.Attachment{}, nil, notFound
+	}
+	bctx, cancel := s.bound(ctx)
+	defer cancel()
+	js, err := s.rdb.HGet(bctx, s.attKey(thread), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return chatrelay.Attachment{}, nil, notFound
+	}
+	if err != nil {
+		return chatrelay.Attachment{}, nil, s.unavailable("attachment", err)
+	}
+	var rec store.StoredAttachment
+	if err := json.Unmarshal([]byte(js), &rec); err != nil || rec.ID != id {
+		return chatrelay.Attachment{}, nil, s.unavailable("attachment", fmt.Errorf("record %s of %s: %v", id, thread, err))
+	}
+	return rec.Attachment, &rangeReader{ctx: ctx, s: s, key: s.blobKey(thread, rec.SHA256), size: rec.Size}, nil
+}
+
+// rangeReader reads a stored attachment with GETRANGE, a chunk at a time.
+type rangeReader struct {
+	ctx  context.Context
+	s    *Store
+	key  string
+	size int64
+	off  int64
+}
+
+func (r *rangeReader) Read(b []byte) (int, error) {
+	if r.off >= r.size {
+		return 0, io.EOF
+	}
+	n := min(int64(len(b)), r.size-r.off, chunkSize)
+	ctx, cancel := r.s.bound(r.ctx)
+	defer cancel()
+	v, err := r.s.rdb.GetRange(ctx, r.key, r.off, r.off+n-1).Result()
+	if err != nil {
+		return 0, r.s.unavailable("attachment", err)
+	}
+	if len(v) == 0 {
+		return 0, io.ErrUnexpectedEOF // collected meanwhile
+	}
+	k := copy(b, v)
+	r.off += int64(k)
+	return k, nil
+}
+
+func (r *rangeReader) Seek(off int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		off += r.off
+	case io.SeekEnd:
+		off += r.size
+	}
+	if off < 0 {
+		return 0, errors.New("redisstore: seek before the start")
+	}
+	r.off = off
+	return off, nil
+}
+
+func (r *rangeReader) Close() error { return nil }
+
+// attachments reads the uploads a post names, for its v2 object (the
+// script checks again, atomically, that each is an unused upload of the
+// thread). An upload no message named within the hour is gone.
+func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessage) ([]chatrelay.Attachment, error) {
+	if len(m.Attachments) == 0 {
+		return nil, nil
+	}
+	fields := make([]string, 0, 2*len(m.Attachments))
+	for _, id := range m.Attachments {
+		fields = append(fields, id, "u:"+id)
+	}
+	vals, err := s.rdb.HMGet(ctx, s.attKey(thread), fields...).Result()
+	if err != nil {
+		return nil, s.unavailable("append", err)
+	}
+	now := s.now()
+	out := make([]chatrelay.Attachment, len(m.Attachments))
+	repeat := -1 // whether the thread holds a message with m's client_id (-1: not asked yet)
+	for i, id := range m.Attachments {
+		js, ok := vals[2*i].(string)
+		var rec store.StoredAttachment
+		if ok && json.Unmarshal([]byte(js), &rec) == nil && rec.ID == id {
+			out[i] = rec.Attachment
+			if _, used := vals[2*i+1].(string); used || !rec.Unused(now) {
+				continue // (a used one is refused by the script, unless the post is a repeat)
+			}
+		}
+		// Unknown, or an upload no post named within the hour: refused,
+		// unless the post repeats one the thread holds (the script answers it).
+		if repeat < 0 {
+			repeat = 0
+			if m.ClientID != "" {
+				n, err := s.rdb.HExists(ctx, s.keysOf(thread)[6], m.ClientID).Result() // {T}:cids
+				if err != nil {
+					return nil, s.unavailable("append", err)
+				}
+				if n {
+					repeat = 1
+				}
+			}
+		}
+		if repeat == 0 {
+			return nil, chatrelay.Errorf(chatrelay.InvalidAttachment, "no upload %s in this conversation", id)
+		}
+		out[i].ID = id
+	}
+	return out, nil
+}
+
+// sweepUploads collects the uploads of every thread that has some: those
+// no message named within the hour go, with their bytes.
+func (s *Store) sweepUploads(ctx context.Context) error {
+	lctx, cancel := s.bound(ctx)
+	names, err := s.rdb.ZRange(lctx, s.attThreadsKey(), 0, -1).Result()
+	cancel()
+	if err != nil {
+		return s.unavailable("sweep", err)
+	}
+	_, ttl := chatrelay.LimitAttachmentUnused.Duration()
+	before := s.now().Add(-ttl).UnixMilli()
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !chatrelay.ValidThread(name) {
+			continue
+		}
+		sctx, cancel := s.bound(ctx)
+		err := collectScript.Run(sctx, s.rdb, s.keys(name), before).Err()
+		cancel()
+		if err != nil {
+			return s.unavailable("sweep", err)
+		}
+	}
+	// A thread whose newest upload is past the hour has no upload left
+	// to collect (those its messages name go with them).
+	sctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.rdb.ZRemRangeByScore(sctx, s.attThreadsKey(), "-inf", strconv.FormatInt(before, 10)).Err(); err != nil {
+		return s.unavailable("sweep", err)
+	}
+	return nil
+}

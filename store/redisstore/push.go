@@ -1,0 +1,248 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/webpush"
+)
+
+// Web Push (contract Part 5) on Redis. A thread's subscriptions are one
+// hash, <prefix>{T}:push, from each subscription's id to its JSON; a
+// write reads it and writes it back in a MULTI under WATCH of it and of
+// the thread's log (a thread must have a message), retried when another
+// writer came between. The VAPID key is <prefix>vapid-key, offered with
+// SET NX so that nodes started at once agree on one pair; a rotate SETs
+// it. A push's claim is <prefix>push-claim:<id>, SET NX PX: the node that
+// sets it sends the push, the others do not.
+
+var _ store.Push = (*Store)(nil)
+
+func (s *Store) pushKey(thread string) string { return s.prefix + "{" + thread + "}:push" }
+
+var errBadPush = errors.New("not a push subscriptions record")
+
+// readPush decodes the thread's subscriptions, oldest first.
+func readPush(fields map[string]string) ([]chatrelay.PushSubscription, error) {
+	out := make([]chatrelay.PushSubscription, 0, len(fields))
+	for id, js := range fields {
+		var p chatrelay.PushSubscription
+		if err := json.Unmarshal([]byte(js), &p); err != nil || p.ID != id {
+			return nil, fmt.Errorf("%w: subscription %q: %v", errBadPush, id, err)
+		}
+		if err := chatrelay.CheckPushSubscription(p); err != nil {
+			return nil, fmt.Errorf("%w: subscription %q: %v", errBadPush, id, err)
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b chatrelay.PushSubscription) int {
+		if a.CreatedAt != b.CreatedAt {
+			return int(a.CreatedAt - b.CreatedAt)
+		}
+		return compareStrings(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (s *Store) pushErr(thread string, err error) error {
+	var he *chatrelay.Error
+	if errors.As(err, &he) {
+		return err
+	}
+	if !errors.Is(err, errBadPush) {
+		return s.unavailable("push", err)
+	}
+	s.log.Error("push subscriptions record does not parse; it is kept as it is", "thread", thread, "err", err)
+	return &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: err}
+}
+
+// withPush runs fn on the thread's subscriptions and writes what it
+// returns (if write): set are the subscriptions to write, del the ids to
+// remove.
+func (s *Store) withPush(ctx context.Context, thread string, fn func(subs []chatrelay.PushSubscription) (set []chatrelay.PushSubscription, del []string, err error)) error {
+	if err := chatrelay.CheckThread(thread); err != nil {
+		return err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	key, log := s.pushKey(thread), s.logKey(thread)
+	for {
+		err := s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+			n, err := tx.XLen(ctx, log).Result()
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return chatrelay.Errorf(chatrelay.NotFound, "this thread has no message yet: post one before subscribing")
+			}
+			fields, err := tx.HGetAll(ctx, key).Result()
+			if err != nil {
+				return err
+			}
+			subs, err := readPush(fields)
+			if err != nil {
+				return err
+			}
+			set, del, err := fn(subs)
+			if err != nil || (len(set) == 0 && len(del) == 0) {
+				return err
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				for _, sub := range set {
+					js, _ := json.Marshal(sub)
+					p.HSet(ctx, key, sub.ID, js)
+				}
+				if len(del) > 0 {
+					p.HDel(ctx, key, del...)
+				}
+				return nil
+			})
+			return err
+		}, key, log)
+		if errors.Is(err, redis.TxFailedErr) {
+			continue // another writer came between: read again
+		}
+		if err != nil {
+			return s.pushErr(thread, err)
+		}
+		return nil
+	}
+}
+
+// PushSubscribe implements store.Push.
+func (s *Store) PushSubscribe(ctx context.Context, thread string, sub chatrelay.PushSubscription) (out chatrelay.PushSubscription, created bool, err error) {
+	err = s.withPush(ctx, thread, func(subs []chatrelay.PushSubscription) ([]chatrelay.PushSubscription, []string, error) {
+		_, got, c, write, err := chatrelay.AdmitPush(subs, sub)
+		out, created = got, c
+		if err != nil || !write {
+			return nil, nil, err
+		}
+		return []chatrelay.PushSubscription{got}, nil, nil
+	})
+	return out, created, err
+}
+
+// PushSubscriptions implements store.Push.
+func (s *Store) PushSubscriptions(ctx context.Context, thread string) ([]chatrelay.PushSubscription, error) {
+	if err := chatrelay.CheckThread(thread); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	fields, err := s.rdb.HGetAll(ctx, s.pushKey(thread)).Result()
+	if err == nil {
+		var subs []chatrelay.PushSubscription
+		if subs, err = readPush(fields); err == nil {
+			return subs, nil
+		}
+	}
+	return nil, s.pushErr(thread, err)
+}
+
+// PushUnsubscribe implements store.Push.
+func (s *Store) PushUnsubscribe(ctx context.Context, thread, id string) (out chatrelay.PushSubscription, err error) {
+	err = s.withPush(ctx, thread, func(subs []chatrelay.PushSubscription) ([]chatrelay.PushSubscription, []string, error) {
+		i := slices.IndexFunc(subs, func(p chatrelay.PushSubscription) bool { return p.ID == id })
+		if i < 0 {
+			return nil, nil, chatrelay.Errorf(chatrelay.NotFound, "no push subscription %q in this thread", id)
+		}
+		out = subs[i]
+		return nil, []string{id}, nil
+	})
+	return out, err
+}
+
+// VAPIDKey implements store.Push: the key kept; if there is none, SET NX
+// of a fresh key, then GET, in one transaction, so that every node gets
+// the key that won.
+func (s *Store) VAPIDKey(ctx context.Context) ([]byte, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	key := s.prefix + "vapid-key"
+	if get := s.rdb.Get(ctx, key); !errors.Is(get.Err(), redis.Nil) {
+		if get.Err() != nil {
+			return nil, s.unavailable("vapid key", get.Err())
+		}
+		return checkVAPID(key, get)
+	}
+	var get *redis.StringCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SetNX(ctx, key, webpush.NewVAPIDKey(), 0)
+		get = p.Get(ctx, key)
+		return nil
+	})
+	if err != nil {
+		return nil, s.unavailable("vapid key", err)
+	}
+	return checkVAPID(key, get)
+}
+
+// RotateVAPIDKey implements store.Push.
+func (s *Store) RotateVAPIDKey(ctx context.Context) ([]byte, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	raw := webpush.NewVAPIDKey()
+	if err := s.rdb.Set(ctx, s.prefix+"vapid-key", raw, 0).Err(); err != nil {
+		return nil, s.unavailable("vapid key", err)
+	}
+	return raw, nil
+}
+
+func checkVAPID(key string, get *redis.StringCmd) ([]byte, error) {
+	raw, err := get.Bytes()
+	if err == nil {
+		_, err = webpush.ParseVAPID(raw, "")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %s: %w", key, err)
+	}
+	return raw, nil
+}
+
+// ClaimPush implements store.Push: SET NX PX of the push's claim.
+func (s *Store) ClaimPush(ctx context.Context, id string, ttl time.Duration) (bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	ok, err := s.rdb.SetNX(ctx, s.prefix+"push-claim:"+id, 1, ttl).Result()
+	if err != nil {
+		return false, s.unavailable("push claim", err)
+	}
+	return ok, nil
+}
+
+// dropPush removes the push subscriptions of a thread the sweep removed,
+// unless it has a message again (a post came between): under WATCH of
+// both keys, as every write of them.
+func (s *Store) dropPush(ctx context.Context, thread string) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	key, log := s.pushKey(thread), s.logKey(thread)
+	err := s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+		if n, err := tx.XLen(ctx, log).Result(); err != nil || n > 0 {
+			return err
+		}
+		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error { return p.Del(ctx, key).Err() })
+		return err
+	}, key, log)
+	if err != nil && !errors.Is(err, redis.TxFailedErr) {
+		s.log.Warn("sweep: remove a removed thread's push subscriptions", "thread", thread, "err", err)
+	}
+}

@@ -1,0 +1,133 @@
+package transport
+
+import (
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// Attachments (contract Part 5): POST /api/chat/attachments takes a file's
+// bytes as the body (its name in X-Filename, percent-encoded UTF-8; its
+// type in Content-Type) and answers its attachment object; GET
+// /api/chat/attachments/{id} serves the bytes to the thread's members (a
+// ticket too: an <img> cannot send headers). How a file is served is
+// decided from its bytes, never from the uploader's word: a PNG, JPEG, GIF
+// or WebP image inline with its type, anything else as a download of
+// application/octet-stream; always nosniff, a sandbox CSP and private
+// caching.
+
+// extendDeadlines gives the request chatrelay.DefaultTransferTime to read
+// its body and write its answer: the server's ReadTimeout and
+// WriteTimeout (30 s) would cut a 10 MiB file on a slow link (a phone at
+// 1 Mbit/s needs 80 s). A client that stalls holds a goroutine and a
+// temp file (removed when it fails) at most that long.
+func extendDeadlines(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
+	at := time.Now().Add(chatrelay.DefaultTransferTime)
+	rc.SetReadDeadline(at)
+	rc.SetWriteDeadline(at)
+}
+
+// attachments is the store's attachments, or NotFound if it keeps none.
+func (s *Server) attachments() (store.Attachments, error) {
+	if as, ok := s.cfg.Store.(store.Attachments); ok { // (s.store is metered: not the backend)
+		return as, nil
+	}
+	return nil, chatrelay.Errorf(chatrelay.NotFound, "this server's store keeps no attachments")
+}
+
+// attachmentAnswer is the 201 answer to an upload.
+type attachmentAnswer struct {
+	Success    bool                 `json:"success"`
+	Attachment chatrelay.Attachment `json:"attachment"`
+}
+
+func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who principal) {
+	as, err := s.attachments()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	name, err := url.PathUnescape(r.Header.Get("X-Filename"))
+	if err != nil || name == "" {
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.InvalidAttachment, "X-Filename must name the file (UTF-8, percent-encoded)"))
+		return
+	}
+	max := s.cfg.MaxAttachmentBytes
+	if r.ContentLength > max {
+		s.writeError(w, r, store.TooLarge(max))
+		return
+	}
+	extendDeadlines(w)
+	a, err := as.PutAttachment(r.Context(), who.thread, store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: r.Body, Max: max})
+	if err != nil {
+		if chatrelay.CodeOf(err) == chatrelay.AttachmentTooLarge {
+			w.Header().Set("Connection", "close") // the rest of the body is not read
+		}
+		s.writeError(w, r, err)
+		return
+	}
+	if who.participant() { // a device uploads as the owner: no audit, nothing redacted
+		s.audit(r, who.thread, chatrelay.AuditEvent{Event: chatrelay.AuditUpload, Participant: who.grant.ID})
+		a = redactAttachment(a)
+	}
+	writeJSON(w, http.StatusCreated, attachmentAnswer{Success: true, Attachment: a})
+}
+
+// redactAttachment is a as a participant sees it: its name redacted.
+func redactAttachment(a chatrelay.Attachment) chatrelay.Attachment {
+	m, _ := chatrelay.RedactMessage(chatrelay.Message{Attachments: []chatrelay.Attachment{a}})
+	return m.Attachments[0]
+}
+
+func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who principal) {
+	as, err := s.attachments()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	a, f, err := as.OpenAttachment(r.Context(), who.thread, r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer f.Close()
+	extendDeadlines(w)
+	head := make([]byte, 512)
+	n, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		s.writeError(w, r, err)
+		return
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if who.participant() {
+		a = redactAttachment(a)
+	}
+	ctype, inline := chatrelay.ServedType(head[:n])
+	disposition := "attachment"
+	if inline {
+		disposition = "inline"
+	}
+	h := w.Header()
+	h.Set("Content-Type", ctype)
+	if cd := mime.FormatMediaType(disposition, map[string]string{"filename": a.Name}); cd != "" {
+		h.Set("Content-Disposition", cd)
+	} else {
+		h.Set("Content-Disposition", disposition)
+	}
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox")
+	h.Set("Cache-Control", "private")
+	h.Set("ETag", strconv.Quote(a.SHA256))
+	http.ServeContent(w, r, "", time.Time{}, f) // Range, If-Range, HEAD
+}

@@ -1,0 +1,220 @@
+package transport
+
+import (
+	"crypto/tls"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/webpush"
+)
+
+// The Web Push routes (contract Part 5): GET /api/push/key, and a
+// caller's subscriptions, POST/GET/DELETE /api/chat/push[/{id}].
+// Delivery is webpushsend.go.
+
+// PushConfig turns Web Push on. Zero fields take the defaults.
+type PushConfig struct {
+	// Contact is the VAPID JWT's sub: "mailto:…" or "https://…"
+	// (--push-contact).
+	Contact string
+	// Guard checks endpoints at subscribe time and dials every push;
+	// its Allow is --push-allow-host.
+	Guard *webpush.Guard
+	// TLS, if set, is the push client's TLS configuration (tests: the
+	// test push service's certificate authority); nil: the system's.
+	TLS *tls.Config
+	// Workers send pushes (default 4); Queue bounds the changes waiting
+	// for them (default 1024): a change past it is not pushed, and
+	// counted (result "dropped"), never waited for.
+	Workers int
+	Queue   int
+	// Backoff is the wait before each retry, at least a Retry-After
+	// (default 5s, 30s, 2m, 5m; tests shorten it).
+	Backoff []time.Duration
+}
+
+// pushAnswer is a subscription as its subscriber sees it.
+type pushAnswer struct {
+	ID        string                `json:"id"`
+	Events    []chatrelay.PushEvent `json:"events"`
+	CreatedAt int64                 `json:"created_at"`
+	Endpoint  string                `json:"endpoint"`
+}
+
+func answerOf(p chatrelay.PushSubscription) pushAnswer {
+	return pushAnswer{ID: p.ID, Events: p.Events, CreatedAt: p.CreatedAt, Endpoint: p.Endpoint}
+}
+
+// subscriberOf is who p's subscriptions belong to: the owner's token
+// ("owner"), one of its devices ("d:<id>") or a participant ("p:<id>").
+func subscriberOf(p principal) string {
+	switch {
+	case p.device():
+		return chatrelay.SubscriberDevicePrefix + p.grant.ID
+	case p.participant():
+		return string(p.grant.Author())
+	}
+	return chatrelay.SubscriberOwner
+}
+
+// pushOn answers 404 push_disabled and reports false if push is off.
+func (s *Server) pushOn(w http.ResponseWriter, r *http.Request) bool {
+	if s.push == nil {
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.PushDisabled, "push is turned off on this server"))
+		return false
+	}
+	return true
+}
+
+// handlePushKey serves GET /api/push/key (anyone): the VAPID public key.
+func (s *Server) handlePushKey(w http.ResponseWriter, r *http.Request) {
+	if !s.pushOn(w, r) {
+		return
+	}
+	v, err := s.push.vapid(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Success   bool   `json:"success"`
+		PublicKey string `json:"public_key"`
+	}{true, v.PublicKey()})
+}
+
+// subscribeBody is the body of POST /api/chat/push.
+type subscribeBody struct {
+	Subscription *struct {
+		Endpoint *string `json:"endpoint"`
+		Keys     *struct {
+			P256dh *string `json:"p256dh"`
+			Auth   *string `json:"auth"`
+		} `json:"keys"`
+	} `json:"subscription"`
+	Events []chatrelay.PushEvent `json:"events"`
+}
+
+// handlePushSubscribe serves POST /api/chat/push (the owner or a
+// participant): 201 a new subscription, 200 the same id for an endpoint
+// the thread has already.
+func (s *Server) handlePushSubscribe(w http.ResponseWriter, r *http.Request, p principal) {
+	if !s.pushOn(w, r) {
+		return
+	}
+	var body subscribeBody
+	if err := readJSON(w, r, &body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sub, err := s.push.subscription(r, body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sub.Subscriber, sub.Base = subscriberOf(p), s.publicBase(r)
+	got, created, err := s.push.st.PushSubscribe(r.Context(), p.thread, sub)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, struct {
+		Success bool       `json:"success"`
+		Push    pushAnswer `json:"push"`
+	}{true, answerOf(got)})
+}
+
+// subscription checks a subscribe body: its shape, its keys, its events,
+// and its endpoint (https, not a private address: the Guard).
+func (ps *pusher) subscription(r *http.Request, b subscribeBody) (chatrelay.PushSubscription, error) {
+	bad := func(format string, args ...any) error {
+		return chatrelay.Errorf(chatrelay.InvalidPushEndpoint, format, args...)
+	}
+	if b.Subscription == nil || b.Subscription.Endpoint == nil || b.Subscription.Keys == nil ||
+		b.Subscription.Keys.P256dh == nil || b.Subscription.Keys.Auth == nil {
+		return chatrelay.PushSubscription{}, bad(`the body must be {"subscription": {"endpoint", "keys": {"p256dh", "auth"}}}: a PushSubscription's toJSON()`)
+	}
+	events, err := chatrelay.PushEventsOf(b.Events)
+	if err != nil {
+		return chatrelay.PushSubscription{}, chatrelay.Errorf(chatrelay.InvalidJSON, "%v", err)
+	}
+	p256dh, auth := strings.TrimRight(*b.Subscription.Keys.P256dh, "="), strings.TrimRight(*b.Subscription.Keys.Auth, "=")
+	if err := chatrelay.CheckPushKeys(p256dh, auth); err != nil {
+		return chatrelay.PushSubscription{}, bad("%v", err)
+	}
+	u, err := ps.guard.CheckEndpoint(r.Context(), *b.Subscription.Endpoint)
+	if err != nil {
+		if webpush.IsBlocked(err) {
+			return chatrelay.PushSubscription{}, bad("the endpoint's host is, or resolves to, a loopback, private, link-local, shared or unspecified address")
+		}
+		return chatrelay.PushSubscription{}, bad("%v", err)
+	}
+	return chatrelay.PushSubscription{
+		ID: chatrelay.NewPushID(), Endpoint: u.String(), P256dh: p256dh, Auth: auth,
+		Events: events, CreatedAt: ps.s.cfg.Now().UnixMilli(),
+	}, nil
+}
+
+// handlePushList serves GET /api/chat/push: the caller's own
+// subscriptions, oldest first.
+func (s *Server) handlePushList(w http.ResponseWriter, r *http.Request, p principal) {
+	if !s.pushOn(w, r) {
+		return
+	}
+	subs, err := s.push.st.PushSubscriptions(r.Context(), p.thread)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := []pushAnswer{}
+	me := subscriberOf(p)
+	for _, sub := range subs {
+		if sub.Subscriber == me {
+			out = append(out, answerOf(sub))
+		}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Success       bool         `json:"success"`
+		Subscriptions []pushAnswer `json:"subscriptions"`
+	}{true, out})
+}
+
+// handlePushDelete serves DELETE /api/chat/push/{id}: by its subscriber,
+// or the owner (on any of its devices). Another's subscription is, to a
+// participant, no subscription at all (404 not_found).
+func (s *Server) handlePushDelete(w http.ResponseWriter, r *http.Request, p principal) {
+	if !s.pushOn(w, r) {
+		return
+	}
+	id := r.PathValue("id")
+	notFound := chatrelay.Errorf(chatrelay.NotFound, "no push subscription %q of yours in this thread", id)
+	if !chatrelay.ValidPushID(id) {
+		s.writeError(w, r, notFound)
+		return
+	}
+	subs, err := s.push.st.PushSubscriptions(r.Context(), p.thread)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	i := slices.IndexFunc(subs, func(sub chatrelay.PushSubscription) bool { return sub.ID == id })
+	if i < 0 || (p.participant() && subs[i].Subscriber != subscriberOf(p)) {
+		s.writeError(w, r, notFound)
+		return
+	}
+	gone, err := s.push.st.PushUnsubscribe(r.Context(), p.thread, id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Success bool       `json:"success"`
+		Push    pushAnswer `json:"push"`
+	}{true, answerOf(gone)})
+}

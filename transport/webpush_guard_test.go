@@ -1,0 +1,155 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/pushtest"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/transport"
+	"github.com/chatrelay/chatrelay/webpush"
+)
+
+// fakeNet answers names as a test scripts them (each name's answers in
+// turn, the last repeated) and records every address the push client
+// would dial, connecting nowhere: no packet leaves the machine.
+type fakeNet struct {
+	mu      sync.Mutex
+	answers map[string][][]string
+	asked   map[string]int
+	dialled []string
+}
+
+func (f *fakeNet) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	as := f.answers[host]
+	if len(as) == 0 {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	i := min(f.asked[host], len(as)-1)
+	f.asked[host]++
+	var out []netip.Addr
+	for _, a := range as[i] {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out, nil
+}
+
+func (f *fakeNet) Dial(_ context.Context, _, address string) (net.Conn, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dialled = append(f.dialled, address)
+	return nil, errors.New("the fake dialer connects nowhere")
+}
+
+func (f *fakeNet) Dialled() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.dialled)
+}
+
+// TestPushSSRF: subscriptions to loopback and private literals, http, and
+// a name that resolves to a private address are refused; a name that
+// answers a public address at the subscribe and a private one at the
+// push (rebinding) is never dialled at the private one (blocked). The
+// resolver and the dialer are fakes that record.
+func TestPushSSRF(t *testing.T) {
+	t.Parallel()
+	svc := pushtest.NewService(t) // its keys only: nothing reaches it
+	f := &fakeNet{asked: map[string]int{}, answers: map[string][][]string{
+		"inside.example.com": {{"10.1.2.3"}},
+		"rebind.example.com": {{"203.0.114.10"}, {"10.0.0.1", "127.0.0.1"}},
+		"public.example.com": {{"203.0.114.11"}},
+	}}
+	e := startPush(t, pushOptions{config: withPush(svc, func(c *transport.PushConfig) {
+		c.Guard = &webpush.Guard{Resolver: f, Dial: f.Dial}
+		c.Workers = 1
+	})})
+	owner, thread := tokenN(1), threadN(1)
+	e.mustPost(owner, "hello")
+	sub := svc.Subscribe(t, "x")
+	for _, ep := range []string{"https://127.0.0.1/x", "https://[::1]/x", "http://public.example.com/x", "https://10.0.0.1/x",
+		"https://192.168.1.1/x", "https://[fd00::1]/x", "https://100.64.0.1/x", "https://inside.example.com/x"} {
+		s := sub
+		s.Endpoint = ep
+		status, out := e.subscribe(owner, nil, s)
+		assert.True(t, status == 400 && out.Code == "invalid_push_endpoint", "%s: %d %+v", ep, status, out)
+	}
+	s := sub
+	s.Endpoint = "https://rebind.example.com/x"
+	status, _ := e.subscribe(owner, nil, s)
+	assert.Equal(t, "the rebinding name at the subscribe", status, 201)
+	_, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "hi"})
+	assert.Success(t, err)
+	assert.Eventually(t, 10*time.Second, "the push blocked", func() bool {
+		return opsScrape(t, e.client, e.ts.URL+"/metrics")[`chatrelay_push_total{result="blocked"}`] == 1
+	})
+	assert.Equal(t, "dialled", f.Dialled(), []string(nil))
+	assert.Equal(t, "received", len(svc.Pushes()), 0)
+
+	// A public answer is dialled, at the address checked (the fake
+	// connects nowhere: retried, never sent).
+	s.Endpoint = "https://public.example.com/x"
+	status, _ = e.subscribe(owner, nil, s)
+	assert.Equal(t, "public", status, 201)
+	_, err = e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "again"})
+	assert.Success(t, err)
+	assert.Eventually(t, 10*time.Second, "the public address dialled", func() bool { return len(f.Dialled()) > 0 })
+	assert.Equal(t, "the address dialled", f.Dialled()[0], "203.0.114.11:443")
+}
+
+// TestPushNeverDelaysAndStops: with a push service that never answers
+// and a queue of one, posts and hermes's replies are all stored and
+// answered (the changes past the queue are dropped, and counted); the
+// server then shuts down and its workers return, the push in flight
+// cancelled.
+func TestPushNeverDelaysAndStops(t *testing.T) {
+	t.Parallel()
+	svc := pushtest.NewService(t)
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	hung := make(chan struct{}, 1)
+	svc.Respond = func(string, int) pushtest.Answer {
+		select {
+		case hung <- struct{}{}:
+		default:
+		}
+		<-release
+		return pushtest.Answer{Status: 201}
+	}
+	e := startPush(t, pushOptions{config: withPush(svc, func(c *transport.PushConfig) { c.Workers, c.Queue = 1, 1 })})
+	owner, thread := tokenN(1), threadN(1)
+	e.mustPost(owner, "hello")
+	e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+	_, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "first"})
+	assert.Success(t, err)
+	<-hung // the one worker is stuck in a push
+	for i := range 20 {
+		_, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "more"})
+		assert.Success(t, err)
+		status, _, b := e.do(http.MethodPost, chatrelay.PathPost, owner, `{"text":"still here"}`, nil)
+		assert.True(t, status == 201, "post %d while pushes wait: %d %s", i, status, b)
+	}
+	assert.Eventually(t, 10*time.Second, "changes past the queue dropped", func() bool {
+		return opsScrape(t, e.client, e.ts.URL+"/metrics")[`chatrelay_push_total{result="dropped"}`] > 0
+	})
+	stopped := make(chan struct{})
+	go func() { e.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not stop while a push hung")
+	}
+}

@@ -1,0 +1,413 @@
+package transport
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"encoding/base64"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/webpush"
+)
+
+// Push delivery (contract Part 5). Run hands each batch of the store's
+// feed to the pusher (note), after the write and whoever wrote it (this
+// server, the host CLI in another process, another node), without ever
+// waiting: a change that finds the queue full is not pushed, and counted.
+// A fixed set of workers, started and waited for by Run, takes each
+// change: it is pushed if it is an interaction that opens or closes, or a
+// message hermes posts; the node that claims it in the store (ClaimPush:
+// SET NX PX on Redis) sends it to the thread's subscriptions that want
+// it. A push service's 429 or 5xx (or no answer) is tried again, at most
+// pushAttempts times within pushWindow, honouring Retry-After, by one
+// goroutine that holds the retries in time order; 404 and 410 delete the
+// subscription. Every outcome is counted in chatrelay_push_total{result}.
+
+const (
+	pushAttempts  = chatrelay.DefaultPushAttempts
+	pushWindow    = chatrelay.DefaultPushWindow
+	pushReplyTTL  = int(chatrelay.DefaultPushReplyTTL / time.Second)
+	pushClaimOpen = chatrelay.DefaultPushClaim
+)
+
+// pushClaimClosed is a closed interaction's claim: it outlives the
+// longest deadline, so that a later change of the message (a reaction)
+// does not push "closed" again.
+var pushClaimClosed = time.Duration(chatrelay.LimitApprovalTime.Max)*time.Second + 3*time.Hour
+
+// pushBackoff is the wait before each retry (at least Retry-After).
+var pushBackoff = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute}
+
+// The results counted in chatrelay_push_total.
+const (
+	pushSent     = "sent"     // the push service took it (2xx)
+	pushRetried  = "retried"  // 429, 5xx or no answer: tried again later
+	pushGone     = "gone"     // 404 or 410: the subscription is deleted
+	pushRejected = "rejected" // another 4xx: not tried again
+	pushFailed   = "failed"   // no attempt left within the window
+	pushBlocked  = "blocked"  // the endpoint now resolves to an address the guard refuses
+	pushDropped  = "dropped"  // the queue was full, or the claim could not be made
+	pushRevoked  = "revoked"  // a participant's or a device's subscription whose grant ended: deleted, not sent
+)
+
+// pusher sends the pushes of one Server.
+type pusher struct {
+	s       *Server
+	st      store.Push
+	guard   *webpush.Guard
+	sender  *webpush.Sender
+	contact string
+	workers int
+	backoff []time.Duration
+	queue   chan pushTask
+	retry   chan pushTask // to the retry goroutine
+	total   *prometheus.CounterVec
+	claims  *prometheus.CounterVec // won: "true" (this node sends the change's pushes) or "false" (another does)
+
+	keyMu  sync.Mutex // guards keyRaw, key
+	keyRaw []byte
+	key    *webpush.VAPID
+}
+
+// pushTask is one change to push (ev), or one push to send again (job).
+type pushTask struct {
+	thread string
+	entry  store.Entry
+	job    *pushJob
+}
+
+// pushJob is one push to one subscription.
+type pushJob struct {
+	thread  string
+	sub     chatrelay.PushSubscription
+	msg     webpush.Message
+	attempt int       // attempts made
+	first   time.Time // of the first attempt
+	due     time.Time // of the next
+}
+
+func newPusher(s *Server, cfg *PushConfig) *pusher {
+	st := store.PushOf(s.cfg.Store) // the backend's own store (s.store is metered, and hides it)
+	if cfg == nil || st == nil {
+		return nil
+	}
+	guard := cfg.Guard
+	if guard == nil {
+		guard = &webpush.Guard{}
+	}
+	ps := &pusher{
+		s: s, st: st, guard: guard, contact: cfg.Contact,
+		workers: orDefault(cfg.Workers, chatrelay.DefaultPushWorkers), backoff: orDefaults(cfg.Backoff, pushBackoff), queue: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)), retry: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)),
+		sender: &webpush.Sender{Client: webpush.NewClient(guard, cfg.TLS), Now: s.cfg.Now},
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chatrelay_push_total",
+			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full or no claim), revoked (a participant's or a device's subscription whose grant ended).",
+		}, []string{"result"}),
+	}
+	ps.claims = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chatrelay_push_claims_total",
+		Help: "Changes with push subscriptions this node claimed (won=\"true\": it sends their pushes) or left to another node (won=\"false\").",
+	}, []string{"won"})
+	for _, r := range []string{pushSent, pushRetried, pushGone, pushRejected, pushFailed, pushBlocked, pushDropped, pushRevoked} {
+		ps.total.WithLabelValues(r)
+	}
+	ps.claims.WithLabelValues("true")
+	ps.claims.WithLabelValues("false")
+	s.ops.reg.MustRegister(ps.total, ps.claims)
+	return ps
+}
+
+func orDefaults(v, def []time.Duration) []time.Duration {
+	if len(v) > 0 {
+		return v
+	}
+	return def
+}
+
+func orDefault(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// vapid is the store's VAPID key, parsed once per key (a rotate by the
+// CLI is picked up at the next push).
+func (ps *pusher) vapid(ctx context.Context) (*webpush.VAPID, error) {
+	raw, err := ps.st.VAPIDKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ps.keyMu.Lock()
+	defer ps.keyMu.Unlock()
+	if ps.key == nil || !bytes.Equal(raw, ps.keyRaw) {
+		k, err := webpush.ParseVAPID(raw, ps.contact)
+		if err != nil {
+			return nil, &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: err}
+		}
+		ps.key, ps.keyRaw = k, raw
+	}
+	return ps.key, nil
+}
+
+// note takes a feed batch's changes to the queue, never waiting.
+func (ps *pusher) note(b store.Batch) {
+	if ps == nil || b.Ready || b.Reset || b.Participants {
+		return
+	}
+	for _, e := range b.Messages {
+		if pushTypeOf(e.Message) == "" {
+			continue
+		}
+		select {
+		case ps.queue <- pushTask{thread: b.Thread, entry: e}:
+		default:
+			ps.total.WithLabelValues(pushDropped).Inc()
+		}
+	}
+}
+
+// pushTypeOf is the push a change makes: "" for none.
+func pushTypeOf(m chatrelay.Message) string {
+	if m.Author != chatrelay.Hermes {
+		return ""
+	}
+	isNew := m.Rev == 0 || m.Rev == m.Epoch
+	switch ix := m.Interaction; {
+	case ix == nil && isNew:
+		return chatrelay.PushTypeReply
+	case ix == nil:
+		return ""
+	case ix.State == chatrelay.Pending && isNew:
+		return chatrelay.PushTypeInteraction
+	case ix.State != chatrelay.Pending:
+		return chatrelay.PushTypeInteractionClosed
+	}
+	return ""
+}
+
+// run runs the workers and the retries until ctx is done.
+func (ps *pusher) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range ps.workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case t := <-ps.queue:
+					if t.job != nil {
+						ps.send(ctx, t.job)
+					} else {
+						ps.fanOut(ctx, t.thread, t.entry.Message)
+					}
+				}
+			}
+		})
+	}
+	wg.Go(func() { ps.retries(ctx) })
+	wg.Wait()
+}
+
+// fanOut pushes one change to the thread's subscriptions that want it,
+// if this node claims it.
+func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message) {
+	typ := pushTypeOf(m)
+	subs, err := ps.st.PushSubscriptions(ctx, thread)
+	if err != nil || len(subs) == 0 {
+		return
+	}
+	event, ttl, claim := chatrelay.PushReply, pushClaimOpen, typ
+	if typ != chatrelay.PushTypeReply {
+		event = chatrelay.PushInteraction
+	}
+	if typ == chatrelay.PushTypeInteractionClosed {
+		ttl = pushClaimClosed
+	}
+	won, err := ps.st.ClaimPush(ctx, thread+":"+m.ID+":"+claim, ttl)
+	if err != nil {
+		ps.total.WithLabelValues(pushDropped).Inc()
+		return
+	}
+	ps.claims.WithLabelValues(strconv.FormatBool(won)).Inc()
+	if !won {
+		return // another node sends it
+	}
+	now := ps.s.cfg.Now()
+	var redacted *chatrelay.Message
+	var jobs []*pushJob
+	for _, sub := range subs {
+		participant := strings.HasPrefix(sub.Subscriber, "p:")
+		device := strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix)
+		if !sub.Wants(event) || (participant && event == chatrelay.PushInteraction) {
+			continue
+		}
+		if (participant || device) && !ps.grantActive(ctx, thread, sub) {
+			continue // it died with its grant
+		}
+		msg, page := m, "/"
+		if device {
+			page = "/d" // the device's page: its token is in its local storage
+		}
+		if participant {
+			if redacted == nil {
+				r, _ := chatrelay.RedactMessage(m)
+				redacted = &r
+			}
+			msg, page = *redacted, "/p"
+		}
+		u, err := url.Parse(sub.Endpoint)
+		if err != nil {
+			continue
+		}
+		wm := webpush.Message{
+			Endpoint: u, Payload: chatrelay.MarshalPushPayload(typ, thread, msg, strings.TrimSuffix(sub.Base, "/")+page),
+			TTL: pushReplyTTL, Urgency: webpush.UrgencyNormal,
+			Keys: webpush.Keys{P256dh: b64(sub.P256dh), Auth: b64(sub.Auth)},
+		}
+		if ix := m.Interaction; ix != nil {
+			wm.Urgency, wm.TTL = webpush.UrgencyHigh, max(0, int((ix.Deadline-now.UnixMilli()+999)/1000))
+			if webpush.ValidTopic(ix.ID) { // "ix_" + 12 hex: 15 base64url characters, always
+				wm.Topic = ix.ID
+			}
+		}
+		jobs = append(jobs, &pushJob{thread: thread, sub: sub, msg: wm, first: now})
+	}
+	// The pushes of one change go out at once (at most
+	// LimitPushSubscriptions), each by a goroutine of this worker's,
+	// waited for here: one slow push service holds back only its own.
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() { ps.send(ctx, j) })
+	}
+	wg.Wait()
+}
+
+// grantActive reports whether the grant of a participant's or a device's
+// subscription is active; if not, the subscription dies with it (deleted).
+func (ps *pusher) grantActive(ctx context.Context, thread string, sub chatrelay.PushSubscription) bool {
+	_, id, _ := strings.Cut(sub.Subscriber, ":")
+	if ps.s.parts != nil {
+		g, err := ps.s.parts.Grant(ctx, thread, id)
+		if err == nil && g.StateAt(ps.s.cfg.Now()) == chatrelay.Active {
+			return true
+		}
+		if err != nil && chatrelay.CodeOf(err) != chatrelay.NotFound {
+			return false // cannot tell now: not sent, kept
+		}
+	}
+	ps.st.PushUnsubscribe(ctx, thread, sub.ID)
+	ps.total.WithLabelValues(pushRevoked).Inc()
+	return false
+}
+
+// send makes one attempt of j, and schedules the next if it may be tried
+// again.
+func (ps *pusher) send(ctx context.Context, j *pushJob) {
+	j.attempt++
+	v, err := ps.vapid(ctx)
+	if err != nil {
+		ps.again(ctx, j, 0)
+		return
+	}
+	sender := *ps.sender
+	sender.VAPID = v
+	res, err := sender.Send(ctx, j.msg)
+	switch {
+	case ctx.Err() != nil:
+		return
+	case webpush.IsBlocked(err):
+		ps.total.WithLabelValues(pushBlocked).Inc()
+	case err != nil || res.Status == 429 || res.Status >= 500:
+		ps.again(ctx, j, res.RetryAfter)
+	case res.Status >= 200 && res.Status < 300:
+		ps.total.WithLabelValues(pushSent).Inc()
+	case res.Status == 404 || res.Status == 410:
+		ps.total.WithLabelValues(pushGone).Inc()
+		if _, err := ps.st.PushUnsubscribe(ctx, j.thread, j.sub.ID); err != nil && chatrelay.CodeOf(err) != chatrelay.NotFound {
+			ps.s.log.Warn("push: delete a gone subscription", "thread", j.thread, "push", j.sub.ID, "err", err)
+		}
+	default:
+		ps.total.WithLabelValues(pushRejected).Inc()
+		ps.s.log.Warn("push refused by the push service", "thread", j.thread, "push", j.sub.ID, "status", res.Status)
+	}
+}
+
+// again schedules j's next attempt, after its backoff or retryAfter,
+// whichever is longer, if one is left within the window.
+func (ps *pusher) again(ctx context.Context, j *pushJob, retryAfter time.Duration) {
+	wait := max(ps.backoff[min(max(j.attempt-1, 0), len(ps.backoff)-1)], retryAfter)
+	j.due = ps.s.cfg.Now().Add(wait)
+	if j.attempt >= pushAttempts || j.due.Sub(j.first) > pushWindow {
+		ps.total.WithLabelValues(pushFailed).Inc()
+		return
+	}
+	ps.total.WithLabelValues(pushRetried).Inc()
+	select {
+	case ps.retry <- pushTask{job: j}:
+	case <-ctx.Done():
+	default:
+		ps.total.WithLabelValues(pushDropped).Inc()
+	}
+}
+
+// retries holds the pushes to try again, in time order, and hands each
+// to the workers when it is due.
+func (ps *pusher) retries(ctx context.Context) {
+	var h jobHeap
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		var wake <-chan time.Time
+		if len(h) > 0 {
+			timer.Reset(max(0, h[0].due.Sub(ps.s.cfg.Now()))) // Go 1.23+: no stale tick after a Reset
+			wake = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case t := <-ps.retry:
+			heap.Push(&h, t.job)
+		case <-wake:
+			for len(h) > 0 && !h[0].due.After(ps.s.cfg.Now()) {
+				j := heap.Pop(&h).(*pushJob)
+				select {
+				case ps.queue <- pushTask{job: j}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}
+}
+
+// jobHeap orders pushes by when they are due.
+type jobHeap []*pushJob
+
+func (h jobHeap) Len() int           { return len(h) }
+func (h jobHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h jobHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *jobHeap) Push(x any)        { *h = append(*h, x.(*pushJob)) }
+func (h *jobHeap) Pop() any {
+	old := *h
+	j := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return j
+}
+
+// b64 decodes a stored key (checked when it was stored).
+func b64(s string) []byte {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil
+	}
+	return b
+}
