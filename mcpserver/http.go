@@ -103,16 +103,32 @@ type keyOf struct{}
 // a new session would pass a bound (TooManyStreams) or the server is
 // closing (Unavailable).
 func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.AgentKey) error {
+	ctx := context.WithValue(r.Context(), keyOf{}, k)
 	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
 		release, err := h.admit(k)
 		if err != nil {
 			return err
 		}
 		defer release()
+		// The SDK makes the session on the server serverOf handed it: if
+		// that server was ended meanwhile (Close, a revoked key) after its
+		// sessions were closed, the new one is closed here, as it would
+		// otherwise live (its GET stream open) until its idle timeout.
+		used := new(usedServer)
+		ctx = context.WithValue(ctx, usedServer{}, used)
+		defer func() {
+			if as := used.as; as != nil && as.ctx.Err() != nil {
+				closeSessions(as.srv)
+			}
+		}()
 	}
-	h.h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyOf{}, k)))
+	h.h.ServeHTTP(w, r.WithContext(ctx))
 	return nil
 }
+
+// usedServer is, in a request that makes a session, the key's server that
+// serverOf handed the SDK (the request's own goroutine sets and reads it).
+type usedServer struct{ as *agentServer }
 
 // admit counts a session about to be made, within the bounds.
 func (h *HTTP) admit(k chatrelay.AgentKey) (release func(), err error) {
@@ -156,18 +172,21 @@ func (h *HTTP) serverOf(r *http.Request) *mcp.Server {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if as := h.servers[k.ID]; as != nil {
-		return as.srv
+	as := h.servers[k.ID]
+	if as == nil {
+		if h.closed {
+			return nil
+		}
+		as = &agentServer{key: k}
+		as.ctx, as.cancel = context.WithCancel(context.Background())
+		o := h.o.Options
+		o.Call = h.call(as)
+		as.srv = New(h.v.ForAgent(k), &o)
+		h.servers[k.ID] = as
 	}
-	if h.closed {
-		return nil
+	if used, ok := r.Context().Value(usedServer{}).(*usedServer); ok {
+		used.as = as
 	}
-	as := &agentServer{key: k}
-	as.ctx, as.cancel = context.WithCancel(context.Background())
-	o := h.o.Options
-	o.Call = h.call(as)
-	as.srv = New(h.v.ForAgent(k), &o)
-	h.servers[k.ID] = as
 	return as.srv
 }
 
@@ -273,9 +292,14 @@ func (h *HTTP) end(id string) {
 	if as == nil {
 		return
 	}
-	as.cancel()
+	as.cancel() // before the sessions are listed: a session made later is closed by ServeAgent
+	closeSessions(as.srv)
+}
+
+// closeSessions closes srv's sessions and returns once they are closed.
+func closeSessions(srv *mcp.Server) {
 	var wg sync.WaitGroup
-	for ss := range as.srv.Sessions() {
+	for ss := range srv.Sessions() {
 		wg.Go(func() { ss.Close() })
 	}
 	wg.Wait()

@@ -42,8 +42,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	var fresh newConns // closed at shutdown (newconns.go)
 	hs := &http.Server{
 		Handler:           srv,
+		ConnState:         fresh.track,
 		ReadHeaderTimeout: chatrelay.DefaultReadHeaderTimeout,
 		ReadTimeout:       chatrelay.DefaultReadTimeout,
 		WriteTimeout:      chatrelay.DefaultHTTPWriteTimeout, // streams clear it and set a deadline per write
@@ -101,6 +103,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.DefaultShutdownTimeout)
 	defer scancel()
 	hs.RegisterOnShutdown(func() { srv.Shutdown(sctx) })
+	hs.RegisterOnShutdown(fresh.close) // a connection with no request yet would hold Shutdown 5 s
 	err = hs.Shutdown(sctx)
 	if werr := srv.Shutdown(sctx); err == nil {
 		err = werr

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 )
 
@@ -112,4 +114,53 @@ func TestServeShutdownWithOpenStreams(t *testing.T) {
 	case <-deadline.C:
 		t.Fatal("the WebSocket is still open after serve returned")
 	}
+}
+
+// TestServeShutdownWithAnUnusedConnection: a client holds a connection it
+// has sent nothing on (an HTTP client's spare dial, a browser's
+// preconnect) when the server is told to stop: run must still return nil
+// within its 5 s, and the connection must be closed. (net/http waits for
+// such a connection until it is 5 s old: serve returned "context deadline
+// exceeded", as seen under the MCP tests, whose SDK client dials spares.)
+func TestServeShutdownWithAnUnusedConnection(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, stdout := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		args := []string{"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--fsync", "never", "--log-level", "error"}
+		done <- run(ctx, args, func(string) string { return "" }, strings.NewReader(""), stdout, io.Discard)
+		stdout.Close()
+	}()
+	lines := bufio.NewReader(out)
+	first, err := lines.ReadString('\n')
+	assert.Success(t, err)
+	base, ok := strings.CutPrefix(strings.TrimSpace(first), "listening on ")
+	assert.True(t, ok, "first line %q", first)
+	base = strings.TrimSuffix(base, "/")
+	go io.Copy(io.Discard, lines)
+
+	unused, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	assert.Success(t, err)
+	defer unused.Close()
+	// A request on a connection of its own, answered: the server accepts
+	// connections in the order they came (the listen queue), so it has
+	// accepted the unused one before this one.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get(base + chatrelay.PathHealthz)
+	assert.Success(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "healthz", resp.StatusCode, http.StatusOK)
+
+	cancel() // SIGTERM
+	select {
+	case err := <-done:
+		assert.Success(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve still running 10s after the signal")
+	}
+	unused.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = unused.Read(make([]byte, 1))
+	assert.True(t, err == io.EOF, "the unused connection after serve returned: %v, want closed (EOF)", err)
 }
