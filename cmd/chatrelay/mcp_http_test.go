@@ -434,14 +434,17 @@ func TestMCPOverHTTPFromTheTypeScriptSDK(t *testing.T) {
 	node := lookPath(t, "node")
 	dir := installMCPClient(t, lookPath(t, "npm"))
 	sa := []string{"--data", t.TempDir()}
-	n := serveMCP(t, sa)
+	n := serveMCP(t, sa, "--progress-every", mcpserver.DefaultProgressEvery.String()) // the default, not serveMCP's 200ms
 	owner := opsToken("mcp ts")
 	thread := chatrelay.ThreadOf(owner)
 	key, _ := addAgent(t, sa, "ts-agent")
 
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	// The case as a user meets it: the SDK's default request
+	// timeout (60 s), the server's default progress (every 10 s), and a
+	// person who answers after 90 s.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, dir+"/httpclient.mjs", n.base+chatrelay.PathMCP, key, n.base, owner, thread, "3000")
+	cmd := exec.CommandContext(ctx, node, dir+"/httpclient.mjs", n.base+chatrelay.PathMCP, key, n.base, owner, thread, "90000")
 	cmd.Dir = dir
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -492,7 +495,9 @@ func TestMCPOverHTTPFromTheTypeScriptSDK(t *testing.T) {
 	assert.Success(t, json.Unmarshal(out.Wait.StructuredContent, &waited))
 	assert.Equal(t, "the wait's outcome", waited.Interaction.State, chatrelay.Approved)
 	assert.True(t, out.WaitedMs > out.RequestTimeoutMs, "the wait (%v ms) did not outlive the request timeout (%v ms)", out.WaitedMs, out.RequestTimeoutMs)
-	assert.True(t, len(out.Progress) >= 5, "progress notifications: %d", len(out.Progress))
+	assert.Equal(t, "the SDK's default request timeout (ms)", out.RequestTimeoutMs, 60000.0)
+	assert.True(t, out.WaitedMs >= 90000, "the wait lasted %v ms, want 90 s", out.WaitedMs)
+	assert.True(t, len(out.Progress) >= 8, "progress notifications: %d", len(out.Progress))
 }
 
 // TestMCPBounds: a key's sessions past --mcp-sessions-per-key are refused

@@ -4,15 +4,21 @@
 // fetch), and waits for an approval longer than its request timeout,
 // kept alive by progress notifications (resetTimeoutOnProgress):
 //
-//   node httpclient.mjs MCP_URL KEY BASE TOKEN THREAD TIMEOUT_MS
+//   node httpclient.mjs MCP_URL KEY BASE TOKEN THREAD APPROVE_AFTER_MS
+//
+// The wait uses the SDK's own request timeout (DEFAULT_REQUEST_TIMEOUT_MSEC,
+// 60 s), as an agent that sets none does; the person approves once the
+// wait has lasted APPROVE_AFTER_MS (90 s in the test).
 //
 // It prints one JSON object: what the server said at each step. The Go
 // test (TestMCPOverHTTPFromTheTypeScriptSDK) judges it.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { DEFAULT_REQUEST_TIMEOUT_MSEC } from "@modelcontextprotocol/sdk/shared/protocol.js";
 
-const [mcpURL, key, base, token, thread, timeoutMs] = process.argv.slice(2);
-const requestTimeout = Number(timeoutMs);
+const [mcpURL, key, base, token, thread, approveAfterMs] = process.argv.slice(2);
+const requestTimeout = DEFAULT_REQUEST_TIMEOUT_MSEC;
+const approveAfter = Number(approveAfterMs);
 const connect = async (k) => {
   const transport = new StreamableHTTPClientTransport(new URL(mcpURL), {
     requestInit: { headers: { Authorization: "Bearer " + k } },
@@ -48,18 +54,16 @@ out.ask = await call("request_approval", { thread, summary: "Deploy build 412 to
 const id = out.ask.structuredContent?.interaction?.id;
 
 // The wait outlives the request timeout: each progress notification
-// resets it. The person approves once the wait has lasted 1.5 times the
-// timeout.
+// resets it. The person approves once the wait has lasted approveAfter.
 out.progress = [];
 const started = Date.now();
 let enough;
 const reached = new Promise((resolve) => (enough = resolve));
 const waiting = client.callTool({ name: "chatrelay_wait_interaction", arguments: { thread, interaction_id: id } }, undefined, {
-  timeout: requestTimeout,
-  resetTimeoutOnProgress: true,
+  resetTimeoutOnProgress: true, // no timeout: the SDK's default
   onprogress: (p) => {
     out.progress.push(p);
-    if (Date.now() - started > 1.5 * requestTimeout) enough();
+    if (Date.now() - started >= approveAfter) enough();
   },
 });
 await Promise.race([reached, waiting]); // a timeout rejects waiting, and ends this script with its error
