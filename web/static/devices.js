@@ -7,7 +7,7 @@
 // conversation's own token makes devices) and the list marks "this device";
 // revoking this device ends the page, as a revoke from elsewhere does.
 
-import { dayFmt, drawList, linkShownOnce, listRow } from "./linkpanel.js";
+import { dayFmt, drawList, linkShownOnce, listRow, makeLink } from "./linkpanel.js";
 
 // sentence says why the server refused a device link, a revoke or the
 // list, from the error's machine code.
@@ -72,7 +72,6 @@ export function setupDevices(chat, thisDevice = () => "") {
       "The devices that open this conversation as its owner. Only the browser that started the conversation can add one; any of them can revoke one.";
   }
 
-  let making = false;
 
   function showError(words) {
     error.textContent = words;
@@ -159,27 +158,13 @@ export function setupDevices(chat, thisDevice = () => "") {
     shown.show(`Link for ${d.name}, until ${dayFmt.format(new Date(d.expires_at))}`, r, d.name);
   }
 
-  async function make() {
-    if (making) return;
+  function make() {
     const which = name.value.trim() ? name.value : name.placeholder;
-    making = true;
-    send.disabled = true;
-    form.setAttribute("aria-busy", "true");
-    showError("");
-    forgetLink();
-    try {
-      const r = await chat.makeDevice({ name: which, expiresIn: Number(expiry.value) });
-      name.value = "";
-      showLink(r);
-      refresh();
-    } catch (err) {
-      showError(sentence(err, "make"));
-      name.focus();
-    } finally {
-      making = false;
-      send.disabled = false;
-      form.removeAttribute("aria-busy");
-    }
+    return makeLink({
+      form, send, name, showError, forget: forgetLink, show: showLink, refresh,
+      request: () => chat.makeDevice({ name: which, expiresIn: Number(expiry.value) }),
+      refused: (err) => sentence(err, "make"),
+    });
   }
 
   form.addEventListener("submit", (e) => {

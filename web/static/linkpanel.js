@@ -118,3 +118,29 @@ export function listRow(x, { badges = [], extra = [], meta, revokeLabel }) {
   }
   return li;
 }
+
+// makeLink runs a panel's one request for a new link (a share link, a
+// device link): the form is busy meanwhile (its button disabled,
+// aria-busy; a second submit does nothing), the link shown before is
+// forgotten, and the new one is shown once and the list drawn again; a
+// refusal is said in the panel's words (refused(err)) and the name field
+// takes the focus.
+export async function makeLink({ form, send, name, showError, forget, show, refresh, request, refused }) {
+  if (form.getAttribute("aria-busy") === "true") return;
+  send.disabled = true;
+  form.setAttribute("aria-busy", "true");
+  showError("");
+  forget();
+  try {
+    const r = await request();
+    name.value = "";
+    show(r);
+    refresh();
+  } catch (err) {
+    showError(refused(err));
+    name.focus();
+  } finally {
+    send.disabled = false;
+    form.removeAttribute("aria-busy");
+  }
+}

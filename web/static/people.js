@@ -5,7 +5,7 @@
 // Copy and its QR code (made by the server, a PNG data URL), and the list
 // of every link with its state and, while active, Revoke.
 
-import { dayFmt, drawList, linkShownOnce, listRow } from "./linkpanel.js";
+import { dayFmt, drawList, linkShownOnce, listRow, makeLink } from "./linkpanel.js";
 
 // sentence says why the server refused an invite, a revoke or the list,
 // from the error's machine code.
@@ -64,7 +64,6 @@ export function setupPeople(chat, onList = () => {}) {
   const list = $("people-list");
   const status = $("people-status");
 
-  let inviting = false;
 
   function showError(words) {
     error.textContent = words;
@@ -143,33 +142,20 @@ export function setupPeople(chat, onList = () => {}) {
     shown.show(`Link for ${p.name} (${p.role}), until ${dayFmt.format(new Date(p.expires_at))}`, r, p.name);
   }
 
-  async function invite() {
-    if (inviting) return;
+  function invite() {
+    if (form.getAttribute("aria-busy") === "true") return;
     const who = name.value;
     if (!who.trim()) {
       showError("Give the person a name first.");
       name.focus();
       return;
     }
-    inviting = true;
-    send.disabled = true;
-    form.setAttribute("aria-busy", "true");
-    showError("");
-    forgetLink();
-    try {
-      const role = form.elements.role.value || "commenter";
-      const r = await chat.invite({ name: who, role, expiresIn: Number(expiry.value) });
-      name.value = "";
-      showLink(r);
-      refresh();
-    } catch (err) {
-      showError(sentence(err, "invite"));
-      name.focus();
-    } finally {
-      inviting = false;
-      send.disabled = false;
-      form.removeAttribute("aria-busy");
-    }
+    const role = form.elements.role.value || "commenter";
+    return makeLink({
+      form, send, name, showError, forget: forgetLink, show: showLink, refresh,
+      request: () => chat.invite({ name: who, role, expiresIn: Number(expiry.value) }),
+      refused: (err) => sentence(err, "invite"),
+    });
   }
 
   form.addEventListener("submit", (e) => {
