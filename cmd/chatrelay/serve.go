@@ -43,15 +43,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	var fresh newConns // closed at shutdown (newconns.go)
-	hs := &http.Server{
-		Handler:           srv,
-		ConnState:         fresh.track,
-		ReadHeaderTimeout: chatrelay.DefaultReadHeaderTimeout,
-		ReadTimeout:       chatrelay.DefaultReadTimeout,
-		WriteTimeout:      chatrelay.DefaultHTTPWriteTimeout, // streams clear it and set a deadline per write
-		IdleTimeout:       chatrelay.DefaultIdleTimeout,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	hs := httpServer(srv, &fresh, log)
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		return err
@@ -97,18 +89,38 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	case <-ctx.Done():
 	}
 	f.ops.drain(srv, log) // /readyz answers 503 from here on
-	// SIGINT/SIGTERM: stop accepting, end every stream (SSE handlers return
-	// when the hub closes; WebSockets close with 1001), all within 5s.
+	err = shutdown(ctx, hs, srv, &fresh, log)
+	stopBG()
+	return err
+}
+
+// httpServer is the listener's server of the API: its timeouts are the
+// defaults', and fresh learns of every connection.
+func httpServer(srv *transport.Server, fresh *newConns, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           srv,
+		ConnState:         fresh.track,
+		ReadHeaderTimeout: chatrelay.DefaultReadHeaderTimeout,
+		ReadTimeout:       chatrelay.DefaultReadTimeout,
+		WriteTimeout:      chatrelay.DefaultHTTPWriteTimeout, // streams clear it and set a deadline per write
+		IdleTimeout:       chatrelay.DefaultIdleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// shutdown is SIGINT/SIGTERM's: stop accepting, end every stream (SSE
+// handlers return when the hub closes; WebSockets close with 1001), all
+// within chatrelay.DefaultShutdownTimeout.
+func shutdown(ctx context.Context, hs *http.Server, srv *transport.Server, fresh *newConns, log *slog.Logger) error {
 	log.Info("shutting down")
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.DefaultShutdownTimeout)
 	defer scancel()
 	hs.RegisterOnShutdown(func() { srv.Shutdown(sctx) })
 	hs.RegisterOnShutdown(fresh.close) // a connection with no request yet would hold Shutdown 5 s
-	err = hs.Shutdown(sctx)
+	err := hs.Shutdown(sctx)
 	if werr := srv.Shutdown(sctx); err == nil {
 		err = werr
 	}
-	stopBG()
 	return err
 }
 

@@ -113,17 +113,10 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 		if storedBytes(recs)+a.Size > int64(chatrelay.LimitThreadAttachments.Max) {
 			return chatrelay.Attachment{}, store.ThreadFull()
 		}
-		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return chatrelay.Attachment{}, s.unavailable(thread, err)
-		}
-		if err := os.Rename(tmp, blob); err != nil {
-			return chatrelay.Attachment{}, s.unavailable(thread, err)
+		if err := s.placeBlob(thread, tmp, dir, blob); err != nil {
+			return chatrelay.Attachment{}, err
 		}
 		tmp = ""
-		if err := s.syncDir(dir); err != nil {
-			os.Remove(blob)
-			return chatrelay.Attachment{}, s.unavailable(thread, err)
-		}
 	}
 	recs = append(recs, store.StoredAttachment{Attachment: a, At: now.UnixMilli()})
 	if err := s.writeIndex(thread, recs); err != nil {
@@ -134,6 +127,23 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	}
 	s.removeStray(thread, recs)
 	return a, nil
+}
+
+// placeBlob renames the received temp file tmp to blob, its digest's name
+// in the thread's files folder dir, and syncs the folder: on an error
+// nothing is left at blob.
+func (s *File) placeBlob(thread, tmp, dir, blob string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return s.unavailable(thread, err)
+	}
+	if err := os.Rename(tmp, blob); err != nil {
+		return s.unavailable(thread, err)
+	}
+	if err := s.syncDir(dir); err != nil {
+		os.Remove(blob)
+		return s.unavailable(thread, err)
+	}
+	return nil
 }
 
 // roomForThread refuses (ThreadLimit) an upload that would start a thread

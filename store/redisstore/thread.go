@@ -37,25 +37,11 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 	if err != nil {
 		return store.Entry{}, err
 	}
-	r := &appendReq{m: m}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	as, err := s.attachments(ctx, thread, m)
+	r, err := s.newAppendReq(ctx, thread, m, ix)
 	if err != nil {
 		return store.Entry{}, err
-	}
-	if msg := (chatrelay.Message{AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card, Attachments: as}); hasV2(&msg) {
-		msg.Author, msg.Text = m.Author, m.Text
-		r.tail = v2Tail(msg)
-		if len(as) > 0 {
-			r.v1Text, r.v2Text = chatrelay.V1Text(msg), jsonString(m.Text)
-		}
-		if ix != nil {
-			r.ix, r.deadline = ix.ID, ix.Deadline
-		}
-	}
-	if s.hooks {
-		r.event = store.EventOf(nil, &chatrelay.Message{Author: m.Author, Interaction: ix})
 	}
 	var g chatrelay.Grant
 	for {
@@ -113,6 +99,32 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 		}
 		return store.Entry{}, s.unavailable("append", fmt.Errorf("unexpected answer %q", res))
 	}
+}
+
+// newAppendReq is what appendScript takes for m, whose interaction (if
+// any) Prepare made: the attachments it names, its v2 tail, the v1 and v2
+// texts of a message with attachments, its interaction's id and deadline,
+// and its webhook event.
+func (s *Store) newAppendReq(ctx context.Context, thread string, m store.NewMessage, ix *chatrelay.Interaction) (*appendReq, error) {
+	r := &appendReq{m: m}
+	as, err := s.attachments(ctx, thread, m)
+	if err != nil {
+		return nil, err
+	}
+	if msg := (chatrelay.Message{AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card, Attachments: as}); hasV2(&msg) {
+		msg.Author, msg.Text = m.Author, m.Text
+		r.tail = v2Tail(msg)
+		if len(as) > 0 {
+			r.v1Text, r.v2Text = chatrelay.V1Text(msg), jsonString(m.Text)
+		}
+		if ix != nil {
+			r.ix, r.deadline = ix.ID, ix.Deadline
+		}
+	}
+	if s.hooks {
+		r.event = store.EventOf(nil, &chatrelay.Message{Author: m.Author, Interaction: ix})
+	}
+	return r, nil
 }
 
 // postGrant reads the grant of r's participant post and sets what the

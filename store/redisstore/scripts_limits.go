@@ -1,0 +1,86 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// The limiters' scripts (scripts.go has the threads'): the rate windows
+// and the stream leases that every node shares.
+
+// takeScript counts one post in two sliding windows, or says how long to
+// wait. KEYS: thread window, IP window. ARGV: now (ms), window (ms), the
+// post's entry ("<now> <random>"), thread limit, IP limit. It answers 0
+// (counted) or the wait in ms.
+//
+// A window is a list of the entries of the posts it counted, oldest first.
+// The post is pushed on both; if either list then holds limit earlier
+// posts and the limit-th newest of them is still inside the window, the
+// post is taken back from both and the wait is when that one leaves. A
+// full window keeps its newest limit entries (no older one can count
+// again); any window drops its expired head every 64 posts. The common
+// case is RPUSH and PEXPIRE on each key.
+var takeScript = redis.NewScript(`
+local now, win = tonumber(ARGV[1]), tonumber(ARGV[2])
+local n, wait = {}, 0
+for i = 1, 2 do
+  local limit = tonumber(ARGV[3 + i])
+  n[i] = redis.call('RPUSH', KEYS[i], ARGV[3])
+  if n[i] > limit then
+    local t = tonumber(string.match(redis.call('LINDEX', KEYS[i], n[i] - limit - 1), '^(%d+)'))
+    if t > now - win then wait = math.max(wait, t + win - now) end
+  end
+end
+if wait > 0 then
+  redis.call('RPOP', KEYS[1])
+  redis.call('RPOP', KEYS[2])
+  return wait
+end
+for i = 1, 2 do
+  local limit = tonumber(ARGV[3 + i])
+  if n[i] > limit then
+    redis.call('LTRIM', KEYS[i], -limit, -1)
+  elseif n[i] % 64 == 0 then
+    local drop = 0
+    for _, e in ipairs(redis.call('LRANGE', KEYS[i], 0, 63)) do
+      if tonumber(string.match(e, '^(%d+)')) > now - win then break end
+      drop = drop + 1
+    end
+    if drop > 0 then redis.call('LTRIM', KEYS[i], drop, -1) end
+  end
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+return 0
+`)
+
+// acquireScript takes one stream lease on its keys if each is under its
+// limit. KEYS: thread leases, IP leases, and for a participant's stream
+// the thread's participants' leases. ARGV: member, lease (ms), then each
+// key's limit. Scores are expiry times on Redis's own clock, so nodes'
+// clocks do not matter. It answers 1 (taken) or 0 (over a limit).
+var acquireScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[2])
+for i = 1, #KEYS do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', string.format('%.0f', now))
+  if redis.call('ZCARD', KEYS[i]) >= tonumber(ARGV[2 + i]) then return 0 end
+end
+for i = 1, #KEYS do
+  redis.call('ZADD', KEYS[i], string.format('%.0f', now + lease), ARGV[1])
+  redis.call('PEXPIRE', KEYS[i], 3 * lease)
+end
+return 1
+`)
+
+// renewScript extends leases. KEYS: the sets of the leases. ARGV: lease
+// (ms), then the member of each key. A lease that expired while Redis was
+// unreachable is added back: the stream is still open.
+var renewScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[1])
+local exp = string.format('%.0f', now + lease)
+for i = 1, #KEYS do
+  redis.call('ZADD', KEYS[i], exp, ARGV[1 + i])
+  redis.call('PEXPIRE', KEYS[i], 3 * lease)
+end
+return #KEYS
+`)
