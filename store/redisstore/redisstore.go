@@ -361,8 +361,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close ends every Follow and the limiters' lease renewals, waits for them,
-// and closes the connections. It is idempotent.
+// Close ends every Follow, the limiters' lease renewals and the script
+// batcher's senders (a script still waiting for one fails, unsent or
+// cancelled), waits for them, and closes the connections. It is idempotent.
 func (s *Store) Close() error {
 	var err error
 	s.once.Do(func() {
