@@ -392,9 +392,9 @@ func (ps *pusher) again(ctx context.Context, j *pushJob, retryAfter time.Duratio
 		ps.total.WithLabelValues(pushFailed).Inc()
 		return
 	}
-	ps.total.WithLabelValues(pushRetried).Inc()
 	select {
 	case ps.retry <- pushTask{job: j}:
+		ps.total.WithLabelValues(pushRetried).Inc()
 	case <-ctx.Done():
 	default:
 		ps.total.WithLabelValues(pushDropped).Inc()
