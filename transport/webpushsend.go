@@ -263,7 +263,14 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		return // another node sends it
 	}
 	now := ps.s.cfg.Now()
-	var redacted *chatrelay.Message
+	// A change's payload is one per view and link (its subscribers
+	// share their server's base), made once: MarshalPushPayload encodes
+	// and fits the message, too much work to repeat per subscriber.
+	type view struct {
+		participant bool
+		link        string
+	}
+	payloads := make(map[view][]byte)
 	var jobs []*pushJob
 	for _, sub := range subs {
 		participant := strings.HasPrefix(sub.Subscriber, "p:")
@@ -274,23 +281,29 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		if (participant || device) && !ps.grantActive(ctx, thread, sub) {
 			continue // it died with its grant
 		}
-		msg, page := m, "/"
+		page := "/"
 		if device {
 			page = "/d" // the device's page: its token is in its local storage
 		}
 		if participant {
-			if redacted == nil {
-				r, _ := chatrelay.RedactMessage(m)
-				redacted = &r
-			}
-			msg, page = *redacted, "/p"
+			page = "/p"
 		}
 		u, err := url.Parse(sub.Endpoint)
 		if err != nil {
 			continue
 		}
+		v := view{participant, strings.TrimSuffix(sub.Base, "/") + page}
+		payload, ok := payloads[v]
+		if !ok {
+			msg := m
+			if participant {
+				msg, _ = chatrelay.RedactMessage(m)
+			}
+			payload = chatrelay.MarshalPushPayload(typ, thread, msg, v.link)
+			payloads[v] = payload
+		}
 		wm := webpush.Message{
-			Endpoint: u, Payload: chatrelay.MarshalPushPayload(typ, thread, msg, strings.TrimSuffix(sub.Base, "/")+page),
+			Endpoint: u, Payload: payload,
 			TTL: pushReplyTTL, Urgency: webpush.UrgencyNormal,
 			Keys: webpush.Keys{P256dh: b64(sub.P256dh), Auth: b64(sub.Auth)},
 		}
@@ -379,9 +392,9 @@ func (ps *pusher) again(ctx context.Context, j *pushJob, retryAfter time.Duratio
 		ps.total.WithLabelValues(pushFailed).Inc()
 		return
 	}
-	ps.total.WithLabelValues(pushRetried).Inc()
 	select {
 	case ps.retry <- pushTask{job: j}:
+		ps.total.WithLabelValues(pushRetried).Inc()
 	case <-ctx.Done():
 	default:
 		ps.total.WithLabelValues(pushDropped).Inc()
