@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/chatrelay/chatrelay/store"
 )
 
 // PingType is the type of the event Ping sends.
@@ -16,7 +18,7 @@ func Ping(ctx context.Context, c *http.Client, url string, key []byte) (id strin
 	if c == nil {
 		c = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
-	id = NewID()
+	id = store.NewEventID()
 	body := []byte(`{"type":"` + PingType + `","timestamp":"` + time.Now().UTC().Format(time.RFC3339Nano) + `","data":{}}`)
 	status, err = Send(ctx, c, url, key, id, body)
 	return id, status, err
