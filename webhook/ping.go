@@ -16,7 +16,7 @@ const PingType = "ping"
 // receiver's status; err is nil for a 2xx within WebhookTimeout.
 func Ping(ctx context.Context, c *http.Client, url string, key []byte) (id string, status int, err error) {
 	if c == nil {
-		c = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		c = noRedirect()
 	}
 	id = store.NewEventID()
 	body := []byte(`{"type":"` + PingType + `","timestamp":"` + time.Now().UTC().Format(time.RFC3339Nano) + `","data":{}}`)
