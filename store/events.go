@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
@@ -81,6 +82,13 @@ type Outbox interface {
 func DestinationID(url string) string {
 	sum := sha256.Sum256([]byte(url))
 	return hex.EncodeToString(sum[:8])
+}
+
+// NewEventID returns a fresh webhook-id ("evt_" and 24 hex digits).
+func NewEventID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "evt_" + hex.EncodeToString(b[:])
 }
 
 // EventOf says which event a write of message m causes, "" for none:

@@ -74,7 +74,7 @@ func New(cfg Config) (*Deliverer, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		cfg.Client = noRedirect()
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = chatrelay.WebhookWorkers
@@ -105,6 +105,12 @@ func New(cfg Config) (*Deliverer, error) {
 		}
 	}
 	return d, nil
+}
+
+// noRedirect is the default client of an attempt: it follows no
+// redirect (a 3xx is not a 2xx).
+func noRedirect() *http.Client {
+	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // Counter is chatrelay_webhook_total (for tests and a caller's registry).

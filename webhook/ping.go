@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"github.com/chatrelay/chatrelay/store"
 )
 
 // PingType is the type of the event Ping sends.
@@ -14,9 +16,9 @@ const PingType = "ping"
 // receiver's status; err is nil for a 2xx within WebhookTimeout.
 func Ping(ctx context.Context, c *http.Client, url string, key []byte) (id string, status int, err error) {
 	if c == nil {
-		c = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		c = noRedirect()
 	}
-	id = NewID()
+	id = store.NewEventID()
 	body := []byte(`{"type":"` + PingType + `","timestamp":"` + time.Now().UTC().Format(time.RFC3339Nano) + `","data":{}}`)
 	status, err = Send(ctx, c, url, key, id, body)
 	return id, status, err

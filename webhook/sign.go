@@ -11,10 +11,8 @@ package webhook
 
 import (
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -86,11 +84,4 @@ func Body(ev store.Event) []byte {
 func appendString(b []byte, s string) []byte {
 	js, _ := json.Marshal(s)
 	return append(b, js...)
-}
-
-// NewID returns a fresh webhook-id ("evt_" and 24 hex digits).
-func NewID() string {
-	var b [12]byte
-	rand.Read(b[:])
-	return "evt_" + hex.EncodeToString(b[:])
 }

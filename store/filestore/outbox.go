@@ -116,7 +116,7 @@ func eventsOf(thread string, old, nd threadDoc) []byte {
 		if typ == "" {
 			continue
 		}
-		b, _ := json.Marshal(queueLine{ID: newEventID(), Type: typ, Thread: thread, Epoch: m.Epoch, At: rev, Message: m.JSON2})
+		b, _ := json.Marshal(queueLine{ID: store.NewEventID(), Type: typ, Thread: thread, Epoch: m.Epoch, At: rev, Message: m.JSON2})
 		out = append(append(out, b...), '\n')
 	}
 	return out
@@ -137,17 +137,10 @@ func grantEventsOf(thread string, old, nd []chatrelay.Grant, now time.Time) []by
 			continue
 		}
 		p, _ := json.Marshal(g.Participant(now))
-		b, _ := json.Marshal(queueLine{ID: newEventID(), Type: typ, Thread: thread, At: now.UnixMilli(), Participant: p})
+		b, _ := json.Marshal(queueLine{ID: store.NewEventID(), Type: typ, Thread: thread, At: now.UnixMilli(), Participant: p})
 		out = append(append(out, b...), '\n')
 	}
 	return out
-}
-
-// newEventID is a fresh webhook-id.
-func newEventID() string {
-	var b [12]byte
-	rand.Read(b[:])
-	return "evt_" + hex.EncodeToString(b[:])
 }
 
 // queue appends lines (whole lines) to every destination's queue file and
