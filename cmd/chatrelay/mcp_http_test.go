@@ -271,7 +271,8 @@ type host_InteractionResult struct {
 }
 
 // TestMCPRefusals: /mcp without a key, with a key of the wrong shape, an
-// unknown key or a revoked one is 401 with WWW-Authenticate: Bearer; a
+// unknown key or a revoked one is 401 with WWW-Authenticate: Bearer (a GET
+// or a DELETE without a key too); a
 // page of an origin not allowed is 403 (an allowed one passes); a server
 // without --mcp answers 404.
 func TestMCPRefusals(t *testing.T) {
@@ -306,6 +307,16 @@ func TestMCPRefusals(t *testing.T) {
 		resp, body := post(c.auth, "")
 		assert.True(t, resp.StatusCode == 401 && strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") && strings.Contains(body, `"code":"`+c.code+`"`),
 			"%s: %d %q %s", c.name, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), body)
+	}
+	for _, method := range []string{http.MethodGet, http.MethodDelete} { // the other two routes of /mcp
+		req, _ := http.NewRequest(method, n.base+chatrelay.PathMCP, nil)
+		req.Header.Set("Mcp-Session-Id", "not-a-session")
+		resp, err := http.DefaultClient.Do(req)
+		assert.Success(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.True(t, resp.StatusCode == 401 && strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") && strings.Contains(string(b), `"code":"unauthorized"`),
+			"%s without a key: %d %q %s", method, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), b)
 	}
 	resp, body := post("Bearer "+live, "https://evil.example")
 	assert.True(t, resp.StatusCode == 403 && strings.Contains(body, `"code":"origin_not_allowed"`), "a foreign origin: %d %s", resp.StatusCode, body)
