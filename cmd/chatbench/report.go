@@ -46,11 +46,20 @@ func report(args []string, stdout, stderr io.Writer) error {
 	if len(runs) == 0 {
 		return errors.New("report: the files hold no result")
 	}
-	t := newTable(runs, *mainBuild)
+	own, peers := splitPeers(runs)
+	if len(own) == 0 {
+		writePeers(stdout, nil, peers, "")
+		return nil
+	}
+	t := newTable(own, *mainBuild)
 	if t.main == "" {
 		return fmt.Errorf("report: no result of build %q", *mainBuild)
 	}
 	t.write(stdout)
+	if len(peers) > 0 {
+		fmt.Fprintln(stdout)
+		writePeers(stdout, own, peers, t.main)
+	}
 	return nil
 }
 
