@@ -66,9 +66,6 @@ func writePeers(w io.Writer, own, peers []map[string]any, mainBuild string) {
 	}
 	fmt.Fprintf(w, "| figure | %s |\n|---|%s\n", strings.Join(titles, " | "), strings.Repeat("---|", len(cols)))
 	for _, f := range t.figures() {
-		if f.cell == nil {
-			continue
-		}
 		var cells []string
 		filled := false
 		for _, c := range cols {
@@ -106,6 +103,13 @@ func writePeers(w io.Writer, own, peers []map[string]any, mainBuild string) {
 
 // peerCell is the peer's figure, chatrelay's beside it and their ratio.
 func (t *table) peerCell(f figure, c peerColumn) string {
+	if f.cell == nil { // the row of other work
+		text, _ := t.otherCPU("peer:"+c.target, c.label)
+		if o, ok := t.otherCPU(t.main, c.versus); ok && text != "" && t.main != "" && c.versus != "" {
+			text += " (chatrelay: " + o + ")"
+		}
+		return text
+	}
 	text, val, ok, m := t.one("peer:"+c.target, f, c.label)
 	if m != nil {
 		text += t.noteMarks("peer:"+c.target, m)
