@@ -26,6 +26,9 @@
 //
 // cmd/chatbench/run.sh does both, on three filesystems and on Redis, with a
 // fresh server per group of scenarios (see PERFORMANCE.md).
+//
+// --target centrifugo or ntfy runs S1–S4 against a peer instead, the same
+// way (peer.go); run.sh with PEERS measures them in the same run.
 package main
 
 import (
