@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
@@ -102,5 +104,51 @@ func TestRetentionByCountAfterDrops(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("kept %v, want the newest five %v", got, want)
+	}
+}
+
+// TestRenewalCommandsPerSet: a renewal extends every lease of the node
+// with two commands per set (its ZADD and its expiry), not per stream:
+// 600 streams over three threads from one address (and 20 participants'
+// streams) renew in a handful of commands, more than one script's worth
+// of members, and every lease is renewed.
+func TestRenewalCommandsPerSet(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := openStore(t, srv, Options{})
+	l := NewStreamLimiter(s, chatrelay.StreamLimits{PerThread: 1000, PerIP: 1000}, time.Minute)
+	ctx := t.Context()
+	threads := []string{"0000000000000001", "0000000000000002", "0000000000000003"}
+	for i := range 600 {
+		holder := chatrelay.OwnerStream
+		if i%30 == 0 {
+			holder = chatrelay.ParticipantStream
+		}
+		must[func()](t)(l.Acquire(ctx, threads[i%3], "192.0.2.1", holder))
+	}
+	sets := []string{s.prefix + "{sl}:i:192.0.2.1"}
+	for _, th := range threads {
+		sets = append(sets, s.prefix+"{sl}:t:"+th, s.prefix+"{sl}:p:"+th)
+	}
+	// Every lease as if about to expire, then one renewal.
+	for _, k := range sets {
+		for _, m := range s.rdb.ZRange(ctx, k, 0, -1).Val() {
+			s.rdb.ZAdd(ctx, k, redis.Z{Score: 1, Member: m})
+		}
+	}
+	if err := s.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l.renew(ctx)
+	calls := commandCalls(t, s)
+	for _, k := range sets {
+		if n := s.rdb.ZCount(ctx, k, "-inf", "1").Val(); n != 0 {
+			t.Fatalf("%s: %d leases not renewed", k, n)
+		}
+	}
+	// 7 sets, 1 220 members: three scripts, a set at most split at each
+	// of the two boundaries.
+	if calls["zadd"] > 9 || calls["pexpire"] > 9 {
+		t.Fatalf("one renewal of 600 streams in 7 sets ran %v", calls)
 	}
 }
