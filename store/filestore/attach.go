@@ -73,7 +73,11 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 			os.Remove(tmp)
 		}
 	}()
-	rec, err := store.Receive(tf, up)
+	var dst io.Writer = tf
+	if s.dsync != nil {
+		dst = &flusher{f: tf}
+	}
+	rec, err := store.Receive(dst, up)
 	if err == nil && s.dsync != nil {
 		err = tf.Sync()
 	}
@@ -122,11 +126,36 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	if err := s.writeIndex(thread, recs); err != nil {
 		if held == 0 {
 			os.Remove(blob)
+			os.Remove(dir) // if this upload made it (a folder holding anything stays)
 		}
 		return chatrelay.Attachment{}, s.unavailable(thread, err)
 	}
 	s.removeStray(thread, recs)
 	return a, nil
+}
+
+// flushEvery is how many bytes of an upload may wait in the page cache
+// before the flusher sends them to the disk.
+const flushEvery = 1 << 20
+
+// flusher writes an upload to its temp file and sends each flushEvery
+// bytes to the disk as they come (writeBack), waiting for the span before:
+// a 10 MiB upload never holds 10 MiB of dirty pages that its final fsync,
+// or a post's fsync in the same journal commit, would have to wait for.
+type flusher struct {
+	f       *os.File
+	n       int64 // bytes written
+	flushed int64 // bytes sent to the disk
+}
+
+func (w *flusher) Write(b []byte) (int, error) {
+	k, err := w.f.Write(b)
+	w.n += int64(k)
+	if err == nil && w.n-w.flushed >= flushEvery {
+		writeBack(w.f.Fd(), w.flushed, w.n-w.flushed) // a hint: the final fsync reports what fails
+		w.flushed = w.n
+	}
+	return k, err
 }
 
 // placeBlob renames the received temp file tmp to blob, its digest's name
@@ -141,6 +170,7 @@ func (s *File) placeBlob(thread, tmp, dir, blob string) error {
 	}
 	if err := s.syncDir(dir); err != nil {
 		os.Remove(blob)
+		os.Remove(dir) // if nothing else is in it
 		return s.unavailable(thread, err)
 	}
 	return nil
