@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"io/fs"
 	"os"
@@ -367,7 +368,18 @@ func (s *File) removeStray(thread string, recs []store.StoredAttachment) {
 	}
 }
 
-// readIndex reads the uploads of thread (none if it has no index).
+// indexSnap is a thread's attachments index as last parsed, with the
+// checksum of its bytes: a read of an unchanged index (every download
+// reads it) parses nothing, though it reads the file. (Its identity alone
+// could deceive, as a document's can: see snapshot.) Never modified.
+type indexSnap struct {
+	sum  uint64
+	recs []store.StoredAttachment
+}
+
+// readIndex reads the uploads of thread (none if it has no index). The
+// slice is shared: a caller copies it before changing it (append makes
+// a copy).
 func (s *File) readIndex(thread string) ([]store.StoredAttachment, error) {
 	b, err := os.ReadFile(filepath.Join(s.filesDir(thread), "index.json"))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -376,6 +388,21 @@ func (s *File) readIndex(thread string) ([]store.StoredAttachment, error) {
 	if err != nil {
 		return nil, s.unavailable(thread, err)
 	}
+	t := s.state(thread)
+	sum := maphash.Bytes(docSeed, b)
+	if c := t.atts.Load(); c != nil && c.sum == sum {
+		return c.recs, nil
+	}
+	recs, err := parseIndex(thread, b)
+	if err != nil {
+		return nil, err
+	}
+	t.atts.Store(&indexSnap{sum: sum, recs: slices.Clip(recs)})
+	return slices.Clip(recs), nil
+}
+
+// parseIndex parses the bytes of thread's index.
+func parseIndex(thread string, b []byte) ([]store.StoredAttachment, error) {
 	var ix index
 	if err := json.Unmarshal(b, &ix); err != nil || ix.Version != indexVersion {
 		return nil, &chatrelay.Error{Code: chatrelay.ThreadUnreadable, Message: "this thread's attachments index does not parse; it is kept as it is for an operator to look at",

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/chatrelay/chatrelay"
@@ -33,4 +35,29 @@ func TestRefusedUploadLeavesNoFolder(t *testing.T) {
 	assert.Equal(t, "files after the refused upload", storetest.Files(t, dir), before)
 	_, err = os.Stat(filepath.Join(dir, "chat", diskThread+".files"))
 	assert.True(t, errors.Is(err, fs.ErrNotExist), "the thread's attachments folder after the refused upload: %v", err)
+}
+
+// TestOpenAttachmentSeesAnotherProcess: a download reads the index as it
+// is on disk, not as this process last parsed it: an upload made through
+// another store on the same folder (the host CLI, say) is found.
+func TestOpenAttachmentSeesAnotherProcess(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, b := openOn(t, dir), openOn(t, dir)
+	ctx := context.Background()
+	_, err := a.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "hello"})
+	assert.Success(t, err)
+	first, err := a.PutAttachment(ctx, diskThread, store.Upload{Name: "one.txt", Body: strings.NewReader("one")})
+	assert.Success(t, err)
+	_, f, err := a.OpenAttachment(ctx, diskThread, first.ID)
+	assert.Success(t, err)
+	f.Close()
+	second, err := b.PutAttachment(ctx, diskThread, store.Upload{Name: "two.txt", Body: strings.NewReader("two")})
+	assert.Success(t, err)
+	got, f, err := a.OpenAttachment(ctx, diskThread, second.ID)
+	assert.Success(t, err)
+	data, err := io.ReadAll(f)
+	f.Close()
+	assert.Success(t, err)
+	assert.Equal(t, "the other store's upload", got.Name+": "+string(data), "two.txt: two")
 }
