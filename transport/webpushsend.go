@@ -239,7 +239,11 @@ func (ps *pusher) run(ctx context.Context) {
 }
 
 // fanOut pushes one change to the thread's subscriptions that want it,
-// if this node claims it.
+// if this node claims it. Who gets it is decided first, from what every
+// node reads alike (the subscriptions, their events, their grants), so
+// that a change nobody gets makes no claim: a thread whose subscriptions
+// want other events, or whose participants' and devices' grants ended,
+// costs no write.
 func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message) {
 	typ := pushTypeOf(m)
 	subs, err := ps.st.PushSubscriptions(ctx, thread)
@@ -252,6 +256,21 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	}
 	if typ == chatrelay.PushTypeInteractionClosed {
 		ttl = pushClaimClosed
+	}
+	to := subs[:0:0]
+	for _, sub := range subs {
+		participant := strings.HasPrefix(sub.Subscriber, "p:")
+		device := strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix)
+		if !sub.Wants(event) || (participant && event == chatrelay.PushInteraction) {
+			continue
+		}
+		if (participant || device) && !ps.grantActive(ctx, thread, sub) {
+			continue // it died with its grant
+		}
+		to = append(to, sub)
+	}
+	if len(to) == 0 {
+		return
 	}
 	won, err := ps.st.ClaimPush(ctx, thread+":"+m.ID+":"+claim, ttl)
 	if err != nil {
@@ -271,18 +290,11 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		link        string
 	}
 	payloads := make(map[view][]byte)
-	var jobs []*pushJob
-	for _, sub := range subs {
+	jobs := make([]*pushJob, 0, len(to))
+	for _, sub := range to {
 		participant := strings.HasPrefix(sub.Subscriber, "p:")
-		device := strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix)
-		if !sub.Wants(event) || (participant && event == chatrelay.PushInteraction) {
-			continue
-		}
-		if (participant || device) && !ps.grantActive(ctx, thread, sub) {
-			continue // it died with its grant
-		}
 		page := "/"
-		if device {
+		if strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix) {
 			page = "/d" // the device's page: its token is in its local storage
 		}
 		if participant {
@@ -326,7 +338,10 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 }
 
 // grantActive reports whether the grant of a participant's or a device's
-// subscription is active; if not, the subscription dies with it (deleted).
+// subscription is active. If the grant ended (or is gone), the
+// subscription dies with it: deleted, and counted "revoked" by the node
+// whose delete removed it (not by one that found it deleted already, nor
+// when the delete failed: it is tried again at the next change).
 func (ps *pusher) grantActive(ctx context.Context, thread string, sub chatrelay.PushSubscription) bool {
 	_, id, _ := strings.Cut(sub.Subscriber, ":")
 	if ps.s.parts != nil {
@@ -338,8 +353,13 @@ func (ps *pusher) grantActive(ctx context.Context, thread string, sub chatrelay.
 			return false // cannot tell now: not sent, kept
 		}
 	}
-	ps.st.PushUnsubscribe(ctx, thread, sub.ID)
-	ps.total.WithLabelValues(pushRevoked).Inc()
+	_, err := ps.st.PushUnsubscribe(ctx, thread, sub.ID)
+	switch {
+	case err == nil:
+		ps.total.WithLabelValues(pushRevoked).Inc()
+	case chatrelay.CodeOf(err) != chatrelay.NotFound:
+		ps.s.log.Warn("push: delete the subscription of an ended grant", "thread", thread, "push", sub.ID, "err", err)
+	}
 	return false
 }
 
