@@ -59,7 +59,9 @@ const (
 //     share of a push, the pusher's (the posting clients and the host's
 //     writes are the same in both phases);
 //   - svc-us/push: the push service process's CPU per push (its TLS,
-//     HTTP/2, decryption and VAPID verification), for comparison.
+//     HTTP/2, decryption and VAPID verification), for comparison;
+//   - conns: the connections the pusher opened to the push service, in
+//     all (one HTTP/2 connection, kept alive, is what it should take).
 //
 // Nothing is warmed: the pusher's first TLS connection to the push
 // service is made in the first round's "on" phase, on the clock.
@@ -82,13 +84,14 @@ func BenchmarkWebPush(b *testing.B) {
 			var offLat, onLat, pushLat []time.Duration
 			var offCPU, onCPU, svcCPU time.Duration
 			var pushes, lost, repeated, retried, received int
+			var conns int64
 			b.ResetTimer()
 			for round := range b.N {
 				lat, cpu, _ := benchPushPhase(b, off, round, nil)
 				offLat, offCPU = append(offLat, lat...), offCPU+cpu
 				sentBefore := benchScrape(b, on, "sent")
 				retriedBefore := benchScrape(b, on, "retried")
-				svc0 := svc.CPU(b)
+				svc0, _ := svc.CPU(b)
 				target := received + benchPushThreads*benchPushSubs
 				lat, cpu, opened := benchPushPhase(b, on, round, func() bool {
 					// Until the push service received this round's pushes
@@ -104,7 +107,8 @@ func BenchmarkWebPush(b *testing.B) {
 					}
 					time.Sleep(10 * time.Millisecond) // polls the condition
 				}
-				svcCPU += svc.CPU(b) - svc0
+				svc1, c := svc.CPU(b)
+				svcCPU, conns = svcCPU+svc1-svc0, c
 				onLat, onCPU = append(onLat, lat...), onCPU+cpu
 				// Every push of this round's approvals, once.
 				got := map[string]int{}
@@ -155,6 +159,7 @@ func BenchmarkWebPush(b *testing.B) {
 			b.ReportMetric(benchMS(benchP(pushLat, 99)), "push-p99-ms")
 			b.ReportMetric(float64(onCPU-offCPU)/float64(time.Microsecond)/float64(max(pushes, 1)), "cpu-us/push")
 			b.ReportMetric(float64(svcCPU)/float64(time.Microsecond)/float64(max(pushes, 1)), "svc-us/push")
+			b.ReportMetric(float64(conns), "conns")
 			b.ReportMetric(0, "ns/op")
 			if lost != 0 || repeated != 0 {
 				b.Fatalf("%d pushes lost, %d repeated (of %d)", lost, repeated, b.N*benchPushThreads*benchPushSubs)

@@ -23,11 +23,13 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -83,7 +85,11 @@ type Service struct {
 	counts map[string]int
 	bound  map[string]string // path → the VAPID key its subscription was made with
 	wake   chan struct{}
+	conns  atomic.Int64 // connections accepted
 }
+
+// Conns is how many connections the Service accepted so far.
+func (s *Service) Conns() int64 { return s.conns.Load() }
 
 // Bind makes the Service refuse (403) a push to path signed by another
 // VAPID key than key, as a push service refuses a push whose key is not
@@ -104,6 +110,14 @@ func NewService(tb testing.TB) *Service {
 	return s
 }
 
+// NewHTTP2Service starts a Service on 127.0.0.1 that offers HTTP/2, as
+// the real push services do (closed at the test's end).
+func NewHTTP2Service(tb testing.TB) *Service {
+	s := newService(true, nil)
+	tb.Cleanup(s.Close)
+	return s
+}
+
 // newService starts a Service, offering HTTP/2 if h2; control, if not
 // nil, makes the handler of the paths under /_control/.
 func newService(h2 bool, control func(*Service) http.Handler) *Service {
@@ -120,6 +134,11 @@ func newService(h2 bool, control func(*Service) http.Handler) *Service {
 		s.serve(w, r)
 	}))
 	s.EnableHTTP2 = h2
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
 	s.StartTLS()
 	return s
 }
