@@ -36,6 +36,10 @@ import (
 // helper test run ServeProcess.
 const ServeEnv = "CHATRELAY_PUSHTEST_SERVE"
 
+// NiceEnv, in the test's environment, is the niceness StartRemote gives
+// the push service process (19 if unset).
+const NiceEnv = "CHATRELAY_PUSHTEST_NICE"
+
 // remoteHello is the service process's first line on its standard output.
 type remoteHello struct {
 	URL  string `json:"url"`
@@ -145,7 +149,7 @@ type Remote struct {
 	client *http.Client
 }
 
-// StartRemote starts the push service process, at nice 19: the test
+// StartRemote starts the push service process, at nice 19 (NiceEnv): the test
 // binary itself, running only the test named helper (which calls
 // ServeProcess when ServeEnv is set). It is stopped at the test's end.
 func StartRemote(tb testing.TB, helper string) *Remote {
@@ -166,9 +170,14 @@ func StartRemote(tb testing.TB, helper string) *Remote {
 	}
 	// It runs at the lowest CPU priority: on this machine it stands in
 	// for a push service on machines of its own, so it should take the
-	// CPU the server's process leaves, not the server's.
-	if err := syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, 19); err != nil {
-		tb.Logf("push service process: nice 19: %v", err)
+	// CPU the server's process leaves, not the server's. NiceEnv sets
+	// another niceness (0: as the test's).
+	nice := 19
+	if v, err := strconv.Atoi(os.Getenv(NiceEnv)); err == nil {
+		nice = v
+	}
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, nice); err != nil {
+		tb.Logf("push service process: nice %d: %v", nice, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
