@@ -137,7 +137,7 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 
 // flushEvery is how many bytes of an upload may wait in the page cache
 // before the flusher sends them to the disk.
-const flushEvery = 1 << 20
+const flushEvery = 256 << 10
 
 // flusher writes an upload to its temp file and sends each flushEvery
 // bytes to the disk as they come (writeBack), waiting for the span before:
