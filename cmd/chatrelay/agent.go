@@ -21,11 +21,8 @@ import (
 func schema(_ context.Context, e cmdEnv) error {
 	fs := newFlags("schema", "schema [--limits]", e.stderr)
 	limits := fs.Bool("limits", false, "print the limits artifact instead: every limit with its unit, the id patterns, and the default rate windows, stream limits, retention and MCP bounds")
-	if err := parse(fs, e.args, e.getenv); err != nil {
+	if _, _, err := e.parseForm(fs, form{"", 0, "no arguments"}); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError("schema takes no arguments")
 	}
 	b := chatrelay.Schema()
 	if *limits {

@@ -19,11 +19,8 @@ func push(ctx context.Context, e cmdEnv) error {
 	fs := newFlags("push", "push rotate-key [--data DIR | --store URL]", e.stderr)
 	var sf storeFlags
 	sf.register(fs, true)
-	if err := parse(fs, e.args, e.getenv); err != nil {
+	if _, _, err := e.parseForm(fs, form{"rotate-key", 0, "no operands"}); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 || fs.Arg(0) != "rotate-key" {
-		return usageError("push takes rotate-key: chatrelay push rotate-key")
 	}
 	st, err := sf.openHost(ctx)
 	if err != nil {
