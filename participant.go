@@ -1,9 +1,7 @@
 package chatrelay
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"strings"
 	"time"
@@ -105,9 +103,7 @@ func (g *Grant) Author() Author { return Author("p:" + g.ID) }
 // NewShareToken returns a fresh share token ("chp_" + 43 base64url
 // characters of 32 random bytes) and its digest (hex SHA-256).
 func NewShareToken() (token, digest string) {
-	var b [32]byte
-	rand.Read(b[:])
-	token = sharePrefx + base64.RawURLEncoding.EncodeToString(b[:])
+	token = newSecret(sharePrefx)
 	return token, DigestOf(token)
 }
 
@@ -118,29 +114,13 @@ func DigestOf(token string) string {
 }
 
 // ValidShareToken reports whether s has the form of a share token.
-func ValidShareToken(s string) bool {
-	if len(s) != len(sharePrefx)+43 || !strings.HasPrefix(s, sharePrefx) {
-		return false
-	}
-	for _, c := range s[len(sharePrefx):] {
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+func ValidShareToken(s string) bool { return validSecret(s, sharePrefx) }
 
 // NewParticipantID returns a fresh "p_" + 8 lowercase hex.
-func NewParticipantID() string {
-	var b [4]byte
-	rand.Read(b[:])
-	return "p_" + hex.EncodeToString(b[:])
-}
+func NewParticipantID() string { return newID("p_", 4) }
 
 // ValidParticipantID reports whether s has the form of a participant id.
-func ValidParticipantID(s string) bool {
-	return len(s) == 10 && strings.HasPrefix(s, "p_") && isLowerHex(s[2:])
-}
+func ValidParticipantID(s string) bool { return validID(s, "p_", 4) }
 
 // CleanName cleans a participant's name as the contract says: control
 // characters and line breaks become spaces, [ ] < > and invisible format
