@@ -22,12 +22,11 @@ import (
 // its SHA-256 digest), and what it is on standard error. A revoke ends
 // the key's MCP sessions on every running server within a second.
 func agent(ctx context.Context, e cmdEnv) error {
-	fs := newFlags("agent", "agent add NAME [--threads all | THREAD,…] | agent list [--json] | agent revoke ID", e.stderr)
 	sf := storeFlags{}
-	sf.register(fs, true)
-	threads := fs.String("threads", chatrelay.ScopeAll, "add: the threads the key reaches: `all`, or thread ids separated by commas")
-	asJSON := fs.Bool("json", false, "list: one JSON array")
-	verb, args, err := e.parseForm(fs, form{"add", 1, "NAME"}, form{"list", 0, "no operands"}, form{"revoke", 1, "ID"})
+	sf.register(e.fs, true)
+	threads := e.fs.String("threads", chatrelay.ScopeAll, "add: the threads the key reaches: `all`, or thread ids separated by commas")
+	asJSON := e.fs.Bool("json", false, "list: one JSON array")
+	verb, args, err := e.parseForm(form{"add", 1, "NAME"}, form{"list", 0, "no operands"}, form{"revoke", 1, "ID"})
 	if err != nil {
 		return err
 	}

@@ -21,14 +21,13 @@ import (
 // It writes through the same store and locks as the server: a revoke here
 // ends the device's streams on a running server within a second.
 func device(ctx context.Context, e cmdEnv) error {
-	fs := newFlags("device", "device THREAD --name NAME [flags] | device list THREAD [--json] | device revoke THREAD ID", e.stderr)
 	var f deviceFlags
-	f.register(fs)
-	verb, args, err := e.parseForm(fs, form{"", 1, "THREAD --name NAME"}, form{"list", 1, "THREAD"}, form{"revoke", 2, "THREAD and ID"})
+	f.register(e.fs)
+	verb, args, err := e.parseForm(form{"", 1, "THREAD --name NAME"}, form{"list", 1, "THREAD"}, form{"revoke", 2, "THREAD and ID"})
 	if err != nil {
 		return err
 	}
-	if verb != "" && (given(fs, "name") || given(fs, "expires-in")) {
+	if verb != "" && (given(e.fs, "name") || given(e.fs, "expires-in")) {
 		return usageError("--name and --expires-in are for making a device: chatrelay device THREAD --name NAME")
 	}
 	thread := args[0]

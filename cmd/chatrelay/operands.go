@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"strings"
 )
@@ -15,15 +14,18 @@ type form struct {
 	what string
 }
 
-// parseForm parses e's arguments into fs (see parse) and reads which of
-// forms they take: the form whose verb the first operand names, else the
-// one without a verb. It checks the number of operands that follow the
-// verb, and returns the verb and those operands.
-func (e cmdEnv) parseForm(fs *flag.FlagSet, forms ...form) (verb string, args []string, err error) {
-	if err := parse(fs, e.args, e.getenv); err != nil {
+// parse parses e's arguments into e.fs (see parse).
+func (e cmdEnv) parse() error { return parse(e.fs, e.args, e.getenv) }
+
+// parseForm parses e's arguments into e.fs and reads which of forms they
+// take: the form whose verb the first operand names, else the one
+// without a verb. It checks the number of operands that follow the verb,
+// and returns the verb and those operands.
+func (e cmdEnv) parseForm(forms ...form) (verb string, args []string, err error) {
+	if err := e.parse(); err != nil {
 		return "", nil, err
 	}
-	return readForm(fs.Name(), fs.Args(), forms)
+	return readForm(e.fs.Name(), e.fs.Args(), forms)
 }
 
 // readForm is parseForm after the flags: cmd is the command's name, args

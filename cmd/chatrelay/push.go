@@ -16,10 +16,9 @@ import (
 // server of the store signs with from its next push. Browsers subscribed
 // with the old key must subscribe again (the page's Notify me switch).
 func push(ctx context.Context, e cmdEnv) error {
-	fs := newFlags("push", "push rotate-key [--data DIR | --store URL]", e.stderr)
 	var sf storeFlags
-	sf.register(fs, true)
-	if _, _, err := e.parseForm(fs, form{"rotate-key", 0, "no operands"}); err != nil {
+	sf.register(e.fs, true)
+	if _, _, err := e.parseForm(form{"rotate-key", 0, "no operands"}); err != nil {
 		return err
 	}
 	st, err := sf.openHost(ctx)

@@ -24,13 +24,12 @@ import (
 // It writes through the same store and locks as the server: a revoke here
 // ends the participant's streams on a running server within a second.
 func share(ctx context.Context, e cmdEnv) error {
-	fs := newFlags("share", "share THREAD --name NAME [flags] | share list THREAD [--json] | share revoke THREAD (ID | --all) | share audit THREAD [--json]", e.stderr)
 	var f shareFlags
-	f.register(fs)
-	if err := parse(fs, e.args, e.getenv); err != nil {
+	f.register(e.fs)
+	if err := e.parse(); err != nil {
 		return err
 	}
-	verb, args, err := shareArgs(fs, *f.all)
+	verb, args, err := shareArgs(e.fs, *f.all)
 	if err != nil {
 		return err
 	}

@@ -12,8 +12,7 @@ import (
 // its time when the build recorded them (a "+dirty" revision had
 // uncommitted changes), and the Go version.
 func version(ctx context.Context, e cmdEnv) error {
-	fs := newFlags("version", "version", e.stderr)
-	if _, _, err := e.parseForm(fs, form{"", 0, "no operands"}); err != nil {
+	if _, _, err := e.parseForm(form{"", 0, "no operands"}); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintln(e.stdout, versionLine())
