@@ -3,6 +3,7 @@ package chatrelay
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -177,6 +178,18 @@ type Invite struct {
 	Cap       int
 }
 
+// orOneOf fills an empty *v with def, then answers refused unless *v is
+// one of allowed: a field of a few values with a default.
+func orOneOf[T ~string](v *T, def T, refused error, allowed ...T) error {
+	if *v == "" {
+		*v = def
+	}
+	if !slices.Contains(allowed, *v) {
+		return refused
+	}
+	return nil
+}
+
 // Check cleans the name, fills the defaults and checks the rest, with the
 // contract's codes.
 func (in *Invite) Check() error {
@@ -185,19 +198,11 @@ func (in *Invite) Check() error {
 		return err
 	}
 	in.Name = name
-	switch in.Role {
-	case "":
-		in.Role = Commenter
-	case Viewer, Commenter:
-	default:
-		return Errorf(InvalidRole, `role is "viewer" or "commenter"`)
+	if err := orOneOf(&in.Role, Commenter, Errorf(InvalidRole, `role is "viewer" or "commenter"`), Viewer, Commenter); err != nil {
+		return err
 	}
-	switch in.Kind {
-	case "":
-		in.Kind = Human
-	case Human, AgentKind:
-	default:
-		return Errorf(InvalidKind, `kind is "human" or "agent"`)
+	if err := orOneOf(&in.Kind, Human, Errorf(InvalidKind, `kind is "human" or "agent"`), Human, AgentKind); err != nil {
+		return err
 	}
 	if in.ExpiresIn == 0 {
 		in.ExpiresIn = DefaultExpiresIn
