@@ -29,6 +29,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	writeBytes(w, status, bytes.TrimSuffix(b.Bytes(), []byte("\n")))
 }
 
+// answer writes ok, 200, when err is nil, else err's answer (writeError).
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, ok any, err error) {
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ok)
+}
+
 func writeBytes(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
