@@ -313,6 +313,6 @@ func TestOpenBySpec(t *testing.T) {
 		t.Parallel()
 		_, err := store.Open(ctx, "postgres://localhost/chat", store.Options{})
 		var ce *store.ConfigError
-		assert.True(t, errors.As(err, &ce) && strings.Contains(err.Error(), "file, redis, rediss"), "error %v", err)
+		assert.True(t, errors.As(err, &ce) && strings.Contains(err.Error(), "file, redis, redis+cluster, rediss, rediss+cluster"), "error %v", err)
 	})
 }

@@ -155,6 +155,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -204,7 +205,9 @@ type Options struct {
 // Store is the Redis store. It is safe for concurrent use by many goroutines
 // and by many processes (nodes and the host CLI) sharing one Redis.
 type Store struct {
-	rdb     *redis.Client
+	rdb     redis.UniversalClient // a *redis.Client, or the ClusterClient of a cluster's shard (sharded.go)
+	shared  bool                  // rdb is shared with other shards: their Sharded closes it, not Close
+	limits  string                // the prefix of the limiters' keys ({rl}, {sl}): prefix, or a cluster's base prefix
 	opt     Options
 	log     *slog.Logger
 	now     func() time.Time
@@ -286,7 +289,18 @@ func Open(ctx context.Context, url string, opt Options) (*Store, error) {
 	return open(ctx, redis.NewClient(ro), opt)
 }
 
-func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
+func open(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, error) {
+	return openOn(ctx, rdb, opt, shardOf{})
+}
+
+// shardOf says how a Store is one shard of a Sharded store (sharded.go);
+// the zero value is a Store of its own.
+type shardOf struct {
+	shared bool   // the client is shared with other shards: Close leaves it open
+	limits string // the limiters' key prefix, if not the store's prefix
+}
+
+func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shardOf) (*Store, error) {
 	if opt.Prefix == "" {
 		opt.Prefix = chatrelay.DefaultKeyPrefix
 	}
@@ -302,6 +316,8 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 	}
 	s := &Store{
 		rdb:    rdb,
+		shared: sh.shared,
+		limits: cmp.Or(sh.limits, opt.Prefix),
 		opt:    opt,
 		log:    opt.Log,
 		now:    opt.Now,
@@ -331,14 +347,14 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		unrouteClientLog(s)
-		rdb.Close()
+		s.closeClient()
 		s.close()
 		return nil, s.unavailable("open", err)
 	}
 	s.startBatcher()
 	if err := s.setupHooks(ctx); err != nil {
 		unrouteClientLog(s)
-		rdb.Close()
+		s.closeClient()
 		s.close()
 		return nil, err
 	}
@@ -372,10 +388,18 @@ func (s *Store) Close() error {
 		s.life.Unlock()
 		s.close()
 		s.wg.Wait()
-		err = s.rdb.Close()
+		err = s.closeClient()
 		unrouteClientLog(s)
 	})
 	return err
+}
+
+// closeClient closes the store's client unless other shards share it.
+func (s *Store) closeClient() error {
+	if s.shared {
+		return nil
+	}
+	return s.rdb.Close()
 }
 
 // ErrClosed is returned by Follow and the limiters after Close.

@@ -1,0 +1,186 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Cluster is a private Redis Cluster: Primaries primaries with Replicas
+// replicas each, every node a Server on free loopback ports (its client
+// port and its cluster bus port, cluster-port), in throwaway folders.
+type Cluster struct {
+	Nodes []*Server // primaries first, as redis-cli --cluster create took them
+}
+
+// ClusterOptions configures a private cluster.
+type ClusterOptions struct {
+	Primaries int // at least 3; defaults to 3
+	Replicas  int // per primary
+}
+
+// StartCluster starts a cluster of the test's own, killed at the end of the
+// test, and waits until it serves every slot. It fails the test (never
+// skips it) if redis-server or redis-cli is not installed.
+func StartCluster(t testing.TB, opt ClusterOptions) *Cluster {
+	t.Helper()
+	c, err := NewCluster(t.TempDir(), opt)
+	if c != nil {
+		t.Cleanup(c.Kill)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// NewCluster starts a cluster in dir that the caller must Kill (even when
+// it returns an error with a cluster: the nodes it started).
+func NewCluster(dir string, opt ClusterOptions) (*Cluster, error) {
+	if opt.Primaries < 3 {
+		opt.Primaries = 3
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server is not installed (%v): the tests of the Redis backend run a real Redis, never skipped", err)
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return nil, fmt.Errorf("redis-cli is not installed (%v): it makes the test cluster", err)
+	}
+	c := &Cluster{}
+	n := opt.Primaries * (1 + opt.Replicas)
+	for i := range n {
+		d := filepath.Join(dir, "node"+strconv.Itoa(i))
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return c, err
+		}
+		s := &Server{bin: bin, dir: d, extra: []string{
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			// Short, so that a failover test's replica takes over in a
+			// second or two.
+			"--cluster-node-timeout", "1000",
+		}}
+		if err := s.start(true); err != nil {
+			return c, err
+		}
+		c.Nodes = append(c.Nodes, s)
+	}
+	args := []string{"--cluster", "create"}
+	for _, s := range c.Nodes {
+		args = append(args, s.Addr())
+	}
+	args = append(args, "--cluster-replicas", strconv.Itoa(opt.Replicas), "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		return c, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	if err := c.waitOK(20 * time.Second); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// Kill ends every node.
+func (c *Cluster) Kill() {
+	for _, s := range c.Nodes {
+		s.Kill()
+	}
+}
+
+// URL is the cluster's redis+cluster:// URL, every node listed.
+func (c *Cluster) URL() string {
+	addrs := make([]string, len(c.Nodes))
+	for i, s := range c.Nodes {
+		addrs[i] = s.Addr()
+	}
+	return "redis+cluster://" + strings.Join(addrs, ",")
+}
+
+// Client returns a cluster client, closed when the test ends.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	addrs := make([]string, len(c.Nodes))
+	for i, s := range c.Nodes {
+		addrs[i] = s.Addr()
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// Cli runs redis-cli with args (bounded to a minute) and returns its output.
+func (c *Cluster) Cli(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// WaitOK waits until every running node says cluster_state:ok and every
+// slot is served.
+func (c *Cluster) WaitOK(t testing.TB) {
+	t.Helper()
+	if err := c.waitOK(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *Cluster) waitOK(within time.Duration) error {
+	deadline := time.Now().Add(within)
+	var last string
+	for time.Now().Before(deadline) {
+		ok := true
+		for _, s := range c.Nodes {
+			s.mu.Lock()
+			running := s.cmd != nil
+			s.mu.Unlock()
+			if !running {
+				continue
+			}
+			info, err := clusterInfo(s.Addr())
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
+				ok, last = false, fmt.Sprintf("%s: %v %s", s.Addr(), err, info)
+				break
+			}
+		}
+		if ok {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond) // the poll interval of a condition with a deadline
+	}
+	return fmt.Errorf("redistest: the cluster is not ok: %s", last)
+}
+
+func clusterInfo(addr string) (string, error) {
+	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer cl.Close()
+	return cl.ClusterInfo(context.Background()).Result()
+}
+
+// Role returns the node's role ("master" or "slave"), as ROLE says.
+func (s *Server) Role(t testing.TB) string {
+	t.Helper()
+	r, err := s.Client(t).Do(context.Background(), "ROLE").Slice()
+	if err != nil || len(r) == 0 {
+		t.Fatalf("redistest: ROLE: %v", err)
+	}
+	role, _ := r[0].(string)
+	return role
+}
