@@ -184,3 +184,174 @@ func (s *Server) Role(t testing.TB) string {
 	role, _ := r[0].(string)
 	return role
 }
+
+// node is a line of CLUSTER NODES.
+type node struct {
+	id, addr, master string
+	primary          bool
+	slots            []string
+}
+
+func (c *Cluster) nodes(t testing.TB) []node {
+	t.Helper()
+	var out []node
+	for _, s := range c.Nodes {
+		s.mu.Lock()
+		running := s.cmd != nil
+		s.mu.Unlock()
+		if !running {
+			continue
+		}
+		txt, err := s.Client(t).ClusterNodes(context.Background()).Result()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimSpace(txt), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 8 {
+				continue
+			}
+			addr, _, _ := strings.Cut(f[1], "@")
+			out = append(out, node{id: f[0], addr: addr, master: f[3],
+				primary: strings.Contains(f[2], "master"), slots: f[8:]})
+		}
+		return out
+	}
+	t.Fatal("redistest: no node of the cluster answers CLUSTER NODES")
+	return nil
+}
+
+// Server returns the node at addr.
+func (c *Cluster) Server(t testing.TB, addr string) *Server {
+	t.Helper()
+	for _, s := range c.Nodes {
+		if s.Addr() == addr {
+			return s
+		}
+	}
+	t.Fatalf("redistest: no node %s", addr)
+	return nil
+}
+
+// ID returns the cluster id of the node at addr.
+func (c *Cluster) ID(t testing.TB, addr string) string {
+	t.Helper()
+	for _, n := range c.nodes(t) {
+		if n.addr == addr {
+			return n.id
+		}
+	}
+	t.Fatalf("redistest: no node %s", addr)
+	return ""
+}
+
+// PrimaryOf returns the address of the primary that serves key's slot.
+func (c *Cluster) PrimaryOf(t testing.TB, key string) string {
+	t.Helper()
+	cl := c.Nodes[0].Client(t)
+	slot, err := cl.ClusterKeySlot(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("redistest: CLUSTER KEYSLOT: %v", err)
+	}
+	return c.PrimaryOfSlot(t, int(slot))
+}
+
+// PrimaryOfSlot returns the address of the primary that serves slot.
+func (c *Cluster) PrimaryOfSlot(t testing.TB, slot int) string {
+	t.Helper()
+	for _, n := range c.nodes(t) {
+		if !n.primary {
+			continue
+		}
+		for _, r := range n.slots {
+			lo, hi, ok := strings.Cut(r, "-")
+			if !ok {
+				hi = lo
+			}
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if err1 == nil && err2 == nil && a <= slot && slot <= b {
+				return n.addr
+			}
+		}
+	}
+	t.Fatalf("redistest: no primary serves slot %d", slot)
+	return ""
+}
+
+// Failover has a replica of the primary at addr take over with CLUSTER
+// FAILOVER (the coordinated manual failover: the replica has every write
+// the primary acknowledged before it takes over), and waits until it is
+// a primary and the cluster is ok. It returns the new primary's address.
+func (c *Cluster) Failover(t testing.TB, addr string) string {
+	t.Helper()
+	id := c.ID(t, addr)
+	var replica string
+	for _, n := range c.nodes(t) {
+		if !n.primary && n.master == id {
+			replica = n.addr
+		}
+	}
+	if replica == "" {
+		t.Fatalf("redistest: the primary %s has no replica", addr)
+	}
+	s := c.Server(t, replica)
+	if err := s.Client(t).Do(context.Background(), "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", replica, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for s.Role(t) != "master" {
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s did not take over from %s", replica, addr)
+		}
+		time.Sleep(20 * time.Millisecond) // the poll interval of a condition with a deadline
+	}
+	c.WaitOK(t)
+	return replica
+}
+
+// MoveSlot migrates slot, keys and all, from the primary that serves it to
+// the primary at to, as redis-cli --cluster reshard does for each slot:
+// IMPORTING on the target, MIGRATING on the source, MIGRATE of its keys
+// in batches, then SETSLOT NODE everywhere.
+func (c *Cluster) MoveSlot(t testing.TB, slot int, to string) {
+	t.Helper()
+	ctx := context.Background()
+	from := c.PrimaryOfSlot(t, slot)
+	if from == to {
+		t.Fatalf("redistest: slot %d is on %s already", slot, to)
+	}
+	fromID, toID := c.ID(t, from), c.ID(t, to)
+	src, dst := c.Server(t, from).Client(t), c.Server(t, to).Client(t)
+	must := func(err error, what string) {
+		if err != nil {
+			t.Fatalf("redistest: move slot %d: %s: %v", slot, what, err)
+		}
+	}
+	must(dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err(), "IMPORTING")
+	must(src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err(), "MIGRATING")
+	host, port, _ := strings.Cut(to, ":")
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		must(err, "GETKEYSINSLOT")
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "REPLACE", "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		must(src.Do(ctx, args...).Err(), "MIGRATE")
+	}
+	// The target first, then the source, then the other primaries.
+	order := []string{to, from}
+	for _, n := range c.nodes(t) {
+		if n.primary && n.addr != to && n.addr != from {
+			order = append(order, n.addr)
+		}
+	}
+	for _, addr := range order {
+		must(c.Server(t, addr).Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err(), "SETSLOT NODE on "+addr)
+	}
+	c.WaitOK(t)
+}

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("CHATRELAY_TEST_CHILD") == "attach" {
 		os.Exit(attachChild()) // attach_crash_test.go
 	}
-	goleak.VerifyTestMain(m) // every Follow, renewal and server goroutine ends by Close and cleanup
+	goleak.VerifyTestMain(killAfter{m}) // every Follow, renewal and server goroutine ends by Close and cleanup
 }
 
 // openStore opens a Store on r, closed when the test ends.
@@ -149,7 +149,7 @@ func (r *recorder) resets(thread string) int {
 
 // follow runs s.Follow into a recorder until the test ends, and waits for
 // Ready.
-func follow(t testing.TB, s *Store) *recorder {
+func follow(t testing.TB, s store.Store) *recorder {
 	t.Helper()
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -170,4 +170,14 @@ func follow(t testing.TB, s *Store) *recorder {
 		t.Fatalf("first batch %+v, want Ready", b)
 	}
 	return rec
+}
+
+// killAfter runs the tests, then ends the shared servers of the sharded
+// tests (sharded_test.go) before goleak looks for goroutines left.
+type killAfter struct{ m *testing.M }
+
+func (k killAfter) Run() int {
+	code := k.m.Run()
+	killShared()
+	return code
 }

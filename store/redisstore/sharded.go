@@ -54,11 +54,10 @@ import (
 // shard.
 //
 // The thread limit (MaxThreads) holds for all shards together: an append
-// to a thread this store has not written in the last minute first counts
-// the threads of the other shards (one ZCARD each, pipelined), and the
-// shard's script admits a new thread only if its own count is below the
-// limit less theirs. Two nodes creating threads on two shards at the same
-// moment may pass the limit by the threads created during that count.
+// runs its script with no room for a new thread; only one that would
+// create its thread (answered thread_limit) takes the creation lock (a
+// SET NX key on shard 0), counts the other shards' threads (one ZCARD
+// each, at once) and runs again with the room they leave (Append).
 
 // ClusterShards is the number of virtual shards of a Redis Cluster store:
 // threads spread over 16 slots, so over at most 16 primaries. It is
@@ -72,9 +71,6 @@ type Sharded struct {
 	cluster redis.UniversalClient // the cluster client the shards share; nil for instances
 	opt     Options
 	where   string
-
-	knownMu sync.Mutex
-	known   map[string]time.Time // threads this store appended to, and when (the thread limit)
 
 	outOnce sync.Once
 	out     *shardedOutbox
@@ -123,7 +119,7 @@ func openInstances(ctx context.Context, urls []string, opt Options) (*Sharded, e
 		}
 		seen[w] = true
 	}
-	sh := &Sharded{opt: opt, known: map[string]time.Time{}}
+	sh := &Sharded{opt: opt}
 	names := make([]string, len(urls))
 	for k, u := range urls {
 		u = strings.TrimSpace(u)
@@ -198,7 +194,7 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 		co.ClientName = "chatrelay"
 	}
 	rdb := redis.NewClusterClient(co)
-	sh := &Sharded{opt: opt, cluster: rdb, known: map[string]time.Time{}, where: where(strings.SplitN(spec, ",", 2)[0])}
+	sh := &Sharded{opt: opt, cluster: rdb, where: where(strings.SplitN(spec, ",", 2)[0])}
 	base := opt.Prefix
 	for k := range ClusterShards {
 		o := opt
@@ -363,25 +359,9 @@ func (s *Store) threadLimit(ctx context.Context) int {
 	return s.opt.MaxThreads
 }
 
-// knownFor is how long a thread this store appended to counts as existing
-// (no count of the other shards before its next append): far below any
-// retention age, so the sweep cannot have removed it meanwhile.
-const knownFor = time.Minute
-
-// room returns ctx carrying the thread limit for an append on shard k: the
-// limit less the threads of the other shards, unless thread is one this
-// store wrote lately (it exists: the limit does not apply).
-func (sh *Sharded) room(ctx context.Context, k int, thread string) (context.Context, error) {
-	if len(sh.shards) == 1 {
-		return ctx, nil
-	}
-	now := time.Now()
-	sh.knownMu.Lock()
-	at, ok := sh.known[thread]
-	sh.knownMu.Unlock()
-	if ok && now.Sub(at) < knownFor {
-		return ctx, nil
-	}
+// room returns ctx carrying the thread limit for creating a thread on
+// shard k: the limit less the threads of the other shards.
+func (sh *Sharded) room(ctx context.Context, k int) (context.Context, error) {
 	var others atomic.Int64
 	err := sh.each(func(j int, s *Store) error {
 		if j == k {
@@ -402,35 +382,68 @@ func (sh *Sharded) room(ctx context.Context, k int, thread string) (context.Cont
 	return context.WithValue(ctx, limitKey{}, max(sh.opt.MaxThreads-int(others.Load()), 0)), nil
 }
 
-func (sh *Sharded) noteKnown(thread string) {
-	now := time.Now()
-	sh.knownMu.Lock()
-	defer sh.knownMu.Unlock()
-	if len(sh.known) >= 1<<16 {
-		for t, at := range sh.known {
-			if now.Sub(at) >= knownFor {
-				delete(sh.known, t)
-			}
-		}
-		if len(sh.known) >= 1<<16 {
-			clear(sh.known)
-		}
-	}
-	sh.known[thread] = now
-}
-
-// Append implements store.Store on the thread's shard.
+// Append implements store.Store on the thread's shard. It is first tried
+// with no room for a new thread (limit 0), which an existing thread never
+// needs: one script, as on one Redis. Only an append that would create the
+// thread goes on: under the creation lock (shard 0's create-lock, so that
+// two nodes creating threads on two shards do not both take the last
+// place), it counts the other shards' threads and tries again with the
+// room they leave.
 func (sh *Sharded) Append(ctx context.Context, thread string, m store.NewMessage) (store.Entry, error) {
 	k := sh.ShardOf(thread)
-	rctx, err := sh.room(ctx, k, thread)
+	s := sh.shards[k]
+	if len(sh.shards) == 1 {
+		return s.Append(ctx, thread, m)
+	}
+	e, err := s.Append(context.WithValue(ctx, limitKey{}, 0), thread, m)
+	if chatrelay.CodeOf(err) != chatrelay.ThreadLimit {
+		return e, err
+	}
+	unlock, err := sh.lockCreate(ctx)
 	if err != nil {
 		return store.Entry{}, err
 	}
-	e, err := sh.shards[k].Append(rctx, thread, m)
-	if err == nil {
-		sh.noteKnown(thread)
+	defer unlock()
+	rctx, err := sh.room(ctx, k)
+	if err != nil {
+		return store.Entry{}, err
 	}
-	return e, err
+	return s.Append(rctx, thread, m)
+}
+
+// unlockScript deletes the creation lock if it is still the caller's.
+var unlockScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+// lockCreate takes the creation lock: SET NX PX on shard 0, tried again
+// every few milliseconds within Options.Timeout. The lock lapses by
+// itself after three Timeouts (a node that died holding it).
+func (sh *Sharded) lockCreate(ctx context.Context) (func(), error) {
+	s := sh.shards[0]
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	key, token := s.prefix+"create-lock", randomHex(8)
+	wait := time.Millisecond
+	for {
+		ok, err := s.rdb.SetNX(ctx, key, token, 3*s.opt.Timeout).Result()
+		if err != nil {
+			return nil, s.unavailable("create lock", err)
+		}
+		if ok {
+			return func() {
+				ctx, cancel := s.bound(context.WithoutCancel(ctx))
+				defer cancel()
+				unlockScript.Run(ctx, s.rdb, []string{key}, token)
+			}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, s.unavailable("create lock", ctx.Err())
+		case <-time.After(wait): // another node creates a thread: wait for it to finish
+		}
+		wait = min(2*wait, 20*time.Millisecond)
+	}
 }
 
 // Since implements store.Store.
