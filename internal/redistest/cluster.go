@@ -286,20 +286,30 @@ func (c *Cluster) PrimaryOfSlot(t testing.TB, slot int) string {
 func (c *Cluster) Failover(t testing.TB, addr string) string {
 	t.Helper()
 	id := c.ID(t, addr)
+	deadline := time.Now().Add(20 * time.Second)
 	var replica string
-	for _, n := range c.nodes(t) {
-		if !n.primary && n.master == id {
-			replica = n.addr
+	for replica == "" {
+		// A replica the primary knows, in sync (ROLE on the primary lists
+		// its replicas once they are attached).
+		r, err := c.Server(t, addr).Client(t).Do(context.Background(), "ROLE").Slice()
+		if err == nil && len(r) == 3 {
+			if reps, ok := r[2].([]any); ok && len(reps) > 0 {
+				if rep, ok := reps[0].([]any); ok && len(rep) >= 2 {
+					replica = fmt.Sprintf("%v:%v", rep[0], rep[1])
+				}
+			}
 		}
-	}
-	if replica == "" {
-		t.Fatalf("redistest: the primary %s has no replica", addr)
+		if replica == "" {
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: the primary %s (%s) has no replica: %v", addr, id, r)
+			}
+			time.Sleep(50 * time.Millisecond) // the poll interval of a condition with a deadline
+		}
 	}
 	s := c.Server(t, replica)
 	if err := s.Client(t).Do(context.Background(), "CLUSTER", "FAILOVER").Err(); err != nil {
 		t.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", replica, err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
 	for s.Role(t) != "master" {
 		if time.Now().After(deadline) {
 			t.Fatalf("redistest: %s did not take over from %s", replica, addr)

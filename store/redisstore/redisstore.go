@@ -111,19 +111,12 @@
 // later one finds the interaction closed; two nodes expiring one
 // interaction store one expiry.
 //
-// Redis Cluster: a script may only touch keys of one slot, and the global
-// indexes (threads, pending, grant-index, generation) cannot share a slot
-// with every thread. The thread keys and the limiter keys are
-// cluster-ready (hash tags), but the scripts as written need a single
-// Redis (a primary with replicas, or Sentinel). On a cluster, the thread
-// limit would take a reservation step for new threads only: an append on
-// a thread whose log does not exist first runs a small script on the
-// index's slot that adds the thread if ZCARD < MaxThreads (or it is
-// already there), then the append script on the thread's slot; the sweep
-// removes index entries whose log is gone after a grace period; the
-// pending and grant indexes would be written after the thread's script
-// and repaired by the sweep. The feed would stay a plain PUBLISH, which a
-// cluster forwards to every node.
+// Redis Cluster: a script may only touch keys of one slot, and the
+// indexes (threads, pending, grant-index, generation) are touched with
+// the thread's keys. A Store is therefore one Redis, or one shard of a
+// Sharded store (sharded.go): on a cluster each shard's prefix carries a
+// hash tag of its own ({s<k>}), so that all of its keys, the indexes and
+// the thread keys, share one slot, and the scripts run unchanged.
 //
 // # Feed
 //

@@ -1,0 +1,133 @@
+package redisstore
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/redistest"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// TestClusterFailoverLosesNothing: while two nodes post without pause to
+// threads on every shard, the primary of a shard's slot hands over to its
+// replica (CLUSTER FAILOVER). Posts that fail meanwhile (store_unavailable)
+// are sent again with their client_id, as a client does; every post
+// acknowledged is stored once and reaches the other node's feed once.
+func TestClusterFailoverLosesNothing(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3, Replicas: 1})
+	trafficDuring(t, c, func(prefix string) {
+		primary := c.PrimaryOf(t, prefix+"{s0}:threads")
+		took := c.Failover(t, primary)
+		if got := c.PrimaryOf(t, prefix+"{s0}:threads"); got != took {
+			t.Fatalf("shard 0 is served by %s, want %s after the failover", got, took)
+		}
+	})
+}
+
+// TestClusterReshardLosesNothing: the same traffic while the slot of a
+// shard moves, keys and all, to another primary (MIGRATE, as redis-cli
+// --cluster reshard does it).
+func TestClusterReshardLosesNothing(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3})
+	trafficDuring(t, c, func(prefix string) {
+		key := prefix + "{s0}:threads"
+		from := c.PrimaryOf(t, key)
+		var to string
+		for _, n := range c.Nodes {
+			if n.Addr() != from {
+				to = n.Addr()
+				break
+			}
+		}
+		slot := int(c.Nodes[0].Client(t).ClusterKeySlot(t.Context(), key).Val())
+		c.MoveSlot(t, slot, to)
+		if got := c.PrimaryOf(t, key); got != to {
+			t.Fatalf("shard 0 is served by %s, want %s", got, to)
+		}
+	})
+}
+
+// trafficDuring runs posts from two nodes over every shard, calls disrupt
+// once some are acknowledged, goes on until more are acknowledged after
+// it, and checks that nothing acknowledged is lost or doubled, in the
+// store and in a feed.
+func trafficDuring(t *testing.T, c *redistest.Cluster, disrupt func(prefix string)) {
+	const prefix = "t:"
+	spec := c.URL()
+	opt := Options{Prefix: prefix, Retention: chatrelay.Retention{Messages: 1 << 20}} // retention drops nothing
+	a, b := openSharded(t, spec, opt), openSharded(t, spec, opt)
+	rec := follow(t, b)
+	ctx := t.Context()
+	var threads []string
+	for i := range ClusterShards * 2 {
+		threads = append(threads, fmt.Sprintf("%016x", 0xfa110+i))
+	}
+	var (
+		mu      sync.Mutex
+		acked   = map[string][]store.Entry{}
+		count   atomic.Int64
+		retried atomic.Int64
+		stop    atomic.Bool
+		wg      sync.WaitGroup
+	)
+	for w, node := range []*Sharded{a, b, a, b} {
+		wg.Go(func() {
+			for n := 0; !stop.Load(); n++ {
+				th := threads[(w*7+n)%len(threads)]
+				m := store.NewMessage{Text: fmt.Sprintf("w%d-%d", w, n), ClientID: fmt.Sprintf("w%d:%d", w, n)}
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					e, err := node.Append(ctx, th, m)
+					if err == nil {
+						mu.Lock()
+						acked[th] = append(acked[th], e)
+						mu.Unlock()
+						count.Add(1)
+						break
+					}
+					if chatrelay.CodeOf(err) != chatrelay.StoreUnavailable || time.Now().After(deadline) {
+						t.Errorf("post %s: %v", m.ClientID, err)
+						return
+					}
+					retried.Add(1)
+					time.Sleep(20 * time.Millisecond) // a client's retry, as Retry-After asks
+				}
+			}
+		})
+	}
+	assert.Eventually(t, 30*time.Second, "posts before the disruption", func() bool { return count.Load() >= 200 })
+	disrupt(prefix)
+	after := count.Load()
+	assert.Eventually(t, 30*time.Second, "posts after the disruption", func() bool { return count.Load() >= after+200 })
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d posts acknowledged, %d attempts failed and were sent again", count.Load(), retried.Load())
+
+	for _, th := range threads {
+		p := must[store.Page](t)(a.Since(ctx, th, 0, 0))
+		stored := map[string]int{}
+		for _, e := range p.Messages {
+			stored[e.Text]++
+			if stored[e.Text] > 1 {
+				t.Fatalf("thread %s: %q stored twice", th, e.Text)
+			}
+		}
+		for _, e := range acked[th] {
+			if stored[e.Text] != 1 {
+				t.Fatalf("thread %s: acknowledged %q (%s) is not stored", th, e.Text, e.ID)
+			}
+		}
+		assert.Eventually(t, 15*time.Second, "the feed hands on every stored message", func() bool {
+			return len(rec.messages(th)) >= len(p.Messages)
+		})
+		checkDelivered(t, rec, th, p.Messages)
+		if rec.resets(th) != 0 {
+			t.Fatalf("thread %s: Reset batches", th)
+		}
+	}
+}
