@@ -120,7 +120,8 @@
 //
 // # Feed
 //
-// Follow subscribes to the feed channel. A change's message is "<thread>
+// Follow subscribes to the feed channel (SSUBSCRIBE on a Redis Cluster
+// shard, whose scripts SPUBLISH: sharded.go). A change's message is "<thread>
 // <the thread's rev before it> <the newest epoch or rev retention dropped>
 // <JSON>", the JSON being the message's v1 JSON if it has no v2 state and
 // its v2 object otherwise, so a gap is detected; "<thread> P" says that the
@@ -206,6 +207,8 @@ type Store struct {
 	now     func() time.Time
 	prefix  string
 	feed    string // the pub/sub channel
+	pubFeed string // the channel as the scripts take it: feed, or NUL + feed for SPUBLISH (spub)
+	spub    bool   // sharded pub/sub (SPUBLISH, SSUBSCRIBE): a Redis Cluster shard
 	index   string // the thread index key
 	genKey  string // the generation key (gen.go)
 	pending string // the pending interactions' index key
@@ -291,6 +294,7 @@ func open(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, 
 type shardOf struct {
 	shared bool   // the client is shared with other shards: Close leaves it open
 	limits string // the limiters' key prefix, if not the store's prefix
+	spub   bool   // the feed is a sharded channel (Redis Cluster)
 }
 
 func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shardOf) (*Store, error) {
@@ -316,6 +320,7 @@ func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shar
 		now:    opt.Now,
 		prefix: opt.Prefix,
 		feed:   opt.Prefix + "feed",
+		spub:   sh.spub,
 		index:  opt.Prefix + "threads",
 		genKey: opt.Prefix + "generation",
 
@@ -326,6 +331,10 @@ func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shar
 		pingEvery: chatrelay.DefaultFeedPing,
 		wake:      make(chan struct{}),
 		kicks:     make(map[*follower]func()),
+	}
+	s.pubFeed = s.feed
+	if s.spub {
+		s.pubFeed = "\x00" + s.feed
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -46,7 +46,9 @@ import (
 //
 // The readers of the shared indexes (Threads, Pending, Resolve, Sweep)
 // ask every shard and merge the answers; Follow follows every shard's feed
-// and hands on one feed. The node-wide singletons (the ticket key, the
+// and hands on one feed: on a cluster the scripts SPUBLISH on the shard's
+// channel, in its slot, and Follow SSUBSCRIBEs to it (no broadcast over
+// the cluster bus); instances PUBLISH and SUBSCRIBE. The node-wide singletons (the ticket key, the
 // VAPID key, the agent keys, push claims) live on shard 0; the limiters'
 // keys ({rl}, {sl}) on shard 0 for instances and in their own slots (the
 // prefix without a shard tag) on a cluster. Webhook events are queued per
@@ -199,7 +201,7 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	for k := range ClusterShards {
 		o := opt
 		o.Prefix = base + "{s" + strconv.Itoa(k) + "}:"
-		s, err := openOn(ctx, rdb, o, shardOf{shared: true, limits: base})
+		s, err := openOn(ctx, rdb, o, shardOf{shared: true, limits: base, spub: true})
 		if err != nil {
 			sh.Close()
 			return nil, err

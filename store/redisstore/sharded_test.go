@@ -117,6 +117,16 @@ func TestShardedFollowAcrossNodes(t *testing.T) {
 		a, b := openSharded(t, spec, Options{Prefix: prefix}), openSharded(t, spec, Options{Prefix: prefix})
 		recA, recB := follow(t, a), follow(t, b)
 		ctx := t.Context()
+		if strings.HasPrefix(spec, "redis+cluster:") {
+			// The feed is sharded pub/sub: both nodes' subscriptions to
+			// shard 0's channel are on the primary of its slot.
+			c := sharedCluster.cluster
+			ch := a.shards[0].feed
+			n := c.Server(t, c.PrimaryOf(t, ch)).Client(t).PubSubShardNumSub(ctx, ch).Val()[ch]
+			if n != 2 {
+				t.Fatalf("PUBSUB SHARDNUMSUB %s: %d, want 2", ch, n)
+			}
+		}
 		var threads []string
 		shards := map[int]bool{}
 		for i := range 12 {
