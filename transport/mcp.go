@@ -25,7 +25,8 @@ type MCPHandler interface {
 // handleMCP answers <prefix>/mcp. An Origin (a browser page) must be one
 // of the allowed origins, never merely the Host's own, which a DNS
 // rebinding page would match: else 403 origin_not_allowed. A missing,
-// unknown or revoked key is 401 with WWW-Authenticate: Bearer. The request
+// unknown or revoked key is 401 with WWW-Authenticate: Bearer (a store that
+// cannot be read is 503, without it). The request
 // may then last as long as its wait (a tool call's answer comes on the
 // POST's own event stream): the server's read and write timeouts are
 // lifted for it.
@@ -41,7 +42,9 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 	}
 	k, err := s.agentKey(r, agents)
 	if err != nil {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="chatrelay"`)
+		if statusOf[chatrelay.CodeOf(err)] == http.StatusUnauthorized { // not when the store is down: 503
+			w.Header().Set("WWW-Authenticate", `Bearer realm="chatrelay"`)
+		}
 		s.writeError(w, r, err)
 		return
 	}

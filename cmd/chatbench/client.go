@@ -39,6 +39,8 @@ type target struct {
 	sources []net.IP
 	next    atomic.Uint32
 
+	peer peer // the server is a peer (Centrifugo, ntfy), not chatrelay; nil for chatrelay
+
 	api    *http.Client // posts and polls: keep-alive, a pool as large as the posters and pollers
 	stream *http.Client // SSE streams: one connection per stream
 	ws     *http.Client // WebSocket handshakes
@@ -211,6 +213,12 @@ func (h *apiClient) do(ctx context.Context, method, path, token string, body []b
 	if body != nil {
 		req.Header["Content-Type"] = []string{"application/json"}
 	}
+	return h.roundTrip(req)
+}
+
+// roundTrip sends req through the keep-alive pool and returns the body of
+// a 2xx answer (valid until the next call), or an *httpError.
+func (h *apiClient) roundTrip(req *http.Request) ([]byte, error) {
 	resp, err := h.t.api.Do(req)
 	if err != nil {
 		return nil, err

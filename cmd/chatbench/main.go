@@ -26,6 +26,9 @@
 //
 // cmd/chatbench/run.sh does both, on three filesystems and on Redis, with a
 // fresh server per group of scenarios (see PERFORMANCE.md).
+//
+// --target centrifugo or ntfy runs S1–S4 against a peer instead, the same
+// way (peer.go); run.sh with PEERS measures them in the same run.
 package main
 
 import (
@@ -105,6 +108,8 @@ type config struct {
 	data         string
 	store        string
 	replyFsync   string
+
+	peer peerOptions
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -128,6 +133,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.quick, "quick", false, "a smoke run: every size and duration not given is scaled down")
 
 	c.scenarioFlags(fs)
+	c.peerFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -204,6 +210,9 @@ func (c *config) check() error {
 	default:
 		return fmt.Errorf("--poll-since %q: want full or cursor", c.pollSince)
 	}
+	if c.peer.target != "" && c.peer.target != "chatrelay" && c.pollSince == "cursor" {
+		return fmt.Errorf("--poll-since cursor: chatrelay's cursor has no equivalent on --target %s", c.peer.target)
+	}
 	return nil
 }
 
@@ -230,6 +239,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	which, err := cfg.which()
 	if err != nil {
+		return err
+	}
+	if t.peer, err = newPeer(cfg.peer); err != nil {
 		return err
 	}
 	nofile, err := raiseNoFile()
@@ -268,15 +280,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if sc != "S1" && sc != "S2" {
 			b.closeFan() // S1/S2's streams must not weigh on the other scenarios
 		}
-		busy := -1.0
-		if cfg.quiet > 0 {
-			busy = waitQuiet(cfg.quiet)
-		}
-		res := b.runScenario(ctx, sc)
-		if busy >= 0.10 {
-			res.note("the machine was %.0f%% busy before the scenario started", 100*busy)
+		var res *result
+		if t.peer != nil && t.peer.skip(sc) != "" {
+			res = skipped(sc, t.peer.skip(sc))
+		} else {
+			busy := -1.0
+			if cfg.quiet > 0 {
+				busy = waitQuiet(cfg.quiet)
+			}
+			res = b.runScenario(ctx, sc)
+			if busy >= 0.10 {
+				res.note("the machine was %.0f%% busy before the scenario started", 100*busy)
+			}
 		}
 		res.label, res.build = cfg.label, cfg.build
+		if t.peer != nil {
+			res.target, res.versus = t.peer.name(), cfg.peer.versus
+		}
 		if res.err != nil {
 			failed++
 		}
@@ -337,6 +357,7 @@ type fig struct {
 // result is one scenario's line.
 type result struct {
 	id, name, label, build string
+	target, versus         string // a peer's name and the chatrelay label it is compared with
 	figs                   []fig
 	notes                  []string
 	err                    error
@@ -423,8 +444,8 @@ func round(v float64, digits int) float64 {
 func (r *result) text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %-10s", r.id, r.name)
-	if r.label != "" || r.build != "" {
-		fmt.Fprintf(&b, " [%s]", strings.TrimPrefix(r.build+" "+r.label, " "))
+	if r.label != "" || r.build != "" || r.target != "" {
+		fmt.Fprintf(&b, " [%s]", strings.Join(slices.DeleteFunc([]string{r.target, r.build, r.label}, func(s string) bool { return s == "" }), " "))
 	}
 	for _, f := range r.figs {
 		if f.text != "" { // a figure for JSON only
@@ -464,6 +485,12 @@ func (r *result) json() []byte {
 	}
 	if r.build != "" {
 		add("build", r.build)
+	}
+	if r.target != "" {
+		add("target", r.target)
+		if r.versus != "" {
+			add("versus", r.versus)
+		}
 	}
 	for _, f := range r.figs {
 		add(f.key, f.val)

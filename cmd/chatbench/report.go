@@ -19,7 +19,8 @@ import (
 // label (the server's setup, in the order the runs came) and a row per
 // figure. When the files hold two builds (run.sh with BASE_BIN), each cell
 // gives the main build's figure with the other's beside it and their ratio,
-// measured in the same run.
+// measured in the same run. Runs of peers (--target) get a table of their
+// own, each beside chatrelay's setup it names (writePeers).
 func report(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("chatbench report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -46,11 +47,20 @@ func report(args []string, stdout, stderr io.Writer) error {
 	if len(runs) == 0 {
 		return errors.New("report: the files hold no result")
 	}
-	t := newTable(runs, *mainBuild)
+	own, peers := splitPeers(runs)
+	if len(own) == 0 {
+		writePeers(stdout, nil, peers, "")
+		return nil
+	}
+	t := newTable(own, *mainBuild)
 	if t.main == "" {
 		return fmt.Errorf("report: no result of build %q", *mainBuild)
 	}
 	t.write(stdout)
+	if len(peers) > 0 {
+		fmt.Fprintln(stdout)
+		writePeers(stdout, own, peers, t.main)
+	}
 	return nil
 }
 
@@ -513,7 +523,7 @@ func (t *table) noteMarks(build string, m map[string]any) string {
 	}
 	var marks string
 	for _, n := range list {
-		full := fmt.Sprintf("%s, %s (%s): %s", str(m, "scenario"), str(m, "label"), build, n)
+		full := fmt.Sprintf("%s, %s (%s): %s", str(m, "scenario"), str(m, "label"), strings.TrimPrefix(build, "peer:"), n)
 		if build == "" {
 			full = fmt.Sprintf("%s, %s: %s", str(m, "scenario"), str(m, "label"), n)
 		}

@@ -21,6 +21,12 @@
 #   sudo BASE_BIN=/tmp/chatrelay-old cmd/chatbench/run.sh
 #       # two builds in one run, group by group, side by side with ratios
 #       # (twice as long; narrow it with CONFIGS and SCENARIOS)
+#   sudo PEERS="centrifugo ntfy" NTFY_SRC=/path/to/ntfy cmd/chatbench/run.sh
+#       # the peers measured in the same run (after chatrelay's groups):
+#       # Centrifugo v6 with its memory engine and with its Redis engine on a
+#       # fresh private redis-server, ntfy with its SQLite cache on the
+#       # journaled ext4 and on the tmpfs; a second table sets each beside
+#       # chatrelay's figures with the ratio chatrelay/peer
 #
 # Extra arguments go to every chatbench run. Environment:
 #   BASE_BIN   a second chatrelay binary to measure beside this tree's
@@ -46,6 +52,22 @@
 #   REPEAT     run each group this many times in a row (alternating the
 #              builds); the table shows each figure's median run (default 1;
 #              use an odd number)
+#   PEERS      peers to measure beside chatrelay, a space list of: centrifugo
+#              (= centrifugo-memory centrifugo-redis), ntfy (= ntfy-ext4j
+#              ntfy-tmpfs), or those setups by name (default none). They run
+#              S1+S2, S3 and S4 of SCENARIOS (S5–S7 have no peer equivalent
+#              and are reported as not run), on PORT, one at a time
+#   CENTRIFUGO_BIN  a centrifugo binary (default: built from source by go
+#              install github.com/centrifugal/centrifugo/v6@CENTRIFUGO_VERSION,
+#              default v6.9.1, through the Go module proxy)
+#   CENTRIFUGO_HISTORY  history_size of its channels (default 50; S4 reads
+#              it; 0 turns history off, and S4 then fails on Centrifugo)
+#   NTFY_BIN   an ntfy binary; or NTFY_SRC, a checkout of ntfy's source
+#              (github.com/binwiederhier/ntfy, e.g. tag v2.13.0) that run.sh
+#              builds with cgo SQLite as its Makefile's cli-linux-server does
+#              (its web app left out; NTFY_VERSION names a source that is
+#              not a git checkout). ntfy's module cannot be built by go
+#              install: its server embeds a web app its module does not ship
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 t_start=$(date +%s)
@@ -57,12 +79,30 @@ fi
 for cmd in go mkfs.ext4 mount umount redis-server redis-cli; do
 	command -v "$cmd" >/dev/null || { echo "run.sh needs $cmd" >&2; exit 1; }
 done
+peer_setups=""
+for p in ${PEERS:-}; do
+	case $p in
+	centrifugo) peer_setups="$peer_setups centrifugo-memory centrifugo-redis" ;;
+	ntfy) peer_setups="$peer_setups ntfy-ext4j ntfy-tmpfs" ;;
+	centrifugo-memory | centrifugo-redis | ntfy-ext4j | ntfy-tmpfs) peer_setups="$peer_setups $p" ;;
+	*) echo "PEERS: unknown peer $p (want centrifugo, ntfy or a setup of theirs)" >&2; exit 1 ;;
+	esac
+done
+case $peer_setups in *ntfy*)
+	if [ -z "${NTFY_BIN:-}" ] && [ -z "${NTFY_SRC:-}" ]; then
+		echo "PEERS ntfy: set NTFY_BIN to an ntfy binary or NTFY_SRC to its source (see the top of run.sh)" >&2
+		exit 1
+	fi
+	command -v gcc >/dev/null || [ -n "${NTFY_BIN:-}" ] || { echo "building ntfy needs gcc (cgo SQLite)" >&2; exit 1; }
+	;;
+esac
 
 quick=false
 for a in "$@"; do [ "$a" = --quick ] && quick=true; done
 port=${PORT:-18931}
 rport_none=$((port + 1))
 rport_aof=$((port + 2))
+rport_peer=$((port + 3))
 out=${OUT:-$(mktemp -d /tmp/chatbench.XXXXXX)}
 mkdir -p "$out"
 configs=${CONFIGS:-root ext4j tmpfs ext4j-always redis redis-aof s3big}
@@ -84,6 +124,34 @@ if [ -n "${BASE_BIN:-}" ]; then
 	[ -x "$BASE_BIN" ] || { echo "BASE_BIN $BASE_BIN is not an executable" >&2; exit 1; }
 	builds+=("${BASE_NAME:-base}=$BASE_BIN")
 fi
+centrifugo_bin=${CENTRIFUGO_BIN:-}
+ntfy_bin=${NTFY_BIN:-}
+case $peer_setups in *centrifugo*)
+	if [ -z "$centrifugo_bin" ]; then
+		cv=${CENTRIFUGO_VERSION:-v6.9.1}
+		GOBIN=$bin GOFLAGS=-mod=mod go install -ldflags "-X github.com/centrifugal/centrifugo/v6/internal/build.Version=${cv#v}" \
+			"github.com/centrifugal/centrifugo/v6@$cv"
+		centrifugo_bin=$bin/centrifugo
+	fi
+	[ -x "$centrifugo_bin" ] || { echo "CENTRIFUGO_BIN $centrifugo_bin is not an executable" >&2; exit 1; }
+	;;
+esac
+case $peer_setups in *ntfy*)
+	if [ -z "$ntfy_bin" ]; then
+		# As ntfy's Makefile (cli-deps-static-sites, cli-linux-server), in a
+		# copy of the source: empty placeholders for the web app and docs.
+		rm -rf "$out/ntfy-src"
+		cp -r "$NTFY_SRC" "$out/ntfy-src"
+		mkdir -p "$out/ntfy-src/server/site" "$out/ntfy-src/server/docs"
+		touch "$out/ntfy-src/server/site/app.html" "$out/ntfy-src/server/docs/index.html"
+		ntfy_version=$(git -C "$NTFY_SRC" describe --tags 2>/dev/null || echo "${NTFY_VERSION:-source}")
+		(cd "$out/ntfy-src" && CGO_ENABLED=1 go build -o "$bin/ntfy" -tags sqlite_omit_load_extension,osusergo,netgo \
+			-ldflags "-X main.version=${ntfy_version#v}" .)
+		ntfy_bin=$bin/ntfy
+	fi
+	[ -x "$ntfy_bin" ] || { echo "NTFY_BIN $ntfy_bin is not an executable" >&2; exit 1; }
+	;;
+esac
 
 # Every stream is a descriptor, in the server and in chatbench.
 ulimit -n "$(ulimit -Hn)"
@@ -131,6 +199,7 @@ start_redis() {
 }
 case " $configs " in *" redis "*) start_redis "$rport_none" "$work/redis-none" --appendonly no ;; esac
 case " $configs " in *" redis-aof "*) start_redis "$rport_aof" "$work/redis-aof" --appendonly yes --appendfsync everysec ;; esac
+case $peer_setups in *centrifugo-redis*) start_redis "$rport_peer" "$work/redis-peer" --appendonly no ;; esac
 
 # fs_of DIR: "ext4 (no journal), /dev/vda" and the like.
 fs_of() {
@@ -155,6 +224,12 @@ if git rev-parse --git-dir >/dev/null 2>&1 && ! git diff --quiet HEAD --; then c
 	echo "- root fs: $(fs_of "$work/root"); journaled ext4: $(fs_of "$work/ext4j") (an image on the root fs); tmpfs"
 	echo "- Redis: $(redis-server --version | awk '{print $3}' | sed 's/^v=//'), private, on loopback; \"Redis\": no RDB, no AOF; \"AOF everysec\": appendonly, appendfsync everysec; its CPU is measured beside the server's"
 	for b in "${builds[@]}"; do echo "- build ${b%%=*}: ${b#*=}"; done
+	case $peer_setups in *centrifugo*)
+		echo "- peer Centrifugo $("$centrifugo_bin" version 2>/dev/null | head -1) ($centrifugo_bin): server API publish, uni_sse and uni_websocket with HS256 connection tokens (\`channels\` claim), history_size ${CENTRIFUGO_HISTORY:-50} (ttl 300s); memory engine, and Redis engine on a private redis-server (no persistence)" ;;
+	esac
+	case $peer_setups in *ntfy*)
+		echo "- peer ntfy $("$ntfy_bin" --help 2>&1 | awk '/^ntfy [0-9]/ {print $2; exit}') ($ntfy_bin): SQLite cache-file on the filesystem measured, tuned as its docs tune ntfy.sh (WAL, synchronous normal, batches of 25 / 1 s); visitor limits raised for loopback" ;;
+	esac
 	echo "- chatbench flags: ${*:-(defaults)}"
 } >"$out/header.md"
 cat "$out/header.md"
@@ -223,6 +298,96 @@ for c in $configs; do
 			done
 		done
 	done
+done
+
+# peer_bench SETUP GROUP: one group of scenarios on a fresh peer server.
+peer_bench() {
+	local setup=$1 group=$2 target label versus data="" conf be=() args=()
+	shift 2
+	case $setup in
+	centrifugo-memory) target=centrifugo; label="memory"; versus=tmpfs ;;
+	centrifugo-redis) target=centrifugo; label="Redis"; versus=Redis ;;
+	ntfy-ext4j) target=ntfy; label="journaled ext4"; versus="journaled ext4" ;;
+	ntfy-tmpfs) target=ntfy; label="tmpfs"; versus=tmpfs ;;
+	esac
+	case $setup in
+	centrifugo-*)
+		# Keys of this run only; the server listens on loopback only.
+		local key secret engine='{"type": "memory"}'
+		key=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+		secret=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+		if [ "$setup" = centrifugo-redis ]; then
+			redis-cli -p "$rport_peer" flushall >/dev/null
+			engine="{\"type\": \"redis\", \"redis\": {\"address\": [\"redis://127.0.0.1:$rport_peer\"]}}"
+			be=(--backend-pid "$redis_pid_peer")
+		fi
+		conf=$work/centrifugo.json
+		cat >"$conf" <<-JSON
+			{
+			  "http_server": {"address": "127.0.0.1", "port": $port},
+			  "log": {"level": "warn"},
+			  "usage_stats": {"disabled": true},
+			  "client": {"token": {"hmac_secret_key": "$secret"}},
+			  "http_api": {"key": "$key"},
+			  "uni_sse": {"enabled": true},
+			  "uni_websocket": {"enabled": true},
+			  "channel": {"without_namespace": {"history_size": ${CENTRIFUGO_HISTORY:-50}, "history_ttl": "300s"}},
+			  "engine": $engine
+			}
+		JSON
+		"$centrifugo_bin" --config "$conf" >>"$out/server.log" 2>&1 &
+		args=(--peer-api-key "$key" --peer-hmac-secret "$secret")
+		;;
+	ntfy-*)
+		local fsdir=$work/ext4j
+		[ "$setup" = ntfy-tmpfs ] && fsdir=$work/tmpfs
+		data=$(mktemp -d "$fsdir/ntfy.XXXXXX")
+		conf=$data/server.yml
+		cat >"$conf" <<-YML
+			listen-http: "127.0.0.1:$port"
+			cache-file: "$data/cache.db"
+			cache-batch-size: 25
+			cache-batch-timeout: "1s"
+			cache-startup-queries: |
+			  pragma journal_mode = WAL;
+			  pragma synchronous = normal;
+			  pragma temp_store = memory;
+			  pragma busy_timeout = 15000;
+			  vacuum;
+			visitor-request-limit-exempt-hosts: "127.0.0.0/8"
+			visitor-subscription-limit: 1000000
+			global-topic-limit: 1000000
+			log-level: warn
+		YML
+		"$ntfy_bin" serve --config "$conf" >>"$out/server.log" 2>&1 &
+		;;
+	esac
+	pid=$!
+	"$bin/chatbench" --server "http://127.0.0.1:$port" --server-pid "$pid" "${be[@]}" \
+		--target "$target" --versus "$versus" "${args[@]}" \
+		--label "$label" --scenario "$group" --quiet-wait "$quiet" --timeout 6m \
+		--json-out "$out/results.jsonl" "$@" | tee -a "$out/results.txt" || true
+	kill "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	pid=""
+	if [ -n "$data" ]; then rm -rf "$data"; fi
+}
+redis_pid_peer=""
+if [ -n "$peer_setups" ]; then
+	pv=redis_pid_$rport_peer
+	redis_pid_peer=${!pv:-}
+fi
+for setup in $peer_setups; do
+	skip=""
+	for g in $groups; do
+		case $g in
+		S1,S2 | S3 | S4)
+			for _ in $(seq "$repeat"); do peer_bench "$setup" "$g" "$@"; done ;;
+		*) skip="$skip,$g" ;;
+		esac
+	done
+	# Named as not run in the results (chatbench answers them at once).
+	if [ -n "$skip" ]; then peer_bench "$setup" "${skip#,}" "$@"; fi
 done
 
 main_build=new

@@ -259,6 +259,10 @@ func closePosters(ps []*poster) {
 // post sends one tool message to th and returns its epoch and id.
 func (p *poster) post(ctx context.Context, th *thread, tag string, seq int) (epoch int64, id string, err error) {
 	p.text = benchText(p.text[:0], tag, seq, nowNS(), p.size)
+	if pe := p.hc.t.peer; pe != nil {
+		epoch, err = pe.post(ctx, &p.hc, th, p.text)
+		return epoch, "", err
+	}
 	p.body = postBody(p.body[:0], p.text)
 	resp, err := p.hc.do(ctx, http.MethodPost, "/api/chat/post", th.token, p.body)
 	if err != nil {

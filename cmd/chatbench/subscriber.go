@@ -153,6 +153,9 @@ func (s *subscriber) run(ctx context.Context, t *target, h handler, resume bool)
 }
 
 func (s *subscriber) session(ctx context.Context, t *target, h handler) error {
+	if t.peer != nil {
+		return t.peer.session(ctx, t, s, h)
+	}
 	if s.ws {
 		return s.wsSession(ctx, t, h)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -326,6 +327,14 @@ func TestMCPRefusals(t *testing.T) {
 	assert.Equal(t, "an allowed origin "+body, resp.StatusCode, 200)
 	resp, body = post("Bearer "+live, "")
 	assert.Equal(t, "no origin "+body, resp.StatusCode, 200)
+
+	// A store that cannot say whether the key is good is 503, not a
+	// challenge to send another key.
+	agents := filepath.Join(sa[1], "chat", "agents.json")
+	assert.Success(t, os.Remove(agents))
+	assert.Success(t, os.Mkdir(agents, 0o700))
+	resp, body = post("Bearer "+live, "")
+	assert.True(t, resp.StatusCode == 503 && resp.Header.Get("WWW-Authenticate") == "", "an unreadable key store: %d %q %s", resp.StatusCode, resp.Header.Get("WWW-Authenticate"), body)
 
 	plain := opsServe(t)
 	req, _ := http.NewRequest(http.MethodPost, plain.base+chatrelay.PathMCP, strings.NewReader("{}"))
