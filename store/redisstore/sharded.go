@@ -717,7 +717,7 @@ func (sh *Sharded) Outbox() store.Outbox {
 
 // shardedOutbox takes events from every shard's queue, starting with the
 // one after where the last Take started, so that no shard waits behind
-// another.
+// another. An event's id is "evt_s<k>-" and the shard's stream entry id.
 type shardedOutbox struct {
 	parts []store.Outbox
 	next  atomic.Uint32
@@ -742,6 +742,9 @@ func (o *shardedOutbox) Take(ctx context.Context, dest string, now time.Time, ma
 		got, err := o.parts[k].Take(ctx, dest, now, max-len(out))
 		errs = errors.Join(errs, err)
 		for _, d := range got {
+			// A shard's event id is its stream entry's id, which another
+			// shard may give too: the shard makes it unique (webhook-id).
+			d.ID = "evt_s" + strconv.Itoa(k) + "-" + strings.TrimPrefix(d.ID, "evt_")
 			out = append(out, d.WithToken(shardToken{k, d.Token()}))
 		}
 	}
