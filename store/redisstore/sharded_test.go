@@ -278,10 +278,12 @@ func TestShardedLimitersAcrossNodes(t *testing.T) {
 
 // TestShardedSingletons: the ticket key, the VAPID key and the agent keys
 // are one for every node; a share link resolves from any node whatever
-// shard its thread is on, and is seen revoked by every node once revoked.
+// shard its thread is on; a revoke reaches the other node's feed within a
+// second, and every node then sees the grant revoked.
 func TestShardedSingletons(t *testing.T) {
 	eachSharded(t, func(t *testing.T, spec, prefix string) {
 		a, b := openSharded(t, spec, Options{Prefix: prefix}), openSharded(t, spec, Options{Prefix: prefix})
+		recB := follow(t, b)
 		ctx := t.Context()
 		ka, kb := must[[]byte](t)(a.TicketKey(ctx)), must[[]byte](t)(b.TicketKey(ctx))
 		if len(ka) < 32 || string(ka) != string(kb) {
@@ -308,7 +310,15 @@ func TestShardedSingletons(t *testing.T) {
 			if err != nil || got != th || gg.ID != g.ID {
 				t.Fatalf("resolve on the other node: %q %+v %v", got, gg, err)
 			}
-			must[chatrelay.Grant](t)(b.Revoke(ctx, th, g.ID))
+			participants := func(from int) bool {
+				return slices.ContainsFunc(recB.snapshot()[from:], func(x store.Batch) bool { return x.Thread == th && x.Participants })
+			}
+			assert.Eventually(t, 5*time.Second, "the invite on the other node's feed", func() bool { return participants(0) })
+			seen := len(recB.snapshot())
+			must[chatrelay.Grant](t)(a.Revoke(ctx, th, g.ID))
+			// The other node's feed says so within a second: its streams
+			// of that link end (transport), whatever shard the thread is on.
+			assert.Eventually(t, time.Second, "the revoke on the other node's feed", func() bool { return participants(seen) })
 			if _, gg, err := a.Resolve(ctx, chatrelay.DigestOf(tok)); err != nil || gg.RevokedAt == 0 {
 				t.Fatalf("the revoked link on the other node: %+v %v", gg, err)
 			}
