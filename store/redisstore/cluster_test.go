@@ -77,7 +77,12 @@ func trafficDuring(t *testing.T, c *redistest.Cluster, disrupt func(prefix strin
 	)
 	for w, node := range []*Sharded{a, b, a, b} {
 		wg.Go(func() {
+			// Paced (500 posts/s per writer at most), so that the test's
+			// load stays bounded on a busy machine.
+			pace := time.NewTicker(2 * time.Millisecond)
+			defer pace.Stop()
 			for n := 0; !stop.Load(); n++ {
+				<-pace.C
 				th := threads[(w*7+n)%len(threads)]
 				m := store.NewMessage{Text: fmt.Sprintf("w%d-%d", w, n), ClientID: fmt.Sprintf("w%d:%d", w, n)}
 				deadline := time.Now().Add(30 * time.Second)
