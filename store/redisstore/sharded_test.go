@@ -420,3 +420,41 @@ func TestSingleURLKeepsTheLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestShardDown: with one of two instances gone, the other shard's threads
+// go on; the dead shard's threads, the readers that need every shard and
+// the readiness check answer StoreUnavailable; all is well once it is
+// back (persistence on: nothing lost).
+func TestShardDown(t *testing.T) {
+	t.Parallel()
+	s1 := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
+	s2 := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
+	sh := openSharded(t, s1.URL()+","+s2.URL(), Options{Timeout: time.Second})
+	ctx := t.Context()
+	var on0, on1 string
+	for i := 0; on0 == "" || on1 == ""; i++ {
+		th := fmt.Sprintf("%016x", 0xd0e0+i)
+		if sh.ShardOf(th) == 0 {
+			on0 = th
+		} else {
+			on1 = th
+		}
+	}
+	must[store.Entry](t)(sh.Append(ctx, on0, store.NewMessage{Text: "before"}))
+	must[store.Entry](t)(sh.Append(ctx, on1, store.NewMessage{Text: "before"}))
+	s2.Kill()
+	must[store.Entry](t)(sh.Append(ctx, on0, store.NewMessage{Text: "during"}))
+	_, err := sh.Append(ctx, on1, store.NewMessage{Text: "during"})
+	wantCode(t, err, chatrelay.StoreUnavailable)
+	_, err = sh.Threads(ctx)
+	wantCode(t, err, chatrelay.StoreUnavailable)
+	_, err = sh.Pending(ctx)
+	wantCode(t, err, chatrelay.StoreUnavailable)
+	wantCode(t, sh.Check(ctx), chatrelay.StoreUnavailable)
+	s2.Restart(t)
+	assert.Eventually(t, 10*time.Second, "the shard back", func() bool { return sh.Check(ctx) == nil })
+	must[store.Entry](t)(sh.Append(ctx, on1, store.NewMessage{Text: "after"}))
+	if infos := must[[]store.ThreadInfo](t)(sh.Threads(ctx)); len(infos) != 2 || infos[0].Messages+infos[1].Messages != 4 {
+		t.Fatalf("threads %+v", infos)
+	}
+}
