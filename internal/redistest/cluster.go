@@ -69,6 +69,9 @@ func NewCluster(dir string, opt ClusterOptions) (*Cluster, error) {
 			// Short, so that a failover test's replica takes over in a
 			// second or two.
 			"--cluster-node-timeout", "1000",
+			// A replica syncs at once, not after the 5 s that diskless
+			// replication waits for more replicas by default.
+			"--repl-diskless-sync-delay", "0",
 		}}
 		if err := s.start(true); err != nil {
 			return c, err
@@ -88,7 +91,35 @@ func NewCluster(dir string, opt ClusterOptions) (*Cluster, error) {
 	if err := c.waitOK(20 * time.Second); err != nil {
 		return c, err
 	}
+	if opt.Replicas > 0 {
+		return c, c.waitReplicas(opt.Primaries*opt.Replicas, 20*time.Second)
+	}
 	return c, nil
+}
+
+// waitReplicas waits until n nodes are replicas with their link to their
+// primary up (the first sync done): only such a replica can take over.
+func (c *Cluster) waitReplicas(n int, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		up := 0
+		for _, s := range c.Nodes {
+			cl := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second,
+				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+			info, err := cl.Info(context.Background(), "replication").Result()
+			cl.Close()
+			if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") {
+				up++
+			}
+		}
+		if up >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redistest: %d of %d replicas in sync", up, n)
+		}
+		time.Sleep(50 * time.Millisecond) // the poll interval of a condition with a deadline
+	}
 }
 
 // Kill ends every node.

@@ -101,6 +101,7 @@ func (c *feedConn) renew(ctx context.Context) *redis.PubSub {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ps.Close()
+	c.s.reloadSlots()
 	c.ps, c.node = c.s.subscribe(ctx)
 	return c.ps
 }

@@ -469,6 +469,7 @@ func (s *Store) unavailable(op string, err error) error {
 		return &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: fmt.Errorf("redis %s: %w", op, err)}
 	}
 	s.down.Store(true)
+	s.reloadSlots()
 	s.log.Warn("redis store unavailable", "op", op, "err", err)
 	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
 		Err: fmt.Errorf("redis %s: %w", op, err)}

@@ -786,3 +786,14 @@ func (s *Store) notAShard(ctx context.Context, name string) error {
 	}
 	return store.ConfigErrorf("store: %s is shard %s (shard/shards, under the prefix %q) of a sharded store: list every shard in --store", name, got, s.prefix)
 }
+
+// reloadSlots has a cluster client read the slot map again, in the
+// background (one reload at a time), after a call failed: a primary that
+// died answers nothing, so no MOVED would tell the client that its replica
+// took over, and the client's own reload comes once a minute. It does
+// nothing on one Redis.
+func (s *Store) reloadSlots() {
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
+}
