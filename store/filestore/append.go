@@ -3,7 +3,6 @@ package filestore
 import (
 	"context"
 	"hash/maphash"
-	"os"
 	"slices"
 	"time"
 
@@ -228,14 +227,16 @@ func sameDoc(a, b threadDoc) bool {
 		(len(a.msgs) == 0 || &a.msgs[0] == &b.msgs[0])
 }
 
-// write replaces the thread's document atomically (writeFile). It returns
+// write replaces the thread's document atomically (writeFD). It returns
 // the new file, still open (the snapshot's pin), and its identity.
-func (s *File) write(thread string, doc []byte) (pin *os.File, id fileID, err error) {
-	err = s.withFDs(func() (err error) { pin, id, err = writeFileSync(s.dir, thread+".json", doc, s.dsync); return err })
+func (s *File) write(thread string, doc []byte) (*fdPin, fileID, error) {
+	fd := -1
+	var id fileID
+	err := s.withFDs(func() (err error) { fd, _, id, err = writeFD(s.dir, thread+".json", doc, s.dsync); return err })
 	if err != nil {
 		return nil, id, s.unavailable(thread, err)
 	}
-	return pin, id, nil
+	return &fdPin{fd}, id, nil
 }
 
 // droppedFiles lists the attachments of the messages of old (oldest

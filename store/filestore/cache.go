@@ -3,7 +3,6 @@ package filestore
 import (
 	"errors"
 	"hash/maphash"
-	"io"
 	"io/fs"
 	"os"
 	"sync"
@@ -31,8 +30,8 @@ import (
 // of an unchanged thread still parses nothing, though it reads the file.
 type snapshot struct {
 	id  fileID
-	pin *os.File // nil once unpinned; closed when the snapshot is replaced or unpinned
-	sum uint64   // maphash of the document's bytes
+	pin *fdPin // nil once unpinned; closed when the snapshot is replaced or unpinned
+	sum uint64 // maphash of the document's bytes
 	doc threadDoc
 	err error // the document does not parse
 }
@@ -170,6 +169,12 @@ func identity(fi fs.FileInfo) fileID {
 	return id
 }
 
+// identityOf is identity of a stat(2) answer (the same fields, without
+// an fs.FileInfo).
+func identityOf(st *syscall.Stat_t) fileID {
+	return fileID{ino: int64(st.Ino), size: st.Size, mtime: st.Mtim.Nano()}
+}
+
 // load returns the thread's current document, from the cache when the
 // file at the path is the cached snapshot's (pinned) inode, or holds the
 // cached snapshot's bytes. A missing file is (nil, nil).
@@ -178,42 +183,49 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 	// at the path with that identity is the snapshot's very file. The
 	// snapshot still cached after the stat was pinned during it (a
 	// snapshot, once swapped out, never comes back).
+	path := s.path(thread)
 	if snap := t.snap.Load(); snap != nil && snap.pin != nil {
-		fi, err := os.Stat(s.path(thread))
-		if err == nil && identity(fi) == snap.id && t.snap.Load() == snap {
+		var st syscall.Stat_t
+		err := ignoringEINTR(func() error { return syscall.Stat(path, &st) })
+		if err == nil && identityOf(&st) == snap.id && t.snap.Load() == snap {
 			return snap, nil
 		}
 	}
-	var f *os.File
-	err := s.withFDs(func() (err error) { f, err = os.Open(s.path(thread)); return err })
-	if errors.Is(err, fs.ErrNotExist) {
+	fd := -1
+	err := s.withFDs(func() (err error) {
+		return ignoringEINTR(func() (err error) {
+			fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+			return err
+		})
+	})
+	if err == syscall.ENOENT {
 		s.setSnap(t, nil) // removed (swept) by another process
 		return nil, nil
 	}
 	if err != nil {
-		return nil, s.unavailable(thread, err)
+		return nil, s.unavailable(thread, &fs.PathError{Op: "open", Path: path, Err: err})
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, s.unavailable(thread, err)
+	var st syscall.Stat_t
+	if err := ignoringEINTR(func() error { return syscall.Fstat(fd, &st) }); err != nil {
+		syscall.Close(fd)
+		return nil, s.unavailable(thread, &fs.PathError{Op: "stat", Path: path, Err: err})
 	}
-	id := identity(fi)
-	// A pinned snapshot still cached now was pinned from before f was
+	id := identityOf(&st)
+	// A pinned snapshot still cached now was pinned from before fd was
 	// opened, so an equal inode is the same file, not a reused number.
 	if snap := t.snap.Load(); snap != nil && snap.pin != nil && snap.id == id && t.snap.Load() == snap {
-		f.Close()
+		syscall.Close(fd)
 		return snap, nil
 	}
 	bp := docBufs.Get().(*[]byte)
 	defer docBufs.Put(bp)
-	data, err := readSized(f, fi.Size(), (*bp)[:0])
+	data, err := readSized(fd, path, st.Size, (*bp)[:0])
 	*bp = data[:0]
 	if err != nil {
-		f.Close()
+		syscall.Close(fd)
 		return nil, s.unavailable(thread, err)
 	}
-	snap := &snapshot{id: id, pin: f, sum: maphash.Bytes(docSeed, data)}
+	snap := &snapshot{id: id, pin: &fdPin{fd}, sum: maphash.Bytes(docSeed, data)}
 	if old := t.snap.Load(); old != nil && old.sum == snap.sum && old.id.size == id.size {
 		snap.doc, snap.err = old.doc, old.err // the cached bytes: nothing to parse
 	} else {
@@ -236,21 +248,24 @@ var docBufs = sync.Pool{New: func() any { return new([]byte) }}
 // readSized reads f to the end into buf, sized from the file's size so that
 // a whole document takes one read (io.ReadAll would grow its buffer from
 // 512 bytes, copying and discarding a document's size twice over).
-func readSized(f *os.File, size int64, buf []byte) ([]byte, error) {
+func readSized(fd int, name string, size int64, buf []byte) ([]byte, error) {
 	if want := int(size) + 512; cap(buf) < want {
 		buf = make([]byte, 0, want)
 	}
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)] // the file grew since Stat
+			buf = append(buf, 0)[:len(buf)] // the file grew since Fstat
 		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
+		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
+		if err == syscall.EINTR {
+			continue
 		}
 		if err != nil {
-			return buf, err
+			return buf, &fs.PathError{Op: "read", Path: name, Err: err}
 		}
+		if n == 0 {
+			return buf, nil // the end
+		}
+		buf = buf[:len(buf)+n]
 	}
 }
