@@ -74,6 +74,8 @@ type File struct {
 	tmap map[string]*threadState
 
 	createMu sync.Mutex // orders this process's thread creations (flock is per open file, not per goroutine)
+	countMu  sync.Mutex // guards countF, and is held while it is locked (lockCount); taken after createMu
+	countF   *os.File   // .threads.lock, kept open between locks; nil until the first
 
 	index  grantIndex // share-token digests to threads (participants.go)
 	claims pushClaims // the pushes this process claimed (push.go)
@@ -177,6 +179,7 @@ func (s *File) Close() error {
 	if s.dsync != nil {
 		s.dsync.close()
 	}
+	s.closeCount()
 	return nil
 }
 
