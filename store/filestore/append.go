@@ -2,7 +2,6 @@ package filestore
 
 import (
 	"context"
-	"hash/maphash"
 	"slices"
 	"time"
 
@@ -206,7 +205,6 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 	} else if s.lastFail.Load() != nil {
 		s.lastFail.Store(nil)
 	}
-	sum := maphash.Bytes(docSeed, doc)
 	*bp = doc[:0]
 	docBufs.Put(bp)
 	if err != nil {
@@ -216,7 +214,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 		return false, err
 	}
 	created = snap == nil
-	s.setSnap(t, &snapshot{id: id, pin: pin, sum: sum, doc: nd})
+	s.setSnap(t, &snapshot{id: id, pin: pin, doc: nd, written: true}) // its sum only if needed (sumOf)
 	s.announce(thread, t, nd)
 	return false, ferr
 }

@@ -26,14 +26,33 @@ import (
 // equal size and an mtime in the same tick hid another process's write.)
 //
 // Pins are bounded (FileOptions.MaxOpenDocs): a snapshot whose pin was
-// taken back keeps its document and the checksum of its bytes, so a read
-// of an unchanged thread still parses nothing, though it reads the file.
+// taken back keeps its document and the checksum of its bytes (sumOf), so
+// a read of an unchanged thread still parses nothing, though it reads the
+// file.
 type snapshot struct {
 	id  fileID
 	pin *fdPin // nil once unpinned; closed when the snapshot is replaced or unpinned
-	sum uint64 // maphash of the document's bytes
+	sum uint64 // maphash of the document's bytes, unless written
 	doc threadDoc
 	err error // the document does not parse
+	// written: this process wrote the document, whose bytes are then
+	// appendDocument's of doc (deterministic); sum was not computed, and
+	// sumOf computes it from doc if a read ever needs it (rarely: only a
+	// read that finds another file at the path, of the same size).
+	written bool
+}
+
+// sumOf is the maphash of the snapshot's bytes.
+func (sn *snapshot) sumOf(thread string) uint64 {
+	if !sn.written {
+		return sn.sum
+	}
+	bp := docBufs.Get().(*[]byte)
+	b := appendDocument((*bp)[:0], thread, sn.doc)
+	sum := maphash.Bytes(docSeed, b)
+	*bp = b[:0]
+	docBufs.Put(bp)
+	return sum
 }
 
 // docSeed seeds the checksums of this process's snapshots.
@@ -141,7 +160,7 @@ func (t *threadState) unpin() {
 	if cur == nil || cur.pin == nil {
 		return
 	}
-	if t.snap.CompareAndSwap(cur, &snapshot{id: cur.id, sum: cur.sum, doc: cur.doc, err: cur.err}) {
+	if t.snap.CompareAndSwap(cur, &snapshot{id: cur.id, sum: cur.sum, doc: cur.doc, err: cur.err, written: cur.written}) {
 		cur.pin.Close()
 	}
 }
@@ -226,7 +245,7 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 		return nil, s.unavailable(thread, err)
 	}
 	snap := &snapshot{id: id, pin: &fdPin{fd}, sum: maphash.Bytes(docSeed, data)}
-	if old := t.snap.Load(); old != nil && old.sum == snap.sum && old.id.size == id.size {
+	if old := t.snap.Load(); old != nil && old.id.size == id.size && old.sumOf(thread) == snap.sum {
 		snap.doc, snap.err = old.doc, old.err // the cached bytes: nothing to parse
 	} else {
 		snap.doc, snap.err = parseDocument(data, thread)
