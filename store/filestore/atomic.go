@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -72,7 +73,7 @@ func writeFD(dir, name string, data []byte, ds *dirSync) (_ int, _ string, id fi
 	if err = ignoringEINTR(func() error { return syscall.Fstat(tf, &st) }); err != nil {
 		return -1, "", id, &fs.PathError{Op: "stat", Path: tmp, Err: err}
 	}
-	path := filepath.Join(dir, name)
+	path := joinName(dir, name)
 	if err = ignoringEINTR(func() error { return syscall.Rename(tmp, path) }); err != nil {
 		return -1, "", id, &os.LinkError{Op: "rename", Old: tmp, New: path, Err: err}
 	}
@@ -111,6 +112,15 @@ func ignoringEINTR(fn func() error) error {
 	}
 }
 
+// joinName is filepath.Join(dir, name) for a name without a separator,
+// in one allocation when dir is clean (as the store's folders are).
+func joinName(dir, name string) string {
+	if dir == "" || dir == "/" || filepath.Clean(dir) != dir || name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
+		return filepath.Join(dir, name)
+	}
+	return dir + "/" + name
+}
+
 // fdPin is a document's descriptor kept open as its snapshot's pin.
 type fdPin struct{ fd int }
 
@@ -134,7 +144,8 @@ func createTemp(dir, prefix string) (*os.File, string, error) {
 // createTempFD is createTemp's bare descriptor.
 func createTempFD(dir, prefix string) (int, string, error) {
 	for range 100 {
-		name := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36))
+		var buf [20]byte
+		name := joinName(dir, prefix+string(strconv.AppendUint(buf[:0], rand.Uint64(), 36)))
 		fd, err := syscall.Open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
 		if err == syscall.EEXIST || err == syscall.EINTR {
 			continue

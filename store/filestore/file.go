@@ -183,7 +183,10 @@ func (s *File) Close() error {
 	return nil
 }
 
-func (s *File) path(thread string) string { return filepath.Join(s.dir, thread+".json") }
+// path is the thread's document: s.dir is clean (OpenFile) and a thread
+// name is 16 hex digits, so the concatenation is filepath.Join's answer
+// in one allocation instead of Join's three.
+func (s *File) path(thread string) string { return s.dir + "/" + thread + ".json" }
 
 func (s *File) state(thread string) *threadState {
 	s.mu.Lock()
