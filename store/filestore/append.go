@@ -160,6 +160,17 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 			}
 		}()
 	}
+	// The replaced document's pin is closed last, once the thread's lock
+	// is let go of and the change announced: closing the last descriptor
+	// of a replaced file frees it (on ext4, its blocks, in the journal),
+	// which neither the thread's next writer nor the subscribers need to
+	// wait for.
+	var replaced *fdPin
+	defer func() {
+		if replaced != nil {
+			replaced.Close()
+		}
+	}()
 	t, snap, unlock, err := s.lockLoad(ctx, thread) // now that no other process writes
 	if err != nil {
 		return false, err
@@ -214,7 +225,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 		return false, err
 	}
 	created = snap == nil
-	s.setSnap(t, &snapshot{id: id, pin: pin, doc: nd, written: true}) // its sum only if needed (sumOf)
+	replaced = s.swapSnap(t, &snapshot{id: id, pin: pin, doc: nd, written: true}) // its sum only if needed (sumOf)
 	s.announce(thread, t, nd)
 	return false, ferr
 }

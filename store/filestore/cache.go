@@ -62,12 +62,21 @@ var docSeed = maphash.MakeSeed()
 // replaces. Each snapshot is swapped out once, so each pin is closed once.
 // A pinned snap joins the pin queue, which unpins the oldest past the bound.
 func (s *File) setSnap(t *threadState, snap *snapshot) {
+	if pin := s.swapSnap(t, snap); pin != nil {
+		pin.Close()
+	}
+}
+
+// swapSnap is setSnap that hands the replaced snapshot's pin to the
+// caller, who closes it (once), when it likes.
+func (s *File) swapSnap(t *threadState, snap *snapshot) (replaced *fdPin) {
 	if old := t.snap.Swap(snap); old != nil && old != snap && old.pin != nil {
-		old.pin.Close()
+		replaced = old.pin
 	}
 	if snap != nil && snap.pin != nil {
 		s.pins.add(t, s.opt.MaxOpenDocs)
 	}
+	return replaced
 }
 
 // pinQueue is the threads whose snapshots may hold a pin, oldest first,
