@@ -189,16 +189,7 @@ type fileID struct {
 	mtime     int64
 }
 
-func identity(fi fs.FileInfo) fileID {
-	id := fileID{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		id.ino = int64(st.Ino)
-	}
-	return id
-}
-
-// identityOf is identity of a stat(2) answer (the same fields, without
-// an fs.FileInfo).
+// identityOf is a file's identity from its stat(2) answer.
 func identityOf(st *syscall.Stat_t) fileID {
 	return fileID{ino: int64(st.Ino), size: st.Size, mtime: st.Mtim.Nano()}
 }
@@ -273,7 +264,7 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 // current and read nothing at all.
 var docBufs = sync.Pool{New: func() any { return new([]byte) }}
 
-// readSized reads f to the end into buf, sized from the file's size so that
+// readSized reads fd to the end into buf, sized from the file's size so that
 // a whole document takes one read (io.ReadAll would grow its buffer from
 // 512 bytes, copying and discarding a document's size twice over).
 func readSized(fd int, name string, size int64, buf []byte) ([]byte, error) {
