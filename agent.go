@@ -1,9 +1,6 @@
 package chatrelay
 
 import (
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/hex"
 	"math"
 	"slices"
 	"strings"
@@ -86,12 +83,8 @@ func NewAgentKey(name string, threads []string, now time.Time) (key string, k Ag
 	if err := checkAgent(name, scope); err != nil {
 		return "", AgentKey{}, err
 	}
-	var b [32]byte
-	rand.Read(b[:])
-	key = agentKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	var id [4]byte
-	rand.Read(id[:])
-	return key, AgentKey{ID: "a_" + hex.EncodeToString(id[:]), Name: name, Threads: scope, CreatedAt: now.UnixMilli(), Digest: DigestOf(key)}, nil
+	key = newSecret(agentKeyPrefix)
+	return key, AgentKey{ID: newID("a_", 4), Name: name, Threads: scope, CreatedAt: now.UnixMilli(), Digest: DigestOf(key)}, nil
 }
 
 // Check returns the error of a key a store must refuse: InvalidName for
@@ -121,21 +114,7 @@ func ActiveAgentsRefusal() error {
 }
 
 // ValidAgentKey reports whether s has the form of an agent key.
-func ValidAgentKey(s string) bool {
-	rest, ok := strings.CutPrefix(s, agentKeyPrefix)
-	return ok && len(rest) == 43 && isBase64URL(rest)
-}
+func ValidAgentKey(s string) bool { return validSecret(s, agentKeyPrefix) }
 
 // ValidAgentID reports whether s has the form of an agent key's id.
-func ValidAgentID(s string) bool {
-	return len(s) == 10 && strings.HasPrefix(s, "a_") && isLowerHex(s[2:])
-}
-
-func isBase64URL(s string) bool {
-	for _, c := range s {
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+func ValidAgentID(s string) bool { return validID(s, "a_", 4) }

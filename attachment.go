@@ -2,9 +2,7 @@ package chatrelay
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"image"
 	_ "image/gif" // image.DecodeConfig reads their headers
@@ -40,9 +38,7 @@ var AttachmentIDPattern = regexp.MustCompile(`^at_[0-9a-f]{12}$`)
 
 // NewAttachmentID returns a fresh attachment id.
 func NewAttachmentID() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return "at_" + hex.EncodeToString(b[:])
+	return newID("at_", 6)
 }
 
 // CleanAttachmentName cleans an attachment's name as a participant's name

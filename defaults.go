@@ -113,11 +113,15 @@ type Retention struct {
 
 // WithDefaults fills the zero fields of r.
 func (r Retention) WithDefaults() Retention {
-	if r.Messages <= 0 {
-		r.Messages = DefaultRetainMessages
-	}
-	if r.Age <= 0 {
-		r.Age = DefaultRetainAge
-	}
+	orDefault(&r.Messages, DefaultRetainMessages)
+	orDefault(&r.Age, DefaultRetainAge)
 	return r
+}
+
+// orDefault sets *v to def when it is zero or less: the rule of every
+// WithDefaults (a zero field takes the default; so does a negative one).
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }

@@ -1,12 +1,6 @@
 package chatrelay
 
-import (
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/hex"
-	"strings"
-	"time"
-)
+import "time"
 
 // Devices (contract Part 5): the owner on several devices. A device is a
 // grant of the thread's participants record whose role is Owner (and
@@ -57,28 +51,18 @@ func (g *Grant) AuditOf(ev string) (e AuditEvent, ok bool) {
 // NewDeviceToken returns a fresh device token ("chd_" + 43 base64url
 // characters of 32 random bytes) and its digest (hex SHA-256).
 func NewDeviceToken() (token, digest string) {
-	var b [32]byte
-	rand.Read(b[:])
-	token = devicePrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	token = newSecret(devicePrefix)
 	return token, DigestOf(token)
 }
 
 // ValidDeviceToken reports whether s has the form of a device token.
-func ValidDeviceToken(s string) bool {
-	return strings.HasPrefix(s, devicePrefix) && ValidShareToken(sharePrefx+s[len(devicePrefix):])
-}
+func ValidDeviceToken(s string) bool { return validSecret(s, devicePrefix) }
 
 // NewDeviceID returns a fresh "d_" + 8 lowercase hex.
-func NewDeviceID() string {
-	var b [4]byte
-	rand.Read(b[:])
-	return "d_" + hex.EncodeToString(b[:])
-}
+func NewDeviceID() string { return newID("d_", 4) }
 
 // ValidDeviceID reports whether s has the form of a device id.
-func ValidDeviceID(s string) bool {
-	return len(s) == 10 && strings.HasPrefix(s, "d_") && isLowerHex(s[2:])
-}
+func ValidDeviceID(s string) bool { return validID(s, "d_", 4) }
 
 // ValidGrantID reports whether s has the form of a grant's id: a
 // participant's or a device's.

@@ -1,8 +1,6 @@
 package chatrelay
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -81,9 +79,7 @@ type Answer struct {
 
 // NewInteractionID returns a fresh "ix_" + 12 lowercase hex.
 func NewInteractionID() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return "ix_" + hex.EncodeToString(b[:])
+	return newID("ix_", 6)
 }
 
 // Ask is what hermes sends to ask: the interaction without its id, state

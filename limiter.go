@@ -49,15 +49,9 @@ type Windows struct {
 
 // WithDefaults fills the zero fields of w.
 func (w Windows) WithDefaults() Windows {
-	if w.PerThread <= 0 {
-		w.PerThread = DefaultRatePerThread
-	}
-	if w.PerIP <= 0 {
-		w.PerIP = DefaultRatePerIP
-	}
-	if w.Window <= 0 {
-		w.Window = DefaultRateWindow
-	}
+	orDefault(&w.PerThread, DefaultRatePerThread)
+	orDefault(&w.PerIP, DefaultRatePerIP)
+	orDefault(&w.Window, DefaultRateWindow)
 	return w
 }
 
@@ -91,11 +85,7 @@ func (l StreamLimits) Refusal() *Error {
 
 // WithDefaults fills the zero fields of l.
 func (l StreamLimits) WithDefaults() StreamLimits {
-	if l.PerThread <= 0 {
-		l.PerThread = DefaultStreamsPerThread
-	}
-	if l.PerIP <= 0 {
-		l.PerIP = DefaultStreamsPerIP
-	}
+	orDefault(&l.PerThread, DefaultStreamsPerThread)
+	orDefault(&l.PerIP, DefaultStreamsPerIP)
 	return l
 }

@@ -15,17 +15,9 @@ type MCPBounds struct {
 
 // WithDefaults fills the zero fields of m.
 func (m MCPBounds) WithDefaults() MCPBounds {
-	if m.MaxSessions <= 0 {
-		m.MaxSessions = DefaultMCPSessions
-	}
-	if m.MaxSessionsPerKey <= 0 {
-		m.MaxSessionsPerKey = DefaultMCPSessionsPerKey
-	}
-	if m.MaxCallsPerKey <= 0 {
-		m.MaxCallsPerKey = DefaultMCPCallsPerKey
-	}
-	if m.SessionIdle <= 0 {
-		m.SessionIdle = DefaultMCPSessionIdle
-	}
+	orDefault(&m.MaxSessions, DefaultMCPSessions)
+	orDefault(&m.MaxSessionsPerKey, DefaultMCPSessionsPerKey)
+	orDefault(&m.MaxCallsPerKey, DefaultMCPCallsPerKey)
+	orDefault(&m.SessionIdle, DefaultMCPSessionIdle)
 	return m
 }

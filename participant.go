@@ -1,10 +1,9 @@
 package chatrelay
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -105,9 +104,7 @@ func (g *Grant) Author() Author { return Author("p:" + g.ID) }
 // NewShareToken returns a fresh share token ("chp_" + 43 base64url
 // characters of 32 random bytes) and its digest (hex SHA-256).
 func NewShareToken() (token, digest string) {
-	var b [32]byte
-	rand.Read(b[:])
-	token = sharePrefx + base64.RawURLEncoding.EncodeToString(b[:])
+	token = newSecret(sharePrefx)
 	return token, DigestOf(token)
 }
 
@@ -118,29 +115,13 @@ func DigestOf(token string) string {
 }
 
 // ValidShareToken reports whether s has the form of a share token.
-func ValidShareToken(s string) bool {
-	if len(s) != len(sharePrefx)+43 || !strings.HasPrefix(s, sharePrefx) {
-		return false
-	}
-	for _, c := range s[len(sharePrefx):] {
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+func ValidShareToken(s string) bool { return validSecret(s, sharePrefx) }
 
 // NewParticipantID returns a fresh "p_" + 8 lowercase hex.
-func NewParticipantID() string {
-	var b [4]byte
-	rand.Read(b[:])
-	return "p_" + hex.EncodeToString(b[:])
-}
+func NewParticipantID() string { return newID("p_", 4) }
 
 // ValidParticipantID reports whether s has the form of a participant id.
-func ValidParticipantID(s string) bool {
-	return len(s) == 10 && strings.HasPrefix(s, "p_") && isLowerHex(s[2:])
-}
+func ValidParticipantID(s string) bool { return validID(s, "p_", 4) }
 
 // CleanName cleans a participant's name as the contract says: control
 // characters and line breaks become spaces, [ ] < > and invisible format
@@ -197,6 +178,18 @@ type Invite struct {
 	Cap       int
 }
 
+// orOneOf fills an empty *v with def, then answers refused unless *v is
+// one of allowed: a field of a few values with a default.
+func orOneOf[T ~string](v *T, def T, refused error, allowed ...T) error {
+	if *v == "" {
+		*v = def
+	}
+	if !slices.Contains(allowed, *v) {
+		return refused
+	}
+	return nil
+}
+
 // Check cleans the name, fills the defaults and checks the rest, with the
 // contract's codes.
 func (in *Invite) Check() error {
@@ -205,19 +198,11 @@ func (in *Invite) Check() error {
 		return err
 	}
 	in.Name = name
-	switch in.Role {
-	case "":
-		in.Role = Commenter
-	case Viewer, Commenter:
-	default:
-		return Errorf(InvalidRole, `role is "viewer" or "commenter"`)
+	if err := orOneOf(&in.Role, Commenter, Errorf(InvalidRole, `role is "viewer" or "commenter"`), Viewer, Commenter); err != nil {
+		return err
 	}
-	switch in.Kind {
-	case "":
-		in.Kind = Human
-	case Human, AgentKind:
-	default:
-		return Errorf(InvalidKind, `kind is "human" or "agent"`)
+	if err := orOneOf(&in.Kind, Human, Errorf(InvalidKind, `kind is "human" or "agent"`), Human, AgentKind); err != nil {
+		return err
 	}
 	if in.ExpiresIn == 0 {
 		in.ExpiresIn = DefaultExpiresIn

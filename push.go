@@ -1,9 +1,7 @@
 package chatrelay
 
 import (
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -64,9 +62,7 @@ func ValidPushID(id string) bool { return PushIDPattern.MatchString(id) }
 
 // NewPushID makes a fresh subscription id.
 func NewPushID() string {
-	b := make([]byte, 4)
-	rand.Read(b)
-	return "w_" + hex.EncodeToString(b)
+	return newID("w_", 4)
 }
 
 // CheckPushSubscription checks a stored subscription's shape (a record

@@ -77,15 +77,14 @@ func (sh shape) replace(s string) string {
 	}
 	keep := sh.re.SubexpIndex("keep")
 	starts := newFinder(in, sh.starts)
-	var b strings.Builder
-	last := 0 // s[:last] is written
+	sp := splice{s: s}
 	for i := 0; i < len(s); {
 		k, n := starts.from(i)
 		if k < 0 {
 			break
 		}
 		i = k
-		if !sh.inside && !(i == last && last > 0) && !boundaryBefore(s, i) {
+		if !sh.inside && !(i == sp.last && sp.last > 0) && !boundaryBefore(s, i) {
 			i++
 			continue
 		}
@@ -98,19 +97,14 @@ func (sh shape) replace(s string) string {
 			}
 			continue
 		}
-		b.WriteString(s[last:i])
+		kept := ""
 		if keep > 0 && loc[2*keep] >= 0 {
-			b.WriteString(s[i+loc[2*keep] : i+loc[2*keep+1]])
+			kept = s[i+loc[2*keep] : i+loc[2*keep+1]]
 		}
-		b.WriteString(Redacted)
-		i += max(loc[1], 1)
-		last = i
+		sp.redact(i, i+max(loc[1], 1), kept)
+		i = sp.last
 	}
-	if last == 0 {
-		return s
-	}
-	b.WriteString(s[last:])
-	return b.String()
+	return sp.String()
 }
 
 // finder finds where any of its literals occurs next in s. It asks for
@@ -151,8 +145,7 @@ func (f *finder) from(i int) (int, int) {
 // redactThreadTokens redacts every run of exactly 64 hex characters
 // between boundaries: a thread token.
 func redactThreadTokens(s string) string {
-	var b strings.Builder
-	last := 0
+	sp := splice{s: s}
 	for i := 0; i < len(s); {
 		if !isHex(s[i]) {
 			i++
@@ -163,17 +156,36 @@ func redactThreadTokens(s string) string {
 			j++
 		}
 		if j-i == 64 && boundaryBefore(s, i) && boundaryAfter(s, j) {
-			b.WriteString(s[last:i])
-			b.WriteString(Redacted)
-			last = j
+			sp.redact(i, j, "")
 		}
 		i = j
 	}
-	if last == 0 {
-		return s
+	return sp.String()
+}
+
+// splice is s with spans replaced by Redacted, built left to right.
+type splice struct {
+	s    string
+	b    strings.Builder
+	last int // s[:last] is written
+}
+
+// redact writes s up to from, then kept and Redacted in place of
+// s[from:to].
+func (sp *splice) redact(from, to int, kept string) {
+	sp.b.WriteString(sp.s[sp.last:from])
+	sp.b.WriteString(kept)
+	sp.b.WriteString(Redacted)
+	sp.last = to
+}
+
+// String is s with its spans redacted: s itself when none was.
+func (sp *splice) String() string {
+	if sp.last == 0 {
+		return sp.s
 	}
-	b.WriteString(s[last:])
-	return b.String()
+	sp.b.WriteString(sp.s[sp.last:])
+	return sp.b.String()
 }
 
 func boundaryBefore(s string, i int) bool { return i == 0 || !isAlnum(s[i-1]) }
@@ -248,8 +260,7 @@ func redactValues(s string) string {
 		return s
 	}
 	lower := asciiLower(s)
-	var b strings.Builder
-	last := 0 // s[:last] is written
+	sp := splice{s: s}
 	for i := 0; i < len(s); i++ {
 		n := secretNameAt(lower, i)
 		if n == 0 {
@@ -274,17 +285,11 @@ func redactValues(s string) string {
 			continue
 		}
 		if s[from:to] != Redacted {
-			b.WriteString(s[last:from])
-			b.WriteString(Redacted)
-			last = to
+			sp.redact(from, to, "")
 		}
 		i = end - 1 // the next key starts after the value
 	}
-	if last == 0 {
-		return s
-	}
-	b.WriteString(s[last:])
-	return b.String()
+	return sp.String()
 }
 
 func skipBlanks(s string, i int) int {
@@ -341,8 +346,8 @@ func isSpace(c byte) bool {
 // and the password may hold "@" or "/", running to the last "@" before
 // white space.
 func redactURLPasswords(s string) string {
-	var b strings.Builder
-	last, runEnd, lastAt := 0, -1, -1
+	sp := splice{s: s}
+	runEnd, lastAt := -1, -1
 	for pos := 0; ; {
 		k := strings.Index(s[pos:], "://")
 		if k < 0 {
@@ -350,7 +355,7 @@ func redactURLPasswords(s string) string {
 		}
 		at := pos + k
 		pos = at + 3
-		if at < last || !hasScheme(s[:at]) {
+		if at < sp.last || !hasScheme(s[:at]) {
 			continue
 		}
 		i := pos
@@ -373,17 +378,11 @@ func redactURLPasswords(s string) string {
 			continue
 		}
 		if s[from:to] != Redacted {
-			b.WriteString(s[last:from])
-			b.WriteString(Redacted)
-			last = to
+			sp.redact(from, to, "")
 		}
 		pos = to
 	}
-	if last == 0 {
-		return s
-	}
-	b.WriteString(s[last:])
-	return b.String()
+	return sp.String()
 }
 
 // hasScheme reports whether s ends with a URL scheme: letters, digits,

@@ -90,11 +90,7 @@ type devicesAnswer struct {
 // every device, newest first.
 func (s *Server) handleDevices(w http.ResponseWriter, r *http.Request, p principal) {
 	ds, err := s.people().Devices(r.Context(), p.thread)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, devicesAnswer{Success: true, Devices: ds})
+	s.answer(w, r, devicesAnswer{Success: true, Devices: ds}, err)
 }
 
 // deviceAnswer is the 200 of a device's revoke.
@@ -108,10 +104,8 @@ type deviceAnswer struct {
 func (s *Server) handleDeviceRevoke(w http.ResponseWriter, r *http.Request, p principal) {
 	id := r.PathValue("id")
 	d, err := s.people().RevokeDevice(r.Context(), p.thread, id, caller(r, s.cfg.Trusted))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
+	if err == nil {
+		s.live.end(p.thread, id, chatrelay.ErrDeviceRevoked) // here at once; other nodes by the feed
 	}
-	s.live.end(p.thread, id, chatrelay.ErrDeviceRevoked) // here at once; other nodes by the feed
-	writeJSON(w, http.StatusOK, deviceAnswer{Success: true, Device: d})
+	s.answer(w, r, deviceAnswer{Success: true, Device: d}, err)
 }

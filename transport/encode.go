@@ -29,15 +29,33 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	writeBytes(w, status, bytes.TrimSuffix(b.Bytes(), []byte("\n")))
 }
 
+// answer writes ok, 200, when err is nil, else err's answer (writeError).
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, ok any, err error) {
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ok)
+}
+
 func writeBytes(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff") // never read as a script or a page
-	h.Set("Cache-Control", "no-store")
+	// The constant values are shared, capped slices: Header.Set would
+	// allocate a slice for each, per answer; an append to one (Add)
+	// copies it, and net/http sends a copy of the map.
+	h["Content-Type"] = hdrJSON[:1:1]
+	h["X-Content-Type-Options"] = hdrNosniff[:1:1] // never read as a script or a page
+	h["Cache-Control"] = hdrNoStore[:1:1]
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)
 }
+
+var (
+	hdrJSON    = []string{"application/json"}
+	hdrNosniff = []string{"nosniff"}
+	hdrNoStore = []string{"no-store"}
+)
 
 // postBody is the body of a post: {"text": "…", "kind": "operator"|"agent",
 // "client_id": "…"}.

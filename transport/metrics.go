@@ -49,43 +49,22 @@ const (
 
 func newOps(st store.Store, log *slog.Logger) *ops {
 	m := &ops{reg: prometheus.NewRegistry()}
-	m.streamsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "chatrelay_streams_open", Help: "Open live streams, by transport (sse, ws).",
-	}, []string{"transport"})
-	m.streamsOpened = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "chatrelay_streams_opened_total", Help: "Live streams opened (subscribed and backlog read), by transport.",
-	}, []string{"transport"})
-	m.appended = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "chatrelay_messages_appended_total", Help: "Messages this server appended to the store, by author kind.",
-	}, []string{"author"})
-	m.fed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "chatrelay_feed_messages_total", Help: "Messages the store's change feed delivered (appended by this server or another process, such as the host CLI), by author kind.",
-	}, []string{"author"})
-	m.fanout = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "chatrelay_fanout_delay_seconds",
-		Help:    "Time from the change feed delivering a stored message (for this server's own posts: the end of the store append) to its frame being written to a live stream, per stream, by transport.",
-		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-	}, []string{"transport"})
-	m.drops = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "chatrelay_hub_drops_total", Help: "Live subscribers the hub dropped, by reason: slow (a slow consumer whose queue was full), reset (must resume from the store), overflow (an idle subscriber handed a catch-up larger than its queue), shutdown.",
-	}, []string{"reason"})
-	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "chatrelay_requests_refused_total", Help: "Requests answered with an error code (the contract's machine code), by code.",
-	}, []string{"code"})
-	m.requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "chatrelay_http_request_duration_seconds",
-		Help: "HTTP request duration by route pattern and status. For a stream (SSE or WebSocket) it is the time to open it (headers sent or connection upgraded), not its lifetime.",
-		// The default buckets, 5ms to 10s.
-		Buckets: prometheus.DefBuckets,
-	}, []string{"route", "status"})
-	m.storeDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "chatrelay_store_duration_seconds",
-		Help:    "Store call duration, by operation: append (write), since and threads (reads).",
-		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-	}, []string{"op"})
-	m.storeErrs = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "chatrelay_store_errors_total", Help: "Store calls that failed, by operation (append, since, threads; rate_limit and stream_limit for the limiters' own calls to a shared store such as Redis, which refusals by a limit are not) and error code.",
-	}, []string{"op", "code"})
+	m.streamsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "chatrelay_streams_open", Help: "Open live streams, by transport (sse, ws)."}, []string{"transport"})
+	m.streamsOpened = counterVec("chatrelay_streams_opened_total", "Live streams opened (subscribed and backlog read), by transport.", "transport")
+	m.appended = counterVec("chatrelay_messages_appended_total", "Messages this server appended to the store, by author kind.", "author")
+	m.fed = counterVec("chatrelay_feed_messages_total", "Messages the store's change feed delivered (appended by this server or another process, such as the host CLI), by author kind.", "author")
+	m.fanout = histogramVec("chatrelay_fanout_delay_seconds",
+		"Time from the change feed delivering a stored message (for this server's own posts: the end of the store append) to its frame being written to a live stream, per stream, by transport.",
+		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}, "transport")
+	m.drops = counterVec("chatrelay_hub_drops_total", "Live subscribers the hub dropped, by reason: slow (a slow consumer whose queue was full), reset (must resume from the store), overflow (an idle subscriber handed a catch-up larger than its queue), shutdown.", "reason")
+	m.refused = counterVec("chatrelay_requests_refused_total", "Requests answered with an error code (the contract's machine code), by code.", "code")
+	m.requests = histogramVec("chatrelay_http_request_duration_seconds",
+		"HTTP request duration by route pattern and status. For a stream (SSE or WebSocket) it is the time to open it (headers sent or connection upgraded), not its lifetime.",
+		prometheus.DefBuckets, "route", "status") // the default buckets, 5ms to 10s
+	m.storeDur = histogramVec("chatrelay_store_duration_seconds",
+		"Store call duration, by operation: append (write), since and threads (reads).",
+		[]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, "op")
+	m.storeErrs = counterVec("chatrelay_store_errors_total", "Store calls that failed, by operation (append, since, threads; rate_limit and stream_limit for the limiters' own calls to a shared store such as Redis, which refusals by a limit are not) and error code.", "op", "code")
 	m.reg.MustRegister(m.streamsOpen, m.streamsOpened, m.appended, m.fed, m.fanout, m.drops,
 		m.refused, m.requests, m.storeDur, m.storeErrs,
 		&threadsCollector{st: st, log: log},
@@ -113,6 +92,16 @@ func newOps(st store.Store, log *slog.Logger) *ops {
 		m.storeDur.WithLabelValues(op)
 	}
 	return m
+}
+
+// counterVec is a counter with the labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// histogramVec is a histogram with the buckets and the labels.
+func histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 }
 
 // Registry is the server's own Prometheus registry: /metrics serves it,

@@ -278,11 +278,7 @@ type participantsAnswer struct {
 // grant, newest first.
 func (s *Server) handleParticipants(w http.ResponseWriter, r *http.Request, p principal) {
 	ps, err := s.people().List(r.Context(), p.thread)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, participantsAnswer{Success: true, Participants: ps})
+	s.answer(w, r, participantsAnswer{Success: true, Participants: ps}, err)
 }
 
 // participantAnswer is the 200 of a revoke.
@@ -296,12 +292,10 @@ type participantAnswer struct {
 func (s *Server) handleRevoke(w http.ResponseWriter, r *http.Request, p principal) {
 	id := r.PathValue("id")
 	pp, err := s.people().Revoke(r.Context(), p.thread, id, caller(r, s.cfg.Trusted))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
+	if err == nil {
+		s.live.end(p.thread, id, chatrelay.ErrLinkRevoked) // here at once; other nodes by the feed
 	}
-	s.live.end(p.thread, id, chatrelay.ErrLinkRevoked) // here at once; other nodes by the feed
-	writeJSON(w, http.StatusOK, participantAnswer{Success: true, Participant: pp})
+	s.answer(w, r, participantAnswer{Success: true, Participant: pp}, err)
 }
 
 // auditAnswer is the 200 of GET /api/chat/participants/audit.
@@ -313,11 +307,7 @@ type auditAnswer struct {
 // handleAudit serves GET /api/chat/participants/audit (the owner).
 func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request, p principal) {
 	events, err := s.people().AuditLog(r.Context(), p.thread)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, auditAnswer{Success: true, Events: events})
+	s.answer(w, r, auditAnswer{Success: true, Events: events}, err)
 }
 
 // member is a participant as whoami lists the others.

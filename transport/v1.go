@@ -78,7 +78,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request, who principa
 	if e.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	writeJSON(w, http.StatusCreated, postAnswer{Success: true, ID: e.ID, Epoch: e.Epoch, TS: e.TS, Thread: thread})
+	writePostAnswer(w, e, thread)
 }
 
 // post counts a checked post against the rate windows of the thread and of

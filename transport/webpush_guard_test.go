@@ -110,8 +110,9 @@ func TestPushSSRF(t *testing.T) {
 
 // TestPushNeverDelaysAndStops: with a push service that never answers
 // and a queue of one, posts and hermes's replies are all stored and
-// answered (the changes past the queue are dropped, and counted); the
-// server then shuts down and its workers return, the push in flight
+// answered (once the pushes in flight, 64, all hang, the worker waits,
+// and the changes past the queue are dropped, and counted); the server
+// then shuts down and its workers return, the pushes in flight
 // cancelled.
 func TestPushNeverDelaysAndStops(t *testing.T) {
 	t.Parallel()
@@ -135,8 +136,8 @@ func TestPushNeverDelaysAndStops(t *testing.T) {
 	e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
 	_, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "first"})
 	assert.Success(t, err)
-	<-hung // the one worker is stuck in a push
-	for i := range 20 {
+	<-hung // the first push hangs, and every later one (64 in flight) after it
+	for i := range 80 {
 		_, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "more"})
 		assert.Success(t, err)
 		status, _, b := e.do(http.MethodPost, chatrelay.PathPost, owner, `{"text":"still here"}`, nil)

@@ -29,9 +29,15 @@ import (
 
 // withPush is a server config with push on, reaching svc.
 func withPush(svc *pushtest.Service, more func(*transport.PushConfig)) func(*transport.Config) {
+	return withPushTo(svc.Certificate(), more)
+}
+
+// withPushTo is a server config with push on, reaching a push service
+// on 127.0.0.1 whose certificate is cert.
+func withPushTo(cert *x509.Certificate, more func(*transport.PushConfig)) func(*transport.Config) {
 	return func(c *transport.Config) {
 		pool := x509.NewCertPool()
-		pool.AddCert(svc.Certificate())
+		pool.AddCert(cert)
 		pc := &transport.PushConfig{
 			Contact: "mailto:ops@example.com",
 			Guard:   &webpush.Guard{Allow: []string{"127.0.0.1"}},

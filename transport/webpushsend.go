@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"context"
 	"encoding/base64"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -26,7 +27,13 @@ import (
 // change: it is pushed if it is an interaction that opens or closes, or a
 // message hermes posts; the node that claims it in the store (ClaimPush:
 // SET NX PX on Redis) sends it to the thread's subscriptions that want
-// it. A push service's 429 or 5xx (or no answer) is tried again, at most
+// it. Pushes stay out of the posts' way: a push's CPU work (encryption
+// and signing, ~150 µs) is done by one goroutine at a time (cpu), so
+// pushes never take more than one of GOMAXPROCS however many are due at
+// once, and its round trip to the push service then runs on its own
+// (at most pushInFlight at once, over the push client's connections:
+// one HTTP/2 connection per push service origin where it offers HTTP/2).
+// A push service's 429 or 5xx (or no answer) is tried again, at most
 // pushAttempts times within pushWindow, honouring Retry-After, by one
 // goroutine that holds the retries in time order; 404 and 410 delete the
 // subscription. Every outcome is counted in chatrelay_push_total{result}.
@@ -42,6 +49,10 @@ const (
 // longest deadline, so that a later change of the message (a reaction)
 // does not push "closed" again.
 var pushClaimClosed = time.Duration(chatrelay.LimitApprovalTime.Max)*time.Second + 3*time.Hour
+
+// pushInFlight bounds the pushes sent and not yet answered, of every
+// push service: a worker with more to send waits for one to end.
+const pushInFlight = 64
 
 // pushBackoff is the wait before each retry (at least Retry-After).
 var pushBackoff = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute}
@@ -69,6 +80,9 @@ type pusher struct {
 	backoff []time.Duration
 	queue   chan pushTask
 	retry   chan pushTask // to the retry goroutine
+	cpu     chan struct{} // held while a push is encrypted and signed: one at a time
+	flying  chan struct{} // held by each push in flight (pushInFlight)
+	sends   sync.WaitGroup
 	total   *prometheus.CounterVec
 	claims  *prometheus.CounterVec // won: "true" (this node sends the change's pushes) or "false" (another does)
 
@@ -108,6 +122,7 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		s: s, st: st, guard: guard, contact: cfg.Contact,
 		workers: orDefault(cfg.Workers, chatrelay.DefaultPushWorkers), backoff: orDefaults(cfg.Backoff, pushBackoff), queue: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)), retry: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)),
 		sender: &webpush.Sender{Client: webpush.NewClient(guard, cfg.TLS), Now: s.cfg.Now},
+		cpu:    make(chan struct{}, 1), flying: make(chan struct{}, pushInFlight),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatrelay_push_total",
 			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full or no claim), revoked (a participant's or a device's subscription whose grant ended).",
@@ -226,7 +241,7 @@ func (ps *pusher) run(ctx context.Context) {
 					return
 				case t := <-ps.queue:
 					if t.job != nil {
-						ps.send(ctx, t.job)
+						ps.start(ctx, t.job)
 					} else {
 						ps.fanOut(ctx, t.thread, t.entry.Message)
 					}
@@ -236,10 +251,15 @@ func (ps *pusher) run(ctx context.Context) {
 	}
 	wg.Go(func() { ps.retries(ctx) })
 	wg.Wait()
+	ps.sends.Wait()
 }
 
 // fanOut pushes one change to the thread's subscriptions that want it,
-// if this node claims it.
+// if this node claims it. Who gets it is decided first, from what every
+// node reads alike (the subscriptions, their events, their grants), so
+// that a change nobody gets makes no claim: a thread whose subscriptions
+// want other events, or whose participants' and devices' grants ended,
+// costs no write.
 func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message) {
 	typ := pushTypeOf(m)
 	subs, err := ps.st.PushSubscriptions(ctx, thread)
@@ -252,6 +272,21 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	}
 	if typ == chatrelay.PushTypeInteractionClosed {
 		ttl = pushClaimClosed
+	}
+	to := subs[:0:0]
+	for _, sub := range subs {
+		participant := strings.HasPrefix(sub.Subscriber, "p:")
+		device := strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix)
+		if !sub.Wants(event) || (participant && event == chatrelay.PushInteraction) {
+			continue
+		}
+		if (participant || device) && !ps.grantActive(ctx, thread, sub) {
+			continue // it died with its grant
+		}
+		to = append(to, sub)
+	}
+	if len(to) == 0 {
+		return
 	}
 	won, err := ps.st.ClaimPush(ctx, thread+":"+m.ID+":"+claim, ttl)
 	if err != nil {
@@ -271,18 +306,11 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		link        string
 	}
 	payloads := make(map[view][]byte)
-	var jobs []*pushJob
-	for _, sub := range subs {
+	jobs := make([]*pushJob, 0, len(to))
+	for _, sub := range to {
 		participant := strings.HasPrefix(sub.Subscriber, "p:")
-		device := strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix)
-		if !sub.Wants(event) || (participant && event == chatrelay.PushInteraction) {
-			continue
-		}
-		if (participant || device) && !ps.grantActive(ctx, thread, sub) {
-			continue // it died with its grant
-		}
 		page := "/"
-		if device {
+		if strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix) {
 			page = "/d" // the device's page: its token is in its local storage
 		}
 		if participant {
@@ -315,18 +343,47 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		}
 		jobs = append(jobs, &pushJob{thread: thread, sub: sub, msg: wm, first: now})
 	}
-	// The pushes of one change go out at once (at most
-	// LimitPushSubscriptions), each by a goroutine of this worker's,
-	// waited for here: one slow push service holds back only its own.
-	var wg sync.WaitGroup
 	for _, j := range jobs {
-		wg.Go(func() { ps.send(ctx, j) })
+		ps.start(ctx, j)
 	}
-	wg.Wait()
+}
+
+// start sends j on a goroutine of its own once one of the pushInFlight
+// places is free (waiting for it: the worker takes the next change
+// after), so that one slow push service holds back only its own pushes
+// and a change's pushes go out without waiting for each other's answers.
+// run waits for the sends at shutdown.
+func (ps *pusher) start(ctx context.Context, j *pushJob) {
+	select {
+	case ps.flying <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	ps.sends.Go(func() {
+		defer func() { <-ps.flying }()
+		ps.send(ctx, j)
+	})
+}
+
+// request makes m's request signed with v: its encryption and signing
+// (the CPU a push costs) holding ps.cpu, so that pushes never run on more
+// than one of GOMAXPROCS at once however many are due.
+func (ps *pusher) request(ctx context.Context, v *webpush.VAPID, m webpush.Message) (*http.Request, error) {
+	select {
+	case ps.cpu <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-ps.cpu }()
+	sender := webpush.Sender{VAPID: v, Client: ps.sender.Client, Now: ps.sender.Now}
+	return sender.Request(ctx, m)
 }
 
 // grantActive reports whether the grant of a participant's or a device's
-// subscription is active; if not, the subscription dies with it (deleted).
+// subscription is active. If the grant ended (or is gone), the
+// subscription dies with it: deleted, and counted "revoked" by the node
+// whose delete removed it (not by one that found it deleted already, nor
+// when the delete failed: it is tried again at the next change).
 func (ps *pusher) grantActive(ctx context.Context, thread string, sub chatrelay.PushSubscription) bool {
 	_, id, _ := strings.Cut(sub.Subscriber, ":")
 	if ps.s.parts != nil {
@@ -338,8 +395,13 @@ func (ps *pusher) grantActive(ctx context.Context, thread string, sub chatrelay.
 			return false // cannot tell now: not sent, kept
 		}
 	}
-	ps.st.PushUnsubscribe(ctx, thread, sub.ID)
-	ps.total.WithLabelValues(pushRevoked).Inc()
+	_, err := ps.st.PushUnsubscribe(ctx, thread, sub.ID)
+	switch {
+	case err == nil:
+		ps.total.WithLabelValues(pushRevoked).Inc()
+	case chatrelay.CodeOf(err) != chatrelay.NotFound:
+		ps.s.log.Warn("push: delete the subscription of an ended grant", "thread", thread, "push", sub.ID, "err", err)
+	}
 	return false
 }
 
@@ -352,15 +414,18 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 		ps.again(ctx, j, 0)
 		return
 	}
-	sender := *ps.sender
-	sender.VAPID = v
-	res, err := sender.Send(ctx, j.msg)
+	var res webpush.Result
+	req, err := ps.request(ctx, v, j.msg)
+	if err == nil {
+		res, err = ps.sender.Do(req)
+	}
 	if err == nil && (res.Status == 401 || res.Status == 403) {
 		// Signed with a key rotated since it was read? Read the store's;
 		// if it is another, this attempt is made again with it.
 		if nv, kerr := ps.vapid(ctx); kerr == nil && nv != v {
-			sender.VAPID = nv
-			res, err = sender.Send(ctx, j.msg)
+			if req, err = ps.request(ctx, nv, j.msg); err == nil {
+				res, err = ps.sender.Do(req)
+			}
 		}
 	}
 	switch {

@@ -33,9 +33,10 @@ package web_test
 //     event.waitUntil refuses a script-made event (it throws, after the
 //     listener started the answer), so the test waits on the outcome (the
 //     server's state, the replacing notification), not on the event. A
-//     click on the notification itself (open or focus the page) is not
-//     driven: clients.openWindow and focus need the activation a real
-//     click gives.
+//     click on the notification itself (open or focus the page) is the
+//     same event with no action (push_worker_test.go), which checks what
+//     the worker asks for: clients.openWindow and focus need the
+//     activation a real click gives, and refuse a script-made one.
 
 import (
 	"context"

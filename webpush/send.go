@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -64,7 +65,12 @@ type Sender struct {
 // NewClient is the HTTP client of pushes: every connection through
 // guard's DialContext, no proxy (a proxy would dial for us, unguarded),
 // no redirect followed, 30 s per request. roots, if not nil, replaces the
-// system's certificate authorities (tests).
+// system's certificate authorities (tests). A push service that offers
+// HTTP/2 (FCM, autopush and Apple's do) gets one connection, kept alive,
+// that carries every push to it at once: the first request to an origin
+// goes alone (firstContact), so that the pushes due together do not each
+// dial before the transport knows the origin speaks HTTP/2. One that
+// speaks HTTP/1.1 gets at most 16 connections.
 func NewClient(guard *Guard, roots *tls.Config) *http.Client {
 	tr := &http.Transport{
 		Proxy:                 nil,
@@ -72,41 +78,101 @@ func NewClient(guard *Guard, roots *tls.Config) *http.Client {
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          100,
 		MaxIdleConnsPerHost:   16,
+		MaxConnsPerHost:       16,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 25 * time.Second,
 		TLSClientConfig:       roots,
 	}
 	return &http.Client{
-		Transport:     tr,
+		Transport:     &firstContact{next: tr, answered: map[string]chan struct{}{}},
 		Timeout:       30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// maxOrigins bounds the origins firstContact remembers: past it, a new
+// origin's requests are not held back (they may dial at once, as the
+// transport does on its own).
+const maxOrigins = 1024
+
+// firstContact holds a request to an origin while the first one to it
+// is under way, until it is answered: by then the transport has the
+// origin's connection, and knows whether it speaks HTTP/2 (then every
+// request goes over it) or not.
+type firstContact struct {
+	next     http.RoundTripper
+	mu       sync.Mutex
+	answered map[string]chan struct{} // origin → closed once a request to it was answered
+}
+
+func (f *firstContact) RoundTrip(req *http.Request) (*http.Response, error) {
+	origin := req.URL.Scheme + "://" + req.URL.Host
+	f.mu.Lock()
+	done, ok := f.answered[origin]
+	if !ok && len(f.answered) < maxOrigins {
+		done = make(chan struct{})
+		f.answered[origin] = done
+		f.mu.Unlock()
+		resp, err := f.next.RoundTrip(req)
+		if err != nil { // the next request to it is the first again
+			f.mu.Lock()
+			delete(f.answered, origin)
+			f.mu.Unlock()
+		}
+		close(done)
+		return resp, err
+	}
+	f.mu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+	}
+	return f.next.RoundTrip(req)
+}
+
+// CloseIdleConnections closes the transport's idle connections.
+func (f *firstContact) CloseIdleConnections() {
+	if c, ok := f.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
 	}
 }
 
 // Send encrypts m's payload for its subscription, signs the request with
 // VAPID and posts it. It returns the push service's answer; an error is
 // a push that never got one (it could not be made, or the connection
-// failed or was refused by the Guard).
+// failed or was refused by the Guard). It is Request then Do.
 func (s *Sender) Send(ctx context.Context, m Message) (Result, error) {
+	req, err := s.Request(ctx, m)
+	if err != nil {
+		return Result{}, err
+	}
+	return s.Do(req)
+}
+
+// Request makes m's request: its payload encrypted for its subscription
+// (a fresh ECDH key pair and salt, RFC 8291), signed with VAPID. It is
+// Send's CPU work (about 150 µs; the VAPID JWT is signed once per push
+// service origin and reused), apart from Do's network round trip, so
+// that a caller can bound how much of it runs at once.
+func (s *Sender) Request(ctx context.Context, m Message) (*http.Request, error) {
 	if m.Topic != "" && !ValidTopic(m.Topic) {
-		return Result{}, fmt.Errorf("webpush: topic %q is not 1 … 32 base64url characters", m.Topic)
+		return nil, fmt.Errorf("webpush: topic %q is not 1 … 32 base64url characters", m.Topic)
 	}
 	body, err := Encrypt(m.Payload, m.Keys)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	now := time.Now
-	if s.Now != nil {
-		now = s.Now
-	}
-	auth, err := s.VAPID.Authorization(m.Endpoint, now())
+	auth, err := s.VAPID.Authorization(m.Endpoint, s.now())
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.Endpoint.String(), bytes.NewReader(body))
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	h := req.Header
 	h.Set("Authorization", auth)
@@ -119,13 +185,25 @@ func (s *Sender) Send(ctx context.Context, m Message) (Result, error) {
 	if m.Topic != "" {
 		h.Set("Topic", m.Topic)
 	}
+	return req, nil
+}
+
+// Do posts a request Request made and returns the push service's answer.
+func (s *Sender) Do(req *http.Request) (Result, error) {
 	resp, err := s.Client.Do(req)
 	if err != nil {
 		return Result{}, err
 	}
 	defer resp.Body.Close()
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	return Result{Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), now())}, nil
+	return Result{Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), s.now())}, nil
+}
+
+func (s *Sender) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
 }
 
 // retryAfter reads a Retry-After header: seconds, or an HTTP date.

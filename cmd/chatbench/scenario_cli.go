@@ -12,12 +12,11 @@ import (
 
 // S6: the host CLI replies from another process; a live SSE and a live
 // WebSocket subscriber of the thread each time it lands.
-func (b *bench) s6(ctx context.Context) *result {
-	r := &result{name: "host-reply"}
+func (b *bench) s6(ctx context.Context, r *result) {
 	cfg := b.cfg
 	if cfg.chatrelayBin == "" || (cfg.data == "") == (cfg.store == "") {
 		r.err = errors.New("S6 needs --chatrelay-bin and either --data (the server's data folder) or --store (its store)")
-		return r
+		return
 	}
 	where := []string{"reply", "--data", cfg.data}
 	if cfg.store != "" {
@@ -30,7 +29,7 @@ func (b *bench) s6(ctx context.Context) *result {
 	tag := newTag("S6")
 	if _, _, err := ps[0].post(ctx, th, tag+"x", 0); err != nil { // the thread must exist for reply
 		r.err = fmt.Errorf("create the thread: %w", err)
-		return r
+		return
 	}
 	subs := makeSubs(threads, 2, "mixed")
 	var got [2]atomic.Int64 // per subscriber: the newest reply seq received + 1
@@ -40,7 +39,7 @@ func (b *bench) s6(ctx context.Context) *result {
 	defer f.close()
 	if err != nil {
 		r.err = err
-		return r
+		return
 	}
 	var proc hist
 	var failed int64
@@ -72,5 +71,4 @@ func (b *bench) s6(ctx context.Context) *result {
 		r.int("reply_errors", failed)
 		r.note("last reply error: %s", lastErr)
 	}
-	return r
 }

@@ -13,12 +13,12 @@ import (
 // thread with its first message. S1 posts at a fixed rate to random threads
 // and measures latency (post sent → frame read, so the publish request is
 // in it); S2 follows on the same subscribers with closed-loop posters.
-func (b *bench) s1(ctx context.Context) *result {
-	return b.fanout(ctx, "S1", "latency", b.cfg.duration, b.cfg.rate, b.cfg.s1Posters)
+func (b *bench) s1(ctx context.Context, r *result) {
+	b.fanout(ctx, r, b.cfg.duration, b.cfg.rate, b.cfg.s1Posters)
 }
 
-func (b *bench) s2(ctx context.Context) *result {
-	return b.fanout(ctx, "S2", "throughput", b.cfg.s2Duration, 0, b.cfg.posters)
+func (b *bench) s2(ctx context.Context, r *result) {
+	b.fanout(ctx, r, b.cfg.s2Duration, 0, b.cfg.posters)
 }
 
 // fanSet is S1/S2's threads and their subscribers. It stays open from S1
@@ -68,8 +68,7 @@ func (b *bench) closeFan() {
 	}
 }
 
-func (b *bench) fanout(ctx context.Context, id, name string, d time.Duration, rate float64, posters int) *result {
-	r := &result{name: name}
+func (b *bench) fanout(ctx context.Context, r *result, d time.Duration, rate float64, posters int) {
 	cfg := b.cfg
 	fs, fresh := b.fanSet(ctx)
 	threads, f := fs.threads, fs.f
@@ -77,14 +76,14 @@ func (b *bench) fanout(ctx context.Context, id, name string, d time.Duration, ra
 	r.int("subs", int64(len(f.subs)))
 	if fs.err != nil {
 		r.err = fs.err
-		return r
+		return
 	}
 	if fresh {
 		r.ms("setup", fs.setup)
 	} else {
 		r.add("subscribers", "S1's", "S1's")
 	}
-	k := &sink{tag: newTag(id)}
+	k := &sink{tag: newTag(r.id)}
 	fs.to.cur.Store(k)
 
 	ps := b.newPosters(posters)
@@ -136,7 +135,6 @@ func (b *bench) fanout(ctx context.Context, id, name string, d time.Duration, ra
 	if drainErr != nil && got < want {
 		r.note("deliveries still missing %s after posting stopped", cfg.drain)
 	}
-	return r
 }
 
 // fanPosts is what S1's and S2's posts record: their outcomes, the

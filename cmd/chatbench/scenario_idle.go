@@ -14,8 +14,7 @@ import (
 // S3: idle streams. The server's RSS before and after opening them gives
 // the memory of one idle stream; a message to every thread at the end shows
 // that every stream is still alive.
-func (b *bench) s3(ctx context.Context) *result {
-	r := &result{name: "idle"}
+func (b *bench) s3(ctx context.Context, r *result) {
 	cfg := b.cfg
 	threads := newThreads(cfg.idleThreads)
 	subs := makeSubs(threads, cfg.idle, cfg.idleMix)
@@ -52,7 +51,7 @@ func (b *bench) s3(ctx context.Context) *result {
 	defer f.close()
 	if err != nil {
 		r.err = err
-		return r
+		return
 	}
 	r.ms("setup", setup)
 	select {
@@ -88,7 +87,6 @@ func (b *bench) s3(ctx context.Context) *result {
 		r.note("streams ended while idle: %s", f.firstErr())
 	}
 	st.report(r)
-	return r
 }
 
 // procNoFile is the soft open-file limit of process pid.

@@ -12,8 +12,7 @@ import (
 
 // S4: pollers. Each poll asks a random thread for its newest 50 messages
 // (--poll-since full) or for what is newer than its cursor (cursor: nothing).
-func (b *bench) s4(ctx context.Context) *result {
-	r := &result{name: "poll"}
+func (b *bench) s4(ctx context.Context, r *result) {
 	cfg := b.cfg
 	threads := newThreads(cfg.pollThreads)
 	tag := newTag("S4")
@@ -38,7 +37,7 @@ func (b *bench) s4(ctx context.Context) *result {
 	st.report(r)
 	if st.ok.Load() < int64(total) {
 		r.err = fmt.Errorf("%d of %d messages stored", st.ok.Load(), total)
-		return r
+		return
 	}
 	want := min(cfg.pollMessages, 50)
 	if cfg.pollSince == "cursor" {
@@ -96,7 +95,6 @@ func (b *bench) s4(ctx context.Context) *result {
 		r.int("poll_errors", n)
 		r.note("last poll error: %s", *lastErr.Load())
 	}
-	return r
 }
 
 // recorder keeps every epoch each subscriber receives (S5) and times the

@@ -39,8 +39,7 @@ func (k *recorder) message(s *subscriber, epoch int64, text string) {
 // S5: every subscriber drops at once and resumes from its cursor while
 // posts continue; each must then have every acknowledged post of its thread
 // exactly once, in order.
-func (b *bench) s5(ctx context.Context) *result {
-	r := &result{name: "resume"}
+func (b *bench) s5(ctx context.Context, r *result) {
 	cfg := b.cfg
 	threads := newThreads(cfg.stormThreads)
 	subs := makeSubs(threads, cfg.storm, "mixed")
@@ -51,7 +50,7 @@ func (b *bench) s5(ctx context.Context) *result {
 	r.int("threads", int64(len(threads)))
 	if err != nil {
 		r.err = err
-		return r
+		return
 	}
 	r.ms("setup", setup)
 
@@ -80,7 +79,6 @@ func (b *bench) s5(ctx context.Context) *result {
 	reportResume(r, subs, k, liveErr, allLive)
 	r.cpu(u, "", 0)
 	st.report(r)
-	return r
 }
 
 // postSteadily posts at S5's rate to random threads, recording each

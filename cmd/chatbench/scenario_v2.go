@@ -21,8 +21,7 @@ import (
 // carries all its reactions) and its latency: reaction request sent →
 // first update frame holding it. Every message and every reaction must
 // reach both subscribers of its thread.
-func (b *bench) s7(ctx context.Context) *result {
-	r := &result{name: "v2"}
+func (b *bench) s7(ctx context.Context, r *result) {
 	cfg := b.cfg
 	threads := newThreads(cfg.v2Threads)
 	subs := makeSubs(threads, 2*len(threads), "mixed")
@@ -36,7 +35,7 @@ func (b *bench) s7(ctx context.Context) *result {
 	r.int("subs", int64(len(subs)))
 	if err != nil {
 		r.err = err
-		return r
+		return
 	}
 	defer f.close()
 	r.ms("setup", setup)
@@ -98,7 +97,6 @@ func (b *bench) s7(ctx context.Context) *result {
 	if drainErr != nil {
 		r.note("deliveries still missing %s after the changes stopped", cfg.drain)
 	}
-	return r
 }
 
 // maxReactions is the server's message.reactions limit (GET

@@ -29,25 +29,25 @@ type bench struct {
 // startUsage starts a CPU meter of the tool, the server and the backend.
 func (b *bench) startUsage() *usage { return startUsage(b.pid, b.bePID) }
 
+// scenarioRuns are the scenarios by id: the name of each one's result,
+// and its run, which fills the result in.
+var scenarioRuns = map[string]struct {
+	name string
+	run  func(b *bench, ctx context.Context, r *result)
+}{
+	"S1": {"latency", (*bench).s1},
+	"S2": {"throughput", (*bench).s2},
+	"S3": {"idle", (*bench).s3},
+	"S4": {"poll", (*bench).s4},
+	"S5": {"resume", (*bench).s5},
+	"S6": {"host-reply", (*bench).s6},
+	"S7": {"v2", (*bench).s7},
+}
+
 func (b *bench) runScenario(ctx context.Context, id string) *result {
-	var r *result
-	switch id {
-	case "S1":
-		r = b.s1(ctx)
-	case "S2":
-		r = b.s2(ctx)
-	case "S3":
-		r = b.s3(ctx)
-	case "S4":
-		r = b.s4(ctx)
-	case "S5":
-		r = b.s5(ctx)
-	case "S6":
-		r = b.s6(ctx)
-	case "S7":
-		r = b.s7(ctx)
-	}
-	r.id = id
+	sc := scenarioRuns[id]
+	r := &result{id: id, name: sc.name}
+	sc.run(b, ctx, r)
 	return r
 }
 

@@ -19,13 +19,9 @@ import (
 // states its own at GET /api/limits.json). Both are the bytes the server
 // serves and the repository commits under schema/.
 func schema(_ context.Context, e cmdEnv) error {
-	fs := newFlags("schema", "schema [--limits]", e.stderr)
-	limits := fs.Bool("limits", false, "print the limits artifact instead: every limit with its unit, the id patterns, and the default rate windows, stream limits, retention and MCP bounds")
-	if err := parse(fs, e.args, e.getenv); err != nil {
+	limits := e.fs.Bool("limits", false, "print the limits artifact instead: every limit with its unit, the id patterns, and the default rate windows, stream limits, retention and MCP bounds")
+	if _, _, err := e.parseForm(form{"", 0, "no arguments"}); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError("schema takes no arguments")
 	}
 	b := chatrelay.Schema()
 	if *limits {

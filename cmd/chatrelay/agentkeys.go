@@ -22,26 +22,13 @@ import (
 // its SHA-256 digest), and what it is on standard error. A revoke ends
 // the key's MCP sessions on every running server within a second.
 func agent(ctx context.Context, e cmdEnv) error {
-	fs := newFlags("agent", "agent add NAME [--threads all | THREAD,…] | agent list [--json] | agent revoke ID", e.stderr)
 	sf := storeFlags{}
-	sf.register(fs, true)
-	threads := fs.String("threads", chatrelay.ScopeAll, "add: the threads the key reaches: `all`, or thread ids separated by commas")
-	asJSON := fs.Bool("json", false, "list: one JSON array")
-	if err := parse(fs, e.args, e.getenv); err != nil {
+	sf.register(e.fs, true)
+	threads := e.fs.String("threads", chatrelay.ScopeAll, "add: the threads the key reaches: `all`, or thread ids separated by commas")
+	asJSON := e.fs.Bool("json", false, "list: one JSON array")
+	verb, args, err := e.parseForm(form{"add", 1, "NAME"}, form{"list", 0, "no operands"}, form{"revoke", 1, "ID"})
+	if err != nil {
 		return err
-	}
-	args := fs.Args()
-	if len(args) == 0 {
-		return usageError("agent needs add, list or revoke")
-	}
-	verb, args := args[0], args[1:]
-	want := map[string]int{"add": 1, "list": 0, "revoke": 1}
-	n, ok := want[verb]
-	if !ok {
-		return usageError(fmt.Sprintf("agent: unknown %q: add, list or revoke", verb))
-	}
-	if len(args) != n {
-		return usageError(fmt.Sprintf("agent %s takes %d operand(s)", verb, n))
 	}
 	st, err := sf.openHost(ctx)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/chatrelay/chatrelay"
@@ -20,15 +21,14 @@ import (
 // It writes through the same store and locks as the server: a revoke here
 // ends the device's streams on a running server within a second.
 func device(ctx context.Context, e cmdEnv) error {
-	fs := newFlags("device", "device THREAD --name NAME [flags] | device list THREAD [--json] | device revoke THREAD ID", e.stderr)
 	var f deviceFlags
-	f.register(fs)
-	if err := parse(fs, e.args, e.getenv); err != nil {
-		return err
-	}
-	verb, args, err := deviceArgs(fs)
+	f.register(e.fs)
+	verb, args, err := e.parseForm(form{"", 1, "THREAD --name NAME"}, form{"list", 1, "THREAD"}, form{"revoke", 2, "THREAD and ID"})
 	if err != nil {
 		return err
+	}
+	if verb != "" && (given(e.fs, "name") || given(e.fs, "expires-in")) {
+		return usageError("--name and --expires-in are for making a device: chatrelay device THREAD --name NAME")
 	}
 	thread := args[0]
 	st, people, err := openParticipants(ctx, &f.store, thread, "devices")
@@ -65,44 +65,21 @@ func (f *deviceFlags) register(fs *flag.FlagSet) {
 	f.asJSON = fs.Bool("json", false, "make, list: one JSON object instead of text")
 }
 
-// deviceArgs reads the verb (make when none is named) and checks its
-// arguments: args[0] is the thread.
-func deviceArgs(fs *flag.FlagSet) (verb string, args []string, err error) {
-	args = fs.Args()
-	verb = "make"
-	if len(args) > 0 && (args[0] == "list" || args[0] == "revoke") {
-		verb, args = args[0], args[1:]
-	}
-	want := map[string]int{"make": 1, "list": 1, "revoke": 2}[verb]
-	if len(args) != want {
-		return "", nil, usageError(fmt.Sprintf("device %s takes %s", verb, map[string]string{
-			"make": "THREAD --name NAME", "list": "THREAD", "revoke": "THREAD and ID"}[verb]))
-	}
-	if verb != "make" && (given(fs, "name") || given(fs, "expires-in")) {
-		return "", nil, usageError("--name and --expires-in are for making a device: chatrelay device THREAD --name NAME")
-	}
-	return verb, args, nil
-}
-
 // deviceList prints the thread's devices.
 func deviceList(ctx context.Context, e cmdEnv, people *host.Participants, thread string, asJSON bool) error {
 	ds, err := people.Devices(ctx, thread)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return printJSON(e.stdout, map[string]any{"thread": thread, "devices": ds})
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DEVICE\tSTATE\tLAST SEEN (UTC)\tEXPIRES (UTC)")
-	for _, d := range ds {
-		seen := "never"
-		if d.LastSeen != 0 {
-			seen = utc(d.LastSeen)
+	return printThreadList(e, thread, "devices", asJSON, ds, err, func(w io.Writer, ds []chatrelay.Device) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "DEVICE\tSTATE\tLAST SEEN (UTC)\tEXPIRES (UTC)")
+		for _, d := range ds {
+			seen := "never"
+			if d.LastSeen != 0 {
+				seen = utc(d.LastSeen)
+			}
+			fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\n", d.Name, d.ID, d.State, seen, utc(d.ExpiresAt))
 		}
-		fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\n", d.Name, d.ID, d.State, seen, utc(d.ExpiresAt))
-	}
-	return tw.Flush()
+		return tw.Flush()
+	})
 }
 
 // deviceIssue makes a device and prints its link, shown this once. The

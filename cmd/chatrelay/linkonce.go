@@ -65,3 +65,16 @@ func printLinkEnd(w io.Writer, base, link string) {
 		}
 	}
 }
+
+// printThreadList prints a list of the thread's (its share links, its
+// devices, its audit trail) read with err: with --json one object,
+// {"thread": …, key: list}; else text writes it.
+func printThreadList[T any](e cmdEnv, thread, key string, asJSON bool, list []T, err error, text func(w io.Writer, list []T) error) error {
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(e.stdout, map[string]any{"thread": thread, key: list})
+	}
+	return text(e.stdout, list)
+}

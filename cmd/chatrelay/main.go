@@ -28,13 +28,16 @@ func main() {
 	os.Exit(exitCode(err))
 }
 
-// cmdEnv is what a command runs with: main's process, or a test's.
+// cmdEnv is what a command runs with: main's process, or a test's, and
+// fs, a flag set whose usage prints the command's synopsis from the
+// table (commands with a synopsis of their own make their own).
 type cmdEnv struct {
 	args   []string
 	getenv func(string) string
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	fs     *flag.FlagSet
 }
 
 // command is one subcommand: its name, its synopsis (after "chatrelay
@@ -62,7 +65,7 @@ var commands = []command{
 		"share the conversation with a link (shown once), list, revoke and audit the links", share},
 	{"device", "THREAD --name NAME [--expires-in D] [--public-url URL] | device list THREAD [--json] | device revoke THREAD ID",
 		"open the conversation on another device of the owner's: its link (shown once), list and revoke devices", device},
-	{"push", "rotate-key", "make a new VAPID key pair for Web Push (printed: its public key); browsers subscribed with the old one must subscribe again", push},
+	{"push", "rotate-key [--data DIR | --store URL]", "make a new VAPID key pair for Web Push (printed: its public key); browsers subscribed with the old one must subscribe again", push},
 	{"watch", "[--data DIR] [--since EPOCH] [--all] [--v2]", "new messages of every thread, and interaction updates, one JSON line each (no server needed)",
 		func(ctx context.Context, e cmdEnv) error { return watch(ctx, e.args, e.getenv, e.stdout, e.stderr) }},
 	{"subscribe", "--server URL [--token T | --ticket K] [--since N]", "one thread's live stream from a remote server, one JSON line each",
@@ -107,7 +110,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	for _, c := range commands {
 		if c.name == name {
-			return c.run(ctx, cmdEnv{args: rest, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr})
+			fs := newFlags(c.name, strings.TrimSpace(c.name+" "+c.synopsis), stderr)
+			return c.run(ctx, cmdEnv{args: rest, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, fs: fs})
 		}
 	}
 	fmt.Fprint(stderr, usage())

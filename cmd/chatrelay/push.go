@@ -16,14 +16,10 @@ import (
 // server of the store signs with from its next push. Browsers subscribed
 // with the old key must subscribe again (the page's Notify me switch).
 func push(ctx context.Context, e cmdEnv) error {
-	fs := newFlags("push", "push rotate-key [--data DIR | --store URL]", e.stderr)
 	var sf storeFlags
-	sf.register(fs, true)
-	if err := parse(fs, e.args, e.getenv); err != nil {
+	sf.register(e.fs, true)
+	if _, _, err := e.parseForm(form{"rotate-key", 0, "no operands"}); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 || fs.Arg(0) != "rotate-key" {
-		return usageError("push takes rotate-key: chatrelay push rotate-key")
 	}
 	st, err := sf.openHost(ctx)
 	if err != nil {

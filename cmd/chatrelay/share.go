@@ -24,13 +24,12 @@ import (
 // It writes through the same store and locks as the server: a revoke here
 // ends the participant's streams on a running server within a second.
 func share(ctx context.Context, e cmdEnv) error {
-	fs := newFlags("share", "share THREAD --name NAME [flags] | share list THREAD [--json] | share revoke THREAD (ID | --all) | share audit THREAD [--json]", e.stderr)
 	var f shareFlags
-	f.register(fs)
-	if err := parse(fs, e.args, e.getenv); err != nil {
+	f.register(e.fs)
+	if err := e.parse(); err != nil {
 		return err
 	}
-	verb, args, err := shareArgs(fs, f.all)
+	verb, args, err := shareArgs(e.fs, *f.all)
 	if err != nil {
 		return err
 	}
@@ -72,65 +71,49 @@ func (f *shareFlags) register(fs *flag.FlagSet) {
 	f.all = fs.Bool("all", false, "revoke: every active link of the thread")
 }
 
-// shareArgs reads the verb (invite when none is named) and checks its
-// arguments: args[0] is the thread.
-func shareArgs(fs *flag.FlagSet, all *bool) (verb string, args []string, err error) {
-	args = fs.Args()
-	verb = "invite"
-	if len(args) > 0 && (args[0] == "list" || args[0] == "revoke" || args[0] == "audit") {
-		verb, args = args[0], args[1:]
+// shareArgs reads the verb ("" to invite) and checks its arguments:
+// args[0] is the thread. With --all, revoke takes the thread alone.
+func shareArgs(fs *flag.FlagSet, all bool) (verb string, args []string, err error) {
+	revoke := form{"revoke", 2, "THREAD and ID (or --all)"}
+	if all {
+		revoke.n = 1
 	}
-	want := map[string]int{"invite": 1, "list": 1, "audit": 1, "revoke": 2}[verb]
-	if verb == "revoke" && *all {
-		want = 1
-	}
-	if len(args) != want {
-		return "", nil, usageError(fmt.Sprintf("share %s takes %s", verb, map[string]string{
-			"invite": "THREAD --name NAME", "list": "THREAD", "audit": "THREAD", "revoke": "THREAD and ID (or --all)"}[verb]))
-	}
-	if verb != "invite" && given(fs, "name") {
+	verb, args, err = readForm("share", fs.Args(), []form{{"", 1, "THREAD --name NAME"}, {"list", 1, "THREAD"}, {"audit", 1, "THREAD"}, revoke})
+	if err == nil && verb != "" && given(fs, "name") {
 		return "", nil, usageError("--name is for inviting: chatrelay share THREAD --name NAME")
 	}
-	return verb, args, nil
+	return verb, args, err
 }
 
 // shareList prints the thread's participants.
 func shareList(ctx context.Context, e cmdEnv, people *host.Participants, thread string, asJSON bool) error {
 	ps, err := people.List(ctx, thread)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return printJSON(e.stdout, map[string]any{"thread": thread, "participants": ps})
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTICIPANT\tROLE\tKIND\tSTATE\tSENT/CAP\tEXPIRES (UTC)")
-	for _, p := range ps {
-		fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\t%d/%d\t%s\n", p.Name, p.ID, p.Role, p.Kind, p.State, p.Sent, p.Cap, utc(p.ExpiresAt))
-	}
-	return tw.Flush()
+	return printThreadList(e, thread, "participants", asJSON, ps, err, func(w io.Writer, ps []chatrelay.Participant) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PARTICIPANT\tROLE\tKIND\tSTATE\tSENT/CAP\tEXPIRES (UTC)")
+		for _, p := range ps {
+			fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\t%d/%d\t%s\n", p.Name, p.ID, p.Role, p.Kind, p.State, p.Sent, p.Cap, utc(p.ExpiresAt))
+		}
+		return tw.Flush()
+	})
 }
 
 // shareAudit prints the thread's audit trail.
 func shareAudit(ctx context.Context, e cmdEnv, people *host.Participants, thread string, asJSON bool) error {
 	events, err := people.AuditLog(ctx, thread)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return printJSON(e.stdout, map[string]any{"thread": thread, "events": events})
-	}
-	for _, ev := range events {
-		line := fmt.Sprintf("%s  %-9s %s", utc(ev.At), ev.Event, ev.Participant+ev.Device) // a participant's or a device's
-		if ev.Code != "" {
-			line += "  " + string(ev.Code)
+	return printThreadList(e, thread, "events", asJSON, events, err, func(w io.Writer, events []chatrelay.AuditEvent) error {
+		for _, ev := range events {
+			line := fmt.Sprintf("%s  %-9s %s", utc(ev.At), ev.Event, ev.Participant+ev.Device) // a participant's or a device's
+			if ev.Code != "" {
+				line += "  " + string(ev.Code)
+			}
+			if ev.IP != "" {
+				line += "  from " + ev.IP
+			}
+			fmt.Fprintln(w, line)
 		}
-		if ev.IP != "" {
-			line += "  from " + ev.IP
-		}
-		fmt.Fprintln(e.stdout, line)
-	}
-	return nil
+		return nil
+	})
 }
 
 // shareRevoke revokes the participant ids[0], or with no id every active

@@ -73,6 +73,15 @@ func (v *verbFlags) open(ctx context.Context, e cmdEnv, n int, what string) (*ho
 	return &host.Verbs{Store: st, PublicURL: base}, func() { st.Close() }, nil
 }
 
+// printResult prints a verb's result r as one JSON object, or returns
+// its error.
+func (e cmdEnv) printResult(r any, err error) error {
+	if err != nil {
+		return err
+	}
+	return printJSON(e.stdout, r)
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
@@ -260,11 +269,7 @@ func check(ctx context.Context, e cmdEnv) error {
 	if *wait {
 		return waitAndExit(ctx, h, e, v.fs.Arg(0), v.fs.Arg(1))
 	}
-	r, err := h.CheckInteraction(ctx, host.InteractionInput{Thread: v.fs.Arg(0), InteractionID: v.fs.Arg(1)})
-	if err != nil {
-		return err
-	}
-	return printJSON(e.stdout, r)
+	return e.printResult(h.CheckInteraction(ctx, host.InteractionInput{Thread: v.fs.Arg(0), InteractionID: v.fs.Arg(1)}))
 }
 
 func cancel(ctx context.Context, e cmdEnv) error {
@@ -274,11 +279,7 @@ func cancel(ctx context.Context, e cmdEnv) error {
 		return err
 	}
 	defer done()
-	r, err := h.CancelInteraction(ctx, host.InteractionInput{Thread: v.fs.Arg(0), InteractionID: v.fs.Arg(1)})
-	if err != nil {
-		return err
-	}
-	return printJSON(e.stdout, r)
+	return e.printResult(h.CancelInteraction(ctx, host.InteractionInput{Thread: v.fs.Arg(0), InteractionID: v.fs.Arg(1)}))
 }
 
 func react(ctx context.Context, e cmdEnv) error {
@@ -289,11 +290,7 @@ func react(ctx context.Context, e cmdEnv) error {
 		return err
 	}
 	defer done()
-	r, err := h.React(ctx, host.ReactInput{Thread: v.fs.Arg(0), MessageID: v.fs.Arg(1), Emoji: v.fs.Arg(2), Remove: *remove})
-	if err != nil {
-		return err
-	}
-	return printJSON(e.stdout, r)
+	return e.printResult(h.React(ctx, host.ReactInput{Thread: v.fs.Arg(0), MessageID: v.fs.Arg(1), Emoji: v.fs.Arg(2), Remove: *remove}))
 }
 
 func card(ctx context.Context, e cmdEnv) error {
@@ -316,11 +313,7 @@ func card(ctx context.Context, e cmdEnv) error {
 	if err != nil {
 		return err
 	}
-	r, err := h.SendCard(ctx, host.SendCardInput{Thread: v.fs.Arg(0), Card: c, ClientID: v.clientID})
-	if err != nil {
-		return err
-	}
-	return printJSON(e.stdout, r)
+	return e.printResult(h.SendCard(ctx, host.SendCardInput{Thread: v.fs.Arg(0), Card: c, ClientID: v.clientID}))
 }
 
 // readFile reads at most limit bytes of a file the command line names.

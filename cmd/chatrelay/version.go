@@ -12,12 +12,8 @@ import (
 // its time when the build recorded them (a "+dirty" revision had
 // uncommitted changes), and the Go version.
 func version(ctx context.Context, e cmdEnv) error {
-	fs := newFlags("version", "version", e.stderr)
-	if err := parse(fs, e.args, e.getenv); err != nil {
+	if _, _, err := e.parseForm(form{"", 0, "no operands"}); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		return usageError("version takes no operands")
 	}
 	_, err := fmt.Fprintln(e.stdout, versionLine())
 	return err

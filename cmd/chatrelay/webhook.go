@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -81,21 +80,12 @@ func (h *hookFlags) deliverer(st *store.Backend, reg prometheus.Registerer, log 
 
 // webhookCmd runs "chatrelay webhook test URL [--secret whsec_…]".
 func webhookCmd(ctx context.Context, e cmdEnv) error {
-	args := e.args
-	if len(args) > 0 && args[0] == "test" {
-		args = args[1:]
-	} else if len(args) == 0 || !strings.HasPrefix(args[0], "-") { // --help is answered below
-		return usageError(`webhook: want "webhook test URL [--secret whsec_…]"`)
-	}
-	fs := newFlags("webhook", "webhook test URL [--secret whsec_…]", e.stderr)
-	secret := fs.String("secret", "", "the signing `secret` (default: CHATRELAY_WEBHOOK_SECRET, as serve's --webhook-secret)")
-	if err := parse(fs, args, e.getenv); err != nil {
+	secret := e.fs.String("secret", "", "the signing `secret` (default: CHATRELAY_WEBHOOK_SECRET, as serve's --webhook-secret)")
+	_, args, err := e.parseForm(form{"test", 1, "one URL"})
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError("webhook test takes one URL")
-	}
-	u := fs.Arg(0)
+	u := args[0]
 	if err := checkHookURL(u); err != nil {
 		return err
 	}

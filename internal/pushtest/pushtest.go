@@ -23,11 +23,13 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -83,7 +85,11 @@ type Service struct {
 	counts map[string]int
 	bound  map[string]string // path → the VAPID key its subscription was made with
 	wake   chan struct{}
+	conns  atomic.Int64 // connections accepted
 }
+
+// Conns is how many connections the Service accepted so far.
+func (s *Service) Conns() int64 { return s.conns.Load() }
 
 // Bind makes the Service refuse (403) a push to path signed by another
 // VAPID key than key, as a push service refuses a push whose key is not
@@ -99,25 +105,70 @@ func (s *Service) Bind(path, key string) {
 
 // NewService starts a Service on 127.0.0.1 (closed at the test's end).
 func NewService(tb testing.TB) *Service {
-	s := &Service{subs: map[string]Subscription{}, counts: map[string]int{}, wake: make(chan struct{})}
-	s.Server = httptest.NewTLSServer(http.HandlerFunc(s.serve))
+	s := newService(false, nil)
 	tb.Cleanup(s.Close)
+	return s
+}
+
+// NewHTTP2Service starts a Service on 127.0.0.1 that offers HTTP/2, as
+// the real push services do (closed at the test's end).
+func NewHTTP2Service(tb testing.TB) *Service {
+	s := newService(true, nil)
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// newService starts a Service, offering HTTP/2 if h2; control, if not
+// nil, makes the handler of the paths under /_control/.
+func newService(h2 bool, control func(*Service) http.Handler) *Service {
+	s := &Service{subs: map[string]Subscription{}, counts: map[string]int{}, wake: make(chan struct{})}
+	var extra http.Handler
+	if control != nil {
+		extra = control(s)
+	}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if extra != nil && strings.HasPrefix(r.URL.Path, "/_control/") {
+			extra.ServeHTTP(w, r)
+			return
+		}
+		s.serve(w, r)
+	}))
+	s.EnableHTTP2 = h2
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.StartTLS()
 	return s
 }
 
 // Subscribe makes a subscription whose endpoint is at the Service.
 func (s *Service) Subscribe(tb testing.TB, name string) Subscription {
 	tb.Helper()
-	k, err := ecdh.P256().GenerateKey(rand.Reader)
+	sub, err := newSubscription(s.URL, name)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sub := Subscription{Endpoint: s.URL + "/push/" + name, Key: k, Auth: make([]byte, 16)}
-	rand.Read(sub.Auth)
+	s.add(name, sub)
+	return sub
+}
+
+func (s *Service) add(name string, sub Subscription) {
 	s.mu.Lock()
 	s.subs["/push/"+name] = sub
 	s.mu.Unlock()
-	return sub
+}
+
+// newSubscription makes a subscription's keys, its endpoint at base.
+func newSubscription(base, name string) (Subscription, error) {
+	k, err := ecdh.P256().GenerateKey(rand.Reader)
+	if err != nil {
+		return Subscription{}, err
+	}
+	sub := Subscription{Endpoint: base + "/push/" + name, Key: k, Auth: make([]byte, 16)}
+	rand.Read(sub.Auth)
+	return sub, nil
 }
 
 // Pushes returns every push received so far, in order.

@@ -28,6 +28,8 @@ type Server struct {
 	bin     string
 	dir     string
 	persist bool
+	extra   []string // more arguments (a cluster node's)
+	busPort int      // a cluster node's bus port, chosen with its port
 
 	mu   sync.Mutex // guards port, cmd and done
 	port int
@@ -132,6 +134,11 @@ func (s *Server) start(newPort bool) error {
 			s.mu.Lock()
 			s.port = port
 			s.mu.Unlock()
+			if s.extra != nil {
+				if s.busPort, err = freePort(); err != nil {
+					return err
+				}
+			}
 		}
 		args := []string{
 			"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
@@ -141,6 +148,9 @@ func (s *Server) start(newPort bool) error {
 			args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 		} else {
 			args = append(args, "--appendonly", "no")
+		}
+		if s.extra != nil {
+			args = append(append(args, s.extra...), "--cluster-port", strconv.Itoa(s.busPort))
 		}
 		cmd := exec.Command(s.bin, args...)
 		// If the test binary dies without cleaning up (a panic, a timeout),

@@ -269,10 +269,24 @@ func assertNothingStaged(t *testing.T, b *Backend, thread string, files int) {
 		}
 		assert.Equal(t, "temp files", temps, 0)
 		assert.Equal(t, "stored files", blobs, files)
-	case Redis:
-		c := redis.NewClient(&redis.Options{Addr: b.Server.Addr()})
-		defer c.Close()
-		keys, err := c.Keys(context.Background(), b.Prefix+"{"+thread+"}:att:*").Result()
+	default:
+		var keys []string
+		c := b.ThreadClient(t, thread)
+		pattern := b.KeyPrefix(thread) + "{" + thread + "}:att:*"
+		var err error
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			// KEYS on a cluster asks one node: ask every primary.
+			var mu sync.Mutex
+			err = cc.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
+				ks, err := n.Keys(ctx, pattern).Result()
+				mu.Lock()
+				keys = append(keys, ks...)
+				mu.Unlock()
+				return err
+			})
+		} else {
+			keys, err = c.Keys(context.Background(), pattern).Result()
+		}
 		assert.Success(t, err)
 		var blobs, staged int
 		for _, k := range keys {

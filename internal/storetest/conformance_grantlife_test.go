@@ -19,11 +19,12 @@ import (
 // index, as text.
 func (b *Backend) stored(t *testing.T, thread string) string {
 	t.Helper()
-	if b.Name == Redis {
-		c := b.Client(t)
+	if IsRedis(b.Name) {
+		c := b.ThreadClient(t, thread)
 		ctx := context.Background()
 		var out strings.Builder
-		for _, key := range []string{b.Prefix + "{" + thread + "}:grants", b.Prefix + "grant-index"} {
+		p := b.KeyPrefix(thread)
+		for _, key := range []string{p + "{" + thread + "}:grants", p + "grant-index"} {
 			fields, err := c.HGetAll(ctx, key).Result()
 			assert.Success(t, err)
 			for f, v := range fields {

@@ -187,7 +187,7 @@ func TestPushClaimOnce(t *testing.T) {
 		assert.Success(t, err)
 		ok2, err := c.ClaimPush(ctx, "x:1", time.Minute)
 		assert.Success(t, err)
-		if backend == Redis {
+		if IsRedis(backend) {
 			assert.True(t, ok1 && !ok2, "claims %v %v", ok1, ok2)
 		} else {
 			assert.True(t, ok1 && ok2, "claims %v %v", ok1, ok2)

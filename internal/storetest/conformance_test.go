@@ -309,10 +309,42 @@ func TestOpenBySpec(t *testing.T) {
 		assert.Success(t, err)
 		assert.True(t, string(ka) == string(kb), "two nodes disagree on the ticket key")
 	})
+	for _, name := range []string{RedisCluster, RedisShards} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			spec := SharedCluster(t).URL()
+			if name == RedisShards {
+				spec = SharedServer(t).URL() + "," + secondServer(t).URL()
+			}
+			opt := store.Options{KeyPrefix: NewPrefix(), Windows: chatrelay.Windows{PerThread: 1, PerIP: 5}, Log: logger(Options{})}
+			a, err := store.Open(ctx, spec, opt)
+			assert.Success(t, err)
+			defer a.Close()
+			b, err := store.Open(ctx, spec, opt)
+			assert.Success(t, err)
+			defer b.Close()
+			assert.True(t, a.Limiter != nil && a.Streams != nil && a.TicketKeyShared, "shards offer no shared limiters or ticket key")
+			_, err = a.Limiter.Take(ctx, thA, "192.0.2.1")
+			assert.Success(t, err)
+			_, err = b.Limiter.Take(ctx, thA, "192.0.2.2")
+			assert.Code(t, err, chatrelay.RateLimited) // one post per thread, counted across nodes
+			ka, err := a.TicketKey(ctx)
+			assert.Success(t, err)
+			kb, err := b.TicketKey(ctx)
+			assert.Success(t, err)
+			assert.True(t, len(ka) >= 32 && string(ka) == string(kb), "two nodes disagree on the ticket key")
+			appendText(t, a.Store, thA, "", "hello")
+			appendText(t, a.Store, thB, "", "hello")
+			infos, err := b.Threads(ctx)
+			assert.Success(t, err)
+			assert.Equal(t, "threads seen by the other node", len(infos), 2)
+			assert.Equal(t, "where", a.Where != "" && !strings.Contains(a.Where, "@"), true)
+		})
+	}
 	t.Run("unknown scheme", func(t *testing.T) {
 		t.Parallel()
 		_, err := store.Open(ctx, "postgres://localhost/chat", store.Options{})
 		var ce *store.ConfigError
-		assert.True(t, errors.As(err, &ce) && strings.Contains(err.Error(), "file, redis, rediss"), "error %v", err)
+		assert.True(t, errors.As(err, &ce) && strings.Contains(err.Error(), "file, redis, redis+cluster, rediss, rediss+cluster"), "error %v", err)
 	})
 }

@@ -217,14 +217,23 @@ func TestConformanceWebhooks(t *testing.T) {
 	})
 }
 
-// TestRedisWebhooksTwoNodes: two nodes on one Redis, each with its own
-// deliverer of the same destination, deliver each event once (the normal
-// case: no node dies).
+// TestRedisWebhooksTwoNodes: two nodes on one Redis (or on the shards of
+// a cluster or of two instances, writing threads of several shards), each
+// with its own deliverer of the same destination, deliver each event once
+// (the normal case: no node dies).
 func TestRedisWebhooksTwoNodes(t *testing.T) {
-	t.Parallel()
+	for _, backend := range []string{Redis, RedisCluster, RedisShards} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			redisWebhooksTwoNodes(t, backend)
+		})
+	}
+}
+
+func redisWebhooksTwoNodes(t *testing.T, backend string) {
 	clk := testclock.New(time.Now())
 	rcv := webhooktest.Start(t, webhooktest.NewSecret())
-	a := Open(t, Redis, hookOptions(clk, rcv))
+	a := Open(t, backend, hookOptions(clk, rcv))
 	b := a.Another(t, hookOptions(clk, rcv))
 	da, db := deliver(t, a, clk, rcv), deliver(t, b, clk, rcv)
 	const n = 60
@@ -233,7 +242,7 @@ func TestRedisWebhooksTwoNodes(t *testing.T) {
 		if i%2 == 1 {
 			node = b
 		}
-		appendText(t, node.Store, thA, chatrelay.Operator, "message")
+		appendText(t, node.Store, []string{thA, thB, thC}[i%3], chatrelay.Operator, "message")
 	}
 	delivered := func() float64 {
 		return testutil.ToFloat64(da.Counter().WithLabelValues(webhook.ResultDelivered)) +

@@ -40,7 +40,20 @@ import (
 const (
 	File  = "file"
 	Redis = "redis"
+	// RedisCluster is a Sharded store on the test binary's shared
+	// 3-primary Redis Cluster; RedisShards one on two shared single
+	// Redis servers (redis://a,redis://b). Run includes them only in
+	// this package's own tests (the conformance suite).
+	RedisCluster = "redis-cluster"
+	RedisShards  = "redis-shards"
 )
+
+// IsRedis reports whether backend is one of the Redis backends.
+func IsRedis(backend string) bool { return backend != File }
+
+// alsoRun are backends Run adds to Backends: set by this package's
+// TestMain only, so that other packages' tests do not start clusters.
+var alsoRun []string
 
 // Backends returns the names of every backend, file first.
 func Backends() []string { return []string{File, Redis} }
@@ -48,7 +61,7 @@ func Backends() []string { return []string{File, Redis} }
 // Run runs fn as one parallel subtest per backend, named after it.
 func Run(t *testing.T, fn func(t *testing.T, backend string)) {
 	t.Helper()
-	for _, name := range Backends() {
+	for _, name := range append(Backends(), alsoRun...) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			fn(t, name)
@@ -63,6 +76,14 @@ var shared struct {
 	dir     string
 	err     error
 	started bool
+
+	// The cluster and the second server (RedisCluster, RedisShards).
+	cluster    *redistest.Cluster
+	clusterDir string
+	clusterErr error
+	second     *Server
+	secondDir  string
+	secondErr  error
 }
 
 var prefixSeq atomic.Int64
@@ -95,6 +116,14 @@ func (r runner) Run() int {
 	if shared.srv != nil {
 		shared.srv.Kill()
 		os.RemoveAll(shared.dir)
+	}
+	if shared.cluster != nil {
+		shared.cluster.Kill()
+		os.RemoveAll(shared.clusterDir)
+	}
+	if shared.second != nil {
+		shared.second.Kill()
+		os.RemoveAll(shared.secondDir)
 	}
 	shared.main = false
 	return code
@@ -152,7 +181,12 @@ type Backend struct {
 
 	Redis  *redisstore.Store // Redis: the store
 	Server *Server           // Redis: the server it is on
-	Prefix string            // Redis: its key prefix, this test's own
+	Prefix string            // Redis, RedisCluster, RedisShards: its key prefix, this test's own
+
+	Sharded *redisstore.Sharded // RedisCluster, RedisShards: the store
+	Spec    string              // RedisCluster, RedisShards: the --store spec
+	Cluster *redistest.Cluster  // RedisCluster: the cluster it is on
+	Servers []*Server           // RedisShards: the servers, shard by shard
 
 	Outbox store.Outbox // the queue of webhook events, with Options.Webhooks
 }
@@ -167,6 +201,12 @@ func Open(t testing.TB, name string, opt Options) *Backend {
 		return openFile(t, t.TempDir(), opt)
 	case Redis:
 		return OpenRedis(t, SharedServer(t), NewPrefix(), opt)
+	case RedisCluster:
+		c := SharedCluster(t)
+		return OpenSharded(t, c.URL(), NewPrefix(), opt, c, nil)
+	case RedisShards:
+		srvs := []*Server{SharedServer(t), secondServer(t)}
+		return OpenSharded(t, srvs[0].URL()+","+srvs[1].URL(), NewPrefix(), opt, nil, srvs)
 	}
 	t.Fatalf("storetest: no backend %q", name)
 	return nil
@@ -200,6 +240,66 @@ func OpenRedis(t testing.TB, srv *Server, prefix string, opt Options) *Backend {
 	return &Backend{Name: Redis, Store: rs, Redis: rs, Server: srv, Prefix: prefix, Outbox: rs.Outbox()}
 }
 
+// OpenSharded opens a Sharded store of spec under prefix (c is the
+// cluster of a redis+cluster spec, srvs the servers of a list).
+func OpenSharded(t testing.TB, spec, prefix string, opt Options, c *redistest.Cluster, srvs []*Server) *Backend {
+	t.Helper()
+	sh, err := redisstore.OpenSharded(context.Background(), spec, redisstore.Options{
+		Prefix: prefix, Retention: opt.Retention, MaxThreads: opt.MaxThreads,
+		Log: logger(opt), Now: opt.Now, ResetAfter: opt.ResetAfter, Webhooks: opt.Webhooks,
+	})
+	if err != nil {
+		t.Fatalf("storetest: open the sharded store %s: %v", spec, err)
+	}
+	t.Cleanup(func() { sh.Close() })
+	name := RedisShards
+	if c != nil {
+		name = RedisCluster
+	}
+	return &Backend{Name: name, Store: sh, Sharded: sh, Spec: spec, Cluster: c, Servers: srvs, Prefix: prefix, Outbox: sh.Outbox()}
+}
+
+// SharedCluster returns the test binary's shared 3-primary Redis Cluster,
+// starting it on first use (as SharedServer).
+func SharedCluster(t testing.TB) *redistest.Cluster {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if !shared.main {
+		t.Fatal("storetest: the shared cluster needs the package's TestMain to call storetest.Main(m)")
+	}
+	if shared.cluster == nil && shared.clusterErr == nil {
+		shared.clusterDir, shared.clusterErr = os.MkdirTemp("", "chatrelay-cluster-")
+		if shared.clusterErr == nil {
+			shared.cluster, shared.clusterErr = redistest.NewCluster(shared.clusterDir, redistest.ClusterOptions{})
+		}
+	}
+	if shared.clusterErr != nil {
+		t.Fatalf("storetest: %v", shared.clusterErr)
+	}
+	return shared.cluster
+}
+
+// secondServer is the shared second server of RedisShards.
+func secondServer(t testing.TB) *Server {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if !shared.main {
+		t.Fatal("storetest: the shared redis-server needs the package's TestMain to call storetest.Main(m)")
+	}
+	if shared.second == nil && shared.secondErr == nil {
+		shared.secondDir, shared.secondErr = os.MkdirTemp("", "chatrelay-redis-")
+		if shared.secondErr == nil {
+			shared.second, shared.secondErr = redistest.Start(shared.secondDir, ServerOptions{})
+		}
+	}
+	if shared.secondErr != nil {
+		t.Fatalf("storetest: %v", shared.secondErr)
+	}
+	return shared.second
+}
+
 func openFile(t testing.TB, dir string, opt Options) *Backend {
 	t.Helper()
 	fs, err := filestore.OpenFile(dir, filestore.FileOptions{
@@ -225,16 +325,22 @@ func logger(opt Options) *slog.Logger {
 // host CLI) sees.
 func (b *Backend) Another(t testing.TB, opt Options) *Backend {
 	t.Helper()
-	if b.Name == File {
+	switch b.Name {
+	case File:
 		return openFile(t, b.Dir, opt)
+	case RedisCluster, RedisShards:
+		return OpenSharded(t, b.Spec, b.Prefix, opt, b.Cluster, b.Servers)
 	}
 	return OpenRedis(t, b.Server, b.Prefix, opt)
 }
 
 // CLIArgs are the flags that point the chatrelay command at this store.
 func (b *Backend) CLIArgs() []string {
-	if b.Name == File {
+	switch b.Name {
+	case File:
 		return []string{"--data", b.Dir}
+	case RedisCluster, RedisShards:
+		return []string{"--store", b.Spec, "--redis-prefix", b.Prefix}
 	}
 	return []string{"--store", b.Server.URL(), "--redis-prefix", b.Prefix}
 }
@@ -255,11 +361,15 @@ type StreamLimiter interface {
 // (one node keeps its limits in memory): ok is false, and the caller uses
 // transport's in-memory limiters.
 func (b *Backend) SharedLimiters(perThread, perIP int, window time.Duration, streamsPerThread, streamsPerIP int) (rate RateLimiter, streams StreamLimiter, ok bool) {
+	w := chatrelay.Windows{PerThread: perThread, PerIP: perIP, Window: window}
+	sl := chatrelay.StreamLimits{PerThread: streamsPerThread, PerIP: streamsPerIP}
+	if b.Sharded != nil {
+		return b.Sharded.NewRateLimiter(w), b.Sharded.NewStreamLimiter(sl, 0), true
+	}
 	if b.Redis == nil {
 		return nil, nil, false
 	}
-	return redisstore.NewRateLimiter(b.Redis, chatrelay.Windows{PerThread: perThread, PerIP: perIP, Window: window}),
-		redisstore.NewStreamLimiter(b.Redis, chatrelay.StreamLimits{PerThread: streamsPerThread, PerIP: streamsPerIP}, 0), true
+	return redisstore.NewRateLimiter(b.Redis, w), redisstore.NewStreamLimiter(b.Redis, sl, 0), true
 }
 
 // Threads lists the threads the store holds, for tests that check that a
@@ -282,6 +392,28 @@ func (b *Backend) Threads(t testing.TB) []string {
 func (b *Backend) Client(t testing.TB) *redis.Client {
 	t.Helper()
 	return b.Server.Client(t)
+}
+
+// KeyPrefix is the prefix of thread's keys and of the indexes beside
+// them: Prefix on one Redis, the thread's shard's on a sharded store.
+func (b *Backend) KeyPrefix(thread string) string {
+	if b.Sharded != nil {
+		return b.Sharded.Prefix(thread)
+	}
+	return b.Prefix
+}
+
+// ThreadClient returns a client of the Redis that holds thread's keys,
+// closed when the test ends.
+func (b *Backend) ThreadClient(t testing.TB, thread string) redis.UniversalClient {
+	t.Helper()
+	switch b.Name {
+	case RedisCluster:
+		return b.Cluster.Client(t)
+	case RedisShards:
+		return b.Servers[b.Sharded.ShardOf(thread)].Client(t)
+	}
+	return b.Client(t)
 }
 
 // Keys lists the keys under the backend's prefix.
@@ -310,9 +442,9 @@ func (b *Backend) Keys(t testing.TB) []string {
 func (b *Backend) CorruptParticipants(t testing.TB, thread, grantID string) (raw func() []byte) {
 	t.Helper()
 	grant := `{"id":"` + grantID + `","name":"Alex"}`
-	if b.Name == Redis {
-		c := b.Client(t)
-		key := b.Prefix + "{" + thread + "}:grants"
+	if IsRedis(b.Name) {
+		c := b.ThreadClient(t, thread)
+		key := b.KeyPrefix(thread) + "{" + thread + "}:grants"
 		ctx := context.Background()
 		if err := c.HSet(ctx, key, grantID, grant).Err(); err != nil {
 			t.Fatalf("storetest: corrupt the grants hash: %v", err)

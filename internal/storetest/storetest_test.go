@@ -11,7 +11,10 @@ import (
 	"github.com/chatrelay/chatrelay/store"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+func TestMain(m *testing.M) {
+	alsoRun = []string{RedisCluster, RedisShards}
+	Main(m)
+}
 
 // Two stores of one backend see each other's messages; two tests'
 // stores on the shared Redis see nothing of each other.

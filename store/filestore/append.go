@@ -2,8 +2,6 @@ package filestore
 
 import (
 	"context"
-	"hash/maphash"
-	"os"
 	"slices"
 	"time"
 
@@ -162,6 +160,17 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 			}
 		}()
 	}
+	// The replaced document's pin is closed last, once the thread's lock
+	// is let go of and the change announced: closing the last descriptor
+	// of a replaced file frees it (on ext4, its blocks, in the journal),
+	// which neither the thread's next writer nor the subscribers need to
+	// wait for.
+	var replaced *fdPin
+	defer func() {
+		if replaced != nil {
+			replaced.Close()
+		}
+	}()
 	t, snap, unlock, err := s.lockLoad(ctx, thread) // now that no other process writes
 	if err != nil {
 		return false, err
@@ -207,7 +216,6 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 	} else if s.lastFail.Load() != nil {
 		s.lastFail.Store(nil)
 	}
-	sum := maphash.Bytes(docSeed, doc)
 	*bp = doc[:0]
 	docBufs.Put(bp)
 	if err != nil {
@@ -217,7 +225,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 		return false, err
 	}
 	created = snap == nil
-	s.setSnap(t, &snapshot{id: id, pin: pin, sum: sum, doc: nd})
+	replaced = s.swapSnap(t, &snapshot{id: id, pin: pin, doc: nd, written: true}) // its sum only if needed (sumOf)
 	s.announce(thread, t, nd)
 	return false, ferr
 }
@@ -228,14 +236,16 @@ func sameDoc(a, b threadDoc) bool {
 		(len(a.msgs) == 0 || &a.msgs[0] == &b.msgs[0])
 }
 
-// write replaces the thread's document atomically (writeFile). It returns
+// write replaces the thread's document atomically (writeFD). It returns
 // the new file, still open (the snapshot's pin), and its identity.
-func (s *File) write(thread string, doc []byte) (pin *os.File, id fileID, err error) {
-	err = s.withFDs(func() (err error) { pin, id, err = writeFileSync(s.dir, thread+".json", doc, s.dsync); return err })
+func (s *File) write(thread string, doc []byte) (*fdPin, fileID, error) {
+	fd := -1
+	var id fileID
+	err := s.withFDs(func() (err error) { fd, _, id, err = writeFD(s.dir, thread+".json", doc, s.dsync); return err })
 	if err != nil {
 		return nil, id, s.unavailable(thread, err)
 	}
-	return pin, id, nil
+	return &fdPin{fd}, id, nil
 }
 
 // droppedFiles lists the attachments of the messages of old (oldest

@@ -1,11 +1,13 @@
 package filestore
 
 import (
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -29,43 +31,101 @@ func writeFile(dir, name string, data []byte, sync bool) (f *os.File, id fileID,
 
 // writeFileSync is writeFile with the folder's fsync done by ds (nil: no
 // fsync at all), which groups the fsyncs of concurrent writers.
-func writeFileSync(dir, name string, data []byte, ds *dirSync) (_ *os.File, id fileID, err error) {
-	// tf, not a named result: a failed return sets the result to nil
-	// before the deferred cleanup runs, which must close the file (else
-	// its descriptor, and a removed temp file's room on the disk, are
-	// held until the garbage collector finds it).
-	tf, tmp, err := createTemp(dir, "."+name+".tmp-")
+func writeFileSync(dir, name string, data []byte, ds *dirSync) (*os.File, fileID, error) {
+	fd, tmp, id, err := writeFD(dir, name, data, ds)
 	if err != nil {
 		return nil, id, err
+	}
+	return os.NewFile(uintptr(fd), tmp), id, nil
+}
+
+// writeFD is writeFileSync on a bare descriptor, which it returns open
+// (the caller closes it): a thread document's write keeps it as the
+// snapshot's pin (fdPin), which costs no *os.File (its allocations, its
+// cleanup, and the fcntl with which os.NewFile asks the descriptor's
+// blocking mode). It renames with rename(2) itself: os.Rename first
+// lstats the destination (to refuse a folder there, which rename(2)
+// refuses as well). tmp is the temp file's name before the rename.
+func writeFD(dir, name string, data []byte, ds *dirSync) (_ int, _ string, id fileID, err error) {
+	// tf and tmp, not named results: a failed return sets the results
+	// before the deferred cleanup runs, which must close and remove the
+	// temp file (else its descriptor, and its room on the disk, are held
+	// for good: a bare descriptor has no cleanup).
+	tf, tmp, err := createTempFD(dir, "."+name+".tmp-")
+	if err != nil {
+		return -1, "", id, err
 	}
 	defer func() {
 		if err != nil {
-			tf.Close()
+			syscall.Close(tf)
 			os.Remove(tmp)
 		}
 	}()
-	if _, err = tf.Write(data); err != nil {
-		return nil, id, err
+	if err = writeAll(tf, tmp, data); err != nil {
+		return -1, "", id, err
 	}
 	if ds != nil {
-		if err = tf.Sync(); err != nil {
-			return nil, id, err
+		if err = ignoringEINTR(func() error { return syscall.Fsync(tf) }); err != nil {
+			return -1, "", id, &fs.PathError{Op: "sync", Path: tmp, Err: err}
 		}
 	}
-	fi, err := tf.Stat()
-	if err != nil {
-		return nil, id, err
+	var st syscall.Stat_t
+	if err = ignoringEINTR(func() error { return syscall.Fstat(tf, &st) }); err != nil {
+		return -1, "", id, &fs.PathError{Op: "stat", Path: tmp, Err: err}
 	}
-	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return nil, id, err
+	path := joinName(dir, name)
+	if err = ignoringEINTR(func() error { return syscall.Rename(tmp, path) }); err != nil {
+		return -1, "", id, &os.LinkError{Op: "rename", Old: tmp, New: path, Err: err}
 	}
 	if ds != nil {
 		if err = ds.sync(); err != nil {
-			return nil, id, err
+			return -1, "", id, err
 		}
 	}
-	return tf, identity(fi), nil
+	return tf, tmp, identityOf(&st), nil
 }
+
+// writeAll writes data to fd (a regular file: blocking) to the end.
+func writeAll(fd int, name string, data []byte) error {
+	for len(data) > 0 {
+		n, err := syscall.Write(fd, data)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return &fs.PathError{Op: "write", Path: name, Err: err}
+		}
+		if n == 0 {
+			return &fs.PathError{Op: "write", Path: name, Err: io.ErrShortWrite}
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// ignoringEINTR runs fn again while it is interrupted.
+func ignoringEINTR(fn func() error) error {
+	for {
+		if err := fn(); err != syscall.EINTR {
+			return err
+		}
+	}
+}
+
+// joinName is filepath.Join(dir, name) for a name without a separator,
+// in one allocation when dir is clean (as the store's folders are).
+func joinName(dir, name string) string {
+	if dir == "" || dir == "/" || filepath.Clean(dir) != dir || name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
+		return filepath.Join(dir, name)
+	}
+	return dir + "/" + name
+}
+
+// fdPin is a document's descriptor kept open as its snapshot's pin.
+type fdPin struct{ fd int }
+
+// Close closes the descriptor; called once (see setSnap).
+func (p *fdPin) Close() error { return syscall.Close(p.fd) }
 
 // createTemp creates a new file (mode 0600) named prefix + a random
 // suffix in dir. It is os.CreateTemp without the poller: os.OpenFile
@@ -74,18 +134,28 @@ func writeFileSync(dir, name string, data []byte, ds *dirSync) (_ *os.File, id f
 // file), a fifth of an append's system calls; os.NewFile of a blocking
 // descriptor does neither.
 func createTemp(dir, prefix string) (*os.File, string, error) {
+	fd, name, err := createTempFD(dir, prefix)
+	if err != nil {
+		return nil, "", err
+	}
+	return os.NewFile(uintptr(fd), name), name, nil
+}
+
+// createTempFD is createTemp's bare descriptor.
+func createTempFD(dir, prefix string) (int, string, error) {
 	for range 100 {
-		name := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36))
+		var buf [20]byte
+		name := joinName(dir, prefix+string(strconv.AppendUint(buf[:0], rand.Uint64(), 36)))
 		fd, err := syscall.Open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
 		if err == syscall.EEXIST || err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
-			return nil, "", &fs.PathError{Op: "open", Path: name, Err: err}
+			return -1, "", &fs.PathError{Op: "open", Path: name, Err: err}
 		}
-		return os.NewFile(uintptr(fd), name), name, nil
+		return fd, name, nil
 	}
-	return nil, "", &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*"), Err: fs.ErrExist}
+	return -1, "", &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*"), Err: fs.ErrExist}
 }
 
 // dirSync groups the folder fsyncs of concurrent writers (group commit):

@@ -3,7 +3,6 @@ package filestore
 import (
 	"errors"
 	"hash/maphash"
-	"io"
 	"io/fs"
 	"os"
 	"sync"
@@ -27,14 +26,33 @@ import (
 // equal size and an mtime in the same tick hid another process's write.)
 //
 // Pins are bounded (FileOptions.MaxOpenDocs): a snapshot whose pin was
-// taken back keeps its document and the checksum of its bytes, so a read
-// of an unchanged thread still parses nothing, though it reads the file.
+// taken back keeps its document and the checksum of its bytes (sumOf), so
+// a read of an unchanged thread still parses nothing, though it reads the
+// file.
 type snapshot struct {
 	id  fileID
-	pin *os.File // nil once unpinned; closed when the snapshot is replaced or unpinned
-	sum uint64   // maphash of the document's bytes
+	pin *fdPin // nil once unpinned; closed when the snapshot is replaced or unpinned
+	sum uint64 // maphash of the document's bytes, unless written
 	doc threadDoc
 	err error // the document does not parse
+	// written: this process wrote the document, whose bytes are then
+	// appendDocument's of doc (deterministic); sum was not computed, and
+	// sumOf computes it from doc if a read ever needs it (rarely: only a
+	// read that finds another file at the path, of the same size).
+	written bool
+}
+
+// sumOf is the maphash of the snapshot's bytes.
+func (sn *snapshot) sumOf(thread string) uint64 {
+	if !sn.written {
+		return sn.sum
+	}
+	bp := docBufs.Get().(*[]byte)
+	b := appendDocument((*bp)[:0], thread, sn.doc)
+	sum := maphash.Bytes(docSeed, b)
+	*bp = b[:0]
+	docBufs.Put(bp)
+	return sum
 }
 
 // docSeed seeds the checksums of this process's snapshots.
@@ -44,12 +62,21 @@ var docSeed = maphash.MakeSeed()
 // replaces. Each snapshot is swapped out once, so each pin is closed once.
 // A pinned snap joins the pin queue, which unpins the oldest past the bound.
 func (s *File) setSnap(t *threadState, snap *snapshot) {
+	if pin := s.swapSnap(t, snap); pin != nil {
+		pin.Close()
+	}
+}
+
+// swapSnap is setSnap that hands the replaced snapshot's pin to the
+// caller, who closes it (once), when it likes.
+func (s *File) swapSnap(t *threadState, snap *snapshot) (replaced *fdPin) {
 	if old := t.snap.Swap(snap); old != nil && old != snap && old.pin != nil {
-		old.pin.Close()
+		replaced = old.pin
 	}
 	if snap != nil && snap.pin != nil {
 		s.pins.add(t, s.opt.MaxOpenDocs)
 	}
+	return replaced
 }
 
 // pinQueue is the threads whose snapshots may hold a pin, oldest first,
@@ -142,7 +169,7 @@ func (t *threadState) unpin() {
 	if cur == nil || cur.pin == nil {
 		return
 	}
-	if t.snap.CompareAndSwap(cur, &snapshot{id: cur.id, sum: cur.sum, doc: cur.doc, err: cur.err}) {
+	if t.snap.CompareAndSwap(cur, &snapshot{id: cur.id, sum: cur.sum, doc: cur.doc, err: cur.err, written: cur.written}) {
 		cur.pin.Close()
 	}
 }
@@ -162,12 +189,9 @@ type fileID struct {
 	mtime     int64
 }
 
-func identity(fi fs.FileInfo) fileID {
-	id := fileID{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		id.ino = int64(st.Ino)
-	}
-	return id
+// identityOf is a file's identity from its stat(2) answer.
+func identityOf(st *syscall.Stat_t) fileID {
+	return fileID{ino: int64(st.Ino), size: st.Size, mtime: st.Mtim.Nano()}
 }
 
 // load returns the thread's current document, from the cache when the
@@ -178,43 +202,50 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 	// at the path with that identity is the snapshot's very file. The
 	// snapshot still cached after the stat was pinned during it (a
 	// snapshot, once swapped out, never comes back).
+	path := s.path(thread)
 	if snap := t.snap.Load(); snap != nil && snap.pin != nil {
-		fi, err := os.Stat(s.path(thread))
-		if err == nil && identity(fi) == snap.id && t.snap.Load() == snap {
+		var st syscall.Stat_t
+		err := ignoringEINTR(func() error { return syscall.Stat(path, &st) })
+		if err == nil && identityOf(&st) == snap.id && t.snap.Load() == snap {
 			return snap, nil
 		}
 	}
-	var f *os.File
-	err := s.withFDs(func() (err error) { f, err = os.Open(s.path(thread)); return err })
-	if errors.Is(err, fs.ErrNotExist) {
+	fd := -1
+	err := s.withFDs(func() (err error) {
+		return ignoringEINTR(func() (err error) {
+			fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+			return err
+		})
+	})
+	if err == syscall.ENOENT {
 		s.setSnap(t, nil) // removed (swept) by another process
 		return nil, nil
 	}
 	if err != nil {
-		return nil, s.unavailable(thread, err)
+		return nil, s.unavailable(thread, &fs.PathError{Op: "open", Path: path, Err: err})
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, s.unavailable(thread, err)
+	var st syscall.Stat_t
+	if err := ignoringEINTR(func() error { return syscall.Fstat(fd, &st) }); err != nil {
+		syscall.Close(fd)
+		return nil, s.unavailable(thread, &fs.PathError{Op: "stat", Path: path, Err: err})
 	}
-	id := identity(fi)
-	// A pinned snapshot still cached now was pinned from before f was
+	id := identityOf(&st)
+	// A pinned snapshot still cached now was pinned from before fd was
 	// opened, so an equal inode is the same file, not a reused number.
 	if snap := t.snap.Load(); snap != nil && snap.pin != nil && snap.id == id && t.snap.Load() == snap {
-		f.Close()
+		syscall.Close(fd)
 		return snap, nil
 	}
 	bp := docBufs.Get().(*[]byte)
 	defer docBufs.Put(bp)
-	data, err := readSized(f, fi.Size(), (*bp)[:0])
+	data, err := readSized(fd, path, st.Size, (*bp)[:0])
 	*bp = data[:0]
 	if err != nil {
-		f.Close()
+		syscall.Close(fd)
 		return nil, s.unavailable(thread, err)
 	}
-	snap := &snapshot{id: id, pin: f, sum: maphash.Bytes(docSeed, data)}
-	if old := t.snap.Load(); old != nil && old.sum == snap.sum && old.id.size == id.size {
+	snap := &snapshot{id: id, pin: &fdPin{fd}, sum: maphash.Bytes(docSeed, data)}
+	if old := t.snap.Load(); old != nil && old.id.size == id.size && old.sumOf(thread) == snap.sum {
 		snap.doc, snap.err = old.doc, old.err // the cached bytes: nothing to parse
 	} else {
 		snap.doc, snap.err = parseDocument(data, thread)
@@ -233,24 +264,27 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 // current and read nothing at all.
 var docBufs = sync.Pool{New: func() any { return new([]byte) }}
 
-// readSized reads f to the end into buf, sized from the file's size so that
+// readSized reads fd to the end into buf, sized from the file's size so that
 // a whole document takes one read (io.ReadAll would grow its buffer from
 // 512 bytes, copying and discarding a document's size twice over).
-func readSized(f *os.File, size int64, buf []byte) ([]byte, error) {
+func readSized(fd int, name string, size int64, buf []byte) ([]byte, error) {
 	if want := int(size) + 512; cap(buf) < want {
 		buf = make([]byte, 0, want)
 	}
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)] // the file grew since Stat
+			buf = append(buf, 0)[:len(buf)] // the file grew since Fstat
 		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
+		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
+		if err == syscall.EINTR {
+			continue
 		}
 		if err != nil {
-			return buf, err
+			return buf, &fs.PathError{Op: "read", Path: name, Err: err}
 		}
+		if n == 0 {
+			return buf, nil // the end
+		}
+		buf = buf[:len(buf)+n]
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/chatrelay/chatrelay"
 )
@@ -66,25 +68,66 @@ func (s *File) releaseThread(ctx context.Context) {
 func (s *File) threadCountPath() string { return filepath.Join(s.dir, ".threads.lock") }
 
 // countFile is .threads.lock, open and locked.
-type countFile struct{ f *os.File }
-
-// lockCount opens .threads.lock (letting go of kept files if the process
-// is out of descriptors) and takes its flock, waiting up to LockTimeout.
-func (s *File) lockCount(ctx context.Context) (countFile, error) {
-	path := s.threadCountPath()
-	f, err := s.openLock("", path)
-	if err != nil {
-		return countFile{}, err
-	}
-	if err := flockWait(ctx, int(f.Fd()), path, s.opt.LockTimeout); err != nil {
-		f.Close()
-		return countFile{}, err
-	}
-	return countFile{f}, nil
+type countFile struct {
+	f  *os.File
+	mu *sync.Mutex // File.countMu, held while locked
 }
 
-// unlock closes the file, which lets go of its flock.
-func (c countFile) unlock() { c.f.Close() }
+// lockCount takes the flock of .threads.lock, waiting up to LockTimeout.
+// The file is kept open between locks (File.countF, guarded by countMu,
+// which is held until unlock: a flock is per open file, so this
+// process's lockers take turns on the mutex first): a lock then costs
+// flock, fstat and flock, where opening the file each time added an
+// openat, os.NewFile's fcntl and a close. Like a thread's lock file, it
+// is checked once locked to be still linked (fstat), and reopened if
+// not, so a lock on a file removed from under the store never stands
+// for the one at the path.
+func (s *File) lockCount(ctx context.Context) (countFile, error) {
+	path := s.threadCountPath()
+	s.countMu.Lock()
+	for {
+		if s.countF == nil {
+			f, err := s.openLock("", path)
+			if err != nil {
+				s.countMu.Unlock()
+				return countFile{}, err
+			}
+			s.countF = f
+		}
+		fd := int(s.countF.Fd())
+		if err := flockWait(ctx, fd, path, s.opt.LockTimeout); err != nil {
+			s.countMu.Unlock()
+			return countFile{}, err
+		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
+			syscall.Flock(fd, syscall.LOCK_UN)
+			s.countMu.Unlock()
+			return countFile{}, s.unavailable("", &fs.PathError{Op: "fstat", Path: path, Err: err})
+		}
+		if st.Nlink > 0 {
+			return countFile{s.countF, &s.countMu}, nil
+		}
+		s.countF.Close() // removed: lets go of the lock; take the file at the path
+		s.countF = nil
+	}
+}
+
+// unlock lets go of the flock, and then of countMu.
+func (c countFile) unlock() {
+	syscall.Flock(int(c.f.Fd()), syscall.LOCK_UN)
+	c.mu.Unlock()
+}
+
+// closeCount closes the kept .threads.lock (File.Close).
+func (s *File) closeCount() {
+	s.countMu.Lock()
+	defer s.countMu.Unlock()
+	if s.countF != nil {
+		s.countF.Close()
+		s.countF = nil
+	}
+}
 
 // threadCount reads the count, or recounts the folder if it does not read.
 func (s *File) threadCount(c countFile) (int, error) {

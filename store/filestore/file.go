@@ -74,6 +74,8 @@ type File struct {
 	tmap map[string]*threadState
 
 	createMu sync.Mutex // orders this process's thread creations (flock is per open file, not per goroutine)
+	countMu  sync.Mutex // guards countF, and is held while it is locked (lockCount); taken after createMu
+	countF   *os.File   // .threads.lock, kept open between locks; nil until the first
 
 	index  grantIndex // share-token digests to threads (participants.go)
 	claims pushClaims // the pushes this process claimed (push.go)
@@ -111,6 +113,8 @@ type threadState struct {
 	// decides when the file is cut. Other processes' lines are counted
 	// at the next cut. Guarded by mu.
 	auditLines int
+	// atts is the attachments index last parsed (attach.go).
+	atts atomic.Pointer[indexSnap]
 }
 
 var _ store.Store = (*File)(nil)
@@ -177,10 +181,14 @@ func (s *File) Close() error {
 	if s.dsync != nil {
 		s.dsync.close()
 	}
+	s.closeCount()
 	return nil
 }
 
-func (s *File) path(thread string) string { return filepath.Join(s.dir, thread+".json") }
+// path is the thread's document: s.dir is clean (OpenFile) and a thread
+// name is 16 hex digits, so the concatenation is filepath.Join's answer
+// in one allocation instead of Join's three.
+func (s *File) path(thread string) string { return s.dir + "/" + thread + ".json" }
 
 func (s *File) state(thread string) *threadState {
 	s.mu.Lock()

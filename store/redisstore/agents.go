@@ -30,7 +30,7 @@ var agentCAS = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if (cur or '') ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('PUBLISH', ARGV[4], 'A')
+if string.byte(ARGV[4], 1) == 0 then redis.call('SPUBLISH', string.sub(ARGV[4], 2), 'A') else redis.call('PUBLISH', ARGV[4], 'A') end
 return 1`)
 
 // agentAdd adds field ARGV[1] with ARGV[2] if the hash has none by that
@@ -42,14 +42,14 @@ var agentAdd = redis.NewScript(`
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
 if redis.call('HLEN', KEYS[1]) ~= tonumber(ARGV[3]) then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('PUBLISH', ARGV[4], 'A')
+if string.byte(ARGV[4], 1) == 0 then redis.call('SPUBLISH', string.sub(ARGV[4], 2), 'A') else redis.call('PUBLISH', ARGV[4], 'A') end
 return 1`)
 
 func (s *Store) setAgent(ctx context.Context, id, old string, k chatrelay.AgentKey) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	js, _ := json.Marshal(k)
-	n, err := agentCAS.Run(ctx, s.rdb, []string{s.agentsKey()}, id, old, string(js), s.feed).Int()
+	n, err := agentCAS.Run(ctx, s.rdb, []string{s.agentsKey()}, id, old, string(js), s.pubFeed).Int()
 	if err != nil {
 		return false, s.unavailable("agents", err)
 	}
@@ -109,7 +109,7 @@ func (s *Store) AddAgent(ctx context.Context, k chatrelay.AgentKey) error {
 func (s *Store) runAgentAdd(ctx context.Context, id, js string, fields int) (int, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	n, err := agentAdd.Run(ctx, s.rdb, []string{s.agentsKey()}, id, js, fields, s.feed).Int()
+	n, err := agentAdd.Run(ctx, s.rdb, []string{s.agentsKey()}, id, js, fields, s.pubFeed).Int()
 	if err != nil {
 		return 0, s.unavailable("agents", err)
 	}

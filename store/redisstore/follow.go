@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -57,7 +58,8 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
 
-	conn := &feedConn{s: s, ps: s.rdb.Subscribe(ctx, s.feed)}
+	conn := &feedConn{s: s}
+	conn.ps, conn.node = s.subscribe(ctx)
 	defer conn.close()
 	defer context.AfterFunc(ctx, conn.close)()
 
@@ -82,9 +84,10 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 // feedConn is a Follow's subscription: the loop replaces it, a kick or
 // the end of Follow closes it.
 type feedConn struct {
-	s  *Store
-	mu sync.Mutex // guards ps
-	ps *redis.PubSub
+	s    *Store
+	mu   sync.Mutex // guards ps and node
+	ps   *redis.PubSub
+	node *redis.Client // a cluster shard's: the node subscribed to (nil if none was known)
 }
 
 func (c *feedConn) close() {
@@ -98,7 +101,8 @@ func (c *feedConn) renew(ctx context.Context) *redis.PubSub {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ps.Close()
-	c.ps = c.s.rdb.Subscribe(ctx, c.s.feed)
+	c.s.reloadSlots()
+	c.ps, c.node = c.s.subscribe(ctx)
 	return c.ps
 }
 
@@ -152,11 +156,21 @@ func (l *feedLoop) take(ctx context.Context, msg any, err error) error {
 	if err != nil {
 		return err
 	}
-	if sub, ok := msg.(*redis.Subscription); !ok || sub.Kind != "subscribe" || sub.Channel != l.s.feed {
+	if sub, ok := msg.(*redis.Subscription); ok && sub.Kind == "sunsubscribe" && sub.Channel == l.s.feed {
+		// The cluster moved the shard's slot (a failover, a reshard): its
+		// new primary has the channel now.
+		return errors.New("the feed's slot moved")
+	}
+	if sub, ok := msg.(*redis.Subscription); !ok || (sub.Kind != "subscribe" && sub.Kind != "ssubscribe") || sub.Channel != l.s.feed {
 		if m, ok := msg.(*redis.Message); ok && l.synced && m.Channel == l.s.feed {
 			l.f.deliver(m.Payload)
 		}
 		return nil
+	}
+	if l.s.spub {
+		if err := l.conn.verify(ctx); err != nil {
+			return err
+		}
 	}
 	if err := l.f.sync(ctx); err != nil {
 		return err
@@ -434,4 +448,45 @@ func (f *follower) deliver(payload string) {
 	f.announced[thread] = e.Rev
 	f.s.see(e.Rev)
 	f.fn(store.Batch{Thread: thread, Messages: []store.Entry{e}, Reset: known && (prev > a || trimmed > a)})
+}
+
+// subscribe subscribes to the feed: SUBSCRIBE, or on a Redis Cluster
+// shard SSUBSCRIBE on the node that the client's slot map says is the
+// primary of the shard's slot (the scripts SPUBLISH there), which verify
+// then checks.
+func (s *Store) subscribe(ctx context.Context) (*redis.PubSub, *redis.Client) {
+	if !s.spub {
+		return s.rdb.Subscribe(ctx, s.feed), nil
+	}
+	cc := s.rdb.(*redis.ClusterClient)
+	node, err := cc.MasterForKey(ctx, s.feed)
+	if err != nil {
+		return cc.SSubscribe(ctx, s.feed), nil
+	}
+	return node.SSubscribe(ctx, s.feed), node
+}
+
+// verify checks, once a cluster shard's subscription is confirmed, that
+// its node is the primary serving the shard's slot: a command of the slot
+// sent to it is answered, not redirected. Redis accepts SSUBSCRIBE on a
+// replica, and a primary demoted by a failover is one before its new
+// primary counts it in its shard: it would hear nothing for a while. A
+// node that is verified and later loses the slot ends the subscription
+// (sunsubscribe), so the feed subscribes again.
+func (c *feedConn) verify(ctx context.Context) error {
+	c.mu.Lock()
+	node := c.node
+	c.mu.Unlock()
+	cc := c.s.rdb.(*redis.ClusterClient)
+	if node == nil {
+		cc.ReloadState(ctx)
+		return errors.New("no primary known for the feed's slot")
+	}
+	vctx, cancel := c.s.bound(ctx)
+	defer cancel()
+	if err := node.Exists(vctx, c.s.index).Err(); err != nil {
+		cc.ReloadState(ctx)
+		return fmt.Errorf("the feed's node does not serve its slot: %w", err)
+	}
+	return nil
 }

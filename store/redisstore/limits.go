@@ -41,7 +41,7 @@ func NewRateLimiter(s *Store, w chatrelay.Windows) *RateLimiter {
 // if Redis cannot be reached, StoreUnavailable. undo uncounts the post (if
 // it was then not stored).
 func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(), err error) {
-	keys := []string{l.s.prefix + "{rl}:tl:" + thread, l.s.prefix + "{rl}:il:" + ip}
+	keys := []string{l.s.limits + "{rl}:tl:" + thread, l.s.limits + "{rl}:il:" + ip}
 	now := l.s.now().UnixMilli()
 	entry := strconv.FormatInt(now, 10) + " " + randomHex(8)
 	tctx, cancel := l.s.bound(ctx)
@@ -140,12 +140,12 @@ func (l *StreamLimiter) Acquire(ctx context.Context, thread, ip string, holder c
 	seq := l.seq
 	l.mu.Unlock()
 	ls := streamLease{
-		keys:   []string{l.s.prefix + "{sl}:t:" + thread, l.s.prefix + "{sl}:i:" + ip},
+		keys:   []string{l.s.limits + "{sl}:t:" + thread, l.s.limits + "{sl}:i:" + ip},
 		member: l.node + ":" + strconv.FormatUint(seq, 10),
 	}
 	args := []any{ls.member, l.lease.Milliseconds(), l.lim.PerThread, l.lim.PerIP}
 	if holder == chatrelay.ParticipantStream {
-		ls.keys = append(ls.keys, l.s.prefix+"{sl}:p:"+thread)
+		ls.keys = append(ls.keys, l.s.limits+"{sl}:p:"+thread)
 		args = append(args, l.lim.Participants())
 	}
 	actx, cancel := l.s.bound(ctx)

@@ -129,7 +129,7 @@ func (s *Store) writeGrants(ctx context.Context, thread string, rec grantsRecord
 			prefixes = append(prefixes, p) // another grant's too: its entry stays
 		}
 	}
-	args := []any{thread, rec.version, s.feed, need, index, order, strings.Join(drop, " "), strings.Join(prefixes, " "),
+	args := []any{thread, rec.version, s.pubFeed, need, index, order, strings.Join(drop, " "), strings.Join(prefixes, " "),
 		ev.typ, ev.at, ev.participant}
 	for _, f := range fields {
 		args = append(args, f)

@@ -113,23 +113,17 @@
 // later one finds the interaction closed; two nodes expiring one
 // interaction store one expiry.
 //
-// Redis Cluster: a script may only touch keys of one slot, and the global
-// indexes (threads, pending, grant-index, generation) cannot share a slot
-// with every thread. The thread keys and the limiter keys are
-// cluster-ready (hash tags), but the scripts as written need a single
-// Redis (a primary with replicas, or Sentinel). On a cluster, the thread
-// limit would take a reservation step for new threads only: an append on
-// a thread whose log does not exist first runs a small script on the
-// index's slot that adds the thread if ZCARD < MaxThreads (or it is
-// already there), then the append script on the thread's slot; the sweep
-// removes index entries whose log is gone after a grace period; the
-// pending and grant indexes would be written after the thread's script
-// and repaired by the sweep. The feed would stay a plain PUBLISH, which a
-// cluster forwards to every node.
+// Redis Cluster: a script may only touch keys of one slot, and the
+// indexes (threads, pending, grant-index, generation) are touched with
+// the thread's keys. A Store is therefore one Redis, or one shard of a
+// Sharded store (sharded.go): on a cluster each shard's prefix carries a
+// hash tag of its own ({s<k>}), so that all of its keys, the indexes and
+// the thread keys, share one slot, and the scripts run unchanged.
 //
 // # Feed
 //
-// Follow subscribes to the feed channel. A change's message is "<thread>
+// Follow subscribes to the feed channel (SSUBSCRIBE on a Redis Cluster
+// shard, whose scripts SPUBLISH: sharded.go). A change's message is "<thread>
 // <the thread's rev before it> <the newest epoch or rev retention dropped>
 // <JSON>", the JSON being the message's v1 JSON if it has no v2 state and
 // its v2 object otherwise, so a gap is detected; "<thread> P" says that the
@@ -157,6 +151,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -206,12 +201,16 @@ type Options struct {
 // Store is the Redis store. It is safe for concurrent use by many goroutines
 // and by many processes (nodes and the host CLI) sharing one Redis.
 type Store struct {
-	rdb     *redis.Client
+	rdb     redis.UniversalClient // a *redis.Client, or the ClusterClient of a cluster's shard (sharded.go)
+	shared  bool                  // rdb is shared with other shards: their Sharded closes it, not Close
+	limits  string                // the prefix of the limiters' keys ({rl}, {sl}): prefix, or a cluster's base prefix
 	opt     Options
 	log     *slog.Logger
 	now     func() time.Time
 	prefix  string
 	feed    string // the pub/sub channel
+	pubFeed string // the channel as the scripts take it: feed, or NUL + feed for SPUBLISH (spub)
+	spub    bool   // sharded pub/sub (SPUBLISH, SSUBSCRIBE): a Redis Cluster shard
 	index   string // the thread index key
 	genKey  string // the generation key (gen.go)
 	pending string // the pending interactions' index key
@@ -288,7 +287,19 @@ func Open(ctx context.Context, url string, opt Options) (*Store, error) {
 	return open(ctx, redis.NewClient(ro), opt)
 }
 
-func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
+func open(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, error) {
+	return openOn(ctx, rdb, opt, shardOf{})
+}
+
+// shardOf says how a Store is one shard of a Sharded store (sharded.go);
+// the zero value is a Store of its own.
+type shardOf struct {
+	shared bool   // the client is shared with other shards: Close leaves it open
+	limits string // the limiters' key prefix, if not the store's prefix
+	spub   bool   // the feed is a sharded channel (Redis Cluster)
+}
+
+func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shardOf) (*Store, error) {
 	if opt.Prefix == "" {
 		opt.Prefix = chatrelay.DefaultKeyPrefix
 	}
@@ -304,11 +315,14 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 	}
 	s := &Store{
 		rdb:    rdb,
+		shared: sh.shared,
+		limits: cmp.Or(sh.limits, opt.Prefix),
 		opt:    opt,
 		log:    opt.Log,
 		now:    opt.Now,
 		prefix: opt.Prefix,
 		feed:   opt.Prefix + "feed",
+		spub:   sh.spub,
 		index:  opt.Prefix + "threads",
 		genKey: opt.Prefix + "generation",
 
@@ -319,6 +333,10 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 		pingEvery: chatrelay.DefaultFeedPing,
 		wake:      make(chan struct{}),
 		kicks:     make(map[*follower]func()),
+	}
+	s.pubFeed = s.feed
+	if s.spub {
+		s.pubFeed = "\x00" + s.feed
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -333,14 +351,14 @@ func open(ctx context.Context, rdb *redis.Client, opt Options) (*Store, error) {
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		unrouteClientLog(s)
-		rdb.Close()
+		s.closeClient()
 		s.close()
 		return nil, s.unavailable("open", err)
 	}
 	s.startBatcher()
 	if err := s.setupHooks(ctx); err != nil {
 		unrouteClientLog(s)
-		rdb.Close()
+		s.closeClient()
 		s.close()
 		return nil, err
 	}
@@ -374,10 +392,18 @@ func (s *Store) Close() error {
 		s.life.Unlock()
 		s.close()
 		s.wg.Wait()
-		err = s.rdb.Close()
+		err = s.closeClient()
 		unrouteClientLog(s)
 	})
 	return err
+}
+
+// closeClient closes the store's client unless other shards share it.
+func (s *Store) closeClient() error {
+	if s.shared {
+		return nil
+	}
+	return s.rdb.Close()
 }
 
 // ErrClosed is returned by Follow and the limiters after Close.
@@ -445,6 +471,7 @@ func (s *Store) unavailable(op string, err error) error {
 		return &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: fmt.Errorf("redis %s: %w", op, err)}
 	}
 	s.down.Store(true)
+	s.reloadSlots()
 	s.log.Warn("redis store unavailable", "op", op, "err", err)
 	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
 		Err: fmt.Errorf("redis %s: %w", op, err)}

@@ -21,6 +21,14 @@ local function fmt(n) return string.format('%.0f', n) end
 local function sid(e) return fmt(e) .. '-0' end
 local function num(x) return tonumber(x) or 0 end
 
+-- publish sends msg on the feed channel ch: PUBLISH, or SPUBLISH (sharded
+-- pub/sub, Redis 7: the channel is in the keys' slot) when ch starts with
+-- a NUL byte (a Redis Cluster shard, sharded.go), on the rest of ch.
+local function publish(ch, msg)
+  if string.byte(ch, 1) == 0 then return redis.call('SPUBLISH', string.sub(ch, 2), msg) end
+  return redis.call('PUBLISH', ch, msg)
+end
+
 -- Attachments (attach.go): K.att holds each upload's record by id, "u:"
 -- .. id (the epoch of the message that names it), "b:" .. sha (how many
 -- records hold those bytes) and ".bytes" (the bytes stored); the bytes
@@ -120,7 +128,7 @@ end
 -- before it> <the newest epoch or rev retention dropped> <message JSON>".
 local function announce(feed, thread, prevRev, trimmed, trimmedRev, json)
   local mark = math.max(trimmed, trimmedRev)
-  redis.call('PUBLISH', feed, thread .. ' ' .. fmt(prevRev) .. ' ' .. (mark == 0 and '0' or fmt(mark)) .. ' ' .. json)
+  publish(feed, thread .. ' ' .. fmt(prevRev) .. ' ' .. (mark == 0 and '0' or fmt(mark)) .. ' ' .. json)
 end
 
 -- removeThread deletes every key of the thread, its grants' entries in
@@ -142,7 +150,7 @@ local function removeThread(thread, feed)
   end
   redis.call('DEL', K.log, K.meta, K.ids, K.v2, K.v2e, K.revs, K.cids, K.ixs, K.grants, K.audit, K.att)
   redis.call('ZREM', K.index, thread)
-  if #gs > 0 then redis.call('PUBLISH', feed, thread .. ' P') end
+  if #gs > 0 then publish(feed, thread .. ' P') end
 end
 
 -- waiting counts the messages of author (as JSON) after hermes's newest,
@@ -380,7 +388,7 @@ announce(ARGV[9], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or j
 if ARGV[23] ~= '' then
   redis.call('XADD', K.events, '*', 't', ARGV[23], 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
 end
-if participant ~= '' then redis.call('PUBLISH', ARGV[9], thread .. ' P') end
+if participant ~= '' then publish(ARGV[9], thread .. ' P') end
 return {'ok', es, id, json, v2json}
 `)
 
@@ -567,6 +575,6 @@ if ARGV[6] ~= '' then
 end
 redis.call('HINCRBY', K.grants, '.v', 1)
 if ARGV[5] ~= '' then redis.call('HSET', K.gindex, ARGV[5], thread) end
-redis.call('PUBLISH', ARGV[3], thread .. ' P')
+publish(ARGV[3], thread .. ' P')
 return 'ok'
 `)

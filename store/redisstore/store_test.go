@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
@@ -707,7 +709,7 @@ func TestOpenURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if db := s.rdb.Options().DB; db != 3 {
+	if db := s.rdb.(*redis.Client).Options().DB; db != 3 {
 		t.Fatalf("db %d", db)
 	}
 	// rediss:// is accepted (a TLS client); this server speaks no TLS.

@@ -190,7 +190,7 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 	}
 	args := make([]any, 0, 25+len(suffixes))
 	args = append(args, thread, now.UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
-		s.opt.MaxThreads, flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(text), s.feed, s.seen.Load(), randomHex(8),
+		s.threadLimit(ctx), flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(text), s.pubFeed, s.seen.Load(), randomHex(8),
 		r.m.ClientID, r.tail, r.ix, r.deadline,
 		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max, r.m.Title, secondOf(now), r.event,
 		strings.Join(r.m.Attachments, " "), r.v2Text)
@@ -426,7 +426,7 @@ func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 		}
 		sctx, cancel := s.bound(ctx)
 		res, err := sweepScript.Run(sctx, s.rdb, s.keys(name),
-			name, now, s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(), s.feed).Int64Slice()
+			name, now, s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(), s.pubFeed).Int64Slice()
 		cancel()
 		if err != nil {
 			return st, s.unavailable("sweep", err)

@@ -124,7 +124,7 @@ func (s *Store) Change(ctx context.Context, thread string, c store.Change) (stor
 			s.beforeCAS("change")
 		}
 		res, err := changeScript.Run(ctx, s.rdb, s.keys(thread), thread, e.Epoch, e.Rev, now.UnixMilli(),
-			head, tail, done, s.feed, event).StringSlice()
+			head, tail, done, s.pubFeed, event).StringSlice()
 		if err != nil {
 			return store.Entry{}, s.unavailable("change", err)
 		}

@@ -9,6 +9,13 @@
 //                      interaction through POST api/chat/respond with the
 //                      credential that subscribed; a click on the
 //                      notification itself opens (or focuses) the thread
+//   pushsubscriptionchange  the browser's push service replaced or ended
+//                      the subscription: subscribe again (unless the
+//                      browser did), give the new subscription to the
+//                      server for every thread the old one notified
+//                      about, with that thread's credential (POST
+//                      api/chat/push), delete the old one there (DELETE
+//                      api/chat/push/{id}) and keep the new one's id
 //
 // It has no fetch handler: it caches nothing, and every request of the
 // page (the API's answers above all) goes to the network as if it were
@@ -42,6 +49,8 @@ self.addEventListener("notificationclick", (event) => {
   event.waitUntil(done);
 });
 
+self.addEventListener("pushsubscriptionchange", (event) => event.waitUntil(resubscribe(event)));
+
 // ---- the store of credentials ----
 
 function openDB() {
@@ -74,6 +83,8 @@ async function inStore(store, mode, fn) {
 // recordOf is what push.js keeps for thread: {thread, scheme, token,
 // push, endpoint}, or null.
 const recordOf = (thread) => inStore(STORE, "readonly", (s) => s.get(String(thread))).then((r) => r || null);
+const allRecords = () => inStore(STORE, "readonly", (s) => s.getAll()).then((r) => r || []);
+const putRecord = (rec) => inStore(STORE, "readwrite", (s) => s.put(rec));
 
 // The interactions this worker answered itself, for a day (so that the
 // closing push does not say "on another device"). Kept here rather than
@@ -280,4 +291,55 @@ async function openThread(d) {
   const w = wins.find((c) => pathOf(c.url) === page);
   if (w && "focus" in w) return w.focus();
   return self.clients.openWindow(url);
+}
+
+// ---- a subscription the browser replaced ----
+
+// api calls the server's route path with the credential of rec.
+function api(method, path, rec, body) {
+  const headers = {};
+  if (rec.scheme === "owner") headers["X-Chat-Token"] = rec.token;
+  else headers.Authorization = `Bearer ${rec.token}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  return fetch(new URL(path, self.registration.scope), {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    cache: "no-store",
+    credentials: "omit",
+  });
+}
+
+// resubscribe follows a pushsubscriptionchange: the new subscription (the
+// event's, or a fresh one with the server's VAPID key) replaces the old
+// one on the server for every thread whose record names the old endpoint
+// (every thread, if the browser does not say which one it ended). A
+// thread whose server refuses keeps its record: the page finds it off
+// when next opened and can turn it on again.
+async function resubscribe(event) {
+  const old = event.oldSubscription || null;
+  let sub = event.newSubscription || null;
+  if (!sub) {
+    let key = old?.options?.applicationServerKey;
+    if (!key) {
+      const res = await fetch(new URL("api/push/key", self.registration.scope), { cache: "no-store", credentials: "omit" });
+      const b64 = (await res.json()).public_key;
+      const bin = atob(b64.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((b64.length + 3) % 4));
+      key = Uint8Array.from(bin, (c) => c.charCodeAt(0));
+    }
+    sub = await self.registration.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key });
+  }
+  const json = sub.toJSON();
+  const recs = await allRecords();
+  for (const rec of recs) {
+    if (!rec.token || rec.endpoint === json.endpoint) continue;
+    if (old && rec.endpoint !== old.endpoint) continue;
+    try {
+      const res = await api("POST", "api/chat/push", rec, { subscription: json });
+      const body = await res.json().catch(() => null);
+      if (!res.ok || !body?.success) continue;
+      if (rec.push && rec.push !== body.push.id) await api("DELETE", `api/chat/push/${encodeURIComponent(rec.push)}`, rec).catch(() => {});
+      await putRecord({ ...rec, endpoint: json.endpoint, push: body.push.id });
+    } catch {}
+  }
 }

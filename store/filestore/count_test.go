@@ -1,0 +1,83 @@
+package filestore
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// TestRemovedCountLockStillExcludes: the store keeps .threads.lock open
+// between thread creations; if the file is removed from under it, the
+// next creation locks the file now at the path, not the removed one, so
+// another process that holds the new file still keeps it out (and the
+// count it then writes is the one at the path).
+func TestRemovedCountLockStillExcludes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{LockTimeout: 100 * time.Millisecond})
+	appendText(t, s, threadA, "the first thread") // opens and keeps .threads.lock
+	path := filepath.Join(dir, "chat", ".threads.lock")
+	assert.Success(t, os.Remove(path))
+
+	other := newFlock(path) // another process's lock of the file at the path
+	ok, err := other.TryLock()
+	assert.Success(t, err)
+	assert.True(t, ok, "the new lock file is free")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	_, err = s.Append(ctx, threadB, store.NewMessage{Author: chatrelay.Operator, Text: "while another holds the count"})
+	assert.Code(t, err, chatrelay.StoreUnavailable)
+	_, err = os.Stat(s.path(threadB))
+	assert.True(t, os.IsNotExist(err), "a creation refused for a busy count left its document: %v", err)
+	assert.Success(t, other.Unlock())
+
+	appendText(t, s, threadB, "once the count is free")
+	data, err := os.ReadFile(path)
+	assert.Success(t, err)
+	assert.Equal(t, "the count at the path", string(data), "2\n")
+}
+
+// TestCountLockTakesTurnsInProcess: the kept .threads.lock is one open
+// file, whose flock does not exclude this process's own goroutines: they
+// take turns on it, so concurrent creations and upload room checks count
+// every thread once.
+func TestCountLockTakesTurnsInProcess(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{MaxThreads: 1 << 20})
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for range 40 {
+		wg.Go(func() {
+			c, err := s.lockCount(t.Context())
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.unlock()
+			count, err := s.threadCount(c)
+			if err != nil {
+				errs <- err
+				return
+			}
+			runtime.Gosched() // let another goroutine in, if the lock lets it
+			setThreadCount(c, count+1)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.Success(t, err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "chat", ".threads.lock"))
+	assert.Success(t, err)
+	assert.Equal(t, "the count", string(data), "40\n")
+}

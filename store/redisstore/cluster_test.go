@@ -1,0 +1,206 @@
+package redisstore
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/redistest"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// TestClusterFailoverLosesNothing: while two nodes post without pause to
+// threads on every shard, the primary of a shard's slot hands over to its
+// replica (CLUSTER FAILOVER). Posts that fail meanwhile (store_unavailable)
+// are sent again with their client_id, as a client does; every post
+// acknowledged is stored once and reaches the other node's feed once.
+func TestClusterFailoverLosesNothing(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3, Replicas: 1})
+	trafficDuring(t, c, func(prefix string) {
+		primary := c.PrimaryOf(t, prefix+"{s0}:threads")
+		took := c.Failover(t, primary)
+		assert.Eventually(t, 10*time.Second, "every node to see the replica serve shard 0", func() bool {
+			return c.PrimaryOf(t, prefix+"{s0}:threads") == took
+		})
+	})
+}
+
+// TestClusterReshardLosesNothing: the same traffic while the slot of a
+// shard moves, keys and all, to another primary (MIGRATE, as redis-cli
+// --cluster reshard does it).
+func TestClusterReshardLosesNothing(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3})
+	trafficDuring(t, c, func(prefix string) {
+		key := prefix + "{s0}:threads"
+		from := c.PrimaryOf(t, key)
+		var to string
+		for _, n := range c.Nodes {
+			if n.Addr() != from {
+				to = n.Addr()
+				break
+			}
+		}
+		slot := int(c.Nodes[0].Client(t).ClusterKeySlot(t.Context(), key).Val())
+		c.MoveSlot(t, slot, to)
+		assert.Eventually(t, 10*time.Second, "every node to see shard 0 on its new primary", func() bool {
+			return c.PrimaryOf(t, key) == to
+		})
+	})
+}
+
+// trafficDuring runs posts from two nodes over every shard, calls disrupt
+// once some are acknowledged, goes on until more are acknowledged after
+// it, and checks that nothing acknowledged is lost or doubled, in the
+// store and in a feed.
+func trafficDuring(t *testing.T, c *redistest.Cluster, disrupt func(prefix string)) {
+	const prefix = "t:"
+	spec := c.URL()
+	opt := Options{Prefix: prefix, Retention: chatrelay.Retention{Messages: 1 << 20}} // retention drops nothing
+	a, b := openSharded(t, spec, opt), openSharded(t, spec, opt)
+	rec := follow(t, b)
+	ctx := t.Context()
+	var threads []string
+	for i := range ClusterShards * 2 {
+		threads = append(threads, fmt.Sprintf("%016x", 0xfa110+i))
+	}
+	var (
+		mu      sync.Mutex
+		acked   = map[string][]store.Entry{}
+		count   atomic.Int64
+		retried atomic.Int64
+		stop    atomic.Bool
+		wg      sync.WaitGroup
+	)
+	for w, node := range []*Sharded{a, b, a, b} {
+		wg.Go(func() {
+			// Paced (500 posts/s per writer at most), so that the test's
+			// load stays bounded on a busy machine.
+			pace := time.NewTicker(2 * time.Millisecond)
+			defer pace.Stop()
+			for n := 0; !stop.Load(); n++ {
+				<-pace.C
+				th := threads[(w*7+n)%len(threads)]
+				m := store.NewMessage{Text: fmt.Sprintf("w%d-%d", w, n), ClientID: fmt.Sprintf("w%d:%d", w, n)}
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					e, err := node.Append(ctx, th, m)
+					if err == nil {
+						mu.Lock()
+						acked[th] = append(acked[th], e)
+						mu.Unlock()
+						count.Add(1)
+						break
+					}
+					if ctx.Err() != nil {
+						return // the test ended (failed)
+					}
+					if chatrelay.CodeOf(err) != chatrelay.StoreUnavailable || time.Now().After(deadline) {
+						t.Errorf("post %s: %v", m.ClientID, err)
+						return
+					}
+					retried.Add(1)
+					time.Sleep(20 * time.Millisecond) // a client's retry, as Retry-After asks
+				}
+			}
+		})
+	}
+	t.Cleanup(func() { stop.Store(true); wg.Wait() }) // if the test fails before it stops them
+	assert.Eventually(t, 30*time.Second, "posts before the disruption", func() bool { return count.Load() >= 200 })
+	disrupt(prefix)
+	after := count.Load()
+	assert.Eventually(t, 30*time.Second, "posts after the disruption", func() bool { return count.Load() >= after+200 })
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d posts acknowledged, %d attempts failed and were sent again", count.Load(), retried.Load())
+
+	for _, th := range threads {
+		p := must[store.Page](t)(a.Since(ctx, th, 0, 0))
+		stored := map[string]int{}
+		for _, e := range p.Messages {
+			stored[e.Text]++
+			if stored[e.Text] > 1 {
+				t.Fatalf("thread %s: %q stored twice", th, e.Text)
+			}
+		}
+		for _, e := range acked[th] {
+			if stored[e.Text] != 1 {
+				t.Fatalf("thread %s: acknowledged %q (%s) is not stored", th, e.Text, e.ID)
+			}
+		}
+		assert.Eventually(t, 15*time.Second, "the feed hands on every stored message", func() bool {
+			return len(rec.messages(th)) >= len(p.Messages)
+		})
+		checkDelivered(t, rec, th, p.Messages)
+		if rec.resets(th) != 0 {
+			t.Fatalf("thread %s: Reset batches", th)
+		}
+	}
+}
+
+// TestClusterPrimaryKilled: the primary of a shard's slot dies (SIGKILL);
+// its replica takes over (cluster-node-timeout 1s), and within seconds the
+// nodes post to that shard's threads again and their feeds hand on every
+// post, on every shard, once. (Writes the dead primary acknowledged last
+// may be lost with it: Redis replicates asynchronously; not checked here.)
+func TestClusterPrimaryKilled(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3, Replicas: 1})
+	const prefix = "k:"
+	opt := Options{Prefix: prefix}
+	a, b := openSharded(t, c.URL(), opt), openSharded(t, c.URL(), opt)
+	rec := follow(t, b)
+	ctx := t.Context()
+	var threads []string
+	for i := range ClusterShards * 2 {
+		threads = append(threads, fmt.Sprintf("%016x", 0xdead0+i))
+	}
+	var on0 string
+	for _, th := range threads {
+		must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "before"}))
+		if a.ShardOf(th) == 0 {
+			on0 = th
+		}
+	}
+	if on0 == "" {
+		t.Fatal("no thread on shard 0")
+	}
+	c.Server(t, c.PrimaryOf(t, prefix+"{s0}:threads")).Kill()
+	start := time.Now()
+	assert.Eventually(t, 20*time.Second, "a post on shard 0 after the failover", func() bool {
+		_, err := a.Append(ctx, on0, store.NewMessage{Text: "back", ClientID: "back"})
+		return err == nil
+	})
+	t.Logf("shard 0 took posts again %s after its primary died", time.Since(start).Round(time.Millisecond))
+	for i, th := range threads {
+		text := fmt.Sprintf("after-%d", i)
+		var e store.Entry
+		var err error
+		assert.Eventually(t, 10*time.Second, "a post after the failover", func() bool {
+			e, err = a.Append(ctx, th, store.NewMessage{Text: text, ClientID: text})
+			if err != nil {
+				t.Logf("thread %s (shard %d): %v", th, a.ShardOf(th), err)
+			}
+			return err == nil
+		})
+		assert.Eventually(t, 10*time.Second, "the post on the other node's feed", func() bool {
+			n := 0
+			for _, m := range rec.messages(th) {
+				if m.ID == e.ID {
+					n++
+				}
+			}
+			return n > 0
+		})
+	}
+	for _, th := range threads {
+		seen := map[string]int{}
+		for _, m := range rec.messages(th) {
+			if seen[m.ID]++; seen[m.ID] > 1 {
+				t.Fatalf("thread %s: %s delivered twice", th, m.ID)
+			}
+		}
+	}
+}
