@@ -80,7 +80,8 @@ func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(),
 // sorted sets (hash tag {sl}), and of the thread's participants' set for a
 // participant's stream, whose score is its expiry on Redis's clock.
 // Acquire drops expired leases and counts the rest, in one script. This
-// node renews all its leases every lease/3 in one script per 256 streams,
+// node renews all its leases every lease/3, one script per 512 leases and
+// one ZADD per set (renewScript),
 // so a node that crashed stops renewing and its streams are forgotten
 // within one lease period. A release while Redis is unreachable is not
 // lost either: the lease is no longer renewed and expires.
@@ -216,10 +217,22 @@ func (l *StreamLimiter) renew(ctx context.Context) {
 	if len(snap) == 0 {
 		return
 	}
-	const chunk = 256 // streams per script
-	keys := make([]string, 0, 3*chunk)
-	args := make([]any, 0, 1+3*chunk)
-	n := 0
+	// The members of each set, renewed together: a thread's streams share
+	// its set, and an address's (often one for many streams) its own.
+	sets := make(map[string][]string)
+	var order []string
+	for _, ls := range snap {
+		for _, k := range ls.keys {
+			if _, ok := sets[k]; !ok {
+				order = append(order, k)
+			}
+			sets[k] = append(sets[k], ls.member)
+		}
+	}
+	const chunk = 512 // members per script
+	keys := make([]string, 0, chunk)
+	args := make([]any, 0, 1+2*chunk)
+	members := 0
 	flush := func() {
 		if len(keys) == 0 {
 			return
@@ -230,18 +243,23 @@ func (l *StreamLimiter) renew(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			l.s.log.Warn("redis stream limit: renew leases", "err", err)
 		}
-		keys, args, n = keys[:0], args[:0], 0
+		keys, args, members = keys[:0], args[:0], 0
 	}
-	for _, ls := range snap {
-		if len(args) == 0 {
-			args = append(args, l.lease.Milliseconds())
-		}
-		for _, k := range ls.keys {
+	for _, k := range order {
+		for ms := sets[k]; len(ms) > 0; {
+			if len(args) == 0 {
+				args = append(args, l.lease.Milliseconds())
+			}
+			part := ms[:min(len(ms), chunk-members)]
+			ms = ms[len(part):]
 			keys = append(keys, k)
-			args = append(args, ls.member)
-		}
-		if n++; n == chunk {
-			flush()
+			args = append(args, len(part))
+			for _, m := range part {
+				args = append(args, m)
+			}
+			if members += len(part); members == chunk {
+				flush()
+			}
 		}
 	}
 	flush()

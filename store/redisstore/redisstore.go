@@ -21,9 +21,11 @@
 //	                    no message: "last", the newest message's epoch;
 //	                    "first", at most the oldest's; "sec" and "sfx", the
 //	                    newest message's second and the id suffixes taken
-//	                    in it (" <suffix>" each). A thread without "last"
-//	                    (written by an older version) has them read from
-//	                    its log by its next append. Every script that adds
+//	                    in it (" <suffix>" each); "n", at least the log's
+//	                    length (an append reads it, XLEN, only past keep).
+//	                    A thread without "last" (written by an older
+//	                    version) has them read from its log by its next
+//	                    append. Every script that adds
 //	                    to the log keeps them; one that drops messages keeps
 //	                    "first" at most the oldest's (dropping only the
 //	                    oldest does, by itself)

@@ -127,7 +127,8 @@ end
 -- announce publishes a change on the feed: "<thread> <the thread's rev
 -- before it> <the newest epoch or rev retention dropped> <message JSON>".
 local function announce(feed, thread, prevRev, trimmed, trimmedRev, json)
-  publish(feed, thread .. ' ' .. fmt(prevRev) .. ' ' .. fmt(math.max(trimmed, trimmedRev)) .. ' ' .. json)
+  local mark = math.max(trimmed, trimmedRev)
+  publish(feed, thread .. ' ' .. fmt(prevRev) .. ' ' .. (mark == 0 and '0' or fmt(mark)) .. ' ' .. json)
 end
 
 -- removeThread deletes every key of the thread, its grants' entries in
@@ -213,8 +214,14 @@ local participant = ARGV[16]
 -- newest epoch ("last"), a lower bound of the oldest ("first"), the id
 -- suffixes of the newest message's second ("sec", "sfx"). A thread written
 -- before meta kept them (no "last") has them read from its log once.
-local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2', 'last', 'first', 'sec', 'sfx')
+local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2', 'last', 'first', 'sec', 'sfx', 'n')
 local prev, first = tonumber(meta[5]), tonumber(meta[6])
+local firstWas = first
+-- "n" is an upper bound of the log's length: its length after the append
+-- that wrote it (only appends add to the log; what drops messages leaves
+-- it above). An append reads the length (XLEN) only when the bound says
+-- the log may be over keep, or there is no bound.
+local n = tonumber(meta[9])
 local set = {}
 if not prev then
   local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
@@ -227,6 +234,7 @@ if not prev then
       redis.call('HSET', K.gen, 'id', ARGV[11], 'start', ARGV[2], 'lost', ARGV[10])
     end
     prev = 0
+    n = 0
   else
     prev = epochOf(newest[1][1])
     first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
@@ -291,7 +299,8 @@ end
 -- kept them) read from the log. The JSON starts {"id":"MSG-YYYYMMDD-HHMMSS-
 -- so the suffix is bytes 28 to 33.
 local suffix = ARGV[26]
-local sec = fmt(secs)
+local es = epoch == now and ARGV[2] or fmt(epoch)
+local sec = epoch >= 1000 and string.sub(es, 1, -4) or fmt(secs)
 local taken = ''
 if prev >= secs * 1000 then
   if meta[7] == sec then
@@ -311,7 +320,6 @@ if prev >= secs * 1000 then
 end
 local id = 'MSG-' .. stamp .. '-' .. suffix
 
-local es = fmt(epoch)
 local json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[7] .. ',"text":' .. ARGV[8] .. '}'
 redis.call('XADD', K.log, es .. '-0', 'j', json)
 
@@ -351,17 +359,30 @@ end
 -- Retention: by count (the log's length) and by age (only once the oldest
 -- message may be past it: "first" is a lower bound of its epoch).
 local trimmed, trimmedRev = num(meta[1]), num(meta[3])
-local n = redis.call('XLEN', K.log)
+if n then n = n + 1 end
+if not n or n > keep then n = redis.call('XLEN', K.log) end
 if n > keep or first <= now - age then
   local cut = cutOf(K.log, now, keep, age)
   if cut > 0 then
     trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2)
+    n = redis.call('XLEN', K.log)
     first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
   elseif first <= now - age then
     first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
   end
 end
-redis.call('HSET', K.meta, 'last', es, 'first', fmt(first), 'sec', sec, 'sfx', taken .. ' ' .. suffix, unpack(set))
+-- Meta's fields that changed: "sec" and "first" seldom do.
+set[#set + 1] = 'n'
+set[#set + 1] = n
+if meta[7] ~= sec then
+  set[#set + 1] = 'sec'
+  set[#set + 1] = sec
+end
+if first ~= firstWas then
+  set[#set + 1] = 'first'
+  set[#set + 1] = fmt(first)
+end
+redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, unpack(set))
 redis.call('ZADD', K.index, es, thread)
 announce(ARGV[9], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or json)
 if ARGV[23] ~= '' then

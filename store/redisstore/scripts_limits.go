@@ -71,16 +71,27 @@ return 1
 `)
 
 // renewScript extends leases. KEYS: the sets of the leases. ARGV: lease
-// (ms), then the member of each key. A lease that expired while Redis was
-// unreachable is added back: the stream is still open.
+// (ms), then for each key how many of its members follow, and they. A
+// set's members are renewed in one ZADD and the set's expiry once, so a
+// renewal costs Redis two commands per set (a thread's, an address's)
+// rather than per stream. A lease that expired while Redis was unreachable
+// is added back: the stream is still open.
 var renewScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 local exp = string.format('%.0f', now + lease)
+local a = 2
 for i = 1, #KEYS do
-  redis.call('ZADD', KEYS[i], exp, ARGV[1 + i])
+  local c = tonumber(ARGV[a])
+  local z = {}
+  for j = a + 1, a + c do
+    z[#z + 1] = exp
+    z[#z + 1] = ARGV[j]
+  end
+  redis.call('ZADD', KEYS[i], unpack(z))
   redis.call('PEXPIRE', KEYS[i], 3 * lease)
+  a = a + c + 1
 end
 return #KEYS
 `)

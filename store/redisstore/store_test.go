@@ -878,7 +878,7 @@ func TestAppendAfterAnOlderVersion(t *testing.T) {
 	}
 	forget := func() {
 		t.Helper()
-		if err := s.rdb.HDel(ctx, s.metaKey(th), "last", "first", "sec", "sfx").Err(); err != nil {
+		if err := s.rdb.HDel(ctx, s.metaKey(th), "last", "first", "sec", "sfx", "n").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

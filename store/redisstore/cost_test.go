@@ -1,0 +1,154 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/redistest"
+	"github.com/chatrelay/chatrelay/internal/testclock"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// commandCalls counts the commands Redis ran since the last CONFIG
+// RESETSTAT, by name (INFO commandstats: a script's own commands are
+// counted too), leaving out the calls of the counting itself.
+func commandCalls(t *testing.T, s *Store) map[string]int {
+	t.Helper()
+	info, err := s.rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if !ok || strings.HasPrefix(name, "config") || name == "info" {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		calls[name], _ = strconv.Atoi(n)
+	}
+	return calls
+}
+
+// TestAppendCommands: what Redis runs for a plain post to a thread under
+// its retention, the case of nearly every post: the append script and,
+// inside it, the read of meta, the message, meta's changed fields, the
+// index and the feed. It reads no length (XLEN: meta bounds it) and writes
+// meta once.
+func TestAppendCommands(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	clk := testclock.New(time.UnixMilli(1792778400123))
+	s := openStore(t, srv, Options{Now: clk.Now, Retention: chatrelay.Retention{Messages: 50}})
+	ctx := t.Context()
+	const th = "a1b2c3d4e5f60718"
+	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "first"}))
+	if err := s.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const posts = 20
+	for i := range posts {
+		clk.Advance(300 * time.Millisecond) // some in the same second, some not
+		must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: fmt.Sprint("post ", i)}))
+	}
+	got := commandCalls(t, s)
+	want := map[string]int{"evalsha": posts, "hmget": posts, "xadd": posts, "hset": posts, "zadd": posts, "publish": posts}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%d posts ran %v, want %v", posts, got, want)
+	}
+}
+
+// TestRetentionByCountAfterDrops: meta's bound of the log's length stays
+// above it when the sweep drops messages, and retention by count keeps
+// exactly the newest keep once appends bring the log past it.
+func TestRetentionByCountAfterDrops(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	clk := testclock.New(time.UnixMilli(1792778400123))
+	s := openStore(t, srv, Options{Now: clk.Now, Retention: chatrelay.Retention{Messages: 5, Age: time.Hour}})
+	ctx := t.Context()
+	const th = "a1b2c3d4e5f60718"
+	var es []store.Entry
+	post := func() {
+		t.Helper()
+		es = append(es, must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: fmt.Sprint("post ", len(es))})))
+	}
+	for range 3 {
+		post()
+	}
+	clk.Advance(40 * time.Minute)
+	post()
+	post()
+	clk.Advance(30 * time.Minute) // the first three are past the hour
+	if st := must[store.SweepStats](t)(s.Sweep(ctx)); st.Dropped != 3 {
+		t.Fatalf("sweep dropped %d, want 3", st.Dropped)
+	}
+	for range 4 {
+		post()
+	}
+	p := must[store.Page](t)(s.Since(ctx, th, 0, 0))
+	var got []string
+	for _, m := range p.Messages {
+		got = append(got, m.ID)
+	}
+	var want []string
+	for _, e := range es[len(es)-5:] {
+		want = append(want, e.ID)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("kept %v, want the newest five %v", got, want)
+	}
+}
+
+// TestRenewalCommandsPerSet: a renewal extends every lease of the node
+// with two commands per set (its ZADD and its expiry), not per stream:
+// 600 streams over three threads from one address (and 20 participants'
+// streams) renew in a handful of commands, more than one script's worth
+// of members, and every lease is renewed.
+func TestRenewalCommandsPerSet(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := openStore(t, srv, Options{})
+	l := NewStreamLimiter(s, chatrelay.StreamLimits{PerThread: 1000, PerIP: 1000}, time.Minute)
+	ctx := t.Context()
+	threads := []string{"0000000000000001", "0000000000000002", "0000000000000003"}
+	for i := range 600 {
+		holder := chatrelay.OwnerStream
+		if i%30 == 0 {
+			holder = chatrelay.ParticipantStream
+		}
+		must[func()](t)(l.Acquire(ctx, threads[i%3], "192.0.2.1", holder))
+	}
+	sets := []string{s.prefix + "{sl}:i:192.0.2.1"}
+	for _, th := range threads {
+		sets = append(sets, s.prefix+"{sl}:t:"+th, s.prefix+"{sl}:p:"+th)
+	}
+	// Every lease as if about to expire, then one renewal.
+	for _, k := range sets {
+		for _, m := range s.rdb.ZRange(ctx, k, 0, -1).Val() {
+			s.rdb.ZAdd(ctx, k, redis.Z{Score: 1, Member: m})
+		}
+	}
+	if err := s.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l.renew(ctx)
+	calls := commandCalls(t, s)
+	for _, k := range sets {
+		if n := s.rdb.ZCount(ctx, k, "-inf", "1").Val(); n != 0 {
+			t.Fatalf("%s: %d leases not renewed", k, n)
+		}
+	}
+	// 7 sets, 1 220 members: three scripts, a set at most split at each
+	// of the two boundaries.
+	if calls["zadd"] > 9 || calls["pexpire"] > 9 {
+		t.Fatalf("one renewal of 600 streams in 7 sets ran %v", calls)
+	}
+}
