@@ -53,8 +53,7 @@ func (b deviceBody) request() (chatrelay.DeviceRequest, error) {
 // handleDeviceIssue serves POST /api/chat/devices (the owner's token only).
 func (s *Server) handleDeviceIssue(w http.ResponseWriter, r *http.Request, p principal) {
 	var body deviceBody
-	if err := readJSON(w, r, &body); err != nil {
-		s.writeError(w, r, err)
+	if !s.decodeJSON(w, r, &body) {
 		return
 	}
 	in, err := body.request()

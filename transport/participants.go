@@ -196,8 +196,7 @@ type inviteAnswer struct {
 // handleInvite serves POST /api/chat/participants (the owner).
 func (s *Server) handleInvite(w http.ResponseWriter, r *http.Request, p principal) {
 	var body inviteBody
-	if err := readJSON(w, r, &body); err != nil {
-		s.writeError(w, r, err)
+	if !s.decodeJSON(w, r, &body) {
 		return
 	}
 	in, err := body.invite()
