@@ -1,11 +1,13 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"io"
 	"mime"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -66,7 +68,9 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 		return
 	}
 	extendDeadlines(w)
-	a, err := as.PutAttachment(r.Context(), who.thread, store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: r.Body, Max: max})
+	body := &pacedBody{ctx: r.Context(), r: r.Body}
+	a, err := as.PutAttachment(r.Context(), who.thread, store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: body, Max: max})
+	body.release()
 	if err != nil {
 		if chatrelay.CodeOf(err) == chatrelay.AttachmentTooLarge {
 			w.Header().Set("Connection", "close") // the rest of the body is not read
@@ -130,4 +134,44 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 	h.Set("Cache-Control", "private")
 	h.Set("ETag", strconv.Quote(a.SHA256))
 	http.ServeContent(w, r, "", time.Time{}, f) // Range, If-Range, HEAD
+}
+
+// uploadSlots bound how many uploads take their bytes in at once to one
+// fewer than the cores (one at least): a core is left for posts and
+// streams however many clients upload. An upload holds a slot from the
+// moment a read of its body returns bytes until it asks for more (while
+// the store hashes and writes them), never while it waits for the
+// network, a store's lock or its final fsync: a slow client holds none.
+// Without the bound, 4 clients uploading without a pause took both cores
+// of a 2-core server and posts' p99 grew from a few ms to 50 ms and more
+// (docs/performance.md).
+var uploadSlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1))
+
+// pacedBody is an upload's body, read under uploadSlots.
+type pacedBody struct {
+	ctx  context.Context
+	r    io.Reader
+	held bool
+}
+
+func (p *pacedBody) Read(b []byte) (int, error) {
+	p.release()
+	n, err := p.r.Read(b)
+	if n > 0 && err == nil {
+		select {
+		case uploadSlots <- struct{}{}:
+			p.held = true
+		case <-p.ctx.Done():
+			return 0, p.ctx.Err()
+		}
+	}
+	return n, err
+}
+
+// release gives the slot back, if the body holds one.
+func (p *pacedBody) release() {
+	if p.held {
+		p.held = false
+		<-uploadSlots
+	}
 }

@@ -1,10 +1,15 @@
 package transport_test
 
-// The attachments benchmark: run without -race for figures,
+// The attachments benchmark: run without -race for figures, with TMPDIR
+// on the disk the file store would use (docs/performance.md),
 //
-//	go test -run '^$' -bench 'UploadHeap|PostsWhileUploading' -benchtime 40x ./transport/
+//	go test -run '^$' -bench 'PostsWhileUploading' -benchtime 200x ./transport/
+//	go test -run '^$' -bench 'UploadHeap' -benchtime 40x ./transport/
+//
+// (UploadHeap's fresh uploads store 10 MiB each: 40 take 400 MiB.)
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"runtime"
@@ -41,103 +46,132 @@ func (r *patternReader) Read(b []byte) (int, error) {
 	return n, nil
 }
 
+// freshReader yields n bytes that no other upload of the run has: the
+// pattern, after the upload's number k.
+func freshReader(k int64, n int64) io.Reader {
+	return io.MultiReader(strings.NewReader(fmt.Sprintf("%016d", k)), &patternReader{left: n - 16})
+}
+
+// benchStore is the store of the benchmarks: the file store fsyncs as in
+// production (--fsync=always), not as the tests do.
+var benchStore = storetest.Options{Fsync: true}
+
 // BenchmarkUploadHeap: concurrent 10 MiB uploads over HTTP into the file
 // store and into Redis. It reports the server's (and the in-process
 // client's) peak heap above the idle heap, per concurrent upload
 // (heap-B/upload: a file read whole into memory would cost 10 MiB here),
-// and uploads/s. Each worker uploads the same bytes into a thread of its
-// own, so the stores keep one copy per thread however long it runs.
+// and uploads/s, for two kinds of upload: "duplicate", each worker
+// uploading the same bytes into a thread of its own (stored once there
+// before the clock starts: each upload is received, hashed and dropped),
+// and "fresh", bytes no upload had before, each into a thread of its own
+// (received, hashed and stored).
 func BenchmarkUploadHeap(b *testing.B) {
 	const concurrent = 8
 	size := int64(chatrelay.LimitAttachmentBytes.Max)
 	for _, backend := range storetest.Backends() {
-		b.Run(backend, func(b *testing.B) {
-			e := startPush(b, pushOptions{backend: backend})
-			upload := func(tok string) {
-				req, _ := http.NewRequest(http.MethodPost, e.url(chatrelay.PathAttachments), &patternReader{left: size})
-				req.ContentLength = size
-				req.Header.Set("X-Chat-Token", tok)
-				req.Header.Set("X-Filename", "big.bin")
-				resp, err := e.client.Do(req)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusCreated {
-					b.Errorf("upload: %d", resp.StatusCode)
-				}
-			}
-			for w := range concurrent { // the bytes are stored once per thread before the clock starts
-				upload(tokenN(1000 + w))
-			}
-			runtime.GC()
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			base := ms.HeapInuse
-			var peak atomic.Uint64
-			stop := make(chan struct{})
-			sampled := make(chan struct{})
-			go func() {
-				defer close(sampled)
-				t := time.NewTicker(2 * time.Millisecond)
-				defer t.Stop()
-				for {
-					select {
-					case <-stop:
+		for _, kind := range []string{"duplicate", "fresh"} {
+			b.Run(backend+"/"+kind, func(b *testing.B) {
+				e := startPush(b, pushOptions{backend: backend, store: benchStore})
+				upload := func(tok string, body io.Reader) {
+					req, _ := http.NewRequest(http.MethodPost, e.url(chatrelay.PathAttachments), body)
+					req.ContentLength = size
+					req.Header.Set("X-Chat-Token", tok)
+					req.Header.Set("X-Filename", "big.bin")
+					resp, err := e.client.Do(req)
+					if err != nil {
+						b.Error(err)
 						return
-					case <-t.C:
-						var m runtime.MemStats
-						runtime.ReadMemStats(&m)
-						if m.HeapInuse > peak.Load() {
-							peak.Store(m.HeapInuse)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusCreated {
+						b.Errorf("upload: %d", resp.StatusCode)
+					}
+				}
+				if kind == "duplicate" {
+					for w := range concurrent { // the bytes are stored once per thread before the clock starts
+						upload(tokenN(1000+w), &patternReader{left: size})
+					}
+				}
+				runtime.GC()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				base := ms.HeapInuse
+				var peak atomic.Uint64
+				stop := make(chan struct{})
+				sampled := make(chan struct{})
+				go func() {
+					defer close(sampled)
+					t := time.NewTicker(2 * time.Millisecond)
+					defer t.Stop()
+					for {
+						select {
+						case <-stop:
+							return
+						case <-t.C:
+							var m runtime.MemStats
+							runtime.ReadMemStats(&m)
+							if m.HeapInuse > peak.Load() {
+								peak.Store(m.HeapInuse)
+							}
 						}
 					}
+				}()
+				var next atomic.Int64
+				start := time.Now()
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for w := range concurrent {
+					wg.Go(func() {
+						for {
+							k := next.Add(1)
+							if k > int64(b.N) {
+								return
+							}
+							if kind == "duplicate" {
+								upload(tokenN(1000+w), &patternReader{left: size})
+							} else {
+								upload(tokenN(int(100000+k)), freshReader(k, size))
+							}
+						}
+					})
 				}
-			}()
-			var next atomic.Int64
-			start := time.Now()
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for w := range concurrent {
-				wg.Go(func() {
-					tok := tokenN(1000 + w)
-					for next.Add(1) <= int64(b.N) {
-						upload(tok)
-					}
-				})
-			}
-			wg.Wait()
-			b.StopTimer()
-			elapsed := time.Since(start)
-			close(stop)
-			<-sampled
-			over := int64(peak.Load()) - int64(base)
-			b.ReportMetric(float64(max(over, 0))/concurrent, "heap-B/upload")
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "uploads/s")
-			b.ReportMetric(0, "ns/op")
-		})
+				wg.Wait()
+				b.StopTimer()
+				elapsed := time.Since(start)
+				close(stop)
+				<-sampled
+				over := int64(peak.Load()) - int64(base)
+				b.ReportMetric(float64(max(over, 0))/concurrent, "heap-B/upload")
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "uploads/s")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
 	}
 }
 
 // BenchmarkPostsWhileUploading: the p99 of a post's round trip, alone and
 // then (in the same run) while 4 clients upload 10 MiB files without a
-// pause, on each store: uploads must not hold posts up (they take the
-// thread's lock only to commit, never while the bytes arrive).
+// pause, on each store: uploads must not hold posts up. The busy phase
+// starts once every uploader has finished an upload and lasts until 8
+// more have gone through. Both phases pay
+// the same: each posts into a thread of its own that its first post
+// creates, through a client of its own that its first post connects.
+// The uploads go to the busy phase's thread (its lock is the posts'),
+// the same bytes each time (a thread holds 100 MiB at most): each is
+// received, hashed, fsynced and dropped at the commit.
 func BenchmarkPostsWhileUploading(b *testing.B) {
 	const uploaders = 4
 	size := int64(chatrelay.LimitAttachmentBytes.Max)
 	for _, backend := range storetest.Backends() {
 		b.Run(backend, func(b *testing.B) {
-			e := startPush(b, pushOptions{backend: backend})
-			tok := tokenN(1)
-			post := func() time.Duration {
+			e := startPush(b, pushOptions{backend: backend, store: benchStore})
+			post := func(c *http.Client, tok string) time.Duration {
 				start := time.Now()
 				req, _ := http.NewRequest(http.MethodPost, e.url(chatrelay.PathPost), strings.NewReader(`{"text":"a message of a typical length, about sixty characters long."}`))
 				req.Header.Set("X-Chat-Token", tok)
 				req.Header.Set("Content-Type", "application/json")
-				resp, err := e.client.Do(req)
+				resp, err := c.Do(req)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -148,17 +182,23 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 				}
 				return time.Since(start)
 			}
-			p99 := func(n int) float64 {
-				d := make([]time.Duration, n)
-				for i := range d {
-					d[i] = post()
+			// p99 posts into the new thread of tok through a new client,
+			// while more(i) (i posts made) holds.
+			p99 := func(tok string, more func(i int) bool) float64 {
+				tr := &http.Transport{}
+				defer tr.CloseIdleConnections()
+				c := &http.Client{Transport: tr}
+				var d []time.Duration
+				for i := 0; more(i); i++ {
+					d = append(d, post(c, tok))
 				}
 				slices.Sort(d)
 				return float64(d[len(d)*99/100]) / float64(time.Millisecond)
 			}
 			n := max(b.N, 100)
 			b.ResetTimer()
-			alone := p99(n)
+			alone := p99(tokenN(1), func(i int) bool { return i < n })
+			busyTok := tokenN(2)
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			var uploads atomic.Int64
@@ -170,10 +210,9 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 							return
 						default:
 						}
-						// The same thread as the posts: one copy of the bytes, however many uploads.
 						req, _ := http.NewRequest(http.MethodPost, e.url(chatrelay.PathAttachments), &patternReader{left: size})
 						req.ContentLength = size
-						req.Header.Set("X-Chat-Token", tok)
+						req.Header.Set("X-Chat-Token", busyTok)
 						req.Header.Set("X-Filename", "big"+string(rune('a'+w))+".bin")
 						resp, err := e.client.Do(req)
 						if err != nil {
@@ -186,13 +225,21 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 					}
 				})
 			}
-			busy := p99(n)
+			// Posts once every uploader is under way (an upload done each),
+			// n at least, and until the uploads of the phase have gone
+			// through every step (received, fsynced, committed) twice each.
+			for uploads.Load() < uploaders && !b.Failed() {
+				time.Sleep(time.Millisecond)
+			}
+			start, before := time.Now(), uploads.Load()
+			busy := p99(busyTok, func(i int) bool { return i < n || uploads.Load()-before < 2*uploaders && !b.Failed() })
+			elapsed, done := time.Since(start), uploads.Load()-before
 			close(stop)
 			wg.Wait()
 			b.StopTimer()
 			b.ReportMetric(alone, "p99-ms-alone")
 			b.ReportMetric(busy, "p99-ms-uploading")
-			b.ReportMetric(float64(uploads.Load()), "uploads")
+			b.ReportMetric(float64(done)/elapsed.Seconds(), "uploads/s")
 			b.ReportMetric(0, "ns/op")
 		})
 	}

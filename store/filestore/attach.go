@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"io/fs"
 	"os"
@@ -73,7 +74,11 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 			os.Remove(tmp)
 		}
 	}()
-	rec, err := store.Receive(tf, up)
+	var dst io.Writer = tf
+	if s.dsync != nil {
+		dst = &flusher{f: tf}
+	}
+	rec, err := store.Receive(dst, up)
 	if err == nil && s.dsync != nil {
 		err = tf.Sync()
 	}
@@ -122,11 +127,36 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	if err := s.writeIndex(thread, recs); err != nil {
 		if held == 0 {
 			os.Remove(blob)
+			os.Remove(dir) // if this upload made it (a folder holding anything stays)
 		}
 		return chatrelay.Attachment{}, s.unavailable(thread, err)
 	}
 	s.removeStray(thread, recs)
 	return a, nil
+}
+
+// flushEvery is how many bytes of an upload may wait in the page cache
+// before the flusher sends them to the disk.
+const flushEvery = 256 << 10
+
+// flusher writes an upload to its temp file and sends each flushEvery
+// bytes to the disk as they come (writeBack), waiting for the span before:
+// a 10 MiB upload never holds 10 MiB of dirty pages that its final fsync,
+// or a post's fsync in the same journal commit, would have to wait for.
+type flusher struct {
+	f       *os.File
+	n       int64 // bytes written
+	flushed int64 // bytes sent to the disk
+}
+
+func (w *flusher) Write(b []byte) (int, error) {
+	k, err := w.f.Write(b)
+	w.n += int64(k)
+	if err == nil && w.n-w.flushed >= flushEvery {
+		writeBack(w.f.Fd(), w.flushed, w.n-w.flushed) // a hint: the final fsync reports what fails
+		w.flushed = w.n
+	}
+	return k, err
 }
 
 // placeBlob renames the received temp file tmp to blob, its digest's name
@@ -141,6 +171,7 @@ func (s *File) placeBlob(thread, tmp, dir, blob string) error {
 	}
 	if err := s.syncDir(dir); err != nil {
 		os.Remove(blob)
+		os.Remove(dir) // if nothing else is in it
 		return s.unavailable(thread, err)
 	}
 	return nil
@@ -337,7 +368,18 @@ func (s *File) removeStray(thread string, recs []store.StoredAttachment) {
 	}
 }
 
-// readIndex reads the uploads of thread (none if it has no index).
+// indexSnap is a thread's attachments index as last parsed, with the
+// checksum of its bytes: a read of an unchanged index (every download
+// reads it) parses nothing, though it reads the file. (Its identity alone
+// could deceive, as a document's can: see snapshot.) Never modified.
+type indexSnap struct {
+	sum  uint64
+	recs []store.StoredAttachment
+}
+
+// readIndex reads the uploads of thread (none if it has no index). The
+// slice is shared: a caller copies it before changing it (append makes
+// a copy).
 func (s *File) readIndex(thread string) ([]store.StoredAttachment, error) {
 	b, err := os.ReadFile(filepath.Join(s.filesDir(thread), "index.json"))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -346,6 +388,21 @@ func (s *File) readIndex(thread string) ([]store.StoredAttachment, error) {
 	if err != nil {
 		return nil, s.unavailable(thread, err)
 	}
+	t := s.state(thread)
+	sum := maphash.Bytes(docSeed, b)
+	if c := t.atts.Load(); c != nil && c.sum == sum {
+		return c.recs, nil
+	}
+	recs, err := parseIndex(thread, b)
+	if err != nil {
+		return nil, err
+	}
+	t.atts.Store(&indexSnap{sum: sum, recs: slices.Clip(recs)})
+	return slices.Clip(recs), nil
+}
+
+// parseIndex parses the bytes of thread's index.
+func parseIndex(thread string, b []byte) ([]store.StoredAttachment, error) {
 	var ix index
 	if err := json.Unmarshal(b, &ix); err != nil || ix.Version != indexVersion {
 		return nil, &chatrelay.Error{Code: chatrelay.ThreadUnreadable, Message: "this thread's attachments index does not parse; it is kept as it is for an operator to look at",

@@ -113,6 +113,8 @@ type threadState struct {
 	// decides when the file is cut. Other processes' lines are counted
 	// at the next cut. Guarded by mu.
 	auditLines int
+	// atts is the attachments index last parsed (attach.go).
+	atts atomic.Pointer[indexSnap]
 }
 
 var _ store.Store = (*File)(nil)

@@ -1,13 +1,13 @@
 package redisstore
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,13 +24,18 @@ import (
 //	                         u:<id> -> the epoch of the message naming it,
 //	                         b:<sha256> -> records holding those bytes,
 //	                         .bytes -> the bytes the thread stores
-//	<prefix>{T}:att:<sha256> string: the bytes, once per thread
-//	<prefix>{T}:att:up:<r>   string: an upload being received (expires)
+//	<prefix>{T}:att:<sha256> hash: the bytes, once per thread, in chunks:
+//	                         "<i>" -> bytes [i*chunkSize, (i+1)*chunkSize)
+//	                         (an empty file: the empty string)
+//	<prefix>{T}:att:up:<r>   hash: an upload being received (expires)
 //	<prefix>att-threads      sorted set: threads with uploads, by the newest
 //	                         upload's time (the sweep collects them)
 //
-// An upload is APPENDed to its staging key in chunks (never whole in
-// memory; the key expires if the writer dies), then commitScript renames
+// An upload is written to its staging key a chunk at a time, each chunk
+// a field of its own (never whole in memory; the key expires if the writer
+// dies): no command grows a string of megabytes, which Redis would copy
+// whole every few APPENDs while every other client waits (see
+// docs/performance.md). Then commitScript renames
 // it to its digest's key, or drops it if the thread holds those bytes,
 // and adds the record: an upload is whole or absent. appendScript marks
 // the uploads a message names (u:<id>), refusing one unknown or marked;
@@ -39,7 +44,8 @@ import (
 
 var _ store.Attachments = (*Store)(nil)
 
-// chunkSize is the bytes of one APPEND (and of one read of a download).
+// chunkSize is the bytes of one chunk of a stored file: one HSET of an
+// upload, one HGET of a download.
 const chunkSize = 256 << 10
 
 // stagingTTL bounds the life of an upload's staging key: a writer killed
@@ -70,10 +76,9 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 		}
 	}()
 	aw := &appender{ctx: ctx, s: s, key: stage}
-	bw := bufio.NewWriterSize(aw, chunkSize)
-	rec, err := store.Receive(bw, up)
+	rec, err := store.Receive(aw, up)
 	if err == nil {
-		err = bw.Flush()
+		err = aw.flush()
 	}
 	if err != nil {
 		var ce *chatrelay.Error
@@ -86,19 +91,40 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 	js, _ := json.Marshal(store.StoredAttachment{Attachment: a, At: s.now().UnixMilli()})
 	cctx, cancel := s.bound(ctx)
 	defer cancel()
-	// Listed for the sweep first: a listed thread with no upload costs a look.
-	if err := s.rdb.ZAdd(cctx, s.attThreadsKey(), redis.Z{Score: float64(s.now().UnixMilli()), Member: thread}).Err(); err != nil {
+	// Listed for the sweep first (att-threads is in no thread's slot: the
+	// script cannot list it): a crash after the commit leaves no upload
+	// unlisted. Listed again after the commit, in case a refused upload of
+	// the thread unlisted it meanwhile.
+	list := func() error {
+		return s.rdb.ZAdd(cctx, s.attThreadsKey(), redis.Z{Score: float64(s.now().UnixMilli()), Member: thread}).Err()
+	}
+	if err := list(); err != nil {
 		return chatrelay.Attachment{}, s.unavailable("upload", err)
 	}
 	res, err := commitScript.Run(cctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256)},
 		a.ID, string(js), a.SHA256, a.Size, chatrelay.LimitThreadAttachments.Max, aw.n > 0).Text()
 	if err != nil {
+		s.unlist(ctx, thread)
 		return chatrelay.Attachment{}, s.unavailable("upload", err)
 	}
 	if res == "full" {
-		return chatrelay.Attachment{}, store.ThreadFull()
+		return chatrelay.Attachment{}, store.ThreadFull() // (the thread holds uploads: it stays listed)
+	}
+	if err := list(); err != nil {
+		s.log.Warn("upload: list the thread for the sweep", "thread", thread, "err", err) // listed before the commit
 	}
 	return a, nil
+}
+
+// unlist takes a thread that holds no upload off att-threads, after a
+// refused upload listed it (best effort: the sweep drops a listing an hour
+// old anyway).
+func (s *Store) unlist(ctx context.Context, thread string) {
+	ctx, cancel := s.bound(context.WithoutCancel(ctx))
+	defer cancel()
+	if n, err := s.rdb.Exists(ctx, s.attKey(thread)).Result(); err == nil && n == 0 {
+		s.rdb.ZRem(ctx, s.attThreadsKey(), thread)
+	}
 }
 
 // roomForThread refuses (ThreadLimit) an upload that would start a thread
@@ -122,28 +148,55 @@ func (s *Store) roomForThread(ctx context.Context, thread string) error {
 	return nil
 }
 
-// appender writes an upload to its staging key, one APPEND per write
-// (bufio makes each a chunk), keeping the key's expiry.
+// appender writes an upload to its staging key a chunk at a time: it
+// gathers chunkSize bytes, then stores them as the next field (HSET),
+// keeping the key's expiry.
 type appender struct {
 	ctx context.Context
 	s   *Store
 	key string
-	n   int64
+	buf []byte // the chunk being gathered
+	i   int    // the index of the chunk being gathered
+	n   int64  // the bytes stored
 }
 
 func (w *appender) Write(b []byte) (int, error) {
+	k := len(b)
+	for len(b) > 0 {
+		if w.buf == nil {
+			w.buf = make([]byte, 0, chunkSize)
+		}
+		c := copy(w.buf[len(w.buf):cap(w.buf)], b)
+		w.buf = w.buf[:len(w.buf)+c]
+		b = b[c:]
+		if len(w.buf) == chunkSize {
+			if err := w.flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return k, nil
+}
+
+// flush stores the bytes gathered (if any) as the next chunk.
+func (w *appender) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
 	ctx, cancel := w.s.bound(w.ctx)
 	defer cancel()
 	_, err := w.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Do(ctx, "APPEND", w.key, b) // the bytes as they are: no copy into a string
+		p.Do(ctx, "HSET", w.key, strconv.Itoa(w.i), w.buf) // the bytes as they are: no copy into a string
 		p.PExpire(ctx, w.key, stagingTTL)
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return err
 	}
-	w.n += int64(len(b))
-	return len(b), nil
+	w.n += int64(len(w.buf))
+	w.i++
+	w.buf = w.buf[:0]
+	return nil
 }
 
 // commitScript makes a received upload the thread's. KEYS: the thread's
@@ -202,8 +255,8 @@ end
 return left
 `)
 
-// OpenAttachment implements store.Attachments: the bytes are read in
-// chunks (GETRANGE), never whole.
+// OpenAttachment implements store.Attachments: the bytes are read a
+// chunk at a time (HGET), never whole.
 func (s *Store) OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
 	notFound := chatrelay.Errorf(chatrelay.NotFound, "no attachment %s in this conversation", id)
 	if err := chatrelay.CheckThread(thread); err != nil || !chatrelay.AttachmentIDPattern.MatchString(id) {
@@ -222,22 +275,58 @@ func (s *Store) OpenAttachment(ctx context.Context, thread, id string) (chatrela
 	if err := json.Unmarshal([]byte(js), &rec); err != nil || rec.ID != id {
 		return chatrelay.Attachment{}, nil, s.unavailable("attachment", fmt.Errorf("record %s of %s: %v", id, thread, err))
 	}
-	return rec.Attachment, &rangeReader{ctx: ctx, s: s, key: s.blobKey(thread, rec.SHA256), size: rec.Size}, nil
+	return rec.Attachment, &rangeReader{ctx: ctx, s: s, key: s.blobKey(thread, rec.SHA256), size: rec.Size, chunk: -1}, nil
 }
 
-// rangeReader reads a stored attachment with GETRANGE, a chunk at a time.
+// rangeReader reads a stored attachment a chunk at a time, keeping the
+// chunk last read (a reader asks for less than a chunk at once).
 type rangeReader struct {
-	ctx  context.Context
-	s    *Store
-	key  string
-	size int64
-	off  int64
+	ctx   context.Context
+	s     *Store
+	key   string
+	size  int64
+	off   int64
+	chunk int64  // the index of cur; -1: none
+	cur   []byte // the bytes of chunk
+	flat  bool   // the bytes are a string (stored before they were chunked)
 }
 
 func (r *rangeReader) Read(b []byte) (int, error) {
 	if r.off >= r.size {
 		return 0, io.EOF
 	}
+	if r.flat {
+		return r.readFlat(b)
+	}
+	i := r.off / chunkSize
+	if i != r.chunk {
+		ctx, cancel := r.s.bound(r.ctx)
+		v, err := r.s.rdb.HGet(ctx, r.key, strconv.FormatInt(i, 10)).Bytes()
+		cancel()
+		if err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
+			r.flat = true
+			return r.readFlat(b)
+		}
+		if errors.Is(err, redis.Nil) {
+			return 0, io.ErrUnexpectedEOF // collected meanwhile
+		}
+		if err != nil {
+			return 0, r.s.unavailable("attachment", err)
+		}
+		r.chunk, r.cur = i, v
+	}
+	at := r.off - i*chunkSize
+	if at >= int64(len(r.cur)) {
+		return 0, io.ErrUnexpectedEOF
+	}
+	k := copy(b, r.cur[at:])
+	r.off += int64(k)
+	return k, nil
+}
+
+// readFlat reads bytes stored as one string, by a version that did not
+// chunk them (GETRANGE).
+func (r *rangeReader) readFlat(b []byte) (int, error) {
 	n := min(int64(len(b)), r.size-r.off, chunkSize)
 	ctx, cancel := r.s.bound(r.ctx)
 	defer cancel()

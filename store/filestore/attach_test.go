@@ -1,0 +1,63 @@
+package filestore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// TestRefusedUploadLeavesNoFolder: an upload whose bytes fit on the disk
+// but whose index does not is refused (store_unavailable) and leaves
+// nothing: no file, and no attachments folder of the thread either.
+func TestRefusedUploadLeavesNoFolder(t *testing.T) {
+	t.Parallel()
+	dir := storetest.SmallDisk(t, 1<<20)
+	s := openOn(t, dir)
+	ctx := context.Background()
+	_, err := s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "hello"})
+	assert.Success(t, err)
+	before := storetest.Files(t, dir)
+	free := storetest.FillDisk(t, dir, 8192) // room for the upload's bytes, none for its index
+	_, err = s.PutAttachment(ctx, diskThread, store.Upload{Name: "a.bin", Body: bytes.NewReader(bytes.Repeat([]byte("x"), 8000))})
+	assert.Code(t, err, chatrelay.StoreUnavailable)
+	free()
+	assert.Equal(t, "files after the refused upload", storetest.Files(t, dir), before)
+	_, err = os.Stat(filepath.Join(dir, "chat", diskThread+".files"))
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "the thread's attachments folder after the refused upload: %v", err)
+}
+
+// TestOpenAttachmentSeesAnotherProcess: a download reads the index as it
+// is on disk, not as this process last parsed it: an upload made through
+// another store on the same folder (the host CLI, say) is found.
+func TestOpenAttachmentSeesAnotherProcess(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, b := openOn(t, dir), openOn(t, dir)
+	ctx := context.Background()
+	_, err := a.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "hello"})
+	assert.Success(t, err)
+	first, err := a.PutAttachment(ctx, diskThread, store.Upload{Name: "one.txt", Body: strings.NewReader("one")})
+	assert.Success(t, err)
+	_, f, err := a.OpenAttachment(ctx, diskThread, first.ID)
+	assert.Success(t, err)
+	f.Close()
+	second, err := b.PutAttachment(ctx, diskThread, store.Upload{Name: "two.txt", Body: strings.NewReader("two")})
+	assert.Success(t, err)
+	got, f, err := a.OpenAttachment(ctx, diskThread, second.ID)
+	assert.Success(t, err)
+	data, err := io.ReadAll(f)
+	f.Close()
+	assert.Success(t, err)
+	assert.Equal(t, "the other store's upload", got.Name+": "+string(data), "two.txt: two")
+}

@@ -1,0 +1,105 @@
+package redisstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/redistest"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// TestAttachmentStoredInChunks: a file of several chunks is stored as
+// fields of at most chunkSize bytes (no command grows one string of
+// megabytes, which blocks Redis while it copies it), and reads back whole
+// and from any offset, across chunk boundaries. Bytes a version before
+// the chunks stored as one string read back too.
+func TestAttachmentStoredInChunks(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	st := openStore(t, srv, Options{})
+	ctx := t.Context()
+	const thread = "c4c4c4c4c4c4c4c4"
+	body := make([]byte, 2*chunkSize+chunkSize/3)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range body {
+		body[i] = byte(rng.Uint32())
+	}
+	a := must[chatrelay.Attachment](t)(st.PutAttachment(ctx, thread, store.Upload{Name: "big.bin", Body: bytes.NewReader(body)}))
+	key := st.blobKey(thread, a.SHA256)
+	assert.Equal(t, "type of the stored bytes", must[string](t)(st.rdb.Type(ctx, key).Result()), "hash")
+	fields := must[map[string]string](t)(st.rdb.HGetAll(ctx, key).Result())
+	assert.Equal(t, "chunks", len(fields), 3)
+	for f, v := range fields {
+		assert.True(t, len(v) <= chunkSize, "chunk %s holds %d bytes", f, len(v))
+	}
+
+	check := func(what string) {
+		t.Helper()
+		_, f, err := st.OpenAttachment(ctx, thread, a.ID)
+		assert.Success(t, err)
+		defer f.Close()
+		got, err := io.ReadAll(f)
+		assert.Success(t, err)
+		assert.True(t, bytes.Equal(got, body), "%s: the whole file differs (%d bytes read)", what, len(got))
+		for _, off := range []int64{0, 1, chunkSize - 7, chunkSize, 2*chunkSize - 1, int64(len(body)) - 5} {
+			_, err := f.Seek(off, io.SeekStart)
+			assert.Success(t, err)
+			b := make([]byte, 20)
+			n, err := io.ReadFull(f, b)
+			if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("%s: read at %d: %v", what, off, err)
+			}
+			assert.True(t, bytes.Equal(b[:n], body[off:min(off+20, int64(len(body)))]), "%s: the bytes at %d differ", what, off)
+		}
+	}
+	check("chunked")
+
+	// As a version before the chunks stored them: one string.
+	assert.Success(t, st.rdb.Del(ctx, key).Err())
+	assert.Success(t, st.rdb.Set(ctx, key, body, 0).Err())
+	check("one string")
+}
+
+// failCommit fails the script that commits an upload, as a Redis that
+// errs at that moment would.
+type failCommit struct{}
+
+func (failCommit) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (failCommit) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); (n == "evalsha" || n == "eval") && strings.Contains(cmd.String(), commitScript.Hash()) || strings.Contains(cmd.String(), "local att, stage, blob") {
+			err := errors.New("injected: the commit fails")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (failCommit) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestRefusedUploadLeavesNothing: an upload whose commit fails answers
+// store_unavailable and leaves no key of the thread and no listing for
+// the sweep (a refused request leaves nothing behind).
+func TestRefusedUploadLeavesNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	st := openStore(t, srv, Options{Prefix: "refused:"})
+	ctx := t.Context()
+	const thread = "d5d5d5d5d5d5d5d5"
+	st.rdb.AddHook(failCommit{})
+	_, err := st.PutAttachment(ctx, thread, store.Upload{Name: "a.txt", Body: strings.NewReader(strings.Repeat("x", chunkSize+10))})
+	assert.Equal(t, "code", chatrelay.CodeOf(err), chatrelay.StoreUnavailable)
+	keys := must[[]string](t)(srv.Client(t).Keys(ctx, "refused:*").Result())
+	assert.Equal(t, "keys left", strings.Join(keys, " "), "")
+}
