@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/subtle"
 
 	"github.com/chatrelay/chatrelay"
 )
@@ -39,4 +40,19 @@ const AgentsTopic = "agents"
 // UnknownAgent is the refusal of a key no store holds.
 func UnknownAgent() error {
 	return chatrelay.Errorf(chatrelay.Unauthorized, "unknown agent key")
+}
+
+// FindAgent is ResolveAgent for a backend: the key of digest among keys,
+// every key compared, in constant time each; UnknownAgent if none has it.
+func FindAgent(keys []chatrelay.AgentKey, digest string) (chatrelay.AgentKey, error) {
+	found := -1
+	for i, k := range keys {
+		if subtle.ConstantTimeCompare([]byte(k.Digest), []byte(digest)) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return chatrelay.AgentKey{}, UnknownAgent()
+	}
+	return keys[found], nil
 }

@@ -33,7 +33,8 @@ type Participants interface {
 	// it, or if its thread's record cannot be read.
 	Resolve(ctx context.Context, digest string) (thread string, g chatrelay.Grant, err error)
 
-	// Grant returns one grant of thread: NotFound if none.
+	// Grant returns one grant of thread: NotFound if none. Every backend
+	// answers with GrantOf.
 	Grant(ctx context.Context, thread, id string) (chatrelay.Grant, error)
 
 	// MarkUsed records that a grant was used, and reports whether this
@@ -62,4 +63,18 @@ type Participants interface {
 func ParticipantsUnreadable(err error) error {
 	return &chatrelay.Error{Code: chatrelay.ParticipantsUnreadable, Err: err,
 		Message: "this thread's participants record does not parse; it is kept as it is for an operator to look at, and every share link of the thread is refused"}
+}
+
+// GrantOf is Participants.Grant for a backend: the grant id among p's
+// Grants of thread, NotFound if none.
+func GrantOf(ctx context.Context, p Participants, thread, id string) (chatrelay.Grant, error) {
+	grants, err := p.Grants(ctx, thread)
+	if err != nil {
+		return chatrelay.Grant{}, err
+	}
+	i, err := chatrelay.GrantIndex(grants, id)
+	if err != nil {
+		return chatrelay.Grant{}, err
+	}
+	return grants[i], nil
 }

@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/webpush"
 )
 
 // Push keeps a store's Web Push subscriptions (contract Part 5), per
@@ -48,4 +50,17 @@ type Push interface {
 func PushOf(st Store) Push {
 	p, _ := st.(Push)
 	return p
+}
+
+// CheckVAPID checks a VAPID key as a backend read it (key, or the read's
+// error err): a failed read, or a key that does not parse, is an error
+// that names where the key is kept.
+func CheckVAPID(where string, key []byte, err error) ([]byte, error) {
+	if err == nil {
+		_, err = webpush.ParseVAPID(key, "")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	return key, nil
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
-	"time"
 
 	qrcode "github.com/skip2/go-qrcode"
 
@@ -40,12 +39,9 @@ func (b deviceBody) request() (chatrelay.DeviceRequest, error) {
 		return in, chatrelay.Errorf(chatrelay.InvalidName, "a device needs a name")
 	}
 	in.Name = *b.Name
-	if len(b.ExpiresIn) > 0 && string(b.ExpiresIn) != "null" {
-		var n int64
-		if json.Unmarshal(b.ExpiresIn, &n) != nil || n == 0 {
-			return in, chatrelay.Errorf(chatrelay.InvalidExpiry, "expires_in is an integer of seconds, %d … %d", chatrelay.LimitDeviceExpiresIn.Min, chatrelay.LimitDeviceExpiresIn.Max)
-		}
-		in.ExpiresIn = time.Duration(max(min(n, 1<<40), -1)) * time.Second
+	var err error
+	if in.ExpiresIn, err = expiresIn(b.ExpiresIn, chatrelay.LimitDeviceExpiresIn); err != nil {
+		return in, err
 	}
 	return in, in.Check()
 }
@@ -53,8 +49,7 @@ func (b deviceBody) request() (chatrelay.DeviceRequest, error) {
 // handleDeviceIssue serves POST /api/chat/devices (the owner's token only).
 func (s *Server) handleDeviceIssue(w http.ResponseWriter, r *http.Request, p principal) {
 	var body deviceBody
-	if err := readJSON(w, r, &body); err != nil {
-		s.writeError(w, r, err)
+	if !s.decodeJSON(w, r, &body) {
 		return
 	}
 	in, err := body.request()

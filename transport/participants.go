@@ -196,8 +196,7 @@ type inviteAnswer struct {
 // handleInvite serves POST /api/chat/participants (the owner).
 func (s *Server) handleInvite(w http.ResponseWriter, r *http.Request, p principal) {
 	var body inviteBody
-	if err := readJSON(w, r, &body); err != nil {
-		s.writeError(w, r, err)
+	if !s.decodeJSON(w, r, &body) {
 		return
 	}
 	in, err := body.invite()
@@ -232,12 +231,9 @@ func (b inviteBody) invite() (chatrelay.Invite, error) {
 			return in, chatrelay.Errorf(chatrelay.InvalidKind, `kind is "human" or "agent"`)
 		}
 	}
-	if len(b.ExpiresIn) > 0 && string(b.ExpiresIn) != "null" {
-		var n int64
-		if json.Unmarshal(b.ExpiresIn, &n) != nil || n == 0 {
-			return in, chatrelay.Errorf(chatrelay.InvalidExpiry, "expires_in is an integer of seconds, %d … %d", chatrelay.LimitExpiresIn.Min, chatrelay.LimitExpiresIn.Max)
-		}
-		in.ExpiresIn = time.Duration(max(min(n, 1<<40), -1)) * time.Second
+	var err error
+	if in.ExpiresIn, err = expiresIn(b.ExpiresIn, chatrelay.LimitExpiresIn); err != nil {
+		return in, err
 	}
 	if len(b.Cap) > 0 && string(b.Cap) != "null" {
 		var n int
@@ -247,6 +243,20 @@ func (b inviteBody) invite() (chatrelay.Invite, error) {
 		in.Cap = n
 	}
 	return in, in.Check()
+}
+
+// expiresIn reads the expires_in field of a grant's body, whose bounds
+// are lim (absent or null: 0, the default). Not an integer, or 0, is
+// InvalidExpiry; any other integer is the request's Check's to bound.
+func expiresIn(raw json.RawMessage, lim chatrelay.Limit) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var n int64
+	if json.Unmarshal(raw, &n) != nil || n == 0 {
+		return 0, chatrelay.Errorf(chatrelay.InvalidExpiry, "expires_in is an integer of seconds, %d … %d", lim.Min, lim.Max)
+	}
+	return time.Duration(max(min(n, 1<<40), -1)) * time.Second, nil
 }
 
 // publicBase is the base of share links: Config.PublicURL, or the

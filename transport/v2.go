@@ -55,8 +55,7 @@ func (body respondBody) answer() (chatrelay.Answer, string, error) {
 func (s *Server) handleRespond(w http.ResponseWriter, r *http.Request, who principal) {
 	thread := who.thread
 	var body respondBody
-	if err := readJSON(w, r, &body); err != nil {
-		s.writeError(w, r, err)
+	if !s.decodeJSON(w, r, &body) {
 		return
 	}
 	ans, id, err := body.answer()
@@ -89,8 +88,7 @@ type reactBody struct {
 func (s *Server) handleReact(w http.ResponseWriter, r *http.Request, who principal) {
 	thread := who.thread
 	var body reactBody
-	if err := readJSON(w, r, &body); err != nil {
-		s.writeError(w, r, err)
+	if !s.decodeJSON(w, r, &body) {
 		return
 	}
 	if body.MessageID == nil || body.Emoji == nil {
@@ -153,6 +151,16 @@ func (s *Server) messageOf(r *http.Request, thread, id string) (store.Entry, err
 		}
 	}
 	return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no message %s in this thread", id)
+}
+
+// decodeJSON is readJSON for a handler: a body it refuses is answered
+// with its error, and decodeJSON reports false.
+func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := readJSON(w, r, v); err != nil {
+		s.writeError(w, r, err)
+		return false
+	}
+	return true
 }
 
 // readJSON reads a JSON object body into v: 413 past MaxBody, 400

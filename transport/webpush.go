@@ -105,8 +105,7 @@ func (s *Server) handlePushSubscribe(w http.ResponseWriter, r *http.Request, p p
 		return
 	}
 	var body subscribeBody
-	if err := readJSON(w, r, &body); err != nil {
-		s.writeError(w, r, err)
+	if !s.decodeJSON(w, r, &body) {
 		return
 	}
 	sub, err := s.push.subscription(r, body)
@@ -209,12 +208,8 @@ func (s *Server) handlePushDelete(w http.ResponseWriter, r *http.Request, p prin
 		return
 	}
 	gone, err := s.push.st.PushUnsubscribe(r.Context(), p.thread, id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, struct {
+	s.answer(w, r, struct {
 		Success bool       `json:"success"`
 		Push    pushAnswer `json:"push"`
-	}{true, answerOf(gone)})
+	}{true, answerOf(gone)}, err)
 }

@@ -88,8 +88,9 @@ func skipped(id, why string) *result {
 // sseStream reads one SSE connection of a peer with the r3labs client, set
 // as chatrelay's streams are (1 MiB events, no reconnect of its own: the
 // run loop reconnects), bounded by a context that drop and close cancel.
-// onEvent handles each event and says whether the stream became ready.
-func sseStream(ctx context.Context, t *target, s *subscriber, url string, onEvent func(ev *sse.Event)) error {
+// prepare, if not nil, sets what else the client sends (headers, the last
+// event id). onEvent handles each event.
+func sseStream(ctx context.Context, t *target, s *subscriber, url string, prepare func(c *sse.Client), onEvent func(ev *sse.Event)) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if !s.setCloser(closerFunc(func() error { cancel(); return nil })) {
@@ -98,10 +99,14 @@ func sseStream(ctx context.Context, t *target, s *subscriber, url string, onEven
 	c := sse.NewClient(url, sse.ClientMaxBufferSize(1<<20))
 	c.Connection = t.stream
 	c.ReconnectStrategy = &backoff.StopBackOff{}
+	if prepare != nil {
+		prepare(c)
+	}
 	c.ResponseValidator = func(_ *sse.Client, resp *http.Response) error {
 		if resp.StatusCode == http.StatusOK {
 			return nil
 		}
+		// The client returns a validator's error without closing the body.
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
 		return &httpError{status: resp.StatusCode, body: string(body)}
@@ -117,20 +122,11 @@ func sseStream(ctx context.Context, t *target, s *subscriber, url string, onEven
 // first (if not nil) is sent as the first message, then onFrame handles
 // each message until the connection ends or onFrame fails.
 func wsStream(ctx context.Context, t *target, s *subscriber, url string, first []byte, onFrame func(b []byte) error) error {
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	c, resp, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPClient: t.ws})
-	cancel()
-	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			return &httpError{status: resp.StatusCode, body: err.Error()}
-		}
+	c, err := wsDial(ctx, t, s, url, nil)
+	if c == nil {
 		return err
 	}
 	defer c.CloseNow()
-	if !s.setCloser(closerFunc(c.CloseNow)) {
-		return nil
-	}
-	c.SetReadLimit(1 << 20)
 	bg := context.Background() // no per-read timer: the connection is closed to stop
 	if first != nil {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -149,6 +145,27 @@ func wsStream(ctx context.Context, t *target, s *subscriber, url string, first [
 			return err
 		}
 	}
+}
+
+// wsDial opens s's WebSocket connection to url with header (30 s to
+// connect; a refusal is its status as an httpError) and makes it the one
+// s closes to stop, with a frame's read limit. The connection is nil, and
+// the error too, when s was stopped meanwhile.
+func wsDial(ctx context.Context, t *target, s *subscriber, url string, header http.Header) (*websocket.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, resp, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPClient: t.ws, HTTPHeader: header})
+	cancel()
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil, &httpError{status: resp.StatusCode, body: err.Error()}
+		}
+		return nil, err
+	}
+	if !s.setCloser(closerFunc(c.CloseNow)) {
+		return nil, nil // setCloser closed it
+	}
+	c.SetReadLimit(1 << 20)
+	return c, nil
 }
 
 // becomeReady counts a stream's ready (the peer's connect or open frame)

@@ -211,7 +211,7 @@ func (c *centrifugo) session(ctx context.Context, t *target, s *subscriber, h ha
 	}
 	u := t.base + "/connection/uni_sse?cf_connect=" + url.QueryEscape(string(c.connectRequest(s)))
 	var bad error
-	err := sseStream(ctx, t, s, u, func(ev *sse.Event) {
+	err := sseStream(ctx, t, s, u, nil, func(ev *sse.Event) {
 		if len(ev.Data) == 0 || bad != nil {
 			return
 		}

@@ -90,7 +90,7 @@ func (n *ntfy) session(ctx context.Context, t *target, s *subscriber, h handler)
 			func(b []byte) error { return ntfyEvent(s, h, b) })
 	}
 	var bad error
-	err := sseStream(ctx, t, s, t.base+"/"+topicOf(s.thread)+"/sse", func(ev *sse.Event) {
+	err := sseStream(ctx, t, s, t.base+"/"+topicOf(s.thread)+"/sse", nil, func(ev *sse.Event) {
 		if len(ev.Data) == 0 || bad != nil {
 			return
 		}

@@ -377,16 +377,20 @@ func (t *table) write(w io.Writer) {
 	if t.other != "" {
 		fmt.Fprintf(w, "Each cell: build %q (build %q in the same run, ratio %s/%s).\n\n", t.main, t.other, t.main, t.other)
 	}
-	fmt.Fprintf(w, "| figure | %s |\n|---|", strings.Join(t.labels, " | "))
-	for range t.labels {
-		fmt.Fprint(w, "---|")
-	}
-	fmt.Fprintln(w)
+	t.writeRows(w, t.labels, func(f figure, i int) string { return t.cell(f, t.labels[i]) })
+	t.writeNotes(w)
+}
+
+// writeRows writes the table's head, a column a title, and a row a
+// figure, cell(f, i) in column i ("—" for an empty one); a figure whose
+// cells are all empty is left out.
+func (t *table) writeRows(w io.Writer, titles []string, cell func(f figure, i int) string) {
+	fmt.Fprintf(w, "| figure | %s |\n|---|%s\n", strings.Join(titles, " | "), strings.Repeat("---|", len(titles)))
 	for _, f := range t.figures() {
 		var cells []string
 		filled := false
-		for _, l := range t.labels {
-			c := t.cell(f, l)
+		for i := range titles {
+			c := cell(f, i)
 			if c != "" {
 				filled = true
 			} else {
@@ -398,6 +402,10 @@ func (t *table) write(w io.Writer) {
 			fmt.Fprintf(w, "| %s | %s |\n", f.title, strings.Join(cells, " | "))
 		}
 	}
+}
+
+// writeNotes writes the table's notes, numbered, under it.
+func (t *table) writeNotes(w io.Writer) {
 	if len(t.notes) > 0 {
 		fmt.Fprintln(w)
 		for i, n := range t.notes {

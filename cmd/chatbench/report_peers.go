@@ -64,23 +64,7 @@ func writePeers(w io.Writer, own, peers []map[string]any, mainBuild string) {
 	for i, c := range cols {
 		titles[i] = c.title()
 	}
-	fmt.Fprintf(w, "| figure | %s |\n|---|%s\n", strings.Join(titles, " | "), strings.Repeat("---|", len(cols)))
-	for _, f := range t.figures() {
-		var cells []string
-		filled := false
-		for _, c := range cols {
-			text := t.peerCell(f, c)
-			if text != "" {
-				filled = true
-			} else {
-				text = "—"
-			}
-			cells = append(cells, text)
-		}
-		if filled {
-			fmt.Fprintf(w, "| %s | %s |\n", f.title, strings.Join(cells, " | "))
-		}
-	}
+	t.writeRows(w, titles, func(f figure, i int) string { return t.peerCell(f, cols[i]) })
 	var skips []string
 	for _, m := range peers {
 		if why, _ := m["skipped"].(string); why != "" {
@@ -93,12 +77,7 @@ func writePeers(w io.Writer, own, peers []map[string]any, mainBuild string) {
 	for _, s := range skips {
 		t.notes = append(t.notes, "not run: "+s)
 	}
-	if len(t.notes) > 0 {
-		fmt.Fprintln(w)
-		for i, n := range t.notes {
-			fmt.Fprintf(w, "%s %s\n", mark(i), n)
-		}
-	}
+	t.writeNotes(w)
 }
 
 // peerCell is the peer's figure, chatrelay's beside it and their ratio.

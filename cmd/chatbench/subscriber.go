@@ -13,9 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/r3labs/sse/v2"
-	"gopkg.in/cenkalti/backoff.v1"
 )
 
 // message is a stored message as the server sends it: the data of an SSE
@@ -171,41 +169,21 @@ var errStreamEnded = errors.New("stream ended by the server")
 // loop reconnects, from the tool's cursor), an empty stream name, the
 // token as a header, bounded by a context that drop and close cancel.
 func (s *subscriber) sseSession(ctx context.Context, t *target, h handler) error {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if !s.setCloser(closerFunc(func() error { cancel(); return nil })) {
-		return nil
-	}
 	u := t.base + "/api/chat/stream"
 	if s.v2 {
 		u += "?v=2"
 	}
-	c := sse.NewClient(u, sse.ClientMaxBufferSize(1<<20))
-	c.Connection = t.stream
-	c.ReconnectStrategy = &backoff.StopBackOff{}
-	c.Headers["X-Chat-Token"] = s.thread.token
-	// Resume from the newest complete message this tool recorded. The
-	// client's own LastEventID may come from an event cut off by a dropped
-	// connection, so it is overwritten on every session.
-	var last []byte
-	if cur := s.cursor.Load(); cur > 0 {
-		last = strconv.AppendInt(nil, cur, 10)
-	}
-	c.LastEventID.Store(last)
-	c.ResponseValidator = func(_ *sse.Client, resp *http.Response) error {
-		if resp.StatusCode == http.StatusOK {
-			return nil
+	return sseStream(ctx, t, s, u, func(c *sse.Client) {
+		c.Headers["X-Chat-Token"] = s.thread.token
+		// Resume from the newest complete message this tool recorded. The
+		// client's own LastEventID may come from an event cut off by a dropped
+		// connection, so it is overwritten on every session.
+		var last []byte
+		if cur := s.cursor.Load(); cur > 0 {
+			last = strconv.AppendInt(nil, cur, 10)
 		}
-		// The client returns a validator's error without closing the body.
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		resp.Body.Close()
-		return &httpError{status: resp.StatusCode, body: string(body)}
-	}
-	err := c.SubscribeWithContext(sctx, "", func(ev *sse.Event) { s.sseEvent(h, ev) })
-	if err == nil && sctx.Err() == nil {
-		err = errStreamEnded
-	}
-	return err
+		c.LastEventID.Store(last)
+	}, func(ev *sse.Event) { s.sseEvent(h, ev) })
 }
 
 // sseEvent handles one event from the client. A connection closed in the
@@ -279,23 +257,11 @@ func (s *subscriber) wsSession(ctx context.Context, t *target, h handler) error 
 	if len(q) > 0 {
 		u += "?" + strings.Join(q, "&")
 	}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	c, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{
-		HTTPClient: t.ws,
-		HTTPHeader: http.Header{"X-Chat-Token": {s.thread.token}},
-	})
-	cancel()
-	if err != nil {
-		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			return &httpError{status: resp.StatusCode, body: err.Error()}
-		}
+	c, err := wsDial(ctx, t, s, u, http.Header{"X-Chat-Token": {s.thread.token}})
+	if c == nil {
 		return err
 	}
 	defer c.CloseNow()
-	if !s.setCloser(closerFunc(c.CloseNow)) {
-		return nil
-	}
-	c.SetReadLimit(1 << 20)
 	bg := context.Background() // no per-read timer: the connection is closed to stop
 	for {
 		_, r, err := c.Reader(bg)

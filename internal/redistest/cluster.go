@@ -178,10 +178,7 @@ func (c *Cluster) waitOK(within time.Duration) error {
 	for time.Now().Before(deadline) {
 		ok := true
 		for _, s := range c.Nodes {
-			s.mu.Lock()
-			running := s.cmd != nil
-			s.mu.Unlock()
-			if !running {
+			if !s.running() {
 				continue
 			}
 			info, err := clusterInfo(s.Addr())
@@ -203,6 +200,13 @@ func clusterInfo(addr string) (string, error) {
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	defer cl.Close()
 	return cl.ClusterInfo(context.Background()).Result()
+}
+
+// running reports whether the node's process runs (not Killed).
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
 }
 
 // Role returns the node's role ("master" or "slave"), as ROLE says.
@@ -227,10 +231,7 @@ func (c *Cluster) nodes(t testing.TB) []node {
 	t.Helper()
 	var out []node
 	for _, s := range c.Nodes {
-		s.mu.Lock()
-		running := s.cmd != nil
-		s.mu.Unlock()
-		if !running {
+		if !s.running() {
 			continue
 		}
 		txt, err := s.Client(t).ClusterNodes(context.Background()).Result()

@@ -3,7 +3,6 @@ package filestore
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,16 +144,7 @@ func (s *File) ResolveAgent(_ context.Context, digest string) (chatrelay.AgentKe
 	if err != nil {
 		return chatrelay.AgentKey{}, err
 	}
-	found := -1
-	for i, k := range keys { // every key compared, in constant time each
-		if subtle.ConstantTimeCompare([]byte(k.Digest), []byte(digest)) == 1 {
-			found = i
-		}
-	}
-	if found < 0 {
-		return chatrelay.AgentKey{}, store.UnknownAgent()
-	}
-	return keys[found], nil
+	return store.FindAgent(keys, digest)
 }
 
 // pokeAgents announces a change of the keys file by another process (or

@@ -139,6 +139,11 @@ func (s *File) threadCount(c countFile) (int, error) {
 	if n, err := strconv.Atoi(strings.TrimSpace(string(buf[:n]))); err == nil && n >= 0 {
 		return n, nil
 	}
+	return s.countFolder(c)
+}
+
+// countFolder sets the count to the folder's threads, and returns it.
+func (s *File) countFolder(c countFile) (int, error) {
 	names, err := s.threadNames()
 	if err != nil {
 		return 0, err
@@ -166,12 +171,8 @@ func (s *File) recount(ctx context.Context) error {
 		return err
 	}
 	defer c.unlock()
-	names, err := s.threadNames()
-	if err != nil {
-		return err
-	}
-	setThreadCount(c, len(names))
-	return nil
+	_, err = s.countFolder(c)
+	return err
 }
 
 // threadNames lists the threads that have a document.

@@ -88,11 +88,7 @@ func (s *File) Follow(ctx context.Context, fn func(store.Batch)) error {
 // recordBaseline marks every thread's current messages as announced, so the
 // feed starts with what is appended from now on.
 func (s *File) recordBaseline() {
-	names, err := s.threadNames()
-	if err != nil {
-		s.log.Warn("store: list threads", "err", err)
-		return
-	}
+	names, _ := s.threadsOrWarn("store: list threads")
 	for _, name := range names {
 		t := s.state(name)
 		t.mu.Lock()
@@ -103,10 +99,20 @@ func (s *File) recordBaseline() {
 	}
 }
 
-func (s *File) rescan() {
+// threadsOrWarn is threadNames for a pass of the watch: a listing that
+// fails is logged as what, and ok is false.
+func (s *File) threadsOrWarn(what string) (names []string, ok bool) {
 	names, err := s.threadNames()
 	if err != nil {
-		s.log.Warn("store: rescan", "err", err)
+		s.log.Warn(what, "err", err)
+		return nil, false
+	}
+	return names, true
+}
+
+func (s *File) rescan() {
+	names, ok := s.threadsOrWarn("store: rescan")
+	if !ok {
 		return
 	}
 	for _, name := range names {

@@ -171,15 +171,7 @@ func (s *File) Grants(ctx context.Context, thread string) ([]chatrelay.Grant, er
 
 // Grant implements Participants.
 func (s *File) Grant(ctx context.Context, thread, id string) (chatrelay.Grant, error) {
-	grants, err := s.Grants(ctx, thread)
-	if err != nil {
-		return chatrelay.Grant{}, err
-	}
-	i, err := chatrelay.GrantIndex(grants, id)
-	if err != nil {
-		return chatrelay.Grant{}, err
-	}
-	return grants[i], nil
+	return store.GrantOf(ctx, s, thread, id)
 }
 
 // Revoke implements Participants.

@@ -196,13 +196,7 @@ func readVAPID(path string) ([]byte, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	if err == nil {
-		_, err = webpush.ParseVAPID(key, "")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("vapid key %s: %w", path, err)
-	}
-	return key, nil
+	return store.CheckVAPID("vapid key "+path, key, err)
 }
 
 // ClaimPush implements store.Push: one server serves a data folder, so

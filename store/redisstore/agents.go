@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"slices"
 
@@ -185,14 +184,5 @@ func (s *Store) ResolveAgent(ctx context.Context, digest string) (chatrelay.Agen
 	if err != nil {
 		return chatrelay.AgentKey{}, err
 	}
-	found := -1
-	for i, k := range keys { // every key compared, in constant time each
-		if subtle.ConstantTimeCompare([]byte(k.Digest), []byte(digest)) == 1 {
-			found = i
-		}
-	}
-	if found < 0 {
-		return chatrelay.AgentKey{}, store.UnknownAgent()
-	}
-	return keys[found], nil
+	return store.FindAgent(keys, digest)
 }

@@ -22,10 +22,7 @@ func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backe
 	if IsSharded(spec) {
 		return openShardedSpec(ctx, spec, opt)
 	}
-	rs, err := Open(ctx, spec, Options{
-		Prefix: opt.KeyPrefix, Retention: opt.Retention, MaxThreads: opt.MaxThreads, Log: opt.Log, Now: opt.Now,
-		Webhooks: opt.Webhooks,
-	})
+	rs, err := Open(ctx, spec, optionsOf(opt))
 	if err != nil {
 		return nil, err
 	}
@@ -33,21 +30,42 @@ func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backe
 		rs.Close()
 		return nil, err
 	}
-	sl := NewStreamLimiter(rs, opt.Streams, 0)
+	return backendOf(rs, rs.opt, where(spec), NewRateLimiter(rs, opt.Windows), NewStreamLimiter(rs, opt.Streams, 0), opt), nil
+}
+
+// optionsOf is the Options of a store opened by spec.
+func optionsOf(opt store.Options) Options {
+	return Options{
+		Prefix: opt.KeyPrefix, Retention: opt.Retention, MaxThreads: opt.MaxThreads, Log: opt.Log, Now: opt.Now,
+		Webhooks: opt.Webhooks,
+	}
+}
+
+// opened is a Redis store opened by spec, one or sharded.
+type opened interface {
+	store.Store
+	TicketKey(ctx context.Context) ([]byte, error)
+	Outbox() store.Outbox
+}
+
+// backendOf is the Backend of st, opened with o (its shards' Options):
+// its limiters count in Redis, its ticket key is kept there, and it has
+// an outbox when opt names webhooks.
+func backendOf(st opened, o Options, where string, rl *RateLimiter, sl *StreamLimiter, opt store.Options) *store.Backend {
 	b := &store.Backend{
-		Store:     rs,
-		Limiter:   NewRateLimiter(rs, opt.Windows),
+		Store:     st,
+		Limiter:   rl,
 		Streams:   sl,
-		TicketKey: rs.TicketKey, TicketKeyShared: true,
-		Where:    where(spec),
-		Settings: store.Settings{Retention: rs.opt.Retention, MaxThreads: rs.opt.MaxThreads},
+		TicketKey: st.TicketKey, TicketKeyShared: true,
+		Where:    where,
+		Settings: store.Settings{Retention: o.Retention, MaxThreads: o.MaxThreads},
 	}
 	b.OnClose(sl.Close)
 	if len(opt.Webhooks) > 0 {
-		b.Outbox = rs.Outbox()
+		b.Outbox = st.Outbox()
 		b.Settings.Webhooks = opt.Webhooks
 	}
-	return b, nil
+	return b
 }
 
 var _ chatrelay.RateLimiter = (*RateLimiter)(nil)
@@ -64,27 +82,9 @@ func where(spec string) string {
 
 // openShardedSpec opens the sharded store of a spec (IsSharded).
 func openShardedSpec(ctx context.Context, spec string, opt store.Options) (*store.Backend, error) {
-	sh, err := OpenSharded(ctx, spec, Options{
-		Prefix: opt.KeyPrefix, Retention: opt.Retention, MaxThreads: opt.MaxThreads, Log: opt.Log, Now: opt.Now,
-		Webhooks: opt.Webhooks,
-	})
+	sh, err := OpenSharded(ctx, spec, optionsOf(opt))
 	if err != nil {
 		return nil, err
 	}
-	s0 := sh.shards[0]
-	sl := sh.NewStreamLimiter(opt.Streams, 0)
-	b := &store.Backend{
-		Store:     sh,
-		Limiter:   sh.NewRateLimiter(opt.Windows),
-		Streams:   sl,
-		TicketKey: sh.TicketKey, TicketKeyShared: true,
-		Where:    sh.where,
-		Settings: store.Settings{Retention: s0.opt.Retention, MaxThreads: s0.opt.MaxThreads},
-	}
-	b.OnClose(sl.Close)
-	if len(opt.Webhooks) > 0 {
-		b.Outbox = sh.Outbox()
-		b.Settings.Webhooks = opt.Webhooks
-	}
-	return b, nil
+	return backendOf(sh, sh.shards[0].opt, sh.where, sh.NewRateLimiter(opt.Windows), sh.NewStreamLimiter(opt.Streams, 0), opt), nil
 }

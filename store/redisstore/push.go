@@ -199,13 +199,7 @@ func (s *Store) RotateVAPIDKey(ctx context.Context) ([]byte, error) {
 
 func checkVAPID(key string, get *redis.StringCmd) ([]byte, error) {
 	raw, err := get.Bytes()
-	if err == nil {
-		_, err = webpush.ParseVAPID(raw, "")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: %s: %w", key, err)
-	}
-	return raw, nil
+	return store.CheckVAPID("redisstore: "+key, raw, err)
 }
 
 // ClaimPush implements store.Push: SET NX PX of the push's claim.

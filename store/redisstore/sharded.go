@@ -465,35 +465,33 @@ func (sh *Sharded) Change(ctx context.Context, thread string, c store.Change) (s
 
 // Pending implements store.Store: every shard's, by deadline.
 func (sh *Sharded) Pending(ctx context.Context) ([]store.PendingInteraction, error) {
-	parts := make([][]store.PendingInteraction, len(sh.shards))
-	err := sh.each(func(k int, s *Store) (err error) {
-		parts[k], err = s.Pending(ctx)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := slices.Concat(parts...)
-	slices.SortStableFunc(out, func(a, b store.PendingInteraction) int {
-		return cmp.Or(cmp.Compare(a.Deadline, b.Deadline), cmp.Compare(a.Thread, b.Thread), cmp.Compare(a.InteractionID, b.InteractionID))
-	})
-	return out, nil
+	return gather(sh, func(s *Store) ([]store.PendingInteraction, error) { return s.Pending(ctx) },
+		func(a, b store.PendingInteraction) int {
+			return cmp.Or(cmp.Compare(a.Deadline, b.Deadline), cmp.Compare(a.Thread, b.Thread), cmp.Compare(a.InteractionID, b.InteractionID))
+		})
 }
 
 // Threads implements store.Store: every shard's, newest rev first.
 func (sh *Sharded) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
-	parts := make([][]store.ThreadInfo, len(sh.shards))
+	return gather(sh, func(s *Store) ([]store.ThreadInfo, error) { return s.Threads(ctx) },
+		func(a, b store.ThreadInfo) int {
+			return cmp.Or(cmp.Compare(b.Rev, a.Rev), cmp.Compare(a.Thread, b.Thread))
+		})
+}
+
+// gather is every shard's list, as list reads it, in one, sorted (stably)
+// by order.
+func gather[T any](sh *Sharded, list func(s *Store) ([]T, error), order func(a, b T) int) ([]T, error) {
+	parts := make([][]T, len(sh.shards))
 	err := sh.each(func(k int, s *Store) (err error) {
-		parts[k], err = s.Threads(ctx)
+		parts[k], err = list(s)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	out := slices.Concat(parts...)
-	slices.SortStableFunc(out, func(a, b store.ThreadInfo) int {
-		return cmp.Or(cmp.Compare(b.Rev, a.Rev), cmp.Compare(a.Thread, b.Thread))
-	})
+	slices.SortStableFunc(out, order)
 	return out, nil
 }
 
