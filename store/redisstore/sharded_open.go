@@ -1,0 +1,210 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Opening a sharded store: the shard list or cluster URL, and the
+// checks that every node sees the same shards.
+
+// IsSharded reports whether spec names a sharded store: several redis://
+// URLs separated by commas, or a redis+cluster:// URL.
+func IsSharded(spec string) bool {
+	return strings.Contains(spec, ",") || strings.HasPrefix(spec, "redis+cluster:") || strings.HasPrefix(spec, "rediss+cluster:")
+}
+
+// OpenSharded opens the sharded store of spec: "redis://a,redis://b,…"
+// (one shard per Redis) or "redis+cluster://[user:pass@]host:port[,host:port…][?query]"
+// (a Redis Cluster; the query parameters of redis.ParseClusterURL apply,
+// rediss+cluster:// for TLS).
+func OpenSharded(ctx context.Context, spec string, opt Options) (*Sharded, error) {
+	if opt.Prefix == "" {
+		opt.Prefix = chatrelay.DefaultKeyPrefix
+	}
+	if opt.MaxThreads <= 0 {
+		opt.MaxThreads = chatrelay.DefaultMaxThreads
+	}
+	if strings.HasPrefix(spec, "redis+cluster:") || strings.HasPrefix(spec, "rediss+cluster:") {
+		return openCluster(ctx, spec, opt)
+	}
+	return openInstances(ctx, strings.Split(spec, ","), opt)
+}
+
+func openInstances(ctx context.Context, urls []string, opt Options) (*Sharded, error) {
+	seen := map[string]bool{}
+	for _, u := range urls {
+		w := where(strings.TrimSpace(u))
+		if u == "" || seen[w] {
+			return nil, store.ConfigErrorf("store: the list of Redis instances has an empty or repeated entry %q", w)
+		}
+		seen[w] = true
+	}
+	sh := &Sharded{opt: opt}
+	names := make([]string, len(urls))
+	for k, u := range urls {
+		u = strings.TrimSpace(u)
+		names[k] = where(u)
+		s, err := Open(ctx, u, opt)
+		if err != nil {
+			sh.Close()
+			return nil, err
+		}
+		sh.shards = append(sh.shards, s)
+		if err := s.claimShard(ctx, names[k], k, len(urls)); err != nil {
+			sh.Close()
+			return nil, err
+		}
+	}
+	sh.where = strings.Join(names, ",")
+	return sh, nil
+}
+
+// claimShard records on an instance that it is shard k of n, or checks
+// that it is: a list in another order or of another length would place
+// threads where they are not.
+func (s *Store) claimShard(ctx context.Context, name string, k, n int) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	key, want := s.prefix+"shard", fmt.Sprintf("%d/%d", k, n)
+	var get *redis.StringCmd
+	var held *redis.IntCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		held = p.ZCard(ctx, s.index)
+		get = p.Get(ctx, key)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return s.unavailable("shard", err)
+	}
+	got := get.Val()
+	if got == "" {
+		if held.Val() > 0 {
+			return store.ConfigErrorf("store: %s holds the threads of a store that is not sharded (under the prefix %q): "+
+				"its threads would be looked for on other shards; open it alone, or give the shards a new --redis-prefix", name, s.prefix)
+		}
+		if err := s.rdb.SetNX(ctx, key, want, 0).Err(); err != nil {
+			return s.unavailable("shard", err)
+		}
+		if got, err = s.rdb.Get(ctx, key).Result(); err != nil {
+			return s.unavailable("shard", err)
+		}
+	}
+	if got != want {
+		return store.ConfigErrorf("store: %s is shard %s (shard/shards, under the prefix %q), but this --store lists it as %s: "+
+			"list the instances in the order and number they were first listed in", name, got, s.prefix, want)
+	}
+	return nil
+}
+
+func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error) {
+	co, err := parseClusterSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	// An append is not idempotent: never send it twice. go-redis's
+	// cluster client resends a command after a lost connection or a
+	// redirection within MaxRedirects, whatever MaxRetries says; with
+	// none, a moved slot fails the call (StoreUnavailable, Retry 1s) and
+	// the client reloads the slot map for the next one.
+	co.MaxRetries = -1
+	co.MaxRedirects = -1
+	co.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	co.ContextTimeoutEnabled = true
+	if co.ClientName == "" {
+		co.ClientName = "chatrelay"
+	}
+	rdb := redis.NewClusterClient(co)
+	sh := &Sharded{opt: opt, cluster: rdb, where: where(strings.SplitN(spec, ",", 2)[0])}
+	base := opt.Prefix
+	for k := range ClusterShards {
+		o := opt
+		o.Prefix = base + "{s" + strconv.Itoa(k) + "}:"
+		s, err := openOn(ctx, rdb, o, shardOf{shared: true, limits: base, spub: true})
+		if err != nil {
+			sh.Close()
+			return nil, err
+		}
+		sh.shards = append(sh.shards, s)
+	}
+	if err := sh.shards[0].claimShards(ctx, ClusterShards); err != nil {
+		sh.Close()
+		return nil, err
+	}
+	return sh, nil
+}
+
+// claimShards records the number of virtual shards of a cluster on shard
+// 0, or checks it.
+func (s *Store) claimShards(ctx context.Context, n int) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	key := s.prefix + "shards"
+	if err := s.rdb.SetNX(ctx, key, n, 0).Err(); err != nil {
+		return s.unavailable("shards", err)
+	}
+	got, err := s.rdb.Get(ctx, key).Result()
+	if err != nil {
+		return s.unavailable("shards", err)
+	}
+	if got != strconv.Itoa(n) {
+		return store.ConfigErrorf("store: the cluster's data (prefix %q) has %s shards, this chatrelay makes %d", s.prefix, got, n)
+	}
+	return nil
+}
+
+// parseClusterSpec reads redis+cluster://[user:pass@]host:port[,host:port…][/][?query].
+func parseClusterSpec(spec string) (*redis.ClusterOptions, error) {
+	scheme, rest, _ := strings.Cut(spec, "://")
+	scheme = strings.TrimSuffix(scheme, "+cluster")
+	rest, query, _ := strings.Cut(rest, "?")
+	auth, hosts := "", rest
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		auth, hosts = rest[:at+1], rest[at+1:]
+	}
+	hosts = strings.TrimSuffix(hosts, "/")
+	addrs := strings.Split(hosts, ",")
+	if len(addrs) == 0 || slices.Contains(addrs, "") || strings.Contains(hosts, "/") {
+		return nil, store.ConfigErrorf("store: %q: want redis+cluster://host:port[,host:port…]", where(spec))
+	}
+	u := scheme + "://" + auth + addrs[0]
+	var params []string
+	if query != "" {
+		params = append(params, query)
+	}
+	for _, a := range addrs[1:] {
+		params = append(params, "addr="+a)
+	}
+	if len(params) > 0 {
+		u += "?" + strings.Join(params, "&")
+	}
+	co, err := redis.ParseClusterURL(u)
+	if err != nil {
+		return nil, store.ConfigErrorf("store: %q: %v", where(spec), err)
+	}
+	return co, nil
+}
+
+// notAShard refuses a Redis that is one shard of a sharded store, opened
+// alone: the other shards' threads would be missing.
+func (s *Store) notAShard(ctx context.Context, name string) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	got, err := s.rdb.Get(ctx, s.prefix+"shard").Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return s.unavailable("shard", err)
+	}
+	return store.ConfigErrorf("store: %s is shard %s (shard/shards, under the prefix %q) of a sharded store: list every shard in --store", name, got, s.prefix)
+}
