@@ -273,18 +273,7 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	if typ == chatrelay.PushTypeInteractionClosed {
 		ttl = pushClaimClosed
 	}
-	to := subs[:0:0]
-	for _, sub := range subs {
-		participant := strings.HasPrefix(sub.Subscriber, "p:")
-		device := strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix)
-		if !sub.Wants(event) || (participant && event == chatrelay.PushInteraction) {
-			continue
-		}
-		if (participant || device) && !ps.grantActive(ctx, thread, sub) {
-			continue // it died with its grant
-		}
-		to = append(to, sub)
-	}
+	to := ps.recipients(ctx, thread, subs, event)
 	if len(to) == 0 {
 		return
 	}
@@ -297,6 +286,32 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	if !won {
 		return // another node sends it
 	}
+	for _, j := range ps.jobsFor(thread, m, typ, to) {
+		ps.start(ctx, j)
+	}
+}
+
+// recipients are the subscriptions of subs that get event: those that
+// want it, a participant's never for an interaction (it cannot answer),
+// and a participant's or device's only while its grant is active.
+func (ps *pusher) recipients(ctx context.Context, thread string, subs []chatrelay.PushSubscription, event chatrelay.PushEvent) []chatrelay.PushSubscription {
+	to := subs[:0:0]
+	for _, sub := range subs {
+		participant := strings.HasPrefix(sub.Subscriber, "p:")
+		device := strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix)
+		if !sub.Wants(event) || (participant && event == chatrelay.PushInteraction) {
+			continue
+		}
+		if (participant || device) && !ps.grantActive(ctx, thread, sub) {
+			continue // it died with its grant
+		}
+		to = append(to, sub)
+	}
+	return to
+}
+
+// jobsFor makes the push of m (of type typ) to each subscription of to.
+func (ps *pusher) jobsFor(thread string, m chatrelay.Message, typ string, to []chatrelay.PushSubscription) []*pushJob {
 	now := ps.s.cfg.Now()
 	// A change's payload is one per view and link (its subscribers
 	// share their server's base), made once: MarshalPushPayload encodes
@@ -343,9 +358,7 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		}
 		jobs = append(jobs, &pushJob{thread: thread, sub: sub, msg: wm, first: now})
 	}
-	for _, j := range jobs {
-		ps.start(ctx, j)
-	}
+	return jobs
 }
 
 // start sends j on a goroutine of its own once one of the pushInFlight

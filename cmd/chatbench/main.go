@@ -280,23 +280,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if sc != "S1" && sc != "S2" {
 			b.closeFan() // S1/S2's streams must not weigh on the other scenarios
 		}
-		var res *result
-		if t.peer != nil && t.peer.skip(sc) != "" {
-			res = skipped(sc, t.peer.skip(sc))
-		} else {
-			busy := -1.0
-			if cfg.quiet > 0 {
-				busy = waitQuiet(cfg.quiet)
-			}
-			res = b.runScenario(ctx, sc)
-			if busy >= 0.10 {
-				res.note("the machine was %.0f%% busy before the scenario started", 100*busy)
-			}
-		}
-		res.label, res.build = cfg.label, cfg.build
-		if t.peer != nil {
-			res.target, res.versus = t.peer.name(), cfg.peer.versus
-		}
+		res := b.scenario(ctx, sc)
 		if res.err != nil {
 			failed++
 		}
@@ -316,6 +300,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%d scenario(s) could not run", failed)
 	}
 	return ctx.Err()
+}
+
+// scenario runs scenario sc (or reports it skipped on a peer that has
+// none like it), once the machine is quiet if --quiet-wait asks, and
+// labels its result.
+func (b *bench) scenario(ctx context.Context, sc string) *result {
+	cfg, t := b.cfg, b.t
+	var res *result
+	if t.peer != nil && t.peer.skip(sc) != "" {
+		res = skipped(sc, t.peer.skip(sc))
+	} else {
+		busy := -1.0
+		if cfg.quiet > 0 {
+			busy = waitQuiet(cfg.quiet)
+		}
+		res = b.runScenario(ctx, sc)
+		if busy >= 0.10 {
+			res.note("the machine was %.0f%% busy before the scenario started", 100*busy)
+		}
+	}
+	res.label, res.build = cfg.label, cfg.build
+	if t.peer != nil {
+		res.target, res.versus = t.peer.name(), cfg.peer.versus
+	}
+	return res
 }
 
 // which is the scenarios --scenario names, in the order given.

@@ -14,29 +14,8 @@ import (
 // (--poll-since full) or for what is newer than its cursor (cursor: nothing).
 func (b *bench) s4(ctx context.Context, r *result) {
 	cfg := b.cfg
-	threads := newThreads(cfg.pollThreads)
-	tag := newTag("S4")
-	ps := b.newPosters(cfg.posters)
-	defer closePosters(ps)
-	var st postStats
-	cursors := make([]atomic.Int64, len(threads))
-	total := len(threads) * cfg.pollMessages
-	flat(ctx, ps, time.Hour, total, func(p *poster, i int) {
-		ti := i % len(threads)
-		epoch, _, err := p.post(ctx, threads[ti], tag, i)
-		st.count(err)
-		for {
-			c := cursors[ti].Load()
-			if epoch <= c || cursors[ti].CompareAndSwap(c, epoch) {
-				break
-			}
-		}
-	})
-	r.int("threads", int64(len(threads)))
-	r.int("messages", st.ok.Load())
-	st.report(r)
-	if st.ok.Load() < int64(total) {
-		r.err = fmt.Errorf("%d of %d messages stored", st.ok.Load(), total)
+	threads, cursors, ok := b.s4Fill(ctx, r)
+	if !ok {
 		return
 	}
 	want := min(cfg.pollMessages, 50)
@@ -95,6 +74,39 @@ func (b *bench) s4(ctx context.Context, r *result) {
 		r.int("poll_errors", n)
 		r.note("last poll error: %s", *lastErr.Load())
 	}
+}
+
+// s4Fill stores S4's messages (--poll-messages in each of --poll-threads
+// threads) and returns the threads with each one's newest epoch; false
+// (r.err set) if not every message was stored.
+func (b *bench) s4Fill(ctx context.Context, r *result) ([]*thread, []atomic.Int64, bool) {
+	cfg := b.cfg
+	threads := newThreads(cfg.pollThreads)
+	tag := newTag("S4")
+	ps := b.newPosters(cfg.posters)
+	defer closePosters(ps)
+	var st postStats
+	cursors := make([]atomic.Int64, len(threads))
+	total := len(threads) * cfg.pollMessages
+	flat(ctx, ps, time.Hour, total, func(p *poster, i int) {
+		ti := i % len(threads)
+		epoch, _, err := p.post(ctx, threads[ti], tag, i)
+		st.count(err)
+		for {
+			c := cursors[ti].Load()
+			if epoch <= c || cursors[ti].CompareAndSwap(c, epoch) {
+				break
+			}
+		}
+	})
+	r.int("threads", int64(len(threads)))
+	r.int("messages", st.ok.Load())
+	st.report(r)
+	if st.ok.Load() < int64(total) {
+		r.err = fmt.Errorf("%d of %d messages stored", st.ok.Load(), total)
+		return nil, nil, false
+	}
+	return threads, cursors, true
 }
 
 // recorder keeps every epoch each subscriber receives (S5) and times the

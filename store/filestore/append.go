@@ -198,26 +198,13 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 	if sameDoc(nd, old) {
 		return false, ferr
 	}
-	if s.hooks != nil { // the change's webhook events first (outbox.go)
-		if lines := eventsOf(thread, old, nd); len(lines) > 0 {
-			if err := s.hooks.queue(lines); err != nil {
-				if undo != nil {
-					undo()
-				}
-				return false, s.unavailable(thread, err)
-			}
+	if err := s.queueEvents(thread, old, nd); err != nil { // the change's webhook events first
+		if undo != nil {
+			undo()
 		}
+		return false, err
 	}
-	bp := docBufs.Get().(*[]byte)
-	doc := appendDocument((*bp)[:0], thread, nd)
-	pin, id, err := s.write(thread, doc)
-	if err != nil {
-		s.lastFail.Store(&writeFailure{size: len(doc), err: err})
-	} else if s.lastFail.Load() != nil {
-		s.lastFail.Store(nil)
-	}
-	*bp = doc[:0]
-	docBufs.Put(bp)
+	pin, id, err := s.writeDoc(thread, nd)
 	if err != nil {
 		if undo != nil {
 			undo()
@@ -228,6 +215,36 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 	replaced = s.swapSnap(t, &snapshot{id: id, pin: pin, doc: nd, written: true}) // its sum only if needed (sumOf)
 	s.announce(thread, t, nd)
 	return false, ferr
+}
+
+// queueEvents queues the webhook events of the change from old to nd
+// (outbox.go), if the store has destinations.
+func (s *File) queueEvents(thread string, old, nd threadDoc) error {
+	if s.hooks == nil {
+		return nil
+	}
+	if lines := eventsOf(thread, old, nd); len(lines) > 0 {
+		if err := s.hooks.queue(lines); err != nil {
+			return s.unavailable(thread, err)
+		}
+	}
+	return nil
+}
+
+// writeDoc writes thread's document nd (atomic replace), noting a failed
+// write for the readiness probe.
+func (s *File) writeDoc(thread string, nd threadDoc) (*fdPin, fileID, error) {
+	bp := docBufs.Get().(*[]byte)
+	doc := appendDocument((*bp)[:0], thread, nd)
+	pin, id, err := s.write(thread, doc)
+	if err != nil {
+		s.lastFail.Store(&writeFailure{size: len(doc), err: err})
+	} else if s.lastFail.Load() != nil {
+		s.lastFail.Store(nil)
+	}
+	*bp = doc[:0]
+	docBufs.Put(bp)
+	return pin, id, err
 }
 
 // sameDoc reports whether fn left the document as it was.

@@ -62,33 +62,15 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 			return chatrelay.Attachment{}, err
 		}
 	}
-	var tf *os.File
-	var tmp string
-	err := s.withFDs(func() (err error) { tf, tmp, err = createTemp(s.dir, "."+thread+".upload.tmp-"); return err })
+	tmp, rec, err := s.receive(thread, up)
 	if err != nil {
-		return chatrelay.Attachment{}, s.unavailable(thread, err)
+		return chatrelay.Attachment{}, err
 	}
 	defer func() {
-		tf.Close()
 		if tmp != "" {
 			os.Remove(tmp)
 		}
 	}()
-	var dst io.Writer = tf
-	if s.dsync != nil {
-		dst = &flusher{f: tf}
-	}
-	rec, err := store.Receive(dst, up)
-	if err == nil && s.dsync != nil {
-		err = tf.Sync()
-	}
-	if err != nil {
-		var ce *chatrelay.Error
-		if errors.As(err, &ce) {
-			return chatrelay.Attachment{}, err
-		}
-		return chatrelay.Attachment{}, s.unavailable(thread, err)
-	}
 	a := store.NewAttachment(up, rec)
 
 	t, unlock, err := s.lockState(ctx, thread)
@@ -133,6 +115,36 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	}
 	s.removeStray(thread, recs)
 	return a, nil
+}
+
+// receive takes an upload's bytes into a temporary file of the chat
+// folder, sent to the disk as they come and synced (--fsync always), and
+// returns its path: the caller places or removes it. A refused upload
+// (too large, cut short) leaves no file.
+func (s *File) receive(thread string, up store.Upload) (tmp string, rec store.Received, err error) {
+	var tf *os.File
+	err = s.withFDs(func() (err error) { tf, tmp, err = createTemp(s.dir, "."+thread+".upload.tmp-"); return err })
+	if err != nil {
+		return "", rec, s.unavailable(thread, err)
+	}
+	defer tf.Close()
+	var dst io.Writer = tf
+	if s.dsync != nil {
+		dst = &flusher{f: tf}
+	}
+	rec, err = store.Receive(dst, up)
+	if err == nil && s.dsync != nil {
+		err = tf.Sync()
+	}
+	if err != nil {
+		os.Remove(tmp)
+		var ce *chatrelay.Error
+		if errors.As(err, &ce) {
+			return "", rec, err
+		}
+		return "", rec, s.unavailable(thread, err)
+	}
+	return tmp, rec, nil
 }
 
 // flushEvery is how many bytes of an upload may wait in the page cache
