@@ -4,11 +4,13 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/transport"
 )
 
 // TestThousandSubscribers: 1 000 open streams, one SSE and one WebSocket on
@@ -29,7 +31,12 @@ func TestThousandSubscribers(t *testing.T) {
 
 func thousandSubscribers(t *testing.T, backend string, threads int) {
 	const perThread = 2
-	e := startPush(t, pushOptions{backend: backend, streamsThread: 20, streamsIP: 2 * threads})
+	// The streams are read only once every post is in. coder/websocket
+	// answers a ping only while the client reads, so a heartbeat due while
+	// the posts go on (20 s: a loaded CI machine took longer) would find no
+	// pong and rightly end the connection: this test's heartbeat is later.
+	e := startPush(t, pushOptions{backend: backend, streamsThread: 20, streamsIP: 2 * threads,
+		config: func(c *transport.Config) { c.Heartbeat = time.Hour }})
 	sse := make([]*sseStream, threads)
 	ws := make([]*websocket.Conn, threads)
 	for i := range threads {
