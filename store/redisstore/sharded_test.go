@@ -186,61 +186,7 @@ func TestShardedThreadLimitAcrossNodes(t *testing.T) {
 		clk := testclock.New(time.UnixMilli(1792778400000))
 		opt := Options{Prefix: prefix, MaxThreads: 7, Now: clk.Now}
 		a, b := openSharded(t, spec, opt), openSharded(t, spec, opt)
-		ctx := t.Context()
-		var mu sync.Mutex
-		created := map[string]bool{}
-		limited := 0
-		var wg sync.WaitGroup
-		for i := range 40 {
-			node := a
-			if i%2 == 1 {
-				node = b
-			}
-			th := fmt.Sprintf("%016x", 0xabc000+i)
-			wg.Go(func() {
-				_, err := node.Append(ctx, th, store.NewMessage{Text: "first"})
-				mu.Lock()
-				defer mu.Unlock()
-				switch chatrelay.CodeOf(err) {
-				case "":
-					created[th] = true
-				case chatrelay.ThreadLimit:
-					limited++
-				default:
-					t.Errorf("append: %v", err)
-				}
-			})
-		}
-		wg.Wait()
-		if len(created) != 7 || limited != 33 {
-			t.Fatalf("created %d threads, %d refused; want 7 and 33", len(created), limited)
-		}
-		for th := range created {
-			for _, node := range []*Sharded{a, b} {
-				must[store.Entry](t)(node.Append(ctx, th, store.NewMessage{Text: "more"}))
-			}
-		}
-		_, err := b.Append(ctx, "fedcba9876543210", store.NewMessage{Text: "new"})
-		wantCode(t, err, chatrelay.ThreadLimit)
-
-		var old string
-		for th := range created {
-			old = th
-			break
-		}
-		clk.Advance(31 * 24 * time.Hour)
-		for th := range created {
-			if th != old {
-				must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "recent"}))
-			}
-		}
-		st := must[store.SweepStats](t)(b.Sweep(ctx))
-		if st.ThreadsRemoved != 1 || st.Threads != 7 {
-			t.Fatalf("sweep %+v", st)
-		}
-		must[store.Entry](t)(a.Append(ctx, "fedcba9876543210", store.NewMessage{Text: "new"}))
-		_, err = b.Append(ctx, old, store.NewMessage{Text: "back"})
-		wantCode(t, err, chatrelay.ThreadLimit)
+		threadLimitAcrossNodes(t, a, b, clk)
 	})
 }
 

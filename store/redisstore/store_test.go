@@ -510,10 +510,18 @@ func TestThreadLimitAcrossNodes(t *testing.T) {
 	clk := testclock.New(time.UnixMilli(1792778400000))
 	opt := Options{MaxThreads: 7, Now: clk.Now}
 	a, b := openStore(t, srv, opt), openStore(t, srv, opt)
+	threadLimitAcrossNodes(t, a, b, clk)
+}
+
+// threadLimitAcrossNodes checks a store limited to 7 threads through two
+// nodes a and b: 40 threads created at once from both, 7 made and 33
+// refused; existing threads keep working on every node; a sweep that
+// removes one expired thread makes room for exactly one.
+func threadLimitAcrossNodes(t *testing.T, a, b store.Store, clk *testclock.Clock) {
 	ctx := t.Context()
 
 	var mu sync.Mutex
-	created := map[string]*Store{}
+	created := map[string]store.Store{}
 	limited := 0
 	var wg sync.WaitGroup
 	for i := range 40 {
@@ -541,7 +549,7 @@ func TestThreadLimitAcrossNodes(t *testing.T) {
 		t.Fatalf("created %d threads, %d refused; want 7 and 33", len(created), limited)
 	}
 	for th := range created { // existing threads keep working on every node
-		for _, node := range []*Store{a, b} {
+		for _, node := range []store.Store{a, b} {
 			must[store.Entry](t)(node.Append(ctx, th, store.NewMessage{Text: "more"}))
 		}
 	}
