@@ -1,12 +1,7 @@
 package transport_test
 
 import (
-	"context"
-	"errors"
-	"net"
 	"net/http"
-	"net/netip"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -19,45 +14,6 @@ import (
 	"github.com/chatrelay/chatrelay/webpush"
 )
 
-// fakeNet answers names as a test scripts them (each name's answers in
-// turn, the last repeated) and records every address the push client
-// would dial, connecting nowhere: no packet leaves the machine.
-type fakeNet struct {
-	mu      sync.Mutex
-	answers map[string][][]string
-	asked   map[string]int
-	dialled []string
-}
-
-func (f *fakeNet) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	as := f.answers[host]
-	if len(as) == 0 {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}
-	i := min(f.asked[host], len(as)-1)
-	f.asked[host]++
-	var out []netip.Addr
-	for _, a := range as[i] {
-		out = append(out, netip.MustParseAddr(a))
-	}
-	return out, nil
-}
-
-func (f *fakeNet) Dial(_ context.Context, _, address string) (net.Conn, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.dialled = append(f.dialled, address)
-	return nil, errors.New("the fake dialer connects nowhere")
-}
-
-func (f *fakeNet) Dialled() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.dialled)
-}
-
 // TestPushSSRF: subscriptions to loopback and private literals, http, and
 // a name that resolves to a private address are refused; a name that
 // answers a public address at the subscribe and a private one at the
@@ -66,11 +22,11 @@ func (f *fakeNet) Dialled() []string {
 func TestPushSSRF(t *testing.T) {
 	t.Parallel()
 	svc := pushtest.NewService(t) // its keys only: nothing reaches it
-	f := &fakeNet{asked: map[string]int{}, answers: map[string][][]string{
+	f := pushtest.NewFakeNet(map[string][][]string{
 		"inside.example.com": {{"10.1.2.3"}},
 		"rebind.example.com": {{"203.0.114.10"}, {"10.0.0.1", "127.0.0.1"}},
 		"public.example.com": {{"203.0.114.11"}},
-	}}
+	})
 	e := startPush(t, pushOptions{config: withPush(svc, func(c *transport.PushConfig) {
 		c.Guard = &webpush.Guard{Resolver: f, Dial: f.Dial}
 		c.Workers = 1

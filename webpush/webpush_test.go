@@ -2,7 +2,6 @@ package webpush
 
 import (
 	"bytes"
-	"context"
 	"crypto/ecdh"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,11 +11,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -160,47 +156,6 @@ func TestVAPIDReuse(t *testing.T) {
 	assert.True(t, n > 0 && n <= maxTokens, "%d tokens kept, at most %d", n, maxTokens)
 }
 
-// fakeNet is a resolver whose answers a test scripts (each name's answers
-// in turn, the last repeated) and a dialer that records each address it
-// is asked to dial and connects nowhere.
-type fakeNet struct {
-	mu      sync.Mutex
-	answers map[string][][]string
-	asked   map[string]int
-	dialled []string
-}
-
-func (f *fakeNet) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	as := f.answers[host]
-	if len(as) == 0 {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}
-	i := min(f.asked[host], len(as)-1)
-	f.asked[host]++
-	var out []netip.Addr
-	for _, a := range as[i] {
-		out = append(out, netip.MustParseAddr(a))
-	}
-	return out, nil
-}
-
-var errNotDialled = errors.New("the fake dialer connects nowhere")
-
-func (f *fakeNet) Dial(_ context.Context, _, address string) (net.Conn, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.dialled = append(f.dialled, address)
-	return nil, errNotDialled
-}
-
-func (f *fakeNet) Dialled() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.dialled)
-}
-
 // TestGuard: endpoints that are not https, or whose host is or resolves
 // to a loopback, private, link-local, shared or unspecified address, are
 // refused at the check; a name that answers a public address at the
@@ -208,7 +163,7 @@ func (f *fakeNet) Dialled() []string {
 // the private one. Only the fake dialer "dials": no packet leaves.
 func TestGuard(t *testing.T) {
 	t.Parallel()
-	f := &fakeNet{asked: map[string]int{}, answers: map[string][][]string{
+	f := pushtest.NewFakeNet(map[string][][]string{
 		"push.example.com":   {{"203.0.114.9", "2606:4700::1"}},
 		"inside.example.com": {{"10.1.2.3"}},
 		"mixed.example.com":  {{"203.0.114.9", "192.168.1.1"}},
@@ -216,7 +171,7 @@ func TestGuard(t *testing.T) {
 		"cgnat.example.com":  {{"100.64.0.1"}},
 		"ula.example.com":    {{"fd00::1"}},
 		"mapped.example.com": {{"::ffff:127.0.0.1"}},
-	}}
+	})
 	g := &Guard{Resolver: f, Dial: f.Dial}
 	ctx := t.Context()
 	refused := []string{
@@ -242,13 +197,13 @@ func TestGuard(t *testing.T) {
 	_, err := g.DialContext(ctx, "tcp", "rebind.example.com:443")
 	assert.True(t, errors.Is(err, ErrBlocked), "rebinding: %v", err)
 	_, err = g.DialContext(ctx, "tcp", "mixed.example.com:443")
-	assert.True(t, errors.Is(err, errNotDialled), "mixed: %v", err)
+	assert.True(t, errors.Is(err, pushtest.ErrNotDialled), "mixed: %v", err)
 	for _, a := range []string{"127.0.0.1:443", "[::1]:443", "10.0.0.1:443", "[fd00::1]:443"} {
 		_, err := g.DialContext(ctx, "tcp", a)
 		assert.True(t, errors.Is(err, ErrBlocked), "%s: %v", a, err)
 	}
 	_, err = g.DialContext(ctx, "tcp", "push.example.com:443")
-	assert.True(t, errors.Is(err, errNotDialled), "public: %v", err)
+	assert.True(t, errors.Is(err, pushtest.ErrNotDialled), "public: %v", err)
 	assert.Equal(t, "dialled", f.Dialled(), []string{"203.0.114.9:443", "203.0.114.9:443", "[2606:4700::1]:443"})
 
 	// An allowed host is exempt, at the check and at the dial.
