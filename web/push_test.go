@@ -546,13 +546,7 @@ func TestExpiredReplacesTheNotification(t *testing.T) {
 	tb := newWindow(t)
 	tb.allowNotifications(srv.URL)
 	tb.pushStub(svc.Subscribe(t, "late"))
-	tb.open(srv.URL)
-	tb.waitState(live, "ws")
-	tb.write("Restart it if you must.")
-	tb.waitShown(soon, "Restart it if you must.")
-	thread := threadOf(tb.token())
-	tb.click("#notify")
-	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
+	thread := threadOf(tb.notifyOn(srv.URL, "Restart it if you must."))
 	reg := tb.registration(srv.URL)
 	tb.open(srv.URL + "favicon.svg")
 
@@ -581,14 +575,8 @@ func TestNoNotificationOverTheThreadsFocusedPage(t *testing.T) {
 		_, err := cdp.Call(ctx, tg, emulation.SetFocusEmulationEnabled, emulation.SetFocusEmulationEnabledParams{Enabled: true})
 		return chromedp.Void{}, err
 	})
-	tb.open(srv.URL)
-	tb.waitState(live, "ws")
-	tb.write("Anything new?")
-	tb.waitShown(soon, "Anything new?")
-	token := tb.token()
+	token := tb.notifyOn(srv.URL, "Anything new?")
 	thread := threadOf(token)
-	tb.click("#notify")
-	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
 	reg := tb.registration(srv.URL)
 
 	srv.reply(thread, "Build 412 is green.")
@@ -664,13 +652,7 @@ func TestNewConversationEndsItsNotifications(t *testing.T) {
 	tb := newWindow(t)
 	tb.allowNotifications(srv.URL)
 	tb.pushStub(svc.Subscribe(t, "old"))
-	tb.open(srv.URL)
-	tb.waitState(live, "ws")
-	tb.write("the old conversation")
-	tb.waitShown(soon, "the old conversation")
-	old := tb.token()
-	tb.click("#notify")
-	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
+	old := tb.notifyOn(srv.URL, "the old conversation")
 	if n := len(subscriptions(t, srv.URL, old)); n != 1 {
 		t.Fatalf("the server holds %d subscriptions, want 1", n)
 	}
@@ -702,12 +684,7 @@ func TestNotifySwitchUnderPrefix(t *testing.T) {
 	tb := newWindow(t)
 	tb.allowNotifications(srv.URL)
 	tb.pushStub(svc.Subscribe(t, "prefix"))
-	tb.open(srv.URL)
-	tb.waitState(live, "ws")
-	tb.write("under a prefix")
-	tb.waitShown(soon, "under a prefix")
-	tb.click("#notify")
-	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
+	tb.notifyOn(srv.URL, "under a prefix")
 	tb.registration(srv.URL) // http://127.0.0.1:PORT/spaces/newos4/
 	if got := eval[string](tb, `navigator.serviceWorker.getRegistration().then((r) => r.active.scriptURL)`); got != srv.URL+"sw.js" {
 		t.Errorf("the worker is %s, want %ssw.js", got, srv.URL)
@@ -725,14 +702,8 @@ func TestNotifySwitchScreenshot(t *testing.T) {
 	tb.allowNotifications(srv.URL)
 	tb.pushStub(svc.Subscribe(t, "shot"))
 	tb.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
-	tb.open(srv.URL)
-	tb.waitState(live, "ws")
-	tb.write("Deploy build 412 when it is green; I am on my phone.")
-	tb.waitShown(soon, "Deploy build 412 when it is green; I am on my phone.")
-	token := tb.token()
+	token := tb.notifyOn(srv.URL, "Deploy build 412 when it is green; I am on my phone.")
 	thread := threadOf(token)
-	tb.click("#notify")
-	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
 	q := srv.ask(thread, "--approval", "Deploy build 412 to production: 3 services, about 4 minutes.", "--title", "deploy", "--timeout", "15m")
 	tb.waitIx(soon, q.Interaction.ID, "pending")
 	tb.waitJS(soon, "the header on one row and the page at the phone's width", headerFits)
@@ -772,6 +743,20 @@ func TestWorkerScriptServed(t *testing.T) {
 // startPushServer runs chatrelay with push on (the default) and a push
 // service for it: internal/pushtest's, on loopback (allowed with
 // --push-allow-host) with a certificate the server trusts (SSL_CERT_FILE).
+// notifyOn opens url, starts the conversation with text, turns the page's
+// "Notify me" switch on and waits until it is; it returns the page's
+// token.
+func (tb *tab) notifyOn(url, text string) string {
+	tb.open(url)
+	tb.waitState(live, "ws")
+	tb.write(text)
+	tb.waitShown(soon, text)
+	token := tb.token()
+	tb.click("#notify")
+	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
+	return token
+}
+
 func startPushServer(t *testing.T) (*server, *pushtest.Service) {
 	t.Helper()
 	svc := pushtest.NewService(t)
