@@ -209,7 +209,9 @@ func (s meteredStore) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 }
 
 // AppendLimited is the inner store's (limitedAppender), timed and
-// counted as an append.
+// counted as the two calls were: a refusal by the windows is no append,
+// and a store that cannot be reached fails in the windows, the call's
+// first step (op "rate_limit", as when the limiter asked alone).
 func (s meteredStore) AppendLimited(ctx context.Context, lim chatrelay.RateLimiter, thread, ip string, msg store.NewMessage) (store.Entry, bool, error) {
 	la, ok := s.Store.(limitedAppender)
 	if !ok {
@@ -217,7 +219,11 @@ func (s meteredStore) AppendLimited(ctx context.Context, lim chatrelay.RateLimit
 	}
 	start := time.Now()
 	e, done, err := la.AppendLimited(ctx, lim, thread, ip, msg)
-	if done && chatrelay.CodeOf(err) != chatrelay.RateLimited { // a refusal of the limiter, as before: no append
+	switch code := chatrelay.CodeOf(err); {
+	case !done || code == chatrelay.RateLimited:
+	case code == chatrelay.StoreUnavailable:
+		s.m.limiterFailed("rate_limit", err)
+	default:
 		s.done("append", start, err)
 		if err == nil {
 			s.m.appended.WithLabelValues(authorLabel(e.Author)).Inc()

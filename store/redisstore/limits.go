@@ -56,7 +56,7 @@ func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(),
 		return nil, l.refusal(wait)
 	}
 	var once sync.Once
-	return func() { once.Do(func() { t.undo(ctx) }) }, nil
+	return func() { once.Do(func() { t.undo(context.WithoutCancel(ctx)) }) }, nil
 }
 
 // refusal is the error of a post over a window, to wait ms.
@@ -78,9 +78,10 @@ func (l *RateLimiter) take(thread, ip string) *rateTake {
 	return &rateTake{l: l, keys: [2]string{l.s.limits + "{rl}:tl:" + thread, l.s.limits + "{rl}:il:" + ip}, nonce: randomHex(8)}
 }
 
-// undo takes the post's entry out of both windows.
+// undo takes the post's entry out of both windows, within
+// chatrelay.DefaultStoreTimeout unless ctx ends first.
 func (t *rateTake) undo(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.DefaultStoreTimeout)
+	ctx, cancel := context.WithTimeout(ctx, chatrelay.DefaultStoreTimeout)
 	defer cancel()
 	_, err := t.l.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.LRem(ctx, t.keys[0], -1, t.entry)
@@ -90,6 +91,20 @@ func (t *rateTake) undo(ctx context.Context) {
 	if err != nil {
 		t.l.s.log.Warn("redis rate limit: undo", "err", err)
 	}
+}
+
+// undoLater undoes t in the background, owned by the store (Close
+// ends and waits for it): the post that failed is answered at once, as
+// when its Take's undo came after a failed append, without waiting on
+// a Redis that may be stalled.
+func (s *Store) undoLater(t *rateTake) {
+	if !s.enter() {
+		return
+	}
+	go func() {
+		defer s.wg.Done()
+		t.undo(s.closing)
+	}()
 }
 
 // AppendLimited is lim.Take(ctx, thread, ip) and, if the post is under the

@@ -64,7 +64,7 @@ func (s *Store) appendRated(ctx context.Context, thread string, m store.NewMessa
 		res, err := s.runAppend(ctx, thread, r, suffixes)
 		if err != nil {
 			if rt != nil {
-				rt.undo(ctx) // as the transport undoes a take whose append failed
+				s.undoLater(rt) // as the transport undid a take whose append failed
 			}
 			return store.Entry{}, s.unavailable("append", err)
 		}
