@@ -800,30 +800,36 @@ func TestClientIPAndTrustedProxies(t *testing.T) {
 	})
 }
 
-// TestUnreadableThread is about files: a thread document that does not
-// parse (the Redis store writes each message whole, in one script, and has
-// no document to corrupt). File store only.
+// TestUnreadableThread: a thread whose stored messages do not parse (a
+// file store document cut short; on Redis an entry of the log written by
+// hand) answers 503 thread_unreadable, without Retry-After or a host
+// path, to a poll, a v2 poll and a post, the same on every store; the
+// refused post stores nothing (before the fix a post on Redis answered
+// 201, a write that could never be read), and other threads keep
+// working.
 func TestUnreadableThread(t *testing.T) {
-	t.Parallel()
-	e := newContractEnv(t, storetest.File, envOptions{})
-	bad, good := token(21), token(22)
-	e.say(t, good, "before")
-	path := filepath.Join(e.data, "chat", threadOfToken(bad)+".json")
-	corrupt := []byte(`{"version":1,"thread":"` + threadOfToken(bad) + `","trimmed":0,"messages":[{"id":"MSG-`)
-	assert.Success(t, os.WriteFile(path, corrupt, 0o600))
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := newContractEnv(t, backend, envOptions{})
+		bad, good := token(21), token(22)
+		e.say(t, good, "before")
+		e.say(t, bad, "before")
+		raw := e.backend.CorruptThread(t, threadOfToken(bad))
+		checkError(t, e.poll(t, bad, ""), http.StatusServiceUnavailable, chatrelay.ThreadUnreadable)
+		stored := raw()
+		e.clock.Advance(time.Second) // a post's epoch is past the broken entry's
 
-	for _, a := range []answer{e.post(t, bad, `{"text":"hi"}`), e.poll(t, bad, ""), e.poll(t, bad, "?since=5")} {
-		checkError(t, a, http.StatusServiceUnavailable, chatrelay.ThreadUnreadable)
-		assert.Equal(t, "Retry-After", a.header.Get("Retry-After"), "")
-		assert.True(t, !strings.Contains(a.body, e.data), "the answer names a host path: %s", a.body)
-	}
-	got, err := os.ReadFile(path)
-	assert.Success(t, err)
-	assert.Equal(t, "the unreadable file", string(got), string(corrupt))
+		for _, a := range []answer{e.post(t, bad, `{"text":"hi"}`), e.poll(t, bad, ""), e.poll(t, bad, "?since=5"), e.poll(t, bad, "?v=2"),
+			e.post(t, bad, `{"text":"hi","client_id":"c-1"}`)} {
+			checkError(t, a, http.StatusServiceUnavailable, chatrelay.ThreadUnreadable)
+			assert.Equal(t, "Retry-After", a.header.Get("Retry-After"), "")
+			assert.True(t, e.data == "" || !strings.Contains(a.body, e.data), "the answer names a host path: %s", a.body)
+		}
+		assert.Equal(t, "the thread's stored data", raw(), stored)
 
-	e.say(t, good, "after")
-	p := decodePoll(t, e.poll(t, good, ""))
-	assert.Equal(t, "other thread", len(p.Messages), 2)
+		e.say(t, good, "after")
+		p := decodePoll(t, e.poll(t, good, ""))
+		assert.Equal(t, "other thread", len(p.Messages), 2)
+	})
 }
 
 // TestNothingServedFromTheDataFolder is about files: no path serves the

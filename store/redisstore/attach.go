@@ -67,6 +67,9 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 	if err := s.roomForThread(ctx, thread); err != nil {
 		return chatrelay.Attachment{}, err
 	}
+	if err := s.checkMark(ctx, thread); err != nil { // before the bytes are taken in; commitScript checks again
+		return chatrelay.Attachment{}, err
+	}
 	stage := s.attKey(thread) + ":up:" + randomHex(8)
 	defer func() {
 		if err != nil {
@@ -101,7 +104,7 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 	if err := list(); err != nil {
 		return chatrelay.Attachment{}, s.unavailable("upload", err)
 	}
-	res, err := commitScript.Run(cctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256)},
+	res, err := commitScript.Run(cctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256), s.metaKey(thread)},
 		a.ID, string(js), a.SHA256, a.Size, chatrelay.LimitThreadAttachments.Max, aw.n > 0).Text()
 	if err != nil {
 		s.unlist(ctx, thread)
@@ -109,6 +112,10 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 	}
 	if res == "full" {
 		return chatrelay.Attachment{}, store.ThreadFull() // (the thread holds uploads: it stays listed)
+	}
+	if res == "unreadable" {
+		s.unlist(ctx, thread)
+		return chatrelay.Attachment{}, markedUnreadable(thread, "found by a read")
 	}
 	if err := list(); err != nil {
 		s.log.Warn("upload: list the thread for the sweep", "thread", thread, "err", err) // listed before the commit
@@ -200,12 +207,18 @@ func (w *appender) flush() error {
 }
 
 // commitScript makes a received upload the thread's. KEYS: the thread's
-// att hash, the staging key, the bytes' key. ARGV: id, record JSON, sha,
-// size, the thread's most bytes, "1" if the staging key holds the bytes
-// (an empty file has none). It answers "ok" or "full" (the bytes would
-// take the thread past its most; nothing is kept).
+// att hash, the staging key, the bytes' key, the thread's meta. ARGV: id,
+// record JSON, sha, size, the thread's most bytes, "1" if the staging key
+// holds the bytes (an empty file has none). It answers "ok", "full" (the
+// bytes would take the thread past its most; nothing is kept) or
+// "unreadable" (the thread is marked unreadable: unreadable.go; nothing
+// is kept).
 var commitScript = redis.NewScript(`
 local att, stage, blob = KEYS[1], KEYS[2], KEYS[3]
+if redis.call('HEXISTS', KEYS[4], 'unreadable') == 1 then
+  redis.call('DEL', stage)
+  return 'unreadable'
+end
 local id, rec, sha, size, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 if tonumber(redis.call('HGET', att, 'b:' .. sha) or '0') > 0 then
   redis.call('DEL', stage)
@@ -230,8 +243,10 @@ return 'ok'
 // collectScript drops a thread's uploads that no message names and that
 // were uploaded at or before ARGV[1] (ms), and their bytes if no record holds
 // them. KEYS: Store.keys. It answers how many uploads the thread keeps.
-// (A pending upload's staging key is not the hash's: it expires.)
+// (A pending upload's staging key is not the hash's: it expires.) A thread
+// marked unreadable (unreadable.go) is kept as it is: -1.
 var collectScript = redis.NewScript(luaCommon + `
+if redis.call('HEXISTS', K.meta, 'unreadable') == 1 then return -1 end
 local before = tonumber(ARGV[1])
 local left = 0
 local fs = redis.call('HGETALL', K.att)

@@ -148,6 +148,8 @@ func (s *Store) writeGrants(ctx context.Context, thread string, rec grantsRecord
 		return false, nil
 	case "not_found":
 		return false, chatrelay.Errorf(chatrelay.NotFound, "this thread has no message yet: post one before inviting")
+	case "unreadable":
+		return false, markedUnreadable(thread, "found by a read")
 	}
 	return false, s.unavailable("participants", fmt.Errorf("unexpected answer %q", res))
 }

@@ -18,9 +18,10 @@ import (
 
 // Web Push (contract Part 5) on Redis. A thread's subscriptions are one
 // hash, <prefix>{T}:push, from each subscription's id to its JSON; a
-// write reads it and writes it back in a MULTI under WATCH of it and of
-// the thread's log (a thread must have a message), retried when another
-// writer came between. The VAPID key is <prefix>vapid-key, offered with
+// write reads it and writes it back in a MULTI under WATCH of it, of
+// the thread's log (a thread must have a message) and of its meta (a
+// thread marked unreadable is refused: unreadable.go), retried when
+// another writer came between. The VAPID key is <prefix>vapid-key, offered with
 // SET NX so that nodes started at once agree on one pair; a rotate SETs
 // it. A push's claim is <prefix>push-claim:<id>, SET NX PX: the node that
 // sets it sends the push, the others do not.
@@ -74,7 +75,7 @@ func (s *Store) withPush(ctx context.Context, thread string, fn func(subs []chat
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	key, log := s.pushKey(thread), s.logKey(thread)
+	key, log, meta := s.pushKey(thread), s.logKey(thread), s.metaKey(thread)
 	for {
 		err := s.rdb.Watch(ctx, func(tx *redis.Tx) error {
 			n, err := tx.XLen(ctx, log).Result()
@@ -83,6 +84,11 @@ func (s *Store) withPush(ctx context.Context, thread string, fn func(subs []chat
 			}
 			if n == 0 {
 				return chatrelay.Errorf(chatrelay.NotFound, "this thread has no message yet: post one before subscribing")
+			}
+			if mark, err := tx.HGet(ctx, meta, markField).Result(); err == nil {
+				return markedUnreadable(thread, mark)
+			} else if err != redis.Nil {
+				return err
 			}
 			fields, err := tx.HGetAll(ctx, key).Result()
 			if err != nil {
@@ -107,7 +113,7 @@ func (s *Store) withPush(ctx context.Context, thread string, fn func(subs []chat
 				return nil
 			})
 			return err
-		}, key, log)
+		}, key, log, meta)
 		if errors.Is(err, redis.TxFailedErr) {
 			continue // another writer came between: read again
 		}

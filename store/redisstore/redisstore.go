@@ -22,7 +22,11 @@
 //	                    "first", at most the oldest's; "sec" and "sfx", the
 //	                    newest message's second and the id suffixes taken
 //	                    in it (" <suffix>" each); "n", at least the log's
-//	                    length (an append reads it, XLEN, only past keep).
+//	                    length (an append reads it, XLEN, only past keep);
+//	                    "unreadable", set by a reader that found a stored
+//	                    message that does not parse (the entry's id):
+//	                    every read and write of the thread then refuses it
+//	                    (unreadable.go) until an operator repairs it.
 //	                    A thread without "last" (written by an older
 //	                    version) has them read from its log by its next
 //	                    append. Every script that adds

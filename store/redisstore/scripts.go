@@ -213,8 +213,11 @@ end
 // of the message with the client id}, {"not_found"}, {"thread_limit"},
 // {"collision"} (every candidate suffix is taken this second: try
 // others), {"retry"} (the grants record changed since it was read),
-// {"cap"}, {"waiting", n} or {"attachment", id} (an attachment that is
-// not an upload of the thread, or is on a message already).
+// {"cap"}, {"waiting", n}, {"attachment", id} (an attachment that is
+// not an upload of the thread, or is on a message already) or
+// {"unreadable", mark} (the thread is marked unreadable: unreadable.go;
+// it answers so before anything else, a replay included, and a rated
+// post counts in no window).
 var appendScript = redis.NewScript(luaCommon + luaRate + `
 local thread = ARGV[1]
 local now, keep, age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -228,7 +231,8 @@ local function run()
 -- newest epoch ("last"), a lower bound of the oldest ("first"), the id
 -- suffixes of the newest message's second ("sec", "sfx"). A thread written
 -- before meta kept them (no "last") has them read from its log once.
-local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2', 'last', 'first', 'sec', 'sfx', 'n')
+local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2', 'last', 'first', 'sec', 'sfx', 'n', 'unreadable')
+if meta[10] then return {'unreadable', meta[10]} end
 local prev, first = tonumber(meta[5]), tonumber(meta[6])
 local firstWas = first
 -- "n" is an upper bound of the log's length: its length after the append
@@ -334,7 +338,23 @@ end
 local id = 'MSG-' .. stamp .. '-' .. suffix
 
 local json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[7] .. ',"text":' .. ARGV[8] .. '}'
-redis.call('XADD', K.log, es .. '-0', 'j', json)
+-- The first write of an append to a thread that exists. It fails only if
+-- the log holds an entry meta does not know of, at or after the epoch:
+-- written by something else (by hand). One that decodes is taken as the
+-- newest (the caller tries again, after it); one that does not marks
+-- the thread unreadable (unreadable.go).
+local added = redis.pcall('XADD', K.log, es .. '-0', 'j', json)
+if type(added) == 'table' and added.err then
+  local top = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)[1]
+  if not top then return redis.error_reply(added.err) end
+  local ok, m = pcall(cjson.decode, top[2][2] or '')
+  if ok and type(m) == 'table' and top[2][1] == 'j' then
+    redis.call('HSET', K.meta, 'last', fmt(epochOf(top[1])), 'sec', '')
+    return {'retry'}
+  end
+  redis.call('HSETNX', K.meta, 'unreadable', top[1])
+  return {'unreadable', top[1]}
+end
 
 -- A message with v2 fields keeps its v2 object beside the log.
 local v2 = meta[4]
@@ -407,6 +427,8 @@ end
 
 if not rated then return run() end
 if cid ~= '' then
+  local bad = redis.call('HGET', K.meta, 'unreadable')
+  if bad then return {'unreadable', bad} end
   local e = redis.call('HGET', K.cids, cid)
   local js = e and redis.call('HGET', K.v2, e)
   if js then return {'replay', js} end
@@ -434,13 +456,15 @@ return res
 // thread's next epoch as the message's rev: max(now, the thread's rev + 1).
 //
 // It answers {"ok", rev}, {"retry"} (the message changed since it was
-// read) or {"gone"} (retention dropped it).
+// read), {"gone"} (retention dropped it) or {"unreadable", mark} (the
+// thread is marked unreadable: unreadable.go).
 var changeScript = redis.NewScript(luaCommon + `
 local thread, es = ARGV[1], ARGV[2]
 if #redis.call('XRANGE', K.log, es .. '-0', es .. '-0') == 0 then return {'gone'} end
 local cur = redis.call('ZSCORE', K.revs, es) or es
 if tonumber(cur) ~= tonumber(ARGV[3]) then return {'retry'} end
-local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'last')
+local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'last', 'unreadable')
+if meta[5] then return {'unreadable', meta[5]} end
 local last = tonumber(meta[4]) or epochOf(redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)[1][1])
 local prevRev = math.max(last, num(meta[2]))
 local rev = tonumber(ARGV[4])
@@ -463,8 +487,11 @@ return {'ok', rs}
 // messageScript reads one message for a change: by interaction id (ARGV
 // "ix", id) or by message id (ARGV "id", id, and the first and last epoch
 // of the id's second). KEYS: Store.keys. It answers {epoch, v1 JSON, v2
-// JSON or ""}, or {} if the thread has no such message.
+// JSON or ""}, {} if the thread has no such message, or {"unreadable",
+// mark} if the thread is marked unreadable (unreadable.go).
 var messageScript = redis.NewScript(luaCommon + `
+local bad = redis.call('HGET', K.meta, 'unreadable')
+if bad then return {'unreadable', bad} end
 local es, entry
 if ARGV[1] == 'ix' then
   es = redis.call('HGET', K.ixs, ARGV[2])
@@ -494,13 +521,16 @@ return {es, entry[2][2], redis.call('HGET', K.v2, es) or ''}
 //
 // It answers {gen id, gen start, gen lost, trimmed, rev, trimmed_rev, the
 // newest message's v1 JSON or "", the thread's title or "", then for each
-// message its v1 JSON and its v2 JSON or ""}; the caller orders them by rev.
+// message its v1 JSON and its v2 JSON or ""}; the caller orders them by
+// rev. A thread marked unreadable (unreadable.go) answers {"unreadable",
+// mark}.
 var changesScript = redis.NewScript(luaCommon + `
 redis.call('HSETNX', K.gen, 'id', ARGV[3])
 redis.call('HSETNX', K.gen, 'start', ARGV[4])
 redis.call('HSETNX', K.gen, 'lost', ARGV[5])
 local g = redis.call('HMGET', K.gen, 'id', 'start', 'lost')
-local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2', 'title')
+local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2', 'title', 'unreadable')
+if meta[6] then return {'unreadable', meta[6]} end
 local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
 local out = {g[1] or '', g[2] or '', g[3] or '', meta[1] or '0', meta[2] or '0', meta[3] or '0', '', meta[5] or ''}
 if #newest == 0 then return out end
@@ -545,6 +575,8 @@ return out
 // removed} where removed is 1 if the thread was removed because nothing
 // was left; a removed thread takes its grants, audit and index entries
 // with it. A thread in the index without a log is taken out of the index.
+// A thread marked unreadable (unreadable.go) is kept as it is, for an
+// operator to look at: {0, 0, 1}.
 var sweepScript = redis.NewScript(luaCommon + `
 local thread, now, keep, age = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local n = redis.call('XLEN', K.log)
@@ -552,6 +584,7 @@ if n == 0 then
   removeThread(thread, ARGV[5])
   return {0, 0}
 end
+if redis.call('HEXISTS', K.meta, 'unreadable') == 1 then return {0, 0, 1} end
 local cut = cutOf(K.log, now, keep, age)
 if cut == 0 then return {0, 0} end
 local newest = epochOf(redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)[1][1])
@@ -574,10 +607,14 @@ return {n - redis.call('XLEN', K.log), 0}
 // of theirs to take out of the grant index (if it points at this thread),
 // the webhook event to queue ("" if none: outbox.go), its time (ms) and
 // its participant object, then field and value pairs to set. It answers
-// "ok", "retry" or "not_found".
+// "ok", "retry", "not_found", or "unreadable" for a thread that must have
+// a message (an invite) and is marked unreadable (unreadable.go): a
+// write that takes access away (a revoke) or notes a grant's use is
+// stored there, as on the file store.
 var grantsScript = redis.NewScript(luaCommon + `
 local thread = ARGV[1]
 if ARGV[4] == '1' and redis.call('XLEN', K.log) == 0 then return 'not_found' end
+if ARGV[4] == '1' and redis.call('HEXISTS', K.meta, 'unreadable') == 1 then return 'unreadable' end
 if (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[2] then return 'retry' end
 if ARGV[7] ~= '' then
   local drop = {}

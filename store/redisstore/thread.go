@@ -89,6 +89,11 @@ func (s *Store) appendRated(ctx context.Context, thread string, m store.NewMessa
 			return store.ReplayOf(e, m)
 		case "not_found":
 			return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
+		case "unreadable":
+			if len(res) != 2 {
+				break
+			}
+			return store.Entry{}, markedUnreadable(thread, res[1])
 		case "thread_limit":
 			return store.Entry{}, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
 		case "collision", "retry":
@@ -250,11 +255,11 @@ func (s *Store) Since(ctx context.Context, thread string, since int64, limit int
 	var g generation
 	msgs, newest, trimmed, v2, title, err := s.read(ctx, thread, since, limit, &g)
 	if err != nil {
-		return store.Page{}, err
+		return store.Page{}, s.noteUnreadable(ctx, thread, err)
 	}
 	if v2 && len(msgs) > 0 {
 		if err := s.withV2(ctx, thread, msgs); err != nil {
-			return store.Page{}, err
+			return store.Page{}, s.noteUnreadable(ctx, thread, err)
 		}
 	}
 	g = s.checkGen(ctx, g, nil)
@@ -282,7 +287,7 @@ func (s *Store) withV2(ctx context.Context, thread string, msgs []store.Entry) e
 		if js, ok := v.(string); ok {
 			e, err := v2Entry(msgs[i].JSON, js)
 			if err != nil {
-				return unreadableEntry(thread, fields[i], err)
+				return unreadableEntry(thread, "v2 of "+fields[i]+"-0", err)
 			}
 			msgs[i] = e
 		}
@@ -309,7 +314,7 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int,
 			page = p.XRange(ctx, log, from, "+")
 		}
 		last = p.XRevRangeN(ctx, log, "+", "-", 1)
-		marks = p.HMGet(ctx, s.metaKey(thread), "trimmed", "v2", "title")
+		marks = p.HMGet(ctx, s.metaKey(thread), "trimmed", "v2", "title", markField)
 		if g != nil {
 			gen = s.genCmds(ctx, p)
 		}
@@ -318,10 +323,13 @@ func (s *Store) read(ctx context.Context, thread string, since int64, limit int,
 	if err != nil && err != redis.Nil {
 		return nil, nil, 0, false, "", s.unavailable("read", err)
 	}
-	if m := marks.Val(); len(m) == 3 {
+	if m := marks.Val(); len(m) == 4 {
 		trimmed = toInt(m[0])
 		v2 = m[1] != nil
 		title, _ = m[2].(string)
+		if mark, ok := m[3].(string); ok {
+			return nil, nil, 0, false, "", markedUnreadable(thread, mark)
+		}
 	}
 	if g != nil {
 		*g = genOf(gen)
@@ -369,15 +377,6 @@ func entryOf(thread string, x redis.XMessage) (store.Entry, error) {
 	return e, nil
 }
 
-// unreadableEntry is the error of a stored message that does not decode
-// (written by something else): the thread is unreadable, as a broken
-// file is.
-func unreadableEntry(thread, id string, err error) error {
-	return &chatrelay.Error{Code: chatrelay.ThreadUnreadable,
-		Message: "this thread's stored data does not parse; it is kept as it is for an operator to look at",
-		Err:     fmt.Errorf("redis thread %s entry %s: %w", thread, id, err)}
-}
-
 // Threads implements store.Store.
 func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 	ctx, cancel := s.bound(ctx)
@@ -393,7 +392,7 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 		for i, name := range names {
 			lens[i] = p.XLen(ctx, s.logKey(name))
 			lasts[i] = p.XRevRangeN(ctx, s.logKey(name), "+", "-", 1)
-			revs[i] = p.HMGet(ctx, s.metaKey(name), "rev", "title")
+			revs[i] = p.HMGet(ctx, s.metaKey(name), "rev", "title", markField)
 		}
 		return nil
 	})
@@ -409,16 +408,20 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 		if len(l) == 0 {
 			continue // removed meanwhile
 		}
+		var rev int64
+		var title string
+		if m := revs[i].Val(); len(m) == 3 {
+			if m[2] != nil {
+				continue // marked unreadable (unreadable.go), as the file store leaves out a document that does not parse
+			}
+			rev = toInt(m[0])
+			title, _ = m[1].(string)
+		}
 		last, err := entryOf(name, l[0])
 		if err != nil {
 			s.log.Error("redis store: thread does not parse", "thread", name, "err", err)
+			s.noteUnreadable(ctx, name, err)
 			continue
-		}
-		var rev int64
-		var title string
-		if m := revs[i].Val(); len(m) == 2 {
-			rev = toInt(m[0])
-			title, _ = m[1].(string)
 		}
 		infos = append(infos, store.ThreadInfo{
 			Thread: name, Messages: int(lens[i].Val()), LastAuthor: last.Author,
@@ -455,6 +458,10 @@ func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 		cancel()
 		if err != nil {
 			return st, s.unavailable("sweep", err)
+		}
+		if len(res) == 3 {
+			s.log.Warn("redis store: sweep: thread marked unreadable, kept as it is for an operator to look at", "thread", name, "key", s.metaKey(name))
+			continue
 		}
 		st.Threads++
 		st.Dropped += int(res[0])

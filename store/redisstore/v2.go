@@ -41,13 +41,22 @@ func (s *Store) Changes(ctx context.Context, thread string, since int64, limit i
 }
 
 // changes runs changesScript: the v2 page (Reset says only what retention
-// dropped) and the generation.
+// dropped) and the generation. A message that does not decode marks the
+// thread unreadable.
 func (s *Store) changes(ctx context.Context, thread string, since int64, limit int) (store.Page, generation, error) {
+	p, g, err := s.changesPage(ctx, thread, since, limit)
+	return p, g, s.noteUnreadable(ctx, thread, err)
+}
+
+func (s *Store) changesPage(ctx context.Context, thread string, since int64, limit int) (store.Page, generation, error) {
 	since = min(max(since, 0), maxEpoch)
 	res, err := changesScript.Run(ctx, s.rdb, s.keys(thread), since, limit,
 		randomHex(8), s.now().UnixMilli(), s.seen.Load()).StringSlice()
 	if err != nil {
 		return store.Page{}, generation{}, s.unavailable("changes", err)
+	}
+	if len(res) == 2 && res[0] == "unreadable" {
+		return store.Page{}, generation{}, markedUnreadable(thread, res[1])
 	}
 	if len(res) < 8 || len(res)%2 != 0 {
 		return store.Page{}, generation{}, s.unavailable("changes", fmt.Errorf("unexpected answer of %d values", len(res)))
@@ -60,7 +69,7 @@ func (s *Store) changes(ctx context.Context, thread string, since int64, limit i
 	}
 	newest, err := parseV1(res[6]) // its epoch and author
 	if err != nil {
-		return store.Page{}, g, unreadableEntry(thread, "newest", err)
+		return store.Page{}, g, unreadableEntry(thread, "the newest", err)
 	}
 	p.Cursor = max(rev, newest.Epoch)
 	p.Awaiting = newest.Author != chatrelay.Hermes
@@ -69,7 +78,7 @@ func (s *Store) changes(ctx context.Context, thread string, since int64, limit i
 	for i := 0; i < len(rest); i += 2 {
 		e, err := stored(rest[i], rest[i+1])
 		if err != nil {
-			return store.Page{}, g, unreadableEntry(thread, strconv.Itoa(i/2), err)
+			return store.Page{}, g, unreadableEntry(thread, "page entry "+strconv.Itoa(i/2), err)
 		}
 		msgs = append(msgs, e)
 	}
@@ -141,6 +150,8 @@ func (s *Store) Change(ctx context.Context, thread string, c store.Change) (stor
 			continue
 		case len(res) == 1 && res[0] == "gone":
 			return store.Entry{}, notFound(c)
+		case len(res) == 2 && res[0] == "unreadable":
+			return store.Entry{}, markedUnreadable(thread, res[1])
 		}
 		return store.Entry{}, s.unavailable("change", fmt.Errorf("unexpected answer %q", res))
 	}
@@ -170,12 +181,15 @@ func (s *Store) message(ctx context.Context, thread string, c store.Change) (sto
 	if err != nil {
 		return store.Entry{}, s.unavailable("change", err)
 	}
+	if len(res) == 2 && res[0] == "unreadable" {
+		return store.Entry{}, markedUnreadable(thread, res[1])
+	}
 	if len(res) != 3 {
 		return store.Entry{}, notFound(c)
 	}
 	e, err := stored(res[1], res[2])
 	if err != nil {
-		return store.Entry{}, unreadableEntry(thread, res[0], err)
+		return store.Entry{}, s.noteUnreadable(ctx, thread, unreadableEntry(thread, res[0]+"-0", err))
 	}
 	return e, nil
 }
