@@ -452,6 +452,7 @@ func RedactMessage(m Message) (Message, bool) {
 		m.ClientID, r.changed = "", true
 	}
 	m.Text = r.to(m.Text, LimitPostText)
+	m.AuthorName = r.to(m.AuthorName, LimitName) // a name the owner gave a share link or an agent key
 	if ix := m.Interaction; ix != nil {
 		c := *ix
 		title, prompt := LimitInputTitle, LimitInputPrompt

@@ -154,7 +154,7 @@ func jsonText(s string) string {
 func TestRedactMessage(t *testing.T) {
 	t.Parallel()
 	key := "sk-proj-AbCdEfGhIjKlMnOpQrStUv123"
-	m := chatrelay.Message{Text: "t " + key,
+	m := chatrelay.Message{Text: "t " + key, AuthorName: "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
 		Interaction: &chatrelay.Interaction{Title: key, Prompt: key, Choices: []chatrelay.Choice{{Value: key, Label: key, Description: key}},
 			Details: []chatrelay.Detail{{Label: "k", Value: key}}, Answer: &chatrelay.Answer{Value: key}},
 		Card: &chatrelay.Card{Title: key, FallbackText: key, Blocks: []chatrelay.Block{{Type: "text", Text: key},
@@ -164,6 +164,7 @@ func TestRedactMessage(t *testing.T) {
 	js := string(chatrelay.MarshalMessageV2(r))
 	assert.True(t, !strings.Contains(js, "AbCdEfGh"), "a secret left: %s", js)
 	assert.True(t, strings.Count(js, "[redacted]") >= 13, "redactions: %s", js)
+	assert.Equal(t, "the author's name", r.AuthorName, "[redacted]")
 	assert.True(t, strings.Contains(string(chatrelay.MarshalMessageV2(m)), key), "the stored message was changed")
 }
 
