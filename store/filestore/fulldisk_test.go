@@ -80,7 +80,9 @@ func TestAuditAfterAFullDisk(t *testing.T) {
 // full gives back the room its write had taken (and its descriptor) at
 // once: before the fix the temp file was removed but left open, so its
 // blocks stayed taken until the garbage collector closed it, and the
-// next small write failed too.
+// next small write failed too. (Each refused message also sets the
+// title: a change besides the new message rewrites the document, where
+// a message alone would go to the thread's log, which has room.)
 func TestFailedWriteGivesBackItsRoom(t *testing.T) {
 	t.Parallel()
 	dir := storetest.SmallDisk(t, 1<<20)
@@ -91,8 +93,54 @@ func TestFailedWriteGivesBackItsRoom(t *testing.T) {
 	free := storetest.FillDisk(t, dir, 3*4096)
 	defer free()
 	for range 3 {
-		_, err = s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "no room for the document"})
+		_, err = s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "no room for the document", Title: "a title"})
 		assert.Code(t, err, chatrelay.StoreUnavailable)
 	}
 	assert.Success(t, os.WriteFile(filepath.Join(dir, "room"), make([]byte, 3*4096), 0o600))
+}
+
+// TestFailedLogAppendLeavesNothing: a message refused because the disk
+// filled up in the middle of its line in the thread's log leaves no part
+// of the line behind. Before the fix the part written stayed, the next
+// message's line was appended to it, and the thread no longer read.
+func TestFailedLogAppendLeavesNothing(t *testing.T) {
+	t.Parallel()
+	dir := storetest.SmallDisk(t, 1<<20)
+	s := openOn(t, dir)
+	ctx := context.Background()
+	text := strings.Repeat("a line of the log ", 60)
+	m := store.NewMessage{Author: chatrelay.Operator, Text: text}
+	_, err := s.Append(ctx, diskThread, m) // the document
+	assert.Success(t, err)
+	path := filepath.Join(dir, "chat", diskThread+".log")
+	for sent := 1; ; sent++ { // lines until the next would not fit in the log's last page
+		_, err := s.Append(ctx, diskThread, m)
+		assert.Success(t, err)
+		fi, err := os.Stat(path)
+		assert.Success(t, err)
+		if room := 4096 - fi.Size()%4096; room < int64(len(text))-5 && room > 5 {
+			break
+		}
+		assert.True(t, sent < 10, "no log size found with part of a line's room")
+	}
+	before, err := s.Since(ctx, diskThread, 0, 0)
+	assert.Success(t, err)
+	logBefore, err := os.ReadFile(path)
+	assert.Success(t, err)
+
+	free := storetest.FillDisk(t, dir, 0)
+	_, err = s.Append(ctx, diskThread, m)
+	assert.Code(t, err, chatrelay.StoreUnavailable)
+	free()
+	logNow, err := os.ReadFile(path)
+	assert.Success(t, err)
+	assert.True(t, bytes.Equal(logNow, logBefore), "the refused line left %d bytes", len(logNow)-len(logBefore))
+
+	_, err = s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "after the full disk"})
+	assert.Success(t, err)
+	fresh := openOn(t, dir) // no cache: from the files
+	after, err := fresh.Since(ctx, diskThread, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "messages", len(after.Messages), len(before.Messages)+1)
+	assert.Equal(t, "the newest", after.Messages[len(after.Messages)-1].Text, "after the full disk")
 }
