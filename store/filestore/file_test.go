@@ -3,8 +3,8 @@ package filestore
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
