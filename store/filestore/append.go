@@ -208,7 +208,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 	}
 	if line, ok := logLine(snap, old, nd); ok {
 		// A new message and nothing else: one line in the log (log.go).
-		ls, err := s.appendLog(thread, snap.log, line)
+		ls, err := s.appendLog(t, thread, snap.log, line)
 		s.noteWrite(len(line), err)
 		if err != nil {
 			if undo != nil {

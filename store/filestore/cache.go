@@ -191,6 +191,7 @@ func (t *threadState) closeLock() {
 		t.lockf.Close()
 		t.lockf = nil
 	}
+	t.closeLog()
 }
 
 // unpin swaps the thread's pinned snapshot for an unpinned copy and closes

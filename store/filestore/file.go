@@ -28,11 +28,11 @@ type FileOptions struct {
 	// Rescan is how often Follow re-reads changed threads even if the
 	// folder watch said nothing; defaults to 2s.
 	Rescan time.Duration
-	// MaxOpenDocs bounds the threads whose document and lock file the
-	// store keeps open (two descriptors each, see snapshot and
-	// lockThread); defaults to the smaller of MaxThreads and an eighth of
-	// the process's descriptor limit, so that the store holds at most a
-	// quarter of it. A thread past it stays cached but its next read reads
+	// MaxOpenDocs bounds the threads whose document, lock file and log the
+	// store keeps open (up to three descriptors each, see snapshot,
+	// lockThread and appendLog); defaults to the smaller of MaxThreads and
+	// an eighth of the process's descriptor limit, so that the store holds
+	// at most three eighths of it. A thread past it stays cached but its next read reads
 	// the file (and parses nothing if the bytes are the cached ones). When
 	// the process runs out of descriptors anyway (streams hold the rest),
 	// the store lets go of half of them and tries again.
@@ -105,6 +105,11 @@ type threadState struct {
 	announced int64
 	queued    bool     // in the pin queue; guarded by File.pins.mu
 	lockf     *os.File // <thread>.json.lock, kept open between writes (lockThread); guarded by mu
+	// logf is the thread's log, open for appending, kept open between
+	// writes like lockf (and closed with it), and the log's inode; nil
+	// until an append opens it. Guarded by mu.
+	logf   *os.File
+	logIno uint64
 	// drop asks the unlock of lockState to remove the lock file: its
 	// holder found no document and wrote none. Guarded by mu.
 	drop bool

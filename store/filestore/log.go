@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"os"
 	"syscall"
 
 	"github.com/chatrelay/chatrelay"
@@ -200,33 +201,33 @@ func statLog(path string) (ino uint64, size int64, err error) {
 // (and the folder, if it created the log) unless the store does not
 // sync. A torn tail is cut off first. A failed append cuts off what it
 // wrote: nothing is left of a refused post. It returns the log's new
-// state.
-func (s *File) appendLog(thread string, ls logState, line []byte) (logState, error) {
+// state. The caller holds the thread's locks (t.mu too).
+func (s *File) appendLog(t *threadState, thread string, ls logState, line []byte) (logState, error) {
 	path := s.logPath(thread)
-	fd := -1
-	err := s.withFDs(func() (err error) {
-		return ignoringEINTR(func() (err error) {
-			fd, err = syscall.Open(path, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
-			return err
-		})
-	})
-	if err != nil {
-		return ls, &fs.PathError{Op: "open", Path: path, Err: err}
+	if t.logf != nil && (ls.ino == 0 || t.logIno != ls.ino) {
+		t.closeLog() // another log now (the thread was removed and made anew)
 	}
-	defer syscall.Close(fd)
-	created := ls.ino == 0
-	var st syscall.Stat_t
-	if err := ignoringEINTR(func() error { return syscall.Fstat(fd, &st) }); err != nil {
-		return ls, &fs.PathError{Op: "stat", Path: path, Err: err}
+	created := false
+	if t.logf == nil {
+		f, st, err := s.openLog(path)
+		if err != nil {
+			return ls, err
+		}
+		if ls.ino != 0 && (st.Ino != ls.ino || st.Size < ls.valid) {
+			f.Close()
+			// Under the thread's lock nothing else writes the log.
+			return ls, fmt.Errorf("%s changed under the thread's lock", path)
+		}
+		if ls.ino == 0 {
+			// A new log; or one a crash left before its document was
+			// made again (its lines are no thread's: cut off below).
+			created = true
+			ls = logState{ino: st.Ino, size: st.Size}
+		}
+		t.logf, t.logIno = f, st.Ino
 	}
-	if !created && (st.Ino != ls.ino || st.Size < ls.valid) {
-		// Under the thread's lock nothing else writes the log.
-		return ls, fmt.Errorf("%s changed under the thread's lock", path)
-	}
-	if created {
-		ls = logState{ino: st.Ino, size: st.Size} // an empty file; or one left by a crash before its document
-	}
-	if st.Size != ls.valid {
+	fd := int(t.logf.Fd())
+	if ls.size != ls.valid {
 		if err := ignoringEINTR(func() error { return syscall.Ftruncate(fd, ls.valid) }); err != nil {
 			return ls, &fs.PathError{Op: "truncate", Path: path, Err: err}
 		}
@@ -234,7 +235,7 @@ func (s *File) appendLog(thread string, ls logState, line []byte) (logState, err
 	}
 	bp := docBufs.Get().(*[]byte)
 	buf := append(append((*bp)[:0], line...), '\n')
-	err = writeAll(fd, path, buf)
+	err := writeAll(fd, path, buf)
 	*bp = buf[:0]
 	docBufs.Put(bp)
 	if err == nil && s.dsync != nil {
@@ -251,6 +252,36 @@ func (s *File) appendLog(thread string, ls logState, line []byte) (logState, err
 	}
 	n := ls.valid + int64(len(line)) + 1
 	return logState{ino: ls.ino, size: n, valid: n, lines: ls.lines + 1}, nil
+}
+
+// openLog opens (creating, 0600) the log path for appending, with
+// syscall.Open (see openLock), and stats it.
+func (s *File) openLog(path string) (*os.File, syscall.Stat_t, error) {
+	var st syscall.Stat_t
+	fd := -1
+	err := s.withFDs(func() (err error) {
+		return ignoringEINTR(func() (err error) {
+			fd, err = syscall.Open(path, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
+			return err
+		})
+	})
+	if err != nil {
+		return nil, st, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	if err := ignoringEINTR(func() error { return syscall.Fstat(fd, &st) }); err != nil {
+		syscall.Close(fd)
+		return nil, st, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), st, nil
+}
+
+// closeLog closes the thread's kept log; the caller holds t.mu.
+func (t *threadState) closeLog() {
+	if t.logf != nil {
+		t.logf.Close()
+		t.logf = nil
+		t.logIno = 0
+	}
 }
 
 // emptyLog empties the thread's log (a compaction wrote its messages into
