@@ -7,8 +7,8 @@ import (
 )
 
 // The verb table: the host's verbs, each with its name, its description,
-// its input and its result, written once. The host binds them
-// (host/host.go), the MCP server serves them as tools, and the bundle's
+// its input and its result, written once. The host implements them
+// (host.Verbs), the MCP server serves them as tools, and the bundle's
 // $defs and x-verbs are read from it.
 
 // The host's verbs' names, as the MCP tools (chatrelay_<verb>) and the

@@ -57,21 +57,6 @@ func (v *Verbs) now() time.Time {
 	return time.Now()
 }
 
-// The verbs' names (the verb table is the root package's, schema.go).
-const (
-	ListThreads       = chatrelay.VerbListThreads
-	ReadThread        = chatrelay.VerbReadThread
-	WaitMessages      = chatrelay.VerbWaitMessages
-	Send              = chatrelay.VerbSend
-	RequestInput      = chatrelay.VerbRequestInput
-	RequestApproval   = chatrelay.VerbRequestApproval
-	CheckInteraction  = chatrelay.VerbCheckInteraction
-	WaitInteraction   = chatrelay.VerbWaitInteraction
-	CancelInteraction = chatrelay.VerbCancelInteraction
-	React             = chatrelay.VerbReact
-	SendCard          = chatrelay.VerbSendCard
-)
-
 // Names lists the verbs in the contract's order.
 func Names() []string { return chatrelay.Verbs() }
 

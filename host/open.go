@@ -9,10 +9,6 @@ import (
 	"github.com/chatrelay/chatrelay/store"
 )
 
-// OpenThread is open_thread (contract Part 5, "hermes starts a
-// conversation").
-const OpenThread = chatrelay.VerbOpenThread
-
 // OpenThreadInput is open_thread's input: at least one of the two.
 type OpenThreadInput struct {
 	Title string `json:"title,omitempty"` // the thread's title (≤ chatrelay.LimitThreadTitle)

@@ -243,8 +243,8 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 // limiter (a reaction or a cancel changes a message, as over HTTP, where
 // they are not counted either).
 var writes = map[string]bool{
-	ToolName(host.Send): true, ToolName(host.SendCard): true,
-	ToolName(host.RequestInput): true, ToolName(host.RequestApproval): true,
+	ToolName(chatrelay.VerbSend): true, ToolName(chatrelay.VerbSendCard): true,
+	ToolName(chatrelay.VerbRequestInput): true, ToolName(chatrelay.VerbRequestApproval): true,
 }
 
 // Run follows the store's feed of agent key changes until ctx is done,

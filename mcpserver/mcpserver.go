@@ -230,18 +230,18 @@ func bind[In, Out any](readOnly bool, verb func(*host.Verbs, context.Context, In
 }
 
 var bindings = map[string]binding{
-	host.ListThreads:       bind(true, (*host.Verbs).ListThreads, sayThreads),
-	host.ReadThread:        bind(true, (*host.Verbs).ReadThread, sayRead),
-	host.WaitMessages:      waits("waiting for a message", bind(true, (*host.Verbs).WaitMessages, sayWait)),
-	host.Send:              bind(false, (*host.Verbs).Send, sayMessage[host.SendInput]("sent")),
-	host.RequestInput:      bind(false, (*host.Verbs).RequestInput, sayAsked[host.RequestInputInput]),
-	host.RequestApproval:   bind(false, (*host.Verbs).RequestApproval, sayAsked[host.RequestApprovalInput]),
-	host.CheckInteraction:  bind(true, (*host.Verbs).CheckInteraction, sayInteraction[host.InteractionInput]),
-	host.WaitInteraction:   waits("waiting for the answer", bind(true, (*host.Verbs).WaitInteraction, sayInteraction[host.WaitInteractionInput])),
-	host.CancelInteraction: bind(false, (*host.Verbs).CancelInteraction, sayInteraction[host.InteractionInput]),
-	host.React:             bind(false, (*host.Verbs).React, sayReact),
-	host.SendCard:          bind(false, (*host.Verbs).SendCard, sayMessage[host.SendCardInput]("sent the card")),
-	host.OpenThread:        bind(false, (*host.Verbs).OpenThread, sayOpened),
+	chatrelay.VerbListThreads:       bind(true, (*host.Verbs).ListThreads, sayThreads),
+	chatrelay.VerbReadThread:        bind(true, (*host.Verbs).ReadThread, sayRead),
+	chatrelay.VerbWaitMessages:      waits("waiting for a message", bind(true, (*host.Verbs).WaitMessages, sayWait)),
+	chatrelay.VerbSend:              bind(false, (*host.Verbs).Send, sayMessage[host.SendInput]("sent")),
+	chatrelay.VerbRequestInput:      bind(false, (*host.Verbs).RequestInput, sayAsked[host.RequestInputInput]),
+	chatrelay.VerbRequestApproval:   bind(false, (*host.Verbs).RequestApproval, sayAsked[host.RequestApprovalInput]),
+	chatrelay.VerbCheckInteraction:  bind(true, (*host.Verbs).CheckInteraction, sayInteraction[host.InteractionInput]),
+	chatrelay.VerbWaitInteraction:   waits("waiting for the answer", bind(true, (*host.Verbs).WaitInteraction, sayInteraction[host.WaitInteractionInput])),
+	chatrelay.VerbCancelInteraction: bind(false, (*host.Verbs).CancelInteraction, sayInteraction[host.InteractionInput]),
+	chatrelay.VerbReact:             bind(false, (*host.Verbs).React, sayReact),
+	chatrelay.VerbSendCard:          bind(false, (*host.Verbs).SendCard, sayMessage[host.SendCardInput]("sent the card")),
+	chatrelay.VerbOpenThread:        bind(false, (*host.Verbs).OpenThread, sayOpened),
 }
 
 // waits marks a binding as a wait, which reports its progress.

@@ -5,7 +5,7 @@ import (
 	"container/heap"
 	"context"
 	"encoding/base64"
-	"net/http"
+	"io"
 	"net/url"
 	"strconv"
 	"strings"
@@ -27,10 +27,10 @@ import (
 // change: it is pushed if it is an interaction that opens or closes, or a
 // message hermes posts; the node that claims it in the store (ClaimPush:
 // SET NX PX on Redis) sends it to the thread's subscriptions that want
-// it. Pushes stay out of the posts' way: a push's CPU work (encryption
-// and signing, ~150 µs) is done by one goroutine at a time (cpu), so
-// pushes never take more than one of GOMAXPROCS however many are due at
-// once, and its round trip to the push service then runs on its own
+// it. Pushes stay out of the posts' way: a push's CPU work (encryption,
+// signing and the write of its request, ~250 µs) is done by one goroutine
+// at a time (cpu, see do), so pushes never take more than one of
+// GOMAXPROCS however many are due at once, and its answer is then awaited on its own
 // (at most pushInFlight at once, over the push client's connections:
 // one HTTP/2 connection per push service origin where it offers HTTP/2).
 // A push service's 429 or 5xx (or no answer) is tried again, at most
@@ -378,18 +378,61 @@ func (ps *pusher) start(ctx context.Context, j *pushJob) {
 	})
 }
 
-// request makes m's request signed with v: its encryption and signing
-// (the CPU a push costs) holding ps.cpu, so that pushes never run on more
-// than one of GOMAXPROCS at once however many are due.
-func (ps *pusher) request(ctx context.Context, v *webpush.VAPID, m webpush.Message) (*http.Request, error) {
+// pushCPUHold is the longest a push holds ps.cpu while its request is
+// written: a push service that stalls the write (an HTTP/2 window that
+// does not open, a first connection's handshake) holds back the other
+// pushes' work no longer than this.
+const pushCPUHold = 5 * time.Millisecond
+
+// do sends m, signed with v, and returns the push service's answer. The
+// CPU a push costs, its encryption and signing and the writing of its
+// request (HTTP/2 headers, TLS), is done holding ps.cpu, so that pushes
+// never run on more than one of GOMAXPROCS at once however many are due,
+// nor in bursts that take every core from the posts (a change's five
+// pushes, each encrypted while the one before is written, did). The token
+// is let go once the transport has read the request's body (its headers
+// are written by then), or after pushCPUHold; the answer is awaited
+// without it.
+func (ps *pusher) do(ctx context.Context, v *webpush.VAPID, m webpush.Message) (webpush.Result, error) {
 	select {
 	case ps.cpu <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return webpush.Result{}, ctx.Err()
 	}
-	defer func() { <-ps.cpu }()
+	var once sync.Once
+	release := func() { once.Do(func() { <-ps.cpu }) }
+	hold := time.AfterFunc(pushCPUHold, release)
+	defer func() {
+		hold.Stop()
+		release()
+	}()
 	sender := webpush.Sender{VAPID: v, Client: ps.sender.Client, Now: ps.sender.Now}
-	return sender.Request(ctx, m)
+	req, err := sender.Request(ctx, m)
+	if err != nil {
+		return webpush.Result{}, err
+	}
+	req.Body = &releasingBody{ReadCloser: req.Body, release: release}
+	return sender.Do(req)
+}
+
+// releasingBody calls release once the transport has read it to its end,
+// or closed it.
+type releasingBody struct {
+	io.ReadCloser
+	release func()
+}
+
+func (b *releasingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.release()
+	}
+	return n, err
+}
+
+func (b *releasingBody) Close() error {
+	b.release()
+	return b.ReadCloser.Close()
 }
 
 // grantActive reports whether the grant of a participant's or a device's
@@ -427,18 +470,12 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 		ps.again(ctx, j, 0)
 		return
 	}
-	var res webpush.Result
-	req, err := ps.request(ctx, v, j.msg)
-	if err == nil {
-		res, err = ps.sender.Do(req)
-	}
+	res, err := ps.do(ctx, v, j.msg)
 	if err == nil && (res.Status == 401 || res.Status == 403) {
 		// Signed with a key rotated since it was read? Read the store's;
 		// if it is another, this attempt is made again with it.
 		if nv, kerr := ps.vapid(ctx); kerr == nil && nv != v {
-			if req, err = ps.request(ctx, nv, j.msg); err == nil {
-				res, err = ps.sender.Do(req)
-			}
+			res, err = ps.do(ctx, nv, j.msg)
 		}
 	}
 	switch {

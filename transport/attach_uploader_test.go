@@ -1,0 +1,145 @@
+package transport_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The uploaders of BenchmarkPostsWhileUploading run in a process of their
+// own, as the people who upload run on machines of their own: their
+// writing of 10 MiB bodies is not the server's CPU, and on this 2-core
+// machine it must not be counted as the server's, nor take its cores. The
+// process is this test binary run again with only TestUploaderProcess,
+// at nice 19 (uploaderNiceEnv sets another niceness): it takes the CPU
+// the server leaves. It reports each finished upload on a line of its
+// output, and exits when its input closes.
+
+const (
+	uploaderEnv     = "CHATRELAY_UPLOADER" // the job, as JSON (uploaderJob)
+	uploaderNiceEnv = "CHATRELAY_UPLOADER_NICE"
+)
+
+// uploaderJob is what the uploader process does: workers clients, each
+// uploading size bytes to url as token, one upload after another.
+type uploaderJob struct {
+	URL     string `json:"url"`
+	Token   string `json:"token"`
+	Size    int64  `json:"size"`
+	Workers int    `json:"workers"`
+}
+
+// TestUploaderProcess is the uploader process (uploaderEnv set); without
+// it, it does nothing.
+func TestUploaderProcess(t *testing.T) {
+	raw := os.Getenv(uploaderEnv)
+	if raw == "" {
+		t.Skip("the uploader process of BenchmarkPostsWhileUploading")
+	}
+	var job uploaderJob
+	if err := json.Unmarshal([]byte(raw), &job); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { // the parent closes our input to stop us
+		io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	var mu sync.Mutex
+	out := bufio.NewWriter(os.Stdout)
+	var wg sync.WaitGroup
+	for w := range job.Workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, job.URL, &patternReader{left: job.Size})
+				req.ContentLength = job.Size
+				req.Header.Set("X-Chat-Token", job.Token)
+				req.Header.Set("X-Filename", "big"+string(rune('a'+w))+".bin")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Error(err)
+					}
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				fmt.Fprintf(out, "%d\n", resp.StatusCode)
+				out.Flush()
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// startUploaders starts the uploader process on job. It counts the
+// uploads the server took (201) in uploads; an upload answered otherwise
+// fails tb. stop ends the process and waits for it.
+func startUploaders(tb testing.TB, job uploaderJob, uploads *atomic.Int64) (stop func()) {
+	tb.Helper()
+	raw, _ := json.Marshal(job)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUploaderProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), uploaderEnv+"="+string(raw))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	nice := 19
+	if v, err := strconv.Atoi(os.Getenv(uploaderNiceEnv)); err == nil {
+		nice = v
+	}
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, nice); err != nil {
+		tb.Logf("uploader process: nice %d: %v", nice, err)
+	}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			status, err := strconv.Atoi(sc.Text())
+			switch {
+			case err != nil: // the test framework's own lines (PASS)
+			case status != http.StatusCreated:
+				tb.Errorf("an upload answered %d", status)
+			default:
+				uploads.Add(1)
+			}
+		}
+	}()
+	return func() {
+		stdin.Close()
+		done := make(chan error, 1)
+		go func() { <-read; done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				tb.Errorf("the uploader process: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			tb.Errorf("the uploader process did not stop within 30s")
+		}
+	}
+}
