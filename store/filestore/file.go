@@ -32,10 +32,11 @@ type FileOptions struct {
 	// store keeps open (up to three descriptors each, see snapshot,
 	// lockThread and appendLog); defaults to the smaller of MaxThreads and
 	// an eighth of the process's descriptor limit, so that the store holds
-	// at most three eighths of it. A thread past it stays cached but its next read reads
-	// the file (and parses nothing if the bytes are the cached ones). When
-	// the process runs out of descriptors anyway (streams hold the rest),
-	// the store lets go of half of them and tries again.
+	// at most three eighths of it. A thread past it stays cached but its
+	// next read reads the file (and parses nothing if the bytes are the
+	// cached ones). When the process runs out of descriptors anyway
+	// (streams hold the rest), the store lets go of half of them and tries
+	// again.
 	MaxOpenDocs int
 	// Webhooks are the webhook destinations (store.DestinationID) every
 	// write queues its events for (outbox.go); none: nothing is queued.
@@ -50,8 +51,10 @@ type FileOptions struct {
 // <thread>.json.lock (never on the data file: the rename replaces that inode,
 // so a lock on it would exclude nobody), read, modify, write a temp file in
 // the same folder, fsync it, rename it over the document and fsync the
-// folder. Readers take no lock: the rename makes every read see a whole old
-// or a whole new document. Parsed documents are cached by file identity
+// folder; a write that only adds a message appends it to the thread's log
+// instead (<thread>.log, log.go). Readers take no lock: the rename makes
+// every read see a whole old or a whole new document, and the log is read
+// before it. Parsed documents are cached by file identity
 // (inode, size, mtime), so reading an unchanged thread parses nothing.
 // Creating a thread is decided under a store-wide lock (.threads.lock), so
 // two processes cannot both create the last thread the limit allows.

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/chatrelay/chatrelay"
@@ -56,11 +55,16 @@ func (s *File) Sweep(ctx context.Context) (store.SweepStats, error) {
 func (s *File) orphanTemps(docs []string) []string {
 	tmps, _ := filepath.Glob(filepath.Join(s.dir, ".*.json.tmp-*"))
 	logs, _ := filepath.Glob(filepath.Join(s.dir, "*.log"))
+	seen := make(map[string]bool, len(docs))
+	for _, name := range docs {
+		seen[name] = true
+	}
 	var out []string
 	for _, tmp := range append(tmps, logs...) {
 		name, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(tmp), "."), ".json.tmp-")
 		name = strings.TrimSuffix(name, ".log")
-		if chatrelay.ValidThread(name) && !slices.Contains(docs, name) && !slices.Contains(out, name) {
+		if chatrelay.ValidThread(name) && !seen[name] {
+			seen[name] = true
 			out = append(out, name)
 		}
 	}
