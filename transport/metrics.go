@@ -208,6 +208,30 @@ func (s meteredStore) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 	return t, err
 }
 
+// AppendLimited is the inner store's (limitedAppender), timed and
+// counted as the two calls were: a refusal by the windows is no append,
+// and a store that cannot be reached fails in the windows, the call's
+// first step (op "rate_limit", as when the limiter asked alone).
+func (s meteredStore) AppendLimited(ctx context.Context, lim chatrelay.RateLimiter, thread, ip string, msg store.NewMessage) (store.Entry, bool, error) {
+	la, ok := s.Store.(limitedAppender)
+	if !ok {
+		return store.Entry{}, false, nil
+	}
+	start := time.Now()
+	e, done, err := la.AppendLimited(ctx, lim, thread, ip, msg)
+	switch code := chatrelay.CodeOf(err); {
+	case !done || code == chatrelay.RateLimited:
+	case code == chatrelay.StoreUnavailable:
+		s.m.limiterFailed("rate_limit", err)
+	default:
+		s.done("append", start, err)
+		if err == nil {
+			s.m.appended.WithLabelValues(authorLabel(e.Author)).Inc()
+		}
+	}
+	return e, done, err
+}
+
 // meteredLimiter counts the rate limiter's failures (a shared limiter
 // asks Redis first thing on every post) as store errors of op
 // "rate_limit". A refusal by the limit itself is not an error here.

@@ -95,6 +95,11 @@ func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBo
 		g := who.grant
 		m.Author, m.AuthorName, m.Participant = g.Author(), g.Name, g.ID
 	}
+	if la, ok := s.store.(limitedAppender); ok {
+		if e, done, err := la.AppendLimited(ctx, s.cfg.Limiter, thread, ipKey, m); done {
+			return e, err
+		}
+	}
 	undo, err := s.limiter.Take(ctx, thread, ipKey)
 	if err != nil {
 		if p.ClientID != "" && chatrelay.CodeOf(err) == chatrelay.RateLimited {
@@ -109,6 +114,16 @@ func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBo
 		undo()
 	}
 	return e, err
+}
+
+// limitedAppender is a store that counts a post in the rate windows and
+// stores it in one call, with the answers of the limiter's Take and then
+// the store's Append as post makes them, nothing counted for a post
+// refused or not stored (redisstore.Store: one script, one Redis round
+// trip instead of two). done false: it cannot for this limiter or
+// message, and did nothing.
+type limitedAppender interface {
+	AppendLimited(ctx context.Context, lim chatrelay.RateLimiter, thread, ip string, m store.NewMessage) (e store.Entry, done bool, err error)
 }
 
 // storedWith finds the retained message of thread that carries clientID.

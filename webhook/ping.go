@@ -19,7 +19,7 @@ func Ping(ctx context.Context, c *http.Client, url string, key []byte) (id strin
 		c = noRedirect()
 	}
 	id = store.NewEventID()
-	body := []byte(`{"type":"` + PingType + `","timestamp":"` + time.Now().UTC().Format(time.RFC3339Nano) + `","data":{}}`)
+	body := []byte(`{"type":"` + PingType + `","timestamp":"` + time.Now().UTC().Format(TimestampFormat) + `","data":{}}`)
 	status, err = Send(ctx, c, url, key, id, body)
 	return id, status, err
 }

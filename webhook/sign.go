@@ -60,6 +60,11 @@ func Sign(key []byte, id string, ts time.Time, body []byte) string {
 	return "v1," + base64.StdEncoding.EncodeToString(h.Sum(nil))
 }
 
+// TimestampFormat is the body's "timestamp": RFC 3339 in UTC with
+// milliseconds, always three digits (time.RFC3339Nano would drop
+// trailing zeros: "…:05Z" for a change at a whole second).
+const TimestampFormat = "2006-01-02T15:04:05.000Z"
+
 // Body is the JSON an event is sent as: {"type", "timestamp" (RFC 3339,
 // the change's time), "data": {"thread", "message" or "participant"}}.
 func Body(ev store.Event) []byte {
@@ -67,7 +72,7 @@ func Body(ev store.Event) []byte {
 	b = append(b, `{"type":`...)
 	b = appendString(b, ev.Type)
 	b = append(b, `,"timestamp":`...)
-	b = appendString(b, ev.At.UTC().Format(time.RFC3339Nano))
+	b = appendString(b, ev.At.UTC().Format(TimestampFormat))
 	b = append(b, `,"data":{"thread":`...)
 	b = appendString(b, ev.Thread)
 	if len(ev.Message) > 0 {

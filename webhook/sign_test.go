@@ -1,12 +1,14 @@
 package webhook_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/webhook"
 )
 
@@ -41,5 +43,24 @@ func TestParseSecret(t *testing.T) {
 			_, err := webhook.ParseSecret(tc.secret)
 			assert.Equal(t, "accepted", err == nil, tc.ok)
 		})
+	}
+}
+
+// The body's timestamp is RFC 3339 with milliseconds, always three
+// digits (docs/api.md, Webhooks): a change at a whole second, or at
+// .950, was written "…:05Z" or "…:05.95Z" (RFC3339Nano drops trailing
+// zeros), which a receiver parsing the documented form refuses.
+func TestBodyTimestampHasMilliseconds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ms   int64
+		want string
+	}{
+		{1795971605000, `"timestamp":"2026-11-29T17:00:05.000Z"`},
+		{1795971605950, `"timestamp":"2026-11-29T17:00:05.950Z"`},
+		{1795971605229, `"timestamp":"2026-11-29T17:00:05.229Z"`},
+	} {
+		body := string(webhook.Body(store.Event{Type: store.EventMessageCreated, Thread: "52b6419d27bd7f54", At: time.UnixMilli(tc.ms)}))
+		assert.True(t, strings.Contains(body, tc.want), "body %s lacks %s", body, tc.want)
 	}
 }

@@ -451,6 +451,41 @@ func TestUnreadableThreadIsNeverOverwritten(t *testing.T) {
 	appendText(t, s, threadB, "still working")
 }
 
+// TestInviteIntoUnreadableThread: an invite (a share link or a device)
+// into a thread whose document does not parse is refused as
+// ThreadUnreadable, as a post, a read or a push subscription is, never as
+// NotFound "this thread has no message yet" (it has messages: they do not
+// parse); the grants record and the document are left as they were, and a
+// revoke still works there.
+func TestInviteIntoUnreadableThread(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	appendText(t, s, threadA, "hello")
+	ctx := t.Context()
+	grant := func(id string) chatrelay.Grant {
+		return chatrelay.Grant{ID: id, Name: "Jo", Kind: chatrelay.Human, Role: chatrelay.Commenter, Cap: 5,
+			CreatedAt: time.Now().UnixMilli(), ExpiresAt: time.Now().Add(time.Hour).UnixMilli(), Digest: strings.Repeat(id[2:4], 32)}
+	}
+	assert.Success(t, s.Invite(ctx, threadA, grant("p_0011aabb")))
+	bad := []byte(`{"version":1,"thread":"a1b2c3d4e5f60718","messages":[{"id":`)
+	path := filepath.Join(dir, "chat", threadA+".json")
+	assert.Success(t, os.WriteFile(path, bad, 0o600))
+	before := folderFiles(t, dir)
+
+	assert.Code(t, s.Invite(ctx, threadA, grant("p_0022ccdd")), chatrelay.ThreadUnreadable)
+	assert.Equal(t, "the folder after a refused invite", folderFiles(t, dir), before)
+	got, err := os.ReadFile(path)
+	assert.Success(t, err)
+	assert.True(t, bytes.Equal(got, bad), "the unreadable document was changed: %q", got)
+	grants, err := s.Grants(ctx, threadA)
+	assert.Success(t, err)
+	assert.Equal(t, "grants after a refused invite", len(grants), 1)
+	g, err := s.Revoke(ctx, threadA, "p_0011aabb")
+	assert.Success(t, err)
+	assert.True(t, g.RevokedAt != 0, "the revoke of a grant of an unreadable thread was not stored")
+}
+
 func TestReadersNeverSeeATornDocument(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -99,8 +99,10 @@ func (s *File) writeGrants(thread string, grants []chatrelay.Grant) error {
 // writes what it returns (if write). A thread with no document is locked
 // only if fn writes (a grant a sweep cut short left): a call refused for a
 // thread that does not exist, which anyone with any token can make, makes
-// no lock file and keeps no state.
-func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []chatrelay.Grant, d threadDoc, exists bool) ([]chatrelay.Grant, bool, error)) error {
+// no lock file and keeps no state. fn gets unread, the ThreadUnreadable
+// error of a document that does not parse (else nil), so that an invite
+// says so rather than "no message yet", while a revoke still works.
+func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []chatrelay.Grant, unread error, exists bool) ([]chatrelay.Grant, bool, error)) error {
 	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
 	}
@@ -109,7 +111,7 @@ func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []c
 		if err != nil {
 			return err
 		}
-		if _, write, err := fn(grants, threadDoc{}, false); err != nil || !write {
+		if _, write, err := fn(grants, nil, false); err != nil || !write {
 			return err
 		}
 	}
@@ -120,14 +122,17 @@ func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []c
 	defer unlock()
 	t.drop = snap == nil // no document: its lock file goes
 	var d threadDoc
+	var unread error
 	if snap != nil && snap.err == nil {
 		d = snap.doc
+	} else if snap != nil {
+		unread = unreadable(snap)
 	}
 	grants, err := s.readGrants(thread)
 	if err != nil {
 		return err
 	}
-	out, write, err := fn(grants, d, snap != nil && len(d.msgs) > 0)
+	out, write, err := fn(grants, unread, snap != nil && len(d.msgs) > 0)
 	if err != nil || !write {
 		return err
 	}
@@ -143,7 +148,10 @@ func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []c
 
 // Invite implements Participants.
 func (s *File) Invite(ctx context.Context, thread string, g chatrelay.Grant) error {
-	return s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, exists bool) ([]chatrelay.Grant, bool, error) {
+	return s.withGrants(ctx, thread, func(grants []chatrelay.Grant, unread error, exists bool) ([]chatrelay.Grant, bool, error) {
+		if unread != nil {
+			return nil, false, unread
+		}
 		if !exists {
 			return nil, false, chatrelay.Errorf(chatrelay.NotFound, "this thread has no message yet: post one before inviting")
 		}
@@ -177,7 +185,7 @@ func (s *File) Grant(ctx context.Context, thread, id string) (chatrelay.Grant, e
 // Revoke implements Participants.
 func (s *File) Revoke(ctx context.Context, thread, id string) (chatrelay.Grant, error) {
 	var out chatrelay.Grant
-	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, _ bool) ([]chatrelay.Grant, bool, error) {
+	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ error, _ bool) ([]chatrelay.Grant, bool, error) {
 		i, err := chatrelay.GrantIndex(grants, id)
 		if err != nil {
 			return nil, false, err
@@ -202,7 +210,7 @@ func (s *File) MarkUsed(ctx context.Context, thread, id string) (bool, error) {
 // Seen implements Participants.
 func (s *File) Seen(ctx context.Context, thread, id string, at int64) (bool, error) {
 	first := false
-	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, _ bool) ([]chatrelay.Grant, bool, error) {
+	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ error, _ bool) ([]chatrelay.Grant, bool, error) {
 		first = false // fn may run twice (withGrants' look before the lock): only the last run counts
 		i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
 		if i < 0 || grants[i].Used && grants[i].LastSeen >= at {
@@ -225,7 +233,7 @@ func (s *File) NoteExpired(ctx context.Context, thread, id string) (bool, error)
 // whether it was not set before.
 func (s *File) markGrant(ctx context.Context, thread, id string, flag func(*chatrelay.Grant) *bool) (bool, error) {
 	first := false
-	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ threadDoc, _ bool) ([]chatrelay.Grant, bool, error) {
+	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ error, _ bool) ([]chatrelay.Grant, bool, error) {
 		first = false // fn may run twice (withGrants' look before the lock): only the last run counts
 		i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
 		if i < 0 || *flag(&grants[i]) {

@@ -198,7 +198,9 @@ func scriptMicros(b *testing.B, s *Store) float64 {
 // the limits raised as run.sh raises them) and an append to one of 1 000
 // threads holding a few dozen messages (no retention trim). It reports
 // Redis's own CPU per post (INFO cpu: user + system, with the I/O of the
-// calls), the figure the target is about.
+// calls), the figure the target is about. "post" is the two
+// calls, "limited" the one script the HTTP server runs on one Redis
+// (AppendLimited).
 func BenchmarkPost(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
 	s := benchStore(b, srv)
@@ -213,9 +215,9 @@ func BenchmarkPost(b *testing.B) {
 	}
 	var n atomic.Int64
 	for _, c := range []struct {
-		name         string
-		take, append bool
-	}{{"post", true, true}, {"take", true, false}, {"append", false, true}} {
+		name                  string
+		take, append, limited bool
+	}{{"post", true, true, false}, {"take", true, false, false}, {"append", false, true, false}, {"limited", false, false, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			n.Store(0)
 			b.SetParallelism(16) // 32 posters on 2 cores
@@ -232,6 +234,12 @@ func BenchmarkPost(b *testing.B) {
 					}
 					if c.append {
 						if _, err := s.Append(ctx, th, m); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+					if c.limited {
+						if _, _, err := s.AppendLimited(ctx, rl, th, fmt.Sprintf("127.0.0.%d", i%8+1), m); err != nil {
 							b.Error(err)
 							return
 						}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
 )
 
 // RateLimiter is the rate windows of the contract counted in Redis, so
@@ -41,35 +42,88 @@ func NewRateLimiter(s *Store, w chatrelay.Windows) *RateLimiter {
 // if Redis cannot be reached, StoreUnavailable. undo uncounts the post (if
 // it was then not stored).
 func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(), err error) {
-	keys := []string{l.s.limits + "{rl}:tl:" + thread, l.s.limits + "{rl}:il:" + ip}
+	t := l.take(thread, ip)
 	now := l.s.now().UnixMilli()
-	entry := strconv.FormatInt(now, 10) + " " + randomHex(8)
+	t.entry = strconv.FormatInt(now, 10) + " " + t.nonce
 	tctx, cancel := l.s.bound(ctx)
 	defer cancel()
-	wait, err := l.s.runScript(tctx, takeScript, keys, now, l.window.Milliseconds(),
-		entry, l.perThread, l.perIP).Int64()
+	wait, err := l.s.runScript(tctx, takeScript, t.keys[:], now, l.window.Milliseconds(),
+		t.entry, l.perThread, l.perIP).Int64()
 	if err != nil {
 		return nil, l.s.unavailable("rate limit", err)
 	}
 	if wait > 0 {
-		return nil, &chatrelay.Error{Code: chatrelay.RateLimited, Retry: time.Duration(wait) * time.Millisecond,
-			Message: fmt.Sprintf("rate limit: at most %d posts per thread and %d per client address every %s", l.perThread, l.perIP, l.window)}
+		return nil, l.refusal(wait)
 	}
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.DefaultStoreTimeout)
-			defer cancel()
-			_, err := l.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.LRem(ctx, keys[0], -1, entry)
-				p.LRem(ctx, keys[1], -1, entry)
-				return nil
-			})
-			if err != nil {
-				l.s.log.Warn("redis rate limit: undo", "err", err)
-			}
-		})
-	}, nil
+	return func() { once.Do(func() { t.undo(context.WithoutCancel(ctx)) }) }, nil
+}
+
+// refusal is the error of a post over a window, to wait ms.
+func (l *RateLimiter) refusal(wait int64) error {
+	return &chatrelay.Error{Code: chatrelay.RateLimited, Retry: time.Duration(wait) * time.Millisecond,
+		Message: fmt.Sprintf("rate limit: at most %d posts per thread and %d per client address every %s", l.perThread, l.perIP, l.window)}
+}
+
+// rateTake is one post's count in the windows of a thread and an
+// address: their keys and the post's entry, "<now ms> <nonce>".
+type rateTake struct {
+	l     *RateLimiter
+	keys  [2]string
+	nonce string
+	entry string // set when the entry is sent
+}
+
+func (l *RateLimiter) take(thread, ip string) *rateTake {
+	return &rateTake{l: l, keys: [2]string{l.s.limits + "{rl}:tl:" + thread, l.s.limits + "{rl}:il:" + ip}, nonce: randomHex(8)}
+}
+
+// undo takes the post's entry out of both windows, within
+// chatrelay.DefaultStoreTimeout unless ctx ends first.
+func (t *rateTake) undo(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, chatrelay.DefaultStoreTimeout)
+	defer cancel()
+	_, err := t.l.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.LRem(ctx, t.keys[0], -1, t.entry)
+		p.LRem(ctx, t.keys[1], -1, t.entry)
+		return nil
+	})
+	if err != nil {
+		t.l.s.log.Warn("redis rate limit: undo", "err", err)
+	}
+}
+
+// undoLater undoes t in the background, owned by the store (Close
+// ends and waits for it): the post that failed is answered at once, as
+// when its Take's undo came after a failed append, without waiting on
+// a Redis that may be stalled.
+func (s *Store) undoLater(t *rateTake) {
+	if !s.enter() {
+		return
+	}
+	go func() {
+		defer s.wg.Done()
+		t.undo(s.closing)
+	}()
+}
+
+// AppendLimited is lim.Take(ctx, thread, ip) and, if the post is under the
+// windows, Append(ctx, thread, m), in one script (one Redis round trip
+// instead of two), with the same answers: a replay of a stored client_id
+// first (counted in no window, even a full one), then RateLimited, then
+// the append's own. A post that is refused or not stored counts in no
+// window. It does so when lim is a RateLimiter on this store (one Redis:
+// the windows' keys and the thread's are on it) and m is neither a
+// participant's post nor one with attachments, which read the thread
+// before their script; otherwise it does nothing and answers done false,
+// and the caller takes and appends as two calls.
+func (s *Store) AppendLimited(ctx context.Context, lim chatrelay.RateLimiter, thread, ip string, m store.NewMessage) (e store.Entry, done bool, err error) {
+	l, ok := lim.(*RateLimiter)
+	if !ok || l.s != s || s.spub || m.Participant != "" || len(m.Attachments) > 0 {
+		return store.Entry{}, false, nil
+	}
+	e, err = s.appendRated(ctx, thread, m, l.take(thread, ip))
+	return e, true, err
 }
 
 // StreamLimiter bounds the open streams per thread and per client IP, and

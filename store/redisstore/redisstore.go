@@ -81,10 +81,13 @@
 // and two read a thread in one step: changesScript (the v2 view with its
 // marks and the generation) and messageScript (one message, for a change).
 //
-// The scripts of a post (the rate windows' and the append) go through the
-// batcher (batch.go): the ones that wait at the same moment are sent in one
-// pipeline, so that Redis reads and answers them in one system call each;
-// each still runs alone and answers its own caller.
+// A post through the HTTP server on one Redis is one script: the append
+// counts it in the rate windows itself (Store.AppendLimited; elsewhere,
+// and for a participant's post or one with attachments, the windows'
+// script runs first). The scripts go through the batcher (batch.go): the
+// ones that wait at the same moment are sent in one pipeline, so that
+// Redis reads and answers them in one system call each; each still runs
+// alone and answers its own caller.
 //
 // appendScript checks that the thread exists (MustExist) or that creating
 // it stays within MaxThreads; answers a client_id it finds in cids with that

@@ -193,7 +193,17 @@ end
 //	24 the attachment ids the message names, space-separated ("" if none)
 //	25 the v2 text as JSON ("" if it is the v1 text: only a message with
 //	   attachments differs, whose v1 text has a line per attachment)
-//	26… id suffix candidates (6 hex each)
+//	26 the post's entry in the rate windows ("" to count it in none),
+//	   27 the window (ms), 28 the thread's limit, 29 the address's
+//	30… id suffix candidates (6 hex each)
+//
+// With a rate entry (Store.AppendLimited), KEYS has two more, the
+// thread's and the address's rate windows (RateLimiter's keys), and the
+// post is counted in them as takeScript counts it, in the same step: a
+// replay first (answered, counted in no window, even a full one), then
+// the windows ({"rate", wait in ms}: nothing stored), then the append;
+// an append refused takes its entries back, so that a refused post
+// counts nowhere.
 //
 // An append that makes a thread creates the generation if it is missing, so
 // that a data set's start is never after its first message (a thread that
@@ -205,10 +215,14 @@ end
 // others), {"retry"} (the grants record changed since it was read),
 // {"cap"}, {"waiting", n} or {"attachment", id} (an attachment that is
 // not an upload of the thread, or is on a message already).
-var appendScript = redis.NewScript(luaCommon + `
+var appendScript = redis.NewScript(luaCommon + luaRate + `
 local thread = ARGV[1]
 local now, keep, age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local participant = ARGV[16]
+local cid = ARGV[12]
+local rated = ARGV[26] ~= ''
+
+local function run()
 
 -- What an append needs of the thread is in meta, read in one call: the
 -- newest epoch ("last"), a lower bound of the oldest ("first"), the id
@@ -245,8 +259,7 @@ local rev = math.max(prev, num(meta[2]))
 if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[17] then
   return {'retry'}
 end
-local cid = ARGV[12]
-if cid ~= '' then
+if cid ~= '' and not rated then
   local e = redis.call('HGET', K.cids, cid)
   local js = e and redis.call('HGET', K.v2, e)
   if js then return {'replay', js} end
@@ -298,7 +311,7 @@ end
 -- (" <suffix>" each) if "sec" is that second, else (written before meta
 -- kept them) read from the log. The JSON starts {"id":"MSG-YYYYMMDD-HHMMSS-
 -- so the suffix is bytes 28 to 33.
-local suffix = ARGV[26]
+local suffix = ARGV[30]
 local es = epoch == now and ARGV[2] or fmt(epoch)
 local sec = epoch >= 1000 and string.sub(es, 1, -4) or fmt(secs)
 local taken = ''
@@ -313,7 +326,7 @@ if prev >= secs * 1000 then
     taken = table.concat(t)
   end
   suffix = nil
-  for i = 26, #ARGV do
+  for i = 30, #ARGV do
     if not string.find(taken, ' ' .. ARGV[i], 1, true) then suffix = ARGV[i] break end
   end
   if not suffix then return {'collision'} end
@@ -390,6 +403,25 @@ if ARGV[23] ~= '' then
 end
 if participant ~= '' then publish(ARGV[9], thread .. ' P') end
 return {'ok', es, id, json, v2json}
+end
+
+if not rated then return run() end
+if cid ~= '' then
+  local e = redis.call('HGET', K.cids, cid)
+  local js = e and redis.call('HGET', K.v2, e)
+  if js then return {'replay', js} end
+end
+local win, l1, l2 = tonumber(ARGV[27]), tonumber(ARGV[28]), tonumber(ARGV[29])
+local wait, rn = rateTake(KEYS[17], KEYS[18], ARGV[26], now, win, l1, l2)
+if wait > 0 then return {'rate', fmt(wait)} end
+local res = run()
+if res[1] == 'ok' then
+  rateKeep(KEYS[17], KEYS[18], rn, now, win, ARGV[27], l1, l2)
+else
+  redis.call('RPOP', KEYS[17])
+  redis.call('RPOP', KEYS[18])
+end
+return res
 `)
 
 // changeScript stores a message's new v2 object if the message is still

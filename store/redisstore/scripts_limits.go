@@ -5,10 +5,9 @@ import "github.com/redis/go-redis/v9"
 // The limiters' scripts (scripts.go has the threads'): the rate windows
 // and the stream leases that every node shares.
 
-// takeScript counts one post in two sliding windows, or says how long to
-// wait. KEYS: thread window, IP window. ARGV: now (ms), window (ms), the
-// post's entry ("<now> <random>"), thread limit, IP limit. It answers 0
-// (counted) or the wait in ms.
+// luaRate is the rate windows' Lua, shared by takeScript and by
+// appendScript, which counts a post in the windows itself when the
+// transport hands it both (Store.AppendLimited).
 //
 // A window is a list of the entries of the posts it counted, oldest first.
 // The post is pushed on both; if either list then holds limit earlier
@@ -17,36 +16,55 @@ import "github.com/redis/go-redis/v9"
 // full window keeps its newest limit entries (no older one can count
 // again); any window drops its expired head every 64 posts. The common
 // case is RPUSH and PEXPIRE on each key.
-var takeScript = redis.NewScript(`
-local now, win = tonumber(ARGV[1]), tonumber(ARGV[2])
-local n, wait = {}, 0
-for i = 1, 2 do
-  local limit = tonumber(ARGV[3 + i])
-  n[i] = redis.call('RPUSH', KEYS[i], ARGV[3])
-  if n[i] > limit then
-    local t = tonumber(string.match(redis.call('LINDEX', KEYS[i], n[i] - limit - 1), '^(%d+)'))
-    if t > now - win then wait = math.max(wait, t + win - now) end
-  end
-end
-if wait > 0 then
-  redis.call('RPOP', KEYS[1])
-  redis.call('RPOP', KEYS[2])
-  return wait
-end
-for i = 1, 2 do
-  local limit = tonumber(ARGV[3 + i])
-  if n[i] > limit then
-    redis.call('LTRIM', KEYS[i], -limit, -1)
-  elseif n[i] % 64 == 0 then
-    local drop = 0
-    for _, e in ipairs(redis.call('LRANGE', KEYS[i], 0, 63)) do
-      if tonumber(string.match(e, '^(%d+)')) > now - win then break end
-      drop = drop + 1
+const luaRate = `
+-- rateTake pushes entry on windows k1 and k2 (limits l1, l2) and answers
+-- 0 and the lists' lengths, or the wait in ms (the entry taken back).
+local function rateTake(k1, k2, entry, now, win, l1, l2)
+  local ks, ls, n, wait = {k1, k2}, {l1, l2}, {}, 0
+  for i = 1, 2 do
+    n[i] = redis.call('RPUSH', ks[i], entry)
+    if n[i] > ls[i] then
+      local t = tonumber(string.match(redis.call('LINDEX', ks[i], n[i] - ls[i] - 1), '^(%d+)'))
+      if t > now - win then wait = math.max(wait, t + win - now) end
     end
-    if drop > 0 then redis.call('LTRIM', KEYS[i], drop, -1) end
   end
-  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  if wait > 0 then
+    redis.call('RPOP', k1)
+    redis.call('RPOP', k2)
+  end
+  return wait, n
 end
+
+-- rateKeep trims the windows a post was counted in (rateTake's n) and
+-- extends their expiry to the window (win ms; winArg as given).
+local function rateKeep(k1, k2, n, now, win, winArg, l1, l2)
+  local ks, ls = {k1, k2}, {l1, l2}
+  for i = 1, 2 do
+    if n[i] > ls[i] then
+      redis.call('LTRIM', ks[i], -ls[i], -1)
+    elseif n[i] % 64 == 0 then
+      local drop = 0
+      for _, e in ipairs(redis.call('LRANGE', ks[i], 0, 63)) do
+        if tonumber(string.match(e, '^(%d+)')) > now - win then break end
+        drop = drop + 1
+      end
+      if drop > 0 then redis.call('LTRIM', ks[i], drop, -1) end
+    end
+    redis.call('PEXPIRE', ks[i], winArg)
+  end
+end
+`
+
+// takeScript counts one post in two sliding windows, or says how long to
+// wait (luaRate). KEYS: thread window, IP window. ARGV: now (ms), window
+// (ms), the post's entry ("<now> <random>"), thread limit, IP limit. It
+// answers 0 (counted) or the wait in ms.
+var takeScript = redis.NewScript(luaRate + `
+local now, win = tonumber(ARGV[1]), tonumber(ARGV[2])
+local l1, l2 = tonumber(ARGV[4]), tonumber(ARGV[5])
+local wait, n = rateTake(KEYS[1], KEYS[2], ARGV[3], now, win, l1, l2)
+if wait > 0 then return wait end
+rateKeep(KEYS[1], KEYS[2], n, now, win, ARGV[2], l1, l2)
 return 0
 `)
 

@@ -54,8 +54,13 @@ import (
 // The thread limit (MaxThreads) holds for all shards together: an append
 // runs its script with no room for a new thread; only one that would
 // create its thread (answered thread_limit) takes the creation lock (a
-// SET NX key on shard 0), counts the other shards' threads (one ZCARD
-// each, at once) and runs again with the room they leave (Append).
+// SET NX key on shard 0, in one script with shard 0's thread count),
+// counts the other shards' threads (one ZCARD each, at once) and runs
+// again with the room they leave (Append); the lock is released in the
+// background. A post that creates a thread on another shard than 0 of
+// two is so four round trips after the rate windows' (the append, the
+// lock and count, the append again): the lock's release is not waited
+// for.
 
 // ClusterShards is the number of virtual shards of a Redis Cluster store:
 // threads spread over 16 slots, so over at most 16 primaries. It is
@@ -181,11 +186,13 @@ func (s *Store) threadLimit(ctx context.Context) int {
 }
 
 // room returns ctx carrying the thread limit for creating a thread on
-// shard k: the limit less the threads of the other shards.
-func (sh *Sharded) room(ctx context.Context, k int) (context.Context, error) {
+// shard k: the limit less the threads of the other shards. Shard 0's
+// count, if it is one of them, came with the lock (lockCreate: n0).
+func (sh *Sharded) room(ctx context.Context, k int, n0 int64) (context.Context, error) {
 	var others atomic.Int64
+	others.Add(n0)
 	err := sh.each(func(j int, s *Store) error {
-		if j == k {
+		if j == k || j == 0 {
 			return nil
 		}
 		cctx, cancel := s.bound(ctx)
@@ -211,56 +218,98 @@ func (sh *Sharded) room(ctx context.Context, k int) (context.Context, error) {
 // place), it counts the other shards' threads and tries again with the
 // room they leave.
 func (sh *Sharded) Append(ctx context.Context, thread string, m store.NewMessage) (store.Entry, error) {
+	return sh.appendRated(ctx, thread, m, nil)
+}
+
+// AppendLimited is Store.AppendLimited for a thread on shard 0 of
+// instances, whose Redis holds the rate windows too: the windows and the
+// append in one script (and, for a thread to create, the same steps as
+// Append). Elsewhere (another shard, a cluster, whose windows are in a
+// slot of their own) it does nothing and answers done false.
+func (sh *Sharded) AppendLimited(ctx context.Context, lim chatrelay.RateLimiter, thread, ip string, m store.NewMessage) (store.Entry, bool, error) {
+	l, ok := lim.(*RateLimiter)
+	s := sh.of(thread)
+	if !ok || sh.cluster != nil || l.s != s || s.spub || m.Participant != "" || len(m.Attachments) > 0 {
+		return store.Entry{}, false, nil
+	}
+	e, err := sh.appendRated(ctx, thread, m, l.take(thread, ip))
+	return e, true, err
+}
+
+func (sh *Sharded) appendRated(ctx context.Context, thread string, m store.NewMessage, rt *rateTake) (store.Entry, error) {
 	k := sh.ShardOf(thread)
 	s := sh.shards[k]
 	if len(sh.shards) == 1 {
-		return s.Append(ctx, thread, m)
+		return s.appendRated(ctx, thread, m, rt)
 	}
-	e, err := s.Append(context.WithValue(ctx, limitKey{}, 0), thread, m)
+	e, err := s.appendRated(context.WithValue(ctx, limitKey{}, 0), thread, m, rt)
 	if chatrelay.CodeOf(err) != chatrelay.ThreadLimit {
 		return e, err
 	}
-	unlock, err := sh.lockCreate(ctx)
+	unlock, n0, err := sh.lockCreate(ctx, k != 0)
 	if err != nil {
 		return store.Entry{}, err
 	}
 	defer unlock()
-	rctx, err := sh.room(ctx, k)
+	rctx, err := sh.room(ctx, k, n0)
 	if err != nil {
 		return store.Entry{}, err
 	}
-	return s.Append(rctx, thread, m)
+	return s.appendRated(rctx, thread, m, rt)
 }
+
+// lockScript takes the creation lock (KEYS[1]) for ARGV[1] for ARGV[2]
+// ms if it is free, and answers -1 if it is not, else the number of
+// threads in shard 0's index (KEYS[2]) if ARGV[3] is "1" (the lock and
+// the count in one round trip: both are in shard 0's slot), else 0.
+var lockScript = redis.NewScript(`
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return -1 end
+if ARGV[3] == '1' then return redis.call('ZCARD', KEYS[2]) end
+return 0`)
 
 // unlockScript deletes the creation lock if it is still the caller's.
 var unlockScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
 
-// lockCreate takes the creation lock: SET NX PX on shard 0, tried again
-// every few milliseconds within Options.Timeout. The lock lapses by
-// itself after three Timeouts (a node that died holding it).
-func (sh *Sharded) lockCreate(ctx context.Context) (func(), error) {
+// lockCreate takes the creation lock: a SET NX PX on shard 0, tried again
+// every few milliseconds within Options.Timeout, with shard 0's thread
+// count in the same script if count. The lock lapses by itself after
+// three Timeouts (a node that died holding it). The unlock it returns
+// releases the lock in the background, owned by shard 0's Store (its Close
+// waits for it): the post that created a thread is answered without
+// waiting for one more round trip.
+func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n0 int64, err error) {
 	s := sh.shards[0]
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	key, token := s.prefix+"create-lock", randomHex(8)
+	c := "0"
+	if count {
+		c = "1"
+	}
 	wait := time.Millisecond
 	for {
-		ok, err := s.rdb.SetNX(ctx, key, token, 3*s.opt.Timeout).Result()
+		n, err := lockScript.Run(ctx, s.rdb, []string{key, s.index}, token, (3 * s.opt.Timeout).Milliseconds(), c).Int64()
 		if err != nil {
-			return nil, s.unavailable("create lock", err)
+			return nil, 0, s.unavailable("create lock", err)
 		}
-		if ok {
+		if n >= 0 {
 			return func() {
-				ctx, cancel := s.bound(context.WithoutCancel(ctx))
-				defer cancel()
-				unlockScript.Run(ctx, s.rdb, []string{key}, token)
-			}, nil
+				if !s.enter() {
+					return
+				}
+				go func() {
+					defer s.wg.Done()
+					ctx, cancel := s.bound(context.WithoutCancel(s.closing))
+					defer cancel()
+					unlockScript.Run(ctx, s.rdb, []string{key}, token)
+				}()
+			}, n, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, s.unavailable("create lock", ctx.Err())
+			return nil, 0, s.unavailable("create lock", ctx.Err())
 		case <-time.After(wait): // another node creates a thread: wait for it to finish
 		}
 		wait = min(2*wait, 20*time.Millisecond)

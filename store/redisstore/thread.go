@@ -30,6 +30,12 @@ const maxEpoch = 1 << 53
 // with one more post only if the record is still the one read (else it
 // is read again).
 func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (store.Entry, error) {
+	return s.appendRated(ctx, thread, m, nil)
+}
+
+// appendRated is Append, counting the post in rt's rate windows in the
+// same script if rt is not nil (AppendLimited).
+func (s *Store) appendRated(ctx context.Context, thread string, m store.NewMessage, rt *rateTake) (store.Entry, error) {
 	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Entry{}, err
 	}
@@ -43,6 +49,7 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 	if err != nil {
 		return store.Entry{}, err
 	}
+	r.rate = rt
 	var g chatrelay.Grant
 	for {
 		if m.Participant != "" {
@@ -56,6 +63,9 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 		}
 		res, err := s.runAppend(ctx, thread, r, suffixes)
 		if err != nil {
+			if rt != nil {
+				s.undoLater(rt) // as the transport undid a take whose append failed
+			}
 			return store.Entry{}, s.unavailable("append", err)
 		}
 		switch res[0] {
@@ -96,6 +106,12 @@ func (s *Store) Append(ctx context.Context, thread string, m store.NewMessage) (
 				break
 			}
 			return store.Entry{}, chatrelay.Errorf(chatrelay.InvalidAttachment, "attachment %s is not an unused upload of this conversation", res[1])
+		case "rate":
+			if len(res) != 2 || rt == nil {
+				break
+			}
+			wait, _ := strconv.ParseInt(res[1], 10, 64)
+			return store.Entry{}, rt.l.refusal(wait)
 		}
 		return store.Entry{}, s.unavailable("append", fmt.Errorf("unexpected answer %q", res))
 	}
@@ -172,7 +188,8 @@ type appendReq struct {
 	// A message with attachments: its v1 text (a line per attachment)
 	// and its v2 text as JSON.
 	v1Text, v2Text string
-	event          string // the webhook event to queue ("" if none)
+	event          string    // the webhook event to queue ("" if none)
+	rate           *rateTake // the rate windows to count the post in (nil: none)
 }
 
 // runAppend runs appendScript once, offering the id suffixes given.
@@ -188,16 +205,24 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 	if r.v2Text != "" {
 		text = r.v1Text
 	}
-	args := make([]any, 0, 25+len(suffixes))
+	args := make([]any, 0, 29+len(suffixes))
 	args = append(args, thread, now.UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
 		s.threadLimit(ctx), flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(text), s.pubFeed, s.seen.Load(), randomHex(8),
 		r.m.ClientID, r.tail, r.ix, r.deadline,
 		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max, r.m.Title, secondOf(now), r.event,
 		strings.Join(r.m.Attachments, " "), r.v2Text)
+	keys := s.keys(thread)
+	if rt := r.rate; rt != nil {
+		rt.entry = strconv.FormatInt(now.UnixMilli(), 10) + " " + rt.nonce
+		keys = append(keys, rt.keys[0], rt.keys[1])
+		args = append(args, rt.entry, rt.l.window.Milliseconds(), rt.l.perThread, rt.l.perIP)
+	} else {
+		args = append(args, "", 0, 0, 0)
+	}
 	for _, x := range suffixes {
 		args = append(args, x)
 	}
-	return s.runScript(ctx, appendScript, s.keys(thread), args...).StringSlice()
+	return s.runScript(ctx, appendScript, keys, args...).StringSlice()
 }
 
 // secondOf is what appendScript takes as ARGV 22: the id stamp and the ts
