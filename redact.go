@@ -199,8 +199,10 @@ func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' ||
 
 // secretNames are what makes a key or a label secret-named, in any case,
 // alone or inside a longer name (DB_PASSWORD, GITHUB_TOKEN,
-// client_secret, access_token): "api" is api_key, api-key or apikey.
-var secretNames = []string{"password", "passwd", "secret", "token", "api", "authorization"}
+// client_secret, access_token): "api" is api_key, api-key or apikey, and
+// "private" private_key, private-key or privatekey (SSH_PRIVATE_KEY: a
+// name beside the contract's list, which redacts more, never less).
+var secretNames = []string{"password", "passwd", "secret", "token", "api", "private", "authorization"}
 
 // secretNameAt is the length of the secret name that lower (ASCII lower
 // case) holds at i, or 0.
@@ -209,10 +211,10 @@ func secretNameAt(lower string, i int) int {
 		if !strings.HasPrefix(lower[i:], n) {
 			continue
 		}
-		if n != "api" {
+		if n != "api" && n != "private" {
 			return len(n)
 		}
-		j := i + 3
+		j := i + len(n)
 		if j < len(lower) && (lower[j] == '_' || lower[j] == '-') {
 			j++
 		}
@@ -452,6 +454,7 @@ func RedactMessage(m Message) (Message, bool) {
 		m.ClientID, r.changed = "", true
 	}
 	m.Text = r.to(m.Text, LimitPostText)
+	m.AuthorName = r.to(m.AuthorName, LimitName) // a name the owner gave a share link or an agent key
 	if ix := m.Interaction; ix != nil {
 		c := *ix
 		title, prompt := LimitInputTitle, LimitInputPrompt

@@ -38,6 +38,9 @@ func TestRedact(t *testing.T) {
 		{"password=", "password=hunter2 and more\nnext", "password=[redacted]\nnext"},
 		{"passwd:", "passwd: hunter2", "passwd: [redacted]"},
 		{"secret=", "SECRET=abc123", "SECRET=[redacted]"},
+		{"private_key=", "SSH_PRIVATE_KEY=abc123", "SSH_PRIVATE_KEY=[redacted]"},
+		{"privatekey:", "privateKey: abc123", "privateKey: [redacted]"},
+		{"private alone is no key", "private: yes", "private: yes"},
 		{"token:", "token: 'abc def' more", "token: '[redacted]' more"},
 		{"api_key", "api_key=AbC123, next", "api_key=[redacted]"},
 		{"api-key", `api-key: "quoted value"`, `api-key: "[redacted]"`},
@@ -154,7 +157,7 @@ func jsonText(s string) string {
 func TestRedactMessage(t *testing.T) {
 	t.Parallel()
 	key := "sk-proj-AbCdEfGhIjKlMnOpQrStUv123"
-	m := chatrelay.Message{Text: "t " + key,
+	m := chatrelay.Message{Text: "t " + key, AuthorName: "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
 		Interaction: &chatrelay.Interaction{Title: key, Prompt: key, Choices: []chatrelay.Choice{{Value: key, Label: key, Description: key}},
 			Details: []chatrelay.Detail{{Label: "k", Value: key}}, Answer: &chatrelay.Answer{Value: key}},
 		Card: &chatrelay.Card{Title: key, FallbackText: key, Blocks: []chatrelay.Block{{Type: "text", Text: key},
@@ -164,6 +167,7 @@ func TestRedactMessage(t *testing.T) {
 	js := string(chatrelay.MarshalMessageV2(r))
 	assert.True(t, !strings.Contains(js, "AbCdEfGh"), "a secret left: %s", js)
 	assert.True(t, strings.Count(js, "[redacted]") >= 13, "redactions: %s", js)
+	assert.Equal(t, "the author's name", r.AuthorName, "[redacted]")
 	assert.True(t, strings.Contains(string(chatrelay.MarshalMessageV2(m)), key), "the stored message was changed")
 }
 

@@ -350,6 +350,7 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request, p principa
 		out.Device = &d
 	case p.participant():
 		pp := p.grant.Participant(now)
+		pp.Name = chatrelay.Redact(pp.Name) // names are the owner's words: a participant sees them redacted
 		out.Participant = &pp
 	}
 	grants, err := s.parts.Grants(r.Context(), p.thread)
@@ -359,7 +360,11 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request, p principa
 	}
 	for _, g := range grants {
 		if g.StateAt(now) == chatrelay.Active && !g.Device() { // the owner's devices are no one else's business
-			out.Participants = append(out.Participants, member{g.ID, g.Name, g.Kind, g.Role})
+			name := g.Name
+			if p.participant() {
+				name = chatrelay.Redact(name)
+			}
+			out.Participants = append(out.Participants, member{g.ID, name, g.Kind, g.Role})
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

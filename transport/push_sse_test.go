@@ -87,7 +87,7 @@ func TestSSEResume(t *testing.T) {
 		for _, tc := range []struct {
 			name string
 			// since and lastEventID give the cursors by position in every
-			// retained message (-1: not sent, -2: "0"); from is the position
+			// retained message (-1: not sent, -2: "0", -4: empty); from is the position
 			// of the first message expected.
 			since, lastEventID int
 			from               func(n int) int
@@ -98,6 +98,7 @@ func TestSSEResume(t *testing.T) {
 			{"Last-Event-ID", -1, 50, func(int) int { return 51 }},
 			{"Last-Event-ID wins over since", 1, 52, func(int) int { return 53 }},
 			{"Last-Event-ID 0 wins over since", 1, -2, func(n int) int { return n - 50 }},
+			{"an empty Last-Event-ID is none: since resumes", 2, -4, func(int) int { return 3 }},
 			{"cursor at the newest: nothing", -3, -1, func(n int) int { return n }},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -106,6 +107,8 @@ func TestSSEResume(t *testing.T) {
 					switch i {
 					case -2:
 						return "0"
+					case -4:
+						return ""
 					case -3:
 						i = len(all) - 1
 					}

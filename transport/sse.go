@@ -87,14 +87,13 @@ func hijackSSE(w http.ResponseWriter) (net.Conn, []byte, bool) {
 	return conn, b.Bytes(), true
 }
 
-// sseCursor is a stream's resume point: Last-Event-ID (even empty) wins
-// over ?since=.
+// sseCursor is a stream's resume point: Last-Event-ID wins over ?since=.
+// An empty Last-Event-ID carries no cursor and counts as absent: some
+// clients send one before they have seen an event, and with it ?since=
+// still resumes (the newest 50 again would repeat what the client has).
 func sseCursor(r *http.Request) string {
-	if v, ok := r.Header["Last-Event-Id"]; ok {
-		if len(v) == 0 {
-			return ""
-		}
-		return v[0]
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		return v
 	}
 	return r.URL.Query().Get("since")
 }
