@@ -206,7 +206,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 		}
 		return false, err
 	}
-	if line, ok := logLine(snap, old, nd); ok {
+	if line, ok := s.logLine(snap, old, nd); ok {
 		// A new message and nothing else: one line in the log (log.go).
 		ls, err := s.appendLog(t, thread, snap.log, line)
 		s.noteWrite(len(line), err)
@@ -228,7 +228,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 		syscall.Unlink(s.logPath(thread))
 	}
 	ver := 0
-	if isAppend(old, nd) {
+	if s.opt.AppendLog && isAppend(old, nd) {
 		ver = 5 // the thread's next message may go to its log
 	}
 	pin, id, err := s.writeDoc(thread, nd, ver)
@@ -259,12 +259,13 @@ func isAppend(old, nd threadDoc) bool {
 }
 
 // logLine returns the line the change from old to nd, the document of
-// snap and the next one, writes to the thread's log, if it is a new
-// message and nothing else (no retention drop, no other mark or message
-// changed), snap's document is version 5 (older binaries refuse it) and
-// the log has room; else ok is false and the document is written anew.
-func logLine(snap *snapshot, old, nd threadDoc) (line []byte, ok bool) {
-	if snap == nil || snap.err != nil || snap.ver < 5 || len(nd.msgs) != len(old.msgs)+1 || !isAppend(old, nd) ||
+// snap and the next one, writes to the thread's log, if the store appends
+// to logs (AppendLog), the change is a new message and nothing else (no
+// retention drop, no other mark or message changed), snap's document is
+// version 5 (older binaries refuse it) and the log has room; else ok is
+// false and the document is written anew.
+func (s *File) logLine(snap *snapshot, old, nd threadDoc) (line []byte, ok bool) {
+	if !s.opt.AppendLog || snap == nil || snap.err != nil || snap.ver < 5 || len(nd.msgs) != len(old.msgs)+1 || !isAppend(old, nd) ||
 		nd.trimmed != old.trimmed || nd.trimmedRev != old.trimmedRev || nd.title != old.title {
 		return nil, false
 	}

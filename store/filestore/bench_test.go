@@ -1,7 +1,6 @@
 package filestore
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -108,7 +107,8 @@ func removeThread(b *testing.B, dir, thread string) {
 // to 200 messages that retention does not trim yet (the default keeps
 // 200), so nothing but the new message changes. Each thread takes 100
 // posts, then the next thread (its document, of 100 messages, written
-// off the clock) takes over, so every b.N measures the same mix.
+// off the clock) takes over, so every b.N measures the same mix. With
+// and without the thread's log (AppendLog).
 func BenchmarkAppendBelowRetention(b *testing.B) {
 	text := strings.Repeat("a benchmark message of ordinary length. ", 3)
 	now := time.Now()
@@ -121,10 +121,10 @@ func BenchmarkAppendBelowRetention(b *testing.B) {
 		}))
 		tmpl.rev = at.UnixMilli()
 	}
-	for _, fsync := range []bool{true, false} {
-		b.Run(fmt.Sprintf("fsync=%v", fsync), func(b *testing.B) {
+	for _, c := range []struct{ fsync, appendLog bool }{{true, false}, {true, true}, {false, false}, {false, true}} {
+		b.Run(fmt.Sprintf("fsync=%v/append-log=%v", c.fsync, c.appendLog), func(b *testing.B) {
 			dir := b.TempDir()
-			s, err := OpenFile(dir, FileOptions{NoFsync: !fsync, MaxThreads: 1 << 30, Log: slog.New(slog.DiscardHandler)})
+			s, err := OpenFile(dir, FileOptions{NoFsync: !c.fsync, AppendLog: c.appendLog, MaxThreads: 1 << 30, Log: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -138,9 +138,13 @@ func BenchmarkAppendBelowRetention(b *testing.B) {
 				if i%100 == 0 {
 					b.StopTimer()
 					thread = fmt.Sprintf("%016x", 1<<50+i/100)
-					doc := appendDocument(nil, thread, tmpl)
-					// The version the code writes: a thread this store posts to.
-					doc = bytes.Replace(doc, []byte(`{"version":2,`), []byte(fmt.Sprintf(`{"version":%d,`, docVersion)), 1)
+					// The version the store writes: 5 for a thread a store
+					// with the log posts to.
+					ver := 0
+					if c.appendLog {
+						ver = 5
+					}
+					doc := appendDocumentV(nil, thread, tmpl, ver)
 					if err := os.WriteFile(filepath.Join(dir, "chat", thread+".json"), doc, 0o600); err != nil {
 						b.Fatal(err)
 					}

@@ -30,11 +30,13 @@ import (
 // reader must add to it. The document of a thread whose log may hold
 // messages is version 5 (whatever else it holds), so that a binary that
 // knows no log (versions 1 to 4) refuses the thread instead of hiding the
-// log's messages and then writing a document without them. A new
-// message is written as version 5 (the next one then goes to the log);
-// a write that is no new message (a change, a sweep of a thread whose
-// document was not version 5) is written as its content's version, and
-// empties the log: an older binary may read that thread again.
+// log's messages and then writing a document without them. Only a store
+// with FileOptions.AppendLog writes version 5: a new message is written
+// as version 5 (the next one then goes to the log); a write that is no
+// new message (a change, a sweep of a thread whose document was not
+// version 5), and every write of a store without the option, is written
+// as its content's version, and empties the log: an older binary may
+// read that thread again.
 const docVersion = 5
 
 // document is the JSON file of one thread, <data>/chat/<thread>.json:

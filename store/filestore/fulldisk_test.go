@@ -24,7 +24,14 @@ const diskThread = "a1b2c3d4e5f60718"
 
 func openOn(t *testing.T, dir string) *filestore.File {
 	t.Helper()
-	s, err := filestore.OpenFile(dir, filestore.FileOptions{Log: slog.New(slog.DiscardHandler)})
+	return openWith(t, dir, filestore.FileOptions{})
+}
+
+// openWith is openOn with options.
+func openWith(t *testing.T, dir string, opt filestore.FileOptions) *filestore.File {
+	t.Helper()
+	opt.Log = slog.New(slog.DiscardHandler)
+	s, err := filestore.OpenFile(dir, opt)
 	assert.Success(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -80,9 +87,7 @@ func TestAuditAfterAFullDisk(t *testing.T) {
 // full gives back the room its write had taken (and its descriptor) at
 // once: before the fix the temp file was removed but left open, so its
 // blocks stayed taken until the garbage collector closed it, and the
-// next small write failed too. (Each refused message also sets the
-// title: a change besides the new message rewrites the document, where
-// a message alone would go to the thread's log, which has room.)
+// next small write failed too.
 func TestFailedWriteGivesBackItsRoom(t *testing.T) {
 	t.Parallel()
 	dir := storetest.SmallDisk(t, 1<<20)
@@ -93,20 +98,21 @@ func TestFailedWriteGivesBackItsRoom(t *testing.T) {
 	free := storetest.FillDisk(t, dir, 3*4096)
 	defer free()
 	for range 3 {
-		_, err = s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "no room for the document", Title: "a title"})
+		_, err = s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "no room for the document"})
 		assert.Code(t, err, chatrelay.StoreUnavailable)
 	}
 	assert.Success(t, os.WriteFile(filepath.Join(dir, "room"), make([]byte, 3*4096), 0o600))
 }
 
 // TestFailedLogAppendLeavesNothing: a message refused because the disk
-// filled up in the middle of its line in the thread's log leaves no part
-// of the line behind. Before the fix the part written stayed, the next
-// message's line was appended to it, and the thread no longer read.
+// filled up in the middle of its line in the thread's log (AppendLog)
+// leaves no part of the line behind. Before the fix the part written
+// stayed, the next message's line was appended to it, and the thread no
+// longer read.
 func TestFailedLogAppendLeavesNothing(t *testing.T) {
 	t.Parallel()
 	dir := storetest.SmallDisk(t, 1<<20)
-	s := openOn(t, dir)
+	s := openWith(t, dir, filestore.FileOptions{AppendLog: true})
 	ctx := context.Background()
 	text := strings.Repeat("a line of the log ", 60)
 	m := store.NewMessage{Author: chatrelay.Operator, Text: text}

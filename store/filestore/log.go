@@ -14,8 +14,13 @@ import (
 
 // The thread's log: <data>/chat/<thread>.log holds the messages appended
 // since the document (the snapshot) was last written, one v2 message
-// object a line, oldest first. A post that only appends a message (no
-// retention drop, no other change) writes its line with one write(2)
+// object a line, oldest first. It is written only by a store opened with
+// FileOptions.AppendLog (off by default: the contract's layout, one
+// document that holds the whole thread); every store reads it, and
+// compacts it on its next write of the thread, so that processes with
+// either setting may share a folder. With the option, a post that only
+// appends a message (no retention drop, no other change) writes its line
+// with one write(2)
 // (O_APPEND), fdatasyncs it, and is acknowledged: the document stays as
 // it is. Every other change, and an append that finds the log at its
 // bound (logFull), rewrites the document with every message (compaction)

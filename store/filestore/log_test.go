@@ -16,7 +16,8 @@ import (
 	"github.com/chatrelay/chatrelay/store"
 )
 
-// The thread's log (log.go).
+// The thread's log (log.go): written by a store with AppendLog, read
+// by every store (the readers here are opened without it, the default).
 
 func chatFile(dir, name string) string { return filepath.Join(dir, "chat", name) }
 
@@ -51,13 +52,76 @@ func freshTexts(t *testing.T, dir, thread string) []string {
 	return texts(mustSince(t, openFile(t, dir, FileOptions{}), thread))
 }
 
+// docOnly is the thread's document as it is on disk, without its log.
+func docOnly(t *testing.T, dir, thread string) []string {
+	t.Helper()
+	data, err := os.ReadFile(chatFile(dir, thread+".json"))
+	assert.Success(t, err)
+	d, err := parseDocument(data, thread)
+	assert.Success(t, err)
+	var out []string
+	for _, e := range d.msgs {
+		out = append(out, e.Text)
+	}
+	return out
+}
+
+// TestDefaultLayoutRewritesTheDocument: without AppendLog (the default,
+// the contract's layout) every post rewrites <thread>.json, which then
+// holds every message, at the version its content needs, and no
+// <thread>.log is made.
+func TestDefaultLayoutRewritesTheDocument(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	appendText(t, s, threadA, "one")
+	appendText(t, s, threadA, "two")
+	assert.Equal(t, "the document", docOnly(t, dir, threadA), []string{"one", "two"})
+	assert.Equal(t, "document version", docVersionOn(t, dir, threadA), 2)
+	_, err := os.Stat(chatFile(dir, threadA+".log"))
+	assert.True(t, os.IsNotExist(err), "a log was made: %v", err)
+}
+
+// TestMixedSettingsLoseNothing: a store without AppendLog on a folder
+// where one with it appends to the log (a server and the host CLI started
+// with different settings) reads every message, sees the log's new lines,
+// and its next post compacts: the log emptied, the document whole, at
+// its content's version. The store with the log then goes on.
+func TestMixedSettingsLoseNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	on := openFile(t, dir, FileOptions{AppendLog: true})
+	off := openFile(t, dir, FileOptions{})
+	for _, text := range []string{"one", "two", "three"} {
+		appendText(t, on, threadA, text)
+	}
+	assert.Equal(t, "log lines", len(logLines(t, dir, threadA)), 2)
+	assert.Equal(t, "read without the option", texts(mustSince(t, off, threadA)), []string{"one", "two", "three"})
+	appendText(t, on, threadA, "four")
+	assert.Equal(t, "read again without the option", texts(mustSince(t, off, threadA)), []string{"one", "two", "three", "four"})
+
+	appendText(t, off, threadA, "five")
+	assert.Equal(t, "log lines after the post without the option", len(logLines(t, dir, threadA)), 0)
+	assert.Equal(t, "the document", docOnly(t, dir, threadA), []string{"one", "two", "three", "four", "five"})
+	assert.Equal(t, "document version", docVersionOn(t, dir, threadA), 2)
+	assert.Equal(t, "read by the store with the option", texts(mustSince(t, on, threadA)), []string{"one", "two", "three", "four", "five"})
+
+	appendText(t, on, threadA, "six") // the document again, at version 5
+	appendText(t, on, threadA, "seven")
+	assert.Equal(t, "log lines", len(logLines(t, dir, threadA)), 1)
+	assert.Equal(t, "document version", docVersionOn(t, dir, threadA), 5)
+	want := []string{"one", "two", "three", "four", "five", "six", "seven"}
+	assert.Equal(t, "read without the option", texts(mustSince(t, off, threadA)), want)
+	assert.Equal(t, "read back", freshTexts(t, dir, threadA), want)
+}
+
 // TestPostGoesToTheLog: a post that only adds a message appends its line
 // to the thread's log and leaves the document as it was (same file, same
 // bytes, same mtime); the document of a thread with a log is version 5.
 func TestPostGoesToTheLog(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, FileOptions{AppendLog: true})
 	appendText(t, s, threadA, "one") // creates the document
 	assert.Equal(t, "document version", docVersionOn(t, dir, threadA), 5)
 	before, err := os.Stat(chatFile(dir, threadA+".json"))
@@ -84,7 +148,7 @@ func TestPostGoesToTheLog(t *testing.T) {
 func TestLogCompactsAtItsBound(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Messages: 1000}})
+	s := openFile(t, dir, FileOptions{AppendLog: true, Retention: chatrelay.Retention{Messages: 1000}})
 	var want []string
 	for i := range 1 + logMaxLines {
 		want = append(want, fmt.Sprint("m", i))
@@ -107,7 +171,7 @@ func TestLogCompactsAtItsBound(t *testing.T) {
 func TestLogCompactsAtTheDocumentsSize(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Messages: 1000}})
+	s := openFile(t, dir, FileOptions{AppendLog: true, Retention: chatrelay.Retention{Messages: 1000}})
 	big := strings.Repeat("x", chatrelay.MaxText)
 	appendText(t, s, threadA, big)
 	posts, most := 1, 0
@@ -134,7 +198,7 @@ func TestLogCompactsAtTheDocumentsSize(t *testing.T) {
 func TestChangeCompacts(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, FileOptions{AppendLog: true})
 	appendText(t, s, threadA, "one")
 	two := appendText(t, s, threadA, "two")
 	assert.Equal(t, "log lines", len(logLines(t, dir, threadA)), 1)
@@ -160,7 +224,7 @@ func TestChangeCompacts(t *testing.T) {
 func TestRetentionDropCompacts(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Messages: 3}})
+	s := openFile(t, dir, FileOptions{AppendLog: true, Retention: chatrelay.Retention{Messages: 3}})
 	for _, text := range []string{"one", "two", "three"} {
 		appendText(t, s, threadA, text)
 	}
@@ -185,7 +249,7 @@ func TestTornLogTail(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			s := openFile(t, dir, FileOptions{})
+			s := openFile(t, dir, FileOptions{AppendLog: true})
 			appendText(t, s, threadA, "one")
 			appendText(t, s, threadA, "two")
 			f, err := os.OpenFile(chatFile(dir, threadA+".log"), os.O_WRONLY|os.O_APPEND, 0)
@@ -196,7 +260,7 @@ func TestTornLogTail(t *testing.T) {
 
 			assert.Equal(t, "read with the torn tail", freshTexts(t, dir, threadA), []string{"one", "two"})
 			assert.Equal(t, "read by the writer", texts(mustSince(t, s, threadA)), []string{"one", "two"})
-			other := openFile(t, dir, FileOptions{}) // another process's post
+			other := openFile(t, dir, FileOptions{AppendLog: true}) // another process's post
 			appendText(t, other, threadA, "three")
 			lines := logLines(t, dir, threadA)
 			assert.Equal(t, "log lines", len(lines), 2)
@@ -213,7 +277,7 @@ func TestTornLogTail(t *testing.T) {
 func TestCorruptLogLineIsAnUnreadableThread(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, FileOptions{AppendLog: true})
 	appendText(t, s, threadA, "one")
 	two := appendText(t, s, threadA, "two")
 	bad := append([]byte("not a message\n"), two.JSON2...)
@@ -237,7 +301,7 @@ func TestCorruptLogLineIsAnUnreadableThread(t *testing.T) {
 func TestCompactionCrashDuplicatesNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, FileOptions{AppendLog: true})
 	appendText(t, s, threadA, "one")
 	two := appendText(t, s, threadA, "two")
 	appendText(t, s, threadA, "three")
@@ -251,7 +315,7 @@ func TestCompactionCrashDuplicatesNothing(t *testing.T) {
 	p := mustSince(t, openFile(t, dir, FileOptions{}), threadA)
 	assert.Equal(t, "read back", texts(p), []string{"one", "two", "three"})
 	assert.Equal(t, "the change kept", len(p.Messages[1].Reactions["👍"]), 1)
-	other := openFile(t, dir, FileOptions{})
+	other := openFile(t, dir, FileOptions{AppendLog: true})
 	appendText(t, other, threadA, "four")
 	appendText(t, other, threadA, "five")
 	assert.Equal(t, "read back after posts", freshTexts(t, dir, threadA), []string{"one", "two", "three", "four", "five"})
@@ -269,7 +333,7 @@ func TestVersion4DocumentWithoutLogLoads(t *testing.T) {
 		`{"id":"MSG-20261023-184000-a1b2c3","epoch":1792780800123,"ts":"2026-10-23T18:40:00+00:00","author":"operator","text":"old",` +
 		`"attachments":[{"id":"at_000000000001","name":"a.txt","type":"text/plain","size":1,"sha256":"` + strings.Repeat("0", 64) + `"}]}]}` + "\n"
 	assert.Success(t, os.WriteFile(chatFile(dir, threadA+".json"), []byte(v4), 0o600))
-	s := openFile(t, dir, FileOptions{Now: func() time.Time { return t0.Add(time.Minute) }})
+	s := openFile(t, dir, FileOptions{AppendLog: true, Now: func() time.Time { return t0.Add(time.Minute) }})
 	assert.Equal(t, "read", texts(mustSince(t, s, threadA)), []string{"old"})
 	appendText(t, s, threadA, "new")
 	assert.Equal(t, "document version", docVersionOn(t, dir, threadA), 5)
@@ -291,7 +355,7 @@ func TestAnotherStoreSeesLogAppends(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			reader := openFile(t, dir, FileOptions{Rescan: rescan})
-			writer := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Messages: 1000}})
+			writer := openFile(t, dir, FileOptions{AppendLog: true, Retention: chatrelay.Retention{Messages: 1000}})
 			appendText(t, writer, threadA, "m0")
 			assert.Equal(t, "read", texts(mustSince(t, reader, threadA)), []string{"m0"})
 
@@ -345,7 +409,7 @@ func TestSweepRemovesTheLog(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	now := t0
-	s := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Age: time.Hour}, Now: func() time.Time { return now }})
+	s := openFile(t, dir, FileOptions{AppendLog: true, Retention: chatrelay.Retention{Age: time.Hour}, Now: func() time.Time { return now }})
 	appendText(t, s, threadA, "one")
 	appendText(t, s, threadA, "two")
 	appendText(t, s, threadB, "b")
@@ -366,7 +430,7 @@ func TestSweepRemovesTheLog(t *testing.T) {
 func TestRefusedCreationLeavesNoLog(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{MaxThreads: 1})
+	s := openFile(t, dir, FileOptions{AppendLog: true, MaxThreads: 1})
 	appendText(t, s, threadA, "one")
 	_, err := s.Append(t.Context(), threadB, store.NewMessage{Text: "refused"})
 	assert.Code(t, err, chatrelay.ThreadLimit)

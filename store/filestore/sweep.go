@@ -148,7 +148,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	}
 	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev, title: d.title}
 	ver := 0
-	if snap.ver >= 5 {
+	if s.opt.AppendLog && snap.ver >= 5 {
 		ver = 5 // a version 5 thread stays one (its next message may go to the log)
 	}
 	doc := appendDocumentV(nil, thread, nd, ver)
