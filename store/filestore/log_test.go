@@ -115,6 +115,26 @@ func TestMixedSettingsLoseNothing(t *testing.T) {
 	assert.Equal(t, "read back", freshTexts(t, dir, threadA), want)
 }
 
+// TestSweepWithoutTheOptionCompacts: a sweep by a store without
+// AppendLog that drops messages of a thread with a log writes the
+// document at its content's version, never 5, and empties the log.
+func TestSweepWithoutTheOptionCompacts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	on := openFile(t, dir, FileOptions{AppendLog: true, Retention: chatrelay.Retention{Messages: 1000}})
+	for _, text := range []string{"one", "two", "three"} {
+		appendText(t, on, threadA, text)
+	}
+	assert.Equal(t, "log lines", len(logLines(t, dir, threadA)), 2)
+	off := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Messages: 2}})
+	st, err := off.Sweep(t.Context())
+	assert.Success(t, err)
+	assert.Equal(t, "dropped", st.Dropped, 1)
+	assert.Equal(t, "log lines after the sweep", len(logLines(t, dir, threadA)), 0)
+	assert.Equal(t, "the document", docOnly(t, dir, threadA), []string{"two", "three"})
+	assert.Equal(t, "document version", docVersionOn(t, dir, threadA), 2)
+}
+
 // TestPostGoesToTheLog: a post that only adds a message appends its line
 // to the thread's log and leaves the document as it was (same file, same
 // bytes, same mtime); the document of a thread with a log is version 5.
