@@ -32,6 +32,11 @@ type Options struct {
 	NoFsync    bool   // skip fsync (file store): fast, but an acknowledged message may be lost on power failure
 	KeyPrefix  string // of every key of a shared backend (Redis); defaults to chatrelay.DefaultKeyPrefix
 
+	// AppendLog (the file store only: Open refuses it with any other)
+	// appends a post to its thread's log instead of rewriting the
+	// thread's document (filestore.FileOptions.AppendLog).
+	AppendLog bool
+
 	// Windows and Streams are the limits a shared backend counts across
 	// its nodes (Backend.Limiter and Backend.Streams).
 	Windows chatrelay.Windows
@@ -168,6 +173,9 @@ func Open(ctx context.Context, spec string, opt Options) (*Backend, error) {
 	registry.mu.Unlock()
 	if open == nil {
 		return nil, ConfigErrorf("store %q: unknown scheme %q; this chatrelay opens %s", redact(spec), scheme, strings.Join(Schemes(), ", "))
+	}
+	if opt.AppendLog && scheme != "file" {
+		return nil, ConfigErrorf("store %q: --append-log is an option of the file store (file:DIR) only; drop it", redact(spec))
 	}
 	b, err := open(ctx, spec, opt)
 	if err != nil {

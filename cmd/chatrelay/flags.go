@@ -145,6 +145,7 @@ type storeFlags struct {
 	store       string
 	redisPrefix string
 	fsync       string
+	appendLog   bool
 	maxThreads  int
 	retainN     int
 	retainAge   time.Duration
@@ -161,6 +162,7 @@ func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
 		return
 	}
 	fs.StringVar(&sf.fsync, "fsync", "always", "`mode`: always: an acknowledged message survives a power cut; never: skip fsync (benchmarks only, may lose acknowledged messages)")
+	fs.BoolVar(&sf.appendLog, "append-log", false, "file store only: a post appends a line to <thread>.log, compacted into <thread>.json every 64 posts (about 4× less work per post); <thread>.json is then a snapshot, not the whole thread, which older chatrelay refuses (the contract's layout is the default: off; refused with Redis)")
 	fs.IntVar(&sf.maxThreads, "max-threads", chatrelay.DefaultMaxThreads, "most threads the store holds; a post that would create one more gets 507 thread_limit")
 	fs.IntVar(&sf.retainN, "retention-messages", chatrelay.DefaultRetainMessages, "newest messages kept per thread")
 	fs.DurationVar(&sf.retainAge, "retention-age", chatrelay.DefaultRetainAge, "messages older than this are dropped")
@@ -190,6 +192,7 @@ func (sf *storeFlags) options(serve bool) (store.Options, error) {
 	default:
 		return opt, usageError(fmt.Sprintf("--fsync %q: want always or never", sf.fsync))
 	}
+	opt.AppendLog = sf.appendLog
 	if sf.maxThreads < 1 || sf.retainN < 1 || sf.retainAge <= 0 {
 		return opt, usageError("--max-threads, --retention-messages and --retention-age must be positive")
 	}

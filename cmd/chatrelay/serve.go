@@ -49,7 +49,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	fmt.Fprintf(stdout, "listening on %s://%s%s/\n", f.ops.scheme(), ln.Addr(), f.server.Prefix)
-	log.Info("listening", "addr", ln.Addr().String(), "store", st.Where, "fsync", !f.storeOpt.NoFsync, "tls", f.ops.tls != nil)
+	log.Info("listening", "addr", ln.Addr().String(), "store", st.Where, "fsync", !f.storeOpt.NoFsync, "append_log", f.storeOpt.AppendLog, "tls", f.ops.tls != nil)
 	stopOps, err := f.ops.startOps(srv, stdout, log)
 	if err != nil {
 		ln.Close()

@@ -46,10 +46,14 @@ const (
 	// this package's own tests (the conformance suite).
 	RedisCluster = "redis-cluster"
 	RedisShards  = "redis-shards"
+	// FileAppendLog is the file store with its thread logs
+	// (filestore.FileOptions.AppendLog; Backend.Name is File). Run
+	// includes it only in this package's own tests too.
+	FileAppendLog = "file-append-log"
 )
 
 // IsRedis reports whether backend is one of the Redis backends.
-func IsRedis(backend string) bool { return backend != File }
+func IsRedis(backend string) bool { return backend != File && backend != FileAppendLog }
 
 // alsoRun are backends Run adds to Backends: set by this package's
 // TestMain only, so that other packages' tests do not start clusters.
@@ -178,6 +182,9 @@ type Backend struct {
 	Store store.Store // *filestore.File or *redisstore.Store
 
 	Dir string // File: the data folder (documents are in Dir/chat)
+	// AppendLog (File): the store appends posts to the threads' logs
+	// (FileAppendLog).
+	AppendLog bool
 
 	Redis  *redisstore.Store // Redis: the store
 	Server *Server           // Redis: the server it is on
@@ -197,8 +204,8 @@ type Backend struct {
 func Open(t testing.TB, name string, opt Options) *Backend {
 	t.Helper()
 	switch name {
-	case File:
-		return openFile(t, t.TempDir(), opt)
+	case File, FileAppendLog:
+		return openFile(t, t.TempDir(), opt, name == FileAppendLog)
 	case Redis:
 		return OpenRedis(t, SharedServer(t), NewPrefix(), opt)
 	case RedisCluster:
@@ -216,7 +223,7 @@ func Open(t testing.TB, name string, opt Options) *Backend {
 // say) for the test.
 func OpenFileIn(t testing.TB, dir string, opt Options) *Backend {
 	t.Helper()
-	return openFile(t, dir, opt)
+	return openFile(t, dir, opt, false)
 }
 
 // NewPrefix returns a key prefix no other test of this binary uses.
@@ -300,17 +307,17 @@ func secondServer(t testing.TB) *Server {
 	return shared.second
 }
 
-func openFile(t testing.TB, dir string, opt Options) *Backend {
+func openFile(t testing.TB, dir string, opt Options, appendLog bool) *Backend {
 	t.Helper()
 	fs, err := filestore.OpenFile(dir, filestore.FileOptions{
 		Retention: opt.Retention, MaxThreads: opt.MaxThreads, NoFsync: !opt.Fsync,
-		Now: opt.Now, Log: logger(opt), Webhooks: opt.Webhooks,
+		AppendLog: appendLog, Now: opt.Now, Log: logger(opt), Webhooks: opt.Webhooks,
 	})
 	if err != nil {
 		t.Fatalf("storetest: open the file store: %v", err)
 	}
 	t.Cleanup(func() { fs.Close() })
-	return &Backend{Name: File, Store: fs, Dir: dir, Outbox: fs.Outbox()}
+	return &Backend{Name: File, Store: fs, Dir: dir, AppendLog: appendLog, Outbox: fs.Outbox()}
 }
 
 func logger(opt Options) *slog.Logger {
@@ -327,7 +334,7 @@ func (b *Backend) Another(t testing.TB, opt Options) *Backend {
 	t.Helper()
 	switch b.Name {
 	case File:
-		return openFile(t, b.Dir, opt)
+		return openFile(t, b.Dir, opt, b.AppendLog)
 	case RedisCluster, RedisShards:
 		return OpenSharded(t, b.Spec, b.Prefix, opt, b.Cluster, b.Servers)
 	}

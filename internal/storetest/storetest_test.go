@@ -12,7 +12,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	alsoRun = []string{RedisCluster, RedisShards}
+	alsoRun = []string{FileAppendLog, RedisCluster, RedisShards}
 	Main(m)
 }
 

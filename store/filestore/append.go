@@ -1,8 +1,10 @@
 package filestore
 
 import (
+	"bytes"
 	"context"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -204,7 +206,32 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 		}
 		return false, err
 	}
-	pin, id, err := s.writeDoc(thread, nd)
+	if line, ok := s.logLine(snap, old, nd); ok {
+		// A new message and nothing else: one line in the log (log.go).
+		ls, err := s.appendLog(t, thread, snap.log, line)
+		s.noteWrite(len(line), err)
+		if err != nil {
+			if undo != nil {
+				undo()
+			}
+			return false, s.unavailable(thread, err)
+		}
+		next := *snap
+		next.doc, next.log = nd, ls
+		replaced = s.takeOverSnap(t, &next)
+		s.announce(thread, t, nd)
+		return false, ferr
+	}
+	if snap == nil {
+		// A log without its document (removed by hand) must not add
+		// its lines to the new thread.
+		syscall.Unlink(s.logPath(thread))
+	}
+	ver := 0
+	if s.opt.AppendLog && isAppend(old, nd) {
+		ver = 5 // the thread's next message may go to its log
+	}
+	pin, id, err := s.writeDoc(thread, nd, ver)
 	if err != nil {
 		if undo != nil {
 			undo()
@@ -212,9 +239,48 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 		return false, err
 	}
 	created = snap == nil
-	replaced = s.swapSnap(t, &snapshot{id: id, pin: pin, doc: nd, written: true}) // its sum only if needed (sumOf)
+	var ls logState
+	if snap != nil {
+		ls = s.emptyLog(thread, snap.log) // its lines are in the document now
+	}
+	replaced = s.swapSnap(t, &snapshot{id: id, pin: pin, doc: nd, base: nd, ver: ver, log: ls, written: true}) // its sum only if needed (sumOf)
 	s.announce(thread, t, nd)
 	return false, ferr
+}
+
+// isAppend reports whether nd is old with a new message: its newest
+// message is its newest change, newer than old's.
+func isAppend(old, nd threadDoc) bool {
+	if len(nd.msgs) == 0 {
+		return false
+	}
+	last := nd.msgs[len(nd.msgs)-1]
+	return last.Epoch == nd.rev && last.Rev == last.Epoch && nd.rev > old.rev
+}
+
+// logLine returns the line the change from old to nd, the document of
+// snap and the next one, writes to the thread's log, if the store appends
+// to logs (AppendLog), the change is a new message and nothing else (no
+// retention drop, no other mark or message changed), snap's document is
+// version 5 (older binaries refuse it) and the log has room; else ok is
+// false and the document is written anew.
+func (s *File) logLine(snap *snapshot, old, nd threadDoc) (line []byte, ok bool) {
+	if !s.opt.AppendLog || snap == nil || snap.err != nil || snap.ver < 5 || len(nd.msgs) != len(old.msgs)+1 || !isAppend(old, nd) ||
+		nd.trimmed != old.trimmed || nd.trimmedRev != old.trimmedRev || nd.title != old.title {
+		return nil, false
+	}
+	if len(old.msgs) > 0 && &nd.msgs[0] != &old.msgs[0] {
+		for i := range old.msgs {
+			if &nd.msgs[i].JSON2[0] != &old.msgs[i].JSON2[0] {
+				return nil, false
+			}
+		}
+	}
+	line = nd.msgs[len(nd.msgs)-1].JSON2
+	if len(line) == 0 || bytes.IndexByte(line, '\n') >= 0 || snap.log.full(line, snap.id.size) {
+		return nil, false
+	}
+	return line, true
 }
 
 // queueEvents queues the webhook events of the change from old to nd
@@ -231,20 +297,27 @@ func (s *File) queueEvents(thread string, old, nd threadDoc) error {
 	return nil
 }
 
-// writeDoc writes thread's document nd (atomic replace), noting a failed
-// write for the readiness probe.
-func (s *File) writeDoc(thread string, nd threadDoc) (*fdPin, fileID, error) {
+// writeDoc writes thread's document nd (atomic replace) at version ver
+// or its content's if that is more, noting a failed write for the
+// readiness probe.
+func (s *File) writeDoc(thread string, nd threadDoc, ver int) (*fdPin, fileID, error) {
 	bp := docBufs.Get().(*[]byte)
-	doc := appendDocument((*bp)[:0], thread, nd)
+	doc := appendDocumentV((*bp)[:0], thread, nd, ver)
 	pin, id, err := s.write(thread, doc)
-	if err != nil {
-		s.lastFail.Store(&writeFailure{size: len(doc), err: err})
-	} else if s.lastFail.Load() != nil {
-		s.lastFail.Store(nil)
-	}
+	s.noteWrite(len(doc), err)
 	*bp = doc[:0]
 	docBufs.Put(bp)
 	return pin, id, err
+}
+
+// noteWrite notes a write of size bytes that failed (err) for the
+// readiness probe, or that one succeeded.
+func (s *File) noteWrite(size int, err error) {
+	if err != nil {
+		s.lastFail.Store(&writeFailure{size: size, err: err})
+	} else if s.lastFail.Load() != nil {
+		s.lastFail.Store(nil)
+	}
 }
 
 // sameDoc reports whether fn left the document as it was.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -99,5 +100,61 @@ func removeThread(b *testing.B, dir, thread string) {
 		if err := os.Remove(filepath.Join(dir, "chat", name)); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkAppendBelowRetention is the common post: to a thread of 100
+// to 200 messages that retention does not trim yet (the default keeps
+// 200), so nothing but the new message changes. Each thread takes 100
+// posts, then the next thread (its document, of 100 messages, written
+// off the clock) takes over, so every b.N measures the same mix. With
+// and without the thread's log (AppendLog).
+func BenchmarkAppendBelowRetention(b *testing.B) {
+	text := strings.Repeat("a benchmark message of ordinary length. ", 3)
+	now := time.Now()
+	var tmpl threadDoc
+	for i := range 100 {
+		at := now.Add(time.Duration(i-200) * time.Second).UTC()
+		tmpl.msgs = append(tmpl.msgs, store.NewEntry(chatrelay.Message{
+			ID: fmt.Sprintf("MSG-%s-%06x", at.Format("20060102-150405"), i), Epoch: at.UnixMilli(),
+			TS: at.Format("2006-01-02T15:04:05+00:00"), Author: chatrelay.Operator, Text: text, Rev: at.UnixMilli(),
+		}))
+		tmpl.rev = at.UnixMilli()
+	}
+	for _, c := range []struct{ fsync, appendLog bool }{{true, false}, {true, true}, {false, false}, {false, true}} {
+		b.Run(fmt.Sprintf("fsync=%v/append-log=%v", c.fsync, c.appendLog), func(b *testing.B) {
+			dir := b.TempDir()
+			s, err := OpenFile(dir, FileOptions{NoFsync: !c.fsync, AppendLog: c.appendLog, MaxThreads: 1 << 30, Log: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			m := store.NewMessage{Author: chatrelay.Operator, Text: text}
+			var thread string
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				if i%100 == 0 {
+					b.StopTimer()
+					thread = fmt.Sprintf("%016x", 1<<50+i/100)
+					// The version the store writes: 5 for a thread a store
+					// with the log posts to.
+					ver := 0
+					if c.appendLog {
+						ver = 5
+					}
+					doc := appendDocumentV(nil, thread, tmpl, ver)
+					if err := os.WriteFile(filepath.Join(dir, "chat", thread+".json"), doc, 0o600); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+				i++
+				if _, err := s.Append(ctx, thread, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

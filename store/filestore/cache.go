@@ -33,8 +33,15 @@ type snapshot struct {
 	id  fileID
 	pin *fdPin // nil once unpinned; closed when the snapshot is replaced or unpinned
 	sum uint64 // maphash of the document's bytes, unless written
-	doc threadDoc
-	err error // the document does not parse
+	// doc is the thread: base (what the document holds) and the messages
+	// of the log (log.go) newer than it.
+	doc  threadDoc
+	base threadDoc
+	ver  int      // the document's version (5: a log may follow it)
+	log  logState // the log as doc has it
+	err  error    // the document or the log does not parse
+	// docErr is the document's own error (err without the log's).
+	docErr error
 	// written: this process wrote the document, whose bytes are then
 	// appendDocument's of doc (deterministic); sum was not computed, and
 	// sumOf computes it from doc if a read ever needs it (rarely: only a
@@ -48,7 +55,7 @@ func (sn *snapshot) sumOf(thread string) uint64 {
 		return sn.sum
 	}
 	bp := docBufs.Get().(*[]byte)
-	b := appendDocument((*bp)[:0], thread, sn.doc)
+	b := appendDocumentV((*bp)[:0], thread, sn.base, sn.ver)
 	sum := maphash.Bytes(docSeed, b)
 	*bp = b[:0]
 	docBufs.Put(bp)
@@ -70,13 +77,38 @@ func (s *File) setSnap(t *threadState, snap *snapshot) {
 // swapSnap is setSnap that hands the replaced snapshot's pin to the
 // caller, who closes it (once), when it likes.
 func (s *File) swapSnap(t *threadState, snap *snapshot) (replaced *fdPin) {
-	if old := t.snap.Swap(snap); old != nil && old != snap && old.pin != nil {
+	if old := t.snap.Swap(snap); old != nil && old != snap && old.pin != nil && (snap == nil || old.pin != snap.pin) {
 		replaced = old.pin
 	}
 	if snap != nil && snap.pin != nil {
 		s.pins.add(t, s.opt.MaxOpenDocs)
 	}
 	return replaced
+}
+
+// takeOverSnap caches snap, a snapshot of the cached snapshot's document
+// file with more of its log (an append to the log), in its place: snap
+// takes over the cached snapshot's pin, if it still has one (an unpin
+// may take it meanwhile: then snap has none). It returns the pin of a
+// replaced snapshot of another file (a reader's, cached meanwhile), for
+// the caller to close.
+func (s *File) takeOverSnap(t *threadState, snap *snapshot) (replaced *fdPin) {
+	for {
+		cur := t.snap.Load()
+		snap.pin = nil
+		if cur != nil && cur.pin != nil && cur.id == snap.id {
+			snap.pin = cur.pin
+		}
+		if t.snap.CompareAndSwap(cur, snap) {
+			if cur != nil && cur.pin != nil && cur.pin != snap.pin {
+				replaced = cur.pin
+			}
+			if snap.pin != nil {
+				s.pins.add(t, s.opt.MaxOpenDocs)
+			}
+			return replaced
+		}
+	}
 }
 
 // pinQueue is the threads whose snapshots may hold a pin, oldest first,
@@ -159,6 +191,7 @@ func (t *threadState) closeLock() {
 		t.lockf.Close()
 		t.lockf = nil
 	}
+	t.closeLog()
 }
 
 // unpin swaps the thread's pinned snapshot for an unpinned copy and closes
@@ -169,7 +202,9 @@ func (t *threadState) unpin() {
 	if cur == nil || cur.pin == nil {
 		return
 	}
-	if t.snap.CompareAndSwap(cur, &snapshot{id: cur.id, sum: cur.sum, doc: cur.doc, err: cur.err, written: cur.written}) {
+	unpinned := *cur
+	unpinned.pin = nil
+	if t.snap.CompareAndSwap(cur, &unpinned) {
 		cur.pin.Close()
 	}
 }
@@ -194,21 +229,45 @@ func identityOf(st *syscall.Stat_t) fileID {
 	return fileID{ino: int64(st.Ino), size: st.Size, mtime: st.Mtim.Nano()}
 }
 
-// load returns the thread's current document, from the cache when the
-// file at the path is the cached snapshot's (pinned) inode, or holds the
-// cached snapshot's bytes. A missing file is (nil, nil).
+// load returns the thread's current document and log, from the cache
+// when the file at the path is the cached snapshot's (pinned) inode, or
+// holds the cached snapshot's bytes, and the log is the one the snapshot
+// read (its inode and size: a log only grows until a compaction, which
+// writes a new document). A missing document is (nil, nil).
 func (s *File) load(thread string, t *threadState) (*snapshot, error) {
-	// The fast path, one stat: a pinned snapshot pins its inode, so a file
-	// at the path with that identity is the snapshot's very file. The
+	// The fast path, two stats: a pinned snapshot pins its inode, so a
+	// file at the path with that identity is the snapshot's very file. The
 	// snapshot still cached after the stat was pinned during it (a
-	// snapshot, once swapped out, never comes back).
-	path := s.path(thread)
-	if snap := t.snap.Load(); snap != nil && snap.pin != nil {
-		var st syscall.Stat_t
-		err := ignoringEINTR(func() error { return syscall.Stat(path, &st) })
-		if err == nil && identityOf(&st) == snap.id && t.snap.Load() == snap {
-			return snap, nil
+	// snapshot, once swapped out, never comes back). The log first, as
+	// every read takes them (log.go).
+	path, lpath := s.path(thread), s.logPath(thread)
+	if snap := t.snap.Load(); snap != nil && snap.pin != nil && !snap.log.torn() {
+		if ino, size, err := statLog(lpath); err == nil && ino == snap.log.ino && size == snap.log.size {
+			var st syscall.Stat_t
+			err := ignoringEINTR(func() error { return syscall.Stat(path, &st) })
+			if err == nil && identityOf(&st) == snap.id && t.snap.Load() == snap {
+				return snap, nil
+			}
 		}
+	}
+	return s.loadFrom(thread, t, true)
+}
+
+// loadFrom is load past its fast path. With useCache, a log that is the
+// cached snapshot's is not parsed again.
+func (s *File) loadFrom(thread string, t *threadState, useCache bool) (*snapshot, error) {
+	path := s.path(thread)
+	var known logState
+	cached := t.snap.Load()
+	if useCache && cached != nil && cached.err == nil {
+		known = cached.log
+	}
+	ls, logged, sameLog, lerr := s.readLog(thread, known)
+	sameLog = sameLog && useCache
+	// The log adds to the cached document what it did: the same lines, or none.
+	logKept := sameLog || (useCache && ls.size == 0 && ls == known)
+	if lerr != nil && !errors.Is(lerr, errBadDocument) {
+		return nil, s.unavailable(thread, lerr)
 	}
 	fd := -1
 	err := s.withFDs(func() (err error) {
@@ -232,26 +291,53 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 	id := identityOf(&st)
 	// A pinned snapshot still cached now was pinned from before fd was
 	// opened, so an equal inode is the same file, not a reused number.
-	if snap := t.snap.Load(); snap != nil && snap.pin != nil && snap.id == id && t.snap.Load() == snap {
-		syscall.Close(fd)
-		return snap, nil
-	}
-	bp := docBufs.Get().(*[]byte)
-	defer docBufs.Put(bp)
-	data, err := readSized(fd, path, st.Size, (*bp)[:0])
-	*bp = data[:0]
-	if err != nil {
-		syscall.Close(fd)
-		return nil, s.unavailable(thread, err)
-	}
-	snap := &snapshot{id: id, pin: &fdPin{fd}, sum: maphash.Bytes(docSeed, data)}
-	if old := t.snap.Load(); old != nil && old.id.size == id.size && old.sumOf(thread) == snap.sum {
-		snap.doc, snap.err = old.doc, old.err // the cached bytes: nothing to parse
-	} else {
-		snap.doc, snap.err = parseDocument(data, thread)
-		if snap.err != nil {
-			s.log.Error("thread document does not parse; it is left as it is", "file", s.path(thread), "err", snap.err)
+	snap := &snapshot{id: id, pin: &fdPin{fd}, log: ls}
+	sameBase := false // the document is the cached snapshot's
+	old := t.snap.Load()
+	if old != nil && old.pin != nil && old.id == id && t.snap.Load() == old {
+		if logKept && old == cached {
+			syscall.Close(fd)
+			return old, nil
 		}
+		snap.sum, snap.written, snap.base, snap.ver, snap.err = old.sum, old.written, old.base, old.ver, old.docErr
+		sameBase = true
+	} else {
+		bp := docBufs.Get().(*[]byte)
+		data, err := readSized(fd, path, st.Size, (*bp)[:0])
+		*bp = data[:0]
+		if err != nil {
+			docBufs.Put(bp)
+			syscall.Close(fd)
+			return nil, s.unavailable(thread, err)
+		}
+		snap.sum = maphash.Bytes(docSeed, data)
+		if old != nil && old.id.size == id.size && old.docErr == nil && old.sumOf(thread) == snap.sum {
+			snap.base, snap.ver, snap.written = old.base, old.ver, old.written // the cached bytes: nothing to parse
+			sameBase = true
+		} else {
+			snap.base, snap.ver, snap.err = parseDocumentV(data, thread)
+		}
+		docBufs.Put(bp)
+	}
+	snap.docErr = snap.err
+	if snap.err == nil {
+		snap.err = lerr
+	}
+	switch {
+	case snap.err != nil:
+	case logKept && sameBase && old == cached:
+		snap.doc = old.doc // the cached document and log: nothing parsed
+	default:
+		if sameLog {
+			// The log is the one cached, but another snapshot was cached
+			// meanwhile: read both again, the log first, parsing it.
+			syscall.Close(fd)
+			return s.loadFrom(thread, t, false)
+		}
+		snap.doc, snap.err = withLog(snap.base, logged)
+	}
+	if snap.err != nil {
+		s.log.Error("thread document does not parse; it is left as it is", "file", path, "err", snap.err)
 	}
 	s.setSnap(t, snap)
 	return snap, nil

@@ -24,7 +24,20 @@ import (
 //
 // Version 4 added attachments (Part 5); a document is written as version 4
 // only while a message carries attachments.
-const docVersion = 4
+//
+// Version 5 added the thread's log, <thread>.log beside the document
+// (log.go): messages appended since the document was written, which a
+// reader must add to it. The document of a thread whose log may hold
+// messages is version 5 (whatever else it holds), so that a binary that
+// knows no log (versions 1 to 4) refuses the thread instead of hiding the
+// log's messages and then writing a document without them. Only a store
+// with FileOptions.AppendLog writes version 5: a new message is written
+// as version 5 (the next one then goes to the log); a write that is no
+// new message (a change, a sweep of a thread whose document was not
+// version 5), and every write of a store without the option, is written
+// as its content's version, and empties the log: an older binary may
+// read that thread again.
+const docVersion = 5
 
 // document is the JSON file of one thread, <data>/chat/<thread>.json:
 //
@@ -49,50 +62,56 @@ type document struct {
 
 var errBadDocument = errors.New("not a thread document")
 
-// parseDocument decodes and checks a thread document (version 1 or 2).
-// It returns the thread with every message's JSON encoded once.
+// parseDocument decodes and checks a thread document (versions 1 to
+// docVersion). It returns the thread with every message's JSON encoded once.
 func parseDocument(data []byte, thread string) (threadDoc, error) {
+	d, _, err := parseDocumentV(data, thread)
+	return d, err
+}
+
+// parseDocumentV is parseDocument that also returns the document's version.
+func parseDocumentV(data []byte, thread string) (threadDoc, int, error) {
 	var d document
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return threadDoc{}, fmt.Errorf("%w: %v", errBadDocument, err)
+		return threadDoc{}, 0, fmt.Errorf("%w: %v", errBadDocument, err)
 	}
 	if dec.More() {
-		return threadDoc{}, fmt.Errorf("%w: data after the document", errBadDocument)
+		return threadDoc{}, 0, fmt.Errorf("%w: data after the document", errBadDocument)
 	}
 	if d.Version < 1 || d.Version > docVersion {
-		return threadDoc{}, fmt.Errorf("%w: version %d, this chatrelay reads versions 1 to %d", errBadDocument, d.Version, docVersion)
+		return threadDoc{}, 0, fmt.Errorf("%w: version %d, this chatrelay reads versions 1 to %d", errBadDocument, d.Version, docVersion)
 	}
 	if d.Title != "" && (d.Version < 3 || chatrelay.CheckTitle(d.Title) != nil) {
-		return threadDoc{}, fmt.Errorf("%w: a title that version %d cannot hold", errBadDocument, d.Version)
+		return threadDoc{}, 0, fmt.Errorf("%w: a title that version %d cannot hold", errBadDocument, d.Version)
 	}
 	if d.Thread != thread {
-		return threadDoc{}, fmt.Errorf("%w: holds thread %q", errBadDocument, d.Thread)
+		return threadDoc{}, 0, fmt.Errorf("%w: holds thread %q", errBadDocument, d.Thread)
 	}
 	if d.Trimmed < 0 || d.TrimmedRev < 0 || d.Rev < 0 {
-		return threadDoc{}, fmt.Errorf("%w: a negative mark", errBadDocument)
+		return threadDoc{}, 0, fmt.Errorf("%w: a negative mark", errBadDocument)
 	}
 	td := threadDoc{msgs: make([]store.Entry, len(d.Messages)), trimmed: d.Trimmed, trimmedRev: max(d.TrimmedRev, d.Trimmed), rev: d.Rev, title: d.Title}
 	prev := d.Trimmed
 	for i, m := range d.Messages {
 		if m.Epoch <= prev || m.ID == "" || m.Author == "" {
-			return threadDoc{}, fmt.Errorf("%w: message %d is out of order or incomplete", errBadDocument, i)
+			return threadDoc{}, 0, fmt.Errorf("%w: message %d is out of order or incomplete", errBadDocument, i)
 		}
 		if d.Version < 4 && len(m.Attachments) > 0 {
-			return threadDoc{}, fmt.Errorf("%w: message %d of a version %d document has attachments", errBadDocument, i, d.Version)
+			return threadDoc{}, 0, fmt.Errorf("%w: message %d of a version %d document has attachments", errBadDocument, i, d.Version)
 		}
 		if d.Version == 1 && (m.Rev != 0 || m.Interaction != nil || m.Card != nil || m.Reactions != nil || m.ClientID != "" || m.AuthorName != "") {
-			return threadDoc{}, fmt.Errorf("%w: message %d of a version 1 document has v2 fields", errBadDocument, i)
+			return threadDoc{}, 0, fmt.Errorf("%w: message %d of a version 1 document has v2 fields", errBadDocument, i)
 		}
 		if m.Rev == 0 {
 			m.Rev = m.Epoch
 		}
 		if m.Rev < m.Epoch {
-			return threadDoc{}, fmt.Errorf("%w: message %d changed before it was written", errBadDocument, i)
+			return threadDoc{}, 0, fmt.Errorf("%w: message %d changed before it was written", errBadDocument, i)
 		}
 		if err := checkStored(m); err != nil {
-			return threadDoc{}, fmt.Errorf("%w: message %d: %v", errBadDocument, i, err)
+			return threadDoc{}, 0, fmt.Errorf("%w: message %d: %v", errBadDocument, i, err)
 		}
 		prev = m.Epoch
 		td.rev = max(td.rev, m.Rev)
@@ -101,7 +120,7 @@ func parseDocument(data []byte, thread string) (threadDoc, error) {
 	if d.Version == 1 {
 		td.rev = max(td.rev, d.Trimmed)
 	}
-	return td, nil
+	return td, d.Version, nil
 }
 
 // checkStored checks what a reader relies on in a stored message's v2
@@ -129,8 +148,15 @@ func checkStored(m chatrelay.Message) error {
 	return nil
 }
 
-// appendDocument appends the document of a thread to b (a recycled buffer).
+// appendDocument appends the document of a thread to b (a recycled
+// buffer), at the least version its content needs.
 func appendDocument(b []byte, thread string, d threadDoc) []byte {
+	return appendDocumentV(b, thread, d, 0)
+}
+
+// appendDocumentV is appendDocument at version atLeast if that is more
+// (5: the thread's log may hold messages).
+func appendDocumentV(b []byte, thread string, d threadDoc, atLeast int) []byte {
 	n := 160 // the head and the tail
 	for _, e := range d.msgs {
 		n += len(e.JSON2) + 1
@@ -145,6 +171,7 @@ func appendDocument(b []byte, thread string, d threadDoc) []byte {
 	if slices.ContainsFunc(d.msgs, func(e store.Entry) bool { return len(e.Attachments) > 0 }) {
 		version = 4
 	}
+	version = max(version, atLeast)
 	b = append(b, `{"version":`...)
 	b = strconv.AppendInt(b, int64(version), 10)
 	b = append(b, `,"thread":"`...)

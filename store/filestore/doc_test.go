@@ -141,7 +141,7 @@ func TestParseDocumentRefuses(t *testing.T) {
 		{"array", "[]"},
 		{"two documents", doc("1", thread, "0") + doc("1", thread, "0")},
 		{"no version", `{"thread":"` + thread + `","trimmed":0,"messages":[]}`},
-		{"newer version", doc("5", thread, "0")},
+		{"newer version", doc("6", thread, "0")},
 		{"attachments in a version 3 document", `{"version":3,"thread":"` + thread + `","trimmed":0,"messages":[{"id":"MSG-20261023-184000-a1b2c3","epoch":1,"ts":"2026-10-23T18:40:00+00:00","author":"operator","text":"","attachments":[{"id":"at_000000000001","name":"a","type":"text/plain","size":1,"sha256":"` + strings.Repeat("0", 64) + `"}]}]}`},
 		{"a title in a version 2 document", `{"version":2,"thread":"` + thread + `","title":"T","trimmed":0,"messages":[]}`},
 		{"a title too long", `{"version":3,"thread":"` + thread + `","title":"` + strings.Repeat("x", 161) + `","trimmed":0,"messages":[]}`},

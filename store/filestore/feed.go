@@ -69,6 +69,8 @@ func (s *File) Follow(ctx context.Context, fn func(store.Batch)) error {
 				s.pokeParticipants(name)
 			} else if name, ok := strings.CutSuffix(base, ".json"); ok && chatrelay.ValidThread(name) {
 				s.poke(name)
+			} else if name, ok := strings.CutSuffix(base, ".log"); ok && chatrelay.ValidThread(name) {
+				s.poke(name) // an append to the thread's log (log.go)
 			}
 		case err, ok := <-errs:
 			if !ok {

@@ -28,15 +28,26 @@ type FileOptions struct {
 	// Rescan is how often Follow re-reads changed threads even if the
 	// folder watch said nothing; defaults to 2s.
 	Rescan time.Duration
-	// MaxOpenDocs bounds the threads whose document and lock file the
-	// store keeps open (two descriptors each, see snapshot and
-	// lockThread); defaults to the smaller of MaxThreads and an eighth of
-	// the process's descriptor limit, so that the store holds at most a
-	// quarter of it. A thread past it stays cached but its next read reads
-	// the file (and parses nothing if the bytes are the cached ones). When
-	// the process runs out of descriptors anyway (streams hold the rest),
-	// the store lets go of half of them and tries again.
+	// MaxOpenDocs bounds the threads whose document, lock file and log the
+	// store keeps open (up to three descriptors each, see snapshot,
+	// lockThread and appendLog); defaults to the smaller of MaxThreads and
+	// an eighth of the process's descriptor limit, so that the store holds
+	// at most three eighths of it. A thread past it stays cached but its
+	// next read reads the file (and parses nothing if the bytes are the
+	// cached ones). When the process runs out of descriptors anyway
+	// (streams hold the rest), the store lets go of half of them and tries
+	// again.
 	MaxOpenDocs int
+	// AppendLog makes a post that only adds a message append one line to
+	// the thread's log (<thread>.log, log.go) instead of rewriting its
+	// document: about four times less work per post, but <thread>.json is
+	// then a snapshot (the log holds the newest messages) and is written
+	// as version 5, which older binaries refuse. Off (the default), every
+	// change rewrites the document, which then holds every message, at
+	// the version its content needs, and no log is made. Either way the
+	// store reads a thread's log (one that another process, with the
+	// option on, wrote), and a write that rewrites the document empties it.
+	AppendLog bool
 	// Webhooks are the webhook destinations (store.DestinationID) every
 	// write queues its events for (outbox.go); none: nothing is queued.
 	Webhooks []string
@@ -50,8 +61,11 @@ type FileOptions struct {
 // <thread>.json.lock (never on the data file: the rename replaces that inode,
 // so a lock on it would exclude nobody), read, modify, write a temp file in
 // the same folder, fsync it, rename it over the document and fsync the
-// folder. Readers take no lock: the rename makes every read see a whole old
-// or a whole new document. Parsed documents are cached by file identity
+// folder; with FileOptions.AppendLog, a write that only adds a message
+// appends it to the thread's log instead (<thread>.log, log.go). Readers
+// take no lock: the rename makes
+// every read see a whole old or a whole new document, and the log is read
+// before it. Parsed documents are cached by file identity
 // (inode, size, mtime), so reading an unchanged thread parses nothing.
 // Creating a thread is decided under a store-wide lock (.threads.lock), so
 // two processes cannot both create the last thread the limit allows.
@@ -105,6 +119,11 @@ type threadState struct {
 	announced int64
 	queued    bool     // in the pin queue; guarded by File.pins.mu
 	lockf     *os.File // <thread>.json.lock, kept open between writes (lockThread); guarded by mu
+	// logf is the thread's log, open for appending, kept open between
+	// writes like lockf (and closed with it), and the log's inode; nil
+	// until an append opens it. Guarded by mu.
+	logf   *os.File
+	logIno uint64
 	// drop asks the unlock of lockState to remove the lock file: its
 	// holder found no document and wrote none. Guarded by mu.
 	drop bool

@@ -3,6 +3,7 @@ package filestore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -59,12 +60,20 @@ func texts(p store.Page) []string {
 	return out
 }
 
-// readThread parses the thread's document straight from disk.
+// readThread parses the thread's document and log straight from disk.
 func readThread(t testing.TB, dir, thread string) ([]store.Entry, int64) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, "chat", thread+".json"))
 	assert.Success(t, err)
 	d, err := parseDocument(data, thread)
+	assert.Success(t, err)
+	logData, err := os.ReadFile(filepath.Join(dir, "chat", thread+".log"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		assert.Success(t, err)
+	}
+	logged, _, err := parseLog(logData)
+	assert.Success(t, err)
+	d, err = withLog(d, logged)
 	assert.Success(t, err)
 	return d.msgs, d.trimmed
 }

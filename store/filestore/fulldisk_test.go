@@ -24,7 +24,14 @@ const diskThread = "a1b2c3d4e5f60718"
 
 func openOn(t *testing.T, dir string) *filestore.File {
 	t.Helper()
-	s, err := filestore.OpenFile(dir, filestore.FileOptions{Log: slog.New(slog.DiscardHandler)})
+	return openWith(t, dir, filestore.FileOptions{})
+}
+
+// openWith is openOn with options.
+func openWith(t *testing.T, dir string, opt filestore.FileOptions) *filestore.File {
+	t.Helper()
+	opt.Log = slog.New(slog.DiscardHandler)
+	s, err := filestore.OpenFile(dir, opt)
 	assert.Success(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -95,4 +102,51 @@ func TestFailedWriteGivesBackItsRoom(t *testing.T) {
 		assert.Code(t, err, chatrelay.StoreUnavailable)
 	}
 	assert.Success(t, os.WriteFile(filepath.Join(dir, "room"), make([]byte, 3*4096), 0o600))
+}
+
+// TestFailedLogAppendLeavesNothing: a message refused because the disk
+// filled up in the middle of its line in the thread's log (AppendLog)
+// leaves no part of the line behind. Before the fix the part written
+// stayed, the next message's line was appended to it, and the thread no
+// longer read.
+func TestFailedLogAppendLeavesNothing(t *testing.T) {
+	t.Parallel()
+	dir := storetest.SmallDisk(t, 1<<20)
+	s := openWith(t, dir, filestore.FileOptions{AppendLog: true})
+	ctx := context.Background()
+	text := strings.Repeat("a line of the log ", 60)
+	m := store.NewMessage{Author: chatrelay.Operator, Text: text}
+	_, err := s.Append(ctx, diskThread, m) // the document
+	assert.Success(t, err)
+	path := filepath.Join(dir, "chat", diskThread+".log")
+	for sent := 1; ; sent++ { // lines until the next would not fit in the log's last page
+		_, err := s.Append(ctx, diskThread, m)
+		assert.Success(t, err)
+		fi, err := os.Stat(path)
+		assert.Success(t, err)
+		if room := 4096 - fi.Size()%4096; room < int64(len(text))-5 && room > 5 {
+			break
+		}
+		assert.True(t, sent < 10, "no log size found with part of a line's room")
+	}
+	before, err := s.Since(ctx, diskThread, 0, 0)
+	assert.Success(t, err)
+	logBefore, err := os.ReadFile(path)
+	assert.Success(t, err)
+
+	free := storetest.FillDisk(t, dir, 0)
+	_, err = s.Append(ctx, diskThread, m)
+	assert.Code(t, err, chatrelay.StoreUnavailable)
+	free()
+	logNow, err := os.ReadFile(path)
+	assert.Success(t, err)
+	assert.True(t, bytes.Equal(logNow, logBefore), "the refused line left %d bytes", len(logNow)-len(logBefore))
+
+	_, err = s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "after the full disk"})
+	assert.Success(t, err)
+	fresh := openOn(t, dir) // no cache: from the files
+	after, err := fresh.Since(ctx, diskThread, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "messages", len(after.Messages), len(before.Messages)+1)
+	assert.Equal(t, "the newest", after.Messages[len(after.Messages)-1].Text, "after the full disk")
 }

@@ -55,6 +55,7 @@ func (s *File) lockState(ctx context.Context, thread string) (*threadState, func
 			os.Remove(s.path(thread) + ".lock")
 			t.lockf.Close()
 			t.lockf = nil
+			t.closeLog()
 		} else {
 			syscall.Flock(fd, syscall.LOCK_UN)
 		}

@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 //	        limit of $CHATRELAY_TEST_MAX threads
 //	crash:  appends until it is killed
 //
+// With $CHATRELAY_TEST_APPEND_LOG set, its store appends posts to the
+// thread's log (FileOptions.AppendLog).
+//
 // It prints "<epoch> <text>" for each acknowledged append, or "error <code>".
 func child(mode string) int {
 	if mode == "fdlimit" {
@@ -61,6 +64,7 @@ func child(mode string) int {
 		Retention:  chatrelay.Retention{Messages: 10000},
 		MaxThreads: maxThreads,
 		NoFsync:    mode != "crash",
+		AppendLog:  os.Getenv("CHATRELAY_TEST_APPEND_LOG") != "",
 		Log:        slog.New(slog.DiscardHandler),
 		Webhooks:   strings.Fields(os.Getenv("CHATRELAY_TEST_HOOKS")),
 	})
@@ -268,45 +272,65 @@ func TestProcessesRaceForTheLastThread(t *testing.T) {
 
 // A writer killed with SIGKILL in the middle of its loop leaves a file that
 // parses and holds every message it acknowledged; its lock dies with it, so
-// the next writer carries on. Three writers are killed in turn.
+// the next writer carries on. Writers are killed in turn: with the default
+// layout three (and no log is ever made); with the thread's log
+// (AppendLog) four, the third without it, so that the log is compacted
+// both by a writer that does not append to it and at its bound (140 posts
+// in all).
 func TestKilledWriterLosesNoAcknowledgedMessage(t *testing.T) {
 	t.Parallel()
-	data := t.TempDir()
-	const thread = "c0ffee00c0ffee00"
-	var acks []ack
-	for round, killAfter := range []int{7, 23, 40} {
-		w := startChild(t, "crash", data, thread, fmt.Sprint("crash", round))
-		w.start.Close()
-		n, killed := 0, false
-		sc := bufio.NewScanner(w.out)
-		for sc.Scan() { // after the kill: what it acknowledged before it died
-			a := parseAcks(t, strings.NewReader(sc.Text()))
-			assert.True(t, len(a) == 1 && a[0].code == "", "child: %q", sc.Text())
-			acks = append(acks, a[0])
-			if n++; n == killAfter {
-				assert.Success(t, w.cmd.Process.Kill()) // SIGKILL, mid-loop
-				killed = true
+	for name, appendLog := range map[string][]bool{
+		"default":    {false, false, false},
+		"append log": {true, true, false, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			data := t.TempDir()
+			const thread = "c0ffee00c0ffee00"
+			var acks []ack
+			for round, killAfter := range []int{7, 23, 40, 70}[:len(appendLog)] {
+				var env []string
+				if appendLog[round] {
+					env = append(env, "CHATRELAY_TEST_APPEND_LOG=1")
+				}
+				w := startChild(t, "crash", data, thread, fmt.Sprint("crash", round), env...)
+				w.start.Close()
+				n, killed := 0, false
+				sc := bufio.NewScanner(w.out)
+				for sc.Scan() { // after the kill: what it acknowledged before it died
+					a := parseAcks(t, strings.NewReader(sc.Text()))
+					assert.True(t, len(a) == 1 && a[0].code == "", "child: %q", sc.Text())
+					acks = append(acks, a[0])
+					if n++; n == killAfter {
+						assert.Success(t, w.cmd.Process.Kill()) // SIGKILL, mid-loop
+						killed = true
+					}
+				}
+				assert.True(t, killed, "the child stopped by itself after %d messages", n)
+				err := w.cmd.Wait()
+				assert.True(t, err != nil && strings.Contains(err.Error(), "killed"), "child did not die by SIGKILL: %v", err)
 			}
-		}
-		assert.True(t, killed, "the child stopped by itself after %d messages", n)
-		err := w.cmd.Wait()
-		assert.True(t, err != nil && strings.Contains(err.Error(), "killed"), "child did not die by SIGKILL: %v", err)
-	}
 
-	stored := storedMessages(t, data, thread)
-	for _, a := range acks {
-		epoch, ok := stored[a.text]
-		assert.True(t, ok, "acknowledged message %q is missing", a.text)
-		assert.Equal(t, "epoch of "+a.text, epoch, a.epoch)
-	}
+			stored := storedMessages(t, data, thread)
+			for _, a := range acks {
+				epoch, ok := stored[a.text]
+				assert.True(t, ok, "acknowledged message %q is missing", a.text)
+				assert.Equal(t, "epoch of "+a.text, epoch, a.epoch)
+			}
+			if name == "default" {
+				_, err := os.Stat(filepath.Join(data, "chat", thread+".log"))
+				assert.True(t, os.IsNotExist(err), "the default layout made a log: %v", err)
+			}
 
-	// A sweep removes any temp file a killed writer left.
-	st, err := filestore.OpenFile(data, filestore.FileOptions{Log: slog.New(slog.DiscardHandler)})
-	assert.Success(t, err)
-	_, err = st.Sweep(t.Context())
-	assert.Success(t, err)
-	tmps, _ := filepath.Glob(filepath.Join(data, "chat", ".*.tmp-*"))
-	assert.Equal(t, "temp files", tmps, []string(nil))
+			// A sweep removes any temp file a killed writer left.
+			st, err := filestore.OpenFile(data, filestore.FileOptions{Log: slog.New(slog.DiscardHandler)})
+			assert.Success(t, err)
+			_, err = st.Sweep(t.Context())
+			assert.Success(t, err)
+			tmps, _ := filepath.Glob(filepath.Join(data, "chat", ".*.tmp-*"))
+			assert.Equal(t, "temp files", tmps, []string(nil))
+		})
+	}
 }
 
 // fdLimitChild runs with room for 48 more descriptors and a store told to

@@ -31,7 +31,7 @@ func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backe
 	b.Settings = set
 	f, err := OpenFile(data, FileOptions{
 		Retention: set.Retention, MaxThreads: set.MaxThreads, NoFsync: opt.NoFsync,
-		Webhooks: set.Webhooks, Log: opt.Log, Now: opt.Now,
+		AppendLog: opt.AppendLog, Webhooks: set.Webhooks, Log: opt.Log, Now: opt.Now,
 	})
 	if err != nil {
 		b.Close()

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/chatrelay/chatrelay"
@@ -51,13 +50,21 @@ func (s *File) Sweep(ctx context.Context) (store.SweepStats, error) {
 	return st, nil
 }
 
-// orphanTemps lists the threads, other than those in docs, that have temp files.
+// orphanTemps lists the threads, other than those in docs, that have temp
+// files, or a log (and no document).
 func (s *File) orphanTemps(docs []string) []string {
 	tmps, _ := filepath.Glob(filepath.Join(s.dir, ".*.json.tmp-*"))
+	logs, _ := filepath.Glob(filepath.Join(s.dir, "*.log"))
+	seen := make(map[string]bool, len(docs))
+	for _, name := range docs {
+		seen[name] = true
+	}
 	var out []string
-	for _, tmp := range tmps {
+	for _, tmp := range append(tmps, logs...) {
 		name, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(tmp), "."), ".json.tmp-")
-		if chatrelay.ValidThread(name) && !slices.Contains(docs, name) && !slices.Contains(out, name) {
+		name = strings.TrimSuffix(name, ".log")
+		if chatrelay.ValidThread(name) && !seen[name] {
+			seen[name] = true
 			out = append(out, name)
 		}
 	}
@@ -81,7 +88,10 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		return 0, false, err
 	}
 	if snap == nil {
-		t.drop = true // a thread with no document (temp files of a writer killed while creating it)
+		// A thread with no document (temp files of a writer killed while
+		// creating it, or a log whose document was removed by hand).
+		os.Remove(s.logPath(thread))
+		t.drop = true
 		return 0, false, nil
 	}
 	if snap.err != nil {
@@ -112,6 +122,12 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		}()
 	}
 	if len(msgs) == 0 {
+		// The log first: its messages are the newest, so a crash between
+		// the two removals leaves the older ones, which the next sweep
+		// drops, never newer messages than the document's.
+		if err := os.Remove(s.logPath(thread)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, false, s.unavailable(thread, err)
+		}
 		if err := os.Remove(s.path(thread)); err != nil {
 			return 0, false, s.unavailable(thread, err)
 		}
@@ -131,11 +147,16 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		return dropped, true, nil
 	}
 	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev, title: d.title}
-	doc := appendDocument(nil, thread, nd)
+	ver := 0
+	if s.opt.AppendLog && snap.ver >= 5 {
+		ver = 5 // a version 5 thread stays one (its next message may go to the log)
+	}
+	doc := appendDocumentV(nil, thread, nd, ver)
 	pin, id, err := s.write(thread, doc)
 	if err != nil {
 		return 0, false, err
 	}
-	s.setSnap(t, &snapshot{id: id, pin: pin, sum: maphash.Bytes(docSeed, doc), doc: nd})
+	ls := s.emptyLog(thread, snap.log) // its lines are in the document (or dropped)
+	s.setSnap(t, &snapshot{id: id, pin: pin, sum: maphash.Bytes(docSeed, doc), doc: nd, base: nd, ver: ver, log: ls})
 	return dropped, false, nil
 }
