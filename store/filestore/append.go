@@ -229,7 +229,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 	}
 	ver := 0
 	if s.opt.AppendLog && isAppend(old, nd) {
-		ver = 5 // the thread's next message may go to its log
+		ver = logVersion // the thread's next message may go to its log
 	}
 	pin, id, err := s.writeDoc(thread, nd, ver)
 	if err != nil {
@@ -265,7 +265,7 @@ func isAppend(old, nd threadDoc) bool {
 // version 5 (older binaries refuse it) and the log has room; else ok is
 // false and the document is written anew.
 func (s *File) logLine(snap *snapshot, old, nd threadDoc) (line []byte, ok bool) {
-	if !s.opt.AppendLog || snap == nil || snap.err != nil || snap.ver < 5 || len(nd.msgs) != len(old.msgs)+1 || !isAppend(old, nd) ||
+	if !s.opt.AppendLog || snap == nil || snap.err != nil || snap.ver < logVersion || len(nd.msgs) != len(old.msgs)+1 || !isAppend(old, nd) ||
 		nd.trimmed != old.trimmed || nd.trimmedRev != old.trimmedRev || nd.title != old.title {
 		return nil, false
 	}

@@ -239,15 +239,15 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 	// file at the path with that identity is the snapshot's very file. The
 	// snapshot still cached after the stat was pinned during it (a
 	// snapshot, once swapped out, never comes back). The log first, as
-	// every read takes them (log.go).
+	// every read takes them (log.go); a document before logVersion has no
+	// log to look at (a writer appends to a log only once the document is
+	// at logVersion, a new file), so the default layout pays one stat.
 	path, lpath := s.path(thread), s.logPath(thread)
-	if snap := t.snap.Load(); snap != nil && snap.pin != nil && !snap.log.torn() {
-		if ino, size, err := statLog(lpath); err == nil && ino == snap.log.ino && size == snap.log.size {
-			var st syscall.Stat_t
-			err := ignoringEINTR(func() error { return syscall.Stat(path, &st) })
-			if err == nil && identityOf(&st) == snap.id && t.snap.Load() == snap {
-				return snap, nil
-			}
+	if snap := t.snap.Load(); snap != nil && snap.pin != nil && !snap.log.torn() && (snap.ver < logVersion || sameLog(lpath, snap.log)) {
+		var st syscall.Stat_t
+		err := ignoringEINTR(func() error { return syscall.Stat(path, &st) })
+		if err == nil && identityOf(&st) == snap.id && t.snap.Load() == snap {
+			return snap, nil
 		}
 	}
 	return s.loadFrom(thread, t, true)

@@ -39,6 +39,10 @@ import (
 // read that thread again.
 const docVersion = 5
 
+// logVersion is the first document version a log may follow: a writer
+// appends to a thread's log only while its document is at this version.
+const logVersion = 5
+
 // document is the JSON file of one thread, <data>/chat/<thread>.json:
 //
 //	{"version":2,"thread":"a1b2c3d4e5f60718","trimmed":0,"trimmed_rev":0,"rev":1792780800123,"messages":[{…},…]}

@@ -190,6 +190,13 @@ func (s *File) readLog(thread string, known logState) (_ logState, _ []store.Ent
 	return ls, msgs, false, perr
 }
 
+// sameLog reports whether the log at path is still ls (its inode and
+// size), as the cache checks it.
+func sameLog(path string, ls logState) bool {
+	ino, size, err := statLog(path)
+	return err == nil && ino == ls.ino && size == ls.size
+}
+
 // statLog is the log's identity as the cache checks it: its inode and
 // size (0, 0 if it has none).
 func statLog(path string) (ino uint64, size int64, err error) {

@@ -148,8 +148,8 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	}
 	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev, title: d.title}
 	ver := 0
-	if s.opt.AppendLog && snap.ver >= 5 {
-		ver = 5 // a version 5 thread stays one (its next message may go to the log)
+	if s.opt.AppendLog && snap.ver >= logVersion {
+		ver = logVersion // a version 5 thread stays one (its next message may go to the log)
 	}
 	doc := appendDocumentV(nil, thread, nd, ver)
 	pin, id, err := s.write(thread, doc)
