@@ -32,7 +32,9 @@
 #   BASE_BIN   a second chatrelay binary to measure beside this tree's
 #   BASE_NAME  its name in the table (default base)
 #   CONFIGS    which setups to run, a space list of: root ext4j tmpfs
-#              ext4j-always redis redis-aof s3big (default all)
+#              ext4j-always redis redis-aof s3big (default all), and
+#              ext4j-log ext4j-always-log tmpfs-log (the file store with
+#              --append-log; a BASE_BIN older than the flag cannot run them)
 #   SCENARIOS  which groups to run, a space list of: S1,S2 S3 S4 S5 S6 S7
 #              (default all; S1 and S2 always run together, S2 on S1's
 #              subscribers)
@@ -256,7 +258,7 @@ bench() {
 		where=(--data "$data")
 		;;
 	esac
-	"$srv" serve --addr "127.0.0.1:$port" "${store[@]}" --fsync "$mode" \
+	"$srv" serve --addr "127.0.0.1:$port" "${store[@]}" --fsync "$mode" "${srvflags[@]}" \
 		--rate-thread 1000000000 --rate-ip 1000000000 --max-threads 1000000 \
 		--max-streams-per-thread 100000 --max-streams-per-ip 1000000 \
 		--log-level warn >>"$out/server.log" 2>&1 &
@@ -278,11 +280,15 @@ for c in $configs; do
 	s1s2=""
 	case " $groups " in *" S1,S2 "*) s1s2="S1,S2" ;; esac
 	extra=()
+	srvflags=()
 	case $c in
 	root) label="root fs"; backend=$work/root; mode=never; all=$no7 ;;
 	ext4j) label="journaled ext4"; backend=$work/ext4j; mode=never; all=$no7 ;;
 	tmpfs) label="tmpfs"; backend=$work/tmpfs; mode=never ;;
 	ext4j-always) label="journaled ext4, fsync always"; backend=$work/ext4j; mode=always; all=$s1s2 ;;
+	ext4j-log) label="journaled ext4, --append-log"; backend=$work/ext4j; mode=never; all=$no7; srvflags=(--append-log) ;;
+	ext4j-always-log) label="journaled ext4, fsync always, --append-log"; backend=$work/ext4j; mode=always; all=$s1s2; srvflags=(--append-log) ;;
+	tmpfs-log) label="tmpfs, --append-log"; backend=$work/tmpfs; mode=never; srvflags=(--append-log) ;;
 	redis) label="Redis"; backend=redis://127.0.0.1:$rport_none/0; mode=never ;;
 	redis-aof) label="Redis AOF everysec"; backend=redis://127.0.0.1:$rport_aof/0; mode=never; all=$s1s2 ;;
 	s3big) label="tmpfs"; backend=$work/tmpfs; mode=never; all=S3
