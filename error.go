@@ -136,7 +136,7 @@ var codeTable = []CodeInfo{
 	{ParticipantsUnreadable, 503, false, "the participants record does not parse"},
 	{TooManyReactions, 409, false, "a new emoji on a message that has the most distinct ones"},
 	{AttachmentTooLarge, 413, false, "an upload over the size limit of one file or of the thread"},
-	{TooManyAttachments, 409, false, "more attachments on one message than it may carry"},
+	{TooManyAttachments, 409, false, "more attachments on one message than it may carry, or more uploads no message names yet in a thread"},
 	{InvalidAttachment, 400, false, "an attachment id that is unknown, of another thread or already used; or a bad name"},
 	{DeviceLimit, 409, false, "the thread has the most active devices"},
 	{InvalidPushEndpoint, 400, false, "a push subscription that is not https, whose host is a private address, or not of a subscription's shape"},

@@ -98,6 +98,9 @@ var (
 	LimitThreadAttachments = Limit{"thread.attachments", 0, 100 << 20, Bytes}   // the distinct bytes a thread stores
 	LimitAttachmentName    = Limit{"attachment.name", 1, 200, CodePoints}       // once cleaned
 	LimitAttachmentUnused  = Limit{"attachment.unreferenced", 0, 3600, Seconds} // an upload no post names is deleted after it
+	// LimitAttachmentPending bounds the uploads of a thread that no
+	// message names yet (within their hour): one more is refused.
+	LimitAttachmentPending = Limit{"attachment.pending", 0, 100, Count}
 	// Devices (Part 5): a device's life, and the active devices of a
 	// thread (beside its share links, not among them).
 	LimitDeviceExpiresIn = Limit{"device.expires_in", 3600, 31536000, Seconds}
@@ -134,7 +137,7 @@ func Limits() []Limit {
 		LimitClientID, LimitThreadTitle, LimitWaitTimeout,
 		LimitName, LimitExpiresIn, LimitCap, LimitActiveGrants, LimitWaitingPosts, LimitAuditKept,
 		LimitInvites, LimitEndedListed, LimitEndedKept,
-		LimitAttachments, LimitAttachmentBytes, LimitThreadAttachments, LimitAttachmentName, LimitAttachmentUnused,
+		LimitAttachments, LimitAttachmentBytes, LimitThreadAttachments, LimitAttachmentName, LimitAttachmentUnused, LimitAttachmentPending,
 		LimitDeviceExpiresIn, LimitActiveDevices,
 		LimitPushSubscriptions, LimitPushPayload, LimitPushString,
 		LimitAgentName, LimitAgentThreads, LimitActiveAgents,

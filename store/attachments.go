@@ -122,6 +122,12 @@ func ThreadFull() error {
 	return chatrelay.Errorf(chatrelay.AttachmentTooLarge, "this conversation holds the most attachment bytes it may (%d)", chatrelay.LimitThreadAttachments.Max)
 }
 
+// TooManyPending is the refusal of an upload past LimitAttachmentPending:
+// the thread holds that many uploads no message names yet.
+func TooManyPending() error {
+	return chatrelay.Errorf(chatrelay.TooManyAttachments, "at most %d uploads no message names yet in this thread: name them in a post, or wait for them to expire", chatrelay.LimitAttachmentPending.Max)
+}
+
 // NewAttachment is the attachment object of up once received: a fresh
 // id, and an image's size read from its header.
 func NewAttachment(up Upload, r Received) chatrelay.Attachment {

@@ -29,6 +29,7 @@ func init() {
 	walks["thread.attachments"] = walk{custom: walkThreadAttachments}
 	walks["attachment.name"] = walk{custom: walkAttachmentName}
 	walks["attachment.unreferenced"] = walk{custom: walkUnreferenced}
+	walks["attachment.pending"] = walk{custom: walkPending}
 }
 
 // uploadFile POSTs body as a file named name to url as the owner of token.
@@ -188,4 +189,21 @@ func walkUnreferenced(t *testing.T, _ *walkEnv, l chatrelay.Limit) {
 	c.clk.Advance(time.Millisecond)
 	status, b = c.do(t, "POST", chatrelay.PathPost, jsonOf(map[string]any{"text": "x", "attachments": []string{second.ID}}))
 	assert.True(t, status == 400 && strings.Contains(string(b), `"invalid_attachment"`), "a post at the hour: %d %s", status, b)
+}
+
+func walkPending(t *testing.T, _ *walkEnv, l chatrelay.Limit) {
+	// A thread of its own, holding l.Max uploads no post names (the last
+	// one taken at the limit); then one more upload is refused by each
+	// binding.
+	w := newWalkEnv(t)
+	for range l.Max {
+		mustUploadFile(t, w.url, w.token, "same.txt", []byte("same"))
+	}
+	status, b := uploadFile(t, w.url, w.token, "one.txt", []byte("one"))
+	assert.True(t, status == 409 && strings.Contains(string(b), `"too_many_attachments"`), "HTTP past %d: %d %s", l.Max, status, b)
+	paths := tempFiles(t, 1, func(int) int { return 1 })
+	r := runCLI(t, nil, "", "reply", w.thread, "x", "--attach", paths[0], "--data", w.data, "--fsync", "never")
+	assert.Equal(t, fmt.Sprintf("CLI past %d (%v)", l.Max, r.err), chatrelay.CodeOf(r.err), chatrelay.TooManyAttachments)
+	refused, code, b := w.callTool(t, "send", map[string]any{"thread": w.thread, "text": "x", "attachments": mcpFiles(1, 1)})
+	assert.True(t, refused && code == chatrelay.TooManyAttachments, "MCP past %d: %s", l.Max, b)
 }

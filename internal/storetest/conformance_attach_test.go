@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -239,6 +240,35 @@ func TestConformanceAttachments(t *testing.T) {
 				_, err := upload(b.Store, thA, " <[]>\n", []byte("x"))
 				assert.Code(t, err, chatrelay.InvalidAttachment)
 				assertNothingStaged(t, b, thA, 0)
+			}},
+			{"a thread holds at most attachment.pending uploads no message names; one more is refused and keeps nothing", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				max := chatrelay.LimitAttachmentPending.Max
+				var ids []string
+				for i := range max {
+					ids = append(ids, mustUpload(t, b.Store, thA, fmt.Sprintf("copy %d.txt", i), []byte("the same bytes")).ID)
+				}
+				_, err := upload(b.Store, thA, "new.txt", []byte("bytes the thread does not hold"))
+				assert.Code(t, err, chatrelay.TooManyAttachments)
+				assertNothingStaged(t, b, thA, 1)
+				_, err = upload(b.Store, thA, "copy.txt", []byte("the same bytes"))
+				assert.Code(t, err, chatrelay.TooManyAttachments)
+				// Each upload still reads as it was; none was added.
+				got, err := download(t, b.Store, thA, ids[max-1])
+				assert.Success(t, err)
+				assert.Equal(t, "bytes", string(got), "the same bytes")
+
+				// Naming some in a post makes room for as many.
+				_, err = postWith(b.Store, thA, "", ids[:2]...)
+				assert.Success(t, err)
+				mustUpload(t, b.Store, thA, "new.txt", []byte("bytes the thread does not hold"))
+				mustUpload(t, b.Store, thA, "copy.txt", []byte("the same bytes"))
+				_, err = upload(b.Store, thA, "third.txt", []byte("the same bytes"))
+				assert.Code(t, err, chatrelay.TooManyAttachments)
+				assertNothingStaged(t, b, thA, 2)
+
+				// Uploads past their hour are not pending any more.
+				clk.Advance(time.Duration(chatrelay.LimitAttachmentUnused.Max) * time.Second)
+				mustUpload(t, b.Store, thA, "later.txt", []byte("later"))
 			}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

@@ -31,7 +31,10 @@ import (
 // attachments in the thread document; an upload is "used" when a message
 // of the document names it. Under the same lock, the records that no
 // message names and that are older than LimitAttachmentUnused are
-// dropped, and then the files that no record names (collect). A crash
+// dropped, and then the files that no record names (collect). A thread
+// holds at most LimitAttachmentPending uploads no message names (checked
+// before the bytes are taken in, and again under the lock), so the index
+// holds at most those and the uploads its messages name. A crash
 // leaves at most a temp file (swept after an hour) or a file no record
 // names (collected): never a record without its file, never a message
 // naming a record that is gone (a record a message names is never
@@ -62,6 +65,9 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 			return chatrelay.Attachment{}, err
 		}
 	}
+	if err := s.roomForUpload(ctx, thread); err != nil { // before the bytes are taken in; checked again at the commit
+		return chatrelay.Attachment{}, err
+	}
 	tmp, rec, err := s.receive(thread, up)
 	if err != nil {
 		return chatrelay.Attachment{}, err
@@ -88,6 +94,9 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	}
 	now := s.now()
 	recs = kept(recs, d, now)
+	if pending(recs, d) >= chatrelay.LimitAttachmentPending.Max {
+		return chatrelay.Attachment{}, store.TooManyPending()
+	}
 	held := 0
 	for _, r := range recs {
 		if r.SHA256 == a.SHA256 {
@@ -115,6 +124,41 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	}
 	s.removeStray(thread, recs)
 	return a, nil
+}
+
+// roomForUpload refuses (TooManyPending) an upload into a thread that
+// holds LimitAttachmentPending uploads no message names yet, before its
+// bytes are taken in (PutAttachment checks again under the lock).
+func (s *File) roomForUpload(ctx context.Context, thread string) error {
+	t, unlock, err := s.lockState(ctx, thread)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	d, err := s.lockedDoc(thread, t)
+	if err != nil {
+		return err
+	}
+	recs, err := s.readIndex(thread)
+	if err != nil {
+		return err
+	}
+	if pending(kept(recs, d, s.now()), d) >= chatrelay.LimitAttachmentPending.Max {
+		return store.TooManyPending()
+	}
+	return nil
+}
+
+// pending is how many uploads of recs no message of d names.
+func pending(recs []store.StoredAttachment, d threadDoc) int {
+	used := usedIDs(d)
+	n := 0
+	for _, r := range recs {
+		if !used[r.ID] {
+			n++
+		}
+	}
+	return n
 }
 
 // receive takes an upload's bytes into a temporary file of the chat

@@ -18,7 +18,8 @@ import (
 
 // Attachments (contract Part 5) live in Redis, so every node serves them,
 // bounded by the limits (LimitAttachmentBytes a file, LimitThreadAttachments
-// a thread). In the thread's slot:
+// a thread, LimitAttachmentPending the uploads no message names yet). In
+// the thread's slot:
 //
 //	<prefix>{T}:att          hash: <id> -> the upload's record (JSON),
 //	                         u:<id> -> the epoch of the message naming it,
@@ -70,6 +71,9 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 	if err := s.checkMark(ctx, thread); err != nil { // before the bytes are taken in; commitScript checks again
 		return chatrelay.Attachment{}, err
 	}
+	if err := s.roomForUpload(ctx, thread); err != nil { // the same
+		return chatrelay.Attachment{}, err
+	}
 	stage := s.attKey(thread) + ":up:" + randomHex(8)
 	defer func() {
 		if err != nil {
@@ -105,10 +109,14 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 		return chatrelay.Attachment{}, s.unavailable("upload", err)
 	}
 	res, err := commitScript.Run(cctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256), s.metaKey(thread)},
-		a.ID, string(js), a.SHA256, a.Size, chatrelay.LimitThreadAttachments.Max, aw.n > 0).Text()
+		a.ID, string(js), a.SHA256, a.Size, chatrelay.LimitThreadAttachments.Max, aw.n > 0,
+		s.pendingSince(), chatrelay.LimitAttachmentPending.Max).Text()
 	if err != nil {
 		s.unlist(ctx, thread)
 		return chatrelay.Attachment{}, s.unavailable("upload", err)
+	}
+	if res == "pending" {
+		return chatrelay.Attachment{}, store.TooManyPending() // (the thread holds uploads: it stays listed)
 	}
 	if res == "full" {
 		return chatrelay.Attachment{}, store.ThreadFull() // (the thread holds uploads: it stays listed)
@@ -133,6 +141,57 @@ func (s *Store) unlist(ctx context.Context, thread string) {
 		s.rdb.ZRem(ctx, s.attThreadsKey(), thread)
 	}
 }
+
+// roomForUpload refuses (TooManyPending) an upload into a thread that
+// holds LimitAttachmentPending uploads no message names yet, before its
+// bytes are taken in (commitScript checks again, atomically).
+func (s *Store) roomForUpload(ctx context.Context, thread string) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	n, err := pendingScript.Run(ctx, s.rdb, []string{s.attKey(thread)}, s.pendingSince()).Int()
+	if err != nil {
+		return s.unavailable("upload", err)
+	}
+	if n >= chatrelay.LimitAttachmentPending.Max {
+		return store.TooManyPending()
+	}
+	return nil
+}
+
+// pendingSince is the time (ms) after which an upload no message names
+// is still pending (kept, and counted by LimitAttachmentPending).
+func (s *Store) pendingSince() int64 {
+	_, ttl := chatrelay.LimitAttachmentUnused.Duration()
+	return s.now().Add(-ttl).UnixMilli()
+}
+
+// pendingLua counts the uploads of the att hash att that no message names
+// (no u:<id>) and that were made after before (ms): a thread's pending
+// uploads, which LimitAttachmentPending bounds. Those it counts are at
+// most that many, and the ones its messages name leave with them.
+const pendingLua = `
+local function pendingUploads(att, before)
+  local fs = redis.call('HKEYS', att)
+  local used = {}
+  for _, f in ipairs(fs) do
+    if string.sub(f, 1, 2) == 'u:' then used[string.sub(f, 3)] = true end
+  end
+  local n = 0
+  for _, f in ipairs(fs) do
+    if string.sub(f, 1, 3) == 'at_' and not used[f] then
+      local ok, a = pcall(cjson.decode, redis.call('HGET', att, f) or '')
+      if ok and type(a) == 'table' and (tonumber(a.at) or 0) > before then n = n + 1 end
+    end
+  end
+  return n
+end
+`
+
+// pendingScript answers how many pending uploads (pendingLua) a thread
+// holds. KEYS: the thread's att hash. ARGV: before (ms).
+var pendingScript = redis.NewScript(pendingLua + `
+return pendingUploads(KEYS[1], tonumber(ARGV[1]))
+`)
 
 // roomForThread refuses (ThreadLimit) an upload that would start a thread
 // when the store holds the most threads it may.
@@ -209,15 +268,22 @@ func (w *appender) flush() error {
 // commitScript makes a received upload the thread's. KEYS: the thread's
 // att hash, the staging key, the bytes' key, the thread's meta. ARGV: id,
 // record JSON, sha, size, the thread's most bytes, "1" if the staging key
-// holds the bytes (an empty file has none). It answers "ok", "full" (the
+// holds the bytes (an empty file has none), the time (ms) after which an
+// upload no message names is pending, the most pending uploads. It
+// answers "ok", "pending" (the thread holds the most pending uploads it
+// may: pendingLua; nothing is kept), "full" (the
 // bytes would take the thread past its most; nothing is kept) or
 // "unreadable" (the thread is marked unreadable: unreadable.go; nothing
 // is kept).
-var commitScript = redis.NewScript(`
+var commitScript = redis.NewScript(pendingLua + `
 local att, stage, blob = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('HEXISTS', KEYS[4], 'unreadable') == 1 then
   redis.call('DEL', stage)
   return 'unreadable'
+end
+if pendingUploads(att, tonumber(ARGV[7])) >= tonumber(ARGV[8]) then
+  redis.call('DEL', stage)
+  return 'pending'
 end
 local id, rec, sha, size, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 if tonumber(redis.call('HGET', att, 'b:' .. sha) or '0') > 0 then
