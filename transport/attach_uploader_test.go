@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,8 +24,11 @@ import (
 // machine it must not be counted as the server's, nor take its cores. The
 // process is this test binary run again with only TestUploaderProcess,
 // at nice 19 (uploaderNiceEnv sets another niceness): it takes the CPU
-// the server leaves. It reports each finished upload on a line of its
-// output, and exits when its input closes.
+// the server leaves. After each upload, it names it in a post, as a real
+// client does (a thread holds at most attachment.pending uploads no post
+// names). It reports each finished upload on a line of its output (the
+// status of the post naming it, or the upload's own if it was refused),
+// and exits when its input closes.
 
 const (
 	uploaderEnv     = "CHATRELAY_UPLOADER" // the job, as JSON (uploaderJob)
@@ -32,9 +36,11 @@ const (
 )
 
 // uploaderJob is what the uploader process does: workers clients, each
-// uploading size bytes to url as token, one upload after another.
+// uploading size bytes to url as token, then posting to post a message
+// that names the upload, one upload after another.
 type uploaderJob struct {
 	URL     string `json:"url"`
+	Post    string `json:"post"`
 	Token   string `json:"token"`
 	Size    int64  `json:"size"`
 	Workers int    `json:"workers"`
@@ -73,10 +79,26 @@ func TestUploaderProcess(t *testing.T) {
 					}
 					return
 				}
+				var up struct {
+					Attachment struct {
+						ID string `json:"id"`
+					} `json:"attachment"`
+				}
+				err = json.NewDecoder(resp.Body).Decode(&up)
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
+				status := resp.StatusCode
+				if status == http.StatusCreated && err == nil {
+					status, err = namePost(ctx, job, up.Attachment.ID)
+				}
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Error(err)
+					}
+					return
+				}
 				mu.Lock()
-				fmt.Fprintf(out, "%d\n", resp.StatusCode)
+				fmt.Fprintf(out, "%d\n", status)
 				out.Flush()
 				mu.Unlock()
 			}
@@ -85,9 +107,25 @@ func TestUploaderProcess(t *testing.T) {
 	wg.Wait()
 }
 
+// namePost posts a message naming the upload id, as job's token, and
+// returns the post's status.
+func namePost(ctx context.Context, job uploaderJob, id string) (int, error) {
+	body, _ := json.Marshal(map[string]any{"text": "", "attachments": []string{id}})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, job.Post, bytes.NewReader(body))
+	req.Header.Set("X-Chat-Token", job.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
 // startUploaders starts the uploader process on job. It counts the
-// uploads the server took (201) in uploads; an upload answered otherwise
-// fails tb. stop ends the process and waits for it.
+// uploads the server took and a post named (201) in uploads; an upload
+// or a post answered otherwise fails tb. stop ends the process and waits for it.
 func startUploaders(tb testing.TB, job uploaderJob, uploads *atomic.Int64) (stop func()) {
 	tb.Helper()
 	raw, _ := json.Marshal(job)
@@ -121,7 +159,7 @@ func startUploaders(tb testing.TB, job uploaderJob, uploads *atomic.Int64) (stop
 			switch {
 			case err != nil: // the test framework's own lines (PASS)
 			case status != http.StatusCreated:
-				tb.Errorf("an upload answered %d", status)
+				tb.Errorf("an upload, or the post naming it, answered %d", status)
 			default:
 				uploads.Add(1)
 			}
