@@ -13,11 +13,12 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/chatrelay/chatrelay/internal/testproc"
 )
 
 // A Service in a process of its own, as FCM or Mozilla's autopush run on
@@ -154,42 +155,13 @@ type Remote struct {
 // ServeProcess when ServeEnv is set). It is stopped at the test's end.
 func StartRemote(tb testing.TB, helper string) *Remote {
 	tb.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^"+helper+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), ServeEnv+"=1")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
 	// It runs at the lowest CPU priority: on this machine it stands in
 	// for a push service on machines of its own, so it should take the
 	// CPU the server's process leaves, not the server's. NiceEnv sets
 	// another niceness (0: as the test's).
-	nice := 19
-	if v, err := strconv.Atoi(os.Getenv(NiceEnv)); err == nil {
-		nice = v
-	}
-	if err := syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, nice); err != nil {
-		tb.Logf("push service process: nice %d: %v", nice, err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	tb.Cleanup(func() {
-		stdin.Close() // the service exits when its input closes
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
+	proc := testproc.Start(tb, helper, []string{ServeEnv + "=1"}, testproc.Nice(NiceEnv, 19))
+	tb.Cleanup(func() { proc.Stop(10 * time.Second) }) // the service exits when its input closes
+	stdout := proc.Stdout
 	hello := make(chan remoteHello, 1)
 	go func() {
 		var h remoteHello

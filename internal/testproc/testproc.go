@@ -1,0 +1,82 @@
+// Package testproc runs the test binary again, as a helper process that
+// stands in for a program on a machine of its own (a push service, the
+// people uploading files): its CPU is not the process under test's, and
+// it runs at a low CPU priority, so that on a small machine it takes the
+// CPU the process under test leaves rather than that process's.
+//
+// The helper is one test function of the binary, which does its job only
+// when an environment variable the caller names is set (and skips
+// otherwise), reads nothing but its standard input's end (its signal to
+// stop), and reports on its standard output.
+package testproc
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Proc is a running helper process.
+type Proc struct {
+	// Stdout is the helper's standard output; the caller reads it to its
+	// end (the helper's exit), or Stop cannot return before its timeout.
+	Stdout io.Reader
+	stdin  io.WriteCloser
+	cmd    *exec.Cmd
+	done   chan error
+}
+
+// Start runs the test function test of this binary with env added to
+// this process's environment, at niceness nice, its standard error
+// this process's. It fails tb if the process cannot start.
+func Start(tb testing.TB, test string, env []string, nice int) *Proc {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, nice); err != nil {
+		tb.Logf("%s process: nice %d: %v", test, nice, err)
+	}
+	p := &Proc{Stdout: stdout, stdin: stdin, cmd: cmd, done: make(chan error, 1)}
+	return p
+}
+
+// Stop closes the helper's standard input (its signal to exit) and waits
+// for it, up to timeout; past it, the helper is killed. It returns the
+// helper's exit error (a kill's included). Its output must be read to
+// the end meanwhile (exec: Wait closes the pipe once the process exits).
+func (p *Proc) Stop(timeout time.Duration) error {
+	p.stdin.Close()
+	go func() { p.done <- p.cmd.Wait() }()
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(timeout):
+		p.cmd.Process.Kill()
+		return <-p.done
+	}
+}
+
+// Nice is the niceness in the environment variable name, or def if it is
+// unset or not a number.
+func Nice(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
