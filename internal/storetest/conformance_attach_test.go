@@ -270,6 +270,29 @@ func TestConformanceAttachments(t *testing.T) {
 				clk.Advance(time.Duration(chatrelay.LimitAttachmentUnused.Max) * time.Second)
 				mustUpload(t, b.Store, thA, "later.txt", []byte("later"))
 			}},
+			{"concurrent uploads do not pass attachment.pending together", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				max := chatrelay.LimitAttachmentPending.Max
+				for i := range max - 2 {
+					mustUpload(t, b.Store, thA, fmt.Sprintf("copy %d.txt", i), []byte("the same bytes"))
+				}
+				const racers = 6
+				errs := make([]error, racers)
+				var wg sync.WaitGroup
+				for i := range racers {
+					wg.Go(func() { _, errs[i] = upload(b.Store, thA, "racer.txt", []byte(fmt.Sprintf("racer %d", i))) })
+				}
+				wg.Wait()
+				took := 0
+				for _, err := range errs {
+					if err == nil {
+						took++
+					} else {
+						assert.Code(t, err, chatrelay.TooManyAttachments)
+					}
+				}
+				assert.Equal(t, "uploads taken", took, 2)
+				assertNothingStaged(t, b, thA, 1+2)
+			}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
