@@ -9,13 +9,13 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/chatrelay/chatrelay/internal/testproc"
 )
 
 // The uploaders of BenchmarkPostsWhileUploading run in a process of their
@@ -129,27 +129,8 @@ func namePost(ctx context.Context, job uploaderJob, id string) (int, error) {
 func startUploaders(tb testing.TB, job uploaderJob, uploads *atomic.Int64) (stop func()) {
 	tb.Helper()
 	raw, _ := json.Marshal(job)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestUploaderProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), uploaderEnv+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	nice := 19
-	if v, err := strconv.Atoi(os.Getenv(uploaderNiceEnv)); err == nil {
-		nice = v
-	}
-	if err := syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, nice); err != nil {
-		tb.Logf("uploader process: nice %d: %v", nice, err)
-	}
+	proc := testproc.Start(tb, "TestUploaderProcess", []string{uploaderEnv + "=" + string(raw)}, testproc.Nice(uploaderNiceEnv, 19))
+	stdout := proc.Stdout
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
@@ -166,18 +147,9 @@ func startUploaders(tb testing.TB, job uploaderJob, uploads *atomic.Int64) (stop
 		}
 	}()
 	return func() {
-		stdin.Close()
-		done := make(chan error, 1)
-		go func() { <-read; done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				tb.Errorf("the uploader process: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-done
-			tb.Errorf("the uploader process did not stop within 30s")
+		if err := proc.Stop(30 * time.Second); err != nil {
+			tb.Errorf("the uploader process: %v", err)
 		}
+		<-read
 	}
 }
