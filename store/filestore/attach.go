@@ -79,15 +79,11 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	}()
 	a := store.NewAttachment(up, rec)
 
-	t, unlock, err := s.lockState(ctx, thread)
+	d, unlock, err := s.lockDoc(ctx, thread)
 	if err != nil {
 		return chatrelay.Attachment{}, err
 	}
 	defer unlock()
-	d, err := s.lockedDoc(thread, t)
-	if err != nil {
-		return chatrelay.Attachment{}, err
-	}
 	recs, err := s.readIndex(thread)
 	if err != nil {
 		return chatrelay.Attachment{}, err
@@ -130,15 +126,11 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 // holds LimitAttachmentPending uploads no message names yet, before its
 // bytes are taken in (PutAttachment checks again under the lock).
 func (s *File) roomForUpload(ctx context.Context, thread string) error {
-	t, unlock, err := s.lockState(ctx, thread)
+	d, unlock, err := s.lockDoc(ctx, thread)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	d, err := s.lockedDoc(thread, t)
-	if err != nil {
-		return err
-	}
 	recs, err := s.readIndex(thread)
 	if err != nil {
 		return err
@@ -328,15 +320,11 @@ func (s *File) collect(thread string, d *threadDoc, gone map[string]bool) error 
 
 // collectLocked takes the thread's lock and collects its attachments.
 func (s *File) collectLocked(ctx context.Context, thread string, gone map[string]bool) error {
-	t, unlock, err := s.lockState(ctx, thread)
+	d, unlock, err := s.lockDoc(ctx, thread)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	d, err := s.lockedDoc(thread, t)
-	if err != nil {
-		return err
-	}
 	used := usedIDs(d)
 	for id := range gone {
 		if used[id] { // never: an id is on one message
@@ -346,21 +334,29 @@ func (s *File) collectLocked(ctx context.Context, thread string, gone map[string
 	return s.collect(thread, &d, gone)
 }
 
-// lockedDoc is the thread's document for a holder of its lock (empty if
-// it has none: then the lock file goes at unlock).
-func (s *File) lockedDoc(thread string, t *threadState) (threadDoc, error) {
-	snap, err := s.load(thread, t)
+// lockDoc takes the thread's lock and reads its document (empty if it
+// has none: then the lock file goes at unlock). The caller calls unlock
+// when err is nil; on an error the lock is let go of already.
+func (s *File) lockDoc(ctx context.Context, thread string) (d threadDoc, unlock func(), err error) {
+	t, unlock, err := s.lockState(ctx, thread)
 	if err != nil {
-		return threadDoc{}, err
+		return threadDoc{}, nil, err
 	}
-	if snap == nil {
+	snap, err := s.load(thread, t)
+	switch {
+	case err != nil:
+	case snap == nil:
 		t.drop = true
-		return threadDoc{}, nil
+	case snap.err != nil:
+		err = unreadable(snap)
+	default:
+		d = snap.doc
 	}
-	if snap.err != nil {
-		return threadDoc{}, unreadable(snap)
+	if err != nil {
+		unlock()
+		return threadDoc{}, nil, err
 	}
-	return snap.doc, nil
+	return d, unlock, nil
 }
 
 // kept is recs without the uploads that no message of d names and that

@@ -172,6 +172,19 @@ func (s *File) withFDs(open func() error) error {
 	return err
 }
 
+// openRead opens path read-only, as a bare descriptor, closing kept
+// documents' descriptors if the process is out of them (withFDs).
+func (s *File) openRead(path string) (int, error) {
+	fd := -1
+	err := s.withFDs(func() (err error) {
+		return ignoringEINTR(func() (err error) {
+			fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+			return err
+		})
+	})
+	return fd, err
+}
+
 // readFile is os.ReadFile through withFDs.
 func (s *File) readFile(path string) (data []byte, err error) {
 	err = s.withFDs(func() (err error) { data, err = os.ReadFile(path); return err })
@@ -269,13 +282,7 @@ func (s *File) loadFrom(thread string, t *threadState, useCache bool) (*snapshot
 	if lerr != nil && !errors.Is(lerr, errBadDocument) {
 		return nil, s.unavailable(thread, lerr)
 	}
-	fd := -1
-	err := s.withFDs(func() (err error) {
-		return ignoringEINTR(func() (err error) {
-			fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-			return err
-		})
-	})
+	fd, err := s.openRead(path)
 	if err == syscall.ENOENT {
 		s.setSnap(t, nil) // removed (swept) by another process
 		return nil, nil

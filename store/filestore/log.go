@@ -152,13 +152,7 @@ func withLog(base threadDoc, logged []store.Entry) (threadDoc, error) {
 // nothing and same is true.
 func (s *File) readLog(thread string, known logState) (_ logState, _ []store.Entry, same bool, _ error) {
 	path := s.logPath(thread)
-	fd := -1
-	err := s.withFDs(func() (err error) {
-		return ignoringEINTR(func() (err error) {
-			fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-			return err
-		})
-	})
+	fd, err := s.openRead(path)
 	if err == syscall.ENOENT {
 		return logState{}, nil, false, nil
 	}
