@@ -397,3 +397,53 @@ func (c *Cluster) MoveSlot(t testing.TB, slot int, to string) {
 	}
 	c.WaitOK(t)
 }
+
+// WaitReplicated waits until every replica of the primary at addr has
+// received every write the primary has (its offset in INFO replication is
+// the primary's), so that a failover of it loses nothing written so far:
+// Redis replicates asynchronously, and a primary killed right after a
+// write may take that write, and under load its last second's, with it.
+func (c *Cluster) WaitReplicated(t testing.TB, addr string) {
+	t.Helper()
+	cl := c.Server(t, addr).Client(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := cl.Info(context.Background(), "replication").Result()
+		if err == nil && replicasCaughtUp(info) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: the replicas of %s did not catch up within 10s: %v\n%s", addr, err, info)
+		}
+		time.Sleep(20 * time.Millisecond) // the poll interval of a condition with a deadline
+	}
+}
+
+// replicasCaughtUp reads INFO replication: at least one replica, each at
+// the primary's offset.
+func replicasCaughtUp(info string) bool {
+	var primary string
+	var offsets []string
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
+			primary = v
+		}
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, "offset=") {
+			for _, f := range strings.Split(line, ",") {
+				if v, ok := strings.CutPrefix(f, "offset="); ok {
+					offsets = append(offsets, v)
+				}
+			}
+		}
+	}
+	if primary == "" || len(offsets) == 0 {
+		return false
+	}
+	for _, o := range offsets {
+		if o != primary {
+			return false
+		}
+	}
+	return true
+}
