@@ -68,10 +68,7 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 	if err := s.roomForThread(ctx, thread); err != nil {
 		return chatrelay.Attachment{}, err
 	}
-	if err := s.checkMark(ctx, thread); err != nil { // before the bytes are taken in; commitScript checks again
-		return chatrelay.Attachment{}, err
-	}
-	if err := s.roomForUpload(ctx, thread); err != nil { // the same
+	if err := s.roomForUpload(ctx, thread); err != nil { // before the bytes are taken in; commitScript checks again
 		return chatrelay.Attachment{}, err
 	}
 	stage := s.attKey(thread) + ":up:" + randomHex(8)
@@ -148,11 +145,14 @@ func (s *Store) unlist(ctx context.Context, thread string) {
 func (s *Store) roomForUpload(ctx context.Context, thread string) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	n, err := pendingScript.Run(ctx, s.rdb, []string{s.attKey(thread)}, s.pendingSince()).Int()
-	if err != nil {
+	r, err := pendingScript.Run(ctx, s.rdb, []string{s.attKey(thread), s.metaKey(thread)}, s.pendingSince()).Slice()
+	if err != nil || len(r) != 2 {
 		return s.unavailable("upload", err)
 	}
-	if n >= chatrelay.LimitAttachmentPending.Max {
+	if mark, _ := r[1].(string); mark != "" {
+		return markedUnreadable(thread, mark)
+	}
+	if n, _ := r[0].(int64); n >= int64(chatrelay.LimitAttachmentPending.Max) {
 		return store.TooManyPending()
 	}
 	return nil
@@ -187,10 +187,14 @@ local function pendingUploads(att, before)
 end
 `
 
-// pendingScript answers how many pending uploads (pendingLua) a thread
-// holds. KEYS: the thread's att hash. ARGV: before (ms).
+// pendingScript answers {the pending uploads (pendingLua) a thread
+// holds, its unreadable mark or ""} (unreadable.go: an upload into a
+// marked thread is refused before its bytes are taken in). KEYS: the
+// thread's att hash and meta. ARGV: before (ms).
 var pendingScript = redis.NewScript(pendingLua + `
-return pendingUploads(KEYS[1], tonumber(ARGV[1]))
+local mark = redis.call('HGET', KEYS[2], '` + markField + `')
+if mark then return {0, mark} end
+return {pendingUploads(KEYS[1], tonumber(ARGV[1])), ''}
 `)
 
 // roomForThread refuses (ThreadLimit) an upload that would start a thread
@@ -277,7 +281,7 @@ func (w *appender) flush() error {
 // is kept).
 var commitScript = redis.NewScript(pendingLua + `
 local att, stage, blob = KEYS[1], KEYS[2], KEYS[3]
-if redis.call('HEXISTS', KEYS[4], 'unreadable') == 1 then
+if redis.call('HEXISTS', KEYS[4], '` + markField + `') == 1 then
   redis.call('DEL', stage)
   return 'unreadable'
 end
@@ -312,7 +316,7 @@ return 'ok'
 // (A pending upload's staging key is not the hash's: it expires.) A thread
 // marked unreadable (unreadable.go) is kept as it is: -1.
 var collectScript = redis.NewScript(luaCommon + `
-if redis.call('HEXISTS', K.meta, 'unreadable') == 1 then return -1 end
+if redis.call('HEXISTS', K.meta, '` + markField + `') == 1 then return -1 end
 local before = tonumber(ARGV[1])
 local left = 0
 local fs = redis.call('HGETALL', K.att)

@@ -90,18 +90,3 @@ func (s *Store) noteUnreadable(ctx context.Context, thread string, err error) er
 	}
 	return err
 }
-
-// checkMark refuses a thread marked unreadable, for a write that does
-// much before its script (an upload takes its bytes in first).
-func (s *Store) checkMark(ctx context.Context, thread string) error {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	mark, err := s.rdb.HGet(ctx, s.metaKey(thread), markField).Result()
-	switch {
-	case err == nil:
-		return markedUnreadable(thread, mark)
-	case errors.Is(err, redis.Nil):
-		return nil
-	}
-	return s.unavailable("upload", err)
-}
