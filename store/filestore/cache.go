@@ -255,8 +255,8 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 	// every read takes them (log.go); a document before logVersion has no
 	// log to look at (a writer appends to a log only once the document is
 	// at logVersion, a new file), so the default layout pays one stat.
-	path, lpath := s.path(thread), s.logPath(thread)
-	if snap := t.snap.Load(); snap != nil && snap.pin != nil && !snap.log.torn() && (snap.ver < logVersion || sameLog(lpath, snap.log)) {
+	path := s.path(thread)
+	if snap := t.snap.Load(); snap != nil && snap.pin != nil && !snap.log.torn() && (snap.ver < logVersion || sameLog(s.logPath(thread), snap.log)) {
 		var st syscall.Stat_t
 		err := ignoringEINTR(func() error { return syscall.Stat(path, &st) })
 		if err == nil && identityOf(&st) == snap.id && t.snap.Load() == snap {
