@@ -92,10 +92,7 @@ func TestMixedSettingsLoseNothing(t *testing.T) {
 	dir := t.TempDir()
 	on := openFile(t, dir, FileOptions{AppendLog: true})
 	off := openFile(t, dir, FileOptions{})
-	for _, text := range []string{"one", "two", "three"} {
-		appendText(t, on, threadA, text)
-	}
-	assert.Equal(t, "log lines", len(logLines(t, dir, threadA)), 2)
+	postThreeLogged(t, on, dir)
 	assert.Equal(t, "read without the option", texts(mustSince(t, off, threadA)), []string{"one", "two", "three"})
 	appendText(t, on, threadA, "four")
 	assert.Equal(t, "read again without the option", texts(mustSince(t, off, threadA)), []string{"one", "two", "three", "four"})
@@ -122,10 +119,7 @@ func TestSweepWithoutTheOptionCompacts(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	on := openFile(t, dir, FileOptions{AppendLog: true, Retention: chatrelay.Retention{Messages: 1000}})
-	for _, text := range []string{"one", "two", "three"} {
-		appendText(t, on, threadA, text)
-	}
-	assert.Equal(t, "log lines", len(logLines(t, dir, threadA)), 2)
+	postThreeLogged(t, on, dir)
 	off := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Messages: 2}})
 	st, err := off.Sweep(t.Context())
 	assert.Success(t, err)
@@ -245,10 +239,7 @@ func TestRetentionDropCompacts(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := openFile(t, dir, FileOptions{AppendLog: true, Retention: chatrelay.Retention{Messages: 3}})
-	for _, text := range []string{"one", "two", "three"} {
-		appendText(t, s, threadA, text)
-	}
-	assert.Equal(t, "log lines", len(logLines(t, dir, threadA)), 2)
+	postThreeLogged(t, s, dir)
 	appendText(t, s, threadA, "four")
 	assert.Equal(t, "log lines", len(logLines(t, dir, threadA)), 0)
 	msgs, trimmed := readThread(t, dir, threadA)
@@ -500,4 +491,15 @@ func FuzzParseLog(f *testing.F) {
 			}
 		}
 	})
+}
+
+// postThreeLogged posts "one", "two" and "three" to threadA through s
+// (AppendLog on, in dir): the first writes the document, the other two
+// are the log's two lines.
+func postThreeLogged(t *testing.T, s *File, dir string) {
+	t.Helper()
+	for _, text := range []string{"one", "two", "three"} {
+		appendText(t, s, threadA, text)
+	}
+	assert.Equal(t, "log lines", len(logLines(t, dir, threadA)), 2)
 }
