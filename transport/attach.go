@@ -148,32 +148,76 @@ var background = lane.ForCores()
 
 // uploadHold is the longest an upload's chunk holds its turn of the
 // lane: a write the disk holds up (the flusher's wait for the span
-// before, on a busy disk) lets the turn go after this, for the pushes and
-// the other uploads.
+// before, on a busy disk) or a store's round trip lets the turn go after
+// this, for the pushes and the other uploads.
 const uploadHold = 5 * time.Millisecond
 
-// laneBody is an upload's body, each chunk of it processed (hashed and
-// written by the store) under a turn of the background lane. An upload
-// holds its turn from the moment a read of its body returns bytes until
-// it asks for more, never while it waits for the network, a store's lock
-// or its final fsync: a slow client holds none.
+// uploadStall is the longest an upload's read of its body may wait for
+// its client under a turn of the lane: past it the turn is let go, and
+// the upload reads without a turn (see laneBody).
+const uploadStall = time.Millisecond
+
+// laneBody is an upload's body, each chunk of it read, hashed and written
+// by the store under a turn of the background lane: at most the lane's
+// turns of uploads take their bytes in at once, and the others wait
+// without reading, their bytes in the kernel's socket buffers and their
+// clients held back by TCP's flow control. An upload holds its turn from
+// the read of a chunk until it asks for the next one; it never holds it
+// while it waits for a store's lock or its final fsync (the store's work
+// after the last read), nor for long while it waits for its client: a
+// read that waits longer than uploadStall lets the turn go, and the
+// upload's next reads are made without a turn, only the chunks' hashing
+// and writing under one (a client that does not keep up sends little a
+// second, and costs little), until a read finds a whole chunk waiting
+// (its client outpaces the server again).
 type laneBody struct {
 	ctx   context.Context
 	r     io.Reader
+	slow  bool   // its client did not keep up: reads are made without a turn
 	leave func() // gives back the turn held, if any
 }
 
 func (p *laneBody) Read(b []byte) (int, error) {
 	p.release()
-	n, err := p.r.Read(b)
-	if n > 0 {
-		leave, lerr := background.EnterFor(p.ctx, uploadHold)
-		if lerr != nil {
-			return 0, lerr
+	if p.slow {
+		n, err := p.r.Read(b)
+		if n == len(b) {
+			p.slow = false
 		}
+		return n, p.enter(n, err)
+	}
+	leave, err := background.EnterFor(p.ctx, uploadHold)
+	if err != nil {
+		return 0, err
+	}
+	stall := time.AfterFunc(uploadStall, leave)
+	n, err := p.r.Read(b)
+	if !stall.Stop() { // the read waited for its client: the turn is gone (or going)
+		leave()
+		p.slow = true
+		return n, p.enter(n, err)
+	}
+	if n > 0 {
 		p.leave = leave
+	} else {
+		leave()
 	}
 	return n, err
+}
+
+// enter takes a turn of the lane for the n bytes a read without one
+// returned (with err), and returns err, or the context's error if the
+// upload ended while it waited.
+func (p *laneBody) enter(n int, err error) error {
+	if n == 0 {
+		return err
+	}
+	leave, lerr := background.EnterFor(p.ctx, uploadHold)
+	if lerr != nil {
+		return lerr
+	}
+	p.leave = leave
+	return err
 }
 
 // release gives the turn back, if the body holds one.
