@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"unicode/utf8"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -22,7 +23,10 @@ type messageAnswer struct {
 type respondBody struct {
 	InteractionID *string `json:"interaction_id"`
 	Decision      *string `json:"decision"`
-	Value         *string `json:"value"`
+	// Value is kept as sent, to be checked before it is decoded (a
+	// decoder would quietly turn invalid UTF-8 and a lone surrogate
+	// escape into U+FFFD, changing the person's answer).
+	Value *json.RawMessage `json:"value"`
 }
 
 // answer checks a respond body: the interaction it names and the answer,
@@ -42,7 +46,13 @@ func (body respondBody) answer() (chatrelay.Answer, string, error) {
 	case body.Decision != nil:
 		ans.Decision = *body.Decision
 	case body.Value != nil:
-		ans.Value = *body.Value
+		raw := *body.Value
+		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &ans.Value) != nil {
+			return ans, "", chatrelay.Errorf(chatrelay.InvalidJSON, "the body's fields have the wrong types: value must be a string")
+		}
+		if !utf8.Valid(raw) || chatrelay.LoneSurrogate(raw) {
+			return ans, "", chatrelay.Errorf(chatrelay.InvalidAnswer, "the value is not valid UTF-8 (or holds a lone UTF-16 surrogate escape)")
+		}
 	default:
 		return ans, "", chatrelay.Errorf(chatrelay.InvalidAnswer, `an answer needs a "decision" (approval) or a "value" (input)`)
 	}
