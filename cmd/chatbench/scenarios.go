@@ -306,6 +306,27 @@ func (ps *postStats) report(r *result) {
 	}
 }
 
+// failures counts the calls of one kind that failed and keeps the last
+// one's error. It is safe for concurrent use.
+type failures struct {
+	n    atomic.Int64
+	last atomic.Pointer[string]
+}
+
+func (f *failures) add(msg string) {
+	f.n.Add(1)
+	f.last.Store(&msg)
+}
+
+// report adds the count as key, and a note with the last error, if any
+// call failed; what names the calls ("poll").
+func (f *failures) report(r *result, key, what string) {
+	if n := f.n.Load(); n > 0 {
+		r.int(key, n)
+		r.note("last %s error: %s", what, *f.last.Load())
+	}
+}
+
 // lateAfter is how far behind its slot a paced call may start before it
 // counts as late (every poster was still busy with an earlier call).
 const lateAfter = 10 * time.Millisecond
