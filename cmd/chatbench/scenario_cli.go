@@ -35,7 +35,7 @@ func (b *bench) s6(ctx context.Context, r *result) {
 	var got [2]atomic.Int64 // per subscriber: the newest reply seq received + 1
 	k := &sink{tag: tag}
 	k.onMsg = func(s *subscriber, seq int) { got[s.idx].Store(int64(seq) + 1) }
-	f, _, err := b.openFleet(ctx, subs, k, true, openLimit(2))
+	f, _, err := b.openFleet(ctx, subs, k, true)
 	defer f.close()
 	if err != nil {
 		r.err = err

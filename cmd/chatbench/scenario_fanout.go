@@ -55,7 +55,7 @@ func (b *bench) fanSet(ctx context.Context) (fs *fanSet, fresh bool) {
 	cfg := b.cfg
 	fs = &fanSet{threads: newThreads(cfg.threads)}
 	subs := makeSubs(fs.threads, cfg.threads*cfg.subs, "mixed")
-	fs.f, fs.setup, fs.err = b.openFleet(ctx, subs, &fs.to, true, openLimit(len(subs)))
+	fs.f, fs.setup, fs.err = b.openFleet(ctx, subs, &fs.to, true)
 	b.fan = fs
 	return fs, true
 }

@@ -43,7 +43,7 @@ func (b *bench) s3(ctx context.Context, r *result) {
 		}
 	}
 	u := b.startUsage()
-	f, setup, err := b.openFleet(ctx, subs, k, false, openLimit(len(subs)))
+	f, setup, err := b.openFleet(ctx, subs, k, false)
 	defer f.close()
 	if err != nil {
 		r.err = err

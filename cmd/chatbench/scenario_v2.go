@@ -30,7 +30,7 @@ func (b *bench) s7(ctx context.Context, r *result) {
 	}
 	k := &v2sink{tag: newTag("S7")}
 	k.msgs.tag = k.tag
-	f, setup, err := b.openFleet(ctx, subs, k, true, openLimit(len(subs)))
+	f, setup, err := b.openFleet(ctx, subs, k, true)
 	r.int("threads", int64(len(threads)))
 	r.int("subs", int64(len(subs)))
 	if err != nil {

@@ -112,8 +112,9 @@ type fleet struct {
 }
 
 // openFleet starts every subscriber, at most --dial-concurrency connecting
-// at once, and waits (at most limit) until each has had its ready frame.
-func (b *bench) openFleet(ctx context.Context, subs []*subscriber, h handler, resume bool, limit time.Duration) (*fleet, time.Duration, error) {
+// at once, and waits (at most openLimit) until each has had its ready
+// frame.
+func (b *bench) openFleet(ctx context.Context, subs []*subscriber, h handler, resume bool) (*fleet, time.Duration, error) {
 	f := &fleet{subs: subs}
 	start := time.Now()
 	sem := make(chan struct{}, b.cfg.dialConc)
@@ -131,7 +132,7 @@ func (b *bench) openFleet(ctx context.Context, subs []*subscriber, h handler, re
 			}
 		})
 	}
-	err := waitFor(ctx, limit, func() bool {
+	err := waitFor(ctx, openLimit(len(subs)), func() bool {
 		return f.readyCount() == len(subs) || f.endedCount() == len(subs)
 	})
 	if n := f.readyCount(); n < len(subs) {
