@@ -112,8 +112,9 @@ type fleet struct {
 }
 
 // openFleet starts every subscriber, at most --dial-concurrency connecting
-// at once, and waits (at most limit) until each has had its ready frame.
-func (b *bench) openFleet(ctx context.Context, subs []*subscriber, h handler, resume bool, limit time.Duration) (*fleet, time.Duration, error) {
+// at once, and waits (at most openLimit) until each has had its ready
+// frame.
+func (b *bench) openFleet(ctx context.Context, subs []*subscriber, h handler, resume bool) (*fleet, time.Duration, error) {
 	f := &fleet{subs: subs}
 	start := time.Now()
 	sem := make(chan struct{}, b.cfg.dialConc)
@@ -131,7 +132,7 @@ func (b *bench) openFleet(ctx context.Context, subs []*subscriber, h handler, re
 			}
 		})
 	}
-	err := waitFor(ctx, limit, func() bool {
+	err := waitFor(ctx, openLimit(len(subs)), func() bool {
 		return f.readyCount() == len(subs) || f.endedCount() == len(subs)
 	})
 	if n := f.readyCount(); n < len(subs) {
@@ -303,6 +304,27 @@ func (ps *postStats) report(r *result) {
 	if n := ps.failed.Load(); n > 0 {
 		r.int("post_errors", n)
 		r.note("last post error: %s", *ps.lastErr.Load())
+	}
+}
+
+// failures counts the calls of one kind that failed and keeps the last
+// one's error. It is safe for concurrent use.
+type failures struct {
+	n    atomic.Int64
+	last atomic.Pointer[string]
+}
+
+func (f *failures) add(msg string) {
+	f.n.Add(1)
+	f.last.Store(&msg)
+}
+
+// report adds the count as key, and a note with the last error, if any
+// call failed; what names the calls ("poll").
+func (f *failures) report(r *result, key, what string) {
+	if n := f.n.Load(); n > 0 {
+		r.int(key, n)
+		r.note("last %s error: %s", what, *f.last.Load())
 	}
 }
 
