@@ -129,7 +129,7 @@ func (b *bench) fanout(ctx context.Context, r *result, d time.Duration, rate flo
 	if n := k.foreign.Load(); n > 0 {
 		r.int("foreign", n)
 	}
-	st.report(r)
+	st.report(r, "post")
 	if drainErr != nil && got < want {
 		r.note("deliveries still missing %s after posting stopped", cfg.drain)
 	}

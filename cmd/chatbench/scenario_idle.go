@@ -82,5 +82,5 @@ func (b *bench) s3(ctx context.Context, r *result) {
 		r.int("stream_drops", n)
 		r.note("streams ended while idle: %s", f.firstErr())
 	}
-	st.report(r)
+	st.report(r, "post")
 }

@@ -94,7 +94,7 @@ func (b *bench) s4Fill(ctx context.Context, r *result) ([]*thread, []atomic.Int6
 	})
 	r.int("threads", int64(len(threads)))
 	r.int("messages", st.ok.Load())
-	st.report(r)
+	st.report(r, "post")
 	if st.ok.Load() < int64(total) {
 		r.err = fmt.Errorf("%d of %d messages stored", st.ok.Load(), total)
 		return nil, nil, false

@@ -78,7 +78,7 @@ func (b *bench) s5(ctx context.Context, r *result) {
 	r.int("posts", st.ok.Load())
 	reportResume(r, subs, k, liveErr, allLive)
 	r.cpu(u, "", 0)
-	st.report(r)
+	st.report(r, "post")
 }
 
 // postSteadily posts at S5's rate to random threads, recording each

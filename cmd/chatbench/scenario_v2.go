@@ -90,8 +90,8 @@ func (b *bench) s7(ctx context.Context, r *result) {
 		r.int("repeated", n)
 		r.note("%d message frames more than messages × subscribers: some came twice", n)
 	}
-	posts.report(r)
-	reacts.report(r)
+	posts.report(r, "post")
+	reacts.report(r, "reaction")
 	if drainErr != nil {
 		r.note("deliveries still missing %s after the changes stopped", cfg.drain)
 	}

@@ -296,14 +296,21 @@ func (ps *postStats) count(err error) {
 	ps.lastErr.Store(&msg)
 }
 
-func (ps *postStats) report(r *result) {
+// report adds the refused and failed calls to r, if any; what names the
+// calls ("post", "reaction") in the keys and the note, so that two kinds
+// counted in one scenario keep their keys apart.
+func (ps *postStats) report(r *result, what string) {
 	if n := ps.limited.Load(); n > 0 {
-		r.int("rate_limited", n)
+		key := "rate_limited"
+		if what != "post" {
+			key = what + "s_rate_limited"
+		}
+		r.int(key, n)
 		r.note("raise the server's --rate-thread and --rate-ip")
 	}
 	if n := ps.failed.Load(); n > 0 {
-		r.int("post_errors", n)
-		r.note("last post error: %s", *ps.lastErr.Load())
+		r.int(what+"_errors", n)
+		r.note("last %s error: %s", what, *ps.lastErr.Load())
 	}
 }
 
