@@ -49,7 +49,7 @@ func (s *Store) startBatcher() {
 	s.calls = make(chan *scriptCall)
 	s.slots = make(chan struct{}, batchSenders)
 	for range batchSenders {
-		if s.enter() {
+		if s.members.Enter() {
 			go s.sendBatches()
 		}
 	}
@@ -91,7 +91,7 @@ func failedCmd(ctx context.Context, err error) *redis.Cmd {
 // for a place, then takes every other script already waiting (up to
 // batchMax), and sends them.
 func (s *Store) sendBatches() {
-	defer s.wg.Done()
+	defer s.members.Leave()
 	batch := make([]*scriptCall, 0, batchMax)
 	for {
 		select {

@@ -175,6 +175,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/closegroup"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -232,9 +233,7 @@ type Store struct {
 
 	closing context.Context // done once Close is called
 	close   context.CancelFunc
-	life    sync.Mutex     // guards closed, and orders wg.Add before wg.Wait
-	closed  bool           // Close was called
-	wg      sync.WaitGroup // Follow calls and the goroutines the store owns
+	members closegroup.Group // Follow calls and the goroutines the store owns
 	once    sync.Once
 
 	pingEvery time.Duration // chatrelay.DefaultFeedPing; tests shorten it
@@ -411,11 +410,9 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error {
 	var err error
 	s.once.Do(func() {
-		s.life.Lock()
-		s.closed = true
-		s.life.Unlock()
+		s.members.Close()
 		s.close()
-		s.wg.Wait()
+		s.members.Wait()
 		err = s.closeClient()
 		unrouteClientLog(s)
 	})
@@ -432,18 +429,6 @@ func (s *Store) closeClient() error {
 
 // ErrClosed is returned by Follow and the limiters after Close.
 var ErrClosed = errors.New("redisstore: closed")
-
-// enter counts one more goroutine or call that Close waits for; it returns
-// false once the store is closed. The caller calls s.wg.Done when it ends.
-func (s *Store) enter() bool {
-	s.life.Lock()
-	defer s.life.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	return true
-}
 
 func (s *Store) logKey(thread string) string    { return s.prefix + "{" + thread + "}:log" }
 func (s *Store) metaKey(thread string) string   { return s.prefix + "{" + thread + "}:meta" }
