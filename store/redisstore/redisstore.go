@@ -203,10 +203,11 @@ type Options struct {
 	// prefix (other nodes, the host CLI) then queues events (outbox.go).
 	Webhooks []string
 	Now      func() time.Time
-	evalOnly bool // run every script with EVALSHA, never the library (functions.go): tests
 	// Now defaults to time.Now. It gives epochs and retention ages, like the
 	// file store's clock; nodes are expected to keep their clocks in sync
 	// (an epoch is still strictly increasing within a thread if they do not).
+
+	evalOnly bool // run every script with EVALSHA, never the library (functions.go), as on a Redis without functions: tests
 }
 
 // Store is the Redis store. It is safe for concurrent use by many goroutines
