@@ -10,11 +10,24 @@ import "github.com/redis/go-redis/v9"
 // with %.0f, never tostring (which would switch to exponent form).
 
 // luaCommon is shared by the scripts of a thread. Every one of them is
-// given the same keys (Store.keys): the thread's, then the global ones.
+// given the same keys (Store.keys): the thread's, then the global ones,
+// which K names. A script builds K on every call; the library
+// (functions.go) fills one K once per call instead (luaKeysFill).
 const luaCommon = `
 local K = {log = KEYS[1], meta = KEYS[2], ids = KEYS[3], v2 = KEYS[4], v2e = KEYS[5], revs = KEYS[6],
   cids = KEYS[7], ixs = KEYS[8], grants = KEYS[9], audit = KEYS[10], att = KEYS[11],
   index = KEYS[12], gen = KEYS[13], pending = KEYS[14], gindex = KEYS[15], events = KEYS[16]}
+` + luaHelpers
+
+// luaKeysFill sets K's fields from the keys of a call (functions.go).
+const luaKeysFill = `
+K.log, K.meta, K.ids, K.v2, K.v2e, K.revs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+K.cids, K.ixs, K.grants, K.audit, K.att = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+K.index, K.gen, K.pending, K.gindex, K.events = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+`
+
+// luaHelpers are luaCommon's functions.
+const luaHelpers = `
 
 local function epochOf(id) return tonumber(string.match(id, '^(%d+)')) end
 local function fmt(n) return string.format('%.0f', n) end
@@ -218,14 +231,13 @@ end
 // {"unreadable", mark} (the thread is marked unreadable: unreadable.go;
 // it answers so before anything else, a replay included, and a rated
 // post counts in no window).
-var appendScript = redis.NewScript(luaCommon + luaRate + `
-local thread = ARGV[1]
-local now, keep, age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local participant = ARGV[16]
-local cid = ARGV[12]
-local rated = ARGV[26] ~= ''
+var appendScript = newLuaScript("append", luaCommon+luaRate, appendDefs, appendLua)
 
-local function run()
+// appendDefs is appendScript's function appendRun, the append itself
+// (appendLua counts the post in the rate windows around it). The library
+// defines it once; a script, on every call.
+const appendDefs = `
+local function appendRun(thread, now, keep, age, participant, cid, rated)
 
 -- What an append needs of the thread is in meta, read in one call: the
 -- newest epoch ("last"), a lower bound of the oldest ("first"), the id
@@ -240,7 +252,7 @@ local firstWas = first
 -- it above). An append reads the length (XLEN) only when the bound says
 -- the log may be over keep, or there is no bound.
 local n = tonumber(meta[9])
-local set = {}
+local set -- meta's other fields to write, if any
 if not prev then
   local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
   if #newest == 0 then
@@ -273,12 +285,15 @@ if participant ~= '' then
   local n = waiting(ARGV[7], tonumber(ARGV[20]))
   if n >= tonumber(ARGV[20]) then return {'waiting', fmt(n)} end
 end
-local atts = {}
-for id in string.gmatch(ARGV[24], '%S+') do
-  if redis.call('HEXISTS', K.att, id) == 0 or redis.call('HEXISTS', K.att, 'u:' .. id) == 1 then
-    return {'attachment', id}
+local atts
+if ARGV[24] ~= '' then
+  atts = {}
+  for id in string.gmatch(ARGV[24], '%S+') do
+    if redis.call('HEXISTS', K.att, id) == 0 or redis.call('HEXISTS', K.att, 'u:' .. id) == 1 then
+      return {'attachment', id}
+    end
+    atts[#atts + 1] = id
   end
-  atts[#atts + 1] = id
 end
 
 local epoch = now
@@ -365,13 +380,14 @@ if ARGV[13] ~= '' then
   else
     v2json = string.sub(json, 1, -2) .. ',"rev":' .. es .. ARGV[13]
   end
-  for _, a in ipairs(atts) do redis.call('HSET', K.att, 'u:' .. a, es) end
+  if atts then
+    for _, a in ipairs(atts) do redis.call('HSET', K.att, 'u:' .. a, es) end
+  end
   redis.call('HSET', K.v2, es, v2json)
   redis.call('ZADD', K.v2e, es, es)
   if not v2 then
     v2 = '1'
-    set[#set + 1] = 'v2'
-    set[#set + 1] = '1'
+    set = {'v2', '1'}
   end
   if cid ~= '' then redis.call('HSET', K.cids, cid, es) end
   if ARGV[14] ~= '' then
@@ -385,6 +401,7 @@ if participant ~= '' then
 end
 
 if ARGV[21] ~= '' then
+  set = set or {}
   set[#set + 1] = 'title'
   set[#set + 1] = ARGV[21]
 end
@@ -405,17 +422,21 @@ if n > keep or first <= now - age then
   end
 end
 -- Meta's fields that changed: "sec" and "first" seldom do.
-set[#set + 1] = 'n'
-set[#set + 1] = n
 if meta[7] ~= sec then
+  set = set or {}
   set[#set + 1] = 'sec'
   set[#set + 1] = sec
 end
 if first ~= firstWas then
+  set = set or {}
   set[#set + 1] = 'first'
   set[#set + 1] = fmt(first)
 end
-redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, unpack(set))
+if set then
+  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', n, unpack(set))
+else
+  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', n)
+end
 redis.call('ZADD', K.index, es, thread)
 announce(ARGV[9], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or json)
 if ARGV[23] ~= '' then
@@ -424,8 +445,16 @@ end
 if participant ~= '' then publish(ARGV[9], thread .. ' P') end
 return {'ok', es, id, json, v2json}
 end
+`
 
-if not rated then return run() end
+// appendLua is appendScript's own Lua: the post counted in the rate
+// windows, if it is rated, around appendRun.
+const appendLua = `
+local thread = ARGV[1]
+local now, keep, age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local participant = ARGV[16]
+local cid = ARGV[12]
+if ARGV[26] == '' then return appendRun(thread, now, keep, age, participant, cid, false) end
 if cid ~= '' then
   local bad = redis.call('HGET', K.meta, 'unreadable')
   if bad then return {'unreadable', bad} end
@@ -434,17 +463,18 @@ if cid ~= '' then
   if js then return {'replay', js} end
 end
 local win, l1, l2 = tonumber(ARGV[27]), tonumber(ARGV[28]), tonumber(ARGV[29])
-local wait, rn = rateTake(KEYS[17], KEYS[18], ARGV[26], now, win, l1, l2)
+local wait, n1, n2 = rateTake(KEYS[17], KEYS[18], ARGV[26], now, win, l1, l2)
 if wait > 0 then return {'rate', fmt(wait)} end
-local res = run()
+local res = appendRun(thread, now, keep, age, participant, cid, true)
 if res[1] == 'ok' then
-  rateKeep(KEYS[17], KEYS[18], rn, now, win, ARGV[27], l1, l2)
+  rateKeep(KEYS[17], n1, l1, now, win, ARGV[27])
+  rateKeep(KEYS[18], n2, l2, now, win, ARGV[27])
 else
   redis.call('RPOP', KEYS[17])
   redis.call('RPOP', KEYS[18])
 end
 return res
-`)
+`
 
 // changeScript stores a message's new v2 object if the message is still
 // retained and its rev is still the one read (compare and set: the caller
