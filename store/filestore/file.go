@@ -90,6 +90,9 @@ type File struct {
 	createMu sync.Mutex // orders this process's thread creations (flock is per open file, not per goroutine)
 	countMu  sync.Mutex // guards countF, and is held while it is locked (lockCount); taken after createMu
 	countF   *os.File   // .threads.lock, kept open between locks; nil until the first
+	// countSize is the length of .threads.lock as read or written under
+	// the current lock (countFile.size); guarded by countMu.
+	countSize int
 
 	index  grantIndex // share-token digests to threads (participants.go)
 	claims pushClaims // the pushes this process claimed (push.go)
