@@ -173,7 +173,8 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 			replaced.Close()
 		}
 	}()
-	t, snap, unlock, err := s.lockLoad(ctx, thread) // now that no other process writes
+	hasLog := true // unless the load says otherwise
+	t, snap, unlock, err := s.lockLoadLogged(ctx, thread, &hasLog) // now that no other process writes
 	if err != nil {
 		return false, err
 	}
@@ -222,9 +223,10 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 		s.announce(thread, t, nd)
 		return false, ferr
 	}
-	if snap == nil {
+	if snap == nil && hasLog {
 		// A log without its document (removed by hand) must not add
-		// its lines to the new thread.
+		// its lines to the new thread. (The load under the lock looked
+		// for it: a creation, as a rule, finds none and removes nothing.)
 		syscall.Unlink(s.logPath(thread))
 	}
 	ver := 0

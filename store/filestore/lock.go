@@ -23,11 +23,17 @@ import (
 // (nil: no document), now that no other process writes. On an error
 // nothing stays locked.
 func (s *File) lockLoad(ctx context.Context, thread string) (*threadState, *snapshot, func(), error) {
+	return s.lockLoadLogged(ctx, thread, nil)
+}
+
+// lockLoadLogged is lockLoad that, for a thread with no document, sets
+// *hasLog to whether it has a log (loadLogged).
+func (s *File) lockLoadLogged(ctx context.Context, thread string, hasLog *bool) (*threadState, *snapshot, func(), error) {
 	t, unlock, err := s.lockState(ctx, thread)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	snap, err := s.load(thread, t)
+	snap, err := s.loadLogged(thread, t, hasLog)
 	if err != nil {
 		unlock()
 		return nil, nil, nil, err
