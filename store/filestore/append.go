@@ -142,7 +142,10 @@ type mutation func(d threadDoc, now time.Time) (nd threadDoc, undo func(), err e
 // that creates nothing (another process created the thread meanwhile,
 // or the write failed) is given back once the thread's lock is released.
 // If the document vanished (swept) after the lock-free check, it asks to
-// retry.
+// retry. While a call of this process creates a thread, another that
+// would create it too reserves nothing and waits for the thread's lock
+// (reserveThread): it then finds the document, or, if the creation
+// failed, tries again.
 func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mutation) (retry bool, err error) {
 	notFound := func() error { return chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread) }
 	creating := !s.mayExist(thread)
@@ -154,9 +157,16 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 			return false, err
 		}
 	}
-	created := false
+	created, ended := false, false
+	endCreation := func() { // once: another call may have reserved the thread since
+		if !ended {
+			ended = true
+			s.endCreation(thread)
+		}
+	}
 	if creating {
 		defer func() { // after the thread's lock is released (deferred below)
+			endCreation() // (if the lock was never had)
 			if !created {
 				s.releaseThread(ctx)
 			}
@@ -179,6 +189,11 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 		return false, err
 	}
 	defer unlock()
+	if creating {
+		// Before the lock is let go of: a waiter then finds the
+		// document, or may create the thread itself.
+		defer endCreation()
+	}
 	if snap == nil {
 		// No document: unless this call writes one, its lock file goes
 		// (before the deferred unlock, which removes it).

@@ -18,10 +18,21 @@ import (
 // lock: ThreadLimit if the store is full. Counted before the document
 // exists, a crash in between overstates the count (the sweep recounts),
 // never understates it. It reports false if the thread exists after all
-// (another process created it): nothing is counted then.
+// (another process created it), or if another call of this process has
+// reserved it and not ended its creation yet (endCreation): nothing is
+// counted then, and the caller waits for the thread's lock, under which
+// the creator writes the document. (Counting it twice would refuse the
+// second post with ThreadLimit at the limit, for a thread that is about
+// to exist, and cost a reservation given back otherwise.)
 func (s *File) reserveThread(ctx context.Context, thread string) (bool, error) {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
+	s.creatingMu.Lock()
+	_, busy := s.creating[thread]
+	s.creatingMu.Unlock()
+	if busy {
+		return false, nil
+	}
 	c, err := s.lockCount(ctx)
 	if err != nil {
 		return false, err
@@ -38,7 +49,22 @@ func (s *File) reserveThread(ctx context.Context, thread string) (bool, error) {
 		return false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
 	}
 	setThreadCount(c, count+1)
+	s.creatingMu.Lock()
+	if s.creating == nil {
+		s.creating = make(map[string]struct{})
+	}
+	s.creating[thread] = struct{}{}
+	s.creatingMu.Unlock()
 	return true, nil
+}
+
+// endCreation ends the creation of thread that reserveThread reserved:
+// another call may reserve it again. Its caller calls it once, before it
+// lets go of the thread's lock (or when it failed to take it).
+func (s *File) endCreation(thread string) {
+	s.creatingMu.Lock()
+	delete(s.creating, thread)
+	s.creatingMu.Unlock()
 }
 
 // releaseThread gives back a reservation that created nothing. If the

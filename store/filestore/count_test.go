@@ -120,3 +120,51 @@ func TestCountFileHoldsTheCount(t *testing.T) {
 	assert.Success(t, err)
 	assert.Equal(t, "the count given back", string(data), "9\n")
 }
+
+// TestSecondPostToThreadBeingCreated: at the thread limit's last place,
+// a post to a thread that another post of the same process is creating
+// (its first post holds the place and waits for the thread's lock) is
+// not refused thread_limit: it waits for the creation and goes to the
+// thread. The thread is counted once.
+func TestSecondPostToThreadBeingCreated(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{MaxThreads: 1, LockTimeout: 20 * time.Second})
+	countPath := filepath.Join(dir, "chat", ".threads.lock")
+
+	// Another process holds the thread's lock: the first post reserves
+	// the last place, then waits for it.
+	other := newFlock(s.path(threadA) + ".lock")
+	ok, err := other.TryLock()
+	assert.Success(t, err)
+	assert.True(t, ok, "the thread's lock is free")
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Append(context.Background(), threadA, store.NewMessage{Author: chatrelay.Operator, Text: "one"})
+		first <- err
+	}()
+	assert.Eventually(t, 10*time.Second, "the first post reserved the last place", func() bool {
+		data, _ := os.ReadFile(countPath)
+		return string(data) == "1\n"
+	})
+
+	second := make(chan error, 1)
+	go func() {
+		_, err := s.Append(context.Background(), threadA, store.NewMessage{Author: chatrelay.Operator, Text: "two"})
+		second <- err
+	}()
+	// The second post waits for the thread's lock; refused, it would
+	// answer at once (it is given time to, not waited on).
+	select {
+	case err := <-second:
+		t.Fatalf("the second post answered while the thread was being created: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	assert.Success(t, other.Unlock())
+	assert.Success(t, <-first)
+	assert.Success(t, <-second)
+	assert.Equal(t, "the thread", texts(mustSince(t, s, threadA)), []string{"one", "two"})
+	data, err := os.ReadFile(countPath)
+	assert.Success(t, err)
+	assert.Equal(t, "the count", string(data), "1\n")
+}

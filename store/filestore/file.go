@@ -90,6 +90,12 @@ type File struct {
 	createMu sync.Mutex // orders this process's thread creations (flock is per open file, not per goroutine)
 	countMu  sync.Mutex // guards countF, and is held while it is locked (lockCount); taken after createMu
 	countF   *os.File   // .threads.lock, kept open between locks; nil until the first
+	// creating is the threads this process's calls have reserved and
+	// not ended the creation of (reserveThread, endCreation); guarded by
+	// creatingMu, which is taken under createMu or the thread's lock and
+	// held for nothing else.
+	creatingMu sync.Mutex
+	creating   map[string]struct{}
 	// countSize is the length of .threads.lock as read or written under
 	// the current lock (countFile.size); guarded by countMu.
 	countSize int
