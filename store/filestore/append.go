@@ -183,8 +183,9 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 			replaced.Close()
 		}
 	}()
-	hasLog := true // unless the load says otherwise
-	t, snap, unlock, err := s.lockLoadLogged(ctx, thread, &hasLog) // now that no other process writes
+	// Now that no other process writes; hasLog unless the load says otherwise.
+	hasLog := true
+	t, snap, unlock, err := s.lockLoadLogged(ctx, thread, &hasLog)
 	if err != nil {
 		return false, err
 	}
@@ -248,7 +249,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 	if s.opt.AppendLog && isAppend(old, nd) {
 		ver = logVersion // the thread's next message may go to its log
 	}
-	pin, id, err := s.writeDoc(thread, nd, ver)
+	pin, id, err := s.writeDoc(thread, nd, ver, snap == nil)
 	if err != nil {
 		if undo != nil {
 			undo()
@@ -314,13 +315,13 @@ func (s *File) queueEvents(thread string, old, nd threadDoc) error {
 	return nil
 }
 
-// writeDoc writes thread's document nd (atomic replace) at version ver
-// or its content's if that is more, noting a failed write for the
-// readiness probe.
-func (s *File) writeDoc(thread string, nd threadDoc, ver int) (*fdPin, fileID, error) {
+// writeDoc writes thread's document nd (atomic replace; create: the
+// thread has none, see write) at version ver or its content's if that is
+// more, noting a failed write for the readiness probe.
+func (s *File) writeDoc(thread string, nd threadDoc, ver int, create bool) (*fdPin, fileID, error) {
 	bp := docBufs.Get().(*[]byte)
 	doc := appendDocumentV((*bp)[:0], thread, nd, ver)
-	pin, id, err := s.write(thread, doc)
+	pin, id, err := s.write(thread, doc, create)
 	s.noteWrite(len(doc), err)
 	*bp = doc[:0]
 	docBufs.Put(bp)
@@ -343,12 +344,26 @@ func sameDoc(a, b threadDoc) bool {
 		(len(a.msgs) == 0 || &a.msgs[0] == &b.msgs[0])
 }
 
-// write replaces the thread's document atomically (writeFD). It returns
-// the new file, still open (the snapshot's pin), and its identity.
-func (s *File) write(thread string, doc []byte) (*fdPin, fileID, error) {
+// write replaces the thread's document atomically (writeFD); create says
+// the caller, holding the thread's lock, found no document: it is then
+// created by createFD where the system can. It returns the new file,
+// still open (the snapshot's pin), and its identity.
+func (s *File) write(thread string, doc []byte, create bool) (*fdPin, fileID, error) {
 	fd := -1
 	var id fileID
-	err := s.withFDs(func() (err error) { fd, _, id, err = writeFD(s.dir, thread+".json", doc, s.dsync); return err })
+	err := s.withFDs(func() (err error) {
+		if create && !s.noTmpfile.Load() {
+			var how createHow
+			switch fd, id, how, err = createFD(s.dir, thread+".json", doc, s.dsync); how {
+			case created:
+				return err
+			case noTmpfile:
+				s.noTmpfile.Store(true) // the folder's file system has none: not again
+			}
+		}
+		fd, _, id, err = writeFD(s.dir, thread+".json", doc, s.dsync)
+		return err
+	})
 	if err != nil {
 		return nil, id, s.unavailable(thread, err)
 	}

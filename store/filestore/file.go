@@ -104,6 +104,9 @@ type File struct {
 	claims pushClaims // the pushes this process claimed (push.go)
 	pins   pinQueue   // the threads whose cached snapshot holds a descriptor
 	dsync  *dirSync   // groups the folder fsyncs; nil with NoFsync
+	// noTmpfile: a creation found no O_TMPFILE (or its link failed), so
+	// creations write a temp file and rename it, as other writes do.
+	noTmpfile atomic.Bool
 
 	// lastFail is the last append whose write failed, until a later write
 	// or readiness probe of its size succeeds (Check).
