@@ -129,8 +129,8 @@ type threadState struct {
 	snap atomic.Pointer[snapshot] // the newest parsed document seen
 	// announced is the epoch of the newest message handed to the feed; guarded by mu.
 	announced int64
-	queued    bool     // in the pin queue; guarded by File.pins.mu
-	lockf     *os.File // <thread>.json.lock, kept open between writes (lockThread); guarded by mu
+	queued    bool   // in the pin queue; guarded by File.pins.mu
+	lockf     *fdPin // <thread>.json.lock, kept open between writes (lockThread); guarded by mu
 	// logf is the thread's log, open for appending, kept open between
 	// writes like lockf (and closed with it), and the log's inode; nil
 	// until an append opens it. Guarded by mu.

@@ -86,14 +86,15 @@ func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (l
 	path := s.path(thread) + ".lock"
 	for {
 		if t.lockf == nil {
-			f, err := s.openLock(thread, path)
+			fd, err := s.openLockFD(thread, path)
 			if err != nil {
 				return -1, err
 			}
-			t.lockf = f
+			// A bare descriptor: no os.NewFile (its fcntl); closed as the pin is.
+			t.lockf = &fdPin{fd}
 			s.pins.add(t, s.opt.MaxOpenDocs) // its descriptor is bounded with the pinned documents'
 		}
-		fd := int(t.lockf.Fd())
+		fd := t.lockf.fd
 		if err := flockWait(ctx, fd, path, s.opt.LockTimeout); err != nil {
 			return -1, err
 		}
@@ -117,15 +118,25 @@ func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (l
 // poller and set its blocking mode back and forth, for a file that is
 // only ever flocked, read and written at an offset.
 func (s *File) openLock(thread, path string) (*os.File, error) {
+	fd, err := s.openLockFD(thread, path)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// openLockFD is openLock's bare descriptor (a thread's lock file: see
+// lockThread).
+func (s *File) openLockFD(thread, path string) (int, error) {
 	var fd int
 	err := s.withFDs(func() (err error) {
 		fd, err = syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
 		return err
 	})
 	if err != nil {
-		return nil, s.unavailable(thread, &fs.PathError{Op: "open", Path: path, Err: err})
+		return -1, s.unavailable(thread, &fs.PathError{Op: "open", Path: path, Err: err})
 	}
-	return os.NewFile(uintptr(fd), path), nil
+	return fd, nil
 }
 
 // flockWait takes an exclusive flock on fd, the open file path, waiting up
