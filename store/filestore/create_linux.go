@@ -20,8 +20,10 @@ const (
 // at name (linkat(2), which fails if name exists), and the folder fsynced
 // (with ds). A reader sees no file or the whole one, as with writeFD,
 // whose temp file and rename it saves: no folder entry is made and
-// removed for the temp file, and the folder watch sees one event instead
-// of four (the temp file's creation and write, the rename's two). A
+// removed for the temp file, and the folder watch sees two events (the
+// unnamed file's write, named "#<inode>", which the feed ignores, and
+// the link) instead of four (the temp file's creation and write, the
+// rename's two). A
 // crash before the link leaves nothing (the file system frees an
 // unlinked file), where writeFD leaves a temp file for the sweep.
 //
