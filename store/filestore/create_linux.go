@@ -65,8 +65,11 @@ func createFD(dir, name string, data []byte, ds *dirSync) (_ int, id fileID, how
 		switch lerr {
 		case syscall.ENOSPC, syscall.EDQUOT, syscall.EIO:
 			return -1, id, created, &os.LinkError{Op: "linkat", Old: proc, New: path, Err: lerr}
-		case syscall.ENOENT: // no /proc
-			return -1, id, noTmpfile, nil
+		case syscall.ENOENT:
+			var pst syscall.Stat_t
+			if syscall.Stat("/proc/self/fd", &pst) != nil {
+				return -1, id, noTmpfile, nil // no /proc
+			}
 		}
 		return -1, id, notHere, nil // EEXIST, …: the rename's way
 	}
