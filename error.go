@@ -71,6 +71,8 @@ const (
 	AttachmentTooLarge Code = "attachment_too_large"
 	TooManyAttachments Code = "too_many_attachments"
 	InvalidAttachment  Code = "invalid_attachment"
+	// chatrelay's own: a download's Range no byte of the file satisfies.
+	RangeNotSatisfiable Code = "range_not_satisfiable"
 	// Part 5 (devices).
 	DeviceLimit Code = "device_limit"
 	// Part 5 (Web Push).
@@ -138,6 +140,7 @@ var codeTable = []CodeInfo{
 	{AttachmentTooLarge, 413, false, "an upload over the size limit of one file or of the thread"},
 	{TooManyAttachments, 409, false, "more attachments on one message than it may carry, or more uploads no message names yet in a thread"},
 	{InvalidAttachment, 400, false, "an attachment id that is unknown, of another thread or already used; or a bad name"},
+	{RangeNotSatisfiable, 416, false, "a download's Range that no byte of the attachment satisfies, or that does not parse"},
 	{DeviceLimit, 409, false, "the thread has the most active devices"},
 	{InvalidPushEndpoint, 400, false, "a push subscription that is not https, whose host is a private address, or not of a subscription's shape"},
 	{PushLimit, 409, false, "the thread has the most push subscriptions"},

@@ -175,9 +175,10 @@ func checkInviteRate(grants []Grant, now time.Time, devices bool) error {
 // its cap is spent, or too many of its messages wait for hermes. Every
 // backend refuses with these, so that their answers agree.
 
-// UnknownShareLink is the refusal of a grant the thread does not have.
+// UnknownShareLink is the refusal of a grant the thread does not have (a
+// share link's or a device's: both are grants).
 func UnknownShareLink() error {
-	return Errorf(Unauthorized, "this share link is not known here")
+	return Errorf(Unauthorized, "this share link or device link is not known here")
 }
 
 // The refusals of a share link that no longer holds, wherever it is

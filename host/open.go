@@ -49,7 +49,27 @@ func (v *Verbs) OpenThread(ctx context.Context, in OpenThreadInput) (OpenThreadR
 	if _, err := v.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, AuthorName: v.AuthorName, Text: text, Title: in.Title}); err != nil {
 		return OpenThreadResult{}, err
 	}
-	return OpenThreadResult{Thread: thread, Link: ClaimLink(v.PublicURL, token)}, nil
+	base := v.PublicURL
+	if base == "" {
+		base = LinkBase(ctx)
+	}
+	return OpenThreadResult{Thread: thread, Link: ClaimLink(base, token)}, nil
+}
+
+type linkBaseKey struct{}
+
+// WithLinkBase is ctx carrying the base of the links a verb answers when
+// Verbs.PublicURL is empty: over MCP HTTP, the address the agent reached
+// the server at (as a share link's base is the request's), so that
+// open_thread's claim link is one a person can open, not a path alone.
+func WithLinkBase(ctx context.Context, base string) context.Context {
+	return context.WithValue(ctx, linkBaseKey{}, base)
+}
+
+// LinkBase is the base WithLinkBase put in ctx, or "".
+func LinkBase(ctx context.Context) string {
+	b, _ := ctx.Value(linkBaseKey{}).(string)
+	return b
 }
 
 // ClaimLink is the link that hands a thread to whoever opens it first:

@@ -324,6 +324,11 @@ func callTool(ctx context.Context, req *mcp.CallToolRequest, v *host.Verbs, verb
 		stop := reportProgress(ctx, req.Session, token, b.waiting, waitSeconds(req.Params.Arguments), o.ProgressEvery)
 		defer stop()
 	}
+	if req.Extra != nil && req.Extra.TokenInfo != nil { // MCP over HTTP: the request's link base
+		if base, _ := req.Extra.TokenInfo.Extra[linkBaseField].(string); base != "" {
+			ctx = host.WithLinkBase(ctx, base)
+		}
+	}
 	out, text, err := b.call(ctx, v, req.Params.Arguments)
 	if err != nil {
 		if ctx.Err() != nil { // the client canceled the call (or left): no result

@@ -40,6 +40,23 @@ type Attachments interface {
 	OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error)
 }
 
+// NoAttachment is the NotFound an OpenAttachment answers when thread has
+// no attachment id.
+func NoAttachment(id string) error {
+	return chatrelay.Errorf(chatrelay.NotFound, "no attachment %s in this conversation", id)
+}
+
+// CheckAttachmentRef is an OpenAttachment's first check: NoAttachment(id)
+// unless thread is a thread's name and id an attachment id, so that a
+// malformed one answers as one not stored, and no backend builds a path
+// or a key of it.
+func CheckAttachmentRef(thread, id string) error {
+	if chatrelay.CheckThread(thread) != nil || !chatrelay.AttachmentIDPattern.MatchString(id) {
+		return NoAttachment(id)
+	}
+	return nil
+}
+
 // Upload is a file to store: its name and media type as the uploader
 // sent them, its bytes, and the most bytes it may have.
 type Upload struct {

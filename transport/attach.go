@@ -133,8 +133,43 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 	h.Set("Content-Security-Policy", "sandbox")
 	h.Set("Cache-Control", "private")
 	h.Set("ETag", strconv.Quote(a.SHA256))
-	http.ServeContent(w, r, "", time.Time{}, f) // Range, If-Range, HEAD
+	rw := &rangeRefusal{ResponseWriter: w}
+	http.ServeContent(rw, r, "", time.Time{}, f) // Range, If-Range, HEAD
+	if rw.refused {
+		// net/http answers a Range it cannot satisfy with a plain-text
+		// 416; every error of the API is its JSON, with a code. The
+		// Content-Range ("bytes */size") it set stays.
+		h.Del("Content-Disposition")
+		h.Del("ETag")
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.RangeNotSatisfiable, "the Range asks for bytes this file of %d bytes does not have, or does not parse", a.Size))
+	}
 }
+
+// rangeRefusal passes an attachment's answer through, except a 416 from
+// http.ServeContent, which it swallows (status and body) so that the
+// handler answers the API's JSON error instead.
+type rangeRefusal struct {
+	http.ResponseWriter
+	refused bool
+}
+
+func (rw *rangeRefusal) WriteHeader(status int) {
+	if status == http.StatusRequestedRangeNotSatisfiable {
+		rw.refused = true
+		return
+	}
+	rw.ResponseWriter.WriteHeader(status)
+}
+
+func (rw *rangeRefusal) Write(b []byte) (int, error) {
+	if rw.refused {
+		return len(b), nil
+	}
+	return rw.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (rw *rangeRefusal) Unwrap() http.ResponseWriter { return rw.ResponseWriter }
 
 // background is the process's background-work lane (internal/lane):
 // pushes (pusher.do) and uploads (laneBody) take a turn of it for each

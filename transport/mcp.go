@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/host"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -51,6 +52,9 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Time{})
 	rc.SetWriteDeadline(time.Time{})
+	// open_thread's claim link starts as a share link does: --public-url,
+	// else the address the agent reached the server at.
+	r = r.WithContext(host.WithLinkBase(r.Context(), s.publicBase(r)))
 	if err := s.cfg.MCP.ServeAgent(w, r, k); err != nil {
 		s.writeError(w, r, err)
 	}

@@ -87,13 +87,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.cfg.MCP != nil {
 		s.cfg.MCP.Close() // its calls in flight end, so the listener's Shutdown need not wait for them
 	}
-	s.closeMu.Lock()
-	s.closing = true
-	s.closeMu.Unlock()
+	s.streamers.Close()
 	s.hub.Close()
 	done := make(chan struct{})
 	go func() {
-		s.streamsWG.Wait()
+		s.streamers.Wait()
 		close(done)
 	}()
 	grace := time.NewTimer(shutdownGrace)
@@ -111,18 +109,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// enterStream counts a stream handler for Shutdown to wait for. It is
-// false once Shutdown began: the stream must be refused.
-func (s *Server) enterStream() bool {
-	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
-	if s.closing {
-		return false
-	}
-	s.streamsWG.Add(1)
-	return true
 }
 
 var errShuttingDown = &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the server is shutting down", Retry: time.Second}

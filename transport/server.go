@@ -15,6 +15,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/hub"
+	"github.com/chatrelay/chatrelay/internal/closegroup"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -90,10 +91,8 @@ type Server struct {
 
 	ready     chan struct{} // closed once Run's feed is registered
 	readyMu   sync.Once
-	streamsWG sync.WaitGroup // stream handlers (SSE and WebSocket); Shutdown waits for them
-	closeMu   sync.Mutex     // orders streamsWG.Add (enterStream) before Shutdown's Wait
-	closing   bool           // Shutdown began; guarded by closeMu
-	ops       *ops           // metrics and readiness (metrics.go, health.go)
+	streamers closegroup.Group // stream handlers (SSE and WebSocket); Shutdown closes it and waits for them
+	ops       *ops             // metrics and readiness (metrics.go, health.go)
 
 	// abortCtx is cancelled when Shutdown's grace is over, to cut the
 	// streams of clients that stopped reading (see Shutdown).

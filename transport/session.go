@@ -225,13 +225,13 @@ func (s *Server) streamRequest(r *http.Request, cursor string) (streamRequest, e
 // thread_unreadable, store_unavailable, and shutting down); the caller
 // answers them as its transport can, before the stream starts.
 func (s *Server) openSession(ctx context.Context, req streamRequest) (*session, error) {
-	if !s.enterStream() {
+	if !s.streamers.Enter() { // Shutdown began
 		return nil, errShuttingDown
 	}
 	ok := false
 	defer func() {
 		if !ok {
-			s.streamsWG.Done()
+			s.streamers.Leave()
 		}
 	}()
 	select {
@@ -302,7 +302,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, cursor str
 func (ss *session) close() {
 	ss.sub.Close()
 	ss.release()
-	ss.s.streamsWG.Done()
+	ss.s.streamers.Leave()
 }
 
 // maxBatch bounds how many queued events one write takes.

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
+	"unicode/utf8"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -21,7 +23,10 @@ type messageAnswer struct {
 type respondBody struct {
 	InteractionID *string `json:"interaction_id"`
 	Decision      *string `json:"decision"`
-	Value         *string `json:"value"`
+	// Value is kept as sent, to be checked before it is decoded (a
+	// decoder would quietly turn invalid UTF-8 and a lone surrogate
+	// escape into U+FFFD, changing the person's answer).
+	Value *json.RawMessage `json:"value"`
 }
 
 // answer checks a respond body: the interaction it names and the answer,
@@ -41,7 +46,13 @@ func (body respondBody) answer() (chatrelay.Answer, string, error) {
 	case body.Decision != nil:
 		ans.Decision = *body.Decision
 	case body.Value != nil:
-		ans.Value = *body.Value
+		raw := *body.Value
+		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &ans.Value) != nil {
+			return ans, "", chatrelay.Errorf(chatrelay.InvalidJSON, "the body's fields have the wrong types: value must be a string")
+		}
+		if !utf8.Valid(raw) || chatrelay.LoneSurrogate(raw) {
+			return ans, "", chatrelay.Errorf(chatrelay.InvalidAnswer, "the value is not valid UTF-8 (or holds a lone UTF-16 surrogate escape)")
+		}
 	default:
 		return ans, "", chatrelay.Errorf(chatrelay.InvalidAnswer, `an answer needs a "decision" (approval) or a "value" (input)`)
 	}
@@ -184,7 +195,31 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 func typeError(err error) string {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && te.Field != "" {
-		return te.Field + " must be a " + te.Type.String()
+		return te.Field + " must be " + jsonKind(te.Type)
 	}
 	return "see the API"
+}
+
+// jsonKind names the JSON value a Go type decodes from, for an error's
+// words: a client knows JSON's types, not the server's Go types.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "of another JSON type"
 }

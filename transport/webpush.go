@@ -1,7 +1,9 @@
 package transport
 
 import (
+	"crypto/ecdh"
 	"crypto/tls"
+	"encoding/base64"
 	"net/http"
 	"slices"
 	"strings"
@@ -147,6 +149,13 @@ func (ps *pusher) subscription(r *http.Request, b subscribeBody) (chatrelay.Push
 	if err := chatrelay.CheckPushKeys(p256dh, auth); err != nil {
 		return chatrelay.PushSubscription{}, bad("%v", err)
 	}
+	// The shape alone (65 bytes, starting 4) takes a point off the
+	// curve, to which no push could ever be encrypted. Checked here, at
+	// subscribe, not in CheckPushKeys: a stored record is not refused
+	// whole for a subscription an older server took.
+	if raw, _ := base64.RawURLEncoding.DecodeString(p256dh); !onP256(raw) {
+		return chatrelay.PushSubscription{}, bad("keys.p256dh is not a point of the P-256 curve")
+	}
 	u, err := ps.guard.CheckEndpoint(r.Context(), *b.Subscription.Endpoint)
 	if err != nil {
 		if webpush.IsBlocked(err) {
@@ -212,4 +221,10 @@ func (s *Server) handlePushDelete(w http.ResponseWriter, r *http.Request, p prin
 		Success bool       `json:"success"`
 		Push    pushAnswer `json:"push"`
 	}{true, answerOf(gone)}, err)
+}
+
+// onP256 reports whether raw is an uncompressed point of the P-256 curve.
+func onP256(raw []byte) bool {
+	_, err := ecdh.P256().NewPublicKey(raw)
+	return err == nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -132,6 +133,11 @@ func (g *Guard) CheckEndpoint(ctx context.Context, raw string) (*url.URL, error)
 		return nil, errors.New("the endpoint must be an https URL")
 	case u.Hostname() == "" || u.User != nil || u.Fragment != "" || u.Opaque != "":
 		return nil, errors.New("the endpoint must be https://host/path, with no user and no fragment")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, errors.New("the endpoint's port must be 1 … 65535")
+		}
 	}
 	if g.allowed(u.Hostname()) {
 		return u, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -354,5 +355,37 @@ func TestMakeSubs(t *testing.T) {
 				t.Errorf("%s: a subscriber with ws=%v", mix, s.ws)
 			}
 		}
+	}
+}
+
+// TestPostStatsKeepKindsApart: S7 counts posts and reactions in one
+// result; a failed or rate-limited reaction must not be reported under the
+// posts' keys (the result's JSON had "post_errors" twice, and the note
+// called a reaction's error a post's).
+func TestPostStatsKeepKindsApart(t *testing.T) {
+	var posts, reacts postStats
+	posts.count(&httpError{status: http.StatusTooManyRequests, body: "slow down"})
+	posts.count(errors.New("post broke"))
+	reacts.count(&httpError{status: http.StatusTooManyRequests, body: "slow down"})
+	reacts.count(errors.New("reaction broke"))
+	var r result
+	posts.report(&r, "post")
+	reacts.report(&r, "reaction")
+	var got map[string]any
+	if err := json.Unmarshal(r.json(), &got); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, f := range r.figs {
+		seen[f.key]++
+	}
+	for _, key := range []string{"rate_limited", "post_errors", "reactions_rate_limited", "reaction_errors"} {
+		if seen[key] != 1 {
+			t.Errorf("key %q reported %d times, want once (figures %v)", key, seen[key], r.figs)
+		}
+	}
+	notes := strings.Join(r.notes, "\n")
+	if !strings.Contains(notes, "last reaction error: reaction broke") || !strings.Contains(notes, "last post error: post broke") {
+		t.Errorf("notes do not name each kind's last error:\n%s", notes)
 	}
 }

@@ -385,6 +385,14 @@ func (r *result) ms(key string, d time.Duration) {
 	r.add(key+"_ms", round(v, 3), fmtMs(d))
 }
 
+// latency adds the median, the 99th percentile and the most of h, as
+// prefix+"p50", prefix+"p99" and prefix+"max".
+func (r *result) latency(prefix string, h *hist) {
+	r.ms(prefix+"p50", h.Quantile(0.50))
+	r.ms(prefix+"p99", h.Quantile(0.99))
+	r.ms(prefix+"max", h.Max())
+}
+
 func (r *result) num(key string, v float64, unit string) {
 	r.add(key, round(v, 3), strconv.FormatFloat(v, 'f', prec(v), 64)+unit)
 }

@@ -154,6 +154,23 @@ func (u *usage) stop() {
 	}
 }
 
+// procNoFile is the soft open-file limit of process pid.
+func procNoFile(pid string) (int64, error) {
+	b, err := os.ReadFile("/proc/" + pid + "/limits")
+	if err != nil {
+		return 0, err
+	}
+	for line := range bytes.SplitSeq(b, []byte("\n")) {
+		if rest, ok := bytes.CutPrefix(line, []byte("Max open files")); ok {
+			f := bytes.Fields(rest)
+			if len(f) > 0 {
+				return strconv.ParseInt(string(f[0]), 10, 64)
+			}
+		}
+	}
+	return 0, errors.New("no open-file limit")
+}
+
 // raiseNoFile lifts this process's open-file limit to its hard limit and
 // returns the new soft limit.
 func raiseNoFile() (uint64, error) {

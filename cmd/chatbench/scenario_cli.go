@@ -35,15 +35,14 @@ func (b *bench) s6(ctx context.Context, r *result) {
 	var got [2]atomic.Int64 // per subscriber: the newest reply seq received + 1
 	k := &sink{tag: tag}
 	k.onMsg = func(s *subscriber, seq int) { got[s.idx].Store(int64(seq) + 1) }
-	f, _, err := b.openFleet(ctx, subs, k, true, openLimit(2))
+	f, _, err := b.openFleet(ctx, subs, k, true)
 	defer f.close()
 	if err != nil {
 		r.err = err
 		return
 	}
 	var proc hist
-	var failed int64
-	var lastErr string
+	var failed failures
 	u := b.startUsage()
 	for i := 0; i < cfg.replies && ctx.Err() == nil; i++ {
 		text := string(benchText(nil, tag, i, nowNS(), cfg.textSize))
@@ -53,22 +52,17 @@ func (b *bench) s6(ctx context.Context, r *result) {
 		proc.Record(time.Since(t0))
 		cancel()
 		if err != nil {
-			failed++
-			lastErr = fmt.Sprintf("%v: %s", err, bytes.TrimSpace(out))
+			failed.add(fmt.Sprintf("%v: %s", err, bytes.TrimSpace(out)))
 			continue
 		}
 		waitFor(ctx, 5*time.Second, func() bool { return got[0].Load() > int64(i) && got[1].Load() > int64(i) })
 	}
 	u.stop()
-	r.int("replies", int64(cfg.replies)-failed)
-	r.ratio("delivered", k.got.Load(), 2*(int64(cfg.replies)-failed))
-	r.ms("p50", k.lat.Quantile(0.50))
-	r.ms("p99", k.lat.Quantile(0.99))
-	r.ms("max", k.lat.Max())
+	replied := int64(cfg.replies) - failed.n.Load()
+	r.int("replies", replied)
+	r.ratio("delivered", k.got.Load(), 2*replied)
+	r.latency("", &k.lat)
 	r.ms("reply_process_p50", proc.Quantile(0.50))
 	r.cpu(u, "", 0)
-	if failed > 0 {
-		r.int("reply_errors", failed)
-		r.note("last reply error: %s", lastErr)
-	}
+	failed.report(r, "reply_errors", "reply")
 }

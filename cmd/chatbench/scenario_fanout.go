@@ -55,7 +55,7 @@ func (b *bench) fanSet(ctx context.Context) (fs *fanSet, fresh bool) {
 	cfg := b.cfg
 	fs = &fanSet{threads: newThreads(cfg.threads)}
 	subs := makeSubs(fs.threads, cfg.threads*cfg.subs, "mixed")
-	fs.f, fs.setup, fs.err = b.openFleet(ctx, subs, &fs.to, true, openLimit(len(subs)))
+	fs.f, fs.setup, fs.err = b.openFleet(ctx, subs, &fs.to, true)
 	b.fan = fs
 	return fs, true
 }
@@ -115,9 +115,7 @@ func (b *bench) fanout(ctx context.Context, r *result, d time.Duration, rate flo
 	r.int("threads_created", fp.created.Load())
 	r.ratio("delivered", got, want)
 	r.int("lost", max(want-got, 0))
-	r.ms("p50", k.lat.Quantile(0.50))
-	r.ms("p99", k.lat.Quantile(0.99))
-	r.ms("max", k.lat.Max())
+	r.latency("", &k.lat)
 	fp.reportRT(r)
 	r.cpu(u, "post", st.ok.Load())
 	if late > 0 {
@@ -131,7 +129,7 @@ func (b *bench) fanout(ctx context.Context, r *result, d time.Duration, rate flo
 	if n := k.foreign.Load(); n > 0 {
 		r.int("foreign", n)
 	}
-	st.report(r)
+	st.report(r, "post")
 	if drainErr != nil && got < want {
 		r.note("deliveries still missing %s after posting stopped", cfg.drain)
 	}

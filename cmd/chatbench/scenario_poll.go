@@ -23,8 +23,8 @@ func (b *bench) s4(ctx context.Context, r *result) {
 		want = 0
 	}
 	var lat hist
-	var polls, bad, failed atomic.Int64
-	var lastErr atomic.Pointer[string]
+	var polls, bad atomic.Int64
+	var failed failures
 	pollers := b.newPosters(cfg.pollers)
 	defer closePosters(pollers)
 	u := b.startUsage()
@@ -47,9 +47,7 @@ func (b *bench) s4(ctx context.Context, r *result) {
 		}
 		lat.Record(time.Since(t0))
 		if err != nil {
-			failed.Add(1)
-			msg := err.Error()
-			lastErr.Store(&msg)
+			failed.add(err.Error())
 			return
 		}
 		polls.Add(1)
@@ -62,18 +60,13 @@ func (b *bench) s4(ctx context.Context, r *result) {
 	r.int("pollers", int64(cfg.pollers))
 	r.int("polls", polls.Load())
 	r.num("polls_per_s", float64(polls.Load())/u.Wall.Seconds(), "")
-	r.ms("p50", lat.Quantile(0.50))
-	r.ms("p99", lat.Quantile(0.99))
-	r.ms("max", lat.Max())
+	r.latency("", &lat)
 	r.cpu(u, "poll", polls.Load())
 	if n := bad.Load(); n > 0 {
 		r.int("wrong_pages", n)
 		r.note("a poll answer did not hold %d messages", want)
 	}
-	if n := failed.Load(); n > 0 {
-		r.int("poll_errors", n)
-		r.note("last poll error: %s", *lastErr.Load())
-	}
+	failed.report(r, "poll_errors", "poll")
 }
 
 // s4Fill stores S4's messages (--poll-messages in each of --poll-threads
@@ -101,7 +94,7 @@ func (b *bench) s4Fill(ctx context.Context, r *result) ([]*thread, []atomic.Int6
 	})
 	r.int("threads", int64(len(threads)))
 	r.int("messages", st.ok.Load())
-	st.report(r)
+	st.report(r, "post")
 	if st.ok.Load() < int64(total) {
 		r.err = fmt.Errorf("%d of %d messages stored", st.ok.Load(), total)
 		return nil, nil, false

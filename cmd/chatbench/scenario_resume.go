@@ -44,7 +44,7 @@ func (b *bench) s5(ctx context.Context, r *result) {
 	threads := newThreads(cfg.stormThreads)
 	subs := makeSubs(threads, cfg.storm, "mixed")
 	k := &recorder{tag: newTag("S5")}
-	f, setup, err := b.openFleet(ctx, subs, k, true, openLimit(len(subs)))
+	f, setup, err := b.openFleet(ctx, subs, k, true)
 	defer f.close()
 	r.int("subs", int64(len(subs)))
 	r.int("threads", int64(len(threads)))
@@ -78,7 +78,7 @@ func (b *bench) s5(ctx context.Context, r *result) {
 	r.int("posts", st.ok.Load())
 	reportResume(r, subs, k, liveErr, allLive)
 	r.cpu(u, "", 0)
-	st.report(r)
+	st.report(r, "post")
 }
 
 // postSteadily posts at S5's rate to random threads, recording each

@@ -30,7 +30,7 @@ func (b *bench) s7(ctx context.Context, r *result) {
 	}
 	k := &v2sink{tag: newTag("S7")}
 	k.msgs.tag = k.tag
-	f, setup, err := b.openFleet(ctx, subs, k, true, openLimit(len(subs)))
+	f, setup, err := b.openFleet(ctx, subs, k, true)
 	r.int("threads", int64(len(threads)))
 	r.int("subs", int64(len(subs)))
 	if err != nil {
@@ -80,9 +80,7 @@ func (b *bench) s7(ctx context.Context, r *result) {
 	r.int("lost", max(wantMsgs-k.msgs.got.Load(), 0)+max(wantReacts-k.reacts.Load(), 0))
 	r.ms("message_p50", k.msgs.lat.Quantile(0.50))
 	r.ms("message_p99", k.msgs.lat.Quantile(0.99))
-	r.ms("reaction_p50", k.reactLat.Quantile(0.50))
-	r.ms("reaction_p99", k.reactLat.Quantile(0.99))
-	r.ms("reaction_max", k.reactLat.Max())
+	r.latency("reaction_", &k.reactLat)
 	r.cpu(u, "change", changes)
 	if late > 0 {
 		r.int("late_changes", late)
@@ -92,8 +90,8 @@ func (b *bench) s7(ctx context.Context, r *result) {
 		r.int("repeated", n)
 		r.note("%d message frames more than messages × subscribers: some came twice", n)
 	}
-	posts.report(r)
-	reacts.report(r)
+	posts.report(r, "post")
+	reacts.report(r, "reaction")
 	if drainErr != nil {
 		r.note("deliveries still missing %s after the changes stopped", cfg.drain)
 	}

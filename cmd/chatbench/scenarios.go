@@ -112,8 +112,9 @@ type fleet struct {
 }
 
 // openFleet starts every subscriber, at most --dial-concurrency connecting
-// at once, and waits (at most limit) until each has had its ready frame.
-func (b *bench) openFleet(ctx context.Context, subs []*subscriber, h handler, resume bool, limit time.Duration) (*fleet, time.Duration, error) {
+// at once, and waits (at most openLimit) until each has had its ready
+// frame.
+func (b *bench) openFleet(ctx context.Context, subs []*subscriber, h handler, resume bool) (*fleet, time.Duration, error) {
 	f := &fleet{subs: subs}
 	start := time.Now()
 	sem := make(chan struct{}, b.cfg.dialConc)
@@ -131,7 +132,7 @@ func (b *bench) openFleet(ctx context.Context, subs []*subscriber, h handler, re
 			}
 		})
 	}
-	err := waitFor(ctx, limit, func() bool {
+	err := waitFor(ctx, openLimit(len(subs)), func() bool {
 		return f.readyCount() == len(subs) || f.endedCount() == len(subs)
 	})
 	if n := f.readyCount(); n < len(subs) {
@@ -295,14 +296,42 @@ func (ps *postStats) count(err error) {
 	ps.lastErr.Store(&msg)
 }
 
-func (ps *postStats) report(r *result) {
+// report adds the refused and failed calls to r, if any; what names the
+// calls ("post", "reaction") in the keys and the note, so that two kinds
+// counted in one scenario keep their keys apart.
+func (ps *postStats) report(r *result, what string) {
 	if n := ps.limited.Load(); n > 0 {
-		r.int("rate_limited", n)
+		key := "rate_limited"
+		if what != "post" {
+			key = what + "s_rate_limited"
+		}
+		r.int(key, n)
 		r.note("raise the server's --rate-thread and --rate-ip")
 	}
 	if n := ps.failed.Load(); n > 0 {
-		r.int("post_errors", n)
-		r.note("last post error: %s", *ps.lastErr.Load())
+		r.int(what+"_errors", n)
+		r.note("last %s error: %s", what, *ps.lastErr.Load())
+	}
+}
+
+// failures counts the calls of one kind that failed and keeps the last
+// one's error. It is safe for concurrent use.
+type failures struct {
+	n    atomic.Int64
+	last atomic.Pointer[string]
+}
+
+func (f *failures) add(msg string) {
+	f.n.Add(1)
+	f.last.Store(&msg)
+}
+
+// report adds the count as key, and a note with the last error, if any
+// call failed; what names the calls ("poll").
+func (f *failures) report(r *result, key, what string) {
+	if n := f.n.Load(); n > 0 {
+		r.int(key, n)
+		r.note("last %s error: %s", what, *f.last.Load())
 	}
 }
 

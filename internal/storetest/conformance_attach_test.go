@@ -117,6 +117,10 @@ func TestConformanceAttachments(t *testing.T) {
 				assert.Code(t, err, chatrelay.NotFound)
 				_, err = postWith(b.Store, thA, "", "at_000000000000")
 				assert.Code(t, err, chatrelay.InvalidAttachment)
+				for _, ref := range [][2]string{{thA, "at_000000000000"}, {thA, "../" + a.ID}, {"../" + thA, a.ID}, {"", a.ID}} {
+					_, err = download(t, b.Store, ref[0], ref[1])
+					assert.Code(t, err, chatrelay.NotFound) // unknown or malformed, alike
+				}
 				_, err = postWith(b.Store, thA, "first", a.ID)
 				assert.Success(t, err)
 				_, err = postWith(b.Store, thA, "again", a.ID)

@@ -248,9 +248,8 @@ func (s *File) roomForThread(ctx context.Context) error {
 // index is replaced atomically, and a file opened stays readable if it is
 // collected meanwhile.
 func (s *File) OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
-	notFound := chatrelay.Errorf(chatrelay.NotFound, "no attachment %s in this conversation", id)
-	if err := chatrelay.CheckThread(thread); err != nil || !chatrelay.AttachmentIDPattern.MatchString(id) {
-		return chatrelay.Attachment{}, nil, notFound
+	if err := store.CheckAttachmentRef(thread, id); err != nil {
+		return chatrelay.Attachment{}, nil, err
 	}
 	recs, err := s.readIndex(thread)
 	if err != nil {
@@ -258,11 +257,11 @@ func (s *File) OpenAttachment(ctx context.Context, thread, id string) (chatrelay
 	}
 	i := slices.IndexFunc(recs, func(r store.StoredAttachment) bool { return r.ID == id })
 	if i < 0 {
-		return chatrelay.Attachment{}, nil, notFound
+		return chatrelay.Attachment{}, nil, store.NoAttachment(id)
 	}
 	f, err := os.Open(filepath.Join(s.filesDir(thread), recs[i].SHA256))
 	if errors.Is(err, fs.ErrNotExist) {
-		return chatrelay.Attachment{}, nil, notFound
+		return chatrelay.Attachment{}, nil, store.NoAttachment(id)
 	}
 	if err != nil {
 		return chatrelay.Attachment{}, nil, s.unavailable(thread, err)

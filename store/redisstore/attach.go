@@ -359,15 +359,14 @@ return left
 // OpenAttachment implements store.Attachments: the bytes are read a
 // chunk at a time (HGET), never whole.
 func (s *Store) OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
-	notFound := chatrelay.Errorf(chatrelay.NotFound, "no attachment %s in this conversation", id)
-	if err := chatrelay.CheckThread(thread); err != nil || !chatrelay.AttachmentIDPattern.MatchString(id) {
-		return chatrelay.Attachment{}, nil, notFound
+	if err := store.CheckAttachmentRef(thread, id); err != nil {
+		return chatrelay.Attachment{}, nil, err
 	}
 	bctx, cancel := s.bound(ctx)
 	defer cancel()
 	js, err := s.rdb.HGet(bctx, s.attKey(thread), id).Result()
 	if errors.Is(err, redis.Nil) {
-		return chatrelay.Attachment{}, nil, notFound
+		return chatrelay.Attachment{}, nil, store.NoAttachment(id)
 	}
 	if err != nil {
 		return chatrelay.Attachment{}, nil, s.unavailable("attachment", err)

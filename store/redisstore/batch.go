@@ -38,7 +38,7 @@ const (
 
 // scriptCall is one script waiting to be sent, and where its answer goes.
 type scriptCall struct {
-	script *redis.Script
+	script *luaScript
 	keys   []string
 	args   []any
 	done   chan *redis.Cmd // buffered: the sender never waits for the caller
@@ -49,7 +49,7 @@ func (s *Store) startBatcher() {
 	s.calls = make(chan *scriptCall)
 	s.slots = make(chan struct{}, batchSenders)
 	for range batchSenders {
-		if s.enter() {
+		if s.members.Enter() {
 			go s.sendBatches()
 		}
 	}
@@ -58,11 +58,11 @@ func (s *Store) startBatcher() {
 // runScript runs script through the batcher and returns its answer, or the
 // error of ctx if it ends first (the script may still run: like any call
 // whose answer is lost, it is then not acknowledged).
-func (s *Store) runScript(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (s *Store) runScript(ctx context.Context, script *luaScript, keys []string, args ...any) *redis.Cmd {
 	select {
 	case s.slots <- struct{}{}: // a place is free: no batch to join
 		defer func() { <-s.slots }()
-		return script.Run(ctx, s.rdb, keys, args...)
+		return s.sendOne(ctx, script, keys, args...)
 	default:
 	}
 	c := &scriptCall{script: script, keys: keys, args: args, done: make(chan *redis.Cmd, 1)}
@@ -91,7 +91,7 @@ func failedCmd(ctx context.Context, err error) *redis.Cmd {
 // for a place, then takes every other script already waiting (up to
 // batchMax), and sends them.
 func (s *Store) sendBatches() {
-	defer s.wg.Done()
+	defer s.members.Leave()
 	batch := make([]*scriptCall, 0, batchMax)
 	for {
 		select {
@@ -121,27 +121,31 @@ func (s *Store) sendBatches() {
 	}
 }
 
-// sendBatch sends one batch, bounded by Options.Timeout. A script that Redis
-// does not have (it restarted) did not run: it is sent again alone, by
-// Script.Run, which loads it.
+// sendBatch sends one batch, bounded by Options.Timeout. A script or
+// function that Redis does not have (it restarted) did not run: it is
+// sent again alone, by sendOne, which loads it.
 func (s *Store) sendBatch(batch []*scriptCall) {
 	ctx, cancel := s.bound(s.closing)
 	defer cancel()
 	cmds := make([]*redis.Cmd, len(batch))
 	if len(batch) == 1 {
 		c := batch[0]
-		cmds[0] = c.script.Run(ctx, s.rdb, c.keys, c.args...)
+		cmds[0] = s.sendOne(ctx, c.script, c.keys, c.args...)
 	} else {
 		s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, c := range batch {
-				cmds[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
+				if s.fcall {
+					cmds[i] = s.call(ctx, p, c.script, c.keys, c.args...)
+				} else {
+					cmds[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
+				}
 			}
 			return nil
 		})
 	}
 	for i, c := range batch {
-		if len(batch) > 1 && isNoScript(cmds[i].Err()) {
-			cmds[i] = c.script.Run(ctx, s.rdb, c.keys, c.args...)
+		if len(batch) > 1 && (isNoScript(cmds[i].Err()) || isNoFunction(cmds[i].Err())) {
+			cmds[i] = s.sendOne(ctx, c.script, c.keys, c.args...)
 		}
 		c.done <- cmds[i]
 	}

@@ -50,19 +50,37 @@ func TestBatchedScriptsKeepTheirAnswers(t *testing.T) {
 	}
 }
 
-// TestScriptsAfterRedisForgotThem: after Redis lost its scripts (a restart,
-// here SCRIPT FLUSH), batched posts and rate windows still run: a batch's
-// script that Redis no longer has is sent again, loaded.
+// TestScriptsAfterRedisForgotThem: after Redis lost its scripts and
+// functions (a restart, here SCRIPT FLUSH and FUNCTION FLUSH), batched
+// posts and rate windows still run: a batch's script or function that
+// Redis no longer has is sent again, loaded; as functions (the library,
+// functions.go) and as scripts (evalOnly: a Redis without functions).
 func TestScriptsAfterRedisForgotThem(t *testing.T) {
 	t.Parallel()
+	for _, call := range []string{"fcall", "evalsha"} {
+		t.Run(call, func(t *testing.T) {
+			t.Parallel()
+			scriptsAfterRedisForgotThem(t, call == "evalsha")
+		})
+	}
+}
+
+func scriptsAfterRedisForgotThem(t *testing.T, evalOnly bool) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	s := openStore(t, srv, Options{})
+	s := openStore(t, srv, Options{evalOnly: evalOnly})
+	forget := func() {
+		t.Helper()
+		if err := s.rdb.ScriptFlush(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.rdb.FunctionFlush(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rl := NewRateLimiter(s, chatrelay.Windows{PerThread: 1000, PerIP: 1000, Window: time.Minute})
 	ctx := t.Context()
 	// One batch of three appends, sent as Redis forgot the script.
-	if err := s.rdb.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	forget()
 	batch := make([]*scriptCall, 3)
 	for i := range batch {
 		th := fmt.Sprintf("%016x", 100+i)
@@ -78,9 +96,7 @@ func TestScriptsAfterRedisForgotThem(t *testing.T) {
 	}
 	// Posts and rate windows at once, as the senders batch them.
 	for round := range 3 {
-		if err := s.rdb.ScriptFlush(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
+		forget()
 		var wg sync.WaitGroup
 		errs := make(chan error, 64)
 		for i := range 32 {

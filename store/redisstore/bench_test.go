@@ -18,8 +18,13 @@ import (
 )
 
 func benchStore(b *testing.B, srv *redistest.Server) *Store {
+	return benchStoreOpt(b, srv, Options{})
+}
+
+func benchStoreOpt(b *testing.B, srv *redistest.Server, o Options) *Store {
 	b.Helper()
-	s, err := Open(b.Context(), srv.URL(), Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxThreads: 1 << 20})
+	o.Log, o.MaxThreads = slog.New(slog.NewTextHandler(io.Discard, nil)), 1<<20
+	s, err := Open(b.Context(), srv.URL(), o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -175,22 +180,19 @@ func BenchmarkCrossNode(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
 
-// scriptMicros is Redis's own time per EVALSHA since the last CONFIG
-// RESETSTAT: the script's cost without the round trip.
+// scriptMicros is Redis's own time per script call (FCALL, or EVALSHA on
+// a Redis without functions) since the last CONFIG RESETSTAT: the
+// script's cost without the round trip.
 func scriptMicros(b *testing.B, s *Store) float64 {
-	info := s.rdb.Info(context.Background(), "commandstats").Val()
-	for line := range strings.Lines(info) {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
-			for _, kv := range strings.Split(strings.TrimSpace(rest), ",") {
-				if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
-					f, _ := strconv.ParseFloat(v, 64)
-					return f
-				}
-			}
-		}
+	cmd := "evalsha"
+	if s.fcall {
+		cmd = "fcall"
 	}
-	b.Log("no evalsha in commandstats")
-	return 0
+	f := callMicros(s, cmd)
+	if f == 0 {
+		b.Logf("no %s in commandstats", cmd)
+	}
+	return f
 }
 
 // BenchmarkPost: what chatbench S2 asks of Redis per post, without the
@@ -198,18 +200,20 @@ func scriptMicros(b *testing.B, s *Store) float64 {
 // the limits raised as run.sh raises them) and an append to one of 1 000
 // threads holding a few dozen messages (no retention trim). It reports
 // Redis's own CPU per post (INFO cpu: user + system, with the I/O of the
-// calls), the figure the target is about. "post" is the two
+// calls), the figure the target is about, and Redis's time per
+// script call (INFO commandstats, without the I/O). "post" is the two
 // calls, "limited" the one script the HTTP server runs on one Redis
-// (AppendLimited).
+// (AppendLimited). Each runs as the library's functions (fcall) and as
+// scripts (evalsha, as on a Redis without functions), one after the
+// other on the same Redis, so that -count alternates them.
 func BenchmarkPost(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
-	s := benchStore(b, srv)
-	rl := NewRateLimiter(s, chatrelay.Windows{PerThread: 1e9, PerIP: 1e9, Window: 10 * time.Minute})
+	stores := map[string]*Store{"fcall": benchStore(b, srv), "evalsha": benchStoreOpt(b, srv, Options{evalOnly: true})}
 	ctx := b.Context()
 	const threads = 1000
 	m := store.NewMessage{Text: strings.Repeat("x", 100)}
 	for i := range threads {
-		if _, err := s.Append(ctx, fmt.Sprintf("%016x", i), m); err != nil {
+		if _, err := stores["fcall"].Append(ctx, fmt.Sprintf("%016x", i), m); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -218,37 +222,61 @@ func BenchmarkPost(b *testing.B) {
 		name                  string
 		take, append, limited bool
 	}{{"post", true, true, false}, {"take", true, false, false}, {"append", false, true, false}, {"limited", false, false, true}} {
-		b.Run(c.name, func(b *testing.B) {
-			n.Store(0)
-			b.SetParallelism(16) // 32 posters on 2 cores
-			cpu0 := redisCPU(b, s)
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					i := n.Add(1)
-					th := fmt.Sprintf("%016x", i*7919%threads)
-					if c.take {
-						if _, err := rl.Take(ctx, th, fmt.Sprintf("127.0.0.%d", i%8+1)); err != nil {
-							b.Error(err)
-							return
+		for _, call := range []string{"evalsha", "fcall"} {
+			s := stores[call]
+			rl := NewRateLimiter(s, chatrelay.Windows{PerThread: 1e9, PerIP: 1e9, Window: 10 * time.Minute})
+			b.Run(c.name+"/"+call, func(b *testing.B) {
+				n.Store(0)
+				b.SetParallelism(16) // 32 posters on 2 cores
+				s.rdb.ConfigResetStat(ctx)
+				cpu0 := redisCPU(b, s)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						i := n.Add(1)
+						th := fmt.Sprintf("%016x", i*7919%threads)
+						if c.take {
+							if _, err := rl.Take(ctx, th, fmt.Sprintf("127.0.0.%d", i%8+1)); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+						if c.append {
+							if _, err := s.Append(ctx, th, m); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+						if c.limited {
+							if _, _, err := s.AppendLimited(ctx, rl, th, fmt.Sprintf("127.0.0.%d", i%8+1), m); err != nil {
+								b.Error(err)
+								return
+							}
 						}
 					}
-					if c.append {
-						if _, err := s.Append(ctx, th, m); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-					if c.limited {
-						if _, _, err := s.AppendLimited(ctx, rl, th, fmt.Sprintf("127.0.0.%d", i%8+1), m); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}
+				})
+				b.ReportMetric((redisCPU(b, s)-cpu0)*1e6/float64(n.Load()), "redis-cpu-µs/post")
+				b.ReportMetric(callMicros(s, call), "redis-µs/call")
 			})
-			b.ReportMetric((redisCPU(b, s)-cpu0)*1e6/float64(n.Load()), "redis-cpu-µs/post")
-		})
+		}
 	}
+}
+
+// callMicros is Redis's own time per call of cmd (evalsha, fcall) since
+// the last CONFIG RESETSTAT (INFO commandstats): the scripts' cost without
+// the I/O.
+func callMicros(s *Store, cmd string) float64 {
+	info := s.rdb.Info(context.Background(), "commandstats").Val()
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":"); ok {
+			for _, kv := range strings.Split(strings.TrimSpace(rest), ",") {
+				if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
+					f, _ := strconv.ParseFloat(v, 64)
+					return f
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // redisCPU is Redis's own CPU time so far, in seconds (INFO cpu).

@@ -41,12 +41,22 @@ func commandCalls(t *testing.T, s *Store) map[string]int {
 // its retention, the case of nearly every post: the append script and,
 // inside it, the read of meta, the message, meta's changed fields, the
 // index and the feed. It reads no length (XLEN: meta bounds it) and writes
-// meta once.
+// meta once. The script is the library's function (an FCALL), or an
+// EVALSHA on a Redis without functions (evalOnly stands in for one).
 func TestAppendCommands(t *testing.T) {
 	t.Parallel()
+	for _, call := range []string{"fcall", "evalsha"} {
+		t.Run(call, func(t *testing.T) {
+			t.Parallel()
+			appendCommands(t, call)
+		})
+	}
+}
+
+func appendCommands(t *testing.T, call string) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := testclock.New(time.UnixMilli(1792778400123))
-	s := openStore(t, srv, Options{Now: clk.Now, Retention: chatrelay.Retention{Messages: 50}})
+	s := openStore(t, srv, Options{Now: clk.Now, Retention: chatrelay.Retention{Messages: 50}, evalOnly: call == "evalsha"})
 	ctx := t.Context()
 	const th = "a1b2c3d4e5f60718"
 	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "first"}))
@@ -59,7 +69,7 @@ func TestAppendCommands(t *testing.T) {
 		must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: fmt.Sprint("post ", i)}))
 	}
 	got := commandCalls(t, s)
-	want := map[string]int{"evalsha": posts, "hmget": posts, "xadd": posts, "hset": posts, "zadd": posts, "publish": posts}
+	want := map[string]int{call: posts, "hmget": posts, "xadd": posts, "hset": posts, "zadd": posts, "publish": posts}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("%d posts ran %v, want %v", posts, got, want)
 	}

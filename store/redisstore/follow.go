@@ -50,10 +50,10 @@ const maxBackoff = 250 * time.Millisecond
 // has caught up, FeedLive is false.
 // Follow returns nil when ctx is done, and ErrClosed if the store is closed.
 func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
-	if !s.enter() {
+	if !s.members.Enter() {
 		return ErrClosed
 	}
-	defer s.wg.Done()
+	defer s.members.Leave()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()

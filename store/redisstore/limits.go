@@ -98,11 +98,11 @@ func (t *rateTake) undo(ctx context.Context) {
 // when its Take's undo came after a failed append, without waiting on
 // a Redis that may be stalled.
 func (s *Store) undoLater(t *rateTake) {
-	if !s.enter() {
+	if !s.members.Enter() {
 		return
 	}
 	go func() {
-		defer s.wg.Done()
+		defer s.members.Leave()
 		t.undo(s.closing)
 	}()
 }
@@ -172,7 +172,7 @@ func NewStreamLimiter(s *Store, lim chatrelay.StreamLimits, lease time.Duration)
 		node: randomHex(8), live: make(map[uint64]streamLease)}
 	ctx, cancel := context.WithCancel(s.closing)
 	l.stop = cancel
-	if s.enter() {
+	if s.members.Enter() {
 		go l.run(ctx)
 	}
 	return l
@@ -246,7 +246,7 @@ func (l *StreamLimiter) remove(ctx context.Context, ls []streamLease) {
 }
 
 func (l *StreamLimiter) run(ctx context.Context) {
-	defer l.s.wg.Done()
+	defer l.s.members.Leave()
 	t := time.NewTicker(l.lease / 3)
 	defer t.Stop()
 	for {

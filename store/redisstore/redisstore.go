@@ -71,8 +71,10 @@
 //
 // # Scripts
 //
-// Every write of a thread is one Lua script (scripts.go, run with EVALSHA)
-// over all of the thread's keys and the global ones it keeps. Redis runs a
+// Every write of a thread is one Lua script (scripts.go, run with EVALSHA;
+// the post's two, the append and the rate windows', are FCALLs of a
+// library of functions on a Redis with them: functions.go) over all of
+// the thread's keys and the global ones it keeps. Redis runs a
 // script alone, so each is atomic with every other writer of any node and
 // of the host CLI:
 //
@@ -173,6 +175,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/closegroup"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -203,6 +206,8 @@ type Options struct {
 	// Now defaults to time.Now. It gives epochs and retention ages, like the
 	// file store's clock; nodes are expected to keep their clocks in sync
 	// (an epoch is still strictly increasing within a thread if they do not).
+
+	evalOnly bool // run every script with EVALSHA, never the library (functions.go), as on a Redis without functions: tests
 }
 
 // Store is the Redis store. It is safe for concurrent use by many goroutines
@@ -229,13 +234,12 @@ type Store struct {
 
 	closing context.Context // done once Close is called
 	close   context.CancelFunc
-	life    sync.Mutex     // guards closed, and orders wg.Add before wg.Wait
-	closed  bool           // Close was called
-	wg      sync.WaitGroup // Follow calls and the goroutines the store owns
+	members closegroup.Group // Follow calls and the goroutines the store owns
 	once    sync.Once
 
 	pingEvery time.Duration // chatrelay.DefaultFeedPing; tests shorten it
 
+	fcall bool             // the post's scripts are FCALLs of the library (functions.go)
 	calls chan *scriptCall // the scripts waiting for a sender (batch.go)
 	slots chan struct{}    // one token per call out (batch.go)
 
@@ -304,6 +308,7 @@ type shardOf struct {
 	shared bool   // the client is shared with other shards: Close leaves it open
 	limits string // the limiters' key prefix, if not the store's prefix
 	spub   bool   // the feed is a sharded channel (Redis Cluster)
+	fcall  *bool  // whether the library is loaded (on a cluster, once for every shard); nil: load it
 }
 
 func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shardOf) (*Store, error) {
@@ -362,6 +367,18 @@ func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shar
 		s.close()
 		return nil, s.unavailable("open", err)
 	}
+	if sh.fcall != nil {
+		s.fcall = *sh.fcall
+	} else if !opt.evalOnly {
+		fc, err := loadLibrary(pctx, rdb)
+		if err != nil {
+			unrouteClientLog(s)
+			s.closeClient()
+			s.close()
+			return nil, s.unavailable("open", err)
+		}
+		s.fcall = fc
+	}
 	s.startBatcher()
 	if err := s.setupHooks(ctx); err != nil {
 		unrouteClientLog(s)
@@ -394,11 +411,9 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error {
 	var err error
 	s.once.Do(func() {
-		s.life.Lock()
-		s.closed = true
-		s.life.Unlock()
+		s.members.Close()
 		s.close()
-		s.wg.Wait()
+		s.members.Wait()
 		err = s.closeClient()
 		unrouteClientLog(s)
 	})
@@ -415,18 +430,6 @@ func (s *Store) closeClient() error {
 
 // ErrClosed is returned by Follow and the limiters after Close.
 var ErrClosed = errors.New("redisstore: closed")
-
-// enter counts one more goroutine or call that Close waits for; it returns
-// false once the store is closed. The caller calls s.wg.Done when it ends.
-func (s *Store) enter() bool {
-	s.life.Lock()
-	defer s.life.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	return true
-}
 
 func (s *Store) logKey(thread string) string    { return s.prefix + "{" + thread + "}:log" }
 func (s *Store) metaKey(thread string) string   { return s.prefix + "{" + thread + "}:meta" }

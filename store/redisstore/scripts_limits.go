@@ -20,38 +20,39 @@ const luaRate = `
 -- rateTake pushes entry on windows k1 and k2 (limits l1, l2) and answers
 -- 0 and the lists' lengths, or the wait in ms (the entry taken back).
 local function rateTake(k1, k2, entry, now, win, l1, l2)
-  local ks, ls, n, wait = {k1, k2}, {l1, l2}, {}, 0
-  for i = 1, 2 do
-    n[i] = redis.call('RPUSH', ks[i], entry)
-    if n[i] > ls[i] then
-      local t = tonumber(string.match(redis.call('LINDEX', ks[i], n[i] - ls[i] - 1), '^(%d+)'))
-      if t > now - win then wait = math.max(wait, t + win - now) end
-    end
+  local wait = 0
+  local n1 = redis.call('RPUSH', k1, entry)
+  if n1 > l1 then
+    local t = tonumber(string.match(redis.call('LINDEX', k1, n1 - l1 - 1), '^(%d+)'))
+    if t > now - win then wait = t + win - now end
+  end
+  local n2 = redis.call('RPUSH', k2, entry)
+  if n2 > l2 then
+    local t = tonumber(string.match(redis.call('LINDEX', k2, n2 - l2 - 1), '^(%d+)'))
+    if t > now - win and t + win - now > wait then wait = t + win - now end
   end
   if wait > 0 then
     redis.call('RPOP', k1)
     redis.call('RPOP', k2)
   end
-  return wait, n
+  return wait, n1, n2
 end
 
--- rateKeep trims the windows a post was counted in (rateTake's n) and
--- extends their expiry to the window (win ms; winArg as given).
-local function rateKeep(k1, k2, n, now, win, winArg, l1, l2)
-  local ks, ls = {k1, k2}, {l1, l2}
-  for i = 1, 2 do
-    if n[i] > ls[i] then
-      redis.call('LTRIM', ks[i], -ls[i], -1)
-    elseif n[i] % 64 == 0 then
-      local drop = 0
-      for _, e in ipairs(redis.call('LRANGE', ks[i], 0, 63)) do
-        if tonumber(string.match(e, '^(%d+)')) > now - win then break end
-        drop = drop + 1
-      end
-      if drop > 0 then redis.call('LTRIM', ks[i], drop, -1) end
+-- rateKeep trims window k (limit l) a post was counted in (n: its length
+-- after rateTake) and extends its expiry to the window (win ms; winArg
+-- as given).
+local function rateKeep(k, n, l, now, win, winArg)
+  if n > l then
+    redis.call('LTRIM', k, -l, -1)
+  elseif n % 64 == 0 then
+    local drop = 0
+    for _, e in ipairs(redis.call('LRANGE', k, 0, 63)) do
+      if tonumber(string.match(e, '^(%d+)')) > now - win then break end
+      drop = drop + 1
     end
-    redis.call('PEXPIRE', ks[i], winArg)
+    if drop > 0 then redis.call('LTRIM', k, drop, -1) end
   end
+  redis.call('PEXPIRE', k, winArg)
 end
 `
 
@@ -59,14 +60,18 @@ end
 // wait (luaRate). KEYS: thread window, IP window. ARGV: now (ms), window
 // (ms), the post's entry ("<now> <random>"), thread limit, IP limit. It
 // answers 0 (counted) or the wait in ms.
-var takeScript = redis.NewScript(luaRate + `
+var takeScript = newLuaScript("take", luaRate, "", takeLua)
+
+// takeLua is takeScript's own Lua.
+const takeLua = `
 local now, win = tonumber(ARGV[1]), tonumber(ARGV[2])
 local l1, l2 = tonumber(ARGV[4]), tonumber(ARGV[5])
-local wait, n = rateTake(KEYS[1], KEYS[2], ARGV[3], now, win, l1, l2)
+local wait, n1, n2 = rateTake(KEYS[1], KEYS[2], ARGV[3], now, win, l1, l2)
 if wait > 0 then return wait end
-rateKeep(KEYS[1], KEYS[2], n, now, win, ARGV[2], l1, l2)
+rateKeep(KEYS[1], n1, l1, now, win, ARGV[2])
+rateKeep(KEYS[2], n2, l2, now, win, ARGV[2])
 return 0
-`)
+`
 
 // acquireScript takes one stream lease on its keys if each is under its
 // limit. KEYS: thread leases, IP leases, and for a participant's stream

@@ -296,11 +296,11 @@ func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n
 		}
 		if n >= 0 {
 			return func() {
-				if !s.enter() {
+				if !s.members.Enter() {
 					return
 				}
 				go func() {
-					defer s.wg.Done()
+					defer s.members.Leave()
 					ctx, cancel := s.bound(context.WithoutCancel(s.closing))
 					defer cancel()
 					unlockScript.Run(ctx, s.rdb, []string{key}, token)

@@ -1,9 +1,11 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,10 +128,21 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	rdb := redis.NewClusterClient(co)
 	sh := &Sharded{opt: opt, cluster: rdb, where: where(strings.SplitN(spec, ",", 2)[0])}
 	base := opt.Prefix
+	// The library once for all the shards, on every primary. A cluster is
+	// Redis 7, which has functions: a primary that does not answer now
+	// (one failing over) is given the library by the first call that
+	// misses it there.
+	lctx, cancel := context.WithTimeout(ctx, cmp.Or(opt.Timeout, chatrelay.DefaultStoreTimeout))
+	fcall, err := loadLibrary(lctx, rdb)
+	cancel()
+	if err != nil {
+		fcall = true
+		cmp.Or(opt.Log, slog.Default()).Warn("redis: the library of functions could not be loaded on every primary", "err", err)
+	}
 	for k := range ClusterShards {
 		o := opt
 		o.Prefix = base + "{s" + strconv.Itoa(k) + "}:"
-		s, err := openOn(ctx, rdb, o, shardOf{shared: true, limits: base, spub: true})
+		s, err := openOn(ctx, rdb, o, shardOf{shared: true, limits: base, spub: true, fcall: &fcall})
 		if err != nil {
 			sh.Close()
 			return nil, err

@@ -68,58 +68,69 @@ func (s *Store) appendRated(ctx context.Context, thread string, m store.NewMessa
 			}
 			return store.Entry{}, s.unavailable("append", err)
 		}
-		switch res[0] {
-		case "ok":
-			if len(res) != 5 {
-				break
-			}
-			e, err := stored(res[3], res[4])
-			if err != nil {
-				return store.Entry{}, s.unavailable("append", fmt.Errorf("stored message: %w", err))
-			}
-			return e, nil
-		case "replay":
-			if len(res) != 2 {
-				break
-			}
-			e, err := v2Entry(nil, res[1])
-			if err != nil {
-				return store.Entry{}, s.unavailable("append", fmt.Errorf("stored message: %w", err))
-			}
-			return store.ReplayOf(e, m)
-		case "not_found":
-			return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
-		case "unreadable":
-			if len(res) != 2 {
-				break
-			}
-			return store.Entry{}, markedUnreadable(thread, res[1])
-		case "thread_limit":
-			return store.Entry{}, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
-		case "collision", "retry":
-			continue
-		case "cap":
-			return store.Entry{}, chatrelay.CapRefusal(g)
-		case "waiting":
-			if len(res) != 2 {
-				break
-			}
-			n, _ := strconv.Atoi(res[1])
-			return store.Entry{}, chatrelay.WaitingRefusal(n)
-		case "attachment":
-			if len(res) != 2 {
-				break
-			}
-			return store.Entry{}, chatrelay.Errorf(chatrelay.InvalidAttachment, "attachment %s is not an unused upload of this conversation", res[1])
-		case "rate":
-			if len(res) != 2 || rt == nil {
-				break
-			}
-			wait, _ := strconv.ParseInt(res[1], 10, 64)
-			return store.Entry{}, rt.l.refusal(wait)
+		e, retry, err := s.appendAnswer(thread, m, g, rt, res)
+		if !retry {
+			return e, err
 		}
-		return store.Entry{}, s.unavailable("append", fmt.Errorf("unexpected answer %q", res))
 	}
+}
+
+// appendAnswer decodes appendScript's answer res: the entry stored (or
+// replayed), the refusal, or retry for an answer that asks for another
+// try (a taken id suffix, a grants record changed since it was read).
+func (s *Store) appendAnswer(thread string, m store.NewMessage, g chatrelay.Grant, rt *rateTake, res []string) (e store.Entry, retry bool, err error) {
+	switch res[0] {
+	case "ok":
+		if len(res) != 5 {
+			break
+		}
+		e, err = stored(res[3], res[4])
+		if err != nil {
+			return store.Entry{}, false, s.unavailable("append", fmt.Errorf("stored message: %w", err))
+		}
+		return e, false, nil
+	case "replay":
+		if len(res) != 2 {
+			break
+		}
+		e, err = v2Entry(nil, res[1])
+		if err != nil {
+			return store.Entry{}, false, s.unavailable("append", fmt.Errorf("stored message: %w", err))
+		}
+		e, err = store.ReplayOf(e, m)
+		return e, false, err
+	case "not_found":
+		return store.Entry{}, false, chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread)
+	case "unreadable":
+		if len(res) != 2 {
+			break
+		}
+		return store.Entry{}, false, markedUnreadable(thread, res[1])
+	case "thread_limit":
+		return store.Entry{}, false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
+	case "collision", "retry":
+		return store.Entry{}, true, nil
+	case "cap":
+		return store.Entry{}, false, chatrelay.CapRefusal(g)
+	case "waiting":
+		if len(res) != 2 {
+			break
+		}
+		n, _ := strconv.Atoi(res[1])
+		return store.Entry{}, false, chatrelay.WaitingRefusal(n)
+	case "attachment":
+		if len(res) != 2 {
+			break
+		}
+		return store.Entry{}, false, chatrelay.Errorf(chatrelay.InvalidAttachment, "attachment %s is not an unused upload of this conversation", res[1])
+	case "rate":
+		if len(res) != 2 || rt == nil {
+			break
+		}
+		wait, _ := strconv.ParseInt(res[1], 10, 64)
+		return store.Entry{}, false, rt.l.refusal(wait)
+	}
+	return store.Entry{}, false, s.unavailable("append", fmt.Errorf("unexpected answer %q", res))
 }
 
 // newAppendReq is what appendScript takes for m, whose interaction (if

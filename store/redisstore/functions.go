@@ -1,0 +1,143 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts of a post (appendScript, takeScript) are also functions of
+// a Redis Functions library (Redis 7.0): FUNCTION LOAD compiles the
+// library once, with its helpers (luaHelpers, luaRate) defined once, and
+// each post is an FCALL of its function. As a script, the same Lua builds
+// every helper's closure and the key table K again on every EVALSHA: 7 %
+// of the instructions redis-server runs for a post (docs/performance.md,
+// "Redis: functions and flatter Lua").
+//
+// The library's name and its functions' carry a hash of its code, so
+// that nodes of two versions sharing one Redis each call their own (as
+// EVALSHA does by the script's SHA-1); an old version's library stays
+// loaded (18 kB of Lua). Open loads it (on every primary of a Redis Cluster:
+// FUNCTION LOAD is not routed by key); a call that finds it missing (a
+// restart without persistence, FUNCTION FLUSH, a primary added to a
+// cluster) loads it again and is sent again: the function did not run.
+// Redis before 7.0 has no FUNCTION: the store then runs the scripts with
+// EVALSHA, as it did before (Redis 6.2 is still supported).
+
+// luaScript is a script the store runs: with EVALSHA (Script), or as
+// the library's function fn when the store uses the library.
+type luaScript struct {
+	*redis.Script
+	fn   string // the function's short name in the library
+	defs string // the script's own local functions, which the library defines once
+	body string // the script's own Lua, after its prelude and defs
+	keys bool   // the prelude is luaCommon: K is filled from the call's keys
+}
+
+// libScripts are the scripts that are functions of the library, in the
+// order the library defines them.
+var libScripts []*luaScript
+
+// newLuaScript is the script prelude + defs + body, and the library's
+// function name. prelude is luaRate, or luaCommon + luaRate: the library
+// defines them once, and defs once.
+func newLuaScript(name, prelude, defs, body string) *luaScript {
+	if prelude != luaRate && prelude != luaCommon+luaRate {
+		panic("redisstore: a library function's prelude is luaRate or luaCommon+luaRate")
+	}
+	ls := &luaScript{Script: redis.NewScript(prelude + defs + body), fn: name, defs: defs, body: body, keys: prelude != luaRate}
+	libScripts = append(libScripts, ls)
+	return ls
+}
+
+// library is the library's code and the prefix of its functions' names,
+// "chatrelay_<hash>_".
+var library = sync.OnceValues(func() (code, prefix string) {
+	var b strings.Builder
+	b.WriteString("local KEYS, ARGV\nlocal K = {}\n")
+	b.WriteString(luaHelpers)
+	b.WriteString(luaRate)
+	for _, ls := range libScripts {
+		b.WriteString(ls.defs)
+	}
+	for _, ls := range libScripts {
+		b.WriteString("local function f_" + ls.fn + "()\n" + ls.body + "\nend\n")
+	}
+	sum := sha1.Sum([]byte(b.String()))
+	name := "chatrelay_" + hex.EncodeToString(sum[:6])
+	prefix = name + "_"
+	for _, ls := range libScripts {
+		fill := ""
+		if ls.keys {
+			fill = luaKeysFill
+		}
+		b.WriteString("redis.register_function{function_name = '" + prefix + ls.fn + "', flags = {'allow-cross-slot-keys'},\n" +
+			"  callback = function(keys, args)\n  KEYS, ARGV = keys, args" + fill + "  return f_" + ls.fn + "()\nend}\n")
+	}
+	return "#!lua name=" + name + "\n" + b.String(), prefix
+})
+
+// loadLibrary loads the library on rdb, on each primary of a cluster. It
+// reports whether the store is to use it: false (and no error) if Redis
+// refused it (before 7.0: no FUNCTION; or an ACL without it); an error if
+// Redis could not be reached.
+func loadLibrary(ctx context.Context, rdb redis.UniversalClient) (bool, error) {
+	code, _ := library()
+	load := func(ctx context.Context, c *redis.Client) error {
+		return c.FunctionLoadReplace(ctx, code).Err()
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, load)
+	} else {
+		err = rdb.FunctionLoadReplace(ctx, code).Err()
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// isNoFunction reports whether err is Redis's answer to an FCALL of a
+// function it does not have.
+func isNoFunction(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.Contains(re.Error(), "Function not found")
+}
+
+// caller is a client or a pipeline.
+type caller interface {
+	redis.Scripter
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+}
+
+// call sends one call of ls on c: an FCALL if the store uses the library,
+// else EVALSHA (EVAL once if Redis does not have the script).
+func (s *Store) call(ctx context.Context, c caller, ls *luaScript, keys []string, args ...any) *redis.Cmd {
+	if !s.fcall {
+		return ls.Run(ctx, c, keys, args...)
+	}
+	_, prefix := library()
+	return c.FCall(ctx, prefix+ls.fn, keys, args...)
+}
+
+// sendOne sends ls alone (its first sending, or again after Redis had
+// neither the script nor the function), loading what Redis lacked.
+func (s *Store) sendOne(ctx context.Context, ls *luaScript, keys []string, args ...any) *redis.Cmd {
+	cmd := s.call(ctx, s.rdb, ls, keys, args...)
+	if s.fcall && isNoFunction(cmd.Err()) {
+		if _, err := loadLibrary(ctx, s.rdb); err != nil {
+			// A primary that did not answer: the call fails again if
+			// it is the one that lacks the library.
+			s.log.Warn("redis: the library of functions could not be loaded on every primary", "err", err)
+		}
+		cmd = s.call(ctx, s.rdb, ls, keys, args...)
+	}
+	return cmd
+}

@@ -1,0 +1,291 @@
+package redisstore
+
+// appendScript stores one message. KEYS: Store.keys. ARGV:
+//
+//	1 thread          2 now (ms)        3 keep            4 age (ms)
+//	5 max threads     6 must exist "1"  7 author as JSON  8 text as JSON
+//	9 feed channel    10 the newest epoch the store has seen
+//	11 a generation id (gen.go)
+//	12 client id ("" if none)
+//	13 the v2 tail: the v2 object after its rev ("" for a message with no
+//	   v2 field, whose v2 object is its v1 object and rev)
+//	14 interaction id ("" if none)    15 its deadline
+//	16 participant grant id ("" if not a participant's post)
+//	17 the grants record's version read   18 the grant with one more post
+//	19 "1" if the grant's cap is spent    20 the most messages waiting
+//	21 the thread's title to set ("" to leave it: open_thread sets it)
+//	22 the id's stamp and ts of now's second ("YYYYMMDD-HHMMSS <ts>"):
+//	   the script computes them only for an epoch in a later second
+//	23 the webhook event to queue ("" if none: outbox.go)
+//	24 the attachment ids the message names, space-separated ("" if none)
+//	25 the v2 text as JSON ("" if it is the v1 text: only a message with
+//	   attachments differs, whose v1 text has a line per attachment)
+//	26 the post's entry in the rate windows ("" to count it in none),
+//	   27 the window (ms), 28 the thread's limit, 29 the address's
+//	30… id suffix candidates (6 hex each)
+//
+// With a rate entry (Store.AppendLimited), KEYS has two more, the
+// thread's and the address's rate windows (RateLimiter's keys), and the
+// post is counted in them as takeScript counts it, in the same step: a
+// replay first (answered, counted in no window, even a full one), then
+// the windows ({"rate", wait in ms}: nothing stored), then the append;
+// an append refused takes its entries back, so that a refused post
+// counts nowhere.
+//
+// An append that makes a thread creates the generation if it is missing, so
+// that a data set's start is never after its first message (a thread that
+// exists was made in this data set, which has its generation).
+//
+// It answers {"ok", epoch, id, v1 JSON, v2 JSON or ""}, {"replay", v2 JSON
+// of the message with the client id}, {"not_found"}, {"thread_limit"},
+// {"collision"} (every candidate suffix is taken this second: try
+// others), {"retry"} (the grants record changed since it was read),
+// {"cap"}, {"waiting", n}, {"attachment", id} (an attachment that is
+// not an upload of the thread, or is on a message already) or
+// {"unreadable", mark} (the thread is marked unreadable: unreadable.go;
+// it answers so before anything else, a replay included, and a rated
+// post counts in no window).
+var appendScript = newLuaScript("append", luaCommon+luaRate, appendDefs, appendLua)
+
+// appendDefs is appendScript's function appendRun, the append itself
+// (appendLua counts the post in the rate windows around it). The library
+// defines it once; a script, on every call.
+const appendDefs = `
+local function appendRun(thread, now, keep, age, participant, cid, rated)
+
+-- What an append needs of the thread is in meta, read in one call: the
+-- newest epoch ("last"), a lower bound of the oldest ("first"), the id
+-- suffixes of the newest message's second ("sec", "sfx"). A thread written
+-- before meta kept them (no "last") has them read from its log once.
+local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2', 'last', 'first', 'sec', 'sfx', 'n', 'unreadable')
+if meta[10] then return {'unreadable', meta[10]} end
+local prev, first = tonumber(meta[5]), tonumber(meta[6])
+local firstWas = first
+-- "n" is an upper bound of the log's length: its length after the append
+-- that wrote it (only appends add to the log; what drops messages leaves
+-- it above). An append reads the length (XLEN) only when the bound says
+-- the log may be over keep, or there is no bound.
+local n = tonumber(meta[9])
+local set -- meta's other fields to write, if any
+if not prev then
+  local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
+  if #newest == 0 then
+    if ARGV[6] == '1' or participant ~= '' then return {'not_found'} end
+    if not redis.call('ZSCORE', K.index, thread) and redis.call('ZCARD', K.index) >= tonumber(ARGV[5]) then
+      return {'thread_limit'}
+    end
+    if redis.call('EXISTS', K.gen) == 0 then
+      redis.call('HSET', K.gen, 'id', ARGV[11], 'start', ARGV[2], 'lost', ARGV[10])
+    end
+    prev = 0
+    n = 0
+  else
+    prev = epochOf(newest[1][1])
+    first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
+  end
+end
+local rev = math.max(prev, num(meta[2]))
+
+if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[17] then
+  return {'retry'}
+end
+if cid ~= '' and not rated then
+  local e = redis.call('HGET', K.cids, cid)
+  local js = e and redis.call('HGET', K.v2, e)
+  if js then return {'replay', js} end
+end
+if participant ~= '' then
+  if ARGV[19] == '1' then return {'cap'} end
+  local n = waiting(ARGV[7], tonumber(ARGV[20]))
+  if n >= tonumber(ARGV[20]) then return {'waiting', fmt(n)} end
+end
+local atts
+if ARGV[24] ~= '' then
+  atts = {}
+  for id in string.gmatch(ARGV[24], '%S+') do
+    if redis.call('HEXISTS', K.att, id) == 0 or redis.call('HEXISTS', K.att, 'u:' .. id) == 1 then
+      return {'attachment', id}
+    end
+    atts[#atts + 1] = id
+  end
+end
+
+local epoch = now
+if epoch <= rev then epoch = rev + 1 end
+if not first then first = epoch end
+
+-- The UTC date and time of the epoch's second: the caller's (ARGV 22) if
+-- the epoch is in now's second, as it nearly always is; else computed
+-- (days to civil date: H. Hinnant's algorithm).
+local secs = math.floor(epoch / 1000)
+local stamp, ts = string.match(ARGV[22], '^(%d+-%d+) (%S+)$')
+if secs ~= math.floor(now / 1000) or not stamp then
+  local floor = math.floor
+  local days = floor(secs / 86400)
+  local sod = secs - days * 86400
+  local z = days + 719468
+  local era = floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+  local mp = floor((5 * doy + 2) / 153)
+  local d = doy - floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  local hh, mi, ss = floor(sod / 3600), floor((sod % 3600) / 60), sod % 60
+  stamp = string.format('%04d%02d%02d-%02d%02d%02d', y, m, d, hh, mi, ss)
+  ts = string.format('%04d-%02d-%02dT%02d:%02d:%02d+00:00', y, m, d, hh, mi, ss)
+end
+
+-- The id is unique in the thread: only messages of the same second can
+-- share it. The first message of a second in the thread takes the first
+-- candidate. Later ones skip the suffixes taken that second: meta's "sfx"
+-- (" <suffix>" each) if "sec" is that second, else (written before meta
+-- kept them) read from the log. The JSON starts {"id":"MSG-YYYYMMDD-HHMMSS-
+-- so the suffix is bytes 28 to 33.
+local suffix = ARGV[30]
+local es = epoch == now and ARGV[2] or fmt(epoch)
+local sec = epoch >= 1000 and string.sub(es, 1, -4) or fmt(secs)
+local taken = ''
+if prev >= secs * 1000 then
+  if meta[7] == sec then
+    taken = meta[8] or ''
+  else
+    local t = {}
+    for _, e in ipairs(redis.call('XRANGE', K.log, sid(secs * 1000), '+')) do
+      t[#t + 1] = ' ' .. string.sub(e[2][2], 28, 33)
+    end
+    taken = table.concat(t)
+  end
+  suffix = nil
+  for i = 30, #ARGV do
+    if not string.find(taken, ' ' .. ARGV[i], 1, true) then suffix = ARGV[i] break end
+  end
+  if not suffix then return {'collision'} end
+end
+local id = 'MSG-' .. stamp .. '-' .. suffix
+
+local json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[7] .. ',"text":' .. ARGV[8] .. '}'
+-- The first write of an append to a thread that exists. It fails only if
+-- the log holds an entry meta does not know of, at or after the epoch:
+-- written by something else (by hand). One that decodes is taken as the
+-- newest (the caller tries again, after it); one that does not marks
+-- the thread unreadable (unreadable.go).
+local added = redis.pcall('XADD', K.log, es .. '-0', 'j', json)
+if type(added) == 'table' and added.err then
+  local top = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)[1]
+  if not top then return redis.error_reply(added.err) end
+  local ok, m = pcall(cjson.decode, top[2][2] or '')
+  if ok and type(m) == 'table' and top[2][1] == 'j' then
+    redis.call('HSET', K.meta, 'last', fmt(epochOf(top[1])), 'sec', '')
+    return {'retry'}
+  end
+  redis.call('HSETNX', K.meta, 'unreadable', top[1])
+  return {'unreadable', top[1]}
+end
+
+-- A message with v2 fields keeps its v2 object beside the log.
+local v2 = meta[4]
+local v2json = ''
+if ARGV[13] ~= '' then
+  if ARGV[25] ~= '' then
+    v2json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[7] .. ',"text":' .. ARGV[25] .. ',"rev":' .. es .. ARGV[13]
+  else
+    v2json = string.sub(json, 1, -2) .. ',"rev":' .. es .. ARGV[13]
+  end
+  if atts then
+    for _, a in ipairs(atts) do redis.call('HSET', K.att, 'u:' .. a, es) end
+  end
+  redis.call('HSET', K.v2, es, v2json)
+  redis.call('ZADD', K.v2e, es, es)
+  if not v2 then
+    v2 = '1'
+    set = {'v2', '1'}
+  end
+  if cid ~= '' then redis.call('HSET', K.cids, cid, es) end
+  if ARGV[14] ~= '' then
+    redis.call('HSET', K.ixs, ARGV[14], es)
+    redis.call('ZADD', K.pending, ARGV[15], thread .. ' ' .. ARGV[14])
+  end
+end
+if participant ~= '' then
+  redis.call('HSET', K.grants, participant, ARGV[18])
+  redis.call('HINCRBY', K.grants, '.v', 1)
+end
+
+if ARGV[21] ~= '' then
+  set = set or {}
+  set[#set + 1] = 'title'
+  set[#set + 1] = ARGV[21]
+end
+
+-- Retention: by count (the log's length) and by age (only once the oldest
+-- message may be past it: "first" is a lower bound of its epoch).
+local trimmed, trimmedRev = num(meta[1]), num(meta[3])
+if n then n = n + 1 end
+if not n or n > keep then n = redis.call('XLEN', K.log) end
+if n > keep or first <= now - age then
+  local cut = cutOf(K.log, now, keep, age)
+  if cut > 0 then
+    trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2)
+    n = redis.call('XLEN', K.log)
+    first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
+  elseif first <= now - age then
+    first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
+  end
+end
+-- Meta's fields that changed: "sec" and "first" seldom do.
+if meta[7] ~= sec then
+  set = set or {}
+  set[#set + 1] = 'sec'
+  set[#set + 1] = sec
+end
+if first ~= firstWas then
+  set = set or {}
+  set[#set + 1] = 'first'
+  set[#set + 1] = fmt(first)
+end
+if set then
+  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', n, unpack(set))
+else
+  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', n)
+end
+redis.call('ZADD', K.index, es, thread)
+announce(ARGV[9], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or json)
+if ARGV[23] ~= '' then
+  redis.call('XADD', K.events, '*', 't', ARGV[23], 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
+end
+if participant ~= '' then publish(ARGV[9], thread .. ' P') end
+return {'ok', es, id, json, v2json}
+end
+`
+
+// appendLua is appendScript's own Lua: the post counted in the rate
+// windows, if it is rated, around appendRun.
+const appendLua = `
+local thread = ARGV[1]
+local now, keep, age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local participant = ARGV[16]
+local cid = ARGV[12]
+if ARGV[26] == '' then return appendRun(thread, now, keep, age, participant, cid, false) end
+if cid ~= '' then
+  local bad = redis.call('HGET', K.meta, 'unreadable')
+  if bad then return {'unreadable', bad} end
+  local e = redis.call('HGET', K.cids, cid)
+  local js = e and redis.call('HGET', K.v2, e)
+  if js then return {'replay', js} end
+end
+local win, l1, l2 = tonumber(ARGV[27]), tonumber(ARGV[28]), tonumber(ARGV[29])
+local wait, n1, n2 = rateTake(KEYS[17], KEYS[18], ARGV[26], now, win, l1, l2)
+if wait > 0 then return {'rate', fmt(wait)} end
+local res = appendRun(thread, now, keep, age, participant, cid, true)
+if res[1] == 'ok' then
+  rateKeep(KEYS[17], n1, l1, now, win, ARGV[27])
+  rateKeep(KEYS[18], n2, l2, now, win, ARGV[27])
+else
+  redis.call('RPOP', KEYS[17])
+  redis.call('RPOP', KEYS[18])
+end
+return res
+`

@@ -1,0 +1,41 @@
+package transport_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+)
+
+// TestAttachmentRangeNotSatisfiable: a Range no byte of the file
+// satisfies is an error like every other: 416 with the API's JSON body
+// and code range_not_satisfiable (and Content-Range "bytes */size"), not
+// net/http's plain-text "invalid range". A satisfiable Range is still a
+// 206 of its bytes.
+func TestAttachmentRangeNotSatisfiable(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	tok := tokenN(1)
+	a := e.mustUpload(tok, "digits.txt", "text/plain", []byte("0123456789"))
+	for _, rg := range []string{"bytes=20-30", "bytes=abc", "bytes=5-2"} {
+		status, h, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
+		assert.Equal(t, rg+": status", status, http.StatusRequestedRangeNotSatisfiable)
+		assert.Equal(t, rg+": Content-Type", h.Get("Content-Type"), "application/json")
+		var body struct {
+			Success   *bool  `json:"success"`
+			Code      string `json:"code"`
+			Error     string `json:"error"`
+			Retryable *bool  `json:"retryable"`
+		}
+		assert.Success(t, json.Unmarshal(b, &body))
+		assert.True(t, body.Success != nil && !*body.Success && body.Code == "range_not_satisfiable" && body.Error != "" &&
+			body.Retryable != nil && !*body.Retryable, "%s: %s", rg, b)
+		assert.Equal(t, rg+": no Content-Disposition on an error", h.Get("Content-Disposition"), "")
+	}
+	status, h, _ := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": "bytes=20-30"})
+	assert.True(t, status == 416 && h.Get("Content-Range") == "bytes */10", "Content-Range of a 416: %d %q", status, h.Get("Content-Range"))
+	status, _, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": "bytes=8-"})
+	assert.True(t, status == http.StatusPartialContent && string(b) == "89", "a satisfiable range: %d %q", status, b)
+}
