@@ -142,7 +142,10 @@ type mutation func(d threadDoc, now time.Time) (nd threadDoc, undo func(), err e
 // that creates nothing (another process created the thread meanwhile,
 // or the write failed) is given back once the thread's lock is released.
 // If the document vanished (swept) after the lock-free check, it asks to
-// retry.
+// retry. While a call of this process creates a thread, another that
+// would create it too reserves nothing and waits for the thread's lock
+// (reserveThread): it then finds the document, or, if the creation
+// failed, tries again.
 func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mutation) (retry bool, err error) {
 	notFound := func() error { return chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread) }
 	creating := !s.mayExist(thread)
@@ -154,9 +157,16 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 			return false, err
 		}
 	}
-	created := false
+	created, ended := false, false
+	endCreation := func() { // once: another call may have reserved the thread since
+		if !ended {
+			ended = true
+			s.endCreation(thread)
+		}
+	}
 	if creating {
 		defer func() { // after the thread's lock is released (deferred below)
+			endCreation() // (if the lock was never had)
 			if !created {
 				s.releaseThread(ctx)
 			}
@@ -173,11 +183,18 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 			replaced.Close()
 		}
 	}()
-	t, snap, unlock, err := s.lockLoad(ctx, thread) // now that no other process writes
+	// Now that no other process writes; hasLog unless the load says otherwise.
+	hasLog := true
+	t, snap, unlock, err := s.lockLoadLogged(ctx, thread, &hasLog)
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
+	if creating {
+		// Before the lock is let go of: a waiter then finds the
+		// document, or may create the thread itself.
+		defer endCreation()
+	}
 	if snap == nil {
 		// No document: unless this call writes one, its lock file goes
 		// (before the deferred unlock, which removes it).
@@ -222,16 +239,17 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 		s.announce(thread, t, nd)
 		return false, ferr
 	}
-	if snap == nil {
+	if snap == nil && hasLog {
 		// A log without its document (removed by hand) must not add
-		// its lines to the new thread.
+		// its lines to the new thread. (The load under the lock looked
+		// for it: a creation, as a rule, finds none and removes nothing.)
 		syscall.Unlink(s.logPath(thread))
 	}
 	ver := 0
 	if s.opt.AppendLog && isAppend(old, nd) {
 		ver = logVersion // the thread's next message may go to its log
 	}
-	pin, id, err := s.writeDoc(thread, nd, ver)
+	pin, id, err := s.writeDoc(thread, nd, ver, snap == nil)
 	if err != nil {
 		if undo != nil {
 			undo()
@@ -297,13 +315,13 @@ func (s *File) queueEvents(thread string, old, nd threadDoc) error {
 	return nil
 }
 
-// writeDoc writes thread's document nd (atomic replace) at version ver
-// or its content's if that is more, noting a failed write for the
-// readiness probe.
-func (s *File) writeDoc(thread string, nd threadDoc, ver int) (*fdPin, fileID, error) {
+// writeDoc writes thread's document nd (atomic replace; create: the
+// thread has none, see write) at version ver or its content's if that is
+// more, noting a failed write for the readiness probe.
+func (s *File) writeDoc(thread string, nd threadDoc, ver int, create bool) (*fdPin, fileID, error) {
 	bp := docBufs.Get().(*[]byte)
 	doc := appendDocumentV((*bp)[:0], thread, nd, ver)
-	pin, id, err := s.write(thread, doc)
+	pin, id, err := s.write(thread, doc, create)
 	s.noteWrite(len(doc), err)
 	*bp = doc[:0]
 	docBufs.Put(bp)
@@ -326,12 +344,26 @@ func sameDoc(a, b threadDoc) bool {
 		(len(a.msgs) == 0 || &a.msgs[0] == &b.msgs[0])
 }
 
-// write replaces the thread's document atomically (writeFD). It returns
-// the new file, still open (the snapshot's pin), and its identity.
-func (s *File) write(thread string, doc []byte) (*fdPin, fileID, error) {
+// write replaces the thread's document atomically (writeFD); create says
+// the caller, holding the thread's lock, found no document: it is then
+// created by createFD where the system can. It returns the new file,
+// still open (the snapshot's pin), and its identity.
+func (s *File) write(thread string, doc []byte, create bool) (*fdPin, fileID, error) {
 	fd := -1
 	var id fileID
-	err := s.withFDs(func() (err error) { fd, _, id, err = writeFD(s.dir, thread+".json", doc, s.dsync); return err })
+	err := s.withFDs(func() (err error) {
+		if create && !s.noTmpfile.Load() {
+			var how createHow
+			switch fd, id, how, err = createFD(s.dir, thread+".json", doc, s.dsync); how {
+			case created:
+				return err
+			case noTmpfile:
+				s.noTmpfile.Store(true) // the folder's file system has none: not again
+			}
+		}
+		fd, _, id, err = writeFD(s.dir, thread+".json", doc, s.dsync)
+		return err
+	})
 	if err != nil {
 		return nil, id, s.unavailable(thread, err)
 	}

@@ -85,6 +85,17 @@ func writeFD(dir, name string, data []byte, ds *dirSync) (_ int, _ string, id fi
 	return tf, tmp, identityOf(&st), nil
 }
 
+// createHow is what createFD did: created the file (or failed with err),
+// or did nothing, because the system cannot (noTmpfile) or not this time
+// (notHere).
+type createHow int
+
+const (
+	created createHow = iota
+	noTmpfile
+	notHere
+)
+
 // writeAll writes data to fd (a regular file: blocking) to the end.
 func writeAll(fd int, name string, data []byte) error {
 	for len(data) > 0 {

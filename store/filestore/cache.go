@@ -248,6 +248,15 @@ func identityOf(st *syscall.Stat_t) fileID {
 // read (its inode and size: a log only grows until a compaction, which
 // writes a new document). A missing document is (nil, nil).
 func (s *File) load(thread string, t *threadState) (*snapshot, error) {
+	return s.loadLogged(thread, t, nil)
+}
+
+// loadLogged is load that, if it finds no document and hasLog is not
+// nil, sets *hasLog to whether the thread has a log all the same (one
+// left by hand, or by a writer that lost its document: see mutateOnce).
+// The log is opened first, as every read does, so a creation learns it
+// for free.
+func (s *File) loadLogged(thread string, t *threadState, hasLog *bool) (*snapshot, error) {
 	// The fast path, two stats: a pinned snapshot pins its inode, so a
 	// file at the path with that identity is the snapshot's very file. The
 	// snapshot still cached after the stat was pinned during it (a
@@ -263,12 +272,12 @@ func (s *File) load(thread string, t *threadState) (*snapshot, error) {
 			return snap, nil
 		}
 	}
-	return s.loadFrom(thread, t, true)
+	return s.loadFrom(thread, t, true, hasLog)
 }
 
-// loadFrom is load past its fast path. With useCache, a log that is the
-// cached snapshot's is not parsed again.
-func (s *File) loadFrom(thread string, t *threadState, useCache bool) (*snapshot, error) {
+// loadFrom is loadLogged past its fast path. With useCache, a log that
+// is the cached snapshot's is not parsed again.
+func (s *File) loadFrom(thread string, t *threadState, useCache bool, hasLog *bool) (*snapshot, error) {
 	path := s.path(thread)
 	var known logState
 	cached := t.snap.Load()
@@ -285,6 +294,9 @@ func (s *File) loadFrom(thread string, t *threadState, useCache bool) (*snapshot
 	fd, err := s.openRead(path)
 	if err == syscall.ENOENT {
 		s.setSnap(t, nil) // removed (swept) by another process
+		if hasLog != nil {
+			*hasLog = ls.ino != 0 || lerr != nil
+		}
 		return nil, nil
 	}
 	if err != nil {
@@ -339,7 +351,7 @@ func (s *File) loadFrom(thread string, t *threadState, useCache bool) (*snapshot
 			// The log is the one cached, but another snapshot was cached
 			// meanwhile: read both again, the log first, parsing it.
 			syscall.Close(fd)
-			return s.loadFrom(thread, t, false)
+			return s.loadFrom(thread, t, false, hasLog)
 		}
 		snap.doc, snap.err = withLog(snap.base, logged)
 	}

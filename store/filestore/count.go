@@ -3,7 +3,6 @@ package filestore
 import (
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -19,10 +18,21 @@ import (
 // lock: ThreadLimit if the store is full. Counted before the document
 // exists, a crash in between overstates the count (the sweep recounts),
 // never understates it. It reports false if the thread exists after all
-// (another process created it): nothing is counted then.
+// (another process created it), or if another call of this process has
+// reserved it and not ended its creation yet (endCreation): nothing is
+// counted then, and the caller waits for the thread's lock, under which
+// the creator writes the document. (Counting it twice would refuse the
+// second post with ThreadLimit at the limit, for a thread that is about
+// to exist, and cost a reservation given back otherwise.)
 func (s *File) reserveThread(ctx context.Context, thread string) (bool, error) {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
+	s.creatingMu.Lock()
+	_, busy := s.creating[thread]
+	s.creatingMu.Unlock()
+	if busy {
+		return false, nil
+	}
 	c, err := s.lockCount(ctx)
 	if err != nil {
 		return false, err
@@ -39,7 +49,22 @@ func (s *File) reserveThread(ctx context.Context, thread string) (bool, error) {
 		return false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
 	}
 	setThreadCount(c, count+1)
+	s.creatingMu.Lock()
+	if s.creating == nil {
+		s.creating = make(map[string]struct{})
+	}
+	s.creating[thread] = struct{}{}
+	s.creatingMu.Unlock()
 	return true, nil
+}
+
+// endCreation ends the creation of thread that reserveThread reserved:
+// another call may reserve it again. Its caller calls it once, before it
+// lets go of the thread's lock (or when it failed to take it).
+func (s *File) endCreation(thread string) {
+	s.creatingMu.Lock()
+	delete(s.creating, thread)
+	s.creatingMu.Unlock()
 }
 
 // releaseThread gives back a reservation that created nothing. If the
@@ -71,6 +96,10 @@ func (s *File) threadCountPath() string { return filepath.Join(s.dir, ".threads.
 type countFile struct {
 	f  *os.File
 	mu *sync.Mutex // File.countMu, held while locked
+	// size is the file's length as threadCount last read it under this
+	// lock, or -1 if unknown (not read, or longer than the count can be):
+	// setThreadCount truncates the file only if its count is shorter.
+	size *int
 }
 
 // lockCount takes the flock of .threads.lock, waiting up to LockTimeout.
@@ -106,7 +135,8 @@ func (s *File) lockCount(ctx context.Context) (countFile, error) {
 			return countFile{}, s.unavailable("", &fs.PathError{Op: "fstat", Path: path, Err: err})
 		}
 		if st.Nlink > 0 {
-			return countFile{s.countF, &s.countMu}, nil
+			s.countSize = -1
+			return countFile{s.countF, &s.countMu, &s.countSize}, nil
 		}
 		s.countF.Close() // removed: lets go of the lock; take the file at the path
 		s.countF = nil
@@ -130,11 +160,19 @@ func (s *File) closeCount() {
 }
 
 // threadCount reads the count, or recounts the folder if it does not read.
+// One pread(2): a regular file's read returns all it has up to the
+// buffer's size, and a count is shorter (os.File.ReadAt would read again
+// to be told the end).
 func (s *File) threadCount(c countFile) (int, error) {
 	var buf [24]byte
-	n, err := c.f.ReadAt(buf[:], 0)
-	if err != nil && err != io.EOF {
-		return 0, err
+	n := 0
+	err := ignoringEINTR(func() (err error) { n, err = syscall.Pread(int(c.f.Fd()), buf[:], 0); return err })
+	if err != nil {
+		return 0, &fs.PathError{Op: "read", Path: c.f.Name(), Err: err}
+	}
+	*c.size = -1
+	if n < len(buf) {
+		*c.size = n
 	}
 	if n, err := strconv.Atoi(strings.TrimSpace(string(buf[:n]))); err == nil && n >= 0 {
 		return n, nil
@@ -152,14 +190,27 @@ func (s *File) countFolder(c countFile) (int, error) {
 	return len(names), nil
 }
 
-// setThreadCount writes the count in place. A failure leaves a count that
-// does not read, which is recounted.
+// setThreadCount writes the count in place, and cuts the file to it if
+// the file was longer (or of unknown length): a creation's count is
+// never shorter than the one it read, and an ftruncate(2) of an
+// unchanged length is a journal handle on ext4 (about a tenth of a
+// thread's creation there) and a folder watch event. A failure leaves a
+// count that does not read, which is recounted.
 func setThreadCount(c countFile, n int) {
-	b := strconv.AppendInt(make([]byte, 0, 24), int64(n), 10)
+	var buf [24]byte
+	b := strconv.AppendInt(buf[:0], int64(n), 10)
 	b = append(b, '\n')
-	if _, err := c.f.WriteAt(b, 0); err == nil {
-		c.f.Truncate(int64(len(b)))
+	if _, err := c.f.WriteAt(b, 0); err != nil {
+		*c.size = -1
+		return
 	}
+	if *c.size < 0 || len(b) < *c.size {
+		if c.f.Truncate(int64(len(b))) != nil {
+			*c.size = -1
+			return
+		}
+	}
+	*c.size = len(b)
 }
 
 // recount sets the count to the folder's threads.

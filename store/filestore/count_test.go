@@ -2,9 +2,11 @@ package filestore
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -80,4 +82,89 @@ func TestCountLockTakesTurnsInProcess(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(dir, "chat", ".threads.lock"))
 	assert.Success(t, err)
 	assert.Equal(t, "the count", string(data), "40\n")
+}
+
+// TestCountFileHoldsTheCount: a creation writes the count over the one in
+// .threads.lock, which another writer may have left longer (padded) or
+// shorter: the file then holds the new count and nothing after it, and a
+// count given back that has a digit less (a refused creation at 10) too.
+func TestCountFileHoldsTheCount(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "chat", ".threads.lock")
+	assert.Success(t, os.MkdirAll(filepath.Dir(path), 0o700))
+	for _, c := range []struct{ before, after string }{
+		{"   0 \n", "1\n"}, // padded, longer than the new count: cut
+		{"9\n", "10\n"},    // a digit more
+	} {
+		assert.Success(t, os.WriteFile(path, []byte(c.before), 0o600))
+		s := openFile(t, dir, FileOptions{MaxThreads: 100})
+		thread := fmt.Sprintf("%016x", len(c.before))
+		appendText(t, s, thread, "a new thread")
+		data, err := os.ReadFile(path)
+		assert.Success(t, err)
+		assert.Equal(t, "the count after "+strconv.Quote(c.before), string(data), c.after)
+		assert.Success(t, os.Remove(s.path(thread)))
+		assert.Success(t, os.Remove(s.path(thread)+".lock"))
+		s.Close()
+	}
+
+	// A reservation given back from 10 to 9: the file is "9\n", not "9\n\n".
+	assert.Success(t, os.WriteFile(path, []byte("9\n"), 0o600))
+	s := openFile(t, dir, FileOptions{MaxThreads: 100})
+	ok, err := s.reserveThread(t.Context(), threadB)
+	assert.Success(t, err)
+	assert.True(t, ok, "the thread is reserved")
+	s.releaseThread(t.Context())
+	data, err := os.ReadFile(path)
+	assert.Success(t, err)
+	assert.Equal(t, "the count given back", string(data), "9\n")
+}
+
+// TestSecondPostToThreadBeingCreated: at the thread limit's last place,
+// a post to a thread that another post of the same process is creating
+// (its first post holds the place and waits for the thread's lock) is
+// not refused thread_limit: it waits for the creation and goes to the
+// thread. The thread is counted once.
+func TestSecondPostToThreadBeingCreated(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{MaxThreads: 1, LockTimeout: 20 * time.Second})
+	countPath := filepath.Join(dir, "chat", ".threads.lock")
+
+	// Another process holds the thread's lock: the first post reserves
+	// the last place, then waits for it.
+	other := newFlock(s.path(threadA) + ".lock")
+	ok, err := other.TryLock()
+	assert.Success(t, err)
+	assert.True(t, ok, "the thread's lock is free")
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Append(context.Background(), threadA, store.NewMessage{Author: chatrelay.Operator, Text: "one"})
+		first <- err
+	}()
+	assert.Eventually(t, 10*time.Second, "the first post reserved the last place", func() bool {
+		data, _ := os.ReadFile(countPath)
+		return string(data) == "1\n"
+	})
+
+	second := make(chan error, 1)
+	go func() {
+		_, err := s.Append(context.Background(), threadA, store.NewMessage{Author: chatrelay.Operator, Text: "two"})
+		second <- err
+	}()
+	// The second post waits for the thread's lock; refused, it would
+	// answer at once (it is given time to, not waited on).
+	select {
+	case err := <-second:
+		t.Fatalf("the second post answered while the thread was being created: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	assert.Success(t, other.Unlock())
+	assert.Success(t, <-first)
+	assert.Success(t, <-second)
+	assert.Equal(t, "the thread", texts(mustSince(t, s, threadA)), []string{"one", "two"})
+	data, err := os.ReadFile(countPath)
+	assert.Success(t, err)
+	assert.Equal(t, "the count", string(data), "1\n")
 }

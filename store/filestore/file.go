@@ -90,11 +90,23 @@ type File struct {
 	createMu sync.Mutex // orders this process's thread creations (flock is per open file, not per goroutine)
 	countMu  sync.Mutex // guards countF, and is held while it is locked (lockCount); taken after createMu
 	countF   *os.File   // .threads.lock, kept open between locks; nil until the first
+	// creating is the threads this process's calls have reserved and
+	// not ended the creation of (reserveThread, endCreation); guarded by
+	// creatingMu, which is taken under createMu or the thread's lock and
+	// held for nothing else.
+	creatingMu sync.Mutex
+	creating   map[string]struct{}
+	// countSize is the length of .threads.lock as read or written under
+	// the current lock (countFile.size); guarded by countMu.
+	countSize int
 
 	index  grantIndex // share-token digests to threads (participants.go)
 	claims pushClaims // the pushes this process claimed (push.go)
 	pins   pinQueue   // the threads whose cached snapshot holds a descriptor
 	dsync  *dirSync   // groups the folder fsyncs; nil with NoFsync
+	// noTmpfile: a creation found no O_TMPFILE (or its link failed), so
+	// creations write a temp file and rename it, as other writes do.
+	noTmpfile atomic.Bool
 
 	// lastFail is the last append whose write failed, until a later write
 	// or readiness probe of its size succeeds (Check).
@@ -117,8 +129,8 @@ type threadState struct {
 	snap atomic.Pointer[snapshot] // the newest parsed document seen
 	// announced is the epoch of the newest message handed to the feed; guarded by mu.
 	announced int64
-	queued    bool     // in the pin queue; guarded by File.pins.mu
-	lockf     *os.File // <thread>.json.lock, kept open between writes (lockThread); guarded by mu
+	queued    bool   // in the pin queue; guarded by File.pins.mu
+	lockf     *fdPin // <thread>.json.lock, kept open between writes (lockThread); guarded by mu
 	// logf is the thread's log, open for appending, kept open between
 	// writes like lockf (and closed with it), and the log's inode; nil
 	// until an append opens it. Guarded by mu.

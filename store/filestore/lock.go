@@ -23,11 +23,17 @@ import (
 // (nil: no document), now that no other process writes. On an error
 // nothing stays locked.
 func (s *File) lockLoad(ctx context.Context, thread string) (*threadState, *snapshot, func(), error) {
+	return s.lockLoadLogged(ctx, thread, nil)
+}
+
+// lockLoadLogged is lockLoad that, for a thread with no document, sets
+// *hasLog to whether it has a log (loadLogged).
+func (s *File) lockLoadLogged(ctx context.Context, thread string, hasLog *bool) (*threadState, *snapshot, func(), error) {
 	t, unlock, err := s.lockState(ctx, thread)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	snap, err := s.load(thread, t)
+	snap, err := s.loadLogged(thread, t, hasLog)
 	if err != nil {
 		unlock()
 		return nil, nil, nil, err
@@ -80,14 +86,15 @@ func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (l
 	path := s.path(thread) + ".lock"
 	for {
 		if t.lockf == nil {
-			f, err := s.openLock(thread, path)
+			fd, err := s.openLockFD(thread, path)
 			if err != nil {
 				return -1, err
 			}
-			t.lockf = f
+			// A bare descriptor: no os.NewFile (its fcntl); closed as the pin is.
+			t.lockf = &fdPin{fd}
 			s.pins.add(t, s.opt.MaxOpenDocs) // its descriptor is bounded with the pinned documents'
 		}
-		fd := int(t.lockf.Fd())
+		fd := t.lockf.fd
 		if err := flockWait(ctx, fd, path, s.opt.LockTimeout); err != nil {
 			return -1, err
 		}
@@ -111,15 +118,25 @@ func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (l
 // poller and set its blocking mode back and forth, for a file that is
 // only ever flocked, read and written at an offset.
 func (s *File) openLock(thread, path string) (*os.File, error) {
+	fd, err := s.openLockFD(thread, path)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// openLockFD is openLock's bare descriptor (a thread's lock file: see
+// lockThread).
+func (s *File) openLockFD(thread, path string) (int, error) {
 	var fd int
 	err := s.withFDs(func() (err error) {
 		fd, err = syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_CLOEXEC, 0o600)
 		return err
 	})
 	if err != nil {
-		return nil, s.unavailable(thread, &fs.PathError{Op: "open", Path: path, Err: err})
+		return -1, s.unavailable(thread, &fs.PathError{Op: "open", Path: path, Err: err})
 	}
-	return os.NewFile(uintptr(fd), path), nil
+	return fd, nil
 }
 
 // flockWait takes an exclusive flock on fd, the open file path, waiting up

@@ -503,3 +503,37 @@ func postThreeLogged(t *testing.T, s *File, dir string) {
 	}
 	assert.Equal(t, "log lines", len(logLines(t, dir, threadA)), 2)
 }
+
+// TestLogWithoutDocumentIsNotTheNewThreads: a log whose document was
+// removed by hand (or one that does not even parse) adds none of its
+// lines to the thread a later post creates, whether the store that
+// creates it had the thread cached or not, and goes.
+func TestLogWithoutDocumentIsNotTheNewThreads(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		cached bool
+		bad    bool
+	}{{"cached", true, false}, {"fresh store", false, false}, {"log that does not parse", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			s := openFile(t, dir, FileOptions{AppendLog: true})
+			appendText(t, s, threadA, "old one")
+			appendText(t, s, threadA, "old two") // to the log
+			assert.Equal(t, "the log", len(logLines(t, dir, threadA)), 1)
+			assert.Success(t, os.Remove(chatFile(dir, threadA+".json"))) // by hand: the log stays
+			if c.bad {
+				assert.Success(t, os.WriteFile(chatFile(dir, threadA+".log"), []byte("not a line\n"), 0o600))
+			}
+			if !c.cached {
+				s = openFile(t, dir, FileOptions{AppendLog: true})
+			}
+			appendText(t, s, threadA, "new")
+			assert.Equal(t, "the new thread", texts(mustSince(t, s, threadA)), []string{"new"})
+			assert.Equal(t, "the new thread read afresh", freshTexts(t, dir, threadA), []string{"new"})
+			_, err := os.Stat(chatFile(dir, threadA+".log"))
+			assert.True(t, os.IsNotExist(err), "the old log is still there: %v", err)
+		})
+	}
+}

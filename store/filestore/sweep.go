@@ -152,7 +152,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		ver = logVersion // a version 5 thread stays one (its next message may go to the log)
 	}
 	doc := appendDocumentV(nil, thread, nd, ver)
-	pin, id, err := s.write(thread, doc)
+	pin, id, err := s.write(thread, doc, false)
 	if err != nil {
 		return 0, false, err
 	}
