@@ -188,7 +188,7 @@ func (d defSet) answers() {
 			"error":          describe(obj{"type": "string"}, "words for a person"),
 			"code":           ref("code"),
 			"retryable":      boolean("only " + retryWords + " are"),
-			"retry_after_ms": integer(1, -1, "rate_limited: how long to wait"),
+			"retry_after_ms": integer(1, -1, string(RateLimited)+": how long to wait"),
 			"see":            constant(PathPost),
 			"message":        ref("message.v2"),
 		},
