@@ -35,7 +35,18 @@ type Proc struct {
 // this process's. It fails tb if the process cannot start.
 func Start(tb testing.TB, test string, env []string, nice int) *Proc {
 	tb.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	args := []string{os.Args[0], "-test.run=^" + test + "$", "-test.count=1"}
+	// nice(1) sets the niceness before the binary runs, so every thread of
+	// it has it: a Go program makes its threads from its first ones, and
+	// Linux's niceness is a thread's (setpriority on the pid, once the
+	// helper ran, left the runtime's first threads, and those they made, at
+	// 0, and the helper's work ran on them at the priority of the process
+	// under test as often as not).
+	nicer, err := exec.LookPath("nice")
+	if err == nil {
+		args = append([]string{nicer, "-n", strconv.Itoa(nice)}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -49,8 +60,10 @@ func Start(tb testing.TB, test string, env []string, nice int) *Proc {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	if err := syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, nice); err != nil {
-		tb.Logf("%s process: nice %d: %v", test, nice, err)
+	if nicer == "" { // no nice(1): the main thread's at least
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, cmd.Process.Pid, nice); err != nil {
+			tb.Logf("%s process: nice %d: %v", test, nice, err)
+		}
 	}
 	p := &Proc{Stdout: stdout, stdin: stdin, cmd: cmd, done: make(chan error, 1)}
 	return p

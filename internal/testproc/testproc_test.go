@@ -1,0 +1,88 @@
+package testproc_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/testproc"
+)
+
+const helperEnv = "TESTPROC_NICE_HELPER"
+
+// TestNiceHelper is the helper of TestEveryThreadNice (helperEnv set):
+// it makes threads (goroutines locked to threads of their own, as the
+// runtime makes them for work that blocks), reports the niceness of each
+// of its threads on a line, then "end", and waits for its input's end.
+func TestNiceHelper(t *testing.T) {
+	if os.Getenv(helperEnv) == "" {
+		t.Skip("the helper process of TestEveryThreadNice")
+	}
+	var ready, stop sync.WaitGroup
+	stop.Add(1)
+	for range 4 {
+		ready.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			ready.Done()
+			stop.Wait()
+		}()
+	}
+	ready.Wait()
+	tasks, _ := filepath.Glob("/proc/self/task/*/stat")
+	for _, p := range tasks {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // a thread that ended
+		}
+		_, rest, _ := strings.Cut(string(b), ") ") // after the command's name
+		fields := strings.Fields(rest)             // from the state (field 3): the niceness is field 19
+		if len(fields) > 16 {
+			fmt.Println(fields[16])
+		}
+	}
+	fmt.Println("end")
+	io.Copy(io.Discard, os.Stdin)
+	stop.Done()
+}
+
+// TestEveryThreadNice: every thread of a helper runs at the niceness it
+// is started at, not only its first.
+func TestEveryThreadNice(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	p := testproc.Start(t, "TestNiceHelper", []string{helperEnv + "=1"}, 19)
+	var nices []string
+	read, drained := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(drained)
+		sc := bufio.NewScanner(p.Stdout)
+		for sc.Scan() && sc.Text() != "end" {
+			nices = append(nices, sc.Text())
+		}
+		close(read)
+		io.Copy(io.Discard, p.Stdout) // to the helper's exit
+	}()
+	select {
+	case <-read:
+	case <-time.After(30 * time.Second):
+		p.Stop(time.Second)
+		<-drained
+		t.Fatal("the helper did not report its threads")
+	}
+	assert.Success(t, p.Stop(30*time.Second))
+	<-drained
+	assert.True(t, len(nices) >= 5, "the helper reported %d threads", len(nices))
+	for i, n := range nices {
+		assert.Equal(t, fmt.Sprintf("niceness of thread %d of %d", i+1, len(nices)), n, "19")
+	}
+}
