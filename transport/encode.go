@@ -70,15 +70,6 @@ type postBody struct {
 // of posts, shared by POST /api/chat/post and the WebSocket's post frames.
 // A participant's post takes no kind (its author is the participant).
 func parsePost(data []byte, who principal) (postBody, error) {
-	if p, ok := parsePostFast(data, who); ok {
-		return p, nil
-	}
-	return parsePostFull(data, who)
-}
-
-// parsePostFull is parsePost through encoding/json: every body, and every
-// refusal's answer.
-func parsePostFull(data []byte, who principal) (postBody, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil || raw == nil {
 		return postBody{}, chatrelay.Errorf(chatrelay.InvalidJSON, "the body is not a JSON object")
