@@ -24,7 +24,7 @@ func (d defSet) ids() {
 	d.add("epoch", epoch(""))
 	d.add("ts", describe(obj{"type": "string", "pattern": tsPattern}, "the epoch's second in RFC 3339, UTC, written +00:00"))
 	d.add("author", describe(obj{"type": "string", "pattern": authorPattern}, "who wrote a message: operator, agent, hermes, or p:<participant id>"))
-	d.add("emoji", describe(withPattern(str(LimitEmoji, ""), emojiPattern), "a reaction: 1 … 64 code points, no white space, control character or invisible format character (bidi controls, zero width spaces, U+FEFF; the joiner U+200D and a subdivision flag's tags are allowed)"))
+	d.add("emoji", describe(withPattern(str(LimitEmoji, ""), emojiPattern), fmt.Sprintf("a reaction: %d … %d code points, no white space, control character or invisible format character (bidi controls, zero width spaces, U+FEFF; the joiner U+200D and a subdivision flag's tags are allowed)", LimitEmoji.Min, LimitEmoji.Max)))
 	d.add("code", enum("an error's machine code", codeStrings(Codes())...))
 }
 
@@ -188,7 +188,7 @@ func (d defSet) answers() {
 			"error":          describe(obj{"type": "string"}, "words for a person"),
 			"code":           ref("code"),
 			"retryable":      boolean("only " + retryWords + " are"),
-			"retry_after_ms": integer(1, -1, "rate_limited: how long to wait"),
+			"retry_after_ms": integer(1, -1, string(RateLimited)+": how long to wait"),
 			"see":            constant(PathPost),
 			"message":        ref("message.v2"),
 		},

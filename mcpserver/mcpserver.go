@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,13 +33,13 @@ import (
 
 // Instructions tell an agent, in a few lines, how to use the tools (MCP
 // "instructions", sent when a client connects).
-const Instructions = `chatrelay connects you (as "hermes") to people chatting in browser threads.
+var Instructions = `chatrelay connects you (as "hermes") to people chatting in browser threads.
 - Find work: chatrelay_list_threads (awaiting: true means a person waits for you), then chatrelay_read_thread; pass its cursor back as since to read only what changed.
 - Answer: chatrelay_send. Give a client_id when you might retry, so a retry never posts twice.
 - Before an action with consequences (deploying, deleting, spending, writing outside the chat), ask first: chatrelay_request_approval with a one-line summary, then chatrelay_wait_interaction; act only if the state is approved. denied, expired or canceled means do not act.
 - To ask a question: chatrelay_request_input (choices and/or allow_text), then chatrelay_wait_interaction for the answer.
-- To wait for the person: chatrelay_wait_messages. Without since it returns at once what you have not answered yet, else it blocks until the next message; pass its cursor back as since next time. It blocks up to its timeout (at most 300 s); timed_out means call it again.
-- Errors carry a code (text_too_long, not_found, invalid_interaction, …): fix the arguments rather than retrying the same call.`
+- To wait for the person: chatrelay_wait_messages. Without since it returns at once what you have not answered yet, else it blocks until the next message; pass its cursor back as since next time. It blocks up to its timeout (at most ` + strconv.Itoa(chatrelay.LimitWaitTimeout.Max) + ` s); timed_out means call it again.
+- Errors carry a code (` + string(chatrelay.TextTooLong) + `, ` + string(chatrelay.NotFound) + `, ` + string(chatrelay.InvalidInteraction) + `, …): fix the arguments rather than retrying the same call.`
 
 // Name and Version identify the server to clients.
 const (

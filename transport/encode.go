@@ -23,7 +23,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
 		b.Reset()
-		b.WriteString(`{"success":false,"error":"internal error","code":"internal","retryable":false}`)
+		b.WriteString(`{"success":false,"error":"internal error","code":"` + string(chatrelay.Internal) + `","retryable":false}`)
 		status = http.StatusInternalServerError
 	}
 	writeBytes(w, status, bytes.TrimSuffix(b.Bytes(), []byte("\n")))

@@ -83,6 +83,7 @@ const shutdownGrace = 2 * time.Second
 // are cut. It waits for the stream handlers (http.Server.Shutdown does not
 // track hijacked WebSockets) until ctx is done.
 func (s *Server) Shutdown(ctx context.Context) error {
+	defer s.turners.stop()
 	s.Drain()
 	if s.cfg.MCP != nil {
 		s.cfg.MCP.Close() // its calls in flight end, so the listener's Shutdown need not wait for them

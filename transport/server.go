@@ -93,6 +93,7 @@ type Server struct {
 	readyMu   sync.Once
 	streamers closegroup.Group // stream handlers (SSE and WebSocket); Shutdown closes it and waits for them
 	ops       *ops             // metrics and readiness (metrics.go, health.go)
+	turners   *turners         // the goroutines that run the sessions' turns (turners.go)
 
 	// abortCtx is cancelled when Shutdown's grace is over, to cut the
 	// streams of clients that stopped reading (see Shutdown).
@@ -143,7 +144,7 @@ func NewServer(cfg Config) *Server {
 		tickets: tickets{key: cfg.TicketKey, ttl: cfg.TicketTTL, now: cfg.Now, ring: newKeyRing(cfg.TicketKeys, cfg.TicketKey, cfg.Log)},
 		parts:   participantsOf(cfg.Store),
 		origins: make(map[string]bool), log: cfg.Log, mux: http.NewServeMux(),
-		ready: make(chan struct{}),
+		ready: make(chan struct{}), turners: newTurners(),
 	}
 	s.live = &liveGrants{s: s, m: make(map[string]*liveGrant)}
 	s.abortCtx, s.abort = context.WithCancel(context.Background())

@@ -170,8 +170,9 @@ func (it item) ws(buf []byte) []byte {
 //
 // An idle session holds no goroutine. What can need it (events queued by
 // the hub, the heartbeat's timer, the client leaving, the principal's
-// right ending) calls wake, which starts a goroutine to take a turn only
-// if none is running: pend counts the wakes not yet looked at, and the
+// right ending) calls wake, which hands the session to a goroutine of the
+// server's turners (turners.go) to take a turn only if none is running:
+// pend counts the wakes not yet looked at, and the
 // goroutine that takes it from 0 runs turns until a turn has seen them
 // all. The goroutine that opens the stream holds the first count, so no
 // turn runs before the opening is written; a session that ended keeps a
@@ -355,7 +356,7 @@ func (ss *session) run(fw frameWriter, gone context.Context, cleanup func()) {
 // opener has not finished, or the session ended).
 func (ss *session) wake() {
 	if ss.pend.Add(1) == 1 {
-		go ss.turns() // owned by the session: one at a time, and none once it ended
+		ss.s.turners.run(ss) // one at a time, and none once it ended
 	}
 }
 

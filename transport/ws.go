@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -48,7 +50,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The origin was checked above, by the one matcher CORS uses too.
-	c, err := websocket.Accept(smallBufs{w}, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	sb := &smallBufs{ResponseWriter: w}
+	c, err := websocket.Accept(sb, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		ss.close()
 		return // the handshake was checked: only a failed hijack gets here
@@ -62,7 +65,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	// ctx, which closes the connection and so ends a write blocked on a
 	// client that stopped reading.
 	ctx, cancel := context.WithCancel(s.abortCtx)
-	ww := &wsWriter{s: s, c: c, ctx: ctx, opened: make(chan struct{})}
+	ww := &wsWriter{s: s, c: c, conn: sb.conn, ctx: ctx, opened: make(chan struct{})}
+	stopAbort := context.AfterFunc(ctx, func() { sb.conn.SetWriteDeadline(time.Now()) })
 	gone, left := context.WithCancel(context.Background())
 	readerDone := make(chan struct{})
 	go func() { // owned by the session, whose end waits for it
@@ -71,6 +75,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		s.wsRead(ctx, ww, req)
 	}()
 	ss.run(ww, gone, func() {
+		stopAbort()
 		cancel()
 		c.CloseNow() // unblocks the reader
 		<-readerDone
@@ -88,12 +93,16 @@ const (
 )
 
 // smallBufs is a ResponseWriter whose Hijack (which websocket.Accept
-// calls) hands over small buffers instead of net/http's.
-type smallBufs struct{ http.ResponseWriter }
+// calls) hands over small buffers instead of net/http's, and keeps the
+// connection (conn) for the frames' write deadlines.
+type smallBufs struct {
+	http.ResponseWriter
+	conn net.Conn
+}
 
-func (w smallBufs) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *smallBufs) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (w smallBufs) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *smallBufs) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
@@ -115,6 +124,7 @@ func (w smallBufs) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			return nil, nil, err
 		}
 	}
+	w.conn = conn
 	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(conn, wsWriteBuf)), nil
 }
 
@@ -158,16 +168,31 @@ func headerHas(h http.Header, name, token string) bool {
 type wsWriter struct {
 	s      *Server
 	c      *websocket.Conn
-	ctx    context.Context
-	opened chan struct{} // closed once start returns: the reader answers only then
+	conn   net.Conn        // c's connection
+	ctx    context.Context // cancelled by Shutdown's abort and when the stream ends
+	mu     sync.Mutex      // held by a write, with its deadline: the session's frames and the reader's answers
+	opened chan struct{}   // closed once start returns: the reader answers only then
 }
 
 func (ww *wsWriter) name() string { return transportWS }
 
+// write writes b as one text frame, bounded by a write deadline on the
+// connection, which it clears after (the library's own writes, a pong or
+// a close, take none). A deadline rather than a context with a timeout:
+// the library registers a context's end per write, which cost a frame
+// about eight allocations and two timers. Shutdown's abort sets a deadline
+// in the past (handleWS) and cancels ctx, checked after the deadline is
+// set, as connSSE.write does.
 func (ww *wsWriter) write(b []byte) error {
-	ctx, cancel := context.WithTimeout(ww.ctx, ww.s.cfg.WriteTimeout)
-	defer cancel()
-	return ww.c.Write(ctx, websocket.MessageText, b)
+	ww.mu.Lock()
+	defer ww.mu.Unlock()
+	ww.conn.SetWriteDeadline(time.Now().Add(ww.s.cfg.WriteTimeout))
+	if ww.ctx.Err() != nil {
+		return errAborted
+	}
+	err := ww.c.Write(context.Background(), websocket.MessageText, b)
+	ww.conn.SetWriteDeadline(time.Time{})
+	return err
 }
 
 func (ww *wsWriter) start(o opening) error {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // S4: pollers. Each poll asks a random thread for its newest 50 messages
@@ -30,9 +32,9 @@ func (b *bench) s4(ctx context.Context, r *result) {
 	u := b.startUsage()
 	flat(ctx, pollers, cfg.pollDuration, 0, func(p *poster, _ int) {
 		ti := p.rng.IntN(len(threads))
-		path := "/api/chat/poll"
+		path := chatrelay.PathPoll
 		if cfg.pollSince == "cursor" {
-			p.text = append(append(p.text[:0], "/api/chat/poll?since="...), strconv.FormatInt(cursors[ti].Load(), 10)...)
+			p.text = append(append(p.text[:0], chatrelay.PathPoll+"?since="...), strconv.FormatInt(cursors[ti].Load(), 10)...)
 			path = string(p.text)
 		}
 		t0 := time.Now()

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // S7: v2 streams with reactions flowing. Each thread has one v2 SSE and
@@ -190,6 +192,6 @@ func (p *poster) react(ctx context.Context, th *thread, id, emoji string) error 
 	p.body = append(p.body, `","emoji":"`...)
 	p.body = append(p.body, emoji...)
 	p.body = append(p.body, `"}`...)
-	_, err := p.hc.do(ctx, http.MethodPost, "/api/chat/react", th.token, p.body)
+	_, err := p.hc.do(ctx, http.MethodPost, chatrelay.PathReact, th.token, p.body)
 	return err
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // bench runs scenarios against one server.
@@ -265,7 +267,7 @@ func (p *poster) post(ctx context.Context, th *thread, tag string, seq int) (epo
 		return epoch, "", err
 	}
 	p.body = postBody(p.body[:0], p.text)
-	resp, err := p.hc.do(ctx, http.MethodPost, "/api/chat/post", th.token, p.body)
+	resp, err := p.hc.do(ctx, http.MethodPost, chatrelay.PathPost, th.token, p.body)
 	if err != nil {
 		return 0, "", err
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/r3labs/sse/v2"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // message is a stored message as the server sends it: the data of an SSE
@@ -169,7 +171,7 @@ var errStreamEnded = errors.New("stream ended by the server")
 // loop reconnects, from the tool's cursor), an empty stream name, the
 // token as a header, bounded by a context that drop and close cancel.
 func (s *subscriber) sseSession(ctx context.Context, t *target, h handler) error {
-	u := t.base + "/api/chat/stream"
+	u := t.base + chatrelay.PathSSE
 	if s.v2 {
 		u += "?v=2"
 	}
@@ -246,7 +248,7 @@ func (s *subscriber) deliverUpdate(h handler, m *message) {
 }
 
 func (s *subscriber) wsSession(ctx context.Context, t *target, h handler) error {
-	u := "ws://" + t.host + t.prefix + "/api/chat/ws"
+	u := "ws://" + t.host + t.prefix + chatrelay.PathWS
 	q := []string{}
 	if s.v2 {
 		q = append(q, "v=2")

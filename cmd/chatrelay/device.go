@@ -59,8 +59,8 @@ type deviceFlags struct {
 
 func (f *deviceFlags) register(fs *flag.FlagSet) {
 	f.store.register(fs, true)
-	f.name = fs.String("name", "", "make: the device's `name` (cleaned as a participant's: at most 64 characters)")
-	f.expires = fs.String("expires-in", "90d", "make: how long the device's link lives, 1h … 365d (`D`: 12h, 30d)")
+	f.name = fs.String("name", "", fmt.Sprintf("make: the device's `name` (cleaned as a participant's: at most %d characters)", chatrelay.LimitName.Max))
+	f.expires = fs.String("expires-in", formatDays(chatrelay.DefaultDeviceExpiresIn), "make: how long the device's link lives, "+spanOf(chatrelay.LimitDeviceExpiresIn)+" (`D`: 12h, 30d)")
 	f.pubURL = fs.String("public-url", "", "make: the server's public `URL` for the link (default: what the folder's server records with serve --public-url)")
 	f.asJSON = fs.Bool("json", false, "make, list: one JSON object instead of text")
 }

@@ -163,7 +163,7 @@ func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
 	}
 	fs.StringVar(&sf.fsync, "fsync", "always", "`mode`: always: an acknowledged message survives a power cut; never: skip fsync (benchmarks only, may lose acknowledged messages)")
 	fs.BoolVar(&sf.appendLog, "append-log", false, "file store only: a post appends a line to <thread>.log, compacted into <thread>.json every 64 posts (on a journaled ext4, 1.7× the posts a second and 0.56× the CPU per post, docs/performance.md); <thread>.json is then a snapshot, not the whole thread, which older chatrelay refuses (the contract's layout is the default: off; refused with Redis)")
-	fs.IntVar(&sf.maxThreads, "max-threads", chatrelay.DefaultMaxThreads, "most threads the store holds; a post that would create one more gets 507 thread_limit")
+	fs.IntVar(&sf.maxThreads, "max-threads", chatrelay.DefaultMaxThreads, "most threads the store holds; a post that would create one more gets 507 "+string(chatrelay.ThreadLimit))
 	fs.IntVar(&sf.retainN, "retention-messages", chatrelay.DefaultRetainMessages, "newest messages kept per thread")
 	fs.DurationVar(&sf.retainAge, "retention-age", chatrelay.DefaultRetainAge, "messages older than this are dropped")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
 	"github.com/chatrelay/chatrelay/webpush"
@@ -52,7 +53,7 @@ type pushFlags struct {
 
 func registerPush(fs *flag.FlagSet) *pushFlags {
 	f := &pushFlags{}
-	f.on = fs.Bool("push", true, "Web Push: a question reaches a device with no page open (false: the push routes answer 404 push_disabled)")
+	f.on = fs.Bool("push", true, "Web Push: a question reaches a device with no page open (false: the push routes answer 404 "+string(chatrelay.PushDisabled)+")")
 	f.contact = fs.String("push-contact", "", "the VAPID contact push services may write to: `mailto:ops@example.com` or an https:// URL (some push services, Apple's among them, refuse pushes without one)")
 	fs.Var(&f.allow, "push-allow-host", "a push endpoint `host` exempt from the private-address check (repeatable; for tests with a local push service)")
 	return f

@@ -187,7 +187,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.IntVar(&l.PerThread, "max-streams-per-thread", chatrelay.DefaultStreamsPerThread, "open SSE and WebSocket streams allowed per thread; its participants together may hold three quarters of them, the rest is kept for the owner")
 	fs.IntVar(&l.PerIP, "max-streams-per-ip", chatrelay.DefaultStreamsPerIP, "open SSE and WebSocket streams allowed per client address (an IPv6 address by its /64)")
 	publicURL := fs.String("public-url", "", "the public `URL` of the server (https://chat.example.com, with the prefix if any) that share links start with; default: each request's scheme and Host. The host CLI's share takes it from the data folder")
-	fs.Int64Var(&f.server.MaxAttachmentBytes, "max-attachment-bytes", int64(chatrelay.LimitAttachmentBytes.Max), fmt.Sprintf("most `bytes` of one attachment; one more is 413 attachment_too_large (at most a thread's %d)", chatrelay.LimitThreadAttachments.Max))
+	fs.Int64Var(&f.server.MaxAttachmentBytes, "max-attachment-bytes", int64(chatrelay.LimitAttachmentBytes.Max), fmt.Sprintf("most `bytes` of one attachment; one more is 413 %s (at most a thread's %d)", chatrelay.AttachmentTooLarge, chatrelay.LimitThreadAttachments.Max))
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	pushf := registerPush(fs) // --push, --push-contact, --push-allow-host (push.go)
 	f.ops.register(fs)

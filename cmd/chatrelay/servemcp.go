@@ -26,7 +26,7 @@ func (f *mcpFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.on, "mcp", false, "also serve the host's verbs over MCP's Streamable HTTP at <prefix>/mcp, to agents with a key (chatrelay agent add)")
 	fs.IntVar(&f.opt.MaxSessions, "mcp-sessions", chatrelay.DefaultMCPSessions, "--mcp: open MCP sessions allowed on this node")
 	fs.IntVar(&f.opt.MaxSessionsPerKey, "mcp-sessions-per-key", chatrelay.DefaultMCPSessionsPerKey, "--mcp: open MCP sessions allowed per agent key on this node")
-	fs.IntVar(&f.opt.MaxCallsPerKey, "mcp-calls-per-key", chatrelay.DefaultMCPCallsPerKey, "--mcp: tool calls of one agent key in flight on this node (its reads and waits included); one more is refused too_many_streams")
+	fs.IntVar(&f.opt.MaxCallsPerKey, "mcp-calls-per-key", chatrelay.DefaultMCPCallsPerKey, "--mcp: tool calls of one agent key in flight on this node (its reads and waits included); one more is refused "+string(chatrelay.TooManyStreams))
 	fs.DurationVar(&f.opt.SessionIdle, "mcp-idle", chatrelay.DefaultMCPSessionIdle, "--mcp: an MCP session with no request for this long ends")
 	f.every = positiveDuration(mcpserver.DefaultProgressEvery)
 	fs.Var(&f.every, "progress-every", "--mcp: a wait (wait_messages, wait_interaction) sends notifications/progress every `duration` to a call that carries a progressToken")

@@ -61,11 +61,11 @@ type shareFlags struct {
 
 func (f *shareFlags) register(fs *flag.FlagSet) {
 	f.store.register(fs, true)
-	f.name = fs.String("name", "", "invite: the participant's `name` (cleaned: no line breaks, no [ ] < >, at most 64 characters)")
+	f.name = fs.String("name", "", fmt.Sprintf("invite: the participant's `name` (cleaned: no line breaks, no [ ] < >, at most %d characters)", chatrelay.LimitName.Max))
 	f.role = fs.String("role", string(chatrelay.Commenter), "invite: `viewer` (reads) or commenter (reads and posts)")
 	f.kind = fs.String("kind", string(chatrelay.Human), "invite: `human` or agent")
-	f.expires = fs.String("expires", "7d", "invite: how long the link lives, 1h … 30d (`D`: 90m, 12h, 7d)")
-	f.limit = fs.Int("cap", chatrelay.DefaultCap, "invite: the most messages the participant may post, 1 … 1000")
+	f.expires = fs.String("expires", formatDays(chatrelay.DefaultExpiresIn), "invite: how long the link lives, "+spanOf(chatrelay.LimitExpiresIn)+" (`D`: 90m, 12h, 7d)")
+	f.limit = fs.Int("cap", chatrelay.DefaultCap, fmt.Sprintf("invite: the most messages the participant may post, %d … %d", chatrelay.LimitCap.Min, chatrelay.LimitCap.Max))
 	f.publicURL = fs.String("public-url", "", "invite: the server's public `URL` for the link (default: what the folder's server records with serve --public-url)")
 	f.asJSON = fs.Bool("json", false, "list, audit: one JSON object instead of a table")
 	f.all = fs.Bool("all", false, "revoke: every active link of the thread")
@@ -188,6 +188,26 @@ func parseDays(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q: want a duration such as 12h or 7d", s)
 	}
 	return d, nil
+}
+
+// formatDays writes d as parseDays reads it: whole days as "7d", else
+// whole hours as "12h", else as time.Duration writes it.
+func formatDays(d time.Duration) string {
+	const day = 24 * time.Hour
+	switch {
+	case d > 0 && d%day == 0:
+		return fmt.Sprintf("%dd", d/day)
+	case d > 0 && d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	}
+	return d.String()
+}
+
+// spanOf writes the range of a limit of seconds as the flags take it:
+// "1h … 30d".
+func spanOf(l chatrelay.Limit) string {
+	lo, hi := l.Duration()
+	return formatDays(lo) + " … " + formatDays(hi)
 }
 
 // isTerminal reports whether w is a terminal (a QR code is drawn there).

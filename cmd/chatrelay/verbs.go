@@ -42,7 +42,7 @@ func newVerb(name, synopsis string, stderr io.Writer, clientID bool) *verbFlags 
 	v := &verbFlags{fs: newFlags(name, name+" "+synopsis, stderr)}
 	v.sf.register(v.fs, true)
 	if clientID {
-		v.fs.StringVar(&v.clientID, "client-id", "", "an idempotency `key` (^[A-Za-z0-9_.:-]{1,160}$): running the command again with it stores nothing new")
+		v.fs.StringVar(&v.clientID, "client-id", "", "an idempotency `key` ("+chatrelay.ClientIDPattern.String()+"): running the command again with it stores nothing new")
 	}
 	return v
 }
@@ -331,7 +331,7 @@ func readFile(name string, limit int64) ([]byte, error) {
 // once and kept nowhere.
 func openThread(ctx context.Context, e cmdEnv) error {
 	v := newVerb("open", "[--title T] [--text FIRST] [--public-url URL] [--data DIR]", e.stderr, false).withPublicURL()
-	title := v.fs.String("title", "", "the thread's `title` (at most 160 code points), shown in the page's header and in list")
+	title := v.fs.String("title", "", fmt.Sprintf("the thread's `title` (at most %d code points), shown in the page's header and in list", chatrelay.LimitThreadTitle.Max))
 	text := v.fs.String("text", "", "hermes's first `message` (default: the title; one of the two is needed)")
 	h, done, err := v.open(ctx, e, 0, "no operands (--title, --text)")
 	if err != nil {

@@ -157,20 +157,9 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 			return false, err
 		}
 	}
-	created, ended := false, false
-	endCreation := func() { // once: another call may have reserved the thread since
-		if !ended {
-			ended = true
-			s.endCreation(thread)
-		}
-	}
+	c := creation{s: s, thread: thread}
 	if creating {
-		defer func() { // after the thread's lock is released (deferred below)
-			endCreation() // (if the lock was never had)
-			if !created {
-				s.releaseThread(ctx)
-			}
-		}()
+		defer c.finish(ctx) // after the thread's lock is released (deferred below)
 	}
 	// The replaced document's pin is closed last, once the thread's lock
 	// is let go of and the change announced: closing the last descriptor
@@ -193,12 +182,12 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 	if creating {
 		// Before the lock is let go of: a waiter then finds the
 		// document, or may create the thread itself.
-		defer endCreation()
+		defer c.end()
 	}
 	if snap == nil {
 		// No document: unless this call writes one, its lock file goes
 		// (before the deferred unlock, which removes it).
-		defer func() { t.drop = !created }()
+		defer func() { t.drop = !c.created }()
 	}
 	if snap == nil && !creating {
 		if !create {
@@ -217,28 +206,51 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 	if sameDoc(nd, old) {
 		return false, ferr
 	}
-	if err := s.queueEvents(thread, old, nd); err != nil { // the change's webhook events first
+	if replaced, err = s.commit(t, thread, snap, old, nd, hasLog); err != nil {
 		if undo != nil {
-			undo()
+			undo() // what fn wrote beside the document for it
 		}
 		return false, err
 	}
-	if line, ok := s.logLine(snap, old, nd); ok {
-		// A new message and nothing else: one line in the log (log.go).
-		ls, err := s.appendLog(t, thread, snap.log, line)
-		s.noteWrite(len(line), err)
-		if err != nil {
-			if undo != nil {
-				undo()
-			}
-			return false, s.unavailable(thread, err)
-		}
-		next := *snap
-		next.doc, next.log = nd, ls
-		replaced = s.takeOverSnap(t, &next)
-		s.announce(thread, t, nd)
-		return false, ferr
+	c.created = snap == nil
+	s.announce(thread, t, nd)
+	return false, ferr
+}
+
+// commit writes the change from old, the document of snap (nil: the
+// thread has none), to nd, under the thread's lock: the change's webhook
+// events first, then one line in the thread's log if the change is a new
+// message the log takes (logLine), else the whole document anew
+// (writeDoc). It makes the new state the thread's snapshot and returns the
+// replaced one's pin, for the caller to close once it lets go of the
+// lock. hasLog says the load found a log (or could not tell).
+func (s *File) commit(t *threadState, thread string, snap *snapshot, old, nd threadDoc, hasLog bool) (replaced *fdPin, err error) {
+	if err := s.queueEvents(thread, old, nd); err != nil {
+		return nil, err
 	}
+	if line, ok := s.logLine(snap, old, nd); ok {
+		return s.commitLine(t, thread, snap, nd, line)
+	}
+	return s.commitDoc(t, thread, snap, old, nd, hasLog)
+}
+
+// commitLine appends line, nd's new message, to the thread's log (log.go)
+// and makes nd, snap's document with it, the thread's snapshot.
+func (s *File) commitLine(t *threadState, thread string, snap *snapshot, nd threadDoc, line []byte) (replaced *fdPin, err error) {
+	ls, err := s.appendLog(t, thread, snap.log, line)
+	s.noteWrite(len(line), err)
+	if err != nil {
+		return nil, s.unavailable(thread, err)
+	}
+	next := *snap
+	next.doc, next.log = nd, ls
+	return s.takeOverSnap(t, &next), nil
+}
+
+// commitDoc writes nd as the thread's document (atomic replace; snap nil:
+// the thread's first, see write) and makes it the thread's snapshot; the
+// log's lines are in it now, so the log is emptied.
+func (s *File) commitDoc(t *threadState, thread string, snap *snapshot, old, nd threadDoc, hasLog bool) (replaced *fdPin, err error) {
 	if snap == nil && hasLog {
 		// A log without its document (removed by hand) must not add
 		// its lines to the new thread. (The load under the lock looked
@@ -251,19 +263,13 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 	}
 	pin, id, err := s.writeDoc(thread, nd, ver, snap == nil)
 	if err != nil {
-		if undo != nil {
-			undo()
-		}
-		return false, err
+		return nil, err
 	}
-	created = snap == nil
 	var ls logState
 	if snap != nil {
 		ls = s.emptyLog(thread, snap.log) // its lines are in the document now
 	}
-	replaced = s.swapSnap(t, &snapshot{id: id, pin: pin, doc: nd, base: nd, ver: ver, log: ls, written: true}) // its sum only if needed (sumOf)
-	s.announce(thread, t, nd)
-	return false, ferr
+	return s.swapSnap(t, &snapshot{id: id, pin: pin, doc: nd, base: nd, ver: ver, log: ls, written: true}), nil // its sum only if needed (sumOf)
 }
 
 // isAppend reports whether nd is old with a new message: its newest

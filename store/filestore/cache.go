@@ -320,23 +320,9 @@ func (s *File) loadFrom(thread string, t *threadState, useCache bool, hasLog *bo
 		}
 		snap.sum, snap.written, snap.base, snap.ver, snap.err = old.sum, old.written, old.base, old.ver, old.docErr
 		sameBase = true
-	} else {
-		bp := docBufs.Get().(*[]byte)
-		data, err := readSized(fd, path, st.Size, (*bp)[:0])
-		*bp = data[:0]
-		if err != nil {
-			docBufs.Put(bp)
-			syscall.Close(fd)
-			return nil, s.unavailable(thread, err)
-		}
-		snap.sum = maphash.Bytes(docSeed, data)
-		if old != nil && old.id.size == id.size && old.docErr == nil && old.sumOf(thread) == snap.sum {
-			snap.base, snap.ver, snap.written = old.base, old.ver, old.written // the cached bytes: nothing to parse
-			sameBase = true
-		} else {
-			snap.base, snap.ver, snap.err = parseDocumentV(data, thread)
-		}
-		docBufs.Put(bp)
+	} else if sameBase, err = s.readBase(thread, path, fd, st.Size, old, snap); err != nil {
+		syscall.Close(fd)
+		return nil, s.unavailable(thread, err)
 	}
 	snap.docErr = snap.err
 	if snap.err == nil {
@@ -360,6 +346,28 @@ func (s *File) loadFrom(thread string, t *threadState, useCache bool, hasLog *bo
 	}
 	s.setSnap(t, snap)
 	return snap, nil
+}
+
+// readBase reads the document open at fd (size bytes by its stat) into
+// snap: its checksum, and its base (document without its log) parsed,
+// unless its bytes are those of old (the cached snapshot, another file
+// with the same content): then old's base is taken, nothing parsed, and
+// sameBase is true. A document that does not parse is snap.err, not err.
+func (s *File) readBase(thread, path string, fd int, size int64, old, snap *snapshot) (sameBase bool, err error) {
+	bp := docBufs.Get().(*[]byte)
+	defer docBufs.Put(bp)
+	data, err := readSized(fd, path, size, (*bp)[:0])
+	*bp = data[:0]
+	if err != nil {
+		return false, err
+	}
+	snap.sum = maphash.Bytes(docSeed, data)
+	if old != nil && old.id.size == snap.id.size && old.docErr == nil && old.sumOf(thread) == snap.sum {
+		snap.base, snap.ver, snap.written = old.base, old.ver, old.written // the cached bytes: nothing to parse
+		return true, nil
+	}
+	snap.base, snap.ver, snap.err = parseDocumentV(data, thread)
+	return false, nil
 }
 
 // docBufs recycles the buffers documents are read into and encoded in.

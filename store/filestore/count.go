@@ -84,6 +84,37 @@ func (s *File) releaseThread(ctx context.Context) {
 	}
 }
 
+// creation is one mutateOnce's reservation of a thread's place in the
+// thread count (reserveThread): ended once (endCreation; another call may
+// have reserved the thread since), and given back (releaseThread) unless
+// the call created the thread.
+type creation struct {
+	s       *File
+	thread  string
+	created bool // the call wrote the thread's first document
+	ended   bool
+}
+
+// end lets the calls waiting for the thread's creation go, once: run
+// before the thread's lock is let go of, so that a waiter then finds the
+// document, or may create the thread itself.
+func (c *creation) end() {
+	if !c.ended {
+		c.ended = true
+		c.s.endCreation(c.thread)
+	}
+}
+
+// finish ends the creation (if the thread's lock was never had) and gives
+// back the reservation if the call created nothing; run after the thread's
+// lock is released.
+func (c *creation) finish(ctx context.Context) {
+	c.end()
+	if !c.created {
+		c.s.releaseThread(ctx)
+	}
+}
+
 // The thread count is kept in .threads.lock itself (the lock file is
 // never renamed or removed, and it is read and written only under its
 // lock, through the descriptor the lock is held on), so that creating a

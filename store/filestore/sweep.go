@@ -71,18 +71,17 @@ func (s *File) orphanTemps(docs []string) []string {
 	return out
 }
 
+// sweepThread sweeps one thread under its lock: it removes the temp
+// files a killed writer left, drops the messages past retention (their
+// attachments with them) and writes the document that keeps the rest, or
+// removes the thread if none is left.
 func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, removed bool, err error) {
 	t, unlock, err := s.lockState(ctx, thread)
 	if err != nil {
 		return 0, false, err
 	}
 	defer unlock()
-	for _, pattern := range []string{".json.tmp-*", ".participants.json.tmp-*", ".audit.jsonl.tmp-*", ".push.json.tmp-*"} {
-		tmps, _ := filepath.Glob(filepath.Join(s.dir, "."+thread+pattern))
-		for _, tmp := range tmps {
-			os.Remove(tmp)
-		}
-	}
+	s.removeTemps(thread)
 	snap, err := s.load(thread, t)
 	if err != nil {
 		return 0, false, err
@@ -122,31 +121,65 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		}()
 	}
 	if len(msgs) == 0 {
-		// The log first: its messages are the newest, so a crash between
-		// the two removals leaves the older ones, which the next sweep
-		// drops, never newer messages than the document's.
-		if err := os.Remove(s.logPath(thread)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return 0, false, s.unavailable(thread, err)
+		if err := s.removeThread(t, thread); err != nil {
+			return 0, false, err
 		}
-		if err := os.Remove(s.path(thread)); err != nil {
-			return 0, false, s.unavailable(thread, err)
-		}
-		// The thread is gone: its grants, audit, push subscriptions and
-		// lock file go with it.
-		for _, p := range []string{s.participantsPath(thread), s.auditPath(thread), s.pushPath(thread)} {
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				s.log.Warn("sweep: remove", "thread", thread, "err", err)
-			}
-		}
-		s.announceParticipants(thread)
-		if s.dsync != nil {
-			s.dsync.sync()
-		}
-		s.setSnap(t, nil)
-		t.drop = true // and its lock file
 		return dropped, true, nil
 	}
 	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev, title: d.title}
+	if err := s.writeTrimmed(t, thread, snap, nd); err != nil {
+		return 0, false, err
+	}
+	return dropped, false, nil
+}
+
+// removeTemps removes the thread's temp files (of its document, its
+// participants record, its audit trail and its push subscriptions) that a
+// writer killed mid-write left behind; the caller holds the thread's
+// lock, so none is a live writer's.
+func (s *File) removeTemps(thread string) {
+	for _, pattern := range []string{".json.tmp-*", ".participants.json.tmp-*", ".audit.jsonl.tmp-*", ".push.json.tmp-*"} {
+		tmps, _ := filepath.Glob(filepath.Join(s.dir, "."+thread+pattern))
+		for _, tmp := range tmps {
+			os.Remove(tmp)
+		}
+	}
+}
+
+// removeThread removes a thread whose messages retention has all dropped,
+// under its lock: its log, its document, then its grants, audit, push
+// subscriptions and lock file.
+func (s *File) removeThread(t *threadState, thread string) error {
+	// The log first: its messages are the newest, so a crash between
+	// the two removals leaves the older ones, which the next sweep
+	// drops, never newer messages than the document's.
+	if err := os.Remove(s.logPath(thread)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return s.unavailable(thread, err)
+	}
+	if err := os.Remove(s.path(thread)); err != nil {
+		return s.unavailable(thread, err)
+	}
+	// The thread is gone: its grants, audit, push subscriptions and
+	// lock file go with it.
+	for _, p := range []string{s.participantsPath(thread), s.auditPath(thread), s.pushPath(thread)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("sweep: remove", "thread", thread, "err", err)
+		}
+	}
+	s.announceParticipants(thread)
+	if s.dsync != nil {
+		s.dsync.sync()
+	}
+	s.setSnap(t, nil)
+	t.drop = true // and its lock file
+	return nil
+}
+
+// writeTrimmed writes nd, the document of snap less the messages
+// retention dropped, as the thread's document (atomic replace) and makes
+// it the thread's snapshot; the log's lines are in it now (or dropped), so
+// the log is emptied.
+func (s *File) writeTrimmed(t *threadState, thread string, snap *snapshot, nd threadDoc) error {
 	ver := 0
 	if s.opt.AppendLog && snap.ver >= logVersion {
 		ver = logVersion // a version 5 thread stays one (its next message may go to the log)
@@ -154,9 +187,9 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	doc := appendDocumentV(nil, thread, nd, ver)
 	pin, id, err := s.write(thread, doc, false)
 	if err != nil {
-		return 0, false, err
+		return err
 	}
 	ls := s.emptyLog(thread, snap.log) // its lines are in the document (or dropped)
 	s.setSnap(t, &snapshot{id: id, pin: pin, sum: maphash.Bytes(docSeed, doc), doc: nd, base: nd, ver: ver, log: ls})
-	return dropped, false, nil
+	return nil
 }
