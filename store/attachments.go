@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -83,21 +84,32 @@ func (up *Upload) Check() error {
 // image's size from its header.
 const headKept = 64 << 10
 
+// chunkBytes is the most Receive reads of a body at once: a chunk it
+// hashes and writes before it reads the next.
+const chunkBytes = 64 << 10
+
+// receiveBufs are Receive's buffers, a chunk's and the head's (headKept
+// each), reused from upload to upload: an upload allocates none of them.
+var receiveBufs = sync.Pool{New: func() any { b := make([]byte, max(chunkBytes, headKept)); return &b }}
+
 // Received is what Receive learned of the bytes it copied.
 type Received struct {
-	Size   int64
-	SHA256 string // lowercase hex
-	Head   []byte // the first bytes (up to 64 KiB)
+	Size          int64
+	SHA256        string // lowercase hex
+	Width, Height int    // an image's, read from its first bytes (headKept); 0 for other files
 }
 
-// Receive copies up's body to dst, hashing it on the way, and refuses
-// (AttachmentTooLarge) a body of more than up.Max bytes as soon as it
-// sees the byte past it. A failure of dst is returned as it is; a failure
-// to read the body is InvalidAttachment (the upload broke off).
+// Receive copies up's body to dst, a chunk at a time, hashing it on the
+// way, and refuses (AttachmentTooLarge) a body of more than up.Max bytes
+// as soon as it sees the byte past it. A failure of dst is returned as it
+// is; a failure to read the body is InvalidAttachment (the upload broke
+// off).
 func Receive(dst io.Writer, up Upload) (Received, error) {
 	h := sha256.New()
-	var head []byte
-	buf := make([]byte, 32<<10)
+	bufp, headp := receiveBufs.Get().(*[]byte), receiveBufs.Get().(*[]byte)
+	defer receiveBufs.Put(bufp)
+	defer receiveBufs.Put(headp)
+	buf, head := (*bufp)[:chunkBytes], (*headp)[:0:headKept]
 	var n int64
 	for {
 		k, rerr := up.Body.Read(buf)
@@ -125,7 +137,11 @@ func Receive(dst io.Writer, up Upload) (Received, error) {
 			return Received{}, &chatrelay.Error{Code: chatrelay.InvalidAttachment, Message: "the upload broke off before its end", Err: rerr}
 		}
 	}
-	return Received{Size: n, SHA256: hex.EncodeToString(h.Sum(nil)), Head: head}, nil
+	r := Received{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	if w, ht, ok := chatrelay.ImageSize(bytes.NewReader(head)); ok {
+		r.Width, r.Height = w, ht
+	}
+	return r, nil
 }
 
 // TooLarge is the refusal of a file over max bytes.
@@ -146,13 +162,9 @@ func TooManyPending() error {
 }
 
 // NewAttachment is the attachment object of up once received: a fresh
-// id, and an image's size read from its header.
+// id, and the image's size Receive read from its first bytes.
 func NewAttachment(up Upload, r Received) chatrelay.Attachment {
-	a := chatrelay.Attachment{ID: chatrelay.NewAttachmentID(), Name: up.Name, Type: up.Type, Size: r.Size, SHA256: r.SHA256}
-	if w, h, ok := chatrelay.ImageSize(bytes.NewReader(r.Head)); ok {
-		a.Width, a.Height = w, h
-	}
-	return a
+	return chatrelay.Attachment{ID: chatrelay.NewAttachmentID(), Name: up.Name, Type: up.Type, Size: r.Size, SHA256: r.SHA256, Width: r.Width, Height: r.Height}
 }
 
 // StoredAttachment is an attachment as a store keeps it: the object and

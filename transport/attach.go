@@ -7,11 +7,11 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"runtime"
 	"strconv"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/lane"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -68,7 +68,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 		return
 	}
 	extendDeadlines(w)
-	body := &pacedBody{ctx: r.Context(), r: r.Body}
+	body := &laneBody{ctx: r.Context(), r: r.Body}
 	a, err := as.PutAttachment(r.Context(), who.thread, store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: body, Max: max})
 	body.release()
 	if err != nil {
@@ -171,42 +171,94 @@ func (rw *rangeRefusal) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection.
 func (rw *rangeRefusal) Unwrap() http.ResponseWriter { return rw.ResponseWriter }
 
-// uploadSlots bound how many uploads take their bytes in at once to one
-// fewer than the cores (one at least): a core is left for posts and
-// streams however many clients upload. An upload holds a slot from the
-// moment a read of its body returns bytes until it asks for more (while
-// the store hashes and writes them), never while it waits for the
-// network, a store's lock or its final fsync: a slow client holds none.
-// Without the bound, 4 clients uploading without a pause took both cores
-// of a 2-core server and posts' p99 grew from a few ms to 50 ms and more
-// (docs/performance.md).
-var uploadSlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1))
+// background is the process's background-work lane (internal/lane):
+// pushes (pusher.do) and uploads (laneBody) take a turn of it for each
+// piece of CPU work they do beside the requests, so that together they
+// never run on more than one fewer P than GOMAXPROCS (one at least): a P
+// is left for posts and streams however many pushes are due and however
+// many clients upload. Without it, 4 clients uploading without a pause
+// took both cores of a 2-core server and posts' p99 grew from a few ms to
+// 50 ms and more (docs/performance.md).
+var background = lane.ForCores()
 
-// pacedBody is an upload's body, read under uploadSlots.
-type pacedBody struct {
-	ctx  context.Context
-	r    io.Reader
-	held bool
+// uploadHold is the longest an upload's chunk holds its turn of the
+// lane: a write the disk holds up (the flusher's wait for the span
+// before, on a busy disk) or a store's round trip lets the turn go after
+// this, for the pushes and the other uploads.
+const uploadHold = 5 * time.Millisecond
+
+// uploadStall is the longest an upload's read of its body may wait for
+// its client under a turn of the lane: past it the turn is let go, and
+// the upload reads without a turn (see laneBody).
+const uploadStall = time.Millisecond
+
+// laneBody is an upload's body, each chunk of it read, hashed and written
+// by the store under a turn of the background lane: at most the lane's
+// turns of uploads take their bytes in at once, and the others wait
+// without reading, their bytes in the kernel's socket buffers and their
+// clients held back by TCP's flow control. An upload holds its turn from
+// the read of a chunk until it asks for the next one; it never holds it
+// while it waits for a store's lock or its final fsync (the store's work
+// after the last read), nor for long while it waits for its client: a
+// read that waits longer than uploadStall lets the turn go, and the
+// upload's next reads are made without a turn, only the chunks' hashing
+// and writing under one (a client that does not keep up sends little a
+// second, and costs little), until a read finds a whole chunk waiting
+// (its client outpaces the server again).
+type laneBody struct {
+	ctx   context.Context
+	r     io.Reader
+	slow  bool   // its client did not keep up: reads are made without a turn
+	leave func() // gives back the turn held, if any
 }
 
-func (p *pacedBody) Read(b []byte) (int, error) {
+func (p *laneBody) Read(b []byte) (int, error) {
 	p.release()
-	n, err := p.r.Read(b)
-	if n > 0 && err == nil {
-		select {
-		case uploadSlots <- struct{}{}:
-			p.held = true
-		case <-p.ctx.Done():
-			return 0, p.ctx.Err()
+	if p.slow {
+		n, err := p.r.Read(b)
+		if n == len(b) {
+			p.slow = false
 		}
+		return n, p.enter(n, err)
+	}
+	leave, err := background.EnterFor(p.ctx, uploadHold)
+	if err != nil {
+		return 0, err
+	}
+	stall := time.AfterFunc(uploadStall, leave)
+	n, err := p.r.Read(b)
+	if !stall.Stop() { // the read waited for its client: the turn is gone (or going)
+		leave()
+		p.slow = true
+		return n, p.enter(n, err)
+	}
+	if n > 0 {
+		p.leave = leave
+	} else {
+		leave()
 	}
 	return n, err
 }
 
-// release gives the slot back, if the body holds one.
-func (p *pacedBody) release() {
-	if p.held {
-		p.held = false
-		<-uploadSlots
+// enter takes a turn of the lane for the n bytes a read without one
+// returned (with err), and returns err, or the context's error if the
+// upload ended while it waited.
+func (p *laneBody) enter(n int, err error) error {
+	if n == 0 {
+		return err
+	}
+	leave, lerr := background.EnterFor(p.ctx, uploadHold)
+	if lerr != nil {
+		return lerr
+	}
+	p.leave = leave
+	return err
+}
+
+// release gives the turn back, if the body holds one.
+func (p *laneBody) release() {
+	if p.leave != nil {
+		p.leave()
+		p.leave = nil
 	}
 }

@@ -28,8 +28,9 @@ import (
 // message hermes posts; the node that claims it in the store (ClaimPush:
 // SET NX PX on Redis) sends it to the thread's subscriptions that want
 // it. Pushes stay out of the posts' way: a push's CPU work (encryption,
-// signing and the write of its request, ~250 µs) is done by one goroutine
-// at a time (cpu, see do), so pushes never take more than one of
+// signing and the write of its request, ~250 µs) is done under a turn of
+// the background lane it shares with uploads (background, see do), so
+// pushes and uploads together never take more than one fewer P than
 // GOMAXPROCS however many are due at once, and its answer is then awaited on its own
 // (at most pushInFlight at once, over the push client's connections:
 // one HTTP/2 connection per push service origin where it offers HTTP/2).
@@ -80,7 +81,6 @@ type pusher struct {
 	backoff []time.Duration
 	queue   chan pushTask
 	retry   chan pushTask // to the retry goroutine
-	cpu     chan struct{} // held while a push is encrypted and signed: one at a time
 	flying  chan struct{} // held by each push in flight (pushInFlight)
 	sends   sync.WaitGroup
 	total   *prometheus.CounterVec
@@ -122,7 +122,7 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		s: s, st: st, guard: guard, contact: cfg.Contact,
 		workers: orDefault(cfg.Workers, chatrelay.DefaultPushWorkers), backoff: orDefaults(cfg.Backoff, pushBackoff), queue: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)), retry: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)),
 		sender: &webpush.Sender{Client: webpush.NewClient(guard, cfg.TLS), Now: s.cfg.Now},
-		cpu:    make(chan struct{}, 1), flying: make(chan struct{}, pushInFlight),
+		flying: make(chan struct{}, pushInFlight),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatrelay_push_total",
 			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full or no claim), revoked (a participant's or a device's subscription whose grant ended).",
@@ -378,34 +378,27 @@ func (ps *pusher) start(ctx context.Context, j *pushJob) {
 	})
 }
 
-// pushCPUHold is the longest a push holds ps.cpu while its request is
-// written: a push service that stalls the write (an HTTP/2 window that
-// does not open, a first connection's handshake) holds back the other
-// pushes' work no longer than this.
+// pushCPUHold is the longest a push holds its turn of the background
+// lane while its request is written: a push service that stalls the write
+// (an HTTP/2 window that does not open, a first connection's handshake)
+// holds back the other pushes' work (and the uploads') no longer than this.
 const pushCPUHold = 5 * time.Millisecond
 
 // do sends m, signed with v, and returns the push service's answer. The
 // CPU a push costs, its encryption and signing and the writing of its
-// request (HTTP/2 headers, TLS), is done holding ps.cpu, so that pushes
-// never run on more than one of GOMAXPROCS at once however many are due,
-// nor in bursts that take every core from the posts (a change's five
-// pushes, each encrypted while the one before is written, did). The token
-// is let go once the transport has read the request's body (its headers
+// request (HTTP/2 headers, TLS), is done holding a turn of the background
+// lane, so that pushes (with the uploads) never run on more than one fewer
+// P than GOMAXPROCS at once however many are due, nor in bursts that take
+// every core from the posts (a change's five pushes, each encrypted while
+// the one before is written, did). The turn is let go once the transport has read the request's body (its headers
 // are written by then), or after pushCPUHold; the answer is awaited
 // without it.
 func (ps *pusher) do(ctx context.Context, v *webpush.VAPID, m webpush.Message) (webpush.Result, error) {
-	select {
-	case ps.cpu <- struct{}{}:
-	case <-ctx.Done():
-		return webpush.Result{}, ctx.Err()
+	release, err := background.EnterFor(ctx, pushCPUHold)
+	if err != nil {
+		return webpush.Result{}, err
 	}
-	var once sync.Once
-	release := func() { once.Do(func() { <-ps.cpu }) }
-	hold := time.AfterFunc(pushCPUHold, release)
-	defer func() {
-		hold.Stop()
-		release()
-	}()
+	defer release()
 	sender := webpush.Sender{VAPID: v, Client: ps.sender.Client, Now: ps.sender.Now}
 	req, err := sender.Request(ctx, m)
 	if err != nil {

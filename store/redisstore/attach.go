@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -84,6 +85,7 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 	if err == nil {
 		err = aw.flush()
 	}
+	aw.release()
 	if err != nil {
 		var ce *chatrelay.Error
 		if errors.As(err, &ce) {
@@ -222,19 +224,21 @@ func (s *Store) roomForThread(ctx context.Context, thread string) error {
 // gathers chunkSize bytes, then stores them as the next field (HSET),
 // keeping the key's expiry.
 type appender struct {
-	ctx context.Context
-	s   *Store
-	key string
-	buf []byte // the chunk being gathered
-	i   int    // the index of the chunk being gathered
-	n   int64  // the bytes stored
+	ctx  context.Context
+	s    *Store
+	key  string
+	buf  []byte  // the chunk being gathered
+	bufp *[]byte // buf's, from chunkBufs: given back by release
+	i    int     // the index of the chunk being gathered
+	n    int64   // the bytes stored
 }
 
 func (w *appender) Write(b []byte) (int, error) {
 	k := len(b)
 	for len(b) > 0 {
 		if w.buf == nil {
-			w.buf = make([]byte, 0, chunkSize)
+			w.bufp = chunkBufs.Get().(*[]byte)
+			w.buf = (*w.bufp)[:0:chunkSize]
 		}
 		c := copy(w.buf[len(w.buf):cap(w.buf)], b)
 		w.buf = w.buf[:len(w.buf)+c]
@@ -246,6 +250,18 @@ func (w *appender) Write(b []byte) (int, error) {
 		}
 	}
 	return k, nil
+}
+
+// chunkBufs are the appenders' chunk buffers (chunkSize), reused from
+// upload to upload: an upload allocates none.
+var chunkBufs = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
+
+// release gives the appender's buffer back to chunkBufs: it writes no more.
+func (w *appender) release() {
+	if w.bufp != nil {
+		chunkBufs.Put(w.bufp)
+		w.buf, w.bufp = nil, nil
+	}
 }
 
 // flush stores the bytes gathered (if any) as the next chunk.
