@@ -82,16 +82,16 @@ var library = sync.OnceValues(func() (code, prefix string) {
 	return "#!lua name=" + name + "\n" + b.String(), prefix
 })
 
-// loadLibrary loads the library on rdb, on each primary of a cluster. It
-// reports whether the store is to use it: false (and no error) if Redis
-// refused it (before 7.0: no FUNCTION; or an ACL without it); an error if
-// Redis could not be reached.
-func loadLibrary(ctx context.Context, rdb redis.UniversalClient) (bool, error) {
+// loadLibrary loads the library on rdb, on each primary of a cluster.
+// The store is to use it if both results are nil. refused is Redis's
+// answer if it would not load it (before 7.0: no FUNCTION; an ACL
+// without it; out of memory): the store then runs the scripts with
+// EVALSHA. err is a Redis that could not be reached.
+func loadLibrary(ctx context.Context, rdb redis.UniversalClient) (refused, err error) {
 	code, _ := library()
 	load := func(ctx context.Context, c *redis.Client) error {
 		return c.FunctionLoadReplace(ctx, code).Err()
 	}
-	var err error
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, load)
 	} else {
@@ -99,9 +99,9 @@ func loadLibrary(ctx context.Context, rdb redis.UniversalClient) (bool, error) {
 	}
 	var re redis.Error
 	if errors.As(err, &re) {
-		return false, nil
+		return err, nil
 	}
-	return err == nil, err
+	return nil, err
 }
 
 // isNoFunction reports whether err is Redis's answer to an FCALL of a

@@ -370,14 +370,17 @@ func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shar
 	if sh.fcall != nil {
 		s.fcall = *sh.fcall
 	} else if !opt.evalOnly {
-		fc, err := loadLibrary(pctx, rdb)
+		refused, err := loadLibrary(pctx, rdb)
 		if err != nil {
 			unrouteClientLog(s)
 			s.closeClient()
 			s.close()
 			return nil, s.unavailable("open", err)
 		}
-		s.fcall = fc
+		s.fcall = refused == nil
+		if refused != nil {
+			s.log.Info("redis: the library of functions was refused; posts run as scripts (EVALSHA)", "err", refused)
+		}
 	}
 	s.startBatcher()
 	if err := s.setupHooks(ctx); err != nil {

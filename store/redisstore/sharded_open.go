@@ -133,10 +133,13 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	// (one failing over) is given the library by the first call that
 	// misses it there.
 	lctx, cancel := context.WithTimeout(ctx, cmp.Or(opt.Timeout, chatrelay.DefaultStoreTimeout))
-	fcall, err := loadLibrary(lctx, rdb)
+	refused, err := loadLibrary(lctx, rdb)
 	cancel()
+	fcall := refused == nil
+	if refused != nil {
+		cmp.Or(opt.Log, slog.Default()).Info("redis: the library of functions was refused; posts run as scripts (EVALSHA)", "err", refused)
+	}
 	if err != nil {
-		fcall = true
 		cmp.Or(opt.Log, slog.Default()).Warn("redis: the library of functions could not be loaded on every primary", "err", err)
 	}
 	for k := range ClusterShards {
