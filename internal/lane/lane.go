@@ -10,6 +10,15 @@
 // a bounded time (EnterFor): its turn is let go when the time is up,
 // whether or not the piece is done, so that no stalled piece holds up the
 // others for longer than that.
+//
+// The turns bound the Ps background work takes; Run runs a piece's work
+// on threads the operating system serves last (nice 19 on Linux), so
+// that it also takes the cores only when the requests leave them: on two
+// cores, the lane's one P of work no longer competes on equal terms with
+// the posts and the clients beside them. (RocksDB runs its compactions
+// on threads of lowered priority for the same reason.) Handing a piece
+// to a low thread costs a thread's wake-up (about 35 µs of CPU on a small
+// VM): Run is for pieces that are much longer than that.
 package lane
 
 import (
@@ -24,11 +33,13 @@ import (
 type Lane struct {
 	turns   chan struct{}
 	waiting atomic.Int64 // pieces in Enter, waiting for a turn
+	work    chan *job    // to a low thread waiting for work (unbuffered)
+	lows    atomic.Int64 // low threads running
 }
 
 // New is a lane of n turns (at least one).
 func New(n int) *Lane {
-	return &Lane{turns: make(chan struct{}, max(1, n))}
+	return &Lane{turns: make(chan struct{}, max(1, n)), work: make(chan *job)}
 }
 
 // ForCores is a lane of one turn fewer than GOMAXPROCS (one at least): on
