@@ -68,9 +68,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 		return
 	}
 	extendDeadlines(w)
-	body := &laneBody{ctx: r.Context(), r: r.Body}
-	a, err := as.PutAttachment(r.Context(), who.thread, store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: body, Max: max})
-	body.release()
+	a, err := as.PutAttachment(r.Context(), who.thread, store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: r.Body, Max: max, Work: uploadWork(r.Context())})
 	if err != nil {
 		if chatrelay.CodeOf(err) == chatrelay.AttachmentTooLarge {
 			w.Header().Set("Connection", "close") // the rest of the body is not read
@@ -172,13 +170,18 @@ func (rw *rangeRefusal) Write(b []byte) (int, error) {
 func (rw *rangeRefusal) Unwrap() http.ResponseWriter { return rw.ResponseWriter }
 
 // background is the process's background-work lane (internal/lane):
-// pushes (pusher.do) and uploads (laneBody) take a turn of it for each
+// pushes (pusher.do) and uploads (uploadWork) take a turn of it for each
 // piece of CPU work they do beside the requests, so that together they
-// never run on more than one fewer P than GOMAXPROCS (one at least): a P
-// is left for posts and streams however many pushes are due and however
-// many clients upload. Without it, 4 clients uploading without a pause
-// took both cores of a 2-core server and posts' p99 grew from a few ms to
-// 50 ms and more (docs/performance.md).
+// never run on more than one fewer P than GOMAXPROCS (one at least).
+// Uploads also run their pieces (a chunk's hashing and writing) on the
+// lane's low-priority threads, so that the kernel gives them only the
+// cores the requests leave. Without the turns, 4 clients uploading
+// without a pause took both cores of a 2-core server and posts' p99 grew
+// from a few ms to 50 ms and more; with the turns alone it was still 3 to
+// 5 times the p99 without uploads (docs/performance.md). A push's piece
+// (about 90 µs of encryption) stays on its own goroutine: handing it to
+// another thread costs a third as much again, and its measured effect on
+// posts is within the noise.
 var background = lane.ForCores()
 
 // uploadHold is the longest an upload's chunk holds its turn of the
@@ -187,78 +190,21 @@ var background = lane.ForCores()
 // this, for the pushes and the other uploads.
 const uploadHold = 5 * time.Millisecond
 
-// uploadStall is the longest an upload's read of its body may wait for
-// its client under a turn of the lane: past it the turn is let go, and
-// the upload reads without a turn (see laneBody).
-const uploadStall = time.Millisecond
-
-// laneBody is an upload's body, each chunk of it read, hashed and written
-// by the store under a turn of the background lane: at most the lane's
-// turns of uploads take their bytes in at once, and the others wait
-// without reading, their bytes in the kernel's socket buffers and their
-// clients held back by TCP's flow control. An upload holds its turn from
-// the read of a chunk until it asks for the next one; it never holds it
-// while it waits for a store's lock or its final fsync (the store's work
-// after the last read), nor for long while it waits for its client: a
-// read that waits longer than uploadStall lets the turn go, and the
-// upload's next reads are made without a turn, only the chunks' hashing
-// and writing under one (a client that does not keep up sends little a
-// second, and costs little), until a read finds a whole chunk waiting
-// (its client outpaces the server again).
-type laneBody struct {
-	ctx   context.Context
-	r     io.Reader
-	slow  bool   // its client did not keep up: reads are made without a turn
-	leave func() // gives back the turn held, if any
-}
-
-func (p *laneBody) Read(b []byte) (int, error) {
-	p.release()
-	if p.slow {
-		n, err := p.r.Read(b)
-		if n == len(b) {
-			p.slow = false
+// uploadWork is an upload's store.Upload.Work: each chunk's hashing and
+// writing waits for a turn of the background lane (or for ctx, the
+// upload's request, to end) and runs on one of its low-priority threads.
+// The body is read outside the turns, by the request's goroutine: an
+// upload waiting for a turn holds one chunk read and reads no more, its
+// next bytes held back in the kernel's socket buffers, and a client that
+// sends slowly holds no turn while the server waits for it.
+func uploadWork(ctx context.Context) func(func()) error {
+	return func(work func()) error {
+		leave, err := background.EnterFor(ctx, uploadHold)
+		if err != nil {
+			return err
 		}
-		return n, p.enter(n, err)
-	}
-	leave, err := background.EnterFor(p.ctx, uploadHold)
-	if err != nil {
-		return 0, err
-	}
-	stall := time.AfterFunc(uploadStall, leave)
-	n, err := p.r.Read(b)
-	if !stall.Stop() { // the read waited for its client: the turn is gone (or going)
-		leave()
-		p.slow = true
-		return n, p.enter(n, err)
-	}
-	if n > 0 {
-		p.leave = leave
-	} else {
-		leave()
-	}
-	return n, err
-}
-
-// enter takes a turn of the lane for the n bytes a read without one
-// returned (with err), and returns err, or the context's error if the
-// upload ended while it waited.
-func (p *laneBody) enter(n int, err error) error {
-	if n == 0 {
-		return err
-	}
-	leave, lerr := background.EnterFor(p.ctx, uploadHold)
-	if lerr != nil {
-		return lerr
-	}
-	p.leave = leave
-	return err
-}
-
-// release gives the turn back, if the body holds one.
-func (p *laneBody) release() {
-	if p.leave != nil {
-		p.leave()
-		p.leave = nil
+		defer leave()
+		background.Run(work)
+		return nil
 	}
 }

@@ -7,11 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/store"
 )
@@ -28,7 +28,7 @@ func (w *countingWriter) Write(b []byte) (int, error) {
 // only under a turn of the background lane that pushes also take: while
 // other work holds every turn, an upload's first chunk, read, waits, and
 // nothing of it is stored; once a turn is free, the upload goes through
-// whole, with its SHA-256.
+// whole, with its SHA-256, and gives every turn back.
 func TestUploadChunksWaitForTheLane(t *testing.T) {
 	for range background.Turns() {
 		assert.Success(t, background.Enter(context.Background()))
@@ -51,9 +51,7 @@ func TestUploadChunksWaitForTheLane(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		body := &laneBody{ctx: context.Background(), r: bytes.NewReader(data)}
-		rec, err := store.Receive(&dst, store.Upload{Body: body, Max: int64(len(data))})
-		body.release()
+		rec, err := store.Receive(&dst, store.Upload{Body: bytes.NewReader(data), Max: int64(len(data)), Work: uploadWork(context.Background())})
 		done <- result{rec, err}
 	}()
 	assert.Eventually(t, 10*time.Second, "the upload waits for a turn", func() bool { return background.Waiting() == 1 })
@@ -80,22 +78,19 @@ func TestUploadChunksWaitForTheLane(t *testing.T) {
 	}
 }
 
-// TestSlowUploadReadsWithoutATurn: an upload whose client sends nothing
-// for a while lets its turn go, and from then on waits for its client
-// without one: while other work holds every turn of the lane (and more
-// waits for one), its client's bytes are still taken (the client is not
-// held back), then wait for a turn to be stored; the upload finishes
-// whole once turns are free.
-func TestSlowUploadReadsWithoutATurn(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// TestUploadReadsWithoutATurn: an upload's body is read without a turn
+// of the lane: while other work holds every turn, a slow client's bytes
+// are still taken as they come (the client is not held back, and the
+// upload holds no turn while it waits for them), and wait for a turn
+// only to be hashed and stored; the upload finishes whole once a turn is
+// free.
+func TestUploadReadsWithoutATurn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	held := false
-	enterAll := func() {
-		for range background.Turns() {
-			assert.Success(t, background.Enter(ctx))
-		}
-		held = true
+	for range background.Turns() {
+		assert.Success(t, background.Enter(ctx))
 	}
+	held := true
 	leaveAll := func() {
 		if held {
 			held = false
@@ -109,59 +104,62 @@ func TestSlowUploadReadsWithoutATurn(t *testing.T) {
 	defer pw.CloseWithError(errors.New("the test is over"))
 	var dst countingWriter
 	done := make(chan error, 1)
-	enterAll()
 	go func() {
-		body := &laneBody{ctx: context.Background(), r: pr}
-		_, err := store.Receive(&dst, store.Upload{Body: body, Max: 1 << 20})
-		body.release()
+		_, err := store.Receive(&dst, store.Upload{Body: pr, Max: 1 << 20, Work: uploadWork(ctx)})
 		done <- err
 	}()
-	assert.Eventually(t, 10*time.Second, "the upload waits for a turn to read", func() bool { return background.Waiting() == 1 })
-	leaveAll() // the upload takes a turn, and waits for its client under it
-	enterAll() // every turn: the stalled upload's is let go
 	piece := bytes.Repeat([]byte("p"), 1000)
-	write := func(what string) {
-		t.Helper()
+	for i := range 3 {
 		wrote := make(chan error, 1)
 		go func() { _, err := pw.Write(piece); wrote <- err }()
 		select {
-		case err := <-wrote: // taken without a turn
+		case err := <-wrote: // taken, every turn held
 			assert.Success(t, err)
 		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: the slow upload's bytes waited for a turn before they were read", what)
+			t.Fatalf("piece %d: the slow client's bytes waited for a turn before they were read", i)
 		}
 	}
-	write("the read that stalled")
-	assert.Eventually(t, 10*time.Second, "the bytes wait for a turn to be stored", func() bool { return background.Waiting() == 1 })
-	// Other work: every turn, and one more waiting, once the upload's
-	// first bytes are stored.
-	others := background.Turns() + 1
-	free := make(chan struct{})
-	var wg sync.WaitGroup
-	for range others {
-		wg.Go(func() {
-			if background.Enter(ctx) == nil {
-				<-free
-				background.Leave()
-			}
-		})
-	}
-	letGo := sync.OnceFunc(func() { close(free) })
-	defer wg.Wait()
-	defer letGo()
-	assert.Eventually(t, 10*time.Second, "the other work waits", func() bool { return background.Waiting() == 1+others })
-	leaveAll()
-	assert.Eventually(t, 10*time.Second, "the first bytes stored", func() bool { return dst.n.Load() == int64(len(piece)) })
-	write("the next read, the lane busy")
-	assert.Eventually(t, 10*time.Second, "the bytes wait for a turn to be stored", func() bool { return background.Waiting() == 2 })
-	assert.Equal(t, "bytes stored while the lane is busy", dst.n.Load(), int64(len(piece)))
-	letGo()
+	assert.Equal(t, "turns waited for before the chunk is whole", background.Waiting(), 0)
 	pw.Close()
+	assert.Eventually(t, 10*time.Second, "the chunk waits for a turn to be stored", func() bool { return background.Waiting() == 1 })
+	assert.Equal(t, "bytes stored while the lane is busy", dst.n.Load(), int64(0))
+	leaveAll()
 	select {
 	case err := <-done:
 		assert.Success(t, err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the upload did not finish once the lane was free")
 	}
-	assert.Equal(t, "stored", dst.n.Load(), int64(2*len(piece)))
+	assert.Equal(t, "stored", dst.n.Load(), int64(3*len(piece)))
+}
+
+// TestUploadEndsWhileWaitingForATurn: an upload whose request ends while
+// its chunk waits for a turn is refused (the upload broke off), and
+// nothing of it is stored.
+func TestUploadEndsWhileWaitingForATurn(t *testing.T) {
+	for range background.Turns() {
+		assert.Success(t, background.Enter(context.Background()))
+	}
+	defer func() {
+		for range background.Turns() {
+			background.Leave()
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	var dst countingWriter
+	done := make(chan error, 1)
+	go func() {
+		_, err := store.Receive(&dst, store.Upload{Body: bytes.NewReader([]byte("a file")), Max: 1 << 20, Work: uploadWork(ctx)})
+		done <- err
+	}()
+	assert.Eventually(t, 10*time.Second, "the chunk waits for a turn", func() bool { return background.Waiting() == 1 })
+	cancel()
+	select {
+	case err := <-done:
+		assert.Equal(t, "code", chatrelay.CodeOf(err), chatrelay.InvalidAttachment)
+		assert.True(t, errors.Is(err, context.Canceled), "the cause: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the upload went on waiting after its request ended")
+	}
+	assert.Equal(t, "bytes stored", dst.n.Load(), int64(0))
 }
