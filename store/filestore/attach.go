@@ -188,8 +188,8 @@ func (s *File) receive(thread string, up store.Upload) (tmp string, rec store.Re
 const flushEvery = 256 << 10
 
 // flusher writes an upload to its temp file and sends each flushEvery
-// bytes to the disk as they come (writeBack), waiting for the span before:
-// a 10 MiB upload never holds 10 MiB of dirty pages that its final fsync,
+// bytes to the disk as they come, waiting for them (writeBack): an upload
+// never holds more than flushEvery of dirty pages that its final fsync,
 // or a post's fsync in the same journal commit, would have to wait for.
 type flusher struct {
 	f       *os.File
