@@ -17,9 +17,6 @@ import (
 // the server must not reach.
 var ErrBlocked = errors.New("webpush: the push endpoint's address is loopback, private, link-local, shared or unspecified")
 
-// MaxEndpoint is the longest endpoint URL taken, in bytes.
-const MaxEndpoint = 2048
-
 // blockedPrefixes are the ranges beside what netip.Addr's predicates
 // name (loopback, private and ULA, link-local, unspecified, multicast)
 // that a push service is never in.
@@ -97,6 +94,11 @@ type Guard struct {
 	// nil is a net.Dialer whose Control refuses a Blocked address again.
 	// Tests give one that records what would be dialled.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// MaxEndpoint is the longest endpoint CheckEndpoint takes, in
+	// bytes; 0 takes any length. It is the caller's limit: package
+	// transport sets the contract's (chatrelay.LimitPushEndpoint), which
+	// this package, importing nothing of the module, does not know.
+	MaxEndpoint int
 }
 
 func (g *Guard) allowed(host string) bool {
@@ -122,8 +124,8 @@ func (g *Guard) resolver() Resolver {
 // address and resolves to none. A name that resolves to nothing is
 // refused too. The check is repeated where it counts, in DialContext.
 func (g *Guard) CheckEndpoint(ctx context.Context, raw string) (*url.URL, error) {
-	if len(raw) > MaxEndpoint {
-		return nil, fmt.Errorf("the endpoint is longer than %d bytes", MaxEndpoint)
+	if g.MaxEndpoint > 0 && len(raw) > g.MaxEndpoint {
+		return nil, fmt.Errorf("the endpoint is longer than %d bytes", g.MaxEndpoint)
 	}
 	u, err := url.Parse(raw)
 	switch {
