@@ -95,7 +95,8 @@ type Guard struct {
 	// Tests give one that records what would be dialled.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// MaxEndpoint is the longest endpoint CheckEndpoint takes, in
-	// bytes; 0 takes any length. It is the caller's limit: package
+	// bytes, as given and as the URL it answers writes it (escaped: the
+	// form that is stored); 0 takes any length. It is the caller's limit: package
 	// transport sets the contract's (chatrelay.LimitPushEndpoint), which
 	// this package, importing nothing of the module, does not know.
 	MaxEndpoint int
@@ -120,8 +121,8 @@ func (g *Guard) resolver() Resolver {
 
 // CheckEndpoint parses a subscription's endpoint and checks it: an
 // absolute https URL with a host, no user information and no fragment,
-// at most MaxEndpoint bytes, whose host (unless allowed) is not a Blocked
-// address and resolves to none. A name that resolves to nothing is
+// at most MaxEndpoint bytes (as given and escaped), whose host (unless
+// allowed) is not a Blocked address and resolves to none. A name that resolves to nothing is
 // refused too. The check is repeated where it counts, in DialContext.
 func (g *Guard) CheckEndpoint(ctx context.Context, raw string) (*url.URL, error) {
 	if g.MaxEndpoint > 0 && len(raw) > g.MaxEndpoint {
@@ -131,6 +132,8 @@ func (g *Guard) CheckEndpoint(ctx context.Context, raw string) (*url.URL, error)
 	switch {
 	case err != nil:
 		return nil, errors.New("the endpoint is not a URL")
+	case g.MaxEndpoint > 0 && len(u.String()) > g.MaxEndpoint:
+		return nil, fmt.Errorf("the endpoint is longer than %d bytes once escaped (%d)", g.MaxEndpoint, len(u.String()))
 	case u.Scheme != "https":
 		return nil, errors.New("the endpoint must be an https URL")
 	case u.Hostname() == "" || u.User != nil || u.Fragment != "" || u.Opaque != "":

@@ -187,6 +187,7 @@ func TestGuard(t *testing.T) {
 		"https://ula.example.com/", "https://mapped.example.com/", "https://nxdomain.example.com/",
 		"https://user:pw@push.example.com/", "https://push.example.com/#frag", "ftp://push.example.com/",
 		"push.example.com/x", "https:///x", long(g.MaxEndpoint + 1),
+		"https://push.example.com/a b" + strings.Repeat("c", g.MaxEndpoint-len("https://push.example.com/a b")), // %20 once escaped
 	}
 	for _, ep := range refused {
 		_, err := g.CheckEndpoint(ctx, ep)
