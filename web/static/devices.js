@@ -8,13 +8,14 @@
 // revoking this device ends the page, as a revoke from elsewhere does.
 
 import { dayFmt, drawList, linkShownOnce, listRow, makeLink } from "./linkpanel.js";
+import { LIMITS } from "./limits.js";
 
 // sentence says why the server refused a device link, a revoke or the
 // list, from the error's machine code.
 function sentence(err, what) {
   switch (err.code) {
     case "device_limit":
-      return "This conversation already has 10 active devices: revoke one before adding another.";
+      return `This conversation already has ${LIMITS["device.active"]} active devices: revoke one before adding another.`;
     case "invalid_name":
       return "Give the device a name: letters or digits, not only spaces or the characters [ ] < >.";
     case "invalid_expiry":
