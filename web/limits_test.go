@@ -27,7 +27,7 @@ import (
 func pageLimits(tb *tab) map[string]int {
 	tb.t.Helper()
 	return eval[map[string]int](tb, `Promise.all([import("./chat.js"), import("./limits.js")]).then(([chat, l]) =>
-		({ MAX_CHARS: chat.MAX_CHARS, ...l.LIMITS }))`)
+		({ MAX_CHARS: chat.MAX_CHARS, ...l.LIMITS, ...Object.fromEntries(Object.entries(l.LEAST).map(([k, v]) => ["least " + k, v])) }))`)
 }
 
 // TestPageStatesTheTablesLimits: the running server's page holds the
@@ -37,9 +37,10 @@ func TestPageStatesTheTablesLimits(t *testing.T) {
 	srv := startServer(t)
 	want := map[string]int{"MAX_CHARS": chatrelay.LimitPostText.Max}
 	for _, l := range web.PageLimits {
-		want[l.Name] = l.Max
+		want[l.Name], want["least "+l.Name] = l.Max, l.Min
 	}
-	for _, l := range []chatrelay.Limit{chatrelay.LimitPostText, chatrelay.LimitAttachments, chatrelay.LimitActiveDevices} {
+	for _, l := range []chatrelay.Limit{chatrelay.LimitPostText, chatrelay.LimitAttachments, chatrelay.LimitActiveDevices,
+		chatrelay.LimitDeviceExpiresIn, chatrelay.LimitName, chatrelay.LimitActiveGrants, chatrelay.LimitCap, chatrelay.LimitExpiresIn} {
 		if want[l.Name] != l.Max {
 			t.Errorf("the page does not state %s", l)
 		}
@@ -68,18 +69,33 @@ func TestPageStatesTheTablesLimits(t *testing.T) {
 	if c := eval[string](tb, `document.getElementById("count").textContent`); c != fmt.Sprintf("0 / %d", chatrelay.LimitPostText.Max) {
 		t.Errorf("the counter reads %q", c)
 	}
+	for _, id := range []string{"invite-name", "device-name"} {
+		if n := eval[int](tb, `document.getElementById("`+id+`").maxLength`); n != chatrelay.LimitName.Max {
+			t.Errorf("#%s takes at most %d characters, want %d", id, n, chatrelay.LimitName.Max)
+		}
+	}
+	// The limits the sentences state in words: the expiries' bounds.
+	words := eval[[]string](tb, `import("./linkpanel.js").then((m) => [3600, 2592000, 31536000, 7200, 90].map(m.durationWords))`)
+	if fmt.Sprint(words) != fmt.Sprint([]string{"1 hour", "30 days", "1 year", "2 hours", "90 seconds"}) {
+		t.Errorf("durationWords: %q", words)
+	}
 }
 
 // TestPageStatesTheServersLimits serves the page with other values than
-// the table's (post.text 37, message.attachments 2, device.active 4) in
-// front of a real server: the counter, the "too many files" notice, the
-// device_limit sentence and chat.js's MAX_CHARS say the served values,
-// so no limit of the page is written in web/static.
+// the table's (post.text 37, message.attachments 2, device.active 4,
+// participant.name 12, participant.grants 5) in front of a real server:
+// the counter, the "too many files" notice, the device_limit and
+// participant_limit sentences, the name fields' maxlength and chat.js's
+// MAX_CHARS say the served values, so no limit of the page is written in
+// web/static.
 func TestPageStatesTheServersLimits(t *testing.T) {
 	srv := startServer(t)
 	text, files, devices := chatrelay.LimitPostText, chatrelay.LimitAttachments, chatrelay.LimitActiveDevices
 	text.Max, files.Max, devices.Max = 37, 2, 4
-	page := web.HandlerStating([]chatrelay.Limit{text, files, devices})
+	name, grants := chatrelay.LimitName, chatrelay.LimitActiveGrants
+	name.Max, grants.Max = 12, 5
+	page := web.HandlerStating([]chatrelay.Limit{text, files, devices, name, grants,
+		chatrelay.LimitDeviceExpiresIn, chatrelay.LimitCap, chatrelay.LimitExpiresIn})
 	target, err := url.Parse(srv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -151,8 +167,27 @@ func TestPageStatesTheServersLimits(t *testing.T) {
 	}
 	owner.click("#devices-open")
 	owner.waitJS(soon, "the devices panel", `document.getElementById("devices").open`)
+	if n := eval[int](owner, `document.getElementById("device-name").maxLength`); n != 12 {
+		t.Errorf("the device name takes at most %d characters, want the served 12", n)
+	}
 	eval[bool](owner, `(document.getElementById("device-name").value = "One more", true)`)
 	owner.click("#device-send")
 	const refused = "This conversation already has 4 active devices: revoke one before adding another."
 	owner.waitJS(soon, "the device_limit sentence", `document.getElementById("device-error").textContent === `+js(refused))
+	owner.click("#devices-close")
+
+	// The thread holds as many share links as the real server allows; the
+	// People panel's refusal names the served number.
+	for i := range chatrelay.LimitActiveGrants.Max {
+		invite(t, srv.URL, token, map[string]any{"name": fmt.Sprintf("Guest %d", i)})
+	}
+	owner.click("#people-open")
+	owner.waitJS(soon, "the People panel", `document.getElementById("people").open`)
+	if n := eval[int](owner, `document.getElementById("invite-name").maxLength`); n != 12 {
+		t.Errorf("the invite name takes at most %d characters, want the served 12", n)
+	}
+	eval[bool](owner, `(document.getElementById("invite-name").value = "One more", true)`)
+	owner.click("#invite-send")
+	const full = "This conversation already has 5 active links: revoke one before inviting someone else."
+	owner.waitJS(soon, "the participant_limit sentence", `document.getElementById("invite-error").textContent === `+js(full))
 }

@@ -83,9 +83,14 @@ func Handler(frameAncestors ...string) http.Handler {
 // page shows is added here, and read in the page as LIMITS["its.name"]
 // (limits.js) or {{its.name}} (index.html, p.html).
 var pageLimits = []chatrelay.Limit{
-	chatrelay.LimitPostText,      // the composer's counter (chat.js's MAX_CHARS)
-	chatrelay.LimitAttachments,   // "A message carries at most … files." (app.js)
-	chatrelay.LimitActiveDevices, // device_limit's sentence (devices.js)
+	chatrelay.LimitPostText,        // the composer's counter (chat.js's MAX_CHARS)
+	chatrelay.LimitAttachments,     // "A message carries at most … files." (app.js)
+	chatrelay.LimitActiveDevices,   // device_limit's sentence (devices.js)
+	chatrelay.LimitDeviceExpiresIn, // invalid_expiry's sentence (devices.js)
+	chatrelay.LimitName,            // the name fields' maxlength (index.html)
+	chatrelay.LimitActiveGrants,    // participant_limit's sentence (people.js)
+	chatrelay.LimitCap,             // invalid_cap's sentence (people.js)
+	chatrelay.LimitExpiresIn,       // invalid_expiry's sentence (people.js)
 }
 
 // made is a file Handler makes from the embedded ones and the limits.
@@ -98,11 +103,15 @@ type made struct {
 // limits, by the paths they are served at. The marks are fixed at build
 // time, so one with no row panics.
 func build(limits []chatrelay.Limit) map[string]made {
-	most := map[string]int{}
+	most, least := map[string]int{}, map[string]int{}
 	for _, l := range limits {
-		most[l.Name] = l.Max
+		most[l.Name], least[l.Name] = l.Max, l.Min
 	}
 	js, err := json.Marshal(most) // encoding/json sorts the names
+	if err != nil {
+		panic(err)
+	}
+	leastJS, err := json.Marshal(least)
 	if err != nil {
 		panic(err)
 	}
@@ -113,8 +122,10 @@ func build(limits []chatrelay.Limit) map[string]made {
 		}
 	}
 	add([]byte("// limits.js: made by the chatrelay server from its limits table (limits.go):\n"+
-		"// each limit the page states, its most by its name in GET /api/limits.json.\n"+
-		"export const LIMITS = Object.freeze("+string(js)+");\n"), "limits.js", "/limits.js")
+		"// each limit the page states, its most (LIMITS) and its least (LEAST) by its\n"+
+		"// name in GET /api/limits.json, in the row's unit.\n"+
+		"export const LIMITS = Object.freeze("+string(js)+");\n"+
+		"export const LEAST = Object.freeze("+string(leastJS)+");\n"), "limits.js", "/limits.js")
 	for _, page := range []struct {
 		file  string
 		paths []string
