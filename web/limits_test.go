@@ -8,7 +8,6 @@ package web_test
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -152,17 +151,8 @@ func TestPageStatesTheServersLimits(t *testing.T) {
 	// The thread holds as many devices as the real server allows; the
 	// page's refusal names the served number.
 	for i := range chatrelay.LimitActiveDevices.Max {
-		body, _ := json.Marshal(map[string]any{"name": fmt.Sprintf("Device %d", i)})
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"api/chat/devices", bytes.NewReader(body))
-		req.Header.Set("X-Chat-Token", token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			t.Fatalf("device %d: %d", i, resp.StatusCode)
+		if status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/devices", "X-Chat-Token", token, map[string]any{"name": fmt.Sprintf("Device %d", i)}); status != http.StatusCreated {
+			t.Fatalf("device %d: %d %s", i, status, raw)
 		}
 	}
 	owner.click("#devices-open")
