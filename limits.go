@@ -14,7 +14,7 @@ type Unit string
 // The units of the limits.
 const (
 	CodePoints    Unit = "code_points"     // Unicode code points of a string (JSON Schema's maxLength)
-	Bytes         Unit = "bytes"           // bytes of a request body
+	Bytes         Unit = "bytes"           // bytes: of a request body, a file, or a string as UTF-8 (a URL)
 	JSONUTF8Bytes Unit = "json_utf8_bytes" // bytes of a value encoded as compact UTF-8 JSON
 	Items         Unit = "items"           // elements of an array
 	Seconds       Unit = "seconds"         // a duration
@@ -111,6 +111,11 @@ var (
 	LimitPushSubscriptions = Limit{"push.subscriptions", 0, 20, Count}
 	LimitPushPayload       = Limit{"push.payload", 0, 3072, JSONUTF8Bytes}
 	LimitPushString        = Limit{"push.string", 0, 500, CodePoints}
+	// LimitPushEndpoint bounds a subscription's endpoint URL, in bytes
+	// (as taken and as stored, escaped): the subscribe check (webpush's
+	// Guard is given it), the stored record's check and the schema's
+	// maxLength (code points: never more than the bytes) read it.
+	LimitPushEndpoint = Limit{"push.endpoint", 1, 2048, Bytes}
 	// Agent keys (Part 5): a key's name (refused past it, not cut: it is
 	// every message's author_name), the threads a scoped key names, and
 	// the active keys of a store.
@@ -139,7 +144,7 @@ func Limits() []Limit {
 		LimitInvites, LimitEndedListed, LimitEndedKept,
 		LimitAttachments, LimitAttachmentBytes, LimitThreadAttachments, LimitAttachmentName, LimitAttachmentUnused, LimitAttachmentPending,
 		LimitDeviceExpiresIn, LimitActiveDevices,
-		LimitPushSubscriptions, LimitPushPayload, LimitPushString,
+		LimitPushSubscriptions, LimitPushPayload, LimitPushString, LimitPushEndpoint,
 		LimitAgentName, LimitAgentThreads, LimitActiveAgents,
 	}
 }

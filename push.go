@@ -71,7 +71,7 @@ func CheckPushSubscription(s PushSubscription) error {
 	switch {
 	case !ValidPushID(s.ID):
 		return fmt.Errorf("id %q", s.ID)
-	case s.Endpoint == "" || len(s.Endpoint) > 2048:
+	case len(s.Endpoint) < LimitPushEndpoint.Min || len(s.Endpoint) > LimitPushEndpoint.Max:
 		return fmt.Errorf("endpoint of %d bytes", len(s.Endpoint))
 	case s.Subscriber == "":
 		return fmt.Errorf("no subscriber")

@@ -1,6 +1,7 @@
 package chatrelay
 
 import (
+	"maps"
 	"regexp"
 	"strconv"
 )
@@ -11,17 +12,25 @@ var PushIDPattern = regexp.MustCompile(`^w_[0-9a-f]{8}$`)
 // push adds the $defs entries of Web Push (contract Part 5).
 func (d defSet) push() {
 	ok := constant(true)
+	// An endpoint is bounded in bytes; maxLength counts code points, of
+	// which a string has never more than bytes: the schema takes every
+	// endpoint the server takes (and a URL is ASCII, where both agree).
+	endpoint := func(more obj) obj {
+		s := obj{"type": "string", "maxLength": LimitPushEndpoint.Max}
+		maps.Copy(s, more)
+		return s
+	}
 	events := describe(obj{"type": "array", "items": enum("", string(PushInteraction), string(PushReply)), "uniqueItems": true},
 		"what is pushed: interaction (an interaction opens, for the owner's subscriptions, and closes) and reply (hermes posts a message or a card); absent or empty: both")
 	d.add("push", object("a push subscription, as its subscriber sees it", obj{
 		"id":         pattern(PushIDPattern, "w_ + 8 lowercase hex, unique in the thread"),
 		"events":     events,
 		"created_at": ref("epoch"),
-		"endpoint":   describe(obj{"type": "string", "maxLength": 2048}, "the push service's URL the subscription was made with (chatrelay's addition: the page matches its browser's subscription by it)"),
+		"endpoint":   describe(endpoint(nil), "the push service's URL the subscription was made with (chatrelay's addition: the page matches its browser's subscription by it)"),
 	}, "id", "events", "created_at", "endpoint"))
 	d.add("push.subscribe.body", open("POST "+PathPush+": a browser's PushSubscription.toJSON() and the events wanted", obj{
 		"subscription": open("", obj{
-			"endpoint": describe(obj{"type": "string", "maxLength": 2048, "pattern": `^https://`}, "https only; its host may not be, or resolve to, a loopback, private, link-local, shared or unspecified address"),
+			"endpoint": describe(endpoint(obj{"pattern": `^https://`}), "https only; its host may not be, or resolve to, a loopback, private, link-local, shared or unspecified address"),
 			"keys": open("", obj{
 				"p256dh": describe(obj{"type": "string", "pattern": `^[A-Za-z0-9_-]{87}=?$`}, "base64url of the uncompressed P-256 public key"),
 				"auth":   describe(obj{"type": "string", "pattern": `^[A-Za-z0-9_-]{22}(==)?$`}, "base64url of the 16-byte auth secret"),

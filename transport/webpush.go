@@ -23,7 +23,8 @@ type PushConfig struct {
 	// (--push-contact).
 	Contact string
 	// Guard checks endpoints at subscribe time and dials every push;
-	// its Allow is --push-allow-host.
+	// its Allow is --push-allow-host. The server uses a copy whose
+	// MaxEndpoint is chatrelay.LimitPushEndpoint's.
 	Guard *webpush.Guard
 	// TLS, if set, is the push client's TLS configuration (tests: the
 	// test push service's certificate authority); nil: the system's.

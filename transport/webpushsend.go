@@ -114,10 +114,14 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 	if cfg == nil || st == nil {
 		return nil
 	}
-	guard := cfg.Guard
-	if guard == nil {
-		guard = &webpush.Guard{}
+	// The Guard's length bound is the contract's, whatever the caller's
+	// Guard said: a copy of it takes LimitPushEndpoint.
+	guard := &webpush.Guard{}
+	if cfg.Guard != nil {
+		g := *cfg.Guard
+		guard = &g
 	}
+	guard.MaxEndpoint = chatrelay.LimitPushEndpoint.Max
 	ps := &pusher{
 		s: s, st: st, guard: guard, contact: cfg.Contact,
 		workers: orDefault(cfg.Workers, chatrelay.DefaultPushWorkers), backoff: orDefaults(cfg.Backoff, pushBackoff), queue: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)), retry: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)),

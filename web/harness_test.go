@@ -818,3 +818,33 @@ func checkOnce(t *testing.T, tb *tab, want []message) {
 		}
 	}
 }
+
+// callAPI sends body (JSON, unless nil) to the server at url with the
+// header's credential ("X-Chat-Token: …" or "Authorization: Bearer …"),
+// and returns the answer's status and body.
+func callAPI(t *testing.T, method, url, header, credential string, body any) (int, []byte) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(header, credential)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw
+}

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"image"
 	"image/png"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -63,18 +62,10 @@ type invited struct {
 // invite asks the server for a share link, as the owner of token.
 func invite(t *testing.T, base, token string, body map[string]any) invited {
 	t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPost, base+"api/chat/participants", bytes.NewReader(b))
-	req.Header.Set("X-Chat-Token", token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	status, raw := callAPI(t, http.MethodPost, base+"api/chat/participants", "X-Chat-Token", token, body)
 	var a invited
-	raw, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(raw, &a); err != nil || resp.StatusCode != http.StatusCreated {
-		t.Fatalf("invite: %d %s", resp.StatusCode, raw)
+	if err := json.Unmarshal(raw, &a); err != nil || status != http.StatusCreated {
+		t.Fatalf("invite: %d %s", status, raw)
 	}
 	return a
 }
@@ -775,16 +766,8 @@ func TestPeopleFollowTheConversation(t *testing.T) {
 	eval[bool](owner, `(document.getElementById("people-open").click(), true)`)
 	owner.waitJS(soon, "the list with Alex's count", `document.getElementById("people-list").textContent.includes("0 of 50 messages sent")`)
 
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"api/chat/post", strings.NewReader(`{"text":"Looks right to me."}`))
-	req.Header.Set("Authorization", "Bearer "+guest.Token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("the guest's post: %d", resp.StatusCode)
+	if status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/post", "Authorization", "Bearer "+guest.Token, map[string]string{"text": "Looks right to me."}); status != http.StatusCreated {
+		t.Fatalf("the guest's post: %d %s", status, raw)
 	}
 	owner.waitJS(soon, "the open list counting the guest's post", `document.getElementById("people-list").textContent.includes("1 of 50 messages sent")`)
 }

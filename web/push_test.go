@@ -787,16 +787,7 @@ const headerFits = `(() => {
 // respond answers an approval as the owner, through the API.
 func respond(t *testing.T, base, token, ix, decision string) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]string{"interaction_id": ix, "decision": decision})
-	req, _ := http.NewRequest(http.MethodPost, base+"api/chat/respond", strings.NewReader(string(body)))
-	req.Header.Set("X-Chat-Token", token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("respond: %d", resp.StatusCode)
+	if status, raw := callAPI(t, http.MethodPost, base+"api/chat/respond", "X-Chat-Token", token, map[string]string{"interaction_id": ix, "decision": decision}); status != http.StatusOK {
+		t.Fatalf("respond: %d %s", status, raw)
 	}
 }

@@ -11,19 +11,33 @@
 // root, the worker's scope is the whole page (no Service-Worker-Allowed
 // header is needed), and like every file it is revalidated on each load
 // (no-cache).
+//
+// The limits the page states (a post's text, a message's files, a thread's
+// active devices) are rows of the limits table (limits.go), written nowhere
+// in static: the server makes limits.js from them and fills them in
+// index.html and p.html when it builds its pages (see Handler).
 package web
 
 import (
+	"bytes"
 	"embed"
+	"encoding/json"
+	"fmt"
 	"io/fs"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 //go:embed static
 var static embed.FS
 
-// Static is the page's files, rooted at the folder that holds index.html.
+// Static is the page's files as embedded, rooted at the folder that holds
+// index.html: index.html and p.html with their limit marks ({{post.text}})
+// not yet filled in, and no limits.js (Handler makes both).
 func Static() fs.FS {
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
@@ -53,7 +67,91 @@ const csp = "default-src 'self'; connect-src 'self'; img-src 'self' data:; " +
 // frame-ancestors names them, or is 'none', with X-Frame-Options: DENY
 // for browsers that predate frame-ancestors (it cannot name an origin,
 // so it is left out when some are allowed).
+//
+// The pages state the limits of pageLimits, made once here from the
+// limits table: limits.js, a module that exports LIMITS (each row's most,
+// by its name in GET /api/limits.json: LIMITS["post.text"]), which chat.js,
+// app.js and devices.js import, so that another site's page that imports
+// chat.js reads them from this server too; and index.html and p.html with
+// each mark {{name}} replaced by that row's most (so the counter reads
+// "0 / {{post.text}}" filled in before any script runs).
 func Handler(frameAncestors ...string) http.Handler {
+	return handler(pageLimits, frameAncestors...)
+}
+
+// pageLimits are the rows of the limits table the page states. A limit the
+// page shows is added here, and read in the page as LIMITS["its.name"]
+// (limits.js) or {{its.name}} (index.html, p.html).
+var pageLimits = []chatrelay.Limit{
+	chatrelay.LimitPostText,        // the composer's counter (chat.js's MAX_CHARS)
+	chatrelay.LimitAttachments,     // "A message carries at most … files." (app.js)
+	chatrelay.LimitActiveDevices,   // device_limit's sentence (devices.js)
+	chatrelay.LimitDeviceExpiresIn, // invalid_expiry's sentence (devices.js)
+	chatrelay.LimitName,            // the name fields' maxlength (index.html)
+	chatrelay.LimitActiveGrants,    // participant_limit's sentence (people.js)
+	chatrelay.LimitCap,             // invalid_cap's sentence (people.js)
+	chatrelay.LimitExpiresIn,       // invalid_expiry's sentence (people.js)
+}
+
+// made is a file Handler makes from the embedded ones and the limits.
+type made struct {
+	name string // the file's name, for its Content-Type
+	body []byte
+}
+
+// build makes limits.js and fills index.html's and p.html's marks from
+// limits, by the paths they are served at. The marks are fixed at build
+// time, so one with no row panics.
+func build(limits []chatrelay.Limit) map[string]made {
+	most, least := map[string]int{}, map[string]int{}
+	for _, l := range limits {
+		most[l.Name], least[l.Name] = l.Max, l.Min
+	}
+	js, err := json.Marshal(most) // encoding/json sorts the names
+	if err != nil {
+		panic(err)
+	}
+	leastJS, err := json.Marshal(least)
+	if err != nil {
+		panic(err)
+	}
+	b := map[string]made{}
+	add := func(body []byte, name string, paths ...string) {
+		for _, p := range paths {
+			b[p] = made{name, body}
+		}
+	}
+	add([]byte("// limits.js: made by the chatrelay server from its limits table (limits.go):\n"+
+		"// each limit the page states, its most (LIMITS) and its least (LEAST) by its\n"+
+		"// name in GET /api/limits.json, in the row's unit.\n"+
+		"export const LIMITS = Object.freeze("+string(js)+");\n"+
+		"export const LEAST = Object.freeze("+string(leastJS)+");\n"), "limits.js", "/limits.js")
+	for _, page := range []struct {
+		file  string
+		paths []string
+	}{
+		{"index.html", []string{"", "/", "/d"}}, // /d: the owner's page, which a device link opens (t-link.js)
+		{"p.html", []string{"/p", "/p.html"}},
+	} {
+		body, err := fs.ReadFile(Static(), page.file)
+		if err != nil {
+			panic(err)
+		}
+		for name, n := range most {
+			body = bytes.ReplaceAll(body, []byte("{{"+name+"}}"), []byte(strconv.Itoa(n)))
+		}
+		if i := bytes.Index(body, []byte("{{")); i >= 0 {
+			end := min(len(body), i+40)
+			panic(fmt.Sprintf("web: %s has a limit mark with no row of pageLimits: %q", page.file, body[i:end]))
+		}
+		add(body, page.file, page.paths...)
+	}
+	return b
+}
+
+// handler is Handler stating limits.
+func handler(limits []chatrelay.Limit, frameAncestors ...string) http.Handler {
+	pages := build(limits)
 	policy, xfo := csp+"; frame-ancestors 'none'", "DENY"
 	if len(frameAncestors) > 0 {
 		policy, xfo = csp+"; frame-ancestors "+strings.Join(frameAncestors, " "), ""
@@ -69,12 +167,8 @@ func Handler(frameAncestors ...string) http.Handler {
 			h.Set("X-Frame-Options", xfo)
 		}
 		h.Set("Referrer-Policy", "no-referrer")
-		switch r.URL.Path {
-		case "/p":
-			http.ServeFileFS(w, r, Static(), "p.html")
-			return
-		case "/d": // the owner's page, as one of the owner's devices (t-link.js)
-			http.ServeFileFS(w, r, Static(), "index.html")
+		if f, ok := pages[r.URL.Path]; ok {
+			http.ServeContent(w, r, f.name, time.Time{}, bytes.NewReader(f.body))
 			return
 		}
 		files.ServeHTTP(w, r)

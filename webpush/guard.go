@@ -17,9 +17,6 @@ import (
 // the server must not reach.
 var ErrBlocked = errors.New("webpush: the push endpoint's address is loopback, private, link-local, shared or unspecified")
 
-// MaxEndpoint is the longest endpoint URL taken, in bytes.
-const MaxEndpoint = 2048
-
 // blockedPrefixes are the ranges beside what netip.Addr's predicates
 // name (loopback, private and ULA, link-local, unspecified, multicast)
 // that a push service is never in.
@@ -97,6 +94,12 @@ type Guard struct {
 	// nil is a net.Dialer whose Control refuses a Blocked address again.
 	// Tests give one that records what would be dialled.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// MaxEndpoint is the longest endpoint CheckEndpoint takes, in
+	// bytes, as given and as the URL it answers writes it (escaped: the
+	// form that is stored); 0 takes any length. It is the caller's limit: package
+	// transport sets the contract's (chatrelay.LimitPushEndpoint), which
+	// this package, importing nothing of the module, does not know.
+	MaxEndpoint int
 }
 
 func (g *Guard) allowed(host string) bool {
@@ -118,17 +121,19 @@ func (g *Guard) resolver() Resolver {
 
 // CheckEndpoint parses a subscription's endpoint and checks it: an
 // absolute https URL with a host, no user information and no fragment,
-// at most MaxEndpoint bytes, whose host (unless allowed) is not a Blocked
-// address and resolves to none. A name that resolves to nothing is
+// at most MaxEndpoint bytes (as given and escaped), whose host (unless
+// allowed) is not a Blocked address and resolves to none. A name that resolves to nothing is
 // refused too. The check is repeated where it counts, in DialContext.
 func (g *Guard) CheckEndpoint(ctx context.Context, raw string) (*url.URL, error) {
-	if len(raw) > MaxEndpoint {
-		return nil, fmt.Errorf("the endpoint is longer than %d bytes", MaxEndpoint)
+	if g.MaxEndpoint > 0 && len(raw) > g.MaxEndpoint {
+		return nil, fmt.Errorf("the endpoint is longer than %d bytes", g.MaxEndpoint)
 	}
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
 		return nil, errors.New("the endpoint is not a URL")
+	case g.MaxEndpoint > 0 && len(u.String()) > g.MaxEndpoint:
+		return nil, fmt.Errorf("the endpoint is longer than %d bytes once escaped (%d)", g.MaxEndpoint, len(u.String()))
 	case u.Scheme != "https":
 		return nil, errors.New("the endpoint must be an https URL")
 	case u.Hostname() == "" || u.User != nil || u.Fragment != "" || u.Opaque != "":

@@ -157,10 +157,11 @@ func TestVAPIDReuse(t *testing.T) {
 }
 
 // TestGuard: endpoints that are not https, or whose host is or resolves
-// to a loopback, private, link-local, shared or unspecified address, are
-// refused at the check; a name that answers a public address at the
-// check and a private one at the dial (rebinding) is never dialled at
-// the private one. Only the fake dialer "dials": no packet leaves.
+// to a loopback, private, link-local, shared or unspecified address, or
+// that are one byte past the Guard's MaxEndpoint, are refused at the
+// check (one of exactly MaxEndpoint bytes is taken); a name that answers
+// a public address at the check and a private one at the dial
+// (rebinding) is never dialled at the private one. Only the fake dialer "dials": no packet leaves.
 func TestGuard(t *testing.T) {
 	t.Parallel()
 	f := pushtest.NewFakeNet(map[string][][]string{
@@ -172,7 +173,10 @@ func TestGuard(t *testing.T) {
 		"ula.example.com":    {{"fd00::1"}},
 		"mapped.example.com": {{"::ffff:127.0.0.1"}},
 	})
-	g := &Guard{Resolver: f, Dial: f.Dial}
+	g := &Guard{Resolver: f, Dial: f.Dial, MaxEndpoint: 64}
+	long := func(n int) string {
+		return "https://push.example.com/" + strings.Repeat("a", n-len("https://push.example.com/"))
+	}
 	ctx := t.Context()
 	refused := []string{
 		"http://push.example.com/x", "https://127.0.0.1/", "https://[::1]/", "https://10.0.0.1/x",
@@ -182,13 +186,14 @@ func TestGuard(t *testing.T) {
 		"https://inside.example.com/", "https://mixed.example.com/", "https://cgnat.example.com/",
 		"https://ula.example.com/", "https://mapped.example.com/", "https://nxdomain.example.com/",
 		"https://user:pw@push.example.com/", "https://push.example.com/#frag", "ftp://push.example.com/",
-		"push.example.com/x", "https:///x", "https://push.example.com/" + strings.Repeat("a", MaxEndpoint),
+		"push.example.com/x", "https:///x", long(g.MaxEndpoint + 1),
+		"https://push.example.com/a b" + strings.Repeat("c", g.MaxEndpoint-len("https://push.example.com/a b")), // %20 once escaped
 	}
 	for _, ep := range refused {
 		_, err := g.CheckEndpoint(ctx, ep)
 		assert.True(t, err != nil, "%s passed the check", ep)
 	}
-	for _, ep := range []string{"https://push.example.com/x", "https://rebind.example.com/x", "https://8.8.8.8/x"} {
+	for _, ep := range []string{"https://push.example.com/x", "https://rebind.example.com/x", "https://8.8.8.8/x", long(g.MaxEndpoint)} {
 		_, err := g.CheckEndpoint(ctx, ep)
 		assert.True(t, err == nil, "%s refused: %v", ep, err)
 	}

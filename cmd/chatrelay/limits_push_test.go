@@ -1,15 +1,22 @@
 package main
 
 import (
+	"crypto/ecdh"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
+	"github.com/chatrelay/chatrelay/transport"
+	"github.com/chatrelay/chatrelay/webpush"
 )
 
 // The walks of Web Push's limits (contract Part 5). transport's
@@ -32,6 +39,37 @@ func init() {
 				assert.Code(t, err, chatrelay.PushLimit)
 			}
 		}
+	}}
+	walks["push.endpoint"] = walk{custom: func(t *testing.T, w *walkEnv, l chatrelay.Limit) {
+		// Over HTTP, on a server of its own with push on, its endpoint
+		// host allowed the way --push-allow-host allows it (no name is
+		// resolved, nothing is dialled): an endpoint of l.Max bytes is
+		// subscribed, one byte more is invalid_push_endpoint, and the
+		// bundle's body entry agrees on both (an ASCII URL: its code
+		// points are its bytes).
+		pw := &walkEnv{data: t.TempDir(), token: w.token, thread: w.thread}
+		st, err := filestore.OpenFile(pw.data, filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+		assert.Success(t, err)
+		t.Cleanup(func() { st.Close() })
+		_, err = st.Append(t.Context(), pw.thread, store.NewMessage{Text: "push me"})
+		assert.Success(t, err)
+		hs := httptest.NewServer(transport.NewServer(transport.Config{Store: st, Log: slog.New(slog.DiscardHandler),
+			Push: &transport.PushConfig{Contact: "mailto:ops@example.com", Guard: &webpush.Guard{Allow: []string{"push.test"}}}}))
+		t.Cleanup(hs.Close)
+		pw.url = hs.URL
+		key, err := ecdh.P256().GenerateKey(rand.Reader)
+		assert.Success(t, err)
+		keys := map[string]any{"p256dh": base64.RawURLEncoding.EncodeToString(key.PublicKey().Bytes()),
+			"auth": base64.RawURLEncoding.EncodeToString(make([]byte, 16))}
+		const base = "https://push.test/"
+		wk := walk{code: chatrelay.InvalidPushEndpoint}
+		for _, n := range []int{l.Max + 1, l.Max} {
+			body := jsonOf(map[string]any{"subscription": map[string]any{"endpoint": base + ascii(n-len(base)), "keys": keys}})
+			pw.checkHTTP(t, l, wk, n, n > l.Max, chatrelay.PathPush, body)
+		}
+		subs, err := store.PushOf(st).PushSubscriptions(t.Context(), pw.thread)
+		assert.Success(t, err)
+		assert.True(t, len(subs) == 1 && len(subs[0].Endpoint) == l.Max, "the subscriptions kept: %+v", subs)
 	}}
 	walks["push.string"] = walk{custom: func(t *testing.T, _ *walkEnv, l chatrelay.Limit) {
 		for _, n := range []int{l.Max, l.Max + 1} {

@@ -84,7 +84,7 @@ func subscribe(ctx context.Context, args []string, getenv func(string) string, s
 	server := fs.String("server", "", "the chatrelay `URL`, with its prefix: http://127.0.0.1:8080")
 	token := fs.String("token", "", "the thread's token (64 hex); prefer CHATRELAY_TOKEN to keep it out of ps")
 	ticket := fs.String("ticket", "", "a read-only ticket instead of a token (it expires; the stream ends then)")
-	since := fs.Int64("since", 0, "resume after `N` (epoch ms); 0: the newest 50, then live")
+	since := fs.Int64("since", 0, fmt.Sprintf("resume after `N` (epoch ms); 0: the newest %d, then live", chatrelay.PollPage))
 	if err := parse(fs, args, getenv); err != nil {
 		return err
 	}

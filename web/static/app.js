@@ -13,6 +13,7 @@ import { OWNER, el, guest, messageItem, moveInBar, redrawNames, refreshInteracti
 import { setupPeople } from "./people.js";
 import { setupDevices } from "./devices.js";
 import { setupPush } from "./push.js";
+import { LIMITS } from "./limits.js";
 
 const $ = (id) => document.getElementById(id);
 const els = {
@@ -572,7 +573,7 @@ els.form.addEventListener("submit", (e) => {
 
 // ---- files: attach, drop or paste; each is uploaded at once, with its progress ----
 
-const MAX_FILES = 10; // a message's attachments (the contract's)
+const MAX_FILES = LIMITS["message.attachments"]; // a message's attachments (the server's limits table)
 // files are those in the composer: {file, li, state: "uploading" | "done" | "failed", attachment}.
 const files = [];
 

@@ -1,4 +1,5 @@
-// chat.js: the chatrelay client, one ES module with no dependencies.
+// chat.js: the chatrelay client, an ES module whose one dependency is
+// limits.js, which the server makes from its limits table (MAX_CHARS).
 //
 // A ChatClient keeps one conversation (one token, so one thread) in sync
 // with a chatrelay server and tells its page what changed through events.
@@ -70,8 +71,10 @@
 // Posts are idempotent: each carries a client_id (see send), so a post
 // sent again after a network failure is stored once.
 
-/** The longest message the server accepts, in Unicode code points. */
-export const MAX_CHARS = 4000;
+import { LIMITS } from "./limits.js";
+
+/** The longest message the server accepts, in Unicode code points: its limits table's post.text. */
+export const MAX_CHARS = LIMITS["post.text"];
 
 const TOKEN = /^[0-9a-f]{64}$/;
 

@@ -7,18 +7,19 @@
 // conversation's own token makes devices) and the list marks "this device";
 // revoking this device ends the page, as a revoke from elsewhere does.
 
-import { dayFmt, drawList, linkShownOnce, listRow, makeLink } from "./linkpanel.js";
+import { dayFmt, drawList, durationWords, linkShownOnce, listRow, makeLink } from "./linkpanel.js";
+import { LEAST, LIMITS } from "./limits.js";
 
 // sentence says why the server refused a device link, a revoke or the
 // list, from the error's machine code.
 function sentence(err, what) {
   switch (err.code) {
     case "device_limit":
-      return "This conversation already has 10 active devices: revoke one before adding another.";
+      return `This conversation already has ${LIMITS["device.active"]} active devices: revoke one before adding another.`;
     case "invalid_name":
       return "Give the device a name: letters or digits, not only spaces or the characters [ ] < >.";
     case "invalid_expiry":
-      return "Choose how long the link works: between 1 hour and 1 year.";
+      return `Choose how long the link works: between ${durationWords(LEAST["device.expires_in"])} and ${durationWords(LIMITS["device.expires_in"])}.`;
     case "participants_unreadable":
       return "The server cannot read this conversation's list of devices and people for now. Tell whoever runs the server.";
     case "not_found":

@@ -3,6 +3,18 @@
 // and its QR code, and both list their links with a state and, while
 // active, Revoke.
 
+// durationWords says a limit's seconds in words ("1 hour", "30 days",
+// "1 year"), in the largest unit that divides them.
+export function durationWords(seconds) {
+  for (const [unit, n] of [["year", 31536000], ["day", 86400], ["hour", 3600], ["minute", 60]]) {
+    if (seconds >= n && seconds % n === 0) {
+      const k = seconds / n;
+      return `${k} ${unit}${k === 1 ? "" : "s"}`;
+    }
+  }
+  return `${seconds} seconds`;
+}
+
 export const dayFmt = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
 
 /**

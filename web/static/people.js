@@ -5,22 +5,23 @@
 // Copy and its QR code (made by the server, a PNG data URL), and the list
 // of every link with its state and, while active, Revoke.
 
-import { dayFmt, drawList, linkShownOnce, listRow, makeLink } from "./linkpanel.js";
+import { dayFmt, drawList, durationWords, linkShownOnce, listRow, makeLink } from "./linkpanel.js";
+import { LEAST, LIMITS } from "./limits.js";
 
 // sentence says why the server refused an invite, a revoke or the list,
 // from the error's machine code.
 function sentence(err, what) {
   switch (err.code) {
     case "participant_limit":
-      return "This conversation already has 50 active links: revoke one before inviting someone else.";
+      return `This conversation already has ${LIMITS["participant.grants"]} active links: revoke one before inviting someone else.`;
     case "invalid_name":
       return "Give the person a name: letters or digits, not only spaces or the characters [ ] < >.";
     case "invalid_role":
       return "Choose a role: viewer or commenter.";
     case "invalid_expiry":
-      return "Choose when the link expires: between 1 hour and 30 days.";
+      return `Choose when the link expires: between ${durationWords(LEAST["participant.expires_in"])} and ${durationWords(LIMITS["participant.expires_in"])}.`;
     case "invalid_cap":
-      return "The number of messages a link may write is 1 to 1000.";
+      return `The number of messages a link may write is ${LEAST["participant.cap"]} to ${LIMITS["participant.cap"]}.`;
     case "participants_unreadable":
       return "The server cannot read this conversation's list of people, so no one can be invited or revoked for now, and every link is refused meanwhile. Tell whoever runs the server.";
     case "not_found":
