@@ -112,7 +112,7 @@ type Received struct {
 // Receive copies up's body to dst, a chunk at a time, hashing it on the
 // way (each chunk's hashing and writing through up.Work, if set), and
 // refuses (AttachmentTooLarge) a body of more than up.Max bytes as soon
-// as it reads the chunk holding the byte past it. A failure of dst is
+// as it reads the byte past it. A failure of dst is
 // returned as it is; a failure to read the body, or of up.Work, is
 // InvalidAttachment (the upload broke off).
 func Receive(dst io.Writer, up Upload) (Received, error) {
@@ -127,7 +127,11 @@ func Receive(dst io.Writer, up Upload) (Received, error) {
 		_, werr = dst.Write(chunk)
 	}
 	for {
-		k, rerr := fill(up.Body, *bufp)
+		// A chunk, or less: the rest of up.Max and the byte past it, so
+		// that a body over the limit is refused as soon as that byte
+		// comes, not once a chunk's worth more came (a client that sends
+		// it and then waits would hold the upload until its deadline).
+		k, rerr := fill(up.Body, (*bufp)[:min(int64(chunkBytes), up.Max-r.Size+1)])
 		if k > 0 {
 			if r.Size+int64(k) > up.Max {
 				return Received{}, TooLarge(up.Max)

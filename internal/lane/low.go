@@ -36,7 +36,7 @@ func (l *Lane) Run(fn func()) {
 	case l.work <- j: // a low thread waiting for work took it
 	default:
 		l.lows.Add(1)
-		go l.low(j)
+		go l.low(j, nil)
 	}
 	if p := <-j.done; p != nil {
 		panic(p)
@@ -49,10 +49,29 @@ func (l *Lane) Lows() int { return int(l.lows.Load()) }
 // low is a low thread: it runs j, then each job sent on l.work, and ends
 // once none came for lowIdle. Its goroutine never unlocks its OS thread,
 // so that the thread, its priority lowered, ends with it rather than go
-// back to the runtime to run other goroutines.
-func (l *Lane) low(j *job) {
-	defer l.lows.Add(-1)
+// back to the runtime to run other goroutines. It closes moved, if
+// given, once it holds its thread.
+//
+// The process's main thread is never lowered: Go never ends it (it parks
+// it for good when the goroutine locked to it ends), so it would stay at
+// nice 19 for the process's life, and ps and top, which show a process's
+// nice value as its main thread's, would show the whole server at 19. A
+// low goroutine that starts there holds it while another takes the job
+// (that one cannot start on the main thread meanwhile), then gives it back
+// to the runtime, its priority untouched.
+func (l *Lane) low(j *job, moved chan<- struct{}) {
 	runtime.LockOSThread()
+	if mainThread() {
+		next := make(chan struct{})
+		go l.low(j, next)
+		<-next
+		runtime.UnlockOSThread()
+		return
+	}
+	if moved != nil {
+		close(moved)
+	}
+	defer l.lows.Add(-1)
 	lowerPriority()
 	idle := time.NewTimer(lowIdle)
 	defer idle.Stop()

@@ -15,3 +15,7 @@ const lowPriority = 19
 func lowerPriority() {
 	_ = syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), lowPriority)
 }
+
+// mainThread reports whether the calling goroutine runs on the process's
+// main thread (its thread id is the process id).
+func mainThread() bool { return syscall.Gettid() == syscall.Getpid() }
