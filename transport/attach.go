@@ -67,7 +67,16 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 		s.writeError(w, r, store.TooLarge(max))
 		return
 	}
+	if !s.uploads.Enter() {
+		s.writeError(w, r, errShuttingDown)
+		return
+	}
+	defer s.uploads.Leave()
 	extendDeadlines(w)
+	// Shutdown's abort cuts a read blocked on a client that stopped
+	// sending: the upload fails, leaving nothing, and the server stops.
+	rc := http.NewResponseController(w)
+	defer context.AfterFunc(s.abortCtx, func() { rc.SetReadDeadline(time.Now()) })()
 	a, err := as.PutAttachment(r.Context(), who.thread, store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: r.Body, Max: max, Work: uploadWork(r.Context())})
 	if err != nil {
 		if chatrelay.CodeOf(err) == chatrelay.AttachmentTooLarge {

@@ -77,11 +77,14 @@ const shutdownGrace = 2 * time.Second
 
 // Shutdown ends every stream: the hub drops its subscribers with
 // hub.ErrClosed, SSE handlers flush and return, WebSockets close with 1001
-// (going away); new streams are refused. Streams still open after
-// shutdownGrace (or when ctx is done) belong to clients that stopped
+// (going away); new streams and uploads are refused. Streams still open
+// after shutdownGrace (or when ctx is done) belong to clients that stopped
 // reading, blocked in a write or in the close handshake: their connections
-// are cut. It waits for the stream handlers (http.Server.Shutdown does not
-// track hijacked WebSockets) until ctx is done.
+// are cut; uploads still running then belong to clients that stopped
+// sending: their reads are cut (the upload fails and leaves nothing), so
+// that http.Server.Shutdown need not wait for them past its deadline. It
+// waits for the stream handlers (http.Server.Shutdown does not track
+// hijacked WebSockets) and the upload handlers until ctx is done.
 func (s *Server) Shutdown(ctx context.Context) error {
 	defer s.turners.stop()
 	s.Drain()
@@ -89,10 +92,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.cfg.MCP.Close() // its calls in flight end, so the listener's Shutdown need not wait for them
 	}
 	s.streamers.Close()
+	s.uploads.Close()
 	s.hub.Close()
 	done := make(chan struct{})
 	go func() {
 		s.streamers.Wait()
+		s.uploads.Wait()
 		close(done)
 	}()
 	grace := time.NewTimer(shutdownGrace)

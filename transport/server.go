@@ -92,11 +92,13 @@ type Server struct {
 	ready     chan struct{} // closed once Run's feed is registered
 	readyMu   sync.Once
 	streamers closegroup.Group // stream handlers (SSE and WebSocket); Shutdown closes it and waits for them
+	uploads   closegroup.Group // upload handlers; Shutdown closes it and waits for them, cutting their reads at the grace's end
 	ops       *ops             // metrics and readiness (metrics.go, health.go)
 	turners   *turners         // the goroutines that run the sessions' turns (turners.go)
 
 	// abortCtx is cancelled when Shutdown's grace is over, to cut the
-	// streams of clients that stopped reading (see Shutdown).
+	// streams of clients that stopped reading, and the uploads of clients
+	// that stopped sending (see Shutdown).
 	abortCtx context.Context
 	abort    context.CancelFunc
 }

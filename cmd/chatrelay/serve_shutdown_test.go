@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/redistest"
 )
 
 // TestServeShutdownWithOpenStreams runs the real "serve" and cancels its
@@ -163,4 +166,82 @@ func TestServeShutdownWithAnUnusedConnection(t *testing.T) {
 	unused.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err = unused.Read(make([]byte, 1))
 	assert.True(t, err == io.EOF, "the unused connection after serve returned: %v, want closed (EOF)", err)
+}
+
+// TestServeShutdownWithAStalledUpload: a client stops sending in the
+// middle of an upload's body when the server is told to stop: run must
+// still return nil within its 5 s (the upload is cut at the end of the
+// grace the streams get), and the upload must leave nothing: no temp file
+// left for the hourly sweep, no Redis staging key left for its 2 h.
+func TestServeShutdownWithAStalledUpload(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"file", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			serveShutdownWithAStalledUpload(t, backend)
+		})
+	}
+}
+
+func serveShutdownWithAStalledUpload(t *testing.T, backend string) {
+	dir := t.TempDir()
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--data", dir, "--fsync", "never", "--log-level", "error"}
+	left := func() []string { // what an upload being received leaves
+		m, _ := filepath.Glob(filepath.Join(dir, "chat", ".*.upload.tmp-*"))
+		return m
+	}
+	if backend == "redis" {
+		rs := redistest.StartServer(t, redistest.ServerOptions{})
+		args = append(args, "--store", rs.URL())
+		rdb := rs.Client(t)
+		left = func() []string {
+			keys, err := rdb.Keys(context.Background(), "*:att:up:*").Result()
+			assert.Success(t, err)
+			return keys
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, stdout := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, args, func(string) string { return "" }, strings.NewReader(""), stdout, io.Discard)
+		stdout.Close()
+	}()
+	lines := bufio.NewReader(out)
+	first, err := lines.ReadString('\n')
+	assert.Success(t, err)
+	base, ok := strings.CutPrefix(strings.TrimSpace(first), "listening on ")
+	assert.True(t, ok, "first line %q", first)
+	base = strings.TrimSuffix(base, "/")
+	go io.Copy(io.Discard, lines)
+
+	token := strings.Repeat("cd", 32)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	req, _ := http.NewRequest(http.MethodPost, base+chatrelay.PathPost, strings.NewReader(`{"text":"hello"}`))
+	req.Header.Set("X-Chat-Token", token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	assert.Success(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "post status", resp.StatusCode, http.StatusCreated)
+
+	// An upload of 1 MiB whose client sends 300 KiB and then nothing.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	assert.Success(t, err)
+	defer conn.Close()
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nX-Chat-Token: %s\r\nX-Filename: stalled.bin\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n",
+		chatrelay.PathAttachments, token, 1<<20)
+	_, err = conn.Write(append([]byte(head), make([]byte, 300<<10)...))
+	assert.Success(t, err)
+	assert.Eventually(t, 10*time.Second, "the upload being received", func() bool { return len(left()) == 1 })
+
+	cancel() // SIGTERM
+	select {
+	case err := <-done:
+		assert.Success(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve still running 10s after the signal")
+	}
+	assert.Equal(t, "what the upload left", len(left()), 0)
 }
