@@ -11,32 +11,66 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
 )
 
-// startServe runs serve on a free loopback port with args and returns
-// its base URL; it stops at the test's end, and must return nil.
-func startServe(t *testing.T, args ...string) string {
+// serving is a "serve" run by a test (runServe).
+type serving struct {
+	base   string       // http://127.0.0.1:port, no slash at the end
+	stop   func()       // SIGTERM
+	done   <-chan error // what run returned, once it has
+	stderr *lockedBuffer
+}
+
+// runServe runs serve on a free loopback port with args, in the test's
+// process, and returns once it listens; whatever it prints later is read
+// and dropped, so that it never blocks. It is stopped at the test's end
+// if the test has not stopped it.
+func runServe(t *testing.T, args ...string) serving {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	pr, pw := io.Pipe()
-	var stderr lockedBuffer
-	errc := make(chan error, 1)
+	stderr := new(lockedBuffer)
+	done := make(chan error, 1)
 	go func() {
-		errc <- run(ctx, append([]string{"serve", "-addr", "127.0.0.1:0", "-fsync", "never"}, args...), env(nil), strings.NewReader(""), pw, &stderr)
+		done <- run(ctx, append([]string{"serve", "-addr", "127.0.0.1:0", "-fsync", "never"}, args...), env(nil), strings.NewReader(""), pw, stderr)
 		pw.Close()
 	}()
-	t.Cleanup(func() {
-		cancel()
-		assert.Success(t, <-errc)
-	})
 	lines := bufio.NewScanner(pr)
 	assert.True(t, lines.Scan(), "serve wrote nothing (%v); log:\n%s", lines.Err(), stderr.String())
-	m := regexp.MustCompile(`^listening on (http://127\.0\.0\.1:[0-9]+/)$`).FindStringSubmatch(lines.Text())
+	m := regexp.MustCompile(`^listening on (http://127\.0\.0\.1:[0-9]+)/$`).FindStringSubmatch(lines.Text())
 	assert.True(t, m != nil, "first line %q", lines.Text())
 	go io.Copy(io.Discard, pr)
-	return m[1]
+	return serving{base: m[1], stop: cancel, done: done, stderr: stderr}
+}
+
+// stopped sends srv SIGTERM and waits for run, which must return nil
+// within 10 s (its own bound is 5 s).
+func (srv serving) stopped(t *testing.T) {
+	t.Helper()
+	srv.stop()
+	select {
+	case err := <-srv.done:
+		assert.Success(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve still running 10s after the signal")
+	}
+}
+
+// startServe runs serve (runServe) and returns its base URL, with a
+// slash at the end; at the test's end it stops it, and run must return
+// nil.
+func startServe(t *testing.T, args ...string) string {
+	t.Helper()
+	srv := runServe(t, args...)
+	t.Cleanup(func() {
+		srv.stop()
+		assert.Success(t, <-srv.done)
+	})
+	return srv.base + "/"
 }
 
 func getKey(t *testing.T, base string) (int, string, string) {

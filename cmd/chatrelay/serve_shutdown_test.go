@@ -25,39 +25,18 @@ import (
 // must be closed with 1001 (going away).
 func TestServeShutdownWithOpenStreams(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out, stdout := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		args := []string{"serve", "--addr", "127.0.0.1:0", "--data", dir, "--fsync", "never", "--log-level", "error"}
-		done <- run(ctx, args, func(string) string { return "" }, strings.NewReader(""), stdout, io.Discard)
-		stdout.Close()
-	}()
-	lines := bufio.NewReader(out)
-	first, err := lines.ReadString('\n')
-	assert.Success(t, err)
-	base, ok := strings.CutPrefix(strings.TrimSpace(first), "listening on ")
-	assert.True(t, ok, "first line %q", first)
-	base = strings.TrimSuffix(base, "/")
-	go io.Copy(io.Discard, lines) // whatever serve prints later must not block it
+	srv := runServe(t, "--data", t.TempDir(), "--fsync", "never", "--log-level", "error")
+	base := srv.base
 
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
-	token := strings.Repeat("ab", 32)
-	req, _ := http.NewRequest(http.MethodPost, base+"/api/chat/post", strings.NewReader(`{"text":"hello"}`))
-	req.Header.Set("X-Chat-Token", token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	assert.Success(t, err)
-	resp.Body.Close()
-	assert.Equal(t, "post status", resp.StatusCode, http.StatusCreated)
+	token := cliToken
+	post(t, base+"/", "hello")
 
 	// An SSE stream, read up to its first message.
-	req, _ = http.NewRequest(http.MethodGet, base+"/api/chat/stream", nil)
+	req, _ := http.NewRequest(http.MethodGet, base+"/api/chat/stream", nil)
 	req.Header.Set("X-Chat-Token", token)
-	resp, err = client.Do(req)
+	resp, err := client.Do(req)
 	assert.Success(t, err)
 	defer resp.Body.Close()
 	assert.Equal(t, "stream status", resp.StatusCode, http.StatusOK)
@@ -95,11 +74,11 @@ func TestServeShutdownWithOpenStreams(t *testing.T) {
 	}()
 
 	start := time.Now()
-	cancel() // SIGTERM
+	srv.stop() // SIGTERM
 	deadline := time.NewTimer(5 * time.Second)
 	defer deadline.Stop()
 	select {
-	case err := <-done:
+	case err := <-srv.done:
 		assert.Success(t, err)
 		t.Logf("serve returned %v after the signal", time.Since(start))
 	case <-deadline.C:
@@ -127,22 +106,8 @@ func TestServeShutdownWithOpenStreams(t *testing.T) {
 // exceeded", as seen under the MCP tests, whose SDK client dials spares.)
 func TestServeShutdownWithAnUnusedConnection(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out, stdout := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		args := []string{"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--fsync", "never", "--log-level", "error"}
-		done <- run(ctx, args, func(string) string { return "" }, strings.NewReader(""), stdout, io.Discard)
-		stdout.Close()
-	}()
-	lines := bufio.NewReader(out)
-	first, err := lines.ReadString('\n')
-	assert.Success(t, err)
-	base, ok := strings.CutPrefix(strings.TrimSpace(first), "listening on ")
-	assert.True(t, ok, "first line %q", first)
-	base = strings.TrimSuffix(base, "/")
-	go io.Copy(io.Discard, lines)
+	srv := runServe(t, "--data", t.TempDir(), "--fsync", "never", "--log-level", "error")
+	base := srv.base
 
 	unused, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	assert.Success(t, err)
@@ -156,13 +121,7 @@ func TestServeShutdownWithAnUnusedConnection(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, "healthz", resp.StatusCode, http.StatusOK)
 
-	cancel() // SIGTERM
-	select {
-	case err := <-done:
-		assert.Success(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve still running 10s after the signal")
-	}
+	srv.stopped(t) // SIGTERM
 	unused.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err = unused.Read(make([]byte, 1))
 	assert.True(t, err == io.EOF, "the unused connection after serve returned: %v, want closed (EOF)", err)
@@ -185,7 +144,7 @@ func TestServeShutdownWithAStalledUpload(t *testing.T) {
 
 func serveShutdownWithAStalledUpload(t *testing.T, backend string) {
 	dir := t.TempDir()
-	args := []string{"serve", "--addr", "127.0.0.1:0", "--data", dir, "--fsync", "never", "--log-level", "error"}
+	args := []string{"--data", dir, "--fsync", "never", "--log-level", "error"}
 	left := func() []string { // what an upload being received leaves
 		m, _ := filepath.Glob(filepath.Join(dir, "chat", ".*.upload.tmp-*"))
 		return m
@@ -200,31 +159,11 @@ func serveShutdownWithAStalledUpload(t *testing.T, backend string) {
 			return keys
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out, stdout := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, args, func(string) string { return "" }, strings.NewReader(""), stdout, io.Discard)
-		stdout.Close()
-	}()
-	lines := bufio.NewReader(out)
-	first, err := lines.ReadString('\n')
-	assert.Success(t, err)
-	base, ok := strings.CutPrefix(strings.TrimSpace(first), "listening on ")
-	assert.True(t, ok, "first line %q", first)
-	base = strings.TrimSuffix(base, "/")
-	go io.Copy(io.Discard, lines)
+	srv := runServe(t, args...)
+	base := srv.base
 
-	token := strings.Repeat("cd", 32)
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	req, _ := http.NewRequest(http.MethodPost, base+chatrelay.PathPost, strings.NewReader(`{"text":"hello"}`))
-	req.Header.Set("X-Chat-Token", token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	assert.Success(t, err)
-	resp.Body.Close()
-	assert.Equal(t, "post status", resp.StatusCode, http.StatusCreated)
+	token := cliToken
+	post(t, base+"/", "hello")
 
 	// An upload of 1 MiB whose client sends 300 KiB and then nothing.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
@@ -236,12 +175,6 @@ func serveShutdownWithAStalledUpload(t *testing.T, backend string) {
 	assert.Success(t, err)
 	assert.Eventually(t, 10*time.Second, "the upload being received", func() bool { return len(left()) == 1 })
 
-	cancel() // SIGTERM
-	select {
-	case err := <-done:
-		assert.Success(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve still running 10s after the signal")
-	}
+	srv.stopped(t) // SIGTERM
 	assert.Equal(t, "what the upload left", len(left()), 0)
 }
