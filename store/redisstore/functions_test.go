@@ -83,3 +83,23 @@ func TestClusterLoadsTheLibrary(t *testing.T) {
 		}
 	}
 }
+
+// TestFunctionCallAllocatesNoName: a post's FCALL costs the store no
+// allocation beyond go-redis's own FCall: the function's name is made
+// once, not per post. (Not parallel: AllocsPerRun counts every
+// goroutine's allocations.)
+func TestFunctionCallAllocatesNoName(t *testing.T) {
+	s := &Store{fcall: true}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: the pipeline is not run
+	t.Cleanup(func() { c.Close() })
+	p := c.Pipeline()
+	ctx := context.Background()
+	keys, args := []string{"k"}, []any{"a"} // made once, as a post's are
+	_, prefix := library()
+	name := prefix + "append"
+	direct := testing.AllocsPerRun(200, func() { p.FCall(ctx, name, keys, args...); p.Discard() })
+	viaStore := testing.AllocsPerRun(200, func() { s.call(ctx, p, appendScript, keys, args...); p.Discard() })
+	if viaStore != direct {
+		t.Fatalf("a call of the library's function allocates %v times, go-redis's FCall %v", viaStore, direct)
+	}
+}
