@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -149,17 +150,24 @@ func TestSecondPostToThreadBeingCreated(t *testing.T) {
 	})
 
 	second := make(chan error, 1)
+	secondID := make(chan string, 1)
 	go func() {
+		secondID <- goroutineID()
 		_, err := s.Append(context.Background(), threadA, store.NewMessage{Author: chatrelay.Operator, Text: "two"})
 		second <- err
 	}()
-	// The second post waits for the thread's lock; refused, it would
-	// answer at once (it is given time to, not waited on).
-	select {
-	case err := <-second:
-		t.Fatalf("the second post answered while the thread was being created: %v", err)
-	case <-time.After(300 * time.Millisecond):
-	}
+	// The second post waits for the thread's lock (the first holds it in
+	// this process while it waits for the other's flock); refused, it
+	// would answer instead.
+	id := <-secondID
+	assert.Eventually(t, 10*time.Second, "the second post waits for the thread's lock", func() bool {
+		select {
+		case err := <-second:
+			t.Fatalf("the second post answered while the thread was being created: %v", err)
+		default:
+		}
+		return waitsOnMutexIn(id, "filestore.(*File).lockState(")
+	})
 	assert.Success(t, other.Unlock())
 	assert.Success(t, <-first)
 	assert.Success(t, <-second)
@@ -167,4 +175,24 @@ func TestSecondPostToThreadBeingCreated(t *testing.T) {
 	data, err := os.ReadFile(countPath)
 	assert.Success(t, err)
 	assert.Equal(t, "the count", string(data), "1\n")
+}
+
+// goroutineID is the calling goroutine's number, as runtime.Stack writes it.
+func goroutineID() string {
+	var buf [64]byte
+	head := string(buf[:runtime.Stack(buf[:], false)])
+	id, _, _ := strings.Cut(strings.TrimPrefix(head, "goroutine "), " ")
+	return id
+}
+
+// waitsOnMutexIn reports whether goroutine id is blocked on a sync.Mutex
+// with fn (a frame's name, as runtime.Stack writes it) on its stack.
+func waitsOnMutexIn(id, fn string) bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.HasPrefix(g, "goroutine "+id+" [sync.Mutex.Lock") {
+			return strings.Contains(g, fn)
+		}
+	}
+	return false
 }

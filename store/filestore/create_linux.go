@@ -23,9 +23,8 @@ const (
 // removed for the temp file, and the folder watch sees two events (the
 // unnamed file's write, named "#<inode>", which the feed ignores, and
 // the link) instead of four (the temp file's creation and write, the
-// rename's two). A
-// crash before the link leaves nothing (the file system frees an
-// unlinked file), where writeFD leaves a temp file for the sweep.
+// rename's two). A crash before the link leaves nothing (the file system
+// frees an unlinked file), where writeFD leaves a temp file for the sweep.
 //
 // how is created, or, with nothing done, noTmpfile where the file
 // system or the system has no O_TMPFILE or /proc is missing, or notHere

@@ -104,8 +104,10 @@ type File struct {
 	claims pushClaims // the pushes this process claimed (push.go)
 	pins   pinQueue   // the threads whose cached snapshot holds a descriptor
 	dsync  *dirSync   // groups the folder fsyncs; nil with NoFsync
-	// noTmpfile: a creation found no O_TMPFILE (or its link failed), so
-	// creations write a temp file and rename it, as other writes do.
+	// noTmpfile: a creation found no O_TMPFILE, or no /proc to link its
+	// file through (createFD), so creations write a temp file and rename
+	// it, as other writes do. A link refused otherwise (the name exists)
+	// leaves it false.
 	noTmpfile atomic.Bool
 
 	// lastFail is the last append whose write failed, until a later write

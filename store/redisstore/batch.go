@@ -134,11 +134,9 @@ func (s *Store) sendBatch(batch []*scriptCall) {
 	} else {
 		s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, c := range batch {
-				if s.fcall {
-					cmds[i] = s.call(ctx, p, c.script, c.keys, c.args...)
-				} else {
-					cmds[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
-				}
+				// On a pipeline, call's EVALSHA is not yet answered: it is
+				// never turned into an EVAL here (sendOne does that).
+				cmds[i] = s.call(ctx, p, c.script, c.keys, c.args...)
 			}
 			return nil
 		})

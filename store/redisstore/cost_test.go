@@ -162,3 +162,19 @@ func TestRenewalCommandsPerSet(t *testing.T) {
 		t.Fatalf("one renewal of 600 streams in 7 sets ran %v", calls)
 	}
 }
+
+// TestRatedAppendKeysAllocateNoMore: a rated append's keys, a thread's
+// keys and its two rate windows, cost no allocation more than the
+// thread's keys alone (the windows are added in place). (Not parallel:
+// AllocsPerRun counts every goroutine's allocations.)
+func TestRatedAppendKeysAllocateNoMore(t *testing.T) {
+	s := &Store{prefix: "chat:", index: "chat:threads", genKey: "chat:generation", pending: "chat:pending", gindex: "chat:grant-index", events: "chat:webhook:events"}
+	const th = "a1b2c3d4e5f60718"
+	var sink []string
+	plain := testing.AllocsPerRun(200, func() { sink = s.keys(th) })
+	rated := testing.AllocsPerRun(200, func() { sink = append(s.keys(th), "chat:{rl}:tl:x", "chat:{rl}:ip:y") })
+	if rated != plain {
+		t.Fatalf("a rated append's keys allocate %v times, a thread's keys %v", rated, plain)
+	}
+	_ = sink
+}

@@ -34,6 +34,7 @@ import (
 type luaScript struct {
 	*redis.Script
 	fn   string // the function's short name in the library
+	name string // the function's full name, the library's prefix + fn (set by init)
 	defs string // the script's own local functions, which the library defines once
 	body string // the script's own Lua, after its prelude and defs
 	keys bool   // the prelude is luaCommon: K is filled from the call's keys
@@ -82,6 +83,16 @@ var library = sync.OnceValues(func() (code, prefix string) {
 	return "#!lua name=" + name + "\n" + b.String(), prefix
 })
 
+// init names the library's functions once (their prefix is a hash of
+// the whole library, known once every script is defined): a call sends
+// its name as it is, with no string built per post.
+func init() {
+	_, prefix := library()
+	for _, ls := range libScripts {
+		ls.name = prefix + ls.fn
+	}
+}
+
 // loadLibrary loads the library on rdb, on each primary of a cluster.
 // The store is to use it if both results are nil. refused is Redis's
 // answer if it would not load it (before 7.0: no FUNCTION; an ACL
@@ -123,8 +134,7 @@ func (s *Store) call(ctx context.Context, c caller, ls *luaScript, keys []string
 	if !s.fcall {
 		return ls.Run(ctx, c, keys, args...)
 	}
-	_, prefix := library()
-	return c.FCall(ctx, prefix+ls.fn, keys, args...)
+	return c.FCall(ctx, ls.name, keys, args...)
 }
 
 // sendOne sends ls alone (its first sending, or again after Redis had

@@ -68,18 +68,40 @@ func TestClusterLoadsTheLibrary(t *testing.T) {
 	}
 	_, prefix := library()
 	name := strings.TrimSuffix(prefix, "_")
-	forEachPrimary(func(ctx context.Context, n *redis.Client) error {
+	hasLibrary := func(ctx context.Context, n *redis.Client) error {
 		libs, err := n.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: name}).Result()
 		if err != nil || len(libs) != 1 {
 			return fmt.Errorf("%s has libraries %v (%v), want %s", n.Options().Addr, libs, err, name)
 		}
 		return nil
-	})
+	}
+	forEachPrimary(hasLibrary)
 	forEachPrimary(func(ctx context.Context, n *redis.Client) error { return n.FunctionFlush(ctx).Err() })
 	for i := range ClusterShards * 2 {
 		th := fmt.Sprintf("%016x", 0xfa110+i)
 		if _, err := sh.Append(ctx, th, store.NewMessage{Text: fmt.Sprint("post ", i)}); err != nil {
 			t.Fatalf("post %d after the flush: %v", i, err)
 		}
+	}
+	forEachPrimary(hasLibrary) // loaded again on every primary, not only where a call missed it
+}
+
+// TestFunctionCallAllocatesNoName: a post's FCALL costs the store no
+// allocation beyond go-redis's own FCall: the function's name is made
+// once, not per post. (Not parallel: AllocsPerRun counts every
+// goroutine's allocations.)
+func TestFunctionCallAllocatesNoName(t *testing.T) {
+	s := &Store{fcall: true}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: the pipeline is not run
+	t.Cleanup(func() { c.Close() })
+	p := c.Pipeline()
+	ctx := context.Background()
+	keys, args := []string{"k"}, []any{"a"} // made once, as a post's are
+	_, prefix := library()
+	name := prefix + "append"
+	direct := testing.AllocsPerRun(200, func() { p.FCall(ctx, name, keys, args...); p.Discard() })
+	viaStore := testing.AllocsPerRun(200, func() { s.call(ctx, p, appendScript, keys, args...); p.Discard() })
+	if viaStore != direct {
+		t.Fatalf("a call of the library's function allocates %v times, go-redis's FCall %v", viaStore, direct)
 	}
 }

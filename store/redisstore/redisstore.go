@@ -447,7 +447,9 @@ var threadKeys = [...]string{"log", "meta", "ids", "v2", "v2e", "revs", "cids", 
 // keys returns the keys every script of a thread is given: the thread's
 // (threadKeys), then the thread index, the generation, the pending index
 // the grant index and the webhook events' stream. The thread's keys are slices of one string: an
-// append allocates two values for them, not ten.
+// append allocates two values for them, not ten. The slice has room for
+// the two rate windows a rated append adds (runAppend), so that adding
+// them copies nothing.
 func (s *Store) keys(thread string) []string {
 	base := len(s.prefix) + len(thread) + 3 // <prefix>{T}:
 	var b strings.Builder
@@ -462,7 +464,7 @@ func (s *Store) keys(thread string) []string {
 		ends[i] = b.Len()
 	}
 	all := b.String()
-	k := make([]string, len(threadKeys), len(threadKeys)+5)
+	k := make([]string, len(threadKeys), len(threadKeys)+5+2)
 	start := 0
 	for i, end := range ends {
 		k[i] = all[start:end]
