@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,26 +25,31 @@ func (w *countingWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// holdEveryTurn takes every turn of the background lane, as other work
+// would, and returns what gives them back (once, however often it is
+// called; at the test's end if not before).
+func holdEveryTurn(t *testing.T) (leaveAll func()) {
+	t.Helper()
+	for range background.Turns() {
+		assert.Success(t, background.Enter(context.Background()))
+	}
+	leaveAll = sync.OnceFunc(func() {
+		for range background.Turns() {
+			background.Leave()
+		}
+	})
+	t.Cleanup(leaveAll)
+	return leaveAll
+}
+
 // TestUploadChunksWaitForTheLane: an upload's bytes are hashed and stored
 // only under a turn of the background lane that pushes also take: while
 // other work holds every turn, an upload's first chunk, read, waits, and
 // nothing of it is stored; once a turn is free, the upload goes through
 // whole, with its SHA-256, and gives every turn back.
 func TestUploadChunksWaitForTheLane(t *testing.T) {
-	for range background.Turns() {
-		assert.Success(t, background.Enter(context.Background()))
-	}
-	held := true
-	leaveAll := func() {
-		if held {
-			held = false
-			for range background.Turns() {
-				background.Leave()
-			}
-		}
-	}
-	defer leaveAll()
-	data := bytes.Repeat([]byte("chunked upload "), 20000) // 300 000 bytes: several chunks
+	leaveAll := holdEveryTurn(t)
+	data := bytes.Repeat([]byte("chunked upload "), 20000) // 300 000 bytes: two chunks of 256 KiB at most
 	var dst countingWriter
 	type result struct {
 		rec store.Received
@@ -87,19 +93,7 @@ func TestUploadChunksWaitForTheLane(t *testing.T) {
 func TestUploadReadsWithoutATurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for range background.Turns() {
-		assert.Success(t, background.Enter(ctx))
-	}
-	held := true
-	leaveAll := func() {
-		if held {
-			held = false
-			for range background.Turns() {
-				background.Leave()
-			}
-		}
-	}
-	defer leaveAll()
+	leaveAll := holdEveryTurn(t)
 	pr, pw := io.Pipe()
 	defer pw.CloseWithError(errors.New("the test is over"))
 	var dst countingWriter
@@ -137,14 +131,7 @@ func TestUploadReadsWithoutATurn(t *testing.T) {
 // its chunk waits for a turn is refused (the upload broke off), and
 // nothing of it is stored.
 func TestUploadEndsWhileWaitingForATurn(t *testing.T) {
-	for range background.Turns() {
-		assert.Success(t, background.Enter(context.Background()))
-	}
-	defer func() {
-		for range background.Turns() {
-			background.Leave()
-		}
-	}()
+	holdEveryTurn(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var dst countingWriter
 	done := make(chan error, 1)
