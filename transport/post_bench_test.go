@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,14 +47,23 @@ func BenchmarkPostStreams(b *testing.B) {
 			}
 			var next atomic.Int64
 			b.ReportAllocs()
-			b.SetParallelism((benchPosters + 1) / 2) // GOMAXPROCS is 2 where it is measured
+			// RunParallel starts parallelism × GOMAXPROCS goroutines: at
+			// least one for each poster, whatever GOMAXPROCS (-cpu) is;
+			// those past benchPosters leave at once, the posters being
+			// not for concurrent use.
+			procs := runtime.GOMAXPROCS(0)
+			b.SetParallelism((benchPosters + procs - 1) / procs)
 			// S2's shape: the threads and their subscribers exist (their
 			// creation is S1's, and BenchmarkCreateThreads's); only the
 			// posts and their deliveries are on the clock.
 			b.ResetTimer()
 			cpu0 := processCPU()
 			b.RunParallel(func(pb *testing.PB) {
-				post := posters[int(next.Add(1)-1)%benchPosters]
+				i := int(next.Add(1) - 1)
+				if i >= benchPosters {
+					return
+				}
+				post := posters[i]
 				for pb.Next() {
 					if err := post(); err != nil {
 						b.Error(err)

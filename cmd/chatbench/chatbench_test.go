@@ -389,3 +389,18 @@ func TestPostStatsKeepKindsApart(t *testing.T) {
 		t.Errorf("notes do not name each kind's last error:\n%s", notes)
 	}
 }
+
+// TestPostStatsLastErrorIsAFailure: the note's last error is the last
+// failed call's, not a rate-limited one's that came after it (429s are
+// counted and noted on their own).
+func TestPostStatsLastErrorIsAFailure(t *testing.T) {
+	var posts postStats
+	posts.count(errors.New("post broke"))
+	posts.count(&httpError{status: http.StatusTooManyRequests, body: "slow down"})
+	var r result
+	posts.report(&r, "post")
+	notes := strings.Join(r.notes, "\n")
+	if !strings.Contains(notes, "last post error: post broke") {
+		t.Errorf("the note does not name the last failure:\n%s", notes)
+	}
+}

@@ -278,24 +278,22 @@ func (p *poster) post(ctx context.Context, th *thread, tag string, seq int) (epo
 	return m.Epoch, m.ID, nil
 }
 
-// postStats counts posts by outcome.
+// postStats counts posts by outcome: stored, rate-limited (429), failed
+// (with the last failure's error).
 type postStats struct {
-	ok, limited, failed atomic.Int64
-	lastErr             atomic.Pointer[string]
+	ok, limited atomic.Int64
+	failed      failures
 }
 
 func (ps *postStats) count(err error) {
-	if err == nil {
+	switch {
+	case err == nil:
 		ps.ok.Add(1)
-		return
-	}
-	if statusOf(err) == http.StatusTooManyRequests {
+	case statusOf(err) == http.StatusTooManyRequests:
 		ps.limited.Add(1)
-	} else {
-		ps.failed.Add(1)
+	default:
+		ps.failed.add(err.Error())
 	}
-	msg := err.Error()
-	ps.lastErr.Store(&msg)
 }
 
 // report adds the refused and failed calls to r, if any; what names the
@@ -310,10 +308,7 @@ func (ps *postStats) report(r *result, what string) {
 		r.int(key, n)
 		r.note("raise the server's --rate-thread and --rate-ip")
 	}
-	if n := ps.failed.Load(); n > 0 {
-		r.int(what+"_errors", n)
-		r.note("last %s error: %s", what, *ps.lastErr.Load())
-	}
+	ps.failed.report(r, what+"_errors", what)
 }
 
 // failures counts the calls of one kind that failed and keeps the last
