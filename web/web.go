@@ -69,12 +69,13 @@ const csp = "default-src 'self'; connect-src 'self'; img-src 'self' data:; " +
 // so it is left out when some are allowed).
 //
 // The pages state the limits of pageLimits, made once here from the
-// limits table: limits.js, a module that exports LIMITS (each row's most,
-// by its name in GET /api/limits.json: LIMITS["post.text"]), which chat.js,
-// app.js and devices.js import, so that another site's page that imports
-// chat.js reads them from this server too; and index.html and p.html with
-// each mark {{name}} replaced by that row's most (so the counter reads
-// "0 / {{post.text}}" filled in before any script runs).
+// limits table: limits.js, a module that exports LIMITS and LEAST (each
+// row's most and least, by its name in GET /api/limits.json:
+// LIMITS["post.text"]), which chat.js, app.js, people.js and devices.js
+// import, so that another site's page that imports chat.js reads them
+// from this server too; and index.html and p.html with each mark {{name}}
+// replaced by that row's most (so the counter reads "0 / {{post.text}}"
+// filled in before any script runs).
 func Handler(frameAncestors ...string) http.Handler {
 	return handler(pageLimits, frameAncestors...)
 }
