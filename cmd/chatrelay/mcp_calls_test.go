@@ -40,8 +40,20 @@ func TestMCPCallsPerKey(t *testing.T) {
 		waits[i] = cancel
 		defer cancel()
 		wg.Go(func() {
-			cs.CallTool(ctx, &mcp.CallToolParams{Name: chatrelay.ToolName("wait_messages"),
-				Arguments: map[string]any{"thread": thread, "since": 1 << 50, "timeout": 120}})
+			// A wait that came while the key's two places were taken (the
+			// other wait and a list_threads of the poll below) is refused:
+			// it tries again, so that both waits end up in flight.
+			for ctx.Err() == nil {
+				r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: chatrelay.ToolName("wait_messages"),
+					Arguments: map[string]any{"thread": thread, "since": 1 << 50, "timeout": 120}})
+				if err != nil || !r.IsError {
+					return
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(10 * time.Millisecond): // polls for a free place
+				}
+			}
 		})
 	}
 	refused := func(cs *mcp.ClientSession) (bool, mcpserver.ToolError) {
