@@ -378,7 +378,9 @@ func (s *File) write(thread string, doc []byte, create bool) (*fdPin, fileID, er
 			// The document has its name, but the refused creation must
 			// leave none: its caller gives back the thread's place in
 			// the count and drops its lock file.
-			syscall.Unlink(s.path(thread))
+			if uerr := syscall.Unlink(s.path(thread)); uerr != nil && uerr != syscall.ENOENT {
+				s.log.Warn("a refused creation left its document; the thread count stays one too low until the next sweep", "thread", thread, "err", uerr)
+			}
 		}
 		return nil, id, s.unavailable(thread, err)
 	}
