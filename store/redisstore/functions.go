@@ -147,15 +147,19 @@ func (s *Store) call(ctx context.Context, c caller, ls *luaScript, keys []string
 // refusal at open does; the call is then sent as a script.
 func (s *Store) sendOne(ctx context.Context, ls *luaScript, keys []string, args ...any) *redis.Cmd {
 	cmd := s.call(ctx, s.rdb, ls, keys, args...)
-	if s.fcall.Load() && isNoFunction(cmd.Err()) {
-		refused, err := loadLibrary(ctx, s.rdb)
-		if refused != nil && s.fcall.CompareAndSwap(true, false) {
-			s.log.Warn("redis: the library of functions was lost and its load refused; posts run as scripts (EVALSHA) from now on", "err", refused)
-		}
-		if err != nil {
-			// A primary that did not answer: the call fails again if
-			// it is the one that lacks the library.
-			s.log.Warn("redis: the library of functions could not be loaded on every primary", "err", err)
+	// The answer, not s.fcall, says the call was an FCALL: another call
+	// may have turned the store to EVALSHA since.
+	if isNoFunction(cmd.Err()) {
+		if s.fcall.Load() {
+			refused, err := loadLibrary(ctx, s.rdb)
+			if refused != nil && s.fcall.CompareAndSwap(true, false) {
+				s.log.Warn("redis: the library of functions was lost and its load refused; posts run as scripts (EVALSHA) from now on", "err", refused)
+			}
+			if err != nil {
+				// A primary that did not answer: the call fails again if
+				// it is the one that lacks the library.
+				s.log.Warn("redis: the library of functions could not be loaded on every primary", "err", err)
+			}
 		}
 		cmd = s.call(ctx, s.rdb, ls, keys, args...)
 	}
