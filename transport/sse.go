@@ -176,7 +176,9 @@ func (sw *sseWriter) start(o opening) error {
 		n += len(it.e.JSON2) + 48
 	}
 	b := make([]byte, 0, n)
-	b = append(b, "retry: 2000\n\nevent: ready\ndata: "...)
+	// The retry hint in the ready event's block: a block of its own is an
+	// empty event to clients that dispatch every block (httpx-sse).
+	b = append(b, "retry: 2000\nevent: ready\ndata: "...)
 	b = append(b, o.ready.marshal()...)
 	b = append(b, "\n\n"...)
 	if o.reset {
