@@ -152,7 +152,7 @@ func show(ctx context.Context, args []string, getenv func(string) string, stdout
 		})
 	}
 	for _, e := range p.Messages {
-		text := strings.ReplaceAll(e.Text, "\n", "\n    ")
+		text := strings.ReplaceAll(chatrelay.V1Text(e.Message), "\n", "\n    ") // a file is a line, as in --json
 		fmt.Fprintf(stdout, "%s  %-8s %d  %s\n    %s\n", utc(e.Epoch), who(e.Message), e.Epoch, e.ID, text)
 		if ix := e.Interaction; ix != nil {
 			fmt.Fprintf(stdout, "    [%s %s: %s]\n", ix.Type, ix.ID, interactionState(ix))
