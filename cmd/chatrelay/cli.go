@@ -63,7 +63,7 @@ func list(ctx context.Context, args []string, getenv func(string) string, stdout
 		}
 		last := "-"
 		if p, err := st.Since(ctx, t.Thread, 0, 1); err == nil && len(p.Messages) > 0 {
-			last = firstWords(p.Messages[0].Text, listWords)
+			last = firstWords(chatrelay.V1Text(p.Messages[0].Message), listWords) // a file is its line
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%v\t%s\t%s\n", t.Thread, t.Messages, t.LastAuthor, utc(t.LastEpoch), t.Awaiting, title, last)
 	}
