@@ -1,6 +1,17 @@
 package chatrelay
 
-import "strconv"
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// ValidJSONText reports whether the JSON text s (a string literal, or a
+// whole document, already known to decode) is text: valid UTF-8 that
+// escapes no lone UTF-16 surrogate (LoneSurrogate). encoding/json would
+// quietly decode either fault as U+FFFD; a request refuses it instead.
+func ValidJSONText(s []byte) bool {
+	return utf8.Valid(s) && !LoneSurrogate(s)
+}
 
 // LoneSurrogate reports whether the JSON text s (a string literal, or a
 // whole document, already known to decode) escapes a UTF-16 surrogate

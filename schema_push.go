@@ -13,10 +13,12 @@ var PushIDPattern = regexp.MustCompile(`^w_[0-9a-f]{8}$`)
 func (d defSet) push() {
 	ok := constant(true)
 	// An endpoint is bounded in bytes; maxLength counts code points, of
-	// which a string has never more than bytes: the schema takes every
-	// endpoint the server takes (and a URL is ASCII, where both agree).
+	// which a string has never more than bytes, nor fewer than a quarter
+	// of them (UTF-8): the schema takes every endpoint the server takes,
+	// and refuses the empty one, as the server does (and a URL is ASCII,
+	// where both agree).
 	endpoint := func(more obj) obj {
-		s := obj{"type": "string", "maxLength": LimitPushEndpoint.Max}
+		s := obj{"type": "string", "minLength": (LimitPushEndpoint.Min + 3) / 4, "maxLength": LimitPushEndpoint.Max}
 		maps.Copy(s, more)
 		return s
 	}

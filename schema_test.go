@@ -188,3 +188,23 @@ func TestVerbNames(t *testing.T) {
 	}
 	assert.True(t, slices.IsSorted(chatrelay.SchemaDefNames()), "SchemaDefNames is sorted")
 }
+
+// TestPushEndpointBounds: a subscription's endpoint in the schema is
+// bounded as the server bounds it (LimitPushEndpoint): the empty one,
+// which no subscribe takes and no store keeps, is refused, as is one
+// past the limit.
+func TestPushEndpointBounds(t *testing.T) {
+	push := func(endpoint string) []byte {
+		b, err := json.Marshal(map[string]any{"id": "w_0011aabb", "events": []string{"reply"}, "created_at": 1792780800123, "endpoint": endpoint})
+		assert.Success(t, err)
+		return b
+	}
+	schematest.Valid(t, "push", push("https://push.example/send/1"))
+	schematest.Invalid(t, "push", push(""))
+	schematest.Invalid(t, "push", push("https://push.example/"+strings.Repeat("a", chatrelay.LimitPushEndpoint.Max)))
+	body := func(endpoint string) []byte {
+		return []byte(`{"subscription":{"endpoint":"` + endpoint + `","keys":{"p256dh":"` + strings.Repeat("A", 87) + `","auth":"` + strings.Repeat("A", 22) + `"}}}`)
+	}
+	schematest.Valid(t, "push.subscribe.body", body("https://push.example/send/1"))
+	schematest.Invalid(t, "push.subscribe.body", body(""))
+}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -90,7 +89,7 @@ func parsePost(data []byte, who principal) (postBody, error) {
 	if !ok && len(p.Attachments) == 0 || len(t) == 0 || t[0] != '"' || json.Unmarshal(t, &p.Text) != nil {
 		return postBody{}, chatrelay.Errorf(chatrelay.InvalidText, "text must be a non-empty string")
 	}
-	if !utf8.Valid(t) || chatrelay.LoneSurrogate(t) { // json.Unmarshal would quietly turn them into U+FFFD
+	if !chatrelay.ValidJSONText(t) { // json.Unmarshal would quietly turn them into U+FFFD
 		return postBody{}, chatrelay.Errorf(chatrelay.InvalidText, "text is not valid UTF-8")
 	}
 	if len(p.Attachments) > 0 && strings.TrimSpace(p.Text) == "" {

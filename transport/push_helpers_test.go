@@ -79,6 +79,8 @@ type pushOptions struct {
 	// by every node of the store, as serve sets them up; config may
 	// replace them.
 	config func(*transport.Config)
+	// server is given the server before it serves.
+	server func(*transport.Server)
 	http   func(*http.Server)
 	// listener wraps the server's listener (for socket options).
 	listener func(net.Listener) net.Listener
@@ -115,6 +117,9 @@ func startPush(t testing.TB, o pushOptions) *pushEnv {
 		o.config(&cfg)
 	}
 	srv := transport.NewServer(cfg)
+	if o.server != nil {
+		o.server(srv)
+	}
 	ts := httptest.NewUnstartedServer(srv)
 	if o.listener != nil {
 		ts.Listener = o.listener(ts.Listener)

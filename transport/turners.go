@@ -19,13 +19,14 @@ type turners struct {
 	next     chan *session // unbuffered: a send succeeds only if a goroutine is waiting
 	quit     chan struct{} // closed by stop
 	stopOnce sync.Once
+	idle     time.Duration // turnerIdle; a test lengthens it before the server serves
 }
 
 // turnerIdle is how long a goroutine waits for a turn before it leaves.
 const turnerIdle = time.Second
 
 func newTurners() *turners {
-	return &turners{next: make(chan *session), quit: make(chan struct{})}
+	return &turners{next: make(chan *session), quit: make(chan struct{}), idle: turnerIdle}
 }
 
 // run runs ss.turns on a waiting goroutine, or on a new one.
@@ -38,16 +39,16 @@ func (t *turners) run(ss *session) {
 }
 
 // work runs ss's turns, then those of the sessions handed to it, until it
-// waited turnerIdle for one or the set is stopped.
+// waited turnerIdle (t.idle) for one or the set is stopped.
 func (t *turners) work(ss *session) {
 	ss.turns()
-	idle := time.NewTimer(turnerIdle)
+	idle := time.NewTimer(t.idle)
 	defer idle.Stop()
 	for {
 		select {
 		case ss = <-t.next:
 			ss.turns()
-			idle.Reset(turnerIdle)
+			idle.Reset(t.idle)
 		case <-idle.C:
 			return
 		case <-t.quit:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
-	"unicode/utf8"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -50,7 +49,7 @@ func (body respondBody) answer() (chatrelay.Answer, string, error) {
 		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &ans.Value) != nil {
 			return ans, "", chatrelay.Errorf(chatrelay.InvalidJSON, "the body's fields have the wrong types: value must be a string")
 		}
-		if !utf8.Valid(raw) || chatrelay.LoneSurrogate(raw) {
+		if !chatrelay.ValidJSONText(raw) {
 			return ans, "", chatrelay.Errorf(chatrelay.InvalidAnswer, "the value is not valid UTF-8 (or holds a lone UTF-16 surrogate escape)")
 		}
 	default:

@@ -3,6 +3,7 @@ package filestore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 	"syscall"
 	"time"
@@ -352,8 +353,9 @@ func sameDoc(a, b threadDoc) bool {
 
 // write replaces the thread's document atomically (writeFD); create says
 // the caller, holding the thread's lock, found no document: it is then
-// created by createFD where the system can. It returns the new file,
-// still open (the snapshot's pin), and its identity.
+// created by createFD where the system can, and a creation whose folder
+// fsync fails after the document got its name removes it again. It
+// returns the new file, still open (the snapshot's pin), and its identity.
 func (s *File) write(thread string, doc []byte, create bool) (*fdPin, fileID, error) {
 	fd := -1
 	var id fileID
@@ -371,6 +373,15 @@ func (s *File) write(thread string, doc []byte, create bool) (*fdPin, fileID, er
 		return err
 	})
 	if err != nil {
+		var unsynced *unsyncedError
+		if create && errors.As(err, &unsynced) {
+			// The document has its name, but the refused creation must
+			// leave none: its caller gives back the thread's place in
+			// the count and drops its lock file.
+			if uerr := syscall.Unlink(s.path(thread)); uerr != nil && uerr != syscall.ENOENT {
+				s.log.Warn("a refused creation left its document; the thread count stays one too low until the next sweep", "thread", thread, "err", uerr)
+			}
+		}
 		return nil, id, s.unavailable(thread, err)
 	}
 	return &fdPin{fd}, id, nil

@@ -79,11 +79,20 @@ func writeFD(dir, name string, data []byte, ds *dirSync) (_ int, _ string, id fi
 	}
 	if ds != nil {
 		if err = ds.sync(); err != nil {
-			return -1, "", id, err
+			return -1, "", id, &unsyncedError{err}
 		}
 	}
 	return tf, tmp, identityOf(&st), nil
 }
+
+// unsyncedError is a folder fsync that failed after the file got its name
+// (rename or link): the file is there, but a crash may lose its name. A
+// thread's creation takes the file back (write), so that a refused post
+// leaves nothing behind.
+type unsyncedError struct{ err error }
+
+func (e *unsyncedError) Error() string { return e.err.Error() }
+func (e *unsyncedError) Unwrap() error { return e.err }
 
 // createHow is what createFD did: created the file (or failed with err),
 // or did nothing, because the system cannot (noTmpfile) or not this time

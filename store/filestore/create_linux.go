@@ -18,7 +18,8 @@ const (
 // (holding name's lock) found missing: an unnamed file in dir
 // (O_TMPFILE, mode 0600) written, fsynced (with ds), fstat'ed and linked
 // at name (linkat(2), which fails if name exists), and the folder fsynced
-// (with ds). A reader sees no file or the whole one, as with writeFD,
+// (with ds; its failure is an unsyncedError, the file linked). A reader
+// sees no file or the whole one, as with writeFD,
 // whose temp file and rename it saves: no folder entry is made and
 // removed for the temp file, and the folder watch sees two events (the
 // unnamed file's write, named "#<inode>", which the feed ignores, and
@@ -74,7 +75,7 @@ func createFD(dir, name string, data []byte, ds *dirSync) (_ int, id fileID, how
 	}
 	if ds != nil {
 		if err = ds.sync(); err != nil {
-			return -1, id, created, err
+			return -1, id, created, &unsyncedError{err}
 		}
 	}
 	return fd, identityOf(&st), created, nil

@@ -185,7 +185,7 @@ func BenchmarkCrossNode(b *testing.B) {
 // script's cost without the round trip.
 func scriptMicros(b *testing.B, s *Store) float64 {
 	cmd := "evalsha"
-	if s.fcall {
+	if s.fcall.Load() {
 		cmd = "fcall"
 	}
 	f := callMicros(s, cmd)

@@ -27,7 +27,9 @@ import (
 // restart without persistence, FUNCTION FLUSH, a primary added to a
 // cluster) loads it again and is sent again: the function did not run.
 // Redis before 7.0 has no FUNCTION: the store then runs the scripts with
-// EVALSHA, as it did before (Redis 6.2 is still supported).
+// EVALSHA, as it did before (Redis 6.2 is still supported); so does a
+// store whose Redis lost the library and then refused to load it again
+// (sendOne).
 
 // luaScript is a script the store runs: with EVALSHA (Script), or as
 // the library's function fn when the store uses the library.
@@ -131,21 +133,33 @@ type caller interface {
 // call sends one call of ls on c: an FCALL if the store uses the library,
 // else EVALSHA (EVAL once if Redis does not have the script).
 func (s *Store) call(ctx context.Context, c caller, ls *luaScript, keys []string, args ...any) *redis.Cmd {
-	if !s.fcall {
+	if !s.fcall.Load() {
 		return ls.Run(ctx, c, keys, args...)
 	}
 	return c.FCall(ctx, ls.name, keys, args...)
 }
 
 // sendOne sends ls alone (its first sending, or again after Redis had
-// neither the script nor the function), loading what Redis lacked.
+// neither the script nor the function), loading what Redis lacked. A
+// Redis that lost the library and refuses to load it again (a failover
+// to a server without FUNCTION, an ACL without it) turns the store to
+// EVALSHA for the rest of its life (on a cluster, every shard's), as a
+// refusal at open does; the call is then sent as a script.
 func (s *Store) sendOne(ctx context.Context, ls *luaScript, keys []string, args ...any) *redis.Cmd {
 	cmd := s.call(ctx, s.rdb, ls, keys, args...)
-	if s.fcall && isNoFunction(cmd.Err()) {
-		if _, err := loadLibrary(ctx, s.rdb); err != nil {
-			// A primary that did not answer: the call fails again if
-			// it is the one that lacks the library.
-			s.log.Warn("redis: the library of functions could not be loaded on every primary", "err", err)
+	// The answer, not s.fcall, says the call was an FCALL: another call
+	// may have turned the store to EVALSHA since.
+	if isNoFunction(cmd.Err()) {
+		if s.fcall.Load() {
+			refused, err := loadLibrary(ctx, s.rdb)
+			if refused != nil && s.fcall.CompareAndSwap(true, false) {
+				s.log.Warn("redis: the library of functions was lost and its load refused; posts run as scripts (EVALSHA) from now on", "err", refused)
+			}
+			if err != nil {
+				// A primary that did not answer: the call fails again if
+				// it is the one that lacks the library.
+				s.log.Warn("redis: the library of functions could not be loaded on every primary", "err", err)
+			}
 		}
 		cmd = s.call(ctx, s.rdb, ls, keys, args...)
 	}

@@ -2,8 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,12 +90,44 @@ func TestClusterLoadsTheLibrary(t *testing.T) {
 	forEachPrimary(hasLibrary) // loaded again on every primary, not only where a call missed it
 }
 
+// TestClusterEvalOnly: the test option evalOnly (a Redis without
+// functions) holds on a Redis Cluster as on a single Redis: the library
+// is loaded on no primary and posts to every shard run as scripts.
+// Before the fix openCluster loaded it and the posts ran FCALL.
+func TestClusterEvalOnly(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3})
+	ctx := t.Context()
+	sh := openSharded(t, c.URL(), Options{Prefix: "t:", evalOnly: true})
+	for i := range ClusterShards {
+		th := fmt.Sprintf("%016x", 0xe7a10+i)
+		if _, err := sh.Append(ctx, th, store.NewMessage{Text: fmt.Sprint("post ", i)}); err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+	}
+	admin := c.Client(t)
+	err := admin.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		libs, err := n.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+		if err != nil || len(libs) != 0 {
+			return fmt.Errorf("%s has libraries %v (%v), want none", n.Options().Addr, libs, err)
+		}
+		info, err := n.Info(ctx, "commandstats").Result()
+		if err != nil || strings.Contains(info, "cmdstat_fcall:") {
+			return fmt.Errorf("%s ran FCALL (%v):\n%s", n.Options().Addr, err, info)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFunctionCallAllocatesNoName: a post's FCALL costs the store no
 // allocation beyond go-redis's own FCall: the function's name is made
 // once, not per post. (Not parallel: AllocsPerRun counts every
 // goroutine's allocations.)
 func TestFunctionCallAllocatesNoName(t *testing.T) {
-	s := &Store{fcall: true}
+	s := &Store{fcall: new(atomic.Bool)}
+	s.fcall.Store(true)
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: the pipeline is not run
 	t.Cleanup(func() { c.Close() })
 	p := c.Pipeline()
@@ -103,5 +139,78 @@ func TestFunctionCallAllocatesNoName(t *testing.T) {
 	viaStore := testing.AllocsPerRun(200, func() { s.call(ctx, p, appendScript, keys, args...); p.Discard() })
 	if viaStore != direct {
 		t.Fatalf("a call of the library's function allocates %v times, go-redis's FCall %v", viaStore, direct)
+	}
+}
+
+// TestLibraryRefusedAfterOpen: a Redis that had the library at open, then
+// lost it (FUNCTION FLUSH, as a failover or a restart would) and refuses
+// to load it again (here the store's ACL user lost FUNCTION) still takes
+// posts, concurrent ones too: the store runs the scripts with EVALSHA
+// from then on, says so once at warn, and tries FCALL no more. Before
+// the fix every post failed (FCALL, a refused load, FCALL again).
+func TestLibraryRefusedAfterOpen(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	ctx := t.Context()
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "fn", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var logged syncBuffer
+	s, err := Open(ctx, "redis://fn:pw@"+srv.Addr()+"/0", Options{Log: slog.New(slog.NewJSONHandler(&logged, nil))})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	const th = "a1b2c3d4e5f60718"
+	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "with functions"}))
+	if calls := commandCalls(t, s); calls["fcall"] != 1 {
+		t.Fatalf("the first post ran %v, want one FCALL", calls)
+	}
+
+	if err := admin.Do(ctx, "ACL", "SETUSER", "fn", "-function").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const posts = 8
+	errs := make(chan error, posts)
+	var wg sync.WaitGroup
+	for i := range posts {
+		wg.Go(func() {
+			_, err := s.Append(ctx, th, store.NewMessage{Text: fmt.Sprint("after the loss ", i)})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a post after the library was refused: %v", err)
+		}
+	}
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "later"}))
+	if calls := commandCalls(t, s); calls["fcall"] != 0 || calls["function|load"] != 0 || calls["evalsha"] != 1 {
+		t.Fatalf("a later post ran %v, want one EVALSHA and no FCALL", calls)
+	}
+	if p := must[store.Page](t)(s.Since(ctx, th, 0, 0)); len(p.Messages) != posts+2 {
+		t.Fatalf("thread holds %d messages, want %d", len(p.Messages), posts+2)
+	}
+	warned := 0
+	for _, line := range strings.Split(strings.TrimSpace(logged.String()), "\n") {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		if rec.Level == "WARN" && strings.Contains(rec.Msg, "EVALSHA") {
+			warned++
+		}
+	}
+	if warned != 1 {
+		t.Fatalf("%d warnings of the switch to EVALSHA, want 1:\n%s", warned, logged.String())
 	}
 }

@@ -239,7 +239,7 @@ type Store struct {
 
 	pingEvery time.Duration // chatrelay.DefaultFeedPing; tests shorten it
 
-	fcall bool             // the post's scripts are FCALLs of the library (functions.go)
+	fcall *atomic.Bool     // the post's scripts are FCALLs of the library (functions.go); shared by a cluster's shards
 	calls chan *scriptCall // the scripts waiting for a sender (batch.go)
 	slots chan struct{}    // one token per call out (batch.go)
 
@@ -305,10 +305,10 @@ func open(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, 
 // shardOf says how a Store is one shard of a Sharded store (sharded.go);
 // the zero value is a Store of its own.
 type shardOf struct {
-	shared bool   // the client is shared with other shards: Close leaves it open
-	limits string // the limiters' key prefix, if not the store's prefix
-	spub   bool   // the feed is a sharded channel (Redis Cluster)
-	fcall  *bool  // whether the library is loaded (on a cluster, once for every shard); nil: load it
+	shared bool         // the client is shared with other shards: Close leaves it open
+	limits string       // the limiters' key prefix, if not the store's prefix
+	spub   bool         // the feed is a sharded channel (Redis Cluster)
+	fcall  *atomic.Bool // whether the store uses the library, shared by a cluster's shards (loaded once for all); nil: load it
 }
 
 func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shardOf) (*Store, error) {
@@ -367,9 +367,11 @@ func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shar
 		s.close()
 		return nil, s.unavailable("open", err)
 	}
-	if sh.fcall != nil {
-		s.fcall = *sh.fcall
-	} else if !opt.evalOnly {
+	s.fcall = sh.fcall
+	if s.fcall == nil {
+		s.fcall = new(atomic.Bool)
+	}
+	if sh.fcall == nil && !opt.evalOnly {
 		refused, err := loadLibrary(pctx, rdb)
 		if err != nil {
 			unrouteClientLog(s)
@@ -377,7 +379,7 @@ func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shar
 			s.close()
 			return nil, s.unavailable("open", err)
 		}
-		s.fcall = refused == nil
+		s.fcall.Store(refused == nil)
 		if refused != nil {
 			s.log.Info("redis: the library of functions was refused; posts run as scripts (EVALSHA)", "err", refused)
 		}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -132,20 +133,25 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	// Redis 7, which has functions: a primary that does not answer now
 	// (one failing over) is given the library by the first call that
 	// misses it there.
-	lctx, cancel := context.WithTimeout(ctx, cmp.Or(opt.Timeout, chatrelay.DefaultStoreTimeout))
-	refused, err := loadLibrary(lctx, rdb)
-	cancel()
-	fcall := refused == nil
-	if refused != nil {
-		cmp.Or(opt.Log, slog.Default()).Info("redis: the library of functions was refused; posts run as scripts (EVALSHA)", "err", refused)
-	}
-	if err != nil {
-		cmp.Or(opt.Log, slog.Default()).Warn("redis: the library of functions could not be loaded on every primary", "err", err)
+	// evalOnly (tests) runs the scripts with EVALSHA and loads nothing,
+	// as on a single Redis.
+	fcall := new(atomic.Bool)
+	if !opt.evalOnly {
+		lctx, cancel := context.WithTimeout(ctx, cmp.Or(opt.Timeout, chatrelay.DefaultStoreTimeout))
+		refused, err := loadLibrary(lctx, rdb)
+		cancel()
+		fcall.Store(refused == nil)
+		if refused != nil {
+			cmp.Or(opt.Log, slog.Default()).Info("redis: the library of functions was refused; posts run as scripts (EVALSHA)", "err", refused)
+		}
+		if err != nil {
+			cmp.Or(opt.Log, slog.Default()).Warn("redis: the library of functions could not be loaded on every primary", "err", err)
+		}
 	}
 	for k := range ClusterShards {
 		o := opt
 		o.Prefix = base + "{s" + strconv.Itoa(k) + "}:"
-		s, err := openOn(ctx, rdb, o, shardOf{shared: true, limits: base, spub: true, fcall: &fcall})
+		s, err := openOn(ctx, rdb, o, shardOf{shared: true, limits: base, spub: true, fcall: fcall})
 		if err != nil {
 			sh.Close()
 			return nil, err

@@ -1,0 +1,29 @@
+package chatrelay_test
+
+import (
+	"testing"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+)
+
+// TestValidJSONText: a JSON string is text if it is valid UTF-8 and
+// escapes no lone UTF-16 surrogate; a pair of escapes, an escaped
+// backslash before "u" and raw UTF-8 are text.
+func TestValidJSONText(t *testing.T) {
+	for _, c := range []struct {
+		name, s string
+		want    bool
+	}{
+		{"ASCII", `"hello"`, true},
+		{"raw UTF-8", "\"caf\u00e9 \U0001F600\"", true},
+		{"a surrogate pair", `"\ud83d\ude00"`, true},
+		{"an escaped backslash before u", `"\\ud83d"`, true},
+		{"invalid UTF-8", "\"caf\xe9\"", false},
+		{"a lone high surrogate", `"smile \ud83d"`, false},
+		{"a lone low surrogate", `"\ude00 tail"`, false},
+		{"a high surrogate before a letter", `"\ud83d\u0041"`, false},
+	} {
+		assert.Equal(t, c.name, chatrelay.ValidJSONText([]byte(c.s)), c.want)
+	}
+}

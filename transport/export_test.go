@@ -1,0 +1,9 @@
+package transport
+
+import "time"
+
+// SetTurnerIdle sets how long s's turner goroutines wait for a turn
+// before they leave (turnerIdle): a test that lengthens it tells the
+// goroutines Shutdown ends from those that left on their own. Call it
+// before s serves.
+func SetTurnerIdle(s *Server, d time.Duration) { s.turners.idle = d }
