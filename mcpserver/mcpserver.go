@@ -471,7 +471,9 @@ func sayMessages(b *strings.Builder, thread string, raws []json.RawMessage) {
 		if m.AuthorName != "" {
 			author += " (" + m.AuthorName + ")"
 		}
-		fmt.Fprintf(b, "] %s at %s: %s", author, utc(m.Epoch), cut(m.Text, textCut))
+		// The text as a v1 reader has it: a file the message carries is a
+		// line of it, so that a model reading only this text learns of it.
+		fmt.Fprintf(b, "] %s at %s: %s", author, utc(m.Epoch), cut(chatrelay.V1Text(m), textCut))
 		if ix := m.Interaction; ix != nil {
 			st := string(ix.State)
 			if ix.State == chatrelay.Pending && time.Now().UnixMilli() >= ix.Deadline {
