@@ -122,6 +122,10 @@ var (
 	LimitAgentName    = Limit{"agent.name", 1, 64, CodePoints}
 	LimitAgentThreads = Limit{"agent.threads", 0, 100, Items}
 	LimitActiveAgents = Limit{"agent.active", 0, 100, Count}
+	// LimitMCPBody bounds an MCP request (an HTTP body, a stdio line), a
+	// tool call's files in base64 included: over MCP a file is bounded
+	// by it (about 750 KiB) before attachment.size.
+	LimitMCPBody = Limit{"mcp.body", 0, MaxMCPBody, Bytes}
 )
 
 // InviteWindow is the sliding window of LimitInvites.
@@ -145,7 +149,7 @@ func Limits() []Limit {
 		LimitAttachments, LimitAttachmentBytes, LimitThreadAttachments, LimitAttachmentName, LimitAttachmentUnused, LimitAttachmentPending,
 		LimitDeviceExpiresIn, LimitActiveDevices,
 		LimitPushSubscriptions, LimitPushPayload, LimitPushString, LimitPushEndpoint,
-		LimitAgentName, LimitAgentThreads, LimitActiveAgents,
+		LimitAgentName, LimitAgentThreads, LimitActiveAgents, LimitMCPBody,
 	}
 }
 

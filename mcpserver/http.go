@@ -139,15 +139,20 @@ func NewHTTP(v *host.Verbs, o HTTPOptions) *HTTP {
 		}
 		// The request's link base (host.WithLinkBase, set by the
 		// transport) rides with the token to each tool call (callTool).
-		return &auth.TokenInfo{UserID: k.ID, Extra: map[string]any{linkBaseField: host.LinkBase(ctx)}}, nil
+		// So does the request itself, whose end ends a wait (callTool).
+		return &auth.TokenInfo{UserID: k.ID, Extra: map[string]any{linkBaseField: host.LinkBase(ctx), requestField: ctx}}, nil
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h.sdk)
 	return h
 }
 
 type keyOf struct{}
 
-// linkBaseField is the TokenInfo.Extra field of a request's link base.
-const linkBaseField = "chatrelay.link_base"
+// linkBaseField is the TokenInfo.Extra field of a request's link base,
+// requestField that of the request's context.
+const (
+	linkBaseField = "chatrelay.link_base"
+	requestField  = "chatrelay.request"
+)
 
 // ServeAgent serves an MCP request made with the agent key k (active: the
 // transport checked it). It returns an error, having written nothing, when

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
@@ -83,4 +84,72 @@ func TestHTTPCloseEndsASessionMadeMeanwhile(t *testing.T) {
 	assert.Success(t, err)
 	resp.Body.Close()
 	assert.Equal(t, "the standalone GET of the session made during Close", resp.StatusCode, http.StatusNotFound)
+}
+
+// TestHTTPWaitEndsWithItsRequest: a wait whose HTTP request is gone (the
+// client dropped the connection without notifications/cancelled) ends
+// with it, giving back its place among the key's calls in flight: the
+// server keeps no events to resume a stream with, so its answer could
+// reach no one, and it held the key's place until its timeout (up to
+// 300 s; with 16 dropped, the key could call nothing).
+func TestHTTPWaitEndsWithItsRequest(t *testing.T) {
+	st, err := filestore.OpenFile(t.TempDir(), filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	assert.Success(t, err)
+	t.Cleanup(func() { st.Close() })
+	h := mcpserver.NewHTTP(&host.Verbs{Store: st}, mcpserver.HTTPOptions{MCPBounds: chatrelay.MCPBounds{MaxCallsPerKey: 1}})
+	t.Cleanup(h.Close)
+	key := chatrelay.AgentKey{ID: "a_0123abcd", Name: "dropper"}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h.ServeAgent(w, r, key); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(ts.Close)
+
+	session := ""
+	// rpc sends one JSON-RPC message on ctx and returns the answer's body.
+	rpc := func(ctx context.Context, msg string) (string, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL, strings.NewReader(msg))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer cha_test")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		if session == "" {
+			session = resp.Header.Get("Mcp-Session-Id")
+		}
+		body, err := io.ReadAll(resp.Body)
+		return string(body), err
+	}
+	_, err = rpc(t.Context(), `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"dropper","version":"1"}}}`)
+	assert.Success(t, err)
+	assert.True(t, session != "", "no session made")
+	_, err = rpc(t.Context(), `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	assert.Success(t, err)
+	list := func() string {
+		body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`)
+		assert.Success(t, err)
+		return body
+	}
+
+	waitCtx, drop := context.WithCancel(t.Context())
+	waited := make(chan error, 1)
+	go func() {
+		_, err := rpc(waitCtx, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"chatrelay_wait_messages","arguments":{"timeout":300}}}`)
+		waited <- err
+	}()
+	assert.Eventually(t, 10*time.Second, "the wait in flight (another call refused)", func() bool {
+		return strings.Contains(list(), "too_many_streams")
+	})
+	drop() // the client leaves, without a cancel
+	<-waited
+	assert.Eventually(t, 10*time.Second, "the key's place back once the wait's request is gone", func() bool {
+		return !strings.Contains(list(), "too_many_streams")
+	})
 }

@@ -329,6 +329,17 @@ func callTool(ctx context.Context, req *mcp.CallToolRequest, v *host.Verbs, verb
 		if base, _ := req.Extra.TokenInfo.Extra[linkBaseField].(string); base != "" {
 			ctx = host.WithLinkBase(ctx, base)
 		}
+		// A wait ends with the HTTP request that carries it (the client
+		// left without notifications/cancelled): the server keeps no
+		// events to resume the request's stream with, so the answer
+		// could reach no one, and the wait would hold one of the key's
+		// calls in flight until its timeout. A write is carried through.
+		if rc, _ := req.Extra.TokenInfo.Extra[requestField].(context.Context); rc != nil && b.waiting != "" {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			defer context.AfterFunc(rc, cancel)()
+		}
 	}
 	out, text, err := b.call(ctx, v, req.Params.Arguments)
 	if err != nil {
@@ -475,7 +486,9 @@ func sayMessages(b *strings.Builder, thread string, raws []json.RawMessage) {
 		if m.AuthorName != "" {
 			author += " (" + m.AuthorName + ")"
 		}
-		fmt.Fprintf(b, "] %s at %s: %s", author, utc(m.Epoch), cut(m.Text, textCut))
+		// The text as a v1 reader has it: a file the message carries is a
+		// line of it, so that a model reading only this text learns of it.
+		fmt.Fprintf(b, "] %s at %s: %s", author, utc(m.Epoch), cut(chatrelay.V1Text(m), textCut))
 		if ix := m.Interaction; ix != nil {
 			st := string(ix.State)
 			if ix.State == chatrelay.Pending && time.Now().UnixMilli() >= ix.Deadline {

@@ -21,6 +21,10 @@ type reqInfo struct {
 	thread      string
 	code        chatrelay.Code
 	participant string // the participant the request authenticated as
+	// accepted, if set, runs once when the request is answered with a
+	// status below 400 (a grant's use is recorded then: its first use is
+	// its first accepted request, never a refused one).
+	accepted func()
 }
 
 type reqInfoKey struct{}
@@ -63,7 +67,7 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	ri := new(reqInfo)
 	r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, ri))
-	rec := &recorder{ResponseWriter: w}
+	rec := &recorder{ResponseWriter: w, info: ri}
 	var rw http.ResponseWriter = rec
 	if _, ok := w.(http.Hijacker); ok { // HTTP/1; an HTTP/2 stream cannot be hijacked
 		rw = hijackRecorder{rec}
@@ -137,6 +141,7 @@ type recorder struct {
 	headerAt time.Time
 	stream   bool // an SSE response
 	hijacked bool // a WebSocket
+	info     *reqInfo
 }
 
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -146,6 +151,10 @@ func (w *recorder) sent(status int) {
 		w.status = status
 		w.headerAt = time.Now()
 		w.stream = strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream")
+		if f := w.info.accepted; f != nil && status < 400 {
+			w.info.accepted = nil
+			f()
+		}
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 
 // deviceBody is the body of POST /api/chat/devices.
 type deviceBody struct {
-	Name      *string         `json:"name"`
+	Name      *name           `json:"name"`
 	ExpiresIn json.RawMessage `json:"expires_in"`
 }
 
@@ -38,7 +38,7 @@ func (b deviceBody) request() (chatrelay.DeviceRequest, error) {
 	if b.Name == nil {
 		return in, chatrelay.Errorf(chatrelay.InvalidName, "a device needs a name")
 	}
-	in.Name = *b.Name
+	in.Name = string(*b.Name)
 	var err error
 	if in.ExpiresIn, err = expiresIn(b.ExpiresIn, chatrelay.LimitDeviceExpiresIn); err != nil {
 		return in, err

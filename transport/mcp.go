@@ -1,6 +1,9 @@
 package transport
 
 import (
+	"bytes"
+	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -49,6 +52,15 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if r.Method == http.MethodPost {
+		// The body is read here, under the server's read timeout, and
+		// its limit answered as the API's error with its code (the SDK
+		// answers plain text, which no client tells from another failure).
+		if err := readMCPBody(w, r); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Time{})
 	rc.SetWriteDeadline(time.Time{})
@@ -75,4 +87,25 @@ func (s *Server) agentKey(r *http.Request, agents store.Agents) (chatrelay.Agent
 		return k, chatrelay.Errorf(chatrelay.TokenRevoked, "this agent key was revoked")
 	}
 	return k, nil
+}
+
+// readMCPBody reads a POST's body, at most chatrelay.MaxMCPBody bytes, and
+// gives it back to r for the MCP server to read: past the limit is 413
+// body_too_large.
+func readMCPBody(w http.ResponseWriter, r *http.Request) error {
+	tooBig := chatrelay.Errorf(chatrelay.BodyTooLarge, "an MCP request body is at most %d bytes (a tool call's files, base64, included)", chatrelay.MaxMCPBody)
+	if r.ContentLength > chatrelay.MaxMCPBody {
+		return tooBig
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, chatrelay.MaxMCPBody))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return tooBig
+	}
+	if err != nil {
+		return chatrelay.Errorf(chatrelay.InvalidJSON, "the body could not be read")
+	}
+	r.Body = io.NopCloser(bytes.NewReader(data))
+	r.ContentLength = int64(len(data))
+	return nil
 }

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -215,6 +216,9 @@ func (s *Server) methods(rts []route) http.Handler {
 // authenticate.)
 func (s *Server) gate(rt route, h func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
+		if settles(rt.row) {
+			r = r.WithContext(context.WithoutCancel(r.Context()))
+		}
 		var p principal
 		var err error
 		if rt.row.Ticket {
@@ -234,6 +238,19 @@ func (s *Server) gate(rt route, h func(http.ResponseWriter, *http.Request, princ
 		}
 		h(rw, withPrincipal(r, p), p)
 	}
+}
+
+// settles reports whether a request of the route is carried through
+// whatever its client does once the request is in: a write whose request
+// is read whole before it acts (a JSON body or none), bounded by the
+// store's own timeouts. net/http cancels a request's context when the
+// client closes its side of the connection, which a client may do once its
+// request is sent while it still reads the answer; a write cut there
+// might have run all the same, and would be answered as failed (503) on
+// one store and 201 on the other. An upload reads its body as it works,
+// and stops when its client does.
+func settles(row chatrelay.Route) bool {
+	return (row.Method == http.MethodPost || row.Method == http.MethodDelete) && row.Path != chatrelay.PathAttachments
 }
 
 // page serves the page (web.Handler) under the prefix.

@@ -176,7 +176,7 @@ func (s *Server) noteExpired(ctx context.Context, thread string, g chatrelay.Gra
 
 // inviteBody is the body of POST /api/chat/participants.
 type inviteBody struct {
-	Name      *string         `json:"name"`
+	Name      *name           `json:"name"`
 	Role      *string         `json:"role"`
 	Kind      *string         `json:"kind"`
 	ExpiresIn json.RawMessage `json:"expires_in"`
@@ -218,7 +218,7 @@ func (b inviteBody) invite() (chatrelay.Invite, error) {
 	if b.Name == nil {
 		return in, chatrelay.Errorf(chatrelay.InvalidName, "a participant needs a name")
 	}
-	in.Name = *b.Name
+	in.Name = string(*b.Name)
 	if b.Role != nil {
 		in.Role = chatrelay.Role(*b.Role)
 		if in.Role == "" {

@@ -166,12 +166,16 @@ func (s *Server) grantHolder(r *http.Request, token string) (principal, error) {
 		s.auditGrant(r, thread, g, chatrelay.AuditRefused, chatrelay.CodeOf(err))
 		return principal{}, err
 	}
-	s.noteUse(r, thread, g)
+	if ri := infoOf(r); ri != nil { // recorded once the request is accepted
+		ri.accepted = func() { s.noteUse(r, thread, g) }
+	} else {
+		s.noteUse(r, thread, g)
+	}
 	noteParticipant(r, thread, g.ID)
 	return principal{thread: thread, role: g.Role, grant: &g, ctx: context.Background()}, nil
 }
 
-// noteUse records a request of an active grant: its first use (audited),
+// noteUse records an accepted request of an active grant: its first use (audited),
 // and a device's last_seen when the one recorded is older than
 // chatrelay.DefaultDeviceSeen.
 func (s *Server) noteUse(r *http.Request, thread string, g chatrelay.Grant) {

@@ -185,7 +185,27 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return chatrelay.Errorf(chatrelay.InvalidJSON, "the body is not a JSON object")
 	}
 	if err := json.Unmarshal(data, v); err != nil {
+		var ce *chatrelay.Error
+		if errors.As(err, &ce) { // a field's own refusal (name)
+			return ce
+		}
 		return chatrelay.Errorf(chatrelay.InvalidJSON, "the body's fields have the wrong types: %s", typeError(err))
+	}
+	return nil
+}
+
+// name is a body's name field (a grant's, a device's): a JSON string
+// that must be text, as a post's text must (invalid_name otherwise). A
+// decoder would quietly turn invalid UTF-8 and a lone UTF-16 surrogate
+// escape into U+FFFD, keeping a name the client never sent.
+type name string
+
+func (n *name) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' && !chatrelay.ValidJSONText(b) {
+		return chatrelay.Errorf(chatrelay.InvalidName, "the name is not valid UTF-8 (or holds a lone UTF-16 surrogate escape)")
+	}
+	if err := json.Unmarshal(b, (*string)(n)); err != nil {
+		return &json.UnmarshalTypeError{Value: "not a string", Type: reflect.TypeFor[string](), Field: "name"}
 	}
 	return nil
 }

@@ -299,7 +299,10 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 		return wsError(err, v)
 	}
 	thread := req.p.thread
-	e, err := s.post(ctx, req.ip, req.p, p)
+	// A frame read whole is stored or refused whatever the socket does
+	// meanwhile, as an HTTP post is (settles): a post cut short by the
+	// socket's end might have run all the same.
+	e, err := s.post(context.WithoutCancel(ctx), req.ip, req.p, p)
 	if err != nil {
 		if c := chatrelay.CodeOf(err); c == chatrelay.Internal || c == chatrelay.StoreUnavailable {
 			s.log.Error("ws post failed", "thread", thread, "err", err)

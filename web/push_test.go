@@ -563,6 +563,28 @@ func TestExpiredReplacesTheNotification(t *testing.T) {
 	}
 }
 
+// TestFileOnlyReplyNotified: hermes's reply that is only a file says
+// so in its notification (its name), not an empty body.
+func TestFileOnlyReplyNotified(t *testing.T) {
+	srv, svc := startPushServer(t)
+	tb := newWindow(t)
+	tb.allowNotifications(srv.URL)
+	tb.pushStub(svc.Subscribe(t, "files"))
+	thread := threadOf(tb.notifyOn(srv.URL, "Send me the log."))
+	reg := tb.registration(srv.URL)
+	tb.open(srv.URL + "favicon.svg")
+
+	log := filepath.Join(t.TempDir(), "build.log")
+	if err := os.WriteFile(log, []byte("ok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv.cli("reply", "--data", srv.Data, thread, "", "--attach", log)
+	tb.deliver(srv.URL, reg, serverPush(t, svc, "/push/files", "reply", ""))
+	if n := tb.waitNotification("thread:"+thread, "📎 build.log"); n.Title != "hermes wrote" {
+		t.Errorf("the file's notification is %+v", n)
+	}
+}
+
 // TestNoNotificationOverTheThreadsFocusedPage: a push for the thread a
 // focused page shows is not shown (the page shows it already); one for
 // another thread is.

@@ -63,11 +63,24 @@ func list(ctx context.Context, args []string, getenv func(string) string, stdout
 		}
 		last := "-"
 		if p, err := st.Since(ctx, t.Thread, 0, 1); err == nil && len(p.Messages) > 0 {
-			last = firstWords(p.Messages[0].Text, listWords)
+			last = firstWords(chatrelay.V1Text(p.Messages[0].Message), listWords) // a file is its line
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%v\t%s\t%s\n", t.Thread, t.Messages, t.LastAuthor, utc(t.LastEpoch), t.Awaiting, title, last)
 	}
 	return tw.Flush()
+}
+
+// printable is text with every control character but a line break and a
+// tab as a space: a text is anyone's who holds a token, and an escape
+// sequence in it must not reach the host's terminal as one (list's
+// firstWords does the same on one line).
+func printable(text string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return ' '
+		}
+		return r
+	}, text)
 }
 
 // listWords is how many code points of the newest message list shows.
@@ -152,7 +165,7 @@ func show(ctx context.Context, args []string, getenv func(string) string, stdout
 		})
 	}
 	for _, e := range p.Messages {
-		text := strings.ReplaceAll(e.Text, "\n", "\n    ")
+		text := strings.ReplaceAll(printable(chatrelay.V1Text(e.Message)), "\n", "\n    ") // a file is a line, as in --json
 		fmt.Fprintf(stdout, "%s  %-8s %d  %s\n    %s\n", utc(e.Epoch), who(e.Message), e.Epoch, e.ID, text)
 		if ix := e.Interaction; ix != nil {
 			fmt.Fprintf(stdout, "    [%s %s: %s]\n", ix.Type, ix.ID, interactionState(ix))

@@ -218,8 +218,14 @@ function notificationOf(p, here) {
   const who = m.author_name || (m.author === "hermes" || !m.author ? "hermes" : m.author);
   return {
     title: `${who} wrote`,
-    options: { tag: `thread:${p.thread}`, body: m.text || m.card?.title || "", renotify: true, timestamp: m.epoch || Date.now(), data },
+    options: { tag: `thread:${p.thread}`, body: m.text || m.card?.title || filesOf(m), renotify: true, timestamp: m.epoch || Date.now(), data },
   };
+}
+
+// filesOf names a message's files ("📎 build.log, 📎 shot.png"): the body
+// of a message that is only files.
+function filesOf(m) {
+  return (Array.isArray(m.attachments) ? m.attachments : []).map((a) => `\u{1F4CE} ${a.name}`).join(", ");
 }
 
 // ---- clicks ----
