@@ -329,6 +329,9 @@ func (v *Verbs) React(ctx context.Context, in ReactInput) (MessageResult, error)
 	if err := chatrelay.CheckEmoji(in.Emoji); err != nil {
 		return MessageResult{}, err
 	}
+	if !chatrelay.MessageIDPattern.MatchString(in.MessageID) {
+		return MessageResult{}, chatrelay.Errorf(chatrelay.NotFound, "no message %q: a message id is MSG-YYYYMMDD-HHMMSS- and 6 hex", in.MessageID)
+	}
 	op := store.React
 	if in.Remove {
 		op = store.Unreact

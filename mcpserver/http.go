@@ -52,6 +52,52 @@ type agentServer struct {
 	ctx    context.Context // ended when the key is revoked: its calls in flight end
 	cancel context.CancelFunc
 	calls  atomic.Int64 // its tool calls in flight (MaxCallsPerKey)
+
+	mu    sync.Mutex    // guards posts and idle
+	posts int           // its POST requests being served (a call's answer is written on its POST)
+	idle  chan struct{} // made by end while posts are served, closed when none is left
+}
+
+// revoked is the cause of a call ended by its key's revoke: the call
+// answers it as its tool error, so that the client is told before its
+// session closes (a stream that ends with no answer leaves a client's call
+// waiting for its own timeout).
+var revoked = &chatrelay.Error{Code: chatrelay.TokenRevoked, Message: "this agent key was revoked"}
+
+// post counts a POST request of the key being served; done uncounts it.
+func (as *agentServer) post() (done func()) {
+	as.mu.Lock()
+	as.posts++
+	as.mu.Unlock()
+	return func() {
+		as.mu.Lock()
+		defer as.mu.Unlock()
+		if as.posts--; as.posts == 0 && as.idle != nil {
+			close(as.idle)
+			as.idle = nil
+		}
+	}
+}
+
+// drained returns once the key's POST requests in flight have been
+// answered, or after d.
+func (as *agentServer) drained(d time.Duration) {
+	as.mu.Lock()
+	if as.posts == 0 {
+		as.mu.Unlock()
+		return
+	}
+	if as.idle == nil {
+		as.idle = make(chan struct{})
+	}
+	idle := as.idle
+	as.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	}
 }
 
 // HTTPOptions tune an HTTP. Agents is required; the zero values of the
@@ -114,6 +160,14 @@ const (
 // closing (Unavailable).
 func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.AgentKey) error {
 	ctx := context.WithValue(r.Context(), keyOf{}, k)
+	if r.Method == http.MethodPost {
+		h.mu.Lock()
+		as := h.servers[k.ID]
+		h.mu.Unlock()
+		if as != nil {
+			defer as.post()()
+		}
+	}
 	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
 		release, err := h.admit(k)
 		if err != nil {
@@ -216,12 +270,12 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		start := time.Now()
 		var undo func()
 		counted := as.calls.Add(1) <= int64(h.o.MaxCallsPerKey)
-		ctx, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(as.ctx, cancel)
+		ctx, cancel := context.WithCancelCause(ctx)
+		stop := context.AfterFunc(as.ctx, func() { cancel(revoked) })
 		after := func(outcome error) {
 			as.calls.Add(-1)
 			stop()
-			cancel()
+			cancel(nil)
 			if outcome != nil && undo != nil {
 				undo() // only stored writes count
 			}
@@ -233,7 +287,7 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 				"outcome", result, "ms", time.Since(start).Milliseconds())
 		}
 		if as.ctx.Err() != nil {
-			return ctx, after, chatrelay.Errorf(chatrelay.Unauthorized, "this agent key was revoked")
+			return ctx, after, revoked
 		}
 		if !counted {
 			return ctx, after, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: time.Second,
@@ -292,8 +346,9 @@ func (h *HTTP) recheck(ctx context.Context) {
 	}
 }
 
-// end cancels a key's calls in flight and closes its sessions (a session
-// closes once its calls have returned), and returns once they are closed.
+// end cancels a key's calls in flight, lets their answers (the tool error
+// token_revoked) reach their clients, and closes its sessions, and returns
+// once they are closed.
 func (h *HTTP) end(id string) {
 	h.mu.Lock()
 	as := h.servers[id]
@@ -303,6 +358,9 @@ func (h *HTTP) end(id string) {
 		return
 	}
 	as.cancel() // before the sessions are listed: a session made later is closed by ServeAgent
+	// A call's answer is written on its POST's stream, which closing the
+	// session would end first. Half the second that a revoke has.
+	as.drained(500 * time.Millisecond)
 	closeSessions(as.srv)
 }
 

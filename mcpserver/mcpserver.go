@@ -343,8 +343,12 @@ func callTool(ctx context.Context, req *mcp.CallToolRequest, v *host.Verbs, verb
 	}
 	out, text, err := b.call(ctx, v, req.Params.Arguments)
 	if err != nil {
-		if ctx.Err() != nil { // the client canceled the call (or left): no result
-			return nil, ctx.Err(), ctx.Err()
+		if cause := context.Cause(ctx); cause != nil {
+			var e *chatrelay.Error
+			if errors.As(cause, &e) { // the server ended the call (its key revoked): the client is told
+				return toolError(verb, e, o.Log), e, nil
+			}
+			return nil, ctx.Err(), ctx.Err() // the client canceled the call (or left): no result
 		}
 		return toolError(verb, err, o.Log), err, nil
 	}

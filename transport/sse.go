@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -35,7 +36,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-cache, no-transform")
 	h.Set("X-Accel-Buffering", "no")
 	if r.ProtoMajor == 1 {
-		if conn, head, ok := hijackSSE(w); ok {
+		if conn, head, ok := hijackSSE(w, r); ok {
 			gone, left := context.WithCancel(context.Background())
 			readerDone := make(chan struct{})
 			go func() { // owned by the session, whose end waits for it
@@ -50,8 +51,10 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 			}()
 			// Shutdown's abort fails a write blocked on a client that stopped reading.
 			stopAbort := context.AfterFunc(s.abortCtx, func() { conn.SetWriteDeadline(time.Now()) })
-			ss.run(&sseWriter{out: &connSSE{s: s, conn: conn, head: head}}, gone, func() {
+			out := &connSSE{s: s, conn: conn, head: head, chunked: r.ProtoAtLeast(1, 1)}
+			ss.run(&sseWriter{out: out}, gone, func() {
 				stopAbort()
+				out.last()
 				conn.Close()
 				<-readerDone
 			})
@@ -69,8 +72,12 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 // hijackSSE takes an HTTP/1 connection over for an SSE stream and returns
 // the response head to write first: 200, the headers set on w (the
 // stream's and CORS's), and "Connection: close", since the body is the
-// stream until the connection ends. ok is false if w cannot be hijacked.
-func hijackSSE(w http.ResponseWriter) (net.Conn, []byte, bool) {
+// stream until the connection ends. Over HTTP/1.1 the body is chunked:
+// a client that reads a close-delimited body in blocks (urllib3's
+// stream(), under sseclient-py and requests) waits for a whole block, so
+// a quiet thread's events never reached it; each chunk is handed on as it
+// comes. ok is false if w cannot be hijacked.
+func hijackSSE(w http.ResponseWriter, r *http.Request) (net.Conn, []byte, bool) {
 	hdr := w.Header().Clone()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -81,6 +88,9 @@ func hijackSSE(w http.ResponseWriter) (net.Conn, []byte, bool) {
 	var b bytes.Buffer
 	b.WriteString("HTTP/1.1 200 OK\r\n")
 	hdr.Set("Connection", "close")
+	if r.ProtoAtLeast(1, 1) {
+		hdr.Set("Transfer-Encoding", "chunked")
+	}
 	hdr.Set("Date", time.Now().UTC().Format(http.TimeFormat))
 	hdr.Write(&b)
 	b.WriteString("\r\n")
@@ -111,24 +121,43 @@ type sseOut interface {
 }
 
 // connSSE writes a hijacked connection directly; the response head goes
-// out with the first write.
+// out with the first write. Chunked (HTTP/1.1), each write is one chunk.
 type connSSE struct {
-	s    *Server
-	conn net.Conn
-	head []byte // not written yet
+	s       *Server
+	conn    net.Conn
+	head    []byte // not written yet
+	chunked bool
 }
 
 func (c *connSSE) write(b []byte) error {
-	if c.head != nil {
+	if c.chunked && len(b) > 0 { // a chunk of size 0 would end the body
+		frame := make([]byte, 0, len(c.head)+len(b)+20)
+		frame = append(frame, c.head...)
+		frame = strconv.AppendInt(frame, int64(len(b)), 16)
+		frame = append(frame, "\r\n"...)
+		frame = append(frame, b...)
+		b = append(frame, "\r\n"...)
+	} else if c.head != nil {
 		b = append(c.head, b...)
-		c.head = nil
 	}
+	c.head = nil
 	c.conn.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
 	if c.s.abortCtx.Err() != nil { // checked after setting: an abort after this check sets its own deadline
 		return errAborted
 	}
 	_, err := c.conn.Write(b)
 	return err
+}
+
+// last ends a chunked body that was started with its last chunk, so that
+// the client reads the stream's end as an end, not as a cut (at most a
+// second: a client that stopped reading is not waited for).
+func (c *connSSE) last() {
+	if !c.chunked || c.head != nil || c.s.abortCtx.Err() != nil {
+		return
+	}
+	c.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	c.conn.Write([]byte("0\r\n\r\n"))
 }
 
 // rwSSE writes through net/http's ResponseWriter, flushing each write.
@@ -176,7 +205,9 @@ func (sw *sseWriter) start(o opening) error {
 		n += len(it.e.JSON2) + 48
 	}
 	b := make([]byte, 0, n)
-	b = append(b, "retry: 2000\n\nevent: ready\ndata: "...)
+	// The retry hint in the ready event's block: a block of its own is an
+	// empty event to clients that dispatch every block (httpx-sse).
+	b = append(b, "retry: 2000\nevent: ready\ndata: "...)
 	b = append(b, o.ready.marshal()...)
 	b = append(b, "\n\n"...)
 	if o.reset {

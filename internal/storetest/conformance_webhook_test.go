@@ -98,6 +98,41 @@ func TestConformanceWebhooks(t *testing.T) {
 			assert.Equal(t, "its rev", m.Rev, ans.Rev)
 		})
 
+		t.Run("an interaction answered or canceled after later messages is interaction.closed", func(t *testing.T) {
+			// A receiver saw interaction.closed only when the interaction
+			// was the thread's newest message: an approval asked, then
+			// another question or a reply, then the approval answered,
+			// and no event came.
+			clk := testclock.New(time.Now())
+			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			b := Open(t, backend, hookOptions(clk, rcv))
+			deliver(t, b, clk, rcv)
+
+			appendText(t, b.Store, thA, chatrelay.Operator, "can you deploy?")
+			first := ask(t, b.Store, thA, approval)
+			second := ask(t, b.Store, thA, approval)
+			appendText(t, b.Store, thA, chatrelay.Hermes, "asked twice") // hermes's own: no event
+			_, err := change(b.Store, thA, store.Change{Op: store.Respond, InteractionID: first.Interaction.ID, Answer: chatrelay.Answer{Decision: chatrelay.Deny}, By: chatrelay.Operator})
+			assert.Success(t, err)
+			_, err = change(b.Store, thA, store.Change{Op: store.Cancel, InteractionID: second.Interaction.ID, By: chatrelay.Hermes})
+			assert.Success(t, err)
+
+			closed := func() map[string]chatrelay.State {
+				out := map[string]chatrelay.State{}
+				for _, d := range rcv.Accepted() {
+					var m chatrelay.Message
+					if d.Event.Type != store.EventInteractionClosed || json.Unmarshal(d.Event.Data.Message, &m) != nil || m.Interaction == nil {
+						continue
+					}
+					out[m.Interaction.ID] = m.Interaction.State
+				}
+				return out
+			}
+			assert.Eventually(t, 10*time.Second, "both interactions' interaction.closed accepted", func() bool { return len(closed()) >= 2 })
+			assert.Equal(t, "closed", closed(), map[string]chatrelay.State{
+				first.Interaction.ID: chatrelay.Denied, second.Interaction.ID: chatrelay.Canceled})
+		})
+
 		t.Run("a grant's first use is participant.joined, its revoke or noticed expiry participant.revoked, once each", func(t *testing.T) {
 			clk := testclock.New(time.Now())
 			rcv := webhooktest.Start(t, webhooktest.NewSecret())

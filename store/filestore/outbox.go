@@ -90,7 +90,9 @@ func newHookWriter(data string, dests []string, sync bool) *hookWriter {
 }
 
 // eventsOf returns the queue lines of the change from old to nd: the
-// messages whose rev is past old's newest change.
+// messages whose rev is past old's newest change. Every message is looked
+// at: the messages are in epoch order, not in rev order (an interaction
+// answered after later messages is changed while they are not).
 func eventsOf(thread string, old, nd threadDoc) []byte {
 	top := old.rev
 	if n := len(old.msgs); n > 0 {
@@ -101,7 +103,7 @@ func eventsOf(thread string, old, nd threadDoc) []byte {
 		m := &nd.msgs[i]
 		rev := max(m.Rev, m.Epoch)
 		if rev <= top {
-			break // messages change in rev order: the rest are older
+			continue // unchanged by this write
 		}
 		var was *chatrelay.Message
 		if m.Epoch <= top {

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+)
+
+// mcpPost sends one JSON-RPC message to /mcp as the Python and TypeScript
+// SDKs' Streamable HTTP clients do, and returns the answer.
+func mcpPost(t *testing.T, base, key, session, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+chatrelay.PathMCP, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	assert.Success(t, err)
+	return resp
+}
+
+// TestMCPRevokeAnswersTheCallInFlight: the Python (mcp 1.29) and
+// TypeScript (1.32.2) SDKs' clients, whose key was revoked while a wait
+// (with no progress token, their default) was in flight, were left
+// waiting for their own request timeout: the call's event stream ended
+// with no answer. The call must be answered, on its own stream, with the
+// tool error token_revoked, within the revoke's second.
+func TestMCPRevokeAnswersTheCallInFlight(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa, "--mcp-calls-per-key", "1")
+	owner := opsToken("mcp revoke answer")
+	thread := chatrelay.ThreadOf(owner)
+	assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
+	key, id := addAgent(t, sa, "doomed")
+
+	resp := mcpPost(t, n.base, key, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	resp.Body.Close()
+	session := resp.Header.Get("Mcp-Session-Id")
+	assert.True(t, resp.StatusCode == 200 && session != "", "initialize: %d, session %q", resp.StatusCode, session)
+	resp = mcpPost(t, n.base, key, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	resp.Body.Close()
+	assert.Equal(t, "initialized", resp.StatusCode, 202)
+
+	type answer struct {
+		line string
+		err  error
+		at   time.Time
+	}
+	got := make(chan answer, 1)
+	go func() {
+		resp := mcpPost(t, n.base, key, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"`+
+			chatrelay.ToolName("wait_messages")+`","arguments":{"thread":"`+thread+`","since":1125899906842624,"timeout":60}}}`)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok && strings.Contains(data, `"id":2`) {
+				got <- answer{line: data, at: time.Now()}
+				return
+			}
+		}
+		got <- answer{err: sc.Err(), at: time.Now()}
+	}()
+	// The wait is in flight once the key's one call in flight
+	// (--mcp-calls-per-key 1) is taken: another call is refused.
+	probe := 10
+	assert.Eventually(t, 10*time.Second, "the wait is in flight", func() bool {
+		probe++
+		resp := mcpPost(t, n.base, key, session, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"%s","arguments":{}}}`,
+			probe, chatrelay.ToolName("list_threads")))
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `"code":"too_many_streams"`)
+	})
+
+	start := time.Now()
+	assert.Success(t, runCLI(t, nil, "", append([]string{"agent", "revoke", id, "--fsync", "never"}, sa...)...).err)
+	var a answer
+	select {
+	case a = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call in flight got no answer 10 s after the revoke")
+	}
+	assert.True(t, a.line != "", "the call's stream ended with no answer (%v)", a.err)
+	var msg struct {
+		Result struct {
+			IsError           bool `json:"isError"`
+			StructuredContent struct {
+				Code chatrelay.Code `json:"code"`
+			} `json:"structuredContent"`
+		} `json:"result"`
+	}
+	assert.Success(t, json.Unmarshal([]byte(a.line), &msg))
+	assert.True(t, msg.Result.IsError && msg.Result.StructuredContent.Code == chatrelay.TokenRevoked,
+		"the call's answer: %s", a.line)
+	assert.True(t, a.at.Sub(start) <= time.Second+500*time.Millisecond, "answered %v after the revoke began", a.at.Sub(start))
+}
