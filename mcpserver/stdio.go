@@ -13,15 +13,17 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // DefaultMaxLine is the longest line, in bytes without its newline, that
-// Stdio reads as a message: far more than the largest call the tools take
-// (a card of 32 KiB, even with every character escaped), and small enough
-// that a runaway client cannot fill the memory.
-const DefaultMaxLine = 1 << 20
+// Stdio reads as a message (the limit mcp.body, as over HTTP): far more
+// than the largest call the tools take but files (a card of 32 KiB, even
+// with every character escaped), and small enough that a runaway client
+// cannot fill the memory.
+const DefaultMaxLine = chatrelay.MaxMCPBody
 
 // Stdio is MCP's stdio transport (one JSON-RPC message a line) made to
 // outlive a client's mistakes. The SDK's own ends the session on the first
