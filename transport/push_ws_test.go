@@ -194,11 +194,16 @@ func TestWSPost(t *testing.T) {
 			{"too long", map[string]string{"type": "post", "text": strings.Repeat("é", 4001)}, "text_too_long", false},
 			{"unknown type", map[string]string{"type": "typing"}, "invalid_json", false},
 			{"not JSON", "just words", "invalid_json", false},
+			{"null", nil, "invalid_json", false},
+			{"an array", []any{map[string]string{"type": "post", "text": "hi"}}, "invalid_json", false},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				a, _ := wsAnswer(t, c, tc.frame)
 				assert.Equal(t, "answer", a, wsFrame{Type: "error", Code: tc.code, Error: a.Error, Retryable: tc.retryable, raw: a.raw})
 				assert.True(t, a.Error != "", "no words for a person in %s", a.raw)
+				if _, object := tc.frame.(map[string]string); !object && tc.code == "invalid_json" {
+					assert.True(t, strings.Contains(a.Error, "not a JSON object"), "a frame that is no object: %s", a.raw)
+				}
 			})
 		}
 		assert.Equal(t, "stored after refusals", len(e.poll(tok, 0).Messages), 1)

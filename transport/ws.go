@@ -285,7 +285,7 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 	var head struct {
 		Type string `json:"type"`
 	}
-	if json.Unmarshal(data, &head) != nil {
+	if json.Unmarshal(data, &head) != nil || !isObject(data) { // null decodes into a struct too
 		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, "the frame is not a JSON object"), v)
 	}
 	if head.Type != "post" {
@@ -326,4 +326,14 @@ func wsError(err error, v view) []byte {
 		errorBody
 	}{"error", body})
 	return b
+}
+
+// isObject reports whether valid JSON data is an object (its first byte
+// past white space is '{').
+func isObject(data []byte) bool {
+	i := 0
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i < len(data) && data[i] == '{'
 }
