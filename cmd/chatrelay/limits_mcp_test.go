@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -25,15 +24,7 @@ func init() {
 		n := serveMCP(t, sa)
 		key, _ := addAgent(t, sa, "walker")
 		for _, size := range []int{l.Max, l.Max + 1} {
-			req, err := http.NewRequest(http.MethodPost, n.base+chatrelay.PathMCP, strings.NewReader(padded(size)))
-			assert.Success(t, err)
-			req.Header.Set("Authorization", "Bearer "+key)
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Accept", "application/json, text/event-stream")
-			resp, err := http.DefaultClient.Do(req)
-			assert.Success(t, err)
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			resp, b := postMCP(t, n.base, key, strings.NewReader(padded(size)))
 			if size == l.Max {
 				assert.True(t, resp.StatusCode == 200 && resp.Header.Get("Mcp-Session-Id") != "", "HTTP, %d bytes: %d %s", size, resp.StatusCode, b)
 			} else {

@@ -27,16 +27,24 @@ func TestMCPBodyPastItsLimit(t *testing.T) {
 		if chunked {
 			r = io.MultiReader(r) // no length known: sent chunked
 		}
-		req, err := http.NewRequest(http.MethodPost, n.base+chatrelay.PathMCP, r)
-		assert.Success(t, err)
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		resp, err := http.DefaultClient.Do(req)
-		assert.Success(t, err)
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, b := postMCP(t, n.base, key, r)
 		assert.True(t, resp.StatusCode == 413 && strings.Contains(string(b), `"code":"body_too_large"`),
 			"chunked %v: %d %s", chunked, resp.StatusCode, b)
 	}
+}
+
+// postMCP POSTs body to the MCP route of the server at base with the
+// agent key, as the SDKs do, and returns the answer and its body.
+func postMCP(t *testing.T, base, key string, body io.Reader) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+chatrelay.PathMCP, body)
+	assert.Success(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	assert.Success(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, b
 }
