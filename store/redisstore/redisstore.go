@@ -359,13 +359,16 @@ func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shar
 	rdb.AddHook(answerHook{s})
 	routeClientLog(s)
 	s.closing, s.close = context.WithCancel(context.Background())
-	pctx, cancel := s.bound(ctx)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
+	fail := func(err error) (*Store, error) { // what open made is undone
 		unrouteClientLog(s)
 		s.closeClient()
 		s.close()
-		return nil, s.unavailable("open", err)
+		return nil, err
+	}
+	pctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		return fail(s.unavailable("open", err))
 	}
 	s.fcall = sh.fcall
 	if s.fcall == nil {
@@ -374,10 +377,7 @@ func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shar
 	if sh.fcall == nil && !opt.evalOnly {
 		refused, err := loadLibrary(pctx, rdb)
 		if err != nil {
-			unrouteClientLog(s)
-			s.closeClient()
-			s.close()
-			return nil, s.unavailable("open", err)
+			return fail(s.unavailable("open", err))
 		}
 		s.fcall.Store(refused == nil)
 		if refused != nil {
@@ -386,10 +386,7 @@ func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shar
 	}
 	s.startBatcher()
 	if err := s.setupHooks(ctx); err != nil {
-		unrouteClientLog(s)
-		s.closeClient()
-		s.close()
-		return nil, err
+		return fail(err)
 	}
 	return s, nil
 }
