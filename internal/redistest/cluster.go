@@ -66,9 +66,8 @@ func NewCluster(dir string, opt ClusterOptions) (*Cluster, error) {
 		}
 		s := &Server{bin: bin, dir: d, extra: []string{
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			// Short, so that a failover test's replica takes over in a
-			// second or two.
-			"--cluster-node-timeout", "1000",
+			// Long while the nodes meet (see runNodeTimeout).
+			"--cluster-node-timeout", strconv.Itoa(joinNodeTimeout),
 			// A replica syncs at once, not after the 5 s that diskless
 			// replication waits for more replicas by default.
 			"--repl-diskless-sync-delay", "0",
@@ -92,9 +91,37 @@ func NewCluster(dir string, opt ClusterOptions) (*Cluster, error) {
 		return c, err
 	}
 	if opt.Replicas > 0 {
-		return c, c.waitReplicas(opt.Primaries*opt.Replicas, 20*time.Second)
+		if err := c.waitReplicas(opt.Primaries*opt.Replicas, 20*time.Second); err != nil {
+			return c, err
+		}
+	}
+	for _, s := range c.Nodes {
+		if err := configSet(s.Addr(), "cluster-node-timeout", strconv.Itoa(runNodeTimeout)); err != nil {
+			return c, err
+		}
 	}
 	return c, nil
+}
+
+// A node forgets a node it meets if their handshake takes longer than the
+// node timeout (at least a second), and redis-cli --cluster create sends
+// each meeting once, then waits for a join that never comes: on a machine
+// busy with the other tests the nodes meet with joinNodeTimeout, and run
+// with runNodeTimeout once the cluster is ok, short so that a failover
+// test's replica takes over in a second or two.
+const (
+	joinNodeTimeout = 15000 // ms
+	runNodeTimeout  = 1000  // ms
+)
+
+func configSet(addr, name, value string) error {
+	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer cl.Close()
+	if err := cl.ConfigSet(context.Background(), name, value).Err(); err != nil {
+		return fmt.Errorf("redistest: CONFIG SET %s on %s: %w", name, addr, err)
+	}
+	return nil
 }
 
 // waitReplicas waits until n nodes are replicas with their link to their
