@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -129,14 +130,26 @@ type connSSE struct {
 	chunked bool
 }
 
+// chunkFrames are the buffers chunked writes frame an event in: one
+// write (one system call, one TLS record) a chunk, and no allocation a
+// delivery, on the path every post takes to every SSE subscriber.
+var chunkFrames = sync.Pool{New: func() any { return new([]byte) }}
+
 func (c *connSSE) write(b []byte) error {
 	if c.chunked && len(b) > 0 { // a chunk of size 0 would end the body
-		frame := make([]byte, 0, len(c.head)+len(b)+20)
-		frame = append(frame, c.head...)
+		fp := chunkFrames.Get().(*[]byte)
+		defer func() {
+			if cap(*fp) <= 64<<10 { // a rare large event's buffer is not kept
+				chunkFrames.Put(fp)
+			}
+		}()
+		frame := append((*fp)[:0], c.head...)
 		frame = strconv.AppendInt(frame, int64(len(b)), 16)
 		frame = append(frame, "\r\n"...)
 		frame = append(frame, b...)
-		b = append(frame, "\r\n"...)
+		frame = append(frame, "\r\n"...)
+		*fp = frame
+		b = frame
 	} else if c.head != nil {
 		b = append(c.head, b...)
 	}
