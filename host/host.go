@@ -288,7 +288,7 @@ func (v *Verbs) find(ctx context.Context, thread, id string) (store.Entry, error
 		return store.Entry{}, err
 	}
 	if !chatrelay.InteractionIDPattern.MatchString(id) {
-		return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no interaction %q: an interaction id is ix_ and 12 hex", id)
+		return store.Entry{}, chatrelay.Errorf(chatrelay.NotFound, "no interaction %q: an interaction id is ix_ and 12 hex", clipID(id))
 	}
 	p, err := v.Store.Changes(ctx, thread, 0, 0)
 	if err != nil {
@@ -330,7 +330,7 @@ func (v *Verbs) React(ctx context.Context, in ReactInput) (MessageResult, error)
 		return MessageResult{}, err
 	}
 	if !chatrelay.MessageIDPattern.MatchString(in.MessageID) {
-		return MessageResult{}, chatrelay.Errorf(chatrelay.NotFound, "no message %q: a message id is MSG-YYYYMMDD-HHMMSS- and 6 hex", in.MessageID)
+		return MessageResult{}, chatrelay.Errorf(chatrelay.NotFound, "no message %q: a message id is MSG-YYYYMMDD-HHMMSS- and 6 hex", clipID(in.MessageID))
 	}
 	op := store.React
 	if in.Remove {

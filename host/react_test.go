@@ -32,6 +32,15 @@ func TestReactNamesABadMessageID(t *testing.T) {
 		assert.True(t, strings.Contains(err.Error(), `"`+id+`"`) && strings.Contains(err.Error(), "a message id is MSG-"),
 			"react to %q: %v", id, err)
 	}
+	// An id of any length is quoted cut short: the client's string is
+	// not answered back whole (an MCP request carries up to 1 MiB).
+	long := strings.Repeat("x", 100000)
+	_, err = v.React(ctx, host.ReactInput{Thread: thread, MessageID: long, Emoji: "👍"})
+	assert.Code(t, err, chatrelay.NotFound)
+	assert.True(t, len(err.Error()) < 200, "react to a 100 000-byte id answered %d bytes", len(err.Error()))
+	_, err = v.CheckInteraction(ctx, host.InteractionInput{Thread: thread, InteractionID: long})
+	assert.Code(t, err, chatrelay.NotFound)
+	assert.True(t, len(err.Error()) < 200, "check_interaction of a 100 000-byte id answered %d bytes", len(err.Error()))
 	page, err := b.Store.Since(ctx, thread, 0, 0)
 	assert.Success(t, err)
 	assert.True(t, len(page.Messages) == 1 && page.Messages[0].Rev == first.Epoch, "a refused reaction changed the thread: %+v", page.Messages)
