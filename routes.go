@@ -80,7 +80,8 @@ type Route struct {
 	Method       string  // GET (which answers HEAD too, but on a stream), POST or DELETE; "" for every method (the 404)
 	Path         string  // a Path constant; {name} matches one segment
 	Callers      Callers // who may call it
-	Body         string  // the $defs entry of its request body; "" if it takes none
+	Body         string  // the $defs entry of its request body; "" if it takes none (or bytes: Upload)
+	Upload       bool    // its body is a file's bytes, read as the handler stores them, not read whole first
 	Status       int     // the status of its success answer
 	StatusAgain  int     // another success status of the same answer, if any (200: an endpoint already subscribed)
 	Answer       string  // the $defs entry of that answer; "" if it has none (the 410)
@@ -122,7 +123,7 @@ var routeTable = []Route{
 	{Method: "GET", Path: PathParticipants, Callers: Owners, Status: 200, Answer: "participants.answer", CORS: true, Participants: true},
 	{Method: "DELETE", Path: PathParticipant, Callers: Owners, Status: 200, Answer: "participant.revoke.answer", CORS: true, Participants: true},
 	{Method: "GET", Path: PathAudit, Callers: Owners, Status: 200, Answer: "audit.answer", CORS: true, Participants: true},
-	{Method: "POST", Path: PathAttachments, Callers: Writers, Status: 201, Answer: "attachment.answer", CORS: true},
+	{Method: "POST", Path: PathAttachments, Callers: Writers, Upload: true, Status: 201, Answer: "attachment.answer", CORS: true},
 	{Method: "GET", Path: PathAttachment, Callers: Members, Ticket: true, CORS: true}, // 200: the bytes (no JSON answer)
 	{Method: "GET", Path: PathWhoami, Callers: Members, Status: 200, Answer: "whoami.answer", CORS: true},
 	{Method: "POST", Path: PathDevices, Callers: CallerOwner, Body: "device.issue.body", Status: 201, Answer: "device.issue.answer", CORS: true, Participants: true},

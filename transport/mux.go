@@ -250,7 +250,7 @@ func (s *Server) gate(rt route, h func(http.ResponseWriter, *http.Request, princ
 // one store and 201 on the other. An upload reads its body as it works,
 // and stops when its client does.
 func settles(row chatrelay.Route) bool {
-	return (row.Method == http.MethodPost || row.Method == http.MethodDelete) && row.Path != chatrelay.PathAttachments
+	return (row.Method == http.MethodPost || row.Method == http.MethodDelete) && !row.Upload
 }
 
 // page serves the page (web.Handler) under the prefix.
