@@ -180,8 +180,7 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if err != nil {
 		return err
 	}
-	var probe map[string]json.RawMessage
-	if json.Unmarshal(data, &probe) != nil || probe == nil {
+	if !json.Valid(data) || !isObject(data) {
 		return chatrelay.Errorf(chatrelay.InvalidJSON, "the body is not a JSON object")
 	}
 	if err := json.Unmarshal(data, v); err != nil {
