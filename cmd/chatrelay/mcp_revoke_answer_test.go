@@ -60,7 +60,10 @@ func TestMCPRevokeAnswersTheCallInFlight(t *testing.T) {
 		at   time.Time
 	}
 	got := make(chan answer, 1)
-	go func() {
+	// wait sends the wait and reads its answer. A probe below that came
+	// first holds the key's one call: the wait is then refused, and sent
+	// again.
+	wait := func() (answer, bool) {
 		resp := mcpPost(t, n.base, key, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"`+
 			chatrelay.ToolName("wait_messages")+`","arguments":{"thread":"`+thread+`","since":1125899906842624,"timeout":60}}}`)
 		defer resp.Body.Close()
@@ -68,11 +71,18 @@ func TestMCPRevokeAnswersTheCallInFlight(t *testing.T) {
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
 			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok && strings.Contains(data, `"id":2`) {
-				got <- answer{line: data, at: time.Now()}
+				return answer{line: data, at: time.Now()}, strings.Contains(data, `"code":"too_many_streams"`)
+			}
+		}
+		return answer{err: sc.Err(), at: time.Now()}, false
+	}
+	go func() {
+		for {
+			if a, refused := wait(); !refused {
+				got <- a
 				return
 			}
 		}
-		got <- answer{err: sc.Err(), at: time.Now()}
 	}()
 	// The wait is in flight once the key's one call in flight
 	// (--mcp-calls-per-key 1) is taken: another call is refused.
