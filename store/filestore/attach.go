@@ -89,8 +89,9 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 		return chatrelay.Attachment{}, err
 	}
 	now := s.now()
-	recs = kept(recs, d, now)
-	if pending(recs, d) >= chatrelay.LimitAttachmentPending.Max {
+	used := usedIDs(d)
+	recs = kept(recs, used, now)
+	if pending(recs, used) >= chatrelay.LimitAttachmentPending.Max {
 		return chatrelay.Attachment{}, store.TooManyPending()
 	}
 	held := 0
@@ -135,15 +136,16 @@ func (s *File) roomForUpload(ctx context.Context, thread string) error {
 	if err != nil {
 		return err
 	}
-	if pending(kept(recs, d, s.now()), d) >= chatrelay.LimitAttachmentPending.Max {
+	used := usedIDs(d)
+	if pending(kept(recs, used, s.now()), used) >= chatrelay.LimitAttachmentPending.Max {
 		return store.TooManyPending()
 	}
 	return nil
 }
 
-// pending is how many uploads of recs no message of d names.
-func pending(recs []store.StoredAttachment, d threadDoc) int {
-	used := usedIDs(d)
+// pending is how many uploads of recs no message names (used: the ids
+// the messages name, usedIDs).
+func pending(recs []store.StoredAttachment, used map[string]bool) int {
 	n := 0
 	for _, r := range recs {
 		if !used[r.ID] {
@@ -307,7 +309,7 @@ func (s *File) collect(thread string, d *threadDoc, gone map[string]bool) error 
 		s.removeStray(thread, nil)
 		return nil
 	}
-	keep := slices.DeleteFunc(kept(recs, doc, s.now()), func(r store.StoredAttachment) bool { return gone[r.ID] })
+	keep := slices.DeleteFunc(kept(recs, usedIDs(doc), s.now()), func(r store.StoredAttachment) bool { return gone[r.ID] })
 	if len(keep) != len(recs) {
 		if err := s.writeIndex(thread, keep); err != nil {
 			return s.unavailable(thread, err)
@@ -358,10 +360,9 @@ func (s *File) lockDoc(ctx context.Context, thread string) (d threadDoc, unlock 
 	return d, unlock, nil
 }
 
-// kept is recs without the uploads that no message of d names and that
-// are old enough to go.
-func kept(recs []store.StoredAttachment, d threadDoc, now time.Time) []store.StoredAttachment {
-	used := usedIDs(d)
+// kept is recs without the uploads that no message names (used: the ids
+// the messages name, usedIDs) and that are old enough to go.
+func kept(recs []store.StoredAttachment, used map[string]bool, now time.Time) []store.StoredAttachment {
 	return slices.DeleteFunc(slices.Clone(recs), func(r store.StoredAttachment) bool { return !used[r.ID] && r.Unused(now) })
 }
 
@@ -419,10 +420,12 @@ func (s *File) removeStray(thread string, recs []store.StoredAttachment) {
 	}
 }
 
-// indexSnap is a thread's attachments index as last parsed, with the
-// checksum of its bytes: a read of an unchanged index (every download
-// reads it) parses nothing, though it reads the file. (Its identity alone
-// could deceive, as a document's can: see snapshot.) Never modified.
+// indexSnap is a thread's attachments index as last parsed or written,
+// with the checksum of its bytes: a read of an unchanged index (every
+// download reads it, and an upload twice: before its bytes are taken in
+// and at its commit; a post naming it once) parses nothing, though it
+// reads the file. (Its identity alone could deceive, as a document's can:
+// see snapshot.) Never modified.
 type indexSnap struct {
 	sum  uint64
 	recs []store.StoredAttachment
@@ -481,13 +484,18 @@ func (s *File) writeIndex(thread string, recs []store.StoredAttachment) error {
 	if err != nil {
 		return err
 	}
-	return s.withFDs(func() error {
-		f, _, err := writeFile(s.filesDir(thread), "index.json", append(b, '\n'), s.dsync != nil)
+	b = append(b, '\n')
+	err = s.withFDs(func() error {
+		f, _, err := writeFile(s.filesDir(thread), "index.json", b, s.dsync != nil)
 		if f != nil {
 			f.Close()
 		}
 		return err
 	})
+	if err == nil { // what was written is what the next read parses
+		s.state(thread).atts.Store(&indexSnap{sum: maphash.Bytes(docSeed, b), recs: slices.Clip(slices.Clone(recs))})
+	}
+	return err
 }
 
 // syncDir fsyncs a folder (unless the store does not fsync).

@@ -56,3 +56,48 @@ func BenchmarkOpenAttachment(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPutAttachment is what an upload's store work costs beside its
+// bytes (a few bytes here, the same each time: received, hashed, dropped
+// at the commit): the index read before the bytes are taken in, the
+// commit under the thread's lock (the index read, checked and written),
+// and a post naming every tenth upload, as a client does. The thread
+// holds n uploads at the start and one more each op, so a long run
+// measures a larger index.
+func BenchmarkPutAttachment(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("uploads=%d", n), func(b *testing.B) {
+			s, err := OpenFile(b.TempDir(), FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			if _, err := s.Append(ctx, threadA, store.NewMessage{Author: chatrelay.Operator, Text: "hello"}); err != nil {
+				b.Fatal(err)
+			}
+			var pending []string
+			put := func(i int) {
+				a, err := s.PutAttachment(ctx, threadA, store.Upload{Name: fmt.Sprintf("file-%d.txt", i), Body: strings.NewReader("the same bytes")})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if pending = append(pending, a.ID); len(pending) == chatrelay.LimitAttachments.Max {
+					if _, err := s.Append(ctx, threadA, store.NewMessage{Author: chatrelay.Operator, Attachments: pending}); err != nil {
+						b.Fatal(err)
+					}
+					pending = nil
+				}
+			}
+			for i := range n {
+				put(i)
+			}
+			b.ReportAllocs()
+			i := n
+			for b.Loop() {
+				put(i)
+				i++
+			}
+		})
+	}
+}
