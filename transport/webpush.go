@@ -112,6 +112,9 @@ func (s *Server) handlePushSubscribe(w http.ResponseWriter, r *http.Request, p p
 		return
 	}
 	sub, err := s.push.subscription(r, body)
+	if err == nil && p.participant() {
+		sub.Events, err = participantEvents(body.Events)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -130,6 +133,17 @@ func (s *Server) handlePushSubscribe(w http.ResponseWriter, r *http.Request, p p
 		Success bool       `json:"success"`
 		Push    pushAnswer `json:"push"`
 	}{true, answerOf(got)})
+}
+
+// participantEvents are the events of a participant's subscription:
+// reply only. A participant cannot answer an interaction, so it is never
+// pushed one: asked for by name, it is refused (403 not_permitted) rather
+// than stored and never sent; left out, the default is reply.
+func participantEvents(asked []chatrelay.PushEvent) ([]chatrelay.PushEvent, error) {
+	if slices.Contains(asked, chatrelay.PushInteraction) {
+		return nil, chatrelay.Errorf(chatrelay.NotPermitted, `a participant cannot answer an interaction, so it gets no "interaction" push: subscribe to "reply" (the default)`)
+	}
+	return []chatrelay.PushEvent{chatrelay.PushReply}, nil
 }
 
 // subscription checks a subscribe body: its shape, its keys, its events,

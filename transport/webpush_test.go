@@ -116,8 +116,11 @@ func TestPushRoutes(t *testing.T) {
 
 		guest := e.invite(owner, `{"name":"Guest","role":"viewer"}`)
 		g := svc.Subscribe(t, "g")
+		status, out = e.subscribe("", bearer(guest.Token), g, "interaction", "reply")
+		assert.True(t, status == 403 && out.Code == "not_permitted", "a participant asks for interaction pushes: %d %+v", status, out)
 		status, gsub := e.subscribe("", bearer(guest.Token), g)
 		assert.Equal(t, "participant subscribes", status, 201)
+		assert.Equal(t, "a participant's default events", gsub.Push.Events, []string{"reply"})
 		_, mine := e.pushCall(http.MethodGet, chatrelay.PathPush, owner, nil)
 		assert.True(t, len(mine.Subscriptions) == 1 && mine.Subscriptions[0].ID == first.Push.ID, "owner's list: %+v", mine)
 		_, theirs := e.pushCall(http.MethodGet, chatrelay.PathPush, "", bearer(guest.Token))
