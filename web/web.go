@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,9 +36,16 @@ import (
 //go:embed static
 var static embed.FS
 
+// parts is the markup that pages share, each part/<name>.html put in a
+// page where it has the mark {{part:<name>}} (see withParts).
+//
+//go:embed parts
+var parts embed.FS
+
 // Static is the page's files as embedded, rooted at the folder that holds
-// index.html: index.html and p.html with their limit marks ({{post.text}})
-// not yet filled in, and no limits.js (Handler makes both).
+// index.html: index.html and p.html with their part marks
+// ({{part:composer}}) and limit marks ({{post.text}}) not yet filled in,
+// and no limits.js (Handler makes both).
 func Static() fs.FS {
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
@@ -100,8 +108,9 @@ type made struct {
 	body []byte
 }
 
-// build makes limits.js and fills index.html's and p.html's marks from
-// limits, by the paths they are served at. The marks are fixed at build
+// build makes limits.js and fills index.html's and p.html's marks, their
+// parts' (withParts) and then their limits', by the paths they are served
+// at. The marks are fixed at build
 // time, so one with no row panics.
 func build(limits []chatrelay.Limit) map[string]made {
 	most, least := map[string]int{}, map[string]int{}
@@ -138,6 +147,7 @@ func build(limits []chatrelay.Limit) map[string]made {
 		if err != nil {
 			panic(err)
 		}
+		body = withParts(page.file, body)
 		for name, n := range most {
 			body = bytes.ReplaceAll(body, []byte("{{"+name+"}}"), []byte(strconv.Itoa(n)))
 		}
@@ -148,6 +158,30 @@ func build(limits []chatrelay.Limit) map[string]made {
 		add(body, page.file, page.paths...)
 	}
 	return b
+}
+
+// withParts puts in body (the page file) each part its marks
+// {{part:<name>}} name: parts/<name>.html, whose own limit marks are then
+// filled in with the page's. The marks are fixed at build time, so one
+// with no part panics.
+func withParts(file string, body []byte) []byte {
+	mark := []byte("{{part:")
+	for {
+		i := bytes.Index(body, mark)
+		if i < 0 {
+			return body
+		}
+		n := bytes.Index(body[i:], []byte("}}"))
+		if n < 0 {
+			panic(fmt.Sprintf("web: %s has an unclosed part mark at byte %d", file, i))
+		}
+		name := string(body[i+len(mark) : i+n])
+		part, err := fs.ReadFile(parts, "parts/"+name+".html")
+		if err != nil {
+			panic(fmt.Sprintf("web: %s marks a part with no file: %v", file, err))
+		}
+		body = slices.Concat(body[:i], bytes.TrimSuffix(part, []byte("\n")), body[i+n+2:])
+	}
 }
 
 // handler is Handler stating limits.

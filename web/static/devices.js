@@ -7,7 +7,7 @@
 // conversation's own token makes devices) and the list marks "this device";
 // revoking this device ends the page, as a revoke from elsewhere does.
 
-import { dayFmt, drawList, durationWords, linkShownOnce, listRow, makeLink } from "./linkpanel.js";
+import { dayFmt, durationWords, linkPanel, listRow } from "./linkpanel.js";
 import { LEAST, LIMITS } from "./limits.js";
 
 // sentence says why the server refused a device link, a revoke or the
@@ -45,59 +45,27 @@ function sentence(err, what) {
  * own page), learnt from whoami.
  */
 export function setupDevices(chat, thisDevice = () => "") {
-  const $ = (id) => document.getElementById(id);
-  const dialog = $("devices");
-  if (!dialog) return;
-  const opener = $("devices-open");
-  const form = $("device-form");
-  const name = $("device-name");
-  const expiry = $("device-expiry");
-  const send = $("device-send");
-  const error = $("device-error");
-  const shown = linkShownOnce({
-    box: $("device-made"),
-    title: $("device-made-title"),
-    link: $("device-link"),
-    copy: $("device-copy"),
-    copied: $("device-copied"),
-    qr: $("device-qr"),
+  const panel = linkPanel("devices", {
+    read: () => chat.devices(),
+    row,
+    counted: (active, n) => (n ? `${active} active ${active === 1 ? "device" : "devices"}, ${n} in all.` : "No other device yet."),
+    sentence,
+    revoke,
+    make,
+    focusOnOpen: () => (chat.device ? document.getElementById("devices-close") : null),
   });
-  const list = $("devices-list");
-  const status = $("devices-status");
+  if (!panel) return;
+  const { dialog, opener, form, name, expiry, list, status, showError, refresh, shown, newLink } = panel;
 
   // A device may list and revoke devices, not make them.
   if (chat.device) {
     form.hidden = true;
-    $("devices-title").textContent = "Devices";
-    $("devices-intro").textContent =
+    document.getElementById("devices-title").textContent = "Devices";
+    document.getElementById("devices-intro").textContent =
       "The devices that open this conversation as its owner. Only the browser that started the conversation can add one; any of them can revoke one.";
   }
 
-
-  function showError(words) {
-    error.textContent = words;
-    error.hidden = !words;
-    name.setAttribute("aria-invalid", words ? "true" : "false");
-  }
-
   // ---- the list ----
-
-  let reading = 0;
-  async function refresh() {
-    const n = ++reading;
-    try {
-      const all = await chat.devices();
-      if (n === reading) draw(all);
-    } catch (err) {
-      if (n === reading) status.textContent = sentence(err, "list");
-    }
-  }
-
-  function draw(all) {
-    drawList(list, status, all, row, (active, n) =>
-      n ? `${active} active ${active === 1 ? "device" : "devices"}, ${n} in all.` : "No other device yet.",
-    );
-  }
 
   function row(d) {
     const extra = [];
@@ -143,17 +111,10 @@ export function setupDevices(chat, thisDevice = () => "") {
     list.querySelector(`li[data-id="${CSS.escape(id)}"]`)?.focus();
   }
 
-  list.addEventListener("click", (e) => {
-    const b = e.target.closest("button[data-revoke]");
-    if (b && !b.disabled) revoke(b);
-  });
-
   // ---- make a device link ----
 
-  // The link is shown once: Done, or closing the panel, forgets it (the
-  // server keeps only its digest).
-  const forgetLink = shown.forget;
-
+  // The link is shown once: Done, or closing the panel, forgets it
+  // (linkPanel; the server keeps only its digest).
   function showLink(r) {
     const d = r.device;
     shown.show(`Link for ${d.name}, until ${dayFmt.format(new Date(d.expires_at))}`, r, d.name);
@@ -161,22 +122,12 @@ export function setupDevices(chat, thisDevice = () => "") {
 
   function make() {
     const which = name.value.trim() ? name.value : name.placeholder;
-    return makeLink({
-      form, send, name, showError, forget: forgetLink, show: showLink, refresh,
+    return newLink({
+      show: showLink,
       request: () => chat.makeDevice({ name: which, expiresIn: Number(expiry.value) }),
       refused: (err) => sentence(err, "make"),
     });
   }
-
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    make();
-  });
-
-  $("device-done").addEventListener("click", () => {
-    forgetLink();
-    name.focus();
-  });
 
   // ---- the panel ----
 
@@ -192,18 +143,4 @@ export function setupDevices(chat, thisDevice = () => "") {
     if (dialog.open) dialog.close();
   });
   offer();
-
-  opener.addEventListener("click", () => {
-    showError("");
-    if (!dialog.open) dialog.showModal();
-    if (chat.device) $("devices-close").focus();
-    else name.focus();
-    refresh();
-  });
-  $("devices-close").addEventListener("click", () => dialog.close());
-  dialog.addEventListener("close", () => {
-    forgetLink();
-    showError("");
-    if (!opener.hidden) opener.focus();
-  });
 }

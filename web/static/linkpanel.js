@@ -156,3 +156,97 @@ export async function makeLink({ form, send, name, showError, forget, show, refr
     form.removeAttribute("aria-busy");
   }
 }
+
+/**
+ * linkPanel wires what a People-like panel shares, its parts found in the
+ * dialog of that id (index.html marks them the same way in both): the
+ * button that opens it (aria-controls), its Close (.people-head), its form
+ * (fields name and expires, its submit button) with the error under it
+ * (.people-error), the link shown once (section.invited, linkShownOnce's,
+ * with its Done) and the list (ul.people-list) with its status line.
+ *
+ * read() reads the list, which is given to onList and drawn by row and
+ * counted (drawList), or sentence(err, "list") says why it was not; a row's Revoke runs revoke(button); a submit runs
+ * make(); opening the panel focuses focusOnOpen() (the name field unless
+ * it says otherwise) and reads the list; Done or closing the panel forgets
+ * the link shown. It returns null if the page has no such dialog, else its
+ * parts with showError(words), refresh(), shown (linkShownOnce's) and
+ * newLink({ request, refused, show }), makeLink on this panel's form.
+ */
+export function linkPanel(id, { read, onList = () => {}, row, counted, sentence, revoke, make, focusOnOpen }) {
+  const dialog = document.getElementById(id);
+  if (!dialog) return null;
+  const form = dialog.querySelector("form");
+  const box = dialog.querySelector("section.invited");
+  const panel = {
+    dialog,
+    form,
+    opener: document.querySelector(`button[aria-controls="${id}"]`),
+    name: form.elements.name,
+    expiry: form.elements.expires,
+    send: form.querySelector('button[type="submit"]'),
+    error: dialog.querySelector(".people-error"),
+    list: dialog.querySelector("ul.people-list"),
+    status: dialog.querySelector('p.hint[role="status"]'),
+    shown: linkShownOnce({
+      box,
+      title: box.querySelector("h3"),
+      link: box.querySelector(".link-row input"),
+      copy: box.querySelector(".link-row button"),
+      copied: box.querySelector(".copied"),
+      qr: box.querySelector("img.qr"),
+    }),
+    showError,
+    refresh,
+    newLink: ({ request, refused, show }) =>
+      makeLink({ form, send: panel.send, name: panel.name, showError, forget: panel.shown.forget, show, refresh, request, refused }),
+  };
+  const { opener, name, error, list, status, shown } = panel;
+
+  function showError(words) {
+    error.textContent = words;
+    error.hidden = !words;
+    name.setAttribute("aria-invalid", words ? "true" : "false");
+  }
+
+  // Only the newest read draws: an older one that answers late is dropped.
+  let reading = 0;
+  async function refresh() {
+    const n = ++reading;
+    try {
+      const all = await read();
+      if (n !== reading) return;
+      onList(all);
+      drawList(list, status, all, row, counted);
+    } catch (err) {
+      if (n === reading) status.textContent = sentence(err, "list");
+    }
+  }
+
+  list.addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-revoke]");
+    if (b && !b.disabled) revoke(b);
+  });
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    make();
+  });
+  box.querySelector(".invited-text > button").addEventListener("click", () => {
+    shown.forget();
+    name.focus();
+  });
+
+  opener.addEventListener("click", () => {
+    showError("");
+    if (!dialog.open) dialog.showModal();
+    (focusOnOpen?.() ?? name).focus();
+    refresh();
+  });
+  dialog.querySelector(".people-head button").addEventListener("click", () => dialog.close());
+  dialog.addEventListener("close", () => {
+    shown.forget();
+    showError("");
+    if (!opener.hidden) opener.focus();
+  });
+  return panel;
+}

@@ -5,7 +5,7 @@
 // Copy and its QR code (made by the server, a PNG data URL), and the list
 // of every link with its state and, while active, Revoke.
 
-import { dayFmt, drawList, durationWords, linkShownOnce, listRow, makeLink } from "./linkpanel.js";
+import { dayFmt, durationWords, linkPanel, listRow } from "./linkpanel.js";
 import { LEAST, LIMITS } from "./limits.js";
 
 // sentence says why the server refused an invite, a revoke or the list,
@@ -45,53 +45,19 @@ function sentence(err, what) {
  * so the page can name participants.
  */
 export function setupPeople(chat, onList = () => {}) {
-  const $ = (id) => document.getElementById(id);
-  const dialog = $("people");
-  if (!dialog) return;
-  const opener = $("people-open");
-  const form = $("invite");
-  const name = $("invite-name");
-  const expiry = $("invite-expiry");
-  const send = $("invite-send");
-  const error = $("invite-error");
-  const shown = linkShownOnce({
-    box: $("invited"),
-    title: $("invited-title"),
-    link: $("invited-link"),
-    copy: $("invited-copy"),
-    copied: $("invited-copied"),
-    qr: $("invited-qr"),
+  const panel = linkPanel("people", {
+    read: () => chat.participants(),
+    onList,
+    row,
+    counted: (active, n) => (n ? `${active} active ${active === 1 ? "link" : "links"}, ${n} in all.` : "No one has been invited yet."),
+    sentence,
+    revoke,
+    make: invite,
   });
-  const list = $("people-list");
-  const status = $("people-status");
-
-
-  function showError(words) {
-    error.textContent = words;
-    error.hidden = !words;
-    name.setAttribute("aria-invalid", words ? "true" : "false");
-  }
+  if (!panel) return;
+  const { dialog, opener, form, name, expiry, status, showError, refresh, shown, newLink } = panel;
 
   // ---- the list ----
-
-  let reading = 0;
-  async function refresh() {
-    const n = ++reading;
-    try {
-      const all = await chat.participants();
-      if (n !== reading) return;
-      onList(all);
-      draw(all);
-    } catch (err) {
-      if (n === reading) status.textContent = sentence(err, "list");
-    }
-  }
-
-  function draw(all) {
-    drawList(list, status, all, row, (active, n) =>
-      n ? `${active} active ${active === 1 ? "link" : "links"}, ${n} in all.` : "No one has been invited yet.",
-    );
-  }
 
   function row(p) {
     const role = document.createElement("span");
@@ -127,17 +93,10 @@ export function setupPeople(chat, onList = () => {}) {
     status.textContent = `${who}'s link is revoked.`;
   }
 
-  list.addEventListener("click", (e) => {
-    const b = e.target.closest("button[data-revoke]");
-    if (b && !b.disabled) revoke(b);
-  });
-
   // ---- invite ----
 
   // The link of an invite is shown once: Done, or closing the panel,
-  // forgets it (the server keeps only its digest).
-  const forgetLink = shown.forget;
-
+  // forgets it (linkPanel; the server keeps only its digest).
   function showLink(r) {
     const p = r.participant;
     shown.show(`Link for ${p.name} (${p.role}), until ${dayFmt.format(new Date(p.expires_at))}`, r, p.name);
@@ -152,22 +111,12 @@ export function setupPeople(chat, onList = () => {}) {
       return;
     }
     const role = form.elements.role.value || "commenter";
-    return makeLink({
-      form, send, name, showError, forget: forgetLink, show: showLink, refresh,
+    return newLink({
+      show: showLink,
       request: () => chat.invite({ name: who, role, expiresIn: Number(expiry.value) }),
       refused: (err) => sentence(err, "invite"),
     });
   }
-
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    invite();
-  });
-
-  $("invited-done").addEventListener("click", () => {
-    forgetLink();
-    name.focus();
-  });
 
   // ---- the panel ----
 
@@ -183,17 +132,4 @@ export function setupPeople(chat, onList = () => {}) {
     if (dialog.open && String(e.detail.message.author).startsWith("p:")) refresh();
   });
   offer();
-
-  opener.addEventListener("click", () => {
-    showError("");
-    if (!dialog.open) dialog.showModal();
-    name.focus();
-    refresh();
-  });
-  $("people-close").addEventListener("click", () => dialog.close());
-  dialog.addEventListener("close", () => {
-    forgetLink();
-    showError("");
-    opener.focus();
-  });
 }

@@ -28,30 +28,28 @@
     } catch (e) {
       // not percent-encoded: taken as it is
     }
-    token = token.trim();
-    if (!/^chd_[A-Za-z0-9_-]{43}$/.test(token)) {
-      root.setAttribute("data-device", "malformed");
-      return;
-    }
-    try {
-      localStorage.setItem("chatrelay.device", token);
-      root.setAttribute("data-device", "adopted");
-    } catch (e) {
-      root.setAttribute("data-device", "unkept"); // storage refused: app.js says so
-    }
+    adopt(token.trim(), /^chd_[A-Za-z0-9_-]{43}$/, "chatrelay.device", "data-device");
     return;
   }
   if (hash.slice(0, 3) !== "#t=") return;
   var claim = hash.slice(3);
   history.replaceState(history.state, "", location.pathname + location.search);
-  if (!/^[0-9a-f]{64}$/.test(claim)) {
-    root.setAttribute("data-claim", "malformed");
-    return;
-  }
-  try {
-    localStorage.setItem("chatrelay.token", claim);
-    root.setAttribute("data-claim", "adopted");
-  } catch (e) {
-    root.setAttribute("data-claim", "unkept"); // storage refused: app.js says so
+  adopt(claim, /^[0-9a-f]{64}$/, "chatrelay.token", "data-claim");
+
+  // adopt keeps token in localStorage under key if it has the form of
+  // pattern, and says in the page's attribute attr what became of it:
+  // malformed (never kept), adopted, or unkept (storage refused: app.js
+  // says so).
+  function adopt(token, pattern, key, attr) {
+    if (!pattern.test(token)) {
+      root.setAttribute(attr, "malformed");
+      return;
+    }
+    try {
+      localStorage.setItem(key, token);
+      root.setAttribute(attr, "adopted");
+    } catch (e) {
+      root.setAttribute(attr, "unkept");
+    }
   }
 })();
