@@ -75,19 +75,22 @@ func (s *File) withAgents(ctx context.Context, fn func([]chatrelay.AgentKey) ([]
 	if err != nil || !write {
 		return err
 	}
-	b, _ := json.Marshal(agentsDoc{Version: 1, Agents: out})
-	b = append(b, '\n')
-	var f *os.File
-	err = s.withFDs(func() (err error) {
-		f, _, err = writeFileSync(s.dir, agentsFile, b, s.dsync)
-		return err
-	})
-	if err != nil {
+	b := agentsRecord(out)
+	var prev []byte
+	if len(keys) > 0 {
+		prev = agentsRecord(keys)
+	}
+	if err := s.replaceRecord(s.dir, agentsFile, b, prev, s.dsync); err != nil {
 		return s.unavailable(agentsFile, err)
 	}
-	f.Close()
 	s.announceAgents(b)
 	return nil
+}
+
+// agentsRecord is the agent keys' record holding keys.
+func agentsRecord(keys []chatrelay.AgentKey) []byte {
+	b, _ := json.Marshal(agentsDoc{Version: 1, Agents: keys})
+	return append(b, '\n')
 }
 
 // AddAgent implements store.Agents.

@@ -65,11 +65,11 @@ func (s *File) Append(ctx context.Context, thread string, m store.NewMessage) (_
 		// the room the failed write had taken given back.
 		counted := slices.Clone(grants)
 		counted[gi].Sent++
-		if err := s.writeGrants(thread, counted); err != nil {
+		if err := s.writeGrants(thread, grants, counted); err != nil {
 			return d, nil, err // nothing stored
 		}
 		return nd, func() {
-			if err := s.writeGrants(thread, grants); err != nil {
+			if err := s.writeGrants(thread, counted, grants); err != nil {
 				s.log.Warn("a post the store refused stays counted in its share link's sent", "thread", thread, "participant", m.Participant, "err", err)
 			}
 		}, nil
@@ -264,6 +264,9 @@ func (s *File) commitDoc(t *threadState, thread string, snap *snapshot, old, nd 
 	}
 	pin, id, err := s.writeDoc(thread, nd, ver, snap == nil)
 	if err != nil {
+		if snap != nil {
+			s.restoreDoc(thread, snap, err)
+		}
 		return nil, err
 	}
 	var ls logState
@@ -271,6 +274,26 @@ func (s *File) commitDoc(t *threadState, thread string, snap *snapshot, old, nd 
 		ls = s.emptyLog(thread, snap.log) // its lines are in the document now
 	}
 	return s.swapSnap(t, &snapshot{id: id, pin: pin, doc: nd, base: nd, ver: ver, log: ls, written: true}), nil // its sum only if needed (sumOf)
+}
+
+// restoreDoc puts snap's document back after a write of the thread's
+// document that failed with err. A folder fsync that failed after the new
+// document got its name (unsyncedError) left it in place: readers would
+// see the change the store refused (503), and a v1 client, which has no
+// client_id to retry with, would post it twice. The caller holds the
+// thread's locks, so no feed of this process has announced the change.
+func (s *File) restoreDoc(thread string, snap *snapshot, err error) {
+	var unsynced *unsyncedError
+	if !errors.As(err, &unsynced) {
+		return // nothing was renamed: the document is the old one
+	}
+	pin, _, rerr := s.writeDoc(thread, snap.base, snap.ver, false)
+	if pin != nil {
+		pin.Close()
+	}
+	if rerr != nil && !errors.As(rerr, &unsynced) {
+		s.log.Error("a refused change stays in its thread's document: the document before it could not be written back", "thread", thread, "err", rerr)
+	}
 }
 
 // isAppend reports whether nd is old with a new message: its newest

@@ -1,6 +1,7 @@
 package filestore
 
 import (
+	"errors"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -83,6 +84,42 @@ func writeFD(dir, name string, data []byte, ds *dirSync) (_ int, _ string, id fi
 		}
 	}
 	return tf, tmp, identityOf(&st), nil
+}
+
+// replaceRecord writes data as the record dir/name (writeFileSync:
+// atomic, the folder fsynced by ds; nil: not at all). A folder fsync that
+// fails once the new record has its name (unsyncedError) refuses the
+// write, and prev, the record's bytes before it (nil: there was none), is
+// put back, so that a refused change leaves nothing behind: no grant, key
+// or subscription the caller was told was not stored. A put back that
+// fails too is logged. The caller holds the record's lock.
+func (s *File) replaceRecord(dir, name string, data, prev []byte, ds *dirSync) error {
+	var f *os.File
+	err := s.withFDs(func() (err error) {
+		f, _, err = writeFileSync(dir, name, data, ds)
+		return err
+	})
+	if err == nil {
+		return f.Close()
+	}
+	var unsynced *unsyncedError
+	if !errors.As(err, &unsynced) {
+		return err // nothing was renamed
+	}
+	perr := s.withFDs(func() error {
+		if prev == nil {
+			return ignoringEINTR(func() error { return syscall.Unlink(joinName(dir, name)) })
+		}
+		f, _, err := writeFileSync(dir, name, prev, ds)
+		if f != nil {
+			f.Close()
+		}
+		return err
+	})
+	if perr != nil && !errors.As(perr, &unsynced) {
+		s.log.Error("a refused change stays in its record: the record before it could not be put back", "record", name, "err", perr)
+	}
+	return err
 }
 
 // unsyncedError is a folder fsync that failed after the file got its name

@@ -84,13 +84,13 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 		return chatrelay.Attachment{}, err
 	}
 	defer unlock()
-	recs, err := s.readIndex(thread)
+	read, err := s.readIndex(thread)
 	if err != nil {
 		return chatrelay.Attachment{}, err
 	}
 	now := s.now()
 	used := usedIDs(d)
-	recs = kept(recs, used, now)
+	recs := kept(read, used, now)
 	if pending(recs, used) >= chatrelay.LimitAttachmentPending.Max {
 		return chatrelay.Attachment{}, store.TooManyPending()
 	}
@@ -112,7 +112,7 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 		tmp = ""
 	}
 	recs = append(recs, store.StoredAttachment{Attachment: a, At: now.UnixMilli()})
-	if err := s.writeIndex(thread, recs); err != nil {
+	if err := s.writeIndex(thread, read, recs); err != nil {
 		if held == 0 {
 			os.Remove(blob)
 			os.Remove(dir) // if this upload made it (a folder holding anything stays)
@@ -311,7 +311,7 @@ func (s *File) collect(thread string, d *threadDoc, gone map[string]bool) error 
 	}
 	keep := slices.DeleteFunc(kept(recs, usedIDs(doc), s.now()), func(r store.StoredAttachment) bool { return gone[r.ID] })
 	if len(keep) != len(recs) {
-		if err := s.writeIndex(thread, keep); err != nil {
+		if err := s.writeIndex(thread, recs, keep); err != nil {
 			return s.unavailable(thread, err)
 		}
 	}
@@ -471,31 +471,43 @@ func parseIndex(thread string, b []byte) ([]store.StoredAttachment, error) {
 	return ix.Attachments, nil
 }
 
-// writeIndex replaces the index of thread atomically (none is removed).
-func (s *File) writeIndex(thread string, recs []store.StoredAttachment) error {
-	path := filepath.Join(s.filesDir(thread), "index.json")
+// writeIndex replaces the index of thread atomically (none is removed),
+// whose records were prev (a refused write puts them back:
+// replaceRecord).
+func (s *File) writeIndex(thread string, prev, recs []store.StoredAttachment) error {
+	dir := s.filesDir(thread)
 	if len(recs) == 0 {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(filepath.Join(dir, "index.json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		return nil
 	}
-	b, err := json.Marshal(index{Version: indexVersion, Attachments: recs})
+	b, err := indexRecord(recs)
 	if err != nil {
 		return err
 	}
-	b = append(b, '\n')
-	err = s.withFDs(func() error {
-		f, _, err := writeFile(s.filesDir(thread), "index.json", b, s.dsync != nil)
-		if f != nil {
-			f.Close()
+	var before []byte
+	if len(prev) > 0 {
+		if before, err = indexRecord(prev); err != nil {
+			return err
 		}
-		return err
-	})
+	}
+	var ds *dirSync
+	if s.dsync != nil {
+		ds = newDirSync(dir)
+		defer ds.close()
+	}
+	err = s.replaceRecord(dir, "index.json", b, before, ds)
 	if err == nil { // what was written is what the next read parses
 		s.state(thread).atts.Store(&indexSnap{sum: maphash.Bytes(docSeed, b), recs: slices.Clip(slices.Clone(recs))})
 	}
 	return err
+}
+
+// indexRecord is the bytes of an index holding recs.
+func indexRecord(recs []store.StoredAttachment) ([]byte, error) {
+	b, err := json.Marshal(index{Version: indexVersion, Attachments: recs})
+	return append(b, '\n'), err
 }
 
 // syncDir fsyncs a folder (unless the store does not fsync).

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -74,25 +73,29 @@ func (s *File) grantsOf(thread string, data []byte, err error) ([]chatrelay.Gran
 	return grants, nil
 }
 
-// writeGrants replaces the thread's record. The caller holds the thread's
-// locks.
-func (s *File) writeGrants(thread string, grants []chatrelay.Grant) error {
-	b, _ := json.Marshal(participantsFile{Version: 1, Thread: thread, Grants: grants})
-	b = append(b, '\n')
+// writeGrants replaces the thread's record, whose grants were prev (a
+// refused write puts them back: replaceRecord). The caller holds the
+// thread's locks.
+func (s *File) writeGrants(thread string, prev, grants []chatrelay.Grant) error {
+	b := grantsRecord(thread, grants)
 	s.index.known(thread, maphash.Bytes(docSeed, b)) // before the rename the watch sees
-	var f *os.File
-	err := s.withFDs(func() (err error) {
-		f, _, err = writeFileSync(s.dir, thread+".participants.json", b, s.dsync)
-		return err
-	})
-	if err != nil {
+	var before []byte
+	if len(prev) > 0 {
+		before = grantsRecord(thread, prev)
+	}
+	if err := s.replaceRecord(s.dir, thread+".participants.json", b, before, s.dsync); err != nil {
 		s.index.forget(thread)
 		return s.unavailable(thread, err)
 	}
-	f.Close()
 	s.noteGrants(thread, grants)
 	s.announceParticipants(thread)
 	return nil
+}
+
+// grantsRecord is the participants record of thread holding grants.
+func grantsRecord(thread string, grants []chatrelay.Grant) []byte {
+	b, _ := json.Marshal(participantsFile{Version: 1, Thread: thread, Grants: grants})
+	return append(b, '\n')
 }
 
 // withGrants runs fn on the thread's grants under the thread's locks and
@@ -143,7 +146,7 @@ func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []c
 			}
 		}
 	}
-	return s.writeGrants(thread, out)
+	return s.writeGrants(thread, grants, out)
 }
 
 // Invite implements Participants.

@@ -110,16 +110,20 @@ func (s *File) withPush(ctx context.Context, thread string, fn func(subs []chatr
 		}
 		return nil
 	}
-	b, _ := json.Marshal(pushFile{Version: 1, Thread: thread, Subscriptions: out})
-	var f *os.File
-	err = s.withFDs(func() (err error) {
-		f, _, err = writeFileSync(s.dir, thread+".push.json", append(b, '\n'), s.dsync)
-		return err
-	})
-	if err != nil {
+	var prev []byte
+	if len(subs) > 0 {
+		prev = pushRecord(thread, subs)
+	}
+	if err := s.replaceRecord(s.dir, thread+".push.json", pushRecord(thread, out), prev, s.dsync); err != nil {
 		return s.unavailable(thread, err)
 	}
-	return f.Close()
+	return nil
+}
+
+// pushRecord is the push subscriptions record of thread holding subs.
+func pushRecord(thread string, subs []chatrelay.PushSubscription) []byte {
+	b, _ := json.Marshal(pushFile{Version: 1, Thread: thread, Subscriptions: subs})
+	return append(b, '\n')
 }
 
 // PushSubscribe implements store.Push.
