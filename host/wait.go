@@ -250,8 +250,9 @@ func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (I
 
 // followInteraction follows the thread's changes for at most d, or until
 // ctx is done, and returns the interaction's message once it is no longer
-// pending (closed). An interaction gone from the store (a feed reset finds
-// it no more) is a NotFound error.
+// pending (closed). An interaction gone from the store (a feed reset, or
+// a new message, whose append applies retention, finds it no more) is a
+// NotFound error.
 func (v *Verbs) followInteraction(ctx context.Context, thread, id string, d time.Duration) (e store.Entry, closed bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -268,11 +269,16 @@ func (v *Verbs) followInteraction(ctx context.Context, thread, id string, d time
 		return nil // pending, or the store cannot answer now: a later batch, or the end of the wait, looks again
 	}
 	err = v.followThread(ctx, thread, func(b store.Batch) error {
+		appended := false
 		for _, m := range b.Messages {
 			if m.Interaction != nil && m.Interaction.ID == id && m.Interaction.State.Closed() {
 				e = m
 				return errClosed
 			}
+			appended = appended || m.Rev <= m.Epoch
+		}
+		if appended { // an append applies retention: it may have dropped the interaction
+			return look()
 		}
 		return nil
 	}, look) // registered, or reset: the store may have changed before

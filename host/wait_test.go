@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -218,6 +219,64 @@ func TestWaitEndsWhenRedisLosesTheInteraction(t *testing.T) {
 	srv.Restart(t) // no persistence: Redis comes back empty
 	rr := recv(t, got, "wait_interaction after Redis lost its data")
 	assert.Code(t, rr.err, chatrelay.NotFound)
+}
+
+// TestWaitEndsWhenRetentionDropsTheInteraction: a wait_interaction
+// running while another process's posts push its question out of the
+// thread's retention ends at once with not_found, as check_interaction
+// then answers, instead of waiting out its round (up to 5 minutes) for a
+// deadline nothing can reach any more. The posts are stored right after
+// the wait's look at the store once it follows the feed (its second
+// read), so only the feed can tell it.
+func TestWaitEndsWhenRetentionDropsTheInteraction(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, backend string) {
+		opts := storetest.Options{Retention: chatrelay.Retention{Messages: 2}}
+		server := storetest.Open(t, backend, opts)
+		asker := &host.Verbs{Store: server.Store}
+		ctx := t.Context()
+		_, err := server.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
+		assert.Success(t, err)
+		asked, err := asker.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+		assert.Success(t, err)
+		posted := make(chan error, 1)
+		reader := &readHook{Store: server.Another(t, opts).Store, after: func(n int) {
+			if n != 2 {
+				return
+			}
+			for i := range 3 {
+				if _, err := server.Store.Append(ctx, thread, store.NewMessage{Text: fmt.Sprintf("later %d", i)}); err != nil {
+					posted <- err
+					return
+				}
+			}
+			posted <- nil
+		}}
+		v := &host.Verbs{Store: reader}
+		got := make(chan readResult, 1)
+		go func() {
+			r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 60})
+			got <- readResult{r, err}
+		}()
+		assert.Success(t, recv(t, posted, "the posts after the wait's look"))
+		_, err = asker.CheckInteraction(ctx, host.InteractionInput{Thread: thread, InteractionID: asked.Interaction.ID})
+		assert.Code(t, err, chatrelay.NotFound)
+		rr := recv(t, got, "wait_interaction after retention dropped the question")
+		assert.Code(t, rr.err, chatrelay.NotFound)
+	})
+}
+
+// readHook is a store whose Changes calls after(n) once its nth read is
+// done, before it returns that read.
+type readHook struct {
+	store.Store
+	n     atomic.Int32
+	after func(n int)
+}
+
+func (s *readHook) Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
+	p, err := s.Store.Changes(ctx, thread, since, limit)
+	s.after(int(s.n.Add(1)))
+	return p, err
 }
 
 // waitForFeed waits until a store under prefix follows its change feed on
