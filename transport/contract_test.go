@@ -593,6 +593,12 @@ func TestErrors(t *testing.T) {
 			{name: "since with a space", do: poll("?since=%205"), status: 400, code: chatrelay.InvalidSince},
 			{name: "since hex", do: poll("?since=0x10"), status: 400, code: chatrelay.InvalidSince},
 			{name: "since an ISO time", do: poll("?since=2026-10-23T18:40:00%2B00:00"), status: 400, code: chatrelay.InvalidSince},
+			// A query that does not decode is not dropped as if the cursor
+			// were absent (the newest 50 again: repeats for a resuming client).
+			{name: "since with a bad escape", do: poll("?since=%zz"), status: 400, code: chatrelay.InvalidSince},
+			{name: "since with a trailing %", do: poll("?since=5%"), status: 400, code: chatrelay.InvalidSince},
+			{name: "since and a semicolon", do: poll("?since=5;"), status: 400, code: chatrelay.InvalidSince},
+			{name: "v and a semicolon", do: poll("?v=3;"), status: 400, code: chatrelay.InvalidVersion},
 
 			{name: "post without token", do: req("POST", "/api/chat/post"), status: 401, code: chatrelay.Unauthorized, words: unauthorized},
 			{name: "poll without token", do: req("GET", "/api/chat/poll"), status: 401, code: chatrelay.Unauthorized, words: unauthorized},

@@ -150,6 +150,8 @@ func TestSSERefusesInvalidCursor(t *testing.T) {
 			{"letters", "?since=abc", nil},
 			{"negative", "?since=-1", nil},
 			{"fraction", "?since=1.5", nil},
+			{"a bad escape", "?since=%zz", nil},
+			{"a semicolon", "?since=5;", nil},
 			{"Last-Event-ID not a number", "", map[string]string{"Last-Event-ID": "MSG-1"}},
 			{"bad Last-Event-ID, good since", "?since=5", map[string]string{"Last-Event-ID": "x"}},
 		} {

@@ -55,7 +55,7 @@ func (v view) json(e store.Entry) []byte {
 // viewOf reads the view a request asks for: ?v= absent, empty or 1 is v1,
 // 2 is v2, anything else is refused with invalid_version.
 func viewOf(r *http.Request) (view, error) {
-	switch r.URL.Query().Get("v") {
+	switch query(r).Get("v") {
 	case "", "1":
 		return view{}, nil
 	case "2":
@@ -526,13 +526,13 @@ func (f readyFrame) marshal() []byte {
 // minted from a grant dies with it) or the headers (the token, or a share
 // link's Bearer token). Every member may open a stream.
 func (s *Server) streamAuth(r *http.Request) (principal, error) {
-	if !r.URL.Query().Has("ticket") {
+	if !query(r).Has("ticket") {
 		return s.authenticate(r)
 	}
 	if len(s.tickets.key) == 0 {
 		return principal{}, chatrelay.Errorf(chatrelay.InvalidTicket, "this server issues no tickets")
 	}
-	thread, pid, err := s.tickets.check(r.URL.Query().Get("ticket"))
+	thread, pid, err := s.tickets.check(query(r).Get("ticket"))
 	if err != nil {
 		return principal{}, err
 	}

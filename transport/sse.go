@@ -106,7 +106,7 @@ func sseCursor(r *http.Request) string {
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
 		return v
 	}
-	return r.URL.Query().Get("since")
+	return query(r).Get("since")
 }
 
 // sseWriter frames a session as Server-Sent Events on out.

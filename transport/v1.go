@@ -26,7 +26,7 @@ func (s *Server) handleGone(w http.ResponseWriter, r *http.Request) {
 func threadOf(r *http.Request) (string, error) {
 	tok := r.Header.Get("X-Chat-Token")
 	if !chatrelay.ValidToken(tok) {
-		if tok == "" && r.URL.Query().Has("ticket") {
+		if tok == "" && query(r).Has("ticket") {
 			return "", chatrelay.Errorf(chatrelay.InvalidTicket, "a ticket only opens a stream; post and poll need X-Chat-Token")
 		}
 		return "", chatrelay.Errorf(chatrelay.Unauthorized, "missing or malformed X-Chat-Token")
@@ -142,7 +142,7 @@ func (s *Server) storedWith(ctx context.Context, thread, clientID string) (store
 
 func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request, who principal) {
 	thread := who.thread
-	since, err := parseSince(r.URL.Query().Get("since"))
+	since, err := parseSince(query(r).Get("since"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -45,7 +45,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	req, ss := s.startSession(w, r, r.URL.Query().Get("since"))
+	req, ss := s.startSession(w, r, query(r).Get("since"))
 	if ss == nil {
 		return
 	}
