@@ -23,7 +23,8 @@ type AttachmentInput struct {
 // their ids, for the message to name. It refuses more than
 // LimitAttachments (TooManyAttachments) before it stores anything, and a
 // thread that has no message (NotFound: hermes writes only to threads that
-// exist). A file over LimitAttachmentBytes is AttachmentTooLarge. A file
+// exist). A file over v.MaxAttachmentBytes (by default LimitAttachmentBytes)
+// is AttachmentTooLarge. A file
 // uploaded before a later one is refused is deleted by the store within
 // the hour (no message names it). A repeat of a message with its
 // client_id stores no file again: it names the files of the message
@@ -64,7 +65,7 @@ func (v *Verbs) attach(ctx context.Context, thread, clientID string, files []Att
 		if body == nil {
 			body = bytes.NewReader(f.Data)
 		}
-		a, err := as.PutAttachment(ctx, thread, store.Upload{Name: f.Name, Type: f.Type, Body: body})
+		a, err := as.PutAttachment(ctx, thread, store.Upload{Name: f.Name, Type: f.Type, Body: body, Max: v.MaxAttachmentBytes})
 		if err != nil {
 			return nil, err
 		}
