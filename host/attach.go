@@ -86,9 +86,9 @@ func (v *Verbs) attach(ctx context.Context, thread, clientID string, files []Att
 // v.MaxAttachmentBytes (AttachmentTooLarge), so that such a call stores
 // nothing. A Body is bounded as it is read too (a file that grows).
 func (v *Verbs) checkFiles(files []AttachmentInput) error {
-	max := v.MaxAttachmentBytes
-	if max <= 0 {
-		max = int64(chatrelay.LimitAttachmentBytes.Max)
+	most := v.MaxAttachmentBytes
+	if most <= 0 {
+		most = int64(chatrelay.LimitAttachmentBytes.Max)
 	}
 	for i, f := range files {
 		if f.Body == nil && f.Data == nil {
@@ -103,8 +103,8 @@ func (v *Verbs) checkFiles(files []AttachmentInput) error {
 				size = fi.Size()
 			}
 		}
-		if size > max {
-			return store.TooLarge(max)
+		if size > most {
+			return store.TooLarge(most)
 		}
 	}
 	return nil
