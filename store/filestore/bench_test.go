@@ -166,15 +166,7 @@ func BenchmarkAppendBelowRetention(b *testing.B) {
 // hermes writes costs the pusher: the thread's push subscriptions read
 // (5, each with its keys), whether or not they changed since.
 func BenchmarkPushSubscriptions(b *testing.B) {
-	s, err := OpenFile(b.TempDir(), FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	ctx := context.Background()
-	if _, err := s.Append(ctx, threadA, store.NewMessage{Author: chatrelay.Operator, Text: "hello"}); err != nil {
-		b.Fatal(err)
-	}
+	s, ctx := benchThread(b)
 	key := ecdhKey(b)
 	for i := range 5 {
 		sub := chatrelay.PushSubscription{ID: chatrelay.NewPushID(), Endpoint: fmt.Sprintf("https://push.example.com/wpush/v2/%040d", i),
@@ -199,4 +191,19 @@ func ecdhKey(b *testing.B) string {
 		b.Fatal(err)
 	}
 	return base64.RawURLEncoding.EncodeToString(k.PublicKey().Bytes())
+}
+
+// benchThread is a store (no fsync) in a folder of the benchmark's, closed
+// at its end, whose thread threadA has one message.
+func benchThread(b *testing.B) (*File, context.Context) {
+	s, err := OpenFile(b.TempDir(), FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	if _, err := s.Append(ctx, threadA, store.NewMessage{Author: chatrelay.Operator, Text: "hello"}); err != nil {
+		b.Fatal(err)
+	}
+	return s, ctx
 }
