@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"io/fs"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -23,9 +24,11 @@ type AttachmentInput struct {
 // their ids, for the message to name. It refuses more than
 // LimitAttachments (TooManyAttachments) before it stores anything, and a
 // thread that has no message (NotFound: hermes writes only to threads that
-// exist). A file over LimitAttachmentBytes is AttachmentTooLarge. A file
+// exist). A file over v.MaxAttachmentBytes (by default LimitAttachmentBytes)
+// is AttachmentTooLarge. A file
 // uploaded before a later one is refused is deleted by the store within
-// the hour (no message names it). A repeat of a message with its
+// the hour (no message names it); checkFiles refuses what it can before
+// any is stored. A repeat of a message with its
 // client_id stores no file again: it names the files of the message
 // stored under that client_id, which the store then answers (or refuses
 // with ClientIDConflict if the rest differs).
@@ -34,6 +37,9 @@ func (v *Verbs) attach(ctx context.Context, thread, clientID string, files []Att
 		return nil, nil
 	}
 	if err := chatrelay.LimitAttachments.CheckItems(chatrelay.TooManyAttachments, "attachments", len(files)); err != nil {
+		return nil, err
+	}
+	if err := v.checkFiles(files); err != nil {
 		return nil, err
 	}
 	as, ok := attachmentsOf(v.Store)
@@ -64,13 +70,44 @@ func (v *Verbs) attach(ctx context.Context, thread, clientID string, files []Att
 		if body == nil {
 			body = bytes.NewReader(f.Data)
 		}
-		a, err := as.PutAttachment(ctx, thread, store.Upload{Name: f.Name, Type: f.Type, Body: body})
+		a, err := as.PutAttachment(ctx, thread, store.Upload{Name: f.Name, Type: f.Type, Body: body, Max: v.MaxAttachmentBytes})
 		if err != nil {
 			return nil, err
 		}
 		ids[i] = a.ID
 	}
 	return ids, nil
+}
+
+// checkFiles refuses, before any file is stored, a file with no data
+// (InvalidAttachment: the input schema requires it; "" is an empty file),
+// a name empty once cleaned (InvalidAttachment), and data (or a regular
+// file, the CLI's) over
+// v.MaxAttachmentBytes (AttachmentTooLarge), so that such a call stores
+// nothing. A Body is bounded as it is read too (a file that grows).
+func (v *Verbs) checkFiles(files []AttachmentInput) error {
+	most := v.MaxAttachmentBytes
+	if most <= 0 {
+		most = int64(chatrelay.LimitAttachmentBytes.Max)
+	}
+	for i, f := range files {
+		if f.Body == nil && f.Data == nil {
+			return chatrelay.Errorf(chatrelay.InvalidAttachment, "attachments[%d] has no data: its bytes in base64 (\"\" for an empty file)", i)
+		}
+		if _, err := chatrelay.CleanAttachmentName(f.Name); err != nil {
+			return err
+		}
+		size := int64(len(f.Data))
+		if st, ok := f.Body.(interface{ Stat() (fs.FileInfo, error) }); ok { // the CLI's file
+			if fi, err := st.Stat(); err == nil && fi.Mode().IsRegular() {
+				size = fi.Size()
+			}
+		}
+		if size > most {
+			return store.TooLarge(most)
+		}
+	}
+	return nil
 }
 
 // attachmentsOf is the attachments of st (or of the store a

@@ -37,8 +37,12 @@ type Verbs struct {
 	// Reaches, if set, is the scope of the verbs: a thread it refuses is
 	// NotFound to every verb, list_threads and the waits leave it out, and
 	// open_thread is NotPermitted (scope.go). nil: every thread.
-	Reaches  func(thread string) bool
-	feedOnce sync.Once
+	Reaches func(thread string) bool
+	// MaxAttachmentBytes is the most bytes of one file the verbs attach
+	// (serve --max-attachment-bytes over MCP HTTP); 0 is
+	// chatrelay.LimitAttachmentBytes.
+	MaxAttachmentBytes int64
+	feedOnce           sync.Once
 }
 
 func (v *Verbs) feed() *store.Feed {

@@ -568,3 +568,31 @@ func TestMCPIdleSessionEnds(t *testing.T) {
 	r := callTool(t, mcpClient(t, n.base, key, nil), "list_threads", map[string]any{})
 	assert.True(t, !r.IsError, "a new session: %+v", r)
 }
+
+// TestMCPAttachmentHonoursMaxAttachmentBytes: a tool call's file over MCP
+// HTTP is bounded by the server's --max-attachment-bytes, as an upload
+// over the API is: at the limit it is stored, one byte past it is the
+// tool's error attachment_too_large and nothing is stored.
+func TestMCPAttachmentHonoursMaxAttachmentBytes(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa, "--max-attachment-bytes", "1000")
+	owner := opsToken("mcp attachment limit")
+	thread := chatrelay.ThreadOf(owner)
+	assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
+	key, _ := addAgent(t, sa, "limited")
+	cs := mcpClient(t, n.base, key, nil)
+	file := func(size int) map[string]any {
+		return map[string]any{"name": "f.bin", "type": "application/octet-stream", "data": make([]byte, size)}
+	}
+
+	r := callTool(t, cs, "send", map[string]any{"thread": thread, "text": "at", "attachments": []any{file(1000)}})
+	assert.True(t, !r.IsError, "a file of --max-attachment-bytes: %+v", r)
+	r = callTool(t, cs, "send", map[string]any{"thread": thread, "text": "past", "attachments": []any{file(1001)}})
+	var te mcpserver.ToolError
+	structured(t, r, &te)
+	assert.True(t, r.IsError && te.Code == chatrelay.AttachmentTooLarge, "a file one byte past --max-attachment-bytes: %+v", te)
+	rd := runCLI(t, nil, "", append([]string{"show", thread, "--json"}, sa...)...)
+	assert.Success(t, rd.err)
+	assert.True(t, !strings.Contains(rd.stdout, `"past"`), "the refused send was stored: %s", rd.stdout)
+}

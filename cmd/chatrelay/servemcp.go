@@ -55,7 +55,7 @@ func (f *mcpFlags) start(st *store.Backend, cfg *transport.Config, lim chatrelay
 	if cfg.Feed == nil { // one feed a process: the live streams' and the verbs'
 		cfg.Feed = store.NewFeed(st.Store)
 	}
-	f.handler = mcpserver.NewHTTP(&host.Verbs{Store: st.Store, Feed: cfg.Feed, PublicURL: cfg.PublicURL}, o)
+	f.handler = mcpserver.NewHTTP(&host.Verbs{Store: st.Store, Feed: cfg.Feed, PublicURL: cfg.PublicURL, MaxAttachmentBytes: cfg.MaxAttachmentBytes}, o)
 	cfg.MCP = f.handler
 	return nil
 }

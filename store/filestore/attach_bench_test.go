@@ -1,9 +1,7 @@
 package filestore
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -17,15 +15,7 @@ import (
 func BenchmarkOpenAttachment(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("uploads=%d", n), func(b *testing.B) {
-			s, err := OpenFile(b.TempDir(), FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			ctx := context.Background()
-			if _, err := s.Append(ctx, threadA, store.NewMessage{Author: chatrelay.Operator, Text: "hello"}); err != nil {
-				b.Fatal(err)
-			}
+			s, ctx := benchThread(b)
 			var id string
 			var pending []string
 			for i := range n {
@@ -67,15 +57,7 @@ func BenchmarkOpenAttachment(b *testing.B) {
 func BenchmarkPutAttachment(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("uploads=%d", n), func(b *testing.B) {
-			s, err := OpenFile(b.TempDir(), FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			ctx := context.Background()
-			if _, err := s.Append(ctx, threadA, store.NewMessage{Author: chatrelay.Operator, Text: "hello"}); err != nil {
-				b.Fatal(err)
-			}
+			s, ctx := benchThread(b)
 			var pending []string
 			put := func(i int) {
 				a, err := s.PutAttachment(ctx, threadA, store.Upload{Name: fmt.Sprintf("file-%d.txt", i), Body: strings.NewReader("the same bytes")})

@@ -2,6 +2,9 @@ package filestore
 
 import (
 	"context"
+	"crypto/ecdh"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"os"
@@ -157,4 +160,50 @@ func BenchmarkAppendBelowRetention(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPushSubscriptions is the store's part of what every message
+// hermes writes costs the pusher: the thread's push subscriptions read
+// (5, each with its keys), whether or not they changed since.
+func BenchmarkPushSubscriptions(b *testing.B) {
+	s, ctx := benchThread(b)
+	key := ecdhKey(b)
+	for i := range 5 {
+		sub := chatrelay.PushSubscription{ID: chatrelay.NewPushID(), Endpoint: fmt.Sprintf("https://push.example.com/wpush/v2/%040d", i),
+			P256dh: key, Auth: base64.RawURLEncoding.EncodeToString(make([]byte, 16)), Events: chatrelay.PushEvents, CreatedAt: 1, Subscriber: chatrelay.SubscriberOwner}
+		if _, _, err := s.PushSubscribe(ctx, threadA, sub); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		subs, err := s.PushSubscriptions(ctx, threadA)
+		if err != nil || len(subs) != 5 {
+			b.Fatal(len(subs), err)
+		}
+	}
+}
+
+// ecdhKey is a P-256 public key, base64url: a subscription's p256dh.
+func ecdhKey(b *testing.B) string {
+	k, err := ecdh.P256().GenerateKey(rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(k.PublicKey().Bytes())
+}
+
+// benchThread is a store (no fsync) in a folder of the benchmark's, closed
+// at its end, whose thread threadA has one message.
+func benchThread(b *testing.B) (*File, context.Context) {
+	s, err := OpenFile(b.TempDir(), FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	if _, err := s.Append(ctx, threadA, store.NewMessage{Author: chatrelay.Operator, Text: "hello"}); err != nil {
+		b.Fatal(err)
+	}
+	return s, ctx
 }

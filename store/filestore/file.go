@@ -148,6 +148,8 @@ type threadState struct {
 	auditLines int
 	// atts is the attachments index last parsed (attach.go).
 	atts atomic.Pointer[indexSnap]
+	// push is the push subscriptions record last parsed (push.go).
+	push atomic.Pointer[pushSnap]
 }
 
 var _ store.Store = (*File)(nil)

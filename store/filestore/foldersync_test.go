@@ -36,15 +36,7 @@ func TestCreationWhoseFolderSyncFails(t *testing.T) {
 			assert.Success(t, err)
 			t.Cleanup(func() { s.Close() })
 			s.noTmpfile.Store(how == "rename")
-			var fail atomic.Bool
-			s.dsync.mu.Lock() // the syncer reads fsyncFn after taking mu
-			s.dsync.fsyncFn = func() error {
-				if fail.Load() {
-					return &os.PathError{Op: "sync", Path: s.dsync.dir, Err: syscall.EIO}
-				}
-				return s.dsync.fsync()
-			}
-			s.dsync.mu.Unlock()
+			fail := failFolderSync(s)
 			countPath := filepath.Join(dir, "chat", ".threads.lock")
 
 			appendText(t, s, threadA, "the first thread")
@@ -86,15 +78,7 @@ func TestReplaceWhoseFolderSyncFails(t *testing.T) {
 	s, err := OpenFile(dir, FileOptions{Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { s.Close() })
-	var fail atomic.Bool
-	s.dsync.mu.Lock() // the syncer reads fsyncFn after taking mu
-	s.dsync.fsyncFn = func() error {
-		if fail.Load() {
-			return &os.PathError{Op: "sync", Path: s.dsync.dir, Err: syscall.EIO}
-		}
-		return s.dsync.fsync()
-	}
-	s.dsync.mu.Unlock()
+	fail := failFolderSync(s)
 
 	appendText(t, s, threadA, "the first")
 	fail.Store(true)
@@ -124,15 +108,7 @@ func TestRecordWhoseFolderSyncFails(t *testing.T) {
 	s, err := OpenFile(t.TempDir(), FileOptions{Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { s.Close() })
-	var fail atomic.Bool
-	s.dsync.mu.Lock() // the syncer reads fsyncFn after taking mu
-	s.dsync.fsyncFn = func() error {
-		if fail.Load() {
-			return &os.PathError{Op: "sync", Path: s.dsync.dir, Err: syscall.EIO}
-		}
-		return s.dsync.fsync()
-	}
-	s.dsync.mu.Unlock()
+	fail := failFolderSync(s)
 	ctx := t.Context()
 	grant := func(id string) chatrelay.Grant {
 		return chatrelay.Grant{ID: id, Name: "Jo", Kind: chatrelay.Human, Role: chatrelay.Viewer, CreatedAt: 1,
@@ -186,4 +162,19 @@ func TestRecordWhoseFolderSyncFails(t *testing.T) {
 	keys, err := s.AgentKeys(ctx)
 	assert.Success(t, err)
 	assert.Equal(t, "agent keys after a refused one", len(keys), 0)
+}
+
+// failFolderSync makes s's folder fsyncs fail with EIO while the flag it
+// returns is set.
+func failFolderSync(s *File) *atomic.Bool {
+	fail := new(atomic.Bool)
+	s.dsync.mu.Lock() // the syncer reads fsyncFn after taking mu
+	s.dsync.fsyncFn = func() error {
+		if fail.Load() {
+			return &os.PathError{Op: "sync", Path: s.dsync.dir, Err: syscall.EIO}
+		}
+		return s.dsync.fsync()
+	}
+	s.dsync.mu.Unlock()
+	return fail
 }

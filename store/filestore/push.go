@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io/fs"
 	"maps"
 	"os"
@@ -40,9 +41,19 @@ type pushFile struct {
 
 func (s *File) pushPath(thread string) string { return filepath.Join(s.dir, thread+".push.json") }
 
-// readPush reads the thread's subscriptions (none if it has no record).
-// A record that does not parse is an error (logged): nothing writes
-// over it, and nothing is pushed from it.
+// pushSnap is a thread's push subscriptions record as last parsed or
+// written, with the checksum of its bytes: the pusher reads the record at
+// every message hermes writes to the thread, and an unchanged one is
+// parsed no more (its identity alone could deceive, as a document's can:
+// see snapshot). Never modified.
+type pushSnap struct {
+	sum  uint64
+	subs []chatrelay.PushSubscription
+}
+
+// readPush reads the thread's subscriptions (none if it has no record),
+// a slice of the caller's own. A record that does not parse is an error
+// (logged): nothing writes over it, and nothing is pushed from it.
 func (s *File) readPush(thread string) ([]chatrelay.PushSubscription, error) {
 	data, err := s.readFile(s.pushPath(thread))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -51,10 +62,24 @@ func (s *File) readPush(thread string) ([]chatrelay.PushSubscription, error) {
 	if err != nil {
 		return nil, s.unavailable(thread, err)
 	}
+	t, sum := s.state(thread), maphash.Bytes(docSeed, data)
+	if c := t.push.Load(); c != nil && c.sum == sum {
+		return slices.Clone(c.subs), nil
+	}
+	subs, err := s.parsePush(thread, data)
+	if err != nil {
+		return nil, err
+	}
+	t.push.Store(&pushSnap{sum: sum, subs: slices.Clone(subs)})
+	return subs, nil
+}
+
+// parsePush parses the bytes of thread's push subscriptions record.
+func (s *File) parsePush(thread string, data []byte) ([]chatrelay.PushSubscription, error) {
 	var f pushFile
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	err = dec.Decode(&f)
+	err := dec.Decode(&f)
 	if err == nil && (f.Version != 1 || f.Thread != thread) {
 		err = fmt.Errorf("version %d of thread %q", f.Version, f.Thread)
 	}
@@ -114,9 +139,11 @@ func (s *File) withPush(ctx context.Context, thread string, fn func(subs []chatr
 	if len(subs) > 0 {
 		prev = pushRecord(thread, subs)
 	}
-	if err := s.replaceRecord(s.dir, thread+".push.json", pushRecord(thread, out), prev, s.dsync); err != nil {
+	b := pushRecord(thread, out)
+	if err := s.replaceRecord(s.dir, thread+".push.json", b, prev, s.dsync); err != nil {
 		return s.unavailable(thread, err)
 	}
+	s.state(thread).push.Store(&pushSnap{sum: maphash.Bytes(docSeed, b), subs: slices.Clone(out)}) // what the next read parses
 	return nil
 }
 
