@@ -93,6 +93,7 @@ func TestWSRefusesBadRequests(t *testing.T) {
 			{"no token", "/api/chat/ws", "", nil, 401, "unauthorized"},
 			{"malformed token", "/api/chat/ws", "ABC", nil, 401, "unauthorized"},
 			{"invalid since", "/api/chat/ws?since=-4", tokenN(1), nil, 400, "invalid_since"},
+			{"since with a bad escape", "/api/chat/ws?since=%zz", tokenN(1), nil, 400, "invalid_since"},
 			{"malformed ticket", "/api/chat/ws?ticket=t1.nope", "", nil, 401, "invalid_ticket"},
 			{"foreign origin", "/api/chat/ws", tokenN(1), http.Header{"Origin": {"https://evil.example.net"}}, 403, "origin_not_allowed"},
 			{"a pattern is not a glob", "/api/chat/ws", tokenN(1), http.Header{"Origin": {"https://x.app.example.com"}}, 403, "origin_not_allowed"},
