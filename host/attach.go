@@ -79,22 +79,20 @@ func (v *Verbs) attach(ctx context.Context, thread, clientID string, files []Att
 	return ids, nil
 }
 
-// checkFiles refuses, before any file is stored, a file with no data
+// checkFiles refuses, before any file is stored, what the store would
+// refuse of one of files (store.Upload.Check: a name empty once cleaned,
+// InvalidAttachment; data, or the CLI's regular file, over
+// v.MaxAttachmentBytes, AttachmentTooLarge) and a file with no data
 // (InvalidAttachment: the input schema requires it; "" is an empty file),
-// a name empty once cleaned (InvalidAttachment), and data (or a regular
-// file, the CLI's) over
-// v.MaxAttachmentBytes (AttachmentTooLarge), so that such a call stores
-// nothing. A Body is bounded as it is read too (a file that grows).
+// so that a refused call stores none of its files. A Body is bounded as
+// it is read too (a file that grows meanwhile).
 func (v *Verbs) checkFiles(files []AttachmentInput) error {
-	most := v.MaxAttachmentBytes
-	if most <= 0 {
-		most = int64(chatrelay.LimitAttachmentBytes.Max)
-	}
 	for i, f := range files {
 		if f.Body == nil && f.Data == nil {
 			return chatrelay.Errorf(chatrelay.InvalidAttachment, "attachments[%d] has no data: its bytes in base64 (\"\" for an empty file)", i)
 		}
-		if _, err := chatrelay.CleanAttachmentName(f.Name); err != nil {
+		up := store.Upload{Name: f.Name, Type: f.Type, Max: v.MaxAttachmentBytes}
+		if err := up.Check(); err != nil {
 			return err
 		}
 		size := int64(len(f.Data))
@@ -103,8 +101,8 @@ func (v *Verbs) checkFiles(files []AttachmentInput) error {
 				size = fi.Size()
 			}
 		}
-		if size > most {
-			return store.TooLarge(most)
+		if size > up.Max {
+			return store.TooLarge(up.Max)
 		}
 	}
 	return nil
