@@ -111,10 +111,7 @@ func (s *Server) handlePushSubscribe(w http.ResponseWriter, r *http.Request, p p
 	if !s.decodeJSON(w, r, &body) {
 		return
 	}
-	sub, err := s.push.subscription(r, body)
-	if err == nil && p.participant() {
-		sub.Events, err = participantEvents(body.Events)
-	}
+	sub, err := s.push.subscription(r, body, p)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -135,20 +132,28 @@ func (s *Server) handlePushSubscribe(w http.ResponseWriter, r *http.Request, p p
 	}{true, answerOf(got)})
 }
 
-// participantEvents are the events of a participant's subscription:
-// reply only. A participant cannot answer an interaction, so it is never
-// pushed one: asked for by name, it is refused (403 not_permitted) rather
-// than stored and never sent; left out, the default is reply.
-func participantEvents(asked []chatrelay.PushEvent) ([]chatrelay.PushEvent, error) {
+// eventsFor checks the events p asks for (chatrelay.PushEventsOf). A
+// participant cannot answer an interaction, so it is never pushed one:
+// its subscription gets reply only, and asking for interaction by name is
+// refused (403 not_permitted) rather than stored and never sent.
+func eventsFor(p principal, asked []chatrelay.PushEvent) ([]chatrelay.PushEvent, error) {
+	events, err := chatrelay.PushEventsOf(asked)
+	if err != nil {
+		return nil, chatrelay.Errorf(chatrelay.InvalidJSON, "%v", err)
+	}
+	if !p.participant() {
+		return events, nil
+	}
 	if slices.Contains(asked, chatrelay.PushInteraction) {
 		return nil, chatrelay.Errorf(chatrelay.NotPermitted, `a participant cannot answer an interaction, so it gets no "interaction" push: subscribe to "reply" (the default)`)
 	}
 	return []chatrelay.PushEvent{chatrelay.PushReply}, nil
 }
 
-// subscription checks a subscribe body: its shape, its keys, its events,
-// and its endpoint (https, not a private address: the Guard).
-func (ps *pusher) subscription(r *http.Request, b subscribeBody) (chatrelay.PushSubscription, error) {
+// subscription checks p's subscribe body: its shape, its keys, its events
+// (eventsFor), and its endpoint (https, not a private address: the
+// Guard), in that order: a refused one resolves no name.
+func (ps *pusher) subscription(r *http.Request, b subscribeBody, p principal) (chatrelay.PushSubscription, error) {
 	bad := func(format string, args ...any) error {
 		return chatrelay.Errorf(chatrelay.InvalidPushEndpoint, format, args...)
 	}
@@ -156,9 +161,9 @@ func (ps *pusher) subscription(r *http.Request, b subscribeBody) (chatrelay.Push
 		b.Subscription.Keys.P256dh == nil || b.Subscription.Keys.Auth == nil {
 		return chatrelay.PushSubscription{}, bad(`the body must be {"subscription": {"endpoint", "keys": {"p256dh", "auth"}}}: a PushSubscription's toJSON()`)
 	}
-	events, err := chatrelay.PushEventsOf(b.Events)
+	events, err := eventsFor(p, b.Events)
 	if err != nil {
-		return chatrelay.PushSubscription{}, chatrelay.Errorf(chatrelay.InvalidJSON, "%v", err)
+		return chatrelay.PushSubscription{}, err
 	}
 	p256dh, auth := strings.TrimRight(*b.Subscription.Keys.P256dh, "="), strings.TrimRight(*b.Subscription.Keys.Auth, "=")
 	if err := chatrelay.CheckPushKeys(p256dh, auth); err != nil {
