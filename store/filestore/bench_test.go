@@ -164,7 +164,8 @@ func BenchmarkAppendBelowRetention(b *testing.B) {
 
 // BenchmarkPushSubscriptions is the store's part of what every message
 // hermes writes costs the pusher: the thread's push subscriptions read
-// (5, each with its keys), whether or not they changed since.
+// (5, each with its keys), unchanged since the last read, as they are
+// between two subscribes.
 func BenchmarkPushSubscriptions(b *testing.B) {
 	s, ctx := benchThread(b)
 	key := ecdhKey(b)
