@@ -178,3 +178,34 @@ func serveShutdownWithAStalledUpload(t *testing.T, backend string) {
 	srv.stopped(t) // SIGTERM
 	assert.Equal(t, "what the upload left", len(left()), 0)
 }
+
+// TestServeShutdownCutUploadIsRetryable: an upload still being received
+// when the shutdown's grace is over is cut, and its client is told to
+// send it again (503 store_unavailable, retryable), not that its upload
+// broke off (400 invalid_attachment, not retryable): before the fix a
+// client that was still sending, only slowly, was told the upload was its
+// fault and would not retry it.
+func TestServeShutdownCutUploadIsRetryable(t *testing.T) {
+	t.Parallel()
+	srv := runServe(t, "--data", t.TempDir(), "--fsync", "never", "--log-level", "error")
+	base := srv.base
+	post(t, base+"/", "hello")
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	assert.Success(t, err)
+	defer conn.Close()
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nX-Chat-Token: %s\r\nX-Filename: slow.bin\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n",
+		chatrelay.PathAttachments, cliToken, 1<<20)
+	_, err = conn.Write(append([]byte(head), make([]byte, 300<<10)...))
+	assert.Success(t, err)
+	time.Sleep(200 * time.Millisecond) // the upload is being received
+
+	srv.stopped(t) // SIGTERM
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	assert.Success(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	assert.Equal(t, "status of the cut upload", resp.StatusCode, http.StatusServiceUnavailable)
+	assert.True(t, strings.Contains(string(body), `"code":"store_unavailable"`) && strings.Contains(string(body), `"retryable":true`),
+		"the cut upload's answer: %s", body)
+}
