@@ -325,7 +325,9 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 	// A frame read whole is stored or refused whatever the socket does
 	// meanwhile, as an HTTP post is (settles): a post cut short by the
 	// socket's end might have run all the same.
-	e, err := s.post(context.WithoutCancel(ctx), req.ip, req.p, p)
+	pctx, stop := s.settled(ctx)
+	defer stop()
+	e, err := s.post(pctx, req.ip, req.p, p)
 	if err != nil {
 		if c := chatrelay.CodeOf(err); c == chatrelay.Internal || c == chatrelay.StoreUnavailable {
 			s.log.Error("ws post failed", "thread", thread, "err", err)

@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -208,4 +210,50 @@ func TestServeShutdownCutUploadIsRetryable(t *testing.T) {
 	assert.Equal(t, "status of the cut upload", resp.StatusCode, http.StatusServiceUnavailable)
 	assert.True(t, strings.Contains(string(body), `"code":"store_unavailable"`) && strings.Contains(string(body), `"retryable":true`),
 		"the cut upload's answer: %s", body)
+}
+
+// TestServeShutdownWithAPostWaitingForALock: another process (a stuck
+// host CLI) holds a thread's lock while posts wait for it when the server
+// is told to stop. The server must still stop within its 5 s: the posts
+// still waiting when the grace is over give up, answered 503
+// store_unavailable (retryable). Before the fix run waited for them, each
+// up to the lock's 10 s in turn, and the change feed waited behind them.
+func TestServeShutdownWithAPostWaitingForALock(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := runServe(t, "--data", dir, "--fsync", "never", "--log-level", "error")
+	post(t, srv.base+"/", "hello")
+
+	lock, err := os.OpenFile(filepath.Join(dir, "chat", chatrelay.ThreadOf(cliToken)+".json.lock"), os.O_RDWR, 0)
+	assert.Success(t, err)
+	defer lock.Close()
+	assert.Success(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
+	statuses := make(chan int, 2)
+	for range 2 {
+		go func() {
+			req, _ := http.NewRequest("POST", srv.base+"/api/chat/post", strings.NewReader(`{"text":"waits"}`))
+			req.Header.Set("X-Chat-Token", cliToken)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			res.Body.Close()
+			statuses <- res.StatusCode
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // both posts wait
+
+	start := time.Now()
+	srv.stop() // SIGTERM
+	select {
+	case err := <-srv.done:
+		assert.Success(t, err)
+	case <-time.After(8 * time.Second):
+		t.Fatal("serve still running 8 s after the signal, while posts wait for a lock")
+	}
+	t.Logf("stopped in %v", time.Since(start))
+	for range 2 {
+		assert.Equal(t, "a waiting post's answer", <-statuses, http.StatusServiceUnavailable)
+	}
 }
