@@ -106,6 +106,7 @@ func (s *Store) claimShard(ctx context.Context, name string, k, n int) error {
 		return store.ConfigErrorf("store: %s is shard %s (shard/shards, under the prefix %q), but this --store lists it as %s: "+
 			"list the instances in the order and number they were first listed in", name, got, s.prefix, want)
 	}
+	s.shard = want
 	return nil
 }
 
