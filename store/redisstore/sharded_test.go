@@ -302,6 +302,14 @@ func TestShardedOpenChecks(t *testing.T) {
 	refused(s2.URL()+","+s1.URL(), "is shard 1/2")
 	refused(s1.URL()+","+s2.URL()+","+s3.URL(), "is shard 0/2")
 	refused(s1.URL(), "list every shard")
+	// An instance that is no shard of the store (a wrong URL, an empty
+	// database) in the place of one: its threads would be apart from the
+	// others' nodes'. Refused without writing anything.
+	refused(s1.URL()+","+s3.URL(), "no shard record")
+	refused(s3.URL()+","+s1.URL(), "is shard 0/2")
+	if keys := s3.Client(t).Keys(ctx, "*").Val(); len(keys) != 0 {
+		t.Fatalf("refused opens wrote %q", keys)
+	}
 	refused(s1.URL()+","+s1.URL(), "repeated")
 	// s3 holds the data of a single Redis store.
 	one := openStore(t, s3, Options{})
