@@ -141,3 +141,33 @@ func TestShardedAppendLimited(t *testing.T) {
 		}
 	})
 }
+
+// TestShardedCreationBurst: a burst of posts that each create a thread,
+// on two nodes, is answered, not refused as an unreachable store: each
+// node's posts wait for the creation lock in turn, rather than every one
+// of them asking Redis for it again and again until its store timeout.
+func TestShardedCreationBurst(t *testing.T) {
+	t.Parallel()
+	spec, prefix := shardSpec(t, "shards")
+	nodes := []*Sharded{
+		openSharded(t, spec, Options{Prefix: prefix, MaxThreads: 1000}),
+		openSharded(t, spec, Options{Prefix: prefix, MaxThreads: 1000}),
+	}
+	ctx := t.Context()
+	const n = 300
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, err := nodes[i%2].Append(ctx, fmt.Sprintf("%016x", 0xb0b0000+i), store.NewMessage{Text: "new"})
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d creating posts failed, the first: %v", len(errs), n, <-errs)
+	}
+}
