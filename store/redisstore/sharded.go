@@ -296,8 +296,20 @@ func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n
 	case <-ctx.Done():
 		return nil, 0, s.unavailable("create lock", ctx.Err())
 	}
-	release := func() { <-sh.creating }
 	key, token := s.prefix+"create-lock", randomHex(8)
+	unlock = func() {
+		if !s.members.Enter() {
+			<-sh.creating
+			return
+		}
+		go func() {
+			defer s.members.Leave()
+			defer func() { <-sh.creating }()
+			ctx, cancel := s.bound(context.WithoutCancel(s.closing))
+			defer cancel()
+			unlockScript.Run(ctx, s.rdb, []string{key}, token)
+		}()
+	}
 	c := "0"
 	if count {
 		c = "1"
@@ -306,27 +318,18 @@ func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n
 	for {
 		n, err := lockScript.Run(ctx, s.rdb, []string{key, s.index}, token, (3 * s.opt.Timeout).Milliseconds(), c).Int64()
 		if err != nil {
-			release()
+			// Redis may have taken the lock for this call all the same
+			// (its answer came too late): release it rather than leave
+			// every node's new threads waiting for it to lapse.
+			unlock()
 			return nil, 0, s.unavailable("create lock", err)
 		}
 		if n >= 0 {
-			return func() {
-				if !s.members.Enter() {
-					release()
-					return
-				}
-				go func() {
-					defer s.members.Leave()
-					defer release()
-					ctx, cancel := s.bound(context.WithoutCancel(s.closing))
-					defer cancel()
-					unlockScript.Run(ctx, s.rdb, []string{key}, token)
-				}()
-			}, n, nil
+			return unlock, n, nil
 		}
 		select {
 		case <-ctx.Done():
-			release()
+			<-sh.creating
 			return nil, 0, s.unavailable("create lock", ctx.Err())
 		case <-time.After(wait): // another node creates a thread: wait for it to finish
 		}
