@@ -166,7 +166,7 @@ func TestSecondPostToThreadBeingCreated(t *testing.T) {
 			t.Fatalf("the second post answered while the thread was being created: %v", err)
 		default:
 		}
-		return waitsOnMutexIn(id, "filestore.(*File).lockState(")
+		return waitsInLine(id, "filestore.(*File).lockState(")
 	})
 	assert.Success(t, other.Unlock())
 	assert.Success(t, <-first)
@@ -185,13 +185,14 @@ func goroutineID() string {
 	return id
 }
 
-// waitsOnMutexIn reports whether goroutine id is blocked on a sync.Mutex
-// with fn (a frame's name, as runtime.Stack writes it) on its stack.
-func waitsOnMutexIn(id, fn string) bool {
+// waitsInLine reports whether goroutine id waits for a thread's
+// in-process lock (threadMu.lock) with fn (a frame's name, as
+// runtime.Stack writes it) on its stack.
+func waitsInLine(id, fn string) bool {
 	buf := make([]byte, 1<<20)
 	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		if strings.HasPrefix(g, "goroutine "+id+" [sync.Mutex.Lock") {
-			return strings.Contains(g, fn)
+		if strings.HasPrefix(g, "goroutine "+id+" [select") {
+			return strings.Contains(g, "filestore.threadMu.lock(") && strings.Contains(g, fn)
 		}
 	}
 	return false

@@ -127,7 +127,7 @@ type File struct {
 
 // threadState is this process's state of one thread.
 type threadState struct {
-	mu   sync.Mutex               // held by this process's writer, and by the feed while it announces
+	mu   threadMu                 // held by this process's writer, and by the feed while it announces
 	snap atomic.Pointer[snapshot] // the newest parsed document seen
 	// announced is the epoch of the newest message handed to the feed; guarded by mu.
 	announced int64
@@ -230,7 +230,7 @@ func (s *File) state(thread string) *threadState {
 	defer s.mu.Unlock()
 	t := s.tmap[thread]
 	if t == nil {
-		t = new(threadState)
+		t = &threadState{mu: newThreadMu()}
 		s.tmap[thread] = t
 	}
 	return t

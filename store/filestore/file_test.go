@@ -777,6 +777,35 @@ func TestThreadLockExcludesOtherLockers(t *testing.T) {
 	assert.Equal(t, "texts", texts(mustSince(t, s, threadA)), []string{"one", "two"})
 }
 
+// TestWaitInLineIsBounded: a write waits at most LockTimeout for the
+// thread, in line behind this process's other writers as at another
+// process's flock. Before, its wait in line was not bounded: behind a
+// writer waiting for another process's lock, each post of a queue waited
+// its turn and then its own LockTimeout (a probe saw a second post wait
+// 16.5 s for a 10 s timeout); behind a writer that never let go, for ever.
+func TestWaitInLineIsBounded(t *testing.T) {
+	t.Parallel()
+	s := openFile(t, t.TempDir(), FileOptions{LockTimeout: 50 * time.Millisecond})
+	appendText(t, s, threadA, "one")
+	_, unlock, err := s.lockState(t.Context(), threadA) // a writer of this process, in the middle of a write
+	assert.Success(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Append(t.Context(), threadA, store.NewMessage{Text: "in line"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		assert.Code(t, err, chatrelay.StoreUnavailable)
+	case <-time.After(10 * time.Second): // 200 × LockTimeout: it waits for the writer
+		unlock()
+		t.Fatalf("a post in line behind a writer was still waiting after 10 s (LockTimeout 50 ms): %v", <-done)
+	}
+	unlock()
+	appendText(t, s, threadA, "two")
+	assert.Equal(t, "texts", texts(mustSince(t, s, threadA)), []string{"one", "two"})
+}
+
 // folderFiles lists the names in the chat folder of dir.
 func folderFiles(t *testing.T, dir string) []string {
 	t.Helper()

@@ -44,9 +44,21 @@ func (s *File) lockLoadLogged(ctx context.Context, thread string, hasLog *bool) 
 // lockState locks a thread against this process's other goroutines
 // (t.mu) and other processes (lockThread), and returns its state and the
 // one function that unlocks both.
+//
+// Both waits together take at most LockTimeout: behind a writer of this
+// process that waits for another process's lock, a post waits with it,
+// not after it (each waiter its own LockTimeout, once in line and again
+// at the flock, made a queue of n posts wait up to n × LockTimeout).
 func (s *File) lockState(ctx context.Context, thread string) (*threadState, func(), error) {
 	t := s.state(thread)
-	t.mu.Lock()
+	if !t.mu.TryLock() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opt.LockTimeout)
+		defer cancel()
+		if err := t.mu.lock(ctx); err != nil {
+			return nil, nil, busy(s.path(thread)+".lock", err)
+		}
+	}
 	fd, err := s.lockThread(ctx, t, thread)
 	if err != nil {
 		t.mu.Unlock()
@@ -142,9 +154,7 @@ func (s *File) openLockFD(thread, path string) (int, error) {
 // flockWait takes an exclusive flock on fd, the open file path, waiting up
 // to timeout: StoreUnavailable ("busy") if it cannot be had.
 func flockWait(ctx context.Context, fd int, path string, timeout time.Duration) error {
-	busy := func(err error) error {
-		return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store is busy", Retry: time.Second, Err: fmt.Errorf("lock %s: %w", filepath.Base(path), err)}
-	}
+	busy := func(err error) error { return busy(path, err) }
 	err := flockNB(fd)
 	if err == syscall.EWOULDBLOCK {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -164,6 +174,40 @@ func flockWait(ctx context.Context, fd int, path string, timeout time.Duration) 
 		return busy(err)
 	}
 	return nil
+}
+
+// busy is the error of a lock (on the lock file path) not had in time.
+func busy(path string, err error) error {
+	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store is busy", Retry: time.Second, Err: fmt.Errorf("lock %s: %w", filepath.Base(path), err)}
+}
+
+// threadMu is a thread's in-process lock: a mutex whose wait can end
+// with a context (lockState), as the flock's does.
+type threadMu struct{ c chan struct{} }
+
+func newThreadMu() threadMu { return threadMu{make(chan struct{}, 1)} }
+
+func (m threadMu) Lock()   { m.c <- struct{}{} }
+func (m threadMu) Unlock() { <-m.c }
+
+// TryLock takes the lock if it is free.
+func (m threadMu) TryLock() bool {
+	select {
+	case m.c <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// lock takes the lock, or answers ctx's error if ctx ends first.
+func (m threadMu) lock(ctx context.Context) error {
+	select {
+	case m.c <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // flockNB tries once to take an exclusive flock on fd.
