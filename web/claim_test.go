@@ -103,3 +103,54 @@ func TestClaimLinkMalformed(t *testing.T) {
 	eval[bool](tb, `(location.hash = "#t=`+good+`", true)`)
 	tb.waitJS(soon, "the link's token adopted", `localStorage.getItem("chatrelay.token") === "`+good+`" && location.hash === ""`)
 }
+
+// TestLongTitleFitsTheBar: a title longer than the bar's room, at a phone's
+// width and at a desktop's, is cut with an ellipsis; every button stays
+// inside the bar and nothing in it overlaps (before, the name kept its
+// 16 rem: "New conversation" stood 90 px past the bar at 1280 px, and at
+// 390 px "New" touched the screen's edge with the status dot over the bell).
+func TestLongTitleFitsTheBar(t *testing.T) {
+	srv := startServer(t)
+	const title = "Deploy review of build 412 for the production cluster in eu-west"
+	out := srv.cli("open", "--title", title, "--text", "hello", "--public-url", strings.TrimSuffix(srv.URL, "/"))
+	var opened struct{ Thread, Link string }
+	if err := json.Unmarshal(out, &opened); err != nil {
+		t.Fatalf("chatrelay open printed %q: %v", out, err)
+	}
+	tb := newWindow(t)
+	tb.open(opened.Link)
+	tb.waitShown(soon, "hello")
+	tb.waitState(live, "ws")
+	for _, size := range []struct {
+		name   string
+		width  int64
+		height int64
+		mobile bool
+	}{
+		{"a phone", 390, 844, true},
+		{"a desktop", 1280, 800, false},
+	} {
+		if size.mobile {
+			tb.do(soon, size.name+"'s screen", chromedp.EmulateViewport(size.width, size.height, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+		} else {
+			tb.do(soon, size.name+"'s screen", chromedp.EmulateViewport(size.width, size.height))
+		}
+		tb.waitJS(soon, "the bar's buttons shown ("+size.name+")", `!document.getElementById("devices-open").hidden`)
+		tb.waitJS(soon, "the bar's items inside it, one row, none over another ("+size.name+")", `(() => {
+			const bar = document.querySelector("header.bar");
+			const cs = getComputedStyle(bar), b = bar.getBoundingClientRect();
+			const left = b.left + parseFloat(cs.paddingLeft) - 0.5, right = b.right - parseFloat(cs.paddingRight) + 0.5;
+			const boxes = [...bar.children].map(e => e.getBoundingClientRect()).filter(r => r.width > 0);
+			// the dot, drawn outside its status box when that box has no room, counts too
+			boxes.splice(1, 1, document.querySelector("#status .dot").getBoundingClientRect());
+			return boxes.every((r, i) => r.left >= left && r.right <= right && r.top < boxes[0].bottom && r.bottom > boxes[0].top &&
+				(i === 0 || r.left >= boxes[i - 1].right - 0.5));
+		})()`)
+		if cut := eval[bool](tb, `(() => { const s = document.getElementById("thread-id"); return s.scrollWidth > s.clientWidth })()`); !cut {
+			t.Errorf("%s: the title is not cut, though it is longer than its room", size.name)
+		}
+		if cut := eval[bool](tb, `(() => { const h = document.querySelector(".bar h1"); return h.scrollWidth > h.clientWidth + 0.5 })()`); cut {
+			t.Errorf("%s: the name \"chatrelay\" itself is cut", size.name)
+		}
+	}
+}
