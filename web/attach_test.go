@@ -218,3 +218,22 @@ func TestDropAFileSendsIt(t *testing.T) {
 		return !!c && c.textContent === "build.log (14 B)" && c.download === "build.log" })()`)
 	tb.waitShown(soon, "the build log")
 }
+
+// TestTooLargeFileSaysWhy: a file over the server's size limit stays in
+// the composer marked with its size and the server's reason (before, only
+// "too large", with no word of the limit).
+func TestTooLargeFileSaysWhy(t *testing.T) {
+	srv := startServer(t, "--max-attachment-bytes", "1024")
+	tb := newWindow(t)
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	eval[bool](tb, `(() => {
+		const dt = new DataTransfer();
+		dt.items.add(new File([new Uint8Array(3000)], "core.dump", { type: "application/octet-stream" }));
+		const input = document.getElementById("file");
+		input.files = dt.files;
+		input.dispatchEvent(new Event("change"));
+		return true })()`)
+	tb.waitJS(soon, "the refusal beside the file", `(() => { const s = document.querySelector("#files .file-status.bad");
+		return !!s && s.textContent === "too large (2.9 KiB): the file is larger than 1024 bytes" })()`)
+}

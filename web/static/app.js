@@ -611,7 +611,8 @@ function addFiles(list) {
         f.state = "failed";
         bar.remove();
         status.className = "file-status bad";
-        status.textContent = err.status === 413 ? "too large" : `not uploaded: ${err.message}`;
+        // 413: over the server's limit for one file or for the conversation; its message says which
+        status.textContent = err.status === 413 ? `too large (${sizeText(file.size)}): ${err.message}` : `not uploaded: ${err.message}`;
       },
     );
   }
