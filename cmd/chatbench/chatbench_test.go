@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -303,6 +305,33 @@ func TestProcParsers(t *testing.T) {
 	}
 	if _, err := procCPU("self"); err != nil {
 		t.Errorf("own /proc/self/stat: %v", err)
+	}
+}
+
+// TestUsageShards: with several backend processes (Redis shards) the
+// meter sums their CPU and names the busiest one's apart. The test
+// process is each of two "shards" here, so the sum is twice the busiest
+// (within a tick).
+func TestUsageShards(t *testing.T) {
+	t.Parallel()
+	self := strconv.Itoa(os.Getpid())
+	u := startUsage("", []string{self, self})
+	start, _ := procCPU(self)
+	for { // spend CPU until /proc counts some
+		if now, _ := procCPU(self); now-start >= 2*clockTick {
+			break
+		}
+	}
+	u.stop()
+	// The two reads of each moment are microseconds apart: a tick may
+	// fall between them.
+	if !u.BackendOK || u.BackendBusiest < 2*clockTick || u.Backend > 2*u.BackendBusiest || u.Backend < 2*u.BackendBusiest-clockTick {
+		t.Errorf("backend %v, busiest %v, ok %v", u.Backend, u.BackendBusiest, u.BackendOK)
+	}
+	gone := startUsage("", []string{"999999999"})
+	gone.stop()
+	if gone.BackendOK {
+		t.Error("a backend with no /proc entry was counted")
 	}
 }
 

@@ -98,19 +98,20 @@ func parseStatusField(b []byte, field string) (int64, error) {
 // usage is a CPU meter over one phase: the tool's and the server's CPU and
 // the wall time between start and stop.
 type usage struct {
-	serverPID  string // "" when --server-pid was not given
-	backendPID string // "" when --backend-pid was not given
-	wall0      time.Time
-	self0      time.Duration
-	srv0       time.Duration
-	backend0   time.Duration
-	busy0      time.Duration
-	child0     time.Duration
+	serverPID   string   // "" when --server-pid was not given
+	backendPIDs []string // none when --backend-pid was not given
+	wall0       time.Time
+	self0       time.Duration
+	srv0        time.Duration
+	backend0    []time.Duration
+	busy0       time.Duration
+	child0      time.Duration
 
 	Wall, Self, Server time.Duration
 	Children           time.Duration // processes the tool ran and waited for (S6)
 	ServerOK           bool
-	Backend            time.Duration // the store's server process (redis-server)
+	Backend            time.Duration // the store's server processes (redis-server), together
+	BackendBusiest     time.Duration // the one of them that used the most
 	BackendOK          bool
 	// Others is the CPU that neither the tool nor the server (nor the
 	// backend) used while the phase ran (other jobs, kernel threads): it
@@ -118,16 +119,17 @@ type usage struct {
 	Others time.Duration
 }
 
-func startUsage(serverPID, backendPID string) *usage {
-	u := &usage{serverPID: serverPID, backendPID: backendPID, wall0: time.Now()}
+func startUsage(serverPID string, backendPIDs []string) *usage {
+	u := &usage{serverPID: serverPID, backendPIDs: backendPIDs, wall0: time.Now()}
 	u.busy0, _ = machineBusy()
 	u.self0, _ = procCPU("self")
 	u.child0, _ = procChildCPU()
 	if serverPID != "" {
 		u.srv0, _ = procCPU(serverPID)
 	}
-	if backendPID != "" {
-		u.backend0, _ = procCPU(backendPID)
+	for _, p := range backendPIDs {
+		cpu, _ := procCPU(p)
+		u.backend0 = append(u.backend0, cpu)
 	}
 	return u
 }
@@ -141,10 +143,15 @@ func (u *usage) stop() {
 			u.Server, u.ServerOK = srv-u.srv0, true
 		}
 	}
-	if u.backendPID != "" {
-		if be, err := procCPU(u.backendPID); err == nil {
-			u.Backend, u.BackendOK = be-u.backend0, true
+	u.BackendOK = len(u.backendPIDs) > 0
+	for i, p := range u.backendPIDs {
+		be, err := procCPU(p)
+		if err != nil {
+			u.BackendOK = false
+			break
 		}
+		u.Backend += be - u.backend0[i]
+		u.BackendBusiest = max(u.BackendBusiest, be-u.backend0[i])
 	}
 	if child, err := procChildCPU(); err == nil {
 		u.Children = child - u.child0

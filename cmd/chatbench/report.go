@@ -330,7 +330,8 @@ func s3Memory(m map[string]any) (string, float64, bool) {
 }
 
 // cpuPer is the server's CPU per post or poll, with the backend's
-// (redis-server) beside it when it was measured; the ratio compares their sum.
+// (redis-server) beside it when it was measured, and with shards the
+// busiest shard's in brackets; the ratio compares the sum.
 func cpuPer(unit string) func(m map[string]any) (string, float64, bool) {
 	return func(m map[string]any) (string, float64, bool) {
 		v, ok := num(m, "server_cpu_ms_per_"+unit)
@@ -341,6 +342,9 @@ func cpuPer(unit string) func(m map[string]any) (string, float64, bool) {
 		if be, ok := num(m, "backend_cpu_ms_per_"+unit); ok {
 			text += " + " + fmtNum(be) + " ms"
 			v += be
+			if busiest, ok := num(m, "backend_busiest_cpu_ms_per_"+unit); ok {
+				text += " (busiest shard " + fmtNum(busiest) + " ms)"
+			}
 		}
 		return text, v, true
 	}

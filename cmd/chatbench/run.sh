@@ -33,6 +33,9 @@
 #   BASE_NAME  its name in the table (default base)
 #   CONFIGS    which setups to run, a space list of: root ext4j tmpfs
 #              ext4j-always redis redis-aof s3big (default all), and
+#              redis-shards (S1+S2 on two Redis shards, each pinned to a
+#              core of its own with taskset; with several shards chatbench
+#              reports the busiest shard's CPU per post beside the sum),
 #              ext4j-log ext4j-always-log tmpfs-log (the file store with
 #              --append-log; a BASE_BIN older than the flag cannot run them)
 #   SCENARIOS  which groups to run, a space list of: S1,S2 S3 S4 S5 S6 S7
@@ -47,7 +50,7 @@
 #              results.txt, results.jsonl, results.md, server.log
 #   ROOT_DIR   a folder on the root filesystem (default /var/tmp): the root
 #              fs setup's data and the ext4 image and Redis files go there
-#   PORT       chatrelay's port (default 18931); Redis uses PORT+1, PORT+2
+#   PORT       chatrelay's port (default 18931); Redis uses PORT+1 to PORT+5
 #   QUIET      before each scenario, wait up to this long for the machine to
 #              be idle (default 1s: it only helps when the machine
 #              is about to be idle, and costs that much per scenario)
@@ -105,6 +108,7 @@ port=${PORT:-18931}
 rport_none=$((port + 1))
 rport_aof=$((port + 2))
 rport_peer=$((port + 3))
+rport_shard0=$((port + 4)) # and +5: the redis-shards setup's two
 out=${OUT:-$(mktemp -d /tmp/chatbench.XXXXXX)}
 mkdir -p "$out"
 configs=${CONFIGS:-root ext4j tmpfs ext4j-always redis redis-aof s3big}
@@ -202,6 +206,18 @@ start_redis() {
 case " $configs " in *" redis "*) start_redis "$rport_none" "$work/redis-none" --appendonly no ;; esac
 case " $configs " in *" redis-aof "*) start_redis "$rport_aof" "$work/redis-aof" --appendonly yes --appendfsync everysec ;; esac
 case $peer_setups in *centrifugo-redis*) start_redis "$rport_peer" "$work/redis-peer" --appendonly no ;; esac
+case " $configs " in *" redis-shards "*)
+	# Shard k on core k where the machine has the cores (the server and
+	# the tool share every core: 2 are not enough to keep them off the
+	# shards' cores).
+	for k in 0 1; do
+		p=$((rport_shard0 + k))
+		start_redis "$p" "$work/redis-shard$k" --appendonly no
+		pv=redis_pid_$p
+		if command -v taskset >/dev/null && [ "$(nproc)" -gt "$k" ]; then taskset -p -c "$k" "${!pv}" >/dev/null; fi
+	done
+	;;
+esac
 
 # fs_of DIR: "ext4 (no journal), /dev/vda" and the like.
 fs_of() {
@@ -244,13 +260,17 @@ bench() {
 	shift 6
 	local store=() where=() data=""
 	case $backend in
-	redis://*)
-		local rp=${backend#redis://127.0.0.1:}
-		rp=${rp%%/*}
-		redis-cli -p "$rp" flushall >/dev/null
+	redis://*) # one Redis, or shards: redis://…,redis://…
+		local u rp pv pids=()
+		for u in ${backend//,/ }; do
+			rp=${u#redis://127.0.0.1:}
+			rp=${rp%%/*}
+			redis-cli -p "$rp" flushall >/dev/null
+			pv=redis_pid_$rp
+			pids+=("${!pv}")
+		done
 		store=(--store "$backend")
-		local pv=redis_pid_$rp
-		where=(--store "$backend" --backend-pid "${!pv}")
+		where=(--store "$backend" --backend-pid "$(IFS=,; echo "${pids[*]}")")
 		;;
 	*)
 		data=$(mktemp -d "$backend/data.XXXXXX")
@@ -291,6 +311,7 @@ for c in $configs; do
 	tmpfs-log) label="tmpfs, --append-log"; backend=$work/tmpfs; mode=never; srvflags=(--append-log) ;;
 	redis) label="Redis"; backend=redis://127.0.0.1:$rport_none/0; mode=never ;;
 	redis-aof) label="Redis AOF everysec"; backend=redis://127.0.0.1:$rport_aof/0; mode=never; all=$s1s2 ;;
+	redis-shards) label="Redis, 2 shards"; backend=redis://127.0.0.1:$rport_shard0/0,redis://127.0.0.1:$((rport_shard0 + 1))/0; mode=never; all=$s1s2 ;;
 	s3big) label="tmpfs"; backend=$work/tmpfs; mode=never; all=S3
 		extra=(--idle "$s3big" --idle-threads "${S3_BIG_THREADS:-$((s3big < 1000 ? s3big / 2 : 500))}")
 		[ "$s3big" -gt 0 ] || continue

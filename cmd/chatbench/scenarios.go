@@ -21,15 +21,15 @@ import (
 type bench struct {
 	cfg    *config
 	t      *target
-	pid    string // server pid for /proc, or ""
-	bePID  string // backend (redis-server) pid for /proc, or ""
+	pid    string   // server pid for /proc, or ""
+	bePIDs []string // backend (redis-server) pids for /proc, one per shard, or none
 	nofile uint64
 	log    io.Writer
 	fan    *fanSet // S1/S2's threads and subscribers, kept open from S1 to S2
 }
 
 // startUsage starts a CPU meter of the tool, the server and the backend.
-func (b *bench) startUsage() *usage { return startUsage(b.pid, b.bePID) }
+func (b *bench) startUsage() *usage { return startUsage(b.pid, b.bePIDs) }
 
 // scenarioRuns are the scenarios by id: the name of each one's result,
 // and its run, which fills the result in.

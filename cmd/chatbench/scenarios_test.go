@@ -217,6 +217,7 @@ func TestReportTable(t *testing.T) {
 		`{"scenario":"S2","name":"throughput","label":"tmpfs","build":"new","posts_per_s":10000,"lost":0,"server_cpu_ms_per_post":0.08}`,
 		`{"scenario":"S2","name":"throughput","label":"tmpfs","build":"base","posts_per_s":5000,"lost":3,"server_cpu_ms_per_post":0.16}`,
 		`{"scenario":"S2","name":"throughput","label":"Redis","build":"new","posts_per_s":8000,"lost":0,"server_cpu_ms_per_post":0.1,"backend_cpu_ms_per_post":0.05}`,
+		`{"scenario":"S2","name":"throughput","label":"Redis, 2 shards","build":"new","posts_per_s":9000,"lost":0,"server_cpu_ms_per_post":0.1,"backend_cpu_ms_per_post":0.06,"backend_busiest_cpu_ms_per_post":0.035}`,
 		`{"scenario":"S3","name":"idle","label":"tmpfs","build":"new","streams":19000,"kib_per_stream":15.5,"alive":{"got":19000,"want":19000}}`,
 		`{"scenario":"S4","name":"poll","label":"Redis","build":"new","error":"3 of 5000 messages stored"}`,
 	}, "\n")
@@ -231,14 +232,14 @@ func TestReportTable(t *testing.T) {
 	}
 	table := out.String()
 	for _, want := range []string{
-		"| figure | tmpfs | Redis |",
+		"| figure | tmpfs | Redis | Redis, 2 shards |",
 		"| S1 publish→receive p99 (p50) | 1.20 ms (0.500) (base: 2.40 ms (1.00), ×0.50) | — |",
-		"| S2 accepted posts/s, closed loop | 10 000, 0 lost (base: 5 000, 3 lost ✗, ×2.00) | 8 000, 0 lost |",
-		"| S2 server CPU per post (+ Redis's) | 0.080 ms (base: 0.160 ms, ×0.50) | 0.100 ms + 0.050 ms |",
-		"| S3 server memory per idle stream, 19 000 streams (SSE+WS) | 15.5 KiB, all alive | — |",
-		"| S4 polls/s | — | error[1] |",
+		"| S2 accepted posts/s, closed loop | 10 000, 0 lost (base: 5 000, 3 lost ✗, ×2.00) | 8 000, 0 lost | 9 000, 0 lost |",
+		"| S2 server CPU per post (+ Redis's) | 0.080 ms (base: 0.160 ms, ×0.50) | 0.100 ms + 0.050 ms | 0.100 ms + 0.060 ms (busiest shard 0.035 ms) |",
+		"| S3 server memory per idle stream, 19 000 streams (SSE+WS) | 15.5 KiB, all alive | — | — |",
+		"| S4 polls/s | — | error[1] | — |",
 		"[1] S4, Redis (new): error: 3 of 5000 messages stored",
-		"| other work on the machine during the scenarios (worst, % of a core) | 4 % (base: 40 %) | — |",
+		"| other work on the machine during the scenarios (worst, % of a core) | 4 % (base: 40 %) | — | — |",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)

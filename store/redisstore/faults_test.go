@@ -278,3 +278,45 @@ func TestClientLogIsStructured(t *testing.T) {
 		t.Fatalf("no structured record of the client's failed dial in:\n%s", buf.String())
 	}
 }
+
+// TestWebhooksAfterLostData: a Redis restarted without its data loses the
+// destinations' consumer groups and their record with the events. The
+// node delivering them records them again: the events queued since are
+// delivered (they were taken by no group, and warned about on every
+// take), and a writer opened since (the host CLI) queues too.
+func TestWebhooksAfterLostData(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	const dest = "0123456789abcdef"
+	node := openStore(t, srv, Options{Webhooks: []string{dest}})
+	ctx := t.Context()
+	out := node.Outbox()
+	take := func() []store.Due {
+		t.Helper()
+		due, err := out.Take(ctx, dest, time.Now(), 100)
+		if err != nil {
+			t.Fatalf("Take: %v", err)
+		}
+		for _, d := range due {
+			if err := out.Done(ctx, dest, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return due
+	}
+	must[store.Entry](t)(node.Append(ctx, "abcdabcdabcdabcd", store.NewMessage{Text: "before"}))
+	if due := take(); len(due) != 1 {
+		t.Fatalf("before the loss: %d events", len(due))
+	}
+	srv.Restart(t) // no persistence
+	assert.Eventually(t, 10*time.Second, "Redis back", func() bool { return node.Check(ctx) == nil })
+	must[store.Entry](t)(node.Append(ctx, "abcdabcdabcdabcd", store.NewMessage{Text: "after"}))
+	if due := take(); len(due) != 1 {
+		t.Fatalf("after the loss: %d events, want the one queued since", len(due))
+	}
+	cli := openStore(t, srv, Options{})
+	must[store.Entry](t)(cli.Append(ctx, "abcdabcdabcdabcd", store.NewMessage{Text: "from the host"}))
+	if due := take(); len(due) != 1 {
+		t.Fatalf("a writer opened after the loss: %d events", len(due))
+	}
+}

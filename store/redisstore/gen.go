@@ -25,7 +25,8 @@ import (
 // than the one it saw before knows that the data was lost: it raises lost
 // to the newest epoch it had seen (other nodes may have seen newer ones
 // than the node that recreated the key), offers its ticket key again (see
-// TicketKey), and makes its feeds resubscribe, and they reset every thread
+// TicketKey), records its shard again (claimShard) if it is one of several
+// instances, and makes its feeds resubscribe, and they reset every thread
 // they knew.
 //
 // Since answers Reset for a cursor into lost data: 0 < since <= lost. That
@@ -126,6 +127,14 @@ func (s *Store) checkGen(ctx context.Context, g generation, self *follower) gene
 		"lost_through_epoch", g.lost)
 	if _, err := s.offerTicketKey(ctx); err != nil {
 		s.log.Warn("redis store: offer the ticket key again", "err", err)
+	}
+	// The shard record went with the data: without it, the threads written
+	// since would make the next node refuse this shard as a store that is
+	// not sharded (claimShard).
+	if s.shard != "" {
+		if err := s.rdb.SetNX(ctx, s.prefix+"shard", s.shard, 0).Err(); err != nil {
+			s.log.Warn("redis store: record the shard again", "err", err)
+		}
 	}
 	return g
 }

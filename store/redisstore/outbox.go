@@ -57,13 +57,22 @@ func (s *Store) setupHooks(ctx context.Context) error {
 	}
 	s.hooks = true
 	for _, d := range s.opt.Webhooks {
-		if err := s.rdb.HSet(ctx, s.dests(), d, "1").Err(); err != nil {
-			return s.unavailable("webhooks", err)
+		if err := s.recordDest(ctx, d, "$"); err != nil {
+			return err
 		}
-		err := s.rdb.XGroupCreateMkStream(ctx, s.events, d, "$").Err()
-		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-			return s.unavailable("webhooks", err)
-		}
+	}
+	return nil
+}
+
+// recordDest records destination dest and creates its group, which starts
+// after the stream's entry from ("$": its end).
+func (s *Store) recordDest(ctx context.Context, dest, from string) error {
+	if err := s.rdb.HSet(ctx, s.dests(), dest, "1").Err(); err != nil {
+		return s.unavailable("webhooks", err)
+	}
+	err := s.rdb.XGroupCreateMkStream(ctx, s.events, dest, from).Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return s.unavailable("webhooks", err)
 	}
 	return nil
 }
@@ -90,8 +99,18 @@ func (o *outbox) Take(ctx context.Context, dest string, now time.Time, max int) 
 	defer cancel()
 	o.trim(ctx)
 	var out []store.Due
-	res, err := s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: dest, Consumer: o.consumer,
-		Streams: []string{s.events, ">"}, Count: int64(max), Block: -1}).Result()
+	read := &redis.XReadGroupArgs{Group: dest, Consumer: o.consumer, Streams: []string{s.events, ">"}, Count: int64(max), Block: -1}
+	res, err := s.rdb.XReadGroup(ctx, read).Result()
+	if err != nil && strings.HasPrefix(err.Error(), "NOGROUP") {
+		// Redis lost its data (a restart without persistence) and the group
+		// and the destinations' record with it: record them again, so that
+		// every writer queues, and take the events queued since, which are
+		// all of the new data set.
+		if err := s.recordDest(ctx, dest, "0"); err != nil {
+			return nil, err
+		}
+		res, err = s.rdb.XReadGroup(ctx, read).Result()
+	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, s.unavailable("webhook take", err)
 	}

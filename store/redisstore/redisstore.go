@@ -225,6 +225,7 @@ type Store struct {
 	spub    bool   // sharded pub/sub (SPUBLISH, SSUBSCRIBE): a Redis Cluster shard
 	index   string // the thread index key
 	genKey  string // the generation key (gen.go)
+	shard   string // "k/n" when the store is shard k of n instances (claimShard); written again when Redis lost its data
 	pending string // the pending interactions' index key
 	gindex  string // the grant index key (participants.go)
 	events  string // the webhook events' stream (outbox.go)

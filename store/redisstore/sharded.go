@@ -75,6 +75,10 @@ type Sharded struct {
 	opt     Options
 	where   string
 
+	// creating is held by the post of this node that takes the creation
+	// lock, until the lock is released (lockCreate).
+	creating chan struct{}
+
 	outOnce sync.Once
 	out     *shardedOutbox
 	once    sync.Once
@@ -278,12 +282,34 @@ return 0`)
 // three Timeouts (a node that died holding it). The unlock it returns
 // releases the lock in the background, owned by shard 0's Store (its Close
 // waits for it): the post that created a thread is answered without
-// waiting for one more round trip.
+// waiting for one more round trip. One post of a node at a time asks for
+// the lock (sh.creating, held until the lock is released): the node's
+// others wait for it in turn, rather than each asking shard 0 again and
+// again, which in a burst of new threads took the pool's connections
+// and the store timeout of most of them.
 func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n0 int64, err error) {
 	s := sh.shards[0]
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	select {
+	case sh.creating <- struct{}{}:
+	case <-ctx.Done():
+		return nil, 0, s.unavailable("create lock", ctx.Err())
+	}
 	key, token := s.prefix+"create-lock", randomHex(8)
+	unlock = func() {
+		if !s.members.Enter() {
+			<-sh.creating
+			return
+		}
+		go func() {
+			defer s.members.Leave()
+			defer func() { <-sh.creating }()
+			ctx, cancel := s.bound(context.WithoutCancel(s.closing))
+			defer cancel()
+			unlockScript.Run(ctx, s.rdb, []string{key}, token)
+		}()
+	}
 	c := "0"
 	if count {
 		c = "1"
@@ -292,23 +318,18 @@ func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n
 	for {
 		n, err := lockScript.Run(ctx, s.rdb, []string{key, s.index}, token, (3 * s.opt.Timeout).Milliseconds(), c).Int64()
 		if err != nil {
+			// Redis may have taken the lock for this call all the same
+			// (its answer came too late): release it rather than leave
+			// every node's new threads waiting for it to lapse.
+			unlock()
 			return nil, 0, s.unavailable("create lock", err)
 		}
 		if n >= 0 {
-			return func() {
-				if !s.members.Enter() {
-					return
-				}
-				go func() {
-					defer s.members.Leave()
-					ctx, cancel := s.bound(context.WithoutCancel(s.closing))
-					defer cancel()
-					unlockScript.Run(ctx, s.rdb, []string{key}, token)
-				}()
-			}, n, nil
+			return unlock, n, nil
 		}
 		select {
 		case <-ctx.Done():
+			<-sh.creating
 			return nil, 0, s.unavailable("create lock", ctx.Err())
 		case <-time.After(wait): // another node creates a thread: wait for it to finish
 		}

@@ -141,3 +141,78 @@ func TestShardedAppendLimited(t *testing.T) {
 		}
 	})
 }
+
+// TestShardedCreationBurst: a burst of posts that each create a thread,
+// on two nodes, is answered, not refused as an unreachable store: each
+// node's posts wait for the creation lock in turn, rather than every one
+// of them asking Redis for it again and again until its store timeout.
+func TestShardedCreationBurst(t *testing.T) {
+	t.Parallel()
+	spec, prefix := shardSpec(t, "shards")
+	nodes := []*Sharded{
+		openSharded(t, spec, Options{Prefix: prefix, MaxThreads: 1000}),
+		openSharded(t, spec, Options{Prefix: prefix, MaxThreads: 1000}),
+	}
+	ctx := t.Context()
+	const n = 300
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			_, err := nodes[i%2].Append(ctx, fmt.Sprintf("%016x", 0xb0b0000+i), store.NewMessage{Text: "new"})
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d creating posts failed, the first: %v", len(errs), n, <-errs)
+	}
+}
+
+// lateAnswer makes the first script call on the key named key fail as if
+// its answer had come after the caller's deadline, once Redis ran it.
+type lateAnswer struct {
+	key  string
+	once sync.Once
+}
+
+func (l *lateAnswer) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *lateAnswer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if a := cmd.Args(); err == nil && len(a) > 3 && fmt.Sprint(a[3]) == l.key {
+			l.once.Do(func() {
+				err = context.DeadlineExceeded
+				cmd.SetErr(err)
+			})
+		}
+		return err
+	}
+}
+
+func (l *lateAnswer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestShardedCreationLockAnswerLost: a node whose call for the creation
+// lock fails after Redis took the lock for it (the answer came after the
+// store timeout) releases it: the other nodes' new threads do not wait
+// for it to lapse (three store timeouts) and fail meanwhile.
+func TestShardedCreationLockAnswerLost(t *testing.T) {
+	t.Parallel()
+	spec, prefix := shardSpec(t, "shards")
+	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: time.Second}
+	a, b := openSharded(t, spec, opt), openSharded(t, spec, opt)
+	s0 := a.Shards()[0]
+	s0.rdb.AddHook(&lateAnswer{key: s0.prefix + "create-lock"})
+	ctx := t.Context()
+	_, err := a.Append(ctx, threadOnShard(a, 1), store.NewMessage{Text: "its lock's answer is lost"})
+	wantCode(t, err, chatrelay.StoreUnavailable)
+	if _, err := b.Append(ctx, threadOnShard(b, 0), store.NewMessage{Text: "on the other node"}); err != nil {
+		t.Fatalf("a new thread on the other node, after the lost answer: %v", err)
+	}
+}

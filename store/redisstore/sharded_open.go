@@ -52,7 +52,7 @@ func openInstances(ctx context.Context, urls []string, opt Options) (*Sharded, e
 		}
 		seen[w] = true
 	}
-	sh := &Sharded{opt: opt}
+	sh := &Sharded{opt: opt, creating: make(chan struct{}, 1)}
 	names := make([]string, len(urls))
 	for k, u := range urls {
 		u = strings.TrimSpace(u)
@@ -63,49 +63,95 @@ func openInstances(ctx context.Context, urls []string, opt Options) (*Sharded, e
 			return nil, err
 		}
 		sh.shards = append(sh.shards, s)
-		if err := s.claimShard(ctx, names[k], k, len(urls)); err != nil {
-			sh.Close()
-			return nil, err
-		}
+	}
+	if err := claimInstances(ctx, sh.shards, names); err != nil {
+		sh.Close()
+		return nil, err
 	}
 	sh.where = strings.Join(names, ",")
 	return sh, nil
 }
 
-// claimShard records on an instance that it is shard k of n, or checks
-// that it is: a list in another order or of another length would place
-// threads where they are not.
-func (s *Store) claimShard(ctx context.Context, name string, k, n int) error {
+// claimInstances checks every instance's shard record, then records it on
+// those that have none, shard 0 last: a list in another order or of
+// another length would place threads where they are not, and so would an
+// instance without a record (a wrong URL, another database) listed beside
+// a shard 0 that has one, since shard 0 is recorded only once every other
+// shard is. Nothing is written unless every instance passes.
+func claimInstances(ctx context.Context, shards []*Store, names []string) error {
+	got := make([]string, len(shards))
+	for k, s := range shards {
+		var err error
+		if got[k], err = s.checkShard(ctx, names[k], k, len(shards)); err != nil {
+			return err
+		}
+	}
+	for k := len(shards) - 1; k > 0; k-- {
+		if got[k] == "" && got[0] != "" {
+			return store.ConfigErrorf("store: %s has no shard record (under the prefix %q), but %s is shard 0/%d: "+
+				"it is not the instance first listed as shard %d, or it lost its data while no node ran (then SET %sshard %d/%d on it)",
+				names[k], shards[k].prefix, names[0], len(shards), k, shards[k].prefix, k, len(shards))
+		}
+	}
+	for k := len(shards) - 1; k >= 0; k-- {
+		if err := shards[k].claimShard(ctx, names[k], k, len(shards)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkShard answers the shard record of an instance listed as shard k of
+// n ("" if it has none), or a configuration error if the record says
+// otherwise or the instance holds the threads of a store that is not
+// sharded.
+func (s *Store) checkShard(ctx context.Context, name string, k, n int) (string, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	key, want := s.prefix+"shard", fmt.Sprintf("%d/%d", k, n)
+	want := fmt.Sprintf("%d/%d", k, n)
 	var get *redis.StringCmd
 	var held *redis.IntCmd
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		held = p.ZCard(ctx, s.index)
-		get = p.Get(ctx, key)
+		get = p.Get(ctx, s.prefix+"shard")
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return s.unavailable("shard", err)
+		return "", s.unavailable("shard", err)
 	}
 	got := get.Val()
-	if got == "" {
-		if held.Val() > 0 {
-			return store.ConfigErrorf("store: %s holds the threads of a store that is not sharded (under the prefix %q): "+
-				"its threads would be looked for on other shards; open it alone, or give the shards a new --redis-prefix", name, s.prefix)
-		}
-		if err := s.rdb.SetNX(ctx, key, want, 0).Err(); err != nil {
-			return s.unavailable("shard", err)
-		}
-		if got, err = s.rdb.Get(ctx, key).Result(); err != nil {
-			return s.unavailable("shard", err)
-		}
+	if got == "" && held.Val() > 0 {
+		return "", store.ConfigErrorf("store: %s holds the threads of a store that is not sharded (under the prefix %q): "+
+			"its threads would be looked for on other shards; open it alone, or give the shards a new --redis-prefix", name, s.prefix)
+	}
+	if got != "" && got != want {
+		return "", mislisted(name, got, s.prefix, want)
+	}
+	return got, nil
+}
+
+func mislisted(name, got, prefix, want string) error {
+	return store.ConfigErrorf("store: %s is shard %s (shard/shards, under the prefix %q), but this --store lists it as %s: "+
+		"list the instances in the order and number they were first listed in", name, got, prefix, want)
+}
+
+// claimShard records on an instance that it is shard k of n, or checks
+// that it is (another node may have recorded it since checkShard).
+func (s *Store) claimShard(ctx context.Context, name string, k, n int) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	key, want := s.prefix+"shard", fmt.Sprintf("%d/%d", k, n)
+	if err := s.rdb.SetNX(ctx, key, want, 0).Err(); err != nil {
+		return s.unavailable("shard", err)
+	}
+	got, err := s.rdb.Get(ctx, key).Result()
+	if err != nil {
+		return s.unavailable("shard", err)
 	}
 	if got != want {
-		return store.ConfigErrorf("store: %s is shard %s (shard/shards, under the prefix %q), but this --store lists it as %s: "+
-			"list the instances in the order and number they were first listed in", name, got, s.prefix, want)
+		return mislisted(name, got, s.prefix, want)
 	}
+	s.shard = want
 	return nil
 }
 
@@ -127,7 +173,7 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 		co.ClientName = "chatrelay"
 	}
 	rdb := redis.NewClusterClient(co)
-	sh := &Sharded{opt: opt, cluster: rdb, where: where(strings.SplitN(spec, ",", 2)[0])}
+	sh := &Sharded{opt: opt, cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0])}
 	base := opt.Prefix
 	// The library once for all the shards, on every primary. A cluster is
 	// Redis 7, which has functions: a primary that does not answer now

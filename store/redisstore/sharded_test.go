@@ -302,6 +302,14 @@ func TestShardedOpenChecks(t *testing.T) {
 	refused(s2.URL()+","+s1.URL(), "is shard 1/2")
 	refused(s1.URL()+","+s2.URL()+","+s3.URL(), "is shard 0/2")
 	refused(s1.URL(), "list every shard")
+	// An instance that is no shard of the store (a wrong URL, an empty
+	// database) in the place of one: its threads would be apart from the
+	// others' nodes'. Refused without writing anything.
+	refused(s1.URL()+","+s3.URL(), "no shard record")
+	refused(s3.URL()+","+s1.URL(), "is shard 0/2")
+	if keys := s3.Client(t).Keys(ctx, "*").Val(); len(keys) != 0 {
+		t.Fatalf("refused opens wrote %q", keys)
+	}
 	refused(s1.URL()+","+s1.URL(), "repeated")
 	// s3 holds the data of a single Redis store.
 	one := openStore(t, s3, Options{})
@@ -402,5 +410,44 @@ func TestShardDown(t *testing.T) {
 	must[store.Entry](t)(sh.Append(ctx, on1, store.NewMessage{Text: "after"}))
 	if infos := must[[]store.ThreadInfo](t)(sh.Threads(ctx)); len(infos) != 2 || infos[0].Messages+infos[1].Messages != 4 {
 		t.Fatalf("threads %+v", infos)
+	}
+}
+
+// TestShardLostDataReopens: a shard restarted without its data (no
+// persistence) loses its shard record with everything else. Once a node
+// noticed the new data set, the threads written there since do not make
+// the next node (or the host CLI) refuse the shard as "not sharded".
+func TestShardLostDataReopens(t *testing.T) {
+	t.Parallel()
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	s2 := redistest.StartServer(t, redistest.ServerOptions{})
+	spec := s1.URL() + "," + s2.URL()
+	sh := openSharded(t, spec, Options{})
+	ctx := t.Context()
+	var on1 string
+	for i := 0; on1 == ""; i++ {
+		if th := fmt.Sprintf("%016x", 0x1a57+i); sh.ShardOf(th) == 1 {
+			on1 = th
+		}
+	}
+	before := must[store.Entry](t)(sh.Append(ctx, on1, store.NewMessage{Text: "before"}))
+	must[store.Page](t)(sh.Since(ctx, on1, 0, 0)) // this node saw the data
+	// No persistence: the shard record is gone too.
+	s2.Restart(t)
+	assert.Eventually(t, 10*time.Second, "the shard back", func() bool { return sh.Check(ctx) == nil })
+	if p := must[store.Page](t)(sh.Since(ctx, on1, before.Epoch, 0)); !p.Reset {
+		t.Fatalf("a cursor into the lost data: %+v, want Reset", p)
+	}
+	must[store.Entry](t)(sh.Append(ctx, on1, store.NewMessage{Text: "after"}))
+	b, err := store.Open(ctx, spec, store.Options{Log: testLogger(t)})
+	if err != nil {
+		t.Fatalf("a node opening the shards after the loss: %v", err)
+	}
+	defer b.Close()
+	if p := must[store.Page](t)(b.Since(ctx, on1, 0, 0)); len(p.Messages) != 1 {
+		t.Fatalf("after the loss: %+v", p)
+	}
+	if _, err := store.Open(ctx, s2.URL()+","+s1.URL(), store.Options{Log: testLogger(t)}); err == nil {
+		t.Fatal("the shards in another order opened after the loss")
 	}
 }
