@@ -106,7 +106,8 @@ func TestClaimLinkMalformed(t *testing.T) {
 
 // TestLongTitleFitsTheBar: a title longer than the bar's room, at a phone's
 // width and at a desktop's, is cut with an ellipsis; every button stays
-// inside the bar and nothing in it overlaps (before, the name kept its
+// inside the bar and nothing in it overlaps, and the status, cut to a dot
+// or "live…", has its whole words in its tooltip (before, the name kept its
 // 16 rem: "New conversation" stood 90 px past the bar at 1280 px, and at
 // 390 px "New" touched the screen's edge with the status dot over the bell).
 func TestLongTitleFitsTheBar(t *testing.T) {
@@ -146,6 +147,9 @@ func TestLongTitleFitsTheBar(t *testing.T) {
 			return boxes.every((r, i) => r.left >= left && r.right <= right && r.top < boxes[0].bottom && r.bottom > boxes[0].top &&
 				(i === 0 || r.left >= boxes[i - 1].right - 0.5));
 		})()`)
+		if got := eval[string](tb, `document.getElementById("status").title`); !strings.HasPrefix(got, "live · WebSocket") {
+			t.Errorf("%s: the status's tooltip is %q, want its whole words, live · WebSocket", size.name, got)
+		}
 		if cut := eval[bool](tb, `(() => { const s = document.getElementById("thread-id"); return s.scrollWidth > s.clientWidth })()`); !cut {
 			t.Errorf("%s: the title is not cut, though it is longer than its room", size.name)
 		}
