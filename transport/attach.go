@@ -73,11 +73,16 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 	}
 	defer s.uploads.Leave()
 	extendDeadlines(w)
-	// Shutdown's abort cuts a read blocked on a client that stopped
-	// sending: the upload fails, leaving nothing, and the server stops.
+	// Shutdown's abort cuts the read of an upload still being received
+	// (its client stopped sending, or sends too slowly to end in time):
+	// the upload fails, leaving nothing, its client is told to send it
+	// again (not that it broke off), and the server stops.
 	rc := http.NewResponseController(w)
 	defer context.AfterFunc(s.abortCtx, func() { rc.SetReadDeadline(time.Now()) })()
 	a, err := as.PutAttachment(r.Context(), who.thread, store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: r.Body, Max: max, Work: uploadWork(r.Context())})
+	if err != nil && s.abortCtx.Err() != nil && chatrelay.CodeOf(err) == chatrelay.InvalidAttachment {
+		err = errShuttingDown
+	}
 	if err != nil {
 		if chatrelay.CodeOf(err) == chatrelay.AttachmentTooLarge {
 			w.Header().Set("Connection", "close") // the rest of the body is not read

@@ -217,7 +217,9 @@ func (s *Server) methods(rts []route) http.Handler {
 func (s *Server) gate(rt route, h func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
 		if settles(rt.row) {
-			r = r.WithContext(context.WithoutCancel(r.Context()))
+			ctx, stop := s.settled(r.Context())
+			defer stop()
+			r = r.WithContext(ctx)
 		}
 		var p principal
 		var err error
@@ -251,6 +253,17 @@ func (s *Server) gate(rt route, h func(http.ResponseWriter, *http.Request, princ
 // and stops when its client does.
 func settles(row chatrelay.Route) bool {
 	return (row.Method == http.MethodPost || row.Method == http.MethodDelete) && !row.Upload
+}
+
+// settled is the context of a write that settles: ctx's values without
+// its cancel, ended only by the shutdown's abort, so that a write still
+// waiting when the grace is over (for a thread's lock another process
+// holds) gives up, answered 503, and the server stops in time. stop lets
+// go of it once the write is answered.
+func (s *Server) settled(ctx context.Context) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	unhook := context.AfterFunc(s.abortCtx, cancel)
+	return ctx, func() { unhook(); cancel() }
 }
 
 // page serves the page (web.Handler) under the prefix.

@@ -81,8 +81,10 @@ const shutdownGrace = 2 * time.Second
 // after shutdownGrace (or when ctx is done) belong to clients that stopped
 // reading, blocked in a write or in the close handshake: their connections
 // are cut; uploads still running then belong to clients that stopped
-// sending: their reads are cut (the upload fails and leaves nothing), so
-// that http.Server.Shutdown need not wait for them past its deadline. It
+// sending: their reads are cut (the upload fails and leaves nothing), and
+// writes still waiting (for a thread's lock another process holds) give
+// up, so that http.Server.Shutdown need not wait for them past its
+// deadline. It
 // waits for the stream handlers (http.Server.Shutdown does not track
 // hijacked WebSockets) and the upload handlers until ctx is done.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -94,6 +96,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.streamers.Close()
 	s.uploads.Close()
 	s.hub.Close()
+	// Writes still waiting when the grace is over (for a thread's lock
+	// another process holds) give up then (settled), streams or not:
+	// http.Server.Shutdown waits for their handlers.
+	time.AfterFunc(shutdownGrace, s.abort)
 	done := make(chan struct{})
 	go func() {
 		s.streamers.Wait()

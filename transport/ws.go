@@ -172,6 +172,11 @@ type wsWriter struct {
 	ctx    context.Context // cancelled by Shutdown's abort and when the stream ends
 	mu     sync.Mutex      // held by a write, with its deadline: the session's frames and the reader's answers
 	opened chan struct{}   // closed once start returns: the reader answers only then
+	// frame is held by the reader from a frame's post to its answer, and
+	// by a close before it begins (stopFrames): a post the store took is
+	// answered before the close frame, and none is run after it.
+	frame   sync.Mutex
+	closing bool // guarded by frame: the reader runs no more frames
 }
 
 func (ww *wsWriter) name() string { return transportWS }
@@ -232,9 +237,19 @@ func (ww *wsWriter) heartbeat() error {
 	return ww.c.Ping(ctx)
 }
 
+// stopFrames waits for the frame the reader is running, if any, to be
+// answered, and stops the reader from running another: called before a
+// close, after which no answer can be written.
+func (ww *wsWriter) stopFrames() {
+	ww.frame.Lock()
+	ww.closing = true
+	ww.frame.Unlock()
+}
+
 // end closes a connection the hub dropped, with a code that tells the
 // client how to come back.
 func (ww *wsWriter) end(why error) {
+	ww.stopFrames()
 	switch {
 	case errors.Is(why, hub.ErrClosed):
 		ww.c.Close(websocket.StatusGoingAway, "server shutting down; reconnect")
@@ -248,6 +263,7 @@ func (ww *wsWriter) end(why error) {
 // revoked closes a participant's connection with 1008 and the machine
 // code (token_revoked or token_expired) as the reason.
 func (ww *wsWriter) revoked(code chatrelay.Code) {
+	ww.stopFrames()
 	ww.c.Close(websocket.StatusPolicyViolation, string(code))
 }
 
@@ -267,13 +283,20 @@ func (s *Server) wsRead(ctx context.Context, ww *wsWriter, req streamRequest) {
 		if err != nil {
 			return
 		}
+		ww.frame.Lock()
+		if ww.closing {
+			ww.frame.Unlock()
+			return // read as the stream closes: not run, so not stored
+		}
 		var answer []byte
 		if typ != websocket.MessageText {
 			answer = wsError(chatrelay.Errorf(chatrelay.InvalidJSON, "frames are JSON text"), req.p.view(view{v2: true}))
 		} else {
 			answer = s.wsFrame(ctx, data, req)
 		}
-		if ww.write(answer) != nil {
+		err = ww.write(answer)
+		ww.frame.Unlock()
+		if err != nil {
 			return
 		}
 	}
@@ -302,7 +325,9 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 	// A frame read whole is stored or refused whatever the socket does
 	// meanwhile, as an HTTP post is (settles): a post cut short by the
 	// socket's end might have run all the same.
-	e, err := s.post(context.WithoutCancel(ctx), req.ip, req.p, p)
+	pctx, stop := s.settled(ctx)
+	defer stop()
+	e, err := s.post(pctx, req.ip, req.p, p)
 	if err != nil {
 		if c := chatrelay.CodeOf(err); c == chatrelay.Internal || c == chatrelay.StoreUnavailable {
 			s.log.Error("ws post failed", "thread", thread, "err", err)

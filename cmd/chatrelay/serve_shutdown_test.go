@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,4 +179,81 @@ func serveShutdownWithAStalledUpload(t *testing.T, backend string) {
 
 	srv.stopped(t) // SIGTERM
 	assert.Equal(t, "what the upload left", len(left()), 0)
+}
+
+// TestServeShutdownCutUploadIsRetryable: an upload still being received
+// when the shutdown's grace is over is cut, and its client is told to
+// send it again (503 store_unavailable, retryable), not that its upload
+// broke off (400 invalid_attachment, not retryable): before the fix a
+// client that was still sending, only slowly, was told the upload was its
+// fault and would not retry it.
+func TestServeShutdownCutUploadIsRetryable(t *testing.T) {
+	t.Parallel()
+	srv := runServe(t, "--data", t.TempDir(), "--fsync", "never", "--log-level", "error")
+	base := srv.base
+	post(t, base+"/", "hello")
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	assert.Success(t, err)
+	defer conn.Close()
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nX-Chat-Token: %s\r\nX-Filename: slow.bin\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n",
+		chatrelay.PathAttachments, cliToken, 1<<20)
+	_, err = conn.Write(append([]byte(head), make([]byte, 300<<10)...))
+	assert.Success(t, err)
+	time.Sleep(200 * time.Millisecond) // the upload is being received
+
+	srv.stopped(t) // SIGTERM
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	assert.Success(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	assert.Equal(t, "status of the cut upload", resp.StatusCode, http.StatusServiceUnavailable)
+	assert.True(t, strings.Contains(string(body), `"code":"store_unavailable"`) && strings.Contains(string(body), `"retryable":true`),
+		"the cut upload's answer: %s", body)
+}
+
+// TestServeShutdownWithAPostWaitingForALock: another process (a stuck
+// host CLI) holds a thread's lock while posts wait for it when the server
+// is told to stop. The server must still stop within its 5 s: the posts
+// still waiting when the grace is over give up, answered 503
+// store_unavailable (retryable). Before the fix run waited for them, each
+// up to the lock's 10 s in turn, and the change feed waited behind them.
+func TestServeShutdownWithAPostWaitingForALock(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := runServe(t, "--data", dir, "--fsync", "never", "--log-level", "error")
+	post(t, srv.base+"/", "hello")
+
+	lock, err := os.OpenFile(filepath.Join(dir, "chat", chatrelay.ThreadOf(cliToken)+".json.lock"), os.O_RDWR, 0)
+	assert.Success(t, err)
+	defer lock.Close()
+	assert.Success(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
+	statuses := make(chan int, 2)
+	for range 2 {
+		go func() {
+			req, _ := http.NewRequest("POST", srv.base+"/api/chat/post", strings.NewReader(`{"text":"waits"}`))
+			req.Header.Set("X-Chat-Token", cliToken)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			res.Body.Close()
+			statuses <- res.StatusCode
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // both posts wait
+
+	start := time.Now()
+	srv.stop() // SIGTERM
+	select {
+	case err := <-srv.done:
+		assert.Success(t, err)
+	case <-time.After(8 * time.Second):
+		t.Fatal("serve still running 8 s after the signal, while posts wait for a lock")
+	}
+	t.Logf("stopped in %v", time.Since(start))
+	for range 2 {
+		assert.Equal(t, "a waiting post's answer", <-statuses, http.StatusServiceUnavailable)
+	}
 }

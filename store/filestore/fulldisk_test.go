@@ -150,3 +150,34 @@ func TestFailedLogAppendLeavesNothing(t *testing.T) {
 	assert.Equal(t, "messages", len(after.Messages), len(before.Messages)+1)
 	assert.Equal(t, "the newest", after.Messages[len(after.Messages)-1].Text, "after the full disk")
 }
+
+// TestFailedFirstLogAppendLeavesNoLog: the first message to go to a
+// thread's log (AppendLog), refused because the disk is full, leaves no
+// log behind: the refused post made it, so it goes with the post. Before
+// the fix an empty <thread>.log stayed (seen with the server and with
+// chatrelay reply on a full tmpfs).
+func TestFailedFirstLogAppendLeavesNoLog(t *testing.T) {
+	t.Parallel()
+	dir := storetest.SmallDisk(t, 1<<20)
+	s := openWith(t, dir, filestore.FileOptions{AppendLog: true})
+	ctx := context.Background()
+	m := store.NewMessage{Author: chatrelay.Operator, Text: "hello"}
+	_, err := s.Append(ctx, diskThread, m) // the document
+	assert.Success(t, err)
+	path := filepath.Join(dir, "chat", diskThread+".log")
+
+	free := storetest.FillDisk(t, dir, 0)
+	_, err = s.Append(ctx, diskThread, m)
+	assert.Code(t, err, chatrelay.StoreUnavailable)
+	_, err = os.Stat(path)
+	assert.True(t, os.IsNotExist(err), "the refused post left its log: %v", err)
+	free()
+
+	_, err = s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "after the full disk"})
+	assert.Success(t, err)
+	fresh := openOn(t, dir) // no cache: from the files
+	after, err := fresh.Since(ctx, diskThread, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "messages", len(after.Messages), 2)
+	assert.Equal(t, "the newest", after.Messages[1].Text, "after the full disk")
+}

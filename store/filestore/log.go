@@ -206,7 +206,8 @@ func statLog(path string) (ino uint64, size int64, err error) {
 // under the thread's lock is ls, with one write(2), and fdatasyncs it
 // (and the folder, if it created the log) unless the store does not
 // sync. A torn tail is cut off first. A failed append cuts off what it
-// wrote: nothing is left of a refused post. It returns the log's new
+// wrote, and removes the log if it made it: nothing is left of a refused
+// post. It returns the log's new
 // state. The caller holds the thread's locks (t.mu too).
 func (s *File) appendLog(t *threadState, thread string, ls logState, line []byte) (logState, error) {
 	path := s.logPath(thread)
@@ -254,6 +255,10 @@ func (s *File) appendLog(t *threadState, thread string, ls logState, line []byte
 	}
 	if err != nil {
 		ignoringEINTR(func() error { return syscall.Ftruncate(fd, ls.valid) }) // leave nothing behind
+		if created {
+			t.closeLog()
+			syscall.Unlink(path) // nor the log this post made
+		}
 		return ls, err
 	}
 	n := ls.valid + int64(len(line)) + 1
