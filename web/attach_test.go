@@ -149,7 +149,7 @@ func TestApprovalShowsItsAttachments(t *testing.T) {
 	post(t, srv.URL, tok, "please deploy", "operator")
 	dir := t.TempDir()
 	shot, log := filepath.Join(dir, "screen.png"), filepath.Join(dir, "deploy.log")
-	if err := os.WriteFile(shot, pngImage(t, 20, 10), 0o600); err != nil {
+	if err := os.WriteFile(shot, pngImage(t, 200, 120), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(log, []byte("step 1\nstep 2\n"), 0o600); err != nil {
@@ -160,8 +160,13 @@ func TestApprovalShowsItsAttachments(t *testing.T) {
 		const li = [...document.querySelectorAll("#log li")].find((l) => l.querySelector(".ix"));
 		if (!li) return false;
 		const img = li.querySelector(".atts .thumb img"), chip = li.querySelector(".atts .chip");
-		return !!img && img.complete && img.naturalWidth === 20 && !!chip && chip.textContent === "deploy.log (14 B)" &&
+		return !!img && img.complete && img.naturalWidth === 200 && !!chip && chip.textContent === "deploy.log (14 B)" &&
 			[...li.querySelectorAll(".ix button")].some((b) => b.textContent === "Approve") })()`)
+	// The chip beside the screenshot keeps its own height: before, the row
+	// stretched it to the image's, an empty box 121 px tall.
+	if h := eval[float64](tb, `document.querySelector(".atts .chip").getBoundingClientRect().height`); h > 40 {
+		t.Errorf("the file's chip beside the image is %.0f px tall, want one line", h)
+	}
 }
 
 // TestParticipantSeesAttachments: a viewer's page shows the thread's
@@ -212,4 +217,23 @@ func TestDropAFileSendsIt(t *testing.T) {
 	tb.waitJS(soon, "the message with its chip", `(() => { const c = document.querySelector("#log .atts .chip");
 		return !!c && c.textContent === "build.log (14 B)" && c.download === "build.log" })()`)
 	tb.waitShown(soon, "the build log")
+}
+
+// TestTooLargeFileSaysWhy: a file over the server's size limit stays in
+// the composer marked with its size and the server's reason (before, only
+// "too large", with no word of the limit).
+func TestTooLargeFileSaysWhy(t *testing.T) {
+	srv := startServer(t, "--max-attachment-bytes", "1024")
+	tb := newWindow(t)
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	eval[bool](tb, `(() => {
+		const dt = new DataTransfer();
+		dt.items.add(new File([new Uint8Array(3000)], "core.dump", { type: "application/octet-stream" }));
+		const input = document.getElementById("file");
+		input.files = dt.files;
+		input.dispatchEvent(new Event("change"));
+		return true })()`)
+	tb.waitJS(soon, "the refusal beside the file", `(() => { const s = document.querySelector("#files .file-status.bad");
+		return !!s && s.textContent === "too large (2.9 KiB): the file is larger than 1024 bytes" })()`)
 }

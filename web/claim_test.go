@@ -103,3 +103,76 @@ func TestClaimLinkMalformed(t *testing.T) {
 	eval[bool](tb, `(location.hash = "#t=`+good+`", true)`)
 	tb.waitJS(soon, "the link's token adopted", `localStorage.getItem("chatrelay.token") === "`+good+`" && location.hash === ""`)
 }
+
+// TestLongTitleFitsTheBar: a title longer than the bar's room, at a phone's
+// width and at a desktop's, is cut with an ellipsis; every button stays
+// inside the bar and nothing in it overlaps, and the status, cut to a dot
+// or "live…", has its whole words in its tooltip (before, the name kept its
+// 16 rem: "New conversation" stood 90 px past the bar at 1280 px, and at
+// 390 px "New" touched the screen's edge with the status dot over the bell).
+func TestLongTitleFitsTheBar(t *testing.T) {
+	srv := startServer(t)
+	const title = "Deploy review of build 412 for the production cluster in eu-west"
+	out := srv.cli("open", "--title", title, "--text", "hello", "--public-url", strings.TrimSuffix(srv.URL, "/"))
+	var opened struct{ Thread, Link string }
+	if err := json.Unmarshal(out, &opened); err != nil {
+		t.Fatalf("chatrelay open printed %q: %v", out, err)
+	}
+	tb := newWindow(t)
+	tb.open(opened.Link)
+	tb.waitShown(soon, "hello")
+	tb.waitState(live, "ws")
+	for _, size := range []struct {
+		name   string
+		width  int64
+		height int64
+		mobile bool
+	}{
+		{"a phone", 390, 844, true},
+		{"a desktop", 1280, 800, false},
+	} {
+		if size.mobile {
+			tb.do(soon, size.name+"'s screen", chromedp.EmulateViewport(size.width, size.height, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+		} else {
+			tb.do(soon, size.name+"'s screen", chromedp.EmulateViewport(size.width, size.height))
+		}
+		tb.waitJS(soon, "the bar's buttons shown ("+size.name+")", `!document.getElementById("devices-open").hidden`)
+		tb.waitJS(soon, "the bar's items inside it, one row, none over another ("+size.name+")", `(() => {
+			const bar = document.querySelector("header.bar");
+			const cs = getComputedStyle(bar), b = bar.getBoundingClientRect();
+			const left = b.left + parseFloat(cs.paddingLeft) - 0.5, right = b.right - parseFloat(cs.paddingRight) + 0.5;
+			const boxes = [...bar.children].map(e => e.getBoundingClientRect()).filter(r => r.width > 0);
+			// the dot, drawn outside its status box when that box has no room, counts too
+			boxes.splice(1, 1, document.querySelector("#status .dot").getBoundingClientRect());
+			return boxes.every((r, i) => r.left >= left && r.right <= right && r.top < boxes[0].bottom && r.bottom > boxes[0].top &&
+				(i === 0 || r.left >= boxes[i - 1].right - 0.5));
+		})()`)
+		if got := eval[string](tb, `document.getElementById("status").title`); !strings.HasPrefix(got, "live · WebSocket") {
+			t.Errorf("%s: the status's tooltip is %q, want its whole words, live · WebSocket", size.name, got)
+		}
+		if cut := eval[bool](tb, `(() => { const s = document.getElementById("thread-id"); return s.scrollWidth > s.clientWidth })()`); !cut {
+			t.Errorf("%s: the title is not cut, though it is longer than its room", size.name)
+		}
+		if !eval[bool](tb, wordmarkWhole) {
+			t.Errorf("%s: the name \"chatrelay\" itself is cut", size.name)
+		}
+	}
+	// With no title, the name is never cut, not even by a fraction of a
+	// pixel (which draws "chatrel…"): the status text gives way instead.
+	plain := newWindow(t)
+	plain.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	plain.open(srv.URL)
+	plain.write("hello")
+	plain.waitJS(soon, "the bar's buttons shown", `!document.getElementById("devices-open").hidden`)
+	plain.waitState(live, "ws")
+	if !eval[bool](plain, wordmarkWhole) {
+		t.Errorf("a phone, no title: the name \"chatrelay\" is cut")
+	}
+}
+
+// wordmarkWhole says whether the bar's "chatrelay" has its whole width.
+const wordmarkWhole = `(() => {
+	const h = document.querySelector(".bar h1"), r = document.createRange();
+	r.selectNodeContents(h.firstChild);
+	return r.getBoundingClientRect().width <= h.getBoundingClientRect().width;
+})()`

@@ -569,6 +569,57 @@ func TestCardsAreText(t *testing.T) {
 	}
 }
 
+// TestLongFieldsStayInTheirCard: at a phone's width, a card's field and an
+// approval's detail whose label and value are long unbroken words (a
+// commit id, a URL) wrap inside the message (before, the label column took
+// its whole width, 600 px, and the conversation scrolled sideways).
+func TestLongFieldsStayInTheirCard(t *testing.T) {
+	srv := startServer(t)
+	a, token := startConversation(t, srv.URL, "status?")
+	thread := threadOf(token)
+	a.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	label, value := "commit-"+strings.Repeat("0123456789abcdef", 3), "https://ci.example.com/builds/412/"+strings.Repeat("artifact", 20)
+	card, _ := json.Marshal(map[string]any{"title": "Build 412", "fallback_text": "Build 412",
+		"blocks": []map[string]any{{"type": "fields", "fields": []map[string]string{{"label": label, "value": value}, {"label": "took", "value": "4 min"}}}}})
+	if _, stderr, err := srv.cliRun(card, "card", thread, "-"); err != nil {
+		t.Fatalf("chatrelay card: %v %s", err, stderr)
+	}
+	srv.cli("ask", thread, "--approval", "Deploy build 412?", "--detail", label+"="+value, "--timeout", "15m")
+	a.waitJS(soon, "the card and the approval", `document.querySelectorAll("#log .card dl, #log .ix dl").length === 2`)
+	a.waitJS(soon, "every label and value inside its message, nothing scrolling sideways", `(() => {
+		const conv = document.getElementById("conversation");
+		return conv.scrollWidth <= conv.clientWidth && [...document.querySelectorAll("#log dl > *")].every((e) => {
+			const r = e.getBoundingClientRect(), m = e.closest(".msg").getBoundingClientRect();
+			return r.width > 0 && r.left >= m.left && r.right <= m.right;
+		});
+	})()`)
+}
+
+// TestPageNeverScrollsAsAWhole: an approval far down a long conversation
+// leaves the page itself unscrollable at a phone's width: only the
+// conversation scrolls, and bringing the card into view (as focus does)
+// moves neither the header nor the composer (before, the card's hidden
+// "Answer by …" sentence, positioned against <main>, made the document
+// as tall as the conversation: the page slid up, leaving a gap under the
+// composer).
+func TestPageNeverScrollsAsAWhole(t *testing.T) {
+	srv := startServer(t)
+	a, token := startConversation(t, srv.URL, "status?")
+	thread := threadOf(token)
+	a.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	for i := range 12 {
+		srv.reply(thread, fmt.Sprintf("Step %d of the deploy: the images are rebuilt, pushed and checked before anything runs.", i))
+	}
+	srv.cli("ask", thread, "--approval", "Deploy build 412?", "--timeout", "15m")
+	srv.reply(thread, "Waiting for your answer.")
+	a.waitShown(soon, "Waiting for your answer.")
+	a.waitJS(soon, "the approval drawn", `!!document.querySelector("#log .ix .sr-only")`)
+	eval[bool](a, `(document.getElementById("conversation").scrollTop = 0, document.querySelector("#log .ix").scrollIntoView(), true)`)
+	if got := eval[[]float64](a, `[document.scrollingElement.scrollHeight - document.scrollingElement.clientHeight, scrollY]`); got[0] > 0 || got[1] > 0 {
+		t.Errorf("the page itself scrolls: %.0f px more than the screen, scrolled %.0f px", got[0], got[1])
+	}
+}
+
 // Every post carries a client_id, so a post whose answer was lost is
 // stored once: whether the page learns of it from its stream, or the
 // person presses Retry while the page can read nothing, and whoever sends

@@ -258,7 +258,9 @@ chat.addEventListener("status", (e) => {
   if (state !== "connecting" && settling === null && els.log.hasAttribute("aria-busy")) settle();
   els.status.dataset.state = state;
   els.statusText.textContent = states[state] || state;
-  els.status.title = shared ? "shared with another tab of this browser" : "";
+  // the whole words in its tooltip: the bar cuts them to their room (at a desktop's width beside
+  // "Open on another device", "live…")
+  els.status.title = `${states[state] || state}${shared ? " (shared with another tab of this browser)" : ""}`;
   showThread();
   // Back after a while away: who is in the conversation may have changed.
   const isLive = state === "ws" || state === "sse" || state === "polling";
@@ -611,7 +613,8 @@ function addFiles(list) {
         f.state = "failed";
         bar.remove();
         status.className = "file-status bad";
-        status.textContent = err.status === 413 ? "too large" : `not uploaded: ${err.message}`;
+        // 413: over the server's limit for one file or for the conversation; its message says which
+        status.textContent = err.status === 413 ? `too large (${sizeText(file.size)}): ${err.message}` : `not uploaded: ${err.message}`;
       },
     );
   }
@@ -724,6 +727,7 @@ function endWith(code) {
   document.body.dataset.ended = code;
   els.status.dataset.state = "ended";
   els.statusText.textContent = states.ended;
+  els.status.title = states.ended;
   const words = devicePage ? endedDevice : ended;
   els.endedText.textContent = words[code] || words.unauthorized;
   els.ended.hidden = false;
@@ -782,6 +786,7 @@ async function whoamiRetrying() {
       if (chat.ended) return null;
       els.status.dataset.state = "offline";
       els.statusText.textContent = states.offline;
+      els.status.title = states.offline;
       await new Promise((r) => setTimeout(r, Math.min(30000, 500 * 2 ** fails)));
     }
   }
