@@ -199,9 +199,10 @@ func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' ||
 
 // secretNames are what makes a key or a label secret-named, in any case,
 // alone or inside a longer name (DB_PASSWORD, GITHUB_TOKEN,
-// client_secret, access_token): "api" is api_key, api-key or apikey, and
-// "private" private_key, private-key or privatekey (SSH_PRIVATE_KEY: a
-// name beside the contract's list, which redacts more, never less).
+// client_secret, access_token): "api" is api_key, api-key, apikey or, in
+// words, "api key", and "private" private_key, private-key, privatekey or
+// "private key" (SSH_PRIVATE_KEY: a name beside the contract's list,
+// which redacts more, never less; a label is a person's words: "API key").
 var secretNames = []string{"password", "passwd", "secret", "token", "api", "private", "authorization"}
 
 // secretNameAt is the length of the secret name that lower (ASCII lower
@@ -215,7 +216,7 @@ func secretNameAt(lower string, i int) int {
 			return len(n)
 		}
 		j := i + len(n)
-		if j < len(lower) && (lower[j] == '_' || lower[j] == '-') {
+		if j < len(lower) && (lower[j] == '_' || lower[j] == '-' || lower[j] == ' ') {
 			j++
 		}
 		if strings.HasPrefix(lower[j:], "key") {

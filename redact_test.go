@@ -44,6 +44,8 @@ func TestRedact(t *testing.T) {
 		{"token:", "token: 'abc def' more", "token: '[redacted]' more"},
 		{"api_key", "api_key=AbC123, next", "api_key=[redacted]"},
 		{"api-key", `api-key: "quoted value"`, `api-key: "[redacted]"`},
+		{"API key, in words", "API key: d41d8cd98f00b204e9800998ecf8427e", "API key: [redacted]"},
+		{"private key, in words", "Private Key = abc123", "Private Key = [redacted]"},
 		{"URL password", "clone https://alice:s3cr3t@git.example.com/repo.git", "clone https://alice:[redacted]@git.example.com/repo.git"},
 		{"URL password, redis", "redis://default:p4ss@127.0.0.1:6379/0", "redis://default:[redacted]@127.0.0.1:6379/0"},
 
@@ -169,6 +171,28 @@ func TestRedactMessage(t *testing.T) {
 	assert.True(t, strings.Count(js, "[redacted]") >= 13, "redactions: %s", js)
 	assert.Equal(t, "the author's name", r.AuthorName, "[redacted]")
 	assert.True(t, strings.Contains(string(chatrelay.MarshalMessageV2(m)), key), "the stored message was changed")
+}
+
+// TestRedactSecretLabels: a label a person writes in words ("API key",
+// "Private key", with a space) is as secret-named as api_key and
+// private_key: its value is redacted whole, in an approval's details and
+// in a card's fields, whatever the value's shape. "API key" was not, and
+// a card's field showed a participant a plain hex key.
+func TestRedactSecretLabels(t *testing.T) {
+	t.Parallel()
+	const value = "d41d8cd98f00b204e9800998ecf8427e"
+	for _, label := range []string{"API key", "api_key", "Api-Key", "Private key", "SSH private key", "DB password", "Auth Token"} {
+		m := chatrelay.Message{Interaction: &chatrelay.Interaction{Details: []chatrelay.Detail{{Label: label, Value: value}}},
+			Card: &chatrelay.Card{Blocks: []chatrelay.Block{{Type: "fields", Fields: []chatrelay.Detail{{Label: label, Value: value}}}}}}
+		r, _ := chatrelay.RedactMessage(m)
+		assert.Equal(t, label+": the detail's value", r.Interaction.Details[0].Value, "[redacted]")
+		assert.Equal(t, label+": the field's value", r.Card.Blocks[0].Fields[0].Value, "[redacted]")
+	}
+	for _, label := range []string{"API", "keys", "private", "rapid key rotation"} {
+		m := chatrelay.Message{Card: &chatrelay.Card{Blocks: []chatrelay.Block{{Type: "fields", Fields: []chatrelay.Detail{{Label: label, Value: value}}}}}}
+		r, _ := chatrelay.RedactMessage(m)
+		assert.Equal(t, label+": the field's value", r.Card.Blocks[0].Fields[0].Value, value)
+	}
 }
 
 // fuzzSecrets are secrets of the contract's shapes, each with the part
