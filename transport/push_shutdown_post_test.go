@@ -27,6 +27,7 @@ func TestShutdownAnswersTheWebSocketPostsItStored(t *testing.T) {
 		status   websocket.StatusCode
 	}
 	results := make(chan result, sockets)
+	underway := make(chan struct{}, sockets) // a socket's first answer
 	for i := range sockets {
 		c := e.mustWS("/api/chat/ws", tokenN(i+1))
 		assert.Equal(t, "WS ready", nextWS(t, c).Type, "ready")
@@ -36,7 +37,7 @@ func TestShutdownAnswersTheWebSocketPostsItStored(t *testing.T) {
 				if c.Write(context.Background(), websocket.MessageText, b) != nil {
 					return
 				}
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // the client's pace
 			}
 		}()
 		go func() { // the reader: the ids answered, until the close
@@ -51,12 +52,21 @@ func TestShutdownAnswersTheWebSocketPostsItStored(t *testing.T) {
 					return
 				}
 				if f.Type == "posted" {
+					if len(r.answered) == 0 {
+						underway <- struct{}{}
+					}
 					r.answered[f.ID] = true
 				}
 			}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond) // posts under way on every socket
+	for range sockets { // posts under way on every socket
+		select {
+		case <-underway:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a socket's posts were not answered within 10 s")
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -65,8 +65,12 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	// ctx, which closes the connection and so ends a write blocked on a
 	// client that stopped reading.
 	ctx, cancel := context.WithCancel(s.abortCtx)
-	ww := &wsWriter{s: s, c: c, conn: sb.conn, ctx: ctx, opened: make(chan struct{})}
-	stopAbort := context.AfterFunc(ctx, func() { sb.conn.SetWriteDeadline(time.Now()) })
+	// Only the connection is kept: sb holds net/http's response, and with
+	// it the 4 KiB buffers it had for the connection (an idle stream held
+	// them, 7 KiB more, while the abort's func held sb).
+	conn := sb.conn
+	ww := &wsWriter{s: s, c: c, conn: conn, ctx: ctx, opened: make(chan struct{})}
+	stopAbort := context.AfterFunc(ctx, func() { conn.SetWriteDeadline(time.Now()) })
 	gone, left := context.WithCancel(context.Background())
 	readerDone := make(chan struct{})
 	go func() { // owned by the session, whose end waits for it

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -189,7 +190,8 @@ func serveShutdownWithAStalledUpload(t *testing.T, backend string) {
 // fault and would not retry it.
 func TestServeShutdownCutUploadIsRetryable(t *testing.T) {
 	t.Parallel()
-	srv := runServe(t, "--data", t.TempDir(), "--fsync", "never", "--log-level", "error")
+	dir := t.TempDir()
+	srv := runServe(t, "--data", dir, "--fsync", "never", "--log-level", "error")
 	base := srv.base
 	post(t, base+"/", "hello")
 
@@ -200,7 +202,10 @@ func TestServeShutdownCutUploadIsRetryable(t *testing.T) {
 		chatrelay.PathAttachments, cliToken, 1<<20)
 	_, err = conn.Write(append([]byte(head), make([]byte, 300<<10)...))
 	assert.Success(t, err)
-	time.Sleep(200 * time.Millisecond) // the upload is being received
+	assert.Eventually(t, 10*time.Second, "the upload being received", func() bool {
+		m, _ := filepath.Glob(filepath.Join(dir, "chat", ".*.upload.tmp-*"))
+		return len(m) == 1
+	})
 
 	srv.stopped(t) // SIGTERM
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -218,8 +223,10 @@ func TestServeShutdownCutUploadIsRetryable(t *testing.T) {
 // still waiting when the grace is over give up, answered 503
 // store_unavailable (retryable). Before the fix run waited for them, each
 // up to the lock's 10 s in turn, and the change feed waited behind them.
+//
+// Not parallel: it counts the goroutines waiting for a thread's lock, and
+// the package's parallel tests run only once it is done.
 func TestServeShutdownWithAPostWaitingForALock(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	srv := runServe(t, "--data", dir, "--fsync", "never", "--log-level", "error")
 	post(t, srv.base+"/", "hello")
@@ -242,7 +249,10 @@ func TestServeShutdownWithAPostWaitingForALock(t *testing.T) {
 			statuses <- res.StatusCode
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // both posts wait
+	assert.Eventually(t, 10*time.Second, "both posts wait for the thread's lock", func() bool {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "filestore.(*File).lockState(") == 2
+	})
 
 	start := time.Now()
 	srv.stop() // SIGTERM
