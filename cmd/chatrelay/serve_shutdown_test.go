@@ -168,18 +168,26 @@ func serveShutdownWithAStalledUpload(t *testing.T, backend string) {
 	token := cliToken
 	post(t, base+"/", "hello")
 
-	// An upload of 1 MiB whose client sends 300 KiB and then nothing.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	assert.Success(t, err)
-	defer conn.Close()
-	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nX-Chat-Token: %s\r\nX-Filename: stalled.bin\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n",
-		chatrelay.PathAttachments, token, 1<<20)
-	_, err = conn.Write(append([]byte(head), make([]byte, 300<<10)...))
-	assert.Success(t, err)
+	partUpload(t, base, token)
 	assert.Eventually(t, 10*time.Second, "the upload being received", func() bool { return len(left()) == 1 })
 
 	srv.stopped(t) // SIGTERM
 	assert.Equal(t, "what the upload left", len(left()), 0)
+}
+
+// partUpload starts an upload of 1 MiB to the server at base as token, of
+// which it sends 300 KiB, and returns its connection (closed at the end
+// of the test).
+func partUpload(t *testing.T, base, token string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	assert.Success(t, err)
+	t.Cleanup(func() { conn.Close() })
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nX-Chat-Token: %s\r\nX-Filename: part.bin\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n",
+		chatrelay.PathAttachments, token, 1<<20)
+	_, err = conn.Write(append([]byte(head), make([]byte, 300<<10)...))
+	assert.Success(t, err)
+	return conn
 }
 
 // TestServeShutdownCutUploadIsRetryable: an upload still being received
@@ -195,13 +203,7 @@ func TestServeShutdownCutUploadIsRetryable(t *testing.T) {
 	base := srv.base
 	post(t, base+"/", "hello")
 
-	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	assert.Success(t, err)
-	defer conn.Close()
-	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nX-Chat-Token: %s\r\nX-Filename: slow.bin\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n",
-		chatrelay.PathAttachments, cliToken, 1<<20)
-	_, err = conn.Write(append([]byte(head), make([]byte, 300<<10)...))
-	assert.Success(t, err)
+	conn := partUpload(t, base, cliToken)
 	assert.Eventually(t, 10*time.Second, "the upload being received", func() bool {
 		m, _ := filepath.Glob(filepath.Join(dir, "chat", ".*.upload.tmp-*"))
 		return len(m) == 1
