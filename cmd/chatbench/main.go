@@ -252,19 +252,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var bePIDs []string
-	if cfg.backendPIDs != "" {
-		for f := range strings.SplitSeq(cfg.backendPIDs, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil || n <= 0 {
-				return fmt.Errorf("--backend-pid %q: want process ids, comma-separated", cfg.backendPIDs)
-			}
-			p, err := procOf("--backend-pid", n)
-			if err != nil {
-				return err
-			}
-			bePIDs = append(bePIDs, p)
-		}
+	bePIDs, err := backendPIDs(cfg.backendPIDs)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
@@ -355,6 +345,27 @@ func (c *config) which() ([]string, error) {
 
 // procOf is the /proc name of the process given by flag (pid 0: none),
 // checked to be readable.
+// backendPIDs is --backend-pid's list: a pid per store server (Redis
+// shard), each with a /proc entry; none if list is empty.
+func backendPIDs(list string) ([]string, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var pids []string
+	for f := range strings.SplitSeq(list, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--backend-pid %q: want process ids, comma-separated", list)
+		}
+		p, err := procOf("--backend-pid", n)
+		if err != nil {
+			return nil, err
+		}
+		pids = append(pids, p)
+	}
+	return pids, nil
+}
+
 func procOf(flag string, pid int) (string, error) {
 	if pid <= 0 {
 		return "", nil
