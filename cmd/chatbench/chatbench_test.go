@@ -335,6 +335,24 @@ func TestUsageShards(t *testing.T) {
 	}
 }
 
+// TestBackendPIDs: --backend-pid takes one pid or a comma-separated list
+// of them, each a running process; anything else is refused.
+func TestBackendPIDs(t *testing.T) {
+	t.Parallel()
+	self := strconv.Itoa(os.Getpid())
+	if pids, err := backendPIDs(""); err != nil || pids != nil {
+		t.Errorf("none: %v %v", pids, err)
+	}
+	if pids, err := backendPIDs(self + "," + self); err != nil || len(pids) != 2 {
+		t.Errorf("two: %v %v", pids, err)
+	}
+	for _, bad := range []string{"x", self + ",", "-1", self + ",999999999"} {
+		if _, err := backendPIDs(bad); err == nil {
+			t.Errorf("%q was taken", bad)
+		}
+	}
+}
+
 func TestResultJSON(t *testing.T) {
 	t.Parallel()
 	r := &result{id: "S1", name: "latency", label: "fsync=never"}
