@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -123,6 +124,7 @@ func TestWSRefusesBadRequests(t *testing.T) {
 			{"plain GET", http.Header{}, 426, "upgrade_required"},
 			{"version 8", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"8"}, "Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}}, 426, "upgrade_required"},
 			{"bad key", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"}, "Sec-Websocket-Key": {"short"}}, 400, "invalid_handshake"},
+			{"two keys", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"}, "Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub25jZQ=="}}, 400, "invalid_handshake"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.ts.URL+"/api/chat/ws", nil)
@@ -144,6 +146,24 @@ func TestWSRefusesBadRequests(t *testing.T) {
 				}
 			})
 		}
+		// A handshake over HTTP/1.0 is refused by the same 426, not by
+		// the library's plain text.
+		t.Run("HTTP/1.0", func(t *testing.T) {
+			conn, err := net.Dial("tcp", e.ts.Listener.Addr().String())
+			assert.Success(t, err)
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			_, err = io.WriteString(conn, "GET /api/chat/ws HTTP/1.0\r\nHost: chat.test\r\nX-Chat-Token: "+tokenN(1)+
+				"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+			assert.Success(t, err)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			assert.Success(t, err)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			assert.Success(t, err)
+			assert.Equal(t, "status", resp.StatusCode, 426)
+			assert.Equal(t, "code", decodeError(t, body).Code, "upgrade_required")
+		})
 	})
 }
 

@@ -134,13 +134,15 @@ func (w *smallBufs) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // checkHandshake refuses, before any upgrade, a request that is not a
 // WebSocket handshake this server takes: a foreign Origin (403
-// origin_not_allowed), no upgrade (426 upgrade_required), a version
-// other than 13 (426), or a malformed key (400 invalid_handshake).
+// origin_not_allowed), no upgrade or an HTTP/1.0 one (426
+// upgrade_required), a version other than 13 (426), or a malformed or
+// repeated key (400 invalid_handshake). It checks all that Accept
+// checks, so that Accept, which answers in plain text, refuses nothing.
 func (s *Server) checkHandshake(w http.ResponseWriter, r *http.Request) error {
 	if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r.Host) {
 		return chatrelay.Errorf(chatrelay.OriginNotAllowed, "this origin may not open a WebSocket here; the server lists the origins it allows with --allowed-origin")
 	}
-	if !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", "websocket") {
+	if !r.ProtoAtLeast(1, 1) || !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", "websocket") {
 		w.Header().Set("Upgrade", "websocket")
 		w.Header().Set("Connection", "Upgrade")
 		return chatrelay.Errorf(chatrelay.UpgradeRequired, "this route is a WebSocket: send a WebSocket handshake (Connection: Upgrade, Upgrade: websocket)")
@@ -149,7 +151,10 @@ func (s *Server) checkHandshake(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Sec-WebSocket-Version", "13")
 		return chatrelay.Errorf(chatrelay.UpgradeRequired, "unsupported WebSocket version: only 13 is spoken")
 	}
-	if k, err := base64.StdEncoding.DecodeString(r.Header.Get("Sec-WebSocket-Key")); err != nil || len(k) != 16 {
+	// One key, as the library's Accept wants: a second would get its
+	// plain-text 400 after the stream was counted.
+	keys := r.Header.Values("Sec-WebSocket-Key")
+	if k, err := base64.StdEncoding.DecodeString(r.Header.Get("Sec-WebSocket-Key")); err != nil || len(k) != 16 || len(keys) != 1 {
 		return chatrelay.Errorf(chatrelay.InvalidHandshake, "Sec-WebSocket-Key must be 16 bytes in base64")
 	}
 	return nil
