@@ -115,7 +115,7 @@ func (e *contractEnv) request(t *testing.T, method, path string, body io.Reader,
 	req, err := http.NewRequest(method, e.url+path, body)
 	assert.Success(t, err)
 	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
+		req.Header.Add(hdr[i], hdr[i+1]) // a name given twice is sent twice
 	}
 	res, err := http.DefaultClient.Do(req)
 	assert.Success(t, err)
@@ -606,6 +606,8 @@ func TestErrors(t *testing.T) {
 			{name: "token of 63 hex", do: req("POST", "/api/chat/post", "X-Chat-Token", token(1)[1:]), status: 401, code: chatrelay.Unauthorized, words: unauthorized},
 			{name: "token of 65 hex", do: req("GET", "/api/chat/poll", "X-Chat-Token", token(1)+"0"), status: 401, code: chatrelay.Unauthorized, words: unauthorized},
 			{name: "token not hex", do: req("POST", "/api/chat/post", "X-Chat-Token", strings.Repeat("g", 64)), status: 401, code: chatrelay.Unauthorized, words: unauthorized},
+			// Two tokens name two threads: which one is meant is a guess.
+			{name: "two tokens", do: req("GET", "/api/chat/poll", "X-Chat-Token", tok, "X-Chat-Token", token(3)), status: 401, code: chatrelay.Unauthorized, words: unauthorized},
 			{name: "token with a bad body", do: func(e *contractEnv, t *testing.T) answer {
 				return e.request(t, "POST", "/api/chat/post", strings.NewReader("not json"), "X-Chat-Token", "nope")
 			}, status: 401, code: chatrelay.Unauthorized, words: unauthorized},

@@ -127,7 +127,7 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 		return principal{thread: thread, role: chatrelay.Owner, ctx: context.Background()}, nil
 	}
 	token, ok := parseBearer(r.Header.Get("Authorization"))
-	if !ok {
+	if !ok || len(r.Header.Values("Authorization")) > 1 {
 		return principal{}, chatrelay.Errorf(chatrelay.Unauthorized, "Authorization must be Bearer chp_… (a share link's token) or chd_… (a device's); the owner sends X-Chat-Token")
 	}
 	return s.grantHolder(r, token)

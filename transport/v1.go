@@ -22,10 +22,12 @@ func (s *Server) handleGone(w http.ResponseWriter, r *http.Request) {
 }
 
 // threadOf authenticates a request by its X-Chat-Token header. It touches
-// nothing on disk. A ticket, which only streams accept, is refused.
+// nothing on disk. A ticket, which only streams accept, is refused, and so
+// is a second X-Chat-Token: which thread it means is a guess (a proxy
+// would join the two into one malformed value).
 func threadOf(r *http.Request) (string, error) {
 	tok := r.Header.Get("X-Chat-Token")
-	if !chatrelay.ValidToken(tok) {
+	if !chatrelay.ValidToken(tok) || len(r.Header.Values("X-Chat-Token")) > 1 {
 		if tok == "" && query(r).Has("ticket") {
 			return "", chatrelay.Errorf(chatrelay.InvalidTicket, "a ticket only opens a stream; post and poll need X-Chat-Token")
 		}
