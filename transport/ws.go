@@ -155,7 +155,7 @@ func (s *Server) checkHandshake(w http.ResponseWriter, r *http.Request) error {
 	// plain-text 400 after the stream was counted.
 	keys := r.Header.Values("Sec-WebSocket-Key")
 	if k, err := base64.StdEncoding.DecodeString(r.Header.Get("Sec-WebSocket-Key")); err != nil || len(k) != 16 || len(keys) != 1 {
-		return chatrelay.Errorf(chatrelay.InvalidHandshake, "Sec-WebSocket-Key must be 16 bytes in base64")
+		return chatrelay.Errorf(chatrelay.InvalidHandshake, "send one Sec-WebSocket-Key, of 16 bytes in base64")
 	}
 	return nil
 }
