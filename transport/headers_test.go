@@ -90,3 +90,19 @@ func TestPagesRefuseFraming(t *testing.T) {
 		check(t, e, "https://a.example.com:8443 https://b.example.com", "")
 	})
 }
+
+// TestEscapedAPIPathIsNotFound: a path under /api/ once decoded, but not
+// as sent (/api%2Fchat/poll: the mux matches escaped segments), is the
+// API's JSON 404, with or without a prefix; it fell through to the page,
+// whose 404 is plain text.
+func TestEscapedAPIPathIsNotFound(t *testing.T) {
+	t.Parallel()
+	for _, prefix := range []string{"", "/spaces/newos4"} {
+		e := startPush(t, pushOptions{config: func(c *transport.Config) { c.Prefix = prefix }})
+		for _, path := range []string{"/api%2Fchat/poll", "/api%2fchat%2Fstream", "/api/chat%2Fpoll"} {
+			status, _, body := e.do("GET", prefix+path, tokenN(1), "", nil)
+			assert.Equal(t, prefix+path+": status", status, http.StatusNotFound)
+			assert.Equal(t, prefix+path+": code", decodeError(t, body).Code, "not_found")
+		}
+	}
+}

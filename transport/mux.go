@@ -272,7 +272,17 @@ func (s *Server) page() http.HandlerFunc {
 	if s.cfg.Prefix != "" {
 		page = http.StripPrefix(s.cfg.Prefix, page)
 	}
-	return page.ServeHTTP
+	// A path under /api/ once decoded (/api%2Fchat/poll) matches no API
+	// pattern, which the mux matches escaped: it is still no such route
+	// of the API, answered as one, not with the page's plain-text 404.
+	api := s.cfg.Prefix + chatrelay.PathAPI
+	return func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, api) {
+			s.handleNotFound(w, r)
+			return
+		}
+		page.ServeHTTP(w, r)
+	}
 }
 
 func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
