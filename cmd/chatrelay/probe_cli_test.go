@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"flag"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
@@ -28,4 +31,19 @@ func TestReportSaysNoExitStatus(t *testing.T) {
 		report(&b, tc.err)
 		assert.Equal(t, tc.name, b.String(), tc.want)
 	}
+}
+
+// TestAttachRefusesADirectory: --attach naming a folder is refused before
+// anything is stored, as a missing file is (exit 2, naming the flag);
+// it was opened, and its read failed mid-upload as "invalid_attachment:
+// the upload broke off before its end", which says nothing of the folder.
+func TestAttachRefusesADirectory(t *testing.T) {
+	t.Parallel()
+	data := seed(t)
+	dir := t.TempDir()
+	r := runCLI(t, nil, "", "reply", "--data", data, "--fsync", "never", threadOld, "x", "--attach", dir)
+	assert.Equal(t, "exit code", exitCode(r.err), 2)
+	assert.True(t, strings.Contains(r.err.Error(), "--attach "+dir) && strings.Contains(r.err.Error(), "is a folder"), "error: %v", r.err)
+	_, err := os.Stat(filepath.Join(data, "chat", threadOld+".files"))
+	assert.True(t, os.IsNotExist(err), "a folder of files was made: %v", err)
 }

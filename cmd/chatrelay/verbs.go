@@ -392,6 +392,12 @@ func openAttachments(paths []string) ([]host.AttachmentInput, func(), error) {
 			return nil, func() {}, usageError(fmt.Sprintf("--attach %s: %v", p, errors.Unwrap(err)))
 		}
 		opened = append(opened, f)
+		// A folder opens, and fails only when read, mid-upload: refuse it
+		// here, as a missing file is (a pipe, <(git diff), streams).
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			closeAll()
+			return nil, func() {}, usageError(fmt.Sprintf("--attach %s: is a folder: give a file", p))
+		}
 		typ := mime.TypeByExtension(filepath.Ext(p))
 		files = append(files, host.AttachmentInput{Name: filepath.Base(p), Type: typ, Body: f})
 	}
