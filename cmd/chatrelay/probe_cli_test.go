@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 )
 
@@ -46,4 +47,27 @@ func TestAttachRefusesADirectory(t *testing.T) {
 	assert.True(t, strings.Contains(r.err.Error(), "--attach "+dir) && strings.Contains(r.err.Error(), "is a folder"), "error: %v", r.err)
 	_, err := os.Stat(filepath.Join(data, "chat", threadOld+".files"))
 	assert.True(t, os.IsNotExist(err), "a folder of files was made: %v", err)
+}
+
+// TestAskRefusesATimeoutOfZero: --timeout 0s is under the least timeout
+// (1s) and refused as 73h is over the most (invalid_interaction, exit 1,
+// nothing stored); it was read as no --timeout and asked with the default
+// hour, a deadline the caller had not asked for.
+func TestAskRefusesATimeoutOfZero(t *testing.T) {
+	t.Parallel()
+	data := seed(t)
+	for _, args := range [][]string{
+		{"--approval", "Deploy?", "--timeout", "0s"},
+		{"--input", "Branch?", "--allow-text", "--timeout", "0"},
+	} {
+		r := runCLI(t, nil, "", append([]string{"ask", threadOld, "--data", data, "--fsync", "never"}, args...)...)
+		assert.Code(t, r.err, chatrelay.InvalidInteraction)
+		assert.Equal(t, "exit code", exitCode(r.err), 1)
+		assert.Equal(t, "stdout", r.stdout, "")
+	}
+	r := runCLI(t, env(map[string]string{"CHATRELAY_TIMEOUT": "0s"}), "", "ask", threadOld, "--data", data, "--approval", "Deploy?")
+	assert.Code(t, r.err, chatrelay.InvalidInteraction)
+	r = runCLI(t, nil, "", "show", "--data", data, threadOld)
+	assert.Success(t, r.err)
+	assert.True(t, !strings.Contains(r.stdout, "[approval") && !strings.Contains(r.stdout, "[input"), "a refused ask stored a question:\n%s", r.stdout)
 }

@@ -174,6 +174,10 @@ func ask(ctx context.Context, e cmdEnv) error {
 	if err != nil {
 		return err
 	}
+	if secs == 0 && given(v.fs, "timeout") { // 0 is the verb's default; a 0 given is under 1s
+		return chatrelay.Errorf(chatrelay.InvalidInteraction, "--timeout 0s: the least is 1s (leave --timeout out for the default: input %v, approval %v)",
+			chatrelay.DefaultInputTimeout, chatrelay.DefaultApprovalTimeout)
+	}
 	thread := v.fs.Arg(0)
 	var r host.InteractionResult
 	if *input != "" {
@@ -223,7 +227,7 @@ func ask(ctx context.Context, e cmdEnv) error {
 	return printOutcome(e, r)
 }
 
-// wholeSeconds is a --timeout in whole seconds (0 stays 0: the default).
+// wholeSeconds is a --timeout in whole seconds (0 stays 0).
 func wholeSeconds(d time.Duration) (int, error) {
 	if d < 0 || d%time.Second != 0 {
 		return 0, usageError(fmt.Sprintf("--timeout %v: want whole seconds, such as 90s or 10m", d))
