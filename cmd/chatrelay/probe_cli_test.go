@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
@@ -70,4 +73,24 @@ func TestAskRefusesATimeoutOfZero(t *testing.T) {
 	r = runCLI(t, nil, "", "show", "--data", data, threadOld)
 	assert.Success(t, r.err)
 	assert.True(t, !strings.Contains(r.stdout, "[approval") && !strings.Contains(r.stdout, "[input"), "a refused ask stored a question:\n%s", r.stdout)
+}
+
+// TestSubscribeKeepsTheTicketOutOfItsLog: subscribe says on standard
+// error why each stream ended; with --ticket, the error of a dial that
+// failed held the stream's URL, ticket and all, once a retry, into the
+// agent's log.
+func TestSubscribeKeepsTheTicketOutOfItsLog(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.Success(t, err)
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: every dial fails
+	const ticket = "tkt_SECRETvalue0123456789"
+	ctx, cancel := context.WithTimeout(t.Context(), 1200*time.Millisecond)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err = run(ctx, []string{"subscribe", "--server", "http://" + addr, "--ticket", ticket}, env(nil), strings.NewReader(""), &stdout, &stderr)
+	assert.Success(t, err)
+	assert.True(t, strings.Contains(stderr.String(), "stream ended"), "no drop said: %q", stderr.String())
+	assert.True(t, !strings.Contains(stderr.String(), "SECRETvalue"), "the ticket is in the log: %q", stderr.String())
 }
