@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/host"
 	"github.com/chatrelay/chatrelay/internal/assert"
 )
 
@@ -93,4 +95,26 @@ func TestSubscribeKeepsTheTicketOutOfItsLog(t *testing.T) {
 	assert.Success(t, err)
 	assert.True(t, strings.Contains(stderr.String(), "stream ended"), "no drop said: %q", stderr.String())
 	assert.True(t, !strings.Contains(stderr.String(), "SECRETvalue"), "the ticket is in the log: %q", stderr.String())
+}
+
+// TestCheckWaitInterrupted: an interrupt while check --wait waits says
+// the interaction is still pending (check never cancels it), as ask
+// --wait --keep-on-interrupt does, exit 1; it said "context canceled".
+func TestCheckWaitInterrupted(t *testing.T) {
+	t.Parallel()
+	data := seed(t)
+	r := runCLI(t, nil, "", "ask", threadOld, "--data", data, "--fsync", "never", "--approval", "Deploy?")
+	assert.Success(t, r.err)
+	var asked host.InteractionResult
+	assert.Success(t, json.Unmarshal([]byte(r.stdout), &asked))
+	id := asked.Interaction.ID
+	ctx, cancel := context.WithCancel(t.Context()) // as signal.NotifyContext does at Ctrl-C
+	defer cancel()
+	time.AfterFunc(300*time.Millisecond, cancel)
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"check", threadOld, id, "--wait", "--data", data}, env(nil), strings.NewReader(""), &stdout, &stderr)
+	assert.Equal(t, "exit code", exitCode(err), 1)
+	assert.True(t, err != nil && strings.Contains(err.Error(), "interrupted") && strings.Contains(err.Error(), id) && strings.Contains(err.Error(), "still pending"),
+		"the error: %v", err)
+	assert.Equal(t, "stdout", stdout.String(), "")
 }

@@ -271,7 +271,11 @@ func check(ctx context.Context, e cmdEnv) error {
 	}
 	defer done()
 	if *wait {
-		return waitAndExit(ctx, h, e, v.fs.Arg(0), v.fs.Arg(1))
+		err := waitAndExit(ctx, h, e, v.fs.Arg(0), v.fs.Arg(1))
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) { // check never cancels the question
+			return fmt.Errorf("interrupted: interaction %s in thread %s is still pending", v.fs.Arg(1), v.fs.Arg(0))
+		}
+		return err
 	}
 	return e.printResult(h.CheckInteraction(ctx, host.InteractionInput{Thread: v.fs.Arg(0), InteractionID: v.fs.Arg(1)}))
 }
