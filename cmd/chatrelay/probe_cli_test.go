@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -117,4 +118,32 @@ func TestCheckWaitInterrupted(t *testing.T) {
 	assert.True(t, err != nil && strings.Contains(err.Error(), "interrupted") && strings.Contains(err.Error(), id) && strings.Contains(err.Error(), "still pending"),
 		"the error: %v", err)
 	assert.Equal(t, "stdout", stdout.String(), "")
+}
+
+// TestStdinReadEndsAtAnInterrupt: reply - and card - read standard input
+// until its end; main takes SIGINT and SIGTERM into the context, so an
+// interrupt while nothing comes (a terminal, a stuck pipe) did not end
+// them: they waited for the end of the input, then sent what came.
+func TestStdinReadEndsAtAnInterrupt(t *testing.T) {
+	t.Parallel()
+	data := seed(t)
+	for _, args := range [][]string{{"reply", threadOld, "-"}, {"card", threadOld, "-"}} {
+		pr, pw := io.Pipe() // nothing is written, nothing ends it
+		defer pw.Close()
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(200*time.Millisecond, cancel)
+		done := make(chan error, 1)
+		var stdout, stderr bytes.Buffer
+		go func() {
+			done <- run(ctx, append(args, "--data", data, "--fsync", "never"), env(nil), pr, &stdout, &stderr)
+		}()
+		select {
+		case err := <-done:
+			assert.Equal(t, args[0]+": exit code", exitCode(err), 1)
+			assert.True(t, strings.Contains(err.Error(), "interrupted"), "%s: the error: %v", args[0], err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s - still reads standard input 5s after the interrupt", args[0])
+		}
+		cancel()
+	}
 }

@@ -98,7 +98,7 @@ func reply(ctx context.Context, e cmdEnv) error {
 	defer done()
 	text := v.fs.Arg(1)
 	if text == "-" {
-		b, err := io.ReadAll(io.LimitReader(e.stdin, 1<<20))
+		b, err := readInput(ctx, e.stdin, 1<<20)
 		if err != nil {
 			return err
 		}
@@ -310,7 +310,7 @@ func card(ctx context.Context, e cmdEnv) error {
 	defer done()
 	var data []byte
 	if name := v.fs.Arg(1); name == "-" {
-		data, err = io.ReadAll(io.LimitReader(e.stdin, int64(chatrelay.LimitCard.Max)+1))
+		data, err = readInput(ctx, e.stdin, int64(chatrelay.LimitCard.Max)+1)
 	} else {
 		data, err = readFile(name, int64(chatrelay.LimitCard.Max)+1)
 	}
@@ -322,6 +322,28 @@ func card(ctx context.Context, e cmdEnv) error {
 		return err
 	}
 	return e.printResult(h.SendCard(ctx, host.SendCardInput{Thread: v.fs.Arg(0), Card: c, ClientID: v.clientID}))
+}
+
+// readInput reads standard input to its end, at most limit bytes, or
+// until ctx is done: main takes SIGINT and SIGTERM into ctx, so that an
+// interrupt ends a read that waits on a terminal or a stuck pipe (the
+// read itself is left behind, to end with the process).
+func readInput(ctx context.Context, r io.Reader, limit int64) ([]byte, error) {
+	type read struct {
+		b   []byte
+		err error
+	}
+	c := make(chan read, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(r, limit))
+		c <- read{b, err}
+	}()
+	select {
+	case got := <-c:
+		return got.b, got.err
+	case <-ctx.Done():
+		return nil, errors.New("interrupted while reading standard input: nothing was sent")
+	}
 }
 
 // readFile reads at most limit bytes of a file the command line names.
