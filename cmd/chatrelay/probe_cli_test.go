@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,4 +147,45 @@ func TestStdinReadEndsAtAnInterrupt(t *testing.T) {
 		}
 		cancel()
 	}
+}
+
+// TestAttachFromAPipeEndsAtAnInterrupt: reply --attach streams a pipe
+// (--attach <(make-report)); an interrupt while the pipe still has no end
+// did not stop the read, and once the pipe ended the reply was sent, as if
+// no one had pressed Ctrl-C. It ends now, and nothing is sent.
+func TestAttachFromAPipeEndsAtAnInterrupt(t *testing.T) {
+	t.Parallel()
+	data := seed(t)
+	fifo := filepath.Join(t.TempDir(), "report")
+	assert.Success(t, syscall.Mkfifo(fifo, 0o600))
+	w := make(chan *os.File, 1)
+	go func() { // the writer: opens the pipe, writes a line, never closes it (till the test ends)
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err == nil {
+			f.WriteString("partial\n")
+		}
+		w <- f
+	}()
+	t.Cleanup(func() {
+		if f := <-w; f != nil {
+			f.Close()
+		}
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	time.AfterFunc(300*time.Millisecond, cancel)
+	done := make(chan error, 1)
+	var stdout, stderr bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"reply", threadOld, "the report", "--attach", fifo, "--data", data, "--fsync", "never"}, env(nil), strings.NewReader(""), &stdout, &stderr)
+	}()
+	select {
+	case err := <-done:
+		assert.Equal(t, "exit code", exitCode(err), 1)
+		assert.True(t, strings.Contains(err.Error(), "interrupted"), "the error: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("reply --attach still reads the pipe 5s after the interrupt")
+	}
+	r := runCLI(t, nil, "", "show", "--data", data, threadOld)
+	assert.True(t, !strings.Contains(r.stdout, "the report"), "the reply was sent:\n%s", r.stdout)
 }

@@ -106,7 +106,7 @@ func reply(ctx context.Context, e cmdEnv) error {
 	}
 	r, err := h.Send(ctx, host.SendInput{Thread: v.fs.Arg(0), Text: text, ClientID: v.clientID, Attachments: files})
 	if err != nil {
-		return err
+		return interrupted(ctx, err)
 	}
 	var m chatrelay.Message
 	if err := json.Unmarshal(r.Message, &m); err != nil {
@@ -194,7 +194,7 @@ func ask(ctx context.Context, e cmdEnv) error {
 			Details: details, Timeout: secs, ClientID: v.clientID, Attachments: files})
 	}
 	if err != nil {
-		return err
+		return interrupted(ctx, err)
 	}
 	if !*wait {
 		return printJSON(e.stdout, r)
@@ -398,7 +398,19 @@ func (v *verbFlags) openAttached(ctx context.Context, e cmdEnv, n int, what stri
 		closeStore()
 		return nil, nil, nil, err
 	}
-	return h, files, func() { closeFiles(); closeStore() }, nil
+	// An interrupt closes the files: a read that waits on a pipe
+	// (--attach <(make-report)) then fails, and nothing is sent.
+	stop := context.AfterFunc(ctx, closeFiles)
+	return h, files, func() { stop(); closeFiles(); closeStore() }, nil
+}
+
+// interrupted is err, or, if ctx is done (an interrupt or SIGTERM), the
+// words that say so: nothing was sent.
+func interrupted(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return errors.New("interrupted: nothing was sent")
+	}
+	return err
 }
 
 // openAttachments opens the files of --attach, to be streamed into the
