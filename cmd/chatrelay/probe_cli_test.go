@@ -189,3 +189,29 @@ func TestAttachFromAPipeEndsAtAnInterrupt(t *testing.T) {
 	r := runCLI(t, nil, "", "show", "--data", data, threadOld)
 	assert.True(t, !strings.Contains(r.stdout, "the report"), "the reply was sent:\n%s", r.stdout)
 }
+
+// TestAMissingDataFolderIsSaid: a command that reads or answers a thread
+// on a data folder that does not exist (a typo in --data) says so, exit
+// 1, and makes no folder; list printed an empty table and every command
+// made DIR/chat, so the typo looked like a store with no threads.
+func TestAMissingDataFolderIsSaid(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"list"},
+		{"show", threadOld},
+		{"reply", threadOld, "hi"},
+		{"check", threadOld, "ix_000000000000"},
+		{"share", "list", threadOld},
+		{"device", "list", threadOld},
+	} {
+		data := filepath.Join(t.TempDir(), "typo")
+		r := runCLI(t, nil, "", append(args, "--data", data)...)
+		assert.Equal(t, args[0]+": exit code", exitCode(r.err), 1)
+		assert.True(t, r.err != nil && strings.Contains(r.err.Error(), "no data folder "+data), "%s: the error: %v", args[0], r.err)
+		_, err := os.Stat(data)
+		assert.True(t, os.IsNotExist(err), "%s made the folder: %v", args[0], err)
+	}
+	data := filepath.Join(t.TempDir(), "new")
+	r := runCLI(t, nil, "", "open", "--title", "first", "--data", data, "--fsync", "never")
+	assert.Success(t, r.err) // open starts a store where there is none
+}

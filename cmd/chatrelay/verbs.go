@@ -41,6 +41,7 @@ func (v *verbFlags) withPublicURL() *verbFlags {
 func newVerb(name, synopsis string, stderr io.Writer, clientID bool) *verbFlags {
 	v := &verbFlags{fs: newFlags(name, name+" "+synopsis, stderr)}
 	v.sf.register(v.fs, true)
+	v.sf.existing = name != "open" && name != "mcp" // these two may start a store
 	if clientID {
 		v.fs.StringVar(&v.clientID, "client-id", "", "an idempotency `key` ("+chatrelay.ClientIDPattern.String()+"): running the command again with it stores nothing new")
 	}
