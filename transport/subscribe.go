@@ -77,6 +77,9 @@ func Subscribe(ctx context.Context, opt SubscribeOptions, fn func(StreamItem) er
 		}
 		u.RawQuery = q.Encode()
 		got, err := subscribeOnce(ctx, u.String(), hdr, opt.Client, &cursor, fn)
+		if err != nil && opt.Ticket != "" {
+			err = hiddenTicket{err, opt.Ticket}
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -107,6 +110,21 @@ func Subscribe(ctx context.Context, opt SubscribeOptions, fn func(StreamItem) er
 		}
 	}
 }
+
+// hiddenTicket is err with the ticket taken out of its words: a dial's
+// error names the stream's URL, whose query holds the ticket, and a
+// Dropped that logs it would write a credential into the log.
+type hiddenTicket struct {
+	err    error
+	ticket string
+}
+
+func (e hiddenTicket) Error() string {
+	s := strings.ReplaceAll(e.err.Error(), url.QueryEscape(e.ticket), "[ticket]")
+	return strings.ReplaceAll(s, e.ticket, "[ticket]")
+}
+
+func (e hiddenTicket) Unwrap() error { return e.err }
 
 // fnError is the caller's fn failing: Subscribe returns it as it is.
 type fnError struct{ err error }

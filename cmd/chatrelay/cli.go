@@ -27,6 +27,7 @@ func list(ctx context.Context, args []string, getenv func(string) string, stdout
 	fs := newFlags("list", "list [--data DIR] [--json]", stderr)
 	var sf storeFlags
 	sf.register(fs, false)
+	sf.existing = true
 	asJSON := fs.Bool("json", false, "one JSON array instead of a table")
 	if err := parse(fs, args, getenv); err != nil {
 		return err
@@ -124,6 +125,7 @@ func show(ctx context.Context, args []string, getenv func(string) string, stdout
 	fs := newFlags("show", "show THREAD [--data DIR] [--json] [--v2] [--since N]", stderr)
 	var sf storeFlags
 	sf.register(fs, false)
+	sf.existing = true
 	asJSON := fs.Bool("json", false, "the page as JSON, shaped like the poll answer")
 	v2 := fs.Bool("v2", false, "with --json: v2 message objects (interactions, cards, reactions), --since a v2 cursor (changes after it)")
 	since := fs.Int64("since", 0, "only messages with epoch > `N` (0: every retained message)")

@@ -59,6 +59,7 @@ type deviceFlags struct {
 
 func (f *deviceFlags) register(fs *flag.FlagSet) {
 	f.store.register(fs, true)
+	f.store.existing = true // a link is into a thread that has a message
 	f.name = fs.String("name", "", fmt.Sprintf("make: the device's `name` (cleaned as a participant's: at most %d characters)", chatrelay.LimitName.Max))
 	f.expires = fs.String("expires-in", formatDays(chatrelay.DefaultDeviceExpiresIn), "make: how long the device's link lives, "+spanOf(chatrelay.LimitDeviceExpiresIn)+" (`D`: 12h, 30d)")
 	f.pubURL = fs.String("public-url", "", "make: the server's public `URL` for the link (default: what the folder's server records with serve --public-url)")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -149,6 +150,9 @@ type storeFlags struct {
 	maxThreads  int
 	retainN     int
 	retainAge   time.Duration
+	// existing: the command reads or answers threads that must be there
+	// already, so a file store's folder must exist (openHost).
+	existing bool
 }
 
 // register adds the store flags to fs; writes adds those of commands that
@@ -215,7 +219,21 @@ func (sf *storeFlags) openHost(ctx context.Context) (*store.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	if dir, ok := sf.folder(); ok && sf.existing {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			return nil, chatrelay.Errorf(chatrelay.NotFound, "no data folder %s: give --data (or CHATRELAY_DATA) the server's folder", dir)
+		}
+	}
 	return sf.open(ctx, opt)
+}
+
+// folder is the file store's folder the flags name, if they name one.
+func (sf *storeFlags) folder() (string, bool) {
+	if sf.store == "" {
+		return sf.data, true
+	}
+	dir, ok := strings.CutPrefix(sf.store, "file:")
+	return dir, ok
 }
 
 // open opens the store the flags name with opt.

@@ -22,10 +22,16 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "chatrelay:", err)
-	}
+	report(os.Stderr, err)
 	os.Exit(exitCode(err))
+}
+
+// report writes a command's error to stderr as "chatrelay: …". Help and
+// an answer in the exit status (exitStatus) are not errors: nothing.
+func report(stderr io.Writer, err error) {
+	if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.As(err, new(exitStatus)) {
+		fmt.Fprintln(stderr, "chatrelay:", err)
+	}
 }
 
 // cmdEnv is what a command runs with: main's process, or a test's, and

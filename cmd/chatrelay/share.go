@@ -61,6 +61,7 @@ type shareFlags struct {
 
 func (f *shareFlags) register(fs *flag.FlagSet) {
 	f.store.register(fs, true)
+	f.store.existing = true // a link is into a thread that has a message
 	f.name = fs.String("name", "", fmt.Sprintf("invite: the participant's `name` (cleaned: no line breaks, no [ ] < >, at most %d characters)", chatrelay.LimitName.Max))
 	f.role = fs.String("role", string(chatrelay.Commenter), "invite: `viewer` (reads) or commenter (reads and posts)")
 	f.kind = fs.String("kind", string(chatrelay.Human), "invite: `human` or agent")

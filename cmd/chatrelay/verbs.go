@@ -41,6 +41,7 @@ func (v *verbFlags) withPublicURL() *verbFlags {
 func newVerb(name, synopsis string, stderr io.Writer, clientID bool) *verbFlags {
 	v := &verbFlags{fs: newFlags(name, name+" "+synopsis, stderr)}
 	v.sf.register(v.fs, true)
+	v.sf.existing = name != "open" && name != "mcp" // these two may start a store
 	if clientID {
 		v.fs.StringVar(&v.clientID, "client-id", "", "an idempotency `key` ("+chatrelay.ClientIDPattern.String()+"): running the command again with it stores nothing new")
 	}
@@ -98,7 +99,7 @@ func reply(ctx context.Context, e cmdEnv) error {
 	defer done()
 	text := v.fs.Arg(1)
 	if text == "-" {
-		b, err := io.ReadAll(io.LimitReader(e.stdin, 1<<20))
+		b, err := readInput(ctx, e.stdin, 1<<20)
 		if err != nil {
 			return err
 		}
@@ -106,7 +107,7 @@ func reply(ctx context.Context, e cmdEnv) error {
 	}
 	r, err := h.Send(ctx, host.SendInput{Thread: v.fs.Arg(0), Text: text, ClientID: v.clientID, Attachments: files})
 	if err != nil {
-		return err
+		return interrupted(ctx, err)
 	}
 	var m chatrelay.Message
 	if err := json.Unmarshal(r.Message, &m); err != nil {
@@ -174,6 +175,10 @@ func ask(ctx context.Context, e cmdEnv) error {
 	if err != nil {
 		return err
 	}
+	if secs == 0 && given(v.fs, "timeout") { // 0 is the verb's default; a 0 given is under 1s
+		return chatrelay.Errorf(chatrelay.InvalidInteraction, "--timeout 0s: the least is 1s (leave --timeout out for the default: input %v, approval %v)",
+			chatrelay.DefaultInputTimeout, chatrelay.DefaultApprovalTimeout)
+	}
 	thread := v.fs.Arg(0)
 	var r host.InteractionResult
 	if *input != "" {
@@ -190,7 +195,7 @@ func ask(ctx context.Context, e cmdEnv) error {
 			Details: details, Timeout: secs, ClientID: v.clientID, Attachments: files})
 	}
 	if err != nil {
-		return err
+		return interrupted(ctx, err)
 	}
 	if !*wait {
 		return printJSON(e.stdout, r)
@@ -223,7 +228,7 @@ func ask(ctx context.Context, e cmdEnv) error {
 	return printOutcome(e, r)
 }
 
-// wholeSeconds is a --timeout in whole seconds (0 stays 0: the default).
+// wholeSeconds is a --timeout in whole seconds (0 stays 0).
 func wholeSeconds(d time.Duration) (int, error) {
 	if d < 0 || d%time.Second != 0 {
 		return 0, usageError(fmt.Sprintf("--timeout %v: want whole seconds, such as 90s or 10m", d))
@@ -267,7 +272,11 @@ func check(ctx context.Context, e cmdEnv) error {
 	}
 	defer done()
 	if *wait {
-		return waitAndExit(ctx, h, e, v.fs.Arg(0), v.fs.Arg(1))
+		err := waitAndExit(ctx, h, e, v.fs.Arg(0), v.fs.Arg(1))
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) { // check never cancels the question
+			return fmt.Errorf("interrupted: interaction %s in thread %s is still pending", v.fs.Arg(1), v.fs.Arg(0))
+		}
+		return err
 	}
 	return e.printResult(h.CheckInteraction(ctx, host.InteractionInput{Thread: v.fs.Arg(0), InteractionID: v.fs.Arg(1)}))
 }
@@ -302,7 +311,7 @@ func card(ctx context.Context, e cmdEnv) error {
 	defer done()
 	var data []byte
 	if name := v.fs.Arg(1); name == "-" {
-		data, err = io.ReadAll(io.LimitReader(e.stdin, int64(chatrelay.LimitCard.Max)+1))
+		data, err = readInput(ctx, e.stdin, int64(chatrelay.LimitCard.Max)+1)
 	} else {
 		data, err = readFile(name, int64(chatrelay.LimitCard.Max)+1)
 	}
@@ -314,6 +323,28 @@ func card(ctx context.Context, e cmdEnv) error {
 		return err
 	}
 	return e.printResult(h.SendCard(ctx, host.SendCardInput{Thread: v.fs.Arg(0), Card: c, ClientID: v.clientID}))
+}
+
+// readInput reads standard input to its end, at most limit bytes, or
+// until ctx is done: main takes SIGINT and SIGTERM into ctx, so that an
+// interrupt ends a read that waits on a terminal or a stuck pipe (the
+// read itself is left behind, to end with the process).
+func readInput(ctx context.Context, r io.Reader, limit int64) ([]byte, error) {
+	type read struct {
+		b   []byte
+		err error
+	}
+	c := make(chan read, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(r, limit))
+		c <- read{b, err}
+	}()
+	select {
+	case got := <-c:
+		return got.b, got.err
+	case <-ctx.Done():
+		return nil, errors.New("interrupted while reading standard input: nothing was sent")
+	}
 }
 
 // readFile reads at most limit bytes of a file the command line names.
@@ -368,7 +399,19 @@ func (v *verbFlags) openAttached(ctx context.Context, e cmdEnv, n int, what stri
 		closeStore()
 		return nil, nil, nil, err
 	}
-	return h, files, func() { closeFiles(); closeStore() }, nil
+	// An interrupt closes the files: a read that waits on a pipe
+	// (--attach <(make-report)) then fails, and nothing is sent.
+	stop := context.AfterFunc(ctx, closeFiles)
+	return h, files, func() { stop(); closeFiles(); closeStore() }, nil
+}
+
+// interrupted is err, or, if ctx is done (an interrupt or SIGTERM), the
+// words that say so: nothing was sent.
+func interrupted(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return errors.New("interrupted: nothing was sent")
+	}
+	return err
 }
 
 // openAttachments opens the files of --attach, to be streamed into the
@@ -392,6 +435,12 @@ func openAttachments(paths []string) ([]host.AttachmentInput, func(), error) {
 			return nil, func() {}, usageError(fmt.Sprintf("--attach %s: %v", p, errors.Unwrap(err)))
 		}
 		opened = append(opened, f)
+		// A folder opens, and fails only when read, mid-upload: refuse it
+		// here, as a missing file is (a pipe, <(git diff), streams).
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			closeAll()
+			return nil, func() {}, usageError(fmt.Sprintf("--attach %s: is a folder: give a file", p))
+		}
 		typ := mime.TypeByExtension(filepath.Ext(p))
 		files = append(files, host.AttachmentInput{Name: filepath.Base(p), Type: typ, Body: f})
 	}
