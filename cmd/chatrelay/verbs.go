@@ -406,10 +406,12 @@ func (v *verbFlags) openAttached(ctx context.Context, e cmdEnv, n int, what stri
 }
 
 // interrupted is err, or, if ctx is done (an interrupt or SIGTERM), the
-// words that say so: nothing was sent.
+// words that say so. Most likely nothing was stored, but a write cut off
+// while Redis ran it may have been, as any call whose answer is lost: the
+// words say how to be sure.
 func interrupted(ctx context.Context, err error) error {
 	if err != nil && ctx.Err() != nil {
-		return errors.New("interrupted: nothing was sent")
+		return errors.New("interrupted before the store answered: most likely nothing was sent (run it again with the same --client-id to be sure it is stored once)")
 	}
 	return err
 }
