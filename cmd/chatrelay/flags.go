@@ -20,7 +20,19 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: chatrelay %s\n\nFlags (each also read from CHATRELAY_<NAME>, e.g. --data from CHATRELAY_DATA):\n", synopsis)
+		fmt.Fprintf(stderr, "Usage: chatrelay %s\n", synopsis)
+		// The example is one of the command's own flags: the first, in
+		// the order PrintDefaults lists them.
+		var first string
+		fs.VisitAll(func(f *flag.Flag) {
+			if first == "" {
+				first = f.Name
+			}
+		})
+		if first == "" {
+			return // no flags: no Flags header
+		}
+		fmt.Fprintf(stderr, "\nFlags (each also read from CHATRELAY_<NAME>, e.g. --%s from %s):\n", first, envName(first))
 		fs.PrintDefaults()
 	}
 	return fs

@@ -353,7 +353,15 @@ func TestHelp(t *testing.T) {
 		})
 	}
 
-	r := runCLI(t, nil, "", "--help")
+	// The environment's example names a flag the command has (subscribe
+	// has no --data), and a command without flags has no Flags header.
+	r := runCLI(t, nil, "", "subscribe", "--help")
+	assert.True(t, strings.Contains(r.stderr, "e.g. --server from CHATRELAY_SERVER") && !strings.Contains(r.stderr, "--data"),
+		"subscribe --help:\n%s", r.stderr)
+	r = runCLI(t, nil, "", "version", "--help")
+	assert.True(t, !strings.Contains(r.stderr, "Flags"), "version --help:\n%s", r.stderr)
+
+	r = runCLI(t, nil, "", "--help")
 	assert.Success(t, r.err)
 	for _, c := range []string{"serve", "list", "show", "reply"} {
 		assert.True(t, strings.Contains(r.stdout, "chatrelay "+c), "usage lacks %s:\n%s", c, r.stdout)
