@@ -37,7 +37,7 @@ func schema(_ context.Context, e cmdEnv) error {
 // standard output carries the protocol only. A malformed line gets its
 // JSON-RPC error and the session goes on (mcpserver.Stdio).
 func mcpServe(ctx context.Context, e cmdEnv) error {
-	v := newVerb("mcp", "[--data DIR | --store URL] [--progress-every D] [--public-url URL]", e.stderr, false).withPublicURL()
+	v := newVerb("mcp", "[--data DIR | --store URL] [--progress-every D] [--public-url URL]", e.stderr, false).withPublicURL().startsStore()
 	every := positiveDuration(mcpserver.DefaultProgressEvery)
 	v.fs.Var(&every, "progress-every", "a wait (wait_messages, wait_interaction) sends notifications/progress every `duration` to a call that carries a progressToken")
 	h, done, err := v.open(ctx, e, 0, "no arguments")

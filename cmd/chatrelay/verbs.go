@@ -38,10 +38,17 @@ func (v *verbFlags) withPublicURL() *verbFlags {
 	return v
 }
 
+// startsStore lets the command open a data folder that does not exist
+// yet: open makes a thread in it, mcp serves an agent that may.
+func (v *verbFlags) startsStore() *verbFlags {
+	v.sf.existing = false
+	return v
+}
+
 func newVerb(name, synopsis string, stderr io.Writer, clientID bool) *verbFlags {
 	v := &verbFlags{fs: newFlags(name, name+" "+synopsis, stderr)}
 	v.sf.register(v.fs, true)
-	v.sf.existing = name != "open" && name != "mcp" // these two may start a store
+	v.sf.existing = true // a verb answers threads that exist (startsStore: but open and mcp)
 	if clientID {
 		v.fs.StringVar(&v.clientID, "client-id", "", "an idempotency `key` ("+chatrelay.ClientIDPattern.String()+"): running the command again with it stores nothing new")
 	}
@@ -361,7 +368,7 @@ func readFile(name string, limit int64) ([]byte, error) {
 // {"thread", "link"}: the claim link holds the thread's token, shown this
 // once and kept nowhere.
 func openThread(ctx context.Context, e cmdEnv) error {
-	v := newVerb("open", "[--title T] [--text FIRST] [--public-url URL] [--data DIR]", e.stderr, false).withPublicURL()
+	v := newVerb("open", "[--title T] [--text FIRST] [--public-url URL] [--data DIR]", e.stderr, false).withPublicURL().startsStore()
 	title := v.fs.String("title", "", fmt.Sprintf("the thread's `title` (at most %d code points), shown in the page's header and in list", chatrelay.LimitThreadTitle.Max))
 	text := v.fs.String("text", "", "hermes's first `message` (default: the title; one of the two is needed)")
 	h, done, err := v.open(ctx, e, 0, "no operands (--title, --text)")
