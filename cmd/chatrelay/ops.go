@@ -87,16 +87,26 @@ func (o *opsFlags) serve(hs *http.Server, ln net.Listener) error {
 	return hs.ServeTLS(ln, "", "")
 }
 
-// startOps starts the private metrics listener if --metrics-addr was
-// given. stop closes it; call it after the main server has shut down, so
-// /readyz answers 503 there while the main listener drains.
-func (o *opsFlags) startOps(srv *transport.Server, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
+// listen opens the private metrics listener if --metrics-addr was given
+// (nil if not), before the store is opened: a serve that cannot listen
+// leaves the data folder as it was.
+func (o *opsFlags) listen() (net.Listener, error) {
 	if o.metricsAddr == "" {
-		return func() {}, nil
+		return nil, nil
 	}
 	ln, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	return ln, nil
+}
+
+// startOps serves the private metrics listener ln (nil without
+// --metrics-addr). stop closes it; call it after the main server has shut
+// down, so /readyz answers 503 there while the main listener drains.
+func (o *opsFlags) startOps(ln net.Listener, srv *transport.Server, stdout io.Writer, log *slog.Logger) (stop func()) {
+	if ln == nil {
+		return func() {}
 	}
 	handler := srv.OpsHandler()
 	if o.pprof {
@@ -128,7 +138,7 @@ func (o *opsFlags) startOps(srv *transport.Server, stdout io.Writer, log *slog.L
 	return func() {
 		hs.Close()
 		<-done
-	}, nil
+	}
 }
 
 // drain marks the server not ready and, with --drain-delay, keeps serving

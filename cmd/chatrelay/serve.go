@@ -25,6 +25,21 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	log := f.ops.logger(stderr, f.level)
+	// The listeners first: a serve that cannot listen has not opened the
+	// store, which makes the data folder and records the flags in it
+	// (settings.json, which the host CLI's writes follow).
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // the server closes it too; a start that fails after this point returns
+	opsLn, err := f.ops.listen()
+	if err != nil {
+		return err
+	}
+	if opsLn != nil {
+		defer opsLn.Close()
+	}
 	f.storeOpt.Log = log
 	st, err := f.store.open(ctx, f.storeOpt)
 	if err != nil {
@@ -44,17 +59,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	var fresh newConns // closed at shutdown (newconns.go)
 	hs := httpServer(srv, &fresh, log)
-	ln, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		return err
-	}
 	fmt.Fprintf(stdout, "listening on %s://%s%s/\n", f.ops.scheme(), ln.Addr(), f.server.Prefix)
 	log.Info("listening", "addr", ln.Addr().String(), "store", st.Where, "fsync", !f.storeOpt.NoFsync, "append_log", f.storeOpt.AppendLog, "tls", f.ops.tls != nil)
-	stopOps, err := f.ops.startOps(srv, stdout, log)
-	if err != nil {
-		ln.Close()
-		return err
-	}
+	stopOps := f.ops.startOps(opsLn, srv, stdout, log)
 	defer stopOps()
 
 	// Background work, each owned here and waited for before serve returns.
