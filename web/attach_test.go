@@ -237,3 +237,34 @@ func TestTooLargeFileSaysWhy(t *testing.T) {
 	tb.waitJS(soon, "the refusal beside the file", `(() => { const s = document.querySelector("#files .file-status.bad");
 		return !!s && s.textContent === "too large (2.9 KiB): the file is larger than 1024 bytes" })()`)
 }
+
+// TestDeviceAttachesAFile: the owner's phone (a device link, /d) attaches
+// a file as the owner's page does: it is uploaded with the device's token
+// as a Bearer header and sent with the text, and the owner's page shows it.
+// (Before, the page sent the device's token as X-Chat-Token, which the
+// server refused: "not uploaded: missing or malformed X-Chat-Token".)
+func TestDeviceAttachesAFile(t *testing.T) {
+	srv := startServer(t)
+	owner, token := startConversation(t, srv.URL, "Send me the log from your phone.")
+	status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/devices", "X-Chat-Token", token, map[string]string{"name": "Phone"})
+	var made struct{ Link string }
+	if json.Unmarshal(raw, &made); status != http.StatusCreated || made.Link == "" {
+		t.Fatalf("make a device: %d %s", status, raw)
+	}
+	phone := newWindow(t)
+	phone.open(made.Link)
+	phone.waitState(live, "ws")
+	eval[bool](phone, `(() => {
+		const dt = new DataTransfer();
+		dt.items.add(new File(["line 1\nline 2\n"], "phone.log", { type: "text/plain" }));
+		const input = document.getElementById("file");
+		input.files = dt.files;
+		input.dispatchEvent(new Event("change"));
+		return true })()`)
+	phone.waitJS(soon, "the file uploaded", `(() => { const s = document.querySelector("#files .file-status");
+		return !!s && s.textContent === "14 B" })()`)
+	phone.write("the log")
+	phone.waitShown(soon, "the log")
+	owner.waitJS(soon, "the phone's file on the owner's page", `(() => { const c = document.querySelector("#log .atts .chip");
+		return !!c && c.textContent === "phone.log (14 B)" })()`)
+}
