@@ -802,8 +802,27 @@ function claimFromHash() {
   if (location.hash.slice(0, 3) !== "#t=") return;
   const token = location.hash.slice(3);
   history.replaceState(history.state, "", location.pathname + location.search);
-  if (!chat.adopt(token)) notify(malformedClaim, "error");
-  else notify("");
+  if (!/^[0-9a-f]{64}$/.test(token)) notify(malformedClaim, "error");
+  else claim(token);
+}
+
+// claim adopts a claim link's token once the person says yes, if this
+// browser holds another conversation: any page on the web can open a
+// link, and adopting it unasked would make the browser forget its own
+// conversation for good (the host keeps no copy of its token) and write
+// to the thread of whoever made the link.
+function claim(token) {
+  if (token !== chat.token) {
+    const ok = confirm(
+      "Open the conversation of this link?\n\nThis browser will forget its current conversation; it cannot be opened here again. Say no if you did not expect a link from hermes.",
+    );
+    if (!ok) {
+      notify("The link was not opened: this page keeps its own conversation.", "info");
+      return;
+    }
+  }
+  chat.adopt(token);
+  notify("");
 }
 
 // ---- a device's page (/d) ----
@@ -838,9 +857,14 @@ if (participantPage) {
 } else {
   setupPeople(chat, (list) => setNames(list));
   setupDevices(chat);
-  const claim = document.documentElement.dataset.claim;
-  if (claim === "malformed") notify(malformedClaim, "error");
-  if (claim === "unkept") notify("This browser refused to store the link's conversation token (site storage is blocked), so the link could not be opened here.", "error");
+  const claimed = document.documentElement.dataset.claim;
+  if (claimed === "malformed") notify(malformedClaim, "error");
+  if (claimed === "unkept") notify("This browser refused to store the link's conversation token (site storage is blocked), so the link could not be opened here.", "error");
+  if (claimed === "pending") {
+    const token = window.chatrelayClaim;
+    delete window.chatrelayClaim;
+    claim(token);
+  }
   window.addEventListener("hashchange", claimFromHash);
   chat.start();
   els.text.focus();
