@@ -848,6 +848,15 @@ async function startDevice() {
   els.text.focus();
 }
 
+// A share or device link opened in a tab that already shows its page
+// changes only the fragment, and the page is not loaded again: load it, so
+// that p-link.js or t-link.js take the token out of the address bar and
+// the tab's history and keep it, as on a first load (a person whose link
+// was revoked pastes the new one into the same tab).
+if (participantPage || devicePage) {
+  window.addEventListener("hashchange", () => location.hash.length > 1 && location.reload());
+}
+
 updateCount();
 setupPush(chat, { button: $("notify"), note: $("notify-note") });
 if (participantPage) {
