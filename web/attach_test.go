@@ -17,6 +17,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
 )
 
 // pngImage is a w×h PNG.
@@ -267,4 +271,38 @@ func TestDeviceAttachesAFile(t *testing.T) {
 	phone.waitShown(soon, "the log")
 	owner.waitJS(soon, "the phone's file on the owner's page", `(() => { const c = document.querySelector("#log .atts .chip");
 		return !!c && c.textContent === "phone.log (14 B)" })()`)
+}
+
+// TestExpiredTicketLinkOpens: a file's link pressed after the ticket it was
+// drawn with expired still opens the file: the page gets a fresh ticket
+// first. (Before, a thumbnail or a chip pressed 15 minutes after it was
+// drawn opened the server's JSON refusal, "invalid ticket: expired".) The
+// server here gives tickets 2 seconds.
+func TestExpiredTicketLinkOpens(t *testing.T) {
+	srv := startServer(t, "--ticket-ttl", "2s")
+	tb := newWindow(t)
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	tok := tb.token()
+	id := attach(t, srv.URL, tok, "shot.png", "image/png", pngImage(t, 40, 30))
+	status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/post", "X-Chat-Token", tok, map[string]any{"text": "the screenshot", "attachments": []string{id}})
+	if status != http.StatusCreated {
+		t.Fatalf("post: %d %s", status, raw)
+	}
+	tb.waitJS(soon, "the thumbnail drawn", `(() => { const i = document.querySelector(".atts .thumb img"); return !!i && i.complete && i.naturalWidth === 40 })()`)
+	expires := `Number(new URL(document.querySelector(".atts .thumb").href).searchParams.get("ticket").split(".").at(-2))`
+	tb.waitJS(soon, "the thumbnail's ticket expired", `Date.now() > `+expires+` + 500`)
+
+	opened := chromedp.WaitNewTarget(tb.ctx, func(i *target.Info) bool { return strings.Contains(i.URL, "/api/chat/attachments/") })
+	tb.click(".atts .thumb")
+	var tid target.ID
+	select {
+	case tid = <-opened:
+	case <-time.After(soon):
+		t.Fatal("pressing the thumbnail opened no tab")
+	}
+	full, cancel := chromedp.NewContext(tb.ctx, chromedp.WithTargetID(tid))
+	defer cancel()
+	shown := &tab{t: t, ctx: full}
+	shown.waitJS(soon, "the image full size in the new tab", `document.contentType === "image/png" && document.images[0]?.naturalWidth === 40`)
 }

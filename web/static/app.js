@@ -425,6 +425,30 @@ els.log.addEventListener("click", (e) => {
   else if (b.dataset.choice !== undefined) answer(ixID, { value: b.dataset.choice });
 });
 
+// A file's link carries the ticket it was drawn with, which expires
+// (POST api/chat/ticket: 15 minutes): a link pressed when its ticket is
+// about to expire, or has, gets a fresh one first, then opens (the press
+// still counts as the person's: a browser allows the new tab or the
+// download for a few seconds after it).
+els.log.addEventListener("click", async (e) => {
+  const a = e.target.closest?.(".atts a[data-att]");
+  if (!a?.href) return;
+  if (a.dataset.fresh) {
+    delete a.dataset.fresh;
+    return;
+  }
+  const expires = Number(new URL(a.href).searchParams.get("ticket")?.split(".").at(-2));
+  if (expires - chat.now() > 30000) return;
+  e.preventDefault();
+  try {
+    a.href = await chat.attachmentURL(a.dataset.att);
+  } catch {
+    return notify("The file could not be opened: the server could not be reached.", "error");
+  }
+  a.dataset.fresh = "1";
+  a.click();
+});
+
 els.log.addEventListener("keydown", (e) => {
   const b = e.target.closest?.(".reactions button");
   if (b && !e.altKey && !e.ctrlKey && !e.metaKey && moveInBar(b, e.key)) e.preventDefault();
