@@ -132,7 +132,6 @@ func agentSession(t *testing.T) (h *mcpserver.HTTP, rpc func(ctx context.Context
 	return h, rpc
 }
 
-
 // TestHTTPWaitEndsWithItsRequest: a wait whose HTTP request is gone (the
 // client dropped the connection without notifications/cancelled) ends
 // with it, giving back its place among the key's calls in flight: the
