@@ -49,9 +49,9 @@ type HTTP struct {
 type agentServer struct {
 	key    chatrelay.AgentKey
 	srv    *mcp.Server
-	ctx    context.Context // ended when the key is revoked: its calls in flight end
-	cancel context.CancelFunc
-	calls  atomic.Int64 // its tool calls in flight (MaxCallsPerKey)
+	ctx    context.Context         // ended when the key is revoked or the server closes: its calls in flight end
+	cancel context.CancelCauseFunc // with revoked or shuttingDown, the calls' answer
+	calls  atomic.Int64            // its tool calls in flight (MaxCallsPerKey)
 
 	mu    sync.Mutex    // guards posts and idle
 	posts int           // its POST requests being served (a call's answer is written on its POST)
@@ -63,6 +63,12 @@ type agentServer struct {
 // session closes (a stream that ends with no answer leaves a client's call
 // waiting for its own timeout).
 var revoked = &chatrelay.Error{Code: chatrelay.TokenRevoked, Message: "this agent key was revoked"}
+
+// shuttingDown is the answer of a call ended because the server stops
+// (Close, Options.Stop): retryable, on this node once it is back or on
+// another, where a revoke's answer would tell the client to give its key
+// up.
+var shuttingDown = chatrelay.Errorf(chatrelay.StoreUnavailable, "the server is shutting down")
 
 // post counts a POST request of the key being served; done uncounts it.
 func (as *agentServer) post() (done func()) {
@@ -242,7 +248,7 @@ func (h *HTTP) serverOf(r *http.Request) *mcp.Server {
 			return nil
 		}
 		as = &agentServer{key: k}
-		as.ctx, as.cancel = context.WithCancel(context.Background())
+		as.ctx, as.cancel = context.WithCancelCause(context.Background())
 		o := h.o.Options
 		o.Call = h.call(as)
 		as.srv = New(h.v.ForAgent(k), &o)
@@ -271,7 +277,7 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		var undo func()
 		counted := as.calls.Add(1) <= int64(h.o.MaxCallsPerKey)
 		ctx, cancel := context.WithCancelCause(ctx)
-		stop := context.AfterFunc(as.ctx, func() { cancel(revoked) })
+		stop := context.AfterFunc(as.ctx, func() { cancel(context.Cause(as.ctx)) })
 		after := func(outcome error) {
 			as.calls.Add(-1)
 			stop()
@@ -287,7 +293,7 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 				"outcome", result, "ms", time.Since(start).Milliseconds())
 		}
 		if as.ctx.Err() != nil {
-			return ctx, after, revoked
+			return ctx, after, context.Cause(as.ctx)
 		}
 		if !counted {
 			return ctx, after, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: time.Second,
@@ -341,15 +347,15 @@ func (h *HTTP) recheck(ctx context.Context) {
 		if err == nil && now.Active() {
 			continue
 		}
-		h.end(k.ID)
+		h.end(k.ID, revoked)
 		h.o.Log.Info("mcp: agent key revoked; its sessions ended", "agent", k.ID, "agent_name", k.Name)
 	}
 }
 
 // end cancels a key's calls in flight, lets their answers (the tool error
-// token_revoked) reach their clients, and closes its sessions, and returns
-// once they are closed.
-func (h *HTTP) end(id string) {
+// cause: revoked or shuttingDown) reach their clients, and closes its
+// sessions, and returns once they are closed.
+func (h *HTTP) end(id string, cause *chatrelay.Error) {
 	h.mu.Lock()
 	as := h.servers[id]
 	delete(h.servers, id)
@@ -357,7 +363,7 @@ func (h *HTTP) end(id string) {
 	if as == nil {
 		return
 	}
-	as.cancel() // before the sessions are listed: a session made later is closed by ServeAgent
+	as.cancel(cause) // before the sessions are listed: a session made later is closed by ServeAgent
 	// A call's answer is written on its POST's stream, which closing the
 	// session would end first. Half the second that a revoke has.
 	as.drained(500 * time.Millisecond)
@@ -383,6 +389,6 @@ func (h *HTTP) Close() {
 	}
 	h.mu.Unlock()
 	for _, id := range ids {
-		h.end(id)
+		h.end(id, shuttingDown)
 	}
 }

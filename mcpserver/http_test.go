@@ -86,17 +86,15 @@ func TestHTTPCloseEndsASessionMadeMeanwhile(t *testing.T) {
 	assert.Equal(t, "the standalone GET of the session made during Close", resp.StatusCode, http.StatusNotFound)
 }
 
-// TestHTTPWaitEndsWithItsRequest: a wait whose HTTP request is gone (the
-// client dropped the connection without notifications/cancelled) ends
-// with it, giving back its place among the key's calls in flight: the
-// server keeps no events to resume a stream with, so its answer could
-// reach no one, and it held the key's place until its timeout (up to
-// 300 s; with 16 dropped, the key could call nothing).
-func TestHTTPWaitEndsWithItsRequest(t *testing.T) {
+// agentSession is an MCP server over HTTP on a file store, for one agent
+// key allowed one call in flight, and a session made with it: rpc sends
+// one JSON-RPC message on ctx and returns the answer's body.
+func agentSession(t *testing.T) (h *mcpserver.HTTP, rpc func(ctx context.Context, msg string) (string, error)) {
+	t.Helper()
 	st, err := filestore.OpenFile(t.TempDir(), filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { st.Close() })
-	h := mcpserver.NewHTTP(&host.Verbs{Store: st}, mcpserver.HTTPOptions{MCPBounds: chatrelay.MCPBounds{MaxCallsPerKey: 1}})
+	h = mcpserver.NewHTTP(&host.Verbs{Store: st}, mcpserver.HTTPOptions{MCPBounds: chatrelay.MCPBounds{MaxCallsPerKey: 1}})
 	t.Cleanup(h.Close)
 	key := chatrelay.AgentKey{ID: "a_0123abcd", Name: "dropper"}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -107,8 +105,7 @@ func TestHTTPWaitEndsWithItsRequest(t *testing.T) {
 	t.Cleanup(ts.Close)
 
 	session := ""
-	// rpc sends one JSON-RPC message on ctx and returns the answer's body.
-	rpc := func(ctx context.Context, msg string) (string, error) {
+	rpc = func(ctx context.Context, msg string) (string, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL, strings.NewReader(msg))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
@@ -132,6 +129,17 @@ func TestHTTPWaitEndsWithItsRequest(t *testing.T) {
 	assert.True(t, session != "", "no session made")
 	_, err = rpc(t.Context(), `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	assert.Success(t, err)
+	return h, rpc
+}
+
+// TestHTTPWaitEndsWithItsRequest: a wait whose HTTP request is gone (the
+// client dropped the connection without notifications/cancelled) ends
+// with it, giving back its place among the key's calls in flight: the
+// server keeps no events to resume a stream with, so its answer could
+// reach no one, and it held the key's place until its timeout (up to
+// 300 s; with 16 dropped, the key could call nothing).
+func TestHTTPWaitEndsWithItsRequest(t *testing.T) {
+	_, rpc := agentSession(t)
 	list := func() string {
 		body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`)
 		assert.Success(t, err)
@@ -157,4 +165,36 @@ func TestHTTPWaitEndsWithItsRequest(t *testing.T) {
 	assert.Eventually(t, 10*time.Second, "the key's place back once the wait's request is gone", func() bool {
 		return !strings.Contains(list(), "too_many_streams")
 	})
+}
+
+// TestHTTPCloseAnswersWaitsRetryable: a wait in flight when the server
+// stops (Close, at serve's shutdown) answers store_unavailable, retryable,
+// so that the agent calls again (on this node once it is back, or on
+// another). It answered token_revoked, "this agent key was revoked", not
+// retryable: an agent told so gives its key up.
+func TestHTTPCloseAnswersWaitsRetryable(t *testing.T) {
+	h, rpc := agentSession(t)
+	waited := make(chan string, 1)
+	go func() {
+		for { // a probe below that came first holds the key's one call: the wait is refused, and sent again
+			body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"chatrelay_wait_messages","arguments":{"timeout":300}}}`)
+			if err != nil || !strings.Contains(body, "too_many_streams") {
+				waited <- body
+				return
+			}
+		}
+	}()
+	assert.Eventually(t, 10*time.Second, "the wait in flight (another call refused)", func() bool {
+		body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`)
+		assert.Success(t, err)
+		return strings.Contains(body, "too_many_streams")
+	})
+	h.Close()
+	select {
+	case body := <-waited:
+		assert.True(t, strings.Contains(body, `"code":"store_unavailable"`) && strings.Contains(body, `"retryable":true`),
+			"the wait's answer when the server stops: %s", body)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait still runs 10 s after Close")
+	}
 }

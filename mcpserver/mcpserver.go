@@ -67,6 +67,12 @@ type Options struct {
 	// is told the outcome (nil, or the error the tool answers). The HTTP
 	// server's per-key audit and rate limit (http.go).
 	Call func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(outcome error), error)
+	// Stop, if set, ends the waits in flight when it is done: each answers
+	// store_unavailable (retryable), so that the process can stop without
+	// sitting out their timeouts (the SDK's handlers' contexts do not end
+	// with the connection's, and closing a session waits for its calls).
+	// A write is carried through.
+	Stop context.Context
 }
 
 // New returns the MCP server of the host's verbs on v. Serve it over
@@ -341,11 +347,17 @@ func callTool(ctx context.Context, req *mcp.CallToolRequest, v *host.Verbs, verb
 			defer context.AfterFunc(rc, cancel)()
 		}
 	}
+	if o.Stop != nil && b.waiting != "" {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		defer context.AfterFunc(o.Stop, func() { cancel(shuttingDown) })()
+	}
 	out, text, err := b.call(ctx, v, req.Params.Arguments)
 	if err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			var e *chatrelay.Error
-			if errors.As(cause, &e) { // the server ended the call (its key revoked): the client is told
+			if errors.As(cause, &e) { // the server ended the call (its key revoked, the server stopping): the client is told
 				return toolError(verb, e, o.Log), e, nil
 			}
 			return nil, ctx.Err(), ctx.Err() // the client canceled the call (or left): no result

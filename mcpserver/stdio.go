@@ -318,7 +318,7 @@ func parseLine(line []byte, over bool, maxLine int) (jsonrpc.Message, *refusal) 
 		if string(params) == "null" {
 			params = nil
 		}
-		if len(params) > 0 && params[0] != '{' && params[0] != '[' {
+		if len(params) > 0 && params[0] != '{' { // MCP's params are an object: never by position (an array)
 			return nil, invalidRequest(answerID, "params must be an object")
 		}
 		return &jsonrpc.Request{ID: id, Method: method, Params: params}, nil

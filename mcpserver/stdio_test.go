@@ -143,6 +143,7 @@ func TestStdioAnswersMalformedLines(t *testing.T) {
 		{"a boolean id", `{"jsonrpc":"2.0","id":true,"method":"ping"}`, -32600, "null"},
 		{"a method that is no string", `{"jsonrpc":"2.0","id":10,"method":5}`, -32600, "10"},
 		{"params that are a number", `{"jsonrpc":"2.0","id":11,"method":"ping","params":3}`, -32600, "11"},
+		{"params that are an array", `{"jsonrpc":"2.0","id":14,"method":"tools/list","params":[1]}`, -32600, "14"}, // MCP's params are an object; by position is not MCP
 		{"a response with neither result nor error", `{"jsonrpc":"2.0","id":12}`, -32600, "null"},
 		{"a response with both", `{"jsonrpc":"2.0","id":12,"result":{},"error":{"code":1,"message":"x"}}`, -32600, "null"},
 		{"a response whose error is a string", `{"jsonrpc":"2.0","id":12,"error":"no"}`, -32600, "null"},

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -150,9 +151,11 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 	if rw.refused {
 		// net/http answers a Range it cannot satisfy with a plain-text
 		// 416; every error of the API is its JSON, with a code. The
-		// Content-Range ("bytes */size") it set stays.
+		// Content-Range is "bytes */size" whatever the refusal: net/http
+		// sets it for a Range past the file, not for one that does not parse.
 		h.Del("Content-Disposition")
 		h.Del("ETag")
+		h.Set("Content-Range", fmt.Sprintf("bytes */%d", a.Size))
 		s.writeError(w, r, chatrelay.Errorf(chatrelay.RangeNotSatisfiable, "the Range asks for bytes this file of %d bytes does not have, or does not parse", a.Size))
 	}
 }

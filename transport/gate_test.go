@@ -49,8 +49,6 @@ func TestGateWalksEveryRoute(t *testing.T) {
 		assert.Success(t, st.Invite(ctx, thread, g))
 		return g, tok
 	}
-	_, viewer := grant(thread, chatrelay.Viewer, time.Hour)
-	_, commenter := grant(thread, chatrelay.Commenter, time.Hour)
 	revokedG, revoked := grant(thread, chatrelay.Commenter, time.Hour)
 	_, err = st.Revoke(ctx, thread, revokedG.ID)
 	assert.Success(t, err)
@@ -68,8 +66,8 @@ func TestGateWalksEveryRoute(t *testing.T) {
 	assert.Success(t, err)
 	_, expiredDevice := device(thread)
 	clk.Advance(time.Hour + time.Second) // the expired one expires; the others were made before
-	_, viewer = grant(thread, chatrelay.Viewer, time.Hour)
-	_, commenter = grant(thread, chatrelay.Commenter, time.Hour)
+	_, viewer := grant(thread, chatrelay.Viewer, time.Hour)
+	_, commenter := grant(thread, chatrelay.Commenter, time.Hour)
 	_, phone := device(thread)
 	unknown := "chp_" + strings.Repeat("Z", 43)
 	unknownDevice := "chd_" + strings.Repeat("Z", 43)

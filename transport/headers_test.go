@@ -54,6 +54,26 @@ func TestJSONAnswersAreNosniff(t *testing.T) {
 	assert.Equal(t, "304: X-Content-Type-Options", h.Get("X-Content-Type-Options"), "nosniff")
 }
 
+// TestStreamIsNosniff: the SSE stream, which carries the conversation (and
+// is opened with a ticket in its address, which a person may paste into a
+// tab), is nosniff like every other answer of the API, opened with the
+// token or with a ticket.
+func TestStreamIsNosniff(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	tok := tokenN(1)
+	e.mustPost(tok, "<html><script>alert(1)</script>")
+	for _, tc := range []struct{ name, path, token string }{
+		{"with the token", "/api/chat/stream?v=2", tok},
+		{"with a ticket", "/api/chat/stream?v=2&ticket=" + e.ticket(tok), ""},
+	} {
+		s := e.mustSSE(tc.path, tc.token, nil)
+		assert.Equal(t, tc.name+": Content-Type", s.resp.Header.Get("Content-Type"), "text/event-stream")
+		assert.Equal(t, tc.name+": X-Content-Type-Options", s.resp.Header.Get("X-Content-Type-Options"), "nosniff")
+		s.Close()
+	}
+}
+
 // TestPagesRefuseFraming: the pages (the owner's, holding the token and
 // the Approve buttons, and the participant's) may not be framed by any
 // other page: Content-Security-Policy frame-ancestors 'none' and

@@ -78,11 +78,11 @@ func newOps(st store.Store, log *slog.Logger) *ops {
 		m.streamsOpened.WithLabelValues(t)
 		m.fanout.WithLabelValues(t)
 	}
-	for _, a := range []chatrelay.Author{chatrelay.Operator, chatrelay.Agent, chatrelay.Hermes} {
-		m.appended.WithLabelValues(string(a))
-		m.fed.WithLabelValues(string(a))
+	for _, a := range []string{string(chatrelay.Operator), string(chatrelay.Agent), string(chatrelay.Hermes), "other"} {
+		m.appended.WithLabelValues(a)
+		m.fed.WithLabelValues(a)
 	}
-	for _, r := range []string{"slow", "reset", "shutdown"} {
+	for _, r := range []string{"slow", "reset", "overflow", "shutdown"} {
 		m.drops.WithLabelValues(r)
 	}
 	for c := range statusOf {

@@ -369,6 +369,28 @@ func TestMetricsLabelsAreBounded(t *testing.T) {
 	assert.Equal(t, "unknown page", all[`chatrelay_http_request_duration_seconds_count{route="/",status="404"}`], 1.0)
 }
 
+// TestMetricsBaseline: every label value docs/operations.md lists for a
+// fixed-set series exists on a fresh server at 0, so an alert on it (such as
+// rate(chatrelay_hub_drops_total{reason="overflow"}[5m])) has a baseline.
+func TestMetricsBaseline(t *testing.T) {
+	t.Parallel()
+	e := opsStart(t, true, nil)
+	fresh := opsScrape(t, e.ts.Client(), e.ts.URL+"/metrics")
+	var want []string
+	for _, r := range []string{"slow", "reset", "overflow", "shutdown"} {
+		want = append(want, `chatrelay_hub_drops_total{reason="`+r+`"}`)
+	}
+	for _, a := range []string{"operator", "agent", "hermes", "other"} {
+		want = append(want, `chatrelay_messages_appended_total{author="`+a+`"}`,
+			`chatrelay_feed_messages_total{author="`+a+`"}`)
+	}
+	for _, k := range want {
+		v, ok := fresh[k]
+		assert.True(t, ok, "fresh server: series %s missing", k)
+		assert.Equal(t, k, v, 0.0)
+	}
+}
+
 // TestPrivateMetrics: with PrivateMetrics, /metrics is off the main
 // handler and on OpsHandler, with the health routes.
 func TestPrivateMetrics(t *testing.T) {

@@ -164,6 +164,7 @@ func (s *Server) noteExpired(ctx context.Context, thread string, g chatrelay.Gra
 	}
 	if g.ExpiryNoted {
 		s.live.noting.RLock()
+		//lint:ignore SA2001 a barrier: waits for the noting in progress, if any
 		s.live.noting.RUnlock()
 		return
 	}

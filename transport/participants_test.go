@@ -215,7 +215,7 @@ func testParticipantPosts(t *testing.T, backend string) {
 	assert.Equal(t, "ready", nextWS(t, ws).Type, "ready")
 	answer, _ := wsAnswer(t, ws, map[string]any{"type": "post", "text": "over the socket"})
 	assert.True(t, answer.Type == "posted", "WS post: %s", answer.raw)
-	status, b = e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"third"}`)
+	status, _ = e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"third"}`)
 	assert.Equal(t, "third", status, http.StatusCreated)
 	status, b = e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"fourth"}`)
 	eb := decodeError(t, b)

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -587,7 +586,7 @@ func mustBinary(t testing.TB) string {
 		t.Skip("builds ./cmd/chatrelay; skipped with -short")
 	}
 	bin := filepath.Join(t.TempDir(), "chatrelay")
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goTool := "go" // go test puts its own GOROOT/bin first in PATH
 	out, err := exec.Command(goTool, "build", "-o", bin, "github.com/chatrelay/chatrelay/cmd/chatrelay").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build ./cmd/chatrelay: %v\n%s", err, out)

@@ -36,6 +36,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache, no-transform")
 	h.Set("X-Accel-Buffering", "no")
+	h.Set("X-Content-Type-Options", "nosniff") // the conversation, never read as a page or a script
 	if r.ProtoMajor == 1 {
 		if conn, head, ok := hijackSSE(w, r); ok {
 			gone, left := context.WithCancel(context.Background())

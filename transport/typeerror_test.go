@@ -14,7 +14,8 @@ import (
 // TestWrongTypeWordsAreJSON: a body field of the wrong type is 400
 // invalid_json whose words name the JSON type the field takes (string,
 // integer, array, …), never a Go type of the server ("[]chatrelay.PushEvent"
-// was sent: the implementation's words, which an error never carries).
+// was sent: the implementation's words, which an error never carries), and
+// names the field once ("name", never "name.name").
 func TestWrongTypeWordsAreJSON(t *testing.T) {
 	t.Parallel()
 	svc := pushtest.NewService(t)
@@ -27,7 +28,8 @@ func TestWrongTypeWordsAreJSON(t *testing.T) {
 		{chatrelay.PathPush, `{"subscription":` + sub + `,"events":"reply"}`, "events must be an array"},
 		{chatrelay.PathPush, `{"subscription":` + sub + `,"events":[1]}`, "events must be a string"},
 		{chatrelay.PathDevices, `{"name":"Phone","expires_in":"x"}`, ""},
-		{chatrelay.PathDevices, `{"name":5}`, "name must be a string"},
+		{chatrelay.PathDevices, `{"name":5}`, "types: name must be a string"}, // never "name.name"
+		{chatrelay.PathParticipants, `{"name":5}`, "types: name must be a string"},
 		{chatrelay.PathReact, `{"message_id":"MSG-x","emoji":"x","remove":"yes"}`, "remove must be a boolean"},
 		{chatrelay.PathParticipants, `{"name":"A","cap":"5"}`, ""},
 	} {

@@ -204,7 +204,7 @@ func (n *name) UnmarshalJSON(b []byte) error {
 		return chatrelay.Errorf(chatrelay.InvalidName, "the name is not valid UTF-8 (or holds a lone UTF-16 surrogate escape)")
 	}
 	if err := json.Unmarshal(b, (*string)(n)); err != nil {
-		return &json.UnmarshalTypeError{Value: "not a string", Type: reflect.TypeFor[string](), Field: "name"}
+		return &json.UnmarshalTypeError{Value: "not a string", Type: reflect.TypeFor[string]()} // the decoder adds the field's name
 	}
 	return nil
 }

@@ -17,6 +17,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
 )
 
 // pngImage is a w×h PNG.
@@ -236,4 +240,69 @@ func TestTooLargeFileSaysWhy(t *testing.T) {
 		return true })()`)
 	tb.waitJS(soon, "the refusal beside the file", `(() => { const s = document.querySelector("#files .file-status.bad");
 		return !!s && s.textContent === "too large (2.9 KiB): the file is larger than 1024 bytes" })()`)
+}
+
+// TestDeviceAttachesAFile: the owner's phone (a device link, /d) attaches
+// a file as the owner's page does: it is uploaded with the device's token
+// as a Bearer header and sent with the text, and the owner's page shows it.
+// (Before, the page sent the device's token as X-Chat-Token, which the
+// server refused: "not uploaded: missing or malformed X-Chat-Token".)
+func TestDeviceAttachesAFile(t *testing.T) {
+	srv := startServer(t)
+	owner, token := startConversation(t, srv.URL, "Send me the log from your phone.")
+	status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/devices", "X-Chat-Token", token, map[string]string{"name": "Phone"})
+	var made struct{ Link string }
+	if json.Unmarshal(raw, &made); status != http.StatusCreated || made.Link == "" {
+		t.Fatalf("make a device: %d %s", status, raw)
+	}
+	phone := newWindow(t)
+	phone.open(made.Link)
+	phone.waitState(live, "ws")
+	eval[bool](phone, `(() => {
+		const dt = new DataTransfer();
+		dt.items.add(new File(["line 1\nline 2\n"], "phone.log", { type: "text/plain" }));
+		const input = document.getElementById("file");
+		input.files = dt.files;
+		input.dispatchEvent(new Event("change"));
+		return true })()`)
+	phone.waitJS(soon, "the file uploaded", `(() => { const s = document.querySelector("#files .file-status");
+		return !!s && s.textContent === "14 B" })()`)
+	phone.write("the log")
+	phone.waitShown(soon, "the log")
+	owner.waitJS(soon, "the phone's file on the owner's page", `(() => { const c = document.querySelector("#log .atts .chip");
+		return !!c && c.textContent === "phone.log (14 B)" })()`)
+}
+
+// TestExpiredTicketLinkOpens: a file's link pressed after the ticket it was
+// drawn with expired still opens the file: the page gets a fresh ticket
+// first. (Before, a thumbnail or a chip pressed 15 minutes after it was
+// drawn opened the server's JSON refusal, "invalid ticket: expired".) The
+// server here gives tickets 2 seconds.
+func TestExpiredTicketLinkOpens(t *testing.T) {
+	srv := startServer(t, "--ticket-ttl", "2s")
+	tb := newWindow(t)
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	tok := tb.token()
+	id := attach(t, srv.URL, tok, "shot.png", "image/png", pngImage(t, 40, 30))
+	status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/post", "X-Chat-Token", tok, map[string]any{"text": "the screenshot", "attachments": []string{id}})
+	if status != http.StatusCreated {
+		t.Fatalf("post: %d %s", status, raw)
+	}
+	tb.waitJS(soon, "the thumbnail drawn", `(() => { const i = document.querySelector(".atts .thumb img"); return !!i && i.complete && i.naturalWidth === 40 })()`)
+	expires := `Number(new URL(document.querySelector(".atts .thumb").href).searchParams.get("ticket").split(".").at(-2))`
+	tb.waitJS(soon, "the thumbnail's ticket expired", `Date.now() > `+expires+` + 500`)
+
+	opened := chromedp.WaitNewTarget(tb.ctx, func(i *target.Info) bool { return strings.Contains(i.URL, "/api/chat/attachments/") })
+	tb.click(".atts .thumb")
+	var tid target.ID
+	select {
+	case tid = <-opened:
+	case <-time.After(soon):
+		t.Fatal("pressing the thumbnail opened no tab")
+	}
+	full, cancel := chromedp.NewContext(tb.ctx, chromedp.WithTargetID(tid))
+	defer cancel()
+	shown := &tab{t: t, ctx: full}
+	shown.waitJS(soon, "the image full size in the new tab", `document.contentType === "image/png" && document.images[0]?.naturalWidth === 40`)
 }

@@ -5,7 +5,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -98,10 +100,91 @@ func TestClaimLinkMalformed(t *testing.T) {
 			t.Errorf("a malformed link %q changed the page's token", bad)
 		}
 	}
-	// And a good one, the same way, is adopted.
+	// And a good one, the same way, is adopted (once the person says yes:
+	// the tab holds a conversation already).
 	good := strings.Repeat("5a", 32)
+	asked := tb.answerDialog(true)
 	eval[bool](tb, `(location.hash = "#t=`+good+`", true)`)
+	select {
+	case <-asked:
+	case <-time.After(soon):
+		t.Fatal("no confirmation asked before adopting the link")
+	}
 	tb.waitJS(soon, "the link's token adopted", `localStorage.getItem("chatrelay.token") === "`+good+`" && location.hash === ""`)
+}
+
+// answerDialog answers the tab's next dialog (accept: OK, else Cancel)
+// and sends its message.
+func (tb *tab) answerDialog(accept bool) <-chan string {
+	dialogs := chromedp.Events(tb.ctx, page.JavascriptDialogOpening)
+	answered := make(chan string, 1)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			if _, err := chromedp.Call(tb.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept}); err != nil {
+				tb.t.Errorf("answer the dialog: %v", err)
+			}
+			answered <- ev.Message
+			return
+		}
+	}()
+	return answered
+}
+
+// TestClaimLinkAsksBeforeReplacing: a claim link opened in a browser that
+// holds a conversation already replaces it only once the person says yes.
+// Any page on the web can open a link: before, one adopted at once, so a
+// hostile page (or a link from anyone) made the browser forget its
+// conversation for good, unasked, and the person's next words went to the
+// link maker's thread. Said no, the page keeps its own conversation and
+// says the link was not opened; said yes, it opens the link's.
+func TestClaimLinkAsksBeforeReplacing(t *testing.T) {
+	srv := startServer(t)
+	tb, own := startConversation(t, srv.URL, "my own conversation with hermes")
+	out := srv.cli("open", "--text", "a conversation from a link", "--public-url", strings.TrimSuffix(srv.URL, "/"))
+	var opened struct{ Link string }
+	if err := json.Unmarshal(out, &opened); err != nil {
+		t.Fatalf("chatrelay open printed %q: %v", out, err)
+	}
+	_, claimed, _ := strings.Cut(opened.Link, "#t=")
+
+	// Opened, and declined: nothing changes.
+	asked := tb.answerDialog(false)
+	tb.open(opened.Link)
+	select {
+	case msg := <-asked:
+		if !strings.Contains(msg, "forget its current conversation") {
+			t.Errorf("the confirmation reads %q", msg)
+		}
+	case <-time.After(soon):
+		t.Fatal("no confirmation asked before replacing the conversation")
+	}
+	if u := eval[string](tb, `location.href`); strings.Contains(u, "#") {
+		t.Errorf("the address bar still holds the link's fragment: %s", u)
+	}
+	tb.waitShown(soon, "my own conversation with hermes")
+	tb.waitJS(soon, "the notice that the link was not opened", `document.getElementById("notice-text").textContent.includes("The link was not opened")`)
+	if got := tb.token(); got != own {
+		t.Fatalf("declined, the page holds token %s…, want its own %s…", got[:8], own[:8])
+	}
+	if got := eval[string](tb, `String(window.chatrelayClaim)`); got != "undefined" {
+		t.Errorf("the page keeps the declined token in window.chatrelayClaim: %s", got)
+	}
+
+	// Opened again, and accepted: the link's conversation is the page's.
+	asked = tb.answerDialog(true)
+	tb.open(opened.Link)
+	select {
+	case <-asked:
+	case <-time.After(soon):
+		t.Fatal("no confirmation asked the second time")
+	}
+	tb.waitShown(soon, "a conversation from a link")
+	if got := tb.token(); got != claimed {
+		t.Fatalf("accepted, the page holds token %s…, want the link's %s…", got[:8], claimed[:8])
+	}
 }
 
 // TestLongTitleFitsTheBar: a title longer than the bar's room, at a phone's

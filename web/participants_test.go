@@ -771,3 +771,87 @@ func TestPeopleFollowTheConversation(t *testing.T) {
 	}
 	owner.waitJS(soon, "the open list counting the guest's post", `document.getElementById("people-list").textContent.includes("1 of 50 messages sent")`)
 }
+
+// openSamePage opens u, the page the tab shows with another fragment (as a
+// link pasted into the address bar: only the fragment changes), and waits
+// for the page to be loaded again.
+func (tb *tab) openSamePage(u string) {
+	tb.t.Helper()
+	loads := chromedp.Events(tb.ctx, page.LoadEventFired)
+	loaded := make(chan struct{}, 1)
+	go func() {
+		for _, err := range loads {
+			if err == nil {
+				loaded <- struct{}{}
+			}
+			return
+		}
+	}()
+	eval[bool](tb, `(location.href = `+js(u)+`, true)`)
+	select {
+	case <-loaded:
+	case <-time.After(soon):
+		tb.t.Fatalf("the page was not loaded again after %s was opened in its tab%s", u[:strings.Index(u, "#")], tb.dump())
+	}
+}
+
+// TestNewLinkInTheSameTab: a share link opened in a tab that already shows
+// the participant page, and a device link in a tab showing the device's
+// page, change only the fragment (no load): the page still takes the token
+// out of the address bar and the tab's history and opens the new link, as
+// a first load does. Before, the page never looked: the token stayed in
+// the address bar and the history, and a person whose link was revoked,
+// pasting the new one the owner sent, still read "revoked".
+func TestNewLinkInTheSameTab(t *testing.T) {
+	srv := startServer(t)
+	_, token := startConversation(t, srv.URL, "Here is the plan.")
+	noToken := func(tb *tab, what, kind string) {
+		t.Helper()
+		if u := eval[string](tb, `location.href`); strings.Contains(u, "#") {
+			t.Errorf("%s: the address bar shows %q", what, u)
+		}
+		hist, err := chromedp.Call(tb.ctx, page.GetNavigationHistory, cdp.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range hist.Entries {
+			if strings.Contains(e.URL, kind) {
+				t.Errorf("%s: the tab's history holds the token: an entry is %q", what, e.URL)
+			}
+		}
+	}
+
+	// A participant whose link is revoked opens the new one in the same tab.
+	first := invite(t, srv.URL, token, map[string]any{"name": "Alex", "role": "viewer"})
+	second := invite(t, srv.URL, token, map[string]any{"name": "Sam", "role": "viewer"})
+	tb := newWindow(t)
+	tb.open(first.Link)
+	tb.waitJS(soon, "the first link's name", `document.getElementById("me").textContent === "Alex · viewer"`)
+	if status, _ := callAPI(t, http.MethodDelete, srv.URL+"api/chat/participants/"+first.Participant.ID, "X-Chat-Token", token, nil); status != http.StatusOK {
+		t.Fatalf("revoke: %d", status)
+	}
+	tb.waitJS(soon, "the revoked link explained", `document.getElementById("ended-text").textContent.includes("revoked")`)
+	tb.openSamePage(second.Link)
+	tb.waitJS(soon, "the second link's name", `document.getElementById("me").textContent === "Sam · viewer"`)
+	tb.waitShown(soon, "Here is the plan.")
+	noToken(tb, "the second share link", "chp_")
+
+	// A device's page opens another device link in the same tab.
+	var devs []string
+	for _, name := range []string{"Phone", "Tablet"} {
+		status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/devices", "X-Chat-Token", token, map[string]string{"name": name})
+		var made struct{ Link string }
+		if json.Unmarshal(raw, &made); status != http.StatusCreated {
+			t.Fatalf("make a device: %d %s", status, raw)
+		}
+		devs = append(devs, made.Link)
+	}
+	dev := newWindow(t)
+	dev.open(devs[0])
+	dev.waitState(live, "ws")
+	dev.openSamePage(devs[1])
+	_, second2, _ := strings.Cut(devs[1], "#")
+	dev.waitJS(soon, "the second device's token kept", `localStorage.getItem("chatrelay.device") === `+js(second2))
+	dev.waitState(live, "ws")
+	noToken(dev, "the second device link", "chd_")
+}

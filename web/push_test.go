@@ -813,3 +813,51 @@ func respond(t *testing.T, base, token, ix, decision string) {
 		t.Fatalf("respond: %d %s", status, raw)
 	}
 }
+
+// TestDevicePageKeepsTheOwnersNotifications: device links opened in the
+// browser that owns a conversation with notifications on (the person tries
+// a link, or uses both pages on one computer), one of that conversation and
+// one of another, leave the owner's notifications on: the owner's page,
+// loaded again, shows the switch on, the server still holds the
+// subscription and IndexedDB the owner's credential. Before, a device's
+// page took the owner's record for one of "a conversation this browser no
+// longer holds" and deleted it, and the subscription on the server with it.
+func TestDevicePageKeepsTheOwnersNotifications(t *testing.T) {
+	srv, svc := startPushServer(t)
+	tb := newWindow(t)
+	tb.allowNotifications(srv.URL)
+	sub := svc.Subscribe(t, "owner") // the browser's one subscription, in every tab
+	tb.pushStub(sub)
+	token := tb.notifyOn(srv.URL, "notify me on this computer")
+	thread := threadOf(token)
+	if n := len(subscriptions(t, srv.URL, token)); n != 1 {
+		t.Fatalf("the server holds %d subscriptions, want 1", n)
+	}
+	other := strings.Repeat("7e", 32) // a conversation of the person's other browser
+	post(t, srv.URL, other, "my other conversation", "operator")
+	for _, c := range []struct{ token, first string }{
+		{token, "notify me on this computer"},
+		{other, "my other conversation"},
+	} {
+		status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/devices", "X-Chat-Token", c.token, map[string]string{"name": "Laptop"})
+		var made struct{ Link string }
+		if json.Unmarshal(raw, &made); status != http.StatusCreated || made.Link == "" {
+			t.Fatalf("make a device: %d %s", status, raw)
+		}
+		dev := tb.sibling()
+		dev.pushStub(sub)
+		dev.open(made.Link)
+		dev.waitState(live, "ws")
+		dev.waitShown(soon, c.first)
+	}
+
+	tb.open(srv.URL)
+	tb.waitShown(soon, "notify me on this computer")
+	tb.waitJS(soon, "the owner's switch still on", `document.getElementById("notify").dataset.state === "on"`)
+	if n := len(subscriptions(t, srv.URL, token)); n != 1 {
+		t.Errorf("the server holds %d subscriptions once the devices' pages opened, want the owner's", n)
+	}
+	if got := tb.storedCredential(thread); !strings.HasPrefix(got, "owner "+token+" ") {
+		t.Errorf("IndexedDB holds %q for the thread, want the owner's credential", got)
+	}
+}

@@ -167,7 +167,7 @@ func parseCentrifugoPushes(b []byte, each func(centrifugoEvent)) error {
 		}
 		var p centrifugoPush
 		if err := json.Unmarshal(line, &p); err != nil {
-			return fmt.Errorf("Centrifugo push: %w", err)
+			return fmt.Errorf("centrifugo push: %w", err)
 		}
 		switch {
 		case p.Connect != nil:

@@ -46,8 +46,15 @@ func mcpServe(ctx context.Context, e cmdEnv) error {
 	}
 	defer done()
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv := mcpserver.New(h, &mcpserver.Options{Log: log, ProgressEvery: time.Duration(every)})
-	err = srv.Run(ctx, &mcpserver.Stdio{In: e.stdin, Out: e.stdout})
+	srv := mcpserver.New(h, &mcpserver.Options{Log: log, ProgressEvery: time.Duration(every), Stop: ctx})
+	// Connect and Wait, not the SDK's Run: Run logs a stop by Ctrl-C or
+	// SIGTERM at error level ("server run cancelled"), as if it failed.
+	ss, err := srv.Connect(ctx, &mcpserver.Stdio{In: e.stdin, Out: e.stdout}, nil)
+	if err != nil {
+		return err
+	}
+	defer context.AfterFunc(ctx, func() { ss.Close() })()
+	err = ss.Wait()
 	if errors.Is(err, io.EOF) || (err != nil && ctx.Err() != nil) {
 		return nil // the client closed its end, or we were told to stop
 	}

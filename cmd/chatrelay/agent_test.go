@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -65,7 +64,7 @@ func chatrelayBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "chatrelay")
-		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			binErr = err
 			t.Logf("go build: %s", out)
@@ -447,4 +446,36 @@ func BenchmarkMCPWaitMessagesWake(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N)/1000, "wake-ms/op")
 	b.ReportMetric(float64(worst.Microseconds())/1000, "worst-wake-ms")
+}
+
+// TestMCPInterruptIsQuiet: Ctrl-C stops `chatrelay mcp` with exit status 0
+// and nothing on stderr, even with a call waiting: it is how a person or
+// a client stops it, not a failure (the SDK's Run logged "server run
+// cancelled" at error level).
+func TestMCPInterruptIsQuiet(t *testing.T) {
+	t.Parallel()
+	e := startChat(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chatrelayBinary(t), "mcp", "--data", e.data, "--fsync", "never")
+	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	assert.Success(t, err)
+	stdout, err := cmd.StdoutPipe()
+	assert.Success(t, err)
+	assert.Success(t, cmd.Start())
+	sc := bufio.NewScanner(stdout)
+	_, err = io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`+"\n"+
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"+
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"chatrelay_wait_messages","arguments":{"thread":"`+e.thread+`","timeout":60}}}`+"\n"+
+		`{"jsonrpc":"2.0","id":3,"method":"ping"}`+"\n")
+	assert.Success(t, err)
+	for sc.Scan() && !strings.Contains(sc.Text(), `"id":3`) { // the ping's answer: the wait is under way
+	}
+	assert.Success(t, cmd.Process.Signal(os.Interrupt))
+	err = cmd.Wait()
+	assert.True(t, err == nil, "chatrelay mcp after Ctrl-C: %v; stderr: %s", err, stderr.String())
+	assert.Equal(t, "stderr", stderr.String(), "")
 }

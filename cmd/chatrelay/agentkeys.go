@@ -50,7 +50,7 @@ func agent(ctx context.Context, e cmdEnv) error {
 		}
 		a := k.Public()
 		fmt.Fprintf(e.stderr, "agent key %s for %q, threads: %s. It is shown this once (the store keeps only its digest): give it to the agent as Authorization: Bearer <key> on %s\n",
-			a.ID, a.Name, strings.Join(a.Threads, ","), chatrelay.PathMCP)
+			a.ID, oneLine(a.Name), strings.Join(a.Threads, ","), chatrelay.PathMCP)
 		_, err = fmt.Fprintln(e.stdout, key)
 		return err
 	case "revoke":
@@ -61,7 +61,7 @@ func agent(ctx context.Context, e cmdEnv) error {
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(e.stdout, "revoked %s (%s)\n", k.ID, k.Name)
+		_, err = fmt.Fprintf(e.stdout, "revoked %s (%s)\n", k.ID, oneLine(k.Name))
 		return err
 	}
 	keys, err := agents.AgentKeys(ctx)
@@ -78,7 +78,7 @@ func agent(ctx context.Context, e cmdEnv) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tTHREADS\tSTATE\tCREATED (UTC)")
 	for _, a := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ID, a.Name, strings.Join(a.Threads, ","), a.State, utc(a.CreatedAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ID, oneLine(a.Name), strings.Join(a.Threads, ","), a.State, utc(a.CreatedAt))
 	}
 	return tw.Flush()
 }

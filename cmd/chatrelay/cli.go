@@ -66,22 +66,36 @@ func list(ctx context.Context, args []string, getenv func(string) string, stdout
 		if p, err := st.Since(ctx, t.Thread, 0, 1); err == nil && len(p.Messages) > 0 {
 			last = firstWords(chatrelay.V1Text(p.Messages[0].Message), listWords) // a file is its line
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%v\t%s\t%s\n", t.Thread, t.Messages, t.LastAuthor, utc(t.LastEpoch), t.Awaiting, title, last)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%v\t%s\t%s\n", t.Thread, t.Messages, oneLine(string(t.LastAuthor)), utc(t.LastEpoch), t.Awaiting, oneLine(title), last)
 	}
 	return tw.Flush()
 }
 
 // printable is text with every control character but a line break and a
-// tab as a space: a text is anyone's who holds a token, and an escape
-// sequence in it must not reach the host's terminal as one (list's
-// firstWords does the same on one line).
+// tab, and every bidirectional formatting character, as a space: a text
+// is anyone's who holds a token, and an escape sequence in it must not
+// reach the host's terminal as one, nor a right-to-left override show
+// its words in another order than they are stored ("Trojan Source").
 func printable(text string) string {
 	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) && r != '\n' && r != '\t' {
-			return ' '
+		if r == '\n' || r == '\t' {
+			return r
 		}
-		return r
+		return terminalRune(r)
 	}, text)
+}
+
+// oneLine is a name or title as printable makes a text, on one line:
+// a line break or a tab is a space too.
+func oneLine(s string) string { return strings.Map(terminalRune, s) }
+
+// terminalRune is r, or a space for a control or bidirectional
+// formatting character.
+func terminalRune(r rune) rune {
+	if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+		return ' '
+	}
+	return r
 }
 
 // listWords is how many code points of the newest message list shows.
@@ -92,12 +106,7 @@ const listWords = 40
 func firstWords(text string, n int) string {
 	var b strings.Builder
 	used := 0
-	text = strings.Map(func(r rune) rune { // never a terminal's control sequence
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, text)
+	text = oneLine(text) // never a terminal's control sequence
 	for i, w := range strings.Fields(text) {
 		k := utf8.RuneCountInString(w)
 		if i > 0 {
@@ -212,7 +221,7 @@ func reactionLine(r chatrelay.Reactions) string {
 // (p_1a2b3c4d)", anyone else by the author itself.
 func who(m chatrelay.Message) string {
 	if id, ok := strings.CutPrefix(string(m.Author), "p:"); ok && m.AuthorName != "" {
-		return m.AuthorName + " (" + id + ")"
+		return oneLine(m.AuthorName) + " (" + id + ")"
 	}
-	return string(m.Author)
+	return oneLine(string(m.Author))
 }

@@ -9,10 +9,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -258,6 +260,7 @@ func TestNginx(t *testing.T) {
 		"listen [::]:443 ssl http2;": "",
 		"ssl_certificate     /etc/letsencrypt/live/chat.example.com/fullchain.pem;": "ssl_certificate " + cert + ";",
 		"ssl_certificate_key /etc/letsencrypt/live/chat.example.com/privkey.pem;":   "ssl_certificate_key " + key + ";",
+		"access_log /var/log/nginx/access.log chatrelay;":                           "access_log " + dir + "/site-access.log chatrelay;",
 	})
 	assert.Success(t, os.WriteFile(filepath.Join(dir, "chatrelay.conf"), []byte(site), 0o600))
 	user := ""
@@ -287,6 +290,32 @@ http {
 	base := fmt.Sprintf("https://127.0.0.1:%d", port)
 	deployWaitUp(t, base, pool, exited, logFile)
 	deployThroughProxy(t, base, pool)
+
+	// The access log never holds a ticket: a request with one in its
+	// address is logged by its path alone.
+	c := deployClient(pool, "127.0.0.4", false)
+	defer c.CloseIdleConnections()
+	tok := opsToken("a ticket through nginx")
+	assert.Equal(t, "post", opsPost(t, t.Context(), c, base, tok, "hello", nil), http.StatusCreated)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/api/chat/ticket", nil)
+	req.Header.Set("X-Chat-Token", tok)
+	resp, err := c.Do(req)
+	assert.Success(t, err)
+	var minted struct{ Ticket string }
+	assert.Success(t, json.NewDecoder(resp.Body).Decode(&minted))
+	resp.Body.Close()
+	assert.True(t, minted.Ticket != "", "no ticket minted through the proxy")
+	resp, err = c.Get(base + "/api/chat/attachments/at_000000000000?ticket=" + url.QueryEscape(minted.Ticket))
+	assert.Success(t, err)
+	resp.Body.Close()
+	accessLog := filepath.Join(dir, "site-access.log")
+	var logged string
+	opsWait(t, "the attachment request in nginx's access log", func() bool {
+		b, _ := os.ReadFile(accessLog)
+		logged = string(b)
+		return strings.Contains(logged, "GET /api/chat/attachments/at_000000000000")
+	})
+	assert.True(t, !strings.Contains(logged, minted.Ticket) && !strings.Contains(logged, "ticket="), "nginx's access log holds a ticket:\n%s", logged)
 }
 
 // TestCaddy runs Debian's caddy with deploy/Caddyfile in front of

@@ -44,7 +44,7 @@ func device(ctx context.Context, e cmdEnv) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "revoked %s (%s)\n", d.Name, d.ID)
+		fmt.Fprintf(e.stdout, "revoked %s (%s)\n", oneLine(d.Name), d.ID)
 		return nil
 	}
 	return deviceIssue(ctx, e, people, thread, f, st.Settings.PublicURL)
@@ -77,7 +77,7 @@ func deviceList(ctx context.Context, e cmdEnv, people *host.Participants, thread
 			if d.LastSeen != 0 {
 				seen = utc(d.LastSeen)
 			}
-			fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\n", d.Name, d.ID, d.State, seen, utc(d.ExpiresAt))
+			fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\n", oneLine(d.Name), d.ID, d.State, seen, utc(d.ExpiresAt))
 		}
 		return tw.Flush()
 	})

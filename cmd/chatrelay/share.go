@@ -93,7 +93,7 @@ func shareList(ctx context.Context, e cmdEnv, people *host.Participants, thread 
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PARTICIPANT\tROLE\tKIND\tSTATE\tSENT/CAP\tEXPIRES (UTC)")
 		for _, p := range ps {
-			fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\t%d/%d\t%s\n", p.Name, p.ID, p.Role, p.Kind, p.State, p.Sent, p.Cap, utc(p.ExpiresAt))
+			fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\t%d/%d\t%s\n", oneLine(p.Name), p.ID, p.Role, p.Kind, p.State, p.Sent, p.Cap, utc(p.ExpiresAt))
 		}
 		return tw.Flush()
 	})
@@ -131,7 +131,7 @@ func shareRevoke(ctx context.Context, e cmdEnv, people *host.Participants, threa
 		}
 	}
 	for _, p := range revoked {
-		fmt.Fprintf(e.stdout, "revoked %s (%s)\n", p.Name, p.ID)
+		fmt.Fprintf(e.stdout, "revoked %s (%s)\n", oneLine(p.Name), p.ID)
 	}
 	if err != nil {
 		return err
@@ -170,7 +170,7 @@ func shareInvite(ctx context.Context, e cmdEnv, people *host.Participants, threa
 		return printJSON(e.stdout, map[string]any{"participant": p, "token": inv.Token, "link": inv.Link})
 	}
 	fmt.Fprintf(e.stdout, "Invited %s (%s), %s, until %s. The token and the link are shown this once:\n\n  token  %s\n  link   %s\n",
-		p.Name, p.ID, p.Role, utc(p.ExpiresAt), inv.Token, inv.Link)
+		oneLine(p.Name), p.ID, p.Role, utc(p.ExpiresAt), inv.Token, inv.Link)
 	printLinkEnd(e.stdout, base, inv.Link)
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
 )
@@ -23,4 +24,26 @@ func TestShowWritesNoControlSequence(t *testing.T) {
 	assert.Success(t, r.err)
 	assert.True(t, !strings.ContainsAny(r.stdout, "\x1b\a\r\u009b"), "show wrote a control character:\n%q", r.stdout)
 	assert.True(t, strings.Contains(r.stdout, "    hello  ]52;c;ZWNobyBwd25lZA==  [1A [2K forged 31m\tend\n    second line\n"), "show changed more than the control characters:\n%q", r.stdout)
+}
+
+// TestListAndShowWriteNoBidiOverride: a title, a participant's name or a
+// text may hold Unicode's bidirectional formatting characters (a
+// right-to-left override shows "evil" as "live"); list and show print
+// them as spaces, as they print control characters, so that what the
+// host reads is what is stored, in its order.
+func TestListAndShowWriteNoBidiOverride(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	r := runCLI(t, nil, "", "open", "--data", data, "--fsync", "never", "--title", "deploy \u202elive\u202c now", "--text", "run \u2066rm -rf\u2069 ok")
+	assert.Success(t, r.err)
+	r = runCLI(t, nil, "", "list", "--data", data)
+	assert.Success(t, r.err)
+	thread := strings.Fields(strings.Split(r.stdout, "\n")[1])[0]
+	for _, cmd := range [][]string{{"list", "--data", data}, {"show", "--data", data, thread}} {
+		r := runCLI(t, nil, "", cmd...)
+		assert.Success(t, r.err)
+		assert.True(t, !strings.ContainsFunc(r.stdout, func(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }),
+			"%s wrote a bidirectional formatting character:\n%q", cmd[0], r.stdout)
+		assert.True(t, strings.Contains(r.stdout, "rm -rf"), "%s changed more than those characters:\n%q", cmd[0], r.stdout)
+	}
 }

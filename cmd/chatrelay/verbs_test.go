@@ -413,7 +413,7 @@ func TestAskWaitInterrupted(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }()
 			select {
-			case err = <-done:
+			case <-done:
 			case <-time.After(10 * time.Second):
 				t.Fatal("ask --wait still runs 10s after the interrupt")
 			}

@@ -20,7 +20,7 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("git rev-parse HEAD (the test needs a git checkout): %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "chatrelay")
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v: %s", err, out)
 	}

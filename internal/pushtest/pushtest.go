@@ -300,10 +300,13 @@ func VerifyVAPID(h string, endpoint *url.URL, now time.Time) (map[string]any, st
 		}
 	}
 	raw, err := b64.DecodeString(k)
-	if err != nil || len(raw) != 65 || raw[0] != 4 {
-		return nil, k, fmt.Errorf("k is not an uncompressed P-256 point")
+	if err != nil {
+		return nil, k, fmt.Errorf("k is not base64url: %w", err)
 	}
-	pub := &ecdsa.PublicKey{Curve: elliptic.P256(), X: new(big.Int).SetBytes(raw[1:33]), Y: new(big.Int).SetBytes(raw[33:])}
+	pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), raw)
+	if err != nil {
+		return nil, k, fmt.Errorf("k is not an uncompressed P-256 point: %w", err)
+	}
 	parts := strings.Split(t, ".")
 	if len(parts) != 3 {
 		return nil, k, errors.New("t is not a JWT")

@@ -425,6 +425,30 @@ els.log.addEventListener("click", (e) => {
   else if (b.dataset.choice !== undefined) answer(ixID, { value: b.dataset.choice });
 });
 
+// A file's link carries the ticket it was drawn with, which expires
+// (POST api/chat/ticket: 15 minutes): a link pressed when its ticket is
+// about to expire, or has, gets a fresh one first, then opens (the press
+// still counts as the person's: a browser allows the new tab or the
+// download for a few seconds after it).
+els.log.addEventListener("click", async (e) => {
+  const a = e.target.closest?.(".atts a[data-att]");
+  if (!a?.href) return;
+  if (a.dataset.fresh) {
+    delete a.dataset.fresh;
+    return;
+  }
+  const expires = Number(new URL(a.href).searchParams.get("ticket")?.split(".").at(-2));
+  if (expires - chat.now() > 30000) return;
+  e.preventDefault();
+  try {
+    a.href = await chat.attachmentURL(a.dataset.att);
+  } catch {
+    return notify("The file could not be opened: the server could not be reached.", "error");
+  }
+  a.dataset.fresh = "1";
+  a.click();
+});
+
 els.log.addEventListener("keydown", (e) => {
   const b = e.target.closest?.(".reactions button");
   if (b && !e.altKey && !e.ctrlKey && !e.metaKey && moveInBar(b, e.key)) e.preventDefault();
@@ -802,8 +826,27 @@ function claimFromHash() {
   if (location.hash.slice(0, 3) !== "#t=") return;
   const token = location.hash.slice(3);
   history.replaceState(history.state, "", location.pathname + location.search);
-  if (!chat.adopt(token)) notify(malformedClaim, "error");
-  else notify("");
+  if (!/^[0-9a-f]{64}$/.test(token)) notify(malformedClaim, "error");
+  else claim(token);
+}
+
+// claim adopts a claim link's token once the person says yes, if this
+// browser holds another conversation: any page on the web can open a
+// link, and adopting it unasked would make the browser forget its own
+// conversation for good (the host keeps no copy of its token) and write
+// to the thread of whoever made the link.
+function claim(token) {
+  if (token !== chat.token) {
+    const ok = confirm(
+      "Open the conversation of this link?\n\nThis browser will forget its current conversation; it cannot be opened here again. Say no if you did not expect a link from hermes.",
+    );
+    if (!ok) {
+      notify("The link was not opened: this page keeps its own conversation.", "info");
+      return;
+    }
+  }
+  chat.adopt(token);
+  notify("");
 }
 
 // ---- a device's page (/d) ----
@@ -829,6 +872,15 @@ async function startDevice() {
   els.text.focus();
 }
 
+// A share or device link opened in a tab that already shows its page
+// changes only the fragment, and the page is not loaded again: load it, so
+// that p-link.js or t-link.js take the token out of the address bar and
+// the tab's history and keep it, as on a first load (a person whose link
+// was revoked pastes the new one into the same tab).
+if (participantPage || devicePage) {
+  window.addEventListener("hashchange", () => location.hash.length > 1 && location.reload());
+}
+
 updateCount();
 setupPush(chat, { button: $("notify"), note: $("notify-note") });
 if (participantPage) {
@@ -838,9 +890,14 @@ if (participantPage) {
 } else {
   setupPeople(chat, (list) => setNames(list));
   setupDevices(chat);
-  const claim = document.documentElement.dataset.claim;
-  if (claim === "malformed") notify(malformedClaim, "error");
-  if (claim === "unkept") notify("This browser refused to store the link's conversation token (site storage is blocked), so the link could not be opened here.", "error");
+  const claimed = document.documentElement.dataset.claim;
+  if (claimed === "malformed") notify(malformedClaim, "error");
+  if (claimed === "unkept") notify("This browser refused to store the link's conversation token (site storage is blocked), so the link could not be opened here.", "error");
+  if (claimed === "pending") {
+    const token = window.chatrelayClaim;
+    delete window.chatrelayClaim;
+    claim(token);
+  }
   window.addEventListener("hashchange", claimFromHash);
   chat.start();
   els.text.focus();

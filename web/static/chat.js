@@ -401,7 +401,10 @@ export class ChatClient extends EventTarget {
     return new Promise((resolve, reject) => {
       const x = new XMLHttpRequest();
       x.open("POST", this.#url("api/chat/attachments"));
-      if (this.participant) x.setRequestHeader("Authorization", `Bearer ${this.#o.shareToken}`);
+      // A share or device token is a Bearer token, as on every request
+      // (#request): never X-Chat-Token, which the server reads as the
+      // owner's own token and refuses.
+      if (this.#bearer) x.setRequestHeader("Authorization", `Bearer ${this.#bearer}`);
       else x.setRequestHeader("X-Chat-Token", this.token);
       x.setRequestHeader("X-Filename", encodeURIComponent(name));
       x.setRequestHeader("Content-Type", file.type || "application/octet-stream");

@@ -147,6 +147,10 @@ export function setupPush(chat, { button, note }) {
       rec = await getRecord(thread);
     } catch {}
     if (!rec?.push) return show("off");
+    // A record another page's credential made (the owner's, seen from a
+    // device's page of the same thread in the same browser) is not this
+    // page's: this page is not subscribed, and leaves the record be.
+    if (rec.token !== chat.credential.token) return show("off");
     const reg = await navigator.serviceWorker.getRegistration(swURL.href).catch(() => null);
     const sub = await reg?.pushManager.getSubscription().catch(() => null);
     const held = sub && sub.endpoint === rec.endpoint && (await chat.pushSubscriptions().then((l) => l.some((x) => x.id === rec.push), () => true));
@@ -257,9 +261,12 @@ export function setupPush(chat, { button, note }) {
   // A conversation this browser no longer holds (the owner's page started
   // a new one, or adopted a claim link: the old token is gone from it)
   // notifies no more: its subscription is deleted with the old token,
-  // which is then forgotten here too.
+  // which is then forgotten here too. Only the owner's own page leaves
+  // conversations: a participant's or a device's page (a share or device
+  // link opened in the owner's browser) holds its own token beside the
+  // owner's, which it never drops.
   async function forgetOthers() {
-    if (chat.participant) return;
+    if (chat.participant || chat.device) return;
     const mine = chat.credential.token;
     for (const rec of await allRecords().catch(() => [])) {
       if (rec.scheme !== "owner" || rec.token === mine) continue;

@@ -7,7 +7,10 @@
 //                       page's own (localStorage "chatrelay.token"), so the
 //                       page opens that conversation as its owner. A "#t="
 //                       that is not 64 lowercase hex is never adopted: app.js
-//                       says so (data-claim).
+//                       says so (data-claim). A browser that holds another
+//                       conversation already adopts it only once the person
+//                       says yes (app.js: data-claim="pending", the token in
+//                       window.chatrelayClaim, never in the page's storage).
 //   <base>/d#chd_…      a device link (contract Part 5): the page at /d is
 //                       the owner's page acting as one of the owner's
 //                       devices. The device token is kept in this browser's
@@ -34,6 +37,21 @@
   if (hash.slice(0, 3) !== "#t=") return;
   var claim = hash.slice(3);
   history.replaceState(history.state, "", location.pathname + location.search);
+  // A browser that holds a conversation already is asked first (app.js,
+  // data-claim="pending"): any page on the web can open a link, and one
+  // adopted at once would make this browser forget its conversation for
+  // good, and write to the link's maker's thread instead.
+  var held = null;
+  try {
+    held = localStorage.getItem("chatrelay.token");
+  } catch (e) {
+    // no storage: adopt says so
+  }
+  if (held && held !== claim && /^[0-9a-f]{64}$/.test(held) && /^[0-9a-f]{64}$/.test(claim)) {
+    window.chatrelayClaim = claim;
+    root.setAttribute("data-claim", "pending");
+    return;
+  }
   adopt(claim, /^[0-9a-f]{64}$/, "chatrelay.token", "data-claim");
 
   // adopt keeps token in localStorage under key if it has the form of

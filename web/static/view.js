@@ -125,7 +125,7 @@ export function attachments(list, ctx) {
   for (const a of list) {
     const label = `${a.name} (${sizeText(Number(a.size) || 0)})`;
     const image = rasters.has(a.type) && a.width > 0 && a.height > 0;
-    const link = el("a", { className: image ? "thumb" : "chip", title: label, rel: "noopener", target: "_blank" });
+    const link = el("a", { className: image ? "thumb" : "chip", title: label, rel: "noopener", target: "_blank", "data-att": a.id });
     if (image) {
       link.append(el("img", { alt: a.name, width: Math.min(a.width, 192), loading: "lazy", decoding: "async" }));
       link.setAttribute("aria-label", `${label}, open full size`);
