@@ -24,6 +24,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,6 +71,7 @@ type envOptions struct {
 	Trusted    []netip.Prefix
 	Windows    chatrelay.Windows // zero: windows too wide to matter
 	MaxThreads int
+	Log        *slog.Logger // the server's; nil: discarded
 }
 
 // at is 2026-10-23T18:40:00.123Z, the contract's example instant.
@@ -91,12 +93,16 @@ func newContractEnv(t *testing.T, backend string, o envOptions) *contractEnv {
 		limiter = shared
 	}
 	st := &countingStore{Store: be.Store}
+	log := o.Log
+	if log == nil {
+		log = quiet
+	}
 	srv := httptest.NewServer(NewServer(Config{
 		Store:   st,
 		Limiter: limiter,
 		Prefix:  o.Prefix,
 		Trusted: o.Trusted,
-		Log:     quiet,
+		Log:     log,
 	}))
 	t.Cleanup(srv.Close)
 	return &contractEnv{url: srv.URL, backend: be, data: be.Dir, clock: clk, store: st}
@@ -698,11 +704,15 @@ func TestRateLimits(t *testing.T) {
 func TestThreadLimitAnswer(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
-		e := newContractEnv(t, backend, envOptions{MaxThreads: 2})
+		var logged syncBuffer
+		e := newContractEnv(t, backend, envOptions{MaxThreads: 2, Log: slog.New(slog.NewTextHandler(&logged, nil))})
 		e.say(t, token(1), "one")
 		e.say(t, token(2), "two")
 		ea := checkError(t, e.post(t, token(3), `{"text":"three"}`), http.StatusInsufficientStorage, chatrelay.ThreadLimit)
 		assert.Equal(t, "error words", ea.Error, "thread limit reached")
+		// The server is full, not failing: a warning, never an error line per refused client.
+		assert.True(t, !strings.Contains(logged.String(), "level=ERROR") && strings.Contains(logged.String(), "level=WARN msg=\"thread limit reached"),
+			"the log of a refused creation:\n%s", logged.String())
 		// Existing threads keep working; the refused one is not stored and polls empty.
 		e.say(t, token(1), "one again")
 		e.say(t, token(2), "two again")
@@ -887,4 +897,23 @@ func TestUnknownAPIRoute(t *testing.T) {
 		assert.Equal(t, "code", ea.Code, string(chatrelay.NotFound))
 		assert.True(t, !bytes.Contains([]byte(a.body), []byte("<html")), "a JSON API answers JSON: %s", a.body)
 	})
+}
+
+// syncBuffer is a bytes.Buffer that a server's goroutines may write to
+// while a test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
