@@ -142,6 +142,12 @@ func (s *Server) checkHandshake(w http.ResponseWriter, r *http.Request) error {
 	if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r.Host) {
 		return chatrelay.Errorf(chatrelay.OriginNotAllowed, "this origin may not open a WebSocket here; the server lists the origins it allows with --allowed-origin")
 	}
+	if r.ProtoMajor >= 2 {
+		// No Upgrade header: HTTP/2 forbids it (RFC 9113, 8.2.2), and
+		// curl and browsers reset a stream whose answer carries one, so
+		// the client would never read the 426.
+		return chatrelay.Errorf(chatrelay.UpgradeRequired, "this route is a WebSocket: open it over HTTP/1.1 with a WebSocket handshake (this connection is HTTP/2)")
+	}
 	if !r.ProtoAtLeast(1, 1) || !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", "websocket") {
 		w.Header().Set("Upgrade", "websocket")
 		w.Header().Set("Connection", "Upgrade")
