@@ -245,11 +245,20 @@ func (ww *wsWriter) events(items []item) error {
 	return nil
 }
 
-// heartbeat pings and waits for the pong, which the reader delivers.
+// heartbeat pings and waits for the pong, which the reader delivers. A
+// pong that does not come within the write timeout ends the stream as a
+// slow one, with 1013 (a close frame the client can read when it reads
+// but does not answer pings), not with no close frame at all. A ping
+// whose write failed has closed the connection already; Shutdown's abort
+// is left to the shutdown's own close.
 func (ww *wsWriter) heartbeat() error {
 	ctx, cancel := context.WithTimeout(ww.ctx, ww.s.cfg.WriteTimeout)
 	defer cancel()
-	return ww.c.Ping(ctx)
+	err := ww.c.Ping(ctx)
+	if err != nil && ww.ctx.Err() == nil {
+		ww.end(hub.ErrSlow)
+	}
+	return err
 }
 
 // stopFrames waits for the frame the reader is running, if any, to be
