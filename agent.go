@@ -66,7 +66,7 @@ func (k *AgentKey) Reaches(thread string) bool {
 // InvalidThread for a scope entry that is not a thread id.
 func NewAgentKey(name string, threads []string, now time.Time) (key string, k AgentKey, err error) {
 	if name = cleanName(name, math.MaxInt); name == "" { // not cut: checked below
-		return "", AgentKey{}, Errorf(InvalidName, "the name is empty once cleaned (control characters and [ ] < > are removed)")
+		return "", AgentKey{}, Errorf(InvalidName, "the name is empty once cleaned "+cleanedAway)
 	}
 	var scope []string
 	if !(len(threads) == 1 && threads[0] == ScopeAll) {

@@ -47,7 +47,7 @@ func NewAttachmentID() string {
 func CleanAttachmentName(name string) (string, error) {
 	s := cleanName(name, LimitAttachmentName.Max)
 	if s == "" {
-		return "", Errorf(InvalidAttachment, "the file name is empty once cleaned (control characters and [ ] < > are removed)")
+		return "", Errorf(InvalidAttachment, "the file name is empty once cleaned "+cleanedAway)
 	}
 	return s, nil
 }

@@ -51,7 +51,7 @@ func ParseCard(data []byte) (*Card, error) {
 		if err == nil {
 			err = fmt.Errorf("data after the card")
 		}
-		return nil, Errorf(InvalidCard, "the card is not a card object: %v", err)
+		return nil, Errorf(InvalidCard, "the card is not a card object: %s", JSONProblem(err))
 	}
 	if err := c.Check(); err != nil {
 		return nil, err

@@ -88,3 +88,20 @@ func TestCheckEmoji(t *testing.T) {
 		}
 	}
 }
+
+// TestParseCardWordsJSON: a card of the wrong shape is refused in JSON's
+// words, with the field's path, never Go's type names ("Go struct field
+// Card.title of type string") nor encoding/json's "json:" prefix.
+func TestParseCardWordsJSON(t *testing.T) {
+	for _, tc := range []struct{ card, want string }{
+		{`{"title":"t","zz":1}`, `unknown field "zz"`},
+		{`{"title":5}`, "title must be a string"},
+		{`{"title":"t","blocks":[{"type":"text","text":7}]}`, "blocks.text must be a string"},
+	} {
+		_, err := chatrelay.ParseCard([]byte(tc.card))
+		if chatrelay.CodeOf(err) != chatrelay.InvalidCard || !strings.HasSuffix(err.Error(), ": "+tc.want) ||
+			strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "json:") {
+			t.Errorf("ParseCard(%s): %v, want invalid_card ending %q", tc.card, err, tc.want)
+		}
+	}
+}

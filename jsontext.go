@@ -1,7 +1,11 @@
 package chatrelay
 
 import (
+	"encoding/json"
+	"errors"
+	"reflect"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -47,4 +51,39 @@ func LoneSurrogate(s []byte) bool {
 		}
 	}
 	return false
+}
+
+// JSONProblem words a decoding error of encoding/json for a client, who
+// knows JSON's types and field names, not the server's Go types: a field
+// of the wrong type is "title must be a string" (its path as the decoder
+// gives it: "blocks.text"); other errors lose their "json: " prefix.
+func JSONProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return te.Field + " must be " + jsonKind(te.Type)
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// jsonKind names the JSON value a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "of another JSON type"
 }

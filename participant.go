@@ -123,6 +123,10 @@ func NewParticipantID() string { return newID("p_", 4) }
 // ValidParticipantID reports whether s has the form of a participant id.
 func ValidParticipantID(s string) bool { return validID(s, "p_", 4) }
 
+// cleanedAway says what cleaning a name takes away, in a refusal of one
+// with nothing left.
+const cleanedAway = "([ ] < > and invisible format characters are removed, control characters and white space trimmed)"
+
 // CleanName cleans a participant's name as the contract says: control
 // characters and line breaks become spaces, [ ] < > and invisible format
 // characters (Unicode's Cf: bidi controls such as U+202E, zero width
@@ -134,7 +138,7 @@ func ValidParticipantID(s string) bool { return validID(s, "p_", 4) }
 func CleanName(name string) (string, error) {
 	s := cleanName(name, LimitName.Max)
 	if s == "" {
-		return "", Errorf(InvalidName, "the name is empty once cleaned (control characters and [ ] < > are removed)")
+		return "", Errorf(InvalidName, "the name is empty once cleaned "+cleanedAway)
 	}
 	return s, nil
 }

@@ -281,27 +281,7 @@ func decode[In any](args []byte) (In, error) {
 }
 
 // argError names what is wrong with the arguments, for the model.
-func argError(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		return te.Field + " must be " + jsonType(te.Type.String())
-	}
-	return strings.TrimPrefix(err.Error(), "json: ")
-}
-
-func jsonType(goType string) string {
-	switch {
-	case goType == "string":
-		return "a string"
-	case goType == "bool":
-		return "a boolean"
-	case strings.HasPrefix(goType, "int"):
-		return "an integer"
-	case strings.HasPrefix(goType, "[]"):
-		return "an array"
-	}
-	return "an object"
-}
+func argError(err error) string { return chatrelay.JSONProblem(err) }
 
 // handler is a verb's tool handler.
 func handler(v *host.Verbs, verb string, b binding, o Options) mcp.ToolHandler {

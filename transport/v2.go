@@ -213,31 +213,7 @@ func (n *name) UnmarshalJSON(b []byte) error {
 func typeError(err error) string {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && te.Field != "" {
-		return te.Field + " must be " + jsonKind(te.Type)
+		return chatrelay.JSONProblem(err)
 	}
 	return "see the API"
-}
-
-// jsonKind names the JSON value a Go type decodes from, for an error's
-// words: a client knows JSON's types, not the server's Go types.
-func jsonKind(t reflect.Type) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	}
-	return "of another JSON type"
 }

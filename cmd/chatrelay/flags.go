@@ -15,12 +15,16 @@ import (
 	"github.com/chatrelay/chatrelay/store"
 )
 
-// newFlags returns a flag set for a subcommand that prints its usage to stderr.
+// newFlags returns a flag set for a subcommand. Its usage goes to stderr
+// after a command line it cannot parse; asked for (--help), parse hands
+// it to run in a helpRequest, which prints it on stdout, so that
+// `chatrelay serve --help | less` shows it.
 func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: chatrelay %s\n", synopsis)
+		out := fs.Output()
+		fmt.Fprintf(out, "Usage: chatrelay %s\n", synopsis)
 		// The example is one of the command's own flags: the first, in
 		// the order PrintDefaults lists them.
 		var first string
@@ -32,26 +36,38 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 		if first == "" {
 			return // no flags: no Flags header
 		}
-		fmt.Fprintf(stderr, "\nFlags (each also read from CHATRELAY_<NAME>, e.g. --%s from %s):\n", first, envName(first))
+		fmt.Fprintf(out, "\nFlags (each also read from CHATRELAY_<NAME>, e.g. --%s from %s):\n", first, envName(first))
 		fs.PrintDefaults()
 	}
 	return fs
 }
+
+// helpRequest is a command's --help: its usage, for stdout. It is
+// flag.ErrHelp (errors.Is), which exits 0.
+type helpRequest struct{ usage string }
+
+func (h helpRequest) Error() string { return flag.ErrHelp.Error() }
+func (h helpRequest) Unwrap() error { return flag.ErrHelp }
 
 // parse parses args, flags before or after the operands ("--" ends the
 // flags), then fills every flag not given on the command line from its
 // environment variable: --max-threads from CHATRELAY_MAX_THREADS. A
 // repeatable flag takes a comma-separated list from its variable.
 func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	if err := fs.Parse(flagsFirst(fs, args)); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
+	stderr := fs.Output()
+	var printed strings.Builder // the usage and the parse error, if any
+	fs.SetOutput(&printed)
+	err := fs.Parse(flagsFirst(fs, args))
+	fs.SetOutput(stderr)
+	if err == flag.ErrHelp {
+		return helpRequest{usage: printed.String()}
+	}
+	io.WriteString(stderr, printed.String())
+	if err != nil {
 		return usageError(err.Error())
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if set[f.Name] || err != nil {
 			return

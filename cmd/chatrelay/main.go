@@ -117,7 +117,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	for _, c := range commands {
 		if c.name == name {
 			fs := newFlags(c.name, strings.TrimSpace(c.name+" "+c.synopsis), stderr)
-			return c.run(ctx, cmdEnv{args: rest, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, fs: fs})
+			err := c.run(ctx, cmdEnv{args: rest, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, fs: fs})
+			if h, ok := errors.AsType[helpRequest](err); ok {
+				io.WriteString(stdout, h.usage)
+			}
+			return err
 		}
 	}
 	fmt.Fprint(stderr, usage())

@@ -347,19 +347,24 @@ func TestHelp(t *testing.T) {
 			r := runCLI(t, nil, "", tt.cmd, "--help")
 			assert.True(t, errors.Is(r.err, flag.ErrHelp), "--help: %v", r.err)
 			assert.Equal(t, "exit code", exitCode(r.err), 0)
-			for _, w := range tt.want {
-				assert.True(t, strings.Contains(r.stderr, w), "%s --help lacks %q:\n%s", tt.cmd, w, r.stderr)
+			for _, w := range tt.want { // on stdout, for a pager or grep; nothing on stderr
+				assert.True(t, strings.Contains(r.stdout, w), "%s --help lacks %q:\n%s", tt.cmd, w, r.stdout)
 			}
+			assert.Equal(t, "stderr", r.stderr, "")
 		})
 	}
 
 	// The environment's example names a flag the command has (subscribe
 	// has no --data), and a command without flags has no Flags header.
 	r := runCLI(t, nil, "", "subscribe", "--help")
-	assert.True(t, strings.Contains(r.stderr, "e.g. --server from CHATRELAY_SERVER") && !strings.Contains(r.stderr, "--data"),
-		"subscribe --help:\n%s", r.stderr)
+	assert.True(t, strings.Contains(r.stdout, "e.g. --server from CHATRELAY_SERVER") && !strings.Contains(r.stdout, "--data"),
+		"subscribe --help:\n%s", r.stdout)
+	// A command line it cannot parse: the error and the usage on stderr, nothing on stdout.
+	r = runCLI(t, nil, "", "serve", "--frob")
+	assert.True(t, exitCode(r.err) == 2 && r.stdout == "" && strings.Contains(r.stderr, "flag provided but not defined: -frob") &&
+		strings.Contains(r.stderr, "Usage: chatrelay serve"), "serve --frob: %v\nstdout %q\nstderr %q", r.err, r.stdout, r.stderr)
 	r = runCLI(t, nil, "", "version", "--help")
-	assert.True(t, !strings.Contains(r.stderr, "Flags"), "version --help:\n%s", r.stderr)
+	assert.True(t, strings.Contains(r.stdout, "Usage: chatrelay version") && !strings.Contains(r.stdout, "Flags"), "version --help:\n%s", r.stdout)
 
 	r = runCLI(t, nil, "", "--help")
 	assert.Success(t, r.err)

@@ -340,6 +340,40 @@ func TestConformanceV2(t *testing.T) {
 				assert.Success(t, err)
 				assert.Equal(t, "no reset after the change", p.Reset, false)
 			}},
+			{"the sweep keeps an expired thread whose newest change is not yet past, so its v2 cursor hides no later message", Options{Retention: chatrelay.Retention{Age: time.Hour}}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				m1 := appendText(t, b.Store, thA, "", "old")
+				// A node whose clock is ahead reacts to it: the thread's
+				// newest change is in this node's future.
+				clk.Set(t0.Add(90 * time.Minute))
+				r, err := change(b.Store, thA, store.Change{Op: store.React, MessageID: m1.ID, Emoji: "👍", By: chatrelay.Operator})
+				assert.Success(t, err)
+				clk.Set(t0.Add(70 * time.Minute)) // m1 is past the hour here
+				st, err := b.Store.Sweep(context.Background())
+				assert.Success(t, err)
+				assert.Equal(t, "threads removed while a change is ahead", st.ThreadsRemoved, 0)
+				m2 := appendText(t, b.Store, thA, "", "new")
+				p, err := b.Store.Changes(context.Background(), thA, r.Rev, 0)
+				assert.Success(t, err)
+				assert.True(t, len(p.Messages) == 1 && p.Messages[0].ID == m2.ID, "after the change's cursor: %+v", p.Messages)
+				// The same at the very millisecond of the change: once
+				// the clock reaches it, the thread is kept still.
+				clk.Set(t0.Add(3 * time.Hour))
+				r, err = change(b.Store, thA, store.Change{Op: store.React, MessageID: m2.ID, Emoji: "👍", By: chatrelay.Operator})
+				assert.Success(t, err)
+				clk.Set(time.UnixMilli(r.Rev))
+				st, err = b.Store.Sweep(context.Background())
+				assert.Success(t, err)
+				assert.Equal(t, "threads removed at the change's millisecond", st.ThreadsRemoved, 0)
+				m3 := appendText(t, b.Store, thA, "", "newer")
+				p, err = b.Store.Changes(context.Background(), thA, r.Rev, 0)
+				assert.Success(t, err)
+				assert.True(t, len(p.Messages) == 1 && p.Messages[0].ID == m3.ID, "after the second change's cursor: %+v", p.Messages)
+				// Once the clock has passed every change, it goes.
+				clk.Advance(2 * time.Hour)
+				st, err = b.Store.Sweep(context.Background())
+				assert.Success(t, err)
+				assert.Equal(t, "threads removed once past", st.ThreadsRemoved, 1)
+			}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()

@@ -97,9 +97,16 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		return 0, false, unreadable(snap)
 	}
 	d := snap.doc
-	msgs, trimmed, trimmedRev := trim(s.opt.Retention, d.msgs, s.now(), d.trimmed, d.trimmedRev)
+	now := s.now()
+	msgs, trimmed, trimmedRev := trim(s.opt.Retention, d.msgs, now, d.trimmed, d.trimmedRev)
 	dropped = len(d.msgs) - len(msgs)
-	if dropped == 0 {
+	if dropped == 0 || len(msgs) == 0 && newestChange(d) >= now.UnixMilli() {
+		// Nothing to drop; or every message expired but the thread's
+		// newest change is not yet past (a node whose clock is ahead
+		// wrote it, or it is this very millisecond): removed now, the
+		// thread would start again at an epoch below a cursor clients
+		// hold, which would hide its next messages. Kept until the clock
+		// has passed it.
 		return 0, false, nil
 	}
 	if gone := droppedFiles(d.msgs, msgs); gone != nil {
@@ -131,6 +138,16 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		return 0, false, err
 	}
 	return dropped, false, nil
+}
+
+// newestChange is the newest epoch of d: its newest change, or a
+// message's epoch or rev if newer.
+func newestChange(d threadDoc) int64 {
+	n := d.rev
+	for _, e := range d.msgs {
+		n = max(n, e.Epoch, e.Rev)
+	}
+	return n
 }
 
 // removeTemps removes the thread's temp files (of its document, its

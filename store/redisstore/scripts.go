@@ -329,6 +329,11 @@ local cut = cutOf(K.log, now, keep, age)
 if cut == 0 then return {0, 0} end
 local newest = epochOf(redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)[1][1])
 if cut >= newest then
+  -- Every message expired; but a thread whose newest change is not yet
+  -- past (written by a node whose clock is ahead, or this millisecond)
+  -- is kept until it is: removed, it would start again below a cursor
+  -- clients hold.
+  if math.max(newest, num(redis.call('HGET', K.meta, 'rev'))) >= now then return {0, 0} end
   removeThread(thread, ARGV[5])
   return {n, 1}
 end
