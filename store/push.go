@@ -64,3 +64,13 @@ func CheckVAPID(where string, key []byte, err error) ([]byte, error) {
 	}
 	return key, nil
 }
+
+// PushUnreadable is the error of a thread whose push subscriptions record
+// does not parse (a newer chatrelay's, or a hand edit; err says why: it
+// is logged, never sent). It is ThreadUnreadable, as for the thread's
+// other stored data: the record is kept as it is, and nothing writes
+// over it.
+func PushUnreadable(err error) error {
+	return &chatrelay.Error{Code: chatrelay.ThreadUnreadable, Err: err,
+		Message: "this thread's push subscriptions record does not parse; it is kept as it is for an operator to look at"}
+}

@@ -106,3 +106,30 @@ func TestConformanceUnreadableThread(t *testing.T) {
 		assert.True(t, r.RevokedAt != 0, "the revoke of a grant of an unreadable thread was not stored")
 	})
 }
+
+// TestConformanceUnreadablePush: a thread whose push subscriptions record
+// does not parse (a newer chatrelay's, after a rollback, or a hand edit)
+// is refused as thread_unreadable (503, "kept as it is"), never as a 500
+// internal error, and nothing writes over the record; the thread's
+// messages stay readable and writable.
+func TestConformanceUnreadablePush(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		b := Open(t, backend, Options{})
+		ctx := context.Background()
+		appendText(t, b.Store, thA, "", "hello")
+		p := pushOf(t, b)
+		sub, _, err := p.PushSubscribe(ctx, thA, pushSub(1, chatrelay.SubscriberOwner))
+		assert.Success(t, err)
+
+		raw := b.CorruptPush(t, thA)
+		before := raw()
+		_, err = p.PushSubscriptions(ctx, thA)
+		assert.Code(t, err, chatrelay.ThreadUnreadable)
+		_, _, err = p.PushSubscribe(ctx, thA, pushSub(2, chatrelay.SubscriberOwner))
+		assert.Code(t, err, chatrelay.ThreadUnreadable)
+		_, err = p.PushUnsubscribe(ctx, thA, sub.ID)
+		assert.Code(t, err, chatrelay.ThreadUnreadable)
+		assert.True(t, raw() == before, "a push write changed the thread's stored data:\n%s\nwas\n%s", raw(), before)
+		appendText(t, b.Store, thA, "", "still working")
+	})
+}

@@ -52,6 +52,29 @@ func (b *Backend) CorruptThread(t testing.TB, thread string) (raw func() string)
 	return func() string { return folderState(t, dir, thread) }
 }
 
+// CorruptPush writes over the thread's push subscriptions record with
+// one a newer chatrelay could have written (a version this code does not
+// know; on Redis a subscription whose JSON does not parse). It returns
+// what raw of CorruptThread returns.
+func (b *Backend) CorruptPush(t testing.TB, thread string) (raw func() string) {
+	t.Helper()
+	ctx := context.Background()
+	if IsRedis(b.Name) {
+		c := b.ThreadClient(t, thread)
+		prefix := b.KeyPrefix(thread)
+		if err := c.HSet(ctx, prefix+"{"+thread+"}:push", "w_00000000", `{"id":"w_00000000","endpoint":`).Err(); err != nil {
+			t.Fatalf("storetest: add a broken subscription: %v", err)
+		}
+		return func() string { return redisThreadState(t, c, prefix, thread) }
+	}
+	dir := filepath.Join(b.Dir, "chat")
+	newer := []byte(`{"version":2,"thread":"` + thread + `","subscriptions":[]}`)
+	if err := os.WriteFile(filepath.Join(dir, thread+".push.json"), newer, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func() string { return folderState(t, dir, thread) }
+}
+
 // folderState lists the files of dir whose names start with thread, with
 // their bytes (lock files by name only: their content is the lock's).
 func folderState(t testing.TB, dir, thread string) string {

@@ -90,7 +90,7 @@ func (s *File) parsePush(thread string, data []byte) ([]chatrelay.PushSubscripti
 	}
 	if err != nil {
 		s.log.Error("push subscriptions record does not parse; it is kept as it is", "thread", thread, "err", err)
-		return nil, &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: fmt.Errorf("push record of %s: %w", thread, err)}
+		return nil, store.PushUnreadable(fmt.Errorf("push record of %s: %w", thread, err))
 	}
 	return f.Subscriptions, nil
 }

@@ -63,7 +63,7 @@ func (s *Store) pushErr(thread string, err error) error {
 		return s.unavailable("push", err)
 	}
 	s.log.Error("push subscriptions record does not parse; it is kept as it is", "thread", thread, "err", err)
-	return &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: err}
+	return store.PushUnreadable(err)
 }
 
 // withPush runs fn on the thread's subscriptions and writes what it
