@@ -53,17 +53,26 @@ func (b *Backend) CorruptThread(t testing.TB, thread string) (raw func() string)
 }
 
 // CorruptPush writes over the thread's push subscriptions record with
-// one a newer chatrelay could have written (a version this code does not
-// know; on Redis a subscription whose JSON does not parse). It returns
-// what raw of CorruptThread returns.
+// one a newer chatrelay could have written: on the file store a version
+// this code does not know, on Redis each subscription (the thread must
+// have one) with a field this code does not know. It returns what raw
+// of CorruptThread returns.
 func (b *Backend) CorruptPush(t testing.TB, thread string) (raw func() string) {
 	t.Helper()
 	ctx := context.Background()
 	if IsRedis(b.Name) {
 		c := b.ThreadClient(t, thread)
 		prefix := b.KeyPrefix(thread)
-		if err := c.HSet(ctx, prefix+"{"+thread+"}:push", "w_00000000", `{"id":"w_00000000","endpoint":`).Err(); err != nil {
-			t.Fatalf("storetest: add a broken subscription: %v", err)
+		key := prefix + "{" + thread + "}:push"
+		subs, err := c.HGetAll(ctx, key).Result()
+		if err != nil || len(subs) == 0 {
+			t.Fatalf("storetest: the subscriptions of %s: %v (%d)", key, err, len(subs))
+		}
+		for id, js := range subs {
+			newer := strings.TrimSuffix(js, "}") + `,"topic_key":"k1"}`
+			if err := c.HSet(ctx, key, id, newer).Err(); err != nil {
+				t.Fatalf("storetest: HSET %s %s: %v", key, id, err)
+			}
 		}
 		return func() string { return redisThreadState(t, c, prefix, thread) }
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,12 +33,16 @@ func (s *Store) pushKey(thread string) string { return s.prefix + "{" + thread +
 
 var errBadPush = errors.New("not a push subscriptions record")
 
-// readPush decodes the thread's subscriptions, oldest first.
+// readPush decodes the thread's subscriptions, oldest first. A field it
+// does not know (a newer chatrelay's) makes the record unreadable, as on
+// the file store, rather than be dropped by the next write of it.
 func readPush(fields map[string]string) ([]chatrelay.PushSubscription, error) {
 	out := make([]chatrelay.PushSubscription, 0, len(fields))
 	for id, js := range fields {
 		var p chatrelay.PushSubscription
-		if err := json.Unmarshal([]byte(js), &p); err != nil || p.ID != id {
+		dec := json.NewDecoder(strings.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&p); err != nil || p.ID != id {
 			return nil, fmt.Errorf("%w: subscription %q: %v", errBadPush, id, err)
 		}
 		if err := chatrelay.CheckPushSubscription(p); err != nil {
