@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -125,12 +126,17 @@ func (s *Store) AgentKeys(ctx context.Context) ([]chatrelay.AgentKey, error) {
 	return s.parseAgents(m), nil
 }
 
-// parseAgents is the keys of the hash's fields, newest first.
+// parseAgents is the keys of the hash's fields, newest first. A key with
+// a field this binary does not know (a newer chatrelay's, which may
+// narrow what the key may do) is refused, as the file store refuses its
+// agent keys file, rather than taken without it.
 func (s *Store) parseAgents(m map[string]string) []chatrelay.AgentKey {
 	keys := make([]chatrelay.AgentKey, 0, len(m))
 	for id, js := range m {
 		var k chatrelay.AgentKey
-		if err := json.Unmarshal([]byte(js), &k); err != nil || k.ID != id || k.Digest == "" {
+		dec := json.NewDecoder(strings.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&k); err != nil || k.ID != id || k.Digest == "" {
 			s.log.Error("redis store: an agent key does not parse; it is refused", "id", id, "err", err)
 			continue
 		}
