@@ -33,7 +33,9 @@ type Config struct {
 	// chatrelay.WebhookTimeout.
 	Client *http.Client
 	// Workers bounds the attempts in flight, every destination together;
-	// defaults to chatrelay.WebhookWorkers.
+	// defaults to chatrelay.WebhookWorkers. One of them is kept for each
+	// destination, so that a receiver that hangs holds back no other (with
+	// more destinations than Workers, each has one, and no more).
 	Workers int
 	// Poll is how often each destination's queue is looked at when it
 	// had nothing more; defaults to 200ms.
@@ -59,11 +61,42 @@ const (
 type Deliverer struct {
 	cfg   Config
 	dests []dest
-	sem   chan struct{}
-	total *prometheus.CounterVec
+	// shared holds the slots of attempts any destination may take: Workers
+	// less the one each destination keeps (its own).
+	shared chan struct{}
+	total  *prometheus.CounterVec
 }
 
-type dest struct{ url, id string }
+// dest is a destination; own is the slot kept for it, so that the
+// attempts of another destination whose receiver hangs (each held for
+// chatrelay.WebhookTimeout) never take every slot.
+type dest struct {
+	url, id string
+	own     chan struct{}
+}
+
+// free is how many attempts dst may start now.
+func (d *Deliverer) free(dst dest) int {
+	return cap(dst.own) - len(dst.own) + cap(d.shared) - len(d.shared)
+}
+
+// acquire waits for a slot for an attempt of dst, its own first, and
+// returns its release; nil if ctx ended first.
+func (d *Deliverer) acquire(ctx context.Context, dst dest) func() {
+	select {
+	case dst.own <- struct{}{}:
+		return func() { <-dst.own }
+	default:
+	}
+	select {
+	case dst.own <- struct{}{}:
+		return func() { <-dst.own }
+	case d.shared <- struct{}{}:
+		return func() { <-d.shared }
+	case <-ctx.Done():
+		return nil
+	}
+}
 
 // New checks cfg and returns its Deliverer.
 func New(cfg Config) (*Deliverer, error) {
@@ -88,10 +121,11 @@ func New(cfg Config) (*Deliverer, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	d := &Deliverer{cfg: cfg, sem: make(chan struct{}, cfg.Workers)}
+	d := &Deliverer{cfg: cfg}
 	for _, u := range cfg.URLs {
-		d.dests = append(d.dests, dest{url: u, id: store.DestinationID(u)})
+		d.dests = append(d.dests, dest{url: u, id: store.DestinationID(u), own: make(chan struct{}, 1)})
 	}
+	d.shared = make(chan struct{}, max(cfg.Workers-len(d.dests), 0))
 	d.total = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chatrelay_webhook_total",
 		Help: "Webhook attempts by result: delivered (a 2xx within 10s), failed (retried later), dropped (the last retry failed: the event is given up).",
@@ -129,19 +163,18 @@ func (d *Deliverer) Run(ctx context.Context) {
 }
 
 // loop takes the due events of one destination and starts their
-// attempts, each holding one of the Workers slots.
+// attempts, each holding one of the Workers slots (its own first).
 func (d *Deliverer) loop(ctx context.Context, dst dest, wg *sync.WaitGroup) {
 	t := time.NewTicker(d.cfg.Poll)
 	defer t.Stop()
 	for {
 		n := 0
-		select {
-		case d.sem <- struct{}{}: // at least one free slot before taking
-			<-d.sem
-			n = d.take(ctx, dst, wg)
-		case <-ctx.Done():
+		release := d.acquire(ctx, dst) // at least one free slot before taking
+		if release == nil {
 			return
 		}
+		release()
+		n = d.take(ctx, dst, wg)
 		if n > 0 {
 			continue // there may be more
 		}
@@ -155,7 +188,7 @@ func (d *Deliverer) loop(ctx context.Context, dst dest, wg *sync.WaitGroup) {
 
 // take takes what is due, up to the free slots, and starts each attempt.
 func (d *Deliverer) take(ctx context.Context, dst dest, wg *sync.WaitGroup) int {
-	free := cap(d.sem) - len(d.sem)
+	free := d.free(dst)
 	if free <= 0 {
 		return 0
 	}
@@ -164,13 +197,12 @@ func (d *Deliverer) take(ctx context.Context, dst dest, wg *sync.WaitGroup) int 
 		d.cfg.Log.Warn("webhook: take from the queue", "dest", dst.id, "err", err)
 	}
 	for _, ev := range due {
-		select {
-		case d.sem <- struct{}{}:
-		case <-ctx.Done():
+		release := d.acquire(ctx, dst)
+		if release == nil {
 			return 0 // left leased: taken again after a restart, or by another node
 		}
 		wg.Go(func() {
-			defer func() { <-d.sem }()
+			defer release()
 			d.attempt(ctx, dst, ev)
 		})
 	}

@@ -36,13 +36,16 @@ func (h *hookFlags) check(opt *store.Options) error {
 		}
 		return nil
 	}
+	if h.secret == "" {
+		return usageError("--webhook: no webhook secret: give --webhook-secret or CHATRELAY_WEBHOOK_SECRET")
+	}
 	var err error
 	if h.key, err = webhook.ParseSecret(h.secret); err != nil {
 		return usageError("--webhook-secret: " + err.Error())
 	}
 	seen := map[string]bool{}
 	for _, u := range h.urls {
-		if err := checkHookURL(u); err != nil {
+		if err := checkHookURL("--webhook", u); err != nil {
 			return err
 		}
 		if id := store.DestinationID(u); !seen[id] {
@@ -53,10 +56,11 @@ func (h *hookFlags) check(opt *store.Options) error {
 	return nil
 }
 
-func checkHookURL(u string) error {
+// checkHookURL checks a webhook URL, given as what (a flag, or an operand).
+func checkHookURL(what, u string) error {
 	p, err := url.Parse(u)
 	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-		return usageError(fmt.Sprintf("--webhook %q: want an http:// or https:// URL", u))
+		return usageError(fmt.Sprintf("%s %q: want an http:// or https:// URL", what, u))
 	}
 	return nil
 }
@@ -86,11 +90,14 @@ func webhookCmd(ctx context.Context, e cmdEnv) error {
 		return err
 	}
 	u := args[0]
-	if err := checkHookURL(u); err != nil {
+	if err := checkHookURL("URL", u); err != nil {
 		return err
 	}
 	if *secret == "" {
 		*secret = e.getenv("CHATRELAY_WEBHOOK_SECRET")
+	}
+	if *secret == "" {
+		return usageError("no webhook secret: give --secret or CHATRELAY_WEBHOOK_SECRET")
 	}
 	key, err := webhook.ParseSecret(*secret)
 	if err != nil {

@@ -256,3 +256,22 @@ func TestServeWithWebhooks(t *testing.T) {
 	// Not the attempt's own end (WebhookTimeout after it started): its cancel.
 	assert.True(t, time.Since(hungAt) < chatrelay.WebhookTimeout/2, "serve returned %v after the attempt started: it waited for it", time.Since(hungAt))
 }
+
+// A missing secret is named as missing, with where to give it (it said
+// "a webhook secret starts with whsec_", as for a malformed one), and
+// webhook test's bad URL names no --webhook flag, which it has not.
+func TestWebhookMissingSecretSaysSo(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"webhook", "test", "http://127.0.0.1:1/hook"},
+		{"serve", "--webhook", "http://127.0.0.1:1/hook"},
+	} {
+		r := runCLI(t, nil, "", args...)
+		assert.Equal(t, "exit status", exitCode(r.err), 2)
+		assert.True(t, r.err != nil && strings.Contains(r.err.Error(), "no webhook secret") &&
+			strings.Contains(r.err.Error(), "CHATRELAY_WEBHOOK_SECRET"), "%v: %v", args, r.err)
+	}
+	r := runCLI(t, nil, "", "webhook", "test", "ftp://127.0.0.1:1/", "--secret", webhooktest.NewSecret())
+	assert.Equal(t, "exit status", exitCode(r.err), 2)
+	assert.True(t, r.err != nil && !strings.Contains(r.err.Error(), "--webhook"), "webhook test names a flag it has not: %v", r.err)
+}

@@ -1,0 +1,109 @@
+package webhook_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/chatrelay/chatrelay/internal/webhooktest"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/webhook"
+)
+
+// memOutbox is a store.Outbox in memory: each destination's events, handed
+// out once; a destination in gated hands out nothing until open is closed.
+type memOutbox struct {
+	mu     sync.Mutex
+	queued map[string][]store.Due
+	gated  string
+	open   chan struct{}
+	took   chan struct{} // closed after the first Take that handed out events
+	once   sync.Once
+}
+
+func (o *memOutbox) Take(_ context.Context, dest string, _ time.Time, n int) ([]store.Due, error) {
+	if dest == o.gated {
+		select {
+		case <-o.open:
+		default:
+			return nil, nil
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	q := o.queued[dest]
+	n = min(n, len(q))
+	o.queued[dest] = q[n:]
+	if n > 0 && dest != o.gated {
+		o.once.Do(func() { close(o.took) })
+	}
+	return q[:n], nil
+}
+
+func (o *memOutbox) Done(context.Context, string, store.Due) error { return nil }
+
+func (o *memOutbox) Retry(context.Context, string, store.Due, time.Time) error { return nil }
+
+// A receiver that hangs holds its attempts for the whole timeout; it must
+// not hold back another destination's: that one is delivered while every
+// hung attempt is still in flight, none failed yet (before, the hung one
+// took every slot, and the other waited the 10 s timeout).
+func TestHungReceiverHoldsBackNoOther(t *testing.T) {
+	t.Parallel()
+	secret := webhooktest.NewSecret()
+	key, err := webhook.ParseSecret(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // hangs until the attempt's timeout or the test's end
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	defer hung.Close()
+	defer close(stop)
+	good := webhooktest.Start(t, secret)
+
+	const workers = 2
+	ob := &memOutbox{queued: map[string][]store.Due{}, open: make(chan struct{}), took: make(chan struct{})}
+	hungURL := hung.URL + "/hook"
+	for i := range 2 * workers {
+		ob.queued[store.DestinationID(hungURL)] = append(ob.queued[store.DestinationID(hungURL)],
+			store.Due{Event: store.Event{ID: fmt.Sprintf("evt_hung%d", i), Type: store.EventMessageCreated, Thread: "t", At: time.Now(), Message: []byte(`{}`)}})
+	}
+	ob.gated = store.DestinationID(good.URL)
+	ob.queued[ob.gated] = []store.Due{{Event: store.Event{ID: "evt_good", Type: store.EventMessageCreated, Thread: "t", At: time.Now(), Message: []byte(`{}`)}}}
+
+	d, err := webhook.New(webhook.Config{URLs: []string{hungURL, good.URL}, Key: key, Outbox: ob,
+		Workers: workers, Poll: time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	<-ob.took // the hung destination has taken every slot it may
+	close(ob.open)
+	for len(good.Accepted()) == 0 {
+		select {
+		case <-done:
+			t.Fatal("the deliverer ended")
+		case <-time.After(time.Millisecond): // polls the receiver's record
+		}
+	}
+	// A hung attempt is counted failed when it ends, before its slot is let go.
+	if n := testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultFailed)); n != 0 {
+		t.Fatalf("the other destination's event waited for the hung receiver's attempts to time out (%v failed first)", n)
+	}
+}
