@@ -2,9 +2,11 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/redis/go-redis/v9"
 )
 
 // The agent keys part of the conformance suite (contract Part 5, MCP from
@@ -124,9 +127,6 @@ func TestConformanceAgents(t *testing.T) {
 // is not listed.
 func TestAgentKeyOfANewerBinary(t *testing.T) {
 	Run(t, func(t *testing.T, backend string) {
-		if backend == RedisCluster || backend == RedisShards {
-			t.Skip("the agent keys' hash is written by hand on one Redis only")
-		}
 		ctx := context.Background()
 		b := Open(t, backend, Options{})
 		a := agents(t, b)
@@ -134,10 +134,41 @@ func TestAgentKeyOfANewerBinary(t *testing.T) {
 		assert.Success(t, err)
 		assert.Success(t, a.AddAgent(ctx, k))
 		if IsRedis(backend) {
-			c := b.Client(t)
-			js, err := c.HGet(ctx, b.Prefix+"agents", k.ID).Result()
+			// The hash is on the one Redis, on shard 0 of a sharded store
+			// (the shared records'), and on a cluster under the store's prefix.
+			var c redis.Cmdable
+			switch backend {
+			case RedisShards:
+				c = b.Servers[0].Client(t)
+			case RedisCluster:
+				c = b.Cluster.Client(t)
+			default:
+				c = b.Client(t)
+			}
+			hash := b.Prefix + "agents"
+			if backend == RedisCluster { // the hash's name, as the store made it
+				var mu sync.Mutex
+				assert.Success(t, b.Cluster.Client(t).ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+					found, err := m.Keys(ctx, b.Prefix+"*agents").Result()
+					mu.Lock()
+					defer mu.Unlock()
+					if len(found) == 1 {
+						hash = found[0]
+					}
+					return err
+				}))
+			}
+			if backend == RedisShards { // shard 0's prefix: that of a thread placed there
+				for i := 0; ; i++ {
+					if th := fmt.Sprintf("%016x", i); b.Sharded.ShardOf(th) == 0 {
+						hash = b.KeyPrefix(th) + "agents"
+						break
+					}
+				}
+			}
+			js, err := c.HGet(ctx, hash, k.ID).Result()
 			assert.Success(t, err)
-			assert.Success(t, c.HSet(ctx, b.Prefix+"agents", k.ID, strings.TrimSuffix(js, "}")+`,"scope":"read"}`).Err())
+			assert.Success(t, c.HSet(ctx, hash, k.ID, strings.TrimSuffix(js, "}")+`,"scope":"read"}`).Err())
 		} else {
 			p := filepath.Join(b.Dir, "chat", "agents.json")
 			data, err := os.ReadFile(p)
