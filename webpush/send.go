@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -212,6 +213,9 @@ func retryAfter(v string, now time.Time) time.Duration {
 		return 0
 	}
 	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+		if int64(n) > math.MaxInt64/int64(time.Second) { // n * 1e9 would wrap (to a negative, or a short, wait)
+			return time.Duration(math.MaxInt64)
+		}
 		return time.Duration(n) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
