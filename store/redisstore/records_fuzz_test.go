@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/chatrelay/chatrelay"
@@ -97,3 +99,55 @@ func FuzzParseAgents(f *testing.F) {
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// FuzzParseGrants: a thread's participants hash (.v, .order and a field
+// per grant, devices included), here of up to three fields. What
+// parseGrants takes accounts for every field of the record (.v, .order
+// and each grant of .order, once), each grant passing CheckGrant under
+// its own field's id; anything else fails closed.
+func FuzzParseGrants(f *testing.F) {
+	digest := strings.Repeat("0f", 32)
+	grant := func(id string) string {
+		return `{"id":"` + id + `","name":"Jo","kind":"human","role":"viewer","created_at":1796243812883,"expires_at":1796848612883,"cap":50,"sent":0,"digest":"` + digest + `"}`
+	}
+	device := `{"id":"d_0011aabb","name":"Phone","created_at":1,"expires_at":2,"digest":"` + digest + `","device":true}`
+	f.Add(".v", "3", ".order", "p_0011aabb", "p_0011aabb", grant("p_0011aabb"))
+	f.Add(".v", "7", ".order", "d_0011aabb", "d_0011aabb", device)
+	f.Add(".v", "2", ".order", "", "x", "y")
+	f.Add(".v", "3", "p_0011aabb", grant("p_0011aabb"), "", "")
+	f.Add(".v", "3", ".order", "p_0011aabb p_0011aabb", "p_0011aabb", grant("p_0011aabb"))
+	f.Add(".v", "0", ".order", "p_0011aabb", "p_0011aabb", grant("p_0011aabb"))
+	f.Add(".v", "3", ".order", "p_0011aabb", "p_0011aabb", grant("p_0011aabc"))
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
+		fields := map[string]string{k1: v1, k2: v2}
+		if k3 != "" {
+			fields[k3] = v3
+		}
+		rec, err := parseGrants(fields)
+		if err != nil {
+			if !errors.Is(err, errBadRecord) {
+				t.Fatalf("parseGrants(%q): %v", fields, err)
+			}
+			return
+		}
+		if rec.version == "" && len(rec.grants) == 0 && len(fields) == 0 {
+			return
+		}
+		want := map[string]bool{".v": true, ".order": true}
+		for _, g := range rec.grants {
+			if err := chatrelay.CheckGrant(g); err != nil || want[g.ID] {
+				t.Fatalf("parseGrants(%q) took %+v: %v", fields, g, err)
+			}
+			want[g.ID] = true
+		}
+		for k := range fields {
+			if !want[k] {
+				t.Fatalf("parseGrants(%q) took the record, leaving its field %q out", fields, k)
+			}
+			delete(want, k)
+		}
+		if len(want) > 0 {
+			t.Fatalf("parseGrants(%q) took the record without its %v", fields, want)
+		}
+	})
+}
