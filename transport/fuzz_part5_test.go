@@ -111,6 +111,7 @@ func FuzzPart5Bodies(f *testing.F) {
 		{1, `{"name":"Phone","expires_in":3600}`, "", ""},
 		{1, `{"name":"Phone","expires_in":31536001}`, "", ""},
 		{1, `{"name":"Phone","expires_in":3600.5}`, "", ""},
+		{1, `{"name":"Phone","expires_in":18446747674}`, "", ""},
 		{1, `{"name":"\u202e[x]<y>"}`, "", ""},
 		{1, `{"name":5}`, "", ""},
 		{2, "hello, file", "notes.txt", "text/plain; charset=utf-8"},
@@ -194,6 +195,13 @@ func FuzzPart5Bodies(f *testing.F) {
 			}
 			if clean, err := chatrelay.CleanName(a.Device.Name); err != nil || clean != a.Device.Name || !strings.HasSuffix(a.Link, "#"+a.Token) {
 				t.Fatalf("body %q: device %+v link %q", body, a.Device, a.Link)
+			}
+			// It lives as long as it asked, in the contract's bounds.
+			life := (a.Device.ExpiresAt - a.Device.CreatedAt) / 1000
+			var asked struct{ ExpiresIn json.Number }
+			json.Unmarshal([]byte(body), &asked)
+			if n, err := asked.ExpiresIn.Int64(); err == nil && n != life || life < int64(chatrelay.LimitDeviceExpiresIn.Min) || life > int64(chatrelay.LimitDeviceExpiresIn.Max) {
+				t.Fatalf("body %q: a device of %d s (%+v)", body, life, a.Device)
 			}
 			// Make room: a thread has at most 10 active devices.
 			do(t, http.MethodDelete, chatrelay.PathDevices+"/"+a.Device.ID, "", nil)
