@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"mime"
 	"net"
@@ -124,8 +125,9 @@ func FuzzPart5Bodies(f *testing.F) {
 		{2, "x", "%5B%5D%3C%3E", "text/plain"},
 		{2, "x", "a;b=c\\\"d'e*f%25.txt", "TEXT/Plain ;q=1"},
 	}
-	for _, s := range seeds {
-		f.Add(s.route, s.body, s.name, s.ctype)
+	ranges := []string{"", "bytes=0-0", "bytes=2-", "bytes=-3", "bytes=5-1", "bytes=0-0,2-3", "bytes=999-", "bytes=a-b", "items=0-1", "bytes=0-18446744073709551616"}
+	for i, s := range seeds {
+		f.Add(s.route, s.body, s.name, s.ctype, ranges[i%len(ranges)])
 	}
 	known := map[chatrelay.Code]bool{}
 	for _, c := range chatrelay.Codes() {
@@ -158,7 +160,7 @@ func FuzzPart5Bodies(f *testing.F) {
 		}
 		return w
 	}
-	f.Fuzz(func(t *testing.T, route uint8, body, name, ctype string) {
+	f.Fuzz(func(t *testing.T, route uint8, body, name, ctype, rng string) {
 		switch route % 3 {
 		case 0:
 			w := do(t, http.MethodPost, chatrelay.PathPush, body, nil)
@@ -234,6 +236,29 @@ func FuzzPart5Bodies(f *testing.F) {
 			_, params, err := mime.ParseMediaType(cd)
 			if err != nil || params["filename"] != at.Name {
 				t.Fatalf("upload %q (kept as %q): Content-Disposition %q parses to %q, %v", name, at.Name, cd, params["filename"], err)
+			}
+			// A Range (anyone's header) answers 206 with the bytes it
+			// names, or 416 as the API's JSON error; the whole file else.
+			if rng, ok := validHeader(rng); ok && rng != "" {
+				g := do(t, http.MethodGet, chatrelay.PathAttachments+"/"+at.ID, "", map[string]string{"Range": rng})
+				switch g.Code {
+				case http.StatusOK:
+					if g.Body.String() != body {
+						t.Fatalf("upload %q, Range %q: 200 with %d bytes of %d", body, rng, g.Body.Len(), len(body))
+					}
+				case http.StatusPartialContent:
+					var a, b, size int
+					cr := g.Header().Get("Content-Range")
+					if strings.HasPrefix(g.Header().Get("Content-Type"), "multipart/byteranges") {
+						break
+					}
+					if n, err := fmt.Sscanf(cr, "bytes %d-%d/%d", &a, &b, &size); n != 3 || err != nil || size != len(body) || a > b || b >= size || g.Body.String() != body[a:b+1] {
+						t.Fatalf("upload %q, Range %q: 206 %q with %q", body, rng, cr, g.Body)
+					}
+				case http.StatusRequestedRangeNotSatisfiable:
+				default:
+					t.Fatalf("upload %q, Range %q: %d %s", body, rng, g.Code, g.Body)
+				}
 			}
 			// A participant downloads it under its redacted name, with
 			// nothing secret-shaped left in it.
