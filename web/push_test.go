@@ -835,7 +835,7 @@ func TestDevicePageKeepsTheOwnersNotifications(t *testing.T) {
 	}
 	other := strings.Repeat("7e", 32) // a conversation of the person's other browser
 	post(t, srv.URL, other, "my other conversation", "operator")
-	for _, c := range []struct{ token, first string }{
+	for i, c := range []struct{ token, first string }{
 		{token, "notify me on this computer"},
 		{other, "my other conversation"},
 	} {
@@ -846,6 +846,11 @@ func TestDevicePageKeepsTheOwnersNotifications(t *testing.T) {
 		}
 		dev := tb.sibling()
 		dev.pushStub(sub)
+		if i > 0 {
+			// The browser keeps the first device: the person is asked
+			// before the second replaces it, and says yes.
+			dev.answerDialog(true)
+		}
 		dev.open(made.Link)
 		dev.waitState(live, "ws")
 		dev.waitShown(soon, c.first)

@@ -78,6 +78,10 @@ const DEVICE_KEY = "chatrelay.device";
 
 const devicePage = document.documentElement.dataset.page === "device";
 
+// declinedDevice: the person said no to a device link that would have
+// replaced the device this browser keeps (readDevice).
+let declinedDevice = false;
+
 // The device's link: t-link.js took its token out of the address bar (and
 // the history) before anything else ran, and kept it in localStorage.
 const deviceLink = devicePage ? readDevice() : null;
@@ -86,6 +90,25 @@ function readDevice() {
   const said = document.documentElement.dataset.device;
   if (said === "malformed") return { token: "", problem: "malformed" };
   if (said === "unkept") return { token: "", problem: "unkept" };
+  if (said === "pending") {
+    // The link names another device than the one this browser keeps:
+    // adopted unasked, it would make the browser forget its device, and
+    // show (and send the person's words to) the conversation of whoever
+    // made the link. Said no, the page keeps its own.
+    const fresh = window.chatrelayDevice;
+    delete window.chatrelayDevice;
+    const ok = confirm(
+      "Open the conversation of this device link?\n\nThis browser will forget the device link it keeps now, and open the new link's conversation instead. Say no if you did not expect a new device link.",
+    );
+    if (!ok) declinedDevice = true;
+    else {
+      try {
+        localStorage.setItem(DEVICE_KEY, fresh);
+      } catch {
+        return { token: "", problem: "unkept" };
+      }
+    }
+  }
   let token = "";
   try {
     token = localStorage.getItem(DEVICE_KEY) || "";
@@ -868,6 +891,7 @@ async function startDevice() {
   const who = await whoamiRetrying();
   if (!who) return;
   myDevice = who.device?.id || "";
+  if (declinedDevice) notify("The link was not opened: this device keeps its own conversation.", "info");
   chat.start();
   els.text.focus();
 }
