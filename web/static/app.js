@@ -794,7 +794,8 @@ function applyWho(w) {
   // Each name is drawn in its own <bdi>: a right-to-left name (or one
   // stored with bidi controls) never reorders the text around it.
   const bdi = (name) => el("bdi", { textContent: name });
-  els.me.replaceChildren(bdi(p.name), ` · ${p.role}`);
+  els.me.replaceChildren(el("bdi", { className: "me-name", textContent: p.name }), el("span", { className: "me-role", textContent: ` · ${p.role}` }));
+  els.me.title = `${p.name} · ${p.role}`; // the bar cuts a long name
   els.me.hidden = false;
   document.title = `${p.name} · chatrelay`;
   const others = (w.participants || []).filter((o) => o.id !== p.id).flatMap((o) => [", ", bdi(o.name), ` (${o.role})`]);
