@@ -529,7 +529,7 @@ func newGate(t *testing.T, backend *server) *gate {
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newLoopbackServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		g.lines = append(g.lines, r.Method+" "+r.RequestURI)
 		if ref := r.Header.Get("Referer"); ref != "" {
