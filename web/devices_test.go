@@ -218,6 +218,10 @@ func TestDevicesPanel(t *testing.T) {
 	phoneID := eval[string](owner, `(() => { document.getElementById("devices-open").click();
 		return [...document.querySelectorAll("#devices-list li")].find((li) => li.textContent.startsWith("Phone")).dataset.id })()`)
 	owner.waitJS(soon, "the panel open", `document.getElementById("devices").open`)
+	// The panel lists the devices again as it opens: the click waits for
+	// that list (the phone has been seen since the last one), else it
+	// could land on a row just replaced.
+	owner.waitJS(soon, "the list read again", `[...document.querySelectorAll("#devices-list li")].some((li) => li.textContent.startsWith("Phone") && li.textContent.includes("last seen"))`)
 	asked := owner.acceptDialog()
 	owner.click(`#devices-list button[data-revoke="` + phoneID + `"]`)
 	select {
