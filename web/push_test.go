@@ -492,6 +492,7 @@ func TestApproveFromTheNotification(t *testing.T) {
 	page.waitState(live, "ws")
 	q3 := srv.ask(thread, "--approval", "Drop the staging database.", "--title", "drop", "--timeout", "15m")
 	page.waitIx(soon, q3.Interaction.ID, "pending")
+	page.waitJS(soon, "the page's answers armed", `document.documentElement.dataset.answers === "armed"`)
 	tb.deliver(g.URL, reg, serverPush(t, svc, "/push/phone", "interaction", q3.Interaction.ID))
 	tb.waitNotification(q3.Interaction.ID, "Drop the staging database.")
 	eval[bool](page, `(setTimeout(() => document.querySelector(`+js(ixSel(q3.Interaction.ID)+" button.deny")+`).click(), 300), true)`)

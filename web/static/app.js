@@ -190,8 +190,41 @@ function loading() {
   settle();
 }
 
+// ---- answers only from a page that has been seen ----
+
+// A page of another site cannot frame this one, but it can open it
+// (window.open) at a size it chooses, where a pending approval shows at a
+// place it can learn, under the pointer of a person it has clicking (a
+// game, "double-click to continue": double-clickjacking). So the answer
+// buttons take no press in the first ARM_MS after the page drew its
+// conversation (loaded, or shown again): a click that lands then is not a
+// person's answer to a card they have read. <html data-answers> says
+// "waiting", then "armed". A card that arrives later is answered at once.
+const ARM_MS = 500;
+let armedAt = Infinity;
+let drawn = false;
+document.documentElement.dataset.answers = "waiting";
+function arm() {
+  armedAt = performance.now() + ARM_MS;
+  document.documentElement.dataset.answers = "waiting";
+  setTimeout(() => {
+    if (performance.now() >= armedAt) document.documentElement.dataset.answers = "armed";
+  }, ARM_MS);
+}
+function armed() {
+  return performance.now() >= armedAt;
+}
+function drew() {
+  if (drawn) return;
+  drawn = true;
+  arm();
+}
+chat.addEventListener("status", (e) => ["ws", "sse", "polling"].includes(e.detail.state) && drew());
+document.addEventListener("visibilitychange", () => drawn && document.visibilityState === "visible" && arm());
+
 chat.addEventListener("message", (e) => {
   const { message: m, before } = e.detail;
+  drew();
   const stick = nearBottom();
   if (els.log.hasAttribute("aria-busy")) settle();
   const li = messageItem(m, ctx);
@@ -443,7 +476,7 @@ els.log.addEventListener("click", (e) => {
     return;
   }
   const ixID = b.closest(".ix")?.dataset.ix;
-  if (!ixID) return;
+  if (!ixID || !armed()) return;
   if (b.dataset.decision) answer(ixID, { decision: b.dataset.decision });
   else if (b.dataset.choice !== undefined) answer(ixID, { value: b.dataset.choice });
 });
