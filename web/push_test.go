@@ -889,7 +889,8 @@ func TestDevicePageKeepsTheOwnersNotifications(t *testing.T) {
 // pressed, leaves the owner's notifications as they were: the switch says
 // this browser gets them already as the owner, the server still holds the
 // owner's subscription for both events, IndexedDB the owner's credential,
-// and the owner's page, loaded again, shows the switch on. Before, the
+// and the owner's page, loaded again, shows the switch on; a device link's
+// page of the conversation, pressed the same way, leaves them too. Before, the
 // participant's subscription took over the owner's (a browser has one
 // endpoint, which the server holds once per thread): the owner's list was
 // empty, the worker kept the share token, and an approval reached the
@@ -910,7 +911,7 @@ func TestParticipantPageKeepsTheOwnersNotifications(t *testing.T) {
 	p.open(sam.Link)
 	p.waitState(live, "ws")
 	p.click("#notify")
-	p.waitJS(soon, "the switch settled", `!["busy", "off"].includes(document.getElementById("notify").dataset.state) || !document.getElementById("notify-note").hidden`)
+	p.waitJS(soon, "the switch settled", `!document.getElementById("notify-note").hidden || document.getElementById("notify").dataset.state === "on"`)
 	if state, note := p.switchState(); state != "off" || !strings.Contains(note, "as its owner") {
 		t.Errorf("the participant's switch is %s, saying %q; want off, saying this browser gets them as the owner", state, note)
 	}
@@ -921,6 +922,26 @@ func TestParticipantPageKeepsTheOwnersNotifications(t *testing.T) {
 	if got := tb.storedCredential(thread); got != before {
 		t.Errorf("IndexedDB holds %q for the thread, want the owner's %q", got, before)
 	}
+	// A device link of the conversation, opened in the same browser, leaves
+	// them be too.
+	status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/devices", "X-Chat-Token", token, map[string]string{"name": "Laptop"})
+	var made struct{ Link string }
+	if json.Unmarshal(raw, &made); status != http.StatusCreated {
+		t.Fatalf("make a device: %d %s", status, raw)
+	}
+	dev := tb.sibling()
+	dev.pushStub(sub)
+	dev.open(made.Link)
+	dev.waitState(live, "ws")
+	dev.click("#notify")
+	dev.waitJS(soon, "the switch settled", `!document.getElementById("notify-note").hidden || document.getElementById("notify").dataset.state === "on"`)
+	if state, note := dev.switchState(); state != "off" || !strings.Contains(note, "as its owner") {
+		t.Errorf("the device's switch is %s, saying %q; want off, saying this browser gets them as the owner", state, note)
+	}
+	if got := tb.storedCredential(thread); got != before {
+		t.Errorf("after the device's page, IndexedDB holds %q for the thread, want the owner's %q", got, before)
+	}
+
 	tb.open(srv.URL)
 	tb.waitState(live, "ws")
 	tb.waitJS(soon, "the owner's switch still on", `document.getElementById("notify").dataset.state === "on"`)
