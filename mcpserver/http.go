@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -286,8 +287,17 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 				undo() // only stored writes count
 			}
 			result := "ok"
-			if outcome != nil {
-				result = string(chatrelay.CodeOf(outcome))
+			var e *chatrelay.Error
+			switch {
+			case outcome == nil:
+			case errors.As(outcome, &e):
+				result = string(e.Code)
+			case errors.Is(outcome, context.Canceled):
+				// The client canceled the call or left before its
+				// answer: no failure of the server's own.
+				result = "canceled"
+			default:
+				result = string(chatrelay.Internal)
 			}
 			h.o.Log.Info("mcp tool call", "agent", as.key.ID, "agent_name", as.key.Name, "tool", tool, "thread", thread,
 				"outcome", result, "ms", time.Since(start).Milliseconds())
