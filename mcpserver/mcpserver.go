@@ -397,6 +397,9 @@ type ToolError struct {
 	Code      chatrelay.Code `json:"code"`
 	Error     string         `json:"error"`
 	Retryable bool           `json:"retryable"`
+	// RetryAfterMS is how long to wait before calling again, for a
+	// retryable refusal that knows it (rate_limited, too_many_streams).
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // toolError is a refusal as an MCP tool error: the text "code: words"
@@ -409,9 +412,14 @@ func toolError(verb string, err error, log *slog.Logger) *mcp.CallToolResult {
 		e = &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error"}
 	}
 	te := ToolError{Code: e.Code, Error: e.Message, Retryable: e.Code.Retryable()}
+	say := string(te.Code) + ": " + te.Error
+	if te.Retryable && e.Retry > 0 {
+		te.RetryAfterMS = max(e.Retry.Milliseconds(), 1)
+		say += " (retry in " + e.Retry.Round(time.Millisecond).String() + ")"
+	}
 	return &mcp.CallToolResult{
 		IsError:           true,
-		Content:           []mcp.Content{&mcp.TextContent{Text: string(te.Code) + ": " + te.Error}},
+		Content:           []mcp.Content{&mcp.TextContent{Text: say}},
 		StructuredContent: te,
 	}
 }

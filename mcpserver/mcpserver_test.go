@@ -554,3 +554,44 @@ func TestOpenThread(t *testing.T) {
 	}
 	assert.Equal(t, "list_threads' titles", titles, map[string]string{thread: "", r.Thread: "Deploy 412", r2.Thread: "Only a title", r3.Thread: ""})
 }
+
+// TestRefusalSaysHowLongToWait: a refusal that a later retry gets past
+// (rate_limited, whose window frees a place only minutes later, and
+// too_many_streams) says how long to wait, retry_after_ms in its
+// structured content and in its text, as the API's error body does. It
+// said retryable and nothing more, so an agent could only guess, and one
+// that retried at once was refused again for up to the window's 10
+// minutes.
+func TestRefusalSaysHowLongToWait(t *testing.T) {
+	for _, c := range []struct {
+		refusal *chatrelay.Error
+		wantMS  int64
+		wantIn  string
+	}{
+		{&chatrelay.Error{Code: chatrelay.RateLimited, Retry: 90 * time.Second, Message: "rate limit: at most 20 posts per thread"}, 90000, "retry in 1m30s"},
+		{&chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: 1500 * time.Millisecond, Message: "too many tool calls"}, 1500, "retry in 1.5s"},
+	} {
+		t.Run(string(c.refusal.Code), func(t *testing.T) {
+			e := newEnvWith(t, &mcpserver.Options{Call: func(ctx context.Context, _ string, _ json.RawMessage) (context.Context, func(error), error) {
+				return ctx, func(error) {}, c.refusal
+			}}, nil)
+			r := e.call(t, t.Context(), chatrelay.VerbSend, map[string]any{"thread": thread, "text": "hello"})
+			assert.True(t, r.IsError, "the refused call answered a result")
+			var te struct {
+				Code         chatrelay.Code `json:"code"`
+				Retryable    bool           `json:"retryable"`
+				RetryAfterMS int64          `json:"retry_after_ms"`
+			}
+			b, _ := json.Marshal(r.StructuredContent)
+			assert.Success(t, json.Unmarshal(b, &te))
+			assert.True(t, te.Code == c.refusal.Code && te.Retryable, "the refusal: %s", b)
+			assert.Equal(t, "retry_after_ms", te.RetryAfterMS, c.wantMS)
+			assert.True(t, strings.Contains(text(r), c.wantIn), "the text %q does not say %q", text(r), c.wantIn)
+		})
+	}
+	// A refusal that no wait gets past says nothing of one.
+	e := newEnv(t)
+	r := e.call(t, t.Context(), chatrelay.VerbSend, map[string]any{"thread": thread})
+	b, _ := json.Marshal(r.StructuredContent)
+	assert.True(t, r.IsError && !strings.Contains(string(b), "retry_after_ms") && !strings.Contains(text(r), "retry in"), "a refusal not retryable: %s %q", b, text(r))
+}
