@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -265,11 +267,13 @@ func decode[In any](args []byte) (In, error) {
 	if len(bytes.TrimSpace(args)) == 0 || string(args) == "null" {
 		args = []byte("{}")
 	}
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(&in)
-	if err == nil && dec.More() {
-		err = errors.New("data after the arguments")
+	err := decodeStrict(args, &in)
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && strings.HasPrefix(te.Value, "number") {
+		if whole, ok := wholeNumbers(args); ok {
+			in = *new(In)
+			err = decodeStrict(whole, &in)
+		}
 	}
 	if err != nil {
 		return in, chatrelay.Errorf(chatrelay.InvalidJSON, "the arguments do not fit the tool's input schema: %s", argError(err))
@@ -278,6 +282,65 @@ func decode[In any](args []byte) (In, error) {
 		return in, chatrelay.Errorf(chatrelay.InvalidText, `the arguments hold a lone UTF-16 surrogate escape (such as "\ud83d"): it is no text`)
 	}
 	return in, nil
+}
+
+// decodeStrict decodes args into v: a JSON value of v's fields and no
+// other, and nothing after it.
+func decodeStrict(args []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("data after the arguments")
+	}
+	return err
+}
+
+// wholeNumbers rewrites args with each number written with a fraction or
+// an exponent whose value is a whole number an int64 holds (60.0, 1e3) as
+// that integer, which JSON Schema's "integer" counts (Python writes a
+// float so) and Go's decoder does not; ok is false if there is none.
+func wholeNumbers(args []byte) (out []byte, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return nil, false
+	}
+	var walk func(x any) any
+	walk = func(x any) any {
+		switch x := x.(type) {
+		case map[string]any:
+			for k, e := range x {
+				x[k] = walk(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = walk(e)
+			}
+		case json.Number:
+			if _, err := x.Int64(); err == nil || len(x) > 40 { // an integer already, or no sensible one
+				return x
+			}
+			f, err := x.Float64()
+			if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<63 {
+				return x
+			}
+			r, exact := new(big.Rat).SetString(string(x)) // short, and near an int64: cheap
+			if !exact || !r.IsInt() || !r.Num().IsInt64() {
+				return x
+			}
+			ok = true
+			return json.Number(r.Num().String())
+		}
+		return x
+	}
+	v = walk(v)
+	if !ok {
+		return nil, false
+	}
+	out, err := json.Marshal(v)
+	return out, err == nil
 }
 
 // argError names what is wrong with the arguments, for the model.

@@ -595,3 +595,34 @@ func TestRefusalSaysHowLongToWait(t *testing.T) {
 	b, _ := json.Marshal(r.StructuredContent)
 	assert.True(t, r.IsError && !strings.Contains(string(b), "retry_after_ms") && !strings.Contains(text(r), "retry in"), "a refusal not retryable: %s %q", b, text(r))
 }
+
+// TestWholeNumbersWrittenAsFloats: an integer argument written with a
+// fraction or an exponent (60.0, as Python's json writes a float, or 1e0)
+// is that integer: JSON Schema's "integer", which the input schemas say,
+// counts it, so a client that validates its arguments sends it. The
+// server refused it, invalid_json "timeout must be an integer". A number
+// with a fraction is still refused.
+func TestWholeNumbersWrittenAsFloats(t *testing.T) {
+	e := newEnv(t)
+	for _, args := range []string{
+		`{"thread":"` + thread + `","since":9000000000000,"timeout":1.0}`,
+		`{"thread":"` + thread + `","since":9e12,"timeout":1e0}`,
+		`{"thread":"` + thread + `","since":9.0E+12,"timeout":0.1e1}`,
+	} {
+		r := e.call(t, t.Context(), chatrelay.VerbWaitMessages, json.RawMessage(args))
+		assert.True(t, !r.IsError, "%s: %s", args, text(r))
+		var w host.WaitMessagesResult
+		b, _ := json.Marshal(r.StructuredContent)
+		assert.Success(t, json.Unmarshal(b, &w))
+		assert.True(t, w.TimedOut && w.Cursor == 9_000_000_000_000, "%s: %s", args, b)
+	}
+	for _, args := range []string{
+		`{"thread":"` + thread + `","timeout":1.5}`,
+		`{"thread":"` + thread + `","since":1e300}`,
+		`{"thread":"` + thread + `","timeout":"1"}`,
+	} {
+		r := e.call(t, t.Context(), chatrelay.VerbWaitMessages, json.RawMessage(args))
+		b, _ := json.Marshal(r.StructuredContent)
+		assert.True(t, r.IsError && strings.Contains(string(b), `"invalid_json"`), "%s: %s", args, b)
+	}
+}
