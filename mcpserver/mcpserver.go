@@ -353,6 +353,9 @@ func handler(v *host.Verbs, verb string, b binding, o Options) mcp.ToolHandler {
 			res, _, err := callTool(ctx, req, v, verb, b, o)
 			return res, err
 		}
+		if req.Session != nil {
+			ctx = context.WithValue(ctx, sessionOf{}, req.Session.ID())
+		}
 		ctx, after, err := o.Call(ctx, ToolName(verb), req.Params.Arguments)
 		if err != nil {
 			after(err)
@@ -366,6 +369,9 @@ func handler(v *host.Verbs, verb string, b binding, o Options) mcp.ToolHandler {
 		return res, err
 	}
 }
+
+// sessionOf is the context key of the id of a call's session, for Call.
+type sessionOf struct{}
 
 // callTool runs a tool call: its answer, and the refusal it answers (nil
 // for a result).
