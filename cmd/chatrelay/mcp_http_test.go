@@ -649,3 +649,28 @@ func TestMCPFromAnAllowedOriginsPage(t *testing.T) {
 	resp = preflight("https://evil.example")
 	assert.Equal(t, "another origin's preflight: Access-Control-Allow-Origin", resp.Header.Get("Access-Control-Allow-Origin"), "")
 }
+
+// TestMCPRefusesTwoKeys: a request with two Authorization headers is
+// refused 401 unauthorized, as every route of the API refuses a
+// credential sent twice: a proxy or a client library may read the other
+// one. It was served with the first, even with a second key's beside it.
+func TestMCPRefusesTwoKeys(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "first")
+	other, _ := addAgent(t, sa, "second")
+	for _, second := range []string{other, key, "cha_" + strings.Repeat("A", 43)} {
+		req, _ := http.NewRequest(http.MethodPost, n.base+chatrelay.PathMCP, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Add("Authorization", "Bearer "+key)
+		req.Header.Add("Authorization", "Bearer "+second)
+		resp, err := http.DefaultClient.Do(req)
+		assert.Success(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.True(t, resp.StatusCode == 401 && resp.Header.Get("Mcp-Session-Id") == "" && strings.Contains(string(b), `"code":"unauthorized"`),
+			"two Authorization headers: %d %s", resp.StatusCode, b)
+	}
+}
