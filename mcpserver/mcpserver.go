@@ -299,7 +299,10 @@ func decodeStrict(args []byte, v any) error {
 // wholeNumbers rewrites args with each number written with a fraction or
 // an exponent whose value is a whole number an int64 holds (60.0, 1e3) as
 // that integer, which JSON Schema's "integer" counts (Python writes a
-// float so) and Go's decoder does not; ok is false if there is none.
+// float so) and Go's decoder does not, and each whole number past int64
+// as int64's most (or least): a cursor so large reads as "nothing newer",
+// as over the API, and any other field is refused by its own bound; ok is
+// false if there is none.
 func wholeNumbers(args []byte) (out []byte, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()
@@ -322,9 +325,16 @@ func wholeNumbers(args []byte) (out []byte, ok bool) {
 			if _, err := x.Int64(); err == nil || len(x) > 40 { // an integer already, or no sensible one
 				return x
 			}
-			f, err := x.Float64()
-			if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<63 {
+			f, err := x.Float64() // past float64 (1e400): ±Inf, with an error
+			if err != nil && !math.IsInf(f, 0) || f != math.Trunc(f) {
 				return x
+			}
+			if math.Abs(f) >= 1<<63 { // past every epoch there can be, as the API's since: the most
+				ok = true
+				if f < 0 {
+					return json.Number(strconv.FormatInt(math.MinInt64, 10))
+				}
+				return json.Number(strconv.FormatInt(math.MaxInt64, 10))
 			}
 			r, exact := new(big.Rat).SetString(string(x)) // short, and near an int64: cheap
 			if !exact || !r.IsInt() || !r.Num().IsInt64() {

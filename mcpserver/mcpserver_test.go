@@ -601,7 +601,7 @@ func TestRefusalSaysHowLongToWait(t *testing.T) {
 // is that integer: JSON Schema's "integer", which the input schemas say,
 // counts it, so a client that validates its arguments sends it. The
 // server refused it, invalid_json "timeout must be an integer". A number
-// with a fraction is still refused.
+// with a fraction is still refused, and so is a timeout past its bound.
 func TestWholeNumbersWrittenAsFloats(t *testing.T) {
 	e := newEnv(t)
 	for _, args := range []string{
@@ -618,11 +618,43 @@ func TestWholeNumbersWrittenAsFloats(t *testing.T) {
 	}
 	for _, args := range []string{
 		`{"thread":"` + thread + `","timeout":1.5}`,
-		`{"thread":"` + thread + `","since":1e300}`,
+		`{"thread":"` + thread + `","timeout":1e300}`,
 		`{"thread":"` + thread + `","timeout":"1"}`,
 	} {
 		r := e.call(t, t.Context(), chatrelay.VerbWaitMessages, json.RawMessage(args))
 		b, _ := json.Marshal(r.StructuredContent)
 		assert.True(t, r.IsError && strings.Contains(string(b), `"invalid_json"`), "%s: %s", args, b)
 	}
+}
+
+// TestCursorPastInt64: a cursor too large for 64 bits (99999999999999999999,
+// or 1e+20 as JavaScript writes it) is past every epoch there can be and
+// reads as "nothing newer", as the API's since does; the input schemas
+// bound it by no maximum. It was refused invalid_json "since must be an
+// integer", which it is.
+func TestCursorPastInt64(t *testing.T) {
+	e := newEnv(t)
+	for _, since := range []string{"99999999999999999999", "1e+20"} {
+		r := e.call(t, t.Context(), chatrelay.VerbReadThread, json.RawMessage(`{"thread":"`+thread+`","since":`+since+`}`))
+		assert.True(t, !r.IsError, "read_thread since %s: %s", since, text(r))
+		var read struct { // the cursor, int64's most, is past what the client's float64 holds
+			Messages []json.RawMessage `json:"messages"`
+		}
+		b, _ := json.Marshal(r.StructuredContent)
+		assert.Success(t, json.Unmarshal(b, &read))
+		assert.Equal(t, "read_thread since "+since+": messages", len(read.Messages), 0)
+
+		r = e.call(t, t.Context(), chatrelay.VerbWaitMessages, json.RawMessage(`{"thread":"`+thread+`","since":`+since+`,"timeout":1}`))
+		assert.True(t, !r.IsError, "wait_messages since %s: %s", since, text(r))
+		var w struct {
+			Messages []json.RawMessage `json:"messages"`
+			TimedOut bool              `json:"timed_out"`
+		}
+		b, _ = json.Marshal(r.StructuredContent)
+		assert.Success(t, json.Unmarshal(b, &w))
+		assert.True(t, w.TimedOut && len(w.Messages) == 0, "wait_messages since %s: %s", since, b)
+	}
+	r := e.call(t, t.Context(), chatrelay.VerbWaitMessages, json.RawMessage(`{"thread":"`+thread+`","since":-99999999999999999999}`))
+	b, _ := json.Marshal(r.StructuredContent)
+	assert.True(t, r.IsError && strings.Contains(string(b), `"invalid_since"`), "a cursor below int64: %s", b)
 }
