@@ -313,10 +313,14 @@ func (l *StreamLimiter) forget(ctx context.Context, seq uint64, ls streamLease) 
 	l.remove(ctx, []streamLease{ls})
 }
 
+// remove takes leases out of their sets. It is a plain pipeline, not a
+// MULTI: a full Redis (maxmemory, noeviction) refuses every MULTI but
+// still takes ZREM, and a lease it kept would hold its stream's place for
+// a whole lease after the stream failed.
 func (l *StreamLimiter) remove(ctx context.Context, ls []streamLease) {
 	ctx, cancel := l.s.bound(ctx)
 	defer cancel()
-	_, err := l.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := l.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, x := range ls {
 			for _, k := range x.keys {
 				p.ZRem(ctx, k, x.member)
