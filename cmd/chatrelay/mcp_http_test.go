@@ -674,3 +674,32 @@ func TestMCPRefusesTwoKeys(t *testing.T) {
 			"two Authorization headers: %d %s", resp.StatusCode, b)
 	}
 }
+
+// TestMCPNoSessionButInitialize: a POST without Mcp-Session-Id that is
+// not an initialize request (a tool call, a notification, a response) is
+// 400 invalid_json saying what to do, makes no session and logs no error.
+// The SDK answered it 200 with a JSON-RPC error of code 0, made and
+// dropped a session, and logged it at error level: any key holder could
+// fill the log.
+func TestMCPNoSessionButInitialize(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "sessionless")
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":1,"result":{}}`,
+	} {
+		resp := mcpPost(t, n.base, key, "", body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, body+": status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_json"`) && strings.Contains(string(b), "initialize"), "%s: %s", body, b)
+	}
+	log := n.log.String()
+	assert.True(t, !strings.Contains(log, "level=ERROR") && !strings.Contains(log, "server session connected"), "the log: %s", log)
+	cs := mcpClient(t, n.base, key, nil) // an initialize still makes a session
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "list_threads: %+v", r)
+}
