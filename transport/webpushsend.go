@@ -55,6 +55,10 @@ var pushClaimClosed = time.Duration(chatrelay.LimitApprovalTime.Max)*time.Second
 // push service: a worker with more to send waits for one to end.
 const pushInFlight = 64
 
+// pushWaiting bounds the pushes waiting behind another to the same
+// subscription (start), of every subscription.
+const pushWaiting = 4096
+
 // pushBackoff is the wait before each retry (at least Retry-After).
 var pushBackoff = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute}
 
@@ -82,6 +86,9 @@ type pusher struct {
 	queue   chan pushTask
 	retry   chan pushTask // to the retry goroutine
 	flying  chan struct{} // held by each push in flight (pushInFlight)
+	busyMu  sync.Mutex
+	busy    map[string][]*pushJob // thread/subscription id with a push in flight → the pushes waiting behind it
+	waiting int                   // of every subscription (pushWaiting)
 	sends   sync.WaitGroup
 	total   *prometheus.CounterVec
 	claims  *prometheus.CounterVec // won: "true" (this node sends the change's pushes) or "false" (another does)
@@ -126,7 +133,7 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		s: s, st: st, guard: guard, contact: cfg.Contact,
 		workers: orDefault(cfg.Workers, chatrelay.DefaultPushWorkers), backoff: orDefaults(cfg.Backoff, pushBackoff), queue: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)), retry: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)),
 		sender: &webpush.Sender{Client: webpush.NewClient(guard, cfg.TLS), Now: s.cfg.Now},
-		flying: make(chan struct{}, pushInFlight),
+		flying: make(chan struct{}, pushInFlight), busy: map[string][]*pushJob{},
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatrelay_push_total",
 			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full or no claim), revoked (a participant's or a device's subscription whose grant ended).",
@@ -367,10 +374,31 @@ func (ps *pusher) jobsFor(thread string, m chatrelay.Message, typ string, to []c
 
 // start sends j on a goroutine of its own once one of the pushInFlight
 // places is free (waiting for it: the worker takes the next change
-// after), so that one slow push service holds back only its own pushes
-// and a change's pushes go out without waiting for each other's answers.
-// run waits for the sends at shutdown.
+// after), so that a change's pushes go out without waiting for each
+// other's answers. A subscription has at most one push in flight: a push
+// to one that has one already waits behind it (at most pushWaiting pushes
+// wait so, of every subscription; one past it is dropped, and counted),
+// and is sent by the same goroutine, in the same place, once that one is
+// answered. So an endpoint that never answers takes one place however
+// many pushes are due to it, not every place (and with them every other
+// push) for the 25 s its answer is waited for. run waits for the sends at
+// shutdown.
 func (ps *pusher) start(ctx context.Context, j *pushJob) {
+	key := j.thread + "/" + j.sub.ID
+	ps.busyMu.Lock()
+	if waiting, busy := ps.busy[key]; busy {
+		if ps.waiting >= pushWaiting {
+			ps.busyMu.Unlock()
+			ps.total.WithLabelValues(pushDropped).Inc()
+			return
+		}
+		ps.busy[key] = append(waiting, j)
+		ps.waiting++
+		ps.busyMu.Unlock()
+		return
+	}
+	ps.busy[key] = nil
+	ps.busyMu.Unlock()
 	select {
 	case ps.flying <- struct{}{}:
 	case <-ctx.Done():
@@ -378,8 +406,26 @@ func (ps *pusher) start(ctx context.Context, j *pushJob) {
 	}
 	ps.sends.Go(func() {
 		defer func() { <-ps.flying }()
-		ps.send(ctx, j)
+		for j != nil {
+			ps.send(ctx, j)
+			j = ps.next(key)
+		}
 	})
+}
+
+// next is the push waiting behind the one just sent to the subscription
+// key names, or nil (then the subscription has none in flight).
+func (ps *pusher) next(key string) *pushJob {
+	ps.busyMu.Lock()
+	defer ps.busyMu.Unlock()
+	waiting := ps.busy[key]
+	if len(waiting) == 0 {
+		delete(ps.busy, key)
+		return nil
+	}
+	ps.busy[key] = waiting[1:]
+	ps.waiting--
+	return waiting[0]
 }
 
 // pushCPUHold is the longest a push holds its turn of the background
