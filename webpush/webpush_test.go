@@ -173,6 +173,7 @@ func TestGuard(t *testing.T) {
 		"cgnat.example.com":  {{"100.64.0.1"}},
 		"ula.example.com":    {{"fd00::1"}},
 		"mapped.example.com": {{"::ffff:127.0.0.1"}},
+		"compat.example.com": {{"::7f00:1"}}, // IPv4-compatible (deprecated ::/96): 127.0.0.1
 	})
 	g := &Guard{Resolver: f, Dial: f.Dial, MaxEndpoint: 64}
 	long := func(n int) string {
@@ -188,6 +189,8 @@ func TestGuard(t *testing.T) {
 		"https://ula.example.com/", "https://mapped.example.com/", "https://nxdomain.example.com/",
 		"https://user:pw@push.example.com/", "https://push.example.com/#frag", "ftp://push.example.com/",
 		"push.example.com/x", "https:///x", long(g.MaxEndpoint + 1),
+		"https://compat.example.com/", "https://[::7f00:1]/", "https://[::a00:1]/", "https://[::ffff:0:a00:1]/",
+		"https://[3fff::1]/", "https://[5f00::1]/", "https://192.88.99.1/",
 		"https://push.example.com/a b" + strings.Repeat("c", g.MaxEndpoint-len("https://push.example.com/a b")), // %20 once escaped
 	}
 	for _, ep := range refused {
@@ -204,7 +207,7 @@ func TestGuard(t *testing.T) {
 	assert.True(t, errors.Is(err, ErrBlocked), "rebinding: %v", err)
 	_, err = g.DialContext(ctx, "tcp", "mixed.example.com:443")
 	assert.True(t, errors.Is(err, pushtest.ErrNotDialled), "mixed: %v", err)
-	for _, a := range []string{"127.0.0.1:443", "[::1]:443", "10.0.0.1:443", "[fd00::1]:443"} {
+	for _, a := range []string{"127.0.0.1:443", "[::1]:443", "10.0.0.1:443", "[fd00::1]:443", "[::7f00:1]:443", "compat.example.com:443"} {
 		_, err := g.DialContext(ctx, "tcp", a)
 		assert.True(t, errors.Is(err, ErrBlocked), "%s: %v", a, err)
 	}
