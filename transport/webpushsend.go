@@ -72,20 +72,26 @@ const (
 	pushBlocked  = "blocked"  // the endpoint now resolves to an address the guard refuses
 	pushDropped  = "dropped"  // the queue was full, or the claim could not be made
 	pushRevoked  = "revoked"  // a participant's or a device's subscription whose grant ended: deleted, not sent
+	// an opening push's retry whose interaction closed since: not sent
+	// (after the closing push, with its Topic, it would replace it)
+	pushSuperseded = "superseded"
 )
 
 // pusher sends the pushes of one Server.
 type pusher struct {
-	s       *Server
-	st      store.Push
-	guard   *webpush.Guard
-	sender  *webpush.Sender
-	contact string
-	workers int
-	backoff []time.Duration
-	queue   chan pushTask
-	retry   chan pushTask // to the retry goroutine
-	flying  chan struct{} // held by each push in flight (pushInFlight)
+	s        *Server
+	st       store.Push
+	guard    *webpush.Guard
+	sender   *webpush.Sender
+	contact  string
+	workers  int
+	backoff  []time.Duration
+	queue    chan pushTask
+	retry    chan pushTask // to the retry goroutine
+	flying   chan struct{} // held by each push in flight (pushInFlight)
+	closedMu sync.Mutex
+	closed   map[string]time.Time // interaction id → when this node saw it close (kept pushWindow)
+
 	busyMu  sync.Mutex
 	busy    map[string][]*pushJob // thread/subscription id with a push in flight → the pushes waiting behind it
 	waiting int                   // of every subscription (pushWaiting)
@@ -111,6 +117,7 @@ type pushJob struct {
 	thread  string
 	sub     chatrelay.PushSubscription
 	msg     webpush.Message
+	ix      string    // an opening push's interaction, "" for another push
 	attempt int       // attempts made
 	first   time.Time // of the first attempt
 	due     time.Time // of the next
@@ -133,17 +140,17 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		s: s, st: st, guard: guard, contact: cfg.Contact,
 		workers: orDefault(cfg.Workers, chatrelay.DefaultPushWorkers), backoff: orDefaults(cfg.Backoff, pushBackoff), queue: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)), retry: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)),
 		sender: &webpush.Sender{Client: webpush.NewClient(guard, cfg.TLS), Now: s.cfg.Now},
-		flying: make(chan struct{}, pushInFlight), busy: map[string][]*pushJob{},
+		flying: make(chan struct{}, pushInFlight), busy: map[string][]*pushJob{}, closed: map[string]time.Time{},
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatrelay_push_total",
-			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full or no claim), revoked (a participant's or a device's subscription whose grant ended).",
+			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full or no claim), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
 		}, []string{"result"}),
 	}
 	ps.claims = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chatrelay_push_claims_total",
 		Help: "Changes with push subscriptions this node claimed (won=\"true\": it sends their pushes) or left to another node (won=\"false\").",
 	}, []string{"won"})
-	for _, r := range []string{pushSent, pushRetried, pushGone, pushRejected, pushFailed, pushBlocked, pushDropped, pushRevoked} {
+	for _, r := range []string{pushSent, pushRetried, pushGone, pushRejected, pushFailed, pushBlocked, pushDropped, pushRevoked, pushSuperseded} {
 		ps.total.WithLabelValues(r)
 	}
 	ps.claims.WithLabelValues("true")
@@ -273,6 +280,9 @@ func (ps *pusher) run(ctx context.Context) {
 // costs no write.
 func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message) {
 	typ := pushTypeOf(m)
+	if typ == chatrelay.PushTypeInteractionClosed {
+		ps.noteClosed(m.Interaction.ID)
+	}
 	subs, err := ps.st.PushSubscriptions(ctx, thread)
 	if err != nil || len(subs) == 0 {
 		return
@@ -367,7 +377,11 @@ func (ps *pusher) jobsFor(thread string, m chatrelay.Message, typ string, to []c
 				wm.Topic = ix.ID
 			}
 		}
-		jobs = append(jobs, &pushJob{thread: thread, sub: sub, msg: wm, first: now})
+		j := &pushJob{thread: thread, sub: sub, msg: wm, first: now}
+		if typ == chatrelay.PushTypeInteraction {
+			j.ix = m.Interaction.ID
+		}
+		jobs = append(jobs, j)
 	}
 	return jobs
 }
@@ -507,6 +521,10 @@ func (ps *pusher) grantActive(ctx context.Context, thread string, sub chatrelay.
 // send makes one attempt of j, and schedules the next if it may be tried
 // again.
 func (ps *pusher) send(ctx context.Context, j *pushJob) {
+	if j.attempt > 0 && j.ix != "" && ps.closedSince(j.ix) {
+		ps.total.WithLabelValues(pushSuperseded).Inc()
+		return
+	}
 	j.attempt++
 	v, err := ps.sendKey(ctx)
 	if err != nil {
@@ -539,6 +557,32 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 		ps.total.WithLabelValues(pushRejected).Inc()
 		ps.s.log.Warn("push refused by the push service", "thread", j.thread, "push", j.sub.ID, "status", res.Status)
 	}
+}
+
+// noteClosed remembers that interaction ix closed, for pushWindow (no
+// retry outlives it), so that an opening push's retry is not sent after
+// the closing one (send). Every node sees every change, so each knows it,
+// whichever sends the closing push.
+func (ps *pusher) noteClosed(ix string) {
+	now := ps.s.cfg.Now()
+	ps.closedMu.Lock()
+	defer ps.closedMu.Unlock()
+	if len(ps.closed) >= 1024 {
+		for k, at := range ps.closed {
+			if now.Sub(at) > pushWindow {
+				delete(ps.closed, k)
+			}
+		}
+	}
+	ps.closed[ix] = now
+}
+
+// closedSince reports whether interaction ix closed (noteClosed).
+func (ps *pusher) closedSince(ix string) bool {
+	ps.closedMu.Lock()
+	defer ps.closedMu.Unlock()
+	_, ok := ps.closed[ix]
+	return ok
 }
 
 // again schedules j's next attempt, after its backoff or retryAfter,
