@@ -114,13 +114,14 @@ type pushTask struct {
 
 // pushJob is one push to one subscription.
 type pushJob struct {
-	thread  string
-	sub     chatrelay.PushSubscription
-	msg     webpush.Message
-	ix      string    // an opening push's interaction, "" for another push
-	attempt int       // attempts made
-	first   time.Time // of the first attempt
-	due     time.Time // of the next
+	thread   string
+	sub      chatrelay.PushSubscription
+	msg      webpush.Message
+	ix       string    // an opening push's interaction, "" for another push
+	deadline int64     // an interaction's deadline (epoch ms): msg.TTL counts down to it; 0 for a reply
+	attempt  int       // attempts made
+	first    time.Time // of the first attempt
+	due      time.Time // of the next
 }
 
 func newPusher(s *Server, cfg *PushConfig) *pusher {
@@ -372,12 +373,15 @@ func (ps *pusher) jobsFor(thread string, m chatrelay.Message, typ string, to []c
 			Keys: webpush.Keys{P256dh: b64(sub.P256dh), Auth: b64(sub.Auth)},
 		}
 		if ix := m.Interaction; ix != nil {
-			wm.Urgency, wm.TTL = webpush.UrgencyHigh, max(0, int((ix.Deadline-now.UnixMilli()+999)/1000))
+			wm.Urgency, wm.TTL = webpush.UrgencyHigh, ttlTo(ix.Deadline, now)
 			if webpush.ValidTopic(ix.ID) { // "ix_" + 12 hex: 15 base64url characters, always
 				wm.Topic = ix.ID
 			}
 		}
 		j := &pushJob{thread: thread, sub: sub, msg: wm, first: now}
+		if ix := m.Interaction; ix != nil {
+			j.deadline = ix.Deadline
+		}
 		if typ == chatrelay.PushTypeInteraction {
 			j.ix = m.Interaction.ID
 		}
@@ -526,6 +530,9 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 		return
 	}
 	j.attempt++
+	if j.deadline != 0 { // a retry, or a push that waited: the seconds left now
+		j.msg.TTL = ttlTo(j.deadline, ps.s.cfg.Now())
+	}
 	v, err := ps.sendKey(ctx)
 	if err != nil {
 		ps.again(ctx, j, 0)
@@ -645,6 +652,12 @@ func (h *jobHeap) Pop() any {
 	j := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return j
+}
+
+// ttlTo is a push's TTL: the seconds from now to deadline (epoch ms),
+// rounded up, 0 once it passed.
+func ttlTo(deadline int64, now time.Time) int {
+	return max(0, int((deadline-now.UnixMilli()+999)/1000))
 }
 
 // b64 decodes a stored key (checked when it was stored).
