@@ -3,6 +3,7 @@ package transport_test
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,4 +56,49 @@ func TestPushHungEndpointsHoldBackNoOne(t *testing.T) {
 	_, other := awaitPushes(t, good, "/push/other", 1)
 	assert.Equal(t, "the other thread's push", other[0].Type, chatrelay.PushTypeInteraction)
 	awaitPushes(t, good, "/push/same", 8)
+}
+
+// TestPushSlowEndpointsTakeTurns: 80 endpoints of four threads whose push
+// service takes 2 s to answer each push, three replies due to each (240
+// pushes: more than the 64 places), and an approval of a fifth thread
+// made once they are under way. A subscription's next push waits for a
+// place behind the ones already waiting, so the approval goes out once a
+// few places free (4-5 s here: the service speaks HTTP/1.1, 16
+// connections at once), not once the four threads' pushes are nearly
+// all sent (20 s when a subscription's pushes kept their place from one
+// to the next).
+func TestPushSlowEndpointsTakeTurns(t *testing.T) {
+	t.Parallel()
+	slow := pushtest.NewService(t)
+	var arrived atomic.Int64
+	slow.Respond = func(string, int) pushtest.Answer {
+		arrived.Add(1)
+		time.Sleep(2 * time.Second) // the push service's answer time
+		return pushtest.Answer{Status: 201}
+	}
+	good := pushtest.NewService(t)
+	e := startPush(t, pushOptions{config: withPushTo(slow.Certificate(), nil)})
+	for th := 1; th <= 4; th++ {
+		e.mustPost(tokenN(th), "hello")
+		for i := range chatrelay.LimitPushSubscriptions.Max {
+			status, a := e.subscribe(tokenN(th), nil, slow.Subscribe(t, "s"+strconv.Itoa(th)+"-"+strconv.Itoa(i)))
+			assert.Equal(t, "a slow endpoint's subscription "+a.Code, status, 201)
+		}
+	}
+	e.mustPost(tokenN(5), "hello")
+	status, a := e.subscribe(tokenN(5), nil, good.Subscribe(t, "other"))
+	assert.Equal(t, "the other thread's subscription "+a.Code, status, 201)
+	for range 3 {
+		for th := 1; th <= 4; th++ {
+			_, err := e.store.Append(t.Context(), threadN(th), store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "a reply"})
+			assert.Success(t, err)
+		}
+	}
+	assert.Eventually(t, 10*time.Second, "the slow service's first pushes", func() bool { return arrived.Load() > 0 })
+	start := time.Now()
+	_, err := e.store.Append(t.Context(), threadN(5), store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
+		Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
+	assert.Success(t, err)
+	assert.Eventually(t, 12*time.Second, "the other thread's approval", func() bool { return len(pushesTo(good, "/push/other")) == 1 })
+	t.Logf("the approval came %v after it was made", time.Since(start))
 }

@@ -396,8 +396,8 @@ func (ps *pusher) jobsFor(thread string, m chatrelay.Message, typ string, to []c
 // other's answers. A subscription has at most one push in flight: a push
 // to one that has one already waits behind it (at most pushWaiting pushes
 // wait so, of every subscription; one past it is dropped, and counted),
-// and is sent by the same goroutine, in the same place, once that one is
-// answered. So an endpoint that never answers takes one place however
+// and is sent by the same goroutine once that one is answered and a
+// place is free again. So an endpoint that never answers takes one place however
 // many pushes are due to it, not every place (and with them every other
 // push) for the 25 s its answer is waited for. run waits for the sends at
 // shutdown.
@@ -423,10 +423,17 @@ func (ps *pusher) start(ctx context.Context, j *pushJob) {
 		return
 	}
 	ps.sends.Go(func() {
-		defer func() { <-ps.flying }()
-		for j != nil {
+		for {
 			ps.send(ctx, j)
-			j = ps.next(key)
+			<-ps.flying // the next one waits its turn, behind the workers' (a channel's senders are served in order)
+			if j = ps.next(key); j == nil {
+				return
+			}
+			select {
+			case ps.flying <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 		}
 	})
 }
