@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -53,9 +54,43 @@ type agentServer struct {
 	cancel context.CancelCauseFunc // with revoked or shuttingDown, the calls' answer
 	calls  atomic.Int64            // its tool calls in flight (MaxCallsPerKey)
 
-	mu    sync.Mutex    // guards posts and idle
-	posts int           // its POST requests being served (a call's answer is written on its POST)
-	idle  chan struct{} // made by end while posts are served, closed when none is left
+	mu       sync.Mutex                                   // guards posts, idle and inflight
+	posts    int                                          // its POST requests being served (a call's answer is written on its POST)
+	idle     chan struct{}                                // made by end while posts are served, closed when none is left
+	inflight map[string]map[*context.CancelCauseFunc]bool // its calls in flight, by session id: a DELETE of the session ends them
+}
+
+// track records a call in flight of the session sid, which cancel ends;
+// the returned func forgets it.
+func (as *agentServer) track(sid string, cancel *context.CancelCauseFunc) (forget func()) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if as.inflight == nil {
+		as.inflight = map[string]map[*context.CancelCauseFunc]bool{}
+	}
+	if as.inflight[sid] == nil {
+		as.inflight[sid] = map[*context.CancelCauseFunc]bool{}
+	}
+	as.inflight[sid][cancel] = true
+	return func() {
+		as.mu.Lock()
+		defer as.mu.Unlock()
+		delete(as.inflight[sid], cancel)
+		if len(as.inflight[sid]) == 0 {
+			delete(as.inflight, sid)
+		}
+	}
+}
+
+// endSession cancels the calls in flight of the session sid: its client
+// ended it (DELETE), so no answer can reach anyone, and the SDK's close
+// of the session waits for them.
+func (as *agentServer) endSession(sid string) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	for cancel := range as.inflight[sid] {
+		(*cancel)(nil)
+	}
 }
 
 // revoked is the cause of a call ended by its key's revoke: the call
@@ -166,6 +201,16 @@ const (
 // closing (Unavailable).
 func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.AgentKey) error {
 	ctx := context.WithValue(r.Context(), keyOf{}, k)
+	if sid := r.Header.Get("Mcp-Session-Id"); r.Method == http.MethodDelete && sid != "" {
+		// The SDK's close of a session waits for its calls in flight: a
+		// wait would hold the DELETE until its timeout (up to 300 s).
+		h.mu.Lock()
+		as := h.servers[k.ID]
+		h.mu.Unlock()
+		if as != nil {
+			as.endSession(sid)
+		}
+	}
 	if r.Method == http.MethodPost {
 		h.mu.Lock()
 		as := h.servers[k.ID]
@@ -276,18 +321,30 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		start := time.Now()
 		var undo func()
 		counted := as.calls.Add(1) <= int64(h.o.MaxCallsPerKey)
+		sid, _ := ctx.Value(sessionOf{}).(string)
 		ctx, cancel := context.WithCancelCause(ctx)
+		forget := as.track(sid, &cancel)
 		stop := context.AfterFunc(as.ctx, func() { cancel(context.Cause(as.ctx)) })
 		after := func(outcome error) {
 			as.calls.Add(-1)
+			forget()
 			stop()
 			cancel(nil)
 			if outcome != nil && undo != nil {
 				undo() // only stored writes count
 			}
 			result := "ok"
-			if outcome != nil {
-				result = string(chatrelay.CodeOf(outcome))
+			var e *chatrelay.Error
+			switch {
+			case outcome == nil:
+			case errors.As(outcome, &e):
+				result = string(e.Code)
+			case errors.Is(outcome, context.Canceled):
+				// The client canceled the call or left before its
+				// answer: no failure of the server's own.
+				result = "canceled"
+			default:
+				result = string(chatrelay.Internal)
 			}
 			h.o.Log.Info("mcp tool call", "agent", as.key.ID, "agent_name", as.key.Name, "tool", tool, "thread", thread,
 				"outcome", result, "ms", time.Since(start).Milliseconds())

@@ -72,12 +72,16 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// agentKey is the active agent key of "Authorization: Bearer cha_…".
+// agentKey is the active agent key of "Authorization: Bearer cha_…", the
+// request's only Authorization header.
 func (s *Server) agentKey(r *http.Request, agents store.Agents) (chatrelay.AgentKey, error) {
 	scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	key = strings.TrimLeft(key, " ")
 	if !strings.EqualFold(scheme, "Bearer") || !chatrelay.ValidAgentKey(key) {
 		return chatrelay.AgentKey{}, chatrelay.Errorf(chatrelay.Unauthorized, "MCP needs Authorization: Bearer cha_… (an agent key: chatrelay agent add)")
+	}
+	if len(r.Header.Values("Authorization")) > 1 { // as every route: a proxy may read the other one
+		return chatrelay.AgentKey{}, chatrelay.Errorf(chatrelay.Unauthorized, "MCP takes one Authorization header, not two")
 	}
 	k, err := agents.ResolveAgent(r.Context(), chatrelay.DigestOf(key))
 	if err != nil {

@@ -596,3 +596,81 @@ func TestMCPAttachmentHonoursMaxAttachmentBytes(t *testing.T) {
 	assert.Success(t, rd.err)
 	assert.True(t, !strings.Contains(rd.stdout, `"past"`), "the refused send was stored: %s", rd.stdout)
 }
+
+// TestMCPFromAnAllowedOriginsPage: a page of an origin listed with
+// --allowed-origin can use MCP over HTTP, as the refusal of another
+// origin tells (name it with --allowed-origin): the browser's preflight
+// (Authorization and MCP's own headers) is answered 204 with CORS, and
+// each answer lets the page read it and its Mcp-Session-Id. The preflight
+// was 405 and no answer had CORS headers, so no browser let a page of any
+// origin make one request. Another origin still gets none.
+func TestMCPFromAnAllowedOriginsPage(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	const app = "https://app.example.com"
+	n := serveMCP(t, sa, "--allowed-origin", app)
+	key, _ := addAgent(t, sa, "page")
+	preflight := func(origin string) *http.Response {
+		req, _ := http.NewRequest(http.MethodOptions, n.base+chatrelay.PathMCP, nil)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		req.Header.Set("Access-Control-Request-Headers", "authorization,content-type,mcp-protocol-version,mcp-session-id")
+		resp, err := http.DefaultClient.Do(req)
+		assert.Success(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	resp := preflight(app)
+	assert.Equal(t, "the preflight's status", resp.StatusCode, http.StatusNoContent)
+	assert.Equal(t, "the preflight's Access-Control-Allow-Origin", resp.Header.Get("Access-Control-Allow-Origin"), app)
+	allowed := strings.ToLower(resp.Header.Get("Access-Control-Allow-Headers"))
+	for _, h := range []string{"authorization", "content-type", "mcp-protocol-version", "mcp-session-id", "last-event-id"} {
+		assert.True(t, strings.Contains(allowed, h), "the preflight allows the headers %q, not %s", allowed, h)
+	}
+	for _, m := range []string{"POST", "GET", "DELETE"} {
+		assert.True(t, strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), m), "the preflight allows %q, not %s", resp.Header.Get("Access-Control-Allow-Methods"), m)
+	}
+
+	req, _ := http.NewRequest(http.MethodPost, n.base+chatrelay.PathMCP, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"page","version":"1"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Origin", app)
+	resp, err := http.DefaultClient.Do(req)
+	assert.Success(t, err)
+	resp.Body.Close()
+	assert.True(t, resp.StatusCode == 200 && resp.Header.Get("Mcp-Session-Id") != "", "initialize from the page: %d", resp.StatusCode)
+	assert.Equal(t, "the answer's Access-Control-Allow-Origin", resp.Header.Get("Access-Control-Allow-Origin"), app)
+	exposed := strings.ToLower(resp.Header.Get("Access-Control-Expose-Headers"))
+	for _, h := range []string{"mcp-session-id", "www-authenticate", "retry-after"} {
+		assert.True(t, strings.Contains(exposed, h), "the answer exposes %q, not %s", exposed, h)
+	}
+
+	resp = preflight("https://evil.example")
+	assert.Equal(t, "another origin's preflight: Access-Control-Allow-Origin", resp.Header.Get("Access-Control-Allow-Origin"), "")
+}
+
+// TestMCPRefusesTwoKeys: a request with two Authorization headers is
+// refused 401 unauthorized, as every route of the API refuses a
+// credential sent twice: a proxy or a client library may read the other
+// one. It was served with the first, even with a second key's beside it.
+func TestMCPRefusesTwoKeys(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "first")
+	other, _ := addAgent(t, sa, "second")
+	for _, second := range []string{other, key, "cha_" + strings.Repeat("A", 43)} {
+		req, _ := http.NewRequest(http.MethodPost, n.base+chatrelay.PathMCP, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Add("Authorization", "Bearer "+key)
+		req.Header.Add("Authorization", "Bearer "+second)
+		resp, err := http.DefaultClient.Do(req)
+		assert.Success(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.True(t, resp.StatusCode == 401 && resp.Header.Get("Mcp-Session-Id") == "" && strings.Contains(string(b), `"code":"unauthorized"`),
+			"two Authorization headers: %d %s", resp.StatusCode, b)
+	}
+}
