@@ -281,6 +281,7 @@ func (d defSet) verbs() {
 	}
 	d.add("verb.error", object("a verb's refusal (an MCP tool error's structured content)", obj{
 		"code": ref("code"), "error": describe(obj{"type": "string"}, "words for a person"), "retryable": boolean(""),
+		"retry_after_ms": integer(1, -1, string(RateLimited)+", "+string(TooManyStreams)+": how long to wait before calling again"),
 	}, "code", "error", "retryable"))
 }
 

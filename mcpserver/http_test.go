@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -88,13 +89,14 @@ func TestHTTPCloseEndsASessionMadeMeanwhile(t *testing.T) {
 
 // agentSession is an MCP server over HTTP on a file store, for one agent
 // key allowed one call in flight, and a session made with it: rpc sends
-// one JSON-RPC message on ctx and returns the answer's body.
-func agentSession(t *testing.T) (h *mcpserver.HTTP, rpc func(ctx context.Context, msg string) (string, error)) {
+// one JSON-RPC message on ctx and returns the answer's body. The server
+// logs to log (nil: nowhere).
+func agentSession(t *testing.T, log *slog.Logger) (h *mcpserver.HTTP, rpc func(ctx context.Context, msg string) (string, error), end func() int) {
 	t.Helper()
 	st, err := filestore.OpenFile(t.TempDir(), filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	t.Cleanup(func() { st.Close() })
-	h = mcpserver.NewHTTP(&host.Verbs{Store: st}, mcpserver.HTTPOptions{MCPBounds: chatrelay.MCPBounds{MaxCallsPerKey: 1}})
+	h = mcpserver.NewHTTP(&host.Verbs{Store: st}, mcpserver.HTTPOptions{Options: mcpserver.Options{Log: log}, MCPBounds: chatrelay.MCPBounds{MaxCallsPerKey: 1}})
 	t.Cleanup(h.Close)
 	key := chatrelay.AgentKey{ID: "a_0123abcd", Name: "dropper"}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -124,12 +126,21 @@ func agentSession(t *testing.T) (h *mcpserver.HTTP, rpc func(ctx context.Context
 		body, err := io.ReadAll(resp.Body)
 		return string(body), err
 	}
+	end = func() int { // DELETE the session
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, ts.URL, nil)
+		req.Header.Set("Authorization", "Bearer cha_test")
+		req.Header.Set("Mcp-Session-Id", session)
+		resp, err := http.DefaultClient.Do(req)
+		assert.Success(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
 	_, err = rpc(t.Context(), `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"dropper","version":"1"}}}`)
 	assert.Success(t, err)
 	assert.True(t, session != "", "no session made")
 	_, err = rpc(t.Context(), `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	assert.Success(t, err)
-	return h, rpc
+	return h, rpc, end
 }
 
 // TestHTTPWaitEndsWithItsRequest: a wait whose HTTP request is gone (the
@@ -139,7 +150,7 @@ func agentSession(t *testing.T) (h *mcpserver.HTTP, rpc func(ctx context.Context
 // reach no one, and it held the key's place until its timeout (up to
 // 300 s; with 16 dropped, the key could call nothing).
 func TestHTTPWaitEndsWithItsRequest(t *testing.T) {
-	_, rpc := agentSession(t)
+	_, rpc, _ := agentSession(t, nil)
 	list := func() string {
 		body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`)
 		assert.Success(t, err)
@@ -173,7 +184,7 @@ func TestHTTPWaitEndsWithItsRequest(t *testing.T) {
 // another). It answered token_revoked, "this agent key was revoked", not
 // retryable: an agent told so gives its key up.
 func TestHTTPCloseAnswersWaitsRetryable(t *testing.T) {
-	h, rpc := agentSession(t)
+	h, rpc, _ := agentSession(t, nil)
 	waited := make(chan string, 1)
 	go func() {
 		for { // a probe below that came first holds the key's one call: the wait is refused, and sent again
@@ -197,4 +208,141 @@ func TestHTTPCloseAnswersWaitsRetryable(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the wait still runs 10 s after Close")
 	}
+}
+
+// audits is a slog handler that keeps the outcome of each "mcp tool call"
+// line (the audit), by tool.
+type audits struct {
+	mu       *sync.Mutex
+	outcomes map[string][]string
+}
+
+func (h audits) Enabled(context.Context, slog.Level) bool { return true }
+func (h audits) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h audits) WithGroup(string) slog.Handler            { return h }
+func (h audits) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "mcp tool call" {
+		return nil
+	}
+	var tool, outcome string
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "tool":
+			tool = a.Value.String()
+		case "outcome":
+			outcome = a.Value.String()
+		}
+		return true
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.outcomes[tool] = append(h.outcomes[tool], outcome)
+	return nil
+}
+
+func (h audits) of(tool string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.outcomes[tool])
+}
+
+// TestHTTPAuditSaysACallTheClientEnded: a wait that ends because its
+// client left (or sent notifications/cancelled, after its own timeout) is
+// audited with the outcome "canceled". It was "internal", the code of a
+// failure of the server's own, so that every agent whose client gives up
+// on a long wait (the TypeScript SDK after 60 s by default) raised the
+// alarms an operator keeps on internal errors, and the audit did not
+// tell what happened.
+func TestHTTPAuditSaysACallTheClientEnded(t *testing.T) {
+	log := audits{mu: new(sync.Mutex), outcomes: map[string][]string{}}
+	_, rpc, _ := agentSession(t, slog.New(log))
+	waitCtx, drop := context.WithCancel(t.Context())
+	waited := make(chan error, 1)
+	go func() {
+		for { // a probe below that came first holds the key's one call: the wait is refused, and sent again
+			body, err := rpc(waitCtx, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"chatrelay_wait_messages","arguments":{"timeout":300}}}`)
+			if err != nil || !strings.Contains(body, "too_many_streams") {
+				waited <- err
+				return
+			}
+		}
+	}()
+	assert.Eventually(t, 10*time.Second, "the wait in flight (another call refused)", func() bool {
+		body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`)
+		assert.Success(t, err)
+		return strings.Contains(body, "too_many_streams")
+	})
+	drop() // the client leaves
+	<-waited
+	ended := func() []string { // the wait's outcomes but those of the tries refused
+		return slices.DeleteFunc(log.of("chatrelay_wait_messages"), func(o string) bool { return o == string(chatrelay.TooManyStreams) })
+	}
+	assert.Eventually(t, 10*time.Second, "the wait's audit line", func() bool { return len(ended()) > 0 })
+	assert.Equal(t, "the audited outcome of the wait its client left", ended(), []string{"canceled"})
+
+	// A client that gives up on its own timeout says so (the TypeScript
+	// SDK sends notifications/cancelled): the same outcome.
+	go func() {
+		for {
+			body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"chatrelay_wait_messages","arguments":{"timeout":300}}}`)
+			if err != nil || !strings.Contains(body, "too_many_streams") {
+				waited <- err
+				return
+			}
+		}
+	}()
+	assert.Eventually(t, 10*time.Second, "the second wait in flight (another call refused)", func() bool {
+		body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`)
+		assert.Success(t, err)
+		return strings.Contains(body, "too_many_streams")
+	})
+	_, err := rpc(t.Context(), `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4,"reason":"timed out"}}`)
+	assert.Success(t, err)
+	<-waited
+	assert.Eventually(t, 10*time.Second, "the second wait's audit line", func() bool { return len(ended()) > 1 })
+	assert.Equal(t, "the audited outcomes of the waits", ended(), []string{"canceled", "canceled"})
+}
+
+// TestHTTPDeleteEndsTheSessionsWaits: a DELETE of a session with a wait in
+// flight (an agent that closes its client) ends the wait and is answered
+// at once; the wait's audit says canceled. The SDK's close waited for the
+// session's calls, so the DELETE was answered only when the wait returned
+// (up to its 300 s), and the wait held one of the key's calls in flight
+// all along, for an answer no one could read.
+func TestHTTPDeleteEndsTheSessionsWaits(t *testing.T) {
+	log := audits{mu: new(sync.Mutex), outcomes: map[string][]string{}}
+	_, rpc, end := agentSession(t, slog.New(log))
+	waited := make(chan error, 1)
+	go func() {
+		for { // a probe below that came first holds the key's one call: the wait is refused, and sent again
+			body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"chatrelay_wait_messages","arguments":{"timeout":300}}}`)
+			if err != nil || !strings.Contains(body, "too_many_streams") {
+				waited <- err
+				return
+			}
+		}
+	}()
+	assert.Eventually(t, 10*time.Second, "the wait in flight (another call refused)", func() bool {
+		body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`)
+		assert.Success(t, err)
+		return strings.Contains(body, "too_many_streams")
+	})
+	deleted := make(chan int, 1)
+	go func() { deleted <- end() }()
+	select {
+	case status := <-deleted:
+		assert.Equal(t, "the DELETE's status", status, http.StatusNoContent)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the DELETE of a session with a wait of 300 s in flight is not answered after 10 s")
+	}
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait's request still runs 10 s after its session was deleted")
+	}
+	ended := func() []string {
+		return slices.DeleteFunc(log.of("chatrelay_wait_messages"), func(o string) bool { return o == string(chatrelay.TooManyStreams) })
+	}
+	assert.Eventually(t, 10*time.Second, "the wait's audit line", func() bool { return len(ended()) > 0 })
+	assert.Equal(t, "the audited outcome of the wait whose session was deleted", ended(), []string{"canceled"})
 }

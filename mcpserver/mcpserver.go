@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -265,11 +267,13 @@ func decode[In any](args []byte) (In, error) {
 	if len(bytes.TrimSpace(args)) == 0 || string(args) == "null" {
 		args = []byte("{}")
 	}
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(&in)
-	if err == nil && dec.More() {
-		err = errors.New("data after the arguments")
+	err := decodeStrict(args, &in)
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && strings.HasPrefix(te.Value, "number") {
+		if whole, ok := wholeNumbers(args); ok {
+			in = *new(In)
+			err = decodeStrict(whole, &in)
+		}
 	}
 	if err != nil {
 		return in, chatrelay.Errorf(chatrelay.InvalidJSON, "the arguments do not fit the tool's input schema: %s", argError(err))
@@ -278,6 +282,75 @@ func decode[In any](args []byte) (In, error) {
 		return in, chatrelay.Errorf(chatrelay.InvalidText, `the arguments hold a lone UTF-16 surrogate escape (such as "\ud83d"): it is no text`)
 	}
 	return in, nil
+}
+
+// decodeStrict decodes args into v: a JSON value of v's fields and no
+// other, and nothing after it.
+func decodeStrict(args []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("data after the arguments")
+	}
+	return err
+}
+
+// wholeNumbers rewrites args with each number written with a fraction or
+// an exponent whose value is a whole number an int64 holds (60.0, 1e3) as
+// that integer, which JSON Schema's "integer" counts (Python writes a
+// float so) and Go's decoder does not, and each whole number past int64
+// as int64's most (or least): a cursor so large reads as "nothing newer",
+// as over the API, and any other field is refused by its own bound; ok is
+// false if there is none.
+func wholeNumbers(args []byte) (out []byte, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return nil, false
+	}
+	var walk func(x any) any
+	walk = func(x any) any {
+		switch x := x.(type) {
+		case map[string]any:
+			for k, e := range x {
+				x[k] = walk(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = walk(e)
+			}
+		case json.Number:
+			if _, err := x.Int64(); err == nil || len(x) > 40 { // an integer already, or no sensible one
+				return x
+			}
+			f, err := x.Float64() // past float64 (1e400): ±Inf, with an error
+			if err != nil && !math.IsInf(f, 0) || f != math.Trunc(f) {
+				return x
+			}
+			if math.Abs(f) >= 1<<63 { // past every epoch there can be, as the API's since: the most
+				ok = true
+				if f < 0 {
+					return json.Number(strconv.FormatInt(math.MinInt64, 10))
+				}
+				return json.Number(strconv.FormatInt(math.MaxInt64, 10))
+			}
+			r, exact := new(big.Rat).SetString(string(x)) // short, and near an int64: cheap
+			if !exact || !r.IsInt() || !r.Num().IsInt64() {
+				return x
+			}
+			ok = true
+			return json.Number(r.Num().String())
+		}
+		return x
+	}
+	v = walk(v)
+	if !ok {
+		return nil, false
+	}
+	out, err := json.Marshal(v)
+	return out, err == nil
 }
 
 // argError names what is wrong with the arguments, for the model.
@@ -289,6 +362,9 @@ func handler(v *host.Verbs, verb string, b binding, o Options) mcp.ToolHandler {
 		if o.Call == nil {
 			res, _, err := callTool(ctx, req, v, verb, b, o)
 			return res, err
+		}
+		if req.Session != nil {
+			ctx = context.WithValue(ctx, sessionOf{}, req.Session.ID())
 		}
 		ctx, after, err := o.Call(ctx, ToolName(verb), req.Params.Arguments)
 		if err != nil {
@@ -303,6 +379,9 @@ func handler(v *host.Verbs, verb string, b binding, o Options) mcp.ToolHandler {
 		return res, err
 	}
 }
+
+// sessionOf is the context key of the id of a call's session, for Call.
+type sessionOf struct{}
 
 // callTool runs a tool call: its answer, and the refusal it answers (nil
 // for a result).
@@ -397,6 +476,9 @@ type ToolError struct {
 	Code      chatrelay.Code `json:"code"`
 	Error     string         `json:"error"`
 	Retryable bool           `json:"retryable"`
+	// RetryAfterMS is how long to wait before calling again, for a
+	// retryable refusal that knows it (rate_limited, too_many_streams).
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // toolError is a refusal as an MCP tool error: the text "code: words"
@@ -409,9 +491,14 @@ func toolError(verb string, err error, log *slog.Logger) *mcp.CallToolResult {
 		e = &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error"}
 	}
 	te := ToolError{Code: e.Code, Error: e.Message, Retryable: e.Code.Retryable()}
+	say := string(te.Code) + ": " + te.Error
+	if te.Retryable && e.Retry > 0 {
+		te.RetryAfterMS = max(e.Retry.Milliseconds(), 1)
+		say += " (retry in " + e.Retry.Round(time.Millisecond).String() + ")"
+	}
 	return &mcp.CallToolResult{
 		IsError:           true,
-		Content:           []mcp.Content{&mcp.TextContent{Text: string(te.Code) + ": " + te.Error}},
+		Content:           []mcp.Content{&mcp.TextContent{Text: say}},
 		StructuredContent: te,
 	}
 }

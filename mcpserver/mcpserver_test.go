@@ -554,3 +554,107 @@ func TestOpenThread(t *testing.T) {
 	}
 	assert.Equal(t, "list_threads' titles", titles, map[string]string{thread: "", r.Thread: "Deploy 412", r2.Thread: "Only a title", r3.Thread: ""})
 }
+
+// TestRefusalSaysHowLongToWait: a refusal that a later retry gets past
+// (rate_limited, whose window frees a place only minutes later, and
+// too_many_streams) says how long to wait, retry_after_ms in its
+// structured content and in its text, as the API's error body does. It
+// said retryable and nothing more, so an agent could only guess, and one
+// that retried at once was refused again for up to the window's 10
+// minutes.
+func TestRefusalSaysHowLongToWait(t *testing.T) {
+	for _, c := range []struct {
+		refusal *chatrelay.Error
+		wantMS  int64
+		wantIn  string
+	}{
+		{&chatrelay.Error{Code: chatrelay.RateLimited, Retry: 90 * time.Second, Message: "rate limit: at most 20 posts per thread"}, 90000, "retry in 1m30s"},
+		{&chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: 1500 * time.Millisecond, Message: "too many tool calls"}, 1500, "retry in 1.5s"},
+	} {
+		t.Run(string(c.refusal.Code), func(t *testing.T) {
+			e := newEnvWith(t, &mcpserver.Options{Call: func(ctx context.Context, _ string, _ json.RawMessage) (context.Context, func(error), error) {
+				return ctx, func(error) {}, c.refusal
+			}}, nil)
+			r := e.call(t, t.Context(), chatrelay.VerbSend, map[string]any{"thread": thread, "text": "hello"})
+			assert.True(t, r.IsError, "the refused call answered a result")
+			var te struct {
+				Code         chatrelay.Code `json:"code"`
+				Retryable    bool           `json:"retryable"`
+				RetryAfterMS int64          `json:"retry_after_ms"`
+			}
+			b, _ := json.Marshal(r.StructuredContent)
+			assert.Success(t, json.Unmarshal(b, &te))
+			assert.True(t, te.Code == c.refusal.Code && te.Retryable, "the refusal: %s", b)
+			assert.Equal(t, "retry_after_ms", te.RetryAfterMS, c.wantMS)
+			assert.True(t, strings.Contains(text(r), c.wantIn), "the text %q does not say %q", text(r), c.wantIn)
+		})
+	}
+	// A refusal that no wait gets past says nothing of one.
+	e := newEnv(t)
+	r := e.call(t, t.Context(), chatrelay.VerbSend, map[string]any{"thread": thread})
+	b, _ := json.Marshal(r.StructuredContent)
+	assert.True(t, r.IsError && !strings.Contains(string(b), "retry_after_ms") && !strings.Contains(text(r), "retry in"), "a refusal not retryable: %s %q", b, text(r))
+}
+
+// TestWholeNumbersWrittenAsFloats: an integer argument written with a
+// fraction or an exponent (60.0, as Python's json writes a float, or 1e0)
+// is that integer: JSON Schema's "integer", which the input schemas say,
+// counts it, so a client that validates its arguments sends it. The
+// server refused it, invalid_json "timeout must be an integer". A number
+// with a fraction is still refused, and so is a timeout past its bound.
+func TestWholeNumbersWrittenAsFloats(t *testing.T) {
+	e := newEnv(t)
+	for _, args := range []string{
+		`{"thread":"` + thread + `","since":9000000000000,"timeout":1.0}`,
+		`{"thread":"` + thread + `","since":9e12,"timeout":1e0}`,
+		`{"thread":"` + thread + `","since":9.0E+12,"timeout":0.1e1}`,
+	} {
+		r := e.call(t, t.Context(), chatrelay.VerbWaitMessages, json.RawMessage(args))
+		assert.True(t, !r.IsError, "%s: %s", args, text(r))
+		var w host.WaitMessagesResult
+		b, _ := json.Marshal(r.StructuredContent)
+		assert.Success(t, json.Unmarshal(b, &w))
+		assert.True(t, w.TimedOut && w.Cursor == 9_000_000_000_000, "%s: %s", args, b)
+	}
+	for _, args := range []string{
+		`{"thread":"` + thread + `","timeout":1.5}`,
+		`{"thread":"` + thread + `","timeout":1e300}`,
+		`{"thread":"` + thread + `","timeout":"1"}`,
+	} {
+		r := e.call(t, t.Context(), chatrelay.VerbWaitMessages, json.RawMessage(args))
+		b, _ := json.Marshal(r.StructuredContent)
+		assert.True(t, r.IsError && strings.Contains(string(b), `"invalid_json"`), "%s: %s", args, b)
+	}
+}
+
+// TestCursorPastInt64: a cursor too large for 64 bits (99999999999999999999,
+// or 1e+20 as JavaScript writes it) is past every epoch there can be and
+// reads as "nothing newer", as the API's since does; the input schemas
+// bound it by no maximum. It was refused invalid_json "since must be an
+// integer", which it is.
+func TestCursorPastInt64(t *testing.T) {
+	e := newEnv(t)
+	for _, since := range []string{"99999999999999999999", "1e+20"} {
+		r := e.call(t, t.Context(), chatrelay.VerbReadThread, json.RawMessage(`{"thread":"`+thread+`","since":`+since+`}`))
+		assert.True(t, !r.IsError, "read_thread since %s: %s", since, text(r))
+		var read struct { // the cursor, int64's most, is past what the client's float64 holds
+			Messages []json.RawMessage `json:"messages"`
+		}
+		b, _ := json.Marshal(r.StructuredContent)
+		assert.Success(t, json.Unmarshal(b, &read))
+		assert.Equal(t, "read_thread since "+since+": messages", len(read.Messages), 0)
+
+		r = e.call(t, t.Context(), chatrelay.VerbWaitMessages, json.RawMessage(`{"thread":"`+thread+`","since":`+since+`,"timeout":1}`))
+		assert.True(t, !r.IsError, "wait_messages since %s: %s", since, text(r))
+		var w struct {
+			Messages []json.RawMessage `json:"messages"`
+			TimedOut bool              `json:"timed_out"`
+		}
+		b, _ = json.Marshal(r.StructuredContent)
+		assert.Success(t, json.Unmarshal(b, &w))
+		assert.True(t, w.TimedOut && len(w.Messages) == 0, "wait_messages since %s: %s", since, b)
+	}
+	r := e.call(t, t.Context(), chatrelay.VerbWaitMessages, json.RawMessage(`{"thread":"`+thread+`","since":-99999999999999999999}`))
+	b, _ := json.Marshal(r.StructuredContent)
+	assert.True(t, r.IsError && strings.Contains(string(b), `"invalid_since"`), "a cursor below int64: %s", b)
+}

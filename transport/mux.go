@@ -145,7 +145,10 @@ func (s *Server) routes() {
 		}
 		h := s.methods(rts)
 		if row.CORS {
-			h = s.cors(h) // pages of the allowed origins may call it
+			h = s.cors(h, apiCORS) // pages of the allowed origins may call it
+		}
+		if row.Path == chatrelay.PathMCP {
+			h = s.cors(h, mcpCORS) // and MCP, which the transport refuses to other origins
 		}
 		at := s.cfg.Prefix + row.Path
 		if row.Mount == chatrelay.MountOps {
@@ -289,19 +292,31 @@ func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
 	s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no such route"))
 }
 
+// corsHeaders are the request headers a page may send (a preflight's
+// Access-Control-Allow-Headers) and the answer's headers it may read
+// (Access-Control-Expose-Headers).
+type corsHeaders struct{ allow, expose string }
+
+var (
+	apiCORS = corsHeaders{allow: "X-Chat-Token, Authorization, Content-Type, Last-Event-ID, X-Filename", expose: "Idempotent-Replayed, Date, Retry-After"}
+	// MCP's Streamable HTTP: the key, the session and the protocol
+	// version; a client reads the session id, and a 401's challenge.
+	mcpCORS = corsHeaders{allow: "Authorization, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID", expose: "Mcp-Session-Id, WWW-Authenticate, Date, Retry-After"}
+)
+
 // cors lets the pages of the allowed origins call h, answering their
 // preflights. Other origins get no CORS headers, so browsers refuse them.
-func (s *Server) cors(h http.Handler) http.Handler {
+func (s *Server) cors(h http.Handler, ch corsHeaders) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		origin := r.Header.Get("Origin")
 		if origin != "" && s.originAllowed(origin, "") {
 			hd := w.Header()
 			hd.Set("Access-Control-Allow-Origin", origin)
-			hd.Set("Access-Control-Expose-Headers", "Idempotent-Replayed, Date, Retry-After")
+			hd.Set("Access-Control-Expose-Headers", ch.expose)
 			hd.Add("Vary", "Origin")
 			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 				hd.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
-				hd.Set("Access-Control-Allow-Headers", "X-Chat-Token, Authorization, Content-Type, Last-Event-ID, X-Filename")
+				hd.Set("Access-Control-Allow-Headers", ch.allow)
 				hd.Set("Access-Control-Max-Age", "600")
 				w.WriteHeader(http.StatusNoContent)
 				return

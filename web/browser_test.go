@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -333,9 +332,9 @@ func TestAnotherOrigin(t *testing.T) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprintf(w, embedPage, chatURL)
 	})
-	listed := httptest.NewServer(embed)
+	listed := newLoopbackServer(t, embed)
 	defer listed.Close()
-	unlisted := httptest.NewServer(embed)
+	unlisted := newLoopbackServer(t, embed)
 	defer unlisted.Close()
 	srv := startServer(t, "--allowed-origin", listed.URL)
 	chatURL = srv.URL

@@ -8,6 +8,7 @@ package web_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"regexp"
 	"slices"
@@ -217,6 +218,10 @@ func TestDevicesPanel(t *testing.T) {
 	phoneID := eval[string](owner, `(() => { document.getElementById("devices-open").click();
 		return [...document.querySelectorAll("#devices-list li")].find((li) => li.textContent.startsWith("Phone")).dataset.id })()`)
 	owner.waitJS(soon, "the panel open", `document.getElementById("devices").open`)
+	// The panel lists the devices again as it opens: the click waits for
+	// that list (the phone has been seen since the last one), else it
+	// could land on a row just replaced.
+	owner.waitJS(soon, "the list read again", `[...document.querySelectorAll("#devices-list li")].some((li) => li.textContent.startsWith("Phone") && li.textContent.includes("last seen"))`)
 	asked := owner.acceptDialog()
 	owner.click(`#devices-list button[data-revoke="` + phoneID + `"]`)
 	select {
@@ -256,5 +261,78 @@ func TestDevicesPanel(t *testing.T) {
 	json.NewDecoder(resp.Body).Decode(&who)
 	if resp.StatusCode != 200 || who.Role != "owner" || who.Device.Name != "Tablet" || who.Thread != threadOf(token) {
 		t.Errorf("the tablet's whoami: %d %+v", resp.StatusCode, who)
+	}
+}
+
+// TestDeviceLinkAsksBeforeReplacing: a device link opened in a browser
+// that keeps another device already replaces it only once the person says
+// yes, as a claim link asks. Any page on the web can open a link: here a
+// page of another site sends the phone to a device link of its maker's own
+// conversation. Before, /d adopted it at once: the phone forgot its
+// owner's device for good, unasked, and showed (and posted the person's
+// next words to) the link maker's conversation. Said no, the page keeps
+// its own device and conversation and says the link was not opened; said
+// yes, it opens the link's.
+func TestDeviceLinkAsksBeforeReplacing(t *testing.T) {
+	srv := startServer(t)
+	_, token := startConversation(t, srv.URL, "my own conversation")
+	makeDevice := func(owner string) string {
+		t.Helper()
+		status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/devices", "X-Chat-Token", owner, map[string]string{"name": "Phone"})
+		var made struct{ Token string }
+		if json.Unmarshal(raw, &made); status != http.StatusCreated {
+			t.Fatalf("make a device: %d %s", status, raw)
+		}
+		return made.Token
+	}
+	mine := makeDevice(token)
+	theirs := strings.Repeat("5a", 32) // the link maker's own conversation
+	post(t, srv.URL, theirs, "the link maker's conversation", "operator")
+	hostile := makeDevice(theirs)
+	site := newLoopbackServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, `<!doctype html><title>a prize</title><script>location = `+js(srv.URL+"d#"+hostile)+`</script>`)
+	}))
+
+	phone := newWindow(t)
+	phone.open(srv.URL + "d#" + mine)
+	phone.waitShown(soon, "my own conversation")
+
+	// Sent to the link by the other site, and declined: nothing changes.
+	asked := phone.answerDialog(false)
+	phone.open(site.URL + "/")
+	select {
+	case msg := <-asked:
+		if !strings.Contains(msg, "forget") {
+			t.Errorf("the confirmation reads %q", msg)
+		}
+	case <-time.After(soon):
+		t.Fatalf("no confirmation asked before replacing the device%s", phone.dump())
+	}
+	phone.waitJS(soon, "the notice that the link was not opened", `document.getElementById("notice-text").textContent.includes("The link was not opened")`)
+	phone.waitShown(soon, "my own conversation")
+	if got := eval[string](phone, `localStorage.getItem("chatrelay.device")`); got != mine {
+		t.Fatalf("declined, the phone keeps device token %.12s…, want its own %.12s…", got, mine)
+	}
+	if u := eval[string](phone, `location.href`); strings.Contains(u, "#") {
+		t.Errorf("the address bar still holds the link's fragment: %s", u)
+	}
+	if got := eval[string](phone, `String(window.chatrelayDevice)`); got != "undefined" {
+		t.Errorf("the page keeps the declined token in window.chatrelayDevice")
+	}
+	phone.open(srv.URL + "d")
+	phone.waitShown(soon, "my own conversation")
+
+	// Opened again, and accepted: the link's conversation is the phone's.
+	asked = phone.answerDialog(true)
+	phone.open(srv.URL + "d#" + hostile)
+	select {
+	case <-asked:
+	case <-time.After(soon):
+		t.Fatal("no confirmation asked the second time")
+	}
+	phone.waitShown(soon, "the link maker's conversation")
+	if got := eval[string](phone, `localStorage.getItem("chatrelay.device")`); got != hostile {
+		t.Fatalf("accepted, the phone keeps device token %.12s…, want the link's %.12s…", got, hostile)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -39,7 +40,50 @@ var (
 	chromiumPath = flag.String("chromium", envOr("CHROMIUM", "/usr/bin/chromium"), "the Chromium the browser tests drive")
 	update       = flag.Bool("update", false, "rewrite the screenshots in testdata/ (screenshot.png, approval.png, people.png, participant.png)")
 	showBrowser  = flag.Bool("browser-log", false, "print Chromium's own output")
+	testPorts    = flag.String("ports", os.Getenv("CHATRELAY_TEST_PORTS"), "FIRST-LAST: the loopback ports the tests listen on (servers and the tests' own sites); empty: any free port")
 )
+
+// portRange is -ports parsed: [first, last], or zeros for any free port.
+var portRange [2]int
+
+// nextPort is the next port of portRange a server tries.
+var nextPort atomic.Int32
+
+// newLoopbackServer is httptest.NewServer on loopbackAddr.
+func newLoopbackServer(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	l, err := net.Listen("tcp", loopbackAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: h}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// loopbackAddr is an address for a server to listen on: 127.0.0.1:0, or
+// with -ports the next port of the range that is free now.
+func loopbackAddr(t *testing.T) string {
+	t.Helper()
+	if portRange[0] == 0 {
+		return "127.0.0.1:0"
+	}
+	for range portRange[1] - portRange[0] + 1 {
+		p := int(nextPort.Add(1)) - 1
+		if p > portRange[1] {
+			nextPort.Store(int32(portRange[0]) + 1)
+			p = portRange[0]
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", p)
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
+	t.Fatalf("no free port in %s", *testPorts)
+	return ""
+}
 
 var (
 	chatrelayBin string          // built once by TestMain
@@ -68,6 +112,14 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
+
+	if *testPorts != "" {
+		if _, err := fmt.Sscanf(*testPorts, "%d-%d", &portRange[0], &portRange[1]); err != nil || portRange[0] < 1 || portRange[1] <= portRange[0] || portRange[1] > 65535 {
+			fmt.Fprintf(os.Stderr, "-ports %q: want FIRST-LAST, two ports, FIRST below LAST\n", *testPorts)
+			return 1
+		}
+		nextPort.Store(int32(portRange[0]))
+	}
 
 	chatrelayBin = filepath.Join(tmp, "chatrelay")
 	build := exec.Command("go", "build", "-o", chatrelayBin, "github.com/chatrelay/chatrelay/cmd/chatrelay")
@@ -137,7 +189,7 @@ func startServer(t *testing.T, args ...string) *server {
 // (env: "K=V").
 func startServerEnv(t *testing.T, env []string, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, Addr: "127.0.0.1:0", Data: t.TempDir(), args: args, env: env}
+	s := &server{t: t, Addr: loopbackAddr(t), Data: t.TempDir(), args: args, env: env}
 	s.start()
 	t.Cleanup(func() {
 		s.stop()
@@ -477,7 +529,7 @@ func newGate(t *testing.T, backend *server) *gate {
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newLoopbackServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		g.lines = append(g.lines, r.Method+" "+r.RequestURI)
 		if ref := r.Header.Get("Referer"); ref != "" {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -79,6 +80,11 @@ func (tb *tab) buttonsOf(id string) []string {
 // click clicks the element at sel as a mouse does.
 func (tb *tab) click(sel string) {
 	tb.t.Helper()
+	if strings.Contains(sel, "data-decision") || strings.Contains(sel, "data-choice") {
+		// An answer button takes a press only once the page has been
+		// seen for a moment (TestAnswerNotTakenAsThePageAppears).
+		tb.waitJS(soon, "the answers armed", `document.documentElement.dataset.answers === "armed"`)
+	}
 	tb.do(5*time.Second, "click "+sel, chromedp.Click(chromedp.CSS(sel)))
 }
 
@@ -791,4 +797,54 @@ func threeTabs(t *testing.T, srv *server, first string) ([]*tab, string) {
 	b.adopt(srv.URL, token)
 	b.waitState(live, "ws")
 	return []*tab{a, a2, b}, token
+}
+
+// TestAnswerNotTakenAsThePageAppears: a click that lands on Approve in the
+// first instants after the page appeared is not taken as the answer; a
+// click once the card has been seen is. A page of another site cannot
+// frame this one (frame-ancestors 'none'), but it can open it
+// (window.open) at a size it chooses, where the pending approval shows at
+// a place it can learn, under the pointer of a person it has clicking
+// (a game, "double-click to continue": double-clickjacking). Before, the
+// button took the click that came 150-230 ms after the navigation began
+// (measured here), as soon as it was drawn.
+func TestAnswerNotTakenAsThePageAppears(t *testing.T) {
+	srv := startServer(t)
+	tb, token := startConversation(t, srv.URL, "Ship build 9 when it is green.")
+	thread := threadOf(token)
+	q := srv.ask(thread, "--approval", "Deploy build 9?", "--title", "deploy", "--timeout", "15m")
+	ix := q.Interaction.ID
+	tb.waitIx(soon, ix, "pending")
+	at := eval[[]float64](tb, `(() => { const r = document.querySelector("button[data-decision=approve]").getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()`)
+	// Each load of the page notes when its Approve button was first drawn.
+	if _, err := chromedp.Call(tb.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `
+		new MutationObserver(() => { if (!window.__drawn && document.querySelector("button[data-decision=approve]")) window.__drawn = performance.now(); })
+			.observe(document, { subtree: true, childList: true });`}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The page appears, and the clicks keep coming where Approve is drawn,
+	// until the button has been on the page for 250 ms.
+	tb.open(srv.URL)
+	clicks, deadline := 0, time.Now().Add(live)
+	for {
+		tb.do(soon, "click where Approve is", chromedp.MouseClickXY(at[0], at[1]))
+		clicks++
+		if eval[bool](tb, `window.__drawn !== undefined && performance.now() - window.__drawn > 250`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Approve was not drawn again%s", tb.dump())
+		}
+	}
+	if got := srv.check(thread, ix); got.State != "pending" {
+		t.Fatalf("one of %d clicks in the page's first instants answered the approval: %s", clicks, got.State)
+	}
+	tb.waitIx(soon, ix, "pending")
+
+	// Seen for a moment, the card takes the person's click.
+	tb.waitJS(soon, "the answers armed", `document.documentElement.dataset.answers === "armed"`)
+	tb.do(soon, "click Approve", chromedp.MouseClickXY(at[0], at[1]))
+	waitFor(t, soon, "the approval stored", func() bool { return srv.check(thread, ix).State == "approved" })
+	tb.waitIx(soon, ix, "approved")
 }

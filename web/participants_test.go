@@ -799,7 +799,8 @@ func (tb *tab) openSamePage(u string) {
 // the participant page, and a device link in a tab showing the device's
 // page, change only the fragment (no load): the page still takes the token
 // out of the address bar and the tab's history and opens the new link, as
-// a first load does. Before, the page never looked: the token stayed in
+// a first load does (a device link, once the person said yes to replacing
+// the device the browser keeps). Before, the page never looked: the token stayed in
 // the address bar and the history, and a person whose link was revoked,
 // pasting the new one the owner sent, still read "revoked".
 func TestNewLinkInTheSameTab(t *testing.T) {
@@ -849,7 +850,15 @@ func TestNewLinkInTheSameTab(t *testing.T) {
 	dev := newWindow(t)
 	dev.open(devs[0])
 	dev.waitState(live, "ws")
+	// It replaces the device the browser keeps, so the person is asked
+	// first (TestDeviceLinkAsksBeforeReplacing), and says yes.
+	asked := dev.answerDialog(true)
 	dev.openSamePage(devs[1])
+	select {
+	case <-asked:
+	case <-time.After(soon):
+		t.Fatal("no confirmation asked before the second device link replaced the first")
+	}
 	_, second2, _ := strings.Cut(devs[1], "#")
 	dev.waitJS(soon, "the second device's token kept", `localStorage.getItem("chatrelay.device") === `+js(second2))
 	dev.waitState(live, "ws")

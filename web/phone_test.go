@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,4 +68,73 @@ func TestPhoneWidthOpensAtTheNewestMessage(t *testing.T) {
 			t.Errorf("the page asked for something missing: %s", line)
 		}
 	}
+}
+
+// TestLongNamesStayInThePage: names with no place to break (a share link's
+// name is up to 64 code points, a reaction up to 64) stay inside the page
+// at a phone's width (390×844): the participant page's bar keeps one row
+// and cuts its own name with an ellipsis (the whole name in its tooltip),
+// "Also here" wraps, and on both pages a guest's name and a reaction wrap
+// inside their message. Before, the participant page grew 835 px wider
+// than the screen (it scrolled sideways, its buttons out of sight), and on
+// the owner's page the guest's name and the reaction ran out of their
+// message.
+func TestLongNamesStayInThePage(t *testing.T) {
+	srv := startServer(t)
+	token := strings.Repeat("6b", 32)
+	post(t, srv.URL, token, "Who is in?", "operator")
+	long := strings.Repeat("W", 64)
+	alex := invite(t, srv.URL, token, map[string]any{"name": long, "role": "commenter"})
+	invite(t, srv.URL, token, map[string]any{"name": strings.Repeat("Z", 64), "role": "viewer"})
+	if status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/post", "Authorization", "Bearer "+alex.Token, map[string]any{"text": "I am in."}); status != http.StatusCreated {
+		t.Fatalf("the guest's post: %d %s", status, raw)
+	}
+	first := poll2(t, srv.URL, token)[0]
+	if status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/react", "Authorization", "Bearer "+alex.Token, map[string]any{"message_id": first.ID, "emoji": strings.Repeat("Q", 64)}); status != http.StatusOK {
+		t.Fatalf("the guest's reaction: %d %s", status, raw)
+	}
+
+	// inPage lists what runs out of the page or out of its message.
+	const inPage = `(() => {
+		const out = [];
+		const name = (e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + (e.className && typeof e.className === "string" ? "." + e.className.split(" ")[0] : "");
+		const de = document.documentElement;
+		if (de.scrollWidth > de.clientWidth) out.push("the page is " + (de.scrollWidth - de.clientWidth) + " px wider than the screen");
+		for (const e of document.querySelectorAll("header.bar > *, #others")) {
+			const r = e.getBoundingClientRect();
+			if (r.width > 0 && r.right > de.clientWidth + 0.5) out.push(name(e) + " ends at " + Math.round(r.right) + " px");
+		}
+		for (const li of document.querySelectorAll("#log li")) {
+			const box = li.getBoundingClientRect();
+			for (const e of li.querySelectorAll(".meta > *, .reactions > *")) {
+				const r = e.getBoundingClientRect();
+				if (r.width > 0 && r.right > box.right + 0.5) out.push(name(e) + " runs " + Math.round(r.right - box.right) + " px out of its message");
+			}
+		}
+		return out;
+	})()`
+	check := func(tb *tab, what string) {
+		t.Helper()
+		tb.waitShown(soon, "I am in.")
+		tb.waitJS(soon, "the reaction shown", `[...document.querySelectorAll(".reactions > *")].some((e) => e.textContent.includes("QQQQ"))`)
+		if out := eval[[]string](tb, inPage); len(out) > 0 {
+			t.Errorf("%s at 390 px: %s", what, strings.Join(out, "; "))
+		}
+	}
+
+	p := newWindow(t)
+	p.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	p.open(alex.Link)
+	p.waitState(live, "ws")
+	check(p, "the participant page")
+	p.waitJS(soon, "the bar on one row", onOneRow)
+	if got := eval[string](p, `document.getElementById("me").title`); !strings.Contains(got, long) {
+		t.Errorf("the bar's name has the tooltip %q, want the whole name", got)
+	}
+
+	o := newWindow(t)
+	o.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	o.adopt(srv.URL, token)
+	o.waitState(live, "ws")
+	check(o, "the owner's page")
 }

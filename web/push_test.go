@@ -43,6 +43,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -491,6 +492,7 @@ func TestApproveFromTheNotification(t *testing.T) {
 	page.waitState(live, "ws")
 	q3 := srv.ask(thread, "--approval", "Drop the staging database.", "--title", "drop", "--timeout", "15m")
 	page.waitIx(soon, q3.Interaction.ID, "pending")
+	page.waitJS(soon, "the page's answers armed", `document.documentElement.dataset.answers === "armed"`)
 	tb.deliver(g.URL, reg, serverPush(t, svc, "/push/phone", "interaction", q3.Interaction.ID))
 	tb.waitNotification(q3.Interaction.ID, "Drop the staging database.")
 	eval[bool](page, `(setTimeout(() => document.querySelector(`+js(ixSel(q3.Interaction.ID)+" button.deny")+`).click(), 300), true)`)
@@ -701,7 +703,7 @@ func TestNewConversationEndsItsNotifications(t *testing.T) {
 // <prefix>/sw.js with the prefix as its scope, and subscribes through the
 // prefix's API.
 func TestNotifySwitchUnderPrefix(t *testing.T) {
-	svc := pushtest.NewService(t)
+	svc := newPushService(t)
 	srv := startServerEnv(t, trustPushService(t, svc), "--push-allow-host", "127.0.0.1", "--prefix", "/spaces/newos4")
 	tb := newWindow(t)
 	tb.allowNotifications(srv.URL)
@@ -779,9 +781,23 @@ func (tb *tab) notifyOn(url, text string) string {
 	return token
 }
 
+// newPushService starts a push service on loopback (on a port of -ports,
+// when given).
+func newPushService(t *testing.T) *pushtest.Service {
+	t.Helper()
+	if portRange[0] == 0 {
+		return pushtest.NewService(t)
+	}
+	l, err := net.Listen("tcp", loopbackAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pushtest.NewServiceOn(t, l)
+}
+
 func startPushServer(t *testing.T) (*server, *pushtest.Service) {
 	t.Helper()
-	svc := pushtest.NewService(t)
+	svc := newPushService(t)
 	return startServerEnv(t, trustPushService(t, svc), "--push-allow-host", "127.0.0.1"), svc
 }
 
@@ -835,7 +851,7 @@ func TestDevicePageKeepsTheOwnersNotifications(t *testing.T) {
 	}
 	other := strings.Repeat("7e", 32) // a conversation of the person's other browser
 	post(t, srv.URL, other, "my other conversation", "operator")
-	for _, c := range []struct{ token, first string }{
+	for i, c := range []struct{ token, first string }{
 		{token, "notify me on this computer"},
 		{other, "my other conversation"},
 	} {
@@ -846,6 +862,11 @@ func TestDevicePageKeepsTheOwnersNotifications(t *testing.T) {
 		}
 		dev := tb.sibling()
 		dev.pushStub(sub)
+		if i > 0 {
+			// The browser keeps the first device: the person is asked
+			// before the second replaces it, and says yes.
+			dev.answerDialog(true)
+		}
 		dev.open(made.Link)
 		dev.waitState(live, "ws")
 		dev.waitShown(soon, c.first)
@@ -859,5 +880,82 @@ func TestDevicePageKeepsTheOwnersNotifications(t *testing.T) {
 	}
 	if got := tb.storedCredential(thread); !strings.HasPrefix(got, "owner "+token+" ") {
 		t.Errorf("IndexedDB holds %q for the thread, want the owner's credential", got)
+	}
+}
+
+// TestParticipantPageKeepsTheOwnersNotifications: a share link of a
+// conversation opened in the browser that owns it with notifications on
+// (the owner tries the link before sending it), whose Notify me is
+// pressed, leaves the owner's notifications as they were: the switch says
+// this browser gets them already as the owner, the server still holds the
+// owner's subscription for both events, IndexedDB the owner's credential,
+// and the owner's page, loaded again, shows the switch on; a device link's
+// page of the conversation, pressed the same way, leaves them too. Before, the
+// participant's subscription took over the owner's (a browser has one
+// endpoint, which the server holds once per thread): the owner's list was
+// empty, the worker kept the share token, and an approval reached the
+// browser no more.
+func TestParticipantPageKeepsTheOwnersNotifications(t *testing.T) {
+	srv, svc := startPushServer(t)
+	tb := newWindow(t)
+	tb.allowNotifications(srv.URL)
+	sub := svc.Subscribe(t, "owner")
+	tb.pushStub(sub)
+	token := tb.notifyOn(srv.URL, "I try the link before I send it")
+	thread := threadOf(token)
+	before := tb.storedCredential(thread)
+	sam := invite(t, srv.URL, token, map[string]any{"name": "Sam", "role": "commenter"})
+
+	p := tb.sibling()
+	p.pushStub(sub)
+	p.open(sam.Link)
+	p.waitState(live, "ws")
+	p.click("#notify")
+	p.waitJS(soon, "the switch settled", `!document.getElementById("notify-note").hidden || document.getElementById("notify").dataset.state === "on"`)
+	if state, note := p.switchState(); state != "off" || !strings.Contains(note, "as its owner") {
+		t.Errorf("the participant's switch is %s, saying %q; want off, saying this browser gets them as the owner", state, note)
+	}
+	subs := subscriptions(t, srv.URL, token)
+	if len(subs) != 1 || subs[0].Endpoint != sub.Endpoint {
+		t.Fatalf("the owner's subscriptions are %+v, want the one to %s", subs, sub.Endpoint)
+	}
+	if got := tb.storedCredential(thread); got != before {
+		t.Errorf("IndexedDB holds %q for the thread, want the owner's %q", got, before)
+	}
+	// A device link of the conversation, opened in the same browser, leaves
+	// them be too.
+	status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/devices", "X-Chat-Token", token, map[string]string{"name": "Laptop"})
+	var made struct{ Link string }
+	if json.Unmarshal(raw, &made); status != http.StatusCreated {
+		t.Fatalf("make a device: %d %s", status, raw)
+	}
+	dev := tb.sibling()
+	dev.pushStub(sub)
+	dev.open(made.Link)
+	dev.waitState(live, "ws")
+	dev.click("#notify")
+	dev.waitJS(soon, "the switch settled", `!document.getElementById("notify-note").hidden || document.getElementById("notify").dataset.state === "on"`)
+	if state, note := dev.switchState(); state != "off" || !strings.Contains(note, "as its owner") {
+		t.Errorf("the device's switch is %s, saying %q; want off, saying this browser gets them as the owner", state, note)
+	}
+	if got := tb.storedCredential(thread); got != before {
+		t.Errorf("after the device's page, IndexedDB holds %q for the thread, want the owner's %q", got, before)
+	}
+
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	tb.waitJS(soon, "the owner's switch still on", `document.getElementById("notify").dataset.state === "on"`)
+
+	// An approval still reaches the browser, and its Approve is the owner's.
+	reg := tb.registration(srv.URL)
+	tb.open(srv.URL + "favicon.svg")
+	q := srv.ask(thread, "--approval", "Deploy build 7?", "--title", "deploy", "--timeout", "15m")
+	ix := q.Interaction.ID
+	tb.deliver(srv.URL, reg, serverPush(t, svc, "/push/owner", "interaction", ix))
+	tb.waitNotification(ix, "Deploy build 7?")
+	inWorker[bool](tb, srv.URL+"sw.js", clickJS(ix, "approve", 0))
+	waitFor(t, soon, "the approval stored", func() bool { return srv.check(thread, ix).State == "approved" })
+	if got := srv.check(thread, ix); got.AnsweredBy != "operator" {
+		t.Errorf("approved by %q, want operator (the owner's credential)", got.AnsweredBy)
 	}
 }

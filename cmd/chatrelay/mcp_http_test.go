@@ -520,10 +520,13 @@ func TestMCPOverHTTPFromTheTypeScriptSDK(t *testing.T) {
 	assert.True(t, len(out.Progress) >= 8, "progress notifications: %d", len(out.Progress))
 }
 
-// TestMCPBounds: a key's sessions past --mcp-sessions-per-key are refused
-// 429 too_many_streams (another key still connects), and a key's writes
-// past its window (--rate-ip: the key counts as one client address) are
-// the tool's error rate_limited, which stores nothing.
+// TestMCPBounds: past --mcp-sessions-per-key, a new session of the key
+// ends the key's least recently used session with no tool call in flight
+// (an agent that restarted without ending its session gets in at once);
+// with every session of the key in a call it is refused 429
+// too_many_streams, and another key still connects. A key's writes past
+// its window (--rate-ip: the key counts as one client address) are the
+// tool's error rate_limited, which stores nothing.
 func TestMCPBounds(t *testing.T) {
 	t.Parallel()
 	sa := []string{"--data", t.TempDir()}
@@ -532,11 +535,32 @@ func TestMCPBounds(t *testing.T) {
 	thread := chatrelay.ThreadOf(owner)
 	assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
 	key, _ := addAgent(t, sa, "busy")
-	cs := mcpClient(t, n.base, key, nil)
+	crashed := mcpClient(t, n.base, key, nil) // never ended: its agent crashed
+	progress := make(chan *mcp.ProgressNotificationParams, 64)
+	cs := mcpClient(t, n.base, key, progress) // the agent again
+	_, err := crashed.CallTool(t.Context(), &mcp.CallToolParams{Name: chatrelay.ToolName("list_threads"), Arguments: map[string]any{}})
+	assert.True(t, err != nil, "the session that made room still answers")
+	assert.True(t, strings.Contains(n.log.String(), "least recently used session ended"), "the room made is not logged: %s", n.log.String())
+
+	ctx, cancel := context.WithCancel(t.Context())
+	waited := make(chan error, 1)
+	go func() {
+		p := &mcp.CallToolParams{Name: chatrelay.ToolName("wait_messages"), Arguments: map[string]any{"thread": thread, "since": 1 << 50, "timeout": 60}}
+		p.SetProgressToken("busy")
+		_, err := cs.CallTool(ctx, p)
+		waited <- err
+	}()
+	select { // the wait is in flight: it reports its progress
+	case <-progress:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait reports no progress")
+	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "second", Version: "1"}, nil)
-	_, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: n.base + chatrelay.PathMCP,
+	_, err = c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: n.base + chatrelay.PathMCP,
 		HTTPClient: &http.Client{Transport: bearerTransport{key}}, MaxRetries: -1}, nil)
-	assert.True(t, err != nil && strings.Contains(err.Error(), "Too Many Requests"), "a second session of the key: %v", err) // 429
+	assert.True(t, err != nil && strings.Contains(err.Error(), "Too Many Requests"), "a second session of the key while its one is in a call: %v", err) // 429
+	cancel()
+	<-waited
 	other, _ := addAgent(t, sa, "other")
 	mcpClient(t, n.base, other, nil)
 
@@ -595,4 +619,111 @@ func TestMCPAttachmentHonoursMaxAttachmentBytes(t *testing.T) {
 	rd := runCLI(t, nil, "", append([]string{"show", thread, "--json"}, sa...)...)
 	assert.Success(t, rd.err)
 	assert.True(t, !strings.Contains(rd.stdout, `"past"`), "the refused send was stored: %s", rd.stdout)
+}
+
+// TestMCPFromAnAllowedOriginsPage: a page of an origin listed with
+// --allowed-origin can use MCP over HTTP, as the refusal of another
+// origin tells (name it with --allowed-origin): the browser's preflight
+// (Authorization and MCP's own headers) is answered 204 with CORS, and
+// each answer lets the page read it and its Mcp-Session-Id. The preflight
+// was 405 and no answer had CORS headers, so no browser let a page of any
+// origin make one request. Another origin still gets none.
+func TestMCPFromAnAllowedOriginsPage(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	const app = "https://app.example.com"
+	n := serveMCP(t, sa, "--allowed-origin", app)
+	key, _ := addAgent(t, sa, "page")
+	preflight := func(origin string) *http.Response {
+		req, _ := http.NewRequest(http.MethodOptions, n.base+chatrelay.PathMCP, nil)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		req.Header.Set("Access-Control-Request-Headers", "authorization,content-type,mcp-protocol-version,mcp-session-id")
+		resp, err := http.DefaultClient.Do(req)
+		assert.Success(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	resp := preflight(app)
+	assert.Equal(t, "the preflight's status", resp.StatusCode, http.StatusNoContent)
+	assert.Equal(t, "the preflight's Access-Control-Allow-Origin", resp.Header.Get("Access-Control-Allow-Origin"), app)
+	allowed := strings.ToLower(resp.Header.Get("Access-Control-Allow-Headers"))
+	for _, h := range []string{"authorization", "content-type", "mcp-protocol-version", "mcp-session-id", "last-event-id"} {
+		assert.True(t, strings.Contains(allowed, h), "the preflight allows the headers %q, not %s", allowed, h)
+	}
+	for _, m := range []string{"POST", "GET", "DELETE"} {
+		assert.True(t, strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), m), "the preflight allows %q, not %s", resp.Header.Get("Access-Control-Allow-Methods"), m)
+	}
+
+	req, _ := http.NewRequest(http.MethodPost, n.base+chatrelay.PathMCP, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"page","version":"1"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Origin", app)
+	resp, err := http.DefaultClient.Do(req)
+	assert.Success(t, err)
+	resp.Body.Close()
+	assert.True(t, resp.StatusCode == 200 && resp.Header.Get("Mcp-Session-Id") != "", "initialize from the page: %d", resp.StatusCode)
+	assert.Equal(t, "the answer's Access-Control-Allow-Origin", resp.Header.Get("Access-Control-Allow-Origin"), app)
+	exposed := strings.ToLower(resp.Header.Get("Access-Control-Expose-Headers"))
+	for _, h := range []string{"mcp-session-id", "www-authenticate", "retry-after"} {
+		assert.True(t, strings.Contains(exposed, h), "the answer exposes %q, not %s", exposed, h)
+	}
+
+	resp = preflight("https://evil.example")
+	assert.Equal(t, "another origin's preflight: Access-Control-Allow-Origin", resp.Header.Get("Access-Control-Allow-Origin"), "")
+}
+
+// TestMCPRefusesTwoKeys: a request with two Authorization headers is
+// refused 401 unauthorized, as every route of the API refuses a
+// credential sent twice: a proxy or a client library may read the other
+// one. It was served with the first, even with a second key's beside it.
+func TestMCPRefusesTwoKeys(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "first")
+	other, _ := addAgent(t, sa, "second")
+	for _, second := range []string{other, key, "cha_" + strings.Repeat("A", 43)} {
+		req, _ := http.NewRequest(http.MethodPost, n.base+chatrelay.PathMCP, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Add("Authorization", "Bearer "+key)
+		req.Header.Add("Authorization", "Bearer "+second)
+		resp, err := http.DefaultClient.Do(req)
+		assert.Success(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.True(t, resp.StatusCode == 401 && resp.Header.Get("Mcp-Session-Id") == "" && strings.Contains(string(b), `"code":"unauthorized"`),
+			"two Authorization headers: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestMCPNoSessionButInitialize: a POST without Mcp-Session-Id that is
+// not an initialize request (a tool call, a notification, a response) is
+// 400 invalid_json saying what to do, makes no session and logs no error.
+// The SDK answered it 200 with a JSON-RPC error of code 0, made and
+// dropped a session, and logged it at error level: any key holder could
+// fill the log.
+func TestMCPNoSessionButInitialize(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "sessionless")
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":1,"result":{}}`,
+	} {
+		resp := mcpPost(t, n.base, key, "", body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, body+": status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_json"`) && strings.Contains(string(b), "initialize"), "%s: %s", body, b)
+	}
+	log := n.log.String()
+	assert.True(t, !strings.Contains(log, "level=ERROR") && !strings.Contains(log, "server session connected"), "the log: %s", log)
+	cs := mcpClient(t, n.base, key, nil) // an initialize still makes a session
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "list_threads: %+v", r)
 }

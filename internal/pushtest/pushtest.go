@@ -110,6 +110,14 @@ func NewService(tb testing.TB) *Service {
 	return s
 }
 
+// NewServiceOn starts a Service listening on l (closed at the test's
+// end), for a test that keeps to its own ports.
+func NewServiceOn(tb testing.TB, l net.Listener) *Service {
+	s := newServiceOn(l, false, nil)
+	tb.Cleanup(s.Close)
+	return s
+}
+
 // NewHTTP2Service starts a Service on 127.0.0.1 that offers HTTP/2, as
 // the real push services do (closed at the test's end).
 func NewHTTP2Service(tb testing.TB) *Service {
@@ -121,18 +129,29 @@ func NewHTTP2Service(tb testing.TB) *Service {
 // newService starts a Service, offering HTTP/2 if h2; control, if not
 // nil, makes the handler of the paths under /_control/.
 func newService(h2 bool, control func(*Service) http.Handler) *Service {
+	return newServiceOn(nil, h2, control)
+}
+
+// newServiceOn is newService listening on l (nil: a free port of
+// 127.0.0.1).
+func newServiceOn(l net.Listener, h2 bool, control func(*Service) http.Handler) *Service {
 	s := &Service{subs: map[string]Subscription{}, counts: map[string]int{}, wake: make(chan struct{})}
 	var extra http.Handler
 	if control != nil {
 		extra = control(s)
 	}
-	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if extra != nil && strings.HasPrefix(r.URL.Path, "/_control/") {
 			extra.ServeHTTP(w, r)
 			return
 		}
 		s.serve(w, r)
-	}))
+	})
+	if l != nil {
+		s.Server = &httptest.Server{Listener: l, Config: &http.Server{Handler: h}}
+	} else {
+		s.Server = httptest.NewUnstartedServer(h)
+	}
 	s.EnableHTTP2 = h2
 	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateNew {

@@ -78,6 +78,10 @@ const DEVICE_KEY = "chatrelay.device";
 
 const devicePage = document.documentElement.dataset.page === "device";
 
+// declinedDevice: the person said no to a device link that would have
+// replaced the device this browser keeps (readDevice).
+let declinedDevice = false;
+
 // The device's link: t-link.js took its token out of the address bar (and
 // the history) before anything else ran, and kept it in localStorage.
 const deviceLink = devicePage ? readDevice() : null;
@@ -86,6 +90,25 @@ function readDevice() {
   const said = document.documentElement.dataset.device;
   if (said === "malformed") return { token: "", problem: "malformed" };
   if (said === "unkept") return { token: "", problem: "unkept" };
+  if (said === "pending") {
+    // The link names another device than the one this browser keeps:
+    // adopted unasked, it would make the browser forget its device, and
+    // show (and send the person's words to) the conversation of whoever
+    // made the link. Said no, the page keeps its own.
+    const fresh = window.chatrelayDevice;
+    delete window.chatrelayDevice;
+    const ok = confirm(
+      "Open the conversation of this device link?\n\nThis browser will forget the device link it keeps now, and open the new link's conversation instead. Say no if you did not expect a new device link.",
+    );
+    if (!ok) declinedDevice = true;
+    else {
+      try {
+        localStorage.setItem(DEVICE_KEY, fresh);
+      } catch {
+        return { token: "", problem: "unkept" };
+      }
+    }
+  }
   let token = "";
   try {
     token = localStorage.getItem(DEVICE_KEY) || "";
@@ -167,8 +190,41 @@ function loading() {
   settle();
 }
 
+// ---- answers only from a page that has been seen ----
+
+// A page of another site cannot frame this one, but it can open it
+// (window.open) at a size it chooses, where a pending approval shows at a
+// place it can learn, under the pointer of a person it has clicking (a
+// game, "double-click to continue": double-clickjacking). So the answer
+// buttons take no press in the first ARM_MS after the page drew its
+// conversation (loaded, or shown again): a click that lands then is not a
+// person's answer to a card they have read. <html data-answers> says
+// "waiting", then "armed". A card that arrives later is answered at once.
+const ARM_MS = 500;
+let armedAt = Infinity;
+let drawn = false;
+document.documentElement.dataset.answers = "waiting";
+function arm() {
+  armedAt = performance.now() + ARM_MS;
+  document.documentElement.dataset.answers = "waiting";
+  setTimeout(() => {
+    if (performance.now() >= armedAt) document.documentElement.dataset.answers = "armed";
+  }, ARM_MS);
+}
+function armed() {
+  return performance.now() >= armedAt;
+}
+function drew() {
+  if (drawn) return;
+  drawn = true;
+  arm();
+}
+chat.addEventListener("status", (e) => ["ws", "sse", "polling"].includes(e.detail.state) && drew());
+document.addEventListener("visibilitychange", () => drawn && document.visibilityState === "visible" && arm());
+
 chat.addEventListener("message", (e) => {
   const { message: m, before } = e.detail;
+  drew();
   const stick = nearBottom();
   if (els.log.hasAttribute("aria-busy")) settle();
   const li = messageItem(m, ctx);
@@ -420,7 +476,7 @@ els.log.addEventListener("click", (e) => {
     return;
   }
   const ixID = b.closest(".ix")?.dataset.ix;
-  if (!ixID) return;
+  if (!ixID || !armed()) return;
   if (b.dataset.decision) answer(ixID, { decision: b.dataset.decision });
   else if (b.dataset.choice !== undefined) answer(ixID, { value: b.dataset.choice });
 });
@@ -771,7 +827,8 @@ function applyWho(w) {
   // Each name is drawn in its own <bdi>: a right-to-left name (or one
   // stored with bidi controls) never reorders the text around it.
   const bdi = (name) => el("bdi", { textContent: name });
-  els.me.replaceChildren(bdi(p.name), ` · ${p.role}`);
+  els.me.replaceChildren(el("bdi", { className: "me-name", textContent: p.name }), el("span", { className: "me-role", textContent: ` · ${p.role}` }));
+  els.me.title = `${p.name} · ${p.role}`; // the bar cuts a long name
   els.me.hidden = false;
   document.title = `${p.name} · chatrelay`;
   const others = (w.participants || []).filter((o) => o.id !== p.id).flatMap((o) => [", ", bdi(o.name), ` (${o.role})`]);
@@ -868,6 +925,7 @@ async function startDevice() {
   const who = await whoamiRetrying();
   if (!who) return;
   myDevice = who.device?.id || "";
+  if (declinedDevice) notify("The link was not opened: this device keeps its own conversation.", "info");
   chat.start();
   els.text.focus();
 }

@@ -57,6 +57,17 @@ const deleteRecord = (thread) => inStore("readwrite", (s) => s.delete(thread));
 
 // ---- helpers ----
 
+/**
+ * outranks reports whether the kept record rec is the owner's (its own
+ * token, or a device's), which this page's credential must not replace:
+ * a participant's page never takes the owner's or a device's, a device's
+ * page never the owner's own.
+ */
+function outranks(rec, chat) {
+  if (rec.scheme === "owner") return true;
+  return Boolean(chat?.participant) && String(rec.token).startsWith("chd_");
+}
+
 function supported() {
   return (
     window.isSecureContext &&
@@ -161,6 +172,14 @@ export function setupPush(chat, { button, note }) {
   }
 
   async function turnOn() {
+    // The browser has one endpoint, which the server holds once per
+    // thread: a share link's page (or a device's) opened in the browser
+    // that gets this conversation's notifications as its owner would take
+    // them over, and the owner would lose its approvals. It leaves them be.
+    const kept = await getRecord(chat.thread).catch(() => null);
+    if (kept && kept.token !== chat.credential.token && outranks(kept, chat)) {
+      return show("off", "This browser already gets this conversation's notifications as its owner: this page leaves them on, and adds none of its own.");
+    }
     if (Notification.permission === "denied") {
       return show("blocked", "Notifications are blocked for this site: allow them in the browser's site settings, then press again.");
     }

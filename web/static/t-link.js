@@ -15,8 +15,12 @@
 //                       the owner's page acting as one of the owner's
 //                       devices. The device token is kept in this browser's
 //                       localStorage ("chatrelay.device": a device is meant
-//                       to stay), and /d opened again later uses it. app.js
-//                       reads data-page="device" and data-device.
+//                       to stay), and /d opened again later uses it. A
+//                       browser that keeps another device already adopts
+//                       it only once the person says yes (app.js:
+//                       data-device="pending", the token in
+//                       window.chatrelayDevice). app.js reads
+//                       data-page="device" and data-device.
 (function () {
   "use strict";
   var root = document.documentElement;
@@ -31,7 +35,25 @@
     } catch (e) {
       // not percent-encoded: taken as it is
     }
-    adopt(token.trim(), /^chd_[A-Za-z0-9_-]{43}$/, "chatrelay.device", "data-device");
+    token = token.trim();
+    // A browser that keeps another device already is asked first, as for
+    // a claim link (app.js, data-device="pending", the token in
+    // window.chatrelayDevice): any page on the web can open a link, and
+    // one adopted at once would make this browser forget its device and
+    // show, and write to, the link maker's conversation instead.
+    var device = /^chd_[A-Za-z0-9_-]{43}$/;
+    var kept = null;
+    try {
+      kept = localStorage.getItem("chatrelay.device");
+    } catch (e) {
+      // no storage: adopt says so
+    }
+    if (kept && kept !== token && device.test(kept) && device.test(token)) {
+      window.chatrelayDevice = token;
+      root.setAttribute("data-device", "pending");
+      return;
+    }
+    adopt(token, device, "chatrelay.device", "data-device");
     return;
   }
   if (hash.slice(0, 3) !== "#t=") return;
