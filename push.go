@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Web Push (contract Part 5): a thread's subscriptions, and what a push
@@ -53,6 +54,10 @@ type PushSubscription struct {
 	Subscriber string      `json:"subscriber"`     // SubscriberOwner or a participant's author ("p:<id>")
 	Base       string      `json:"base,omitempty"` // the page's base URL as the subscriber reached it (the payload's url)
 }
+
+// Participant reports whether s is a participant's (its Subscriber is
+// the participant's author, "p:<id>"), not the owner's or a device's.
+func (s PushSubscription) Participant() bool { return strings.HasPrefix(s.Subscriber, "p:") }
 
 // Wants reports whether s asks for event e.
 func (s PushSubscription) Wants(e PushEvent) bool { return slices.Contains(s.Events, e) }
@@ -228,6 +233,12 @@ func cutStrings(v any, n int) any {
 func AdmitPush(subs []PushSubscription, sub PushSubscription) (out []PushSubscription, got PushSubscription, created, write bool, err error) {
 	if i := slices.IndexFunc(subs, func(p PushSubscription) bool { return p.Endpoint == sub.Endpoint }); i >= 0 {
 		old := subs[i]
+		if sub.Participant() && !old.Participant() {
+			// The owner's (or a device's) browser, where a participant's
+			// page is open too: taken over, its approvals would no longer
+			// reach the owner, and the participant could delete it.
+			return nil, PushSubscription{}, false, false, Errorf(NotPermitted, "this browser gets this conversation's notifications as its owner: a participant's page cannot take them over")
+		}
 		sub.ID, sub.CreatedAt = old.ID, old.CreatedAt
 		if old.P256dh == sub.P256dh && old.Auth == sub.Auth && old.Subscriber == sub.Subscriber && slices.Equal(old.Events, sub.Events) {
 			return subs, old, false, false, nil

@@ -319,7 +319,7 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 func (ps *pusher) recipients(ctx context.Context, thread string, subs []chatrelay.PushSubscription, event chatrelay.PushEvent) []chatrelay.PushSubscription {
 	to := subs[:0:0]
 	for _, sub := range subs {
-		participant := strings.HasPrefix(sub.Subscriber, "p:")
+		participant := sub.Participant()
 		device := strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix)
 		if !sub.Wants(event) || (participant && event == chatrelay.PushInteraction) {
 			continue
@@ -345,7 +345,7 @@ func (ps *pusher) jobsFor(thread string, m chatrelay.Message, typ string, to []c
 	payloads := make(map[view][]byte)
 	jobs := make([]*pushJob, 0, len(to))
 	for _, sub := range to {
-		participant := strings.HasPrefix(sub.Subscriber, "p:")
+		participant := sub.Participant()
 		page := "/"
 		if strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix) {
 			page = "/d" // the device's page: its token is in its local storage
