@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Web Push (contract Part 5): a thread's subscriptions, and what a push
@@ -53,6 +54,10 @@ type PushSubscription struct {
 	Subscriber string      `json:"subscriber"`     // SubscriberOwner or a participant's author ("p:<id>")
 	Base       string      `json:"base,omitempty"` // the page's base URL as the subscriber reached it (the payload's url)
 }
+
+// Participant reports whether s is a participant's (its Subscriber is
+// the participant's author, "p:<id>"), not the owner's or a device's.
+func (s PushSubscription) Participant() bool { return strings.HasPrefix(s.Subscriber, "p:") }
 
 // Wants reports whether s asks for event e.
 func (s PushSubscription) Wants(e PushEvent) bool { return slices.Contains(s.Events, e) }
@@ -132,16 +137,28 @@ type PushPayload struct {
 // MarshalPushPayload encodes a push's payload within LimitPushPayload
 // bytes: every string of the message cut to LimitPushString code points
 // (with "…"), and, if that is still too long, to fewer, until it fits;
-// a message that cannot fit even so keeps only its id, epoch, rev,
-// author and its interaction's id, type, state and deadline.
+// an input's choice values are never cut (the service worker answers a
+// choice with the value the push carries): a message that cannot fit with
+// them whole is tried again without its choices; a message that cannot
+// fit even so keeps only its id, epoch, rev, author and its interaction's
+// id, type, state and deadline.
 func MarshalPushPayload(typ, thread string, msg Message, url string) []byte {
 	v2 := MarshalMessageV2(msg)
 	var tree any
 	json.Unmarshal(v2, &tree)
-	for _, n := range []int{LimitPushString.Max, 200, 100, 50, 20} {
-		b := marshal(PushPayload{typ, thread, marshal(cutStrings(tree, n)), url})
-		if len(b) <= LimitPushPayload.Max {
-			return b
+	for _, whole := range []bool{true, false} {
+		if !whole {
+			if !dropChoices(tree) {
+				break
+			}
+		}
+		for _, n := range []int{LimitPushString.Max, 200, 100, 50, 20} {
+			cut := cutStrings(tree, n)
+			keepChoiceValues(cut, tree)
+			b := marshal(PushPayload{typ, thread, marshal(cut), url})
+			if len(b) <= LimitPushPayload.Max {
+				return b
+			}
 		}
 	}
 	min := map[string]any{"id": msg.ID, "epoch": msg.Epoch, "rev": max(msg.Rev, msg.Epoch), "author": cut(string(msg.Author), 20)}
@@ -149,6 +166,40 @@ func MarshalPushPayload(typ, thread string, msg Message, url string) []byte {
 		min["interaction"] = map[string]any{"id": ix.ID, "type": ix.Type, "state": ix.State, "deadline": ix.Deadline}
 	}
 	return marshal(PushPayload{typ, thread, marshal(min), cut(url, 1000)})
+}
+
+// choicesOf is the "choices" list of a decoded v2 message's interaction,
+// and the interaction (nil, nil if none).
+func choicesOf(msg any) ([]any, map[string]any) {
+	m, _ := msg.(map[string]any)
+	ix, _ := m["interaction"].(map[string]any)
+	cs, _ := ix["choices"].([]any)
+	return cs, ix
+}
+
+// keepChoiceValues puts back, in cut (cutStrings of orig), the whole
+// value of each of orig's choices.
+func keepChoiceValues(cut, orig any) {
+	oc, _ := choicesOf(orig)
+	cc, _ := choicesOf(cut)
+	for i := range min(len(oc), len(cc)) {
+		o, _ := oc[i].(map[string]any)
+		c, _ := cc[i].(map[string]any)
+		if v, ok := o["value"]; ok && c != nil {
+			c["value"] = v
+		}
+	}
+}
+
+// dropChoices removes the choices of a decoded v2 message's interaction,
+// and reports whether it had any.
+func dropChoices(msg any) bool {
+	cs, ix := choicesOf(msg)
+	if len(cs) == 0 {
+		return false
+	}
+	delete(ix, "choices")
+	return true
 }
 
 // cutStrings is v (a decoded JSON value) with every string value, and
@@ -182,6 +233,12 @@ func cutStrings(v any, n int) any {
 func AdmitPush(subs []PushSubscription, sub PushSubscription) (out []PushSubscription, got PushSubscription, created, write bool, err error) {
 	if i := slices.IndexFunc(subs, func(p PushSubscription) bool { return p.Endpoint == sub.Endpoint }); i >= 0 {
 		old := subs[i]
+		if sub.Participant() && !old.Participant() {
+			// The owner's (or a device's) browser, where a participant's
+			// page is open too: taken over, its approvals would no longer
+			// reach the owner, and the participant could delete it.
+			return nil, PushSubscription{}, false, false, Errorf(NotPermitted, "this browser gets this conversation's notifications as its owner: a participant's page cannot take them over")
+		}
 		sub.ID, sub.CreatedAt = old.ID, old.CreatedAt
 		if old.P256dh == sub.P256dh && old.Auth == sub.Auth && old.Subscriber == sub.Subscriber && slices.Equal(old.Events, sub.Events) {
 			return subs, old, false, false, nil

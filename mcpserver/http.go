@@ -54,10 +54,25 @@ type agentServer struct {
 	cancel context.CancelCauseFunc // with revoked or shuttingDown, the calls' answer
 	calls  atomic.Int64            // its tool calls in flight (MaxCallsPerKey)
 
-	mu       sync.Mutex                                   // guards posts, idle and inflight
+	mu       sync.Mutex                                   // guards posts, idle, inflight, used and evicted
 	posts    int                                          // its POST requests being served (a call's answer is written on its POST)
 	idle     chan struct{}                                // made by end while posts are served, closed when none is left
 	inflight map[string]map[*context.CancelCauseFunc]bool // its calls in flight, by session id: a DELETE of the session ends them
+	used     map[string]time.Time                         // when each session was made or last called a tool
+	evicted  map[string]bool                              // sessions being closed to make room (admit): not counted
+}
+
+// touch records that the session sid was made or called a tool now.
+func (as *agentServer) touch(sid string) {
+	if sid == "" {
+		return
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if as.used == nil {
+		as.used = map[string]time.Time{}
+	}
+	as.used[sid] = time.Now()
 }
 
 // track records a call in flight of the session sid, which cancel ends;
@@ -220,11 +235,15 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 		}
 	}
 	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
-		release, err := h.admit(k)
+		release, evict, err := h.admit(k)
 		if err != nil {
 			return err
 		}
 		defer release()
+		if evict != nil {
+			evict.close()
+			h.o.Log.Info("mcp: the key's least recently used session ended to make room for a new one", "agent", k.ID, "agent_name", k.Name)
+		}
 		// The SDK makes the session on the server serverOf handed it: if
 		// that server was ended meanwhile (Close, a revoked key) after its
 		// sessions were closed, the new one is closed here, as it would
@@ -236,6 +255,11 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 				closeSessions(as.srv)
 			}
 		}()
+		h.h.ServeHTTP(w, r.WithContext(ctx))
+		if as := used.as; as != nil {
+			as.touch(w.Header().Get("Mcp-Session-Id"))
+		}
+		return nil
 	}
 	h.h.ServeHTTP(w, r.WithContext(ctx))
 	return nil
@@ -245,38 +269,107 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 // serverOf handed the SDK (the request's own goroutine sets and reads it).
 type usedServer struct{ as *agentServer }
 
-// admit counts a session about to be made, within the bounds.
-func (h *HTTP) admit(k chatrelay.AgentKey) (release func(), err error) {
+// admit counts a session about to be made, within the bounds. When one
+// would be passed, the key's least recently used session with no tool
+// call in flight makes room: evict (to close before the new session is
+// made). An agent that restarts without ending its session (a crash, a
+// client that never sends DELETE) would otherwise find its key refused
+// until its old sessions' idle timeout (--mcp-idle, 30 minutes). Only
+// when every session of the key is busy is the new one refused.
+func (h *HTTP) admit(k chatrelay.AgentKey) (release func(), evict *eviction, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return nil, chatrelay.Errorf(chatrelay.StoreUnavailable, "the server is shutting down")
+		return nil, nil, chatrelay.Errorf(chatrelay.StoreUnavailable, "the server is shutting down")
 	}
 	total, mine := h.pending, 0
 	for id, as := range h.servers {
-		n := 0
-		for ss := range as.srv.Sessions() {
-			// A session whose first request was no initialize is being
-			// closed by the SDK (at the end of that request): not counted.
-			if ss.InitializeParams() != nil {
-				n++
-			}
-		}
+		n, lru := as.count(id == k.ID)
 		total += n
 		if id == k.ID {
 			mine = n
+			if lru != nil {
+				evict = &eviction{as: as, ss: lru}
+			}
 		}
 	}
 	if total >= h.o.MaxSessions || mine >= h.o.MaxSessionsPerKey {
-		return nil, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: 5 * time.Second,
-			Message: "too many open MCP sessions: close one (DELETE with its Mcp-Session-Id), or let an idle one end"}
+		if evict == nil {
+			return nil, nil, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: 5 * time.Second,
+				Message: "too many open MCP sessions, each of this key's with a tool call in flight: close one (DELETE with its Mcp-Session-Id), or wait for a call to return"}
+		}
+		evict.mark()
+	} else {
+		evict = nil
 	}
 	h.pending++
 	return func() {
 		h.mu.Lock()
 		h.pending--
 		h.mu.Unlock()
-	}, nil
+	}, evict, nil
+}
+
+// count is the number of the key's open sessions, not counting those
+// being closed to make room; with lru, also the least recently used of
+// them with no tool call in flight (nil if none). It forgets what it
+// kept of sessions that are gone.
+func (as *agentServer) count(lru bool) (n int, oldest *mcp.ServerSession) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	live := map[string]bool{}
+	var at time.Time
+	for ss := range as.srv.Sessions() {
+		id := ss.ID()
+		live[id] = true
+		// A session whose first request was no initialize is being
+		// closed by the SDK (at the end of that request): not counted.
+		if ss.InitializeParams() == nil || as.evicted[id] {
+			continue
+		}
+		n++
+		if !lru || len(as.inflight[id]) > 0 {
+			continue
+		}
+		if u := as.used[id]; oldest == nil || u.Before(at) {
+			oldest, at = ss, u
+		}
+	}
+	for id := range as.used {
+		if !live[id] {
+			delete(as.used, id)
+		}
+	}
+	for id := range as.evicted {
+		if !live[id] {
+			delete(as.evicted, id)
+		}
+	}
+	return n, oldest
+}
+
+// eviction is a session admit closes to make room.
+type eviction struct {
+	as *agentServer
+	ss *mcp.ServerSession
+}
+
+// mark counts the session as gone, so that no other admit counts it or
+// picks it again.
+func (e *eviction) mark() {
+	e.as.mu.Lock()
+	defer e.as.mu.Unlock()
+	if e.as.evicted == nil {
+		e.as.evicted = map[string]bool{}
+	}
+	e.as.evicted[e.ss.ID()] = true
+}
+
+// close ends the session: its client's next request is answered 404,
+// which tells an MCP client to start a new session.
+func (e *eviction) close() {
+	e.as.endSession(e.ss.ID()) // a call that started since admit looked
+	e.ss.Close()
 }
 
 // serverOf is the MCP server of the request's key, made on first use.
@@ -322,6 +415,7 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		var undo func()
 		counted := as.calls.Add(1) <= int64(h.o.MaxCallsPerKey)
 		sid, _ := ctx.Value(sessionOf{}).(string)
+		as.touch(sid)
 		ctx, cancel := context.WithCancelCause(ctx)
 		forget := as.track(sid, &cancel)
 		stop := context.AfterFunc(as.ctx, func() { cancel(context.Cause(as.ctx)) })

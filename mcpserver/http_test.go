@@ -185,12 +185,35 @@ func TestHTTPWaitEndsWithItsRequest(t *testing.T) {
 // retryable: an agent told so gives its key up.
 func TestHTTPCloseAnswersWaitsRetryable(t *testing.T) {
 	h, rpc, _ := agentSession(t, nil)
-	waited := make(chan string, 1)
+	waited := waitInFlight(t, rpc)
+	h.Close()
+	select {
+	case w := <-waited:
+		body := w.body
+		assert.True(t, strings.Contains(body, `"code":"store_unavailable"`) && strings.Contains(body, `"retryable":true`),
+			"the wait's answer when the server stops: %s", body)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait still runs 10 s after Close")
+	}
+}
+
+// waitAnswer is a wait's answer: its body, or the error of its request.
+type waitAnswer struct {
+	body string
+	err  error
+}
+
+// waitInFlight starts a wait of 300 s on rpc's session (whose key has one
+// call in flight at most) and returns once it is in flight: another call
+// is refused too_many_streams. The wait's answer comes on the channel.
+func waitInFlight(t *testing.T, rpc func(context.Context, string) (string, error)) <-chan waitAnswer {
+	t.Helper()
+	waited := make(chan waitAnswer, 1)
 	go func() {
 		for { // a probe below that came first holds the key's one call: the wait is refused, and sent again
 			body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"chatrelay_wait_messages","arguments":{"timeout":300}}}`)
 			if err != nil || !strings.Contains(body, "too_many_streams") {
-				waited <- body
+				waited <- waitAnswer{body, err}
 				return
 			}
 		}
@@ -200,14 +223,7 @@ func TestHTTPCloseAnswersWaitsRetryable(t *testing.T) {
 		assert.Success(t, err)
 		return strings.Contains(body, "too_many_streams")
 	})
-	h.Close()
-	select {
-	case body := <-waited:
-		assert.True(t, strings.Contains(body, `"code":"store_unavailable"`) && strings.Contains(body, `"retryable":true`),
-			"the wait's answer when the server stops: %s", body)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the wait still runs 10 s after Close")
-	}
+	return waited
 }
 
 // audits is a slog handler that keeps the outcome of each "mcp tool call"
@@ -312,21 +328,7 @@ func TestHTTPAuditSaysACallTheClientEnded(t *testing.T) {
 func TestHTTPDeleteEndsTheSessionsWaits(t *testing.T) {
 	log := audits{mu: new(sync.Mutex), outcomes: map[string][]string{}}
 	_, rpc, end := agentSession(t, slog.New(log))
-	waited := make(chan error, 1)
-	go func() {
-		for { // a probe below that came first holds the key's one call: the wait is refused, and sent again
-			body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"chatrelay_wait_messages","arguments":{"timeout":300}}}`)
-			if err != nil || !strings.Contains(body, "too_many_streams") {
-				waited <- err
-				return
-			}
-		}
-	}()
-	assert.Eventually(t, 10*time.Second, "the wait in flight (another call refused)", func() bool {
-		body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`)
-		assert.Success(t, err)
-		return strings.Contains(body, "too_many_streams")
-	})
+	waited := waitInFlight(t, rpc)
 	deleted := make(chan int, 1)
 	go func() { deleted <- end() }()
 	select {

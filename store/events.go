@@ -84,6 +84,20 @@ func DestinationID(url string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// ValidDestinationID reports whether id has DestinationID's shape (16
+// lowercase hex digits): it names a file, so nothing else may pass as one.
+func ValidDestinationID(id string) bool {
+	if len(id) != 16 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // NewEventID returns a fresh webhook-id ("evt_" and 24 hex digits).
 func NewEventID() string {
 	var b [12]byte

@@ -155,7 +155,7 @@ func FuzzTicketCheck(f *testing.F) {
 
 // FuzzParseBearer: the Authorization header is untrusted. The parser never
 // panics, and accepts exactly "Bearer" (any case), spaces, and a share
-// token, which it returns as it is.
+// or device token, which it returns as it is.
 func FuzzParseBearer(f *testing.F) {
 	tok := "chp_" + strings.Repeat("A", 43)
 	for _, s := range []string{"Bearer " + tok, "bearer  " + tok, "Bearer", "Bearer ", "Basic " + tok, tok, "Bearer " + tok + " x",
@@ -170,7 +170,7 @@ func FuzzParseBearer(f *testing.F) {
 			}
 			return
 		}
-		if !chatrelay.ValidShareToken(got) || !strings.HasSuffix(h, got) || !strings.EqualFold(h[:6], "Bearer") {
+		if !chatrelay.ValidShareToken(got) && !chatrelay.ValidDeviceToken(got) || !strings.HasSuffix(h, got) || !strings.EqualFold(h[:6], "Bearer") {
 			t.Fatalf("parseBearer(%q) accepted %q", h, got)
 		}
 	})

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -56,7 +57,11 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 		// The body is read here, under the server's read timeout, and
 		// its limit answered as the API's error with its code (the SDK
 		// answers plain text, which no client tells from another failure).
-		if err := readMCPBody(w, r); err != nil {
+		data, err := readMCPBody(w, r)
+		if err == nil && r.Header.Get("Mcp-Session-Id") == "" {
+			err = mustInitialize(data)
+		}
+		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
@@ -96,20 +101,40 @@ func (s *Server) agentKey(r *http.Request, agents store.Agents) (chatrelay.Agent
 // readMCPBody reads a POST's body, at most chatrelay.MaxMCPBody bytes, and
 // gives it back to r for the MCP server to read: past the limit is 413
 // body_too_large.
-func readMCPBody(w http.ResponseWriter, r *http.Request) error {
+func readMCPBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	tooBig := chatrelay.Errorf(chatrelay.BodyTooLarge, "an MCP request body is at most %d bytes (a tool call's files, base64, included)", chatrelay.MaxMCPBody)
 	if r.ContentLength > chatrelay.MaxMCPBody {
-		return tooBig
+		return nil, tooBig
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, chatrelay.MaxMCPBody))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return tooBig
+		return nil, tooBig
 	}
 	if err != nil {
-		return chatrelay.Errorf(chatrelay.InvalidJSON, "the body could not be read")
+		return nil, chatrelay.Errorf(chatrelay.InvalidJSON, "the body could not be read")
 	}
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	r.ContentLength = int64(len(data))
-	return nil
+	return data, nil
+}
+
+// mustInitialize refuses a message sent without Mcp-Session-Id that is
+// not an initialize request: the SDK answered it 200 with a JSON-RPC
+// error of code 0 (MCP's transport asks for 400), made and dropped a
+// session, and logged the request at error level, which let any key
+// holder fill the log. A body that is no JSON object (a batch, a parse
+// error) is left to the SDK, which answers it as MCP says.
+func mustInitialize(data []byte) error {
+	var m struct {
+		Method *string `json:"method"`
+	}
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' || json.Unmarshal(data, &m) != nil {
+		return nil
+	}
+	if m.Method != nil && *m.Method == "initialize" {
+		return nil
+	}
+	return chatrelay.Errorf(chatrelay.InvalidJSON, "a request without Mcp-Session-Id must be an initialize request: start a session first (its answer's Mcp-Session-Id header names it)")
 }

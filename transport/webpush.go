@@ -117,6 +117,12 @@ func (s *Server) handlePushSubscribe(w http.ResponseWriter, r *http.Request, p p
 		return
 	}
 	sub.Subscriber, sub.Base = subscriberOf(p), s.publicBase(r)
+	if len(sub.Base) > chatrelay.LimitPushEndpoint.Max {
+		// Stored with the subscription and carried by each push: a Host
+		// header of a megabyte would be too (no browser sends one).
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.InvalidPushEndpoint, "the page's address (its Host) is longer than %d bytes: no push could link to it", chatrelay.LimitPushEndpoint.Max))
+		return
+	}
 	got, created, err := s.push.st.PushSubscribe(r.Context(), p.thread, sub)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -65,11 +66,12 @@ func TestPushSSRF(t *testing.T) {
 }
 
 // TestPushNeverDelaysAndStops: with a push service that never answers
-// and a queue of one, posts and hermes's replies are all stored and
-// answered (once the pushes in flight, 64, all hang, the worker waits,
-// and the changes past the queue are dropped, and counted); the server
-// then shuts down and its workers return, the pushes in flight
-// cancelled.
+// (subscribed 20 times in each of four threads: 80 endpoints, each with
+// at most one push in flight) and a queue of one, posts and hermes's
+// replies are all stored and answered (once the pushes in flight, 64,
+// all hang, the worker waits, and the changes past the queue are
+// dropped, and counted); the server then shuts down and its workers
+// return, the pushes in flight cancelled.
 func TestPushNeverDelaysAndStops(t *testing.T) {
 	t.Parallel()
 	svc := pushtest.NewService(t)
@@ -88,10 +90,17 @@ func TestPushNeverDelaysAndStops(t *testing.T) {
 	}
 	e := startPush(t, pushOptions{config: withPush(svc, func(c *transport.PushConfig) { c.Workers, c.Queue = 1, 1 })})
 	owner, thread := tokenN(1), threadN(1)
-	e.mustPost(owner, "hello")
-	e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
-	_, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "first"})
-	assert.Success(t, err)
+	for i := 1; i <= 4; i++ {
+		e.mustPost(tokenN(i), "hello")
+		for k := range chatrelay.LimitPushSubscriptions.Max {
+			status, a := e.subscribe(tokenN(i), nil, svc.Subscribe(t, fmt.Sprintf("owner%d-%d", i, k)))
+			assert.Equal(t, "subscribe "+a.Code, status, 201)
+		}
+	}
+	for i := 1; i <= 4; i++ {
+		_, err := e.store.Append(t.Context(), threadN(i), store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "first"})
+		assert.Success(t, err)
+	}
 	<-hung // the first push hangs, and every later one (64 in flight) after it
 	for i := range 80 {
 		_, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "more"})

@@ -121,8 +121,15 @@ func TestPushRoutes(t *testing.T) {
 		status, gsub := e.subscribe("", bearer(guest.Token), g)
 		assert.Equal(t, "participant subscribes", status, 201)
 		assert.Equal(t, "a participant's default events", gsub.Push.Events, []string{"reply"})
+		// The owner's endpoint (its browser) subscribed by a participant
+		// (its page in the same browser) stays the owner's: 403, and the
+		// owner's list and events are as they were.
+		status, out = e.subscribe("", bearer(guest.Token), a)
+		assert.True(t, status == 403 && out.Code == "not_permitted", "a participant takes over the owner's endpoint: %d %+v", status, out)
 		_, mine := e.pushCall(http.MethodGet, chatrelay.PathPush, owner, nil)
 		assert.True(t, len(mine.Subscriptions) == 1 && mine.Subscriptions[0].ID == first.Push.ID, "owner's list: %+v", mine)
+		status, still := e.subscribe(owner, nil, a, "reply")
+		assert.True(t, status == 200 && still.Push.ID == first.Push.ID, "the owner's subscription, again: %d %+v", status, still)
 		_, theirs := e.pushCall(http.MethodGet, chatrelay.PathPush, "", bearer(guest.Token))
 		assert.True(t, len(theirs.Subscriptions) == 1 && theirs.Subscriptions[0].ID == gsub.Push.ID, "guest's list: %+v", theirs)
 		status, out = e.pushCall(http.MethodDelete, chatrelay.PathPush+"/"+first.Push.ID, "", bearer(guest.Token))

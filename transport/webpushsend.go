@@ -55,6 +55,10 @@ var pushClaimClosed = time.Duration(chatrelay.LimitApprovalTime.Max)*time.Second
 // push service: a worker with more to send waits for one to end.
 const pushInFlight = 64
 
+// pushWaiting bounds the pushes waiting behind another to the same
+// subscription (start), of every subscription.
+const pushWaiting = 4096
+
 // pushBackoff is the wait before each retry (at least Retry-After).
 var pushBackoff = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute, 5 * time.Minute}
 
@@ -68,20 +72,29 @@ const (
 	pushBlocked  = "blocked"  // the endpoint now resolves to an address the guard refuses
 	pushDropped  = "dropped"  // the queue was full, or the claim could not be made
 	pushRevoked  = "revoked"  // a participant's or a device's subscription whose grant ended: deleted, not sent
+	// an opening push's retry whose interaction closed since: not sent
+	// (after the closing push, with its Topic, it would replace it)
+	pushSuperseded = "superseded"
 )
 
 // pusher sends the pushes of one Server.
 type pusher struct {
-	s       *Server
-	st      store.Push
-	guard   *webpush.Guard
-	sender  *webpush.Sender
-	contact string
-	workers int
-	backoff []time.Duration
-	queue   chan pushTask
-	retry   chan pushTask // to the retry goroutine
-	flying  chan struct{} // held by each push in flight (pushInFlight)
+	s        *Server
+	st       store.Push
+	guard    *webpush.Guard
+	sender   *webpush.Sender
+	contact  string
+	workers  int
+	backoff  []time.Duration
+	queue    chan pushTask
+	retry    chan pushTask // to the retry goroutine
+	flying   chan struct{} // held by each push in flight (pushInFlight)
+	closedMu sync.Mutex
+	closed   map[string]time.Time // interaction id → when this node saw it close (kept pushWindow)
+
+	busyMu  sync.Mutex
+	busy    map[string][]*pushJob // thread/subscription id with a push in flight → the pushes waiting behind it
+	waiting int                   // of every subscription (pushWaiting)
 	sends   sync.WaitGroup
 	total   *prometheus.CounterVec
 	claims  *prometheus.CounterVec // won: "true" (this node sends the change's pushes) or "false" (another does)
@@ -101,12 +114,14 @@ type pushTask struct {
 
 // pushJob is one push to one subscription.
 type pushJob struct {
-	thread  string
-	sub     chatrelay.PushSubscription
-	msg     webpush.Message
-	attempt int       // attempts made
-	first   time.Time // of the first attempt
-	due     time.Time // of the next
+	thread   string
+	sub      chatrelay.PushSubscription
+	msg      webpush.Message
+	ix       string    // an opening push's interaction, "" for another push
+	deadline int64     // an interaction's deadline (epoch ms): msg.TTL counts down to it; 0 for a reply
+	attempt  int       // attempts made
+	first    time.Time // of the first attempt
+	due      time.Time // of the next
 }
 
 func newPusher(s *Server, cfg *PushConfig) *pusher {
@@ -126,17 +141,17 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		s: s, st: st, guard: guard, contact: cfg.Contact,
 		workers: orDefault(cfg.Workers, chatrelay.DefaultPushWorkers), backoff: orDefaults(cfg.Backoff, pushBackoff), queue: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)), retry: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)),
 		sender: &webpush.Sender{Client: webpush.NewClient(guard, cfg.TLS), Now: s.cfg.Now},
-		flying: make(chan struct{}, pushInFlight),
+		flying: make(chan struct{}, pushInFlight), busy: map[string][]*pushJob{}, closed: map[string]time.Time{},
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatrelay_push_total",
-			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full or no claim), revoked (a participant's or a device's subscription whose grant ended).",
+			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full or no claim), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
 		}, []string{"result"}),
 	}
 	ps.claims = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chatrelay_push_claims_total",
 		Help: "Changes with push subscriptions this node claimed (won=\"true\": it sends their pushes) or left to another node (won=\"false\").",
 	}, []string{"won"})
-	for _, r := range []string{pushSent, pushRetried, pushGone, pushRejected, pushFailed, pushBlocked, pushDropped, pushRevoked} {
+	for _, r := range []string{pushSent, pushRetried, pushGone, pushRejected, pushFailed, pushBlocked, pushDropped, pushRevoked, pushSuperseded} {
 		ps.total.WithLabelValues(r)
 	}
 	ps.claims.WithLabelValues("true")
@@ -266,6 +281,9 @@ func (ps *pusher) run(ctx context.Context) {
 // costs no write.
 func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message) {
 	typ := pushTypeOf(m)
+	if typ == chatrelay.PushTypeInteractionClosed {
+		ps.noteClosed(m.Interaction.ID)
+	}
 	subs, err := ps.st.PushSubscriptions(ctx, thread)
 	if err != nil || len(subs) == 0 {
 		return
@@ -301,7 +319,7 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 func (ps *pusher) recipients(ctx context.Context, thread string, subs []chatrelay.PushSubscription, event chatrelay.PushEvent) []chatrelay.PushSubscription {
 	to := subs[:0:0]
 	for _, sub := range subs {
-		participant := strings.HasPrefix(sub.Subscriber, "p:")
+		participant := sub.Participant()
 		device := strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix)
 		if !sub.Wants(event) || (participant && event == chatrelay.PushInteraction) {
 			continue
@@ -327,7 +345,7 @@ func (ps *pusher) jobsFor(thread string, m chatrelay.Message, typ string, to []c
 	payloads := make(map[view][]byte)
 	jobs := make([]*pushJob, 0, len(to))
 	for _, sub := range to {
-		participant := strings.HasPrefix(sub.Subscriber, "p:")
+		participant := sub.Participant()
 		page := "/"
 		if strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix) {
 			page = "/d" // the device's page: its token is in its local storage
@@ -355,31 +373,84 @@ func (ps *pusher) jobsFor(thread string, m chatrelay.Message, typ string, to []c
 			Keys: webpush.Keys{P256dh: b64(sub.P256dh), Auth: b64(sub.Auth)},
 		}
 		if ix := m.Interaction; ix != nil {
-			wm.Urgency, wm.TTL = webpush.UrgencyHigh, max(0, int((ix.Deadline-now.UnixMilli()+999)/1000))
+			wm.Urgency, wm.TTL = webpush.UrgencyHigh, ttlTo(ix.Deadline, now)
 			if webpush.ValidTopic(ix.ID) { // "ix_" + 12 hex: 15 base64url characters, always
 				wm.Topic = ix.ID
 			}
 		}
-		jobs = append(jobs, &pushJob{thread: thread, sub: sub, msg: wm, first: now})
+		j := &pushJob{thread: thread, sub: sub, msg: wm, first: now}
+		if ix := m.Interaction; ix != nil {
+			j.deadline = ix.Deadline
+		}
+		if typ == chatrelay.PushTypeInteraction {
+			j.ix = m.Interaction.ID
+		}
+		jobs = append(jobs, j)
 	}
 	return jobs
 }
 
 // start sends j on a goroutine of its own once one of the pushInFlight
 // places is free (waiting for it: the worker takes the next change
-// after), so that one slow push service holds back only its own pushes
-// and a change's pushes go out without waiting for each other's answers.
-// run waits for the sends at shutdown.
+// after), so that a change's pushes go out without waiting for each
+// other's answers. A subscription has at most one push in flight: a push
+// to one that has one already waits behind it (at most pushWaiting pushes
+// wait so, of every subscription; one past it is dropped, and counted),
+// and is sent by the same goroutine once that one is answered and a
+// place is free again. So an endpoint that never answers takes one place however
+// many pushes are due to it, not every place (and with them every other
+// push) for the 25 s its answer is waited for. run waits for the sends at
+// shutdown.
 func (ps *pusher) start(ctx context.Context, j *pushJob) {
+	key := j.thread + "/" + j.sub.ID
+	ps.busyMu.Lock()
+	if waiting, busy := ps.busy[key]; busy {
+		if ps.waiting >= pushWaiting {
+			ps.busyMu.Unlock()
+			ps.total.WithLabelValues(pushDropped).Inc()
+			return
+		}
+		ps.busy[key] = append(waiting, j)
+		ps.waiting++
+		ps.busyMu.Unlock()
+		return
+	}
+	ps.busy[key] = nil
+	ps.busyMu.Unlock()
 	select {
 	case ps.flying <- struct{}{}:
 	case <-ctx.Done():
 		return
 	}
 	ps.sends.Go(func() {
-		defer func() { <-ps.flying }()
-		ps.send(ctx, j)
+		for {
+			ps.send(ctx, j)
+			<-ps.flying // the next one waits its turn, behind the workers' (a channel's senders are served in order)
+			if j = ps.next(key); j == nil {
+				return
+			}
+			select {
+			case ps.flying <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
 	})
+}
+
+// next is the push waiting behind the one just sent to the subscription
+// key names, or nil (then the subscription has none in flight).
+func (ps *pusher) next(key string) *pushJob {
+	ps.busyMu.Lock()
+	defer ps.busyMu.Unlock()
+	waiting := ps.busy[key]
+	if len(waiting) == 0 {
+		delete(ps.busy, key)
+		return nil
+	}
+	ps.busy[key] = waiting[1:]
+	ps.waiting--
+	return waiting[0]
 }
 
 // pushCPUHold is the longest a push holds its turn of the background
@@ -461,7 +532,14 @@ func (ps *pusher) grantActive(ctx context.Context, thread string, sub chatrelay.
 // send makes one attempt of j, and schedules the next if it may be tried
 // again.
 func (ps *pusher) send(ctx context.Context, j *pushJob) {
+	if j.attempt > 0 && j.ix != "" && ps.closedSince(j.ix) {
+		ps.total.WithLabelValues(pushSuperseded).Inc()
+		return
+	}
 	j.attempt++
+	if j.deadline != 0 { // a retry, or a push that waited: the seconds left now
+		j.msg.TTL = ttlTo(j.deadline, ps.s.cfg.Now())
+	}
 	v, err := ps.sendKey(ctx)
 	if err != nil {
 		ps.again(ctx, j, 0)
@@ -493,6 +571,32 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 		ps.total.WithLabelValues(pushRejected).Inc()
 		ps.s.log.Warn("push refused by the push service", "thread", j.thread, "push", j.sub.ID, "status", res.Status)
 	}
+}
+
+// noteClosed remembers that interaction ix closed, for pushWindow (no
+// retry outlives it), so that an opening push's retry is not sent after
+// the closing one (send). Every node sees every change, so each knows it,
+// whichever sends the closing push.
+func (ps *pusher) noteClosed(ix string) {
+	now := ps.s.cfg.Now()
+	ps.closedMu.Lock()
+	defer ps.closedMu.Unlock()
+	if len(ps.closed) >= 1024 {
+		for k, at := range ps.closed {
+			if now.Sub(at) > pushWindow {
+				delete(ps.closed, k)
+			}
+		}
+	}
+	ps.closed[ix] = now
+}
+
+// closedSince reports whether interaction ix closed (noteClosed).
+func (ps *pusher) closedSince(ix string) bool {
+	ps.closedMu.Lock()
+	defer ps.closedMu.Unlock()
+	_, ok := ps.closed[ix]
+	return ok
 }
 
 // again schedules j's next attempt, after its backoff or retryAfter,
@@ -555,6 +659,12 @@ func (h *jobHeap) Pop() any {
 	j := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return j
+}
+
+// ttlTo is a push's TTL: the seconds from now to deadline (epoch ms),
+// rounded up, 0 once it passed.
+func ttlTo(deadline int64, now time.Time) int {
+	return max(0, int((deadline-now.UnixMilli()+999)/1000))
 }
 
 // b64 decodes a stored key (checked when it was stored).

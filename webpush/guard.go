@@ -33,13 +33,19 @@ var blockedPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("192.0.2.0/24"),    // documentation
 	netip.MustParsePrefix("198.51.100.0/24"), // documentation
 	netip.MustParsePrefix("203.0.113.0/24"),  // documentation
+	netip.MustParsePrefix("192.88.99.0/24"),  // 6to4 relay anycast (deprecated, RFC 7526)
+	netip.MustParsePrefix("::/96"),           // IPv4-compatible (deprecated, RFC 4291): ::7f00:1 carries 127.0.0.1
+	netip.MustParsePrefix("::ffff:0:0:0/96"), // IPv4-translated (SIIT, RFC 2765)
+	netip.MustParsePrefix("3fff::/20"),       // documentation (RFC 9637)
+	netip.MustParsePrefix("5f00::/16"),       // SRv6 SIDs (RFC 9602)
 }
 
 // Blocked reports whether ip is an address a push request must never be
 // sent to: loopback, private (RFC 1918, and IPv6 unique local fc00::/7),
 // link-local, unspecified, multicast, shared (CGNAT 100.64.0.0/10), or
-// reserved; an IPv4-mapped, 6to4 or well-known NAT64 IPv6 address by the
-// IPv4 address it carries.
+// reserved (IPv4-compatible ::/96 and IPv4-translated ::ffff:0:0:0/96
+// among them); an IPv4-mapped, 6to4 or well-known NAT64 IPv6 address by
+// the IPv4 address it carries.
 func Blocked(ip netip.Addr) bool {
 	ip = ip.Unmap()
 	if ip.Is6() {

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -206,12 +208,18 @@ func (s *Sender) now() time.Time {
 	return time.Now()
 }
 
-// retryAfter reads a Retry-After header: seconds, or an HTTP date.
+// retryAfter reads a Retry-After header: seconds, or an HTTP date. A
+// number of seconds longer than a Duration holds is the longest Duration
+// (not a wrapped, negative one, nor none).
 func retryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+	if strings.Trim(v, "0123456789") == "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n > uint64(math.MaxInt64/int64(time.Second)) {
+			return math.MaxInt64
+		}
 		return time.Duration(n) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -172,6 +173,7 @@ func TestGuard(t *testing.T) {
 		"cgnat.example.com":  {{"100.64.0.1"}},
 		"ula.example.com":    {{"fd00::1"}},
 		"mapped.example.com": {{"::ffff:127.0.0.1"}},
+		"compat.example.com": {{"::7f00:1"}}, // IPv4-compatible (deprecated ::/96): 127.0.0.1
 	})
 	g := &Guard{Resolver: f, Dial: f.Dial, MaxEndpoint: 64}
 	long := func(n int) string {
@@ -187,6 +189,8 @@ func TestGuard(t *testing.T) {
 		"https://ula.example.com/", "https://mapped.example.com/", "https://nxdomain.example.com/",
 		"https://user:pw@push.example.com/", "https://push.example.com/#frag", "ftp://push.example.com/",
 		"push.example.com/x", "https:///x", long(g.MaxEndpoint + 1),
+		"https://compat.example.com/", "https://[::7f00:1]/", "https://[::a00:1]/", "https://[::ffff:0:a00:1]/",
+		"https://[3fff::1]/", "https://[5f00::1]/", "https://192.88.99.1/",
 		"https://push.example.com/a b" + strings.Repeat("c", g.MaxEndpoint-len("https://push.example.com/a b")), // %20 once escaped
 	}
 	for _, ep := range refused {
@@ -203,7 +207,7 @@ func TestGuard(t *testing.T) {
 	assert.True(t, errors.Is(err, ErrBlocked), "rebinding: %v", err)
 	_, err = g.DialContext(ctx, "tcp", "mixed.example.com:443")
 	assert.True(t, errors.Is(err, pushtest.ErrNotDialled), "mixed: %v", err)
-	for _, a := range []string{"127.0.0.1:443", "[::1]:443", "10.0.0.1:443", "[fd00::1]:443"} {
+	for _, a := range []string{"127.0.0.1:443", "[::1]:443", "10.0.0.1:443", "[fd00::1]:443", "[::7f00:1]:443", "compat.example.com:443"} {
 		_, err := g.DialContext(ctx, "tcp", a)
 		assert.True(t, errors.Is(err, ErrBlocked), "%s: %v", a, err)
 	}
@@ -288,6 +292,7 @@ func TestRetryAfter(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	for v, want := range map[string]time.Duration{"": 0, "3": 3 * time.Second, "-1": 0, "soon": 0,
+		"9223372036": 9223372036 * time.Second, "9223372037": math.MaxInt64, "18446744073709551616": math.MaxInt64,
 		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second, now.Add(-time.Minute).Format(http.TimeFormat): 0} {
 		assert.Equal(t, v, retryAfter(v, now), want)
 	}

@@ -520,10 +520,13 @@ func TestMCPOverHTTPFromTheTypeScriptSDK(t *testing.T) {
 	assert.True(t, len(out.Progress) >= 8, "progress notifications: %d", len(out.Progress))
 }
 
-// TestMCPBounds: a key's sessions past --mcp-sessions-per-key are refused
-// 429 too_many_streams (another key still connects), and a key's writes
-// past its window (--rate-ip: the key counts as one client address) are
-// the tool's error rate_limited, which stores nothing.
+// TestMCPBounds: past --mcp-sessions-per-key, a new session of the key
+// ends the key's least recently used session with no tool call in flight
+// (an agent that restarted without ending its session gets in at once);
+// with every session of the key in a call it is refused 429
+// too_many_streams, and another key still connects. A key's writes past
+// its window (--rate-ip: the key counts as one client address) are the
+// tool's error rate_limited, which stores nothing.
 func TestMCPBounds(t *testing.T) {
 	t.Parallel()
 	sa := []string{"--data", t.TempDir()}
@@ -532,11 +535,32 @@ func TestMCPBounds(t *testing.T) {
 	thread := chatrelay.ThreadOf(owner)
 	assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
 	key, _ := addAgent(t, sa, "busy")
-	cs := mcpClient(t, n.base, key, nil)
+	crashed := mcpClient(t, n.base, key, nil) // never ended: its agent crashed
+	progress := make(chan *mcp.ProgressNotificationParams, 64)
+	cs := mcpClient(t, n.base, key, progress) // the agent again
+	_, err := crashed.CallTool(t.Context(), &mcp.CallToolParams{Name: chatrelay.ToolName("list_threads"), Arguments: map[string]any{}})
+	assert.True(t, err != nil, "the session that made room still answers")
+	assert.True(t, strings.Contains(n.log.String(), "least recently used session ended"), "the room made is not logged: %s", n.log.String())
+
+	ctx, cancel := context.WithCancel(t.Context())
+	waited := make(chan error, 1)
+	go func() {
+		p := &mcp.CallToolParams{Name: chatrelay.ToolName("wait_messages"), Arguments: map[string]any{"thread": thread, "since": 1 << 50, "timeout": 60}}
+		p.SetProgressToken("busy")
+		_, err := cs.CallTool(ctx, p)
+		waited <- err
+	}()
+	select { // the wait is in flight: it reports its progress
+	case <-progress:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait reports no progress")
+	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "second", Version: "1"}, nil)
-	_, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: n.base + chatrelay.PathMCP,
+	_, err = c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: n.base + chatrelay.PathMCP,
 		HTTPClient: &http.Client{Transport: bearerTransport{key}}, MaxRetries: -1}, nil)
-	assert.True(t, err != nil && strings.Contains(err.Error(), "Too Many Requests"), "a second session of the key: %v", err) // 429
+	assert.True(t, err != nil && strings.Contains(err.Error(), "Too Many Requests"), "a second session of the key while its one is in a call: %v", err) // 429
+	cancel()
+	<-waited
 	other, _ := addAgent(t, sa, "other")
 	mcpClient(t, n.base, other, nil)
 
@@ -673,4 +697,33 @@ func TestMCPRefusesTwoKeys(t *testing.T) {
 		assert.True(t, resp.StatusCode == 401 && resp.Header.Get("Mcp-Session-Id") == "" && strings.Contains(string(b), `"code":"unauthorized"`),
 			"two Authorization headers: %d %s", resp.StatusCode, b)
 	}
+}
+
+// TestMCPNoSessionButInitialize: a POST without Mcp-Session-Id that is
+// not an initialize request (a tool call, a notification, a response) is
+// 400 invalid_json saying what to do, makes no session and logs no error.
+// The SDK answered it 200 with a JSON-RPC error of code 0, made and
+// dropped a session, and logged it at error level: any key holder could
+// fill the log.
+func TestMCPNoSessionButInitialize(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "sessionless")
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":1,"result":{}}`,
+	} {
+		resp := mcpPost(t, n.base, key, "", body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, body+": status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_json"`) && strings.Contains(string(b), "initialize"), "%s: %s", body, b)
+	}
+	log := n.log.String()
+	assert.True(t, !strings.Contains(log, "level=ERROR") && !strings.Contains(log, "server session connected"), "the log: %s", log)
+	cs := mcpClient(t, n.base, key, nil) // an initialize still makes a session
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "list_threads: %+v", r)
 }

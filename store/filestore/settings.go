@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,7 +87,8 @@ func readSettings(data string) (store.Settings, bool, error) {
 		return store.Settings{}, false, fmt.Errorf("store: %s does not parse: %w", settingsPath(data), err)
 	}
 	age, err := time.ParseDuration(f.RetentionAge)
-	if err != nil || age <= 0 || f.RetentionMessages <= 0 || f.MaxThreads <= 0 {
+	if err != nil || age <= 0 || f.RetentionMessages <= 0 || f.MaxThreads <= 0 ||
+		slices.ContainsFunc(f.Webhooks, func(id string) bool { return !store.ValidDestinationID(id) }) { // each names a queue file under webhooks/
 		return store.Settings{}, false, fmt.Errorf("store: %s holds settings out of range", settingsPath(data))
 	}
 	return store.Settings{Retention: chatrelay.Retention{Messages: f.RetentionMessages, Age: age}, MaxThreads: f.MaxThreads, PublicURL: f.PublicURL, Webhooks: f.Webhooks}, true, nil

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"slices"
@@ -143,8 +144,8 @@ func (s *Store) parseAgents(m map[string]string) []chatrelay.AgentKey {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b chatrelay.AgentKey) int {
-		if a.CreatedAt != b.CreatedAt {
-			return int(b.CreatedAt - a.CreatedAt)
+		if c := cmp.Compare(b.CreatedAt, a.CreatedAt); c != 0 { // not b - a: a stored time may be any int64
+			return c
 		}
 		return -cmpString(a.ID, b.ID)
 	})

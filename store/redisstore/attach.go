@@ -109,7 +109,7 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 	}
 	res, err := commitScript.Run(cctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256), s.metaKey(thread)},
 		a.ID, string(js), a.SHA256, a.Size, chatrelay.LimitThreadAttachments.Max, aw.n > 0,
-		s.pendingSince(), chatrelay.LimitAttachmentPending.Max).Text()
+		s.pendingSince(), chatrelay.LimitAttachmentPending.Max, aw.i).Text()
 	if err != nil {
 		s.unlist(ctx, thread)
 		return chatrelay.Attachment{}, s.unavailable("upload", err)
@@ -119,6 +119,15 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 	}
 	if res == "full" {
 		return chatrelay.Attachment{}, store.ThreadFull() // (the thread holds uploads: it stays listed)
+	}
+	if res == "lost" {
+		// Redis lost chunks it had taken (it restarted without its data,
+		// or failed over to a replica that lacked them): refused, so that
+		// no record names bytes the store does not hold.
+		s.unlist(ctx, thread)
+		s.log.Warn("upload: Redis lost chunks of it", "thread", thread)
+		return chatrelay.Attachment{}, &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
+			Err: fmt.Errorf("redis upload: the staging key lacks chunks it was sent (%d)", aw.i)}
 	}
 	if res == "unreadable" {
 		s.unlist(ctx, thread)
@@ -289,12 +298,14 @@ func (w *appender) flush() error {
 // att hash, the staging key, the bytes' key, the thread's meta. ARGV: id,
 // record JSON, sha, size, the thread's most bytes, "1" if the staging key
 // holds the bytes (an empty file has none), the time (ms) after which an
-// upload no message names is pending, the most pending uploads. It
+// upload no message names is pending, the most pending uploads, the
+// chunks the staging key was sent. It
 // answers "ok", "pending" (the thread holds the most pending uploads it
 // may: pendingLua; nothing is kept), "full" (the
-// bytes would take the thread past its most; nothing is kept) or
+// bytes would take the thread past its most; nothing is kept),
 // "unreadable" (the thread is marked unreadable: unreadable.go; nothing
-// is kept).
+// is kept) or "lost" (the staging key lacks chunks it was sent: Redis
+// lost data meanwhile; nothing is kept).
 var commitScript = redis.NewScript(pendingLua + `
 local att, stage, blob = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('HEXISTS', KEYS[4], '` + markField + `') == 1 then
@@ -314,6 +325,10 @@ else
     return 'full'
   end
   if ARGV[6] == 'true' or ARGV[6] == '1' then
+    if redis.call('HLEN', stage) ~= tonumber(ARGV[9]) then
+      redis.call('DEL', stage)
+      return 'lost'
+    end
     redis.call('RENAME', stage, blob)
     redis.call('PERSIST', blob)
   else

@@ -103,3 +103,64 @@ func TestRefusedUploadLeavesNothing(t *testing.T) {
 	keys := must[[]string](t)(srv.Client(t).Keys(ctx, "refused:*").Result())
 	assert.Equal(t, "keys left", strings.Join(keys, " "), "")
 }
+
+// hookReader reads r, running hook once after the first n bytes.
+type hookReader struct {
+	r    io.Reader
+	n    int
+	hook func()
+}
+
+func (h *hookReader) Read(p []byte) (int, error) {
+	if h.hook != nil && h.n <= 0 {
+		h.hook()
+		h.hook = nil
+	}
+	if h.hook != nil {
+		p = p[:min(len(p), h.n)]
+	}
+	k, err := h.r.Read(p)
+	h.n -= k
+	return k, err
+}
+
+// TestUploadWhenRedisLostItsData: Redis loses its data while an upload is
+// received (a restart without persistence, a failover to a replica that
+// had not the first chunks): the staging key then lacks the chunks sent
+// before, or is gone. The upload must not be stored with bytes missing
+// (its record naming a size and a digest its bytes do not have, read back
+// short): it is refused, retryable, and leaves nothing. Also when the loss
+// comes after the last chunk, before the commit.
+func TestUploadWhenRedisLostItsData(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	st := openStore(t, srv, Options{})
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	body := make([]byte, 3*chunkSize+100)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range body {
+		body[i] = byte(rng.Uint32())
+	}
+	for _, c := range []struct {
+		name   string
+		thread string
+		after  int // bytes read before Redis loses its data
+	}{
+		{"after the first chunk", "e6e6e6e6e6e6e6e6", chunkSize + 10},
+		{"after the last chunk", "f7f7f7f7f7f7f7f7", len(body)},
+	} {
+		lose := func() { assert.Success(t, rdb.FlushAll(ctx).Err()) }
+		a, err := st.PutAttachment(ctx, c.thread, store.Upload{Name: "big.bin", Body: &hookReader{r: bytes.NewReader(body), n: c.after, hook: lose}})
+		if err == nil {
+			_, f, err := st.OpenAttachment(ctx, c.thread, a.ID)
+			assert.Success(t, err)
+			got, err := io.ReadAll(f)
+			f.Close()
+			t.Fatalf("%s: stored as %s (%d bytes), reads back %d bytes (%v)", c.name, a.ID, a.Size, len(got), err)
+		}
+		assert.Equal(t, c.name+": code", chatrelay.CodeOf(err), chatrelay.StoreUnavailable)
+		keys := must[[]string](t)(rdb.Keys(ctx, "*"+c.thread+"*").Result())
+		assert.Equal(t, c.name+": keys left", strings.Join(keys, " "), "")
+	}
+}

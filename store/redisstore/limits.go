@@ -24,8 +24,17 @@ import (
 // clock, like the in-memory limiter), checked and added to in one script
 // with both keys (takeScript); the keys share the hash tag {rl}, so that
 // script also runs on a cluster.
+//
+// On shards that are Redis instances (Sharded.NewRateLimiter), a thread's
+// window is on the thread's shard and an address's on the shard its hash
+// picks, so that the windows' work is spread as the threads' is, and a
+// post's append counts it in its thread's window in the same script. A
+// post whose two windows are on two shards is counted in the address's
+// first, then in the thread's (Take, Sharded.AppendLimited): in both or,
+// refused by either, in neither.
 type RateLimiter struct {
 	s                *Store
+	shards           []*Store // the shards the windows are placed on (nil: all on s)
 	perThread, perIP int
 	window           time.Duration
 }
@@ -43,20 +52,47 @@ func NewRateLimiter(s *Store, w chatrelay.Windows) *RateLimiter {
 // it was then not stored).
 func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(), err error) {
 	t := l.take(thread, ip)
-	now := l.s.now().UnixMilli()
-	t.entry = strconv.FormatInt(now, 10) + " " + t.nonce
-	tctx, cancel := l.s.bound(ctx)
-	defer cancel()
-	wait, err := l.s.runScript(tctx, takeScript, t.keys[:], now, l.window.Milliseconds(),
-		t.entry, l.perThread, l.perIP).Int64()
-	if err != nil {
-		return nil, l.s.unavailable("rate limit", err)
-	}
-	if wait > 0 {
-		return nil, l.refusal(wait)
+	if t.split() {
+		// The address's window, then the thread's, each on its shard; a
+		// post the thread's refuses is taken out of the address's.
+		t.stamp(l.s.now().UnixMilli())
+		if err := t.part(1).count(ctx); err != nil {
+			return nil, err
+		}
+		if err := t.part(0).count(ctx); err != nil {
+			if chatrelay.CodeOf(err) == chatrelay.RateLimited {
+				t.undo(context.WithoutCancel(ctx))
+			} else {
+				l.s.undoLater(t) // not waiting on a Redis that may be stalled
+			}
+			return nil, err
+		}
+	} else if err := t.count(ctx); err != nil {
+		return nil, err
 	}
 	var once sync.Once
 	return func() { once.Do(func() { t.undo(context.WithoutCancel(ctx)) }) }, nil
+}
+
+// count runs takeScript on t's windows (on one Redis).
+func (t *rateTake) count(ctx context.Context) error {
+	s := t.at()
+	t.stamp(s.now().UnixMilli())
+	tctx, cancel := s.bound(ctx)
+	defer cancel()
+	args := make([]any, 0, 5)
+	args = append(args, t.now, t.l.window.Milliseconds(), t.entry)
+	for _, w := range t.w {
+		args = append(args, w.limit)
+	}
+	wait, err := s.runScript(tctx, takeScript, t.keys(), args...).Int64()
+	if err != nil {
+		return s.unavailable("rate limit", err)
+	}
+	if wait > 0 {
+		return t.l.refusal(wait)
+	}
+	return nil
 }
 
 // refusal is the error of a post over a window, to wait ms.
@@ -66,26 +102,74 @@ func (l *RateLimiter) refusal(wait int64) error {
 }
 
 // rateTake is one post's count in the windows of a thread and an
-// address: their keys and the post's entry, "<now ms> <nonce>".
+// address (or in one of them: part): their keys, where each is, and the
+// post's entry, "<now ms> <nonce>".
 type rateTake struct {
 	l     *RateLimiter
-	keys  [2]string
+	w     []rateWindow // the thread's window first
 	nonce string
-	entry string // set when the entry is sent
+	entry string // set when the entry is first sent (stamp)
+	now   int64  // the time in entry (ms)
+}
+
+// stamp sets t's entry, at now, unless it is set.
+func (t *rateTake) stamp(now int64) {
+	if t.entry == "" {
+		t.now, t.entry = now, strconv.FormatInt(now, 10)+" "+t.nonce
+	}
+}
+
+// rateWindow is one window a post is counted in.
+type rateWindow struct {
+	key   string
+	at    *Store // the Redis that holds it
+	limit int
 }
 
 func (l *RateLimiter) take(thread, ip string) *rateTake {
-	return &rateTake{l: l, keys: [2]string{l.s.limits + "{rl}:tl:" + thread, l.s.limits + "{rl}:il:" + ip}, nonce: randomHex(8)}
+	ts, as := l.s, l.s
+	if n := len(l.shards); n > 1 {
+		ts, as = l.shards[shardIndex(thread, n)], l.shards[shardIndex(ip, n)]
+	}
+	return &rateTake{l: l, nonce: randomHex(8), w: []rateWindow{
+		{key: ts.limits + "{rl}:tl:" + thread, at: ts, limit: l.perThread},
+		{key: as.limits + "{rl}:il:" + ip, at: as, limit: l.perIP},
+	}}
 }
 
-// undo takes the post's entry out of both windows, within
+// split reports whether t's windows are on two Redis.
+func (t *rateTake) split() bool { return len(t.w) == 2 && t.w[0].at != t.w[1].at }
+
+// part is t counted in its i-th window alone.
+func (t *rateTake) part(i int) *rateTake {
+	return &rateTake{l: t.l, nonce: t.nonce, entry: t.entry, now: t.now, w: t.w[i : i+1]}
+}
+
+// at is the Redis of t's (first) window.
+func (t *rateTake) at() *Store { return t.w[0].at }
+
+func (t *rateTake) keys() []string {
+	keys := make([]string, len(t.w))
+	for i, w := range t.w {
+		keys[i] = w.key
+	}
+	return keys
+}
+
+// undo takes the post's entry out of its windows, within
 // chatrelay.DefaultStoreTimeout unless ctx ends first.
 func (t *rateTake) undo(ctx context.Context) {
+	if t.split() {
+		t.part(0).undo(ctx)
+		t.part(1).undo(ctx)
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, chatrelay.DefaultStoreTimeout)
 	defer cancel()
-	_, err := t.l.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.LRem(ctx, t.keys[0], -1, t.entry)
-		p.LRem(ctx, t.keys[1], -1, t.entry)
+	_, err := t.at().rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, w := range t.w {
+			p.LRem(ctx, w.key, -1, t.entry)
+		}
 		return nil
 	})
 	if err != nil {
@@ -119,7 +203,7 @@ func (s *Store) undoLater(t *rateTake) {
 // and the caller takes and appends as two calls.
 func (s *Store) AppendLimited(ctx context.Context, lim chatrelay.RateLimiter, thread, ip string, m store.NewMessage) (e store.Entry, done bool, err error) {
 	l, ok := lim.(*RateLimiter)
-	if !ok || l.s != s || s.spub || m.Participant != "" || len(m.Attachments) > 0 {
+	if !ok || l.s != s || l.shards != nil || s.spub || m.Participant != "" || len(m.Attachments) > 0 {
 		return store.Entry{}, false, nil
 	}
 	e, err = s.appendRated(ctx, thread, m, l.take(thread, ip))
@@ -229,10 +313,14 @@ func (l *StreamLimiter) forget(ctx context.Context, seq uint64, ls streamLease) 
 	l.remove(ctx, []streamLease{ls})
 }
 
+// remove takes leases out of their sets. It is a plain pipeline, not a
+// MULTI: a full Redis (maxmemory, noeviction) refuses every MULTI but
+// still takes ZREM, and a lease it kept would hold its stream's place for
+// a whole lease after the stream failed.
 func (l *StreamLimiter) remove(ctx context.Context, ls []streamLease) {
 	ctx, cancel := l.s.bound(ctx)
 	defer cancel()
-	_, err := l.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := l.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, x := range ls {
 			for _, k := range x.keys {
 				p.ZRem(ctx, k, x.member)

@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
@@ -225,4 +229,68 @@ func retryOf(err error) time.Duration {
 		return he.Retry
 	}
 	return -1
+}
+
+// TestStreamLimiterReleasesWhenRedisIsFull: a full Redis (maxmemory with
+// noeviction) still takes a stream's lease (the script's first write lets
+// it past the OOM check) but refuses every MULTI; the stream then fails
+// (its backlog read is refused) and its release must still free its
+// place, or a page retrying against a full Redis holds every place of its
+// thread and is refused too_many_streams for a whole lease after Redis
+// has room again.
+func TestStreamLimiterReleasesWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := openStore(t, srv, Options{})
+	l := NewStreamLimiter(s, chatrelay.StreamLimits{PerThread: 2, PerIP: 100}, time.Minute)
+	ctx := t.Context()
+	const th, ip = "a1b2c3d4e5f60718", "192.0.2.1"
+	rdb := srv.Client(t)
+	// A place held, so that the thread's set exists, as it does for a
+	// thread with a page open.
+	must[func()](t)(l.Acquire(ctx, th, ip, chatrelay.OwnerStream))
+
+	fillRedis(t, rdb)
+	for i := range 5 { // a page retrying a stream whose backlog read fails
+		rel, err := l.Acquire(ctx, th, ip, chatrelay.OwnerStream)
+		if err != nil {
+			wantCode(t, err, chatrelay.StoreUnavailable)
+			continue
+		}
+		t.Logf("attempt %d took a lease on the full Redis", i)
+		rel()
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, th, ip, chatrelay.OwnerStream); err != nil {
+		t.Fatalf("Redis has room again, the thread holds 1 stream of 2: %v", err)
+	}
+}
+
+// fillRedis makes r full: maxmemory half of what it uses, noeviction, so
+// that writes are refused with OOM (undone at the test's end with the
+// server).
+func fillRedis(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	ctx := t.Context()
+	info := rdb.Info(ctx, "memory").Val()
+	var mem int64
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			mem, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if mem == 0 {
+		t.Fatalf("no used_memory in %q", info)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(mem/2, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, "probe", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+		t.Fatalf("a write to the full Redis: %v, want OOM", err)
+	}
 }

@@ -64,8 +64,9 @@ func parseGrants(fields map[string]string) (grantsRecord, error) {
 	if v, err := strconv.ParseInt(rec.version, 10, 64); err != nil || v <= 0 {
 		return grantsRecord{}, fmt.Errorf("%w: version %q", errBadRecord, rec.version)
 	}
-	order := strings.Fields(fields[".order"])
-	if len(order) != len(fields)-2 {
+	raw, ok := fields[".order"] // not read as "": a record without it would take a stray grant field as its second field
+	order := strings.Fields(raw)
+	if !ok || len(order) != len(fields)-2 {
 		return grantsRecord{}, fmt.Errorf("%w: %d grants in its order, %d fields", errBadRecord, len(order), len(fields))
 	}
 	rec.grants = make([]chatrelay.Grant, 0, len(order))

@@ -51,8 +51,8 @@ func readPush(fields map[string]string) ([]chatrelay.PushSubscription, error) {
 		out = append(out, p)
 	}
 	slices.SortFunc(out, func(a, b chatrelay.PushSubscription) int {
-		if a.CreatedAt != b.CreatedAt {
-			return int(a.CreatedAt - b.CreatedAt)
+		if c := cmp.Compare(a.CreatedAt, b.CreatedAt); c != 0 { // not a - b: a stored time may be any int64
+			return c
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})

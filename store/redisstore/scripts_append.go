@@ -25,7 +25,9 @@ package redisstore
 //	30… id suffix candidates (6 hex each)
 //
 // With a rate entry (Store.AppendLimited), KEYS has two more, the
-// thread's and the address's rate windows (RateLimiter's keys), and the
+// thread's and the address's rate windows (RateLimiter's keys; or one,
+// the thread's, when the address's is on another shard: ARGV 29 is then
+// unused), and the
 // post is counted in them as takeScript counts it, in the same step: a
 // replay first (answered, counted in no window, even a full one), then
 // the windows ({"rate", wait in ms}: nothing stored), then the append;
@@ -282,10 +284,10 @@ if wait > 0 then return {'rate', fmt(wait)} end
 local res = appendRun(thread, now, keep, age, participant, cid, true)
 if res[1] == 'ok' then
   rateKeep(KEYS[17], n1, l1, now, win, ARGV[27])
-  rateKeep(KEYS[18], n2, l2, now, win, ARGV[27])
+  if KEYS[18] then rateKeep(KEYS[18], n2, l2, now, win, ARGV[27]) end
 else
   redis.call('RPOP', KEYS[17])
-  redis.call('RPOP', KEYS[18])
+  if KEYS[18] then redis.call('RPOP', KEYS[18]) end
 end
 return res
 `

@@ -17,8 +17,9 @@ import "github.com/redis/go-redis/v9"
 // again); any window drops its expired head every 64 posts. The common
 // case is RPUSH and PEXPIRE on each key.
 const luaRate = `
--- rateTake pushes entry on windows k1 and k2 (limits l1, l2) and answers
--- 0 and the lists' lengths, or the wait in ms (the entry taken back).
+-- rateTake pushes entry on windows k1 and k2 (limits l1, l2; k2 nil: k1
+-- alone) and answers 0 and the lists' lengths, or the wait in ms (the
+-- entry taken back).
 local function rateTake(k1, k2, entry, now, win, l1, l2)
   local wait = 0
   local n1 = redis.call('RPUSH', k1, entry)
@@ -26,14 +27,17 @@ local function rateTake(k1, k2, entry, now, win, l1, l2)
     local t = tonumber(string.match(redis.call('LINDEX', k1, n1 - l1 - 1), '^(%d+)'))
     if t > now - win then wait = t + win - now end
   end
-  local n2 = redis.call('RPUSH', k2, entry)
-  if n2 > l2 then
-    local t = tonumber(string.match(redis.call('LINDEX', k2, n2 - l2 - 1), '^(%d+)'))
-    if t > now - win and t + win - now > wait then wait = t + win - now end
+  local n2 = 0
+  if k2 then
+    n2 = redis.call('RPUSH', k2, entry)
+    if n2 > l2 then
+      local t = tonumber(string.match(redis.call('LINDEX', k2, n2 - l2 - 1), '^(%d+)'))
+      if t > now - win and t + win - now > wait then wait = t + win - now end
+    end
   end
   if wait > 0 then
     redis.call('RPOP', k1)
-    redis.call('RPOP', k2)
+    if k2 then redis.call('RPOP', k2) end
   end
   return wait, n1, n2
 end
@@ -56,9 +60,10 @@ local function rateKeep(k, n, l, now, win, winArg)
 end
 `
 
-// takeScript counts one post in two sliding windows, or says how long to
-// wait (luaRate). KEYS: thread window, IP window. ARGV: now (ms), window
-// (ms), the post's entry ("<now> <random>"), thread limit, IP limit. It
+// takeScript counts one post in two sliding windows (or one), or says
+// how long to wait (luaRate). KEYS: thread window, IP window (or one
+// window). ARGV: now (ms), window (ms), the post's entry ("<now>
+// <random>"), thread limit, IP limit (or the one window's limit). It
 // answers 0 (counted) or the wait in ms.
 var takeScript = newLuaScript("take", luaRate, "", takeLua)
 
@@ -69,7 +74,7 @@ local l1, l2 = tonumber(ARGV[4]), tonumber(ARGV[5])
 local wait, n1, n2 = rateTake(KEYS[1], KEYS[2], ARGV[3], now, win, l1, l2)
 if wait > 0 then return wait end
 rateKeep(KEYS[1], n1, l1, now, win, ARGV[2])
-rateKeep(KEYS[2], n2, l2, now, win, ARGV[2])
+if KEYS[2] then rateKeep(KEYS[2], n2, l2, now, win, ARGV[2]) end
 return 0
 `
 

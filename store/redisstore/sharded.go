@@ -45,9 +45,11 @@ import (
 // and hands on one feed: on a cluster the scripts SPUBLISH on the shard's
 // channel, in its slot, and Follow SSUBSCRIBEs to it (no broadcast over
 // the cluster bus); instances PUBLISH and SUBSCRIBE. The node-wide singletons (the ticket key, the
-// VAPID key, the agent keys, push claims) live on shard 0; the limiters'
-// keys ({rl}, {sl}) on shard 0 for instances and in their own slots (the
-// prefix without a shard tag) on a cluster. Webhook events are queued per
+// VAPID key, the agent keys, push claims) live on shard 0; the stream
+// leases ({sl}) on shard 0 for instances, the rate windows ({rl}) on the
+// shard of their key's hash (a thread's on the thread's: RateLimiter),
+// and both in their own slots (the prefix without a shard tag) on a
+// cluster. Webhook events are queued per
 // shard (the append script queues on its own shard) and taken from every
 // shard.
 //
@@ -166,9 +168,15 @@ func (sh *Sharded) TicketKey(ctx context.Context) ([]byte, error) { return sh.sh
 // (whose limiter prefix is the base prefix on a cluster).
 func (sh *Sharded) limiters() *Store { return sh.shards[0] }
 
-// NewRateLimiter is NewRateLimiter on the store's limiter keys.
+// NewRateLimiter is NewRateLimiter on the store's limiter keys: on
+// instances, each window on the shard its key's hash picks, a thread's
+// on the thread's shard (RateLimiter); on a cluster, in the limiters' slot.
 func (sh *Sharded) NewRateLimiter(w chatrelay.Windows) *RateLimiter {
-	return NewRateLimiter(sh.limiters(), w)
+	l := NewRateLimiter(sh.limiters(), w)
+	if sh.cluster == nil {
+		l.shards = sh.shards
+	}
+	return l
 }
 
 // NewStreamLimiter is NewStreamLimiter on the store's limiter keys.
@@ -225,18 +233,44 @@ func (sh *Sharded) Append(ctx context.Context, thread string, m store.NewMessage
 	return sh.appendRated(ctx, thread, m, nil)
 }
 
-// AppendLimited is Store.AppendLimited for a thread on shard 0 of
-// instances, whose Redis holds the rate windows too: the windows and the
-// append in one script (and, for a thread to create, the same steps as
-// Append). Elsewhere (another shard, a cluster, whose windows are in a
-// slot of their own) it does nothing and answers done false.
+// AppendLimited is Store.AppendLimited on instances, with the windows of
+// sh.NewRateLimiter: the append counts the post in its thread's window,
+// on the thread's shard, in its script; the address's window, when it
+// is on another shard, first counts it in a script of its own (a post it
+// refuses is left to the caller's two calls, done false, which answer a
+// replay before the refusal; a post the append then does not store is
+// taken out of it). A thread to create takes the same steps as Append.
+// On a cluster (whose windows are in a slot of their own) it does
+// nothing and answers done false.
 func (sh *Sharded) AppendLimited(ctx context.Context, lim chatrelay.RateLimiter, thread, ip string, m store.NewMessage) (store.Entry, bool, error) {
 	l, ok := lim.(*RateLimiter)
 	s := sh.of(thread)
-	if !ok || sh.cluster != nil || l.s != s || s.spub || m.Participant != "" || len(m.Attachments) > 0 {
+	if !ok || sh.cluster != nil || s.spub || m.Participant != "" || len(m.Attachments) > 0 {
 		return store.Entry{}, false, nil
 	}
-	e, err := sh.appendRated(ctx, thread, m, l.take(thread, ip))
+	rt := l.take(thread, ip)
+	if rt.at() != s {
+		return store.Entry{}, false, nil // a limiter of another layout
+	}
+	if !rt.split() {
+		e, err := sh.appendRated(ctx, thread, m, rt)
+		return e, true, err
+	}
+	a := rt.part(1)
+	if err := a.count(ctx); err != nil {
+		if chatrelay.CodeOf(err) == chatrelay.RateLimited {
+			return store.Entry{}, false, nil // counted nowhere: Take and Append answer it, a replay first
+		}
+		return store.Entry{}, true, err
+	}
+	e, err := sh.appendRated(ctx, thread, m, rt.part(0))
+	if err != nil || e.Replayed {
+		if chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
+			a.at().undoLater(a)
+		} else {
+			a.undo(context.WithoutCancel(ctx))
+		}
+	}
 	return e, true, err
 }
 

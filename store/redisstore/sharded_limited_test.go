@@ -107,39 +107,139 @@ func TestShardedCreationRoundTrips(t *testing.T) {
 	}
 }
 
-// TestShardedAppendLimited: on instances, a post to a thread on shard 0
-// (which holds the rate windows) is one script with its windows, a
-// creating one too; a thread on another shard, or any on a cluster, is
-// left to the two calls.
+// TestShardedAppendLimited: on instances, a thread's rate window is on
+// the thread's shard and an address's on the shard of its hash; a post
+// is one script with both windows where they are on its thread's shard,
+// and otherwise the address's script, then the append with the thread's
+// window; in both windows or in neither. On a cluster it is left to the
+// two calls.
 func TestShardedAppendLimited(t *testing.T) {
 	eachSharded(t, func(t *testing.T, spec, prefix string) {
 		sh := openSharded(t, spec, Options{Prefix: prefix})
-		l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 2, PerIP: 100, Window: time.Minute})
+		l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 2, PerIP: 6, Window: time.Minute})
 		ctx := t.Context()
-		const ip = "192.0.2.5"
-		on0, on1 := threadOnShard(sh, 0), threadOnShard(sh, 1)
-		cluster := sh.cluster != nil
-		for i := range 2 {
-			_, done, err := sh.AppendLimited(ctx, l, on0, ip, store.NewMessage{Text: fmt.Sprint("post ", i)})
-			if done != !cluster || err != nil {
-				t.Fatalf("AppendLimited on shard 0: done %v, %v; want done %v", done, err, !cluster)
+		ip := addressOnShard(sh, 0)
+		if sh.cluster != nil {
+			if _, done, err := sh.AppendLimited(ctx, l, threadOnShard(sh, 0), ip, store.NewMessage{Text: "x"}); done || err != nil {
+				t.Fatalf("AppendLimited on a cluster: done %v, %v; want left to the two calls", done, err)
 			}
-		}
-		if _, done, err := sh.AppendLimited(ctx, l, on1, ip, store.NewMessage{Text: "x"}); done || err != nil {
-			t.Fatalf("AppendLimited on shard 1: done %v, %v; want left to the two calls", done, err)
-		}
-		if cluster {
 			return
 		}
-		_, done, err := sh.AppendLimited(ctx, l, on0, ip, store.NewMessage{Text: "third"})
-		if !done {
-			t.Fatal("AppendLimited on shard 0 did nothing")
+		window := func(k int, key string) int64 { return sh.Shards()[k].rdb.LLen(ctx, prefix+key).Val() }
+		for _, k := range []int{0, 1} { // the thread on the address's shard, then on the other
+			th := threadsOnShard(sh, k, 1, 0x5b0000*(k+1))[0]
+			for i := range 2 {
+				_, done, err := sh.AppendLimited(ctx, l, th, ip, store.NewMessage{Text: fmt.Sprint("post ", i)})
+				if !done || err != nil {
+					t.Fatalf("thread on shard %d, post %d: done %v, %v; want stored", k, i, done, err)
+				}
+			}
+			if n := window(k, "{rl}:tl:"+th); n != 2 {
+				t.Fatalf("thread on shard %d: its window on its shard holds %d posts, want 2", k, n)
+			}
+			_, done, err := sh.AppendLimited(ctx, l, th, ip, store.NewMessage{Text: "third"})
+			if !done {
+				t.Fatalf("thread on shard %d: the third post was left to the two calls", k)
+			}
+			wantCode(t, err, chatrelay.RateLimited)
+			if p := must[store.Page](t)(sh.Since(ctx, th, 0, 0)); len(p.Messages) != 2 {
+				t.Fatalf("thread on shard %d holds %d messages, want 2", k, len(p.Messages))
+			}
 		}
-		wantCode(t, err, chatrelay.RateLimited)
-		if p := must[store.Page](t)(sh.Since(ctx, on0, 0, 0)); len(p.Messages) != 2 {
-			t.Fatalf("the thread holds %d messages, want 2", len(p.Messages))
+		// The address's window counted the four posts stored, not the two
+		// refused by their thread's.
+		if n := window(0, "{rl}:il:"+ip); n != 4 {
+			t.Fatalf("the address's window holds %d posts, want 4", n)
+		}
+		// A replay is counted in neither window.
+		th := threadsOnShard(sh, 1, 1, 0x5c0000)[0]
+		first, done, err := sh.AppendLimited(ctx, l, th, ip, store.NewMessage{Text: "once", ClientID: "c-1"})
+		if !done || err != nil {
+			t.Fatalf("a post with a client id: done %v, %v", done, err)
+		}
+		again, done, err := sh.AppendLimited(ctx, l, th, ip, store.NewMessage{Text: "once", ClientID: "c-1"})
+		if !done || err != nil || !again.Replayed || again.Epoch != first.Epoch {
+			t.Fatalf("its retry: done %v, replayed %v, epoch %d (first %d), %v; want the replay", done, again.Replayed, again.Epoch, first.Epoch, err)
+		}
+		if n := window(0, "{rl}:il:"+ip); n != 5 {
+			t.Fatalf("the address's window holds %d posts after a post and its replay, want 5", n)
+		}
+		if _, done, err := sh.AppendLimited(ctx, l, th, ip, store.NewMessage{Text: "sixth"}); !done || err != nil {
+			t.Fatalf("the sixth post: done %v, %v", done, err)
+		}
+		// The address's window full: a post to another shard's thread is
+		// left to the two calls (which answer a replay before the
+		// refusal), counted nowhere and stored nowhere.
+		full := threadsOnShard(sh, 1, 1, 0x5d0000)[0]
+		if _, done, err := sh.AppendLimited(ctx, l, full, ip, store.NewMessage{Text: "over"}); done || err != nil {
+			t.Fatalf("over the address's window: done %v, %v; want left to the two calls", done, err)
+		}
+		if n := window(1, "{rl}:tl:"+full); n != 0 {
+			t.Fatalf("the refused post is in its thread's window (%d)", n)
+		}
+		if p := must[store.Page](t)(sh.Since(ctx, full, 0, 0)); len(p.Messages) != 0 {
+			t.Fatalf("the refused post was stored: %v", p.Messages)
 		}
 	})
+}
+
+// TestShardedTake: Take on instances counts a post in its thread's window
+// on the thread's shard and its address's on that one's; a post one of
+// them refuses is in neither, and undo takes it out of both.
+func TestShardedTake(t *testing.T) {
+	spec, prefix := shardSpec(t, "shards")
+	sh := openSharded(t, spec, Options{Prefix: prefix})
+	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 1, PerIP: 3, Window: time.Minute})
+	ctx := t.Context()
+	ip := addressOnShard(sh, 0)
+	ths := threadsOnShard(sh, 1, 3, 0x5e0000)
+	window := func(k int, key string) int64 { return sh.Shards()[k].rdb.LLen(ctx, prefix+key).Val() }
+	undo, err := l.Take(ctx, ths[0], ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := window(0, "{rl}:il:"+ip), window(1, "{rl}:tl:"+ths[0]); a != 1 || b != 1 {
+		t.Fatalf("after a take: the address's window %d, the thread's %d; want 1 and 1", a, b)
+	}
+	_, err = l.Take(ctx, ths[0], ip)
+	wantCode(t, err, chatrelay.RateLimited)
+	if a := window(0, "{rl}:il:"+ip); a != 1 {
+		t.Fatalf("a take the thread's window refused is in the address's (%d)", a)
+	}
+	undo()
+	if a, b := window(0, "{rl}:il:"+ip), window(1, "{rl}:tl:"+ths[0]); a != 0 || b != 0 {
+		t.Fatalf("after undo: the address's window %d, the thread's %d; want 0 and 0", a, b)
+	}
+	for _, th := range ths {
+		if _, err := l.Take(ctx, th, ip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = l.Take(ctx, threadsOnShard(sh, 1, 1, 0x5f0000)[0], ip)
+	wantCode(t, err, chatrelay.RateLimited)
+	if a := window(0, "{rl}:il:"+ip); a != 3 {
+		t.Fatalf("the address's window holds %d, want 3", a)
+	}
+}
+
+// addressOnShard is a client address whose rate window is on shard k.
+func addressOnShard(sh *Sharded, k int) string {
+	for i := 1; ; i++ {
+		if ip := fmt.Sprintf("198.51.100.%d", i); shardIndex(ip, len(sh.Shards())) == k {
+			return ip
+		}
+	}
+}
+
+// threadsOnShard is n thread ids on shard k, from base up.
+func threadsOnShard(sh *Sharded, k, n, base int) []string {
+	var ths []string
+	for i := 0; len(ths) < n; i++ {
+		if th := fmt.Sprintf("%016x", base+i); sh.ShardOf(th) == k {
+			ths = append(ths, th)
+		}
+	}
+	return ths
 }
 
 // TestShardedCreationBurst: a burst of posts that each create a thread,

@@ -229,9 +229,12 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		strings.Join(r.m.Attachments, " "), r.v2Text)
 	keys := s.keys(thread)
 	if rt := r.rate; rt != nil {
-		rt.entry = strconv.FormatInt(now.UnixMilli(), 10) + " " + rt.nonce
-		keys = append(keys, rt.keys[0], rt.keys[1])
-		args = append(args, rt.entry, rt.l.window.Milliseconds(), rt.l.perThread, rt.l.perIP)
+		rt.stamp(now.UnixMilli())
+		keys = append(keys, rt.keys()...)
+		args = append(args, rt.entry, rt.l.window.Milliseconds(), rt.w[0].limit, 0)
+		if len(rt.w) == 2 {
+			args[len(args)-1] = rt.w[1].limit
+		}
 	} else {
 		args = append(args, "", 0, 0, 0)
 	}

@@ -286,6 +286,10 @@ async function respond(n, d, answer) {
     const how = state === "expired" ? "it expired" : state === "canceled" ? "hermes canceled it" : (closedWords[state]?.[0] || "answered").toLowerCase();
     return say(`Already answered: ${how}.`, { closed: state });
   }
+  // A credential the server no longer takes (a revoked or expired device
+  // or share link): its page cannot answer either, and the server's words
+  // say what to do instead.
+  if (res.status === 401 && body?.error) return say(`Not sent: ${body.error.replace(/\.$/, "")}.`);
   return say(`Not sent: ${body?.error || `the server answered ${res.status}`}. Open the conversation to answer.`);
 }
 

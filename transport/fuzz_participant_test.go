@@ -1,0 +1,102 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
+)
+
+// FuzzParticipantPost: a commenter's post bodies (over HTTP and as
+// WebSocket post frames) are untrusted, and a refusal may carry a message
+// (409 client_id_conflict carries the message its client_id names).
+// Whatever the body, the answer is below 500 (or 503), a refusal is the
+// contract's error with a known code, and nothing the owner's message
+// holds that a participant may not see (a secret in its text, its
+// client_id) is ever in the answer.
+func FuzzParticipantPost(f *testing.F) {
+	st, err := filestore.OpenFile(f.TempDir(), filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer st.Close()
+	srv := NewServer(Config{Store: st, Log: slog.New(slog.DiscardHandler), Windows: chatrelay.Windows{PerThread: 1 << 30, PerIP: 1 << 30}})
+	token := strings.Repeat("ef", 32)
+	thread := chatrelay.ThreadOf(token)
+	const secret, ownerID = "hunter2hunter2", "owner-tab:7f3a"
+	if _, err := st.Append(context.Background(), thread, store.NewMessage{Text: "db password=" + secret, ClientID: ownerID}); err != nil {
+		f.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, chatrelay.PathParticipants, strings.NewReader(`{"name":"Alex","role":"commenter","cap":1000}`))
+	r.Header.Set("X-Chat-Token", token)
+	srv.ServeHTTP(w, r)
+	var invited struct{ Token string }
+	if err := json.Unmarshal(w.Body.Bytes(), &invited); err != nil || w.Code != http.StatusCreated {
+		f.Fatalf("invite: %d %s", w.Code, w.Body)
+	}
+	bearer := "Bearer " + invited.Token
+	pr := httptest.NewRequest(http.MethodPost, chatrelay.PathPost, nil)
+	pr.Header.Set("Authorization", bearer)
+	who, err := srv.authenticate(pr)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{
+		`{"text":"hi"}`, `{"text":"hi","client_id":"` + ownerID + `"}`, `{"text":"db password=` + secret + `","client_id":"` + ownerID + `"}`,
+		`{"text":"hi","kind":"agent"}`, `{"text":"","attachments":["at_000000000000"]}`, `{"text":"x","client_id":"bad id"}`,
+		`{"type":"post","text":"hi"}`, `{"type":"post","text":"hi","client_id":"` + ownerID + `"}`, `{"type":"nope"}`, `null`, `[]`, "\xff",
+	} {
+		f.Add(false, s)
+		f.Add(true, s)
+	}
+	known := map[chatrelay.Code]bool{}
+	for _, c := range chatrelay.Codes() {
+		known[c] = true
+	}
+	f.Fuzz(func(t *testing.T, ws bool, body string) {
+		var answer []byte
+		if ws {
+			answer = srv.wsFrame(t.Context(), []byte(body), streamRequest{p: who, ip: "192.0.2.7"})
+			var a struct {
+				Type string         `json:"type"`
+				Code chatrelay.Code `json:"code"`
+			}
+			if err := json.Unmarshal(answer, &a); err != nil || (a.Type != "posted" && (a.Type != "error" || !known[a.Code])) {
+				t.Fatalf("frame %q: %s", body, answer)
+			}
+		} else {
+			r := httptest.NewRequest(http.MethodPost, chatrelay.PathPost, strings.NewReader(body))
+			r.Header.Set("Authorization", bearer)
+			w := httptest.NewRecorder()
+			srv.ServeHTTP(w, r)
+			answer = w.Body.Bytes()
+			if w.Code >= 500 && w.Code != http.StatusServiceUnavailable {
+				t.Fatalf("post %q: %d %s", body, w.Code, answer)
+			}
+			if w.Code >= 400 {
+				var a struct {
+					Success *bool          `json:"success"`
+					Code    chatrelay.Code `json:"code"`
+				}
+				if err := json.Unmarshal(answer, &a); err != nil || a.Success == nil || *a.Success || !known[a.Code] {
+					t.Fatalf("post %q: %d %s", body, w.Code, answer)
+				}
+			}
+		}
+		if strings.Contains(string(answer), secret) && !strings.Contains(body, secret) || strings.Contains(string(answer), ownerID) {
+			t.Fatalf("post %q (ws %v): a participant was answered %s", body, ws, answer)
+		}
+		// hermes answers, so the commenter may post again (3 at most wait for hermes).
+		if _, err := st.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, Text: "ok"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,0 +1,50 @@
+package transport_test
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/pushtest"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/transport"
+)
+
+// TestPushClosedInteractionNotAskedAgain: an approval's push that the
+// push service refuses (503) is to be tried again; the approval is
+// answered before the retry is due, and its closing push ("Approved")
+// sent. The retry of the opening push is then not sent (counted
+// "superseded"): sent after the closing one, with the same Topic, it
+// would replace "Approved" with Approve and Deny for an answered
+// approval.
+func TestPushClosedInteractionNotAskedAgain(t *testing.T) {
+	t.Parallel()
+	svc := pushtest.NewService(t)
+	svc.Respond = func(_ string, n int) pushtest.Answer {
+		if n == 1 {
+			return pushtest.Answer{Status: http.StatusServiceUnavailable}
+		}
+		return pushtest.Answer{Status: http.StatusCreated}
+	}
+	e := startPush(t, pushOptions{config: withPush(svc, func(c *transport.PushConfig) { c.Backoff = []time.Duration{2 * time.Second} })})
+	owner, thread := tokenN(1), threadN(1)
+	e.mustPost(owner, "hello")
+	status, a := e.subscribe(owner, nil, svc.Subscribe(t, "phone"))
+	assert.Equal(t, "subscribe "+a.Code, status, 201)
+	m, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
+		Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
+	assert.Success(t, err)
+	awaitPushes(t, svc, "/push/phone", 1) // refused: 503
+	status, _, b := e.do(http.MethodPost, chatrelay.PathRespond, owner, fmt.Sprintf(`{"interaction_id":%q,"decision":"approve"}`, m.Interaction.ID), nil)
+	assert.Equal(t, "approve "+string(b), status, 200)
+	_, pls := awaitPushes(t, svc, "/push/phone", 2)
+	assert.Equal(t, "the second push", pls[1].Type, chatrelay.PushTypeInteractionClosed)
+	assert.Eventually(t, 10*time.Second, "the opening push's retry given up", func() bool {
+		return opsScrape(t, e.client, e.ts.URL+"/metrics")[`chatrelay_push_total{result="superseded"}`] == 1
+	})
+	ps := pushesTo(svc, "/push/phone")
+	assert.Equal(t, "pushes received", len(ps), 2)
+}
