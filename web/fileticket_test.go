@@ -7,10 +7,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 )
@@ -118,6 +122,19 @@ func TestCopiedFileAddressOpensOnlyThatFile(t *testing.T) {
 			}
 		}
 	}
+
+	// The chip downloads the file under its name, as a person's click does.
+	dir := t.TempDir()
+	owner.do(5*time.Second, "allow downloads", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+			Behavior: browser.SetDownloadBehaviorBehaviorAllow, BrowserContextID: chromedp.FromContext(owner.ctx).BrowserContextID, DownloadPath: dir})
+		return chromedp.Void{}, err
+	})
+	owner.click(".atts .chip")
+	waitFor(t, soon, "build.log downloaded", func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "build.log"))
+		return err == nil && bytes.Equal(b, log)
+	})
 
 	// The full-size view: a new tab showing the image, whose address
 	// opens that image only.
