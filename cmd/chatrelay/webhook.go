@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -59,8 +60,13 @@ func (h *hookFlags) check(opt *store.Options) error {
 // checkHookURL checks a webhook URL, given as what (a flag, or an operand).
 func checkHookURL(what, u string) error {
 	p, err := url.Parse(u)
-	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Hostname() == "" {
 		return usageError(fmt.Sprintf("%s %q: want an http:// or https:// URL", what, u))
+	}
+	if port := p.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return usageError(fmt.Sprintf("%s %q: its port %s is not one of 1 to 65535", what, u, port))
+		}
 	}
 	return nil
 }

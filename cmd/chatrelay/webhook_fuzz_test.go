@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/chatrelay/chatrelay/webhook"
@@ -32,8 +33,13 @@ func FuzzWebhookFlags(f *testing.F) {
 	f.Fuzz(func(t *testing.T, u, secret string) {
 		if checkHookURL("--webhook", u) == nil {
 			req, err := http.NewRequest(http.MethodPost, u, nil)
-			if err != nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" {
+			if err != nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Hostname() == "" {
 				t.Fatalf("--webhook %q taken, but its request is %v, %v", u, req, err)
+			}
+			if port := req.URL.Port(); port != "" {
+				if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+					t.Fatalf("--webhook %q taken with port %q", u, port)
+				}
 			}
 		}
 		k, err := webhook.ParseSecret(secret)
@@ -48,4 +54,19 @@ func FuzzWebhookFlags(f *testing.F) {
 			t.Fatalf("secret %q: its canonical form reads %x, %v", secret, again, err)
 		}
 	})
+}
+
+// TestWebhookURLRefused: a --webhook whose host or port cannot be
+// dialled is refused at start, not taken and failed at every delivery.
+func TestWebhookURLRefused(t *testing.T) {
+	for _, u := range []string{"https://hooks.example.com:99999/", "https://hooks.example.com:0/", "https://:443/", "ftp://hooks.example.com/"} {
+		if err := checkHookURL("--webhook", u); err == nil {
+			t.Errorf("--webhook %q taken", u)
+		}
+	}
+	for _, u := range []string{"https://hooks.example.com/", "http://127.0.0.1:47401/hook", "https://[::1]:65535/"} {
+		if err := checkHookURL("--webhook", u); err != nil {
+			t.Errorf("--webhook %q refused: %v", u, err)
+		}
+	}
 }
