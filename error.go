@@ -108,7 +108,7 @@ var codeTable = []CodeInfo{
 	{RateLimited, 429, true, "a rate window is full; retry_after_ms says how long to wait"},
 	{ThreadLimit, 507, false, "the post would create a thread beyond the most the store keeps"},
 	{TooManyStreams, 429, true, "the thread or the address holds the most open streams"},
-	{InvalidTicket, 401, false, "a ticket that is malformed, tampered, expired, or used to post or poll"},
+	{InvalidTicket, 401, false, "a ticket that is malformed, tampered, expired, or used to post or poll; a file ticket used on anything but its own file"},
 	{ThreadUnreadable, 503, false, "the thread's stored record does not parse"},
 	{StoreUnavailable, 503, true, "the store cannot be reached"},
 	{NotFound, 404, false, "no such route, or (CLI) no such thread"},

@@ -116,7 +116,7 @@ func Routes() []Route { return slices.Clone(routeTable) }
 var routeTable = []Route{
 	{Method: "POST", Path: PathPost, Callers: Writers, Body: "post.body", Status: 201, Answer: "post.answer", PHP: true, CORS: true},
 	{Method: "GET", Path: PathPoll, Callers: Members, Status: 200, Answer: "poll.answer", AnswerV2: "poll.v2.answer", PHP: true, CORS: true},
-	{Method: "POST", Path: PathTicket, Callers: Members, Status: 201, Answer: "ticket.answer", CORS: true},
+	{Method: "POST", Path: PathTicket, Callers: Members, Body: "ticket.body", Status: 201, Answer: "ticket.answer", CORS: true},
 	{Method: "POST", Path: PathRespond, Callers: Owners, Body: "respond.body", Status: 200, Answer: "respond.answer", CORS: true},
 	{Method: "POST", Path: PathReact, Callers: Writers, Body: "react.body", Status: 200, Answer: "react.answer", CORS: true},
 	{Method: "POST", Path: PathParticipants, Callers: Owners, Body: "participant.invite.body", Status: 201, Answer: "participant.invite.answer", CORS: true, Participants: true},

@@ -213,9 +213,13 @@ func (d defSet) answers() {
 		"awaiting": boolean("the last message was not written by hermes"), "cursor": epoch("the thread's newest change"),
 	}, "success", "thread", "messages", "reset", "awaiting", "cursor"))
 	d.add("attachment.answer", answer("201 to an upload (POST "+PathAttachments+")", "attachment", ref("attachment")))
+	d.add("ticket.body", open("POST "+PathTicket+" (optional: no body asks for the thread's ticket)", obj{
+		"attachment": describe(ref("attachment_id"), "ask for a file ticket: it opens this one attachment's bytes, and no stream, poll or other file"),
+	}))
 	d.add("ticket.answer", object("201 to POST "+PathTicket, obj{
-		"success": ok, "ticket": describe(obj{"type": "string", "minLength": 1}, "opaque; opens a stream with ?ticket="),
+		"success": ok, "ticket": describe(obj{"type": "string", "minLength": 1}, "opaque; a thread's ticket opens a stream with ?ticket=, a file ticket its one attachment"),
 		"thread": ref("thread"), "expires_at": ref("epoch"),
+		"attachment": describe(ref("attachment_id"), "the one file a file ticket opens; absent for a thread's ticket"),
 	}, "success", "ticket", "thread", "expires_at"))
 	messageAnswer := answer("200: the v2 message in its current state", "message", ref("message.v2"))
 	d.add("respond.answer", messageAnswer)

@@ -118,14 +118,16 @@ func FuzzParseSince(f *testing.F) {
 func FuzzTicketCheck(f *testing.F) {
 	now := time.UnixMilli(1792778400123)
 	tk := tickets{key: []byte("0123456789abcdef0123456789abcdef"), ttl: 15 * time.Minute, now: func() time.Time { return now }}
-	good, _ := tk.mint("a1b2c3d4e5f60718", "")
-	part, _ := tk.mint("a1b2c3d4e5f60718", "p_1a2b3c4d")
-	for _, s := range []string{good, part, part[:len(part)-2], good + "x", "", ".", "t1...", "t1.a1b2c3d4e5f60718.1792778400123.",
-		strings.Replace(good, "t1.", "t2.", 1), strings.ToUpper(good)} {
+	good, _ := tk.mint("a1b2c3d4e5f60718", "", "")
+	part, _ := tk.mint("a1b2c3d4e5f60718", "p_1a2b3c4d", "")
+	file, _ := tk.mint("a1b2c3d4e5f60718", "", "at_0123456789ab")
+	partFile, _ := tk.mint("a1b2c3d4e5f60718", "p_1a2b3c4d", "at_0123456789ab")
+	for _, s := range []string{good, part, file, partFile, part[:len(part)-2], good + "x", "", ".", "t1...", "t1.a1b2c3d4e5f60718.1792778400123.",
+		strings.Replace(good, "t1.", "t2.", 1), strings.Replace(file, "f1.", "t2.", 1), strings.ToUpper(good)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, ticket string) {
-		thread, pid, err := tk.check(ticket)
+		thread, pid, file, err := tk.check(ticket)
 		if err != nil {
 			if chatrelay.CodeOf(err) != chatrelay.InvalidTicket {
 				t.Fatalf("check(%q): code %s, want invalid_ticket", ticket, chatrelay.CodeOf(err))
@@ -137,7 +139,12 @@ func FuzzTicketCheck(f *testing.F) {
 		}
 		i := strings.LastIndexByte(ticket, '.')
 		want := "t1." + thread + "."
-		if pid != "" {
+		switch {
+		case pid != "" && file != "":
+			want = "f2." + thread + "." + pid + "." + file + "."
+		case file != "":
+			want = "f1." + thread + "." + file + "."
+		case pid != "":
 			want = "t2." + thread + "." + pid + "."
 		}
 		if body := ticket[:i]; body+"."+tk.sign(body) != ticket || !strings.HasPrefix(body, want) {

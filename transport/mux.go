@@ -227,7 +227,7 @@ func (s *Server) gate(rt route, h func(http.ResponseWriter, *http.Request, princ
 		var p principal
 		var err error
 		if rt.row.Ticket {
-			p, err = s.streamAuth(r) // a ticket, or the headers
+			p, err = s.streamAuth(r, r.PathValue("id")) // a ticket (a thread's, or this file's), or the headers
 		} else {
 			p, err = s.authenticate(r)
 		}

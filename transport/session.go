@@ -204,7 +204,7 @@ type session struct {
 // streamRequest authenticates a stream request (a ticket or the token)
 // and reads its cursor. It touches nothing on disk.
 func (s *Server) streamRequest(r *http.Request, cursor string) (streamRequest, error) {
-	p, err := s.streamAuth(r)
+	p, err := s.streamAuth(r, "")
 	if err != nil {
 		return streamRequest{}, err
 	}
@@ -522,19 +522,27 @@ func (f readyFrame) marshal() []byte {
 	return b
 }
 
-// streamAuth authenticates a stream: a ticket (?ticket=, read-only; one
-// minted from a grant dies with it) or the headers (the token, or a share
-// link's Bearer token). Every member may open a stream.
-func (s *Server) streamAuth(r *http.Request) (principal, error) {
+// streamAuth authenticates a stream (file is "") or the download of the
+// attachment file: a ticket (?ticket=, read-only; one minted from a grant
+// dies with it) or the headers (the token, or a share link's Bearer
+// token). Every member may open a stream. A file ticket opens only its
+// own file: a stream, and any other file, refuse it.
+func (s *Server) streamAuth(r *http.Request, file string) (principal, error) {
 	if !query(r).Has("ticket") {
 		return s.authenticate(r)
 	}
 	if len(s.tickets.key) == 0 {
 		return principal{}, chatrelay.Errorf(chatrelay.InvalidTicket, "this server issues no tickets")
 	}
-	thread, pid, err := s.tickets.check(query(r).Get("ticket"))
+	thread, pid, only, err := s.tickets.check(query(r).Get("ticket"))
 	if err != nil {
 		return principal{}, err
+	}
+	switch {
+	case only != "" && file == "":
+		return principal{}, chatrelay.Errorf(chatrelay.InvalidTicket, "invalid ticket: it opens one file only (%s), never a stream", only)
+	case only != "" && only != file:
+		return principal{}, chatrelay.Errorf(chatrelay.InvalidTicket, "invalid ticket: it opens one file only (%s), not this one", only)
 	}
 	noteThread(r, thread)
 	p := principal{thread: thread, role: chatrelay.Owner, ticket: true, ctx: context.Background()}

@@ -17,11 +17,16 @@ import (
 //
 //	t1.<thread>.<expires epoch ms>.<base64url HMAC-SHA256 of "t1.<thread>.<expires>">
 //	t2.<thread>.<grant id>.<expires>.<HMAC of the rest>   (minted from a share link or a device)
+//	f1.<thread>.<attachment id>.<expires>.<HMAC of the rest>
+//	f2.<thread>.<grant id>.<attachment id>.<expires>.<HMAC of the rest>
 //
 // They carry the thread (not secret: it is a hash of the token) and never
-// the token. They subscribe and can never post. A t2 ticket names its
-// grant, and dies with it (a revoked or expired grant refuses its
-// tickets).
+// the token. They subscribe and can never post. A t2 or f2 ticket names
+// its grant, and dies with it (a revoked or expired grant refuses its
+// tickets). An f ticket (a file ticket) opens one attachment's bytes and
+// nothing else: the page puts it in the address of an <img> or a link,
+// which a person may copy and paste elsewhere, and that address must not
+// open the conversation (the thread's stream) too.
 type tickets struct {
 	key  []byte // the key given; empty: this server issues no tickets
 	ttl  time.Duration
@@ -29,19 +34,35 @@ type tickets struct {
 	ring *keyRing // where the key may change (Config.TicketKeys); nil: key is fixed
 }
 
-// mint returns a ticket for thread (for the participant pid, if not "")
-// and its expiry.
-func (t tickets) mint(thread, pid string) (string, int64) {
+// mint returns a ticket for thread (for the participant pid, if not "";
+// for the one attachment file, if not "") and its expiry.
+func (t tickets) mint(thread, pid, file string) (string, int64) {
 	key := t.key
 	if t.ring != nil {
 		key = t.ring.current()
 	}
 	exp := t.now().Add(t.ttl).UnixMilli()
-	body := "t1." + thread + "." + strconv.FormatInt(exp, 10)
-	if pid != "" {
-		body = "t2." + thread + "." + pid + "." + strconv.FormatInt(exp, 10)
+	kind, parts := "t", []string{thread}
+	if file != "" {
+		kind = "f"
 	}
+	if pid == "" {
+		kind += "1"
+	} else {
+		kind += "2"
+		parts = append(parts, pid)
+	}
+	if file != "" {
+		parts = append(parts, file)
+	}
+	body := kind + "." + strings.Join(parts, ".") + "." + strconv.FormatInt(exp, 10)
 	return body + "." + signWith(key, body), exp
+}
+
+// fileTicket reports whether ticket has the shape of a file ticket (one
+// that opens one attachment), signed or not: for the words of a refusal.
+func fileTicket(ticket string) bool {
+	return strings.HasPrefix(ticket, "f1.") || strings.HasPrefix(ticket, "f2.")
 }
 
 // sign signs body with the key held now.
@@ -59,14 +80,15 @@ func signWith(key []byte, body string) string {
 }
 
 // check returns the thread a ticket grants (and its participant, for a
-// t2 ticket), or InvalidTicket. A signature that does not match the key
+// t2 or f2 ticket; the one attachment it opens, for a file ticket), or
+// InvalidTicket. A signature that does not match the key
 // held is checked again with the key read anew, if it may have changed
 // (TicketKeys) and was not read in the last ticketRefresh.
-func (t tickets) check(ticket string) (thread, pid string, err error) {
+func (t tickets) check(ticket string) (thread, pid, file string, err error) {
 	bad := func(why string) error { return chatrelay.Errorf(chatrelay.InvalidTicket, "invalid ticket: %s", why) }
 	i := strings.LastIndexByte(ticket, '.')
 	if i < 0 || len(ticket) > 160 {
-		return "", "", bad("malformed")
+		return "", "", "", bad("malformed")
 	}
 	body, mac := ticket[:i], ticket[i+1:]
 	key := t.key
@@ -81,7 +103,7 @@ func (t tickets) check(ticket string) (thread, pid string, err error) {
 			}
 		}
 		if !ok {
-			return "", "", bad("signature does not match")
+			return "", "", "", bad("signature does not match")
 		}
 	}
 	parts := strings.Split(body, ".")
@@ -89,20 +111,24 @@ func (t tickets) check(ticket string) (thread, pid string, err error) {
 	case len(parts) == 3 && parts[0] == "t1":
 	case len(parts) == 4 && parts[0] == "t2" && chatrelay.ValidGrantID(parts[2]):
 		pid = parts[2]
+	case len(parts) == 4 && parts[0] == "f1" && chatrelay.AttachmentIDPattern.MatchString(parts[2]):
+		file = parts[2]
+	case len(parts) == 5 && parts[0] == "f2" && chatrelay.ValidGrantID(parts[2]) && chatrelay.AttachmentIDPattern.MatchString(parts[3]):
+		pid, file = parts[2], parts[3]
 	default:
-		return "", "", bad("malformed")
+		return "", "", "", bad("malformed")
 	}
 	if !chatrelay.ValidThread(parts[1]) {
-		return "", "", bad("malformed")
+		return "", "", "", bad("malformed")
 	}
 	exp, err := strconv.ParseInt(parts[len(parts)-1], 10, 64)
 	if err != nil {
-		return "", "", bad("malformed")
+		return "", "", "", bad("malformed")
 	}
 	if t.now().UnixMilli() >= exp {
-		return "", "", bad("expired")
+		return "", "", "", bad("expired")
 	}
-	return parts[1], pid, nil
+	return parts[1], pid, file, nil
 }
 
 // ticketAnswer is the 201 of POST /api/chat/ticket.
@@ -111,4 +137,7 @@ type ticketAnswer struct {
 	Ticket    string `json:"ticket"`
 	Thread    string `json:"thread"`
 	ExpiresAt int64  `json:"expires_at"`
+	// Attachment is the one file a file ticket opens; absent for a
+	// thread's ticket.
+	Attachment string `json:"attachment,omitempty"`
 }

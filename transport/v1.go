@@ -1,7 +1,9 @@
 package transport
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync"
 
@@ -29,6 +31,9 @@ func threadOf(r *http.Request) (string, error) {
 	tok := r.Header.Get("X-Chat-Token")
 	if !chatrelay.ValidToken(tok) || len(r.Header.Values("X-Chat-Token")) > 1 {
 		if tok == "" && query(r).Has("ticket") {
+			if fileTicket(query(r).Get("ticket")) {
+				return "", chatrelay.Errorf(chatrelay.InvalidTicket, "this ticket opens one file only; post and poll need X-Chat-Token")
+			}
 			return "", chatrelay.Errorf(chatrelay.InvalidTicket, "a ticket only opens a stream; post and poll need X-Chat-Token")
 		}
 		return "", chatrelay.Errorf(chatrelay.Unauthorized, "missing or malformed X-Chat-Token")
@@ -43,12 +48,42 @@ func (s *Server) handleTicket(w http.ResponseWriter, r *http.Request, p principa
 		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "this server issues no tickets"))
 		return
 	}
+	file, err := parseTicketBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	pid := ""
 	if p.grant != nil {
 		pid = p.grant.ID
 	}
-	t, exp := s.tickets.mint(p.thread, pid)
-	writeJSON(w, http.StatusCreated, ticketAnswer{Success: true, Ticket: t, Thread: p.thread, ExpiresAt: exp})
+	t, exp := s.tickets.mint(p.thread, pid, file)
+	writeJSON(w, http.StatusCreated, ticketAnswer{Success: true, Ticket: t, Thread: p.thread, ExpiresAt: exp, Attachment: file})
+}
+
+// parseTicketBody reads a ticket request's body: none (or {}) asks for a
+// thread's ticket (Part 2), {"attachment": "at_…"} for a file ticket,
+// which opens that one attachment's bytes and nothing else. The id is
+// not looked up: a file ticket for an id its thread does not hold opens
+// nothing (its download is 404 not_found, as for any such id).
+func parseTicketBody(w http.ResponseWriter, r *http.Request) (string, error) {
+	data, err := readBody(w, r)
+	if err != nil || len(bytes.TrimSpace(data)) == 0 {
+		return "", err
+	}
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(data, &raw) != nil || raw == nil {
+		return "", chatrelay.Errorf(chatrelay.InvalidJSON, "the body is not a JSON object")
+	}
+	a, ok := raw["attachment"]
+	if !ok || string(a) == "null" {
+		return "", nil
+	}
+	var id string
+	if json.Unmarshal(a, &id) != nil || !chatrelay.AttachmentIDPattern.MatchString(id) {
+		return "", chatrelay.Errorf(chatrelay.InvalidAttachment, "attachment must be an attachment id (at_ and 12 lowercase hex)")
+	}
+	return id, nil
 }
 
 // postAnswer is the 201 of a post, fields in the contract's order.

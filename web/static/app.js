@@ -137,7 +137,7 @@ const ctx = {
   names: new Map(), // "p:<id>" → {name, role, kind}
   now: () => chat.now(),
   busy: (key) => busy.has(key),
-  attachmentURL: (id) => chat.attachmentURL(id), // a ticket in the address: <img> sends no header
+  attachmentURL: (id) => chat.attachmentURL(id), // the file's own ticket in the address: <img> sends no header
 };
 
 // ---- the conversation ----
@@ -481,7 +481,7 @@ els.log.addEventListener("click", (e) => {
   else if (b.dataset.choice !== undefined) answer(ixID, { value: b.dataset.choice });
 });
 
-// A file's link carries the ticket it was drawn with, which expires
+// A file's link carries the file's ticket it was drawn with, which expires
 // (POST api/chat/ticket: 15 minutes): a link pressed when its ticket is
 // about to expire, or has, gets a fresh one first, then opens (the press
 // still counts as the person's: a browser allows the new tab or the

@@ -156,7 +156,8 @@ export class ChatClient extends EventTarget {
   #token = "";
   #run = null; // the current start(): {ac, wakers, leader, catching, again, full}
   #channel = null;
-  #ticket = null; // {ticket, expiresAt}
+  #ticket = null; // {ticket, expiresAt}: the thread's, for the streams only
+  #files = new Map(); // attachment id → {url: Promise, expiresAt}: each file's own ticket
   #status = "offline";
   #shared = false;
   #loaded = false; // the history has been read once
@@ -426,10 +427,29 @@ export class ChatClient extends EventTarget {
    * attachmentURL resolves with the address of an attachment's bytes,
    * carrying a ticket (an <img> or a link cannot send headers). The
    * server serves raster images inline and everything else as a download.
+   *
+   * The ticket is the file's own (POST api/chat/ticket with {attachment}):
+   * it opens that one file and nothing else, never the conversation's
+   * stream, because a person may copy the address ("Copy image address",
+   * the full-size tab's address bar) and paste it anywhere. Each file's
+   * ticket is asked for once and used until a minute before it expires.
    */
-  async attachmentURL(id) {
-    if (!this.#ticket || this.#ticket.expiresAt - Date.now() < 60000) await this.#freshTicket();
-    return this.#url(`api/chat/attachments/${encodeURIComponent(id)}`, { ticket: this.#ticket.ticket }).href;
+  attachmentURL(id) {
+    const had = this.#files.get(id);
+    if (had && (!had.expiresAt || had.expiresAt - Date.now() >= 60000)) return had.url;
+    const entry = { expiresAt: 0 };
+    entry.url = this.#request("POST", "api/chat/ticket", null, { attachment: id }).then(
+      (t) => {
+        entry.expiresAt = Number(t.expires_at) || 1;
+        return this.#url(`api/chat/attachments/${encodeURIComponent(id)}`, { ticket: t.ticket }).href;
+      },
+      (e) => {
+        if (this.#files.get(id) === entry) this.#files.delete(id);
+        throw e;
+      },
+    );
+    this.#files.set(id, entry);
+    return entry.url;
   }
 
   /**

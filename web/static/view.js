@@ -117,7 +117,8 @@ export function sizeText(n) {
 /**
  * attachments draws a message's files: an image as a thumbnail (drawn by
  * the browser from the served bytes) that opens full size, anything else
- * as a named download chip. Their addresses carry a ticket, asked for
+ * as a named download chip. Their addresses carry a ticket that opens
+ * that one file only (a copied address opens nothing else), asked for
  * through ctx.attachmentURL(id).
  */
 export function attachments(list, ctx) {
