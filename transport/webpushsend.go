@@ -79,18 +79,19 @@ const (
 
 // pusher sends the pushes of one Server.
 type pusher struct {
-	s        *Server
-	st       store.Push
-	guard    *webpush.Guard
-	sender   *webpush.Sender
-	contact  string
-	workers  int
-	backoff  []time.Duration
-	queue    chan pushTask
-	retry    chan pushTask // to the retry goroutine
-	flying   chan struct{} // held by each push in flight (pushInFlight)
-	closedMu sync.Mutex
-	closed   map[string]time.Time // interaction id → when this node saw it close (kept pushWindow)
+	s           *Server
+	st          store.Push
+	guard       *webpush.Guard
+	sender      *webpush.Sender
+	contact     string
+	workers     int
+	backoff     []time.Duration
+	queue       chan pushTask
+	retry       chan pushTask // to the retry goroutine
+	flying      chan struct{} // held by each push in flight (pushInFlight)
+	closedMu    sync.Mutex
+	closed      map[string]time.Time // interaction id → when this node saw it close (kept pushWindow)
+	closedSwept time.Time            // when closed was last rid of what is past pushWindow
 
 	busyMu  sync.Mutex
 	busy    map[string][]*pushJob // thread/subscription id with a push in flight → the pushes waiting behind it
@@ -581,7 +582,8 @@ func (ps *pusher) noteClosed(ix string) {
 	now := ps.s.cfg.Now()
 	ps.closedMu.Lock()
 	defer ps.closedMu.Unlock()
-	if len(ps.closed) >= 1024 {
+	if len(ps.closed) >= 1024 && now.Sub(ps.closedSwept) > time.Minute {
+		ps.closedSwept = now // at most once a minute: the map holds at most a window's closes
 		for k, at := range ps.closed {
 			if now.Sub(at) > pushWindow {
 				delete(ps.closed, k)
