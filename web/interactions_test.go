@@ -85,7 +85,21 @@ func (tb *tab) click(sel string) {
 		// seen for a moment (TestAnswerNotTakenAsThePageAppears).
 		tb.waitJS(soon, "the answers armed", `document.documentElement.dataset.answers === "armed"`)
 	}
-	tb.do(5*time.Second, "click "+sel, chromedp.Click(chromedp.CSS(sel)))
+	// A list the page draws again (People, Devices: a stream's event
+	// reloads it) can replace the node between its lookup and the click:
+	// "Could not find node", and nothing was clicked. The click is then
+	// made again on the node that replaced it, a few times at most.
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
+		err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			return
+		}
+		if try == 3 || !strings.Contains(err.Error(), "Could not find node") {
+			tb.t.Fatalf("click %s: %v%s", sel, err, tb.dump())
+		}
+	}
 }
 
 // watchGone starts a watch in the tab that resolves window.__gone with the
