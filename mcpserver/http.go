@@ -232,6 +232,11 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 		h.mu.Unlock()
 		if as != nil {
 			defer as.post()()
+			// Any request of a session is its use (a ping, tools/list), as
+			// the idle timeout counts it: the session made room for is the
+			// one whose last request is the oldest. An id that is no
+			// session of the key is forgotten by the next count.
+			as.touch(r.Header.Get("Mcp-Session-Id"))
 		}
 	}
 	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {

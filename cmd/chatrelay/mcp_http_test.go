@@ -727,3 +727,26 @@ func TestMCPNoSessionButInitialize(t *testing.T) {
 	r := callTool(t, cs, "list_threads", map[string]any{})
 	assert.True(t, !r.IsError, "list_threads: %+v", r)
 }
+
+// TestMCPBoundsAnyRequestIsUse: the session a new one ends to make room is
+// the one whose last request of any kind (a ping, tools/list) is the
+// oldest, not the one whose last tool call is: the idle timeout counts
+// every request, and an agent that pings to keep its session was ended
+// before a crashed agent's session that made one more tool call.
+func TestMCPBoundsAnyRequestIsUse(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa, "--mcp-sessions-per-key", "2")
+	key, _ := addAgent(t, sa, "pinger")
+	pinger := mcpClient(t, n.base, key, nil)
+	time.Sleep(20 * time.Millisecond)
+	crashed := mcpClient(t, n.base, key, nil)
+	time.Sleep(20 * time.Millisecond)
+	assert.Success(t, pinger.Ping(t.Context(), nil))
+	_, err := pinger.ListTools(t.Context(), nil)
+	assert.Success(t, err)
+	time.Sleep(20 * time.Millisecond)
+	mcpClient(t, n.base, key, nil) // one more: room is made
+	assert.Success(t, pinger.Ping(t.Context(), nil))
+	assert.True(t, crashed.Ping(t.Context(), nil) != nil, "the session used longest ago still answers")
+}
