@@ -123,18 +123,35 @@ func readMCPBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // not an initialize request: the SDK answered it 200 with a JSON-RPC
 // error of code 0 (MCP's transport asks for 400), made and dropped a
 // session, and logged the request at error level, which let any key
-// holder fill the log. A body that is no JSON object (a batch, a parse
-// error) is left to the SDK, which answers it as MCP says.
+// holder fill the log. A batch (a JSON array, MCP 2025-03-26) is refused
+// likewise unless it holds an initialize request. A body that does not
+// parse is left to the SDK, which answers it as MCP says.
 func mustInitialize(data []byte) error {
-	var m struct {
+	type message struct {
 		Method *string `json:"method"`
 	}
+	var ms []message
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' || json.Unmarshal(data, &m) != nil {
+	switch {
+	case len(trimmed) == 0:
+		return nil
+	case trimmed[0] == '{':
+		var m message
+		if json.Unmarshal(data, &m) != nil {
+			return nil
+		}
+		ms = []message{m}
+	case trimmed[0] == '[':
+		if json.Unmarshal(data, &ms) != nil {
+			return nil
+		}
+	default:
 		return nil
 	}
-	if m.Method != nil && *m.Method == "initialize" {
-		return nil
+	for _, m := range ms {
+		if m.Method != nil && *m.Method == "initialize" {
+			return nil
+		}
 	}
 	return chatrelay.Errorf(chatrelay.InvalidJSON, "a request without Mcp-Session-Id must be an initialize request: start a session first (its answer's Mcp-Session-Id header names it)")
 }

@@ -750,3 +750,32 @@ func TestMCPBoundsAnyRequestIsUse(t *testing.T) {
 	assert.Success(t, pinger.Ping(t.Context(), nil))
 	assert.True(t, crashed.Ping(t.Context(), nil) != nil, "the session used longest ago still answers")
 }
+
+// TestMCPNoSessionBatchButInitialize: a batch (a JSON array, MCP
+// 2025-03-26) sent without Mcp-Session-Id that holds no initialize request
+// is refused as a lone message is, 400 invalid_json: the SDK answered it
+// 200 with a JSON-RPC error of code 0, made and dropped a session and
+// logged it at error level. A batch that holds the initialize is the
+// SDK's to answer.
+func TestMCPNoSessionBatchButInitialize(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "batcher")
+	for _, body := range []string{
+		`[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`,
+		` [{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":2,"result":{}}]`,
+	} {
+		resp := mcpPost(t, n.base, key, "", body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, body+": status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_json"`) && strings.Contains(string(b), "initialize"), "%s: %s", body, b)
+	}
+	log := n.log.String()
+	assert.True(t, !strings.Contains(log, "level=ERROR") && !strings.Contains(log, "server session connected"), "the log: %s", log)
+	resp := mcpPost(t, n.base, key, "", `[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"batch","version":"1"}}}]`)
+	resp.Body.Close()
+	assert.Equal(t, "a batch's initialize: status", resp.StatusCode, http.StatusOK)
+	assert.True(t, resp.Header.Get("Mcp-Session-Id") != "", "a batch's initialize made no session")
+}
