@@ -299,6 +299,11 @@ func (h *HTTP) admit(k chatrelay.AgentKey) (release func(), evict *eviction, err
 		}
 	}
 	if total >= h.o.MaxSessions || mine >= h.o.MaxSessionsPerKey {
+		if evict == nil && mine == 0 {
+			// Another key's sessions are never ended for this one.
+			return nil, nil, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: 5 * time.Second,
+				Message: fmt.Sprintf("this node holds its %d open MCP sessions (--mcp-sessions), none of this key's: try again later, or another node", h.o.MaxSessions)}
+		}
 		if evict == nil {
 			return nil, nil, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: 5 * time.Second,
 				Message: "too many open MCP sessions, each of this key's with a tool call in flight: close one (DELETE with its Mcp-Session-Id), or wait for a call to return"}

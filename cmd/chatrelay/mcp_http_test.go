@@ -779,3 +779,21 @@ func TestMCPNoSessionBatchButInitialize(t *testing.T) {
 	assert.Equal(t, "a batch's initialize: status", resp.StatusCode, http.StatusOK)
 	assert.True(t, resp.Header.Get("Mcp-Session-Id") != "", "a batch's initialize made no session")
 }
+
+// TestMCPNodeFullOtherKeys: past --mcp-sessions, a key with no session of
+// its own is refused 429 (another key's sessions are never ended for it),
+// in words that say the node is full, not that each of its sessions is in
+// a call: it has none.
+func TestMCPNodeFullOtherKeys(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa, "--mcp-sessions", "1")
+	first, _ := addAgent(t, sa, "first")
+	second, _ := addAgent(t, sa, "second")
+	mcpClient(t, n.base, first, nil)
+	resp := mcpPost(t, n.base, second, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"second","version":"1"}}}`)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, "status", resp.StatusCode, http.StatusTooManyRequests)
+	assert.True(t, strings.Contains(string(b), `"code":"too_many_streams"`) && strings.Contains(string(b), "--mcp-sessions") && !strings.Contains(string(b), "each of this key's"), "%s", b)
+}
