@@ -439,6 +439,19 @@ func (ps *pusher) start(ctx context.Context, j *pushJob) {
 	})
 }
 
+// dropWaiting forgets the pushes waiting behind the one in flight to the
+// subscription key names, and returns how many there were.
+func (ps *pusher) dropWaiting(key string) int {
+	ps.busyMu.Lock()
+	defer ps.busyMu.Unlock()
+	n := len(ps.busy[key])
+	if n > 0 {
+		ps.busy[key] = nil
+		ps.waiting -= n
+	}
+	return n
+}
+
 // next is the push waiting behind the one just sent to the subscription
 // key names, or nil (then the subscription has none in flight).
 func (ps *pusher) next(key string) *pushJob {
@@ -564,7 +577,9 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 	case res.Status >= 200 && res.Status < 300:
 		ps.total.WithLabelValues(pushSent).Inc()
 	case res.Status == 404 || res.Status == 410:
-		ps.total.WithLabelValues(pushGone).Inc()
+		// The pushes waiting behind this one go with their subscription,
+		// unsent: each would be answered the same.
+		ps.total.WithLabelValues(pushGone).Add(float64(1 + ps.dropWaiting(j.thread+"/"+j.sub.ID)))
 		if _, err := ps.st.PushUnsubscribe(ctx, j.thread, j.sub.ID); err != nil && chatrelay.CodeOf(err) != chatrelay.NotFound {
 			ps.s.log.Warn("push: delete a gone subscription", "thread", j.thread, "push", j.sub.ID, "err", err)
 		}

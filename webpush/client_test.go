@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/pushtest"
@@ -48,4 +49,51 @@ func TestClientConnections(t *testing.T) {
 			assert.True(t, svc.Conns() >= 1 && svc.Conns() <= c.most, "%d connections for %d pushes, at most %d wanted", svc.Conns(), 2*n, c.most)
 		})
 	}
+}
+
+// TestFirstPushHoldsBackNoOther: a push service that takes its time over
+// its answer to the first push to it holds back none of the pushes to it
+// that come meanwhile, and they share the first one's connection. The
+// client held every push to an origin until its first was answered, up to
+// the 25 s it waits for an answer: one slow answer of FCM's, where every
+// Chrome subscription lives, held every push.
+func TestFirstPushHoldsBackNoOther(t *testing.T) {
+	t.Parallel()
+	svc := pushtest.NewHTTP2Service(t)
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before svc.Close, which waits for its handlers
+	svc.Respond = func(path string, _ int) pushtest.Answer {
+		if path == "/push/slow" {
+			<-release
+		}
+		return pushtest.Answer{Status: 201}
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(svc.Certificate())
+	v, _ := ParseVAPID(NewVAPIDKey(), "mailto:ops@example.com")
+	s := &Sender{VAPID: v, Client: NewClient(&Guard{Allow: []string{"127.0.0.1"}}, &tls.Config{RootCAs: pool})}
+	send := func(name string) error {
+		sub := svc.Subscribe(t, name)
+		ep, _ := url.Parse(sub.Endpoint)
+		r, err := s.Send(t.Context(), Message{Endpoint: ep, Keys: Keys{P256dh: sub.Key.PublicKey().Bytes(), Auth: sub.Auth}, Payload: []byte(`{}`), TTL: 60})
+		if err == nil && r.Status != 201 {
+			err = fmt.Errorf("status %d", r.Status)
+		}
+		return err
+	}
+	slow := make(chan error, 1)
+	go func() { slow <- send("slow") }()
+	assert.Eventually(t, 10*time.Second, "the slow push at the service", func() bool { return svc.Conns() == 1 })
+	done := make(chan error, 1)
+	go func() { done <- send("quick") }()
+	select {
+	case err := <-done:
+		assert.Success(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a push is held back 10 s behind the first push to its service, not yet answered")
+	}
+	once.Do(func() { close(release) })
+	assert.Success(t, <-slow)
+	assert.Equal(t, "connections", svc.Conns(), int64(1))
 }

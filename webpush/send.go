@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -99,9 +100,12 @@ func NewClient(guard *Guard, roots *tls.Config) *http.Client {
 const maxOrigins = 1024
 
 // firstContact holds a request to an origin while the first one to it
-// is under way, until it is answered: by then the transport has the
-// origin's connection, and knows whether it speaks HTTP/2 (then every
-// request goes over it) or not.
+// is under way, until that one has its connection (GotConn: dialled, and
+// TLS has said whether the origin speaks HTTP/2, when every later request
+// goes over it) or ends. It held them until the first was answered: a
+// push service that took its time over that answer (every browser's
+// subscriptions share one origin, FCM's for Chrome) held every other push
+// to it for as long, up to ResponseHeaderTimeout.
 type firstContact struct {
 	next     http.RoundTripper
 	mu       sync.Mutex
@@ -116,13 +120,16 @@ func (f *firstContact) RoundTrip(req *http.Request) (*http.Response, error) {
 		done = make(chan struct{})
 		f.answered[origin] = done
 		f.mu.Unlock()
-		resp, err := f.next.RoundTrip(req)
+		var once sync.Once
+		connected := func() { once.Do(func() { close(done) }) }
+		trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected() }}
+		resp, err := f.next.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
 		if err != nil { // the next request to it is the first again
 			f.mu.Lock()
 			delete(f.answered, origin)
 			f.mu.Unlock()
 		}
-		close(done)
+		connected()
 		return resp, err
 	}
 	f.mu.Unlock()
