@@ -62,6 +62,16 @@ type agentServer struct {
 	evicted  map[string]bool                              // sessions being closed to make room (admit): not counted
 }
 
+// touchKnown is touch for a session already recorded; any other id is
+// left out.
+func (as *agentServer) touchKnown(sid string) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if _, ok := as.used[sid]; ok {
+		as.used[sid] = time.Now()
+	}
+}
+
 // touch records that the session sid was made or called a tool now.
 func (as *agentServer) touch(sid string) {
 	if sid == "" {
@@ -234,9 +244,10 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 			defer as.post()()
 			// Any request of a session is its use (a ping, tools/list), as
 			// the idle timeout counts it: the session made room for is the
-			// one whose last request is the oldest. An id that is no
-			// session of the key is forgotten by the next count.
-			as.touch(r.Header.Get("Mcp-Session-Id"))
+			// one whose last request is the oldest. Only a session it
+			// knows (made, or called a tool): an id a client made up
+			// must not grow the record.
+			as.touchKnown(r.Header.Get("Mcp-Session-Id"))
 		}
 	}
 	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
