@@ -22,21 +22,7 @@ import (
 // approval.
 func TestPushClosedInteractionNotAskedAgain(t *testing.T) {
 	t.Parallel()
-	svc := pushtest.NewService(t)
-	svc.Respond = func(_ string, n int) pushtest.Answer {
-		if n == 1 {
-			return pushtest.Answer{Status: http.StatusServiceUnavailable}
-		}
-		return pushtest.Answer{Status: http.StatusCreated}
-	}
-	e := startPush(t, pushOptions{config: withPush(svc, func(c *transport.PushConfig) { c.Backoff = []time.Duration{2 * time.Second} })})
-	owner, thread := tokenN(1), threadN(1)
-	e.mustPost(owner, "hello")
-	status, a := e.subscribe(owner, nil, svc.Subscribe(t, "phone"))
-	assert.Equal(t, "subscribe "+a.Code, status, 201)
-	m, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
-		Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
-	assert.Success(t, err)
+	svc, e, owner, m := approvalRefusedOnce(t)
 	awaitPushes(t, svc, "/push/phone", 1) // refused: 503
 	status, _, b := e.do(http.MethodPost, chatrelay.PathRespond, owner, fmt.Sprintf(`{"interaction_id":%q,"decision":"approve"}`, m.Interaction.ID), nil)
 	assert.Equal(t, "approve "+string(b), status, 200)
@@ -47,4 +33,28 @@ func TestPushClosedInteractionNotAskedAgain(t *testing.T) {
 	})
 	ps := pushesTo(svc, "/push/phone")
 	assert.Equal(t, "pushes received", len(ps), 2)
+}
+
+// approvalRefusedOnce is a server whose owner's thread (of owner) has
+// one push subscription, "phone", at a push service that refuses the
+// first push (503) and takes the others; retries come 2 s after. hermes
+// then opens an approval (m) there, whose first push is so refused.
+func approvalRefusedOnce(t *testing.T) (svc *pushtest.Service, e *pushEnv, owner string, m store.Entry) {
+	t.Helper()
+	svc = pushtest.NewService(t)
+	svc.Respond = func(_ string, n int) pushtest.Answer {
+		if n == 1 {
+			return pushtest.Answer{Status: http.StatusServiceUnavailable}
+		}
+		return pushtest.Answer{Status: http.StatusCreated}
+	}
+	e = startPush(t, pushOptions{config: withPush(svc, func(c *transport.PushConfig) { c.Backoff = []time.Duration{2 * time.Second} })})
+	owner = tokenN(1)
+	e.mustPost(owner, "hello")
+	status, a := e.subscribe(owner, nil, svc.Subscribe(t, "phone"))
+	assert.Equal(t, "subscribe "+a.Code, status, 201)
+	m, err := e.store.Append(t.Context(), threadN(1), store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
+		Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
+	assert.Success(t, err)
+	return svc, e, owner, m
 }

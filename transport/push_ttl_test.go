@@ -1,16 +1,11 @@
 package transport_test
 
 import (
-	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
-	"github.com/chatrelay/chatrelay/internal/pushtest"
-	"github.com/chatrelay/chatrelay/store"
-	"github.com/chatrelay/chatrelay/transport"
 )
 
 // TestPushRetryTTLCountsDown: an approval's push is kept by the push
@@ -20,21 +15,7 @@ import (
 // retries).
 func TestPushRetryTTLCountsDown(t *testing.T) {
 	t.Parallel()
-	svc := pushtest.NewService(t)
-	svc.Respond = func(_ string, n int) pushtest.Answer {
-		if n == 1 {
-			return pushtest.Answer{Status: http.StatusServiceUnavailable}
-		}
-		return pushtest.Answer{Status: http.StatusCreated}
-	}
-	e := startPush(t, pushOptions{config: withPush(svc, func(c *transport.PushConfig) { c.Backoff = []time.Duration{2 * time.Second} })})
-	owner, thread := tokenN(1), threadN(1)
-	e.mustPost(owner, "hello")
-	status, a := e.subscribe(owner, nil, svc.Subscribe(t, "phone"))
-	assert.Equal(t, "subscribe "+a.Code, status, 201)
-	_, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
-		Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
-	assert.Success(t, err)
+	svc, _, _, _ := approvalRefusedOnce(t)
 	ps, _ := awaitPushes(t, svc, "/push/phone", 2)
 	first, err := strconv.Atoi(ps[0].TTL)
 	assert.Success(t, err)
