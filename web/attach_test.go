@@ -294,15 +294,23 @@ func TestExpiredTicketLinkOpens(t *testing.T) {
 	tb.waitJS(soon, "the thumbnail's ticket expired", `Date.now() > `+expires+` + 500`)
 
 	opened := chromedp.WaitNewTarget(tb.ctx, func(i *target.Info) bool { return strings.Contains(i.URL, "/api/chat/attachments/") })
+	tb.fullSize(opened)
+}
+
+// fullSize presses the first thumbnail and checks that the tab it opens
+// (opened, from chromedp.WaitNewTarget) shows the 40 px wide test image
+// full size.
+func (tb *tab) fullSize(opened <-chan target.ID) {
+	tb.t.Helper()
 	tb.click(".atts .thumb")
 	var tid target.ID
 	select {
 	case tid = <-opened:
 	case <-time.After(soon):
-		t.Fatal("pressing the thumbnail opened no tab")
+		tb.t.Fatal("pressing the thumbnail opened no tab")
 	}
 	full, cancel := chromedp.NewContext(tb.ctx, chromedp.WithTargetID(tid))
 	defer cancel()
-	shown := &tab{t: t, ctx: full}
+	shown := &tab{t: tb.t, ctx: full}
 	shown.waitJS(soon, "the image full size in the new tab", `document.contentType === "image/png" && document.images[0]?.naturalWidth === 40`)
 }

@@ -149,16 +149,6 @@ func TestCopiedFileAddressOpensOnlyThatFile(t *testing.T) {
 		}
 		return true
 	})
-	owner.click(".atts .thumb")
-	var tid target.ID
-	select {
-	case tid = <-opened:
-	case <-time.After(soon):
-		t.Fatal("pressing the thumbnail opened no tab")
-	}
-	full, cancel := chromedp.NewContext(owner.ctx, chromedp.WithTargetID(tid))
-	defer cancel()
-	shown := &tab{t: t, ctx: full}
-	shown.waitJS(soon, "the image full size in the new tab", `document.contentType === "image/png" && document.images[0]?.naturalWidth === 40`)
+	owner.fullSize(opened)
 	openOnly(t, srv.URL, <-addr, imgID, "screen shot.png", img, logID)
 }
