@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestZZProbeRedactInPage(t *testing.T) {
@@ -39,7 +38,9 @@ func TestZZProbeRedactInPage(t *testing.T) {
 	p.open(inv.Link)
 	p.waitState(live, "ws")
 	p.waitJS(soon, "all", `document.querySelectorAll("#log li").length >= 6`)
-	time.Sleep(time.Second)
+	// What is drawn after the messages: the file's chip with its own
+	// ticket (asked for once the chip is drawn) and the reaction.
+	p.waitJS(soon, "the chip's ticket and the reaction", `!!document.querySelector('#log a.chip[href*="ticket="]') && !!document.querySelector("#log .reactions .react")`)
 	html := eval[string](p, `document.documentElement.outerHTML + " TITLE " + document.title`)
 	for _, s := range []string{gh, sk, pw} {
 		if i := strings.Index(html, s); i >= 0 {
