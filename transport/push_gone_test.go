@@ -1,7 +1,6 @@
 package transport_test
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -18,9 +17,7 @@ import (
 func TestPushGoneDropsThePushesWaiting(t *testing.T) {
 	t.Parallel()
 	svc := pushtest.NewService(t)
-	release := make(chan struct{})
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before svc.Close, which waits for its handlers
+	release, free := heldUntilFreed(t)
 	svc.Respond = func(path string, n int) pushtest.Answer {
 		if path != "/push/phone" {
 			return pushtest.Answer{Status: 201}
@@ -45,7 +42,7 @@ func TestPushGoneDropsThePushesWaiting(t *testing.T) {
 		assert.Success(t, err)
 	}
 	awaitPushes(t, svc, "/push/laptop", 3)
-	once.Do(func() { close(release) })
+	free()
 	assert.Eventually(t, 10*time.Second, "the three phone pushes counted gone", func() bool {
 		return opsScrape(t, e.client, e.ts.URL+"/metrics")[`chatrelay_push_total{result="gone"}`] == 3
 	})

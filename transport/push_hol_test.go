@@ -23,9 +23,7 @@ import (
 func TestPushHungEndpointsHoldBackNoOne(t *testing.T) {
 	t.Parallel()
 	hung := pushtest.NewService(t)
-	release := make(chan struct{})
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before hung.Close, which waits for its handlers
+	release, _ := heldUntilFreed(t)
 	hung.Respond = func(string, int) pushtest.Answer {
 		<-release
 		return pushtest.Answer{Status: 201}
@@ -101,4 +99,16 @@ func TestPushSlowEndpointsTakeTurns(t *testing.T) {
 	assert.Success(t, err)
 	assert.Eventually(t, 12*time.Second, "the other thread's approval", func() bool { return len(pushesTo(good, "/push/other")) == 1 })
 	t.Logf("the approval came %v after it was made", time.Since(start))
+}
+
+// heldUntilFreed is a channel a push service's Respond waits on, to hold
+// its answers, and free, which closes it (once, however often called).
+// The test's end frees it too: call it after making the service, so that
+// it runs before the service's Close, which waits for its handlers.
+func heldUntilFreed(t *testing.T) (held <-chan struct{}, free func()) {
+	release := make(chan struct{})
+	var once sync.Once
+	free = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	return release, free
 }
