@@ -118,6 +118,13 @@ func TestFileTicket(t *testing.T) {
 		var thread fileTicketAnswer
 		assert.Success(t, json.Unmarshal(tb, &thread))
 		assert.Equal(t, "a thread's ticket names no file", thread.Attachment, "")
+		for _, body := range []string{`{}`, `{"attachment":null}`, " "} {
+			status, _, b := e.do(http.MethodPost, chatrelay.PathTicket, tok, body, nil)
+			var a fileTicketAnswer
+			assert.Success(t, json.Unmarshal(b, &a))
+			assert.Equal(t, body+": a thread's ticket", status, http.StatusCreated)
+			assert.Equal(t, body+": names no file", a.Attachment, "")
+		}
 		status, _, _ = e.fetch(chatrelay.PathAttachments+"/"+txt.ID+"?ticket="+url.QueryEscape(thread.Ticket), nil)
 		assert.Equal(t, "a thread's ticket on a file", status, http.StatusOK)
 
@@ -129,6 +136,12 @@ func TestFileTicket(t *testing.T) {
 			{`{"attachment":"notes.txt"}`, chatrelay.InvalidAttachment},
 			{`{"attachment":["` + img.ID + `"]}`, chatrelay.InvalidAttachment},
 			{`[]`, chatrelay.InvalidJSON},
+			// A misspelled or unknown member is refused, never read as
+			// asking for the whole thread's ticket: a client that meant
+			// one file must not be handed the conversation.
+			{`{"attachments":"` + img.ID + `"}`, chatrelay.InvalidJSON},
+			{`{"Attachment":"` + img.ID + `"}`, chatrelay.InvalidJSON},
+			{`{"attachment":"` + img.ID + `","thread":"x"}`, chatrelay.InvalidJSON},
 		} {
 			status, _, b = e.do(http.MethodPost, chatrelay.PathTicket, tok, c.body, nil)
 			assert.Equal(t, c.body+" status", status, http.StatusBadRequest)

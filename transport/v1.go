@@ -65,7 +65,9 @@ func (s *Server) handleTicket(w http.ResponseWriter, r *http.Request, p principa
 // thread's ticket (Part 2), {"attachment": "at_…"} for a file ticket,
 // which opens that one attachment's bytes and nothing else. The id is
 // not looked up: a file ticket for an id its thread does not hold opens
-// nothing (its download is 404 not_found, as for any such id).
+// nothing (its download is 404 not_found, as for any such id). Any other
+// member is refused (400 invalid_json), so that a misspelled
+// "attachment" is never read as asking for the whole thread's ticket.
 func parseTicketBody(w http.ResponseWriter, r *http.Request) (string, error) {
 	data, err := readBody(w, r)
 	if err != nil || len(bytes.TrimSpace(data)) == 0 {
@@ -74,6 +76,11 @@ func parseTicketBody(w http.ResponseWriter, r *http.Request) (string, error) {
 	var raw map[string]json.RawMessage
 	if json.Unmarshal(data, &raw) != nil || raw == nil {
 		return "", chatrelay.Errorf(chatrelay.InvalidJSON, "the body is not a JSON object")
+	}
+	for member := range raw {
+		if member != "attachment" {
+			return "", chatrelay.Errorf(chatrelay.InvalidJSON, "the body takes one member only, attachment (an attachment id, for a ticket that opens that one file); it has another")
+		}
 	}
 	a, ok := raw["attachment"]
 	if !ok || string(a) == "null" {
