@@ -232,31 +232,69 @@ func readVAPID(path string) ([]byte, error) {
 
 // ClaimPush implements store.Push: one server serves a data folder, so
 // the claims are kept in this process's memory.
-func (s *File) ClaimPush(_ context.Context, id string, ttl time.Duration) (bool, error) {
-	return s.claims.claim(id, s.now(), ttl), nil
+func (s *File) ClaimPush(_ context.Context, id, _ string, lease time.Duration) (won, settled bool, err error) {
+	won, settled = s.claims.claim(id, s.now(), lease)
+	return won, settled, nil
+}
+
+// RenewPush implements store.Push.
+func (s *File) RenewPush(_ context.Context, ids []string, lease time.Duration) error {
+	s.claims.renew(ids, s.now(), lease)
+	return nil
+}
+
+// SettlePush implements store.Push.
+func (s *File) SettlePush(_ context.Context, id string, keep time.Duration) error {
+	s.claims.settle(id, s.now(), keep)
+	return nil
 }
 
 // pushClaims are the claims of this process, each until its end; the
 // ended ones are dropped as new ones come. Safe for concurrent use.
 type pushClaims struct {
-	mu    sync.Mutex
-	until map[string]time.Time
-	sweep time.Time // when ended claims were last dropped
+	mu     sync.Mutex
+	claims map[string]pushClaim
+	sweep  time.Time // when ended claims were last dropped
 }
 
-func (c *pushClaims) claim(id string, now time.Time, ttl time.Duration) bool {
+type pushClaim struct {
+	until   time.Time
+	settled bool
+}
+
+func (c *pushClaims) claim(id string, now time.Time, lease time.Duration) (won, settled bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.until == nil {
-		c.until = make(map[string]time.Time)
+	if c.claims == nil {
+		c.claims = make(map[string]pushClaim)
 	}
 	if now.Sub(c.sweep) > time.Minute {
-		maps.DeleteFunc(c.until, func(_ string, end time.Time) bool { return !end.After(now) })
+		maps.DeleteFunc(c.claims, func(_ string, p pushClaim) bool { return !p.until.After(now) })
 		c.sweep = now
 	}
-	if end, ok := c.until[id]; ok && end.After(now) {
-		return false
+	if p, ok := c.claims[id]; ok && p.until.After(now) {
+		return false, p.settled
 	}
-	c.until[id] = now.Add(ttl)
-	return true
+	c.claims[id] = pushClaim{until: now.Add(lease)}
+	return true, false
+}
+
+func (c *pushClaims) renew(ids []string, now time.Time, lease time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		if p, ok := c.claims[id]; ok && p.until.After(now) && p.until.Before(now.Add(lease)) {
+			p.until = now.Add(lease)
+			c.claims[id] = p
+		}
+	}
+}
+
+func (c *pushClaims) settle(id string, now time.Time, keep time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.claims == nil {
+		c.claims = make(map[string]pushClaim)
+	}
+	c.claims[id] = pushClaim{until: now.Add(keep), settled: true}
 }
