@@ -146,6 +146,7 @@ type pushWatch struct {
 	keep   time.Duration
 	due    time.Time
 	until  time.Time // after it, the change is no longer watched
+	size   int       // about how many bytes it holds (pushWatchBytes)
 }
 
 // pushJob is one push to one subscription.
@@ -353,7 +354,10 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		if !settled {
 			now := ps.s.cfg.Now()
 			w := &pushWatch{thread: thread, m: m, typ: typ, id: id, keep: keep,
-				due: now.Add(ps.lease), until: now.Add(pushWindow + 2*ps.lease)}
+				due: now.Add(ps.lease), until: now.Add(pushWindow + 2*ps.lease), size: 1024 + len(m.Text)}
+			if m.Card != nil {
+				w.size += chatrelay.LimitCard.Max
+			}
 			select {
 			case ps.watch <- w:
 			default: // the watch goroutine is that far behind: another node sends it
@@ -459,12 +463,14 @@ func (ps *pusher) renew(ctx context.Context) {
 }
 
 // pushWatchQueue bounds the changes handed to the watch goroutine and
-// not yet taken; pushWatching bounds those it holds. Past either, a
-// change another node claimed is not watched: if that node stops
-// before it settles it, its pushes are not sent.
+// not yet taken; pushWatching and pushWatchBytes bound those it holds
+// (their messages: a card counted at its largest). Past any, a change
+// another node claimed is not watched: if that node stops before it
+// settles it, its pushes are not sent.
 const (
 	pushWatchQueue = 1024
 	pushWatching   = 1 << 16
+	pushWatchBytes = 64 << 20
 )
 
 // watching holds the changes other nodes claimed, in time order: when
@@ -474,6 +480,7 @@ const (
 // at again a lease later, until its pushes' window is past.
 func (ps *pusher) watching(ctx context.Context) {
 	var h watchHeap
+	held := 0 // the bytes of h's changes
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -486,12 +493,14 @@ func (ps *pusher) watching(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case w := <-ps.watch:
-			if len(h) < pushWatching {
+			if len(h) < pushWatching && held+w.size <= pushWatchBytes {
 				heap.Push(&h, w)
+				held += w.size
 			}
 		case <-wake:
 			for len(h) > 0 && !h[0].due.After(ps.s.cfg.Now()) {
 				w := heap.Pop(&h).(*pushWatch)
+				held -= w.size
 				won, settled, err := ps.st.ClaimPush(ctx, w.id, ps.owner, ps.lease)
 				switch {
 				case ctx.Err() != nil:
@@ -506,6 +515,7 @@ func (ps *pusher) watching(ctx context.Context) {
 				default: // still held, or the store could not say
 					if w.due = ps.s.cfg.Now().Add(ps.lease); w.due.Before(w.until) {
 						heap.Push(&h, w)
+						held += w.size
 					}
 				}
 			}
