@@ -56,6 +56,17 @@ type Push interface {
 	// SettlePush records that every push of id had its outcome (sent,
 	// gone, refused, failed): no node claims it again within keep.
 	SettlePush(ctx context.Context, id string, keep time.Duration) error
+
+	// HandOverPushes keeps the changes whose pushes a stopping server
+	// did not send, each a document of the transport's own (opaque to
+	// the store), for the next server that starts on the store
+	// (TakePushes). Documents handed over before and not yet taken are
+	// kept too.
+	HandOverPushes(ctx context.Context, docs [][]byte) error
+
+	// TakePushes returns the documents handed over, in the order they
+	// were, and removes them: each is taken once, by one server.
+	TakePushes(ctx context.Context) ([][]byte, error)
 }
 
 // PushOf is st's Push, or nil if st keeps no subscriptions.

@@ -136,3 +136,42 @@ func TestPushTakenOverWhenItsNodeStops(t *testing.T) {
 		return m["chatrelay_push_takeovers_total{}"] == 1 && m[`chatrelay_push_total{result="sent"}`] == 1
 	})
 }
+
+// TestPushHandedOverAtShutdown: a server stops while a push waits for
+// its retry (its push service answered 503); the next server to start on
+// the store sends it: a restart loses no push, on one node as on several.
+func TestPushHandedOverAtShutdown(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		svc.Respond = func(_ string, n int) pushtest.Answer {
+			if n == 1 {
+				return pushtest.Answer{Status: http.StatusServiceUnavailable}
+			}
+			return pushtest.Answer{Status: http.StatusCreated}
+		}
+		const lease = time.Second
+		be := storetest.Open(t, backend, storetest.Options{})
+		before := startPush(t, pushOptions{on: be, config: withPush(svc, func(p *transport.PushConfig) {
+			p.Lease = lease
+			p.Backoff = []time.Duration{5 * time.Minute} // its retry never comes while it runs
+		})})
+		owner, thread := tokenN(1), threadN(1)
+		before.mustPost(owner, "hello")
+		status, _ := before.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		assert.Equal(t, "subscribe", status, http.StatusCreated)
+		_, err := before.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "are you there?"})
+		assert.Success(t, err)
+		awaitPushes(t, svc, "/push/owner", 1) // answered 503
+		before.stop()
+
+		after := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		_, pls := awaitPushes(t, svc, "/push/owner", 2)
+		assert.Equal(t, "the push sent after the restart", pls[1].Message.Text, "are you there?")
+		assert.Eventually(t, 10*time.Second, "the push counted sent", func() bool {
+			m := opsScrape(t, after.client, after.ts.URL+"/metrics")
+			return m[`chatrelay_push_total{result="sent"}`] == 1
+		})
+		assert.Equal(t, "pushes", len(svc.Pushes()), 2)
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"io"
 	"maps"
 	"net/url"
@@ -74,7 +75,7 @@ const (
 	pushRejected = "rejected" // another 4xx: not tried again
 	pushFailed   = "failed"   // no attempt left within the window
 	pushBlocked  = "blocked"  // the endpoint now resolves to an address the guard refuses
-	pushDropped  = "dropped"  // the queue was full, or the claim could not be made
+	pushDropped  = "dropped"  // the queue was full, the claim could not be made, or its handover was too old
 	pushRevoked  = "revoked"  // a participant's or a device's subscription whose grant ended: deleted, not sent
 	// an opening push's retry whose interaction closed since: not sent
 	// (after the closing push, with its Topic, it would replace it)
@@ -130,9 +131,11 @@ type pushTask struct {
 // store, SettlePush) once each of them had its outcome; until then the
 // node renews its claim.
 type pushChange struct {
-	id   string        // the claim's
-	keep time.Duration // how long the settled claim is kept
-	left atomic.Int32  // its pushes without an outcome yet
+	id     string        // the claim's
+	keep   time.Duration // how long the settled claim is kept
+	left   atomic.Int32  // its pushes without an outcome yet
+	thread string        // and its message: handed over if the server stops first
+	m      chatrelay.Message
 }
 
 // pushWatch is a change another node claimed: once the claim's lease
@@ -183,7 +186,7 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		owner: rand.Text(), lease: cfg.Lease, working: map[string]*pushChange{}, watch: make(chan *pushWatch, pushWatchQueue),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatrelay_push_total",
-			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full or no claim), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
+			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full, no claim, or handed over at a shutdown more than the window of retries ago), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
 		}, []string{"result"}),
 	}
 	ps.claims = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -320,8 +323,89 @@ func (ps *pusher) run(ctx context.Context) {
 	wg.Go(func() { ps.retries(ctx) })
 	wg.Go(func() { ps.renew(ctx) })
 	wg.Go(func() { ps.watching(ctx) })
+	wg.Go(func() { ps.takeHandover(ctx) })
 	wg.Wait()
 	ps.sends.Wait()
+	ps.handOver()
+}
+
+// pushHandover is a change whose pushes a stopping server did not send,
+// handed over to the next server that starts on the store (handOver,
+// takeHandover): its message as the server had it, and when.
+type pushHandover struct {
+	At      int64             `json:"at"` // epoch ms
+	Thread  string            `json:"thread"`
+	Message chatrelay.Message `json:"message"`
+}
+
+// handOver keeps in the store, once run's workers and sends have ended,
+// the changes whose pushes this server did not finish: those it claimed
+// and had not settled (pushes in flight, waiting, or due for a retry),
+// those it won from a node that stopped and had not started, and those
+// still queued. The next server to start on the store sends them
+// (takeHandover): a restart loses no push. (A server killed, SIGKILL,
+// hands nothing over: on several nodes another takes its claims over.)
+func (ps *pusher) handOver() {
+	now := ps.s.cfg.Now().UnixMilli()
+	var docs [][]byte
+	add := func(thread string, m chatrelay.Message) {
+		if b, err := json.Marshal(pushHandover{At: now, Thread: thread, Message: m}); err == nil {
+			docs = append(docs, b)
+		}
+	}
+	ps.workMu.Lock()
+	for _, c := range ps.working {
+		add(c.thread, c.m)
+	}
+	ps.workMu.Unlock()
+	for drained := false; !drained; {
+		select {
+		case t := <-ps.queue:
+			switch {
+			case t.watch != nil:
+				add(t.watch.thread, t.watch.m)
+			case t.job == nil: // a retry's job is its change's, handed over above
+				add(t.thread, t.entry.Message)
+			}
+		default:
+			drained = true
+		}
+	}
+	if len(docs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ps.st.HandOverPushes(ctx, docs); err != nil {
+		ps.s.log.Warn("push: not sent at shutdown, and not handed over to the next start", "changes", len(docs), "err", err)
+		return
+	}
+	ps.s.log.Info("push: handed over at shutdown to the next start", "changes", len(docs))
+}
+
+// takeHandover queues the changes a server that stopped handed over
+// (handOver), unless older than a push's window of retries.
+func (ps *pusher) takeHandover(ctx context.Context) {
+	docs, err := ps.st.TakePushes(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			ps.s.log.Warn("push: read the changes handed over", "err", err)
+		}
+		return
+	}
+	now := ps.s.cfg.Now()
+	for _, d := range docs {
+		var h pushHandover
+		if json.Unmarshal(d, &h) != nil || !chatrelay.ValidThread(h.Thread) || now.Sub(time.UnixMilli(h.At)) > pushWindow {
+			ps.total.WithLabelValues(pushDropped).Inc()
+			continue
+		}
+		select {
+		case ps.queue <- pushTask{thread: h.Thread, entry: store.Entry{Message: h.Message}}:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // fanOut pushes one change to the thread's subscriptions that want it,
@@ -402,7 +486,7 @@ func (ps *pusher) recipientsOf(ctx context.Context, thread, typ string) []chatre
 // outcome (done), then settled.
 func (ps *pusher) sendChange(ctx context.Context, thread string, m chatrelay.Message, typ, id string, keep time.Duration, to []chatrelay.PushSubscription) {
 	jobs := ps.jobsFor(thread, m, typ, to)
-	c := &pushChange{id: id, keep: keep}
+	c := &pushChange{id: id, keep: keep, thread: thread, m: m}
 	if len(jobs) == 0 {
 		ps.settle(ctx, c)
 		return

@@ -247,3 +247,32 @@ func TestPushFilesArePrivate(t *testing.T) {
 	}
 	assert.Equal(t, "threads", b.Threads(t), []string{thA})
 }
+
+// TestPushHandover: what a stopping server hands over is taken by the
+// next one to start on the store (another node, or a new process on the
+// same folder), in order, once; the file store's file is private.
+func TestPushHandover(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		b := Open(t, backend, Options{})
+		a, c := pushOf(t, b), pushOf(t, b.Another(t, Options{}))
+		ctx := context.Background()
+		none, err := c.TakePushes(ctx)
+		assert.True(t, err == nil && len(none) == 0, "nothing handed over yet: %q %v", none, err)
+		assert.Success(t, a.HandOverPushes(ctx, [][]byte{[]byte(`{"n":1}`), []byte(`{"n":2}`)}))
+		assert.Success(t, a.HandOverPushes(ctx, [][]byte{[]byte(`{"n":3}`)}))
+		if !IsRedis(backend) {
+			fi, err := os.Stat(filepath.Join(b.Dir, "push-handover.json"))
+			assert.Success(t, err)
+			assert.Equal(t, "the handover file's mode", fi.Mode().Perm(), os.FileMode(0o600))
+		}
+		got, err := c.TakePushes(ctx)
+		assert.Success(t, err)
+		var texts []string
+		for _, d := range got {
+			texts = append(texts, string(d))
+		}
+		assert.Equal(t, "taken", texts, []string{`{"n":1}`, `{"n":2}`, `{"n":3}`})
+		again, err := a.TakePushes(ctx)
+		assert.True(t, err == nil && len(again) == 0, "taken twice: %q %v", again, err)
+	})
+}

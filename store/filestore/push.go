@@ -249,6 +249,82 @@ func (s *File) SettlePush(_ context.Context, id string, keep time.Duration) erro
 	return nil
 }
 
+// handoverPath is the file of the pushes a stopping server handed over.
+func (s *File) handoverPath() string {
+	return filepath.Join(filepath.Dir(s.dir), "push-handover.json")
+}
+
+// HandOverPushes implements store.Push: the documents, with any not yet
+// taken, in one JSON array written whole (0600, fsynced, renamed over
+// the last), under the file's lock.
+func (s *File) HandOverPushes(ctx context.Context, docs [][]byte) error {
+	if len(docs) == 0 {
+		return nil
+	}
+	path := s.handoverPath()
+	unlock, err := lockPath(ctx, path+".lock", chatrelay.DefaultLockTimeout)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	all, err := readHandover(path)
+	if err != nil {
+		return err
+	}
+	for _, d := range docs {
+		all = append(all, json.RawMessage(d))
+	}
+	data, err := json.Marshal(all)
+	if err != nil {
+		return fmt.Errorf("push handover: %w", err)
+	}
+	f, _, err := writeFile(filepath.Dir(path), filepath.Base(path), data, true)
+	if err != nil {
+		return fmt.Errorf("push handover: %w", err)
+	}
+	return f.Close()
+}
+
+// TakePushes implements store.Push: the file's documents; the file is
+// removed.
+func (s *File) TakePushes(ctx context.Context) ([][]byte, error) {
+	path := s.handoverPath()
+	unlock, err := lockPath(ctx, path+".lock", chatrelay.DefaultLockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	all, err := readHandover(path)
+	if err != nil || len(all) == 0 {
+		return nil, err
+	}
+	if err := os.Remove(path); err != nil {
+		return nil, fmt.Errorf("push handover: %w", err)
+	}
+	docs := make([][]byte, len(all))
+	for i, d := range all {
+		docs[i] = d
+	}
+	return docs, nil
+}
+
+// readHandover reads the handover file: none is an empty list; one that
+// does not parse is an error naming it (left as it is).
+func readHandover(path string) ([]json.RawMessage, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("push handover: %w", err)
+	}
+	var all []json.RawMessage
+	if err := json.Unmarshal(data, &all); err != nil {
+		return nil, fmt.Errorf("push handover %s does not parse: %w", path, err)
+	}
+	return all, nil
+}
+
 // pushClaims are the claims of this process, each until its end; the
 // ended ones are dropped as new ones come. Safe for concurrent use.
 type pushClaims struct {

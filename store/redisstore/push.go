@@ -259,6 +259,45 @@ func (s *Store) SettlePush(ctx context.Context, id string, keep time.Duration) e
 	return nil
 }
 
+// HandOverPushes implements store.Push: RPUSH to the handover list.
+func (s *Store) HandOverPushes(ctx context.Context, docs [][]byte) error {
+	if len(docs) == 0 {
+		return nil
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	vals := make([]any, len(docs))
+	for i, d := range docs {
+		vals[i] = d
+	}
+	if err := s.rdb.RPush(ctx, s.prefix+"push-handover", vals...).Err(); err != nil {
+		return s.unavailable("push handover", err)
+	}
+	return nil
+}
+
+// TakePushes implements store.Push: the handover list, read and deleted
+// in one transaction.
+func (s *Store) TakePushes(ctx context.Context) ([][]byte, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	key := s.prefix + "push-handover"
+	var all *redis.StringSliceCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		all = p.LRange(ctx, key, 0, -1)
+		p.Del(ctx, key)
+		return nil
+	})
+	if err != nil {
+		return nil, s.unavailable("push handover", err)
+	}
+	docs := make([][]byte, 0, len(all.Val()))
+	for _, d := range all.Val() {
+		docs = append(docs, []byte(d))
+	}
+	return docs, nil
+}
+
 // dropPush removes the push subscriptions of a thread the sweep removed,
 // unless it has a message again (a post came between): under WATCH of
 // both keys, as every write of them.

@@ -127,6 +127,16 @@ func (sh *Sharded) RenewPush(ctx context.Context, ids []string, lease time.Durat
 	return sh.shards[0].RenewPush(ctx, ids, lease)
 }
 
+// HandOverPushes implements store.Push: on shard 0.
+func (sh *Sharded) HandOverPushes(ctx context.Context, docs [][]byte) error {
+	return sh.shards[0].HandOverPushes(ctx, docs)
+}
+
+// TakePushes implements store.Push: on shard 0.
+func (sh *Sharded) TakePushes(ctx context.Context) ([][]byte, error) {
+	return sh.shards[0].TakePushes(ctx)
+}
+
 // SettlePush implements store.Push: on shard 0.
 func (sh *Sharded) SettlePush(ctx context.Context, id string, keep time.Duration) error {
 	return sh.shards[0].SettlePush(ctx, id, keep)
