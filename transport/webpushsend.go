@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,8 +98,11 @@ type pusher struct {
 	busy    map[string][]*pushJob // thread/subscription id with a push in flight → the pushes waiting behind it
 	waiting int                   // of every subscription (pushWaiting)
 	sends   sync.WaitGroup
-	total   *prometheus.CounterVec
-	claims  *prometheus.CounterVec // won: "true" (this node sends the change's pushes) or "false" (another does)
+	// unsent counts the pushes shutdown leaves unsent (in flight, waiting,
+	// due for a retry); run logs it once every send has ended.
+	unsent atomic.Int64
+	total  *prometheus.CounterVec
+	claims *prometheus.CounterVec // won: "true" (this node sends the change's pushes) or "false" (another does)
 
 	keyMu   sync.Mutex // guards keyRaw, key, keyRead
 	keyRaw  []byte
@@ -272,6 +276,36 @@ func (ps *pusher) run(ctx context.Context) {
 	wg.Go(func() { ps.retries(ctx) })
 	wg.Wait()
 	ps.sends.Wait()
+	ps.logUnsent()
+}
+
+// logUnsent says, once run's workers and sends have ended, what the
+// shutdown left unsent: the pushes in flight, waiting behind one or due
+// for a retry (unsent), and the changes still queued, whose pushes were
+// never worked out. A push is sent at most once, so these are lost;
+// the line counts them, naming no thread, endpoint or text.
+func (ps *pusher) logUnsent() {
+	changes := 0
+	for drained := false; !drained; {
+		select {
+		case t := <-ps.queue:
+			if t.job != nil {
+				ps.unsent.Add(1)
+			} else {
+				changes++
+			}
+		case <-ps.retry:
+			ps.unsent.Add(1)
+		default:
+			drained = true
+		}
+	}
+	ps.busyMu.Lock()
+	pushes := ps.unsent.Load() + int64(ps.waiting)
+	ps.busyMu.Unlock()
+	if pushes > 0 || changes > 0 {
+		ps.s.log.Warn("push: not sent at shutdown", "pushes", pushes, "changes", changes)
+	}
 }
 
 // fanOut pushes one change to the thread's subscriptions that want it,
@@ -421,6 +455,7 @@ func (ps *pusher) start(ctx context.Context, j *pushJob) {
 	select {
 	case ps.flying <- struct{}{}:
 	case <-ctx.Done():
+		ps.unsent.Add(1)
 		return
 	}
 	ps.sends.Go(func() {
@@ -433,6 +468,7 @@ func (ps *pusher) start(ctx context.Context, j *pushJob) {
 			select {
 			case ps.flying <- struct{}{}:
 			case <-ctx.Done():
+				ps.unsent.Add(1)
 				return
 			}
 		}
@@ -568,7 +604,13 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 		}
 	}
 	switch {
-	case ctx.Err() != nil:
+	case ctx.Err() != nil: // the shutdown: nothing more is done for j
+		switch {
+		case err == nil && res.Status >= 200 && res.Status < 300:
+			ps.total.WithLabelValues(pushSent).Inc()
+		case err != nil || res.Status == 429 || res.Status >= 500:
+			ps.unsent.Add(1) // cut, or would have been tried again
+		}
 		return
 	case webpush.IsBlocked(err):
 		ps.total.WithLabelValues(pushBlocked).Inc()
@@ -629,6 +671,7 @@ func (ps *pusher) again(ctx context.Context, j *pushJob, retryAfter time.Duratio
 	case ps.retry <- pushTask{job: j}:
 		ps.total.WithLabelValues(pushRetried).Inc()
 	case <-ctx.Done():
+		ps.unsent.Add(1)
 	default:
 		ps.total.WithLabelValues(pushDropped).Inc()
 	}
@@ -648,6 +691,7 @@ func (ps *pusher) retries(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			ps.unsent.Add(int64(len(h)))
 			return
 		case t := <-ps.retry:
 			heap.Push(&h, t.job)
@@ -657,6 +701,7 @@ func (ps *pusher) retries(ctx context.Context) {
 				select {
 				case ps.queue <- pushTask{job: j}:
 				case <-ctx.Done():
+					ps.unsent.Add(int64(1 + len(h)))
 					return
 				}
 			}
