@@ -353,9 +353,11 @@ func (ps *pusher) handOver() {
 			docs = append(docs, b)
 		}
 	}
+	pushes := 0 // of the changes it claimed, without an outcome
 	ps.workMu.Lock()
 	for _, c := range ps.working {
 		add(c.thread, c.m)
+		pushes += int(c.left.Load())
 	}
 	ps.workMu.Unlock()
 	for drained := false; !drained; {
@@ -377,10 +379,10 @@ func (ps *pusher) handOver() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := ps.st.HandOverPushes(ctx, docs); err != nil {
-		ps.s.log.Warn("push: not sent at shutdown, and not handed over to the next start", "changes", len(docs), "err", err)
+		ps.s.log.Warn("push: not sent at shutdown, and not handed over to the next start", "changes", len(docs), "pushes", pushes, "err", err)
 		return
 	}
-	ps.s.log.Info("push: handed over at shutdown to the next start", "changes", len(docs))
+	ps.s.log.Info("push: handed over at shutdown to the next start", "changes", len(docs), "pushes", pushes)
 }
 
 // takeHandover queues the changes a server that stopped handed over
@@ -879,16 +881,16 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 		}
 	}
 	switch {
+	case err == nil && res.Status >= 200 && res.Status < 300: // even as the server stops: it was sent
+		ps.total.WithLabelValues(pushSent).Inc()
 	case ctx.Err() != nil:
-		return // shutting down: the claim lapses, and another node sends it
+		return // stopping: handed over (handOver) with its change
 	case webpush.IsBlocked(err):
 		ps.total.WithLabelValues(pushBlocked).Inc()
 	case err != nil || res.Status == 429 || res.Status >= 500:
 		if !ps.again(ctx, j, res.RetryAfter) {
 			return
 		}
-	case res.Status >= 200 && res.Status < 300:
-		ps.total.WithLabelValues(pushSent).Inc()
 	case res.Status == 404 || res.Status == 410:
 		// The pushes waiting behind this one go with their subscription,
 		// unsent: each would be answered the same.
