@@ -233,7 +233,7 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 	default:
 		result = ResultFailed
 		wait := d.cfg.Schedule[ev.Attempts]
-		d.cfg.Log.Info("webhook: attempt failed, retried later", "dest", dst.id, "event", ev.ID, "attempt", ev.Attempts+1, "retry_in", wait, "err", err)
+		d.cfg.Log.Info("webhook: attempt failed, retried later", "dest", dst.id, "event", ev.ID, "type", ev.Type, "attempt", ev.Attempts+1, "retry_in", wait, "err", err)
 		serr = d.cfg.Outbox.Retry(sctx, dst.id, ev, d.cfg.Now().Add(wait))
 	}
 	if serr != nil {

@@ -1,11 +1,13 @@
 package webhook_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -105,5 +107,47 @@ func TestHungReceiverHoldsBackNoOther(t *testing.T) {
 	// A hung attempt is counted failed when it ends, before its slot is let go.
 	if n := testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultFailed)); n != 0 {
 		t.Fatalf("the other destination's event waited for the hung receiver's attempts to time out (%v failed first)", n)
+	}
+}
+
+// A failed attempt is logged at info level with the event's id and type
+// (Operations, "Delivery"), never its text, so that an operator can tell
+// which kind of event a receiver refuses.
+func TestFailedAttemptLogNamesTheType(t *testing.T) {
+	t.Parallel()
+	secret := webhooktest.NewSecret()
+	key, err := webhook.ParseSecret(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := webhooktest.Start(t, secret)
+	recv.SetDown(true) // 503 to every attempt
+	dest := store.DestinationID(recv.URL)
+	ob := &memOutbox{queued: map[string][]store.Due{dest: {{Event: store.Event{ID: "evt_typed", Type: store.EventInteractionOpened,
+		Thread: "t", At: time.Now(), Message: []byte(`{"text":"a secret plan"}`)}}}}, took: make(chan struct{})}
+	var logs bytes.Buffer
+	d, err := webhook.New(webhook.Config{URLs: []string{recv.URL}, Key: key, Outbox: ob, Poll: time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	for testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultFailed)) == 0 { // counted once logged and settled
+		select {
+		case <-done:
+			t.Fatal("the deliverer ended")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	<-done
+	line := logs.String()
+	if !strings.Contains(line, "event=evt_typed") || !strings.Contains(line, "type="+store.EventInteractionOpened) {
+		t.Fatalf("the failed attempt's log names not the event's id and type:\n%s", line)
+	}
+	if strings.Contains(line, "secret plan") {
+		t.Fatalf("the log holds the event's text:\n%s", line)
 	}
 }
