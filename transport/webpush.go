@@ -37,6 +37,11 @@ type PushConfig struct {
 	// Backoff is the wait before each retry, at least a Retry-After
 	// (default 5s, 30s, 2m, 5m; tests shorten it).
 	Backoff []time.Duration
+	// Lease is how long a node's claim of a change's pushes lasts
+	// unless it renews it (it does, every third of it, while it sends
+	// them): another node sends the pushes of a claim that lapsed
+	// (default chatrelay.DefaultPushLease; tests shorten it).
+	Lease time.Duration
 }
 
 // pushAnswer is a subscription as its subscriber sees it.
