@@ -3,12 +3,14 @@ package webhook_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,5 +151,46 @@ func TestFailedAttemptLogNamesTheType(t *testing.T) {
 	}
 	if strings.Contains(line, "secret plan") {
 		t.Fatalf("the log holds the event's text:\n%s", line)
+	}
+}
+
+// brokenOutbox's Take always fails, as a file store's does on a queue
+// file that is not one; it counts its calls.
+type brokenOutbox struct {
+	memOutbox
+	takes atomic.Int64
+}
+
+func (o *brokenOutbox) Take(context.Context, string, time.Time, int) ([]store.Due, error) {
+	o.takes.Add(1)
+	return nil, errors.New("webhook queue DATA/webhooks/x.queue: not a queue file")
+}
+
+// A queue that cannot be read is logged at warn once, not at every poll
+// (five times a second, every destination: 18 000 lines an hour that
+// buried the rest of the log), and once more when it reads again.
+func TestUnreadableQueueIsLoggedOnce(t *testing.T) {
+	t.Parallel()
+	ob := &brokenOutbox{}
+	var logs bytes.Buffer
+	d, err := webhook.New(webhook.Config{URLs: []string{"http://127.0.0.1:1/hook"}, Key: make([]byte, 32), Outbox: ob, Poll: time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	for ob.takes.Load() < 50 {
+		select {
+		case <-done:
+			t.Fatal("the deliverer ended")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	<-done
+	if n := strings.Count(logs.String(), "not a queue file"); n != 1 {
+		t.Fatalf("%d polls that failed logged %d times, not once:\n%.600s", ob.takes.Load(), n, logs.String())
 	}
 }
