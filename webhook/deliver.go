@@ -222,8 +222,8 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 	if errors.As(err, &uerr) {
 		err = uerr.Err // without the URL, which may carry a secret: the log names the destination's ID
 	}
-	if ctx.Err() != nil {
-		return // shutting down: unsettled, sent again later
+	if err != nil && ctx.Err() != nil {
+		return // shutting down, no answer: unsettled, sent again later (a 2xx is settled all the same)
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.WebhookTimeout)
 	defer cancel()

@@ -194,3 +194,49 @@ func TestUnreadableQueueIsLoggedOnce(t *testing.T) {
 		t.Fatalf("%d polls that failed logged %d times, not once:\n%.600s", ob.takes.Load(), n, logs.String())
 	}
 }
+
+// doneOutbox records the events settled Done.
+type doneOutbox struct {
+	memOutbox
+	mu   sync.Mutex
+	done []string
+}
+
+func (o *doneOutbox) Done(_ context.Context, _ string, d store.Due) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.done = append(o.done, d.ID)
+	return nil
+}
+
+// roundTripFunc is an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// An attempt the receiver answered 2xx is settled delivered though the
+// server shuts down as the answer comes: only the attempts still without
+// an answer are left queued, to be sent again at the next start. Before,
+// a delivered event was left queued too and sent again.
+func TestDeliveredAtShutdownIsSettled(t *testing.T) {
+	t.Parallel()
+	const url = "http://127.0.0.1:1/hook"
+	ob := &doneOutbox{memOutbox: memOutbox{queued: map[string][]store.Due{store.DestinationID(url): {{Event: store.Event{ID: "evt_answered",
+		Type: store.EventMessageCreated, Thread: "t", At: time.Now(), Message: []byte(`{}`)}}}}, took: make(chan struct{})}}
+	ctx, cancel := context.WithCancel(context.Background())
+	answer := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		cancel() // the server shuts down as the receiver's 2xx comes back
+		return &http.Response{StatusCode: http.StatusNoContent, Status: "204 No Content", Body: http.NoBody, Request: r}, nil
+	})
+	d, err := webhook.New(webhook.Config{URLs: []string{url}, Key: make([]byte, 32), Outbox: ob, Poll: time.Millisecond,
+		Client: &http.Client{Transport: answer}, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Run(ctx) // returns once the attempt has ended
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if len(ob.done) != 1 || ob.done[0] != "evt_answered" {
+		t.Fatalf("settled %q: the answered event stays queued, to be sent again", ob.done)
+	}
+}
