@@ -232,7 +232,7 @@ func (s *Server) handlePushDelete(w http.ResponseWriter, r *http.Request, p prin
 		return
 	}
 	id := r.PathValue("id")
-	notFound := chatrelay.Errorf(chatrelay.NotFound, "no push subscription %q of yours in this thread", id)
+	notFound := chatrelay.Errorf(chatrelay.NotFound, "no push subscription %q of yours in this thread", clip(id))
 	if !chatrelay.ValidPushID(id) {
 		s.writeError(w, r, notFound)
 		return
