@@ -102,6 +102,7 @@ type pusher struct {
 	lease     time.Duration // of its claims, renewed while they are worked on
 	workMu    sync.Mutex
 	working   map[string]*pushChange // the changes this node claimed and has not settled, by claim id
+	left      []pushLeft             // the changes this node was to send when it stopped, not claimed: handed over too
 	watch     chan *pushWatch        // to the watch goroutine: changes another node claimed
 	takeovers prometheus.Counter
 
@@ -125,6 +126,22 @@ type pushTask struct {
 	entry  store.Entry
 	job    *pushJob
 	watch  *pushWatch
+	handed bool // the change was handed over by a server that stopped (takeHandover)
+}
+
+// pushLeft is a change this node was to send, unclaimed when it stopped
+// (leave): it is handed over with the claimed ones (handOver).
+type pushLeft struct {
+	thread string
+	m      chatrelay.Message
+}
+
+// leave keeps a change this node was to send and did not claim because
+// it stopped (ctx was done), for handOver.
+func (ps *pusher) leave(thread string, m chatrelay.Message) {
+	ps.workMu.Lock()
+	defer ps.workMu.Unlock()
+	ps.left = append(ps.left, pushLeft{thread, m})
 }
 
 // pushChange is a change whose pushes this node claimed: settled (in the
@@ -150,6 +167,10 @@ type pushWatch struct {
 	due    time.Time
 	until  time.Time // after it, the change is no longer watched
 	size   int       // about how many bytes it holds (pushWatchBytes)
+	// handed: the change came from a handover (takeHandover), whose
+	// claim the stopped server still held: no other node watches it, so
+	// this one hands it over again if it stops before it is sent.
+	handed bool
 }
 
 // pushJob is one push to one subscription.
@@ -314,7 +335,7 @@ func (ps *pusher) run(ctx context.Context) {
 					case t.watch != nil:
 						ps.takeOver(ctx, t.watch)
 					default:
-						ps.fanOut(ctx, t.thread, t.entry.Message)
+						ps.fanOut(ctx, t.thread, t.entry.Message, t.handed)
 					}
 				}
 			}
@@ -359,6 +380,9 @@ func (ps *pusher) handOver() {
 		add(c.thread, c.m)
 		pushes += int(c.left.Load())
 	}
+	for _, l := range ps.left {
+		add(l.thread, l.m)
+	}
 	ps.workMu.Unlock()
 	for drained := false; !drained; {
 		select {
@@ -368,6 +392,10 @@ func (ps *pusher) handOver() {
 				add(t.watch.thread, t.watch.m)
 			case t.job == nil: // a retry's job is its change's, handed over above
 				add(t.thread, t.entry.Message)
+			}
+		case w := <-ps.watch:
+			if w.handed {
+				add(w.thread, w.m)
 			}
 		default:
 			drained = true
@@ -396,18 +424,56 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 		return
 	}
 	now := ps.s.cfg.Now()
+	var pending map[string]bool // the interactions pending now, read once if a handed over change opens one
+	var take []pushHandover
 	for _, d := range docs {
 		var h pushHandover
 		if json.Unmarshal(d, &h) != nil || !chatrelay.ValidThread(h.Thread) || now.Sub(time.UnixMilli(h.At)) > pushWindow {
 			ps.total.WithLabelValues(pushDropped).Inc()
 			continue
 		}
+		if pushTypeOf(h.Message) == chatrelay.PushTypeInteraction {
+			// It may have closed since (before the stop, or while no
+			// server ran): this server never saw its close, and its
+			// opening push would replace the closing one.
+			if pending == nil {
+				pending = ps.pendingNow(ctx)
+			}
+			if ix := h.Message.Interaction.ID; pending != nil && !pending[ix] {
+				ps.noteClosed(ix)
+				ps.total.WithLabelValues(pushSuperseded).Inc()
+				continue
+			}
+		}
+		take = append(take, h)
+	}
+	for i, h := range take {
 		select {
-		case ps.queue <- pushTask{thread: h.Thread, entry: store.Entry{Message: h.Message}}:
-		case <-ctx.Done():
+		case ps.queue <- pushTask{thread: h.Thread, entry: store.Entry{Message: h.Message}, handed: true}:
+		case <-ctx.Done(): // stopping already: the rest is handed over again
+			for _, h := range take[i:] {
+				ps.leave(h.Thread, h.Message)
+			}
 			return
 		}
 	}
+}
+
+// pendingNow is the set of the store's pending interactions (by id), or
+// nil if the store cannot say: the handed over changes are then sent.
+func (ps *pusher) pendingNow(ctx context.Context) map[string]bool {
+	list, err := ps.s.store.Pending(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			ps.s.log.Warn("push: read the pending interactions of the changes handed over", "err", err)
+		}
+		return nil
+	}
+	pending := make(map[string]bool, len(list))
+	for _, p := range list {
+		pending[p.InteractionID] = true
+	}
+	return pending
 }
 
 // fanOut pushes one change to the thread's subscriptions that want it,
@@ -417,13 +483,17 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 // want other events, or whose participants' and devices' grants ended,
 // costs no write. A change another node claimed is watched (watching):
 // if that node stops before it settles the claim, this one sends it.
-func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message) {
+// handed says that the change was handed over by a server that stopped.
+func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message, handed bool) {
 	typ := pushTypeOf(m)
 	if typ == chatrelay.PushTypeInteractionClosed {
 		ps.noteClosed(m.Interaction.ID)
 	}
 	to := ps.recipientsOf(ctx, thread, typ)
 	if len(to) == 0 {
+		if ctx.Err() != nil { // stopping: it may have had some
+			ps.leave(thread, m)
+		}
 		return
 	}
 	id, keep := thread+":"+m.ID+":"+typ, pushClaimOpen
@@ -431,7 +501,11 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		keep = pushClaimClosed
 	}
 	won, settled, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease)
-	if err != nil {
+	switch {
+	case ctx.Err() != nil: // stopping: handed over, claimed or not
+		ps.leave(thread, m)
+		return
+	case err != nil:
 		ps.total.WithLabelValues(pushDropped).Inc()
 		return
 	}
@@ -440,13 +514,16 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		if !settled {
 			now := ps.s.cfg.Now()
 			w := &pushWatch{thread: thread, m: m, typ: typ, id: id, keep: keep,
-				due: now.Add(ps.lease), until: now.Add(pushWindow + 2*ps.lease), size: 1024 + len(m.Text)}
+				due: now.Add(ps.lease), until: now.Add(pushWindow + 2*ps.lease), size: 1024 + len(m.Text), handed: handed}
 			if m.Card != nil {
 				w.size += chatrelay.LimitCard.Max
 			}
 			select {
 			case ps.watch <- w:
 			default: // the watch goroutine is that far behind: another node sends it
+				if handed {
+					ps.total.WithLabelValues(pushDropped).Inc()
+				}
 			}
 		}
 		return
@@ -466,7 +543,12 @@ func (ps *pusher) takeOver(ctx context.Context, w *pushWatch) {
 		ps.settle(ctx, c)
 		return
 	}
-	ps.sendChange(ctx, w.thread, w.m, w.typ, w.id, w.keep, ps.recipientsOf(ctx, w.thread, w.typ))
+	to := ps.recipientsOf(ctx, w.thread, w.typ)
+	if ctx.Err() != nil { // stopping: won, so this node's to hand over
+		ps.leave(w.thread, w.m)
+		return
+	}
+	ps.sendChange(ctx, w.thread, w.m, w.typ, w.id, w.keep, to)
 }
 
 // recipientsOf are the thread's subscriptions that get a change of type
@@ -569,6 +651,13 @@ func (ps *pusher) watching(ctx context.Context) {
 	held := 0 // the bytes of h's changes
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	defer func() { // the handed over ones are this node's to hand over again (handOver)
+		for _, w := range h {
+			if w.handed {
+				ps.leave(w.thread, w.m)
+			}
+		}
+	}()
 	for {
 		var wake <-chan time.Time
 		if len(h) > 0 {
@@ -590,11 +679,14 @@ func (ps *pusher) watching(ctx context.Context) {
 				won, settled, err := ps.st.ClaimPush(ctx, w.id, ps.owner, ps.lease)
 				switch {
 				case ctx.Err() != nil:
+					heap.Push(&h, w) // as it was, for the deferred hand over
 					return
 				case err == nil && won:
 					select {
 					case ps.queue <- pushTask{watch: w}:
 					case <-ctx.Done():
+						w.handed = true // won: this node's now
+						heap.Push(&h, w)
 						return
 					}
 				case err == nil && settled:

@@ -1,0 +1,196 @@
+package transport_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/pushtest"
+	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/transport"
+)
+
+// claimsHeld is a node's store whose push claims are all held by another
+// node (on Redis: the node that stopped a moment ago, its lease not yet
+// lapsed), and counted.
+type claimsHeld struct {
+	store.Store
+	store.Push
+	calls atomic.Int64
+}
+
+func (c *claimsHeld) ClaimPush(context.Context, string, string, time.Duration) (won, settled bool, err error) {
+	c.calls.Add(1)
+	return false, false, nil
+}
+
+// TestPushHandoverKeptAcrossTwoRestarts: a server stops while a push
+// waits for its retry, and hands it over; the next server takes it, but
+// the stopped server's claim has not lapsed yet (a restart is quicker
+// than a lease), so it waits for it; that server is stopped too before
+// the claim lapses (a deploy rolled back at once). It hands the change
+// over again, and the third server sends it: two restarts in a row lose
+// no push either.
+func TestPushHandoverKeptAcrossTwoRestarts(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		svc.Respond = func(_ string, n int) pushtest.Answer {
+			if n == 1 {
+				return pushtest.Answer{Status: http.StatusServiceUnavailable}
+			}
+			return pushtest.Answer{Status: http.StatusCreated}
+		}
+		const lease = time.Second
+		be := storetest.Open(t, backend, storetest.Options{})
+		first := startPush(t, pushOptions{on: be, config: withPush(svc, func(p *transport.PushConfig) {
+			p.Lease = lease
+			p.Backoff = []time.Duration{5 * time.Minute} // its retry never comes while it runs
+		})})
+		owner, thread := tokenN(1), threadN(1)
+		first.mustPost(owner, "hello")
+		status, _ := first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		assert.Equal(t, "subscribe", status, http.StatusCreated)
+		_, err := first.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "are you there?"})
+		assert.Success(t, err)
+		awaitPushes(t, svc, "/push/owner", 1) // answered 503
+		first.stop()
+
+		held := &claimsHeld{}
+		second := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: func(c *transport.Config) {
+			withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })(c)
+			held.Store, held.Push = c.Store, store.PushOf(c.Store)
+			c.Store = held
+		}})
+		assert.Eventually(t, 10*time.Second, "the second server took the change and found it claimed", func() bool { return held.calls.Load() >= 1 })
+		second.stop()
+
+		third := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		_, pls := awaitPushes(t, svc, "/push/owner", 2)
+		assert.Equal(t, "the push sent after two restarts", pls[1].Message.Text, "are you there?")
+		assert.Eventually(t, 10*time.Second, "the push counted sent", func() bool {
+			return opsScrape(t, third.client, third.ts.URL+"/metrics")[`chatrelay_push_total{result="sent"}`] == 1
+		})
+	})
+}
+
+// TestPushHandoverOfAClosedInteractionNotSent: an approval's push waits
+// for its retry (503) when the approval is answered and its closing push
+// sent; the server then stops and hands the opening change over. The next
+// server, which never saw the close, does not send the opening push
+// (counted superseded): it would replace "Approved" at the push service
+// with Approve and Deny for an answered approval.
+func TestPushHandoverOfAClosedInteractionNotSent(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		svc.Respond = func(_ string, n int) pushtest.Answer {
+			if n == 1 {
+				return pushtest.Answer{Status: http.StatusServiceUnavailable}
+			}
+			return pushtest.Answer{Status: http.StatusCreated}
+		}
+		const lease = time.Second
+		be := storetest.Open(t, backend, storetest.Options{})
+		before := startPush(t, pushOptions{on: be, config: withPush(svc, func(p *transport.PushConfig) {
+			p.Lease = lease
+			p.Backoff = []time.Duration{5 * time.Minute}
+		})})
+		owner, thread := tokenN(1), threadN(1)
+		before.mustPost(owner, "hello")
+		status, _ := before.subscribe(owner, nil, svc.Subscribe(t, "phone"))
+		assert.Equal(t, "subscribe", status, http.StatusCreated)
+		m, err := before.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
+			Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
+		assert.Success(t, err)
+		awaitPushes(t, svc, "/push/phone", 1) // answered 503
+		status, _, b := before.do(http.MethodPost, chatrelay.PathRespond, owner, fmt.Sprintf(`{"interaction_id":%q,"decision":"approve"}`, m.Interaction.ID), nil)
+		assert.Equal(t, "approve "+string(b), status, 200)
+		_, pls := awaitPushes(t, svc, "/push/phone", 2)
+		assert.Equal(t, "the second push", pls[1].Type, chatrelay.PushTypeInteractionClosed)
+		before.stop()
+
+		after := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		assert.Eventually(t, 10*time.Second, "the handed over change dealt with", func() bool {
+			return opsScrape(t, after.client, after.ts.URL+"/metrics")[`chatrelay_push_total{result="superseded"}`] == 1 ||
+				len(pushesTo(svc, "/push/phone")) > 2
+		})
+		ps := pushesTo(svc, "/push/phone")
+		assert.Equal(t, "pushes received", len(ps), 2)
+	})
+}
+
+// claimsStall is a node's store whose push claims never answer until
+// the server stops (a store that stalls), counted as they are made.
+type claimsStall struct {
+	store.Store
+	store.Push
+	calls atomic.Int64
+}
+
+func (c *claimsStall) ClaimPush(ctx context.Context, _, _ string, _ time.Duration) (won, settled bool, err error) {
+	c.calls.Add(1)
+	<-ctx.Done()
+	return false, false, ctx.Err()
+}
+
+// TestPushHandoverKeptWhenStoppedWhileTaking: a server stops with three
+// pushes waiting for their retry and hands them over; the next server
+// takes them, one worker and a queue of one, and stops while its first
+// claim is still unanswered: one change is being claimed, one queued, and
+// one not yet queued. It hands all three over again, and the server after
+// it sends them: a change is not lost because the server stopped while
+// it was claiming it, or before it had queued it.
+func TestPushHandoverKeptWhenStoppedWhileTaking(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		svc.Respond = func(_ string, n int) pushtest.Answer {
+			if n <= 3 {
+				return pushtest.Answer{Status: http.StatusServiceUnavailable}
+			}
+			return pushtest.Answer{Status: http.StatusCreated}
+		}
+		const lease = time.Second
+		be := storetest.Open(t, backend, storetest.Options{})
+		first := startPush(t, pushOptions{on: be, config: withPush(svc, func(p *transport.PushConfig) {
+			p.Lease = lease
+			p.Backoff = []time.Duration{5 * time.Minute}
+		})})
+		owner, thread := tokenN(1), threadN(1)
+		first.mustPost(owner, "hello")
+		status, _ := first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		assert.Equal(t, "subscribe", status, http.StatusCreated)
+		for i := range 3 {
+			_, err := first.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: fmt.Sprintf("reply %d", i)})
+			assert.Success(t, err)
+		}
+		awaitPushes(t, svc, "/push/owner", 3) // each answered 503
+		first.stop()
+
+		stall := &claimsStall{}
+		second := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: func(c *transport.Config) {
+			withPush(svc, func(p *transport.PushConfig) { p.Lease, p.Workers, p.Queue = lease, 1, 1 })(c)
+			stall.Store, stall.Push = c.Store, store.PushOf(c.Store)
+			c.Store = stall
+		}})
+		assert.Eventually(t, 10*time.Second, "the second server claims the first change", func() bool { return stall.calls.Load() >= 1 })
+		second.stop()
+
+		startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		_, pls := awaitPushes(t, svc, "/push/owner", 6)
+		var sent []string
+		for _, pl := range pls[3:] {
+			sent = append(sent, pl.Message.Text)
+		}
+		slices.Sort(sent)
+		assert.Equal(t, "the pushes sent after two restarts", sent, []string{"reply 0", "reply 1", "reply 2"})
+	})
+}
