@@ -194,3 +194,44 @@ func TestPushHandoverKeptWhenStoppedWhileTaking(t *testing.T) {
 		assert.Equal(t, "the pushes sent after two restarts", sent, []string{"reply 0", "reply 1", "reply 2"})
 	})
 }
+
+// TestPushHandoverOnlyWhatWasNotSent: a reply goes to two subscriptions
+// of a thread; one push service takes it, the other answers 503, and
+// the server stops before the retry. The next server sends it to the
+// one that did not get it, and not again to the one that did: a restart
+// (a deploy) does not push again every reply of the last minutes to
+// every phone of a thread because one of its subscriptions was slow.
+func TestPushHandoverOnlyWhatWasNotSent(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		svc.Respond = func(path string, n int) pushtest.Answer {
+			if path == "/push/flaky" && n == 1 {
+				return pushtest.Answer{Status: http.StatusServiceUnavailable}
+			}
+			return pushtest.Answer{Status: http.StatusCreated}
+		}
+		const lease = time.Second
+		be := storetest.Open(t, backend, storetest.Options{})
+		before := startPush(t, pushOptions{on: be, config: withPush(svc, func(p *transport.PushConfig) {
+			p.Lease = lease
+			p.Backoff = []time.Duration{5 * time.Minute}
+		})})
+		owner, thread := tokenN(1), threadN(1)
+		before.mustPost(owner, "hello")
+		for _, name := range []string{"good", "flaky"} {
+			status, _ := before.subscribe(owner, nil, svc.Subscribe(t, name))
+			assert.Equal(t, "subscribe "+name, status, http.StatusCreated)
+		}
+		_, err := before.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "are you there?"})
+		assert.Success(t, err)
+		awaitPushes(t, svc, "/push/good", 1)
+		awaitPushes(t, svc, "/push/flaky", 1) // answered 503
+		before.stop()
+
+		after := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		awaitPushes(t, svc, "/push/flaky", 2)
+		after.stop() // its pushes made
+		assert.Equal(t, "pushes to the subscription that had it", len(pushesTo(svc, "/push/good")), 1)
+	})
+}

@@ -126,7 +126,8 @@ type pushTask struct {
 	entry  store.Entry
 	job    *pushJob
 	watch  *pushWatch
-	handed bool // the change was handed over by a server that stopped (takeHandover)
+	handed bool     // the change was handed over by a server that stopped (takeHandover)
+	only   []string // handed: the subscriptions (ids) still owed its push; nil: every one
 }
 
 // pushLeft is a change this node was to send, unclaimed when it stopped
@@ -134,14 +135,15 @@ type pushTask struct {
 type pushLeft struct {
 	thread string
 	m      chatrelay.Message
+	only   []string // the subscriptions still owed its push; nil: every one
 }
 
 // leave keeps a change this node was to send and did not claim because
 // it stopped (ctx was done), for handOver.
-func (ps *pusher) leave(thread string, m chatrelay.Message) {
+func (ps *pusher) leave(thread string, m chatrelay.Message, only []string) {
 	ps.workMu.Lock()
 	defer ps.workMu.Unlock()
-	ps.left = append(ps.left, pushLeft{thread, m})
+	ps.left = append(ps.left, pushLeft{thread, m, only})
 }
 
 // pushChange is a change whose pushes this node claimed: settled (in the
@@ -153,6 +155,15 @@ type pushChange struct {
 	left   atomic.Int32  // its pushes without an outcome yet
 	thread string        // and its message: handed over if the server stops first
 	m      chatrelay.Message
+	owedMu sync.Mutex
+	owed   map[string]bool // the subscriptions (ids) whose push has no outcome yet: those handed over
+}
+
+// owedIDs are the subscriptions still owed c's push, in no order.
+func (c *pushChange) owedIDs() []string {
+	c.owedMu.Lock()
+	defer c.owedMu.Unlock()
+	return slices.Collect(maps.Keys(c.owed))
 }
 
 // pushWatch is a change another node claimed: once the claim's lease
@@ -171,6 +182,7 @@ type pushWatch struct {
 	// claim the stopped server still held: no other node watches it, so
 	// this one hands it over again if it stops before it is sent.
 	handed bool
+	only   []string // the subscriptions still owed its push (handed); nil: every one
 }
 
 // pushJob is one push to one subscription.
@@ -335,7 +347,7 @@ func (ps *pusher) run(ctx context.Context) {
 					case t.watch != nil:
 						ps.takeOver(ctx, t.watch)
 					default:
-						ps.fanOut(ctx, t.thread, t.entry.Message, t.handed)
+						ps.fanOut(ctx, t.thread, t.entry.Message, t.handed, t.only)
 					}
 				}
 			}
@@ -357,6 +369,9 @@ type pushHandover struct {
 	At      int64             `json:"at"` // epoch ms
 	Thread  string            `json:"thread"`
 	Message chatrelay.Message `json:"message"`
+	// Only are the subscriptions (ids) still owed its push, those of its
+	// pushes without an outcome; absent: every subscription that gets it.
+	Only []string `json:"only,omitempty"`
 }
 
 // handOver keeps in the store, once run's workers and sends have ended,
@@ -369,19 +384,22 @@ type pushHandover struct {
 func (ps *pusher) handOver() {
 	now := ps.s.cfg.Now().UnixMilli()
 	var docs [][]byte
-	add := func(thread string, m chatrelay.Message) {
-		if b, err := json.Marshal(pushHandover{At: now, Thread: thread, Message: m}); err == nil {
+	add := func(thread string, m chatrelay.Message, only []string) {
+		if only != nil && len(only) == 0 {
+			return // owed to none
+		}
+		if b, err := json.Marshal(pushHandover{At: now, Thread: thread, Message: m, Only: only}); err == nil {
 			docs = append(docs, b)
 		}
 	}
 	pushes := 0 // of the changes it claimed, without an outcome
 	ps.workMu.Lock()
 	for _, c := range ps.working {
-		add(c.thread, c.m)
+		add(c.thread, c.m, c.owedIDs())
 		pushes += int(c.left.Load())
 	}
 	for _, l := range ps.left {
-		add(l.thread, l.m)
+		add(l.thread, l.m, l.only)
 	}
 	ps.workMu.Unlock()
 	for drained := false; !drained; {
@@ -389,13 +407,13 @@ func (ps *pusher) handOver() {
 		case t := <-ps.queue:
 			switch {
 			case t.watch != nil:
-				add(t.watch.thread, t.watch.m)
+				add(t.watch.thread, t.watch.m, t.watch.only)
 			case t.job == nil: // a retry's job is its change's, handed over above
-				add(t.thread, t.entry.Message)
+				add(t.thread, t.entry.Message, t.only)
 			}
 		case w := <-ps.watch:
 			if w.handed {
-				add(w.thread, w.m)
+				add(w.thread, w.m, w.only)
 			}
 		default:
 			drained = true
@@ -449,10 +467,10 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 	}
 	for i, h := range take {
 		select {
-		case ps.queue <- pushTask{thread: h.Thread, entry: store.Entry{Message: h.Message}, handed: true}:
+		case ps.queue <- pushTask{thread: h.Thread, entry: store.Entry{Message: h.Message}, handed: true, only: h.Only}:
 		case <-ctx.Done(): // stopping already: the rest is handed over again
 			for _, h := range take[i:] {
-				ps.leave(h.Thread, h.Message)
+				ps.leave(h.Thread, h.Message, h.Only)
 			}
 			return
 		}
@@ -483,16 +501,17 @@ func (ps *pusher) pendingNow(ctx context.Context) map[string]bool {
 // want other events, or whose participants' and devices' grants ended,
 // costs no write. A change another node claimed is watched (watching):
 // if that node stops before it settles the claim, this one sends it.
-// handed says that the change was handed over by a server that stopped.
-func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message, handed bool) {
+// handed says that the change was handed over by a server that stopped,
+// only (if not nil) the subscriptions that server still owed its push.
+func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message, handed bool, only []string) {
 	typ := pushTypeOf(m)
 	if typ == chatrelay.PushTypeInteractionClosed {
 		ps.noteClosed(m.Interaction.ID)
 	}
-	to := ps.recipientsOf(ctx, thread, typ)
+	to := onlyTo(ps.recipientsOf(ctx, thread, typ), only)
 	if len(to) == 0 {
 		if ctx.Err() != nil { // stopping: it may have had some
-			ps.leave(thread, m)
+			ps.leave(thread, m, only)
 		}
 		return
 	}
@@ -503,7 +522,7 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	won, settled, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease)
 	switch {
 	case ctx.Err() != nil: // stopping: handed over, claimed or not
-		ps.leave(thread, m)
+		ps.leave(thread, m, only)
 		return
 	case err != nil:
 		ps.total.WithLabelValues(pushDropped).Inc()
@@ -514,7 +533,7 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		if !settled {
 			now := ps.s.cfg.Now()
 			w := &pushWatch{thread: thread, m: m, typ: typ, id: id, keep: keep,
-				due: now.Add(ps.lease), until: now.Add(pushWindow + 2*ps.lease), size: 1024 + len(m.Text), handed: handed}
+				due: now.Add(ps.lease), until: now.Add(pushWindow + 2*ps.lease), size: 1024 + len(m.Text), handed: handed, only: only}
 			if m.Card != nil {
 				w.size += chatrelay.LimitCard.Max
 			}
@@ -543,12 +562,21 @@ func (ps *pusher) takeOver(ctx context.Context, w *pushWatch) {
 		ps.settle(ctx, c)
 		return
 	}
-	to := ps.recipientsOf(ctx, w.thread, w.typ)
+	to := onlyTo(ps.recipientsOf(ctx, w.thread, w.typ), w.only)
 	if ctx.Err() != nil { // stopping: won, so this node's to hand over
-		ps.leave(w.thread, w.m)
+		ps.leave(w.thread, w.m, w.only)
 		return
 	}
 	ps.sendChange(ctx, w.thread, w.m, w.typ, w.id, w.keep, to)
+}
+
+// onlyTo are the subscriptions of to whose ids are in only, or all of
+// them if only is nil.
+func onlyTo(to []chatrelay.PushSubscription, only []string) []chatrelay.PushSubscription {
+	if only == nil {
+		return to
+	}
+	return slices.DeleteFunc(to, func(s chatrelay.PushSubscription) bool { return !slices.Contains(only, s.ID) })
 }
 
 // recipientsOf are the thread's subscriptions that get a change of type
@@ -576,6 +604,10 @@ func (ps *pusher) sendChange(ctx context.Context, thread string, m chatrelay.Mes
 		return
 	}
 	c.left.Store(int32(len(jobs)))
+	c.owed = make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		c.owed[j.sub.ID] = true
+	}
 	ps.workMu.Lock()
 	ps.working[id] = c
 	ps.workMu.Unlock()
@@ -588,7 +620,14 @@ func (ps *pusher) sendChange(ctx context.Context, thread string, m chatrelay.Mes
 // done notes that j had its outcome: the last push of its change settles
 // the change's claim.
 func (ps *pusher) done(ctx context.Context, j *pushJob) {
-	if c := j.change; c != nil && c.left.Add(-1) == 0 {
+	c := j.change
+	if c == nil {
+		return
+	}
+	c.owedMu.Lock()
+	delete(c.owed, j.sub.ID)
+	c.owedMu.Unlock()
+	if c.left.Add(-1) == 0 {
 		ps.settle(ctx, c)
 	}
 }
@@ -654,7 +693,7 @@ func (ps *pusher) watching(ctx context.Context) {
 	defer func() { // the handed over ones are this node's to hand over again (handOver)
 		for _, w := range h {
 			if w.handed {
-				ps.leave(w.thread, w.m)
+				ps.leave(w.thread, w.m, w.only)
 			}
 		}
 	}()
