@@ -13,6 +13,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/pushtest"
 	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
 )
@@ -115,6 +116,9 @@ func TestPushHandoverOfAClosedInteractionNotSent(t *testing.T) {
 		assert.Equal(t, "approve "+string(b), status, 200)
 		_, pls := awaitPushes(t, svc, "/push/phone", 2)
 		assert.Equal(t, "the second push", pls[1].Type, chatrelay.PushTypeInteractionClosed)
+		assert.Eventually(t, 10*time.Second, "the closing push's answer taken", func() bool {
+			return opsScrape(t, before.client, before.ts.URL+"/metrics")[`chatrelay_push_total{result="sent"}`] == 1
+		})
 		before.stop()
 
 		after := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
@@ -227,6 +231,10 @@ func TestPushHandoverOnlyWhatWasNotSent(t *testing.T) {
 		assert.Success(t, err)
 		awaitPushes(t, svc, "/push/good", 1)
 		awaitPushes(t, svc, "/push/flaky", 1) // answered 503
+		assert.Eventually(t, 10*time.Second, "both answers taken", func() bool {
+			m := opsScrape(t, before.client, before.ts.URL+"/metrics")
+			return m[`chatrelay_push_total{result="sent"}`] == 1 && m[`chatrelay_push_total{result="retried"}`] == 1
+		})
 		before.stop()
 
 		after := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
@@ -234,4 +242,47 @@ func TestPushHandoverOnlyWhatWasNotSent(t *testing.T) {
 		after.stop() // its pushes made
 		assert.Equal(t, "pushes to the subscription that had it", len(pushesTo(svc, "/push/good")), 1)
 	})
+}
+
+// TestPushHandoverKeepsTheWindow: a push refused (503) is handed over at
+// a shutdown, and the next server starts 9 minutes after its first
+// attempt. It tries it once more, and, refused again, gives it up
+// (failed): a push's 10 minutes of retries count from its first attempt,
+// on whichever server, so restarts do not make a push be tried for ever.
+func TestPushHandoverKeepsTheWindow(t *testing.T) {
+	t.Parallel()
+	{ // the file store: on Redis a watched claim waits for the clock to move (it does not here)
+		backend := storetest.File
+		svc := pushtest.NewService(t)
+		svc.Respond = func(string, int) pushtest.Answer { return pushtest.Answer{Status: http.StatusServiceUnavailable} }
+		clk := testclock.New(time.Now())
+		const lease = time.Second
+		config := func(c *transport.Config) {
+			withPush(svc, func(p *transport.PushConfig) {
+				p.Lease = lease
+				p.Backoff = []time.Duration{5 * time.Minute}
+			})(c)
+			c.Now = clk.Now
+		}
+		be := storetest.Open(t, backend, storetest.Options{Now: clk.Now})
+		before := startPush(t, pushOptions{on: be, config: config})
+		owner, thread := tokenN(1), threadN(1)
+		before.mustPost(owner, "hello")
+		status, _ := before.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		assert.Equal(t, "subscribe", status, http.StatusCreated)
+		_, err := before.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "are you there?"})
+		assert.Success(t, err)
+		awaitPushes(t, svc, "/push/owner", 1) // answered 503
+		before.stop()
+
+		clk.Advance(9 * time.Minute)
+		after := startPush(t, pushOptions{on: be.Another(t, storetest.Options{Now: clk.Now}), config: config})
+		awaitPushes(t, svc, "/push/owner", 2) // answered 503 again
+		var m map[string]float64
+		assert.Eventually(t, 10*time.Second, "the second attempt's outcome", func() bool {
+			m = opsScrape(t, after.client, after.ts.URL+"/metrics")
+			return m[`chatrelay_push_total{result="failed"}`]+m[`chatrelay_push_total{result="retried"}`] >= 1
+		})
+		assert.Equal(t, "failed, retried", []float64{m[`chatrelay_push_total{result="failed"}`], m[`chatrelay_push_total{result="retried"}`]}, []float64{1, 0})
+	}
 }

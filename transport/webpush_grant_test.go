@@ -69,7 +69,7 @@ func TestPushRevokedCountedWhenDeleted(t *testing.T) {
 				total:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "t"}, []string{"result"}),
 				claims: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c"}, []string{"won"}),
 			}
-			ps.fanOut(context.Background(), "a1b2c3d4e5f60718", chatrelay.Message{ID: "m1", Author: chatrelay.Hermes, Text: "hello"}, false, nil)
+			ps.fanOut(context.Background(), "a1b2c3d4e5f60718", chatrelay.Message{ID: "m1", Author: chatrelay.Hermes, Text: "hello"}, false, pushOwed{})
 			assert.Equal(t, "revoked", testutil.ToFloat64(ps.total.WithLabelValues(pushRevoked)), c.revoked)
 			assert.Equal(t, "claims made", g.claims, 0)
 		})

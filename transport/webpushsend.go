@@ -127,7 +127,14 @@ type pushTask struct {
 	job    *pushJob
 	watch  *pushWatch
 	handed bool     // the change was handed over by a server that stopped (takeHandover)
-	only   []string // handed: the subscriptions (ids) still owed its push; nil: every one
+	owed   pushOwed // handed: what is still owed of it
+}
+
+// pushOwed is what a server that stopped still owed of a change it
+// handed over.
+type pushOwed struct {
+	only  []string  // the subscriptions (ids) still owed its push; nil: every one
+	since time.Time // when a server first took it to send: its pushes' window of retries starts then; zero: now
 }
 
 // pushLeft is a change this node was to send, unclaimed when it stopped
@@ -135,15 +142,15 @@ type pushTask struct {
 type pushLeft struct {
 	thread string
 	m      chatrelay.Message
-	only   []string // the subscriptions still owed its push; nil: every one
+	owed   pushOwed
 }
 
 // leave keeps a change this node was to send and did not claim because
 // it stopped (ctx was done), for handOver.
-func (ps *pusher) leave(thread string, m chatrelay.Message, only []string) {
+func (ps *pusher) leave(thread string, m chatrelay.Message, owed pushOwed) {
 	ps.workMu.Lock()
 	defer ps.workMu.Unlock()
-	ps.left = append(ps.left, pushLeft{thread, m, only})
+	ps.left = append(ps.left, pushLeft{thread, m, owed})
 }
 
 // pushChange is a change whose pushes this node claimed: settled (in the
@@ -155,6 +162,7 @@ type pushChange struct {
 	left   atomic.Int32  // its pushes without an outcome yet
 	thread string        // and its message: handed over if the server stops first
 	m      chatrelay.Message
+	since  time.Time // when it was first taken to send (pushOwed)
 	owedMu sync.Mutex
 	owed   map[string]bool // the subscriptions (ids) whose push has no outcome yet: those handed over
 }
@@ -182,7 +190,7 @@ type pushWatch struct {
 	// claim the stopped server still held: no other node watches it, so
 	// this one hands it over again if it stops before it is sent.
 	handed bool
-	only   []string // the subscriptions still owed its push (handed); nil: every one
+	owed   pushOwed
 }
 
 // pushJob is one push to one subscription.
@@ -347,7 +355,7 @@ func (ps *pusher) run(ctx context.Context) {
 					case t.watch != nil:
 						ps.takeOver(ctx, t.watch)
 					default:
-						ps.fanOut(ctx, t.thread, t.entry.Message, t.handed, t.only)
+						ps.fanOut(ctx, t.thread, t.entry.Message, t.handed, t.owed)
 					}
 				}
 			}
@@ -374,6 +382,12 @@ type pushHandover struct {
 	Only []string `json:"only,omitempty"`
 }
 
+// owed is what h says is still owed of its change: At is when a server
+// first took it to send.
+func (h pushHandover) owed() pushOwed {
+	return pushOwed{only: h.Only, since: time.UnixMilli(h.At)}
+}
+
 // handOver keeps in the store, once run's workers and sends have ended,
 // the changes whose pushes this server did not finish: those it claimed
 // and had not settled (pushes in flight, waiting, or due for a retry),
@@ -384,22 +398,26 @@ type pushHandover struct {
 func (ps *pusher) handOver() {
 	now := ps.s.cfg.Now().UnixMilli()
 	var docs [][]byte
-	add := func(thread string, m chatrelay.Message, only []string) {
-		if only != nil && len(only) == 0 {
+	add := func(thread string, m chatrelay.Message, owed pushOwed) {
+		if owed.only != nil && len(owed.only) == 0 {
 			return // owed to none
 		}
-		if b, err := json.Marshal(pushHandover{At: now, Thread: thread, Message: m, Only: only}); err == nil {
+		at := now
+		if !owed.since.IsZero() {
+			at = owed.since.UnixMilli()
+		}
+		if b, err := json.Marshal(pushHandover{At: at, Thread: thread, Message: m, Only: owed.only}); err == nil {
 			docs = append(docs, b)
 		}
 	}
 	pushes := 0 // of the changes it claimed, without an outcome
 	ps.workMu.Lock()
 	for _, c := range ps.working {
-		add(c.thread, c.m, c.owedIDs())
+		add(c.thread, c.m, pushOwed{c.owedIDs(), c.since})
 		pushes += int(c.left.Load())
 	}
 	for _, l := range ps.left {
-		add(l.thread, l.m, l.only)
+		add(l.thread, l.m, l.owed)
 	}
 	ps.workMu.Unlock()
 	for drained := false; !drained; {
@@ -407,13 +425,13 @@ func (ps *pusher) handOver() {
 		case t := <-ps.queue:
 			switch {
 			case t.watch != nil:
-				add(t.watch.thread, t.watch.m, t.watch.only)
+				add(t.watch.thread, t.watch.m, t.watch.owed)
 			case t.job == nil: // a retry's job is its change's, handed over above
-				add(t.thread, t.entry.Message, t.only)
+				add(t.thread, t.entry.Message, t.owed)
 			}
 		case w := <-ps.watch:
 			if w.handed {
-				add(w.thread, w.m, w.only)
+				add(w.thread, w.m, w.owed)
 			}
 		default:
 			drained = true
@@ -467,10 +485,10 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 	}
 	for i, h := range take {
 		select {
-		case ps.queue <- pushTask{thread: h.Thread, entry: store.Entry{Message: h.Message}, handed: true, only: h.Only}:
+		case ps.queue <- pushTask{thread: h.Thread, entry: store.Entry{Message: h.Message}, handed: true, owed: h.owed()}:
 		case <-ctx.Done(): // stopping already: the rest is handed over again
 			for _, h := range take[i:] {
-				ps.leave(h.Thread, h.Message, h.Only)
+				ps.leave(h.Thread, h.Message, h.owed())
 			}
 			return
 		}
@@ -502,16 +520,19 @@ func (ps *pusher) pendingNow(ctx context.Context) map[string]bool {
 // costs no write. A change another node claimed is watched (watching):
 // if that node stops before it settles the claim, this one sends it.
 // handed says that the change was handed over by a server that stopped,
-// only (if not nil) the subscriptions that server still owed its push.
-func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message, handed bool, only []string) {
+// owed what that server still owed of it.
+func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message, handed bool, owed pushOwed) {
+	if owed.since.IsZero() {
+		owed.since = ps.s.cfg.Now()
+	}
 	typ := pushTypeOf(m)
 	if typ == chatrelay.PushTypeInteractionClosed {
 		ps.noteClosed(m.Interaction.ID)
 	}
-	to := onlyTo(ps.recipientsOf(ctx, thread, typ), only)
+	to := onlyTo(ps.recipientsOf(ctx, thread, typ), owed.only)
 	if len(to) == 0 {
 		if ctx.Err() != nil { // stopping: it may have had some
-			ps.leave(thread, m, only)
+			ps.leave(thread, m, owed)
 		}
 		return
 	}
@@ -522,7 +543,7 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	won, settled, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease)
 	switch {
 	case ctx.Err() != nil: // stopping: handed over, claimed or not
-		ps.leave(thread, m, only)
+		ps.leave(thread, m, owed)
 		return
 	case err != nil:
 		ps.total.WithLabelValues(pushDropped).Inc()
@@ -533,7 +554,7 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		if !settled {
 			now := ps.s.cfg.Now()
 			w := &pushWatch{thread: thread, m: m, typ: typ, id: id, keep: keep,
-				due: now.Add(ps.lease), until: now.Add(pushWindow + 2*ps.lease), size: 1024 + len(m.Text), handed: handed, only: only}
+				due: now.Add(ps.lease), until: now.Add(pushWindow + 2*ps.lease), size: 1024 + len(m.Text), handed: handed, owed: owed}
 			if m.Card != nil {
 				w.size += chatrelay.LimitCard.Max
 			}
@@ -547,7 +568,7 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		}
 		return
 	}
-	ps.sendChange(ctx, thread, m, typ, id, keep, to)
+	ps.sendChange(ctx, thread, m, typ, id, keep, to, owed.since)
 }
 
 // takeOver sends the pushes of a change whose claim another node let
@@ -562,12 +583,12 @@ func (ps *pusher) takeOver(ctx context.Context, w *pushWatch) {
 		ps.settle(ctx, c)
 		return
 	}
-	to := onlyTo(ps.recipientsOf(ctx, w.thread, w.typ), w.only)
+	to := onlyTo(ps.recipientsOf(ctx, w.thread, w.typ), w.owed.only)
 	if ctx.Err() != nil { // stopping: won, so this node's to hand over
-		ps.leave(w.thread, w.m, w.only)
+		ps.leave(w.thread, w.m, w.owed)
 		return
 	}
-	ps.sendChange(ctx, w.thread, w.m, w.typ, w.id, w.keep, to)
+	ps.sendChange(ctx, w.thread, w.m, w.typ, w.id, w.keep, to, w.owed.since)
 }
 
 // onlyTo are the subscriptions of to whose ids are in only, or all of
@@ -596,9 +617,11 @@ func (ps *pusher) recipientsOf(ctx context.Context, thread, typ string) []chatre
 // sendChange sends the pushes of a change this node claimed (id) to the
 // subscriptions of to; the claim is renewed until each push has had its
 // outcome (done), then settled.
-func (ps *pusher) sendChange(ctx context.Context, thread string, m chatrelay.Message, typ, id string, keep time.Duration, to []chatrelay.PushSubscription) {
-	jobs := ps.jobsFor(thread, m, typ, to)
-	c := &pushChange{id: id, keep: keep, thread: thread, m: m}
+// since is when it was first taken to send: its pushes' window of retries
+// starts then, on whichever server.
+func (ps *pusher) sendChange(ctx context.Context, thread string, m chatrelay.Message, typ, id string, keep time.Duration, to []chatrelay.PushSubscription, since time.Time) {
+	jobs := ps.jobsFor(thread, m, typ, to, since)
+	c := &pushChange{id: id, keep: keep, thread: thread, m: m, since: since}
 	if len(jobs) == 0 {
 		ps.settle(ctx, c)
 		return
@@ -693,7 +716,7 @@ func (ps *pusher) watching(ctx context.Context) {
 	defer func() { // the handed over ones are this node's to hand over again (handOver)
 		for _, w := range h {
 			if w.handed {
-				ps.leave(w.thread, w.m, w.only)
+				ps.leave(w.thread, w.m, w.owed)
 			}
 		}
 	}()
@@ -773,8 +796,9 @@ func (ps *pusher) recipients(ctx context.Context, thread string, subs []chatrela
 	return to
 }
 
-// jobsFor makes the push of m (of type typ) to each subscription of to.
-func (ps *pusher) jobsFor(thread string, m chatrelay.Message, typ string, to []chatrelay.PushSubscription) []*pushJob {
+// jobsFor makes the push of m (of type typ) to each subscription of to,
+// their first attempt counted from first.
+func (ps *pusher) jobsFor(thread string, m chatrelay.Message, typ string, to []chatrelay.PushSubscription, first time.Time) []*pushJob {
 	now := ps.s.cfg.Now()
 	// A change's payload is one per view and link (its subscribers
 	// share their server's base), made once: MarshalPushPayload encodes
@@ -819,7 +843,7 @@ func (ps *pusher) jobsFor(thread string, m chatrelay.Message, typ string, to []c
 				wm.Topic = ix.ID
 			}
 		}
-		j := &pushJob{thread: thread, sub: sub, msg: wm, first: now}
+		j := &pushJob{thread: thread, sub: sub, msg: wm, first: first}
 		if ix := m.Interaction; ix != nil {
 			j.deadline = ix.Deadline
 		}
