@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -481,6 +482,45 @@ func TestAskWaitInterrupted(t *testing.T) {
 				assert.Success(t, json.Unmarshal(stdout.Bytes(), &printed))
 				assert.Equal(t, "the state printed", printed.Interaction.State, tc.state)
 			}
+		})
+	}
+}
+
+// TestWatchEndsOnASignal: an interrupt or SIGTERM ends watch with exit
+// status 0, as docs/cli.md says, after the lines it printed.
+func TestWatchEndsOnASignal(t *testing.T) {
+	t.Parallel()
+	bin := chatrelayBinary(t)
+	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			data := freshThread(t)
+			cmd := exec.Command(bin, "watch", "--since", "1", "--data", data)
+			stdout, err := cmd.StdoutPipe()
+			assert.Success(t, err)
+			assert.Success(t, cmd.Start())
+			t.Cleanup(func() { cmd.Process.Kill() })
+			line := make(chan string, 1)
+			go func() {
+				s, _ := bufio.NewReader(stdout).ReadString('\n')
+				line <- s
+				io.Copy(io.Discard, stdout)
+			}()
+			select {
+			case s := <-line:
+				assert.True(t, strings.Contains(s, "can you deploy?"), "watch printed %q", s)
+			case <-time.After(10 * time.Second):
+				t.Fatal("watch --since 1 printed nothing within 10s")
+			}
+			assert.Success(t, cmd.Process.Signal(sig))
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("watch still runs 10s after the signal")
+			}
+			assert.Equal(t, "exit status", cmd.ProcessState.ExitCode(), 0)
 		})
 	}
 }
