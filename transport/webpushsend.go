@@ -398,7 +398,7 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 	now := ps.s.cfg.Now()
 	for _, d := range docs {
 		var h pushHandover
-		if json.Unmarshal(d, &h) != nil || !chatrelay.ValidThread(h.Thread) || now.Sub(time.UnixMilli(h.At)) > pushWindow {
+		if json.Unmarshal(d, &h) != nil || !chatrelay.ValidThread(h.Thread) || pushTypeOf(h.Message) == "" || now.Sub(time.UnixMilli(h.At)) > pushWindow {
 			ps.total.WithLabelValues(pushDropped).Inc()
 			continue
 		}
