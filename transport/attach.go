@@ -117,6 +117,12 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 	}
 	defer f.Close()
 	extendDeadlines(w)
+	// Shutdown's abort cuts the write of a download still under way (its
+	// client stopped reading, or reads too slowly to end in time), as it
+	// cuts a stream's: the client resumes with a Range, and the server
+	// stops within its deadline instead of waiting the transfer's 10 minutes.
+	rc := http.NewResponseController(w)
+	defer context.AfterFunc(s.abortCtx, func() { rc.SetWriteDeadline(time.Now()) })()
 	head := make([]byte, 512)
 	n, err := io.ReadFull(f, head)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {

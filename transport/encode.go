@@ -132,6 +132,9 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if errors.As(err, &tooBig) {
 		return nil, chatrelay.Errorf(chatrelay.BodyTooLarge, "request body over %d bytes", chatrelay.MaxBody)
 	}
+	if errors.Is(err, errShuttingDown) { // cut by Shutdown's abort (cutAtAbort)
+		return nil, errShuttingDown
+	}
 	if err != nil {
 		return nil, chatrelay.Errorf(chatrelay.InvalidJSON, "the body could not be read")
 	}

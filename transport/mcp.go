@@ -111,6 +111,9 @@ func readMCPBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if errors.As(err, &mbe) {
 		return nil, tooBig
 	}
+	if errors.Is(err, errShuttingDown) { // cut by Shutdown's abort (cutAtAbort)
+		return nil, errShuttingDown
+	}
 	if err != nil {
 		return nil, chatrelay.Errorf(chatrelay.InvalidJSON, "the body could not be read")
 	}

@@ -3,8 +3,10 @@ package transport
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/web"
@@ -204,6 +206,9 @@ func (s *Server) methods(rts []route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, rt := range rts {
 			if rt.takes(r.Method) {
+				if r.Body != nil && r.Body != http.NoBody {
+					defer s.cutAtAbort(w, r)()
+				}
 				rt.serve(w, r)
 				return
 			}
@@ -326,4 +331,40 @@ func (s *Server) cors(h http.Handler, ch corsHeaders) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// cutAtAbort makes Shutdown's abort (the end of its grace) cut the read of
+// r's body if it is still arriving then (its client stopped sending, or
+// sends too slowly to end in time), as an upload's is: the read fails
+// with errShuttingDown, so the request stores nothing and is answered 503
+// store_unavailable (retryable), and http.Server.Shutdown need not wait
+// for it until the 30 s ReadTimeout, past its own deadline. Once the body
+// has been read to its end the read deadline is left alone (a write under
+// way is carried through). It returns the function that undoes it, for
+// when the handler returns.
+func (s *Server) cutAtAbort(w http.ResponseWriter, r *http.Request) func() {
+	rc := http.NewResponseController(w)
+	b := &abortableBody{ReadCloser: r.Body, abort: s.abortCtx}
+	b.stop = context.AfterFunc(s.abortCtx, func() { rc.SetReadDeadline(time.Now()) })
+	r.Body = b
+	return func() { b.stop() }
+}
+
+// abortableBody is a request's body whose read Shutdown's abort may cut
+// (cutAtAbort).
+type abortableBody struct {
+	io.ReadCloser
+	abort context.Context
+	stop  func() bool // stops the abort's hook: the body is read, or the handler returned
+}
+
+func (b *abortableBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF:
+		b.stop()
+	case err != nil && b.abort.Err() != nil:
+		return n, errShuttingDown
+	}
+	return n, err
 }

@@ -80,8 +80,9 @@ const shutdownGrace = 2 * time.Second
 // (going away); new streams and uploads are refused. Streams still open
 // after shutdownGrace (or when ctx is done) belong to clients that stopped
 // reading, blocked in a write or in the close handshake: their connections
-// are cut; uploads still running then belong to clients that stopped
-// sending: their reads are cut (the upload fails and leaves nothing), and
+// are cut; uploads and other requests whose bodies are still arriving then
+// belong to clients that stopped sending: their reads are cut (the
+// request fails, 503 store_unavailable, and leaves nothing: cutAtAbort), and
 // writes still waiting (for a thread's lock another process holds) give
 // up, so that http.Server.Shutdown need not wait for them past its
 // deadline. It
