@@ -207,7 +207,7 @@ func (s *Server) methods(rts []route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, rt := range rts {
 			if rt.takes(r.Method) {
-				if rt.row.Stream == "" && rt.row.Path != chatrelay.PathMCP { // streams and MCP end at shutdown their own way
+				if rt.row.Stream == "" { // streams end at shutdown their own way
 					defer s.cutAtAbort(w, r)()
 				}
 				rt.serve(w, r)
@@ -354,7 +354,9 @@ const shutdownAnswerTime = time.Second
 //   - the write of its answer, shutdownAnswerTime later (a client that
 //     does not read its answers, such as pipelined polls of a long thread).
 //
-// It returns the function that undoes it, for when the handler returns.
+// MCP's requests too: its sessions end first, and a wait in flight is
+// answered at once. It returns the function that undoes it, for when the
+// handler returns.
 func (s *Server) cutAtAbort(w http.ResponseWriter, r *http.Request) func() bool {
 	rc := http.NewResponseController(w)
 	var b *abortableBody
