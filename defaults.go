@@ -83,7 +83,8 @@ const (
 	DefaultPushAttempts = 5                // attempts of one push (a 429, a 5xx or no answer tries again)
 	DefaultPushWindow   = 10 * time.Minute // every attempt of one push within it
 	DefaultPushReplyTTL = 24 * time.Hour   // how long a push service keeps a reply for an offline device
-	DefaultPushClaim    = 15 * time.Minute // a push's claim in a shared store (one node sends it)
+	DefaultPushClaim    = 15 * time.Minute // a settled push's claim in a shared store (no node sends it again)
+	DefaultPushLease    = 30 * time.Second // a push's claim while its node sends it, renewed: once it lapses, another node sends it
 )
 
 // Webhooks (contract Part 5, "Events out: webhooks"): the delivery's

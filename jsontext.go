@@ -56,13 +56,15 @@ func LoneSurrogate(s []byte) bool {
 // JSONProblem words a decoding error of encoding/json for a client, who
 // knows JSON's types and field names, not the server's Go types: a field
 // of the wrong type is "title must be a string" (its path as the decoder
-// gives it: "blocks.text"); other errors lose their "json: " prefix.
+// gives it: "blocks.text"); other errors lose their "json: " prefix. The
+// words are cut to 200 code points: an unknown field's name is the
+// client's, of any length.
 func JSONProblem(err error) string {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && te.Field != "" {
-		return te.Field + " must be " + jsonKind(te.Type)
+		return cut(te.Field, 200) + " must be " + jsonKind(te.Type)
 	}
-	return strings.TrimPrefix(err.Error(), "json: ")
+	return cut(strings.TrimPrefix(err.Error(), "json: "), 200)
 }
 
 // jsonKind names the JSON value a Go type decodes from.

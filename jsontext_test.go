@@ -1,6 +1,8 @@
 package chatrelay_test
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/chatrelay/chatrelay"
@@ -26,4 +28,20 @@ func TestValidJSONText(t *testing.T) {
 	} {
 		assert.Equal(t, c.name, chatrelay.ValidJSONText([]byte(c.s)), c.want)
 	}
+}
+
+// TestJSONProblemCutsAnUnknownField: an unknown field's name is the
+// client's bytes, of any length; the words name it cut, not whole (an
+// outside probe sent an MCP tool call a 20 000-byte field name and got it
+// back twice, in the text and in structuredContent).
+func TestJSONProblemCutsAnUnknownField(t *testing.T) {
+	long := strings.Repeat("a", 20000)
+	d := json.NewDecoder(strings.NewReader(`{"` + long + `":1}`))
+	d.DisallowUnknownFields()
+	var v struct{ Thread string }
+	err := d.Decode(&v)
+	assert.True(t, err != nil, "an unknown field decodes")
+	words := chatrelay.JSONProblem(err)
+	assert.True(t, strings.HasPrefix(words, `unknown field "aaa`), "the words name the field: %.80s", words)
+	assert.True(t, len(words) < 400, "the words are %d bytes: %.80s…", len(words), words)
 }

@@ -86,9 +86,34 @@ func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMes
 	case ctx.Err() != nil:
 		return WaitMessagesResult{}, ctx.Err()
 	default:
-		return WaitMessagesResult{Messages: []ThreadMessage{}, Cursor: since, TimedOut: true}, nil
+		return WaitMessagesResult{Messages: []ThreadMessage{}, Cursor: v.timedOutCursor(ctx, in.Thread, since), TimedOut: true}, nil
 	}
 	return v.messagesAfter(ctx, in.Thread, since)
+}
+
+// timedOutCursor is the cursor of a wait from since that timed out:
+// since, or the newest message's epoch when since is past it (a cursor
+// made up, or 1e+20), as poll's cursor is, so that the cursor passed back
+// waits for the next message rather than for one past since.
+func (v *Verbs) timedOutCursor(ctx context.Context, thread string, since int64) int64 {
+	var newest int64
+	if thread == "" {
+		_, n, err := v.threadsWhere(ctx, "", func(store.ThreadInfo) bool { return false })
+		if err != nil {
+			return since
+		}
+		newest = n
+	} else {
+		p, err := v.Store.Since(ctx, thread, 0, 1)
+		if err != nil || len(p.Messages) == 0 {
+			return since
+		}
+		newest = p.Messages[len(p.Messages)-1].Epoch
+	}
+	if newest > 0 && newest < since {
+		return newest
+	}
+	return since
 }
 
 // unanswered reads the messages hermes has not answered, of thread or of

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -365,5 +366,47 @@ func TestWaitMessagesWithoutSince(t *testing.T) {
 		assert.Equal(t, "cursor", r.Cursor, c3.Epoch)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the wait did not end on the next message")
+	}
+}
+
+// TestWaitMessagesPastEveryCursor: a since past every message (a made-up
+// cursor, a microsecond clock, 1e+20) reads as "nothing newer", and the
+// timed-out answer's cursor is the newest message's epoch, as poll's and
+// read_thread's are, so that passing it back waits for the next message.
+// Before, the cursor echoed the since: an agent passing it back waited
+// for ever and never saw a message again.
+func TestWaitMessagesPastEveryCursor(t *testing.T) {
+	ctx := t.Context()
+	st, err := filestore.OpenFile(t.TempDir(), filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	assert.Success(t, err)
+	t.Cleanup(func() { st.Close() })
+	v := &host.Verbs{Store: st}
+	const a, b = "00000000000000a1", "00000000000000b2"
+	_, err = st.Append(ctx, a, store.NewMessage{Author: chatrelay.Operator, Text: "in a"})
+	assert.Success(t, err)
+	newest, err := st.Append(ctx, b, store.NewMessage{Author: chatrelay.Operator, Text: "in b"})
+	assert.Success(t, err)
+	for _, thread := range []string{b, ""} {
+		r, err := v.WaitMessages(ctx, host.WaitMessagesInput{Thread: thread, Since: math.MaxInt64, Timeout: 1})
+		assert.Success(t, err)
+		assert.Equal(t, "thread "+thread+": nothing newer, timed out", [2]any{len(r.Messages), r.TimedOut}, [2]any{0, true})
+		assert.Equal(t, "thread "+thread+": the cursor", r.Cursor, newest.Epoch)
+	}
+
+	waited := make(chan host.WaitMessagesResult, 1)
+	go func() {
+		r, err := v.WaitMessages(ctx, host.WaitMessagesInput{Thread: b, Since: newest.Epoch, Timeout: 60})
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- r
+	}()
+	next, err := st.Append(ctx, b, store.NewMessage{Author: chatrelay.Operator, Text: "the next"})
+	assert.Success(t, err)
+	select {
+	case r := <-waited:
+		assert.Equal(t, "the cursor passed back", r.Cursor, next.Epoch)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait from the cursor given back did not end on the next message")
 	}
 }

@@ -44,6 +44,13 @@ type HTTP struct {
 	servers map[string]*agentServer // by key id
 	pending int                     // sessions being made (admitted, not yet counted by their server)
 	closed  bool
+
+	// uses numbers the sessions' requests in the order they came: a
+	// session's last number says how recently it was used (agentServer.used).
+	// A count, not a clock, so that two requests never tie, and a
+	// session's first request is numbered when it came, not when its
+	// answer was done (by then its client may have sent others).
+	uses atomic.Uint64
 }
 
 // agentServer is the MCP server of one agent key.
@@ -58,31 +65,32 @@ type agentServer struct {
 	posts    int                                          // its POST requests being served (a call's answer is written on its POST)
 	idle     chan struct{}                                // made by end while posts are served, closed when none is left
 	inflight map[string]map[*context.CancelCauseFunc]bool // its calls in flight, by session id: a DELETE of the session ends them
-	used     map[string]time.Time                         // when each session was made or last called a tool
+	used     map[string]uint64                            // each session's last request, as HTTP.uses numbered it
 	evicted  map[string]bool                              // sessions being closed to make room (admit): not counted
 }
 
 // touchKnown is touch for a session already recorded; any other id is
 // left out.
-func (as *agentServer) touchKnown(sid string) {
+func (as *agentServer) touchKnown(sid string, use uint64) {
 	as.mu.Lock()
 	defer as.mu.Unlock()
-	if _, ok := as.used[sid]; ok {
-		as.used[sid] = time.Now()
+	if last, ok := as.used[sid]; ok {
+		as.used[sid] = max(last, use)
 	}
 }
 
-// touch records that the session sid was made or called a tool now.
-func (as *agentServer) touch(sid string) {
+// touch records that the session sid was made, or called a tool, by the
+// request HTTP.uses numbered use (a later request's number is kept).
+func (as *agentServer) touch(sid string, use uint64) {
 	if sid == "" {
 		return
 	}
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	if as.used == nil {
-		as.used = map[string]time.Time{}
+		as.used = map[string]uint64{}
 	}
-	as.used[sid] = time.Now()
+	as.used[sid] = max(as.used[sid], use)
 }
 
 // track records a call in flight of the session sid, which cancel ends;
@@ -236,7 +244,9 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 			as.endSession(sid)
 		}
 	}
+	var use uint64
 	if r.Method == http.MethodPost {
+		use = h.uses.Add(1)
 		h.mu.Lock()
 		as := h.servers[k.ID]
 		h.mu.Unlock()
@@ -247,7 +257,7 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 			// one whose last request is the oldest. Only a session it
 			// knows (made, or called a tool): an id a client made up
 			// must not grow the record.
-			as.touchKnown(r.Header.Get("Mcp-Session-Id"))
+			as.touchKnown(r.Header.Get("Mcp-Session-Id"), use)
 		}
 	}
 	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
@@ -273,7 +283,7 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 		}()
 		h.h.ServeHTTP(w, r.WithContext(ctx))
 		if as := used.as; as != nil {
-			as.touch(w.Header().Get("Mcp-Session-Id"))
+			as.touch(w.Header().Get("Mcp-Session-Id"), use)
 		}
 		return nil
 	}
@@ -339,7 +349,7 @@ func (as *agentServer) count(lru bool) (n int, oldest *mcp.ServerSession) {
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	live := map[string]bool{}
-	var at time.Time
+	var at uint64
 	for ss := range as.srv.Sessions() {
 		id := ss.ID()
 		live[id] = true
@@ -352,7 +362,7 @@ func (as *agentServer) count(lru bool) (n int, oldest *mcp.ServerSession) {
 		if !lru || len(as.inflight[id]) > 0 {
 			continue
 		}
-		if u := as.used[id]; oldest == nil || u.Before(at) {
+		if u := as.used[id]; oldest == nil || u < at {
 			oldest, at = ss, u
 		}
 	}
@@ -436,7 +446,7 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		var undo func()
 		counted := as.calls.Add(1) <= int64(h.o.MaxCallsPerKey)
 		sid, _ := ctx.Value(sessionOf{}).(string)
-		as.touch(sid)
+		as.touch(sid, h.uses.Add(1))
 		ctx, cancel := context.WithCancelCause(ctx)
 		forget := as.track(sid, &cancel)
 		stop := context.AfterFunc(as.ctx, func() { cancel(context.Cause(as.ctx)) })

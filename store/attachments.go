@@ -46,13 +46,14 @@ func NoAttachment(id string) error {
 	return chatrelay.Errorf(chatrelay.NotFound, "no attachment %s in this conversation", id)
 }
 
-// CheckAttachmentRef is an OpenAttachment's first check: NoAttachment(id)
+// CheckAttachmentRef is an OpenAttachment's first check: NotFound
 // unless thread is a thread's name and id an attachment id, so that a
-// malformed one answers as one not stored, and no backend builds a path
-// or a key of it.
+// malformed one answers as one not stored (NotFound, without the id), and
+// no backend builds a path or a key of it.
 func CheckAttachmentRef(thread, id string) error {
 	if chatrelay.CheckThread(thread) != nil || !chatrelay.AttachmentIDPattern.MatchString(id) {
-		return NoAttachment(id)
+		// Not echoed: a malformed id is the client's bytes, of any length.
+		return chatrelay.Errorf(chatrelay.NotFound, "no such attachment in this conversation: an attachment id is at_ and 12 lowercase hex")
 	}
 	return nil
 }

@@ -39,11 +39,34 @@ type Push interface {
 	// it. Browsers subscribed with the old key must subscribe again.
 	RotateVAPIDKey(ctx context.Context) ([]byte, error)
 
-	// ClaimPush reports whether the caller is the first to claim id
-	// within ttl, of every node of a shared store, so that a push that
-	// every node's feed sees is sent by one. A store that one server
-	// uses answers true.
-	ClaimPush(ctx context.Context, id string, ttl time.Duration) (bool, error)
+	// ClaimPush claims the pushes of one change, id, for owner (a node's
+	// token of its own) for lease, so that of every node of a shared
+	// store, whose feeds all see the change, one sends them. It is won
+	// when no node holds id, or when the node that held it let its lease
+	// end unsettled (it stopped, or was killed, before every push had its
+	// outcome): the caller then sends them all. settled reports that a
+	// node settled id (SettlePush): nobody sends it again. A store that
+	// one server uses answers won the first time id is claimed.
+	ClaimPush(ctx context.Context, id, owner string, lease time.Duration) (won, settled bool, err error)
+
+	// RenewPush extends by lease the claims of ids, each one's for as
+	// long as it lasts already if that is longer (a settled one's).
+	RenewPush(ctx context.Context, ids []string, lease time.Duration) error
+
+	// SettlePush records that every push of id had its outcome (sent,
+	// gone, refused, failed): no node claims it again within keep.
+	SettlePush(ctx context.Context, id string, keep time.Duration) error
+
+	// HandOverPushes keeps the changes whose pushes a stopping server
+	// did not send, each a document of the transport's own (opaque to
+	// the store), for the next server that starts on the store
+	// (TakePushes). Documents handed over before and not yet taken are
+	// kept too.
+	HandOverPushes(ctx context.Context, docs [][]byte) error
+
+	// TakePushes returns the documents handed over, in the order they
+	// were, and removes them: each is taken once, by one server.
+	TakePushes(ctx context.Context) ([][]byte, error)
 }
 
 // PushOf is st's Push, or nil if st keeps no subscriptions.

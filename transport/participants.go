@@ -175,6 +175,39 @@ func (s *Server) noteExpired(ctx context.Context, thread string, g chatrelay.Gra
 	}
 }
 
+// NoteExpiries notices the expiry of every grant past it that nothing
+// has noticed yet (no stream of it was open at its expiry, no request
+// came with its token since): each is audited and, a participant's, is
+// its participant.revoked webhook event, once, as when a request notices
+// it. The server runs it with each retention sweep, so that a share link
+// nobody uses after its expiry still ends with its event. A thread whose
+// grants cannot be read is skipped (its share links are refused anyway).
+func (s *Server) NoteExpiries(ctx context.Context) error {
+	if s.parts == nil {
+		return nil
+	}
+	infos, err := s.store.Threads(ctx)
+	if err != nil {
+		return err
+	}
+	for _, info := range infos {
+		grants, err := s.parts.Grants(ctx, info.Thread)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue
+		}
+		now := s.cfg.Now()
+		for _, g := range grants {
+			if !g.ExpiryNoted && g.StateAt(now) == chatrelay.Lapsed {
+				s.noteExpired(ctx, info.Thread, g)
+			}
+		}
+	}
+	return nil
+}
+
 // inviteBody is the body of POST /api/chat/participants.
 type inviteBody struct {
 	Name      *name           `json:"name"`

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -581,4 +582,58 @@ func testParticipantsFailClosed(t *testing.T, backend string) {
 	e.mustPost(owner, "the owner keeps working")
 	assert.Equal(t, "owner's poll", len(e.poll(owner, 0).Messages), 2)
 	assert.Equal(t, "the record's bytes", string(raw()), string(bad))
+}
+
+// TestUnusedExpiredLinkEndsWithItsEvent: a share link nobody uses after
+// its expiry (no stream open at it, no request with its token since)
+// still ends with its audit "expired" and its participant.revoked webhook
+// (contract Part 5: a grant's revoke or expiry), once, when the server's
+// sweep looks at the thread's grants (NoteExpiries). Before, only a
+// request or a stream noticed an expiry: such a link stayed active for a
+// webhook receiver, with no event ever, until it was dropped 30 days later.
+func TestUnusedExpiredLinkEndsWithItsEvent(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, testUnusedExpiredLinkEndsWithItsEvent)
+}
+
+func testUnusedExpiredLinkEndsWithItsEvent(t *testing.T, backend string) {
+	clk := testclock.New(time.Now())
+	const dest = "0123456789abcdef"
+	e := startPush(t, pushOptions{backend: backend, store: storetest.Options{Now: clk.Now, Webhooks: []string{dest}}, config: func(c *transport.Config) {
+		c.Now = clk.Now
+		c.AfterFunc = func(d time.Duration, f func()) interface{ Stop() bool } { return clk.AfterFunc(d, f) }
+	}})
+	owner := tokenN(1)
+	e.mustPost(owner, "hello")
+	alex := e.invite(owner, `{"name":"Alex","expires_in":3600}`)
+	e.invite(owner, `{"name":"Bo","expires_in":86400}`) // not expired: no event
+	clk.Advance(2 * time.Hour)
+	assert.Success(t, e.srv.NoteExpiries(t.Context()))
+	assert.Success(t, e.srv.NoteExpiries(t.Context())) // noticed once
+
+	_, _, b := e.do(http.MethodGet, "/api/chat/participants/audit", owner, "", nil)
+	var audit struct {
+		Events []chatrelay.AuditEvent `json:"events"`
+	}
+	assert.Success(t, json.Unmarshal(b, &audit))
+	var expired []string
+	for _, ev := range audit.Events {
+		if ev.Event == chatrelay.AuditExpired {
+			expired = append(expired, ev.Participant)
+		}
+	}
+	assert.Equal(t, "the audit's expired events", expired, []string{alex.Participant.ID})
+
+	due, err := e.backend.Outbox.Take(t.Context(), dest, clk.Now(), 100)
+	assert.Success(t, err)
+	var got []string
+	for _, d := range due {
+		var p chatrelay.Participant
+		if d.Type != store.EventMessageCreated {
+			assert.Success(t, json.Unmarshal(d.Participant, &p))
+		}
+		got = append(got, d.Type+" "+p.Name+" "+string(p.State))
+	}
+	slices.Sort(got)
+	assert.Equal(t, "webhook events", got, []string{store.EventMessageCreated + "  ", store.EventParticipantRevoked + " Alex expired"})
 }

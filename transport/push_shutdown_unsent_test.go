@@ -17,12 +17,12 @@ import (
 	"github.com/chatrelay/chatrelay/transport"
 )
 
-// TestPushShutdownLogsWhatIsNotSent: a push in flight at shutdown is not
-// sent (operations.md: a push is sent at most once), and the server says
-// so: one warn line counting the pushes it leaves unsent, with no token,
-// no text and no endpoint, so that an operator who restarts a node knows
-// what its restart cost.
-func TestPushShutdownLogsWhatIsNotSent(t *testing.T) {
+// TestPushShutdownHandsOver: pushes in flight at shutdown are handed over
+// to the next start (TestPushHandedOverAtShutdown sends them), and the
+// server says so: one info line counting the changes and the pushes it
+// hands over, with no token, no text and no endpoint, so that an operator
+// who restarts a node knows what its restart left to the next.
+func TestPushShutdownHandsOver(t *testing.T) {
 	t.Parallel()
 	hung := pushtest.NewService(t)
 	release, _ := heldUntilFreed(t)
@@ -53,13 +53,13 @@ func TestPushShutdownLogsWhatIsNotSent(t *testing.T) {
 	e.stop()
 	var line string
 	for l := range strings.Lines(logged.String()) {
-		if strings.Contains(l, "not sent at shutdown") {
+		if strings.Contains(l, "handed over at shutdown") {
 			line = l
 		}
 	}
-	assert.True(t, line != "", "no log line says which pushes the shutdown left unsent; the log:\n%s", logged.String())
-	assert.True(t, strings.Contains(line, "level=WARN"), "the line is a warning: %s", line)
-	assert.True(t, strings.Contains(line, "pushes="+strconv.Itoa(subs)), "the line counts the %d pushes in flight: %s", subs, line)
+	assert.True(t, line != "", "no log line says which pushes the shutdown handed over; the log:\n%s", logged.String())
+	assert.True(t, strings.Contains(line, "level=INFO"), "the line is at info: %s", line)
+	assert.True(t, strings.Contains(line, "changes=1") && strings.Contains(line, "pushes="+strconv.Itoa(subs)), "the line counts the change and its %d pushes in flight: %s", subs, line)
 	for _, s := range []string{secret, owner, "/push/"} {
 		assert.True(t, !strings.Contains(logged.String(), s), "the log holds %q:\n%s", s, logged.String())
 	}

@@ -32,3 +32,14 @@ func query(r *http.Request) url.Values {
 	}
 	return v
 }
+
+// param is the value of r's query parameter key: "" when absent. A
+// parameter sent twice is its values joined by commas, which no cursor,
+// version or ticket matches: it is refused with that parameter's code
+// (invalid_since, invalid_version, invalid_ticket), never read as one of
+// its values (Go's Get reads the first, PHP, whose routes the .php ones
+// stand in for, the last: a cursor read either way repeats or loses
+// messages).
+func param(r *http.Request, key string) string {
+	return strings.Join(query(r)[key], ",")
+}

@@ -55,7 +55,7 @@ func (v view) json(e store.Entry) []byte {
 // viewOf reads the view a request asks for: ?v= absent, empty or 1 is v1,
 // 2 is v2, anything else is refused with invalid_version.
 func viewOf(r *http.Request) (view, error) {
-	switch query(r).Get("v") {
+	switch param(r, "v") {
 	case "", "1":
 		return view{}, nil
 	case "2":
@@ -534,7 +534,7 @@ func (s *Server) streamAuth(r *http.Request, file string) (principal, error) {
 	if len(s.tickets.key) == 0 {
 		return principal{}, chatrelay.Errorf(chatrelay.InvalidTicket, "this server issues no tickets")
 	}
-	thread, pid, only, err := s.tickets.check(query(r).Get("ticket"))
+	thread, pid, only, err := s.tickets.check(param(r, "ticket"))
 	if err != nil {
 		return principal{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -103,11 +104,13 @@ func hijackSSE(w http.ResponseWriter, r *http.Request) (net.Conn, []byte, bool) 
 // An empty Last-Event-ID carries no cursor and counts as absent: some
 // clients send one before they have seen an event, and with it ?since=
 // still resumes (the newest 50 again would repeat what the client has).
+// Sent twice, either is its values joined, refused as invalid_since (see
+// param).
 func sseCursor(r *http.Request) string {
-	if v := r.Header.Get("Last-Event-ID"); v != "" {
+	if v := strings.Join(r.Header.Values("Last-Event-ID"), ","); v != "" {
 		return v
 	}
-	return query(r).Get("since")
+	return param(r, "since")
 }
 
 // sseWriter frames a session as Server-Sent Events on out.

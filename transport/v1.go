@@ -31,7 +31,7 @@ func threadOf(r *http.Request) (string, error) {
 	tok := r.Header.Get("X-Chat-Token")
 	if !chatrelay.ValidToken(tok) || len(r.Header.Values("X-Chat-Token")) > 1 {
 		if tok == "" && query(r).Has("ticket") {
-			if fileTicket(query(r).Get("ticket")) {
+			if fileTicket(param(r, "ticket")) {
 				return "", chatrelay.Errorf(chatrelay.InvalidTicket, "this ticket opens one file only; post and poll need X-Chat-Token")
 			}
 			return "", chatrelay.Errorf(chatrelay.InvalidTicket, "a ticket only opens a stream; post and poll need X-Chat-Token")
@@ -186,7 +186,7 @@ func (s *Server) storedWith(ctx context.Context, thread, clientID string) (store
 
 func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request, who principal) {
 	thread := who.thread
-	since, err := parseSince(query(r).Get("since"))
+	since, err := parseSince(param(r, "since"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

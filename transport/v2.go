@@ -110,7 +110,7 @@ func (s *Server) handleReact(w http.ResponseWriter, r *http.Request, who princip
 		return
 	}
 	if !chatrelay.MessageIDPattern.MatchString(*body.MessageID) {
-		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no message %q in this thread", *body.MessageID))
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no message %q in this thread", clip(*body.MessageID)))
 		return
 	}
 	c := store.Change{Op: store.React, MessageID: *body.MessageID, Emoji: *body.Emoji, By: who.author()}

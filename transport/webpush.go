@@ -37,6 +37,11 @@ type PushConfig struct {
 	// Backoff is the wait before each retry, at least a Retry-After
 	// (default 5s, 30s, 2m, 5m; tests shorten it).
 	Backoff []time.Duration
+	// Lease is how long a node's claim of a change's pushes lasts
+	// unless it renews it (it does, every third of it, while it sends
+	// them): another node sends the pushes of a claim that lapsed
+	// (default chatrelay.DefaultPushLease; tests shorten it).
+	Lease time.Duration
 }
 
 // pushAnswer is a subscription as its subscriber sees it.
@@ -227,7 +232,7 @@ func (s *Server) handlePushDelete(w http.ResponseWriter, r *http.Request, p prin
 		return
 	}
 	id := r.PathValue("id")
-	notFound := chatrelay.Errorf(chatrelay.NotFound, "no push subscription %q of yours in this thread", id)
+	notFound := chatrelay.Errorf(chatrelay.NotFound, "no push subscription %q of yours in this thread", clip(id))
 	if !chatrelay.ValidPushID(id) {
 		s.writeError(w, r, notFound)
 		return

@@ -1,7 +1,10 @@
 package transport_test
 
 import (
+	"context"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +44,134 @@ func TestPushNoClaimForNobody(t *testing.T) {
 		awaitPushes(t, svc, "/push/guest", 1)
 		m := opsScrape(t, e.client, e.ts.URL+"/metrics")
 		assert.Equal(t, "claims won, lost", []float64{m[`chatrelay_push_claims_total{won="true"}`], m[`chatrelay_push_claims_total{won="false"}`]}, []float64{1, 0})
+		assert.Equal(t, "pushes", len(svc.Pushes()), 2)
+	})
+}
+
+// claimsAfter is a node's store whose push claims wait for gate to
+// close (the other node's claim made first), and are counted.
+type claimsAfter struct {
+	store.Store
+	store.Push
+	gate  <-chan struct{}
+	calls atomic.Int64
+}
+
+func (c *claimsAfter) ClaimPush(ctx context.Context, id, owner string, lease time.Duration) (won, settled bool, err error) {
+	select {
+	case <-c.gate:
+	case <-ctx.Done():
+		return false, false, ctx.Err()
+	}
+	c.calls.Add(1)
+	return c.Push.ClaimPush(ctx, id, owner, lease)
+}
+
+// claimsFirst is a node's store that closes won once it won a push claim.
+type claimsFirst struct {
+	store.Store
+	store.Push
+	once sync.Once
+	won  chan struct{}
+}
+
+func (c *claimsFirst) ClaimPush(ctx context.Context, id, owner string, lease time.Duration) (won, settled bool, err error) {
+	won, settled, err = c.Push.ClaimPush(ctx, id, owner, lease)
+	if won {
+		c.once.Do(func() { close(c.won) })
+	}
+	return won, settled, err
+}
+
+// TestPushTakenOverWhenItsNodeStops: two nodes on one Redis; node A
+// claims a reply's push, the push service answers its attempt 503, and A
+// stops before its retry (a rolling restart, or a crash: either way it
+// renews its claim no more). While A runs, B leaves the push to it (A
+// renews its claim, however often B looks); once A's claim lapses, B
+// sends the push: nothing is lost with the node that claimed it.
+func TestPushTakenOverWhenItsNodeStops(t *testing.T) {
+	t.Parallel()
+	svc := pushtest.NewService(t)
+	svc.Respond = func(_ string, n int) pushtest.Answer {
+		if n == 1 {
+			return pushtest.Answer{Status: http.StatusServiceUnavailable}
+		}
+		return pushtest.Answer{Status: http.StatusCreated}
+	}
+	const lease = time.Second
+	be := storetest.Open(t, storetest.Redis, storetest.Options{})
+	first := &claimsFirst{won: make(chan struct{})}
+	a := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+		withPush(svc, func(p *transport.PushConfig) {
+			p.Lease = lease
+			p.Backoff = []time.Duration{5 * time.Minute} // A's retry (within the 10 minutes) never comes while it runs
+		})(c)
+		first.Store, first.Push = c.Store, store.PushOf(c.Store)
+		c.Store = first
+	}})
+	after := &claimsAfter{gate: first.won}
+	b := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: func(c *transport.Config) {
+		withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })(c)
+		after.Store, after.Push = c.Store, store.PushOf(c.Store)
+		c.Store = after
+	}})
+	owner, thread := tokenN(1), threadN(1)
+	a.mustPost(owner, "hello")
+	status, _ := a.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+	assert.Equal(t, "subscribe", status, http.StatusCreated)
+	_, err := b.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "are you there?"})
+	assert.Success(t, err)
+	awaitPushes(t, svc, "/push/owner", 1) // A's attempt, answered 503
+
+	// While A runs, its claim holds: B looked again three times (a lease
+	// apart), and sent nothing.
+	assert.Eventually(t, 10*time.Second, "B looked at A's claim again", func() bool { return after.calls.Load() >= 4 })
+	assert.Equal(t, "pushes while A runs", len(svc.Pushes()), 1)
+
+	a.stop()
+	_, pls := awaitPushes(t, svc, "/push/owner", 2)
+	assert.Equal(t, "the push B sent", pls[1].Message.Text, "are you there?")
+	assert.Eventually(t, 10*time.Second, "B counted the takeover and the push", func() bool {
+		m := opsScrape(t, b.client, b.ts.URL+"/metrics")
+		return m["chatrelay_push_takeovers_total{}"] == 1 && m[`chatrelay_push_total{result="sent"}`] == 1
+	})
+}
+
+// TestPushHandedOverAtShutdown: a server stops while a push waits for
+// its retry (its push service answered 503); the next server to start on
+// the store sends it: a restart loses no push, on one node as on several.
+func TestPushHandedOverAtShutdown(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		svc.Respond = func(_ string, n int) pushtest.Answer {
+			if n == 1 {
+				return pushtest.Answer{Status: http.StatusServiceUnavailable}
+			}
+			return pushtest.Answer{Status: http.StatusCreated}
+		}
+		const lease = time.Second
+		be := storetest.Open(t, backend, storetest.Options{})
+		before := startPush(t, pushOptions{on: be, config: withPush(svc, func(p *transport.PushConfig) {
+			p.Lease = lease
+			p.Backoff = []time.Duration{5 * time.Minute} // its retry never comes while it runs
+		})})
+		owner, thread := tokenN(1), threadN(1)
+		before.mustPost(owner, "hello")
+		status, _ := before.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		assert.Equal(t, "subscribe", status, http.StatusCreated)
+		_, err := before.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "are you there?"})
+		assert.Success(t, err)
+		awaitPushes(t, svc, "/push/owner", 1) // answered 503
+		before.stop()
+
+		after := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		_, pls := awaitPushes(t, svc, "/push/owner", 2)
+		assert.Equal(t, "the push sent after the restart", pls[1].Message.Text, "are you there?")
+		assert.Eventually(t, 10*time.Second, "the push counted sent", func() bool {
+			m := opsScrape(t, after.client, after.ts.URL+"/metrics")
+			return m[`chatrelay_push_total{result="sent"}`] == 1
+		})
 		assert.Equal(t, "pushes", len(svc.Pushes()), 2)
 	})
 }

@@ -34,9 +34,9 @@ func (g *grantStore) PushUnsubscribe(_ context.Context, _, id string) (chatrelay
 	return chatrelay.PushSubscription{ID: id}, g.unsub
 }
 
-func (g *grantStore) ClaimPush(context.Context, string, time.Duration) (bool, error) {
+func (g *grantStore) ClaimPush(context.Context, string, string, time.Duration) (won, settled bool, err error) {
 	g.claims++
-	return true, nil
+	return true, false, nil
 }
 
 func (g *grantStore) Grant(context.Context, string, string) (chatrelay.Grant, error) {

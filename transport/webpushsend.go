@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"container/heap"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"io"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,7 +75,7 @@ const (
 	pushRejected = "rejected" // another 4xx: not tried again
 	pushFailed   = "failed"   // no attempt left within the window
 	pushBlocked  = "blocked"  // the endpoint now resolves to an address the guard refuses
-	pushDropped  = "dropped"  // the queue was full, or the claim could not be made
+	pushDropped  = "dropped"  // the queue was full, the claim could not be made, or its handover was too old
 	pushRevoked  = "revoked"  // a participant's or a device's subscription whose grant ended: deleted, not sent
 	// an opening push's retry whose interaction closed since: not sent
 	// (after the closing push, with its Topic, it would replace it)
@@ -94,15 +98,19 @@ type pusher struct {
 	closed      map[string]time.Time // interaction id → when this node saw it close (kept pushWindow)
 	closedSwept time.Time            // when closed was last rid of what is past pushWindow
 
+	owner     string        // this node's token in its claims (ClaimPush)
+	lease     time.Duration // of its claims, renewed while they are worked on
+	workMu    sync.Mutex
+	working   map[string]*pushChange // the changes this node claimed and has not settled, by claim id
+	watch     chan *pushWatch        // to the watch goroutine: changes another node claimed
+	takeovers prometheus.Counter
+
 	busyMu  sync.Mutex
 	busy    map[string][]*pushJob // thread/subscription id with a push in flight → the pushes waiting behind it
 	waiting int                   // of every subscription (pushWaiting)
 	sends   sync.WaitGroup
-	// unsent counts the pushes shutdown leaves unsent (in flight, waiting,
-	// due for a retry); run logs it once every send has ended.
-	unsent atomic.Int64
-	total  *prometheus.CounterVec
-	claims *prometheus.CounterVec // won: "true" (this node sends the change's pushes) or "false" (another does)
+	total   *prometheus.CounterVec
+	claims  *prometheus.CounterVec // won: "true" (this node sends the change's pushes) or "false" (another does)
 
 	keyMu   sync.Mutex // guards keyRaw, key, keyRead
 	keyRaw  []byte
@@ -110,11 +118,38 @@ type pusher struct {
 	keyRead time.Time // when the store's key was last read
 }
 
-// pushTask is one change to push (ev), or one push to send again (job).
+// pushTask is one change to push (entry), one push to send again (job),
+// or a change whose claim another node let lapse (watch).
 type pushTask struct {
 	thread string
 	entry  store.Entry
 	job    *pushJob
+	watch  *pushWatch
+}
+
+// pushChange is a change whose pushes this node claimed: settled (in the
+// store, SettlePush) once each of them had its outcome; until then the
+// node renews its claim.
+type pushChange struct {
+	id     string        // the claim's
+	keep   time.Duration // how long the settled claim is kept
+	left   atomic.Int32  // its pushes without an outcome yet
+	thread string        // and its message: handed over if the server stops first
+	m      chatrelay.Message
+}
+
+// pushWatch is a change another node claimed: once the claim's lease
+// could have lapsed (due), this node claims it again, and sends its
+// pushes if it wins (the other node stopped before it settled them).
+type pushWatch struct {
+	thread string
+	m      chatrelay.Message
+	typ    string
+	id     string
+	keep   time.Duration
+	due    time.Time
+	until  time.Time // after it, the change is no longer watched
+	size   int       // about how many bytes it holds (pushWatchBytes)
 }
 
 // pushJob is one push to one subscription.
@@ -127,6 +162,7 @@ type pushJob struct {
 	attempt  int       // attempts made
 	first    time.Time // of the first attempt
 	due      time.Time // of the next
+	change   *pushChange
 }
 
 func newPusher(s *Server, cfg *PushConfig) *pusher {
@@ -147,9 +183,10 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		workers: orDefault(cfg.Workers, chatrelay.DefaultPushWorkers), backoff: orDefaults(cfg.Backoff, pushBackoff), queue: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)), retry: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)),
 		sender: &webpush.Sender{Client: webpush.NewClient(guard, cfg.TLS), Now: s.cfg.Now},
 		flying: make(chan struct{}, pushInFlight), busy: map[string][]*pushJob{}, closed: map[string]time.Time{},
+		owner: rand.Text(), lease: cfg.Lease, working: map[string]*pushChange{}, watch: make(chan *pushWatch, pushWatchQueue),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatrelay_push_total",
-			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full or no claim), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
+			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full, no claim, or handed over at a shutdown more than the window of retries ago), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
 		}, []string{"result"}),
 	}
 	ps.claims = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -161,7 +198,14 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 	}
 	ps.claims.WithLabelValues("true")
 	ps.claims.WithLabelValues("false")
-	s.ops.reg.MustRegister(ps.total, ps.claims)
+	ps.takeovers = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chatrelay_push_takeovers_total",
+		Help: "Changes whose pushes this node sent because the node that claimed them let its claim lapse unsettled (it stopped, or was killed).",
+	})
+	if ps.lease <= 0 {
+		ps.lease = chatrelay.DefaultPushLease
+	}
+	s.ops.reg.MustRegister(ps.total, ps.claims, ps.takeovers)
 	return ps
 }
 
@@ -264,9 +308,12 @@ func (ps *pusher) run(ctx context.Context) {
 				case <-ctx.Done():
 					return
 				case t := <-ps.queue:
-					if t.job != nil {
+					switch {
+					case t.job != nil:
 						ps.start(ctx, t.job)
-					} else {
+					case t.watch != nil:
+						ps.takeOver(ctx, t.watch)
+					default:
 						ps.fanOut(ctx, t.thread, t.entry.Message)
 					}
 				}
@@ -274,37 +321,92 @@ func (ps *pusher) run(ctx context.Context) {
 		})
 	}
 	wg.Go(func() { ps.retries(ctx) })
+	wg.Go(func() { ps.renew(ctx) })
+	wg.Go(func() { ps.watching(ctx) })
+	wg.Go(func() { ps.takeHandover(ctx) })
 	wg.Wait()
 	ps.sends.Wait()
-	ps.logUnsent()
+	ps.handOver()
 }
 
-// logUnsent says, once run's workers and sends have ended, what the
-// shutdown left unsent: the pushes in flight, waiting behind one or due
-// for a retry (unsent), and the changes still queued, whose pushes were
-// never worked out. A push is sent at most once, so these are lost;
-// the line counts them, naming no thread, endpoint or text.
-func (ps *pusher) logUnsent() {
-	changes := 0
+// pushHandover is a change whose pushes a stopping server did not send,
+// handed over to the next server that starts on the store (handOver,
+// takeHandover): its message as the server had it, and when.
+type pushHandover struct {
+	At      int64             `json:"at"` // epoch ms
+	Thread  string            `json:"thread"`
+	Message chatrelay.Message `json:"message"`
+}
+
+// handOver keeps in the store, once run's workers and sends have ended,
+// the changes whose pushes this server did not finish: those it claimed
+// and had not settled (pushes in flight, waiting, or due for a retry),
+// those it won from a node that stopped and had not started, and those
+// still queued. The next server to start on the store sends them
+// (takeHandover): a restart loses no push. (A server killed, SIGKILL,
+// hands nothing over: on several nodes another takes its claims over.)
+func (ps *pusher) handOver() {
+	now := ps.s.cfg.Now().UnixMilli()
+	var docs [][]byte
+	add := func(thread string, m chatrelay.Message) {
+		if b, err := json.Marshal(pushHandover{At: now, Thread: thread, Message: m}); err == nil {
+			docs = append(docs, b)
+		}
+	}
+	pushes := 0 // of the changes it claimed, without an outcome
+	ps.workMu.Lock()
+	for _, c := range ps.working {
+		add(c.thread, c.m)
+		pushes += int(c.left.Load())
+	}
+	ps.workMu.Unlock()
 	for drained := false; !drained; {
 		select {
 		case t := <-ps.queue:
-			if t.job != nil {
-				ps.unsent.Add(1)
-			} else {
-				changes++
+			switch {
+			case t.watch != nil:
+				add(t.watch.thread, t.watch.m)
+			case t.job == nil: // a retry's job is its change's, handed over above
+				add(t.thread, t.entry.Message)
 			}
-		case <-ps.retry:
-			ps.unsent.Add(1)
 		default:
 			drained = true
 		}
 	}
-	ps.busyMu.Lock()
-	pushes := ps.unsent.Load() + int64(ps.waiting)
-	ps.busyMu.Unlock()
-	if pushes > 0 || changes > 0 {
-		ps.s.log.Warn("push: not sent at shutdown", "pushes", pushes, "changes", changes)
+	if len(docs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ps.st.HandOverPushes(ctx, docs); err != nil {
+		ps.s.log.Warn("push: not sent at shutdown, and not handed over to the next start", "changes", len(docs), "pushes", pushes, "err", err)
+		return
+	}
+	ps.s.log.Info("push: handed over at shutdown to the next start", "changes", len(docs), "pushes", pushes)
+}
+
+// takeHandover queues the changes a server that stopped handed over
+// (handOver), unless older than a push's window of retries.
+func (ps *pusher) takeHandover(ctx context.Context) {
+	docs, err := ps.st.TakePushes(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			ps.s.log.Warn("push: read the changes handed over", "err", err)
+		}
+		return
+	}
+	now := ps.s.cfg.Now()
+	for _, d := range docs {
+		var h pushHandover
+		if json.Unmarshal(d, &h) != nil || !chatrelay.ValidThread(h.Thread) || pushTypeOf(h.Message) == "" || now.Sub(time.UnixMilli(h.At)) > pushWindow {
+			ps.total.WithLabelValues(pushDropped).Inc()
+			continue
+		}
+		select {
+		case ps.queue <- pushTask{thread: h.Thread, entry: store.Entry{Message: h.Message}}:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -313,39 +415,212 @@ func (ps *pusher) logUnsent() {
 // node reads alike (the subscriptions, their events, their grants), so
 // that a change nobody gets makes no claim: a thread whose subscriptions
 // want other events, or whose participants' and devices' grants ended,
-// costs no write.
+// costs no write. A change another node claimed is watched (watching):
+// if that node stops before it settles the claim, this one sends it.
 func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message) {
 	typ := pushTypeOf(m)
 	if typ == chatrelay.PushTypeInteractionClosed {
 		ps.noteClosed(m.Interaction.ID)
 	}
-	subs, err := ps.st.PushSubscriptions(ctx, thread)
-	if err != nil || len(subs) == 0 {
-		return
-	}
-	event, ttl, claim := chatrelay.PushReply, pushClaimOpen, typ
-	if typ != chatrelay.PushTypeReply {
-		event = chatrelay.PushInteraction
-	}
-	if typ == chatrelay.PushTypeInteractionClosed {
-		ttl = pushClaimClosed
-	}
-	to := ps.recipients(ctx, thread, subs, event)
+	to := ps.recipientsOf(ctx, thread, typ)
 	if len(to) == 0 {
 		return
 	}
-	won, err := ps.st.ClaimPush(ctx, thread+":"+m.ID+":"+claim, ttl)
+	id, keep := thread+":"+m.ID+":"+typ, pushClaimOpen
+	if typ == chatrelay.PushTypeInteractionClosed {
+		keep = pushClaimClosed
+	}
+	won, settled, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease)
 	if err != nil {
 		ps.total.WithLabelValues(pushDropped).Inc()
 		return
 	}
 	ps.claims.WithLabelValues(strconv.FormatBool(won)).Inc()
 	if !won {
-		return // another node sends it
+		if !settled {
+			now := ps.s.cfg.Now()
+			w := &pushWatch{thread: thread, m: m, typ: typ, id: id, keep: keep,
+				due: now.Add(ps.lease), until: now.Add(pushWindow + 2*ps.lease), size: 1024 + len(m.Text)}
+			if m.Card != nil {
+				w.size += chatrelay.LimitCard.Max
+			}
+			select {
+			case ps.watch <- w:
+			default: // the watch goroutine is that far behind: another node sends it
+			}
+		}
+		return
 	}
-	for _, j := range ps.jobsFor(thread, m, typ, to) {
+	ps.sendChange(ctx, thread, m, typ, id, keep, to)
+}
+
+// takeOver sends the pushes of a change whose claim another node let
+// lapse (watching won it since).
+func (ps *pusher) takeOver(ctx context.Context, w *pushWatch) {
+	ps.takeovers.Inc()
+	c := &pushChange{id: w.id, keep: w.keep}
+	if w.typ == chatrelay.PushTypeInteraction && ps.closedSince(w.m.Interaction.ID) {
+		// Its closing push has gone out (or will): with the same Topic,
+		// the opening one would replace it.
+		ps.total.WithLabelValues(pushSuperseded).Inc()
+		ps.settle(ctx, c)
+		return
+	}
+	ps.sendChange(ctx, w.thread, w.m, w.typ, w.id, w.keep, ps.recipientsOf(ctx, w.thread, w.typ))
+}
+
+// recipientsOf are the thread's subscriptions that get a change of type
+// typ (recipients).
+func (ps *pusher) recipientsOf(ctx context.Context, thread, typ string) []chatrelay.PushSubscription {
+	subs, err := ps.st.PushSubscriptions(ctx, thread)
+	if err != nil || len(subs) == 0 {
+		return nil
+	}
+	event := chatrelay.PushReply
+	if typ != chatrelay.PushTypeReply {
+		event = chatrelay.PushInteraction
+	}
+	return ps.recipients(ctx, thread, subs, event)
+}
+
+// sendChange sends the pushes of a change this node claimed (id) to the
+// subscriptions of to; the claim is renewed until each push has had its
+// outcome (done), then settled.
+func (ps *pusher) sendChange(ctx context.Context, thread string, m chatrelay.Message, typ, id string, keep time.Duration, to []chatrelay.PushSubscription) {
+	jobs := ps.jobsFor(thread, m, typ, to)
+	c := &pushChange{id: id, keep: keep, thread: thread, m: m}
+	if len(jobs) == 0 {
+		ps.settle(ctx, c)
+		return
+	}
+	c.left.Store(int32(len(jobs)))
+	ps.workMu.Lock()
+	ps.working[id] = c
+	ps.workMu.Unlock()
+	for _, j := range jobs {
+		j.change = c
 		ps.start(ctx, j)
 	}
+}
+
+// done notes that j had its outcome: the last push of its change settles
+// the change's claim.
+func (ps *pusher) done(ctx context.Context, j *pushJob) {
+	if c := j.change; c != nil && c.left.Add(-1) == 0 {
+		ps.settle(ctx, c)
+	}
+}
+
+// settle records in the store that every push of c had its outcome, so
+// that no node sends them again. If the store cannot be reached, the
+// claim lapses and another node sends them again: at least once.
+func (ps *pusher) settle(ctx context.Context, c *pushChange) {
+	ps.workMu.Lock()
+	delete(ps.working, c.id)
+	ps.workMu.Unlock()
+	if err := ps.st.SettlePush(ctx, c.id, c.keep); err != nil && ctx.Err() == nil {
+		ps.s.log.Warn("push: settle a change's claim", "claim", c.id, "err", err)
+	}
+}
+
+// renew extends this node's claims of the changes it sends, every third
+// of their lease, until ctx is done. A node that stops (or is killed)
+// renews them no more: once they lapse, the nodes watching them send
+// their pushes again.
+func (ps *pusher) renew(ctx context.Context) {
+	t := time.NewTicker(ps.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ps.workMu.Lock()
+		ids := slices.Collect(maps.Keys(ps.working))
+		ps.workMu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		if err := ps.st.RenewPush(ctx, ids, ps.lease); err != nil && ctx.Err() == nil {
+			ps.s.log.Warn("push: renew this node's claims", "claims", len(ids), "err", err)
+		}
+	}
+}
+
+// pushWatchQueue bounds the changes handed to the watch goroutine and
+// not yet taken; pushWatching and pushWatchBytes bound those it holds
+// (their messages: a card counted at its largest). Past any, a change
+// another node claimed is not watched: if that node stops before it
+// settles it, its pushes are not sent.
+const (
+	pushWatchQueue = 1024
+	pushWatching   = 1 << 16
+	pushWatchBytes = 64 << 20
+)
+
+// watching holds the changes other nodes claimed, in time order: when
+// one's claim could have lapsed, it claims it again. Won (the node that
+// held it stopped before it settled it), the change goes to the workers
+// to send (takeOver); settled, it is forgotten; still held, it is looked
+// at again a lease later, until its pushes' window is past.
+func (ps *pusher) watching(ctx context.Context) {
+	var h watchHeap
+	held := 0 // the bytes of h's changes
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		var wake <-chan time.Time
+		if len(h) > 0 {
+			timer.Reset(max(0, h[0].due.Sub(ps.s.cfg.Now())))
+			wake = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case w := <-ps.watch:
+			if len(h) < pushWatching && held+w.size <= pushWatchBytes {
+				heap.Push(&h, w)
+				held += w.size
+			}
+		case <-wake:
+			for len(h) > 0 && !h[0].due.After(ps.s.cfg.Now()) {
+				w := heap.Pop(&h).(*pushWatch)
+				held -= w.size
+				won, settled, err := ps.st.ClaimPush(ctx, w.id, ps.owner, ps.lease)
+				switch {
+				case ctx.Err() != nil:
+					return
+				case err == nil && won:
+					select {
+					case ps.queue <- pushTask{watch: w}:
+					case <-ctx.Done():
+						return
+					}
+				case err == nil && settled:
+				default: // still held, or the store could not say
+					if w.due = ps.s.cfg.Now().Add(ps.lease); w.due.Before(w.until) {
+						heap.Push(&h, w)
+						held += w.size
+					}
+				}
+			}
+		}
+	}
+}
+
+// watchHeap orders watched changes by when they are due.
+type watchHeap []*pushWatch
+
+func (h watchHeap) Len() int           { return len(h) }
+func (h watchHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h watchHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *watchHeap) Push(x any)        { *h = append(*h, x.(*pushWatch)) }
+func (h *watchHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return w
 }
 
 // recipients are the subscriptions of subs that get event: those that
@@ -443,6 +718,7 @@ func (ps *pusher) start(ctx context.Context, j *pushJob) {
 		if ps.waiting >= pushWaiting {
 			ps.busyMu.Unlock()
 			ps.total.WithLabelValues(pushDropped).Inc()
+			ps.done(ctx, j)
 			return
 		}
 		ps.busy[key] = append(waiting, j)
@@ -455,7 +731,6 @@ func (ps *pusher) start(ctx context.Context, j *pushJob) {
 	select {
 	case ps.flying <- struct{}{}:
 	case <-ctx.Done():
-		ps.unsent.Add(1)
 		return
 	}
 	ps.sends.Go(func() {
@@ -468,7 +743,6 @@ func (ps *pusher) start(ctx context.Context, j *pushJob) {
 			select {
 			case ps.flying <- struct{}{}:
 			case <-ctx.Done():
-				ps.unsent.Add(1)
 				return
 			}
 		}
@@ -476,16 +750,16 @@ func (ps *pusher) start(ctx context.Context, j *pushJob) {
 }
 
 // dropWaiting forgets the pushes waiting behind the one in flight to the
-// subscription key names, and returns how many there were.
-func (ps *pusher) dropWaiting(key string) int {
+// subscription key names, and returns them.
+func (ps *pusher) dropWaiting(key string) []*pushJob {
 	ps.busyMu.Lock()
 	defer ps.busyMu.Unlock()
-	n := len(ps.busy[key])
-	if n > 0 {
+	dropped := ps.busy[key]
+	if len(dropped) > 0 {
 		ps.busy[key] = nil
-		ps.waiting -= n
+		ps.waiting -= len(dropped)
 	}
-	return n
+	return dropped
 }
 
 // next is the push waiting behind the one just sent to the subscription
@@ -580,10 +854,11 @@ func (ps *pusher) grantActive(ctx context.Context, thread string, sub chatrelay.
 }
 
 // send makes one attempt of j, and schedules the next if it may be tried
-// again.
+// again; a push with its outcome is done.
 func (ps *pusher) send(ctx context.Context, j *pushJob) {
 	if j.attempt > 0 && j.ix != "" && ps.closedSince(j.ix) {
 		ps.total.WithLabelValues(pushSuperseded).Inc()
+		ps.done(ctx, j)
 		return
 	}
 	j.attempt++
@@ -592,7 +867,9 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 	}
 	v, err := ps.sendKey(ctx)
 	if err != nil {
-		ps.again(ctx, j, 0)
+		if ps.again(ctx, j, 0) {
+			ps.done(ctx, j)
+		}
 		return
 	}
 	res, err := ps.do(ctx, v, j.msg)
@@ -604,24 +881,24 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 		}
 	}
 	switch {
-	case ctx.Err() != nil: // the shutdown: nothing more is done for j
-		switch {
-		case err == nil && res.Status >= 200 && res.Status < 300:
-			ps.total.WithLabelValues(pushSent).Inc()
-		case err != nil || res.Status == 429 || res.Status >= 500:
-			ps.unsent.Add(1) // cut, or would have been tried again
-		}
-		return
+	case err == nil && res.Status >= 200 && res.Status < 300: // even as the server stops: it was sent
+		ps.total.WithLabelValues(pushSent).Inc()
+	case ctx.Err() != nil:
+		return // stopping: handed over (handOver) with its change
 	case webpush.IsBlocked(err):
 		ps.total.WithLabelValues(pushBlocked).Inc()
 	case err != nil || res.Status == 429 || res.Status >= 500:
-		ps.again(ctx, j, res.RetryAfter)
-	case res.Status >= 200 && res.Status < 300:
-		ps.total.WithLabelValues(pushSent).Inc()
+		if !ps.again(ctx, j, res.RetryAfter) {
+			return
+		}
 	case res.Status == 404 || res.Status == 410:
 		// The pushes waiting behind this one go with their subscription,
 		// unsent: each would be answered the same.
-		ps.total.WithLabelValues(pushGone).Add(float64(1 + ps.dropWaiting(j.thread+"/"+j.sub.ID)))
+		dropped := ps.dropWaiting(j.thread + "/" + j.sub.ID)
+		ps.total.WithLabelValues(pushGone).Add(float64(1 + len(dropped)))
+		for _, d := range dropped {
+			ps.done(ctx, d)
+		}
 		if _, err := ps.st.PushUnsubscribe(ctx, j.thread, j.sub.ID); err != nil && chatrelay.CodeOf(err) != chatrelay.NotFound {
 			ps.s.log.Warn("push: delete a gone subscription", "thread", j.thread, "push", j.sub.ID, "err", err)
 		}
@@ -629,6 +906,7 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 		ps.total.WithLabelValues(pushRejected).Inc()
 		ps.s.log.Warn("push refused by the push service", "thread", j.thread, "push", j.sub.ID, "status", res.Status)
 	}
+	ps.done(ctx, j)
 }
 
 // noteClosed remembers that interaction ix closed, for pushWindow (no
@@ -659,22 +937,24 @@ func (ps *pusher) closedSince(ix string) bool {
 }
 
 // again schedules j's next attempt, after its backoff or retryAfter,
-// whichever is longer, if one is left within the window.
-func (ps *pusher) again(ctx context.Context, j *pushJob, retryAfter time.Duration) {
+// whichever is longer, if one is left within the window. It reports
+// whether j is given up instead (no attempt left, or no room to wait).
+func (ps *pusher) again(ctx context.Context, j *pushJob, retryAfter time.Duration) (givenUp bool) {
 	wait := max(ps.backoff[min(max(j.attempt-1, 0), len(ps.backoff)-1)], retryAfter)
 	j.due = ps.s.cfg.Now().Add(wait)
 	if j.attempt >= pushAttempts || j.due.Sub(j.first) > pushWindow {
 		ps.total.WithLabelValues(pushFailed).Inc()
-		return
+		return true
 	}
 	select {
 	case ps.retry <- pushTask{job: j}:
 		ps.total.WithLabelValues(pushRetried).Inc()
 	case <-ctx.Done():
-		ps.unsent.Add(1)
 	default:
 		ps.total.WithLabelValues(pushDropped).Inc()
+		return true
 	}
+	return false
 }
 
 // retries holds the pushes to try again, in time order, and hands each
@@ -691,7 +971,6 @@ func (ps *pusher) retries(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			ps.unsent.Add(int64(len(h)))
 			return
 		case t := <-ps.retry:
 			heap.Push(&h, t.job)
@@ -701,7 +980,6 @@ func (ps *pusher) retries(ctx context.Context) {
 				select {
 				case ps.queue <- pushTask{job: j}:
 				case <-ctx.Done():
-					ps.unsent.Add(int64(1 + len(h)))
 					return
 				}
 			}

@@ -45,7 +45,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	req, ss := s.startSession(w, r, query(r).Get("since"))
+	req, ss := s.startSession(w, r, param(r, "since"))
 	if ss == nil {
 		return
 	}

@@ -167,14 +167,22 @@ func (d *Deliverer) Run(ctx context.Context) {
 func (d *Deliverer) loop(ctx context.Context, dst dest, wg *sync.WaitGroup) {
 	t := time.NewTicker(d.cfg.Poll)
 	defer t.Stop()
+	failing := "" // the error the queue last failed with: logged once, not at every poll
 	for {
-		n := 0
 		release := d.acquire(ctx, dst) // at least one free slot before taking
 		if release == nil {
 			return
 		}
 		release()
-		n = d.take(ctx, dst, wg)
+		n, err := d.take(ctx, dst, wg)
+		switch {
+		case err != nil && ctx.Err() == nil && err.Error() != failing:
+			failing = err.Error()
+			d.cfg.Log.Warn("webhook: take from the queue (logged again only once it reads, or fails otherwise)", "dest", dst.id, "err", err)
+		case err == nil && failing != "":
+			failing = ""
+			d.cfg.Log.Info("webhook: the queue reads again", "dest", dst.id)
+		}
 		if n > 0 {
 			continue // there may be more
 		}
@@ -186,27 +194,25 @@ func (d *Deliverer) loop(ctx context.Context, dst dest, wg *sync.WaitGroup) {
 	}
 }
 
-// take takes what is due, up to the free slots, and starts each attempt.
-func (d *Deliverer) take(ctx context.Context, dst dest, wg *sync.WaitGroup) int {
+// take takes what is due, up to the free slots, and starts each attempt;
+// err is the queue's (some events may be taken all the same).
+func (d *Deliverer) take(ctx context.Context, dst dest, wg *sync.WaitGroup) (int, error) {
 	free := d.free(dst)
 	if free <= 0 {
-		return 0
+		return 0, nil
 	}
 	due, err := d.cfg.Outbox.Take(ctx, dst.id, d.cfg.Now(), free)
-	if err != nil && ctx.Err() == nil {
-		d.cfg.Log.Warn("webhook: take from the queue", "dest", dst.id, "err", err)
-	}
 	for _, ev := range due {
 		release := d.acquire(ctx, dst)
 		if release == nil {
-			return 0 // left leased: taken again after a restart, or by another node
+			return 0, err // left leased: taken again after a restart, or by another node
 		}
 		wg.Go(func() {
 			defer release()
 			d.attempt(ctx, dst, ev)
 		})
 	}
-	return len(due)
+	return len(due), err
 }
 
 // attempt sends one event once and settles it.
@@ -216,8 +222,8 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 	if errors.As(err, &uerr) {
 		err = uerr.Err // without the URL, which may carry a secret: the log names the destination's ID
 	}
-	if ctx.Err() != nil {
-		return // shutting down: unsettled, sent again later
+	if err != nil && ctx.Err() != nil {
+		return // shutting down, no answer: unsettled, sent again later (a 2xx is settled all the same)
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.WebhookTimeout)
 	defer cancel()
@@ -233,7 +239,7 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 	default:
 		result = ResultFailed
 		wait := d.cfg.Schedule[ev.Attempts]
-		d.cfg.Log.Info("webhook: attempt failed, retried later", "dest", dst.id, "event", ev.ID, "attempt", ev.Attempts+1, "retry_in", wait, "err", err)
+		d.cfg.Log.Info("webhook: attempt failed, retried later", "dest", dst.id, "event", ev.ID, "type", ev.Type, "attempt", ev.Attempts+1, "retry_in", wait, "err", err)
 		serr = d.cfg.Outbox.Retry(sctx, dst.id, ev, d.cfg.Now().Add(wait))
 	}
 	if serr != nil {

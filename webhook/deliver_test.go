@@ -1,12 +1,16 @@
 package webhook_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,5 +109,134 @@ func TestHungReceiverHoldsBackNoOther(t *testing.T) {
 	// A hung attempt is counted failed when it ends, before its slot is let go.
 	if n := testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultFailed)); n != 0 {
 		t.Fatalf("the other destination's event waited for the hung receiver's attempts to time out (%v failed first)", n)
+	}
+}
+
+// A failed attempt is logged at info level with the event's id and type
+// (Operations, "Delivery"), never its text, so that an operator can tell
+// which kind of event a receiver refuses.
+func TestFailedAttemptLogNamesTheType(t *testing.T) {
+	t.Parallel()
+	secret := webhooktest.NewSecret()
+	key, err := webhook.ParseSecret(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := webhooktest.Start(t, secret)
+	recv.SetDown(true) // 503 to every attempt
+	dest := store.DestinationID(recv.URL)
+	ob := &memOutbox{queued: map[string][]store.Due{dest: {{Event: store.Event{ID: "evt_typed", Type: store.EventInteractionOpened,
+		Thread: "t", At: time.Now(), Message: []byte(`{"text":"a secret plan"}`)}}}}, took: make(chan struct{})}
+	var logs bytes.Buffer
+	d, err := webhook.New(webhook.Config{URLs: []string{recv.URL}, Key: key, Outbox: ob, Poll: time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	for testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultFailed)) == 0 { // counted once logged and settled
+		select {
+		case <-done:
+			t.Fatal("the deliverer ended")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	<-done
+	line := logs.String()
+	if !strings.Contains(line, "event=evt_typed") || !strings.Contains(line, "type="+store.EventInteractionOpened) {
+		t.Fatalf("the failed attempt's log names not the event's id and type:\n%s", line)
+	}
+	if strings.Contains(line, "secret plan") {
+		t.Fatalf("the log holds the event's text:\n%s", line)
+	}
+}
+
+// brokenOutbox's Take always fails, as a file store's does on a queue
+// file that is not one; it counts its calls.
+type brokenOutbox struct {
+	memOutbox
+	takes atomic.Int64
+}
+
+func (o *brokenOutbox) Take(context.Context, string, time.Time, int) ([]store.Due, error) {
+	o.takes.Add(1)
+	return nil, errors.New("webhook queue DATA/webhooks/x.queue: not a queue file")
+}
+
+// A queue that cannot be read is logged at warn once, not at every poll
+// (five times a second, every destination: 18 000 lines an hour that
+// buried the rest of the log), and once more when it reads again.
+func TestUnreadableQueueIsLoggedOnce(t *testing.T) {
+	t.Parallel()
+	ob := &brokenOutbox{}
+	var logs bytes.Buffer
+	d, err := webhook.New(webhook.Config{URLs: []string{"http://127.0.0.1:1/hook"}, Key: make([]byte, 32), Outbox: ob, Poll: time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	for ob.takes.Load() < 50 {
+		select {
+		case <-done:
+			t.Fatal("the deliverer ended")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancel()
+	<-done
+	if n := strings.Count(logs.String(), "not a queue file"); n != 1 {
+		t.Fatalf("%d polls that failed logged %d times, not once:\n%.600s", ob.takes.Load(), n, logs.String())
+	}
+}
+
+// doneOutbox records the events settled Done.
+type doneOutbox struct {
+	memOutbox
+	mu   sync.Mutex
+	done []string
+}
+
+func (o *doneOutbox) Done(_ context.Context, _ string, d store.Due) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.done = append(o.done, d.ID)
+	return nil
+}
+
+// roundTripFunc is an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// An attempt the receiver answered 2xx is settled delivered though the
+// server shuts down as the answer comes: only the attempts still without
+// an answer are left queued, to be sent again at the next start. Before,
+// a delivered event was left queued too and sent again.
+func TestDeliveredAtShutdownIsSettled(t *testing.T) {
+	t.Parallel()
+	const url = "http://127.0.0.1:1/hook"
+	ob := &doneOutbox{memOutbox: memOutbox{queued: map[string][]store.Due{store.DestinationID(url): {{Event: store.Event{ID: "evt_answered",
+		Type: store.EventMessageCreated, Thread: "t", At: time.Now(), Message: []byte(`{}`)}}}}, took: make(chan struct{})}}
+	ctx, cancel := context.WithCancel(context.Background())
+	answer := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		cancel() // the server shuts down as the receiver's 2xx comes back
+		return &http.Response{StatusCode: http.StatusNoContent, Status: "204 No Content", Body: http.NoBody, Request: r}, nil
+	})
+	d, err := webhook.New(webhook.Config{URLs: []string{url}, Key: make([]byte, 32), Outbox: ob, Poll: time.Millisecond,
+		Client: &http.Client{Transport: answer}, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Run(ctx) // returns once the attempt has ended
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if len(ob.done) != 1 || ob.done[0] != "evt_answered" {
+		t.Fatalf("settled %q: the answered event stays queued, to be sent again", ob.done)
 	}
 }

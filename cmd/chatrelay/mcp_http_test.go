@@ -746,13 +746,10 @@ func TestMCPBoundsAnyRequestIsUse(t *testing.T) {
 	n := serveMCP(t, sa, "--mcp-sessions-per-key", "2")
 	key, _ := addAgent(t, sa, "pinger")
 	pinger := mcpClient(t, n.base, key, nil)
-	time.Sleep(20 * time.Millisecond)
 	crashed := mcpClient(t, n.base, key, nil)
-	time.Sleep(20 * time.Millisecond)
 	assert.Success(t, pinger.Ping(t.Context(), nil))
 	_, err := pinger.ListTools(t.Context(), nil)
 	assert.Success(t, err)
-	time.Sleep(20 * time.Millisecond)
 	mcpClient(t, n.base, key, nil) // one more: room is made
 	assert.Success(t, pinger.Ping(t.Context(), nil))
 	assert.True(t, crashed.Ping(t.Context(), nil) != nil, "the session used longest ago still answers")

@@ -68,7 +68,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	var wg sync.WaitGroup
-	wg.Go(func() { sweep(bg, st, f.sweepEvery, log) })
+	wg.Go(func() { sweep(bg, st, srv, f.sweepEvery, log) })
 	if hooks != nil {
 		wg.Go(func() { hooks.Run(bg) })
 	}
@@ -184,7 +184,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	fs.IntVar(&w.PerThread, "rate-thread", chatrelay.DefaultRatePerThread, "accepted posts per thread per rate window")
 	fs.IntVar(&w.PerIP, "rate-ip", chatrelay.DefaultRatePerIP, "accepted posts per client address (an IPv6 address by its /64) per rate window")
 	fs.DurationVar(&w.Window, "rate-window", chatrelay.DefaultRateWindow, "the sliding rate window")
-	fs.DurationVar(&f.sweepEvery, "sweep-every", chatrelay.DefaultSweepEvery, "how often retention sweeps every thread")
+	fs.DurationVar(&f.sweepEvery, "sweep-every", chatrelay.DefaultSweepEvery, "how often retention sweeps every thread (and the share links and devices that expired unused are noticed: their audit and webhook event)")
 	var trusted, origins listFlag
 	fs.Var(&trusted, "trusted-proxy", "`CIDR` of a reverse proxy whose X-Forwarded-For is believed (repeatable)")
 	fs.Var(&origins, "allowed-origin", "another `origin` (https://app.example.com, exactly: no patterns; :443 on https and :80 on http match an Origin without a port; IPv6 as http://[::1]:8080) whose pages may use the API (CORS and the WebSocket origin check) and frame the chat's pages (repeatable; the server's own origin is always allowed)")
@@ -252,8 +252,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	return &f, f.ops.check()
 }
 
-// sweep runs the retention sweep at start and then every interval until ctx is done.
-func sweep(ctx context.Context, st store.Store, every time.Duration, log *slog.Logger) {
+// sweep runs the retention sweep at start and then every interval until
+// ctx is done, and with it notices the share links and devices that
+// expired unnoticed (their audit and webhook event).
+func sweep(ctx context.Context, st store.Store, srv *transport.Server, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -262,6 +264,9 @@ func sweep(ctx context.Context, st store.Store, every time.Duration, log *slog.L
 			log.Warn("sweep", "err", err)
 		} else if stats.Dropped > 0 {
 			log.Info("sweep", "threads", stats.Threads, "dropped", stats.Dropped, "threads_removed", stats.ThreadsRemoved)
+		}
+		if err := srv.NoteExpiries(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("sweep: expiries", "err", err)
 		}
 		select {
 		case <-ctx.Done():

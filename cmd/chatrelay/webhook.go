@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -61,14 +63,31 @@ func (h *hookFlags) check(opt *store.Options) error {
 func checkHookURL(what, u string) error {
 	p, err := url.Parse(u)
 	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Hostname() == "" {
-		return usageError(fmt.Sprintf("%s %q: want an http:// or https:// URL", what, u))
+		return usageError(fmt.Sprintf("%s %s: want an http:// or https:// URL", what, shownURL(u)))
 	}
 	if port := p.Port(); port != "" {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return usageError(fmt.Sprintf("%s %q: its port %s is not one of 1 to 65535", what, u, port))
+			return usageError(fmt.Sprintf("%s %s: its port %s is not one of 1 to 65535", what, shownURL(u), port))
 		}
 	}
 	return nil
+}
+
+// shownURL is webhook URL u as an error shows it, quoted: without the
+// secrets a URL may carry (its password, its query), which the store and
+// the log never hold either.
+func shownURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		if strings.ContainsAny(u, "@?") {
+			return "(a URL that does not parse)"
+		}
+		return strconv.Quote(u)
+	}
+	if p.RawQuery != "" {
+		p.RawQuery = "…"
+	}
+	return strconv.Quote(p.Redacted())
 }
 
 // deliverer returns the deliverer of the store's events (nil without
@@ -110,8 +129,11 @@ func webhookCmd(ctx context.Context, e cmdEnv) error {
 		return usageError("--secret: " + err.Error())
 	}
 	id, status, err := webhook.Ping(ctx, nil, u, key)
+	if uerr := (*url.Error)(nil); errors.As(err, &uerr) {
+		err = uerr.Err // without the URL, which may carry a secret
+	}
 	if err != nil {
-		return fmt.Errorf("ping %s: %w", id, err)
+		return fmt.Errorf("ping %s to %s: %w", id, shownURL(u), err)
 	}
 	fmt.Fprintf(e.stdout, "ping %s delivered: %d\n", id, status)
 	return nil

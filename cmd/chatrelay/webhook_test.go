@@ -275,3 +275,28 @@ func TestWebhookMissingSecretSaysSo(t *testing.T) {
 	assert.Equal(t, "exit status", exitCode(r.err), 2)
 	assert.True(t, r.err != nil && !strings.Contains(r.err.Error(), "--webhook"), "webhook test names a flag it has not: %v", r.err)
 }
+
+// TestWebhookURLSecretNotEchoed: a webhook URL may carry a secret of its
+// own (a password, a token in its query), which the store and the
+// deliverer's log never hold; an error about it, at start (serve's
+// standard error is its log) or from webhook test, does not echo it
+// either, and still says which URL it is about.
+func TestWebhookURLSecretNotEchoed(t *testing.T) {
+	t.Parallel()
+	secret := webhooktest.NewSecret()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // its port refuses
+	refused := strings.Replace(closed.URL, "http://", "http://hookuser:s3cretpw@", 1) + "/x?token=s3crettoken"
+	for _, args := range [][]string{
+		{"serve", "--webhook", "https://hookuser:s3cretpw@hooks.example.com:0/x?token=s3crettoken", "--webhook-secret", secret},
+		{"serve", "--webhook", "ftp://hookuser:s3cretpw@hooks.example.com/x?token=s3crettoken", "--webhook-secret", secret},
+		{"webhook", "test", "https://hookuser:s3cretpw@hooks.example.com:99999/?token=s3crettoken", "--secret", secret},
+		{"webhook", "test", refused, "--secret", secret},
+	} {
+		r := runCLI(t, nil, "", args...)
+		assert.True(t, r.err != nil, "%q succeeded", args)
+		said := r.err.Error() + r.stderr
+		assert.True(t, !strings.Contains(said, "s3cret"), "%q: the error echoes the URL's secret: %s", args[:3], said)
+		assert.True(t, strings.Contains(said, "hookuser"), "%q: the error does not say which URL: %s", args[:3], said)
+	}
+}

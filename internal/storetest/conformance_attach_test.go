@@ -94,6 +94,28 @@ func TestConformanceAttachments(t *testing.T) {
 				assert.True(t, bytes.Contains(v1.Messages[0].JSON, []byte(`"text":"[attachment: build log.txt (22 B)]"`)), "v1 object %s", v1.Messages[0].JSON)
 				assert.True(t, !bytes.Contains(v1.Messages[0].JSON, []byte(`"attachments"`)), "v1 object carries a v2 field: %s", v1.Messages[0].JSON)
 			}},
+			{"a change keeps a message's v2 text as posted: the attachments' lines are its v1 text's only", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				// An outside probe reacted to a message with a file on
+				// Redis: its v2 text then carried the v1 line
+				// "[attachment: NAME (SIZE)]" beside its attachments (the
+				// page showed the file twice), and a participant saw that
+				// line cut by redaction.
+				a := mustUpload(t, b.Store, thA, "token=abc.diff", []byte("diff"))
+				e, err := postWith(b.Store, thA, "see attached", a.ID)
+				assert.Success(t, err)
+				for _, emoji := range []string{"👍", "👀"} {
+					r, err := change(b.Store, thA, store.Change{Op: store.React, MessageID: e.ID, Emoji: emoji, By: chatrelay.Operator})
+					assert.Success(t, err)
+					assert.Equal(t, "the change's answer: text after "+emoji, r.Text, "see attached")
+					assert.True(t, bytes.Contains(r.JSON2, []byte(`"text":"see attached","rev":`)), "the change's v2 object after %s: %s", emoji, r.JSON2)
+				}
+				p, err := b.Store.Changes(context.Background(), thA, 0, 0)
+				assert.Success(t, err)
+				got := p.Messages[len(p.Messages)-1]
+				assert.True(t, bytes.Contains(got.JSON2, []byte(`"text":"see attached","rev":`)) && bytes.Contains(got.JSON2, []byte(`"attachments":[{"id":"`+a.ID)), "v2 object read back: %s", got.JSON2)
+				v1 := since(t, b.Store, thA, 0, chatrelay.PollPage)
+				assert.True(t, bytes.Contains(v1.Messages[len(v1.Messages)-1].JSON, []byte(`"text":"see attached\n[attachment: token=abc.diff (4 B)]"}`)), "v1 object %s", v1.Messages[len(v1.Messages)-1].JSON)
+			}},
 			{"an empty file is an attachment of 0 bytes", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				a := mustUpload(t, b.Store, thA, "empty", nil)
 				assert.Equal(t, "size", a.Size, int64(0))

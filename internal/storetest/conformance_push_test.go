@@ -177,29 +177,54 @@ func TestPushSubscriptionsLeaveWithTheirThread(t *testing.T) {
 
 // TestPushClaimOnce: of two stores, one claim of a push wins on Redis
 // (two nodes); the file store (one server a folder) keeps each store's
-// claims in its memory; a claim is granted again once it ended.
+// claims in its memory. A claim whose lease lapsed unsettled (its node
+// stopped) is won again; a renewed one is not; a settled one is never
+// won again within its keep, and says so.
 func TestPushClaimOnce(t *testing.T) {
 	Run(t, func(t *testing.T, backend string) {
 		b := Open(t, backend, Options{})
 		a, c := pushOf(t, b), pushOf(t, b.Another(t, Options{}))
 		ctx := context.Background()
-		ok1, err := a.ClaimPush(ctx, "x:1", time.Minute)
+		ok1, _, err := a.ClaimPush(ctx, "x:1", "a", time.Minute)
 		assert.Success(t, err)
-		ok2, err := c.ClaimPush(ctx, "x:1", time.Minute)
+		ok2, settled, err := c.ClaimPush(ctx, "x:1", "c", time.Minute)
 		assert.Success(t, err)
 		if IsRedis(backend) {
-			assert.True(t, ok1 && !ok2, "claims %v %v", ok1, ok2)
+			assert.True(t, ok1 && !ok2 && !settled, "claims %v %v, settled %v", ok1, ok2, settled)
 		} else {
 			assert.True(t, ok1 && ok2, "claims %v %v", ok1, ok2)
 		}
-		again, err := a.ClaimPush(ctx, "x:1", time.Minute)
-		assert.True(t, err == nil && !again, "the same store claimed twice: %v", err)
-		short, _ := a.ClaimPush(ctx, "x:2", time.Millisecond)
+		again, settled, err := a.ClaimPush(ctx, "x:1", "a", time.Minute)
+		assert.True(t, err == nil && !again && !settled, "the same store claimed twice: %v %v", err, settled)
+
+		// Settled: never won again, and said so, by any node of a shared
+		// store (the file store's claims are each store's own).
+		assert.Success(t, a.SettlePush(ctx, "x:1", time.Hour))
+		askers := []store.Push{a}
+		if IsRedis(backend) {
+			askers = append(askers, c)
+		}
+		for _, st := range askers {
+			won, settled, err := st.ClaimPush(ctx, "x:1", "c", time.Minute)
+			assert.True(t, err == nil && !won && settled, "a settled claim: won %v settled %v %v", won, settled, err)
+		}
+		// Renewing a settled claim leaves it as long as it was.
+		assert.Success(t, a.RenewPush(ctx, []string{"x:1"}, time.Millisecond))
+
+		// A lease that lapsed unsettled is won again; a renewed one is not.
+		short, _, _ := a.ClaimPush(ctx, "x:2", "a", 50*time.Millisecond)
 		assert.True(t, short, "x:2")
-		assert.Eventually(t, 5*time.Second, "a claim that ended is granted again", func() bool {
-			ok, err := a.ClaimPush(ctx, "x:2", time.Millisecond)
+		held, _, _ := a.ClaimPush(ctx, "x:3", "a", 50*time.Millisecond)
+		assert.True(t, held, "x:3")
+		assert.Success(t, a.RenewPush(ctx, []string{"x:3"}, time.Hour))
+		assert.Eventually(t, 5*time.Second, "a claim that lapsed is won again", func() bool {
+			ok, _, err := a.ClaimPush(ctx, "x:2", "a", time.Millisecond)
 			return err == nil && ok
 		})
+		renewed, settled, err := a.ClaimPush(ctx, "x:3", "a", time.Minute)
+		assert.True(t, err == nil && !renewed && !settled, "a renewed claim was won again: %v", err)
+		settledAgain, _, _ := a.ClaimPush(ctx, "x:1", "a", time.Minute)
+		assert.True(t, !settledAgain, "the renewal shortened a settled claim")
 	})
 }
 
@@ -221,4 +246,33 @@ func TestPushFilesArePrivate(t *testing.T) {
 		assert.Equal(t, f+" mode", fi.Mode().Perm(), os.FileMode(0o600))
 	}
 	assert.Equal(t, "threads", b.Threads(t), []string{thA})
+}
+
+// TestPushHandover: what a stopping server hands over is taken by the
+// next one to start on the store (another node, or a new process on the
+// same folder), in order, once; the file store's file is private.
+func TestPushHandover(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		b := Open(t, backend, Options{})
+		a, c := pushOf(t, b), pushOf(t, b.Another(t, Options{}))
+		ctx := context.Background()
+		none, err := c.TakePushes(ctx)
+		assert.True(t, err == nil && len(none) == 0, "nothing handed over yet: %q %v", none, err)
+		assert.Success(t, a.HandOverPushes(ctx, [][]byte{[]byte(`{"n":1}`), []byte(`{"n":2}`)}))
+		assert.Success(t, a.HandOverPushes(ctx, [][]byte{[]byte(`{"n":3}`)}))
+		if !IsRedis(backend) {
+			fi, err := os.Stat(filepath.Join(b.Dir, "push-handover.json"))
+			assert.Success(t, err)
+			assert.Equal(t, "the handover file's mode", fi.Mode().Perm(), os.FileMode(0o600))
+		}
+		got, err := c.TakePushes(ctx)
+		assert.Success(t, err)
+		var texts []string
+		for _, d := range got {
+			texts = append(texts, string(d))
+		}
+		assert.Equal(t, "taken", texts, []string{`{"n":1}`, `{"n":2}`, `{"n":3}`})
+		again, err := a.TakePushes(ctx)
+		assert.True(t, err == nil && len(again) == 0, "taken twice: %q %v", again, err)
+	})
 }

@@ -249,6 +249,43 @@ func TestConformanceWebhooks(t *testing.T) {
 			assert.Equal(t, "attempts: the first and one per retry", len(rcv.All()), len(chatrelay.WebhookSchedule)+1)
 		})
 
+		t.Run("an event still retried once retention has removed its thread is delivered", func(t *testing.T) {
+			// With --retention-age shorter than the retries (4 h 12 min),
+			// a quiet thread's messages expire and the sweep removes the
+			// thread while its events wait for a receiver that is down.
+			// The file store confirmed each event again at every retry,
+			// found no document, and dropped it as a change never stored
+			// (neither counted nor logged as a drop); Redis sent it.
+			clk := testclock.New(time.Now())
+			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			rcv.SetDown(true)
+			opt := hookOptions(clk, rcv)
+			opt.Retention = chatrelay.Retention{Age: time.Hour}
+			b := Open(t, backend, opt)
+			d := deliver(t, b, clk, rcv)
+			appendText(t, b.Store, thA, chatrelay.Operator, "while the receiver is down")
+			failed := d.Counter().WithLabelValues(webhook.ResultFailed)
+			schedule := chatrelay.WebhookSchedule
+			for i, wait := range schedule[:len(schedule)-1] { // every retry but the last has failed
+				assert.Eventually(t, 10*time.Second, "attempt settled", func() bool { return testutil.ToFloat64(failed) == float64(i+1) })
+				clk.Advance(wait)
+			}
+			assert.Eventually(t, 10*time.Second, "attempt settled", func() bool { return testutil.ToFloat64(failed) == float64(len(schedule)) })
+			st, err := b.Store.Sweep(context.Background()) // over an hour later: the message has expired
+			assert.Success(t, err)
+			assert.Equal(t, "threads removed", st.ThreadsRemoved, 1)
+
+			rcv.SetDown(false)
+			clk.Advance(schedule[len(schedule)-1]) // the last retry
+			assert.Eventually(t, 10*time.Second, "delivered", func() bool {
+				return testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultDelivered)) == 1
+			})
+			got := rcv.Accepted()
+			var m chatrelay.Message
+			assert.Success(t, json.Unmarshal(got[len(got)-1].Event.Data.Message, &m))
+			assert.Equal(t, "its text", m.Text, "while the receiver is down")
+		})
+
 	})
 }
 

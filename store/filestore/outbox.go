@@ -29,10 +29,11 @@ import (
 //     the change (the change was never acknowledged);
 //   - a crash between the events and the document leaves events of a
 //     change that was not stored: the deliverer confirms every event
-//     against the thread before it sends it (confirm), under the thread's
-//     lock when the lock-free read does not find it (a writer may be
-//     between its two writes), and drops an event whose change is not in
-//     the document;
+//     against the thread before its first attempt (confirm), under the
+//     thread's lock when the lock-free read does not find it (a writer
+//     may be between its two writes), and drops an event whose change is
+//     not in the document (a retry is not confirmed again: the sweep may
+//     have removed the thread since);
 //   - a crash after the document leaves both.
 //
 // Never an event for a change that was not stored, never a stored change

@@ -107,9 +107,15 @@ func (o *outbox) Take(ctx context.Context, dest string, now time.Time, max int) 
 		if q.settled || q.leased || q.next.After(now) {
 			continue
 		}
-		ok, err := o.s.confirm(ctx, &q.line)
-		if err != nil {
-			return out, err
+		// Confirmed before its first attempt: an event retried was
+		// confirmed then, and its change stays stored even once retention
+		// has dropped it (the sweep may have removed its thread since).
+		ok := q.attempts > 0
+		if !ok {
+			var err error
+			if ok, err = o.s.confirm(ctx, &q.line); err != nil {
+				return out, err
+			}
 		}
 		if !ok {
 			o.s.log.Warn("webhook event dropped: its change was not stored (a crash between the two writes, or a refused write)", "dest", dest, "event", q.line.ID, "thread", q.line.Thread)

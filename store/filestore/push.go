@@ -232,31 +232,145 @@ func readVAPID(path string) ([]byte, error) {
 
 // ClaimPush implements store.Push: one server serves a data folder, so
 // the claims are kept in this process's memory.
-func (s *File) ClaimPush(_ context.Context, id string, ttl time.Duration) (bool, error) {
-	return s.claims.claim(id, s.now(), ttl), nil
+func (s *File) ClaimPush(_ context.Context, id, _ string, lease time.Duration) (won, settled bool, err error) {
+	won, settled = s.claims.claim(id, s.now(), lease)
+	return won, settled, nil
+}
+
+// RenewPush implements store.Push.
+func (s *File) RenewPush(_ context.Context, ids []string, lease time.Duration) error {
+	s.claims.renew(ids, s.now(), lease)
+	return nil
+}
+
+// SettlePush implements store.Push.
+func (s *File) SettlePush(_ context.Context, id string, keep time.Duration) error {
+	s.claims.settle(id, s.now(), keep)
+	return nil
+}
+
+// handoverPath is the file of the pushes a stopping server handed over.
+func (s *File) handoverPath() string {
+	return filepath.Join(filepath.Dir(s.dir), "push-handover.json")
+}
+
+// HandOverPushes implements store.Push: the documents, with any not yet
+// taken, in one JSON array written whole (0600, fsynced, renamed over
+// the last), under the file's lock.
+func (s *File) HandOverPushes(ctx context.Context, docs [][]byte) error {
+	if len(docs) == 0 {
+		return nil
+	}
+	path := s.handoverPath()
+	unlock, err := lockPath(ctx, path+".lock", chatrelay.DefaultLockTimeout)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	all, err := readHandover(path)
+	if err != nil {
+		return err
+	}
+	for _, d := range docs {
+		all = append(all, json.RawMessage(d))
+	}
+	data, err := json.Marshal(all)
+	if err != nil {
+		return fmt.Errorf("push handover: %w", err)
+	}
+	f, _, err := writeFile(filepath.Dir(path), filepath.Base(path), data, true)
+	if err != nil {
+		return fmt.Errorf("push handover: %w", err)
+	}
+	return f.Close()
+}
+
+// TakePushes implements store.Push: the file's documents; the file is
+// removed.
+func (s *File) TakePushes(ctx context.Context) ([][]byte, error) {
+	path := s.handoverPath()
+	unlock, err := lockPath(ctx, path+".lock", chatrelay.DefaultLockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	all, err := readHandover(path)
+	if err != nil || len(all) == 0 {
+		return nil, err
+	}
+	if err := os.Remove(path); err != nil {
+		return nil, fmt.Errorf("push handover: %w", err)
+	}
+	docs := make([][]byte, len(all))
+	for i, d := range all {
+		docs[i] = d
+	}
+	return docs, nil
+}
+
+// readHandover reads the handover file: none is an empty list; one that
+// does not parse is an error naming it (left as it is).
+func readHandover(path string) ([]json.RawMessage, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("push handover: %w", err)
+	}
+	var all []json.RawMessage
+	if err := json.Unmarshal(data, &all); err != nil {
+		return nil, fmt.Errorf("push handover %s does not parse: %w", path, err)
+	}
+	return all, nil
 }
 
 // pushClaims are the claims of this process, each until its end; the
 // ended ones are dropped as new ones come. Safe for concurrent use.
 type pushClaims struct {
-	mu    sync.Mutex
-	until map[string]time.Time
-	sweep time.Time // when ended claims were last dropped
+	mu     sync.Mutex
+	claims map[string]pushClaim
+	sweep  time.Time // when ended claims were last dropped
 }
 
-func (c *pushClaims) claim(id string, now time.Time, ttl time.Duration) bool {
+type pushClaim struct {
+	until   time.Time
+	settled bool
+}
+
+func (c *pushClaims) claim(id string, now time.Time, lease time.Duration) (won, settled bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.until == nil {
-		c.until = make(map[string]time.Time)
+	if c.claims == nil {
+		c.claims = make(map[string]pushClaim)
 	}
 	if now.Sub(c.sweep) > time.Minute {
-		maps.DeleteFunc(c.until, func(_ string, end time.Time) bool { return !end.After(now) })
+		maps.DeleteFunc(c.claims, func(_ string, p pushClaim) bool { return !p.until.After(now) })
 		c.sweep = now
 	}
-	if end, ok := c.until[id]; ok && end.After(now) {
-		return false
+	if p, ok := c.claims[id]; ok && p.until.After(now) {
+		return false, p.settled
 	}
-	c.until[id] = now.Add(ttl)
-	return true
+	c.claims[id] = pushClaim{until: now.Add(lease)}
+	return true, false
+}
+
+func (c *pushClaims) renew(ids []string, now time.Time, lease time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		if p, ok := c.claims[id]; ok && p.until.After(now) && p.until.Before(now.Add(lease)) {
+			p.until = now.Add(lease)
+			c.claims[id] = p
+		}
+	}
+}
+
+func (c *pushClaims) settle(id string, now time.Time, keep time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.claims == nil {
+		c.claims = make(map[string]pushClaim)
+	}
+	c.claims[id] = pushClaim{until: now.Add(keep), settled: true}
 }

@@ -87,6 +87,14 @@ func v2Tail(m chatrelay.Message) string {
 	return v2[strings.Index(v2, key)+len(key):]
 }
 
+// v2Head is a message's v2 object up to its rev's digits: its v1 fields
+// as the v2 object has them, then `,"rev":`. The first `,"rev":` is the
+// key: in a string value the quotes are escaped.
+func v2Head(v2 []byte) string {
+	const key = `,"rev":`
+	return string(v2[:bytes.Index(v2, []byte(key))+len(key)])
+}
+
 // hasV2 reports whether m has a v2 field, so that its v2 object is more
 // than its v1 object and rev.
 func hasV2(m *chatrelay.Message) bool {

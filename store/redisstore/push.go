@@ -213,15 +213,89 @@ func checkVAPID(key string, get *redis.StringCmd) ([]byte, error) {
 	return store.CheckVAPID("redisstore: "+key, raw, err)
 }
 
-// ClaimPush implements store.Push: SET NX PX of the push's claim.
-func (s *Store) ClaimPush(ctx context.Context, id string, ttl time.Duration) (bool, error) {
+// pushSettled is a settled push claim's value; a held one's is its
+// owner's token.
+const pushSettled = "settled"
+
+// ClaimPush implements store.Push: SET NX PX of the claim, which GET
+// answers with the value it found if it set none (Redis 7).
+func (s *Store) ClaimPush(ctx context.Context, id, owner string, lease time.Duration) (won, settled bool, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	ok, err := s.rdb.SetNX(ctx, s.prefix+"push-claim:"+id, 1, ttl).Result()
-	if err != nil {
-		return false, s.unavailable("push claim", err)
+	was, err := s.rdb.SetArgs(ctx, s.prefix+"push-claim:"+id, owner, redis.SetArgs{Mode: "NX", TTL: lease, Get: true}).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return true, false, nil
+	case err != nil:
+		return false, false, s.unavailable("push claim", err)
 	}
-	return ok, nil
+	return false, was == pushSettled, nil
+}
+
+// RenewPush implements store.Push: PEXPIRE GT of each claim, so that a
+// settled claim, which lasts longer, is left as it is.
+func (s *Store) RenewPush(ctx context.Context, ids []string, lease time.Duration) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, id := range ids {
+			p.Do(ctx, "PEXPIRE", s.prefix+"push-claim:"+id, lease.Milliseconds(), "GT")
+		}
+		return nil
+	})
+	if err != nil {
+		return s.unavailable("push claim renewal", err)
+	}
+	return nil
+}
+
+// SettlePush implements store.Push.
+func (s *Store) SettlePush(ctx context.Context, id string, keep time.Duration) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.rdb.Set(ctx, s.prefix+"push-claim:"+id, pushSettled, keep).Err(); err != nil {
+		return s.unavailable("push claim", err)
+	}
+	return nil
+}
+
+// HandOverPushes implements store.Push: RPUSH to the handover list.
+func (s *Store) HandOverPushes(ctx context.Context, docs [][]byte) error {
+	if len(docs) == 0 {
+		return nil
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	vals := make([]any, len(docs))
+	for i, d := range docs {
+		vals[i] = d
+	}
+	if err := s.rdb.RPush(ctx, s.prefix+"push-handover", vals...).Err(); err != nil {
+		return s.unavailable("push handover", err)
+	}
+	return nil
+}
+
+// TakePushes implements store.Push: the handover list, read and deleted
+// in one transaction.
+func (s *Store) TakePushes(ctx context.Context) ([][]byte, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	key := s.prefix + "push-handover"
+	var all *redis.StringSliceCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		all = p.LRange(ctx, key, 0, -1)
+		p.Del(ctx, key)
+		return nil
+	})
+	if err != nil {
+		return nil, s.unavailable("push handover", err)
+	}
+	docs := make([][]byte, 0, len(all.Val()))
+	for _, d := range all.Val() {
+		docs = append(docs, []byte(d))
+	}
+	return docs, nil
 }
 
 // dropPush removes the push subscriptions of a thread the sweep removed,

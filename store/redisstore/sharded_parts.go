@@ -118,8 +118,28 @@ func (sh *Sharded) RotateVAPIDKey(ctx context.Context) ([]byte, error) {
 }
 
 // ClaimPush implements store.Push: on shard 0.
-func (sh *Sharded) ClaimPush(ctx context.Context, id string, ttl time.Duration) (bool, error) {
-	return sh.shards[0].ClaimPush(ctx, id, ttl)
+func (sh *Sharded) ClaimPush(ctx context.Context, id, owner string, lease time.Duration) (won, settled bool, err error) {
+	return sh.shards[0].ClaimPush(ctx, id, owner, lease)
+}
+
+// RenewPush implements store.Push: on shard 0.
+func (sh *Sharded) RenewPush(ctx context.Context, ids []string, lease time.Duration) error {
+	return sh.shards[0].RenewPush(ctx, ids, lease)
+}
+
+// HandOverPushes implements store.Push: on shard 0.
+func (sh *Sharded) HandOverPushes(ctx context.Context, docs [][]byte) error {
+	return sh.shards[0].HandOverPushes(ctx, docs)
+}
+
+// TakePushes implements store.Push: on shard 0.
+func (sh *Sharded) TakePushes(ctx context.Context) ([][]byte, error) {
+	return sh.shards[0].TakePushes(ctx)
+}
+
+// SettlePush implements store.Push: on shard 0.
+func (sh *Sharded) SettlePush(ctx context.Context, id string, keep time.Duration) error {
+	return sh.shards[0].SettlePush(ctx, id, keep)
 }
 
 // --- agents (shard 0) ---

@@ -118,10 +118,12 @@ func (s *Store) Change(ctx context.Context, thread string, c store.Change) (stor
 			}
 			return e, cerr
 		}
-		// The v2 object begins with the message's v1 JSON as the log has it
-		// (a change never changes a v1 field), then its rev and the rest.
+		// The v2 object begins with the message's v1 fields as its v2
+		// object has them (a change never changes one), then its rev and
+		// the rest. Its v2 object's, not its v1 JSON's: a message with
+		// attachments has their lines in its v1 text only.
 		tail := v2Tail(m)
-		head := string(e.JSON[:len(e.JSON)-1]) + `,"rev":`
+		head := v2Head(e.JSON2)
 		done, event := "", ""
 		if was && m.Interaction.State != chatrelay.Pending {
 			done = m.Interaction.ID
