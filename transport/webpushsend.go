@@ -853,6 +853,26 @@ func (ps *pusher) grantActive(ctx context.Context, thread string, sub chatrelay.
 	return false
 }
 
+// dropEnded deletes the thread's subscriptions whose participant's or
+// device's grant ended (grantActive), and reports whether it found any:
+// they died with their grant, so they hold none of the thread's
+// LimitPushSubscriptions places, even before a push would delete them.
+func (ps *pusher) dropEnded(ctx context.Context, thread string) bool {
+	subs, err := ps.st.PushSubscriptions(ctx, thread)
+	if err != nil {
+		return false
+	}
+	found := false
+	for _, sub := range subs {
+		if sub.Participant() || strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix) {
+			if !ps.grantActive(ctx, thread, sub) {
+				found = true
+			}
+		}
+	}
+	return found
+}
+
 // send makes one attempt of j, and schedules the next if it may be tried
 // again; a push with its outcome is done.
 func (ps *pusher) send(ctx context.Context, j *pushJob) {
