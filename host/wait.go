@@ -72,9 +72,17 @@ func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMes
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// Watch registers with the feed, then reads the store after since, so
-	// a message stored at any moment is seen.
+	// a message stored at any moment is seen. One of another thread that
+	// comes with an epoch at or before since (epochs are each thread's:
+	// a burst puts a thread's ahead of the clock, and nodes' clocks
+	// differ) is answered too, with the rest of its thread from it:
+	// behind holds where each such thread is read from.
+	behind := map[string]int64{}
 	err = v.feed().Watch(wctx, since, false, func(thread string, e store.Entry, _ bool) error {
 		if e.Author != chatrelay.Hermes && (in.Thread == "" && v.reaches(thread) || thread == in.Thread) {
+			if e.Epoch <= since {
+				behind[thread] = e.Epoch - 1
+			}
 			return errWake
 		}
 		return nil
@@ -88,7 +96,7 @@ func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMes
 	default:
 		return WaitMessagesResult{Messages: []ThreadMessage{}, Cursor: v.timedOutCursor(ctx, in.Thread, since), TimedOut: true}, nil
 	}
-	return v.messagesAfter(ctx, in.Thread, since)
+	return v.messagesAfter(ctx, in.Thread, since, behind)
 }
 
 // timedOutCursor is the cursor of a wait from since that timed out:
@@ -185,16 +193,25 @@ func oldestFirst(all []msg) []ThreadMessage {
 }
 
 // messagesAfter reads every message not by hermes after since, of thread
-// or of every thread, oldest first; the cursor is the newest epoch read.
-func (v *Verbs) messagesAfter(ctx context.Context, thread string, since int64) (WaitMessagesResult, error) {
-	threads, _, err := v.threadsWhere(ctx, thread, func(i store.ThreadInfo) bool { return i.LastEpoch > since })
+// or of every thread, oldest first (a thread of behind after the epoch
+// behind names: one whose message came behind since); the cursor is the
+// newest epoch read.
+func (v *Verbs) messagesAfter(ctx context.Context, thread string, since int64, behind map[string]int64) (WaitMessagesResult, error) {
+	threads, _, err := v.threadsWhere(ctx, thread, func(i store.ThreadInfo) bool {
+		_, ok := behind[i.Thread]
+		return i.LastEpoch > since || ok
+	})
 	if err != nil {
 		return WaitMessagesResult{}, err
 	}
 	var all []msg
 	out := WaitMessagesResult{Cursor: since}
 	for _, th := range threads {
-		p, err := v.Store.Since(ctx, th, since, 0)
+		from, ok := behind[th]
+		if !ok {
+			from = since
+		}
+		p, err := v.Store.Since(ctx, th, from, 0)
 		if err != nil {
 			return WaitMessagesResult{}, err
 		}

@@ -410,3 +410,52 @@ func TestWaitMessagesPastEveryCursor(t *testing.T) {
 		t.Fatal("the wait from the cursor given back did not end on the next message")
 	}
 }
+
+// TestWaitMessagesBehindTheCursor: an any-thread wait from a cursor that
+// one thread's epochs put ahead of another's (a burst puts a thread's
+// epochs ahead of the clock; nodes' clocks differ) answers a message of
+// the other thread that comes during the wait with an epoch behind the
+// cursor: it woke the wait, and answering none of it lost it, since the
+// cursor passed back is past it.
+func TestWaitMessagesBehindTheCursor(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		clock := testclock.New(time.Now())
+		st := storetest.Open(t, backend, storetest.Options{Now: clock.Now}).Store
+		v := &host.Verbs{Store: st}
+		ctx := t.Context()
+		const ahead, other = "00000000000000a1", "00000000000000b2"
+		clock.Advance(time.Minute) // the thread whose epochs run ahead
+		cursor, err := st.Append(ctx, ahead, store.NewMessage{Author: chatrelay.Operator, Text: "ahead"})
+		assert.Success(t, err)
+		clock.Advance(-time.Minute)
+		_, err = st.Append(ctx, other, store.NewMessage{Author: chatrelay.Hermes, Text: "hermes opened it"})
+		assert.Success(t, err)
+
+		waited := make(chan host.WaitMessagesResult, 1)
+		go func() {
+			r, err := v.WaitMessages(ctx, host.WaitMessagesInput{Since: cursor.Epoch, Timeout: 60})
+			if err != nil {
+				t.Error(err)
+			}
+			waited <- r
+		}()
+		// Posts in the other thread until the wait answers (one posted
+		// before the wait registered is between two calls: see docs).
+		var r host.WaitMessagesResult
+		for answered := false; !answered; {
+			_, err := st.Append(ctx, other, store.NewMessage{Author: chatrelay.Operator, Text: "behind"})
+			assert.Success(t, err)
+			select {
+			case r = <-waited:
+				answered = true
+			case <-time.After(50 * time.Millisecond): // a post's pace, not a condition
+			}
+		}
+		assert.True(t, len(r.Messages) > 0, "the wait woke and answered nothing: %+v", r)
+		for _, m := range r.Messages {
+			assert.Equal(t, "the thread", m.Thread, other)
+		}
+		assert.Equal(t, "the cursor", r.Cursor, cursor.Epoch)
+	})
+}

@@ -101,3 +101,76 @@ func TestWatchTakesABatchInEpochOrder(t *testing.T) {
 		})
 	}
 }
+
+// pagesStore is feedOnly over a thread t1 that holds msgs: what a watch
+// reads from the store after a Reset batch.
+type pagesStore struct {
+	feedOnly
+	msgs []Entry
+}
+
+func (s pagesStore) Threads(ctx context.Context) ([]ThreadInfo, error) {
+	return []ThreadInfo{{Thread: "t1"}}, nil
+}
+
+func (s pagesStore) Since(ctx context.Context, thread string, since int64, limit int) (Page, error) {
+	p := Page{Thread: thread}
+	for _, e := range s.msgs {
+		if e.Epoch > since {
+			p.Messages = append(p.Messages, e)
+		}
+	}
+	return p, nil
+}
+
+func (s pagesStore) Changes(ctx context.Context, thread string, since int64, limit int) (Page, error) {
+	p := Page{Thread: thread}
+	for _, e := range s.msgs {
+		if e.Rev > since {
+			p.Messages = append(p.Messages, e)
+		}
+	}
+	return p, nil
+}
+
+// TestWatchCatchUpHandsOnChanges: the feed hands on X, then says it may
+// have missed changes of t1 (a Reset batch: the feed was lost a while,
+// or the reader fell behind), during which X was answered (rev 103) and
+// B written. Watch reads the store: B is new, and with updates X's change
+// is handed on too (before the fix the catch-up read new messages only,
+// so an answer given while the feed was lost went unsaid).
+func TestWatchCatchUpHandsOnChanges(t *testing.T) {
+	t.Parallel()
+	for _, updates := range []bool{false, true} {
+		t.Run(fmt.Sprint("updates=", updates), func(t *testing.T) {
+			st := pagesStore{
+				feedOnly: feedOnly{batches: []Batch{
+					{Thread: "t1", Messages: []Entry{entry("X", 50, 50)}},
+					{Thread: "t1", Reset: true},
+				}},
+				msgs: []Entry{entry("X", 50, 103), entry("B", 101, 101)},
+			}
+			want, calls := "new X@50 new B@101 ", 2
+			if updates {
+				want, calls = want+"update X@103 ", 3
+			}
+			got := ""
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second) // or until the calls wanted
+			defer cancel()
+			n := 0
+			err := Watch(ctx, st, 0, updates, func(thread string, e Entry, update bool) error {
+				kind := "new"
+				if update {
+					kind = "update"
+				}
+				got += fmt.Sprintf("%s %s@%d ", kind, e.ID, e.Rev)
+				if n++; n == calls {
+					cancel()
+				}
+				return nil
+			}, nil)
+			assert.Success(t, err)
+			assert.Equal(t, "handed on", got, want)
+		})
+	}
+}

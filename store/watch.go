@@ -19,10 +19,11 @@ func Watch(ctx context.Context, st Store, since int64, updates bool, fn func(thr
 // fn (update true) with each later change of a message it already handed
 // on, in its new state. It follows the Feed, so a slow fn never blocks
 // the store's feed: after a Reset batch (the store's, or the Feed's when
-// fn fell behind) it catches up from the store instead (new messages
-// only). A thread it cannot read is reported to skipped and left out.
-// Watch returns when ctx is done (nil), fn fails (fn's error) or the
-// store's feed ends (its error).
+// fn fell behind) it catches up from the store instead (new messages,
+// and with updates the changes of those it handed on). A thread it
+// cannot read is reported to skipped and left out. Watch returns when
+// ctx is done (nil), fn fails (fn's error) or the store's feed ends (its
+// error).
 func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thread string, e Entry, update bool) error, skipped func(thread string, err error)) error {
 	w := &watcher{st: f.st, updates: updates, fn: fn, skipped: skipped, last: map[string]int64{}, lastRev: map[string]int64{}}
 	var start int64
@@ -84,7 +85,11 @@ func (w *watcher) deliver(thread string, msgs []Entry) error {
 
 // catchUp delivers what the store has after each thread's last epoch
 // (after from, for threads not seen yet), oldest first across threads;
-// of only, if not "".
+// of only, if not "". With updates, a thread seen already is read by its
+// changes after the newest one handed on, and delivered as one batch: its
+// new messages, then the messages it had handed on that changed meanwhile
+// (an interaction answered while the feed was lost), which a read of new
+// messages alone would leave unsaid.
 func (w *watcher) catchUp(ctx context.Context, from int64, only string) error {
 	infos, err := w.st.Threads(ctx)
 	if err != nil {
@@ -95,19 +100,33 @@ func (w *watcher) catchUp(ctx context.Context, from int64, only string) error {
 		e      Entry
 	}
 	var backlog []entry
+	type changes struct {
+		thread string
+		msgs   []Entry
+	}
+	var changed []changes // threads seen already, with updates
 	for _, info := range infos {
 		if only != "" && info.Thread != only {
 			continue
 		}
 		after, seen := w.last[info.Thread]
-		if !seen {
-			after = from
+		var p Page
+		switch {
+		case seen && w.updates:
+			p, err = w.st.Changes(ctx, info.Thread, w.lastRev[info.Thread], 0)
+		case seen:
+			p, err = w.st.Since(ctx, info.Thread, after, 0)
+		default:
+			p, err = w.st.Since(ctx, info.Thread, from, 0)
 		}
-		p, err := w.st.Since(ctx, info.Thread, after, 0)
 		if err != nil {
 			if w.skipped != nil {
 				w.skipped(info.Thread, err)
 			}
+			continue
+		}
+		if seen && w.updates {
+			changed = append(changed, changes{info.Thread, p.Messages})
 			continue
 		}
 		for _, e := range p.Messages {
@@ -117,6 +136,11 @@ func (w *watcher) catchUp(ctx context.Context, from int64, only string) error {
 	slices.SortStableFunc(backlog, func(a, b entry) int { return int(a.e.Epoch - b.e.Epoch) })
 	for _, b := range backlog {
 		if err := w.deliver(b.thread, []Entry{b.e}); err != nil {
+			return err
+		}
+	}
+	for _, c := range changed {
+		if err := w.deliver(c.thread, c.msgs); err != nil {
 			return err
 		}
 	}

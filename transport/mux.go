@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -206,7 +207,7 @@ func (s *Server) methods(rts []route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, rt := range rts {
 			if rt.takes(r.Method) {
-				if r.Body != nil && r.Body != http.NoBody {
+				if rt.row.Stream == "" { // streams end at shutdown their own way
 					defer s.cutAtAbort(w, r)()
 				}
 				rt.serve(w, r)
@@ -333,21 +334,42 @@ func (s *Server) cors(h http.Handler, ch corsHeaders) http.Handler {
 	})
 }
 
-// cutAtAbort makes Shutdown's abort (the end of its grace) cut the read of
-// r's body if it is still arriving then (its client stopped sending, or
-// sends too slowly to end in time), as an upload's is: the read fails
-// with errShuttingDown, so the request stores nothing and is answered 503
-// store_unavailable (retryable), and http.Server.Shutdown need not wait
-// for it until the 30 s ReadTimeout, past its own deadline. Once the body
-// has been read to its end the read deadline is left alone (a write under
-// way is carried through). It returns the function that undoes it, for
-// when the handler returns.
-func (s *Server) cutAtAbort(w http.ResponseWriter, r *http.Request) func() {
+// shutdownAnswerTime is how long a request's answer may take to be
+// written once Shutdown's grace is over: enough for a live client to take
+// an answer (a write that gave up waiting for a thread's lock is answered
+// 503 then), and short enough that the server still stops within its 5 s.
+const shutdownAnswerTime = time.Second
+
+// cutAtAbort makes Shutdown's abort (the end of its grace) cut a request
+// whose client is not keeping up, as a stream's is, so that
+// http.Server.Shutdown need not wait for it past its own deadline (30 s
+// ReadTimeout and WriteTimeout, 10 minutes for an attachment's transfer):
+//
+//   - the read of r's body, if it is still arriving then (its client
+//     stopped sending, or sends too slowly to end in time), as an
+//     upload's: the read fails with errShuttingDown, so the request stores
+//     nothing and is answered 503 store_unavailable (retryable). Once the
+//     body has been read to its end the read deadline is left alone (a
+//     write under way is carried through);
+//   - the write of its answer, shutdownAnswerTime later (a client that
+//     does not read its answers, such as pipelined polls of a long thread).
+//
+// MCP's requests too: its sessions end first, and a wait in flight is
+// answered at once. It returns the function that undoes it, for when the
+// handler returns.
+func (s *Server) cutAtAbort(w http.ResponseWriter, r *http.Request) func() bool {
 	rc := http.NewResponseController(w)
-	b := &abortableBody{ReadCloser: r.Body, abort: s.abortCtx}
-	b.stop = context.AfterFunc(s.abortCtx, func() { rc.SetReadDeadline(time.Now()) })
-	r.Body = b
-	return func() { b.stop() }
+	var b *abortableBody
+	if r.Body != nil && r.Body != http.NoBody {
+		b = &abortableBody{ReadCloser: r.Body, abort: s.abortCtx}
+		r.Body = b
+	}
+	return context.AfterFunc(s.abortCtx, func() {
+		if b != nil && !b.done.Load() {
+			rc.SetReadDeadline(time.Now())
+		}
+		rc.SetWriteDeadline(time.Now().Add(shutdownAnswerTime))
+	})
 }
 
 // abortableBody is a request's body whose read Shutdown's abort may cut
@@ -355,14 +377,14 @@ func (s *Server) cutAtAbort(w http.ResponseWriter, r *http.Request) func() {
 type abortableBody struct {
 	io.ReadCloser
 	abort context.Context
-	stop  func() bool // stops the abort's hook: the body is read, or the handler returned
+	done  atomic.Bool // read to its end: the abort leaves the read deadline alone
 }
 
 func (b *abortableBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	switch {
 	case err == io.EOF:
-		b.stop()
+		b.done.Store(true)
 	case err != nil && b.abort.Err() != nil:
 		return n, errShuttingDown
 	}

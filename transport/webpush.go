@@ -129,6 +129,11 @@ func (s *Server) handlePushSubscribe(w http.ResponseWriter, r *http.Request, p p
 		return
 	}
 	got, created, err := s.push.st.PushSubscribe(r.Context(), p.thread, sub)
+	if chatrelay.CodeOf(err) == chatrelay.PushLimit && s.push.dropEnded(r.Context(), p.thread) {
+		// Full of subscriptions of ended grants, which no push deleted
+		// yet (hermes has not written since the revoke): they go now.
+		got, created, err = s.push.st.PushSubscribe(r.Context(), p.thread, sub)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -464,7 +464,7 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 	var take []pushHandover
 	for _, d := range docs {
 		var h pushHandover
-		if json.Unmarshal(d, &h) != nil || !chatrelay.ValidThread(h.Thread) || now.Sub(time.UnixMilli(h.At)) > pushWindow {
+		if json.Unmarshal(d, &h) != nil || !chatrelay.ValidThread(h.Thread) || pushTypeOf(h.Message) == "" || now.Sub(time.UnixMilli(h.At)) > pushWindow {
 			ps.total.WithLabelValues(pushDropped).Inc()
 			continue
 		}
@@ -1006,6 +1006,26 @@ func (ps *pusher) grantActive(ctx context.Context, thread string, sub chatrelay.
 		ps.s.log.Warn("push: delete the subscription of an ended grant", "thread", thread, "push", sub.ID, "err", err)
 	}
 	return false
+}
+
+// dropEnded deletes the thread's subscriptions whose participant's or
+// device's grant ended (grantActive), and reports whether it found any:
+// they died with their grant, so they hold none of the thread's
+// LimitPushSubscriptions places, even before a push would delete them.
+func (ps *pusher) dropEnded(ctx context.Context, thread string) bool {
+	subs, err := ps.st.PushSubscriptions(ctx, thread)
+	if err != nil {
+		return false
+	}
+	found := false
+	for _, sub := range subs {
+		if sub.Participant() || strings.HasPrefix(sub.Subscriber, chatrelay.SubscriberDevicePrefix) {
+			if !ps.grantActive(ctx, thread, sub) {
+				found = true
+			}
+		}
+	}
+	return found
 }
 
 // send makes one attempt of j, and schedules the next if it may be tried

@@ -327,6 +327,32 @@ func TestDataFromTheEnvironment(t *testing.T) {
 	assert.Equal(t, "threads in --data", strings.TrimSpace(r.stdout), "[]")
 }
 
+// TestFsyncFromTheEnvironment: CHATRELAY_FSYNC is one of the store's
+// variables that the server and the host CLI share; a value that is not
+// always or never is a usage error naming the variable, not a flag the
+// command line never gave, and stores nothing.
+func TestFsyncFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	data := seed(t)
+	for _, cmd := range [][]string{
+		{"reply", threadOld, "durably?"},
+		{"serve", "--addr", "127.0.0.1:0"},
+	} {
+		t.Run(cmd[0], func(t *testing.T) {
+			r := runCLI(t, env(map[string]string{"CHATRELAY_FSYNC": "sometimes"}), "", append(cmd, "--data", data)...)
+			assert.Equal(t, "exit code ("+errString(r.err)+")", exitCode(r.err), 2)
+			assert.True(t, strings.Contains(errString(r.err), `CHATRELAY_FSYNC="sometimes"`) && strings.Contains(errString(r.err), "always or never"),
+				"error %q names no CHATRELAY_FSYNC", errString(r.err))
+		})
+	}
+	r := runCLI(t, nil, "", "reply", threadOld, "durably?", "--data", data, "--fsync", "sometimes")
+	assert.Equal(t, "exit code ("+errString(r.err)+")", exitCode(r.err), 2)
+	assert.True(t, strings.Contains(errString(r.err), "-fsync") && strings.Contains(errString(r.err), "always or never"), "error %q", errString(r.err))
+	r = runCLI(t, nil, "", "show", threadOld, "--json", "--data", data)
+	assert.Success(t, r.err)
+	assert.True(t, !strings.Contains(r.stdout, "durably?"), "a refused reply was stored: %s", r.stdout)
+}
+
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -14,7 +14,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -297,6 +299,60 @@ func TestVerbsAtWork(t *testing.T) {
 	assert.True(t, sawMessage, "watch printed no message line:\n%s", watched.String())
 }
 
+// TestWatchSinceSaysAnAnswerGivenWhileAway: watch --since, without
+// --all, prints the update line of a question hermes asked and the person
+// answered after EPOCH, so that an agent that restarts its watch from its
+// last epoch learns of an answer given while it was away. hermes's own
+// question is left out, as it is live, but not the answer to it.
+func TestWatchSinceSaysAnAnswerGivenWhileAway(t *testing.T) {
+	t.Parallel()
+	data := freshThread(t)
+	r := runCLI(t, nil, "", "show", threadNew, "--json", "--data", data)
+	assert.Success(t, r.err)
+	var before struct{ Cursor int64 }
+	assert.Success(t, json.Unmarshal([]byte(r.stdout), &before))
+
+	ix := asked(t, runCLI(t, nil, "", "ask", threadNew, "--input", "Which branch?", "--choice", "main", "--data", data))
+	st := openStore(t, data)
+	_, err := st.Change(t.Context(), threadNew, store.Change{Op: store.Respond, InteractionID: ix.Interaction.ID, Answer: chatrelay.Answer{Value: "main"}, By: chatrelay.Operator})
+	assert.Success(t, err)
+	// The person's next message: watch prints it after everything before it.
+	_, err = st.Append(t.Context(), threadNew, store.NewMessage{Text: "done answering"})
+	assert.Success(t, err)
+
+	ctx, cancelWatch := context.WithCancel(t.Context())
+	var watched lockedBuffer
+	watchDone := make(chan error, 1)
+	go func() {
+		watchDone <- run(ctx, []string{"watch", "--data", data, "--since", strconv.FormatInt(before.Cursor, 10)}, env(nil), strings.NewReader(""), &watched, os.Stderr)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(watched.String(), "done answering") {
+		assert.True(t, time.Now().Before(deadline), "watch did not print the person's message:\n%s", watched.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancelWatch()
+	assert.Success(t, <-watchDone)
+
+	var updates, messages int
+	for _, line := range strings.Split(strings.TrimSpace(watched.String()), "\n") {
+		var l watchLine
+		assert.Success(t, json.Unmarshal([]byte(line), &l))
+		if l.Message != nil {
+			messages++
+			assert.True(t, !strings.Contains(string(l.Message), "Which branch?"), "watch printed hermes's question without --all: %s", line)
+		}
+		if l.Update != nil {
+			updates++
+			var m chatrelay.Message
+			assert.Success(t, json.Unmarshal(l.Update, &m))
+			assert.True(t, m.Interaction != nil && m.Interaction.ID == ix.Interaction.ID && m.Interaction.State == chatrelay.Answered, "update %s", l.Update)
+		}
+	}
+	assert.Equal(t, "update lines (watch printed:\n"+watched.String()+")", updates, 1)
+	assert.Equal(t, "message lines", messages, 1)
+}
+
 // TestShare: the host CLI invites (the link from the folder's recorded
 // public URL), lists, audits and revokes share links through the store.
 func TestShare(t *testing.T) {
@@ -426,6 +482,45 @@ func TestAskWaitInterrupted(t *testing.T) {
 				assert.Success(t, json.Unmarshal(stdout.Bytes(), &printed))
 				assert.Equal(t, "the state printed", printed.Interaction.State, tc.state)
 			}
+		})
+	}
+}
+
+// TestWatchEndsOnASignal: an interrupt or SIGTERM ends watch with exit
+// status 0, as docs/cli.md says, after the lines it printed.
+func TestWatchEndsOnASignal(t *testing.T) {
+	t.Parallel()
+	bin := chatrelayBinary(t)
+	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			data := freshThread(t)
+			cmd := exec.Command(bin, "watch", "--since", "1", "--data", data)
+			stdout, err := cmd.StdoutPipe()
+			assert.Success(t, err)
+			assert.Success(t, cmd.Start())
+			t.Cleanup(func() { cmd.Process.Kill() })
+			line := make(chan string, 1)
+			go func() {
+				s, _ := bufio.NewReader(stdout).ReadString('\n')
+				line <- s
+				io.Copy(io.Discard, stdout)
+			}()
+			select {
+			case s := <-line:
+				assert.True(t, strings.Contains(s, "can you deploy?"), "watch printed %q", s)
+			case <-time.After(10 * time.Second):
+				t.Fatal("watch --since 1 printed nothing within 10s")
+			}
+			assert.Success(t, cmd.Process.Signal(sig))
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("watch still runs 10s after the signal")
+			}
+			assert.Equal(t, "exit status", cmd.ProcessState.ExitCode(), 0)
 		})
 	}
 }

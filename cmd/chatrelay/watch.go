@@ -53,6 +53,13 @@ func watch(ctx context.Context, args []string, getenv func(string) string, stdou
 			return enc.Encode(watchLine{Thread: thread, Update: e.JSON2})
 		}
 		if e.Author == chatrelay.Hermes && !*all {
+			if e.Interaction != nil && e.Rev != e.Epoch {
+				// hermes's question is left out, but not what became
+				// of it: first seen already changed (answered while a
+				// watch --since was away, or between two reads of the
+				// feed), its update line alone.
+				return enc.Encode(watchLine{Thread: thread, Update: e.JSON2})
+			}
 			return nil
 		}
 		js := e.JSON
