@@ -66,7 +66,7 @@ func TestPushShutdownHandsOver(t *testing.T) {
 }
 
 // lockedBuffer is a bytes.Buffer that a server's goroutines may write to
-// while a test reads it.
+// while a test reads it (the package's own tests have syncBuffer).
 type lockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
