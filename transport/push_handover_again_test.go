@@ -43,18 +43,10 @@ func TestPushHandoverKeptAcrossTwoRestarts(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
 		svc := pushtest.NewService(t)
-		svc.Respond = func(_ string, n int) pushtest.Answer {
-			if n == 1 {
-				return pushtest.Answer{Status: http.StatusServiceUnavailable}
-			}
-			return pushtest.Answer{Status: http.StatusCreated}
-		}
+		failFirst(svc)
 		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
-		first := startPush(t, pushOptions{on: be, config: withPush(svc, func(p *transport.PushConfig) {
-			p.Lease = lease
-			p.Backoff = []time.Duration{5 * time.Minute} // its retry never comes while it runs
-		})})
+		first := startPush(t, pushOptions{on: be, config: withPush(svc, retryLater(lease))})
 		owner, thread := tokenN(1), threadN(1)
 		first.mustPost(owner, "hello")
 		status, _ := first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
@@ -92,18 +84,10 @@ func TestPushHandoverOfAClosedInteractionNotSent(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
 		svc := pushtest.NewService(t)
-		svc.Respond = func(_ string, n int) pushtest.Answer {
-			if n == 1 {
-				return pushtest.Answer{Status: http.StatusServiceUnavailable}
-			}
-			return pushtest.Answer{Status: http.StatusCreated}
-		}
+		failFirst(svc)
 		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
-		before := startPush(t, pushOptions{on: be, config: withPush(svc, func(p *transport.PushConfig) {
-			p.Lease = lease
-			p.Backoff = []time.Duration{5 * time.Minute}
-		})})
+		before := startPush(t, pushOptions{on: be, config: withPush(svc, retryLater(lease))})
 		owner, thread := tokenN(1), threadN(1)
 		before.mustPost(owner, "hello")
 		status, _ := before.subscribe(owner, nil, svc.Subscribe(t, "phone"))
@@ -164,10 +148,7 @@ func TestPushHandoverKeptWhenStoppedWhileTaking(t *testing.T) {
 		}
 		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
-		first := startPush(t, pushOptions{on: be, config: withPush(svc, func(p *transport.PushConfig) {
-			p.Lease = lease
-			p.Backoff = []time.Duration{5 * time.Minute}
-		})})
+		first := startPush(t, pushOptions{on: be, config: withPush(svc, retryLater(lease))})
 		owner, thread := tokenN(1), threadN(1)
 		first.mustPost(owner, "hello")
 		status, _ := first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
@@ -217,10 +198,7 @@ func TestPushHandoverOnlyWhatWasNotSent(t *testing.T) {
 		}
 		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
-		before := startPush(t, pushOptions{on: be, config: withPush(svc, func(p *transport.PushConfig) {
-			p.Lease = lease
-			p.Backoff = []time.Duration{5 * time.Minute}
-		})})
+		before := startPush(t, pushOptions{on: be, config: withPush(svc, retryLater(lease))})
 		owner, thread := tokenN(1), threadN(1)
 		before.mustPost(owner, "hello")
 		for _, name := range []string{"good", "flaky"} {
@@ -258,10 +236,7 @@ func TestPushHandoverKeepsTheWindow(t *testing.T) {
 		clk := testclock.New(time.Now())
 		const lease = time.Second
 		config := func(c *transport.Config) {
-			withPush(svc, func(p *transport.PushConfig) {
-				p.Lease = lease
-				p.Backoff = []time.Duration{5 * time.Minute}
-			})(c)
+			withPush(svc, retryLater(lease))(c)
 			c.Now = clk.Now
 		}
 		be := storetest.Open(t, backend, storetest.Options{Now: clk.Now})

@@ -42,12 +42,7 @@ func TestPushClosedInteractionNotAskedAgain(t *testing.T) {
 func approvalRefusedOnce(t *testing.T) (svc *pushtest.Service, e *pushEnv, owner string, m store.Entry) {
 	t.Helper()
 	svc = pushtest.NewService(t)
-	svc.Respond = func(_ string, n int) pushtest.Answer {
-		if n == 1 {
-			return pushtest.Answer{Status: http.StatusServiceUnavailable}
-		}
-		return pushtest.Answer{Status: http.StatusCreated}
-	}
+	failFirst(svc)
 	e = startPush(t, pushOptions{config: withPush(svc, func(c *transport.PushConfig) { c.Backoff = []time.Duration{2 * time.Second} })})
 	owner = tokenN(1)
 	e.mustPost(owner, "hello")

@@ -92,22 +92,14 @@ func (c *claimsFirst) ClaimPush(ctx context.Context, id, owner string, lease tim
 func TestPushTakenOverWhenItsNodeStops(t *testing.T) {
 	t.Parallel()
 	svc := pushtest.NewService(t)
-	svc.Respond = func(_ string, n int) pushtest.Answer {
-		if n == 1 {
-			return pushtest.Answer{Status: http.StatusServiceUnavailable}
-		}
-		return pushtest.Answer{Status: http.StatusCreated}
-	}
+	failFirst(svc)
 	// A renews every third of its lease: a lease of 2 s leaves a loaded
 	// machine more than a second to run A's renewal before B may take over.
 	const lease = 2 * time.Second
 	be := storetest.Open(t, storetest.Redis, storetest.Options{})
 	first := &claimsFirst{won: make(chan struct{})}
 	a := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
-		withPush(svc, func(p *transport.PushConfig) {
-			p.Lease = lease
-			p.Backoff = []time.Duration{5 * time.Minute} // A's retry (within the 10 minutes) never comes while it runs
-		})(c)
+		withPush(svc, retryLater(lease))(c)
 		first.Store, first.Push = c.Store, store.PushOf(c.Store)
 		c.Store = first
 	}})
@@ -146,18 +138,10 @@ func TestPushHandedOverAtShutdown(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
 		svc := pushtest.NewService(t)
-		svc.Respond = func(_ string, n int) pushtest.Answer {
-			if n == 1 {
-				return pushtest.Answer{Status: http.StatusServiceUnavailable}
-			}
-			return pushtest.Answer{Status: http.StatusCreated}
-		}
+		failFirst(svc)
 		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
-		before := startPush(t, pushOptions{on: be, config: withPush(svc, func(p *transport.PushConfig) {
-			p.Lease = lease
-			p.Backoff = []time.Duration{5 * time.Minute} // its retry never comes while it runs
-		})})
+		before := startPush(t, pushOptions{on: be, config: withPush(svc, retryLater(lease))})
 		owner, thread := tokenN(1), threadN(1)
 		before.mustPost(owner, "hello")
 		status, _ := before.subscribe(owner, nil, svc.Subscribe(t, "owner"))
@@ -176,4 +160,26 @@ func TestPushHandedOverAtShutdown(t *testing.T) {
 		})
 		assert.Equal(t, "pushes", len(svc.Pushes()), 2)
 	})
+}
+
+// failFirst makes svc answer the first push to each subscription 503 (to
+// be tried again) and every later one 201.
+func failFirst(svc *pushtest.Service) {
+	svc.Respond = func(_ string, n int) pushtest.Answer {
+		if n == 1 {
+			return pushtest.Answer{Status: http.StatusServiceUnavailable}
+		}
+		return pushtest.Answer{Status: http.StatusCreated}
+	}
+}
+
+// retryLater is a push config with claims of lease whose retries never
+// come while its server runs: 5 minutes, within the 10 of the window, so
+// a push answered 503 waits for its retry, unsettled, until the server
+// stops.
+func retryLater(lease time.Duration) func(*transport.PushConfig) {
+	return func(p *transport.PushConfig) {
+		p.Lease = lease
+		p.Backoff = []time.Duration{5 * time.Minute}
+	}
 }
