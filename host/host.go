@@ -42,8 +42,16 @@ type Verbs struct {
 	// (serve --max-attachment-bytes over MCP HTTP); 0 is
 	// chatrelay.LimitAttachmentBytes.
 	MaxAttachmentBytes int64
-	feedOnce           sync.Once
+	// Recheck is how often wait_interaction looks in the store again
+	// while nothing it follows changes, so that an interaction gone with
+	// no change to tell it (Redis flushed by hand) ends the wait with
+	// not_found; 0 is DefaultRecheck.
+	Recheck  time.Duration
+	feedOnce sync.Once
 }
+
+// DefaultRecheck is Verbs.Recheck's default.
+const DefaultRecheck = 30 * time.Second
 
 func (v *Verbs) feed() *store.Feed {
 	v.feedOnce.Do(func() {

@@ -276,6 +276,11 @@ func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (I
 		if wait <= 0 {
 			wait = lookAgain
 		}
+		recheck := v.Recheck
+		if recheck <= 0 {
+			recheck = DefaultRecheck
+		}
+		wait = min(wait, recheck) // then looks in the store again
 		got, closed, ferr := v.followInteraction(wctx, in.Thread, in.InteractionID, wait)
 		switch {
 		case ferr != nil:

@@ -222,6 +222,30 @@ func TestWaitEndsWhenRedisLosesTheInteraction(t *testing.T) {
 	assert.Code(t, rr.err, chatrelay.NotFound)
 }
 
+// TestWaitEndsWhenRedisIsFlushed: a wait_interaction running while Redis
+// loses its data with no restart (a FLUSHALL by hand), which no feed
+// tells, ends with not_found at its next look in the store (Recheck),
+// instead of at the end of its round (up to 5 minutes).
+func TestWaitEndsWhenRedisIsFlushed(t *testing.T) {
+	srv := storetest.StartServer(t, storetest.ServerOptions{})
+	b := storetest.OpenRedis(t, srv, storetest.NewPrefix(), storetest.Options{})
+	v := &host.Verbs{Store: b.Store, Recheck: 100 * time.Millisecond}
+	ctx := t.Context()
+	_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
+	assert.Success(t, err)
+	asked, err := v.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+	assert.Success(t, err)
+	got := make(chan readResult, 1)
+	go func() {
+		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID})
+		got <- readResult{r, err}
+	}()
+	waitForFeed(t, srv, b.Prefix)
+	assert.Success(t, srv.Client(t).FlushAll(ctx).Err())
+	rr := recv(t, got, "wait_interaction after a FLUSHALL")
+	assert.Code(t, rr.err, chatrelay.NotFound)
+}
+
 // TestWaitEndsWhenRetentionDropsTheInteraction: a wait_interaction
 // running while another process's posts push its question out of the
 // thread's retention ends at once with not_found, as check_interaction
