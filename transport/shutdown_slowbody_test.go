@@ -28,30 +28,32 @@ func TestShutdownCutsABodyStillArriving(t *testing.T) {
 	for _, path := range []string{chatrelay.PathPost, chatrelay.PathTicket} {
 		t.Run(strings.TrimPrefix(path, "/api/chat/"), func(t *testing.T) {
 			t.Parallel()
-			active := make(chan struct{}, 1) // the request's header is read: its handler runs
+			// The slow request is in its handler: Go's server drops a
+			// request it has read once its Shutdown has begun (so a
+			// connection merely active, its header being read, is not
+			// enough to wait for).
+			inHandler := make(chan struct{}, 1)
 			e := startPush(t, pushOptions{http: func(hs *http.Server) {
-				hs.ConnState = func(_ net.Conn, st http.ConnState) {
-					if st == http.StateActive {
-						select {
-						case active <- struct{}{}:
-						default:
-						}
+				h := hs.Handler
+				hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Header.Get("X-Slow") != "" {
+						inHandler <- struct{}{}
 					}
-				}
+					h.ServeHTTP(w, r)
+				})
 			}})
 			token := tokenN(1)
 			e.mustPost(token, "hello")
-			<-active // the post's own connection
 
 			conn, err := net.Dial("tcp", strings.TrimPrefix(e.ts.URL, "http://"))
 			assert.Success(t, err)
 			defer conn.Close()
-			_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nX-Chat-Token: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"text\":", path, token)
+			_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\nX-Chat-Token: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"text\":", path, token)
 			assert.Success(t, err)
 			select {
-			case <-active:
+			case <-inHandler:
 			case <-time.After(5 * time.Second):
-				t.Fatal("the slow post's header was not read within 5 s")
+				t.Fatal("the slow post was not in its handler within 5 s")
 			}
 
 			hs := e.ts.Config
