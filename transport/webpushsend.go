@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -159,12 +158,11 @@ func (ps *pusher) leave(thread string, m chatrelay.Message, owed pushOwed) {
 type pushChange struct {
 	id     string        // the claim's
 	keep   time.Duration // how long the settled claim is kept
-	left   atomic.Int32  // its pushes without an outcome yet
 	thread string        // and its message: handed over if the server stops first
 	m      chatrelay.Message
 	since  time.Time // when it was first taken to send (pushOwed)
 	owedMu sync.Mutex
-	owed   map[string]bool // the subscriptions (ids) whose push has no outcome yet: those handed over
+	owed   map[string]bool // the subscriptions (ids) whose push has no outcome yet: settled when none is left, handed over if the server stops first
 }
 
 // owedIDs are the subscriptions still owed c's push, in no order.
@@ -414,7 +412,7 @@ func (ps *pusher) handOver() {
 	ps.workMu.Lock()
 	for _, c := range ps.working {
 		add(c.thread, c.m, pushOwed{c.owedIDs(), c.since})
-		pushes += int(c.left.Load())
+		pushes += len(c.owedIDs())
 	}
 	for _, l := range ps.left {
 		add(l.thread, l.m, l.owed)
@@ -626,7 +624,6 @@ func (ps *pusher) sendChange(ctx context.Context, thread string, m chatrelay.Mes
 		ps.settle(ctx, c)
 		return
 	}
-	c.left.Store(int32(len(jobs)))
 	c.owed = make(map[string]bool, len(jobs))
 	for _, j := range jobs {
 		c.owed[j.sub.ID] = true
@@ -648,9 +645,11 @@ func (ps *pusher) done(ctx context.Context, j *pushJob) {
 		return
 	}
 	c.owedMu.Lock()
+	_, owed := c.owed[j.sub.ID]
 	delete(c.owed, j.sub.ID)
+	last := owed && len(c.owed) == 0 // once, however often a push is said done
 	c.owedMu.Unlock()
-	if c.left.Add(-1) == 0 {
+	if last {
 		ps.settle(ctx, c)
 	}
 }
@@ -709,7 +708,7 @@ const (
 // to send (takeOver); settled, it is forgotten; still held, it is looked
 // at again a lease later, until its pushes' window is past.
 func (ps *pusher) watching(ctx context.Context) {
-	var h watchHeap
+	var h dueHeap[*pushWatch]
 	held := 0 // the bytes of h's changes
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -761,20 +760,6 @@ func (ps *pusher) watching(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// watchHeap orders watched changes by when they are due.
-type watchHeap []*pushWatch
-
-func (h watchHeap) Len() int           { return len(h) }
-func (h watchHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h watchHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *watchHeap) Push(x any)        { *h = append(*h, x.(*pushWatch)) }
-func (h *watchHeap) Pop() any {
-	old := *h
-	w := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return w
 }
 
 // recipients are the subscriptions of subs that get event: those that
@@ -1135,7 +1120,7 @@ func (ps *pusher) again(ctx context.Context, j *pushJob, retryAfter time.Duratio
 // retries holds the pushes to try again, in time order, and hands each
 // to the workers when it is due.
 func (ps *pusher) retries(ctx context.Context) {
-	var h jobHeap
+	var h dueHeap[*pushJob]
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -1162,19 +1147,23 @@ func (ps *pusher) retries(ctx context.Context) {
 	}
 }
 
-// jobHeap orders pushes by when they are due.
-type jobHeap []*pushJob
+// dueHeap orders what is due (pushes to try again, watched changes) by
+// when it is.
+type dueHeap[T interface{ dueAt() time.Time }] []T
 
-func (h jobHeap) Len() int           { return len(h) }
-func (h jobHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h jobHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *jobHeap) Push(x any)        { *h = append(*h, x.(*pushJob)) }
-func (h *jobHeap) Pop() any {
+func (h dueHeap[T]) Len() int           { return len(h) }
+func (h dueHeap[T]) Less(i, j int) bool { return h[i].dueAt().Before(h[j].dueAt()) }
+func (h dueHeap[T]) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap[T]) Push(x any)        { *h = append(*h, x.(T)) }
+func (h *dueHeap[T]) Pop() any {
 	old := *h
-	j := old[len(old)-1]
+	x := old[len(old)-1]
 	*h = old[:len(old)-1]
-	return j
+	return x
 }
+
+func (j *pushJob) dueAt() time.Time   { return j.due }
+func (w *pushWatch) dueAt() time.Time { return w.due }
 
 // ttlTo is a push's TTL: the seconds from now to deadline (epoch ms),
 // rounded up, 0 once it passed.
