@@ -199,51 +199,44 @@ func TestDeadlineIsTheStoresWord(t *testing.T) {
 }
 
 // TestWaitEndsWhenRedisLosesTheInteraction: a wait_interaction running
-// while Redis restarts without its data ends at once with not_found (the
-// interaction is gone), instead of waiting for a deadline nothing can
-// reach any more.
+// while Redis loses its data ends with not_found (the interaction is
+// gone), instead of waiting for a deadline nothing can reach any more:
+// at once when Redis restarts without its data (the feed tells it), and
+// at the wait's next look in the store (Recheck) when it is flushed by
+// hand with no restart, which no feed tells (it waited out its round,
+// up to 5 minutes).
 func TestWaitEndsWhenRedisLosesTheInteraction(t *testing.T) {
-	srv := storetest.StartServer(t, storetest.ServerOptions{})
-	b := storetest.OpenRedis(t, srv, storetest.NewPrefix(), storetest.Options{})
-	v := &host.Verbs{Store: b.Store}
-	ctx := t.Context()
-	_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
-	assert.Success(t, err)
-	asked, err := v.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
-	assert.Success(t, err)
-	got := make(chan readResult, 1)
-	go func() {
-		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID})
-		got <- readResult{r, err}
-	}()
-	waitForFeed(t, srv, b.Prefix)
-	srv.Restart(t) // no persistence: Redis comes back empty
-	rr := recv(t, got, "wait_interaction after Redis lost its data")
-	assert.Code(t, rr.err, chatrelay.NotFound)
-}
-
-// TestWaitEndsWhenRedisIsFlushed: a wait_interaction running while Redis
-// loses its data with no restart (a FLUSHALL by hand), which no feed
-// tells, ends with not_found at its next look in the store (Recheck),
-// instead of at the end of its round (up to 5 minutes).
-func TestWaitEndsWhenRedisIsFlushed(t *testing.T) {
-	srv := storetest.StartServer(t, storetest.ServerOptions{})
-	b := storetest.OpenRedis(t, srv, storetest.NewPrefix(), storetest.Options{})
-	v := &host.Verbs{Store: b.Store, Recheck: 100 * time.Millisecond}
-	ctx := t.Context()
-	_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
-	assert.Success(t, err)
-	asked, err := v.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
-	assert.Success(t, err)
-	got := make(chan readResult, 1)
-	go func() {
-		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID})
-		got <- readResult{r, err}
-	}()
-	waitForFeed(t, srv, b.Prefix)
-	assert.Success(t, srv.Client(t).FlushAll(ctx).Err())
-	rr := recv(t, got, "wait_interaction after a FLUSHALL")
-	assert.Code(t, rr.err, chatrelay.NotFound)
+	for _, c := range []struct {
+		name    string
+		recheck time.Duration // the default for a restart: its feed must tell it, well before
+		lose    func(t *testing.T, srv *storetest.Server)
+	}{
+		// No persistence: Redis comes back empty.
+		{"restart", 0, func(t *testing.T, srv *storetest.Server) { srv.Restart(t) }},
+		{"flushall", 100 * time.Millisecond, func(t *testing.T, srv *storetest.Server) {
+			assert.Success(t, srv.Client(t).FlushAll(t.Context()).Err())
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := storetest.StartServer(t, storetest.ServerOptions{})
+			b := storetest.OpenRedis(t, srv, storetest.NewPrefix(), storetest.Options{})
+			v := &host.Verbs{Store: b.Store, Recheck: c.recheck}
+			ctx := t.Context()
+			_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
+			assert.Success(t, err)
+			asked, err := v.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+			assert.Success(t, err)
+			got := make(chan readResult, 1)
+			go func() {
+				r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID})
+				got <- readResult{r, err}
+			}()
+			waitForFeed(t, srv, b.Prefix)
+			c.lose(t, srv)
+			rr := recv(t, got, "wait_interaction after Redis lost its data ("+c.name+")")
+			assert.Code(t, rr.err, chatrelay.NotFound)
+		})
+	}
 }
 
 // TestWaitEndsWhenRetentionDropsTheInteraction: a wait_interaction
@@ -467,7 +460,11 @@ func TestWaitMessagesBehindTheCursor(t *testing.T) {
 		// Posts in the other thread until the wait answers (one posted
 		// before the wait registered is between two calls: see docs).
 		var r host.WaitMessagesResult
+		deadline := time.Now().Add(10 * time.Second)
 		for answered := false; !answered; {
+			if time.Now().After(deadline) {
+				t.Fatal("the wait did not answer within 10 s of posts behind its cursor")
+			}
 			_, err := st.Append(ctx, other, store.NewMessage{Author: chatrelay.Operator, Text: "behind"})
 			assert.Success(t, err)
 			select {
