@@ -226,6 +226,20 @@ func TestConformanceAttachments(t *testing.T) {
 				assert.Code(t, err, chatrelay.NotFound)
 				assertNothingStaged(t, b, thA, 0)
 			}},
+			{"uploads no post named leave with their thread too, so the thread made again cannot show them", Options{Retention: chatrelay.Retention{Age: time.Minute}}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				old := mustUpload(t, b.Store, thA, "old", []byte("bytes of the old conversation"))
+				appendText(t, b.Store, thA, "", "the old conversation")
+				clk.Advance(2 * time.Minute) // within the upload's hour
+				st, err := b.Store.Sweep(context.Background())
+				assert.Success(t, err)
+				assert.Equal(t, "threads removed", st.ThreadsRemoved, 1)
+				assertNothingStaged(t, b, thA, 0)
+				appendText(t, b.Store, thA, "", "the thread made again")
+				_, err = download(t, b.Store, thA, old.ID)
+				assert.Code(t, err, chatrelay.NotFound)
+				_, err = postWith(b.Store, thA, "names the old upload", old.ID)
+				assert.Code(t, err, chatrelay.InvalidAttachment)
+			}},
 			{"concurrent posts naming one upload: exactly one takes it", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				a := mustUpload(t, b.Store, thA, "a", []byte("once"))
 				stores := []store.Store{b.Store, b.Another(t, Options{Now: clk.Now}).Store}

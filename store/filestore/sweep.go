@@ -165,7 +165,8 @@ func (s *File) removeTemps(thread string) {
 
 // removeThread removes a thread whose messages retention has all dropped,
 // under its lock: its log, its document, then its grants, audit, push
-// subscriptions and lock file.
+// subscriptions, uploads (those no post named yet too, as on Redis: the
+// thread made again with the same token must not find them) and lock file.
 func (s *File) removeThread(t *threadState, thread string) error {
 	// The log first: its messages are the newest, so a crash between
 	// the two removals leaves the older ones, which the next sweep
@@ -183,6 +184,7 @@ func (s *File) removeThread(t *threadState, thread string) error {
 			s.log.Warn("sweep: remove", "thread", thread, "err", err)
 		}
 	}
+	s.removeStray(thread, nil) // every upload and its bytes
 	s.announceParticipants(thread)
 	if s.dsync != nil {
 		s.dsync.sync()
