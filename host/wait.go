@@ -242,8 +242,10 @@ const lookAgain = 250 * time.Millisecond
 // pending), or ctx is done (its error). At its deadline it asks the store
 // to expire it (settle), even if no server did so yet: an answer the store
 // took before the deadline is the outcome, never expired. An interaction
-// gone from the store (Redis lost its data, or retention dropped it) ends
-// the wait at once with not_found.
+// gone from the store ends the wait with not_found: at once when the feed
+// tells it (Redis lost its data, or a post's retention dropped it), else
+// (the sweep dropped it, which tells no feed) at the next look, within
+// Recheck.
 func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (InteractionResult, error) {
 	timeout, err := waitLimit(in.Timeout)
 	if err != nil {
