@@ -286,6 +286,33 @@ func TestConformanceWebhooks(t *testing.T) {
 			assert.Equal(t, "its text", m.Text, "while the receiver is down")
 		})
 
+		t.Run("an event not yet attempted when retention removes its thread is delivered", func(t *testing.T) {
+			// No deliverer ran before the sweep (a server stopped longer
+			// than --retention-age, whose sweep at start runs before its
+			// deliverer takes the queue): the file store's first attempt
+			// found no document and dropped the event as a change never
+			// stored; Redis sent it (lifeprobe).
+			clk := testclock.New(time.Now())
+			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			opt := hookOptions(clk, rcv)
+			opt.Retention = chatrelay.Retention{Age: time.Hour}
+			b := Open(t, backend, opt)
+			appendText(t, b.Store, thA, chatrelay.Operator, "before the long stop")
+			clk.Advance(2 * time.Hour)
+			st, err := b.Store.Sweep(context.Background())
+			assert.Success(t, err)
+			assert.Equal(t, "threads removed", st.ThreadsRemoved, 1)
+
+			d := deliver(t, b, clk, rcv)
+			assert.Eventually(t, 10*time.Second, "delivered", func() bool {
+				return testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultDelivered)) == 1
+			})
+			got := rcv.Accepted()
+			var m chatrelay.Message
+			assert.Success(t, json.Unmarshal(got[len(got)-1].Event.Data.Message, &m))
+			assert.Equal(t, "its text", m.Text, "before the long stop")
+		})
+
 	})
 }
 

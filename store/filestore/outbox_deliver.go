@@ -338,7 +338,10 @@ func (d *destQueue) save(sync bool) error {
 // document: the message (an interaction closed: in the state the event
 // says). It reads without a lock first; if the change is not there, it
 // looks again under the thread's lock, which a writer between its
-// queue's write and its document's holds.
+// queue's write and its document's holds. A thread with no document whose
+// event's message is past the retention age was removed by the sweep, its
+// messages expired: the change was stored (one never stored, a crash
+// between the two writes, is taken at the next start, long before).
 func (s *File) confirm(ctx context.Context, l *queueLine) (bool, error) {
 	if len(l.Participant) > 0 {
 		return s.confirmGrant(ctx, l)
@@ -358,7 +361,7 @@ func (s *File) confirm(ctx context.Context, l *queueLine) (bool, error) {
 	defer unlock()
 	if snap == nil {
 		t.drop = true // no document: the lock file goes
-		return false, nil
+		return l.Epoch <= s.now().Add(-s.opt.Retention.Age).UnixMilli(), nil
 	}
 	return snap.err != nil || stored(snap.doc, l), nil
 }
@@ -386,6 +389,10 @@ func stored(d threadDoc, l *queueLine) bool {
 // its thread's participants record: the grant used (joined), or revoked
 // or its expiry noticed (revoked); under the thread's lock if the
 // lock-free read does not find it. An unreadable record: it was stored.
+// So it was if the thread has no document: a thread with grants has one
+// (an invite needs a message, and a crash between the queue's write and
+// the record's leaves it), so the sweep removed the thread, its grants
+// with it.
 func (s *File) confirmGrant(ctx context.Context, l *queueLine) (bool, error) {
 	var p chatrelay.Participant
 	if json.Unmarshal(l.Participant, &p) != nil {
@@ -414,6 +421,9 @@ func (s *File) confirmGrant(ctx context.Context, l *queueLine) (bool, error) {
 		return false, err
 	}
 	defer unlock()
-	t.drop = snap == nil
+	if snap == nil {
+		t.drop = true
+		return true, nil
+	}
 	return check(), nil
 }
