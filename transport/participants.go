@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -206,6 +208,20 @@ func (s *Server) NoteExpiries(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Sweep notices the share links and devices that expired unnoticed
+// (NoteExpiries), then runs the store's retention sweep (store.Store.Sweep).
+// In that order: a thread the sweep removes takes its grants with it, so an
+// expiry looked for after it would find no grant, and the link would end
+// with no participant.revoked event.
+func (s *Server) Sweep(ctx context.Context) (store.SweepStats, error) {
+	var err error
+	if nerr := s.NoteExpiries(ctx); nerr != nil {
+		err = fmt.Errorf("expiries: %w", nerr)
+	}
+	stats, serr := s.store.Sweep(ctx)
+	return stats, errors.Join(err, serr)
 }
 
 // inviteBody is the body of POST /api/chat/participants.

@@ -637,3 +637,42 @@ func testUnusedExpiredLinkEndsWithItsEvent(t *testing.T, backend string) {
 	slices.Sort(got)
 	assert.Equal(t, "webhook events", got, []string{store.EventMessageCreated + "  ", store.EventParticipantRevoked + " Alex expired"})
 }
+
+// TestRemovedThreadsExpiredLinkEndsWithItsEvent: a share link that expired
+// unnoticed in a thread whose messages all expired still ends with its
+// participant.revoked webhook at the sweep that removes the thread. The
+// sweep removed the thread (its grants with it) before it looked for
+// expiries, so such a link never had its event (lifeprobe).
+func TestRemovedThreadsExpiredLinkEndsWithItsEvent(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, testRemovedThreadsExpiredLinkEndsWithItsEvent)
+}
+
+func testRemovedThreadsExpiredLinkEndsWithItsEvent(t *testing.T, backend string) {
+	clk := testclock.New(time.Now())
+	const dest = "0123456789abcdef"
+	e := startPush(t, pushOptions{backend: backend, store: storetest.Options{Now: clk.Now, Webhooks: []string{dest}}, config: func(c *transport.Config) {
+		c.Now = clk.Now
+		c.AfterFunc = func(d time.Duration, f func()) interface{ Stop() bool } { return clk.AfterFunc(d, f) }
+	}})
+	owner := tokenN(1)
+	e.mustPost(owner, "hello")
+	e.invite(owner, `{"name":"Alex","expires_in":3600}`)
+	clk.Advance(chatrelay.DefaultRetainAge + time.Hour)
+	stats, err := e.srv.Sweep(t.Context())
+	assert.Success(t, err)
+	assert.Equal(t, "threads removed", stats.ThreadsRemoved, 1)
+
+	due, err := e.backend.Outbox.Take(t.Context(), dest, clk.Now(), 100)
+	assert.Success(t, err)
+	var got []string
+	for _, d := range due {
+		var p chatrelay.Participant
+		if d.Type != store.EventMessageCreated {
+			assert.Success(t, json.Unmarshal(d.Participant, &p))
+		}
+		got = append(got, d.Type+" "+p.Name+" "+string(p.State))
+	}
+	slices.Sort(got)
+	assert.Equal(t, "webhook events", got, []string{store.EventMessageCreated + "  ", store.EventParticipantRevoked + " Alex expired"})
+}

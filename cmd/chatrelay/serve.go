@@ -68,7 +68,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	var wg sync.WaitGroup
-	wg.Go(func() { sweep(bg, st, srv, f.sweepEvery, log) })
+	wg.Go(func() { sweep(bg, srv, f.sweepEvery, log) })
 	if hooks != nil {
 		wg.Go(func() { hooks.Run(bg) })
 	}
@@ -255,18 +255,16 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 // sweep runs the retention sweep at start and then every interval until
 // ctx is done, and with it notices the share links and devices that
 // expired unnoticed (their audit and webhook event).
-func sweep(ctx context.Context, st store.Store, srv *transport.Server, every time.Duration, log *slog.Logger) {
+func sweep(ctx context.Context, srv *transport.Server, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		stats, err := st.Sweep(ctx)
+		stats, err := srv.Sweep(ctx) // the expiries first: a thread it removes takes its grants
 		if err != nil && ctx.Err() == nil {
 			log.Warn("sweep", "err", err)
-		} else if stats.Dropped > 0 {
-			log.Info("sweep", "threads", stats.Threads, "dropped", stats.Dropped, "threads_removed", stats.ThreadsRemoved)
 		}
-		if err := srv.NoteExpiries(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("sweep: expiries", "err", err)
+		if stats.Dropped > 0 {
+			log.Info("sweep", "threads", stats.Threads, "dropped", stats.Dropped, "threads_removed", stats.ThreadsRemoved)
 		}
 		select {
 		case <-ctx.Done():
