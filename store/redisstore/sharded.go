@@ -59,12 +59,12 @@ import (
 // SET NX key on shard 0, in one script with shard 0's thread count),
 // counts the other shards' threads (their index and att-places, one round
 // trip each, at once) and runs again with the room they leave (Append);
-// the lock is released in the background. An upload that would start its
-// thread (one with no place: attach.go) is committed the same way
-// (commitNew), so every new place is taken under the lock. A post that creates a thread on another shard than 0 of
-// two is so four round trips after the rate windows' (the append, the
-// lock and count, the append again): the lock's release is not waited
-// for.
+// the lock is released in the background. A post that creates a thread
+// on another shard than 0 of two is so four round trips after the rate
+// windows' (the append, the lock and count, the append again): the lock's
+// release is not waited for. An upload that would start its thread (one
+// with no place in the limit: attach.go) is committed the same way
+// (commitNew), so that every new place is taken under the lock.
 
 // ClusterShards is the number of virtual shards of a Redis Cluster store:
 // threads spread over 16 slots, so over at most 16 primaries. It is
