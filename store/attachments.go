@@ -71,6 +71,25 @@ type Upload struct {
 	// ended while it waited); the server runs the work under a turn of
 	// its background lane, on a low-priority thread. Nil runs it in place.
 	Work func(work func()) error
+	// Grant, if set, is the id of the grant (a share link or a device)
+	// the upload is made with: the store keeps the upload only if the
+	// thread still has that grant, active, when it commits (UploadGrant),
+	// so a revoke, an expiry or the thread's removal while the bytes
+	// arrived refuses it and keeps nothing.
+	Grant string
+}
+
+// UploadGrant is the check of an upload's grant at its commit: the
+// grant id among grants (the thread's, read under its lock or with the
+// record's version) and active at now, else why not (UnknownShareLink for
+// one the thread does not have: revoked long ago, or gone with its thread).
+func UploadGrant(grants []chatrelay.Grant, id string, now time.Time) error {
+	for _, g := range grants {
+		if g.ID == id {
+			return chatrelay.GrantRefusal(g, now)
+		}
+	}
+	return chatrelay.UnknownShareLink()
 }
 
 // Check cleans up's name and type, fills Max, and refuses a bad name

@@ -88,8 +88,12 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 	if ri.code != "" {
 		s.ops.refused.WithLabelValues(string(ri.code)).Inc()
 		// A participant's refusal is audited; a device's is not (the
-		// contract's device events are issued, revoked, expired, first use).
-		if chatrelay.ValidParticipantID(ri.participant) && (status == http.StatusForbidden || status == http.StatusTooManyRequests || status == http.StatusUnauthorized) {
+		// contract's device events are issued, revoked, expired, first use),
+		// nor one for a grant the thread no longer has (401 unauthorized: gone
+		// with its thread, which a post with the owner's token may have made
+		// again since, whose audit must not name it).
+		if chatrelay.ValidParticipantID(ri.participant) && ri.code != chatrelay.Unauthorized &&
+			(status == http.StatusForbidden || status == http.StatusTooManyRequests || status == http.StatusUnauthorized) {
 			s.audit(r, ri.thread, chatrelay.AuditEvent{Event: chatrelay.AuditRefused, Participant: ri.participant, Code: ri.code})
 		}
 	}

@@ -80,7 +80,11 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 	// again (not that it broke off), and the server stops.
 	rc := http.NewResponseController(w)
 	defer context.AfterFunc(s.abortCtx, func() { rc.SetReadDeadline(time.Now()) })()
-	a, err := as.PutAttachment(r.Context(), who.thread, store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: r.Body, Max: max, Work: uploadWork(r.Context())})
+	up := store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: r.Body, Max: max, Work: uploadWork(r.Context())}
+	if who.grant != nil {
+		up.Grant = who.grant.ID // kept only if still active once the bytes are in
+	}
+	a, err := as.PutAttachment(r.Context(), who.thread, up)
 	if err != nil && s.abortCtx.Err() != nil && chatrelay.CodeOf(err) == chatrelay.InvalidAttachment {
 		err = errShuttingDown
 	}

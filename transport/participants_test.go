@@ -1,13 +1,16 @@
 package transport_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -675,4 +678,75 @@ func testRemovedThreadsExpiredLinkEndsWithItsEvent(t *testing.T, backend string)
 	}
 	slices.Sort(got)
 	assert.Equal(t, "webhook events", got, []string{store.EventMessageCreated + "  ", store.EventParticipantRevoked + " Alex expired"})
+}
+
+// TestUploadAcrossItsThreadsRemoval: a participant's upload whose bytes
+// were still arriving when the sweep removed its thread, and the owner's
+// next post made the thread again, is refused (401 unauthorized: the link
+// is gone with the old thread), and the new thread's audit names nothing
+// of the old one. It was stored in the new thread, and audited there as
+// the old participant's upload (lifeprobe).
+func TestUploadAcrossItsThreadsRemoval(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, testUploadAcrossItsThreadsRemoval)
+}
+
+func testUploadAcrossItsThreadsRemoval(t *testing.T, backend string) {
+	clk := testclock.New(time.Now())
+	e := startPush(t, pushOptions{backend: backend, store: storetest.Options{Now: clk.Now, Retention: chatrelay.Retention{Age: time.Minute}}, config: func(c *transport.Config) {
+		c.Now = clk.Now
+		c.AfterFunc = func(d time.Duration, f func()) interface{ Stop() bool } { return clk.AfterFunc(d, f) }
+	}})
+	owner := tokenN(1)
+	thread := chatrelay.ThreadOf(owner)
+	e.mustPost(owner, "the old conversation")
+	alex := e.invite(owner, `{"name":"Alex"}`)
+
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, e.url("/api/chat/attachments"), pr)
+	assert.Success(t, err)
+	req.Header.Set("Authorization", "Bearer "+alex.Token)
+	req.Header.Set("Content-Type", "text/plain")
+	req.Header.Set("X-Filename", "slow.txt")
+	type answer struct {
+		status int
+		body   []byte
+		err    error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := e.client.Do(req)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		done <- answer{resp.StatusCode, b, err}
+	}()
+	_, err = pw.Write(bytes.Repeat([]byte("x"), 300<<10)) // past a Redis staging chunk (256 KiB)
+	assert.Success(t, err)
+	assert.Eventually(t, 10*time.Second, "the upload is being received", func() bool { // its link was accepted
+		if e.dir != "" {
+			tmps, _ := filepath.Glob(filepath.Join(e.dir, "chat", ".*.upload.tmp-*"))
+			return len(tmps) > 0
+		}
+		keys, _ := e.backend.ThreadClient(t, thread).Keys(t.Context(), e.backend.KeyPrefix(thread)+"{"+thread+"}:att:up:*").Result()
+		return len(keys) > 0
+	})
+	clk.Advance(2 * time.Minute)
+	stats, err := e.srv.Sweep(t.Context())
+	assert.Success(t, err)
+	assert.Equal(t, "threads removed", stats.ThreadsRemoved, 1)
+	e.mustPost(owner, "the thread made again")
+	_, err = pw.Write([]byte("the rest"))
+	assert.Success(t, err)
+	assert.Success(t, pw.Close())
+	a := <-done
+	assert.Success(t, a.err)
+	assert.Equal(t, "the upload's status "+string(a.body), a.status, http.StatusUnauthorized)
+	assert.Equal(t, "its code", decodeError(t, a.body).Code, "unauthorized")
+
+	_, _, b := e.do(http.MethodGet, "/api/chat/participants/audit", owner, "", nil)
+	assert.Equal(t, "the new thread's audit", string(b), `{"success":true,"events":[]}`)
 }

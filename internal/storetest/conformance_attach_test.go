@@ -54,6 +54,11 @@ func postWith(st store.Store, thread, text string, ids ...string) (store.Entry, 
 	return st.Append(context.Background(), thread, store.NewMessage{Text: text, Attachments: ids})
 }
 
+// readFunc is a reader of no bytes that runs fn when it is read.
+type readFunc func()
+
+func (f readFunc) Read([]byte) (int, error) { f(); return 0, io.EOF }
+
 func digest(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
 // pngOf is a w×h PNG.
@@ -239,6 +244,38 @@ func TestConformanceAttachments(t *testing.T) {
 				assert.Code(t, err, chatrelay.NotFound)
 				_, err = postWith(b.Store, thA, "names the old upload", old.ID)
 				assert.Code(t, err, chatrelay.InvalidAttachment)
+			}},
+			{"an upload whose grant is revoked, or whose thread is removed and made again, while its bytes arrive keeps nothing", Options{Retention: chatrelay.Retention{Age: time.Minute}}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				// A participant's upload was taken whole by a link revoked
+				// (or a thread removed by the sweep, then made again with
+				// the same token) while its bytes arrived: the upload was
+				// the new thread's, and its audit event too (lifeprobe).
+				appendText(t, b.Store, thA, "", "hello")
+				p := participants(t, b)
+				alex, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Alex"})
+				st := b.Store.(store.Attachments)
+				meanwhile := func(during func()) error {
+					_, err := st.PutAttachment(context.Background(), thA, store.Upload{Name: "slow", Grant: alex.ID,
+						Body: io.MultiReader(strings.NewReader("the first bytes, "), readFunc(during), strings.NewReader("the rest"))})
+					return err
+				}
+				assert.Success(t, meanwhile(func() {}))
+				err := meanwhile(func() { _, err := p.Revoke(context.Background(), thA, alex.ID); assert.Success(t, err) })
+				assert.Code(t, err, chatrelay.TokenRevoked)
+				assertNothingStaged(t, b, thA, 1) // the first upload's bytes only
+
+				bo, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Bo"})
+				err = meanwhile(func() {})
+				assert.Code(t, err, chatrelay.TokenRevoked)
+				_, err = st.PutAttachment(context.Background(), thA, store.Upload{Name: "slow", Grant: bo.ID,
+					Body: io.MultiReader(strings.NewReader("the first bytes, "), readFunc(func() {
+						clk.Advance(time.Hour + time.Minute) // the thread's messages expire, and the first upload
+						_, err := b.Store.Sweep(context.Background())
+						assert.Success(t, err)
+						appendText(t, b.Store, thA, "", "the thread made again")
+					}), strings.NewReader("the rest"))})
+				assert.Code(t, err, chatrelay.Unauthorized)
+				assertNothingStaged(t, b, thA, 0)
 			}},
 			{"concurrent posts naming one upload: exactly one takes it", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				a := mustUpload(t, b.Store, thA, "a", []byte("once"))

@@ -84,6 +84,15 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 		return chatrelay.Attachment{}, err
 	}
 	defer unlock()
+	if up.Grant != "" { // still the thread's, and active (a revoke, or the thread's removal, while the bytes arrived)
+		grants, err := s.readGrants(thread)
+		if err != nil {
+			return chatrelay.Attachment{}, err
+		}
+		if err := store.UploadGrant(grants, up.Grant, s.now()); err != nil {
+			return chatrelay.Attachment{}, err
+		}
+	}
 	// The first upload of a thread that has no message takes the thread's
 	// place in the thread count (under the thread's lock: the uploads of a
 	// thread take turns, so one of them counts it), given back unless it

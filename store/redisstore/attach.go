@@ -130,16 +130,34 @@ func (s *Store) putAttachment(ctx context.Context, thread string, up store.Uploa
 	if err := list(); err != nil {
 		return chatrelay.Attachment{}, s.unavailable("upload", err)
 	}
+	version := "" // the version of the grants record up.Grant was checked in
 	commit := func(ctx context.Context, limit int) (string, error) {
-		return commitScript.Run(ctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256), s.metaKey(thread), s.index, s.places},
+		return commitScript.Run(ctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256), s.metaKey(thread), s.index, s.places, s.grantsKey(thread)},
 			a.ID, string(js), a.SHA256, a.Size, chatrelay.LimitThreadAttachments.Max, aw.n > 0,
-			s.pendingSince(), chatrelay.LimitAttachmentPending.Max, aw.i, thread, limit, s.now().UnixMilli()).Text()
+			s.pendingSince(), chatrelay.LimitAttachmentPending.Max, aw.i, thread, limit, s.now().UnixMilli(),
+			version, up.Grant != "").Text()
 	}
 	var res string
-	if sh == nil {
-		res, err = commit(cctx, s.opt.MaxThreads)
-	} else if res, err = commit(cctx, 0); err == nil && res == "thread_limit" {
-		res, err = sh.commitNew(ctx, s, thread, commit)
+	for {
+		if up.Grant != "" { // still the thread's, and active (a revoke, or the thread's removal, while the bytes arrived)
+			rec, gerr := s.readGrants(cctx, thread)
+			if gerr == nil {
+				gerr = store.UploadGrant(rec.grants, up.Grant, s.now())
+			}
+			if gerr != nil {
+				s.unlist(ctx, thread)
+				return chatrelay.Attachment{}, gerr
+			}
+			version = rec.version
+		}
+		if sh == nil {
+			res, err = commit(cctx, s.opt.MaxThreads)
+		} else if res, err = commit(cctx, 0); err == nil && res == "thread_limit" {
+			res, err = sh.commitNew(ctx, s, thread, commit)
+		}
+		if err != nil || res != "retry" { // retry: the grants record changed since it was read
+			break
+		}
 	}
 	if err != nil {
 		s.unlist(ctx, thread)
@@ -363,12 +381,14 @@ func (w *appender) flush() error {
 
 // commitScript makes a received upload the thread's. KEYS: the thread's
 // att hash, the staging key, the bytes' key, the thread's meta, the
-// thread index, att-places. ARGV: id,
+// thread index, att-places, the thread's grants. ARGV: id,
 // record JSON, sha, size, the thread's most bytes, "1" if the staging key
 // holds the bytes (an empty file has none), the time (ms) after which an
 // upload no message names is pending, the most pending uploads, the
 // chunks the staging key was sent, the thread, the most threads, now
-// (ms). It
+// (ms), the version of the grants record the uploader's grant was checked
+// in and "1" if it has one (Upload.Grant). It answers "retry" (the grants
+// record changed since: nothing is kept, the staging key stays), or
 // answers "ok", "thread_limit" (the thread has no place in the thread
 // limit, neither in the index nor in att-places, and they hold the most
 // threads: nothing is kept but the staging key, for the caller to try
@@ -381,6 +401,9 @@ func (w *appender) flush() error {
 // that had no place gives it one in att-places.
 var commitScript = redis.NewScript(pendingLua + `
 local att, stage, blob = KEYS[1], KEYS[2], KEYS[3]
+if (ARGV[14] == '1' or ARGV[14] == 'true') and (redis.call('HGET', KEYS[7], '.v') or '') ~= ARGV[13] then
+  return 'retry'
+end
 if redis.call('HEXISTS', KEYS[4], '` + markField + `') == 1 then
   redis.call('DEL', stage)
   return 'unreadable'
