@@ -243,9 +243,9 @@ const lookAgain = 250 * time.Millisecond
 // to expire it (settle), even if no server did so yet: an answer the store
 // took before the deadline is the outcome, never expired. An interaction
 // gone from the store ends the wait with not_found: at once when the feed
-// tells it (Redis lost its data, or a post's retention dropped it), else
-// (the sweep dropped it, which tells no feed) at the next look, within
-// Recheck.
+// tells it (Redis lost its data, a post's retention dropped it, the sweep
+// removed its thread), else (the sweep dropped it from a thread it kept,
+// which tells no feed) at the next look, within Recheck.
 func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (InteractionResult, error) {
 	timeout, err := waitLimit(in.Timeout)
 	if err != nil {
@@ -299,9 +299,9 @@ func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (I
 
 // followInteraction follows the thread's changes for at most d, or until
 // ctx is done, and returns the interaction's message once it is no longer
-// pending (closed). An interaction gone from the store (a feed reset, or
-// a new message, whose append applies retention, finds it no more) is a
-// NotFound error.
+// pending (closed). An interaction gone from the store (a feed reset, a
+// new message, whose append applies retention, or the thread's removal,
+// a participants change, finds it no more) is a NotFound error.
 func (v *Verbs) followInteraction(ctx context.Context, thread, id string, d time.Duration) (e store.Entry, closed bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -318,6 +318,9 @@ func (v *Verbs) followInteraction(ctx context.Context, thread, id string, d time
 		return nil // pending, or the store cannot answer now: a later batch, or the end of the wait, looks again
 	}
 	err = v.followThread(ctx, thread, func(b store.Batch) error {
+		if b.Participants { // as a removed thread says: its interactions are gone
+			return look()
+		}
 		appended := false
 		for _, m := range b.Messages {
 			if m.Interaction != nil && m.Interaction.ID == id && m.Interaction.State.Closed() {

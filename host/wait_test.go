@@ -283,6 +283,47 @@ func TestWaitEndsWhenRetentionDropsTheInteraction(t *testing.T) {
 	})
 }
 
+// TestWaitEndsWhenTheSweepRemovesTheThread: a wait_interaction running
+// while another process's sweep removes the thread (every message past
+// the retention age) ends at once with not_found, not at its next look
+// in the store (Recheck, 30 s). The sweep told no waiter: the CLI's
+// check --wait and MCP's wait_interaction learned it 23 s later, on both
+// stores (lifeprobe).
+func TestWaitEndsWhenTheSweepRemovesTheThread(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, backend string) {
+		clk := testclock.New(time.Now())
+		opts := storetest.Options{Now: clk.Now, Retention: chatrelay.Retention{Age: time.Minute}}
+		server := storetest.Open(t, backend, opts)
+		asker := &host.Verbs{Store: server.Store, Now: clk.Now}
+		ctx := t.Context()
+		_, err := server.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
+		assert.Success(t, err)
+		asked, err := asker.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+		assert.Success(t, err)
+		swept := make(chan error, 1)
+		reader := &readHook{Store: server.Another(t, opts).Store, after: func(n int) {
+			if n != 2 {
+				return
+			}
+			clk.Advance(2 * time.Minute)
+			st, err := server.Store.Sweep(ctx)
+			if err == nil && st.ThreadsRemoved != 1 {
+				err = fmt.Errorf("threads removed: %d", st.ThreadsRemoved)
+			}
+			swept <- err
+		}}
+		v := &host.Verbs{Store: reader, Now: clk.Now, Recheck: time.Hour} // only the feed can tell it in time
+		got := make(chan readResult, 1)
+		go func() {
+			r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 300})
+			got <- readResult{r, err}
+		}()
+		assert.Success(t, recv(t, swept, "the sweep after the wait's look"))
+		rr := recv(t, got, "wait_interaction after the sweep removed its thread")
+		assert.Code(t, rr.err, chatrelay.NotFound)
+	})
+}
+
 // readHook is a store whose Changes calls after(n) once its nth read is
 // done, before it returns that read.
 type readHook struct {

@@ -167,7 +167,8 @@ type Batch struct {
 	Reset    bool // messages may have been missed: resume from the store
 	Ready    bool // the feed is registered (first call only; no thread, no messages)
 	// Participants says the thread's participants record changed (a grant
-	// was issued, revoked or used): holders of its grants look again.
+	// was issued, revoked or used, or the sweep removed the thread):
+	// holders of its grants, and waits on its interactions, look again.
 	Participants bool
 	// Agents says the agent keys changed (Thread is AgentsTopic): a
 	// server looks again at the keys of its MCP sessions (agents.go).

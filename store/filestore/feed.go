@@ -133,12 +133,20 @@ func (s *File) rescan() {
 	}
 }
 
-// poke announces what another process appended to thread.
+// poke announces what another process appended to thread; and, as a
+// participants change, that another process removed a thread this one
+// had seen (the sweep: its grants are gone, and a wait on one of its
+// interactions looks in the store again).
 func (s *File) poke(thread string) {
 	t := s.state(thread)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	snap, err := s.load(thread, t)
+	if err == nil && snap == nil && t.announced > 0 {
+		t.announced = 0
+		s.announceParticipants(thread)
+		return
+	}
 	if err != nil || snap == nil || snap.err != nil {
 		return
 	}

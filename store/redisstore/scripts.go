@@ -146,7 +146,8 @@ end
 
 -- removeThread deletes every key of the thread, its grants' entries in
 -- the grant index and its interactions' in the pending index, and tells
--- the feed that its participants changed.
+-- the feed that its participants changed (grants or none: a wait on one
+-- of its interactions looks in the store again, and finds it gone).
 local function removeThread(thread, feed)
   for _, ix in ipairs(redis.call('HKEYS', K.ixs)) do
     redis.call('ZREM', K.pending, thread .. ' ' .. ix)
@@ -164,7 +165,7 @@ local function removeThread(thread, feed)
   redis.call('DEL', K.log, K.meta, K.ids, K.v2, K.v2e, K.revs, K.cids, K.ixs, K.grants, K.audit, K.att)
   redis.call('ZREM', K.index, thread)
   redis.call('ZREM', K.places, thread)
-  if #gs > 0 then publish(feed, thread .. ' P') end
+  publish(feed, thread .. ' P') -- its grants are gone, and what followed the thread looks again
 end
 
 -- waiting counts the messages of author (as JSON) after hermes's newest,
