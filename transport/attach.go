@@ -80,7 +80,11 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 	// again (not that it broke off), and the server stops.
 	rc := http.NewResponseController(w)
 	defer context.AfterFunc(s.abortCtx, func() { rc.SetReadDeadline(time.Now()) })()
-	a, err := as.PutAttachment(r.Context(), who.thread, store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: r.Body, Max: max, Work: uploadWork(r.Context())})
+	up := store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: r.Body, Max: max, Work: uploadWork(r.Context())}
+	if who.participant() {
+		up.By = who.grant.ID
+	}
+	a, err := as.PutAttachment(r.Context(), who.thread, up)
 	if err != nil && s.abortCtx.Err() != nil && chatrelay.CodeOf(err) == chatrelay.InvalidAttachment {
 		err = errShuttingDown
 	}
@@ -110,7 +114,11 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 		s.writeError(w, r, err)
 		return
 	}
-	a, f, err := as.OpenAttachment(r.Context(), who.thread, r.PathValue("id"))
+	var reader string // the owner's: every file; a participant's: its own uploads and those a message names
+	if who.participant() {
+		reader = who.grant.ID
+	}
+	a, f, err := as.OpenAttachment(r.Context(), who.thread, r.PathValue("id"), reader)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

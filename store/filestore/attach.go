@@ -111,7 +111,7 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 		}
 		tmp = ""
 	}
-	recs = append(recs, store.StoredAttachment{Attachment: a, At: now.UnixMilli()})
+	recs = append(recs, store.StoredAttachment{Attachment: a, At: now.UnixMilli(), By: up.By})
 	if err := s.writeIndex(thread, read, recs); err != nil {
 		if held == 0 {
 			os.Remove(blob)
@@ -248,8 +248,9 @@ func (s *File) roomForThread(ctx context.Context) error {
 
 // OpenAttachment implements store.Attachments. It takes no lock: the
 // index is replaced atomically, and a file opened stays readable if it is
-// collected meanwhile.
-func (s *File) OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
+// collected meanwhile. A participant's reading of another's upload reads
+// the thread's document too (does a message name it?).
+func (s *File) OpenAttachment(ctx context.Context, thread, id, reader string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
 	if err := store.CheckAttachmentRef(thread, id); err != nil {
 		return chatrelay.Attachment{}, nil, err
 	}
@@ -260,6 +261,15 @@ func (s *File) OpenAttachment(ctx context.Context, thread, id string) (chatrelay
 	i := slices.IndexFunc(recs, func(r store.StoredAttachment) bool { return r.ID == id })
 	if i < 0 {
 		return chatrelay.Attachment{}, nil, store.NoAttachment(id)
+	}
+	if !recs[i].OpensFor(reader, false) {
+		d, _, err := s.read(thread)
+		if err != nil {
+			return chatrelay.Attachment{}, nil, err
+		}
+		if !recs[i].OpensFor(reader, names(d, id)) {
+			return chatrelay.Attachment{}, nil, store.NoAttachment(id)
+		}
 	}
 	f, err := os.Open(filepath.Join(s.filesDir(thread), recs[i].SHA256))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -375,6 +385,18 @@ func usedIDs(d threadDoc) map[string]bool {
 		}
 	}
 	return used
+}
+
+// names reports whether a message of d names the attachment id.
+func names(d threadDoc, id string) bool {
+	for _, e := range d.msgs {
+		for _, a := range e.Attachments {
+			if a.ID == id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // storedBytes is what the files of recs take: each digest's bytes once.

@@ -94,7 +94,7 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 		return chatrelay.Attachment{}, s.unavailable("upload", err)
 	}
 	a := store.NewAttachment(up, rec)
-	js, _ := json.Marshal(store.StoredAttachment{Attachment: a, At: s.now().UnixMilli()})
+	js, _ := json.Marshal(store.StoredAttachment{Attachment: a, At: s.now().UnixMilli(), By: up.By})
 	cctx, cancel := s.bound(ctx)
 	defer cancel()
 	// Listed for the sweep first (att-threads is in no thread's slot: the
@@ -372,23 +372,28 @@ return left
 `)
 
 // OpenAttachment implements store.Attachments: the bytes are read a
-// chunk at a time (HGET), never whole.
-func (s *Store) OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
+// chunk at a time (HGET), never whole. The record and its mark (u:<id>:
+// a message names it) are read together.
+func (s *Store) OpenAttachment(ctx context.Context, thread, id, reader string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
 	if err := store.CheckAttachmentRef(thread, id); err != nil {
 		return chatrelay.Attachment{}, nil, err
 	}
 	bctx, cancel := s.bound(ctx)
 	defer cancel()
-	js, err := s.rdb.HGet(bctx, s.attKey(thread), id).Result()
-	if errors.Is(err, redis.Nil) {
-		return chatrelay.Attachment{}, nil, store.NoAttachment(id)
-	}
+	vals, err := s.rdb.HMGet(bctx, s.attKey(thread), id, "u:"+id).Result()
 	if err != nil {
 		return chatrelay.Attachment{}, nil, s.unavailable("attachment", err)
+	}
+	js, ok := vals[0].(string)
+	if !ok {
+		return chatrelay.Attachment{}, nil, store.NoAttachment(id)
 	}
 	var rec store.StoredAttachment
 	if err := json.Unmarshal([]byte(js), &rec); err != nil || rec.ID != id {
 		return chatrelay.Attachment{}, nil, s.unavailable("attachment", fmt.Errorf("record %s of %s: %v", id, thread, err))
+	}
+	if _, used := vals[1].(string); !rec.OpensFor(reader, used) {
+		return chatrelay.Attachment{}, nil, store.NoAttachment(id)
 	}
 	return rec.Attachment, &rangeReader{ctx: ctx, s: s, key: s.blobKey(thread, rec.SHA256), size: rec.Size, chunk: -1}, nil
 }
