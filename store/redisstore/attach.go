@@ -395,20 +395,35 @@ func (s *Store) OpenAttachment(ctx context.Context, thread, id, reader string) (
 	if _, used := vals[1].(string); !rec.OpensFor(reader, used) {
 		return chatrelay.Attachment{}, nil, store.NoAttachment(id)
 	}
-	return rec.Attachment, &rangeReader{ctx: ctx, s: s, key: s.blobKey(thread, rec.SHA256), size: rec.Size, chunk: -1}, nil
+	return rec.Attachment, &rangeReader{ctx: ctx, s: s, key: s.blobKey(thread, rec.SHA256), size: rec.Size, chunk: -1, id: id, thread: thread}, nil
+}
+
+// lostBytes is the NotFound of an attachment whose record Redis holds but
+// not all of its bytes: Redis lost them (it restarted without its data,
+// or failed over to a replica that lacked them), or the attachment was
+// collected since its record was read.
+func (s *Store) lostBytes(thread, id string, have, want int64) error {
+	s.log.Warn("attachment: Redis lacks chunks of its bytes", "thread", thread, "attachment", id, "chunks", have, "want", want)
+	return chatrelay.Errorf(chatrelay.NotFound, "the bytes of attachment %s are gone from the store", id)
 }
 
 // rangeReader reads a stored attachment a chunk at a time, keeping the
-// chunk last read (a reader asks for less than a chunk at once).
+// chunk last read (a reader asks for less than a chunk at once). Its
+// first read counts the chunks too (in the same round trip): a file
+// whose chunks Redis lost is refused (NotFound) by the read a server
+// makes before it answers (the file's first bytes, which say its type),
+// not cut after a 200; only a loss after that first read cuts a body.
 type rangeReader struct {
-	ctx   context.Context
-	s     *Store
-	key   string
-	size  int64
-	off   int64
-	chunk int64  // the index of cur; -1: none
-	cur   []byte // the bytes of chunk
-	flat  bool   // the bytes are a string (stored before they were chunked)
+	ctx        context.Context
+	s          *Store
+	key        string
+	size       int64
+	off        int64
+	chunk      int64  // the index of cur; -1: none
+	cur        []byte // the bytes of chunk
+	flat       bool   // the bytes are a string (stored before they were chunked)
+	counted    bool   // the chunks were counted (the first read)
+	id, thread string // for lostBytes
 }
 
 func (r *rangeReader) Read(b []byte) (int, error) {
@@ -420,17 +435,35 @@ func (r *rangeReader) Read(b []byte) (int, error) {
 	}
 	i := r.off / chunkSize
 	if i != r.chunk {
+		want := (r.size + chunkSize - 1) / chunkSize
 		ctx, cancel := r.s.bound(r.ctx)
-		v, err := r.s.rdb.HGet(ctx, r.key, strconv.FormatInt(i, 10)).Bytes()
+		var get *redis.StringCmd
+		var count *redis.IntCmd
+		_, err := r.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			get = p.HGet(ctx, r.key, strconv.FormatInt(i, 10))
+			if !r.counted {
+				count = p.HLen(ctx, r.key)
+			}
+			return nil
+		})
 		cancel()
-		if err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		v, gerr := get.Bytes()
+		if gerr != nil && strings.HasPrefix(gerr.Error(), "WRONGTYPE") {
 			r.flat = true
 			return r.readFlat(b)
 		}
-		if errors.Is(err, redis.Nil) {
-			return 0, io.ErrUnexpectedEOF // collected meanwhile
+		if count != nil {
+			if n, cerr := count.Result(); cerr == nil {
+				r.counted = true
+				if n != want {
+					return 0, r.s.lostBytes(r.thread, r.id, n, want)
+				}
+			}
 		}
-		if err != nil {
+		if errors.Is(gerr, redis.Nil) {
+			return 0, r.s.lostBytes(r.thread, r.id, -1, want) // lost, or collected meanwhile
+		}
+		if err != nil && !errors.Is(err, redis.Nil) {
 			return 0, r.s.unavailable("attachment", err)
 		}
 		r.chunk, r.cur = i, v
