@@ -7,8 +7,10 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -134,6 +136,10 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	}
 	if errors.Is(err, errShuttingDown) { // cut by Shutdown's abort (cutAtAbort)
 		return nil, errShuttingDown
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) { // the server's ReadTimeout: a link that stalled
+		return nil, &chatrelay.Error{Code: chatrelay.RequestTimeout, Retry: time.Second, Err: err,
+			Message: "the request body did not arrive in time: nothing was stored; send it again"}
 	}
 	if err != nil {
 		return nil, chatrelay.Errorf(chatrelay.InvalidJSON, "the body could not be read")
