@@ -59,3 +59,35 @@ func ticketOf(t *testing.T, b []byte) string {
 	assert.Success(t, json.Unmarshal(b, &a))
 	return a.Ticket
 }
+
+// TestAttachmentDraftsNotPostable: a participant's post names its own
+// uploads only: naming the owner's upload that no message names yet (or
+// another participant's) would show that draft to everyone, so it is
+// refused as an unknown id is (400 invalid_attachment), and nothing is
+// stored.
+func TestAttachmentDraftsNotPostable(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend})
+		tok := tokenN(1)
+		status, _ := e.postJSON(tok, map[string]any{"text": "hello"})
+		assert.Equal(t, "post", status, http.StatusCreated)
+		draft := e.mustUpload(tok, "draft.txt", "text/plain", []byte("the owner's draft"))
+		alex := e.invite(tok, `{"name":"Alex","role":"commenter"}`)
+		sam := e.invite(tok, `{"name":"Sam","role":"commenter"}`)
+		_, u := e.upload(bearer(sam.Token), "sam.txt", "text/plain", strings.NewReader("sam's draft"))
+		_, own := e.upload(bearer(alex.Token), "alex.txt", "text/plain", strings.NewReader("alex's"))
+
+		for _, c := range []struct{ name, id string }{{"the owner's draft", draft.ID}, {"another participant's upload", u.Attachment.ID}} {
+			b, _ := json.Marshal(map[string]any{"text": "look", "attachments": []string{c.id}})
+			status, _, answer := e.do(http.MethodPost, chatrelay.PathPost, "", string(b), bearer(alex.Token))
+			assert.Equal(t, "a participant posts "+c.name, status, http.StatusBadRequest)
+			assert.Equal(t, "code", errCode(t, answer), chatrelay.InvalidAttachment)
+		}
+		b, _ := json.Marshal(map[string]any{"text": "mine", "attachments": []string{own.Attachment.ID}})
+		status, _, _ = e.do(http.MethodPost, chatrelay.PathPost, "", string(b), bearer(alex.Token))
+		assert.Equal(t, "a participant posts its own upload", status, http.StatusCreated)
+		status, _ = e.postJSON(tok, map[string]any{"text": "yours", "attachments": []string{u.Attachment.ID}})
+		assert.Equal(t, "the owner posts a participant's upload", status, http.StatusCreated)
+		assert.Equal(t, "messages stored", len(e.poll(tok, 0).Messages), 3)
+	})
+}

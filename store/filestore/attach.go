@@ -283,8 +283,10 @@ func (s *File) OpenAttachment(ctx context.Context, thread, id, reader string) (c
 
 // attachTo resolves the attachment ids of a post against the thread's
 // uploads (under the thread's lock): an upload no message of d names, not
-// yet old enough to be deleted.
-func (s *File) attachTo(thread string, d threadDoc, ids []string, now time.Time) ([]chatrelay.Attachment, error) {
+// yet old enough to be deleted, and, for a participant's post (by: its
+// id), its own (store.StoredAttachment.OpensFor: another's draft is
+// unknown to it).
+func (s *File) attachTo(thread string, d threadDoc, ids []string, by string, now time.Time) ([]chatrelay.Attachment, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -295,7 +297,7 @@ func (s *File) attachTo(thread string, d threadDoc, ids []string, now time.Time)
 	used := usedIDs(d)
 	return store.Attach(ids, func(id string) (chatrelay.Attachment, bool) {
 		i := slices.IndexFunc(recs, func(r store.StoredAttachment) bool { return r.ID == id })
-		if i < 0 || (!used[id] && recs[i].Unused(now)) {
+		if i < 0 || (!used[id] && recs[i].Unused(now)) || !recs[i].OpensFor(by, used[id]) {
 			return chatrelay.Attachment{}, false
 		}
 		return recs[i].Attachment, true

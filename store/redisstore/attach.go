@@ -535,12 +535,16 @@ func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessa
 		var rec store.StoredAttachment
 		if ok && json.Unmarshal([]byte(js), &rec) == nil && rec.ID == id {
 			out[i] = rec.Attachment
-			if _, used := vals[2*i+1].(string); used || !rec.Unused(now) {
+			_, used := vals[2*i+1].(string)
+			if rec.OpensFor(m.Participant, used) && (used || !rec.Unused(now)) {
 				continue // (a used one is refused by the script, unless the post is a repeat)
 			}
 		}
-		// Unknown, or an upload no post named within the hour: refused,
-		// unless the post repeats one the thread holds (the script answers it).
+		// Unknown, an upload no post named within the hour, or another's
+		// draft in a participant's post (its uploader is kept in the
+		// record, which never changes: the script need not check it
+		// again): refused, unless the post repeats one the thread holds
+		// (the script answers it).
 		if repeat < 0 {
 			repeat = 0
 			if m.ClientID != "" {
