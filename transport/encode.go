@@ -124,7 +124,13 @@ func parsePost(data []byte, who principal) (postBody, error) {
 	return p, nil
 }
 
-// readBody reads at most chatrelay.MaxBody bytes of the request body.
+// timeoutAnswerTime is how long the 408 request_timeout answer to a
+// body that did not arrive in time may take to be written.
+const timeoutAnswerTime = 5 * time.Second
+
+// readBody reads at most chatrelay.MaxBody bytes of the request body; a
+// body that does not arrive within the read deadline is 408
+// request_timeout (retryable).
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > chatrelay.MaxBody {
 		return nil, chatrelay.Errorf(chatrelay.BodyTooLarge, "request body over %d bytes", chatrelay.MaxBody)
@@ -138,6 +144,9 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		return nil, errShuttingDown
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) { // the server's ReadTimeout: a link that stalled
+		// The WriteTimeout runs out about when the ReadTimeout does:
+		// the answer gets its own time.
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeoutAnswerTime))
 		return nil, &chatrelay.Error{Code: chatrelay.RequestTimeout, Retry: time.Second, Err: err,
 			Message: "the request body did not arrive in time: nothing was stored; send it again"}
 	}

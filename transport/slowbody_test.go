@@ -13,16 +13,18 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/transport"
 )
 
 // TestSlowBodyIsRetryable: a post whose body does not arrive within the
-// server's ReadTimeout (here 300 ms; 30 s in serve) stored nothing, and
+// server's ReadTimeout (here 300 ms, and the WriteTimeout too, which runs
+// out with it; 30 s each in serve) stored nothing, and
 // its client should send it again: 408 request_timeout, retryable, not
 // 400 invalid_json (which says the body is wrong, and a careful client
 // then drops the person's message). The same on the v1 path and v2.
 func TestSlowBodyIsRetryable(t *testing.T) {
 	t.Parallel()
-	e := startPush(t, pushOptions{http: func(s *http.Server) { s.ReadTimeout = 300 * time.Millisecond }})
+	e := startPush(t, pushOptions{http: func(s *http.Server) { s.ReadTimeout, s.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond }})
 	token := tokenN(1)
 	for _, path := range []string{chatrelay.PathPost, chatrelay.PathPost + ".php", chatrelay.PathPost + "?v=2"} {
 		conn, err := net.Dial("tcp", strings.TrimPrefix(e.ts.URL, "http://"))
@@ -49,4 +51,27 @@ func TestSlowBodyIsRetryable(t *testing.T) {
 	status, _, b := e.do(http.MethodGet, chatrelay.PathPoll, token, "", nil)
 	assert.Equal(t, "poll", status, http.StatusOK)
 	assert.True(t, !strings.Contains(string(b), `"author"`), "a slow post stored a message: %s", b)
+}
+
+// TestSlowUploadIsRetryable: an upload whose body stops arriving before
+// its end, past the transfer time (here 300 ms; 10 minutes in serve),
+// keeps nothing and is answered 408 request_timeout (retryable), not 400
+// invalid_attachment ("the upload broke off"), which a client takes as a
+// refusal of the file.
+func TestSlowUploadIsRetryable(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{config: func(c *transport.Config) { c.TransferTime = 300 * time.Millisecond }})
+	token := tokenN(1)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.ts.URL, "http://"))
+	assert.Success(t, err)
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) // bounds the test if no answer comes
+	_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nX-Chat-Token: %s\r\nX-Filename: a.bin\r\nContent-Length: 1000\r\n\r\nhalf", chatrelay.PathAttachments, token)
+	assert.Success(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	assert.Success(t, err)
+	b, err := io.ReadAll(resp.Body)
+	assert.Success(t, err)
+	assert.Equal(t, "status", resp.StatusCode, http.StatusRequestTimeout)
+	assert.Equal(t, "code", errCode(t, b), chatrelay.RequestTimeout)
 }
