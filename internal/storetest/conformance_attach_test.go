@@ -296,6 +296,41 @@ func TestConformanceAttachments(t *testing.T) {
 				clk.Advance(time.Duration(chatrelay.LimitAttachmentUnused.Max) * time.Second)
 				mustUpload(t, b.Store, thA, "later.txt", []byte("later"))
 			}},
+			{"an upload that starts a thread takes its place in the thread limit until its uploads expire", Options{MaxThreads: 3}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				// A client holding many tokens could keep 100 MiB of
+				// uploads in each of as many message-less threads as it
+				// liked: the limit counted only threads with a message.
+				mustUpload(t, b.Store, thA, "a", []byte("bytes of a"))
+				appendText(t, b.Store, thB, "", "b")
+				d := mustUpload(t, b.Store, thD, "d", []byte("bytes of d"))
+				_, err := b.Store.Append(context.Background(), thC, store.NewMessage{Text: "c"})
+				assert.Code(t, err, chatrelay.ThreadLimit)
+				_, err = upload(b.Store, thC, "c", []byte("bytes of c"))
+				assert.Code(t, err, chatrelay.ThreadLimit)
+				assertNothingStaged(t, b, thC, 0)
+				// Its own thread takes more uploads, and its first post,
+				// which takes no second place.
+				mustUpload(t, b.Store, thA, "a2", []byte("more bytes of a"))
+				_, err = postWith(b.Store, thD, "with d", d.ID)
+				assert.Success(t, err)
+				_, err = b.Store.Append(context.Background(), thC, store.NewMessage{Text: "c"})
+				assert.Code(t, err, chatrelay.ThreadLimit)
+
+				// A thread of uploads alone leaves the limit when they
+				// expire, not before.
+				_, err = b.Store.Sweep(context.Background())
+				assert.Success(t, err)
+				_, err = upload(b.Store, thC, "c", []byte("bytes of c"))
+				assert.Code(t, err, chatrelay.ThreadLimit)
+				clk.Advance(time.Duration(chatrelay.LimitAttachmentUnused.Max) * time.Second)
+				_, err = b.Store.Sweep(context.Background())
+				assert.Success(t, err)
+				assertNothingStaged(t, b, thA, 0)
+				appendText(t, b.Store, thC, "", "c")
+				_, err = upload(b.Store, thE, "e", []byte("bytes of e"))
+				assert.Code(t, err, chatrelay.ThreadLimit)
+				assert.Equal(t, "threads listed", len(b.Threads(t)), 3)
+			}},
 			{"concurrent uploads do not pass attachment.pending together", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				max := chatrelay.LimitAttachmentPending.Max
 				for i := range max - 2 {

@@ -28,6 +28,8 @@ const (
 	thA = "000000000000000a"
 	thB = "000000000000000b"
 	thC = "000000000000000c"
+	thD = "000000000000000d"
+	thE = "000000000000000e"
 )
 
 func appendText(t *testing.T, st store.Store, thread string, author chatrelay.Author, text string) store.Entry {

@@ -150,15 +150,15 @@ type mutation func(d threadDoc, now time.Time) (nd threadDoc, undo func(), err e
 func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mutation) (retry bool, err error) {
 	notFound := func() error { return chatrelay.Errorf(chatrelay.NotFound, "no thread %s", thread) }
 	creating := !s.mayExist(thread)
+	c := creation{s: s, thread: thread}
 	if creating {
 		if !create {
 			return false, notFound()
 		}
-		if creating, err = s.reserveThread(ctx, thread); err != nil {
+		if creating, c.counted, err = s.reserveThread(ctx, thread); err != nil {
 			return false, err
 		}
 	}
-	c := creation{s: s, thread: thread}
 	if creating {
 		defer c.finish(ctx) // after the thread's lock is released (deferred below)
 	}

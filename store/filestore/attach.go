@@ -60,8 +60,8 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	if err := up.Check(); err != nil {
 		return chatrelay.Attachment{}, err
 	}
-	if !s.mayExist(thread) {
-		if err := s.roomForThread(ctx); err != nil {
+	if !s.mayExist(thread) && !s.hasFiles(thread) {
+		if err := s.roomForThread(ctx, thread); err != nil { // before the bytes are taken in; reserved at the commit
 			return chatrelay.Attachment{}, err
 		}
 	}
@@ -84,6 +84,17 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 		return chatrelay.Attachment{}, err
 	}
 	defer unlock()
+	// The first upload of a thread that has no message takes the thread's
+	// place in the thread count (under the thread's lock: the uploads of a
+	// thread take turns, so one of them counts it), given back unless it
+	// is stored; run before unlock (deferred after it).
+	c := creation{s: s, thread: thread}
+	if !s.mayExist(thread) && !s.hasFiles(thread) {
+		if _, c.counted, err = s.reserveThread(ctx, thread); err != nil {
+			return chatrelay.Attachment{}, err
+		}
+		defer c.finish(ctx) // (nothing, unless it counted the thread)
+	}
 	read, err := s.readIndex(thread)
 	if err != nil {
 		return chatrelay.Attachment{}, err
@@ -119,6 +130,7 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 		}
 		return chatrelay.Attachment{}, s.unavailable(thread, err)
 	}
+	c.created = true
 	s.removeStray(thread, recs)
 	return a, nil
 }
@@ -228,14 +240,28 @@ func (s *File) placeBlob(thread, tmp, dir, blob string) error {
 }
 
 // roomForThread refuses (ThreadLimit) an upload that would start a thread
-// when the store holds the most threads it may: its uploads would hold
-// bytes for a thread the limit refuses.
-func (s *File) roomForThread(ctx context.Context) error {
+// when the store holds the most threads it may, before its bytes are
+// taken in: its uploads would hold bytes for a thread the limit refuses.
+// (The upload reserves the thread's place at its commit: reserveThread.)
+// A thread that exists by now, or that another call of this process is
+// creating, has its place.
+func (s *File) roomForThread(ctx context.Context, thread string) error {
+	s.createMu.Lock() // as reserveThread: no reservation comes between the two looks
+	defer s.createMu.Unlock()
+	s.creatingMu.Lock()
+	_, busy := s.creating[thread]
+	s.creatingMu.Unlock()
+	if busy {
+		return nil
+	}
 	c, err := s.lockCount(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.unlock()
+	if _, err := os.Stat(s.path(thread)); !errors.Is(err, fs.ErrNotExist) || s.hasFiles(thread) {
+		return nil
+	}
 	n, err := s.threadCount(c)
 	if err != nil {
 		return s.unavailable("", err)

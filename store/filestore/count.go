@@ -15,38 +15,46 @@ import (
 )
 
 // reserveThread counts a thread about to be created, under the store-wide
-// lock: ThreadLimit if the store is full. Counted before the document
-// exists, a crash in between overstates the count (the sweep recounts),
-// never understates it. It reports false if the thread exists after all
-// (another process created it), or if another call of this process has
-// reserved it and not ended its creation yet (endCreation): nothing is
+// lock: ThreadLimit if the store is full. A thread is counted once it has
+// a document or an attachments folder (uploads made before its first
+// message: counted, a client holding many tokens cannot keep uploads in
+// as many message-less threads as it likes), so it is counted by
+// whichever comes first. Counted before the document or folder exists, a
+// crash in between overstates the count (the sweep recounts), never
+// understates it. It reports creating false if the thread exists after
+// all (another process created it), or if another call of this process
+// has reserved it and not ended its creation yet (endCreation): nothing is
 // counted then, and the caller waits for the thread's lock, under which
 // the creator writes the document. (Counting it twice would refuse the
 // second post with ThreadLimit at the limit, for a thread that is about
-// to exist, and cost a reservation given back otherwise.)
-func (s *File) reserveThread(ctx context.Context, thread string) (bool, error) {
+// to exist, and cost a reservation given back otherwise.) It reports
+// creating true and counted false for a thread its uploads count already.
+func (s *File) reserveThread(ctx context.Context, thread string) (creating, counted bool, err error) {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
 	s.creatingMu.Lock()
 	_, busy := s.creating[thread]
 	s.creatingMu.Unlock()
 	if busy {
-		return false, nil
+		return false, false, nil
 	}
 	c, err := s.lockCount(ctx)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer c.unlock()
 	if _, err := os.Stat(s.path(thread)); !errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+		return false, false, nil
+	}
+	if s.hasFiles(thread) {
+		return true, false, nil
 	}
 	count, err := s.threadCount(c)
 	if err != nil {
-		return false, s.unavailable(thread, err)
+		return false, false, s.unavailable(thread, err)
 	}
 	if count >= s.opt.MaxThreads {
-		return false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
+		return false, false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
 	}
 	setThreadCount(c, count+1)
 	s.creatingMu.Lock()
@@ -55,7 +63,13 @@ func (s *File) reserveThread(ctx context.Context, thread string) (bool, error) {
 	}
 	s.creating[thread] = struct{}{}
 	s.creatingMu.Unlock()
-	return true, nil
+	return true, true, nil
+}
+
+// hasFiles reports whether thread has an attachments folder.
+func (s *File) hasFiles(thread string) bool {
+	fi, err := os.Stat(s.filesDir(thread))
+	return err == nil && fi.IsDir()
 }
 
 // endCreation ends the creation of thread that reserveThread reserved:
@@ -67,10 +81,13 @@ func (s *File) endCreation(thread string) {
 	s.creatingMu.Unlock()
 }
 
-// releaseThread gives back a reservation that created nothing. If the
-// store-wide lock cannot be had, the count stays one too high until the
-// next sweep recounts.
-func (s *File) releaseThread(ctx context.Context) {
+// releaseThread gives back a reservation of thread that created nothing,
+// unless the thread has an attachments folder and no document now: an
+// upload of this process took its place while the reservation stood
+// (reserveThread: it counted nothing), and its place stays taken. If
+// the store-wide lock cannot be had, the count stays one too high until
+// the next sweep recounts.
+func (s *File) releaseThread(ctx context.Context, thread string) {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
 	c, err := s.lockCount(context.WithoutCancel(ctx))
@@ -79,19 +96,23 @@ func (s *File) releaseThread(ctx context.Context) {
 		return
 	}
 	defer c.unlock()
+	if _, err := os.Stat(s.path(thread)); errors.Is(err, fs.ErrNotExist) && s.hasFiles(thread) {
+		return
+	}
 	if count, err := s.threadCount(c); err == nil && count > 0 {
 		setThreadCount(c, count-1)
 	}
 }
 
-// creation is one mutateOnce's reservation of a thread's place in the
-// thread count (reserveThread): ended once (endCreation; another call may
-// have reserved the thread since), and given back (releaseThread) unless
-// the call created the thread.
+// creation is one mutateOnce's or upload's reservation of a thread's
+// place in the thread count (reserveThread): ended once (endCreation;
+// another call may have reserved the thread since), and given back
+// (releaseThread) unless the call created the thread, or counted nothing.
 type creation struct {
 	s       *File
 	thread  string
-	created bool // the call wrote the thread's first document
+	counted bool // reserveThread counted the thread
+	created bool // the call wrote the thread's first document, or its first upload
 	ended   bool
 }
 
@@ -99,19 +120,18 @@ type creation struct {
 // before the thread's lock is let go of, so that a waiter then finds the
 // document, or may create the thread itself.
 func (c *creation) end() {
-	if !c.ended {
+	if c.counted && !c.ended { // (only the call that counted the thread marked it)
 		c.ended = true
 		c.s.endCreation(c.thread)
 	}
 }
 
 // finish ends the creation (if the thread's lock was never had) and gives
-// back the reservation if the call created nothing; run after the thread's
-// lock is released.
+// back the reservation if the call created nothing.
 func (c *creation) finish(ctx context.Context) {
 	c.end()
-	if !c.created {
-		c.s.releaseThread(ctx)
+	if c.counted && !c.created {
+		c.s.releaseThread(ctx, c.thread)
 	}
 }
 
@@ -211,9 +231,10 @@ func (s *File) threadCount(c countFile) (int, error) {
 	return s.countFolder(c)
 }
 
-// countFolder sets the count to the folder's threads, and returns it.
+// countFolder sets the count to the folder's threads (countedThreads),
+// and returns it.
 func (s *File) countFolder(c countFile) (int, error) {
-	names, err := s.threadNames()
+	names, err := s.countedThreads()
 	if err != nil {
 		return 0, err
 	}
@@ -267,6 +288,33 @@ func (s *File) threadNames() ([]string, error) {
 	for _, de := range des {
 		name, ok := strings.CutSuffix(de.Name(), ".json")
 		if ok && de.Type().IsRegular() && chatrelay.ValidThread(name) {
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}
+
+// countedThreads lists the threads the thread count counts: those that
+// have a document or an attachments folder.
+func (s *File) countedThreads() ([]string, error) {
+	des, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[string]bool, len(des))
+	var names []string
+	for _, de := range des {
+		name, ok := strings.CutSuffix(de.Name(), ".json")
+		if ok && !de.Type().IsRegular() {
+			continue
+		}
+		if !ok {
+			if name, ok = strings.CutSuffix(de.Name(), ".files"); !ok || !de.IsDir() {
+				continue
+			}
+		}
+		if chatrelay.ValidThread(name) && !seen[name] {
+			seen[name] = true
 			names = append(names, name)
 		}
 	}

@@ -76,13 +76,20 @@ func TestCountLockTakesTurnsInProcess(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	assertCountAfter(t, dir, errs, 40)
+}
+
+// assertCountAfter checks that no call of errs failed and that
+// .threads.lock holds want.
+func assertCountAfter(t *testing.T, dir string, errs chan error, want int) {
+	t.Helper()
 	close(errs)
 	for err := range errs {
 		assert.Success(t, err)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "chat", ".threads.lock"))
 	assert.Success(t, err)
-	assert.Equal(t, "the count", string(data), "40\n")
+	assert.Equal(t, "the count", string(data), fmt.Sprintf("%d\n", want))
 }
 
 // TestCountFileHoldsTheCount: a creation writes the count over the one in
@@ -113,10 +120,10 @@ func TestCountFileHoldsTheCount(t *testing.T) {
 	// A reservation given back from 10 to 9: the file is "9\n", not "9\n\n".
 	assert.Success(t, os.WriteFile(path, []byte("9\n"), 0o600))
 	s := openFile(t, dir, FileOptions{MaxThreads: 100})
-	ok, err := s.reserveThread(t.Context(), threadB)
+	_, counted, err := s.reserveThread(t.Context(), threadB)
 	assert.Success(t, err)
-	assert.True(t, ok, "the thread is reserved")
-	s.releaseThread(t.Context())
+	assert.True(t, counted, "the thread is reserved")
+	s.releaseThread(t.Context(), threadB)
 	data, err := os.ReadFile(path)
 	assert.Success(t, err)
 	assert.Equal(t, "the count given back", string(data), "9\n")
@@ -196,4 +203,44 @@ func waitsInLine(id, fn string) bool {
 		}
 	}
 	return false
+}
+
+// TestUploadsAndPostsCreatingThreadsTogether: concurrent first uploads
+// and first posts of the same new threads (half of them take uploads
+// alone), at the thread limit, count each thread once: none is refused
+// thread_limit, the count file says how many threads there are, and a
+// thread more is refused. (An upload counts a thread it starts; a post
+// counts one its uploads have not.)
+func TestUploadsAndPostsCreatingThreadsTogether(t *testing.T) {
+	t.Parallel()
+	const threads = 8
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{MaxThreads: threads})
+	var wg sync.WaitGroup
+	errs := make(chan error, threads*4)
+	for i := range threads {
+		thread := fmt.Sprintf("%016x", 0xa0+i)
+		for j := range 2 {
+			wg.Go(func() {
+				_, err := s.PutAttachment(context.Background(), thread, store.Upload{Name: "f.txt", Type: "text/plain", Body: strings.NewReader(fmt.Sprintf("file %d", j)), Max: 1 << 10})
+				if err != nil {
+					err = fmt.Errorf("upload %d: %w", i, err)
+				}
+				errs <- err
+			})
+			if i%2 == 0 { // the others hold uploads alone
+				wg.Go(func() {
+					_, err := s.Append(context.Background(), thread, store.NewMessage{Author: chatrelay.Operator, Text: "hello"})
+					if err != nil {
+						err = fmt.Errorf("post %d: %w", i, err)
+					}
+					errs <- err
+				})
+			}
+		}
+	}
+	wg.Wait()
+	assertCountAfter(t, dir, errs, threads)
+	_, err := s.PutAttachment(context.Background(), fmt.Sprintf("%016x", 0xff), store.Upload{Name: "f.txt", Type: "text/plain", Body: strings.NewReader("one too many"), Max: 1 << 10})
+	assert.Code(t, err, chatrelay.ThreadLimit)
 }
