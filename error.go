@@ -81,6 +81,8 @@ const (
 	PushDisabled        Code = "push_disabled"
 	// Part 5 (agent keys).
 	AgentLimit Code = "agent_limit"
+	// A request whose body did not arrive in time (chatrelay's own).
+	RequestTimeout Code = "request_timeout"
 )
 
 // CodeInfo is a row of the code table: a code, the HTTP status of an
@@ -146,6 +148,7 @@ var codeTable = []CodeInfo{
 	{PushLimit, 409, false, "the thread has the most push subscriptions"},
 	{PushDisabled, 404, false, "push is turned off on this server (--push=false)"},
 	{AgentLimit, 409, false, "the store has the most active agent keys"},
+	{RequestTimeout, 408, true, "the request's body did not arrive within the server's read timeout: nothing was stored; send it again"},
 }
 
 // CodeTable returns the code table: every code with its status, whether

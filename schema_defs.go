@@ -266,7 +266,7 @@ func (d defSet) ws() {
 	errFrame["properties"] = errProps
 	errFrame["required"] = append(slices.Clone(errFrame["required"].([]string)), "type")
 	d.add("ws.error", describe(errFrame, "the answer to a client frame that was refused"))
-	d.add("ws.post", withAttachments(open("a client's frame: post over the socket (not with a ticket)", obj{
+	d.add("ws.post", withAttachments(open("a client's frame: post over the socket (not with a ticket); at most post.body bytes, as a POST's body", obj{
 		"type": constant("post"), "text": text(LimitPostText, ""),
 		"kind":      enum("", string(Operator), string(Agent), nil),
 		"client_id": oneOf("", ref("client_id"), obj{"type": "null"}),

@@ -36,8 +36,13 @@ type Attachments interface {
 
 	// OpenAttachment returns the attachment id of thread and its bytes,
 	// which the caller closes; NotFound if the thread has no such
-	// attachment (another thread's id included).
-	OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error)
+	// attachment (another thread's id included). reader is who asks: ""
+	// for the owner (its devices, the host), who opens every attachment
+	// of the thread, else a participant's id, who opens an attachment a
+	// message names and its own uploads, and is answered NotFound, as for
+	// an unknown id, for an upload of another (the owner's draft) that no
+	// message names yet.
+	OpenAttachment(ctx context.Context, thread, id, reader string) (chatrelay.Attachment, io.ReadSeekCloser, error)
 }
 
 // NoAttachment is the NotFound an OpenAttachment answers when thread has
@@ -64,7 +69,8 @@ type Upload struct {
 	Name string
 	Type string
 	Body io.Reader
-	Max  int64 // bytes; 0 is LimitAttachmentBytes.Max
+	Max  int64  // bytes; 0 is LimitAttachmentBytes.Max
+	By   string // the uploader: a participant's id, or "" for the owner (its devices, the host)
 	// Work, if set, runs each chunk's hashing and writing: Receive calls
 	// it once a chunk, with that work, and it returns once the work is
 	// done, or an error if it could not run it (the upload's request
@@ -230,11 +236,20 @@ func NewAttachment(up Upload, r Received) chatrelay.Attachment {
 	return chatrelay.Attachment{ID: chatrelay.NewAttachmentID(), Name: up.Name, Type: up.Type, Size: r.Size, SHA256: r.SHA256, Width: r.Width, Height: r.Height}
 }
 
-// StoredAttachment is an attachment as a store keeps it: the object and
-// when it was uploaded.
+// StoredAttachment is an attachment as a store keeps it: the object,
+// when it was uploaded, and by whom (Upload.By; a record stored before
+// it was kept has none: the owner's).
 type StoredAttachment struct {
 	chatrelay.Attachment
-	At int64 `json:"at"` // epoch ms of the upload
+	At int64  `json:"at"`           // epoch ms of the upload
+	By string `json:"by,omitempty"` // a participant's id; "" for the owner
+}
+
+// OpensFor reports whether reader (OpenAttachment's) may open a, which a
+// message names if used: the owner ("") every attachment, a participant
+// one a message names or its own upload.
+func (a StoredAttachment) OpensFor(reader string, used bool) bool {
+	return reader == "" || used || a.By == reader
 }
 
 // Unused reports whether an upload no message names is old enough at now

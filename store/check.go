@@ -16,11 +16,16 @@ type Checker interface {
 }
 
 // Reason says in a few words, with no path, why a store error happened:
-// "disk full", "read-only filesystem"…; "" for nil.
+// "disk full", "read-only filesystem"…, or the words of an error that has
+// a StoreReason method (a Redis that refuses writes: "Redis out of
+// memory"); "" for nil.
 func Reason(err error) string {
+	var own interface{ StoreReason() string }
 	switch {
 	case err == nil:
 		return ""
+	case errors.As(err, &own):
+		return own.StoreReason() // a backend's own words ("Redis out of memory")
 	case errors.Is(err, syscall.ENOSPC):
 		return "disk full"
 	case errors.Is(err, syscall.EDQUOT):

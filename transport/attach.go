@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"time"
 
@@ -26,14 +27,15 @@ import (
 // application/octet-stream; always nosniff, a sandbox CSP and private
 // caching.
 
-// extendDeadlines gives the request chatrelay.DefaultTransferTime to read
-// its body and write its answer: the server's ReadTimeout and
-// WriteTimeout (30 s) would cut a 10 MiB file on a slow link (a phone at
-// 1 Mbit/s needs 80 s). A client that stalls holds a goroutine and a
-// temp file (removed when it fails) at most that long.
-func extendDeadlines(w http.ResponseWriter) {
+// extendDeadlines gives the request Config.TransferTime
+// (chatrelay.DefaultTransferTime) to read its body and write its answer:
+// the server's ReadTimeout and WriteTimeout (30 s) would cut a 10 MiB file
+// on a slow link (a phone at 1 Mbit/s needs 80 s). A client that stalls
+// holds a goroutine and a temp file (removed when it fails) at most that
+// long.
+func (s *Server) extendDeadlines(w http.ResponseWriter) {
 	rc := http.NewResponseController(w)
-	at := time.Now().Add(chatrelay.DefaultTransferTime)
+	at := time.Now().Add(s.cfg.TransferTime)
 	rc.SetReadDeadline(at)
 	rc.SetWriteDeadline(at)
 }
@@ -73,7 +75,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 		return
 	}
 	defer s.uploads.Leave()
-	extendDeadlines(w)
+	s.extendDeadlines(w)
 	// Shutdown's abort cuts the read of an upload still being received
 	// (its client stopped sending, or sends too slowly to end in time):
 	// the upload fails, leaving nothing, its client is told to send it
@@ -84,9 +86,19 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 	if who.grant != nil {
 		up.Grant = who.grant.ID // kept only if still active once the bytes are in
 	}
+	if who.participant() {
+		up.By = who.grant.ID
+	}
 	a, err := as.PutAttachment(r.Context(), who.thread, up)
 	if err != nil && s.abortCtx.Err() != nil && chatrelay.CodeOf(err) == chatrelay.InvalidAttachment {
 		err = errShuttingDown
+	} else if chatrelay.CodeOf(err) == chatrelay.InvalidAttachment && errors.Is(err, os.ErrDeadlineExceeded) {
+		// Its body did not arrive within TransferTime (a link that
+		// stalled): nothing was kept; the client sends it again. The
+		// write deadline passed with the read's: the answer gets its own.
+		rc.SetWriteDeadline(time.Now().Add(timeoutAnswerTime))
+		err = &chatrelay.Error{Code: chatrelay.RequestTimeout, Retry: time.Second, Err: err,
+			Message: "the file did not arrive in time: nothing was kept; send it again"}
 	}
 	if err != nil {
 		if chatrelay.CodeOf(err) == chatrelay.AttachmentTooLarge {
@@ -114,13 +126,17 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 		s.writeError(w, r, err)
 		return
 	}
-	a, f, err := as.OpenAttachment(r.Context(), who.thread, r.PathValue("id"))
+	var reader string // the owner's: every file; a participant's: its own uploads and those a message names
+	if who.participant() {
+		reader = who.grant.ID
+	}
+	a, f, err := as.OpenAttachment(r.Context(), who.thread, r.PathValue("id"), reader)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	defer f.Close()
-	extendDeadlines(w)
+	s.extendDeadlines(w)
 	// Shutdown's abort cuts the write of a download still under way (its
 	// client stopped reading, or reads too slowly to end in time), as it
 	// cuts a stream's: the client resumes with a Range, and the server

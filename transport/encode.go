@@ -7,8 +7,10 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -122,7 +124,13 @@ func parsePost(data []byte, who principal) (postBody, error) {
 	return p, nil
 }
 
-// readBody reads at most chatrelay.MaxBody bytes of the request body.
+// timeoutAnswerTime is how long the 408 request_timeout answer to a
+// body that did not arrive in time may take to be written.
+const timeoutAnswerTime = 5 * time.Second
+
+// readBody reads at most chatrelay.MaxBody bytes of the request body; a
+// body that does not arrive within the read deadline is 408
+// request_timeout (retryable).
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > chatrelay.MaxBody {
 		return nil, chatrelay.Errorf(chatrelay.BodyTooLarge, "request body over %d bytes", chatrelay.MaxBody)
@@ -134,6 +142,13 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	}
 	if errors.Is(err, errShuttingDown) { // cut by Shutdown's abort (cutAtAbort)
 		return nil, errShuttingDown
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) { // the server's ReadTimeout: a link that stalled
+		// The WriteTimeout runs out about when the ReadTimeout does:
+		// the answer gets its own time.
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeoutAnswerTime))
+		return nil, &chatrelay.Error{Code: chatrelay.RequestTimeout, Retry: time.Second, Err: err,
+			Message: "the request body did not arrive in time: nothing was stored; send it again"}
 	}
 	if err != nil {
 		return nil, chatrelay.Errorf(chatrelay.InvalidJSON, "the body could not be read")

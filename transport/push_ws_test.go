@@ -302,14 +302,15 @@ func TestWSReadLimit(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 
-		// 64 KiB is read (and refused for its text); one byte more closes 1009.
+		// 64 KiB is read (and refused as a post body past post.body, as
+		// over HTTP: TestWSPostBodyLimit); one byte more closes 1009.
 		frame := func(size int) []byte {
 			head, tail := `{"type":"post","text":"`, `"}`
 			return []byte(head + strings.Repeat("x", size-len(head)-len(tail)) + tail)
 		}
 		assert.Success(t, c.Write(ctx, websocket.MessageText, frame(64<<10)))
 		a := nextWS(t, c)
-		assert.Equal(t, "64 KiB frame", a.Code, "text_too_long")
+		assert.Equal(t, "64 KiB frame", a.Code, "body_too_large")
 		assert.Success(t, c.Write(ctx, websocket.MessageText, frame(64<<10+1)))
 		assert.Equal(t, "close status", wsCloseStatus(t, c, 5*time.Second), websocket.StatusMessageTooBig)
 	})

@@ -62,6 +62,9 @@ type Config struct {
 	// MaxAttachmentBytes is the most bytes of one attachment
 	// (--max-attachment-bytes); defaults to chatrelay.LimitAttachmentBytes.
 	MaxAttachmentBytes int64
+	// TransferTime is how long an attachment's upload may take to arrive
+	// and its download to leave; defaults to chatrelay.DefaultTransferTime.
+	TransferTime time.Duration
 	// MCP serves MCP over HTTP at <prefix>/mcp (serve --mcp) to agent keys
 	// the store keeps (store.Agents); nil: /mcp is not_found (mcp.go).
 	MCP MCPHandler
@@ -133,6 +136,9 @@ func NewServer(cfg Config) *Server {
 	}
 	if cfg.MaxAttachmentBytes <= 0 {
 		cfg.MaxAttachmentBytes = int64(chatrelay.LimitAttachmentBytes.Max)
+	}
+	if cfg.TransferTime <= 0 {
+		cfg.TransferTime = chatrelay.DefaultTransferTime
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = chatrelay.DefaultWriteTimeout

@@ -20,7 +20,9 @@ import (
 	"github.com/chatrelay/chatrelay/hub"
 )
 
-// wsReadLimit is the largest frame a client may send.
+// wsReadLimit is the largest frame a client may send: one larger closes
+// the socket (1009). A frame over chatrelay.MaxBody (a post's body limit,
+// as over HTTP) is answered body_too_large, the socket kept (wsFrame).
 const wsReadLimit = 64 << 10
 
 // handleWS serves GET /api/chat/ws. Every refusal (a foreign origin, not a
@@ -328,7 +330,10 @@ func (s *Server) wsRead(ctx context.Context, ww *wsWriter, req streamRequest) {
 
 // wsFrame runs one client frame and returns the answer.
 func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []byte {
-	v := req.p.view(view{v2: true}) // the view of a refusal's message
+	v := req.p.view(view{v2: true})    // the view of a refusal's message
+	if len(data) > chatrelay.MaxBody { // post.body: the limit of a post's body, over HTTP too
+		return wsError(chatrelay.Errorf(chatrelay.BodyTooLarge, "frame over %d bytes, the limit of a post's body", chatrelay.MaxBody), v)
+	}
 	var head struct {
 		Type string `json:"type"`
 	}

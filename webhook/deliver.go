@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +54,7 @@ const (
 	ResultDelivered = "delivered" // a 2xx
 	ResultFailed    = "failed"    // an attempt failed; the event is retried
 	ResultDropped   = "dropped"   // the last attempt failed; the event is given up
+	ResultGone      = "gone"      // the receiver answered 410 Gone, then or before: the event is given up
 )
 
 // Deliverer sends the queued events. Run owns its goroutines: one loop
@@ -73,6 +75,10 @@ type Deliverer struct {
 type dest struct {
 	url, id string
 	own     chan struct{}
+	// gone is set once the receiver answered 410 Gone: it wants no more
+	// events (Standard Webhooks: disable the endpoint), so this server
+	// sends it none until it starts again; its events are given up.
+	gone *atomic.Bool
 }
 
 // free is how many attempts dst may start now.
@@ -123,14 +129,14 @@ func New(cfg Config) (*Deliverer, error) {
 	}
 	d := &Deliverer{cfg: cfg}
 	for _, u := range cfg.URLs {
-		d.dests = append(d.dests, dest{url: u, id: store.DestinationID(u), own: make(chan struct{}, 1)})
+		d.dests = append(d.dests, dest{url: u, id: store.DestinationID(u), own: make(chan struct{}, 1), gone: new(atomic.Bool)})
 	}
 	d.shared = make(chan struct{}, max(cfg.Workers-len(d.dests), 0))
 	d.total = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chatrelay_webhook_total",
-		Help: "Webhook attempts by result: delivered (a 2xx within 10s), failed (retried later), dropped (the last retry failed: the event is given up).",
+		Help: "Webhook attempts by result: delivered (a 2xx within 10s), failed (retried later), dropped (the last retry failed: the event is given up), gone (the receiver answered 410 Gone, to this event or an earlier one: the event is given up).",
 	}, []string{"result"})
-	for _, r := range []string{ResultDelivered, ResultFailed, ResultDropped} {
+	for _, r := range []string{ResultDelivered, ResultFailed, ResultDropped, ResultGone} {
 		d.total.WithLabelValues(r)
 	}
 	if cfg.Registry != nil {
@@ -215,9 +221,15 @@ func (d *Deliverer) take(ctx context.Context, dst dest, wg *sync.WaitGroup) (int
 	return len(due), err
 }
 
-// attempt sends one event once and settles it.
+// attempt sends one event once and settles it; an event for a
+// destination gone (410) is settled given up, unsent.
 func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
-	err := d.send(ctx, dst.url, ev.Event)
+	var status int
+	var err error
+	sent := !dst.gone.Load()
+	if sent {
+		status, err = Send(ctx, d.cfg.Client, dst.url, d.cfg.Key, ev.ID, Body(ev.Event))
+	}
 	var uerr *url.Error
 	if errors.As(err, &uerr) {
 		err = uerr.Err // without the URL, which may carry a secret: the log names the destination's ID
@@ -230,7 +242,14 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 	var serr error
 	result := ResultDelivered
 	switch {
-	case err == nil:
+	case sent && err == nil:
+		serr = d.cfg.Outbox.Done(sctx, dst.id, ev)
+	case !sent || status == http.StatusGone:
+		result = ResultGone
+		if dst.gone.CompareAndSwap(false, true) {
+			d.cfg.Log.Warn("webhook: the receiver answered 410 Gone: it gets no more events until the server starts again (their events are given up, counted gone); remove it from --webhook, or fix the receiver and restart",
+				"dest", dst.id, "event", ev.ID, "type", ev.Type)
+		}
 		serr = d.cfg.Outbox.Done(sctx, dst.id, ev)
 	case ev.Attempts >= len(d.cfg.Schedule):
 		result = ResultDropped
@@ -246,12 +265,6 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 		d.cfg.Log.Warn("webhook: settle", "dest", dst.id, "event", ev.ID, "err", serr)
 	}
 	d.total.WithLabelValues(result).Inc() // once settled: a reader of the count sees the settled queue
-}
-
-// send POSTs the event, signed; nil for a 2xx within WebhookTimeout.
-func (d *Deliverer) send(ctx context.Context, url string, ev store.Event) error {
-	_, err := Send(ctx, d.cfg.Client, url, d.cfg.Key, ev.ID, Body(ev))
-	return err
 }
 
 // Send POSTs body as event id to url, signed with key: nil if the

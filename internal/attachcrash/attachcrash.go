@@ -103,7 +103,7 @@ func Collect(t *testing.T, out io.Reader, killAfter int, kill func() error, acke
 
 // Reader is what the parent checks through.
 type Reader interface {
-	OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error)
+	OpenAttachment(ctx context.Context, thread, id, reader string) (chatrelay.Attachment, io.ReadSeekCloser, error)
 	Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error)
 }
 
@@ -113,7 +113,7 @@ type Reader interface {
 func Check(t *testing.T, st Reader, thread string, acked Acked) {
 	t.Helper()
 	read := func(id string) string {
-		_, f, err := st.OpenAttachment(context.Background(), thread, id)
+		_, f, err := st.OpenAttachment(context.Background(), thread, id, "")
 		assert.Success(t, err)
 		defer f.Close()
 		h := sha256.New()

@@ -40,7 +40,7 @@ func mustUpload(t *testing.T, st store.Store, thread, name string, body []byte) 
 // download reads an attachment's bytes whole (NotFound: nil and the error).
 func download(t *testing.T, st store.Store, thread, id string) ([]byte, error) {
 	t.Helper()
-	_, f, err := st.(store.Attachments).OpenAttachment(context.Background(), thread, id)
+	_, f, err := st.(store.Attachments).OpenAttachment(context.Background(), thread, id, "")
 	if err != nil {
 		return nil, err
 	}

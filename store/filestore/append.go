@@ -45,7 +45,7 @@ func (s *File) Append(ctx context.Context, thread string, m store.NewMessage) (_
 				return d, nil, err
 			}
 		}
-		as, err := s.attachTo(thread, d, m.Attachments, now)
+		as, err := s.attachTo(thread, d, m.Attachments, m.Participant, now)
 		if err != nil && !(m.ClientID != "" && slices.ContainsFunc(d.msgs, func(e store.Entry) bool { return e.ClientID == m.ClientID })) {
 			return d, nil, err // (a repeat's attachments are its own, used: appendTo answers it)
 		}

@@ -131,7 +131,7 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 		}
 		tmp = ""
 	}
-	recs = append(recs, store.StoredAttachment{Attachment: a, At: now.UnixMilli()})
+	recs = append(recs, store.StoredAttachment{Attachment: a, At: now.UnixMilli(), By: up.By})
 	if err := s.writeIndex(thread, read, recs); err != nil {
 		if held == 0 {
 			os.Remove(blob)
@@ -283,8 +283,9 @@ func (s *File) roomForThread(ctx context.Context, thread string) error {
 
 // OpenAttachment implements store.Attachments. It takes no lock: the
 // index is replaced atomically, and a file opened stays readable if it is
-// collected meanwhile.
-func (s *File) OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
+// collected meanwhile. A participant's reading of another's upload reads
+// the thread's document too (does a message name it?).
+func (s *File) OpenAttachment(ctx context.Context, thread, id, reader string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
 	if err := store.CheckAttachmentRef(thread, id); err != nil {
 		return chatrelay.Attachment{}, nil, err
 	}
@@ -295,6 +296,15 @@ func (s *File) OpenAttachment(ctx context.Context, thread, id string) (chatrelay
 	i := slices.IndexFunc(recs, func(r store.StoredAttachment) bool { return r.ID == id })
 	if i < 0 {
 		return chatrelay.Attachment{}, nil, store.NoAttachment(id)
+	}
+	if !recs[i].OpensFor(reader, false) {
+		d, _, err := s.read(thread)
+		if err != nil {
+			return chatrelay.Attachment{}, nil, err
+		}
+		if !recs[i].OpensFor(reader, names(d, id)) {
+			return chatrelay.Attachment{}, nil, store.NoAttachment(id)
+		}
 	}
 	f, err := os.Open(filepath.Join(s.filesDir(thread), recs[i].SHA256))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -308,8 +318,10 @@ func (s *File) OpenAttachment(ctx context.Context, thread, id string) (chatrelay
 
 // attachTo resolves the attachment ids of a post against the thread's
 // uploads (under the thread's lock): an upload no message of d names, not
-// yet old enough to be deleted.
-func (s *File) attachTo(thread string, d threadDoc, ids []string, now time.Time) ([]chatrelay.Attachment, error) {
+// yet old enough to be deleted, and, for a participant's post (by: its
+// id), its own (store.StoredAttachment.OpensFor: another's draft is
+// unknown to it).
+func (s *File) attachTo(thread string, d threadDoc, ids []string, by string, now time.Time) ([]chatrelay.Attachment, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -320,7 +332,7 @@ func (s *File) attachTo(thread string, d threadDoc, ids []string, now time.Time)
 	used := usedIDs(d)
 	return store.Attach(ids, func(id string) (chatrelay.Attachment, bool) {
 		i := slices.IndexFunc(recs, func(r store.StoredAttachment) bool { return r.ID == id })
-		if i < 0 || (!used[id] && recs[i].Unused(now)) {
+		if i < 0 || (!used[id] && recs[i].Unused(now)) || !recs[i].OpensFor(by, used[id]) {
 			return chatrelay.Attachment{}, false
 		}
 		return recs[i].Attachment, true
@@ -410,6 +422,18 @@ func usedIDs(d threadDoc) map[string]bool {
 		}
 	}
 	return used
+}
+
+// names reports whether a message of d names the attachment id.
+func names(d threadDoc, id string) bool {
+	for _, e := range d.msgs {
+		for _, a := range e.Attachments {
+			if a.ID == id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // storedBytes is what the files of recs take: each digest's bytes once.

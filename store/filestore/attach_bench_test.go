@@ -37,7 +37,7 @@ func BenchmarkOpenAttachment(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				_, f, err := s.OpenAttachment(ctx, threadA, id)
+				_, f, err := s.OpenAttachment(ctx, threadA, id, "")
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -117,7 +117,7 @@ func (s *Store) putAttachment(ctx context.Context, thread string, up store.Uploa
 		return chatrelay.Attachment{}, s.unavailable("upload", err)
 	}
 	a := store.NewAttachment(up, rec)
-	js, _ := json.Marshal(store.StoredAttachment{Attachment: a, At: s.now().UnixMilli()})
+	js, _ := json.Marshal(store.StoredAttachment{Attachment: a, At: s.now().UnixMilli(), By: up.By})
 	cctx, cancel := s.bound(ctx)
 	defer cancel()
 	// Listed for the sweep first (att-threads is in no thread's slot: the
@@ -476,38 +476,58 @@ return left
 `)
 
 // OpenAttachment implements store.Attachments: the bytes are read a
-// chunk at a time (HGET), never whole.
-func (s *Store) OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
+// chunk at a time (HGET), never whole. The record and its mark (u:<id>:
+// a message names it) are read together.
+func (s *Store) OpenAttachment(ctx context.Context, thread, id, reader string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
 	if err := store.CheckAttachmentRef(thread, id); err != nil {
 		return chatrelay.Attachment{}, nil, err
 	}
 	bctx, cancel := s.bound(ctx)
 	defer cancel()
-	js, err := s.rdb.HGet(bctx, s.attKey(thread), id).Result()
-	if errors.Is(err, redis.Nil) {
-		return chatrelay.Attachment{}, nil, store.NoAttachment(id)
-	}
+	vals, err := s.rdb.HMGet(bctx, s.attKey(thread), id, "u:"+id).Result()
 	if err != nil {
 		return chatrelay.Attachment{}, nil, s.unavailable("attachment", err)
+	}
+	js, ok := vals[0].(string)
+	if !ok {
+		return chatrelay.Attachment{}, nil, store.NoAttachment(id)
 	}
 	var rec store.StoredAttachment
 	if err := json.Unmarshal([]byte(js), &rec); err != nil || rec.ID != id {
 		return chatrelay.Attachment{}, nil, s.unavailable("attachment", fmt.Errorf("record %s of %s: %v", id, thread, err))
 	}
-	return rec.Attachment, &rangeReader{ctx: ctx, s: s, key: s.blobKey(thread, rec.SHA256), size: rec.Size, chunk: -1}, nil
+	if _, used := vals[1].(string); !rec.OpensFor(reader, used) {
+		return chatrelay.Attachment{}, nil, store.NoAttachment(id)
+	}
+	return rec.Attachment, &rangeReader{ctx: ctx, s: s, key: s.blobKey(thread, rec.SHA256), size: rec.Size, chunk: -1, id: id, thread: thread}, nil
+}
+
+// lostBytes is the NotFound of an attachment whose record Redis holds but
+// not all of its bytes: Redis lost them (it restarted without its data,
+// or failed over to a replica that lacked them), or the attachment was
+// collected since its record was read.
+func (s *Store) lostBytes(thread, id string, have, want int64) error {
+	s.log.Warn("attachment: Redis lacks chunks of its bytes", "thread", thread, "attachment", id, "chunks", have, "want", want)
+	return chatrelay.Errorf(chatrelay.NotFound, "the bytes of attachment %s are gone from the store", id)
 }
 
 // rangeReader reads a stored attachment a chunk at a time, keeping the
-// chunk last read (a reader asks for less than a chunk at once).
+// chunk last read (a reader asks for less than a chunk at once). Its
+// first read counts the chunks too (in the same round trip): a file
+// whose chunks Redis lost is refused (NotFound) by the read a server
+// makes before it answers (the file's first bytes, which say its type),
+// not cut after a 200; only a loss after that first read cuts a body.
 type rangeReader struct {
-	ctx   context.Context
-	s     *Store
-	key   string
-	size  int64
-	off   int64
-	chunk int64  // the index of cur; -1: none
-	cur   []byte // the bytes of chunk
-	flat  bool   // the bytes are a string (stored before they were chunked)
+	ctx        context.Context
+	s          *Store
+	key        string
+	size       int64
+	off        int64
+	chunk      int64  // the index of cur; -1: none
+	cur        []byte // the bytes of chunk
+	flat       bool   // the bytes are a string (stored before they were chunked)
+	counted    bool   // the chunks were counted (the first read)
+	id, thread string // for lostBytes
 }
 
 func (r *rangeReader) Read(b []byte) (int, error) {
@@ -519,17 +539,35 @@ func (r *rangeReader) Read(b []byte) (int, error) {
 	}
 	i := r.off / chunkSize
 	if i != r.chunk {
+		want := (r.size + chunkSize - 1) / chunkSize
 		ctx, cancel := r.s.bound(r.ctx)
-		v, err := r.s.rdb.HGet(ctx, r.key, strconv.FormatInt(i, 10)).Bytes()
+		var get *redis.StringCmd
+		var count *redis.IntCmd
+		_, err := r.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			get = p.HGet(ctx, r.key, strconv.FormatInt(i, 10))
+			if !r.counted {
+				count = p.HLen(ctx, r.key)
+			}
+			return nil
+		})
 		cancel()
-		if err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		v, gerr := get.Bytes()
+		if gerr != nil && strings.HasPrefix(gerr.Error(), "WRONGTYPE") {
 			r.flat = true
 			return r.readFlat(b)
 		}
-		if errors.Is(err, redis.Nil) {
-			return 0, io.ErrUnexpectedEOF // collected meanwhile
+		if count != nil {
+			if n, cerr := count.Result(); cerr == nil {
+				r.counted = true
+				if n != want {
+					return 0, r.s.lostBytes(r.thread, r.id, n, want)
+				}
+			}
 		}
-		if err != nil {
+		if errors.Is(gerr, redis.Nil) {
+			return 0, r.s.lostBytes(r.thread, r.id, -1, want) // lost, or collected meanwhile
+		}
+		if err != nil && !errors.Is(err, redis.Nil) {
 			return 0, r.s.unavailable("attachment", err)
 		}
 		r.chunk, r.cur = i, v
@@ -601,12 +639,16 @@ func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessa
 		var rec store.StoredAttachment
 		if ok && json.Unmarshal([]byte(js), &rec) == nil && rec.ID == id {
 			out[i] = rec.Attachment
-			if _, used := vals[2*i+1].(string); used || !rec.Unused(now) {
+			_, used := vals[2*i+1].(string)
+			if rec.OpensFor(m.Participant, used) && (used || !rec.Unused(now)) {
 				continue // (a used one is refused by the script, unless the post is a repeat)
 			}
 		}
-		// Unknown, or an upload no post named within the hour: refused,
-		// unless the post repeats one the thread holds (the script answers it).
+		// Unknown, an upload no post named within the hour, or another's
+		// draft in a participant's post (its uploader is kept in the
+		// record, which never changes: the script need not check it
+		// again): refused, unless the post repeats one the thread holds
+		// (the script answers it).
 		if repeat < 0 {
 			repeat = 0
 			if m.ClientID != "" {

@@ -48,7 +48,7 @@ func TestAttachmentStoredInChunks(t *testing.T) {
 
 	check := func(what string) {
 		t.Helper()
-		_, f, err := st.OpenAttachment(ctx, thread, a.ID)
+		_, f, err := st.OpenAttachment(ctx, thread, a.ID, "")
 		assert.Success(t, err)
 		defer f.Close()
 		got, err := io.ReadAll(f)
@@ -157,7 +157,7 @@ func TestUploadWhenRedisLostItsData(t *testing.T) {
 		lose := func() { assert.Success(t, rdb.FlushAll(ctx).Err()) }
 		a, err := st.PutAttachment(ctx, c.thread, store.Upload{Name: "big.bin", Body: &hookReader{r: bytes.NewReader(body), n: c.after, hook: lose}})
 		if err == nil {
-			_, f, err := st.OpenAttachment(ctx, c.thread, a.ID)
+			_, f, err := st.OpenAttachment(ctx, c.thread, a.ID, "")
 			assert.Success(t, err)
 			got, err := io.ReadAll(f)
 			f.Close()

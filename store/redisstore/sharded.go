@@ -150,8 +150,10 @@ func (sh *Sharded) Ping(ctx context.Context) error {
 	return sh.each(func(_ int, s *Store) error { return s.Ping(ctx) })
 }
 
-// Check implements store.Checker.
-func (sh *Sharded) Check(ctx context.Context) error { return sh.Ping(ctx) }
+// Check implements store.Checker: every shard takes a write (Store.Check).
+func (sh *Sharded) Check(ctx context.Context) error {
+	return sh.each(func(_ int, s *Store) error { return s.Check(ctx) })
+}
 
 // FeedLive implements store.FeedStater: every shard's feed is live.
 func (sh *Sharded) FeedLive() bool {

@@ -177,8 +177,8 @@ func (sh *Sharded) PutAttachment(ctx context.Context, thread string, up store.Up
 }
 
 // OpenAttachment implements store.Attachments.
-func (sh *Sharded) OpenAttachment(ctx context.Context, thread, id string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
-	return sh.of(thread).OpenAttachment(ctx, thread, id)
+func (sh *Sharded) OpenAttachment(ctx context.Context, thread, id, reader string) (chatrelay.Attachment, io.ReadSeekCloser, error) {
+	return sh.of(thread).OpenAttachment(ctx, thread, id, reader)
 }
 
 // --- webhooks ---

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,9 +17,51 @@ var (
 	_ store.FeedStater = (*Store)(nil)
 )
 
-// Check implements store.Checker for the readiness probe: Redis answers
-// within Options.Timeout (or ctx's deadline, if sooner).
-func (s *Store) Check(ctx context.Context) error { return s.Ping(ctx) }
+// Check implements store.Checker for the readiness probe: Redis takes a
+// write within Options.Timeout (or ctx's deadline, if sooner). A PING is
+// not enough: a full Redis (maxmemory with noeviction) and a read-only
+// replica answer it, and refuse every post. The write is a small key of
+// its own, <prefix>readyz, that expires (on a cluster, each shard's, in
+// its slot: every primary that holds a shard is asked).
+func (s *Store) Check(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	err := s.rdb.Set(ctx, s.prefix+"readyz", "1", readyzTTL).Err()
+	if err == nil {
+		return nil
+	}
+	for _, r := range writeRefusals {
+		if strings.HasPrefix(err.Error(), r.prefix) {
+			err = &writeRefusal{reason: r.reason, err: err}
+			break
+		}
+	}
+	return s.unavailable("check", err)
+}
+
+// readyzTTL is the life of the readiness probe's key.
+const readyzTTL = time.Minute
+
+// writeRefusals are the replies of a Redis that answers but takes no
+// write, with the few words /readyz says of each (store_error).
+var writeRefusals = []struct{ prefix, reason string }{
+	{"OOM", "Redis out of memory"},
+	{"READONLY", "Redis read-only"},
+	{"MISCONF", "Redis cannot save"},
+	{"NOREPLICAS", "Redis lacks replicas"},
+	{"MASTERDOWN", "Redis master down"},
+}
+
+// writeRefusal is a Redis's refusal of a write, with its reason
+// (store.Reason reads it).
+type writeRefusal struct {
+	reason string
+	err    error
+}
+
+func (e *writeRefusal) Error() string       { return e.err.Error() }
+func (e *writeRefusal) Unwrap() error       { return e.err }
+func (e *writeRefusal) StoreReason() string { return e.reason }
 
 // FeedLive implements store.FeedStater: no Follow call of this store has
 // lost its subscription without having subscribed again and caught up

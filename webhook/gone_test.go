@@ -1,0 +1,83 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/webhook"
+)
+
+// retryOutbox records the events settled Done and counts the retries.
+type retryOutbox struct {
+	doneOutbox
+	retries atomic.Int64
+}
+
+func (o *retryOutbox) Retry(context.Context, string, store.Due, time.Time) error {
+	o.retries.Add(1)
+	return nil
+}
+
+// A receiver that answers 410 Gone no longer wants the events (Standard
+// Webhooks: "Sender should disable the webhook endpoint, and stop sending
+// it messages"): that event is given up at once, not retried, and the
+// destination is off until the server starts again: its other events are
+// given up without an attempt, each counted gone, and it is logged at
+// warn once. Before, a 410 was retried for 3 h like a 503.
+func TestGoneReceiverIsDisabled(t *testing.T) {
+	t.Parallel()
+	const url = "http://127.0.0.1:1/hook"
+	var queued []store.Due
+	for i := range 3 {
+		queued = append(queued, store.Due{Event: store.Event{ID: fmt.Sprintf("evt_gone%d", i), Type: store.EventMessageCreated, Thread: "t", At: time.Now(), Message: []byte(`{}`)}})
+	}
+	ob := &retryOutbox{doneOutbox: doneOutbox{memOutbox: memOutbox{queued: map[string][]store.Due{store.DestinationID(url): queued}, took: make(chan struct{})}}}
+	var asked atomic.Int64
+	gone := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		asked.Add(1)
+		return &http.Response{StatusCode: http.StatusGone, Status: "410 Gone", Body: http.NoBody, Request: r}, nil
+	})
+	var logs bytes.Buffer
+	d, err := webhook.New(webhook.Config{URLs: []string{url}, Key: make([]byte, 32), Outbox: ob, Poll: time.Millisecond, Workers: 1,
+		Client: &http.Client{Transport: gone}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultGone)) < 3 && ob.retries.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // polls the counter
+	}
+	cancel()
+	<-done
+	if n := ob.retries.Load(); n != 0 {
+		t.Fatalf("an event for a receiver that answered 410 Gone was retried (%d times)", n)
+	}
+	if n := testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultGone)); n != 3 {
+		t.Fatalf("counted %v gone, not the 3 events", n)
+	}
+	ob.mu.Lock()
+	settled := len(ob.done)
+	ob.mu.Unlock()
+	if settled != 3 {
+		t.Fatalf("settled %d events, not 3", settled)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("the receiver was sent %d events after it answered 410, not none", n-1)
+	}
+	if n := strings.Count(logs.String(), "410"); n != 1 {
+		t.Fatalf("the disabling is logged %d times, not once:\n%s", n, logs.String())
+	}
+}
