@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,33 +84,9 @@ func TestPushKilledServerLosesNoPush(t *testing.T) {
 		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
 		ctx, thread := t.Context(), threadN(1)
-		_, err := be.Store.Append(ctx, thread, store.NewMessage{Text: "hello"})
-		assert.Success(t, err)
-		phone := svc.Subscribe(t, "phone")
-		_, _, err = store.PushOf(be.Store).PushSubscribe(ctx, thread, chatrelay.PushSubscription{
-			ID: chatrelay.NewPushID(), Endpoint: phone.Endpoint, P256dh: phone.P256dh(), Auth: phone.AuthKey(),
-			Events: chatrelay.PushEvents, CreatedAt: time.Now().UnixMilli(), Subscriber: chatrelay.SubscriberOwner,
-		})
-		assert.Success(t, err)
+		subscribeInStore(t, be, thread, svc.Subscribe(t, "phone"))
 
-		c := pushKillConfig{Cert: svc.Certificate().Raw, Lease: lease}
-		if storetest.IsRedis(backend) {
-			c.Redis, c.Prefix = be.Server.URL(), be.Prefix
-		} else {
-			c.Dir = be.Dir
-		}
-		raw, _ := json.Marshal(c)
-		proc := testproc.Start(t, "TestPushKilledServerProcess", []string{pushKillEnv + "=" + string(raw)}, 10)
-		killed := false
-		t.Cleanup(func() {
-			if !killed {
-				proc.Kill()
-			}
-		})
-		lines := bufio.NewScanner(proc.Stdout)
-		for lines.Scan() && lines.Text() != "ready" {
-		}
-		assert.True(t, lines.Text() == "ready", "the server process did not start: %v", lines.Err())
+		kill := startKillable(t, backend, be, svc, lease)
 
 		ask, err := be.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
 			Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
@@ -118,11 +95,10 @@ func TestPushKilledServerLosesNoPush(t *testing.T) {
 		_, err = be.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: secret})
 		assert.Success(t, err)
 		awaitPushes(t, svc, "/push/phone", 2) // both answered 503: their retries are 5 minutes away
-		proc.Kill()
-		killed = true
+		kill()
 
 		var logged lockedBuffer
-		startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: func(c *transport.Config) {
+		after := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: func(c *transport.Config) {
 			withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })(c)
 			c.Log = slog.New(slog.NewTextHandler(&logged, nil))
 		}})
@@ -140,6 +116,11 @@ func TestPushKilledServerLosesNoPush(t *testing.T) {
 		}
 		assert.Equal(t, "the pushes sent after the kill", got, map[string]int{chatrelay.PushTypeInteraction: 1, chatrelay.PushTypeReply: 1})
 
+		assert.Eventually(t, 10*time.Second, "the journal emptied once the pushes had their outcome", func() bool {
+			j, err := store.PushOf(after.store).JournaledPushes(ctx) // the server's own view (the file store's journal is its process's)
+			return err == nil && len(j) == 0
+		})
+
 		var line string
 		for l := range strings.Lines(logged.String()) {
 			if strings.Contains(l, "push: changes taken at start") {
@@ -150,5 +131,79 @@ func TestPushKilledServerLosesNoPush(t *testing.T) {
 		for _, s := range []string{secret, tokenN(1), "/push/"} {
 			assert.True(t, !strings.Contains(logged.String(), s), "the log holds %q:\n%s", s, logged.String())
 		}
+	})
+}
+
+// subscribeInStore posts a first message to thread and subscribes sub
+// to it, through the store (as the server's route would).
+func subscribeInStore(t *testing.T, be *storetest.Backend, thread string, sub pushtest.Subscription) {
+	t.Helper()
+	_, err := be.Store.Append(t.Context(), thread, store.NewMessage{Text: "hello"})
+	assert.Success(t, err)
+	_, _, err = store.PushOf(be.Store).PushSubscribe(t.Context(), thread, chatrelay.PushSubscription{
+		ID: chatrelay.NewPushID(), Endpoint: sub.Endpoint, P256dh: sub.P256dh(), Auth: sub.AuthKey(),
+		Events: chatrelay.PushEvents, CreatedAt: time.Now().UnixMilli(), Subscriber: chatrelay.SubscriberOwner,
+	})
+	assert.Success(t, err)
+}
+
+// startKillable starts a server with push on be's store in a process of
+// its own (TestPushKilledServerProcess), its claims of lease, its retries
+// 5 minutes away, and returns once it is ready; kill kills it (SIGKILL),
+// and cleanup does if the test did not.
+func startKillable(t *testing.T, backend string, be *storetest.Backend, svc *pushtest.Service, lease time.Duration) (kill func()) {
+	t.Helper()
+	c := pushKillConfig{Cert: svc.Certificate().Raw, Lease: lease}
+	if storetest.IsRedis(backend) {
+		c.Redis, c.Prefix = be.Server.URL(), be.Prefix
+	} else {
+		c.Dir = be.Dir
+	}
+	raw, _ := json.Marshal(c)
+	proc := testproc.Start(t, "TestPushKilledServerProcess", []string{pushKillEnv + "=" + string(raw)}, 10)
+	var once sync.Once
+	kill = func() { once.Do(proc.Kill) }
+	t.Cleanup(kill)
+	lines := bufio.NewScanner(proc.Stdout)
+	for lines.Scan() && lines.Text() != "ready" {
+	}
+	assert.True(t, lines.Text() == "ready", "the server process did not start: %v", lines.Err())
+	return kill
+}
+
+// TestPushKilledServerClosedInteractionNotSent: a lone server is killed
+// while an approval's push waits for its retry; the approval is then
+// cancelled while no server runs. The next server, which never saw the
+// close, does not send the opening push from the journal (superseded):
+// it would offer Approve and Deny for a closed approval. It settles it:
+// the journal is empty.
+func TestPushKilledServerClosedInteractionNotSent(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		svc.Respond = func(string, int) pushtest.Answer { return pushtest.Answer{Status: http.StatusServiceUnavailable} }
+		const lease = time.Second
+		be := storetest.Open(t, backend, storetest.Options{})
+		ctx, thread := t.Context(), threadN(1)
+		subscribeInStore(t, be, thread, svc.Subscribe(t, "phone"))
+		kill := startKillable(t, backend, be, svc, lease)
+		ask, err := be.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
+			Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
+		assert.Success(t, err)
+		awaitPushes(t, svc, "/push/phone", 1) // answered 503
+		kill()
+		_, err = be.Store.Change(ctx, thread, store.Change{Op: chatrelay.Cancel, InteractionID: ask.Message.Interaction.ID, By: chatrelay.Hermes})
+		assert.Success(t, err)
+
+		after := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		assert.Eventually(t, 10*time.Second, "the journaled change dealt with", func() bool {
+			return opsScrape(t, after.client, after.ts.URL+"/metrics")[`chatrelay_push_total{result="superseded"}`] == 1 ||
+				len(pushesTo(svc, "/push/phone")) > 1
+		})
+		assert.Equal(t, "pushes received", len(pushesTo(svc, "/push/phone")), 1)
+		assert.Eventually(t, 10*time.Second, "the journal emptied", func() bool {
+			j, err := store.PushOf(after.store).JournaledPushes(ctx)
+			return err == nil && len(j) == 0
+		})
 	})
 }
