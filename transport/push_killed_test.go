@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,4 +207,54 @@ func TestPushKilledServerClosedInteractionNotSent(t *testing.T) {
 			return err == nil && len(j) == 0
 		})
 	})
+}
+
+// claimsCounted is a node's store whose push claims are counted, won or
+// lost.
+type claimsCounted struct {
+	store.Store
+	store.Push
+	lost atomic.Int64
+}
+
+func (c *claimsCounted) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
+	won, settled, err = c.Push.ClaimPush(ctx, id, owner, lease, doc)
+	if err == nil && !won {
+		c.lost.Add(1)
+	}
+	return won, settled, err
+}
+
+// TestPushJournalLeavesALiveNodesClaims: on Redis, node A claims a
+// reply's push and waits for its retry; node B starts meanwhile and
+// finds the change in the journal. A renews its claim: B loses it, at
+// its start and again a lease later, and sends nothing (no push twice
+// because a node started). Once A stops, B takes the change over when
+// A's claim lapses, and sends it.
+func TestPushJournalLeavesALiveNodesClaims(t *testing.T) {
+	t.Parallel()
+	svc := pushtest.NewService(t)
+	failFirst(svc)
+	const lease = 2 * time.Second // A renews every third of it
+	be := storetest.Open(t, storetest.Redis, storetest.Options{})
+	a := startPush(t, pushOptions{on: be, config: withPush(svc, retryLater(lease))})
+	owner, thread := tokenN(1), threadN(1)
+	a.mustPost(owner, "hello")
+	status, _ := a.subscribe(owner, nil, svc.Subscribe(t, "phone"))
+	assert.Equal(t, "subscribe", status, http.StatusCreated)
+	_, err := a.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "are you there?"})
+	assert.Success(t, err)
+	awaitPushes(t, svc, "/push/phone", 1) // answered 503
+
+	counted := &claimsCounted{}
+	startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: func(c *transport.Config) {
+		withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })(c)
+		counted.Store, counted.Push = c.Store, store.PushOf(c.Store)
+		c.Store = counted
+	}})
+	assert.Eventually(t, 10*time.Second, "B lost the journaled claim at its start and a lease later", func() bool { return counted.lost.Load() >= 2 })
+	assert.Equal(t, "pushes while A holds the claim", len(pushesTo(svc, "/push/phone")), 1)
+	a.stop()
+	_, pls := awaitPushes(t, svc, "/push/phone", 2)
+	assert.Equal(t, "the push B sent", pls[1].Message.Text, "are you there?")
 }
