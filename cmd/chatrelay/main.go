@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -121,6 +122,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			if h, ok := errors.AsType[helpRequest](err); ok {
 				io.WriteString(stdout, h.usage)
 			}
+			if u, ok := err.(usageError); ok {
+				return namedFromEnv(u, rest, getenv)
+			}
 			return err
 		}
 	}
@@ -132,6 +136,47 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 type usageError string
 
 func (e usageError) Error() string { return string(e) }
+
+// flagRef is a flag as an error message names it: --max-threads.
+var flagRef = regexp.MustCompile(`--[a-z][a-z0-9-]*[a-z0-9]`)
+
+// namedFromEnv adds to err, a refusal of a command's settings that names
+// flags (--max-threads), the environment variable that set each one the
+// command line did not give (CHATRELAY_MAX_THREADS): a user who never
+// typed the flag is told where its value came from.
+func namedFromEnv(err usageError, args []string, getenv func(string) string) usageError {
+	var notes []string
+	seen := map[string]bool{}
+	for _, ref := range flagRef.FindAllString(string(err), -1) {
+		name := ref[2:]
+		if seen[name] || onCommandLine(args, name) {
+			continue
+		}
+		seen[name] = true
+		if env := envName(name); getenv(env) != "" {
+			notes = append(notes, fmt.Sprintf("--%s was set by %s", name, env))
+		}
+	}
+	if len(notes) == 0 {
+		return err
+	}
+	return usageError(string(err) + " (" + strings.Join(notes, "; ") + ")")
+}
+
+// onCommandLine reports whether args give the flag name (-name, --name,
+// or either with =value), before any "--".
+func onCommandLine(args []string, name string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
+}
 
 // exitCode maps an error to the process's exit status: 0 success, 2 a bad
 // command line, 1 anything else.

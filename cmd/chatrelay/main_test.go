@@ -327,6 +327,37 @@ func TestDataFromTheEnvironment(t *testing.T) {
 	assert.Equal(t, "threads in --data", strings.TrimSpace(r.stdout), "[]")
 }
 
+// TestRefusedSettingNamesItsVariable: a setting the environment gave
+// (CHATRELAY_MAX_THREADS) that a command refuses is named with its
+// variable, since the user never typed the flag the refusal names; a
+// flag the command line gave is named alone.
+func TestRefusedSettingNamesItsVariable(t *testing.T) {
+	t.Parallel()
+	data := seed(t)
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		variable string
+	}{
+		{"serve", map[string]string{"CHATRELAY_MAX_THREADS": "0"}, []string{"serve", "--addr", "127.0.0.1:0"}, "CHATRELAY_MAX_THREADS"},
+		{"serve, a second flag", map[string]string{"CHATRELAY_MAX_ATTACHMENT_BYTES": "0"}, []string{"serve", "--addr", "127.0.0.1:0"}, "CHATRELAY_MAX_ATTACHMENT_BYTES"},
+		{"ask", map[string]string{"CHATRELAY_TIMEOUT": "1500ms"}, []string{"ask", threadOld, "--approval", "deploy?"}, "CHATRELAY_TIMEOUT"},
+		{"the command line wins", map[string]string{"CHATRELAY_MAX_THREADS": "0"}, []string{"serve", "--addr", "127.0.0.1:0", "--max-threads=0"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := runCLI(t, env(tc.env), "", append(tc.args, "--data", data)...)
+			assert.Equal(t, "exit code ("+errString(r.err)+")", exitCode(r.err), 2)
+			if tc.variable == "" {
+				assert.True(t, !strings.Contains(errString(r.err), "CHATRELAY_"), "error %q names a variable", errString(r.err))
+				return
+			}
+			assert.True(t, strings.Contains(errString(r.err), "was set by "+tc.variable), "error %q names no %s", errString(r.err), tc.variable)
+		})
+	}
+}
+
 // TestFsyncFromTheEnvironment: CHATRELAY_FSYNC is one of the store's
 // variables that the server and the host CLI share; a value that is not
 // always or never is a usage error naming the variable, not a flag the

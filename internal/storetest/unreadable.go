@@ -167,6 +167,7 @@ func redisThreadState(t testing.TB, c redis.UniversalClient, prefix, thread stri
 	}
 	out.WriteString("threads " + score(prefix+"threads") + "\n")
 	out.WriteString("att-threads " + score(prefix+"att-threads") + "\n")
+	out.WriteString("att-places " + score(prefix+"att-places") + "\n")
 	pending, err := c.ZRangeWithScores(ctx, prefix+"pending", 0, -1).Result()
 	if err != nil {
 		t.Fatalf("storetest: pending: %v", err)

@@ -76,13 +76,20 @@ func TestCountLockTakesTurnsInProcess(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	assertCountAfter(t, dir, errs, 40)
+}
+
+// assertCountAfter checks that no call of errs failed and that
+// .threads.lock holds want.
+func assertCountAfter(t *testing.T, dir string, errs chan error, want int) {
+	t.Helper()
 	close(errs)
 	for err := range errs {
 		assert.Success(t, err)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "chat", ".threads.lock"))
 	assert.Success(t, err)
-	assert.Equal(t, "the count", string(data), "40\n")
+	assert.Equal(t, "the count", string(data), fmt.Sprintf("%d\n", want))
 }
 
 // TestCountFileHoldsTheCount: a creation writes the count over the one in
@@ -233,13 +240,7 @@ func TestUploadsAndPostsCreatingThreadsTogether(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		assert.Success(t, err)
-	}
-	data, err := os.ReadFile(filepath.Join(dir, "chat", ".threads.lock"))
-	assert.Success(t, err)
-	assert.Equal(t, "the count", string(data), fmt.Sprintf("%d\n", threads))
-	_, err = s.PutAttachment(context.Background(), fmt.Sprintf("%016x", 0xff), store.Upload{Name: "f.txt", Type: "text/plain", Body: strings.NewReader("one too many"), Max: 1 << 10})
+	assertCountAfter(t, dir, errs, threads)
+	_, err := s.PutAttachment(context.Background(), fmt.Sprintf("%016x", 0xff), store.Upload{Name: "f.txt", Type: "text/plain", Body: strings.NewReader("one too many"), Max: 1 << 10})
 	assert.Code(t, err, chatrelay.ThreadLimit)
 }

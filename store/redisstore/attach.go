@@ -32,6 +32,19 @@ import (
 //	<prefix>{T}:att:up:<r>   hash: an upload being received (expires)
 //	<prefix>att-threads      sorted set: threads with uploads, by the newest
 //	                         upload's time (the sweep collects them)
+//	<prefix>att-places       sorted set: threads that hold uploads and no
+//	                         message, by the time the first took its place
+//	                         in the thread limit
+//
+// A thread's place in the thread limit (MaxThreads) is its entry in the
+// index, or in att-places: the upload that starts a thread (one neither
+// holds) takes a place in commitScript, refused (thread_limit, nothing
+// kept) when the index and att-places together hold the most threads; the
+// thread's first message moves it to the index (appendScript), and the
+// collector takes it out once its uploads are gone (collectScript). So a
+// client holding many tokens cannot keep uploads in more message-less
+// threads than the limit leaves. att-places is in the index's slot (a
+// cluster shard's keys all are), so the scripts read both at once.
 //
 // An upload is written to its staging key a chunk at a time, each chunk
 // a field of its own (never whole in memory; the key expires if the writer
@@ -59,14 +72,24 @@ func (s *Store) attThreadsKey() string             { return s.prefix + "att-thre
 func (s *Store) blobKey(thread, sha string) string { return s.attKey(thread) + ":" + sha }
 
 // PutAttachment implements store.Attachments.
-func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Upload) (_ chatrelay.Attachment, err error) {
+func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Upload) (chatrelay.Attachment, error) {
+	return s.putAttachment(ctx, thread, up, nil)
+}
+
+// putAttachment is PutAttachment on s, shard of sh if sh is not nil: the
+// thread limit then holds for all shards together, as an append's does
+// (Sharded.appendRated): the upload is committed with no room for a new
+// thread, and only one that would start its thread takes the creation
+// lock, counts the other shards' threads and is committed again with the
+// room they leave.
+func (s *Store) putAttachment(ctx context.Context, thread string, up store.Upload, sh *Sharded) (_ chatrelay.Attachment, err error) {
 	if err := chatrelay.CheckThread(thread); err != nil {
 		return chatrelay.Attachment{}, err
 	}
 	if err := up.Check(); err != nil {
 		return chatrelay.Attachment{}, err
 	}
-	if err := s.roomForThread(ctx, thread); err != nil {
+	if err := s.roomForThread(ctx, thread, sh); err != nil {
 		return chatrelay.Attachment{}, err
 	}
 	if err := s.roomForUpload(ctx, thread); err != nil { // before the bytes are taken in; commitScript checks again
@@ -107,12 +130,24 @@ func (s *Store) PutAttachment(ctx context.Context, thread string, up store.Uploa
 	if err := list(); err != nil {
 		return chatrelay.Attachment{}, s.unavailable("upload", err)
 	}
-	res, err := commitScript.Run(cctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256), s.metaKey(thread)},
-		a.ID, string(js), a.SHA256, a.Size, chatrelay.LimitThreadAttachments.Max, aw.n > 0,
-		s.pendingSince(), chatrelay.LimitAttachmentPending.Max, aw.i).Text()
+	commit := func(ctx context.Context, limit int) (string, error) {
+		return commitScript.Run(ctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256), s.metaKey(thread), s.index, s.places},
+			a.ID, string(js), a.SHA256, a.Size, chatrelay.LimitThreadAttachments.Max, aw.n > 0,
+			s.pendingSince(), chatrelay.LimitAttachmentPending.Max, aw.i, thread, limit, s.now().UnixMilli()).Text()
+	}
+	var res string
+	if sh == nil {
+		res, err = commit(cctx, s.opt.MaxThreads)
+	} else if res, err = commit(cctx, 0); err == nil && res == "thread_limit" {
+		res, err = sh.commitNew(ctx, s, thread, commit)
+	}
 	if err != nil {
 		s.unlist(ctx, thread)
 		return chatrelay.Attachment{}, s.unavailable("upload", err)
+	}
+	if res == "thread_limit" {
+		s.unlist(ctx, thread)
+		return chatrelay.Attachment{}, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
 	}
 	if res == "pending" {
 		return chatrelay.Attachment{}, store.TooManyPending() // (the thread holds uploads: it stays listed)
@@ -209,24 +244,56 @@ return {pendingUploads(KEYS[1], tonumber(ARGV[1])), ''}
 `)
 
 // roomForThread refuses (ThreadLimit) an upload that would start a thread
-// when the store holds the most threads it may.
-func (s *Store) roomForThread(ctx context.Context, thread string) error {
-	ctx, cancel := s.bound(ctx)
+// (one with no place in the thread limit) when the store holds the most
+// threads it may: with sh, all of its shards together (s is one). It is
+// asked before the bytes are taken in; commitScript decides, atomically.
+func (s *Store) roomForThread(ctx context.Context, thread string, sh *Sharded) error {
+	bctx, cancel := s.bound(ctx)
 	defer cancel()
-	var score *redis.FloatCmd
-	var n *redis.IntCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		score = p.ZScore(ctx, s.index, thread)
-		n = p.ZCard(ctx, s.index)
+	var in, placed *redis.FloatCmd
+	var n, m *redis.IntCmd
+	_, err := s.rdb.Pipelined(bctx, func(p redis.Pipeliner) error {
+		in = p.ZScore(bctx, s.index, thread)
+		placed = p.ZScore(bctx, s.places, thread)
+		n = p.ZCard(bctx, s.index)
+		m = p.ZCard(bctx, s.places)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return s.unavailable("upload", err)
 	}
-	if score.Err() == redis.Nil && n.Val() >= int64(s.opt.MaxThreads) {
+	if in.Err() == nil || placed.Err() == nil {
+		return nil
+	}
+	held := n.Val() + m.Val()
+	if sh != nil && held < int64(s.opt.MaxThreads) {
+		others, err := sh.threadsBut(ctx, sh.ShardOf(thread))
+		if err != nil {
+			return err
+		}
+		held += others
+	}
+	if held >= int64(s.opt.MaxThreads) {
 		return chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
 	}
 	return nil
+}
+
+// threads answers how many places the store's thread limit has taken:
+// the threads of the index and those that hold uploads alone.
+func (s *Store) threads(ctx context.Context) (int64, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var n, m *redis.IntCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		n = p.ZCard(ctx, s.index)
+		m = p.ZCard(ctx, s.places)
+		return nil
+	})
+	if err != nil {
+		return 0, s.unavailable("threads", err)
+	}
+	return n.Val() + m.Val(), nil
 }
 
 // appender writes an upload to its staging key a chunk at a time: it
@@ -295,22 +362,32 @@ func (w *appender) flush() error {
 }
 
 // commitScript makes a received upload the thread's. KEYS: the thread's
-// att hash, the staging key, the bytes' key, the thread's meta. ARGV: id,
+// att hash, the staging key, the bytes' key, the thread's meta, the
+// thread index, att-places. ARGV: id,
 // record JSON, sha, size, the thread's most bytes, "1" if the staging key
 // holds the bytes (an empty file has none), the time (ms) after which an
 // upload no message names is pending, the most pending uploads, the
-// chunks the staging key was sent. It
-// answers "ok", "pending" (the thread holds the most pending uploads it
-// may: pendingLua; nothing is kept), "full" (the
+// chunks the staging key was sent, the thread, the most threads, now
+// (ms). It
+// answers "ok", "thread_limit" (the thread has no place in the thread
+// limit, neither in the index nor in att-places, and they hold the most
+// threads: nothing is kept but the staging key, for the caller to try
+// again with more room or delete), "pending" (the thread holds the most
+// pending uploads it may: pendingLua; nothing is kept), "full" (the
 // bytes would take the thread past its most; nothing is kept),
 // "unreadable" (the thread is marked unreadable: unreadable.go; nothing
 // is kept) or "lost" (the staging key lacks chunks it was sent: Redis
-// lost data meanwhile; nothing is kept).
+// lost data meanwhile; nothing is kept). An upload kept into a thread
+// that had no place gives it one in att-places.
 var commitScript = redis.NewScript(pendingLua + `
 local att, stage, blob = KEYS[1], KEYS[2], KEYS[3]
 if redis.call('HEXISTS', KEYS[4], '` + markField + `') == 1 then
   redis.call('DEL', stage)
   return 'unreadable'
+end
+local place = not redis.call('ZSCORE', KEYS[5], ARGV[10]) and not redis.call('ZSCORE', KEYS[6], ARGV[10])
+if place and redis.call('ZCARD', KEYS[5]) + redis.call('ZCARD', KEYS[6]) >= tonumber(ARGV[11]) then
+  return 'thread_limit'
 end
 if pendingUploads(att, tonumber(ARGV[7])) >= tonumber(ARGV[8]) then
   redis.call('DEL', stage)
@@ -338,12 +415,15 @@ else
 end
 redis.call('HINCRBY', att, 'b:' .. sha, 1)
 redis.call('HSET', att, id, rec)
+if place then redis.call('ZADD', KEYS[6], ARGV[12], ARGV[10]) end
 return 'ok'
 `)
 
 // collectScript drops a thread's uploads that no message names and that
 // were uploaded at or before ARGV[1] (ms), and their bytes if no record holds
-// them. KEYS: Store.keys. It answers how many uploads the thread keeps.
+// them; a thread left with none, or in the index (whose place is there),
+// leaves att-places (ARGV[2] is the thread). KEYS: Store.keys. It answers how
+// many uploads the thread keeps.
 // (A pending upload's staging key is not the hash's: it expires.) A thread
 // marked unreadable (unreadable.go) is kept as it is: -1.
 var collectScript = redis.NewScript(luaCommon + `
@@ -368,6 +448,7 @@ if left == 0 then
   end
   redis.call('DEL', K.att)
 end
+if left == 0 or redis.call('ZSCORE', K.index, ARGV[2]) then redis.call('ZREM', K.places, ARGV[2]) end
 return left
 `)
 
@@ -524,13 +605,30 @@ func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessa
 }
 
 // sweepUploads collects the uploads of every thread that has some: those
-// no message named within the hour go, with their bytes.
+// no message named within the hour go, with their bytes. The threads of
+// att-places are collected too, listed in att-threads or not: a place
+// whose uploads are gone is freed.
 func (s *Store) sweepUploads(ctx context.Context) error {
 	lctx, cancel := s.bound(ctx)
-	names, err := s.rdb.ZRange(lctx, s.attThreadsKey(), 0, -1).Result()
+	var listed, placed *redis.StringSliceCmd
+	_, err := s.rdb.Pipelined(lctx, func(p redis.Pipeliner) error {
+		listed = p.ZRange(lctx, s.attThreadsKey(), 0, -1)
+		placed = p.ZRange(lctx, s.places, 0, -1)
+		return nil
+	})
 	cancel()
 	if err != nil {
 		return s.unavailable("sweep", err)
+	}
+	names := listed.Val()
+	seen := make(map[string]bool, len(names))
+	for _, name := range names {
+		seen[name] = true
+	}
+	for _, name := range placed.Val() {
+		if !seen[name] {
+			names = append(names, name)
+		}
 	}
 	_, ttl := chatrelay.LimitAttachmentUnused.Duration()
 	before := s.now().Add(-ttl).UnixMilli()
@@ -542,7 +640,7 @@ func (s *Store) sweepUploads(ctx context.Context) error {
 			continue
 		}
 		sctx, cancel := s.bound(ctx)
-		err := collectScript.Run(sctx, s.rdb, s.keys(name), before).Err()
+		err := collectScript.Run(sctx, s.rdb, s.keys(name), before, name).Err()
 		cancel()
 		if err != nil {
 			return s.unavailable("sweep", err)

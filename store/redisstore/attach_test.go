@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
+	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -163,4 +167,98 @@ func TestUploadWhenRedisLostItsData(t *testing.T) {
 		keys := must[[]string](t)(rdb.Keys(ctx, "*"+c.thread+"*").Result())
 		assert.Equal(t, c.name+": keys left", strings.Join(keys, " "), "")
 	}
+}
+
+// TestUploadThreadLimitAcrossNodes: uploads that start threads, and posts
+// that create them, raced on two nodes of one Redis, take no more places
+// than the thread limit has (uploadThreadLimitAcrossNodes).
+func TestUploadThreadLimitAcrossNodes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	clk := testclock.New(time.UnixMilli(1792778400000))
+	opt := Options{MaxThreads: 7, Now: clk.Now}
+	uploadThreadLimitAcrossNodes(t, openStore(t, srv, opt), openStore(t, srv, opt), clk)
+}
+
+// TestShardedUploadThreadLimitAcrossNodes: the same on shards and on a
+// cluster, where the limit holds for all shards together: an upload that
+// would start its thread takes the creation lock and counts the other
+// shards' places, as a post that creates one does.
+func TestShardedUploadThreadLimitAcrossNodes(t *testing.T) {
+	eachSharded(t, func(t *testing.T, spec, prefix string) {
+		clk := testclock.New(time.UnixMilli(1792778400000))
+		opt := Options{Prefix: prefix, MaxThreads: 7, Now: clk.Now}
+		uploadThreadLimitAcrossNodes(t, openSharded(t, spec, opt), openSharded(t, spec, opt), clk)
+	})
+}
+
+// uploadThreadLimitAcrossNodes checks a store limited to 7 threads through
+// two nodes a and b: 20 new threads each sent two uploads at once, one
+// through each node, and 10 more created by a post, all at once: 7
+// threads hold something (an upload thread both of its uploads: one took
+// the place, the other found it taken), the others nothing; a new thread
+// is then refused, by upload and by post. Once the uploads expire and a
+// sweep collects them, their places are free again, and only theirs.
+func uploadThreadLimitAcrossNodes(t *testing.T, a, b store.Store, clk *testclock.Clock) {
+	ctx := t.Context()
+	put := func(st store.Store, th string) error {
+		_, err := st.(store.Attachments).PutAttachment(ctx, th, store.Upload{Name: "f.txt", Type: "text/plain", Body: strings.NewReader("bytes of " + th)})
+		return err
+	}
+	var mu sync.Mutex
+	stored := map[string]int{} // thread -> its writes stored
+	note := func(th string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch chatrelay.CodeOf(err) {
+		case "":
+			stored[th]++
+		case chatrelay.ThreadLimit:
+		default:
+			t.Errorf("%s: %v", th, err)
+		}
+	}
+	var wg sync.WaitGroup
+	uploaded := map[string]bool{}
+	for i := range 20 {
+		th := fmt.Sprintf("%016x", 0xf11e000+i)
+		uploaded[th] = true
+		wg.Go(func() { note(th, put(a, th)) })
+		wg.Go(func() { note(th, put(b, th)) })
+	}
+	for i := range 10 {
+		th := fmt.Sprintf("%016x", 0x9057000+i)
+		node := a
+		if i%2 == 1 {
+			node = b
+		}
+		wg.Go(func() {
+			_, err := node.Append(ctx, th, store.NewMessage{Text: "first"})
+			note(th, err)
+		})
+	}
+	wg.Wait()
+	if len(stored) != 7 {
+		t.Fatalf("%d threads hold something, want 7: %v", len(stored), stored)
+	}
+	posted := 0
+	for th, n := range stored {
+		if !uploaded[th] {
+			posted++
+		} else if n != 2 {
+			t.Errorf("thread %s kept %d of its 2 uploads", th, n)
+		}
+	}
+	wantCode(t, put(b, "fedcba9876543210"), chatrelay.ThreadLimit)
+	_, err := a.Append(ctx, "fedcba9876543210", store.NewMessage{Text: "new"})
+	wantCode(t, err, chatrelay.ThreadLimit)
+
+	clk.Advance(time.Duration(chatrelay.LimitAttachmentUnused.Max) * time.Second)
+	must[store.SweepStats](t)(a.Sweep(ctx))
+	for i := range 7 - posted {
+		if err := put([]store.Store{a, b}[i%2], fmt.Sprintf("%016x", 0xa77e000+i)); err != nil {
+			t.Fatalf("upload %d of %d into a new thread after the sweep: %v", i+1, 7-posted, err)
+		}
+	}
+	wantCode(t, put(b, "fedcba9876543210"), chatrelay.ThreadLimit)
 }

@@ -168,7 +168,7 @@ func TestRenewalCommandsPerSet(t *testing.T) {
 // thread's keys alone (the windows are added in place). (Not parallel:
 // AllocsPerRun counts every goroutine's allocations.)
 func TestRatedAppendKeysAllocateNoMore(t *testing.T) {
-	s := &Store{prefix: "chat:", index: "chat:threads", genKey: "chat:generation", pending: "chat:pending", gindex: "chat:grant-index", events: "chat:webhook:events"}
+	s := &Store{prefix: "chat:", index: "chat:threads", genKey: "chat:generation", pending: "chat:pending", gindex: "chat:grant-index", events: "chat:webhook:events", places: "chat:att-places"}
 	const th = "a1b2c3d4e5f60718"
 	var sink []string
 	plain := testing.AllocsPerRun(200, func() { sink = s.keys(th) })

@@ -96,7 +96,9 @@
 // alone and answers its own caller.
 //
 // appendScript checks that the thread exists (MustExist) or that creating
-// it stays within MaxThreads; answers a client_id it finds in cids with that
+// it stays within MaxThreads (the threads of the index and those whose
+// uploads took a place, att-places: attach.go; a thread of uploads takes
+// no second place); answers a client_id it finds in cids with that
 // message (the caller compares the content: a replay or a conflict),
 // storing nothing; for a participant's post, checks that the grants record
 // is still the one the caller read and checked (else "retry"), the cap and
@@ -229,6 +231,7 @@ type Store struct {
 	pending string // the pending interactions' index key
 	gindex  string // the grant index key (participants.go)
 	events  string // the webhook events' stream (outbox.go)
+	places  string // the threads that hold uploads and no message (attach.go)
 	hooks   bool   // queue webhook events (outbox.go); set by open
 	outOnce sync.Once
 	out     *outbox
@@ -342,6 +345,7 @@ func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shar
 		pending: opt.Prefix + "pending",
 		gindex:  opt.Prefix + "grant-index",
 		events:  opt.Prefix + "webhook:events",
+		places:  opt.Prefix + "att-places",
 
 		pingEvery: chatrelay.DefaultFeedPing,
 		wake:      make(chan struct{}),
@@ -446,7 +450,8 @@ var threadKeys = [...]string{"log", "meta", "ids", "v2", "v2e", "revs", "cids", 
 
 // keys returns the keys every script of a thread is given: the thread's
 // (threadKeys), then the thread index, the generation, the pending index
-// the grant index and the webhook events' stream. The thread's keys are slices of one string: an
+// the grant index, the webhook events' stream and the threads that hold
+// uploads and no message (attach.go). The thread's keys are slices of one string: an
 // append allocates two values for them, not ten. The slice has room for
 // the two rate windows a rated append adds (runAppend), so that adding
 // them copies nothing.
@@ -464,13 +469,13 @@ func (s *Store) keys(thread string) []string {
 		ends[i] = b.Len()
 	}
 	all := b.String()
-	k := make([]string, len(threadKeys), len(threadKeys)+5+2)
+	k := make([]string, len(threadKeys), len(threadKeys)+6+2)
 	start := 0
 	for i, end := range ends {
 		k[i] = all[start:end]
 		start = end
 	}
-	return append(k, s.index, s.genKey, s.pending, s.gindex, s.events)
+	return append(k, s.index, s.genKey, s.pending, s.gindex, s.events, s.places)
 }
 
 // unavailable wraps a Redis failure: StoreUnavailable for anything that

@@ -16,14 +16,14 @@ import "github.com/redis/go-redis/v9"
 const luaCommon = `
 local K = {log = KEYS[1], meta = KEYS[2], ids = KEYS[3], v2 = KEYS[4], v2e = KEYS[5], revs = KEYS[6],
   cids = KEYS[7], ixs = KEYS[8], grants = KEYS[9], audit = KEYS[10], att = KEYS[11],
-  index = KEYS[12], gen = KEYS[13], pending = KEYS[14], gindex = KEYS[15], events = KEYS[16]}
+  index = KEYS[12], gen = KEYS[13], pending = KEYS[14], gindex = KEYS[15], events = KEYS[16], places = KEYS[17]}
 ` + luaHelpers
 
 // luaKeysFill sets K's fields from the keys of a call (functions.go).
 const luaKeysFill = `
 K.log, K.meta, K.ids, K.v2, K.v2e, K.revs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 K.cids, K.ixs, K.grants, K.audit, K.att = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-K.index, K.gen, K.pending, K.gindex, K.events = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+K.index, K.gen, K.pending, K.gindex, K.events, K.places = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 `
 
 // luaHelpers are luaCommon's functions.
@@ -163,6 +163,7 @@ local function removeThread(thread, feed)
   end
   redis.call('DEL', K.log, K.meta, K.ids, K.v2, K.v2e, K.revs, K.cids, K.ixs, K.grants, K.audit, K.att)
   redis.call('ZREM', K.index, thread)
+  redis.call('ZREM', K.places, thread)
   if #gs > 0 then publish(feed, thread .. ' P') end
 end
 

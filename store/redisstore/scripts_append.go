@@ -69,11 +69,17 @@ local firstWas = first
 -- the log may be over keep, or there is no bound.
 local n = tonumber(meta[9])
 local set -- meta's other fields to write, if any
+local created -- the thread takes its place in the index from places
 if not prev then
   local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
   if #newest == 0 then
     if ARGV[6] == '1' or participant ~= '' then return {'not_found'} end
-    if not redis.call('ZSCORE', K.index, thread) and redis.call('ZCARD', K.index) >= tonumber(ARGV[5]) then
+    -- A thread's place in the limit: in the index, or in places (its
+    -- uploads took it, attach.go), which it leaves for the index.
+    if redis.call('ZSCORE', K.places, thread) then
+      created = true
+    elseif not redis.call('ZSCORE', K.index, thread) and
+        redis.call('ZCARD', K.index) + redis.call('ZCARD', K.places) >= tonumber(ARGV[5]) then
       return {'thread_limit'}
     end
     if redis.call('EXISTS', K.gen) == 0 then
@@ -254,6 +260,7 @@ else
   redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', n)
 end
 redis.call('ZADD', K.index, es, thread)
+if created then redis.call('ZREM', K.places, thread) end
 announce(ARGV[9], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or json)
 if ARGV[23] ~= '' then
   redis.call('XADD', K.events, '*', 't', ARGV[23], 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
@@ -279,15 +286,15 @@ if cid ~= '' then
   if js then return {'replay', js} end
 end
 local win, l1, l2 = tonumber(ARGV[27]), tonumber(ARGV[28]), tonumber(ARGV[29])
-local wait, n1, n2 = rateTake(KEYS[17], KEYS[18], ARGV[26], now, win, l1, l2)
+local wait, n1, n2 = rateTake(KEYS[18], KEYS[19], ARGV[26], now, win, l1, l2)
 if wait > 0 then return {'rate', fmt(wait)} end
 local res = appendRun(thread, now, keep, age, participant, cid, true)
 if res[1] == 'ok' then
-  rateKeep(KEYS[17], n1, l1, now, win, ARGV[27])
-  if KEYS[18] then rateKeep(KEYS[18], n2, l2, now, win, ARGV[27]) end
+  rateKeep(KEYS[18], n1, l1, now, win, ARGV[27])
+  if KEYS[19] then rateKeep(KEYS[19], n2, l2, now, win, ARGV[27]) end
 else
-  redis.call('RPOP', KEYS[17])
-  if KEYS[18] then redis.call('RPOP', KEYS[18]) end
+  redis.call('RPOP', KEYS[18])
+  if KEYS[19] then redis.call('RPOP', KEYS[19]) end
 end
 return res
 `

@@ -57,12 +57,14 @@ import (
 // runs its script with no room for a new thread; only one that would
 // create its thread (answered thread_limit) takes the creation lock (a
 // SET NX key on shard 0, in one script with shard 0's thread count),
-// counts the other shards' threads (one ZCARD each, at once) and runs
-// again with the room they leave (Append); the lock is released in the
-// background. A post that creates a thread on another shard than 0 of
-// two is so four round trips after the rate windows' (the append, the
-// lock and count, the append again): the lock's release is not waited
-// for.
+// counts the other shards' threads (their index and att-places, one round
+// trip each, at once) and runs again with the room they leave (Append);
+// the lock is released in the background. A post that creates a thread
+// on another shard than 0 of two is so four round trips after the rate
+// windows' (the append, the lock and count, the append again): the lock's
+// release is not waited for. An upload that would start its thread (one
+// with no place in the limit: attach.go) is committed the same way
+// (commitNew), so that every new place is taken under the lock.
 
 // ClusterShards is the number of virtual shards of a Redis Cluster store:
 // threads spread over 16 slots, so over at most 16 primaries. It is
@@ -201,25 +203,48 @@ func (s *Store) threadLimit(ctx context.Context) int {
 // shard k: the limit less the threads of the other shards. Shard 0's
 // count, if it is one of them, came with the lock (lockCreate: n0).
 func (sh *Sharded) room(ctx context.Context, k int, n0 int64) (context.Context, error) {
-	var others atomic.Int64
-	others.Add(n0)
-	err := sh.each(func(j int, s *Store) error {
-		if j == k || j == 0 {
-			return nil
-		}
-		cctx, cancel := s.bound(ctx)
-		defer cancel()
-		n, err := s.rdb.ZCard(cctx, s.index).Result()
-		if err != nil {
-			return s.unavailable("threads", err)
-		}
-		others.Add(n)
-		return nil
-	})
+	others, err := sh.threadsBut(ctx, k, 0)
 	if err != nil {
 		return ctx, err
 	}
-	return context.WithValue(ctx, limitKey{}, max(sh.opt.MaxThreads-int(others.Load()), 0)), nil
+	others += n0
+	return context.WithValue(ctx, limitKey{}, max(sh.opt.MaxThreads-int(others), 0)), nil
+}
+
+// threadsBut answers the places taken in the thread limit (Store.threads:
+// the index's threads and those of uploads alone) on every shard but
+// those of but, counted at once.
+func (sh *Sharded) threadsBut(ctx context.Context, but ...int) (int64, error) {
+	var n atomic.Int64
+	err := sh.each(func(j int, s *Store) error {
+		if slices.Contains(but, j) {
+			return nil
+		}
+		c, err := s.threads(ctx)
+		n.Add(c)
+		return err
+	})
+	return n.Load(), err
+}
+
+// commitNew commits an upload that would start its thread on shard s
+// (commitScript answered thread_limit with no room), as appendRated
+// creates a thread: under the creation lock, with the room the other
+// shards leave.
+func (sh *Sharded) commitNew(ctx context.Context, s *Store, thread string, commit func(ctx context.Context, limit int) (string, error)) (string, error) {
+	k := sh.ShardOf(thread)
+	unlock, n0, err := sh.lockCreate(ctx, k != 0)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	rctx, err := sh.room(ctx, k, n0)
+	if err != nil {
+		return "", err
+	}
+	cctx, cancel := s.bound(rctx)
+	defer cancel()
+	return commit(cctx, s.threadLimit(rctx))
 }
 
 // Append implements store.Store on the thread's shard. It is first tried
@@ -297,12 +322,13 @@ func (sh *Sharded) appendRated(ctx context.Context, thread string, m store.NewMe
 }
 
 // lockScript takes the creation lock (KEYS[1]) for ARGV[1] for ARGV[2]
-// ms if it is free, and answers -1 if it is not, else the number of
-// threads in shard 0's index (KEYS[2]) if ARGV[3] is "1" (the lock and
-// the count in one round trip: both are in shard 0's slot), else 0.
+// ms if it is free, and answers -1 if it is not, else the places taken in
+// shard 0's thread limit (its index, KEYS[2], and att-places, KEYS[3]:
+// Store.threads) if ARGV[3] is "1" (the lock and the count in one round
+// trip: all are in shard 0's slot), else 0.
 var lockScript = redis.NewScript(`
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return -1 end
-if ARGV[3] == '1' then return redis.call('ZCARD', KEYS[2]) end
+if ARGV[3] == '1' then return redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) end
 return 0`)
 
 // unlockScript deletes the creation lock if it is still the caller's.
@@ -350,7 +376,7 @@ func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n
 	}
 	wait := time.Millisecond
 	for {
-		n, err := lockScript.Run(ctx, s.rdb, []string{key, s.index}, token, (3 * s.opt.Timeout).Milliseconds(), c).Int64()
+		n, err := lockScript.Run(ctx, s.rdb, []string{key, s.index, s.places}, token, (3 * s.opt.Timeout).Milliseconds(), c).Int64()
 		if err != nil {
 			// Redis may have taken the lock for this call all the same
 			// (its answer came too late): release it rather than leave

@@ -171,9 +171,14 @@ func (sh *Sharded) ResolveAgent(ctx context.Context, digest string) (chatrelay.A
 
 // --- attachments ---
 
-// PutAttachment implements store.Attachments.
+// PutAttachment implements store.Attachments on the thread's shard: an
+// upload that would start its thread takes its place in the thread limit
+// of all shards together (Store.putAttachment).
 func (sh *Sharded) PutAttachment(ctx context.Context, thread string, up store.Upload) (chatrelay.Attachment, error) {
-	return sh.of(thread).PutAttachment(ctx, thread, up)
+	if len(sh.shards) == 1 {
+		return sh.shards[0].PutAttachment(ctx, thread, up)
+	}
+	return sh.of(thread).putAttachment(ctx, thread, up, sh)
 }
 
 // OpenAttachment implements store.Attachments.
