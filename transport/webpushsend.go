@@ -32,8 +32,8 @@ import (
 // change: it is pushed if it is an interaction that opens or closes, or a
 // message hermes posts; the node that claims it in the store (ClaimPush:
 // a lease, with the change journaled until settled) sends it to the
-// thread's subscriptions that want it. Pushes stay out of the posts' way: a push's CPU work (encryption,
-// signing and the write of its request, ~250 µs) is done under a turn of
+// thread's subscriptions that want it. Pushes stay out of the posts' way:
+// a push's CPU work (encryption, signing and the write of its request, ~250 µs) is done under a turn of
 // the background lane it shares with uploads (background, see do), so
 // pushes and uploads together never take more than one fewer P than
 // GOMAXPROCS however many are due at once, and its answer is then awaited on its own
@@ -561,7 +561,6 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 		}
 		delete(journaled, id) // taken once: as handed over
 	}
-	handedN := len(take)
 	for id, d := range journaled {
 		var h pushHandover
 		ok := json.Unmarshal(d, &h) == nil && pushClaimID(h.Thread, h.Message, pushTypeOf(h.Message)) == id
@@ -570,7 +569,7 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 			fromJournal++
 		}
 	}
-	slices.SortFunc(take[handedN:], func(a, b taken) int { // the journal's in the order they were first sent
+	slices.SortFunc(take[handed:], func(a, b taken) int { // the journal's in the order they were first sent
 		return cmp.Or(cmp.Compare(a.h.At, b.h.At), cmp.Compare(a.h.Message.Epoch, b.h.Message.Epoch))
 	})
 	if handed+fromJournal+dropped > 0 {
