@@ -47,15 +47,30 @@ type Push interface {
 	// outcome): the caller then sends them all. settled reports that a
 	// node settled id (SettlePush): nobody sends it again. A store that
 	// one server uses answers won the first time id is claimed.
-	ClaimPush(ctx context.Context, id, owner string, lease time.Duration) (won, settled bool, err error)
+	//
+	// A claim won with a non-nil doc (the transport's own document of the
+	// change, opaque to the store) journals doc under id, in the same
+	// write as the claim, until SettlePush removes it: a server that
+	// starts finds there what a killed one (SIGKILL) was still sending
+	// (JournaledPushes).
+	ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error)
 
 	// RenewPush extends by lease the claims of ids, each one's for as
 	// long as it lasts already if that is longer (a settled one's).
 	RenewPush(ctx context.Context, ids []string, lease time.Duration) error
 
 	// SettlePush records that every push of id had its outcome (sent,
-	// gone, refused, failed): no node claims it again within keep.
+	// gone, refused, failed): no node claims it again within keep. It
+	// removes id's journal entry in the same write.
 	SettlePush(ctx context.Context, id string, keep time.Duration) error
+
+	// JournaledPushes returns the journal's entries: the changes claimed
+	// with a document (ClaimPush) and not settled since, in no order.
+	// Some may be held by a node that runs (on a shared store); the
+	// caller claims each to know (a live claim is not won). A store that
+	// one server uses returns, at its start, only what the process
+	// before it left: a killed one's changes without every outcome.
+	JournaledPushes(ctx context.Context) ([]JournaledPush, error)
 
 	// HandOverPushes keeps the changes whose pushes a stopping server
 	// did not send, each a document of the transport's own (opaque to
@@ -67,6 +82,13 @@ type Push interface {
 	// TakePushes returns the documents handed over, in the order they
 	// were, and removes them: each is taken once, by one server.
 	TakePushes(ctx context.Context) ([][]byte, error)
+}
+
+// JournaledPush is an entry of the push journal (Push.JournaledPushes):
+// the claim's id and the document it was claimed with.
+type JournaledPush struct {
+	ID  string
+	Doc []byte
 }
 
 // PushOf is st's Push, or nil if st keeps no subscriptions.

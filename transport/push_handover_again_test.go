@@ -27,7 +27,7 @@ type claimsHeld struct {
 	calls atomic.Int64
 }
 
-func (c *claimsHeld) ClaimPush(context.Context, string, string, time.Duration) (won, settled bool, err error) {
+func (c *claimsHeld) ClaimPush(context.Context, string, string, time.Duration, []byte) (won, settled bool, err error) {
 	c.calls.Add(1)
 	return false, false, nil
 }
@@ -123,7 +123,7 @@ type claimsStall struct {
 	calls atomic.Int64
 }
 
-func (c *claimsStall) ClaimPush(ctx context.Context, _, _ string, _ time.Duration) (won, settled bool, err error) {
+func (c *claimsStall) ClaimPush(ctx context.Context, _, _ string, _ time.Duration, _ []byte) (won, settled bool, err error) {
 	c.calls.Add(1)
 	<-ctx.Done()
 	return false, false, ctx.Err()

@@ -57,14 +57,14 @@ type claimsAfter struct {
 	calls atomic.Int64
 }
 
-func (c *claimsAfter) ClaimPush(ctx context.Context, id, owner string, lease time.Duration) (won, settled bool, err error) {
+func (c *claimsAfter) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
 	select {
 	case <-c.gate:
 	case <-ctx.Done():
 		return false, false, ctx.Err()
 	}
 	c.calls.Add(1)
-	return c.Push.ClaimPush(ctx, id, owner, lease)
+	return c.Push.ClaimPush(ctx, id, owner, lease, doc)
 }
 
 // claimsFirst is a node's store that closes won once it won a push claim.
@@ -75,8 +75,8 @@ type claimsFirst struct {
 	won  chan struct{}
 }
 
-func (c *claimsFirst) ClaimPush(ctx context.Context, id, owner string, lease time.Duration) (won, settled bool, err error) {
-	won, settled, err = c.Push.ClaimPush(ctx, id, owner, lease)
+func (c *claimsFirst) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
+	won, settled, err = c.Push.ClaimPush(ctx, id, owner, lease, doc)
 	if won {
 		c.once.Do(func() { close(c.won) })
 	}

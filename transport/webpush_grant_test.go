@@ -34,7 +34,7 @@ func (g *grantStore) PushUnsubscribe(_ context.Context, _, id string) (chatrelay
 	return chatrelay.PushSubscription{ID: id}, g.unsub
 }
 
-func (g *grantStore) ClaimPush(context.Context, string, string, time.Duration) (won, settled bool, err error) {
+func (g *grantStore) ClaimPush(context.Context, string, string, time.Duration, []byte) (won, settled bool, err error) {
 	g.claims++
 	return true, false, nil
 }
@@ -69,7 +69,7 @@ func TestPushRevokedCountedWhenDeleted(t *testing.T) {
 				total:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "t"}, []string{"result"}),
 				claims: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c"}, []string{"won"}),
 			}
-			ps.fanOut(context.Background(), "a1b2c3d4e5f60718", chatrelay.Message{ID: "m1", Author: chatrelay.Hermes, Text: "hello"}, false, pushOwed{})
+			ps.fanOut(context.Background(), "a1b2c3d4e5f60718", chatrelay.Message{ID: "m1", Author: chatrelay.Hermes, Text: "hello"}, false, false, pushOwed{})
 			assert.Equal(t, "revoked", testutil.ToFloat64(ps.total.WithLabelValues(pushRevoked)), c.revoked)
 			assert.Equal(t, "claims made", g.claims, 0)
 		})

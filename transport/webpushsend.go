@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"cmp"
 	"container/heap"
 	"context"
 	"crypto/rand"
@@ -30,9 +31,9 @@ import (
 // A fixed set of workers, started and waited for by Run, takes each
 // change: it is pushed if it is an interaction that opens or closes, or a
 // message hermes posts; the node that claims it in the store (ClaimPush:
-// SET NX PX on Redis) sends it to the thread's subscriptions that want
-// it. Pushes stay out of the posts' way: a push's CPU work (encryption,
-// signing and the write of its request, ~250 µs) is done under a turn of
+// a lease, with the change journaled until settled) sends it to the
+// thread's subscriptions that want it. Pushes stay out of the posts' way:
+// a push's CPU work (encryption, signing and the write of its request, ~250 µs) is done under a turn of
 // the background lane it shares with uploads (background, see do), so
 // pushes and uploads together never take more than one fewer P than
 // GOMAXPROCS however many are due at once, and its answer is then awaited on its own
@@ -126,7 +127,11 @@ type pushTask struct {
 	job    *pushJob
 	watch  *pushWatch
 	handed bool     // the change was handed over by a server that stopped (takeHandover)
-	owed   pushOwed // handed: what is still owed of it
+	owed   pushOwed // handed or journaled: what is still owed of it
+	// journaled: the change was in the store's push journal at the start
+	// (takeHandover): claimed by a server that was killed, or by a node
+	// that runs (its claim is then not won, and watched)
+	journaled bool
 }
 
 // pushOwed is what a server that stopped still owed of a change it
@@ -353,7 +358,7 @@ func (ps *pusher) run(ctx context.Context) {
 					case t.watch != nil:
 						ps.takeOver(ctx, t.watch)
 					default:
-						ps.fanOut(ctx, t.thread, t.entry.Message, t.handed, t.owed)
+						ps.fanOut(ctx, t.thread, t.entry.Message, t.handed, t.journaled, t.owed)
 					}
 				}
 			}
@@ -386,13 +391,42 @@ func (h pushHandover) owed() pushOwed {
 	return pushOwed{only: h.Only, since: time.UnixMilli(h.At)}
 }
 
+// pushClaimID is the id of the claim of a change's pushes (ClaimPush).
+func pushClaimID(thread string, m chatrelay.Message, typ string) string {
+	return thread + ":" + m.ID + ":" + typ
+}
+
+// pushKeep is how long a settled claim of a change of type typ is kept.
+func pushKeep(typ string) time.Duration {
+	if typ == chatrelay.PushTypeInteractionClosed {
+		return pushClaimClosed
+	}
+	return pushClaimOpen
+}
+
+// journalDoc is the document a change's claim is journaled with in the
+// store (ClaimPush), the one handOver writes: a server that starts after
+// this one was killed takes it from the journal (takeHandover). owed.since
+// is set (fanOut).
+func journalDoc(thread string, m chatrelay.Message, owed pushOwed) []byte {
+	b, err := json.Marshal(pushHandover{At: owed.since.UnixMilli(), Thread: thread, Message: m, Only: owed.only})
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 // handOver keeps in the store, once run's workers and sends have ended,
 // the changes whose pushes this server did not finish: those it claimed
 // and had not settled (pushes in flight, waiting, or due for a retry),
 // those it won from a node that stopped and had not started, and those
 // still queued. The next server to start on the store sends them
 // (takeHandover): a restart loses no push. (A server killed, SIGKILL,
-// hands nothing over: on several nodes another takes its claims over.)
+// hands nothing over: on several nodes another takes its claims over
+// when they lapse; the next server to start takes them from the store's
+// journal of claims, takeHandover. The claimed changes handed over stay
+// in the journal until they are settled: the next start takes each
+// once, the handed over document first.)
 func (ps *pusher) handOver() {
 	now := ps.s.cfg.Now().UnixMilli()
 	var docs [][]byte
@@ -447,8 +481,15 @@ func (ps *pusher) handOver() {
 	ps.s.log.Info("push: handed over at shutdown to the next start", "changes", len(docs), "pushes", pushes)
 }
 
-// takeHandover queues the changes a server that stopped handed over
-// (handOver), unless older than a push's window of retries.
+// takeHandover queues, at the start, the changes a server that stopped
+// handed over (handOver) and those of the store's push journal (ClaimPush:
+// claimed and never settled, by a server that was killed, or by a node
+// that runs), each once (a change handed over is in the journal too: its
+// handed over document says what was still owed), unless older than a
+// push's window of retries or an opening push whose interaction closed
+// since; those are settled, out of the journal. A journaled change is
+// claimed as a new one: won if its claim lapsed (or, on the file store,
+// whose claims are the process's, always), else watched (fanOut).
 func (ps *pusher) takeHandover(ctx context.Context) {
 	docs, err := ps.st.TakePushes(ctx)
 	if err != nil {
@@ -457,16 +498,31 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 		}
 		return
 	}
-	now := ps.s.cfg.Now()
-	var pending map[string]bool // the interactions pending now, read once if a handed over change opens one
-	var take []pushHandover
-	for _, d := range docs {
-		var h pushHandover
-		if json.Unmarshal(d, &h) != nil || !chatrelay.ValidThread(h.Thread) || pushTypeOf(h.Message) == "" || now.Sub(time.UnixMilli(h.At)) > pushWindow {
-			ps.total.WithLabelValues(pushDropped).Inc()
-			continue
+	journal, err := ps.st.JournaledPushes(ctx)
+	if err != nil && ctx.Err() == nil {
+		ps.s.log.Warn("push: read the journal of claimed changes", "err", err)
+	}
+	journaled := make(map[string][]byte, len(journal))
+	ps.workMu.Lock()
+	for _, e := range journal {
+		if ps.working[e.ID] == nil { // not this server's own, claimed since it started
+			journaled[e.ID] = e.Doc
 		}
-		if pushTypeOf(h.Message) == chatrelay.PushTypeInteraction {
+	}
+	ps.workMu.Unlock()
+	now := ps.s.cfg.Now()
+	var pending map[string]bool // the interactions pending now, read once if a change taken opens one
+	type taken struct {
+		h      pushHandover
+		handed bool
+	}
+	var take []taken
+	handed, fromJournal, dropped := 0, 0, 0
+	// keep reports whether h (of claim id; "" if it does not parse) is to
+	// be sent, and settles id if not, so that the journal holds it no more.
+	keep := func(id string, h pushHandover, ok bool) bool {
+		drop, superseded := !ok || !chatrelay.ValidThread(h.Thread) || pushTypeOf(h.Message) == "" || now.Sub(time.UnixMilli(h.At)) > pushWindow, false
+		if !drop && pushTypeOf(h.Message) == chatrelay.PushTypeInteraction {
 			// It may have closed since (before the stop, or while no
 			// server ran): this server never saw its close, and its
 			// opening push would replace the closing one.
@@ -475,18 +531,56 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 			}
 			if ix := h.Message.Interaction.ID; pending != nil && !pending[ix] {
 				ps.noteClosed(ix)
-				ps.total.WithLabelValues(pushSuperseded).Inc()
-				continue
+				superseded = true
 			}
 		}
-		take = append(take, h)
+		switch {
+		case drop:
+			ps.total.WithLabelValues(pushDropped).Inc()
+		case superseded:
+			ps.total.WithLabelValues(pushSuperseded).Inc()
+		default:
+			return true
+		}
+		dropped++
+		if _, ok := journaled[id]; ok {
+			ps.settle(ctx, &pushChange{id: id, keep: pushKeep(pushTypeOf(h.Message))})
+		}
+		return false
 	}
-	for i, h := range take {
+	for _, d := range docs {
+		var h pushHandover
+		ok := json.Unmarshal(d, &h) == nil
+		id := ""
+		if ok {
+			id = pushClaimID(h.Thread, h.Message, pushTypeOf(h.Message))
+		}
+		if keep(id, h, ok) {
+			take = append(take, taken{h, true})
+			handed++
+		}
+		delete(journaled, id) // taken once: as handed over
+	}
+	for id, d := range journaled {
+		var h pushHandover
+		ok := json.Unmarshal(d, &h) == nil && pushClaimID(h.Thread, h.Message, pushTypeOf(h.Message)) == id
+		if keep(id, h, ok) {
+			take = append(take, taken{h, false})
+			fromJournal++
+		}
+	}
+	slices.SortFunc(take[handed:], func(a, b taken) int { // the journal's in the order they were first sent
+		return cmp.Or(cmp.Compare(a.h.At, b.h.At), cmp.Compare(a.h.Message.Epoch, b.h.Message.Epoch))
+	})
+	if handed+fromJournal+dropped > 0 {
+		ps.s.log.Info("push: changes taken at start", "handed_over", handed, "journaled", fromJournal, "dropped", dropped)
+	}
+	for i, t := range take {
 		select {
-		case ps.queue <- pushTask{thread: h.Thread, entry: store.Entry{Message: h.Message}, handed: true, owed: h.owed()}:
+		case ps.queue <- pushTask{thread: t.h.Thread, entry: store.Entry{Message: t.h.Message}, handed: t.handed, journaled: !t.handed, owed: t.h.owed()}:
 		case <-ctx.Done(): // stopping already: the rest is handed over again
-			for _, h := range take[i:] {
-				ps.leave(h.Thread, h.Message, h.owed())
+			for _, t := range take[i:] {
+				ps.leave(t.h.Thread, t.h.Message, t.h.owed())
 			}
 			return
 		}
@@ -518,8 +612,9 @@ func (ps *pusher) pendingNow(ctx context.Context) map[string]bool {
 // costs no write. A change another node claimed is watched (watching):
 // if that node stops before it settles the claim, this one sends it.
 // handed says that the change was handed over by a server that stopped,
-// owed what that server still owed of it.
-func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message, handed bool, owed pushOwed) {
+// journaled that it was in the store's push journal at the start, owed
+// what that server (or the one that journaled it) still owed of it.
+func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message, handed, journaled bool, owed pushOwed) {
 	if owed.since.IsZero() {
 		owed.since = ps.s.cfg.Now()
 	}
@@ -527,18 +622,18 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	if typ == chatrelay.PushTypeInteractionClosed {
 		ps.noteClosed(m.Interaction.ID)
 	}
+	id, keep := pushClaimID(thread, m, typ), pushKeep(typ)
 	to := onlyTo(ps.recipientsOf(ctx, thread, typ), owed.only)
 	if len(to) == 0 {
-		if ctx.Err() != nil { // stopping: it may have had some
+		switch {
+		case ctx.Err() != nil: // stopping: it may have had some
 			ps.leave(thread, m, owed)
+		case journaled: // nobody to send it to: out of the journal
+			ps.settle(ctx, &pushChange{id: id, keep: keep})
 		}
 		return
 	}
-	id, keep := thread+":"+m.ID+":"+typ, pushClaimOpen
-	if typ == chatrelay.PushTypeInteractionClosed {
-		keep = pushClaimClosed
-	}
-	won, settled, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease)
+	won, settled, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease, journalDoc(thread, m, owed))
 	switch {
 	case ctx.Err() != nil: // stopping: handed over, claimed or not
 		ps.leave(thread, m, owed)
@@ -549,6 +644,11 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	}
 	ps.claims.WithLabelValues(strconv.FormatBool(won)).Inc()
 	if !won {
+		if settled && journaled {
+			// Settled by a node whose settle left the entry (an older
+			// chatrelay's, during an upgrade): out of the journal.
+			ps.settle(ctx, &pushChange{id: id, keep: keep})
+		}
 		if !settled {
 			now := ps.s.cfg.Now()
 			w := &pushWatch{thread: thread, m: m, typ: typ, id: id, keep: keep,
@@ -737,7 +837,7 @@ func (ps *pusher) watching(ctx context.Context) {
 			for len(h) > 0 && !h[0].due.After(ps.s.cfg.Now()) {
 				w := heap.Pop(&h).(*pushWatch)
 				held -= w.size
-				won, settled, err := ps.st.ClaimPush(ctx, w.id, ps.owner, ps.lease)
+				won, settled, err := ps.st.ClaimPush(ctx, w.id, ps.owner, ps.lease, journalDoc(w.thread, w.m, w.owed))
 				switch {
 				case ctx.Err() != nil:
 					heap.Push(&h, w) // as it was, for the deferred hand over

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,16 +186,16 @@ func TestPushClaimOnce(t *testing.T) {
 		b := Open(t, backend, Options{})
 		a, c := pushOf(t, b), pushOf(t, b.Another(t, Options{}))
 		ctx := context.Background()
-		ok1, _, err := a.ClaimPush(ctx, "x:1", "a", time.Minute)
+		ok1, _, err := a.ClaimPush(ctx, "x:1", "a", time.Minute, nil)
 		assert.Success(t, err)
-		ok2, settled, err := c.ClaimPush(ctx, "x:1", "c", time.Minute)
+		ok2, settled, err := c.ClaimPush(ctx, "x:1", "c", time.Minute, nil)
 		assert.Success(t, err)
 		if IsRedis(backend) {
 			assert.True(t, ok1 && !ok2 && !settled, "claims %v %v, settled %v", ok1, ok2, settled)
 		} else {
 			assert.True(t, ok1 && ok2, "claims %v %v", ok1, ok2)
 		}
-		again, settled, err := a.ClaimPush(ctx, "x:1", "a", time.Minute)
+		again, settled, err := a.ClaimPush(ctx, "x:1", "a", time.Minute, nil)
 		assert.True(t, err == nil && !again && !settled, "the same store claimed twice: %v %v", err, settled)
 
 		// Settled: never won again, and said so, by any node of a shared
@@ -205,25 +206,25 @@ func TestPushClaimOnce(t *testing.T) {
 			askers = append(askers, c)
 		}
 		for _, st := range askers {
-			won, settled, err := st.ClaimPush(ctx, "x:1", "c", time.Minute)
+			won, settled, err := st.ClaimPush(ctx, "x:1", "c", time.Minute, nil)
 			assert.True(t, err == nil && !won && settled, "a settled claim: won %v settled %v %v", won, settled, err)
 		}
 		// Renewing a settled claim leaves it as long as it was.
 		assert.Success(t, a.RenewPush(ctx, []string{"x:1"}, time.Millisecond))
 
 		// A lease that lapsed unsettled is won again; a renewed one is not.
-		short, _, _ := a.ClaimPush(ctx, "x:2", "a", 50*time.Millisecond)
+		short, _, _ := a.ClaimPush(ctx, "x:2", "a", 50*time.Millisecond, nil)
 		assert.True(t, short, "x:2")
-		held, _, _ := a.ClaimPush(ctx, "x:3", "a", 50*time.Millisecond)
+		held, _, _ := a.ClaimPush(ctx, "x:3", "a", 50*time.Millisecond, nil)
 		assert.True(t, held, "x:3")
 		assert.Success(t, a.RenewPush(ctx, []string{"x:3"}, time.Hour))
 		assert.Eventually(t, 5*time.Second, "a claim that lapsed is won again", func() bool {
-			ok, _, err := a.ClaimPush(ctx, "x:2", "a", time.Millisecond)
+			ok, _, err := a.ClaimPush(ctx, "x:2", "a", time.Millisecond, nil)
 			return err == nil && ok
 		})
-		renewed, settled, err := a.ClaimPush(ctx, "x:3", "a", time.Minute)
+		renewed, settled, err := a.ClaimPush(ctx, "x:3", "a", time.Minute, nil)
 		assert.True(t, err == nil && !renewed && !settled, "a renewed claim was won again: %v", err)
-		settledAgain, _, _ := a.ClaimPush(ctx, "x:1", "a", time.Minute)
+		settledAgain, _, _ := a.ClaimPush(ctx, "x:1", "a", time.Minute, nil)
 		assert.True(t, !settledAgain, "the renewal shortened a settled claim")
 	})
 }
@@ -275,4 +276,102 @@ func TestPushHandover(t *testing.T) {
 		again, err := a.TakePushes(ctx)
 		assert.True(t, err == nil && len(again) == 0, "taken twice: %q %v", again, err)
 	})
+}
+
+// journalOf is p's push journal, by claim id.
+func journalOf(t *testing.T, p store.Push) map[string]string {
+	t.Helper()
+	entries, err := p.JournaledPushes(context.Background())
+	assert.Success(t, err)
+	out := map[string]string{}
+	for _, e := range entries {
+		out[e.ID] = string(e.Doc)
+	}
+	return out
+}
+
+// TestPushJournal: a claim won with a document is journaled, in the same
+// write, until it is settled; a claim lost, or made without a document,
+// journals nothing. A store opened after (the next server on the folder
+// once the last was killed, or another node) finds the journal's
+// entries, and wins the claim of one once its lease lapsed (at once on
+// the file store: the claims were the dead process's); its own document
+// replaces the entry, and its settle removes it for every store.
+func TestPushJournal(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		b := Open(t, backend, Options{})
+		a := pushOf(t, b)
+		ctx := context.Background()
+		assert.Equal(t, "the journal of a new store", journalOf(t, a), map[string]string{})
+		for _, c := range []struct {
+			id    string
+			lease time.Duration
+			doc   string
+		}{{"j:1", 50 * time.Millisecond, `{"n":1}`}, {"j:2", time.Minute, `{"n":2}`}, {"j:3", time.Minute, ""}} {
+			var doc []byte
+			if c.doc != "" {
+				doc = []byte(c.doc)
+			}
+			won, _, err := a.ClaimPush(ctx, c.id, "a", c.lease, doc)
+			assert.True(t, err == nil && won, "claim %s: won %v, %v", c.id, won, err)
+		}
+		won, _, err := a.ClaimPush(ctx, "j:2", "a", time.Minute, []byte(`{"n":"lost"}`))
+		assert.True(t, err == nil && !won, "j:2 claimed twice: %v", err)
+		assert.Success(t, a.SettlePush(ctx, "j:2", time.Hour))
+		assert.Equal(t, "the journal", journalOf(t, a), map[string]string{"j:1": `{"n":1}`})
+
+		c := pushOf(t, b.Another(t, Options{}))
+		assert.Equal(t, "the journal another store finds", journalOf(t, c), map[string]string{"j:1": `{"n":1}`})
+		if !IsRedis(backend) {
+			fi, err := os.Stat(filepath.Join(b.Dir, "push-journal.log"))
+			assert.Success(t, err)
+			assert.Equal(t, "the journal file's mode", fi.Mode().Perm(), os.FileMode(0o600))
+		}
+		assert.Eventually(t, 5*time.Second, "the journaled claim won once its lease lapsed", func() bool {
+			won, _, err := c.ClaimPush(ctx, "j:1", "c", time.Minute, []byte(`{"n":"c"}`))
+			return err == nil && won
+		})
+		assert.Equal(t, "the journal once claimed again", journalOf(t, c), map[string]string{"j:1": `{"n":"c"}`})
+		assert.Success(t, c.SettlePush(ctx, "j:1", time.Hour))
+		assert.Equal(t, "the journal once settled", journalOf(t, c), map[string]string{})
+		assert.Equal(t, "the journal a store opened after finds", journalOf(t, pushOf(t, b.Another(t, Options{}))), map[string]string{})
+	})
+}
+
+// TestPushJournalFile: the file store's journal, read at the next start,
+// drops a torn last line (a machine that crashed mid-write) and the
+// entries older than the push window (nothing is sent of them), keeps the
+// others, and is written again with its live entries alone once it has
+// grown: claims and settles do not make it grow without bound.
+func TestPushJournalFile(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New(time.Now())
+	b := Open(t, File, Options{Now: clk.Now})
+	a := pushOf(t, b)
+	ctx := context.Background()
+	_, _, err := a.ClaimPush(ctx, "old", "a", time.Minute, []byte(`{"n":"old"}`))
+	assert.Success(t, err)
+	clk.Advance(chatrelay.DefaultPushWindow + chatrelay.DefaultPushLease + time.Second)
+	_, _, err = a.ClaimPush(ctx, "new", "a", time.Minute, []byte(`{"n":"new"}`))
+	assert.Success(t, err)
+	path := filepath.Join(b.Dir, "push-journal.log")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	assert.Success(t, err)
+	_, err = f.WriteString(`{"claim":"torn","at":1`)
+	assert.Success(t, err)
+	f.Close()
+	c := pushOf(t, b.Another(t, Options{Now: clk.Now}))
+	assert.Equal(t, "the journal read at the next start", journalOf(t, c), map[string]string{"new": `{"n":"new"}`})
+
+	for i := range 2000 {
+		id := fmt.Sprintf("x:%d", i)
+		_, _, err := c.ClaimPush(ctx, id, "c", time.Minute, []byte(`{"n":0}`))
+		assert.Success(t, err)
+		assert.Success(t, c.SettlePush(ctx, id, time.Minute))
+	}
+	data, err := os.ReadFile(path)
+	assert.Success(t, err)
+	n := strings.Count(string(data), "\n")
+	assert.True(t, n < 1100, "the journal has %d lines after 2000 claims settled", n)
+	assert.Equal(t, "the journal after", journalOf(t, pushOf(t, b.Another(t, Options{Now: clk.Now}))), map[string]string{"new": `{"n":"new"}`})
 }

@@ -85,6 +85,16 @@ func (p *Proc) Stop(timeout time.Duration) error {
 	}
 }
 
+// Kill kills the helper with SIGKILL, as a crash or the OOM killer would:
+// it runs no more code of its own (no deferred call, no shutdown), and
+// what it wrote to files stays in the page cache. It waits for the exit.
+func (p *Proc) Kill() {
+	p.cmd.Process.Kill()
+	p.stdin.Close()
+	go func() { p.done <- p.cmd.Wait() }()
+	<-p.done
+}
+
 // Nice is the niceness in the environment variable name, or def if it is
 // unset or not a number.
 func Nice(name string, def int) int {

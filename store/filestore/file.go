@@ -100,10 +100,11 @@ type File struct {
 	// the current lock (countFile.size); guarded by countMu.
 	countSize int
 
-	index  grantIndex // share-token digests to threads (participants.go)
-	claims pushClaims // the pushes this process claimed (push.go)
-	pins   pinQueue   // the threads whose cached snapshot holds a descriptor
-	dsync  *dirSync   // groups the folder fsyncs; nil with NoFsync
+	index   grantIndex   // share-token digests to threads (participants.go)
+	claims  pushClaims   // the pushes this process claimed (push.go)
+	journal *pushJournal // and journaled, until settled (pushjournal.go)
+	pins    pinQueue     // the threads whose cached snapshot holds a descriptor
+	dsync   *dirSync     // groups the folder fsyncs; nil with NoFsync
 	// noTmpfile: a creation found no O_TMPFILE, or no /proc to link its
 	// file through (createFD), so creations write a temp file and rename
 	// it, as other writes do. A link refused otherwise (the name exists)
@@ -190,6 +191,7 @@ func OpenFile(data string, opt FileOptions) (*File, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.journal = newPushJournal(data, !opt.NoFsync, s.log)
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
@@ -217,6 +219,7 @@ func (s *File) Close() error {
 		s.dsync.close()
 	}
 	s.closeCount()
+	s.journal.close()
 	return nil
 }
 

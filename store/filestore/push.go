@@ -29,7 +29,8 @@ import (
 // The VAPID key is <data>/vapid.key (0600): the raw P-256 scalar, made
 // under the file's lock on first use (as the ticket key), replaced
 // atomically by RotateVAPIDKey. One server serves a data folder, so a
-// claim is this process's: kept in memory until its ttl.
+// claim is this process's: kept in memory until its ttl, and journaled
+// until settled (pushjournal.go).
 
 var _ store.Push = (*File)(nil)
 
@@ -231,9 +232,14 @@ func readVAPID(path string) ([]byte, error) {
 }
 
 // ClaimPush implements store.Push: one server serves a data folder, so
-// the claims are kept in this process's memory.
-func (s *File) ClaimPush(_ context.Context, id, _ string, lease time.Duration) (won, settled bool, err error) {
-	won, settled = s.claims.claim(id, s.now(), lease)
+// the claims are kept in this process's memory, and journaled in
+// DATA/push-journal.log (pushjournal.go).
+func (s *File) ClaimPush(_ context.Context, id, _ string, lease time.Duration, doc []byte) (won, settled bool, err error) {
+	now := s.now()
+	won, settled = s.claims.claim(id, now, lease)
+	if won && doc != nil {
+		s.journal.add(id, doc, now)
+	}
 	return won, settled, nil
 }
 
@@ -245,8 +251,17 @@ func (s *File) RenewPush(_ context.Context, ids []string, lease time.Duration) e
 
 // SettlePush implements store.Push.
 func (s *File) SettlePush(_ context.Context, id string, keep time.Duration) error {
-	s.claims.settle(id, s.now(), keep)
+	now := s.now()
+	s.claims.settle(id, now, keep)
+	s.journal.remove(id, now)
 	return nil
+}
+
+// JournaledPushes implements store.Push: at the server's start, what the
+// process before it left unsettled (it was killed); later, with this
+// process's own.
+func (s *File) JournaledPushes(context.Context) ([]store.JournaledPush, error) {
+	return s.journal.entries(s.now()), nil
 }
 
 // handoverPath is the file of the pushes a stopping server handed over.

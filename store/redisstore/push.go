@@ -25,7 +25,9 @@ import (
 // another writer came between. The VAPID key is <prefix>vapid-key, offered with
 // SET NX so that nodes started at once agree on one pair; a rotate SETs
 // it. A push's claim is <prefix>push-claim:<id>, SET NX PX: the node that
-// sets it sends the push, the others do not.
+// sets it sends the push, the others do not. Each claim is journaled
+// until settled in <prefix>push-journal (journalKey), from which a node
+// that starts takes what a killed node was still sending.
 
 var _ store.Push = (*Store)(nil)
 
@@ -217,12 +219,32 @@ func checkVAPID(key string, get *redis.StringCmd) ([]byte, error) {
 // owner's token.
 const pushSettled = "settled"
 
-// ClaimPush implements store.Push: SET NX PX of the claim, which GET
-// answers with the value it found if it set none (Redis 7).
-func (s *Store) ClaimPush(ctx context.Context, id, owner string, lease time.Duration) (won, settled bool, err error) {
+func (s *Store) claimKey(id string) string { return s.prefix + "push-claim:" + id }
+
+// journalKey is the push journal: a hash from each claim's id to the
+// document it was claimed with, until it is settled. It is beside the
+// claims (on shard 0 of a Sharded store, in its slot on a cluster), so
+// that a claim and its entry are one script's keys.
+func (s *Store) journalKey() string { return s.prefix + "push-journal" }
+
+// pushClaimScript claims KEYS[1] for ARGV[1] for ARGV[2] ms if no one holds
+// it, and then journals ARGV[4] (if not empty) under ARGV[3] in KEYS[2];
+// it answers the value it found (nil: won).
+var pushClaimScript = redis.NewScript(`
+local was = redis.call('GET', KEYS[1])
+if was then return was end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[2], ARGV[3], ARGV[4]) end
+return false
+`)
+
+// ClaimPush implements store.Push: the claim is SET PX if no one holds
+// it, and the document journaled with it, in one script (one round trip).
+func (s *Store) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	was, err := s.rdb.SetArgs(ctx, s.prefix+"push-claim:"+id, owner, redis.SetArgs{Mode: "NX", TTL: lease, Get: true}).Result()
+	was, err := pushClaimScript.Run(ctx, s.rdb, []string{s.claimKey(id), s.journalKey()},
+		owner, max(lease.Milliseconds(), 1), id, doc).Text()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return true, false, nil
@@ -239,7 +261,7 @@ func (s *Store) RenewPush(ctx context.Context, ids []string, lease time.Duration
 	defer cancel()
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, id := range ids {
-			p.Do(ctx, "PEXPIRE", s.prefix+"push-claim:"+id, lease.Milliseconds(), "GT")
+			p.Do(ctx, "PEXPIRE", s.claimKey(id), lease.Milliseconds(), "GT")
 		}
 		return nil
 	})
@@ -249,14 +271,35 @@ func (s *Store) RenewPush(ctx context.Context, ids []string, lease time.Duration
 	return nil
 }
 
-// SettlePush implements store.Push.
+// SettlePush implements store.Push: the claim set settled and its
+// journal entry removed, in one transaction.
 func (s *Store) SettlePush(ctx context.Context, id string, keep time.Duration) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	if err := s.rdb.Set(ctx, s.prefix+"push-claim:"+id, pushSettled, keep).Err(); err != nil {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, s.claimKey(id), pushSettled, keep)
+		p.HDel(ctx, s.journalKey(), id)
+		return nil
+	})
+	if err != nil {
 		return s.unavailable("push claim", err)
 	}
 	return nil
+}
+
+// JournaledPushes implements store.Push: the journal hash, every node's.
+func (s *Store) JournaledPushes(ctx context.Context) ([]store.JournaledPush, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	all, err := s.rdb.HGetAll(ctx, s.journalKey()).Result()
+	if err != nil {
+		return nil, s.unavailable("push journal", err)
+	}
+	out := make([]store.JournaledPush, 0, len(all))
+	for id, doc := range all {
+		out = append(out, store.JournaledPush{ID: id, Doc: []byte(doc)})
+	}
+	return out, nil
 }
 
 // HandOverPushes implements store.Push: RPUSH to the handover list.

@@ -118,8 +118,13 @@ func (sh *Sharded) RotateVAPIDKey(ctx context.Context) ([]byte, error) {
 }
 
 // ClaimPush implements store.Push: on shard 0.
-func (sh *Sharded) ClaimPush(ctx context.Context, id, owner string, lease time.Duration) (won, settled bool, err error) {
-	return sh.shards[0].ClaimPush(ctx, id, owner, lease)
+func (sh *Sharded) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
+	return sh.shards[0].ClaimPush(ctx, id, owner, lease, doc)
+}
+
+// JournaledPushes implements store.Push: on shard 0.
+func (sh *Sharded) JournaledPushes(ctx context.Context) ([]store.JournaledPush, error) {
+	return sh.shards[0].JournaledPushes(ctx)
 }
 
 // RenewPush implements store.Push: on shard 0.

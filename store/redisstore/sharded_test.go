@@ -239,8 +239,8 @@ func TestShardedSingletons(t *testing.T) {
 		if len(va) == 0 || string(va) != string(vb) {
 			t.Fatal("two nodes disagree on the VAPID key")
 		}
-		ok1, _, err1 := a.ClaimPush(ctx, "x:1", "a", time.Minute)
-		ok2, _, err2 := b.ClaimPush(ctx, "x:1", "b", time.Minute)
+		ok1, _, err1 := a.ClaimPush(ctx, "x:1", "a", time.Minute, nil)
+		ok2, _, err2 := b.ClaimPush(ctx, "x:1", "b", time.Minute, nil)
 		if err1 != nil || err2 != nil || !ok1 || ok2 {
 			t.Fatalf("claims %v %v (%v %v)", ok1, ok2, err1, err2)
 		}
