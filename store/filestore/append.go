@@ -155,7 +155,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 		if !create {
 			return false, notFound()
 		}
-		if creating, c.counted, err = s.reserveThread(ctx, thread); err != nil {
+		if creating, c.counted, err = s.reserveThread(ctx, thread, false); err != nil {
 			return false, err
 		}
 	}

@@ -97,9 +97,9 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	// place in the thread count (under the thread's lock: the uploads of a
 	// thread take turns, so one of them counts it), given back unless it
 	// is stored; run before unlock (deferred after it).
-	c := creation{s: s, thread: thread}
+	c := creation{s: s, thread: thread, upload: true}
 	if !s.mayExist(thread) && !s.hasFiles(thread) {
-		if _, c.counted, err = s.reserveThread(ctx, thread); err != nil {
+		if _, c.counted, err = s.reserveThread(ctx, thread, true); err != nil {
 			return chatrelay.Attachment{}, err
 		}
 		defer c.finish(ctx) // (nothing, unless it counted the thread)

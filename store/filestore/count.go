@@ -29,13 +29,25 @@ import (
 // second post with ThreadLimit at the limit, for a thread that is about
 // to exist, and cost a reservation given back otherwise.) It reports
 // creating true and counted false for a thread its uploads count already.
-func (s *File) reserveThread(ctx context.Context, thread string) (creating, counted bool, err error) {
+//
+// An upload (upload true) reserves under the thread's lock, which the
+// call creating the thread waits for, and that call may give up (its
+// wait ends) before the upload's folder exists: the upload adopts its
+// reservation (adopted) until it ends (endAdoption), so that the
+// reservation is given back only if neither stores anything.
+func (s *File) reserveThread(ctx context.Context, thread string, upload bool) (creating, counted bool, err error) {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
 	s.creatingMu.Lock()
 	_, busy := s.creating[thread]
 	s.creatingMu.Unlock()
 	if busy {
+		if upload {
+			if s.adopted == nil {
+				s.adopted = make(map[string]bool)
+			}
+			s.adopted[thread] = false
+		}
 		return false, false, nil
 	}
 	c, err := s.lockCount(ctx)
@@ -84,12 +96,38 @@ func (s *File) endCreation(thread string) {
 // releaseThread gives back a reservation of thread that created nothing,
 // unless the thread has an attachments folder and no document now: an
 // upload of this process took its place while the reservation stood
-// (reserveThread: it counted nothing), and its place stays taken. If
-// the store-wide lock cannot be had, the count stays one too high until
-// the next sweep recounts.
+// (reserveThread: it counted nothing), and its place stays taken; or
+// leaves it to such an upload still under way (adopted), which keeps it
+// if it is stored. If the store-wide lock cannot be had, the count stays
+// one too high until the next sweep recounts.
 func (s *File) releaseThread(ctx context.Context, thread string) {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
+	if _, ok := s.adopted[thread]; ok {
+		s.adopted[thread] = true // the upload under way keeps it, or gives it back
+		return
+	}
+	s.giveBack(ctx, thread)
+}
+
+// endAdoption ends an upload's adoption of another call's reservation of
+// thread (reserveThread), if it made one: a reservation that call gave
+// up meanwhile is given back unless the upload is stored (stored).
+func (s *File) endAdoption(ctx context.Context, thread string, stored bool) {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	given, ok := s.adopted[thread]
+	if !ok {
+		return
+	}
+	delete(s.adopted, thread)
+	if given && !stored {
+		s.giveBack(ctx, thread)
+	}
+}
+
+// giveBack is releaseThread's count, under createMu.
+func (s *File) giveBack(ctx context.Context, thread string) {
 	c, err := s.lockCount(context.WithoutCancel(ctx))
 	if err != nil {
 		s.log.Warn("thread count stays one too high until the next sweep", "err", err)
@@ -112,6 +150,7 @@ type creation struct {
 	s       *File
 	thread  string
 	counted bool // reserveThread counted the thread
+	upload  bool // an upload's (endAdoption)
 	created bool // the call wrote the thread's first document, or its first upload
 	ended   bool
 }
@@ -132,6 +171,9 @@ func (c *creation) finish(ctx context.Context) {
 	c.end()
 	if c.counted && !c.created {
 		c.s.releaseThread(ctx, c.thread)
+	}
+	if c.upload && !c.counted {
+		c.s.endAdoption(ctx, c.thread, c.created)
 	}
 }
 

@@ -3,12 +3,14 @@ package filestore
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,7 +122,7 @@ func TestCountFileHoldsTheCount(t *testing.T) {
 	// A reservation given back from 10 to 9: the file is "9\n", not "9\n\n".
 	assert.Success(t, os.WriteFile(path, []byte("9\n"), 0o600))
 	s := openFile(t, dir, FileOptions{MaxThreads: 100})
-	_, counted, err := s.reserveThread(t.Context(), threadB)
+	_, counted, err := s.reserveThread(t.Context(), threadB, false)
 	assert.Success(t, err)
 	assert.True(t, counted, "the thread is reserved")
 	s.releaseThread(t.Context(), threadB)
@@ -243,4 +245,79 @@ func TestUploadsAndPostsCreatingThreadsTogether(t *testing.T) {
 	assertCountAfter(t, dir, errs, threads)
 	_, err := s.PutAttachment(context.Background(), fmt.Sprintf("%016x", 0xff), store.Upload{Name: "f.txt", Type: "text/plain", Body: strings.NewReader("one too many"), Max: 1 << 10})
 	assert.Code(t, err, chatrelay.ThreadLimit)
+}
+
+// TestUploadStartingThreadWhilePostGivesUp: a thread's first upload that
+// finds a post of this process reserving the same thread (waiting for
+// the lock the upload holds) still has its thread counted if that post
+// then gives up (its client went away) before the upload is stored: the
+// store holds the one thread the limit allows, and a post that would
+// start another is refused thread_limit.
+func TestUploadStartingThreadWhilePostGivesUp(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var armed atomic.Pointer[func()]
+	s := openFile(t, dir, FileOptions{MaxThreads: 1, LockTimeout: 20 * time.Second, Now: func() time.Time {
+		if f := armed.Swap(nil); f != nil {
+			(*f)() // the upload holds the thread's lock, its bytes not yet stored
+		}
+		return time.Now()
+	}})
+	countPath := filepath.Join(dir, "chat", ".threads.lock")
+
+	// The upload receives its bytes; meanwhile another process takes the
+	// thread's lock, so the upload waits for it, holding the in-process one.
+	body, feed := io.Pipe()
+	uploadID := make(chan string, 1)
+	uploaded := make(chan error, 1)
+	go func() {
+		uploadID <- goroutineID()
+		_, err := s.PutAttachment(context.Background(), threadA, store.Upload{Name: "f.txt", Type: "text/plain", Body: body, Max: 1 << 10})
+		uploaded <- err
+	}()
+	id := <-uploadID
+	_, err := feed.Write([]byte("the file"))
+	assert.Success(t, err)
+	other := newFlock(s.path(threadA) + ".lock")
+	ok, err := other.TryLock()
+	assert.Success(t, err)
+	assert.True(t, ok, "the thread's lock is free")
+	assert.Success(t, feed.Close())
+	assert.Eventually(t, 10*time.Second, "the upload waits for the other process's lock", func() bool {
+		buf := make([]byte, 1<<20)
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.HasPrefix(g, "goroutine "+id+" [") {
+				return strings.Contains(g, "filestore.flockWait(") && strings.Contains(g, "PutAttachment(")
+			}
+		}
+		return false
+	})
+
+	// A post of the same thread reserves the place, and waits for the lock.
+	postCtx, cancelPost := context.WithCancel(context.Background())
+	defer cancelPost()
+	posted := make(chan error, 1)
+	postID := make(chan string, 1)
+	go func() {
+		postID <- goroutineID()
+		_, err := s.Append(postCtx, threadA, store.NewMessage{Author: chatrelay.Operator, Text: "one"})
+		posted <- err
+	}()
+	pid := <-postID
+	assert.Eventually(t, 10*time.Second, "the post reserved the place and waits", func() bool {
+		data, _ := os.ReadFile(countPath)
+		return string(data) == "1\n" && waitsInLine(pid, "filestore.(*File).lockState(")
+	})
+	// Once the upload has looked at the count, the post gives up.
+	giveUp := func() {
+		cancelPost()
+		<-posted
+	}
+	armed.Store(&giveUp)
+	assert.Success(t, other.Unlock())
+	assert.Success(t, <-uploaded)
+	assert.True(t, armed.Load() == nil, "the post gave up while the upload was stored")
+
+	_, err = s.Append(context.Background(), threadB, store.NewMessage{Author: chatrelay.Operator, Text: "another thread"})
+	assert.Equal(t, "a post that starts a second thread", chatrelay.CodeOf(err), chatrelay.ThreadLimit)
 }

@@ -96,6 +96,12 @@ type File struct {
 	// held for nothing else.
 	creatingMu sync.Mutex
 	creating   map[string]struct{}
+	// adopted is the threads whose first upload, under the thread's lock,
+	// found another call's creation under way (reserveThread), until the
+	// upload ends: true once that call gave its reservation up meanwhile
+	// (releaseThread), which the upload then keeps or gives back
+	// (endAdoption). Guarded by createMu.
+	adopted map[string]bool
 	// countSize is the length of .threads.lock as read or written under
 	// the current lock (countFile.size); guarded by countMu.
 	countSize int
