@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -257,4 +258,36 @@ func TestPushJournalLeavesALiveNodesClaims(t *testing.T) {
 	a.stop()
 	_, pls := awaitPushes(t, svc, "/push/phone", 2)
 	assert.Equal(t, "the push B sent", pls[1].Message.Text, "are you there?")
+}
+
+// TestPushJournalTakenDespiteBadHandover: a lone server on the file store
+// is killed while a reply's push waits for its retry, and the folder
+// holds a handover file that does not parse (left as it is for the
+// operator, and refused at every start). The next server still sends
+// the push from the journal: the handover's refusal does not make it
+// lose what the killed server owed.
+func TestPushJournalTakenDespiteBadHandover(t *testing.T) {
+	t.Parallel()
+	svc := pushtest.NewService(t)
+	svc.Respond = func(_ string, n int) pushtest.Answer {
+		if n <= 1 {
+			return pushtest.Answer{Status: http.StatusServiceUnavailable}
+		}
+		return pushtest.Answer{Status: http.StatusCreated}
+	}
+	const lease = time.Second
+	be := storetest.Open(t, storetest.File, storetest.Options{})
+	ctx, thread := t.Context(), threadN(1)
+	subscribeInStore(t, be, thread, svc.Subscribe(t, "phone"))
+	kill := startKillable(t, storetest.File, be, svc, lease)
+	const text = "are you there?"
+	_, err := be.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
+	assert.Success(t, err)
+	awaitPushes(t, svc, "/push/phone", 1) // answered 503: its retry is 5 minutes away
+	kill()
+	assert.Success(t, os.WriteFile(filepath.Join(be.Dir, "push-handover.json"), []byte("[{not json"), 0o600))
+
+	startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+	_, pls := awaitPushes(t, svc, "/push/phone", 2)
+	assert.Equal(t, "the push sent after the kill", pls[1].Message.Text, text)
 }

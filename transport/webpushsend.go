@@ -493,10 +493,13 @@ func (ps *pusher) handOver() {
 func (ps *pusher) takeHandover(ctx context.Context) {
 	docs, err := ps.st.TakePushes(ctx)
 	if err != nil {
-		if ctx.Err() == nil {
-			ps.s.log.Warn("push: read the changes handed over", "err", err)
+		if ctx.Err() != nil {
+			return
 		}
-		return
+		// The journal is taken all the same: a handover that cannot be
+		// read (a file that does not parse is left, and refused at every
+		// start) must not make a killed server's pushes lost too.
+		ps.s.log.Warn("push: read the changes handed over", "err", err)
 	}
 	journal, err := ps.st.JournaledPushes(ctx)
 	if err != nil && ctx.Err() == nil {
