@@ -47,6 +47,7 @@ func (s *File) reserveThread(ctx context.Context, thread string, upload bool) (c
 				s.adopted = make(map[string]bool)
 			}
 			s.adopted[thread] = false
+			s.reserving.Add(1) // until endAdoption
 		}
 		return false, false, nil
 	}
@@ -69,6 +70,7 @@ func (s *File) reserveThread(ctx context.Context, thread string, upload bool) (c
 		return false, false, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
 	}
 	setThreadCount(c, count+1)
+	s.reserving.Add(1) // until the creation's finish
 	s.creatingMu.Lock()
 	if s.creating == nil {
 		s.creating = make(map[string]struct{})
@@ -124,6 +126,7 @@ func (s *File) endAdoption(ctx context.Context, thread string, stored bool) {
 	if given && !stored {
 		s.giveBack(ctx, thread)
 	}
+	s.reserving.Add(-1)
 }
 
 // giveBack is releaseThread's count, under createMu.
@@ -171,6 +174,9 @@ func (c *creation) finish(ctx context.Context) {
 	c.end()
 	if c.counted && !c.created {
 		c.s.releaseThread(ctx, c.thread)
+	}
+	if c.counted {
+		c.s.reserving.Add(-1) // on disk, or given back (or left to an upload that adopted it)
 	}
 	if c.upload && !c.counted {
 		c.s.endAdoption(ctx, c.thread, c.created)
@@ -273,15 +279,23 @@ func (s *File) threadCount(c countFile) (int, error) {
 	return s.countFolder(c)
 }
 
-// countFolder sets the count to the folder's threads (countedThreads),
-// and returns it.
+// countFolder sets the count to the folder's threads (countedThreads)
+// and the places this process's calls reserved and have not yet
+// resolved (reserving: a thread whose document or folder is not written
+// yet), and returns it; under createMu, so that no reservation is made
+// meanwhile. Those are read before the folder: a call that resolved its
+// place before, by writing its thread, shows in the folder; one that
+// writes it after is counted twice, until the next recount (a place
+// given back is given back under createMu, never meanwhile).
 func (s *File) countFolder(c countFile) (int, error) {
+	reserved := int(s.reserving.Load())
 	names, err := s.countedThreads()
 	if err != nil {
 		return 0, err
 	}
-	setThreadCount(c, len(names))
-	return len(names), nil
+	n := len(names) + reserved
+	setThreadCount(c, n)
+	return n, nil
 }
 
 // setThreadCount writes the count in place, and cuts the file to it if

@@ -321,3 +321,28 @@ func TestUploadStartingThreadWhilePostGivesUp(t *testing.T) {
 	_, err = s.Append(context.Background(), threadB, store.NewMessage{Author: chatrelay.Operator, Text: "another thread"})
 	assert.Equal(t, "a post that starts a second thread", chatrelay.CodeOf(err), chatrelay.ThreadLimit)
 }
+
+// TestSweepWhileThreadIsCreated: the sweep recounts the threads while a
+// post creates one (its place reserved, its document not yet written):
+// the thread is still counted once written, so at --max-threads 1 a post
+// that would start a second thread is refused thread_limit.
+func TestSweepWhileThreadIsCreated(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	countPath := filepath.Join(dir, "chat", ".threads.lock")
+	var s *File
+	var swept atomic.Bool
+	s = openFile(t, dir, FileOptions{MaxThreads: 1, Now: func() time.Time {
+		if data, _ := os.ReadFile(countPath); string(data) == "1\n" && swept.CompareAndSwap(false, true) {
+			// The post holds the thread's lock, its place reserved.
+			_, err := s.Sweep(context.Background())
+			assert.Success(t, err)
+		}
+		return time.Now()
+	}})
+	appendText(t, s, threadA, "the first thread")
+	assert.True(t, swept.Load(), "the sweep ran while the thread was created")
+
+	_, err := s.Append(context.Background(), threadB, store.NewMessage{Author: chatrelay.Operator, Text: "a second thread"})
+	assert.Equal(t, "a post that starts a second thread", chatrelay.CodeOf(err), chatrelay.ThreadLimit)
+}

@@ -102,6 +102,11 @@ type File struct {
 	// (releaseThread), which the upload then keeps or gives back
 	// (endAdoption). Guarded by createMu.
 	adopted map[string]bool
+	// reserving is how many places this process's calls counted
+	// (reserveThread, or adopted) and have not yet resolved: their thread
+	// on disk, or the place given back. A recount (countFolder) adds them,
+	// which the folder may not show yet.
+	reserving atomic.Int64
 	// countSize is the length of .threads.lock as read or written under
 	// the current lock (countFile.size); guarded by countMu.
 	countSize int
