@@ -62,6 +62,7 @@ func (s *File) reserveThread(ctx context.Context, thread string) (creating, coun
 		s.creating = make(map[string]struct{})
 	}
 	s.creating[thread] = struct{}{}
+	s.reserved++
 	s.creatingMu.Unlock()
 	return true, true, nil
 }
@@ -130,9 +131,15 @@ func (c *creation) end() {
 // back the reservation if the call created nothing.
 func (c *creation) finish(ctx context.Context) {
 	c.end()
-	if c.counted && !c.created {
+	if !c.counted {
+		return
+	}
+	if !c.created {
 		c.s.releaseThread(ctx, c.thread)
 	}
+	c.s.creatingMu.Lock()
+	c.s.reserved--
+	c.s.creatingMu.Unlock()
 }
 
 // The thread count is kept in .threads.lock itself (the lock file is
@@ -265,10 +272,19 @@ func setThreadCount(c countFile, n int) {
 	*c.size = len(b)
 }
 
-// recount sets the count to the folder's threads.
+// recount sets the count to the folder's threads, unless a creation of
+// this process is under way: its reserved place is in the count and not
+// yet in the folder (a document or an attachments folder), and counting
+// the folder would give it away. The next sweep recounts.
 func (s *File) recount(ctx context.Context) error {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
+	s.creatingMu.Lock()
+	busy := s.reserved > 0
+	s.creatingMu.Unlock()
+	if busy {
+		return nil
+	}
 	c, err := s.lockCount(ctx)
 	if err != nil {
 		return err

@@ -96,6 +96,11 @@ type File struct {
 	// held for nothing else.
 	creatingMu sync.Mutex
 	creating   map[string]struct{}
+	// reserved is how many places reserveThread counted whose creation
+	// has not finished (creation.finish): while any stands, the count
+	// holds a thread the folder does not show yet, and the sweep's
+	// recount leaves the count as it is. Guarded by creatingMu.
+	reserved int
 	// countSize is the length of .threads.lock as read or written under
 	// the current lock (countFile.size); guarded by countMu.
 	countSize int
