@@ -260,9 +260,17 @@ func FuzzPart5Bodies(f *testing.F) {
 					t.Fatalf("upload %q, Range %q: %d %s", body, rng, g.Code, g.Body)
 				}
 			}
-			// A participant downloads it under its redacted name, with
-			// nothing secret-shaped left in it.
-			g = do(t, http.MethodGet, chatrelay.PathAttachments+"/"+at.ID, "", map[string]string{"Authorization": "Bearer " + invited.Token})
+			// A participant does not see it before a post names it; then
+			// it downloads it under its redacted name, with nothing
+			// secret-shaped left in it.
+			participant := map[string]string{"Authorization": "Bearer " + invited.Token}
+			if g := do(t, http.MethodGet, chatrelay.PathAttachments+"/"+at.ID, "", participant); g.Code != http.StatusNotFound {
+				t.Fatalf("upload %q: a participant's download of the owner's draft %d", name, g.Code)
+			}
+			if p := do(t, http.MethodPost, chatrelay.PathPost, `{"attachments":["`+at.ID+`"]}`, nil); p.Code != http.StatusCreated {
+				t.Fatalf("upload %q: the post naming it %d %s", name, p.Code, p.Body)
+			}
+			g = do(t, http.MethodGet, chatrelay.PathAttachments+"/"+at.ID, "", participant)
 			cd = g.Header().Get("Content-Disposition")
 			_, params, err = mime.ParseMediaType(cd)
 			seen := params["filename"]
