@@ -342,6 +342,8 @@ func TestRefusedSettingNamesItsVariable(t *testing.T) {
 	}{
 		{"serve", map[string]string{"CHATRELAY_MAX_THREADS": "0"}, []string{"serve", "--addr", "127.0.0.1:0"}, "CHATRELAY_MAX_THREADS"},
 		{"serve, a second flag", map[string]string{"CHATRELAY_MAX_ATTACHMENT_BYTES": "0"}, []string{"serve", "--addr", "127.0.0.1:0"}, "CHATRELAY_MAX_ATTACHMENT_BYTES"},
+		{"serve, a rate window", map[string]string{"CHATRELAY_RATE_WINDOW": "-1s"}, []string{"serve", "--addr", "127.0.0.1:0"}, "CHATRELAY_RATE_WINDOW"},
+		{"serve, a stream limit", map[string]string{"CHATRELAY_MAX_STREAMS_PER_IP": "0"}, []string{"serve", "--addr", "127.0.0.1:0"}, "CHATRELAY_MAX_STREAMS_PER_IP"},
 		{"ask", map[string]string{"CHATRELAY_TIMEOUT": "1500ms"}, []string{"ask", threadOld, "--approval", "deploy?"}, "CHATRELAY_TIMEOUT"},
 		{"the command line wins", map[string]string{"CHATRELAY_MAX_THREADS": "0"}, []string{"serve", "--addr", "127.0.0.1:0", "--max-threads=0"}, ""},
 	} {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -238,9 +239,24 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	if err := f.level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return nil, usageError(fmt.Sprintf("--log-level %q: %v", *logLevel, err))
 	}
-	if w.PerThread < 1 || w.PerIP < 1 || w.Window <= 0 || f.sweepEvery <= 0 || f.server.Heartbeat <= 0 ||
-		f.server.TicketTTL <= 0 || l.PerThread < 1 || l.PerIP < 1 {
-		return nil, usageError("--rate-*, --sweep-every, --heartbeat, --ticket-ttl and --max-streams-* must be positive")
+	// Each refused flag by its whole name, so that the refusal can name
+	// the variable that set it (namedFromEnv).
+	var notPositive []string
+	for _, c := range []struct {
+		flag string
+		bad  bool
+	}{
+		{"--rate-thread", w.PerThread < 1}, {"--rate-ip", w.PerIP < 1}, {"--rate-window", w.Window <= 0},
+		{"--sweep-every", f.sweepEvery <= 0}, {"--heartbeat", f.server.Heartbeat <= 0},
+		{"--ticket-ttl", f.server.TicketTTL <= 0},
+		{"--max-streams-per-thread", l.PerThread < 1}, {"--max-streams-per-ip", l.PerIP < 1},
+	} {
+		if c.bad {
+			notPositive = append(notPositive, c.flag)
+		}
+	}
+	if len(notPositive) > 0 {
+		return nil, usageError(strings.Join(notPositive, ", ") + " must be positive")
 	}
 	if f.server.MaxAttachmentBytes < 1 || f.server.MaxAttachmentBytes > int64(chatrelay.LimitThreadAttachments.Max) {
 		return nil, usageError(fmt.Sprintf("--max-attachment-bytes must be 1 … %d", chatrelay.LimitThreadAttachments.Max))

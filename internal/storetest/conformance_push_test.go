@@ -375,3 +375,31 @@ func TestPushJournalFile(t *testing.T) {
 	assert.True(t, n < 1100, "the journal has %d lines after 2000 claims settled", n)
 	assert.Equal(t, "the journal after", journalOf(t, pushOf(t, b.Another(t, Options{Now: clk.Now}))), map[string]string{"new": `{"n":"new"}`})
 }
+
+// TestPushJournalFileEmptiesOnceSettled: once every change the file
+// store's journal holds is settled, the file holds none of their
+// documents: a settled change's message text (the stored, unredacted
+// text of a thread the sweep may remove) stays in no file until 1 024
+// lines have piled up or the server starts again.
+func TestPushJournalFileEmptiesOnceSettled(t *testing.T) {
+	t.Parallel()
+	b := Open(t, File, Options{})
+	a := pushOf(t, b)
+	ctx := context.Background()
+	for _, id := range []string{"t:1:reply", "t:2:interaction"} {
+		_, _, err := a.ClaimPush(ctx, id, "a", time.Minute, []byte(`{"message":{"text":"password=hunter2"}}`))
+		assert.Success(t, err)
+	}
+	path := filepath.Join(b.Dir, "push-journal.log")
+	assert.Success(t, a.SettlePush(ctx, "t:1:reply", time.Minute))
+	data, err := os.ReadFile(path)
+	assert.Success(t, err)
+	assert.True(t, strings.Contains(string(data), "hunter2"), "the journal lost a change not yet settled: %q", data)
+	assert.Success(t, a.SettlePush(ctx, "t:2:interaction", time.Minute))
+	data, err = os.ReadFile(path)
+	assert.Success(t, err)
+	assert.Equal(t, "the journal file once every change is settled", string(data), "")
+	_, _, err = a.ClaimPush(ctx, "t:3:reply", "a", time.Minute, []byte(`{"n":3}`))
+	assert.Success(t, err)
+	assert.Equal(t, "the journal a store opened after finds", journalOf(t, pushOf(t, b.Another(t, Options{}))), map[string]string{"t:3:reply": `{"n":3}`})
+}

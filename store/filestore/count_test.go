@@ -346,3 +346,41 @@ func TestSweepWhileThreadIsCreated(t *testing.T) {
 	_, err := s.Append(context.Background(), threadB, store.NewMessage{Author: chatrelay.Operator, Text: "a second thread"})
 	assert.Equal(t, "a post that starts a second thread", chatrelay.CodeOf(err), chatrelay.ThreadLimit)
 }
+
+// TestSweepKeepsAThreadBeingCreated: the sweep's recount, run while a
+// post holds the last place for the thread it is creating (it waits for
+// the thread's lock, its document not written yet), keeps that place:
+// another new thread is still refused thread_limit, and the count ends
+// at the one thread there is. (The recount counted the folder alone and
+// gave the place away: two threads under --max-threads 1.)
+func TestSweepKeepsAThreadBeingCreated(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{MaxThreads: 1, LockTimeout: 20 * time.Second})
+	countPath := filepath.Join(dir, "chat", ".threads.lock")
+
+	other := newFlock(s.path(threadA) + ".lock")
+	ok, err := other.TryLock()
+	assert.Success(t, err)
+	assert.True(t, ok, "the thread's lock is free")
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Append(context.Background(), threadA, store.NewMessage{Author: chatrelay.Operator, Text: "one"})
+		first <- err
+	}()
+	assert.Eventually(t, 10*time.Second, "the first post reserved the last place", func() bool {
+		data, _ := os.ReadFile(countPath)
+		return string(data) == "1\n"
+	})
+	_, err = s.Sweep(t.Context())
+	assert.Success(t, err)
+	_, err = s.Append(t.Context(), threadB, store.NewMessage{Author: chatrelay.Operator, Text: "two"})
+	assert.Code(t, err, chatrelay.ThreadLimit)
+	assert.Success(t, other.Unlock())
+	assert.Success(t, <-first)
+	_, err = s.Sweep(t.Context())
+	assert.Success(t, err)
+	data, err := os.ReadFile(countPath)
+	assert.Success(t, err)
+	assert.Equal(t, "the count", string(data), "1\n")
+}

@@ -35,7 +35,8 @@ import (
 // sent of them) and the lines that do not parse (a crash's torn last
 // line) are dropped, and the live entries are written again (temp and
 // rename), as they are once the file has many more lines than live
-// entries. The live entries are the claims this process works on (the
+// entries; once no entry is live (the last one settled) it is
+// truncated, so that it keeps no settled change's text. The live entries are the claims this process works on (the
 // pusher's queue and watch bounds bound them), and what it took at its
 // start until it settles them.
 
@@ -181,6 +182,16 @@ func (j *pushJournal) append(l journalLine) {
 	}
 	j.failed = false
 	j.lines++
+	if len(j.live) == 0 {
+		// Nothing is owed: the file keeps no settled change's document
+		// (its message's text) until it is compacted or read again.
+		if err := j.f.Truncate(0); err != nil {
+			j.fail(fmt.Errorf("truncate: %w", err))
+			return
+		}
+		j.lines = 0
+		return
+	}
 	if j.lines >= journalCompact && j.lines > 4*len(j.live) {
 		j.rewrite()
 	}
