@@ -183,3 +183,45 @@ func retryLater(lease time.Duration) func(*transport.PushConfig) {
 		p.Backoff = []time.Duration{5 * time.Minute}
 	}
 }
+
+// subsFailing is a node's store whose PushSubscriptions answers
+// store_unavailable while failing is above zero, once a call.
+type subsFailing struct {
+	store.Store
+	store.Push
+	failing atomic.Int64
+}
+
+func (s *subsFailing) PushSubscriptions(ctx context.Context, thread string) ([]chatrelay.PushSubscription, error) {
+	if s.failing.Add(-1) >= 0 {
+		return nil, chatrelay.Errorf(chatrelay.StoreUnavailable, "the store cannot be reached")
+	}
+	return s.Push.PushSubscriptions(ctx, thread)
+}
+
+// TestPushAfterTheStoreCouldNotSay: a change whose subscriptions the
+// store cannot read for a moment (Redis out of reach, a lock held) is
+// looked at again, and pushed once it can: it was dropped as if the
+// thread had no subscription, on a new change as on one taken over or
+// from the journal at a start.
+func TestPushAfterTheStoreCouldNotSay(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		flaky := &subsFailing{}
+		e := startPush(t, pushOptions{backend: backend, config: func(c *transport.Config) {
+			withPush(svc, func(*transport.PushConfig) {})(c)
+			flaky.Store, flaky.Push = c.Store, store.PushOf(c.Store)
+			c.Store = flaky
+		}})
+		owner, thread := tokenN(1), threadN(1)
+		e.mustPost(owner, "hello")
+		status, _ := e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		assert.Equal(t, "subscribe", status, http.StatusCreated)
+		flaky.failing.Store(2)
+		_, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "are you there?"})
+		assert.Success(t, err)
+		awaitPushes(t, svc, "/push/owner", 1)
+		assert.True(t, flaky.failing.Load() < 0, "the subscriptions were read again after two failures")
+	})
+}

@@ -194,6 +194,9 @@ type pushWatch struct {
 	// this one hands it over again if it stops before it is sent.
 	handed bool
 	owed   pushOwed
+	// held: this node won its claim (takeOver), and the store could not
+	// say who gets it: sent when due, without claiming it again.
+	held bool
 }
 
 // pushJob is one push to one subscription.
@@ -626,7 +629,17 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		ps.noteClosed(m.Interaction.ID)
 	}
 	id, keep := pushClaimID(thread, m, typ), pushKeep(typ)
-	to := onlyTo(ps.recipientsOf(ctx, thread, typ), owed.only)
+	subs, err := ps.recipientsOf(ctx, thread, typ)
+	if err != nil && ctx.Err() == nil {
+		// The store cannot say who gets it now (it is out of reach for a
+		// moment): looked at again in a second, as a change another node
+		// holds is, within the window.
+		now := ps.s.cfg.Now()
+		ps.watchLater(&pushWatch{thread: thread, m: m, typ: typ, id: id, keep: keep,
+			due: now.Add(time.Second), until: now.Add(pushWindow + 2*ps.lease), handed: handed, owed: owed})
+		return
+	}
+	to := onlyTo(subs, owed.only)
 	if len(to) == 0 {
 		switch {
 		case ctx.Err() != nil: // stopping: it may have had some
@@ -654,22 +667,29 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		}
 		if !settled {
 			now := ps.s.cfg.Now()
-			w := &pushWatch{thread: thread, m: m, typ: typ, id: id, keep: keep,
-				due: now.Add(ps.lease), until: now.Add(pushWindow + 2*ps.lease), size: 1024 + len(m.Text), handed: handed, owed: owed}
-			if m.Card != nil {
-				w.size += chatrelay.LimitCard.Max
-			}
-			select {
-			case ps.watch <- w:
-			default: // the watch goroutine is that far behind: another node sends it
-				if handed {
-					ps.total.WithLabelValues(pushDropped).Inc()
-				}
-			}
+			ps.watchLater(&pushWatch{thread: thread, m: m, typ: typ, id: id, keep: keep,
+				due: now.Add(ps.lease), until: now.Add(pushWindow + 2*ps.lease), handed: handed, owed: owed})
 		}
 		return
 	}
 	ps.sendChange(ctx, thread, m, typ, id, keep, to, owed.since)
+}
+
+// watchLater hands w to the watch goroutine (watching), which claims it
+// at its due time and sends it if it wins the claim: a change another
+// node holds, or one whose recipients the store could not say.
+func (ps *pusher) watchLater(w *pushWatch) {
+	w.size = 1024 + len(w.m.Text)
+	if w.m.Card != nil {
+		w.size += chatrelay.LimitCard.Max
+	}
+	select {
+	case ps.watch <- w:
+	default: // the watch goroutine is that far behind: another node sends it
+		if w.handed {
+			ps.total.WithLabelValues(pushDropped).Inc()
+		}
+	}
 }
 
 // takeOver sends the pushes of a change whose claim another node let
@@ -684,12 +704,19 @@ func (ps *pusher) takeOver(ctx context.Context, w *pushWatch) {
 		ps.settle(ctx, c)
 		return
 	}
-	to := onlyTo(ps.recipientsOf(ctx, w.thread, w.typ), w.owed.only)
+	subs, err := ps.recipientsOf(ctx, w.thread, w.typ)
 	if ctx.Err() != nil { // stopping: won, so this node's to hand over
 		ps.leave(w.thread, w.m, w.owed)
 		return
 	}
-	ps.sendChange(ctx, w.thread, w.m, w.typ, w.id, w.keep, to, w.owed.since)
+	if err != nil { // the store cannot say now: looked at again in a second, within the window
+		if w.due = ps.s.cfg.Now().Add(time.Second); w.due.Before(w.until) {
+			w.held, w.handed = true, true // this node's: handed over if it stops first
+			ps.watchLater(w)
+		}
+		return
+	}
+	ps.sendChange(ctx, w.thread, w.m, w.typ, w.id, w.keep, onlyTo(subs, w.owed.only), w.owed.since)
 }
 
 // onlyTo are the subscriptions of to whose ids are in only, or all of
@@ -703,16 +730,19 @@ func onlyTo(to []chatrelay.PushSubscription, only []string) []chatrelay.PushSubs
 
 // recipientsOf are the thread's subscriptions that get a change of type
 // typ (recipients).
-func (ps *pusher) recipientsOf(ctx context.Context, thread, typ string) []chatrelay.PushSubscription {
+func (ps *pusher) recipientsOf(ctx context.Context, thread, typ string) ([]chatrelay.PushSubscription, error) {
 	subs, err := ps.st.PushSubscriptions(ctx, thread)
+	if err != nil && chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
+		return nil, err
+	}
 	if err != nil || len(subs) == 0 {
-		return nil
+		return nil, nil // none, or none that reads (thread_unreadable: sends no push)
 	}
 	event := chatrelay.PushReply
 	if typ != chatrelay.PushTypeReply {
 		event = chatrelay.PushInteraction
 	}
-	return ps.recipients(ctx, thread, subs, event)
+	return ps.recipients(ctx, thread, subs, event), nil
 }
 
 // sendChange sends the pushes of a change this node claimed (id) to the
@@ -840,7 +870,10 @@ func (ps *pusher) watching(ctx context.Context) {
 			for len(h) > 0 && !h[0].due.After(ps.s.cfg.Now()) {
 				w := heap.Pop(&h).(*pushWatch)
 				held -= w.size
-				won, settled, err := ps.st.ClaimPush(ctx, w.id, ps.owner, ps.lease, journalDoc(w.thread, w.m, w.owed))
+				won, settled, err := w.held, false, error(nil)
+				if !w.held {
+					won, settled, err = ps.st.ClaimPush(ctx, w.id, ps.owner, ps.lease, journalDoc(w.thread, w.m, w.owed))
+				}
 				switch {
 				case ctx.Err() != nil:
 					heap.Push(&h, w) // as it was, for the deferred hand over
