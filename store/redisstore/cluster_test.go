@@ -211,3 +211,32 @@ func TestClusterPrimaryKilled(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterCreateLockReleasedAcrossFailover: a post that took the
+// creation lock just before shard 0's primary handed over to its replica
+// (CLUSTER FAILOVER) releases it on the new primary. Its release met
+// MOVED and was dropped: the lock stayed until it lapsed (3 × the store
+// timeout), and every node's new threads meanwhile answered 503
+// store_unavailable (4 to 6 s in clusterprobe, after each failover of
+// shard 0's primary).
+func TestClusterCreateLockReleasedAcrossFailover(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3, Replicas: 1})
+	const prefix = "l:"
+	// A long timeout: the lock would lapse after 30 s, long after the
+	// release has had its chance.
+	a := openSharded(t, c.URL(), Options{Prefix: prefix, Timeout: 10 * time.Second})
+	lock := prefix + "{s0}:create-lock"
+	unlock, _, err := a.lockCreate(t.Context(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary := c.PrimaryOf(t, lock)
+	c.WaitReplicated(t, primary)
+	c.Failover(t, primary)
+	unlock()
+	a.Close() // waits for the release, which runs in the background
+	if n := c.Client(t).Exists(t.Context(), lock).Val(); n != 0 {
+		t.Fatalf("the creation lock is still held after its post released it (PTTL %v): every new thread waits for it to lapse",
+			c.Client(t).PTTL(t.Context(), lock).Val())
+	}
+}

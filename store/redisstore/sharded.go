@@ -369,7 +369,20 @@ func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n
 			defer func() { <-sh.creating }()
 			ctx, cancel := s.bound(context.WithoutCancel(s.closing))
 			defer cancel()
-			unlockScript.Run(ctx, s.rdb, []string{key}, token)
+			// Sent again until Redis takes it (it deletes only this
+			// lock, so twice is harmless): a release that met a moved
+			// slot (a failover of shard 0's primary: MOVED) or a lost
+			// connection left the lock to lapse, and every node's new
+			// threads waited for it.
+			wait := 10 * time.Millisecond
+			for unlockScript.Run(ctx, s.rdb, []string{key}, token).Err() != nil {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				wait = min(2*wait, 200*time.Millisecond)
+			}
 		}()
 	}
 	c := "0"
