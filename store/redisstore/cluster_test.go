@@ -240,3 +240,27 @@ func TestClusterCreateLockReleasedAcrossFailover(t *testing.T) {
 			c.Client(t).PTTL(t.Context(), lock).Val())
 	}
 }
+
+// TestCheckNamesAnUnreachableRedis: /readyz's check names why Redis takes
+// no write when it is not there at all, as it names a full or read-only
+// one: a Redis that refuses connections is "Redis unreachable", a Redis
+// Cluster one of whose slots has no primary "Redis cluster down". Both
+// said "not writable", as for any other refusal (clusterprobe).
+func TestCheckNamesAnUnreachableRedis(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	one := openStore(t, srv, Options{Prefix: "u:"})
+	assert.Success(t, one.Check(t.Context()))
+	srv.Kill()
+	assert.Equal(t, "a killed Redis", store.Reason(one.Check(t.Context())), "Redis unreachable")
+
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3})
+	sh := openSharded(t, c.URL(), Options{Prefix: "u:"})
+	assert.Success(t, sh.Check(t.Context()))
+	c.Server(t, c.PrimaryOf(t, "u:{s2}:readyz")).Kill() // not shard 0's
+	// Shard 0 (the first the check names) is on another primary: it
+	// answers CLUSTERDOWN once the cluster marks the dead one failed (the
+	// shards on the dead one are unreachable until then).
+	assert.Eventually(t, 20*time.Second, "the cluster to say a slot has no primary", func() bool {
+		return store.Reason(sh.Check(t.Context())) == "Redis cluster down"
+	})
+}

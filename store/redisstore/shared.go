@@ -3,8 +3,11 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,6 +39,9 @@ func (s *Store) Check(ctx context.Context) error {
 			break
 		}
 	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+		err = &writeRefusal{reason: "Redis unreachable", err: err} // no Redis listening there, or it went away
+	}
 	return s.unavailable("check", err)
 }
 
@@ -50,6 +56,7 @@ var writeRefusals = []struct{ prefix, reason string }{
 	{"MISCONF", "Redis cannot save"},
 	{"NOREPLICAS", "Redis lacks replicas"},
 	{"MASTERDOWN", "Redis master down"},
+	{"CLUSTERDOWN", "Redis cluster down"},
 }
 
 // writeRefusal is a Redis's refusal of a write, with its reason
