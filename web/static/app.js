@@ -624,7 +624,8 @@ async function send() {
       if (chat.ended) return;
       if (again.some((f) => f.state === "failed")) {
         const err = again.find((f) => f.state === "failed").error;
-        notify(err.code === "thread_limit" ? refusals.thread_limit : `Not sent: a file was not uploaded (${err.message}). Your message and its files are kept.`, "error", true);
+        if (err.code === "thread_limit") threadLimited();
+        else notify(`Not sent: a file was not uploaded (${err.message}). Your message and its files are kept.`, "error", true);
         return;
       }
     }
@@ -651,7 +652,7 @@ async function send() {
     } else if (err.status === 0) {
       notify("Not sent: the server could not be reached. Your message is kept.", "error", true);
     } else if (err.code === "thread_limit") {
-      notify(refusals.thread_limit, "error", true);
+      threadLimited();
     } else if (refusals[err.code]) {
       notify(refusals[err.code], "wait");
     } else {
@@ -786,8 +787,14 @@ const refusals = {
   too_many_messages: "Not sent: your last 3 messages still wait for hermes's answer. Your message is kept; send it once hermes has answered.",
   cap_reached: "Not sent: this link has used all the messages it may write. Ask the conversation's owner for a new link to write more.",
   not_permitted: "Not sent: this link lets you read this conversation, not write in it.",
-  thread_limit: "Not sent: this server holds as many conversations as it may, and this one would be new. Your message and its files are kept: press Retry later.",
 };
+
+// threadLimited says a new conversation's first message was refused at
+// the server's thread limit (507): a place may free up, so it waits for Retry.
+function threadLimited() {
+  const kept = files.length ? "Your message and its files are kept" : "Your message is kept";
+  notify(`Not sent: this server holds as many conversations as it may, and this one would be new. ${kept}: press Retry later.`, "error", true);
+}
 
 els.fresh?.addEventListener("click", () => {
   const ok = confirm(
