@@ -138,3 +138,22 @@ func TestLongNamesStayInThePage(t *testing.T) {
 	o.waitState(live, "ws")
 	check(o, "the owner's page")
 }
+
+// TestFileSizeOnOneLine: at a phone's width, a file in the composer whose
+// name fills the row keeps its size on one line beside it ("3.1 KiB";
+// before, the name took the room and the size broke into "3.1" over
+// "KiB").
+func TestFileSizeOnOneLine(t *testing.T) {
+	srv := startServer(t)
+	tb := newWindow(t)
+	tb.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	tb.attachPNG("screenshot-of-the-failing-deploy-pipeline-2026-12-03.png", 800, 600)
+	tb.waitJS(soon, "the file uploaded", `/KiB$/.test(document.querySelector("#files .file-status")?.textContent)`)
+	lines := eval[int](tb, `(() => { const r = document.createRange(); r.selectNodeContents(document.querySelector("#files .file-status"));
+		return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size })()`)
+	if lines != 1 {
+		t.Errorf("the file's size %q takes %d lines, want 1", eval[string](tb, `document.querySelector("#files .file-status").textContent`), lines)
+	}
+}
