@@ -18,15 +18,9 @@ import (
 // token or its ticket, as an unknown id. Once a post names it, it sees it.
 func TestAttachmentDraftsHidden(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, backend string) {
-		e := startPush(t, pushOptions{backend: backend})
-		tok := tokenN(1)
-		status, _ := e.postJSON(tok, map[string]any{"text": "hello"})
-		assert.Equal(t, "post", status, http.StatusCreated)
-		draft := e.mustUpload(tok, "draft.txt", "text/plain", []byte("the owner's draft"))
-		alex := e.invite(tok, `{"name":"Alex","role":"commenter"}`)
-		sam := e.invite(tok, `{"name":"Sam","role":"commenter"}`)
+		e, tok, draft, alex, sam := ownerDraftAndTwoCommenters(t, backend)
 
-		status, _, _ = e.fetch(chatrelay.PathAttachments+"/"+draft.ID, bearer(alex.Token))
+		status, _, _ := e.fetch(chatrelay.PathAttachments+"/"+draft.ID, bearer(alex.Token))
 		assert.Equal(t, "a participant downloads the owner's unposted upload", status, http.StatusNotFound)
 		_, _, tb := e.do(http.MethodPost, chatrelay.PathTicket, "", `{"attachment":"`+draft.ID+`"}`, bearer(alex.Token))
 		status, _, _ = e.fetch(chatrelay.PathAttachments+"/"+draft.ID+"?ticket="+url.QueryEscape(ticketOf(t, tb)), nil)
@@ -67,13 +61,7 @@ func ticketOf(t *testing.T, b []byte) string {
 // stored.
 func TestAttachmentDraftsNotPostable(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, backend string) {
-		e := startPush(t, pushOptions{backend: backend})
-		tok := tokenN(1)
-		status, _ := e.postJSON(tok, map[string]any{"text": "hello"})
-		assert.Equal(t, "post", status, http.StatusCreated)
-		draft := e.mustUpload(tok, "draft.txt", "text/plain", []byte("the owner's draft"))
-		alex := e.invite(tok, `{"name":"Alex","role":"commenter"}`)
-		sam := e.invite(tok, `{"name":"Sam","role":"commenter"}`)
+		e, tok, draft, alex, sam := ownerDraftAndTwoCommenters(t, backend)
 		_, u := e.upload(bearer(sam.Token), "sam.txt", "text/plain", strings.NewReader("sam's draft"))
 		_, own := e.upload(bearer(alex.Token), "alex.txt", "text/plain", strings.NewReader("alex's"))
 
@@ -84,10 +72,25 @@ func TestAttachmentDraftsNotPostable(t *testing.T) {
 			assert.Equal(t, "code", errCode(t, answer), chatrelay.InvalidAttachment)
 		}
 		b, _ := json.Marshal(map[string]any{"text": "mine", "attachments": []string{own.Attachment.ID}})
-		status, _, _ = e.do(http.MethodPost, chatrelay.PathPost, "", string(b), bearer(alex.Token))
+		status, _, _ := e.do(http.MethodPost, chatrelay.PathPost, "", string(b), bearer(alex.Token))
 		assert.Equal(t, "a participant posts its own upload", status, http.StatusCreated)
 		status, _ = e.postJSON(tok, map[string]any{"text": "yours", "attachments": []string{u.Attachment.ID}})
 		assert.Equal(t, "the owner posts a participant's upload", status, http.StatusCreated)
 		assert.Equal(t, "messages stored", len(e.poll(tok, 0).Messages), 3)
 	})
+}
+
+// ownerDraftAndTwoCommenters starts a server on backend whose thread (the
+// owner's token tok) has a message, an upload of the owner's that no
+// message names (draft), and two commenters, Alex and Sam.
+func ownerDraftAndTwoCommenters(t *testing.T, backend string) (e *pushEnv, tok string, draft chatrelay.Attachment, alex, sam invited) {
+	t.Helper()
+	e = startPush(t, pushOptions{backend: backend})
+	tok = tokenN(1)
+	status, _ := e.postJSON(tok, map[string]any{"text": "hello"})
+	assert.Equal(t, "post", status, http.StatusCreated)
+	draft = e.mustUpload(tok, "draft.txt", "text/plain", []byte("the owner's draft"))
+	alex = e.invite(tok, `{"name":"Alex","role":"commenter"}`)
+	sam = e.invite(tok, `{"name":"Sam","role":"commenter"}`)
+	return e, tok, draft, alex, sam
 }

@@ -627,18 +627,7 @@ func testUnusedExpiredLinkEndsWithItsEvent(t *testing.T, backend string) {
 	}
 	assert.Equal(t, "the audit's expired events", expired, []string{alex.Participant.ID})
 
-	due, err := e.backend.Outbox.Take(t.Context(), dest, clk.Now(), 100)
-	assert.Success(t, err)
-	var got []string
-	for _, d := range due {
-		var p chatrelay.Participant
-		if d.Type != store.EventMessageCreated {
-			assert.Success(t, json.Unmarshal(d.Participant, &p))
-		}
-		got = append(got, d.Type+" "+p.Name+" "+string(p.State))
-	}
-	slices.Sort(got)
-	assert.Equal(t, "webhook events", got, []string{store.EventMessageCreated + "  ", store.EventParticipantRevoked + " Alex expired"})
+	assert.Equal(t, "webhook events", queuedEvents(t, e, dest, clk.Now()), []string{store.EventMessageCreated + "  ", store.EventParticipantRevoked + " Alex expired"})
 }
 
 // TestRemovedThreadsExpiredLinkEndsWithItsEvent: a share link that expired
@@ -666,18 +655,7 @@ func testRemovedThreadsExpiredLinkEndsWithItsEvent(t *testing.T, backend string)
 	assert.Success(t, err)
 	assert.Equal(t, "threads removed", stats.ThreadsRemoved, 1)
 
-	due, err := e.backend.Outbox.Take(t.Context(), dest, clk.Now(), 100)
-	assert.Success(t, err)
-	var got []string
-	for _, d := range due {
-		var p chatrelay.Participant
-		if d.Type != store.EventMessageCreated {
-			assert.Success(t, json.Unmarshal(d.Participant, &p))
-		}
-		got = append(got, d.Type+" "+p.Name+" "+string(p.State))
-	}
-	slices.Sort(got)
-	assert.Equal(t, "webhook events", got, []string{store.EventMessageCreated + "  ", store.EventParticipantRevoked + " Alex expired"})
+	assert.Equal(t, "webhook events", queuedEvents(t, e, dest, clk.Now()), []string{store.EventMessageCreated + "  ", store.EventParticipantRevoked + " Alex expired"})
 }
 
 // TestUploadAcrossItsThreadsRemoval: a participant's upload whose bytes
@@ -749,4 +727,22 @@ func testUploadAcrossItsThreadsRemoval(t *testing.T, backend string) {
 
 	_, _, b := e.do(http.MethodGet, "/api/chat/participants/audit", owner, "", nil)
 	assert.Equal(t, "the new thread's audit", string(b), `{"success":true,"events":[]}`)
+}
+
+// queuedEvents are the webhook events queued for dest by now, each as
+// "TYPE NAME STATE" (the participant's, blank for a message's), sorted.
+func queuedEvents(t *testing.T, e *pushEnv, dest string, now time.Time) []string {
+	t.Helper()
+	due, err := e.backend.Outbox.Take(t.Context(), dest, now, 100)
+	assert.Success(t, err)
+	var got []string
+	for _, d := range due {
+		var p chatrelay.Participant
+		if d.Type != store.EventMessageCreated {
+			assert.Success(t, json.Unmarshal(d.Participant, &p))
+		}
+		got = append(got, d.Type+" "+p.Name+" "+string(p.State))
+	}
+	slices.Sort(got)
+	return got
 }

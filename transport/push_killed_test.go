@@ -84,17 +84,10 @@ func TestPushKilledServerLosesNoPush(t *testing.T) {
 			return pushtest.Answer{Status: http.StatusCreated}
 		}
 		const lease = time.Second
-		be := storetest.Open(t, backend, storetest.Options{})
-		ctx, thread := t.Context(), threadN(1)
-		subscribeInStore(t, be, thread, svc.Subscribe(t, "phone"))
-
-		kill := startKillable(t, backend, be, svc, lease)
-
-		ask, err := be.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
-			Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
-		assert.Success(t, err)
+		be, thread, kill, ask := killableAsked(t, backend, svc, lease)
+		ctx := t.Context()
 		const secret = "are you there? (never in a log)"
-		_, err = be.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: secret})
+		_, err := be.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: secret})
 		assert.Success(t, err)
 		awaitPushes(t, svc, "/push/phone", 2) // both answered 503: their retries are 5 minutes away
 		kill()
@@ -185,16 +178,11 @@ func TestPushKilledServerClosedInteractionNotSent(t *testing.T) {
 		svc := pushtest.NewService(t)
 		svc.Respond = func(string, int) pushtest.Answer { return pushtest.Answer{Status: http.StatusServiceUnavailable} }
 		const lease = time.Second
-		be := storetest.Open(t, backend, storetest.Options{})
-		ctx, thread := t.Context(), threadN(1)
-		subscribeInStore(t, be, thread, svc.Subscribe(t, "phone"))
-		kill := startKillable(t, backend, be, svc, lease)
-		ask, err := be.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
-			Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
-		assert.Success(t, err)
+		be, thread, kill, ask := killableAsked(t, backend, svc, lease)
+		ctx := t.Context()
 		awaitPushes(t, svc, "/push/phone", 1) // answered 503
 		kill()
-		_, err = be.Store.Change(ctx, thread, store.Change{Op: chatrelay.Cancel, InteractionID: ask.Message.Interaction.ID, By: chatrelay.Hermes})
+		_, err := be.Store.Change(ctx, thread, store.Change{Op: chatrelay.Cancel, InteractionID: ask.Message.Interaction.ID, By: chatrelay.Hermes})
 		assert.Success(t, err)
 
 		after := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
@@ -290,4 +278,20 @@ func TestPushJournalTakenDespiteBadHandover(t *testing.T) {
 	startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
 	_, pls := awaitPushes(t, svc, "/push/phone", 2)
 	assert.Equal(t, "the push sent after the kill", pls[1].Message.Text, text)
+}
+
+// killableAsked opens a store of backend whose thread has a subscription
+// of svc's ("phone"), starts a server on it in a process of its own
+// (startKillable: kill sends it SIGKILL), and asks an approval there as
+// hermes.
+func killableAsked(t *testing.T, backend string, svc *pushtest.Service, lease time.Duration) (be *storetest.Backend, thread string, kill func(), ask store.Entry) {
+	t.Helper()
+	be = storetest.Open(t, backend, storetest.Options{})
+	thread = threadN(1)
+	subscribeInStore(t, be, thread, svc.Subscribe(t, "phone"))
+	kill = startKillable(t, backend, be, svc, lease)
+	ask, err := be.Store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
+		Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
+	assert.Success(t, err)
+	return be, thread, kill, ask
 }

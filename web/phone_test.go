@@ -138,3 +138,49 @@ func TestLongNamesStayInThePage(t *testing.T) {
 	o.waitState(live, "ws")
 	check(o, "the owner's page")
 }
+
+// TestFileSizeOnOneLine: at a phone's width, a file in the composer whose
+// name fills the row keeps its size on one line beside it ("3.1 KiB";
+// before, the name took the room and the size broke into "3.1" over
+// "KiB").
+func TestFileSizeOnOneLine(t *testing.T) {
+	srv := startServer(t)
+	tb := newWindow(t)
+	tb.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	tb.attachPNG("screenshot-of-the-failing-deploy-pipeline-2026-12-03.png", 800, 600)
+	tb.waitJS(soon, "the file uploaded", `/KiB$/.test(document.querySelector("#files .file-status")?.textContent)`)
+	lines := eval[int](tb, `(() => { const r = document.createRange(); r.selectNodeContents(document.querySelector("#files .file-status"));
+		return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size })()`)
+	if lines != 1 {
+		t.Errorf("the file's size %q takes %d lines, want 1", eval[string](tb, `document.querySelector("#files .file-status").textContent`), lines)
+	}
+}
+
+// TestLongFileNameKeepsItsRemoveButton: at a phone's width, a file in the
+// composer whose name has no place to break (no space, no hyphen) wraps
+// inside its row, and its size and its × stay on the screen. (Before, the
+// name ran out of the row and pushed its status and × out of sight: the
+// file could not be taken out.)
+func TestLongFileNameKeepsItsRemoveButton(t *testing.T) {
+	srv := startServer(t)
+	tb := newWindow(t)
+	tb.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	tb.attachPNG(strings.Repeat("verylongfilename", 6)+".png", 24, 18)
+	tb.waitJS(soon, "the file uploaded", `/ B$/.test(document.querySelector("#files .file-status")?.textContent)`)
+	out := eval[[]string](tb, `(() => {
+		const row = document.querySelector("#files .file").getBoundingClientRect(), out = [];
+		for (const e of document.querySelectorAll("#files .file > *")) {
+			const r = e.getBoundingClientRect();
+			if (r.right > row.right + 0.5 || r.right > document.documentElement.clientWidth + 0.5) out.push(e.className + " ends at " + Math.round(r.right) + " px, its row at " + Math.round(row.right));
+		}
+		return out })()`)
+	if len(out) > 0 {
+		t.Errorf("the file's row at 390 px: %s", strings.Join(out, "; "))
+	}
+	tb.click(`#files button[aria-label^="Remove"]`)
+	tb.waitJS(soon, "the file taken out", `document.querySelectorAll("#files .file").length === 0`)
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/gofrs/flock"
 )
 
 // TestRemovedCountLockStillExcludes: the store keeps .threads.lock open
@@ -138,25 +139,7 @@ func TestCountFileHoldsTheCount(t *testing.T) {
 // thread. The thread is counted once.
 func TestSecondPostToThreadBeingCreated(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{MaxThreads: 1, LockTimeout: 20 * time.Second})
-	countPath := filepath.Join(dir, "chat", ".threads.lock")
-
-	// Another process holds the thread's lock: the first post reserves
-	// the last place, then waits for it.
-	other := newFlock(s.path(threadA) + ".lock")
-	ok, err := other.TryLock()
-	assert.Success(t, err)
-	assert.True(t, ok, "the thread's lock is free")
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Append(context.Background(), threadA, store.NewMessage{Author: chatrelay.Operator, Text: "one"})
-		first <- err
-	}()
-	assert.Eventually(t, 10*time.Second, "the first post reserved the last place", func() bool {
-		data, _ := os.ReadFile(countPath)
-		return string(data) == "1\n"
-	})
+	s, countPath, other, first := postHoldingTheLastPlace(t)
 
 	second := make(chan error, 1)
 	secondID := make(chan string, 1)
@@ -355,24 +338,8 @@ func TestSweepWhileThreadIsCreated(t *testing.T) {
 // gave the place away: two threads under --max-threads 1.)
 func TestSweepKeepsAThreadBeingCreated(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{MaxThreads: 1, LockTimeout: 20 * time.Second})
-	countPath := filepath.Join(dir, "chat", ".threads.lock")
-
-	other := newFlock(s.path(threadA) + ".lock")
-	ok, err := other.TryLock()
-	assert.Success(t, err)
-	assert.True(t, ok, "the thread's lock is free")
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Append(context.Background(), threadA, store.NewMessage{Author: chatrelay.Operator, Text: "one"})
-		first <- err
-	}()
-	assert.Eventually(t, 10*time.Second, "the first post reserved the last place", func() bool {
-		data, _ := os.ReadFile(countPath)
-		return string(data) == "1\n"
-	})
-	_, err = s.Sweep(t.Context())
+	s, countPath, other, first := postHoldingTheLastPlace(t)
+	_, err := s.Sweep(t.Context())
 	assert.Success(t, err)
 	_, err = s.Append(t.Context(), threadB, store.NewMessage{Author: chatrelay.Operator, Text: "two"})
 	assert.Code(t, err, chatrelay.ThreadLimit)
@@ -383,4 +350,30 @@ func TestSweepKeepsAThreadBeingCreated(t *testing.T) {
 	data, err := os.ReadFile(countPath)
 	assert.Success(t, err)
 	assert.Equal(t, "the count", string(data), "1\n")
+}
+
+// postHoldingTheLastPlace opens a store of one thread at most, and starts
+// a post creating threadA while another process holds the thread's lock:
+// it returns once the post has reserved the last place (the count file
+// says 1) and waits for that lock, which the caller lets go of (other);
+// first gets the post's outcome.
+func postHoldingTheLastPlace(t *testing.T) (s *File, countPath string, other *flock.Flock, first chan error) {
+	t.Helper()
+	dir := t.TempDir()
+	s = openFile(t, dir, FileOptions{MaxThreads: 1, LockTimeout: 20 * time.Second})
+	countPath = filepath.Join(dir, "chat", ".threads.lock")
+	other = newFlock(s.path(threadA) + ".lock")
+	ok, err := other.TryLock()
+	assert.Success(t, err)
+	assert.True(t, ok, "the thread's lock is free")
+	first = make(chan error, 1)
+	go func() {
+		_, err := s.Append(context.Background(), threadA, store.NewMessage{Author: chatrelay.Operator, Text: "one"})
+		first <- err
+	}()
+	assert.Eventually(t, 10*time.Second, "the first post reserved the last place", func() bool {
+		data, _ := os.ReadFile(countPath)
+		return string(data) == "1\n"
+	})
+	return s, countPath, other, first
 }

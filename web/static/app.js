@@ -606,18 +606,33 @@ async function send() {
     notify("A file is still uploading; send once it is done.", "info");
     return;
   }
-  const ids = files.filter((f) => f.state === "done").map((f) => f.attachment.id);
-  if (!text.trim() && ids.length === 0) {
+  // A file refused for now (a store that could not answer, the thread
+  // limit) is uploaded again first: a message never goes without a file
+  // the composer shows as not uploaded for such a reason.
+  const again = files.filter((f) => f.state === "failed" && f.again);
+  if (!text.trim() && files.every((f) => f.state !== "done" && !f.again)) {
     notify("Write a message first.", "info");
     return;
   }
-  const key = ids.join(" ");
-  if (!pending || pending.text !== text || pending.key !== key) pending = { text, key, clientId: chat.newClientId() };
-  const p = pending;
+  let p = null;
   sending = true;
   updateSend();
   els.form.setAttribute("aria-busy", "true");
   try {
+    if (again.length) {
+      await Promise.all(again.map(upload));
+      if (chat.ended) return;
+      if (again.some((f) => f.state === "failed")) {
+        const err = again.find((f) => f.state === "failed").error;
+        if (err.code === "thread_limit") threadLimited();
+        else notify(`Not sent: a file was not uploaded (${err.message}). Your message and its files are kept.`, "error", true);
+        return;
+      }
+    }
+    const ids = files.filter((f) => f.state === "done").map((f) => f.attachment.id);
+    const key = ids.join(" ");
+    if (!pending || pending.text !== text || pending.key !== key) pending = { text, key, clientId: chat.newClientId() };
+    p = pending;
     await chat.send(text, { clientId: p.clientId, attachments: ids });
     sent(text);
     clearFiles(ids);
@@ -626,7 +641,7 @@ async function send() {
     // In every failure the text stays in the composer, with its client_id.
     if (chat.ended) {
       // The link ended: the page says so instead (the "ended" event).
-    } else if (err.status === 0 && chat.messages.some((m) => m.client_id === p.clientId)) {
+    } else if (err.status === 0 && chat.messages.some((m) => m.client_id === p?.clientId)) {
       sent(text); // the answer was lost, the message is shown: it was stored
     } else if (err.code === "rate_limited") {
       startCountdown(err.retryAfterMs);
@@ -636,6 +651,8 @@ async function send() {
       notify(`Not sent: ${err.message}. Your message is ${why}; shorten it and send again.`);
     } else if (err.status === 0) {
       notify("Not sent: the server could not be reached. Your message is kept.", "error", true);
+    } else if (err.code === "thread_limit") {
+      threadLimited();
     } else if (refusals[err.code]) {
       notify(refusals[err.code], "wait");
     } else {
@@ -656,7 +673,8 @@ els.form.addEventListener("submit", (e) => {
 // ---- files: attach, drop or paste; each is uploaded at once, with its progress ----
 
 const MAX_FILES = LIMITS["message.attachments"]; // a message's attachments (the server's limits table)
-// files are those in the composer: {file, li, state: "uploading" | "done" | "failed", attachment}.
+// files are those in the composer: {file, li, status, state: "uploading" | "done" | "failed",
+// attachment, error, again}.
 const files = [];
 
 function drawFiles() {
@@ -670,10 +688,9 @@ function addFiles(list) {
       break;
     }
     const f = { file, state: "uploading", attachment: null };
-    const bar = el("progress", { max: 1, value: 0, "aria-label": `Uploading ${file.name || "file"}` });
     const remove = el("button", { type: "button", className: "quiet", textContent: "×", "aria-label": `Remove ${file.name || "file"}` });
-    const status = el("span", { className: "file-status" });
-    f.li = el("li", { className: "file" }, el("span", { className: "file-name", dir: "auto", textContent: file.name || "pasted image" }), bar, status, remove);
+    f.status = el("span", { className: "file-status" });
+    f.li = el("li", { className: "file" }, el("span", { className: "file-name", dir: "auto", textContent: file.name || "pasted image" }), f.status, remove);
     remove.addEventListener("click", () => {
       files.splice(files.indexOf(f), 1);
       f.li.remove();
@@ -682,23 +699,39 @@ function addFiles(list) {
     });
     files.push(f);
     els.files.append(f.li);
-    chat.upload(file, (p) => (bar.value = p), file.name || "pasted image.png").then(
-      (a) => {
-        f.state = "done";
-        f.attachment = a;
-        bar.remove();
-        status.textContent = sizeText(a.size);
-      },
-      (err) => {
-        f.state = "failed";
-        bar.remove();
-        status.className = "file-status bad";
-        // 413: over the server's limit for one file or for the conversation; its message says which
-        status.textContent = err.status === 413 ? `too large (${sizeText(file.size)}): ${err.message}` : `not uploaded: ${err.message}`;
-      },
-    );
+    upload(f);
   }
   drawFiles();
+}
+
+// upload uploads a file of the composer, showing its progress, then its
+// size or why it was refused; it resolves once it is settled. A file
+// refused for now (f.again: not one too large or malformed, which would
+// be refused again) is uploaded again by the next Send.
+function upload(f) {
+  const { file } = f;
+  const bar = el("progress", { max: 1, value: 0, "aria-label": `Uploading ${file.name || "file"}` });
+  f.state = "uploading";
+  f.status.className = "file-status";
+  f.status.textContent = "";
+  f.status.before(bar);
+  return chat.upload(file, (p) => (bar.value = p), file.name || "pasted image.png").then(
+    (a) => {
+      f.state = "done";
+      f.attachment = a;
+      bar.remove();
+      f.status.textContent = sizeText(a.size);
+    },
+    (err) => {
+      f.state = "failed";
+      f.error = err;
+      f.again = err.status !== 413 && err.status !== 400;
+      bar.remove();
+      f.status.className = "file-status bad";
+      // 413: over the server's limit for one file or for the conversation; its message says which
+      f.status.textContent = err.status === 413 ? `too large (${sizeText(file.size)}): ${err.message}` : `not uploaded: ${err.message}`;
+    },
+  );
 }
 
 // clearFiles takes the files a stored message carried out of the composer.
@@ -755,6 +788,13 @@ const refusals = {
   cap_reached: "Not sent: this link has used all the messages it may write. Ask the conversation's owner for a new link to write more.",
   not_permitted: "Not sent: this link lets you read this conversation, not write in it.",
 };
+
+// threadLimited says a new conversation's first message was refused at
+// the server's thread limit (507): a place may free up, so it waits for Retry.
+function threadLimited() {
+  const kept = files.length ? "Your message and its files are kept" : "Your message is kept";
+  notify(`Not sent: this server holds as many conversations as it may, and this one would be new. ${kept}: press Retry later.`, "error", true);
+}
 
 els.fresh?.addEventListener("click", () => {
   const ok = confirm(
