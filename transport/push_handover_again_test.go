@@ -45,12 +45,7 @@ func TestPushHandoverKeptAcrossTwoRestarts(t *testing.T) {
 		svc := pushtest.NewService(t)
 		failFirst(svc)
 		const lease = time.Second
-		be := storetest.Open(t, backend, storetest.Options{})
-		first := startPush(t, pushOptions{on: be, config: withPush(svc, retryLater(lease))})
-		owner, thread := tokenN(1), threadN(1)
-		first.mustPost(owner, "hello")
-		status, _ := first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
-		assert.Equal(t, "subscribe", status, http.StatusCreated)
+		be, first, _, thread := retryingServer(t, backend, svc, lease, "owner")
 		_, err := first.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "are you there?"})
 		assert.Success(t, err)
 		awaitPushes(t, svc, "/push/owner", 1) // answered 503
@@ -86,12 +81,7 @@ func TestPushHandoverOfAClosedInteractionNotSent(t *testing.T) {
 		svc := pushtest.NewService(t)
 		failFirst(svc)
 		const lease = time.Second
-		be := storetest.Open(t, backend, storetest.Options{})
-		before := startPush(t, pushOptions{on: be, config: withPush(svc, retryLater(lease))})
-		owner, thread := tokenN(1), threadN(1)
-		before.mustPost(owner, "hello")
-		status, _ := before.subscribe(owner, nil, svc.Subscribe(t, "phone"))
-		assert.Equal(t, "subscribe", status, http.StatusCreated)
+		be, before, owner, thread := retryingServer(t, backend, svc, lease, "phone")
 		m, err := before.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
 			Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
 		assert.Success(t, err)
@@ -147,12 +137,7 @@ func TestPushHandoverKeptWhenStoppedWhileTaking(t *testing.T) {
 			return pushtest.Answer{Status: http.StatusCreated}
 		}
 		const lease = time.Second
-		be := storetest.Open(t, backend, storetest.Options{})
-		first := startPush(t, pushOptions{on: be, config: withPush(svc, retryLater(lease))})
-		owner, thread := tokenN(1), threadN(1)
-		first.mustPost(owner, "hello")
-		status, _ := first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
-		assert.Equal(t, "subscribe", status, http.StatusCreated)
+		be, first, _, thread := retryingServer(t, backend, svc, lease, "owner")
 		for i := range 3 {
 			_, err := first.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: fmt.Sprintf("reply %d", i)})
 			assert.Success(t, err)
@@ -197,14 +182,7 @@ func TestPushHandoverOnlyWhatWasNotSent(t *testing.T) {
 			return pushtest.Answer{Status: http.StatusCreated}
 		}
 		const lease = time.Second
-		be := storetest.Open(t, backend, storetest.Options{})
-		before := startPush(t, pushOptions{on: be, config: withPush(svc, retryLater(lease))})
-		owner, thread := tokenN(1), threadN(1)
-		before.mustPost(owner, "hello")
-		for _, name := range []string{"good", "flaky"} {
-			status, _ := before.subscribe(owner, nil, svc.Subscribe(t, name))
-			assert.Equal(t, "subscribe "+name, status, http.StatusCreated)
-		}
+		be, before, _, thread := retryingServer(t, backend, svc, lease, "good", "flaky")
 		_, err := before.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "are you there?"})
 		assert.Success(t, err)
 		awaitPushes(t, svc, "/push/good", 1)

@@ -140,12 +140,7 @@ func TestPushHandedOverAtShutdown(t *testing.T) {
 		svc := pushtest.NewService(t)
 		failFirst(svc)
 		const lease = time.Second
-		be := storetest.Open(t, backend, storetest.Options{})
-		before := startPush(t, pushOptions{on: be, config: withPush(svc, retryLater(lease))})
-		owner, thread := tokenN(1), threadN(1)
-		before.mustPost(owner, "hello")
-		status, _ := before.subscribe(owner, nil, svc.Subscribe(t, "owner"))
-		assert.Equal(t, "subscribe", status, http.StatusCreated)
+		be, before, _, thread := retryingServer(t, backend, svc, lease, "owner")
 		_, err := before.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "are you there?"})
 		assert.Success(t, err)
 		awaitPushes(t, svc, "/push/owner", 1) // answered 503
@@ -224,4 +219,21 @@ func TestPushAfterTheStoreCouldNotSay(t *testing.T) {
 		awaitPushes(t, svc, "/push/owner", 1)
 		assert.True(t, flaky.failing.Load() < 0, "the subscriptions were read again after two failures")
 	})
+}
+
+// retryingServer opens a store of backend and starts a server on it whose
+// pushes go to svc with claims of lease and retries that never come while
+// it runs (retryLater); the owner's thread has a message and a
+// subscription of svc's under each name.
+func retryingServer(t *testing.T, backend string, svc *pushtest.Service, lease time.Duration, names ...string) (be *storetest.Backend, e *pushEnv, owner, thread string) {
+	t.Helper()
+	be = storetest.Open(t, backend, storetest.Options{})
+	e = startPush(t, pushOptions{on: be, config: withPush(svc, retryLater(lease))})
+	owner, thread = tokenN(1), threadN(1)
+	e.mustPost(owner, "hello")
+	for _, name := range names {
+		status, _ := e.subscribe(owner, nil, svc.Subscribe(t, name))
+		assert.Equal(t, "subscribe "+name, status, http.StatusCreated)
+	}
+	return be, e, owner, thread
 }
