@@ -81,23 +81,7 @@ func TestWatchTakesABatchInEpochOrder(t *testing.T) {
 			if updates {
 				want, calls = want+"update X@103 ", 4
 			}
-			got := ""
-			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second) // or until the calls wanted
-			defer cancel()
-			n := 0
-			err := Watch(ctx, st, 0, updates, func(thread string, e Entry, update bool) error {
-				kind := "new"
-				if update {
-					kind = "update"
-				}
-				got += fmt.Sprintf("%s %s@%d ", kind, e.ID, e.Rev)
-				if n++; n == calls {
-					cancel()
-				}
-				return nil
-			}, nil)
-			assert.Success(t, err)
-			assert.Equal(t, "handed on", got, want)
+			assert.Equal(t, "handed on", watched(t, st, updates, calls), want)
 		})
 	}
 }
@@ -154,23 +138,30 @@ func TestWatchCatchUpHandsOnChanges(t *testing.T) {
 			if updates {
 				want, calls = want+"update X@103 ", 3
 			}
-			got := ""
-			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second) // or until the calls wanted
-			defer cancel()
-			n := 0
-			err := Watch(ctx, st, 0, updates, func(thread string, e Entry, update bool) error {
-				kind := "new"
-				if update {
-					kind = "update"
-				}
-				got += fmt.Sprintf("%s %s@%d ", kind, e.ID, e.Rev)
-				if n++; n == calls {
-					cancel()
-				}
-				return nil
-			}, nil)
-			assert.Success(t, err)
-			assert.Equal(t, "handed on", got, want)
+			assert.Equal(t, "handed on", watched(t, st, updates, calls), want)
 		})
 	}
+}
+
+// watched runs Watch on st until it has handed on calls entries (or 5 s
+// passed), and returns them as "new ID@REV " and "update ID@REV ".
+func watched(t *testing.T, st Store, updates bool, calls int) string {
+	t.Helper()
+	got := ""
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second) // or until the calls wanted
+	defer cancel()
+	n := 0
+	err := Watch(ctx, st, 0, updates, func(thread string, e Entry, update bool) error {
+		kind := "new"
+		if update {
+			kind = "update"
+		}
+		got += fmt.Sprintf("%s %s@%d ", kind, e.ID, e.Rev)
+		if n++; n == calls {
+			cancel()
+		}
+		return nil
+	}, nil)
+	assert.Success(t, err)
+	return got
 }
