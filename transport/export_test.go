@@ -7,3 +7,7 @@ import "time"
 // goroutines Shutdown ends from those that left on their own. Call it
 // before s serves.
 func SetTurnerIdle(s *Server, d time.Duration) { s.turners.idle = d }
+
+// SyncBuffer is syncBuffer for the external test package: a bytes.Buffer
+// that a server's goroutines may write to while a test reads it.
+type SyncBuffer = syncBuffer

@@ -92,7 +92,7 @@ func TestPushKilledServerLosesNoPush(t *testing.T) {
 		awaitPushes(t, svc, "/push/phone", 2) // both answered 503: their retries are 5 minutes away
 		kill()
 
-		var logged lockedBuffer
+		var logged transport.SyncBuffer
 		after := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: func(c *transport.Config) {
 			withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })(c)
 			c.Log = slog.New(slog.NewTextHandler(&logged, nil))

@@ -1,11 +1,9 @@
 package transport_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,7 +30,7 @@ func TestPushShutdownHandsOver(t *testing.T) {
 		<-release
 		return pushtest.Answer{Status: 201}
 	}
-	var logged lockedBuffer
+	var logged transport.SyncBuffer
 	withHung := withPushTo(hung.Certificate(), nil)
 	e := startPush(t, pushOptions{config: func(c *transport.Config) {
 		withHung(c)
@@ -63,23 +61,4 @@ func TestPushShutdownHandsOver(t *testing.T) {
 	for _, s := range []string{secret, owner, "/push/"} {
 		assert.True(t, !strings.Contains(logged.String(), s), "the log holds %q:\n%s", s, logged.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that a server's goroutines may write to
-// while a test reads it (the package's own tests have syncBuffer).
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
