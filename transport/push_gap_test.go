@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ type gappyFeed struct {
 	store.Store
 	mu      sync.Mutex // serialises the feed's calls of fn with reset's
 	gap     bool
-	skipped int
+	skipped map[string]bool   // the ids of the messages it skipped
 	fn      func(store.Batch) // the running feed's
 }
 
@@ -32,7 +33,9 @@ func (g *gappyFeed) Follow(ctx context.Context, fn func(store.Batch)) error {
 		defer g.mu.Unlock()
 		g.fn = fn
 		if g.gap && len(b.Messages) > 0 {
-			g.skipped++
+			for _, e := range b.Messages {
+				g.skipped[e.ID] = true
+			}
 			return
 		}
 		fn(b)
@@ -41,14 +44,20 @@ func (g *gappyFeed) Follow(ctx context.Context, fn func(store.Batch)) error {
 
 func (g *gappyFeed) open() {
 	g.mu.Lock()
-	g.gap = true
+	g.gap, g.skipped = true, map[string]bool{}
 	g.mu.Unlock()
 }
 
-func (g *gappyFeed) skips() int {
+// skippedAll reports whether the feed skipped the messages of ids.
+func (g *gappyFeed) skippedAll(ids ...string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.skipped
+	for _, id := range ids {
+		if !g.skipped[id] {
+			return false
+		}
+	}
+	return true
 }
 
 // reset closes the gap with a Reset batch of thread ("": every thread).
@@ -77,17 +86,18 @@ func TestPushAfterAFeedReset(t *testing.T) {
 				owner, thread := tokenN(1), threadN(1)
 				e.mustPost(owner, "hello")
 				e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
-				reply := func(text string) {
-					_, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
+				reply := func(text string) string {
+					en, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
 					assert.Success(t, err)
+					return en.ID
 				}
 				reply("before the gap")
 				awaitPushes(t, svc, "/push/owner", 1)
 
 				g.open()
-				reply("in the gap")
+				inGap := reply("in the gap")
 				ix := e.ask(thread, chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?", Timeout: time.Hour})
-				assert.Eventually(t, 5*time.Second, "the feed to skip both changes", func() bool { return g.skips() == 2 })
+				assert.Eventually(t, 5*time.Second, "the feed to skip both changes", func() bool { return g.skippedAll(inGap, ix.ID) })
 				if every {
 					g.reset("")
 				} else {
@@ -140,6 +150,61 @@ func TestPushQueueFull(t *testing.T) {
 		}
 		for i := range n {
 			assert.Equal(t, fmt.Sprint("pushes of reply ", i), seen[fmt.Sprint("reply ", i)], 1)
+		}
+	})
+}
+
+// pendingFails is a store whose Pending fails (store_unavailable) the
+// next fails times.
+type pendingFails struct {
+	store.Store
+	fails atomic.Int32
+}
+
+func (p *pendingFails) Pending(ctx context.Context) ([]store.PendingInteraction, error) {
+	if p.fails.Add(-1) >= 0 {
+		return nil, chatrelay.Errorf(chatrelay.StoreUnavailable, "storage is unavailable")
+	}
+	return p.Store.Pending(ctx)
+}
+
+// TestExpiryAfterAFeedReset: an approval asked while the feed skipped
+// its change expires at its deadline once the feed says Reset (of its
+// thread, or of every thread), even if the store cannot list the
+// pending interactions then (the next 3 times it is asked).
+func TestExpiryAfterAFeedReset(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		for _, every := range []bool{false, true} {
+			t.Run(fmt.Sprintf("every thread %v", every), func(t *testing.T) {
+				be := storetest.Open(t, backend, storetest.Options{})
+				g := &gappyFeed{Store: be.Store}
+				st := &pendingFails{Store: be.Store}
+				e := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+					c.Store, c.Feed = st, store.NewFeed(g)
+				}})
+				owner, thread := tokenN(1), threadN(1)
+				e.mustPost(owner, "hello")
+				g.open()
+				ix := e.ask(thread, chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?", Timeout: time.Second})
+				assert.Eventually(t, 5*time.Second, "the feed to skip the approval", func() bool { return g.skippedAll(ix.ID) })
+				st.fails.Store(3)
+				if every {
+					g.reset("")
+				} else {
+					g.reset(thread)
+				}
+				assert.Eventually(t, 10*time.Second, "the approval to expire", func() bool {
+					p, err := be.Store.Changes(t.Context(), thread, 0, 0)
+					assert.Success(t, err)
+					for _, m := range p.Messages {
+						if m.ID == ix.ID {
+							return m.Interaction.State == chatrelay.Expired
+						}
+					}
+					return false
+				})
+			})
 		}
 	})
 }
