@@ -440,9 +440,10 @@ func redactOnce(s string) string {
 
 // RedactMessage returns m as a participant sees it: every string a
 // participant could read redacted (its text, in v2 its interaction's and
-// card's words, and its reactions' emoji), the value of every detail or
-// card field whose label is secret-named redacted whole, and without its
-// client_id (the owner's tab's identity, never a participant's to see).
+// card's words, its reactions' emoji, its attachments' names and
+// types), the value of every detail or card field whose label is
+// secret-named redacted whole, and without its client_id (the owner's
+// tab's identity, never a participant's to see).
 // A redaction can lengthen a string ("password=x" becomes
 // "password=[redacted]"): each is then cut to its field's limit, with
 // "…", so the participant's view keeps every limit of the contract. m is
@@ -505,6 +506,10 @@ func RedactMessage(m Message) (Message, bool) {
 		as := slices.Clone(m.Attachments)
 		for i := range as {
 			as[i].Name = r.to(as[i].Name, LimitAttachmentName)
+			// The type is the uploader's word too (CleanMediaType keeps any
+			// token: application/ghp_…); it never lengthens, nor reaches
+			// the name's limit.
+			as[i].Type = r.to(as[i].Type, LimitAttachmentName)
 		}
 		m.Attachments = as
 	}

@@ -128,6 +128,8 @@ func TestRedactShapes(t *testing.T) {
 		{"a token after _", text("PROD_" + ghp), "abcdefghijklmnopqrstuvwxyz0123456789", "PROD_"},
 		{"reaction key", chatrelay.Message{ID: "MSG-1", Epoch: 1, Author: chatrelay.Operator, Text: "hi",
 			Reactions: chatrelay.Reactions{"👍": {chatrelay.Hermes}, ghp: {"p:p_1a2b3c4d"}}}, "abcdefghijklmnopqrstuvwxyz0123456789", `"👍":["hermes"]`},
+		{"attachment type", chatrelay.Message{ID: "MSG-1", Epoch: 1, Author: chatrelay.Operator, Text: "the log",
+			Attachments: []chatrelay.Attachment{{ID: "at_3f9a0c7e21b4", Name: "log.txt", Type: "application/" + ghp, Size: 3}}}, "abcdefghijklmnopqrstuvwxyz0123456789", `"name":"log.txt"`},
 		{"client_id", chatrelay.Message{ID: "MSG-1", Epoch: 1, Author: chatrelay.Operator, Text: "hi", ClientID: ghp}, "abcdefghijklmnopqrstuvwxyz0123456789", ""},
 		{"client_id of any shape", chatrelay.Message{ID: "MSG-1", Epoch: 1, Author: chatrelay.Operator, Text: "hi", ClientID: "tab-3f9a0c7e21b4:7"}, "tab-3f9a0c7e21b4", ""},
 	} {
