@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -97,6 +98,94 @@ func FuzzParticipantPost(f *testing.F) {
 		// hermes answers, so the commenter may post again (3 at most wait for hermes).
 		if _, err := st.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, Text: "ok"}); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// FuzzParticipantReact: a commenter's bodies on the routes a participant
+// may call with one (react, and respond, push, post, participants, which
+// it is refused or answered) are untrusted, and a refusal of a reaction
+// carries the message it is about (409 too_many_reactions). The thread
+// holds an approval whose detail is secret-named ("DB password for
+// prod") and a text with a secret, both with the owner's client_id.
+// Whatever the body, the answer is below 500 (or 503), a refusal is the
+// contract's error with a known code, and neither secret nor client_id
+// is ever in the answer, a success's or a refusal's.
+func FuzzParticipantReact(f *testing.F) {
+	st, err := filestore.OpenFile(f.TempDir(), filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer st.Close()
+	srv := NewServer(Config{Store: st, Log: slog.New(slog.DiscardHandler), Windows: chatrelay.Windows{PerThread: 1 << 30, PerIP: 1 << 30}})
+	token := strings.Repeat("e7", 32)
+	thread := chatrelay.ThreadOf(token)
+	const detail, secret, ownerID = "opaque-detail-42", "hunter2hunter2", "owner-tab:7f3a"
+	ask, err := st.Append(context.Background(), thread, store.NewMessage{Author: chatrelay.Hermes, ClientID: ownerID + "a", Ask: &chatrelay.Ask{
+		Type: chatrelay.Approval, Prompt: "Deploy?", Details: []chatrelay.Detail{{Label: "DB password for prod", Value: detail}}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	text, err := st.Append(context.Background(), thread, store.NewMessage{Text: "db password=" + secret, ClientID: ownerID})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i := range chatrelay.LimitReactions.Max { // full: a new emoji is refused with the message
+		if _, err := st.Change(context.Background(), thread, store.Change{Op: store.React, MessageID: text.ID, Emoji: fmt.Sprintf("e%d", i), By: chatrelay.Operator}); err != nil {
+			f.Fatal(err)
+		}
+	}
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, chatrelay.PathParticipants, strings.NewReader(`{"name":"Alex","role":"commenter","cap":1000}`))
+	r.Header.Set("X-Chat-Token", token)
+	srv.ServeHTTP(w, r)
+	var invited struct{ Token string }
+	if err := json.Unmarshal(w.Body.Bytes(), &invited); err != nil || w.Code != http.StatusCreated {
+		f.Fatalf("invite: %d %s", w.Code, w.Body)
+	}
+	routes := []string{chatrelay.PathReact, chatrelay.PathRespond, chatrelay.PathPush, chatrelay.PathPost, chatrelay.PathParticipants}
+	for _, s := range []string{
+		`{"message_id":"` + text.ID + `","emoji":"🎉"}`, `{"message_id":"` + text.ID + `","emoji":"e3"}`, `{"message_id":"` + text.ID + `","emoji":"e3","remove":true}`,
+		`{"message_id":"` + ask.ID + `","emoji":"👍"}`, `{"message_id":"` + ask.ID + `","emoji":"👍","remove":true}`, `{"message_id":"MSG-x","emoji":"👍"}`,
+		`{"interaction_id":"` + ask.Interaction.ID + `","decision":"approve"}`, `{"text":"hi","client_id":"` + ownerID + `"}`, `{"emoji":5}`, `null`, "\xff",
+	} {
+		for i := range routes {
+			f.Add(uint8(i), s)
+		}
+	}
+	known := map[chatrelay.Code]bool{}
+	for _, c := range chatrelay.Codes() {
+		known[c] = true
+	}
+	f.Fuzz(func(t *testing.T, route uint8, body string) {
+		path := routes[int(route)%len(routes)]
+		r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer "+invited.Token)
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, r)
+		answer := w.Body.String()
+		if w.Code >= 500 && w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("%s %q: %d %s", path, body, w.Code, answer)
+		}
+		if w.Code >= 400 {
+			var a struct {
+				Success *bool          `json:"success"`
+				Code    chatrelay.Code `json:"code"`
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &a); err != nil || a.Success == nil || *a.Success || !known[a.Code] {
+				t.Fatalf("%s %q: %d %s", path, body, w.Code, answer)
+			}
+		}
+		for _, s := range []string{detail, secret, ownerID} {
+			if strings.Contains(answer, s) && !strings.Contains(body, s) {
+				t.Fatalf("%s %q: a participant was answered %d %s", path, body, w.Code, answer)
+			}
+		}
+		// hermes answers, so the commenter may post again (3 at most wait for hermes).
+		if path == chatrelay.PathPost && w.Code == http.StatusCreated {
+			if _, err := st.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, Text: "ok"}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }
