@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Redaction (contract Part 3): every string a participant is sent has its
@@ -442,8 +443,9 @@ func redactOnce(s string) string {
 // participant could read redacted (its text, in v2 its interaction's and
 // card's words, its reactions' emoji, its attachments' names and
 // types), the value of every detail or card field whose label is
-// secret-named redacted whole, and without its client_id (the owner's
-// tab's identity, never a participant's to see).
+// secret-named redacted whole (and wherever else the message holds it as
+// a word, if it has minEcho code points or more), and without its
+// client_id (the owner's tab's identity, never a participant's to see).
 // A redaction can lengthen a string ("password=x" becomes
 // "password=[redacted]"): each is then cut to its field's limit, with
 // "…", so the participant's view keeps every limit of the contract. m is
@@ -452,6 +454,15 @@ func redactOnce(s string) string {
 // as it is.
 func RedactMessage(m Message) (Message, bool) {
 	var r redactor
+	if m.Interaction != nil {
+		r.note(m.Interaction.Details)
+	}
+	if m.Card != nil {
+		for _, b := range m.Card.Blocks {
+			r.note(b.Fields)
+		}
+	}
+	slices.SortFunc(r.echoes, func(a, b string) int { return len(b) - len(a) }) // a longer one first: a shorter inside it would leave its rest
 	if m.ClientID != "" {
 		m.ClientID, r.changed = "", true
 	}
@@ -517,11 +528,55 @@ func RedactMessage(m Message) (Message, bool) {
 }
 
 // redactor redacts a message's strings and notes whether any changed.
-type redactor struct{ changed bool }
+type redactor struct {
+	changed bool
+	// echoes are the values redacted whole for their secret-named label
+	// (note), redacted too wherever else the message holds them: a card's
+	// fallback_text that lists its fields as "label: value" lines, a
+	// prompt that names the value again.
+	echoes []string
+}
+
+// minEcho is the fewest code points of a value looked for elsewhere: a
+// shorter one ("on", "yes") would redact ordinary words.
+const minEcho = 4
+
+// note adds the values of ds whose label is secret-named to r.echoes.
+func (r *redactor) note(ds []Detail) {
+	for _, d := range ds {
+		v := strings.TrimSpace(d.Value)
+		if secretNamed(d.Label) && v != Redacted && utf8.RuneCountInString(v) >= minEcho && !slices.Contains(r.echoes, v) {
+			r.echoes = append(r.echoes, v)
+		}
+	}
+}
+
+// redact is Redact(s) with every echo in it redacted first, where it is
+// not part of a longer word.
+func (r *redactor) redact(s string) string {
+	for _, v := range r.echoes {
+		sp := splice{s: s}
+		for i := 0; ; {
+			k := strings.Index(s[i:], v)
+			if k < 0 {
+				break
+			}
+			from, to := i+k, i+k+len(v)
+			if (!isAlnum(v[0]) || boundaryBefore(s, from)) && (!isAlnum(v[len(v)-1]) || boundaryAfter(s, to)) {
+				sp.redact(from, to, "")
+				i = to
+			} else {
+				i = from + 1
+			}
+		}
+		s = sp.String()
+	}
+	return Redact(s)
+}
 
 // to redacts s and cuts it to l.Max code points.
 func (r *redactor) to(s string, l Limit) string {
-	out := cut(Redact(s), l.Max)
+	out := cut(r.redact(s), l.Max)
 	if out != s {
 		r.changed = true
 	}
@@ -554,7 +609,7 @@ func (r *redactor) details(ds []Detail, label, value Limit) []Detail {
 func (r *redactor) reactions(rs Reactions) Reactions {
 	var out Reactions
 	for emoji := range rs {
-		if Redact(emoji) != emoji {
+		if r.redact(emoji) != emoji {
 			out = make(Reactions, len(rs))
 			break
 		}
@@ -565,7 +620,7 @@ func (r *redactor) reactions(rs Reactions) Reactions {
 	r.changed = true
 	keys := slices.Sorted(maps.Keys(rs)) // a map's order is random: merged reactors in a fixed order
 	for _, emoji := range keys {
-		k := Redact(emoji)
+		k := r.redact(emoji)
 		for _, who := range rs[emoji] {
 			if !slices.Contains(out[k], who) {
 				out[k] = append(out[k], who)

@@ -346,3 +346,38 @@ func TestRedactInteractionText(t *testing.T) {
 		assert.Equal(t, label+": the stored text", m.Text, ix.RenderText())
 	}
 }
+
+// TestRedactSecretLabelEchoed: the value of a detail or card field whose
+// label is secret-named is redacted whole, and so wherever else the
+// message holds it: a card's fallback_text (the message's text, all a v1
+// client reads) that lists the fields as "label: value" lines, or a
+// prompt that names the value again. The fallback's "DB password for
+// prod: hunter2hunter2" matched no shape (no "=" or ":" right after the
+// name) and showed a participant the value the card's field hid. A value
+// under 4 characters ("on") is not looked for elsewhere: it would redact
+// ordinary words.
+func TestRedactSecretLabelEchoed(t *testing.T) {
+	t.Parallel()
+	const value = "hunter2hunter2"
+	fallback := "Deploy report\n- DB password for prod: " + value + "\n- Token rotation: on\n- build: 412"
+	card := chatrelay.Message{Author: chatrelay.Hermes, Text: fallback, Card: &chatrelay.Card{FallbackText: fallback, Blocks: []chatrelay.Block{
+		{Type: chatrelay.FieldsBlock, Fields: []chatrelay.Detail{{Label: "DB password for prod", Value: value}, {Label: "Token rotation", Value: "on"}, {Label: "build", Value: "412"}}},
+		{Type: chatrelay.TextBlock, Text: "Rotate " + value + " (" + value + "x stays: another word) after the deploy."}}}}
+	r, changed := chatrelay.RedactMessage(card)
+	assert.True(t, changed, "a card with a secret field reported unchanged")
+	want := "Deploy report\n- DB password for prod: [redacted]\n- Token rotation: on\n- build: 412"
+	assert.Equal(t, "the card's text", r.Text, want)
+	assert.Equal(t, "the card's fallback_text", r.Card.FallbackText, want)
+	assert.Equal(t, "the text block", r.Card.Blocks[1].Text, "Rotate [redacted] ("+value+"x stays: another word) after the deploy.")
+	assert.Equal(t, "the short value", r.Card.Blocks[0].Fields[1].Value, "[redacted]")
+
+	ask := chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Rotate " + value + " after the deploy?", Details: []chatrelay.Detail{{Label: "API key", Value: value}}}
+	ix := ask.Interaction(time.Now())
+	m := chatrelay.Message{Author: chatrelay.Hermes, Text: ix.RenderText(), Interaction: ix}
+	r, _ = chatrelay.RedactMessage(m)
+	assert.Equal(t, "the prompt", r.Interaction.Prompt, "Rotate [redacted] after the deploy?")
+	for _, js := range []string{string(chatrelay.MarshalMessage(r)), string(chatrelay.MarshalMessageV2(r))} {
+		assert.True(t, !strings.Contains(js, value), "a participant reads the value: %s", js)
+	}
+	assert.Equal(t, "the stored prompt", m.Interaction.Prompt, "Rotate "+value+" after the deploy?")
+}

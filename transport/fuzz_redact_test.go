@@ -76,6 +76,8 @@ func FuzzRedactViews(f *testing.F) {
 			f.Add(uint8(i), uint8(field), uint8(field), uint16(3), uint64(i*31+field), "Deploy build 412", "DB password for prod", "main")
 		}
 	}
+	f.Add(uint8(0), uint8(12), uint8(1), uint16(3), uint64(5), "Deploy build 412", "DB", "main")
+	f.Add(uint8(0), uint8(12), uint8(3), uint16(3), uint64(6), "Deploy report", "prod", "s3")
 	f.Add(uint8(0), uint8(4), uint8(1), uint16(0), uint64(7), "a\"b", "API key (staging)", "password:")
 	f.Add(uint8(5), uint8(3), uint8(2), uint16(9), uint64(8), "-----BEGIN ", "x", strings.Repeat("é", 300))
 	f.Fuzz(func(t *testing.T, pick, field, kind uint8, at uint16, seed uint64, a, b, c string) {
@@ -88,7 +90,7 @@ func FuzzRedactViews(f *testing.F) {
 		sec := plantedSecrets[int(pick)%len(plantedSecrets)]
 		secret := sec.build(body, hex)
 		hidden := body
-		if !strings.Contains(secret, body) {
+		if field%14 != 12 && !strings.Contains(secret, body) {
 			hidden = hex[:24]
 			if sec.name == "AKIA" {
 				hidden = strings.ToUpper(hex[:16])
@@ -112,8 +114,15 @@ func FuzzRedactViews(f *testing.F) {
 			}
 			return s
 		}
-		labelled := field%14 == 12 // the secret as the value of a secret-named label
-		secretLabel := "DB password for " + b
+		// The secret as the value of a secret-named label: the bare body,
+		// no shape, and said again as a "label: value" line in the
+		// prompt or the card's fallback_text.
+		labelled := field%14 == 12
+		secretLabel, secretValue := "DB password for "+b, c+" "+body
+		echo := ""
+		if labelled {
+			echo = "\n" + secretLabel + ": " + secretValue
+		}
 		m.AuthorName = str(b)
 		switch kind % 4 {
 		case 0:
@@ -121,13 +130,13 @@ func FuzzRedactViews(f *testing.F) {
 		case 1, 2:
 			var ask chatrelay.Ask
 			if kind%4 == 1 {
-				ask = chatrelay.Ask{Type: chatrelay.Approval, Title: str(b), Prompt: str(a) + ".", Details: []chatrelay.Detail{{Label: "build" + str(c), Value: str(a)}}}
+				ask = chatrelay.Ask{Type: chatrelay.Approval, Title: str(b), Prompt: str(a) + "." + echo, Details: []chatrelay.Detail{{Label: "build" + str(c), Value: str(a)}}}
 			} else {
 				ask = chatrelay.Ask{Type: chatrelay.Input, Title: str(b), Prompt: str(a) + ".", AllowText: at%2 == 0,
 					Choices: []chatrelay.Choice{{Value: str(c) + "1", Label: str(a), Description: str(b)}, {Value: "2"}}}
 			}
 			if labelled && kind%4 == 1 {
-				ask.Details = append(ask.Details, chatrelay.Detail{Label: secretLabel, Value: c + " " + secret})
+				ask.Details = append(ask.Details, chatrelay.Detail{Label: secretLabel, Value: secretValue})
 			}
 			ix := ask.Interaction(time.UnixMilli(1_800_000_000_000))
 			m.Text = ix.RenderText() // what the store keeps (NewMessage.Prepare)
@@ -140,14 +149,14 @@ func FuzzRedactViews(f *testing.F) {
 			}
 			m.Interaction = ix
 		case 3:
-			card := &chatrelay.Card{Title: str(b), FallbackText: str(a) + ".", Blocks: []chatrelay.Block{
+			card := &chatrelay.Card{Title: str(b), FallbackText: str(a) + "." + echo, Blocks: []chatrelay.Block{
 				{Type: chatrelay.TextBlock, Text: str(c)},
 				{Type: chatrelay.FieldsBlock, Fields: []chatrelay.Detail{{Label: "env" + str(b), Value: str(a)}}},
 				{Type: chatrelay.LinkBlock, URL: "https://example.com/" + str(c), Label: str(a)},
 				{Type: chatrelay.CodeBlock, Text: str(b), Language: str(c)},
 			}}
 			if labelled {
-				card.Blocks[1].Fields = append(card.Blocks[1].Fields, chatrelay.Detail{Label: secretLabel, Value: c + " " + secret})
+				card.Blocks[1].Fields = append(card.Blocks[1].Fields, chatrelay.Detail{Label: secretLabel, Value: secretValue})
 			}
 			m.Text, m.Card = card.FallbackText, card
 		}
