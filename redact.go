@@ -60,9 +60,9 @@ var secretShapes = []shape{
 	// JWTs: three base64url parts, the first starting eyJ.
 	{starts: []string{"eyJ"}, run: base64url,
 		re: shapeRE(`eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}`)},
-	// Share tokens, and device tokens (Part 5: the owner's own, never a
-	// participant's to see).
-	{starts: []string{"chp_", "chd_"}, re: shapeRE(`ch[pd]_[A-Za-z0-9_-]{43}`)},
+	// Share tokens, device tokens and agent keys (Part 5: the owner's
+	// own, never a participant's to see; an agent key is hermes's on /mcp).
+	{starts: []string{"chp_", "chd_", "cha_"}, re: shapeRE(`ch[pda]_[A-Za-z0-9_-]{43}`)},
 	// A bearer credential, wherever it is written.
 	{starts: []string{"bearer"}, fold: true, re: shapeRE(`(?P<keep>(?i:bearer)[ \t]+)[A-Za-z0-9._~+/-]{16,}=*`)},
 }

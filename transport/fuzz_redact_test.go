@@ -26,6 +26,7 @@ var plantedSecrets = []plantedSecret{
 	{"sk-", func(b, _ string) string { return "sk-" + b }, true},
 	{"chp_", func(b, h string) string { return "chp_" + b + h[:43-len(b)] }, true},
 	{"chd_", func(b, h string) string { return "chd_" + h[:43-len(b)] + b }, true},
+	{"cha_", func(b, h string) string { return "cha_" + b + h[:43-len(b)] }, true},
 	{"xoxb-", func(b, _ string) string { return "xoxb-" + b }, true},
 	{"JWT", func(b, _ string) string { return "eyJhbGciOi." + b + ".sig_" + b }, true},
 	{"Bearer", func(b, _ string) string { return "Authorization: Bearer " + b }, false},
