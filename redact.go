@@ -428,6 +428,11 @@ func Redact(s string) string {
 	return Redacted
 }
 
+// RedactTo is Redact(s) cut to l.Max code points (with "…"): a string a
+// participant reads beside a message (a thread's title, a name in whoami)
+// keeps its field's limit, as RedactMessage's strings do.
+func RedactTo(s string, l Limit) string { return cut(Redact(s), l.Max) }
+
 // redactOnce redacts s once: the secret shapes, then URL passwords, then
 // the values of secret-named keys.
 func redactOnce(s string) string {

@@ -194,7 +194,7 @@ func appendPage(b []byte, p store.Page, v view) []byte {
 		if p.Title != "" {
 			title := p.Title
 			if v.redact {
-				title = chatrelay.Redact(title)
+				title = chatrelay.RedactTo(title, chatrelay.LimitThreadTitle)
 			}
 			b = append(b, `],"title":`...)
 			b = appendJSONString(b, title)

@@ -400,7 +400,7 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request, p principa
 		out.Device = &d
 	case p.participant():
 		pp := p.grant.Participant(now)
-		pp.Name = chatrelay.Redact(pp.Name) // names are the owner's words: a participant sees them redacted
+		pp.Name = chatrelay.RedactTo(pp.Name, chatrelay.LimitName) // names are the owner's words: a participant sees them redacted
 		out.Participant = &pp
 	}
 	grants, err := s.parts.Grants(r.Context(), p.thread)
@@ -412,7 +412,7 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request, p principa
 		if g.StateAt(now) == chatrelay.Active && !g.Device() { // the owner's devices are no one else's business
 			name := g.Name
 			if p.participant() {
-				name = chatrelay.Redact(name)
+				name = chatrelay.RedactTo(name, chatrelay.LimitName)
 			}
 			out.Participants = append(out.Participants, member{g.ID, name, g.Kind, g.Role})
 		}

@@ -5,9 +5,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/store"
 )
 
 // TestParticipantSeesNamesRedacted: a participant's name is the owner's
@@ -40,4 +43,48 @@ func TestParticipantSeesNamesRedacted(t *testing.T) {
 	assert.True(t, strings.Contains(string(b), `"author_name":"`+secret+`"`), "the owner sees the name as given: %s", b)
 	_, _, b = e.do(http.MethodGet, "/api/chat/whoami", owner, "", nil)
 	assert.True(t, strings.Contains(string(b), secret), "the owner's whoami: %s", b)
+}
+
+// TestParticipantRedactionKeepsLimits: a redaction can lengthen a string
+// ("password=x" becomes "password=[redacted]"), and a participant's view
+// cuts it back to its field's limit, as RedactMessage does a message's:
+// the thread's title (160 code points) in a v2 poll, and a name (64) in
+// whoami, which then reads as the message's author_name reads. They were
+// redacted but not cut: a title of 169 code points, a name longer than
+// the same name as a message's author.
+func TestParticipantRedactionKeepsLimits(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{backend: storetest.File})
+	owner := tokenN(1)
+	title := strings.Repeat("t", chatrelay.LimitThreadTitle.Max-10) + "password=x"
+	_, err := e.store.Append(t.Context(), threadN(1), store.NewMessage{Author: chatrelay.Hermes, Text: "hello", Title: title})
+	assert.Success(t, err)
+	name := strings.Repeat("n", chatrelay.LimitName.Max-10) + "password=x"
+	p := e.invite(owner, `{"name":"`+name+`","role":"commenter"}`)
+	status, b := e.asParticipant(http.MethodPost, "/api/chat/post", p.Token, `{"text":"hi"}`)
+	assert.Equal(t, "the participant posts "+string(b), status, http.StatusCreated)
+
+	status, b = e.asParticipant(http.MethodGet, "/api/chat/poll?v=2", p.Token, "")
+	assert.Equal(t, "poll", status, http.StatusOK)
+	var page struct {
+		Title    string
+		Messages []struct {
+			AuthorName string `json:"author_name"`
+		}
+	}
+	assert.Success(t, json.Unmarshal(b, &page))
+	n := utf8.RuneCountInString(page.Title)
+	assert.True(t, n == chatrelay.LimitThreadTitle.Max && strings.HasSuffix(page.Title, "…") && !strings.Contains(page.Title, "=x"), "the title a participant reads (%d code points): %q", n, page.Title)
+	author := page.Messages[len(page.Messages)-1].AuthorName
+	status, b = e.asParticipant(http.MethodGet, "/api/chat/whoami", p.Token, "")
+	assert.Equal(t, "whoami", status, http.StatusOK)
+	var who struct {
+		Participant  struct{ Name string }
+		Participants []struct{ Name string }
+	}
+	assert.Success(t, json.Unmarshal(b, &who))
+	for _, got := range []string{author, who.Participant.Name, who.Participants[0].Name} {
+		assert.True(t, utf8.RuneCountInString(got) <= chatrelay.LimitName.Max && !strings.Contains(got, "=x"), "a name a participant reads: %q", got)
+		assert.Equal(t, "the name in whoami and as the author", got, author)
+	}
 }
