@@ -258,7 +258,8 @@ func isKeyChar(c byte) bool { return isAlnum(c) || c == '_' || c == '.' || c == 
 // spaces or tabs around it). The value runs to the end of the line or,
 // when quoted, to its closing quote (an unterminated quote: to the end of
 // the line); only what is inside the quotes is replaced, so JSON stays
-// JSON. A value that is already "[redacted]" is left as it is.
+// JSON. A value that is already "[redacted]", or one cut to its field's
+// limit (a start of it and "…": RedactMessage's cut), is left as it is.
 func redactValues(s string) string {
 	if !strings.ContainsAny(s, "=:") {
 		return s
@@ -288,12 +289,23 @@ func redactValues(s string) string {
 		if !ok {
 			continue
 		}
-		if s[from:to] != Redacted {
+		if !redacted(s[from:to]) {
 			sp.redact(from, to, "")
 		}
 		i = end - 1 // the next key starts after the value
 	}
 	return sp.String()
+}
+
+// redacted reports whether v is "[redacted]", or a start of it cut with
+// "…": were the cut one redacted again, the view would lose its "…", or
+// change each time it is redacted.
+func redacted(v string) bool {
+	if v == Redacted {
+		return true
+	}
+	start, ok := strings.CutSuffix(v, "…")
+	return ok && strings.HasPrefix(Redacted, start)
 }
 
 func skipBlanks(s string, i int) int {
@@ -579,9 +591,22 @@ func (r *redactor) redact(s string) string {
 	return Redact(s)
 }
 
-// to redacts s and cuts it to l.Max code points.
+// to redacts s and cuts it to l.Max code points. The cut's "…" can end
+// a shape ("AKIA" and 16 of a longer run, 64 of 66 hex): what it left is
+// redacted again, and cut, until that changes nothing, so that the view
+// redacted again is the view.
 func (r *redactor) to(s string, l Limit) string {
-	out := cut(r.redact(s), l.Max)
+	red := r.redact(s)
+	out := cut(red, l.Max)
+	if out != red {
+		for range maxPasses {
+			next := cut(Redact(out), l.Max)
+			if next == out {
+				break
+			}
+			out = next
+		}
+	}
 	if out != s {
 		r.changed = true
 	}

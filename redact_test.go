@@ -2,6 +2,7 @@ package chatrelay_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -382,4 +383,34 @@ func TestRedactSecretLabelEchoed(t *testing.T) {
 		assert.True(t, !strings.Contains(js, value), "a participant reads the value: %s", js)
 	}
 	assert.Equal(t, "the stored prompt", m.Interaction.Prompt, "Rotate "+value+" after the deploy?")
+}
+
+// TestRedactCutLeavesNoShape: a string cut back to its field's limit ends
+// with "…", and the cut can end a shape there: "AKIA" and the first 16 of
+// a longer run, or 64 of 66 hex characters, is an AWS key id or a thread
+// token once "…" follows it. The participant's view redacts that too, so
+// that redacting it again changes nothing.
+func TestRedactCutLeavesNoShape(t *testing.T) {
+	t.Parallel()
+	akia := strings.Repeat("x", chatrelay.LimitAttachmentName.Max-22) + " AKIA" + strings.Repeat("B", 16) + "Z tail"
+	hex := strings.Repeat("x", chatrelay.LimitAttachmentName.Max-66) + " " + strings.Repeat("ab", 33)
+	m := chatrelay.Message{Text: "files", Attachments: []chatrelay.Attachment{{Name: akia}, {Name: hex}}}
+	r, _ := chatrelay.RedactMessage(m)
+	for _, a := range r.Attachments {
+		assert.True(t, utf8.RuneCountInString(a.Name) <= chatrelay.LimitAttachmentName.Max, "%d code points", utf8.RuneCountInString(a.Name))
+		assert.Equal(t, "the name redacted again", chatrelay.Redact(a.Name), a.Name)
+	}
+	again, _ := chatrelay.RedactMessage(r)
+	assert.Equal(t, "the view redacted again", string(chatrelay.MarshalMessageV2(again)), string(chatrelay.MarshalMessageV2(r)))
+
+	// A value redacted, then cut ("password=[redacted]…", "[redacte…"):
+	// redacted again, it lost its "…" (the value ran to the end of the
+	// line and was not "[redacted]"), and read as a whole text.
+	for n := range 11 {
+		text := string([]rune(strings.Repeat("password=x\n", chatrelay.MaxText/11+1))[n : n+chatrelay.MaxText])
+		r, _ := chatrelay.RedactMessage(chatrelay.Message{Text: text})
+		again, _ := chatrelay.RedactMessage(r)
+		assert.True(t, strings.HasSuffix(r.Text, "…") && utf8.RuneCountInString(r.Text) == chatrelay.MaxText, "cut at %d: %q", n, r.Text[len(r.Text)-30:])
+		assert.Equal(t, fmt.Sprintf("cut at %d, redacted again", n), again.Text, r.Text)
+	}
 }
