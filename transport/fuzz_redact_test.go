@@ -63,9 +63,11 @@ func fuzzBody(seed uint64) (body, hex string) {
 
 // FuzzRedactViews: whatever a message holds (a text, an author's name, an
 // approval or an input with its title, prompt, details, choices and
-// answer, a card, attachments, reactions), a secret planted in any one of
-// its strings — or the value of a detail or card field whose label is
-// secret-named — reaches a participant in none of the encodings a
+// answer, a card, attachments' names and types, reactions), a secret
+// planted in any one of its strings, anywhere (at a field's limit too) —
+// or the value of a detail or card field whose label is secret-named,
+// said again in the prompt or the card's fallback_text — reaches a
+// participant in none of the encodings a
 // participant is sent: the v1 and v2 objects, the v1 text, the SSE and
 // WebSocket frames of each kind, the push payload, and the message a
 // refusal carries (view.about). The owner's view is the message as
@@ -74,14 +76,17 @@ func fuzzBody(seed uint64) (body, hex string) {
 func FuzzRedactViews(f *testing.F) {
 	for i := range plantedSecrets {
 		for field := range 14 {
-			f.Add(uint8(i), uint8(field), uint8(field), uint16(3), uint64(i*31+field), "Deploy build 412", "DB password for prod", "main")
+			f.Add(uint8(i), uint8(field), uint8(field), uint16(3), uint16(field*300), uint64(i*31+field), "Deploy build 412", "DB password for prod", "main")
 		}
 	}
-	f.Add(uint8(0), uint8(12), uint8(1), uint16(3), uint64(5), "Deploy build 412", "DB", "main")
-	f.Add(uint8(0), uint8(12), uint8(3), uint16(3), uint64(6), "Deploy report", "prod", "s3")
-	f.Add(uint8(0), uint8(4), uint8(1), uint16(0), uint64(7), "a\"b", "API key (staging)", "password:")
-	f.Add(uint8(5), uint8(3), uint8(2), uint16(9), uint64(8), "-----BEGIN ", "x", strings.Repeat("é", 300))
-	f.Fuzz(func(t *testing.T, pick, field, kind uint8, at uint16, seed uint64, a, b, c string) {
+	f.Add(uint8(0), uint8(12), uint8(1), uint16(3), uint16(0), uint64(5), "Deploy build 412", "DB", "main")
+	f.Add(uint8(0), uint8(12), uint8(3), uint16(3), uint16(2100), uint64(6), "Deploy report", "prod", "s3")
+	f.Add(uint8(0), uint8(4), uint8(1), uint16(0), uint16(0), uint64(7), "a\"b", "API key (staging)", "password:")
+	f.Add(uint8(5), uint8(3), uint8(2), uint16(9), uint16(995), uint64(8), "-----BEGIN ", "x", strings.Repeat("é", 300))
+	f.Fuzz(func(t *testing.T, pick, field, kind uint8, at, grow uint16, seed uint64, a, b, c string) {
+		// grow lengthens the first string towards the fields' limits
+		// (a cut, then, may fall at the secret).
+		a = strings.Repeat("x", int(grow)%4200) + a
 		body, hex := fuzzBody(seed)
 		for _, s := range []string{a, b, c} {
 			if strings.Contains(s, body[:8]) || strings.Contains(s, body[16:]) || strings.Contains(strings.ToLower(s), hex[:16]) {
