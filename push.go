@@ -135,9 +135,9 @@ type PushPayload struct {
 }
 
 // MarshalPushPayload encodes a push's payload within LimitPushPayload
-// bytes: every string of the message cut to LimitPushString code points
-// (with "…"), and, if that is still too long, to fewer, until it fits;
-// an input's choice values are never cut (the service worker answers a
+// bytes: every string of the message but its id cut to LimitPushString
+// code points (with "…"), and, if that is still too long, to fewer, until
+// it fits; an input's choice values are never cut (the service worker answers a
 // choice with the value the push carries): a message that cannot fit with
 // them whole is tried again without its choices; a message that cannot
 // fit even so keeps only its id, epoch, rev, author and its interaction's
@@ -155,6 +155,7 @@ func MarshalPushPayload(typ, thread string, msg Message, url string) []byte {
 		for _, n := range []int{LimitPushString.Max, 200, 100, 50, 20} {
 			cut := cutStrings(tree, n)
 			keepChoiceValues(cut, tree)
+			keepID(cut, tree)
 			b := marshal(PushPayload{typ, thread, marshal(cut), url})
 			if len(b) <= LimitPushPayload.Max {
 				return b
@@ -188,6 +189,16 @@ func keepChoiceValues(cut, orig any) {
 		if v, ok := o["value"]; ok && c != nil {
 			c["value"] = v
 		}
+	}
+}
+
+// keepID puts back, in cut (cutStrings of orig), the message's whole id
+// ("MSG-…", 26 code points): a cut one names no message.
+func keepID(cut, orig any) {
+	o, _ := orig.(map[string]any)
+	c, _ := cut.(map[string]any)
+	if id, ok := o["id"]; ok && c != nil {
+		c["id"] = id
 	}
 }
 
