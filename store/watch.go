@@ -35,7 +35,7 @@ func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thr
 				return err
 			}
 			if since > 0 {
-				if err := w.catchUp(ctx, since, anyThread); err != nil {
+				if err := w.catchUpThreads(ctx, infos, since, anyThread); err != nil {
 					return err
 				}
 			}
@@ -114,6 +114,11 @@ func (w *watcher) catchUp(ctx context.Context, from int64, only string) error {
 	if err != nil {
 		return err
 	}
+	return w.catchUpThreads(ctx, infos, from, only)
+}
+
+// catchUpThreads is catchUp over the threads infos lists.
+func (w *watcher) catchUpThreads(ctx context.Context, infos []ThreadInfo, from int64, only string) error {
 	type entry struct {
 		thread string
 		e      Entry
@@ -130,6 +135,7 @@ func (w *watcher) catchUp(ctx context.Context, from int64, only string) error {
 		}
 		after, seen := w.last[info.Thread]
 		var p Page
+		var err error
 		switch {
 		case seen && w.updates:
 			p, err = w.st.Changes(ctx, info.Thread, w.lastRev[info.Thread], 0)
