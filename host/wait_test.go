@@ -582,3 +582,60 @@ func TestWaitMessagesNotWokenByAnOldMessagesChange(t *testing.T) {
 		}
 	})
 }
+
+// downStore is a store whose reads of changes fail as a Redis that
+// restarts does (store_unavailable) while down is set, counting them.
+type downStore struct {
+	store.Store
+	down   atomic.Bool
+	failed atomic.Int32
+}
+
+func (s *downStore) Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
+	if s.down.Load() {
+		s.failed.Add(1)
+		return store.Page{}, &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached"}
+	}
+	return s.Store.Changes(ctx, thread, since, limit)
+}
+
+// TestWaitOutlastsTheStoreBeingUnreachable: a wait_interaction (and so
+// check --wait and ask --wait) that finds the store unreachable for a
+// moment (a Redis restarting, its data kept) looks again until its
+// timeout, and answers the approval given once the store is back. It
+// ended at once with store_unavailable: ask --wait and check --wait
+// exited 1 and left the question pending, with nobody waiting for the
+// answer the person then gave (lossprobe: Redis down 5 s across a 4 s
+// deadline ended every wait).
+func TestWaitOutlastsTheStoreBeingUnreachable(t *testing.T) {
+	t.Parallel()
+	b := storetest.Open(t, storetest.File, storetest.Options{})
+	ctx := t.Context()
+	_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
+	assert.Success(t, err)
+	asker := &host.Verbs{Store: b.Store}
+	asked, err := asker.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+	assert.Success(t, err)
+	reader := &downStore{Store: b.Another(t, storetest.Options{}).Store}
+	reader.down.Store(true)
+	v := &host.Verbs{Store: reader}
+	got := make(chan readResult, 1)
+	go func() {
+		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 60})
+		got <- readResult{r, err}
+	}()
+	assert.Eventually(t, within, "the wait looking at the unreachable store twice", func() bool {
+		select {
+		case rr := <-got:
+			t.Fatalf("the wait ended while the store was unreachable: %+v, %v", rr.r, rr.err)
+		default:
+		}
+		return reader.failed.Load() >= 2
+	})
+	reader.down.Store(false)
+	_, err = b.Store.Change(ctx, thread, store.Change{Op: store.Respond, InteractionID: asked.Interaction.ID, Answer: chatrelay.Answer{Decision: "approve"}, By: chatrelay.Operator})
+	assert.Success(t, err)
+	rr := recv(t, got, "wait_interaction once the store is back")
+	assert.Success(t, rr.err)
+	assert.Equal(t, "the outcome", rr.r.Interaction.State, chatrelay.Approved)
+}
