@@ -267,6 +267,9 @@ func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (I
 			case <-wctx.Done():
 			case <-time.After(lookAgain):
 			}
+			if ctx.Err() != nil {
+				return InteractionResult{}, ctx.Err()
+			}
 			e, err = v.find(ctx, in.Thread, in.InteractionID)
 			continue
 		}
