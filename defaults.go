@@ -79,7 +79,7 @@ const (
 	DefaultMCPCallsPerKey = 16
 	// Web Push (contract Part 5).
 	DefaultPushWorkers  = 4                // goroutines that send pushes
-	DefaultPushQueue    = 1024             // changes waiting for them; one more is not pushed (counted "dropped")
+	DefaultPushQueue    = 1024             // changes waiting for them; one more is read again from the store once there is room
 	DefaultPushAttempts = 5                // attempts of one push (a 429, a 5xx or no answer tries again)
 	DefaultPushWindow   = 10 * time.Minute // every attempt of one push within it
 	DefaultPushReplyTTL = 24 * time.Hour   // how long a push service keeps a reply for an offline device

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -23,6 +24,9 @@ type expiries struct {
 	h     deadlines
 	known map[string]bool // thread + " " + interaction id, for those in h
 	wake  chan struct{}   // a new deadline may be the earliest
+	// listing says run is to list the store's pending interactions: at
+	// the start, and after the feed may have missed some (reload)
+	listing atomic.Bool
 }
 
 type deadline struct {
@@ -44,7 +48,9 @@ func (d *deadlines) Pop() any {
 }
 
 func newExpiries(s *Server) *expiries {
-	return &expiries{s: s, known: make(map[string]bool), wake: make(chan struct{}, 1)}
+	x := &expiries{s: s, known: make(map[string]bool), wake: make(chan struct{}, 1)}
+	x.listing.Store(true)
+	return x
 }
 
 // add schedules p's expiry. It never blocks (the feed calls it).
@@ -62,19 +68,35 @@ func (x *expiries) add(p store.PendingInteraction) {
 	}
 }
 
-// reload schedules every interaction the store holds pending, after the
-// feed may have missed some (the relay fell behind it).
+// reload has run schedule every interaction the store holds pending,
+// after the feed may have missed some (it said Reset). It never blocks
+// (the feed calls it).
 func (x *expiries) reload() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	x.listing.Store(true)
+	select {
+	case x.wake <- struct{}{}:
+	default:
+	}
+}
+
+// list schedules every interaction the store holds pending, and reports
+// whether the store could say (else it is asked again: listing).
+func (x *expiries) list(ctx context.Context) bool {
+	x.listing.Store(false)
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	pending, err := x.s.store.Pending(ctx)
+	pending, err := x.s.store.Pending(lctx)
 	if err != nil {
-		x.s.log.Warn("interactions: list the pending ones", "err", err)
-		return
+		if ctx.Err() == nil {
+			x.s.log.Warn("interactions: list the pending ones", "err", err)
+		}
+		x.listing.Store(true)
+		return false
 	}
 	for _, p := range pending {
 		x.add(p)
 	}
+	return true
 }
 
 // noteBatch schedules the pending interactions a feed batch brings.
@@ -86,35 +108,26 @@ func (x *expiries) noteBatch(b store.Batch) {
 	}
 }
 
-// run expires interactions until ctx is done. It first loads what is
+// run expires interactions until ctx is done. It first lists what is
 // pending, once the feed is registered (so that nothing asked meanwhile is
-// missed: the feed brings it), retrying while the store cannot answer.
+// missed: the feed brings it), and again after each reload; a list the
+// store cannot give is asked again a second later.
 func (x *expiries) run(ctx context.Context) {
 	select {
 	case <-x.s.ready:
 	case <-ctx.Done():
 		return
 	}
-	for {
-		pending, err := x.s.store.Pending(ctx)
-		if err == nil {
-			for _, p := range pending {
-				x.add(p)
-			}
-			break
-		}
-		x.s.log.Warn("interactions: list the pending ones", "err", err)
-		if !sleep(ctx, time.Second) {
-			return
-		}
-	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		x.mu.Lock()
 		var next time.Duration = time.Hour
+		if x.listing.Load() && !x.list(ctx) {
+			next = time.Second
+		}
+		x.mu.Lock()
 		if len(x.h) > 0 {
-			next = time.Until(time.UnixMilli(x.h[0].Deadline).Add(x.skew()))
+			next = min(next, time.Until(time.UnixMilli(x.h[0].Deadline).Add(x.skew())))
 		}
 		x.mu.Unlock()
 		if next <= 0 {
@@ -173,17 +186,5 @@ func (x *expiries) expireDue(ctx context.Context) {
 			d.Deadline = now + time.Second.Milliseconds()
 			x.add(d.PendingInteraction)
 		}
-	}
-}
-
-// sleep waits d or until ctx is done; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

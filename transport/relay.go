@@ -62,6 +62,7 @@ func (s *Server) relay(b store.Batch, x *expiries, rechecks *threadQueue) {
 		x.reload()
 	case b.Reset:
 		s.hub.Reset(b.Thread)
+		x.reload()
 	case s.hub.Has(b.Thread):
 		s.hub.Publish(b.Thread, NewEvents(b.Thread, b.Messages, time.Now())...)
 	}

@@ -30,8 +30,8 @@ type PushConfig struct {
 	// test push service's certificate authority); nil: the system's.
 	TLS *tls.Config
 	// Workers send pushes (default 4); Queue bounds the changes waiting
-	// for them (default 1024): a change past it is not pushed, and
-	// counted (result "dropped"), never waited for.
+	// for them (default 1024): a change past it is never waited for, but
+	// read again from the store once there is room.
 	Workers int
 	Queue   int
 	// Backoff is the wait before each retry, at least a Retry-After

@@ -69,9 +69,9 @@ func TestPushSSRF(t *testing.T) {
 // (subscribed 20 times in each of four threads: 80 endpoints, each with
 // at most one push in flight) and a queue of one, posts and hermes's
 // replies are all stored and answered (once the pushes in flight, 64,
-// all hang, the worker waits, and the changes past the queue are
-// dropped, and counted); the server then shuts down and its workers
-// return, the pushes in flight cancelled.
+// all hang, the worker waits, and the changes past the queue are left
+// in the store, to be read again once it has room); the server then
+// shuts down and its workers return, the pushes in flight cancelled.
 func TestPushNeverDelaysAndStops(t *testing.T) {
 	t.Parallel()
 	svc := pushtest.NewService(t)
@@ -108,9 +108,6 @@ func TestPushNeverDelaysAndStops(t *testing.T) {
 		status, _, b := e.do(http.MethodPost, chatrelay.PathPost, owner, `{"text":"still here"}`, nil)
 		assert.True(t, status == 201, "post %d while pushes wait: %d %s", i, status, b)
 	}
-	assert.Eventually(t, 10*time.Second, "changes past the queue dropped", func() bool {
-		return opsScrape(t, e.client, e.ts.URL+"/metrics")[`chatrelay_push_total{result="dropped"}`] > 0
-	})
 	stopped := make(chan struct{})
 	go func() { e.stop(); close(stopped) }()
 	select {

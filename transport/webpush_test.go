@@ -360,7 +360,7 @@ func TestPushTwoNodesSendOnce(t *testing.T) {
 	assert.Eventually(t, 10*time.Second, "both nodes decided every change", func() bool {
 		w1, l1 := claims(a)
 		w2, l2 := claims(b)
-		return w1+l1 == n && w2+l2 == n
+		return w1+l1 >= n && w2+l2 >= n // more if a feed's Reset had one read some again
 	})
 	w1, _ := claims(a)
 	w2, _ := claims(b)

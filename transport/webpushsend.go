@@ -27,7 +27,9 @@ import (
 // Push delivery (contract Part 5). Run hands each batch of the store's
 // feed to the pusher (note), after the write and whoever wrote it (this
 // server, the host CLI in another process, another node), without ever
-// waiting: a change that finds the queue full is not pushed, and counted.
+// waiting: a change that finds the queue full, and the changes a feed's
+// Reset says may have been missed, are read again from the store once
+// the queue has room (pushcatchup.go).
 // A fixed set of workers, started and waited for by Run, takes each
 // change: it is pushed if it is an interaction that opens or closes, or a
 // message hermes posts; the node that claims it in the store (ClaimPush:
@@ -75,7 +77,7 @@ const (
 	pushRejected = "rejected" // another 4xx: not tried again
 	pushFailed   = "failed"   // no attempt left within the window
 	pushBlocked  = "blocked"  // the endpoint now resolves to an address the guard refuses
-	pushDropped  = "dropped"  // the queue was full, the claim could not be made, or its handover was too old
+	pushDropped  = "dropped"  // the claim could not be made, or its handover was too old
 	pushRevoked  = "revoked"  // a participant's or a device's subscription whose grant ended: deleted, not sent
 	// an opening push's retry whose interaction closed since: not sent
 	// (after the closing push, with its Topic, it would replace it)
@@ -93,6 +95,7 @@ type pusher struct {
 	backoff     []time.Duration
 	queue       chan pushTask
 	retry       chan pushTask // to the retry goroutine
+	catchUps    *catchUps     // what the feed may have missed (pushcatchup.go)
 	flying      chan struct{} // held by each push in flight (pushInFlight)
 	closedMu    sync.Mutex
 	closed      map[string]time.Time // interaction id → when this node saw it close (kept pushWindow)
@@ -230,10 +233,11 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		workers: orDefault(cfg.Workers, chatrelay.DefaultPushWorkers), backoff: orDefaults(cfg.Backoff, pushBackoff), queue: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)), retry: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)),
 		sender: &webpush.Sender{Client: webpush.NewClient(guard, cfg.TLS), Now: s.cfg.Now},
 		flying: make(chan struct{}, pushInFlight), busy: map[string][]*pushJob{}, closed: map[string]time.Time{},
-		owner: rand.Text(), lease: cfg.Lease, working: map[string]*pushChange{}, watch: make(chan *pushWatch, pushWatchQueue),
+		catchUps: newCatchUps(s.cfg.Now()),
+		owner:    rand.Text(), lease: cfg.Lease, working: map[string]*pushChange{}, watch: make(chan *pushWatch, pushWatchQueue),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatrelay_push_total",
-			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (queue full, no claim, or handed over at a shutdown more than the window of retries ago), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
+			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (no claim, or handed over at a shutdown more than the window of retries ago), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
 		}, []string{"result"}),
 	}
 	ps.claims = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -311,17 +315,21 @@ func (ps *pusher) sendKey(ctx context.Context) (*webpush.VAPID, error) {
 
 // note takes a feed batch's changes to the queue, never waiting.
 func (ps *pusher) note(b store.Batch) {
-	if ps == nil || b.Ready || b.Reset || b.Participants {
+	if ps == nil || b.Ready || b.Participants {
 		return
 	}
+	if b.Reset { // changes may have been missed: read again from the store (pushcatchup.go)
+		ps.catchUps.add(b.Thread, ps.catchUps.from())
+	}
+	ps.catchUps.heardOf(b.Messages)
 	for _, e := range b.Messages {
 		if pushTypeOf(e.Message) == "" {
 			continue
 		}
 		select {
 		case ps.queue <- pushTask{thread: b.Thread, entry: e}:
-		default:
-			ps.total.WithLabelValues(pushDropped).Inc()
+		default: // no room: read again from the store once there is
+			ps.catchUps.add(b.Thread, min(ps.catchUps.from(), max(e.Epoch, e.Rev)-1))
 		}
 	}
 }
@@ -371,6 +379,7 @@ func (ps *pusher) run(ctx context.Context) {
 	wg.Go(func() { ps.renew(ctx) })
 	wg.Go(func() { ps.watching(ctx) })
 	wg.Go(func() { ps.takeHandover(ctx) })
+	wg.Go(func() { ps.catchingUp(ctx) })
 	wg.Wait()
 	ps.sends.Wait()
 	ps.handOver()

@@ -1,0 +1,210 @@
+package transport_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/pushtest"
+	"github.com/chatrelay/chatrelay/internal/storetest"
+	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/transport"
+)
+
+// gappyFeed is a store whose change feed skips the batches of changes
+// while its gap is open, and then says Reset, as a store's feed does when
+// it lost its way, or a Feed for a reader that fell behind.
+type gappyFeed struct {
+	store.Store
+	mu      sync.Mutex // serialises the feed's calls of fn with reset's
+	gap     bool
+	skipped map[string]bool   // the ids of the messages it skipped
+	fn      func(store.Batch) // the running feed's
+}
+
+func (g *gappyFeed) Follow(ctx context.Context, fn func(store.Batch)) error {
+	return g.Store.Follow(ctx, func(b store.Batch) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.fn = fn
+		if g.gap && len(b.Messages) > 0 {
+			for _, e := range b.Messages {
+				g.skipped[e.ID] = true
+			}
+			return
+		}
+		fn(b)
+	})
+}
+
+func (g *gappyFeed) open() {
+	g.mu.Lock()
+	g.gap, g.skipped = true, map[string]bool{}
+	g.mu.Unlock()
+}
+
+// skippedAll reports whether the feed skipped the messages of ids.
+func (g *gappyFeed) skippedAll(ids ...string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, id := range ids {
+		if !g.skipped[id] {
+			return false
+		}
+	}
+	return true
+}
+
+// reset closes the gap with a Reset batch of thread ("": every thread).
+func (g *gappyFeed) reset(thread string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.gap = false
+	g.fn(store.Batch{Thread: thread, Reset: true})
+}
+
+// TestPushAfterAFeedReset: the changes a feed skipped before it said
+// Reset (of the thread, or of every thread) are pushed once each, from
+// the store; what was pushed before the gap is not pushed again.
+func TestPushAfterAFeedReset(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		for _, every := range []bool{false, true} {
+			t.Run(fmt.Sprintf("every thread %v", every), func(t *testing.T) {
+				svc := pushtest.NewService(t)
+				be := storetest.Open(t, backend, storetest.Options{})
+				g := &gappyFeed{Store: be.Store}
+				e := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+					withPush(svc, nil)(c)
+					c.Feed = store.NewFeed(g)
+				}})
+				owner, thread := tokenN(1), threadN(1)
+				e.mustPost(owner, "hello")
+				e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+				reply := func(text string) string {
+					en, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
+					assert.Success(t, err)
+					return en.ID
+				}
+				reply("before the gap")
+				awaitPushes(t, svc, "/push/owner", 1)
+
+				g.open()
+				inGap := reply("in the gap")
+				ix := e.ask(thread, chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?", Timeout: time.Hour})
+				assert.Eventually(t, 5*time.Second, "the feed to skip both changes", func() bool { return g.skippedAll(inGap, ix.ID) })
+				if every {
+					g.reset("")
+				} else {
+					g.reset(thread)
+				}
+				awaitPushes(t, svc, "/push/owner", 3)
+				reply("after the reset")
+				_, pls := awaitPushes(t, svc, "/push/owner", 4)
+				seen := map[string]int{}
+				for _, p := range pls {
+					key := p.Type
+					switch p.Type {
+					case chatrelay.PushTypeReply:
+						key += " " + p.Message.Text
+					case chatrelay.PushTypeInteraction:
+						assert.Equal(t, "the approval pushed", p.Message.ID, ix.Message.ID)
+					}
+					seen[key]++
+				}
+				for _, want := range []string{"reply before the gap", "reply in the gap", chatrelay.PushTypeInteraction, "reply after the reset"} {
+					assert.Equal(t, "pushes of "+want, seen[want], 1)
+				}
+				assert.Equal(t, "pushes", len(pushesTo(svc, "/push/owner")), 4)
+			})
+		}
+	})
+}
+
+// TestPushQueueFull: changes that find the push queue full are pushed
+// once it has room, each once.
+func TestPushQueueFull(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		e := startPush(t, pushOptions{backend: backend, config: withPush(svc, func(c *transport.PushConfig) {
+			c.Workers, c.Queue = 1, 1
+		})})
+		owner, thread := tokenN(1), threadN(1)
+		e.mustPost(owner, "hello")
+		e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		const n = 30
+		for i := range n {
+			_, err := e.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: fmt.Sprint("reply ", i)})
+			assert.Success(t, err)
+		}
+		_, pls := awaitPushes(t, svc, "/push/owner", n)
+		seen := map[string]int{}
+		for _, p := range pls {
+			seen[p.Message.Text]++
+		}
+		for i := range n {
+			assert.Equal(t, fmt.Sprint("pushes of reply ", i), seen[fmt.Sprint("reply ", i)], 1)
+		}
+	})
+}
+
+// pendingFails is a store whose Pending fails (store_unavailable) the
+// next fails times.
+type pendingFails struct {
+	store.Store
+	fails atomic.Int32
+}
+
+func (p *pendingFails) Pending(ctx context.Context) ([]store.PendingInteraction, error) {
+	if p.fails.Add(-1) >= 0 {
+		return nil, chatrelay.Errorf(chatrelay.StoreUnavailable, "storage is unavailable")
+	}
+	return p.Store.Pending(ctx)
+}
+
+// TestExpiryAfterAFeedReset: an approval asked while the feed skipped
+// its change expires at its deadline once the feed says Reset (of its
+// thread, or of every thread), even if the store cannot list the
+// pending interactions then (the next 3 times it is asked).
+func TestExpiryAfterAFeedReset(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		for _, every := range []bool{false, true} {
+			t.Run(fmt.Sprintf("every thread %v", every), func(t *testing.T) {
+				be := storetest.Open(t, backend, storetest.Options{})
+				g := &gappyFeed{Store: be.Store}
+				st := &pendingFails{Store: be.Store}
+				e := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+					c.Store, c.Feed = st, store.NewFeed(g)
+				}})
+				owner, thread := tokenN(1), threadN(1)
+				e.mustPost(owner, "hello")
+				g.open()
+				ix := e.ask(thread, chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?", Timeout: time.Second})
+				assert.Eventually(t, 5*time.Second, "the feed to skip the approval", func() bool { return g.skippedAll(ix.ID) })
+				st.fails.Store(3)
+				if every {
+					g.reset("")
+				} else {
+					g.reset(thread)
+				}
+				assert.Eventually(t, 10*time.Second, "the approval to expire", func() bool {
+					p, err := be.Store.Changes(t.Context(), thread, 0, 0)
+					assert.Success(t, err)
+					for _, m := range p.Messages {
+						if m.ID == ix.ID {
+							return m.Interaction.State == chatrelay.Expired
+						}
+					}
+					return false
+				})
+			})
+		}
+	})
+}
