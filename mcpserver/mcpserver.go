@@ -459,12 +459,18 @@ func reportProgress(ctx context.Context, ss *mcp.ServerSession, token any, messa
 }
 
 // waitSeconds is the timeout a wait's arguments ask for (absent or 0: the
-// most). Arguments that do not parse are refused by the verb.
+// most), a whole number written with a fraction or an exponent (60.0)
+// included, as the verb reads it (decode). Arguments that do not parse
+// are refused by the verb.
 func waitSeconds(args json.RawMessage) time.Duration {
 	var in struct {
 		Timeout int `json:"timeout"`
 	}
-	json.Unmarshal(args, &in)
+	if json.Unmarshal(args, &in) != nil {
+		if whole, ok := wholeNumbers(args); ok {
+			json.Unmarshal(whole, &in)
+		}
+	}
 	if in.Timeout <= 0 || in.Timeout > chatrelay.LimitWaitTimeout.Max {
 		in.Timeout = chatrelay.LimitWaitTimeout.Max
 	}
