@@ -432,10 +432,11 @@ func (h *HTTP) serverOf(r *http.Request) *mcp.Server {
 // call is the Call of a key's tools: the audit line, the bound of its
 // calls in flight, the rate limit of writes, and a context that ends when
 // the key is revoked.
-func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error), error) {
-	return func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error), error) {
+func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error, bool), error) {
+	return func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error, bool), error) {
 		var in struct {
-			Thread string `json:"thread"`
+			Thread   string `json:"thread"`
+			ClientID string `json:"client_id"`
 		}
 		json.Unmarshal(args, &in)
 		thread := in.Thread
@@ -450,13 +451,13 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		ctx, cancel := context.WithCancelCause(ctx)
 		forget := as.track(sid, &cancel)
 		stop := context.AfterFunc(as.ctx, func() { cancel(context.Cause(as.ctx)) })
-		after := func(outcome error) {
+		after := func(outcome error, replayed bool) {
 			as.calls.Add(-1)
 			forget()
 			stop()
 			cancel(nil)
-			if outcome != nil && undo != nil {
-				undo() // only stored writes count
+			if (outcome != nil || replayed) && undo != nil {
+				undo() // only stored writes count: a repeat with its client_id stored nothing
 			}
 			result := "ok"
 			var e *chatrelay.Error
@@ -484,11 +485,35 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		if h.o.Limiter != nil && writes[tool] && thread != "" {
 			var err error
 			if undo, err = h.o.Limiter.Take(ctx, thread, "agent:"+as.key.ID); err != nil {
+				// A repeat with a stored client_id is answered over a full
+				// window too (the first message, or client_id_conflict),
+				// as POST /api/chat/post does: it stores nothing.
+				if chatrelay.CodeOf(err) == chatrelay.RateLimited && as.key.Reaches(thread) && h.stored(ctx, thread, in.ClientID) {
+					return ctx, after, nil
+				}
 				return ctx, after, err
 			}
 		}
 		return ctx, after, nil
 	}
+}
+
+// stored says whether thread holds a retained message written with
+// clientID ("": none).
+func (h *HTTP) stored(ctx context.Context, thread, clientID string) bool {
+	if clientID == "" {
+		return false
+	}
+	p, err := h.v.Store.Changes(ctx, thread, 0, 0)
+	if err != nil {
+		return false
+	}
+	for _, e := range p.Messages {
+		if e.ClientID == clientID {
+			return true
+		}
+	}
+	return false
 }
 
 // writes are the tools that store a message: each is counted by the rate

@@ -66,9 +66,11 @@ type Options struct {
 	// Call, if set, wraps every tool call: it may refuse the call (its
 	// error is the tool's answer), gives the call its context (one that
 	// ends when the caller may no longer call: an agent key revoked), and
-	// is told the outcome (nil, or the error the tool answers). The HTTP
-	// server's per-key audit and rate limit (http.go).
-	Call func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(outcome error), error)
+	// is told the outcome (nil, or the error the tool answers) and
+	// whether the call was a write repeated with its client_id, which
+	// stored nothing (replayed). The HTTP server's per-key audit and rate
+	// limit (http.go).
+	Call func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(outcome error, replayed bool), error)
 	// Stop, if set, ends the waits in flight when it is done: each answers
 	// store_unavailable (retryable), so that the process can stop without
 	// sitting out their timeouts (the SDK's handlers' contexts do not end
@@ -368,16 +370,31 @@ func handler(v *host.Verbs, verb string, b binding, o Options) mcp.ToolHandler {
 		}
 		ctx, after, err := o.Call(ctx, ToolName(verb), req.Params.Arguments)
 		if err != nil {
-			after(err)
+			after(err, false)
 			return toolError(verb, err, o.Log), nil
 		}
 		res, outcome, err := callTool(ctx, req, v, verb, b, o)
 		if err != nil {
 			outcome = err
 		}
-		after(outcome)
+		after(outcome, replayed(res))
 		return res, err
 	}
+}
+
+// replayed says whether res answers a write repeated with its client_id:
+// the message already stored, nothing new.
+func replayed(res *mcp.CallToolResult) bool {
+	if res == nil || res.IsError {
+		return false
+	}
+	switch r := res.StructuredContent.(type) {
+	case host.MessageResult:
+		return r.Replayed
+	case host.InteractionResult:
+		return r.Replayed
+	}
+	return false
 }
 
 // sessionOf is the context key of the id of a call's session, for Call.

@@ -572,8 +572,8 @@ func TestRefusalSaysHowLongToWait(t *testing.T) {
 		{&chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: 1500 * time.Millisecond, Message: "too many tool calls"}, 1500, "retry in 1.5s"},
 	} {
 		t.Run(string(c.refusal.Code), func(t *testing.T) {
-			e := newEnvWith(t, &mcpserver.Options{Call: func(ctx context.Context, _ string, _ json.RawMessage) (context.Context, func(error), error) {
-				return ctx, func(error) {}, c.refusal
+			e := newEnvWith(t, &mcpserver.Options{Call: func(ctx context.Context, _ string, _ json.RawMessage) (context.Context, func(error, bool), error) {
+				return ctx, func(error, bool) {}, c.refusal
 			}}, nil)
 			r := e.call(t, t.Context(), chatrelay.VerbSend, map[string]any{"thread": thread, "text": "hello"})
 			assert.True(t, r.IsError, "the refused call answered a result")

@@ -772,3 +772,53 @@ func TestMCPNodeFullOtherKeys(t *testing.T) {
 	assert.Equal(t, "status", resp.StatusCode, http.StatusTooManyRequests)
 	assert.True(t, strings.Contains(string(b), `"code":"too_many_streams"`) && strings.Contains(string(b), "--mcp-sessions") && !strings.Contains(string(b), "each of this key's"), "%s", b)
 }
+
+// TestMCPReplayCountsInNoWindow: a write repeated with its client_id (an
+// agent's retry after its answer was lost: a client timeout, a dropped
+// connection) stores nothing, counts in no rate window and, over a full
+// window, still answers the first message (or client_id_conflict for
+// another text), as a repeated POST /api/chat/post does. Over MCP HTTP
+// every repeat was counted against the thread's and the key's windows,
+// and once they were full the retry was the tool's error rate_limited
+// (agentprobe, with the TypeScript SDK: one stored message repeated 25
+// times was answered 18 times, then rate_limited).
+func TestMCPReplayCountsInNoWindow(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		sa := mcpStoreArgs(t, backend)
+		n := serveMCP(t, sa, "--rate-ip", "2")
+		owner := opsToken("mcp replay")
+		thread := chatrelay.ThreadOf(owner)
+		assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
+		key, _ := addAgent(t, sa, "retrier")
+		cs := mcpClient(t, n.base, key, nil)
+		send := func(text, clientID string) (mcpserver.ToolError, bool) {
+			t.Helper()
+			r := callTool(t, cs, "send", map[string]any{"thread": thread, "text": text, "client_id": clientID})
+			var te mcpserver.ToolError
+			if r.IsError {
+				structured(t, r, &te)
+				return te, false
+			}
+			var out struct {
+				Replayed bool `json:"replayed"`
+			}
+			structured(t, r, &out)
+			return te, out.Replayed
+		}
+		_, replayed := send("one", "c1")
+		assert.True(t, !replayed, "the first send was a replay")
+		for i := range 3 {
+			te, replayed := send("one", "c1")
+			assert.True(t, replayed, "repeat %d: %+v", i, te)
+		}
+		te, replayed := send("two", "c2") // the key's window (2) holds one post: "one"
+		assert.True(t, te.Code == "" && !replayed, "a second message after repeats of the first: %+v", te)
+		te, _ = send("three", "c3")
+		assert.Equal(t, "a third message", te.Code, chatrelay.RateLimited)
+		te, replayed = send("one", "c1") // over a full window
+		assert.True(t, replayed, "a repeat over a full window: %+v", te)
+		te, _ = send("not two", "c2")
+		assert.Equal(t, "another text under a stored client_id, over a full window", te.Code, chatrelay.ClientIDConflict)
+	})
+}
