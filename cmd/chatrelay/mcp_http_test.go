@@ -822,3 +822,34 @@ func TestMCPReplayCountsInNoWindow(t *testing.T) {
 		assert.Equal(t, "another text under a stored client_id, over a full window", te.Code, chatrelay.ClientIDConflict)
 	})
 }
+
+// TestMCPSessionInitializedOnce: an initialize request sent again in a
+// session (with its Mcp-Session-Id), alone or in a batch, is 400
+// invalid_json saying that a new session starts without the header, and
+// logs no error; the session goes on. The SDK answered it 200 with a
+// JSON-RPC error of code 0 (no JSON-RPC code) and logged it at error
+// level, one line a request: any key holder could fill the log, as
+// without a session (TestMCPNoSessionButInitialize). The exchange
+// (agentprobe, curl):
+//
+//	→ POST /mcp  Mcp-Session-Id: F5PI…  {"jsonrpc":"2.0","id":3,"method":"initialize","params":{…}}
+//	← 200 text/event-stream  data: {"jsonrpc":"2.0","id":3,"error":{"code":0,"message":"duplicate \"initialize\" received"}}
+//	  log: level=ERROR msg="duplicate initialize request"
+func TestMCPSessionInitializedOnce(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "twice")
+	cs := mcpClient(t, n.base, key, nil)
+	const initialize = `{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"again","version":"1"}}}`
+	for _, body := range []string{initialize, `[{"jsonrpc":"2.0","id":8,"method":"ping"},` + initialize + `]`} {
+		resp := mcpPost(t, n.base, key, cs.ID(), body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, body+": status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_json"`) && strings.Contains(string(b), "Mcp-Session-Id"), "%s: %s", body, b)
+	}
+	assert.True(t, !strings.Contains(n.log.String(), "level=ERROR"), "the log: %s", n.log.String())
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "the session after: %+v", r)
+}
