@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -127,12 +128,16 @@ func readMCPBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // is: the SDK answered either 200 with a JSON-RPC error of code 0 (MCP's
 // transport asks for 400) and logged the request at error level, which
 // let any key holder fill the log (without a session it also made and
-// dropped one). A batch (a JSON array, MCP 2025-03-26) is judged by
-// whether it holds an initialize request. A body that does not parse is
-// left to the SDK, which answers it as MCP says.
+// dropped one). It refuses an id that is not a string or an integer the
+// SDK keeps exactly (|id| ≤ 2^53), as chatrelay mcp does on stdio: the SDK
+// answered 1.5 as 1, another request's id. A batch (a JSON array, MCP
+// 2025-03-26) is judged by whether it holds an initialize request, and by
+// each of its ids. A body that does not parse is left to the SDK, which
+// answers it as MCP says.
 func initializeOnce(data []byte, inSession bool) error {
 	type message struct {
-		Method *string `json:"method"`
+		ID     json.RawMessage `json:"id"`
+		Method *string         `json:"method"`
 	}
 	var ms []message
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
@@ -157,6 +162,9 @@ func initializeOnce(data []byte, inSession bool) error {
 		if m.Method != nil && *m.Method == "initialize" {
 			initialize = true
 		}
+		if !validID(m.ID) {
+			return chatrelay.Errorf(chatrelay.InvalidJSON, "a JSON-RPC id is a string or an integer (of at most 2^53)")
+		}
 	}
 	switch {
 	case inSession && initialize:
@@ -165,4 +173,15 @@ func initializeOnce(data []byte, inSession bool) error {
 		return chatrelay.Errorf(chatrelay.InvalidJSON, "a request without Mcp-Session-Id must be an initialize request: start a session first (its answer's Mcp-Session-Id header names it)")
 	}
 	return nil
+}
+
+// validID says whether a message's id (nil: none; null is left to the
+// SDK, which refuses it on a request) is a string or an integer of at
+// most 2^53, which the SDK's float64 holds exactly.
+func validID(raw json.RawMessage) bool {
+	if len(raw) == 0 || raw[0] == '"' || string(raw) == "null" {
+		return true
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	return err == nil && n <= 1<<53 && n >= -(1<<53)
 }

@@ -853,3 +853,34 @@ func TestMCPSessionInitializedOnce(t *testing.T) {
 	r := callTool(t, cs, "list_threads", map[string]any{})
 	assert.True(t, !r.IsError, "the session after: %+v", r)
 }
+
+// TestMCPIDIsAStringOrAnInteger: a request whose id is neither a string
+// nor an integer the SDK keeps exactly (1.5, 2^53+1) is 400 invalid_json,
+// as chatrelay mcp refuses it on stdio (-32600). The SDK answered it with
+// another id: 1.5 as 1, so a client with a request 1 in flight had that
+// call's answer taken by the other one (agentprobe, curl:
+// {"jsonrpc":"2.0","id":1.5,"method":"ping"} answered
+// {"jsonrpc":"2.0","id":1,"result":{}}). Integer and string ids are
+// answered with themselves.
+func TestMCPIDIsAStringOrAnInteger(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "ids")
+	cs := mcpClient(t, n.base, key, nil)
+	for _, id := range []string{`1.5`, `9007199254740993`, `-9007199254740993`, `true`, `[1]`} {
+		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"ping"}`
+		resp := mcpPost(t, n.base, key, cs.ID(), body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, body+": status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_json"`), "%s: %s", body, b)
+	}
+	for _, id := range []string{`7`, `"seven"`, `9007199254740992`} {
+		resp := mcpPost(t, n.base, key, cs.ID(), `{"jsonrpc":"2.0","id":`+id+`,"method":"ping"}`)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, id+": status", resp.StatusCode, http.StatusOK)
+		assert.True(t, strings.Contains(string(b), `"id":`+id+`,`), "id %s: %s", id, b)
+	}
+}
