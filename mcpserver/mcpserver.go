@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -282,6 +283,9 @@ func decode[In any](args []byte) (In, error) {
 	}
 	if chatrelay.LoneSurrogate(args) { // refused, never stored as U+FFFD (as over HTTP)
 		return in, chatrelay.Errorf(chatrelay.InvalidText, `the arguments hold a lone UTF-16 surrogate escape (such as "\ud83d"): it is no text`)
+	}
+	if !utf8.Valid(args) { // likewise: the decoder made each bad byte U+FFFD (stdio refuses the line first)
+		return in, chatrelay.Errorf(chatrelay.InvalidText, "the arguments are not valid UTF-8")
 	}
 	return in, nil
 }

@@ -884,3 +884,36 @@ func TestMCPIDIsAStringOrAnInteger(t *testing.T) {
 		assert.True(t, strings.Contains(string(b), `"id":`+id+`,`), "id %s: %s", id, b)
 	}
 }
+
+// TestMCPArgumentsNotUTF8: a tool call whose arguments hold bytes that
+// are not UTF-8 is the tool's error invalid_text and stores nothing, as
+// POST /api/chat/post refuses such a text (and chatrelay mcp such a line).
+// Over MCP HTTP the text was stored with each bad byte changed into
+// U+FFFD (agentprobe, curl: chatrelay_send {"text":"bad \xff byte"}
+// answered "sent", and the thread showed "bad � byte").
+func TestMCPArgumentsNotUTF8(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	owner := opsToken("mcp utf8")
+	thread := chatrelay.ThreadOf(owner)
+	assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
+	key, _ := addAgent(t, sa, "bytes")
+	cs := mcpClient(t, n.base, key, nil)
+	for i, args := range []string{
+		`{"name":"chatrelay_send","arguments":{"thread":"` + thread + `","text":"bad ` + "\xff" + ` byte"}}`,
+		`{"name":"chatrelay_request_input","arguments":{"thread":"` + thread + `","prompt":"cut ` + "\xc3" + `","allow_text":true}}`,
+	} {
+		resp := mcpPost(t, n.base, key, cs.ID(), fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":%s}`, 10+i, args))
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.True(t, strings.Contains(string(b), `"isError":true`) && strings.Contains(string(b), `"code":"invalid_text"`), "%s: %s", args, b)
+	}
+	req, _ := http.NewRequest(http.MethodGet, n.base+chatrelay.PathPoll, nil)
+	req.Header.Set("X-Chat-Token", owner)
+	resp, err := http.DefaultClient.Do(req)
+	assert.Success(t, err)
+	v1, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.True(t, strings.Count(string(v1), `"id":"MSG-`) == 1, "the refused calls stored: %s", v1)
+}
