@@ -197,7 +197,7 @@ func NewHTTP(v *host.Verbs, o HTTPOptions) *HTTP {
 	o.MCPBounds = o.MCPBounds.WithDefaults()
 	h := &HTTP{v: v, o: o, servers: make(map[string]*agentServer)}
 	h.sdk = mcp.NewStreamableHTTPHandler(h.serverOf, &mcp.StreamableHTTPOptions{
-		Logger:         o.Log,
+		Logger:         sdkLog(o.Log),
 		SessionTimeout: o.SessionIdle,
 		// The transport checks Origin against the allowed origins; a
 		// server behind a proxy on loopback is reached by its public Host.

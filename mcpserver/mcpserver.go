@@ -94,7 +94,7 @@ func New(v *host.Verbs, opts *Options) *mcp.Server {
 		o.ProgressEvery = DefaultProgressEvery
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: Name, Title: "chatrelay: chat threads with people", Version: Version},
-		&mcp.ServerOptions{Instructions: Instructions, Logger: o.Log})
+		&mcp.ServerOptions{Instructions: Instructions, Logger: sdkLog(o.Log)})
 	for _, verb := range chatrelay.Verbs() {
 		b, ok := bindings[verb]
 		if !ok {
@@ -103,6 +103,51 @@ func New(v *host.Verbs, opts *Options) *mcp.Server {
 		s.AddTool(Tool(verb), handler(v, verb, b, o))
 	}
 	return s
+}
+
+// sdkLog is the logger handed to the SDK: its lines as they are, except
+// those that say a client broke the protocol in its session (a second
+// notifications/initialized), which the SDK answers itself and logs at
+// error level: they are logged at info. Any key holder can repeat such a
+// mistake, and no operator can act on it (as a refused request is a line
+// at info, "request refused").
+func sdkLog(l *slog.Logger) *slog.Logger { return slog.New(mistakesAtInfo{l.Handler()}) }
+
+// clientMistakes are the messages of the SDK's lines of a client's
+// protocol mistake.
+var clientMistakes = map[string]bool{
+	"duplicate initialize request":         true,
+	"duplicate initialized notification":   true,
+	"initialized before initialize":        true,
+	"method invalid during initialization": true,
+	"method removed in the new protocol":   true,
+}
+
+// mistakesAtInfo is a slog.Handler that handles the lines of
+// clientMistakes at info, and every other line as its Handler does.
+type mistakesAtInfo struct{ slog.Handler }
+
+func (h mistakesAtInfo) Enabled(ctx context.Context, l slog.Level) bool {
+	// A line above info may be a mistake, handled at info.
+	return h.Handler.Enabled(ctx, l) || l > slog.LevelInfo && h.Handler.Enabled(ctx, slog.LevelInfo)
+}
+
+func (h mistakesAtInfo) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level > slog.LevelInfo && clientMistakes[r.Message] {
+		r.Level = slog.LevelInfo
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h mistakesAtInfo) WithAttrs(as []slog.Attr) slog.Handler {
+	return mistakesAtInfo{h.Handler.WithAttrs(as)}
+}
+
+func (h mistakesAtInfo) WithGroup(name string) slog.Handler {
+	return mistakesAtInfo{h.Handler.WithGroup(name)}
 }
 
 // ToolName is the tool of a verb.

@@ -917,3 +917,27 @@ func TestMCPArgumentsNotUTF8(t *testing.T) {
 	resp.Body.Close()
 	assert.True(t, strings.Count(string(v1), `"id":"MSG-`) == 1, "the refused calls stored: %s", v1)
 }
+
+// TestMCPClientMistakesAreNoErrors: a client's protocol mistake in a
+// session that the SDK answers itself (notifications/initialized sent
+// twice) is no error line: the SDK logged "duplicate initialized
+// notification" at error level, one line a request, so any key holder
+// could fill the log with errors no operator can act on. It is logged at
+// info, and the session goes on.
+func TestMCPClientMistakesAreNoErrors(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "mistaken")
+	cs := mcpClient(t, n.base, key, nil) // it sent notifications/initialized
+	for range 3 {
+		resp := mcpPost(t, n.base, key, cs.ID(), `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		resp.Body.Close()
+	}
+	assert.Eventually(t, 10*time.Second, "the duplicate's log line", func() bool {
+		return strings.Count(n.log.String(), "duplicate initialized notification") == 3
+	})
+	assert.True(t, !strings.Contains(n.log.String(), "level=ERROR"), "the log: %s", n.log.String())
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "the session after: %+v", r)
+}
