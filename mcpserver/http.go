@@ -494,6 +494,16 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 				return ctx, after, err
 			}
 		}
+		if h.o.Limiter != nil && tool == ToolName(chatrelay.VerbOpenThread) {
+			// A new thread counts in the key's window, as a post that
+			// makes one counts in its address's; the thread's own window
+			// is the key's opens (as a reaction's is "react:" and its
+			// thread), since the thread is not made yet.
+			var err error
+			if undo, err = h.o.Limiter.Take(ctx, "open:"+as.key.ID, "agent:"+as.key.ID); err != nil {
+				return ctx, after, err
+			}
+		}
 		return ctx, after, nil
 	}
 }
@@ -516,9 +526,10 @@ func (h *HTTP) stored(ctx context.Context, thread, clientID string) bool {
 	return false
 }
 
-// writes are the tools that store a message: each is counted by the rate
-// limiter (a reaction or a cancel changes a message, as over HTTP, where
-// they are not counted either).
+// writes are the tools that store a message in a thread: each is counted
+// by the rate limiter (a reaction or a cancel changes a message, as over
+// HTTP, where they are not counted either; open_thread, which makes a
+// thread, is counted on its own).
 var writes = map[string]bool{
 	ToolName(chatrelay.VerbSend): true, ToolName(chatrelay.VerbSendCard): true,
 	ToolName(chatrelay.VerbRequestInput): true, ToolName(chatrelay.VerbRequestApproval): true,

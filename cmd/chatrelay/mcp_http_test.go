@@ -941,3 +941,34 @@ func TestMCPClientMistakesAreNoErrors(t *testing.T) {
 	r := callTool(t, cs, "list_threads", map[string]any{})
 	assert.True(t, !r.IsError, "the session after: %+v", r)
 }
+
+// TestMCPOpenThreadCountsInTheKeysWindow: chatrelay_open_thread over MCP
+// HTTP counts in the key's window (--rate-ip: the key is one client
+// address), as a post that makes a thread counts in its address's: past
+// it, the tool's error is rate_limited and no thread is made. It counted
+// in no window, so one key made threads in a loop until the store held
+// --max-threads, and every person's new thread was refused 507 until
+// retention (agentprobe, TypeScript SDK: 45 calls in a second, 45
+// threads).
+func TestMCPOpenThreadCountsInTheKeysWindow(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		sa := mcpStoreArgs(t, backend)
+		n := serveMCP(t, sa, "--rate-ip", "2")
+		key, _ := addAgent(t, sa, "opener")
+		cs := mcpClient(t, n.base, key, nil)
+		for i := range 2 {
+			r := callTool(t, cs, "open_thread", map[string]any{"text": fmt.Sprintf("hello %d", i)})
+			assert.True(t, !r.IsError, "open_thread %d: %+v", i, r)
+		}
+		r := callTool(t, cs, "open_thread", map[string]any{"text": "one too many"})
+		var te mcpserver.ToolError
+		structured(t, r, &te)
+		assert.True(t, r.IsError && te.Code == chatrelay.RateLimited, "the third open_thread: %+v", te)
+		var list struct {
+			Threads []struct{ Thread string } `json:"threads"`
+		}
+		structured(t, callTool(t, cs, "list_threads", map[string]any{}), &list)
+		assert.Equal(t, "threads", len(list.Threads), 2)
+	})
+}
