@@ -454,6 +454,10 @@ func RedactMessage(m Message) (Message, bool) {
 	if m.ClientID != "" {
 		m.ClientID, r.changed = "", true
 	}
+	// An interaction's text is its rendering (RenderText): rendered
+	// again from the redacted interaction below, so that a detail's value
+	// redacted whole for its label is redacted in the text too.
+	rendered := m.Interaction != nil && m.Text == m.Interaction.RenderText()
 	m.Text = r.to(m.Text, LimitPostText)
 	m.AuthorName = r.to(m.AuthorName, LimitName) // a name the owner gave a share link or an agent key
 	if ix := m.Interaction; ix != nil {
@@ -476,6 +480,9 @@ func RedactMessage(m Message) (Message, bool) {
 			c.Answer = &a
 		}
 		m.Interaction = &c
+		if rendered {
+			m.Text = r.to(c.RenderText(), LimitPostText)
+		}
 	}
 	if cd := m.Card; cd != nil {
 		c := *cd

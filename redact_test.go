@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -319,4 +320,27 @@ func TestRedactKeepsLimits(t *testing.T) {
 	r, _ := chatrelay.RedactMessage(chatrelay.Message{Text: text})
 	n := utf8.RuneCountInString(r.Text)
 	assert.True(t, n == chatrelay.MaxText && strings.HasSuffix(r.Text, "…") && strings.Contains(r.Text, "password=[redacted]"), "%d code points", n)
+}
+
+// TestRedactInteractionText: an approval's detail whose label is
+// secret-named ("DB password for prod") has its value redacted whole in
+// the v2 details, and so in the message's text too, the v1 rendering of
+// the same interaction ("- DB password for prod: …"), which every view
+// carries: the value matched no secret shape there (no "=" or ":" right
+// after the name), and a participant read it in the text beside the
+// redacted detail.
+func TestRedactInteractionText(t *testing.T) {
+	t.Parallel()
+	const value = "hunter2hunter2"
+	for _, label := range []string{"DB password for prod", "API key (staging)", "Secret"} {
+		ask := chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?", Details: []chatrelay.Detail{{Label: label, Value: value}, {Label: "build", Value: "412"}}}
+		ix := ask.Interaction(time.Now())
+		m := chatrelay.Message{Author: chatrelay.Hermes, Text: ix.RenderText(), Interaction: ix}
+		r, changed := chatrelay.RedactMessage(m)
+		assert.True(t, changed, "%s: a message with a secret detail reported unchanged", label)
+		assert.Equal(t, label+": the detail's value", r.Interaction.Details[0].Value, "[redacted]")
+		assert.True(t, !strings.Contains(r.Text, value), "%s: the text shows the detail's value: %q", label, r.Text)
+		assert.True(t, strings.Contains(r.Text, "- "+label+": [redacted]\n- build: 412\n"), "%s: the text is not the redacted rendering: %q", label, r.Text)
+		assert.Equal(t, label+": the stored text", m.Text, ix.RenderText())
+	}
 }

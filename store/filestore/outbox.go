@@ -45,14 +45,16 @@ import (
 // offset up to which every event is settled, and the attempts of the
 // events past it), written atomically at most once a second (and at
 // Close): after a crash, events settled since are sent again (at least
-// once). Once every event of a queue file is settled and the file has
-// grown past queueCompactSize, it is replaced by an empty one of a new
-// generation under the queue's lock; a state of another generation
-// starts at the new file's first event.
+// once). Once every event of a queue file is settled, it is replaced by
+// an empty one of a new generation under the queue's lock (at once past
+// queueCompactSize, else at most every compactEvery: a settled event's
+// text stays in no file for long); a state of another generation starts
+// at the new file's first event.
 
 const (
-	queueCompactSize = 1 << 20 // a settled queue file larger than this is emptied
-	queueMemory      = 10000   // events read ahead into memory per destination
+	queueCompactSize = 1 << 20          // a settled queue file larger than this is emptied at once
+	compactEvery     = 10 * time.Second // a smaller settled one, at most this often (as Redis trims its stream)
+	queueMemory      = 10000            // events read ahead into memory per destination
 	stateSaveEvery   = time.Second
 )
 

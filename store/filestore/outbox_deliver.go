@@ -38,12 +38,15 @@ type destQueue struct {
 	state   string // the state file
 	loaded  bool
 	gen     string
+	head    int64 // the length of the queue file's header line
 	off     int64 // bytes of the queue file read
 	base    int64 // every event before it is settled
 	pending []*queued
 	restore map[string]eventState // the saved attempts of events not read yet
 	dirty   bool
 	saved   time.Time
+	// compacted is when the queue file was last emptied by this process.
+	compacted time.Time
 }
 
 type queued struct {
@@ -188,7 +191,7 @@ func (d *destQueue) load() error {
 	if err != nil {
 		return err
 	}
-	d.gen, d.base = gen, hlen
+	d.gen, d.head, d.base = gen, hlen, hlen
 	if gen != "" && st.Gen == gen && st.Base >= hlen {
 		d.base = st.Base
 	}
@@ -234,7 +237,7 @@ func (d *destQueue) readMore(s *File) error {
 		if err != nil || gen == "" {
 			return err
 		}
-		d.gen, d.base, d.off = gen, hlen, hlen
+		d.gen, d.head, d.base, d.off = gen, hlen, hlen, hlen
 	}
 	if len(d.pending) >= queueMemory {
 		return nil
@@ -287,12 +290,16 @@ func (d *destQueue) advance() {
 	}
 }
 
-// compact empties a queue file whose events are all settled once it is
-// large, under the queue's lock: a new file of a new generation replaces
-// it (renamed over it), so a state saved for the old one is never applied
-// to the new one.
+// compact empties a queue file whose events are all settled, under the
+// queue's lock: a new file of a new generation replaces it (renamed over
+// it), so a state saved for the old one is never applied to the new one.
+// It does so once the file is large, or once compactEvery has passed
+// since it last did, so that a settled event's message text stays in no
+// file for long (the sweep may have removed its thread), and a queue
+// that keeps up with a busy thread is not rewritten at every event.
 func (d *destQueue) compact(s *File) error {
-	if len(d.pending) > 0 || d.off < queueCompactSize || d.base != d.off {
+	if len(d.pending) > 0 || d.base != d.off || d.off <= d.head ||
+		d.off < queueCompactSize && s.now().Sub(d.compacted) < compactEvery {
 		return nil
 	}
 	unlock, err := lockPath(context.Background(), d.path+".lock", chatrelay.DefaultLockTimeout)
@@ -312,8 +319,8 @@ func (d *destQueue) compact(s *File) error {
 	f.Close()
 	var h queueHeader
 	json.Unmarshal(bytes.TrimSpace(hdr), &h)
-	d.gen, d.base, d.off, d.restore = h.Gen, int64(len(hdr)), int64(len(hdr)), nil
-	d.dirty = true
+	d.gen, d.head, d.base, d.off, d.restore = h.Gen, int64(len(hdr)), int64(len(hdr)), int64(len(hdr)), nil
+	d.dirty, d.compacted = true, s.now()
 	return d.save(s.dsync != nil)
 }
 

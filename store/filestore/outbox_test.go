@@ -13,6 +13,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/store/filestore"
 )
@@ -105,6 +106,45 @@ func TestQueueConfirmsAgainstTheThread(t *testing.T) {
 	assert.Equal(t, "events", got, map[string]int{"stored": 1, "after the tear": 1})
 	assert.Success(t, st.Close())
 
+	st, err = filestore.OpenFile(data, opt)
+	assert.Success(t, err)
+	defer st.Close()
+	assert.Equal(t, "after a reopen", drain(t, st, dest), map[string]int{})
+}
+
+// Once every event of a queue is settled, the queue file holds none of
+// them: a delivered event's message text (the stored, unredacted text,
+// which the sweep may remove with its thread long before) stays in no
+// file until a megabyte of events has piled up (a queue emptied within
+// the last 10 s waits for them to pass). The next event is queued and
+// delivered as ever, and a reopened store sends nothing again.
+func TestQueueKeepsNoSettledText(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	const thread, dest = "c0ffee00c0ffee03", "0123456789abcdef"
+	clk := testclock.New(time.Now())
+	opt := filestore.FileOptions{NoFsync: true, Log: slog.New(slog.DiscardHandler), Webhooks: []string{dest}, Now: clk.Now}
+	st, err := filestore.OpenFile(data, opt)
+	assert.Success(t, err)
+	_, err = st.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Operator, Text: "password=hunter2"})
+	assert.Success(t, err)
+	assert.Equal(t, "events", drain(t, st, dest), map[string]int{"password=hunter2": 1})
+	q := filepath.Join(data, "webhooks", dest+".queue")
+	raw, err := os.ReadFile(q)
+	assert.Success(t, err)
+	assert.True(t, !strings.Contains(string(raw), "hunter2"), "the queue keeps a delivered event's text: %q", raw)
+
+	_, err = st.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Operator, Text: "password=next"})
+	assert.Success(t, err)
+	assert.Equal(t, "the next event", drain(t, st, dest), map[string]int{"password=next": 1})
+	clk.Advance(10 * time.Second)
+	due, err := st.Outbox().Take(t.Context(), dest, time.Now(), 100)
+	assert.Success(t, err)
+	assert.Equal(t, "due", len(due), 0)
+	raw, err = os.ReadFile(q)
+	assert.Success(t, err)
+	assert.True(t, !strings.Contains(string(raw), "password="), "the queue keeps a delivered event's text 10 s on: %q", raw)
+	assert.Success(t, st.Close())
 	st, err = filestore.OpenFile(data, opt)
 	assert.Success(t, err)
 	defer st.Close()
