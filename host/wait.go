@@ -239,7 +239,9 @@ const lookAgain = 250 * time.Millisecond
 
 // WaitInteraction blocks until the interaction is no longer pending (it is
 // answered, expired or canceled), or the timeout passes (TimedOut, still
-// pending), or ctx is done (its error). At its deadline it asks the store
+// pending), or ctx is done (its error). A store that cannot be reached
+// (StoreUnavailable) is looked at again every lookAgain until the
+// timeout, which then ends the wait with that error. At its deadline it asks the store
 // to expire it (settle), even if no server did so yet: an answer the store
 // took before the deadline is the outcome, never expired. An interaction
 // gone from the store ends the wait with not_found: at once when the feed
@@ -257,6 +259,19 @@ func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (I
 	for {
 		if err == nil {
 			e, err = v.settle(ctx, in.Thread, e)
+		}
+		if chatrelay.CodeOf(err) == chatrelay.StoreUnavailable && wctx.Err() == nil {
+			// The store cannot answer for now (a Redis restarting): the
+			// person may answer once it can; look again until the timeout.
+			select {
+			case <-wctx.Done():
+			case <-time.After(lookAgain):
+			}
+			if ctx.Err() != nil {
+				return InteractionResult{}, ctx.Err()
+			}
+			e, err = v.find(ctx, in.Thread, in.InteractionID)
+			continue
 		}
 		if err != nil {
 			return InteractionResult{}, err

@@ -521,3 +521,121 @@ func TestWaitMessagesBehindTheCursor(t *testing.T) {
 		assert.Equal(t, "the cursor", r.Cursor, cursor.Epoch)
 	})
 }
+
+// threadsHook is a store that signals once its Threads was read: a
+// wait_messages has registered with the feed and reads the store.
+type threadsHook struct {
+	store.Store
+	once sync.Once
+	read chan struct{}
+}
+
+func (s *threadsHook) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
+	infos, err := s.Store.Threads(ctx)
+	s.once.Do(func() { close(s.read) })
+	return infos, err
+}
+
+// TestWaitMessagesNotWokenByAnOldMessagesChange: a wait_messages from the
+// cursor of the messages it answered is woken by the next message only. A
+// reaction to one of them (or any change of it) reached the wait as a
+// message at or behind its cursor, which it took for a message of another
+// thread behind the cursor: it answered the old messages again, as new
+// (on both stores; lossprobe's agent loop got 11 repeats in 140 messages
+// from the server's posts noticed late, and every reaction repeated them).
+func TestWaitMessagesNotWokenByAnOldMessagesChange(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		b := storetest.Open(t, backend, storetest.Options{})
+		ctx := t.Context()
+		const th = "00000000000000a1"
+		first, err := b.Store.Append(ctx, th, store.NewMessage{Author: chatrelay.Operator, Text: "question 1"})
+		assert.Success(t, err)
+		second, err := b.Store.Append(ctx, th, store.NewMessage{Author: chatrelay.Operator, Text: "question 2"})
+		assert.Success(t, err)
+		for i, thread := range []string{th, ""} {
+			hook := &threadsHook{Store: b.Another(t, storetest.Options{}).Store, read: make(chan struct{})}
+			v := &host.Verbs{Store: hook}
+			waited := make(chan host.WaitMessagesResult, 1)
+			go func() {
+				r, err := v.WaitMessages(ctx, host.WaitMessagesInput{Thread: thread, Since: second.Epoch, Timeout: 60})
+				if err != nil {
+					t.Error(err)
+				}
+				waited <- r
+			}()
+			recv(t, hook.read, "the wait reading the store")
+			_, err := b.Store.Change(ctx, th, store.Change{Op: store.React, MessageID: first.ID, Emoji: []string{"👍", "🎉"}[i], By: chatrelay.Operator})
+			assert.Success(t, err)
+			next, err := b.Store.Append(ctx, th, store.NewMessage{Author: chatrelay.Operator, Text: "the next"})
+			assert.Success(t, err)
+			r := recv(t, waited, "wait_messages after the next message")
+			var texts []string
+			for _, m := range r.Messages {
+				var msg struct{ Text string }
+				assert.Success(t, json.Unmarshal(m.Message, &msg))
+				texts = append(texts, msg.Text)
+			}
+			assert.Equal(t, "thread "+thread+": the messages answered", fmt.Sprint(texts), "[the next]")
+			assert.Equal(t, "thread "+thread+": the cursor", r.Cursor, next.Epoch)
+			second = next
+		}
+	})
+}
+
+// downStore is a store whose reads of changes fail as a Redis that
+// restarts does (store_unavailable) while down is set, counting them.
+type downStore struct {
+	store.Store
+	down   atomic.Bool
+	failed atomic.Int32
+}
+
+func (s *downStore) Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
+	if s.down.Load() {
+		s.failed.Add(1)
+		return store.Page{}, &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached"}
+	}
+	return s.Store.Changes(ctx, thread, since, limit)
+}
+
+// TestWaitOutlastsTheStoreBeingUnreachable: a wait_interaction (and so
+// check --wait and ask --wait) that finds the store unreachable for a
+// moment (a Redis restarting, its data kept) looks again until its
+// timeout, and answers the approval given once the store is back. It
+// ended at once with store_unavailable: ask --wait and check --wait
+// exited 1 and left the question pending, with nobody waiting for the
+// answer the person then gave (lossprobe: Redis down 5 s across a 4 s
+// deadline ended every wait).
+func TestWaitOutlastsTheStoreBeingUnreachable(t *testing.T) {
+	t.Parallel()
+	b := storetest.Open(t, storetest.File, storetest.Options{})
+	ctx := t.Context()
+	_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
+	assert.Success(t, err)
+	asker := &host.Verbs{Store: b.Store}
+	asked, err := asker.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+	assert.Success(t, err)
+	reader := &downStore{Store: b.Another(t, storetest.Options{}).Store}
+	reader.down.Store(true)
+	v := &host.Verbs{Store: reader}
+	got := make(chan readResult, 1)
+	go func() {
+		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 60})
+		got <- readResult{r, err}
+	}()
+	assert.Eventually(t, within, "the wait looking at the unreachable store twice", func() bool {
+		select {
+		case rr := <-got:
+			t.Fatalf("the wait ended while the store was unreachable: %+v, %v", rr.r, rr.err)
+		default:
+		}
+		return reader.failed.Load() >= 2
+	})
+	reader.down.Store(false)
+	_, err = b.Store.Change(ctx, thread, store.Change{Op: store.Respond, InteractionID: asked.Interaction.ID, Answer: chatrelay.Answer{Decision: "approve"}, By: chatrelay.Operator})
+	assert.Success(t, err)
+	rr := recv(t, got, "wait_interaction once the store is back")
+	assert.Success(t, rr.err)
+	assert.Equal(t, "the outcome", rr.r.Interaction.State, chatrelay.Approved)
+}

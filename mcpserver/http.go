@@ -197,7 +197,7 @@ func NewHTTP(v *host.Verbs, o HTTPOptions) *HTTP {
 	o.MCPBounds = o.MCPBounds.WithDefaults()
 	h := &HTTP{v: v, o: o, servers: make(map[string]*agentServer)}
 	h.sdk = mcp.NewStreamableHTTPHandler(h.serverOf, &mcp.StreamableHTTPOptions{
-		Logger:         o.Log,
+		Logger:         sdkLog(o.Log),
 		SessionTimeout: o.SessionIdle,
 		// The transport checks Origin against the allowed origins; a
 		// server behind a proxy on loopback is reached by its public Host.
@@ -432,10 +432,11 @@ func (h *HTTP) serverOf(r *http.Request) *mcp.Server {
 // call is the Call of a key's tools: the audit line, the bound of its
 // calls in flight, the rate limit of writes, and a context that ends when
 // the key is revoked.
-func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error), error) {
-	return func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error), error) {
+func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error, bool), error) {
+	return func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(error, bool), error) {
 		var in struct {
-			Thread string `json:"thread"`
+			Thread   string `json:"thread"`
+			ClientID string `json:"client_id"`
 		}
 		json.Unmarshal(args, &in)
 		thread := in.Thread
@@ -450,13 +451,13 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		ctx, cancel := context.WithCancelCause(ctx)
 		forget := as.track(sid, &cancel)
 		stop := context.AfterFunc(as.ctx, func() { cancel(context.Cause(as.ctx)) })
-		after := func(outcome error) {
+		after := func(outcome error, replayed bool) {
 			as.calls.Add(-1)
 			forget()
 			stop()
 			cancel(nil)
-			if outcome != nil && undo != nil {
-				undo() // only stored writes count
+			if (outcome != nil || replayed) && undo != nil {
+				undo() // only stored writes count: a repeat with its client_id stored nothing
 			}
 			result := "ok"
 			var e *chatrelay.Error
@@ -484,6 +485,22 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		if h.o.Limiter != nil && writes[tool] && thread != "" {
 			var err error
 			if undo, err = h.o.Limiter.Take(ctx, thread, "agent:"+as.key.ID); err != nil {
+				// A repeat with a stored client_id is answered over a full
+				// window too (the first message, or client_id_conflict),
+				// as POST /api/chat/post does: it stores nothing.
+				if chatrelay.CodeOf(err) == chatrelay.RateLimited && as.key.Reaches(thread) && h.stored(ctx, thread, in.ClientID) {
+					return ctx, after, nil
+				}
+				return ctx, after, err
+			}
+		}
+		if h.o.Limiter != nil && tool == ToolName(chatrelay.VerbOpenThread) {
+			// A new thread counts in the key's window, as a post that
+			// makes one counts in its address's; the thread's own window
+			// is the key's opens (as a reaction's is "react:" and its
+			// thread), since the thread is not made yet.
+			var err error
+			if undo, err = h.o.Limiter.Take(ctx, "open:"+as.key.ID, "agent:"+as.key.ID); err != nil {
 				return ctx, after, err
 			}
 		}
@@ -491,9 +508,28 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 	}
 }
 
-// writes are the tools that store a message: each is counted by the rate
-// limiter (a reaction or a cancel changes a message, as over HTTP, where
-// they are not counted either).
+// stored says whether thread holds a retained message written with
+// clientID ("": none).
+func (h *HTTP) stored(ctx context.Context, thread, clientID string) bool {
+	if clientID == "" {
+		return false
+	}
+	p, err := h.v.Store.Changes(ctx, thread, 0, 0)
+	if err != nil {
+		return false
+	}
+	for _, e := range p.Messages {
+		if e.ClientID == clientID {
+			return true
+		}
+	}
+	return false
+}
+
+// writes are the tools that store a message in a thread: each is counted
+// by the rate limiter (a reaction or a cancel changes a message, as over
+// HTTP, where they are not counted either; open_thread, which makes a
+// thread, is counted on its own).
 var writes = map[string]bool{
 	ToolName(chatrelay.VerbSend): true, ToolName(chatrelay.VerbSendCard): true,
 	ToolName(chatrelay.VerbRequestInput): true, ToolName(chatrelay.VerbRequestApproval): true,

@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -66,9 +67,11 @@ type Options struct {
 	// Call, if set, wraps every tool call: it may refuse the call (its
 	// error is the tool's answer), gives the call its context (one that
 	// ends when the caller may no longer call: an agent key revoked), and
-	// is told the outcome (nil, or the error the tool answers). The HTTP
-	// server's per-key audit and rate limit (http.go).
-	Call func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(outcome error), error)
+	// is told the outcome (nil, or the error the tool answers) and
+	// whether the call was a write repeated with its client_id, which
+	// stored nothing (replayed). The HTTP server's per-key audit and rate
+	// limit (http.go).
+	Call func(ctx context.Context, tool string, args json.RawMessage) (context.Context, func(outcome error, replayed bool), error)
 	// Stop, if set, ends the waits in flight when it is done: each answers
 	// store_unavailable (retryable), so that the process can stop without
 	// sitting out their timeouts (the SDK's handlers' contexts do not end
@@ -91,7 +94,7 @@ func New(v *host.Verbs, opts *Options) *mcp.Server {
 		o.ProgressEvery = DefaultProgressEvery
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: Name, Title: "chatrelay: chat threads with people", Version: Version},
-		&mcp.ServerOptions{Instructions: Instructions, Logger: o.Log})
+		&mcp.ServerOptions{Instructions: Instructions, Logger: sdkLog(o.Log)})
 	for _, verb := range chatrelay.Verbs() {
 		b, ok := bindings[verb]
 		if !ok {
@@ -100,6 +103,51 @@ func New(v *host.Verbs, opts *Options) *mcp.Server {
 		s.AddTool(Tool(verb), handler(v, verb, b, o))
 	}
 	return s
+}
+
+// sdkLog is the logger handed to the SDK: its lines as they are, except
+// those that say a client broke the protocol in its session (a second
+// notifications/initialized), which the SDK answers itself and logs at
+// error level: they are logged at info. Any key holder can repeat such a
+// mistake, and no operator can act on it (as a refused request is a line
+// at info, "request refused").
+func sdkLog(l *slog.Logger) *slog.Logger { return slog.New(mistakesAtInfo{l.Handler()}) }
+
+// clientMistakes are the messages of the SDK's lines of a client's
+// protocol mistake.
+var clientMistakes = map[string]bool{
+	"duplicate initialize request":         true,
+	"duplicate initialized notification":   true,
+	"initialized before initialize":        true,
+	"method invalid during initialization": true,
+	"method removed in the new protocol":   true,
+}
+
+// mistakesAtInfo is a slog.Handler that handles the lines of
+// clientMistakes at info, and every other line as its Handler does.
+type mistakesAtInfo struct{ slog.Handler }
+
+func (h mistakesAtInfo) Enabled(ctx context.Context, l slog.Level) bool {
+	// A line above info may be a mistake, handled at info.
+	return h.Handler.Enabled(ctx, l) || l > slog.LevelInfo && h.Handler.Enabled(ctx, slog.LevelInfo)
+}
+
+func (h mistakesAtInfo) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level > slog.LevelInfo && clientMistakes[r.Message] {
+		r.Level = slog.LevelInfo
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h mistakesAtInfo) WithAttrs(as []slog.Attr) slog.Handler {
+	return mistakesAtInfo{h.Handler.WithAttrs(as)}
+}
+
+func (h mistakesAtInfo) WithGroup(name string) slog.Handler {
+	return mistakesAtInfo{h.Handler.WithGroup(name)}
 }
 
 // ToolName is the tool of a verb.
@@ -281,6 +329,9 @@ func decode[In any](args []byte) (In, error) {
 	if chatrelay.LoneSurrogate(args) { // refused, never stored as U+FFFD (as over HTTP)
 		return in, chatrelay.Errorf(chatrelay.InvalidText, `the arguments hold a lone UTF-16 surrogate escape (such as "\ud83d"): it is no text`)
 	}
+	if !utf8.Valid(args) { // likewise: the decoder made each bad byte U+FFFD (stdio refuses the line first)
+		return in, chatrelay.Errorf(chatrelay.InvalidText, "the arguments are not valid UTF-8")
+	}
 	return in, nil
 }
 
@@ -368,16 +419,31 @@ func handler(v *host.Verbs, verb string, b binding, o Options) mcp.ToolHandler {
 		}
 		ctx, after, err := o.Call(ctx, ToolName(verb), req.Params.Arguments)
 		if err != nil {
-			after(err)
+			after(err, false)
 			return toolError(verb, err, o.Log), nil
 		}
 		res, outcome, err := callTool(ctx, req, v, verb, b, o)
 		if err != nil {
 			outcome = err
 		}
-		after(outcome)
+		after(outcome, replayed(res))
 		return res, err
 	}
+}
+
+// replayed says whether res answers a write repeated with its client_id:
+// the message already stored, nothing new.
+func replayed(res *mcp.CallToolResult) bool {
+	if res == nil || res.IsError {
+		return false
+	}
+	switch r := res.StructuredContent.(type) {
+	case host.MessageResult:
+		return r.Replayed
+	case host.InteractionResult:
+		return r.Replayed
+	}
+	return false
 }
 
 // sessionOf is the context key of the id of a call's session, for Call.
@@ -459,12 +525,18 @@ func reportProgress(ctx context.Context, ss *mcp.ServerSession, token any, messa
 }
 
 // waitSeconds is the timeout a wait's arguments ask for (absent or 0: the
-// most). Arguments that do not parse are refused by the verb.
+// most), a whole number written with a fraction or an exponent (60.0)
+// included, as the verb reads it (decode). Arguments that do not parse
+// are refused by the verb.
 func waitSeconds(args json.RawMessage) time.Duration {
 	var in struct {
 		Timeout int `json:"timeout"`
 	}
-	json.Unmarshal(args, &in)
+	if json.Unmarshal(args, &in) != nil {
+		if whole, ok := wholeNumbers(args); ok {
+			json.Unmarshal(whole, &in)
+		}
+	}
 	if in.Timeout <= 0 || in.Timeout > chatrelay.LimitWaitTimeout.Max {
 		in.Timeout = chatrelay.LimitWaitTimeout.Max
 	}

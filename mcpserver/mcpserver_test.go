@@ -572,8 +572,8 @@ func TestRefusalSaysHowLongToWait(t *testing.T) {
 		{&chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: 1500 * time.Millisecond, Message: "too many tool calls"}, 1500, "retry in 1.5s"},
 	} {
 		t.Run(string(c.refusal.Code), func(t *testing.T) {
-			e := newEnvWith(t, &mcpserver.Options{Call: func(ctx context.Context, _ string, _ json.RawMessage) (context.Context, func(error), error) {
-				return ctx, func(error) {}, c.refusal
+			e := newEnvWith(t, &mcpserver.Options{Call: func(ctx context.Context, _ string, _ json.RawMessage) (context.Context, func(error, bool), error) {
+				return ctx, func(error, bool) {}, c.refusal
 			}}, nil)
 			r := e.call(t, t.Context(), chatrelay.VerbSend, map[string]any{"thread": thread, "text": "hello"})
 			assert.True(t, r.IsError, "the refused call answered a result")
@@ -661,4 +661,54 @@ func TestCursorPastInt64(t *testing.T) {
 	r := e.call(t, t.Context(), chatrelay.VerbWaitMessages, json.RawMessage(`{"thread":"`+thread+`","since":-99999999999999999999}`))
 	b, _ := json.Marshal(r.StructuredContent)
 	assert.True(t, r.IsError && strings.Contains(string(b), `"invalid_since"`), "a cursor below int64: %s", b)
+}
+
+// TestProgressTotalOfAWholeNumberTimeout: a wait whose timeout is written
+// as a whole number with a fraction or an exponent (60.0, as Python's json
+// writes a float, or 6e1) waits that timeout, and its progress says so:
+// total 60. Its progress said total 300 and "of at most 5m0s" (the most a
+// wait may ask) while the call ended at 60 s, so a client drawing the
+// progress against total showed a wait five times too long. The exchange
+// (agentprobe, Streamable HTTP):
+//
+//	→ {"method":"tools/call","params":{"name":"chatrelay_wait_messages",
+//	   "arguments":{"since":99999999999999,"timeout":5.0},"_meta":{"progressToken":7}}}
+//	← {"method":"notifications/progress","params":{"progressToken":7,
+//	   "message":"waiting for a message (2s of at most 5m0s)","progress":2,"total":300}}
+func TestProgressTotalOfAWholeNumberTimeout(t *testing.T) {
+	progress := make(chan *mcp.ProgressNotificationParams, 1024)
+	e := newEnvWith(t, &mcpserver.Options{ProgressEvery: 20 * time.Millisecond}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) { progress <- req.Params },
+	})
+	for _, timeout := range []string{"60.0", "6e1", "0.6e2"} {
+		t.Run(timeout, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			params := &mcp.CallToolParams{Name: mcpserver.ToolName(chatrelay.VerbWaitMessages),
+				Arguments: json.RawMessage(`{"thread":"` + thread + `","since":9000000000000,"timeout":` + timeout + `}`)}
+			params.SetProgressToken("t-" + timeout)
+			answered := make(chan error, 1)
+			go func() {
+				_, err := e.cs.CallTool(ctx, params)
+				answered <- err
+			}()
+			for {
+				select {
+				case p := <-progress:
+					if p.ProgressToken != "t-"+timeout {
+						continue // an earlier wait's
+					}
+					assert.Equal(t, "total", p.Total, 60.0)
+					assert.True(t, strings.Contains(p.Message, "of at most 1m0s"), "progress message %q", p.Message)
+					cancel()
+					<-answered
+					return
+				case err := <-answered:
+					t.Fatalf("the wait answered before it reported progress: %v", err)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("no progress within 10s")
+				}
+			}
+		})
+	}
 }

@@ -55,6 +55,8 @@ type feedOnly struct {
 	batches []Batch
 }
 
+func (f feedOnly) Threads(ctx context.Context) ([]ThreadInfo, error) { return nil, nil }
+
 func (f feedOnly) Follow(ctx context.Context, fn func(Batch)) error {
 	fn(Batch{Ready: true})
 	for _, b := range f.batches {
@@ -137,6 +139,39 @@ func TestWatchCatchUpHandsOnChanges(t *testing.T) {
 			want, calls := "new X@50 new B@101 ", 2
 			if updates {
 				want, calls = want+"update X@103 ", 3
+			}
+			assert.Equal(t, "handed on", watched(t, st, updates, calls), want)
+		})
+	}
+}
+
+// heldStore is feedOnly over threads that held messages before the watch.
+type heldStore struct {
+	feedOnly
+	infos []ThreadInfo
+}
+
+func (s heldStore) Threads(ctx context.Context) ([]ThreadInfo, error) { return s.infos, nil }
+
+// TestWatchTakesAnOldMessagesChangeForNoNewMessage: t1 held X (epoch 50)
+// when the watch began; a reaction to X comes as X@103, then B is written.
+// X is no new message: with updates its change is an update, else nothing.
+// Watch handed it on as new (its epoch was past the none handed on in t1):
+// chatrelay watch printed an old message as new at each reaction to it.
+func TestWatchTakesAnOldMessagesChangeForNoNewMessage(t *testing.T) {
+	t.Parallel()
+	for _, updates := range []bool{false, true} {
+		t.Run(fmt.Sprint("updates=", updates), func(t *testing.T) {
+			st := heldStore{
+				feedOnly: feedOnly{batches: []Batch{
+					{Thread: "t1", Messages: []Entry{entry("X", 50, 103)}},
+					{Thread: "t1", Messages: []Entry{entry("B", 101, 101)}},
+				}},
+				infos: []ThreadInfo{{Thread: "t1", LastEpoch: 50, Rev: 50}},
+			}
+			want, calls := "new B@101 ", 1
+			if updates {
+				want, calls = "update X@103 "+want, 2
 			}
 			assert.Equal(t, "handed on", watched(t, st, updates, calls), want)
 		})

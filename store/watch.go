@@ -30,12 +30,17 @@ func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thr
 	return f.Follow(ctx, anyThread, func(b Batch) error {
 		switch {
 		case b.Ready: // registered before the store is read: nothing falls between
+			infos, err := w.st.Threads(ctx) // before the catch-up: what came after it is new
+			if err != nil {
+				return err
+			}
 			if since > 0 {
-				if err := w.catchUp(ctx, since, anyThread); err != nil {
+				if err := w.catchUpThreads(ctx, infos, since, anyThread); err != nil {
 					return err
 				}
 			}
 			start = time.Now().UnixMilli()
+			w.known(infos)
 			return nil
 		case b.Reset:
 			return w.catchUp(ctx, start, b.Thread)
@@ -83,6 +88,20 @@ func (w *watcher) deliver(thread string, msgs []Entry) error {
 	return nil
 }
 
+// known marks what the threads held as the watch began (infos, read
+// before since's catch-up) as handed on: a batch the feed hands on late,
+// or a change of a message written before (a reaction to it), is then no
+// new message, though its epoch is past those handed on in its thread
+// (none, in a thread with nothing after since); with updates, a later
+// change of it is an update. A message stored after infos were read has
+// a greater epoch, and is handed on.
+func (w *watcher) known(infos []ThreadInfo) {
+	for _, info := range infos {
+		w.last[info.Thread] = max(w.last[info.Thread], info.LastEpoch)
+		w.lastRev[info.Thread] = max(w.lastRev[info.Thread], info.Rev)
+	}
+}
+
 // catchUp delivers what the store has after each thread's last epoch
 // (after from, for threads not seen yet), oldest first across threads;
 // of only, if not "". With updates, a thread seen already is read by its
@@ -95,6 +114,11 @@ func (w *watcher) catchUp(ctx context.Context, from int64, only string) error {
 	if err != nil {
 		return err
 	}
+	return w.catchUpThreads(ctx, infos, from, only)
+}
+
+// catchUpThreads is catchUp over the threads infos lists.
+func (w *watcher) catchUpThreads(ctx context.Context, infos []ThreadInfo, from int64, only string) error {
 	type entry struct {
 		thread string
 		e      Entry
@@ -111,6 +135,7 @@ func (w *watcher) catchUp(ctx context.Context, from int64, only string) error {
 		}
 		after, seen := w.last[info.Thread]
 		var p Page
+		var err error
 		switch {
 		case seen && w.updates:
 			p, err = w.st.Changes(ctx, info.Thread, w.lastRev[info.Thread], 0)

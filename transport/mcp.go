@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,8 +59,8 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 		// its limit answered as the API's error with its code (the SDK
 		// answers plain text, which no client tells from another failure).
 		data, err := readMCPBody(w, r)
-		if err == nil && r.Header.Get("Mcp-Session-Id") == "" {
-			err = mustInitialize(data)
+		if err == nil {
+			err = initializeOnce(data, r.Header.Get("Mcp-Session-Id") != "")
 		}
 		if err != nil {
 			s.writeError(w, r, err)
@@ -122,16 +123,21 @@ func readMCPBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return data, nil
 }
 
-// mustInitialize refuses a message sent without Mcp-Session-Id that is
-// not an initialize request: the SDK answered it 200 with a JSON-RPC
-// error of code 0 (MCP's transport asks for 400), made and dropped a
-// session, and logged the request at error level, which let any key
-// holder fill the log. A batch (a JSON array, MCP 2025-03-26) is refused
-// likewise unless it holds an initialize request. A body that does not
-// parse is left to the SDK, which answers it as MCP says.
-func mustInitialize(data []byte) error {
+// initializeOnce refuses a message sent without Mcp-Session-Id that is
+// not an initialize request, and one sent in a session (inSession) that
+// is: the SDK answered either 200 with a JSON-RPC error of code 0 (MCP's
+// transport asks for 400) and logged the request at error level, which
+// let any key holder fill the log (without a session it also made and
+// dropped one). It refuses an id that is not a string or an integer the
+// SDK keeps exactly (|id| ≤ 2^53), as chatrelay mcp does on stdio: the SDK
+// answered 1.5 as 1, another request's id. A batch (a JSON array, MCP
+// 2025-03-26) is judged by whether it holds an initialize request, and by
+// each of its ids. A body that does not parse is left to the SDK, which
+// answers it as MCP says.
+func initializeOnce(data []byte, inSession bool) error {
 	type message struct {
-		Method *string `json:"method"`
+		ID     json.RawMessage `json:"id"`
+		Method *string         `json:"method"`
 	}
 	var ms []message
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
@@ -151,10 +157,31 @@ func mustInitialize(data []byte) error {
 	default:
 		return nil
 	}
+	initialize := false
 	for _, m := range ms {
 		if m.Method != nil && *m.Method == "initialize" {
-			return nil
+			initialize = true
+		}
+		if !validID(m.ID) {
+			return chatrelay.Errorf(chatrelay.InvalidJSON, "a JSON-RPC id is a string or an integer (of at most 2^53)")
 		}
 	}
-	return chatrelay.Errorf(chatrelay.InvalidJSON, "a request without Mcp-Session-Id must be an initialize request: start a session first (its answer's Mcp-Session-Id header names it)")
+	switch {
+	case inSession && initialize:
+		return chatrelay.Errorf(chatrelay.InvalidJSON, "this session is initialized: an initialize request starts a new session, sent without Mcp-Session-Id")
+	case !inSession && !initialize:
+		return chatrelay.Errorf(chatrelay.InvalidJSON, "a request without Mcp-Session-Id must be an initialize request: start a session first (its answer's Mcp-Session-Id header names it)")
+	}
+	return nil
+}
+
+// validID says whether a message's id (nil: none; null is left to the
+// SDK, which refuses it on a request) is a string or an integer of at
+// most 2^53, which the SDK's float64 holds exactly.
+func validID(raw json.RawMessage) bool {
+	if len(raw) == 0 || raw[0] == '"' || string(raw) == "null" {
+		return true
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	return err == nil && n <= 1<<53 && n >= -(1<<53)
 }

@@ -772,3 +772,203 @@ func TestMCPNodeFullOtherKeys(t *testing.T) {
 	assert.Equal(t, "status", resp.StatusCode, http.StatusTooManyRequests)
 	assert.True(t, strings.Contains(string(b), `"code":"too_many_streams"`) && strings.Contains(string(b), "--mcp-sessions") && !strings.Contains(string(b), "each of this key's"), "%s", b)
 }
+
+// TestMCPReplayCountsInNoWindow: a write repeated with its client_id (an
+// agent's retry after its answer was lost: a client timeout, a dropped
+// connection) stores nothing, counts in no rate window and, over a full
+// window, still answers the first message (or client_id_conflict for
+// another text), as a repeated POST /api/chat/post does. Over MCP HTTP
+// every repeat was counted against the thread's and the key's windows,
+// and once they were full the retry was the tool's error rate_limited
+// (agentprobe, with the TypeScript SDK: one stored message repeated 25
+// times was answered 18 times, then rate_limited).
+func TestMCPReplayCountsInNoWindow(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		sa := mcpStoreArgs(t, backend)
+		n := serveMCP(t, sa, "--rate-ip", "2")
+		owner := opsToken("mcp replay")
+		thread := chatrelay.ThreadOf(owner)
+		assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
+		key, _ := addAgent(t, sa, "retrier")
+		cs := mcpClient(t, n.base, key, nil)
+		send := func(text, clientID string) (mcpserver.ToolError, bool) {
+			t.Helper()
+			r := callTool(t, cs, "send", map[string]any{"thread": thread, "text": text, "client_id": clientID})
+			var te mcpserver.ToolError
+			if r.IsError {
+				structured(t, r, &te)
+				return te, false
+			}
+			var out struct {
+				Replayed bool `json:"replayed"`
+			}
+			structured(t, r, &out)
+			return te, out.Replayed
+		}
+		_, replayed := send("one", "c1")
+		assert.True(t, !replayed, "the first send was a replay")
+		for i := range 3 {
+			te, replayed := send("one", "c1")
+			assert.True(t, replayed, "repeat %d: %+v", i, te)
+		}
+		te, replayed := send("two", "c2") // the key's window (2) holds one post: "one"
+		assert.True(t, te.Code == "" && !replayed, "a second message after repeats of the first: %+v", te)
+		te, _ = send("three", "c3")
+		assert.Equal(t, "a third message", te.Code, chatrelay.RateLimited)
+		te, replayed = send("one", "c1") // over a full window
+		assert.True(t, replayed, "a repeat over a full window: %+v", te)
+		te, _ = send("not two", "c2")
+		assert.Equal(t, "another text under a stored client_id, over a full window", te.Code, chatrelay.ClientIDConflict)
+	})
+}
+
+// TestMCPSessionInitializedOnce: an initialize request sent again in a
+// session (with its Mcp-Session-Id), alone or in a batch, is 400
+// invalid_json saying that a new session starts without the header, and
+// logs no error; the session goes on. The SDK answered it 200 with a
+// JSON-RPC error of code 0 (no JSON-RPC code) and logged it at error
+// level, one line a request: any key holder could fill the log, as
+// without a session (TestMCPNoSessionButInitialize). The exchange
+// (agentprobe, curl):
+//
+//	→ POST /mcp  Mcp-Session-Id: F5PI…  {"jsonrpc":"2.0","id":3,"method":"initialize","params":{…}}
+//	← 200 text/event-stream  data: {"jsonrpc":"2.0","id":3,"error":{"code":0,"message":"duplicate \"initialize\" received"}}
+//	  log: level=ERROR msg="duplicate initialize request"
+func TestMCPSessionInitializedOnce(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "twice")
+	cs := mcpClient(t, n.base, key, nil)
+	const initialize = `{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"again","version":"1"}}}`
+	for _, body := range []string{initialize, `[{"jsonrpc":"2.0","id":8,"method":"ping"},` + initialize + `]`} {
+		resp := mcpPost(t, n.base, key, cs.ID(), body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, body+": status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_json"`) && strings.Contains(string(b), "Mcp-Session-Id"), "%s: %s", body, b)
+	}
+	assert.True(t, !strings.Contains(n.log.String(), "level=ERROR"), "the log: %s", n.log.String())
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "the session after: %+v", r)
+}
+
+// TestMCPIDIsAStringOrAnInteger: a request whose id is neither a string
+// nor an integer the SDK keeps exactly (1.5, 2^53+1) is 400 invalid_json,
+// as chatrelay mcp refuses it on stdio (-32600). The SDK answered it with
+// another id: 1.5 as 1, so a client with a request 1 in flight had that
+// call's answer taken by the other one (agentprobe, curl:
+// {"jsonrpc":"2.0","id":1.5,"method":"ping"} answered
+// {"jsonrpc":"2.0","id":1,"result":{}}). Integer and string ids are
+// answered with themselves.
+func TestMCPIDIsAStringOrAnInteger(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "ids")
+	cs := mcpClient(t, n.base, key, nil)
+	for _, id := range []string{`1.5`, `9007199254740993`, `-9007199254740993`, `true`, `[1]`} {
+		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"ping"}`
+		resp := mcpPost(t, n.base, key, cs.ID(), body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, body+": status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_json"`), "%s: %s", body, b)
+	}
+	for _, id := range []string{`7`, `"seven"`, `9007199254740992`} {
+		resp := mcpPost(t, n.base, key, cs.ID(), `{"jsonrpc":"2.0","id":`+id+`,"method":"ping"}`)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, id+": status", resp.StatusCode, http.StatusOK)
+		assert.True(t, strings.Contains(string(b), `"id":`+id+`,`), "id %s: %s", id, b)
+	}
+}
+
+// TestMCPArgumentsNotUTF8: a tool call whose arguments hold bytes that
+// are not UTF-8 is the tool's error invalid_text and stores nothing, as
+// POST /api/chat/post refuses such a text (and chatrelay mcp such a line).
+// Over MCP HTTP the text was stored with each bad byte changed into
+// U+FFFD (agentprobe, curl: chatrelay_send {"text":"bad \xff byte"}
+// answered "sent", and the thread showed "bad � byte").
+func TestMCPArgumentsNotUTF8(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	owner := opsToken("mcp utf8")
+	thread := chatrelay.ThreadOf(owner)
+	assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
+	key, _ := addAgent(t, sa, "bytes")
+	cs := mcpClient(t, n.base, key, nil)
+	for i, args := range []string{
+		`{"name":"chatrelay_send","arguments":{"thread":"` + thread + `","text":"bad ` + "\xff" + ` byte"}}`,
+		`{"name":"chatrelay_request_input","arguments":{"thread":"` + thread + `","prompt":"cut ` + "\xc3" + `","allow_text":true}}`,
+	} {
+		resp := mcpPost(t, n.base, key, cs.ID(), fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":%s}`, 10+i, args))
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.True(t, strings.Contains(string(b), `"isError":true`) && strings.Contains(string(b), `"code":"invalid_text"`), "%s: %s", args, b)
+	}
+	req, _ := http.NewRequest(http.MethodGet, n.base+chatrelay.PathPoll, nil)
+	req.Header.Set("X-Chat-Token", owner)
+	resp, err := http.DefaultClient.Do(req)
+	assert.Success(t, err)
+	v1, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.True(t, strings.Count(string(v1), `"id":"MSG-`) == 1, "the refused calls stored: %s", v1)
+}
+
+// TestMCPClientMistakesAreNoErrors: a client's protocol mistake in a
+// session that the SDK answers itself (notifications/initialized sent
+// twice) is no error line: the SDK logged "duplicate initialized
+// notification" at error level, one line a request, so any key holder
+// could fill the log with errors no operator can act on. It is logged at
+// info, and the session goes on.
+func TestMCPClientMistakesAreNoErrors(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "mistaken")
+	cs := mcpClient(t, n.base, key, nil) // it sent notifications/initialized
+	for range 3 {
+		resp := mcpPost(t, n.base, key, cs.ID(), `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		resp.Body.Close()
+	}
+	assert.Eventually(t, 10*time.Second, "the duplicate's log line", func() bool {
+		return strings.Count(n.log.String(), "duplicate initialized notification") == 3
+	})
+	assert.True(t, !strings.Contains(n.log.String(), "level=ERROR"), "the log: %s", n.log.String())
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "the session after: %+v", r)
+}
+
+// TestMCPOpenThreadCountsInTheKeysWindow: chatrelay_open_thread over MCP
+// HTTP counts in the key's window (--rate-ip: the key is one client
+// address), as a post that makes a thread counts in its address's: past
+// it, the tool's error is rate_limited and no thread is made. It counted
+// in no window, so one key made threads in a loop until the store held
+// --max-threads, and every person's new thread was refused 507 until
+// retention (agentprobe, TypeScript SDK: 45 calls in a second, 45
+// threads).
+func TestMCPOpenThreadCountsInTheKeysWindow(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		sa := mcpStoreArgs(t, backend)
+		n := serveMCP(t, sa, "--rate-ip", "2")
+		key, _ := addAgent(t, sa, "opener")
+		cs := mcpClient(t, n.base, key, nil)
+		for i := range 2 {
+			r := callTool(t, cs, "open_thread", map[string]any{"text": fmt.Sprintf("hello %d", i)})
+			assert.True(t, !r.IsError, "open_thread %d: %+v", i, r)
+		}
+		r := callTool(t, cs, "open_thread", map[string]any{"text": "one too many"})
+		var te mcpserver.ToolError
+		structured(t, r, &te)
+		assert.True(t, r.IsError && te.Code == chatrelay.RateLimited, "the third open_thread: %+v", te)
+		var list struct {
+			Threads []struct{ Thread string } `json:"threads"`
+		}
+		structured(t, callTool(t, cs, "list_threads", map[string]any{}), &list)
+		assert.Equal(t, "threads", len(list.Threads), 2)
+	})
+}

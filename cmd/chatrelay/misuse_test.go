@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/store"
 )
 
 // TestReportSaysNoExitStatus: an outcome in the exit status (ask and
@@ -119,6 +121,55 @@ func TestCheckWaitInterrupted(t *testing.T) {
 	assert.True(t, err != nil && strings.Contains(err.Error(), "interrupted") && strings.Contains(err.Error(), id) && strings.Contains(err.Error(), "still pending"),
 		"the error: %v", err)
 	assert.Equal(t, "stdout", stdout.String(), "")
+}
+
+// TestWaitInterruptedAfterTheAnswer: an interrupt that comes just after
+// another process's answer was stored, before the wait saw it, said
+// "interrupted: … is still pending" (exit 1) for check --wait and ask
+// --wait --keep-on-interrupt, though the store held the approval (the
+// probe from outside: 5 of 24 interrupts right after a 200). The answer
+// stored is the outcome: printed, exit 0.
+func TestWaitInterruptedAfterTheAnswer(t *testing.T) {
+	t.Parallel()
+	for _, verb := range []string{"check", "ask --keep-on-interrupt"} {
+		t.Run(verb, func(t *testing.T) {
+			t.Parallel()
+			data := freshThread(t)
+			st := openStore(t, data)
+			for i := range 10 {
+				prompt := fmt.Sprintf("Deploy %d?", i)
+				ask := []string{"ask", threadNew, "--data", data, "--fsync", "never", "--approval", prompt, "--timeout", "1h"}
+				var args []string
+				if verb == "check" {
+					args = []string{"check", threadNew, asked(t, runCLI(t, nil, "", ask...)).Interaction.ID, "--wait", "--data", data}
+				} else {
+					args = append(ask, "--wait", "--keep-on-interrupt")
+				}
+				ctx, cancel := context.WithCancel(t.Context()) // as signal.NotifyContext does at Ctrl-C
+				done := make(chan cliResult, 1)
+				go func() {
+					var stdout, stderr bytes.Buffer
+					err := run(ctx, args, env(nil), strings.NewReader(""), &stdout, &stderr)
+					done <- cliResult{err: err, stdout: stdout.String(), stderr: stderr.String()}
+				}()
+				var id string
+				assert.Eventually(t, 10*time.Second, "the question asked", func() bool {
+					pending, err := st.Pending(t.Context())
+					assert.Success(t, err)
+					for _, p := range pending {
+						id = p.InteractionID
+					}
+					return id != ""
+				})
+				_, err := st.Change(t.Context(), threadNew, store.Change{Op: store.Respond, InteractionID: id, Answer: chatrelay.Answer{Decision: "approve"}, By: chatrelay.Operator})
+				assert.Success(t, err)
+				cancel() // the person approved, then Ctrl-C
+				res := <-done
+				assert.Equal(t, fmt.Sprintf("round %d: exit code (%v)", i, res.err), exitCode(res.err), 0)
+				assert.True(t, strings.Contains(res.stdout, `"state":"approved"`), "round %d: printed %q", i, res.stdout)
+			}
+		})
+	}
 }
 
 // TestStdinReadEndsAtAnInterrupt: reply - and card - read standard input

@@ -218,7 +218,7 @@ func ask(ctx context.Context, e cmdEnv) error {
 		return err
 	}
 	if *keep {
-		return fmt.Errorf("interrupted: interaction %s in thread %s is still pending", id, thread)
+		return leftPending(ctx, h, e, thread, id)
 	}
 	// Interrupted: withdraw the question nobody waits for. An answer that
 	// came first is the outcome.
@@ -257,6 +257,22 @@ func waitAndExit(ctx context.Context, h *host.Verbs, e cmdEnv, thread, id string
 	}
 }
 
+// leftPending ends a wait an interrupt stopped without canceling the
+// interaction: an answer the store took before the wait saw it is the
+// outcome (printed, with its exit status); else it is still pending.
+func leftPending(ctx context.Context, h *host.Verbs, e cmdEnv, thread, id string) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	r, err := h.CheckInteraction(cctx, host.InteractionInput{Thread: thread, InteractionID: id})
+	switch {
+	case err != nil:
+		return fmt.Errorf("interrupted: interaction %s in thread %s: %w", id, thread, err)
+	case r.Interaction.State.Closed():
+		return printOutcome(e, r)
+	}
+	return fmt.Errorf("interrupted: interaction %s in thread %s is still pending", id, thread)
+}
+
 // printOutcome prints a closed interaction and returns its state as the
 // exit status.
 func printOutcome(e cmdEnv, r host.InteractionResult) error {
@@ -281,7 +297,7 @@ func check(ctx context.Context, e cmdEnv) error {
 	if *wait {
 		err := waitAndExit(ctx, h, e, v.fs.Arg(0), v.fs.Arg(1))
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) { // check never cancels the question
-			return fmt.Errorf("interrupted: interaction %s in thread %s is still pending", v.fs.Arg(1), v.fs.Arg(0))
+			return leftPending(ctx, h, e, v.fs.Arg(0), v.fs.Arg(1))
 		}
 		return err
 	}
