@@ -488,8 +488,10 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 				// A repeat with a stored client_id is answered over a full
 				// window too (the first message, or client_id_conflict),
 				// as POST /api/chat/post does: it stores nothing.
-				if chatrelay.CodeOf(err) == chatrelay.RateLimited && as.key.Reaches(thread) && h.stored(ctx, thread, in.ClientID) {
-					return ctx, after, nil
+				if chatrelay.CodeOf(err) == chatrelay.RateLimited && as.key.Reaches(thread) {
+					if _, ok := store.StoredWith(ctx, h.v.Store, thread, in.ClientID); ok {
+						return ctx, after, nil
+					}
 				}
 				return ctx, after, err
 			}
@@ -506,24 +508,6 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		}
 		return ctx, after, nil
 	}
-}
-
-// stored says whether thread holds a retained message written with
-// clientID ("": none).
-func (h *HTTP) stored(ctx context.Context, thread, clientID string) bool {
-	if clientID == "" {
-		return false
-	}
-	p, err := h.v.Store.Changes(ctx, thread, 0, 0)
-	if err != nil {
-		return false
-	}
-	for _, e := range p.Messages {
-		if e.ClientID == clientID {
-			return true
-		}
-	}
-	return false
 }
 
 // writes are the tools that store a message in a thread: each is counted

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -28,6 +29,25 @@ func ReplayOf(e Entry, m NewMessage) (Entry, error) {
 	}
 	e.Replayed = true
 	return e, nil
+}
+
+// StoredWith finds the retained message of thread that carries
+// clientID: a write refused for its rate window is answered as a repeat
+// (ReplayOf) if it repeats a stored one, by the HTTP routes and MCP alike.
+func StoredWith(ctx context.Context, st Store, thread, clientID string) (Entry, bool) {
+	if clientID == "" {
+		return Entry{}, false
+	}
+	p, err := st.Changes(ctx, thread, 0, 0)
+	if err != nil {
+		return Entry{}, false
+	}
+	for _, e := range p.Messages {
+		if e.ClientID == clientID {
+			return e, true
+		}
+	}
+	return Entry{}, false
 }
 
 // WouldChange reports whether c would change the stored message e at now,

@@ -147,7 +147,7 @@ func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBo
 	undo, err := s.limiter.Take(ctx, thread, ipKey)
 	if err != nil {
 		if p.ClientID != "" && chatrelay.CodeOf(err) == chatrelay.RateLimited {
-			if e, ok := s.storedWith(ctx, thread, m.ClientID); ok {
+			if e, ok := store.StoredWith(ctx, s.store, thread, m.ClientID); ok {
 				return store.ReplayOf(e, m)
 			}
 		}
@@ -168,20 +168,6 @@ func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBo
 // message, and did nothing.
 type limitedAppender interface {
 	AppendLimited(ctx context.Context, lim chatrelay.RateLimiter, thread, ip string, m store.NewMessage) (e store.Entry, done bool, err error)
-}
-
-// storedWith finds the retained message of thread that carries clientID.
-func (s *Server) storedWith(ctx context.Context, thread, clientID string) (store.Entry, bool) {
-	p, err := s.store.Changes(ctx, thread, 0, 0)
-	if err != nil {
-		return store.Entry{}, false
-	}
-	for _, e := range p.Messages {
-		if e.ClientID == clientID {
-			return e, true
-		}
-	}
-	return store.Entry{}, false
 }
 
 func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request, who principal) {
