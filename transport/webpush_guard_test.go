@@ -70,7 +70,8 @@ func TestPushSSRF(t *testing.T) {
 // at most one push in flight) and a queue of one, posts and hermes's
 // replies are all stored and answered (once the pushes in flight, 64,
 // all hang, the worker waits, and the changes past the queue are left
-// in the store, to be read again once it has room); the server then
+// in the store, to be read again once it has room: none is counted
+// dropped); the server then
 // shuts down and its workers return, the pushes in flight cancelled.
 func TestPushNeverDelaysAndStops(t *testing.T) {
 	t.Parallel()
@@ -108,6 +109,10 @@ func TestPushNeverDelaysAndStops(t *testing.T) {
 		status, _, b := e.do(http.MethodPost, chatrelay.PathPost, owner, `{"text":"still here"}`, nil)
 		assert.True(t, status == 201, "post %d while pushes wait: %d %s", i, status, b)
 	}
+	assert.Eventually(t, 10*time.Second, "the feed to bring every reply", func() bool {
+		return opsScrape(t, e.client, e.ts.URL+"/metrics")[`chatrelay_feed_messages_total{author="hermes"}`] >= 84
+	})
+	assert.Equal(t, "changes dropped past the queue", opsScrape(t, e.client, e.ts.URL+"/metrics")[`chatrelay_push_total{result="dropped"}`], 0.0)
 	stopped := make(chan struct{})
 	go func() { e.stop(); close(stopped) }()
 	select {
