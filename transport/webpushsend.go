@@ -417,7 +417,7 @@ func pushKeep(typ string) time.Duration {
 }
 
 // journalDoc is the document a change's claim is journaled with in the
-// store (ClaimPush), the one handOver writes: a server that starts after
+// store (ClaimPush), the one handOver writes (owed.since set): a server that starts after
 // this one was killed takes it from the journal (takeHandover). owed.since
 // is set (fanOut).
 func journalDoc(thread string, m chatrelay.Message, owed pushOwed) []byte {
@@ -440,17 +440,16 @@ func journalDoc(thread string, m chatrelay.Message, owed pushOwed) []byte {
 // in the journal until they are settled: the next start takes each
 // once, the handed over document first.)
 func (ps *pusher) handOver() {
-	now := ps.s.cfg.Now().UnixMilli()
+	now := ps.s.cfg.Now()
 	var docs [][]byte
 	add := func(thread string, m chatrelay.Message, owed pushOwed) {
 		if owed.only != nil && len(owed.only) == 0 {
 			return // owed to none
 		}
-		at := now
-		if !owed.since.IsZero() {
-			at = owed.since.UnixMilli()
+		if owed.since.IsZero() {
+			owed.since = now
 		}
-		if b, err := json.Marshal(pushHandover{At: at, Thread: thread, Message: m, Only: owed.only}); err == nil {
+		if b := journalDoc(thread, m, owed); b != nil {
 			docs = append(docs, b)
 		}
 	}
