@@ -129,10 +129,7 @@ func FuzzPart5Bodies(f *testing.F) {
 	for i, s := range seeds {
 		f.Add(s.route, s.body, s.name, s.ctype, ranges[i%len(ranges)])
 	}
-	known := map[chatrelay.Code]bool{}
-	for _, c := range chatrelay.Codes() {
-		known[c] = true
-	}
+	known := knownCodes()
 	do := func(t *testing.T, method, path string, body string, h map[string]string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(method, path, strings.NewReader(body))
 		r.Header.Set("X-Chat-Token", token)

@@ -58,10 +58,7 @@ func FuzzParticipantPost(f *testing.F) {
 		f.Add(false, s)
 		f.Add(true, s)
 	}
-	known := map[chatrelay.Code]bool{}
-	for _, c := range chatrelay.Codes() {
-		known[c] = true
-	}
+	known := knownCodes()
 	f.Fuzz(func(t *testing.T, ws bool, body string) {
 		var answer []byte
 		if ws {
@@ -153,10 +150,7 @@ func FuzzParticipantReact(f *testing.F) {
 			f.Add(uint8(i), s)
 		}
 	}
-	known := map[chatrelay.Code]bool{}
-	for _, c := range chatrelay.Codes() {
-		known[c] = true
-	}
+	known := knownCodes()
 	f.Fuzz(func(t *testing.T, route uint8, body string) {
 		path := routes[int(route)%len(routes)]
 		r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))

@@ -233,10 +233,7 @@ func FuzzRouteBodies(f *testing.F) {
 			f.Add(uint8(i), s)
 		}
 	}
-	known := map[chatrelay.Code]bool{}
-	for _, c := range chatrelay.Codes() {
-		known[c] = true
-	}
+	known := knownCodes()
 	f.Fuzz(func(t *testing.T, route uint8, body string) {
 		path := routes[int(route)%len(routes)]
 		r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
@@ -257,4 +254,14 @@ func FuzzRouteBodies(f *testing.F) {
 			t.Fatalf("%s %q: %d %s", path, body, w.Code, w.Body)
 		}
 	})
+}
+
+// knownCodes is the set of the code table's codes: an error answer's code
+// is one of them.
+func knownCodes() map[chatrelay.Code]bool {
+	known := map[chatrelay.Code]bool{}
+	for _, c := range chatrelay.Codes() {
+		known[c] = true
+	}
+	return known
 }
