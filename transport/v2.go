@@ -1,10 +1,12 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"reflect"
+	"strings"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -183,7 +185,7 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if !json.Valid(data) || !isObject(data) {
 		return chatrelay.Errorf(chatrelay.InvalidJSON, "the body is not a JSON object")
 	}
-	if err := json.Unmarshal(data, v); err != nil {
+	if err := json.Unmarshal(exactMembers(data, reflect.TypeOf(v)), v); err != nil {
 		var ce *chatrelay.Error
 		if errors.As(err, &ce) { // a field's own refusal (name)
 			return ce
@@ -191,6 +193,48 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return chatrelay.Errorf(chatrelay.InvalidJSON, "the body's fields have the wrong types: %s", typeError(err))
 	}
 	return nil
+}
+
+// exactMembers is the JSON object data with only the members whose names
+// are exactly those of t's fields (a struct, or a pointer to one; and so
+// on in each member that is itself such an object), so that decoding it
+// matches names as the schema bundle does. encoding/json matches a name
+// in any case: {"decision":"deny","Decision":"approve"} would approve,
+// where the bundle (and any client's JSON) reads deny and an unknown
+// member. Other members are unknown ones, which bodies ignore. Anything
+// else (not an object, a type that decodes itself) is data as it is.
+func exactMembers(data []byte, t reflect.Type) []byte {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+		return data
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(data, &members) != nil || members == nil {
+		return data
+	}
+	kept := make(map[string]json.RawMessage, len(members))
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if m, ok := members[name]; ok {
+			kept[name] = exactMembers(m, f.Type)
+		}
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // the members' bytes as sent
+	if enc.Encode(kept) != nil {
+		return data
+	}
+	return b.Bytes()
 }
 
 // name is a body's name field (a grant's, a device's): a JSON string

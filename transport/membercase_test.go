@@ -1,0 +1,64 @@
+package transport_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/pushtest"
+	"github.com/chatrelay/chatrelay/internal/storetest"
+)
+
+// TestMemberNamesAreExact: a JSON body's member names are matched exactly,
+// as the schema bundle (normative) and the post body match them: a member
+// whose name differs only in case ("Decision", "ROLE") is an unknown one,
+// ignored, never read as the field. Before, encoding/json's case-folding
+// read it, so a body the bundle says denies approved, and one it says
+// invites a viewer invited a commenter.
+func TestMemberNamesAreExact(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, testMemberNamesAreExact)
+}
+
+func testMemberNamesAreExact(t *testing.T, backend string) {
+	svc := pushtest.NewService(t)
+	e := startPush(t, pushOptions{backend: backend, config: withPush(svc, nil)})
+	tok := tokenN(1)
+	m := e.mustPost(tok, "hello")
+
+	ix := e.ask(threadN(1), chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?"})
+	status, body := e.respond(tok, `{"interaction_id":"`+ix.Interaction.ID+`","decision":"deny","Decision":"approve"}`)
+	assert.Equal(t, "respond "+string(body), status, http.StatusOK)
+	var answered struct {
+		Message v2msg `json:"message"`
+	}
+	assert.Success(t, json.Unmarshal(body, &answered))
+	assert.Equal(t, "the decision the body's decision member says", answered.Message.Interaction.State, chatrelay.Denied)
+
+	in := e.invite(tok, `{"name":"Alex","role":"viewer","ROLE":"commenter"}`)
+	assert.Equal(t, "the role the body's role member says", in.Participant.Role, chatrelay.Viewer)
+	status, _, body = e.do(http.MethodPost, chatrelay.PathParticipants, tok, `{"NAME":"Alex"}`, nil)
+	assert.Equal(t, "an invite without a name member "+string(body), status, http.StatusBadRequest)
+	assert.Equal(t, "its code", decodeError(t, body).Code, "invalid_name")
+
+	status, _, body = e.do(http.MethodPost, chatrelay.PathDevices, tok, `{"name":"Phone","Expires_In":1}`, nil)
+	assert.Equal(t, "a device whose Expires_In is an unknown member "+string(body), status, http.StatusCreated)
+
+	status, body = e.react(tok, m.ID, "👍", false)
+	assert.Equal(t, "react "+string(body), status, http.StatusOK)
+	status, _, body = e.do(http.MethodPost, chatrelay.PathReact, tok, `{"message_id":"`+m.ID+`","emoji":"👍","Remove":true}`, nil)
+	assert.Equal(t, "react with an unknown Remove "+string(body), status, http.StatusOK)
+	var reacted struct {
+		Message v2msg `json:"message"`
+	}
+	assert.Success(t, json.Unmarshal(body, &reacted))
+	assert.Equal(t, "the reaction is kept", len(reacted.Message.Reactions["👍"]), 1)
+
+	// In a nested object too: the subscription's keys.
+	sub := svc.Subscribe(t, "a")
+	good := `{"endpoint":"` + sub.Endpoint + `","keys":{"p256dh":"` + sub.P256dh() + `","auth":"` + sub.AuthKey() + `","AUTH":"not the key"}}`
+	status, _, body = e.do(http.MethodPost, chatrelay.PathPush, tok, `{"subscription":`+good+`}`, nil)
+	assert.Equal(t, "a subscription whose AUTH is an unknown member "+string(body), status, http.StatusCreated)
+}
