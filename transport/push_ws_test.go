@@ -227,6 +227,10 @@ func TestWSPost(t *testing.T) {
 				}
 			})
 		}
+		// A member name is matched exactly, as the bundle's ws.post reads
+		// it: "TYPE" is an unknown member, and this frame's type is typing.
+		a, _ = wsAnswer(t, c, json.RawMessage(`{"type":"typing","text":"hi","TYPE":"post"}`))
+		assert.True(t, a.Type == "error" && a.Code == "invalid_json", "a typing frame with a TYPE member answered %s", a.raw)
 		assert.Equal(t, "stored after refusals", len(e.poll(tok, 0).Messages), 1)
 
 		// The thread's rate window: 2 posts, then rate_limited, retryable.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -337,7 +338,7 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 	var head struct {
 		Type string `json:"type"`
 	}
-	if json.Unmarshal(data, &head) != nil || !isObject(data) { // null decodes into a struct too
+	if json.Unmarshal(exactMembers(data, reflect.TypeOf(head)), &head) != nil || !isObject(data) { // null decodes into a struct too; "TYPE" is not type
 		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, "the frame is not a JSON object"), v)
 	}
 	if head.Type != "post" {
