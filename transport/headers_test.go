@@ -113,16 +113,21 @@ func TestPagesRefuseFraming(t *testing.T) {
 
 // TestEscapedAPIPathIsNotFound: a path under /api/ once decoded, but not
 // as sent (/api%2Fchat/poll: the mux matches escaped segments), is the
-// API's JSON 404, with or without a prefix; it fell through to the page,
-// whose 404 is plain text.
+// API's JSON 404, with or without a prefix, whatever the method; it fell
+// through to the page, whose 404 is plain text, and a POST to it
+// (/api%2Fchat%2Fpost) was the page's 405 with Allow: GET, naming a
+// method for a route that is not there.
 func TestEscapedAPIPathIsNotFound(t *testing.T) {
 	t.Parallel()
 	for _, prefix := range []string{"", "/spaces/newos4"} {
 		e := startPush(t, pushOptions{config: func(c *transport.Config) { c.Prefix = prefix }})
-		for _, path := range []string{"/api%2Fchat/poll", "/api%2fchat%2Fstream", "/api/chat%2Fpoll"} {
-			status, _, body := e.do("GET", prefix+path, tokenN(1), "", nil)
-			assert.Equal(t, prefix+path+": status", status, http.StatusNotFound)
-			assert.Equal(t, prefix+path+": code", decodeError(t, body).Code, "not_found")
+		for _, path := range []string{"/api%2Fchat/poll", "/api%2fchat%2Fstream", "/api/chat%2Fpoll", "/api%2Fchat%2Fpost"} {
+			for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+				status, h, body := e.do(method, prefix+path, tokenN(1), `{"text":"hi"}`, nil)
+				assert.Equal(t, method+" "+prefix+path+": status", status, http.StatusNotFound)
+				assert.Equal(t, method+" "+prefix+path+": code", decodeError(t, body).Code, "not_found")
+				assert.Equal(t, method+" "+prefix+path+": Allow", h.Get("Allow"), "")
+			}
 		}
 	}
 }

@@ -147,6 +147,9 @@ func (s *Server) routes() {
 			continue
 		}
 		h := s.methods(rts)
+		if row.Path == chatrelay.PathPage {
+			h = s.notAPI(h)
+		}
 		if row.CORS {
 			h = s.cors(h, apiCORS) // pages of the allowed origins may call it
 		}
@@ -281,17 +284,23 @@ func (s *Server) page() http.HandlerFunc {
 	if s.cfg.Prefix != "" {
 		page = http.StripPrefix(s.cfg.Prefix, page)
 	}
-	// A path under /api/ once decoded (/api%2Fchat/poll) matches no API
-	// pattern, which the mux matches escaped: it is still no such route
-	// of the API, answered as one, not with the page's plain-text 404.
+	return page.ServeHTTP
+}
+
+// notAPI serves h, the page's routes, but for a path under /api/ once
+// decoded (/api%2Fchat/poll), which matches no API pattern (the mux
+// matches escaped segments): it is still no such route of the API,
+// answered as one whatever its method, never with the page's plain-text
+// 404 or its 405 (Allow: GET would name a method of a route not there).
+func (s *Server) notAPI(h http.Handler) http.Handler {
 	api := s.cfg.Prefix + chatrelay.PathAPI
-	return func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, api) {
 			s.handleNotFound(w, r)
 			return
 		}
-		page.ServeHTTP(w, r)
-	}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
