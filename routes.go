@@ -77,7 +77,7 @@ const (
 
 // Route is one row of the route table.
 type Route struct {
-	Method       string  // GET (which answers HEAD too, but on a stream), POST or DELETE; "" for every method (the 404)
+	Method       string  // GET (which answers HEAD too, but on a stream: TakesHead), POST or DELETE; "" for every method (the 404)
 	Path         string  // a Path constant; {name} matches one segment
 	Callers      Callers // who may call it
 	Body         string  // the $defs entry of its request body; "" if it takes none (or bytes: Upload)
@@ -105,6 +105,12 @@ func (r Route) Key() string {
 	}
 	return m + " " + r.Path
 }
+
+// TakesHead reports whether the route answers HEAD as its GET: a GET
+// route that is no stream. A stream is a body (HEAD would open one whose
+// writes are discarded, which would never notice its client leave), and
+// so is MCP's GET, which opens its session's event stream.
+func (r Route) TakesHead() bool { return r.Method == "GET" && r.Stream == "" && r.Path != PathMCP }
 
 // Gated reports whether the transport's gate authenticates a request of
 // the route before its handler (a stream authenticates itself).

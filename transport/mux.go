@@ -85,12 +85,11 @@ type route struct {
 }
 
 // takes reports whether rt answers method m: its own, HEAD with GET but on
-// a stream (a stream is a body, and HEAD would open one whose writes are
-// discarded, so it would never notice its client leave), or any for a row
-// that takes every method.
+// a stream (chatrelay.Route.TakesHead), or any for a row that takes every
+// method.
 func (rt route) takes(m string) bool {
 	return rt.row.AnyMethod || rt.method == "" || m == rt.method ||
-		(rt.method == http.MethodGet && m == http.MethodHead && rt.row.Stream == "")
+		(m == http.MethodHead && rt.row.TakesHead())
 }
 
 // bind binds every row of the route table, in its order.

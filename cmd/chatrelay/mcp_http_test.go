@@ -972,3 +972,29 @@ func TestMCPOpenThreadCountsInTheKeysWindow(t *testing.T) {
 		assert.Equal(t, "threads", len(list.Threads), 2)
 	})
 }
+
+// TestMCPHeadIsNotAllowed: HEAD is no method of /mcp (its GET opens the
+// session's event stream, and HEAD on a stream is none, as on the API's
+// streams): 405 with the API's JSON answer and Allow naming its three
+// methods, with a key or without one. Before, HEAD reached MCP: 401
+// without a key (a challenge to send one, for a method never served), and
+// with one the SDK's plain-text 405.
+func TestMCPHeadIsNotAllowed(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "builder")
+	for _, auth := range []string{"", "Bearer " + key} {
+		req, _ := http.NewRequest(http.MethodHead, n.base+chatrelay.PathMCP, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		assert.Success(t, err)
+		resp.Body.Close()
+		assert.Equal(t, fmt.Sprintf("HEAD with %q: status", auth), resp.StatusCode, http.StatusMethodNotAllowed)
+		assert.Equal(t, fmt.Sprintf("HEAD with %q: Allow", auth), resp.Header.Get("Allow"), "POST, GET, DELETE")
+		assert.Equal(t, fmt.Sprintf("HEAD with %q: Content-Type", auth), resp.Header.Get("Content-Type"), "application/json")
+		assert.Equal(t, fmt.Sprintf("HEAD with %q: WWW-Authenticate", auth), resp.Header.Get("WWW-Authenticate"), "")
+	}
+}
