@@ -107,7 +107,7 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 		return // most requests at the default level: build no log line
 	}
 	attrs := []slog.Attr{
-		slog.String("method", clip(r.Method)), slog.String("route", route), slog.String("path", clip(r.URL.Path)),
+		slog.String("method", clip(r.Method)), slog.String("route", route), slog.String("path", logPath(r.URL.Path)),
 		slog.Int("status", status), slog.Duration("dur", end.Sub(start)),
 	}
 	if ri.thread != "" {
@@ -202,13 +202,25 @@ const maxLogValue = 256
 
 // clip cuts s to at most maxLogValue bytes, on a UTF-8 boundary, marking
 // the cut with "…".
-func clip(s string) string {
-	if len(s) <= maxLogValue {
+func clip(s string) string { return clipTo(s, maxLogValue) }
+
+func clipTo(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	i := maxLogValue
+	i := n
 	for i > 0 && !utf8.RuneStart(s[i]) {
 		i--
 	}
 	return s[:i] + "…"
+}
+
+// logPath is a request's path as its log line holds it: clipped, with
+// every secret shape redacted (chatrelay.Redact: a token, a share or device
+// token, an agent key, password=…), since a client chooses it and may put
+// a credential in it (an address built from the wrong variable, a link
+// pasted into a path). The path is cut before it is redacted, to bound the
+// work, well past where the line cuts it.
+func logPath(p string) string {
+	return clip(chatrelay.Redact(clipTo(p, 4*maxLogValue)))
 }

@@ -68,9 +68,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	switch {
 	case e.Code == chatrelay.ThreadLimit: // the server is full, not failing: every refused creation says so
-		s.log.Warn("thread limit reached: a new thread was refused", "method", clip(r.Method), "path", clip(r.URL.Path), "code", e.Code)
+		s.log.Warn("thread limit reached: a new thread was refused", "method", clip(r.Method), "path", logPath(r.URL.Path), "code", e.Code)
 	case status >= 500:
-		s.log.Error("request failed", "method", clip(r.Method), "path", clip(r.URL.Path), "code", e.Code, "err", err)
+		s.log.Error("request failed", "method", clip(r.Method), "path", logPath(r.URL.Path), "code", e.Code, "err", err)
 	}
 	noteRefused(r, e.Code)
 	if e.Code.Retryable() && e.Retry > 0 {

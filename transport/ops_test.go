@@ -534,6 +534,42 @@ func (l *opsLog) String() string {
 	return l.buf.String()
 }
 
+// TestRequestLogRedactsThePath: a refused request's line (at info) holds
+// its path, which a client chose: one that carries a credential (a client
+// that built its address from the wrong variable, a link pasted into a
+// path) has it redacted as a participant's view would, never written to
+// the log. Before, the path was logged as sent.
+func TestRequestLogRedactsThePath(t *testing.T) {
+	t.Parallel()
+	var logs opsLog
+	e := opsStart(t, true, func(c *transport.Config) {
+		c.Log = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	tok := opsToken("path")
+	share := "chp_" + strings.Repeat("Q", 43)
+	e.post(tok, "operator", "hello", http.StatusCreated)
+	for _, c := range []struct {
+		method, path, token string
+		status              int
+	}{
+		{http.MethodGet, "/api/chat/attachments/" + tok, "", http.StatusUnauthorized},
+		{http.MethodDelete, "/api/chat/participants/" + share, tok, http.StatusNotFound},
+		{http.MethodGet, "/api/" + tok + "/poll", tok, http.StatusNotFound},
+	} {
+		status, body := e.do(c.method, c.path, c.token, "")
+		assert.Equal(t, c.method+" "+c.path+" "+string(body), status, c.status)
+	}
+	opsEventually(t, "a line per refused request", func() bool { return len(logs.lines(t)) >= 3 })
+	for _, m := range logs.lines(t) {
+		path, _ := m["path"].(string)
+		assert.True(t, strings.Contains(path, "[redacted]"), "the path of %v is not redacted", m)
+	}
+	all := logs.String()
+	for _, secret := range []string{tok, share} {
+		assert.True(t, !strings.Contains(all, secret), "the log holds %q:\n%s", secret, all)
+	}
+}
+
 // TestRequestLog: one line per request, at debug, or at info with the code
 // when refused; never a token, a ticket or a message's text.
 func TestRequestLog(t *testing.T) {
