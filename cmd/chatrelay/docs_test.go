@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // repoRoot is the module root, seen from this package's folder.
@@ -419,6 +421,34 @@ func TestDocsLinks(t *testing.T) {
 	for _, p := range pages {
 		if p != "README.md" && !linked[p] {
 			t.Errorf("README.md does not link %s: a newcomer could not find it", p)
+		}
+	}
+}
+
+// TestDocsRouteIndex: the index at the top of docs/api.md names every
+// route of the API (the route table's documented rows, chatrelay.Routes),
+// so a reader finds each one there, not only in its section.
+func TestDocsRouteIndex(t *testing.T) {
+	t.Parallel()
+	var index []string
+	for _, l := range readMarkdown(t, "docs/api.md") {
+		if strings.HasPrefix(l.text, "## ") {
+			break
+		}
+		if strings.HasPrefix(l.text, "| ") {
+			index = append(index, l.text)
+		}
+	}
+	for _, row := range chatrelay.Routes() {
+		if !row.Documented() {
+			continue
+		}
+		want := "`" + row.Method + " " + row.Path
+		if row.AnyMethod {
+			want = "`" + row.Path
+		}
+		if !slices.ContainsFunc(index, func(l string) bool { return strings.Contains(l, want) }) {
+			t.Errorf("docs/api.md: the index names no %s`", want)
 		}
 	}
 }
