@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -173,7 +174,14 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 	h.Set("Cache-Control", "private")
 	h.Set("ETag", strconv.Quote(a.SHA256))
 	rw := &rangeRefusal{ResponseWriter: w}
-	http.ServeContent(rw, r, "", time.Time{}, f) // Range, If-Range, HEAD
+	if rg, left := withoutEmptySuffixes(r.Header.Get("Range")); left || a.Size == 0 { // an empty file ignores Range
+		if rg != r.Header.Get("Range") {
+			r.Header.Set("Range", rg)
+		}
+		http.ServeContent(rw, r, "", time.Time{}, f) // Range, If-Range, HEAD
+	} else {
+		rw.refused = true
+	}
 	if rw.refused {
 		// net/http answers a Range it cannot satisfy with a plain-text
 		// 416; every error of the API is its JSON, with a code. The
@@ -184,6 +192,30 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 		h.Set("Content-Range", fmt.Sprintf("bytes */%d", a.Size))
 		s.writeError(w, r, chatrelay.Errorf(chatrelay.RangeNotSatisfiable, "the Range asks for bytes this file of %d bytes does not have, or does not parse", a.Size))
 	}
+}
+
+// withoutEmptySuffixes is a Range header without its suffix ranges of no
+// byte ("-0"), which satisfy nothing (RFC 9110, 14.1.1) but which
+// net/http serves as a 206 whose Content-Range ends before it starts
+// ("bytes 10-9/10"). left is false when nothing else is left: the Range
+// is not satisfiable. A header that is no bytes Range is kept as it is.
+func withoutEmptySuffixes(h string) (rg string, left bool) {
+	set, ok := strings.CutPrefix(h, "bytes=")
+	if !ok {
+		return h, true
+	}
+	var kept []string
+	for spec := range strings.SplitSeq(set, ",") {
+		n, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(spec), "-"), 10, 64)
+		if strings.HasPrefix(strings.TrimSpace(spec), "-") && err == nil && n == 0 {
+			continue
+		}
+		kept = append(kept, spec)
+	}
+	if len(kept) == 0 {
+		return "", false
+	}
+	return "bytes=" + strings.Join(kept, ","), true
 }
 
 // rangeRefusal passes an attachment's answer through, except a 416 from

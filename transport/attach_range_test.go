@@ -19,7 +19,7 @@ func TestAttachmentRangeNotSatisfiable(t *testing.T) {
 	e := startPush(t, pushOptions{})
 	tok := tokenN(1)
 	a := e.mustUpload(tok, "digits.txt", "text/plain", []byte("0123456789"))
-	for _, rg := range []string{"bytes=20-30", "bytes=abc", "bytes=5-2"} {
+	for _, rg := range []string{"bytes=20-30", "bytes=abc", "bytes=5-2", "bytes=-0", "bytes=-0, -00"} {
 		status, h, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
 		assert.Equal(t, rg+": status", status, http.StatusRequestedRangeNotSatisfiable)
 		assert.Equal(t, rg+": Content-Type", h.Get("Content-Type"), "application/json")
@@ -39,4 +39,14 @@ func TestAttachmentRangeNotSatisfiable(t *testing.T) {
 	}
 	status, _, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": "bytes=8-"})
 	assert.True(t, status == http.StatusPartialContent && string(b) == "89", "a satisfiable range: %d %q", status, b)
+	// A suffix of no byte beside a satisfiable range is left out: never a
+	// part whose Content-Range ends before it starts ("bytes 10-9/10").
+	status, h, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": "bytes=-0,8-"})
+	assert.True(t, status == http.StatusPartialContent && string(b) == "89" && h.Get("Content-Range") == "bytes 8-9/10",
+		"a satisfiable range beside -0: %d %q %q", status, h.Get("Content-Range"), b)
+	empty := e.mustUpload(tok, "empty.txt", "text/plain", nil)
+	for _, rg := range []string{"bytes=-0", "bytes=0-"} {
+		status, _, b = e.fetch(chatrelay.PathAttachments+"/"+empty.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
+		assert.True(t, status == http.StatusOK && len(b) == 0, "a zero-byte file ignores Range %s: %d %q", rg, status, b)
+	}
 }
