@@ -66,6 +66,10 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 		s.writeError(w, r, chatrelay.Errorf(chatrelay.InvalidAttachment, "X-Filename must name the file (UTF-8, percent-encoded)"))
 		return
 	}
+	if len(r.Header.Values("X-Filename")) > 1 { // as a token sent twice: a proxy may have read the other
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.InvalidAttachment, "X-Filename must name the file once"))
+		return
+	}
 	max := s.cfg.MaxAttachmentBytes
 	if r.ContentLength > max {
 		s.writeError(w, r, store.TooLarge(max))

@@ -372,3 +372,26 @@ func TestAttachmentDevice(t *testing.T) {
 		assert.True(t, !bytes.Contains(audit, []byte(`"event":"upload"`)), "a device's upload is audited as a participant's: %s", audit)
 	})
 }
+
+// TestUploadFilenameSentTwice: an upload with two X-Filename headers is
+// 400 invalid_attachment, as a credential sent twice is refused: a proxy that checked one name must not see another stored and
+// shown to people. Before, the first was taken.
+func TestUploadFilenameSentTwice(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	tok := tokenN(1)
+	e.mustPost(tok, "hello")
+	req, err := http.NewRequest(http.MethodPost, e.url(chatrelay.PathAttachments), strings.NewReader("bytes"))
+	assert.Success(t, err)
+	req.Header.Set("X-Chat-Token", tok)
+	req.Header.Set("Content-Type", "text/plain")
+	req.Header.Add("X-Filename", "report.txt")
+	req.Header.Add("X-Filename", "setup.exe")
+	resp, err := e.client.Do(req)
+	assert.Success(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Success(t, err)
+	assert.Equal(t, "status "+string(b), resp.StatusCode, http.StatusBadRequest)
+	assert.Equal(t, "code", decodeError(t, b).Code, "invalid_attachment")
+}
