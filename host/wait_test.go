@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -638,4 +639,34 @@ func TestWaitOutlastsTheStoreBeingUnreachable(t *testing.T) {
 	rr := recv(t, got, "wait_interaction once the store is back")
 	assert.Success(t, rr.err)
 	assert.Equal(t, "the outcome", rr.r.Interaction.State, chatrelay.Approved)
+}
+
+// TestWaitInterruptedWhileTheStoreIsUnreachable: a wait_interaction
+// interrupted (ctx canceled) while it looks again at an unreachable store
+// ends with the interrupt, not store_unavailable: ask --wait withdraws its
+// question only on a context error.
+func TestWaitInterruptedWhileTheStoreIsUnreachable(t *testing.T) {
+	t.Parallel()
+	b := storetest.Open(t, storetest.File, storetest.Options{})
+	_, err := b.Store.Append(t.Context(), thread, store.NewMessage{Text: "deploy?"})
+	assert.Success(t, err)
+	asker := &host.Verbs{Store: b.Store}
+	asked, err := asker.RequestApproval(t.Context(), host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+	assert.Success(t, err)
+	reader := &downStore{Store: b.Another(t, storetest.Options{}).Store}
+	reader.down.Store(true)
+	v := &host.Verbs{Store: reader}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	got := make(chan readResult, 1)
+	go func() {
+		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 60})
+		got <- readResult{r, err}
+	}()
+	assert.Eventually(t, within, "the wait looking at the unreachable store", func() bool { return reader.failed.Load() >= 1 })
+	cancel()
+	rr := recv(t, got, "wait_interaction once interrupted")
+	if !errors.Is(rr.err, context.Canceled) {
+		t.Fatalf("the interrupted wait ended with %v, want context.Canceled", rr.err)
+	}
 }
