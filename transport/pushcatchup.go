@@ -55,23 +55,16 @@ func (c *catchUps) from() int64 {
 }
 
 // add notes that the changes of thread ("" for every thread) after since
-// are to be read again, and wakes catchingUp.
+// are to be read again.
 func (c *catchUps) add(thread string, since int64) {
-	c.keep(thread, since)
+	c.mu.Lock()
+	if old, ok := c.pending[thread]; !ok || since < old {
+		c.pending[thread] = since
+	}
+	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
 	default:
-	}
-}
-
-// keep notes what add does without waking catchingUp: a read the store
-// could not answer waits for the next try (catchingUp's second), or for
-// the next add.
-func (c *catchUps) keep(thread string, since int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old, ok := c.pending[thread]; !ok || since < old {
-		c.pending[thread] = since
 	}
 }
 
@@ -110,7 +103,7 @@ func (ps *pusher) catchUp(ctx context.Context, pending map[string]int64) (later 
 	oldest := ps.s.cfg.Now().Add(-pushWindow).UnixMilli() // older changes are not pushed
 	retry := func(thread string, since int64, err error) {
 		if chatrelay.CodeOf(err) == chatrelay.StoreUnavailable && ctx.Err() == nil {
-			ps.catchUps.keep(thread, since) // not add: its wake would read again at once, over and over
+			ps.catchUps.add(thread, since)
 			later = true
 			return
 		}
