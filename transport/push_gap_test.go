@@ -3,7 +3,9 @@ package transport_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -331,5 +333,82 @@ func TestPushCatchUpHandedOverAtStop(t *testing.T) {
 			assert.Equal(t, "pushes of "+want, seen[want], 1)
 		}
 		assert.Equal(t, "pushes", len(pushesTo(svc, "/push/owner")), 5)
+	})
+}
+
+// claimsStallFromNow is a node's store whose push claims never answer, until
+// the server stops, once stalling is set (a store that stalls).
+type claimsStallFromNow struct {
+	store.Store
+	store.Push
+	stalling atomic.Bool
+	stalled  atomic.Int64
+}
+
+func (c *claimsStallFromNow) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
+	if c.stalling.Load() {
+		c.stalled.Add(1)
+		<-ctx.Done()
+		return false, false, ctx.Err()
+	}
+	return c.Push.ClaimPush(ctx, id, owner, lease, doc)
+}
+
+// TestPushCatchUpQueuedAtStopNotSentAgain: a catch-up reads again what
+// the feed brought just before its Reset (its slack), and queues it; the
+// claim of a change pushed already keeps it from being pushed twice. A
+// server that stops with such a change still queued (its one worker held
+// in a claim) does not hand it over: the next start, which on the file
+// store knows none of the stopped server's claims, pushed it again.
+func TestPushCatchUpQueuedAtStopNotSentAgain(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		const lease = time.Second
+		be := storetest.Open(t, backend, storetest.Options{})
+		g := &gappyFeed{Store: be.Store}
+		st := &claimsStallFromNow{}
+		var logged transport.SyncBuffer
+		first := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+			withPush(svc, func(p *transport.PushConfig) { p.Workers, p.Lease = 1, lease })(c)
+			st.Store, st.Push = c.Store, store.PushOf(c.Store)
+			c.Store, c.Feed = st, store.NewFeed(g)
+			c.Log = slog.New(slog.NewTextHandler(&logged, nil))
+		}})
+		owner, thread := tokenN(1), threadN(1)
+		first.mustPost(owner, "hello")
+		first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		reply := func(text string) string {
+			en, err := be.Store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
+			assert.Success(t, err)
+			return en.ID
+		}
+		reply("pushed before")
+		awaitPushes(t, svc, "/push/owner", 1)
+		st.stalling.Store(true)
+		reply("held in its claim")
+		assert.Eventually(t, 10*time.Second, "the worker held in its claim", func() bool { return st.stalled.Load() >= 1 })
+		g.open()
+		inGap := reply("in the gap")
+		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return g.skippedAll(inGap) })
+		g.reset(thread)
+		assert.Eventually(t, 10*time.Second, "the catch-up to queue the thread's three replies", func() bool {
+			return strings.Contains(logged.String(), "caught up with what the feed missed") && strings.Contains(logged.String(), "changes=3")
+		})
+		st.stalling.Store(false) // the worker stays held; the shutdown's claims are answered
+		first.stop()
+
+		second := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		awaitPushes(t, svc, "/push/owner", 3)
+		_, err := second.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "after"})
+		assert.Success(t, err)
+		_, pls := awaitPushes(t, svc, "/push/owner", 4)
+		seen := map[string]int{}
+		for _, p := range pls {
+			seen[p.Message.Text]++
+		}
+		for _, want := range []string{"pushed before", "held in its claim", "in the gap", "after"} {
+			assert.Equal(t, "pushes of "+want, seen[want], 1)
+		}
 	})
 }

@@ -112,7 +112,7 @@ func (ps *pusher) catchUp(ctx context.Context, pending map[string]int64) (later 
 	queued := 0
 	again := ps.missed(ctx, pending, func(thread string, m chatrelay.Message) bool {
 		select {
-		case ps.queue <- pushTask{thread: thread, entry: store.Entry{Message: m}}:
+		case ps.queue <- pushTask{thread: thread, entry: store.Entry{Message: m}, owed: pushOwed{caught: true}}:
 			queued++
 			return true
 		case <-ctx.Done():

@@ -142,6 +142,11 @@ type pushTask struct {
 type pushOwed struct {
 	only  []string  // the subscriptions (ids) still owed its push; nil: every one
 	since time.Time // when a server first took it to send: its pushes' window of retries starts then; zero: now
+	// caught: the change was read again from the store by a catch-up
+	// (pushcatchup.go), and this node has not claimed it: it may have
+	// been pushed already, so a stop hands it over only if its claim is
+	// won then (handOver)
+	caught bool
 }
 
 // pushLeft is a change this node was to send, unclaimed when it stopped
@@ -433,8 +438,10 @@ func journalDoc(thread string, m chatrelay.Message, owed pushOwed) []byte {
 // and had not settled (pushes in flight, waiting, or due for a retry),
 // those it won from a node that stopped and had not started, those
 // still queued, and those a catch-up had yet to read (pushcatchup.go),
-// read now and claimed, so that one pushed already (its claim held or
-// settled) is not handed over. The next server to start on the store sends them
+// read now. What a catch-up read (queued, or left unclaimed by a worker,
+// or read now) is claimed first, so that one pushed already (its claim
+// held or settled) is not handed over: the next start might not know
+// its claim (the file store's are the process's) and push it again. The next server to start on the store sends them
 // (takeHandover): a restart loses no push. (A server killed, SIGKILL,
 // hands nothing over: on several nodes another takes its claims over
 // when they lapse; the next server to start takes them from the store's
@@ -462,19 +469,40 @@ func (ps *pusher) handOver() {
 	pushes := 0 // of the changes it claimed, without an outcome
 	ps.workMu.Lock()
 	for _, c := range ps.working {
-		add(c.thread, c.m, pushOwed{c.owedIDs(), c.since})
+		add(c.thread, c.m, pushOwed{only: c.owedIDs(), since: c.since})
 		pushes += len(c.owedIDs())
 	}
-	for _, l := range ps.left {
-		add(l.thread, l.m, l.owed)
-	}
+	left := ps.left
 	ps.workMu.Unlock()
+	// addUnclaimed adds a change read again from the store (a catch-up's)
+	// if its claim is won now: one pushed already (its claim held or
+	// settled) is not handed over, since the next start may not know its
+	// claim (the file store's are the process's) and would push it again.
+	addUnclaimed := func(thread string, m chatrelay.Message) {
+		id, owed := pushClaimID(thread, m, pushTypeOf(m)), pushOwed{since: now}
+		if handed[id] {
+			return
+		}
+		won, _, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease, journalDoc(thread, m, owed))
+		if won || err != nil { // not claimed: the next start claims it
+			add(thread, m, owed)
+		}
+	}
+	for _, l := range left {
+		if l.owed.caught {
+			addUnclaimed(l.thread, l.m)
+		} else {
+			add(l.thread, l.m, l.owed)
+		}
+	}
 	for drained := false; !drained; {
 		select {
 		case t := <-ps.queue:
 			switch {
 			case t.watch != nil:
 				add(t.watch.thread, t.watch.m, t.watch.owed)
+			case t.job == nil && t.owed.caught:
+				addUnclaimed(t.thread, t.entry.Message)
 			case t.job == nil: // a retry's job is its change's, handed over above
 				add(t.thread, t.entry.Message, t.owed)
 			}
@@ -487,14 +515,7 @@ func (ps *pusher) handOver() {
 		}
 	}
 	unread := ps.missed(ctx, ps.catchUps.take(), func(thread string, m chatrelay.Message) bool {
-		id, owed := pushClaimID(thread, m, pushTypeOf(m)), pushOwed{since: now}
-		if handed[id] {
-			return true
-		}
-		won, _, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease, journalDoc(thread, m, owed))
-		if won || err != nil { // not claimed: the next start claims it
-			add(thread, m, owed)
-		}
+		addUnclaimed(thread, m)
 		return ctx.Err() == nil
 	})
 	if len(unread) > 0 {
@@ -678,6 +699,8 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	won, settled, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease, journalDoc(thread, m, owed))
 	switch {
 	case ctx.Err() != nil: // stopping: handed over, claimed or not
+		// A claim this node may hold now is its own to hand over.
+		owed.caught = owed.caught && err == nil && !won
 		ps.leave(thread, m, owed)
 		return
 	case err != nil:
@@ -705,6 +728,7 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 // at its due time and sends it if it wins the claim: a change another
 // node holds, or one whose recipients the store could not say.
 func (ps *pusher) watchLater(w *pushWatch) {
+	w.owed.caught = false // its claim may become this node's (takeOver): handed over as it is
 	w.size = 1024 + len(w.m.Text)
 	if w.m.Card != nil {
 		w.size += chatrelay.LimitCard.Max
