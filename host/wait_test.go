@@ -607,6 +607,20 @@ func (s *downStore) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 	return s.Store.Threads(ctx)
 }
 
+// awaitFailedTwice waits until the wait that answers on got found the
+// store unreachable twice, and fails the test if it answered before.
+func awaitFailedTwice[T any](t *testing.T, reader *downStore, got <-chan T) {
+	t.Helper()
+	assert.Eventually(t, within, "the wait looking at the unreachable store twice", func() bool {
+		select {
+		case rr := <-got:
+			t.Fatalf("the wait ended while the store was unreachable: %+v", rr)
+		default:
+		}
+		return reader.failed.Load() >= 2
+	})
+}
+
 // TestWaitOutlastsTheStoreBeingUnreachable: a wait_interaction (and so
 // check --wait and ask --wait) that finds the store unreachable for a
 // moment (a Redis restarting, its data kept) looks again until its
@@ -632,14 +646,7 @@ func TestWaitOutlastsTheStoreBeingUnreachable(t *testing.T) {
 		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 60})
 		got <- readResult{r, err}
 	}()
-	assert.Eventually(t, within, "the wait looking at the unreachable store twice", func() bool {
-		select {
-		case rr := <-got:
-			t.Fatalf("the wait ended while the store was unreachable: %+v, %v", rr.r, rr.err)
-		default:
-		}
-		return reader.failed.Load() >= 2
-	})
+	awaitFailedTwice(t, reader, got)
 	reader.down.Store(false)
 	_, err = b.Store.Change(ctx, thread, store.Change{Op: store.Respond, InteractionID: asked.Interaction.ID, Answer: chatrelay.Answer{Decision: "approve"}, By: chatrelay.Operator})
 	assert.Success(t, err)
@@ -685,14 +692,7 @@ func TestWaitMessagesOutlastsTheStoreBeingUnreachable(t *testing.T) {
 				r, err := v.WaitMessages(ctx, in)
 				got <- waited{r, err}
 			}()
-			assert.Eventually(t, within, "the wait looking at the unreachable store twice", func() bool {
-				select {
-				case rr := <-got:
-					t.Fatalf("the wait ended while the store was unreachable: %+v, %v", rr.r, rr.err)
-				default:
-				}
-				return reader.failed.Load() >= 2
-			})
+			awaitFailedTwice(t, reader, got)
 			reader.down.Store(false)
 			_, err = b.Store.Append(ctx, thread, store.NewMessage{Text: "still there?"})
 			assert.Success(t, err)
