@@ -62,3 +62,32 @@ func testMemberNamesAreExact(t *testing.T, backend string) {
 	status, _, body = e.do(http.MethodPost, chatrelay.PathPush, tok, `{"subscription":`+good+`}`, nil)
 	assert.Equal(t, "a subscription whose AUTH is an unknown member "+string(body), status, http.StatusCreated)
 }
+
+// TestIntegersAsTheSchemaReadsThem: an integer field (a grant's or a
+// device's expires_in, a grant's cap) takes every JSON number the bundle's
+// "type": "integer" takes, that is any number whose fraction is zero:
+// 3600.0 and 36e2 are 3600 (Python's json writes a float as 3600.0).
+// Before, they were refused invalid_expiry and invalid_cap while the
+// bundle (normative) said the body was valid. A fraction is still refused.
+func TestIntegersAsTheSchemaReadsThem(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	tok := tokenN(1)
+	e.mustPost(tok, "hello")
+	in := e.invite(tok, `{"name":"Alex","expires_in":3600.0,"cap":5.0}`)
+	assert.Equal(t, "cap", in.Participant.Cap, 5)
+	assert.Equal(t, "lifetime", in.Participant.ExpiresAt-in.Participant.CreatedAt, int64(3600_000))
+	status, _, body := e.do(http.MethodPost, chatrelay.PathDevices, tok, `{"name":"Phone","expires_in":36e2}`, nil)
+	assert.Equal(t, "a device for 36e2 seconds "+string(body), status, http.StatusCreated)
+	for _, c := range []struct{ path, body, code string }{
+		{chatrelay.PathParticipants, `{"name":"x","expires_in":3600.5}`, "invalid_expiry"},
+		{chatrelay.PathParticipants, `{"name":"x","expires_in":1e999}`, "invalid_expiry"},
+		{chatrelay.PathParticipants, `{"name":"x","expires_in":-0.0}`, "invalid_expiry"},
+		{chatrelay.PathParticipants, `{"name":"x","cap":1.5}`, "invalid_cap"},
+		{chatrelay.PathParticipants, `{"name":"x","cap":1e3000}`, "invalid_cap"},
+		{chatrelay.PathDevices, `{"name":"x","expires_in":3.6e10}`, "invalid_expiry"},
+	} {
+		status, _, body := e.do(http.MethodPost, c.path, tok, c.body, nil)
+		assert.True(t, status == http.StatusBadRequest && decodeError(t, body).Code == c.code, "%s %s: %d %s", c.path, c.body, status, body)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -286,11 +287,11 @@ func (b inviteBody) invite() (chatrelay.Invite, error) {
 		return in, err
 	}
 	if len(b.Cap) > 0 && string(b.Cap) != "null" {
-		var n int
-		if json.Unmarshal(b.Cap, &n) != nil || n == 0 {
+		n, ok := jsonInteger(b.Cap)
+		if !ok || n == 0 {
 			return in, chatrelay.Errorf(chatrelay.InvalidCap, "cap is an integer, %d … %d", chatrelay.LimitCap.Min, chatrelay.LimitCap.Max)
 		}
-		in.Cap = n
+		in.Cap = int(n)
 	}
 	return in, in.Check()
 }
@@ -302,11 +303,25 @@ func expiresIn(raw json.RawMessage, lim chatrelay.Limit) (time.Duration, error) 
 	if len(raw) == 0 || string(raw) == "null" {
 		return 0, nil
 	}
-	var n int64
-	if json.Unmarshal(raw, &n) != nil || n == 0 {
+	n, ok := jsonInteger(raw)
+	if !ok || n == 0 {
 		return 0, chatrelay.Errorf(chatrelay.InvalidExpiry, "expires_in is an integer of seconds, %d … %d", lim.Min, lim.Max)
 	}
-	return time.Duration(max(min(n, 1<<40), -1)) * time.Second, nil
+	return time.Duration(max(n, -1)) * time.Second, nil
+}
+
+// jsonInteger reads a JSON number that is an integer as the schema
+// bundle's "type": "integer" reads one: any number whose fraction is zero
+// (3600, 3600.0, 36e2; Python's json writes a float as 3600.0). A number
+// past ±2^40 reads as ±2^40, beyond every bound it is checked against. ok
+// is false for anything else (a fraction, a string, a number too large
+// for a float).
+func jsonInteger(raw json.RawMessage) (n int64, ok bool) {
+	var f float64
+	if json.Unmarshal(raw, &f) != nil || f != math.Trunc(f) {
+		return 0, false
+	}
+	return int64(max(min(f, 1<<40), -(1 << 40))), true
 }
 
 // publicBase is the base of share links: Config.PublicURL, or the
