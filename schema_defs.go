@@ -213,7 +213,7 @@ func (d defSet) answers() {
 		"awaiting": boolean("the last message was not written by hermes"), "cursor": epoch("the thread's newest change"),
 	}, "success", "thread", "messages", "reset", "awaiting", "cursor"))
 	d.add("attachment.answer", answer("201 to an upload (POST "+PathAttachments+")", "attachment", ref("attachment")))
-	d.add("ticket.body", open("POST "+PathTicket+" (optional: no body asks for the thread's ticket)", obj{
+	d.add("ticket.body", object("POST "+PathTicket+" (optional: no body asks for the thread's ticket; any member but attachment is refused, since a misspelled one would ask for no file)", obj{
 		"attachment": describe(ref("attachment_id"), "ask for a file ticket: it opens this one attachment's bytes, and no stream, poll or other file"),
 	}))
 	d.add("ticket.answer", object("201 to POST "+PathTicket, obj{
