@@ -62,6 +62,14 @@ var pushClaimClosed = time.Duration(chatrelay.LimitApprovalTime.Max)*time.Second
 // push service: a worker with more to send waits for one to end.
 const pushInFlight = 64
 
+// pushHandoverRead bounds a stop's reads and claims of what its
+// catch-ups had not queued (handOver); pushHandoverWrite the handover's
+// write, after them.
+const (
+	pushHandoverRead  = 2 * time.Second
+	pushHandoverWrite = 5 * time.Second
+)
+
 // pushWaiting bounds the pushes waiting behind another to the same
 // subscription (start), of every subscription.
 const pushWaiting = 4096
@@ -449,8 +457,10 @@ func journalDoc(thread string, m chatrelay.Message, owed pushOwed) []byte {
 // in the journal until they are settled: the next start takes each
 // once, the handed over document first.)
 func (ps *pusher) handOver() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	// The catch-ups' reads and claims have a deadline of their own, so
+	// that a slow store leaves the handover's write its whole time.
+	rctx, rcancel := context.WithTimeout(context.Background(), pushHandoverRead)
+	defer rcancel()
 	now := ps.s.cfg.Now()
 	var docs [][]byte
 	handed := map[string]bool{} // claim ids
@@ -483,7 +493,7 @@ func (ps *pusher) handOver() {
 		if handed[id] {
 			return
 		}
-		won, _, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease, journalDoc(thread, m, owed))
+		won, _, err := ps.st.ClaimPush(rctx, id, ps.owner, ps.lease, journalDoc(thread, m, owed))
 		if won || err != nil { // not claimed: the next start claims it
 			add(thread, m, owed)
 		}
@@ -514,9 +524,9 @@ func (ps *pusher) handOver() {
 			drained = true
 		}
 	}
-	unread := ps.missed(ctx, ps.catchUps.take(), func(thread string, m chatrelay.Message) bool {
+	unread := ps.missed(rctx, ps.catchUps.take(), func(thread string, m chatrelay.Message) bool {
 		addUnclaimed(thread, m)
-		return ctx.Err() == nil
+		return rctx.Err() == nil
 	})
 	if len(unread) > 0 {
 		ps.s.log.Warn("push: what the feed missed could not be read at shutdown, and is not handed over", "threads", len(unread))
@@ -524,6 +534,8 @@ func (ps *pusher) handOver() {
 	if len(docs) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), pushHandoverWrite)
+	defer cancel()
 	if err := ps.st.HandOverPushes(ctx, docs); err != nil {
 		ps.s.log.Warn("push: not sent at shutdown, and not handed over to the next start", "changes", len(docs), "pushes", pushes, "err", err)
 		return
