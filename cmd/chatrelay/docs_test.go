@@ -7,7 +7,7 @@ package main
 // included; the API page has a row for every error code, with its HTTP
 // status; the operations page documents every chatrelay_ metric a server
 // serves, with its type and labels; and every CHATRELAY_ variable the docs
-// name is read.
+// name is read; and every file a data folder holds is in its listing.
 
 import (
 	"bytes"
@@ -761,5 +761,74 @@ func TestDocsEnvVars(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+var (
+	hex16RE = regexp.MustCompile(`\b[0-9a-f]{16}\b`)
+	hex64RE = regexp.MustCompile(`\b[0-9a-f]{64}\b`)
+)
+
+// TestDocsDataFolder runs a server and the host's commands on one data
+// folder, then checks that every file and folder in it is in a listing
+// of docs/operations.md (its fenced blocks, such as "The data folder"): a
+// thread's id written <thread> (or a webhook's <ID>), a digest <sha256>,
+// and a lock file X.lock as X.
+func TestDocsDataFolder(t *testing.T) {
+	t.Parallel()
+	var listing strings.Builder
+	for _, l := range readMarkdown(t, "docs/operations.md") {
+		if l.fenced {
+			listing.WriteString(l.text + "\n")
+		}
+	}
+	listed := func(name string) bool {
+		return regexp.MustCompile(`(^|\s)` + regexp.QuoteMeta(name) + `(\s|$)`).MatchString(listing.String())
+	}
+
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(hook.Close)
+	srv := opsServe(t, "--webhook", hook.URL, "--webhook-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	tok := opsToken("docs data folder")
+	assert.Equal(t, "post", opsPost(t, t.Context(), http.DefaultClient, srv.base, tok, "hello", nil), http.StatusCreated)
+	thread := chatrelay.ThreadOf(tok)
+	file := filepath.Join(t.TempDir(), "build.log")
+	assert.Success(t, os.WriteFile(file, []byte("ok\n"), 0o600))
+	for _, args := range [][]string{
+		{"reply", thread, "done", "--attach", file},
+		{"ask", thread, "--approval", "Deploy?"},
+		{"share", thread, "--name", "Alex"},
+		{"device", thread, "--name", "Phone"},
+		{"agent", "add", "builder"},
+		{"push", "rotate-key"},
+	} {
+		var out bytes.Buffer
+		err := run(t.Context(), append(args, "--data", srv.data), func(string) string { return "" }, strings.NewReader(""), &out, &out)
+		if err != nil {
+			t.Fatalf("chatrelay %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		}
+	}
+	assert.Success(t, srv.stop())
+
+	n := 0
+	err := filepath.WalkDir(srv.data, func(p string, d os.DirEntry, err error) error {
+		if err != nil || p == srv.data {
+			return err
+		}
+		n++
+		name := hex64RE.ReplaceAllString(d.Name(), "<sha256>")
+		names := []string{hex16RE.ReplaceAllString(name, "<thread>"), hex16RE.ReplaceAllString(name, "<ID>")}
+		for _, nm := range names {
+			if d.IsDir() && listed(nm+"/") || !d.IsDir() && (listed(nm) || strings.HasSuffix(nm, ".lock") && listed(strings.TrimSuffix(nm, ".lock"))) {
+				return nil
+			}
+		}
+		rel, _ := filepath.Rel(srv.data, p)
+		t.Errorf("the data folder holds %s, which no listing of docs/operations.md names (as %s)", rel, names[0])
+		return nil
+	})
+	assert.Success(t, err)
+	if n < 15 {
+		t.Errorf("the data folder held only %d files and folders: did the commands run?", n)
 	}
 }
