@@ -6,8 +6,9 @@ package main
 // has; every relative link in README.md and docs/*.md resolves, #anchors
 // included; the API page has a row for every error code, with its HTTP
 // status; the operations page documents every chatrelay_ metric a server
-// serves, with its type and labels; and every CHATRELAY_ variable the docs
-// name is read; and every file a data folder holds is in its listing.
+// serves, with its type and labels; every CHATRELAY_ variable the docs
+// name is read; every file a data folder holds is in its listing; and
+// every test the docs name exists.
 
 import (
 	"bytes"
@@ -830,5 +831,48 @@ func TestDocsDataFolder(t *testing.T) {
 	assert.Success(t, err)
 	if n < 15 {
 		t.Errorf("the data folder held only %d files and folders: did the commands run?", n)
+	}
+}
+
+var testNameRE = regexp.MustCompile(`\b(?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*\*?`)
+
+// TestDocsTestNames checks that every test, benchmark and fuzz target
+// README.md and docs/*.md name (TestReadyz; TestNodes* for a family) is a
+// function of some _test.go file of the module, so that a reader can run it.
+func TestDocsTestNames(t *testing.T) {
+	t.Parallel()
+	funcRE := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
+	var defined []string
+	err := filepath.WalkDir(repoRoot, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".") && p != repoRoot) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, "_test.go") {
+			b, err := os.ReadFile(p)
+			for _, m := range funcRE.FindAllStringSubmatch(string(b), -1) {
+				defined = append(defined, m[1])
+			}
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exists := func(name string) bool {
+		prefix, family := strings.CutSuffix(name, "*")
+		return slices.ContainsFunc(defined, func(d string) bool { return d == name || family && strings.HasPrefix(d, prefix) })
+	}
+	for _, page := range docPages(t) {
+		for _, l := range readMarkdown(t, page) {
+			for _, name := range testNameRE.FindAllString(l.text, -1) {
+				if !exists(name) {
+					t.Errorf("%s:%d: %s is named, but no _test.go file of the module defines it", page, l.n, name)
+				}
+			}
+		}
 	}
 }
