@@ -876,3 +876,31 @@ func TestDocsTestNames(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsChatClientOptions checks that docs/web.md names every option of
+// the client module (the keys of chat.js's defaults) as `name`.
+func TestDocsChatClientOptions(t *testing.T) {
+	t.Parallel()
+	js, err := os.ReadFile(filepath.Join(repoRoot, "web", "static", "chat.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(js), "\nconst defaults = {\n")
+	block, _, ok2 := strings.Cut(block, "\n};")
+	if !ok || !ok2 {
+		t.Fatal("web/static/chat.js has no `const defaults = {…};`: where are the client's options now?")
+	}
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "web.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := regexp.MustCompile(`(?m)^  ([A-Za-z]+):`).FindAllStringSubmatch(block, -1)
+	if len(keys) < 5 {
+		t.Fatalf("found %d options in chat.js's defaults", len(keys))
+	}
+	for _, k := range keys {
+		if !strings.Contains(string(doc), "`"+k[1]+"`") {
+			t.Errorf("docs/web.md does not document the ChatClient option `%s` (web/static/chat.js's defaults)", k[1])
+		}
+	}
+}
