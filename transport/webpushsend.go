@@ -431,8 +431,10 @@ func journalDoc(thread string, m chatrelay.Message, owed pushOwed) []byte {
 // handOver keeps in the store, once run's workers and sends have ended,
 // the changes whose pushes this server did not finish: those it claimed
 // and had not settled (pushes in flight, waiting, or due for a retry),
-// those it won from a node that stopped and had not started, and those
-// still queued. The next server to start on the store sends them
+// those it won from a node that stopped and had not started, those
+// still queued, and those a catch-up had yet to read (pushcatchup.go),
+// read now and claimed, so that one pushed already (its claim held or
+// settled) is not handed over. The next server to start on the store sends them
 // (takeHandover): a restart loses no push. (A server killed, SIGKILL,
 // hands nothing over: on several nodes another takes its claims over
 // when they lapse; the next server to start takes them from the store's
@@ -440,12 +442,16 @@ func journalDoc(thread string, m chatrelay.Message, owed pushOwed) []byte {
 // in the journal until they are settled: the next start takes each
 // once, the handed over document first.)
 func (ps *pusher) handOver() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	now := ps.s.cfg.Now()
 	var docs [][]byte
+	handed := map[string]bool{} // claim ids
 	add := func(thread string, m chatrelay.Message, owed pushOwed) {
 		if owed.only != nil && len(owed.only) == 0 {
 			return // owed to none
 		}
+		handed[pushClaimID(thread, m, pushTypeOf(m))] = true
 		if owed.since.IsZero() {
 			owed.since = now
 		}
@@ -480,11 +486,23 @@ func (ps *pusher) handOver() {
 			drained = true
 		}
 	}
+	unread := ps.missed(ctx, ps.catchUps.take(), func(thread string, m chatrelay.Message) bool {
+		id, owed := pushClaimID(thread, m, pushTypeOf(m)), pushOwed{since: now}
+		if handed[id] {
+			return true
+		}
+		won, _, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease, journalDoc(thread, m, owed))
+		if won || err != nil { // not claimed: the next start claims it
+			add(thread, m, owed)
+		}
+		return ctx.Err() == nil
+	})
+	if len(unread) > 0 {
+		ps.s.log.Warn("push: what the feed missed could not be read at shutdown, and is not handed over", "threads", len(unread))
+	}
 	if len(docs) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	if err := ps.st.HandOverPushes(ctx, docs); err != nil {
 		ps.s.log.Warn("push: not sent at shutdown, and not handed over to the next start", "changes", len(docs), "pushes", pushes, "err", err)
 		return
