@@ -38,11 +38,17 @@ type Block struct {
 	Language string    `json:"language,omitempty"` // code
 }
 
+// MaxCardInput bounds the JSON text ParseCard reads (the CLI's file or
+// standard input). The card's own limit, LimitCard, counts the card as
+// compact JSON, which Check measures: the text may be indented past it.
+const MaxCardInput = 1 << 20
+
 // ParseCard decodes a card from JSON, refusing unknown fields, and checks
-// it (Card.Check).
+// it (Card.Check). data holds at most MaxCardInput bytes; its white space
+// is not the card's (LimitCard counts the card as compact JSON).
 func ParseCard(data []byte) (*Card, error) {
-	if len(data) > LimitCard.Max {
-		return nil, Errorf(InvalidCard, "a card is at most %d bytes of JSON, this one %d", LimitCard.Max, len(data))
+	if len(data) > MaxCardInput {
+		return nil, Errorf(InvalidCard, "a card's JSON text is at most %d bytes, this one more", MaxCardInput)
 	}
 	var c Card
 	dec := json.NewDecoder(strings.NewReader(string(data)))
