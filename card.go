@@ -90,7 +90,7 @@ func (c *Card) Check() error {
 			return err
 		}
 	}
-	if n := len(marshal(c)); n > LimitCard.Max {
+	if n := utf8JSONLen(marshal(c)); n > LimitCard.Max {
 		return Errorf(e, "a card is at most %d bytes of JSON, this one %d", LimitCard.Max, n)
 	}
 	return nil
@@ -200,3 +200,24 @@ const (
 	tagFirst        = '\U000E0020' // the tag characters of a subdivision flag …
 	tagCancel       = '\U000E007F' // … ending with the cancel tag
 )
+
+// utf8JSONLen is the length of the compact JSON b (as marshal writes it)
+// in the unit JSONUTF8Bytes: each line or paragraph separator counts its 3
+// bytes of UTF-8, not the 6 of the "\u2028" escape encoding/json writes
+// for it, so that a card measures as its client measures it (JSON.stringify
+// writes the separators as they are).
+func utf8JSONLen(b []byte) int {
+	n := len(b)
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if i+6 <= len(b) && b[i+1] == 'u' && (string(b[i+2:i+6]) == "2028" || string(b[i+2:i+6]) == "2029") {
+			n -= 3
+			i += 5
+			continue
+		}
+		i++ // the escaped character: a backslash escaped is no escape's start
+	}
+	return n
+}
