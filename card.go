@@ -45,10 +45,15 @@ const MaxCardInput = 1 << 20
 
 // ParseCard decodes a card from JSON, refusing unknown fields, and checks
 // it (Card.Check). data holds at most MaxCardInput bytes; its white space
-// is not the card's (LimitCard counts the card as compact JSON).
+// is not the card's (LimitCard counts the card as compact JSON). JSON that
+// is not valid UTF-8 or escapes a lone surrogate is refused, never decoded
+// into U+FFFD.
 func ParseCard(data []byte) (*Card, error) {
 	if len(data) > MaxCardInput {
 		return nil, Errorf(InvalidCard, "a card's JSON text is at most %d bytes, this one more", MaxCardInput)
+	}
+	if !ValidJSONText(data) { // a decoder would make each fault U+FFFD; refused, as send_card's arguments are
+		return nil, Errorf(InvalidCard, `the card is not valid UTF-8, or holds a lone UTF-16 surrogate escape (such as "\ud83d"): it is no text`)
 	}
 	var c Card
 	dec := json.NewDecoder(strings.NewReader(string(data)))
