@@ -442,8 +442,12 @@ func Redact(s string) string {
 
 // RedactTo is Redact(s) cut to l.Max code points (with "…"): a string a
 // participant reads beside a message (a thread's title, a name in whoami)
-// keeps its field's limit, as RedactMessage's strings do.
-func RedactTo(s string, l Limit) string { return cut(Redact(s), l.Max) }
+// keeps its field's limit, and reads as RedactMessage's strings do (a
+// shape the cut's "…" ends is redacted too: redacted again, it is the same).
+func RedactTo(s string, l Limit) string {
+	var r redactor
+	return r.to(s, l)
+}
 
 // redactOnce redacts s once: the secret shapes, then URL passwords, then
 // the values of secret-named keys.

@@ -414,3 +414,17 @@ func TestRedactCutLeavesNoShape(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("cut at %d, redacted again", n), again.Text, r.Text)
 	}
 }
+
+// TestRedactToAsAMessage: RedactTo reads a string as RedactMessage does
+// the same string in a field of the same limit: a participant's name in
+// whoami is the name a message's author_name shows, and redacted again it
+// is the same, even where the cut to the limit ends a shape (AKIA and 16
+// of a longer run: RedactTo left it whole before its "…").
+func TestRedactToAsAMessage(t *testing.T) {
+	t.Parallel()
+	name := strings.Repeat("n", chatrelay.LimitName.Max-22) + " AKIA" + strings.Repeat("B", 16) + "Z tail"
+	r, _ := chatrelay.RedactMessage(chatrelay.Message{Text: "hi", AuthorName: name})
+	got := chatrelay.RedactTo(name, chatrelay.LimitName)
+	assert.Equal(t, "the name as RedactTo reads it", got, r.AuthorName)
+	assert.Equal(t, "the name redacted again", chatrelay.RedactTo(got, chatrelay.LimitName), got)
+}

@@ -45,6 +45,10 @@ var errWake = errors.New("host: a message to answer")
 // in each thread, the messages after hermes's newest one (every message
 // of a thread hermes never wrote in). If there are none, it waits for the
 // next message after the newest one stored.
+//
+// A store that cannot be reached (StoreUnavailable) is looked at again
+// every lookAgain until the timeout, which then ends the wait with that
+// error.
 func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMessagesResult, error) {
 	if in.Thread != "" {
 		if err := v.checkThread(in.Thread); err != nil {
@@ -58,6 +62,28 @@ func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMes
 	if err != nil {
 		return WaitMessagesResult{}, err
 	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		r, err := v.waitMessages(ctx, wctx, in)
+		if chatrelay.CodeOf(err) != chatrelay.StoreUnavailable || wctx.Err() != nil {
+			return r, err
+		}
+		// The store cannot answer for now (a Redis restarting): the person
+		// may write once it can; look again until the timeout, which then
+		// ends the wait with that error.
+		select {
+		case <-wctx.Done():
+		case <-time.After(lookAgain):
+		}
+		if ctx.Err() != nil {
+			return WaitMessagesResult{}, ctx.Err()
+		}
+	}
+}
+
+// waitMessages is one try of WaitMessages, until wctx is done.
+func (v *Verbs) waitMessages(ctx, wctx context.Context, in WaitMessagesInput) (WaitMessagesResult, error) {
 	since := in.Since
 	if since == 0 {
 		r, err := v.unanswered(ctx, in.Thread)
@@ -69,8 +95,6 @@ func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMes
 		// wait has started is seen all the same).
 		since = max(r.Cursor, 1)
 	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	// Watch registers with the feed, then reads the store after since, so
 	// a message stored at any moment is seen. One of another thread that
 	// comes with an epoch at or before since (epochs are each thread's:
@@ -78,7 +102,7 @@ func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMes
 	// differ) is answered too, with the rest of its thread from it:
 	// behind holds where each such thread is read from.
 	behind := map[string]int64{}
-	err = v.feed().Watch(wctx, since, false, func(thread string, e store.Entry, _ bool) error {
+	err := v.feed().Watch(wctx, since, false, func(thread string, e store.Entry, _ bool) error {
 		if e.Author != chatrelay.Hermes && (in.Thread == "" && v.reaches(thread) || thread == in.Thread) {
 			if e.Epoch <= since {
 				behind[thread] = e.Epoch - 1

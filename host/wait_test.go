@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -599,6 +600,28 @@ func (s *downStore) Changes(ctx context.Context, thread string, since int64, lim
 	return s.Store.Changes(ctx, thread, since, limit)
 }
 
+func (s *downStore) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
+	if s.down.Load() {
+		s.failed.Add(1)
+		return nil, &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached"}
+	}
+	return s.Store.Threads(ctx)
+}
+
+// awaitFailedTwice waits until the wait that answers on got found the
+// store unreachable twice, and fails the test if it answered before.
+func awaitFailedTwice[T any](t *testing.T, reader *downStore, got <-chan T) {
+	t.Helper()
+	assert.Eventually(t, within, "the wait looking at the unreachable store twice", func() bool {
+		select {
+		case rr := <-got:
+			t.Fatalf("the wait ended while the store was unreachable: %+v", rr)
+		default:
+		}
+		return reader.failed.Load() >= 2
+	})
+}
+
 // TestWaitOutlastsTheStoreBeingUnreachable: a wait_interaction (and so
 // check --wait and ask --wait) that finds the store unreachable for a
 // moment (a Redis restarting, its data kept) looks again until its
@@ -624,18 +647,92 @@ func TestWaitOutlastsTheStoreBeingUnreachable(t *testing.T) {
 		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 60})
 		got <- readResult{r, err}
 	}()
-	assert.Eventually(t, within, "the wait looking at the unreachable store twice", func() bool {
-		select {
-		case rr := <-got:
-			t.Fatalf("the wait ended while the store was unreachable: %+v, %v", rr.r, rr.err)
-		default:
-		}
-		return reader.failed.Load() >= 2
-	})
+	awaitFailedTwice(t, reader, got)
 	reader.down.Store(false)
 	_, err = b.Store.Change(ctx, thread, store.Change{Op: store.Respond, InteractionID: asked.Interaction.ID, Answer: chatrelay.Answer{Decision: "approve"}, By: chatrelay.Operator})
 	assert.Success(t, err)
 	rr := recv(t, got, "wait_interaction once the store is back")
 	assert.Success(t, rr.err)
 	assert.Equal(t, "the outcome", rr.r.Interaction.State, chatrelay.Approved)
+}
+
+// TestWaitMessagesOutlastsTheStoreBeingUnreachable: a wait_messages (and
+// so an agent's loop over it) that finds the store unreachable for a
+// moment looks again until its timeout, as wait_interaction does, and
+// answers the message written once the store is back; with and without a
+// cursor, for one thread and for every thread. It answered
+// store_unavailable at once.
+func TestWaitMessagesOutlastsTheStoreBeingUnreachable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		withSince bool
+		thread    string
+	}{{"cursor, thread", true, thread}, {"cursor, every thread", true, ""}, {"no cursor, thread", false, thread}, {"no cursor, every thread", false, ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := storetest.Open(t, storetest.File, storetest.Options{})
+			ctx := t.Context()
+			first, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "hello"})
+			assert.Success(t, err)
+			_, err = b.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, Text: "hi"})
+			assert.Success(t, err)
+			reader := &downStore{Store: b.Another(t, storetest.Options{}).Store}
+			reader.down.Store(true)
+			v := &host.Verbs{Store: reader}
+			in := host.WaitMessagesInput{Thread: tc.thread, Timeout: 60}
+			if tc.withSince {
+				in.Since = first.Epoch + 1
+			}
+			type waited struct {
+				r   host.WaitMessagesResult
+				err error
+			}
+			got := make(chan waited, 1)
+			go func() {
+				r, err := v.WaitMessages(ctx, in)
+				got <- waited{r, err}
+			}()
+			awaitFailedTwice(t, reader, got)
+			reader.down.Store(false)
+			_, err = b.Store.Append(ctx, thread, store.NewMessage{Text: "still there?"})
+			assert.Success(t, err)
+			rr := recv(t, got, "wait_messages once the store is back")
+			assert.Success(t, rr.err)
+			assert.Equal(t, "messages", len(rr.r.Messages), 1)
+			var m chatrelay.Message
+			assert.Success(t, json.Unmarshal(rr.r.Messages[0].Message, &m))
+			assert.Equal(t, "the message", m.Text, "still there?")
+		})
+	}
+}
+
+// TestWaitInterruptedWhileTheStoreIsUnreachable: a wait_interaction
+// interrupted (ctx canceled) while it looks again at an unreachable store
+// ends with the interrupt, not store_unavailable: ask --wait withdraws its
+// question only on a context error.
+func TestWaitInterruptedWhileTheStoreIsUnreachable(t *testing.T) {
+	t.Parallel()
+	b := storetest.Open(t, storetest.File, storetest.Options{})
+	_, err := b.Store.Append(t.Context(), thread, store.NewMessage{Text: "deploy?"})
+	assert.Success(t, err)
+	asker := &host.Verbs{Store: b.Store}
+	asked, err := asker.RequestApproval(t.Context(), host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+	assert.Success(t, err)
+	reader := &downStore{Store: b.Another(t, storetest.Options{}).Store}
+	reader.down.Store(true)
+	v := &host.Verbs{Store: reader}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	got := make(chan readResult, 1)
+	go func() {
+		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 60})
+		got <- readResult{r, err}
+	}()
+	assert.Eventually(t, within, "the wait looking at the unreachable store", func() bool { return reader.failed.Load() >= 1 })
+	cancel()
+	rr := recv(t, got, "wait_interaction once interrupted")
+	if !errors.Is(rr.err, context.Canceled) {
+		t.Fatalf("the interrupted wait ended with %v, want context.Canceled", rr.err)
+	}
 }

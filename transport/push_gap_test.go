@@ -3,6 +3,9 @@ package transport_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -205,6 +208,207 @@ func TestExpiryAfterAFeedReset(t *testing.T) {
 					return false
 				})
 			})
+		}
+	})
+}
+
+// changesFail is a store whose Changes fails (store_unavailable) while
+// failing is set, and notes when each failed call came.
+type changesFail struct {
+	store.Store
+	store.Push
+	failing atomic.Bool
+	mu      sync.Mutex
+	failed  []time.Time
+}
+
+func (c *changesFail) Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
+	if c.failing.Load() {
+		c.mu.Lock()
+		c.failed = append(c.failed, time.Now())
+		c.mu.Unlock()
+		return store.Page{}, chatrelay.Errorf(chatrelay.StoreUnavailable, "storage is unavailable")
+	}
+	return c.Store.Changes(ctx, thread, since, limit)
+}
+
+func (c *changesFail) failures() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.failed)
+}
+
+// TestPushCatchUpTriedAgainEverySecond: a catch-up the store cannot read
+// (store_unavailable) is tried again a second later, not at once in a
+// loop; once the store answers, the skipped reply is pushed once.
+func TestPushCatchUpTriedAgainEverySecond(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		be := storetest.Open(t, backend, storetest.Options{})
+		g := &gappyFeed{Store: be.Store}
+		st := &changesFail{Store: be.Store, Push: store.PushOf(be.Store)}
+		e := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+			withPush(svc, nil)(c)
+			c.Store, c.Feed = st, store.NewFeed(g)
+		}})
+		owner, thread := tokenN(1), threadN(1)
+		e.mustPost(owner, "hello")
+		e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		g.open()
+		en, err := be.Store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "in the gap"})
+		assert.Success(t, err)
+		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return g.skippedAll(en.ID) })
+		st.failing.Store(true)
+		g.reset(thread)
+		assert.Eventually(t, 10*time.Second, "three reads of the catch-up", func() bool { return len(st.failures()) >= 3 })
+		st.failing.Store(false)
+		f := st.failures()
+		// A lower bound only: a loaded machine makes the tries later, never sooner.
+		assert.True(t, f[2].Sub(f[0]) >= 1900*time.Millisecond, "the third read %v after the first; want about 2s", f[2].Sub(f[0]))
+		_, pls := awaitPushes(t, svc, "/push/owner", 1)
+		assert.Equal(t, "the push", pls[0].Message.Text, "in the gap")
+	})
+}
+
+// firstClaimStalls is a node's store whose first push claim never
+// answers until the server stops (a store that stalls once).
+type firstClaimStalls struct {
+	store.Store
+	store.Push
+	calls atomic.Int64
+}
+
+func (c *firstClaimStalls) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
+	if c.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return false, false, ctx.Err()
+	}
+	return c.Push.ClaimPush(ctx, id, owner, lease, doc)
+}
+
+// TestPushCatchUpHandedOverAtStop: a server stops while a catch-up (the
+// feed said Reset after skipping four replies) has queued what the queue
+// had room for and waits to queue the rest, its one worker held in its
+// first claim. The next server pushes each of the four replies once.
+func TestPushCatchUpHandedOverAtStop(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		const lease = time.Second
+		be := storetest.Open(t, backend, storetest.Options{})
+		g := &gappyFeed{Store: be.Store}
+		held := &firstClaimStalls{}
+		first := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+			withPush(svc, func(p *transport.PushConfig) { p.Workers, p.Queue, p.Lease = 1, 1, lease })(c)
+			held.Store, held.Push = c.Store, store.PushOf(c.Store)
+			c.Store, c.Feed = held, store.NewFeed(g)
+		}})
+		owner, thread := tokenN(1), threadN(1)
+		first.mustPost(owner, "hello")
+		first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		g.open()
+		var ids []string
+		for i := range 4 {
+			en, err := be.Store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: fmt.Sprint("reply ", i)})
+			assert.Success(t, err)
+			ids = append(ids, en.ID)
+		}
+		assert.Eventually(t, 5*time.Second, "the feed to skip the replies", func() bool { return g.skippedAll(ids...) })
+		g.reset(thread)
+		assert.Eventually(t, 10*time.Second, "the worker held in its first claim", func() bool { return held.calls.Load() >= 1 })
+		first.stop()
+		assert.Equal(t, "pushes before the next start", len(pushesTo(svc, "/push/owner")), 0)
+
+		second := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		awaitPushes(t, svc, "/push/owner", 4)
+		_, err := second.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "after"})
+		assert.Success(t, err)
+		_, pls := awaitPushes(t, svc, "/push/owner", 5)
+		seen := map[string]int{}
+		for _, p := range pls {
+			seen[p.Message.Text]++
+		}
+		for _, want := range []string{"reply 0", "reply 1", "reply 2", "reply 3", "after"} {
+			assert.Equal(t, "pushes of "+want, seen[want], 1)
+		}
+		assert.Equal(t, "pushes", len(pushesTo(svc, "/push/owner")), 5)
+	})
+}
+
+// claimsStallFromNow is a node's store whose push claims never answer, until
+// the server stops, once stalling is set (a store that stalls).
+type claimsStallFromNow struct {
+	store.Store
+	store.Push
+	stalling atomic.Bool
+	stalled  atomic.Int64
+}
+
+func (c *claimsStallFromNow) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
+	if c.stalling.Load() {
+		c.stalled.Add(1)
+		<-ctx.Done()
+		return false, false, ctx.Err()
+	}
+	return c.Push.ClaimPush(ctx, id, owner, lease, doc)
+}
+
+// TestPushCatchUpQueuedAtStopNotSentAgain: a catch-up reads again what
+// the feed brought just before its Reset (its slack), and queues it; the
+// claim of a change pushed already keeps it from being pushed twice. A
+// server that stops with such a change still queued (its one worker held
+// in a claim) does not hand it over: the next start, which on the file
+// store knows none of the stopped server's claims, pushed it again.
+func TestPushCatchUpQueuedAtStopNotSentAgain(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		const lease = time.Second
+		be := storetest.Open(t, backend, storetest.Options{})
+		g := &gappyFeed{Store: be.Store}
+		st := &claimsStallFromNow{}
+		var logged transport.SyncBuffer
+		first := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+			withPush(svc, func(p *transport.PushConfig) { p.Workers, p.Lease = 1, lease })(c)
+			st.Store, st.Push = c.Store, store.PushOf(c.Store)
+			c.Store, c.Feed = st, store.NewFeed(g)
+			c.Log = slog.New(slog.NewTextHandler(&logged, nil))
+		}})
+		owner, thread := tokenN(1), threadN(1)
+		first.mustPost(owner, "hello")
+		first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		reply := func(text string) string {
+			en, err := be.Store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
+			assert.Success(t, err)
+			return en.ID
+		}
+		reply("pushed before")
+		awaitPushes(t, svc, "/push/owner", 1)
+		st.stalling.Store(true)
+		reply("held in its claim")
+		assert.Eventually(t, 10*time.Second, "the worker held in its claim", func() bool { return st.stalled.Load() >= 1 })
+		g.open()
+		inGap := reply("in the gap")
+		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return g.skippedAll(inGap) })
+		g.reset(thread)
+		assert.Eventually(t, 10*time.Second, "the catch-up to queue the thread's three replies", func() bool {
+			return strings.Contains(logged.String(), "caught up with what the feed missed") && strings.Contains(logged.String(), "changes=3")
+		})
+		st.stalling.Store(false) // the worker stays held; the shutdown's claims are answered
+		first.stop()
+
+		second := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		awaitPushes(t, svc, "/push/owner", 3)
+		_, err := second.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "after"})
+		assert.Success(t, err)
+		_, pls := awaitPushes(t, svc, "/push/owner", 4)
+		seen := map[string]int{}
+		for _, p := range pls {
+			seen[p.Message.Text]++
+		}
+		for _, want := range []string{"pushed before", "held in its claim", "in the gap", "after"} {
+			assert.Equal(t, "pushes of "+want, seen[want], 1)
 		}
 	})
 }

@@ -55,16 +55,22 @@ func (c *catchUps) from() int64 {
 }
 
 // add notes that the changes of thread ("" for every thread) after since
-// are to be read again.
+// are to be read again, now.
 func (c *catchUps) add(thread string, since int64) {
-	c.mu.Lock()
-	if old, ok := c.pending[thread]; !ok || since < old {
-		c.pending[thread] = since
-	}
-	c.mu.Unlock()
+	c.later(thread, since)
 	select {
 	case c.wake <- struct{}{}:
 	default:
+	}
+}
+
+// later notes, as add, what is to be read again, without waking the
+// reader: it reads it when it is next woken, or tries again (catchingUp).
+func (c *catchUps) later(thread string, since int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.pending[thread]; !ok || since < old {
+		c.pending[thread] = since
 	}
 }
 
@@ -98,24 +104,56 @@ func (ps *pusher) catchingUp(ctx context.Context) {
 }
 
 // catchUp queues the changes of pending (thread → after which epoch) and
-// reports whether some are to be read again later.
+// reports whether some are to be read again later: those the store could
+// not read now, noted to be tried again a second later (catchingUp). What
+// it had yet to queue when ctx is done stays noted for the handover
+// (handOver).
 func (ps *pusher) catchUp(ctx context.Context, pending map[string]int64) (later bool) {
-	oldest := ps.s.cfg.Now().Add(-pushWindow).UnixMilli() // older changes are not pushed
-	retry := func(thread string, since int64, err error) {
-		if chatrelay.CodeOf(err) == chatrelay.StoreUnavailable && ctx.Err() == nil {
-			ps.catchUps.add(thread, since)
-			later = true
+	queued := 0
+	again := ps.missed(ctx, pending, func(thread string, m chatrelay.Message) bool {
+		select {
+		case ps.queue <- pushTask{thread: thread, entry: store.Entry{Message: m}, owed: pushOwed{caught: true}}:
+			queued++
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	})
+	for thread, since := range again {
+		ps.catchUps.later(thread, since)
+	}
+	if queued > 0 {
+		ps.s.log.Info("push: caught up with what the feed missed", "threads", len(pending), "changes", queued)
+	}
+	return len(again) > 0 && ctx.Err() == nil
+}
+
+// missed reads the changes of pending (thread, "" for every thread →
+// after which epoch, never before a push's window of retries) that make
+// a push, and calls fn with each, in its current state, as the feed would
+// have had it when new (an approval answered meanwhile pushes only its
+// closing). It returns what is still to be read: what the store could not
+// read (store_unavailable), and, once fn returns false or ctx is done,
+// every thread not read to its end.
+func (ps *pusher) missed(ctx context.Context, pending map[string]int64, fn func(thread string, m chatrelay.Message) bool) (again map[string]int64) {
+	again = map[string]int64{}
+	stopped := false
+	keep := func(thread string, since int64, err error) {
+		switch {
+		case ctx.Err() != nil:
+			stopped = true
+		case chatrelay.CodeOf(err) == chatrelay.StoreUnavailable:
+		default:
+			ps.s.log.Warn("push: could not read what the feed missed", "thread", thread, "err", err)
 			return
 		}
-		if ctx.Err() == nil {
-			ps.s.log.Warn("push: could not read what the feed missed", "thread", thread, "err", err)
-		}
+		again[thread] = since
 	}
 	if since, ok := pending[""]; ok {
 		delete(pending, "")
 		infos, err := ps.s.store.Threads(ctx)
 		if err != nil {
-			retry("", since, err)
+			keep("", since, err)
 		}
 		for _, info := range infos {
 			if old, ok := pending[info.Thread]; info.Rev > since && (!ok || since < old) {
@@ -123,37 +161,34 @@ func (ps *pusher) catchUp(ctx context.Context, pending map[string]int64) (later 
 			}
 		}
 	}
-	queued := 0
+	oldest := ps.s.cfg.Now().Add(-pushWindow).UnixMilli() // older changes are not pushed
 	for thread, since := range pending {
+		if stopped {
+			again[thread] = since
+			continue
+		}
 		if since = max(since, oldest); since >= ps.s.cfg.Now().UnixMilli() {
 			continue
 		}
 		p, err := ps.s.store.Changes(ctx, thread, since, 0)
 		if err != nil {
-			retry(thread, since, err)
+			keep(thread, since, err)
 			continue
 		}
 		for _, e := range p.Messages {
 			m := e.Message
 			if m.Epoch > since {
-				// New since: pushed as the feed would have had it when
-				// new, in its current state (an approval answered
-				// meanwhile pushes only its closing).
 				m.Rev = m.Epoch
 			}
 			if pushTypeOf(m) == "" {
 				continue
 			}
-			select {
-			case ps.queue <- pushTask{thread: thread, entry: store.Entry{Message: m}}:
-				queued++
-			case <-ctx.Done(): // stopping: the next start does not catch up
-				return false
+			if !fn(thread, m) {
+				stopped = true
+				again[thread] = since
+				break
 			}
 		}
 	}
-	if queued > 0 {
-		ps.s.log.Info("push: caught up with what the feed missed", "threads", len(pending), "changes", queued)
-	}
-	return later
+	return again
 }

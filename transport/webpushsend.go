@@ -142,6 +142,11 @@ type pushTask struct {
 type pushOwed struct {
 	only  []string  // the subscriptions (ids) still owed its push; nil: every one
 	since time.Time // when a server first took it to send: its pushes' window of retries starts then; zero: now
+	// caught: the change was read again from the store by a catch-up
+	// (pushcatchup.go), and this node has not claimed it: it may have
+	// been pushed already, so a stop hands it over only if its claim is
+	// won then (handOver)
+	caught bool
 }
 
 // pushLeft is a change this node was to send, unclaimed when it stopped
@@ -431,8 +436,12 @@ func journalDoc(thread string, m chatrelay.Message, owed pushOwed) []byte {
 // handOver keeps in the store, once run's workers and sends have ended,
 // the changes whose pushes this server did not finish: those it claimed
 // and had not settled (pushes in flight, waiting, or due for a retry),
-// those it won from a node that stopped and had not started, and those
-// still queued. The next server to start on the store sends them
+// those it won from a node that stopped and had not started, those
+// still queued, and those a catch-up had yet to read (pushcatchup.go),
+// read now. What a catch-up read (queued, or left unclaimed by a worker,
+// or read now) is claimed first, so that one pushed already (its claim
+// held or settled) is not handed over: the next start might not know
+// its claim (the file store's are the process's) and push it again. The next server to start on the store sends them
 // (takeHandover): a restart loses no push. (A server killed, SIGKILL,
 // hands nothing over: on several nodes another takes its claims over
 // when they lapse; the next server to start takes them from the store's
@@ -440,12 +449,16 @@ func journalDoc(thread string, m chatrelay.Message, owed pushOwed) []byte {
 // in the journal until they are settled: the next start takes each
 // once, the handed over document first.)
 func (ps *pusher) handOver() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	now := ps.s.cfg.Now()
 	var docs [][]byte
+	handed := map[string]bool{} // claim ids
 	add := func(thread string, m chatrelay.Message, owed pushOwed) {
 		if owed.only != nil && len(owed.only) == 0 {
 			return // owed to none
 		}
+		handed[pushClaimID(thread, m, pushTypeOf(m))] = true
 		if owed.since.IsZero() {
 			owed.since = now
 		}
@@ -456,19 +469,40 @@ func (ps *pusher) handOver() {
 	pushes := 0 // of the changes it claimed, without an outcome
 	ps.workMu.Lock()
 	for _, c := range ps.working {
-		add(c.thread, c.m, pushOwed{c.owedIDs(), c.since})
+		add(c.thread, c.m, pushOwed{only: c.owedIDs(), since: c.since})
 		pushes += len(c.owedIDs())
 	}
-	for _, l := range ps.left {
-		add(l.thread, l.m, l.owed)
-	}
+	left := ps.left
 	ps.workMu.Unlock()
+	// addUnclaimed adds a change read again from the store (a catch-up's)
+	// if its claim is won now: one pushed already (its claim held or
+	// settled) is not handed over, since the next start may not know its
+	// claim (the file store's are the process's) and would push it again.
+	addUnclaimed := func(thread string, m chatrelay.Message) {
+		id, owed := pushClaimID(thread, m, pushTypeOf(m)), pushOwed{since: now}
+		if handed[id] {
+			return
+		}
+		won, _, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease, journalDoc(thread, m, owed))
+		if won || err != nil { // not claimed: the next start claims it
+			add(thread, m, owed)
+		}
+	}
+	for _, l := range left {
+		if l.owed.caught {
+			addUnclaimed(l.thread, l.m)
+		} else {
+			add(l.thread, l.m, l.owed)
+		}
+	}
 	for drained := false; !drained; {
 		select {
 		case t := <-ps.queue:
 			switch {
 			case t.watch != nil:
 				add(t.watch.thread, t.watch.m, t.watch.owed)
+			case t.job == nil && t.owed.caught:
+				addUnclaimed(t.thread, t.entry.Message)
 			case t.job == nil: // a retry's job is its change's, handed over above
 				add(t.thread, t.entry.Message, t.owed)
 			}
@@ -480,11 +514,16 @@ func (ps *pusher) handOver() {
 			drained = true
 		}
 	}
+	unread := ps.missed(ctx, ps.catchUps.take(), func(thread string, m chatrelay.Message) bool {
+		addUnclaimed(thread, m)
+		return ctx.Err() == nil
+	})
+	if len(unread) > 0 {
+		ps.s.log.Warn("push: what the feed missed could not be read at shutdown, and is not handed over", "threads", len(unread))
+	}
 	if len(docs) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	if err := ps.st.HandOverPushes(ctx, docs); err != nil {
 		ps.s.log.Warn("push: not sent at shutdown, and not handed over to the next start", "changes", len(docs), "pushes", pushes, "err", err)
 		return
@@ -660,6 +699,8 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 	won, settled, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease, journalDoc(thread, m, owed))
 	switch {
 	case ctx.Err() != nil: // stopping: handed over, claimed or not
+		// A claim this node may hold now is its own to hand over.
+		owed.caught = owed.caught && err == nil && !won
 		ps.leave(thread, m, owed)
 		return
 	case err != nil:
@@ -687,6 +728,7 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 // at its due time and sends it if it wins the claim: a change another
 // node holds, or one whose recipients the store could not say.
 func (ps *pusher) watchLater(w *pushWatch) {
+	w.owed.caught = false // its claim may become this node's (takeOver): handed over as it is
 	w.size = 1024 + len(w.m.Text)
 	if w.m.Card != nil {
 		w.size += chatrelay.LimitCard.Max

@@ -34,6 +34,7 @@ import (
 // The sentences the participant page says when its link is refused.
 const (
 	revokedWords = "This link was revoked by the conversation's owner."
+	removedWords = "This conversation was removed from the server, so this link no longer opens it."
 	expiredWords = "This link expired: ask the owner for a new one."
 	unknownWords = "This link is not valid: ask the conversation's owner for a new one."
 )
@@ -863,4 +864,29 @@ func TestNewLinkInTheSameTab(t *testing.T) {
 	dev.waitJS(soon, "the second device's token kept", `localStorage.getItem("chatrelay.device") === `+js(second2))
 	dev.waitState(live, "ws")
 	noToken(dev, "the second device link", "chd_")
+}
+
+// TestShareRemovedConversation: the server removes a conversation past
+// its retention while a participant's page shows it. Its streams end as
+// at a revoke (token_revoked), but the page says the conversation was
+// removed, not that the owner revoked the link; it said "revoked by the
+// conversation's owner".
+func TestShareRemovedConversation(t *testing.T) {
+	srv := startServer(t, "--retention-age", "3s", "--sweep-every", "500ms")
+	token := strings.Repeat("cd", 32)
+	post(t, srv.URL, token, "the first words", "operator")
+	alex := invite(t, srv.URL, token, map[string]any{"name": "Alex", "role": "commenter"})
+	page := newWindow(t)
+	page.open(alex.Link)
+	page.waitState(live, "ws")
+	post(t, srv.URL, token, "see you later", "operator") // the thread's newest message: removed 3 s on
+	page.waitShown(soon, "see you later")
+	page.watchEnded()
+	page.waitJS(20*time.Second, "the removed sentence", `document.getElementById("ended-text").textContent !== ""`)
+	if got := page.text("ended-text"); got != removedWords {
+		t.Errorf("the page says %q, want %q", got, removedWords)
+	}
+	if status, code, _ := asParticipant(t, srv.URL, alex.Token); status != http.StatusUnauthorized || code != "unauthorized" {
+		t.Errorf("the link answers %d %s once its conversation is removed, want 401 unauthorized", status, code)
+	}
 }

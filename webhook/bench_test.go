@@ -26,7 +26,7 @@ func startDeliverer(tb testing.TB, b *storetest.Backend, rcv *webhooktest.Receiv
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d, err := webhook.New(webhook.Config{URLs: []string{rcv.URL}, Key: key, Outbox: b.Outbox, Log: slog.New(slog.DiscardHandler)})
+	d, err := webhook.New(webhook.Config{URLs: []string{rcv.URL}, Keys: [][]byte{key}, Outbox: b.Outbox, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 // Config configures a Deliverer.
 type Config struct {
 	URLs   []string // the destinations, the operator's (serve --webhook)
-	Key    []byte   // the secret's key (ParseSecret)
+	Keys   [][]byte // the secrets' keys (ParseSecrets): each event is signed with each
 	Outbox store.Outbox
 	// Now is the clock of the retry schedule (a test's testclock);
 	// defaults to time.Now. The webhook-timestamp is always the wall
@@ -106,7 +106,7 @@ func (d *Deliverer) acquire(ctx context.Context, dst dest) func() {
 
 // New checks cfg and returns its Deliverer.
 func New(cfg Config) (*Deliverer, error) {
-	if cfg.Outbox == nil || len(cfg.URLs) == 0 || len(cfg.Key) == 0 {
+	if cfg.Outbox == nil || len(cfg.URLs) == 0 || len(cfg.Keys) == 0 {
 		return nil, errors.New("webhook: a deliverer needs URLs, a key and the store's outbox")
 	}
 	if cfg.Now == nil {
@@ -228,7 +228,7 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 	var err error
 	sent := !dst.gone.Load()
 	if sent {
-		status, err = Send(ctx, d.cfg.Client, dst.url, d.cfg.Key, ev.ID, Body(ev.Event))
+		status, err = Send(ctx, d.cfg.Client, dst.url, d.cfg.Keys, ev.ID, Body(ev.Event))
 	}
 	var uerr *url.Error
 	if errors.As(err, &uerr) {
@@ -267,10 +267,10 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 	d.total.WithLabelValues(result).Inc() // once settled: a reader of the count sees the settled queue
 }
 
-// Send POSTs body as event id to url, signed with key: nil if the
+// Send POSTs body as event id to url, signed with each of keys: nil if the
 // receiver answered a 2xx within chatrelay.WebhookTimeout. status is the
 // receiver's answer (0 if none).
-func Send(ctx context.Context, c *http.Client, url string, key []byte, id string, body []byte) (status int, err error) {
+func Send(ctx context.Context, c *http.Client, url string, keys [][]byte, id string, body []byte) (status int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, chatrelay.WebhookTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -282,7 +282,7 @@ func Send(ctx context.Context, c *http.Client, url string, key []byte, id string
 	req.Header.Set("User-Agent", "chatrelay-webhook")
 	req.Header.Set(HeaderID, id)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	req.Header.Set(HeaderSignature, Sign(key, id, ts, body))
+	req.Header.Set(HeaderSignature, Signatures(keys, id, ts, body))
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err

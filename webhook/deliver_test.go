@@ -87,7 +87,7 @@ func TestHungReceiverHoldsBackNoOther(t *testing.T) {
 	ob.gated = store.DestinationID(good.URL)
 	ob.queued[ob.gated] = []store.Due{{Event: store.Event{ID: "evt_good", Type: store.EventMessageCreated, Thread: "t", At: time.Now(), Message: []byte(`{}`)}}}
 
-	d, err := webhook.New(webhook.Config{URLs: []string{hungURL, good.URL}, Key: key, Outbox: ob,
+	d, err := webhook.New(webhook.Config{URLs: []string{hungURL, good.URL}, Keys: [][]byte{key}, Outbox: ob,
 		Workers: workers, Poll: time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestFailedAttemptLogNamesTheType(t *testing.T) {
 	ob := &memOutbox{queued: map[string][]store.Due{dest: {{Event: store.Event{ID: "evt_typed", Type: store.EventInteractionOpened,
 		Thread: "t", At: time.Now(), Message: []byte(`{"text":"a secret plan"}`)}}}}, took: make(chan struct{})}
 	var logs bytes.Buffer
-	d, err := webhook.New(webhook.Config{URLs: []string{recv.URL}, Key: key, Outbox: ob, Poll: time.Millisecond,
+	d, err := webhook.New(webhook.Config{URLs: []string{recv.URL}, Keys: [][]byte{key}, Outbox: ob, Poll: time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestUnreadableQueueIsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	ob := &brokenOutbox{}
 	var logs bytes.Buffer
-	d, err := webhook.New(webhook.Config{URLs: []string{"http://127.0.0.1:1/hook"}, Key: make([]byte, 32), Outbox: ob, Poll: time.Millisecond,
+	d, err := webhook.New(webhook.Config{URLs: []string{"http://127.0.0.1:1/hook"}, Keys: [][]byte{make([]byte, 32)}, Outbox: ob, Poll: time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +228,7 @@ func TestDeliveredAtShutdownIsSettled(t *testing.T) {
 		cancel() // the server shuts down as the receiver's 2xx comes back
 		return &http.Response{StatusCode: http.StatusNoContent, Status: "204 No Content", Body: http.NoBody, Request: r}, nil
 	})
-	d, err := webhook.New(webhook.Config{URLs: []string{url}, Key: make([]byte, 32), Outbox: ob, Poll: time.Millisecond,
+	d, err := webhook.New(webhook.Config{URLs: []string{url}, Keys: [][]byte{make([]byte, 32)}, Outbox: ob, Poll: time.Millisecond,
 		Client: &http.Client{Transport: answer}, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -48,7 +48,7 @@ func TestGoneReceiverIsDisabled(t *testing.T) {
 		return &http.Response{StatusCode: http.StatusGone, Status: "410 Gone", Body: http.NoBody, Request: r}, nil
 	})
 	var logs bytes.Buffer
-	d, err := webhook.New(webhook.Config{URLs: []string{url}, Key: make([]byte, 32), Outbox: ob, Poll: time.Millisecond, Workers: 1,
+	d, err := webhook.New(webhook.Config{URLs: []string{url}, Keys: [][]byte{make([]byte, 32)}, Outbox: ob, Poll: time.Millisecond, Workers: 1,
 		Client: &http.Client{Transport: gone}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -14,12 +14,12 @@ const PingType = "ping"
 // Ping sends url a signed test event, {"type": "ping", "timestamp",
 // "data": {}}, once (no retry), and returns its webhook-id and the
 // receiver's status; err is nil for a 2xx within WebhookTimeout.
-func Ping(ctx context.Context, c *http.Client, url string, key []byte) (id string, status int, err error) {
+func Ping(ctx context.Context, c *http.Client, url string, keys [][]byte) (id string, status int, err error) {
 	if c == nil {
 		c = noRedirect()
 	}
 	id = store.NewEventID()
 	body := []byte(`{"type":"` + PingType + `","timestamp":"` + time.Now().UTC().Format(TimestampFormat) + `","data":{}}`)
-	status, err = Send(ctx, c, url, key, id, body)
+	status, err = Send(ctx, c, url, keys, id, body)
 	return id, status, err
 }

@@ -49,6 +49,46 @@ func ParseSecret(s string) ([]byte, error) {
 	return key, nil
 }
 
+// MaxSecrets bounds the secrets given at once (ParseSecrets): the one in
+// use and the ones a rotation adds or retires.
+const MaxSecrets = 4
+
+// ParseSecrets decodes one secret, or several separated by spaces (while
+// a secret is rotated: the old and the new), into their keys, in order.
+func ParseSecrets(s string) ([][]byte, error) {
+	fields := strings.Fields(s)
+	switch {
+	case len(fields) == 0:
+		return nil, fmt.Errorf("no webhook secret")
+	case len(fields) > MaxSecrets:
+		return nil, fmt.Errorf("at most %d webhook secrets at once, not %d", MaxSecrets, len(fields))
+	}
+	keys := make([][]byte, 0, len(fields))
+	for i, f := range fields {
+		key, err := ParseSecret(f)
+		if err != nil {
+			if len(fields) > 1 {
+				err = fmt.Errorf("secret %d of %d: %w", i+1, len(fields), err)
+			}
+			return nil, err
+		}
+		keys = append(keys, key)
+	}
+	return keys, nil
+}
+
+// Signatures returns the webhook-signature of body sent as event id at
+// ts under each of keys: their signatures separated by spaces, as
+// Standard Webhooks lists them, so that a receiver that knows any one of
+// the secrets verifies it.
+func Signatures(keys [][]byte, id string, ts time.Time, body []byte) string {
+	sigs := make([]string, len(keys))
+	for i, key := range keys {
+		sigs[i] = Sign(key, id, ts, body)
+	}
+	return strings.Join(sigs, " ")
+}
+
 // Sign returns the webhook-signature of body sent as event id at ts.
 func Sign(key []byte, id string, ts time.Time, body []byte) string {
 	h := hmac.New(sha256.New, key)

@@ -1,6 +1,9 @@
 package webhook_test
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +65,48 @@ func TestBodyTimestampHasMilliseconds(t *testing.T) {
 	} {
 		body := string(webhook.Body(store.Event{Type: store.EventMessageCreated, Thread: "52b6419d27bd7f54", At: time.UnixMilli(tc.ms)}))
 		assert.True(t, strings.Contains(body, tc.want), "body %s lacks %s", body, tc.want)
+	}
+}
+
+// TestSecretsRotate: while a secret is rotated the operator gives the
+// old and the new one, space-separated; each event then carries a
+// signature of each (Standard Webhooks' space-separated list), so a
+// receiver verifies it with either, and the reference library with
+// either secret alone.
+func TestSecretsRotate(t *testing.T) {
+	t.Parallel()
+	const old, next = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_Aq3nDc4m1JbYm7o4YFz2tT1O1k2n1xQ8cW5vCg=="
+	keys, err := webhook.ParseSecrets(old + " " + next)
+	assert.Success(t, err)
+	assert.Equal(t, "keys", len(keys), 2)
+	var got []string
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		for _, secret := range []string{old, next} {
+			ref, err := standardwebhooks.NewWebhook(secret)
+			if err == nil {
+				err = ref.Verify(body, r.Header)
+			}
+			if err != nil {
+				got = append(got, secret[:10]+": "+err.Error())
+			} else {
+				got = append(got, secret[:10]+": verified")
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rcv.Close()
+	_, status, err := webhook.Ping(t.Context(), nil, rcv.URL, keys)
+	assert.Success(t, err)
+	assert.Equal(t, "status", status, http.StatusNoContent)
+	assert.Equal(t, "verified", strings.Join(got, "; "), "whsec_MfKQ: verified; whsec_Aq3n: verified")
+
+	for _, tc := range []struct{ name, secrets string }{
+		{"none", "  "},
+		{"one bad of two", old + " whsec_c2hvcnQ="},
+		{"five", strings.Repeat(old+" ", 5)},
+	} {
+		_, err := webhook.ParseSecrets(tc.secrets)
+		assert.True(t, err != nil, "%s: accepted", tc.name)
 	}
 }

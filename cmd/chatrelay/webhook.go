@@ -23,12 +23,12 @@ import (
 type hookFlags struct {
 	urls   listFlag
 	secret string
-	key    []byte
+	keys   [][]byte
 }
 
 func (h *hookFlags) register(fs *flag.FlagSet) {
 	fs.Var(&h.urls, "webhook", "send every event (message.created, interaction.opened, interaction.closed, participant.joined, participant.revoked) to this `URL` as a signed POST (repeatable; needs --webhook-secret)")
-	fs.StringVar(&h.secret, "webhook-secret", "", "the webhooks' signing `secret`, whsec_ and 24 to 64 bytes in base64 (Standard Webhooks); better given as CHATRELAY_WEBHOOK_SECRET than on the command line")
+	fs.StringVar(&h.secret, "webhook-secret", "", "the webhooks' signing `secret`, whsec_ and 24 to 64 bytes in base64 (Standard Webhooks); while rotating, the old and the new separated by a space (every event is signed with each); better given as CHATRELAY_WEBHOOK_SECRET than on the command line")
 }
 
 // check checks the flags and sets the store options that queue events.
@@ -43,7 +43,7 @@ func (h *hookFlags) check(opt *store.Options) error {
 		return usageError("--webhook: no webhook secret: give --webhook-secret or CHATRELAY_WEBHOOK_SECRET")
 	}
 	var err error
-	if h.key, err = webhook.ParseSecret(h.secret); err != nil {
+	if h.keys, err = webhook.ParseSecrets(h.secret); err != nil {
 		return usageError("--webhook-secret: " + err.Error())
 	}
 	seen := map[string]bool{}
@@ -104,7 +104,7 @@ func (h *hookFlags) deliverer(st *store.Backend, reg prometheus.Registerer, log 
 			urls = append(urls, u)
 		}
 	}
-	return webhook.New(webhook.Config{URLs: urls, Key: h.key, Outbox: st.Outbox, Log: log, Registry: reg})
+	return webhook.New(webhook.Config{URLs: urls, Keys: h.keys, Outbox: st.Outbox, Log: log, Registry: reg})
 }
 
 // webhookCmd runs "chatrelay webhook test URL [--secret whsec_…]".
@@ -124,11 +124,11 @@ func webhookCmd(ctx context.Context, e cmdEnv) error {
 	if *secret == "" {
 		return usageError("no webhook secret: give --secret or CHATRELAY_WEBHOOK_SECRET")
 	}
-	key, err := webhook.ParseSecret(*secret)
+	keys, err := webhook.ParseSecrets(*secret)
 	if err != nil {
 		return usageError("--secret: " + err.Error())
 	}
-	id, status, err := webhook.Ping(ctx, nil, u, key)
+	id, status, err := webhook.Ping(ctx, nil, u, keys)
 	if uerr := (*url.Error)(nil); errors.As(err, &uerr) {
 		err = uerr.Err // without the URL, which may carry a secret
 	}

@@ -186,6 +186,18 @@ func TestWebhookTest(t *testing.T) {
 	assert.True(t, r.err != nil, "a ping signed with another secret succeeded")
 	assert.Equal(t, "exit status", exitCode(r.err), 1)
 
+	// Rotating: the receiver's secret beside another, either order; each
+	// ping verifies with the receiver's secret alone.
+	for _, secrets := range []string{other + " " + rcv.Secret, rcv.Secret + " " + other} {
+		r = runCLI(t, env(map[string]string{"CHATRELAY_WEBHOOK_SECRET": secrets}), "", "webhook", "test", rcv.URL)
+		assert.Success(t, r.err)
+	}
+	got = rcv.All()
+	assert.Equal(t, "requests", len(got), 4)
+	for _, d := range got[2:] {
+		assert.True(t, d.Valid, "a ping signed with two secrets does not verify with one: %s", d.Err)
+	}
+
 	r = runCLI(t, nil, "", "webhook", "test", rcv.URL)
 	assert.Equal(t, "no secret: exit status", exitCode(r.err), 2)
 	r = runCLI(t, nil, "", "serve", "--webhook", rcv.URL)

@@ -31,7 +31,7 @@ func deliver(t *testing.T, b *Backend, clk *testclock.Clock, rs ...*webhooktest.
 	}
 	key, err := webhook.ParseSecret(rs[0].Secret)
 	assert.Success(t, err)
-	d, err := webhook.New(webhook.Config{URLs: urls, Key: key, Outbox: b.Outbox, Now: clk.Now, Poll: 5 * time.Millisecond,
+	d, err := webhook.New(webhook.Config{URLs: urls, Keys: [][]byte{key}, Outbox: b.Outbox, Now: clk.Now, Poll: 5 * time.Millisecond,
 		Log: slog.New(slog.DiscardHandler)})
 	assert.Success(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

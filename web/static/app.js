@@ -818,6 +818,7 @@ els.fresh?.addEventListener("click", () => {
 // and when the page has no link to use; a device's page says its own.
 const endedDevice = {
   token_revoked: "This device was revoked: it no longer opens this conversation. Open a new device link from the browser that started it.",
+  removed: "This conversation was removed from the server, so this device no longer opens it.",
   token_expired: "This device's link expired: open a new device link from the browser that started this conversation.",
   unauthorized: "This device link is not valid: open a new device link from the browser that started this conversation.",
   malformed: "This device link is incomplete: open the whole link, or scan its QR code again.",
@@ -826,6 +827,7 @@ const endedDevice = {
 };
 const ended = {
   token_revoked: "This link was revoked by the conversation's owner.",
+  removed: "This conversation was removed from the server, so this link no longer opens it.",
   token_expired: "This link expired: ask the owner for a new one.",
   unauthorized: "This link is not valid: ask the conversation's owner for a new one.",
   malformed: "This link is incomplete: open the whole link the conversation's owner sent you.",

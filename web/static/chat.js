@@ -21,8 +21,9 @@
 //   "ended"     detail {code}
 //               the server refused this client's credential for good
 //               (token_revoked, token_expired, or unauthorized for a share
-//               token it does not know): the client has stopped and will
-//               not reconnect
+//               token it does not know; removed when a link's streams
+//               ended because the server removed its conversation): the
+//               client has stopped and will not reconnect
 //
 //   import { ChatClient } from "https://chat.example.com/chat.js";
 //   const chat = new ChatClient();   // the server is where chat.js came from
@@ -215,7 +216,11 @@ export class ChatClient extends EventTarget {
   get #bearer() {
     return this.#o.shareToken || this.#o.deviceToken || "";
   }
-  /** The code that ended this client for good ("token_revoked", …), or "". */
+  /**
+   * The code that ended this client for good ("token_revoked",
+   * "token_expired", "unauthorized", or "removed": its conversation is
+   * gone from the server), or "".
+   */
   get ended() {
     return this.#ended;
   }
@@ -323,14 +328,39 @@ export class ChatClient extends EventTarget {
 
   // end stops this client for good: the server refused its credential
   // with code, which no retry can change. The other tabs are told, and
-  // the page hears "ended".
+  // the page hears "ended". A link's streams end with token_revoked when
+  // the owner revokes it and when the server removes its conversation
+  // (past its retention), so a revoke is asked about once more: a link
+  // the server no longer knows at all (401 unauthorized) went with its
+  // conversation, and the code said is then "removed".
   #end(code) {
     if (this.#ended) return;
     this.#ended = code;
-    this.#broadcast({ type: "ended", code });
     this.stop();
-    this.#setStatus("ended");
-    this.dispatchEvent(new CustomEvent("ended", { detail: { code } }));
+    const tell = (code) => {
+      this.#ended = code;
+      this.#broadcast({ type: "ended", code });
+      this.#setStatus("ended");
+      this.dispatchEvent(new CustomEvent("ended", { detail: { code } }));
+    };
+    if (code !== "token_revoked" || !this.#bearer) return tell(code);
+    this.#removed().then((removed) => tell(removed ? "removed" : code));
+  }
+
+  // removed reports whether the server answers this client's link with
+  // 401 unauthorized: it knows no such link (any other answer, or none,
+  // is false).
+  async #removed() {
+    try {
+      const res = await fetch(this.#url("api/chat/whoami"), {
+        headers: { Authorization: `Bearer ${this.#bearer}` },
+        cache: "no-store",
+        signal: AbortSignal.timeout(this.#o.requestTimeoutMs),
+      });
+      return res.status === 401 && (await res.json())?.code === "unauthorized";
+    } catch {
+      return false;
+    }
   }
 
   /**
@@ -926,7 +956,7 @@ export class ChatClient extends EventTarget {
         if (leader) this.#wake();
         break;
       case "ended":
-        if (ENDS.has(d.code) || d.code === "unauthorized") this.#end(d.code);
+        if (ENDS.has(d.code) || d.code === "unauthorized" || d.code === "removed") this.#end(d.code);
         break;
     }
   }
