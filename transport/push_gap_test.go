@@ -481,3 +481,37 @@ func TestPushHandoverWrittenThoughACatchUpStalls(t *testing.T) {
 		}
 	})
 }
+
+// TestPushCatchUpAfterAFastNodesChange: a node whose clock runs a minute
+// ahead writes a reply (its epoch a minute from now); then the feed skips
+// a reply in another thread, written on time, and says Reset of that
+// thread: the reply is pushed. The catch-up read from 10 s before the
+// newest change heard of, a minute from now, and so read nothing.
+func TestPushCatchUpAfterAFastNodesChange(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		be := storetest.Open(t, backend, storetest.Options{})
+		g := &gappyFeed{Store: be.Store}
+		e := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+			withPush(svc, nil)(c)
+			c.Feed = store.NewFeed(g)
+		}})
+		fast := be.Another(t, storetest.Options{Now: func() time.Time { return time.Now().Add(time.Minute) }})
+		for i := range 2 {
+			e.mustPost(tokenN(i), "hello")
+			e.subscribe(tokenN(i), nil, svc.Subscribe(t, fmt.Sprint("owner", i)))
+		}
+		ahead, err := fast.Store.Append(t.Context(), threadN(0), store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "from the future"})
+		assert.Success(t, err)
+		assert.Eventually(t, 5*time.Second, "the feed to hand on the fast node's reply", func() bool { return g.passedAll(ahead.ID) })
+		awaitPushes(t, svc, "/push/owner0", 1)
+		g.open()
+		en, err := be.Store.Append(t.Context(), threadN(1), store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "on time"})
+		assert.Success(t, err)
+		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return g.skippedAll(en.ID) })
+		g.reset(threadN(1))
+		_, pls := awaitPushes(t, svc, "/push/owner1", 1)
+		assert.Equal(t, "the push", pls[0].Message.Text, "on time")
+	})
+}

@@ -332,7 +332,7 @@ func (ps *pusher) note(b store.Batch) {
 		return
 	}
 	if b.Reset { // changes may have been missed: read again from the store (pushcatchup.go)
-		ps.catchUps.add(b.Thread, ps.catchUps.from())
+		ps.catchUps.add(b.Thread, ps.catchUps.from(ps.s.cfg.Now()))
 	}
 	ps.catchUps.heardOf(b.Messages)
 	for _, e := range b.Messages {
@@ -342,7 +342,7 @@ func (ps *pusher) note(b store.Batch) {
 		select {
 		case ps.queue <- pushTask{thread: b.Thread, entry: e}:
 		default: // no room: read again from the store once there is
-			ps.catchUps.add(b.Thread, min(ps.catchUps.from(), max(e.Epoch, e.Rev)-1))
+			ps.catchUps.add(b.Thread, min(ps.catchUps.from(ps.s.cfg.Now()), max(e.Epoch, e.Rev)-1))
 		}
 	}
 }
