@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -513,5 +514,59 @@ func TestPushCatchUpAfterAFastNodesChange(t *testing.T) {
 		g.reset(threadN(1))
 		_, pls := awaitPushes(t, svc, "/push/owner1", 1)
 		assert.Equal(t, "the push", pls[0].Message.Text, "on time")
+	})
+}
+
+// openingClaimsHeld is a node's store whose claims of an opening push
+// wait until release is closed (or their caller gives up), counted.
+type openingClaimsHeld struct {
+	store.Store
+	store.Push
+	release chan struct{}
+	held    atomic.Int64
+}
+
+func (c *openingClaimsHeld) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
+	if strings.HasSuffix(id, ":"+chatrelay.PushTypeInteraction) {
+		c.held.Add(1)
+		select {
+		case <-c.release:
+		case <-ctx.Done():
+			return false, false, ctx.Err()
+		}
+	}
+	return c.Push.ClaimPush(ctx, id, owner, lease, doc)
+}
+
+// TestPushOpeningOvertakenByItsClose: an approval's opening change is
+// slow on its way (its claim waits), and the person answers meanwhile;
+// the closing push goes first. The opening push is then not sent: sent
+// after the closing one, with the same Topic, it replaced "Approved" on
+// the device with Approve and Deny for an answered approval.
+func TestPushOpeningOvertakenByItsClose(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		st := &openingClaimsHeld{release: make(chan struct{})}
+		e := startPush(t, pushOptions{backend: backend, config: func(c *transport.Config) {
+			withPush(svc, nil)(c)
+			st.Store, st.Push = c.Store, store.PushOf(c.Store)
+			c.Store = st
+		}})
+		owner, thread := tokenN(1), threadN(1)
+		e.mustPost(owner, "hello")
+		e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		ix := e.ask(thread, chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?", Timeout: time.Hour})
+		assert.Eventually(t, 10*time.Second, "the opening push's claim held", func() bool { return st.held.Load() >= 1 })
+		status, _, b := e.do(http.MethodPost, chatrelay.PathRespond, owner, fmt.Sprintf(`{"interaction_id":%q,"decision":"approve"}`, ix.Interaction.ID), nil)
+		assert.Equal(t, "approve "+string(b), status, http.StatusOK)
+		_, pls := awaitPushes(t, svc, "/push/owner", 1)
+		assert.Equal(t, "the first push", pls[0].Type, chatrelay.PushTypeInteractionClosed)
+		close(st.release)
+		assert.Eventually(t, 10*time.Second, "the opening push dealt with", func() bool {
+			return opsScrape(t, e.client, e.ts.URL+"/metrics")[`chatrelay_push_total{result="superseded"}`] == 1 ||
+				len(pushesTo(svc, "/push/owner")) > 1
+		})
+		assert.Equal(t, "pushes", len(pushesTo(svc, "/push/owner")), 1)
 	})
 }

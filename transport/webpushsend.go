@@ -87,8 +87,9 @@ const (
 	pushBlocked  = "blocked"  // the endpoint now resolves to an address the guard refuses
 	pushDropped  = "dropped"  // the claim could not be made, or its handover was too old
 	pushRevoked  = "revoked"  // a participant's or a device's subscription whose grant ended: deleted, not sent
-	// an opening push's retry whose interaction closed since: not sent
-	// (after the closing push, with its Topic, it would replace it)
+	// an opening push (a retry, or a first attempt its closing change
+	// overtook) whose interaction closed since: not sent (after the
+	// closing push, with its Topic, it would replace it)
 	pushSuperseded = "superseded"
 )
 
@@ -1214,7 +1215,10 @@ func (ps *pusher) dropEnded(ctx context.Context, thread string) bool {
 // send makes one attempt of j, and schedules the next if it may be tried
 // again; a push with its outcome is done.
 func (ps *pusher) send(ctx context.Context, j *pushJob) {
-	if j.attempt > 0 && j.ix != "" && ps.closedSince(j.ix) {
+	if j.ix != "" && ps.closedSince(j.ix) {
+		// Its interaction closed before this attempt, its first or a
+		// retry: sent after the closing push, with its Topic, it would
+		// replace it with Approve and Deny for an answered question.
 		ps.total.WithLabelValues(pushSuperseded).Inc()
 		ps.done(ctx, j)
 		return
@@ -1268,8 +1272,9 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 }
 
 // noteClosed remembers that interaction ix closed, for pushWindow (no
-// retry outlives it), so that an opening push's retry is not sent after
-// the closing one (send). Every node sees every change, so each knows it,
+// retry outlives it), so that an opening push is not sent after the
+// closing one (send): neither a retry nor a first attempt that the
+// closing change overtook. Every node sees every change, so each knows it,
 // whichever sends the closing push.
 func (ps *pusher) noteClosed(ix string) {
 	now := ps.s.cfg.Now()
