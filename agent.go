@@ -62,9 +62,13 @@ func (k *AgentKey) Reaches(thread string) bool {
 // NewAgentKey makes a key for name and scope (nil or ["all"]: every
 // thread): the key to show once ("cha_" + 43 base64url characters of 32
 // random bytes) and what the store keeps. It returns InvalidName for a
-// name that is empty once cleaned (CleanName, as a participant's) and
-// InvalidThread for a scope entry that is not a thread id.
+// name that is not valid UTF-8 or empty once cleaned (CleanName, as a
+// participant's) and InvalidThread for a scope entry that is not a
+// thread id.
 func NewAgentKey(name string, threads []string, now time.Time) (key string, k AgentKey, err error) {
+	if !utf8.ValidString(name) { // as CleanName: no name the user never wrote
+		return "", AgentKey{}, Errorf(InvalidName, "the name is not valid UTF-8")
+	}
 	if name = cleanName(name, math.MaxInt); name == "" { // not cut: checked below
 		return "", AgentKey{}, Errorf(InvalidName, "the name is empty once cleaned "+cleanedAway)
 	}

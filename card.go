@@ -38,11 +38,22 @@ type Block struct {
 	Language string    `json:"language,omitempty"` // code
 }
 
+// MaxCardInput bounds the JSON text ParseCard reads (the CLI's file or
+// standard input). The card's own limit, LimitCard, counts the card as
+// compact JSON, which Check measures: the text may be indented past it.
+const MaxCardInput = 1 << 20
+
 // ParseCard decodes a card from JSON, refusing unknown fields, and checks
-// it (Card.Check).
+// it (Card.Check). data holds at most MaxCardInput bytes; its white space
+// is not the card's (LimitCard counts the card as compact JSON). JSON that
+// is not valid UTF-8 or escapes a lone surrogate is refused, never decoded
+// into U+FFFD.
 func ParseCard(data []byte) (*Card, error) {
-	if len(data) > LimitCard.Max {
-		return nil, Errorf(InvalidCard, "a card is at most %d bytes of JSON, this one %d", LimitCard.Max, len(data))
+	if len(data) > MaxCardInput {
+		return nil, Errorf(InvalidCard, "a card's JSON text is at most %d bytes, this one more", MaxCardInput)
+	}
+	if !ValidJSONText(data) { // a decoder would make each fault U+FFFD; refused, as send_card's arguments are
+		return nil, Errorf(InvalidCard, `the card is not valid UTF-8, or holds a lone UTF-16 surrogate escape (such as "\ud83d"): it is no text`)
 	}
 	var c Card
 	dec := json.NewDecoder(strings.NewReader(string(data)))
@@ -84,7 +95,7 @@ func (c *Card) Check() error {
 			return err
 		}
 	}
-	if n := len(marshal(c)); n > LimitCard.Max {
+	if n := utf8JSONLen(marshal(c)); n > LimitCard.Max {
 		return Errorf(e, "a card is at most %d bytes of JSON, this one %d", LimitCard.Max, n)
 	}
 	return nil
@@ -194,3 +205,24 @@ const (
 	tagFirst        = '\U000E0020' // the tag characters of a subdivision flag …
 	tagCancel       = '\U000E007F' // … ending with the cancel tag
 )
+
+// utf8JSONLen is the length of the compact JSON b (as marshal writes it)
+// in the unit JSONUTF8Bytes: each line or paragraph separator counts its 3
+// bytes of UTF-8, not the 6 of the "\u2028" escape encoding/json writes
+// for it, so that a card measures as its client measures it (JSON.stringify
+// writes the separators as they are).
+func utf8JSONLen(b []byte) int {
+	n := len(b)
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if i+6 <= len(b) && b[i+1] == 'u' && (string(b[i+2:i+6]) == "2028" || string(b[i+2:i+6]) == "2029") {
+			n -= 3
+			i += 5
+			continue
+		}
+		i++ // the escaped character: a backslash escaped is no escape's start
+	}
+	return n
+}

@@ -37,11 +37,32 @@ func FuzzParseCard(f *testing.F) {
 				t.Fatalf("%q: a link to %q accepted", data, b.URL)
 			}
 		}
-		out, err := json.Marshal(c)
-		if err != nil || !utf8.Valid(out) || len(out) > chatrelay.LimitCard.Max {
-			t.Fatalf("%q encodes as %d bytes (%v)", data, len(out), err)
+		var buf strings.Builder
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		err = enc.Encode(c)
+		out := strings.TrimSuffix(buf.String(), "\n")
+		// The limit counts UTF-8: a separator's "\u2028" escape is 6 bytes for its 3.
+		seps := 0
+		for _, s := range cardStrings(c) {
+			seps += strings.Count(s, "\u2028") + strings.Count(s, "\u2029")
+		}
+		if err != nil || !utf8.ValidString(out) || len(out)-3*seps > chatrelay.LimitCard.Max {
+			t.Fatalf("%q encodes as %d bytes (%v)", data, len(out)-3*seps, err)
 		}
 	})
+}
+
+// cardStrings are the strings of c.
+func cardStrings(c *chatrelay.Card) []string {
+	out := []string{c.Title, c.FallbackText}
+	for _, b := range c.Blocks {
+		out = append(out, b.Text, b.URL, b.Label, b.Language)
+		for _, f := range b.Fields {
+			out = append(out, f.Label, f.Value)
+		}
+	}
+	return out
 }
 
 // TestCheckEmoji: an emoji is refused with invalid_emoji when it is empty,
@@ -102,6 +123,42 @@ func TestParseCardWordsJSON(t *testing.T) {
 		if chatrelay.CodeOf(err) != chatrelay.InvalidCard || !strings.HasSuffix(err.Error(), ": "+tc.want) ||
 			strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "json:") {
 			t.Errorf("ParseCard(%s): %v, want invalid_card ending %q", tc.card, err, tc.want)
+		}
+	}
+}
+
+// TestCardLimitCountsUTF8: the card limit counts the card as compact UTF-8
+// JSON (json_utf8_bytes), as a client measures it (JSON.stringify, Python's
+// json.dumps with ensure_ascii=False): a line or paragraph separator is its
+// 3 bytes of UTF-8, not the 6 of the "\u2028" escape encoding/json writes.
+// A card of exactly the limit's bytes is taken; one byte more is refused.
+func TestCardLimitCountsUTF8(t *testing.T) {
+	for _, sep := range []string{"\u2028", "\u2029"} {
+		card := func(n int) []byte {
+			c := chatrelay.Card{FallbackText: "x", Blocks: []chatrelay.Block{
+				{Type: chatrelay.CodeBlock, Text: strings.Repeat(sep, chatrelay.LimitCodeText.Max)},
+			}}
+			utf8JSON := func() int {
+				b, _ := json.Marshal(c)
+				return len(b) - 3*strings.Count(string(b), `\u202`) // each separator escaped: 6 bytes for its 3
+			}
+			for utf8JSON() < n {
+				c.Blocks = append(c.Blocks, chatrelay.Block{Type: chatrelay.CodeBlock, Text: strings.Repeat("a", chatrelay.LimitCodeText.Max)})
+			}
+			last := &c.Blocks[len(c.Blocks)-1]
+			last.Text = last.Text[:len(last.Text)-(utf8JSON()-n)]
+			if got := utf8JSON(); got != n {
+				t.Fatalf("the card is %d bytes of UTF-8 JSON, want %d", got, n)
+			}
+			b, _ := json.Marshal(c)
+			return b
+		}
+		max := chatrelay.LimitCard.Max
+		if _, err := chatrelay.ParseCard(card(max)); err != nil {
+			t.Errorf("%+q: a card of %d bytes of UTF-8 JSON: %v", sep, max, err)
+		}
+		if _, err := chatrelay.ParseCard(card(max + 1)); chatrelay.CodeOf(err) != chatrelay.InvalidCard {
+			t.Errorf("%+q: a card of %d bytes of UTF-8 JSON: %v, want invalid_card", sep, max+1, err)
 		}
 	}
 }

@@ -132,10 +132,13 @@ const cleanedAway = "([ ] < > and invisible format characters are removed, contr
 // characters (Unicode's Cf: bidi controls such as U+202E, zero width
 // characters, U+FEFF) are removed, runs of white space become one space,
 // the ends are trimmed, and it is cut to 64 code points. It returns
-// InvalidName if nothing is left. So no name can forge an attribution
+// InvalidName if nothing is left, or if name is not valid UTF-8. So no name can forge an attribution
 // line, draw itself reversed, or pass for another by an invisible
 // difference.
 func CleanName(name string) (string, error) {
+	if !utf8.ValidString(name) { // as the API refuses it: no name the user never wrote
+		return "", Errorf(InvalidName, "the name is not valid UTF-8")
+	}
 	s := cleanName(name, LimitName.Max)
 	if s == "" {
 		return "", Errorf(InvalidName, "the name is empty once cleaned "+cleanedAway)

@@ -278,7 +278,7 @@ func TestCleanName(t *testing.T) {
 		assert.Success(t, err)
 		assert.Equal(t, "CleanName("+strconv.QuoteToASCII(tc.in)+")", got, tc.want)
 	}
-	for _, in := range []string{"", " ", "\u202e", "\u200b\ufeff\u2066\u2069", "[<>]"} {
+	for _, in := range []string{"", " ", "\u202e", "\u200b\ufeff\u2066\u2069", "[<>]", "a\xffb"} {
 		_, err := chatrelay.CleanName(in)
 		assert.Code(t, err, chatrelay.InvalidName)
 	}

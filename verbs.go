@@ -70,6 +70,12 @@ type verbParts struct {
 	thread, clientID, ixID, wait, messageResult, interactionResult, attachments obj
 }
 
+// AttachmentDataWords describes a tool's file data bounded by max bytes
+// (the bundle's default; MCP over HTTP states its --max-attachment-bytes).
+func AttachmentDataWords(max int64) string {
+	return fmt.Sprintf("its bytes, base64 (at most %d bytes once decoded)", max)
+}
+
 func newVerbParts() verbParts {
 	var v verbParts
 	v.thread = pattern(ThreadPattern, "the thread id (16 hex characters)")
@@ -78,7 +84,7 @@ func newVerbParts() verbParts {
 	v.attachments = array(LimitAttachments, object("a file", obj{
 		"name": describe(obj{"type": "string", "minLength": 1}, fmt.Sprintf("the file's name; cleaned, then cut to %d code points", LimitAttachmentName.Max)),
 		"type": describe(obj{"type": "string"}, "its media type (default application/octet-stream)"),
-		"data": describe(obj{"type": "string", "contentEncoding": "base64"}, fmt.Sprintf("its bytes, base64 (at most %d bytes once decoded)", LimitAttachmentBytes.Max)),
+		"data": describe(obj{"type": "string", "contentEncoding": "base64"}, AttachmentDataWords(int64(LimitAttachmentBytes.Max))),
 	}, "name", "data"), "files the message carries (the text may then be empty)")
 	v.wait = integer(LimitWaitTimeout.Min, LimitWaitTimeout.Max, fmt.Sprintf("seconds to wait, at most %d; 0 or absent: %d", LimitWaitTimeout.Max, LimitWaitTimeout.Max))
 	v.messageResult = object("the v2 message written, and whether it was already stored under its client_id", obj{

@@ -100,7 +100,7 @@ func New(v *host.Verbs, opts *Options) *mcp.Server {
 		if !ok {
 			panic("mcpserver: no binding for the verb " + verb)
 		}
-		s.AddTool(Tool(verb), handler(v, verb, b, o))
+		s.AddTool(toolOf(verb, v.MaxAttachmentBytes), handler(v, verb, b, o))
 	}
 	return s
 }
@@ -179,6 +179,17 @@ func Tool(verb string) *mcp.Tool {
 			OpenWorldHint:   new(false),
 		},
 	}
+}
+
+// toolOf is Tool(verb) stating max (Verbs.MaxAttachmentBytes, when set)
+// as the most bytes of a file it attaches, as the calls enforce it.
+func toolOf(verb string, max int64) *mcp.Tool {
+	t := Tool(verb)
+	def := int64(chatrelay.LimitAttachmentBytes.Max)
+	if in, ok := t.InputSchema.(json.RawMessage); ok && max > 0 && max != def {
+		t.InputSchema = json.RawMessage(bytes.ReplaceAll(in, []byte(chatrelay.AttachmentDataWords(def)), []byte(chatrelay.AttachmentDataWords(max))))
+	}
+	return t
 }
 
 // ErrorDef is the bundle's entry of a tool error's structured content

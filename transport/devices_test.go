@@ -209,6 +209,9 @@ func testDeviceActsAsTheOwner(t *testing.T, backend string) {
 	}
 	year := e.issueDevice(owner, `{"name":"a year","expires_in":31536000}`)
 	assert.Equal(t, "a year", year.Device.ExpiresAt-year.Device.CreatedAt, int64(31536000_000))
+	// A whole number with a fraction is an integer, as JSON Schema counts one.
+	hour := e.issueDevice(owner, `{"name":"an hour","expires_in":3600.0}`)
+	assert.Equal(t, "an hour (3600.0)", hour.Device.ExpiresAt-hour.Device.CreatedAt, int64(3600_000))
 
 	for _, tok := range []string{phone.Token, laptop.Token, year.Token, chatrelay.DigestOf(phone.Token)} {
 		assert.True(t, !strings.Contains(logs.String(), tok), "the log holds a device's token or digest:\n%s", logs.String())

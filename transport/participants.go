@@ -287,11 +287,11 @@ func (b inviteBody) invite() (chatrelay.Invite, error) {
 		return in, err
 	}
 	if len(b.Cap) > 0 && string(b.Cap) != "null" {
-		n, ok := jsonInteger(b.Cap)
+		n, ok := wholeNumber(b.Cap)
 		if !ok || n == 0 {
 			return in, chatrelay.Errorf(chatrelay.InvalidCap, "cap is an integer, %d … %d", chatrelay.LimitCap.Min, chatrelay.LimitCap.Max)
 		}
-		in.Cap = int(n)
+		in.Cap = int(max(min(n, 1<<40), -1)) // past the limit either way: Check refuses it
 	}
 	return in, in.Check()
 }
@@ -303,25 +303,33 @@ func expiresIn(raw json.RawMessage, lim chatrelay.Limit) (time.Duration, error) 
 	if len(raw) == 0 || string(raw) == "null" {
 		return 0, nil
 	}
-	n, ok := jsonInteger(raw)
+	n, ok := wholeNumber(raw)
 	if !ok || n == 0 {
 		return 0, chatrelay.Errorf(chatrelay.InvalidExpiry, "expires_in is an integer of seconds, %d … %d", lim.Min, lim.Max)
 	}
-	return time.Duration(max(n, -1)) * time.Second, nil
+	return time.Duration(max(min(n, 1<<40), -1)) * time.Second, nil
 }
 
-// jsonInteger reads a JSON number that is an integer as the schema
-// bundle's "type": "integer" reads one: any number whose fraction is zero
-// (3600, 3600.0, 36e2; Python's json writes a float as 3600.0). A number
-// past ±2^40 reads as ±2^40, beyond every bound it is checked against. ok
-// is false for anything else (a fraction, a string, a number too large
-// for a float).
-func jsonInteger(raw json.RawMessage) (n int64, ok bool) {
-	var f float64
-	if json.Unmarshal(raw, &f) != nil || f != math.Trunc(f) {
+// wholeNumber reads raw as an integer as JSON Schema counts one (the
+// bundle's "integer", and MCP's arguments): a whole number, also written
+// with a fraction or an exponent (3600.0, as Python writes a float; 1e3).
+// ok is false for anything else (1.5, a string, past 2^53 written so).
+func wholeNumber(raw json.RawMessage) (n int64, ok bool) {
+	if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
 		return 0, false
 	}
-	return int64(max(min(f, 1<<40), -(1 << 40))), true
+	var num json.Number
+	if json.Unmarshal(raw, &num) != nil {
+		return 0, false
+	}
+	if i, err := num.Int64(); err == nil {
+		return i, true
+	}
+	f, err := num.Float64()
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, false
+	}
+	return int64(f), true
 }
 
 // publicBase is the base of share links: Config.PublicURL, or the

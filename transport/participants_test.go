@@ -161,6 +161,13 @@ func testInviteAndManage(t *testing.T, backend string) {
 		status, _, b := e.do(http.MethodPost, "/api/chat/participants", owner, tc.body, nil)
 		assert.True(t, status == 400 && decodeError(t, b).Code == tc.code, "invite %s: %d %s", tc.body, status, b)
 	}
+	// A whole number written with a fraction or an exponent (3600.0, as
+	// Python writes a float; 1e3) is an integer, as JSON Schema counts one:
+	// the bundle's body takes it, and so do MCP's arguments. It was
+	// invalid_expiry and invalid_cap.
+	whole := e.invite(owner, `{"name":"whole","expires_in":3600.0,"cap":1e3}`)
+	assert.Equal(t, "expires_in 3600.0", whole.Participant.ExpiresAt-whole.Participant.CreatedAt, int64(3600_000))
+	assert.Equal(t, "cap 1e3", whole.Participant.Cap, 1000)
 }
 
 // TestNamesAreCleaned: no name can forge an attribution line.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ type gappyFeed struct {
 	mu      sync.Mutex // serialises the feed's calls of fn with reset's
 	gap     bool
 	skipped map[string]bool   // the ids of the messages it skipped
+	passed  map[string]bool   // the ids of the messages it handed on
 	fn      func(store.Batch) // the running feed's
 }
 
@@ -40,6 +42,12 @@ func (g *gappyFeed) Follow(ctx context.Context, fn func(store.Batch)) error {
 				g.skipped[e.ID] = true
 			}
 			return
+		}
+		if g.passed == nil {
+			g.passed = map[string]bool{}
+		}
+		for _, e := range b.Messages {
+			g.passed[e.ID] = true
 		}
 		fn(b)
 	})
@@ -57,6 +65,18 @@ func (g *gappyFeed) skippedAll(ids ...string) bool {
 	defer g.mu.Unlock()
 	for _, id := range ids {
 		if !g.skipped[id] {
+			return false
+		}
+	}
+	return true
+}
+
+// passedAll reports whether the feed handed on the messages of ids.
+func (g *gappyFeed) passedAll(ids ...string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, id := range ids {
+		if !g.passed[id] {
 			return false
 		}
 	}
@@ -271,22 +291,6 @@ func TestPushCatchUpTriedAgainEverySecond(t *testing.T) {
 	})
 }
 
-// firstClaimStalls is a node's store whose first push claim never
-// answers until the server stops (a store that stalls once).
-type firstClaimStalls struct {
-	store.Store
-	store.Push
-	calls atomic.Int64
-}
-
-func (c *firstClaimStalls) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
-	if c.calls.Add(1) == 1 {
-		<-ctx.Done()
-		return false, false, ctx.Err()
-	}
-	return c.Push.ClaimPush(ctx, id, owner, lease, doc)
-}
-
 // TestPushCatchUpHandedOverAtStop: a server stops while a catch-up (the
 // feed said Reset after skipping four replies) has queued what the queue
 // had room for and waits to queue the rest, its one worker held in its
@@ -298,7 +302,7 @@ func TestPushCatchUpHandedOverAtStop(t *testing.T) {
 		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
 		g := &gappyFeed{Store: be.Store}
-		held := &firstClaimStalls{}
+		held := &stalls{}
 		first := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
 			withPush(svc, func(p *transport.PushConfig) { p.Workers, p.Queue, p.Lease = 1, 1, lease })(c)
 			held.Store, held.Push = c.Store, store.PushOf(c.Store)
@@ -315,8 +319,10 @@ func TestPushCatchUpHandedOverAtStop(t *testing.T) {
 			ids = append(ids, en.ID)
 		}
 		assert.Eventually(t, 5*time.Second, "the feed to skip the replies", func() bool { return g.skippedAll(ids...) })
+		held.claimsStall.Store(true)
 		g.reset(thread)
-		assert.Eventually(t, 10*time.Second, "the worker held in its first claim", func() bool { return held.calls.Load() >= 1 })
+		assert.Eventually(t, 10*time.Second, "the worker held in its first claim", func() bool { return held.claims.Load() >= 1 })
+		held.claimsStall.Store(false) // the worker stays held; the shutdown's claims are answered
 		first.stop()
 		assert.Equal(t, "pushes before the next start", len(pushesTo(svc, "/push/owner")), 0)
 
@@ -336,24 +342,6 @@ func TestPushCatchUpHandedOverAtStop(t *testing.T) {
 	})
 }
 
-// claimsStallFromNow is a node's store whose push claims never answer, until
-// the server stops, once stalling is set (a store that stalls).
-type claimsStallFromNow struct {
-	store.Store
-	store.Push
-	stalling atomic.Bool
-	stalled  atomic.Int64
-}
-
-func (c *claimsStallFromNow) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
-	if c.stalling.Load() {
-		c.stalled.Add(1)
-		<-ctx.Done()
-		return false, false, ctx.Err()
-	}
-	return c.Push.ClaimPush(ctx, id, owner, lease, doc)
-}
-
 // TestPushCatchUpQueuedAtStopNotSentAgain: a catch-up reads again what
 // the feed brought just before its Reset (its slack), and queues it; the
 // claim of a change pushed already keeps it from being pushed twice. A
@@ -367,7 +355,7 @@ func TestPushCatchUpQueuedAtStopNotSentAgain(t *testing.T) {
 		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
 		g := &gappyFeed{Store: be.Store}
-		st := &claimsStallFromNow{}
+		st := &stalls{}
 		var logged transport.SyncBuffer
 		first := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
 			withPush(svc, func(p *transport.PushConfig) { p.Workers, p.Lease = 1, lease })(c)
@@ -385,9 +373,9 @@ func TestPushCatchUpQueuedAtStopNotSentAgain(t *testing.T) {
 		}
 		reply("pushed before")
 		awaitPushes(t, svc, "/push/owner", 1)
-		st.stalling.Store(true)
+		st.claimsStall.Store(true)
 		reply("held in its claim")
-		assert.Eventually(t, 10*time.Second, "the worker held in its claim", func() bool { return st.stalled.Load() >= 1 })
+		assert.Eventually(t, 10*time.Second, "the worker held in its claim", func() bool { return st.claims.Load() >= 1 })
 		g.open()
 		inGap := reply("in the gap")
 		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return g.skippedAll(inGap) })
@@ -395,7 +383,7 @@ func TestPushCatchUpQueuedAtStopNotSentAgain(t *testing.T) {
 		assert.Eventually(t, 10*time.Second, "the catch-up to queue the thread's three replies", func() bool {
 			return strings.Contains(logged.String(), "caught up with what the feed missed") && strings.Contains(logged.String(), "changes=3")
 		})
-		st.stalling.Store(false) // the worker stays held; the shutdown's claims are answered
+		st.claimsStall.Store(false) // the worker stays held; the shutdown's claims are answered
 		first.stop()
 
 		second := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
@@ -410,5 +398,175 @@ func TestPushCatchUpQueuedAtStopNotSentAgain(t *testing.T) {
 		for _, want := range []string{"pushed before", "held in its claim", "in the gap", "after"} {
 			assert.Equal(t, "pushes of "+want, seen[want], 1)
 		}
+	})
+}
+
+// stalls is a node's store whose push claims (while claimsStall is set)
+// and Changes (while changesStall is set) never answer until their
+// caller gives up, counted.
+type stalls struct {
+	store.Store
+	store.Push
+	claimsStall, changesStall atomic.Bool
+	claims, changes           atomic.Int64 // the calls stalled
+}
+
+func (c *stalls) Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
+	if c.changesStall.Load() {
+		c.changes.Add(1)
+		<-ctx.Done()
+		return store.Page{}, ctx.Err()
+	}
+	return c.Store.Changes(ctx, thread, since, limit)
+}
+
+func (c *stalls) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
+	if c.claimsStall.Load() {
+		c.claims.Add(1)
+		<-ctx.Done()
+		return false, false, ctx.Err()
+	}
+	return c.Push.ClaimPush(ctx, id, owner, lease, doc)
+}
+
+// TestPushHandoverWrittenThoughACatchUpStalls: a server stops with two
+// replies not yet claimed (its one worker held in a claim, a queue of
+// one) and a catch-up whose read the store never answers. The read is
+// given up and the two replies handed over all the same: the next start
+// pushes them. The read and the handover's write shared one deadline,
+// which the stalled read spent (on Redis the write then failed: the two
+// pushes were lost).
+func TestPushHandoverWrittenThoughACatchUpStalls(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		const lease = time.Second
+		be := storetest.Open(t, backend, storetest.Options{})
+		g := &gappyFeed{Store: be.Store}
+		st := &stalls{Store: be.Store, Push: store.PushOf(be.Store)}
+		first := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+			withPush(svc, func(p *transport.PushConfig) { p.Workers, p.Queue, p.Lease = 1, 1, lease })(c)
+			c.Store, c.Feed = st, store.NewFeed(g)
+		}})
+		owner, thread := tokenN(1), threadN(1)
+		first.mustPost(owner, "hello")
+		first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		reply := func(text string) string {
+			en, err := be.Store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
+			assert.Success(t, err)
+			return en.ID
+		}
+		st.claimsStall.Store(true)
+		reply("held in its claim")
+		assert.Eventually(t, 10*time.Second, "the worker held in its claim", func() bool { return st.claims.Load() >= 1 })
+		st.claimsStall.Store(false) // the worker stays held
+		queued := reply("queued")
+		assert.Eventually(t, 5*time.Second, "the feed to hand on the queued reply", func() bool { return g.passedAll(queued) })
+		g.open()
+		inGap := reply("in the gap")
+		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return g.skippedAll(inGap) })
+		st.changesStall.Store(true)
+		g.reset(thread)
+		assert.Eventually(t, 10*time.Second, "the catch-up's read stalled", func() bool { return st.changes.Load() >= 1 })
+		first.stop()
+		assert.Equal(t, "pushes before the next start", len(pushesTo(svc, "/push/owner")), 0)
+
+		startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		_, pls := awaitPushes(t, svc, "/push/owner", 2)
+		seen := map[string]int{}
+		for _, p := range pls {
+			seen[p.Message.Text]++
+		}
+		for _, want := range []string{"held in its claim", "queued"} {
+			assert.Equal(t, "pushes of "+want, seen[want], 1)
+		}
+	})
+}
+
+// TestPushCatchUpAfterAFastNodesChange: a node whose clock runs a minute
+// ahead writes a reply (its epoch a minute from now); then the feed skips
+// a reply in another thread, written on time, and says Reset of that
+// thread: the reply is pushed. The catch-up read from 10 s before the
+// newest change heard of, a minute from now, and so read nothing.
+func TestPushCatchUpAfterAFastNodesChange(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		be := storetest.Open(t, backend, storetest.Options{})
+		g := &gappyFeed{Store: be.Store}
+		e := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+			withPush(svc, nil)(c)
+			c.Feed = store.NewFeed(g)
+		}})
+		fast := be.Another(t, storetest.Options{Now: func() time.Time { return time.Now().Add(time.Minute) }})
+		for i := range 2 {
+			e.mustPost(tokenN(i), "hello")
+			e.subscribe(tokenN(i), nil, svc.Subscribe(t, fmt.Sprint("owner", i)))
+		}
+		ahead, err := fast.Store.Append(t.Context(), threadN(0), store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "from the future"})
+		assert.Success(t, err)
+		assert.Eventually(t, 5*time.Second, "the feed to hand on the fast node's reply", func() bool { return g.passedAll(ahead.ID) })
+		awaitPushes(t, svc, "/push/owner0", 1)
+		g.open()
+		en, err := be.Store.Append(t.Context(), threadN(1), store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "on time"})
+		assert.Success(t, err)
+		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return g.skippedAll(en.ID) })
+		g.reset(threadN(1))
+		_, pls := awaitPushes(t, svc, "/push/owner1", 1)
+		assert.Equal(t, "the push", pls[0].Message.Text, "on time")
+	})
+}
+
+// openingClaimsHeld is a node's store whose claims of an opening push
+// wait until release is closed (or their caller gives up), counted.
+type openingClaimsHeld struct {
+	store.Store
+	store.Push
+	release chan struct{}
+	held    atomic.Int64
+}
+
+func (c *openingClaimsHeld) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
+	if strings.HasSuffix(id, ":"+chatrelay.PushTypeInteraction) {
+		c.held.Add(1)
+		select {
+		case <-c.release:
+		case <-ctx.Done():
+			return false, false, ctx.Err()
+		}
+	}
+	return c.Push.ClaimPush(ctx, id, owner, lease, doc)
+}
+
+// TestPushOpeningOvertakenByItsClose: an approval's opening change is
+// slow on its way (its claim waits), and the person answers meanwhile;
+// the closing push goes first. The opening push is then not sent: sent
+// after the closing one, with the same Topic, it replaced "Approved" on
+// the device with Approve and Deny for an answered approval.
+func TestPushOpeningOvertakenByItsClose(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		svc := pushtest.NewService(t)
+		st := &openingClaimsHeld{release: make(chan struct{})}
+		e := startPush(t, pushOptions{backend: backend, config: func(c *transport.Config) {
+			withPush(svc, nil)(c)
+			st.Store, st.Push = c.Store, store.PushOf(c.Store)
+			c.Store = st
+		}})
+		owner, thread := tokenN(1), threadN(1)
+		e.mustPost(owner, "hello")
+		e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
+		ix := e.ask(thread, chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?", Timeout: time.Hour})
+		assert.Eventually(t, 10*time.Second, "the opening push's claim held", func() bool { return st.held.Load() >= 1 })
+		status, _, b := e.do(http.MethodPost, chatrelay.PathRespond, owner, fmt.Sprintf(`{"interaction_id":%q,"decision":"approve"}`, ix.Interaction.ID), nil)
+		assert.Equal(t, "approve "+string(b), status, http.StatusOK)
+		_, pls := awaitPushes(t, svc, "/push/owner", 1)
+		assert.Equal(t, "the first push", pls[0].Type, chatrelay.PushTypeInteractionClosed)
+		close(st.release)
+		assert.Eventually(t, 10*time.Second, "the opening push dealt with", func() bool {
+			return opsScrape(t, e.client, e.ts.URL+"/metrics")[`chatrelay_push_total{result="superseded"}`] == 1 ||
+				len(pushesTo(svc, "/push/owner")) > 1
+		})
+		assert.Equal(t, "pushes", len(pushesTo(svc, "/push/owner")), 1)
 	})
 }

@@ -49,9 +49,11 @@ func (c *catchUps) heardOf(msgs []store.Entry) {
 	}
 }
 
-// from is where a catch-up noted now reads from.
-func (c *catchUps) from() int64 {
-	return max(c.start, c.heard-pushCatchUpSlack.Milliseconds())
+// from is where a catch-up noted at now reads from: the newest change
+// heard of, or now if that is later than now (a change of a node whose
+// clock runs ahead), less the slack; never before the pusher's start.
+func (c *catchUps) from(now time.Time) int64 {
+	return max(c.start, min(c.heard, now.UnixMilli())-pushCatchUpSlack.Milliseconds())
 }
 
 // add notes that the changes of thread ("" for every thread) after since

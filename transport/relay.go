@@ -22,8 +22,14 @@ func (s *Server) Run(ctx context.Context) error {
 	rechecks := newThreadQueue()
 	var wg sync.WaitGroup
 	wg.Go(func() { x.run(ctx) })
+	// The pusher stops once the feed has stopped handing it changes (its
+	// own context ends when Follow has returned): a batch the relay takes
+	// as ctx ends is queued before the pusher hands over what it holds,
+	// never after (webpushsend.go handOver).
+	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer pcancel()
 	if s.push != nil {
-		wg.Go(func() { s.push.run(ctx) }) // push delivery (webpushsend.go)
+		wg.Go(func() { s.push.run(pctx) }) // push delivery (webpushsend.go)
 	}
 	wg.Go(func() { // a thread's participants changed: look at its live grants
 		for {
@@ -38,10 +44,12 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	defer wg.Wait()
 	defer cancel()
-	return s.feed.Follow(ctx, "", func(b store.Batch) error {
+	err := s.feed.Follow(ctx, "", func(b store.Batch) error {
 		s.relay(b, x, rechecks)
 		return nil
 	})
+	pcancel()
+	return err
 }
 
 // relay takes a batch of the store's feed to the live streams, the

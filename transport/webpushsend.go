@@ -62,6 +62,14 @@ var pushClaimClosed = time.Duration(chatrelay.LimitApprovalTime.Max)*time.Second
 // push service: a worker with more to send waits for one to end.
 const pushInFlight = 64
 
+// pushHandoverRead bounds a stop's reads and claims of what its
+// catch-ups had not queued (handOver); pushHandoverWrite the handover's
+// write, after them.
+const (
+	pushHandoverRead  = 2 * time.Second
+	pushHandoverWrite = 5 * time.Second
+)
+
 // pushWaiting bounds the pushes waiting behind another to the same
 // subscription (start), of every subscription.
 const pushWaiting = 4096
@@ -79,8 +87,9 @@ const (
 	pushBlocked  = "blocked"  // the endpoint now resolves to an address the guard refuses
 	pushDropped  = "dropped"  // the claim could not be made, or its handover was too old
 	pushRevoked  = "revoked"  // a participant's or a device's subscription whose grant ended: deleted, not sent
-	// an opening push's retry whose interaction closed since: not sent
-	// (after the closing push, with its Topic, it would replace it)
+	// an opening push (a retry, or a first attempt its closing change
+	// overtook) whose interaction closed since: not sent (after the
+	// closing push, with its Topic, it would replace it)
 	pushSuperseded = "superseded"
 )
 
@@ -324,7 +333,7 @@ func (ps *pusher) note(b store.Batch) {
 		return
 	}
 	if b.Reset { // changes may have been missed: read again from the store (pushcatchup.go)
-		ps.catchUps.add(b.Thread, ps.catchUps.from())
+		ps.catchUps.add(b.Thread, ps.catchUps.from(ps.s.cfg.Now()))
 	}
 	ps.catchUps.heardOf(b.Messages)
 	for _, e := range b.Messages {
@@ -334,7 +343,7 @@ func (ps *pusher) note(b store.Batch) {
 		select {
 		case ps.queue <- pushTask{thread: b.Thread, entry: e}:
 		default: // no room: read again from the store once there is
-			ps.catchUps.add(b.Thread, min(ps.catchUps.from(), max(e.Epoch, e.Rev)-1))
+			ps.catchUps.add(b.Thread, min(ps.catchUps.from(ps.s.cfg.Now()), max(e.Epoch, e.Rev)-1))
 		}
 	}
 }
@@ -449,8 +458,10 @@ func journalDoc(thread string, m chatrelay.Message, owed pushOwed) []byte {
 // in the journal until they are settled: the next start takes each
 // once, the handed over document first.)
 func (ps *pusher) handOver() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	// The catch-ups' reads and claims have a deadline of their own, so
+	// that a slow store leaves the handover's write its whole time.
+	rctx, rcancel := context.WithTimeout(context.Background(), pushHandoverRead)
+	defer rcancel()
 	now := ps.s.cfg.Now()
 	var docs [][]byte
 	handed := map[string]bool{} // claim ids
@@ -483,7 +494,7 @@ func (ps *pusher) handOver() {
 		if handed[id] {
 			return
 		}
-		won, _, err := ps.st.ClaimPush(ctx, id, ps.owner, ps.lease, journalDoc(thread, m, owed))
+		won, _, err := ps.st.ClaimPush(rctx, id, ps.owner, ps.lease, journalDoc(thread, m, owed))
 		if won || err != nil { // not claimed: the next start claims it
 			add(thread, m, owed)
 		}
@@ -514,9 +525,9 @@ func (ps *pusher) handOver() {
 			drained = true
 		}
 	}
-	unread := ps.missed(ctx, ps.catchUps.take(), func(thread string, m chatrelay.Message) bool {
+	unread := ps.missed(rctx, ps.catchUps.take(), func(thread string, m chatrelay.Message) bool {
 		addUnclaimed(thread, m)
-		return ctx.Err() == nil
+		return rctx.Err() == nil
 	})
 	if len(unread) > 0 {
 		ps.s.log.Warn("push: what the feed missed could not be read at shutdown, and is not handed over", "threads", len(unread))
@@ -524,6 +535,8 @@ func (ps *pusher) handOver() {
 	if len(docs) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), pushHandoverWrite)
+	defer cancel()
 	if err := ps.st.HandOverPushes(ctx, docs); err != nil {
 		ps.s.log.Warn("push: not sent at shutdown, and not handed over to the next start", "changes", len(docs), "pushes", pushes, "err", err)
 		return
@@ -1202,7 +1215,10 @@ func (ps *pusher) dropEnded(ctx context.Context, thread string) bool {
 // send makes one attempt of j, and schedules the next if it may be tried
 // again; a push with its outcome is done.
 func (ps *pusher) send(ctx context.Context, j *pushJob) {
-	if j.attempt > 0 && j.ix != "" && ps.closedSince(j.ix) {
+	if j.ix != "" && ps.closedSince(j.ix) {
+		// Its interaction closed before this attempt, its first or a
+		// retry: sent after the closing push, with its Topic, it would
+		// replace it with Approve and Deny for an answered question.
 		ps.total.WithLabelValues(pushSuperseded).Inc()
 		ps.done(ctx, j)
 		return
@@ -1256,8 +1272,9 @@ func (ps *pusher) send(ctx context.Context, j *pushJob) {
 }
 
 // noteClosed remembers that interaction ix closed, for pushWindow (no
-// retry outlives it), so that an opening push's retry is not sent after
-// the closing one (send). Every node sees every change, so each knows it,
+// retry outlives it), so that an opening push is not sent after the
+// closing one (send): neither a retry nor a first attempt that the
+// closing change overtook. Every node sees every change, so each knows it,
 // whichever sends the closing push.
 func (ps *pusher) noteClosed(ix string) {
 	now := ps.s.cfg.Now()

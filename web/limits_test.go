@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/web"
@@ -68,7 +69,7 @@ func TestPageStatesTheTablesLimits(t *testing.T) {
 		t.Errorf("the counter reads %q", c)
 	}
 	for _, id := range []string{"invite-name", "device-name"} {
-		if n := eval[int](tb, `document.getElementById("`+id+`").maxLength`); n != chatrelay.LimitName.Max {
+		if n := eval[int](tb, `Number(document.getElementById("`+id+`").dataset.maxChars)`); n != chatrelay.LimitName.Max {
 			t.Errorf("#%s takes at most %d characters, want %d", id, n, chatrelay.LimitName.Max)
 		}
 	}
@@ -79,13 +80,22 @@ func TestPageStatesTheTablesLimits(t *testing.T) {
 	}
 }
 
+// typeName types text into the name field id as a person does (the
+// browser's editing, which a maxlength bounds) and returns what it holds.
+func typeName(tb *tab, id, text string) string {
+	tb.t.Helper()
+	return eval[string](tb, `(() => { const f = document.getElementById(`+js(id)+`); f.value = ""; f.focus();
+		document.execCommand("insertText", false, `+js(text)+`); return f.value })()`)
+}
+
 // TestPageStatesTheServersLimits serves the page with other values than
 // the table's (post.text 37, message.attachments 2, device.active 4,
 // participant.name 12, participant.grants 5) in front of a real server:
 // the counter, the "too many files" notice, the device_limit and
-// participant_limit sentences, the name fields' maxlength and chat.js's
+// participant_limit sentences, the name fields' limit and chat.js's
 // MAX_CHARS say the served values, so no limit of the page is written in
-// web/static.
+// web/static. A name's limit counts code points, as the server does: 13
+// emoji typed keep 12 (a maxlength counted UTF-16 units and kept 6).
 func TestPageStatesTheServersLimits(t *testing.T) {
 	srv := startServer(t)
 	text, files, devices := chatrelay.LimitPostText, chatrelay.LimitAttachments, chatrelay.LimitActiveDevices
@@ -156,8 +166,8 @@ func TestPageStatesTheServersLimits(t *testing.T) {
 	}
 	owner.click("#devices-open")
 	owner.waitJS(soon, "the devices panel", `document.getElementById("devices").open`)
-	if n := eval[int](owner, `document.getElementById("device-name").maxLength`); n != 12 {
-		t.Errorf("the device name takes at most %d characters, want the served 12", n)
+	if got := typeName(owner, "device-name", strings.Repeat("😀", 13)); got != strings.Repeat("😀", 12) {
+		t.Errorf("13 emoji typed in the device name keep %q (%d code points), want the served 12", got, utf8.RuneCountInString(got))
 	}
 	eval[bool](owner, `(document.getElementById("device-name").value = "One more", true)`)
 	owner.click("#device-send")
@@ -172,8 +182,8 @@ func TestPageStatesTheServersLimits(t *testing.T) {
 	}
 	owner.click("#people-open")
 	owner.waitJS(soon, "the People panel", `document.getElementById("people").open`)
-	if n := eval[int](owner, `document.getElementById("invite-name").maxLength`); n != 12 {
-		t.Errorf("the invite name takes at most %d characters, want the served 12", n)
+	if got := typeName(owner, "invite-name", strings.Repeat("😀", 13)); got != strings.Repeat("😀", 12) {
+		t.Errorf("13 emoji typed in the invite name keep %q (%d code points), want the served 12", got, utf8.RuneCountInString(got))
 	}
 	eval[bool](owner, `(document.getElementById("invite-name").value = "One more", true)`)
 	owner.click("#invite-send")

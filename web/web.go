@@ -96,7 +96,7 @@ var pageLimits = []chatrelay.Limit{
 	chatrelay.LimitAttachments,     // "A message carries at most … files." (app.js)
 	chatrelay.LimitActiveDevices,   // device_limit's sentence (devices.js)
 	chatrelay.LimitDeviceExpiresIn, // invalid_expiry's sentence (devices.js)
-	chatrelay.LimitName,            // the name fields' maxlength (index.html)
+	chatrelay.LimitName,            // the name fields' data-max-chars (index.html), in code points
 	chatrelay.LimitActiveGrants,    // participant_limit's sentence (people.js)
 	chatrelay.LimitCap,             // invalid_cap's sentence (people.js)
 	chatrelay.LimitExpiresIn,       // invalid_expiry's sentence (people.js)

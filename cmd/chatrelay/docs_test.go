@@ -1,14 +1,21 @@
 package main
 
 // The documentation's tests: the CLI page documents every flag that
-// --help lists and nothing --help lacks, every chatrelay command line in
-// the docs uses only flags its command has, and every relative link in
-// README.md and docs/*.md resolves, #anchors included.
+// --help lists and nothing --help lacks, with the default --help shows;
+// every chatrelay command line in the docs uses only flags its command
+// has; every relative link in README.md and docs/*.md resolves, #anchors
+// included; the API page has a row for every error code, with its HTTP
+// status; the operations page documents every chatrelay_ metric a server
+// serves, with its type and labels; every CHATRELAY_ variable the docs
+// name is read; every file a data folder holds is in its listing; and
+// every test the docs name exists.
 
 import (
 	"bytes"
 	"errors"
 	"flag"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,9 +23,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
 )
 
 // repoRoot is the module root, seen from this package's folder.
@@ -421,6 +433,474 @@ func TestDocsLinks(t *testing.T) {
 	for _, p := range pages {
 		if p != "README.md" && !linked[p] {
 			t.Errorf("README.md does not link %s: a newcomer could not find it", p)
+		}
+	}
+}
+
+// helpDefaults runs `chatrelay cmd --help` and returns each flag's
+// default as PrintDefaults shows it ("" when it shows none: a zero value).
+func helpDefaults(t *testing.T, cmd string) map[string]string {
+	t.Helper()
+	var out bytes.Buffer
+	err := run(t.Context(), []string{cmd, "--help"}, func(string) string { return "" }, strings.NewReader(""), &out, &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("chatrelay %s --help: %v", cmd, err)
+	}
+	defaults := map[string]string{}
+	name := ""
+	for _, l := range strings.Split(out.String(), "\n") {
+		if m := regexp.MustCompile(`^  -([A-Za-z0-9][A-Za-z0-9._-]*)`).FindStringSubmatch(l); m != nil {
+			name = m[1]
+			defaults[name] = ""
+			continue
+		}
+		if m := regexp.MustCompile(`\(default (.*)\)$`).FindStringSubmatch(l); m != nil && name != "" {
+			defaults[name] = strings.Trim(m[1], `"`)
+		}
+	}
+	return defaults
+}
+
+// sameDefault reports whether doc, a default as docs/cli.md writes it
+// (`10m`, `7d`, `500`, off, none), is def, as --help shows it (10m0s,
+// 7d, 500, "" for a zero value).
+func sameDefault(doc, def string) bool {
+	doc = strings.Trim(doc, "`")
+	if def == "" {
+		switch doc {
+		case "none", "off", `""`, "0", "0s":
+			return true
+		}
+		return false
+	}
+	if doc == def {
+		return true
+	}
+	days := func(s string) (time.Duration, bool) {
+		if n, ok := strings.CutSuffix(s, "d"); ok {
+			if d, err := strconv.Atoi(n); err == nil {
+				return time.Duration(d) * 24 * time.Hour, true
+			}
+		}
+		d, err := time.ParseDuration(s)
+		return d, err == nil
+	}
+	a, okA := days(doc)
+	b, okB := days(def)
+	return okA && okB && a == b
+}
+
+// docDefaultExceptions are the defaults docs/cli.md states in words where
+// --help shows none (or shows the zero value the command replaces).
+var docDefaultExceptions = map[string]string{
+	"serve --ticket-key-file": "`DATA/ticket.key`",
+	"ask --timeout":           "`10m` input, `1h` approval",
+	"open --text":             "the title",
+	"webhook --secret":        "`CHATRELAY_WEBHOOK_SECRET`",
+}
+
+var flagRowRE = regexp.MustCompile("^\\| `--([a-z0-9-]+)`(?:, `--([a-z0-9-]+)`)? \\| ([^|]*) \\|")
+
+// TestCLIDocDefaults checks the default column of every flag table in
+// docs/cli.md against the default `chatrelay COMMAND --help` shows.
+func TestCLIDocDefaults(t *testing.T) {
+	t.Parallel()
+	rows := 0
+	for _, s := range sections(readMarkdown(t, cliDoc)) {
+		m := commandHeadingRE.FindStringSubmatch(s.title)
+		if m == nil {
+			continue
+		}
+		cmd := m[1]
+		defaults := helpDefaults(t, cmd)
+		for _, l := range s.lines {
+			r := flagRowRE.FindStringSubmatch(l.text)
+			if l.fenced || r == nil {
+				continue
+			}
+			doc := strings.TrimSpace(r[3])
+			for _, f := range r[1:3] {
+				def, ok := defaults[f]
+				if f == "" || !ok {
+					continue // no such flag: TestCLIDocFlags says so
+				}
+				rows++
+				switch {
+				case sameDefault(doc, def):
+				case docDefaultExceptions[cmd+" --"+f] == doc:
+				case f == "store" && def == "" && doc == "`file:DATA`":
+				case def == "" && strings.HasPrefix(doc, "required"):
+				// A host command takes the folder's recorded settings unless given (storeFlags.options).
+				case cmd != "serve" && doc == "the folder's" && (f == "max-threads" || f == "retention-messages" || f == "retention-age" || f == "public-url"):
+				default:
+					t.Errorf("%s:%d: `chatrelay %s --%s` defaults to %s, but `chatrelay %s --help` says %q", cliDoc, l.n, cmd, f, doc, cmd, def)
+				}
+			}
+		}
+	}
+	if rows < 100 {
+		t.Errorf("checked only %d flag rows in %s: is the table format still | `--flag` | default | meaning |?", rows, cliDoc)
+	}
+}
+
+var statusRowRE = regexp.MustCompile("^\\| ([1-5][0-9][0-9])\\b[^|]* \\| `([a-z_]+)`(?: / `([a-z_]+)`)? \\|")
+
+// TestDocsErrorCodes checks docs/api.md against the code table
+// (chatrelay.CodeTable): every code has a row, `| STATUS | `code` |` with
+// its HTTP status, or one of the host's codes' table; and every row names
+// a code that exists, with the status the server answers.
+func TestDocsErrorCodes(t *testing.T) {
+	t.Parallel()
+	const apiDoc = "docs/api.md"
+	status := map[chatrelay.Code]int{}
+	for _, c := range chatrelay.CodeTable() {
+		status[c.Code] = c.Status
+	}
+	rowed := map[chatrelay.Code]bool{}
+	for _, l := range readMarkdown(t, apiDoc) {
+		if l.fenced {
+			continue
+		}
+		if r := statusRowRE.FindStringSubmatch(l.text); r != nil {
+			st, _ := strconv.Atoi(r[1])
+			for _, c := range r[2:] {
+				if c == "" {
+					continue
+				}
+				want, ok := status[chatrelay.Code(c)]
+				switch {
+				case !ok:
+					t.Errorf("%s:%d: `%s` is documented, but the code table (error.go) has no such code", apiDoc, l.n, c)
+				case want != st:
+					t.Errorf("%s:%d: `%s` is documented as %d, but the server answers it %d", apiDoc, l.n, c, st, want)
+				}
+				rowed[chatrelay.Code(c)] = true
+			}
+		}
+		// The MCP route's table: | refusal | status | code |.
+		if r := regexp.MustCompile("^\\|.*\\| ([1-5][0-9][0-9])\\b[^|]* \\| `([a-z_]+)` \\|$").FindStringSubmatch(l.text); r != nil {
+			st, _ := strconv.Atoi(r[1])
+			if want, ok := status[chatrelay.Code(r[2])]; !ok || want != st {
+				t.Errorf("%s:%d: `%s` is documented as %d, but the code table says %d", apiDoc, l.n, r[2], st, want)
+			}
+		}
+		// The host's codes: | `code` | … |.
+		if r := regexp.MustCompile("^\\| `([a-z_]+)` \\|").FindStringSubmatch(l.text); r != nil {
+			if _, ok := status[chatrelay.Code(r[1])]; ok {
+				rowed[chatrelay.Code(r[1])] = true
+			}
+		}
+	}
+	for _, c := range chatrelay.CodeTable() {
+		if !rowed[c.Code] {
+			t.Errorf("%s: no row for the code `%s` (%d): add it to the error table", apiDoc, c.Code, c.Status)
+		}
+	}
+}
+
+// metricDoc is a row of the metrics table of docs/operations.md.
+type metricDoc struct {
+	typ    string
+	labels map[string][]string // label → its documented values (nil: not listed)
+	line   int
+}
+
+var (
+	metricRowRE = regexp.MustCompile("^\\| `(chatrelay_[a-z_]+)` \\| ([a-z]*) \\|([^|]*)\\|")
+	parenRE     = regexp.MustCompile(`\([^)]*\)`)
+	codeSpanRE  = regexp.MustCompile("`([^`]+)`")
+)
+
+// documentedMetrics parses the table under "## Metrics" in docs/operations.md.
+func documentedMetrics(t *testing.T) map[string]metricDoc {
+	t.Helper()
+	out := map[string]metricDoc{}
+	for _, s := range sections(readMarkdown(t, "docs/operations.md")) {
+		if s.title != "Metrics" {
+			continue
+		}
+		for _, l := range s.lines {
+			r := metricRowRE.FindStringSubmatch(l.text)
+			if l.fenced || r == nil {
+				continue
+			}
+			d := metricDoc{typ: r[2], labels: map[string][]string{}, line: l.n}
+			for seg := range strings.SplitSeq(parenRE.ReplaceAllString(r[3], ""), ";") {
+				name, values, ok := strings.Cut(seg, "=")
+				names := codeSpanRE.FindAllStringSubmatch(name, -1)
+				if !ok {
+					for _, n := range names {
+						d.labels[n[1]] = nil
+					}
+					continue
+				}
+				for _, v := range codeSpanRE.FindAllStringSubmatch(values, -1) {
+					d.labels[names[len(names)-1][1]] = append(d.labels[names[len(names)-1][1]], v[1])
+				}
+			}
+			out[r[1]] = d
+		}
+	}
+	return out
+}
+
+// TestDocsMetrics serves (file store, with a webhook) and checks its
+// /metrics against docs/operations.md: every chatrelay_ family served is
+// documented with its type and labels, every documented value of a label
+// is served from the start, and every documented family is served.
+func TestDocsMetrics(t *testing.T) {
+	t.Parallel()
+	docs := documentedMetrics(t)
+	if len(docs) < 10 {
+		t.Fatalf("found %d metrics in docs/operations.md's Metrics table: is its format still | `name` | type | labels | meaning |?", len(docs))
+	}
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(hook.Close)
+	srv := opsServe(t, "--metrics-addr", "127.0.0.1:0", "--webhook", hook.URL, "--webhook-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	assert.Equal(t, "post", opsPost(t, t.Context(), http.DefaultClient, srv.base, opsToken("docs metrics"), "hello", nil), http.StatusCreated)
+	assert.Equal(t, "no token", opsPost(t, t.Context(), http.DefaultClient, srv.base, "", "hello", nil), http.StatusUnauthorized)
+	status, body := opsGet(t, srv.metrics+"/metrics")
+	assert.Equal(t, "/metrics", status, http.StatusOK)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	assert.Success(t, err)
+
+	for name, fam := range fams {
+		if !strings.HasPrefix(name, "chatrelay_") {
+			continue
+		}
+		d, ok := docs[name]
+		if !ok {
+			t.Errorf("/metrics serves %s, which docs/operations.md's Metrics table does not document", name)
+			continue
+		}
+		if typ := strings.ToLower(fam.GetType().String()); typ != d.typ {
+			t.Errorf("docs/operations.md:%d: %s is documented as a %s, but is a %s", d.line, name, d.typ, typ)
+		}
+		served := map[string]map[string]bool{}
+		for _, m := range fam.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if served[lp.GetName()] == nil {
+					served[lp.GetName()] = map[string]bool{}
+				}
+				served[lp.GetName()][lp.GetValue()] = true
+			}
+		}
+		for l := range served {
+			if _, ok := d.labels[l]; !ok {
+				t.Errorf("docs/operations.md:%d: %s has the label %q, which is not documented", d.line, name, l)
+			}
+		}
+		for l, values := range d.labels {
+			if served[l] == nil {
+				t.Errorf("docs/operations.md:%d: %s is documented with the label %q, which it does not have", d.line, name, l)
+				continue
+			}
+			for _, v := range values {
+				if !served[l][v] {
+					t.Errorf("docs/operations.md:%d: %s{%s=%q} is documented, but not served from the start", d.line, name, l, v)
+				}
+			}
+			for v := range served[l] {
+				if values != nil && !slices.Contains(values, v) {
+					t.Errorf("docs/operations.md:%d: %s{%s=%q} is served, but not among the documented values %v", d.line, name, l, v, values)
+				}
+			}
+		}
+	}
+	for name, d := range docs {
+		// The store's errors have no fixed label set: the family appears at the first.
+		if fams[name] == nil && name != "chatrelay_store_errors_total" {
+			t.Errorf("docs/operations.md:%d: %s is documented, but /metrics does not serve it", d.line, name)
+		}
+	}
+}
+
+// docsShellVars are CHATRELAY_ names the docs use as the reader's own
+// shell variables, which chatrelay does not read.
+var docsShellVars = map[string]bool{
+	"CHATRELAY_KEY": true, // agents.md: the agent key, in the MCP client's environment
+}
+
+var envRE = regexp.MustCompile(`\bCHATRELAY_[A-Z0-9_]*[A-Z0-9]\b`)
+
+// TestDocsEnvVars checks that every CHATRELAY_ variable README.md and
+// docs/*.md name is read: a flag's (CHATRELAY_<FLAG>, by any command), or
+// one the code or the tests read by name.
+func TestDocsEnvVars(t *testing.T) {
+	t.Parallel()
+	flagEnv := map[string]bool{}
+	for _, flags := range allFlags(t) {
+		for f := range flags {
+			flagEnv[envName(f)] = true
+		}
+	}
+	var source strings.Builder // every Go file of the module
+	err := filepath.WalkDir(repoRoot, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".") && p != repoRoot) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".go") {
+			b, err := os.ReadFile(p)
+			source.Write(b)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := source.String()
+	for _, page := range docPages(t) {
+		for _, l := range readMarkdown(t, page) {
+			for _, v := range envRE.FindAllString(l.text, -1) {
+				if !flagEnv[v] && !docsShellVars[v] && !strings.Contains(code, `"`+v+`"`) {
+					t.Errorf("%s:%d: %s is no flag's variable and nothing reads it", page, l.n, v)
+				}
+			}
+		}
+	}
+}
+
+var (
+	hex16RE = regexp.MustCompile(`\b[0-9a-f]{16}\b`)
+	hex64RE = regexp.MustCompile(`\b[0-9a-f]{64}\b`)
+)
+
+// TestDocsDataFolder runs a server and the host's commands on one data
+// folder, then checks that every file and folder in it is in a listing
+// of docs/operations.md (its fenced blocks, such as "The data folder"): a
+// thread's id written <thread> (or a webhook's <ID>), a digest <sha256>,
+// and a lock file X.lock as X.
+func TestDocsDataFolder(t *testing.T) {
+	t.Parallel()
+	var listing strings.Builder
+	for _, l := range readMarkdown(t, "docs/operations.md") {
+		if l.fenced {
+			listing.WriteString(l.text + "\n")
+		}
+	}
+	listed := func(name string) bool {
+		return regexp.MustCompile(`(^|\s)` + regexp.QuoteMeta(name) + `(\s|$)`).MatchString(listing.String())
+	}
+
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(hook.Close)
+	srv := opsServe(t, "--webhook", hook.URL, "--webhook-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	tok := opsToken("docs data folder")
+	assert.Equal(t, "post", opsPost(t, t.Context(), http.DefaultClient, srv.base, tok, "hello", nil), http.StatusCreated)
+	thread := chatrelay.ThreadOf(tok)
+	file := filepath.Join(t.TempDir(), "build.log")
+	assert.Success(t, os.WriteFile(file, []byte("ok\n"), 0o600))
+	for _, args := range [][]string{
+		{"reply", thread, "done", "--attach", file},
+		{"ask", thread, "--approval", "Deploy?"},
+		{"share", thread, "--name", "Alex"},
+		{"device", thread, "--name", "Phone"},
+		{"agent", "add", "builder"},
+		{"push", "rotate-key"},
+	} {
+		var out bytes.Buffer
+		err := run(t.Context(), append(args, "--data", srv.data), func(string) string { return "" }, strings.NewReader(""), &out, &out)
+		if err != nil {
+			t.Fatalf("chatrelay %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		}
+	}
+	assert.Success(t, srv.stop())
+
+	n := 0
+	err := filepath.WalkDir(srv.data, func(p string, d os.DirEntry, err error) error {
+		if err != nil || p == srv.data {
+			return err
+		}
+		n++
+		name := hex64RE.ReplaceAllString(d.Name(), "<sha256>")
+		names := []string{hex16RE.ReplaceAllString(name, "<thread>"), hex16RE.ReplaceAllString(name, "<ID>")}
+		for _, nm := range names {
+			if d.IsDir() && listed(nm+"/") || !d.IsDir() && (listed(nm) || strings.HasSuffix(nm, ".lock") && listed(strings.TrimSuffix(nm, ".lock"))) {
+				return nil
+			}
+		}
+		rel, _ := filepath.Rel(srv.data, p)
+		t.Errorf("the data folder holds %s, which no listing of docs/operations.md names (as %s)", rel, names[0])
+		return nil
+	})
+	assert.Success(t, err)
+	if n < 15 {
+		t.Errorf("the data folder held only %d files and folders: did the commands run?", n)
+	}
+}
+
+var testNameRE = regexp.MustCompile(`\b(?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*\*?`)
+
+// TestDocsTestNames checks that every test, benchmark and fuzz target
+// README.md and docs/*.md name (TestReadyz; TestNodes* for a family) is a
+// function of some _test.go file of the module, so that a reader can run it.
+func TestDocsTestNames(t *testing.T) {
+	t.Parallel()
+	funcRE := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
+	var defined []string
+	err := filepath.WalkDir(repoRoot, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".") && p != repoRoot) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, "_test.go") {
+			b, err := os.ReadFile(p)
+			for _, m := range funcRE.FindAllStringSubmatch(string(b), -1) {
+				defined = append(defined, m[1])
+			}
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exists := func(name string) bool {
+		prefix, family := strings.CutSuffix(name, "*")
+		return slices.ContainsFunc(defined, func(d string) bool { return d == name || family && strings.HasPrefix(d, prefix) })
+	}
+	for _, page := range docPages(t) {
+		for _, l := range readMarkdown(t, page) {
+			for _, name := range testNameRE.FindAllString(l.text, -1) {
+				if !exists(name) {
+					t.Errorf("%s:%d: %s is named, but no _test.go file of the module defines it", page, l.n, name)
+				}
+			}
+		}
+	}
+}
+
+// TestDocsChatClientOptions checks that docs/web.md names every option of
+// the client module (the keys of chat.js's defaults) as `name`.
+func TestDocsChatClientOptions(t *testing.T) {
+	t.Parallel()
+	js, err := os.ReadFile(filepath.Join(repoRoot, "web", "static", "chat.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(js), "\nconst defaults = {\n")
+	block, _, ok2 := strings.Cut(block, "\n};")
+	if !ok || !ok2 {
+		t.Fatal("web/static/chat.js has no `const defaults = {…};`: where are the client's options now?")
+	}
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "web.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := regexp.MustCompile(`(?m)^  ([A-Za-z]+):`).FindAllStringSubmatch(block, -1)
+	if len(keys) < 5 {
+		t.Fatalf("found %d options in chat.js's defaults", len(keys))
+	}
+	for _, k := range keys {
+		if !strings.Contains(string(doc), "`"+k[1]+"`") {
+			t.Errorf("docs/web.md does not document the ChatClient option `%s` (web/static/chat.js's defaults)", k[1])
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -272,8 +273,14 @@ var walks = map[string]walk{
 			return "react", map[string]any{"thread": w.thread, "message_id": w.msgID, "emoji": strings.Repeat("👀", n)}
 		}},
 	"card": {code: chatrelay.InvalidCard, noSchema: true,
+		// The CLI's file is indented, as a person writes it: the limit
+		// counts the card as compact JSON, not the file's white space.
 		cli: func(w *walkEnv, n int) ([]string, string) {
-			return []string{"card", w.thread, "-"}, string(cardOfBytes(n))
+			var b bytes.Buffer
+			if err := json.Indent(&b, cardOfBytes(n), "", "  "); err != nil {
+				panic(err)
+			}
+			return []string{"card", w.thread, "-"}, b.String()
 		},
 		mcp: func(w *walkEnv, n int) (string, map[string]any) {
 			return "send_card", map[string]any{"thread": w.thread, "card": cardOfBytes(n)}

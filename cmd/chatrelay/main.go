@@ -92,8 +92,8 @@ func usage() string {
 		fmt.Fprintf(&b, "  chatrelay %s %s\n      %s\n", c.name, c.synopsis, c.what)
 	}
 	b.WriteString(`
-Every command but serve, subscribe and schema works on the store directly (no server
-needed): --data DIR, or --store redis://... for a Redis store. Run
+Every command but serve, subscribe, schema, webhook and version works on the store
+directly (no server needed): --data DIR, or --store redis://... for a Redis store. Run
 "chatrelay COMMAND --help" for a command's flags. Every flag can also be set
 by an environment variable: --max-threads is CHATRELAY_MAX_THREADS; a flag on
 the command line wins. Exit status: 0 done, 1 failed, 2 a malformed command

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -596,7 +597,8 @@ func TestMCPIdleSessionEnds(t *testing.T) {
 // TestMCPAttachmentHonoursMaxAttachmentBytes: a tool call's file over MCP
 // HTTP is bounded by the server's --max-attachment-bytes, as an upload
 // over the API is: at the limit it is stored, one byte past it is the
-// tool's error attachment_too_large and nothing is stored.
+// tool's error attachment_too_large and nothing is stored. The tools'
+// input schemas state that limit, not the default (they said 10485760).
 func TestMCPAttachmentHonoursMaxAttachmentBytes(t *testing.T) {
 	t.Parallel()
 	sa := []string{"--data", t.TempDir()}
@@ -609,6 +611,20 @@ func TestMCPAttachmentHonoursMaxAttachmentBytes(t *testing.T) {
 	file := func(size int) map[string]any {
 		return map[string]any{"name": "f.bin", "type": "application/octet-stream", "data": make([]byte, size)}
 	}
+
+	tools, err := cs.ListTools(t.Context(), nil)
+	assert.Success(t, err)
+	stated := 0
+	for _, tool := range tools.Tools {
+		in, err := json.Marshal(tool.InputSchema)
+		assert.Success(t, err)
+		if strings.Contains(string(in), `"attachments"`) {
+			stated++
+			assert.True(t, strings.Contains(string(in), "at most 1000 bytes once decoded") && !strings.Contains(string(in), strconv.Itoa(chatrelay.LimitAttachmentBytes.Max)),
+				"%s's input schema states another limit of a file than --max-attachment-bytes 1000: %s", tool.Name, in)
+		}
+	}
+	assert.True(t, stated > 0, "no tool takes attachments")
 
 	r := callTool(t, cs, "send", map[string]any{"thread": thread, "text": "at", "attachments": []any{file(1000)}})
 	assert.True(t, !r.IsError, "a file of --max-attachment-bytes: %+v", r)

@@ -266,3 +266,26 @@ func TestAMissingDataFolderIsSaid(t *testing.T) {
 	r := runCLI(t, nil, "", "open", "--title", "first", "--data", data, "--fsync", "never")
 	assert.Success(t, r.err) // open starts a store where there is none
 }
+
+// TestNamesNotUTF8Refused: a name on the command line that is not valid
+// UTF-8 (a share link's, a device's, an agent key's) is refused
+// invalid_name and stores nothing, as the API refuses such a name: it was
+// taken with each bad byte made a space ("a\xffb" stored as "a b"), a name
+// the user never wrote.
+func TestNamesNotUTF8Refused(t *testing.T) {
+	t.Parallel()
+	data := seed(t)
+	for _, args := range [][]string{
+		{"share", threadOld, "--name", "a\xffb"},
+		{"device", threadOld, "--name", "a\xffb"},
+		{"agent", "add", "a\xffb"},
+	} {
+		r := runCLI(t, nil, "", append(args, "--data", data)...)
+		assert.Equal(t, fmt.Sprintf("%q: code (%v)", args, r.err), chatrelay.CodeOf(r.err), chatrelay.InvalidName)
+	}
+	for _, args := range [][]string{{"share", "list", threadOld, "--json"}, {"device", "list", threadOld, "--json"}, {"agent", "list", "--json"}} {
+		r := runCLI(t, nil, "", append(args, "--data", data)...)
+		assert.Success(t, r.err)
+		assert.True(t, !strings.Contains(r.stdout, `"a b"`), "%q lists a refused name: %s", args, r.stdout)
+	}
+}

@@ -68,7 +68,7 @@ func (f *shareFlags) register(fs *flag.FlagSet) {
 	f.expires = fs.String("expires", formatDays(chatrelay.DefaultExpiresIn), "invite: how long the link lives, "+spanOf(chatrelay.LimitExpiresIn)+" (`D`: 90m, 12h, 7d)")
 	f.limit = fs.Int("cap", chatrelay.DefaultCap, fmt.Sprintf("invite: the most messages the participant may post, %d … %d", chatrelay.LimitCap.Min, chatrelay.LimitCap.Max))
 	f.publicURL = fs.String("public-url", "", "invite: the server's public `URL` for the link (default: what the folder's server records with serve --public-url)")
-	f.asJSON = fs.Bool("json", false, "list, audit: one JSON object instead of a table")
+	f.asJSON = fs.Bool("json", false, "invite, list, audit: one JSON object instead of text")
 	f.all = fs.Bool("all", false, "revoke: every active link of the thread")
 }
 

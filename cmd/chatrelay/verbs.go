@@ -334,9 +334,9 @@ func card(ctx context.Context, e cmdEnv) error {
 	defer done()
 	var data []byte
 	if name := v.fs.Arg(1); name == "-" {
-		data, err = readInput(ctx, e.stdin, int64(chatrelay.LimitCard.Max)+1)
+		data, err = readInput(ctx, e.stdin, chatrelay.MaxCardInput+1)
 	} else {
-		data, err = readFile(name, int64(chatrelay.LimitCard.Max)+1)
+		data, err = readFile(name, chatrelay.MaxCardInput+1)
 	}
 	if err != nil {
 		return err

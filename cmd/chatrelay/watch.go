@@ -90,7 +90,7 @@ func subscribe(ctx context.Context, args []string, getenv func(string) string, s
 	fs := newFlags("subscribe", "subscribe --server URL [--token T | --ticket K] [--since N]", stderr)
 	server := fs.String("server", "", "the chatrelay `URL`, with its prefix: http://127.0.0.1:8080")
 	token := fs.String("token", "", "the thread's token (64 hex); prefer CHATRELAY_TOKEN to keep it out of ps")
-	ticket := fs.String("ticket", "", "a read-only ticket instead of a token (it expires; the stream ends then)")
+	ticket := fs.String("ticket", "", "a read-only ticket instead of a token (it expires: a stream open then goes on, but a reconnect after that is refused and subscribe ends, exit 1)")
 	since := fs.Int64("since", 0, fmt.Sprintf("resume after `N` (epoch ms); 0: the newest %d, then live", chatrelay.PollPage))
 	if err := parse(fs, args, getenv); err != nil {
 		return err

@@ -203,6 +203,15 @@ export function linkPanel(id, { read, onList = () => {}, row, counted, sentence,
   };
   const { opener, name, error, list, status, shown } = panel;
 
+  // A name holds at most data-max-chars code points, as the server counts
+  // them (past it the server cuts it): a maxlength would count UTF-16
+  // units, an emoji as two, and keep half the name the server takes.
+  const maxChars = Number(name.dataset.maxChars);
+  name.addEventListener("input", () => {
+    const chars = [...name.value];
+    if (chars.length > maxChars) name.value = chars.slice(0, maxChars).join("");
+  });
+
   function showError(words) {
     error.textContent = words;
     error.hidden = !words;
