@@ -1,0 +1,167 @@
+package web_test
+
+// The page against hostile words: what hermes (whose text an AI writes,
+// and a prompt can steer), a participant or the thread's title puts in
+// every field the page draws is drawn as text, a card's link is a link
+// only for http(s) and opens with no opener and no referrer, and nothing
+// the page draws runs a script, loads another origin or breaks the CSP.
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+)
+
+// hostile is markup that runs a script if any part of it is parsed as
+// HTML (were the CSP to let it).
+const short = `<img src=x onerror=window.__pwned=1>`
+
+const hostile = `<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script><svg onload="window.__pwned=3"></svg><a href="javascript:window.__pwned=4">x</a>`
+
+// watch makes tb's next documents count CSP violations and note every
+// element a script or the parser adds that could run or load something,
+// before any of the page's own scripts run.
+func (tb *tab) watch() {
+	tb.t.Helper()
+	tb.do(soon, "watch the page", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `
+			window.__csp = [];
+			document.addEventListener("securitypolicyviolation", (e) => window.__csp.push(e.violatedDirective + " " + e.blockedURI));
+		`})
+		return chromedp.Void{}, err
+	})
+}
+
+// checkInert fails if the page ran a payload, broke its CSP, or drew in
+// the conversation an element a payload would make, or a link that is not
+// http(s), same-origin, or opens without noopener.
+func checkInert(t *testing.T, tb *tab, who string) {
+	t.Helper()
+	var got struct {
+		Pwned  any      `json:"pwned"`
+		CSP    []string `json:"csp"`
+		Made   []string `json:"made"`
+		Links  []string `json:"links"`
+		Opener []string `json:"opener"`
+	}
+	raw := eval[string](tb, `JSON.stringify({
+		pwned: window.__pwned ?? null,
+		csp: window.__csp || ["no watcher"],
+		made: [...document.querySelectorAll("body script, body iframe, body object, body embed, body svg, body frame, body form:not(.ix-text):not(#composer):not(#invite):not(#device-form), body img")]
+			.filter((e) => !(e.matches("img") && e.closest("a.thumb")))
+			.filter((e) => !e.closest("#log") || !e.matches("svg[aria-hidden]"))
+			.map((e) => e.outerHTML.slice(0, 120)),
+		links: [...document.querySelectorAll("#log a[href]")].filter((a) => !/^https?:$/.test(a.protocol)).map((a) => a.href),
+		opener: [...document.querySelectorAll("a[target]")].filter((a) => !/\bnoopener\b/.test(a.rel) && !(a.origin === location.origin && a.relList.contains("noopener"))).map((a) => a.outerHTML.slice(0, 120)),
+	})`)
+	if err := json.Unmarshal([]byte(raw), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Pwned != nil {
+		t.Errorf("%s: a payload ran: window.__pwned = %v", who, got.Pwned)
+	}
+	if len(got.CSP) > 0 {
+		t.Errorf("%s: CSP violations: %q", who, got.CSP)
+	}
+	for _, m := range got.Made {
+		if strings.Contains(m, "pwned") || strings.Contains(m, `src="x"`) {
+			t.Errorf("%s: the page drew a payload as markup: %s", who, m)
+		}
+	}
+	if len(got.Links) > 0 {
+		t.Errorf("%s: links that are not http(s): %q", who, got.Links)
+	}
+	if len(got.Opener) > 0 {
+		t.Errorf("%s: links opened with an opener: %q", who, got.Opener)
+	}
+}
+
+// TestHostileWordsDrawAsText: hermes's reply, card (title, text, fields,
+// links of every dangerous scheme, code, fallback), approval (title,
+// prompt, details) and question (choices), a file's name, a thread's
+// title, a participant's and a device's name, all made of markup, are
+// drawn as the words they are on the owner's page, a participant's and a
+// device's; no link but http(s) is made.
+func TestHostileWordsDrawAsText(t *testing.T) {
+	srv := startServer(t)
+	base := strings.TrimSuffix(srv.URL, "/")
+	out := srv.cli("open", "--title", "t "+short+" \u202Eevil", "--text", "first "+hostile, "--public-url", base)
+	var opened struct{ Thread, Link string }
+	if err := json.Unmarshal(out, &opened); err != nil {
+		t.Fatalf("chatrelay open printed %q: %v", out, err)
+	}
+	thread := opened.Thread
+	a := newWindow(t)
+	a.watch()
+	a.open(opened.Link)
+	a.waitState(live, "ws")
+	token := a.token()
+
+	srv.reply(thread, "reply "+hostile)
+	// The server refuses a card whose link is not http(s); the page would
+	// draw one as text anyway (view.js safeURL).
+	for _, u := range []string{
+		"javascript:window.__pwned=5", "JaVaScRiPt:window.__pwned=6", " javascript:window.__pwned=7", "java\tscript:window.__pwned=8",
+		"data:text/html,<script>window.__pwned=9</script>", "vbscript:msgbox(1)", "//evil.example/x", "file:///etc/passwd",
+		"blob:" + base + "/x", "https\u0000://x", "\u202Ehttps://evil.example",
+	} {
+		bad, _ := json.Marshal(map[string]any{"fallback_text": "x", "blocks": []map[string]any{{"type": "link", "url": u, "label": "x"}}})
+		if _, _, err := srv.cliRun(bad, "card", thread, "-"); err == nil {
+			t.Errorf("the server took a card linking to %q", u)
+		}
+	}
+	links := []map[string]any{{"type": "link", "url": "https://ok.example/?q=" + hostile, "label": "link " + short}}
+	card, _ := json.Marshal(map[string]any{"title": "card " + hostile, "fallback_text": "fb " + hostile, "blocks": append([]map[string]any{
+		{"type": "text", "text": "text " + hostile},
+		{"type": "fields", "fields": []map[string]string{{"label": "l " + short, "value": "v " + hostile}}},
+		{"type": "code", "text": "code " + hostile, "language": `"><svg onload=__pwned=10>`},
+	}, links...)})
+	if _, stderr, err := srv.cliRun(card, "card", thread, "-"); err != nil {
+		t.Fatalf("chatrelay card: %v %s", err, stderr)
+	}
+	srv.ask(thread, "--approval", "prompt "+hostile, "--title", "title "+short, "--detail", "d "+short+"=v "+hostile, "--timeout", "15m")
+	srv.ask(thread, "--input", "pick "+hostile, "--choice", "a=A "+short, "--choice", `b"><img src=x>=B`, "--allow-text", "--timeout", "15m")
+	aid := attach(t, srv.URL, token, "f "+hostile+".html", "text/html", []byte("<script>window.__pwned=11</script>"))
+	callAPI(t, http.MethodPost, srv.URL+"api/chat/post", "X-Chat-Token", token, map[string]any{"text": "file", "attachments": []string{aid}})
+	inv := invite(t, srv.URL, token, map[string]any{"name": "p " + short + " \u202Eevil\u200b", "role": "commenter"})
+
+	a.waitJS(soon, "everything drawn", `document.querySelectorAll("#log li").length >= 6 && !!document.querySelector("#log a.chip[href]")`)
+	checkInert(t, a, "owner")
+	if got := eval[string](a, `document.querySelector("#log .card .card-title").textContent`); got != "card "+hostile {
+		t.Errorf("card title drawn as %q", got)
+	}
+	if n := eval[int](a, `document.querySelectorAll("#log .card a[href]").length`); n != 1 {
+		t.Errorf("the card has %d links, want the one https link", n)
+	}
+
+	p := newWindow(t)
+	p.watch()
+	p.open(inv.Link)
+	p.waitState(live, "ws")
+	p.write("from the guest " + hostile)
+	p.waitShown(soon, "from the guest "+hostile)
+	p.waitJS(soon, "everything drawn", `document.querySelectorAll("#log li").length >= 7 && !!document.querySelector("#log a.chip[href]")`)
+	checkInert(t, p, "participant")
+	a.waitShown(soon, "from the guest "+hostile)
+	checkInert(t, a, "owner, after the guest wrote")
+	t.Logf("the guest's name as the owner sees it: %q", eval[string](a, `[...document.querySelectorAll("#log li .author")].at(-1).textContent`))
+
+	out = srv.cli("device", thread, "--name", "dev "+short, "--public-url", base)
+	link := regexp.MustCompile(`http://\S+/d#chd_\S+`).Find(out)
+	if link == nil {
+		t.Fatalf("chatrelay device printed no link: %q", out)
+	}
+	d := newWindow(t)
+	d.watch()
+	d.open(string(link))
+	d.waitState(live, "ws")
+	d.waitJS(soon, "everything drawn", `document.querySelectorAll("#log li").length >= 7 && !!document.querySelector("#log a.chip[href]")`)
+	checkInert(t, d, "device")
+}
