@@ -165,3 +165,62 @@ func TestHostileWordsDrawAsText(t *testing.T) {
 	d.waitJS(soon, "everything drawn", `document.querySelectorAll("#log li").length >= 7 && !!document.querySelector("#log a.chip[href]")`)
 	checkInert(t, d, "device")
 }
+
+// TestLongUnbrokenWordsStayInTheirMessage: at a phone's width, words with
+// no place to break (a hash, a URL, a key) in every field hermes or a
+// participant writes wrap inside their message, on the owner's page and on
+// a participant's: the conversation never scrolls sideways, and no text
+// runs out of its message (a code block scrolls in its own box).
+func TestLongUnbrokenWordsStayInTheirMessage(t *testing.T) {
+	srv := startServer(t)
+	a, token := startConversation(t, srv.URL, "status?")
+	thread := threadOf(token)
+	long := func(n int) string { return strings.Repeat("0123456789abcdef", n/16+1)[:n] }
+	srv.reply(thread, long(300))
+	card, _ := json.Marshal(map[string]any{"title": long(100), "fallback_text": long(100), "blocks": []map[string]any{
+		{"type": "text", "text": long(300)},
+		{"type": "fields", "fields": []map[string]string{{"label": long(80), "value": long(200)}}},
+		{"type": "link", "url": "https://example.com/" + long(200), "label": long(80)},
+		{"type": "link", "url": "https://example.com/" + long(200)},
+		{"type": "code", "text": long(300)},
+	}})
+	if _, stderr, err := srv.cliRun(card, "card", thread, "-"); err != nil {
+		t.Fatalf("chatrelay card: %v %s", err, stderr)
+	}
+	srv.ask(thread, "--approval", long(300), "--title", long(100), "--detail", long(60)+"="+long(200), "--timeout", "15m")
+	srv.ask(thread, "--input", long(300), "--title", long(100), "--choice", long(60)+"="+long(60), "--choice", "b="+long(60), "--timeout", "15m")
+	aid := attach(t, srv.URL, token, long(120)+".txt", "text/plain", []byte("x"))
+	callAPI(t, http.MethodPost, srv.URL+"api/chat/post", "X-Chat-Token", token, map[string]any{"text": "file", "attachments": []string{aid}})
+	inv := invite(t, srv.URL, token, map[string]any{"name": long(64), "role": "commenter"})
+	p := newWindow(t)
+	for _, tb := range []*tab{a, p} {
+		tb.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	}
+	p.open(inv.Link)
+	p.waitState(live, "ws")
+	p.write(long(300))
+	p.waitShown(soon, long(300))
+	for who, tb := range map[string]*tab{"owner": a, "participant": p} {
+		tb.waitJS(soon, "everything drawn", `document.querySelectorAll("#log li.msg").length >= 7`)
+		out := eval[[]string](tb, `(() => {
+			const out = [], conv = document.getElementById("conversation");
+			if (conv.scrollWidth > conv.clientWidth) out.push("the conversation scrolls sideways: " + conv.scrollWidth + " > " + conv.clientWidth);
+			const c = conv.getBoundingClientRect();
+			for (const e of document.querySelectorAll("#log .msg")) {
+				const r = e.getBoundingClientRect();
+				if (r.right > c.right + 0.5) out.push("a message (" + e.children[1]?.className + ") runs out of the conversation by " + Math.round(r.right - c.right) + " px");
+			}
+			if (document.scrollingElement.scrollWidth > document.scrollingElement.clientWidth) out.push("the page scrolls sideways");
+			for (const e of document.querySelectorAll("#log .msg *")) {
+				if (e.closest("pre") && !e.matches("pre") || e.closest(".sr-only")) continue;
+				const r = e.getBoundingClientRect(), m = e.closest(".msg").getBoundingClientRect();
+				if (r.width > 0 && (r.left < m.left - 0.5 || r.right > m.right + 0.5)) out.push(e.tagName + "." + e.className + " runs out of its message by " + Math.round(r.right - m.right) + " px");
+				else if (e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX === "visible") out.push(e.tagName + "." + e.className + "'s words run out of it by " + (e.scrollWidth - e.clientWidth) + " px");
+			}
+			return out;
+		})()`)
+		for _, o := range out {
+			t.Errorf("%s: %s", who, o)
+		}
+	}
+}
