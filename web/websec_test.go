@@ -224,3 +224,36 @@ func TestLongUnbrokenWordsStayInTheirMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestReactorsNamedAsGuests: participants named "you" and "the owner"
+// react beside the owner; a reaction's list of who reacted names each of
+// the three apart, on the owner's page and on a participant's, as the
+// message's author line does with its guest badge.
+func TestReactorsNamedAsGuests(t *testing.T) {
+	srv := startServer(t)
+	a, token := startConversation(t, srv.URL, "status?")
+	msgs := poll2(t, srv.URL, token)
+	you := invite(t, srv.URL, token, map[string]any{"name": "you", "role": "commenter"})
+	owner := invite(t, srv.URL, token, map[string]any{"name": "the owner", "role": "commenter"})
+	callAPI(t, http.MethodPost, srv.URL+"api/chat/react", "X-Chat-Token", token, map[string]any{"message_id": msgs[0].ID, "emoji": "👍"})
+	for _, g := range []invited{you, owner} {
+		if status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/react", "Authorization", "Bearer "+g.Token, map[string]any{"message_id": msgs[0].ID, "emoji": "👍"}); status != http.StatusOK {
+			t.Fatalf("react as %s: %d %s", g.Participant.Name, status, raw)
+		}
+	}
+	p := newWindow(t)
+	p.open(you.Link)
+	p.waitState(live, "ws")
+	for who, tb := range map[string]*tab{"owner": a, "participant": p} {
+		tb.waitJS(soon, "three reactors named", `/: .*, .*, /.test(document.querySelector("#log .reactions .react")?.title)`)
+		title := eval[string](tb, `document.querySelector("#log .reactions .react").title`)
+		names := strings.Split(strings.SplitN(title, ": ", 2)[1], ", ")
+		seen := map[string]bool{}
+		for _, n := range names {
+			if seen[n] {
+				t.Errorf("%s: the reactors read %q: two of them are named %q", who, title, n)
+			}
+			seen[n] = true
+		}
+	}
+}

@@ -39,6 +39,17 @@ export function who(id, m, ctx) {
   return guest(id) ? `guest ${id.slice(2)}` : String(id);
 }
 
+/**
+ * reactor names a reactor in a reaction's list: as who does, and a
+ * participant (other than the reader) with "(guest)" after the name, as
+ * the author line's badge says: a participant named "you" or "the owner"
+ * never reads as the reader or the owner.
+ */
+export function reactor(id, m, ctx) {
+  const name = who(id, m, ctx);
+  return guest(id) && id !== (ctx?.me ?? OWNER) ? `${name} (guest)` : name;
+}
+
 const timeFmt = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
 const dayFmt = new Intl.DateTimeFormat(undefined, {
   month: "short",
@@ -471,7 +482,7 @@ export function reactionBar(m, ctx, stop) {
       list.append(
         el(
           "li",
-          { className: "react", title: `${name}: ${by.map((x) => who(x, m, ctx)).join(", ")}` },
+          { className: "react", title: `${name}: ${by.map((x) => reactor(x, m, ctx)).join(", ")}` },
           el("span", { className: "emoji", "aria-hidden": "true", textContent: e }),
           el("span", { className: "n", "aria-hidden": "true", textContent: String(by.length) }),
           el("span", { className: "sr-only", textContent: `${name}, ${by.length}` }),
@@ -495,7 +506,7 @@ export function reactionBar(m, ctx, stop) {
         "data-emoji": e,
         "aria-pressed": mine ? "true" : "false",
         "aria-label": by.length ? `${name}, ${by.length}` : name,
-        title: by.length ? `${name}: ${by.map((x) => who(x, m, ctx)).join(", ")}` : `React with ${name}`,
+        title: by.length ? `${name}: ${by.map((x) => reactor(x, m, ctx)).join(", ")}` : `React with ${name}`,
         "aria-disabled": ctx.busy(`${m.id} ${e}`) && "true",
       },
       el("span", { className: "emoji", "aria-hidden": "true", textContent: e }),
