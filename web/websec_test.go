@@ -257,3 +257,28 @@ func TestReactorsNamedAsGuests(t *testing.T) {
 		}
 	}
 }
+
+// TestCardLinkShowsItsRealAddress: a card's link with no label shows its
+// address as the browser will open it: bidi controls hermes put in the
+// URL (to draw "https://evil.example/?…" as if it ended in another
+// site's address) are shown percent-encoded, as the address bar shows
+// them, never applied.
+func TestCardLinkShowsItsRealAddress(t *testing.T) {
+	srv := startServer(t)
+	a, token := startConversation(t, srv.URL, "status?")
+	const spoof = "https://evil.example/?\u202Emoc.elpmaxe.knab//:sptth"
+	card, _ := json.Marshal(map[string]any{"fallback_text": "the report", "blocks": []map[string]any{
+		{"type": "link", "url": spoof},
+		{"type": "link", "url": "https://evil.example/\u2066x\u2069\u200b"},
+	}})
+	if _, stderr, err := srv.cliRun(card, "card", threadOf(token), "-"); err != nil {
+		t.Fatalf("chatrelay card: %v %s", err, stderr)
+	}
+	a.waitJS(soon, "the card's links", `document.querySelectorAll("#log .card a[href]").length === 2`)
+	got := eval[[][2]string](a, `[...document.querySelectorAll("#log .card a[href]")].map((a) => [a.textContent, a.href])`)
+	for _, g := range got {
+		if strings.ContainsAny(g[0], "\u202A\u202B\u202C\u202D\u202E\u2066\u2067\u2068\u2069\u200B\u200E\u200F") || g[0] != g[1] {
+			t.Errorf("a link to %q reads %q", g[1], g[0])
+		}
+	}
+}

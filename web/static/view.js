@@ -415,8 +415,9 @@ export function tick(sec, now) {
 /**
  * card draws a card: its title, then each block (text, fields, link,
  * code), all as text. A link is an <a> only for an http or https URL,
- * opened in a new tab with rel="noopener noreferrer"; any other URL is
- * shown as plain text.
+ * opened in a new tab with rel="noopener noreferrer", its text the label
+ * or else the address as the browser opens it; any other URL is shown as
+ * plain text.
  */
 export function card(c) {
   const box = el("div", { className: "card" });
@@ -434,7 +435,12 @@ export function card(c) {
       }
       case "link": {
         const href = safeURL(b.url);
-        const label = b.label || String(b.url ?? "");
+        // With no label, the address as the browser opens it (href): bidi
+        // controls or invisible characters in the URL are shown
+        // percent-encoded, as the address bar shows them, never applied
+        // (an RLO would draw the rest of the address reversed, as another
+        // site's).
+        const label = b.label || href || String(b.url ?? "");
         box.append(
           el(
             "p",
