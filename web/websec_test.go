@@ -282,3 +282,23 @@ func TestCardLinkShowsItsRealAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestAnotherSiteLosesTheWindowItOpened: a page of another origin that
+// opens the chat's pages (window.open) keeps no hold on the window once
+// the page loads (Cross-Origin-Opener-Policy: same-origin): it cannot
+// send it elsewhere (a look-alike page, while the person believes it is
+// their conversation), count its frames or learn when it loaded, to time
+// a click on an answer button.
+func TestAnotherSiteLosesTheWindowItOpened(t *testing.T) {
+	srv := startServer(t)
+	site := newLoopbackServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Write([]byte("<!doctype html><title>another site</title><p>another site</p>"))
+	}))
+	tb := newWindow(t)
+	tb.open(site.URL)
+	for _, page := range []string{"", "p", "d"} {
+		eval[bool](tb, `(window.w = window.open(`+js(srv.URL+page)+`), !!window.w)`)
+		tb.waitJS(soon, "the window opened on /"+page+" out of the site's hold", `window.w.closed`)
+	}
+}
