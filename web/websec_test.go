@@ -11,8 +11,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
@@ -300,5 +302,74 @@ func TestAnotherSiteLosesTheWindowItOpened(t *testing.T) {
 	for _, page := range []string{"", "p", "d"} {
 		eval[bool](tb, `(window.w = window.open(`+js(srv.URL+page)+`), !!window.w)`)
 		tb.waitJS(soon, "the window opened on /"+page+" out of the site's hold", `window.w.closed`)
+	}
+}
+
+// TestCardLinkReachesAnotherSiteBare: hermes's card links to another
+// site; the owner clicks it. The site gets no Referer, its page no
+// document.referrer and no window.opener (it cannot send the chat's tab
+// elsewhere), and neither the owner's token (the claim link's fragment)
+// nor a participant's reached the site or the server's log.
+func TestCardLinkReachesAnotherSiteBare(t *testing.T) {
+	srv := startServer(t, "--log-level", "debug")
+	type visit struct{ path, referer, query string }
+	visits := make(chan visit, 16)
+	site := newLoopbackServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		visits <- visit{r.URL.Path, r.Header.Get("Referer"), r.URL.RawQuery}
+		w.Header().Set("Content-Type", "text/html")
+		if r.URL.Path == "/landing" {
+			w.Write([]byte(`<!doctype html><script>fetch("/report?opener=" + (window.opener === null) + "&referrer=" + encodeURIComponent(document.referrer))</script>`))
+		}
+	}))
+	base := strings.TrimSuffix(srv.URL, "/")
+	out := srv.cli("open", "--title", "links", "--text", "hello", "--public-url", base)
+	var opened struct{ Thread, Link string }
+	if err := json.Unmarshal(out, &opened); err != nil {
+		t.Fatalf("chatrelay open printed %q: %v", out, err)
+	}
+	a := newWindow(t)
+	a.open(opened.Link)
+	a.waitState(live, "ws")
+	token := a.token()
+	inv := invite(t, srv.URL, token, map[string]any{"name": "Sam", "role": "commenter"})
+	p := newWindow(t)
+	p.open(inv.Link)
+	p.waitState(live, "ws")
+	card, _ := json.Marshal(map[string]any{"fallback_text": "the report", "blocks": []map[string]any{{"type": "link", "url": site.URL + "/landing", "label": "the report"}}})
+	if _, stderr, err := srv.cliRun(card, "card", opened.Thread, "-"); err != nil {
+		t.Fatalf("chatrelay card: %v %s", err, stderr)
+	}
+	for who, tb := range map[string]*tab{"owner": a, "participant": p} {
+		tb.waitJS(soon, "the card's link", `!!document.querySelector("#log .card a[href]")`)
+		tb.do(soon, "click the card's link", chromedp.Click(chromedp.CSS("#log .card a[href]")))
+		var got []visit
+		for len(got) == 0 || got[len(got)-1].path != "/report" {
+			select {
+			case v := <-visits:
+				got = append(got, v)
+			case <-time.After(soon):
+				t.Fatalf("%s: the site saw %+v, and no report from its page", who, got)
+			}
+		}
+		for _, v := range got {
+			if v.path == "/landing" && v.referer != "" {
+				t.Errorf("%s: the site got Referer %q for %s", who, v.referer, v.path)
+			}
+		}
+		if !slices.ContainsFunc(got, func(v visit) bool { return v.path == "/landing" }) {
+			t.Errorf("%s: the site saw %+v, not the link's page", who, got)
+		}
+		if r := got[len(got)-1].query; r != "opener=true&referrer=" {
+			t.Errorf("%s: the site's page reports %s, want no opener and no referrer", who, r)
+		}
+		if u := eval[string](tb, `location.href`); strings.Contains(u, "#") || !strings.HasPrefix(u, srv.URL) {
+			t.Errorf("%s: the chat's tab is at %s", who, u)
+		}
+	}
+	log := srv.logText()
+	for name, secret := range map[string]string{"the owner's token": token, "the share token": inv.Token} {
+		if strings.Contains(log, secret) {
+			t.Errorf("the server's log holds %s", name)
+		}
 	}
 }
