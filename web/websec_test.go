@@ -202,6 +202,13 @@ func TestLongUnbrokenWordsStayInTheirMessage(t *testing.T) {
 	p.waitState(live, "ws")
 	p.write(long(300))
 	p.waitShown(soon, long(300))
+	// A reaction is any 64 code points with no space: a word as well.
+	for _, e := range []string{strings.Repeat("W", 64), strings.Repeat("🇺🇸", 32)} {
+		if status, raw := callAPI(t, http.MethodPost, srv.URL+"api/chat/react", "Authorization", "Bearer "+inv.Token, map[string]any{"message_id": poll2(t, srv.URL, token)[0].ID, "emoji": e}); status != http.StatusOK {
+			t.Fatalf("react: %d %s", status, raw)
+		}
+	}
+	a.waitJS(soon, "the reactions", `document.querySelectorAll("#log .reactions .react:not(.unused)").length === 2`)
 	for who, tb := range map[string]*tab{"owner": a, "participant": p} {
 		tb.waitJS(soon, "everything drawn", `document.querySelectorAll("#log li.msg").length >= 7`)
 		out := eval[[]string](tb, `(() => {
