@@ -380,3 +380,27 @@ func TestCardLinkReachesAnotherSiteBare(t *testing.T) {
 		}
 	}
 }
+
+// TestCardLinkNamesItsSite: a card's link with a label (hermes's words,
+// which may name another address) says beside it the site it opens, as
+// the browser's address bar would name it (an internationalized name in
+// its xn-- form): on a phone, with no status bar on hover, that is the
+// only place the reader learns where the link goes before pressing it.
+func TestCardLinkNamesItsSite(t *testing.T) {
+	srv := startServer(t)
+	a, token := startConversation(t, srv.URL, "status?")
+	card, _ := json.Marshal(map[string]any{"fallback_text": "the run", "blocks": []map[string]any{
+		{"type": "link", "url": "https://evil.example/x", "label": "https://ci.example.com/run/1"},
+		{"type": "link", "url": "https://\u0430pple.example/login", "label": "Sign in to apple.example"},
+	}})
+	if _, stderr, err := srv.cliRun(card, "card", threadOf(token), "-"); err != nil {
+		t.Fatalf("chatrelay card: %v %s", err, stderr)
+	}
+	a.waitJS(soon, "the card's links", `document.querySelectorAll("#log .card a[href]").length === 2`)
+	got := eval[[]string](a, `[...document.querySelectorAll("#log .card .card-link")].map((p) => p.textContent)`)
+	for i, host := range []string{"evil.example", "xn--pple-43d.example"} {
+		if i >= len(got) || !strings.Contains(got[i], "("+host+")") {
+			t.Errorf("link %d reads %q, want it to name %s", i, got, host)
+		}
+	}
+}

@@ -416,8 +416,8 @@ export function tick(sec, now) {
  * card draws a card: its title, then each block (text, fields, link,
  * code), all as text. A link is an <a> only for an http or https URL,
  * opened in a new tab with rel="noopener noreferrer", its text the label
- * or else the address as the browser opens it; any other URL is shown as
- * plain text.
+ * (followed by the site it opens) or else the address as the browser
+ * opens it; any other URL is shown as plain text.
  */
 export function card(c) {
   const box = el("div", { className: "card" });
@@ -441,6 +441,11 @@ export function card(c) {
         // (an RLO would draw the rest of the address reversed, as another
         // site's).
         const label = b.label || href || String(b.url ?? "");
+        // A label is hermes's words, and may name another address: the
+        // site the link opens is said beside it, as the address bar names
+        // it (an internationalized name in its xn-- form), since a phone
+        // shows no address on hover.
+        const site = href && b.label ? el("span", { className: "card-site", textContent: ` (${new URL(href).host})` }) : null;
         box.append(
           el(
             "p",
@@ -448,6 +453,7 @@ export function card(c) {
             href
               ? el("a", { href, target: "_blank", rel: "noopener noreferrer", textContent: label })
               : el("span", { className: "card-url", textContent: b.label ? `${b.label} (${b.url})` : label }),
+            site,
           ),
         );
         break;
