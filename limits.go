@@ -242,6 +242,28 @@ func CheckTitle(title string) error {
 	return nil
 }
 
+// CheckNewTitle is CheckTitle for a title being written: one line that
+// reads as written, so it also refuses a line or paragraph separator
+// (U+2028, U+2029) and a bidi control (U+200E, U+200F, U+061C, U+202A …
+// U+202E, U+2066 … U+2069), which would draw the words after it reversed
+// in the page's header and the browser's tab. Other format characters
+// (an emoji sequence's joiner, a flag's tags) are kept. A title stored
+// before is read with CheckTitle.
+func CheckNewTitle(title string) error {
+	if err := CheckTitle(title); err != nil {
+		return err
+	}
+	for _, r := range title {
+		switch {
+		case r == '\u2028' || r == '\u2029':
+			return Errorf(InvalidText, "the title is one line, with no line or paragraph separator")
+		case r == '\u200e' || r == '\u200f' || r == '\u061c' || r >= '\u202a' && r <= '\u202e' || r >= '\u2066' && r <= '\u2069':
+			return Errorf(InvalidText, "the title holds a bidi control (U+%04X), which would draw it otherwise than written", r)
+		}
+	}
+	return nil
+}
+
 // CheckClientID returns InvalidClientID unless id matches ClientIDPattern
 // ("" is no client_id, and passes).
 func CheckClientID(id string) error {

@@ -48,7 +48,7 @@ func (m *NewMessage) Prepare(now time.Time) (*Interaction, error) {
 		return nil, err
 	}
 	if m.Title != "" {
-		if err := CheckTitle(m.Title); err != nil {
+		if err := CheckNewTitle(m.Title); err != nil {
 			return nil, err
 		}
 	}

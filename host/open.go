@@ -32,7 +32,7 @@ func (v *Verbs) OpenThread(ctx context.Context, in OpenThreadInput) (OpenThreadR
 	if v.Reaches != nil {
 		return OpenThreadResult{}, chatrelay.Errorf(chatrelay.NotPermitted, "this agent key reaches only the threads it names: a key for every thread (agent add --threads all) may open one")
 	}
-	if err := chatrelay.CheckTitle(in.Title); err != nil {
+	if err := chatrelay.CheckNewTitle(in.Title); err != nil {
 		return OpenThreadResult{}, err
 	}
 	text := in.Text

@@ -291,6 +291,55 @@ func TestPushCatchUpTriedAgainEverySecond(t *testing.T) {
 	})
 }
 
+// stallNode is a server of the handover tests: its feed may skip
+// changes (g), its store may stall (st), its push config is changed by
+// push; its owner (tokenN(1)) wrote the thread's first message and
+// subscribed at svc as "owner".
+type stallNode struct {
+	*pushEnv
+	g      *gappyFeed
+	st     *stalls
+	thread string
+}
+
+func startStallNode(t *testing.T, be *storetest.Backend, svc *pushtest.Service, push func(*transport.PushConfig), config func(*transport.Config)) *stallNode {
+	t.Helper()
+	n := &stallNode{g: &gappyFeed{Store: be.Store}, st: &stalls{}, thread: threadN(1)}
+	n.pushEnv = startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+		withPush(svc, push)(c)
+		n.st.Store, n.st.Push = c.Store, store.PushOf(c.Store)
+		c.Store, c.Feed = n.st, store.NewFeed(n.g)
+		if config != nil {
+			config(c)
+		}
+	}})
+	n.mustPost(tokenN(1), "hello")
+	n.subscribe(tokenN(1), nil, svc.Subscribe(t, "owner"))
+	return n
+}
+
+// reply writes hermes's reply in the node's thread, through the store
+// (as the host CLI does), and returns its id.
+func (n *stallNode) reply(t *testing.T, text string) string {
+	t.Helper()
+	en, err := n.backend.Store.Append(t.Context(), n.thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
+	assert.Success(t, err)
+	return en.ID
+}
+
+// pushedOnce checks that pls are one push of each of texts, and no other.
+func pushedOnce(t *testing.T, pls []payload, texts ...string) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, p := range pls {
+		seen[p.Message.Text]++
+	}
+	for _, want := range texts {
+		assert.Equal(t, "pushes of "+want, seen[want], 1)
+	}
+	assert.Equal(t, "pushes", len(pls), len(texts))
+}
+
 // TestPushCatchUpHandedOverAtStop: a server stops while a catch-up (the
 // feed said Reset after skipping four replies) has queued what the queue
 // had room for and waits to queue the rest, its one worker held in its
@@ -301,44 +350,26 @@ func TestPushCatchUpHandedOverAtStop(t *testing.T) {
 		svc := pushtest.NewService(t)
 		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
-		g := &gappyFeed{Store: be.Store}
-		held := &stalls{}
-		first := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
-			withPush(svc, func(p *transport.PushConfig) { p.Workers, p.Queue, p.Lease = 1, 1, lease })(c)
-			held.Store, held.Push = c.Store, store.PushOf(c.Store)
-			c.Store, c.Feed = held, store.NewFeed(g)
-		}})
-		owner, thread := tokenN(1), threadN(1)
-		first.mustPost(owner, "hello")
-		first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
-		g.open()
+		first := startStallNode(t, be, svc, func(p *transport.PushConfig) { p.Workers, p.Queue, p.Lease = 1, 1, lease }, nil)
+		first.g.open()
 		var ids []string
 		for i := range 4 {
-			en, err := be.Store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: fmt.Sprint("reply ", i)})
-			assert.Success(t, err)
-			ids = append(ids, en.ID)
+			ids = append(ids, first.reply(t, fmt.Sprint("reply ", i)))
 		}
-		assert.Eventually(t, 5*time.Second, "the feed to skip the replies", func() bool { return g.skippedAll(ids...) })
-		held.claimsStall.Store(true)
-		g.reset(thread)
-		assert.Eventually(t, 10*time.Second, "the worker held in its first claim", func() bool { return held.claims.Load() >= 1 })
-		held.claimsStall.Store(false) // the worker stays held; the shutdown's claims are answered
+		assert.Eventually(t, 5*time.Second, "the feed to skip the replies", func() bool { return first.g.skippedAll(ids...) })
+		first.st.claimsStall.Store(true)
+		first.g.reset(first.thread)
+		assert.Eventually(t, 10*time.Second, "the worker held in its first claim", func() bool { return first.st.claims.Load() >= 1 })
+		first.st.claimsStall.Store(false) // the worker stays held; the shutdown's claims are answered
 		first.stop()
 		assert.Equal(t, "pushes before the next start", len(pushesTo(svc, "/push/owner")), 0)
 
 		second := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
 		awaitPushes(t, svc, "/push/owner", 4)
-		_, err := second.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "after"})
+		_, err := second.store.Append(t.Context(), first.thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "after"})
 		assert.Success(t, err)
 		_, pls := awaitPushes(t, svc, "/push/owner", 5)
-		seen := map[string]int{}
-		for _, p := range pls {
-			seen[p.Message.Text]++
-		}
-		for _, want := range []string{"reply 0", "reply 1", "reply 2", "reply 3", "after"} {
-			assert.Equal(t, "pushes of "+want, seen[want], 1)
-		}
-		assert.Equal(t, "pushes", len(pushesTo(svc, "/push/owner")), 5)
+		pushedOnce(t, pls, "reply 0", "reply 1", "reply 2", "reply 3", "after")
 	})
 }
 
@@ -354,50 +385,31 @@ func TestPushCatchUpQueuedAtStopNotSentAgain(t *testing.T) {
 		svc := pushtest.NewService(t)
 		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
-		g := &gappyFeed{Store: be.Store}
-		st := &stalls{}
 		var logged transport.SyncBuffer
-		first := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
-			withPush(svc, func(p *transport.PushConfig) { p.Workers, p.Lease = 1, lease })(c)
-			st.Store, st.Push = c.Store, store.PushOf(c.Store)
-			c.Store, c.Feed = st, store.NewFeed(g)
+		first := startStallNode(t, be, svc, func(p *transport.PushConfig) { p.Workers, p.Lease = 1, lease }, func(c *transport.Config) {
 			c.Log = slog.New(slog.NewTextHandler(&logged, nil))
-		}})
-		owner, thread := tokenN(1), threadN(1)
-		first.mustPost(owner, "hello")
-		first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
-		reply := func(text string) string {
-			en, err := be.Store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
-			assert.Success(t, err)
-			return en.ID
-		}
-		reply("pushed before")
+		})
+		first.reply(t, "pushed before")
 		awaitPushes(t, svc, "/push/owner", 1)
-		st.claimsStall.Store(true)
-		reply("held in its claim")
-		assert.Eventually(t, 10*time.Second, "the worker held in its claim", func() bool { return st.claims.Load() >= 1 })
-		g.open()
-		inGap := reply("in the gap")
-		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return g.skippedAll(inGap) })
-		g.reset(thread)
+		first.st.claimsStall.Store(true)
+		first.reply(t, "held in its claim")
+		assert.Eventually(t, 10*time.Second, "the worker held in its claim", func() bool { return first.st.claims.Load() >= 1 })
+		first.g.open()
+		inGap := first.reply(t, "in the gap")
+		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return first.g.skippedAll(inGap) })
+		first.g.reset(first.thread)
 		assert.Eventually(t, 10*time.Second, "the catch-up to queue the thread's three replies", func() bool {
 			return strings.Contains(logged.String(), "caught up with what the feed missed") && strings.Contains(logged.String(), "changes=3")
 		})
-		st.claimsStall.Store(false) // the worker stays held; the shutdown's claims are answered
+		first.st.claimsStall.Store(false) // the worker stays held; the shutdown's claims are answered
 		first.stop()
 
 		second := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
 		awaitPushes(t, svc, "/push/owner", 3)
-		_, err := second.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "after"})
+		_, err := second.store.Append(t.Context(), first.thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "after"})
 		assert.Success(t, err)
 		_, pls := awaitPushes(t, svc, "/push/owner", 4)
-		seen := map[string]int{}
-		for _, p := range pls {
-			seen[p.Message.Text]++
-		}
-		for _, want := range []string{"pushed before", "held in its claim", "in the gap", "after"} {
-			assert.Equal(t, "pushes of "+want, seen[want], 1)
-		}
+		pushedOnce(t, pls, "pushed before", "held in its claim", "in the gap", "after")
 	})
 }
 
@@ -442,44 +454,25 @@ func TestPushHandoverWrittenThoughACatchUpStalls(t *testing.T) {
 		svc := pushtest.NewService(t)
 		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
-		g := &gappyFeed{Store: be.Store}
-		st := &stalls{Store: be.Store, Push: store.PushOf(be.Store)}
-		first := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
-			withPush(svc, func(p *transport.PushConfig) { p.Workers, p.Queue, p.Lease = 1, 1, lease })(c)
-			c.Store, c.Feed = st, store.NewFeed(g)
-		}})
-		owner, thread := tokenN(1), threadN(1)
-		first.mustPost(owner, "hello")
-		first.subscribe(owner, nil, svc.Subscribe(t, "owner"))
-		reply := func(text string) string {
-			en, err := be.Store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
-			assert.Success(t, err)
-			return en.ID
-		}
-		st.claimsStall.Store(true)
-		reply("held in its claim")
-		assert.Eventually(t, 10*time.Second, "the worker held in its claim", func() bool { return st.claims.Load() >= 1 })
-		st.claimsStall.Store(false) // the worker stays held
-		queued := reply("queued")
-		assert.Eventually(t, 5*time.Second, "the feed to hand on the queued reply", func() bool { return g.passedAll(queued) })
-		g.open()
-		inGap := reply("in the gap")
-		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return g.skippedAll(inGap) })
-		st.changesStall.Store(true)
-		g.reset(thread)
-		assert.Eventually(t, 10*time.Second, "the catch-up's read stalled", func() bool { return st.changes.Load() >= 1 })
+		first := startStallNode(t, be, svc, func(p *transport.PushConfig) { p.Workers, p.Queue, p.Lease = 1, 1, lease }, nil)
+		first.st.claimsStall.Store(true)
+		first.reply(t, "held in its claim")
+		assert.Eventually(t, 10*time.Second, "the worker held in its claim", func() bool { return first.st.claims.Load() >= 1 })
+		first.st.claimsStall.Store(false) // the worker stays held
+		queued := first.reply(t, "queued")
+		assert.Eventually(t, 5*time.Second, "the feed to hand on the queued reply", func() bool { return first.g.passedAll(queued) })
+		first.g.open()
+		inGap := first.reply(t, "in the gap")
+		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return first.g.skippedAll(inGap) })
+		first.st.changesStall.Store(true)
+		first.g.reset(first.thread)
+		assert.Eventually(t, 10*time.Second, "the catch-up's read stalled", func() bool { return first.st.changes.Load() >= 1 })
 		first.stop()
 		assert.Equal(t, "pushes before the next start", len(pushesTo(svc, "/push/owner")), 0)
 
 		startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
 		_, pls := awaitPushes(t, svc, "/push/owner", 2)
-		seen := map[string]int{}
-		for _, p := range pls {
-			seen[p.Message.Text]++
-		}
-		for _, want := range []string{"held in its claim", "queued"} {
-			assert.Equal(t, "pushes of "+want, seen[want], 1)
-		}
+		pushedOnce(t, pls, "held in its claim", "queued")
 	})
 }
 

@@ -53,7 +53,7 @@ func TestSSEStream(t *testing.T) {
 		s := e.mustSSE("/api/chat/stream?since="+strconv.FormatInt(first.Epoch, 10), tok, nil)
 		h := s.resp.Header
 		assert.Equal(t, "Content-Type", h.Get("Content-Type"), "text/event-stream")
-		assert.Equal(t, "Cache-Control", h.Get("Cache-Control"), "no-cache, no-transform")
+		assert.Equal(t, "Cache-Control", h.Get("Cache-Control"), "no-store, no-transform") // the conversation, stored by no cache, as every answer of the API
 		assert.Equal(t, "X-Accel-Buffering", h.Get("X-Accel-Buffering"), "no")
 
 		// The retry hint rides on the ready event: a block of its own is

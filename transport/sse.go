@@ -35,7 +35,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache, no-transform")
+	h.Set("Cache-Control", "no-store, no-transform") // the conversation: stored by no cache, as every answer of the API
 	h.Set("X-Accel-Buffering", "no")
 	h.Set("X-Content-Type-Options", "nosniff") // the conversation, never read as a page or a script
 	if r.ProtoMajor == 1 {

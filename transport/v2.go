@@ -217,6 +217,9 @@ func exactMembers(data []byte, t reflect.Type) []byte {
 	kept := make(map[string]json.RawMessage, len(members))
 	for i := range t.NumField() {
 		f := t.Field(i)
+		if f.Anonymous { // its members are promoted, as encoding/json reads them: not filtered here
+			return data
+		}
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if !f.IsExported() || name == "-" {
 			continue

@@ -446,7 +446,7 @@ func TestShareViewer(t *testing.T) {
 	first := poll2(t, srv.URL, token)[0].ID
 	commenter.click(msgSel(first) + ` button[data-emoji="👀"]`)
 	for _, tb := range []*tab{owner, viewer} {
-		tb.waitJS(soon, "Jo's reaction", `!!document.querySelector(`+js(msgSel(first)+` .react[title="eyes: Jo ops"]`)+`)`)
+		tb.waitJS(soon, "Jo's reaction", `!!document.querySelector(`+js(msgSel(first)+` .react[title="eyes: Jo ops (guest)"]`)+`)`)
 	}
 	owner.click(ixSel(q.Interaction.ID) + ` button[data-decision="approve"]`)
 	for _, tb := range []*tab{viewer, commenter} {
@@ -493,7 +493,7 @@ func TestShareViewer(t *testing.T) {
 	later := newWindow(t)
 	later.open(sam.Link)
 	later.waitShown(soon, "note 4")
-	later.waitJS(soon, "the revoked commenter's reaction named", `!!document.querySelector(`+js(msgSel(first)+` .react[title="eyes: Jo ops"]`)+`)`)
+	later.waitJS(soon, "the revoked commenter's reaction named", `!!document.querySelector(`+js(msgSel(first)+` .react[title="eyes: Jo ops (guest)"]`)+`)`)
 	if got := later.shownBy("note 1"); got.Author != "Jo ops" {
 		t.Errorf("after the revoke, Jo's note is drawn as %+v", got)
 	}

@@ -183,3 +183,50 @@ func pushKey(t *testing.T, base string) string {
 	}
 	return a.PublicKey
 }
+
+// TestClickOnAParticipantsNotificationOpensTheirPage: a participant's
+// page keeps its share token in its tab only (sessionStorage), so the
+// participant page opened for a click on their notification, with no tab
+// of theirs open, would know no link and show nothing. The worker opens
+// it with the token it keeps for the thread in the fragment (never sent
+// to a server; p-link.js takes it out of the address bar at once), and
+// that page shows the conversation.
+func TestClickOnAParticipantsNotificationOpensTheirPage(t *testing.T) {
+	srv, svc := startPushServer(t)
+	token := strings.Repeat("7d", 32)
+	thread := threadOf(token)
+	post(t, srv.URL, token, "Is staging back?", "operator")
+	sam := invite(t, srv.URL, token, map[string]any{"name": "Sam", "role": "viewer"})
+	tb := newWindow(t)
+	tb.allowNotifications(srv.URL)
+	tb.pushStub(svc.Subscribe(t, "sam"))
+	tb.open(sam.Link)
+	tb.waitState(live, "ws")
+	tb.click("#notify")
+	tb.waitJS(soon, "the switch on", `document.getElementById("notify").dataset.state === "on"`)
+	reg := tb.registration(srv.URL)
+	swURL := srv.URL + "sw.js"
+
+	tb.open(srv.URL + "favicon.svg")
+	srv.reply(thread, "Yes, staging is back.")
+	tb.deliver(srv.URL, reg, serverPush(t, svc, "/push/sam", "reply", ""))
+	tb.waitNotification("thread:"+thread, "Yes, staging is back.")
+	inWorker[bool](tb, swURL, recordWindowCallsJS)
+	inWorker[bool](tb, swURL, clickJS("thread:"+thread, "", 0))
+	var calls []string
+	waitFor(t, soon, "the worker to open a window", func() bool {
+		calls = inWorker[[]string](tb, swURL, `self.__calls`)
+		return len(calls) > 0
+	})
+	if len(calls) != 1 || !strings.HasPrefix(calls[0], "open "+srv.URL+"p") {
+		t.Fatalf("the worker did %q, want it to open the participant page", calls)
+	}
+	// The page the worker asked for, in a tab of its own (a new tab's
+	// sessionStorage is empty, as the window the worker opens).
+	p := newWindow(t)
+	p.open(strings.TrimPrefix(calls[0], "open "))
+	p.waitShown(soon, "Yes, staging is back.")
+	if u := eval[string](p, `location.href`); strings.Contains(u, "#") {
+		t.Errorf("the address bar holds the fragment: %s", u)
+	}
+}

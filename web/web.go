@@ -76,6 +76,11 @@ const csp = "default-src 'self'; connect-src 'self'; img-src 'self' data:; " +
 // for browsers that predate frame-ancestors (it cannot name an origin,
 // so it is left out when some are allowed).
 //
+// Opening: a page of another origin may open them (window.open), but
+// Cross-Origin-Opener-Policy: same-origin takes the window out of its
+// hold once they load: it cannot send the window to a look-alike page,
+// nor learn when it loaded (to time a click on Approve).
+//
 // The pages state the limits of pageLimits, made once here from the
 // limits table: limits.js, a module that exports LIMITS and LEAST (each
 // row's most and least, by its name in GET /api/limits.json:
@@ -202,6 +207,7 @@ func handler(limits []chatrelay.Limit, frameAncestors ...string) http.Handler {
 			h.Set("X-Frame-Options", xfo)
 		}
 		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
 		if f, ok := pages[r.URL.Path]; ok {
 			http.ServeContent(w, r, f.name, time.Time{}, bytes.NewReader(f.body))
 			return

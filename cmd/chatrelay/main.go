@@ -89,7 +89,7 @@ func usage() string {
 	var b strings.Builder
 	b.WriteString("chatrelay: a live chat relay between browser tabs and a host agent.\n\nUsage:\n")
 	for _, c := range commands {
-		fmt.Fprintf(&b, "  chatrelay %s %s\n      %s\n", c.name, c.synopsis, c.what)
+		fmt.Fprintf(&b, "  %s\n      %s\n", strings.TrimSpace("chatrelay "+c.name+" "+c.synopsis), c.what)
 	}
 	b.WriteString(`
 Every command but serve, subscribe, schema, webhook and version works on the store

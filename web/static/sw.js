@@ -293,13 +293,23 @@ async function respond(n, d, answer) {
   return say(`Not sent: ${body?.error || `the server answered ${res.status}`}. Open the conversation to answer.`);
 }
 
-// openThread focuses a window on the thread's page, or opens one.
+// openThread focuses a window on the thread's page, or opens one. A
+// participant's page keeps its share token in its tab only
+// (sessionStorage), so a new one is opened with the token the worker
+// keeps for the thread in its fragment, as the share link has it (never
+// sent to a server; p-link.js takes it out of the address bar at once):
+// else it would know no link and show nothing.
 async function openThread(d) {
   const url = d.url || self.registration.scope;
   const page = pathOf(url);
   const wins = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
   const w = wins.find((c) => pathOf(c.url) === page);
   if (w && "focus" in w) return w.focus();
+  const rec = await recordOf(d.thread).catch(() => null);
+  const share = rec?.scheme !== "owner" && /^chp_[A-Za-z0-9_-]{43}$/.test(rec?.token || "");
+  if (share && new URL(page).pathname.endsWith("/p") && new URL(page).origin === self.location.origin) {
+    return self.clients.openWindow(`${page}#${rec.token}`);
+  }
   return self.clients.openWindow(url);
 }
 

@@ -39,6 +39,17 @@ export function who(id, m, ctx) {
   return guest(id) ? `guest ${id.slice(2)}` : String(id);
 }
 
+/**
+ * reactor names a reactor in a reaction's list: as who does, and a
+ * participant (other than the reader) with "(guest)" after the name, as
+ * the author line's badge says: a participant named "you" or "the owner"
+ * never reads as the reader or the owner.
+ */
+export function reactor(id, m, ctx) {
+  const name = who(id, m, ctx);
+  return guest(id) && id !== (ctx?.me ?? OWNER) ? `${name} (guest)` : name;
+}
+
 const timeFmt = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
 const dayFmt = new Intl.DateTimeFormat(undefined, {
   month: "short",
@@ -404,8 +415,9 @@ export function tick(sec, now) {
 /**
  * card draws a card: its title, then each block (text, fields, link,
  * code), all as text. A link is an <a> only for an http or https URL,
- * opened in a new tab with rel="noopener noreferrer"; any other URL is
- * shown as plain text.
+ * opened in a new tab with rel="noopener noreferrer", its text the label
+ * (followed by the site it opens) or else the address as the browser
+ * opens it; any other URL is shown as plain text.
  */
 export function card(c) {
   const box = el("div", { className: "card" });
@@ -423,7 +435,17 @@ export function card(c) {
       }
       case "link": {
         const href = safeURL(b.url);
-        const label = b.label || String(b.url ?? "");
+        // With no label, the address as the browser opens it (href): bidi
+        // controls or invisible characters in the URL are shown
+        // percent-encoded, as the address bar shows them, never applied
+        // (an RLO would draw the rest of the address reversed, as another
+        // site's).
+        const label = b.label || href || String(b.url ?? "");
+        // A label is hermes's words, and may name another address: the
+        // site the link opens is said beside it, as the address bar names
+        // it (an internationalized name in its xn-- form), since a phone
+        // shows no address on hover.
+        const site = href && b.label ? el("span", { className: "card-site", textContent: ` (${new URL(href).host})` }) : null;
         box.append(
           el(
             "p",
@@ -431,6 +453,7 @@ export function card(c) {
             href
               ? el("a", { href, target: "_blank", rel: "noopener noreferrer", textContent: label })
               : el("span", { className: "card-url", textContent: b.label ? `${b.label} (${b.url})` : label }),
+            site,
           ),
         );
         break;
@@ -471,7 +494,7 @@ export function reactionBar(m, ctx, stop) {
       list.append(
         el(
           "li",
-          { className: "react", title: `${name}: ${by.map((x) => who(x, m, ctx)).join(", ")}` },
+          { className: "react", title: `${name}: ${by.map((x) => reactor(x, m, ctx)).join(", ")}` },
           el("span", { className: "emoji", "aria-hidden": "true", textContent: e }),
           el("span", { className: "n", "aria-hidden": "true", textContent: String(by.length) }),
           el("span", { className: "sr-only", textContent: `${name}, ${by.length}` }),
@@ -495,7 +518,7 @@ export function reactionBar(m, ctx, stop) {
         "data-emoji": e,
         "aria-pressed": mine ? "true" : "false",
         "aria-label": by.length ? `${name}, ${by.length}` : name,
-        title: by.length ? `${name}: ${by.map((x) => who(x, m, ctx)).join(", ")}` : `React with ${name}`,
+        title: by.length ? `${name}: ${by.map((x) => reactor(x, m, ctx)).join(", ")}` : `React with ${name}`,
         "aria-disabled": ctx.busy(`${m.id} ${e}`) && "true",
       },
       el("span", { className: "emoji", "aria-hidden": "true", textContent: e }),
