@@ -94,7 +94,7 @@ func checkInert(t *testing.T, tb *tab, who string) {
 func TestHostileWordsDrawAsText(t *testing.T) {
 	srv := startServer(t)
 	base := strings.TrimSuffix(srv.URL, "/")
-	out := srv.cli("open", "--title", "t "+short+" \u202Eevil", "--text", "first "+hostile, "--public-url", base)
+	out := srv.cli("open", "--title", "t "+short+" evil", "--text", "first "+hostile, "--public-url", base)
 	var opened struct{ Thread, Link string }
 	if err := json.Unmarshal(out, &opened); err != nil {
 		t.Fatalf("chatrelay open printed %q: %v", out, err)

@@ -26,15 +26,18 @@ func TestShowWritesNoControlSequence(t *testing.T) {
 	assert.True(t, strings.Contains(r.stdout, "    hello  ]52;c;ZWNobyBwd25lZA==  [1A [2K forged 31m\tend\n    second line\n"), "show changed more than the control characters:\n%q", r.stdout)
 }
 
-// TestListAndShowWriteNoBidiOverride: a title, a participant's name or a
-// text may hold Unicode's bidirectional formatting characters (a
-// right-to-left override shows "evil" as "live"); list and show print
-// them as spaces, as they print control characters, so that what the
-// host reads is what is stored, in its order.
+// TestListAndShowWriteNoBidiOverride: a text may hold Unicode's
+// bidirectional formatting characters (a right-to-left override shows
+// "evil" as "live"); list and show print them as spaces, as they print
+// control characters, so that what the host reads is what is stored, in
+// its order. A new title may not hold one (invalid_text).
 func TestListAndShowWriteNoBidiOverride(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
-	r := runCLI(t, nil, "", "open", "--data", data, "--fsync", "never", "--title", "deploy \u202elive\u202c now", "--text", "run \u2066rm -rf\u2069 ok")
+	r := runCLI(t, nil, "", "open", "--data", data, "--fsync", "never", "--title", "deploy \u202elive\u202c now", "--text", "hi")
+	assert.Equal(t, "open with a bidi override in its title: exit status", exitCode(r.err), 1)
+	assert.True(t, strings.Contains(r.err.Error(), "invalid_text"), "open's refusal: %v", r.err)
+	r = runCLI(t, nil, "", "open", "--data", data, "--fsync", "never", "--title", "deploy now", "--text", "run \u2066rm -rf\u2069 ok \u202elive\u202c")
 	assert.Success(t, r.err)
 	r = runCLI(t, nil, "", "list", "--data", data)
 	assert.Success(t, r.err)
