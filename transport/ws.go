@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -335,13 +334,14 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 	if len(data) > chatrelay.MaxBody { // post.body: the limit of a post's body, over HTTP too
 		return wsError(chatrelay.Errorf(chatrelay.BodyTooLarge, "frame over %d bytes, the limit of a post's body", chatrelay.MaxBody), v)
 	}
-	var head struct {
-		Type string `json:"type"`
-	}
-	if json.Unmarshal(exactMembers(data, reflect.TypeOf(head)), &head) != nil || !isObject(data) { // null decodes into a struct too; "TYPE" is not type
+	// The frame's members by their exact names ("TYPE" is not type, as
+	// the bundle reads it); null is no object.
+	var members map[string]json.RawMessage
+	var typ string
+	if json.Unmarshal(data, &members) != nil || members == nil || members["type"] != nil && json.Unmarshal(members["type"], &typ) != nil {
 		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, "the frame is not a JSON object"), v)
 	}
-	if head.Type != "post" {
+	if typ != "post" {
 		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, `unknown frame type; the client may send {"type":"post","text":…,"kind":…}`), v)
 	}
 	if err := writers.allows(req.p); err != nil {
