@@ -415,12 +415,14 @@ func TestPushCatchUpQueuedAtStopNotSentAgain(t *testing.T) {
 
 // stalls is a node's store whose push claims (while claimsStall is set)
 // and Changes (while changesStall is set) never answer until their
-// caller gives up, counted.
+// caller gives up, and whose claims of an opening push, if openings is
+// not nil, wait until it is closed; counted.
 type stalls struct {
 	store.Store
 	store.Push
 	claimsStall, changesStall atomic.Bool
-	claims, changes           atomic.Int64 // the calls stalled
+	claims, changes           atomic.Int64 // the calls stalled or held
+	openings                  chan struct{}
 }
 
 func (c *stalls) Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
@@ -433,10 +435,17 @@ func (c *stalls) Changes(ctx context.Context, thread string, since int64, limit 
 }
 
 func (c *stalls) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
-	if c.claimsStall.Load() {
+	held := c.openings
+	if !strings.HasSuffix(id, ":"+chatrelay.PushTypeInteraction) {
+		held = nil
+	}
+	if c.claimsStall.Load() || held != nil {
 		c.claims.Add(1)
-		<-ctx.Done()
-		return false, false, ctx.Err()
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return false, false, ctx.Err()
+		}
 	}
 	return c.Push.ClaimPush(ctx, id, owner, lease, doc)
 }
@@ -510,27 +519,6 @@ func TestPushCatchUpAfterAFastNodesChange(t *testing.T) {
 	})
 }
 
-// openingClaimsHeld is a node's store whose claims of an opening push
-// wait until release is closed (or their caller gives up), counted.
-type openingClaimsHeld struct {
-	store.Store
-	store.Push
-	release chan struct{}
-	held    atomic.Int64
-}
-
-func (c *openingClaimsHeld) ClaimPush(ctx context.Context, id, owner string, lease time.Duration, doc []byte) (won, settled bool, err error) {
-	if strings.HasSuffix(id, ":"+chatrelay.PushTypeInteraction) {
-		c.held.Add(1)
-		select {
-		case <-c.release:
-		case <-ctx.Done():
-			return false, false, ctx.Err()
-		}
-	}
-	return c.Push.ClaimPush(ctx, id, owner, lease, doc)
-}
-
 // TestPushOpeningOvertakenByItsClose: an approval's opening change is
 // slow on its way (its claim waits), and the person answers meanwhile;
 // the closing push goes first. The opening push is then not sent: sent
@@ -540,7 +528,7 @@ func TestPushOpeningOvertakenByItsClose(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
 		svc := pushtest.NewService(t)
-		st := &openingClaimsHeld{release: make(chan struct{})}
+		st := &stalls{openings: make(chan struct{})}
 		e := startPush(t, pushOptions{backend: backend, config: func(c *transport.Config) {
 			withPush(svc, nil)(c)
 			st.Store, st.Push = c.Store, store.PushOf(c.Store)
@@ -550,12 +538,12 @@ func TestPushOpeningOvertakenByItsClose(t *testing.T) {
 		e.mustPost(owner, "hello")
 		e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
 		ix := e.ask(thread, chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?", Timeout: time.Hour})
-		assert.Eventually(t, 10*time.Second, "the opening push's claim held", func() bool { return st.held.Load() >= 1 })
+		assert.Eventually(t, 10*time.Second, "the opening push's claim held", func() bool { return st.claims.Load() >= 1 })
 		status, _, b := e.do(http.MethodPost, chatrelay.PathRespond, owner, fmt.Sprintf(`{"interaction_id":%q,"decision":"approve"}`, ix.Interaction.ID), nil)
 		assert.Equal(t, "approve "+string(b), status, http.StatusOK)
 		_, pls := awaitPushes(t, svc, "/push/owner", 1)
 		assert.Equal(t, "the first push", pls[0].Type, chatrelay.PushTypeInteractionClosed)
-		close(st.release)
+		close(st.openings)
 		assert.Eventually(t, 10*time.Second, "the opening push dealt with", func() bool {
 			return opsScrape(t, e.client, e.ts.URL+"/metrics")[`chatrelay_push_total{result="superseded"}`] == 1 ||
 				len(pushesTo(svc, "/push/owner")) > 1
