@@ -63,20 +63,20 @@ func (g *gappyFeed) open() {
 func (g *gappyFeed) skippedAll(ids ...string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, id := range ids {
-		if !g.skipped[id] {
-			return false
-		}
-	}
-	return true
+	return holdsAll(g.skipped, ids)
 }
 
 // passedAll reports whether the feed handed on the messages of ids.
 func (g *gappyFeed) passedAll(ids ...string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return holdsAll(g.passed, ids)
+}
+
+// holdsAll reports whether set holds every one of ids.
+func holdsAll(set map[string]bool, ids []string) bool {
 	for _, id := range ids {
-		if !g.passed[id] {
+		if !set[id] {
 			return false
 		}
 	}
