@@ -35,14 +35,7 @@ func FuzzParticipantPost(f *testing.F) {
 	if _, err := st.Append(context.Background(), thread, store.NewMessage{Text: "db password=" + secret, ClientID: ownerID}); err != nil {
 		f.Fatal(err)
 	}
-	w := httptest.NewRecorder()
-	r := httptest.NewRequest(http.MethodPost, chatrelay.PathParticipants, strings.NewReader(`{"name":"Alex","role":"commenter","cap":1000}`))
-	r.Header.Set("X-Chat-Token", token)
-	srv.ServeHTTP(w, r)
-	var invited struct{ Token string }
-	if err := json.Unmarshal(w.Body.Bytes(), &invited); err != nil || w.Code != http.StatusCreated {
-		f.Fatalf("invite: %d %s", w.Code, w.Body)
-	}
+	invited := fuzzInvite(f, srv, token)
 	bearer := "Bearer " + invited.Token
 	pr := httptest.NewRequest(http.MethodPost, chatrelay.PathPost, nil)
 	pr.Header.Set("Authorization", bearer)
@@ -132,14 +125,7 @@ func FuzzParticipantReact(f *testing.F) {
 			f.Fatal(err)
 		}
 	}
-	w := httptest.NewRecorder()
-	r := httptest.NewRequest(http.MethodPost, chatrelay.PathParticipants, strings.NewReader(`{"name":"Alex","role":"commenter","cap":1000}`))
-	r.Header.Set("X-Chat-Token", token)
-	srv.ServeHTTP(w, r)
-	var invited struct{ Token string }
-	if err := json.Unmarshal(w.Body.Bytes(), &invited); err != nil || w.Code != http.StatusCreated {
-		f.Fatalf("invite: %d %s", w.Code, w.Body)
-	}
+	invited := fuzzInvite(f, srv, token)
 	routes := []string{chatrelay.PathReact, chatrelay.PathRespond, chatrelay.PathPush, chatrelay.PathPost, chatrelay.PathParticipants}
 	for _, s := range []string{
 		`{"message_id":"` + text.ID + `","emoji":"🎉"}`, `{"message_id":"` + text.ID + `","emoji":"e3"}`, `{"message_id":"` + text.ID + `","emoji":"e3","remove":true}`,
@@ -182,4 +168,18 @@ func FuzzParticipantReact(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fuzzInvite makes a commenter's share link (Alex, cap 1000) as token's
+// owner, for a fuzz target's setup.
+func fuzzInvite(f *testing.F, srv *Server, token string) (invited struct{ Token string }) {
+	f.Helper()
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, chatrelay.PathParticipants, strings.NewReader(`{"name":"Alex","role":"commenter","cap":1000}`))
+	r.Header.Set("X-Chat-Token", token)
+	srv.ServeHTTP(w, r)
+	if err := json.Unmarshal(w.Body.Bytes(), &invited); err != nil || w.Code != http.StatusCreated {
+		f.Fatalf("invite: %d %s", w.Code, w.Body)
+	}
+	return invited
 }
