@@ -104,10 +104,11 @@ func deviceIssue(ctx context.Context, e cmdEnv, people *host.Participants, threa
 		return err
 	}
 	if *f.asJSON {
-		return printJSON(e.stdout, map[string]any{"device": is.Device, "token": is.Token, "link": is.Link})
+		printJSON(e.stdout, map[string]any{"device": is.Device, "token": is.Token, "link": is.Link})
+	} else {
+		fmt.Fprintf(e.stdout, "Made device %s (%s), until %s. Open this link on the device; it is shown this once:\n\n  %s\n",
+			is.Device.Name, is.Device.ID, utc(is.Device.ExpiresAt), is.Link)
+		printLinkEnd(e.stdout, base, is.Link)
 	}
-	fmt.Fprintf(e.stdout, "Made device %s (%s), until %s. Open this link on the device; it is shown this once:\n\n  %s\n",
-		is.Device.Name, is.Device.ID, utc(is.Device.ExpiresAt), is.Link)
-	printLinkEnd(e.stdout, base, is.Link)
-	return nil
+	return unseenLink(e.stdout, "device", thread, is.Device.ID)
 }
