@@ -91,6 +91,9 @@ func deviceIssue(ctx context.Context, e cmdEnv, people *host.Participants, threa
 	if err != nil {
 		return usageError("--expires-in " + err.Error())
 	}
+	if d == 0 { // 0 would read as the default
+		return chatrelay.Errorf(chatrelay.InvalidExpiry, "--expires-in is %s", spanOf(chatrelay.LimitDeviceExpiresIn))
+	}
 	in := chatrelay.DeviceRequest{Name: *f.name, ExpiresIn: d}
 	if err := in.Check(); err != nil {
 		return err

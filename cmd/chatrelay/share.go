@@ -150,6 +150,9 @@ func shareInvite(ctx context.Context, e cmdEnv, people *host.Participants, threa
 	if err != nil {
 		return usageError("--expires " + err.Error())
 	}
+	if d == 0 { // 0 would read as the default
+		return chatrelay.Errorf(chatrelay.InvalidExpiry, "--expires is %s", spanOf(chatrelay.LimitExpiresIn))
+	}
 	if *f.limit < chatrelay.LimitCap.Min { // 0 would read as the default
 		return chatrelay.Errorf(chatrelay.InvalidCap, "--cap is %d … %d", chatrelay.LimitCap.Min, chatrelay.LimitCap.Max)
 	}
