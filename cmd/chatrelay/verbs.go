@@ -64,6 +64,11 @@ func (v *verbFlags) open(ctx context.Context, e cmdEnv, n int, what string) (*ho
 	if v.fs.NArg() != n {
 		return nil, nil, usageError(fmt.Sprintf("%s takes %s", v.fs.Name(), what))
 	}
+	emptyKey := false
+	v.fs.Visit(func(f *flag.Flag) { emptyKey = emptyKey || f.Name == "client-id" && v.clientID == "" })
+	if emptyKey { // given, but empty: "$ID" with ID unset would store at every retry
+		return nil, nil, chatrelay.Errorf(chatrelay.InvalidClientID, "--client-id is empty: an idempotency key must match %s", chatrelay.ClientIDPattern)
+	}
 	var base string
 	if v.publicURL != nil && *v.publicURL != "" {
 		var err error
