@@ -234,8 +234,9 @@ func ask(ctx context.Context, e cmdEnv) error {
 	if chatrelay.CodeOf(err) == chatrelay.InteractionClosed {
 		r, err = h.CheckInteraction(cctx, in)
 	}
-	if err != nil {
-		return err
+	if err != nil { // the question may still be out there: say so
+		return fmt.Errorf("interrupted: interaction %s in thread %s was not canceled and may still be pending (chatrelay cancel %s %s withdraws it): %w",
+			id, thread, thread, id, err)
 	}
 	return printOutcome(e, r)
 }
