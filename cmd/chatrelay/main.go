@@ -120,7 +120,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	for _, c := range commands {
 		if c.name == name {
 			fs := newFlags(c.name, strings.TrimSpace(c.name+" "+c.synopsis), stderr)
-			err := c.run(ctx, cmdEnv{args: rest, getenv: getenv, stdin: stdin, stdout: out, stderr: stderr, fs: fs})
+			var cout io.Writer = out
+			if c.name == "serve" { // a server serves on with no one reading its "listening on"
+				cout = stdout
+			}
+			err := c.run(ctx, cmdEnv{args: rest, getenv: getenv, stdin: stdin, stdout: cout, stderr: stderr, fs: fs})
 			if h, ok := errors.AsType[helpRequest](err); ok {
 				io.WriteString(out, h.usage)
 			}
