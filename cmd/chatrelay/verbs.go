@@ -15,6 +15,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
+	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -84,6 +85,27 @@ func (v *verbFlags) open(ctx context.Context, e cmdEnv, n int, what string) (*ho
 		base = st.Settings.PublicURL
 	}
 	return &host.Verbs{Store: st, PublicURL: base}, func() { st.Close() }, nil
+}
+
+// openAgain opens the store, which v.open found unreachable with err (a
+// Redis restarting), for a wait: as the wait looks again at a store it
+// cannot reach, it tries every 250 ms, for up to 5 minutes, then fails
+// with the last error.
+func (v *verbFlags) openAgain(ctx context.Context, e cmdEnv, err error) (*host.Verbs, func(), error) {
+	fmt.Fprintf(e.stderr, "chatrelay: %v; looking again every 250ms for up to 5 minutes\n", err)
+	deadline := time.Now().Add(5 * time.Minute)
+	for chatrelay.CodeOf(err) == chatrelay.StoreUnavailable && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("interrupted: %w", err)
+		case <-time.After(250 * time.Millisecond):
+		}
+		var st *store.Backend
+		if st, err = v.sf.openHost(ctx); err == nil {
+			return &host.Verbs{Store: st, PublicURL: st.Settings.PublicURL}, func() { st.Close() }, nil
+		}
+	}
+	return nil, nil, err
 }
 
 // printResult prints a verb's result r as one JSON object, or returns
@@ -296,6 +318,9 @@ func check(ctx context.Context, e cmdEnv) error {
 	v := newVerb("check", "THREAD INTERACTION [--wait] [--data DIR]", e.stderr, false)
 	wait := v.fs.Bool("wait", false, "wait until it is answered, expired or canceled, and say which in the exit status: 0 approved or answered, 10 denied, 11 expired, 12 canceled")
 	h, done, err := v.open(ctx, e, 2, "THREAD and INTERACTION")
+	if *wait && chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
+		h, done, err = v.openAgain(ctx, e, err)
+	}
 	if err != nil {
 		return err
 	}
