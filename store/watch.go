@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"slices"
-	"time"
 )
 
 // Watch is NewFeed(st).Watch: for a process that watches once (the CLI's
@@ -26,7 +25,6 @@ func Watch(ctx context.Context, st Store, since int64, updates bool, fn func(thr
 // error).
 func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thread string, e Entry, update bool) error, skipped func(thread string, err error)) error {
 	w := &watcher{st: f.st, updates: updates, fn: fn, skipped: skipped, last: map[string]int64{}, lastRev: map[string]int64{}}
-	var start int64
 	return f.Follow(ctx, anyThread, func(b Batch) error {
 		switch {
 		case b.Ready: // registered before the store is read: nothing falls between
@@ -39,11 +37,16 @@ func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thr
 					return err
 				}
 			}
-			start = time.Now().UnixMilli()
 			w.known(infos)
 			return nil
 		case b.Reset:
-			return w.catchUp(ctx, start, b.Thread)
+			// A thread not seen yet did not exist when the store was
+			// read at Ready (known marks those that did): each of its
+			// messages is new, whatever the clock of the node that
+			// wrote it, so it is read from the start, not from this
+			// process's clock at Ready (a node behind it wrote below
+			// that).
+			return w.catchUp(ctx, 0, b.Thread)
 		}
 		return w.deliver(b.Thread, b.Messages)
 	})
