@@ -6,14 +6,19 @@ package transport_test
 // in order.
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"net/netip"
+	"os"
+	"os/exec"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/host"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
@@ -87,6 +92,9 @@ func TestSkewedClocksLoseAndRepeatNothing(t *testing.T) {
 			sse := c.mustSSE("/api/chat/stream"+since, tok, nil)
 			assert.Equal(t, "SSE ready on C", sse.nextEvent(t).Event, "ready")
 			v2 := v2Streams(t, c, b, tok, first.Epoch)
+			watched := startWatch(t, a, first.Epoch) // the CLI, on the real clock
+			waiter := &host.Verbs{Store: c.store, Now: cc.Now}
+			cursor := first.Epoch // chatrelay_wait_messages's, on C
 
 			type step struct {
 				node *pushEnv
@@ -101,6 +109,14 @@ func TestSkewedClocksLoseAndRepeatNothing(t *testing.T) {
 				assert.True(t, p.Epoch > last, "post %d: epoch %d after %d (C at %v)", i, p.Epoch, last, cc)
 				last = p.Epoch
 				posted = append(posted, p)
+				r, err := waiter.WaitMessages(t.Context(), host.WaitMessagesInput{Thread: threadN(1), Since: cursor, Timeout: 5})
+				assert.Success(t, err)
+				assert.True(t, len(r.Messages) == 1 && decodeMessage(t, r.Messages[0].Message).ID == p.ID && r.Cursor == p.Epoch,
+					"wait_messages since %d after post %d: %d messages, cursor %d, want %s at %d", cursor, i, len(r.Messages), r.Cursor, p.ID, p.Epoch)
+				cursor = r.Cursor
+			}
+			for i, p := range posted {
+				assert.Equal(t, "chatrelay watch's line "+strconv.Itoa(i), nextLine(t, watched), p.ID)
 			}
 			rest := a.poll(tok, first.Epoch).Messages
 			assert.Equal(t, "messages after the first", len(rest), len(plan))
@@ -144,7 +160,57 @@ func TestSkewedClocksLoseAndRepeatNothing(t *testing.T) {
 			}
 			after := b.mustPost(tok, "after the reactions, on B")
 			assert.True(t, after.Epoch > rev, "a post after the reactions: epoch %d, newest rev %d", after.Epoch, rev)
+
+			// The host CLI, on the real clock (between A's and B's), replies.
+			ep, err := a.cliReply(t.Context(), mustBinary(t), "never", threadN(1), "from the CLI")
+			assert.Success(t, err)
+			assert.True(t, ep > after.Epoch, "the CLI's reply: epoch %d after %d", ep, after.Epoch)
+			for _, node := range nodes {
+				got := node.poll(tok, after.Epoch).Messages
+				assert.True(t, len(got) == 1 && decodeMessage(t, got[0]).Epoch == ep, "poll since the last post: %d messages, want the CLI's", len(got))
+			}
+			assert.Equal(t, "chatrelay watch's line after the reactions", nextLine(t, watched), after.ID)
+			nextLine(t, watched) // the CLI's reply
 		})
+	}
+}
+
+// startWatch runs "chatrelay watch --all --since" on e's store until the
+// test ends, and returns the ids of the messages it prints, in order.
+func startWatch(t *testing.T, e *pushEnv, since int64) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	args := append([]string{"watch", "--all", "--since", strconv.FormatInt(since, 10)}, e.backend.CLIArgs()...)
+	cmd := exec.CommandContext(ctx, mustBinary(t), args...)
+	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=", "CHATRELAY_REDIS_PREFIX=")
+	out, err := cmd.StdoutPipe()
+	assert.Success(t, err)
+	assert.Success(t, cmd.Start())
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+	ids := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var l struct {
+				Message struct{ ID string } `json:"message"`
+			}
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Message.ID != "" {
+				ids <- l.Message.ID
+			}
+		}
+	}()
+	return ids
+}
+
+// nextLine is the next id from a watch, waited for up to 10 s.
+func nextLine(t *testing.T, ids <-chan string) string {
+	t.Helper()
+	select {
+	case id := <-ids:
+		return id
+	case <-time.After(10 * time.Second): // a deadline, not a pause
+		t.Fatal("chatrelay watch printed nothing within 10s")
+		return ""
 	}
 }
 
@@ -197,5 +263,39 @@ func TestSweptThreadRestartsAboveItsCursorsUnderSkew(t *testing.T) {
 				assert.Equal(t, "threads removed", st.ThreadsRemoved, 1)
 			})
 		}
+	}
+}
+
+// TestSkewedNodesExpireOnce: node B runs a minute behind node A. A question
+// asked on B with a second to answer is already past its deadline on A's
+// clock: A expires it at once (up to the skew early, as
+// docs/operations.md says), and that is the one outcome: v2 streams on
+// both nodes get one expiry, and an answer on B, whose clock has not
+// reached the deadline, is refused.
+func TestSkewedNodesExpireOnce(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{storetest.File, storetest.Redis} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			nodes := startSkewedNodes(t, backend, newSkewed(0), newSkewed(-time.Minute))
+			a, b := nodes[0], nodes[1]
+			tok := tokenN(1)
+			first := a.mustPost(tok, "hello")
+			reads := v2Streams(t, a, b, tok, first.Epoch)
+			ix := b.ask(threadN(1), chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?", Timeout: time.Second})
+			for name, next := range reads {
+				ev := next()
+				assert.True(t, ev.typ == "message" && ev.msg.ID == ix.ID && ev.msg.Interaction.State == chatrelay.Pending, "%s: the question %+v", name, ev)
+				ev = next()
+				assert.True(t, ev.typ == "update" && ev.msg.ID == ix.ID && ev.msg.Interaction.State == chatrelay.Expired, "%s: the expiry %+v", name, ev)
+			}
+			status, body := b.respond(tok, `{"interaction_id":"`+ix.Interaction.ID+`","decision":"approve"}`)
+			assert.Equal(t, "an answer on B after A expired it: "+string(body), status, 409)
+			after := a.mustPost(tok, "after")
+			for name, next := range reads {
+				ev := next()
+				assert.True(t, ev.typ == "message" && ev.msg.ID == after.ID, "%s: after the expiry %s %+v, want the next message (one expiry stored)", name, ev.typ, ev.msg)
+			}
+		})
 	}
 }
