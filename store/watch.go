@@ -42,11 +42,11 @@ func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thr
 		case b.Reset:
 			// A thread not seen yet did not exist when the store was
 			// read at Ready (known marks those that did): each of its
-			// messages is new, whatever the clock of the node that
-			// wrote it, so it is read from the start, not from this
-			// process's clock at Ready (a node behind it wrote below
-			// that).
-			return w.catchUp(ctx, 0, b.Thread)
+			// messages past since is new, whatever the clock of the
+			// node that wrote it, so it is read from since, not from
+			// this process's clock at Ready (a node behind it wrote
+			// below that).
+			return w.catchUp(ctx, since, b.Thread)
 		}
 		return w.deliver(b.Thread, b.Messages)
 	})
