@@ -284,24 +284,10 @@ func watched(t *testing.T, st Store, updates bool, calls int) string {
 	return got
 }
 
-// laterThreadStore is feedOnly over a store that held no thread when the
-// watch began (Threads at its Ready) and holds t2 after (its Reset batch).
-type laterThreadStore struct {
-	pagesStore
-	reads *int
-}
-
-func (s laterThreadStore) Threads(ctx context.Context) ([]ThreadInfo, error) {
-	if *s.reads++; *s.reads == 1 {
-		return nil, nil
-	}
-	return []ThreadInfo{{Thread: "t2"}}, nil
-}
-
 // TestWatchCatchUpTakesANewThreadOfASlowerClock: the watch began with no
 // thread; its feed was then lost a while (a Reset batch), during which a
-// node whose clock runs a minute behind the watcher's created t2 with B.
-// t2 did not exist when the watch began, so B is new and must be handed
+// node whose clock runs a minute behind the watcher's created t1 with B.
+// t1 did not exist when the watch began, so B is new and must be handed
 // on; the catch-up read a thread not seen yet from the watcher's own
 // clock at its start, and B's epoch, a minute before that, hid it.
 func TestWatchCatchUpTakesANewThreadOfASlowerClock(t *testing.T) {
@@ -309,10 +295,12 @@ func TestWatchCatchUpTakesANewThreadOfASlowerClock(t *testing.T) {
 	behind := time.Now().Add(-time.Minute).UnixMilli()
 	for _, updates := range []bool{false, true} {
 		t.Run(fmt.Sprint("updates=", updates), func(t *testing.T) {
-			st := laterThreadStore{pagesStore: pagesStore{
-				feedOnly: feedOnly{batches: []Batch{{Thread: "t2", Reset: true}}},
-				msgs:     []Entry{entry("B", behind, behind)},
-			}, reads: new(int)}
+			st := pagesStore{
+				feedOnly: feedOnly{batches: []Batch{{Thread: "t1", Reset: true}}, steps: newFeedSteps()},
+				// No thread as the watch begins and once it listens; then
+				// t1 with B, of which the feed is lost.
+				states: [][]Entry{nil, nil, {entry("B", behind, behind)}},
+			}
 			assert.Equal(t, "handed on", watched(t, st, updates, 1), fmt.Sprintf("new B@%d ", behind))
 		})
 	}
