@@ -361,3 +361,44 @@ func redisWebhooksTwoNodes(t *testing.T, backend string) {
 	assert.True(t, testutil.ToFloat64(da.Counter().WithLabelValues(webhook.ResultDelivered)) > 0 &&
 		testutil.ToFloat64(db.Counter().WithLabelValues(webhook.ResultDelivered)) > 0, "both nodes delivered")
 }
+
+// TestRedisWebhookLeaseUnderSkew: node A takes an event to send it; node
+// B, whose clock runs a minute ahead, looks for events due. A holds the
+// event for WebhookLease (30 s) while it sends it, so B must not be handed
+// it: each event is sent by one node at a time. The lease was A's clock +
+// 30 s, compared with B's, so B took the event at once and sent it while
+// A still was; Redis's own clock (how long the event sat idle) now
+// measures the lease, whatever the nodes' clocks. A failed attempt's
+// retry is still due at the time its node set.
+func TestRedisWebhookLeaseUnderSkew(t *testing.T) {
+	for _, backend := range []string{Redis, RedisShards} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			ca := testclock.New(time.Now())
+			cb := testclock.New(ca.Now().Add(time.Minute))
+			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			dest := store.DestinationID(rcv.URL)
+			a := Open(t, backend, hookOptions(ca, rcv))
+			b := a.Another(t, hookOptions(cb, rcv))
+			appendText(t, a.Store, thA, chatrelay.Operator, "message")
+			ctx := t.Context()
+			took, err := a.Outbox.Take(ctx, dest, ca.Now(), 10)
+			assert.Success(t, err)
+			assert.Equal(t, "events A took", len(took), 1)
+			got, err := b.Outbox.Take(ctx, dest, cb.Now(), 10)
+			assert.Success(t, err)
+			assert.Equal(t, "events B took while A holds the only one", len(got), 0)
+
+			// A's attempt failed: retry in 5 s on A's clock, which B's
+			// has passed: B may take it (a retry, not in flight).
+			assert.Success(t, a.Outbox.Retry(ctx, dest, took[0], ca.Now().Add(5*time.Second)))
+			got, err = b.Outbox.Take(ctx, dest, cb.Now(), 10)
+			assert.Success(t, err)
+			assert.Equal(t, "events B took once A let it go", len(got), 1)
+			again, err := a.Outbox.Take(ctx, dest, ca.Now().Add(10*time.Second), 10)
+			assert.Success(t, err)
+			assert.Equal(t, "events A took while B holds it", len(again), 0)
+			assert.Success(t, b.Outbox.Done(ctx, dest, got[0]))
+		})
+	}
+}

@@ -313,7 +313,8 @@ return out
 `)
 
 // sweepScript applies retention to one thread. KEYS: Store.keys. ARGV:
-// thread, now (ms), keep, age (ms), feed channel. It answers {dropped,
+// thread, now (ms), keep, age (ms), feed channel, the margin past the
+// newest change before removal (ms). It answers {dropped,
 // removed} where removed is 1 if the thread was removed because nothing
 // was left; a removed thread takes its grants, audit and index entries
 // with it. A thread in the index without a log is taken out of the index.
@@ -331,11 +332,13 @@ local cut = cutOf(K.log, now, keep, age)
 if cut == 0 then return {0, 0} end
 local newest = epochOf(redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)[1][1])
 if cut >= newest then
-  -- Every message expired; but a thread whose newest change is not yet
-  -- past (written by a node whose clock is ahead, or this millisecond)
-  -- is kept until it is: removed, it would start again below a cursor
+  -- Every message expired; but a thread whose newest change is not
+  -- ARGV[6] ms past (Retention.RemoveAfter: a reaction a moment ago, or
+  -- one a node whose clock is ahead wrote) is kept until it is: removed,
+  -- it would start again at its next writer's clock, which may be
+  -- behind that change (skewed, or stepped back), below a cursor
   -- clients hold.
-  if math.max(newest, num(redis.call('HGET', K.meta, 'rev'))) >= now then return {0, 0} end
+  if math.max(newest, num(redis.call('HGET', K.meta, 'rev'))) >= now - tonumber(ARGV[6]) then return {0, 0} end
   removeThread(thread, ARGV[5])
   return {n, 1}
 end

@@ -468,7 +468,7 @@ func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 		}
 		sctx, cancel := s.bound(ctx)
 		res, err := sweepScript.Run(sctx, s.rdb, s.keys(name),
-			name, now, s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(), s.pubFeed).Int64Slice()
+			name, now, s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(), s.pubFeed, s.opt.Retention.RemoveAfter().Milliseconds()).Int64Slice()
 		cancel()
 		if err != nil {
 			return st, s.unavailable("sweep", err)
