@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"syscall"
@@ -38,4 +39,39 @@ func TestOutputNotWrittenIsAnError(t *testing.T) {
 	var stderr strings.Builder
 	err := run(t.Context(), []string{"share", threadOld, "--name", "Sam", "--data", data, "--fsync", "never"}, env(nil), strings.NewReader(""), fullWriter{}, &stderr)
 	assert.True(t, err != nil && strings.Contains(err.Error(), "share revoke "+threadOld+" p_"), "the unseen link is named, to revoke: %v", err)
+}
+
+// failingOnce is a standard output that refuses its first write and
+// records that it was written to (serve's "listening on").
+type failingOnce struct{ wrote chan struct{} }
+
+func (f failingOnce) Write([]byte) (int, error) {
+	select {
+	case f.wrote <- struct{}{}:
+	default:
+	}
+	return 0, syscall.EBADF
+}
+
+// TestServeIgnoresItsStandardOutput: serve, started with no one reading
+// its standard output (closed by a service manager), serves on and, at
+// SIGTERM, shuts down with exit status 0: only what a command answers on
+// standard output counts in its exit status.
+func TestServeIgnoresItsStandardOutput(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := failingOnce{wrote: make(chan struct{}, 1)}
+	var stderr lockedBuffer
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, []string{"serve", "--addr", "127.0.0.1:47106", "--data", t.TempDir(), "--fsync", "never"}, env(nil), strings.NewReader(""), out, &stderr)
+	}()
+	select {
+	case <-out.wrote:
+	case err := <-errc:
+		t.Fatalf("serve ended before it listened: %v; log:\n%s", err, stderr.String())
+	}
+	cancel() // as SIGTERM does
+	err := <-errc
+	assert.Success(t, err)
 }
