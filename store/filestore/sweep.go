@@ -129,13 +129,16 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 			}
 		}()
 	}
+	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev, title: d.title}
+	if err := s.queueEvents(thread, d, nd, now.UnixMilli()); err != nil { // the interactions dropped pending
+		return 0, false, err
+	}
 	if len(msgs) == 0 {
 		if err := s.removeThread(t, thread); err != nil {
 			return 0, false, err
 		}
 		return dropped, true, nil
 	}
-	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev, title: d.title}
 	if err := s.writeTrimmed(t, thread, snap, nd); err != nil {
 		return 0, false, err
 	}

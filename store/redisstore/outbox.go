@@ -195,6 +195,13 @@ func due(id string, v map[string]any, attempts int) store.Due {
 			At: time.UnixMilli(at).UTC(), Participant: []byte(p)}, Attempts: attempts}.WithToken(id)
 	}
 	msg := []byte(str("m"))
+	if str("x") == "1" { // an interaction retention dropped pending: closed, expired then (dropV2)
+		if e, err := entryOfJSON(str("m")); err == nil {
+			if js, ok := store.DroppedInteraction(e.Message, at); ok {
+				msg = js
+			}
+		}
+	}
 	var m chatrelay.Message
 	if json.Unmarshal(msg, &m) == nil && m.Rev == 0 {
 		m.Rev = m.Epoch
