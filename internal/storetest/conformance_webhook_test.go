@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -314,6 +315,56 @@ func TestConformanceWebhooks(t *testing.T) {
 					}
 					assert.Equal(t, "interaction.closed events", n, 1)
 				})
+			}
+		})
+
+		t.Run("the links still active when the sweep removes their thread are participant.revoked", func(t *testing.T) {
+			// Alex's link was active, Bo's revoked before, the owner's
+			// device is no participant: Alex's participant.revoked, at
+			// the removal, is the one event the removal adds. The links
+			// ended with no event: a receiver kept Alex as a participant.
+			clk := testclock.New(time.Now())
+			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			opt := hookOptions(clk, rcv)
+			opt.Retention = chatrelay.Retention{Age: time.Hour}
+			b := Open(t, backend, opt)
+			deliver(t, b, clk, rcv)
+			ctx := context.Background()
+			p := participants(t, b)
+			appendText(t, b.Store, thA, chatrelay.Hermes, "hello") // hermes's: no event
+			alex, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter, ExpiresIn: 24 * time.Hour})
+			bo, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Bo", Role: chatrelay.Viewer, ExpiresIn: 24 * time.Hour})
+			dev, _ := chatrelay.DeviceRequest{Name: "phone", ExpiresIn: 24 * time.Hour}.Grant(clk.Now())
+			assert.Success(t, p.Invite(ctx, thA, dev))
+			_, err := p.Revoke(ctx, thA, bo.ID)
+			assert.Success(t, err)
+			clk.Advance(2 * time.Hour)
+			st, err := b.Store.Sweep(ctx)
+			assert.Success(t, err)
+			assert.Equal(t, "threads removed", st.ThreadsRemoved, 1)
+
+			revoked := func() map[string]chatrelay.Participant {
+				out := map[string]chatrelay.Participant{}
+				for _, d := range rcv.Accepted() {
+					var body struct {
+						Data struct {
+							Participant chatrelay.Participant `json:"participant"`
+						} `json:"data"`
+					}
+					if d.Event.Type == store.EventParticipantRevoked && json.Unmarshal(d.Body, &body) == nil {
+						out[body.Data.Participant.ID] = body.Data.Participant
+					}
+				}
+				return out
+			}
+			assert.Eventually(t, 10*time.Second, "Alex's and Bo's participant.revoked accepted", func() bool { return len(revoked()) >= 2 })
+			got := revoked()
+			assert.Equal(t, "revoked", len(got), 2)
+			a := got[alex.ID]
+			assert.True(t, a.Name == "Alex" && a.State == chatrelay.Revoked && a.ExpiresAt == alex.ExpiresAt, "Alex at the removal: %+v", a)
+			assert.Equal(t, "Bo, at the revoke", got[bo.ID].State, chatrelay.Revoked)
+			for _, d := range rcv.Accepted() {
+				assert.True(t, !strings.Contains(string(d.Body), alex.Digest) && !strings.Contains(string(d.Body), `"digest"`), "an event holds a digest: %s", d.Body)
 			}
 		})
 
