@@ -51,6 +51,17 @@ func hookOptions(clk *testclock.Clock, rs ...*webhooktest.Receiver) Options {
 	return opt
 }
 
+// openRetained opens backend with retention r, queuing events for a new
+// receiver, on a test clock.
+func openRetained(t *testing.T, backend string, r chatrelay.Retention) (*testclock.Clock, *webhooktest.Receiver, *Backend) {
+	t.Helper()
+	clk := testclock.New(time.Now())
+	rcv := webhooktest.Start(t, webhooktest.NewSecret())
+	opt := hookOptions(clk, rcv)
+	opt.Retention = r
+	return clk, rcv, Open(t, backend, opt)
+}
+
 func types(ds []webhooktest.Delivery) []string {
 	var out []string
 	for _, d := range ds {
@@ -268,11 +279,7 @@ func TestConformanceWebhooks(t *testing.T) {
 			}
 			for _, how := range []string{"on append", "by the sweep", "with its thread"} {
 				t.Run(how, func(t *testing.T) {
-					clk := testclock.New(time.Now())
-					rcv := webhooktest.Start(t, webhooktest.NewSecret())
-					opt := hookOptions(clk, rcv)
-					opt.Retention = chatrelay.Retention{Messages: 3, Age: time.Hour}
-					b := Open(t, backend, opt)
+					clk, rcv, b := openRetained(t, backend, chatrelay.Retention{Messages: 3, Age: time.Hour})
 					deliver(t, b, clk, rcv)
 					appendText(t, b.Store, thA, chatrelay.Operator, "can you deploy?")
 					ix := ask(t, b.Store, thA, approval)
@@ -323,11 +330,7 @@ func TestConformanceWebhooks(t *testing.T) {
 			// device is no participant: Alex's participant.revoked, at
 			// the removal, is the one event the removal adds. The links
 			// ended with no event: a receiver kept Alex as a participant.
-			clk := testclock.New(time.Now())
-			rcv := webhooktest.Start(t, webhooktest.NewSecret())
-			opt := hookOptions(clk, rcv)
-			opt.Retention = chatrelay.Retention{Age: time.Hour}
-			b := Open(t, backend, opt)
+			clk, rcv, b := openRetained(t, backend, chatrelay.Retention{Age: time.Hour})
 			deliver(t, b, clk, rcv)
 			ctx := context.Background()
 			p := participants(t, b)
@@ -375,12 +378,8 @@ func TestConformanceWebhooks(t *testing.T) {
 			// The file store confirmed each event again at every retry,
 			// found no document, and dropped it as a change never stored
 			// (neither counted nor logged as a drop); Redis sent it.
-			clk := testclock.New(time.Now())
-			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			clk, rcv, b := openRetained(t, backend, chatrelay.Retention{Age: time.Hour})
 			rcv.SetDown(true)
-			opt := hookOptions(clk, rcv)
-			opt.Retention = chatrelay.Retention{Age: time.Hour}
-			b := Open(t, backend, opt)
 			d := deliver(t, b, clk, rcv)
 			appendText(t, b.Store, thA, chatrelay.Operator, "while the receiver is down")
 			failed := d.Counter().WithLabelValues(webhook.ResultFailed)
@@ -411,11 +410,7 @@ func TestConformanceWebhooks(t *testing.T) {
 			// deliverer takes the queue): the file store's first attempt
 			// found no document and dropped the event as a change never
 			// stored; Redis sent it (lifeprobe).
-			clk := testclock.New(time.Now())
-			rcv := webhooktest.Start(t, webhooktest.NewSecret())
-			opt := hookOptions(clk, rcv)
-			opt.Retention = chatrelay.Retention{Age: time.Hour}
-			b := Open(t, backend, opt)
+			clk, rcv, b := openRetained(t, backend, chatrelay.Retention{Age: time.Hour})
 			appendText(t, b.Store, thA, chatrelay.Operator, "before the long stop")
 			clk.Advance(2 * time.Hour)
 			st, err := b.Store.Sweep(context.Background())
