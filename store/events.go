@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -125,6 +126,36 @@ func EventOf(was, m *chatrelay.Message) string {
 		return EventInteractionClosed
 	}
 	return ""
+}
+
+// DroppedInteraction is the message of the interaction.closed event of
+// m, a message whose interaction retention drops (or the sweep removes
+// with its thread) while it is pending, at epoch ms at: expired then (a
+// receiver that asked would otherwise wait for an answer that can no
+// longer come), with at as its answered_at and rev. ok is false for a
+// message with no pending interaction: no event.
+func DroppedInteraction(m chatrelay.Message, at int64) (json2 []byte, ok bool) {
+	if m.Interaction == nil || m.Interaction.State != chatrelay.Pending {
+		return nil, false
+	}
+	m = chatrelay.CloneMessage(m)
+	m.Interaction.State, m.Interaction.AnsweredAt = chatrelay.Expired, at
+	m.Rev = max(at, m.Rev)
+	return chatrelay.MarshalMessageV2(m), true
+}
+
+// RemovedGrant is the participant object of the participant.revoked
+// event of g, a grant of a thread the sweep removes at now: revoked then
+// (its token answers 401 from then on). ok is false for a device (no
+// participant), and for a grant revoked or whose expiry was noticed
+// before: its event came then.
+func RemovedGrant(g chatrelay.Grant, now time.Time) (participant []byte, ok bool) {
+	if g.Device() || g.RevokedAt != 0 || g.ExpiryNoted {
+		return nil, false
+	}
+	g.RevokedAt = now.UnixMilli()
+	p, _ := json.Marshal(g.Participant(now))
+	return p, true
 }
 
 // GrantEventOf says which event a write of grant g causes, "" for none:

@@ -283,3 +283,25 @@ func watched(t *testing.T, st Store, updates bool, calls int) string {
 	assert.Success(t, err)
 	return got
 }
+
+// TestWatchCatchUpTakesANewThreadOfASlowerClock: the watch began with no
+// thread; its feed was then lost a while (a Reset batch), during which a
+// node whose clock runs a minute behind the watcher's created t1 with B.
+// t1 did not exist when the watch began, so B is new and must be handed
+// on; the catch-up read a thread not seen yet from the watcher's own
+// clock at its start, and B's epoch, a minute before that, hid it.
+func TestWatchCatchUpTakesANewThreadOfASlowerClock(t *testing.T) {
+	t.Parallel()
+	behind := time.Now().Add(-time.Minute).UnixMilli()
+	for _, updates := range []bool{false, true} {
+		t.Run(fmt.Sprint("updates=", updates), func(t *testing.T) {
+			st := pagesStore{
+				feedOnly: feedOnly{batches: []Batch{{Thread: "t1", Reset: true}}, steps: newFeedSteps()},
+				// No thread as the watch begins and once it listens; then
+				// t1 with B, of which the feed is lost.
+				states: [][]Entry{nil, nil, {entry("B", behind, behind)}},
+			}
+			assert.Equal(t, "handed on", watched(t, st, updates, 1), fmt.Sprintf("new B@%d ", behind))
+		})
+	}
+}

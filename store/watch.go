@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"slices"
-	"time"
 )
 
 // Watch is NewFeed(st).Watch: for a process that watches once (the CLI's
@@ -37,7 +36,6 @@ func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thr
 		}
 		w.known(infos)
 	}
-	var start int64
 	return f.Follow(ctx, anyThread, func(b Batch) error {
 		switch {
 		case b.Ready: // registered before the store is read: nothing falls between
@@ -48,11 +46,16 @@ func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thr
 			if err := w.catchUpThreads(ctx, infos, since, anyThread); err != nil {
 				return err
 			}
-			start = time.Now().UnixMilli()
 			w.known(infos)
 			return nil
 		case b.Reset:
-			return w.catchUp(ctx, start, b.Thread)
+			// A thread not seen yet did not exist when the store was
+			// read as the watch began (known marks those that did): each of its
+			// messages past since is new, whatever the clock of the
+			// node that wrote it, so it is read from since, not from
+			// this process's clock at Ready (a node behind it wrote
+			// below that).
+			return w.catchUp(ctx, since, b.Thread)
 		}
 		return w.deliver(b.Thread, b.Messages)
 	})

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -100,13 +101,15 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	now := s.now()
 	msgs, trimmed, trimmedRev := trim(s.opt.Retention, d.msgs, now, d.trimmed, d.trimmedRev)
 	dropped = len(d.msgs) - len(msgs)
-	if dropped == 0 || len(msgs) == 0 && newestChange(d) >= now.UnixMilli() {
+	if dropped == 0 || len(msgs) == 0 && newestChange(d) >= now.Add(-s.opt.Retention.RemoveAfter()).UnixMilli() {
 		// Nothing to drop; or every message expired but the thread's
-		// newest change is not yet past (a node whose clock is ahead
-		// wrote it, or it is this very millisecond): removed now, the
-		// thread would start again at an epoch below a cursor clients
-		// hold, which would hide its next messages. Kept until the clock
-		// has passed it.
+		// newest change is not Retention.RemoveAfter past (a reaction
+		// a moment ago, or a node whose clock is ahead wrote it):
+		// removed now, the thread would start again at the clock of its
+		// next writer, which may be behind that change (a node whose
+		// clock is, or this one after a step back), below a cursor
+		// clients hold, which would hide its next messages. Kept until
+		// the clock has passed it by that margin.
 		return 0, false, nil
 	}
 	if gone := droppedFiles(d.msgs, msgs); gone != nil {
@@ -127,13 +130,19 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 			}
 		}()
 	}
+	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev, title: d.title}
+	if err := s.queueEvents(thread, d, nd, now.UnixMilli()); err != nil { // the interactions dropped pending
+		return 0, false, err
+	}
 	if len(msgs) == 0 {
+		if err := s.queueRemovedGrants(thread, now); err != nil {
+			return 0, false, err
+		}
 		if err := s.removeThread(t, thread); err != nil {
 			return 0, false, err
 		}
 		return dropped, true, nil
 	}
-	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev, title: d.title}
 	if err := s.writeTrimmed(t, thread, snap, nd); err != nil {
 		return 0, false, err
 	}
@@ -161,6 +170,28 @@ func (s *File) removeTemps(thread string) {
 			os.Remove(tmp)
 		}
 	}
+}
+
+// queueRemovedGrants queues the participant.revoked events of the links
+// of thread still active as the sweep removes it at now, if the store has
+// destinations (before the removal: the deliverer confirms an event of a
+// thread that has no document). A participants record that does not read
+// has none to say.
+func (s *File) queueRemovedGrants(thread string, now time.Time) error {
+	if s.hooks == nil {
+		return nil
+	}
+	grants, err := s.readGrants(thread)
+	if err != nil {
+		s.log.Warn("sweep: no participant.revoked for the links of a removed thread", "thread", thread, "err", err)
+		return nil
+	}
+	if lines := removedGrantsOf(thread, grants, now); len(lines) > 0 {
+		if err := s.hooks.queue(lines); err != nil {
+			return s.unavailable(thread, err)
+		}
+	}
+	return nil
 }
 
 // removeThread removes a thread whose messages retention has all dropped,
