@@ -191,7 +191,7 @@ func due(id string, v map[string]any, attempts int) store.Due {
 	str := func(k string) string { x, _ := v[k].(string); return x }
 	at, _ := strconv.ParseInt(str("at"), 10, 64)
 	if p := str("p"); p != "" { // a participant's event
-		if str("x") == "1" { // a grant of a thread the sweep removed: revoked then (sweepScript)
+		if str("x") == "1" { // a stored grant of a thread the sweep removed, as a build before sweepScript's participant object queued it: revoked then
 			var g chatrelay.Grant
 			js, ok := []byte(nil), false
 			if json.Unmarshal([]byte(p), &g) == nil {

@@ -350,14 +350,21 @@ if cut >= newest then
   if math.max(newest, num(redis.call('HGET', K.meta, 'rev'))) >= now - tonumber(ARGV[6]) then return {0, 0} end
   if ARGV[7] == '1' then
     if redis.call('HGET', K.meta, 'v2') then dropV2(thread, newest, true, now) end
-    -- Its links still active end now: participant.revoked, the grant
-    -- marked dropped (outbox.go renders it revoked at 'at').
+    -- Its links still active end now: participant.revoked, with the
+    -- participant object revoked then (store.RemovedGrant), never the
+    -- stored grant, which holds its token's digest: a node of an older
+    -- version (a rolling deploy, a rollback) sends 'p' as it is.
+    local function str(x) if type(x) == 'string' then return x end return '' end
     local gs = redis.call('HGETALL', K.grants)
     for i = 1, #gs, 2 do
       if string.sub(gs[i], 1, 1) ~= '.' then
         local ok, g = pcall(cjson.decode, gs[i + 1])
         if ok and type(g) == 'table' and g.role ~= 'owner' and (tonumber(g.revoked_at) or 0) == 0 and not g.expiry_noted then
-          redis.call('XADD', K.events, '*', 't', 'participant.revoked', 'th', thread, 'at', fmt(now), 'p', gs[i + 1], 'x', '1')
+          local p = '{"id":' .. cjson.encode(str(g.id)) .. ',"name":' .. cjson.encode(str(g.name)) ..
+            ',"kind":' .. cjson.encode(str(g.kind)) .. ',"role":' .. cjson.encode(str(g.role)) ..
+            ',"created_at":' .. fmt(num(g.created_at)) .. ',"expires_at":' .. fmt(num(g.expires_at)) ..
+            ',"state":"revoked","cap":' .. fmt(num(g.cap)) .. ',"sent":' .. fmt(num(g.sent)) .. '}'
+          redis.call('XADD', K.events, '*', 't', 'participant.revoked', 'th', thread, 'at', fmt(now), 'p', p)
         end
       end
     end
