@@ -119,7 +119,7 @@ func (o *outbox) Take(ctx context.Context, dest string, now time.Time, max int) 
 	var leases []any
 	for _, st := range res {
 		for _, m := range st.Messages {
-			leases = append(leases, m.ID, lease, leasedField(m.ID), "1")
+			leases = append(leases, m.ID, lease, leasedField(m.ID), lease)
 			out = append(out, due(m.ID, m.Values, 0))
 		}
 	}
@@ -259,7 +259,10 @@ func (o *outbox) Retry(ctx context.Context, dest string, d store.Due, at time.Ti
 // chatrelay.WebhookLease (XPENDING IDLE, on Redis's clock: a node whose
 // clock runs ahead of the holder's does not take it while it is sent).
 // Its "attempts next-ms" field keeps the holder's clock + the lease, which
-// chatrelay before this field read as the lease.
+// chatrelay before this field read as the lease; the mark holds that same
+// value, so that one such chatrelay's claim or retry, which rewrites the
+// field and leaves the mark, is no longer taken as in flight (its retry
+// is due at its time, not once idle for a lease).
 func leasedField(id string) string { return "l:" + id }
 
 // trim drops the stream's events that every group has settled, at most
@@ -314,12 +317,17 @@ func (x streamID) String() string       { return fmt.Sprintf("%d-%d", x.ms, x.se
 // stream, the destination's retry hash. ARGV: group, consumer, now (ms),
 // lease (ms), the event's id. An event in flight, or with no retry entry
 // (its node died between XREADGROUP and recording its lease), is due once
-// Redis has seen it idle for a lease. It answers {attempts, the entry's fields} having
+// Redis has seen it idle for a lease; one whose mark is not its entry's
+// value (a node that knows no mark rewrote the entry), at the entry's time. It answers {attempts, the entry's fields} having
 // leased it to the consumer, or nil.
 var claimScript = redis.NewScript(`
 local now, lease, id = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local v = redis.call('HGET', KEYS[2], id)
-local leased = redis.call('HEXISTS', KEYS[2], 'l:' .. id) == 1
+-- In flight if marked with the entry's own value: a node of the version
+-- before the mark rewrites the entry (its claim, its retry) and leaves
+-- the mark, so a mark that differs is stale ("1": an early build's).
+local mark = redis.call('HGET', KEYS[2], 'l:' .. id)
+local leased = mark and (mark == v or mark == '1')
 local n, at = 0, 0
 if v then
   local a, b = string.match(v, '^(%d+) (%d+)$')
@@ -336,9 +344,10 @@ end
 local r = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id)
 if #r == 0 or not r[1] or not r[1][2] then
   redis.call('XACK', KEYS[1], ARGV[1], id)
-  redis.call('HDEL', KEYS[2], id)
+  redis.call('HDEL', KEYS[2], id, 'l:' .. id)
   return nil
 end
-redis.call('HSET', KEYS[2], id, n .. ' ' .. string.format('%.0f', now + lease), 'l:' .. id, '1')
+local e = n .. ' ' .. string.format('%.0f', now + lease)
+redis.call('HSET', KEYS[2], id, e, 'l:' .. id, e)
 return {n, r[1][2]}
 `)

@@ -1,0 +1,69 @@
+package redisstore
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/redistest"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// TestRetryAnOlderNodeScheduledIsNotClaimedEarly: in a rolling upgrade,
+// a node of this version takes an event (marking it in flight, l:<id>),
+// a node of the version before claims it once its lease passed, and its
+// attempt fails: it records the next attempt an hour on, and (knowing no
+// l:<id>) leaves the mark. The event is no longer in flight: the retry
+// is due at the time that node set, not as soon as Redis has seen it
+// idle for a lease (every 30 s, whatever the schedule).
+func TestRetryAnOlderNodeScheduledIsNotClaimedEarly(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	const dest = "0123456789abcdef"
+	s := openStore(t, srv, Options{Webhooks: []string{dest}})
+	ctx := t.Context()
+	must[store.Entry](t)(s.Append(ctx, "abcdabcdabcdabcd", store.NewMessage{Text: "hello"}))
+	now := time.Now()
+	due := must[[]store.Due](t)(s.Outbox().Take(ctx, dest, now, 10))
+	assert.Equal(t, "events taken", len(due), 1)
+	id, _ := due[0].Token().(string)
+	// The older node's Retry: the schedule only.
+	next := now.Add(time.Hour).UnixMilli()
+	assert.Success(t, srv.Client(t).HSet(ctx, s.retryKey(dest), id, fmt.Sprintf("1 %d", next)).Err())
+
+	claim := func(at time.Time) bool {
+		t.Helper()
+		// A lease of 0: Redis has seen it idle long enough, whenever.
+		_, err := claimScript.Run(ctx, s.rdb, []string{s.events, s.retryKey(dest)}, dest, "another",
+			at.UnixMilli(), 0, id).Slice()
+		if err == redis.Nil {
+			return false
+		}
+		assert.Success(t, err)
+		return true
+	}
+	assert.True(t, !claim(now.Add(time.Minute)), "claimed a minute on, before the retry an hour on")
+	assert.True(t, claim(time.UnixMilli(next)), "not claimed at the time of its retry")
+}
+
+// TestLeaseOfANodeAheadIsTakenOverOnceIdle: a node whose clock runs an
+// hour ahead takes an event and dies: another node takes it over once
+// Redis has seen it idle for a lease, not an hour later.
+func TestLeaseOfANodeAheadIsTakenOverOnceIdle(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	const dest = "0123456789abcdef"
+	s := openStore(t, srv, Options{Webhooks: []string{dest}})
+	ctx := t.Context()
+	must[store.Entry](t)(s.Append(ctx, "abcdabcdabcdabcd", store.NewMessage{Text: "hello"}))
+	now := time.Now()
+	due := must[[]store.Due](t)(s.Outbox().Take(ctx, dest, now.Add(time.Hour), 10))
+	assert.Equal(t, "events taken", len(due), 1)
+	id, _ := due[0].Token().(string)
+	// A lease of 0: Redis has seen it idle long enough.
+	_, err := claimScript.Run(ctx, s.rdb, []string{s.events, s.retryKey(dest)}, dest, "another", now.UnixMilli(), 0, id).Slice()
+	assert.Success(t, err)
+}
