@@ -206,7 +206,7 @@ func due(id string, v map[string]any, attempts int) store.Due {
 			At: time.UnixMilli(at).UTC(), Participant: []byte(p)}, Attempts: attempts}.WithToken(id)
 	}
 	msg := []byte(str("m"))
-	if str("x") == "1" { // an interaction retention dropped pending: closed, expired then (dropV2)
+	if str("x") == "1" { // an interaction retention dropped pending, as a build before dropV2's expired message queued it: closed, expired then
 		if e, err := entryOfJSON(str("m")); err == nil {
 			if js, ok := store.DroppedInteraction(e.Message, at); ok {
 				msg = js

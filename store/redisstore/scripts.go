@@ -83,8 +83,7 @@ end
 -- dropV2 removes the v2 state of the messages retention drops (epoch <=
 -- cut): their v2 objects and revs, and their client ids, interaction ids
 -- and pending entries. With hooks (webhooks on), an interaction dropped
--- pending queues its interaction.closed, "x" marking it dropped at epoch
--- ms at (outbox.go renders it expired). It returns the newest rev among
+-- pending queues its interaction.closed, expired at epoch ms at. It returns the newest rev among
 -- them (0 if none has v2 state). Only a thread whose meta says "v2" has
 -- any.
 local function dropV2(thread, cut, hooks, at)
@@ -107,7 +106,13 @@ local function dropV2(thread, cut, hooks, at)
           redis.call('HDEL', K.ixs, ix.id)
           redis.call('ZREM', K.pending, thread .. ' ' .. ix.id)
           if hooks and ix.state == 'pending' then
-            redis.call('XADD', K.events, '*', 't', 'interaction.closed', 'th', thread, 'at', fmt(at), 'm', js[i], 'x', '1')
+            -- The message closed expired at at (store.DroppedInteraction),
+            -- which a node of an older version sends as it is. A string's
+            -- quotes are escaped: the first bare "state" is the
+            -- interaction's, the first bare "rev" the message's.
+            local x = string.gsub(js[i], '"state":"pending"', '"state":"expired","answered_at":' .. fmt(at), 1)
+            x = string.gsub(x, '"rev":%d+', '"rev":' .. fmt(math.max(at, r, num(m.rev))), 1)
+            redis.call('XADD', K.events, '*', 't', 'interaction.closed', 'th', thread, 'at', fmt(at), 'm', x)
           end
         end
         if type(m.attachments) == 'table' then

@@ -18,7 +18,9 @@ import (
 // events stream, the participant object an older chatrelay (one node of
 // a rolling deploy, or after a rollback) sends as it is: no grant with
 // its token's digest, and in state revoked. The stream held the stored
-// grant, which only a node of this version redacted.
+// grant, which only a node of this version redacted. Likewise the
+// interaction.closed of an interaction still pending holds its message
+// closed expired: the stream held it pending.
 func TestSweepRevokedEventHoldsNoDigest(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
@@ -28,6 +30,8 @@ func TestSweepRevokedEventHoldsNoDigest(t *testing.T) {
 	ctx := t.Context()
 	const th = "abcdabcdabcdabcd"
 	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Author: chatrelay.Hermes, Text: "hello"}))
+	ix := must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
+		Ask: &chatrelay.Ask{Type: chatrelay.Approval, Prompt: "Deploy?", Timeout: 24 * time.Hour}}))
 	g, _ := chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter, ExpiresIn: 24 * time.Hour}.Grant(clk.Now())
 	assert.Success(t, s.Invite(ctx, th, g))
 	clk.Advance(3 * time.Hour)
@@ -37,8 +41,17 @@ func TestSweepRevokedEventHoldsNoDigest(t *testing.T) {
 
 	es, err := srv.Client(t).XRange(ctx, s.events, "-", "+").Result()
 	assert.Success(t, err)
-	n := 0
+	n, closed := 0, 0
 	for _, e := range es {
+		if e.Values["t"] == store.EventInteractionClosed {
+			closed++
+			js, _ := e.Values["m"].(string)
+			var m chatrelay.Message
+			assert.Success(t, json.Unmarshal([]byte(js), &m))
+			assert.True(t, m.ID == ix.ID && m.Interaction != nil && m.Interaction.State == chatrelay.Expired &&
+				m.Interaction.AnsweredAt == clk.Now().UnixMilli() && m.Rev >= m.Interaction.AnsweredAt,
+				"the message an older node sends: %s", js)
+		}
 		for k, v := range e.Values {
 			s, _ := v.(string)
 			assert.True(t, !strings.Contains(s, g.Digest) && !strings.Contains(s, `"digest"`), "the stream's %s holds a digest: %s", k, s)
@@ -54,4 +67,5 @@ func TestSweepRevokedEventHoldsNoDigest(t *testing.T) {
 			"the participant an older node sends: %s", p)
 	}
 	assert.Equal(t, "participant.revoked events", n, 1)
+	assert.Equal(t, "interaction.closed events", closed, 1)
 }
