@@ -350,14 +350,16 @@ if cut >= newest then
   if math.max(newest, num(redis.call('HGET', K.meta, 'rev'))) >= now - tonumber(ARGV[6]) then return {0, 0} end
   if ARGV[7] == '1' then
     if redis.call('HGET', K.meta, 'v2') then dropV2(thread, newest, true, now) end
-    -- Its links still active end now: participant.revoked, the grant
-    -- marked dropped (outbox.go renders it revoked at 'at').
+    -- Its links still active end now: participant.revoked, with the
+    -- stored grant as 'g' (outbox.go renders it revoked at 'at'; not as
+    -- 'p', which a node of an older version would send as it is, the
+    -- token's digest with it).
     local gs = redis.call('HGETALL', K.grants)
     for i = 1, #gs, 2 do
       if string.sub(gs[i], 1, 1) ~= '.' then
         local ok, g = pcall(cjson.decode, gs[i + 1])
         if ok and type(g) == 'table' and g.role ~= 'owner' and (tonumber(g.revoked_at) or 0) == 0 and not g.expiry_noted then
-          redis.call('XADD', K.events, '*', 't', 'participant.revoked', 'th', thread, 'at', fmt(now), 'p', gs[i + 1], 'x', '1')
+          redis.call('XADD', K.events, '*', 't', 'participant.revoked', 'th', thread, 'at', fmt(now), 'g', gs[i + 1])
         end
       end
     end
