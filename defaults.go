@@ -34,6 +34,15 @@ const (
 	DefaultRetainAge      = 720 * time.Hour // none older than this (30 days)
 	DefaultMaxThreads     = 500             // threads the store holds; one more is 507
 
+	// RemoveAfter is how long past a thread's newest change (a reaction,
+	// an answer) the sweep keeps a thread whose messages have all
+	// expired (Retention.RemoveAfter: the retention age, if shorter). A
+	// thread removed starts again at the clock of its next writer, so
+	// that writer's clock must not be behind that newest change, a
+	// cursor clients hold: the hour covers nodes whose clocks disagree,
+	// and a clock stepped back (an NTP correction), by less.
+	RemoveAfter = time.Hour
+
 	DefaultTicketTTL    = 15 * time.Minute // a stream ticket's life
 	DefaultHeartbeat    = 20 * time.Second // SSE ping comment and WebSocket ping interval
 	DefaultWriteTimeout = 10 * time.Second // one stream write
@@ -110,6 +119,13 @@ const (
 type Retention struct {
 	Messages int           // newest N messages per thread; defaults to DefaultRetainMessages
 	Age      time.Duration // none older than this; defaults to DefaultRetainAge
+}
+
+// RemoveAfter is how long past a thread's newest change the sweep keeps a
+// thread whose messages have all expired: RemoveAfter, or the retention
+// age if shorter (a store that keeps minutes keeps no thread an hour).
+func (r Retention) RemoveAfter() time.Duration {
+	return min(RemoveAfter, r.WithDefaults().Age)
 }
 
 // WithDefaults fills the zero fields of r.

@@ -127,6 +127,22 @@ func EventOf(was, m *chatrelay.Message) string {
 	return ""
 }
 
+// DroppedInteraction is the message of the interaction.closed event of
+// m, a message whose interaction retention drops (or the sweep removes
+// with its thread) while it is pending, at epoch ms at: expired then (a
+// receiver that asked would otherwise wait for an answer that can no
+// longer come), with at as its answered_at and rev. ok is false for a
+// message with no pending interaction: no event.
+func DroppedInteraction(m chatrelay.Message, at int64) (json2 []byte, ok bool) {
+	if m.Interaction == nil || m.Interaction.State != chatrelay.Pending {
+		return nil, false
+	}
+	m = chatrelay.CloneMessage(m)
+	m.Interaction.State, m.Interaction.AnsweredAt = chatrelay.Expired, at
+	m.Rev = max(at, m.Rev)
+	return chatrelay.MarshalMessageV2(m), true
+}
+
 // GrantEventOf says which event a write of grant g causes, "" for none:
 // was is the grant as it was before the write. Its first use is
 // participant.joined; its revoke, or its expiry once noticed, is

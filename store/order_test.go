@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,17 +51,54 @@ func TestEpochOrder(t *testing.T) {
 	}
 }
 
-// feedOnly is a store whose feed hands on the batches given, then idles.
+// feedOnly is a store whose feed hands on the batches given, then idles;
+// with steps, it counts them, and waits for the reader's look at the
+// threads once it listens.
 type feedOnly struct {
 	Store
 	batches []Batch
+	steps   *feedSteps
+}
+
+// feedSteps is where a feedOnly's feed stands: 0 before it listens, 1
+// once it does, 1+k once it hands on batch k; it hands on the first once
+// looked is closed.
+type feedSteps struct {
+	n      atomic.Int32
+	once   sync.Once
+	looked chan struct{}
+}
+
+func newFeedSteps() *feedSteps { return &feedSteps{looked: make(chan struct{})} }
+
+// look notes that the threads were read: past the first step, the feed
+// goes on.
+func (f *feedSteps) look() int {
+	n := int(f.n.Load())
+	if n >= 1 {
+		f.once.Do(func() { close(f.looked) })
+	}
+	return n
 }
 
 func (f feedOnly) Threads(ctx context.Context) ([]ThreadInfo, error) { return nil, nil }
 
 func (f feedOnly) Follow(ctx context.Context, fn func(Batch)) error {
+	if f.steps != nil {
+		f.steps.n.Add(1)
+	}
 	fn(Batch{Ready: true})
+	if f.steps != nil {
+		select {
+		case <-f.steps.looked:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	for _, b := range f.batches {
+		if f.steps != nil {
+			f.steps.n.Add(1)
+		}
 		fn(b)
 	}
 	<-ctx.Done()
@@ -88,20 +127,35 @@ func TestWatchTakesABatchInEpochOrder(t *testing.T) {
 	}
 }
 
-// pagesStore is feedOnly over a thread t1 that holds msgs: what a watch
-// reads from the store after a Reset batch.
+// pagesStore is feedOnly over a thread t1 that holds states[i] at the
+// feed's step i (0 before it listens), the last state from then on: what
+// a watch reads from the store as it begins and after a Reset batch.
 type pagesStore struct {
 	feedOnly
-	msgs []Entry
+	states [][]Entry
+}
+
+// held is what t1 holds now.
+func (s pagesStore) held() []Entry {
+	return s.states[min(s.steps.look(), len(s.states)-1)]
 }
 
 func (s pagesStore) Threads(ctx context.Context) ([]ThreadInfo, error) {
-	return []ThreadInfo{{Thread: "t1"}}, nil
+	msgs := s.held()
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	info := ThreadInfo{Thread: "t1", Messages: len(msgs)}
+	for _, e := range msgs {
+		info.LastEpoch = max(info.LastEpoch, e.Epoch)
+		info.Rev = max(info.Rev, e.Rev)
+	}
+	return []ThreadInfo{info}, nil
 }
 
 func (s pagesStore) Since(ctx context.Context, thread string, since int64, limit int) (Page, error) {
 	p := Page{Thread: thread}
-	for _, e := range s.msgs {
+	for _, e := range s.held() {
 		if e.Epoch > since {
 			p.Messages = append(p.Messages, e)
 		}
@@ -111,7 +165,7 @@ func (s pagesStore) Since(ctx context.Context, thread string, since int64, limit
 
 func (s pagesStore) Changes(ctx context.Context, thread string, since int64, limit int) (Page, error) {
 	p := Page{Thread: thread}
-	for _, e := range s.msgs {
+	for _, e := range s.held() {
 		if e.Rev > since {
 			p.Messages = append(p.Messages, e)
 		}
@@ -133,8 +187,10 @@ func TestWatchCatchUpHandsOnChanges(t *testing.T) {
 				feedOnly: feedOnly{batches: []Batch{
 					{Thread: "t1", Messages: []Entry{entry("X", 50, 50)}},
 					{Thread: "t1", Reset: true},
-				}},
-				msgs: []Entry{entry("X", 50, 103), entry("B", 101, 101)},
+				}, steps: newFeedSteps()},
+				// Nothing as the watch begins, X as the feed hands it on,
+				// then X answered and B written, of which the feed is lost.
+				states: [][]Entry{nil, nil, {entry("X", 50, 50)}, {entry("X", 50, 103), entry("B", 101, 101)}},
 			}
 			want, calls := "new X@50 new B@101 ", 2
 			if updates {
@@ -178,6 +234,33 @@ func TestWatchTakesAnOldMessagesChangeForNoNewMessage(t *testing.T) {
 	}
 }
 
+// TestWatchHandsOnAMessageStoredAsItBegins: t1 held X when the watch
+// began, and M was stored in the instant after: before the feed listened
+// (the feed never hands it on), or after it listened, before the watch
+// read the threads (the feed hands it on). Either way M is new, handed on
+// once. Watch read the threads once, after the feed listened, and took M
+// for one held before it began: chatrelay watch never printed it.
+func TestWatchHandsOnAMessageStoredAsItBegins(t *testing.T) {
+	t.Parallel()
+	for _, fed := range []bool{false, true} {
+		for _, updates := range []bool{false, true} {
+			t.Run(fmt.Sprintf("fed=%v,updates=%v", fed, updates), func(t *testing.T) {
+				m := entry("M", 60, 60)
+				st := pagesStore{
+					feedOnly: feedOnly{steps: newFeedSteps()},
+					states:   [][]Entry{{entry("X", 50, 50)}, {entry("X", 50, 50), m}},
+				}
+				if fed {
+					st.batches = []Batch{{Thread: "t1", Messages: []Entry{m}}}
+				}
+				// Z, stored later, ends the watch: M twice would be seen.
+				st.batches = append(st.batches, Batch{Thread: "t1", Messages: []Entry{entry("Z", 70, 70)}})
+				assert.Equal(t, "handed on", watched(t, st, updates, 2), "new M@60 new Z@70 ")
+			})
+		}
+	}
+}
+
 // watched runs Watch on st until it has handed on calls entries (or 5 s
 // passed), and returns them as "new ID@REV " and "update ID@REV ".
 func watched(t *testing.T, st Store, updates bool, calls int) string {
@@ -199,4 +282,26 @@ func watched(t *testing.T, st Store, updates bool, calls int) string {
 	}, nil)
 	assert.Success(t, err)
 	return got
+}
+
+// TestWatchCatchUpTakesANewThreadOfASlowerClock: the watch began with no
+// thread; its feed was then lost a while (a Reset batch), during which a
+// node whose clock runs a minute behind the watcher's created t1 with B.
+// t1 did not exist when the watch began, so B is new and must be handed
+// on; the catch-up read a thread not seen yet from the watcher's own
+// clock at its start, and B's epoch, a minute before that, hid it.
+func TestWatchCatchUpTakesANewThreadOfASlowerClock(t *testing.T) {
+	t.Parallel()
+	behind := time.Now().Add(-time.Minute).UnixMilli()
+	for _, updates := range []bool{false, true} {
+		t.Run(fmt.Sprint("updates=", updates), func(t *testing.T) {
+			st := pagesStore{
+				feedOnly: feedOnly{batches: []Batch{{Thread: "t1", Reset: true}}, steps: newFeedSteps()},
+				// No thread as the watch begins and once it listens; then
+				// t1 with B, of which the feed is lost.
+				states: [][]Entry{nil, nil, {entry("B", behind, behind)}},
+			}
+			assert.Equal(t, "handed on", watched(t, st, updates, 1), fmt.Sprintf("new B@%d ", behind))
+		})
+	}
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"slices"
-	"time"
 )
 
 // Watch is NewFeed(st).Watch: for a process that watches once (the CLI's
@@ -13,7 +12,8 @@ func Watch(ctx context.Context, st Store, since int64, updates bool, fn func(thr
 }
 
 // Watch calls fn with every message appended to any thread of the store
-// from now on, by any process, once each and in epoch order within a
+// from now on (from its first read of the threads, even before the feed
+// listens), by any process, once each and in epoch order within a
 // thread; with since > 0 it first calls fn with every stored message with
 // epoch > since, oldest first across threads. With updates, it also calls
 // fn (update true) with each later change of a message it already handed
@@ -26,7 +26,16 @@ func Watch(ctx context.Context, st Store, since int64, updates bool, fn func(thr
 // error).
 func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thread string, e Entry, update bool) error, skipped func(thread string, err error)) error {
 	w := &watcher{st: f.st, updates: updates, fn: fn, skipped: skipped, last: map[string]int64{}, lastRev: map[string]int64{}}
-	var start int64
+	if since == 0 {
+		// What the threads hold before the watch listens is old; what is
+		// stored from this read on is new: the catch-up once it listens
+		// reads what came before the feed had it registered.
+		infos, err := w.st.Threads(ctx)
+		if err != nil {
+			return err
+		}
+		w.known(infos)
+	}
 	return f.Follow(ctx, anyThread, func(b Batch) error {
 		switch {
 		case b.Ready: // registered before the store is read: nothing falls between
@@ -34,16 +43,19 @@ func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thr
 			if err != nil {
 				return err
 			}
-			if since > 0 {
-				if err := w.catchUpThreads(ctx, infos, since, anyThread); err != nil {
-					return err
-				}
+			if err := w.catchUpThreads(ctx, infos, since, anyThread); err != nil {
+				return err
 			}
-			start = time.Now().UnixMilli()
 			w.known(infos)
 			return nil
 		case b.Reset:
-			return w.catchUp(ctx, start, b.Thread)
+			// A thread not seen yet did not exist when the store was
+			// read as the watch began (known marks those that did): each of its
+			// messages past since is new, whatever the clock of the
+			// node that wrote it, so it is read from since, not from
+			// this process's clock at Ready (a node behind it wrote
+			// below that).
+			return w.catchUp(ctx, since, b.Thread)
 		}
 		return w.deliver(b.Thread, b.Messages)
 	})
@@ -134,6 +146,12 @@ func (w *watcher) catchUpThreads(ctx context.Context, infos []ThreadInfo, from i
 			continue
 		}
 		after, seen := w.last[info.Thread]
+		switch {
+		case seen && w.updates && info.Rev <= w.lastRev[info.Thread],
+			seen && !w.updates && info.LastEpoch <= after,
+			!seen && info.LastEpoch <= from:
+			continue // nothing in it to hand on
+		}
 		var p Page
 		var err error
 		switch {

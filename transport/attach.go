@@ -177,6 +177,12 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 	h.Set("Content-Security-Policy", "sandbox")
 	h.Set("Cache-Control", "private")
 	h.Set("ETag", strconv.Quote(a.SHA256))
+	if ir := r.Header.Get("If-Range"); ir != "" && ir != h.Get("ETag") {
+		// The file is not the one the client holds a part of: it asked
+		// for the whole file then, whatever the Range (RFC 9110, 13.1.5;
+		// a date never matches, with no Last-Modified).
+		r.Header.Del("Range")
+	}
 	rw := &rangeRefusal{ResponseWriter: w}
 	if rg, left := withoutEmptySuffixes(r.Header.Get("Range")); left || a.Size == 0 { // an empty file ignores Range
 		if rg != r.Header.Get("Range") {

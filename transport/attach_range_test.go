@@ -50,3 +50,26 @@ func TestAttachmentRangeNotSatisfiable(t *testing.T) {
 		assert.True(t, status == http.StatusOK && len(b) == 0, "a zero-byte file ignores Range %s: %d %q", rg, status, b)
 	}
 }
+
+// TestAttachmentIfRangeBeforeRange: a Range sent with an If-Range the
+// file no longer matches (another ETag, a weak one, a date: the file
+// has no Last-Modified) is ignored, whatever it asks (RFC 9110, 13.1.5):
+// 200 with the whole file, which the client asked for in that case. A
+// suffix of no byte was refused 416 before the If-Range was looked at.
+func TestAttachmentIfRangeBeforeRange(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	tok := tokenN(1)
+	a := e.mustUpload(tok, "digits.txt", "text/plain", []byte("0123456789"))
+	etag := `"` + a.SHA256 + `"`
+	for _, ifRange := range []string{`"another"`, "W/" + etag, "Tue, 01 Dec 2026 10:00:00 GMT"} {
+		for _, rg := range []string{"bytes=-0", "bytes=20-30", "bytes=abc", "bytes=8-"} {
+			status, _, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg, "If-Range": ifRange})
+			assert.True(t, status == http.StatusOK && string(b) == "0123456789", "Range %s, If-Range %s: %d %q", rg, ifRange, status, b)
+		}
+	}
+	status, _, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": "bytes=8-", "If-Range": etag})
+	assert.True(t, status == http.StatusPartialContent && string(b) == "89", "the file's own ETag: %d %q", status, b)
+	status, _, _ = e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": "bytes=-0", "If-Range": etag})
+	assert.Equal(t, "bytes=-0 with the file's own ETag", status, http.StatusRequestedRangeNotSatisfiable)
+}

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
@@ -249,6 +250,73 @@ func TestConformanceWebhooks(t *testing.T) {
 			assert.Equal(t, "attempts: the first and one per retry", len(rcv.All()), len(chatrelay.WebhookSchedule)+1)
 		})
 
+		t.Run("an interaction retention drops while pending is interaction.closed, expired", func(t *testing.T) {
+			// Dropped on append (past the newest 3 messages), by the sweep
+			// (past the age), and with its thread when the sweep removes
+			// it: a receiver that waited for its interaction.closed never
+			// got one, and waited for good.
+			expired := func(rcv *webhooktest.Receiver, id string) (chatrelay.Message, bool) {
+				for _, d := range rcv.Accepted() {
+					var m chatrelay.Message
+					if d.Event.Type == store.EventInteractionClosed && json.Unmarshal(d.Event.Data.Message, &m) == nil &&
+						m.Interaction != nil && m.Interaction.ID == id {
+						return m, true
+					}
+				}
+				return chatrelay.Message{}, false
+			}
+			for _, how := range []string{"on append", "by the sweep", "with its thread"} {
+				t.Run(how, func(t *testing.T) {
+					clk := testclock.New(time.Now())
+					rcv := webhooktest.Start(t, webhooktest.NewSecret())
+					opt := hookOptions(clk, rcv)
+					opt.Retention = chatrelay.Retention{Messages: 3, Age: time.Hour}
+					b := Open(t, backend, opt)
+					deliver(t, b, clk, rcv)
+					appendText(t, b.Store, thA, chatrelay.Operator, "can you deploy?")
+					ix := ask(t, b.Store, thA, approval)
+					switch how {
+					case "on append":
+						for i := range 3 {
+							appendText(t, b.Store, thA, chatrelay.Hermes, fmt.Sprint("later ", i))
+						}
+					case "by the sweep":
+						clk.Advance(30 * time.Minute)
+						appendText(t, b.Store, thA, chatrelay.Hermes, "later")
+						clk.Advance(45 * time.Minute)
+					case "with its thread":
+						clk.Advance(2 * time.Hour)
+					}
+					if how != "on append" {
+						st, err := b.Store.Sweep(context.Background())
+						assert.Success(t, err)
+						assert.Equal(t, "threads removed", st.ThreadsRemoved, map[bool]int{true: 1}[how == "with its thread"])
+					}
+					p, err := b.Store.Since(context.Background(), thA, 0, 0)
+					if how != "with its thread" {
+						assert.Success(t, err)
+						assert.True(t, len(p.Messages) > 0 && p.Messages[0].ID != ix.ID, "the interaction is still stored: %d messages", len(p.Messages))
+					}
+					var m chatrelay.Message
+					assert.Eventually(t, 10*time.Second, "its interaction.closed accepted", func() bool {
+						var ok bool
+						m, ok = expired(rcv, ix.Interaction.ID)
+						return ok
+					})
+					assert.Equal(t, "state", m.Interaction.State, chatrelay.Expired)
+					assert.Equal(t, "message", m.ID, ix.ID)
+					assert.True(t, m.Interaction.AnsweredAt >= ix.Epoch && m.Rev >= m.Interaction.AnsweredAt, "answered_at %d, rev %d, asked at %d", m.Interaction.AnsweredAt, m.Rev, ix.Epoch)
+					n := 0
+					for _, d := range rcv.Accepted() {
+						if d.Event.Type == store.EventInteractionClosed {
+							n++
+						}
+					}
+					assert.Equal(t, "interaction.closed events", n, 1)
+				})
+			}
+		})
+
 		t.Run("an event still retried once retention has removed its thread is delivered", func(t *testing.T) {
 			// With --retention-age shorter than the retries (4 h 12 min),
 			// a quiet thread's messages expire and the sweep removes the
@@ -360,4 +428,45 @@ func redisWebhooksTwoNodes(t *testing.T, backend string) {
 	}
 	assert.True(t, testutil.ToFloat64(da.Counter().WithLabelValues(webhook.ResultDelivered)) > 0 &&
 		testutil.ToFloat64(db.Counter().WithLabelValues(webhook.ResultDelivered)) > 0, "both nodes delivered")
+}
+
+// TestRedisWebhookLeaseUnderSkew: node A takes an event to send it; node
+// B, whose clock runs a minute ahead, looks for events due. A holds the
+// event for WebhookLease (30 s) while it sends it, so B must not be handed
+// it: each event is sent by one node at a time. The lease was A's clock +
+// 30 s, compared with B's, so B took the event at once and sent it while
+// A still was; Redis's own clock (how long the event sat idle) now
+// measures the lease, whatever the nodes' clocks. A failed attempt's
+// retry is still due at the time its node set.
+func TestRedisWebhookLeaseUnderSkew(t *testing.T) {
+	for _, backend := range []string{Redis, RedisShards} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			ca := testclock.New(time.Now())
+			cb := testclock.New(ca.Now().Add(time.Minute))
+			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			dest := store.DestinationID(rcv.URL)
+			a := Open(t, backend, hookOptions(ca, rcv))
+			b := a.Another(t, hookOptions(cb, rcv))
+			appendText(t, a.Store, thA, chatrelay.Operator, "message")
+			ctx := t.Context()
+			took, err := a.Outbox.Take(ctx, dest, ca.Now(), 10)
+			assert.Success(t, err)
+			assert.Equal(t, "events A took", len(took), 1)
+			got, err := b.Outbox.Take(ctx, dest, cb.Now(), 10)
+			assert.Success(t, err)
+			assert.Equal(t, "events B took while A holds the only one", len(got), 0)
+
+			// A's attempt failed: retry in 5 s on A's clock, which B's
+			// has passed: B may take it (a retry, not in flight).
+			assert.Success(t, a.Outbox.Retry(ctx, dest, took[0], ca.Now().Add(5*time.Second)))
+			got, err = b.Outbox.Take(ctx, dest, cb.Now(), 10)
+			assert.Success(t, err)
+			assert.Equal(t, "events B took once A let it go", len(got), 1)
+			again, err := a.Outbox.Take(ctx, dest, ca.Now().Add(10*time.Second), 10)
+			assert.Success(t, err)
+			assert.Equal(t, "events A took while B holds it", len(again), 0)
+			assert.Success(t, b.Outbox.Done(ctx, dest, got[0]))
+		})
+	}
 }

@@ -226,7 +226,7 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 // replaced one's pin, for the caller to close once it lets go of the
 // lock. hasLog says the load found a log (or could not tell).
 func (s *File) commit(t *threadState, thread string, snap *snapshot, old, nd threadDoc, hasLog bool) (replaced *fdPin, err error) {
-	if err := s.queueEvents(thread, old, nd); err != nil {
+	if err := s.queueEvents(thread, old, nd, nd.rev); err != nil {
 		return nil, err
 	}
 	if line, ok := s.logLine(snap, old, nd); ok {
@@ -331,13 +331,13 @@ func (s *File) logLine(snap *snapshot, old, nd threadDoc) (line []byte, ok bool)
 	return line, true
 }
 
-// queueEvents queues the webhook events of the change from old to nd
-// (outbox.go), if the store has destinations.
-func (s *File) queueEvents(thread string, old, nd threadDoc) error {
+// queueEvents queues the webhook events of the change from old to nd at
+// epoch ms at (outbox.go), if the store has destinations.
+func (s *File) queueEvents(thread string, old, nd threadDoc, at int64) error {
 	if s.hooks == nil {
 		return nil
 	}
-	if lines := eventsOf(thread, old, nd); len(lines) > 0 {
+	if lines := eventsOf(thread, old, nd, at); len(lines) > 0 {
 		if err := s.hooks.queue(lines); err != nil {
 			return s.unavailable(thread, err)
 		}

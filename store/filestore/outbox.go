@@ -92,16 +92,28 @@ func newHookWriter(data string, dests []string, sync bool) *hookWriter {
 	return &hookWriter{dir: filepath.Join(data, "webhooks"), dests: dests, sync: sync}
 }
 
-// eventsOf returns the queue lines of the change from old to nd: the
-// messages whose rev is past old's newest change. Every message is looked
-// at: the messages are in epoch order, not in rev order (an interaction
-// answered after later messages is changed while they are not).
-func eventsOf(thread string, old, nd threadDoc) []byte {
+// eventsOf returns the queue lines of the change from old to nd at epoch
+// ms at: the messages whose rev is past old's newest change, and the
+// interactions retention dropped while pending (interaction.closed,
+// expired: store.DroppedInteraction). Every message is looked at: the
+// messages are in epoch order, not in rev order (an interaction answered
+// after later messages is changed while they are not).
+func eventsOf(thread string, old, nd threadDoc, at int64) []byte {
 	top := old.rev
 	if n := len(old.msgs); n > 0 {
 		top = max(top, old.msgs[n-1].Epoch)
 	}
 	var out []byte
+	for i := range old.msgs { // retention drops the oldest: those before nd's first
+		m := &old.msgs[i]
+		if len(nd.msgs) > 0 && m.Epoch >= nd.msgs[0].Epoch {
+			break
+		}
+		if js, ok := store.DroppedInteraction(m.Message, at); ok {
+			b, _ := json.Marshal(queueLine{ID: store.NewEventID(), Type: store.EventInteractionClosed, Thread: thread, Epoch: m.Epoch, At: max(at, m.Rev), Message: js})
+			out = append(append(out, b...), '\n')
+		}
+	}
 	for i := len(nd.msgs) - 1; i >= 0; i-- {
 		m := &nd.msgs[i]
 		rev := max(m.Rev, m.Epoch)

@@ -100,13 +100,15 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	now := s.now()
 	msgs, trimmed, trimmedRev := trim(s.opt.Retention, d.msgs, now, d.trimmed, d.trimmedRev)
 	dropped = len(d.msgs) - len(msgs)
-	if dropped == 0 || len(msgs) == 0 && newestChange(d) >= now.UnixMilli() {
+	if dropped == 0 || len(msgs) == 0 && newestChange(d) >= now.Add(-s.opt.Retention.RemoveAfter()).UnixMilli() {
 		// Nothing to drop; or every message expired but the thread's
-		// newest change is not yet past (a node whose clock is ahead
-		// wrote it, or it is this very millisecond): removed now, the
-		// thread would start again at an epoch below a cursor clients
-		// hold, which would hide its next messages. Kept until the clock
-		// has passed it.
+		// newest change is not Retention.RemoveAfter past (a reaction
+		// a moment ago, or a node whose clock is ahead wrote it):
+		// removed now, the thread would start again at the clock of its
+		// next writer, which may be behind that change (a node whose
+		// clock is, or this one after a step back), below a cursor
+		// clients hold, which would hide its next messages. Kept until
+		// the clock has passed it by that margin.
 		return 0, false, nil
 	}
 	if gone := droppedFiles(d.msgs, msgs); gone != nil {
@@ -127,13 +129,16 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 			}
 		}()
 	}
+	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev, title: d.title}
+	if err := s.queueEvents(thread, d, nd, now.UnixMilli()); err != nil { // the interactions dropped pending
+		return 0, false, err
+	}
 	if len(msgs) == 0 {
 		if err := s.removeThread(t, thread); err != nil {
 			return 0, false, err
 		}
 		return dropped, true, nil
 	}
-	nd := threadDoc{msgs: msgs, trimmed: trimmed, trimmedRev: trimmedRev, rev: d.rev, title: d.title}
 	if err := s.writeTrimmed(t, thread, snap, nd); err != nil {
 		return 0, false, err
 	}

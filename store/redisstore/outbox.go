@@ -23,9 +23,10 @@ import (
 // (each goes to one consumer of the group, and stays in its pending list
 // until XACK) and records each attempt's count and next time in the hash
 // <prefix>webhook:retry:<destination> ("attempts next-ms"): when it takes
-// an event it sets the next time to now + WebhookLease, so no other node
-// claims it while it sends it. A failed attempt sets the next time from
-// the schedule; any node whose XPENDING shows the event claims it once it
+// an event it marks it in flight (leasedField), so that no other node
+// claims it while it sends it, until Redis has seen it idle for
+// WebhookLease (Redis's clock: the nodes' clocks may disagree). A failed
+// attempt sets the next time from the schedule (the node's clock); any node whose XPENDING shows the event claims it once it
 // is due (claimScript: check, lease and XCLAIM at once), so each event is
 // sent by one node at a time, and one whose node died is sent again by
 // another once its lease has passed. Delivered or dropped: XACK and HDEL.
@@ -118,7 +119,7 @@ func (o *outbox) Take(ctx context.Context, dest string, now time.Time, max int) 
 	var leases []any
 	for _, st := range res {
 		for _, m := range st.Messages {
-			leases = append(leases, m.ID, lease)
+			leases = append(leases, m.ID, lease, leasedField(m.ID), "1")
 			out = append(out, due(m.ID, m.Values, 0))
 		}
 	}
@@ -194,6 +195,13 @@ func due(id string, v map[string]any, attempts int) store.Due {
 			At: time.UnixMilli(at).UTC(), Participant: []byte(p)}, Attempts: attempts}.WithToken(id)
 	}
 	msg := []byte(str("m"))
+	if str("x") == "1" { // an interaction retention dropped pending: closed, expired then (dropV2)
+		if e, err := entryOfJSON(str("m")); err == nil {
+			if js, ok := store.DroppedInteraction(e.Message, at); ok {
+				msg = js
+			}
+		}
+	}
 	var m chatrelay.Message
 	if json.Unmarshal(msg, &m) == nil && m.Rev == 0 {
 		m.Rev = m.Epoch
@@ -210,7 +218,7 @@ func (o *outbox) Done(ctx context.Context, dest string, d store.Due) error {
 	defer cancel()
 	_, err := o.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.XAck(ctx, o.s.events, dest, id)
-		p.HDel(ctx, o.s.retryKey(dest), id)
+		p.HDel(ctx, o.s.retryKey(dest), id, leasedField(id))
 		return nil
 	})
 	if err != nil {
@@ -224,11 +232,24 @@ func (o *outbox) Retry(ctx context.Context, dest string, d store.Due, at time.Ti
 	id, _ := d.Token().(string)
 	ctx, cancel := o.s.bound(ctx)
 	defer cancel()
-	if err := o.s.rdb.HSet(ctx, o.s.retryKey(dest), id, fmt.Sprintf("%d %d", d.Attempts+1, at.UnixMilli())).Err(); err != nil {
+	_, err := o.s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, o.s.retryKey(dest), id, fmt.Sprintf("%d %d", d.Attempts+1, at.UnixMilli()))
+		p.HDel(ctx, o.s.retryKey(dest), leasedField(id))
+		return nil
+	})
+	if err != nil {
 		return o.s.unavailable("webhook retry", err)
 	}
 	return nil
 }
+
+// leasedField is the retry hash's field that marks event id in flight:
+// handed to a node, which holds it until Redis has seen it idle for
+// chatrelay.WebhookLease (XPENDING IDLE, on Redis's clock: a node whose
+// clock runs ahead of the holder's does not take it while it is sent).
+// Its "attempts next-ms" field keeps the holder's clock + the lease, which
+// chatrelay before this field read as the lease.
+func leasedField(id string) string { return "l:" + id }
 
 // trim drops the stream's events that every group has settled, at most
 // once per trimEvery: those before the oldest pending event of any
@@ -280,28 +301,33 @@ func (x streamID) String() string       { return fmt.Sprintf("%d-%d", x.ms, x.se
 
 // claimScript claims a pending event for a retry if it is due. KEYS: the
 // stream, the destination's retry hash. ARGV: group, consumer, now (ms),
-// lease (ms), the event's id. An event with no retry entry (its node died
-// between XREADGROUP and recording its lease) is due once Redis has seen
-// it idle for a lease. It answers {attempts, the entry's fields} having
+// lease (ms), the event's id. An event in flight, or with no retry entry
+// (its node died between XREADGROUP and recording its lease), is due once
+// Redis has seen it idle for a lease. It answers {attempts, the entry's fields} having
 // leased it to the consumer, or nil.
 var claimScript = redis.NewScript(`
 local now, lease, id = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local v = redis.call('HGET', KEYS[2], id)
+local leased = redis.call('HEXISTS', KEYS[2], 'l:' .. id) == 1
 local n, at = 0, 0
 if v then
   local a, b = string.match(v, '^(%d+) (%d+)$')
   n, at = tonumber(a) or 0, tonumber(b) or 0
-else
+end
+if not v or leased then
+  -- In flight (or its lease never recorded): due once Redis has seen it
+  -- idle for a lease, on Redis's clock, whatever the nodes' clocks.
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[4], id, id, 1)
   if #p == 0 then return nil end
+elseif at > now then
+  return nil -- a retry, due at the time its node set
 end
-if at > now then return nil end
 local r = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id)
 if #r == 0 or not r[1] or not r[1][2] then
   redis.call('XACK', KEYS[1], ARGV[1], id)
   redis.call('HDEL', KEYS[2], id)
   return nil
 end
-redis.call('HSET', KEYS[2], id, n .. ' ' .. string.format('%.0f', now + lease))
+redis.call('HSET', KEYS[2], id, n .. ' ' .. string.format('%.0f', now + lease), 'l:' .. id, '1')
 return {n, r[1][2]}
 `)

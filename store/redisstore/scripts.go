@@ -82,9 +82,12 @@ end
 
 -- dropV2 removes the v2 state of the messages retention drops (epoch <=
 -- cut): their v2 objects and revs, and their client ids, interaction ids
--- and pending entries. It returns the newest rev among them (0 if none
--- has v2 state). Only a thread whose meta says "v2" has any.
-local function dropV2(thread, cut)
+-- and pending entries. With hooks (webhooks on), an interaction dropped
+-- pending queues its interaction.closed, "x" marking it dropped at epoch
+-- ms at (outbox.go renders it expired). It returns the newest rev among
+-- them (0 if none has v2 state). Only a thread whose meta says "v2" has
+-- any.
+local function dropV2(thread, cut, hooks, at)
   local es = redis.call('ZRANGEBYSCORE', K.v2e, '-inf', fmt(cut))
   if #es == 0 then return 0 end
   local newest = 0
@@ -103,6 +106,9 @@ local function dropV2(thread, cut)
         if type(ix) == 'table' and type(ix.id) == 'string' then
           redis.call('HDEL', K.ixs, ix.id)
           redis.call('ZREM', K.pending, thread .. ' ' .. ix.id)
+          if hooks and ix.state == 'pending' then
+            redis.call('XADD', K.events, '*', 't', 'interaction.closed', 'th', thread, 'at', fmt(at), 'm', js[i], 'x', '1')
+          end
         end
         if type(m.attachments) == 'table' then
           for _, a in ipairs(m.attachments) do
@@ -119,11 +125,12 @@ local function dropV2(thread, cut)
 end
 
 -- trimAt drops the log's messages with epoch <= cut (> 0), with the marks
--- in meta (trimmed, trimmed_rev, and v2: whether the thread has v2 state).
--- It returns the marks as they are after it.
-local function trimAt(thread, cut, trimmed, trimmedRev, v2)
+-- in meta (trimmed, trimmed_rev, and v2: whether the thread has v2 state),
+-- at epoch ms at (the events of hooks: dropV2). It returns the marks as
+-- they are after it.
+local function trimAt(thread, cut, trimmed, trimmedRev, v2, hooks, at)
   if v2 then
-    local r = dropV2(thread, cut)
+    local r = dropV2(thread, cut, hooks, at)
     if r > trimmedRev then
       trimmedRev = r
       redis.call('HSET', K.meta, 'trimmed_rev', fmt(r))
@@ -313,7 +320,9 @@ return out
 `)
 
 // sweepScript applies retention to one thread. KEYS: Store.keys. ARGV:
-// thread, now (ms), keep, age (ms), feed channel. It answers {dropped,
+// thread, now (ms), keep, age (ms), feed channel, the margin past the
+// newest change before removal (ms), "1" if webhooks are on (an
+// interaction dropped pending queues its event: dropV2). It answers {dropped,
 // removed} where removed is 1 if the thread was removed because nothing
 // was left; a removed thread takes its grants, audit and index entries
 // with it. A thread in the index without a log is taken out of the index.
@@ -331,16 +340,19 @@ local cut = cutOf(K.log, now, keep, age)
 if cut == 0 then return {0, 0} end
 local newest = epochOf(redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)[1][1])
 if cut >= newest then
-  -- Every message expired; but a thread whose newest change is not yet
-  -- past (written by a node whose clock is ahead, or this millisecond)
-  -- is kept until it is: removed, it would start again below a cursor
+  -- Every message expired; but a thread whose newest change is not
+  -- ARGV[6] ms past (Retention.RemoveAfter: a reaction a moment ago, or
+  -- one a node whose clock is ahead wrote) is kept until it is: removed,
+  -- it would start again at its next writer's clock, which may be
+  -- behind that change (skewed, or stepped back), below a cursor
   -- clients hold.
-  if math.max(newest, num(redis.call('HGET', K.meta, 'rev'))) >= now then return {0, 0} end
+  if math.max(newest, num(redis.call('HGET', K.meta, 'rev'))) >= now - tonumber(ARGV[6]) then return {0, 0} end
+  if ARGV[7] == '1' and redis.call('HGET', K.meta, 'v2') then dropV2(thread, newest, true, now) end
   removeThread(thread, ARGV[5])
   return {n, 1}
 end
 local meta = redis.call('HMGET', K.meta, 'trimmed', 'trimmed_rev', 'v2')
-trimAt(thread, cut, num(meta[1]), num(meta[2]), meta[3])
+trimAt(thread, cut, num(meta[1]), num(meta[2]), meta[3], ARGV[7] == '1', now)
 return {n - redis.call('XLEN', K.log), 0}
 `)
 

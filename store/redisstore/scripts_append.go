@@ -16,7 +16,9 @@ package redisstore
 //	21 the thread's title to set ("" to leave it: open_thread sets it)
 //	22 the id's stamp and ts of now's second ("YYYYMMDD-HHMMSS <ts>"):
 //	   the script computes them only for an epoch in a later second
-//	23 the webhook event to queue ("" if none: outbox.go)
+//	23 the webhook event to queue ("" if webhooks are off, "-" if
+//	   none: outbox.go; on, an interaction retention drops pending
+//	   queues its event: dropV2)
 //	24 the attachment ids the message names, space-separated ("" if none)
 //	25 the v2 text as JSON ("" if it is the v1 text: only a message with
 //	   attachments differs, whose v1 text has a line per attachment)
@@ -236,7 +238,7 @@ if not n or n > keep then n = redis.call('XLEN', K.log) end
 if n > keep or first <= now - age then
   local cut = cutOf(K.log, now, keep, age)
   if cut > 0 then
-    trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2)
+    trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2, ARGV[23] ~= '', epoch)
     n = redis.call('XLEN', K.log)
     first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
   elseif first <= now - age then
@@ -262,7 +264,7 @@ end
 redis.call('ZADD', K.index, es, thread)
 if created then redis.call('ZREM', K.places, thread) end
 announce(ARGV[9], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or json)
-if ARGV[23] ~= '' then
+if ARGV[23] ~= '' and ARGV[23] ~= '-' then
   redis.call('XADD', K.events, '*', 't', ARGV[23], 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
 end
 if participant ~= '' then publish(ARGV[9], thread .. ' P') end

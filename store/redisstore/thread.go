@@ -155,6 +155,9 @@ func (s *Store) newAppendReq(ctx context.Context, thread string, m store.NewMess
 	}
 	if s.hooks {
 		r.event = store.EventOf(nil, &chatrelay.Message{Author: m.Author, Interaction: ix})
+		if r.event == "" {
+			r.event = "-" // none, but webhooks are on (appendScript)
+		}
 	}
 	return r, nil
 }
@@ -204,18 +207,20 @@ type appendReq struct {
 	// A message with attachments: its v1 text (a line per attachment)
 	// and its v2 text as JSON.
 	v1Text, v2Text string
-	event          string    // the webhook event to queue ("" if none)
+	event          string    // the webhook event to queue ("" if webhooks are off, "-" if none)
 	rate           *rateTake // the rate windows to count the post in (nil: none)
+}
+
+// flag is b as a script's argument: "1" or "0".
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // runAppend runs appendScript once, offering the id suffixes given.
 func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suffixes []string) ([]string, error) {
-	flag := func(b bool) string {
-		if b {
-			return "1"
-		}
-		return "0"
-	}
 	now := s.now()
 	text := r.m.Text
 	if r.v2Text != "" {
@@ -468,7 +473,7 @@ func (s *Store) Sweep(ctx context.Context) (store.SweepStats, error) {
 		}
 		sctx, cancel := s.bound(ctx)
 		res, err := sweepScript.Run(sctx, s.rdb, s.keys(name),
-			name, now, s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(), s.pubFeed).Int64Slice()
+			name, now, s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(), s.pubFeed, s.opt.Retention.RemoveAfter().Milliseconds(), flag(s.hooks)).Int64Slice()
 		cancel()
 		if err != nil {
 			return st, s.unavailable("sweep", err)
