@@ -8,25 +8,26 @@ import (
 	"time"
 )
 
-// freshGrace is how long a shutdown lets the connections accepted before
-// the listener closed send their request (a proxy's, opened for one
-// request: it is on its way).
+// freshGrace is how long a shutdown lets the connections that wait for a
+// request when the listener closes send it: one a proxy just opened, or
+// one a client kept after an answer, may hold a request on its way.
 const freshGrace = 500 * time.Millisecond
 
-// newConns tracks the connections that have not yet sent a whole request
-// (http.StateNew) so that shutdown can close them. http.Server.Shutdown
-// closes idle keep-alive connections at once but waits for a new one until
-// it is 5 s old (its first request may be on the way): a client that opened
-// a connection it did not use (an HTTP client's spare dial while its other
-// connections were busy, a browser's preconnect) held the shutdown past its
-// own 5 s, and serve returned "context deadline exceeded". So the
-// shutdown closes the listener, lets the connections it accepted send
-// their request for freshGrace (settle: one a proxy just opened holds a
-// request on its way), then closes those still silent (close): such a
-// connection holds no request of ours.
+// newConns tracks the connections that wait for a request: new ones that
+// have sent none yet (http.StateNew) and kept ones between two
+// (http.StateIdle), so that shutdown can let them send it, then close
+// them. http.Server.Shutdown closes idle keep-alive connections at once
+// and drops, unanswered, a request it reads once it began; it waits for a
+// new connection until it is 5 s old: a client that opened a connection
+// it did not use (an HTTP client's spare dial, a browser's preconnect)
+// held the shutdown past its own 5 s, and serve returned "context
+// deadline exceeded". So the shutdown closes the listener, lets these
+// connections send their request for freshGrace (settle: it is answered,
+// with Connection: close since the server drains), then closes those
+// still silent (close), which hold no request of ours.
 type newConns struct {
-	mu      sync.Mutex // guards conns and closing
-	conns   map[net.Conn]struct{}
+	mu      sync.Mutex            // guards conns and closing
+	conns   map[net.Conn]struct{} // StateNew and StateIdle
 	closing bool
 }
 
@@ -35,9 +36,10 @@ func (n *newConns) track(c net.Conn, st http.ConnState) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	switch {
-	case st != http.StateNew:
+	case st != http.StateNew && st != http.StateIdle:
 		delete(n.conns, c)
-	case n.closing: // accepted as the shutdown began
+	case n.closing: // accepted, or answered, as the shutdown began
+		delete(n.conns, c)
 		c.Close()
 	default:
 		if n.conns == nil {
@@ -47,8 +49,8 @@ func (n *newConns) track(c net.Conn, st http.ConnState) {
 	}
 }
 
-// settle waits until every connection accepted so far has sent a
-// request (or closed), at most grace or until ctx is done.
+// settle waits until every connection that waited for a request has
+// sent one (or closed), at most grace or until ctx is done.
 func (n *newConns) settle(ctx context.Context, grace time.Duration) {
 	deadline := time.Now().Add(grace)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -62,8 +64,8 @@ func (n *newConns) settle(ctx context.Context, grace time.Duration) {
 	}
 }
 
-// close closes every connection that has sent no whole request yet, and
-// those accepted from now on.
+// close closes every connection that waits for a request, and those
+// accepted or answered from now on.
 func (n *newConns) close() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
