@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -141,6 +142,20 @@ func DroppedInteraction(m chatrelay.Message, at int64) (json2 []byte, ok bool) {
 	m.Interaction.State, m.Interaction.AnsweredAt = chatrelay.Expired, at
 	m.Rev = max(at, m.Rev)
 	return chatrelay.MarshalMessageV2(m), true
+}
+
+// RemovedGrant is the participant object of the participant.revoked
+// event of g, a grant of a thread the sweep removes at now: revoked then
+// (its token answers 401 from then on). ok is false for a device (no
+// participant), and for a grant revoked or whose expiry was noticed
+// before: its event came then.
+func RemovedGrant(g chatrelay.Grant, now time.Time) (participant []byte, ok bool) {
+	if g.Device() || g.RevokedAt != 0 || g.ExpiryNoted {
+		return nil, false
+	}
+	g.RevokedAt = now.UnixMilli()
+	p, _ := json.Marshal(g.Participant(now))
+	return p, true
 }
 
 // GrantEventOf says which event a write of grant g causes, "" for none:

@@ -226,6 +226,41 @@ func TestServerRestart(t *testing.T) {
 	checkOnce(t, tb, poll(t, srv.URL, tb.token()).Messages)
 }
 
+// TestServerRestartBehindAProxy: behind a reverse proxy (nginx, Caddy), a
+// server that is restarting does not leave a post unanswered: the proxy
+// answers it, 502 with a body of its own. The page says what it says when
+// nothing answers (the server could not be reached), offers Retry, and
+// Retry stores the message once the server is back. Before, it said "Not
+// sent: HTTP 502." with no Retry (found in Firefox behind nginx; the same
+// in Chromium).
+func TestServerRestartBehindAProxy(t *testing.T) {
+	srv := startServer(t)
+	g := newGate(t, srv)
+	tb := newWindow(t)
+	tb.open(g.URL)
+	tb.waitState(live, "ws")
+	tb.write("one")
+	tb.waitShown(soon, "one")
+
+	srv.stop()
+	tb.waitJS(soon, "the page to notice", `document.getElementById("status").dataset.state !== "ws"`)
+	tb.write("two, sent while the server was away")
+	tb.waitJS(soon, "the post refused", `document.getElementById("notice-text").textContent !== ""`)
+	notice := eval[string](tb, `document.getElementById("notice-text").textContent`)
+	retry := eval[bool](tb, `!document.getElementById("retry").hidden`)
+	if !strings.Contains(notice, "could not be reached") || !retry {
+		t.Fatalf("the proxy's 502 shows %q with Retry shown %v, want the server could not be reached, and Retry", notice, retry)
+	}
+	if v := eval[string](tb, `document.getElementById("text").value`); v != "two, sent while the server was away" {
+		t.Errorf("composer holds %q after the proxy's 502, want the text kept", v)
+	}
+	srv.start()
+	tb.waitState(live, "ws")
+	tb.do(5*time.Second, "click Retry", chromedp.Click(chromedp.CSS("#retry")))
+	tb.waitShown(soon, "two, sent while the server was away")
+	checkOnce(t, tb, poll(t, srv.URL, tb.token()).Messages)
+}
+
 // 6. 4 001 characters → the error shows and the text stays; a 429 → the
 // countdown shows, and the message is sent again only when asked.
 func TestComposerLimits(t *testing.T) {

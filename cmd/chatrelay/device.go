@@ -91,6 +91,9 @@ func deviceIssue(ctx context.Context, e cmdEnv, people *host.Participants, threa
 	if err != nil {
 		return usageError("--expires-in " + err.Error())
 	}
+	if d == 0 { // 0 would read as the default
+		return chatrelay.Errorf(chatrelay.InvalidExpiry, "--expires-in is %s", spanOf(chatrelay.LimitDeviceExpiresIn))
+	}
 	in := chatrelay.DeviceRequest{Name: *f.name, ExpiresIn: d}
 	if err := in.Check(); err != nil {
 		return err
@@ -104,10 +107,11 @@ func deviceIssue(ctx context.Context, e cmdEnv, people *host.Participants, threa
 		return err
 	}
 	if *f.asJSON {
-		return printJSON(e.stdout, map[string]any{"device": is.Device, "token": is.Token, "link": is.Link})
+		printJSON(e.stdout, map[string]any{"device": is.Device, "token": is.Token, "link": is.Link})
+	} else {
+		fmt.Fprintf(e.stdout, "Made device %s (%s), until %s. Open this link on the device; it is shown this once:\n\n  %s\n",
+			is.Device.Name, is.Device.ID, utc(is.Device.ExpiresAt), is.Link)
+		printLinkEnd(e.stdout, base, is.Link)
 	}
-	fmt.Fprintf(e.stdout, "Made device %s (%s), until %s. Open this link on the device; it is shown this once:\n\n  %s\n",
-		is.Device.Name, is.Device.ID, utc(is.Device.ExpiresAt), is.Link)
-	printLinkEnd(e.stdout, base, is.Link)
-	return nil
+	return unseenLink(e.stdout, "device", thread, is.Device.ID)
 }

@@ -66,6 +66,17 @@ func printLinkEnd(w io.Writer, base, link string) {
 	}
 }
 
+// unseenLink is nil when the link shown once did get out to w; else an
+// error naming the link made but never seen (its token is lost), with the
+// command that revokes it.
+func unseenLink(w io.Writer, cmd, thread, id string) error {
+	o, ok := w.(*outWriter)
+	if !ok || o.failed() == nil {
+		return nil
+	}
+	return fmt.Errorf("the link of %s was made but not shown (%w): revoke it with chatrelay %s revoke %s %s", id, o.failed(), cmd, thread, id)
+}
+
 // printThreadList prints a list of the thread's (its share links, its
 // devices, its audit trail) read with err: with --json one object,
 // {"thread": …, key: list}; else text writes it.

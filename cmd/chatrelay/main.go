@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/chatrelay/chatrelay"
@@ -110,17 +111,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return usageError("no command")
 	}
 	name, rest := args[0], args[1:]
+	out := &outWriter{w: stdout}
 	switch name {
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage())
-		return nil
+		fmt.Fprint(out, usage())
+		return out.failed()
 	}
 	for _, c := range commands {
 		if c.name == name {
 			fs := newFlags(c.name, strings.TrimSpace(c.name+" "+c.synopsis), stderr)
-			err := c.run(ctx, cmdEnv{args: rest, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, fs: fs})
+			var cout io.Writer = out
+			if c.name == "serve" { // a server serves on with no one reading its "listening on"
+				cout = stdout
+			}
+			err := c.run(ctx, cmdEnv{args: rest, getenv: getenv, stdin: stdin, stdout: cout, stderr: stderr, fs: fs})
 			if h, ok := errors.AsType[helpRequest](err); ok {
-				io.WriteString(stdout, h.usage)
+				io.WriteString(out, h.usage)
+			}
+			if werr := out.failed(); werr != nil && (err == nil || errors.Is(err, flag.ErrHelp)) {
+				err = werr // an answer nobody could read is no success
 			}
 			if u, ok := err.(usageError); ok {
 				return namedFromEnv(u, rest, getenv)
@@ -131,6 +140,38 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	fmt.Fprint(stderr, usage())
 	return usageError(fmt.Sprintf("unknown command %q", name))
 }
+
+// outWriter is a command's standard output that remembers its first write
+// error: a command whose answer did not get out (a full disk, a closed
+// pipe with SIGPIPE ignored) fails instead of exiting 0.
+type outWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	err error
+}
+
+func (o *outWriter) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	if err != nil {
+		o.err = err
+	}
+	return n, err
+}
+
+// failed is the first write error, nil if none.
+func (o *outWriter) failed() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
+}
+
+// Unwrap is the standard output itself (isTerminal looks at it).
+func (o *outWriter) Unwrap() io.Writer { return o.w }
 
 // usageError is a command line that could not be understood (exit 2).
 type usageError string

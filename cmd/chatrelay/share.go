@@ -150,6 +150,9 @@ func shareInvite(ctx context.Context, e cmdEnv, people *host.Participants, threa
 	if err != nil {
 		return usageError("--expires " + err.Error())
 	}
+	if d == 0 { // 0 would read as the default
+		return chatrelay.Errorf(chatrelay.InvalidExpiry, "--expires is %s", spanOf(chatrelay.LimitExpiresIn))
+	}
 	if *f.limit < chatrelay.LimitCap.Min { // 0 would read as the default
 		return chatrelay.Errorf(chatrelay.InvalidCap, "--cap is %d … %d", chatrelay.LimitCap.Min, chatrelay.LimitCap.Max)
 	}
@@ -167,12 +170,13 @@ func shareInvite(ctx context.Context, e cmdEnv, people *host.Participants, threa
 	}
 	p := inv.Participant
 	if *f.asJSON {
-		return printJSON(e.stdout, map[string]any{"participant": p, "token": inv.Token, "link": inv.Link})
+		printJSON(e.stdout, map[string]any{"participant": p, "token": inv.Token, "link": inv.Link})
+	} else {
+		fmt.Fprintf(e.stdout, "Invited %s (%s), %s, until %s. The token and the link are shown this once:\n\n  token  %s\n  link   %s\n",
+			oneLine(p.Name), p.ID, p.Role, utc(p.ExpiresAt), inv.Token, inv.Link)
+		printLinkEnd(e.stdout, base, inv.Link)
 	}
-	fmt.Fprintf(e.stdout, "Invited %s (%s), %s, until %s. The token and the link are shown this once:\n\n  token  %s\n  link   %s\n",
-		oneLine(p.Name), p.ID, p.Role, utc(p.ExpiresAt), inv.Token, inv.Link)
-	printLinkEnd(e.stdout, base, inv.Link)
-	return nil
+	return unseenLink(e.stdout, "share", thread, p.ID)
 }
 
 // parseDays reads a duration that may count days: "7d", "36h", "90m".
@@ -213,6 +217,9 @@ func spanOf(l chatrelay.Limit) string {
 
 // isTerminal reports whether w is a terminal (a QR code is drawn there).
 func isTerminal(w io.Writer) bool {
+	if u, ok := w.(interface{ Unwrap() io.Writer }); ok {
+		w = u.Unwrap()
+	}
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

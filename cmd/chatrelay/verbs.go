@@ -15,6 +15,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
+	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -64,6 +65,11 @@ func (v *verbFlags) open(ctx context.Context, e cmdEnv, n int, what string) (*ho
 	if v.fs.NArg() != n {
 		return nil, nil, usageError(fmt.Sprintf("%s takes %s", v.fs.Name(), what))
 	}
+	emptyKey := false
+	v.fs.Visit(func(f *flag.Flag) { emptyKey = emptyKey || f.Name == "client-id" && v.clientID == "" })
+	if emptyKey { // given, but empty: "$ID" with ID unset would store at every retry
+		return nil, nil, chatrelay.Errorf(chatrelay.InvalidClientID, "--client-id is empty: an idempotency key must match %s", chatrelay.ClientIDPattern)
+	}
 	var base string
 	if v.publicURL != nil && *v.publicURL != "" {
 		var err error
@@ -79,6 +85,27 @@ func (v *verbFlags) open(ctx context.Context, e cmdEnv, n int, what string) (*ho
 		base = st.Settings.PublicURL
 	}
 	return &host.Verbs{Store: st, PublicURL: base}, func() { st.Close() }, nil
+}
+
+// openAgain opens the store, which v.open found unreachable with err (a
+// Redis restarting), for a wait: as the wait looks again at a store it
+// cannot reach, it tries every 250 ms, for up to 5 minutes, then fails
+// with the last error.
+func (v *verbFlags) openAgain(ctx context.Context, e cmdEnv, err error) (*host.Verbs, func(), error) {
+	fmt.Fprintf(e.stderr, "chatrelay: %v; looking again every 250ms for up to 5 minutes\n", err)
+	deadline := time.Now().Add(5 * time.Minute)
+	for chatrelay.CodeOf(err) == chatrelay.StoreUnavailable && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("interrupted: %w", err)
+		case <-time.After(250 * time.Millisecond):
+		}
+		var st *store.Backend
+		if st, err = v.sf.openHost(ctx); err == nil {
+			return &host.Verbs{Store: st, PublicURL: st.Settings.PublicURL}, func() { st.Close() }, nil
+		}
+	}
+	return nil, nil, err
 }
 
 // printResult prints a verb's result r as one JSON object, or returns
@@ -229,8 +256,9 @@ func ask(ctx context.Context, e cmdEnv) error {
 	if chatrelay.CodeOf(err) == chatrelay.InteractionClosed {
 		r, err = h.CheckInteraction(cctx, in)
 	}
-	if err != nil {
-		return err
+	if err != nil { // the question may still be out there: say so
+		return fmt.Errorf("interrupted: interaction %s in thread %s was not canceled and may still be pending (chatrelay cancel %s %s withdraws it): %w",
+			id, thread, thread, id, err)
 	}
 	return printOutcome(e, r)
 }
@@ -290,6 +318,9 @@ func check(ctx context.Context, e cmdEnv) error {
 	v := newVerb("check", "THREAD INTERACTION [--wait] [--data DIR]", e.stderr, false)
 	wait := v.fs.Bool("wait", false, "wait until it is answered, expired or canceled, and say which in the exit status: 0 approved or answered, 10 denied, 11 expired, 12 canceled")
 	h, done, err := v.open(ctx, e, 2, "THREAD and INTERACTION")
+	if *wait && chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
+		h, done, err = v.openAgain(ctx, e, err)
+	}
 	if err != nil {
 		return err
 	}

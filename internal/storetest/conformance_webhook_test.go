@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,17 @@ func hookOptions(clk *testclock.Clock, rs ...*webhooktest.Receiver) Options {
 		opt.Webhooks = append(opt.Webhooks, store.DestinationID(r.URL))
 	}
 	return opt
+}
+
+// openRetained opens backend with retention r, queuing events for a new
+// receiver, on a test clock.
+func openRetained(t *testing.T, backend string, r chatrelay.Retention) (*testclock.Clock, *webhooktest.Receiver, *Backend) {
+	t.Helper()
+	clk := testclock.New(time.Now())
+	rcv := webhooktest.Start(t, webhooktest.NewSecret())
+	opt := hookOptions(clk, rcv)
+	opt.Retention = r
+	return clk, rcv, Open(t, backend, opt)
 }
 
 func types(ds []webhooktest.Delivery) []string {
@@ -267,11 +279,7 @@ func TestConformanceWebhooks(t *testing.T) {
 			}
 			for _, how := range []string{"on append", "by the sweep", "with its thread"} {
 				t.Run(how, func(t *testing.T) {
-					clk := testclock.New(time.Now())
-					rcv := webhooktest.Start(t, webhooktest.NewSecret())
-					opt := hookOptions(clk, rcv)
-					opt.Retention = chatrelay.Retention{Messages: 3, Age: time.Hour}
-					b := Open(t, backend, opt)
+					clk, rcv, b := openRetained(t, backend, chatrelay.Retention{Messages: 3, Age: time.Hour})
 					deliver(t, b, clk, rcv)
 					appendText(t, b.Store, thA, chatrelay.Operator, "can you deploy?")
 					ix := ask(t, b.Store, thA, approval)
@@ -317,6 +325,52 @@ func TestConformanceWebhooks(t *testing.T) {
 			}
 		})
 
+		t.Run("the links still active when the sweep removes their thread are participant.revoked", func(t *testing.T) {
+			// Alex's link was active, Bo's revoked before, the owner's
+			// device is no participant: Alex's participant.revoked, at
+			// the removal, is the one event the removal adds. The links
+			// ended with no event: a receiver kept Alex as a participant.
+			clk, rcv, b := openRetained(t, backend, chatrelay.Retention{Age: time.Hour})
+			deliver(t, b, clk, rcv)
+			ctx := context.Background()
+			p := participants(t, b)
+			appendText(t, b.Store, thA, chatrelay.Hermes, "hello") // hermes's: no event
+			alex, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter, ExpiresIn: 24 * time.Hour})
+			bo, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Bo", Role: chatrelay.Viewer, ExpiresIn: 24 * time.Hour})
+			dev, _ := chatrelay.DeviceRequest{Name: "phone", ExpiresIn: 24 * time.Hour}.Grant(clk.Now())
+			assert.Success(t, p.Invite(ctx, thA, dev))
+			_, err := p.Revoke(ctx, thA, bo.ID)
+			assert.Success(t, err)
+			clk.Advance(2 * time.Hour)
+			st, err := b.Store.Sweep(ctx)
+			assert.Success(t, err)
+			assert.Equal(t, "threads removed", st.ThreadsRemoved, 1)
+
+			revoked := func() map[string]chatrelay.Participant {
+				out := map[string]chatrelay.Participant{}
+				for _, d := range rcv.Accepted() {
+					var body struct {
+						Data struct {
+							Participant chatrelay.Participant `json:"participant"`
+						} `json:"data"`
+					}
+					if d.Event.Type == store.EventParticipantRevoked && json.Unmarshal(d.Body, &body) == nil {
+						out[body.Data.Participant.ID] = body.Data.Participant
+					}
+				}
+				return out
+			}
+			assert.Eventually(t, 10*time.Second, "Alex's and Bo's participant.revoked accepted", func() bool { return len(revoked()) >= 2 })
+			got := revoked()
+			assert.Equal(t, "revoked", len(got), 2)
+			a := got[alex.ID]
+			assert.True(t, a.Name == "Alex" && a.State == chatrelay.Revoked && a.ExpiresAt == alex.ExpiresAt, "Alex at the removal: %+v", a)
+			assert.Equal(t, "Bo, at the revoke", got[bo.ID].State, chatrelay.Revoked)
+			for _, d := range rcv.Accepted() {
+				assert.True(t, !strings.Contains(string(d.Body), alex.Digest) && !strings.Contains(string(d.Body), `"digest"`), "an event holds a digest: %s", d.Body)
+			}
+		})
+
 		t.Run("an event still retried once retention has removed its thread is delivered", func(t *testing.T) {
 			// With --retention-age shorter than the retries (4 h 12 min),
 			// a quiet thread's messages expire and the sweep removes the
@@ -324,12 +378,8 @@ func TestConformanceWebhooks(t *testing.T) {
 			// The file store confirmed each event again at every retry,
 			// found no document, and dropped it as a change never stored
 			// (neither counted nor logged as a drop); Redis sent it.
-			clk := testclock.New(time.Now())
-			rcv := webhooktest.Start(t, webhooktest.NewSecret())
+			clk, rcv, b := openRetained(t, backend, chatrelay.Retention{Age: time.Hour})
 			rcv.SetDown(true)
-			opt := hookOptions(clk, rcv)
-			opt.Retention = chatrelay.Retention{Age: time.Hour}
-			b := Open(t, backend, opt)
 			d := deliver(t, b, clk, rcv)
 			appendText(t, b.Store, thA, chatrelay.Operator, "while the receiver is down")
 			failed := d.Counter().WithLabelValues(webhook.ResultFailed)
@@ -360,11 +410,7 @@ func TestConformanceWebhooks(t *testing.T) {
 			// deliverer takes the queue): the file store's first attempt
 			// found no document and dropped the event as a change never
 			// stored; Redis sent it (lifeprobe).
-			clk := testclock.New(time.Now())
-			rcv := webhooktest.Start(t, webhooktest.NewSecret())
-			opt := hookOptions(clk, rcv)
-			opt.Retention = chatrelay.Retention{Age: time.Hour}
-			b := Open(t, backend, opt)
+			clk, rcv, b := openRetained(t, backend, chatrelay.Retention{Age: time.Hour})
 			appendText(t, b.Store, thA, chatrelay.Operator, "before the long stop")
 			clk.Advance(2 * time.Hour)
 			st, err := b.Store.Sweep(context.Background())

@@ -139,6 +139,22 @@ func eventsOf(thread string, old, nd threadDoc, at int64) []byte {
 	return out
 }
 
+// removedGrantsOf returns the queue lines of the removal of a thread
+// whose grants are grants, at now: participant.revoked for each link still
+// active (store.RemovedGrant).
+func removedGrantsOf(thread string, grants []chatrelay.Grant, now time.Time) []byte {
+	var out []byte
+	for _, g := range grants {
+		p, ok := store.RemovedGrant(g, now)
+		if !ok {
+			continue
+		}
+		b, _ := json.Marshal(queueLine{ID: store.NewEventID(), Type: store.EventParticipantRevoked, Thread: thread, At: now.UnixMilli(), Participant: p})
+		out = append(append(out, b...), '\n')
+	}
+	return out
+}
+
 // grantEventsOf returns the queue lines of a write of a thread's grants
 // from old to nd.
 func grantEventsOf(thread string, old, nd []chatrelay.Grant, now time.Time) []byte {

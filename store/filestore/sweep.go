@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -134,6 +135,9 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 		return 0, false, err
 	}
 	if len(msgs) == 0 {
+		if err := s.queueRemovedGrants(thread, now); err != nil {
+			return 0, false, err
+		}
 		if err := s.removeThread(t, thread); err != nil {
 			return 0, false, err
 		}
@@ -166,6 +170,28 @@ func (s *File) removeTemps(thread string) {
 			os.Remove(tmp)
 		}
 	}
+}
+
+// queueRemovedGrants queues the participant.revoked events of the links
+// of thread still active as the sweep removes it at now, if the store has
+// destinations (before the removal: the deliverer confirms an event of a
+// thread that has no document). A participants record that does not read
+// has none to say.
+func (s *File) queueRemovedGrants(thread string, now time.Time) error {
+	if s.hooks == nil {
+		return nil
+	}
+	grants, err := s.readGrants(thread)
+	if err != nil {
+		s.log.Warn("sweep: no participant.revoked for the links of a removed thread", "thread", thread, "err", err)
+		return nil
+	}
+	if lines := removedGrantsOf(thread, grants, now); len(lines) > 0 {
+		if err := s.hooks.queue(lines); err != nil {
+			return s.unavailable(thread, err)
+		}
+	}
+	return nil
 }
 
 // removeThread removes a thread whose messages retention has all dropped,

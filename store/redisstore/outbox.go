@@ -191,6 +191,17 @@ func due(id string, v map[string]any, attempts int) store.Due {
 	str := func(k string) string { x, _ := v[k].(string); return x }
 	at, _ := strconv.ParseInt(str("at"), 10, 64)
 	if p := str("p"); p != "" { // a participant's event
+		if str("x") == "1" { // a grant of a thread the sweep removed: revoked then (sweepScript)
+			var g chatrelay.Grant
+			js, ok := []byte(nil), false
+			if json.Unmarshal([]byte(p), &g) == nil {
+				js, ok = store.RemovedGrant(g, time.UnixMilli(at))
+			}
+			if !ok {
+				js = []byte("{}") // never the stored grant: it holds the token's digest
+			}
+			p = string(js)
+		}
 		return store.Due{Event: store.Event{ID: "evt_" + id, Type: str("t"), Thread: str("th"),
 			At: time.UnixMilli(at).UTC(), Participant: []byte(p)}, Attempts: attempts}.WithToken(id)
 	}

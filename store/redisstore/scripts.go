@@ -322,7 +322,8 @@ return out
 // sweepScript applies retention to one thread. KEYS: Store.keys. ARGV:
 // thread, now (ms), keep, age (ms), feed channel, the margin past the
 // newest change before removal (ms), "1" if webhooks are on (an
-// interaction dropped pending queues its event: dropV2). It answers {dropped,
+// interaction dropped pending queues its event: dropV2; a removal, the
+// participant.revoked of its links still active). It answers {dropped,
 // removed} where removed is 1 if the thread was removed because nothing
 // was left; a removed thread takes its grants, audit and index entries
 // with it. A thread in the index without a log is taken out of the index.
@@ -347,7 +348,20 @@ if cut >= newest then
   -- behind that change (skewed, or stepped back), below a cursor
   -- clients hold.
   if math.max(newest, num(redis.call('HGET', K.meta, 'rev'))) >= now - tonumber(ARGV[6]) then return {0, 0} end
-  if ARGV[7] == '1' and redis.call('HGET', K.meta, 'v2') then dropV2(thread, newest, true, now) end
+  if ARGV[7] == '1' then
+    if redis.call('HGET', K.meta, 'v2') then dropV2(thread, newest, true, now) end
+    -- Its links still active end now: participant.revoked, the grant
+    -- marked dropped (outbox.go renders it revoked at 'at').
+    local gs = redis.call('HGETALL', K.grants)
+    for i = 1, #gs, 2 do
+      if string.sub(gs[i], 1, 1) ~= '.' then
+        local ok, g = pcall(cjson.decode, gs[i + 1])
+        if ok and type(g) == 'table' and g.role ~= 'owner' and (tonumber(g.revoked_at) or 0) == 0 and not g.expiry_noted then
+          redis.call('XADD', K.events, '*', 't', 'participant.revoked', 'th', thread, 'at', fmt(now), 'p', gs[i + 1], 'x', '1')
+        end
+      end
+    end
+  end
   removeThread(thread, ARGV[5])
   return {n, 1}
 end

@@ -126,6 +126,10 @@ export function makeToken() {
 /** A ChatError is a request the server refused or never answered. */
 export class ChatError extends Error {
   constructor(status, body, retryAfterMs) {
+    // A 502, 503 or 504 without the server's error code is a reverse
+    // proxy's (nginx, Caddy) whose server did not answer, as while it
+    // restarts: no answer from the server, as a connection refused.
+    if (status >= 502 && status <= 504 && !body?.code) status = 0;
     super(body?.error || (status ? `HTTP ${status}` : "the server could not be reached"));
     this.name = "ChatError";
     this.status = status; // 0: no answer (network down, or refused by CORS)
