@@ -65,6 +65,15 @@ func noteRefused(r *http.Request, code chatrelay.Code) {
 // ticket), headers (the token), bodies (message text), the client address.
 func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if s.ops.draining.Load() {
+		// Draining (Drain, --drain-delay): the connection ends after this
+		// answer, so that the client's next request (a proxy's kept
+		// upstream connection) goes on a new one, never on a kept one
+		// that the listener's close would cut while the request is on its
+		// way. A WebSocket's upgrade sets its own (Connection: Upgrade);
+		// over HTTP/2, net/http sends a GOAWAY for it.
+		w.Header().Set("Connection", "close")
+	}
 	ri := new(reqInfo)
 	r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, ri))
 	rec := &recorder{ResponseWriter: w, info: ri}

@@ -97,7 +97,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	case <-ctx.Done():
 	}
 	f.ops.drain(srv, log) // /readyz answers 503 from here on
-	err = shutdown(ctx, hs, srv, &fresh, log)
+	err = shutdown(ctx, hs, ln, srv, &fresh, log)
 	stopBG()
 	return err
 }
@@ -119,13 +119,24 @@ func httpServer(srv *transport.Server, fresh *newConns, log *slog.Logger) *http.
 // shutdown is SIGINT/SIGTERM's: stop accepting, end every stream (SSE
 // handlers return when the hub closes; WebSockets close with 1001), all
 // within chatrelay.DefaultShutdownTimeout.
-func shutdown(ctx context.Context, hs *http.Server, srv *transport.Server, fresh *newConns, log *slog.Logger) error {
+func shutdown(ctx context.Context, hs *http.Server, ln net.Listener, srv *transport.Server, fresh *newConns, log *slog.Logger) error {
 	log.Info("shutting down")
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.DefaultShutdownTimeout)
 	defer scancel()
+	// The listener first, then the connections it accepted last get to
+	// send their request (at most freshGrace), before hs.Shutdown: from
+	// then on net/http drops, unanswered, a request it reads. A proxy
+	// opens a connection a request while the server drains (each answer
+	// then closes its own), and one opened as the listener closed held a
+	// post on its way, which the proxy answered 502.
+	ln.Close()
+	fresh.settle(sctx, freshGrace)
 	hs.RegisterOnShutdown(func() { srv.Shutdown(sctx) })
 	hs.RegisterOnShutdown(fresh.close) // a connection with no request yet would hold Shutdown 5 s
 	err := hs.Shutdown(sctx)
+	if errors.Is(err, net.ErrClosed) { // the listener, closed above
+		err = nil
+	}
 	if werr := srv.Shutdown(sctx); err == nil {
 		err = werr
 	}

@@ -190,18 +190,26 @@ const pendingScan = 1000
 func due(id string, v map[string]any, attempts int) store.Due {
 	str := func(k string) string { x, _ := v[k].(string); return x }
 	at, _ := strconv.ParseInt(str("at"), 10, 64)
-	if p := str("p"); p != "" { // a participant's event
-		if str("x") == "1" { // a stored grant of a thread the sweep removed, as a build before sweepScript's participant object queued it: revoked then
-			var g chatrelay.Grant
-			js, ok := []byte(nil), false
-			if json.Unmarshal([]byte(p), &g) == nil {
-				js, ok = store.RemovedGrant(g, time.UnixMilli(at))
-			}
-			if !ok {
-				js = []byte("{}") // never the stored grant: it holds the token's digest
-			}
-			p = string(js)
+	p := str("p")
+	// The stored grant of a link whose thread the sweep removed, as two
+	// earlier builds of this version queued it ('g'; 'p' marked 'x'):
+	// revoked then. sweepScript now queues the participant object as 'p'.
+	g := str("g")
+	if g == "" && str("x") == "1" {
+		g = p
+	}
+	if g != "" {
+		var gr chatrelay.Grant
+		js, ok := []byte(nil), false
+		if json.Unmarshal([]byte(g), &gr) == nil {
+			js, ok = store.RemovedGrant(gr, time.UnixMilli(at))
 		}
+		if !ok {
+			js = []byte("{}") // never the stored grant: it holds the token's digest
+		}
+		p = string(js)
+	}
+	if p != "" { // a participant's event
 		return store.Due{Event: store.Event{ID: "evt_" + id, Type: str("t"), Thread: str("th"),
 			At: time.UnixMilli(at).UTC(), Participant: []byte(p)}, Attempts: attempts}.WithToken(id)
 	}

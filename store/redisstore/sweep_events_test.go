@@ -69,3 +69,25 @@ func TestSweepRevokedEventHoldsNoDigest(t *testing.T) {
 	assert.Equal(t, "participant.revoked events", n, 1)
 	assert.Equal(t, "interaction.closed events", closed, 1)
 }
+
+// TestDueRendersEarlierBuildsRemovedGrants: the events two earlier
+// builds of this version queued for a link whose thread the sweep removed
+// (the stored grant as 'g', or as 'p' marked 'x') are sent as the
+// participant revoked then, never with the grant's digest.
+func TestDueRendersEarlierBuildsRemovedGrants(t *testing.T) {
+	t.Parallel()
+	g, _ := chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter, ExpiresIn: 24 * time.Hour}.Grant(time.UnixMilli(1792778400000))
+	raw, err := json.Marshal(g)
+	assert.Success(t, err)
+	at := "1792785600000"
+	for name, v := range map[string]map[string]any{
+		"g":     {"t": store.EventParticipantRevoked, "th": "abcdabcdabcdabcd", "at": at, "g": string(raw)},
+		"p & x": {"t": store.EventParticipantRevoked, "th": "abcdabcdabcdabcd", "at": at, "p": string(raw), "x": "1"},
+	} {
+		d := due("1-0", v, 0)
+		var p chatrelay.Participant
+		assert.Success(t, json.Unmarshal(d.Event.Participant, &p))
+		assert.True(t, p.ID == g.ID && p.State == chatrelay.Revoked && !strings.Contains(string(d.Event.Participant), g.Digest),
+			"%s: sent %s", name, d.Event.Participant)
+	}
+}
