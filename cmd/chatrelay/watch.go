@@ -101,6 +101,9 @@ func subscribe(ctx context.Context, args []string, getenv func(string) string, s
 	if !strings.HasPrefix(*server, "http://") && !strings.HasPrefix(*server, "https://") {
 		return usageError(fmt.Sprintf("--server %q: want http:// or https://", *server))
 	}
+	if *token != "" && !chatrelay.ValidToken(*token) { // else every resume would be refused, or never sent
+		return usageError("--token: a thread's token is 64 lowercase hex (a share link's chp_ token has no stream here)")
+	}
 	enc := json.NewEncoder(stdout)
 	return transport.Subscribe(ctx, transport.SubscribeOptions{
 		Server: *server, Token: *token, Ticket: *ticket, Since: *since,
