@@ -120,6 +120,10 @@ func TestSubscribeRefusesATokenNotShapedAsOne(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("exit code for --token %q", tok), exitCode(err), 2)
 		assert.True(t, !strings.Contains(stderr.String(), "stream ended"), "it dialled: %q", stderr.String())
 	}
+	// A negative --since is named as what is wrong (it said "needs
+	// --server and exactly one of --token or --ticket").
+	err = run(t.Context(), []string{"subscribe", "--server", "http://" + addr, "--token", strings.Repeat("a", 64), "--since", "-1"}, env(nil), strings.NewReader(""), io.Discard, io.Discard)
+	assert.True(t, exitCode(err) == 2 && strings.Contains(err.Error(), "--since"), "--since -1: %v", err)
 }
 
 // TestCheckWaitInterrupted: an interrupt while check --wait waits says

@@ -95,8 +95,11 @@ func subscribe(ctx context.Context, args []string, getenv func(string) string, s
 	if err := parse(fs, args, getenv); err != nil {
 		return err
 	}
-	if *server == "" || (*token == "") == (*ticket == "") || *since < 0 || fs.NArg() > 0 {
-		return usageError("subscribe needs --server and exactly one of --token or --ticket")
+	switch {
+	case *server == "" || (*token == "") == (*ticket == "") || fs.NArg() > 0:
+		return usageError("subscribe needs --server and exactly one of --token or --ticket, and no argument")
+	case *since < 0:
+		return usageError("--since: an epoch in ms, 0 or more")
 	}
 	if !strings.HasPrefix(*server, "http://") && !strings.HasPrefix(*server, "https://") {
 		return usageError(fmt.Sprintf("--server %q: want http:// or https://", *server))
