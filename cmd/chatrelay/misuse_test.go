@@ -101,6 +101,31 @@ func TestSubscribeKeepsTheTicketOutOfItsLog(t *testing.T) {
 	assert.True(t, !strings.Contains(stderr.String(), "SECRETvalue"), "the ticket is in the log: %q", stderr.String())
 }
 
+// TestSubscribeRefusesATokenNotShapedAsOne: a --token that is no thread
+// token (a share token, one cut short, one with a line break that no
+// HTTP header may carry) is a usage error at once, exit 2, before any
+// dial; subscribe dialled again and again, "stream ended" each time,
+// until interrupted (exit 0), as if the server were down.
+func TestSubscribeRefusesATokenNotShapedAsOne(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.Success(t, err)
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: a dial would fail
+	for _, tok := range []string{"chp_" + strings.Repeat("A", 43), strings.Repeat("a", 63), strings.Repeat("a", 32) + "\n" + strings.Repeat("a", 31)} {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		var stdout, stderr bytes.Buffer
+		err := run(ctx, []string{"subscribe", "--server", "http://" + addr, "--token", tok}, env(nil), strings.NewReader(""), &stdout, &stderr)
+		cancel()
+		assert.Equal(t, fmt.Sprintf("exit code for --token %q", tok), exitCode(err), 2)
+		assert.True(t, !strings.Contains(stderr.String(), "stream ended"), "it dialled: %q", stderr.String())
+	}
+	// A negative --since is named as what is wrong (it said "needs
+	// --server and exactly one of --token or --ticket").
+	err = run(t.Context(), []string{"subscribe", "--server", "http://" + addr, "--token", strings.Repeat("a", 64), "--since", "-1"}, env(nil), strings.NewReader(""), io.Discard, io.Discard)
+	assert.True(t, exitCode(err) == 2 && strings.Contains(err.Error(), "--since"), "--since -1: %v", err)
+}
+
 // TestCheckWaitInterrupted: an interrupt while check --wait waits says
 // the interaction is still pending (check never cancels it), as ask
 // --wait --keep-on-interrupt does, exit 1; it said "context canceled".

@@ -95,11 +95,17 @@ func subscribe(ctx context.Context, args []string, getenv func(string) string, s
 	if err := parse(fs, args, getenv); err != nil {
 		return err
 	}
-	if *server == "" || (*token == "") == (*ticket == "") || *since < 0 || fs.NArg() > 0 {
-		return usageError("subscribe needs --server and exactly one of --token or --ticket")
+	switch {
+	case *server == "" || (*token == "") == (*ticket == "") || fs.NArg() > 0:
+		return usageError("subscribe needs --server and exactly one of --token or --ticket, and no argument")
+	case *since < 0:
+		return usageError("--since: an epoch in ms, 0 or more")
 	}
 	if !strings.HasPrefix(*server, "http://") && !strings.HasPrefix(*server, "https://") {
 		return usageError(fmt.Sprintf("--server %q: want http:// or https://", *server))
+	}
+	if *token != "" && !chatrelay.ValidToken(*token) { // else every resume would be refused, or never sent
+		return usageError("--token: a thread's token is 64 lowercase hex (a share link's chp_ token has no stream here)")
 	}
 	enc := json.NewEncoder(stdout)
 	return transport.Subscribe(ctx, transport.SubscribeOptions{
