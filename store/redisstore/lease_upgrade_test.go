@@ -21,23 +21,17 @@ import (
 // idle for a lease (every 30 s, whatever the schedule).
 func TestRetryAnOlderNodeScheduledIsNotClaimedEarly(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	const dest = "0123456789abcdef"
-	s := openStore(t, srv, Options{Webhooks: []string{dest}})
-	ctx := t.Context()
-	must[store.Entry](t)(s.Append(ctx, "abcdabcdabcdabcd", store.NewMessage{Text: "hello"}))
 	now := time.Now()
-	due := must[[]store.Due](t)(s.Outbox().Take(ctx, dest, now, 10))
-	assert.Equal(t, "events taken", len(due), 1)
-	id, _ := due[0].Token().(string)
+	srv, s, id := takenEvent(t, now)
+	ctx := t.Context()
 	// The older node's Retry: the schedule only.
 	next := now.Add(time.Hour).UnixMilli()
-	assert.Success(t, srv.Client(t).HSet(ctx, s.retryKey(dest), id, fmt.Sprintf("1 %d", next)).Err())
+	assert.Success(t, srv.Client(t).HSet(ctx, s.retryKey(leaseDest), id, fmt.Sprintf("1 %d", next)).Err())
 
 	claim := func(at time.Time) bool {
 		t.Helper()
 		// A lease of 0: Redis has seen it idle long enough, whenever.
-		_, err := claimScript.Run(ctx, s.rdb, []string{s.events, s.retryKey(dest)}, dest, "another",
+		_, err := claimScript.Run(ctx, s.rdb, []string{s.events, s.retryKey(leaseDest)}, leaseDest, "another",
 			at.UnixMilli(), 0, id).Slice()
 		if err == redis.Nil {
 			return false
@@ -54,16 +48,27 @@ func TestRetryAnOlderNodeScheduledIsNotClaimedEarly(t *testing.T) {
 // Redis has seen it idle for a lease, not an hour later.
 func TestLeaseOfANodeAheadIsTakenOverOnceIdle(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	const dest = "0123456789abcdef"
-	s := openStore(t, srv, Options{Webhooks: []string{dest}})
-	ctx := t.Context()
-	must[store.Entry](t)(s.Append(ctx, "abcdabcdabcdabcd", store.NewMessage{Text: "hello"}))
 	now := time.Now()
-	due := must[[]store.Due](t)(s.Outbox().Take(ctx, dest, now.Add(time.Hour), 10))
+	_, s, id := takenEvent(t, now.Add(time.Hour))
+	ctx := t.Context()
+	// A lease of 0: Redis has seen it idle long enough.
+	_, err := claimScript.Run(ctx, s.rdb, []string{s.events, s.retryKey(leaseDest)}, leaseDest, "another", now.UnixMilli(), 0, id).Slice()
+	assert.Success(t, err)
+}
+
+// leaseDest is the webhook destination of the lease tests.
+const leaseDest = "0123456789abcdef"
+
+// takenEvent opens a store on a Redis of its own, queues one event and
+// takes it at at (a node whose clock says at): the store, its Redis and
+// the event's stream id.
+func takenEvent(t *testing.T, at time.Time) (*redistest.Server, *Store, string) {
+	t.Helper()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := openStore(t, srv, Options{Webhooks: []string{leaseDest}})
+	must[store.Entry](t)(s.Append(t.Context(), "abcdabcdabcdabcd", store.NewMessage{Text: "hello"}))
+	due := must[[]store.Due](t)(s.Outbox().Take(t.Context(), leaseDest, at, 10))
 	assert.Equal(t, "events taken", len(due), 1)
 	id, _ := due[0].Token().(string)
-	// A lease of 0: Redis has seen it idle long enough.
-	_, err := claimScript.Run(ctx, s.rdb, []string{s.events, s.retryKey(dest)}, dest, "another", now.UnixMilli(), 0, id).Slice()
-	assert.Success(t, err)
+	return srv, s, id
 }
