@@ -190,37 +190,11 @@ const pendingScan = 1000
 func due(id string, v map[string]any, attempts int) store.Due {
 	str := func(k string) string { x, _ := v[k].(string); return x }
 	at, _ := strconv.ParseInt(str("at"), 10, 64)
-	p := str("p")
-	// The stored grant of a link whose thread the sweep removed, as two
-	// earlier builds of this version queued it ('g'; 'p' marked 'x'):
-	// revoked then. sweepScript now queues the participant object as 'p'.
-	g := str("g")
-	if g == "" && str("x") == "1" {
-		g = p
-	}
-	if g != "" {
-		var gr chatrelay.Grant
-		js, ok := []byte(nil), false
-		if json.Unmarshal([]byte(g), &gr) == nil {
-			js, ok = store.RemovedGrant(gr, time.UnixMilli(at))
-		}
-		if !ok {
-			js = []byte("{}") // never the stored grant: it holds the token's digest
-		}
-		p = string(js)
-	}
-	if p != "" { // a participant's event
+	if p := str("p"); p != "" { // a participant's event
 		return store.Due{Event: store.Event{ID: "evt_" + id, Type: str("t"), Thread: str("th"),
 			At: time.UnixMilli(at).UTC(), Participant: []byte(p)}, Attempts: attempts}.WithToken(id)
 	}
 	msg := []byte(str("m"))
-	if str("x") == "1" { // an interaction retention dropped pending, as a build before dropV2's expired message queued it: closed, expired then
-		if e, err := entryOfJSON(str("m")); err == nil {
-			if js, ok := store.DroppedInteraction(e.Message, at); ok {
-				msg = js
-			}
-		}
-	}
 	var m chatrelay.Message
 	if json.Unmarshal(msg, &m) == nil && m.Rev == 0 {
 		m.Rev = m.Epoch
@@ -333,9 +307,9 @@ local now, lease, id = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local v = redis.call('HGET', KEYS[2], id)
 -- In flight if marked with the entry's own value: a node of the version
 -- before the mark rewrites the entry (its claim, its retry) and leaves
--- the mark, so a mark that differs is stale ("1": an early build's).
+-- the mark, so a mark that differs is stale.
 local mark = redis.call('HGET', KEYS[2], 'l:' .. id)
-local leased = mark and (mark == v or mark == '1')
+local leased = mark and mark == v
 local n, at = 0, 0
 if v then
   local a, b = string.match(v, '^(%d+) (%d+)$')

@@ -51,6 +51,10 @@ func TestSweepRevokedEventHoldsNoDigest(t *testing.T) {
 			assert.True(t, m.ID == ix.ID && m.Interaction != nil && m.Interaction.State == chatrelay.Expired &&
 				m.Interaction.AnsweredAt == clk.Now().UnixMilli() && m.Rev >= m.Interaction.AnsweredAt,
 				"the message an older node sends: %s", js)
+			// The script's edit is the file store's rendering, byte for byte.
+			want, ok := store.DroppedInteraction(ix.Message, clk.Now().UnixMilli())
+			assert.True(t, ok, "no rendering of a pending interaction")
+			assert.Equal(t, "the message as store.DroppedInteraction renders it", js, string(want))
 		}
 		for k, v := range e.Values {
 			s, _ := v.(string)
@@ -65,29 +69,11 @@ func TestSweepRevokedEventHoldsNoDigest(t *testing.T) {
 		assert.Success(t, json.Unmarshal([]byte(p), &got))
 		assert.True(t, got.ID == g.ID && got.Name == "Alex" && got.State == chatrelay.Revoked && got.ExpiresAt == g.ExpiresAt && got.CreatedAt == g.CreatedAt,
 			"the participant an older node sends: %s", p)
+		// The script's object is the file store's, byte for byte.
+		want, ok := store.RemovedGrant(g, clk.Now())
+		assert.True(t, ok, "no rendering of an active link")
+		assert.Equal(t, "the participant as store.RemovedGrant renders it", p, string(want))
 	}
 	assert.Equal(t, "participant.revoked events", n, 1)
 	assert.Equal(t, "interaction.closed events", closed, 1)
-}
-
-// TestDueRendersEarlierBuildsRemovedGrants: the events two earlier
-// builds of this version queued for a link whose thread the sweep removed
-// (the stored grant as 'g', or as 'p' marked 'x') are sent as the
-// participant revoked then, never with the grant's digest.
-func TestDueRendersEarlierBuildsRemovedGrants(t *testing.T) {
-	t.Parallel()
-	g, _ := chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter, ExpiresIn: 24 * time.Hour}.Grant(time.UnixMilli(1792778400000))
-	raw, err := json.Marshal(g)
-	assert.Success(t, err)
-	at := "1792785600000"
-	for name, v := range map[string]map[string]any{
-		"g":     {"t": store.EventParticipantRevoked, "th": "abcdabcdabcdabcd", "at": at, "g": string(raw)},
-		"p & x": {"t": store.EventParticipantRevoked, "th": "abcdabcdabcdabcd", "at": at, "p": string(raw), "x": "1"},
-	} {
-		d := due("1-0", v, 0)
-		var p chatrelay.Participant
-		assert.Success(t, json.Unmarshal(d.Event.Participant, &p))
-		assert.True(t, p.ID == g.ID && p.State == chatrelay.Revoked && !strings.Contains(string(d.Event.Participant), g.Digest),
-			"%s: sent %s", name, d.Event.Participant)
-	}
 }
