@@ -15,7 +15,6 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
-	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -70,28 +69,33 @@ func (v *verbFlags) open(ctx context.Context, e cmdEnv, n int, what string) (*ho
 	if emptyKey { // given, but empty: "$ID" with ID unset would store at every retry
 		return nil, nil, chatrelay.Errorf(chatrelay.InvalidClientID, "--client-id is empty: an idempotency key must match %s", chatrelay.ClientIDPattern)
 	}
-	var base string
 	if v.publicURL != nil && *v.publicURL != "" {
-		var err error
-		if base, err = transport.CheckPublicURL(*v.publicURL); err != nil {
+		if _, err := transport.CheckPublicURL(*v.publicURL); err != nil {
 			return nil, nil, usageError("--public-url " + err.Error())
 		}
 	}
+	return v.connect(ctx)
+}
+
+// connect opens the store of the parsed command line (open), with its
+// public URL: --public-url's, or else the folder's.
+func (v *verbFlags) connect(ctx context.Context) (*host.Verbs, func(), error) {
 	st, err := v.sf.openHost(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if base == "" {
-		base = st.Settings.PublicURL
+	base := st.Settings.PublicURL
+	if v.publicURL != nil && *v.publicURL != "" {
+		base, _ = transport.CheckPublicURL(*v.publicURL) // checked by open
 	}
 	return &host.Verbs{Store: st, PublicURL: base}, func() { st.Close() }, nil
 }
 
-// openAgain opens the store, which v.open found unreachable with err (a
-// Redis restarting), for a wait: as the wait looks again at a store it
-// cannot reach, it tries every 250 ms, for up to 5 minutes, then fails
-// with the last error.
-func (v *verbFlags) openAgain(ctx context.Context, e cmdEnv, err error) (*host.Verbs, func(), error) {
+// connectAgain connects (connect) to the store, which open found
+// unreachable with err (a Redis restarting), for a wait: as the wait
+// looks again at a store it cannot reach, it tries every 250 ms, for up
+// to 5 minutes, then fails with the last error.
+func (v *verbFlags) connectAgain(ctx context.Context, e cmdEnv, err error) (*host.Verbs, func(), error) {
 	fmt.Fprintf(e.stderr, "chatrelay: %v; looking again every 250ms for up to 5 minutes\n", err)
 	deadline := time.Now().Add(5 * time.Minute)
 	for chatrelay.CodeOf(err) == chatrelay.StoreUnavailable && time.Now().Before(deadline) {
@@ -100,10 +104,11 @@ func (v *verbFlags) openAgain(ctx context.Context, e cmdEnv, err error) (*host.V
 			return nil, nil, fmt.Errorf("interrupted: %w", err)
 		case <-time.After(250 * time.Millisecond):
 		}
-		var st *store.Backend
-		if st, err = v.sf.openHost(ctx); err == nil {
-			return &host.Verbs{Store: st, PublicURL: st.Settings.PublicURL}, func() { st.Close() }, nil
+		h, done, cerr := v.connect(ctx)
+		if cerr == nil {
+			return h, done, nil
 		}
+		err = cerr
 	}
 	return nil, nil, err
 }
@@ -319,7 +324,7 @@ func check(ctx context.Context, e cmdEnv) error {
 	wait := v.fs.Bool("wait", false, "wait until it is answered, expired or canceled, and say which in the exit status: 0 approved or answered, 10 denied, 11 expired, 12 canceled")
 	h, done, err := v.open(ctx, e, 2, "THREAD and INTERACTION")
 	if *wait && chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
-		h, done, err = v.openAgain(ctx, e, err)
+		h, done, err = v.connectAgain(ctx, e, err)
 	}
 	if err != nil {
 		return err
