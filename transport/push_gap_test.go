@@ -327,6 +327,26 @@ func (n *stallNode) reply(t *testing.T, text string) string {
 	return en.ID
 }
 
+// heldLease is the push lease of the nodes whose one worker a test holds
+// in a claim (startHeldNode), and of the node started after them.
+const heldLease = time.Second
+
+// startHeldNode is startStallNode with one worker and a queue of one:
+// the worker held in a claim holds every later push.
+func startHeldNode(t *testing.T, be *storetest.Backend, svc *pushtest.Service) *stallNode {
+	t.Helper()
+	return startStallNode(t, be, svc, func(p *transport.PushConfig) { p.Workers, p.Queue, p.Lease = 1, 1, heldLease }, nil)
+}
+
+// stopThenNext stops n, checks that it pushed nothing, and starts the
+// next server on n's store, which takes over what n handed over.
+func (n *stallNode) stopThenNext(t *testing.T, be *storetest.Backend, svc *pushtest.Service) *pushEnv {
+	t.Helper()
+	n.stop()
+	assert.Equal(t, "pushes before the next start", len(pushesTo(svc, "/push/owner")), 0)
+	return startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = heldLease })})
+}
+
 // pushedOnce checks that pls are one push of each of texts, and no other.
 func pushedOnce(t *testing.T, pls []payload, texts ...string) {
 	t.Helper()
@@ -348,9 +368,8 @@ func TestPushCatchUpHandedOverAtStop(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
 		svc := pushtest.NewService(t)
-		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
-		first := startStallNode(t, be, svc, func(p *transport.PushConfig) { p.Workers, p.Queue, p.Lease = 1, 1, lease }, nil)
+		first := startHeldNode(t, be, svc)
 		first.g.open()
 		var ids []string
 		for i := range 4 {
@@ -361,10 +380,7 @@ func TestPushCatchUpHandedOverAtStop(t *testing.T) {
 		first.g.reset(first.thread)
 		assert.Eventually(t, 10*time.Second, "the worker held in its first claim", func() bool { return first.st.claims.Load() >= 1 })
 		first.st.claimsStall.Store(false) // the worker stays held; the shutdown's claims are answered
-		first.stop()
-		assert.Equal(t, "pushes before the next start", len(pushesTo(svc, "/push/owner")), 0)
-
-		second := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		second := first.stopThenNext(t, be, svc)
 		awaitPushes(t, svc, "/push/owner", 4)
 		_, err := second.store.Append(t.Context(), first.thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "after"})
 		assert.Success(t, err)
@@ -461,9 +477,8 @@ func TestPushHandoverWrittenThoughACatchUpStalls(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
 		svc := pushtest.NewService(t)
-		const lease = time.Second
 		be := storetest.Open(t, backend, storetest.Options{})
-		first := startStallNode(t, be, svc, func(p *transport.PushConfig) { p.Workers, p.Queue, p.Lease = 1, 1, lease }, nil)
+		first := startHeldNode(t, be, svc)
 		first.st.claimsStall.Store(true)
 		first.reply(t, "held in its claim")
 		assert.Eventually(t, 10*time.Second, "the worker held in its claim", func() bool { return first.st.claims.Load() >= 1 })
@@ -476,10 +491,7 @@ func TestPushHandoverWrittenThoughACatchUpStalls(t *testing.T) {
 		first.st.changesStall.Store(true)
 		first.g.reset(first.thread)
 		assert.Eventually(t, 10*time.Second, "the catch-up's read stalled", func() bool { return first.st.changes.Load() >= 1 })
-		first.stop()
-		assert.Equal(t, "pushes before the next start", len(pushesTo(svc, "/push/owner")), 0)
-
-		startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
+		first.stopThenNext(t, be, svc)
 		_, pls := awaitPushes(t, svc, "/push/owner", 2)
 		pushedOnce(t, pls, "held in its claim", "queued")
 	})
