@@ -333,9 +333,9 @@ func (ps *pusher) note(b store.Batch) {
 		return
 	}
 	if b.Reset { // changes may have been missed: read again from the store (pushcatchup.go)
-		ps.catchUps.add(b.Thread, ps.catchUps.from(ps.s.cfg.Now()))
+		ps.catchUps.reset(b.Thread) // from the cursor before this batch's changes
 	}
-	ps.catchUps.heardOf(b.Messages)
+	ps.catchUps.heardOf(b.Thread, b.Messages)
 	for _, e := range b.Messages {
 		if pushTypeOf(e.Message) == "" {
 			continue
@@ -343,7 +343,7 @@ func (ps *pusher) note(b store.Batch) {
 		select {
 		case ps.queue <- pushTask{thread: b.Thread, entry: e}:
 		default: // no room: read again from the store once there is
-			ps.catchUps.add(b.Thread, min(ps.catchUps.from(ps.s.cfg.Now()), max(e.Epoch, e.Rev)-1))
+			ps.catchUps.add(b.Thread, max(e.Epoch, e.Rev)-1)
 		}
 	}
 }
