@@ -37,7 +37,38 @@ type catchUps struct {
 	floor   int64
 	heard   map[string]int64 // thread → the newest change (rev) its feed handed on
 	pending map[string]int64 // thread ("" for every thread) → read its changes after this
-	wake    chan struct{}    // cap 1: pending has something
+	// closed are the interactions retention dropped pending (Batch.Closed)
+	// that found the queue full: no read finds them again, so they wait
+	// here (at most pushClosedWaiting)
+	closed []pushTask
+	wake   chan struct{} // cap 1: pending or closed has something
+}
+
+// pushClosedWaiting bounds the dropped interactions' closings waiting for
+// room in the queue (catchUps.closed): past it, one is not pushed.
+const pushClosedWaiting = 1024
+
+// closedLater keeps t, a dropped interaction's closing that found the
+// queue full, for the reader to queue (catchUp), and reports whether
+// there was room for it.
+func (c *catchUps) closedLater(t pushTask) bool {
+	c.mu.Lock()
+	ok := len(c.closed) < pushClosedWaiting
+	if ok {
+		c.closed = append(c.closed, t)
+	}
+	c.mu.Unlock()
+	c.poke()
+	return ok
+}
+
+// takeClosed returns the closings kept by closedLater, and forgets them.
+func (c *catchUps) takeClosed() []pushTask {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.closed
+	c.closed = nil
+	return t
 }
 
 func newCatchUps(now time.Time) *catchUps {
@@ -158,6 +189,17 @@ func (ps *pusher) catchingUp(ctx context.Context) {
 // it had yet to queue when ctx is done stays noted for the handover
 // (handOver).
 func (ps *pusher) catchUp(ctx context.Context, pending map[string]int64) (later bool) {
+	closed := ps.catchUps.takeClosed()
+	for i, t := range closed {
+		select {
+		case ps.queue <- t:
+		case <-ctx.Done(): // the rest is handed over (handOver)
+			for _, t := range closed[i:] {
+				ps.leave(t.thread, t.entry.Message, t.owed)
+			}
+			return false
+		}
+	}
 	queued := 0
 	again := ps.missed(ctx, pending, func(thread string, m chatrelay.Message) bool {
 		select {
