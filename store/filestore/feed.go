@@ -188,12 +188,16 @@ func (s *File) announce(thread string, t *threadState, d threadDoc) {
 
 // dropped returns the interactions of t.open that d (nil: the thread was
 // removed) no longer holds, closed expired now (store.DroppedEntry), and
-// makes d's pending interactions t.open. Only retention drops a message,
+// makes d's pending interactions t.open (closed at d's newest change, or
+// now if later, as their webhook events). Only retention drops a message,
 // so each was dropped while pending: by this process or another, on
 // append or in the sweep. The caller holds t.mu.
 func (s *File) dropped(t *threadState, d *threadDoc) []store.Entry {
 	var closed []store.Entry
-	at := s.now().UnixMilli()
+	at := s.now().UnixMilli() // the sweep's time, as its webhook's
+	if d != nil {
+		at = max(at, d.rev) // an append's epoch, as its webhook's
+	}
 	for _, o := range t.open {
 		if d != nil {
 			if _, ok := slices.BinarySearchFunc(d.msgs, o.Epoch, func(e store.Entry, epoch int64) int { return cmp.Compare(e.Epoch, epoch) }); ok {
