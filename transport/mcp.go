@@ -93,12 +93,16 @@ type sdkRefusals struct {
 	http.ResponseWriter
 	status int          // the refusal held back (0: none)
 	text   bytes.Buffer // its words, the first 256 bytes
+	sent   bool         // an answer began: everything passes through
 }
 
 func (w *sdkRefusals) WriteHeader(status int) {
-	if w.status == 0 && status >= 400 && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
+	if !w.sent && w.status == 0 && status >= 400 && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
 		w.status = status
 		return
+	}
+	if w.status == 0 {
+		w.sent = true
 	}
 	w.ResponseWriter.WriteHeader(status)
 }
@@ -108,6 +112,7 @@ func (w *sdkRefusals) Write(b []byte) (int, error) {
 		w.text.Write(b[:min(len(b), max(0, 256-w.text.Len()))])
 		return len(b), nil
 	}
+	w.sent = true
 	return w.ResponseWriter.Write(b)
 }
 
