@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/redis/go-redis/v9"
 )
 
 // skewedNow is a node's wall clock, off by d.
@@ -142,4 +145,63 @@ func TestRateWindowsSlideOnRedisClock(t *testing.T) {
 	if d := time.Since(sent); d < win-time.Millisecond {
 		t.Fatalf("a post passed %s after the window's oldest was sent, before the window (%s) was over", d, win)
 	}
+}
+
+// lostAnswer fails the first call that names key once Redis has run it,
+// as an answer that came after the caller's deadline.
+type lostAnswer struct {
+	key  string
+	once sync.Once
+}
+
+func (l *lostAnswer) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *lostAnswer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && slices.ContainsFunc(cmd.Args(), func(a any) bool { return a == l.key }) {
+			l.once.Do(func() {
+				err = context.DeadlineExceeded
+				cmd.SetErr(err)
+			})
+		}
+		return err
+	}
+}
+
+func (l *lostAnswer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestRatedAppendAnswerLostIsUncounted: a post counted in its windows by
+// its append, whose answer is lost after Redis ran it, is taken out of
+// both windows (as the transport's undo takes out a post whose append
+// failed): the entries' times are Redis's, which the node never learned,
+// and the undo finds them by the post's id.
+func TestRatedAppendAnswerLostIsUncounted(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := openStore(t, srv, Options{})
+	l := NewRateLimiter(s, chatrelay.Windows{PerThread: 5, PerIP: 5, Window: 10 * time.Minute})
+	ctx := t.Context()
+	const th, ip = "a1b2c3d4e5f60718", "192.0.2.7"
+	tk, ik := s.limits+"{rl}:tl:"+th, s.limits+"{rl}:il:"+ip
+	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "before"}))
+	for range 2 { // earlier posts, which stay counted
+		if _, done, err := s.AppendLimited(ctx, l, th, ip, store.NewMessage{Text: "counted"}); !done || err != nil {
+			t.Fatalf("AppendLimited: done %v, %v", done, err)
+		}
+	}
+	s.rdb.AddHook(&lostAnswer{key: tk})
+	_, done, err := s.AppendLimited(ctx, l, th, ip, store.NewMessage{Text: "its answer is lost"})
+	if !done {
+		t.Fatal("AppendLimited left the post to the two calls")
+	}
+	wantCode(t, err, chatrelay.StoreUnavailable)
+	if p := must[store.Page](t)(s.Since(ctx, th, 0, 0)); len(p.Messages) != 4 {
+		t.Fatalf("the thread holds %d messages, want 4: the script ran", len(p.Messages))
+	}
+	assert.Eventually(t, 10*time.Second, "the post to be taken out of its windows", func() bool {
+		return s.rdb.LLen(ctx, tk).Val() == 2 && s.rdb.LLen(ctx, ik).Val() == 2
+	})
 }
