@@ -448,7 +448,7 @@ func (s *Store) auditKey(thread string) string  { return s.prefix + "{" + thread
 
 // threadKeys are the suffixes of a thread's keys, in the order the
 // scripts take them (luaCommon's K).
-var threadKeys = [...]string{"log", "meta", "ids", "v2", "v2e", "revs", "cids", "ixs", "grants", "audit", "att"}
+var threadKeys = [...]string{"log", "meta", "ids", "v2", "v2e", "revs", "cids", "ixs", "grants", "audit", "att", "floor"}
 
 // keys returns the keys every script of a thread is given: the thread's
 // (threadKeys), then the thread index, the generation, the pending index

@@ -75,6 +75,7 @@ local firstWas = first
 local n = tonumber(meta[9])
 local set -- meta's other fields to write, if any
 local created -- the thread takes its place in the index from places
+local above = 0 -- a thread made again: the newest change it had (K.floor)
 if not prev then
   local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
   if #newest == 0 then
@@ -90,6 +91,9 @@ if not prev then
     if redis.call('EXISTS', K.gen) == 0 then
       redis.call('HSET', K.gen, 'id', ARGV[11], 'start', ARGV[2], 'lost', ARGV[10])
     end
+    -- Made again after the sweep removed it: its epochs start above
+    -- the newest change it had (the floor the removal kept, sweepScript).
+    above = num(redis.call('GET', K.floor))
     prev = 0
     n = 0
   else
@@ -97,7 +101,7 @@ if not prev then
     first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
   end
 end
-local rev = math.max(prev, num(meta[2]))
+local rev = math.max(prev, num(meta[2]), above)
 
 if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[17] then
   return {'retry'}
@@ -292,15 +296,15 @@ if cid ~= '' then
 end
 local win, l1, l2 = tonumber(ARGV[27]), tonumber(ARGV[28]), tonumber(ARGV[29])
 local rnow = rateNow(ARGV[30])
-local wait, n1, n2 = rateTake(KEYS[18], KEYS[19], ARGV[26], rnow, win, l1, l2)
+local wait, n1, n2 = rateTake(KEYS[19], KEYS[20], ARGV[26], rnow, win, l1, l2)
 if wait > 0 then return {'rate', fmt(wait)} end
 local res = appendRun(thread, now, keep, age, participant, cid, true)
 if res[1] == 'ok' then
-  rateKeep(KEYS[18], n1, l1, rnow, win, ARGV[27])
-  if KEYS[19] then rateKeep(KEYS[19], n2, l2, rnow, win, ARGV[27]) end
+  rateKeep(KEYS[19], n1, l1, rnow, win, ARGV[27])
+  if KEYS[20] then rateKeep(KEYS[20], n2, l2, rnow, win, ARGV[27]) end
 else
-  redis.call('RPOP', KEYS[18])
-  if KEYS[19] then redis.call('RPOP', KEYS[19]) end
+  redis.call('RPOP', KEYS[19])
+  if KEYS[20] then redis.call('RPOP', KEYS[20]) end
 end
 return res
 `
