@@ -208,6 +208,8 @@ type Options struct {
 	// Now defaults to time.Now. It gives epochs and retention ages, like the
 	// file store's clock; nodes are expected to keep their clocks in sync
 	// (an epoch is still strictly increasing within a thread if they do not).
+	// The rate windows do not read it: they count on Redis's clock
+	// (RateLimiter).
 
 	evalOnly bool // run every script with EVALSHA, never the library (functions.go), as on a Redis without functions: tests
 }
