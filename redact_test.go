@@ -20,6 +20,7 @@ import (
 func TestRedact(t *testing.T) {
 	t.Parallel()
 	hex64 := strings.Repeat("a1b2c3d4", 8)
+	mac := "3JE0b6DiFZhPZMwdPFsv7qDzDTIbSkYG9Fyw0P0Xf-_" // a ticket's HMAC-SHA256, base64url: 43 characters
 	for _, tc := range []struct {
 		name, in, want string
 	}{
@@ -38,6 +39,11 @@ func TestRedact(t *testing.T) {
 		{"device token", "my phone: chd_" + strings.Repeat("A", 43) + ".", "my phone: [redacted]."},
 		{"agent key", "CHATRELAY_AGENT_KEY=cha_" + strings.Repeat("A", 43) + " for /mcp", "CHATRELAY_AGENT_KEY=[redacted] for /mcp"},
 		{"thread token", "my token is " + hex64, "my token is [redacted]"},
+		{"stream ticket, in a URL", "open http://h/api/chat/stream?ticket=t1.0123456789abcdef.1796320541401." + mac + " now", "open http://h/api/chat/stream?ticket=[redacted] now"},
+		{"participant's ticket", "t2.0123456789abcdef.p_1a2b3c4d.1796320541401." + mac, "[redacted]"},
+		{"device's ticket", "(t2.0123456789abcdef.d_1a2b3c4d.1796320541401." + mac + ")", "([redacted])"},
+		{"file ticket", "img: /api/chat/attachments/at_0123456789ab?ticket=f1.0123456789abcdef.at_0123456789ab.1796320541401." + mac, "img: /api/chat/attachments/at_0123456789ab?ticket=[redacted]"},
+		{"participant's file ticket", "f2.0123456789abcdef.p_1a2b3c4d.at_0123456789ab.1796320541401." + mac + ".", "[redacted]."},
 		{"password=", "password=hunter2 and more\nnext", "password=[redacted]\nnext"},
 		{"passwd:", "passwd: hunter2", "passwd: [redacted]"},
 		{"secret=", "SECRET=abc123", "SECRET=[redacted]"},
@@ -62,6 +68,7 @@ func TestRedact(t *testing.T) {
 		{"eyJ alone", "eyJ is how JWTs start", "eyJ is how JWTs start"},
 		{"chp_ too short", "chp_short", "chp_short"},
 		{"AKIA too short", "AKIA1234", "AKIA1234"},
+		{"a version is no ticket", "see t1.2 and f2.0 of the plan", "see t1.2 and f2.0 of the plan"},
 		{"plain text", "Deploy build 412 to production?", "Deploy build 412 to production?"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
