@@ -222,6 +222,7 @@ var fuzzSecrets = []struct{ secret, body string }{
 	{"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF0AAAAB\n-----END PGP PRIVATE KEY BLOCK-----", "lQOYBF0AAAAB"},
 	{"chp_" + strings.Repeat("Q", 43), strings.Repeat("Q", 43)},
 	{"cha_" + strings.Repeat("W", 43), strings.Repeat("W", 43)},
+	{"f2.0123456789abcdef.p_1a2b3c4d.at_0123456789ab.1796320541401.3JE0b6DiFZhPZMwdPFsv7qDzDTIbSkYG9Fyw0P0Xf-_", "3JE0b6DiFZhPZMwdPFsv7qDzDTIbSkYG9Fyw0P0Xf-_"},
 	{strings.Repeat("a1b2c3d4", 8), strings.Repeat("a1b2c3d4", 8)},
 	{"DB_PASSWORD=hunter2hunter2", "hunter2hunter2"},
 	{`{"api_key": "v4lue-v4lue"}`, "v4lue-v4lue"},
