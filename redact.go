@@ -67,8 +67,9 @@ var secretShapes = []shape{
 	// t2 with a grant's id, f1 and f2 with an attachment's id too. A ticket
 	// written in a message (the address of a stream or a file) opens what
 	// it was minted for, the owner's unredacted view included, until it
-	// expires: a credential, as a share token is.
-	{starts: []string{"t1.", "t2.", "f1.", "f2."}, fixed: true,
+	// expires: a credential, as a share token is. Its start is shape
+	// enough: one glued to the next word is redacted too.
+	{starts: []string{"t1.", "t2.", "f1.", "f2."},
 		re: shapeRE(`[tf][12]\.[0-9a-f]{16}(?:\.[pd]_[0-9a-f]{8})?(?:\.at_[0-9a-f]{12})?\.[0-9]{1,19}\.[A-Za-z0-9_-]{43}`)},
 	// A bearer credential, wherever it is written.
 	{starts: []string{"bearer"}, fold: true, re: shapeRE(`(?P<keep>(?i:bearer)[ \t]+)[A-Za-z0-9._~+/-]{16,}=*`)},

@@ -43,6 +43,7 @@ func TestRedact(t *testing.T) {
 		{"participant's ticket", "t2.0123456789abcdef.p_1a2b3c4d.1796320541401." + mac, "[redacted]"},
 		{"device's ticket", "(t2.0123456789abcdef.d_1a2b3c4d.1796320541401." + mac + ")", "([redacted])"},
 		{"file ticket", "img: /api/chat/attachments/at_0123456789ab?ticket=f1.0123456789abcdef.at_0123456789ab.1796320541401." + mac, "img: /api/chat/attachments/at_0123456789ab?ticket=[redacted]"},
+		{"a ticket glued to a word", "ticket=t1.0123456789abcdef.1796320541401." + mac + "thanks", "ticket=[redacted]thanks"},
 		{"participant's file ticket", "f2.0123456789abcdef.p_1a2b3c4d.at_0123456789ab.1796320541401." + mac + ".", "[redacted]."},
 		{"password=", "password=hunter2 and more\nnext", "password=[redacted]\nnext"},
 		{"passwd:", "passwd: hunter2", "passwd: [redacted]"},
