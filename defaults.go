@@ -75,7 +75,7 @@ const (
 	DefaultKeyPrefix    = "chatrelay:"     // of every key of a shared store (Redis) and of its feed channel
 	DefaultStoreTimeout = 2 * time.Second  // every call to a shared store (Redis)
 	DefaultResetAfter   = 5 * time.Second  // a shared store's feed lost this long resets its threads
-	DefaultFeedPing     = 15 * time.Second // a silent feed pings its server this often
+	DefaultFeedPing     = time.Second      // a silent feed pings its server this often (its pong is due within DefaultStoreTimeout)
 	DefaultStreamLease  = 30 * time.Second // a stream's lease in a shared store, unless renewed
 
 	// MCP over HTTP (serve --mcp): open sessions per node and per agent

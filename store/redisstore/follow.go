@@ -19,8 +19,11 @@ import (
 )
 
 // The feed may be silent for chatrelay.DefaultFeedPing (Store.pingEvery)
-// before Follow pings Redis; a second silent period without the pong
-// counts as a lost connection (a peer that vanished without closing it).
+// before Follow pings Redis; a pong that does not come within the store's
+// timeout (Options.Timeout) counts as a lost connection (a peer that
+// vanished without closing it, a connection a NAT or a firewall dropped):
+// the node's streams would get nothing meanwhile, so the bound is a few
+// seconds, as for any other call.
 
 // maxBackoff bounds the wait between two attempts to subscribe again. An
 // attempt while Redis is down costs a refused dial (go-redis logs nothing
@@ -127,7 +130,11 @@ type feedLoop struct {
 // store is closed.
 func (l *feedLoop) run(ctx context.Context) error {
 	for {
-		msg, err := l.cur.ReceiveTimeout(ctx, l.s.pingEvery)
+		wait := l.s.pingEvery
+		if l.pinged {
+			wait = l.s.opt.Timeout // the pong is a call's answer
+		}
+		msg, err := l.cur.ReceiveTimeout(ctx, wait)
 		if ctx.Err() != nil {
 			if l.s.closing.Err() != nil {
 				return ErrClosed

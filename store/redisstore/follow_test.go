@@ -406,3 +406,32 @@ func TestFollowChaos(t *testing.T) {
 		t.Fatalf("%d acknowledged messages are not stored", len(acked))
 	}
 }
+
+// TestFollowHalfOpenConnection: the feed's connection goes silent without
+// closing (a NAT or a firewall that dropped it, a stalled path) while
+// every other connection to Redis keeps working, at the store's default
+// ping. A message stored meanwhile still reaches the feed within seconds,
+// not after two silent ping periods (30 s) during which the node's streams
+// got nothing and /readyz said the feed was live.
+func TestFollowHalfOpenConnection(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	proxy := redistest.StartProxy(t, srv)
+	a := openStore(t, srv, Options{})
+	b, err := Open(t.Context(), proxy.URL(), Options{Log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	rec := follow(t, b)
+	ctx := t.Context()
+	const th = "6666666666666666"
+	e1 := must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "before"}))
+	assert.Eventually(t, 10*time.Second, "the first message", func() bool { return len(rec.messages(th)) == 1 })
+	if n := proxy.StallSubscribers(t, srv); n != 1 {
+		t.Fatalf("%d feed connections stalled, want 1", n)
+	}
+	e2 := must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "after"}))
+	assert.Eventually(t, 10*time.Second, "the message stored once the feed's connection went silent", func() bool { return len(rec.messages(th)) == 2 })
+	checkDelivered(t, rec, th, []store.Entry{e1, e2})
+}
