@@ -264,3 +264,15 @@ func TestCheckNamesAnUnreachableRedis(t *testing.T) {
 		return store.Reason(sh.Check(t.Context())) == "Redis cluster down"
 	})
 }
+
+// TestCheckNamesAStalledRedis: a Redis that accepts connections and
+// answers nothing (CLIENT PAUSE: a slow command, a stalled disk) is named
+// as such in /readyz's store_error, not the "not writable" that says
+// nothing of why.
+func TestCheckNamesAStalledRedis(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	one := openStore(t, srv, Options{Prefix: "p:", Timeout: 300 * time.Millisecond})
+	assert.Success(t, one.Check(t.Context()))
+	srv.Pause(t, 3*time.Second)
+	assert.Equal(t, "a stalled Redis", store.Reason(one.Check(t.Context())), "Redis not answering")
+}

@@ -41,6 +41,8 @@ func (s *Store) Check(ctx context.Context) error {
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 		err = &writeRefusal{reason: "Redis unreachable", err: err} // no Redis listening there, or it went away
+	} else if isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
+		err = &writeRefusal{reason: "Redis not answering", err: err} // a stall: it took the connection, not the write, in time
 	}
 	return s.unavailable("check", err)
 }
