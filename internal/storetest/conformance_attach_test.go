@@ -187,6 +187,40 @@ func TestConformanceAttachments(t *testing.T) {
 				rest := bytes.Repeat([]byte{3}, chatrelay.LimitThreadAttachments.Max-len(big)) // to the byte
 				mustUpload(t, b.Store, thA, "rest", rest)
 			}},
+			{"a participant's upload counts toward the thread's limit the bytes it may not read as new", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				// An outside probe: identical bytes count once, so a
+				// commenter that filled the thread's 100 MiB to the byte
+				// had an upload of a guessed file taken (201) when the
+				// owner's draft, which it may not read (404), held those
+				// very bytes, and refused (413) otherwise: the answer told
+				// it what the draft holds. Bytes it may not read count as
+				// new for it: the same 413 whatever the draft holds.
+				const p = "p_0000000a"
+				put := func(by, name string, body []byte) (chatrelay.Attachment, error) {
+					return b.Store.(store.Attachments).PutAttachment(context.Background(), thA, store.Upload{Name: name, Type: "text/plain",
+						Body: bytes.NewReader(body), Max: int64(chatrelay.LimitThreadAttachments.Max), By: by})
+				}
+				draft := []byte("the owner's draft")
+				d := mustUpload(t, b.Store, thA, "draft.txt", draft)
+				_, err := put(p, "fill", bytes.Repeat([]byte{4}, chatrelay.LimitThreadAttachments.Max-len(draft))) // to the byte
+				assert.Success(t, err)
+				_, err = put(p, "guess.txt", draft)
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				_, err = put(p, "other guess.txt", []byte("the owner's drafT"))
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				assertNothingStaged(t, b, thA, 2)
+				_, err = put("", "copy.txt", draft) // the owner reads every file: counted once
+				assert.Success(t, err)
+				_, err = put(p, "small", bytes.Repeat([]byte{4}, 1)) // (new bytes: the thread is full)
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				_, err = postWith(b.Store, thA, "the draft, shown", d.ID)
+				assert.Success(t, err)
+				_, err = put(p, "seen.txt", draft) // a message names it now: the participant reads it, counted once
+				assert.Success(t, err)
+				_, err = put(p, "again", bytes.Repeat([]byte{4}, chatrelay.LimitThreadAttachments.Max-len(draft))) // its own: counted once
+				assert.Success(t, err)
+				assertNothingStaged(t, b, thA, 2)
+			}},
 			{"an upload no post names is deleted after an hour; one a post names stays", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				kept := mustUpload(t, b.Store, thA, "kept", []byte("kept"))
 				lost := mustUpload(t, b.Store, thA, "lost", []byte("lost"))

@@ -114,18 +114,22 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	if pending(recs, used) >= chatrelay.LimitAttachmentPending.Max {
 		return chatrelay.Attachment{}, store.TooManyPending()
 	}
-	held := 0
+	held, seen := 0, false
 	for _, r := range recs {
 		if r.SHA256 == a.SHA256 {
 			held++
+			seen = seen || r.OpensFor(up.By, used[r.ID])
 		}
 	}
 	dir := s.filesDir(thread)
 	blob := filepath.Join(dir, a.SHA256)
+	if (held == 0 || !seen) && storedBytes(recs)+a.Size > int64(chatrelay.LimitThreadAttachments.Max) {
+		// Bytes the uploader may not read (the owner's draft, to a
+		// participant) count as new for it: taken or refused, the
+		// answer tells nothing of what the thread holds.
+		return chatrelay.Attachment{}, store.ThreadFull()
+	}
 	if held == 0 {
-		if storedBytes(recs)+a.Size > int64(chatrelay.LimitThreadAttachments.Max) {
-			return chatrelay.Attachment{}, store.ThreadFull()
-		}
 		if err := s.placeBlob(thread, tmp, dir, blob); err != nil {
 			return chatrelay.Attachment{}, err
 		}

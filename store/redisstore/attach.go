@@ -135,7 +135,7 @@ func (s *Store) putAttachment(ctx context.Context, thread string, up store.Uploa
 		return commitScript.Run(ctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256), s.metaKey(thread), s.index, s.places, s.grantsKey(thread)},
 			a.ID, string(js), a.SHA256, a.Size, chatrelay.LimitThreadAttachments.Max, aw.n > 0,
 			s.pendingSince(), chatrelay.LimitAttachmentPending.Max, aw.i, thread, limit, s.now().UnixMilli(),
-			version, up.Grant != "").Text()
+			version, up.Grant != "", up.By).Text()
 	}
 	var res string
 	for {
@@ -387,19 +387,36 @@ func (w *appender) flush() error {
 // upload no message names is pending, the most pending uploads, the
 // chunks the staging key was sent, the thread, the most threads, now
 // (ms), the version of the grants record the uploader's grant was checked
-// in and "1" if it has one (Upload.Grant). It answers "retry" (the grants
+// in, "1" if it has one (Upload.Grant), and the uploader (Upload.By: a
+// participant's id, or "" for the owner). It answers "retry" (the grants
 // record changed since: nothing is kept, the staging key stays), or
 // answers "ok", "thread_limit" (the thread has no place in the thread
 // limit, neither in the index nor in att-places, and they hold the most
 // threads: nothing is kept but the staging key, for the caller to try
 // again with more room or delete), "pending" (the thread holds the most
 // pending uploads it may: pendingLua; nothing is kept), "full" (the
-// bytes would take the thread past its most; nothing is kept),
+// bytes would take the thread past its most, counted as new unless the
+// uploader may read a record holding them: seenBy; nothing is kept),
 // "unreadable" (the thread is marked unreadable: unreadable.go; nothing
 // is kept) or "lost" (the staging key lacks chunks it was sent: Redis
 // lost data meanwhile; nothing is kept). An upload kept into a thread
 // that had no place gives it one in att-places.
 var commitScript = redis.NewScript(pendingLua + `
+-- seenBy: whether by (a participant's id; '' the owner, who reads every
+-- file) may read a record of att holding the bytes sha: its own upload, or
+-- one a message names (u:<id>), as StoredAttachment.OpensFor.
+local function seenBy(att, sha, by)
+  if by == '' then return true end
+  for _, f in ipairs(redis.call('HKEYS', att)) do
+    if string.sub(f, 1, 3) == 'at_' then
+      local ok, a = pcall(cjson.decode, redis.call('HGET', att, f) or '')
+      if ok and type(a) == 'table' and a.sha256 == sha and (a.by == by or redis.call('HEXISTS', att, 'u:' .. f) == 1) then
+        return true
+      end
+    end
+  end
+  return false
+end
 local att, stage, blob = KEYS[1], KEYS[2], KEYS[3]
 if (ARGV[14] == '1' or ARGV[14] == 'true') and (redis.call('HGET', KEYS[7], '.v') or '') ~= ARGV[13] then
   return 'retry'
@@ -417,13 +434,17 @@ if pendingUploads(att, tonumber(ARGV[7])) >= tonumber(ARGV[8]) then
   return 'pending'
 end
 local id, rec, sha, size, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
-if tonumber(redis.call('HGET', att, 'b:' .. sha) or '0') > 0 then
+local held = tonumber(redis.call('HGET', att, 'b:' .. sha) or '0') > 0
+if (not held or not seenBy(att, sha, ARGV[15])) and (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most then
+  -- Bytes the uploader may not read (the owner's draft, to a
+  -- participant) count as new for it: taken or refused, the answer
+  -- tells nothing of what the thread holds.
+  redis.call('DEL', stage)
+  return 'full'
+end
+if held then
   redis.call('DEL', stage)
 else
-  if (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most then
-    redis.call('DEL', stage)
-    return 'full'
-  end
   if ARGV[6] == 'true' or ARGV[6] == '1' then
     if redis.call('HLEN', stage) ~= tonumber(ARGV[9]) then
       redis.call('DEL', stage)
