@@ -183,8 +183,14 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 		// a date never matches, with no Last-Modified).
 		r.Header.Del("Range")
 	}
+	if a.Size == 0 {
+		// An empty file ignores Range: net/http serves a suffix of it
+		// ("bytes=-1") as a 206 whose Content-Range ends before it starts
+		// ("bytes 0--1/0"), and refuses one that does not parse.
+		r.Header.Del("Range")
+	}
 	rw := &rangeRefusal{ResponseWriter: w}
-	if rg, left := withoutEmptySuffixes(r.Header.Get("Range")); left || a.Size == 0 { // an empty file ignores Range
+	if rg, left := withoutEmptySuffixes(r.Header.Get("Range")); left {
 		if rg != r.Header.Get("Range") {
 			r.Header.Set("Range", rg)
 		}
