@@ -35,10 +35,11 @@ const (
 	DefaultMaxThreads     = 500             // threads the store holds; one more is 507
 
 	// RemoveAfter is how long past a thread's newest change (a reaction,
-	// an answer) the sweep keeps a thread whose messages have all
-	// expired (Retention.RemoveAfter: the retention age, if shorter). A
-	// thread removed starts again at the clock of its next writer, so
-	// that writer's clock must not be behind that newest change, a
+	// an answer) the sweep's removal of a thread whose messages have all
+	// expired keeps that change as the thread's floor
+	// (Retention.RemoveAfter: the retention age, if shorter). A thread
+	// made again starts above its floor, at its next writer's clock
+	// otherwise, and that clock must not be behind the newest change, a
 	// cursor clients hold: the hour covers nodes whose clocks disagree,
 	// and a clock stepped back (an NTP correction), by less.
 	RemoveAfter = time.Hour
@@ -121,9 +122,9 @@ type Retention struct {
 	Age      time.Duration // none older than this; defaults to DefaultRetainAge
 }
 
-// RemoveAfter is how long past a thread's newest change the sweep keeps a
-// thread whose messages have all expired: RemoveAfter, or the retention
-// age if shorter (a store that keeps minutes keeps no thread an hour).
+// RemoveAfter is how long past a removed thread's newest change its floor
+// lasts: RemoveAfter, or the retention age if shorter (a store that keeps
+// minutes keeps nothing of a thread an hour).
 func (r Retention) RemoveAfter() time.Duration {
 	return min(RemoveAfter, r.WithDefaults().Age)
 }

@@ -83,6 +83,9 @@ const (
 	AgentLimit Code = "agent_limit"
 	// A request whose body did not arrive in time (chatrelay's own).
 	RequestTimeout Code = "request_timeout"
+	// What MCP's Streamable HTTP transport refuses itself (chatrelay's own).
+	InvalidMCPRequest    Code = "invalid_mcp_request"
+	UnsupportedMediaType Code = "unsupported_media_type"
 )
 
 // CodeInfo is a row of the code table: a code, the HTTP status of an
@@ -149,6 +152,8 @@ var codeTable = []CodeInfo{
 	{PushDisabled, 404, false, "push is turned off on this server (--push=false)"},
 	{AgentLimit, 409, false, "the store has the most active agent keys"},
 	{RequestTimeout, 408, true, "the request's body did not arrive within the server's read timeout: nothing was stored; send it again"},
+	{InvalidMCPRequest, 400, false, "an MCP request its transport refuses: an Accept without application/json and text/event-stream, an MCP-Protocol-Version it does not speak, a GET or DELETE without Mcp-Session-Id, a body that is not JSON-RPC"},
+	{UnsupportedMediaType, 415, false, "a body whose Content-Type the route does not take"},
 }
 
 // CodeTable returns the code table: every code with its status, whether

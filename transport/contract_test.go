@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,9 @@ type contractEnv struct {
 	data    string // file store: the data folder; documents are in data/chat
 	clock   *testclock.Clock
 	store   *countingStore
+	// redisWindows: the rate windows are Redis's, on Redis's own clock
+	// (not the test's: they do not move with clock).
+	redisWindows bool
 }
 
 type envOptions struct {
@@ -79,7 +83,7 @@ var at = time.Date(2026, 10, 23, 18, 40, 0, 123e6, time.UTC)
 
 // newContractEnv starts a server on a new store of the backend. The store
 // and the rate windows run on the test's clock; on Redis the windows are
-// Redis's, as on a node of several.
+// Redis's, on its own clock, as on a node of several.
 func newContractEnv(t *testing.T, backend string, o envOptions) *contractEnv {
 	t.Helper()
 	clk := testclock.New(at)
@@ -89,7 +93,8 @@ func newContractEnv(t *testing.T, backend string, o envOptions) *contractEnv {
 		o.Windows = chatrelay.Windows{PerThread: 1000, PerIP: 1000}
 	}
 	var limiter chatrelay.RateLimiter = NewMemoryLimiter(o.Windows, clk.Now)
-	if shared, _, ok := be.SharedLimiters(o.Windows.PerThread, o.Windows.PerIP, o.Windows.Window, 0, 0); ok {
+	shared, _, redisWindows := be.SharedLimiters(o.Windows.PerThread, o.Windows.PerIP, o.Windows.Window, 0, 0)
+	if redisWindows {
 		limiter = shared
 	}
 	st := &countingStore{Store: be.Store}
@@ -105,7 +110,7 @@ func newContractEnv(t *testing.T, backend string, o envOptions) *contractEnv {
 		Log:     log,
 	}))
 	t.Cleanup(srv.Close)
-	return &contractEnv{url: srv.URL, backend: be, data: be.Dir, clock: clk, store: st}
+	return &contractEnv{url: srv.URL, backend: be, data: be.Dir, clock: clk, store: st, redisWindows: redisWindows}
 }
 
 // answer is a response, read whole.
@@ -649,14 +654,29 @@ func TestErrors(t *testing.T) {
 	})
 }
 
+// TestRateLimits: the windows slide, per thread and per client address,
+// over accepted posts only, and a refusal says the wait in ms and in whole
+// seconds rounded up. The in-memory windows run on the test's clock, so
+// the waits are exact; Redis's run on Redis's own clock, so the waits are
+// bounded: at most what the test's clock would give, less at most the
+// time the posts took.
 func TestRateLimits(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
-		expectLimited := func(t *testing.T, a answer, wantMS int64, wantHeader string) {
+		// expectLimited checks a refusal whose wait is wantMS on the
+		// test's clock, the first post it waits on sent at sent (Redis's
+		// windows: the wait is between wantMS less the time since and
+		// wantMS).
+		expectLimited := func(t *testing.T, e *contractEnv, a answer, wantMS int64, wantHeader string, sent time.Time) {
 			t.Helper()
 			ea := checkError(t, a, http.StatusTooManyRequests, chatrelay.RateLimited)
 			assert.True(t, strings.HasPrefix(ea.Error, "rate limit"), "error %q does not start with \"rate limit\"", ea.Error)
 			assert.True(t, ea.RetryAfterMS != nil, "no retry_after_ms in %s", a.body)
+			if e.redisWindows {
+				got, took := *ea.RetryAfterMS, time.Since(sent).Milliseconds()+1
+				assert.True(t, got <= wantMS && got >= wantMS-took, "retry_after_ms %d, want between %d (less the %d ms since the post it waits on) and %d", got, wantMS-took, took, wantMS)
+				wantMS, wantHeader = got, strconv.FormatInt((got+999)/1000, 10)
+			}
 			assert.Equal(t, "retry_after_ms", *ea.RetryAfterMS, wantMS)
 			assert.Equal(t, "Retry-After", a.header.Get("Retry-After"), wantHeader)
 			assert.Equal(t, "keys", topKeys(t, a.body), []string{"success", "error", "code", "retryable", "retry_after_ms"})
@@ -665,38 +685,73 @@ func TestRateLimits(t *testing.T) {
 		t.Run("per thread, sliding", func(t *testing.T) {
 			t.Parallel()
 			e := newContractEnv(t, backend, envOptions{Windows: chatrelay.Windows{PerThread: 2, PerIP: 100, Window: 10 * time.Minute}})
+			if e.redisWindows {
+				t.Skip("on Redis's clock: per thread, sliding on Redis's clock")
+			}
 			e.say(t, token(1), "one")
 			e.clock.Advance(1500 * time.Millisecond)
 			e.say(t, token(1), "two")
 			e.clock.Advance(time.Second) // 2.5s after the first post
-			expectLimited(t, e.post(t, token(1), `{"text":"three"}`), 597500, "598")
+			expectLimited(t, e, e.post(t, token(1), `{"text":"three"}`), 597500, "598", time.Time{})
 			e.say(t, token(2), "another thread is not limited")
 			e.clock.Advance(597500*time.Millisecond - 1)
-			expectLimited(t, e.post(t, token(1), `{"text":"three"}`), 1, "1")
+			expectLimited(t, e, e.post(t, token(1), `{"text":"three"}`), 1, "1", time.Time{})
 			e.clock.Advance(1) // the first post leaves the window
 			e.say(t, token(1), "three")
-			expectLimited(t, e.post(t, token(1), `{"text":"four"}`), 1500, "2")
+			expectLimited(t, e, e.post(t, token(1), `{"text":"four"}`), 1500, "2", time.Time{})
+		})
+
+		t.Run("per thread, sliding on Redis's clock", func(t *testing.T) {
+			t.Parallel()
+			const win = 1500 * time.Millisecond
+			e := newContractEnv(t, backend, envOptions{Windows: chatrelay.Windows{PerThread: 2, PerIP: 100, Window: win}})
+			if !e.redisWindows {
+				t.Skip("the in-memory windows: per thread, sliding")
+			}
+			e.clock.Advance(time.Hour) // the node's clock does not move Redis's windows
+			sent := time.Now()
+			e.say(t, token(1), "one")
+			second := time.Now()
+			e.say(t, token(1), "two")
+			expectLimited(t, e, e.post(t, token(1), `{"text":"three"}`), win.Milliseconds(), "", sent)
+			e.say(t, token(2), "another thread is not limited")
+			assert.Eventually(t, 10*time.Second, "the first post to leave the window", func() bool {
+				a := e.post(t, token(1), `{"text":"three"}`)
+				if a.status != http.StatusCreated {
+					expectLimited(t, e, a, win.Milliseconds(), "", sent)
+				}
+				return a.status == http.StatusCreated
+			})
+			assert.True(t, time.Since(sent) >= win-time.Millisecond, "a post passed %s after the first, before the window (%s) was over", time.Since(sent), win)
+			// The second post may have left the window too (it was sent
+			// about as long after the first as this one after the third);
+			// if not, the wait is until it does.
+			if a := e.post(t, token(1), `{"text":"four"}`); a.status != http.StatusCreated {
+				expectLimited(t, e, a, win.Milliseconds(), "", second)
+			}
 		})
 
 		t.Run("per client IP, across tokens", func(t *testing.T) {
 			t.Parallel()
 			e := newContractEnv(t, backend, envOptions{Windows: chatrelay.Windows{PerThread: 100, PerIP: 3, Window: time.Minute}})
+			sent := time.Now()
 			for i := range 3 {
 				e.say(t, token(i), "hi")
 			}
-			expectLimited(t, e.post(t, token(99), `{"text":"hi"}`), 60000, "60")
+			expectLimited(t, e, e.post(t, token(99), `{"text":"hi"}`), 60000, "60", sent)
 		})
 
 		t.Run("refused posts do not count", func(t *testing.T) {
 			t.Parallel()
 			e := newContractEnv(t, backend, envOptions{Windows: chatrelay.Windows{PerThread: 2, PerIP: 2}, MaxThreads: 1})
+			sent := time.Now()
 			e.say(t, token(1), "one")
 			for range 3 {
 				checkError(t, e.post(t, token(1), `{"text":"  "}`), 400, chatrelay.InvalidText)
 				checkError(t, e.post(t, token(2), `{"text":"new thread"}`), 507, chatrelay.ThreadLimit)
 			}
 			e.say(t, token(1), "two")
-			expectLimited(t, e.post(t, token(1), `{"text":"three"}`), 600000, "600")
+			expectLimited(t, e, e.post(t, token(1), `{"text":"three"}`), 600000, "600", sent)
 		})
 	})
 }

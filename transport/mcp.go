@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -73,9 +74,85 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 	// open_thread's claim link starts as a share link does: --public-url,
 	// else the address the agent reached the server at.
 	r = r.WithContext(host.WithLinkBase(r.Context(), s.publicBase(r)))
-	if err := s.cfg.MCP.ServeAgent(w, r, k); err != nil {
+	sw := &sdkRefusals{ResponseWriter: w}
+	if err := s.cfg.MCP.ServeAgent(sw, r, k); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := sw.refusal(); err != nil {
 		s.writeError(w, r, err)
 	}
+}
+
+// sdkRefusals is the response writer of an MCP request: a refusal the
+// MCP SDK writes itself, as plain text (http.Error: a session it does not
+// know, an Accept or a Content-Type it does not take, ...), is held back
+// and answered by handleMCP as the API's error, with a machine code, at
+// the SDK's status; anything else passes through.
+type sdkRefusals struct {
+	http.ResponseWriter
+	status int          // the refusal held back (0: none)
+	text   bytes.Buffer // its words, the first 256 bytes
+	sent   bool         // an answer began: everything passes through
+}
+
+func (w *sdkRefusals) WriteHeader(status int) {
+	if !w.sent && w.status == 0 && status >= 400 && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
+		w.status = status
+		return
+	}
+	if w.status == 0 {
+		w.sent = true
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *sdkRefusals) Write(b []byte) (int, error) {
+	if w.status != 0 {
+		w.text.Write(b[:min(len(b), max(0, 256-w.text.Len()))])
+		return len(b), nil
+	}
+	w.sent = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush and Unwrap let the SDK stream its events (http.ResponseController).
+func (w *sdkRefusals) Flush() {
+	if w.status == 0 {
+		http.NewResponseController(w.ResponseWriter).Flush()
+	}
+}
+
+func (w *sdkRefusals) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// refusal is the refusal held back as the API's error (nil: none), its
+// code the one of the SDK's status: a session it does not know 404
+// not_found, one made with another key 403 not_permitted, a body past
+// its limit 413 body_too_large, a Content-Type 415
+// unsupported_media_type, a failure of its own 500 internal; any other
+// refusal (400, and a 409 for a stream id in use) 400
+// invalid_mcp_request.
+func (w *sdkRefusals) refusal() error {
+	if w.status == 0 {
+		return nil
+	}
+	text := strings.TrimSpace(strings.ToValidUTF8(w.text.String(), ""))
+	code := chatrelay.InvalidMCPRequest
+	switch {
+	case w.status == http.StatusNotFound:
+		code = chatrelay.NotFound
+	case w.status == http.StatusForbidden:
+		code = chatrelay.NotPermitted
+	case w.status == http.StatusMethodNotAllowed:
+		code = chatrelay.MethodNotAllowed
+	case w.status == http.StatusRequestEntityTooLarge:
+		code = chatrelay.BodyTooLarge
+	case w.status == http.StatusUnsupportedMediaType:
+		code = chatrelay.UnsupportedMediaType
+	case w.status >= 500:
+		return &chatrelay.Error{Code: chatrelay.Internal, Err: fmt.Errorf("mcp: %d %s", w.status, text)}
+	}
+	return &chatrelay.Error{Code: code, Message: "MCP: " + text}
 }
 
 // agentKey is the active agent key of "Authorization: Bearer cha_…", the

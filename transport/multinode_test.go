@@ -177,16 +177,24 @@ func TestNodesThreadLimit(t *testing.T) {
 }
 
 // TestNodesRateWindows: the rate windows per thread and per client
-// address count the posts of every node. The nodes share a clock, so the
-// waits they announce are exact.
+// address count the posts of every node. The windows are on Redis's own
+// clock (the nodes' clocks move, theirs does not), so the waits the nodes
+// announce are bounded by the time the posts took: the window less the
+// time from the first post to the refusal, within the span of the calls.
+// The window slides: once the first post has left it, a post passes.
 func TestNodesRateWindows(t *testing.T) {
 	t.Parallel()
 	clock := &testClock{t: time.Date(2026, 10, 23, 18, 40, 0, 0, time.UTC)}
+	const window = 10 * time.Minute
 	_, nodes := startNodes(t, 3, pushOptions{
 		store:   storetest.Options{Now: clock.Now},
-		windows: chatrelay.Windows{PerThread: 3, PerIP: 5, Window: 10 * time.Minute},
+		windows: chatrelay.Windows{PerThread: 3, PerIP: 5, Window: window},
 	})
-	limited := func(t *testing.T, st int, h http.Header, body []byte, wantMS int64) {
+	// limited checks a refusal sent at sent and answered at answered, of
+	// a post whose wait is on the first post counted in its window, sent
+	// at firstSent and answered at firstAnswered: it waits win from that
+	// post, less the time since, in ms.
+	limited := func(t *testing.T, st int, h http.Header, body []byte, win time.Duration, firstSent, firstAnswered, sent, answered time.Time) {
 		t.Helper()
 		assert.Equal(t, "status of "+string(body), st, http.StatusTooManyRequests)
 		var ea struct {
@@ -195,42 +203,84 @@ func TestNodesRateWindows(t *testing.T) {
 		}
 		assert.Success(t, json.Unmarshal(body, &ea))
 		assert.Equal(t, "code", ea.Code, "rate_limited")
-		assert.Equal(t, "retry_after_ms", ea.RetryAfterMS, wantMS)
-		assert.Equal(t, "Retry-After", h.Get("Retry-After"), strconv.FormatInt((wantMS+999)/1000, 10))
+		lo := (win - answered.Sub(firstSent)).Milliseconds() - 1
+		hi := (win - sent.Sub(firstAnswered)).Milliseconds() + 1
+		assert.True(t, ea.RetryAfterMS >= lo && ea.RetryAfterMS <= hi, "retry_after_ms %d, want between %d and %d", ea.RetryAfterMS, lo, hi)
+		assert.Equal(t, "Retry-After", h.Get("Retry-After"), strconv.FormatInt((ea.RetryAfterMS+999)/1000, 10))
+	}
+	// post posts as postAs does, and says when it sent and when it had
+	// the answer.
+	post := func(node *pushEnv, token, ip, text string) (st int, h http.Header, body []byte, sent, answered time.Time) {
+		sent = time.Now()
+		st, h, body = node.postAs(token, ip, text)
+		return st, h, body, sent, time.Now()
 	}
 
 	t.Run("per thread", func(t *testing.T) {
 		tok := tokenN(1)
-		// Three posts, one through each node, from three addresses, a
-		// second apart: the thread's window is full on every node.
+		// Three posts, one through each node, from three addresses, the
+		// nodes' clock a second further each time: the thread's window is
+		// full on every node.
+		var firstSent, firstAnswered time.Time
 		for i, node := range nodes {
-			st, _, body := node.postAs(tok, "198.51.100."+strconv.Itoa(i+1), "post "+strconv.Itoa(i))
+			st, _, body, sent, answered := post(node, tok, "198.51.100."+strconv.Itoa(i+1), "post "+strconv.Itoa(i))
 			assert.Equal(t, "status of post "+strconv.Itoa(i)+": "+string(body), st, http.StatusCreated)
+			if i == 0 {
+				firstSent, firstAnswered = sent, answered
+			}
 			clock.Advance(time.Second)
 		}
 		for _, node := range nodes {
-			st, h, body := node.postAs(tok, "198.51.100.9", "one too many")
-			limited(t, st, h, body, 597_000) // the first post, 3s ago, leaves the window 10 min after it
+			st, h, body, sent, answered := post(node, tok, "198.51.100.9", "one too many")
+			limited(t, st, h, body, window, firstSent, firstAnswered, sent, answered) // the first post leaves the window 10 min after it
 		}
 		assert.Equal(t, "stored", len(nodes[0].poll(tok, 0).Messages), 3)
-		clock.Advance(10*time.Minute - 2*time.Second) // the first post has left the window
-		st, _, body := nodes[1].postAs(tok, "198.51.100.9", "room again")
-		assert.Equal(t, "status after the window moved: "+string(body), st, http.StatusCreated)
+		clock.Advance(10*time.Minute - 2*time.Second) // the nodes' clock: the window does not move with it
+		st, h, body, sent, answered := post(nodes[1], tok, "198.51.100.9", "no room yet")
+		limited(t, st, h, body, window, firstSent, firstAnswered, sent, answered)
 	})
 
 	t.Run("per client address", func(t *testing.T) {
 		const ip = "203.0.113.77"
 		// Five posts to five threads, alternating nodes.
+		var firstSent, firstAnswered time.Time
 		for i := range 5 {
-			st, _, body := nodes[i%3].postAs(tokenN(10+i), ip, "post "+strconv.Itoa(i))
+			st, _, body, sent, answered := post(nodes[i%3], tokenN(10+i), ip, "post "+strconv.Itoa(i))
 			assert.Equal(t, "status of post "+strconv.Itoa(i)+": "+string(body), st, http.StatusCreated)
+			if i == 0 {
+				firstSent, firstAnswered = sent, answered
+			}
 		}
 		for _, node := range nodes {
-			st, h, body := node.postAs(tokenN(20), ip, "a sixth")
-			limited(t, st, h, body, 600_000)
+			st, h, body, sent, answered := post(node, tokenN(20), ip, "a sixth")
+			limited(t, st, h, body, window, firstSent, firstAnswered, sent, answered)
 		}
 		st, _, body := nodes[2].postAs(tokenN(20), "203.0.113.78", "another address")
 		assert.Equal(t, "status from another address: "+string(body), st, http.StatusCreated)
+	})
+
+	t.Run("sliding", func(t *testing.T) {
+		// Nodes of their own, with a short window: two posts through two
+		// nodes fill a thread's; a post passes again once the first has
+		// left it, and not before.
+		const win = 1500 * time.Millisecond
+		_, nodes := startNodes(t, 2, pushOptions{
+			store:   storetest.Options{Now: clock.Now},
+			windows: chatrelay.Windows{PerThread: 2, PerIP: 100, Window: win},
+		})
+		tok := tokenN(30)
+		st, _, body, firstSent, firstAnswered := post(nodes[0], tok, "198.51.100.1", "one")
+		assert.Equal(t, "status of the first post: "+string(body), st, http.StatusCreated)
+		st, _, body = nodes[1].postAs(tok, "198.51.100.2", "two")
+		assert.Equal(t, "status of the second post: "+string(body), st, http.StatusCreated)
+		assert.Eventually(t, 10*time.Second, "the first post to leave the window", func() bool {
+			st, h, body, sent, answered := post(nodes[1], tok, "198.51.100.3", "three")
+			if st != http.StatusCreated {
+				limited(t, st, h, body, win, firstSent, firstAnswered, sent, answered)
+			}
+			return st == http.StatusCreated
+		})
+		assert.True(t, time.Since(firstSent) >= win-time.Millisecond, "a post passed %s after the first, before the window (%s) was over", time.Since(firstSent), win)
 	})
 }
 

@@ -1014,3 +1014,70 @@ func TestMCPHeadIsNotAllowed(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("HEAD with %q: WWW-Authenticate", auth), resp.Header.Get("WWW-Authenticate"), "")
 	}
 }
+
+// TestMCPRefusalsOfTheSDKAreTheAPIsErrors: what MCP's transport refuses
+// itself (the SDK's checks: a session the server does not know or made
+// with another key, an Accept or a Content-Type it does not take, a
+// protocol version it does not speak, a GET or DELETE without a session)
+// is answered with the API's error body and a machine code, at the SDK's
+// status, as every other refusal of the route. Before, each was the SDK's
+// plain text, which no client tells from a proxy's page.
+func TestMCPRefusalsOfTheSDKAreTheAPIsErrors(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "builder")
+	other, _ := addAgent(t, sa, "other")
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	do := func(method, key, body string, header ...string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, n.base+chatrelay.PathMCP, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		assert.Success(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, b
+	}
+	resp, body := do(http.MethodPost, key, initialize)
+	assert.Equal(t, "initialize "+string(body), resp.StatusCode, 200)
+	sid := resp.Header.Get("Mcp-Session-Id")
+	const list = `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	for _, c := range []struct {
+		name, method, key, body string
+		header                  []string
+		status                  int
+		code                    chatrelay.Code
+	}{
+		{"a session the server does not know", http.MethodPost, key, list, []string{"Mcp-Session-Id", "not-a-session"}, 404, chatrelay.NotFound},
+		{"a GET of a session the server does not know", http.MethodGet, key, "", []string{"Mcp-Session-Id", "not-a-session", "Accept", "text/event-stream"}, 404, chatrelay.NotFound},
+		{"a session made with another key", http.MethodPost, other, list, []string{"Mcp-Session-Id", sid}, 403, chatrelay.NotPermitted},
+		{"an Accept without text/event-stream", http.MethodPost, key, initialize, []string{"Accept", "application/json"}, 400, chatrelay.InvalidMCPRequest},
+		{"a Content-Type that is not JSON", http.MethodPost, key, initialize, []string{"Content-Type", "text/plain"}, 415, chatrelay.UnsupportedMediaType},
+		{"a protocol version the server does not speak", http.MethodPost, key, initialize, []string{"MCP-Protocol-Version", "1999-01-01"}, 400, chatrelay.InvalidMCPRequest},
+		{"a GET without a session", http.MethodGet, key, "", []string{"Accept", "text/event-stream"}, 400, chatrelay.InvalidMCPRequest},
+		{"a DELETE without a session", http.MethodDelete, key, "", nil, 400, chatrelay.InvalidMCPRequest},
+	} {
+		resp, body := do(c.method, c.key, c.body, c.header...)
+		var e struct {
+			Success   *bool          `json:"success"`
+			Error     string         `json:"error"`
+			Code      chatrelay.Code `json:"code"`
+			Retryable *bool          `json:"retryable"`
+		}
+		err := json.Unmarshal(body, &e)
+		assert.True(t, resp.StatusCode == c.status && err == nil && e.Success != nil && !*e.Success && e.Code == c.code && e.Error != "" && e.Retryable != nil,
+			"%s: %d %s %s, want %d with code %s", c.name, resp.StatusCode, resp.Header.Get("Content-Type"), body, c.status, c.code)
+		assert.Equal(t, c.name+": Content-Type", resp.Header.Get("Content-Type"), "application/json")
+	}
+	// The session lives on: a refusal ended nothing.
+	resp, body = do(http.MethodPost, key, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid)
+	assert.Equal(t, "initialized "+string(body), resp.StatusCode, http.StatusAccepted)
+	resp, body = do(http.MethodPost, key, list, "Mcp-Session-Id", sid)
+	assert.True(t, resp.StatusCode == 200 && strings.Contains(string(body), `"name":"chatrelay_list_threads"`), "tools/list after the refusals: %d %.200s", resp.StatusCode, body)
+}

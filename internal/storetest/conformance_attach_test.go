@@ -469,24 +469,7 @@ func assertNothingStaged(t *testing.T, b *Backend, thread string, files int) {
 		assert.Equal(t, "temp files", temps, 0)
 		assert.Equal(t, "stored files", blobs, files)
 	default:
-		var keys []string
-		c := b.ThreadClient(t, thread)
-		pattern := b.KeyPrefix(thread) + "{" + thread + "}:att:*"
-		var err error
-		if cc, ok := c.(*redis.ClusterClient); ok {
-			// KEYS on a cluster asks one node: ask every primary.
-			var mu sync.Mutex
-			err = cc.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
-				ks, err := n.Keys(ctx, pattern).Result()
-				mu.Lock()
-				keys = append(keys, ks...)
-				mu.Unlock()
-				return err
-			})
-		} else {
-			keys, err = c.Keys(context.Background(), pattern).Result()
-		}
-		assert.Success(t, err)
+		keys := threadKeysMatching(t, b, thread, b.KeyPrefix(thread)+"{"+thread+"}:att:*")
 		var blobs, staged int
 		for _, k := range keys {
 			if strings.Contains(k, ":att:up:") {
@@ -498,4 +481,28 @@ func assertNothingStaged(t *testing.T, b *Backend, thread string, files int) {
 		assert.Equal(t, "staging keys", staged, 0)
 		assert.Equal(t, "stored blobs", blobs, files)
 	}
+}
+
+// threadKeysMatching lists the keys matching pattern on the Redis that
+// holds thread's keys (every primary of a cluster).
+func threadKeysMatching(t *testing.T, b *Backend, thread, pattern string) []string {
+	t.Helper()
+	var keys []string
+	var err error
+	c := b.ThreadClient(t, thread)
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		// KEYS on a cluster asks one node: ask every primary.
+		var mu sync.Mutex
+		err = cc.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
+			ks, err := n.Keys(ctx, pattern).Result()
+			mu.Lock()
+			keys = append(keys, ks...)
+			mu.Unlock()
+			return err
+		})
+	} else {
+		keys, err = c.Keys(context.Background(), pattern).Result()
+	}
+	assert.Success(t, err)
+	return keys
 }

@@ -340,7 +340,7 @@ func TestConformanceV2(t *testing.T) {
 				assert.Success(t, err)
 				assert.Equal(t, "no reset after the change", p.Reset, false)
 			}},
-			{"the sweep keeps an expired thread whose newest change is not yet past, so its v2 cursor hides no later message", Options{Retention: chatrelay.Retention{Age: time.Hour}}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+			{"the sweep removes a thread whose messages all expired at once, and the thread made again starts above its newest change", Options{Retention: chatrelay.Retention{Age: time.Hour}}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				m1 := appendText(t, b.Store, thA, "", "old")
 				// A node whose clock is ahead reacts to it: the thread's
 				// newest change is in this node's future.
@@ -350,29 +350,37 @@ func TestConformanceV2(t *testing.T) {
 				clk.Set(t0.Add(70 * time.Minute)) // m1 is past the hour here
 				st, err := b.Store.Sweep(context.Background())
 				assert.Success(t, err)
-				assert.Equal(t, "threads removed while a change is ahead", st.ThreadsRemoved, 0)
+				assert.Equal(t, "threads removed with a change ahead", st.ThreadsRemoved, 1)
+				assert.Equal(t, "an expired message served after the sweep", len(since(t, b.Store, thA, 0, 0).Messages), 0)
+				assert.Equal(t, "threads", b.Threads(t), []string(nil))
 				m2 := appendText(t, b.Store, thA, "", "new")
 				p, err := b.Store.Changes(context.Background(), thA, r.Rev, 0)
 				assert.Success(t, err)
 				assert.True(t, len(p.Messages) == 1 && p.Messages[0].ID == m2.ID, "after the change's cursor: %+v", p.Messages)
-				// The same at the very millisecond of the change: once
-				// the clock reaches it, the thread is kept still.
+				// A reaction to an expired message keeps nothing: swept at
+				// the very millisecond of the change, the thread goes, and
+				// the next message still comes after it.
 				clk.Set(t0.Add(3 * time.Hour))
 				r, err = change(b.Store, thA, store.Change{Op: store.React, MessageID: m2.ID, Emoji: "👍", By: chatrelay.Operator})
 				assert.Success(t, err)
 				clk.Set(time.UnixMilli(r.Rev))
 				st, err = b.Store.Sweep(context.Background())
 				assert.Success(t, err)
-				assert.Equal(t, "threads removed at the change's millisecond", st.ThreadsRemoved, 0)
+				assert.Equal(t, "threads removed at the change's millisecond", st.ThreadsRemoved, 1)
+				assert.Equal(t, "an expired message served after the sweep", len(since(t, b.Store, thA, 0, 0).Messages), 0)
 				m3 := appendText(t, b.Store, thA, "", "newer")
 				p, err = b.Store.Changes(context.Background(), thA, r.Rev, 0)
 				assert.Success(t, err)
 				assert.True(t, len(p.Messages) == 1 && p.Messages[0].ID == m3.ID, "after the second change's cursor: %+v", p.Messages)
-				// Once the clock has passed every change, it goes.
-				clk.Advance(2 * time.Hour)
+				// What the removal keeps of the thread (its newest change)
+				// lasts RemoveAfter past that change, no longer.
+				clk.Set(time.UnixMilli(m3.Epoch).Add(time.Hour + time.Millisecond))
+				r, err = change(b.Store, thA, store.Change{Op: store.React, MessageID: m3.ID, Emoji: "👍", By: chatrelay.Operator})
+				assert.Success(t, err)
 				st, err = b.Store.Sweep(context.Background())
 				assert.Success(t, err)
-				assert.Equal(t, "threads removed once past", st.ThreadsRemoved, 1)
+				assert.Equal(t, "threads removed", st.ThreadsRemoved, 1)
+				assertRemovalFades(t, b, clk, thA, r.Rev)
 			}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -383,4 +391,33 @@ func TestConformanceV2(t *testing.T) {
 			})
 		}
 	})
+}
+
+// assertRemovalFades checks that the sweep's removal of thread, whose
+// newest change was at newest, leaves nothing of it once RemoveAfter has
+// passed that change: on the file store no file of the thread after the
+// next sweep; on Redis no key of the thread that outlives it.
+func assertRemovalFades(t *testing.T, b *Backend, clk *testclock.Clock, thread string, newest int64) {
+	t.Helper()
+	switch b.Name {
+	case File, FileAppendLog:
+		clk.Set(time.UnixMilli(newest).Add(chatrelay.RemoveAfter + time.Millisecond))
+		_, err := b.Store.Sweep(context.Background())
+		assert.Success(t, err)
+		for f := range Files(t, b.Dir) {
+			if strings.Contains(f, thread) {
+				t.Errorf("%s left behind by the removal of %s", f, thread)
+			}
+		}
+	default:
+		ctx := context.Background()
+		c := b.ThreadClient(t, thread)
+		for _, k := range threadKeysMatching(t, b, thread, b.KeyPrefix(thread)+"{"+thread+"}*") {
+			ttl, err := c.PTTL(ctx, k).Result()
+			assert.Success(t, err)
+			if ttl <= 0 || ttl > chatrelay.RemoveAfter {
+				t.Errorf("%s left behind by the removal of %s, for %v", k, thread, ttl)
+			}
+		}
+	}
 }

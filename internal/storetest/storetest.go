@@ -364,7 +364,7 @@ type StreamLimiter interface {
 }
 
 // SharedLimiters returns the limiters that count across every node of
-// this backend: Redis's, on the store's clock. The file store has none
+// this backend: Redis's, on Redis's own clock. The file store has none
 // (one node keeps its limits in memory): ok is false, and the caller uses
 // transport's in-memory limiters.
 func (b *Backend) SharedLimiters(perThread, perIP int, window time.Duration, streamsPerThread, streamsPerIP int) (rate RateLimiter, streams StreamLimiter, ok bool) {

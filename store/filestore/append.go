@@ -202,6 +202,8 @@ func (s *File) mutateOnce(ctx context.Context, thread string, create bool, fn mu
 			return false, unreadable(snap)
 		}
 		old = snap.doc
+	} else if old.rev, err = s.readFloor(thread); err != nil { // floor.go
+		return false, err
 	}
 	nd, undo, ferr := fn(old, s.now())
 	if sameDoc(nd, old) {

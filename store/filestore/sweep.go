@@ -45,6 +45,7 @@ func (s *File) Sweep(ctx context.Context) (store.SweepStats, error) {
 		}
 	}
 	s.sweepUploads(ctx) // attachments.go: every thread's uploads, and removed threads' files
+	s.sweepFloors(ctx)  // floor.go
 	if err := s.recount(ctx); err != nil {
 		s.log.Warn("sweep: recount the threads", "err", err)
 	}
@@ -101,16 +102,14 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	now := s.now()
 	msgs, trimmed, trimmedRev := trim(s.opt.Retention, d.msgs, now, d.trimmed, d.trimmedRev)
 	dropped = len(d.msgs) - len(msgs)
-	if dropped == 0 || len(msgs) == 0 && newestChange(d) >= now.Add(-s.opt.Retention.RemoveAfter()).UnixMilli() {
-		// Nothing to drop; or every message expired but the thread's
-		// newest change is not Retention.RemoveAfter past (a reaction
-		// a moment ago, or a node whose clock is ahead wrote it):
-		// removed now, the thread would start again at the clock of its
-		// next writer, which may be behind that change (a node whose
-		// clock is, or this one after a step back), below a cursor
-		// clients hold, which would hide its next messages. Kept until
-		// the clock has passed it by that margin.
+	if dropped == 0 {
 		return 0, false, nil
+	}
+	if len(msgs) == 0 {
+		// Removed below: its newest change kept first (floor.go).
+		if err := s.keepFloor(thread, newestChange(d), now); err != nil {
+			return 0, false, s.unavailable(thread, err)
+		}
 	}
 	if gone := droppedFiles(d.msgs, msgs); gone != nil {
 		// The messages' attachments go with them (after the document is
@@ -150,9 +149,9 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 }
 
 // newestChange is the newest epoch of d: its newest change, or a
-// message's epoch or rev if newer.
+// message's epoch or rev, or one retention dropped, if newer.
 func newestChange(d threadDoc) int64 {
-	n := d.rev
+	n := max(d.rev, d.trimmed, d.trimmedRev)
 	for _, e := range d.msgs {
 		n = max(n, e.Epoch, e.Rev)
 	}
@@ -164,7 +163,7 @@ func newestChange(d threadDoc) int64 {
 // writer killed mid-write left behind; the caller holds the thread's
 // lock, so none is a live writer's.
 func (s *File) removeTemps(thread string) {
-	for _, pattern := range []string{".json.tmp-*", ".participants.json.tmp-*", ".audit.jsonl.tmp-*", ".push.json.tmp-*"} {
+	for _, pattern := range []string{".json.tmp-*", ".participants.json.tmp-*", ".audit.jsonl.tmp-*", ".push.json.tmp-*", ".floor.tmp-*"} {
 		tmps, _ := filepath.Glob(filepath.Join(s.dir, "."+thread+pattern))
 		for _, tmp := range tmps {
 			os.Remove(tmp)

@@ -86,7 +86,7 @@ func scriptsAfterRedisForgotThem(t *testing.T, evalOnly bool) {
 		th := fmt.Sprintf("%016x", 100+i)
 		batch[i] = &scriptCall{script: appendScript, keys: s.keys(th), done: make(chan *redis.Cmd, 1),
 			args: []any{th, 1792778400000, 200, 3600000, 1000, "0", `"operator"`, `"x"`, s.feed, 0, "g", "", "", "", 0,
-				"", "", "", "0", 3, "", secondOf(time.UnixMilli(1792778400000)), "", "", "", "", 0, 0, 0, "aaaaaa"}}
+				"", "", "", "0", 3, "", secondOf(time.UnixMilli(1792778400000)), "", "", "", "", 0, 0, 0, "", "aaaaaa"}}
 	}
 	s.sendBatch(batch)
 	for i, c := range batch {

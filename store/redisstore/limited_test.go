@@ -74,7 +74,7 @@ func TestAppendLimited(t *testing.T) {
 	a := openStore(t, srv, Options{Now: clk.Now, MaxThreads: 2})
 	b := openStore(t, srv, Options{Now: clk.Now, MaxThreads: 2})
 	w := chatrelay.Windows{PerThread: 3, PerIP: 5, Window: 10 * time.Minute}
-	la, lb := NewRateLimiter(a, w), NewRateLimiter(b, w)
+	la, lb := onClock(NewRateLimiter(a, w), clk), onClock(NewRateLimiter(b, w), clk)
 	ctx := t.Context()
 	const th, ip = "a1b2c3d4e5f60718", "192.0.2.7"
 	window := func(key string) int64 { return a.rdb.LLen(ctx, a.prefix+"{rl}:"+key).Val() }

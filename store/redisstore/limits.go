@@ -20,10 +20,14 @@ import (
 // and perIP per client IP in any sliding window. It implements
 // chatrelay.RateLimiter and is safe for concurrent use.
 //
-// Each window is a list of the times of the posts it counted (the Store's
-// clock, like the in-memory limiter), checked and added to in one script
-// with both keys (takeScript); the keys share the hash tag {rl}, so that
-// script also runs on a cluster.
+// Each window is a list of the times of the posts it counted, checked
+// and added to in one script with both keys (takeScript); the keys share
+// the hash tag {rl}, so that script also runs on a cluster. The times are
+// those of the Redis that holds the window (TIME, in the script), not the
+// node's: nodes whose clocks disagree count each window on one clock, so
+// that a window passes at most its limit and its wait is at most the
+// window, whichever nodes count its posts. The scripts of a post send no
+// time (the node's clock still stamps its message: Store.Append).
 //
 // On shards that are Redis instances (Sharded.NewRateLimiter), a thread's
 // window is on the thread's shard and an address's on the shard its hash
@@ -31,12 +35,16 @@ import (
 // post's append counts it in its thread's window in the same script. A
 // post whose two windows are on two shards is counted in the address's
 // first, then in the thread's (Take, Sharded.AppendLimited): in both or,
-// refused by either, in neither.
+// refused by either, in neither; each is counted on its own shard's clock
+// (as each window is on one Redis's).
 type RateLimiter struct {
 	s                *Store
 	shards           []*Store // the shards the windows are placed on (nil: all on s)
 	perThread, perIP int
 	window           time.Duration
+	// clock, in tests only, is the windows' clock instead of Redis's,
+	// so that a test can move it.
+	clock func() time.Time
 }
 
 // NewRateLimiter returns a limiter of windows w (zero fields take the
@@ -55,7 +63,6 @@ func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(),
 	if t.split() {
 		// The address's window, then the thread's, each on its shard; a
 		// post the thread's refuses is taken out of the address's.
-		t.stamp(l.s.now().UnixMilli())
 		if err := t.part(1).count(ctx); err != nil {
 			return nil, err
 		}
@@ -77,11 +84,10 @@ func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(),
 // count runs takeScript on t's windows (on one Redis).
 func (t *rateTake) count(ctx context.Context) error {
 	s := t.at()
-	t.stamp(s.now().UnixMilli())
 	tctx, cancel := s.bound(ctx)
 	defer cancel()
 	args := make([]any, 0, 5)
-	args = append(args, t.now, t.l.window.Milliseconds(), t.entry)
+	args = append(args, t.l.clockArg(), t.l.window.Milliseconds(), t.id)
 	for _, w := range t.w {
 		args = append(args, w.limit)
 	}
@@ -101,22 +107,24 @@ func (l *RateLimiter) refusal(wait int64) error {
 		Message: fmt.Sprintf("rate limit: at most %d posts per thread and %d per client address every %s", l.perThread, l.perIP, l.window)}
 }
 
-// rateTake is one post's count in the windows of a thread and an
-// address (or in one of them: part): their keys, where each is, and the
-// post's entry, "<now ms> <nonce>".
-type rateTake struct {
-	l     *RateLimiter
-	w     []rateWindow // the thread's window first
-	nonce string
-	entry string // set when the entry is first sent (stamp)
-	now   int64  // the time in entry (ms)
+// clockArg is the scripts' argument for the windows' clock: "" (Redis's
+// own), or l.clock's time (tests).
+func (l *RateLimiter) clockArg() string {
+	if l.clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(l.clock().UnixMilli(), 10)
 }
 
-// stamp sets t's entry, at now, unless it is set.
-func (t *rateTake) stamp(now int64) {
-	if t.entry == "" {
-		t.now, t.entry = now, strconv.FormatInt(now, 10)+" "+t.nonce
-	}
+// rateTake is one post's count in the windows of a thread and an
+// address (or in one of them: part): their keys, where each is, and the
+// post's id. Its entry in a window is "<time ms> <id>", the time on the
+// clock of the Redis that holds the window (luaRate): the id alone
+// finds it again (undo).
+type rateTake struct {
+	l  *RateLimiter
+	w  []rateWindow // the thread's window first
+	id string
 }
 
 // rateWindow is one window a post is counted in.
@@ -131,7 +139,7 @@ func (l *RateLimiter) take(thread, ip string) *rateTake {
 	if n := len(l.shards); n > 1 {
 		ts, as = l.shards[shardIndex(thread, n)], l.shards[shardIndex(ip, n)]
 	}
-	return &rateTake{l: l, nonce: randomHex(8), w: []rateWindow{
+	return &rateTake{l: l, id: randomHex(8), w: []rateWindow{
 		{key: ts.limits + "{rl}:tl:" + thread, at: ts, limit: l.perThread},
 		{key: as.limits + "{rl}:il:" + ip, at: as, limit: l.perIP},
 	}}
@@ -142,7 +150,7 @@ func (t *rateTake) split() bool { return len(t.w) == 2 && t.w[0].at != t.w[1].at
 
 // part is t counted in its i-th window alone.
 func (t *rateTake) part(i int) *rateTake {
-	return &rateTake{l: t.l, nonce: t.nonce, entry: t.entry, now: t.now, w: t.w[i : i+1]}
+	return &rateTake{l: t.l, id: t.id, w: t.w[i : i+1]}
 }
 
 // at is the Redis of t's (first) window.
@@ -156,8 +164,9 @@ func (t *rateTake) keys() []string {
 	return keys
 }
 
-// undo takes the post's entry out of its windows, within
-// chatrelay.DefaultStoreTimeout unless ctx ends first.
+// undo takes the post's entry out of its windows (undoScript, which
+// finds it by t's id), within chatrelay.DefaultStoreTimeout unless ctx
+// ends first.
 func (t *rateTake) undo(ctx context.Context) {
 	if t.split() {
 		t.part(0).undo(ctx)
@@ -166,13 +175,7 @@ func (t *rateTake) undo(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, chatrelay.DefaultStoreTimeout)
 	defer cancel()
-	_, err := t.at().rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, w := range t.w {
-			p.LRem(ctx, w.key, -1, t.entry)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := undoScript.Run(ctx, t.at().rdb, t.keys(), t.id).Err(); err != nil {
 		t.l.s.log.Warn("redis rate limit: undo", "err", err)
 	}
 }

@@ -18,13 +18,21 @@ import (
 	"github.com/chatrelay/chatrelay/transport"
 )
 
-// TestRateLimiterAcrossNodes: two nodes share the windows.
+// onClock is l counting its windows on clk instead of Redis's clock, so
+// that a test can move the windows' time.
+func onClock(l *RateLimiter, clk *testclock.Clock) *RateLimiter {
+	l.clock = clk.Now
+	return l
+}
+
+// TestRateLimiterAcrossNodes: two nodes share the windows (on a test
+// clock for the windows: TestRateWindowsSlideOnRedisClock has Redis's).
 func TestRateLimiterAcrossNodes(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
 	clk := testclock.New(time.UnixMilli(1792778400000))
-	a := NewRateLimiter(openStore(t, srv, Options{Now: clk.Now}), chatrelay.Windows{PerThread: 3, PerIP: 5, Window: 10 * time.Minute})
-	b := NewRateLimiter(openStore(t, srv, Options{Now: clk.Now}), chatrelay.Windows{PerThread: 3, PerIP: 5, Window: 10 * time.Minute})
+	a := onClock(NewRateLimiter(openStore(t, srv, Options{}), chatrelay.Windows{PerThread: 3, PerIP: 5, Window: 10 * time.Minute}), clk)
+	b := onClock(NewRateLimiter(openStore(t, srv, Options{}), chatrelay.Windows{PerThread: 3, PerIP: 5, Window: 10 * time.Minute}), clk)
 	ctx := t.Context()
 	const th, ip = "a1b2c3d4e5f60718", "192.0.2.7"
 
@@ -175,7 +183,8 @@ func TestStreamLimiterKeepsTheOwnersShare(t *testing.T) {
 // TestRateLimiterDecidesAsInMemory: the Redis windows decide every post as
 // the in-memory limiter of one node (the file store's) does, wait
 // included: random posts from two nodes to a few threads and addresses,
-// some taken back (undo), the clock moving on by random steps. The larger
+// some taken back (undo), the clock moving on by random steps (the
+// windows' clock, which tests may move: Redis's otherwise). The larger
 // limits let a window hold more than the 64 posts after which it drops its
 // expired head.
 func TestRateLimiterDecidesAsInMemory(t *testing.T) {
@@ -192,8 +201,8 @@ func TestRateLimiterDecidesAsInMemory(t *testing.T) {
 		clk := testclock.New(time.UnixMilli(1792778400000))
 		prefix := fmt.Sprintf("w%d:", w.PerThread)
 		nodes := []*RateLimiter{
-			NewRateLimiter(openStore(t, srv, Options{Prefix: prefix, Now: clk.Now}), w),
-			NewRateLimiter(openStore(t, srv, Options{Prefix: prefix, Now: clk.Now}), w),
+			onClock(NewRateLimiter(openStore(t, srv, Options{Prefix: prefix}), w), clk),
+			onClock(NewRateLimiter(openStore(t, srv, Options{Prefix: prefix}), w), clk),
 		}
 		ref := transport.NewMemoryLimiter(w, clk.Now)
 		rng := rand.New(rand.NewPCG(1, uint64(w.PerThread)))

@@ -208,6 +208,8 @@ type Options struct {
 	// Now defaults to time.Now. It gives epochs and retention ages, like the
 	// file store's clock; nodes are expected to keep their clocks in sync
 	// (an epoch is still strictly increasing within a thread if they do not).
+	// The rate windows do not read it: they count on Redis's clock
+	// (RateLimiter).
 
 	evalOnly bool // run every script with EVALSHA, never the library (functions.go), as on a Redis without functions: tests
 }
@@ -446,7 +448,7 @@ func (s *Store) auditKey(thread string) string  { return s.prefix + "{" + thread
 
 // threadKeys are the suffixes of a thread's keys, in the order the
 // scripts take them (luaCommon's K).
-var threadKeys = [...]string{"log", "meta", "ids", "v2", "v2e", "revs", "cids", "ixs", "grants", "audit", "att"}
+var threadKeys = [...]string{"log", "meta", "ids", "v2", "v2e", "revs", "cids", "ixs", "grants", "audit", "att", "floor"}
 
 // keys returns the keys every script of a thread is given: the thread's
 // (threadKeys), then the thread index, the generation, the pending index

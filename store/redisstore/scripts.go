@@ -15,15 +15,15 @@ import "github.com/redis/go-redis/v9"
 // (functions.go) fills one K once per call instead (luaKeysFill).
 const luaCommon = `
 local K = {log = KEYS[1], meta = KEYS[2], ids = KEYS[3], v2 = KEYS[4], v2e = KEYS[5], revs = KEYS[6],
-  cids = KEYS[7], ixs = KEYS[8], grants = KEYS[9], audit = KEYS[10], att = KEYS[11],
-  index = KEYS[12], gen = KEYS[13], pending = KEYS[14], gindex = KEYS[15], events = KEYS[16], places = KEYS[17]}
+  cids = KEYS[7], ixs = KEYS[8], grants = KEYS[9], audit = KEYS[10], att = KEYS[11], floor = KEYS[12],
+  index = KEYS[13], gen = KEYS[14], pending = KEYS[15], gindex = KEYS[16], events = KEYS[17], places = KEYS[18]}
 ` + luaHelpers
 
 // luaKeysFill sets K's fields from the keys of a call (functions.go).
 const luaKeysFill = `
 K.log, K.meta, K.ids, K.v2, K.v2e, K.revs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-K.cids, K.ixs, K.grants, K.audit, K.att = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-K.index, K.gen, K.pending, K.gindex, K.events, K.places = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17]
+K.cids, K.ixs, K.grants, K.audit, K.att, K.floor = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+K.index, K.gen, K.pending, K.gindex, K.events, K.places = KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18]
 `
 
 // luaHelpers are luaCommon's functions.
@@ -325,8 +325,8 @@ return out
 `)
 
 // sweepScript applies retention to one thread. KEYS: Store.keys. ARGV:
-// thread, now (ms), keep, age (ms), feed channel, the margin past the
-// newest change before removal (ms), "1" if webhooks are on (an
+// thread, now (ms), keep, age (ms), feed channel, how long past its
+// newest change a removed thread's floor lasts (ms), "1" if webhooks are on (an
 // interaction dropped pending queues its event: dropV2; a removal, the
 // participant.revoked of its links still active). It answers {dropped,
 // removed} where removed is 1 if the thread was removed because nothing
@@ -346,13 +346,13 @@ local cut = cutOf(K.log, now, keep, age)
 if cut == 0 then return {0, 0} end
 local newest = epochOf(redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)[1][1])
 if cut >= newest then
-  -- Every message expired; but a thread whose newest change is not
-  -- ARGV[6] ms past (Retention.RemoveAfter: a reaction a moment ago, or
-  -- one a node whose clock is ahead wrote) is kept until it is: removed,
-  -- it would start again at its next writer's clock, which may be
-  -- behind that change (skewed, or stepped back), below a cursor
-  -- clients hold.
-  if math.max(newest, num(redis.call('HGET', K.meta, 'rev'))) >= now - tonumber(ARGV[6]) then return {0, 0} end
+  -- Every message expired: the thread goes, and its newest change is
+  -- kept (K.floor) until ARGV[6] ms past it (Retention.RemoveAfter: a
+  -- reaction a moment ago, or one a node whose clock is ahead wrote),
+  -- so that the thread made again starts above it (appendScript), above
+  -- every cursor clients hold, whatever its next writer's clock.
+  local m = redis.call('HMGET', K.meta, 'rev', 'trimmed', 'trimmed_rev')
+  local floor = math.max(newest, num(m[1]), num(m[2]), num(m[3]))
   if ARGV[7] == '1' then
     if redis.call('HGET', K.meta, 'v2') then dropV2(thread, newest, true, now) end
     -- Its links still active end now: participant.revoked, with the
@@ -375,6 +375,8 @@ if cut >= newest then
     end
   end
   removeThread(thread, ARGV[5])
+  local life = floor + tonumber(ARGV[6]) - now
+  if life >= 0 then redis.call('SET', K.floor, fmt(floor), 'PX', fmt(life + 1)) end
   return {n, 1}
 end
 local meta = redis.call('HMGET', K.meta, 'trimmed', 'trimmed_rev', 'v2')

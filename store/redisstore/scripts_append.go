@@ -22,15 +22,18 @@ package redisstore
 //	24 the attachment ids the message names, space-separated ("" if none)
 //	25 the v2 text as JSON ("" if it is the v1 text: only a message with
 //	   attachments differs, whose v1 text has a line per attachment)
-//	26 the post's entry in the rate windows ("" to count it in none),
-//	   27 the window (ms), 28 the thread's limit, 29 the address's
-//	30… id suffix candidates (6 hex each)
+//	26 the post's id in the rate windows ("" to count it in none),
+//	   27 the window (ms), 28 the thread's limit, 29 the address's,
+//	   30 the windows' clock ("": this Redis's; tests only)
+//	31… id suffix candidates (6 hex each)
 //
 // With a rate entry (Store.AppendLimited), KEYS has two more, the
 // thread's and the address's rate windows (RateLimiter's keys; or one,
 // the thread's, when the address's is on another shard: ARGV 29 is then
 // unused), and the
-// post is counted in them as takeScript counts it, in the same step: a
+// post is counted in them as takeScript counts it, on this Redis's clock
+// (not ARGV 2, the node's, which the message's epoch takes), in the same
+// step: a
 // replay first (answered, counted in no window, even a full one), then
 // the windows ({"rate", wait in ms}: nothing stored), then the append;
 // an append refused takes its entries back, so that a refused post
@@ -72,6 +75,7 @@ local firstWas = first
 local n = tonumber(meta[9])
 local set -- meta's other fields to write, if any
 local created -- the thread takes its place in the index from places
+local above = 0 -- a thread made again: the newest change it had (K.floor)
 if not prev then
   local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
   if #newest == 0 then
@@ -87,6 +91,9 @@ if not prev then
     if redis.call('EXISTS', K.gen) == 0 then
       redis.call('HSET', K.gen, 'id', ARGV[11], 'start', ARGV[2], 'lost', ARGV[10])
     end
+    -- Made again after the sweep removed it: its epochs start above
+    -- the newest change it had (the floor the removal kept, sweepScript).
+    above = num(redis.call('GET', K.floor))
     prev = 0
     n = 0
   else
@@ -94,7 +101,7 @@ if not prev then
     first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
   end
 end
-local rev = math.max(prev, num(meta[2]))
+local rev = math.max(prev, num(meta[2]), above)
 
 if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[17] then
   return {'retry'}
@@ -154,7 +161,7 @@ end
 -- (" <suffix>" each) if "sec" is that second, else (written before meta
 -- kept them) read from the log. The JSON starts {"id":"MSG-YYYYMMDD-HHMMSS-
 -- so the suffix is bytes 28 to 33.
-local suffix = ARGV[30]
+local suffix = ARGV[31]
 local es = epoch == now and ARGV[2] or fmt(epoch)
 local sec = epoch >= 1000 and string.sub(es, 1, -4) or fmt(secs)
 local taken = ''
@@ -169,7 +176,7 @@ if prev >= secs * 1000 then
     taken = table.concat(t)
   end
   suffix = nil
-  for i = 30, #ARGV do
+  for i = 31, #ARGV do
     if not string.find(taken, ' ' .. ARGV[i], 1, true) then suffix = ARGV[i] break end
   end
   if not suffix then return {'collision'} end
@@ -288,15 +295,16 @@ if cid ~= '' then
   if js then return {'replay', js} end
 end
 local win, l1, l2 = tonumber(ARGV[27]), tonumber(ARGV[28]), tonumber(ARGV[29])
-local wait, n1, n2 = rateTake(KEYS[18], KEYS[19], ARGV[26], now, win, l1, l2)
+local rnow = rateNow(ARGV[30])
+local wait, n1, n2 = rateTake(KEYS[19], KEYS[20], ARGV[26], rnow, win, l1, l2)
 if wait > 0 then return {'rate', fmt(wait)} end
 local res = appendRun(thread, now, keep, age, participant, cid, true)
 if res[1] == 'ok' then
-  rateKeep(KEYS[18], n1, l1, now, win, ARGV[27])
-  if KEYS[19] then rateKeep(KEYS[19], n2, l2, now, win, ARGV[27]) end
+  rateKeep(KEYS[19], n1, l1, rnow, win, ARGV[27])
+  if KEYS[20] then rateKeep(KEYS[20], n2, l2, rnow, win, ARGV[27]) end
 else
-  redis.call('RPOP', KEYS[18])
-  if KEYS[19] then redis.call('RPOP', KEYS[19]) end
+  redis.call('RPOP', KEYS[19])
+  if KEYS[20] then redis.call('RPOP', KEYS[20]) end
 end
 return res
 `

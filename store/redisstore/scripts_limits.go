@@ -9,19 +9,33 @@ import "github.com/redis/go-redis/v9"
 // appendScript, which counts a post in the windows itself when the
 // transport hands it both (Store.AppendLimited).
 //
-// A window is a list of the entries of the posts it counted, oldest first.
-// The post is pushed on both; if either list then holds limit earlier
-// posts and the limit-th newest of them is still inside the window, the
-// post is taken back from both and the wait is when that one leaves. A
-// full window keeps its newest limit entries (no older one can count
-// again); any window drops its expired head every 64 posts. The common
-// case is RPUSH and PEXPIRE on each key.
+// A window is a list of the entries of the posts it counted, oldest
+// first: "<time> <id>", the time (ms) on the clock of the Redis that holds
+// the window (TIME, in the script: rateNow), so that nodes whose clocks
+// disagree count one window alike, and the id the post's (random: undo
+// finds the entry by it, undoScript). The post is pushed on both; if
+// either list then holds limit earlier posts and the limit-th newest of
+// them is still inside the window, the post is taken back from both and
+// the wait is when that one leaves. A full window keeps its newest limit
+// entries (no older one can count again); any window drops its expired
+// head every 64 posts. The common case is TIME, then RPUSH and PEXPIRE on
+// each key.
 const luaRate = `
--- rateTake pushes entry on windows k1 and k2 (limits l1, l2; k2 nil: k1
--- alone) and answers 0 and the lists' lengths, or the wait in ms (the
--- entry taken back).
-local function rateTake(k1, k2, entry, now, win, l1, l2)
+-- rateNow is the windows' clock (ms): arg if it is a number (tests only:
+-- RateLimiter.clock), else this Redis's own (TIME).
+local function rateNow(arg)
+  local n = tonumber(arg)
+  if n then return n end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- rateTake pushes the entry of post id, at now, on windows k1 and k2
+-- (limits l1, l2; k2 nil: k1 alone) and answers 0 and the lists'
+-- lengths, or the wait in ms (the entry taken back).
+local function rateTake(k1, k2, id, now, win, l1, l2)
   local wait = 0
+  local entry = string.format('%.0f', now) .. ' ' .. id
   local n1 = redis.call('RPUSH', k1, entry)
   if n1 > l1 then
     local t = tonumber(string.match(redis.call('LINDEX', k1, n1 - l1 - 1), '^(%d+)'))
@@ -62,14 +76,15 @@ end
 
 // takeScript counts one post in two sliding windows (or one), or says
 // how long to wait (luaRate). KEYS: thread window, IP window (or one
-// window). ARGV: now (ms), window (ms), the post's entry ("<now>
-// <random>"), thread limit, IP limit (or the one window's limit). It
-// answers 0 (counted) or the wait in ms.
+// window). ARGV: the windows' clock ("": this Redis's; tests only:
+// RateLimiter.clock), window (ms), the post's id (random), thread limit,
+// IP limit (or the one window's limit). It answers 0 (counted) or the
+// wait in ms.
 var takeScript = newLuaScript("take", luaRate, "", takeLua)
 
 // takeLua is takeScript's own Lua.
 const takeLua = `
-local now, win = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now, win = rateNow(ARGV[1]), tonumber(ARGV[2])
 local l1, l2 = tonumber(ARGV[4]), tonumber(ARGV[5])
 local wait, n1, n2 = rateTake(KEYS[1], KEYS[2], ARGV[3], now, win, l1, l2)
 if wait > 0 then return wait end
@@ -77,6 +92,32 @@ rateKeep(KEYS[1], n1, l1, now, win, ARGV[2])
 if KEYS[2] then rateKeep(KEYS[2], n2, l2, now, win, ARGV[2]) end
 return 0
 `
+
+// undoScript takes a post's entry out of its windows. KEYS: the windows
+// (on one Redis). ARGV: the post's id. It finds the entry by its id, the
+// newest first (a post undone is nearly always among the newest), since
+// its time is the Redis's, which the node does not learn (nor could it,
+// for a post whose answer was lost). It answers how many it removed.
+var undoScript = redis.NewScript(`
+local tail = ' ' .. ARGV[1]
+local removed = 0
+for i = 1, #KEYS do
+  local from, found = -1, false
+  while not found do
+    local es = redis.call('LRANGE', KEYS[i], from - 63, from)
+    if #es == 0 then break end
+    for j = #es, 1, -1 do
+      if string.sub(es[j], -#tail) == tail then
+        removed = removed + redis.call('LREM', KEYS[i], -1, es[j])
+        found = true
+        break
+      end
+    end
+    from = from - 64
+  end
+end
+return removed
+`)
 
 // acquireScript takes one stream lease on its keys if each is under its
 // limit. KEYS: thread leases, IP leases, and for a participant's stream

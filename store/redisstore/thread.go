@@ -226,7 +226,7 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 	if r.v2Text != "" {
 		text = r.v1Text
 	}
-	args := make([]any, 0, 29+len(suffixes))
+	args := make([]any, 0, 30+len(suffixes))
 	args = append(args, thread, now.UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
 		s.threadLimit(ctx), flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(text), s.pubFeed, s.seen.Load(), randomHex(8),
 		r.m.ClientID, r.tail, r.ix, r.deadline,
@@ -234,14 +234,13 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		strings.Join(r.m.Attachments, " "), r.v2Text)
 	keys := s.keys(thread)
 	if rt := r.rate; rt != nil {
-		rt.stamp(now.UnixMilli())
 		keys = append(keys, rt.keys()...)
-		args = append(args, rt.entry, rt.l.window.Milliseconds(), rt.w[0].limit, 0)
+		args = append(args, rt.id, rt.l.window.Milliseconds(), rt.w[0].limit, 0, rt.l.clockArg())
 		if len(rt.w) == 2 {
-			args[len(args)-1] = rt.w[1].limit
+			args[len(args)-2] = rt.w[1].limit
 		}
 	} else {
-		args = append(args, "", 0, 0, 0)
+		args = append(args, "", 0, 0, 0, "")
 	}
 	for _, x := range suffixes {
 		args = append(args, x)
