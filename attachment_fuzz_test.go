@@ -2,6 +2,7 @@ package chatrelay_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"testing/iotest"
 
@@ -46,6 +47,33 @@ func FuzzImageSize(f *testing.F) {
 			t.Fatalf("ServedType(%q) = %s inline", b, ct)
 		case !inline && ct != "application/octet-stream":
 			t.Fatalf("ServedType(%q) = %s as a download", b, ct)
+		}
+	})
+}
+
+// FuzzCleanMediaType: an upload's Content-Type is the uploader's word,
+// kept as its attachment's type. What is kept is a bare media type
+// (type/subtype, two RFC 9110 tokens in lower case, at most 127 bytes) or
+// application/octet-stream, and cleaning it again keeps it as it is.
+func FuzzCleanMediaType(f *testing.F) {
+	for _, s := range []string{"", "text/plain", "Text/Plain; charset=utf-8", "a/b/c", "image/svg+xml", "/", "a/", "/b",
+		"multipart/form-data; boundary=x", "t\u00e9xt/plain", "a b/c", "application/" + strings.Repeat("x", 200), " image/png ;"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ct string) {
+		got := chatrelay.CleanMediaType(ct)
+		if again := chatrelay.CleanMediaType(got); again != got {
+			t.Fatalf("CleanMediaType(%q) = %q, cleaned again %q", ct, got, again)
+		}
+		main, sub, ok := strings.Cut(got, "/")
+		if !ok || main == "" || sub == "" || len(got) > 127 || got != strings.ToLower(got) ||
+			strings.ContainsAny(got, " \t;\"(),:<=>?@[\\]{}") || strings.Contains(sub, "/") {
+			t.Fatalf("CleanMediaType(%q) = %q: not a bare media type", ct, got)
+		}
+		for _, c := range []byte(got) {
+			if c <= ' ' || c >= 0x7f {
+				t.Fatalf("CleanMediaType(%q) = %q: byte %#x", ct, got, c)
+			}
 		}
 	})
 }
