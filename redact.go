@@ -63,6 +63,18 @@ var secretShapes = []shape{
 	// Share tokens, device tokens and agent keys (Part 5: the owner's
 	// own, never a participant's to see; an agent key is hermes's on /mcp).
 	{starts: []string{"chp_", "chd_", "cha_"}, re: shapeRE(`ch[pda]_[A-Za-z0-9_-]{43}`)},
+	// A webhook secret (Standard Webhooks' whsec_ and 24 to 64 bytes in
+	// base64, serve --webhook-secret): whoever reads it signs events the
+	// operator's receiver takes for the server's.
+	{starts: []string{"whsec_"}, re: shapeRE(`whsec_[A-Za-z0-9+/]{32,}={0,2}`)},
+	// The server's tickets (Part 2's, and a file's): t1.<thread>.<expiry>.<mac>,
+	// t2 with a grant's id, f1 and f2 with an attachment's id too. A ticket
+	// written in a message (the address of a stream or a file) opens what
+	// it was minted for, the owner's unredacted view included, until it
+	// expires: a credential, as a share token is. Its start is shape
+	// enough: one glued to the next word is redacted too.
+	{starts: []string{"t1.", "t2.", "f1.", "f2."},
+		re: shapeRE(`[tf][12]\.[0-9a-f]{16}(?:\.[pd]_[0-9a-f]{8})?(?:\.at_[0-9a-f]{12})?\.[0-9]{1,19}\.[A-Za-z0-9_-]{43}`)},
 	// A bearer credential, wherever it is written.
 	{starts: []string{"bearer"}, fold: true, re: shapeRE(`(?P<keep>(?i:bearer)[ \t]+)[A-Za-z0-9._~+/-]{16,}=*`)},
 }

@@ -20,6 +20,7 @@ import (
 func TestRedact(t *testing.T) {
 	t.Parallel()
 	hex64 := strings.Repeat("a1b2c3d4", 8)
+	mac := "3JE0b6DiFZhPZMwdPFsv7qDzDTIbSkYG9Fyw0P0Xf-_" // a ticket's HMAC-SHA256, base64url: 43 characters
 	for _, tc := range []struct {
 		name, in, want string
 	}{
@@ -38,6 +39,13 @@ func TestRedact(t *testing.T) {
 		{"device token", "my phone: chd_" + strings.Repeat("A", 43) + ".", "my phone: [redacted]."},
 		{"agent key", "CHATRELAY_AGENT_KEY=cha_" + strings.Repeat("A", 43) + " for /mcp", "CHATRELAY_AGENT_KEY=[redacted] for /mcp"},
 		{"thread token", "my token is " + hex64, "my token is [redacted]"},
+		{"stream ticket, in a URL", "open http://h/api/chat/stream?ticket=t1.0123456789abcdef.1796320541401." + mac + " now", "open http://h/api/chat/stream?ticket=[redacted] now"},
+		{"participant's ticket", "t2.0123456789abcdef.p_1a2b3c4d.1796320541401." + mac, "[redacted]"},
+		{"device's ticket", "(t2.0123456789abcdef.d_1a2b3c4d.1796320541401." + mac + ")", "([redacted])"},
+		{"file ticket", "img: /api/chat/attachments/at_0123456789ab?ticket=f1.0123456789abcdef.at_0123456789ab.1796320541401." + mac, "img: /api/chat/attachments/at_0123456789ab?ticket=[redacted]"},
+		{"a ticket glued to a word", "ticket=t1.0123456789abcdef.1796320541401." + mac + "thanks", "ticket=[redacted]thanks"},
+		{"webhook secret", "signed with whsec_WStz26hFnOV/l1SC/CikcIo3hZYaoPG/Qv+xylPvKug= today", "signed with [redacted] today"},
+		{"participant's file ticket", "f2.0123456789abcdef.p_1a2b3c4d.at_0123456789ab.1796320541401." + mac + ".", "[redacted]."},
 		{"password=", "password=hunter2 and more\nnext", "password=[redacted]\nnext"},
 		{"passwd:", "passwd: hunter2", "passwd: [redacted]"},
 		{"secret=", "SECRET=abc123", "SECRET=[redacted]"},
@@ -62,6 +70,8 @@ func TestRedact(t *testing.T) {
 		{"eyJ alone", "eyJ is how JWTs start", "eyJ is how JWTs start"},
 		{"chp_ too short", "chp_short", "chp_short"},
 		{"AKIA too short", "AKIA1234", "AKIA1234"},
+		{"whsec_ too short", "the whsec_ prefix, whsec_abc", "the whsec_ prefix, whsec_abc"},
+		{"a version is no ticket", "see t1.2 and f2.0 of the plan", "see t1.2 and f2.0 of the plan"},
 		{"plain text", "Deploy build 412 to production?", "Deploy build 412 to production?"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,6 +225,8 @@ var fuzzSecrets = []struct{ secret, body string }{
 	{"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF0AAAAB\n-----END PGP PRIVATE KEY BLOCK-----", "lQOYBF0AAAAB"},
 	{"chp_" + strings.Repeat("Q", 43), strings.Repeat("Q", 43)},
 	{"cha_" + strings.Repeat("W", 43), strings.Repeat("W", 43)},
+	{"whsec_WStz26hFnOV/l1SC/CikcIo3hZYaoPG/Qv+xylPvKug=", "WStz26hFnOV/l1SC/CikcIo3hZYaoPG/Qv+xylPvKug"},
+	{"f2.0123456789abcdef.p_1a2b3c4d.at_0123456789ab.1796320541401.3JE0b6DiFZhPZMwdPFsv7qDzDTIbSkYG9Fyw0P0Xf-_", "3JE0b6DiFZhPZMwdPFsv7qDzDTIbSkYG9Fyw0P0Xf-_"},
 	{strings.Repeat("a1b2c3d4", 8), strings.Repeat("a1b2c3d4", 8)},
 	{"DB_PASSWORD=hunter2hunter2", "hunter2hunter2"},
 	{`{"api_key": "v4lue-v4lue"}`, "v4lue-v4lue"},

@@ -269,9 +269,9 @@ const lookAgain = 250 * time.Millisecond
 // to expire it (settle), even if no server did so yet: an answer the store
 // took before the deadline is the outcome, never expired. An interaction
 // gone from the store ends the wait with not_found: at once when the feed
-// tells it (Redis lost its data, a post's retention dropped it, the sweep
-// removed its thread), else (the sweep dropped it from a thread it kept,
-// which tells no feed) at the next look, within Recheck.
+// tells it (Redis lost its data, retention dropped it on a post or in the
+// sweep, the sweep removed its thread), else (a drop the feed lost) at the
+// next look, within Recheck.
 func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (InteractionResult, error) {
 	timeout, err := waitLimit(in.Timeout)
 	if err != nil {
@@ -339,8 +339,9 @@ func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (I
 // followInteraction follows the thread's changes for at most d, or until
 // ctx is done, and returns the interaction's message once it is no longer
 // pending (closed). An interaction gone from the store (a feed reset, a
-// new message, whose append applies retention, or the thread's removal,
-// a participants change, finds it no more) is a NotFound error.
+// new message, whose append applies retention, the sweep's drop of it
+// (Batch.Closed), or the thread's removal, a participants change, finds
+// it no more) is a NotFound error.
 func (v *Verbs) followInteraction(ctx context.Context, thread, id string, d time.Duration) (e store.Entry, closed bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -359,6 +360,11 @@ func (v *Verbs) followInteraction(ctx context.Context, thread, id string, d time
 	err = v.followThread(ctx, thread, func(b store.Batch) error {
 		if b.Participants { // as a removed thread says: its interactions are gone
 			return look()
+		}
+		for _, m := range b.Closed { // retention dropped it pending: gone, as with its thread
+			if m.Interaction != nil && m.Interaction.ID == id {
+				return look()
+			}
 		}
 		appended := false
 		for _, m := range b.Messages {

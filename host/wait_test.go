@@ -325,6 +325,49 @@ func TestWaitEndsWhenTheSweepRemovesTheThread(t *testing.T) {
 	})
 }
 
+// TestWaitEndsWhenTheSweepDropsTheInteraction: the sweep drops a pending
+// question past the retention age while the thread lives on (a newer
+// message is kept): a wait on it ends at once with not_found, as when
+// the sweep removes the whole thread, not at its next look in the store
+// (Recheck) or at its timeout.
+func TestWaitEndsWhenTheSweepDropsTheInteraction(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, backend string) {
+		clk := testclock.New(time.Now())
+		opts := storetest.Options{Now: clk.Now, Retention: chatrelay.Retention{Age: time.Minute}}
+		server := storetest.Open(t, backend, opts)
+		asker := &host.Verbs{Store: server.Store, Now: clk.Now}
+		ctx := t.Context()
+		_, err := server.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
+		assert.Success(t, err)
+		asked, err := asker.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+		assert.Success(t, err)
+		clk.Advance(30 * time.Second)
+		_, err = server.Store.Append(ctx, thread, store.NewMessage{Text: "still here"})
+		assert.Success(t, err)
+		swept := make(chan error, 1)
+		reader := &readHook{Store: server.Another(t, opts).Store, after: func(n int) {
+			if n != 2 {
+				return
+			}
+			clk.Advance(40 * time.Second) // the question is 70 s old, the reply 40 s
+			st, err := server.Store.Sweep(ctx)
+			if err == nil && (st.Dropped != 2 || st.ThreadsRemoved != 0) {
+				err = fmt.Errorf("dropped %d, threads removed %d", st.Dropped, st.ThreadsRemoved)
+			}
+			swept <- err
+		}}
+		v := &host.Verbs{Store: reader, Now: clk.Now, Recheck: time.Hour} // only the feed can tell it in time
+		got := make(chan readResult, 1)
+		go func() {
+			r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 20})
+			got <- readResult{r, err}
+		}()
+		assert.Success(t, recv(t, swept, "the sweep after the wait's look"))
+		rr := recv(t, got, "wait_interaction after the sweep dropped its question")
+		assert.True(t, chatrelay.CodeOf(rr.err) == chatrelay.NotFound, "the wait after the sweep dropped the question: %+v, %v (want not_found at once)", rr.r, rr.err)
+	})
+}
+
 // readHook is a store whose Changes calls after(n) once its nth read is
 // done, before it returns that read.
 type readHook struct {

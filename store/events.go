@@ -135,13 +135,20 @@ func EventOf(was, m *chatrelay.Message) string {
 // longer come), with at as its answered_at and rev. ok is false for a
 // message with no pending interaction: no event.
 func DroppedInteraction(m chatrelay.Message, at int64) (json2 []byte, ok bool) {
+	e, ok := DroppedEntry(m, at)
+	return e.JSON2, ok
+}
+
+// DroppedEntry is DroppedInteraction's message as an Entry: what a
+// backend's feed announces in Batch.Closed.
+func DroppedEntry(m chatrelay.Message, at int64) (Entry, bool) {
 	if m.Interaction == nil || m.Interaction.State != chatrelay.Pending {
-		return nil, false
+		return Entry{}, false
 	}
 	m = chatrelay.CloneMessage(m)
 	m.Interaction.State, m.Interaction.AnsweredAt = chatrelay.Expired, at
 	m.Rev = max(at, m.Rev)
-	return chatrelay.MarshalMessageV2(m), true
+	return NewEntry(m), true
 }
 
 // RemovedGrant is the participant object of the participant.revoked

@@ -173,4 +173,13 @@ type Batch struct {
 	// Agents says the agent keys changed (Thread is AgentsTopic): a
 	// server looks again at the keys of its MCP sessions (agents.go).
 	Agents bool
+	// Closed are the interactions of the thread that retention dropped
+	// while they were pending (on append, in the sweep, or with the
+	// thread), each closed expired at the drop (DroppedEntry): what the
+	// store no longer holds, announced once, for a reader that owes
+	// something to a pending interaction (the pusher's closing push).
+	// They are no change of the thread: no cursor moves past them, and
+	// no stream hands them on. A feed lost meanwhile loses them (no read
+	// of the store finds them).
+	Closed []Entry
 }

@@ -389,12 +389,13 @@ func TestPushCatchUpHandedOverAtStop(t *testing.T) {
 	})
 }
 
-// TestPushCatchUpQueuedAtStopNotSentAgain: a catch-up reads again what
-// the feed brought just before its Reset (its slack), and queues it; the
-// claim of a change pushed already keeps it from being pushed twice. A
-// server that stops with such a change still queued (its one worker held
-// in a claim) does not hand it over: the next start, which on the file
-// store knows none of the stopped server's claims, pushed it again.
+// TestPushCatchUpQueuedAtStopNotSentAgain: a catch-up reads again a
+// change pushed already (a thread the feed never handed on, read from
+// the pusher's start at each Reset), and queues it; the claim of a change
+// pushed already keeps it from being pushed twice. A server that stops
+// with such a change still queued (its one worker held in a claim) does
+// not hand it over: the next start, which on the file store knows none of
+// the stopped server's claims, pushed it again.
 func TestPushCatchUpQueuedAtStopNotSentAgain(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
@@ -407,25 +408,46 @@ func TestPushCatchUpQueuedAtStopNotSentAgain(t *testing.T) {
 		})
 		first.reply(t, "pushed before")
 		awaitPushes(t, svc, "/push/owner", 1)
+		// A thread whose every change the feed skips: each Reset reads it
+		// from the pusher's start.
+		unheard := threadN(2)
+		first.g.open()
+		first.mustPost(tokenN(2), "hello")
+		first.subscribe(tokenN(2), nil, svc.Subscribe(t, "unheard"))
+		replyIn := func(text string) string {
+			en, err := be.Store.Append(t.Context(), unheard, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
+			assert.Success(t, err)
+			return en.ID
+		}
+		caught := replyIn("caught up")
+		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return first.g.skippedAll(caught) })
+		first.g.reset(unheard)
+		awaitPushes(t, svc, "/push/unheard", 1)
+
 		first.st.claimsStall.Store(true)
 		first.reply(t, "held in its claim")
 		assert.Eventually(t, 10*time.Second, "the worker held in its claim", func() bool { return first.st.claims.Load() >= 1 })
 		first.g.open()
-		inGap := first.reply(t, "in the gap")
+		inGap := replyIn("in the gap")
 		assert.Eventually(t, 5*time.Second, "the feed to skip the reply", func() bool { return first.g.skippedAll(inGap) })
-		first.g.reset(first.thread)
-		assert.Eventually(t, 10*time.Second, "the catch-up to queue the thread's three replies", func() bool {
-			return strings.Contains(logged.String(), "caught up with what the feed missed") && strings.Contains(logged.String(), "changes=3")
+		first.g.reset(unheard)
+		assert.Eventually(t, 10*time.Second, "the catch-up to queue the thread's two replies again", func() bool {
+			return strings.Count(logged.String(), "caught up with what the feed missed") == 2 && strings.Contains(logged.String(), "changes=2")
 		})
 		first.st.claimsStall.Store(false) // the worker stays held; the shutdown's claims are answered
 		first.stop()
 
 		second := startPush(t, pushOptions{on: be.Another(t, storetest.Options{}), config: withPush(svc, func(p *transport.PushConfig) { p.Lease = lease })})
-		awaitPushes(t, svc, "/push/owner", 3)
+		awaitPushes(t, svc, "/push/owner", 2)
+		awaitPushes(t, svc, "/push/unheard", 2)
 		_, err := second.store.Append(t.Context(), first.thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "after"})
 		assert.Success(t, err)
-		_, pls := awaitPushes(t, svc, "/push/owner", 4)
-		pushedOnce(t, pls, "pushed before", "held in its claim", "in the gap", "after")
+		_, pls := awaitPushes(t, svc, "/push/owner", 3)
+		pushedOnce(t, pls, "pushed before", "held in its claim", "after")
+		_, err = second.store.Append(t.Context(), unheard, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "after"})
+		assert.Success(t, err)
+		_, pls = awaitPushes(t, svc, "/push/unheard", 3)
+		pushedOnce(t, pls, "caught up", "in the gap", "after")
 	})
 }
 

@@ -11,55 +11,128 @@ import (
 
 // A feed's Reset batch says changes may have been missed: the store's
 // feed lost its way, or the relay fell behind the Feed. Streams resume
-// from their cursors; the pusher has no cursor of its own, so it reads
-// the store instead (catchingUp): the changes of the thread (every
-// thread for Thread "") after the newest change it heard of, less
-// pushCatchUpSlack, are queued as the feed would have queued them. A
-// change it had queued already is not sent twice: its claim (ClaimPush)
-// is held or settled, and settled claims are kept (pushClaimOpen) longer
-// than the slack. A change the queue has no room for is caught up the
-// same way instead of being dropped.
+// from their cursors; the pusher keeps one of its own per thread (heard:
+// the newest change of the thread its feed handed it), and reads the
+// store instead (catchingUp): the changes of the thread (of every thread,
+// for Thread "") after its cursor, or after the pusher's start for a
+// thread it never heard of, are queued as the feed would have queued
+// them. A thread's revs strictly increase whatever the clocks of the
+// nodes that write it, and its feed hands its changes on in that order,
+// so a change the feed skipped is past the thread's cursor as the Reset
+// found it: a node whose clock is behind loses none. A change it had
+// queued already is not sent twice: its claim (ClaimPush) is held or
+// settled. A change the queue has no room for is caught up the same way
+// instead of being dropped.
 
-// pushCatchUpSlack is how far before the newest change heard of a
-// catch-up reads: the changes of different threads reach the feed out
-// of their epochs' order by less than that, and the clocks of the nodes
-// that write them differ by less.
-const pushCatchUpSlack = 10 * time.Second
+// pushHeardThreads bounds the threads whose cursors the pusher keeps:
+// past it, it forgets them all and reads each from the oldest of them
+// (floor) instead: more reads, the same changes.
+const pushHeardThreads = 1 << 16
 
 // catchUps is what the pusher has yet to read again from the store.
 type catchUps struct {
-	start int64 // when the pusher was made (ms): no catch-up reads before it
-	// heard is the newest change epoch (ms) in a batch noted: read and
-	// written by the relay's goroutine only (note)
-	heard int64
-
-	mu      sync.Mutex
+	mu sync.Mutex
+	// floor is where a thread never heard of is read from (ms): the
+	// pusher's start, or the oldest cursor it forgot (pushHeardThreads)
+	floor   int64
+	heard   map[string]int64 // thread → the newest change (rev) its feed handed on
 	pending map[string]int64 // thread ("" for every thread) → read its changes after this
-	wake    chan struct{}    // cap 1: pending has something
+	// closed are the interactions retention dropped pending (Batch.Closed)
+	// that found the queue full: no read finds them again, so they wait
+	// here (at most pushClosedWaiting)
+	closed []pushTask
+	wake   chan struct{} // cap 1: pending or closed has something
+}
+
+// pushClosedWaiting bounds the dropped interactions' closings waiting for
+// room in the queue (catchUps.closed): past it, one is not pushed.
+const pushClosedWaiting = 1024
+
+// closedLater keeps t, a dropped interaction's closing that found the
+// queue full, for the reader to queue (catchUp), and reports whether
+// there was room for it.
+func (c *catchUps) closedLater(t pushTask) bool {
+	c.mu.Lock()
+	ok := len(c.closed) < pushClosedWaiting
+	if ok {
+		c.closed = append(c.closed, t)
+	}
+	c.mu.Unlock()
+	c.poke()
+	return ok
+}
+
+// takeClosed returns the closings kept by closedLater, and forgets them.
+func (c *catchUps) takeClosed() []pushTask {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.closed
+	c.closed = nil
+	return t
 }
 
 func newCatchUps(now time.Time) *catchUps {
-	return &catchUps{start: now.UnixMilli(), heard: now.UnixMilli(), pending: map[string]int64{}, wake: make(chan struct{}, 1)}
+	return &catchUps{floor: now.UnixMilli(), heard: map[string]int64{}, pending: map[string]int64{}, wake: make(chan struct{}, 1)}
 }
 
-// heardOf notes the changes of a batch.
-func (c *catchUps) heardOf(msgs []store.Entry) {
-	for _, e := range msgs {
-		c.heard = max(c.heard, e.Epoch, e.Rev)
+// heardOf notes the changes of a batch of thread (its cursor).
+func (c *catchUps) heardOf(thread string, msgs []store.Entry) {
+	if len(msgs) == 0 {
+		return
 	}
+	newest := int64(0)
+	for _, e := range msgs {
+		newest = max(newest, e.Epoch, e.Rev)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.heard[thread]; !ok && len(c.heard) >= pushHeardThreads {
+		for _, rev := range c.heard {
+			c.floor = min(c.floor, rev)
+		}
+		clear(c.heard)
+	}
+	c.heard[thread] = max(c.heard[thread], newest)
 }
 
-// from is where a catch-up noted at now reads from: the newest change
-// heard of, or now if that is later than now (a change of a node whose
-// clock runs ahead), less the slack; never before the pusher's start.
-func (c *catchUps) from(now time.Time) int64 {
-	return max(c.start, min(c.heard, now.UnixMilli())-pushCatchUpSlack.Milliseconds())
+// reset notes a Reset batch of thread ("" for every thread): its changes
+// after its cursor are to be read again, now.
+func (c *catchUps) reset(thread string) {
+	c.mu.Lock()
+	if thread == "" {
+		c.merge("", c.floor)
+		for t, rev := range c.heard {
+			c.merge(t, rev)
+		}
+	} else {
+		since, ok := c.heard[thread]
+		if !ok {
+			since = c.floor
+		}
+		c.merge(thread, since)
+	}
+	c.mu.Unlock()
+	c.poke()
+}
+
+// sinceOf is where a thread listed by a catch-up of every thread is read
+// from: its own pending cursor (set by reset), else the floor ("" 's).
+func sinceOf(pending map[string]int64, thread string, every int64) int64 {
+	if since, ok := pending[thread]; ok {
+		return since
+	}
+	return every
 }
 
 // add notes that the changes of thread ("" for every thread) after since
 // are to be read again, now.
 func (c *catchUps) add(thread string, since int64) {
 	c.later(thread, since)
+	c.poke()
+}
+
+// poke wakes the reader.
+func (c *catchUps) poke() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -71,6 +144,11 @@ func (c *catchUps) add(thread string, since int64) {
 func (c *catchUps) later(thread string, since int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.merge(thread, since)
+}
+
+// merge is later with c.mu held.
+func (c *catchUps) merge(thread string, since int64) {
 	if old, ok := c.pending[thread]; !ok || since < old {
 		c.pending[thread] = since
 	}
@@ -111,6 +189,17 @@ func (ps *pusher) catchingUp(ctx context.Context) {
 // it had yet to queue when ctx is done stays noted for the handover
 // (handOver).
 func (ps *pusher) catchUp(ctx context.Context, pending map[string]int64) (later bool) {
+	closed := ps.catchUps.takeClosed()
+	for i, t := range closed {
+		select {
+		case ps.queue <- t:
+		case <-ctx.Done(): // the rest is handed over (handOver)
+			for _, t := range closed[i:] {
+				ps.leave(t.thread, t.entry.Message, t.owed)
+			}
+			return false
+		}
+	}
 	queued := 0
 	again := ps.missed(ctx, pending, func(thread string, m chatrelay.Message) bool {
 		select {
@@ -155,11 +244,24 @@ func (ps *pusher) missed(ctx context.Context, pending map[string]int64, fn func(
 		delete(pending, "")
 		infos, err := ps.s.store.Threads(ctx)
 		if err != nil {
-			keep("", since, err)
-		}
-		for _, info := range infos {
-			if old, ok := pending[info.Thread]; info.Rev > since && (!ok || since < old) {
-				pending[info.Thread] = since
+			keep("", since, err) // the threads' own cursors are read meanwhile
+		} else {
+			// A thread with a cursor of its own is read after it; one
+			// with nothing past its cursor, or no longer listed (the
+			// sweep removed it), is not read.
+			listed := make(map[string]int64, len(infos))
+			for _, info := range infos {
+				listed[info.Thread] = info.Rev
+			}
+			for thread, from := range pending {
+				if rev, ok := listed[thread]; !ok || rev <= from {
+					delete(pending, thread)
+				}
+			}
+			for _, info := range infos {
+				if from := sinceOf(pending, info.Thread, since); info.Rev > from {
+					pending[info.Thread] = from
+				}
 			}
 		}
 	}
@@ -169,9 +271,7 @@ func (ps *pusher) missed(ctx context.Context, pending map[string]int64, fn func(
 			again[thread] = since
 			continue
 		}
-		if since = max(since, oldest); since >= ps.s.cfg.Now().UnixMilli() {
-			continue
-		}
+		since = max(since, oldest) // a thread's cursor may be past this node's clock (a node ahead wrote): read all the same
 		p, err := ps.s.store.Changes(ctx, thread, since, 0)
 		if err != nil {
 			keep(thread, since, err)

@@ -109,6 +109,13 @@ type pusher struct {
 	closedMu    sync.Mutex
 	closed      map[string]time.Time // interaction id → when this node saw it close (kept pushWindow)
 	closedSwept time.Time            // when closed was last rid of what is past pushWindow
+	// openTo are the recipients of each pending interaction's opening
+	// (thread/interaction id), as this node read them (every node reads
+	// them, whichever sends it): a closing of an interaction retention
+	// dropped with its thread finds no subscription left, and is sent
+	// to these (openedTo). Guarded by closedMu; at most pushOpenTo.
+	openTo      map[string]openedTo
+	openToBytes int // about the bytes openTo holds (pushOpenToBytes)
 
 	owner     string        // this node's token in its claims (ClaimPush)
 	lease     time.Duration // of its claims, renewed while they are worked on
@@ -156,6 +163,10 @@ type pushOwed struct {
 	// been pushed already, so a stop hands it over only if its claim is
 	// won then (handOver)
 	caught bool
+	// dropped: an interaction's closing that retention dropped pending
+	// (Batch.Closed); with its thread, the subscriptions are gone too,
+	// and its recipients are those of its opening (openedTo)
+	dropped bool
 }
 
 // pushLeft is a change this node was to send, unclaimed when it stopped
@@ -246,7 +257,7 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		s: s, st: st, guard: guard, contact: cfg.Contact,
 		workers: orDefault(cfg.Workers, chatrelay.DefaultPushWorkers), backoff: orDefaults(cfg.Backoff, pushBackoff), queue: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)), retry: make(chan pushTask, orDefault(cfg.Queue, chatrelay.DefaultPushQueue)),
 		sender: &webpush.Sender{Client: webpush.NewClient(guard, cfg.TLS), Now: s.cfg.Now},
-		flying: make(chan struct{}, pushInFlight), busy: map[string][]*pushJob{}, closed: map[string]time.Time{},
+		flying: make(chan struct{}, pushInFlight), busy: map[string][]*pushJob{}, closed: map[string]time.Time{}, openTo: map[string]openedTo{},
 		catchUps: newCatchUps(s.cfg.Now()),
 		owner:    rand.Text(), lease: cfg.Lease, working: map[string]*pushChange{}, watch: make(chan *pushWatch, pushWatchQueue),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -333,9 +344,9 @@ func (ps *pusher) note(b store.Batch) {
 		return
 	}
 	if b.Reset { // changes may have been missed: read again from the store (pushcatchup.go)
-		ps.catchUps.add(b.Thread, ps.catchUps.from(ps.s.cfg.Now()))
+		ps.catchUps.reset(b.Thread) // from the cursor before this batch's changes
 	}
-	ps.catchUps.heardOf(b.Messages)
+	ps.catchUps.heardOf(b.Thread, b.Messages)
 	for _, e := range b.Messages {
 		if pushTypeOf(e.Message) == "" {
 			continue
@@ -343,7 +354,24 @@ func (ps *pusher) note(b store.Batch) {
 		select {
 		case ps.queue <- pushTask{thread: b.Thread, entry: e}:
 		default: // no room: read again from the store once there is
-			ps.catchUps.add(b.Thread, min(ps.catchUps.from(ps.s.cfg.Now()), max(e.Epoch, e.Rev)-1))
+			ps.catchUps.add(b.Thread, max(e.Epoch, e.Rev)-1)
+		}
+	}
+	// The interactions retention dropped pending: closed expired, and
+	// pushed as any closing, claimed by the same id (once across nodes).
+	// No read of the store finds them again: one the queue has no room
+	// for waits for it with the catch-ups (pushcatchup.go).
+	for _, e := range b.Closed {
+		if pushTypeOf(e.Message) != chatrelay.PushTypeInteractionClosed {
+			continue
+		}
+		t := pushTask{thread: b.Thread, entry: e, owed: pushOwed{dropped: true}}
+		select {
+		case ps.queue <- t:
+		default:
+			if !ps.catchUps.closedLater(t) {
+				ps.total.WithLabelValues(pushDropped).Inc()
+			}
 		}
 	}
 }
@@ -525,6 +553,9 @@ func (ps *pusher) handOver() {
 			drained = true
 		}
 	}
+	for _, t := range ps.catchUps.takeClosed() {
+		add(t.thread, t.entry.Message, t.owed)
+	}
 	unread := ps.missed(rctx, ps.catchUps.take(), func(thread string, m chatrelay.Message) bool {
 		addUnclaimed(thread, m)
 		return rctx.Err() == nil
@@ -698,6 +729,14 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		ps.watchLater(&pushWatch{thread: thread, m: m, typ: typ, id: id, keep: keep,
 			due: now.Add(time.Second), until: now.Add(pushWindow + 2*ps.lease), handed: handed, owed: owed})
 		return
+	}
+	switch typ {
+	case chatrelay.PushTypeInteraction:
+		ps.openedTo(thread, m, subs)
+	case chatrelay.PushTypeInteractionClosed:
+		if opened := ps.closedTo(thread, m); owed.dropped && opened != nil && ps.gone(ctx, thread) {
+			subs = opened // the subscriptions went with the thread
+		}
 	}
 	to := onlyTo(subs, owed.only)
 	if len(to) == 0 {
@@ -1289,6 +1328,75 @@ func (ps *pusher) noteClosed(ix string) {
 		}
 	}
 	ps.closed[ix] = now
+}
+
+// pushOpenTo and pushOpenToBytes bound the pending interactions whose
+// recipients a node keeps (openTo), and their bytes: past either, the
+// closing of one that retention drops with its thread is sent to nobody.
+const (
+	pushOpenTo      = 4096
+	pushOpenToBytes = 8 << 20
+)
+
+// openedTo are the recipients of an interaction's opening, until its
+// deadline (then its expiry closes it, and its thread is still there).
+type openedTo struct {
+	subs     []chatrelay.PushSubscription
+	deadline time.Time
+	size     int
+}
+
+// openedTo keeps subs, the recipients of the opening of m's interaction.
+func (ps *pusher) openedTo(thread string, m chatrelay.Message, subs []chatrelay.PushSubscription) {
+	if len(subs) == 0 {
+		return
+	}
+	now := ps.s.cfg.Now()
+	o := openedTo{subs: slices.Clone(subs), deadline: time.UnixMilli(m.Interaction.Deadline), size: 64}
+	for _, sub := range subs {
+		o.size += 256 + len(sub.Endpoint) + len(sub.Base)
+	}
+	key := thread + "/" + m.Interaction.ID
+	ps.closedMu.Lock()
+	defer ps.closedMu.Unlock()
+	if len(ps.openTo) >= pushOpenTo || ps.openToBytes+o.size > pushOpenToBytes {
+		for k, o := range ps.openTo {
+			if now.After(o.deadline) {
+				delete(ps.openTo, k)
+				ps.openToBytes -= o.size
+			}
+		}
+		if len(ps.openTo) >= pushOpenTo || ps.openToBytes+o.size > pushOpenToBytes {
+			return
+		}
+	}
+	if old, ok := ps.openTo[key]; ok {
+		ps.openToBytes -= old.size
+	}
+	ps.openTo[key] = o
+	ps.openToBytes += o.size
+}
+
+// closedTo returns the recipients of the opening of m's interaction
+// (nil if this node kept none), and forgets them: it closed.
+func (ps *pusher) closedTo(thread string, m chatrelay.Message) []chatrelay.PushSubscription {
+	key := thread + "/" + m.Interaction.ID
+	ps.closedMu.Lock()
+	defer ps.closedMu.Unlock()
+	o, ok := ps.openTo[key]
+	if !ok {
+		return nil
+	}
+	delete(ps.openTo, key)
+	ps.openToBytes -= o.size
+	return o.subs
+}
+
+// gone reports whether thread has no message left (the sweep removed
+// it); false if the store cannot say.
+func (ps *pusher) gone(ctx context.Context, thread string) bool {
+	p, err := ps.s.store.Since(ctx, thread, 0, 1)
+	return err == nil && len(p.Messages) == 0
 }
 
 // closedSince reports whether interaction ix closed (noteClosed).

@@ -96,6 +96,7 @@ func (s *File) recordBaseline() {
 		t.mu.Lock()
 		if snap, err := s.load(name, t); err == nil && snap != nil && snap.err == nil {
 			t.announced = max(t.announced, snap.doc.rev)
+			s.dropped(t, &snap.doc)
 		}
 		t.mu.Unlock()
 	}
@@ -144,6 +145,7 @@ func (s *File) poke(thread string) {
 	snap, err := s.load(thread, t)
 	if err == nil && snap == nil && t.announced > 0 {
 		t.announced = 0
+		s.announceClosed(thread, s.dropped(t, nil)) // another process's sweep removed it
 		s.announceParticipants(thread)
 		return
 	}
@@ -158,7 +160,9 @@ func (s *File) poke(thread string) {
 // changed after t.announced, changes were lost to the feed and the batch
 // says Reset. The caller holds t.mu.
 func (s *File) announce(thread string, t *threadState, d threadDoc) {
-	if d.rev <= t.announced {
+	closed := s.dropped(t, &d)
+	if d.rev <= t.announced { // the sweep's: it drops, and changes nothing
+		s.announceClosed(thread, closed)
 		return
 	}
 	var changed []store.Entry
@@ -170,15 +174,61 @@ func (s *File) announce(thread string, t *threadState, d threadDoc) {
 	if len(changed) > 1 {
 		slices.SortFunc(changed, func(a, b store.Entry) int { return cmp.Compare(a.Rev, b.Rev) })
 	}
-	b := store.Batch{Thread: thread, Messages: changed, Reset: d.trimmedRev > t.announced && t.announced > 0}
+	b := store.Batch{Thread: thread, Messages: changed, Reset: d.trimmedRev > t.announced && t.announced > 0, Closed: closed}
 	t.announced = d.rev
-	if len(changed) == 0 && !b.Reset {
+	if len(changed) == 0 && !b.Reset && len(closed) == 0 {
 		return
 	}
 	s.feedMu.Lock()
 	defer s.feedMu.Unlock()
 	for f := range s.feeds {
 		f.fn(b)
+	}
+}
+
+// dropped returns the interactions of t.open that d (nil: the thread was
+// removed) no longer holds, closed expired now (store.DroppedEntry), and
+// makes d's pending interactions t.open (closed at d's newest change, or
+// now if later, as their webhook events). Only retention drops a message,
+// so each was dropped while pending: by this process or another, on
+// append or in the sweep. The caller holds t.mu.
+func (s *File) dropped(t *threadState, d *threadDoc) []store.Entry {
+	var closed []store.Entry
+	at := s.now().UnixMilli() // the sweep's time, as its webhook's
+	if d != nil {
+		at = max(at, d.rev) // an append's epoch, as its webhook's
+	}
+	for _, o := range t.open {
+		if d != nil {
+			if _, ok := slices.BinarySearchFunc(d.msgs, o.Epoch, func(e store.Entry, epoch int64) int { return cmp.Compare(e.Epoch, epoch) }); ok {
+				continue
+			}
+		}
+		if e, ok := store.DroppedEntry(o.Message, at); ok {
+			closed = append(closed, e)
+		}
+	}
+	t.open = t.open[:0:0]
+	if d != nil {
+		for _, e := range d.msgs {
+			if e.Interaction != nil && e.Interaction.State == chatrelay.Pending {
+				t.open = append(t.open, e)
+			}
+		}
+	}
+	return closed
+}
+
+// announceClosed hands the feeds the interactions of thread that
+// retention dropped while pending (Batch.Closed), if any.
+func (s *File) announceClosed(thread string, closed []store.Entry) {
+	if len(closed) == 0 {
+		return
+	}
+	s.feedMu.Lock()
+	defer s.feedMu.Unlock()
+	for f := range s.feeds {
+		f.fn(store.Batch{Thread: thread, Closed: closed})
 	}
 }
 

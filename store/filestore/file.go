@@ -162,6 +162,11 @@ type threadState struct {
 	atts atomic.Pointer[indexSnap]
 	// push is the push subscriptions record last parsed (push.go).
 	push atomic.Pointer[pushSnap]
+	// open are the pending interactions of the document last announced
+	// (or read when the feed began): one that a later document no longer
+	// holds was dropped by retention while pending, and is announced
+	// closed (Batch.Closed, dropped in feed.go). Guarded by mu.
+	open []store.Entry
 }
 
 var _ store.Store = (*File)(nil)

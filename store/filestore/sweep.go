@@ -145,6 +145,7 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	if err := s.writeTrimmed(t, thread, snap, nd); err != nil {
 		return 0, false, err
 	}
+	s.announce(thread, t, nd) // the interactions it dropped pending (Batch.Closed)
 	return dropped, false, nil
 }
 
@@ -215,6 +216,7 @@ func (s *File) removeThread(t *threadState, thread string) error {
 		}
 	}
 	s.removeStray(thread, nil) // every upload and its bytes
+	s.announceClosed(thread, s.dropped(t, nil))
 	s.announceParticipants(thread)
 	if s.dsync != nil {
 		s.dsync.sync()

@@ -417,8 +417,10 @@ func (f *follower) resetAll() {
 
 // deliver hands on one feed message: a change, "<thread> <the thread's
 // rev before it> <the newest epoch or rev retention dropped> <JSON>" (the
-// message's v1 JSON if it has no v2 state, else its v2 object), or
-// "<thread> P": the thread's participants record changed.
+// message's v1 JSON if it has no v2 state, else its v2 object);
+// "<thread> P": the thread's participants record changed; or "<thread> X
+// <v2 JSON>": retention dropped an interaction while pending, closed
+// expired (store.Batch.Closed: no change of the thread, no cursor moves).
 func (f *follower) deliver(payload string) {
 	if payload == "A" { // the agent keys changed (agents.go)
 		f.fn(store.Batch{Thread: store.AgentsTopic, Agents: true})
@@ -427,6 +429,15 @@ func (f *follower) deliver(payload string) {
 	thread, rest, ok1 := strings.Cut(payload, " ")
 	if ok1 && rest == "P" && chatrelay.ValidThread(thread) {
 		f.fn(store.Batch{Thread: thread, Participants: true})
+		return
+	}
+	if js, ok := strings.CutPrefix(rest, "X "); ok1 && ok && chatrelay.ValidThread(thread) {
+		e, err := entryOfJSON(js)
+		if err != nil {
+			f.s.log.Error("redis store: feed message does not parse; ignored", "thread", thread)
+			return
+		}
+		f.fn(store.Batch{Thread: thread, Closed: []store.Entry{e}})
 		return
 	}
 	prevS, rest, ok2 := strings.Cut(rest, " ")

@@ -82,11 +82,13 @@ end
 
 -- dropV2 removes the v2 state of the messages retention drops (epoch <=
 -- cut): their v2 objects and revs, and their client ids, interaction ids
--- and pending entries. With hooks (webhooks on), an interaction dropped
--- pending queues its interaction.closed, expired at epoch ms at. It returns the newest rev among
--- them (0 if none has v2 state). Only a thread whose meta says "v2" has
--- any.
-local function dropV2(thread, cut, hooks, at)
+-- and pending entries. An interaction dropped pending is closed expired
+-- at epoch ms at: announced on the feed (channel feed) as
+-- "<thread> X <message JSON>" (store.Batch.Closed), and with hooks
+-- (webhooks on) its interaction.closed is queued. It returns the newest
+-- rev among them (0 if none has v2 state). Only a thread whose meta says
+-- "v2" has any.
+local function dropV2(thread, cut, hooks, at, feed)
   local es = redis.call('ZRANGEBYSCORE', K.v2e, '-inf', fmt(cut))
   if #es == 0 then return 0 end
   local newest = 0
@@ -105,14 +107,17 @@ local function dropV2(thread, cut, hooks, at)
         if type(ix) == 'table' and type(ix.id) == 'string' then
           redis.call('HDEL', K.ixs, ix.id)
           redis.call('ZREM', K.pending, thread .. ' ' .. ix.id)
-          if hooks and ix.state == 'pending' then
+          if ix.state == 'pending' then
             -- The message closed expired at at (store.DroppedInteraction),
             -- which a node of an older version sends as it is. A string's
             -- quotes are escaped: the first bare "state" is the
             -- interaction's, the first bare "rev" the message's.
             local x = string.gsub(js[i], '"state":"pending"', '"state":"expired","answered_at":' .. fmt(at), 1)
             x = string.gsub(x, '"rev":%d+', '"rev":' .. fmt(math.max(at, r, num(m.rev))), 1)
-            redis.call('XADD', K.events, '*', 't', 'interaction.closed', 'th', thread, 'at', fmt(at), 'm', x)
+            if hooks then
+              redis.call('XADD', K.events, '*', 't', 'interaction.closed', 'th', thread, 'at', fmt(at), 'm', x)
+            end
+            if feed then publish(feed, thread .. ' X ' .. x) end
           end
         end
         if type(m.attachments) == 'table' then
@@ -133,9 +138,9 @@ end
 -- in meta (trimmed, trimmed_rev, and v2: whether the thread has v2 state),
 -- at epoch ms at (the events of hooks: dropV2). It returns the marks as
 -- they are after it.
-local function trimAt(thread, cut, trimmed, trimmedRev, v2, hooks, at)
+local function trimAt(thread, cut, trimmed, trimmedRev, v2, hooks, at, feed)
   if v2 then
-    local r = dropV2(thread, cut, hooks, at)
+    local r = dropV2(thread, cut, hooks, at, feed)
     if r > trimmedRev then
       trimmedRev = r
       redis.call('HSET', K.meta, 'trimmed_rev', fmt(r))
@@ -353,8 +358,10 @@ if cut >= newest then
   -- every cursor clients hold, whatever its next writer's clock.
   local m = redis.call('HMGET', K.meta, 'rev', 'trimmed', 'trimmed_rev')
   local floor = math.max(newest, num(m[1]), num(m[2]), num(m[3]))
+  -- Its interactions still pending close expired: announced (and
+  -- queued, with hooks).
+  if redis.call('HGET', K.meta, 'v2') then dropV2(thread, newest, ARGV[7] == '1', now, ARGV[5]) end
   if ARGV[7] == '1' then
-    if redis.call('HGET', K.meta, 'v2') then dropV2(thread, newest, true, now) end
     -- Its links still active end now: participant.revoked, with the
     -- participant object revoked then (store.RemovedGrant), never the
     -- stored grant, which holds its token's digest: a node of an older
@@ -380,7 +387,7 @@ if cut >= newest then
   return {n, 1}
 end
 local meta = redis.call('HMGET', K.meta, 'trimmed', 'trimmed_rev', 'v2')
-trimAt(thread, cut, num(meta[1]), num(meta[2]), meta[3], ARGV[7] == '1', now)
+trimAt(thread, cut, num(meta[1]), num(meta[2]), meta[3], ARGV[7] == '1', now, ARGV[5])
 return {n - redis.call('XLEN', K.log), 0}
 `)
 

@@ -245,7 +245,7 @@ if not n or n > keep then n = redis.call('XLEN', K.log) end
 if n > keep or first <= now - age then
   local cut = cutOf(K.log, now, keep, age)
   if cut > 0 then
-    trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2, ARGV[23] ~= '', epoch)
+    trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2, ARGV[23] ~= '', epoch, ARGV[9])
     n = redis.call('XLEN', K.log)
     first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
   elseif first <= now - age then

@@ -1,0 +1,75 @@
+package storetest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/testclock"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// TestConformanceDroppedInteractionClosed: an interaction retention drops
+// while pending is announced on the feed, once, closed expired
+// (Batch.Closed): dropped by another process's append past the message
+// limit, and by the sweep with its thread. No stream cursor moves: it is
+// in no batch's Messages.
+func TestConformanceDroppedInteractionClosed(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		clk := testclock.New(t0)
+		opt := Options{Now: clk.Now, Retention: chatrelay.Retention{Messages: 2, Age: time.Hour}}
+		b := Open(t, backend, opt)
+		ctx, cancel := context.WithCancel(context.Background())
+		var mu sync.Mutex
+		closed := map[string][]store.Entry{} // thread → what the feed said closed
+		var changed []store.Entry
+		ready := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- b.Store.Follow(ctx, func(bt store.Batch) {
+				if bt.Ready {
+					close(ready)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				closed[bt.Thread] = append(closed[bt.Thread], bt.Closed...)
+				changed = append(changed, bt.Messages...)
+			})
+		}()
+		<-ready
+		appendText(t, b.Store, thA, "", "hello")
+		ixA := ask(t, b.Store, thA, approval)
+		appendText(t, b.Store, thB, "", "hello")
+		ixB := ask(t, b.Store, thB, approval)
+		other := b.Another(t, opt).Store // the host CLI, or another node
+		for _, text := range []string{"one", "two"} {
+			_, err := other.Append(ctx, thA, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
+			assert.Success(t, err)
+		}
+		heard := func(thread string) bool { mu.Lock(); defer mu.Unlock(); return len(closed[thread]) > 0 }
+		assert.Eventually(t, 10*time.Second, "the drop on the feed", func() bool { return heard(thA) })
+		clk.Set(t0.Add(2 * time.Hour))
+		st, err := b.Store.Sweep(ctx)
+		assert.Success(t, err)
+		assert.Equal(t, "threads removed", st.ThreadsRemoved, 2)
+		assert.Eventually(t, 10*time.Second, "the removal's drop on the feed", func() bool { return heard(thB) })
+		cancel()
+		assert.Success(t, <-done)
+		mu.Lock()
+		defer mu.Unlock()
+		for thread, ix := range map[string]store.Entry{thA: ixA, thB: ixB} {
+			assert.Equal(t, "closed in "+thread, len(closed[thread]), 1)
+			c := closed[thread][0]
+			assert.Equal(t, "its message", c.ID, ix.ID)
+			assert.Equal(t, "its state", c.Interaction.State, chatrelay.Expired)
+			assert.True(t, c.Rev > ix.Rev && c.Interaction.AnsweredAt > 0, "rev %d, answered_at %d", c.Rev, c.Interaction.AnsweredAt)
+		}
+		for _, e := range changed {
+			assert.True(t, e.Interaction == nil || e.Interaction.State == chatrelay.Pending, "a change in Messages: %s", e.JSON2)
+		}
+	})
+}
