@@ -125,12 +125,13 @@ func ValidParticipantID(s string) bool { return validID(s, "p_", 4) }
 
 // cleanedAway says what cleaning a name takes away, in a refusal of one
 // with nothing left.
-const cleanedAway = "([ ] < > and invisible format characters are removed, control characters and white space trimmed)"
+const cleanedAway = "([ ] < > and invisible format characters are removed, control characters, blank fillers and white space trimmed)"
 
 // CleanName cleans a participant's name as the contract says: control
 // characters and line breaks become spaces, [ ] < > and invisible format
 // characters (Unicode's Cf: bidi controls such as U+202E, zero width
-// characters, U+FEFF) are removed, runs of white space become one space,
+// characters, U+FEFF) are removed, blank fillers (the Hangul fillers,
+// U+2800) are white space, runs of white space become one space,
 // the ends are trimmed, and it is cut to 64 code points. It returns
 // InvalidName if nothing is left, or if name is not valid UTF-8. So no name can forge an attribution
 // line, draw itself reversed, or pass for another by an invisible
@@ -146,6 +147,18 @@ func CleanName(name string) (string, error) {
 	return s, nil
 }
 
+// blank reports whether r is drawn as nothing though Unicode calls it a
+// letter or a symbol: the Hangul fillers and the blank Braille pattern,
+// with which a name would look empty or pass for another. Cleaning takes
+// them as white space.
+func blank(r rune) bool {
+	switch r {
+	case '\u115f', '\u1160', '\u3164', '\uffa0', '\u2800':
+		return true
+	}
+	return false
+}
+
 // cleanName is CleanName's cleaning, cut to max code points ("" if
 // nothing is left): an attachment's name is cleaned the same way.
 func cleanName(name string, max int) string {
@@ -158,7 +171,7 @@ func cleanName(name string, max int) string {
 		switch {
 		case r == '[' || r == ']' || r == '<' || r == '>' || unicode.Is(unicode.Cf, r):
 			continue
-		case unicode.IsControl(r) || unicode.IsSpace(r) || r == '\u2028' || r == '\u2029':
+		case unicode.IsControl(r) || unicode.IsSpace(r) || r == '\u2028' || r == '\u2029' || blank(r):
 			space = true
 			continue
 		}
