@@ -77,3 +77,25 @@ func TestAttachmentIfRangeBeforeRange(t *testing.T) {
 	status, _, _ = e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": "bytes=-0", "If-Range": etag})
 	assert.Equal(t, "bytes=-0 with the file's own ETag", status, http.StatusRequestedRangeNotSatisfiable)
 }
+
+// TestAttachmentRangeUnits: a range unit is compared without case (RFC
+// 9110, 14.1: "BYTES=8-" is a bytes Range, 206), and a Range of a unit
+// the server does not know is ignored (14.2, a MUST: 200, the whole
+// file), never refused as one that does not parse. An outside probe got
+// 416 for both.
+func TestAttachmentRangeUnits(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	tok := tokenN(1)
+	a := e.mustUpload(tok, "digits.txt", "text/plain", []byte("0123456789"))
+	for _, rg := range []string{"BYTES=8-", "Bytes=8-9", " bytes=8-"} {
+		status, h, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
+		assert.True(t, status == http.StatusPartialContent && string(b) == "89" && h.Get("Content-Range") == "bytes 8-9/10",
+			"Range %q: %d %q, Content-Range %q", rg, status, b, h.Get("Content-Range"))
+	}
+	for _, rg := range []string{"items=0-5", "lines=1-2", "none=0-0"} {
+		status, h, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
+		assert.True(t, status == http.StatusOK && string(b) == "0123456789" && h.Get("Content-Range") == "",
+			"Range %q of another unit: %d %q, Content-Range %q", rg, status, b, h.Get("Content-Range"))
+	}
+}
