@@ -34,7 +34,12 @@ import (
 // dropped, and then the files that no record names (collect). A thread
 // holds at most LimitAttachmentPending uploads no message names (checked
 // before the bytes are taken in, and again under the lock), so the index
-// holds at most those and the uploads its messages name. A crash
+// holds at most those and the uploads its messages name. When a grant
+// ends (Revoke, NoteExpired: withGrantsThen), the same collect runs under
+// the lock that wrote the grants record, and drops the uploads made with
+// a grant that has ended that no message names (Orphaned); an upload of
+// that grant committing later is refused (UploadGrant, under the lock).
+// A crash
 // leaves at most a temp file (swept after an hour) or a file no record
 // names (collected): never a record without its file, never a message
 // naming a record that is gone (a record a message names is never
@@ -135,7 +140,7 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 		}
 		tmp = ""
 	}
-	recs = append(recs, store.StoredAttachment{Attachment: a, At: now.UnixMilli(), By: up.By})
+	recs = append(recs, store.StoredAttachment{Attachment: a, At: now.UnixMilli(), By: up.By, Grant: up.Grant})
 	if err := s.writeIndex(thread, read, recs); err != nil {
 		if held == 0 {
 			os.Remove(blob)
@@ -344,8 +349,9 @@ func (s *File) attachTo(thread string, d threadDoc, ids []string, by string, now
 }
 
 // collect drops the uploads of thread that no message names and that are
-// old enough or in gone (their message left), and the files no upload
-// names; a thread with none left loses its folder. The caller holds the
+// old enough, or in gone (their message left), or whose grant has ended
+// (store.StoredAttachment.Orphaned), and the files no upload names; a
+// thread with none left loses its folder. The caller holds the
 // thread's lock; d is its document (nil: it has none).
 func (s *File) collect(thread string, d *threadDoc, gone map[string]bool) error {
 	recs, err := s.readIndex(thread)
@@ -360,7 +366,12 @@ func (s *File) collect(thread string, d *threadDoc, gone map[string]bool) error 
 		s.removeStray(thread, nil)
 		return nil
 	}
-	keep := slices.DeleteFunc(kept(recs, usedIDs(doc), s.now()), func(r store.StoredAttachment) bool { return gone[r.ID] })
+	used := usedIDs(doc)
+	grants, gerr := s.readGrants(thread) // (unreadable: every grant's uploads wait for their hour)
+	now := s.now()
+	keep := slices.DeleteFunc(kept(recs, used, now), func(r store.StoredAttachment) bool {
+		return gone[r.ID] || gerr == nil && !used[r.ID] && r.Orphaned(grants, now)
+	})
 	if len(keep) != len(recs) {
 		if err := s.writeIndex(thread, recs, keep); err != nil {
 			return s.unavailable(thread, err)
