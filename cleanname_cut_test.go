@@ -60,3 +60,34 @@ func TestCleanNameCutSplitsNoSecret(t *testing.T) {
 		assert.Equal(t, c.what+" cut inside an ordinary word", got, strings.Repeat("x", c.max-11)+" "+word[:10])
 	}
 }
+
+// TestCleanNameCutSplitsNoBearer: a bearer credential's shape spans two
+// words ("Bearer <token>", 16 characters or more). A name cut inside the
+// token kept "Bearer " and fewer than 16 of its characters, which no
+// longer have the shape, so a participant read them unredacted: the
+// word-by-word look at the cut saw no secret in the token alone. The
+// name is cut before the token instead.
+func TestCleanNameCutSplitsNoBearer(t *testing.T) {
+	t.Parallel()
+	token := "abcdefghijklmnopqrstuvwxyz0123456789"
+	for _, c := range []struct {
+		what  string
+		max   int
+		clean func(string) (string, error)
+	}{
+		{"an attachment's name", chatrelay.LimitAttachmentName.Max, chatrelay.CleanAttachmentName},
+		{"a participant's name", chatrelay.LimitName.Max, chatrelay.CleanName},
+	} {
+		for _, bearer := range []string{"Bearer", "bearer", "BEARER"} {
+			for kept := 1; kept < len(token); kept++ {
+				before := strings.Repeat("x", c.max-len(bearer)-kept-2)
+				got, err := c.clean(before + " " + bearer + " " + token + " after")
+				assert.Success(t, err)
+				assert.Equal(t, c.what+" cut inside a bearer token", got, before+" "+bearer)
+				if red := chatrelay.Redact(got); strings.Contains(red, bearer+" "+token[:1]) {
+					t.Errorf("%s: a participant reads %q", c.what, red)
+				}
+			}
+		}
+	}
+}

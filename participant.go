@@ -190,20 +190,32 @@ func cleanName(name string, max int) string {
 			// password without its "@"), and a participant, who reads
 			// the name redacted, would read part of it: the word is cut
 			// before its first secret (where its redaction starts to
-			// differ: a cleaned name holds no "[").
+			// differ: a cleaned name holds no "["). The word is read
+			// with the one before it first, as a bearer credential's
+			// shape ("Bearer <token>") starts a word earlier; a secret
+			// wholly in that word is not the cut's concern.
 			start := strings.LastIndexByte(cut, ' ') + 1
 			end := len(cut) + strings.IndexByte(s[len(cut):]+" ", ' ')
-			word := s[start:end]
-			r := Redact(word)
-			l := 0
-			for l < len(word) && l < len(r) && word[l] == r[l] {
-				l++
+			from := start
+			if start > 0 {
+				from = strings.LastIndexByte(cut[:start-1], ' ') + 1
 			}
-			for l > 0 && l < len(word) && !utf8.RuneStart(word[l]) {
-				l--
-			}
-			if r != word && start+l < len(cut) {
-				cut = cut[:start+l]
+			for _, at := range []int{from, start} {
+				text := s[at:end]
+				r := Redact(text)
+				l := 0
+				for l < len(text) && l < len(r) && text[l] == r[l] {
+					l++
+				}
+				for l > 0 && l < len(text) && !utf8.RuneStart(text[l]) {
+					l--
+				}
+				if r == text || at+l >= start {
+					if r != text && at+l < len(cut) {
+						cut = cut[:at+l]
+					}
+					break
+				}
 			}
 		}
 		s = strings.TrimSpace(cut)
