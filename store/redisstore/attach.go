@@ -437,7 +437,7 @@ if pendingUploads(att, tonumber(ARGV[7])) >= tonumber(ARGV[8]) then
 end
 local id, rec, sha, size, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local held = tonumber(redis.call('HGET', att, 'b:' .. sha) or '0') > 0
-if (not held or not seenBy(att, sha, ARGV[15])) and (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most then
+if (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most and (not held or not seenBy(att, sha, ARGV[15])) then
   -- Bytes the uploader may not read (the owner's draft, to a
   -- participant) count as new for it: taken or refused, the answer
   -- tells nothing of what the thread holds.
