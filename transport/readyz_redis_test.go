@@ -80,6 +80,7 @@ func TestRedisFullStillAnswersPolls(t *testing.T) {
 	n := startRedisNode(t, srv, storetest.NewPrefix(), storetest.Options{})
 	tok := tokenN(1)
 	first, second := n.mustPost(tok, "first"), n.mustPost(tok, "second")
+	viewer := n.invite(tok, `{"name":"Bo","role":"viewer","kind":"human"}`) // never used yet: its first use is a write
 
 	mem := 0
 	for _, line := range strings.Split(admin.Info(ctx, "memory").Val(), "\r\n") {
@@ -100,8 +101,12 @@ func TestRedisFullStillAnswersPolls(t *testing.T) {
 	assert.Equal(t, "v1 poll with a cursor: the second", decodeMessage(t, p.Messages[0]).ID, second.ID)
 	v2 := n.pollV2(tok, 0)
 	assert.Equal(t, "v2 poll of the full Redis: messages", len(v2.Messages), 2)
+	status, body := n.asParticipant(http.MethodGet, "/api/chat/poll?v=2", viewer.Token, "")
+	assert.Equal(t, "a participant's poll of the full Redis "+string(body), status, http.StatusOK)
+	assert.Success(t, json.Unmarshal(body, &v2))
+	assert.Equal(t, "a participant's poll: messages", len(v2.Messages), 2)
 
-	status, _, body := n.do(http.MethodPost, "/api/chat/post", tok, `{"text":"while full"}`, nil)
+	status, _, body = n.do(http.MethodPost, "/api/chat/post", tok, `{"text":"while full"}`, nil)
 	assert.Equal(t, "a post to the full Redis", status, http.StatusServiceUnavailable)
 	e := decodeError(t, body)
 	assert.Equal(t, "its code", e.Code, "store_unavailable")

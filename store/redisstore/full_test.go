@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 	"time"
@@ -192,5 +193,20 @@ func TestReadScriptAnswersAsTx(t *testing.T) {
 				assert.Equal(t, fmt.Sprintf("thread %s since %d limit %d", th, since, limit), fmt.Sprintf("%q", sc), fmt.Sprintf("%q", tx))
 			}
 		}
+	}
+}
+
+// TestTicketKeyWhenRedisIsFull: a node started while Redis is full (a
+// restart, a node added) reads the shared ticket key and so can serve the
+// reads a full Redis answers. Before, TicketKey was a MULTI (SET NX, GET),
+// which a full Redis refuses: serve could not start.
+func TestTicketKeyWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	ctx := t.Context()
+	k := must[[]byte](t)(openStore(t, srv, Options{}).TicketKey(ctx))
+	fillRedis(t, srv.Client(t))
+	if got := must[[]byte](t)(openStore(t, srv, Options{}).TicketKey(ctx)); !bytes.Equal(got, k) {
+		t.Fatal("a node started while Redis is full reads another ticket key")
 	}
 }
