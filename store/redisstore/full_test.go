@@ -2,7 +2,10 @@ package redisstore
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,4 +212,71 @@ func TestTicketKeyWhenRedisIsFull(t *testing.T) {
 	if got := must[[]byte](t)(openStore(t, srv, Options{}).TicketKey(ctx)); !bytes.Equal(got, k) {
 		t.Fatal("a node started while Redis is full reads another ticket key")
 	}
+}
+
+// TestShardsOpenWhenRedisIsFull: a node started on shards (instances)
+// while they are full checks and adopts their shard records without a
+// write, and answers polls. Before, the check was a MULTI and the claim a
+// SET NX, both refused by a full Redis: the node could not start.
+func TestShardsOpenWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	a, b := redistest.StartServer(t, redistest.ServerOptions{}), redistest.StartServer(t, redistest.ServerOptions{})
+	spec := a.URL() + "," + b.URL()
+	sh := openSharded(t, spec, Options{})
+	ctx := t.Context()
+	const th = "a1b2c3d4e5f60718"
+	e := must[store.Entry](t)(sh.Append(ctx, th, store.NewMessage{Text: "stored"}))
+	fillRedis(t, a.Client(t))
+	fillRedis(t, b.Client(t))
+	again := openSharded(t, spec, Options{})
+	p := must[store.Page](t)(again.Since(ctx, th, 0, 0))
+	if len(p.Messages) != 1 || p.Messages[0].ID != e.ID {
+		t.Fatalf("a poll of the full shards: %+v", p.Messages)
+	}
+}
+
+// TestClusterReadsWhenFull: on a Redis Cluster whose primaries are full, a
+// node started then opens, and polls (v1 and v2) and the thread list
+// answer: the read-only scripts' keys are in their shard's slot.
+func TestClusterReadsWhenFull(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3})
+	sh := openSharded(t, c.URL(), Options{})
+	ctx := t.Context()
+	threads := []string{"a1b2c3d4e5f60718", "0123456789abcdef", "fedcba9876543210", "1111222233334444"}
+	stored := map[string]store.Entry{}
+	for _, th := range threads {
+		stored[th] = must[store.Entry](t)(sh.Append(ctx, th, store.NewMessage{Text: "stored " + th}))
+	}
+	for _, n := range c.Nodes { // as fillRedis, each primary
+		rdb := n.Client(t)
+		mem := int64(0)
+		for line := range strings.Lines(rdb.Info(ctx, "memory").Val()) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+				mem, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		assert.Success(t, rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+		assert.Success(t, rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(mem/2, 10)).Err())
+	}
+	for _, th := range threads {
+		if err := c.Client(t).Set(ctx, "probe{"+th+"}", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+			t.Fatalf("a write to the full cluster: %v, want OOM", err)
+		}
+	}
+	again := openSharded(t, c.URL(), Options{})
+	for _, th := range threads {
+		for name, read := range map[string]func(context.Context, string, int64, int) (store.Page, error){"Since": again.Since, "Changes": again.Changes} {
+			p, err := read(ctx, th, 0, 0)
+			if err != nil {
+				t.Fatalf("%s of %s on the full cluster: %v", name, th, err)
+			}
+			if len(p.Messages) != 1 || p.Messages[0].ID != stored[th].ID {
+				t.Fatalf("%s of %s on the full cluster: %+v", name, th, p.Messages)
+			}
+		}
+	}
+	assert.Equal(t, "threads listed", len(must[[]store.ThreadInfo](t)(again.Threads(ctx))), len(threads))
+	_, err := again.Append(ctx, threads[0], store.NewMessage{Text: "while full"})
+	wantCode(t, err, chatrelay.StoreUnavailable)
 }
