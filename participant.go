@@ -170,7 +170,30 @@ func cleanName(name string, max int) string {
 	}
 	s := b.String()
 	if r := []rune(s); len(r) > max {
-		s = strings.TrimSpace(string(r[:max]))
+		cut := string(r[:max])
+		if len(cut) < len(s) && s[len(cut)] != ' ' {
+			// The cut splits a word. A secret in it, cut, would no
+			// longer have its shape (a token of fixed length, a URL's
+			// password without its "@"), and a participant, who reads
+			// the name redacted, would read part of it: the word is cut
+			// before its first secret (where its redaction starts to
+			// differ: a cleaned name holds no "[").
+			start := strings.LastIndexByte(cut, ' ') + 1
+			end := len(cut) + strings.IndexByte(s[len(cut):]+" ", ' ')
+			word := s[start:end]
+			r := Redact(word)
+			l := 0
+			for l < len(word) && l < len(r) && word[l] == r[l] {
+				l++
+			}
+			for l > 0 && l < len(word) && !utf8.RuneStart(word[l]) {
+				l--
+			}
+			if r != word && start+l < len(cut) {
+				cut = cut[:start+l]
+			}
+		}
+		s = strings.TrimSpace(cut)
 	}
 	return s
 }
