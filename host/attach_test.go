@@ -30,16 +30,7 @@ func TestAttachRefusesBeforeStoringAny(t *testing.T) {
 	_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "hello"})
 	assert.Success(t, err)
 	v := &host.Verbs{Store: b.Store, MaxAttachmentBytes: 4}
-	stored := func() int {
-		es, _ := os.ReadDir(filepath.Join(dir, "chat", thread+".files"))
-		n := 0
-		for _, e := range es {
-			if e.Name() != "index.json" {
-				n++
-			}
-		}
-		return n
-	}
+	stored := func() int { return storedFiles(dir, thread) }
 	ok := host.AttachmentInput{Name: "ok.txt", Data: []byte("hi")}
 	for _, c := range []struct {
 		name  string
@@ -84,16 +75,7 @@ func TestAttachRefusesAClientIDBeforeStoring(t *testing.T) {
 	_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "hello"})
 	assert.Success(t, err)
 	v := &host.Verbs{Store: b.Store}
-	stored := func() int {
-		es, _ := os.ReadDir(filepath.Join(dir, "chat", thread+".files"))
-		n := 0
-		for _, e := range es {
-			if e.Name() != "index.json" {
-				n++
-			}
-		}
-		return n
-	}
+	stored := func() int { return storedFiles(dir, thread) }
 	file := func(name, data string) []host.AttachmentInput {
 		return []host.AttachmentInput{{Name: name, Data: []byte(data)}}
 	}
@@ -115,4 +97,17 @@ func TestAttachRefusesAClientIDBeforeStoring(t *testing.T) {
 	_, err = v.Send(ctx, host.SendInput{Thread: thread, Text: "y", ClientID: "k2", Attachments: file("c.txt", "c")})
 	assert.Code(t, err, chatrelay.ClientIDConflict)
 	assert.Equal(t, "files stored after a client_id of another message", stored(), 1)
+}
+
+// storedFiles counts the files a file store in dir holds for thread (its
+// attachments' bytes, not their index).
+func storedFiles(dir, thread string) int {
+	es, _ := os.ReadDir(filepath.Join(dir, "chat", thread+".files"))
+	n := 0
+	for _, e := range es {
+		if e.Name() != "index.json" {
+			n++
+		}
+	}
+	return n
 }
