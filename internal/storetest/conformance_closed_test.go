@@ -3,7 +3,6 @@ package storetest
 import (
 	"context"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,25 +22,17 @@ func TestConformanceDroppedInteractionClosed(t *testing.T) {
 		clk := testclock.New(t0)
 		opt := Options{Now: clk.Now, Retention: chatrelay.Retention{Messages: 2, Age: time.Hour}}
 		b := Open(t, backend, opt)
-		ctx, cancel := context.WithCancel(context.Background())
-		var mu sync.Mutex
-		closed := map[string][]store.Entry{} // thread → what the feed said closed
-		var changed []store.Entry
-		ready := make(chan struct{})
-		done := make(chan error, 1)
-		go func() {
-			done <- b.Store.Follow(ctx, func(bt store.Batch) {
-				if bt.Ready {
-					close(ready)
-					return
+		ctx := context.Background()
+		feed := follow(t, b.Store)
+		closed := func(thread string) []store.Entry { // what the feed said closed
+			var out []store.Entry
+			for _, bt := range feed.batches() {
+				if bt.Thread == thread {
+					out = append(out, bt.Closed...)
 				}
-				mu.Lock()
-				defer mu.Unlock()
-				closed[bt.Thread] = append(closed[bt.Thread], bt.Closed...)
-				changed = append(changed, bt.Messages...)
-			})
-		}()
-		<-ready
+			}
+			return out
+		}
 		appendText(t, b.Store, thA, "", "hello")
 		ixA := ask(t, b.Store, thA, approval)
 		appendText(t, b.Store, thB, "", "hello")
@@ -51,7 +42,7 @@ func TestConformanceDroppedInteractionClosed(t *testing.T) {
 			_, err := other.Append(ctx, thA, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
 			assert.Success(t, err)
 		}
-		heard := func(thread string) bool { mu.Lock(); defer mu.Unlock(); return len(closed[thread]) > 0 }
+		heard := func(thread string) bool { return len(closed(thread)) > 0 }
 		assert.Eventually(t, 10*time.Second, "the drop on the feed", func() bool { return heard(thA) })
 		// One answered before retention drops it is no drop of a pending
 		// interaction: nothing in Closed (its answer was its closing).
@@ -65,28 +56,23 @@ func TestConformanceDroppedInteractionClosed(t *testing.T) {
 			assert.Success(t, err)
 		}
 		assert.Eventually(t, 10*time.Second, "the appends on the feed", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return slices.ContainsFunc(changed, func(e store.Entry) bool { return e.ID == last.ID })
+			return slices.ContainsFunc(feed.messages(), func(e store.Entry) bool { return e.ID == last.ID })
 		})
 		clk.Set(t0.Add(2 * time.Hour))
 		st, err := b.Store.Sweep(ctx)
 		assert.Success(t, err)
 		assert.Equal(t, "threads removed", st.ThreadsRemoved, 3)
 		assert.Eventually(t, 10*time.Second, "the removal's drop on the feed", func() bool { return heard(thB) })
-		cancel()
-		assert.Success(t, <-done)
-		mu.Lock()
-		defer mu.Unlock()
-		assert.Equal(t, "closed in a thread whose question was answered", len(closed[thC]), 0)
+		feed.stop(t)
+		assert.Equal(t, "closed in a thread whose question was answered", len(closed(thC)), 0)
 		for thread, ix := range map[string]store.Entry{thA: ixA, thB: ixB} {
-			assert.Equal(t, "closed in "+thread, len(closed[thread]), 1)
-			c := closed[thread][0]
+			assert.Equal(t, "closed in "+thread, len(closed(thread)), 1)
+			c := closed(thread)[0]
 			assert.Equal(t, "its message", c.ID, ix.ID)
 			assert.Equal(t, "its state", c.Interaction.State, chatrelay.Expired)
 			assert.True(t, c.Rev > ix.Rev && c.Interaction.AnsweredAt > 0, "rev %d, answered_at %d", c.Rev, c.Interaction.AnsweredAt)
 		}
-		for _, e := range changed {
+		for _, e := range feed.messages() {
 			assert.True(t, e.Interaction == nil || e.Interaction.State != chatrelay.Expired, "a drop in Messages: %s", e.JSON2)
 		}
 	})
