@@ -125,12 +125,13 @@ func ValidParticipantID(s string) bool { return validID(s, "p_", 4) }
 
 // cleanedAway says what cleaning a name takes away, in a refusal of one
 // with nothing left.
-const cleanedAway = "([ ] < > and invisible format characters are removed, control characters and white space trimmed)"
+const cleanedAway = "([ ] < > and invisible format characters are removed, control characters, blank fillers and white space trimmed)"
 
 // CleanName cleans a participant's name as the contract says: control
 // characters and line breaks become spaces, [ ] < > and invisible format
 // characters (Unicode's Cf: bidi controls such as U+202E, zero width
-// characters, U+FEFF) are removed, runs of white space become one space,
+// characters, U+FEFF) are removed, blank fillers (the Hangul fillers,
+// U+2800) are white space, runs of white space become one space,
 // the ends are trimmed, and it is cut to 64 code points. It returns
 // InvalidName if nothing is left, or if name is not valid UTF-8. So no name can forge an attribution
 // line, draw itself reversed, or pass for another by an invisible
@@ -146,6 +147,18 @@ func CleanName(name string) (string, error) {
 	return s, nil
 }
 
+// blank reports whether r is drawn as nothing though Unicode calls it a
+// letter or a symbol: the Hangul fillers and the blank Braille pattern,
+// with which a name would look empty or pass for another. Cleaning takes
+// them as white space.
+func blank(r rune) bool {
+	switch r {
+	case '\u115f', '\u1160', '\u3164', '\uffa0', '\u2800':
+		return true
+	}
+	return false
+}
+
 // cleanName is CleanName's cleaning, cut to max code points ("" if
 // nothing is left): an attachment's name is cleaned the same way.
 func cleanName(name string, max int) string {
@@ -158,7 +171,7 @@ func cleanName(name string, max int) string {
 		switch {
 		case r == '[' || r == ']' || r == '<' || r == '>' || unicode.Is(unicode.Cf, r):
 			continue
-		case unicode.IsControl(r) || unicode.IsSpace(r) || r == '\u2028' || r == '\u2029':
+		case unicode.IsControl(r) || unicode.IsSpace(r) || r == '\u2028' || r == '\u2029' || blank(r):
 			space = true
 			continue
 		}
@@ -170,7 +183,42 @@ func cleanName(name string, max int) string {
 	}
 	s := b.String()
 	if r := []rune(s); len(r) > max {
-		s = strings.TrimSpace(string(r[:max]))
+		cut := string(r[:max])
+		if len(cut) < len(s) && s[len(cut)] != ' ' {
+			// The cut splits a word. A secret in it, cut, would no
+			// longer have its shape (a token of fixed length, a URL's
+			// password without its "@"), and a participant, who reads
+			// the name redacted, would read part of it: the word is cut
+			// before its first secret (where its redaction starts to
+			// differ: a cleaned name holds no "["). The word is read
+			// with the one before it first, as a bearer credential's
+			// shape ("Bearer <token>") starts a word earlier; a secret
+			// wholly in that word is not the cut's concern.
+			start := strings.LastIndexByte(cut, ' ') + 1
+			end := len(cut) + strings.IndexByte(s[len(cut):]+" ", ' ')
+			from := start
+			if start > 0 {
+				from = strings.LastIndexByte(cut[:start-1], ' ') + 1
+			}
+			for _, at := range []int{from, start} {
+				text := s[at:end]
+				r := Redact(text)
+				l := 0
+				for l < len(text) && l < len(r) && text[l] == r[l] {
+					l++
+				}
+				for l > 0 && l < len(text) && !utf8.RuneStart(text[l]) {
+					l--
+				}
+				if r == text || at+l >= start {
+					if r != text && at+l < len(cut) {
+						cut = cut[:at+l]
+					}
+					break
+				}
+			}
+		}
+		s = strings.TrimSpace(cut)
 	}
 	return s
 }

@@ -285,12 +285,15 @@ func TestCleanName(t *testing.T) {
 		{"zero\u200bwidth\u2028line", "zerowidth line"},
 		{"Zoë Ångström", "Zoë Ångström"},
 		{"أحمد", "أحمد"},
+		{"ㅤAlexㅤㅤBoᅟᅠ", "Alex Bo"}, // blank fillers, as white space
+		{"⠀ﾠAlex", "Alex"},
+		{"한글", "한글"},
 	} {
 		got, err := chatrelay.CleanName(tc.in)
 		assert.Success(t, err)
 		assert.Equal(t, "CleanName("+strconv.QuoteToASCII(tc.in)+")", got, tc.want)
 	}
-	for _, in := range []string{"", " ", "\u202e", "\u200b\ufeff\u2066\u2069", "[<>]", "a\xffb"} {
+	for _, in := range []string{"", " ", "\u202e", "\u200b\ufeff\u2066\u2069", "[<>]", "a\xffb", "\u3164", "\u115f\u1160\uffa0\u2800"} {
 		_, err := chatrelay.CleanName(in)
 		assert.Code(t, err, chatrelay.InvalidName)
 	}

@@ -31,13 +31,19 @@ type AttachmentInput struct {
 // any is stored. A repeat of a message with its
 // client_id stores no file again: it names the files of the message
 // stored under that client_id, which the store then answers (or refuses
-// with ClientIDConflict if the rest differs).
+// with ClientIDConflict if the rest differs). A client_id the message
+// could not be stored under (InvalidClientID, or that of a stored message
+// with other files: ClientIDConflict) is refused before any file is
+// stored too.
 func (v *Verbs) attach(ctx context.Context, thread, clientID string, files []AttachmentInput) ([]string, error) {
 	if len(files) == 0 {
 		return nil, nil
 	}
 	if err := chatrelay.LimitAttachments.CheckItems(chatrelay.TooManyAttachments, "attachments", len(files)); err != nil {
 		return nil, err
+	}
+	if err := chatrelay.CheckClientID(clientID); err != nil {
+		return nil, err // the message would be refused: before any file is stored
 	}
 	if err := v.checkFiles(files); err != nil {
 		return nil, err
@@ -59,9 +65,13 @@ func (v *Verbs) attach(ctx context.Context, thread, clientID string, files []Att
 			return nil, err
 		}
 		for _, e := range all.Messages {
-			if e.ClientID == clientID && sameNames(e.Attachments, files) {
-				return chatrelay.AttachmentIDs(e.Attachments), nil
+			if e.ClientID != clientID {
+				continue
 			}
+			if !sameNames(e.Attachments, files) { // other files: other ids, a conflict whatever the rest
+				return nil, store.Conflict(e)
+			}
+			return chatrelay.AttachmentIDs(e.Attachments), nil
 		}
 	}
 	ids := make([]string, len(files))

@@ -286,86 +286,62 @@ func TestWaitEndsWhenRetentionDropsTheInteraction(t *testing.T) {
 
 // TestWaitEndsWhenTheSweepRemovesTheThread: a wait_interaction running
 // while another process's sweep removes the thread (every message past
-// the retention age) ends at once with not_found, not at its next look
-// in the store (Recheck, 30 s). The sweep told no waiter: the CLI's
-// check --wait and MCP's wait_interaction learned it 23 s later, on both
-// stores (lifeprobe).
+// the retention age), or drops the question past the age from a thread it
+// keeps (a newer message), ends at once with not_found, not at its next
+// look in the store (Recheck, 30 s) or at its timeout. The sweep told no
+// waiter: the CLI's check --wait and MCP's wait_interaction learned the
+// removal 23 s later, on both stores (lifeprobe), and the drop at their
+// timeout.
 func TestWaitEndsWhenTheSweepRemovesTheThread(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, backend string) {
-		clk := testclock.New(time.Now())
-		opts := storetest.Options{Now: clk.Now, Retention: chatrelay.Retention{Age: time.Minute}}
-		server := storetest.Open(t, backend, opts)
-		asker := &host.Verbs{Store: server.Store, Now: clk.Now}
-		ctx := t.Context()
-		_, err := server.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
-		assert.Success(t, err)
-		asked, err := asker.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
-		assert.Success(t, err)
-		swept := make(chan error, 1)
-		reader := &readHook{Store: server.Another(t, opts).Store, after: func(n int) {
-			if n != 2 {
-				return
-			}
-			clk.Advance(2 * time.Minute)
-			st, err := server.Store.Sweep(ctx)
-			if err == nil && st.ThreadsRemoved != 1 {
-				err = fmt.Errorf("threads removed: %d", st.ThreadsRemoved)
-			}
-			swept <- err
-		}}
-		v := &host.Verbs{Store: reader, Now: clk.Now, Recheck: time.Hour} // only the feed can tell it in time
-		got := make(chan readResult, 1)
-		go func() {
-			r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 300})
-			got <- readResult{r, err}
-		}()
-		assert.Success(t, recv(t, swept, "the sweep after the wait's look"))
-		rr := recv(t, got, "wait_interaction after the sweep removed its thread")
-		assert.Code(t, rr.err, chatrelay.NotFound)
-	})
-}
-
-// TestWaitEndsWhenTheSweepDropsTheInteraction: the sweep drops a pending
-// question past the retention age while the thread lives on (a newer
-// message is kept): a wait on it ends at once with not_found, as when
-// the sweep removes the whole thread, not at its next look in the store
-// (Recheck) or at its timeout.
-func TestWaitEndsWhenTheSweepDropsTheInteraction(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, backend string) {
-		clk := testclock.New(time.Now())
-		opts := storetest.Options{Now: clk.Now, Retention: chatrelay.Retention{Age: time.Minute}}
-		server := storetest.Open(t, backend, opts)
-		asker := &host.Verbs{Store: server.Store, Now: clk.Now}
-		ctx := t.Context()
-		_, err := server.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
-		assert.Success(t, err)
-		asked, err := asker.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
-		assert.Success(t, err)
-		clk.Advance(30 * time.Second)
-		_, err = server.Store.Append(ctx, thread, store.NewMessage{Text: "still here"})
-		assert.Success(t, err)
-		swept := make(chan error, 1)
-		reader := &readHook{Store: server.Another(t, opts).Store, after: func(n int) {
-			if n != 2 {
-				return
-			}
-			clk.Advance(40 * time.Second) // the question is 70 s old, the reply 40 s
-			st, err := server.Store.Sweep(ctx)
-			if err == nil && (st.Dropped != 2 || st.ThreadsRemoved != 0) {
-				err = fmt.Errorf("dropped %d, threads removed %d", st.Dropped, st.ThreadsRemoved)
-			}
-			swept <- err
-		}}
-		v := &host.Verbs{Store: reader, Now: clk.Now, Recheck: time.Hour} // only the feed can tell it in time
-		got := make(chan readResult, 1)
-		go func() {
-			r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 20})
-			got <- readResult{r, err}
-		}()
-		assert.Success(t, recv(t, swept, "the sweep after the wait's look"))
-		rr := recv(t, got, "wait_interaction after the sweep dropped its question")
-		assert.True(t, chatrelay.CodeOf(rr.err) == chatrelay.NotFound, "the wait after the sweep dropped the question: %+v, %v (want not_found at once)", rr.r, rr.err)
-	})
+	for _, tc := range []struct {
+		name    string
+		kept    bool // a newer message keeps the thread
+		dropped int  // messages the sweep drops
+		removed int  // threads it removes
+	}{
+		{"the thread removed", false, 2, 1},
+		{"the question dropped, the thread kept", true, 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T, backend string) {
+				clk := testclock.New(time.Now())
+				opts := storetest.Options{Now: clk.Now, Retention: chatrelay.Retention{Age: time.Minute}}
+				server := storetest.Open(t, backend, opts)
+				asker := &host.Verbs{Store: server.Store, Now: clk.Now}
+				ctx := t.Context()
+				_, err := server.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
+				assert.Success(t, err)
+				asked, err := asker.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+				assert.Success(t, err)
+				clk.Advance(30 * time.Second)
+				if tc.kept {
+					_, err = server.Store.Append(ctx, thread, store.NewMessage{Text: "still here"})
+					assert.Success(t, err)
+				}
+				swept := make(chan error, 1)
+				reader := &readHook{Store: server.Another(t, opts).Store, after: func(n int) {
+					if n != 2 {
+						return
+					}
+					clk.Advance(40 * time.Second) // the question is 70 s old, the newer message 40 s
+					st, err := server.Store.Sweep(ctx)
+					if err == nil && (st.Dropped != tc.dropped || st.ThreadsRemoved != tc.removed) {
+						err = fmt.Errorf("dropped %d, threads removed %d", st.Dropped, st.ThreadsRemoved)
+					}
+					swept <- err
+				}}
+				v := &host.Verbs{Store: reader, Now: clk.Now, Recheck: time.Hour} // only the feed can tell it in time
+				got := make(chan readResult, 1)
+				go func() {
+					r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 20})
+					got <- readResult{r, err}
+				}()
+				assert.Success(t, recv(t, swept, "the sweep after the wait's look"))
+				rr := recv(t, got, "wait_interaction after the sweep")
+				assert.True(t, chatrelay.CodeOf(rr.err) == chatrelay.NotFound, "the wait after the sweep: %+v, %v (want not_found at once)", rr.r, rr.err)
+			})
+		})
+	}
 }
 
 // readHook is a store whose Changes calls after(n) once its nth read is

@@ -237,12 +237,41 @@ func NewAttachment(up Upload, r Received) chatrelay.Attachment {
 }
 
 // StoredAttachment is an attachment as a store keeps it: the object,
-// when it was uploaded, and by whom (Upload.By; a record stored before
-// it was kept has none: the owner's).
+// when it was uploaded, by whom (Upload.By; a record stored before it was
+// kept has none: the owner's), and with which grant (Upload.Grant).
 type StoredAttachment struct {
 	chatrelay.Attachment
-	At int64  `json:"at"`           // epoch ms of the upload
-	By string `json:"by,omitempty"` // a participant's id; "" for the owner
+	At    int64  `json:"at"`              // epoch ms of the upload
+	By    string `json:"by,omitempty"`    // a participant's id; "" for the owner
+	Grant string `json:"grant,omitempty"` // the share link's or device's id it was uploaded with; "" for the owner's token, the host
+}
+
+// GrantID is the id of the grant a was uploaded with (a share link's or
+// a device's), "" for the owner's token or the host. A record stored
+// before Grant was kept has a participant's id in By.
+func (a StoredAttachment) GrantID() string {
+	if a.Grant != "" {
+		return a.Grant
+	}
+	return a.By
+}
+
+// Orphaned reports whether a, an upload no message names, goes at once:
+// the grant it was uploaded with has ended at now (revoked, or past its
+// expiry) or is gone from grants, the thread's (it ended long ago). Its
+// grant can no longer name it in a post, and it would hold a place of
+// the thread's pending uploads and its bytes until its hour passed.
+func (a StoredAttachment) Orphaned(grants []chatrelay.Grant, now time.Time) bool {
+	id := a.GrantID()
+	if id == "" {
+		return false
+	}
+	for i := range grants {
+		if grants[i].ID == id {
+			return grants[i].StateAt(now) != chatrelay.Active
+		}
+	}
+	return true
 }
 
 // OpensFor reports whether reader (OpenAttachment's) may open a, which a

@@ -24,11 +24,17 @@ func NewEntry(m chatrelay.Message) Entry {
 // repeated client_id with it, so that their answers agree.
 func ReplayOf(e Entry, m NewMessage) (Entry, error) {
 	if !chatrelay.SameContent(e.Message, m) {
-		return Entry{}, &chatrelay.Error{Code: chatrelay.ClientIDConflict, About: e.JSON2,
-			Message: "this client_id names another message of the thread; use a new client_id for a new message"}
+		return Entry{}, Conflict(e)
 	}
 	e.Replayed = true
 	return e, nil
+}
+
+// Conflict is ClientIDConflict about e, the stored message whose
+// client_id a post repeats with another content.
+func Conflict(e Entry) error {
+	return &chatrelay.Error{Code: chatrelay.ClientIDConflict, About: e.JSON2,
+		Message: "this client_id names another message of the thread; use a new client_id for a new message"}
 }
 
 // StoredWith finds the retained message of thread that carries

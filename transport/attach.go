@@ -183,8 +183,19 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 		// a date never matches, with no Last-Modified).
 		r.Header.Del("Range")
 	}
+	if rg, ok := bytesRange(r.Header.Get("Range")); !ok {
+		r.Header.Del("Range") // a unit it does not know: ignored (RFC 9110, 14.2)
+	} else if rg != r.Header.Get("Range") {
+		r.Header.Set("Range", rg)
+	}
+	if a.Size == 0 {
+		// An empty file ignores Range: net/http serves a suffix of it
+		// ("bytes=-1") as a 206 whose Content-Range ends before it starts
+		// ("bytes 0--1/0"), and refuses one that does not parse.
+		r.Header.Del("Range")
+	}
 	rw := &rangeRefusal{ResponseWriter: w}
-	if rg, left := withoutEmptySuffixes(r.Header.Get("Range")); left || a.Size == 0 { // an empty file ignores Range
+	if rg, left := withoutEmptySuffixes(r.Header.Get("Range")); left {
 		if rg != r.Header.Get("Range") {
 			r.Header.Set("Range", rg)
 		}
@@ -202,6 +213,21 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 		h.Set("Content-Range", fmt.Sprintf("bytes */%d", a.Size))
 		s.writeError(w, r, chatrelay.Errorf(chatrelay.RangeNotSatisfiable, "the Range asks for bytes this file of %d bytes does not have, or does not parse", a.Size))
 	}
+}
+
+// bytesRange is a Range header with its unit written as net/http reads
+// it, "bytes=" (a unit is compared without case: RFC 9110, 14.1); ok is
+// false for a Range of another unit, which a server must ignore (14.2).
+// A header with no unit at all is kept as it is (it does not parse: 416).
+func bytesRange(h string) (rg string, ok bool) {
+	unit, set, found := strings.Cut(h, "=")
+	switch {
+	case !found:
+		return h, true
+	case strings.EqualFold(strings.TrimSpace(unit), "bytes"):
+		return "bytes=" + set, true
+	}
+	return "", false
 }
 
 // withoutEmptySuffixes is a Range header without its suffix ranges of no

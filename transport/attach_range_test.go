@@ -44,10 +44,14 @@ func TestAttachmentRangeNotSatisfiable(t *testing.T) {
 	status, h, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": "bytes=-0,8-"})
 	assert.True(t, status == http.StatusPartialContent && string(b) == "89" && h.Get("Content-Range") == "bytes 8-9/10",
 		"a satisfiable range beside -0: %d %q %q", status, h.Get("Content-Range"), b)
+	// A zero-byte file ignores every Range (docs/api.md): an outside probe
+	// got 206 with "Content-Range: bytes 0--1/0" for a suffix (net/http
+	// serves it a part of no byte), and 416 for a Range that does not parse.
 	empty := e.mustUpload(tok, "empty.txt", "text/plain", nil)
-	for _, rg := range []string{"bytes=-0", "bytes=0-"} {
-		status, _, b = e.fetch(chatrelay.PathAttachments+"/"+empty.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
-		assert.True(t, status == http.StatusOK && len(b) == 0, "a zero-byte file ignores Range %s: %d %q", rg, status, b)
+	for _, rg := range []string{"bytes=-0", "bytes=0-", "bytes=-1", "bytes=-5,0-", "bytes=abc", "bytes=18446744073709551615-"} {
+		status, h, b = e.fetch(chatrelay.PathAttachments+"/"+empty.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
+		assert.True(t, status == http.StatusOK && len(b) == 0 && h.Get("Content-Range") == "",
+			"a zero-byte file ignores Range %s: %d %q, Content-Range %q", rg, status, b, h.Get("Content-Range"))
 	}
 }
 
@@ -72,4 +76,26 @@ func TestAttachmentIfRangeBeforeRange(t *testing.T) {
 	assert.True(t, status == http.StatusPartialContent && string(b) == "89", "the file's own ETag: %d %q", status, b)
 	status, _, _ = e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": "bytes=-0", "If-Range": etag})
 	assert.Equal(t, "bytes=-0 with the file's own ETag", status, http.StatusRequestedRangeNotSatisfiable)
+}
+
+// TestAttachmentRangeUnits: a range unit is compared without case (RFC
+// 9110, 14.1: "BYTES=8-" is a bytes Range, 206), and a Range of a unit
+// the server does not know is ignored (14.2, a MUST: 200, the whole
+// file), never refused as one that does not parse. An outside probe got
+// 416 for both.
+func TestAttachmentRangeUnits(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	tok := tokenN(1)
+	a := e.mustUpload(tok, "digits.txt", "text/plain", []byte("0123456789"))
+	for _, rg := range []string{"BYTES=8-", "Bytes=8-9", " bytes=8-"} {
+		status, h, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
+		assert.True(t, status == http.StatusPartialContent && string(b) == "89" && h.Get("Content-Range") == "bytes 8-9/10",
+			"Range %q: %d %q, Content-Range %q", rg, status, b, h.Get("Content-Range"))
+	}
+	for _, rg := range []string{"items=0-5", "lines=1-2", "none=0-0"} {
+		status, h, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
+		assert.True(t, status == http.StatusOK && string(b) == "0123456789" && h.Get("Content-Range") == "",
+			"Range %q of another unit: %d %q, Content-Range %q", rg, status, b, h.Get("Content-Range"))
+	}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/chatrelay/chatrelay/internal/pushtest"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
-	"github.com/chatrelay/chatrelay/transport"
 )
 
 // TestPushCatchUpAfterASlowNodesChange: a node whose clock runs a minute
@@ -27,11 +26,7 @@ func TestPushCatchUpAfterASlowNodesChange(t *testing.T) {
 			t.Run(fmt.Sprintf("every thread %v", every), func(t *testing.T) {
 				svc := pushtest.NewService(t)
 				be := storetest.Open(t, backend, storetest.Options{})
-				g := &gappyFeed{Store: be.Store}
-				e := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
-					withPush(svc, nil)(c)
-					c.Feed = store.NewFeed(g)
-				}})
+				e, g := startGappyPush(t, be, svc)
 				slow := be.Another(t, storetest.Options{Now: func() time.Time { return time.Now().Add(-time.Minute) }})
 				onTime, behind := threadN(0), threadN(1)
 				e.mustPost(tokenN(0), "hello")

@@ -91,6 +91,18 @@ func (g *gappyFeed) reset(thread string) {
 	g.fn(store.Batch{Thread: thread, Reset: true})
 }
 
+// startGappyPush starts a server with push on be, its pushes to svc, whose
+// feed may skip changes (g).
+func startGappyPush(t *testing.T, be *storetest.Backend, svc *pushtest.Service) (*pushEnv, *gappyFeed) {
+	t.Helper()
+	g := &gappyFeed{Store: be.Store}
+	e := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
+		withPush(svc, nil)(c)
+		c.Feed = store.NewFeed(g)
+	}})
+	return e, g
+}
+
 // TestPushAfterAFeedReset: the changes a feed skipped before it said
 // Reset (of the thread, or of every thread) are pushed once each, from
 // the store; what was pushed before the gap is not pushed again.
@@ -101,11 +113,7 @@ func TestPushAfterAFeedReset(t *testing.T) {
 			t.Run(fmt.Sprintf("every thread %v", every), func(t *testing.T) {
 				svc := pushtest.NewService(t)
 				be := storetest.Open(t, backend, storetest.Options{})
-				g := &gappyFeed{Store: be.Store}
-				e := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
-					withPush(svc, nil)(c)
-					c.Feed = store.NewFeed(g)
-				}})
+				e, g := startGappyPush(t, be, svc)
 				owner, thread := tokenN(1), threadN(1)
 				e.mustPost(owner, "hello")
 				e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
@@ -529,11 +537,7 @@ func TestPushCatchUpAfterAFastNodesChange(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, backend string) {
 		svc := pushtest.NewService(t)
 		be := storetest.Open(t, backend, storetest.Options{})
-		g := &gappyFeed{Store: be.Store}
-		e := startPush(t, pushOptions{on: be, config: func(c *transport.Config) {
-			withPush(svc, nil)(c)
-			c.Feed = store.NewFeed(g)
-		}})
+		e, g := startGappyPush(t, be, svc)
 		fast := be.Another(t, storetest.Options{Now: func() time.Time { return time.Now().Add(time.Minute) }})
 		for i := range 2 {
 			e.mustPost(tokenN(i), "hello")

@@ -187,6 +187,40 @@ func TestConformanceAttachments(t *testing.T) {
 				rest := bytes.Repeat([]byte{3}, chatrelay.LimitThreadAttachments.Max-len(big)) // to the byte
 				mustUpload(t, b.Store, thA, "rest", rest)
 			}},
+			{"a participant's upload counts toward the thread's limit the bytes it may not read as new", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				// An outside probe: identical bytes count once, so a
+				// commenter that filled the thread's 100 MiB to the byte
+				// had an upload of a guessed file taken (201) when the
+				// owner's draft, which it may not read (404), held those
+				// very bytes, and refused (413) otherwise: the answer told
+				// it what the draft holds. Bytes it may not read count as
+				// new for it: the same 413 whatever the draft holds.
+				const p = "p_0000000a"
+				put := func(by, name string, body []byte) (chatrelay.Attachment, error) {
+					return b.Store.(store.Attachments).PutAttachment(context.Background(), thA, store.Upload{Name: name, Type: "text/plain",
+						Body: bytes.NewReader(body), Max: int64(chatrelay.LimitThreadAttachments.Max), By: by})
+				}
+				draft := []byte("the owner's draft")
+				d := mustUpload(t, b.Store, thA, "draft.txt", draft)
+				_, err := put(p, "fill", bytes.Repeat([]byte{4}, chatrelay.LimitThreadAttachments.Max-len(draft))) // to the byte
+				assert.Success(t, err)
+				_, err = put(p, "guess.txt", draft)
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				_, err = put(p, "other guess.txt", []byte("the owner's drafT"))
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				assertNothingStaged(t, b, thA, 2)
+				_, err = put("", "copy.txt", draft) // the owner reads every file: counted once
+				assert.Success(t, err)
+				_, err = put(p, "small", bytes.Repeat([]byte{4}, 1)) // (new bytes: the thread is full)
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				_, err = postWith(b.Store, thA, "the draft, shown", d.ID)
+				assert.Success(t, err)
+				_, err = put(p, "seen.txt", draft) // a message names it now: the participant reads it, counted once
+				assert.Success(t, err)
+				_, err = put(p, "again", bytes.Repeat([]byte{4}, chatrelay.LimitThreadAttachments.Max-len(draft))) // its own: counted once
+				assert.Success(t, err)
+				assertNothingStaged(t, b, thA, 2)
+			}},
 			{"an upload no post names is deleted after an hour; one a post names stays", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				kept := mustUpload(t, b.Store, thA, "kept", []byte("kept"))
 				lost := mustUpload(t, b.Store, thA, "lost", []byte("lost"))
@@ -262,7 +296,7 @@ func TestConformanceAttachments(t *testing.T) {
 				assert.Success(t, meanwhile(func() {}))
 				err := meanwhile(func() { _, err := p.Revoke(context.Background(), thA, alex.ID); assert.Success(t, err) })
 				assert.Code(t, err, chatrelay.TokenRevoked)
-				assertNothingStaged(t, b, thA, 1) // the first upload's bytes only
+				assertNothingStaged(t, b, thA, 0) // the first upload, which no message names, went with the revoke
 
 				bo, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Bo"})
 				err = meanwhile(func() {})
@@ -276,6 +310,140 @@ func TestConformanceAttachments(t *testing.T) {
 					}), strings.NewReader("the rest"))})
 				assert.Code(t, err, chatrelay.Unauthorized)
 				assertNothingStaged(t, b, thA, 0)
+			}},
+			{"a revoke removes the uploads of its grant that no message names, with their bytes; those its messages name stay", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				// An outside probe: a commenter filled the thread's 100 MiB,
+				// then its 100 pending uploads, with uploads it never
+				// posted, and the owner's uploads were refused (413, then
+				// 409) for up to an hour, revoked link or not.
+				ctx := context.Background()
+				appendText(t, b.Store, thA, "", "hello")
+				p := participants(t, b)
+				alex, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter})
+				put := grantUpload(b, thA, alex)
+				posted, err := put("posted.txt", []byte("alex's posted file"))
+				assert.Success(t, err)
+				_, err = b.Store.Append(ctx, thA, store.NewMessage{Author: alex.Author(), Text: "see", Participant: alex.ID, Attachments: []string{posted.ID}})
+				assert.Success(t, err)
+				owners := mustUpload(t, b.Store, thA, "owner.txt", []byte("the same bytes")) // the owner's draft
+				held := int(posted.Size + owners.Size)
+				drafts := []string{}
+				a, err := put("copy.txt", []byte("the same bytes")) // the owner's bytes: stored once, counted twice
+				assert.Success(t, err)
+				drafts = append(drafts, a.ID)
+				a, err = put("fill", bytes.Repeat([]byte{7}, chatrelay.LimitThreadAttachments.Max-held-len("the same bytes")))
+				assert.Success(t, err)
+				drafts = append(drafts, a.ID)
+				_, err = upload(b.Store, thA, "mine.txt", []byte("the owner's new file"))
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				for i := len(drafts); i < chatrelay.LimitAttachmentPending.Max-1; i++ { // with the owner's draft: the most pending
+					a, err := put(fmt.Sprintf("junk %d", i), nil)
+					assert.Success(t, err)
+					drafts = append(drafts, a.ID)
+				}
+				_, err = upload(b.Store, thA, "empty.txt", nil)
+				assert.Code(t, err, chatrelay.TooManyAttachments)
+
+				_, err = p.Revoke(ctx, thA, alex.ID)
+				assert.Success(t, err)
+				for _, id := range drafts {
+					_, err := download(t, b.Store, thA, id)
+					assert.Code(t, err, chatrelay.NotFound)
+				}
+				assertNothingStaged(t, b, thA, 2) // the posted file's bytes and the owner's draft's
+				for id, want := range map[string]string{posted.ID: "alex's posted file", owners.ID: "the same bytes"} {
+					got, err := download(t, b.Store, thA, id)
+					assert.Success(t, err)
+					assert.Equal(t, "bytes of "+id, string(got), want)
+				}
+				// The owner's uploads are taken again, to the thread's
+				// most bytes exactly: the revoked grant's count for nothing.
+				mine := mustUpload(t, b.Store, thA, "mine.txt", []byte("the owner's new file"))
+				held += int(mine.Size)
+				mustUpload(t, b.Store, thA, "rest", bytes.Repeat([]byte{8}, chatrelay.LimitThreadAttachments.Max-held))
+				_, err = upload(b.Store, thA, "one more", []byte{9})
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				assertNothingStaged(t, b, thA, 4)
+				_, err = p.Revoke(ctx, thA, alex.ID) // again: changes nothing
+				assert.Success(t, err)
+				assertNothingStaged(t, b, thA, 4)
+			}},
+			{"uploads racing their grant's revoke: none survives it as a draft", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				appendText(t, b.Store, thA, "", "hello")
+				p := participants(t, b)
+				alex, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter})
+				other := b.Another(t, Options{Now: clk.Now})
+				before, err := grantUpload(b, thA, alex)("before", []byte("before the revoke"))
+				assert.Success(t, err)
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				taken := []string{before.ID}
+				for i := range 12 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						on := b
+						if i%2 == 1 {
+							on = other
+						}
+						if i == 6 {
+							_, err := participants(t, on).Revoke(context.Background(), thA, alex.ID)
+							assert.Success(t, err)
+							return
+						}
+						a, err := grantUpload(on, thA, alex)(fmt.Sprintf("draft %d", i), []byte(fmt.Sprintf("draft %d", i)))
+						if err != nil {
+							assert.Code(t, err, chatrelay.TokenRevoked)
+							return
+						}
+						mu.Lock()
+						taken = append(taken, a.ID)
+						mu.Unlock()
+					}()
+				}
+				wg.Wait()
+				for _, id := range taken {
+					_, err := download(t, b.Store, thA, id)
+					assert.Code(t, err, chatrelay.NotFound)
+				}
+				assertNothingStaged(t, b, thA, 0)
+			}},
+			{"a device's revoke and a link's noted expiry remove their uploads that no message names", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				ctx := context.Background()
+				appendText(t, b.Store, thA, "", "hello")
+				p := participants(t, b)
+				bo, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Bo", Role: chatrelay.Commenter, ExpiresIn: time.Hour})
+				clk.Advance(30 * time.Minute) // (the uploads below are half an hour from their own expiry at bo's)
+				phone, _, err := makeDevice(t, b, clk, thA, "phone")
+				assert.Success(t, err)
+				fromPhone, err := grantUpload(b, thA, phone)("phone draft", []byte("from the phone"))
+				assert.Success(t, err)
+				postedPhone, err := grantUpload(b, thA, phone)("phone posted", []byte("posted from the phone"))
+				assert.Success(t, err)
+				_, err = postWith(b.Store, thA, "from the phone", postedPhone.ID)
+				assert.Success(t, err)
+				fromBo, err := grantUpload(b, thA, bo)("bo draft", []byte("from bo"))
+				assert.Success(t, err)
+				owners := mustUpload(t, b.Store, thA, "owner draft", []byte("the owner's"))
+				assertNothingStaged(t, b, thA, 4)
+
+				_, err = p.Revoke(ctx, thA, phone.ID)
+				assert.Success(t, err)
+				_, err = download(t, b.Store, thA, fromPhone.ID)
+				assert.Code(t, err, chatrelay.NotFound)
+				assertNothingStaged(t, b, thA, 3)
+
+				clk.Advance(30 * time.Minute) // bo's link expires: the sweep notes it
+				first, err := p.NoteExpired(ctx, thA, bo.ID)
+				assert.Success(t, err)
+				assert.True(t, first, "the expiry noted first")
+				_, err = download(t, b.Store, thA, fromBo.ID)
+				assert.Code(t, err, chatrelay.NotFound)
+				assertNothingStaged(t, b, thA, 2)
+				for _, id := range []string{postedPhone.ID, owners.ID} {
+					_, err := download(t, b.Store, thA, id)
+					assert.Success(t, err)
+				}
 			}},
 			{"concurrent posts naming one upload: exactly one takes it", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				a := mustUpload(t, b.Store, thA, "a", []byte("once"))
@@ -414,6 +582,18 @@ func TestConformanceAttachments(t *testing.T) {
 			})
 		}
 	})
+}
+
+// grantUpload is an upload into thread with grant g: a participant's
+// (its id the uploader), or a device's (the owner's).
+func grantUpload(b *Backend, thread string, g chatrelay.Grant) func(name string, body []byte) (chatrelay.Attachment, error) {
+	return func(name string, body []byte) (chatrelay.Attachment, error) {
+		up := store.Upload{Name: name, Type: "text/plain", Body: bytes.NewReader(body), Max: int64(chatrelay.LimitThreadAttachments.Max), Grant: g.ID}
+		if !g.Device() {
+			up.By = g.ID
+		}
+		return b.Store.(store.Attachments).PutAttachment(context.Background(), thread, up)
+	}
 }
 
 // assertNothingStaged checks that thread holds files bytes (distinct

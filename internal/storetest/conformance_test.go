@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -44,6 +45,63 @@ func since(t *testing.T, st store.Store, thread string, after int64, limit int) 
 	p, err := st.Since(context.Background(), thread, after, limit)
 	assert.Success(t, err)
 	return p
+}
+
+// feedLog is what a Follow of a store handed on, for the feed's cases.
+type feedLog struct {
+	mu         sync.Mutex
+	got        []store.Batch
+	readyFirst bool // no batch came before Ready
+	cancel     context.CancelFunc
+	done       chan error
+}
+
+// follow follows st's feed until stop (or the test's end), and returns
+// once the feed is ready.
+func follow(t *testing.T, st store.Store) *feedLog {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	l := &feedLog{readyFirst: true, cancel: cancel, done: make(chan error, 1)}
+	ready := make(chan struct{})
+	var once sync.Once
+	go func() {
+		l.done <- st.Follow(ctx, func(bt store.Batch) {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if bt.Ready {
+				l.readyFirst = l.readyFirst && len(l.got) == 0
+				once.Do(func() { close(ready) })
+				return
+			}
+			l.got = append(l.got, bt)
+		})
+	}()
+	<-ready
+	return l
+}
+
+// batches returns the batches handed on so far.
+func (l *feedLog) batches() []store.Batch {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.got)
+}
+
+// messages returns the changes of the batches handed on so far, in order.
+func (l *feedLog) messages() []store.Entry {
+	var out []store.Entry
+	for _, bt := range l.batches() {
+		out = append(out, bt.Messages...)
+	}
+	return out
+}
+
+// stop ends the follow: the feed ends without an error.
+func (l *feedLog) stop(t *testing.T) {
+	t.Helper()
+	l.cancel()
+	assert.Success(t, <-l.done)
 }
 
 func TestConformance(t *testing.T) {
@@ -199,47 +257,18 @@ func TestConformance(t *testing.T) {
 				assert.Equal(t, "awaiting", infos[1].Awaiting, true)
 			}},
 			{"the feed: ready first, then every append of another process once, in order", Options{}, func(t *testing.T, b *Backend, _ *testclock.Clock) {
-				ctx, cancel := context.WithCancel(context.Background())
-				var mu sync.Mutex
-				var got []store.Batch
-				readyFirst := true
-				ready := make(chan struct{})
-				done := make(chan error, 1)
-				go func() {
-					done <- b.Store.Follow(ctx, func(bt store.Batch) {
-						mu.Lock()
-						defer mu.Unlock()
-						if bt.Ready {
-							readyFirst = readyFirst && len(got) == 0
-							close(ready)
-							return
-						}
-						got = append(got, bt)
-					})
-				}()
-				<-ready
+				feed := follow(t, b.Store)
 				other := b.Another(t, Options{}) // another process, or another node
 				var want []int64
 				for i := range 20 {
 					th := []string{thA, thB}[i%2]
 					want = append(want, appendText(t, other.Store, th, chatrelay.Hermes, "from elsewhere").Epoch)
 				}
-				assert.Eventually(t, 10*time.Second, "every append on the feed", func() bool {
-					mu.Lock()
-					defer mu.Unlock()
-					n := 0
-					for _, bt := range got {
-						n += len(bt.Messages)
-					}
-					return n >= len(want)
-				})
-				cancel()
-				assert.Success(t, <-done)
-				mu.Lock()
-				defer mu.Unlock()
-				assert.True(t, readyFirst, "a batch came before Ready")
+				assert.Eventually(t, 10*time.Second, "every append on the feed", func() bool { return len(feed.messages()) >= len(want) })
+				feed.stop(t)
+				assert.True(t, feed.readyFirst, "a batch came before Ready")
 				perThread := map[string][]int64{}
-				for _, bt := range got {
+				for _, bt := range feed.batches() {
 					assert.True(t, !bt.Reset, "a reset batch for %s", bt.Thread)
 					for _, m := range bt.Messages {
 						perThread[bt.Thread] = append(perThread[bt.Thread], m.Epoch)

@@ -288,27 +288,11 @@ func TestConformanceV2(t *testing.T) {
 			}},
 			{"the feed carries changes in their new state, once, in order (changes of one message between two reads may come as its latest state)", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				m := appendText(t, b.Store, thA, "", "hello")
-				ctx, cancel := context.WithCancel(context.Background())
-				var mu sync.Mutex
-				var got []store.Entry
-				ready := make(chan struct{})
-				done := make(chan error, 1)
-				go func() {
-					done <- b.Store.Follow(ctx, func(bt store.Batch) {
-						if bt.Ready {
-							close(ready)
-							return
-						}
-						mu.Lock()
-						got = append(got, bt.Messages...)
-						mu.Unlock()
-					})
-				}()
-				<-ready
+				feed := follow(t, b.Store)
 				other := b.Another(t, Options{Now: clk.Now}).Store
 				seen := func(n int) {
 					t.Helper()
-					assert.Eventually(t, 10*time.Second, "the change on the feed", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= n })
+					assert.Eventually(t, 10*time.Second, "the change on the feed", func() bool { return len(feed.messages()) >= n })
 				}
 				r, err := change(other, thA, store.Change{Op: store.React, MessageID: m.ID, Emoji: "👀", By: chatrelay.Hermes})
 				assert.Success(t, err)
@@ -318,10 +302,8 @@ func TestConformanceV2(t *testing.T) {
 				ans, err := change(b.Store, thA, store.Change{Op: store.Respond, InteractionID: ix.Interaction.ID, Answer: chatrelay.Answer{Value: "main"}, By: chatrelay.Operator})
 				assert.Success(t, err)
 				seen(3)
-				cancel()
-				assert.Success(t, <-done)
-				mu.Lock()
-				defer mu.Unlock()
+				feed.stop(t)
+				got := feed.messages()
 				assert.Equal(t, "changes", len(got), 3)
 				assert.True(t, got[0].Rev == r.Rev && got[0].Rev > got[0].Epoch && string(got[0].JSON2) == string(r.JSON2), "first: %s", got[0].JSON2)
 				assert.True(t, got[1].Rev == got[1].Epoch && got[1].ID == ix.ID, "second: %s", got[1].JSON2)

@@ -34,7 +34,12 @@ import (
 // dropped, and then the files that no record names (collect). A thread
 // holds at most LimitAttachmentPending uploads no message names (checked
 // before the bytes are taken in, and again under the lock), so the index
-// holds at most those and the uploads its messages name. A crash
+// holds at most those and the uploads its messages name. When a grant
+// ends (Revoke, NoteExpired: withGrantsThen), the same collect runs under
+// the lock that wrote the grants record, and drops the uploads made with
+// a grant that has ended that no message names (Orphaned); an upload of
+// that grant committing later is refused (UploadGrant, under the lock).
+// A crash
 // leaves at most a temp file (swept after an hour) or a file no record
 // names (collected): never a record without its file, never a message
 // naming a record that is gone (a record a message names is never
@@ -114,24 +119,28 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	if pending(recs, used) >= chatrelay.LimitAttachmentPending.Max {
 		return chatrelay.Attachment{}, store.TooManyPending()
 	}
-	held := 0
+	held, seen := 0, false
 	for _, r := range recs {
 		if r.SHA256 == a.SHA256 {
 			held++
+			seen = seen || r.OpensFor(up.By, used[r.ID])
 		}
 	}
 	dir := s.filesDir(thread)
 	blob := filepath.Join(dir, a.SHA256)
+	if (held == 0 || !seen) && storedBytes(recs)+a.Size > int64(chatrelay.LimitThreadAttachments.Max) {
+		// Bytes the uploader may not read (the owner's draft, to a
+		// participant) count as new for it: taken or refused, the
+		// answer tells nothing of what the thread holds.
+		return chatrelay.Attachment{}, store.ThreadFull()
+	}
 	if held == 0 {
-		if storedBytes(recs)+a.Size > int64(chatrelay.LimitThreadAttachments.Max) {
-			return chatrelay.Attachment{}, store.ThreadFull()
-		}
 		if err := s.placeBlob(thread, tmp, dir, blob); err != nil {
 			return chatrelay.Attachment{}, err
 		}
 		tmp = ""
 	}
-	recs = append(recs, store.StoredAttachment{Attachment: a, At: now.UnixMilli(), By: up.By})
+	recs = append(recs, store.StoredAttachment{Attachment: a, At: now.UnixMilli(), By: up.By, Grant: up.Grant})
 	if err := s.writeIndex(thread, read, recs); err != nil {
 		if held == 0 {
 			os.Remove(blob)
@@ -340,8 +349,9 @@ func (s *File) attachTo(thread string, d threadDoc, ids []string, by string, now
 }
 
 // collect drops the uploads of thread that no message names and that are
-// old enough or in gone (their message left), and the files no upload
-// names; a thread with none left loses its folder. The caller holds the
+// old enough, or in gone (their message left), or whose grant has ended
+// (store.StoredAttachment.Orphaned), and the files no upload names; a
+// thread with none left loses its folder. The caller holds the
 // thread's lock; d is its document (nil: it has none).
 func (s *File) collect(thread string, d *threadDoc, gone map[string]bool) error {
 	recs, err := s.readIndex(thread)
@@ -356,7 +366,12 @@ func (s *File) collect(thread string, d *threadDoc, gone map[string]bool) error 
 		s.removeStray(thread, nil)
 		return nil
 	}
-	keep := slices.DeleteFunc(kept(recs, usedIDs(doc), s.now()), func(r store.StoredAttachment) bool { return gone[r.ID] })
+	used := usedIDs(doc)
+	grants, gerr := s.readGrants(thread) // (unreadable: every grant's uploads wait for their hour)
+	now := s.now()
+	keep := slices.DeleteFunc(kept(recs, used, now), func(r store.StoredAttachment) bool {
+		return gone[r.ID] || gerr == nil && !used[r.ID] && r.Orphaned(grants, now)
+	})
 	if len(keep) != len(recs) {
 		if err := s.writeIndex(thread, recs, keep); err != nil {
 			return s.unavailable(thread, err)

@@ -96,7 +96,7 @@ func (s *File) recordBaseline() {
 		t.mu.Lock()
 		if snap, err := s.load(name, t); err == nil && snap != nil && snap.err == nil {
 			t.announced = max(t.announced, snap.doc.rev)
-			s.dropped(t, &snap.doc)
+			s.dropped(t, &snap.doc, snap.doc.msgs)
 		}
 		t.mu.Unlock()
 	}
@@ -145,7 +145,7 @@ func (s *File) poke(thread string) {
 	snap, err := s.load(thread, t)
 	if err == nil && snap == nil && t.announced > 0 {
 		t.announced = 0
-		s.announceClosed(thread, s.dropped(t, nil)) // another process's sweep removed it
+		s.announceClosed(thread, s.dropped(t, nil, nil)) // another process's sweep removed it
 		s.announceParticipants(thread)
 		return
 	}
@@ -160,9 +160,8 @@ func (s *File) poke(thread string) {
 // changed after t.announced, changes were lost to the feed and the batch
 // says Reset. The caller holds t.mu.
 func (s *File) announce(thread string, t *threadState, d threadDoc) {
-	closed := s.dropped(t, &d)
 	if d.rev <= t.announced { // the sweep's: it drops, and changes nothing
-		s.announceClosed(thread, closed)
+		s.announceClosed(thread, s.dropped(t, &d, nil))
 		return
 	}
 	var changed []store.Entry
@@ -171,6 +170,7 @@ func (s *File) announce(thread string, t *threadState, d threadDoc) {
 			changed = append(changed, e)
 		}
 	}
+	closed := s.dropped(t, &d, changed)
 	if len(changed) > 1 {
 		slices.SortFunc(changed, func(a, b store.Entry) int { return cmp.Compare(a.Rev, b.Rev) })
 	}
@@ -189,34 +189,49 @@ func (s *File) announce(thread string, t *threadState, d threadDoc) {
 // dropped returns the interactions of t.open that d (nil: the thread was
 // removed) no longer holds, closed expired now (store.DroppedEntry), and
 // makes d's pending interactions t.open (closed at d's newest change, or
-// now if later, as their webhook events). Only retention drops a message,
-// so each was dropped while pending: by this process or another, on
-// append or in the sweep. The caller holds t.mu.
-func (s *File) dropped(t *threadState, d *threadDoc) []store.Entry {
+// now if later, as their webhook events): those of t.open d holds still
+// pending, and those of changed (d's messages changed since t.open was
+// made: a question asked, or all of d's at first). Only retention drops a
+// message, so each was dropped while pending: by this process or another,
+// on append or in the sweep. The caller holds t.mu.
+func (s *File) dropped(t *threadState, d *threadDoc, changed []store.Entry) []store.Entry {
 	var closed []store.Entry
-	at := s.now().UnixMilli() // the sweep's time, as its webhook's
-	if d != nil {
-		at = max(at, d.rev) // an append's epoch, as its webhook's
-	}
+	var at int64 // when the drops are closed, once there is one
+	open := t.open[:0]
 	for _, o := range t.open {
 		if d != nil {
-			if _, ok := slices.BinarySearchFunc(d.msgs, o.Epoch, func(e store.Entry, epoch int64) int { return cmp.Compare(e.Epoch, epoch) }); ok {
+			if i, ok := slices.BinarySearchFunc(d.msgs, o.Epoch, func(e store.Entry, epoch int64) int { return cmp.Compare(e.Epoch, epoch) }); ok {
+				if asking(d.msgs[i]) {
+					open = append(open, d.msgs[i])
+				}
 				continue
+			}
+		}
+		if at == 0 {
+			at = s.now().UnixMilli() // the sweep's time, as its webhook's
+			if d != nil {
+				at = max(at, d.rev) // an append's epoch, as its webhook's
 			}
 		}
 		if e, ok := store.DroppedEntry(o.Message, at); ok {
 			closed = append(closed, e)
 		}
 	}
-	t.open = t.open[:0:0]
-	if d != nil {
-		for _, e := range d.msgs {
-			if e.Interaction != nil && e.Interaction.State == chatrelay.Pending {
-				t.open = append(t.open, e)
-			}
+	for _, e := range changed {
+		if asking(e) && !slices.ContainsFunc(open, func(o store.Entry) bool { return o.Epoch == e.Epoch }) {
+			open = append(open, e)
 		}
 	}
+	if len(open) < len(t.open) {
+		clear(t.open[len(open):]) // no entry kept alive past its use
+	}
+	t.open = open
 	return closed
+}
+
+// asking reports whether e holds an interaction still pending.
+func asking(e store.Entry) bool {
+	return e.Interaction != nil && e.Interaction.State == chatrelay.Pending
 }
 
 // announceClosed hands the feeds the interactions of thread that

@@ -106,6 +106,16 @@ func grantsRecord(thread string, grants []chatrelay.Grant) []byte {
 // error of a document that does not parse (else nil), so that an invite
 // says so rather than "no message yet", while a revoke still works.
 func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []chatrelay.Grant, unread error, exists bool) ([]chatrelay.Grant, bool, error)) error {
+	return s.withGrantsThen(ctx, thread, fn, false)
+}
+
+// withGrantsThen is withGrants that, if drafts, then collects the
+// thread's attachments under the same lock (collect): the uploads of a
+// grant that has ended (revoked, or its expiry noted) that no message
+// names go with the write that ends it, or, a grant that had ended
+// already (fn writes nothing), at once. A thread whose document does not
+// parse is left as it is (which uploads its messages name is unknown).
+func (s *File) withGrantsThen(ctx context.Context, thread string, fn func(grants []chatrelay.Grant, unread error, exists bool) ([]chatrelay.Grant, bool, error), drafts bool) error {
 	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
 	}
@@ -136,17 +146,33 @@ func (s *File) withGrants(ctx context.Context, thread string, fn func(grants []c
 		return err
 	}
 	out, write, err := fn(grants, unread, snap != nil && len(d.msgs) > 0)
-	if err != nil || !write {
+	if err != nil {
 		return err
 	}
-	if s.hooks != nil { // the change's webhook events first (outbox.go)
-		if lines := grantEventsOf(thread, grants, out, s.now()); len(lines) > 0 {
-			if err := s.hooks.queue(lines); err != nil {
-				return s.unavailable(thread, err)
+	if write {
+		if s.hooks != nil { // the change's webhook events first (outbox.go)
+			if lines := grantEventsOf(thread, grants, out, s.now()); len(lines) > 0 {
+				if err := s.hooks.queue(lines); err != nil {
+					return s.unavailable(thread, err)
+				}
 			}
 		}
+		if err := s.writeGrants(thread, grants, out); err != nil {
+			return err
+		}
 	}
-	return s.writeGrants(thread, grants, out)
+	if drafts && unread == nil && s.hasFiles(thread) {
+		// The grant has ended (written): a failure to collect is the
+		// sweep's to mend, not the revoke's to report.
+		var doc *threadDoc
+		if snap != nil {
+			doc = &d
+		}
+		if err := s.collect(thread, doc, nil); err != nil {
+			s.log.Warn("attachments of an ended grant", "thread", thread, "err", err)
+		}
+	}
+	return nil
 }
 
 // Invite implements Participants.
@@ -188,7 +214,7 @@ func (s *File) Grant(ctx context.Context, thread, id string) (chatrelay.Grant, e
 // Revoke implements Participants.
 func (s *File) Revoke(ctx context.Context, thread, id string) (chatrelay.Grant, error) {
 	var out chatrelay.Grant
-	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ error, _ bool) ([]chatrelay.Grant, bool, error) {
+	err := s.withGrantsThen(ctx, thread, func(grants []chatrelay.Grant, _ error, _ bool) ([]chatrelay.Grant, bool, error) {
 		i, err := chatrelay.GrantIndex(grants, id)
 		if err != nil {
 			return nil, false, err
@@ -201,13 +227,13 @@ func (s *File) Revoke(ctx context.Context, thread, id string) (chatrelay.Grant, 
 		grants[i].RevokedAt = s.now().UnixMilli()
 		out = grants[i]
 		return grants, true, nil
-	})
+	}, true)
 	return out, err
 }
 
 // MarkUsed implements Participants.
 func (s *File) MarkUsed(ctx context.Context, thread, id string) (bool, error) {
-	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.Used })
+	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.Used }, false)
 }
 
 // Seen implements Participants.
@@ -228,15 +254,16 @@ func (s *File) Seen(ctx context.Context, thread, id string, at int64) (bool, err
 }
 
 // NoteExpired implements Participants.
+// The expired grant's uploads that no message names go with the note.
 func (s *File) NoteExpired(ctx context.Context, thread, id string) (bool, error) {
-	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.ExpiryNoted })
+	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.ExpiryNoted }, true)
 }
 
 // markGrant sets the flag of a grant that flag points to, and reports
-// whether it was not set before.
-func (s *File) markGrant(ctx context.Context, thread, id string, flag func(*chatrelay.Grant) *bool) (bool, error) {
+// whether it was not set before; drafts: as withGrantsThen.
+func (s *File) markGrant(ctx context.Context, thread, id string, flag func(*chatrelay.Grant) *bool, drafts bool) (bool, error) {
 	first := false
-	err := s.withGrants(ctx, thread, func(grants []chatrelay.Grant, _ error, _ bool) ([]chatrelay.Grant, bool, error) {
+	err := s.withGrantsThen(ctx, thread, func(grants []chatrelay.Grant, _ error, _ bool) ([]chatrelay.Grant, bool, error) {
 		first = false // fn may run twice (withGrants' look before the lock): only the last run counts
 		i := slices.IndexFunc(grants, func(g chatrelay.Grant) bool { return g.ID == id })
 		if i < 0 || *flag(&grants[i]) {
@@ -245,7 +272,7 @@ func (s *File) markGrant(ctx context.Context, thread, id string, flag func(*chat
 		grants = slices.Clone(grants)
 		*flag(&grants[i]), first = true, true
 		return grants, true, nil
-	})
+	}, drafts)
 	return first, err
 }
 

@@ -216,7 +216,7 @@ func (s *File) removeThread(t *threadState, thread string) error {
 		}
 	}
 	s.removeStray(thread, nil) // every upload and its bytes
-	s.announceClosed(thread, s.dropped(t, nil))
+	s.announceClosed(thread, s.dropped(t, nil, nil))
 	s.announceParticipants(thread)
 	if s.dsync != nil {
 		s.dsync.sync()

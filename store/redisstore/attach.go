@@ -55,7 +55,9 @@ import (
 // and adds the record: an upload is whole or absent. appendScript marks
 // the uploads a message names (u:<id>), refusing one unknown or marked;
 // retention releases them with their message (dropV2, removeThread), and
-// collectScript the uploads no message named within the hour.
+// collectScript the uploads no message named within the hour, and those
+// of a grant that has ended (run by the sweep, and at once by a revoke or
+// an expiry noted: dropDrafts).
 
 var _ store.Attachments = (*Store)(nil)
 
@@ -117,7 +119,7 @@ func (s *Store) putAttachment(ctx context.Context, thread string, up store.Uploa
 		return chatrelay.Attachment{}, s.unavailable("upload", err)
 	}
 	a := store.NewAttachment(up, rec)
-	js, _ := json.Marshal(store.StoredAttachment{Attachment: a, At: s.now().UnixMilli(), By: up.By})
+	js, _ := json.Marshal(store.StoredAttachment{Attachment: a, At: s.now().UnixMilli(), By: up.By, Grant: up.Grant})
 	cctx, cancel := s.bound(ctx)
 	defer cancel()
 	// Listed for the sweep first (att-threads is in no thread's slot: the
@@ -135,7 +137,7 @@ func (s *Store) putAttachment(ctx context.Context, thread string, up store.Uploa
 		return commitScript.Run(ctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256), s.metaKey(thread), s.index, s.places, s.grantsKey(thread)},
 			a.ID, string(js), a.SHA256, a.Size, chatrelay.LimitThreadAttachments.Max, aw.n > 0,
 			s.pendingSince(), chatrelay.LimitAttachmentPending.Max, aw.i, thread, limit, s.now().UnixMilli(),
-			version, up.Grant != "").Text()
+			version, up.Grant != "", up.By).Text()
 	}
 	var res string
 	for {
@@ -387,19 +389,36 @@ func (w *appender) flush() error {
 // upload no message names is pending, the most pending uploads, the
 // chunks the staging key was sent, the thread, the most threads, now
 // (ms), the version of the grants record the uploader's grant was checked
-// in and "1" if it has one (Upload.Grant). It answers "retry" (the grants
+// in, "1" if it has one (Upload.Grant), and the uploader (Upload.By: a
+// participant's id, or "" for the owner). It answers "retry" (the grants
 // record changed since: nothing is kept, the staging key stays), or
 // answers "ok", "thread_limit" (the thread has no place in the thread
 // limit, neither in the index nor in att-places, and they hold the most
 // threads: nothing is kept but the staging key, for the caller to try
 // again with more room or delete), "pending" (the thread holds the most
 // pending uploads it may: pendingLua; nothing is kept), "full" (the
-// bytes would take the thread past its most; nothing is kept),
+// bytes would take the thread past its most, counted as new unless the
+// uploader may read a record holding them: seenBy; nothing is kept),
 // "unreadable" (the thread is marked unreadable: unreadable.go; nothing
 // is kept) or "lost" (the staging key lacks chunks it was sent: Redis
 // lost data meanwhile; nothing is kept). An upload kept into a thread
 // that had no place gives it one in att-places.
 var commitScript = redis.NewScript(pendingLua + `
+-- seenBy: whether by (a participant's id; '' the owner, who reads every
+-- file) may read a record of att holding the bytes sha: its own upload, or
+-- one a message names (u:<id>), as StoredAttachment.OpensFor.
+local function seenBy(att, sha, by)
+  if by == '' then return true end
+  for _, f in ipairs(redis.call('HKEYS', att)) do
+    if string.sub(f, 1, 3) == 'at_' then
+      local ok, a = pcall(cjson.decode, redis.call('HGET', att, f) or '')
+      if ok and type(a) == 'table' and a.sha256 == sha and (a.by == by or redis.call('HEXISTS', att, 'u:' .. f) == 1) then
+        return true
+      end
+    end
+  end
+  return false
+end
 local att, stage, blob = KEYS[1], KEYS[2], KEYS[3]
 if (ARGV[14] == '1' or ARGV[14] == 'true') and (redis.call('HGET', KEYS[7], '.v') or '') ~= ARGV[13] then
   return 'retry'
@@ -417,13 +436,17 @@ if pendingUploads(att, tonumber(ARGV[7])) >= tonumber(ARGV[8]) then
   return 'pending'
 end
 local id, rec, sha, size, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
-if tonumber(redis.call('HGET', att, 'b:' .. sha) or '0') > 0 then
+local held = tonumber(redis.call('HGET', att, 'b:' .. sha) or '0') > 0
+if (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most and (not held or not seenBy(att, sha, ARGV[15])) then
+  -- Bytes the uploader may not read (the owner's draft, to a
+  -- participant) count as new for it: taken or refused, the answer
+  -- tells nothing of what the thread holds.
+  redis.call('DEL', stage)
+  return 'full'
+end
+if held then
   redis.call('DEL', stage)
 else
-  if (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most then
-    redis.call('DEL', stage)
-    return 'full'
-  end
   if ARGV[6] == 'true' or ARGV[6] == '1' then
     if redis.call('HLEN', stage) ~= tonumber(ARGV[9]) then
       redis.call('DEL', stage)
@@ -442,23 +465,54 @@ if place then redis.call('ZADD', KEYS[6], ARGV[12], ARGV[10]) end
 return 'ok'
 `)
 
+// orphanLua defines orphaned(a, now): whether a, the decoded record of
+// an upload no message names, was uploaded with a grant (a share link's
+// or a device's: its "grant", or a participant's "by" in a record stored
+// before "grant" was kept) that has ended at now (ms): revoked, past its
+// expiry, or gone from the thread's grants record K.grants (ended long
+// ago), as store.StoredAttachment.Orphaned. A grants record that cannot
+// be read ends no grant here (its uploads wait for their hour).
+const orphanLua = `
+local endedGrants = {}
+local function orphaned(a, now)
+  local id = a.grant
+  if type(id) ~= 'string' or id == '' then id = a.by end
+  if type(id) ~= 'string' or id == '' or string.sub(id, 1, 1) == '.' then return false end
+  if endedGrants[id] == nil then
+    local js = redis.pcall('HGET', K.grants, id)
+    local ended = false
+    if not js then
+      ended = true
+    elseif type(js) == 'string' then
+      local ok, g = pcall(cjson.decode, js)
+      ended = ok and type(g) == 'table' and ((tonumber(g.revoked_at) or 0) ~= 0 or now >= (tonumber(g.expires_at) or math.huge))
+    end
+    endedGrants[id] = ended
+  end
+  return endedGrants[id]
+end
+`
+
 // collectScript drops a thread's uploads that no message names and that
-// were uploaded at or before ARGV[1] (ms), and their bytes if no record holds
-// them; a thread left with none, or in the index (whose place is there),
-// leaves att-places (ARGV[2] is the thread). KEYS: Store.keys. It answers how
+// were uploaded at or before ARGV[1] (ms) or whose grant has ended at
+// ARGV[3] (ms, now: orphanLua), and their bytes if no record holds them;
+// a thread left with none, or in the index (whose place is there), leaves
+// att-places (ARGV[2] is the thread). KEYS: Store.keys. It answers how
 // many uploads the thread keeps.
 // (A pending upload's staging key is not the hash's: it expires.) A thread
-// marked unreadable (unreadable.go) is kept as it is: -1.
-var collectScript = redis.NewScript(luaCommon + `
+// marked unreadable (unreadable.go) is kept as it is: -1. A revoke, or an
+// expiry noted, runs it at once (Store.dropDrafts), so that the ended
+// grant's uploads no message names go with it.
+var collectScript = redis.NewScript(luaCommon + orphanLua + `
 if redis.call('HEXISTS', K.meta, '` + markField + `') == 1 then return -1 end
-local before = tonumber(ARGV[1])
+local before, now = tonumber(ARGV[1]), tonumber(ARGV[3])
 local left = 0
 local fs = redis.call('HGETALL', K.att)
 for i = 1, #fs, 2 do
   local id = fs[i]
   if string.sub(id, 1, 3) == 'at_' then
     local ok, a = pcall(cjson.decode, fs[i + 1])
-    if redis.call('HEXISTS', K.att, 'u:' .. id) == 0 and (not ok or type(a) ~= 'table' or (tonumber(a.at) or 0) <= before) then
+    if redis.call('HEXISTS', K.att, 'u:' .. id) == 0 and (not ok or type(a) ~= 'table' or (tonumber(a.at) or 0) <= before or orphaned(a, now)) then
       releaseAtt(id)
     else
       left = left + 1
@@ -705,7 +759,7 @@ func (s *Store) sweepUploads(ctx context.Context) error {
 			continue
 		}
 		sctx, cancel := s.bound(ctx)
-		err := collectScript.Run(sctx, s.rdb, s.keys(name), before, name).Err()
+		err := collectScript.Run(sctx, s.rdb, s.keys(name), before, name, s.now().UnixMilli()).Err()
 		cancel()
 		if err != nil {
 			return s.unavailable("sweep", err)
@@ -719,4 +773,19 @@ func (s *Store) sweepUploads(ctx context.Context) error {
 		return s.unavailable("sweep", err)
 	}
 	return nil
+}
+
+// dropDrafts collects thread's uploads (collectScript) once a grant of
+// it has ended (revoked, or its expiry noted): the grant's uploads that
+// no message names go at once, with their bytes unless another record
+// holds them. The script reads the grant's state itself, so an upload
+// racing the revoke is either committed before it (and goes here) or
+// refused by commitScript (the grants record's version changed). A
+// failure is logged: the sweep collects them in its turn.
+func (s *Store) dropDrafts(ctx context.Context, thread string) {
+	ctx, cancel := s.bound(context.WithoutCancel(ctx))
+	defer cancel()
+	if err := collectScript.Run(ctx, s.rdb, s.keys(thread), s.pendingSince(), thread, s.now().UnixMilli()).Err(); err != nil {
+		s.log.Warn("attachments of an ended grant", "thread", thread, "err", err)
+	}
 }

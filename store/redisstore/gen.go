@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -17,9 +18,9 @@ import (
 //	                    newest epoch known to have been lost with an
 //	                    earlier data set (0 if none)
 //
-// Every append that makes a thread, every read (Since) and every feed
-// (re)subscription creates it if it is missing, in the same script or MULTI as what it does, with
-// lost = the newest epoch the store has seen: 0 for a new deployment (or a
+// Every append that makes a thread (in its script), every read (Since,
+// Changes) and every feed (re)subscription creates it if it is missing,
+// with lost = the newest epoch the store has seen: 0 for a new deployment (or a
 // node that never saw the old data), and what was lost for a Redis that
 // lost its data under a running node. A store that then reads an id other
 // than the one it saw before knows that the data was lost: it raises lost
@@ -28,6 +29,14 @@ import (
 // TicketKey), records its shard again (claimShard) if it is one of several
 // instances, and makes its feeds resubscribe, and they reset every thread
 // they knew.
+//
+// A full Redis (maxmemory with noeviction) refuses every write and every
+// MULTI, even one of reads only, but runs a script until it calls a write
+// command. So the reads that must work then (Changes, the feed's index,
+// Since once its MULTI is refused) are scripts that only read: each reads
+// the generation with what it reads, and only if it is missing creates it,
+// a write, and reads again (withGen). A full Redis refuses only the very
+// first read of a data set.
 //
 // Since answers Reset for a cursor into lost data: 0 < since <= lost. That
 // is only ever a cursor of the old data set (every epoch of the new one is
@@ -52,15 +61,48 @@ func (s *Store) genCmds(ctx context.Context, p redis.Pipeliner) *redis.SliceCmd 
 	return p.HMGet(ctx, s.genKey, "id", "start", "lost")
 }
 
-// genOf reads what genCmds queued.
-func genOf(c *redis.SliceCmd) generation {
-	var g generation
-	if v := c.Val(); len(v) == 3 {
-		g.id, _ = v[0].(string)
-		g.start = toInt(v[1])
-		g.lost = toInt(v[2])
+// createGen creates the generation key if it is missing (a MULTI, a
+// write: a full Redis refuses it).
+func (s *Store) createGen(ctx context.Context) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		s.genCmds(ctx, p)
+		return nil
+	})
+	return err
+}
+
+// withGen answers what read answers: the values of a read-only script
+// whose first three are the generation's id, start and lost ("" if it is
+// missing: readScript, changesScript, indexScript). If the generation is
+// missing (the first read of a data set), it creates it (createGen) and
+// reads again, so that what a call answers and its generation are still
+// read together: a full Redis fails only that first read.
+func (s *Store) withGen(ctx context.Context, read func() ([]string, error)) ([]string, error) {
+	for again := false; ; again = true {
+		res, err := read()
+		if err != nil || len(res) < 3 || res[0] != "" {
+			return res, err
+		}
+		if again {
+			return nil, errors.New("the generation was removed again as it was created")
+		}
+		if err := s.createGen(ctx); err != nil {
+			return nil, err
+		}
 	}
-	return g
+}
+
+// genFrom is the generation of res, the answer of a script withGen runs.
+func genFrom(res []string) generation {
+	if len(res) < 3 {
+		return generation{}
+	}
+	return generation{id: res[0], start: parseInt(res[1]), lost: parseInt(res[2])}
+}
+
+func parseInt(str string) int64 {
+	n, _ := strconv.ParseInt(str, 10, 64)
+	return n
 }
 
 func toInt(v any) int64 {

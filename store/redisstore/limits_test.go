@@ -242,11 +242,11 @@ func retryOf(err error) time.Duration {
 
 // TestStreamLimiterReleasesWhenRedisIsFull: a full Redis (maxmemory with
 // noeviction) still takes a stream's lease (the script's first write lets
-// it past the OOM check) but refuses every MULTI; the stream then fails
-// (its backlog read is refused) and its release must still free its
-// place, or a page retrying against a full Redis holds every place of its
-// thread and is refused too_many_streams for a whole lease after Redis
-// has room again.
+// it past the OOM check) but refuses every MULTI; a stream that then
+// fails (its backlog read refused: the first read of a data set, which
+// creates its generation) must still free its place, or a page retrying
+// against a full Redis holds every place of its thread and is refused
+// too_many_streams for a whole lease after Redis has room again.
 func TestStreamLimiterReleasesWhenRedisIsFull(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t, redistest.ServerOptions{})

@@ -217,6 +217,9 @@ func (s *Store) Revoke(ctx context.Context, thread, id string) (chatrelay.Grant,
 		g.RevokedAt = s.now().UnixMilli()
 		return true
 	}, &out)
+	if err == nil {
+		s.dropDrafts(ctx, thread) // (revoked again too: what an earlier revoke left)
+	}
 	return out, err
 }
 
@@ -241,8 +244,13 @@ func (s *Store) Seen(ctx context.Context, thread, id string, at int64) (bool, er
 }
 
 // NoteExpired implements store.Participants.
+// The expired grant's uploads that no message names go with the note.
 func (s *Store) NoteExpired(ctx context.Context, thread, id string) (bool, error) {
-	return s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.ExpiryNoted })
+	first, err := s.markGrant(ctx, thread, id, func(g *chatrelay.Grant) *bool { return &g.ExpiryNoted })
+	if err == nil {
+		s.dropDrafts(ctx, thread)
+	}
+	return first, err
 }
 
 // markGrant sets the flag of a grant that flag points to, and reports

@@ -272,11 +272,20 @@ end
 return {es, entry[2][2], redis.call('HGET', K.v2, es) or ''}
 `)
 
+// The scripts of the reads (changesScript, readScript, indexScript) only
+// read, so that a full Redis (maxmemory with noeviction), which refuses
+// every write and every MULTI, still runs them: a person can read their
+// conversation while posts answer 503. They read the generation but do
+// not create it (the caller does, when it is missing: withGen). They are
+// not declared "#!lua flags=no-writes", which Redis 7 would also run when
+// full, because Redis 6.2 (still supported) does not know the shebang and
+// refuses the script; undeclared, a script runs when Redis is full until
+// it calls a write command (TestReadsWhenRedisIsFull).
+
 // changesScript reads the v2 view of a thread: the messages with rev >
 // since in their current state (since <= 0: the newest limit, all if limit
-// <= 0), with the thread's marks and the generation (created if missing,
-// as genCmds does). KEYS: Store.keys. ARGV: since, limit, then a
-// generation id, start and lost for a missing generation.
+// <= 0), with the thread's marks and the generation ("" if it is
+// missing). KEYS: Store.keys. ARGV: since, limit.
 //
 // It answers {gen id, gen start, gen lost, trimmed, rev, trimmed_rev, the
 // newest message's v1 JSON or "", the thread's title or "", then for each
@@ -284,9 +293,6 @@ return {es, entry[2][2], redis.call('HGET', K.v2, es) or ''}
 // rev. A thread marked unreadable (unreadable.go) answers {"unreadable",
 // mark}.
 var changesScript = redis.NewScript(luaCommon + `
-redis.call('HSETNX', K.gen, 'id', ARGV[3])
-redis.call('HSETNX', K.gen, 'start', ARGV[4])
-redis.call('HSETNX', K.gen, 'lost', ARGV[5])
 local g = redis.call('HMGET', K.gen, 'id', 'start', 'lost')
 local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2', 'title', 'unreadable')
 if meta[6] then return {'unreadable', meta[6]} end
@@ -325,6 +331,63 @@ end
 for i, e in ipairs(entries) do
   out[#out + 1] = e[2][2]
   out[#out + 1] = js[i] or ''
+end
+return out
+`)
+
+// readScript reads a v1 page of a thread (Store.read) when Redis is full
+// and refuses the MULTI that reads it otherwise (readTx, which answers the
+// same): its marks, the generation ("" if it is missing), its newest
+// message and the messages from an id on (the newest limit of them if
+// limit > 0). KEYS: log, meta, generation. ARGV: the first id, limit.
+//
+// It answers {gen id, gen start, gen lost, trimmed, "1" if the thread has
+// v2 state or "", title, the newest entry's id or "", its field j, then
+// the page's entries oldest first, each its id and its field j}. A
+// thread marked unreadable (unreadable.go) answers {"unreadable", mark}.
+var readScript = redis.NewScript(`
+local function j(e)
+  local f = e[2]
+  for i = 1, #f, 2 do
+    if f[i] == 'j' then return f[i + 1] end
+  end
+  return ''
+end
+local m = redis.call('HMGET', KEYS[2], 'trimmed', 'v2', 'title', 'unreadable')
+if m[4] then return {'unreadable', m[4]} end
+local g = redis.call('HMGET', KEYS[3], 'id', 'start', 'lost')
+local out = {g[1] or '', g[2] or '', g[3] or '', m[1] or '0', m[2] and '1' or '', m[3] or '', '', ''}
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #last == 0 then return out end
+out[7], out[8] = last[1][1], j(last[1])
+local n = #out
+local limit = tonumber(ARGV[2])
+if limit > 0 then
+  local r = redis.call('XREVRANGE', KEYS[1], '+', ARGV[1], 'COUNT', limit)
+  for i = #r, 1, -1 do
+    out[n + 1], out[n + 2] = r[i][1], j(r[i])
+    n = n + 2
+  end
+else
+  for _, e in ipairs(redis.call('XRANGE', KEYS[1], ARGV[1], '+')) do
+    out[n + 1], out[n + 2] = e[1], j(e)
+    n = n + 2
+  end
+end
+return out
+`)
+
+// indexScript reads the thread index with each thread's rev, and the
+// generation ("" if it is missing) (Store.threadIndex). KEYS: the index,
+// the generation. It answers {gen id, gen start, gen lost, then each
+// thread and its rev}.
+var indexScript = redis.NewScript(`
+local g = redis.call('HMGET', KEYS[2], 'id', 'start', 'lost')
+local out = {g[1] or '', g[2] or '', g[3] or ''}
+local n = 3
+for _, x in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')) do
+  n = n + 1
+  out[n] = x
 end
 return out
 `)

@@ -20,14 +20,20 @@ import "github.com/redis/go-redis/v9"
 // entries (no older one can count again); any window drops its expired
 // head every 64 posts. The common case is TIME, then RPUSH and PEXPIRE on
 // each key.
-const luaRate = `
--- rateNow is the windows' clock (ms): arg if it is a number (tests only:
--- RateLimiter.clock), else this Redis's own (TIME).
-local function rateNow(arg)
-  local n = tonumber(arg)
-  if n then return n end
+// luaNow defines redisNow(): this Redis's clock (TIME), in ms. Leases
+// and rate windows are on it, so that the nodes' clocks do not matter.
+const luaNow = `
+local function redisNow()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`
+
+const luaRate = luaNow + `
+-- rateNow is the windows' clock (ms): arg if it is a number (tests only:
+-- RateLimiter.clock), else this Redis's own (redisNow).
+local function rateNow(arg)
+  return tonumber(arg) or redisNow()
 end
 
 -- rateTake pushes the entry of post id, at now, on windows k1 and k2
@@ -124,9 +130,8 @@ return removed
 // the thread's participants' leases. ARGV: member, lease (ms), then each
 // key's limit. Scores are expiry times on Redis's own clock, so nodes'
 // clocks do not matter. It answers 1 (taken) or 0 (over a limit).
-var acquireScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+var acquireScript = redis.NewScript(luaNow + `
+local now = redisNow()
 local lease = tonumber(ARGV[2])
 for i = 1, #KEYS do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', string.format('%.0f', now))
@@ -145,9 +150,8 @@ return 1
 // renewal costs Redis two commands per set (a thread's, an address's)
 // rather than per stream. A lease that expired while Redis was unreachable
 // is added back: the stream is still open.
-var renewScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+var renewScript = redis.NewScript(luaNow + `
+local now = redisNow()
 local lease = tonumber(ARGV[1])
 local exp = string.format('%.0f', now + lease)
 local a = 2

@@ -272,32 +272,6 @@ func TestShardedCreationBurst(t *testing.T) {
 	}
 }
 
-// lateAnswer makes the first script call on the key named key fail as if
-// its answer had come after the caller's deadline, once Redis ran it.
-type lateAnswer struct {
-	key  string
-	once sync.Once
-}
-
-func (l *lateAnswer) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (l *lateAnswer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if a := cmd.Args(); err == nil && len(a) > 3 && fmt.Sprint(a[3]) == l.key {
-			l.once.Do(func() {
-				err = context.DeadlineExceeded
-				cmd.SetErr(err)
-			})
-		}
-		return err
-	}
-}
-
-func (l *lateAnswer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // TestShardedCreationLockAnswerLost: a node whose call for the creation
 // lock fails after Redis took the lock for it (the answer came after the
 // store timeout) releases it: the other nodes' new threads do not wait
@@ -308,7 +282,7 @@ func TestShardedCreationLockAnswerLost(t *testing.T) {
 	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: time.Second}
 	a, b := openSharded(t, spec, opt), openSharded(t, spec, opt)
 	s0 := a.Shards()[0]
-	s0.rdb.AddHook(&lateAnswer{key: s0.prefix + "create-lock"})
+	s0.rdb.AddHook(&lostAnswer{key: s0.prefix + "create-lock"})
 	ctx := t.Context()
 	_, err := a.Append(ctx, threadOnShard(a, 1), store.NewMessage{Text: "its lock's answer is lost"})
 	wantCode(t, err, chatrelay.StoreUnavailable)

@@ -109,9 +109,12 @@ func (s *Store) checkShard(ctx context.Context, name string, k, n int) (string, 
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	want := fmt.Sprintf("%d/%d", k, n)
+	// A pipeline, not a MULTI (which a full Redis refuses, reads and all),
+	// in this order: an instance records its shard before it holds a
+	// thread, so a thread counted here has a record the GET sees.
 	var get *redis.StringCmd
 	var held *redis.IntCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		held = p.ZCard(ctx, s.index)
 		get = p.Get(ctx, s.prefix+"shard")
 		return nil
@@ -136,15 +139,20 @@ func mislisted(name, got, prefix, want string) error {
 }
 
 // claimShard records on an instance that it is shard k of n, or checks
-// that it is (another node may have recorded it since checkShard).
+// that it is (another node may have recorded it since checkShard). A
+// record that is there is read without a write, which a full Redis would
+// refuse, and with it a node starting then.
 func (s *Store) claimShard(ctx context.Context, name string, k, n int) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	key, want := s.prefix+"shard", fmt.Sprintf("%d/%d", k, n)
-	if err := s.rdb.SetNX(ctx, key, want, 0).Err(); err != nil {
-		return s.unavailable("shard", err)
-	}
 	got, err := s.rdb.Get(ctx, key).Result()
+	if err == redis.Nil {
+		if err := s.rdb.SetNX(ctx, key, want, 0).Err(); err != nil {
+			return s.unavailable("shard", err)
+		}
+		got, err = s.rdb.Get(ctx, key).Result()
+	}
 	if err != nil {
 		return s.unavailable("shard", err)
 	}
@@ -212,15 +220,19 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 }
 
 // claimShards records the number of virtual shards of a cluster on shard
-// 0, or checks it.
+// 0, or checks it (read first, as claimShard does: a full Redis refuses
+// the write).
 func (s *Store) claimShards(ctx context.Context, n int) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	key := s.prefix + "shards"
-	if err := s.rdb.SetNX(ctx, key, n, 0).Err(); err != nil {
-		return s.unavailable("shards", err)
-	}
 	got, err := s.rdb.Get(ctx, key).Result()
+	if err == redis.Nil {
+		if err := s.rdb.SetNX(ctx, key, n, 0).Err(); err != nil {
+			return s.unavailable("shards", err)
+		}
+		got, err = s.rdb.Get(ctx, key).Result()
+	}
 	if err != nil {
 		return s.unavailable("shards", err)
 	}

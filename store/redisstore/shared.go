@@ -101,16 +101,21 @@ func (s *Store) offerTicketKey(ctx context.Context) ([]byte, error) {
 		offer = make([]byte, 32)
 		rand.Read(offer)
 	}
-	var get *redis.StringCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.SetNX(ctx, key, offer, 0)
-		get = p.Get(ctx, key)
-		return nil
-	})
-	if err != nil {
-		return nil, s.unavailable("ticket key", err)
+	// Read first: a key that is there is adopted without a write, which a
+	// full Redis (maxmemory with noeviction) would refuse, and with it a
+	// node starting then.
+	got, err := s.rdb.Get(ctx, key).Bytes()
+	if err == redis.Nil {
+		var get *redis.StringCmd
+		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.SetNX(ctx, key, offer, 0)
+			get = p.Get(ctx, key)
+			return nil
+		})
+		if err == nil {
+			got, err = get.Bytes()
+		}
 	}
-	got, err := get.Bytes()
 	if err != nil {
 		return nil, s.unavailable("ticket key", err)
 	}

@@ -23,7 +23,8 @@ import (
 // newest message's epoch and meta's "rev" (the newest change's).
 
 // Changes implements store.Store: one script reads the page, the marks and
-// the generation together.
+// the generation together (changesScript, which only reads: a full Redis
+// still answers it).
 func (s *Store) Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
 	if err := chatrelay.CheckThread(thread); err != nil {
 		return store.Page{}, err
@@ -50,8 +51,10 @@ func (s *Store) changes(ctx context.Context, thread string, since int64, limit i
 
 func (s *Store) changesPage(ctx context.Context, thread string, since int64, limit int) (store.Page, generation, error) {
 	since = min(max(since, 0), maxEpoch)
-	res, err := changesScript.Run(ctx, s.rdb, s.keys(thread), since, limit,
-		randomHex(8), s.now().UnixMilli(), s.seen.Load()).StringSlice()
+	keys := s.keys(thread)
+	res, err := s.withGen(ctx, func() ([]string, error) {
+		return changesScript.Run(ctx, s.rdb, keys, since, limit).StringSlice()
+	})
 	if err != nil {
 		return store.Page{}, generation{}, s.unavailable("changes", err)
 	}
@@ -61,8 +64,8 @@ func (s *Store) changesPage(ctx context.Context, thread string, since int64, lim
 	if len(res) < 8 || len(res)%2 != 0 {
 		return store.Page{}, generation{}, s.unavailable("changes", fmt.Errorf("unexpected answer of %d values", len(res)))
 	}
-	g := generation{id: res[0], start: toInt(res[1]), lost: toInt(res[2])}
-	trimmed, rev, trimmedRev := toInt(res[3]), toInt(res[4]), toInt(res[5])
+	g := genFrom(res)
+	trimmed, rev, trimmedRev := parseInt(res[3]), parseInt(res[4]), parseInt(res[5])
 	p := store.Page{Thread: thread, Reset: since > 0 && since < max(trimmed, trimmedRev), Title: res[7]}
 	if res[6] == "" {
 		return p, g, nil

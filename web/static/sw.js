@@ -14,8 +14,9 @@
 //                      browser did), give the new subscription to the
 //                      server for every thread the old one notified
 //                      about, with that thread's credential (POST
-//                      api/chat/push), delete the old one there (DELETE
-//                      api/chat/push/{id}) and keep the new one's id
+//                      api/chat/push), keep the new one's id, then
+//                      delete the old one there (DELETE
+//                      api/chat/push/{id})
 //
 // It has no fetch handler: it caches nothing, and every request of the
 // page (the API's answers above all) goes to the network as if it were
@@ -358,8 +359,11 @@ async function resubscribe(event) {
       const res = await api("POST", "api/chat/push", rec, { subscription: json });
       const body = await res.json().catch(() => null);
       if (!res.ok || !body?.success) continue;
-      if (rec.push && rec.push !== body.push.id) await api("DELETE", `api/chat/push/${encodeURIComponent(rec.push)}`, rec).catch(() => {});
+      // The new id kept first: a worker stopped between the two still
+      // knows its subscription (the old one, left on the server, ends at
+      // its push service's 404 or 410).
       await putRecord({ ...rec, endpoint: json.endpoint, push: body.push.id });
+      if (rec.push && rec.push !== body.push.id) await api("DELETE", `api/chat/push/${encodeURIComponent(rec.push)}`, rec).catch(() => {});
     } catch {}
   }
 }
