@@ -28,14 +28,7 @@ func TestCleanNameCutSplitsNoSecret(t *testing.T) {
 		"https://user:hunter2hunter2@example.com/x",
 		"(github_pat_" + strings.Repeat("B2", 30) + ")",
 	}
-	for _, c := range []struct {
-		what  string
-		max   int
-		clean func(string) (string, error)
-	}{
-		{"an attachment's name", chatrelay.LimitAttachmentName.Max, chatrelay.CleanAttachmentName},
-		{"a participant's name", chatrelay.LimitName.Max, chatrelay.CleanName},
-	} {
+	for _, c := range nameCleaners {
 		for _, secret := range secrets {
 			r := chatrelay.Redact(secret)
 			hidden := 0 // where the secret's redaction starts
@@ -70,14 +63,7 @@ func TestCleanNameCutSplitsNoSecret(t *testing.T) {
 func TestCleanNameCutSplitsNoBearer(t *testing.T) {
 	t.Parallel()
 	token := "abcdefghijklmnopqrstuvwxyz0123456789"
-	for _, c := range []struct {
-		what  string
-		max   int
-		clean func(string) (string, error)
-	}{
-		{"an attachment's name", chatrelay.LimitAttachmentName.Max, chatrelay.CleanAttachmentName},
-		{"a participant's name", chatrelay.LimitName.Max, chatrelay.CleanName},
-	} {
+	for _, c := range nameCleaners {
 		for _, bearer := range []string{"Bearer", "bearer", "BEARER"} {
 			for kept := 1; kept < len(token); kept++ {
 				before := strings.Repeat("x", c.max-len(bearer)-kept-2)
@@ -90,4 +76,15 @@ func TestCleanNameCutSplitsNoBearer(t *testing.T) {
 			}
 		}
 	}
+}
+
+// nameCleaners are the two names cut to a limit: an attachment's and a
+// participant's.
+var nameCleaners = []struct {
+	what  string
+	max   int
+	clean func(string) (string, error)
+}{
+	{"an attachment's name", chatrelay.LimitAttachmentName.Max, chatrelay.CleanAttachmentName},
+	{"a participant's name", chatrelay.LimitName.Max, chatrelay.CleanName},
 }
