@@ -5,13 +5,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/internal/storetest"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestReadyzRedisRefusesWrites: /readyz says the node is not ready, and
@@ -42,7 +41,7 @@ func TestReadyzRedisRefusesWrites(t *testing.T) {
 	ready("ready at first", http.StatusOK, "")
 
 	// Full: maxmemory under what it uses, noeviction.
-	fillRedis(t, admin)
+	redistest.Fill(t, admin)
 	status, _, _ := n.do(http.MethodPost, "/api/chat/post", tokenN(1), `{"text":"while full"}`, nil)
 	assert.Equal(t, "a post to a full Redis", status, http.StatusServiceUnavailable)
 	ready("full", http.StatusServiceUnavailable, "Redis out of memory")
@@ -76,7 +75,7 @@ func TestRedisFullStillAnswersPolls(t *testing.T) {
 	first, second := n.mustPost(tok, "first"), n.mustPost(tok, "second")
 	viewer := n.invite(tok, `{"name":"Bo","role":"viewer","kind":"human"}`) // never used yet: its first use is a write
 
-	fillRedis(t, admin)
+	redistest.Fill(t, admin)
 
 	p := n.poll(tok, 0)
 	assert.Equal(t, "v1 poll of the full Redis: messages", len(p.Messages), 2)
@@ -112,20 +111,4 @@ func TestRedisFullStillAnswersPolls(t *testing.T) {
 	assert.Equal(t, "after room again: messages", len(p.Messages), 1)
 	assert.Equal(t, "after room again: the new one", decodeMessage(t, p.Messages[0]).ID, third.ID)
 	n.mustSSE("/api/chat/stream", tok, nil)
-}
-
-// fillRedis makes the Redis of admin full: maxmemory under what it uses,
-// with noeviction, until the test sets it back ("maxmemory" "0") or ends.
-func fillRedis(t *testing.T, admin *redis.Client) {
-	t.Helper()
-	ctx := context.Background()
-	mem := 0
-	for _, line := range strings.Split(admin.Info(ctx, "memory").Val(), "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			mem, _ = strconv.Atoi(v)
-		}
-	}
-	assert.Success(t, admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
-	assert.Success(t, admin.ConfigSet(ctx, "maxmemory", strconv.Itoa(mem/2)).Err())
-	t.Cleanup(func() { admin.ConfigSet(context.Background(), "maxmemory", "0") })
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -248,16 +247,8 @@ func TestClusterReadsWhenFull(t *testing.T) {
 	for _, th := range threads {
 		stored[th] = must[store.Entry](t)(sh.Append(ctx, th, store.NewMessage{Text: "stored " + th}))
 	}
-	for _, n := range c.Nodes { // as fillRedis, each primary
-		rdb := n.Client(t)
-		mem := int64(0)
-		for line := range strings.Lines(rdb.Info(ctx, "memory").Val()) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-				mem, _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-		assert.Success(t, rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
-		assert.Success(t, rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(mem/2, 10)).Err())
+	for _, n := range c.Nodes { // each primary
+		redistest.Fill(t, n.Client(t))
 	}
 	for _, th := range threads {
 		if err := c.Client(t).Set(ctx, "probe{"+th+"}", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -277,29 +276,12 @@ func TestStreamLimiterReleasesWhenRedisIsFull(t *testing.T) {
 	}
 }
 
-// fillRedis makes r full: maxmemory half of what it uses, noeviction, so
-// that writes are refused with OOM (undone at the test's end with the
-// server).
+// fillRedis makes rdb full (redistest.Fill) and checks that a write is
+// refused with OOM.
 func fillRedis(t *testing.T, rdb *redis.Client) {
 	t.Helper()
-	ctx := t.Context()
-	info := rdb.Info(ctx, "memory").Val()
-	var mem int64
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			mem, _ = strconv.ParseInt(v, 10, 64)
-		}
-	}
-	if mem == 0 {
-		t.Fatalf("no used_memory in %q", info)
-	}
-	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(mem/2, 10)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.Set(ctx, "probe", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+	redistest.Fill(t, rdb)
+	if err := rdb.Set(t.Context(), "probe", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
 		t.Fatalf("a write to the full Redis: %v, want OOM", err)
 	}
 }
