@@ -285,7 +285,7 @@ func TestMCPRefusals(t *testing.T) {
 	assert.Success(t, runCLI(t, nil, "", append([]string{"agent", "revoke", id, "--fsync", "never"}, sa...)...).err)
 	live, _ := addAgent(t, sa, "live")
 	post := func(auth, origin string) (*http.Response, string) {
-		req, _ := http.NewRequest(http.MethodPost, n.base+chatrelay.PathMCP, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req, _ := http.NewRequest(http.MethodPost, n.base+chatrelay.PathMCP, strings.NewReader(mcpInitialize))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		if auth != "" {
@@ -701,7 +701,7 @@ func TestMCPRefusesTwoKeys(t *testing.T) {
 	key, _ := addAgent(t, sa, "first")
 	other, _ := addAgent(t, sa, "second")
 	for _, second := range []string{other, key, "cha_" + strings.Repeat("A", 43)} {
-		req, _ := http.NewRequest(http.MethodPost, n.base+chatrelay.PathMCP, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req, _ := http.NewRequest(http.MethodPost, n.base+chatrelay.PathMCP, strings.NewReader(mcpInitialize))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		req.Header.Add("Authorization", "Bearer "+key)
@@ -1028,23 +1028,14 @@ func TestMCPRefusalsOfTheSDKAreTheAPIsErrors(t *testing.T) {
 	n := serveMCP(t, sa)
 	key, _ := addAgent(t, sa, "builder")
 	other, _ := addAgent(t, sa, "other")
-	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	do := func(method, key, body string, header ...string) (*http.Response, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest(method, n.base+chatrelay.PathMCP, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		assert.Success(t, err)
+		resp := mcpDo(t, method, n.base, key, body, header...)
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		return resp, b
 	}
-	resp, body := do(http.MethodPost, key, initialize)
+	resp, body := do(http.MethodPost, key, mcpInitialize)
 	assert.Equal(t, "initialize "+string(body), resp.StatusCode, 200)
 	sid := resp.Header.Get("Mcp-Session-Id")
 	const list = `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
@@ -1057,9 +1048,9 @@ func TestMCPRefusalsOfTheSDKAreTheAPIsErrors(t *testing.T) {
 		{"a session the server does not know", http.MethodPost, key, list, []string{"Mcp-Session-Id", "not-a-session"}, 404, chatrelay.NotFound},
 		{"a GET of a session the server does not know", http.MethodGet, key, "", []string{"Mcp-Session-Id", "not-a-session", "Accept", "text/event-stream"}, 404, chatrelay.NotFound},
 		{"a session made with another key", http.MethodPost, other, list, []string{"Mcp-Session-Id", sid}, 403, chatrelay.NotPermitted},
-		{"an Accept without text/event-stream", http.MethodPost, key, initialize, []string{"Accept", "application/json"}, 400, chatrelay.InvalidMCPRequest},
-		{"a Content-Type that is not JSON", http.MethodPost, key, initialize, []string{"Content-Type", "text/plain"}, 415, chatrelay.UnsupportedMediaType},
-		{"a protocol version the server does not speak", http.MethodPost, key, initialize, []string{"MCP-Protocol-Version", "1999-01-01"}, 400, chatrelay.InvalidMCPRequest},
+		{"an Accept without text/event-stream", http.MethodPost, key, mcpInitialize, []string{"Accept", "application/json"}, 400, chatrelay.InvalidMCPRequest},
+		{"a Content-Type that is not JSON", http.MethodPost, key, mcpInitialize, []string{"Content-Type", "text/plain"}, 415, chatrelay.UnsupportedMediaType},
+		{"a protocol version the server does not speak", http.MethodPost, key, mcpInitialize, []string{"MCP-Protocol-Version", "1999-01-01"}, 400, chatrelay.InvalidMCPRequest},
 		{"a GET without a session", http.MethodGet, key, "", []string{"Accept", "text/event-stream"}, 400, chatrelay.InvalidMCPRequest},
 		{"a DELETE without a session", http.MethodDelete, key, "", nil, 400, chatrelay.InvalidMCPRequest},
 	} {

@@ -18,18 +18,30 @@ import (
 // SDKs' Streamable HTTP clients do, and returns the answer.
 func mcpPost(t *testing.T, base, key, session, body string) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+chatrelay.PathMCP, strings.NewReader(body))
+	if session == "" {
+		return mcpDo(t, http.MethodPost, base, key, body)
+	}
+	return mcpDo(t, http.MethodPost, base, key, body, "Mcp-Session-Id", session, "MCP-Protocol-Version", "2025-06-18")
+}
+
+// mcpDo sends an MCP request with key, a JSON body and an Accept of both
+// types; header (name, value pairs) sets more headers, or others.
+func mcpDo(t *testing.T, method, base, key, body string, header ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), method, base+chatrelay.PathMCP, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
-		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
 	assert.Success(t, err)
 	return resp
 }
+
+// mcpInitialize is an MCP initialize request (id 1).
+const mcpInitialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 
 // TestMCPRevokeAnswersTheCallInFlight: the Python (mcp 1.29) and
 // TypeScript (1.32.2) SDKs' clients, whose key was revoked while a wait
@@ -46,7 +58,7 @@ func TestMCPRevokeAnswersTheCallInFlight(t *testing.T) {
 	assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"hello"}`), 201)
 	key, id := addAgent(t, sa, "doomed")
 
-	resp := mcpPost(t, n.base, key, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	resp := mcpPost(t, n.base, key, "", mcpInitialize)
 	resp.Body.Close()
 	session := resp.Header.Get("Mcp-Session-Id")
 	assert.True(t, resp.StatusCode == 200 && session != "", "initialize: %d, session %q", resp.StatusCode, session)
