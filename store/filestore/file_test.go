@@ -301,6 +301,41 @@ func TestSweepRemovesCrashTempFiles(t *testing.T) {
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 }
 
+// TestSweepRemovesACrashLockFile: a writer killed while it created a
+// thread (the server or a host CLI's reply, SIGKILLed before the document
+// was linked) leaves the thread's lock file and no document; the sweep
+// removes it once it is an hour old, as it removes such a writer's temp
+// files, and keeps the lock file of a thread that has a document.
+func TestSweepRemovesACrashLockFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	appendText(t, s, threadA, "hello")
+	chat := filepath.Join(dir, "chat")
+	// An hour old: a younger one may be a creator's that holds it now.
+	lock := filepath.Join(chat, threadB+".json.lock")
+	assert.Success(t, os.WriteFile(lock, nil, 0o600))
+	_, err := s.Sweep(t.Context())
+	assert.Success(t, err)
+	_, err = os.Stat(lock)
+	assert.Success(t, err)
+	old := time.Now().Add(-2 * time.Hour)
+	assert.Success(t, os.Chtimes(lock, old, old))
+	_, err = s.Sweep(t.Context())
+	assert.Success(t, err)
+	locks, err := filepath.Glob(filepath.Join(chat, "*.json.lock"))
+	assert.Success(t, err)
+	assert.Equal(t, "lock files left", locks, []string{filepath.Join(chat, threadA+".json.lock")})
+	p, err := s.Since(t.Context(), threadA, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "thread after sweep", texts(p), []string{"hello"})
+	// The thread whose lock went is written as any new one.
+	appendText(t, s, threadB, "again")
+	p, err = s.Since(t.Context(), threadB, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "new thread", texts(p), []string{"again"})
+}
+
 func TestSinceAndReset(t *testing.T) {
 	t.Parallel()
 	clk := testclock.New(t0)

@@ -37,8 +37,9 @@ func (s *File) Sweep(ctx context.Context) (store.SweepStats, error) {
 			st.ThreadsRemoved++
 		}
 	}
-	// A writer killed while creating a thread leaves a temp file and no
-	// document: clean those up too, under the thread's lock like the rest.
+	// A writer killed while creating a thread leaves a temp file or its
+	// lock file and no document: clean those up too, under the thread's
+	// lock like the rest.
 	for _, name := range s.orphanTemps(names) {
 		if _, _, err := s.sweepThread(ctx, name); err != nil {
 			s.log.Warn("sweep", "thread", name, "err", err)
@@ -52,19 +53,32 @@ func (s *File) Sweep(ctx context.Context) (store.SweepStats, error) {
 	return st, nil
 }
 
+// orphanLockAge is the age past which a thread's lock file with no
+// document is a writer's that was killed while it created the thread.
+const orphanLockAge = time.Hour
+
 // orphanTemps lists the threads, other than those in docs, that have temp
-// files, or a log (and no document).
+// files, a log or a lock file (and no document).
 func (s *File) orphanTemps(docs []string) []string {
 	tmps, _ := filepath.Glob(filepath.Join(s.dir, ".*.json.tmp-*"))
 	logs, _ := filepath.Glob(filepath.Join(s.dir, "*.log"))
+	// A lock file is a killed creator's once an hour old (a live one
+	// holds it for a moment: the sweep does not wait for it).
+	var locks []string
+	all, _ := filepath.Glob(filepath.Join(s.dir, "*.json.lock"))
+	for _, lock := range all {
+		if fi, err := os.Stat(lock); err == nil && s.now().Sub(fi.ModTime()) > orphanLockAge {
+			locks = append(locks, lock)
+		}
+	}
 	seen := make(map[string]bool, len(docs))
 	for _, name := range docs {
 		seen[name] = true
 	}
 	var out []string
-	for _, tmp := range append(tmps, logs...) {
+	for _, tmp := range append(append(tmps, logs...), locks...) {
 		name, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(tmp), "."), ".json.tmp-")
-		name = strings.TrimSuffix(name, ".log")
+		name = strings.TrimSuffix(strings.TrimSuffix(name, ".log"), ".json.lock")
 		if chatrelay.ValidThread(name) && !seen[name] {
 			seen[name] = true
 			out = append(out, name)
