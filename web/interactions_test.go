@@ -862,3 +862,24 @@ func TestAnswerNotTakenAsThePageAppears(t *testing.T) {
 	waitFor(t, soon, "the approval stored", func() bool { return srv.check(thread, ix).State == "approved" })
 	tb.waitIx(soon, ix, "approved")
 }
+
+// Retention dropped an approval while the page showed it (a live stream is
+// told nothing of a drop before its cursor): Approve finds it gone, and the
+// page says so and shows the conversation as the server holds it.
+func TestAnsweringADroppedApproval(t *testing.T) {
+	srv := startServer(t, "--retention-messages", "3")
+	a, token := startConversation(t, srv.URL, "anything to approve?")
+	thread := threadOf(token)
+	ix := srv.ask(thread, "--approval", "Deploy build 9?", "--title", "deploy").Interaction.ID
+	a.waitIx(soon, ix, "pending")
+	for i := range 3 {
+		srv.reply(thread, fmt.Sprintf("later %d", i)) // the approval is dropped
+	}
+	a.waitShown(soon, "later 2")
+
+	a.click(ixSel(ix) + ` button[data-decision="approve"]`)
+	a.waitJS(soon, "the dropped card to go", `document.querySelector(`+js(ixSel(ix))+`) === null`)
+	a.waitJS(soon, "the answer explained", `!document.getElementById("notice").hidden &&
+		document.getElementById("notice-text").textContent.includes("no longer in the conversation")`)
+	checkOnce(t, a, poll(t, srv.URL, token).Messages)
+}

@@ -420,6 +420,10 @@ async function answer(ixID, ans) {
     // (chat.respond showed the message the 409 carried).
     if (err.code === "interaction_closed") {
       error = "Your answer was not taken: this had already closed.";
+    } else if (err.code === "not_found") {
+      // The card goes with the conversation read again (chat.respond):
+      // said under the composer instead.
+      notify("Your answer was not taken: this request is no longer in the conversation (older messages were removed).");
     } else if (err.status === 0) {
       error = "Not sent: the server could not be reached. Try again.";
     } else if (err.code === "rate_limited") {
