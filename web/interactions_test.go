@@ -883,3 +883,71 @@ func TestAnsweringADroppedApproval(t *testing.T) {
 		document.getElementById("notice-text").textContent.includes("no longer in the conversation")`)
 	checkOnce(t, a, poll(t, srv.URL, token).Messages)
 }
+
+// The answer to Approve was lost on its way back (the server stored it).
+// With its stream up, the page learns the outcome from it and says
+// nothing of a failure, whichever came first; with its stream down, the
+// press again is refused 409 by its own approval, which the page shows
+// as the outcome it asked for, not as an answer not taken.
+func TestApprovalWhoseAnswerWasLost(t *testing.T) {
+	srv := startServer(t)
+	g := newGate(t, srv)
+	a, token := startConversation(t, g.URL, "anything to approve?")
+	thread := threadOf(token)
+	countResponds(a)
+	a.open(g.URL)
+	a.waitState(live, "ws")
+
+	ix := srv.ask(thread, "--approval", "Deploy build 9?", "--title", "deploy").Interaction.ID
+	a.waitIx(soon, ix, "pending")
+	g.dropResponds.Store(true)
+	a.click(ixSel(ix) + ` button[data-decision="approve"]`)
+	a.waitIx(soon, ix, "approved")
+	a.waitJS(soon, "the lost answer's request to fail", `window.__responds === 1`)
+	if e := a.ixError(ix); e != "" {
+		t.Errorf("with its stream up, the approved card says %q", e)
+	}
+
+	// Cut off from every read: the press again is the page's only news.
+	ix2 := srv.ask(thread, "--approval", "Restart the worker?", "--title", "restart").Interaction.ID
+	a.waitIx(soon, ix2, "pending")
+	g.noPoll.Store(true)
+	g.refuse(true, true)
+	a.waitJS(soon, "the page to lose its stream", `document.getElementById("status").dataset.state !== "ws"`)
+	a.click(ixSel(ix2) + ` button[data-decision="deny"]`)
+	a.waitJS(soon, "the lost answer's request to fail", `window.__responds === 2`)
+	waitFor(t, soon, "the denial stored", func() bool { return srv.check(thread, ix2).State == "denied" })
+	if e := a.ixError(ix2); !strings.Contains(e, "could not be reached") {
+		t.Errorf("the pending card says %q, want that the server could not be reached", e)
+	}
+	g.dropResponds.Store(false)
+	a.click(ixSel(ix2) + ` button[data-decision="deny"]`)
+	a.waitIx(soon, ix2, "denied")
+	a.waitJS(soon, "the press again answered", `window.__responds === 3`)
+	if e := a.ixError(ix2); e != "" {
+		t.Errorf("refused by its own denial, the card says %q", e)
+	}
+}
+
+// countResponds has each load of tb's page count its answers to
+// interactions whose request settled, answered or failed, in
+// window.__responds.
+func countResponds(tb *tab) {
+	tb.t.Helper()
+	if _, err := chromedp.Call(tb.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `
+		window.__responds = 0;
+		const fetched = window.fetch;
+		window.fetch = (...args) => {
+			const p = fetched(...args);
+			if (String(args[0]).includes("api/chat/respond")) p.finally(() => window.__responds++).catch(() => {});
+			return p;
+		};`}); err != nil {
+		tb.t.Fatal(err)
+	}
+}
+
+// ixError is the error a tab shows on an interaction's card ("" for none).
+func (tb *tab) ixError(id string) string {
+	tb.t.Helper()
+	return eval[string](tb, `(() => { const e = document.querySelector(`+js(ixSel(id)+" .ix-error")+`); return e && !e.hidden ? e.textContent : ""; })()`)
+}
