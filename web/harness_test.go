@@ -489,7 +489,7 @@ func threadOf(token string) string {
 // WebSocket route, the SSE route, or both, as a corporate proxy or a
 // broken middlebox would. Refusing also cuts the streams already open. It
 // can also refuse polls, and lose the answers to posts (and to answers of
-// interactions): the request reaches the server, which stores it, and the
+// interactions, and reactions): the request reaches the server, which stores it, and the
 // connection is then cut before the browser reads a byte of the answer.
 type gate struct {
 	URL          string
@@ -498,6 +498,7 @@ type gate struct {
 	noPoll       atomic.Bool
 	dropPosts    atomic.Bool
 	dropResponds atomic.Bool
+	dropReacts   atomic.Bool
 	posts        atomic.Int32 // posts that went through, answered or not
 
 	mu      sync.Mutex
@@ -552,7 +553,8 @@ func newGate(t *testing.T, backend *server) *gate {
 			g.posts.Add(1)
 		}
 		isRespond := strings.HasSuffix(r.URL.Path, "/api/chat/respond") && r.Method == http.MethodPost
-		if isPost && g.dropPosts.Load() || isRespond && g.dropResponds.Load() {
+		isReact := strings.HasSuffix(r.URL.Path, "/api/chat/react") && r.Method == http.MethodPost
+		if isPost && g.dropPosts.Load() || isRespond && g.dropResponds.Load() || isReact && g.dropReacts.Load() {
 			rp.ServeHTTP(httptest.NewRecorder(), r) // the server stores it…
 			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
 				conn.Close() // …and its answer is lost

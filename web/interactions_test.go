@@ -894,7 +894,7 @@ func TestApprovalWhoseAnswerWasLost(t *testing.T) {
 	g := newGate(t, srv)
 	a, token := startConversation(t, g.URL, "anything to approve?")
 	thread := threadOf(token)
-	countResponds(a)
+	countRequests(a, "api/chat/respond")
 	a.open(g.URL)
 	a.waitState(live, "ws")
 
@@ -903,7 +903,7 @@ func TestApprovalWhoseAnswerWasLost(t *testing.T) {
 	g.dropResponds.Store(true)
 	a.click(ixSel(ix) + ` button[data-decision="approve"]`)
 	a.waitIx(soon, ix, "approved")
-	a.waitJS(soon, "the lost answer's request to fail", `window.__responds === 1`)
+	a.waitJS(soon, "the lost answer's request to fail", `window.__requests === 1`)
 	if e := a.ixError(ix); e != "" {
 		t.Errorf("with its stream up, the approved card says %q", e)
 	}
@@ -915,7 +915,7 @@ func TestApprovalWhoseAnswerWasLost(t *testing.T) {
 	g.refuse(true, true)
 	a.waitJS(soon, "the page to lose its stream", `document.getElementById("status").dataset.state !== "ws"`)
 	a.click(ixSel(ix2) + ` button[data-decision="deny"]`)
-	a.waitJS(soon, "the lost answer's request to fail", `window.__responds === 2`)
+	a.waitJS(soon, "the lost answer's request to fail", `window.__requests === 2`)
 	waitFor(t, soon, "the denial stored", func() bool { return srv.check(thread, ix2).State == "denied" })
 	if e := a.ixError(ix2); !strings.Contains(e, "could not be reached") {
 		t.Errorf("the pending card says %q, want that the server could not be reached", e)
@@ -923,23 +923,22 @@ func TestApprovalWhoseAnswerWasLost(t *testing.T) {
 	g.dropResponds.Store(false)
 	a.click(ixSel(ix2) + ` button[data-decision="deny"]`)
 	a.waitIx(soon, ix2, "denied")
-	a.waitJS(soon, "the press again answered", `window.__responds === 3`)
+	a.waitJS(soon, "the press again answered", `window.__requests === 3`)
 	if e := a.ixError(ix2); e != "" {
 		t.Errorf("refused by its own denial, the card says %q", e)
 	}
 }
 
-// countResponds has each load of tb's page count its answers to
-// interactions whose request settled, answered or failed, in
-// window.__responds.
-func countResponds(tb *tab) {
+// countRequests has each load of tb's page count its requests to path
+// that settled, answered or failed, in window.__requests.
+func countRequests(tb *tab, path string) {
 	tb.t.Helper()
 	if _, err := chromedp.Call(tb.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `
-		window.__responds = 0;
+		window.__requests = 0;
 		const fetched = window.fetch;
 		window.fetch = (...args) => {
 			const p = fetched(...args);
-			if (String(args[0]).includes("api/chat/respond")) p.finally(() => window.__responds++).catch(() => {});
+			if (String(args[0]).includes(` + js(path) + `)) p.finally(() => window.__requests++).catch(() => {});
 			return p;
 		};`}); err != nil {
 		tb.t.Fatal(err)
@@ -950,4 +949,29 @@ func countResponds(tb *tab) {
 func (tb *tab) ixError(id string) string {
 	tb.t.Helper()
 	return eval[string](tb, `(() => { const e = document.querySelector(`+js(ixSel(id)+" .ix-error")+`); return e && !e.hidden ? e.textContent : ""; })()`)
+}
+
+// A reaction whose answer was lost on its way back (the server stored it),
+// with the stream up: the page shows it pressed, and says nothing of a
+// reaction not saved.
+func TestReactionWhoseAnswerWasLost(t *testing.T) {
+	srv := startServer(t)
+	g := newGate(t, srv)
+	a, token := startConversation(t, g.URL, "ship it?")
+	countRequests(a, "api/chat/react")
+	a.open(g.URL)
+	a.waitState(live, "ws")
+	a.waitShown(soon, "ship it?")
+	id := poll2(t, srv.URL, token)[0].ID
+
+	g.dropReacts.Store(true)
+	a.click(msgSel(id) + ` button[data-emoji="👍"]`)
+	a.waitJS(soon, "the reaction shown", `document.querySelector(`+js(msgSel(id)+` button[data-emoji="👍"]`)+`)?.getAttribute("aria-pressed") === "true"`)
+	a.waitJS(soon, "the lost answer's request to fail", `window.__requests === 1`)
+	if r := poll2(t, srv.URL, token)[0].Reactions; !slices.Equal(r["👍"], []string{"operator"}) {
+		t.Fatalf("the server holds %v", r)
+	}
+	if n := eval[string](a, `document.getElementById("notice").hidden ? "" : document.getElementById("notice-text").textContent`); n != "" {
+		t.Errorf("with the reaction shown as stored, the page says %q", n)
+	}
 }

@@ -470,7 +470,10 @@ async function toggleReaction(id, emoji, button) {
         notify(`Too many reactions for now; try again in ${s} s.`, "wait");
       }
     } else if (err.status === 0) {
-      notify("Reaction not saved: the server could not be reached.", "error");
+      // The request may have been stored with its answer lost: when the
+      // stream has shown it stored meanwhile, there is nothing to say.
+      const now = (messageOf(id)?.reactions?.[emoji] || []).includes(ctx.me);
+      if (now === mine) notify("Reaction not saved: the server could not be reached.", "error");
     } else {
       notify(`Reaction not saved: ${err.message}.`, "error");
     }
