@@ -1,0 +1,159 @@
+package mcpserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/chatrelay/chatrelay"
+)
+
+// MCP's rule for a canceled call holds over HTTP as on stdio (Stdio): once
+// the client has sent notifications/cancelled for a call in flight, the
+// call gets no answer at all. The SDK writes one anyway, a JSON-RPC error
+// of code 0 ("context canceled") on the call's POST stream, which the
+// TypeScript SDK's client reports as "Received a response for an unknown
+// message ID" (its onerror) each time an agent aborts a call or its
+// request timeout ends a wait.
+//
+// So a POST of a session notes its calls (calling), a POST that cancels
+// one marks it before the SDK reads the cancel (and so before the call
+// ends), and the calls' POST drops the answer of a marked call; its stream
+// then ends with no answer, as the SDK closes it once the call returned.
+
+// calling notes the calls in the POST body data of the session sid, and
+// marks those that a notifications/cancelled in it names; the returned
+// canceled says whether one of this POST's calls was marked, forget
+// forgets this POST's calls.
+func (as *agentServer) calling(sid string, data []byte) (canceled func(jsonrpc.ID) bool, forget func()) {
+	mine := map[jsonrpc.ID]*bool{}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	for _, msg := range messages(data) {
+		r, ok := msg.(*jsonrpc.Request)
+		if !ok {
+			continue
+		}
+		if r.IsCall() {
+			if as.pending == nil {
+				as.pending = map[string]map[jsonrpc.ID]*bool{}
+			}
+			if as.pending[sid] == nil {
+				as.pending[sid] = map[jsonrpc.ID]*bool{}
+			}
+			if _, dup := as.pending[sid][r.ID]; !dup { // a duplicate id in flight is refused by the SDK
+				mark := new(bool)
+				as.pending[sid][r.ID] = mark
+				mine[r.ID] = mark
+			}
+			continue
+		}
+		if r.Method != "notifications/cancelled" {
+			continue
+		}
+		var p struct {
+			RequestID any `json:"requestId"`
+		}
+		if json.Unmarshal(r.Params, &p) != nil {
+			continue
+		}
+		if id, err := jsonrpc.MakeID(p.RequestID); err == nil {
+			if mark := as.pending[sid][id]; mark != nil {
+				*mark = true
+			}
+		}
+	}
+	canceled = func(id jsonrpc.ID) bool {
+		as.mu.Lock()
+		defer as.mu.Unlock()
+		mark := mine[id]
+		return mark != nil && *mark
+	}
+	forget = func() {
+		as.mu.Lock()
+		defer as.mu.Unlock()
+		for id, mark := range mine {
+			if as.pending[sid][id] == mark {
+				delete(as.pending[sid], id)
+			}
+		}
+		if len(as.pending[sid]) == 0 {
+			delete(as.pending, sid)
+		}
+	}
+	return canceled, forget
+}
+
+// messages are the JSON-RPC messages of a POST body: one, or a batch
+// (MCP 2025-03-26). What does not decode is left out (the SDK refuses it).
+func messages(data []byte) []jsonrpc.Message {
+	data = bytes.TrimLeft(data, " \t\r\n")
+	var raws []json.RawMessage
+	switch {
+	case len(data) == 0:
+		return nil
+	case data[0] == '[':
+		if json.Unmarshal(data, &raws) != nil {
+			return nil
+		}
+	default:
+		raws = []json.RawMessage{data}
+	}
+	var ms []jsonrpc.Message
+	for _, raw := range raws {
+		if m, err := jsonrpc.DecodeMessage(raw); err == nil {
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
+
+// readBody returns the body of r (at most a request's limit, and
+// one byte more, which the SDK then refuses) and puts it back for the SDK.
+func readBody(r *http.Request) []byte {
+	data, _ := io.ReadAll(io.LimitReader(r.Body, chatrelay.MaxMCPBody+1))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(data), r.Body), r.Body}
+	return data
+}
+
+// dropCanceled is the response writer of a POST with calls: it drops the
+// answer to a call the client canceled. The SDK writes each event of the
+// stream in one Write (an SSE event; as JSON, the one answer).
+type dropCanceled struct {
+	http.ResponseWriter
+	canceled func(jsonrpc.ID) bool
+}
+
+func (w *dropCanceled) Write(b []byte) (int, error) {
+	if w.answersCanceled(b) {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// answersCanceled says whether b, an SSE event or a JSON message, is the
+// answer to a call of this POST that the client canceled.
+func (w *dropCanceled) answersCanceled(b []byte) bool {
+	data := b
+	if i := bytes.Index(b, []byte("data: ")); i >= 0 && (i == 0 || b[i-1] == '\n') {
+		data = bytes.TrimRight(b[i+len("data: "):], "\n")
+	}
+	if len(data) == 0 || data[0] != '{' {
+		return false
+	}
+	msg, err := jsonrpc.DecodeMessage(data)
+	if err != nil {
+		return false
+	}
+	r, ok := msg.(*jsonrpc.Response)
+	return ok && r.ID.IsValid() && w.canceled(r.ID)
+}
+
+// Unwrap lets the SDK flush its events (http.ResponseController).
+func (w *dropCanceled) Unwrap() http.ResponseWriter { return w.ResponseWriter }
