@@ -958,6 +958,38 @@ func TestMCPClientMistakesAreNoErrors(t *testing.T) {
 	assert.True(t, !r.IsError, "the session after: %+v", r)
 }
 
+// TestMCPNewProtocolVersionIsNoWarning: a call in a session made as
+// MCP 2026-07-28, or one whose _meta names a protocol version (SEP-2575),
+// which the SDK refuses on a server with sessions (-32022), is a client's
+// mistake, logged at info: the SDK logged it at warn, one line a request,
+// so any key holder could fill the log with warnings no operator can act
+// on. The session goes on.
+func TestMCPNewProtocolVersionIsNoWarning(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "early")
+	cs := mcpClient(t, n.base, key, nil)
+	call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`
+	meta := `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}}}`
+	for _, r := range []*http.Response{
+		mcpDo(t, http.MethodPost, n.base, key, call, "Mcp-Session-Id", cs.ID(), "MCP-Protocol-Version", "2026-07-28"),
+		mcpPost(t, n.base, key, cs.ID(), meta),
+	} {
+		body, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		assert.True(t, r.StatusCode == http.StatusBadRequest && strings.Contains(string(body), "-32022"), "the refusal: %d %s", r.StatusCode, body)
+	}
+	assert.Eventually(t, 10*time.Second, "the refusals' log lines", func() bool {
+		return strings.Count(n.log.String(), "rejecting request with protocol version") == 2
+	})
+	for line := range strings.Lines(n.log.String()) {
+		assert.True(t, !strings.Contains(line, "rejecting request") || strings.Contains(line, "level=INFO"), "a client's mistake logged above info: %s", line)
+	}
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "the session after: %+v", r)
+}
+
 // TestMCPOpenThreadCountsInTheKeysWindow: chatrelay_open_thread over MCP
 // HTTP counts in the key's window (--rate-ip: the key is one client
 // address), as a post that makes a thread counts in its address's: past
