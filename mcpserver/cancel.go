@@ -3,12 +3,9 @@ package mcpserver
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-
-	"github.com/chatrelay/chatrelay"
 )
 
 // MCP's rule for a canceled call holds over HTTP as on stdio (Stdio): once
@@ -85,41 +82,6 @@ func (as *agentServer) calling(sid string, data []byte) (canceled func(jsonrpc.I
 		}
 	}
 	return canceled, forget
-}
-
-// messages are the JSON-RPC messages of a POST body: one, or a batch
-// (MCP 2025-03-26). What does not decode is left out (the SDK refuses it).
-func messages(data []byte) []jsonrpc.Message {
-	data = bytes.TrimLeft(data, " \t\r\n")
-	var raws []json.RawMessage
-	switch {
-	case len(data) == 0:
-		return nil
-	case data[0] == '[':
-		if json.Unmarshal(data, &raws) != nil {
-			return nil
-		}
-	default:
-		raws = []json.RawMessage{data}
-	}
-	var ms []jsonrpc.Message
-	for _, raw := range raws {
-		if m, err := jsonrpc.DecodeMessage(raw); err == nil {
-			ms = append(ms, m)
-		}
-	}
-	return ms
-}
-
-// readBody returns the body of r (at most a request's limit, and
-// one byte more, which the SDK then refuses) and puts it back for the SDK.
-func readBody(r *http.Request) []byte {
-	data, _ := io.ReadAll(io.LimitReader(r.Body, chatrelay.MaxMCPBody+1))
-	r.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(data), r.Body), r.Body}
-	return data
 }
 
 // dropCanceled is the response writer of a POST with calls: it drops the

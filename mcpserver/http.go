@@ -269,6 +269,9 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 		}
 	}
 	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+		if err := initializeParams(readBody(r)); err != nil {
+			return err
+		}
 		release, evict, err := h.admit(k)
 		if err != nil {
 			return err

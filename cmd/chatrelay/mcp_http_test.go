@@ -870,6 +870,38 @@ func TestMCPSessionInitializedOnce(t *testing.T) {
 	assert.True(t, !r.IsError, "the session after: %+v", r)
 }
 
+// TestMCPInitializeParamsMalformed: an initialize request whose params
+// are not MCP's (a protocolVersion that is no string, clientInfo that is
+// no object) is 400 invalid_json, and makes no session. The SDK answered
+// 200 with a JSON-RPC error of code 0 (no JSON-RPC code), which echoed the
+// params, and an Mcp-Session-Id header naming a session that the next
+// request found gone (404):
+//
+//	→ POST /mcp  {"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5,…}}
+//	← 200 Mcp-Session-Id: ERK5…  data: {"jsonrpc":"2.0","id":1,"error":{"code":0,"message":"handling 'initialize': unmarshaling \"{\\\"protocolVersion\\\":5,…"}}
+func TestMCPInitializeParamsMalformed(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "malformed")
+	for _, params := range []string{
+		`{"protocolVersion":5,"capabilities":{},"clientInfo":{"name":"t","version":"1"}}`,
+		`{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":"t"}`,
+		`{"protocolVersion":"2025-06-18","capabilities":[],"clientInfo":{"name":"t","version":"1"}}`,
+		`"2025-06-18"`,
+	} {
+		resp := mcpPost(t, n.base, key, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":`+params+`}`)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, params+": status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_json"`), "%s: %s", params, b)
+		assert.Equal(t, params+": the session made", resp.Header.Get("Mcp-Session-Id"), "")
+	}
+	cs := mcpClient(t, n.base, key, nil) // a good one
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "a session after: %+v", r)
+}
+
 // TestMCPIDIsAStringOrAnInteger: a request whose id is neither a string
 // nor an integer the SDK keeps exactly (1.5, 2^53+1) is 400 invalid_json,
 // as chatrelay mcp refuses it on stdio (-32600). The SDK answered it with
