@@ -22,10 +22,9 @@ import (
 // then ends with no answer, as the SDK closes it once the call returned.
 
 // calling notes the calls in the POST body data of the session sid, and
-// marks those that a notifications/cancelled in it names; the returned
-// canceled says whether one of this POST's calls was marked, forget
-// forgets this POST's calls.
-func (as *agentServer) calling(sid string, data []byte) (canceled func(jsonrpc.ID) bool, forget func()) {
+// marks those that a notifications/cancelled in it names. Forget the
+// returned calls once the POST is answered.
+func (as *agentServer) calling(sid string, data []byte) *postCalls {
 	mine := map[jsonrpc.ID]*bool{}
 	as.mu.Lock()
 	defer as.mu.Unlock()
@@ -63,25 +62,48 @@ func (as *agentServer) calling(sid string, data []byte) (canceled func(jsonrpc.I
 			}
 		}
 	}
-	canceled = func(id jsonrpc.ID) bool {
-		as.mu.Lock()
-		defer as.mu.Unlock()
-		mark := mine[id]
-		return mark != nil && *mark
+	return &postCalls{as: as, sid: sid, mine: mine}
+}
+
+// postCalls are the calls of one POST of a session.
+type postCalls struct {
+	as   *agentServer
+	sid  string
+	mine map[jsonrpc.ID]*bool // as in as.pending, guarded by as.mu
+}
+
+// canceled says whether the client canceled one of the calls: any (an
+// invalid id) or the call id.
+func (p *postCalls) canceled(id jsonrpc.ID) bool {
+	if len(p.mine) == 0 {
+		return false
 	}
-	forget = func() {
-		as.mu.Lock()
-		defer as.mu.Unlock()
-		for id, mark := range mine {
-			if as.pending[sid][id] == mark {
-				delete(as.pending[sid], id)
+	p.as.mu.Lock()
+	defer p.as.mu.Unlock()
+	if !id.IsValid() {
+		for _, mark := range p.mine {
+			if *mark {
+				return true
 			}
 		}
-		if len(as.pending[sid]) == 0 {
-			delete(as.pending, sid)
+		return false
+	}
+	mark := p.mine[id]
+	return mark != nil && *mark
+}
+
+// forget forgets the calls.
+func (p *postCalls) forget() {
+	p.as.mu.Lock()
+	defer p.as.mu.Unlock()
+	for id, mark := range p.mine {
+		if p.as.pending[p.sid][id] == mark {
+			delete(p.as.pending[p.sid], id)
 		}
 	}
-	return canceled, forget
+	if len(p.as.pending[p.sid]) == 0 {
+		delete(p.as.pending, p.sid)
+	}
 }
 
 // dropCanceled is the response writer of a POST with calls: it drops the
@@ -89,7 +111,7 @@ func (as *agentServer) calling(sid string, data []byte) (canceled func(jsonrpc.I
 // stream in one Write (an SSE event; as JSON, the one answer).
 type dropCanceled struct {
 	http.ResponseWriter
-	canceled func(jsonrpc.ID) bool
+	calls *postCalls
 }
 
 func (w *dropCanceled) Write(b []byte) (int, error) {
@@ -102,6 +124,9 @@ func (w *dropCanceled) Write(b []byte) (int, error) {
 // answersCanceled says whether b, an SSE event or a JSON message, is the
 // answer to a call of this POST that the client canceled.
 func (w *dropCanceled) answersCanceled(b []byte) bool {
+	if !w.calls.canceled(jsonrpc.ID{}) {
+		return false // the common case: no answer decoded
+	}
 	data := b
 	if i := bytes.Index(b, []byte("data: ")); i >= 0 && (i == 0 || b[i-1] == '\n') {
 		data = bytes.TrimRight(b[i+len("data: "):], "\n")
@@ -114,7 +139,7 @@ func (w *dropCanceled) answersCanceled(b []byte) bool {
 		return false
 	}
 	r, ok := msg.(*jsonrpc.Response)
-	return ok && r.ID.IsValid() && w.canceled(r.ID)
+	return ok && r.ID.IsValid() && w.calls.canceled(r.ID)
 }
 
 // Unwrap lets the SDK flush its events (http.ResponseController).

@@ -262,9 +262,9 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 			as.touchKnown(r.Header.Get("Mcp-Session-Id"), use)
 			if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
 				// A call the client cancels gets no answer (calling).
-				canceled, forget := as.calling(sid, readBody(r))
-				defer forget()
-				w = &dropCanceled{ResponseWriter: w, canceled: canceled}
+				calls := as.calling(sid, readBody(r))
+				defer calls.forget()
+				w = &dropCanceled{ResponseWriter: w, calls: calls}
 			}
 		}
 	}
