@@ -37,28 +37,37 @@ func messages(data []byte) []jsonrpc.Message {
 }
 
 // initializeParams refuses an initialize request in data whose params are
-// not MCP's InitializeParams (a protocolVersion that is no string,
-// clientInfo or capabilities that are no object): the SDK answered it 200
-// with a JSON-RPC error of code 0 that echoed the params, under the id of
-// a session it did not keep.
+// not MCP's (initializeParamsOK): the SDK answered it 200 with a JSON-RPC
+// error of code 0 that echoed the params, under the id of a session it
+// did not keep.
 func initializeParams(data []byte) error {
 	for _, msg := range messages(data) {
-		r, ok := msg.(*jsonrpc.Request)
-		if !ok || r.Method != "initialize" || len(r.Params) == 0 {
-			continue
-		}
-		var p struct {
-			mcp.InitializeParams
-			// The SDK reads capabilities its own way (a roots of older
-			// clients' shape too): only their being an object is judged.
-			Capabilities json.RawMessage `json:"capabilities"`
-		}
-		err := json.Unmarshal(r.Params, &p)
-		if c := bytes.TrimSpace(p.Capabilities); err != nil || len(c) > 0 && c[0] != '{' && string(c) != "null" {
-			return chatrelay.Errorf(chatrelay.InvalidJSON, "the initialize request's params are not MCP's: an object with protocolVersion a string, capabilities and clientInfo objects")
+		if r, ok := msg.(*jsonrpc.Request); ok && r.Method == "initialize" && !initializeParamsOK(r.Params) {
+			return chatrelay.Errorf(chatrelay.InvalidJSON, "the initialize request's params are not MCP's: "+initializeParamsWant)
 		}
 	}
 	return nil
+}
+
+// initializeParamsWant says what initializeParamsOK wants.
+const initializeParamsWant = "an object with protocolVersion a string, capabilities and clientInfo objects"
+
+// initializeParamsOK says whether params (none is left to the SDK) decode
+// as MCP's InitializeParams, as the SDK reads them: else the SDK answers
+// a JSON-RPC error of code 0 that echoes them.
+func initializeParamsOK(params json.RawMessage) bool {
+	if len(params) == 0 {
+		return true
+	}
+	var p struct {
+		mcp.InitializeParams
+		// The SDK reads capabilities its own way (a roots of older
+		// clients' shape too): only their being an object is judged.
+		Capabilities json.RawMessage `json:"capabilities"`
+	}
+	err := json.Unmarshal(params, &p)
+	c := bytes.TrimSpace(p.Capabilities)
+	return err == nil && (len(c) == 0 || c[0] == '{' || string(c) == "null")
 }
 
 // readBody returns the body of r (at most a request's limit, and
