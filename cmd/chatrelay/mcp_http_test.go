@@ -902,6 +902,38 @@ func TestMCPInitializeParamsMalformed(t *testing.T) {
 	assert.True(t, !r.IsError, "a session after: %+v", r)
 }
 
+// TestMCPBodyIsOneJSONValue: a POST body that holds more than one JSON
+// value (a message and anything after it) is 400 invalid_mcp_request, as
+// on stdio a line with two values is -32700: the SDK answered the first
+// message and dropped the rest unsaid (a client that wrote two messages
+// in one body saw one answered and the other never). White space after
+// the message is no value.
+//
+//	→ POST /mcp  {"jsonrpc":"2.0","id":3,"method":"ping"}{"jsonrpc":"2.0","id":4,"method":"ping"}
+//	← 200  data: {"jsonrpc":"2.0","id":3,"result":{}}
+func TestMCPBodyIsOneJSONValue(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "twovalues")
+	cs := mcpClient(t, n.base, key, nil)
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":3,"method":"ping"}{"jsonrpc":"2.0","id":4,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"ping"} garbage`,
+		`[{"jsonrpc":"2.0","id":3,"method":"ping"}]]`,
+	} {
+		resp := mcpPost(t, n.base, key, cs.ID(), body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, body+": status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_mcp_request"`), "%s: %s", body, b)
+	}
+	resp := mcpPost(t, n.base, key, cs.ID(), "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\"}\r\n ")
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.True(t, resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"id":5`), "a message and white space: %d %s", resp.StatusCode, b)
+}
+
 // TestMCPIDIsAStringOrAnInteger: a request whose id is neither a string
 // nor an integer the SDK keeps exactly (1.5, 2^53+1) is 400 invalid_json,
 // as chatrelay mcp refuses it on stdio (-32600). The SDK answered it with
