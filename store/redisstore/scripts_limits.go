@@ -41,7 +41,7 @@ end
 -- lengths, or the wait in ms (the entry taken back).
 local function rateTake(k1, k2, id, now, win, l1, l2)
   local wait = 0
-  local entry = string.format('%.0f', now) .. ' ' .. id
+  local entry = string.format('%d', now) .. ' ' .. id
   local n1 = redis.call('RPUSH', k1, entry)
   if n1 > l1 then
     local t = tonumber(string.match(redis.call('LINDEX', k1, n1 - l1 - 1), '^(%d+)'))
@@ -134,11 +134,11 @@ var acquireScript = redis.NewScript(luaNow + `
 local now = redisNow()
 local lease = tonumber(ARGV[2])
 for i = 1, #KEYS do
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', string.format('%.0f', now))
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', string.format('%d', now))
   if redis.call('ZCARD', KEYS[i]) >= tonumber(ARGV[2 + i]) then return 0 end
 end
 for i = 1, #KEYS do
-  redis.call('ZADD', KEYS[i], string.format('%.0f', now + lease), ARGV[1])
+  redis.call('ZADD', KEYS[i], string.format('%d', now + lease), ARGV[1])
   redis.call('PEXPIRE', KEYS[i], 3 * lease)
 end
 return 1
@@ -153,7 +153,7 @@ return 1
 var renewScript = redis.NewScript(luaNow + `
 local now = redisNow()
 local lease = tonumber(ARGV[1])
-local exp = string.format('%.0f', now + lease)
+local exp = string.format('%d', now + lease)
 local a = 2
 for i = 1, #KEYS do
   local c = tonumber(ARGV[a])
