@@ -35,7 +35,7 @@ const luaHelpers = `
 local function epochOf(id) return tonumber(string.match(id, '^(%d+)')) end
 local function fmt(n) return string.format('%d', n) end
 local function sid(e) return fmt(e) .. '-0' end
-local function num(x) return tonumber(x) or 0 end
+local function num(x) if not x then return 0 end return tonumber(x) or 0 end
 
 -- publish sends msg on the feed channel ch: PUBLISH, or SPUBLISH (sharded
 -- pub/sub, Redis 7: the channel is in the keys' slot) when ch starts with
