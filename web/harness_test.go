@@ -488,16 +488,18 @@ func threadOf(token string) string {
 // gate is a reverse proxy in front of a server that can refuse the
 // WebSocket route, the SSE route, or both, as a corporate proxy or a
 // broken middlebox would. Refusing also cuts the streams already open. It
-// can also refuse polls, and lose the answers to posts: the post reaches
-// the server, which stores it, and the connection is then cut before the
-// browser reads a byte of the answer.
+// can also refuse polls, and lose the answers to posts (and to answers of
+// interactions, and reactions): the request reaches the server, which stores it, and the
+// connection is then cut before the browser reads a byte of the answer.
 type gate struct {
-	URL       string
-	noWS      atomic.Bool
-	noSSE     atomic.Bool
-	noPoll    atomic.Bool
-	dropPosts atomic.Bool
-	posts     atomic.Int32 // posts that went through, answered or not
+	URL          string
+	noWS         atomic.Bool
+	noSSE        atomic.Bool
+	noPoll       atomic.Bool
+	dropPosts    atomic.Bool
+	dropResponds atomic.Bool
+	dropReacts   atomic.Bool
+	posts        atomic.Int32 // posts that went through, answered or not
 
 	mu      sync.Mutex
 	streams map[*int]stream
@@ -546,15 +548,18 @@ func newGate(t *testing.T, backend *server) *gate {
 			http.Error(w, "refused by the test proxy", http.StatusServiceUnavailable)
 			return
 		}
-		if strings.HasSuffix(r.URL.Path, "/api/chat/post") && r.Method == http.MethodPost {
+		isPost := strings.HasSuffix(r.URL.Path, "/api/chat/post") && r.Method == http.MethodPost
+		if isPost {
 			g.posts.Add(1)
-			if g.dropPosts.Load() {
-				rp.ServeHTTP(httptest.NewRecorder(), r) // the server stores it…
-				if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-					conn.Close() // …and its answer is lost
-				}
-				return
+		}
+		isRespond := strings.HasSuffix(r.URL.Path, "/api/chat/respond") && r.Method == http.MethodPost
+		isReact := strings.HasSuffix(r.URL.Path, "/api/chat/react") && r.Method == http.MethodPost
+		if isPost && g.dropPosts.Load() || isRespond && g.dropResponds.Load() || isReact && g.dropReacts.Load() {
+			rp.ServeHTTP(httptest.NewRecorder(), r) // the server stores it…
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close() // …and its answer is lost
 			}
+			return
 		}
 		if isWS || isSSE {
 			ctx, cancel := context.WithCancel(r.Context())

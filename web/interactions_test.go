@@ -862,3 +862,116 @@ func TestAnswerNotTakenAsThePageAppears(t *testing.T) {
 	waitFor(t, soon, "the approval stored", func() bool { return srv.check(thread, ix).State == "approved" })
 	tb.waitIx(soon, ix, "approved")
 }
+
+// Retention dropped an approval while the page showed it (a live stream is
+// told nothing of a drop before its cursor): Approve finds it gone, and the
+// page says so and shows the conversation as the server holds it.
+func TestAnsweringADroppedApproval(t *testing.T) {
+	srv := startServer(t, "--retention-messages", "3")
+	a, token := startConversation(t, srv.URL, "anything to approve?")
+	thread := threadOf(token)
+	ix := srv.ask(thread, "--approval", "Deploy build 9?", "--title", "deploy").Interaction.ID
+	a.waitIx(soon, ix, "pending")
+	for i := range 3 {
+		srv.reply(thread, fmt.Sprintf("later %d", i)) // the approval is dropped
+	}
+	a.waitShown(soon, "later 2")
+
+	a.click(ixSel(ix) + ` button[data-decision="approve"]`)
+	a.waitJS(soon, "the dropped card to go", `document.querySelector(`+js(ixSel(ix))+`) === null`)
+	a.waitJS(soon, "the answer explained", `!document.getElementById("notice").hidden &&
+		document.getElementById("notice-text").textContent.includes("no longer in the conversation")`)
+	checkOnce(t, a, poll(t, srv.URL, token).Messages)
+}
+
+// The answer to Approve was lost on its way back (the server stored it).
+// With its stream up, the page learns the outcome from it and says
+// nothing of a failure, whichever came first; with its stream down, the
+// press again is refused 409 by its own approval, which the page shows
+// as the outcome it asked for, not as an answer not taken.
+func TestApprovalWhoseAnswerWasLost(t *testing.T) {
+	srv := startServer(t)
+	g := newGate(t, srv)
+	a, token := startConversation(t, g.URL, "anything to approve?")
+	thread := threadOf(token)
+	countRequests(a, "api/chat/respond")
+	a.open(g.URL)
+	a.waitState(live, "ws")
+
+	ix := srv.ask(thread, "--approval", "Deploy build 9?", "--title", "deploy").Interaction.ID
+	a.waitIx(soon, ix, "pending")
+	g.dropResponds.Store(true)
+	a.click(ixSel(ix) + ` button[data-decision="approve"]`)
+	a.waitIx(soon, ix, "approved")
+	a.waitJS(soon, "the lost answer's request to fail", `window.__requests === 1`)
+	if e := a.ixError(ix); e != "" {
+		t.Errorf("with its stream up, the approved card says %q", e)
+	}
+
+	// Cut off from every read: the press again is the page's only news.
+	ix2 := srv.ask(thread, "--approval", "Restart the worker?", "--title", "restart").Interaction.ID
+	a.waitIx(soon, ix2, "pending")
+	g.noPoll.Store(true)
+	g.refuse(true, true)
+	a.waitJS(soon, "the page to lose its stream", `document.getElementById("status").dataset.state !== "ws"`)
+	a.click(ixSel(ix2) + ` button[data-decision="deny"]`)
+	a.waitJS(soon, "the lost answer's request to fail", `window.__requests === 2`)
+	waitFor(t, soon, "the denial stored", func() bool { return srv.check(thread, ix2).State == "denied" })
+	if e := a.ixError(ix2); !strings.Contains(e, "could not be reached") {
+		t.Errorf("the pending card says %q, want that the server could not be reached", e)
+	}
+	g.dropResponds.Store(false)
+	a.click(ixSel(ix2) + ` button[data-decision="deny"]`)
+	a.waitIx(soon, ix2, "denied")
+	a.waitJS(soon, "the press again answered", `window.__requests === 3`)
+	if e := a.ixError(ix2); e != "" {
+		t.Errorf("refused by its own denial, the card says %q", e)
+	}
+}
+
+// countRequests has each load of tb's page count its requests to path
+// that settled, answered or failed, in window.__requests.
+func countRequests(tb *tab, path string) {
+	tb.t.Helper()
+	if _, err := chromedp.Call(tb.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `
+		window.__requests = 0;
+		const fetched = window.fetch;
+		window.fetch = (...args) => {
+			const p = fetched(...args);
+			if (String(args[0]).includes(` + js(path) + `)) p.finally(() => window.__requests++).catch(() => {});
+			return p;
+		};`}); err != nil {
+		tb.t.Fatal(err)
+	}
+}
+
+// ixError is the error a tab shows on an interaction's card ("" for none).
+func (tb *tab) ixError(id string) string {
+	tb.t.Helper()
+	return eval[string](tb, `(() => { const e = document.querySelector(`+js(ixSel(id)+" .ix-error")+`); return e && !e.hidden ? e.textContent : ""; })()`)
+}
+
+// A reaction whose answer was lost on its way back (the server stored it),
+// with the stream up: the page shows it pressed, and says nothing of a
+// reaction not saved.
+func TestReactionWhoseAnswerWasLost(t *testing.T) {
+	srv := startServer(t)
+	g := newGate(t, srv)
+	a, token := startConversation(t, g.URL, "ship it?")
+	countRequests(a, "api/chat/react")
+	a.open(g.URL)
+	a.waitState(live, "ws")
+	a.waitShown(soon, "ship it?")
+	id := poll2(t, srv.URL, token)[0].ID
+
+	g.dropReacts.Store(true)
+	a.click(msgSel(id) + ` button[data-emoji="👍"]`)
+	a.waitJS(soon, "the reaction shown", `document.querySelector(`+js(msgSel(id)+` button[data-emoji="👍"]`)+`)?.getAttribute("aria-pressed") === "true"`)
+	a.waitJS(soon, "the lost answer's request to fail", `window.__requests === 1`)
+	if r := poll2(t, srv.URL, token)[0].Reactions; !slices.Equal(r["👍"], []string{"operator"}) {
+		t.Fatalf("the server holds %v", r)
+	}
+	if n := eval[string](a, `document.getElementById("notice").hidden ? "" : document.getElementById("notice-text").textContent`); n != "" {
+		t.Errorf("with the reaction shown as stored, the page says %q", n)
+	}
+}

@@ -42,6 +42,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -565,6 +566,31 @@ func TestExpiredReplacesTheNotification(t *testing.T) {
 	}
 }
 
+// TestDroppedApprovalFromTheNotification: retention dropped the approval
+// before the person pressed Approve on its notification (its closing push
+// not there yet): the notification says it is gone, and offers nothing.
+func TestDroppedApprovalFromTheNotification(t *testing.T) {
+	srv, svc := startPushServer(t, "--retention-messages", "3")
+	tb := newWindow(t)
+	tb.allowNotifications(srv.URL)
+	tb.pushStub(svc.Subscribe(t, "phone"))
+	thread := threadOf(tb.notifyOn(srv.URL, "Ship it when it is green."))
+	reg := tb.registration(srv.URL)
+	tb.open(srv.URL + "favicon.svg")
+
+	q := srv.ask(thread, "--approval", "Deploy build 9?", "--title", "deploy", "--timeout", "15m")
+	ix := q.Interaction.ID
+	tb.deliver(srv.URL, reg, serverPush(t, svc, "/push/phone", "interaction", ix))
+	tb.waitNotification(ix, "Deploy build 9?")
+	for i := range 3 {
+		srv.reply(thread, fmt.Sprintf("later %d", i)) // the approval is dropped
+	}
+	inWorker[bool](tb, srv.URL+"sw.js", clickJS(ix, "approve", 0))
+	if n := tb.waitNotification(ix, "Not sent: this request is no longer in the conversation."); len(n.Actions) != 0 {
+		t.Errorf("the notification of a dropped approval is %+v, want no action", n)
+	}
+}
+
 // TestFileOnlyReplyNotified: hermes's reply that is only a file says
 // so in its notification (its name), not an empty body.
 func TestFileOnlyReplyNotified(t *testing.T) {
@@ -795,10 +821,10 @@ func newPushService(t *testing.T) *pushtest.Service {
 	return pushtest.NewServiceOn(t, l)
 }
 
-func startPushServer(t *testing.T) (*server, *pushtest.Service) {
+func startPushServer(t *testing.T, args ...string) (*server, *pushtest.Service) {
 	t.Helper()
 	svc := newPushService(t)
-	return startServerEnv(t, trustPushService(t, svc), "--push-allow-host", "127.0.0.1"), svc
+	return startServerEnv(t, trustPushService(t, svc), append([]string{"--push-allow-host", "127.0.0.1"}, args...)...), svc
 }
 
 // trustPushService is the environment that has the server trust svc's

@@ -413,13 +413,21 @@ async function answer(ixID, ans) {
   busy.add(ixID);
   cardError(ixID, "");
   let error = "";
+  let closed = false; // the error is about the outcome, not the request
   try {
     await chat.respond(ixID, ans); // shows the answered message at once
   } catch (err) {
     // interaction_closed: the card now shows who or what came first
-    // (chat.respond showed the message the 409 carried).
+    // (chat.respond showed the message the 409 carried). When that is
+    // the answer given here, it is said as taken: most often it is this
+    // page's own, stored by a press whose answer was lost on its way back.
     if (err.code === "interaction_closed") {
-      error = "Your answer was not taken: this had already closed.";
+      closed = true;
+      if (!answeredAs(err.current?.interaction, ans)) error = "Your answer was not taken: this had already closed.";
+    } else if (err.code === "not_found") {
+      // The card goes with the conversation read again (chat.respond):
+      // said under the composer instead.
+      notify("Your answer was not taken: this request is no longer in the conversation (older messages were removed).");
     } else if (err.status === 0) {
       error = "Not sent: the server could not be reached. Try again.";
     } else if (err.code === "rate_limited") {
@@ -429,9 +437,19 @@ async function answer(ixID, ans) {
     }
   } finally {
     busy.delete(ixID);
-    redraw(ixID);
-    if (error) cardError(ixID, error);
+    const card = redraw(ixID)?.querySelector(":scope > .ix");
+    // An answer whose fate is unknown (the server could not be reached,
+    // or answered a proxy's 502: it may have stored it) is said only on a
+    // card still pending: once the stream brought the outcome, which came
+    // first, the card shows it.
+    if (error && (closed || card?.dataset.state === "pending")) cardError(ixID, error);
   }
+}
+
+// answeredAs reports whether interaction ix closed with the answer ans.
+function answeredAs(ix, ans) {
+  if (ans.decision) return ix?.state === (ans.decision === "approve" ? "approved" : "denied");
+  return ix?.state === "answered" && ix.answer?.value === ans.value;
 }
 
 // ---- reactions ----
@@ -452,7 +470,10 @@ async function toggleReaction(id, emoji, button) {
         notify(`Too many reactions for now; try again in ${s} s.`, "wait");
       }
     } else if (err.status === 0) {
-      notify("Reaction not saved: the server could not be reached.", "error");
+      // The request may have been stored with its answer lost: when the
+      // stream has shown it stored meanwhile, there is nothing to say.
+      const now = (messageOf(id)?.reactions?.[emoji] || []).includes(ctx.me);
+      if (now === mine) notify("Reaction not saved: the server could not be reached.", "error");
     } else {
       notify(`Reaction not saved: ${err.message}.`, "error");
     }

@@ -492,7 +492,9 @@ export class ChatClient extends EventTarget {
    * with the answered message, which is shown at once. The first answer
    * wins: when another came first (or the deadline, or a cancel), it
    * throws a ChatError with code "interaction_closed" whose current is
-   * the message as it stands, also shown at once.
+   * the message as it stands, also shown at once. An interaction no
+   * longer in the thread (retention dropped it) throws code "not_found",
+   * and the conversation is read again without it.
    */
   async respond(interactionId, answer) {
     const body = { interaction_id: interactionId, ...answer };
@@ -502,6 +504,10 @@ export class ChatClient extends EventTarget {
       return data.message;
     } catch (e) {
       if (e.current) this.#upsert(e.current, false);
+      // not_found: retention dropped the interaction's message while it
+      // was shown (a live stream is told nothing of a drop before its
+      // cursor): read the conversation again, as after a reset.
+      else if (e.code === "not_found" && this.#run) this.#reset(this.#run);
       throw e;
     }
   }

@@ -287,6 +287,11 @@ async function respond(n, d, answer) {
     const how = state === "expired" ? "it expired" : state === "canceled" ? "hermes canceled it" : (closedWords[state]?.[0] || "answered").toLowerCase();
     return say(`Already answered: ${how}.`, { closed: state });
   }
+  // Retention dropped the interaction (or its thread) before this answer:
+  // nothing can answer it now, so nothing is offered.
+  if (res.status === 404 && body?.code === "not_found") {
+    return say("Not sent: this request is no longer in the conversation.", { closed: "gone" });
+  }
   // A credential the server no longer takes (a revoked or expired device
   // or share link): its page cannot answer either, and the server's words
   // say what to do instead.
