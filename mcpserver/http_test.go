@@ -372,3 +372,31 @@ func TestHTTPCanceledCallGetsNoAnswer(t *testing.T) {
 	assert.Success(t, err)
 	assert.True(t, strings.Contains(body, `"id":4`) && !strings.Contains(body, `"isError":true`), "a call after the cancel: %s", body)
 }
+
+// TestHTTPInitializeKeysMCPDoesNotName: an initialize request whose params
+// are MCP's and also hold keys MCP does not name, spelled like its own in
+// other cases ("CAPABILITIES", a clientInfo's "NAME"), makes a session, as
+// the SDK, which matches keys case-sensitively and ignores unknown ones,
+// would. The check of its params (initializeParamsOK) matched keys in any
+// case, took them for MCP's, and refused it 400 invalid_json.
+func TestHTTPInitializeKeysMCPDoesNotName(t *testing.T) {
+	h := mcpserver.NewHTTP(&host.Verbs{Store: nil}, mcpserver.HTTPOptions{})
+	t.Cleanup(h.Close)
+	key := chatrelay.AgentKey{ID: "a_0123abcd", Name: "cased"}
+	for _, params := range []string{
+		`{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"},"CAPABILITIES":5}`,
+		`{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1","NAME":5}}`,
+		`{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"},"ProtocolVersion":5,"clientinfo":"x"}`,
+	} {
+		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":` + params + `}`
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer cha_test")
+		w := httptest.NewRecorder()
+		err := h.ServeAgent(w, req, key)
+		assert.Success(t, err)
+		assert.Equal(t, params+": status", w.Code, http.StatusOK)
+		assert.True(t, w.Header().Get("Mcp-Session-Id") != "", "%s: no session made: %s", params, w.Body)
+	}
+}

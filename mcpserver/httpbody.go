@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/chatrelay/chatrelay"
 )
@@ -65,7 +66,13 @@ func initializeParamsOK(params json.RawMessage) bool {
 		// clients' shape too): only their being an object is judged.
 		Capabilities json.RawMessage `json:"capabilities"`
 	}
-	err := json.Unmarshal(params, &p)
+	// Decoded as the SDK decodes (its internal/json): keys match in their
+	// own case only, where encoding/json would take "CAPABILITIES" or a
+	// clientInfo's "NAME", keys MCP does not name and the SDK ignores,
+	// for MCP's.
+	d := segjson.NewDecoder(bytes.NewReader(params))
+	d.DontMatchCaseInsensitiveStructFields()
+	err := d.Decode(&p)
 	c := bytes.TrimSpace(p.Capabilities)
 	return err == nil && (len(c) == 0 || c[0] == '{' || string(c) == "null")
 }
