@@ -152,7 +152,7 @@ var codeTable = []CodeInfo{
 	{PushDisabled, 404, false, "push is turned off on this server (--push=false)"},
 	{AgentLimit, 409, false, "the store has the most active agent keys"},
 	{RequestTimeout, 408, true, "the request's body did not arrive within the server's read timeout: nothing was stored; send it again"},
-	{InvalidMCPRequest, 400, false, "an MCP request its transport refuses: an Accept without application/json and text/event-stream, an MCP-Protocol-Version it does not speak, a GET or DELETE without Mcp-Session-Id, a body that is not JSON-RPC"},
+	{InvalidMCPRequest, 400, false, "an MCP request its transport refuses: an Accept without application/json and text/event-stream, an MCP-Protocol-Version it does not speak, a GET or DELETE without Mcp-Session-Id, a body that is not JSON-RPC or holds more than one JSON value"},
 	{UnsupportedMediaType, 415, false, "a body whose Content-Type the route does not take"},
 }
 

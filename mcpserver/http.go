@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/chatrelay/chatrelay"
@@ -61,12 +62,13 @@ type agentServer struct {
 	cancel context.CancelCauseFunc // with revoked or shuttingDown, the calls' answer
 	calls  atomic.Int64            // its tool calls in flight (MaxCallsPerKey)
 
-	mu       sync.Mutex                                   // guards posts, idle, inflight, used and evicted
+	mu       sync.Mutex                                   // guards posts, idle, inflight, used, evicted and pending
 	posts    int                                          // its POST requests being served (a call's answer is written on its POST)
 	idle     chan struct{}                                // made by end while posts are served, closed when none is left
 	inflight map[string]map[*context.CancelCauseFunc]bool // its calls in flight, by session id: a DELETE of the session ends them
 	used     map[string]uint64                            // each session's last request, as HTTP.uses numbered it
 	evicted  map[string]bool                              // sessions being closed to make room (admit): not counted
+	pending  map[string]map[jsonrpc.ID]*bool              // the calls of its POSTs being served, by session id and call id: true once the client canceled it (calling)
 }
 
 // touchKnown is touch for a session already recorded; any other id is
@@ -258,9 +260,18 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 			// knows (made, or called a tool): an id a client made up
 			// must not grow the record.
 			as.touchKnown(r.Header.Get("Mcp-Session-Id"), use)
+			if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
+				// A call the client cancels gets no answer (calling).
+				calls := as.calling(sid, readBody(r))
+				defer calls.forget()
+				w = &dropCanceled{ResponseWriter: w, calls: calls}
+			}
 		}
 	}
 	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+		if err := initializeParams(readBody(r)); err != nil {
+			return err
+		}
 		release, evict, err := h.admit(k)
 		if err != nil {
 			return err

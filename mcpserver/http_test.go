@@ -348,3 +348,27 @@ func TestHTTPDeleteEndsTheSessionsWaits(t *testing.T) {
 	assert.Eventually(t, 10*time.Second, "the wait's audit line", func() bool { return len(ended()) > 0 })
 	assert.Equal(t, "the audited outcome of the wait whose session was deleted", ended(), []string{"canceled"})
 }
+
+// TestHTTPCanceledCallGetsNoAnswer: a call the client cancels
+// (notifications/cancelled, as the TypeScript SDK sends when a call is
+// aborted or times out) ends at once and gets no answer on its stream, as
+// MCP asks and as on stdio; the session goes on. The SDK answered it with
+// a JSON-RPC error of code 0, "context canceled", which the TypeScript
+// SDK's client reports through onerror as "Received a response for an
+// unknown message ID" at every wait an agent gave up on.
+func TestHTTPCanceledCallGetsNoAnswer(t *testing.T) {
+	_, rpc, _ := agentSession(t, nil)
+	waited := waitInFlight(t, rpc)
+	_, err := rpc(t.Context(), `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"the agent gave up"}}`)
+	assert.Success(t, err)
+	select {
+	case w := <-waited:
+		assert.Success(t, w.err)
+		assert.True(t, !strings.Contains(w.body, `"id":2`), "the canceled call's stream holds an answer: %q", w.body)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the canceled wait still runs 10 s after its cancel")
+	}
+	body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`)
+	assert.Success(t, err)
+	assert.True(t, strings.Contains(body, `"id":4`) && !strings.Contains(body, `"isError":true`), "a call after the cancel: %s", body)
+}

@@ -123,6 +123,19 @@ var clientMistakes = map[string]bool{
 	"method removed in the new protocol":   true,
 }
 
+// clientMistakePrefixes start the SDK's lines of a client's protocol
+// mistake that name what the client sent: a call as MCP 2026-07-28, or
+// with a protocol version in its _meta, which a server with sessions
+// refuses (-32022).
+var clientMistakePrefixes = []string{
+	"rejecting request with protocol version ",
+}
+
+// clientMistake says whether msg is the SDK's line of a client's mistake.
+func clientMistake(msg string) bool {
+	return clientMistakes[msg] || slices.ContainsFunc(clientMistakePrefixes, func(p string) bool { return strings.HasPrefix(msg, p) })
+}
+
 // mistakesAtInfo is a slog.Handler that handles the lines of
 // clientMistakes at info, and every other line as its Handler does.
 type mistakesAtInfo struct{ slog.Handler }
@@ -133,7 +146,7 @@ func (h mistakesAtInfo) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h mistakesAtInfo) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level > slog.LevelInfo && clientMistakes[r.Message] {
+	if r.Level > slog.LevelInfo && clientMistake(r.Message) {
 		r.Level = slog.LevelInfo
 	}
 	if !h.Handler.Enabled(ctx, r.Level) {

@@ -35,7 +35,9 @@ const DefaultMaxLine = chatrelay.MaxMCPBody
 //     jsonrpc other than "2.0", an id that is not a string or an integer,
 //     params that are not structured, a response with neither result nor
 //     error), or a line over MaxLine: -32600 "Invalid Request", with the
-//     request's id when it has a usable one, else null.
+//     request's id when it has a usable one, else null;
+//   - an initialize request whose params are not MCP's: -32602 "Invalid
+//     params", with its id.
 //
 // A blank line is skipped. Only well-formed messages reach the SDK.
 //
@@ -320,6 +322,9 @@ func parseLine(line []byte, over bool, maxLine int) (jsonrpc.Message, *refusal) 
 		}
 		if len(params) > 0 && params[0] != '{' { // MCP's params are an object: never by position (an array)
 			return nil, invalidRequest(answerID, "params must be an object")
+		}
+		if method == "initialize" && !initializeParamsOK(params) { // else the SDK's code 0, echoing them
+			return nil, &refusal{id: answerID, code: jsonrpc.CodeInvalidParams, message: "Invalid params: initialize's params are " + initializeParamsWant}
 		}
 		return &jsonrpc.Request{ID: id, Method: method, Params: params}, nil
 	}

@@ -150,6 +150,7 @@ func TestStdioAnswersMalformedLines(t *testing.T) {
 		{"a line over the cap", padded(maxLine + 1), -32600, "null"},
 		{"a line at the cap", padded(maxLine), 0, `"big"`},
 		{"an unknown method", `{"jsonrpc":"2.0","id":13,"method":"no/such"}`, -32601, "13"},
+		{"initialize whose params are not MCP's", `{"jsonrpc":"2.0","id":15,"method":"initialize","params":{"protocolVersion":5,"capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`, -32602, "15"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c.send(t, tc.line)

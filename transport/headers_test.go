@@ -131,3 +131,25 @@ func TestEscapedAPIPathIsNotFound(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPPathWithASlashIsNotFound: a path under /mcp/ (an agent's MCP URL
+// written with a trailing slash, https://chat.example.com/mcp/) is the
+// API's JSON 404, with or without a prefix, whatever the method: it fell
+// through to the page, so the agent's POST got the page's 405 with
+// Allow: GET, and its GET the page's plain-text 404, neither saying that
+// MCP is at /mcp.
+func TestMCPPathWithASlashIsNotFound(t *testing.T) {
+	t.Parallel()
+	for _, prefix := range []string{"", "/spaces/newos4"} {
+		e := startPush(t, pushOptions{config: func(c *transport.Config) { c.Prefix = prefix }})
+		for _, path := range []string{"/mcp/", "/mcp/x", "/mcp%2F"} {
+			for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+				status, h, body := e.do(method, prefix+path, "", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil)
+				assert.Equal(t, method+" "+prefix+path+": status", status, http.StatusNotFound)
+				assert.Equal(t, method+" "+prefix+path+": code", decodeError(t, body).Code, "not_found")
+				assert.Equal(t, method+" "+prefix+path+": Allow", h.Get("Allow"), "")
+				assert.True(t, strings.Contains(string(body), prefix+"/mcp"), "%s %s: the words name where MCP is: %s", method, prefix+path, body)
+			}
+		}
+	}
+}

@@ -61,6 +61,9 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 		// answers plain text, which no client tells from another failure).
 		data, err := readMCPBody(w, r)
 		if err == nil {
+			err = oneValue(data)
+		}
+		if err == nil {
 			err = initializeOnce(data, r.Header.Get("Mcp-Session-Id") != "")
 		}
 		if err != nil {
@@ -198,6 +201,22 @@ func readMCPBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	r.ContentLength = int64(len(data))
 	return data, nil
+}
+
+// oneValue refuses a body whose JSON value (a message, or a batch) is
+// followed by more than white space: the SDK answered the first message
+// and dropped the rest unsaid, where stdio refuses a line with two values.
+// A body whose first value does not parse is left to the SDK.
+func oneValue(data []byte) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	var v json.RawMessage
+	if d.Decode(&v) != nil {
+		return nil
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return chatrelay.Errorf(chatrelay.InvalidMCPRequest, "the body holds more than one JSON value: send one message (or one batch) a request")
+	}
+	return nil
 }
 
 // initializeOnce refuses a message sent without Mcp-Session-Id that is

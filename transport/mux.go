@@ -291,11 +291,18 @@ func (s *Server) page() http.HandlerFunc {
 // matches escaped segments): it is still no such route of the API,
 // answered as one whatever its method, never with the page's plain-text
 // 404 or its 405 (Allow: GET would name a method of a route not there).
+// So is a path under /mcp/: an agent's MCP URL written with a trailing
+// slash, told where MCP is.
 func (s *Server) notAPI(h http.Handler) http.Handler {
 	api := s.cfg.Prefix + chatrelay.PathAPI
+	mcp := s.cfg.Prefix + chatrelay.PathMCP
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, api) {
 			s.handleNotFound(w, r)
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, mcp+"/") {
+			s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no such route: MCP is served at %s, without a trailing slash", mcp))
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -870,6 +870,70 @@ func TestMCPSessionInitializedOnce(t *testing.T) {
 	assert.True(t, !r.IsError, "the session after: %+v", r)
 }
 
+// TestMCPInitializeParamsMalformed: an initialize request whose params
+// are not MCP's (a protocolVersion that is no string, clientInfo that is
+// no object) is 400 invalid_json, and makes no session. The SDK answered
+// 200 with a JSON-RPC error of code 0 (no JSON-RPC code), which echoed the
+// params, and an Mcp-Session-Id header naming a session that the next
+// request found gone (404):
+//
+//	→ POST /mcp  {"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5,…}}
+//	← 200 Mcp-Session-Id: ERK5…  data: {"jsonrpc":"2.0","id":1,"error":{"code":0,"message":"handling 'initialize': unmarshaling \"{\\\"protocolVersion\\\":5,…"}}
+func TestMCPInitializeParamsMalformed(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "malformed")
+	for _, params := range []string{
+		`{"protocolVersion":5,"capabilities":{},"clientInfo":{"name":"t","version":"1"}}`,
+		`{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":"t"}`,
+		`{"protocolVersion":"2025-06-18","capabilities":[],"clientInfo":{"name":"t","version":"1"}}`,
+		`"2025-06-18"`,
+	} {
+		resp := mcpPost(t, n.base, key, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":`+params+`}`)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, params+": status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_json"`), "%s: %s", params, b)
+		assert.Equal(t, params+": the session made", resp.Header.Get("Mcp-Session-Id"), "")
+	}
+	cs := mcpClient(t, n.base, key, nil) // a good one
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "a session after: %+v", r)
+}
+
+// TestMCPBodyIsOneJSONValue: a POST body that holds more than one JSON
+// value (a message and anything after it) is 400 invalid_mcp_request, as
+// on stdio a line with two values is -32700: the SDK answered the first
+// message and dropped the rest unsaid (a client that wrote two messages
+// in one body saw one answered and the other never). White space after
+// the message is no value.
+//
+//	→ POST /mcp  {"jsonrpc":"2.0","id":3,"method":"ping"}{"jsonrpc":"2.0","id":4,"method":"ping"}
+//	← 200  data: {"jsonrpc":"2.0","id":3,"result":{}}
+func TestMCPBodyIsOneJSONValue(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "twovalues")
+	cs := mcpClient(t, n.base, key, nil)
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":3,"method":"ping"}{"jsonrpc":"2.0","id":4,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"ping"} garbage`,
+		`[{"jsonrpc":"2.0","id":3,"method":"ping"}]]`,
+	} {
+		resp := mcpPost(t, n.base, key, cs.ID(), body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, body+": status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_mcp_request"`), "%s: %s", body, b)
+	}
+	resp := mcpPost(t, n.base, key, cs.ID(), "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\"}\r\n ")
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.True(t, resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"id":5`), "a message and white space: %d %s", resp.StatusCode, b)
+}
+
 // TestMCPIDIsAStringOrAnInteger: a request whose id is neither a string
 // nor an integer the SDK keeps exactly (1.5, 2^53+1) is 400 invalid_json,
 // as chatrelay mcp refuses it on stdio (-32600). The SDK answered it with
@@ -954,6 +1018,38 @@ func TestMCPClientMistakesAreNoErrors(t *testing.T) {
 		return strings.Count(n.log.String(), "duplicate initialized notification") == 3
 	})
 	assert.True(t, !strings.Contains(n.log.String(), "level=ERROR"), "the log: %s", n.log.String())
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "the session after: %+v", r)
+}
+
+// TestMCPNewProtocolVersionIsNoWarning: a call in a session made as
+// MCP 2026-07-28, or one whose _meta names a protocol version (SEP-2575),
+// which the SDK refuses on a server with sessions (-32022), is a client's
+// mistake, logged at info: the SDK logged it at warn, one line a request,
+// so any key holder could fill the log with warnings no operator can act
+// on. The session goes on.
+func TestMCPNewProtocolVersionIsNoWarning(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "early")
+	cs := mcpClient(t, n.base, key, nil)
+	call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`
+	meta := `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}}}`
+	for _, r := range []*http.Response{
+		mcpDo(t, http.MethodPost, n.base, key, call, "Mcp-Session-Id", cs.ID(), "MCP-Protocol-Version", "2026-07-28"),
+		mcpPost(t, n.base, key, cs.ID(), meta),
+	} {
+		body, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		assert.True(t, r.StatusCode == http.StatusBadRequest && strings.Contains(string(body), "-32022"), "the refusal: %d %s", r.StatusCode, body)
+	}
+	assert.Eventually(t, 10*time.Second, "the refusals' log lines", func() bool {
+		return strings.Count(n.log.String(), "rejecting request with protocol version") == 2
+	})
+	for line := range strings.Lines(n.log.String()) {
+		assert.True(t, !strings.Contains(line, "rejecting request") || strings.Contains(line, "level=INFO"), "a client's mistake logged above info: %s", line)
+	}
 	r := callTool(t, cs, "list_threads", map[string]any{})
 	assert.True(t, !r.IsError, "the session after: %+v", r)
 }

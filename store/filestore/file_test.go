@@ -301,6 +301,76 @@ func TestSweepRemovesCrashTempFiles(t *testing.T) {
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 }
 
+// TestSweepRemovesACrashLockFile: a writer killed while it created a
+// thread (the server or a host CLI's reply, SIGKILLed before the document
+// was linked) leaves the thread's lock file and no document; the sweep
+// removes it once it is an hour old, as it removes such a writer's temp
+// files, and keeps the lock file of a thread that has a document.
+func TestSweepRemovesACrashLockFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	appendText(t, s, threadA, "hello")
+	chat := filepath.Join(dir, "chat")
+	// An hour old: a younger one may be a creator's that holds it now.
+	lock := filepath.Join(chat, threadB+".json.lock")
+	assert.Success(t, os.WriteFile(lock, nil, 0o600))
+	_, err := s.Sweep(t.Context())
+	assert.Success(t, err)
+	_, err = os.Stat(lock)
+	assert.Success(t, err)
+	old := time.Now().Add(-2 * time.Hour)
+	assert.Success(t, os.Chtimes(lock, old, old))
+	_, err = s.Sweep(t.Context())
+	assert.Success(t, err)
+	locks, err := filepath.Glob(filepath.Join(chat, "*.json.lock"))
+	assert.Success(t, err)
+	assert.Equal(t, "lock files left", locks, []string{filepath.Join(chat, threadA+".json.lock")})
+	p, err := s.Since(t.Context(), threadA, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "thread after sweep", texts(p), []string{"hello"})
+	// The thread whose lock went is written as any new one.
+	appendText(t, s, threadB, "again")
+	p, err = s.Since(t.Context(), threadB, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "new thread", texts(p), []string{"again"})
+}
+
+// TestSweepRemovesTheRecordsOfARemovedThread: a sweep killed while it
+// removed a thread, its document gone and its share links' record, audit
+// and push subscriptions not yet, leaves them to the next sweep, which
+// removes them; the owner's next post makes the thread again without its
+// old share links (they had come back with it, for as long as they had
+// left to run).
+func TestSweepRemovesTheRecordsOfARemovedThread(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	appendText(t, s, threadA, "hello")
+	digest := strings.Repeat("0f", 32)
+	g := chatrelay.Grant{ID: "p_0011aabb", Name: "Jo", Kind: chatrelay.Human, Role: chatrelay.Viewer,
+		CreatedAt: time.Now().UnixMilli(), ExpiresAt: time.Now().Add(24 * time.Hour).UnixMilli(), Digest: digest}
+	assert.Success(t, s.Invite(t.Context(), threadA, g))
+	chat := filepath.Join(dir, "chat")
+	assert.Success(t, os.WriteFile(filepath.Join(chat, threadA+".audit.jsonl"), []byte(`{"at":1,"event":"issued","participant":"p_0011aabb"}`+"\n"), 0o600))
+	assert.Success(t, os.WriteFile(filepath.Join(chat, threadA+".push.json"), []byte(`{"version":1,"thread":"`+threadA+`","subscriptions":[]}`), 0o600))
+	assert.Success(t, os.Remove(filepath.Join(chat, threadA+".json"))) // the killed sweep's last step
+
+	s = openFile(t, dir, FileOptions{}) // the next server
+	_, err := s.Sweep(t.Context())
+	assert.Success(t, err)
+	left, err := filepath.Glob(filepath.Join(chat, threadA+".*"))
+	assert.Success(t, err)
+	assert.Equal(t, "the removed thread's files", left, []string(nil))
+
+	appendText(t, s, threadA, "again")
+	grants, err := s.Grants(t.Context(), threadA)
+	assert.Success(t, err)
+	assert.Equal(t, "share links of the thread made again", len(grants), 0)
+	_, _, err = s.Resolve(t.Context(), digest)
+	assert.Code(t, err, chatrelay.Unauthorized)
+}
+
 func TestSinceAndReset(t *testing.T) {
 	t.Parallel()
 	clk := testclock.New(t0)

@@ -37,8 +37,9 @@ func (s *File) Sweep(ctx context.Context) (store.SweepStats, error) {
 			st.ThreadsRemoved++
 		}
 	}
-	// A writer killed while creating a thread leaves a temp file and no
-	// document: clean those up too, under the thread's lock like the rest.
+	// A writer killed while creating a thread leaves a temp file or its
+	// lock file and no document: clean those up too, under the thread's
+	// lock like the rest.
 	for _, name := range s.orphanTemps(names) {
 		if _, _, err := s.sweepThread(ctx, name); err != nil {
 			s.log.Warn("sweep", "thread", name, "err", err)
@@ -52,19 +53,46 @@ func (s *File) Sweep(ctx context.Context) (store.SweepStats, error) {
 	return st, nil
 }
 
+// orphanLockAge is the age past which a thread's lock file with no
+// document is a writer's that was killed while it created the thread.
+const orphanLockAge = time.Hour
+
+// threadRecords are the name suffixes of a thread's records beside its
+// document: they go with it (removeThread).
+var threadRecords = []string{".participants.json", ".audit.jsonl", ".push.json"}
+
 // orphanTemps lists the threads, other than those in docs, that have temp
-// files, or a log (and no document).
+// files, a log, a lock file or records (and no document).
 func (s *File) orphanTemps(docs []string) []string {
 	tmps, _ := filepath.Glob(filepath.Join(s.dir, ".*.json.tmp-*"))
 	logs, _ := filepath.Glob(filepath.Join(s.dir, "*.log"))
+	// A lock file is a killed creator's once an hour old (a live one
+	// holds it for a moment: the sweep does not wait for it).
+	var locks []string
+	all, _ := filepath.Glob(filepath.Join(s.dir, "*.json.lock"))
+	for _, lock := range all {
+		if fi, err := os.Stat(lock); err == nil && s.now().Sub(fi.ModTime()) > orphanLockAge {
+			locks = append(locks, lock)
+		}
+	}
 	seen := make(map[string]bool, len(docs))
 	for _, name := range docs {
 		seen[name] = true
 	}
 	var out []string
-	for _, tmp := range append(tmps, logs...) {
+	// A thread's records with no document are a removal's that was cut
+	// short (removeThread).
+	var records []string
+	for _, suffix := range threadRecords {
+		found, _ := filepath.Glob(filepath.Join(s.dir, "*"+suffix))
+		records = append(records, found...)
+	}
+	for _, tmp := range append(append(append(tmps, logs...), locks...), records...) {
 		name, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(tmp), "."), ".json.tmp-")
-		name = strings.TrimSuffix(name, ".log")
+		name = strings.TrimSuffix(strings.TrimSuffix(name, ".log"), ".json.lock")
+		for _, suffix := range threadRecords {
+			name = strings.TrimSuffix(name, suffix)
+		}
 		if chatrelay.ValidThread(name) && !seen[name] {
 			seen[name] = true
 			out = append(out, name)
@@ -90,8 +118,10 @@ func (s *File) sweepThread(ctx context.Context, thread string) (dropped int, rem
 	}
 	if snap == nil {
 		// A thread with no document (temp files of a writer killed while
-		// creating it, or a log whose document was removed by hand).
+		// creating it, a log whose document was removed by hand, or the
+		// records of a removal cut short): nothing of it stays.
 		os.Remove(s.logPath(thread))
+		s.removeRecords(thread)
 		t.drop = true
 		return 0, false, nil
 	}
@@ -199,22 +229,22 @@ func (s *File) queueRemovedGrants(thread string, now time.Time) error {
 // subscriptions, uploads (those no post named yet too, as on Redis: the
 // thread made again with the same token must not find them) and lock file.
 func (s *File) removeThread(t *threadState, thread string) error {
-	// The log first: its messages are the newest, so a crash between
-	// the two removals leaves the older ones, which the next sweep
-	// drops, never newer messages than the document's.
+	// Its grants, audit and push subscriptions first: a crash before the
+	// document is gone leaves a thread the next sweep removes, never
+	// records that a thread made again with the same token would find
+	// (its old share links working again). One left all the same (a
+	// removal that failed) goes at the next sweep (orphanTemps).
+	s.removeRecords(thread)
+	// Then the log: its messages are the newest, so a crash between the
+	// two removals leaves the older ones, which the next sweep drops,
+	// never newer messages than the document's.
 	if err := os.Remove(s.logPath(thread)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return s.unavailable(thread, err)
 	}
 	if err := os.Remove(s.path(thread)); err != nil {
 		return s.unavailable(thread, err)
 	}
-	// The thread is gone: its grants, audit, push subscriptions and
-	// lock file go with it.
-	for _, p := range []string{s.participantsPath(thread), s.auditPath(thread), s.pushPath(thread)} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			s.log.Warn("sweep: remove", "thread", thread, "err", err)
-		}
-	}
+	// The thread is gone: its uploads and lock file go with it.
 	s.removeStray(thread, nil) // every upload and its bytes
 	s.announceClosed(thread, s.dropped(t, nil, nil))
 	s.announceParticipants(thread)
@@ -224,6 +254,16 @@ func (s *File) removeThread(t *threadState, thread string) error {
 	s.setSnap(t, nil)
 	t.drop = true // and its lock file
 	return nil
+}
+
+// removeRecords removes thread's grants, audit and push subscriptions, for
+// a caller holding its lock.
+func (s *File) removeRecords(thread string) {
+	for _, p := range []string{s.participantsPath(thread), s.auditPath(thread), s.pushPath(thread)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("sweep: remove", "thread", thread, "err", err)
+		}
+	}
 }
 
 // writeTrimmed writes nd, the document of snap less the messages

@@ -329,7 +329,7 @@ if #r == 0 or not r[1] or not r[1][2] then
   redis.call('HDEL', KEYS[2], id, 'l:' .. id)
   return nil
 end
-local e = n .. ' ' .. string.format('%.0f', now + lease)
+local e = n .. ' ' .. string.format('%d', now + lease)
 redis.call('HSET', KEYS[2], id, e, 'l:' .. id, e)
 return {n, r[1][2]}
 `)

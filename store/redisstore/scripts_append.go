@@ -6,30 +6,38 @@ package redisstore
 //	5 max threads     6 must exist "1"  7 author as JSON  8 text as JSON
 //	9 feed channel    10 the newest epoch the store has seen
 //	11 a generation id (gen.go)
-//	12 client id ("" if none)
-//	13 the v2 tail: the v2 object after its rev ("" for a message with no
-//	   v2 field, whose v2 object is its v1 object and rev)
-//	14 interaction id ("" if none)    15 its deadline
-//	16 participant grant id ("" if not a participant's post)
-//	17 the grants record's version read   18 the grant with one more post
-//	19 "1" if the grant's cap is spent    20 the most messages waiting
-//	21 the thread's title to set ("" to leave it: open_thread sets it)
-//	22 the id's stamp and ts of now's second ("YYYYMMDD-HHMMSS <ts>"):
-//	   the script computes them only for an epoch in a later second
-//	23 the webhook event to queue ("" if webhooks are off, "-" if
+//	12, 13 the id's stamp and the ts of now's second ("YYYYMMDD-HHMMSS",
+//	   "YYYY-MM-DDTHH:MM:SS+00:00"): the script computes them only for an
+//	   epoch in a later second
+//	14 id suffix candidates, 6 hex each, space-separated
+//	15 the post's id in the rate windows ("" to count it in none),
+//	   16 the window (ms), 17 the thread's limit, 18 the address's,
+//	   19 the windows' clock ("": this Redis's; tests only)
+//
+// and then those a plain post leaves empty, sent only up to the last
+// that is not (an argument not sent is ""): a call's arguments are
+// strings Redis makes and Lua interns and tables one by one, about 1 000
+// instructions each (docs/performance.md):
+//
+//	20 client id
+//	21 the webhook event to queue ("" if webhooks are off, "-" if
 //	   none: outbox.go; on, an interaction retention drops pending
 //	   queues its event: dropV2)
-//	24 the attachment ids the message names, space-separated ("" if none)
-//	25 the v2 text as JSON ("" if it is the v1 text: only a message with
+//	22 the v2 tail: the v2 object after its rev ("" for a message with no
+//	   v2 field, whose v2 object is its v1 object and rev)
+//	23 interaction id    24 its deadline
+//	25 participant grant id (not a participant's post: "", and 26–29
+//	   are not read)
+//	26 the grants record's version read   27 the grant with one more post
+//	28 "1" if the grant's cap is spent    29 the most messages waiting
+//	30 the thread's title to set ("" to leave it: open_thread sets it)
+//	31 the attachment ids the message names, space-separated
+//	32 the v2 text as JSON ("" if it is the v1 text: only a message with
 //	   attachments differs, whose v1 text has a line per attachment)
-//	26 the post's id in the rate windows ("" to count it in none),
-//	   27 the window (ms), 28 the thread's limit, 29 the address's,
-//	   30 the windows' clock ("": this Redis's; tests only)
-//	31… id suffix candidates (6 hex each)
 //
 // With a rate entry (Store.AppendLimited), KEYS has two more, the
 // thread's and the address's rate windows (RateLimiter's keys; or one,
-// the thread's, when the address's is on another shard: ARGV 29 is then
+// the thread's, when the address's is on another shard: ARGV 18 is then
 // unused), and the
 // post is counted in them as takeScript counts it, on this Redis's clock
 // (not ARGV 2, the node's, which the message's epoch takes), in the same
@@ -59,6 +67,7 @@ var appendScript = newLuaScript("append", luaCommon+luaRate, appendDefs, appendL
 // defines it once; a script, on every call.
 const appendDefs = `
 local function appendRun(thread, now, keep, age, participant, cid, rated)
+local tail, event = ARGV[22] or '', ARGV[21] or ''
 
 -- What an append needs of the thread is in meta, read in one call: the
 -- newest epoch ("last"), a lower bound of the oldest ("first"), the id
@@ -103,7 +112,7 @@ if not prev then
 end
 local rev = math.max(prev, num(meta[2]), above)
 
-if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[17] then
+if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[26] then
   return {'retry'}
 end
 if cid ~= '' and not rated then
@@ -112,14 +121,14 @@ if cid ~= '' and not rated then
   if js then return {'replay', js} end
 end
 if participant ~= '' then
-  if ARGV[19] == '1' then return {'cap'} end
-  local n = waiting(ARGV[7], tonumber(ARGV[20]))
-  if n >= tonumber(ARGV[20]) then return {'waiting', fmt(n)} end
+  if ARGV[28] == '1' then return {'cap'} end
+  local n = waiting(ARGV[7], tonumber(ARGV[29]))
+  if n >= tonumber(ARGV[29]) then return {'waiting', fmt(n)} end
 end
 local atts
-if ARGV[24] ~= '' then
+if (ARGV[31] or '') ~= '' then
   atts = {}
-  for id in string.gmatch(ARGV[24], '%S+') do
+  for id in string.gmatch(ARGV[31], '%S+') do
     if redis.call('HEXISTS', K.att, id) == 0 or redis.call('HEXISTS', K.att, 'u:' .. id) == 1 then
       return {'attachment', id}
     end
@@ -131,12 +140,12 @@ local epoch = now
 if epoch <= rev then epoch = rev + 1 end
 if not first then first = epoch end
 
--- The UTC date and time of the epoch's second: the caller's (ARGV 22) if
--- the epoch is in now's second, as it nearly always is; else computed
--- (days to civil date: H. Hinnant's algorithm).
+-- The UTC date and time of the epoch's second: the caller's (ARGV 12,
+-- 13) if the epoch is in now's second, as it nearly always is; else
+-- computed (days to civil date: H. Hinnant's algorithm).
 local secs = math.floor(epoch / 1000)
-local stamp, ts = string.match(ARGV[22], '^(%d+-%d+) (%S+)$')
-if secs ~= math.floor(now / 1000) or not stamp then
+local stamp, ts = ARGV[12], ARGV[13]
+if secs ~= math.floor(now / 1000) or stamp == '' or ts == '' then
   local floor = math.floor
   local days = floor(secs / 86400)
   local sod = secs - days * 86400
@@ -161,7 +170,8 @@ end
 -- (" <suffix>" each) if "sec" is that second, else (written before meta
 -- kept them) read from the log. The JSON starts {"id":"MSG-YYYYMMDD-HHMMSS-
 -- so the suffix is bytes 28 to 33.
-local suffix = ARGV[31]
+local cands = ARGV[14]
+local suffix = string.sub(cands, 1, 6)
 local es = epoch == now and ARGV[2] or fmt(epoch)
 local sec = epoch >= 1000 and string.sub(es, 1, -4) or fmt(secs)
 local taken = ''
@@ -176,8 +186,9 @@ if prev >= secs * 1000 then
     taken = table.concat(t)
   end
   suffix = nil
-  for i = 31, #ARGV do
-    if not string.find(taken, ' ' .. ARGV[i], 1, true) then suffix = ARGV[i] break end
+  for i = 1, #cands, 7 do
+    local c = string.sub(cands, i, i + 5)
+    if not string.find(taken, ' ' .. c, 1, true) then suffix = c break end
   end
   if not suffix then return {'collision'} end
 end
@@ -205,11 +216,11 @@ end
 -- A message with v2 fields keeps its v2 object beside the log.
 local v2 = meta[4]
 local v2json = ''
-if ARGV[13] ~= '' then
-  if ARGV[25] ~= '' then
-    v2json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[7] .. ',"text":' .. ARGV[25] .. ',"rev":' .. es .. ARGV[13]
+if tail ~= '' then
+  if (ARGV[32] or '') ~= '' then
+    v2json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[7] .. ',"text":' .. ARGV[32] .. ',"rev":' .. es .. tail
   else
-    v2json = string.sub(json, 1, -2) .. ',"rev":' .. es .. ARGV[13]
+    v2json = string.sub(json, 1, -2) .. ',"rev":' .. es .. tail
   end
   if atts then
     for _, a in ipairs(atts) do redis.call('HSET', K.att, 'u:' .. a, es) end
@@ -221,20 +232,20 @@ if ARGV[13] ~= '' then
     set = {'v2', '1'}
   end
   if cid ~= '' then redis.call('HSET', K.cids, cid, es) end
-  if ARGV[14] ~= '' then
-    redis.call('HSET', K.ixs, ARGV[14], es)
-    redis.call('ZADD', K.pending, ARGV[15], thread .. ' ' .. ARGV[14])
+  if (ARGV[23] or '') ~= '' then
+    redis.call('HSET', K.ixs, ARGV[23], es)
+    redis.call('ZADD', K.pending, ARGV[24], thread .. ' ' .. ARGV[23])
   end
 end
 if participant ~= '' then
-  redis.call('HSET', K.grants, participant, ARGV[18])
+  redis.call('HSET', K.grants, participant, ARGV[27])
   redis.call('HINCRBY', K.grants, '.v', 1)
 end
 
-if ARGV[21] ~= '' then
+if (ARGV[30] or '') ~= '' then
   set = set or {}
   set[#set + 1] = 'title'
-  set[#set + 1] = ARGV[21]
+  set[#set + 1] = ARGV[30]
 end
 
 -- Retention: by count (the log's length) and by age (only once the oldest
@@ -245,7 +256,7 @@ if not n or n > keep then n = redis.call('XLEN', K.log) end
 if n > keep or first <= now - age then
   local cut = cutOf(K.log, now, keep, age)
   if cut > 0 then
-    trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2, ARGV[23] ~= '', epoch, ARGV[9])
+    trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2, event ~= '', epoch, ARGV[9])
     n = redis.call('XLEN', K.log)
     first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
   elseif first <= now - age then
@@ -271,8 +282,8 @@ end
 redis.call('ZADD', K.index, es, thread)
 if created then redis.call('ZREM', K.places, thread) end
 announce(ARGV[9], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or json)
-if ARGV[23] ~= '' and ARGV[23] ~= '-' then
-  redis.call('XADD', K.events, '*', 't', ARGV[23], 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
+if event ~= '' and event ~= '-' then
+  redis.call('XADD', K.events, '*', 't', event, 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
 end
 if participant ~= '' then publish(ARGV[9], thread .. ' P') end
 return {'ok', es, id, json, v2json}
@@ -283,10 +294,12 @@ end
 // windows, if it is rated, around appendRun.
 const appendLua = `
 local thread = ARGV[1]
-local now, keep, age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local participant = ARGV[16]
-local cid = ARGV[12]
-if ARGV[26] == '' then return appendRun(thread, now, keep, age, participant, cid, false) end
+-- Arguments that are numbers as the store sends them are read with + 0:
+-- one conversion, where tonumber (a C call) converts twice.
+local now, keep, age = ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
+local participant = ARGV[25] or ''
+local cid = ARGV[20] or ''
+if ARGV[15] == '' then return appendRun(thread, now, keep, age, participant, cid, false) end
 if cid ~= '' then
   local bad = redis.call('HGET', K.meta, 'unreadable')
   if bad then return {'unreadable', bad} end
@@ -294,14 +307,14 @@ if cid ~= '' then
   local js = e and redis.call('HGET', K.v2, e)
   if js then return {'replay', js} end
 end
-local win, l1, l2 = tonumber(ARGV[27]), tonumber(ARGV[28]), tonumber(ARGV[29])
-local rnow = rateNow(ARGV[30])
-local wait, n1, n2 = rateTake(KEYS[19], KEYS[20], ARGV[26], rnow, win, l1, l2)
+local win, l1, l2 = ARGV[16] + 0, ARGV[17] + 0, ARGV[18] + 0
+local rnow = rateNow(ARGV[19])
+local wait, n1, n2 = rateTake(KEYS[19], KEYS[20], ARGV[15], rnow, win, l1, l2)
 if wait > 0 then return {'rate', fmt(wait)} end
 local res = appendRun(thread, now, keep, age, participant, cid, true)
 if res[1] == 'ok' then
-  rateKeep(KEYS[19], n1, l1, rnow, win, ARGV[27])
-  if KEYS[20] then rateKeep(KEYS[20], n2, l2, rnow, win, ARGV[27]) end
+  rateKeep(KEYS[19], n1, l1, rnow, win, ARGV[16])
+  if KEYS[20] then rateKeep(KEYS[20], n2, l2, rnow, win, ARGV[16]) end
 else
   redis.call('RPOP', KEYS[19])
   if KEYS[20] then redis.call('RPOP', KEYS[20]) end

@@ -227,12 +227,11 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 	if r.v2Text != "" {
 		text = r.v1Text
 	}
-	args := make([]any, 0, 30+len(suffixes))
+	stamp, ts := secondOf(now)
+	args := make([]any, 0, 32)
 	args = append(args, thread, now.UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
 		s.threadLimit(ctx), flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(text), s.pubFeed, s.seen.Load(), randomHex(8),
-		r.m.ClientID, r.tail, r.ix, r.deadline,
-		r.grant, r.version, r.next, flag(r.capSpent), chatrelay.LimitWaitingPosts.Max, r.m.Title, secondOf(now), r.event,
-		strings.Join(r.m.Attachments, " "), r.v2Text)
+		stamp, ts, strings.Join(suffixes, " "))
 	keys := s.keys(thread)
 	if rt := r.rate; rt != nil {
 		keys = append(keys, rt.keys()...)
@@ -243,20 +242,34 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 	} else {
 		args = append(args, "", 0, 0, 0, "")
 	}
-	for _, x := range suffixes {
-		args = append(args, x)
+	// The arguments a plain post leaves empty, up to the last that is not.
+	var deadline, capSpent, waiting any = "", "", ""
+	if r.ix != "" {
+		deadline = r.deadline
 	}
+	if r.grant != "" {
+		capSpent, waiting = flag(r.capSpent), chatrelay.LimitWaitingPosts.Max
+	}
+	opt := [...]any{r.m.ClientID, r.event, r.tail, r.ix, deadline, r.grant, r.version, r.next, capSpent, waiting,
+		r.m.Title, strings.Join(r.m.Attachments, " "), r.v2Text}
+	n := len(opt)
+	for n > 0 && opt[n-1] == "" {
+		n--
+	}
+	args = append(args, opt[:n]...)
 	return s.runScript(ctx, appendScript, keys, args...).StringSlice()
 }
 
-// secondOf is what appendScript takes as ARGV 22: the id stamp and the ts
-// of t's second in UTC ("20261023-180000 2026-10-23T18:00:00+00:00"), the
-// same as the script computes.
-func secondOf(t time.Time) string {
+// secondOf is what appendScript takes as ARGV 12 and 13: the id stamp
+// and the ts of t's second in UTC ("20261023-180000",
+// "2026-10-23T18:00:00+00:00"), the same as the script computes.
+func secondOf(t time.Time) (stamp, ts string) {
 	t = t.UTC()
-	b := make([]byte, 0, 41)
-	b = t.AppendFormat(b, "20060102-150405 ")
-	return string(t.AppendFormat(b, "2006-01-02T15:04:05+00:00"))
+	b := make([]byte, 0, 40)
+	b = t.AppendFormat(b, "20060102-150405")
+	n := len(b)
+	s := string(t.AppendFormat(b, "2006-01-02T15:04:05+00:00"))
+	return s[:n], s[n:]
 }
 
 // Since implements store.Store. One script reads the page, the newest
