@@ -262,7 +262,7 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		owner:    rand.Text(), lease: cfg.Lease, working: map[string]*pushChange{}, watch: make(chan *pushWatch, pushWatchQueue),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatrelay_push_total",
-			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (no claim, or handed over at a shutdown more than the window of retries ago), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
+			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (handed over at a shutdown more than the window of retries ago, or not watched: a node watches that many changes already), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
 		}, []string{"result"}),
 	}
 	ps.claims = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -756,7 +756,15 @@ func (ps *pusher) fanOut(ctx context.Context, thread string, m chatrelay.Message
 		ps.leave(thread, m, owed)
 		return
 	case err != nil:
-		ps.total.WithLabelValues(pushDropped).Inc()
+		// The store could not take the claim now (out of reach for a
+		// moment: every node meets it alike, so none would send it):
+		// claimed again in a second, within the window, as a change
+		// whose recipients it could not say. A claim the store took
+		// though its answer was lost is this node's token: it lapses
+		// after the lease, and is won then.
+		now := ps.s.cfg.Now()
+		ps.watchLater(&pushWatch{thread: thread, m: m, typ: typ, id: id, keep: keep,
+			due: now.Add(time.Second), until: now.Add(pushWindow + 2*ps.lease), handed: handed, owed: owed})
 		return
 	}
 	ps.claims.WithLabelValues(strconv.FormatBool(won)).Inc()

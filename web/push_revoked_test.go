@@ -38,10 +38,7 @@ func TestApproveFromTheNotificationOfARevokedDevice(t *testing.T) {
 	reg := tb.registration(srv.URL)
 	tb.open(srv.URL + "favicon.svg")
 
-	q := srv.ask(thread, "--approval", "Rotate the signing keys.", "--title", "rotate", "--timeout", "15m")
-	ix := q.Interaction.ID
-	tb.deliver(srv.URL, reg, serverPush(t, svc, "/push/phone", "interaction", ix))
-	tb.waitNotification(ix, "Rotate the signing keys.")
+	ix, _ := tb.notifyApproval(srv, svc, srv.URL, reg, "/push/phone", thread, "Rotate the signing keys.", "rotate")
 
 	status, raw = callAPI(t, http.MethodDelete, srv.URL+"api/chat/devices/"+made.Device.ID, "X-Chat-Token", owner, nil)
 	if status != http.StatusOK {

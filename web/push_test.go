@@ -256,6 +256,18 @@ func clickJS(tag, action string, delay int) string {
 	})`
 }
 
+// notifyApproval has hermes ask thread's approval summary (titled title,
+// for 15 minutes), delivers the server's push of it to the subscription at
+// path to the worker of registration reg (of the page at origin), and
+// waits for its notification; it returns the interaction's id and the
+// notification.
+func (tb *tab) notifyApproval(srv *server, svc *pushtest.Service, origin string, reg serviceworker.RegistrationID, path, thread, summary, title string) (string, shownNotification) {
+	tb.t.Helper()
+	ix := srv.ask(thread, "--approval", summary, "--title", title, "--timeout", "15m").Interaction.ID
+	tb.deliver(origin, reg, serverPush(tb.t, svc, path, "interaction", ix))
+	return ix, tb.waitNotification(ix, summary)
+}
+
 // serverPush waits for the server's push of type typ (for interaction
 // ix, if not "") to the subscription at path, and returns its payload as
 // the server sent it, decrypted by the push service (which also checked
@@ -453,10 +465,7 @@ func TestApproveFromTheNotification(t *testing.T) {
 	// The person leaves the page (a page of the origin stays, to read the
 	// notifications back): the approval reaches the worker.
 	tb.open(g.URL + "favicon.svg")
-	q := srv.ask(thread, "--approval", "Deploy build 412 to production.", "--title", "deploy", "--timeout", "15m")
-	ix := q.Interaction.ID
-	tb.deliver(g.URL, reg, serverPush(t, svc, "/push/phone", "interaction", q.Interaction.ID))
-	n := tb.waitNotification(ix, "Deploy build 412 to production.")
+	ix, n := tb.notifyApproval(srv, svc, g.URL, reg, "/push/phone", thread, "Deploy build 412 to production.", "deploy")
 	if n.Title != "deploy" || !slices.Equal(n.Actions, []string{"approve:Approve", "deny:Deny"}) {
 		t.Errorf("the notification is %+v, want title deploy with Approve and Deny", n)
 	}
@@ -469,7 +478,7 @@ func TestApproveFromTheNotification(t *testing.T) {
 	}
 	tb.waitNotification(ix, "Approved")
 	// The closing push replaces it, and does not say "another device".
-	tb.deliver(g.URL, reg, serverPush(t, svc, "/push/phone", "interaction_closed", q.Interaction.ID))
+	tb.deliver(g.URL, reg, serverPush(t, svc, "/push/phone", "interaction_closed", ix))
 	tb.waitNotification(ix, "Approved")
 
 	// Answered in the page first: the worker's Deny is refused, and says so.
@@ -578,10 +587,7 @@ func TestDroppedApprovalFromTheNotification(t *testing.T) {
 	reg := tb.registration(srv.URL)
 	tb.open(srv.URL + "favicon.svg")
 
-	q := srv.ask(thread, "--approval", "Deploy build 9?", "--title", "deploy", "--timeout", "15m")
-	ix := q.Interaction.ID
-	tb.deliver(srv.URL, reg, serverPush(t, svc, "/push/phone", "interaction", ix))
-	tb.waitNotification(ix, "Deploy build 9?")
+	ix, _ := tb.notifyApproval(srv, svc, srv.URL, reg, "/push/phone", thread, "Deploy build 9?", "deploy")
 	for i := range 3 {
 		srv.reply(thread, fmt.Sprintf("later %d", i)) // the approval is dropped
 	}
@@ -975,10 +981,7 @@ func TestParticipantPageKeepsTheOwnersNotifications(t *testing.T) {
 	// An approval still reaches the browser, and its Approve is the owner's.
 	reg := tb.registration(srv.URL)
 	tb.open(srv.URL + "favicon.svg")
-	q := srv.ask(thread, "--approval", "Deploy build 7?", "--title", "deploy", "--timeout", "15m")
-	ix := q.Interaction.ID
-	tb.deliver(srv.URL, reg, serverPush(t, svc, "/push/owner", "interaction", ix))
-	tb.waitNotification(ix, "Deploy build 7?")
+	ix, _ := tb.notifyApproval(srv, svc, srv.URL, reg, "/push/owner", thread, "Deploy build 7?", "deploy")
 	inWorker[bool](tb, srv.URL+"sw.js", clickJS(ix, "approve", 0))
 	waitFor(t, soon, "the approval stored", func() bool { return srv.check(thread, ix).State == "approved" })
 	if got := srv.check(thread, ix); got.AnsweredBy != "operator" {

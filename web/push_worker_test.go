@@ -50,10 +50,7 @@ func TestClickOnTheNotificationOpensTheThread(t *testing.T) {
 	// The notification shows while the person is elsewhere; then the
 	// thread's page is open again when the notification is clicked.
 	tb.open(srv.URL + "favicon.svg")
-	q := srv.ask(thread, "--approval", "Tag release 2.4?", "--title", "tag", "--timeout", "15m")
-	ix := q.Interaction.ID
-	tb.deliver(srv.URL, reg, serverPush(t, svc, "/push/click", "interaction", ix))
-	tb.waitNotification(ix, "Tag release 2.4?")
+	ix, _ := tb.notifyApproval(srv, svc, srv.URL, reg, "/push/click", thread, "Tag release 2.4?", "tag")
 	tb.open(srv.URL)
 	tb.waitState(live, "ws")
 	inWorker[bool](tb, swURL, recordWindowCallsJS)
