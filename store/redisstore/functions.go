@@ -58,6 +58,10 @@ func newLuaScript(name, prelude, defs, body string) *luaScript {
 	return ls
 }
 
+// libraryPlaceholder stands for the functions' prefix in the code the
+// library's name is the hash of.
+const libraryPlaceholder = "chatrelay_@_"
+
 // library is the library's code and the prefix of its functions' names,
 // "chatrelay_<hash>_".
 var library = sync.OnceValues(func() (code, prefix string) {
@@ -71,18 +75,20 @@ var library = sync.OnceValues(func() (code, prefix string) {
 	for _, ls := range libScripts {
 		b.WriteString("local function f_" + ls.fn + "()\n" + ls.body + "\nend\n")
 	}
-	sum := sha1.Sum([]byte(b.String()))
-	name := "chatrelay_" + hex.EncodeToString(sum[:6])
-	prefix = name + "_"
 	for _, ls := range libScripts {
 		fill := ""
 		if ls.keys {
 			fill = luaKeysFill
 		}
-		b.WriteString("redis.register_function{function_name = '" + prefix + ls.fn + "', flags = {'allow-cross-slot-keys'},\n" +
+		b.WriteString("redis.register_function{function_name = '" + libraryPlaceholder + ls.fn + "', flags = {'allow-cross-slot-keys'},\n" +
 			"  callback = function(keys, args)\n  KEYS, ARGV = keys, args" + fill + "  return f_" + ls.fn + "()\nend}\n")
 	}
-	return "#!lua name=" + name + "\n" + b.String(), prefix
+	// The name is the hash of all of the code but the names (the
+	// registrations' keys fill too).
+	sum := sha1.Sum([]byte(b.String()))
+	name := "chatrelay_" + hex.EncodeToString(sum[:6])
+	prefix = name + "_"
+	return "#!lua name=" + name + "\n" + strings.ReplaceAll(b.String(), libraryPlaceholder, prefix), prefix
 })
 
 // init names the library's functions once (their prefix is a hash of

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -212,5 +214,21 @@ func TestLibraryRefusedAfterOpen(t *testing.T) {
 	}
 	if warned != 1 {
 		t.Fatalf("%d warnings of the switch to EVALSHA, want 1:\n%s", warned, logged.String())
+	}
+}
+
+// TestLibraryNameIsTheHashOfItsCode: the library's name (and so its
+// functions') is the hash of every byte of its code but the names, so
+// that a node of another version, whatever it changed, calls its own.
+func TestLibraryNameIsTheHashOfItsCode(t *testing.T) {
+	code, prefix := library()
+	name := strings.TrimSuffix(prefix, "_")
+	body, ok := strings.CutPrefix(code, "#!lua name="+name+"\n")
+	if !ok {
+		t.Fatalf("the library does not start with its name %q: %.60q", name, code)
+	}
+	sum := sha1.Sum([]byte(strings.ReplaceAll(body, prefix, libraryPlaceholder)))
+	if want := "chatrelay_" + hex.EncodeToString(sum[:6]); name != want {
+		t.Errorf("the library is named %s, and the hash of its code names %s: a part of its code is not in its name", name, want)
 	}
 }
