@@ -61,44 +61,64 @@ const orphanLockAge = time.Hour
 // document: they go with it (removeThread).
 var threadRecords = []string{".participants.json", ".audit.jsonl", ".push.json"}
 
+// orphanSuffixes end the names of a thread's files that orphanOf reads
+// as the thread's, after its temp and lock files: its log and records.
+var orphanSuffixes = append([]string{".log"}, threadRecords...)
+
 // orphanTemps lists the threads, other than those in docs, that have temp
-// files, a log, a lock file or records (and no document).
+// files, a log, a lock file an hour old or records (and no document), in
+// one read of the folder: a lock file is statted only when its thread has
+// no document (every thread keeps one).
 func (s *File) orphanTemps(docs []string) []string {
-	tmps, _ := filepath.Glob(filepath.Join(s.dir, ".*.json.tmp-*"))
-	logs, _ := filepath.Glob(filepath.Join(s.dir, "*.log"))
-	// A lock file is a killed creator's once an hour old (a live one
-	// holds it for a moment: the sweep does not wait for it).
-	var locks []string
-	all, _ := filepath.Glob(filepath.Join(s.dir, "*.json.lock"))
-	for _, lock := range all {
-		if fi, err := os.Stat(lock); err == nil && s.now().Sub(fi.ModTime()) > orphanLockAge {
-			locks = append(locks, lock)
-		}
+	des, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil // the sweep's next run reads it again
 	}
 	seen := make(map[string]bool, len(docs))
 	for _, name := range docs {
 		seen[name] = true
 	}
 	var out []string
-	// A thread's records with no document are a removal's that was cut
-	// short (removeThread).
-	var records []string
-	for _, suffix := range threadRecords {
-		found, _ := filepath.Glob(filepath.Join(s.dir, "*"+suffix))
-		records = append(records, found...)
-	}
-	for _, tmp := range append(append(append(tmps, logs...), locks...), records...) {
-		name, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(tmp), "."), ".json.tmp-")
-		name = strings.TrimSuffix(strings.TrimSuffix(name, ".log"), ".json.lock")
-		for _, suffix := range threadRecords {
-			name = strings.TrimSuffix(name, suffix)
+	for _, de := range des {
+		name, lock := orphanOf(de.Name())
+		if name == "" || seen[name] || !chatrelay.ValidThread(name) {
+			continue
 		}
-		if chatrelay.ValidThread(name) && !seen[name] {
-			seen[name] = true
-			out = append(out, name)
+		if lock {
+			// A killed creator's once an hour old (a live one holds it
+			// for a moment: the sweep does not wait for it).
+			fi, err := de.Info()
+			if err != nil || s.now().Sub(fi.ModTime()) <= orphanLockAge {
+				continue
+			}
 		}
+		seen[name] = true
+		out = append(out, name)
 	}
 	return out
+}
+
+// orphanOf is the thread a file of the chat folder other than its
+// document belongs to ("" for none): a temp file (".<thread>.json.tmp-…"),
+// its log, its lock file (lock true) or one of its records (threadRecords:
+// a removal cut short leaves them).
+func orphanOf(file string) (thread string, lock bool) {
+	if rest, ok := strings.CutPrefix(file, "."); ok {
+		thread, _, ok = strings.Cut(rest, ".json.tmp-")
+		if ok {
+			return thread, false
+		}
+		return "", false
+	}
+	if thread, ok := strings.CutSuffix(file, ".json.lock"); ok {
+		return thread, true
+	}
+	for _, suffix := range orphanSuffixes {
+		if thread, ok := strings.CutSuffix(file, suffix); ok {
+			return thread, false
+		}
+	}
+	return "", false
 }
 
 // sweepThread sweeps one thread under its lock: it removes the temp
