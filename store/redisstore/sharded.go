@@ -443,6 +443,28 @@ func (sh *Sharded) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 		})
 }
 
+var _ store.ThreadsReporter = (*Sharded)(nil)
+
+// ThreadsReport implements store.ThreadsReporter: every shard's.
+func (sh *Sharded) ThreadsReport(ctx context.Context) ([]store.ThreadInfo, []store.ThreadError, error) {
+	var mu sync.Mutex
+	var bad []store.ThreadError
+	infos, err := gather(sh, func(s *Store) ([]store.ThreadInfo, error) {
+		infos, b, err := s.ThreadsReport(ctx)
+		mu.Lock()
+		bad = append(bad, b...)
+		mu.Unlock()
+		return infos, err
+	}, func(a, b store.ThreadInfo) int {
+		return cmp.Or(cmp.Compare(b.Rev, a.Rev), cmp.Compare(a.Thread, b.Thread))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.SortFunc(bad, func(a, b store.ThreadError) int { return cmp.Compare(a.Thread, b.Thread) })
+	return infos, bad, nil
+}
+
 // gather is every shard's list, as list reads it, in one, sorted (stably)
 // by order.
 func gather[T any](sh *Sharded, list func(s *Store) ([]T, error), order func(a, b T) int) ([]T, error) {
