@@ -151,8 +151,22 @@ func (sh *Sharded) Ping(ctx context.Context) error {
 }
 
 // Check implements store.Checker: every shard takes a write (Store.Check).
+// A shard that fails otherwise than full is reported before one that is
+// full (store.Full), so that a full shard does not hide one that is gone.
 func (sh *Sharded) Check(ctx context.Context) error {
-	return sh.each(func(_ int, s *Store) error { return s.Check(ctx) })
+	errs := make([]error, len(sh.shards))
+	sh.each(func(k int, s *Store) error { errs[k] = s.Check(ctx); return errs[k] })
+	var full error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case !store.Full(err):
+			return err
+		case full == nil:
+			full = err
+		}
+	}
+	return full
 }
 
 // FeedLive implements store.FeedStater: every shard's feed is live.
