@@ -273,7 +273,7 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 	case !sent || status == http.StatusGone:
 		result = ResultGone
 		if sent && dst.gone.CompareAndSwap(false, true) {
-			d.cfg.Log.Warn("webhook: the receiver answered 410 Gone: it gets no more events, from any node or after a restart, until it is enabled again (their events are given up, counted gone); remove it from --webhook, or fix the receiver and enable it (docs/operations.md)",
+			d.cfg.Log.Warn("webhook: the receiver answered 410 Gone: it gets no more events, from any node or after a restart, until it is enabled again (their events are given up, counted gone); remove it from --webhook, or fix the receiver and run chatrelay webhook enable URL",
 				"dest", dst.id, "event", ev.ID, "type", ev.Type)
 		}
 		if sent {
