@@ -23,9 +23,10 @@ import (
 // shard record checked (and written, when the store's records are being
 // written for the first time: claimInstances). A call of a late shard
 // tries that first (one attempt at a time; the others wait for it within
-// their bound), and so does a goroutine of the Sharded store, every
-// lateRetry while a shard is late, so that a shard that comes back is set
-// up whether or not anything calls it; Close stops it.
+// their bound), and so does a goroutine of the Sharded store, from every
+// lateRetry to every lateRetryMax while a shard is late, so that a shard
+// that comes back is set up whether or not anything calls it; Close
+// stops it.
 //
 // A shard whose record is missing is used only once every shard has
 // answered (the first start of a store: the records are written as
@@ -41,9 +42,12 @@ import (
 // therefore misses nothing of it (Store.Follow's contract), and a
 // thread's subscribers on the other shards never waited for it.
 
-// lateRetry is how often the Sharded store tries to set up its late
-// shards.
-const lateRetry = 250 * time.Millisecond
+// lateRetry and lateRetryMax bound how often the Sharded store tries
+// to set up its late shards by itself (each failed try is a warn line).
+const (
+	lateRetry    = 250 * time.Millisecond
+	lateRetryMax = 4 * time.Second
+)
 
 // shardGate is a late shard's state.
 type shardGate struct {
@@ -289,11 +293,13 @@ func (l *lateShards) joined(k int) {
 	l.openIfReady(g)
 }
 
-// retry tries to set up the late shards every lateRetry until every one
-// is open or ctx (the store's Close) ends.
+// retry tries to set up the late shards, after lateRetry, then less and
+// less often (up to lateRetryMax: a call of a late shard tries at once
+// anyway), until every one is open or ctx (the store's Close) ends.
 func (l *lateShards) retry(ctx context.Context) {
 	defer close(l.done)
-	t := time.NewTicker(lateRetry)
+	wait := lateRetry
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		open := true
@@ -311,5 +317,7 @@ func (l *lateShards) retry(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		wait = min(2*wait, lateRetryMax)
+		t.Reset(wait)
 	}
 }
