@@ -120,3 +120,42 @@ func TestServeShardDownAtStart(t *testing.T) {
 	assert.True(t, <-got, "the CLI's reply on the shard back did not reach the stream")
 	assert.Eventually(t, 15*time.Second, "readyz 200 with the shard back", func() bool { return readyz() == 200 })
 }
+
+// TestServeShard0DownAtStart: shard 0 holds the ticket key every node
+// signs streams with; a node that starts while it is down exits with
+// store_unavailable naming it, rather than sign with a key of its own,
+// and the host CLI still writes a thread of the other shard.
+func TestServeShard0DownAtStart(t *testing.T) {
+	t.Parallel()
+	s0 := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
+	spec := s0.URL() + "," + s1.URL()
+	args := []string{"--store", spec, "--redis-prefix", "down0:"}
+	b, err := store.Open(t.Context(), spec, store.Options{KeyPrefix: "down0:"})
+	assert.Success(t, err)
+	sh := b.Store.(*redisstore.Sharded)
+	var on1 string
+	for on1 == "" {
+		r := runCLI(t, nil, "", append([]string{"open", "--text", "first"}, args...)...)
+		assert.Success(t, r.err)
+		var out struct {
+			Thread string `json:"thread"`
+		}
+		assert.Success(t, json.Unmarshal([]byte(r.stdout), &out))
+		if sh.ShardOf(out.Thread) == 1 {
+			on1 = out.Thread
+		}
+	}
+	b.Close()
+
+	s0.Kill()
+	r := runCLI(t, nil, "", append([]string{"reply", on1, "while shard 0 is down"}, args...)...)
+	assert.Success(t, r.err)
+	r = runCLI(t, nil, "", append([]string{"serve", "-addr", "127.0.0.1:47303"}, args...)...)
+	msg := ""
+	if r.err != nil {
+		msg = r.stderr + r.err.Error()
+	}
+	assert.True(t, strings.Contains(msg, "store_unavailable") && strings.Contains(msg, s0.Addr()),
+		"serve with shard 0 down: %v, stderr %q", r.err, r.stderr)
+}
