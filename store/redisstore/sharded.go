@@ -514,8 +514,8 @@ func (sh *Sharded) Follow(ctx context.Context, fn func(store.Batch)) error {
 			fctx, join := ctx, func() {}
 			if late[k] {
 				// Its feed reads the shard before the gate opens, which
-				// waits for its Ready.
-				fctx = context.WithValue(ctx, bypassKey{}, true)
+				// waits for its Ready (once the shard is set up).
+				fctx = context.WithValue(ctx, feedKey{}, true)
 				var once sync.Once
 				join = func() { once.Do(func() { sh.late.joined(k) }) }
 				defer join() // a Follow that ends first no longer holds the gate

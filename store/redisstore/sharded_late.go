@@ -83,8 +83,14 @@ type lateShards struct {
 }
 
 // bypassKey marks the context of the calls a late shard makes to set
-// itself up (and its feed's): the gate lets them through.
-type bypassKey struct{}
+// itself up: the gate lets them through. feedKey marks a Follow's that
+// started while the shard was late: the gate lets them through once
+// the shard is set up and its record is this node's, before it opens,
+// which waits for them.
+type (
+	bypassKey struct{}
+	feedKey   struct{}
+)
 
 // pass returns nil once the shard is open, after trying to set it up if
 // it is not: StoreUnavailable if it cannot be, within Options.Timeout
@@ -93,16 +99,20 @@ func (g *shardGate) pass(ctx context.Context) error {
 	if g.open.Load() || ctx.Value(bypassKey{}) != nil {
 		return nil
 	}
+	feed := ctx.Value(feedKey{}) != nil
 	s := g.l.sh.shards[g.k]
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	for {
 		changed := g.l.watch()
-		if g.open.Load() {
+		if g.open.Load() || feed && g.l.claimed(g) {
 			return nil
 		}
 		err := g.l.settle(ctx, g)
 		if g.open.Load() {
+			return nil
+		}
+		if err == nil && feed {
 			return nil
 		}
 		if err == nil { // set up and claimed: its feed is being read
