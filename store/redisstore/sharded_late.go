@@ -18,10 +18,12 @@ import (
 // long as one does: the node starts and the host CLI writes the threads
 // of the shards that answer. A shard that did not answer is "late": its
 // Store is made (its client, its batcher) but not set up, and its gate
-// holds every call of it (answerHook) until it is set up, as Open would
-// have: it answers, its library is loaded, its webhooks recorded, its
-// shard record checked (and written, when the store's records are being
-// written for the first time: claimInstances). A call of a late shard
+// holds every call of it (answerHook) until it is set up, as a start
+// would have: its shard record checked first, which is only read (and
+// written when the store's records are being written for the first
+// time: claimInstances), then its library loaded and its webhooks
+// recorded, so that nothing is written to an instance in the wrong
+// place. A call of a late shard
 // tries that first (one attempt at a time; the others wait for it within
 // their bound), and so does a goroutine of the Sharded store, from every
 // lateRetry to every lateRetryMax while a shard is late, so that a shard
@@ -56,10 +58,11 @@ type shardGate struct {
 	open atomic.Bool // set up and followed: calls pass
 
 	// Guarded by lateShards.mu (the settle in progress writes them).
-	setUp bool   // setup and checkShard succeeded
-	got   string // its shard record then ("" if none)
-	err   error  // why it is not set up (the last attempt)
-	said  string // the last cause logged
+	checked bool   // checkShard succeeded
+	got     string // its shard record then ("" if none)
+	setUp   bool   // setup succeeded (once its record is this node's)
+	err     error  // why it is not set up (the last attempt)
+	said    string // the last cause logged
 
 	// Guarded by lateShards.stateMu.
 	claimed  bool // its record is this node's: it only waits for the feeds
@@ -172,20 +175,20 @@ func (l *lateShards) settle(ctx context.Context, g *shardGate) error {
 func (l *lateShards) attempt(ctx context.Context) {
 	ctx = context.WithValue(ctx, bypassKey{}, true)
 	n := len(l.gates)
+	// Its record first, which is only read: an instance in the wrong
+	// place is refused before anything is written to it (the library,
+	// the webhooks' groups).
 	for k, g := range l.gates {
-		if g == nil || g.setUp {
+		if g == nil || g.checked {
 			continue
 		}
-		s := l.sh.shards[k]
-		err := s.setup(ctx)
-		if err == nil {
-			g.got, err = s.checkShard(ctx, l.names[k], k, n)
-		}
-		g.setUp, g.err = err == nil, err
+		var err error
+		g.got, err = l.sh.shards[k].checkShard(ctx, l.names[k], k, n)
+		g.checked, g.err = err == nil, err
 	}
 	record := func(k int) string { // the shard record of shard k, if known
 		g := l.gates[k]
-		if g != nil && !g.setUp {
+		if g != nil && !g.checked {
 			return "?"
 		}
 		if g != nil {
@@ -198,10 +201,10 @@ func (l *lateShards) attempt(ctx context.Context) {
 	}
 	all := true // every shard answered: records may be written
 	for _, g := range l.gates {
-		all = all && (g == nil || g.setUp)
+		all = all && (g == nil || g.checked)
 	}
 	for k, g := range l.gates {
-		if g == nil || !g.setUp || l.claimed(g) {
+		if g == nil || !g.checked || l.claimed(g) {
 			continue
 		}
 		switch {
@@ -214,7 +217,12 @@ func (l *lateShards) attempt(ctx context.Context) {
 		case all:
 			g.err = l.claimFirst(ctx)
 		default:
-			g.err = errors.New("it has no shard record yet, which is written once every shard answers")
+			g.err = &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
+				Err: errors.New("it has no shard record yet, which is written once every shard answers")}
+		}
+		if g.err == nil && !g.setUp {
+			g.err = l.sh.shards[k].setup(ctx)
+			g.setUp = g.err == nil
 		}
 		if g.err == nil {
 			l.claim(g)

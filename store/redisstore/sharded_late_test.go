@@ -137,10 +137,11 @@ func TestShardDownAtOpenChecks(t *testing.T) {
 
 	// s3, down, in shard 1's place: once it answers, it is refused (it
 	// has no record beside a shard 0 that has one), and nothing is
-	// written on it, not even by the feed of a node that lists it.
+	// written on it, not even by the webhooks' setup or the feed of a node
+	// that lists it.
 	s1.Restart(t)
 	s3.Kill()
-	late := openSharded(t, s1.URL()+","+s3.URL(), Options{Timeout: time.Second})
+	late := openSharded(t, s1.URL()+","+s3.URL(), Options{Timeout: time.Second, Webhooks: []string{store.DestinationID("https://hooks.example.com/")}})
 	follow(t, late) // its feed reads nothing of s3 either
 	must[store.Entry](t)(late.Append(ctx, th[0], store.NewMessage{Text: "s3 down"}))
 	s3.Restart(t)

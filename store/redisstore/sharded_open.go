@@ -128,7 +128,7 @@ func (sh *Sharded) openLate(ctx context.Context, names []string, errs []error) e
 				"it is not the instance first listed as shard %d, or it lost its data while no node ran (then SET %sshard %d/%d on it)",
 				names[k], s.prefix, names[0], n, k, s.prefix, k, n)
 		default: // its record is to be written once every shard answers
-			l.gates[k] = &shardGate{l: l, k: k, setUp: true}
+			l.gates[k] = &shardGate{l: l, k: k, checked: true, setUp: true}
 		}
 	}
 	if usable == 0 {
