@@ -126,6 +126,10 @@ func (g *shardGate) pass(ctx context.Context) error {
 				err = errors.New("its feed is not followed yet")
 			}
 		}
+		var he *chatrelay.Error
+		if errors.As(err, &he) && he.Code == chatrelay.StoreUnavailable && he.Err != nil {
+			err = he.Err // said once
+		}
 		return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
 			Err: fmt.Errorf("redis shard %s: %w", g.l.names[g.k], err)}
 	}
@@ -227,6 +231,9 @@ func (l *lateShards) attempt(ctx context.Context) {
 		if g.err == nil {
 			l.claim(g)
 		}
+	}
+	if ctx.Err() != nil {
+		return // the caller gave up, or the store closes: nothing to tell
 	}
 	for k, g := range l.gates {
 		if g == nil || g.err == nil || g.err.Error() == g.said {
