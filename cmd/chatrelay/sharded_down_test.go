@@ -55,7 +55,12 @@ func TestServeShardDownAtStart(t *testing.T) {
 	assert.True(t, r.err != nil && strings.Contains(r.stderr+r.err.Error(), "store_unavailable"), "a reply on the down shard: %v, stderr %q", r.err, r.stderr)
 
 	base := startServe(t, append([]string{"-addr", "127.0.0.1:47301"}, args...)...)
-	post := func(tok, text string) *http.Response {
+	type answer struct {
+		StatusCode int
+		Header     http.Header
+		Code       string
+	}
+	post := func(tok, text string) answer {
 		t.Helper()
 		req, err := http.NewRequest("POST", base+"api/chat/post", strings.NewReader(`{"text":"`+text+`"}`))
 		assert.Success(t, err)
@@ -63,8 +68,12 @@ func TestServeShardDownAtStart(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		res, err := http.DefaultClient.Do(req)
 		assert.Success(t, err)
-		res.Body.Close()
-		return res
+		defer res.Body.Close()
+		var body struct {
+			Code string `json:"code"`
+		}
+		json.NewDecoder(res.Body).Decode(&body)
+		return answer{res.StatusCode, res.Header, body.Code}
 	}
 	// stream opens a stream of tok's thread and returns a channel that
 	// says whether text came on it.
@@ -104,6 +113,7 @@ func TestServeShardDownAtStart(t *testing.T) {
 	assert.True(t, <-got, "the healthy shard's post did not reach its stream")
 	res := post(tokens[1], "on the down shard")
 	assert.Equal(t, "post on the down shard", res.StatusCode, 503)
+	assert.Equal(t, "its code", res.Code, "store_unavailable")
 	assert.True(t, res.Header.Get("Retry-After") != "", "no Retry-After on the down shard's 503")
 	assert.Equal(t, "readyz with a shard down", readyz(), 503)
 
