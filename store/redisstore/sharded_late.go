@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/chatrelay/chatrelay"
-	"github.com/chatrelay/chatrelay/store"
 )
 
 // # Shards that do not answer at open
@@ -215,9 +214,7 @@ func (l *lateShards) attempt(ctx context.Context) {
 		case g.got != "":
 			g.err = l.sh.shards[k].claimShard(ctx, l.names[k], k, n)
 		case record(0) != "" && record(0) != "?":
-			g.err = store.ConfigErrorf("store: %s has no shard record (under the prefix %q), but %s is shard 0/%d: "+
-				"it is not the instance first listed as shard %d, or it lost its data while no node ran (then SET %sshard %d/%d on it)",
-				l.names[k], l.sh.shards[k].prefix, l.names[0], n, k, l.sh.shards[k].prefix, k, n)
+			g.err = unrecorded(l.names[k], l.sh.shards[k].prefix, l.names[0], k, n)
 		case all:
 			g.err = l.claimFirst(ctx)
 		default:

@@ -124,9 +124,7 @@ func (sh *Sharded) openLate(ctx context.Context, names []string, errs []error) e
 			}
 			usable++
 		case errs[0] == nil && got[0] != "":
-			return store.ConfigErrorf("store: %s has no shard record (under the prefix %q), but %s is shard 0/%d: "+
-				"it is not the instance first listed as shard %d, or it lost its data while no node ran (then SET %sshard %d/%d on it)",
-				names[k], s.prefix, names[0], n, k, s.prefix, k, n)
+			return unrecorded(names[k], s.prefix, names[0], k, n)
 		default: // its record is to be written once every shard answers
 			l.gates[k] = &shardGate{l: l, k: k, checked: true, setUp: true}
 		}
@@ -134,7 +132,8 @@ func (sh *Sharded) openLate(ctx context.Context, names []string, errs []error) e
 	if usable == 0 {
 		// A store's first start (no shard has its record yet) needs every
 		// shard: the records are written together, shard 0's last.
-		return why
+		return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
+			Err: fmt.Errorf("no shard that answers has its shard record yet, and a store's first start needs every shard: %w", why)}
 	}
 	for k, g := range l.gates {
 		if g != nil {
@@ -163,9 +162,7 @@ func claimInstances(ctx context.Context, shards []*Store, names []string) error 
 	}
 	for k := len(shards) - 1; k > 0; k-- {
 		if got[k] == "" && got[0] != "" {
-			return store.ConfigErrorf("store: %s has no shard record (under the prefix %q), but %s is shard 0/%d: "+
-				"it is not the instance first listed as shard %d, or it lost its data while no node ran (then SET %sshard %d/%d on it)",
-				names[k], shards[k].prefix, names[0], len(shards), k, shards[k].prefix, k, len(shards))
+			return unrecorded(names[k], shards[k].prefix, names[0], k, len(shards))
 		}
 	}
 	for k := len(shards) - 1; k >= 0; k-- {
@@ -206,6 +203,14 @@ func (s *Store) checkShard(ctx context.Context, name string, k, n int) (string, 
 		return "", mislisted(name, got, s.prefix, want)
 	}
 	return got, nil
+}
+
+// unrecorded refuses the instance name listed as shard k of n, which has
+// no shard record while shard 0 (first) has one.
+func unrecorded(name, prefix, first string, k, n int) error {
+	return store.ConfigErrorf("store: %s has no shard record (under the prefix %q), but %s is shard 0/%d: "+
+		"it is not the instance first listed as shard %d, or it lost its data while no node ran (then SET %sshard %d/%d on it)",
+		name, prefix, first, n, k, prefix, k, n)
 }
 
 func mislisted(name, got, prefix, want string) error {
