@@ -340,8 +340,12 @@ func (sh *Sharded) AppendLimited(ctx context.Context, lim chatrelay.RateLimiter,
 	}
 	a := rt.part(1)
 	if err := a.count(ctx); err != nil {
-		if chatrelay.CodeOf(err) == chatrelay.RateLimited {
+		switch chatrelay.CodeOf(err) {
+		case chatrelay.RateLimited:
 			return store.Entry{}, false, nil // counted nowhere: Take and Append answer it, a replay first
+		case chatrelay.StoreUnavailable: // the address's shard: its window on the thread's meanwhile
+			e, err := sh.appendRated(ctx, thread, m, rt.addressDown())
+			return e, true, err
 		}
 		return store.Entry{}, true, err
 	}
