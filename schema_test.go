@@ -209,3 +209,20 @@ func TestPushEndpointBounds(t *testing.T) {
 	schematest.Valid(t, "push.subscribe.body", body("https://push.example/send/1"))
 	schematest.Invalid(t, "push.subscribe.body", body(""))
 }
+
+// TestBundleDescriptionNamesItsParts: the bundle's description names the
+// contract's Parts its routes come from, so that a reader of the bundle
+// (GET /api/schema.json) does not take Part 5's routes (attachments,
+// devices, push) for ones it leaves out.
+func TestBundleDescriptionNamesItsParts(t *testing.T) {
+	var b struct {
+		Description string                     `json:"description"`
+		Routes      map[string]json.RawMessage `json:"x-routes"`
+	}
+	assert.Success(t, json.Unmarshal(chatrelay.Schema(), &b))
+	for _, r := range []string{"POST /api/chat/attachments", "POST /api/chat/devices", "POST /api/chat/push"} {
+		_, ok := b.Routes[r]
+		assert.True(t, ok, "no x-routes entry for %s", r)
+	}
+	assert.True(t, strings.Contains(b.Description, "(Parts 1-5)"), "the description %q does not name Part 5, whose routes the bundle holds", b.Description)
+}
