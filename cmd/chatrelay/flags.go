@@ -205,6 +205,9 @@ type storeFlags struct {
 	// existing: the command reads or answers threads that must be there
 	// already, so a file store's folder must exist (openHost).
 	existing bool
+	// serve: the flags are serve's, which applies every value, defaults
+	// included (options); set before register.
+	serve bool
 }
 
 // register adds the store flags to fs; writes adds those of commands that
@@ -223,6 +226,22 @@ func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
 	fs.IntVar(&sf.maxThreads, "max-threads", chatrelay.DefaultMaxThreads, "most threads the store holds; a post that would create one more gets 507 "+string(chatrelay.ThreadLimit))
 	fs.IntVar(&sf.retainN, "retention-messages", chatrelay.DefaultRetainMessages, "newest messages kept per thread")
 	fs.DurationVar(&sf.retainAge, "retention-age", chatrelay.DefaultRetainAge, "messages older than this are dropped")
+	if sf.serve {
+		return
+	}
+	// A host command applies these only when given (options), else what
+	// the folder's server recorded: its help says so, and not serve's
+	// default, which PrintDefaults would show as the command's. A zero
+	// DefValue prints no "(default …)"; the value parsed is unchanged.
+	for _, f := range []struct{ name, zero, def string }{
+		{"max-threads", "0", fmt.Sprint(chatrelay.DefaultMaxThreads)},
+		{"retention-messages", "0", fmt.Sprint(chatrelay.DefaultRetainMessages)},
+		{"retention-age", "0s", chatrelay.DefaultRetainAge.String()},
+	} {
+		fl := fs.Lookup(f.name)
+		fl.Usage += " (default: what the folder's server recorded in DATA/settings.json; on Redis, or a folder no server opened, " + f.def + ")"
+		fl.DefValue = f.zero
+	}
 }
 
 // spec is the store the flags name.
