@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"slices"
@@ -285,6 +286,11 @@ func (sf *storeFlags) openHost(ctx context.Context) (*store.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The store's records go to the command's standard error, warnings
+	// and errors only: the command says what it did itself (a store's
+	// info, such as "made a VAPID key" under push rotate-key, would
+	// repeat it), and the process's default logger is not the command's.
+	opt.Log = slog.New(slog.NewTextHandler(sf.fs.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if dir, ok := sf.folder(); ok && sf.existing {
 		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 			return nil, chatrelay.Errorf(chatrelay.NotFound, "no data folder %s: give --data (or CHATRELAY_DATA) the server's folder", dir)
