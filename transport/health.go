@@ -56,8 +56,10 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			s.log.Warn("the store is full: writes answer 503, reads go on; still ready", "err", cause)
 		case "partial":
 			s.log.Warn("a shard of the store does not answer: its threads answer 503, the others' go on; still ready", "err", cause)
+		case "shutting down":
+			s.log.Info("not ready: shutting down") // asked for (Drain, Shutdown): no trouble to warn of
 		default:
-			s.log.Warn("not ready", "store", rd.Store, "feed", rd.Feed, "shutting_down", rd.ShuttingDown, "err", cause)
+			s.log.Warn("not ready", "store", rd.Store, "feed", rd.Feed, "err", cause)
 		}
 	}
 	status := http.StatusOK
