@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -235,4 +236,60 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// StartReplica starts a server of the test's own that replicates s
+// (REPLICAOF), and waits until its first sync is done (its link to s is
+// up), so that it holds every write s took before. s is set to sync a new
+// replica at once (repl-diskless-sync-delay 0).
+func (s *Server) StartReplica(t testing.TB) *Server {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.Client(t).ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatalf("redistest: CONFIG SET on the primary: %v", err)
+	}
+	r := StartServer(t, ServerOptions{})
+	host, port, _ := net.SplitHostPort(s.Addr())
+	rc := r.Client(t)
+	if err := rc.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatalf("redistest: REPLICAOF: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := rc.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: the replica of %s did not sync within 10s: %v\n%s", s.Addr(), err, info)
+		}
+		time.Sleep(20 * time.Millisecond) // the poll interval of a condition with a deadline
+	}
+}
+
+// Stop stops the server with SIGSTOP, as a frozen VM or a partition
+// would: it keeps its connections and answers nothing until Cont (or the
+// end of the test, which continues it).
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		t.Fatal("redistest: Stop of a server that is not running")
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("redistest: SIGSTOP: %v", err)
+	}
+	t.Cleanup(s.Cont)
+}
+
+// Cont continues a server that Stop stopped.
+func (s *Server) Cont() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Signal(syscall.SIGCONT)
+	}
 }
