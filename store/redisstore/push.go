@@ -119,7 +119,10 @@ func (s *Store) withPush(ctx context.Context, thread string, fn func(subs []chat
 				}
 				return nil
 			})
-			return err
+			if err != nil {
+				return err
+			}
+			return s.waitOn(ctx, tx) // on the Tx's connection, after its EXEC
 		}, key, log, meta)
 		if errors.Is(err, redis.TxFailedErr) {
 			continue // another writer came between: read again

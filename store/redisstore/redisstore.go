@@ -204,7 +204,15 @@ type Options struct {
 	// consumer groups, and every store opened on the same Redis and
 	// prefix (other nodes, the host CLI) then queues events (outbox.go).
 	Webhooks []string
-	Now      func() time.Time
+	// WaitReplicas, if above 0, makes every write the store acknowledges
+	// wait (WAIT) until that many replicas hold it, WaitTimeout at most
+	// (defaults to 1s): one that fewer hold then fails with
+	// StoreUnavailable, not acknowledged (replicas.go). The URL's
+	// wait-replicas and wait-timeout set them. Off by default: every
+	// write then waits a replica's round trip.
+	WaitReplicas int
+	WaitTimeout  time.Duration
+	Now          func() time.Time
 	// Now defaults to time.Now. It gives epochs and retention ages, like the
 	// file store's clock; nodes are expected to keep their clocks in sync
 	// (an epoch is still strictly increasing within a thread if they do not).
@@ -286,6 +294,10 @@ const retry = time.Second
 // rediss:// for TLS; the query parameters of redis.ParseURL apply) and
 // checks that it answers. It returns StoreUnavailable if it does not.
 func Open(ctx context.Context, url string, opt Options) (*Store, error) {
+	url, err := takeWaitParams(url, &opt)
+	if err != nil {
+		return nil, err
+	}
 	ro, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
@@ -364,6 +376,12 @@ func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shar
 		s.now = time.Now
 	}
 	rdb.AddHook(answerHook{s})
+	if c, ok := rdb.(*redis.Client); ok && opt.WaitReplicas > 0 {
+		if opt.WaitTimeout <= 0 {
+			s.opt.WaitTimeout = defaultWaitTimeout
+		}
+		c.AddHook(s.waitHook(c))
+	}
 	routeClientLog(s)
 	s.closing, s.close = context.WithCancel(context.Background())
 	fail := func(err error) (*Store, error) { // what open made is undone

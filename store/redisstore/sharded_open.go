@@ -164,6 +164,10 @@ func (s *Store) claimShard(ctx context.Context, name string, k, n int) error {
 }
 
 func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error) {
+	spec, err := takeWaitParams(spec, &opt)
+	if err != nil {
+		return nil, err
+	}
 	co, err := parseClusterSpec(spec)
 	if err != nil {
 		return nil, err
@@ -181,6 +185,16 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 		co.ClientName = "chatrelay"
 	}
 	rdb := redis.NewClusterClient(co)
+	if opt.WaitReplicas > 0 {
+		// WAIT counts one connection's writes: it goes in each node's
+		// share of a pipeline, on that node's connection (replicas.go).
+		if opt.WaitTimeout <= 0 {
+			opt.WaitTimeout = defaultWaitTimeout
+		}
+		rdb.OnNewNode(func(c *redis.Client) {
+			c.AddHook(waitHook{c: c, n: int64(opt.WaitReplicas), timeout: opt.WaitTimeout.Milliseconds()})
+		})
+	}
 	sh := &Sharded{opt: opt, cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0])}
 	base := opt.Prefix
 	// The library once for all the shards, on every primary. A cluster is

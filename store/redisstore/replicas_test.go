@@ -1,0 +1,161 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/redistest"
+	"github.com/chatrelay/chatrelay/store"
+)
+
+// openWaiting opens a store on primary with the URL's wait-replicas.
+func openWaiting(t *testing.T, primary *redistest.Server, query string) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), primary.URL()+query, Options{Log: testLogger(t)})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// onReplica reports whether the replica's copy of thread's log holds the
+// entry of epoch: what a replica that took over now would serve.
+func onReplica(t *testing.T, rc *redis.Client, s *Store, thread string, epoch int64) bool {
+	t.Helper()
+	id := strconv.FormatInt(epoch, 10) + "-0"
+	got, err := rc.XRange(context.Background(), s.logKey(thread), id, id).Result()
+	if err != nil {
+		t.Fatalf("XRANGE on the replica: %v", err)
+	}
+	return len(got) == 1
+}
+
+// TestWaitReplicasRefusesUnreplicated: with wait-replicas=1 and the only
+// replica stopped (SIGSTOP, as a frozen VM), a post is not acknowledged:
+// StoreUnavailable (503), after the wait's timeout. Without the setting,
+// the same post is acknowledged though no replica holds it: the write a
+// failover would lose.
+func TestWaitReplicasRefusesUnreplicated(t *testing.T) {
+	t.Parallel()
+	primary := redistest.StartServer(t, redistest.ServerOptions{})
+	replica := primary.StartReplica(t)
+	waiting := openWaiting(t, primary, "?wait-replicas=1&wait-timeout=200ms")
+	plain := openWaiting(t, primary, "")
+	if waiting.opt.WaitReplicas != 1 || waiting.opt.WaitTimeout != 200*time.Millisecond || plain.opt.WaitReplicas != 0 {
+		t.Fatalf("options: %+v / %+v", waiting.opt, plain.opt)
+	}
+	ctx := t.Context()
+	const th = "a1b2c3d4e5f60001"
+	first := must[store.Entry](t)(waiting.Append(ctx, th, store.NewMessage{Text: "while the replica runs"}))
+
+	replica.Stop(t)
+	_, err := waiting.Append(ctx, th, store.NewMessage{Text: "lost to a failover", ClientID: "c-1"})
+	if he := wantCode(t, err, chatrelay.StoreUnavailable); he.Retry <= 0 {
+		t.Fatalf("503 without Retry: %+v", he)
+	}
+	_, err = waiting.Change(ctx, th, store.Change{Op: store.React, MessageID: first.ID, Emoji: "👍", By: chatrelay.Hermes})
+	wantCode(t, err, chatrelay.StoreUnavailable)
+	err = waiting.Audit(ctx, th, chatrelay.AuditEvent{At: 1, Event: chatrelay.AuditIssued, Participant: "p1"})
+	wantCode(t, err, chatrelay.StoreUnavailable)
+	// Reads and the readiness probe do not wait.
+	must[store.Page](t)(waiting.Since(ctx, th, 0, 10))
+	assert.Success(t, waiting.Check(ctx))
+
+	// Without the setting the same post is acknowledged.
+	must[store.Entry](t)(plain.Append(ctx, th, store.NewMessage{Text: "acknowledged, on the primary only"}))
+
+	// Once the replica is back, the retry of the refused post (its
+	// client_id) is a replay of what the primary stored, and acknowledged
+	// now that the replica holds it.
+	replica.Cont()
+	again, err := waiting.Append(ctx, th, store.NewMessage{Text: "lost to a failover", ClientID: "c-1"})
+	if err != nil {
+		t.Fatalf("retry after the replica is back: %v", err)
+	}
+	if !onReplica(t, replica.Client(t), waiting, th, again.Epoch) {
+		t.Fatalf("acknowledged %s, not on the replica", again.ID)
+	}
+}
+
+// TestWaitReplicasAcknowledgedOnReplica: with wait-replicas=1 and a
+// healthy replica, every acknowledged write is on the replica when it is
+// acknowledged: posts alone and in the batcher's pipelines (many at once),
+// a change, an audit event.
+func TestWaitReplicasAcknowledgedOnReplica(t *testing.T) {
+	t.Parallel()
+	primary := redistest.StartServer(t, redistest.ServerOptions{})
+	replica := primary.StartReplica(t)
+	rc := replica.Client(t)
+	s := openWaiting(t, primary, "?wait-replicas=1")
+	ctx := t.Context()
+	const th = "a1b2c3d4e5f60002"
+	e := must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "one"}))
+	if !onReplica(t, rc, s, th, e.Epoch) {
+		t.Fatalf("acknowledged %s, not on the replica", e.ID)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 25 {
+				th := fmt.Sprintf("a1b2c3d4e5f6%04x", w)
+				e, err := s.Append(ctx, th, store.NewMessage{Text: "many"})
+				if err == nil && !onReplica(t, rc, s, th, e.Epoch) {
+					err = fmt.Errorf("post %d of %d: acknowledged %s, not on the replica", i, w, e.ID)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	r := must[store.Entry](t)(s.Change(ctx, th, store.Change{Op: store.React, MessageID: e.ID, Emoji: "👍", By: chatrelay.Hermes}))
+	if v, err := rc.HGet(ctx, s.v2Key(th), strconv.FormatInt(e.Epoch, 10)).Result(); err != nil || v == "" {
+		t.Fatalf("reaction (rev %d) not on the replica: %q %v", r.Rev, v, err)
+	}
+	assert.Success(t, s.Audit(ctx, th, chatrelay.AuditEvent{At: 1, Event: chatrelay.AuditIssued, Participant: "p1"}))
+	if n, err := rc.LLen(ctx, s.auditKey(th)).Result(); err != nil || n != 1 {
+		t.Fatalf("audit event not on the replica: %d %v", n, err)
+	}
+}
+
+func TestWaitParams(t *testing.T) {
+	for _, tc := range []struct {
+		spec, rest string
+		n          int
+		d          time.Duration
+		bad        bool
+	}{
+		{spec: "redis://h:1/0", rest: "redis://h:1/0"},
+		{spec: "redis://h:1/0?wait-replicas=2", rest: "redis://h:1/0", n: 2, d: time.Second},
+		{spec: "redis://h:1/0?dial_timeout=3s&wait-replicas=1&wait-timeout=250ms", rest: "redis://h:1/0?dial_timeout=3s", n: 1, d: 250 * time.Millisecond},
+		{spec: "redis+cluster://a:1,b:2?wait-replicas=1", rest: "redis+cluster://a:1,b:2", n: 1, d: time.Second},
+		{spec: "redis://h:1/0?wait-replicas=x", bad: true},
+		{spec: "redis://h:1/0?wait-replicas=1&wait-timeout=2s", bad: true}, // not under the store's 2s
+		{spec: "redis://h:1/0?wait-replicas=1&wait-timeout=0", bad: true},
+	} {
+		var opt Options
+		rest, err := takeWaitParams(tc.spec, &opt)
+		if (err != nil) != tc.bad {
+			t.Errorf("%s: %v", tc.spec, err)
+			continue
+		}
+		if !tc.bad && (rest != tc.rest || opt.WaitReplicas != tc.n || opt.WaitTimeout != tc.d) {
+			t.Errorf("%s: %q %d %v, want %q %d %v", tc.spec, rest, opt.WaitReplicas, opt.WaitTimeout, tc.rest, tc.n, tc.d)
+		}
+	}
+}
