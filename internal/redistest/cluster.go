@@ -315,6 +315,24 @@ func (c *Cluster) PrimaryOf(t testing.TB, key string) string {
 	return c.PrimaryOfSlot(t, int(slot))
 }
 
+// ReplicaOf returns a replica of the primary at addr, as the replicas
+// say (INFO replication: CLUSTER NODES may not show it yet).
+func (c *Cluster) ReplicaOf(t testing.TB, addr string) *Server {
+	t.Helper()
+	_, port, _ := strings.Cut(addr, ":")
+	for _, s := range c.Nodes {
+		if !s.running() {
+			continue
+		}
+		info, err := s.Client(t).Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port+"\r\n") {
+			return s
+		}
+	}
+	t.Fatalf("redistest: the primary %s has no replica", addr)
+	return nil
+}
+
 // PrimaryOfSlot returns the address of the primary that serves slot.
 func (c *Cluster) PrimaryOfSlot(t testing.TB, slot int) string {
 	t.Helper()

@@ -159,3 +159,96 @@ func TestWaitParams(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterWaitReplicasPerNode: on a 3-primary cluster with one
+// replica each, wait-replicas=1 waits on each node for its own replica.
+// Posts to threads of every primary at once (the batcher's pipelines span
+// the nodes, go-redis splits them by node) are each on their primary's
+// replica when acknowledged; with one primary's replica stopped, that
+// primary's posts are refused StoreUnavailable and the others' are still
+// acknowledged.
+func TestClusterWaitReplicasPerNode(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3, Replicas: 1})
+	sh := openSharded(t, c.URL()+"?wait-replicas=1&wait-timeout=300ms", Options{Prefix: "w:"})
+	ctx := t.Context()
+
+	// A thread on each primary.
+	type place struct {
+		thread, primary string
+		replica         *redistest.Server
+		ro              *redis.Conn // a READONLY connection to the replica
+	}
+	var places []*place
+	seen := map[string]bool{}
+	for i := 0; len(places) < 3 && i < 1000; i++ {
+		th := fmt.Sprintf("%016x", 0xc1a5+i)
+		p := c.PrimaryOf(t, sh.of(th).logKey(th))
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		r := c.ReplicaOf(t, p)
+		ro := r.Client(t).Conn()
+		t.Cleanup(func() { ro.Close() })
+		if err := ro.ReadOnly(ctx).Err(); err != nil {
+			t.Fatalf("READONLY: %v", err)
+		}
+		places = append(places, &place{thread: th, primary: p, replica: r, ro: ro})
+	}
+	if len(places) < 3 {
+		t.Fatalf("threads on %d primaries, want 3", len(places))
+	}
+	held := func(p *place, e store.Entry) bool {
+		id := strconv.FormatInt(e.Epoch, 10) + "-0"
+		got, err := p.ro.XRange(ctx, sh.of(p.thread).logKey(p.thread), id, id).Result()
+		if err != nil {
+			t.Fatalf("XRANGE on the replica of %s: %v", p.primary, err)
+		}
+		return len(got) == 1
+	}
+	// posts posts n times to every place at once; it returns each
+	// place's errors.
+	posts := func(n int) [][]error {
+		errs := make([][]error, len(places))
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for k, p := range places {
+			for range 4 {
+				wg.Go(func() {
+					for range n {
+						e, err := sh.Append(ctx, p.thread, store.NewMessage{Text: "per node"})
+						if err == nil && !held(p, e) {
+							err = fmt.Errorf("acknowledged %s, not on the replica of %s", e.ID, p.primary)
+						}
+						mu.Lock()
+						errs[k] = append(errs[k], err)
+						mu.Unlock()
+					}
+				})
+			}
+		}
+		wg.Wait()
+		return errs
+	}
+	for k, errs := range posts(20) {
+		for _, err := range errs {
+			if err != nil {
+				t.Errorf("healthy, primary %s: %v", places[k].primary, err)
+			}
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	places[0].replica.Stop(t)
+	for k, errs := range posts(3) {
+		for _, err := range errs {
+			if k == 0 {
+				wantCode(t, err, chatrelay.StoreUnavailable)
+			} else if err != nil {
+				t.Errorf("replica of another primary stopped, primary %s: %v", places[k].primary, err)
+			}
+		}
+	}
+}
