@@ -262,7 +262,8 @@ func (s *Store) ClaimPush(ctx context.Context, id, owner string, lease time.Dura
 func (s *Store) RenewPush(ctx context.Context, ids []string, lease time.Duration) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// No WAIT (replicas.go): a claim is a lease, renewed again.
+	_, err := s.rdb.Pipelined(noWait(ctx), func(p redis.Pipeliner) error {
 		for _, id := range ids {
 			p.Do(ctx, "PEXPIRE", s.claimKey(id), lease.Milliseconds(), "GT")
 		}

@@ -159,6 +159,8 @@
 // answer was lost may have been stored, and running it twice would store it
 // twice. An append that fails is never acknowledged; one whose answer is lost
 // may have been stored and is then delivered to subscribers like any other.
+// With Options.WaitReplicas (the URL's wait-replicas), a write is
+// acknowledged only once that many replicas hold it (replicas.go).
 package redisstore
 
 import (
