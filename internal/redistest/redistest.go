@@ -244,24 +244,45 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 // replica at once (repl-diskless-sync-delay 0).
 func (s *Server) StartReplica(t testing.TB) *Server {
 	t.Helper()
-	ctx := context.Background()
-	if err := s.Client(t).ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
-		t.Fatalf("redistest: CONFIG SET on the primary: %v", err)
+	r, err := s.StartReplicaIn(t.TempDir())
+	if r != nil {
+		t.Cleanup(r.Kill)
 	}
-	r := StartServer(t, ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// StartReplicaIn is StartReplica in dir, for a replica the caller must
+// Kill (even when it returns an error with a server).
+func (s *Server) StartReplicaIn(dir string) (*Server, error) {
+	ctx := context.Background()
+	pc := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer pc.Close()
+	if err := pc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		return nil, fmt.Errorf("redistest: CONFIG SET on the primary: %w", err)
+	}
+	r, err := Start(dir, ServerOptions{})
+	if err != nil {
+		return nil, err
+	}
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer rc.Close()
 	host, port, _ := net.SplitHostPort(s.Addr())
-	rc := r.Client(t)
 	if err := rc.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
-		t.Fatalf("redistest: REPLICAOF: %v", err)
+		return r, fmt.Errorf("redistest: REPLICAOF: %w", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		info, err := rc.Info(ctx, "replication").Result()
 		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return r
+			return r, nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redistest: the replica of %s did not sync within 10s: %v\n%s", s.Addr(), err, info)
+			return r, fmt.Errorf("redistest: the replica of %s did not sync within 10s: %v\n%s", s.Addr(), err, info)
 		}
 		time.Sleep(20 * time.Millisecond) // the poll interval of a condition with a deadline
 	}
