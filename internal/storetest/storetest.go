@@ -257,6 +257,14 @@ func OpenRedis(t testing.TB, srv *Server, prefix string, opt Options) *Backend {
 	return openRedis(t, srv, prefix, opt, "")
 }
 
+// OpenRedisWith is OpenRedis with query added to the server's URL
+// ("?wait-replicas=1"); another store of the backend (Another, CLIArgs)
+// takes it too.
+func OpenRedisWith(t testing.TB, srv *Server, prefix string, opt Options, query string) *Backend {
+	t.Helper()
+	return openRedis(t, srv, prefix, opt, query)
+}
+
 func openRedis(t testing.TB, srv *Server, prefix string, opt Options, query string) *Backend {
 	t.Helper()
 	url := srv.URL()

@@ -245,7 +245,8 @@ func init() {
 		undoScript, acquireScript, renewScript, lockScript, unlockScript, takeScript.Script} {
 		noWaitScripts[sc.Hash()] = true
 	}
-	noWaitScripts[takeScript.name] = true
+	_, prefix := library() // as FCALL names it (takeScript.name, set by another init)
+	noWaitScripts[prefix+takeScript.fn] = true
 }
 
 // Query parameters of a store URL that the store reads itself.
