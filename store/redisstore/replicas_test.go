@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -251,4 +252,118 @@ func TestClusterWaitReplicasPerNode(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestClusterStoppedPrimaryLosesNothingAcknowledged: the failover that
+// lost acknowledged posts (docs/operations.md, "Failover and
+// resharding"): under load, the primary of shard 0 is stopped (SIGSTOP)
+// until its replica has taken over, then continued: it runs the commands
+// that waited on its connections before it learns that it is a replica
+// now. With wait-replicas=1, none of them is acknowledged (its replica is
+// gone, so WAIT answers 0), and every post acknowledged is stored.
+func TestClusterStoppedPrimaryLosesNothingAcknowledged(t *testing.T) {
+	acked, lost := stoppedPrimaryTraffic(t, "?wait-replicas=1&wait-timeout=300ms")
+	if lost != 0 {
+		t.Fatalf("%d of %d acknowledged posts lost", lost, acked)
+	}
+}
+
+// stoppedPrimaryTraffic posts from two nodes of the cluster store of
+// query while shard 0's primary is stopped past the node timeout and its
+// replica takes over, retrying each post (same client_id) on
+// StoreUnavailable as a client would; it returns how many posts were
+// acknowledged and how many of those the store lacks afterwards.
+func stoppedPrimaryTraffic(t *testing.T, query string) (acked, lost int) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3, Replicas: 1})
+	const prefix = "f:"
+	opt := Options{Prefix: prefix, Retention: chatrelay.Retention{Messages: 1 << 20}}
+	a, b := openSharded(t, c.URL()+query, opt), openSharded(t, c.URL()+query, opt)
+	ctx := t.Context()
+	var threads []string
+	for i := 0; len(threads) < 4 && i < 10000; i++ {
+		if th := fmt.Sprintf("%016x", 0xf0f0+i); a.ShardOf(th) == 0 {
+			threads = append(threads, th)
+		}
+	}
+	var (
+		mu    sync.Mutex
+		done  = map[string]store.Entry{} // client_id -> the acknowledged entry
+		stop  atomic.Bool
+		count atomic.Int64
+		wg    sync.WaitGroup
+	)
+	for w, node := range []*Sharded{a, b, a, b} {
+		wg.Go(func() {
+			pace := time.NewTicker(2 * time.Millisecond) // at most 500 posts/s per writer
+			defer pace.Stop()
+			for n := 0; !stop.Load(); n++ {
+				<-pace.C
+				th := threads[(w+n)%len(threads)]
+				m := store.NewMessage{Text: fmt.Sprintf("w%d-%d", w, n), ClientID: fmt.Sprintf("w%d:%d", w, n)}
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					e, err := node.Append(ctx, th, m)
+					if err == nil {
+						mu.Lock()
+						done[m.ClientID] = e
+						mu.Unlock()
+						count.Add(1)
+						break
+					}
+					if ctx.Err() != nil {
+						return
+					}
+					if chatrelay.CodeOf(err) != chatrelay.StoreUnavailable || time.Now().After(deadline) {
+						t.Errorf("post %s: %v", m.ClientID, err)
+						return
+					}
+					time.Sleep(20 * time.Millisecond) // a client's retry, as Retry-After asks
+				}
+			}
+		})
+	}
+	t.Cleanup(func() { stop.Store(true); wg.Wait() })
+	assert.Eventually(t, 30*time.Second, "posts before the stop", func() bool { return count.Load() >= 200 })
+
+	old := c.PrimaryOf(t, prefix+"{s0}:threads")
+	c.Server(t, old).Stop(t)
+	var other *redistest.Server // a node that answers, to ask who serves shard 0
+	for _, s := range c.Nodes {
+		if s.Addr() != old {
+			other = s
+			break
+		}
+	}
+	slot := int(must[int64](t)(other.Client(t).ClusterKeySlot(ctx, prefix+"{s0}:threads").Result()))
+	assert.Eventually(t, 30*time.Second, "the replica to take over shard 0", func() bool {
+		for _, l := range must[[]redis.ClusterSlot](t)(other.Client(t).ClusterSlots(ctx).Result()) {
+			if l.Start <= slot && slot <= l.End {
+				return len(l.Nodes) > 0 && l.Nodes[0].Addr != old
+			}
+		}
+		return false
+	})
+	c.Server(t, old).Cont()
+	assert.Eventually(t, 30*time.Second, "the old primary to turn replica", func() bool {
+		return c.Server(t, old).Role(t) == "slave"
+	})
+	after := count.Load()
+	assert.Eventually(t, 30*time.Second, "posts after the failover", func() bool { return count.Load() >= after+200 })
+	stop.Store(true)
+	wg.Wait()
+
+	stored := map[string]bool{}
+	for _, th := range threads {
+		for _, e := range must[store.Page](t)(a.Since(ctx, th, 0, 0)).Messages {
+			stored[e.ID] = true
+		}
+	}
+	for id, e := range done {
+		if !stored[e.ID] {
+			t.Logf("acknowledged %s (%s) is not stored", id, e.ID)
+			lost++
+		}
+	}
+	t.Logf("%d posts acknowledged, %d lost", len(done), lost)
+	return len(done), lost
 }
