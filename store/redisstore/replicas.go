@@ -93,18 +93,23 @@ func (h waitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		wait := redis.NewIntCmd(ctx, "wait", h.n, h.timeout)
 		err := next(ctx, append(cmds[:len(cmds):len(cmds)], wait))
 		if short := h.short(wait); short != nil {
+			// A write answered nil (a script with no return) is
+			// refused as well; an error reply wrote nothing.
 			for _, c := range cmds {
-				if c.Err() == nil && needsWait(c) {
+				if answered(c.Err()) && needsWait(c) {
 					c.SetErr(short)
 				}
 			}
-			if err == nil {
+			if answered(err) {
 				err = short
 			}
 		}
 		return err
 	}
 }
+
+// answered reports whether err is no error or Redis's nil answer.
+func answered(err error) bool { return err == nil || errors.Is(err, redis.Nil) }
 
 // short is the error of a WAIT that did not answer enough replicas, or nil.
 func (h waitHook) short(wait *redis.IntCmd) error {
