@@ -94,6 +94,11 @@ func NewCluster(dir string, opt ClusterOptions) (*Cluster, error) {
 		if err := c.waitReplicas(opt.Primaries*opt.Replicas, 20*time.Second); err != nil {
 			return c, err
 		}
+		for _, p := range c.Nodes[:opt.Primaries] {
+			if err := p.waitAck(); err != nil {
+				return c, err
+			}
+		}
 	}
 	for _, s := range c.Nodes {
 		if err := configSet(s.Addr(), "cluster-node-timeout", strconv.Itoa(runNodeTimeout)); err != nil {
@@ -331,6 +336,28 @@ func (c *Cluster) ReplicaOf(t testing.TB, addr string) *Server {
 	}
 	t.Fatalf("redistest: the primary %s has no replica", addr)
 	return nil
+}
+
+// waitAck waits until a replica of the primary s acknowledges a write
+// (see waitAck): a key of one of its slots, set and deleted.
+func (s *Server) waitAck() error {
+	cl := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer cl.Close()
+	return waitAck(context.Background(), cl, func(ctx context.Context, conn *redis.Conn) error {
+		for i := range 100000 {
+			key := "redistest:ack:" + strconv.Itoa(i)
+			err := conn.Set(ctx, key, "1", 0).Err()
+			if err != nil && strings.HasPrefix(err.Error(), "MOVED") {
+				continue // another primary's slot
+			}
+			if err != nil {
+				return err
+			}
+			return conn.Del(ctx, key).Err()
+		}
+		return fmt.Errorf("redistest: no key of %s's slots", s.Addr())
+	})
 }
 
 // PrimaryOfSlot returns the address of the primary that serves slot.

@@ -240,7 +240,8 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 
 // StartReplica starts a server of the test's own that replicates s
 // (REPLICAOF), and waits until its first sync is done (its link to s is
-// up), so that it holds every write s took before. s is set to sync a new
+// up, and s counts it online at its offset), so that it holds every write
+// s took before and WAIT counts it. s is set to sync a new
 // replica at once (repl-diskless-sync-delay 0).
 func (s *Server) StartReplica(t testing.TB) *Server {
 	t.Helper()
@@ -275,17 +276,45 @@ func (s *Server) StartReplicaIn(dir string) (*Server, error) {
 	if err := rc.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
 		return r, fmt.Errorf("redistest: REPLICAOF: %w", err)
 	}
+	// Up on the replica's side, online at the primary's offset on the
+	// primary's, and acknowledging writes (waitAck).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		info, err := rc.Info(ctx, "replication").Result()
 		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return r, nil
+			var pinfo string
+			if pinfo, err = pc.Info(ctx, "replication").Result(); err == nil && strings.Contains(pinfo, "state=online") && replicasCaughtUp(pinfo) {
+				return r, waitAck(ctx, pc, func(ctx context.Context, c *redis.Conn) error {
+					if err := c.Set(ctx, "redistest:ack", "1", 0).Err(); err != nil {
+						return err
+					}
+					return c.Del(ctx, "redistest:ack").Err() // replicated, and no key left
+				})
+			}
+			info += pinfo
 		}
 		if time.Now().After(deadline) {
 			return r, fmt.Errorf("redistest: the replica of %s did not sync within 10s: %v\n%s", s.Addr(), err, info)
 		}
 		time.Sleep(20 * time.Millisecond) // the poll interval of a condition with a deadline
 	}
+}
+
+// waitAck waits until the replicas of c's server acknowledge a write
+// (write, on one connection), as WAIT counts them: a replica is online
+// after a diskless sync before the primary streams it any command, which
+// it does once the replica has acknowledged (once a second).
+func waitAck(ctx context.Context, c *redis.Client, write func(context.Context, *redis.Conn) error) error {
+	conn := c.Conn()
+	defer conn.Close()
+	if err := write(ctx, conn); err != nil {
+		return fmt.Errorf("redistest: a write to wait for: %w", err)
+	}
+	n, err := conn.Wait(ctx, 1, 10*time.Second).Result()
+	if err != nil || n < 1 {
+		return fmt.Errorf("redistest: no replica acknowledged a write within 10s: %d %v", n, err)
+	}
+	return nil
 }
 
 // Stop stops the server with SIGSTOP, as a frozen VM or a partition

@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -67,6 +69,20 @@ func TestWaitReplicasRefusesUnreplicated(t *testing.T) {
 	wantCode(t, err, chatrelay.StoreUnavailable)
 	err = waiting.Audit(ctx, th, chatrelay.AuditEvent{At: 1, Event: chatrelay.AuditIssued, Participant: "p1"})
 	wantCode(t, err, chatrelay.StoreUnavailable)
+	// A write whose answer is nil (a script with no return) is refused
+	// too, alone and in a pipeline, not answered redis.Nil.
+	var nr *notReplicatedError
+	nilScript := redis.NewScript("redis.call('SET', KEYS[1], '1')")
+	if err := nilScript.Run(ctx, waiting.rdb, []string{"w:nil"}).Err(); !errors.As(err, &nr) {
+		t.Fatalf("a write answered nil, alone: %v", err)
+	}
+	cmds, err := waiting.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		nilScript.Run(ctx, p, []string{"w:nil"})
+		return nil
+	})
+	if !errors.As(err, &nr) || !errors.As(cmds[0].Err(), &nr) {
+		t.Fatalf("a write answered nil, in a pipeline: %v / %v", err, cmds[0].Err())
+	}
 	// Reads and the readiness probe do not wait.
 	must[store.Page](t)(waiting.Since(ctx, th, 0, 10))
 	assert.Success(t, waiting.Check(ctx))
@@ -334,11 +350,17 @@ func stoppedPrimaryTraffic(t *testing.T, query string) (acked, lost int) {
 			break
 		}
 	}
-	slot := int(must[int64](t)(other.Client(t).ClusterKeySlot(ctx, prefix+"{s0}:threads").Result()))
+	slot := must[int64](t)(other.Client(t).ClusterKeySlot(ctx, prefix+"{s0}:threads").Result())
 	assert.Eventually(t, 30*time.Second, "the replica to take over shard 0", func() bool {
-		for _, l := range must[[]redis.ClusterSlot](t)(other.Client(t).ClusterSlots(ctx).Result()) {
-			if l.Start <= slot && slot <= l.End {
-				return len(l.Nodes) > 0 && l.Nodes[0].Addr != old
+		for _, sh := range must[[]redis.ClusterShard](t)(other.Client(t).ClusterShards(ctx).Result()) {
+			for _, r := range sh.Slots {
+				if r.Start <= slot && slot <= r.End {
+					for _, n := range sh.Nodes {
+						if n.Role == "master" && n.Health == "online" {
+							return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) != old
+						}
+					}
+				}
 			}
 		}
 		return false
