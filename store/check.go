@@ -43,3 +43,21 @@ func Reason(err error) string {
 	}
 	return "not writable"
 }
+
+// Full reports whether err (a Check's) says the store is full: the file
+// store's filesystem is full or over its quota, or Redis is at its
+// maxmemory with noeviction (an error with a StoreFull method that says
+// so). A full store refuses every write, from every node alike, while its
+// reads (polls, streams) go on: the server stays ready (GET /readyz
+// answers 200 with "store":"full"), since no node would do better and
+// taking them all out of rotation would stop those reads too.
+func Full(err error) bool {
+	var own interface{ StoreFull() bool }
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &own):
+		return own.StoreFull()
+	}
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}

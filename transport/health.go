@@ -19,7 +19,7 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 // readiness is the body of GET /readyz.
 type readiness struct {
 	Ready        bool   `json:"ready"`
-	Store        string `json:"store"`                 // "ok", "not writable" or "unchecked" (a store that cannot say)
+	Store        string `json:"store"`                 // "ok", "full" (writes refused, reads go on: still ready), "not writable" or "unchecked" (a store that cannot say)
 	StoreError   string `json:"store_error,omitempty"` // why not writable, in a few words ("disk full"), never a path
 	Feed         string `json:"feed"`                  // "ok" or "not live"
 	ShuttingDown bool   `json:"shutting_down"`         // Drain or Shutdown was called
@@ -38,17 +38,24 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	rd, cause := s.readiness(ctx)
 	why := ""
-	if !rd.Ready {
+	switch {
+	case rd.ShuttingDown:
+		why = "shutting down"
+	case !rd.Ready:
 		why = rd.Store + "/" + rd.Feed
-		if rd.ShuttingDown {
-			why = "shutting down"
-		}
+	case rd.Store == "full":
+		why = "full" // ready, but logged as a change all the same
 	}
 	if prev, _ := s.ops.lastNot.Swap(why).(string); prev != why {
-		if why != "" {
+		switch why {
+		case "":
+			if prev != "" {
+				s.log.Info("ready")
+			}
+		case "full":
+			s.log.Warn("the store is full: writes answer 503, reads go on; still ready", "err", cause)
+		default:
 			s.log.Warn("not ready", "store", rd.Store, "feed", rd.Feed, "shutting_down", rd.ShuttingDown, "err", cause)
-		} else if prev != "" {
-			s.log.Info("ready")
 		}
 	}
 	status := http.StatusOK
@@ -81,6 +88,9 @@ func (s *Server) readiness(ctx context.Context) (rd readiness, cause error) {
 		rd.Store = "ok"
 		if cause = c.Check(ctx); cause != nil {
 			rd.Store = "not writable"
+			if store.Full(cause) {
+				rd.Store = "full" // every node alike, and reads go on: ready (store.Full)
+			}
 			rd.StoreError = store.Reason(cause)
 		}
 	}

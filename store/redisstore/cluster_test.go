@@ -276,3 +276,20 @@ func TestCheckNamesAStalledRedis(t *testing.T) {
 	srv.Pause(t, 3*time.Second)
 	assert.Equal(t, "a stalled Redis", store.Reason(one.Check(t.Context())), "Redis not answering")
 }
+
+// TestCheckFullShardHidesNoDeadOne: with shards, a full shard (OOM: the
+// server stays ready, store.Full) is reported after a shard that fails
+// otherwise, so that shard 0 full does not hide shard 1 gone (whose
+// threads' reads fail too: not ready).
+func TestCheckFullShardHidesNoDeadOne(t *testing.T) {
+	s0 := redistest.StartServer(t, redistest.ServerOptions{})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	sh := openSharded(t, s0.URL()+","+s1.URL(), Options{Prefix: "f:"})
+	assert.Success(t, sh.Check(t.Context()))
+	redistest.Fill(t, s0.Client(t))
+	err := sh.Check(t.Context())
+	assert.True(t, store.Full(err) && store.Reason(err) == "Redis out of memory", "shard 0 full: %v", err)
+	s1.Kill()
+	err = sh.Check(t.Context())
+	assert.True(t, !store.Full(err) && store.Reason(err) == "Redis unreachable", "shard 0 full, shard 1 killed: %v (%s)", err, store.Reason(err))
+}

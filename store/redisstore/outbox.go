@@ -237,6 +237,43 @@ func (o *outbox) Retry(ctx context.Context, dest string, d store.Due, at time.Ti
 	return nil
 }
 
+// goneKey is the hash of the destinations whose receiver answered 410
+// Gone (store.Disabler): destination ID → when, in ms (the node's clock).
+func (s *Store) goneKey() string { return s.prefix + "webhook:gone" }
+
+var _ store.Disabler = (*outbox)(nil)
+
+// Disable implements store.Disabler.
+func (o *outbox) Disable(ctx context.Context, dest string) error {
+	ctx, cancel := o.s.bound(ctx)
+	defer cancel()
+	if err := o.s.rdb.HSet(ctx, o.s.goneKey(), dest, o.s.now().UnixMilli()).Err(); err != nil {
+		return o.s.unavailable("webhook disable", err)
+	}
+	return nil
+}
+
+// Disabled implements store.Disabler.
+func (o *outbox) Disabled(ctx context.Context, dest string) (bool, error) {
+	ctx, cancel := o.s.bound(ctx)
+	defer cancel()
+	ok, err := o.s.rdb.HExists(ctx, o.s.goneKey(), dest).Result()
+	if err != nil {
+		return false, o.s.unavailable("webhook disabled", err)
+	}
+	return ok, nil
+}
+
+// Enable implements store.Disabler.
+func (o *outbox) Enable(ctx context.Context, dest string) error {
+	ctx, cancel := o.s.bound(ctx)
+	defer cancel()
+	if err := o.s.rdb.HDel(ctx, o.s.goneKey(), dest).Err(); err != nil {
+		return o.s.unavailable("webhook enable", err)
+	}
+	return nil
+}
+
 // leasedField is the retry hash's field that marks event id in flight:
 // handed to a node, which holds it until Redis has seen it idle for
 // chatrelay.WebhookLease (XPENDING IDLE, on Redis's clock: a node whose

@@ -86,6 +86,8 @@ type Sharded struct {
 	outOnce sync.Once
 	out     *shardedOutbox
 	once    sync.Once
+
+	late *lateShards // the shards that did not answer at open (sharded_late.go); nil if none
 }
 
 var (
@@ -119,6 +121,10 @@ func (sh *Sharded) Prefix(thread string) string { return sh.of(thread).prefix }
 func (sh *Sharded) Close() error {
 	var err error
 	sh.once.Do(func() {
+		if sh.late != nil {
+			sh.late.stop()
+			<-sh.late.done
+		}
 		for _, s := range sh.shards {
 			err = errors.Join(err, s.Close())
 		}
@@ -151,8 +157,22 @@ func (sh *Sharded) Ping(ctx context.Context) error {
 }
 
 // Check implements store.Checker: every shard takes a write (Store.Check).
+// A shard that fails otherwise than full is reported before one that is
+// full (store.Full), so that a full shard does not hide one that is gone.
 func (sh *Sharded) Check(ctx context.Context) error {
-	return sh.each(func(_ int, s *Store) error { return s.Check(ctx) })
+	errs := make([]error, len(sh.shards))
+	sh.each(func(k int, s *Store) error { errs[k] = s.Check(ctx); return errs[k] })
+	var full error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case !store.Full(err):
+			return err
+		case full == nil:
+			full = err
+		}
+	}
+	return full
 }
 
 // FeedLive implements store.FeedStater: every shard's feed is live.
@@ -307,6 +327,9 @@ func (sh *Sharded) appendRated(ctx context.Context, thread string, m store.NewMe
 	if len(sh.shards) == 1 {
 		return s.appendRated(ctx, thread, m, rt)
 	}
+	if err := s.admit(ctx); err != nil { // an append reads what setup sets before its script
+		return store.Entry{}, err
+	}
 	e, err := s.appendRated(context.WithValue(ctx, limitKey{}, 0), thread, m, rt)
 	if chatrelay.CodeOf(err) != chatrelay.ThreadLimit {
 		return e, err
@@ -443,6 +466,28 @@ func (sh *Sharded) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 		})
 }
 
+var _ store.ThreadsReporter = (*Sharded)(nil)
+
+// ThreadsReport implements store.ThreadsReporter: every shard's.
+func (sh *Sharded) ThreadsReport(ctx context.Context) ([]store.ThreadInfo, []store.ThreadError, error) {
+	var mu sync.Mutex
+	var bad []store.ThreadError
+	infos, err := gather(sh, func(s *Store) ([]store.ThreadInfo, error) {
+		infos, b, err := s.ThreadsReport(ctx)
+		mu.Lock()
+		bad = append(bad, b...)
+		mu.Unlock()
+		return infos, err
+	}, func(a, b store.ThreadInfo) int {
+		return cmp.Or(cmp.Compare(b.Rev, a.Rev), cmp.Compare(a.Thread, b.Thread))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.SortFunc(bad, func(a, b store.ThreadError) int { return cmp.Compare(a.Thread, b.Thread) })
+	return infos, bad, nil
+}
+
 // gather is every shard's list, as list reads it, in one, sorted (stably)
 // by order.
 func gather[T any](sh *Sharded, list func(s *Store) ([]T, error), order func(a, b T) int) ([]T, error) {
@@ -477,23 +522,45 @@ func (sh *Sharded) Sweep(ctx context.Context) (store.SweepStats, error) {
 
 // Follow implements store.Store: it follows every shard's feed and hands
 // their batches on as one feed, one call of fn at a time. Ready comes
-// once every shard's feed is registered (a shard's batches wait for it);
-// the agents' batches come from shard 0, which holds the agent keys.
+// once every shard's feed is registered (a shard's batches wait for it),
+// but for the shards that are not set up yet (sharded_late.go): their
+// feeds are followed from when they answer, and they open once they are
+// registered. The agents' batches come from shard 0, which holds the
+// agent keys.
 func (sh *Sharded) Follow(ctx context.Context, fn func(store.Batch)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex // one call of fn at a time
 	ready := make(chan struct{})
+	late := make([]bool, len(sh.shards))
+	if sh.late != nil {
+		late = sh.late.following()
+	}
 	var waiting atomic.Int32
-	waiting.Store(int32(len(sh.shards)))
+	for _, l := range late {
+		if !l {
+			waiting.Add(1)
+		}
+	}
 	errs := make([]error, len(sh.shards))
 	var wg sync.WaitGroup
 	for k, s := range sh.shards {
 		wg.Go(func() {
 			defer cancel() // one feed ending ends them all
-			errs[k] = s.Follow(ctx, func(b store.Batch) {
+			fctx, join := ctx, func() {}
+			if late[k] {
+				// Its feed reads the shard before the gate opens, which
+				// waits for its Ready (once the shard is set up).
+				fctx = context.WithValue(ctx, feedKey{}, true)
+				var once sync.Once
+				join = func() { once.Do(func() { sh.late.joined(k) }) }
+				defer join() // a Follow that ends first no longer holds the gate
+			}
+			errs[k] = s.Follow(fctx, func(b store.Batch) {
 				if b.Ready {
-					if waiting.Add(-1) == 0 {
+					if late[k] {
+						join()
+					} else if waiting.Add(-1) == 0 {
 						mu.Lock()
 						fn(b)
 						mu.Unlock()

@@ -74,6 +74,10 @@ func (e *writeRefusal) Error() string       { return e.err.Error() }
 func (e *writeRefusal) Unwrap() error       { return e.err }
 func (e *writeRefusal) StoreReason() string { return e.reason }
 
+// StoreFull says a full Redis (OOM: maxmemory with noeviction), which
+// every node finds alike and whose reads go on (store.Full).
+func (e *writeRefusal) StoreFull() bool { return e.reason == "Redis out of memory" }
+
 // FeedLive implements store.FeedStater: no Follow call of this store has
 // lost its subscription without having subscribed again and caught up
 // (true when none is running).
