@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -205,6 +207,10 @@ func needsWait(cmd redis.Cmder) bool {
 			return true
 		}
 		id, _ := args[1].(string)
+		if name == "eval" { // the script's source: named by its SHA-1, as EVALSHA does (rare: once per script and Redis)
+			sum := sha1.Sum([]byte(id))
+			id = hex.EncodeToString(sum[:])
+		}
 		return !noWaitScripts[id]
 	}
 	return !readCommands[name]
@@ -235,8 +241,8 @@ func init() {
 	}
 }
 
-// noWaitScripts are the scripts (by SHA-1, as EVALSHA names them; by
-// body, as EVAL sends them; by function name, as FCALL does) that need no
+// noWaitScripts are the scripts (by SHA-1, as EVALSHA names them and
+// needsWait names EVAL's source; by function name, as FCALL does) that need no
 // WAIT: they only read (readScript and changesScript may create the
 // generation key), or keep what no client is told was stored: rate
 // windows and stream leases, retention, the create lock, the outbox's

@@ -389,3 +389,27 @@ func stoppedPrimaryTraffic(t *testing.T, query string) (acked, lost int) {
 	t.Logf("%d posts acknowledged, %d lost", len(done), lost)
 	return len(done), lost
 }
+
+// TestShardsWaitReplicasPerURL: on a list of instances, each URL says
+// whether its shard waits: with the first shard's replica stopped, its
+// threads' posts are refused StoreUnavailable, the second shard's (no
+// wait-replicas) acknowledged.
+func TestShardsWaitReplicasPerURL(t *testing.T) {
+	t.Parallel()
+	a, b := redistest.StartServer(t, redistest.ServerOptions{}), redistest.StartServer(t, redistest.ServerOptions{})
+	replica := a.StartReplica(t)
+	sh := openSharded(t, a.URL()+"?wait-replicas=1&wait-timeout=200ms,"+b.URL(), Options{})
+	if sh.shards[0].opt.WaitReplicas != 1 || sh.shards[1].opt.WaitReplicas != 0 {
+		t.Fatalf("wait-replicas of the shards: %d, %d", sh.shards[0].opt.WaitReplicas, sh.shards[1].opt.WaitReplicas)
+	}
+	var on [2]string
+	for i := 0; (on[0] == "" || on[1] == "") && i < 1000; i++ {
+		th := fmt.Sprintf("%016x", 0x5a5a+i)
+		on[sh.ShardOf(th)] = th
+	}
+	ctx := t.Context()
+	replica.Stop(t)
+	_, err := sh.Append(ctx, on[0], store.NewMessage{Text: "on the waiting shard"})
+	wantCode(t, err, chatrelay.StoreUnavailable)
+	must[store.Entry](t)(sh.Append(ctx, on[1], store.NewMessage{Text: "on the other"}))
+}
