@@ -19,7 +19,7 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 // readiness is the body of GET /readyz.
 type readiness struct {
 	Ready        bool   `json:"ready"`
-	Store        string `json:"store"`                 // "ok", "full" (writes refused, reads go on: still ready), "not writable" or "unchecked" (a store that cannot say)
+	Store        string `json:"store"`                 // "ok", "full" (writes refused, reads go on: still ready), "partial" (a shard's threads refused, the others' go on: still ready), "not writable" or "unchecked" (a store that cannot say)
 	StoreError   string `json:"store_error,omitempty"` // why not writable, in a few words ("disk full"), never a path
 	Feed         string `json:"feed"`                  // "ok" or "not live"
 	ShuttingDown bool   `json:"shutting_down"`         // Drain or Shutdown was called
@@ -43,8 +43,8 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		why = "shutting down"
 	case !rd.Ready:
 		why = rd.Store + "/" + rd.Feed
-	case rd.Store == "full":
-		why = "full" // ready, but logged as a change all the same
+	case rd.Store == "full" || rd.Store == "partial":
+		why = rd.Store // ready, but logged as a change all the same
 	}
 	if prev, _ := s.ops.lastNot.Swap(why).(string); prev != why {
 		switch why {
@@ -54,6 +54,8 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			}
 		case "full":
 			s.log.Warn("the store is full: writes answer 503, reads go on; still ready", "err", cause)
+		case "partial":
+			s.log.Warn("a shard of the store does not answer: its threads answer 503, the others' go on; still ready", "err", cause)
 		default:
 			s.log.Warn("not ready", "store", rd.Store, "feed", rd.Feed, "shutting_down", rd.ShuttingDown, "err", cause)
 		}
@@ -72,6 +74,23 @@ const readyzTimeout = 2 * time.Second
 // readiness evaluates /readyz; cause is the store's error, if any.
 func (s *Server) readiness(ctx context.Context) (rd readiness, cause error) {
 	rd.ShuttingDown = s.ops.draining.Load()
+	// The store first: a sharded store's FeedLive excuses the feed of a
+	// shard its Check found down (store.Partial).
+	rd.Store = "unchecked"
+	if c, ok := s.cfg.Store.(store.Checker); ok {
+		rd.Store = "ok"
+		if cause = c.Check(ctx); cause != nil {
+			switch {
+			case store.Full(cause):
+				rd.Store = "full" // every node alike, and reads go on: ready (store.Full)
+			case store.Partial(cause):
+				rd.Store = "partial" // every node alike, and the other shards' threads go on: ready
+			default:
+				rd.Store = "not writable"
+			}
+			rd.StoreError = store.Reason(cause)
+		}
+	}
 	rd.Feed = "not live"
 	select {
 	case <-s.ready:
@@ -82,17 +101,6 @@ func (s *Server) readiness(ctx context.Context) (rd readiness, cause error) {
 			}
 		}
 	default:
-	}
-	rd.Store = "unchecked"
-	if c, ok := s.cfg.Store.(store.Checker); ok {
-		rd.Store = "ok"
-		if cause = c.Check(ctx); cause != nil {
-			rd.Store = "not writable"
-			if store.Full(cause) {
-				rd.Store = "full" // every node alike, and reads go on: ready (store.Full)
-			}
-			rd.StoreError = store.Reason(cause)
-		}
 	}
 	rd.Ready = !rd.ShuttingDown && rd.Feed == "ok" && rd.Store != "not writable"
 	return rd, cause

@@ -293,3 +293,21 @@ func TestCheckFullShardHidesNoDeadOne(t *testing.T) {
 	err = sh.Check(t.Context())
 	assert.True(t, !store.Full(err) && store.Reason(err) == "Redis unreachable", "shard 0 full, shard 1 killed: %v (%s)", err, store.Reason(err))
 }
+
+// TestCheckShardDownIsPartial: on instances, a shard that does not
+// answer while shard 0 (the node-wide keys) and others take writes is
+// store.Partial, with the shard's reason: every node finds it alike, and
+// the other shards' threads go on. Shard 0 down, or every shard, is not.
+func TestCheckShardDownIsPartial(t *testing.T) {
+	s0 := redistest.StartServer(t, redistest.ServerOptions{})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	s2 := redistest.StartServer(t, redistest.ServerOptions{})
+	sh := openSharded(t, s0.URL()+","+s1.URL()+","+s2.URL(), Options{Prefix: "p:"})
+	assert.Success(t, sh.Check(t.Context()))
+	s2.Kill()
+	err := sh.Check(t.Context())
+	assert.True(t, store.Partial(err) && store.Reason(err) == "1 of 3 Redis shards: Redis unreachable", "shard 2 killed: %v (%s)", err, store.Reason(err))
+	s0.Kill()
+	err = sh.Check(t.Context())
+	assert.True(t, err != nil && !store.Partial(err) && store.Reason(err) == "Redis unreachable", "shards 0 and 2 killed: %v (%s)", err, store.Reason(err))
+}

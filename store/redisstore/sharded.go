@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"io"
 	"slices"
@@ -88,6 +89,8 @@ type Sharded struct {
 	once    sync.Once
 
 	late *lateShards // the shards that did not answer at open (sharded_late.go); nil if none
+
+	down []atomic.Bool // by shard: the last Check found it down (FeedLive)
 }
 
 var (
@@ -159,26 +162,58 @@ func (sh *Sharded) Ping(ctx context.Context) error {
 // Check implements store.Checker: every shard takes a write (Store.Check).
 // A shard that fails otherwise than full is reported before one that is
 // full (store.Full), so that a full shard does not hide one that is gone.
+// On instances, shards that fail so while shard 0 (the node-wide keys)
+// and at least one other take writes are a partialError (store.Partial):
+// every node finds them alike, and the other shards' threads go on.
+// FeedLive excuses the feeds of the shards the last Check found down.
 func (sh *Sharded) Check(ctx context.Context) error {
 	errs := make([]error, len(sh.shards))
 	sh.each(func(k int, s *Store) error { errs[k] = s.Check(ctx); return errs[k] })
-	var full error
-	for _, err := range errs {
+	var full, gone error
+	down := 0
+	for k, err := range errs {
+		sh.down[k].Store(err != nil && !store.Full(err))
 		switch {
 		case err == nil:
 		case !store.Full(err):
-			return err
+			down++
+			if gone == nil {
+				gone = err
+			}
 		case full == nil:
 			full = err
 		}
 	}
-	return full
+	switch {
+	case gone == nil:
+		return full
+	case sh.cluster == nil && errs[0] == nil && down < len(sh.shards):
+		return &partialError{down: down, of: len(sh.shards), err: gone}
+	}
+	return gone
 }
 
-// FeedLive implements store.FeedStater: every shard's feed is live.
+// partialError is a Check's: down of the shards do not answer (err is the
+// first one's), the others and shard 0 do.
+type partialError struct {
+	down, of int
+	err      error
+}
+
+func (e *partialError) Error() string      { return fmt.Sprintf("%d of %d shards: %v", e.down, e.of, e.err) }
+func (e *partialError) Unwrap() error      { return e.err }
+func (e *partialError) StorePartial() bool { return true }
+func (e *partialError) StoreReason() string {
+	return fmt.Sprintf("%d of %d Redis shards: %s", e.down, e.of, store.Reason(e.err))
+}
+
+// FeedLive implements store.FeedStater: every shard's feed is live, but
+// for the shards the last Check found down (their threads answer 503 on
+// every node alike: not this node's fault). The readiness probe checks
+// the store first.
 func (sh *Sharded) FeedLive() bool {
-	for _, s := range sh.shards {
-		if !s.FeedLive() {
+	for k, s := range sh.shards {
+		if !s.FeedLive() && !sh.down[k].Load() {
 			return false
 		}
 	}
@@ -305,8 +340,12 @@ func (sh *Sharded) AppendLimited(ctx context.Context, lim chatrelay.RateLimiter,
 	}
 	a := rt.part(1)
 	if err := a.count(ctx); err != nil {
-		if chatrelay.CodeOf(err) == chatrelay.RateLimited {
+		switch chatrelay.CodeOf(err) {
+		case chatrelay.RateLimited:
 			return store.Entry{}, false, nil // counted nowhere: Take and Append answer it, a replay first
+		case chatrelay.StoreUnavailable: // the address's shard: its window on the thread's meanwhile
+			e, err := sh.appendRated(ctx, thread, m, rt.addressDown())
+			return e, true, err
 		}
 		return store.Entry{}, true, err
 	}

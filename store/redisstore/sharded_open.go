@@ -52,7 +52,7 @@ func openInstances(ctx context.Context, urls []string, opt Options) (*Sharded, e
 		}
 		seen[w] = true
 	}
-	sh := &Sharded{opt: opt, creating: make(chan struct{}, 1)}
+	sh := &Sharded{opt: opt, creating: make(chan struct{}, 1), down: make([]atomic.Bool, len(urls))}
 	names := make([]string, len(urls))
 	errs := make([]error, len(urls)) // the shards that did not answer: why (sharded_late.go)
 	late := 0
@@ -281,7 +281,7 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 			c.AddHook(waitHook{c: c, n: int64(opt.WaitReplicas), timeout: opt.WaitTimeout.Milliseconds()})
 		})
 	}
-	sh := &Sharded{opt: opt, cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0])}
+	sh := &Sharded{opt: opt, cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0]), down: make([]atomic.Bool, ClusterShards)}
 	base := opt.Prefix
 	// The library once for all the shards, on every primary. A cluster is
 	// Redis 7, which has functions: a primary that does not answer now
