@@ -216,7 +216,7 @@ type storeFlags struct {
 func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
 	sf.fs = fs
 	fs.StringVar(&sf.data, "data", chatrelay.DefaultData, "data `folder`; thread documents live in DIR/chat (local filesystems only)")
-	fs.StringVar(&sf.store, "store", "", "the store `backend`: file:DIR (the same as --data DIR; the default) or redis://[user:pass@]host:port/db (rediss:// for TLS), shared by several nodes; redis://a,redis://b,… shards threads over several Redis, redis+cluster://host:port,… uses a Redis Cluster")
+	fs.StringVar(&sf.store, "store", "", "the store `backend`: file:DIR (the same as --data DIR; the default) or redis://[user:pass@]host:port/db (rediss:// for TLS), shared by several nodes; redis://a,redis://b,… shards threads over several Redis, redis+cluster://host:port,… uses a Redis Cluster; ?wait-replicas=N acknowledges a write only once N replicas hold it (WAIT; off by default)")
 	fs.StringVar(&sf.redisPrefix, "redis-prefix", chatrelay.DefaultKeyPrefix, "prefix of every Redis key and of the feed channel")
 	if !writes {
 		return

@@ -346,7 +346,8 @@ func (l *StreamLimiter) forget(ctx context.Context, seq uint64, ls streamLease) 
 func (l *StreamLimiter) remove(ctx context.Context, ls []streamLease) {
 	ctx, cancel := l.s.bound(ctx)
 	defer cancel()
-	_, err := l.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// No WAIT (replicas.go): a lease a failover brings back expires.
+	_, err := l.s.rdb.Pipelined(noWait(ctx), func(p redis.Pipeliner) error {
 		for _, x := range ls {
 			for _, k := range x.keys {
 				p.ZRem(ctx, k, x.member)

@@ -124,7 +124,8 @@ func (o *outbox) Take(ctx context.Context, dest string, now time.Time, max int) 
 		}
 	}
 	if len(leases) > 0 {
-		if err := s.rdb.HSet(ctx, s.retryKey(dest), leases...).Err(); err != nil {
+		// No WAIT (replicas.go): a lease a failover loses is claimed again.
+		if err := s.rdb.HSet(noWait(ctx), s.retryKey(dest), leases...).Err(); err != nil {
 			return nil, s.unavailable("webhook take", err) // taken all the same: claimed again once idle for a lease
 		}
 	}

@@ -159,6 +159,8 @@
 // answer was lost may have been stored, and running it twice would store it
 // twice. An append that fails is never acknowledged; one whose answer is lost
 // may have been stored and is then delivered to subscribers like any other.
+// With Options.WaitReplicas (the URL's wait-replicas), a write is
+// acknowledged only once that many replicas hold it (replicas.go).
 package redisstore
 
 import (
@@ -204,7 +206,15 @@ type Options struct {
 	// consumer groups, and every store opened on the same Redis and
 	// prefix (other nodes, the host CLI) then queues events (outbox.go).
 	Webhooks []string
-	Now      func() time.Time
+	// WaitReplicas, if above 0, makes every write the store acknowledges
+	// wait (WAIT) until that many replicas hold it, WaitTimeout at most
+	// (defaults to 1s): one that fewer hold then fails with
+	// StoreUnavailable, not acknowledged (replicas.go). The URL's
+	// wait-replicas and wait-timeout set them. Off by default: every
+	// write then waits a replica's round trip.
+	WaitReplicas int
+	WaitTimeout  time.Duration
+	Now          func() time.Time
 	// Now defaults to time.Now. It gives epochs and retention ages, like the
 	// file store's clock; nodes are expected to keep their clocks in sync
 	// (an epoch is still strictly increasing within a thread if they do not).
@@ -295,6 +305,10 @@ const retry = time.Second
 // rediss:// for TLS; the query parameters of redis.ParseURL apply) and
 // checks that it answers. It returns StoreUnavailable if it does not.
 func Open(ctx context.Context, url string, opt Options) (*Store, error) {
+	url, err := takeWaitParams(url, &opt)
+	if err != nil {
+		return nil, err
+	}
 	rdb, err := newClient(url)
 	if err != nil {
 		return nil, err
@@ -394,6 +408,12 @@ func newStore(rdb redis.UniversalClient, opt Options, sh shardOf) *Store {
 		s.now = time.Now
 	}
 	rdb.AddHook(answerHook{s})
+	if c, ok := rdb.(*redis.Client); ok && opt.WaitReplicas > 0 {
+		if opt.WaitTimeout <= 0 {
+			s.opt.WaitTimeout = defaultWaitTimeout
+		}
+		c.AddHook(s.waitHook(c))
+	}
 	routeClientLog(s)
 	s.closing, s.close = context.WithCancel(context.Background())
 	s.fcall = sh.fcall

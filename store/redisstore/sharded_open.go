@@ -59,12 +59,18 @@ func openInstances(ctx context.Context, urls []string, opt Options) (*Sharded, e
 	for k, u := range urls {
 		u = strings.TrimSpace(u)
 		names[k] = where(u)
+		o := opt // each URL's own wait-replicas
+		u, err := takeWaitParams(u, &o)
+		if err != nil {
+			sh.Close()
+			return nil, err
+		}
 		rdb, err := newClient(u)
 		if err != nil {
 			sh.Close()
 			return nil, err
 		}
-		s := newStore(rdb, opt, shardOf{})
+		s := newStore(rdb, o, shardOf{})
 		sh.shards = append(sh.shards, s)
 		if err := s.setup(ctx); err != nil {
 			if chatrelay.CodeOf(err) != chatrelay.StoreUnavailable {
@@ -244,6 +250,10 @@ func (s *Store) claimShard(ctx context.Context, name string, k, n int) error {
 }
 
 func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error) {
+	spec, err := takeWaitParams(spec, &opt)
+	if err != nil {
+		return nil, err
+	}
 	co, err := parseClusterSpec(spec)
 	if err != nil {
 		return nil, err
@@ -261,6 +271,16 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 		co.ClientName = "chatrelay"
 	}
 	rdb := redis.NewClusterClient(co)
+	if opt.WaitReplicas > 0 {
+		// WAIT counts one connection's writes: it goes in each node's
+		// share of a pipeline, on that node's connection (replicas.go).
+		if opt.WaitTimeout <= 0 {
+			opt.WaitTimeout = defaultWaitTimeout
+		}
+		rdb.OnNewNode(func(c *redis.Client) {
+			c.AddHook(waitHook{c: c, n: int64(opt.WaitReplicas), timeout: opt.WaitTimeout.Milliseconds()})
+		})
+	}
 	sh := &Sharded{opt: opt, cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0]), down: make([]atomic.Bool, ClusterShards)}
 	base := opt.Prefix
 	// The library once for all the shards, on every primary. A cluster is

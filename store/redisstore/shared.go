@@ -29,7 +29,9 @@ var (
 func (s *Store) Check(ctx context.Context) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	err := s.rdb.Set(ctx, s.prefix+"readyz", "1", readyzTTL).Err()
+	// Without WAIT (replicas.go): the probe asks whether this Redis
+	// takes writes, and a replica that lags is every node's alike.
+	err := s.rdb.Set(noWait(ctx), s.prefix+"readyz", "1", readyzTTL).Err()
 	if err == nil {
 		return nil
 	}
