@@ -275,9 +275,9 @@ if first ~= firstWas then
   set[#set + 1] = fmt(first)
 end
 if set then
-  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', n, unpack(set))
+  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', fmt(n), unpack(set))
 else
-  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', n)
+  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', fmt(n))
 end
 redis.call('ZADD', K.index, es, thread)
 if created then redis.call('ZREM', K.places, thread) end
