@@ -1,6 +1,7 @@
 package redisstore
 
-// appendScript stores one message. KEYS: Store.keys. ARGV:
+// appendScript stores one message. KEYS: Store.appendKeys (luaAppendK),
+// and for a participant's post its thread's grants. ARGV:
 //
 //	1 thread          2 now (ms)        3 keep            4 age (ms)
 //	5 max threads     6 must exist "1"  7 author as JSON  8 text as JSON
@@ -35,7 +36,7 @@ package redisstore
 //	32 the v2 text as JSON ("" if it is the v1 text: only a message with
 //	   attachments differs, whose v1 text has a line per attachment)
 //
-// With a rate entry (Store.AppendLimited), KEYS has two more, the
+// With a rate entry (Store.AppendLimited), KEYS has two more (15, 16), the
 // thread's and the address's rate windows (RateLimiter's keys; or one,
 // the thread's, when the address's is on another shard: ARGV 18 is then
 // unused), and the
@@ -60,7 +61,7 @@ package redisstore
 // {"unreadable", mark} (the thread is marked unreadable: unreadable.go;
 // it answers so before anything else, a replay included, and a rated
 // post counts in no window).
-var appendScript = newLuaScript("append", luaCommon+luaRate, appendDefs, appendLua)
+var appendScript = newLuaScript("append", luaAppendK+luaHelpers+luaRate, appendDefs, appendLua)
 
 // appendDefs is appendScript's function appendRun, the append itself
 // (appendLua counts the post in the rate windows around it). The library
@@ -298,6 +299,7 @@ local thread = ARGV[1]
 -- one conversion, where tonumber (a C call) converts twice.
 local now, keep, age = ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
 local participant = ARGV[25] or ''
+if participant ~= '' then K.grants = KEYS[15] end
 local cid = ARGV[20] or ''
 if ARGV[15] == '' then return appendRun(thread, now, keep, age, participant, cid, false) end
 if cid ~= '' then
@@ -309,15 +311,15 @@ if cid ~= '' then
 end
 local win, l1, l2 = ARGV[16] + 0, ARGV[17] + 0, ARGV[18] + 0
 local rnow = rateNow(ARGV[19])
-local wait, n1, n2 = rateTake(KEYS[19], KEYS[20], ARGV[15], rnow, win, l1, l2)
+local wait, n1, n2 = rateTake(KEYS[15], KEYS[16], ARGV[15], rnow, win, l1, l2)
 if wait > 0 then return {'rate', fmt(wait)} end
 local res = appendRun(thread, now, keep, age, participant, cid, true)
 if res[1] == 'ok' then
-  rateKeep(KEYS[19], n1, l1, rnow, win, ARGV[16])
-  if KEYS[20] then rateKeep(KEYS[20], n2, l2, rnow, win, ARGV[16]) end
+  rateKeep(KEYS[15], n1, l1, rnow, win, ARGV[16])
+  if KEYS[16] then rateKeep(KEYS[16], n2, l2, rnow, win, ARGV[16]) end
 else
-  redis.call('RPOP', KEYS[19])
-  if KEYS[20] then redis.call('RPOP', KEYS[20]) end
+  redis.call('RPOP', KEYS[15])
+  if KEYS[16] then redis.call('RPOP', KEYS[16]) end
 end
 return res
 `

@@ -232,7 +232,7 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 	args = append(args, thread, now.UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
 		s.threadLimit(ctx), flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(text), s.pubFeed, s.seen.Load(), randomHex(8),
 		stamp, ts, strings.Join(suffixes, " "))
-	keys := s.keys(thread)
+	keys := s.appendKeys(thread, r.grant != "")
 	if rt := r.rate; rt != nil {
 		keys = append(keys, rt.keys()...)
 		args = append(args, rt.id, rt.l.window.Milliseconds(), rt.w[0].limit, 0, rt.l.clockArg())
