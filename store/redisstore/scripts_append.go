@@ -76,13 +76,18 @@ local tail, event = ARGV[22] or '', ARGV[21] or ''
 -- before meta kept them (no "last") has them read from its log once.
 local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2', 'last', 'first', 'sec', 'sfx', 'n', 'unreadable')
 if meta[10] then return {'unreadable', meta[10]} end
-local prev, first = tonumber(meta[5]), tonumber(meta[6])
+-- Meta's numbers are read with + 0 (one conversion; tonumber converts
+-- twice): the scripts write them, as numbers.
+local prev, first = meta[5], meta[6]
+if prev then prev = prev + 0 end
+if first then first = first + 0 end
 local firstWas = first
 -- "n" is an upper bound of the log's length: its length after the append
 -- that wrote it (only appends add to the log; what drops messages leaves
 -- it above). An append reads the length (XLEN) only when the bound says
 -- the log may be over keep, or there is no bound.
-local n = tonumber(meta[9])
+local n = meta[9]
+if n then n = n + 0 end
 local set -- meta's other fields to write, if any
 local created -- the thread takes its place in the index from places
 local above = 0 -- a thread made again: the newest change it had (K.floor)
