@@ -74,12 +74,12 @@ func appendCommands(t *testing.T, call string) {
 		t.Fatalf("%d posts ran %v, want %v", posts, got, want)
 	}
 	// A plain post sends the 14 keys an append may touch and the script's
-	// 19 arguments, not those it leaves empty: each one is work for Redis
+	// 15 arguments, not those it leaves empty: each one is work for Redis
 	// (docs/performance.md).
 	var args []int
 	s.rdb.AddHook(argsHook{script: call, args: &args})
 	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "one more"}))
-	if want := []int{14, 19}; fmt.Sprint(args) != fmt.Sprint(want) {
+	if want := []int{14, 15}; fmt.Sprint(args) != fmt.Sprint(want) {
 		t.Fatalf("a plain post's script had %v keys and arguments, want %v", args, want)
 	}
 }

@@ -228,19 +228,30 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		text = r.v1Text
 	}
 	stamp, ts := secondOf(now)
-	args := make([]any, 0, 32)
+	// What only a creation reads, in one argument (ARGV 5).
+	creation := make([]byte, 0, 64)
+	creation = strconv.AppendInt(creation, int64(s.threadLimit(ctx)), 10)
+	creation = append(creation, ' ')
+	creation = append(creation, flag(r.m.MustExist)...)
+	creation = append(creation, ' ')
+	creation = strconv.AppendInt(creation, s.seen.Load(), 10)
+	creation = append(creation, ' ')
+	creation = append(creation, randomHex(8)...)
+	args := make([]any, 0, 29)
 	args = append(args, thread, now.UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
-		s.threadLimit(ctx), flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(text), s.pubFeed, s.seen.Load(), randomHex(8),
+		string(creation), jsonString(string(r.m.Author)), jsonString(text), s.pubFeed,
 		stamp, ts, strings.Join(suffixes, " "))
 	keys := s.appendKeys(thread, r.grant != "")
+	clock := ""
 	if rt := r.rate; rt != nil {
 		keys = append(keys, rt.keys()...)
-		args = append(args, rt.id, rt.l.window.Milliseconds(), rt.w[0].limit, 0, rt.l.clockArg())
+		args = append(args, rt.id, rt.l.window.Milliseconds(), rt.w[0].limit, 0)
 		if len(rt.w) == 2 {
-			args[len(args)-2] = rt.w[1].limit
+			args[len(args)-1] = rt.w[1].limit
 		}
+		clock = rt.l.clockArg()
 	} else {
-		args = append(args, "", 0, 0, 0, "")
+		args = append(args, "", 0, 0, 0)
 	}
 	// The arguments a plain post leaves empty, up to the last that is not.
 	var deadline, capSpent, waiting any = "", "", ""
@@ -251,7 +262,7 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		capSpent, waiting = flag(r.capSpent), chatrelay.LimitWaitingPosts.Max
 	}
 	opt := [...]any{r.m.ClientID, r.event, r.tail, r.ix, deadline, r.grant, r.version, r.next, capSpent, waiting,
-		r.m.Title, strings.Join(r.m.Attachments, " "), r.v2Text}
+		r.m.Title, strings.Join(r.m.Attachments, " "), r.v2Text, clock}
 	n := len(opt)
 	for n > 0 && opt[n-1] == "" {
 		n--
