@@ -179,9 +179,11 @@ end
 
 -- announce publishes a change on the feed: "<thread> <the thread's rev
 -- before it> <the newest epoch or rev retention dropped> <message JSON>".
+-- prevRev is the rev's text (fmt), which an append has at hand as meta
+-- holds it.
 local function announce(feed, thread, prevRev, trimmed, trimmedRev, json)
   local mark = math.max(trimmed, trimmedRev)
-  publish(feed, thread .. ' ' .. fmt(prevRev) .. ' ' .. (mark == 0 and '0' or fmt(mark)) .. ' ' .. json)
+  publish(feed, thread .. ' ' .. prevRev .. ' ' .. (mark == 0 and '0' or fmt(mark)) .. ' ' .. json)
 end
 
 -- removeThread deletes every key of the thread, its grants' entries in
@@ -259,7 +261,7 @@ redis.call('ZADD', K.revs, rs, es)
 redis.call('HSET', K.meta, 'rev', rs, 'v2', '1')
 if ARGV[7] ~= '' then redis.call('ZREM', K.pending, thread .. ' ' .. ARGV[7]) end
 redis.call('ZADD', K.index, 'XX', rs, thread)
-announce(ARGV[8], thread, prevRev, num(meta[1]), num(meta[3]), v2json)
+announce(ARGV[8], thread, fmt(prevRev), num(meta[1]), num(meta[3]), v2json)
 if ARGV[9] ~= '' then
   redis.call('XADD', K.events, '*', 't', ARGV[9], 'th', thread, 'at', rs, 'm', v2json)
 end

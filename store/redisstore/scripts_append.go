@@ -290,7 +290,9 @@ else
 end
 redis.call('ZADD', K.index, es, thread)
 if created then redis.call('ZREM', K.places, thread) end
-announce(ARGV[8], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or json)
+-- The rev's text is meta's "last" when the rev is the newest epoch, as
+-- it is but after a change (v2.go) or a thread made again: no format.
+announce(ARGV[8], thread, rev == prev and meta[5] or fmt(rev), trimmed, trimmedRev, v2json ~= '' and v2json or json)
 if event ~= '' and event ~= '-' then
   redis.call('XADD', K.events, '*', 't', event, 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
 end
