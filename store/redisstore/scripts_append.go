@@ -53,7 +53,8 @@ package redisstore
 // that a data set's start is never after its first message (a thread that
 // exists was made in this data set, which has its generation).
 //
-// It answers {"ok", epoch, id, v1 JSON, v2 JSON or ""}, {"replay", v2 JSON
+// It answers {"ok", v1 JSON, v2 JSON or ""} (the JSON has the epoch and
+// the id), {"replay", v2 JSON
 // of the message with the client id}, {"not_found"}, {"thread_limit"},
 // {"collision"} (every candidate suffix is taken this second: try
 // others), {"retry"} (the grants record changed since it was read),
@@ -297,7 +298,7 @@ if event ~= '' and event ~= '-' then
   redis.call('XADD', K.events, '*', 't', event, 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
 end
 if participant ~= '' then publish(ARGV[8], thread .. ' P') end
-return {'ok', es, id, json, v2json}
+return {'ok', json, v2json}
 end
 `
 

@@ -82,10 +82,10 @@ func (s *Store) appendRated(ctx context.Context, thread string, m store.NewMessa
 func (s *Store) appendAnswer(thread string, m store.NewMessage, g chatrelay.Grant, rt *rateTake, res []string) (e store.Entry, retry bool, err error) {
 	switch res[0] {
 	case "ok":
-		if len(res) != 5 {
+		if len(res) != 3 {
 			break
 		}
-		e, err = stored(res[3], res[4])
+		e, err = stored(res[1], res[2])
 		if err != nil {
 			return store.Entry{}, false, s.unavailable("append", fmt.Errorf("stored message: %w", err))
 		}
