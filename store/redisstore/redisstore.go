@@ -248,6 +248,8 @@ type Store struct {
 	fcall *atomic.Bool     // the post's scripts are FCALLs of the library (functions.go); shared by a cluster's shards
 	calls chan *scriptCall // the scripts waiting for a sender (batch.go)
 	slots chan struct{}    // one token per call out (batch.go)
+	// The last second an append was in, as text (Store.secondOf).
+	second atomic.Pointer[secondText]
 
 	// What the store knows of Redis's data set (gen.go).
 	seen   atomic.Int64               // the newest epoch this store read or its feed announced
