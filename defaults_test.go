@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/chatrelay/chatrelay"
 )
 
 // TestDefaultsWrittenOnce: every default and limit of defaults.go is
@@ -62,5 +64,24 @@ func TestDefaultsWrittenOnce(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStreamRefusalCountsTheOwnersStreams: the refusal's words agree
+// with the owner's reserve: "1 stream is" at 4 per thread or fewer (it
+// read "1 are kept for the owner"), "5 streams are" at the default 20.
+func TestStreamRefusalCountsTheOwnersStreams(t *testing.T) {
+	for _, c := range []struct {
+		perThread int
+		want      string
+	}{
+		{4, "participants together 3 of them: 1 stream is kept for the owner"},
+		{1, "participants together 0 of them: 1 stream is kept for the owner"},
+		{20, "participants together 15 of them: 5 streams are kept for the owner"},
+	} {
+		msg := chatrelay.StreamLimits{PerThread: c.perThread, PerIP: 10}.Refusal().Message
+		if !strings.Contains(msg, c.want) {
+			t.Errorf("%d per thread: %q, want it to say %q", c.perThread, msg, c.want)
+		}
 	}
 }

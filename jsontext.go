@@ -7,7 +7,22 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	segjson "github.com/segmentio/encoding/json"
 )
+
+// UnmarshalExactCase is json.Unmarshal with object keys matched to struct
+// fields in their own case only, as the MCP SDK decodes: encoding/json
+// would also take "METHOD" or "REQUESTID" for a field, and the last of
+// two such keys, so a check decoding a message its own way could judge
+// another message than the one the SDK then serves.
+func UnmarshalExactCase(data []byte, v any) error {
+	rest, err := segjson.Parse(data, v, segjson.DontMatchCaseInsensitiveStructFields)
+	if err == nil && len(rest) > 0 {
+		return errors.New("invalid character after top-level value")
+	}
+	return err
+}
 
 // ValidJSONText reports whether the JSON text s (a string literal, or a
 // whole document, already known to decode) is text: valid UTF-8 that

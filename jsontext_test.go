@@ -45,3 +45,36 @@ func TestJSONProblemCutsAnUnknownField(t *testing.T) {
 	assert.True(t, strings.HasPrefix(words, `unknown field "aaa`), "the words name the field: %.80s", words)
 	assert.True(t, len(words) < 400, "the words are %d bytes: %.80s…", len(words), words)
 }
+
+// TestUnmarshalExactCase: keys match struct fields in their own case only
+// (as the MCP SDK reads a message), a key in another case is ignored
+// whatever its place, and more than one value is an error, as for
+// json.Unmarshal.
+func TestUnmarshalExactCase(t *testing.T) {
+	type message struct {
+		Method string `json:"method"`
+		ID     int    `json:"id"`
+	}
+	for _, c := range []struct {
+		in   string
+		want message
+		ok   bool
+	}{
+		{`{"method":"ping","id":2}`, message{"ping", 2}, true},
+		{`{"METHOD":"initialize","id":2}`, message{"", 2}, true},
+		{`{"method":"ping","Method":"initialize","id":2,"ID":3}`, message{"ping", 2}, true},
+		{` {"method":"ping"} `, message{Method: "ping"}, true},
+		{`{"method":"ping"} {"method":"initialize"}`, message{}, false},
+		{`{"method":5}`, message{}, false},
+	} {
+		var m message
+		err := chatrelay.UnmarshalExactCase([]byte(c.in), &m)
+		if (err == nil) != c.ok {
+			t.Errorf("%s: error %v, want ok=%v", c.in, err, c.ok)
+			continue
+		}
+		if c.ok && m != c.want {
+			t.Errorf("%s: got %+v, want %+v", c.in, m, c.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package chatrelay
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -79,8 +80,8 @@ func (l StreamLimits) Participants() int { return l.PerThread - l.OwnerReserve()
 // Refusal is the TooManyStreams error of a stream over l.
 func (l StreamLimits) Refusal() *Error {
 	return &Error{Code: TooManyStreams, Retry: 5 * time.Second,
-		Message: fmt.Sprintf("too many open streams: at most %d per thread (participants together %d of them: %d are kept for the owner) and %d per client address",
-			l.PerThread, l.Participants(), l.OwnerReserve(), l.PerIP)}
+		Message: fmt.Sprintf("too many open streams: at most %d per thread (participants together %d of them: %s kept for the owner) and %d per client address",
+			l.PerThread, l.Participants(), plural(l.OwnerReserve(), "stream is", "streams are"), l.PerIP)}
 }
 
 // WithDefaults fills the zero fields of l.
@@ -88,4 +89,12 @@ func (l StreamLimits) WithDefaults() StreamLimits {
 	orDefault(&l.PerThread, DefaultStreamsPerThread)
 	orDefault(&l.PerIP, DefaultStreamsPerIP)
 	return l
+}
+
+// plural is n and one or many, as n asks: "1 stream is", "5 streams are".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }

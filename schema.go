@@ -250,7 +250,7 @@ func buildSchema() obj {
 	return obj{
 		"$schema":          SchemaDraft,
 		"title":            "chatrelay",
-		"description":      "The chatrelay wire contract (Parts 1-4) and the host's verbs, " + SchemaVersion + ". Every limit's unit is in GET " + PathLimits + ": maxLength counts code points.",
+		"description":      "The chatrelay wire contract (Parts 1-5) and the host's verbs, " + SchemaVersion + ". Every limit's unit is in GET " + PathLimits + ": maxLength counts code points.",
 		"$defs":            defs,
 		"x-schema-version": SchemaVersion,
 		"x-routes":         xRoutes(),

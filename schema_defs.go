@@ -155,7 +155,7 @@ func (d defSet) bodies() {
 	}, "name"))
 	d.add("participant.invite.body", open("POST "+PathParticipants, obj{
 		"name":       describe(obj{"type": "string", "minLength": 1}, fmt.Sprintf("cleaned, then cut to %d code points; empty after cleaning is refused", LimitName.Max)),
-		"role":       describe(enum("", participantRoles()...), "default viewer"),
+		"role":       describe(enum("", participantRoles()...), "default "+string(Commenter)),
 		"kind":       describe(enum("", participantKinds()...), "default human"),
 		"expires_in": describe(integer(LimitExpiresIn.Min, LimitExpiresIn.Max, ""), fmt.Sprintf("seconds; default %d", int(DefaultExpiresIn/time.Second))),
 		"cap":        describe(count(LimitCap, ""), fmt.Sprintf("most messages the participant may post; default %d", DefaultCap)),

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
@@ -208,4 +210,47 @@ func TestPushEndpointBounds(t *testing.T) {
 	}
 	schematest.Valid(t, "push.subscribe.body", body("https://push.example/send/1"))
 	schematest.Invalid(t, "push.subscribe.body", body(""))
+}
+
+// TestBundleDescriptionNamesItsParts: the bundle's description names the
+// contract's Parts its routes come from, so that a reader of the bundle
+// (GET /api/schema.json) does not take Part 5's routes (attachments,
+// devices, push) for ones it leaves out.
+func TestBundleDescriptionNamesItsParts(t *testing.T) {
+	var b struct {
+		Description string                     `json:"description"`
+		Routes      map[string]json.RawMessage `json:"x-routes"`
+	}
+	assert.Success(t, json.Unmarshal(chatrelay.Schema(), &b))
+	for _, r := range []string{"POST /api/chat/attachments", "POST /api/chat/devices", "POST /api/chat/push"} {
+		_, ok := b.Routes[r]
+		assert.True(t, ok, "no x-routes entry for %s", r)
+	}
+	assert.True(t, strings.Contains(b.Description, "(Parts 1-5)"), "the description %q does not name Part 5, whose routes the bundle holds", b.Description)
+}
+
+// TestInviteBodyStatesTheDefaults: the bundle's participant.invite.body
+// says the defaults an invite without them gets (Invite.Check), so that a
+// client reading the normative bundle is not told another role than the
+// one its link is made with.
+func TestInviteBodyStatesTheDefaults(t *testing.T) {
+	in := chatrelay.Invite{Name: "Alex"}
+	assert.Success(t, in.Check())
+	var b struct {
+		Defs map[string]struct {
+			Properties map[string]struct {
+				Description string `json:"description"`
+			} `json:"properties"`
+		} `json:"$defs"`
+	}
+	assert.Success(t, json.Unmarshal(chatrelay.Schema(), &b))
+	props := b.Defs["participant.invite.body"].Properties
+	for field, want := range map[string]string{
+		"role":       "default " + string(in.Role),
+		"kind":       "default " + string(in.Kind),
+		"expires_in": fmt.Sprintf("default %d", int(in.ExpiresIn/time.Second)),
+		"cap":        fmt.Sprintf("default %d", in.Cap),
+	} {
+		assert.True(t, strings.Contains(props[field].Description, want), "participant.invite.body's %s says %q, but an invite without it gets %q", field, props[field].Description, want)
+	}
 }

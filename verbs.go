@@ -114,7 +114,10 @@ func (v verbParts) readVerbs() []verbDef {
 				"last_epoch": epoch("the newest message's epoch"), "rev": epoch("the newest change's epoch"),
 				"awaiting": boolean("the newest message is not hermes's"),
 				"title":    str(LimitThreadTitle, "the thread's title (open_thread), if it has one"),
-			}, "thread", "messages", "last_author", "last_epoch", "rev", "awaiting"), "")}, "threads"),
+			}, "thread", "messages", "last_author", "last_epoch", "rev", "awaiting"), ""),
+				"unreadable": list(object("", obj{"thread": ref("thread"), "code": ref("code")}, "thread", "code"),
+					"the threads left out because their stored data cannot be read (thread_unreadable, or store_unavailable for a file the store cannot open or read), as a read of one would answer; absent if none"),
+			}, "threads"),
 		},
 		{
 			VerbReadThread, "Read a thread's messages (v2 objects, with interactions, cards and reactions). No since: the newest messages; since: every message changed after that cursor.",

@@ -76,19 +76,35 @@ func Names() []string { return chatrelay.Verbs() }
 type ListThreadsInput struct{}
 
 // ListThreadsResult is list_threads's result: the threads, newest
-// activity first.
+// activity first, and those left out because they cannot be read.
 type ListThreadsResult struct {
-	Threads []store.ThreadInfo `json:"threads"`
+	Threads    []store.ThreadInfo `json:"threads"`
+	Unreadable []UnreadableThread `json:"unreadable,omitempty"`
 }
 
-// ListThreads lists the threads, newest activity first.
+// UnreadableThread is a thread list_threads left out: its stored data
+// cannot be read (Code: thread_unreadable, or store_unavailable for a file
+// the store cannot open or read), as a read of it would answer.
+type UnreadableThread struct {
+	Thread string         `json:"thread"`
+	Code   chatrelay.Code `json:"code"`
+}
+
+// ListThreads lists the threads, newest activity first: a thread that
+// cannot be read hides none of the others, and is named in Unreadable.
 func (v *Verbs) ListThreads(ctx context.Context, _ ListThreadsInput) (ListThreadsResult, error) {
-	infos, err := v.Store.Threads(ctx)
+	infos, bad, err := store.ThreadsOf(ctx, v.Store)
 	infos = v.inScope(infos)
 	if infos == nil {
 		infos = []store.ThreadInfo{}
 	}
-	return ListThreadsResult{Threads: infos}, err
+	r := ListThreadsResult{Threads: infos}
+	for _, b := range bad {
+		if v.Reaches == nil || v.Reaches(b.Thread) {
+			r.Unreadable = append(r.Unreadable, UnreadableThread{Thread: b.Thread, Code: chatrelay.CodeOf(b.Err)})
+		}
+	}
+	return r, err
 }
 
 // ReadThreadInput is read_thread's input.

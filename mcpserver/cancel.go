@@ -2,9 +2,9 @@ package mcpserver
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/http"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
@@ -53,7 +53,7 @@ func (as *agentServer) calling(sid string, data []byte) *postCalls {
 		var p struct {
 			RequestID any `json:"requestId"`
 		}
-		if json.Unmarshal(r.Params, &p) != nil {
+		if chatrelay.UnmarshalExactCase(r.Params, &p) != nil { // as the SDK reads it
 			continue
 		}
 		if id, err := jsonrpc.MakeID(p.RequestID); err == nil {

@@ -357,20 +357,30 @@ func TestHTTPDeleteEndsTheSessionsWaits(t *testing.T) {
 // SDK's client reports through onerror as "Received a response for an
 // unknown message ID" at every wait an agent gave up on.
 func TestHTTPCanceledCallGetsNoAnswer(t *testing.T) {
-	_, rpc, _ := agentSession(t, nil)
-	waited := waitInFlight(t, rpc)
-	_, err := rpc(t.Context(), `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"the agent gave up"}}`)
-	assert.Success(t, err)
-	select {
-	case w := <-waited:
-		assert.Success(t, w.err)
-		assert.True(t, !strings.Contains(w.body, `"id":2`), "the canceled call's stream holds an answer: %q", w.body)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the canceled wait still runs 10 s after its cancel")
+	for _, params := range []string{
+		`{"requestId":2,"reason":"the agent gave up"}`,
+		// The SDK matches keys in their own case: it cancels call 2,
+		// and the bookkeeping must mark 2, not the "REQUESTID" after it
+		// (encoding/json's case-insensitive match took the last).
+		`{"requestId":2,"REQUESTID":5}`,
+	} {
+		t.Run(params, func(t *testing.T) {
+			_, rpc, _ := agentSession(t, nil)
+			waited := waitInFlight(t, rpc)
+			_, err := rpc(t.Context(), `{"jsonrpc":"2.0","method":"notifications/cancelled","params":`+params+`}`)
+			assert.Success(t, err)
+			select {
+			case w := <-waited:
+				assert.Success(t, w.err)
+				assert.True(t, !strings.Contains(w.body, `"id":2`), "the canceled call's stream holds an answer: %q", w.body)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the canceled wait still runs 10 s after its cancel")
+			}
+			body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`)
+			assert.Success(t, err)
+			assert.True(t, strings.Contains(body, `"id":4`) && !strings.Contains(body, `"isError":true`), "a call after the cancel: %s", body)
+		})
 	}
-	body, err := rpc(t.Context(), `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"chatrelay_list_threads","arguments":{}}}`)
-	assert.Success(t, err)
-	assert.True(t, strings.Contains(body, `"id":4`) && !strings.Contains(body, `"isError":true`), "a call after the cancel: %s", body)
 }
 
 // TestHTTPInitializeKeysMCPDoesNotName: an initialize request whose params

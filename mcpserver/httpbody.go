@@ -8,7 +8,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/chatrelay/chatrelay"
 )
@@ -70,9 +69,7 @@ func initializeParamsOK(params json.RawMessage) bool {
 	// own case only, where encoding/json would take "CAPABILITIES" or a
 	// clientInfo's "NAME", keys MCP does not name and the SDK ignores,
 	// for MCP's.
-	d := segjson.NewDecoder(bytes.NewReader(params))
-	d.DontMatchCaseInsensitiveStructFields()
-	err := d.Decode(&p)
+	err := chatrelay.UnmarshalExactCase(params, &p)
 	c := bytes.TrimSpace(p.Capabilities)
 	return err == nil && (len(c) == 0 || c[0] == '{' || string(c) == "null")
 }

@@ -643,6 +643,9 @@ func sayThreads(_ host.ListThreadsInput, r host.ListThreadsResult) string {
 		}
 		fmt.Fprintf(&b, "\n- %s: %s, last by %s at %s, awaiting: %s", t.Thread, plural(t.Messages, "message"), t.LastAuthor, utc(t.LastEpoch), yes(t.Awaiting))
 	}
+	for _, u := range r.Unreadable {
+		fmt.Fprintf(&b, "\n- %s: left out, it cannot be read (%s)", u.Thread, u.Code)
+	}
 	return b.String()
 }
 

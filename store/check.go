@@ -43,3 +43,32 @@ func Reason(err error) string {
 	}
 	return "not writable"
 }
+
+// Partial reports whether err (a Check's) says that part of the store
+// does not answer while the rest, and what every node needs, takes
+// writes: a Redis instance of several (an error with a StorePartial
+// method that says so). Its threads answer 503 on every node alike while
+// the others' go on, so the server stays ready (GET /readyz answers 200
+// with "store":"partial"), as for a full store.
+func Partial(err error) bool {
+	var own interface{ StorePartial() bool }
+	return errors.As(err, &own) && own.StorePartial()
+}
+
+// Full reports whether err (a Check's) says the store is full: the file
+// store's filesystem is full or over its quota, or Redis is at its
+// maxmemory with noeviction (an error with a StoreFull method that says
+// so). A full store refuses every write, from every node alike, while its
+// reads (polls, streams) go on: the server stays ready (GET /readyz
+// answers 200 with "store":"full"), since no node would do better and
+// taking them all out of rotation would stop those reads too.
+func Full(err error) bool {
+	var own interface{ StoreFull() bool }
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &own):
+		return own.StoreFull()
+	}
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}

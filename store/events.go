@@ -77,6 +77,21 @@ type Outbox interface {
 	Retry(ctx context.Context, dest string, d Due, at time.Time) error
 }
 
+// Disabler is an Outbox that remembers the destinations whose receiver
+// answered 410 Gone (Standard Webhooks: the receiver wants no more events,
+// and the sender disables the endpoint), in the store: a restart, or
+// another node, finds the destination disabled, until the operator
+// enables it again (Enable; by hand, see docs/operations.md). The
+// deliverers of every Outbox of the store read it before they send.
+type Disabler interface {
+	// Disable records that destination dest wants no more events.
+	Disable(ctx context.Context, dest string) error
+	// Disabled reports whether dest is disabled.
+	Disabled(ctx context.Context, dest string) (bool, error)
+	// Enable removes the record: dest is sent events again.
+	Enable(ctx context.Context, dest string) error
+}
+
 // DestinationID names a webhook destination in a store (its queue file,
 // its consumer group): the first 16 hex digits of the SHA-256 of its
 // URL, so that the URL, which may carry a secret, is never written.

@@ -152,6 +152,38 @@ type ThreadInfo struct {
 	Title      string           `json:"title,omitempty"` // open_thread's title, if any
 }
 
+// ThreadError is a thread a list left out because its stored data
+// cannot be read: Err is what a read of it returns (a *chatrelay.Error:
+// thread_unreadable for data that does not parse, store_unavailable for a
+// file the store cannot open or read).
+type ThreadError struct {
+	Thread string
+	Err    error
+}
+
+// ThreadsReporter is a Store that can list the threads it reads and name
+// those it cannot. Threads leaves out a thread whose data does not parse
+// without a word, and the file store's fails as a whole on a document it
+// cannot open or read (an error that may pass, which its callers retry);
+// ThreadsReport lists every other thread all the same, and names the bad
+// ones, for a person who asked for the list (chatrelay list).
+type ThreadsReporter interface {
+	ThreadsReport(ctx context.Context) ([]ThreadInfo, []ThreadError, error)
+}
+
+// ThreadsOf is st's ThreadsReport, or its Threads (naming none) if it has
+// none.
+func ThreadsOf(ctx context.Context, st Store) ([]ThreadInfo, []ThreadError, error) {
+	if b, ok := st.(*Backend); ok {
+		st = b.Store
+	}
+	if r, ok := st.(ThreadsReporter); ok {
+		return r.ThreadsReport(ctx)
+	}
+	infos, err := st.Threads(ctx)
+	return infos, nil, err
+}
+
 // SweepStats says what a sweep did.
 type SweepStats struct {
 	Threads        int // threads looked at

@@ -19,7 +19,7 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 // readiness is the body of GET /readyz.
 type readiness struct {
 	Ready        bool   `json:"ready"`
-	Store        string `json:"store"`                 // "ok", "not writable" or "unchecked" (a store that cannot say)
+	Store        string `json:"store"`                 // "ok", "full" (writes refused, reads go on: still ready), "partial" (a shard's threads refused, the others' go on: still ready), "not writable" or "unchecked" (a store that cannot say)
 	StoreError   string `json:"store_error,omitempty"` // why not writable, in a few words ("disk full"), never a path
 	Feed         string `json:"feed"`                  // "ok" or "not live"
 	ShuttingDown bool   `json:"shutting_down"`         // Drain or Shutdown was called
@@ -38,17 +38,28 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	rd, cause := s.readiness(ctx)
 	why := ""
-	if !rd.Ready {
+	switch {
+	case rd.ShuttingDown:
+		why = "shutting down"
+	case !rd.Ready:
 		why = rd.Store + "/" + rd.Feed
-		if rd.ShuttingDown {
-			why = "shutting down"
-		}
+	case rd.Store == "full" || rd.Store == "partial":
+		why = rd.Store // ready, but logged as a change all the same
 	}
 	if prev, _ := s.ops.lastNot.Swap(why).(string); prev != why {
-		if why != "" {
-			s.log.Warn("not ready", "store", rd.Store, "feed", rd.Feed, "shutting_down", rd.ShuttingDown, "err", cause)
-		} else if prev != "" {
-			s.log.Info("ready")
+		switch why {
+		case "":
+			if prev != "" {
+				s.log.Info("ready")
+			}
+		case "full":
+			s.log.Warn("the store is full: writes answer 503, reads go on; still ready", "err", cause)
+		case "partial":
+			s.log.Warn("a shard of the store does not answer: its threads answer 503, the others' go on; still ready", "err", cause)
+		case "shutting down":
+			s.log.Info("not ready: shutting down") // asked for (Drain, Shutdown): no trouble to warn of
+		default:
+			s.log.Warn("not ready", "store", rd.Store, "feed", rd.Feed, "err", cause)
 		}
 	}
 	status := http.StatusOK
@@ -65,6 +76,23 @@ const readyzTimeout = 2 * time.Second
 // readiness evaluates /readyz; cause is the store's error, if any.
 func (s *Server) readiness(ctx context.Context) (rd readiness, cause error) {
 	rd.ShuttingDown = s.ops.draining.Load()
+	// The store first: a sharded store's FeedLive excuses the feed of a
+	// shard its Check found down (store.Partial).
+	rd.Store = "unchecked"
+	if c, ok := s.cfg.Store.(store.Checker); ok {
+		rd.Store = "ok"
+		if cause = c.Check(ctx); cause != nil {
+			switch {
+			case store.Full(cause):
+				rd.Store = "full" // every node alike, and reads go on: ready (store.Full)
+			case store.Partial(cause):
+				rd.Store = "partial" // every node alike, and the other shards' threads go on: ready
+			default:
+				rd.Store = "not writable"
+			}
+			rd.StoreError = store.Reason(cause)
+		}
+	}
 	rd.Feed = "not live"
 	select {
 	case <-s.ready:
@@ -75,14 +103,6 @@ func (s *Server) readiness(ctx context.Context) (rd readiness, cause error) {
 			}
 		}
 	default:
-	}
-	rd.Store = "unchecked"
-	if c, ok := s.cfg.Store.(store.Checker); ok {
-		rd.Store = "ok"
-		if cause = c.Check(ctx); cause != nil {
-			rd.Store = "not writable"
-			rd.StoreError = store.Reason(cause)
-		}
 	}
 	rd.Ready = !rd.ShuttingDown && rd.Feed == "ok" && rd.Store != "not writable"
 	return rd, cause

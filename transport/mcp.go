@@ -242,12 +242,12 @@ func initializeOnce(data []byte, inSession bool) error {
 		return nil
 	case trimmed[0] == '{':
 		var m message
-		if json.Unmarshal(data, &m) != nil {
+		if chatrelay.UnmarshalExactCase(data, &m) != nil {
 			return nil
 		}
 		ms = []message{m}
 	case trimmed[0] == '[':
-		if json.Unmarshal(data, &ms) != nil {
+		if chatrelay.UnmarshalExactCase(data, &ms) != nil {
 			return nil
 		}
 	default:

@@ -108,8 +108,8 @@ func histogramVec(name, help string, buckets []float64, labels ...string) *prome
 // and a caller may register more collectors (a store backend's, say).
 func (s *Server) Registry() *prometheus.Registry { return s.ops.reg }
 
-// metricsHandler serves the registry in the Prometheus text (or
-// OpenMetrics) format.
+// metricsHandler serves the registry in the Prometheus text format
+// (OpenMetrics is not offered: promhttp negotiates it only when asked to).
 func (s *Server) metricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.ops.reg, promhttp.HandlerOpts{
 		ErrorLog:      slogPrinter{s},

@@ -491,13 +491,21 @@ func TestReadyz(t *testing.T) {
 // TestReadyzDuringShutdown: Shutdown alone makes /readyz 503.
 func TestReadyzDuringShutdown(t *testing.T) {
 	t.Parallel()
-	e := opsStart(t, true, nil)
+	var logs opsLog
+	e := opsStart(t, true, func(c *transport.Config) {
+		c.Log = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
 	_, r := e.readyz()
 	assert.True(t, r.Ready, "not ready before shutdown: %+v", r)
 	assert.Success(t, e.srv.Shutdown(t.Context()))
 	status, r := e.readyz()
 	assert.Equal(t, "after Shutdown", r, opsReady{Store: "ok", Feed: "ok", ShuttingDown: true})
 	assert.Equal(t, "after Shutdown status", status, http.StatusServiceUnavailable)
+	// A shutdown asked for is no trouble: said at info, with no err=<nil>
+	// (a --drain-delay logged a warning per run).
+	for _, m := range logs.lines(t) {
+		assert.True(t, m["level"] != "WARN" && m["level"] != "ERROR", "a shutdown's log line: %v", m)
+	}
 }
 
 // opsLog is a concurrency-safe log buffer.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,12 +14,16 @@ import (
 	"github.com/chatrelay/chatrelay/internal/storetest"
 )
 
-// TestReadyzRedisRefusesWrites: /readyz says the node is not ready, and
-// why, while its Redis answers PING but refuses every write: full
-// (maxmemory with noeviction: OOM) or a read-only replica (READONLY), as
-// it does while its disk is full on the file store. Before, its check was
-// a PING, which both answer: 200 while every post got 503. Once Redis
-// takes writes again, it is ready.
+// TestReadyzRedisRefusesWrites: /readyz says why while its Redis answers
+// PING but refuses every write (before an earlier fix its check was a
+// PING, which said nothing). A read-only replica (READONLY) is this
+// node's trouble (a failover left it on the old primary): not ready (503),
+// so that the load balancer sends to the other nodes. A full Redis
+// (maxmemory with noeviction: OOM) is every node's alike, and polls and
+// streams go on: ready (200, "store":"full"), as with a full disk on the
+// file store; before, 503 on every node took them all out of rotation and
+// stopped the reads that still worked. Once Redis takes writes again, the
+// store is ok.
 func TestReadyzRedisRefusesWrites(t *testing.T) {
 	t.Parallel()
 	srv := storetest.StartServer(t, storetest.ServerOptions{})
@@ -26,10 +31,20 @@ func TestReadyzRedisRefusesWrites(t *testing.T) {
 	ctx := context.Background()
 	n := startRedisNode(t, srv, storetest.NewPrefix(), storetest.Options{})
 	n.mustPost(tokenN(1), "before")
+	var last struct {
+		status int
+		body   string
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the last /readyz: %d %s", last.status, last.body)
+		}
+	})
 	ready := func(what string, want int, reason string) {
 		t.Helper()
 		assert.Eventually(t, 10*time.Second, what, func() bool { // (the feed may take a moment to be live)
 			status, _, body := n.do(http.MethodGet, "/readyz", "", "", nil)
+			last.status, last.body = status, string(body)
 			var r struct {
 				Store      string `json:"store"`
 				StoreError string `json:"store_error"`
@@ -44,7 +59,10 @@ func TestReadyzRedisRefusesWrites(t *testing.T) {
 	redistest.Fill(t, admin)
 	status, _, _ := n.do(http.MethodPost, "/api/chat/post", tokenN(1), `{"text":"while full"}`, nil)
 	assert.Equal(t, "a post to a full Redis", status, http.StatusServiceUnavailable)
-	ready("full", http.StatusServiceUnavailable, "Redis out of memory")
+	ready("full: still ready, polls go on", http.StatusOK, "Redis out of memory")
+	assert.True(t, strings.Contains(last.body, `"store":"full"`), "readyz while full: %s", last.body)
+	status, _, _ = n.do(http.MethodGet, "/api/chat/poll", tokenN(1), "", nil)
+	assert.Equal(t, "a poll of a full Redis", status, http.StatusOK)
 	assert.Success(t, admin.ConfigSet(ctx, "maxmemory", "0").Err())
 	ready("room again", http.StatusOK, "")
 

@@ -77,7 +77,9 @@ type dest struct {
 	own     chan struct{}
 	// gone is set once the receiver answered 410 Gone: it wants no more
 	// events (Standard Webhooks: disable the endpoint), so this server
-	// sends it none until it starts again; its events are given up.
+	// sends it none; its events are given up. The store records it
+	// (store.Disabler), read before each batch of events: a restart or
+	// another node keeps it disabled, until the operator enables it.
 	gone *atomic.Bool
 }
 
@@ -208,6 +210,9 @@ func (d *Deliverer) take(ctx context.Context, dst dest, wg *sync.WaitGroup) (int
 		return 0, nil
 	}
 	due, err := d.cfg.Outbox.Take(ctx, dst.id, d.cfg.Now(), free)
+	if len(due) > 0 {
+		d.readGone(ctx, dst)
+	}
 	for _, ev := range due {
 		release := d.acquire(ctx, dst)
 		if release == nil {
@@ -219,6 +224,27 @@ func (d *Deliverer) take(ctx context.Context, dst dest, wg *sync.WaitGroup) (int
 		})
 	}
 	return len(due), err
+}
+
+// readGone reads whether the store records dst disabled (store.Disabler):
+// another node's 410, or this server's before it started again, disables
+// it here too, and the operator's Enable enables it again. A store that
+// does not answer leaves dst as it was.
+func (d *Deliverer) readGone(ctx context.Context, dst dest) {
+	dis, ok := d.cfg.Outbox.(store.Disabler)
+	if !ok {
+		return
+	}
+	gone, err := dis.Disabled(ctx, dst.id)
+	switch {
+	case err != nil:
+		return
+	case gone && dst.gone.CompareAndSwap(false, true):
+		d.cfg.Log.Warn("webhook: the destination is disabled in the store (its receiver answered 410 Gone): it gets no more events until it is enabled again (their events are given up, counted gone)",
+			"dest", dst.id)
+	case !gone && dst.gone.CompareAndSwap(true, false):
+		d.cfg.Log.Info("webhook: the destination is enabled again", "dest", dst.id)
+	}
 }
 
 // attempt sends one event once and settles it; an event for a
@@ -246,9 +272,16 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 		serr = d.cfg.Outbox.Done(sctx, dst.id, ev)
 	case !sent || status == http.StatusGone:
 		result = ResultGone
-		if dst.gone.CompareAndSwap(false, true) {
-			d.cfg.Log.Warn("webhook: the receiver answered 410 Gone: it gets no more events until the server starts again (their events are given up, counted gone); remove it from --webhook, or fix the receiver and restart",
+		if sent && dst.gone.CompareAndSwap(false, true) {
+			d.cfg.Log.Warn("webhook: the receiver answered 410 Gone: it gets no more events, from any node or after a restart, until it is enabled again (their events are given up, counted gone); remove it from --webhook, or fix the receiver and run chatrelay webhook enable URL",
 				"dest", dst.id, "event", ev.ID, "type", ev.Type)
+		}
+		if sent {
+			if dis, ok := d.cfg.Outbox.(store.Disabler); ok {
+				if err := dis.Disable(sctx, dst.id); err != nil {
+					d.cfg.Log.Warn("webhook: record the destination disabled (it is disabled in this server only)", "dest", dst.id, "err", err)
+				}
+			}
 		}
 		serr = d.cfg.Outbox.Done(sctx, dst.id, ev)
 	case ev.Attempts >= len(d.cfg.Schedule):

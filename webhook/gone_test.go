@@ -31,8 +31,9 @@ func (o *retryOutbox) Retry(context.Context, string, store.Due, time.Time) error
 // A receiver that answers 410 Gone no longer wants the events (Standard
 // Webhooks: "Sender should disable the webhook endpoint, and stop sending
 // it messages"): that event is given up at once, not retried, and the
-// destination is off until the server starts again: its other events are
-// given up without an attempt, each counted gone, and it is logged at
+// destination is off (a store that records it keeps it off after a
+// restart: TestConformanceWebhookGoneSurvivesRestart): its other events
+// are given up without an attempt, each counted gone, and it is logged at
 // warn once. Before, a 410 was retried for 3 h like a 503.
 func TestGoneReceiverIsDisabled(t *testing.T) {
 	t.Parallel()

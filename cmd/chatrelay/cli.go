@@ -40,11 +40,36 @@ func list(ctx context.Context, args []string, getenv func(string) string, stdout
 		return err
 	}
 	defer st.Close()
-	threads, err := st.Threads(ctx)
+	threads, bad, err := store.ThreadsOf(ctx, st)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if err := listThreads(ctx, st, threads, *asJSON, stdout); err != nil {
+		return err
+	}
+	return reportBad(stderr, bad)
+}
+
+// reportBad names on stderr each thread a list left out because it cannot
+// be read, with its machine code, and then fails (exit 1, as ls and find
+// do for an entry they cannot read): the list printed is not whole, and a
+// script must not take it for whole.
+func reportBad(stderr io.Writer, bad []store.ThreadError) error {
+	if len(bad) == 0 {
+		return nil
+	}
+	for _, b := range bad {
+		if chatrelay.CodeOf(b.Err) == chatrelay.Internal {
+			b.Err = fmt.Errorf("%s: %w", chatrelay.Internal, b.Err)
+		}
+		fmt.Fprintf(stderr, "chatrelay: list: thread %s left out: %v\n", b.Thread, b.Err) // the code first, then why
+	}
+	return exitStatus(1)
+}
+
+// listThreads prints threads, a table or JSON.
+func listThreads(ctx context.Context, st *store.Backend, threads []store.ThreadInfo, asJSON bool, stdout io.Writer) error {
+	if asJSON {
 		type row struct {
 			store.ThreadInfo
 			LastTime string `json:"last_time"`

@@ -6,6 +6,7 @@ package main
 // fails the test rather than skipping it.
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 )
 
@@ -166,7 +168,8 @@ func deployWaitUp(t *testing.T, base string, pool *x509.CertPool, exited <-chan 
 // HTTP/2) and a WebSocket subscriber (with a browser's Origin) both get a
 // posted message within a second, so nothing buffers; the rate window
 // counts each client's own address, not the proxy's, whatever
-// X-Forwarded-For a client sends; /metrics is not served.
+// X-Forwarded-For a client sends; /metrics is not served; an upload of the
+// largest attachment passes.
 func deployThroughProxy(t *testing.T, base string, pool *x509.CertPool) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -231,6 +234,21 @@ func deployThroughProxy(t *testing.T, base string, pool *x509.CertPool) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	assert.Equal(t, "/metrics through the proxy", resp.StatusCode, http.StatusNotFound)
+
+	// The largest attachment the server takes (--max-attachment-bytes,
+	// 10 MiB by default) passes the proxy: nginx refuses a body over 1 MiB
+	// (its client_max_body_size) unless the site raises it.
+	size := chatrelay.LimitAttachmentBytes.Max
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/chat/attachments", bytes.NewReader(bytes.Repeat([]byte{'x'}, size)))
+	assert.Success(t, err)
+	req.Header.Set("X-Chat-Token", opsToken("an upload through a proxy"))
+	req.Header.Set("X-Filename", "build.log")
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err = h2.Do(req)
+	assert.Success(t, err)
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, fmt.Sprintf("a %d-byte upload through the proxy (%.200s)", size, answer), resp.StatusCode, http.StatusCreated)
 }
 
 // TestNginx runs Debian's nginx with deploy/nginx.conf in front of

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"slices"
@@ -205,6 +206,9 @@ type storeFlags struct {
 	// existing: the command reads or answers threads that must be there
 	// already, so a file store's folder must exist (openHost).
 	existing bool
+	// serve: the flags are serve's, which applies every value, defaults
+	// included (options); set before register.
+	serve bool
 }
 
 // register adds the store flags to fs; writes adds those of commands that
@@ -212,7 +216,7 @@ type storeFlags struct {
 func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
 	sf.fs = fs
 	fs.StringVar(&sf.data, "data", chatrelay.DefaultData, "data `folder`; thread documents live in DIR/chat (local filesystems only)")
-	fs.StringVar(&sf.store, "store", "", "the store `backend`: file:DIR (the same as --data DIR; the default) or redis://[user:pass@]host:port/db (rediss:// for TLS), shared by several nodes; redis://a,redis://b,… shards threads over several Redis, redis+cluster://host:port,… uses a Redis Cluster")
+	fs.StringVar(&sf.store, "store", "", "the store `backend`: file:DIR (the same as --data DIR; the default) or redis://[user:pass@]host:port/db (rediss:// for TLS), shared by several nodes; redis://a,redis://b,… shards threads over several Redis, redis+cluster://host:port,… uses a Redis Cluster; ?wait-replicas=N acknowledges a write only once N replicas hold it (WAIT; off by default)")
 	fs.StringVar(&sf.redisPrefix, "redis-prefix", chatrelay.DefaultKeyPrefix, "prefix of every Redis key and of the feed channel")
 	if !writes {
 		return
@@ -223,6 +227,22 @@ func (sf *storeFlags) register(fs *flag.FlagSet, writes bool) {
 	fs.IntVar(&sf.maxThreads, "max-threads", chatrelay.DefaultMaxThreads, "most threads the store holds; a post that would create one more gets 507 "+string(chatrelay.ThreadLimit))
 	fs.IntVar(&sf.retainN, "retention-messages", chatrelay.DefaultRetainMessages, "newest messages kept per thread")
 	fs.DurationVar(&sf.retainAge, "retention-age", chatrelay.DefaultRetainAge, "messages older than this are dropped")
+	if sf.serve {
+		return
+	}
+	// A host command applies these only when given (options), else what
+	// the folder's server recorded: its help says so, and not serve's
+	// default, which PrintDefaults would show as the command's. A zero
+	// DefValue prints no "(default …)"; the value parsed is unchanged.
+	for _, f := range []struct{ name, zero, def string }{
+		{"max-threads", "0", fmt.Sprint(chatrelay.DefaultMaxThreads)},
+		{"retention-messages", "0", fmt.Sprint(chatrelay.DefaultRetainMessages)},
+		{"retention-age", "0s", chatrelay.DefaultRetainAge.String()},
+	} {
+		fl := fs.Lookup(f.name)
+		fl.Usage += " (default: what the folder's server recorded in DATA/settings.json; on Redis, or a folder no server opened, " + f.def + ")"
+		fl.DefValue = f.zero
+	}
 }
 
 // spec is the store the flags name.
@@ -266,6 +286,11 @@ func (sf *storeFlags) openHost(ctx context.Context) (*store.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The store's records go to the command's standard error, warnings
+	// and errors only: the command says what it did itself (a store's
+	// info, such as "made a VAPID key" under push rotate-key, would
+	// repeat it), and the process's default logger is not the command's.
+	opt.Log = slog.New(slog.NewTextHandler(sf.fs.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if dir, ok := sf.folder(); ok && sf.existing {
 		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 			return nil, chatrelay.Errorf(chatrelay.NotFound, "no data folder %s: give --data (or CHATRELAY_DATA) the server's folder", dir)

@@ -81,7 +81,7 @@ var commands = []command{
 	{"schema", "[--limits]", "print the JSON Schema bundle of the API and the verbs (--limits: every limit with its unit)", schema},
 	{"mcp", "[--data DIR | --store URL] [--public-url URL]", "serve the host's verbs to an AI agent over MCP on standard input and output (tools chatrelay_<verb>)", mcpServe},
 	{"agent", "add NAME [--threads all | THREAD,…] | agent list [--json] | agent revoke ID", "the keys of agents that use MCP over HTTP (serve --mcp): add prints a key once, revoke ends its sessions", agent},
-	{"webhook", "test URL [--secret whsec_…]", "send a signed ping event to a webhook receiver, once (the secret defaults to CHATRELAY_WEBHOOK_SECRET)", webhookCmd},
+	{"webhook", "test URL [--secret whsec_…] | webhook enable URL [--data DIR | --store URL]", "send a signed ping event to a webhook receiver, once (the secret defaults to CHATRELAY_WEBHOOK_SECRET); enable a destination a 410 Gone disabled", webhookCmd},
 	{"version", "", "the module version and the VCS revision this binary was built from", version},
 }
 
@@ -93,7 +93,7 @@ func usage() string {
 		fmt.Fprintf(&b, "  %s\n      %s\n", strings.TrimSpace("chatrelay "+c.name+" "+c.synopsis), c.what)
 	}
 	b.WriteString(`
-Every command but serve, subscribe, schema, webhook and version works on the store
+Every command but serve, subscribe, schema, webhook test and version works on the store
 directly (no server needed): --data DIR, or --store redis://... for a Redis store. Run
 "chatrelay COMMAND --help" for a command's flags. Every flag can also be set
 by an environment variable: --max-threads is CHATRELAY_MAX_THREADS; a flag on

@@ -733,6 +733,10 @@ func TestMCPNoSessionButInitialize(t *testing.T) {
 		`{"jsonrpc":"2.0","id":1,"result":{}}`,
 		`[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`,
 		` [{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":2,"result":{}}]`,
+		// The SDK matches keys in their own case: to it these hold no
+		// method (a response), whatever "METHOD" says.
+		`{"jsonrpc":"2.0","id":1,"METHOD":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list","Method":"initialize"}`,
 	} {
 		resp := mcpPost(t, n.base, key, "", body)
 		b, _ := io.ReadAll(resp.Body)

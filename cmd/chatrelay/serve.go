@@ -187,6 +187,7 @@ type serveFlags struct {
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*serveFlags, error) {
 	var f serveFlags
 	fs := newFlags("serve", "serve [flags]", stderr)
+	f.store.serve = true
 	f.store.register(fs, true)
 	fs.StringVar(&f.addr, "addr", chatrelay.DefaultAddr, "listen `address`")
 	prefix := fs.String("prefix", "", "mount the whole API under this `path`, e.g. /spaces/newos4 (letters, digits and -._~ in each segment)")

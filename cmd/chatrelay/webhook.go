@@ -107,16 +107,22 @@ func (h *hookFlags) deliverer(st *store.Backend, reg prometheus.Registerer, log 
 	return webhook.New(webhook.Config{URLs: urls, Keys: h.keys, Outbox: st.Outbox, Log: log, Registry: reg})
 }
 
-// webhookCmd runs "chatrelay webhook test URL [--secret whsec_…]".
+// webhookCmd runs "chatrelay webhook test URL [--secret whsec_…]" and
+// "chatrelay webhook enable URL [--data DIR | --store URL]".
 func webhookCmd(ctx context.Context, e cmdEnv) error {
-	secret := e.fs.String("secret", "", "the signing `secret` (default: CHATRELAY_WEBHOOK_SECRET, as serve's --webhook-secret)")
-	_, args, err := e.parseForm(form{"test", 1, "one URL"})
+	secret := e.fs.String("secret", "", "test: the signing `secret` (default: CHATRELAY_WEBHOOK_SECRET, as serve's --webhook-secret)")
+	var sf storeFlags
+	sf.register(e.fs, false)
+	verb, args, err := e.parseForm(form{"test", 1, "one URL"}, form{"enable", 1, "one URL"})
 	if err != nil {
 		return err
 	}
 	u := args[0]
 	if err := checkHookURL("URL", u); err != nil {
 		return err
+	}
+	if verb == "enable" {
+		return webhookEnable(ctx, e, &sf, u)
 	}
 	if *secret == "" {
 		*secret = e.getenv("CHATRELAY_WEBHOOK_SECRET")
@@ -136,5 +142,38 @@ func webhookCmd(ctx context.Context, e cmdEnv) error {
 		return fmt.Errorf("ping %s to %s: %w", id, shownURL(u), err)
 	}
 	fmt.Fprintf(e.stdout, "ping %s delivered: %d\n", id, status)
+	return nil
+}
+
+// webhookEnable enables destination u again in the store: a 410 Gone had
+// disabled it for every server of the store (store.Disabler); they send
+// it its next events, no restart needed.
+func webhookEnable(ctx context.Context, e cmdEnv, sf *storeFlags, u string) error {
+	sf.existing = true
+	st, err := sf.openHost(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var dis store.Disabler
+	if ob, ok := st.Store.(interface{ Outbox() store.Outbox }); ok {
+		dis, _ = ob.Outbox().(store.Disabler)
+	}
+	if dis == nil {
+		return fmt.Errorf("the store %s keeps no webhook destinations", st.Where)
+	}
+	id := store.DestinationID(u)
+	was, err := dis.Disabled(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !was {
+		fmt.Fprintf(e.stdout, "webhook %s was not disabled\n", id)
+		return nil
+	}
+	if err := dis.Enable(ctx, id); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "webhook %s enabled: the servers send it its next events\n", id)
 	return nil
 }

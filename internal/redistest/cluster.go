@@ -94,6 +94,11 @@ func NewCluster(dir string, opt ClusterOptions) (*Cluster, error) {
 		if err := c.waitReplicas(opt.Primaries*opt.Replicas, 20*time.Second); err != nil {
 			return c, err
 		}
+		for _, p := range c.Nodes[:opt.Primaries] {
+			if err := p.waitAck(); err != nil {
+				return c, err
+			}
+		}
 	}
 	for _, s := range c.Nodes {
 		if err := configSet(s.Addr(), "cluster-node-timeout", strconv.Itoa(runNodeTimeout)); err != nil {
@@ -313,6 +318,46 @@ func (c *Cluster) PrimaryOf(t testing.TB, key string) string {
 		t.Fatalf("redistest: CLUSTER KEYSLOT: %v", err)
 	}
 	return c.PrimaryOfSlot(t, int(slot))
+}
+
+// ReplicaOf returns a replica of the primary at addr, as the replicas
+// say (INFO replication: CLUSTER NODES may not show it yet).
+func (c *Cluster) ReplicaOf(t testing.TB, addr string) *Server {
+	t.Helper()
+	_, port, _ := strings.Cut(addr, ":")
+	for _, s := range c.Nodes {
+		if !s.running() {
+			continue
+		}
+		info, err := s.Client(t).Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port+"\r\n") {
+			return s
+		}
+	}
+	t.Fatalf("redistest: the primary %s has no replica", addr)
+	return nil
+}
+
+// waitAck waits until a replica of the primary s acknowledges a write
+// (see waitAck): a key of one of its slots, set and deleted.
+func (s *Server) waitAck() error {
+	cl := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer cl.Close()
+	return waitAck(context.Background(), cl, func(ctx context.Context, conn *redis.Conn) error {
+		for i := range 100000 {
+			key := "redistest:ack:" + strconv.Itoa(i)
+			err := conn.Set(ctx, key, "1", 0).Err()
+			if err != nil && strings.HasPrefix(err.Error(), "MOVED") {
+				continue // another primary's slot
+			}
+			if err != nil {
+				return err
+			}
+			return conn.Del(ctx, key).Err()
+		}
+		return fmt.Errorf("redistest: no key of %s's slots", s.Addr())
+	})
 }
 
 // PrimaryOfSlot returns the address of the primary that serves slot.

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -235,4 +236,110 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// StartReplica starts a server of the test's own that replicates s
+// (REPLICAOF), and waits until its first sync is done (its link to s is
+// up, and s counts it online at its offset), so that it holds every write
+// s took before and WAIT counts it. s is set to sync a new
+// replica at once (repl-diskless-sync-delay 0).
+func (s *Server) StartReplica(t testing.TB) *Server {
+	t.Helper()
+	r, err := s.StartReplicaIn(t.TempDir())
+	if r != nil {
+		t.Cleanup(r.Kill)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// StartReplicaIn is StartReplica in dir, for a replica the caller must
+// Kill (even when it returns an error with a server).
+func (s *Server) StartReplicaIn(dir string) (*Server, error) {
+	ctx := context.Background()
+	pc := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer pc.Close()
+	if err := pc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		return nil, fmt.Errorf("redistest: CONFIG SET on the primary: %w", err)
+	}
+	r, err := Start(dir, ServerOptions{})
+	if err != nil {
+		return nil, err
+	}
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer rc.Close()
+	host, port, _ := net.SplitHostPort(s.Addr())
+	if err := rc.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		return r, fmt.Errorf("redistest: REPLICAOF: %w", err)
+	}
+	// Up on the replica's side, online at the primary's offset on the
+	// primary's, and acknowledging writes (waitAck).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := rc.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			var pinfo string
+			if pinfo, err = pc.Info(ctx, "replication").Result(); err == nil && strings.Contains(pinfo, "state=online") && replicasCaughtUp(pinfo) {
+				return r, waitAck(ctx, pc, func(ctx context.Context, c *redis.Conn) error {
+					if err := c.Set(ctx, "redistest:ack", "1", 0).Err(); err != nil {
+						return err
+					}
+					return c.Del(ctx, "redistest:ack").Err() // replicated, and no key left
+				})
+			}
+			info += pinfo
+		}
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("redistest: the replica of %s did not sync within 10s: %v\n%s", s.Addr(), err, info)
+		}
+		time.Sleep(20 * time.Millisecond) // the poll interval of a condition with a deadline
+	}
+}
+
+// waitAck waits until the replicas of c's server acknowledge a write
+// (write, on one connection), as WAIT counts them: a replica is online
+// after a diskless sync before the primary streams it any command, which
+// it does once the replica has acknowledged (once a second).
+func waitAck(ctx context.Context, c *redis.Client, write func(context.Context, *redis.Conn) error) error {
+	conn := c.Conn()
+	defer conn.Close()
+	if err := write(ctx, conn); err != nil {
+		return fmt.Errorf("redistest: a write to wait for: %w", err)
+	}
+	n, err := conn.Wait(ctx, 1, 10*time.Second).Result()
+	if err != nil || n < 1 {
+		return fmt.Errorf("redistest: no replica acknowledged a write within 10s: %d %v", n, err)
+	}
+	return nil
+}
+
+// Stop stops the server with SIGSTOP, as a frozen VM or a partition
+// would: it keeps its connections and answers nothing until Cont (or the
+// end of the test, which continues it).
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		t.Fatal("redistest: Stop of a server that is not running")
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("redistest: SIGSTOP: %v", err)
+	}
+	t.Cleanup(s.Cont)
+}
+
+// Cont continues a server that Stop stopped.
+func (s *Server) Cont() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Signal(syscall.SIGCONT)
+	}
 }

@@ -107,6 +107,28 @@ func TestConformanceUnreadableThread(t *testing.T) {
 	})
 }
 
+// TestConformanceThreadsReportUnreadable: a list for a person (chatrelay
+// list) names a thread whose data does not parse, with its code, and lists
+// the others, on every store (Threads leaves it out without a word).
+func TestConformanceThreadsReportUnreadable(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		b := Open(t, backend, Options{})
+		ctx := context.Background()
+		appendText(t, b.Store, thA, "", "hello")
+		appendText(t, b.Store, thB, "", "another thread")
+		b.CorruptThread(t, thA)
+		for range 2 { // the second: the thread is marked (Redis), or its snapshot cached (files)
+			infos, bad, err := store.ThreadsOf(ctx, b.Store)
+			assert.Success(t, err)
+			assert.Equal(t, "threads listed", len(infos), 1)
+			assert.Equal(t, "the readable thread", infos[0].Thread, thB)
+			assert.Equal(t, "threads named", len(bad), 1)
+			assert.Equal(t, "the unreadable thread", bad[0].Thread, thA)
+			assert.Code(t, bad[0].Err, chatrelay.ThreadUnreadable)
+		}
+	})
+}
+
 // TestConformanceUnreadablePush: a thread whose push subscriptions record
 // does not parse (a newer chatrelay's, after a rollback, or a hand edit)
 // is refused as thread_unreadable (503, "kept as it is"), never as a 500

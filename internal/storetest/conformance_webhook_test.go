@@ -516,3 +516,48 @@ func TestRedisWebhookLeaseUnderSkew(t *testing.T) {
 		})
 	}
 }
+
+// TestConformanceWebhookGoneSurvivesRestart: a receiver that answered 410
+// Gone wants no more events (Standard Webhooks: the sender disables the
+// endpoint). The server that got the 410 stopped sending to it, but only
+// in memory: a restart (or another node) sent it events again. The store
+// now records it disabled, until the operator enables it again.
+func TestConformanceWebhookGoneSurvivesRestart(t *testing.T) {
+	Run(t, func(t *testing.T, backend string) {
+		clk := testclock.New(time.Now())
+		rcv := webhooktest.Start(t, webhooktest.NewSecret())
+		rcv.SetGone(true)
+		a := Open(t, backend, hookOptions(clk, rcv))
+		ctx, stop := context.WithCancel(context.Background())
+		key, err := webhook.ParseSecret(rcv.Secret)
+		assert.Success(t, err)
+		da, err := webhook.New(webhook.Config{URLs: []string{rcv.URL}, Keys: [][]byte{key}, Outbox: a.Outbox, Now: clk.Now,
+			Poll: 5 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+		assert.Success(t, err)
+		stopped := make(chan struct{})
+		go func() { da.Run(ctx); close(stopped) }()
+		appendText(t, a.Store, thA, chatrelay.Operator, "answered 410")
+		assert.Eventually(t, 10*time.Second, "the 410 counted gone", func() bool {
+			return testutil.ToFloat64(da.Counter().WithLabelValues(webhook.ResultGone)) >= 1
+		})
+		stop()
+		<-stopped
+
+		// The server starts again (or another node delivers).
+		b := a.Another(t, hookOptions(clk, rcv))
+		db := deliver(t, b, clk, rcv)
+		appendText(t, b.Store, thA, chatrelay.Operator, "after the restart")
+		assert.Eventually(t, 10*time.Second, "the event after the restart given up", func() bool {
+			return testutil.ToFloat64(db.Counter().WithLabelValues(webhook.ResultGone)) >= 1
+		})
+		assert.Equal(t, "requests the receiver got (the one answered 410)", len(rcv.All()), 1)
+
+		// The operator enables it again: it is sent events.
+		rcv.SetGone(false)
+		dis, ok := b.Outbox.(store.Disabler)
+		assert.True(t, ok, "the outbox records disabled destinations")
+		assert.Success(t, dis.Enable(context.Background(), store.DestinationID(rcv.URL)))
+		appendText(t, b.Store, thA, chatrelay.Operator, "enabled again")
+		assert.Eventually(t, 10*time.Second, "the event after the enable delivered", func() bool { return len(rcv.Accepted()) == 1 })
+	})
+}

@@ -46,6 +46,11 @@ const (
 	// this package's own tests (the conformance suite).
 	RedisCluster = "redis-cluster"
 	RedisShards  = "redis-shards"
+	// RedisWait is the Redis store on a shared server with a replica,
+	// opened with wait-replicas=1: every write it acknowledges waits for
+	// the replica (WAIT). Its Backend's Name is Redis. Run includes it
+	// only in this package's own tests too.
+	RedisWait = "redis-wait"
 	// FileAppendLog is the file store with its thread logs
 	// (filestore.FileOptions.AppendLog; Backend.Name is File). Run
 	// includes it only in this package's own tests too.
@@ -88,6 +93,11 @@ var shared struct {
 	second     *Server
 	secondDir  string
 	secondErr  error
+
+	// RedisWait's primary and its replica.
+	waitPrimary, waitReplica *Server
+	waitDir                  string
+	waitErr                  error
 }
 
 var prefixSeq atomic.Int64
@@ -128,6 +138,14 @@ func (r runner) Run() int {
 	if shared.second != nil {
 		shared.second.Kill()
 		os.RemoveAll(shared.secondDir)
+	}
+	if shared.waitDir != "" {
+		for _, s := range []*Server{shared.waitReplica, shared.waitPrimary} {
+			if s != nil {
+				s.Kill()
+			}
+		}
+		os.RemoveAll(shared.waitDir)
 	}
 	shared.main = false
 	return code
@@ -196,6 +214,8 @@ type Backend struct {
 	Servers []*Server           // RedisShards: the servers, shard by shard
 
 	Outbox store.Outbox // the queue of webhook events, with Options.Webhooks
+
+	query string // Redis: the URL's query (RedisWait's wait-replicas)
 }
 
 // Open opens a store of the named backend for the test: the file store in
@@ -208,6 +228,8 @@ func Open(t testing.TB, name string, opt Options) *Backend {
 		return openFile(t, t.TempDir(), opt, name == FileAppendLog)
 	case Redis:
 		return OpenRedis(t, SharedServer(t), NewPrefix(), opt)
+	case RedisWait:
+		return openRedis(t, waitServer(t), NewPrefix(), opt, "?wait-replicas=1")
 	case RedisCluster:
 		c := SharedCluster(t)
 		return OpenSharded(t, c.URL(), NewPrefix(), opt, c, nil)
@@ -232,10 +254,24 @@ func NewPrefix() string { return fmt.Sprintf("test%d:", prefixSeq.Add(1)) }
 // OpenRedis opens a Redis store on srv under prefix.
 func OpenRedis(t testing.TB, srv *Server, prefix string, opt Options) *Backend {
 	t.Helper()
+	return openRedis(t, srv, prefix, opt, "")
+}
+
+// OpenRedisWith is OpenRedis with query added to the server's URL
+// ("?wait-replicas=1"); another store of the backend (Another, CLIArgs)
+// takes it too.
+func OpenRedisWith(t testing.TB, srv *Server, prefix string, opt Options, query string) *Backend {
+	t.Helper()
+	return openRedis(t, srv, prefix, opt, query)
+}
+
+func openRedis(t testing.TB, srv *Server, prefix string, opt Options, query string) *Backend {
+	t.Helper()
 	url := srv.URL()
 	if opt.User != "" {
 		url = "redis://" + opt.User + ":" + opt.Password + "@" + srv.Addr() + "/0"
 	}
+	url += query
 	rs, err := redisstore.Open(context.Background(), url, redisstore.Options{
 		Prefix: prefix, Retention: opt.Retention, MaxThreads: opt.MaxThreads,
 		Log: logger(opt), Now: opt.Now, ResetAfter: opt.ResetAfter, Webhooks: opt.Webhooks,
@@ -244,7 +280,7 @@ func OpenRedis(t testing.TB, srv *Server, prefix string, opt Options) *Backend {
 		t.Fatalf("storetest: open the Redis store: %v", err)
 	}
 	t.Cleanup(func() { rs.Close() })
-	return &Backend{Name: Redis, Store: rs, Redis: rs, Server: srv, Prefix: prefix, Outbox: rs.Outbox()}
+	return &Backend{Name: Redis, Store: rs, Redis: rs, Server: srv, Prefix: prefix, Outbox: rs.Outbox(), query: query}
 }
 
 // OpenSharded opens a Sharded store of spec under prefix (c is the
@@ -285,6 +321,32 @@ func SharedCluster(t testing.TB) *redistest.Cluster {
 		t.Fatalf("storetest: %v", shared.clusterErr)
 	}
 	return shared.cluster
+}
+
+// waitServer is RedisWait's shared primary, with its replica.
+func waitServer(t testing.TB) *Server {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if !shared.main {
+		t.Fatal("storetest: the shared redis-server needs the package's TestMain to call storetest.Main(m)")
+	}
+	if shared.waitDir == "" && shared.waitErr == nil {
+		shared.waitDir, shared.waitErr = os.MkdirTemp("", "chatrelay-redis-")
+		if shared.waitErr == nil {
+			shared.waitPrimary, shared.waitErr = redistest.Start(shared.waitDir, ServerOptions{})
+		}
+		if shared.waitErr == nil {
+			dir := filepath.Join(shared.waitDir, "replica")
+			if shared.waitErr = os.Mkdir(dir, 0o700); shared.waitErr == nil {
+				shared.waitReplica, shared.waitErr = shared.waitPrimary.StartReplicaIn(dir)
+			}
+		}
+	}
+	if shared.waitErr != nil {
+		t.Fatalf("storetest: %v", shared.waitErr)
+	}
+	return shared.waitPrimary
 }
 
 // secondServer is the shared second server of RedisShards.
@@ -338,7 +400,7 @@ func (b *Backend) Another(t testing.TB, opt Options) *Backend {
 	case RedisCluster, RedisShards:
 		return OpenSharded(t, b.Spec, b.Prefix, opt, b.Cluster, b.Servers)
 	}
-	return OpenRedis(t, b.Server, b.Prefix, opt)
+	return openRedis(t, b.Server, b.Prefix, opt, b.query)
 }
 
 // CLIArgs are the flags that point the chatrelay command at this store.
@@ -349,7 +411,7 @@ func (b *Backend) CLIArgs() []string {
 	case RedisCluster, RedisShards:
 		return []string{"--store", b.Spec, "--redis-prefix", b.Prefix}
 	}
-	return []string{"--store", b.Server.URL(), "--redis-prefix", b.Prefix}
+	return []string{"--store", b.Server.URL() + b.query, "--redis-prefix", b.Prefix}
 }
 
 // RateLimiter is chatrelay.RateLimiter (this package cannot import

@@ -12,7 +12,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	alsoRun = []string{FileAppendLog, RedisCluster, RedisShards}
+	alsoRun = []string{FileAppendLog, RedisCluster, RedisShards, RedisWait}
 	Main(m)
 }
 
@@ -41,6 +41,14 @@ func TestOpenAndAnother(t *testing.T) {
 		if backend == Redis {
 			if a.Prefix == other.Prefix || !strings.HasPrefix(a.CLIArgs()[1], "redis://127.0.0.1:") {
 				t.Fatalf("prefixes %q %q, CLI args %q", a.Prefix, other.Prefix, a.CLIArgs())
+			}
+		}
+		if backend == RedisWait {
+			// Its writes waited for the replica, and another store of the
+			// same data (the host CLI's) waits too.
+			stats := a.Client(t).Info(ctx, "commandstats").Val()
+			if !strings.Contains(stats, "cmdstat_wait:calls=") || !strings.HasSuffix(a.CLIArgs()[1], "?wait-replicas=1") {
+				t.Fatalf("no WAIT on the primary, or CLI args %q:\n%s", a.CLIArgs(), stats)
 			}
 		}
 	})

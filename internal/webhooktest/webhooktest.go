@@ -56,6 +56,7 @@ type Receiver struct {
 	mu   sync.Mutex
 	got  []Delivery
 	down bool
+	gone bool
 }
 
 // Start starts a receiver for secret, stopped when the test ends.
@@ -85,6 +86,8 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	switch {
 	case r.down:
 		d.Status = http.StatusServiceUnavailable
+	case r.gone:
+		d.Status = http.StatusGone
 	case !d.Valid || req.Method != http.MethodPost:
 		d.Status = http.StatusBadRequest
 	default:
@@ -101,6 +104,14 @@ func (r *Receiver) SetDown(down bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.down = down
+}
+
+// SetGone makes the receiver answer 410 Gone (true): it wants no more
+// events.
+func (r *Receiver) SetGone(gone bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gone = gone
 }
 
 // All returns every request received, in order.

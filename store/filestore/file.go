@@ -51,8 +51,16 @@ type FileOptions struct {
 	// Webhooks are the webhook destinations (store.DestinationID) every
 	// write queues its events for (outbox.go); none: nothing is queued.
 	Webhooks []string
-	Log      *slog.Logger     // defaults to slog.Default()
-	Now      func() time.Time // defaults to time.Now
+	// TidyTemps removes a thread's temp files that a writer killed
+	// mid-write left behind, the first time this process locks the thread
+	// (under its lock, as the sweep does: never a live writer's). For a
+	// process that runs no sweep (the host CLI, which opens the store
+	// without store.Options.Serve): on a host where no server runs, a
+	// temp file (which holds the thread's messages) would otherwise stay
+	// for good. Off, only Sweep removes them.
+	TidyTemps bool
+	Log       *slog.Logger     // defaults to slog.Default()
+	Now       func() time.Time // defaults to time.Now
 }
 
 // File is the file store: one JSON document per thread in <data>/chat.
@@ -153,6 +161,9 @@ type threadState struct {
 	// drop asks the unlock of lockState to remove the lock file: its
 	// holder found no document and wrote none. Guarded by mu.
 	drop bool
+	// tidied: its temp files were looked for (FileOptions.TidyTemps).
+	// Guarded by mu.
+	tidied bool
 	// auditLines counts the lines of the thread's audit file, as this
 	// process last counted and appended them (0: not counted yet); it
 	// decides when the file is cut. Other processes' lines are counted

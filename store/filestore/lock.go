@@ -64,6 +64,10 @@ func (s *File) lockState(ctx context.Context, thread string) (*threadState, func
 		t.mu.Unlock()
 		return nil, nil, err
 	}
+	if s.opt.TidyTemps && !t.tidied {
+		t.tidied = true
+		s.removeTemps(thread) // under the thread's lock: none is a live writer's
+	}
 	return t, func() {
 		if t.drop {
 			// Removed while held: a waiter then finds its file unlinked

@@ -32,6 +32,7 @@ func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backe
 	f, err := OpenFile(data, FileOptions{
 		Retention: set.Retention, MaxThreads: set.MaxThreads, NoFsync: opt.NoFsync,
 		AppendLog: opt.AppendLog, Webhooks: set.Webhooks, Log: opt.Log, Now: opt.Now,
+		TidyTemps: !opt.Serve, // a server's sweep removes them
 	})
 	if err != nil {
 		b.Close()

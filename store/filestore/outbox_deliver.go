@@ -434,3 +434,61 @@ func (s *File) confirmGrant(ctx context.Context, l *queueLine) (bool, error) {
 	}
 	return check(), nil
 }
+
+// A destination whose receiver answered 410 Gone is disabled by the file
+// DATA/webhooks/<destination>.gone (store.Disabler), so that the server's
+// next start keeps it disabled; deleting the file enables it again.
+
+var _ store.Disabler = (*outbox)(nil)
+
+func (o *outbox) gonePath(dest string) (string, error) {
+	if !store.ValidDestinationID(dest) {
+		return "", fmt.Errorf("webhook: %q is no destination ID", dest)
+	}
+	return filepath.Join(filepath.Dir(o.s.dir), "webhooks", dest+".gone"), nil
+}
+
+// Disable implements store.Disabler: it writes <destination>.gone (when,
+// in ms), atomically.
+func (o *outbox) Disable(ctx context.Context, dest string) error {
+	p, err := o.gonePath(dest)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(struct {
+		Gone int64 `json:"gone"`
+	}{o.s.now().UnixMilli()})
+	f, _, err := writeFile(filepath.Dir(p), filepath.Base(p), append(b, '\n'), o.s.dsync != nil)
+	if err != nil {
+		return fmt.Errorf("webhook: disable %s: %w", dest, err)
+	}
+	return f.Close()
+}
+
+// Disabled implements store.Disabler: whether <destination>.gone exists.
+func (o *outbox) Disabled(ctx context.Context, dest string) (bool, error) {
+	p, err := o.gonePath(dest)
+	if err != nil {
+		return false, err
+	}
+	_, err = os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Enable implements store.Disabler: it removes <destination>.gone.
+func (o *outbox) Enable(ctx context.Context, dest string) error {
+	p, err := o.gonePath(dest)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("webhook: enable %s: %w", dest, err)
+	}
+	return nil
+}

@@ -78,21 +78,47 @@ func (s *File) mayExist(thread string) bool {
 
 // Threads implements Store.
 func (s *File) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
+	infos, _, err := s.threads(false)
+	return infos, err
+}
+
+var _ store.ThreadsReporter = (*File)(nil)
+
+// ThreadsReport implements store.ThreadsReporter: a document that cannot
+// be opened or read (its mode, a folder in place of its log, a failing
+// disk) is named, and the other threads listed.
+func (s *File) ThreadsReport(ctx context.Context) ([]store.ThreadInfo, []store.ThreadError, error) {
+	return s.threads(true)
+}
+
+// threads lists the threads; with report, a thread it cannot read is
+// named in bad, not a failure of the whole list.
+func (s *File) threads(report bool) (infos []store.ThreadInfo, bad []store.ThreadError, err error) {
 	names, err := s.threadNames()
 	if err != nil {
-		return nil, s.unavailable("", err)
+		return nil, nil, s.unavailable("", err)
 	}
-	infos := make([]store.ThreadInfo, 0, len(names))
+	infos = make([]store.ThreadInfo, 0, len(names))
 	for _, name := range names {
 		snap, err := s.load(name, s.state(name))
-		if err != nil {
-			return nil, err
-		}
-		if snap == nil || snap.err != nil || len(snap.doc.msgs) == 0 {
-			continue // removed meanwhile, or unreadable (logged by load)
+		switch {
+		case err != nil && !report:
+			return nil, nil, err
+		case err != nil:
+			bad = append(bad, store.ThreadError{Thread: name, Err: err})
+			continue
+		case snap == nil:
+			continue // removed meanwhile
+		case snap.err != nil:
+			if report { // logged by load
+				bad = append(bad, store.ThreadError{Thread: name, Err: unreadable(snap)})
+			}
+			continue
+		case len(snap.doc.msgs) == 0:
+			continue
 		}
 		infos = append(infos, threadInfo(name, snap.doc))
 	}
 	sortThreads(infos)
-	return infos, nil
+	return infos, bad, nil
 }

@@ -214,10 +214,21 @@ func newestChange(d threadDoc) int64 {
 // writer killed mid-write left behind; the caller holds the thread's
 // lock, so none is a live writer's.
 func (s *File) removeTemps(thread string) {
-	for _, pattern := range []string{".json.tmp-*", ".participants.json.tmp-*", ".audit.jsonl.tmp-*", ".push.json.tmp-*", ".floor.tmp-*"} {
-		tmps, _ := filepath.Glob(filepath.Join(s.dir, "."+thread+pattern))
-		for _, tmp := range tmps {
-			os.Remove(tmp)
+	des, err := os.ReadDir(s.dir) // once, not once a pattern
+	if err != nil {
+		return
+	}
+	prefix := "." + thread
+	for _, de := range des {
+		rest, ok := strings.CutPrefix(de.Name(), prefix)
+		if !ok {
+			continue
+		}
+		for _, pattern := range []string{".json.tmp-", ".participants.json.tmp-", ".audit.jsonl.tmp-", ".push.json.tmp-", ".floor.tmp-"} {
+			if strings.HasPrefix(rest, pattern) {
+				os.Remove(filepath.Join(s.dir, de.Name()))
+				break
+			}
 		}
 	}
 }

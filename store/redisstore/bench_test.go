@@ -297,3 +297,38 @@ func redisCPU(b *testing.B, s *Store) float64 {
 	}
 	return sum
 }
+
+// BenchmarkAppendWaitReplicas: the cost of wait-replicas=1 (replicas.go):
+// appends to a Redis with one replica, without and with WAIT, serial
+// (each append's latency) and from 16 goroutines (the batcher's
+// pipelines, one WAIT each).
+func BenchmarkAppendWaitReplicas(b *testing.B) {
+	srv := redistest.StartServer(b, redistest.ServerOptions{})
+	srv.StartReplica(b)
+	m := store.NewMessage{Text: "a message of a typical length, about sixty characters long."}
+	for _, wait := range []int{0, 1} {
+		s := benchStoreOpt(b, srv, Options{WaitReplicas: wait, WaitTimeout: time.Second})
+		ctx := b.Context()
+		b.Run(fmt.Sprintf("replicas=%d/serial", wait), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := s.Append(ctx, "a1b2c3d4e5f60718", m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("replicas=%d/parallel", wait), func(b *testing.B) {
+			var n atomic.Int64
+			b.SetParallelism(8) // 16 goroutines on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				th := fmt.Sprintf("a1b2c3d4e5f6%04x", n.Add(1))
+				for pb.Next() {
+					if _, err := s.Append(ctx, th, m); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "posts/s")
+		})
+	}
+}

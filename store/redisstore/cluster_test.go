@@ -276,3 +276,38 @@ func TestCheckNamesAStalledRedis(t *testing.T) {
 	srv.Pause(t, 3*time.Second)
 	assert.Equal(t, "a stalled Redis", store.Reason(one.Check(t.Context())), "Redis not answering")
 }
+
+// TestCheckFullShardHidesNoDeadOne: with shards, a full shard (OOM: the
+// server stays ready, store.Full) is reported after a shard that fails
+// otherwise, so that shard 0 full does not hide shard 1 gone (whose
+// threads' reads fail too: not ready).
+func TestCheckFullShardHidesNoDeadOne(t *testing.T) {
+	s0 := redistest.StartServer(t, redistest.ServerOptions{})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	sh := openSharded(t, s0.URL()+","+s1.URL(), Options{Prefix: "f:"})
+	assert.Success(t, sh.Check(t.Context()))
+	redistest.Fill(t, s0.Client(t))
+	err := sh.Check(t.Context())
+	assert.True(t, store.Full(err) && store.Reason(err) == "Redis out of memory", "shard 0 full: %v", err)
+	s1.Kill()
+	err = sh.Check(t.Context())
+	assert.True(t, !store.Full(err) && store.Reason(err) == "Redis unreachable", "shard 0 full, shard 1 killed: %v (%s)", err, store.Reason(err))
+}
+
+// TestCheckShardDownIsPartial: on instances, a shard that does not
+// answer while shard 0 (the node-wide keys) and others take writes is
+// store.Partial, with the shard's reason: every node finds it alike, and
+// the other shards' threads go on. Shard 0 down, or every shard, is not.
+func TestCheckShardDownIsPartial(t *testing.T) {
+	s0 := redistest.StartServer(t, redistest.ServerOptions{})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	s2 := redistest.StartServer(t, redistest.ServerOptions{})
+	sh := openSharded(t, s0.URL()+","+s1.URL()+","+s2.URL(), Options{Prefix: "p:"})
+	assert.Success(t, sh.Check(t.Context()))
+	s2.Kill()
+	err := sh.Check(t.Context())
+	assert.True(t, store.Partial(err) && store.Reason(err) == "1 of 3 Redis shards: Redis unreachable", "shard 2 killed: %v (%s)", err, store.Reason(err))
+	s0.Kill()
+	err = sh.Check(t.Context())
+	assert.True(t, err != nil && !store.Partial(err) && store.Reason(err) == "Redis unreachable", "shards 0 and 2 killed: %v (%s)", err, store.Reason(err))
+}

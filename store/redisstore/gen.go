@@ -173,8 +173,8 @@ func (s *Store) checkGen(ctx context.Context, g generation, self *follower) gene
 	// The shard record went with the data: without it, the threads written
 	// since would make the next node refuse this shard as a store that is
 	// not sharded (claimShard).
-	if s.shard != "" {
-		if err := s.rdb.SetNX(ctx, s.prefix+"shard", s.shard, 0).Err(); err != nil {
+	if shard := s.shard.Load(); shard != nil {
+		if err := s.rdb.SetNX(ctx, s.prefix+"shard", *shard, 0).Err(); err != nil {
 			s.log.Warn("redis store: record the shard again", "err", err)
 		}
 	}

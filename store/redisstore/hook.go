@@ -9,13 +9,21 @@ import (
 
 // answerHook watches every command the store's client runs, so that a feed
 // waiting to subscribe again (after Redis went away) tries at once when
-// Redis answers anything, instead of at the end of its backoff.
+// Redis answers anything, instead of at the end of its backoff. On a
+// shard that did not answer when its store opened, it first holds the
+// command until the shard is set up (shardGate).
 type answerHook struct{ s *Store }
 
 func (h answerHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if g := h.s.gate; g != nil {
+			if err := g.pass(ctx); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
+		}
 		err := next(ctx, cmd)
 		h.s.answered(err)
 		return err
@@ -24,6 +32,14 @@ func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if g := h.s.gate; g != nil {
+			if err := g.pass(ctx); err != nil {
+				for _, cmd := range cmds {
+					cmd.SetErr(err)
+				}
+				return err
+			}
+		}
 		err := next(ctx, cmds)
 		h.s.answered(err)
 		return err

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,8 +65,13 @@ func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(),
 		// The address's window, then the thread's, each on its shard; a
 		// post the thread's refuses is taken out of the address's.
 		if err := t.part(1).count(ctx); err != nil {
-			return nil, err
+			if chatrelay.CodeOf(err) != chatrelay.StoreUnavailable {
+				return nil, err
+			}
+			t = t.addressDown()
 		}
+	}
+	if t.split() {
 		if err := t.part(0).count(ctx); err != nil {
 			if chatrelay.CodeOf(err) == chatrelay.RateLimited {
 				t.undo(context.WithoutCancel(ctx))
@@ -142,6 +148,23 @@ func (l *RateLimiter) take(thread, ip string) *rateTake {
 	return &rateTake{l: l, id: randomHex(8), w: []rateWindow{
 		{key: ts.limits + "{rl}:tl:" + thread, at: ts, limit: l.perThread},
 		{key: as.limits + "{rl}:il:" + ip, at: as, limit: l.perIP},
+	}}
+}
+
+// addressDown is t with its address's window on the thread's shard, for
+// a post whose address's shard (t.part(1)) did not answer: the post is
+// counted there meanwhile rather than refused 503, which one address in
+// N met on every thread while one shard of N was down. Every node counts
+// the address's posts to the threads of a shard in one window on it, so
+// the address's limit then holds per shard. An entry the failed count
+// may have made (a stall, not a refused connection) is left: one post
+// more in one window, gone with it, and no undo sent to a shard that
+// does not answer at each post.
+func (t *rateTake) addressDown() *rateTake {
+	a, ts := t.part(1), t.at()
+	return &rateTake{l: t.l, id: t.id, w: []rateWindow{
+		t.w[0],
+		{key: ts.limits + "{rl}:il:" + strings.TrimPrefix(t.w[1].key, a.at().limits+"{rl}:il:"), at: ts, limit: t.w[1].limit},
 	}}
 }
 
@@ -323,7 +346,8 @@ func (l *StreamLimiter) forget(ctx context.Context, seq uint64, ls streamLease) 
 func (l *StreamLimiter) remove(ctx context.Context, ls []streamLease) {
 	ctx, cancel := l.s.bound(ctx)
 	defer cancel()
-	_, err := l.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// No WAIT (replicas.go): a lease a failover brings back expires.
+	_, err := l.s.rdb.Pipelined(noWait(ctx), func(p redis.Pipeliner) error {
 		for _, x := range ls {
 			for _, k := range x.keys {
 				p.ZRem(ctx, k, x.member)

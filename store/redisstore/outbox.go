@@ -124,7 +124,8 @@ func (o *outbox) Take(ctx context.Context, dest string, now time.Time, max int) 
 		}
 	}
 	if len(leases) > 0 {
-		if err := s.rdb.HSet(ctx, s.retryKey(dest), leases...).Err(); err != nil {
+		// No WAIT (replicas.go): a lease a failover loses is claimed again.
+		if err := s.rdb.HSet(noWait(ctx), s.retryKey(dest), leases...).Err(); err != nil {
 			return nil, s.unavailable("webhook take", err) // taken all the same: claimed again once idle for a lease
 		}
 	}
@@ -232,6 +233,43 @@ func (o *outbox) Retry(ctx context.Context, dest string, d store.Due, at time.Ti
 	})
 	if err != nil {
 		return o.s.unavailable("webhook retry", err)
+	}
+	return nil
+}
+
+// goneKey is the hash of the destinations whose receiver answered 410
+// Gone (store.Disabler): destination ID → when, in ms (the node's clock).
+func (s *Store) goneKey() string { return s.prefix + "webhook:gone" }
+
+var _ store.Disabler = (*outbox)(nil)
+
+// Disable implements store.Disabler.
+func (o *outbox) Disable(ctx context.Context, dest string) error {
+	ctx, cancel := o.s.bound(ctx)
+	defer cancel()
+	if err := o.s.rdb.HSet(ctx, o.s.goneKey(), dest, o.s.now().UnixMilli()).Err(); err != nil {
+		return o.s.unavailable("webhook disable", err)
+	}
+	return nil
+}
+
+// Disabled implements store.Disabler.
+func (o *outbox) Disabled(ctx context.Context, dest string) (bool, error) {
+	ctx, cancel := o.s.bound(ctx)
+	defer cancel()
+	ok, err := o.s.rdb.HExists(ctx, o.s.goneKey(), dest).Result()
+	if err != nil {
+		return false, o.s.unavailable("webhook disabled", err)
+	}
+	return ok, nil
+}
+
+// Enable implements store.Disabler.
+func (o *outbox) Enable(ctx context.Context, dest string) error {
+	ctx, cancel := o.s.bound(ctx)
+	defer cancel()
+	if err := o.s.rdb.HDel(ctx, o.s.goneKey(), dest).Err(); err != nil {
+		return o.s.unavailable("webhook enable", err)
 	}
 	return nil
 }

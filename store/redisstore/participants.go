@@ -354,7 +354,7 @@ func (s *Store) Audit(ctx context.Context, thread string, ev chatrelay.AuditEven
 	defer cancel()
 	js, _ := json.Marshal(ev)
 	key := s.auditKey(thread)
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	err := s.stickyTx(ctx, key, func(p redis.Pipeliner) error {
 		p.RPush(ctx, key, js)
 		p.LTrim(ctx, key, -int64(chatrelay.LimitAuditKept.Max), -1)
 		return nil

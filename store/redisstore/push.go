@@ -119,7 +119,10 @@ func (s *Store) withPush(ctx context.Context, thread string, fn func(subs []chat
 				}
 				return nil
 			})
-			return err
+			if err != nil {
+				return err
+			}
+			return s.waitOn(ctx, tx) // on the Tx's connection, after its EXEC
 		}, key, log, meta)
 		if errors.Is(err, redis.TxFailedErr) {
 			continue // another writer came between: read again
@@ -259,7 +262,8 @@ func (s *Store) ClaimPush(ctx context.Context, id, owner string, lease time.Dura
 func (s *Store) RenewPush(ctx context.Context, ids []string, lease time.Duration) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// No WAIT (replicas.go): a claim is a lease, renewed again.
+	_, err := s.rdb.Pipelined(noWait(ctx), func(p redis.Pipeliner) error {
 		for _, id := range ids {
 			p.Do(ctx, "PEXPIRE", s.claimKey(id), lease.Milliseconds(), "GT")
 		}

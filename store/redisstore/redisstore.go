@@ -159,6 +159,8 @@
 // answer was lost may have been stored, and running it twice would store it
 // twice. An append that fails is never acknowledged; one whose answer is lost
 // may have been stored and is then delivered to subscribers like any other.
+// With Options.WaitReplicas (the URL's wait-replicas), a write is
+// acknowledged only once that many replicas hold it (replicas.go).
 package redisstore
 
 import (
@@ -204,7 +206,15 @@ type Options struct {
 	// consumer groups, and every store opened on the same Redis and
 	// prefix (other nodes, the host CLI) then queues events (outbox.go).
 	Webhooks []string
-	Now      func() time.Time
+	// WaitReplicas, if above 0, makes every write the store acknowledges
+	// wait (WAIT) until that many replicas hold it, WaitTimeout at most
+	// (defaults to 1s): one that fewer hold then fails with
+	// StoreUnavailable, not acknowledged (replicas.go). The URL's
+	// wait-replicas and wait-timeout set them. Off by default: every
+	// write then waits a replica's round trip.
+	WaitReplicas int
+	WaitTimeout  time.Duration
+	Now          func() time.Time
 	// Now defaults to time.Now. It gives epochs and retention ages, like the
 	// file store's clock; nodes are expected to keep their clocks in sync
 	// (an epoch is still strictly increasing within a thread if they do not).
@@ -229,7 +239,6 @@ type Store struct {
 	spub    bool   // sharded pub/sub (SPUBLISH, SSUBSCRIBE): a Redis Cluster shard
 	index   string // the thread index key
 	genKey  string // the generation key (gen.go)
-	shard   string // "k/n" when the store is shard k of n instances (claimShard); written again when Redis lost its data
 	pending string // the pending interactions' index key
 	gindex  string // the grant index key (participants.go)
 	events  string // the webhook events' stream (outbox.go)
@@ -238,6 +247,10 @@ type Store struct {
 	outOnce sync.Once
 	out     *outbox
 
+	// shard is "k/n" when the store is shard k of n instances
+	// (claimShard); written again when Redis lost its data.
+	shard atomic.Pointer[string]
+
 	closing context.Context // done once Close is called
 	close   context.CancelFunc
 	members closegroup.Group // Follow calls and the goroutines the store owns
@@ -245,7 +258,13 @@ type Store struct {
 
 	pingEvery time.Duration // chatrelay.DefaultFeedPing; tests shorten it
 
-	fcall *atomic.Bool     // the post's scripts are FCALLs of the library (functions.go); shared by a cluster's shards
+	fcall  *atomic.Bool // the post's scripts are FCALLs of the library (functions.go); shared by a cluster's shards
+	ownLib bool         // setup loads the library (not a cluster's shard, nor evalOnly)
+	// gate, on a shard that did not answer when its Sharded store opened,
+	// holds every call until the shard is set up (sharded_late.go); nil
+	// otherwise.
+	gate *shardGate
+
 	calls chan *scriptCall // the scripts waiting for a sender (batch.go)
 	slots chan struct{}    // one token per call out (batch.go)
 	// The last second an append was in, as text (Store.secondOf).
@@ -288,6 +307,19 @@ const retry = time.Second
 // rediss:// for TLS; the query parameters of redis.ParseURL apply) and
 // checks that it answers. It returns StoreUnavailable if it does not.
 func Open(ctx context.Context, url string, opt Options) (*Store, error) {
+	url, err := takeWaitParams(url, &opt)
+	if err != nil {
+		return nil, err
+	}
+	rdb, err := newClient(url)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, rdb, opt)
+}
+
+// newClient is the client of the Redis at url, as a Store uses it.
+func newClient(url string) (*redis.Client, error) {
 	ro, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
@@ -303,7 +335,7 @@ func Open(ctx context.Context, url string, opt Options) (*Store, error) {
 	if ro.ClientName == "" {
 		ro.ClientName = "chatrelay"
 	}
-	return open(ctx, redis.NewClient(ro), opt)
+	return redis.NewClient(ro), nil
 }
 
 func open(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, error) {
@@ -320,6 +352,18 @@ type shardOf struct {
 }
 
 func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shardOf) (*Store, error) {
+	s := newStore(rdb, opt, sh)
+	if err := s.setup(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// newStore is the Store of rdb, set up for nothing yet: setup checks
+// that Redis answers, loads the library and records the webhooks. Close
+// undoes it.
+func newStore(rdb redis.UniversalClient, opt Options, sh shardOf) *Store {
 	if opt.Prefix == "" {
 		opt.Prefix = chatrelay.DefaultKeyPrefix
 	}
@@ -366,38 +410,44 @@ func openOn(ctx context.Context, rdb redis.UniversalClient, opt Options, sh shar
 		s.now = time.Now
 	}
 	rdb.AddHook(answerHook{s})
+	if c, ok := rdb.(*redis.Client); ok && opt.WaitReplicas > 0 {
+		if opt.WaitTimeout <= 0 {
+			s.opt.WaitTimeout = defaultWaitTimeout
+		}
+		c.AddHook(s.waitHook(c))
+	}
 	routeClientLog(s)
 	s.closing, s.close = context.WithCancel(context.Background())
-	fail := func(err error) (*Store, error) { // what open made is undone
-		unrouteClientLog(s)
-		s.closeClient()
-		s.close()
-		return nil, err
-	}
-	pctx, cancel := s.bound(ctx)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		return fail(s.unavailable("open", err))
-	}
 	s.fcall = sh.fcall
+	s.ownLib = sh.fcall == nil && !opt.evalOnly
 	if s.fcall == nil {
 		s.fcall = new(atomic.Bool)
 	}
-	if sh.fcall == nil && !opt.evalOnly {
-		refused, err := loadLibrary(pctx, rdb)
+	s.startBatcher()
+	return s
+}
+
+// setup checks that Redis answers, loads the library (unless a cluster's
+// shards share it) and records the webhooks (setupHooks): what a Store
+// does once, before its first call. It returns StoreUnavailable if Redis
+// does not answer.
+func (s *Store) setup(ctx context.Context) error {
+	pctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.rdb.Ping(pctx).Err(); err != nil {
+		return s.unavailable("open", err)
+	}
+	if s.ownLib {
+		refused, err := loadLibrary(pctx, s.rdb)
 		if err != nil {
-			return fail(s.unavailable("open", err))
+			return s.unavailable("open", err)
 		}
 		s.fcall.Store(refused == nil)
 		if refused != nil {
 			s.log.Info("redis: the library of functions was refused; posts run as scripts (EVALSHA)", "err", refused)
 		}
 	}
-	s.startBatcher()
-	if err := s.setupHooks(ctx); err != nil {
-		return fail(err)
-	}
-	return s, nil
+	return s.setupHooks(ctx)
 }
 
 // bound limits a call to Options.Timeout (or less, if ctx ends sooner).

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"io"
 	"slices"
@@ -86,6 +87,10 @@ type Sharded struct {
 	outOnce sync.Once
 	out     *shardedOutbox
 	once    sync.Once
+
+	late *lateShards // the shards that did not answer at open (sharded_late.go); nil if none
+
+	down []atomic.Bool // by shard: the last Check found it down (FeedLive)
 }
 
 var (
@@ -119,6 +124,10 @@ func (sh *Sharded) Prefix(thread string) string { return sh.of(thread).prefix }
 func (sh *Sharded) Close() error {
 	var err error
 	sh.once.Do(func() {
+		if sh.late != nil {
+			sh.late.stop()
+			<-sh.late.done
+		}
 		for _, s := range sh.shards {
 			err = errors.Join(err, s.Close())
 		}
@@ -151,14 +160,60 @@ func (sh *Sharded) Ping(ctx context.Context) error {
 }
 
 // Check implements store.Checker: every shard takes a write (Store.Check).
+// A shard that fails otherwise than full is reported before one that is
+// full (store.Full), so that a full shard does not hide one that is gone.
+// On instances, shards that fail so while shard 0 (the node-wide keys)
+// and at least one other take writes are a partialError (store.Partial):
+// every node finds them alike, and the other shards' threads go on.
+// FeedLive excuses the feeds of the shards the last Check found down.
 func (sh *Sharded) Check(ctx context.Context) error {
-	return sh.each(func(_ int, s *Store) error { return s.Check(ctx) })
+	errs := make([]error, len(sh.shards))
+	sh.each(func(k int, s *Store) error { errs[k] = s.Check(ctx); return errs[k] })
+	var full, gone error
+	down := 0
+	for k, err := range errs {
+		sh.down[k].Store(err != nil && !store.Full(err))
+		switch {
+		case err == nil:
+		case !store.Full(err):
+			down++
+			if gone == nil {
+				gone = err
+			}
+		case full == nil:
+			full = err
+		}
+	}
+	switch {
+	case gone == nil:
+		return full
+	case sh.cluster == nil && errs[0] == nil && down < len(sh.shards):
+		return &partialError{down: down, of: len(sh.shards), err: gone}
+	}
+	return gone
 }
 
-// FeedLive implements store.FeedStater: every shard's feed is live.
+// partialError is a Check's: down of the shards do not answer (err is the
+// first one's), the others and shard 0 do.
+type partialError struct {
+	down, of int
+	err      error
+}
+
+func (e *partialError) Error() string      { return fmt.Sprintf("%d of %d shards: %v", e.down, e.of, e.err) }
+func (e *partialError) Unwrap() error      { return e.err }
+func (e *partialError) StorePartial() bool { return true }
+func (e *partialError) StoreReason() string {
+	return fmt.Sprintf("%d of %d Redis shards: %s", e.down, e.of, store.Reason(e.err))
+}
+
+// FeedLive implements store.FeedStater: every shard's feed is live, but
+// for the shards the last Check found down (their threads answer 503 on
+// every node alike: not this node's fault). The readiness probe checks
+// the store first.
 func (sh *Sharded) FeedLive() bool {
-	for _, s := range sh.shards {
-		if !s.FeedLive() {
+	for k, s := range sh.shards {
+		if !s.FeedLive() && !sh.down[k].Load() {
 			return false
 		}
 	}
@@ -285,8 +340,12 @@ func (sh *Sharded) AppendLimited(ctx context.Context, lim chatrelay.RateLimiter,
 	}
 	a := rt.part(1)
 	if err := a.count(ctx); err != nil {
-		if chatrelay.CodeOf(err) == chatrelay.RateLimited {
+		switch chatrelay.CodeOf(err) {
+		case chatrelay.RateLimited:
 			return store.Entry{}, false, nil // counted nowhere: Take and Append answer it, a replay first
+		case chatrelay.StoreUnavailable: // the address's shard: its window on the thread's meanwhile
+			e, err := sh.appendRated(ctx, thread, m, rt.addressDown())
+			return e, true, err
 		}
 		return store.Entry{}, true, err
 	}
@@ -306,6 +365,9 @@ func (sh *Sharded) appendRated(ctx context.Context, thread string, m store.NewMe
 	s := sh.shards[k]
 	if len(sh.shards) == 1 {
 		return s.appendRated(ctx, thread, m, rt)
+	}
+	if err := s.admit(ctx); err != nil { // an append reads what setup sets before its script
+		return store.Entry{}, err
 	}
 	e, err := s.appendRated(context.WithValue(ctx, limitKey{}, 0), thread, m, rt)
 	if chatrelay.CodeOf(err) != chatrelay.ThreadLimit {
@@ -443,6 +505,28 @@ func (sh *Sharded) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 		})
 }
 
+var _ store.ThreadsReporter = (*Sharded)(nil)
+
+// ThreadsReport implements store.ThreadsReporter: every shard's.
+func (sh *Sharded) ThreadsReport(ctx context.Context) ([]store.ThreadInfo, []store.ThreadError, error) {
+	var mu sync.Mutex
+	var bad []store.ThreadError
+	infos, err := gather(sh, func(s *Store) ([]store.ThreadInfo, error) {
+		infos, b, err := s.ThreadsReport(ctx)
+		mu.Lock()
+		bad = append(bad, b...)
+		mu.Unlock()
+		return infos, err
+	}, func(a, b store.ThreadInfo) int {
+		return cmp.Or(cmp.Compare(b.Rev, a.Rev), cmp.Compare(a.Thread, b.Thread))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.SortFunc(bad, func(a, b store.ThreadError) int { return cmp.Compare(a.Thread, b.Thread) })
+	return infos, bad, nil
+}
+
 // gather is every shard's list, as list reads it, in one, sorted (stably)
 // by order.
 func gather[T any](sh *Sharded, list func(s *Store) ([]T, error), order func(a, b T) int) ([]T, error) {
@@ -477,23 +561,45 @@ func (sh *Sharded) Sweep(ctx context.Context) (store.SweepStats, error) {
 
 // Follow implements store.Store: it follows every shard's feed and hands
 // their batches on as one feed, one call of fn at a time. Ready comes
-// once every shard's feed is registered (a shard's batches wait for it);
-// the agents' batches come from shard 0, which holds the agent keys.
+// once every shard's feed is registered (a shard's batches wait for it),
+// but for the shards that are not set up yet (sharded_late.go): their
+// feeds are followed from when they answer, and they open once they are
+// registered. The agents' batches come from shard 0, which holds the
+// agent keys.
 func (sh *Sharded) Follow(ctx context.Context, fn func(store.Batch)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex // one call of fn at a time
 	ready := make(chan struct{})
+	late := make([]bool, len(sh.shards))
+	if sh.late != nil {
+		late = sh.late.following()
+	}
 	var waiting atomic.Int32
-	waiting.Store(int32(len(sh.shards)))
+	for _, l := range late {
+		if !l {
+			waiting.Add(1)
+		}
+	}
 	errs := make([]error, len(sh.shards))
 	var wg sync.WaitGroup
 	for k, s := range sh.shards {
 		wg.Go(func() {
 			defer cancel() // one feed ending ends them all
-			errs[k] = s.Follow(ctx, func(b store.Batch) {
+			fctx, join := ctx, func() {}
+			if late[k] {
+				// Its feed reads the shard before the gate opens, which
+				// waits for its Ready (once the shard is set up).
+				fctx = context.WithValue(ctx, feedKey{}, true)
+				var once sync.Once
+				join = func() { once.Do(func() { sh.late.joined(k) }) }
+				defer join() // a Follow that ends first no longer holds the gate
+			}
+			errs[k] = s.Follow(fctx, func(b store.Batch) {
 				if b.Ready {
-					if waiting.Add(-1) == 0 {
+					if late[k] {
+						join()
+					} else if waiting.Add(-1) == 0 {
 						mu.Lock()
 						fn(b)
 						mu.Unlock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -289,4 +290,31 @@ func TestShardedCreationLockAnswerLost(t *testing.T) {
 	if _, err := b.Append(ctx, threadOnShard(b, 0), store.NewMessage{Text: "on the other node"}); err != nil {
 		t.Fatalf("a new thread on the other node, after the lost answer: %v", err)
 	}
+}
+
+// TestAddressWindowOnADownShard: on instances, an address's window is on
+// the shard its hash picks; while that shard does not answer, a post
+// from the address to a thread of another shard is counted in a window
+// of the address on the thread's shard (Take and AppendLimited), not
+// refused 503: one address in N was refused on every thread while one
+// shard of N was down. The window still holds there.
+func TestAddressWindowOnADownShard(t *testing.T) {
+	s0 := redistest.StartServer(t, redistest.ServerOptions{})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	sh := openSharded(t, s0.URL()+","+s1.URL(), Options{Prefix: "aw:"})
+	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 100, PerIP: 2, Window: time.Minute})
+	ip := addressOnShard(sh, 1)
+	ths := threadsOnShard(sh, 0, 2, 0x5a0000)
+	for _, th := range ths { // made while every shard answers (a new thread needs them all)
+		_, err := sh.Append(t.Context(), th, store.NewMessage{Text: "first"})
+		assert.Success(t, err)
+	}
+	s1.Kill()
+	_, err := l.Take(t.Context(), ths[0], ip)
+	assert.Success(t, err)
+	_, done, err := sh.AppendLimited(t.Context(), l, ths[1], ip, store.NewMessage{Text: "hi"})
+	assert.True(t, done, "AppendLimited left the post to the two calls")
+	assert.Success(t, err)
+	_, err = l.Take(t.Context(), ths[0], ip)
+	wantCode(t, err, chatrelay.RateLimited)
 }

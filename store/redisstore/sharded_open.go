@@ -52,24 +52,104 @@ func openInstances(ctx context.Context, urls []string, opt Options) (*Sharded, e
 		}
 		seen[w] = true
 	}
-	sh := &Sharded{opt: opt, creating: make(chan struct{}, 1)}
+	sh := &Sharded{opt: opt, creating: make(chan struct{}, 1), down: make([]atomic.Bool, len(urls))}
 	names := make([]string, len(urls))
+	errs := make([]error, len(urls)) // the shards that did not answer: why (sharded_late.go)
+	late := 0
 	for k, u := range urls {
 		u = strings.TrimSpace(u)
 		names[k] = where(u)
-		s, err := Open(ctx, u, opt)
+		o := opt // each URL's own wait-replicas
+		u, err := takeWaitParams(u, &o)
 		if err != nil {
 			sh.Close()
 			return nil, err
 		}
+		rdb, err := newClient(u)
+		if err != nil {
+			sh.Close()
+			return nil, err
+		}
+		s := newStore(rdb, o, shardOf{})
 		sh.shards = append(sh.shards, s)
+		if err := s.setup(ctx); err != nil {
+			if chatrelay.CodeOf(err) != chatrelay.StoreUnavailable {
+				sh.Close()
+				return nil, err
+			}
+			errs[k] = err
+			late++
+		}
 	}
-	if err := claimInstances(ctx, sh.shards, names); err != nil {
+	sh.where = strings.Join(names, ",")
+	var err error
+	switch late {
+	case 0:
+		err = claimInstances(ctx, sh.shards, names)
+	case len(urls):
+		err = errs[0]
+	default:
+		err = sh.openLate(ctx, names, errs)
+	}
+	if err != nil {
 		sh.Close()
 		return nil, err
 	}
-	sh.where = strings.Join(names, ",")
 	return sh, nil
+}
+
+// openLate opens sh while the shards whose errs are set did not answer:
+// the others are checked as claimInstances checks them; those whose
+// record is there are used at once, and the rest wait behind a gate
+// (sharded_late.go) until they answer and their record is there, or may
+// be written. It fails if no shard can be used now.
+func (sh *Sharded) openLate(ctx context.Context, names []string, errs []error) error {
+	n := len(sh.shards)
+	l := &lateShards{sh: sh, names: names, gates: make([]*shardGate, n), mu: make(chan struct{}, 1),
+		changed: make(chan struct{}), done: make(chan struct{})}
+	got := make([]string, n)
+	for k, s := range sh.shards {
+		if errs[k] != nil {
+			continue
+		}
+		var err error
+		if got[k], err = s.checkShard(ctx, names[k], k, n); err != nil {
+			return err
+		}
+	}
+	usable, why := 0, errs[0]
+	for k, s := range sh.shards {
+		switch {
+		case errs[k] != nil:
+			why = cmp.Or(why, errs[k])
+			s.log.Warn("redis store: a shard does not answer; its threads answer 503 until it does", "shard", names[k], "err", errs[k])
+			l.gates[k] = &shardGate{l: l, k: k, err: errs[k], said: errs[k].Error()}
+		case got[k] != "":
+			if err := s.claimShard(ctx, names[k], k, n); err != nil {
+				return err
+			}
+			usable++
+		case errs[0] == nil && got[0] != "":
+			return unrecorded(names[k], s.prefix, names[0], k, n)
+		default: // its record is to be written once every shard answers
+			l.gates[k] = &shardGate{l: l, k: k, checked: true, setUp: true}
+		}
+	}
+	if usable == 0 {
+		// A store's first start (no shard has its record yet) needs every
+		// shard: the records are written together, shard 0's last.
+		return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
+			Err: fmt.Errorf("no shard that answers has its shard record yet, and a store's first start needs every shard: %w", why)}
+	}
+	for k, g := range l.gates {
+		if g != nil {
+			sh.shards[k].gate = g
+		}
+	}
+	sh.late = l
+	ctx, l.stop = context.WithCancel(context.Background())
+	go l.retry(ctx)
+	return nil
 }
 
 // claimInstances checks every instance's shard record, then records it on
@@ -88,9 +168,7 @@ func claimInstances(ctx context.Context, shards []*Store, names []string) error 
 	}
 	for k := len(shards) - 1; k > 0; k-- {
 		if got[k] == "" && got[0] != "" {
-			return store.ConfigErrorf("store: %s has no shard record (under the prefix %q), but %s is shard 0/%d: "+
-				"it is not the instance first listed as shard %d, or it lost its data while no node ran (then SET %sshard %d/%d on it)",
-				names[k], shards[k].prefix, names[0], len(shards), k, shards[k].prefix, k, len(shards))
+			return unrecorded(names[k], shards[k].prefix, names[0], k, len(shards))
 		}
 	}
 	for k := len(shards) - 1; k >= 0; k-- {
@@ -133,6 +211,14 @@ func (s *Store) checkShard(ctx context.Context, name string, k, n int) (string, 
 	return got, nil
 }
 
+// unrecorded refuses the instance name listed as shard k of n, which has
+// no shard record while shard 0 (first) has one.
+func unrecorded(name, prefix, first string, k, n int) error {
+	return store.ConfigErrorf("store: %s has no shard record (under the prefix %q), but %s is shard 0/%d: "+
+		"it is not the instance first listed as shard %d, or it lost its data while no node ran (then SET %sshard %d/%d on it)",
+		name, prefix, first, n, k, prefix, k, n)
+}
+
 func mislisted(name, got, prefix, want string) error {
 	return store.ConfigErrorf("store: %s is shard %s (shard/shards, under the prefix %q), but this --store lists it as %s: "+
 		"list the instances in the order and number they were first listed in", name, got, prefix, want)
@@ -159,11 +245,15 @@ func (s *Store) claimShard(ctx context.Context, name string, k, n int) error {
 	if got != want {
 		return mislisted(name, got, s.prefix, want)
 	}
-	s.shard = want
+	s.shard.Store(&want)
 	return nil
 }
 
 func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error) {
+	spec, err := takeWaitParams(spec, &opt)
+	if err != nil {
+		return nil, err
+	}
 	co, err := parseClusterSpec(spec)
 	if err != nil {
 		return nil, err
@@ -181,7 +271,17 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 		co.ClientName = "chatrelay"
 	}
 	rdb := redis.NewClusterClient(co)
-	sh := &Sharded{opt: opt, cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0])}
+	if opt.WaitReplicas > 0 {
+		// WAIT counts one connection's writes: it goes in each node's
+		// share of a pipeline, on that node's connection (replicas.go).
+		if opt.WaitTimeout <= 0 {
+			opt.WaitTimeout = defaultWaitTimeout
+		}
+		rdb.OnNewNode(func(c *redis.Client) {
+			c.AddHook(waitHook{c: c, n: int64(opt.WaitReplicas), timeout: opt.WaitTimeout.Milliseconds()})
+		})
+	}
+	sh := &Sharded{opt: opt, cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0]), down: make([]atomic.Bool, ClusterShards)}
 	base := opt.Prefix
 	// The library once for all the shards, on every primary. A cluster is
 	// Redis 7, which has functions: a primary that does not answer now

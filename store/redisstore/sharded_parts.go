@@ -256,3 +256,23 @@ func (o *shardedOutbox) Retry(ctx context.Context, dest string, d store.Due, at 
 	}
 	return o.parts[t.k].Retry(ctx, dest, d.WithToken(t.inner), at)
 }
+
+// The record of the destinations gone (store.Disabler) is a node-wide
+// singleton: on shard 0.
+
+var _ store.Disabler = (*shardedOutbox)(nil)
+
+// Disable implements store.Disabler.
+func (o *shardedOutbox) Disable(ctx context.Context, dest string) error {
+	return o.parts[0].(store.Disabler).Disable(ctx, dest)
+}
+
+// Disabled implements store.Disabler.
+func (o *shardedOutbox) Disabled(ctx context.Context, dest string) (bool, error) {
+	return o.parts[0].(store.Disabler).Disabled(ctx, dest)
+}
+
+// Enable implements store.Disabler.
+func (o *shardedOutbox) Enable(ctx context.Context, dest string) error {
+	return o.parts[0].(store.Disabler).Enable(ctx, dest)
+}

@@ -29,7 +29,9 @@ var (
 func (s *Store) Check(ctx context.Context) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	err := s.rdb.Set(ctx, s.prefix+"readyz", "1", readyzTTL).Err()
+	// Without WAIT (replicas.go): the probe asks whether this Redis
+	// takes writes, and a replica that lags is every node's alike.
+	err := s.rdb.Set(noWait(ctx), s.prefix+"readyz", "1", readyzTTL).Err()
 	if err == nil {
 		return nil
 	}
@@ -71,6 +73,10 @@ type writeRefusal struct {
 func (e *writeRefusal) Error() string       { return e.err.Error() }
 func (e *writeRefusal) Unwrap() error       { return e.err }
 func (e *writeRefusal) StoreReason() string { return e.reason }
+
+// StoreFull says a full Redis (OOM: maxmemory with noeviction), which
+// every node finds alike and whose reads go on (store.Full).
+func (e *writeRefusal) StoreFull() bool { return e.reason == "Redis out of memory" }
 
 // FeedLive implements store.FeedStater: no Follow call of this store has
 // lost its subscription without having subscribed again and caught up

@@ -512,11 +512,20 @@ func entryOf(thread, id, js string) (store.Entry, error) {
 
 // Threads implements store.Store.
 func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
+	infos, _, err := s.ThreadsReport(ctx)
+	return infos, err
+}
+
+var _ store.ThreadsReporter = (*Store)(nil)
+
+// ThreadsReport implements store.ThreadsReporter: the threads Threads
+// leaves out, marked unreadable or whose newest entry does not parse.
+func (s *Store) ThreadsReport(ctx context.Context) ([]store.ThreadInfo, []store.ThreadError, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	names, err := s.rdb.ZRevRange(ctx, s.index, 0, -1).Result()
 	if err != nil {
-		return nil, s.unavailable("threads", err)
+		return nil, nil, s.unavailable("threads", err)
 	}
 	lens := make([]*redis.IntCmd, len(names))
 	lasts := make([]*redis.XMessageSliceCmd, len(names))
@@ -530,9 +539,10 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 		return nil
 	})
 	if err != nil && err != redis.Nil {
-		return nil, s.unavailable("threads", err)
+		return nil, nil, s.unavailable("threads", err)
 	}
 	infos := make([]store.ThreadInfo, 0, len(names))
+	var bad []store.ThreadError
 	for i, name := range names {
 		if !chatrelay.ValidThread(name) {
 			continue
@@ -545,6 +555,8 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 		var title string
 		if m := revs[i].Val(); len(m) == 3 {
 			if m[2] != nil {
+				mark, _ := m[2].(string)
+				bad = append(bad, store.ThreadError{Thread: name, Err: markedUnreadable(name, mark)})
 				continue // marked unreadable (unreadable.go), as the file store leaves out a document that does not parse
 			}
 			rev = toInt(m[0])
@@ -555,6 +567,7 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 		if err != nil {
 			s.log.Error("redis store: thread does not parse", "thread", name, "err", err)
 			s.noteUnreadable(ctx, name, err)
+			bad = append(bad, store.ThreadError{Thread: name, Err: unreadableEntry(name, l[0].ID, err)})
 			continue
 		}
 		infos = append(infos, store.ThreadInfo{
@@ -564,7 +577,7 @@ func (s *Store) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 		})
 	}
 	slices.SortStableFunc(infos, func(a, b store.ThreadInfo) int { return cmp.Compare(b.Rev, a.Rev) })
-	return infos, nil
+	return infos, bad, nil
 }
 
 // Sweep implements store.Store. Each thread is swept by one script, so any
