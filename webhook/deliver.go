@@ -81,6 +81,10 @@ type dest struct {
 	// (store.Disabler), read before each batch of events: a restart or
 	// another node keeps it disabled, until the operator enables it.
 	gone *atomic.Bool
+	// unrecorded is set while this server's 410 is not recorded in the
+	// store (Disable failed): the store's "not disabled" is then not the
+	// operator's Enable, and the next batch records it again.
+	unrecorded *atomic.Bool
 }
 
 // free is how many attempts dst may start now.
@@ -131,7 +135,7 @@ func New(cfg Config) (*Deliverer, error) {
 	}
 	d := &Deliverer{cfg: cfg}
 	for _, u := range cfg.URLs {
-		d.dests = append(d.dests, dest{url: u, id: store.DestinationID(u), own: make(chan struct{}, 1), gone: new(atomic.Bool)})
+		d.dests = append(d.dests, dest{url: u, id: store.DestinationID(u), own: make(chan struct{}, 1), gone: new(atomic.Bool), unrecorded: new(atomic.Bool)})
 	}
 	d.shared = make(chan struct{}, max(cfg.Workers-len(d.dests), 0))
 	d.total = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -229,7 +233,8 @@ func (d *Deliverer) take(ctx context.Context, dst dest, wg *sync.WaitGroup) (int
 // readGone reads whether the store records dst disabled (store.Disabler):
 // another node's 410, or this server's before it started again, disables
 // it here too, and the operator's Enable enables it again. A store that
-// does not answer leaves dst as it was.
+// does not answer leaves dst as it was, and so does one that could not
+// record this server's 410 (dst.unrecorded), which it records now.
 func (d *Deliverer) readGone(ctx context.Context, dst dest) {
 	dis, ok := d.cfg.Outbox.(store.Disabler)
 	if !ok {
@@ -242,6 +247,10 @@ func (d *Deliverer) readGone(ctx context.Context, dst dest) {
 	case gone && dst.gone.CompareAndSwap(false, true):
 		d.cfg.Log.Warn("webhook: the destination is disabled in the store (its receiver answered 410 Gone): it gets no more events until it is enabled again (their events are given up, counted gone)",
 			"dest", dst.id)
+	case !gone && dst.gone.Load() && dst.unrecorded.Load():
+		if dis.Disable(ctx, dst.id) == nil {
+			dst.unrecorded.Store(false)
+		}
 	case !gone && dst.gone.CompareAndSwap(true, false):
 		d.cfg.Log.Info("webhook: the destination is enabled again", "dest", dst.id)
 	}
@@ -272,6 +281,9 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 		serr = d.cfg.Outbox.Done(sctx, dst.id, ev)
 	case !sent || status == http.StatusGone:
 		result = ResultGone
+		if sent {
+			dst.unrecorded.Store(true) // before gone: a batch that reads the store meanwhile keeps it disabled
+		}
 		if sent && dst.gone.CompareAndSwap(false, true) {
 			d.cfg.Log.Warn("webhook: the receiver answered 410 Gone: it gets no more events, from any node or after a restart, until it is enabled again (their events are given up, counted gone); remove it from --webhook, or fix the receiver and run chatrelay webhook enable URL",
 				"dest", dst.id, "event", ev.ID, "type", ev.Type)
@@ -279,7 +291,9 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 		if sent {
 			if dis, ok := d.cfg.Outbox.(store.Disabler); ok {
 				if err := dis.Disable(sctx, dst.id); err != nil {
-					d.cfg.Log.Warn("webhook: record the destination disabled (it is disabled in this server only)", "dest", dst.id, "err", err)
+					d.cfg.Log.Warn("webhook: record the destination disabled (it is disabled in this server only, which records it again at its next batch)", "dest", dst.id, "err", err)
+				} else {
+					dst.unrecorded.Store(false)
 				}
 			}
 		}
