@@ -255,7 +255,8 @@ func DraftsFull() error {
 // uploads no message names (LimitParticipantPending, TooManyDrafts; their
 // distinct bytes against LimitParticipantDraftBytes, DraftsFull) and, with
 // the attachments messages name, LimitThreadAttachments (ThreadFull);
-// bytes it may not read count as new. Another's drafts count for it as
+// bytes it may not read count as new (and bytes its drafts do not hold,
+// as new drafts' bytes). Another's drafts count for it as
 // nothing: what it is refused for tells it nothing of them. The thread's
 // own totals stay bounded: the owner's uploads stop at 100 drafts and
 // 100 MiB of the thread's, and each grant's drafts are bounded by its own
@@ -311,13 +312,13 @@ func Room(recs []StoredAttachment, used func(id string) bool, by, sha string, si
 	if n >= chatrelay.LimitParticipantPending.Max {
 		return TooManyDrafts()
 	}
-	if pre || seen[sha] {
+	if pre {
 		return nil
 	}
-	if visible+size > int64(chatrelay.LimitThreadAttachments.Max) {
+	if !seen[sha] && visible+size > int64(chatrelay.LimitThreadAttachments.Max) {
 		return ThreadFull()
 	}
-	if draftBytes+size > int64(chatrelay.LimitParticipantDraftBytes.Max) {
+	if !drafts[sha] && draftBytes+size > int64(chatrelay.LimitParticipantDraftBytes.Max) {
 		return DraftsFull()
 	}
 	return nil

@@ -223,6 +223,10 @@ func TestConformanceAttachments(t *testing.T) {
 				assert.Success(t, err)
 				_, err = put(p, "seen.txt", draft) // a message names it: counted once
 				assert.Success(t, err)
+				_, err = put("p_0000000b", "seen by another.txt", draft) // one with no draft, the thread full: counted once
+				assert.Success(t, err)
+				_, err = put("p_0000000b", "new to it.txt", []byte("the owner's drafT"))
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
 				assertNothingStaged(t, b, thA, 2)
 			}},
 			{"a participant's uploads are taken or refused as if no other held drafts: the same count, the same bytes", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {

@@ -270,33 +270,39 @@ local function room(att, before, by, sha, size, pre, most, maxPending, maxDrafts
     if not held and (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most then return 'full' end
     return ''
   end
-  local fs = redis.call('HGETALL', att)
+  -- Its own drafts first (the records no message names, as
+  -- pendingUploads reads them); the named files only when the thread's
+  -- stored bytes could take it past most: what it may read is among them.
+  local fs = redis.call('HKEYS', att)
   local used = {}
-  for i = 1, #fs, 2 do
-    if string.sub(fs[i], 1, 2) == 'u:' then used[string.sub(fs[i], 3)] = true end
+  for _, f in ipairs(fs) do
+    if string.sub(f, 1, 2) == 'u:' then used[string.sub(f, 3)] = true end
   end
-  local n, visible, draftBytes, seen, drafts = 0, 0, 0, {}, {}
-  for i = 1, #fs, 2 do
-    local f = fs[i]
-    if string.sub(f, 1, 3) == 'at_' then
-      local ok, a = pcall(cjson.decode, fs[i + 1])
-      if ok and type(a) == 'table' and type(a.sha256) == 'string' then
-        local u = used[f]
-        if u or (a.by == by and (tonumber(a.at) or 0) > before) then
-          local sz = tonumber(a.size) or 0
-          if not u then
-            n = n + 1
-            if not drafts[a.sha256] then drafts[a.sha256] = true; draftBytes = draftBytes + sz end
-          end
-          if not seen[a.sha256] then seen[a.sha256] = true; visible = visible + sz end
-        end
+  local n, draftBytes, drafts = 0, 0, {}
+  for _, f in ipairs(fs) do
+    if string.sub(f, 1, 3) == 'at_' and not used[f] then
+      local ok, a = pcall(cjson.decode, redis.call('HGET', att, f) or '')
+      if ok and type(a) == 'table' and a.by == by and (tonumber(a.at) or 0) > before and type(a.sha256) == 'string' then
+        n = n + 1
+        if not drafts[a.sha256] then drafts[a.sha256] = true; draftBytes = draftBytes + (tonumber(a.size) or 0) end
       end
     end
   end
   if n >= maxDrafts then return 'drafts' end
-  if pre or seen[sha] then return '' end
-  if visible + size > most then return 'full' end
-  if draftBytes + size > maxDraftBytes then return 'draftbytes' end
+  if pre then return '' end
+  if not drafts[sha] and (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most then
+    local seen, visible = {}, draftBytes
+    for h in pairs(drafts) do seen[h] = true end
+    for id in pairs(used) do
+      local ok, a = pcall(cjson.decode, redis.call('HGET', att, id) or '')
+      if ok and type(a) == 'table' and type(a.sha256) == 'string' and not seen[a.sha256] then
+        seen[a.sha256] = true
+        visible = visible + (tonumber(a.size) or 0)
+      end
+    end
+    if not seen[sha] and visible + size > most then return 'full' end
+  end
+  if not drafts[sha] and draftBytes + size > maxDraftBytes then return 'draftbytes' end
   return ''
 end
 `
