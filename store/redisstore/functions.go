@@ -39,7 +39,7 @@ type luaScript struct {
 	name string // the function's full name, the library's prefix + fn (set by init)
 	defs string // the script's own local functions, which the library defines once
 	body string // the script's own Lua, after its prelude and defs
-	keys bool   // the prelude is luaCommon: K is filled from the call's keys
+	fill string // the Lua that fills K from the call's keys (luaKeysFill, luaAppendKeysFill), if the prelude has K
 }
 
 // libScripts are the scripts that are functions of the library, in the
@@ -47,13 +47,21 @@ type luaScript struct {
 var libScripts []*luaScript
 
 // newLuaScript is the script prelude + defs + body, and the library's
-// function name. prelude is luaRate, or luaCommon + luaRate: the library
-// defines them once, and defs once.
+// function name. prelude is luaRate, luaCommon + luaRate or luaAppendK +
+// luaHelpers + luaRate: the library defines the helpers once, and defs
+// once, and fills K as the prelude does.
 func newLuaScript(name, prelude, defs, body string) *luaScript {
-	if prelude != luaRate && prelude != luaCommon+luaRate {
-		panic("redisstore: a library function's prelude is luaRate or luaCommon+luaRate")
+	fill := ""
+	switch prelude {
+	case luaRate:
+	case luaCommon + luaRate:
+		fill = luaKeysFill
+	case luaAppendK + luaHelpers + luaRate:
+		fill = luaAppendKeysFill
+	default:
+		panic("redisstore: a library function's prelude is luaRate, luaCommon+luaRate or luaAppendK+luaHelpers+luaRate")
 	}
-	ls := &luaScript{Script: redis.NewScript(prelude + defs + body), fn: name, defs: defs, body: body, keys: prelude != luaRate}
+	ls := &luaScript{Script: redis.NewScript(prelude + defs + body), fn: name, defs: defs, body: body, fill: fill}
 	libScripts = append(libScripts, ls)
 	return ls
 }
@@ -76,12 +84,8 @@ var library = sync.OnceValues(func() (code, prefix string) {
 		b.WriteString("local function f_" + ls.fn + "()\n" + ls.body + "\nend\n")
 	}
 	for _, ls := range libScripts {
-		fill := ""
-		if ls.keys {
-			fill = luaKeysFill
-		}
 		b.WriteString("redis.register_function{function_name = '" + libraryPlaceholder + ls.fn + "', flags = {'allow-cross-slot-keys'},\n" +
-			"  callback = function(keys, args)\n  KEYS, ARGV = keys, args" + fill + "  return f_" + ls.fn + "()\nend}\n")
+			"  callback = function(keys, args)\n  KEYS, ARGV = keys, args" + ls.fill + "  return f_" + ls.fn + "()\nend}\n")
 	}
 	// The name is the hash of all of the code but the names (the
 	// registrations' keys fill too).

@@ -267,6 +267,8 @@ type Store struct {
 
 	calls chan *scriptCall // the scripts waiting for a sender (batch.go)
 	slots chan struct{}    // one token per call out (batch.go)
+	// The last second an append was in, as text (Store.secondOf).
+	second atomic.Pointer[secondText]
 
 	// What the store knows of Redis's data set (gen.go).
 	seen   atomic.Int64               // the newest epoch this store read or its feed announced
@@ -503,16 +505,40 @@ var threadKeys = [...]string{"log", "meta", "ids", "v2", "v2e", "revs", "cids", 
 // keys returns the keys every script of a thread is given: the thread's
 // (threadKeys), then the thread index, the generation, the pending index
 // the grant index, the webhook events' stream and the threads that hold
-// uploads and no message (attach.go). The thread's keys are slices of one string: an
-// append allocates two values for them, not ten. The slice has room for
-// the two rate windows a rated append adds (runAppend), so that adding
-// them copies nothing.
+// uploads and no message (attach.go).
 func (s *Store) keys(thread string) []string {
+	return append(s.threadKeys(thread, threadKeys[:], 6), s.index, s.genKey, s.pending, s.gindex, s.events, s.places)
+}
+
+// appendThreadKeys are the suffixes of the thread's keys an append may
+// touch, in the order appendScript takes them (luaAppendK).
+var appendThreadKeys = [...]string{"log", "meta", "v2", "v2e", "revs", "cids", "ixs", "att", "floor"}
+
+// appendKeys returns the keys appendScript is given: those of a thread's
+// keys an append may touch (appendThreadKeys), then the thread index, the
+// generation, the pending index, the webhook events' stream and the
+// threads that hold uploads and no message; for a participant's post
+// (participant), the thread's grants. The slice has room for the two rate
+// windows a rated append adds (runAppend), so that adding them copies
+// nothing.
+func (s *Store) appendKeys(thread string, participant bool) []string {
+	k := append(s.threadKeys(thread, appendThreadKeys[:], 5+2), s.index, s.genKey, s.pending, s.events, s.places)
+	if participant {
+		k = append(k, s.grantsKey(thread))
+	}
+	return k
+}
+
+// threadKeys returns the thread's keys of the suffixes given, with room
+// for extra more. They are slices of one string: an append allocates two
+// values for them, not ten.
+func (s *Store) threadKeys(thread string, suffixes []string, extra int) []string {
 	base := len(s.prefix) + len(thread) + 3 // <prefix>{T}:
 	var b strings.Builder
-	b.Grow(len(threadKeys) * (base + 6))
-	ends := [len(threadKeys)]int{}
-	for i, suffix := range threadKeys {
+	b.Grow(len(suffixes) * (base + 6))
+	var endsOf [len(threadKeys)]int
+	ends := endsOf[:len(suffixes)]
+	for i, suffix := range suffixes {
 		b.WriteString(s.prefix)
 		b.WriteByte('{')
 		b.WriteString(thread)
@@ -521,13 +547,13 @@ func (s *Store) keys(thread string) []string {
 		ends[i] = b.Len()
 	}
 	all := b.String()
-	k := make([]string, len(threadKeys), len(threadKeys)+6+2)
+	k := make([]string, len(suffixes), len(suffixes)+extra)
 	start := 0
 	for i, end := range ends {
 		k[i] = all[start:end]
 		start = end
 	}
-	return append(k, s.index, s.genKey, s.pending, s.gindex, s.events, s.places)
+	return k
 }
 
 // unavailable wraps a Redis failure: StoreUnavailable for anything that

@@ -29,6 +29,26 @@ K.cids, K.ixs, K.grants, K.audit, K.att, K.floor = KEYS[7], KEYS[8], KEYS[9], KE
 K.index, K.gen, K.pending, K.gindex, K.events, K.places = KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18]
 `
 
+// luaAppendK is appendScript's K: the keys a post may touch
+// (Store.appendKeys), not the thread's ids, audit and the grant index,
+// which no append touches, nor its grants, which only a participant's
+// post touches (appendLua sets K.grants to its KEYS[15]). Each key given
+// is work for Redis (a string in the call, in KEYS and in K).
+const luaAppendK = `
+local K = {log = KEYS[1], meta = KEYS[2], v2 = KEYS[3], v2e = KEYS[4], revs = KEYS[5], cids = KEYS[6],
+  ixs = KEYS[7], att = KEYS[8], floor = KEYS[9], index = KEYS[10], gen = KEYS[11], pending = KEYS[12],
+  events = KEYS[13], places = KEYS[14]}
+`
+
+// luaAppendKeysFill sets K's fields from the keys of an append
+// (luaAppendK), and those an append is not given to nil: K is the
+// library's, and another function's call filled them.
+const luaAppendKeysFill = `
+K.log, K.meta, K.v2, K.v2e, K.revs, K.cids, K.ixs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+K.att, K.floor, K.index, K.gen, K.pending, K.events, K.places = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
+K.ids, K.grants, K.audit, K.gindex = nil, nil, nil, nil
+`
+
 // luaHelpers are luaCommon's functions.
 const luaHelpers = `
 
@@ -159,9 +179,11 @@ end
 
 -- announce publishes a change on the feed: "<thread> <the thread's rev
 -- before it> <the newest epoch or rev retention dropped> <message JSON>".
+-- prevRev is the rev's text (fmt), which an append has at hand as meta
+-- holds it.
 local function announce(feed, thread, prevRev, trimmed, trimmedRev, json)
   local mark = math.max(trimmed, trimmedRev)
-  publish(feed, thread .. ' ' .. fmt(prevRev) .. ' ' .. (mark == 0 and '0' or fmt(mark)) .. ' ' .. json)
+  publish(feed, thread .. ' ' .. prevRev .. ' ' .. (mark == 0 and '0' or fmt(mark)) .. ' ' .. json)
 end
 
 -- removeThread deletes every key of the thread, its grants' entries in
@@ -239,7 +261,7 @@ redis.call('ZADD', K.revs, rs, es)
 redis.call('HSET', K.meta, 'rev', rs, 'v2', '1')
 if ARGV[7] ~= '' then redis.call('ZREM', K.pending, thread .. ' ' .. ARGV[7]) end
 redis.call('ZADD', K.index, 'XX', rs, thread)
-announce(ARGV[8], thread, prevRev, num(meta[1]), num(meta[3]), v2json)
+announce(ARGV[8], thread, fmt(prevRev), num(meta[1]), num(meta[3]), v2json)
 if ARGV[9] ~= '' then
   redis.call('XADD', K.events, '*', 't', ARGV[9], 'th', thread, 'at', rs, 'm', v2json)
 end

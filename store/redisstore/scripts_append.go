@@ -1,43 +1,45 @@
 package redisstore
 
-// appendScript stores one message. KEYS: Store.keys. ARGV:
+// appendScript stores one message. KEYS: Store.appendKeys (luaAppendK),
+// and for a participant's post its thread's grants. ARGV:
 //
 //	1 thread          2 now (ms)        3 keep            4 age (ms)
-//	5 max threads     6 must exist "1"  7 author as JSON  8 text as JSON
-//	9 feed channel    10 the newest epoch the store has seen
-//	11 a generation id (gen.go)
-//	12, 13 the id's stamp and the ts of now's second ("YYYYMMDD-HHMMSS",
+//	5 what only a creation reads, in one argument: "<max threads> <must
+//	   exist: 1 or 0> <the newest epoch the store has seen> <a generation
+//	   id (gen.go)>"
+//	6 author as JSON  7 text as JSON    8 feed channel
+//	9, 10 the id's stamp and the ts of now's second ("YYYYMMDD-HHMMSS",
 //	   "YYYY-MM-DDTHH:MM:SS+00:00"): the script computes them only for an
 //	   epoch in a later second
-//	14 id suffix candidates, 6 hex each, space-separated
-//	15 the post's id in the rate windows ("" to count it in none),
-//	   16 the window (ms), 17 the thread's limit, 18 the address's,
-//	   19 the windows' clock ("": this Redis's; tests only)
+//	11 id suffix candidates, 6 hex each, space-separated
+//	12 the post's id in the rate windows ("" to count it in none),
+//	   13 the window (ms), 14 the thread's limit, 15 the address's
 //
 // and then those a plain post leaves empty, sent only up to the last
 // that is not (an argument not sent is ""): a call's arguments are
 // strings Redis makes and Lua interns and tables one by one, about 1 000
 // instructions each (docs/performance.md):
 //
-//	20 client id
-//	21 the webhook event to queue ("" if webhooks are off, "-" if
+//	16 client id
+//	17 the webhook event to queue ("" if webhooks are off, "-" if
 //	   none: outbox.go; on, an interaction retention drops pending
 //	   queues its event: dropV2)
-//	22 the v2 tail: the v2 object after its rev ("" for a message with no
+//	18 the v2 tail: the v2 object after its rev ("" for a message with no
 //	   v2 field, whose v2 object is its v1 object and rev)
-//	23 interaction id    24 its deadline
-//	25 participant grant id (not a participant's post: "", and 26–29
+//	19 interaction id    20 its deadline
+//	21 participant grant id (not a participant's post: "", and 22–25
 //	   are not read)
-//	26 the grants record's version read   27 the grant with one more post
-//	28 "1" if the grant's cap is spent    29 the most messages waiting
-//	30 the thread's title to set ("" to leave it: open_thread sets it)
-//	31 the attachment ids the message names, space-separated
-//	32 the v2 text as JSON ("" if it is the v1 text: only a message with
+//	22 the grants record's version read   23 the grant with one more post
+//	24 "1" if the grant's cap is spent    25 the most messages waiting
+//	26 the thread's title to set ("" to leave it: open_thread sets it)
+//	27 the attachment ids the message names, space-separated
+//	28 the v2 text as JSON ("" if it is the v1 text: only a message with
 //	   attachments differs, whose v1 text has a line per attachment)
+//	29 the windows' clock ("": this Redis's; tests only)
 //
-// With a rate entry (Store.AppendLimited), KEYS has two more, the
+// With a rate entry (Store.AppendLimited), KEYS has two more (15, 16), the
 // thread's and the address's rate windows (RateLimiter's keys; or one,
-// the thread's, when the address's is on another shard: ARGV 18 is then
+// the thread's, when the address's is on another shard: ARGV 15 is then
 // unused), and the
 // post is counted in them as takeScript counts it, on this Redis's clock
 // (not ARGV 2, the node's, which the message's epoch takes), in the same
@@ -51,7 +53,8 @@ package redisstore
 // that a data set's start is never after its first message (a thread that
 // exists was made in this data set, which has its generation).
 //
-// It answers {"ok", epoch, id, v1 JSON, v2 JSON or ""}, {"replay", v2 JSON
+// It answers {"ok", v1 JSON, v2 JSON or ""} (the JSON has the epoch and
+// the id), {"replay", v2 JSON
 // of the message with the client id}, {"not_found"}, {"thread_limit"},
 // {"collision"} (every candidate suffix is taken this second: try
 // others), {"retry"} (the grants record changed since it was read),
@@ -60,14 +63,14 @@ package redisstore
 // {"unreadable", mark} (the thread is marked unreadable: unreadable.go;
 // it answers so before anything else, a replay included, and a rated
 // post counts in no window).
-var appendScript = newLuaScript("append", luaCommon+luaRate, appendDefs, appendLua)
+var appendScript = newLuaScript("append", luaAppendK+luaHelpers+luaRate, appendDefs, appendLua)
 
 // appendDefs is appendScript's function appendRun, the append itself
 // (appendLua counts the post in the rate windows around it). The library
 // defines it once; a script, on every call.
 const appendDefs = `
 local function appendRun(thread, now, keep, age, participant, cid, rated)
-local tail, event = ARGV[22] or '', ARGV[21] or ''
+local tail, event = ARGV[18] or '', ARGV[17] or ''
 
 -- What an append needs of the thread is in meta, read in one call: the
 -- newest epoch ("last"), a lower bound of the oldest ("first"), the id
@@ -75,30 +78,37 @@ local tail, event = ARGV[22] or '', ARGV[21] or ''
 -- before meta kept them (no "last") has them read from its log once.
 local meta = redis.call('HMGET', K.meta, 'trimmed', 'rev', 'trimmed_rev', 'v2', 'last', 'first', 'sec', 'sfx', 'n', 'unreadable')
 if meta[10] then return {'unreadable', meta[10]} end
-local prev, first = tonumber(meta[5]), tonumber(meta[6])
+-- Meta's numbers are read with + 0 (one conversion; tonumber converts
+-- twice): the scripts write them, as numbers.
+local prev, first = meta[5], meta[6]
+if prev then prev = prev + 0 end
+if first then first = first + 0 end
 local firstWas = first
 -- "n" is an upper bound of the log's length: its length after the append
 -- that wrote it (only appends add to the log; what drops messages leaves
 -- it above). An append reads the length (XLEN) only when the bound says
 -- the log may be over keep, or there is no bound.
-local n = tonumber(meta[9])
+local n = meta[9]
+if n then n = n + 0 end
 local set -- meta's other fields to write, if any
 local created -- the thread takes its place in the index from places
 local above = 0 -- a thread made again: the newest change it had (K.floor)
 if not prev then
   local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
   if #newest == 0 then
-    if ARGV[6] == '1' or participant ~= '' then return {'not_found'} end
+    -- ARGV 5: what only a creation reads, in one argument.
+    local maxThreads, mustExist, seen, genID = string.match(ARGV[5], '^(%S+) (%S+) (%S+) (%S+)$')
+    if mustExist == '1' or participant ~= '' then return {'not_found'} end
     -- A thread's place in the limit: in the index, or in places (its
     -- uploads took it, attach.go), which it leaves for the index.
     if redis.call('ZSCORE', K.places, thread) then
       created = true
     elseif not redis.call('ZSCORE', K.index, thread) and
-        redis.call('ZCARD', K.index) + redis.call('ZCARD', K.places) >= tonumber(ARGV[5]) then
+        redis.call('ZCARD', K.index) + redis.call('ZCARD', K.places) >= tonumber(maxThreads) then
       return {'thread_limit'}
     end
     if redis.call('EXISTS', K.gen) == 0 then
-      redis.call('HSET', K.gen, 'id', ARGV[11], 'start', ARGV[2], 'lost', ARGV[10])
+      redis.call('HSET', K.gen, 'id', genID, 'start', ARGV[2], 'lost', seen)
     end
     -- Made again after the sweep removed it: its epochs start above
     -- the newest change it had (the floor the removal kept, sweepScript).
@@ -112,7 +122,7 @@ if not prev then
 end
 local rev = math.max(prev, num(meta[2]), above)
 
-if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[26] then
+if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[22] then
   return {'retry'}
 end
 if cid ~= '' and not rated then
@@ -121,14 +131,14 @@ if cid ~= '' and not rated then
   if js then return {'replay', js} end
 end
 if participant ~= '' then
-  if ARGV[28] == '1' then return {'cap'} end
-  local n = waiting(ARGV[7], tonumber(ARGV[29]))
-  if n >= tonumber(ARGV[29]) then return {'waiting', fmt(n)} end
+  if ARGV[24] == '1' then return {'cap'} end
+  local n = waiting(ARGV[6], tonumber(ARGV[25]))
+  if n >= tonumber(ARGV[25]) then return {'waiting', fmt(n)} end
 end
 local atts
-if (ARGV[31] or '') ~= '' then
+if (ARGV[27] or '') ~= '' then
   atts = {}
-  for id in string.gmatch(ARGV[31], '%S+') do
+  for id in string.gmatch(ARGV[27], '%S+') do
     if redis.call('HEXISTS', K.att, id) == 0 or redis.call('HEXISTS', K.att, 'u:' .. id) == 1 then
       return {'attachment', id}
     end
@@ -140,11 +150,11 @@ local epoch = now
 if epoch <= rev then epoch = rev + 1 end
 if not first then first = epoch end
 
--- The UTC date and time of the epoch's second: the caller's (ARGV 12,
--- 13) if the epoch is in now's second, as it nearly always is; else
+-- The UTC date and time of the epoch's second: the caller's (ARGV 9,
+-- 10) if the epoch is in now's second, as it nearly always is; else
 -- computed (days to civil date: H. Hinnant's algorithm).
 local secs = math.floor(epoch / 1000)
-local stamp, ts = ARGV[12], ARGV[13]
+local stamp, ts = ARGV[9], ARGV[10]
 if secs ~= math.floor(now / 1000) or stamp == '' or ts == '' then
   local floor = math.floor
   local days = floor(secs / 86400)
@@ -170,7 +180,7 @@ end
 -- (" <suffix>" each) if "sec" is that second, else (written before meta
 -- kept them) read from the log. The JSON starts {"id":"MSG-YYYYMMDD-HHMMSS-
 -- so the suffix is bytes 28 to 33.
-local cands = ARGV[14]
+local cands = ARGV[11]
 local suffix = string.sub(cands, 1, 6)
 local es = epoch == now and ARGV[2] or fmt(epoch)
 local sec = epoch >= 1000 and string.sub(es, 1, -4) or fmt(secs)
@@ -194,7 +204,7 @@ if prev >= secs * 1000 then
 end
 local id = 'MSG-' .. stamp .. '-' .. suffix
 
-local json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[7] .. ',"text":' .. ARGV[8] .. '}'
+local json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[6] .. ',"text":' .. ARGV[7] .. '}'
 -- The first write of an append to a thread that exists. It fails only if
 -- the log holds an entry meta does not know of, at or after the epoch:
 -- written by something else (by hand). One that decodes is taken as the
@@ -217,8 +227,8 @@ end
 local v2 = meta[4]
 local v2json = ''
 if tail ~= '' then
-  if (ARGV[32] or '') ~= '' then
-    v2json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[7] .. ',"text":' .. ARGV[32] .. ',"rev":' .. es .. tail
+  if (ARGV[28] or '') ~= '' then
+    v2json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[6] .. ',"text":' .. ARGV[28] .. ',"rev":' .. es .. tail
   else
     v2json = string.sub(json, 1, -2) .. ',"rev":' .. es .. tail
   end
@@ -232,20 +242,20 @@ if tail ~= '' then
     set = {'v2', '1'}
   end
   if cid ~= '' then redis.call('HSET', K.cids, cid, es) end
-  if (ARGV[23] or '') ~= '' then
-    redis.call('HSET', K.ixs, ARGV[23], es)
-    redis.call('ZADD', K.pending, ARGV[24], thread .. ' ' .. ARGV[23])
+  if (ARGV[19] or '') ~= '' then
+    redis.call('HSET', K.ixs, ARGV[19], es)
+    redis.call('ZADD', K.pending, ARGV[20], thread .. ' ' .. ARGV[19])
   end
 end
 if participant ~= '' then
-  redis.call('HSET', K.grants, participant, ARGV[27])
+  redis.call('HSET', K.grants, participant, ARGV[23])
   redis.call('HINCRBY', K.grants, '.v', 1)
 end
 
-if (ARGV[30] or '') ~= '' then
+if (ARGV[26] or '') ~= '' then
   set = set or {}
   set[#set + 1] = 'title'
-  set[#set + 1] = ARGV[30]
+  set[#set + 1] = ARGV[26]
 end
 
 -- Retention: by count (the log's length) and by age (only once the oldest
@@ -256,7 +266,7 @@ if not n or n > keep then n = redis.call('XLEN', K.log) end
 if n > keep or first <= now - age then
   local cut = cutOf(K.log, now, keep, age)
   if cut > 0 then
-    trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2, event ~= '', epoch, ARGV[9])
+    trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2, event ~= '', epoch, ARGV[8])
     n = redis.call('XLEN', K.log)
     first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
   elseif first <= now - age then
@@ -275,18 +285,20 @@ if first ~= firstWas then
   set[#set + 1] = fmt(first)
 end
 if set then
-  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', n, unpack(set))
+  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', fmt(n), unpack(set))
 else
-  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', n)
+  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', fmt(n))
 end
 redis.call('ZADD', K.index, es, thread)
 if created then redis.call('ZREM', K.places, thread) end
-announce(ARGV[9], thread, rev, trimmed, trimmedRev, v2json ~= '' and v2json or json)
+-- The rev's text is meta's "last" when the rev is the newest epoch, as
+-- it is but after a change (v2.go) or a thread made again: no format.
+announce(ARGV[8], thread, rev == prev and meta[5] or fmt(rev), trimmed, trimmedRev, v2json ~= '' and v2json or json)
 if event ~= '' and event ~= '-' then
   redis.call('XADD', K.events, '*', 't', event, 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
 end
-if participant ~= '' then publish(ARGV[9], thread .. ' P') end
-return {'ok', es, id, json, v2json}
+if participant ~= '' then publish(ARGV[8], thread .. ' P') end
+return {'ok', json, v2json}
 end
 `
 
@@ -297,9 +309,10 @@ local thread = ARGV[1]
 -- Arguments that are numbers as the store sends them are read with + 0:
 -- one conversion, where tonumber (a C call) converts twice.
 local now, keep, age = ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
-local participant = ARGV[25] or ''
-local cid = ARGV[20] or ''
-if ARGV[15] == '' then return appendRun(thread, now, keep, age, participant, cid, false) end
+local participant = ARGV[21] or ''
+if participant ~= '' then K.grants = KEYS[15] end
+local cid = ARGV[16] or ''
+if ARGV[12] == '' then return appendRun(thread, now, keep, age, participant, cid, false) end
 if cid ~= '' then
   local bad = redis.call('HGET', K.meta, 'unreadable')
   if bad then return {'unreadable', bad} end
@@ -307,17 +320,17 @@ if cid ~= '' then
   local js = e and redis.call('HGET', K.v2, e)
   if js then return {'replay', js} end
 end
-local win, l1, l2 = ARGV[16] + 0, ARGV[17] + 0, ARGV[18] + 0
-local rnow = rateNow(ARGV[19])
-local wait, n1, n2 = rateTake(KEYS[19], KEYS[20], ARGV[15], rnow, win, l1, l2)
+local win, l1, l2 = ARGV[13] + 0, ARGV[14] + 0, ARGV[15] + 0
+local rnow = rateNow(ARGV[29] or '')
+local wait, n1, n2 = rateTake(KEYS[15], KEYS[16], ARGV[12], rnow, win, l1, l2)
 if wait > 0 then return {'rate', fmt(wait)} end
 local res = appendRun(thread, now, keep, age, participant, cid, true)
 if res[1] == 'ok' then
-  rateKeep(KEYS[19], n1, l1, rnow, win, ARGV[16])
-  if KEYS[20] then rateKeep(KEYS[20], n2, l2, rnow, win, ARGV[16]) end
+  rateKeep(KEYS[15], n1, l1, rnow, win, ARGV[13])
+  if KEYS[16] then rateKeep(KEYS[16], n2, l2, rnow, win, ARGV[13]) end
 else
-  redis.call('RPOP', KEYS[19])
-  if KEYS[20] then redis.call('RPOP', KEYS[20]) end
+  redis.call('RPOP', KEYS[15])
+  if KEYS[16] then redis.call('RPOP', KEYS[16]) end
 end
 return res
 `

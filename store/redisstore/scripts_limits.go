@@ -30,21 +30,29 @@ end
 `
 
 const luaRate = luaNow + `
--- rateNow is the windows' clock (ms): arg if it is a number (tests only:
--- RateLimiter.clock), else this Redis's own (redisNow).
+-- rateNow is the windows' clock (ms) as text: arg if it is a number
+-- (tests only: RateLimiter.clock), else this Redis's own: TIME's seconds
+-- and the first three digits of its microseconds (zero-padded to six),
+-- the digits of redisNow() made of TIME's text, with no conversion to a
+-- number and back (a window's entry needs only the text; rateTake and
+-- rateKeep convert it in the rare case they compare times).
 local function rateNow(arg)
-  if arg == '' then return redisNow() end
-  return tonumber(arg) or redisNow()
+  if arg ~= '' and tonumber(arg) then return arg end
+  local t = redis.call('TIME')
+  local us = t[2]
+  if #us < 6 then us = string.sub('00000' .. us, -6) end
+  return t[1] .. string.sub(us, 1, 3)
 end
 
--- rateTake pushes the entry of post id, at now, on windows k1 and k2
--- (limits l1, l2; k2 nil: k1 alone) and answers 0 and the lists'
--- lengths, or the wait in ms (the entry taken back).
-local function rateTake(k1, k2, id, now, win, l1, l2)
-  local wait = 0
-  local entry = string.format('%d', now) .. ' ' .. id
+-- rateTake pushes the entry of post id, at now (ms, as text), on windows
+-- k1 and k2 (limits l1, l2; k2 nil: k1 alone) and answers 0 and the
+-- lists' lengths, or the wait in ms (the entry taken back).
+local function rateTake(k1, k2, id, nowText, win, l1, l2)
+  local wait, now = 0, nil
+  local entry = nowText .. ' ' .. id
   local n1 = redis.call('RPUSH', k1, entry)
   if n1 > l1 then
+    now = nowText + 0
     local t = tonumber(string.match(redis.call('LINDEX', k1, n1 - l1 - 1), '^(%d+)'))
     if t > now - win then wait = t + win - now end
   end
@@ -52,6 +60,7 @@ local function rateTake(k1, k2, id, now, win, l1, l2)
   if k2 then
     n2 = redis.call('RPUSH', k2, entry)
     if n2 > l2 then
+      now = now or nowText + 0
       local t = tonumber(string.match(redis.call('LINDEX', k2, n2 - l2 - 1), '^(%d+)'))
       if t > now - win and t + win - now > wait then wait = t + win - now end
     end
@@ -64,12 +73,13 @@ local function rateTake(k1, k2, id, now, win, l1, l2)
 end
 
 -- rateKeep trims window k (limit l) a post was counted in (n: its length
--- after rateTake) and extends its expiry to the window (win ms; winArg
--- as given).
-local function rateKeep(k, n, l, now, win, winArg)
+-- after rateTake) at now (ms, as text) and extends its expiry to the
+-- window (win ms; winArg as given).
+local function rateKeep(k, n, l, nowText, win, winArg)
   if n > l then
     redis.call('LTRIM', k, -l, -1)
   elseif n % 64 == 0 then
+    local now = nowText + 0
     local drop = 0
     for _, e in ipairs(redis.call('LRANGE', k, 0, 63)) do
       if tonumber(string.match(e, '^(%d+)')) > now - win then break end

@@ -746,7 +746,7 @@ func TestIDSuffixes(t *testing.T) {
 		if res[0] != "ok" {
 			return res[0]
 		}
-		e := must[store.Entry](t)(parseEntry(res[3]))
+		e := must[store.Entry](t)(parseEntry(res[1]))
 		checkEntry(t, e)
 		return e.ID[len(e.ID)-6:]
 	}
@@ -893,7 +893,7 @@ func TestAppendAfterAnOlderVersion(t *testing.T) {
 	forget()
 	// The same second as the three, the suffixes of two of them offered first.
 	res := must[[]string](t)(s.runAppend(ctx, th, &appendReq{m: m}, []string{es[0].ID[20:], es[2].ID[20:], "abcdef"}))
-	e := must[store.Entry](t)(parseEntry(res[3]))
+	e := must[store.Entry](t)(parseEntry(res[1]))
 	if res[0] != "ok" || e.Epoch != es[2].Epoch+1 || e.ID[20:] != "abcdef" {
 		t.Fatalf("append after the older version: %q", res)
 	}

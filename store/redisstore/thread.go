@@ -3,6 +3,8 @@ package redisstore
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,11 +60,7 @@ func (s *Store) appendRated(ctx context.Context, thread string, m store.NewMessa
 				return store.Entry{}, err
 			}
 		}
-		suffixes := make([]string, idCandidates)
-		for i := range suffixes {
-			suffixes[i] = randomHex(3)
-		}
-		res, err := s.runAppend(ctx, thread, r, suffixes)
+		res, err := s.runAppend(ctx, thread, r, nil)
 		if err != nil {
 			if rt != nil {
 				s.undoLater(rt) // as the transport undid a take whose append failed
@@ -82,10 +80,10 @@ func (s *Store) appendRated(ctx context.Context, thread string, m store.NewMessa
 func (s *Store) appendAnswer(thread string, m store.NewMessage, g chatrelay.Grant, rt *rateTake, res []string) (e store.Entry, retry bool, err error) {
 	switch res[0] {
 	case "ok":
-		if len(res) != 5 {
+		if len(res) != 3 {
 			break
 		}
-		e, err = stored(res[3], res[4])
+		e, err = stored(res[1], res[2])
 		if err != nil {
 			return store.Entry{}, false, s.unavailable("append", fmt.Errorf("stored message: %w", err))
 		}
@@ -220,27 +218,54 @@ func flag(b bool) string {
 	return "0"
 }
 
-// runAppend runs appendScript once, offering the id suffixes given.
+// runAppend runs appendScript once, offering the id suffixes given, or
+// idCandidates random ones if suffixes is nil.
 func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suffixes []string) ([]string, error) {
 	now := s.now()
 	text := r.m.Text
 	if r.v2Text != "" {
 		text = r.v1Text
 	}
-	stamp, ts := secondOf(now)
-	args := make([]any, 0, 32)
+	stamp, ts := s.secondOf(now)
+	// The random bytes of the call, read at once: the suffix candidates
+	// and the generation id a creation may take.
+	var random [idCandidates*3 + 8]byte
+	rand.Read(random[:])
+	cands := strings.Join(suffixes, " ")
+	if suffixes == nil {
+		b := make([]byte, 0, idCandidates*7)
+		for i := range idCandidates {
+			if i > 0 {
+				b = append(b, ' ')
+			}
+			b = hex.AppendEncode(b, random[i*3:i*3+3])
+		}
+		cands = string(b)
+	}
+	// What only a creation reads, in one argument (ARGV 5).
+	creation := make([]byte, 0, 64)
+	creation = strconv.AppendInt(creation, int64(s.threadLimit(ctx)), 10)
+	creation = append(creation, ' ')
+	creation = append(creation, flag(r.m.MustExist)...)
+	creation = append(creation, ' ')
+	creation = strconv.AppendInt(creation, s.seen.Load(), 10)
+	creation = append(creation, ' ')
+	creation = hex.AppendEncode(creation, random[idCandidates*3:])
+	args := make([]any, 0, 29)
 	args = append(args, thread, now.UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
-		s.threadLimit(ctx), flag(r.m.MustExist), jsonString(string(r.m.Author)), jsonString(text), s.pubFeed, s.seen.Load(), randomHex(8),
-		stamp, ts, strings.Join(suffixes, " "))
-	keys := s.keys(thread)
+		string(creation), jsonString(string(r.m.Author)), jsonString(text), s.pubFeed,
+		stamp, ts, cands)
+	keys := s.appendKeys(thread, r.grant != "")
+	clock := ""
 	if rt := r.rate; rt != nil {
 		keys = append(keys, rt.keys()...)
-		args = append(args, rt.id, rt.l.window.Milliseconds(), rt.w[0].limit, 0, rt.l.clockArg())
+		args = append(args, rt.id, rt.l.window.Milliseconds(), rt.w[0].limit, 0)
 		if len(rt.w) == 2 {
-			args[len(args)-2] = rt.w[1].limit
+			args[len(args)-1] = rt.w[1].limit
 		}
+		clock = rt.l.clockArg()
 	} else {
-		args = append(args, "", 0, 0, 0, "")
+		args = append(args, "", 0, 0, 0)
 	}
 	// The arguments a plain post leaves empty, up to the last that is not.
 	var deadline, capSpent, waiting any = "", "", ""
@@ -251,7 +276,7 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		capSpent, waiting = flag(r.capSpent), chatrelay.LimitWaitingPosts.Max
 	}
 	opt := [...]any{r.m.ClientID, r.event, r.tail, r.ix, deadline, r.grant, r.version, r.next, capSpent, waiting,
-		r.m.Title, strings.Join(r.m.Attachments, " "), r.v2Text}
+		r.m.Title, strings.Join(r.m.Attachments, " "), r.v2Text, clock}
 	n := len(opt)
 	for n > 0 && opt[n-1] == "" {
 		n--
@@ -260,7 +285,25 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 	return s.runScript(ctx, appendScript, keys, args...).StringSlice()
 }
 
-// secondOf is what appendScript takes as ARGV 12 and 13: the id stamp
+// secondText is secondOf of one second (unix: its Unix time).
+type secondText struct {
+	unix      int64
+	stamp, ts string
+}
+
+// secondOf is secondOf(t), formatted once a second: the last second's
+// text is kept (Store.second), as nearly every post is in it.
+func (s *Store) secondOf(t time.Time) (stamp, ts string) {
+	unix := t.Unix()
+	if st := s.second.Load(); st != nil && st.unix == unix {
+		return st.stamp, st.ts
+	}
+	stamp, ts = secondOf(t)
+	s.second.Store(&secondText{unix: unix, stamp: stamp, ts: ts})
+	return stamp, ts
+}
+
+// secondOf is what appendScript takes as ARGV 9 and 10: the id stamp
 // and the ts of t's second in UTC ("20261023-180000",
 // "2026-10-23T18:00:00+00:00"), the same as the script computes.
 func secondOf(t time.Time) (stamp, ts string) {
