@@ -101,6 +101,14 @@ var (
 	// LimitAttachmentPending bounds the uploads of a thread that no
 	// message names yet (within their hour): one more is refused.
 	LimitAttachmentPending = Limit{"attachment.pending", 0, 100, Count}
+	// A participant's upload is judged on what it may read alone: its own
+	// uploads no message names yet (at most LimitParticipantPending of
+	// them, of at most LimitParticipantDraftBytes distinct bytes) and the
+	// attachments messages name (with its own, LimitThreadAttachments).
+	// Another's drafts count for it as nothing, so a refusal tells it
+	// nothing of them; the owner's uploads are judged on the whole thread.
+	LimitParticipantPending    = Limit{"attachment.pending_per_participant", 0, 10, Count}
+	LimitParticipantDraftBytes = Limit{"attachment.pending_bytes_per_participant", 0, 20 << 20, Bytes}
 	// Devices (Part 5): a device's life, and the active devices of a
 	// thread (beside its share links, not among them).
 	LimitDeviceExpiresIn = Limit{"device.expires_in", 3600, 31536000, Seconds}
@@ -147,6 +155,7 @@ func Limits() []Limit {
 		LimitName, LimitExpiresIn, LimitCap, LimitActiveGrants, LimitWaitingPosts, LimitAuditKept,
 		LimitInvites, LimitEndedListed, LimitEndedKept,
 		LimitAttachments, LimitAttachmentBytes, LimitThreadAttachments, LimitAttachmentName, LimitAttachmentUnused, LimitAttachmentPending,
+		LimitParticipantPending, LimitParticipantDraftBytes,
 		LimitDeviceExpiresIn, LimitActiveDevices,
 		LimitPushSubscriptions, LimitPushPayload, LimitPushString, LimitPushEndpoint,
 		LimitAgentName, LimitAgentThreads, LimitActiveAgents, LimitMCPBody,

@@ -28,7 +28,9 @@ type Attachments interface {
 	// PutAttachment stores up in thread and returns its attachment
 	// object. It returns InvalidAttachment for a name empty once cleaned,
 	// AttachmentTooLarge for a body over up.Max bytes or one that would
-	// take the thread's stored bytes past LimitThreadAttachments,
+	// take the thread's stored bytes past LimitThreadAttachments (judged
+	// on what up.By may read: Room), TooManyAttachments for one past the
+	// uploads no message names yet that up.By may hold (Room),
 	// ThreadLimit for an upload that would start a thread beyond the
 	// store's limit, and StoreUnavailable if storage cannot take it (a
 	// full disk).
@@ -228,6 +230,98 @@ func ThreadFull() error {
 // the thread holds that many uploads no message names yet.
 func TooManyPending() error {
 	return chatrelay.Errorf(chatrelay.TooManyAttachments, "at most %d uploads no message names yet in this thread: name them in a post, or wait for them to expire", chatrelay.LimitAttachmentPending.Max)
+}
+
+// TooManyDrafts is the refusal of a participant's upload past
+// LimitParticipantPending: it holds that many uploads no message names
+// yet (its own: another's drafts count for it as nothing).
+func TooManyDrafts() error {
+	return chatrelay.Errorf(chatrelay.TooManyAttachments, "at most %d of your uploads no message names yet: name them in a post, or wait for them to expire", chatrelay.LimitParticipantPending.Max)
+}
+
+// DraftsFull is the refusal of a participant's upload that would take
+// its uploads no message names past LimitParticipantDraftBytes.
+func DraftsFull() error {
+	return chatrelay.Errorf(chatrelay.AttachmentTooLarge, "your uploads no message names yet may hold at most %d bytes: name them in a post, or wait for them to expire", chatrelay.LimitParticipantDraftBytes.Max)
+}
+
+// Room judges an upload of by (Upload.By) of the bytes sha (size bytes)
+// against the uploads recs of a thread still kept (none past its hour),
+// of which a message names those used reports. The owner ("") reads every
+// upload and is judged on them all: LimitAttachmentPending uploads no
+// message names (TooManyPending), the distinct bytes of all against
+// LimitThreadAttachments (ThreadFull), bytes already held counted once.
+// A participant is judged on what it may read alone (OpensFor): its own
+// uploads no message names (LimitParticipantPending, TooManyDrafts; their
+// distinct bytes against LimitParticipantDraftBytes, DraftsFull) and, with
+// the attachments messages name, LimitThreadAttachments (ThreadFull);
+// bytes it may not read count as new (and bytes its drafts do not hold,
+// as new drafts' bytes). Another's drafts count for it as
+// nothing: what it is refused for tells it nothing of them. The thread's
+// own totals stay bounded: the owner's uploads stop at 100 drafts and
+// 100 MiB of the thread's, and each grant's drafts are bounded by its own
+// limits (docs/api.md, Attachments). pre is the check before the bytes
+// are taken in (sha unknown yet): counts alone.
+func Room(recs []StoredAttachment, used func(id string) bool, by, sha string, size int64, pre bool) error {
+	if by == "" {
+		n := 0
+		for _, r := range recs {
+			if !used(r.ID) {
+				n++
+			}
+		}
+		if n >= chatrelay.LimitAttachmentPending.Max {
+			return TooManyPending()
+		}
+		if pre {
+			return nil
+		}
+		seen := map[string]bool{}
+		var total int64
+		for _, r := range recs {
+			if !seen[r.SHA256] {
+				seen[r.SHA256] = true
+				total += r.Size
+			}
+		}
+		if !seen[sha] && total+size > int64(chatrelay.LimitThreadAttachments.Max) {
+			return ThreadFull()
+		}
+		return nil
+	}
+	n := 0
+	seen, drafts := map[string]bool{}, map[string]bool{}
+	var visible, draftBytes int64
+	for _, r := range recs {
+		u := used(r.ID)
+		if !r.OpensFor(by, u) {
+			continue // another's draft: nothing, for by
+		}
+		if !u {
+			n++
+			if !drafts[r.SHA256] {
+				drafts[r.SHA256] = true
+				draftBytes += r.Size
+			}
+		}
+		if !seen[r.SHA256] {
+			seen[r.SHA256] = true
+			visible += r.Size
+		}
+	}
+	if n >= chatrelay.LimitParticipantPending.Max {
+		return TooManyDrafts()
+	}
+	if pre {
+		return nil
+	}
+	if !seen[sha] && visible+size > int64(chatrelay.LimitThreadAttachments.Max) {
+		return ThreadFull()
+	}
+	if !drafts[sha] && draftBytes+size > int64(chatrelay.LimitParticipantDraftBytes.Max) {
+		return DraftsFull()
+	}
+	return nil
 }
 
 // NewAttachment is the attachment object of up once received: a fresh

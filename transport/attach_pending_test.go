@@ -32,7 +32,8 @@ func TestAttachmentPendingLimit(t *testing.T) {
 }
 
 // TestAttachmentRevokeFreesPending: an outside probe's commenter filled
-// its thread's pending uploads with files it never posted, and the
+// its thread's pending uploads with files it never posted (now it holds
+// at most its own 10; the owner's drafts fill the rest), and the
 // owner's uploads were 409 too_many_attachments for up to an hour,
 // revoked link or not. Revoking the link removes its uploads that no
 // post names: the owner's next upload is taken, and the commenter's
@@ -48,12 +49,20 @@ func TestAttachmentRevokeFreesPending(t *testing.T) {
 		posted := u.Attachment.ID
 		status, b := e.asParticipant(http.MethodPost, chatrelay.PathPost, in.Token, `{"text":"see","attachments":["`+posted+`"]}`)
 		assert.Equal(t, "the commenter's post "+string(b), status, http.StatusCreated)
+		// The owner's drafts leave the commenter its own most drafts;
+		// its own are bounded apart (attachment.pending_per_participant).
+		for range chatrelay.LimitAttachmentPending.Max - chatrelay.LimitParticipantPending.Max {
+			e.mustUpload(tok, "owner's.txt", "text/plain", []byte("owner's"))
+		}
 		var drafts []string
-		for range chatrelay.LimitAttachmentPending.Max {
+		for range chatrelay.LimitParticipantPending.Max {
 			status, u := e.upload(bearer(in.Token), "junk.txt", "text/plain", bytes.NewReader([]byte("junk")))
 			assert.Equal(t, "a draft", status, http.StatusCreated)
 			drafts = append(drafts, u.Attachment.ID)
 		}
+		status, u = e.upload(bearer(in.Token), "junk.txt", "text/plain", bytes.NewReader([]byte("junk")))
+		assert.Equal(t, "the commenter's draft past its own most", status, http.StatusConflict)
+		assert.Equal(t, "its code", u.Code, chatrelay.TooManyAttachments)
 		status, u = e.upload(owner(tok), "mine.txt", "text/plain", bytes.NewReader([]byte("mine")))
 		assert.Equal(t, "the owner's upload, the thread full of drafts", status, http.StatusConflict)
 		assert.Equal(t, "its code", u.Code, chatrelay.TooManyAttachments)
@@ -68,5 +77,39 @@ func TestAttachmentRevokeFreesPending(t *testing.T) {
 		status, _, b = e.fetch(chatrelay.PathAttachments+"/"+posted, owner(tok))
 		assert.Equal(t, "the file it posted", status, http.StatusOK)
 		assert.Equal(t, "its bytes", string(b), "posted")
+	})
+}
+
+// TestAttachmentParticipantDraftsOwnCount: an outside probe's commenter
+// uploaded until refused and learned from the 409 how many drafts the
+// owner held, which it may not read. A participant's drafts are counted
+// alone: it takes as many beside the owner's drafts as in a thread with
+// none, and another participant's drafts change nothing either.
+func TestAttachmentParticipantDraftsOwnCount(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend})
+		busy, empty := tokenN(1), tokenN(2)
+		e.mustPost(busy, "hello")
+		e.mustPost(empty, "hello")
+		for i := range chatrelay.LimitAttachmentPending.Max - 1 - chatrelay.LimitParticipantPending.Max {
+			e.mustUpload(busy, "owner's.txt", "text/plain", []byte{byte(i)})
+		}
+		taken := func(tok, name string) int {
+			in := e.invite(tok, `{"name":"`+name+`","role":"commenter"}`)
+			for n := 0; n <= chatrelay.LimitAttachmentPending.Max; n++ {
+				status, u := e.upload(bearer(in.Token), "mine.txt", "text/plain", bytes.NewReader([]byte(name)))
+				if status != http.StatusCreated {
+					assert.Equal(t, "refused", status, http.StatusConflict)
+					assert.Equal(t, "its code", u.Code, chatrelay.TooManyAttachments)
+					return n
+				}
+			}
+			t.Fatalf("%s took more than %d drafts", name, chatrelay.LimitAttachmentPending.Max)
+			return 0
+		}
+		alone := taken(empty, "Alex")
+		assert.Equal(t, "a commenter's drafts, the owner holding none", alone, chatrelay.LimitParticipantPending.Max)
+		assert.Equal(t, "a commenter's drafts beside the owner's", taken(busy, "Alex"), alone)
+		assert.Equal(t, "another commenter's, beside both", taken(busy, "Bo"), alone)
 	})
 }

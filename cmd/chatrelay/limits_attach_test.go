@@ -30,14 +30,23 @@ func init() {
 	walks["attachment.name"] = walk{custom: walkAttachmentName}
 	walks["attachment.unreferenced"] = walk{custom: walkUnreferenced}
 	walks["attachment.pending"] = walk{custom: walkPending}
+	walks["attachment.pending_per_participant"] = walk{custom: walkParticipantPending}
+	walks["attachment.pending_bytes_per_participant"] = walk{custom: walkParticipantDraftBytes}
 }
 
 // uploadFile POSTs body as a file named name to url as the owner of token.
 func uploadFile(t *testing.T, base, token, name string, body []byte) (int, []byte) {
 	t.Helper()
+	return uploadAs(t, base, "X-Chat-Token", token, name, body)
+}
+
+// uploadAs POSTs body as a file named name to url with the credential
+// header h: value.
+func uploadAs(t *testing.T, base, h, value, name string, body []byte) (int, []byte) {
+	t.Helper()
 	req, err := http.NewRequest("POST", base+chatrelay.PathAttachments, bytes.NewReader(body))
 	assert.Success(t, err)
-	req.Header.Set("X-Chat-Token", token)
+	req.Header.Set(h, value)
 	req.Header.Set("X-Filename", url.PathEscape(name))
 	req.Header.Set("Content-Type", "application/octet-stream")
 	res, err := http.DefaultClient.Do(req)
@@ -206,4 +215,68 @@ func walkPending(t *testing.T, _ *walkEnv, l chatrelay.Limit) {
 	assert.Equal(t, fmt.Sprintf("CLI past %d (%v)", l.Max, r.err), chatrelay.CodeOf(r.err), chatrelay.TooManyAttachments)
 	refused, code, b := w.callTool(t, "send", map[string]any{"thread": w.thread, "text": "x", "attachments": mcpFiles(1, 1)})
 	assert.True(t, refused && code == chatrelay.TooManyAttachments, "MCP past %d: %s", l.Max, b)
+}
+
+// commenterOf invites a commenter into w's thread over HTTP and returns
+// its share link's token.
+func commenterOf(t *testing.T, w *walkEnv, name string) string {
+	t.Helper()
+	status, b := w.post(t, "/api/chat/participants", jsonOf(map[string]any{"name": name, "role": "commenter"}))
+	assert.True(t, status == 201, "invite: %d %s", status, b)
+	var in struct{ Token string }
+	assert.Success(t, json.Unmarshal(b, &in))
+	return "Bearer " + in.Token
+}
+
+func walkParticipantPending(t *testing.T, _ *walkEnv, l chatrelay.Limit) {
+	// A thread of its own, where the owner holds drafts (which a
+	// commenter may not read) up to the thread's most less l.Max: each
+	// commenter takes l.Max drafts, then one more is refused, whatever the
+	// owner's or the other's hold; the owner's view is the whole thread's.
+	w := newWalkEnv(t)
+	for i := range chatrelay.LimitAttachmentPending.Max - l.Max {
+		mustUploadFile(t, w.url, w.token, "owner.txt", []byte(fmt.Sprint("owner ", i)))
+	}
+	for _, who := range []string{"alex", "bo"} {
+		auth := commenterOf(t, w, who)
+		for i := range l.Max {
+			status, b := uploadAs(t, w.url, "Authorization", auth, "mine.txt", []byte(fmt.Sprint(who, i)))
+			assert.True(t, status == 201, "%s's draft %d: %d %s", who, i+1, status, b)
+		}
+		status, b := uploadAs(t, w.url, "Authorization", auth, "one more.txt", []byte("one more"))
+		assert.True(t, status == 409 && strings.Contains(string(b), `"too_many_attachments"`), "%s past %d: %d %s", who, l.Max, status, b)
+	}
+	status, b := uploadFile(t, w.url, w.token, "owner's one more.txt", []byte("one more"))
+	assert.True(t, status == 409 && strings.Contains(string(b), `"too_many_attachments"`), "the owner past the thread's most: %d %s", status, b)
+}
+
+func walkParticipantDraftBytes(t *testing.T, _ *walkEnv, l chatrelay.Limit) {
+	// A thread of its own, where the owner holds a large draft: a
+	// commenter's drafts take l.Max bytes to the byte, then one more byte
+	// is refused; naming them in a post makes room again.
+	w := newWalkEnv(t)
+	mustUploadFile(t, w.url, w.token, "owner.bin", bytes.Repeat([]byte{1}, chatrelay.LimitAttachmentBytes.Max))
+	auth := commenterOf(t, w, "alex")
+	var ids []string
+	for left, i := l.Max, 0; left > 0; i++ {
+		n := min(left, chatrelay.LimitAttachmentBytes.Max)
+		status, b := uploadAs(t, w.url, "Authorization", auth, "part.bin", bytes.Repeat([]byte{byte(2 + i)}, n))
+		assert.True(t, status == 201, "draft %d: %d %s", i+1, status, b)
+		var a struct{ Attachment chatrelay.Attachment }
+		assert.Success(t, json.Unmarshal(b, &a))
+		ids = append(ids, a.Attachment.ID)
+		left -= n
+	}
+	status, b := uploadAs(t, w.url, "Authorization", auth, "one more.bin", []byte{0})
+	assert.True(t, status == 413 && strings.Contains(string(b), `"attachment_too_large"`), "past %d bytes: %d %s", l.Max, status, b)
+	req, err := http.NewRequest("POST", w.url+"/api/chat/post", strings.NewReader(jsonOf(map[string]any{"text": "", "attachments": ids[:1]})))
+	assert.Success(t, err)
+	req.Header.Set("Authorization", auth)
+	res, err := http.DefaultClient.Do(req)
+	assert.Success(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.True(t, res.StatusCode == 201, "post: %d %s", res.StatusCode, body)
+	status, b = uploadAs(t, w.url, "Authorization", auth, "one more.bin", []byte{0})
+	assert.True(t, status == 201, "after the post: %d %s", status, b)
 }

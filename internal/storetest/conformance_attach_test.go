@@ -202,24 +202,124 @@ func TestConformanceAttachments(t *testing.T) {
 				}
 				draft := []byte("the owner's draft")
 				d := mustUpload(t, b.Store, thA, "draft.txt", draft)
-				_, err := put(p, "fill", bytes.Repeat([]byte{4}, chatrelay.LimitThreadAttachments.Max-len(draft))) // to the byte
+				fill := mustUpload(t, b.Store, thA, "fill", bytes.Repeat([]byte{4}, chatrelay.LimitThreadAttachments.Max-len(draft))) // to the byte
+				_, err := postWith(b.Store, thA, "the fill, shown", fill.ID)
 				assert.Success(t, err)
+				// For p the thread holds the fill alone (the draft is
+				// nothing to it): room for len(draft) new bytes, whatever
+				// they are.
 				_, err = put(p, "guess.txt", draft)
-				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				assert.Success(t, err)
 				_, err = put(p, "other guess.txt", []byte("the owner's drafT"))
 				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				_, err = put(p, "again.txt", draft) // its own now: counted once
+				assert.Success(t, err)
 				assertNothingStaged(t, b, thA, 2)
 				_, err = put("", "copy.txt", draft) // the owner reads every file: counted once
 				assert.Success(t, err)
-				_, err = put(p, "small", bytes.Repeat([]byte{4}, 1)) // (new bytes: the thread is full)
+				_, err = put("", "small", []byte{5})
 				assert.Code(t, err, chatrelay.AttachmentTooLarge)
 				_, err = postWith(b.Store, thA, "the draft, shown", d.ID)
 				assert.Success(t, err)
-				_, err = put(p, "seen.txt", draft) // a message names it now: the participant reads it, counted once
+				_, err = put(p, "seen.txt", draft) // a message names it: counted once
 				assert.Success(t, err)
-				_, err = put(p, "again", bytes.Repeat([]byte{4}, chatrelay.LimitThreadAttachments.Max-len(draft))) // its own: counted once
+				_, err = put("p_0000000b", "seen by another.txt", draft) // one with no draft, the thread full: counted once
+				assert.Success(t, err)
+				_, err = put("p_0000000b", "new to it.txt", []byte("the owner's drafT"))
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				assertNothingStaged(t, b, thA, 2)
+			}},
+			{"a participant's uploads are taken or refused as if no other held drafts: the same count, the same bytes", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				// An outside probe: a commenter uploading until refused
+				// learned from the 409/413 how many drafts the owner (or
+				// another participant) held, and their size, which it may
+				// not read. A participant's upload is judged on what it
+				// may read alone; the owner's on the whole thread.
+				ctx := context.Background()
+				appendText(t, b.Store, thA, "", "hello")
+				appendText(t, b.Store, thB, "", "hello")
+				p := participants(t, b)
+				maxDrafts := chatrelay.LimitParticipantPending.Max
+				// walk uploads drafts as g until refused: how many it took.
+				walk := func(th string, g chatrelay.Grant) int {
+					put := grantUpload(b, th, g)
+					for n := 0; n <= chatrelay.LimitAttachmentPending.Max; n++ {
+						if _, err := put(fmt.Sprintf("d%d", n), []byte(fmt.Sprintf("%s %d", g.ID, n))); err != nil {
+							assert.Code(t, err, chatrelay.TooManyAttachments)
+							return n
+						}
+					}
+					t.Fatalf("%s took more than %d drafts", g.ID, chatrelay.LimitAttachmentPending.Max)
+					return 0
+				}
+				// thA: the owner holds drafts, one short of the thread's
+				// most; thB: none.
+				ownerDrafts := chatrelay.LimitAttachmentPending.Max - 1 - maxDrafts
+				for i := range ownerDrafts {
+					mustUpload(t, b.Store, thA, fmt.Sprintf("o%d", i), []byte(fmt.Sprintf("owner %d", i)))
+				}
+				alexA, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter})
+				alexB, _ := invite(t, p, clk, thB, chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter})
+				beside, alone := walk(thA, alexA), walk(thB, alexB)
+				assert.Equal(t, "alex's drafts beside the owner's, as alone", beside, alone)
+				assert.Equal(t, "alex's drafts", alone, maxDrafts)
+				boA, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Bo", Role: chatrelay.Commenter})
+				assert.Equal(t, "bo's drafts beside alex's and the owner's", walk(thA, boA), maxDrafts)
+				// The owner reads every draft: the thread's most, as documented.
+				_, err := upload(b.Store, thA, "owner's one more", []byte("one more"))
+				assert.Code(t, err, chatrelay.TooManyAttachments)
+				// A revoke frees its grant's drafts (for the owner).
+				_, err = p.Revoke(ctx, thA, boA.ID)
+				assert.Success(t, err)
+				mustUpload(t, b.Store, thA, "owner's one more", []byte("one more"))
+
+				// Bytes: the thread holds posted bytes to 15 MiB short of
+				// its most; the owner holds 10 MiB of drafts in thC, none
+				// in thD. A participant may take the 15 MiB to the byte in
+				// both, and not one more.
+				const mib = 1 << 20
+				for _, th := range []string{thC, thD} {
+					posted := mustUpload(t, b.Store, th, "posted", bytes.Repeat([]byte{1}, chatrelay.LimitThreadAttachments.Max-15*mib))
+					_, err := postWith(b.Store, th, "posted", posted.ID)
+					assert.Success(t, err)
+				}
+				for i := range 5 {
+					mustUpload(t, b.Store, thC, fmt.Sprintf("o%d", i), bytes.Repeat([]byte{byte(10 + i)}, 2*mib))
+				}
+				for _, th := range []string{thC, thD} {
+					cy, _ := invite(t, p, clk, th, chatrelay.Invite{Name: "Cy", Role: chatrelay.Commenter})
+					put := grantUpload(b, th, cy)
+					_, err := put("ten", bytes.Repeat([]byte{2}, 10*mib))
+					assert.Success(t, err)
+					_, err = put("five", bytes.Repeat([]byte{3}, 5*mib)) // to the byte
+					assert.Success(t, err)
+					_, err = put("one more", []byte{4})
+					assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				}
+				// The owner's view is the whole thread's: thC is over its
+				// most by the participant's 15 MiB beside the owner's 10.
+				_, err = upload(b.Store, thC, "owner's byte", []byte{5})
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+			}},
+			{"a participant's drafts hold at most attachment.pending_bytes_per_participant", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				appendText(t, b.Store, thA, "", "hello")
+				p := participants(t, b)
+				alex, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Alex", Role: chatrelay.Commenter})
+				put := grantUpload(b, thA, alex)
+				half := chatrelay.LimitParticipantDraftBytes.Max / 2
+				a1, err := put("one", bytes.Repeat([]byte{1}, half))
+				assert.Success(t, err)
+				_, err = put("two", bytes.Repeat([]byte{2}, chatrelay.LimitParticipantDraftBytes.Max-half)) // to the byte
+				assert.Success(t, err)
+				_, err = put("one more", []byte{3})
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				cp, err := put("a copy", bytes.Repeat([]byte{1}, half)) // its own bytes: counted once
 				assert.Success(t, err)
 				assertNothingStaged(t, b, thA, 2)
+				_, err = b.Store.Append(context.Background(), thA, store.NewMessage{Author: alex.Author(), Text: "see", Participant: alex.ID, Attachments: []string{a1.ID, cp.ID}})
+				assert.Success(t, err)
+				_, err = put("one more", []byte{3}) // posted: no longer a draft's bytes
+				assert.Success(t, err)
 			}},
 			{"an upload no post names is deleted after an hour; one a post names stays", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				kept := mustUpload(t, b.Store, thA, "kept", []byte("kept"))
@@ -327,19 +427,25 @@ func TestConformanceAttachments(t *testing.T) {
 				assert.Success(t, err)
 				owners := mustUpload(t, b.Store, thA, "owner.txt", []byte("the same bytes")) // the owner's draft
 				held := int(posted.Size + owners.Size)
+				// The owner's drafts leave alex's most drafts' bytes of room.
+				base := mustUpload(t, b.Store, thA, "base", bytes.Repeat([]byte{6}, chatrelay.LimitThreadAttachments.Max-held-chatrelay.LimitParticipantDraftBytes.Max))
+				held += int(base.Size)
 				drafts := []string{}
 				a, err := put("copy.txt", []byte("the same bytes")) // the owner's bytes: stored once, counted twice
 				assert.Success(t, err)
 				drafts = append(drafts, a.ID)
-				a, err = put("fill", bytes.Repeat([]byte{7}, chatrelay.LimitThreadAttachments.Max-held-len("the same bytes")))
+				a, err = put("fill", bytes.Repeat([]byte{7}, chatrelay.LimitParticipantDraftBytes.Max-len("the same bytes")))
 				assert.Success(t, err)
 				drafts = append(drafts, a.ID)
 				_, err = upload(b.Store, thA, "mine.txt", []byte("the owner's new file"))
 				assert.Code(t, err, chatrelay.AttachmentTooLarge)
-				for i := len(drafts); i < chatrelay.LimitAttachmentPending.Max-1; i++ { // with the owner's draft: the most pending
+				for i := len(drafts); i < chatrelay.LimitParticipantPending.Max; i++ { // alex's most drafts
 					a, err := put(fmt.Sprintf("junk %d", i), nil)
 					assert.Success(t, err)
 					drafts = append(drafts, a.ID)
+				}
+				for i := 2 + chatrelay.LimitParticipantPending.Max; i < chatrelay.LimitAttachmentPending.Max; i++ { // the owner's: the most pending
+					mustUpload(t, b.Store, thA, fmt.Sprintf("empty %d", i), nil)
 				}
 				_, err = upload(b.Store, thA, "empty.txt", nil)
 				assert.Code(t, err, chatrelay.TooManyAttachments)
@@ -350,7 +456,7 @@ func TestConformanceAttachments(t *testing.T) {
 					_, err := download(t, b.Store, thA, id)
 					assert.Code(t, err, chatrelay.NotFound)
 				}
-				assertNothingStaged(t, b, thA, 2) // the posted file's bytes and the owner's draft's
+				assertNothingStaged(t, b, thA, 4) // the posted file's bytes and the owner's drafts' (the empty file's too)
 				for id, want := range map[string]string{posted.ID: "alex's posted file", owners.ID: "the same bytes"} {
 					got, err := download(t, b.Store, thA, id)
 					assert.Success(t, err)
@@ -363,10 +469,10 @@ func TestConformanceAttachments(t *testing.T) {
 				mustUpload(t, b.Store, thA, "rest", bytes.Repeat([]byte{8}, chatrelay.LimitThreadAttachments.Max-held))
 				_, err = upload(b.Store, thA, "one more", []byte{9})
 				assert.Code(t, err, chatrelay.AttachmentTooLarge)
-				assertNothingStaged(t, b, thA, 4)
+				assertNothingStaged(t, b, thA, 6)
 				_, err = p.Revoke(ctx, thA, alex.ID) // again: changes nothing
 				assert.Success(t, err)
-				assertNothingStaged(t, b, thA, 4)
+				assertNothingStaged(t, b, thA, 6)
 			}},
 			{"uploads racing their grant's revoke: none survives it as a draft", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				appendText(t, b.Store, thA, "", "hello")
@@ -378,7 +484,7 @@ func TestConformanceAttachments(t *testing.T) {
 				var wg sync.WaitGroup
 				var mu sync.Mutex
 				taken := []string{before.ID}
-				for i := range 12 {
+				for i := range 9 { // (with before, at most attachment.pending_per_participant)
 					wg.Add(1)
 					go func() {
 						defer wg.Done()

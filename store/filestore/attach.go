@@ -31,10 +31,12 @@ import (
 // attachments in the thread document; an upload is "used" when a message
 // of the document names it. Under the same lock, the records that no
 // message names and that are older than LimitAttachmentUnused are
-// dropped, and then the files that no record names (collect). A thread
-// holds at most LimitAttachmentPending uploads no message names (checked
-// before the bytes are taken in, and again under the lock), so the index
-// holds at most those and the uploads its messages name. When a grant
+// dropped, and then the files that no record names (collect). An upload
+// is judged on what its uploader may read (store.Room: the owner's on the
+// thread's LimitAttachmentPending uploads no message names, a
+// participant's on its own LimitParticipantPending; checked before the
+// bytes are taken in, and again under the lock), so the index holds at
+// most those and the uploads its messages name. When a grant
 // ends (Revoke, NoteExpired: withGrantsThen), the same collect runs under
 // the lock that wrote the grants record, and drops the uploads made with
 // a grant that has ended that no message names (Orphaned); an upload of
@@ -70,7 +72,7 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 			return chatrelay.Attachment{}, err
 		}
 	}
-	if err := s.roomForUpload(ctx, thread); err != nil { // before the bytes are taken in; checked again at the commit
+	if err := s.roomForUpload(ctx, thread, up.By); err != nil { // before the bytes are taken in; checked again at the commit
 		return chatrelay.Attachment{}, err
 	}
 	tmp, rec, err := s.receive(thread, up)
@@ -116,24 +118,17 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	now := s.now()
 	used := usedIDs(d)
 	recs := kept(read, used, now)
-	if pending(recs, used) >= chatrelay.LimitAttachmentPending.Max {
-		return chatrelay.Attachment{}, store.TooManyPending()
+	if err := store.Room(recs, func(id string) bool { return used[id] }, up.By, a.SHA256, a.Size, false); err != nil {
+		return chatrelay.Attachment{}, err
 	}
-	held, seen := 0, false
+	held := 0
 	for _, r := range recs {
 		if r.SHA256 == a.SHA256 {
 			held++
-			seen = seen || r.OpensFor(up.By, used[r.ID])
 		}
 	}
 	dir := s.filesDir(thread)
 	blob := filepath.Join(dir, a.SHA256)
-	if (held == 0 || !seen) && storedBytes(recs)+a.Size > int64(chatrelay.LimitThreadAttachments.Max) {
-		// Bytes the uploader may not read (the owner's draft, to a
-		// participant) count as new for it: taken or refused, the
-		// answer tells nothing of what the thread holds.
-		return chatrelay.Attachment{}, store.ThreadFull()
-	}
 	if held == 0 {
 		if err := s.placeBlob(thread, tmp, dir, blob); err != nil {
 			return chatrelay.Attachment{}, err
@@ -153,10 +148,11 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 	return a, nil
 }
 
-// roomForUpload refuses (TooManyPending) an upload into a thread that
-// holds LimitAttachmentPending uploads no message names yet, before its
-// bytes are taken in (PutAttachment checks again under the lock).
-func (s *File) roomForUpload(ctx context.Context, thread string) error {
+// roomForUpload refuses (TooManyPending, TooManyDrafts: store.Room) an
+// upload of by into a thread that holds the most uploads no message names
+// yet that by may hold, before its bytes are taken in (PutAttachment
+// checks again under the lock).
+func (s *File) roomForUpload(ctx context.Context, thread, by string) error {
 	d, unlock, err := s.lockDoc(ctx, thread)
 	if err != nil {
 		return err
@@ -167,22 +163,7 @@ func (s *File) roomForUpload(ctx context.Context, thread string) error {
 		return err
 	}
 	used := usedIDs(d)
-	if pending(kept(recs, used, s.now()), used) >= chatrelay.LimitAttachmentPending.Max {
-		return store.TooManyPending()
-	}
-	return nil
-}
-
-// pending is how many uploads of recs no message names (used: the ids
-// the messages name, usedIDs).
-func pending(recs []store.StoredAttachment, used map[string]bool) int {
-	n := 0
-	for _, r := range recs {
-		if !used[r.ID] {
-			n++
-		}
-	}
-	return n
+	return store.Room(kept(recs, used, s.now()), func(id string) bool { return used[id] }, by, "", 0, true)
 }
 
 // receive takes an upload's bytes into a temporary file of the chat
@@ -449,19 +430,6 @@ func names(d threadDoc, id string) bool {
 		}
 	}
 	return false
-}
-
-// storedBytes is what the files of recs take: each digest's bytes once.
-func storedBytes(recs []store.StoredAttachment) int64 {
-	seen := map[string]bool{}
-	var n int64
-	for _, r := range recs {
-		if !seen[r.SHA256] {
-			seen[r.SHA256] = true
-			n += r.Size
-		}
-	}
-	return n
 }
 
 // removeStray removes the files of thread's folder that no record of recs

@@ -94,7 +94,7 @@ func (s *Store) putAttachment(ctx context.Context, thread string, up store.Uploa
 	if err := s.roomForThread(ctx, thread, sh); err != nil {
 		return chatrelay.Attachment{}, err
 	}
-	if err := s.roomForUpload(ctx, thread); err != nil { // before the bytes are taken in; commitScript checks again
+	if err := s.roomForUpload(ctx, thread, up.By); err != nil { // before the bytes are taken in; commitScript checks again
 		return chatrelay.Attachment{}, err
 	}
 	stage := s.attKey(thread) + ":up:" + randomHex(8)
@@ -137,7 +137,7 @@ func (s *Store) putAttachment(ctx context.Context, thread string, up store.Uploa
 		return commitScript.Run(ctx, s.rdb, []string{s.attKey(thread), stage, s.blobKey(thread, a.SHA256), s.metaKey(thread), s.index, s.places, s.grantsKey(thread)},
 			a.ID, string(js), a.SHA256, a.Size, chatrelay.LimitThreadAttachments.Max, aw.n > 0,
 			s.pendingSince(), chatrelay.LimitAttachmentPending.Max, aw.i, thread, limit, s.now().UnixMilli(),
-			version, up.Grant != "", up.By).Text()
+			version, up.Grant != "", up.By, chatrelay.LimitParticipantPending.Max, chatrelay.LimitParticipantDraftBytes.Max).Text()
 	}
 	var res string
 	for {
@@ -169,11 +169,8 @@ func (s *Store) putAttachment(ctx context.Context, thread string, up store.Uploa
 		s.unlist(ctx, thread)
 		return chatrelay.Attachment{}, chatrelay.Errorf(chatrelay.ThreadLimit, "thread limit reached")
 	}
-	if res == "pending" {
-		return chatrelay.Attachment{}, store.TooManyPending() // (the thread holds uploads: it stays listed)
-	}
-	if res == "full" {
-		return chatrelay.Attachment{}, store.ThreadFull() // (the thread holds uploads: it stays listed)
+	if err := roomRefusal(res); err != nil {
+		return chatrelay.Attachment{}, err // (the thread holds uploads: it stays listed)
 	}
 	if res == "lost" {
 		// Redis lost chunks it had taken (it restarted without its data,
@@ -205,23 +202,22 @@ func (s *Store) unlist(ctx context.Context, thread string) {
 	}
 }
 
-// roomForUpload refuses (TooManyPending) an upload into a thread that
-// holds LimitAttachmentPending uploads no message names yet, before its
-// bytes are taken in (commitScript checks again, atomically).
-func (s *Store) roomForUpload(ctx context.Context, thread string) error {
+// roomForUpload refuses (TooManyPending, TooManyDrafts: roomLua) an
+// upload of by into a thread that holds the most uploads no message names
+// yet that by may hold, before its bytes are taken in (commitScript
+// checks again, atomically).
+func (s *Store) roomForUpload(ctx context.Context, thread, by string) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	r, err := pendingScript.Run(ctx, s.rdb, []string{s.attKey(thread), s.metaKey(thread)}, s.pendingSince()).Slice()
+	r, err := pendingScript.Run(ctx, s.rdb, []string{s.attKey(thread), s.metaKey(thread)}, append([]any{s.pendingSince(), by}, roomLimits()...)...).Slice()
 	if err != nil || len(r) != 2 {
 		return s.unavailable("upload", err)
 	}
 	if mark, _ := r[1].(string); mark != "" {
 		return markedUnreadable(thread, mark)
 	}
-	if n, _ := r[0].(int64); n >= int64(chatrelay.LimitAttachmentPending.Max) {
-		return store.TooManyPending()
-	}
-	return nil
+	res, _ := r[0].(string)
+	return roomRefusal(res)
 }
 
 // pendingSince is the time (ms) after which an upload no message names
@@ -253,15 +249,97 @@ local function pendingUploads(att, before)
 end
 `
 
-// pendingScript answers {the pending uploads (pendingLua) a thread
-// holds, its unreadable mark or ""} (unreadable.go: an upload into a
-// marked thread is refused before its bytes are taken in). KEYS: the
-// thread's att hash and meta. ARGV: before (ms).
-var pendingScript = redis.NewScript(pendingLua + `
+// roomLua defines room(att, before, by, sha, size, pre), store.Room in
+// Lua: "" if the upload of by (a participant's id; "" the owner) of the
+// bytes sha (size bytes) fits the thread of the att hash att, else
+// "pending" (the owner: the thread holds LimitAttachmentPending uploads no
+// message names, made after before, ms), "drafts" (a participant: it
+// holds LimitParticipantPending of them), "full" (the bytes it may read,
+// and these counted as new unless it may read a record holding them,
+// would pass LimitThreadAttachments) or "draftbytes" (a participant: its
+// drafts' bytes would pass LimitParticipantDraftBytes). pre: the check
+// before the bytes are taken in, counts alone. A participant is judged on
+// what it may read alone (its own drafts, the uploads messages name):
+// another's drafts count for it as nothing.
+const roomLua = pendingLua + `
+local function room(att, before, by, sha, size, pre, most, maxPending, maxDrafts, maxDraftBytes)
+  if by == '' then
+    if pendingUploads(att, before) >= maxPending then return 'pending' end
+    if pre then return '' end
+    local held = tonumber(redis.call('HGET', att, 'b:' .. sha) or '0') > 0
+    if not held and (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most then return 'full' end
+    return ''
+  end
+  -- Its own drafts first (the records no message names, as
+  -- pendingUploads reads them); the named files only when the thread's
+  -- stored bytes could take it past most: what it may read is among them.
+  local fs = redis.call('HKEYS', att)
+  local used = {}
+  for _, f in ipairs(fs) do
+    if string.sub(f, 1, 2) == 'u:' then used[string.sub(f, 3)] = true end
+  end
+  local n, draftBytes, drafts = 0, 0, {}
+  for _, f in ipairs(fs) do
+    if string.sub(f, 1, 3) == 'at_' and not used[f] then
+      local ok, a = pcall(cjson.decode, redis.call('HGET', att, f) or '')
+      if ok and type(a) == 'table' and a.by == by and (tonumber(a.at) or 0) > before and type(a.sha256) == 'string' then
+        n = n + 1
+        if not drafts[a.sha256] then drafts[a.sha256] = true; draftBytes = draftBytes + (tonumber(a.size) or 0) end
+      end
+    end
+  end
+  if n >= maxDrafts then return 'drafts' end
+  if pre then return '' end
+  if not drafts[sha] and (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most then
+    local seen, visible = {}, draftBytes
+    for h in pairs(drafts) do seen[h] = true end
+    for id in pairs(used) do
+      local ok, a = pcall(cjson.decode, redis.call('HGET', att, id) or '')
+      if ok and type(a) == 'table' and type(a.sha256) == 'string' and not seen[a.sha256] then
+        seen[a.sha256] = true
+        visible = visible + (tonumber(a.size) or 0)
+      end
+    end
+    if not seen[sha] and visible + size > most then return 'full' end
+  end
+  if not drafts[sha] and draftBytes + size > maxDraftBytes then return 'draftbytes' end
+  return ''
+end
+`
+
+// roomRefusal is the refusal a room (roomLua) answered, or nil.
+func roomRefusal(res string) error {
+	switch res {
+	case "pending":
+		return store.TooManyPending()
+	case "drafts":
+		return store.TooManyDrafts()
+	case "full":
+		return store.ThreadFull()
+	case "draftbytes":
+		return store.DraftsFull()
+	}
+	return nil
+}
+
+// pendingScript answers {room's answer before the bytes are taken in
+// (roomLua, pre), the thread's unreadable mark or ""} (unreadable.go: an
+// upload into a marked thread is refused before its bytes are taken in).
+// KEYS: the thread's att hash and meta. ARGV: before (ms), the uploader,
+// and the limits (roomLimits).
+var pendingScript = redis.NewScript(roomLua + `
 local mark = redis.call('HGET', KEYS[2], '` + markField + `')
-if mark then return {0, mark} end
-return {pendingUploads(KEYS[1], tonumber(ARGV[1])), ''}
+if mark then return {'', mark} end
+return {room(KEYS[1], tonumber(ARGV[1]), ARGV[2], '', 0, true, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])), ''}
 `)
+
+// roomLimits are room's limits (roomLua), as a script's last arguments:
+// the thread's most bytes, the most pending uploads (the owner's view), a
+// participant's most drafts and their most bytes.
+func roomLimits() []any {
+	return []any{chatrelay.LimitThreadAttachments.Max, chatrelay.LimitAttachmentPending.Max,
+		chatrelay.LimitParticipantPending.Max, chatrelay.LimitParticipantDraftBytes.Max}
+}
 
 // roomForThread refuses (ThreadLimit) an upload that would start a thread
 // (one with no place in the thread limit) when the store holds the most
@@ -389,36 +467,21 @@ func (w *appender) flush() error {
 // upload no message names is pending, the most pending uploads, the
 // chunks the staging key was sent, the thread, the most threads, now
 // (ms), the version of the grants record the uploader's grant was checked
-// in, "1" if it has one (Upload.Grant), and the uploader (Upload.By: a
-// participant's id, or "" for the owner). It answers "retry" (the grants
+// in, "1" if it has one (Upload.Grant), the uploader (Upload.By: a
+// participant's id, or "" for the owner), a participant's most drafts
+// and their most bytes. It answers "retry" (the grants
 // record changed since: nothing is kept, the staging key stays), or
 // answers "ok", "thread_limit" (the thread has no place in the thread
 // limit, neither in the index nor in att-places, and they hold the most
 // threads: nothing is kept but the staging key, for the caller to try
-// again with more room or delete), "pending" (the thread holds the most
-// pending uploads it may: pendingLua; nothing is kept), "full" (the
-// bytes would take the thread past its most, counted as new unless the
-// uploader may read a record holding them: seenBy; nothing is kept),
+// again with more room or delete), "pending", "drafts", "full" or
+// "draftbytes" (the upload does not fit what the uploader may hold:
+// roomLua; nothing is kept),
 // "unreadable" (the thread is marked unreadable: unreadable.go; nothing
 // is kept) or "lost" (the staging key lacks chunks it was sent: Redis
 // lost data meanwhile; nothing is kept). An upload kept into a thread
 // that had no place gives it one in att-places.
-var commitScript = redis.NewScript(pendingLua + `
--- seenBy: whether by (a participant's id; '' the owner, who reads every
--- file) may read a record of att holding the bytes sha: its own upload, or
--- one a message names (u:<id>), as StoredAttachment.OpensFor.
-local function seenBy(att, sha, by)
-  if by == '' then return true end
-  for _, f in ipairs(redis.call('HKEYS', att)) do
-    if string.sub(f, 1, 3) == 'at_' then
-      local ok, a = pcall(cjson.decode, redis.call('HGET', att, f) or '')
-      if ok and type(a) == 'table' and a.sha256 == sha and (a.by == by or redis.call('HEXISTS', att, 'u:' .. f) == 1) then
-        return true
-      end
-    end
-  end
-  return false
-end
+var commitScript = redis.NewScript(roomLua + `
 local att, stage, blob = KEYS[1], KEYS[2], KEYS[3]
 if (ARGV[14] == '1' or ARGV[14] == 'true') and (redis.call('HGET', KEYS[7], '.v') or '') ~= ARGV[13] then
   return 'retry'
@@ -431,19 +494,13 @@ local place = not redis.call('ZSCORE', KEYS[5], ARGV[10]) and not redis.call('ZS
 if place and redis.call('ZCARD', KEYS[5]) + redis.call('ZCARD', KEYS[6]) >= tonumber(ARGV[11]) then
   return 'thread_limit'
 end
-if pendingUploads(att, tonumber(ARGV[7])) >= tonumber(ARGV[8]) then
+local id, rec, sha, size = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local refused = room(att, tonumber(ARGV[7]), ARGV[15], sha, size, false, tonumber(ARGV[5]), tonumber(ARGV[8]), tonumber(ARGV[16]), tonumber(ARGV[17]))
+if refused ~= '' then
   redis.call('DEL', stage)
-  return 'pending'
+  return refused
 end
-local id, rec, sha, size, most = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local held = tonumber(redis.call('HGET', att, 'b:' .. sha) or '0') > 0
-if (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most and (not held or not seenBy(att, sha, ARGV[15])) then
-  -- Bytes the uploader may not read (the owner's draft, to a
-  -- participant) count as new for it: taken or refused, the answer
-  -- tells nothing of what the thread holds.
-  redis.call('DEL', stage)
-  return 'full'
-end
 if held then
   redis.call('DEL', stage)
 else
