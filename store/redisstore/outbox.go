@@ -316,7 +316,7 @@ func (o *outbox) trim(ctx context.Context) {
 		}
 	}
 	if min != (streamID{}) {
-		s.rdb.XTrimMinID(ctx, s.events, min.String())
+		s.rdb.XTrimMinID(noWait(ctx), s.events, min.String()) // retention: no WAIT (replicas.go)
 	}
 }
 
