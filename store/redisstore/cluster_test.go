@@ -280,7 +280,8 @@ func TestCheckNamesAStalledRedis(t *testing.T) {
 // TestCheckFullShardHidesNoDeadOne: with shards, a full shard (OOM: the
 // server stays ready, store.Full) is reported after a shard that fails
 // otherwise, so that shard 0 full does not hide shard 1 gone (whose
-// threads' reads fail too: not ready).
+// threads' reads fail too): the check names it, as a shard down
+// (store.Partial: ready, shard 0 answering its reads).
 func TestCheckFullShardHidesNoDeadOne(t *testing.T) {
 	s0 := redistest.StartServer(t, redistest.ServerOptions{})
 	s1 := redistest.StartServer(t, redistest.ServerOptions{})
@@ -291,7 +292,10 @@ func TestCheckFullShardHidesNoDeadOne(t *testing.T) {
 	assert.True(t, store.Full(err) && store.Reason(err) == "Redis out of memory", "shard 0 full: %v", err)
 	s1.Kill()
 	err = sh.Check(t.Context())
-	assert.True(t, !store.Full(err) && store.Reason(err) == "Redis unreachable", "shard 0 full, shard 1 killed: %v (%s)", err, store.Reason(err))
+	assert.True(t, !store.Full(err) && store.Reason(err) == "1 of 2 Redis shards: Redis unreachable", "shard 0 full, shard 1 killed: %v (%s)", err, store.Reason(err))
+	// Shard 0 full answers its reads and holds the node-wide keys: the
+	// node stays ready, as with shard 0 up (store.Partial).
+	assert.True(t, store.Partial(err), "shard 0 full, shard 1 killed: %v is not store.Partial", err)
 }
 
 // TestCheckShardDownIsPartial: on instances, a shard that does not

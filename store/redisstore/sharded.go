@@ -163,7 +163,8 @@ func (sh *Sharded) Ping(ctx context.Context) error {
 // A shard that fails otherwise than full is reported before one that is
 // full (store.Full), so that a full shard does not hide one that is gone.
 // On instances, shards that fail so while shard 0 (the node-wide keys)
-// and at least one other take writes are a partialError (store.Partial):
+// and at least one other answer (take writes, or are full) are a
+// partialError (store.Partial):
 // every node finds them alike, and the other shards' threads go on.
 // FeedLive excuses the feeds of the shards the last Check found down.
 func (sh *Sharded) Check(ctx context.Context) error {
@@ -187,7 +188,7 @@ func (sh *Sharded) Check(ctx context.Context) error {
 	switch {
 	case gone == nil:
 		return full
-	case sh.cluster == nil && errs[0] == nil && down < len(sh.shards):
+	case sh.cluster == nil && (errs[0] == nil || store.Full(errs[0])) && down < len(sh.shards):
 		return &partialError{down: down, of: len(sh.shards), err: gone}
 	}
 	return gone
