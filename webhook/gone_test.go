@@ -38,11 +38,43 @@ func (o *retryOutbox) Retry(context.Context, string, store.Due, time.Time) error
 func TestGoneReceiverIsDisabled(t *testing.T) {
 	t.Parallel()
 	const url = "http://127.0.0.1:1/hook"
+	ob := &retryOutbox{doneOutbox: doneOutbox{memOutbox: memOutbox{queued: threeEvents(url, "evt_gone"), took: make(chan struct{})}}}
+	d, asked, logs := runGone(t, url, ob, func() bool { return ob.retries.Load() > 0 })
+	if n := ob.retries.Load(); n != 0 {
+		t.Fatalf("an event for a receiver that answered 410 Gone was retried (%d times)", n)
+	}
+	if n := testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultGone)); n != 3 {
+		t.Fatalf("counted %v gone, not the 3 events", n)
+	}
+	ob.mu.Lock()
+	settled := len(ob.done)
+	ob.mu.Unlock()
+	if settled != 3 {
+		t.Fatalf("settled %d events, not 3", settled)
+	}
+	if asked != 1 {
+		t.Fatalf("the receiver was sent %d events after it answered 410, not none", asked-1)
+	}
+	if n := strings.Count(logs, "410"); n != 1 {
+		t.Fatalf("the disabling is logged %d times, not once:\n%s", n, logs)
+	}
+}
+
+// threeEvents is three events, ids prefix0 to prefix2, queued for url.
+func threeEvents(url, prefix string) map[string][]store.Due {
 	var queued []store.Due
 	for i := range 3 {
-		queued = append(queued, store.Due{Event: store.Event{ID: fmt.Sprintf("evt_gone%d", i), Type: store.EventMessageCreated, Thread: "t", At: time.Now(), Message: []byte(`{}`)}})
+		queued = append(queued, store.Due{Event: store.Event{ID: fmt.Sprintf("%s%d", prefix, i), Type: store.EventMessageCreated, Thread: "t", At: time.Now(), Message: []byte(`{}`)}})
 	}
-	ob := &retryOutbox{doneOutbox: doneOutbox{memOutbox: memOutbox{queued: map[string][]store.Due{store.DestinationID(url): queued}, took: make(chan struct{})}}}
+	return map[string][]store.Due{store.DestinationID(url): queued}
+}
+
+// runGone runs a deliverer of ob's events for url, whose receiver
+// answers every request 410 Gone, until it counted three gone, or stop
+// says so, or 10 s passed; it returns the deliverer (stopped), how many
+// requests the receiver got, and the log.
+func runGone(t *testing.T, url string, ob store.Outbox, stop func() bool) (*webhook.Deliverer, int64, string) {
+	t.Helper()
 	var asked atomic.Int64
 	gone := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		asked.Add(1)
@@ -58,27 +90,10 @@ func TestGoneReceiverIsDisabled(t *testing.T) {
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultGone)) < 3 && ob.retries.Load() == 0 && time.Now().Before(deadline) {
+	for testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultGone)) < 3 && !stop() && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond) // polls the counter
 	}
 	cancel()
 	<-done
-	if n := ob.retries.Load(); n != 0 {
-		t.Fatalf("an event for a receiver that answered 410 Gone was retried (%d times)", n)
-	}
-	if n := testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultGone)); n != 3 {
-		t.Fatalf("counted %v gone, not the 3 events", n)
-	}
-	ob.mu.Lock()
-	settled := len(ob.done)
-	ob.mu.Unlock()
-	if settled != 3 {
-		t.Fatalf("settled %d events, not 3", settled)
-	}
-	if n := asked.Load(); n != 1 {
-		t.Fatalf("the receiver was sent %d events after it answered 410, not none", n-1)
-	}
-	if n := strings.Count(logs.String(), "410"); n != 1 {
-		t.Fatalf("the disabling is logged %d times, not once:\n%s", n, logs.String())
-	}
+	return d, asked.Load(), logs.String()
 }

@@ -1,15 +1,10 @@
 package webhook_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"net/http"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -42,36 +37,13 @@ var _ store.Disabler = (*unrecordingOutbox)(nil)
 func TestGoneUnrecordedStaysDisabled(t *testing.T) {
 	t.Parallel()
 	const url = "http://127.0.0.1:1/hook"
-	var queued []store.Due
-	for i := range 3 {
-		queued = append(queued, store.Due{Event: store.Event{ID: fmt.Sprintf("evt_unrec%d", i), Type: store.EventMessageCreated, Thread: "t", At: time.Now(), Message: []byte(`{}`)}})
-	}
-	ob := &unrecordingOutbox{retryOutbox: retryOutbox{doneOutbox: doneOutbox{memOutbox: memOutbox{queued: map[string][]store.Due{store.DestinationID(url): queued}, took: make(chan struct{})}}}}
-	var asked atomic.Int64
-	gone := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		asked.Add(1)
-		return &http.Response{StatusCode: http.StatusGone, Status: "410 Gone", Body: http.NoBody, Request: r}, nil
-	})
-	var logs bytes.Buffer
-	d, err := webhook.New(webhook.Config{URLs: []string{url}, Keys: [][]byte{make([]byte, 32)}, Outbox: ob, Poll: time.Millisecond, Workers: 1,
-		Client: &http.Client{Transport: gone}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { d.Run(ctx); close(done) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultGone)) < 3 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // polls the counter
-	}
-	cancel()
-	<-done
+	ob := &unrecordingOutbox{retryOutbox: retryOutbox{doneOutbox: doneOutbox{memOutbox: memOutbox{queued: threeEvents(url, "evt_unrec"), took: make(chan struct{})}}}}
+	d, asked, logs := runGone(t, url, ob, func() bool { return false })
 	if n := testutil.ToFloat64(d.Counter().WithLabelValues(webhook.ResultGone)); n != 3 {
 		t.Fatalf("counted %v gone, not the 3 events", n)
 	}
-	if n := asked.Load(); n != 1 {
-		t.Fatalf("the receiver was sent %d events after it answered 410, not none:\n%s", n-1, logs.String())
+	if asked != 1 {
+		t.Fatalf("the receiver was sent %d events after it answered 410, not none:\n%s", asked-1, logs)
 	}
 	if ob.disables.Load() == 0 {
 		t.Fatal("the 410 was not recorded")
