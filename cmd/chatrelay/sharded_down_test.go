@@ -78,32 +78,7 @@ func TestServeShardDownAtStart(t *testing.T) {
 		json.NewDecoder(res.Body).Decode(&body)
 		return answer{res.StatusCode, res.Header, body.Code}
 	}
-	// stream opens a stream of tok's thread and returns a channel that
-	// says whether text came on it.
-	stream := func(tok, text string) <-chan bool {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		t.Cleanup(cancel)
-		req, err := http.NewRequestWithContext(ctx, "GET", base+"api/chat/stream", nil)
-		assert.Success(t, err)
-		req.Header.Set("X-Chat-Token", tok)
-		res, err := http.DefaultClient.Do(req)
-		assert.Success(t, err)
-		assert.Equal(t, "stream status", res.StatusCode, 200)
-		got := make(chan bool, 1)
-		go func() {
-			defer res.Body.Close()
-			sc := bufio.NewScanner(res.Body)
-			for sc.Scan() {
-				if strings.HasPrefix(sc.Text(), "data:") && strings.Contains(sc.Text(), `"text":"`+text+`"`) {
-					got <- true
-					return
-				}
-			}
-			got <- false
-		}()
-		return got
-	}
+	stream := func(tok, text string) <-chan bool { return streamSays(t, base, tok, text) }
 	// readyz is /readyz's status and its body's store.
 	readyz := func() (int, string) {
 		res, err := http.Get(base + "readyz")
@@ -191,4 +166,32 @@ func TestServeShard0DownAtStart(t *testing.T) {
 	}
 	assert.True(t, strings.Contains(msg, "store_unavailable") && strings.Contains(msg, s0.Addr()),
 		"serve with shard 0 down: %v, stderr %q", r.err, r.stderr)
+}
+
+// streamSays opens a stream of tok's thread on the server at base and
+// returns a channel that says whether a message with text came on it
+// (false: the stream ended first, or 20 s passed).
+func streamSays(t *testing.T, base, tok, text string) <-chan bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"api/chat/stream", nil)
+	assert.Success(t, err)
+	req.Header.Set("X-Chat-Token", tok)
+	res, err := http.DefaultClient.Do(req)
+	assert.Success(t, err)
+	assert.Equal(t, "stream status", res.StatusCode, 200)
+	got := make(chan bool, 1)
+	go func() {
+		defer res.Body.Close()
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "data:") && strings.Contains(sc.Text(), `"text":"`+text+`"`) {
+				got <- true
+				return
+			}
+		}
+		got <- false
+	}()
+	return got
 }

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
@@ -55,24 +52,7 @@ func TestStoreShardedURLs(t *testing.T) {
 			n1, n2 := startServe(t, args...), startServe(t, args...)
 			for i, tok := range tokens {
 				live := fmt.Sprintf("live %d", i)
-				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-				req, err := http.NewRequestWithContext(ctx, "GET", n2+"api/chat/stream", nil)
-				assert.Success(t, err)
-				req.Header.Set("X-Chat-Token", tok)
-				res, err := http.DefaultClient.Do(req)
-				assert.Success(t, err)
-				assert.Equal(t, "stream status", res.StatusCode, 200)
-				got := make(chan bool, 1)
-				go func() {
-					sc := bufio.NewScanner(res.Body)
-					for sc.Scan() {
-						if strings.HasPrefix(sc.Text(), "data:") && strings.Contains(sc.Text(), `"text":"`+live+`"`) {
-							got <- true
-							return
-						}
-					}
-					got <- false
-				}()
+				got := streamSays(t, n2, tok, live)
 				preq, err := http.NewRequest("POST", n1+"api/chat/post", strings.NewReader(`{"text":"`+live+`"}`))
 				assert.Success(t, err)
 				preq.Header.Set("X-Chat-Token", tok)
@@ -82,8 +62,6 @@ func TestStoreShardedURLs(t *testing.T) {
 				pres.Body.Close()
 				assert.Equal(t, "post status", pres.StatusCode, 201)
 				assert.True(t, <-got, "the post on one server did not reach the stream on the other (thread %s)", threads[i])
-				cancel()
-				res.Body.Close()
 			}
 			r := runCLI(t, nil, "", append([]string{"list", "--json"}, args...)...)
 			assert.Success(t, r.err)
