@@ -281,14 +281,12 @@ func (d *Deliverer) attempt(ctx context.Context, dst dest, ev store.Due) {
 		serr = d.cfg.Outbox.Done(sctx, dst.id, ev)
 	case !sent || status == http.StatusGone:
 		result = ResultGone
-		if sent {
+		if sent { // a 410; unsent: an event given up because dst is gone
 			dst.unrecorded.Store(true) // before gone: a batch that reads the store meanwhile keeps it disabled
-		}
-		if sent && dst.gone.CompareAndSwap(false, true) {
-			d.cfg.Log.Warn("webhook: the receiver answered 410 Gone: it gets no more events, from any node or after a restart, until it is enabled again (their events are given up, counted gone); remove it from --webhook, or fix the receiver and run chatrelay webhook enable URL",
-				"dest", dst.id, "event", ev.ID, "type", ev.Type)
-		}
-		if sent {
+			if dst.gone.CompareAndSwap(false, true) {
+				d.cfg.Log.Warn("webhook: the receiver answered 410 Gone: it gets no more events, from any node or after a restart, until it is enabled again (their events are given up, counted gone); remove it from --webhook, or fix the receiver and run chatrelay webhook enable URL",
+					"dest", dst.id, "event", ev.ID, "type", ev.Type)
+			}
 			if dis, ok := d.cfg.Outbox.(store.Disabler); ok {
 				if err := dis.Disable(sctx, dst.id); err != nil {
 					d.cfg.Log.Warn("webhook: record the destination disabled (it is disabled in this server only, which records it again at its next batch)", "dest", dst.id, "err", err)
