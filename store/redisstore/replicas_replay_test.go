@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 	"github.com/chatrelay/chatrelay/store"
 )
@@ -33,7 +35,12 @@ func TestWaitReplicasReplayNotAcknowledgedEarly(t *testing.T) {
 	}
 	wantCode(t, err, chatrelay.StoreUnavailable)
 	replica.Cont()
-	again := must[store.Entry](t)(b.Append(ctx, th, store.NewMessage{Text: "on the primary alone", ClientID: "c-1"}))
+	var again store.Entry
+	assert.Eventually(t, 10*time.Second, "the retry acknowledged once the replica is back", func() bool {
+		e, err := b.Append(ctx, th, store.NewMessage{Text: "on the primary alone", ClientID: "c-1"})
+		again = e
+		return err == nil // else StoreUnavailable: the replica still catching up, retried as a client would
+	})
 	if !again.Replayed || !onReplica(t, replica.Client(t), b, th, again.Epoch) {
 		t.Fatalf("after the replica is back: replayed %v, on the replica %v", again.Replayed, onReplica(t, replica.Client(t), b, th, again.Epoch))
 	}

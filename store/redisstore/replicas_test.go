@@ -94,10 +94,12 @@ func TestWaitReplicasRefusesUnreplicated(t *testing.T) {
 	// client_id) is a replay of what the primary stored, and acknowledged
 	// now that the replica holds it.
 	replica.Cont()
-	again, err := waiting.Append(ctx, th, store.NewMessage{Text: "lost to a failover", ClientID: "c-1"})
-	if err != nil {
-		t.Fatalf("retry after the replica is back: %v", err)
-	}
+	var again store.Entry
+	assert.Eventually(t, 10*time.Second, "the retry acknowledged once the replica is back", func() bool {
+		e, err := waiting.Append(ctx, th, store.NewMessage{Text: "lost to a failover", ClientID: "c-1"})
+		again = e
+		return err == nil // else StoreUnavailable: the replica still catching up, retried as a client would
+	})
 	if !onReplica(t, replica.Client(t), waiting, th, again.Epoch) {
 		t.Fatalf("acknowledged %s, not on the replica", again.ID)
 	}
