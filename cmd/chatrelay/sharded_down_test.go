@@ -57,7 +57,7 @@ func TestServeShardDownAtStart(t *testing.T) {
 	r = runCLI(t, nil, "", append([]string{"reply", threads[1], "on the down shard"}, args...)...)
 	assert.True(t, r.err != nil && strings.Contains(r.stderr+r.err.Error(), "store_unavailable"), "a reply on the down shard: %v, stderr %q", r.err, r.stderr)
 
-	base := startServe(t, append([]string{"-addr", "127.0.0.1:47301"}, args...)...)
+	base := startServe(t, args...)
 	type answer struct {
 		StatusCode int
 		Header     http.Header
@@ -159,7 +159,7 @@ func TestServeShard0DownAtStart(t *testing.T) {
 	s0.Kill()
 	r := runCLI(t, nil, "", append([]string{"reply", on1, "while shard 0 is down"}, args...)...)
 	assert.Success(t, r.err)
-	r = runCLI(t, nil, "", append([]string{"serve", "-addr", "127.0.0.1:47303"}, args...)...)
+	r = runCLI(t, nil, "", append([]string{"serve", "-addr", "127.0.0.1:0"}, args...)...)
 	msg := ""
 	if r.err != nil {
 		msg = r.stderr + r.err.Error()
