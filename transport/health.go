@@ -49,7 +49,10 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	if prev, _ := s.ops.lastNot.Swap(why).(string); prev != why {
 		switch why {
 		case "":
-			if prev != "" {
+			switch prev {
+			case "full", "partial": // ready all along
+				s.log.Info("the store takes writes again")
+			default:
 				s.log.Info("ready")
 			}
 		case "full":
