@@ -10,9 +10,10 @@ import (
 	"github.com/chatrelay/chatrelay/store"
 )
 
-// TestWebhookEnable: a destination a 410 Gone disabled in the store stays
-// disabled after a restart; "chatrelay webhook enable URL" enables it
-// again, on either store, and says whether it was disabled.
+// TestWebhookEnable: "chatrelay webhook enable URL" enables a destination
+// a 410 Gone disabled in the store, on either store, and says whether it
+// was disabled (that it stays disabled across a restart:
+// TestConformanceWebhookGoneSurvivesRestart).
 func TestWebhookEnable(t *testing.T) {
 	for _, backend := range storetest.Backends() {
 		t.Run(backend, func(t *testing.T) {

@@ -484,7 +484,7 @@ func TestConformanceAttachments(t *testing.T) {
 				var wg sync.WaitGroup
 				var mu sync.Mutex
 				taken := []string{before.ID}
-				for i := range 9 { // (with before, at most attachment.pending_per_participant)
+				for i := range chatrelay.LimitParticipantPending.Max - 1 { // with before, the most a participant may hold
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
