@@ -411,10 +411,7 @@ func newStore(rdb redis.UniversalClient, opt Options, sh shardOf) *Store {
 	}
 	rdb.AddHook(answerHook{s})
 	if c, ok := rdb.(*redis.Client); ok && opt.WaitReplicas > 0 {
-		if opt.WaitTimeout <= 0 {
-			s.opt.WaitTimeout = defaultWaitTimeout
-		}
-		c.AddHook(s.waitHook(c))
+		c.AddHook(newWaitHook(c, opt))
 	}
 	routeClientLog(s)
 	s.closing, s.close = context.WithCancel(context.Background())

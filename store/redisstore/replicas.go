@@ -132,14 +132,20 @@ func (s *Store) waitOn(ctx context.Context, tx *redis.Tx) error {
 	if s.opt.WaitReplicas <= 0 {
 		return nil
 	}
-	h := s.waitHook(nil)
+	h := newWaitHook(nil, s.opt)
 	wait := redis.NewIntCmd(ctx, "wait", h.n, h.timeout)
 	tx.Process(ctx, wait)
 	return h.short(wait)
 }
 
-func (s *Store) waitHook(c *redis.Client) waitHook {
-	return waitHook{c: c, n: int64(s.opt.WaitReplicas), timeout: s.opt.WaitTimeout.Milliseconds()}
+// newWaitHook is the hook that waits on c for opt.WaitReplicas replicas,
+// opt.WaitTimeout at most (defaultWaitTimeout if unset).
+func newWaitHook(c *redis.Client, opt Options) waitHook {
+	timeout := opt.WaitTimeout
+	if timeout <= 0 {
+		timeout = defaultWaitTimeout
+	}
+	return waitHook{c: c, n: int64(opt.WaitReplicas), timeout: timeout.Milliseconds()}
 }
 
 // stickyTx runs fn's commands in one MULTI/EXEC, followed by WAIT on the

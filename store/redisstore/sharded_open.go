@@ -274,12 +274,7 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	if opt.WaitReplicas > 0 {
 		// WAIT counts one connection's writes: it goes in each node's
 		// share of a pipeline, on that node's connection (replicas.go).
-		if opt.WaitTimeout <= 0 {
-			opt.WaitTimeout = defaultWaitTimeout
-		}
-		rdb.OnNewNode(func(c *redis.Client) {
-			c.AddHook(waitHook{c: c, n: int64(opt.WaitReplicas), timeout: opt.WaitTimeout.Milliseconds()})
-		})
+		rdb.OnNewNode(func(c *redis.Client) { c.AddHook(newWaitHook(c, opt)) })
 	}
 	sh := &Sharded{opt: opt, cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0]), down: make([]atomic.Bool, ClusterShards)}
 	base := opt.Prefix
