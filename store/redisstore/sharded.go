@@ -500,10 +500,8 @@ func (sh *Sharded) Pending(ctx context.Context) ([]store.PendingInteraction, err
 
 // Threads implements store.Store: every shard's, newest rev first.
 func (sh *Sharded) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
-	return gather(sh, func(s *Store) ([]store.ThreadInfo, error) { return s.Threads(ctx) },
-		func(a, b store.ThreadInfo) int {
-			return cmp.Or(cmp.Compare(b.Rev, a.Rev), cmp.Compare(a.Thread, b.Thread))
-		})
+	infos, _, err := sh.ThreadsReport(ctx)
+	return infos, err
 }
 
 var _ store.ThreadsReporter = (*Sharded)(nil)

@@ -55,7 +55,7 @@ const readyzTTL = time.Minute
 // writeRefusals are the replies of a Redis that answers but takes no
 // write, with the few words /readyz says of each (store_error).
 var writeRefusals = []struct{ prefix, reason string }{
-	{"OOM", "Redis out of memory"},
+	{"OOM", reasonOOM},
 	{"READONLY", "Redis read-only"},
 	{"MISCONF", "Redis cannot save"},
 	{"NOREPLICAS", "Redis lacks replicas"},
@@ -76,7 +76,10 @@ func (e *writeRefusal) StoreReason() string { return e.reason }
 
 // StoreFull says a full Redis (OOM: maxmemory with noeviction), which
 // every node finds alike and whose reads go on (store.Full).
-func (e *writeRefusal) StoreFull() bool { return e.reason == "Redis out of memory" }
+func (e *writeRefusal) StoreFull() bool { return e.reason == reasonOOM }
+
+// reasonOOM is the reason of a full Redis's refusal (StoreFull reads it).
+const reasonOOM = "Redis out of memory"
 
 // FeedLive implements store.FeedStater: no Follow call of this store has
 // lost its subscription without having subscribed again and caught up
