@@ -257,6 +257,11 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		stamp, ts, cands)
 	keys := s.appendKeys(thread, r.grant != "")
 	clock := ""
+	if r.rate != nil && r.grant != "" {
+		// KEYS[15] is the grants key for a participant's post and the
+		// thread's rate window for a rated one (appendScript): never both.
+		return nil, errors.New("redisstore: a participant's post is never rated in its append")
+	}
 	if rt := r.rate; rt != nil {
 		keys = append(keys, rt.keys()...)
 		args = append(args, rt.id, rt.l.window.Milliseconds(), rt.w[0].limit, 0)
