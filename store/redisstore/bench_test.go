@@ -232,7 +232,7 @@ func BenchmarkPost(b *testing.B) {
 			rl := NewRateLimiter(s, chatrelay.Windows{PerThread: 1e9, PerIP: 1e9, Window: 10 * time.Minute})
 			b.Run(c.name+"/"+call, func(b *testing.B) {
 				n.Store(0)
-				b.SetParallelism(16) // 32 posters on 2 cores
+				b.SetParallelism(16) // 16 per GOMAXPROCS: 32 posters on 2 cores
 				s.rdb.ConfigResetStat(ctx)
 				cpu0 := redisCPU(b, s)
 				b.RunParallel(func(pb *testing.PB) {
@@ -300,7 +300,7 @@ func redisCPU(b *testing.B, s *Store) float64 {
 
 // BenchmarkAppendWaitReplicas: the cost of wait-replicas=1 (replicas.go):
 // appends to a Redis with one replica, without and with WAIT, serial
-// (each append's latency) and from 16 goroutines (the batcher's
+// (each append's latency) and from 8 goroutines per GOMAXPROCS (the batcher's
 // pipelines, one WAIT each).
 func BenchmarkAppendWaitReplicas(b *testing.B) {
 	srv := redistest.StartServer(b, redistest.ServerOptions{})
@@ -318,7 +318,7 @@ func BenchmarkAppendWaitReplicas(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("replicas=%d/parallel", wait), func(b *testing.B) {
 			var n atomic.Int64
-			b.SetParallelism(8) // 16 goroutines on 2 cores
+			b.SetParallelism(8) // 8 goroutines per GOMAXPROCS: 16 on 2 cores
 			b.RunParallel(func(pb *testing.PB) {
 				th := fmt.Sprintf("a1b2c3d4e5f6%04x", n.Add(1))
 				for pb.Next() {
