@@ -216,7 +216,13 @@ type Backend struct {
 	Outbox store.Outbox // the queue of webhook events, with Options.Webhooks
 
 	query string // Redis: the URL's query (RedisWait's wait-replicas)
+	close func() // closes the store once
 }
+
+// Close closes the store now, as a server's clean stop does (the file
+// store saves its webhook queues' progress); the test's end does not
+// close it again.
+func (b *Backend) Close() { b.close() }
 
 // Open opens a store of the named backend for the test: the file store in
 // a new temp folder, or the Redis store on the shared server under a new
@@ -279,8 +285,9 @@ func openRedis(t testing.TB, srv *Server, prefix string, opt Options, query stri
 	if err != nil {
 		t.Fatalf("storetest: open the Redis store: %v", err)
 	}
-	t.Cleanup(func() { rs.Close() })
-	return &Backend{Name: Redis, Store: rs, Redis: rs, Server: srv, Prefix: prefix, Outbox: rs.Outbox(), query: query}
+	closeOnce := sync.OnceFunc(func() { rs.Close() })
+	t.Cleanup(closeOnce)
+	return &Backend{Name: Redis, Store: rs, Redis: rs, Server: srv, Prefix: prefix, Outbox: rs.Outbox(), query: query, close: closeOnce}
 }
 
 // OpenSharded opens a Sharded store of spec under prefix (c is the
@@ -294,12 +301,13 @@ func OpenSharded(t testing.TB, spec, prefix string, opt Options, c *redistest.Cl
 	if err != nil {
 		t.Fatalf("storetest: open the sharded store %s: %v", spec, err)
 	}
-	t.Cleanup(func() { sh.Close() })
+	closeOnce := sync.OnceFunc(func() { sh.Close() })
+	t.Cleanup(closeOnce)
 	name := RedisShards
 	if c != nil {
 		name = RedisCluster
 	}
-	return &Backend{Name: name, Store: sh, Sharded: sh, Spec: spec, Cluster: c, Servers: srvs, Prefix: prefix, Outbox: sh.Outbox()}
+	return &Backend{Name: name, Store: sh, Sharded: sh, Spec: spec, Cluster: c, Servers: srvs, Prefix: prefix, Outbox: sh.Outbox(), close: closeOnce}
 }
 
 // SharedCluster returns the test binary's shared 3-primary Redis Cluster,
@@ -378,8 +386,9 @@ func openFile(t testing.TB, dir string, opt Options, appendLog bool) *Backend {
 	if err != nil {
 		t.Fatalf("storetest: open the file store: %v", err)
 	}
-	t.Cleanup(func() { fs.Close() })
-	return &Backend{Name: File, Store: fs, Dir: dir, AppendLog: appendLog, Outbox: fs.Outbox()}
+	closeOnce := sync.OnceFunc(func() { fs.Close() })
+	t.Cleanup(closeOnce)
+	return &Backend{Name: File, Store: fs, Dir: dir, AppendLog: appendLog, Outbox: fs.Outbox(), close: closeOnce}
 }
 
 func logger(opt Options) *slog.Logger {
