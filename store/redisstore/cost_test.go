@@ -74,21 +74,27 @@ func appendCommands(t *testing.T, call string) {
 		t.Fatalf("%d posts ran %v, want %v", posts, got, want)
 	}
 	// A plain post sends the 14 keys an append may touch and the script's
-	// 15 arguments, not those it leaves empty: each one is work for Redis
+	// 15 arguments, not those it leaves empty, and is answered its JSON as
+	// one string, not in a table: each one is work for Redis
 	// (docs/performance.md).
 	var args []int
-	s.rdb.AddHook(argsHook{script: call, args: &args})
-	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "one more"}))
+	var answers []string
+	s.rdb.AddHook(argsHook{script: call, args: &args, answers: &answers})
+	e := must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "one more"}))
 	if want := []int{14, 15}; fmt.Sprint(args) != fmt.Sprint(want) {
 		t.Fatalf("a plain post's script had %v keys and arguments, want %v", args, want)
+	}
+	if len(answers) != 1 || !strings.HasPrefix(answers[0], `string {"id":"`+e.ID+`"`) {
+		t.Fatalf("a plain post's script answered %q, want its message's JSON as a string", answers)
 	}
 }
 
 // argsHook notes the keys and the arguments of each call of a script
-// (cmd: fcall or evalsha), as pairs.
+// (cmd: fcall or evalsha), as pairs, and its answers' Go type and value.
 type argsHook struct {
-	script string
-	args   *[]int
+	script  string
+	args    *[]int
+	answers *[]string
 }
 
 func (h argsHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -96,7 +102,9 @@ func (h argsHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h argsHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.note(cmd)
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		h.answer(cmd)
+		return err
 	}
 }
 
@@ -105,7 +113,11 @@ func (h argsHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		for _, cmd := range cmds {
 			h.note(cmd)
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.answer(cmd)
+		}
+		return err
 	}
 }
 
@@ -116,6 +128,14 @@ func (h argsHook) note(cmd redis.Cmder) {
 	}
 	keys, _ := strconv.Atoi(fmt.Sprint(a[2]))
 	*h.args = append(*h.args, keys, len(a)-3-keys)
+}
+
+func (h argsHook) answer(cmd redis.Cmder) {
+	c, ok := cmd.(*redis.Cmd)
+	if a := cmd.Args(); h.answers == nil || !ok || len(a) < 3 || fmt.Sprint(a[0]) != h.script {
+		return
+	}
+	*h.answers = append(*h.answers, fmt.Sprintf("%T %v", c.Val(), c.Val()))
 }
 
 // TestRetentionByCountAfterDrops: meta's bound of the log's length stays

@@ -53,8 +53,11 @@ package redisstore
 // that a data set's start is never after its first message (a thread that
 // exists was made in this data set, which has its generation).
 //
-// It answers {"ok", v1 JSON, v2 JSON or ""} (the JSON has the epoch and
-// the id), {"replay", v2 JSON
+// It answers the message's v1 JSON, a string, for a message stored with
+// no v2 object (no client id, name, interaction, card or attachment: a
+// string answer is no table for Lua to make nor for Redis to walk),
+// {"ok", v1 JSON, v2 JSON} for one with (the JSON has the epoch and the
+// id), {"replay", v2 JSON
 // of the message with the client id}, {"not_found"}, {"thread_limit"},
 // {"collision"} (every candidate suffix is taken this second: try
 // others), {"retry"} (the grants record changed since it was read),
@@ -66,8 +69,9 @@ package redisstore
 var appendScript = newLuaScript("append", luaAppendK+luaHelpers+luaRate, appendDefs, appendLua)
 
 // appendDefs is appendScript's function appendRun, the append itself
-// (appendLua counts the post in the rate windows around it). The library
-// defines it once; a script, on every call.
+// (appendLua counts the post in the rate windows around it), which
+// answers appendScript's answer and, if the message was stored, true. The
+// library defines it once; a script, on every call.
 const appendDefs = `
 local function appendRun(thread, now, keep, age, participant, cid, rated)
 local tail, event = ARGV[18] or '', ARGV[17] or ''
@@ -298,7 +302,10 @@ if event ~= '' and event ~= '-' then
   redis.call('XADD', K.events, '*', 't', event, 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
 end
 if participant ~= '' then publish(ARGV[8], thread .. ' P') end
-return {'ok', json, v2json}
+-- Stored: the message's JSON alone when it has no v2 object (a string
+-- answer: no table for Lua to make nor for Redis to walk), else a table.
+if v2json == '' then return json, true end
+return {'ok', json, v2json}, true
 end
 `
 
@@ -312,7 +319,7 @@ local now, keep, age = ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
 local participant = ARGV[21] or ''
 if participant ~= '' then K.grants = KEYS[15] end
 local cid = ARGV[16] or ''
-if ARGV[12] == '' then return appendRun(thread, now, keep, age, participant, cid, false) end
+if ARGV[12] == '' then return (appendRun(thread, now, keep, age, participant, cid, false)) end
 if cid ~= '' then
   local bad = redis.call('HGET', K.meta, 'unreadable')
   if bad then return {'unreadable', bad} end
@@ -324,8 +331,8 @@ local win, l1, l2 = ARGV[13] + 0, ARGV[14] + 0, ARGV[15] + 0
 local rnow = rateNow(ARGV[29] or '')
 local wait, n1, n2 = rateTake(KEYS[15], KEYS[16], ARGV[12], rnow, win, l1, l2)
 if wait > 0 then return {'rate', fmt(wait)} end
-local res = appendRun(thread, now, keep, age, participant, cid, true)
-if res[1] == 'ok' then
+local res, stored = appendRun(thread, now, keep, age, participant, cid, true)
+if stored then
   rateKeep(KEYS[15], n1, l1, rnow, win, ARGV[13])
   if KEYS[16] then rateKeep(KEYS[16], n2, l2, rnow, win, ARGV[13]) end
 else

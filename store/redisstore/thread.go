@@ -219,7 +219,9 @@ func flag(b bool) string {
 }
 
 // runAppend runs appendScript once, offering the id suffixes given, or
-// idCandidates random ones if suffixes is nil.
+// idCandidates random ones if suffixes is nil. It returns the script's
+// answer as a table: a message stored with no v2 object, which the script
+// answers as its JSON alone, is {"ok", JSON, ""}.
 func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suffixes []string) ([]string, error) {
 	now := s.now()
 	text := r.m.Text
@@ -287,7 +289,14 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		n--
 	}
 	args = append(args, opt[:n]...)
-	return s.runScript(ctx, appendScript, keys, args...).StringSlice()
+	cmd := s.runScript(ctx, appendScript, keys, args...)
+	if err := cmd.Err(); err != nil {
+		return nil, err
+	}
+	if js, ok := cmd.Val().(string); ok {
+		return []string{"ok", js, ""}, nil // stored, with no v2 object (appendScript)
+	}
+	return cmd.StringSlice()
 }
 
 // secondText is secondOf of one second (unix: its Unix time).
