@@ -87,8 +87,7 @@ func scriptsAfterRedisForgotThem(t *testing.T, evalOnly bool) {
 		th := fmt.Sprintf("%016x", 100+i)
 		stamp, ts := secondOf(time.UnixMilli(1792778400000))
 		batch[i] = &scriptCall{script: appendScript, keys: s.appendKeys(th, false), done: make(chan *redis.Cmd, 1),
-			args: []any{th, 1792778400000, 200, 3600000, "1000 0 0 g", `"operator"`, `"x"`, s.feed, stamp, ts, "aaaaaa",
-				"", 0, 0, 0}}
+			args: []any{th, 1792778400000, s.appendSettings(nil), "1000 0 0 g", `"operator"`, `"x"`, stamp, ts, "aaaaaa"}}
 	}
 	s.sendBatch(batch)
 	for i, c := range batch {

@@ -74,17 +74,22 @@ func appendCommands(t *testing.T, call string) {
 		t.Fatalf("%d posts ran %v, want %v", posts, got, want)
 	}
 	// A plain post sends the 14 keys an append may touch and the script's
-	// 15 arguments, not those it leaves empty, and is answered its JSON as
-	// one string, not in a table: each one is work for Redis
-	// (docs/performance.md).
+	// 9 arguments (the node's settings in one), not those it leaves empty,
+	// and is answered its JSON as one string, not in a table; counted in
+	// the rate windows, 2 keys and 1 argument more: each one is work for
+	// Redis (docs/performance.md).
 	var args []int
 	var answers []string
 	s.rdb.AddHook(argsHook{script: call, args: &args, answers: &answers})
 	e := must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "one more"}))
-	if want := []int{14, 15}; fmt.Sprint(args) != fmt.Sprint(want) {
-		t.Fatalf("a plain post's script had %v keys and arguments, want %v", args, want)
+	rl := NewRateLimiter(s, chatrelay.Windows{})
+	if _, done, err := s.AppendLimited(ctx, rl, th, "192.0.2.7", store.NewMessage{Text: "rated"}); !done || err != nil {
+		t.Fatalf("AppendLimited: done %v, %v", done, err)
 	}
-	if len(answers) != 1 || !strings.HasPrefix(answers[0], `string {"id":"`+e.ID+`"`) {
+	if want := []int{14, 9, 16, 10}; fmt.Sprint(args) != fmt.Sprint(want) {
+		t.Fatalf("a plain post's script then a rated one's had %v keys and arguments, want %v", args, want)
+	}
+	if len(answers) != 2 || !strings.HasPrefix(answers[0], `string {"id":"`+e.ID+`"`) {
 		t.Fatalf("a plain post's script answered %q, want its message's JSON as a string", answers)
 	}
 }

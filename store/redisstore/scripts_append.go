@@ -3,44 +3,48 @@ package redisstore
 // appendScript stores one message. KEYS: Store.appendKeys (luaAppendK),
 // and for a participant's post its thread's grants. ARGV:
 //
-//	1 thread          2 now (ms)        3 keep            4 age (ms)
-//	5 what only a creation reads, in one argument: "<max threads> <must
+//	1 thread          2 now (ms)
+//	3 the node's settings, the same at every call: "<keep> <age (ms)>
+//	   <the rate window (ms)> <the thread's limit> <the address's>
+//	   <feed channel>" (the window and limits 0 for an append counted in
+//	   no window): one string, which the library parses once
+//	   (settingsOf), where each argument is work at every call
+//	4 what only a creation reads, in one argument: "<max threads> <must
 //	   exist: 1 or 0> <the newest epoch the store has seen> <a generation
 //	   id (gen.go)>"
-//	6 author as JSON  7 text as JSON    8 feed channel
-//	9, 10 the id's stamp and the ts of now's second ("YYYYMMDD-HHMMSS",
+//	5 author as JSON  6 text as JSON
+//	7, 8 the id's stamp and the ts of now's second ("YYYYMMDD-HHMMSS",
 //	   "YYYY-MM-DDTHH:MM:SS+00:00"): the script computes them only for an
 //	   epoch in a later second
-//	11 id suffix candidates, 6 hex each, space-separated
-//	12 the post's id in the rate windows ("" to count it in none),
-//	   13 the window (ms), 14 the thread's limit, 15 the address's
+//	9 id suffix candidates, 6 hex each, space-separated
 //
 // and then those a plain post leaves empty, sent only up to the last
 // that is not (an argument not sent is ""): a call's arguments are
 // strings Redis makes and Lua interns and tables one by one, about 1 000
 // instructions each (docs/performance.md):
 //
-//	16 client id
-//	17 the webhook event to queue ("" if webhooks are off, "-" if
+//	10 the post's id in the rate windows ("": counted in none)
+//	11 client id
+//	12 the webhook event to queue ("" if webhooks are off, "-" if
 //	   none: outbox.go; on, an interaction retention drops pending
 //	   queues its event: dropV2)
-//	18 the v2 tail: the v2 object after its rev ("" for a message with no
+//	13 the v2 tail: the v2 object after its rev ("" for a message with no
 //	   v2 field, whose v2 object is its v1 object and rev)
-//	19 interaction id    20 its deadline
-//	21 participant grant id (not a participant's post: "", and 22–25
+//	14 interaction id    15 its deadline
+//	16 participant grant id (not a participant's post: "", and 17–20
 //	   are not read)
-//	22 the grants record's version read   23 the grant with one more post
-//	24 "1" if the grant's cap is spent    25 the most messages waiting
-//	26 the thread's title to set ("" to leave it: open_thread sets it)
-//	27 the attachment ids the message names, space-separated
-//	28 the v2 text as JSON ("" if it is the v1 text: only a message with
+//	17 the grants record's version read   18 the grant with one more post
+//	19 "1" if the grant's cap is spent    20 the most messages waiting
+//	21 the thread's title to set ("" to leave it: open_thread sets it)
+//	22 the attachment ids the message names, space-separated
+//	23 the v2 text as JSON ("" if it is the v1 text: only a message with
 //	   attachments differs, whose v1 text has a line per attachment)
-//	29 the windows' clock ("": this Redis's; tests only)
+//	24 the windows' clock ("": this Redis's; tests only)
 //
 // With a rate entry (Store.AppendLimited), KEYS has two more (15, 16), the
 // thread's and the address's rate windows (RateLimiter's keys; or one,
-// the thread's, when the address's is on another shard: ARGV 15 is then
-// unused), and the
+// the thread's, when the address's is on another shard: the address's
+// limit is then unused), and the
 // post is counted in them as takeScript counts it, on this Redis's clock
 // (not ARGV 2, the node's, which the message's epoch takes), in the same
 // step: a
@@ -70,11 +74,28 @@ var appendScript = newLuaScript("append", luaAppendK+luaHelpers+luaRate, appendD
 
 // appendDefs is appendScript's function appendRun, the append itself
 // (appendLua counts the post in the rate windows around it), which
-// answers appendScript's answer and, if the message was stored, true. The
-// library defines it once; a script, on every call.
+// answers appendScript's answer and, if the message was stored, true,
+// and settingsOf. The library defines them once; a script, on every call.
 const appendDefs = `
-local function appendRun(thread, now, keep, age, participant, cid, rated)
-local tail, event = ARGV[18] or '', ARGV[17] or ''
+-- settingsOf is ARGV 3, a node's settings, parsed. A node sends the same
+-- text at every call, which Lua interns: the library parses it once and
+-- finds it by the text at the next calls (a script, defined at each call,
+-- parses it each time). It keeps the texts of a few nodes' settings; more
+-- start it again.
+local settingsParsed, settingsCount = {}, 0
+local function settingsOf(text)
+  local st = settingsParsed[text]
+  if st then return st end
+  local keep, age, win, l1, l2, feed = string.match(text, '^(%d+) (%d+) (%d+) (%d+) (%d+) (.*)$')
+  st = {keep = keep + 0, age = age + 0, win = win + 0, winText = win, l1 = l1 + 0, l2 = l2 + 0, feed = feed}
+  if settingsCount >= 16 then settingsParsed, settingsCount = {}, 0 end
+  settingsParsed[text], settingsCount = st, settingsCount + 1
+  return st
+end
+
+local function appendRun(thread, now, st, participant, cid, rated)
+local keep, age, feed = st.keep, st.age, st.feed
+local tail, event = ARGV[13] or '', ARGV[12] or ''
 
 -- What an append needs of the thread is in meta, read in one call: the
 -- newest epoch ("last"), a lower bound of the oldest ("first"), the id
@@ -100,8 +121,8 @@ local above = 0 -- a thread made again: the newest change it had (K.floor)
 if not prev then
   local newest = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)
   if #newest == 0 then
-    -- ARGV 5: what only a creation reads, in one argument.
-    local maxThreads, mustExist, seen, genID = string.match(ARGV[5], '^(%S+) (%S+) (%S+) (%S+)$')
+    -- ARGV 4: what only a creation reads, in one argument.
+    local maxThreads, mustExist, seen, genID = string.match(ARGV[4], '^(%S+) (%S+) (%S+) (%S+)$')
     if mustExist == '1' or participant ~= '' then return {'not_found'} end
     -- A thread's place in the limit: in the index, or in places (its
     -- uploads took it, attach.go), which it leaves for the index.
@@ -126,7 +147,7 @@ if not prev then
 end
 local rev = math.max(prev, num(meta[2]), above)
 
-if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[22] then
+if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[17] then
   return {'retry'}
 end
 if cid ~= '' and not rated then
@@ -135,14 +156,14 @@ if cid ~= '' and not rated then
   if js then return {'replay', js} end
 end
 if participant ~= '' then
-  if ARGV[24] == '1' then return {'cap'} end
-  local n = waiting(ARGV[6], tonumber(ARGV[25]))
-  if n >= tonumber(ARGV[25]) then return {'waiting', fmt(n)} end
+  if ARGV[19] == '1' then return {'cap'} end
+  local n = waiting(ARGV[5], tonumber(ARGV[20]))
+  if n >= tonumber(ARGV[20]) then return {'waiting', fmt(n)} end
 end
 local atts
-if (ARGV[27] or '') ~= '' then
+if (ARGV[22] or '') ~= '' then
   atts = {}
-  for id in string.gmatch(ARGV[27], '%S+') do
+  for id in string.gmatch(ARGV[22], '%S+') do
     if redis.call('HEXISTS', K.att, id) == 0 or redis.call('HEXISTS', K.att, 'u:' .. id) == 1 then
       return {'attachment', id}
     end
@@ -154,11 +175,11 @@ local epoch = now
 if epoch <= rev then epoch = rev + 1 end
 if not first then first = epoch end
 
--- The UTC date and time of the epoch's second: the caller's (ARGV 9,
--- 10) if the epoch is in now's second, as it nearly always is; else
+-- The UTC date and time of the epoch's second: the caller's (ARGV 7,
+-- 8) if the epoch is in now's second, as it nearly always is; else
 -- computed (days to civil date: H. Hinnant's algorithm).
 local secs = math.floor(epoch / 1000)
-local stamp, ts = ARGV[9], ARGV[10]
+local stamp, ts = ARGV[7], ARGV[8]
 if secs ~= math.floor(now / 1000) or stamp == '' or ts == '' then
   local floor = math.floor
   local days = floor(secs / 86400)
@@ -184,7 +205,7 @@ end
 -- (" <suffix>" each) if "sec" is that second, else (written before meta
 -- kept them) read from the log. The JSON starts {"id":"MSG-YYYYMMDD-HHMMSS-
 -- so the suffix is bytes 28 to 33.
-local cands = ARGV[11]
+local cands = ARGV[9]
 local suffix = string.sub(cands, 1, 6)
 local es = epoch == now and ARGV[2] or fmt(epoch)
 local sec = epoch >= 1000 and string.sub(es, 1, -4) or fmt(secs)
@@ -208,7 +229,7 @@ if prev >= secs * 1000 then
 end
 local id = 'MSG-' .. stamp .. '-' .. suffix
 
-local json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[6] .. ',"text":' .. ARGV[7] .. '}'
+local json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[5] .. ',"text":' .. ARGV[6] .. '}'
 -- The first write of an append to a thread that exists. It fails only if
 -- the log holds an entry meta does not know of, at or after the epoch:
 -- written by something else (by hand). One that decodes is taken as the
@@ -231,8 +252,8 @@ end
 local v2 = meta[4]
 local v2json = ''
 if tail ~= '' then
-  if (ARGV[28] or '') ~= '' then
-    v2json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[6] .. ',"text":' .. ARGV[28] .. ',"rev":' .. es .. tail
+  if (ARGV[23] or '') ~= '' then
+    v2json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","author":' .. ARGV[5] .. ',"text":' .. ARGV[23] .. ',"rev":' .. es .. tail
   else
     v2json = string.sub(json, 1, -2) .. ',"rev":' .. es .. tail
   end
@@ -246,20 +267,20 @@ if tail ~= '' then
     set = {'v2', '1'}
   end
   if cid ~= '' then redis.call('HSET', K.cids, cid, es) end
-  if (ARGV[19] or '') ~= '' then
-    redis.call('HSET', K.ixs, ARGV[19], es)
-    redis.call('ZADD', K.pending, ARGV[20], thread .. ' ' .. ARGV[19])
+  if (ARGV[14] or '') ~= '' then
+    redis.call('HSET', K.ixs, ARGV[14], es)
+    redis.call('ZADD', K.pending, ARGV[15], thread .. ' ' .. ARGV[14])
   end
 end
 if participant ~= '' then
-  redis.call('HSET', K.grants, participant, ARGV[23])
+  redis.call('HSET', K.grants, participant, ARGV[18])
   redis.call('HINCRBY', K.grants, '.v', 1)
 end
 
-if (ARGV[26] or '') ~= '' then
+if (ARGV[21] or '') ~= '' then
   set = set or {}
   set[#set + 1] = 'title'
-  set[#set + 1] = ARGV[26]
+  set[#set + 1] = ARGV[21]
 end
 
 -- Retention: by count (the log's length) and by age (only once the oldest
@@ -270,7 +291,7 @@ if not n or n > keep then n = redis.call('XLEN', K.log) end
 if n > keep or first <= now - age then
   local cut = cutOf(K.log, now, keep, age)
   if cut > 0 then
-    trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2, event ~= '', epoch, ARGV[8])
+    trimmed, trimmedRev = trimAt(thread, cut, trimmed, trimmedRev, v2, event ~= '', epoch, feed)
     n = redis.call('XLEN', K.log)
     first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
   elseif first <= now - age then
@@ -297,11 +318,11 @@ redis.call('ZADD', K.index, es, thread)
 if created then redis.call('ZREM', K.places, thread) end
 -- The rev's text is meta's "last" when the rev is the newest epoch, as
 -- it is but after a change (v2.go) or a thread made again: no format.
-announce(ARGV[8], thread, rev == prev and meta[5] or fmt(rev), trimmed, trimmedRev, v2json ~= '' and v2json or json)
+announce(feed, thread, rev == prev and meta[5] or fmt(rev), trimmed, trimmedRev, v2json ~= '' and v2json or json)
 if event ~= '' and event ~= '-' then
   redis.call('XADD', K.events, '*', 't', event, 'th', thread, 'at', es, 'm', v2json ~= '' and v2json or json)
 end
-if participant ~= '' then publish(ARGV[8], thread .. ' P') end
+if participant ~= '' then publish(feed, thread .. ' P') end
 -- Stored: the message's JSON alone when it has no v2 object (a string
 -- answer: no table for Lua to make nor for Redis to walk), else a table.
 if v2json == '' then return json, true end
@@ -315,11 +336,13 @@ const appendLua = `
 local thread = ARGV[1]
 -- Arguments that are numbers as the store sends them are read with + 0:
 -- one conversion, where tonumber (a C call) converts twice.
-local now, keep, age = ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
-local participant = ARGV[21] or ''
+local now = ARGV[2] + 0
+local st = settingsOf(ARGV[3])
+local participant = ARGV[16] or ''
 if participant ~= '' then K.grants = KEYS[15] end
-local cid = ARGV[16] or ''
-if ARGV[12] == '' then return (appendRun(thread, now, keep, age, participant, cid, false)) end
+local cid = ARGV[11] or ''
+local rid = ARGV[10] or ''
+if rid == '' then return (appendRun(thread, now, st, participant, cid, false)) end
 if cid ~= '' then
   local bad = redis.call('HGET', K.meta, 'unreadable')
   if bad then return {'unreadable', bad} end
@@ -327,14 +350,14 @@ if cid ~= '' then
   local js = e and redis.call('HGET', K.v2, e)
   if js then return {'replay', js} end
 end
-local win, l1, l2 = ARGV[13] + 0, ARGV[14] + 0, ARGV[15] + 0
-local rnow = rateNow(ARGV[29] or '')
-local wait, n1, n2 = rateTake(KEYS[15], KEYS[16], ARGV[12], rnow, win, l1, l2)
+local win, l1, l2 = st.win, st.l1, st.l2
+local rnow = rateNow(ARGV[24] or '')
+local wait, n1, n2 = rateTake(KEYS[15], KEYS[16], rid, rnow, win, l1, l2)
 if wait > 0 then return {'rate', fmt(wait)} end
-local res, stored = appendRun(thread, now, keep, age, participant, cid, true)
+local res, stored = appendRun(thread, now, st, participant, cid, true)
 if stored then
-  rateKeep(KEYS[15], n1, l1, rnow, win, ARGV[13])
-  if KEYS[16] then rateKeep(KEYS[16], n2, l2, rnow, win, ARGV[13]) end
+  rateKeep(KEYS[15], n1, l1, rnow, win, st.winText)
+  if KEYS[16] then rateKeep(KEYS[16], n2, l2, rnow, win, st.winText) end
 else
   redis.call('RPOP', KEYS[15])
   if KEYS[16] then redis.call('RPOP', KEYS[16]) end

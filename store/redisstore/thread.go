@@ -244,7 +244,7 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		}
 		cands = string(b)
 	}
-	// What only a creation reads, in one argument (ARGV 5).
+	// What only a creation reads, in one argument (ARGV 4).
 	creation := make([]byte, 0, 64)
 	creation = strconv.AppendInt(creation, int64(s.threadLimit(ctx)), 10)
 	creation = append(creation, ' ')
@@ -253,27 +253,20 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 	creation = strconv.AppendInt(creation, s.seen.Load(), 10)
 	creation = append(creation, ' ')
 	creation = hex.AppendEncode(creation, random[idCandidates*3:])
-	args := make([]any, 0, 29)
-	args = append(args, thread, now.UnixMilli(), s.opt.Retention.Messages, s.opt.Retention.Age.Milliseconds(),
-		string(creation), jsonString(string(r.m.Author)), jsonString(text), s.pubFeed,
-		stamp, ts, cands)
 	keys := s.appendKeys(thread, r.grant != "")
-	clock := ""
 	if r.rate != nil && r.grant != "" {
 		// KEYS[15] is the grants key for a participant's post and the
 		// thread's rate window for a rated one (appendScript): never both.
 		return nil, errors.New("redisstore: a participant's post is never rated in its append")
 	}
+	rid, clock := "", ""
 	if rt := r.rate; rt != nil {
 		keys = append(keys, rt.keys()...)
-		args = append(args, rt.id, rt.l.window.Milliseconds(), rt.w[0].limit, 0)
-		if len(rt.w) == 2 {
-			args[len(args)-1] = rt.w[1].limit
-		}
-		clock = rt.l.clockArg()
-	} else {
-		args = append(args, "", 0, 0, 0)
+		rid, clock = rt.id, rt.l.clockArg()
 	}
+	args := make([]any, 0, 24)
+	args = append(args, thread, now.UnixMilli(), s.appendSettings(r.rate), string(creation),
+		jsonString(string(r.m.Author)), jsonString(text), stamp, ts, cands)
 	// The arguments a plain post leaves empty, up to the last that is not.
 	var deadline, capSpent, waiting any = "", "", ""
 	if r.ix != "" {
@@ -282,7 +275,7 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 	if r.grant != "" {
 		capSpent, waiting = flag(r.capSpent), chatrelay.LimitWaitingPosts.Max
 	}
-	opt := [...]any{r.m.ClientID, r.event, r.tail, r.ix, deadline, r.grant, r.version, r.next, capSpent, waiting,
+	opt := [...]any{rid, r.m.ClientID, r.event, r.tail, r.ix, deadline, r.grant, r.version, r.next, capSpent, waiting,
 		r.m.Title, strings.Join(r.m.Attachments, " "), r.v2Text, clock}
 	n := len(opt)
 	for n > 0 && opt[n-1] == "" {
@@ -297,6 +290,34 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		return []string{"ok", js, ""}, nil // stored, with no v2 object (appendScript)
 	}
 	return cmd.StringSlice()
+}
+
+// appendSettings is appendScript's ARGV 3, the settings that are the
+// same at every call of the store: "<keep> <age (ms)> <window (ms)>
+// <thread's limit> <address's limit> <feed>", with the rate windows of
+// rt (or 0 0 0 for an append counted in none; the address's limit 0 for
+// rt counted in the thread's window alone).
+func (s *Store) appendSettings(rt *rateTake) string {
+	b := make([]byte, 0, 64+len(s.pubFeed))
+	b = strconv.AppendInt(b, int64(s.opt.Retention.Messages), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, s.opt.Retention.Age.Milliseconds(), 10)
+	if rt == nil {
+		b = append(b, " 0 0 0 "...)
+	} else {
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, rt.l.window.Milliseconds(), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(rt.w[0].limit), 10)
+		b = append(b, ' ')
+		l2 := 0
+		if len(rt.w) == 2 {
+			l2 = rt.w[1].limit
+		}
+		b = strconv.AppendInt(b, int64(l2), 10)
+		b = append(b, ' ')
+	}
+	return string(append(b, s.pubFeed...))
 }
 
 // secondText is secondOf of one second (unix: its Unix time).
@@ -317,7 +338,7 @@ func (s *Store) secondOf(t time.Time) (stamp, ts string) {
 	return stamp, ts
 }
 
-// secondOf is what appendScript takes as ARGV 9 and 10: the id stamp
+// secondOf is what appendScript takes as ARGV 7 and 8: the id stamp
 // and the ts of t's second in UTC ("20261023-180000",
 // "2026-10-23T18:00:00+00:00"), the same as the script computes.
 func secondOf(t time.Time) (stamp, ts string) {
