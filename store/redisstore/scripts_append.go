@@ -75,7 +75,8 @@ var appendScript = newLuaScript("append", luaAppendK+luaHelpers+luaRate, appendD
 // appendDefs is appendScript's function appendRun, the append itself
 // (appendLua counts the post in the rate windows around it), which
 // answers appendScript's answer and, if the message was stored, true,
-// and settingsOf. The library defines them once; a script, on every call.
+// and its helpers settingsOf and countText. The library defines them
+// once; a script, on every call.
 const appendDefs = `
 -- settingsOf is ARGV 3, a node's settings, parsed. A node sends the same
 -- text at every call, which Lua interns: the library parses it once and
@@ -91,6 +92,18 @@ local function settingsOf(text)
   if settingsCount >= 16 then settingsParsed, settingsCount = {}, 0 end
   settingsParsed[text], settingsCount = st, settingsCount + 1
   return st
+end
+
+-- countText is fmt(n) for meta's "n", written at every post: the texts of
+-- the lengths up to 4 096 are kept, and a lookup costs less than
+-- string.format (a script, defined at each call, formats each time).
+local countTexts = {}
+local function countText(n)
+  local t = countTexts[n]
+  if t then return t end
+  t = fmt(n)
+  if n <= 4096 then countTexts[n] = t end
+  return t
 end
 
 local function appendRun(thread, now, st, participant, cid, rated)
@@ -310,9 +323,9 @@ if first ~= firstWas then
   set[#set + 1] = fmt(first)
 end
 if set then
-  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', fmt(n), unpack(set))
+  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', countText(n), unpack(set))
 else
-  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', fmt(n))
+  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', countText(n))
 end
 redis.call('ZADD', K.index, es, thread)
 if created then redis.call('ZREM', K.places, thread) end
