@@ -182,7 +182,8 @@ end
 -- prevRev is the rev's text (fmt), which an append has at hand as meta
 -- holds it.
 local function announce(feed, thread, prevRev, trimmed, trimmedRev, json)
-  local mark = math.max(trimmed, trimmedRev)
+  local mark = trimmed
+  if trimmedRev > mark then mark = trimmedRev end
   publish(feed, thread .. ' ' .. prevRev .. ' ' .. (mark == 0 and '0' or fmt(mark)) .. ' ' .. json)
 end
 

@@ -158,7 +158,11 @@ if not prev then
     first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
   end
 end
-local rev = math.max(prev, num(meta[2]), above)
+-- Compared in Lua rather than with math.max, as below math.floor: each C
+-- function a post calls is work at every post.
+local rev = num(meta[2])
+if prev > rev then rev = prev end
+if above > rev then rev = above end
 
 if participant ~= '' and (redis.call('HGET', K.grants, '.v') or '') ~= ARGV[17] then
   return {'retry'}
@@ -191,9 +195,9 @@ if not first then first = epoch end
 -- The UTC date and time of the epoch's second: the caller's (ARGV 7,
 -- 8) if the epoch is in now's second, as it nearly always is; else
 -- computed (days to civil date: H. Hinnant's algorithm).
-local secs = math.floor(epoch / 1000)
+local secs = (epoch - epoch % 1000) / 1000
 local stamp, ts = ARGV[7], ARGV[8]
-if secs ~= math.floor(now / 1000) or stamp == '' or ts == '' then
+if (epoch ~= now and secs ~= (now - now % 1000) / 1000) or stamp == '' or ts == '' then
   local floor = math.floor
   local days = floor(secs / 86400)
   local sod = secs - days * 86400
@@ -248,8 +252,11 @@ local json = '{"id":"' .. id .. '","epoch":' .. es .. ',"ts":"' .. ts .. '","aut
 -- written by something else (by hand). One that decodes is taken as the
 -- newest (the caller tries again, after it); one that does not marks
 -- the thread unreadable (unreadable.go).
-local added = redis.pcall('XADD', K.log, es .. '-0', 'j', json)
-if type(added) == 'table' and added.err then
+-- XADD answers the id it was given (a string, which Lua interns: the
+-- same), or an error.
+local esid = es .. '-0'
+local added = redis.pcall('XADD', K.log, esid, 'j', json)
+if added ~= esid then
   local top = redis.call('XREVRANGE', K.log, '+', '-', 'COUNT', 1)[1]
   if not top then return redis.error_reply(added.err) end
   local ok, m = pcall(cjson.decode, top[2][2] or '')
