@@ -318,21 +318,25 @@ if n > keep or first <= now - age then
     first = epochOf(redis.call('XRANGE', K.log, '-', '+', 'COUNT', 1)[1][1])
   end
 end
--- Meta's fields that changed: "sec" and "first" seldom do.
-if meta[7] ~= sec then
-  set = set or {}
-  set[#set + 1] = 'sec'
-  set[#set + 1] = sec
-end
+-- Meta's fields that changed: "sec" at the thread's first post of a
+-- second, written with no table when it is the only one; "first" seldom.
+local secNew = meta[7] ~= sec
 if first ~= firstWas then
   set = set or {}
   set[#set + 1] = 'first'
   set[#set + 1] = fmt(first)
 end
+local sfx = taken .. ' ' .. suffix
 if set then
-  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', countText(n), unpack(set))
+  if secNew then
+    set[#set + 1] = 'sec'
+    set[#set + 1] = sec
+  end
+  redis.call('HSET', K.meta, 'last', es, 'sfx', sfx, 'n', countText(n), unpack(set))
+elseif secNew then
+  redis.call('HSET', K.meta, 'last', es, 'sfx', sfx, 'n', countText(n), 'sec', sec)
 else
-  redis.call('HSET', K.meta, 'last', es, 'sfx', taken .. ' ' .. suffix, 'n', countText(n))
+  redis.call('HSET', K.meta, 'last', es, 'sfx', sfx, 'n', countText(n))
 end
 redis.call('ZADD', K.index, es, thread)
 if created then redis.call('ZREM', K.places, thread) end
