@@ -59,9 +59,19 @@ local function num(x) if not x then return 0 end return tonumber(x) or 0 end
 
 -- publish sends msg on the feed channel ch: PUBLISH, or SPUBLISH (sharded
 -- pub/sub, Redis 7: the channel is in the keys' slot) when ch starts with
--- a NUL byte (a Redis Cluster shard, sharded.go), on the rest of ch.
+-- a NUL byte (a Redis Cluster shard, sharded.go), on the rest of ch. Which
+-- it is is kept per text (false: PUBLISH), as a node's feed is the same
+-- at every call: no C function per post (the library keeps a few; a
+-- script, defined at each call, looks each time).
+local shardedOf, shardedCount = {}, 0
 local function publish(ch, msg)
-  if string.byte(ch, 1) == 0 then return redis.call('SPUBLISH', string.sub(ch, 2), msg) end
+  local sch = shardedOf[ch]
+  if sch == nil then
+    sch = string.byte(ch, 1) == 0 and string.sub(ch, 2)
+    if shardedCount >= 16 then shardedOf, shardedCount = {}, 0 end
+    shardedOf[ch], shardedCount = sch, shardedCount + 1
+  end
+  if sch then return redis.call('SPUBLISH', sch, msg) end
   return redis.call('PUBLISH', ch, msg)
 end
 
