@@ -74,7 +74,7 @@ const libraryPlaceholder = "chatrelay_@_"
 // "chatrelay_<hash>_".
 var library = sync.OnceValues(func() (code, prefix string) {
 	var b strings.Builder
-	b.WriteString("local KEYS, ARGV\nlocal K = {}\n")
+	b.WriteString("local KEYS, ARGV\nlocal K = {}\nlocal inLibrary = true\n")
 	b.WriteString(luaHelpers)
 	b.WriteString(luaRate)
 	for _, ls := range libScripts {

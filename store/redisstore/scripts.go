@@ -16,7 +16,11 @@ import "github.com/redis/go-redis/v9"
 // given the same keys (Store.keys): the thread's, then the global ones,
 // which K names. A script builds K on every call; the library
 // (functions.go) fills one K once per call instead (luaKeysFill).
+// inLibrary is false in a script, true in the library: the helpers keep
+// what they found across calls only in the library, where a call's next
+// finds it (a script defines them again at every call).
 const luaCommon = `
+local inLibrary = false
 local K = {log = KEYS[1], meta = KEYS[2], ids = KEYS[3], v2 = KEYS[4], v2e = KEYS[5], revs = KEYS[6],
   cids = KEYS[7], ixs = KEYS[8], grants = KEYS[9], audit = KEYS[10], att = KEYS[11], floor = KEYS[12],
   index = KEYS[13], gen = KEYS[14], pending = KEYS[15], gindex = KEYS[16], events = KEYS[17], places = KEYS[18]}
@@ -35,6 +39,7 @@ K.index, K.gen, K.pending, K.gindex, K.events, K.places = KEYS[13], KEYS[14], KE
 // post touches (appendLua sets K.grants to its KEYS[15]). Each key given
 // is work for Redis (a string in the call, in KEYS and in K).
 const luaAppendK = `
+local inLibrary = false
 local K = {log = KEYS[1], meta = KEYS[2], v2 = KEYS[3], v2e = KEYS[4], revs = KEYS[5], cids = KEYS[6],
   ixs = KEYS[7], att = KEYS[8], floor = KEYS[9], index = KEYS[10], gen = KEYS[11], pending = KEYS[12],
   events = KEYS[13], places = KEYS[14]}
@@ -59,17 +64,19 @@ local function num(x) if not x then return 0 end return tonumber(x) or 0 end
 
 -- publish sends msg on the feed channel ch: PUBLISH, or SPUBLISH (sharded
 -- pub/sub, Redis 7: the channel is in the keys' slot) when ch starts with
--- a NUL byte (a Redis Cluster shard, sharded.go), on the rest of ch. Which
--- it is is kept per text (false: PUBLISH), as a node's feed is the same
--- at every call: no C function per post (the library keeps a few; a
--- script, defined at each call, looks each time).
-local shardedOf, shardedCount = {}, 0
+-- a NUL byte (a Redis Cluster shard, sharded.go), on the rest of ch. The
+-- library keeps which it is per text (false: PUBLISH; a few texts), as a
+-- node's feed is the same at every call: no C function per post.
+local shardedOf, shardedCount = inLibrary and {}, 0
 local function publish(ch, msg)
-  local sch = shardedOf[ch]
+  local sch
+  if shardedOf then sch = shardedOf[ch] end
   if sch == nil then
     sch = string.byte(ch, 1) == 0 and string.sub(ch, 2)
-    if shardedCount >= 16 then shardedOf, shardedCount = {}, 0 end
-    shardedOf[ch], shardedCount = sch, shardedCount + 1
+    if shardedOf then
+      if shardedCount >= 16 then shardedOf, shardedCount = {}, 0 end
+      shardedOf[ch], shardedCount = sch, shardedCount + 1
+    end
   end
   if sch then return redis.call('SPUBLISH', sch, msg) end
   return redis.call('PUBLISH', ch, msg)

@@ -81,24 +81,27 @@ const appendDefs = `
 -- settingsOf is ARGV 3, a node's settings, parsed. A node sends the same
 -- text at every call, which Lua interns: the library parses it once and
 -- finds it by the text at the next calls (a script, defined at each call,
--- parses it each time). It keeps the texts of a few nodes' settings; more
--- start it again.
-local settingsParsed, settingsCount = {}, 0
+-- parses it each time: inLibrary). It keeps the texts of a few nodes'
+-- settings; more start it again.
+local settingsParsed, settingsCount = inLibrary and {}, 0
 local function settingsOf(text)
-  local st = settingsParsed[text]
+  local st = settingsParsed and settingsParsed[text]
   if st then return st end
   local keep, age, win, l1, l2, feed = string.match(text, '^(%d+) (%d+) (%d+) (%d+) (%d+) (.*)$')
   st = {keep = keep + 0, age = age + 0, win = win + 0, winText = win, l1 = l1 + 0, l2 = l2 + 0, feed = feed}
-  if settingsCount >= 16 then settingsParsed, settingsCount = {}, 0 end
-  settingsParsed[text], settingsCount = st, settingsCount + 1
+  if settingsParsed then
+    if settingsCount >= 16 then settingsParsed, settingsCount = {}, 0 end
+    settingsParsed[text], settingsCount = st, settingsCount + 1
+  end
   return st
 end
 
--- countText is fmt(n) for meta's "n", written at every post: the texts of
--- the lengths up to 4 096 are kept, and a lookup costs less than
--- string.format (a script, defined at each call, formats each time).
-local countTexts = {}
+-- countText is fmt(n) for meta's "n", written at every post: the library
+-- keeps the texts of the lengths up to 4 096, and a lookup costs less
+-- than string.format (a script formats each time: inLibrary).
+local countTexts = inLibrary and {}
 local function countText(n)
+  if not countTexts then return fmt(n) end
   local t = countTexts[n]
   if t then return t end
   t = fmt(n)
