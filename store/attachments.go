@@ -334,7 +334,8 @@ func (a StoredAttachment) GrantID() string {
 // the grant it was uploaded with has ended at now (revoked, or past its
 // expiry) or is gone from grants, the thread's (it ended long ago). Its
 // grant can no longer name it in a post, and it would hold a place of
-// the thread's pending uploads and its bytes until its hour passed.
+// its uploader's pending uploads (Room) and the thread's stored bytes
+// until its hour passed.
 func (a StoredAttachment) Orphaned(grants []chatrelay.Grant, now time.Time) bool {
 	id := a.GrantID()
 	if id == "" {
