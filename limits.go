@@ -95,7 +95,7 @@ var (
 	// --max-attachment-bytes; the running server's is in limits.json.
 	LimitAttachments       = Limit{"message.attachments", 0, 10, Items}
 	LimitAttachmentBytes   = Limit{"attachment.size", 0, 10 << 20, Bytes}
-	LimitThreadAttachments = Limit{"thread.attachments", 0, 100 << 20, Bytes}   // the distinct bytes a thread stores
+	LimitThreadAttachments = Limit{"thread.attachments", 0, 100 << 20, Bytes}   // the distinct bytes of the named files and an uploader's drafts
 	LimitAttachmentName    = Limit{"attachment.name", 1, 200, CodePoints}       // once cleaned
 	LimitAttachmentUnused  = Limit{"attachment.unreferenced", 0, 3600, Seconds} // an upload no post names is deleted after it
 	// LimitAttachmentPending bounds the owner's uploads (its token's, its
