@@ -34,7 +34,9 @@ import (
 // claimInstances writes them, shard 0's last). A shard whose record is
 // not what this node's list says (found once it answers) stays closed:
 // every call of it answers StoreUnavailable and the cause is logged at
-// error level, as a start would have refused it.
+// error level, as a start would have refused it; its record is read
+// again at each attempt, so that one put right (SET <prefix>shard k/n,
+// as the error says) is used then, with no restart.
 //
 // The feed: a Follow that starts while a shard is late follows it too,
 // from the moment it can subscribe; the shard opens only once every such
@@ -178,8 +180,9 @@ func (l *lateShards) attempt(ctx context.Context) {
 	ctx = context.WithValue(ctx, bypassKey{}, true)
 	// The records first, which are only read: an instance in the wrong
 	// place is refused before anything is written to it (the library,
-	// the webhooks' groups).
-	claimRecords(ctx, l.sh.shards, l.names, l.recs, func(k int) bool { return !l.recs[k].read })
+	// the webhooks' groups). A refused one is read again each time: its
+	// record may have been put right.
+	claimRecords(ctx, l.sh.shards, l.names, l.recs, func(int) bool { return true })
 	for k, g := range l.gates {
 		if g == nil || l.claimed(g) {
 			continue

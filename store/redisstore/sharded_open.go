@@ -163,7 +163,7 @@ type shardRecord struct {
 // shards' records (claimInstances says why), at a start with every shard
 // answering, one with some not answering (openLate), and as the late
 // ones answer (lateShards.attempt). It reads the record of each shard
-// not claimed yet that ask allows (one that answered, or not read yet),
+// not claimed yet that ask allows (one that answered), again each time,
 // then claims (claimShard) those that have one; one that has none is
 // refused beside a shard 0 that has one (unrecorded), written once every
 // record was read and shard 0 has none (a store's first start: shard 0's
