@@ -386,6 +386,7 @@ type stallProxy struct {
 	stalled chan struct{} // closed while stalled
 	sent    []string      // every chunk a client sent
 	conns   []net.Conn    // every connection taken
+	closed  bool          // the test ended: a connection taken now is closed at once
 }
 
 func startStallProxy(t *testing.T, target string) *stallProxy {
@@ -410,7 +411,7 @@ func startStallProxy(t *testing.T, target string) *stallProxy {
 		for _, c := range p.conns {
 			c.Close()
 		}
-		p.conns = nil
+		p.closed = true
 		p.mu.Unlock()
 		wg.Wait()
 	})
@@ -454,6 +455,10 @@ func (p *stallProxy) count(s string) int {
 func (p *stallProxy) serve(c net.Conn) {
 	defer c.Close()
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
 	p.conns = append(p.conns, c)
 	stalled := p.stalled
 	p.mu.Unlock()
