@@ -55,6 +55,18 @@ func commandNames(t *testing.T) []string {
 // flagsOf runs `chatrelay cmd --help` and returns the flags it lists.
 func flagsOf(t *testing.T, cmd string) map[string]bool {
 	t.Helper()
+	flags := map[string]bool{}
+	// flag.PrintDefaults: "  -name type" (or "  -x\tusage"), usage lines indented deeper.
+	for _, m := range regexp.MustCompile(`(?m)^  -([A-Za-z0-9][A-Za-z0-9._-]*)`).FindAllStringSubmatch(helpText(t, cmd), -1) {
+		flags[m[1]] = true
+	}
+	return flags
+}
+
+// helpText is what `chatrelay cmd --help` prints; it fails the test
+// unless the command is dispatched and prints something.
+func helpText(t *testing.T, cmd string) string {
+	t.Helper()
 	var out bytes.Buffer
 	err := run(t.Context(), []string{cmd, "--help"}, func(string) string { return "" }, strings.NewReader(""), &out, &out)
 	if !errors.Is(err, flag.ErrHelp) {
@@ -63,12 +75,7 @@ func flagsOf(t *testing.T, cmd string) map[string]bool {
 	if out.Len() == 0 {
 		t.Fatalf("chatrelay %s --help printed nothing", cmd)
 	}
-	flags := map[string]bool{}
-	// flag.PrintDefaults: "  -name type" (or "  -x\tusage"), usage lines indented deeper.
-	for _, m := range regexp.MustCompile(`(?m)^  -([A-Za-z0-9][A-Za-z0-9._-]*)`).FindAllStringSubmatch(out.String(), -1) {
-		flags[m[1]] = true
-	}
-	return flags
+	return out.String()
 }
 
 // allFlags maps each command to its flags.
@@ -441,14 +448,9 @@ func TestDocsLinks(t *testing.T) {
 // default as PrintDefaults shows it ("" when it shows none: a zero value).
 func helpDefaults(t *testing.T, cmd string) map[string]string {
 	t.Helper()
-	var out bytes.Buffer
-	err := run(t.Context(), []string{cmd, "--help"}, func(string) string { return "" }, strings.NewReader(""), &out, &out)
-	if !errors.Is(err, flag.ErrHelp) {
-		t.Fatalf("chatrelay %s --help: %v", cmd, err)
-	}
 	defaults := map[string]string{}
 	name := ""
-	for _, l := range strings.Split(out.String(), "\n") {
+	for _, l := range strings.Split(helpText(t, cmd), "\n") {
 		if m := regexp.MustCompile(`^  -([A-Za-z0-9][A-Za-z0-9._-]*)`).FindStringSubmatch(l); m != nil {
 			name = m[1]
 			defaults[name] = ""

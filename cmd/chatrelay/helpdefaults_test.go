@@ -32,14 +32,6 @@ func TestHostHelpSaysTheFolderDefault(t *testing.T) {
 	}
 }
 
-// helpText is `chatrelay cmd --help`.
-func helpText(t *testing.T, cmd string) string {
-	t.Helper()
-	var out strings.Builder
-	_ = run(t.Context(), []string{cmd, "--help"}, func(string) string { return "" }, strings.NewReader(""), &out, &out)
-	return out.String()
-}
-
 // flagHelp is the lines help gives flag f: its own and its usage's.
 func flagHelp(help, f string) string {
 	var b strings.Builder
