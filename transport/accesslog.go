@@ -25,6 +25,10 @@ type reqInfo struct {
 	// status below 400 (a grant's use is recorded then: its first use is
 	// its first accepted request, never a refused one).
 	accepted func()
+	// principal is the one gate let the request in as, once gated is set
+	// (withPrincipal): the view of its refusals.
+	principal principal
+	gated     bool
 }
 
 type reqInfoKey struct{}
