@@ -373,13 +373,13 @@ const shutdownAnswerTime = time.Second
 // answered at once. It returns the function that undoes it, for when the
 // handler returns.
 func (s *Server) cutAtAbort(w http.ResponseWriter, r *http.Request) func() bool {
-	rc := http.NewResponseController(w)
 	var b *abortableBody
 	if r.Body != nil && r.Body != http.NoBody {
 		b = &abortableBody{ReadCloser: r.Body, abort: s.abortCtx}
 		r.Body = b
 	}
 	return context.AfterFunc(s.abortCtx, func() {
+		rc := http.NewResponseController(w) // here, not per request: an abort is rare
 		if b != nil && !b.done.Load() {
 			rc.SetReadDeadline(time.Now())
 		}
