@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -97,7 +96,7 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 	if (rec.stream || rec.hijacked) && !rec.headerAt.IsZero() {
 		took = rec.headerAt.Sub(start) // a stream: the time to open it
 	}
-	s.ops.requests.WithLabelValues(route, strconv.Itoa(status)).Observe(took.Seconds())
+	s.ops.requestDone(route, status, took)
 	if ri.code != "" {
 		s.ops.refused.WithLabelValues(string(ri.code)).Inc()
 		// A participant's refusal is audited; a device's is not (the
