@@ -28,6 +28,9 @@ type reqInfo struct {
 	// (withPrincipal): the view of its refusals.
 	principal principal
 	gated     bool
+	// abort is the request's hook on Shutdown's abort (cutAtAbort),
+	// which also ends the context of a write that settles (settledReq).
+	abort abortHook
 }
 
 type reqInfoKey struct{}
