@@ -269,10 +269,11 @@ func cutJSONString(s string) (val, rest string, ok bool) {
 				}
 				return s[1:i], s[i+1:], true
 			}
-			if err := json.Unmarshal([]byte(s[:i+1]), &val); err != nil {
+			var v string // here: &v escapes, an allocation each call were it the result
+			if err := json.Unmarshal([]byte(s[:i+1]), &v); err != nil {
 				return "", s, false
 			}
-			return val, s[i+1:], true
+			return v, s[i+1:], true
 		}
 	}
 	return "", s, false
