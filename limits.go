@@ -95,18 +95,20 @@ var (
 	// --max-attachment-bytes; the running server's is in limits.json.
 	LimitAttachments       = Limit{"message.attachments", 0, 10, Items}
 	LimitAttachmentBytes   = Limit{"attachment.size", 0, 10 << 20, Bytes}
-	LimitThreadAttachments = Limit{"thread.attachments", 0, 100 << 20, Bytes}   // the distinct bytes a thread stores
+	LimitThreadAttachments = Limit{"thread.attachments", 0, 100 << 20, Bytes}   // the distinct bytes of the named files and an uploader's drafts
 	LimitAttachmentName    = Limit{"attachment.name", 1, 200, CodePoints}       // once cleaned
 	LimitAttachmentUnused  = Limit{"attachment.unreferenced", 0, 3600, Seconds} // an upload no post names is deleted after it
-	// LimitAttachmentPending bounds the uploads of a thread that no
-	// message names yet (within their hour): one more is refused.
+	// LimitAttachmentPending bounds the owner's uploads (its token's, its
+	// devices', the host's) that no message names yet (within their
+	// hour): one more is refused.
 	LimitAttachmentPending = Limit{"attachment.pending", 0, 100, Count}
-	// A participant's upload is judged on what it may read alone: its own
-	// uploads no message names yet (at most LimitParticipantPending of
-	// them, of at most LimitParticipantDraftBytes distinct bytes) and the
-	// attachments messages name (with its own, LimitThreadAttachments).
-	// Another's drafts count for it as nothing, so a refusal tells it
-	// nothing of them; the owner's uploads are judged on the whole thread.
+	// A participant's upload is judged on its own uploads no message
+	// names yet (at most LimitParticipantPending of them, of at most
+	// LimitParticipantDraftBytes distinct bytes) and the attachments
+	// messages name (with its own, LimitThreadAttachments), as the owner's
+	// is on its own (LimitAttachmentPending). Another's drafts count for
+	// either as nothing: a refusal tells a participant nothing of them,
+	// and participants' drafts never hold the owner's uploads back.
 	LimitParticipantPending    = Limit{"attachment.pending_per_participant", 0, 10, Count}
 	LimitParticipantDraftBytes = Limit{"attachment.pending_bytes_per_participant", 0, 20 << 20, Bytes}
 	// Devices (Part 5): a device's life, and the active devices of a

@@ -106,11 +106,15 @@ func New(v *host.Verbs, opts *Options) *mcp.Server {
 }
 
 // sdkLog is the logger handed to the SDK: its lines as they are, except
-// those that say a client broke the protocol in its session (a second
-// notifications/initialized), which the SDK answers itself and logs at
-// error level: they are logged at info. Any key holder can repeat such a
+// two kinds. Those that say a client broke the protocol in its session (a
+// second notifications/initialized), which the SDK answers itself and logs
+// at error level, are logged at info: any key holder can repeat such a
 // mistake, and no operator can act on it (as a refused request is a line
-// at info, "request refused").
+// at info, "request refused"). Its info lines, a session's life (server
+// connecting, server session connected with the session's id, session
+// initialized, client log level set), are logged at debug: at info every
+// key holder wrote four of them a session, and the log held each
+// session's Mcp-Session-Id, which with the key resumes the session.
 func sdkLog(l *slog.Logger) *slog.Logger { return slog.New(mistakesAtInfo{l.Handler()}) }
 
 // clientMistakes are the messages of the SDK's lines of a client's
@@ -137,17 +141,24 @@ func clientMistake(msg string) bool {
 }
 
 // mistakesAtInfo is a slog.Handler that handles the lines of
-// clientMistakes at info, and every other line as its Handler does.
+// clientMistakes at info, the SDK's info lines at debug, and every other
+// line as its Handler does.
 type mistakesAtInfo struct{ slog.Handler }
 
 func (h mistakesAtInfo) Enabled(ctx context.Context, l slog.Level) bool {
+	if l <= slog.LevelInfo {
+		return h.Handler.Enabled(ctx, min(l, slog.LevelDebug)) // handled at debug
+	}
 	// A line above info may be a mistake, handled at info.
-	return h.Handler.Enabled(ctx, l) || l > slog.LevelInfo && h.Handler.Enabled(ctx, slog.LevelInfo)
+	return h.Handler.Enabled(ctx, l) || h.Handler.Enabled(ctx, slog.LevelInfo)
 }
 
 func (h mistakesAtInfo) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level > slog.LevelInfo && clientMistake(r.Message) {
+	switch {
+	case r.Level > slog.LevelInfo && clientMistake(r.Message):
 		r.Level = slog.LevelInfo
+	case r.Level > slog.LevelDebug && r.Level <= slog.LevelInfo:
+		r.Level = slog.LevelDebug
 	}
 	if !h.Handler.Enabled(ctx, r.Level) {
 		return nil

@@ -226,10 +226,12 @@ func ThreadFull() error {
 	return chatrelay.Errorf(chatrelay.AttachmentTooLarge, "this conversation holds the most attachment bytes it may (%d)", chatrelay.LimitThreadAttachments.Max)
 }
 
-// TooManyPending is the refusal of an upload past LimitAttachmentPending:
-// the thread holds that many uploads no message names yet.
+// TooManyPending is the refusal of the owner's upload past
+// LimitAttachmentPending: it holds that many uploads no message names yet
+// (its own, its devices' and the host's: participants' drafts count for
+// it as nothing).
 func TooManyPending() error {
-	return chatrelay.Errorf(chatrelay.TooManyAttachments, "at most %d uploads no message names yet in this thread: name them in a post, or wait for them to expire", chatrelay.LimitAttachmentPending.Max)
+	return chatrelay.Errorf(chatrelay.TooManyAttachments, "at most %d of the owner's uploads no message names yet in this thread: name them in a post, or wait for them to expire", chatrelay.LimitAttachmentPending.Max)
 }
 
 // TooManyDrafts is the refusal of a participant's upload past
@@ -247,54 +249,29 @@ func DraftsFull() error {
 
 // Room judges an upload of by (Upload.By) of the bytes sha (size bytes)
 // against the uploads recs of a thread still kept (none past its hour),
-// of which a message names those used reports. The owner ("") reads every
-// upload and is judged on them all: LimitAttachmentPending uploads no
-// message names (TooManyPending), the distinct bytes of all against
-// LimitThreadAttachments (ThreadFull), bytes already held counted once.
-// A participant is judged on what it may read alone (OpensFor): its own
-// uploads no message names (LimitParticipantPending, TooManyDrafts; their
-// distinct bytes against LimitParticipantDraftBytes, DraftsFull) and, with
-// the attachments messages name, LimitThreadAttachments (ThreadFull);
-// bytes it may not read count as new (and bytes its drafts do not hold,
-// as new drafts' bytes). Another's drafts count for it as
-// nothing: what it is refused for tells it nothing of them. The thread's
-// own totals stay bounded: the owner's uploads stop at 100 drafts and
-// 100 MiB of the thread's, and each grant's drafts are bounded by its own
+// of which a message names those used reports. Each uploader is judged on
+// its own drafts (the uploads by it no message names) and the attachments
+// messages name; another's drafts count for it as nothing. The owner ("":
+// its token, its devices, the host) against LimitAttachmentPending drafts
+// (TooManyPending), a participant against LimitParticipantPending
+// (TooManyDrafts) and its drafts' distinct bytes against
+// LimitParticipantDraftBytes (DraftsFull); both on the distinct bytes of
+// the named files and their drafts against LimitThreadAttachments
+// (ThreadFull), bytes counted once only when one of those holds them:
+// bytes only another's draft holds count as new, though stored once
+// (they stay the uploader's when that draft goes; and a participant, who
+// may not read the draft, learns nothing of it). So a participant's
+// drafts never hold the owner's uploads back, nor another's; the thread's
+// own totals stay bounded all the same, each uploader's drafts by its own
 // limits (docs/api.md, Attachments). pre is the check before the bytes
 // are taken in (sha unknown yet): counts alone.
 func Room(recs []StoredAttachment, used func(id string) bool, by, sha string, size int64, pre bool) error {
-	if by == "" {
-		n := 0
-		for _, r := range recs {
-			if !used(r.ID) {
-				n++
-			}
-		}
-		if n >= chatrelay.LimitAttachmentPending.Max {
-			return TooManyPending()
-		}
-		if pre {
-			return nil
-		}
-		seen := map[string]bool{}
-		var total int64
-		for _, r := range recs {
-			if !seen[r.SHA256] {
-				seen[r.SHA256] = true
-				total += r.Size
-			}
-		}
-		if !seen[sha] && total+size > int64(chatrelay.LimitThreadAttachments.Max) {
-			return ThreadFull()
-		}
-		return nil
-	}
 	n := 0
 	seen, drafts := map[string]bool{}, map[string]bool{}
-	var visible, draftBytes int64
+	var mine, draftBytes int64
 	for _, r := range recs {
 		u := used(r.ID)
-		if !r.OpensFor(by, u) {
+		if !u && r.By != by {
 			continue // another's draft: nothing, for by
 		}
 		if !u {
@@ -306,19 +283,22 @@ func Room(recs []StoredAttachment, used func(id string) bool, by, sha string, si
 		}
 		if !seen[r.SHA256] {
 			seen[r.SHA256] = true
-			visible += r.Size
+			mine += r.Size
 		}
 	}
-	if n >= chatrelay.LimitParticipantPending.Max {
+	if by == "" && n >= chatrelay.LimitAttachmentPending.Max {
+		return TooManyPending()
+	}
+	if by != "" && n >= chatrelay.LimitParticipantPending.Max {
 		return TooManyDrafts()
 	}
 	if pre {
 		return nil
 	}
-	if !seen[sha] && visible+size > int64(chatrelay.LimitThreadAttachments.Max) {
+	if !seen[sha] && mine+size > int64(chatrelay.LimitThreadAttachments.Max) {
 		return ThreadFull()
 	}
-	if !drafts[sha] && draftBytes+size > int64(chatrelay.LimitParticipantDraftBytes.Max) {
+	if by != "" && !drafts[sha] && draftBytes+size > int64(chatrelay.LimitParticipantDraftBytes.Max) {
 		return DraftsFull()
 	}
 	return nil
@@ -354,7 +334,8 @@ func (a StoredAttachment) GrantID() string {
 // the grant it was uploaded with has ended at now (revoked, or past its
 // expiry) or is gone from grants, the thread's (it ended long ago). Its
 // grant can no longer name it in a post, and it would hold a place of
-// the thread's pending uploads and its bytes until its hour passed.
+// its uploader's pending uploads (Room) and the thread's stored bytes
+// until its hour passed.
 func (a StoredAttachment) Orphaned(grants []chatrelay.Grant, now time.Time) bool {
 	id := a.GrantID()
 	if id == "" {

@@ -257,8 +257,8 @@ func (sf *storeFlags) spec() string {
 // (defaults included) and records them in its data folder; any other
 // command passes only the values given, so that the folder's recorded
 // settings apply, and a given one that contradicts them is refused.
-func (sf *storeFlags) options(serve bool) (store.Options, error) {
-	opt := store.Options{KeyPrefix: sf.redisPrefix, Serve: serve}
+func (sf *storeFlags) options() (store.Options, error) {
+	opt := store.Options{KeyPrefix: sf.redisPrefix, Serve: sf.serve}
 	if sf.fs.Lookup("fsync") == nil {
 		return opt, nil
 	}
@@ -267,22 +267,22 @@ func (sf *storeFlags) options(serve bool) (store.Options, error) {
 	if sf.maxThreads < 1 || sf.retainN < 1 || sf.retainAge <= 0 {
 		return opt, usageError("--max-threads, --retention-messages and --retention-age must be positive")
 	}
-	if serve || given(sf.fs, "max-threads") {
+	if sf.serve || given(sf.fs, "max-threads") {
 		opt.MaxThreads = sf.maxThreads
 	}
-	if serve || given(sf.fs, "retention-messages") {
+	if sf.serve || given(sf.fs, "retention-messages") {
 		opt.Retention.Messages = sf.retainN
 	}
-	if serve || given(sf.fs, "retention-age") {
+	if sf.serve || given(sf.fs, "retention-age") {
 		opt.Retention.Age = sf.retainAge
 	}
 	return opt, nil
 }
 
 // openHost opens the store for a command other than serve: with only the
-// values given on its command line (options(false)).
+// values given on its command line (options).
 func (sf *storeFlags) openHost(ctx context.Context) (*store.Backend, error) {
-	opt, err := sf.options(false)
+	opt, err := sf.options()
 	if err != nil {
 		return nil, err
 	}

@@ -232,7 +232,8 @@ func walkParticipantPending(t *testing.T, _ *walkEnv, l chatrelay.Limit) {
 	// A thread of its own, where the owner holds drafts (which a
 	// commenter may not read) up to the thread's most less l.Max: each
 	// commenter takes l.Max drafts, then one more is refused, whatever the
-	// owner's or the other's hold; the owner's view is the whole thread's.
+	// owner's or the other's hold; and the owner takes the rest of its own
+	// most beside theirs, then one more is refused.
 	w := newWalkEnv(t)
 	for i := range chatrelay.LimitAttachmentPending.Max - l.Max {
 		mustUploadFile(t, w.url, w.token, "owner.txt", []byte(fmt.Sprint("owner ", i)))
@@ -246,8 +247,12 @@ func walkParticipantPending(t *testing.T, _ *walkEnv, l chatrelay.Limit) {
 		status, b := uploadAs(t, w.url, "Authorization", auth, "one more.txt", []byte("one more"))
 		assert.True(t, status == 409 && strings.Contains(string(b), `"too_many_attachments"`), "%s past %d: %d %s", who, l.Max, status, b)
 	}
+	for i := range l.Max {
+		status, b := uploadFile(t, w.url, w.token, "owner.txt", []byte(fmt.Sprint("owner's rest ", i)))
+		assert.True(t, status == 201, "the owner's draft %d beside the commenters': %d %s", chatrelay.LimitAttachmentPending.Max-l.Max+i+1, status, b)
+	}
 	status, b := uploadFile(t, w.url, w.token, "owner's one more.txt", []byte("one more"))
-	assert.True(t, status == 409 && strings.Contains(string(b), `"too_many_attachments"`), "the owner past the thread's most: %d %s", status, b)
+	assert.True(t, status == 409 && strings.Contains(string(b), `"too_many_attachments"`), "the owner past its most: %d %s", status, b)
 }
 
 func walkParticipantDraftBytes(t *testing.T, _ *walkEnv, l chatrelay.Limit) {

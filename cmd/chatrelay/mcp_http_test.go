@@ -578,11 +578,11 @@ func TestMCPBounds(t *testing.T) {
 
 // TestMCPIdleSessionEnds: a session with no request for --mcp-idle ends
 // (the SDK's session timeout); a call on it then fails, and a new session
-// of the same key works.
+// of the same key works. (The SDK's line of the end is at debug.)
 func TestMCPIdleSessionEnds(t *testing.T) {
 	t.Parallel()
 	sa := []string{"--data", t.TempDir()}
-	n := serveMCP(t, sa, "--mcp-idle", "300ms")
+	n := serveMCP(t, sa, "--mcp-idle", "300ms", "--log-level", "debug")
 	key, _ := addAgent(t, sa, "sleepy")
 	cs := mcpClient(t, n.base, key, nil)
 	assert.Eventually(t, 10*time.Second, "the idle session's end", func() bool {
@@ -1171,4 +1171,30 @@ func TestMCPRefusalsOfTheSDKAreTheAPIsErrors(t *testing.T) {
 	assert.Equal(t, "initialized "+string(body), resp.StatusCode, http.StatusAccepted)
 	resp, body = do(http.MethodPost, key, list, "Mcp-Session-Id", sid)
 	assert.True(t, resp.StatusCode == 200 && strings.Contains(string(body), `"name":"chatrelay_list_threads"`), "tools/list after the refusals: %d %.200s", resp.StatusCode, body)
+}
+
+// TestMCPSessionLinesAreDebug: the MCP SDK's own lines of a session's
+// life (server connecting, server session connected with its session id,
+// session initialized, client log level set, disconnected) are at debug:
+// at info, the level of the documented lines, every key holder wrote four
+// lines a session and the log held each session's Mcp-Session-Id (with
+// the key, what resumes the session). The audit line of a tool call stays
+// at info.
+func TestMCPSessionLinesAreDebug(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "quiet")
+	cs := mcpClient(t, n.base, key, nil)
+	resp := mcpPost(t, n.base, key, cs.ID(), `{"jsonrpc":"2.0","id":90,"method":"logging/setLevel","params":{"level":"debug"}}`)
+	resp.Body.Close()
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "list_threads: %+v", r)
+	assert.Eventually(t, 10*time.Second, "the tool call's audit line", func() bool {
+		return strings.Contains(n.log.String(), `msg="mcp tool call"`)
+	})
+	log := n.log.String()
+	for _, s := range []string{cs.ID(), "session_id", "server connecting", "session initialized", "client log level set"} {
+		assert.True(t, !strings.Contains(log, s), "the log at info holds %q:\n%s", s, log)
+	}
 }

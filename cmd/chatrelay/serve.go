@@ -220,7 +220,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 		return nil, usageError(fmt.Sprintf("serve takes no arguments, got %q", fs.Args()))
 	}
 	var err error
-	if f.storeOpt, err = f.store.options(true); err != nil {
+	if f.storeOpt, err = f.store.options(); err != nil {
 		return nil, err
 	}
 	f.storeOpt.Windows, f.storeOpt.Streams = windows, streams

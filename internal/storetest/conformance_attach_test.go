@@ -215,7 +215,7 @@ func TestConformanceAttachments(t *testing.T) {
 				_, err = put(p, "again.txt", draft) // its own now: counted once
 				assert.Success(t, err)
 				assertNothingStaged(t, b, thA, 2)
-				_, err = put("", "copy.txt", draft) // the owner reads every file: counted once
+				_, err = put("", "copy.txt", draft) // the owner's own draft holds them: counted once
 				assert.Success(t, err)
 				_, err = put("", "small", []byte{5})
 				assert.Code(t, err, chatrelay.AttachmentTooLarge)
@@ -233,9 +233,8 @@ func TestConformanceAttachments(t *testing.T) {
 				// An outside probe: a commenter uploading until refused
 				// learned from the 409/413 how many drafts the owner (or
 				// another participant) held, and their size, which it may
-				// not read. A participant's upload is judged on what it
-				// may read alone; the owner's on the whole thread.
-				ctx := context.Background()
+				// not read. Each uploader is judged on its own drafts and
+				// the named files alone.
 				appendText(t, b.Store, thA, "", "hello")
 				appendText(t, b.Store, thB, "", "hello")
 				p := participants(t, b)
@@ -265,13 +264,13 @@ func TestConformanceAttachments(t *testing.T) {
 				assert.Equal(t, "alex's drafts", alone, maxDrafts)
 				boA, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Bo", Role: chatrelay.Commenter})
 				assert.Equal(t, "bo's drafts beside alex's and the owner's", walk(thA, boA), maxDrafts)
-				// The owner reads every draft: the thread's most, as documented.
+				// The owner is judged on its own drafts alike: beside
+				// alex's and bo's, it takes its most, and not one more.
+				for i := ownerDrafts; i < chatrelay.LimitAttachmentPending.Max; i++ {
+					mustUpload(t, b.Store, thA, fmt.Sprintf("o%d", i), []byte(fmt.Sprintf("owner %d", i)))
+				}
 				_, err := upload(b.Store, thA, "owner's one more", []byte("one more"))
 				assert.Code(t, err, chatrelay.TooManyAttachments)
-				// A revoke frees its grant's drafts (for the owner).
-				_, err = p.Revoke(ctx, thA, boA.ID)
-				assert.Success(t, err)
-				mustUpload(t, b.Store, thA, "owner's one more", []byte("one more"))
 
 				// Bytes: the thread holds posted bytes to 15 MiB short of
 				// its most; the owner holds 10 MiB of drafts in thC, none
@@ -296,8 +295,11 @@ func TestConformanceAttachments(t *testing.T) {
 					_, err = put("one more", []byte{4})
 					assert.Code(t, err, chatrelay.AttachmentTooLarge)
 				}
-				// The owner's view is the whole thread's: thC is over its
-				// most by the participant's 15 MiB beside the owner's 10.
+				// The owner's bytes alike: in thC the posted files and its
+				// 10 MiB of drafts leave it 5 MiB, cy's 15 counting for it
+				// as nothing.
+				_, err = upload(b.Store, thC, "owner's five", bytes.Repeat([]byte{6}, 5*mib)) // to the byte
+				assert.Success(t, err)
 				_, err = upload(b.Store, thC, "owner's byte", []byte{5})
 				assert.Code(t, err, chatrelay.AttachmentTooLarge)
 			}},
@@ -320,6 +322,75 @@ func TestConformanceAttachments(t *testing.T) {
 				assert.Success(t, err)
 				_, err = put("one more", []byte{3}) // posted: no longer a draft's bytes
 				assert.Success(t, err)
+			}},
+			{"the owner's uploads are judged on its own drafts: participants' drafts do not hold them back", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				// Ten commenters holding their most drafts each held the
+				// owner's uploads back (409) for up to the drafts' hour:
+				// the owner was judged on every draft of the thread.
+				appendText(t, b.Store, thA, "", "hello")
+				p := participants(t, b)
+				for i := range 10 {
+					g, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: fmt.Sprintf("Commenter %d", i), Role: chatrelay.Commenter})
+					put := grantUpload(b, thA, g)
+					for n := range chatrelay.LimitParticipantPending.Max {
+						_, err := put(fmt.Sprintf("d%d", n), []byte(fmt.Sprintf("%s %d", g.ID, n)))
+						assert.Success(t, err)
+					}
+				}
+				// The owner's drafts, a device's among them, to its most.
+				phone, _, err := makeDevice(t, b, clk, thA, "phone")
+				assert.Success(t, err)
+				_, err = grantUpload(b, thA, phone)("from the phone", []byte("from the phone"))
+				assert.Success(t, err)
+				for i := 1; i < chatrelay.LimitAttachmentPending.Max; i++ {
+					_, err := upload(b.Store, thA, fmt.Sprintf("o%d", i), []byte(fmt.Sprintf("owner %d", i)))
+					assert.Success(t, err)
+				}
+				_, err = upload(b.Store, thA, "one more", []byte("one more"))
+				assert.Code(t, err, chatrelay.TooManyAttachments)
+				_, err = grantUpload(b, thA, phone)("one more", []byte("one more"))
+				assert.Code(t, err, chatrelay.TooManyAttachments)
+				assertNothingStaged(t, b, thA, 10*chatrelay.LimitParticipantPending.Max+chatrelay.LimitAttachmentPending.Max)
+			}},
+			{"the owner's uploads are judged on the named files' bytes and its own drafts': participants' drafts count as nothing", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				// The named files leave 15 MiB of the thread's most; a
+				// commenter's drafts take them. The owner was refused (413)
+				// one byte: the whole thread counted for it.
+				const mib = 1 << 20
+				posted := mustUpload(t, b.Store, thA, "posted", bytes.Repeat([]byte{1}, chatrelay.LimitThreadAttachments.Max-15*mib))
+				_, err := postWith(b.Store, thA, "posted", posted.ID)
+				assert.Success(t, err)
+				p := participants(t, b)
+				cy, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Cy", Role: chatrelay.Commenter})
+				put := grantUpload(b, thA, cy)
+				five := bytes.Repeat([]byte{2}, 5*mib)
+				_, err = put("five", five)
+				assert.Success(t, err)
+				_, err = put("ten", bytes.Repeat([]byte{3}, 10*mib)) // to the byte, for cy
+				assert.Success(t, err)
+				_, err = put("one more", []byte{4})
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				// A copy of cy's draft is stored once (the thread holds those
+				// bytes), yet counts for the owner as new: they stay the
+				// owner's when cy's draft goes. A second copy is its own:
+				// counted once.
+				_, err = upload(b.Store, thA, "copy of cy's five", five)
+				assert.Success(t, err)
+				_, err = upload(b.Store, thA, "again", five)
+				assert.Success(t, err)
+				assertNothingStaged(t, b, thA, 3)
+				_, err = upload(b.Store, thA, "ten of the owner's", bytes.Repeat([]byte{5}, 10*mib)) // to the byte, for the owner
+				assert.Success(t, err)
+				_, err = upload(b.Store, thA, "one more", []byte{6})
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				assertNothingStaged(t, b, thA, 4)
+				// cy's revoke frees nothing for the owner: its drafts were
+				// nothing to it, and the copy is the owner's.
+				_, err = p.Revoke(context.Background(), thA, cy.ID)
+				assert.Success(t, err)
+				assertNothingStaged(t, b, thA, 3)
+				_, err = upload(b.Store, thA, "one more", []byte{6})
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
 			}},
 			{"an upload no post names is deleted after an hour; one a post names stays", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				kept := mustUpload(t, b.Store, thA, "kept", []byte("kept"))
@@ -415,7 +486,9 @@ func TestConformanceAttachments(t *testing.T) {
 				// An outside probe: a commenter filled the thread's 100 MiB,
 				// then its 100 pending uploads, with uploads it never
 				// posted, and the owner's uploads were refused (413, then
-				// 409) for up to an hour, revoked link or not.
+				// 409) for up to an hour, revoked link or not. Its drafts
+				// now count for the owner as nothing (the owner takes its
+				// own most beside them), and its revoke removes them.
 				ctx := context.Background()
 				appendText(t, b.Store, thA, "", "hello")
 				p := participants(t, b)
@@ -426,29 +499,32 @@ func TestConformanceAttachments(t *testing.T) {
 				_, err = b.Store.Append(ctx, thA, store.NewMessage{Author: alex.Author(), Text: "see", Participant: alex.ID, Attachments: []string{posted.ID}})
 				assert.Success(t, err)
 				owners := mustUpload(t, b.Store, thA, "owner.txt", []byte("the same bytes")) // the owner's draft
-				held := int(posted.Size + owners.Size)
-				// The owner's drafts leave alex's most drafts' bytes of room.
-				base := mustUpload(t, b.Store, thA, "base", bytes.Repeat([]byte{6}, chatrelay.LimitThreadAttachments.Max-held-chatrelay.LimitParticipantDraftBytes.Max))
-				held += int(base.Size)
 				drafts := []string{}
-				a, err := put("copy.txt", []byte("the same bytes")) // the owner's bytes: stored once, counted twice
+				a, err := put("copy.txt", []byte("the same bytes")) // the owner's bytes: stored once
 				assert.Success(t, err)
 				drafts = append(drafts, a.ID)
 				a, err = put("fill", bytes.Repeat([]byte{7}, chatrelay.LimitParticipantDraftBytes.Max-len("the same bytes")))
 				assert.Success(t, err)
 				drafts = append(drafts, a.ID)
-				_, err = upload(b.Store, thA, "mine.txt", []byte("the owner's new file"))
-				assert.Code(t, err, chatrelay.AttachmentTooLarge)
 				for i := len(drafts); i < chatrelay.LimitParticipantPending.Max; i++ { // alex's most drafts
 					a, err := put(fmt.Sprintf("junk %d", i), nil)
 					assert.Success(t, err)
 					drafts = append(drafts, a.ID)
 				}
-				for i := 2 + chatrelay.LimitParticipantPending.Max; i < chatrelay.LimitAttachmentPending.Max; i++ { // the owner's: the most pending
-					mustUpload(t, b.Store, thA, fmt.Sprintf("empty %d", i), nil)
+				// The owner's uploads are taken beside alex's drafts, to
+				// the thread's most bytes exactly (the named file and its
+				// own) and to its most drafts.
+				held := int(posted.Size + owners.Size)
+				mustUpload(t, b.Store, thA, "rest", bytes.Repeat([]byte{8}, chatrelay.LimitThreadAttachments.Max-held))
+				_, err = upload(b.Store, thA, "one more", []byte{9})
+				assert.Code(t, err, chatrelay.AttachmentTooLarge)
+				var empty chatrelay.Attachment
+				for i := 2; i < chatrelay.LimitAttachmentPending.Max; i++ {
+					empty = mustUpload(t, b.Store, thA, fmt.Sprintf("empty %d", i), nil)
 				}
 				_, err = upload(b.Store, thA, "empty.txt", nil)
 				assert.Code(t, err, chatrelay.TooManyAttachments)
+				assertNothingStaged(t, b, thA, 5) // the posted file's, the owner's drafts' (the empty file's too), alex's fill
 
 				_, err = p.Revoke(ctx, thA, alex.ID)
 				assert.Success(t, err)
@@ -456,23 +532,23 @@ func TestConformanceAttachments(t *testing.T) {
 					_, err := download(t, b.Store, thA, id)
 					assert.Code(t, err, chatrelay.NotFound)
 				}
-				assertNothingStaged(t, b, thA, 4) // the posted file's bytes and the owner's drafts' (the empty file's too)
+				assertNothingStaged(t, b, thA, 4) // the fill's bytes are gone; the bytes the owner's drafts hold stay
 				for id, want := range map[string]string{posted.ID: "alex's posted file", owners.ID: "the same bytes"} {
 					got, err := download(t, b.Store, thA, id)
 					assert.Success(t, err)
 					assert.Equal(t, "bytes of "+id, string(got), want)
 				}
-				// The owner's uploads are taken again, to the thread's
-				// most bytes exactly: the revoked grant's count for nothing.
-				mine := mustUpload(t, b.Store, thA, "mine.txt", []byte("the owner's new file"))
-				held += int(mine.Size)
-				mustUpload(t, b.Store, thA, "rest", bytes.Repeat([]byte{8}, chatrelay.LimitThreadAttachments.Max-held))
+				// Nothing changed for the owner: its drafts and bytes, at
+				// their most, were its own.
+				_, err = upload(b.Store, thA, "empty.txt", nil)
+				assert.Code(t, err, chatrelay.TooManyAttachments)
+				_, err = postWith(b.Store, thA, "an empty file", empty.ID) // a draft less
+				assert.Success(t, err)
 				_, err = upload(b.Store, thA, "one more", []byte{9})
 				assert.Code(t, err, chatrelay.AttachmentTooLarge)
-				assertNothingStaged(t, b, thA, 6)
 				_, err = p.Revoke(ctx, thA, alex.ID) // again: changes nothing
 				assert.Success(t, err)
-				assertNothingStaged(t, b, thA, 6)
+				assertNothingStaged(t, b, thA, 4)
 			}},
 			{"uploads racing their grant's revoke: none survives it as a draft", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				appendText(t, b.Store, thA, "", "hello")

@@ -79,25 +79,66 @@ func Run(t *testing.T, fn func(t *testing.T, backend string)) {
 }
 
 var shared struct {
-	mu      sync.Mutex
-	main    bool // Main is running the tests
-	srv     *Server
-	dir     string
-	err     error
+	mu   sync.Mutex
+	main bool // Main is running the tests
+
+	srv     lazy[*Server]            // Redis's
+	second  lazy[*Server]            // RedisShards' second shard
+	cluster lazy[*redistest.Cluster] // RedisCluster's
+	wait    lazy[*Server]            // RedisWait's primary, with its replica
+}
+
+// lazy is one of the servers the test binary shares: started on first
+// use (under shared.mu) in a temp folder of its own, stopped and its
+// folder removed by Main once the tests are done.
+type lazy[T any] struct {
 	started bool
+	dir     string
+	val     T
+	stop    func() // what start started, even when it failed after
+	err     error
+}
 
-	// The cluster and the second server (RedisCluster, RedisShards).
-	cluster    *redistest.Cluster
-	clusterDir string
-	clusterErr error
-	second     *Server
-	secondDir  string
-	secondErr  error
+// get returns l's server, starting it with start on first use. It fails
+// the test if the server cannot run, or if the package's TestMain does not
+// call Main (nothing would stop the server).
+func (l *lazy[T]) get(t testing.TB, what string, start func(dir string) (T, func(), error)) T {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if !shared.main {
+		t.Fatalf("storetest: the shared %s needs the package's TestMain to call storetest.Main(m)", what)
+	}
+	if !l.started {
+		l.started = true
+		l.dir, l.err = os.MkdirTemp("", "chatrelay-redis-")
+		if l.err == nil {
+			l.val, l.stop, l.err = start(l.dir)
+		}
+	}
+	if l.err != nil {
+		t.Fatalf("storetest: %v", l.err)
+	}
+	return l.val
+}
 
-	// RedisWait's primary and its replica.
-	waitPrimary, waitReplica *Server
-	waitDir                  string
-	waitErr                  error
+// close stops what get started and removes its folder.
+func (l *lazy[T]) close() {
+	if l.stop != nil {
+		l.stop()
+	}
+	if l.dir != "" {
+		os.RemoveAll(l.dir)
+	}
+}
+
+// startServer starts a redis-server in dir.
+func startServer(dir string) (*Server, func(), error) {
+	srv, err := redistest.Start(dir, ServerOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return srv, srv.Kill, nil
 }
 
 var prefixSeq atomic.Int64
@@ -127,26 +168,10 @@ func (r runner) Run() int {
 	code := r.m.Run()
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
-	if shared.srv != nil {
-		shared.srv.Kill()
-		os.RemoveAll(shared.dir)
-	}
-	if shared.cluster != nil {
-		shared.cluster.Kill()
-		os.RemoveAll(shared.clusterDir)
-	}
-	if shared.second != nil {
-		shared.second.Kill()
-		os.RemoveAll(shared.secondDir)
-	}
-	if shared.waitDir != "" {
-		for _, s := range []*Server{shared.waitReplica, shared.waitPrimary} {
-			if s != nil {
-				s.Kill()
-			}
-		}
-		os.RemoveAll(shared.waitDir)
-	}
+	shared.srv.close()
+	shared.second.close()
+	shared.cluster.close()
+	shared.wait.close()
 	shared.main = false
 	return code
 }
@@ -156,25 +181,7 @@ func (r runner) Run() int {
 // package's TestMain does not call Main (nothing would stop the server).
 func SharedServer(t testing.TB) *Server {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if !shared.main {
-		t.Fatal("storetest: the shared redis-server needs the package's TestMain to call storetest.Main(m)")
-	}
-	if !shared.started {
-		shared.started = true
-		shared.dir, shared.err = os.MkdirTemp("", "chatrelay-redis-")
-		if shared.err == nil {
-			shared.srv, shared.err = redistest.Start(shared.dir, ServerOptions{})
-		}
-		if shared.err != nil {
-			os.RemoveAll(shared.dir)
-		}
-	}
-	if shared.err != nil {
-		t.Fatalf("storetest: %v", shared.err)
-	}
-	return shared.srv
+	return shared.srv.get(t, "redis-server", startServer)
 }
 
 // Options configures a store. Zero values take the test defaults.
@@ -216,7 +223,13 @@ type Backend struct {
 	Outbox store.Outbox // the queue of webhook events, with Options.Webhooks
 
 	query string // Redis: the URL's query (RedisWait's wait-replicas)
+	close func() // closes the store once
 }
+
+// Close closes the store now, as a server's clean stop does (the file
+// store saves its webhook queues' progress); the test's end does not
+// close it again.
+func (b *Backend) Close() { b.close() }
 
 // Open opens a store of the named backend for the test: the file store in
 // a new temp folder, or the Redis store on the shared server under a new
@@ -279,8 +292,9 @@ func openRedis(t testing.TB, srv *Server, prefix string, opt Options, query stri
 	if err != nil {
 		t.Fatalf("storetest: open the Redis store: %v", err)
 	}
-	t.Cleanup(func() { rs.Close() })
-	return &Backend{Name: Redis, Store: rs, Redis: rs, Server: srv, Prefix: prefix, Outbox: rs.Outbox(), query: query}
+	closeOnce := sync.OnceFunc(func() { rs.Close() })
+	t.Cleanup(closeOnce)
+	return &Backend{Name: Redis, Store: rs, Redis: rs, Server: srv, Prefix: prefix, Outbox: rs.Outbox(), query: query, close: closeOnce}
 }
 
 // OpenSharded opens a Sharded store of spec under prefix (c is the
@@ -294,79 +308,52 @@ func OpenSharded(t testing.TB, spec, prefix string, opt Options, c *redistest.Cl
 	if err != nil {
 		t.Fatalf("storetest: open the sharded store %s: %v", spec, err)
 	}
-	t.Cleanup(func() { sh.Close() })
+	closeOnce := sync.OnceFunc(func() { sh.Close() })
+	t.Cleanup(closeOnce)
 	name := RedisShards
 	if c != nil {
 		name = RedisCluster
 	}
-	return &Backend{Name: name, Store: sh, Sharded: sh, Spec: spec, Cluster: c, Servers: srvs, Prefix: prefix, Outbox: sh.Outbox()}
+	return &Backend{Name: name, Store: sh, Sharded: sh, Spec: spec, Cluster: c, Servers: srvs, Prefix: prefix, Outbox: sh.Outbox(), close: closeOnce}
 }
 
 // SharedCluster returns the test binary's shared 3-primary Redis Cluster,
 // starting it on first use (as SharedServer).
 func SharedCluster(t testing.TB) *redistest.Cluster {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if !shared.main {
-		t.Fatal("storetest: the shared cluster needs the package's TestMain to call storetest.Main(m)")
-	}
-	if shared.cluster == nil && shared.clusterErr == nil {
-		shared.clusterDir, shared.clusterErr = os.MkdirTemp("", "chatrelay-cluster-")
-		if shared.clusterErr == nil {
-			shared.cluster, shared.clusterErr = redistest.NewCluster(shared.clusterDir, redistest.ClusterOptions{})
+	return shared.cluster.get(t, "cluster", func(dir string) (*redistest.Cluster, func(), error) {
+		c, err := redistest.NewCluster(dir, redistest.ClusterOptions{})
+		if err != nil {
+			return nil, nil, err
 		}
-	}
-	if shared.clusterErr != nil {
-		t.Fatalf("storetest: %v", shared.clusterErr)
-	}
-	return shared.cluster
+		return c, c.Kill, nil
+	})
 }
 
 // waitServer is RedisWait's shared primary, with its replica.
 func waitServer(t testing.TB) *Server {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if !shared.main {
-		t.Fatal("storetest: the shared redis-server needs the package's TestMain to call storetest.Main(m)")
-	}
-	if shared.waitDir == "" && shared.waitErr == nil {
-		shared.waitDir, shared.waitErr = os.MkdirTemp("", "chatrelay-redis-")
-		if shared.waitErr == nil {
-			shared.waitPrimary, shared.waitErr = redistest.Start(shared.waitDir, ServerOptions{})
+	return shared.wait.get(t, "redis-server", func(dir string) (*Server, func(), error) {
+		primary, stop, err := startServer(dir)
+		if err != nil {
+			return nil, nil, err
 		}
-		if shared.waitErr == nil {
-			dir := filepath.Join(shared.waitDir, "replica")
-			if shared.waitErr = os.Mkdir(dir, 0o700); shared.waitErr == nil {
-				shared.waitReplica, shared.waitErr = shared.waitPrimary.StartReplicaIn(dir)
-			}
+		replicaDir := filepath.Join(dir, "replica")
+		if err := os.Mkdir(replicaDir, 0o700); err != nil {
+			return nil, stop, err
 		}
-	}
-	if shared.waitErr != nil {
-		t.Fatalf("storetest: %v", shared.waitErr)
-	}
-	return shared.waitPrimary
+		replica, err := primary.StartReplicaIn(replicaDir)
+		if err != nil {
+			return nil, stop, err
+		}
+		return primary, func() { replica.Kill(); primary.Kill() }, nil
+	})
 }
 
 // secondServer is the shared second server of RedisShards.
 func secondServer(t testing.TB) *Server {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if !shared.main {
-		t.Fatal("storetest: the shared redis-server needs the package's TestMain to call storetest.Main(m)")
-	}
-	if shared.second == nil && shared.secondErr == nil {
-		shared.secondDir, shared.secondErr = os.MkdirTemp("", "chatrelay-redis-")
-		if shared.secondErr == nil {
-			shared.second, shared.secondErr = redistest.Start(shared.secondDir, ServerOptions{})
-		}
-	}
-	if shared.secondErr != nil {
-		t.Fatalf("storetest: %v", shared.secondErr)
-	}
-	return shared.second
+	return shared.second.get(t, "redis-server", startServer)
 }
 
 func openFile(t testing.TB, dir string, opt Options, appendLog bool) *Backend {
@@ -378,8 +365,9 @@ func openFile(t testing.TB, dir string, opt Options, appendLog bool) *Backend {
 	if err != nil {
 		t.Fatalf("storetest: open the file store: %v", err)
 	}
-	t.Cleanup(func() { fs.Close() })
-	return &Backend{Name: File, Store: fs, Dir: dir, AppendLog: appendLog, Outbox: fs.Outbox()}
+	closeOnce := sync.OnceFunc(func() { fs.Close() })
+	t.Cleanup(closeOnce)
+	return &Backend{Name: File, Store: fs, Dir: dir, AppendLog: appendLog, Outbox: fs.Outbox(), close: closeOnce}
 }
 
 func logger(opt Options) *slog.Logger {

@@ -32,11 +32,11 @@ import (
 // of the document names it. Under the same lock, the records that no
 // message names and that are older than LimitAttachmentUnused are
 // dropped, and then the files that no record names (collect). An upload
-// is judged on what its uploader may read (store.Room: the owner's on the
-// thread's LimitAttachmentPending uploads no message names, a
-// participant's on its own LimitParticipantPending; checked before the
-// bytes are taken in, and again under the lock), so the index holds at
-// most those and the uploads its messages name. When a grant
+// is judged on its uploader's own drafts and the uploads messages name
+// (store.Room: the owner's on its LimitAttachmentPending uploads no
+// message names, a participant's on its LimitParticipantPending; checked
+// before the bytes are taken in, and again under the lock), so the index
+// holds at most those of each and the uploads its messages name. When a grant
 // ends (Revoke, NoteExpired: withGrantsThen), the same collect runs under
 // the lock that wrote the grants record, and drops the uploads made with
 // a grant that has ended that no message names (Orphaned); an upload of

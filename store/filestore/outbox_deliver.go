@@ -73,12 +73,15 @@ type eventState struct {
 
 var _ store.Outbox = (*outbox)(nil)
 
+// dir is DATA/webhooks: the destinations' queues, states and .gone marks.
+func (o *outbox) dir() string { return filepath.Join(filepath.Dir(o.s.dir), "webhooks") }
+
 func (o *outbox) dest(id string) *destQueue {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	d := o.dests[id]
 	if d == nil {
-		dir := filepath.Join(filepath.Dir(o.s.dir), "webhooks")
+		dir := o.dir()
 		d = &destQueue{path: filepath.Join(dir, id+".queue"), state: filepath.Join(dir, id+".state")}
 		o.dests[id] = d
 	}
@@ -445,7 +448,7 @@ func (o *outbox) gonePath(dest string) (string, error) {
 	if !store.ValidDestinationID(dest) {
 		return "", fmt.Errorf("webhook: %q is no destination ID", dest)
 	}
-	return filepath.Join(filepath.Dir(o.s.dir), "webhooks", dest+".gone"), nil
+	return filepath.Join(o.dir(), dest+".gone"), nil
 }
 
 // Disable implements store.Disabler: it writes <destination>.gone (when,

@@ -19,7 +19,8 @@ import (
 
 // Attachments (contract Part 5) live in Redis, so every node serves them,
 // bounded by the limits (LimitAttachmentBytes a file, LimitThreadAttachments
-// a thread, LimitAttachmentPending the uploads no message names yet). In
+// a thread, LimitAttachmentPending the owner's uploads no message names
+// yet, LimitParticipantPending a participant's). In
 // the thread's slot:
 //
 //	<prefix>{T}:att          hash: <id> -> the upload's record (JSON),
@@ -227,52 +228,24 @@ func (s *Store) pendingSince() int64 {
 	return s.now().Add(-ttl).UnixMilli()
 }
 
-// pendingLua counts the uploads of the att hash att that no message names
-// (no u:<id>) and that were made after before (ms): a thread's pending
-// uploads, which LimitAttachmentPending bounds. Those it counts are at
-// most that many, and the ones its messages name leave with them.
-const pendingLua = `
-local function pendingUploads(att, before)
-  local fs = redis.call('HKEYS', att)
-  local used = {}
-  for _, f in ipairs(fs) do
-    if string.sub(f, 1, 2) == 'u:' then used[string.sub(f, 3)] = true end
-  end
-  local n = 0
-  for _, f in ipairs(fs) do
-    if string.sub(f, 1, 3) == 'at_' and not used[f] then
-      local ok, a = pcall(cjson.decode, redis.call('HGET', att, f) or '')
-      if ok and type(a) == 'table' and (tonumber(a.at) or 0) > before then n = n + 1 end
-    end
-  end
-  return n
-end
-`
-
 // roomLua defines room(att, before, by, sha, size, pre), store.Room in
 // Lua: "" if the upload of by (a participant's id; "" the owner) of the
 // bytes sha (size bytes) fits the thread of the att hash att, else
-// "pending" (the owner: the thread holds LimitAttachmentPending uploads no
-// message names, made after before, ms), "drafts" (a participant: it
-// holds LimitParticipantPending of them), "full" (the bytes it may read,
-// and these counted as new unless it may read a record holding them,
-// would pass LimitThreadAttachments) or "draftbytes" (a participant: its
-// drafts' bytes would pass LimitParticipantDraftBytes). pre: the check
-// before the bytes are taken in, counts alone. A participant is judged on
-// what it may read alone (its own drafts, the uploads messages name):
-// another's drafts count for it as nothing.
-const roomLua = pendingLua + `
+// "pending" (the owner: it holds LimitAttachmentPending uploads no message
+// names, made after before, ms), "drafts" (a participant: it holds
+// LimitParticipantPending of them), "full" (the bytes of the files
+// messages name and of by's drafts, and these counted as new unless one
+// of those holds them, would pass LimitThreadAttachments) or "draftbytes"
+// (a participant: its drafts' bytes would pass
+// LimitParticipantDraftBytes). pre: the check before the bytes are taken
+// in, counts alone. Each uploader is judged on its own drafts and the
+// uploads messages name: another's drafts count for it as nothing.
+const roomLua = `
 local function room(att, before, by, sha, size, pre, most, maxPending, maxDrafts, maxDraftBytes)
-  if by == '' then
-    if pendingUploads(att, before) >= maxPending then return 'pending' end
-    if pre then return '' end
-    local held = tonumber(redis.call('HGET', att, 'b:' .. sha) or '0') > 0
-    if not held and (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most then return 'full' end
-    return ''
-  end
-  -- Its own drafts first (the records no message names, as
-  -- pendingUploads reads them); the named files only when the thread's
-  -- stored bytes could take it past most: what it may read is among them.
+  -- Its own drafts first (the records by it that no message names, made
+  -- after before; a record with no "by" is the owner's); the named files
+  -- only when the thread's stored bytes could take it past most: what it
+  -- holds is among them.
   local fs = redis.call('HKEYS', att)
   local used = {}
   for _, f in ipairs(fs) do
@@ -282,27 +255,38 @@ local function room(att, before, by, sha, size, pre, most, maxPending, maxDrafts
   for _, f in ipairs(fs) do
     if string.sub(f, 1, 3) == 'at_' and not used[f] then
       local ok, a = pcall(cjson.decode, redis.call('HGET', att, f) or '')
-      if ok and type(a) == 'table' and a.by == by and (tonumber(a.at) or 0) > before and type(a.sha256) == 'string' then
-        n = n + 1
-        if not drafts[a.sha256] then drafts[a.sha256] = true; draftBytes = draftBytes + (tonumber(a.size) or 0) end
+      if ok and type(a) == 'table' and (tonumber(a.at) or 0) > before then
+        local of = a.by
+        if type(of) ~= 'string' then of = '' end
+        if of == by then
+          n = n + 1
+          if type(a.sha256) == 'string' and not drafts[a.sha256] then
+            drafts[a.sha256] = true
+            draftBytes = draftBytes + (tonumber(a.size) or 0)
+          end
+        end
       end
     end
   end
-  if n >= maxDrafts then return 'drafts' end
+  if by == '' then
+    if n >= maxPending then return 'pending' end
+  elseif n >= maxDrafts then
+    return 'drafts'
+  end
   if pre then return '' end
   if not drafts[sha] and (tonumber(redis.call('HGET', att, '.bytes')) or 0) + size > most then
-    local seen, visible = {}, draftBytes
+    local seen, mine = {}, draftBytes
     for h in pairs(drafts) do seen[h] = true end
     for id in pairs(used) do
       local ok, a = pcall(cjson.decode, redis.call('HGET', att, id) or '')
       if ok and type(a) == 'table' and type(a.sha256) == 'string' and not seen[a.sha256] then
         seen[a.sha256] = true
-        visible = visible + (tonumber(a.size) or 0)
+        mine = mine + (tonumber(a.size) or 0)
       end
     end
-    if not seen[sha] and visible + size > most then return 'full' end
+    if not seen[sha] and mine + size > most then return 'full' end
   end
-  if not drafts[sha] and draftBytes + size > maxDraftBytes then return 'draftbytes' end
+  if by ~= '' and not drafts[sha] and draftBytes + size > maxDraftBytes then return 'draftbytes' end
   return ''
 end
 `
@@ -334,8 +318,8 @@ return {room(KEYS[1], tonumber(ARGV[1]), ARGV[2], '', 0, true, tonumber(ARGV[3])
 `)
 
 // roomLimits are room's limits (roomLua), as a script's last arguments:
-// the thread's most bytes, the most pending uploads (the owner's view), a
-// participant's most drafts and their most bytes.
+// the thread's most bytes, the owner's most drafts, a participant's most
+// drafts and their most bytes.
 func roomLimits() []any {
 	return []any{chatrelay.LimitThreadAttachments.Max, chatrelay.LimitAttachmentPending.Max,
 		chatrelay.LimitParticipantPending.Max, chatrelay.LimitParticipantDraftBytes.Max}

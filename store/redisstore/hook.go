@@ -18,6 +18,9 @@ func (h answerHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if f := h.s.opt.onGate; f != nil {
+			f([]redis.Cmder{cmd})
+		}
 		if g := h.s.gate; g != nil {
 			if err := g.pass(ctx); err != nil {
 				cmd.SetErr(err)
@@ -32,6 +35,9 @@ func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if f := h.s.opt.onGate; f != nil {
+			f(cmds)
+		}
 		if g := h.s.gate; g != nil {
 			if err := g.pass(ctx); err != nil {
 				for _, cmd := range cmds {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,7 +41,8 @@ import (
 // (as each window is on one Redis's).
 type RateLimiter struct {
 	s                *Store
-	shards           []*Store // the shards the windows are placed on (nil: all on s)
+	shards           []*Store      // the shards the windows are placed on (nil: all on s)
+	down             []atomic.Bool // with shards: by shard, the Sharded store's last Check found it down
 	perThread, perIP int
 	window           time.Duration
 	// clock, in tests only, is the windows' clock instead of Redis's,
@@ -143,7 +145,15 @@ type rateWindow struct {
 func (l *RateLimiter) take(thread, ip string) *rateTake {
 	ts, as := l.s, l.s
 	if n := len(l.shards); n > 1 {
-		ts, as = l.shards[shardIndex(thread, n)], l.shards[shardIndex(ip, n)]
+		a := shardIndex(ip, n)
+		ts, as = l.shards[shardIndex(thread, n)], l.shards[a]
+		if l.down != nil && l.down[a].Load() && as.down.Load() {
+			// Found down by the last check, and no answer since: the
+			// address's window on the thread's shard at once, as
+			// addressDown does after trying it (a refused dial, or a
+			// stall's full timeout, at every post).
+			as = ts
+		}
 	}
 	return &rateTake{l: l, id: randomHex(8), w: []rateWindow{
 		{key: ts.limits + "{rl}:tl:" + thread, at: ts, limit: l.perThread},
@@ -159,7 +169,8 @@ func (l *RateLimiter) take(thread, ip string) *rateTake {
 // the address's limit then holds per shard. An entry the failed count
 // may have made (a stall, not a refused connection) is left: one post
 // more in one window, gone with it, and no undo sent to a shard that
-// does not answer at each post.
+// does not answer at each post. Once a check found the shard down, the
+// posts do not try it until it answers again (take).
 func (t *rateTake) addressDown() *rateTake {
 	a, ts := t.part(1), t.at()
 	return &rateTake{l: t.l, id: t.id, w: []rateWindow{

@@ -222,6 +222,10 @@ type Options struct {
 	// (RateLimiter).
 
 	evalOnly bool // run every script with EVALSHA, never the library (functions.go), as on a Redis without functions: tests
+	// onGate, if set (by tests), is called with the commands of each call
+	// (a command alone, or a pipeline) that reaches the store's gate
+	// (answerHook), before the gate checks it.
+	onGate func(cmds []redis.Cmder)
 }
 
 // Store is the Redis store. It is safe for concurrent use by many goroutines
@@ -409,10 +413,13 @@ func newStore(rdb redis.UniversalClient, opt Options, sh shardOf) *Store {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	rdb.AddHook(answerHook{s})
+	// The wait hook first (the outer one): a write it sends again as a
+	// pipeline with its WAIT goes through the whole chain, and passes
+	// answerHook's gate there, once.
 	if c, ok := rdb.(*redis.Client); ok && opt.WaitReplicas > 0 {
 		c.AddHook(newWaitHook(c, opt))
 	}
+	rdb.AddHook(answerHook{s})
 	routeClientLog(s)
 	s.closing, s.close = context.WithCancel(context.Background())
 	s.fcall = sh.fcall

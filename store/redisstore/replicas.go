@@ -79,7 +79,8 @@ func (h waitHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return next(ctx, cmd)
 		}
 		// Sent as a pipeline of one, which ProcessPipelineHook gives its
-		// WAIT: the same connection.
+		// WAIT: the same connection. This hook is the client's outer one
+		// (newStore), so the hooks after it see the write once, there.
 		p := h.c.Pipeline()
 		p.Process(ctx, cmd)
 		_, err := p.Exec(ctx)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -414,4 +416,49 @@ func TestShardsWaitReplicasPerURL(t *testing.T) {
 	_, err := sh.Append(ctx, on[0], store.NewMessage{Text: "on the waiting shard"})
 	wantCode(t, err, chatrelay.StoreUnavailable)
 	must[store.Entry](t)(sh.Append(ctx, on[1], store.NewMessage{Text: "on the other"}))
+}
+
+// TestWaitReplicasGatesOnce: with wait-replicas on, a post alone (sent
+// as a pipeline of itself and its WAIT) reaches the store's gate once,
+// not once as a command and again as the pipeline that carries its WAIT.
+func TestWaitReplicasGatesOnce(t *testing.T) {
+	t.Parallel()
+	primary := redistest.StartServer(t, redistest.ServerOptions{})
+	replica := primary.StartReplica(t)
+	const th = "a1b2c3d4e5f60003"
+	var (
+		mu    sync.Mutex
+		gated [][]string // the calls naming th that reached the gate
+	)
+	opt := Options{Log: testLogger(t), onGate: func(cmds []redis.Cmder) {
+		var names []string
+		mentions := false
+		for _, c := range cmds {
+			names = append(names, c.Name())
+			for _, a := range c.Args() {
+				if s, ok := a.(string); ok && strings.Contains(s, "{"+th+"}") {
+					mentions = true
+				}
+			}
+		}
+		if mentions {
+			mu.Lock()
+			gated = append(gated, names)
+			mu.Unlock()
+		}
+	}}
+	s, err := Open(t.Context(), primary.URL()+"?wait-replicas=1", opt)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	e := must[store.Entry](t)(s.Append(t.Context(), th, store.NewMessage{Text: "one"}))
+	if !onReplica(t, replica.Client(t), s, th, e.Epoch) {
+		t.Fatalf("acknowledged %s, not on the replica", e.ID)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(gated) != 1 || !slices.Contains(gated[0], "wait") {
+		t.Fatalf("one post reached the gate %d times: %v (want once, with its WAIT)", len(gated), gated)
+	}
 }

@@ -174,6 +174,12 @@ func (sh *Sharded) Check(ctx context.Context) error {
 	down := 0
 	for k, err := range errs {
 		sh.down[k].Store(err != nil && !store.Full(err))
+		if sh.down[k].Load() {
+			// Failed since it last answered, if a gate (sharded_late.go)
+			// refused the check before Redis could fail it: the rate
+			// windows count on that (RateLimiter.take).
+			sh.shards[k].down.Store(true)
+		}
 		switch {
 		case err == nil:
 		case !store.Full(err):
@@ -234,7 +240,7 @@ func (sh *Sharded) limiters() *Store { return sh.shards[0] }
 func (sh *Sharded) NewRateLimiter(w chatrelay.Windows) *RateLimiter {
 	l := NewRateLimiter(sh.limiters(), w)
 	if sh.cluster == nil {
-		l.shards = sh.shards
+		l.shards, l.down = sh.shards, sh.down
 	}
 	return l
 }

@@ -34,7 +34,9 @@ import (
 // claimInstances writes them, shard 0's last). A shard whose record is
 // not what this node's list says (found once it answers) stays closed:
 // every call of it answers StoreUnavailable and the cause is logged at
-// error level, as a start would have refused it.
+// error level, as a start would have refused it; its record is read
+// again at each attempt, so that one put right (SET <prefix>shard k/n,
+// as the error says) is used then, with no restart.
 //
 // The feed: a Follow that starts while a shard is late follows it too,
 // from the moment it can subscribe; the shard opens only once every such
@@ -57,11 +59,9 @@ type shardGate struct {
 	open atomic.Bool // set up and followed: calls pass
 
 	// Guarded by lateShards.mu (the settle in progress writes them).
-	checked bool   // checkShard succeeded
-	got     string // its shard record then ("" if none)
-	setUp   bool   // setup succeeded (once its record is this node's)
-	err     error  // why it is not set up (the last attempt)
-	said    string // the last cause logged
+	setUp bool   // setup succeeded (once its record is this node's)
+	err   error  // why it is not set up (the last attempt)
+	said  string // the last cause logged
 
 	// Guarded by lateShards.stateMu.
 	claimed  bool // its record is this node's: it only waits for the feeds
@@ -72,7 +72,8 @@ type shardGate struct {
 type lateShards struct {
 	sh    *Sharded
 	names []string
-	gates []*shardGate // one per shard: nil for a shard set up at open
+	gates []*shardGate  // one per shard: nil for a shard set up at open
+	recs  []shardRecord // one per shard: its record (claimRecords); guarded by mu
 
 	mu   chan struct{} // held by the settle in progress
 	last time.Time     // when the last settle ended (guarded by mu)
@@ -177,56 +178,30 @@ func (l *lateShards) settle(ctx context.Context, g *shardGate) error {
 // attempt is one try at setting up the late shards (l.mu held).
 func (l *lateShards) attempt(ctx context.Context) {
 	ctx = context.WithValue(ctx, bypassKey{}, true)
-	n := len(l.gates)
-	// Its record first, which is only read: an instance in the wrong
+	// The records first, which are only read: an instance in the wrong
 	// place is refused before anything is written to it (the library,
-	// the webhooks' groups).
+	// the webhooks' groups). A refused one is read again each time: its
+	// record may have been put right.
+	claimRecords(ctx, l.sh.shards, l.names, l.recs, func(int) bool { return true })
 	for k, g := range l.gates {
-		if g == nil || g.checked {
+		if g == nil || l.claimed(g) {
 			continue
 		}
-		var err error
-		g.got, err = l.sh.shards[k].checkShard(ctx, l.names[k], k, n)
-		g.checked, g.err = err == nil, err
-	}
-	record := func(k int) string { // the shard record of shard k, if known
-		g := l.gates[k]
-		if g != nil && !g.checked {
-			return "?"
-		}
-		if g != nil {
-			return g.got
-		}
-		if r := l.sh.shards[k].shard.Load(); r != nil {
-			return *r
-		}
-		return ""
-	}
-	all := true // every shard answered: records may be written
-	for _, g := range l.gates {
-		all = all && (g == nil || g.checked)
-	}
-	for k, g := range l.gates {
-		if g == nil || !g.checked || l.claimed(g) {
-			continue
-		}
-		switch {
-		case g.got != "":
-			g.err = l.sh.shards[k].claimShard(ctx, l.names[k], k, n)
-		case record(0) != "" && record(0) != "?":
-			g.err = unrecorded(l.names[k], l.sh.shards[k].prefix, l.names[0], k, n)
-		case all:
-			g.err = l.claimFirst(ctx)
+		switch r := l.recs[k]; {
+		case r.claimed:
+			g.err = nil
+			if !g.setUp {
+				g.err = l.sh.shards[k].setup(ctx)
+				g.setUp = g.err == nil
+			}
+			if g.err == nil {
+				l.claim(g)
+			}
+		case r.err != nil:
+			g.err = r.err
 		default:
 			g.err = &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
 				Err: errors.New("it has no shard record yet, which is written once every shard answers")}
-		}
-		if g.err == nil && !g.setUp {
-			g.err = l.sh.shards[k].setup(ctx)
-			g.setUp = g.err == nil
-		}
-		if g.err == nil {
-			l.claim(g)
 		}
 	}
 	if ctx.Err() != nil {
@@ -244,25 +219,6 @@ func (l *lateShards) attempt(ctx context.Context) {
 			log.Error("redis store: a shard is refused; its threads answer 503", "shard", l.names[k], "err", g.err)
 		}
 	}
-}
-
-// claimFirst writes the shard records of every shard that has none, as
-// claimInstances does at a start with every shard answering (shard 0's
-// last), once every shard answered and none holds a record that is not
-// its own.
-func (l *lateShards) claimFirst(ctx context.Context) error {
-	n := len(l.gates)
-	for k := n - 1; k >= 0; k-- {
-		g := l.gates[k]
-		if g == nil || g.got != "" {
-			continue
-		}
-		if err := l.sh.shards[k].claimShard(ctx, l.names[k], k, n); err != nil {
-			return err
-		}
-		g.got = fmt.Sprintf("%d/%d", k, n)
-	}
-	return nil
 }
 
 func (l *lateShards) claimed(g *shardGate) bool {

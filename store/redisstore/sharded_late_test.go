@@ -169,3 +169,34 @@ func TestShardDownAtOpenChecks(t *testing.T) {
 		t.Fatalf("a misplaced instance was written: %q", keys)
 	}
 }
+
+// TestShardRefusedLateReadAgain: a listed instance that comes back with
+// no shard record beside a shard 0 that has one is refused; once the
+// record is put on it (as the refusal says: SET <prefix>shard k/n), it
+// is read again and the shard is served, with no restart.
+func TestShardRefusedLateReadAgain(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s1 := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
+	s2 := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
+	s3 := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
+	first := openSharded(t, s1.URL()+","+s2.URL(), Options{})
+	th := threadsOn(first, 2)
+	first.Close()
+
+	s3.Kill()
+	late := openSharded(t, s1.URL()+","+s3.URL(), Options{Timeout: time.Second})
+	s3.Restart(t)
+	assert.Eventually(t, 10*time.Second, "the instance with no record refused", func() bool {
+		_, err := late.Append(ctx, th[1], store.NewMessage{Text: "misplaced"})
+		return err != nil && strings.Contains(err.Error(), "no shard record")
+	})
+	if keys := s3.Client(t).Keys(ctx, "*").Val(); len(keys) != 0 {
+		t.Fatalf("a refused instance was written: %q", keys)
+	}
+	assert.Success(t, s3.Client(t).Set(ctx, late.Shards()[1].prefix+"shard", "1/2", 0).Err())
+	assert.Eventually(t, 10*time.Second, "a post on the instance once its record is put right", func() bool {
+		_, err := late.Append(ctx, th[1], store.NewMessage{Text: "recorded"})
+		return err == nil
+	})
+}

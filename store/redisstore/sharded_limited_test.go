@@ -3,6 +3,9 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -317,4 +320,179 @@ func TestAddressWindowOnADownShard(t *testing.T) {
 	assert.Success(t, err)
 	_, err = l.Take(t.Context(), ths[0], ip)
 	wantCode(t, err, chatrelay.RateLimited)
+}
+
+// TestAddressWindowSkipsAShardFoundDown: on instances, once a check
+// found the shard of an address's window down (stalled: it takes
+// connections and answers nothing), a post from the address is counted
+// on its thread's shard at once, without trying the stalled shard first
+// (and waiting its timeout) each time; once a check finds it answering
+// again, the address's posts are counted there again.
+func TestAddressWindowSkipsAShardFoundDown(t *testing.T) {
+	s0 := redistest.StartServer(t, redistest.ServerOptions{})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	p := startStallProxy(t, s1.Addr())
+	sh := openSharded(t, s0.URL()+","+p.url(), Options{Prefix: "as:", Timeout: 500 * time.Millisecond})
+	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 100, PerIP: 100, Window: time.Minute})
+	ip := addressOnShard(sh, 1)
+	ths := threadsOnShard(sh, 0, 2, 0x5b0000)
+	for _, th := range ths { // made while every shard answers (a new thread needs them all)
+		_, err := sh.Append(t.Context(), th, store.NewMessage{Text: "first"})
+		assert.Success(t, err)
+	}
+	window := "{rl}:il:" + ip // in the commands that count the address on shard 1
+	ctx := t.Context()
+	p.stall()
+	post := func() {
+		t.Helper()
+		_, done, err := sh.AppendLimited(ctx, l, ths[0], ip, store.NewMessage{Text: "hi"})
+		assert.True(t, done, "AppendLimited left the post to the two calls")
+		assert.Success(t, err)
+	}
+	post() // tries shard 1, which does not answer: counted on shard 0
+	if n := p.count(window); n != 1 {
+		t.Fatalf("the first post sent %d counts to the stalled shard, want 1", n)
+	}
+	if err := sh.Check(ctx); !store.Partial(err) {
+		t.Fatalf("Check with shard 1 stalled: %v, want a partial error", err)
+	}
+	dials := p.dials()
+	for range 3 {
+		post()
+		_, err := l.Take(ctx, ths[1], ip)
+		assert.Success(t, err)
+	}
+	// A new connection stalls in its handshake, before the count is sent.
+	if n, d := p.count(window), p.dials()-dials; n != 1 || d != 0 {
+		t.Fatalf("after the check found shard 1 down, 6 posts sent the stalled shard %d dials, and %d counts of the address in all, want 0 and still 1", d, n)
+	}
+	p.resume()
+	assert.Success(t, sh.Check(ctx))
+	post()
+	if n := p.count(window); n != 2 {
+		t.Fatalf("once shard 1 answers again, it got %d counts of the address, want 2", n)
+	}
+}
+
+// stallProxy forwards loopback connections to a Redis until stall: from
+// then on every connection, open or new, takes what it is sent and
+// answers nothing, until resume (for new connections). It counts the
+// connections it takes (dials) and the chunks its clients send that
+// name a string (count).
+type stallProxy struct {
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	stalled chan struct{} // closed while stalled
+	sent    []string      // every chunk a client sent
+	conns   []net.Conn    // every connection taken
+	closed  bool          // the test ended: a connection taken now is closed at once
+}
+
+func startStallProxy(t *testing.T, target string) *stallProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallProxy{ln: ln, target: target, stalled: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { p.serve(c) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.closed = true
+		p.mu.Unlock()
+		wg.Wait()
+	})
+	return p
+}
+
+func (p *stallProxy) url() string { return "redis://" + p.ln.Addr().String() + "/0" }
+
+func (p *stallProxy) stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.stalled)
+}
+
+func (p *stallProxy) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = make(chan struct{})
+}
+
+// dials is how many connections the proxy took.
+func (p *stallProxy) dials() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
+// count is how many chunks sent by the clients named s.
+func (p *stallProxy) count(s string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.sent {
+		if strings.Contains(c, s) {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *stallProxy) serve(c net.Conn) {
+	defer c.Close()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.conns = append(p.conns, c)
+	stalled := p.stalled
+	p.mu.Unlock()
+	var u net.Conn
+	select {
+	case <-stalled:
+	default:
+		var err error
+		if u, err = net.Dial("tcp", p.target); err != nil {
+			return
+		}
+		var copying sync.WaitGroup
+		defer copying.Wait()
+		defer u.Close()                      // before the wait: ends the copy
+		copying.Go(func() { io.Copy(c, u) }) // Redis's answers, until either is closed
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			p.sent = append(p.sent, string(buf[:n]))
+			p.mu.Unlock()
+			select {
+			case <-stalled: // taken, never answered
+				if u != nil {
+					u.Close()
+				}
+			default:
+				u.Write(buf[:n])
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }

@@ -99,23 +99,16 @@ func openInstances(ctx context.Context, urls []string, opt Options) (*Sharded, e
 }
 
 // openLate opens sh while the shards whose errs are set did not answer:
-// the others are checked as claimInstances checks them; those whose
-// record is there are used at once, and the rest wait behind a gate
-// (sharded_late.go) until they answer and their record is there, or may
-// be written. It fails if no shard can be used now.
+// the others' records are read and claimed as claimInstances does
+// (claimRecords); those claimed are used at once, and the rest wait
+// behind a gate (sharded_late.go) until they answer and their record is
+// there, or may be written. It fails if no shard can be used now.
 func (sh *Sharded) openLate(ctx context.Context, names []string, errs []error) error {
 	n := len(sh.shards)
-	l := &lateShards{sh: sh, names: names, gates: make([]*shardGate, n), mu: make(chan struct{}, 1),
-		changed: make(chan struct{}), done: make(chan struct{})}
-	got := make([]string, n)
-	for k, s := range sh.shards {
-		if errs[k] != nil {
-			continue
-		}
-		var err error
-		if got[k], err = s.checkShard(ctx, names[k], k, n); err != nil {
-			return err
-		}
+	l := &lateShards{sh: sh, names: names, gates: make([]*shardGate, n), recs: make([]shardRecord, n),
+		mu: make(chan struct{}, 1), changed: make(chan struct{}), done: make(chan struct{})}
+	if err := claimRecords(ctx, sh.shards, names, l.recs, func(k int) bool { return errs[k] == nil }); err != nil {
+		return err
 	}
 	usable, why := 0, errs[0]
 	for k, s := range sh.shards {
@@ -124,15 +117,10 @@ func (sh *Sharded) openLate(ctx context.Context, names []string, errs []error) e
 			why = cmp.Or(why, errs[k])
 			s.log.Warn("redis store: a shard does not answer; its threads answer 503 until it does", "shard", names[k], "err", errs[k])
 			l.gates[k] = &shardGate{l: l, k: k, err: errs[k], said: errs[k].Error()}
-		case got[k] != "":
-			if err := s.claimShard(ctx, names[k], k, n); err != nil {
-				return err
-			}
+		case l.recs[k].claimed:
 			usable++
-		case errs[0] == nil && got[0] != "":
-			return unrecorded(names[k], s.prefix, names[0], k, n)
 		default: // its record is to be written once every shard answers
-			l.gates[k] = &shardGate{l: l, k: k, checked: true, setUp: true}
+			l.gates[k] = &shardGate{l: l, k: k, setUp: true}
 		}
 	}
 	if usable == 0 {
@@ -159,24 +147,75 @@ func (sh *Sharded) openLate(ctx context.Context, names []string, errs []error) e
 // a shard 0 that has one, since shard 0 is recorded only once every other
 // shard is. Nothing is written unless every instance passes.
 func claimInstances(ctx context.Context, shards []*Store, names []string) error {
-	got := make([]string, len(shards))
-	for k, s := range shards {
+	return claimRecords(ctx, shards, names, make([]shardRecord, len(shards)), func(int) bool { return true })
+}
+
+// shardRecord is what a store of instances knows of one shard's record
+// (claimRecords).
+type shardRecord struct {
+	read    bool   // the last checkShard succeeded
+	got     string // the record it read ("" if none), or claimed
+	claimed bool   // claimShard succeeded: the instance is this list's shard k
+	err     error  // why it is not claimed, if that failed (nil while it waits for every shard)
+}
+
+// claimRecords is the one way a store of instances checks and claims its
+// shards' records (claimInstances says why), at a start with every shard
+// answering, one with some not answering (openLate), and as the late
+// ones answer (lateShards.attempt). It reads the record of each shard
+// not claimed yet that ask allows (one that answered), again each time,
+// then claims (claimShard) those that have one; one that has none is
+// refused beside a shard 0 that has one (unrecorded), written once every
+// record was read and shard 0 has none (a store's first start: shard 0's
+// last, none after a write that failed), and otherwise waits. Each
+// shard's outcome is in recs; the error is the first met (the reads',
+// in order, before the claims', from the last shard down).
+func claimRecords(ctx context.Context, shards []*Store, names []string, recs []shardRecord, ask func(k int) bool) error {
+	n := len(shards)
+	var first error
+	fail := func(r *shardRecord, err error) {
+		r.err = err
+		if first == nil {
+			first = err
+		}
+	}
+	for k := range recs {
+		r := &recs[k]
+		if r.claimed || !ask(k) {
+			continue
+		}
 		var err error
-		if got[k], err = s.checkShard(ctx, names[k], k, len(shards)); err != nil {
-			return err
+		r.got, err = shards[k].checkShard(ctx, names[k], k, n)
+		r.read, r.err = err == nil, nil
+		if err != nil {
+			fail(r, err)
 		}
 	}
-	for k := len(shards) - 1; k > 0; k-- {
-		if got[k] == "" && got[0] != "" {
-			return unrecorded(names[k], shards[k].prefix, names[0], k, len(shards))
+	all := true // every record was read: the missing ones may be written
+	for _, r := range recs {
+		all = all && (r.claimed || r.read)
+	}
+	zero := recs[0]
+	known := zero.claimed || zero.read // shard 0's record
+	write := all && zero.got == ""
+	for k := n - 1; k >= 0; k-- {
+		r := &recs[k]
+		if r.claimed || !r.read {
+			continue
+		}
+		switch {
+		case r.got != "" || write:
+			if err := shards[k].claimShard(ctx, names[k], k, n); err != nil {
+				write = false // shard 0 is written last, or not at all
+				fail(r, err)
+				continue
+			}
+			r.claimed, r.got = true, fmt.Sprintf("%d/%d", k, n)
+		case known && zero.got != "":
+			fail(r, unrecorded(names[k], shards[k].prefix, names[0], k, n))
 		}
 	}
-	for k := len(shards) - 1; k >= 0; k-- {
-		if err := shards[k].claimShard(ctx, names[k], k, len(shards)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return first
 }
 
 // checkShard answers the shard record of an instance listed as shard k of
