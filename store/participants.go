@@ -53,9 +53,46 @@ type Participants interface {
 	NoteExpired(ctx context.Context, thread, id string) (first bool, err error)
 
 	// Audit appends an event to the thread's audit trail; AuditLog returns
-	// its newest events (LimitAuditKept), oldest first.
+	// the events KeptAudit keeps of it (LimitAuditKept at most), oldest
+	// first.
 	Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent) error
 	AuditLog(ctx context.Context, thread string) ([]chatrelay.AuditEvent, error)
+}
+
+// KeptAudit is what a thread's audit keeps of events (oldest first, as
+// appended): LimitAuditKept at most, refusals first to go. Past the bound
+// the oldest refused events are dropped; only when none is left do the
+// oldest other events go. So a flood of refusals (any share link can make
+// them, a viewer's or a revoked link's) replaces only older refusals,
+// never the owner's record of issued, first_use, revoked, expired and
+// device events. The rule depends only on the events appended, so a
+// store may hold more than the bound and cut them with it whenever it
+// likes: what it answers is the same. events is not changed.
+func KeptAudit(events []chatrelay.AuditEvent) []chatrelay.AuditEvent {
+	drop := len(events) - chatrelay.LimitAuditKept.Max
+	if drop <= 0 {
+		return events
+	}
+	refused := 0
+	for _, e := range events {
+		if e.Event == chatrelay.AuditRefused {
+			refused++
+		}
+	}
+	dropOthers := max(0, drop-refused) // the oldest others, once every refusal is gone
+	kept := make([]chatrelay.AuditEvent, 0, chatrelay.LimitAuditKept.Max)
+	for _, e := range events {
+		switch {
+		case e.Event == chatrelay.AuditRefused && drop > 0:
+			drop--
+		case e.Event != chatrelay.AuditRefused && dropOthers > 0:
+			dropOthers--
+			drop--
+		default:
+			kept = append(kept, e)
+		}
+	}
+	return kept
 }
 
 // ParticipantsUnreadable is the error of a thread whose participants

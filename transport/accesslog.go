@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -25,6 +24,13 @@ type reqInfo struct {
 	// status below 400 (a grant's use is recorded then: its first use is
 	// its first accepted request, never a refused one).
 	accepted func()
+	// principal is the one gate let the request in as, once gated is set
+	// (withPrincipal): the view of its refusals.
+	principal principal
+	gated     bool
+	// abort is the request's hook on Shutdown's abort (cutAtAbort),
+	// which also ends the context of a write that settles (settledReq).
+	abort abortHook
 }
 
 type reqInfoKey struct{}
@@ -93,7 +99,7 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 	if (rec.stream || rec.hijacked) && !rec.headerAt.IsZero() {
 		took = rec.headerAt.Sub(start) // a stream: the time to open it
 	}
-	s.ops.requests.WithLabelValues(route, strconv.Itoa(status)).Observe(took.Seconds())
+	s.ops.requestDone(route, status, took)
 	if ri.code != "" {
 		s.ops.refused.WithLabelValues(string(ri.code)).Inc()
 		// A participant's refusal is audited; a device's is not (the

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -135,8 +136,11 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > chatrelay.MaxBody {
 		return nil, chatrelay.Errorf(chatrelay.BodyTooLarge, "request body over %d bytes", chatrelay.MaxBody)
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, chatrelay.MaxBody))
-	var tooBig *http.MaxBytesError
+	data, err := readAll(http.MaxBytesReader(w, r.Body, chatrelay.MaxBody), r.ContentLength)
+	if err == nil {
+		return data, nil
+	}
+	var tooBig *http.MaxBytesError // escapes (errors.As): only on a failed read
 	if errors.As(err, &tooBig) {
 		return nil, chatrelay.Errorf(chatrelay.BodyTooLarge, "request body over %d bytes", chatrelay.MaxBody)
 	}
@@ -150,10 +154,30 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		return nil, &chatrelay.Error{Code: chatrelay.RequestTimeout, Retry: time.Second, Err: err,
 			Message: "the request body did not arrive in time: nothing was stored; send it again"}
 	}
-	if err != nil {
-		return nil, chatrelay.Errorf(chatrelay.InvalidJSON, "the body could not be read")
+	return nil, chatrelay.Errorf(chatrelay.InvalidJSON, "the body could not be read")
+}
+
+// readAll is io.ReadAll, into one buffer of the body's declared length
+// (Content-Length, n) when it has one: io.ReadAll starts at 512 bytes and
+// keeps a list of its chunks, two allocations for a post's small body.
+func readAll(r io.Reader, n int64) ([]byte, error) {
+	if n <= 0 {
+		return io.ReadAll(r)
 	}
-	return data, nil
+	b := make([]byte, 0, n+1) // the read that meets the end has room
+	for {
+		m, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) { // longer than declared: grow as io.ReadAll would
+			b = slices.Grow(b, 512)
+		}
+	}
 }
 
 // parseSince reads a cursor: empty is 0; otherwise a non-negative integer

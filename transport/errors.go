@@ -95,11 +95,18 @@ func (v view) about(js []byte) json.RawMessage {
 	return chatrelay.MarshalMessageV2(r)
 }
 
-// principalKey is the request context key of the principal gate let in.
+// principalKey is the request context key of the principal gate let in,
+// for a request served without observe's reqInfo.
 type principalKey struct{}
 
-// withPrincipal is r knowing its principal, for the view of its refusals.
+// withPrincipal is r knowing its principal, for the view of its refusals:
+// noted in the request's reqInfo (no copy of the request and its context
+// per request), or, served without one, in its context.
 func withPrincipal(r *http.Request, p principal) *http.Request {
+	if ri := infoOf(r); ri != nil {
+		ri.principal, ri.gated = p, true
+		return r
+	}
 	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 }
 
@@ -107,7 +114,11 @@ func withPrincipal(r *http.Request, p principal) *http.Request {
 // only for a request gate let in as the owner; any other (a participant,
 // or one not authenticated yet) is shown a participant's view.
 func errorView(r *http.Request) view {
-	if p, ok := r.Context().Value(principalKey{}).(principal); ok && !p.participant() {
+	p, ok := r.Context().Value(principalKey{}).(principal)
+	if ri := infoOf(r); ri != nil && ri.gated {
+		p, ok = ri.principal, true
+	}
+	if ok && !p.participant() {
 		return view{v2: true}
 	}
 	return view{v2: true, redact: true}

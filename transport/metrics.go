@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +38,18 @@ type ops struct {
 	requests      *prometheus.HistogramVec // route, status
 	storeDur      *prometheus.HistogramVec // op
 	storeErrs     *prometheus.CounterVec   // op, code
+
+	// The series a post touches, looked up once: WithLabelValues hashes
+	// its labels and locks the vector at every call. Read-only after
+	// newOps, but requestsOf: a map replaced by a copy with one more
+	// series as routes and statuses come (under requestsMu), read without
+	// a lock.
+	fanoutOf   map[string]prometheus.Observer // transport
+	appendedOf map[string]prometheus.Counter  // authorLabel
+	fedOf      map[string]prometheus.Counter  // authorLabel
+	storeDurOf map[string]prometheus.Observer // op
+	requestsOf atomic.Pointer[map[requestSeries]prometheus.Observer]
+	requestsMu sync.Mutex
 
 	feeds    atomic.Int32 // Run calls in progress
 	draining atomic.Bool  // Drain or Shutdown was called
@@ -73,14 +88,16 @@ func newOps(st store.Store, log *slog.Logger) *ops {
 
 	// Series that exist from the start, at 0, so a rate() or an alert has
 	// a baseline before the first event.
+	m.fanoutOf = map[string]prometheus.Observer{}
 	for _, t := range []string{transportSSE, transportWS} {
 		m.streamsOpen.WithLabelValues(t)
 		m.streamsOpened.WithLabelValues(t)
-		m.fanout.WithLabelValues(t)
+		m.fanoutOf[t] = m.fanout.WithLabelValues(t)
 	}
+	m.appendedOf, m.fedOf = map[string]prometheus.Counter{}, map[string]prometheus.Counter{}
 	for _, a := range []string{string(chatrelay.Operator), string(chatrelay.Agent), string(chatrelay.Hermes), "other"} {
-		m.appended.WithLabelValues(a)
-		m.fed.WithLabelValues(a)
+		m.appendedOf[a] = m.appended.WithLabelValues(a)
+		m.fedOf[a] = m.fed.WithLabelValues(a)
 	}
 	for _, r := range []string{"slow", "reset", "overflow", "shutdown"} {
 		m.drops.WithLabelValues(r)
@@ -88,10 +105,50 @@ func newOps(st store.Store, log *slog.Logger) *ops {
 	for c := range statusOf {
 		m.refused.WithLabelValues(string(c))
 	}
+	m.storeDurOf = map[string]prometheus.Observer{}
 	for _, op := range []string{"append", "since", "threads"} {
-		m.storeDur.WithLabelValues(op)
+		m.storeDurOf[op] = m.storeDur.WithLabelValues(op)
 	}
 	return m
+}
+
+// requestSeries is a series of the request duration histogram.
+type requestSeries struct {
+	route  string
+	status int
+}
+
+// requestDone records a request's duration in its route's and status's
+// series.
+func (m *ops) requestDone(route string, status int, took time.Duration) {
+	k := requestSeries{route, status}
+	var o prometheus.Observer
+	if of := m.requestsOf.Load(); of != nil {
+		o = (*of)[k]
+	}
+	if o == nil {
+		o = m.newRequestSeries(k)
+	}
+	o.Observe(took.Seconds())
+}
+
+// newRequestSeries adds k's series to requestsOf. A route is a pattern of
+// the mux and a status one of the few the server answers with: the map
+// stays small, and its copies are few.
+func (m *ops) newRequestSeries(k requestSeries) prometheus.Observer {
+	m.requestsMu.Lock()
+	defer m.requestsMu.Unlock()
+	of := map[requestSeries]prometheus.Observer{}
+	if old := m.requestsOf.Load(); old != nil {
+		if o := (*old)[k]; o != nil {
+			return o
+		}
+		maps.Copy(of, *old)
+	}
+	o := m.requests.WithLabelValues(k.route, strconv.Itoa(k.status))
+	of[k] = o
+	m.requestsOf.Store(&of)
+	return o
 }
 
 // counterVec is a counter with the labels.
@@ -144,7 +201,7 @@ func (m *ops) streamOpened(transport string) (closed func()) {
 
 // delivered records the fan-out delay of events just written to a stream.
 func (m *ops) delivered(transport string, items []item) {
-	o := m.fanout.WithLabelValues(transport)
+	o := m.fanoutOf[transport]
 	now := time.Now()
 	for _, it := range items {
 		if it.ev != nil && !it.ev.Stored.IsZero() {
@@ -156,7 +213,7 @@ func (m *ops) delivered(transport string, items []item) {
 // feedBatch counts the messages of a change-feed batch.
 func (m *ops) feedBatch(b store.Batch) {
 	for _, e := range b.Messages {
-		m.fed.WithLabelValues(authorLabel(e.Author)).Inc()
+		m.fedOf[authorLabel(e.Author)].Inc()
 	}
 }
 
@@ -178,7 +235,11 @@ type meteredStore struct {
 }
 
 func (s meteredStore) done(op string, start time.Time, err error) {
-	s.m.storeDur.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	o, ok := s.m.storeDurOf[op]
+	if !ok { // an op not timed at start
+		o = s.m.storeDur.WithLabelValues(op)
+	}
+	o.Observe(time.Since(start).Seconds())
 	if err != nil {
 		s.m.storeErrs.WithLabelValues(op, string(chatrelay.CodeOf(err))).Inc()
 	}
@@ -189,7 +250,7 @@ func (s meteredStore) Append(ctx context.Context, thread string, msg store.NewMe
 	e, err := s.Store.Append(ctx, thread, msg)
 	s.done("append", start, err)
 	if err == nil {
-		s.m.appended.WithLabelValues(authorLabel(e.Author)).Inc()
+		s.m.appendedOf[authorLabel(e.Author)].Inc()
 	}
 	return e, err
 }
@@ -226,7 +287,7 @@ func (s meteredStore) AppendLimited(ctx context.Context, lim chatrelay.RateLimit
 	default:
 		s.done("append", start, err)
 		if err == nil {
-			s.m.appended.WithLabelValues(authorLabel(e.Author)).Inc()
+			s.m.appendedOf[authorLabel(e.Author)].Inc()
 		}
 	}
 	return e, done, err

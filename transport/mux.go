@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -228,7 +229,7 @@ func (s *Server) methods(rts []route) http.Handler {
 func (s *Server) gate(rt route, h func(http.ResponseWriter, *http.Request, principal)) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
 		if settles(rt.row) {
-			ctx, stop := s.settled(r.Context())
+			ctx, stop := s.settledReq(r)
 			defer stop()
 			r = r.WithContext(ctx)
 		}
@@ -275,6 +276,51 @@ func (s *Server) settled(ctx context.Context) (_ context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	unhook := context.AfterFunc(s.abortCtx, cancel)
 	return ctx, func() { unhook(); cancel() }
+}
+
+// settledReq is settled for a request: when cutAtAbort hooked it on the
+// abort, the hook ends the write's context too (one registration on the
+// abort a request, not two).
+func (s *Server) settledReq(r *http.Request) (_ context.Context, stop func()) {
+	ri := infoOf(r)
+	if ri == nil || !ri.abort.on {
+		return s.settled(r.Context())
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	ri.abort.settle(cancel)
+	return ctx, cancel
+}
+
+// abortHook is what Shutdown's abort ends of a request beside the read of
+// its body and the write of its answer (cutAtAbort): the context of a
+// write that settles, if it has one.
+type abortHook struct {
+	on      bool // cutAtAbort hooked the request: set before the hook can run
+	mu      sync.Mutex
+	aborted bool
+	cancel  context.CancelFunc
+}
+
+// settle has the abort call cancel, at once if it came already.
+func (h *abortHook) settle(cancel context.CancelFunc) {
+	h.mu.Lock()
+	h.cancel = cancel
+	aborted := h.aborted
+	h.mu.Unlock()
+	if aborted {
+		cancel()
+	}
+}
+
+// fire is the abort's: it ends the write's context, and any set later.
+func (h *abortHook) fire() {
+	h.mu.Lock()
+	h.aborted = true
+	cancel := h.cancel
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // page serves the page (web.Handler) under the prefix.
@@ -373,13 +419,20 @@ const shutdownAnswerTime = time.Second
 // answered at once. It returns the function that undoes it, for when the
 // handler returns.
 func (s *Server) cutAtAbort(w http.ResponseWriter, r *http.Request) func() bool {
-	rc := http.NewResponseController(w)
 	var b *abortableBody
 	if r.Body != nil && r.Body != http.NoBody {
 		b = &abortableBody{ReadCloser: r.Body, abort: s.abortCtx}
 		r.Body = b
 	}
+	ri := infoOf(r)
+	if ri != nil {
+		ri.abort.on = true
+	}
 	return context.AfterFunc(s.abortCtx, func() {
+		if ri != nil {
+			ri.abort.fire()
+		}
+		rc := http.NewResponseController(w) // here, not per request: an abort is rare
 		if b != nil && !b.done.Load() {
 			rc.SetReadDeadline(time.Now())
 		}

@@ -1,8 +1,10 @@
 package transport_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/internal/testclock"
+	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -242,5 +245,62 @@ func TestRefusedPostCountsNothing(t *testing.T) {
 		}
 		s, _, b = e.do(http.MethodPost, "/api/chat/post", owner, `{"text":"past the window"}`, nil)
 		assert.Equal(t, "the window holds the accepted posts only "+string(b), s, http.StatusTooManyRequests)
+	})
+}
+
+// TestRefusalsKeepTheAuditsLifecycle: a share link's refused requests (a
+// viewer's posts, a revoked link's) are audited with no limit, and once
+// pushed the owner's issued, first_use and revoked events out of the
+// audit's newest 1 000 (an outside probe: 1 200 refused posts in half a
+// second left only refusals). Past its bound the audit now drops
+// refusals first. The audit is filled to its bound in the store (the
+// refusals before), then a few refused requests come over HTTP.
+func TestRefusalsKeepTheAuditsLifecycle(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend})
+		owner := tokenN(1)
+		e.mustPost(owner, "hello")
+		viewer := e.invite(owner, `{"name":"Vi","role":"viewer"}`)
+		bo := e.invite(owner, `{"name":"Bo"}`)
+		status, b := e.asParticipant(http.MethodGet, "/api/chat/poll", bo.Token, "")
+		assert.Equal(t, "Bo's poll "+string(b), status, http.StatusOK)
+		status, _, b = e.do(http.MethodDelete, "/api/chat/participants/"+bo.Participant.ID, owner, "", nil)
+		assert.Equal(t, "revoke Bo "+string(b), status, http.StatusOK)
+
+		p := e.store.(store.Participants)
+		for range chatrelay.LimitAuditKept.Max {
+			assert.Success(t, p.Audit(t.Context(), threadN(1), chatrelay.AuditEvent{At: time.Now().UnixMilli(), Event: chatrelay.AuditRefused,
+				Participant: viewer.Participant.ID, Code: chatrelay.NotPermitted, IP: "127.0.0.1"}))
+		}
+		for range 3 {
+			status, b = e.asParticipant(http.MethodPost, "/api/chat/post", viewer.Token, `{"text":"x"}`)
+			assert.Equal(t, "a viewer's post "+string(b), status, http.StatusForbidden)
+		}
+		for range 2 {
+			status, b = e.asParticipant(http.MethodGet, "/api/chat/poll", bo.Token, "")
+			assert.Equal(t, "a revoked link's poll "+string(b), status, http.StatusUnauthorized)
+		}
+
+		status, _, b = e.do(http.MethodGet, "/api/chat/participants/audit", owner, "", nil)
+		assert.Equal(t, "audit", status, http.StatusOK)
+		var audit struct{ Events []chatrelay.AuditEvent }
+		assert.Success(t, json.Unmarshal(b, &audit))
+		evs := audit.Events
+		assert.Equal(t, "events kept", len(evs), chatrelay.LimitAuditKept.Max)
+		var head, tail []string
+		for _, ev := range evs[:4] {
+			head = append(head, ev.Event+" "+ev.Participant)
+		}
+		for _, ev := range evs[len(evs)-5:] {
+			tail = append(tail, ev.Event+" "+ev.Participant+" "+string(ev.Code))
+		}
+		vi, boID := viewer.Participant.ID, bo.Participant.ID
+		assert.Equal(t, "the oldest events", head, []string{"issued " + vi, "issued " + boID, "first_use " + boID, "revoked " + boID})
+		assert.True(t, evs[2].IP != "", "first_use has no IP: %+v", evs[2])
+		assert.Equal(t, "the newest events", tail, []string{
+			"refused " + vi + " not_permitted", "refused " + vi + " not_permitted", "refused " + vi + " not_permitted",
+			"refused " + boID + " token_revoked", "refused " + boID + " token_revoked"})
+		assert.True(t, slices.IsSortedFunc(evs, func(a, b chatrelay.AuditEvent) int { return cmp.Compare(a.At, b.At) }), "the audit is not oldest first")
 	})
 }

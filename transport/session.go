@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -443,7 +444,13 @@ func (ss *session) turn() (ended bool) {
 // each change in change order, as a message if the client could not have
 // it before the batch began (its epoch is past that cursor), once.
 func (ss *session) send(v view, evs []*Event) (failed bool) {
-	batch := make([]item, 0, len(evs))
+	bp := itemPool.Get().(*[]item)
+	batch := (*bp)[:0]
+	defer func() {
+		clear(batch) // the pool holds no event
+		*bp = batch[:0]
+		itemPool.Put(bp)
+	}()
 	add := func(ev *Event) {
 		if k, ok := ss.kindOf(v, ev.Entry); ok {
 			ss.last = v.cursorAfter(ev.Entry)
@@ -474,6 +481,10 @@ func (ss *session) send(v view, evs []*Event) (failed bool) {
 	ss.s.ops.delivered(ss.fw.name(), batch)
 	return false
 }
+
+// itemPool holds send's batches, which the writers use only within the
+// call: a batch per frame written otherwise, and an idle stream holds none.
+var itemPool = sync.Pool{New: func() any { return new([]item) }}
 
 // kindOf is view.kindOf for a live change of the current batch: v1 sends a
 // message whose epoch is past the client's cursor; v2 sends a change past

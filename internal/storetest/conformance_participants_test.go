@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -148,6 +149,80 @@ func TestConformanceParticipants(t *testing.T) {
 				assert.Success(t, err)
 				assert.Equal(t, "no events", len(evs), 0)
 			}},
+			{"past its bound the audit drops refusals first", func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				// A share link's refused requests (a viewer's posts, a
+				// revoked link's) once pushed the owner's lifecycle events
+				// out of the newest LimitAuditKept.
+				ctx := context.Background()
+				appendText(t, b.Store, thA, "", "hello")
+				p := participants(t, b)
+				alex, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Alex", Role: chatrelay.Viewer})
+				bo, _ := invite(t, p, clk, thA, chatrelay.Invite{Name: "Bo"})
+				var all []chatrelay.AuditEvent // as appended
+				add := func(ev chatrelay.AuditEvent) {
+					ev.At = int64(len(all) + 1)
+					assert.Success(t, p.Audit(ctx, thA, ev))
+					all = append(all, ev)
+				}
+				add(chatrelay.AuditEvent{Event: chatrelay.AuditIssued, Participant: alex.ID})
+				add(chatrelay.AuditEvent{Event: chatrelay.AuditIssued, Participant: bo.ID})
+				add(chatrelay.AuditEvent{Event: chatrelay.AuditFirstUse, Participant: alex.ID, IP: "192.0.2.7"})
+				add(chatrelay.AuditEvent{Event: chatrelay.AuditRevoked, Participant: bo.ID})
+				kept := chatrelay.LimitAuditKept.Max
+				refusals := 2*kept + 50 // past twice the bound: the stores trim what they hold
+				for i := range refusals {
+					if i == kept/2 { // a lifecycle event among the refusals
+						add(chatrelay.AuditEvent{Event: "device_issued", Device: "d_00000001"})
+					}
+					add(chatrelay.AuditEvent{Event: chatrelay.AuditRefused, Participant: alex.ID, Code: chatrelay.NotPermitted, IP: "192.0.2.8"})
+				}
+				// want is the events that are not refusals, and the newest
+				// refusals up to the bound, in their order.
+				want := func() []chatrelay.AuditEvent {
+					others := 0
+					for _, ev := range all {
+						if ev.Event != chatrelay.AuditRefused {
+							others++
+						}
+					}
+					skip := len(all) - kept // the oldest refusals, then the oldest others
+					var w []chatrelay.AuditEvent
+					for _, ev := range all {
+						if skip > 0 && (ev.Event == chatrelay.AuditRefused || others > kept) {
+							if ev.Event != chatrelay.AuditRefused {
+								others--
+							}
+							skip--
+							continue
+						}
+						w = append(w, ev)
+					}
+					return w
+				}
+				check := func(what string) {
+					t.Helper()
+					for _, q := range []store.Participants{p, participants(t, b.Another(t, Options{Now: clk.Now}))} {
+						evs, err := q.AuditLog(ctx, thA)
+						assert.Success(t, err)
+						assert.True(t, len(evs) <= kept, "%s: %d events kept", what, len(evs))
+						assert.True(t, slices.IsSortedFunc(evs, func(a, b chatrelay.AuditEvent) int { return int(a.At - b.At) }), "%s: not oldest first", what)
+						if !slices.Equal(evs, want()) { // a summary: the whole would be 1 000 events
+							t.Fatalf("%s: the audit is %s, want %s", what, auditSummary(evs), auditSummary(want()))
+						}
+					}
+				}
+				check("after a flood of refusals")
+				evs, _ := p.AuditLog(ctx, thA)
+				assert.Equal(t, "the lifecycle events", []string{evs[0].Event, evs[1].Event, evs[2].Event + " " + evs[2].IP, evs[3].Event},
+					[]string{"issued", "issued", "first_use 192.0.2.7", "revoked"})
+				assert.Equal(t, "the newest refusal", evs[len(evs)-1].At, all[len(all)-1].At)
+
+				// Only once no refusal is left do the oldest other events go.
+				for range kept {
+					add(chatrelay.AuditEvent{Event: chatrelay.AuditIssued, Participant: bo.ID})
+				}
+				check("after more events than the bound")
+			}},
 			{"a record that does not parse fails closed and is never written over", func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				ctx := context.Background()
 				appendText(t, b.Store, thA, "", "hello")
@@ -200,6 +275,28 @@ func TestConformanceParticipants(t *testing.T) {
 			})
 		}
 	})
+}
+
+// auditSummary is a short account of an audit: its length, its events
+// that are not refusals (at:event), and the range of its refusals.
+func auditSummary(evs []chatrelay.AuditEvent) string {
+	var others []string
+	var refused []int64
+	for _, ev := range evs {
+		if ev.Event == chatrelay.AuditRefused {
+			refused = append(refused, ev.At)
+		} else {
+			others = append(others, fmt.Sprintf("%d:%s", ev.At, ev.Event))
+		}
+	}
+	if len(others) > 8 {
+		others = append(others[:4:4], "…", others[len(others)-1])
+	}
+	s := fmt.Sprintf("%d events, %d others %v, %d refusals", len(evs), len(evs)-len(refused), others, len(refused))
+	if len(refused) > 0 {
+		s += fmt.Sprintf(" (at %d … %d)", refused[0], refused[len(refused)-1])
+	}
+	return s
 }
 
 // TestParticipantFilesArePrivate: the file store's participants record and

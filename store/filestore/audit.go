@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/store"
 )
 
 // A thread's audit trail, <data>/chat/<thread>.audit.jsonl: append-only,
@@ -23,7 +24,8 @@ func (s *File) auditPath(thread string) string {
 
 // Audit implements Participants: one JSON line appended to the thread's
 // audit file (mode 0600); past twice LimitAuditKept lines the file is
-// rewritten with the newest LimitAuditKept.
+// rewritten with the events store.KeptAudit keeps (refusals go first), so
+// that an append stays one write, amortised.
 func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent) error {
 	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
@@ -52,7 +54,8 @@ func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent
 	t.auditLines = len(events)
 	if err == nil && len(events) > 2*chatrelay.LimitAuditKept.Max {
 		var b []byte
-		for _, e := range events[len(events)-chatrelay.LimitAuditKept.Max:] {
+		kept := store.KeptAudit(events)
+		for _, e := range kept {
 			l, _ := json.Marshal(e)
 			b = append(append(b, l...), '\n')
 		}
@@ -60,7 +63,7 @@ func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent
 		err := s.withFDs(func() (err error) { f, _, err = writeFileSync(s.dir, thread+".audit.jsonl", b, s.dsync); return err })
 		if err == nil {
 			f.Close()
-			t.auditLines = chatrelay.LimitAuditKept.Max
+			t.auditLines = len(kept)
 		}
 	}
 	return nil
@@ -147,10 +150,7 @@ func (s *File) AuditLog(ctx context.Context, thread string) ([]chatrelay.AuditEv
 	if err != nil {
 		return nil, err
 	}
-	if n := len(events) - chatrelay.LimitAuditKept.Max; n > 0 {
-		events = events[n:]
-	}
-	return events, nil
+	return store.KeptAudit(events), nil
 }
 
 func (s *File) readAudit(thread string) ([]chatrelay.AuditEvent, error) {

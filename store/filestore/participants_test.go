@@ -64,7 +64,7 @@ func FuzzParseParticipants(f *testing.F) {
 // a crash left, another writer's bytes, an editor's). Reading it never
 // fails and gives the events of its whole lines; an event appended to it
 // is always read back, after those, and the file's whole lines are kept
-// as they were (but past the cut, which keeps the newest events).
+// as they were (but past the cut, which keeps what store.KeptAudit keeps).
 func FuzzAudit(f *testing.F) {
 	const thread = "a1b2c3d4e5f60718"
 	issued := `{"at":1,"event":"issued","participant":"p_0011aabb"}`
@@ -74,6 +74,7 @@ func FuzzAudit(f *testing.F) {
 		issued + "\n" + `{"event":""}` + "\n" + strings.Repeat("x", 70_000) + "\n" + issued + "\n",
 		`{"at":3,"event":"first_use","participant":"p_` + strings.Repeat("a", 70_000) + `"}` + "\n",
 		strings.Repeat(issued+"\n", 2*chatrelay.LimitAuditKept.Max) + `{"at":`,
+		issued + "\n" + strings.Repeat(`{"at":2,"event":"refused","participant":"p_0011aabb","code":"not_permitted"}`+"\n", 2*chatrelay.LimitAuditKept.Max),
 	} {
 		f.Add([]byte(s))
 	}
@@ -91,21 +92,19 @@ func FuzzAudit(f *testing.F) {
 				want = append(want, e)
 			}
 		}
-		newest := func(events []chatrelay.AuditEvent) []chatrelay.AuditEvent {
-			return events[max(0, len(events)-chatrelay.LimitAuditKept.Max):]
-		}
+		kept := store.KeptAudit
 		got, err := s.AuditLog(t.Context(), thread)
 		assert.Success(t, err)
 		// A failure names the file's first bytes and the last events.
 		clip := func(b []byte) []byte { return b[:min(len(b), 200)] }
 		tail := func(events []chatrelay.AuditEvent) []chatrelay.AuditEvent { return events[max(0, len(events)-2):] }
-		if len(got) != len(newest(want)) || (len(got) > 0 && !reflect.DeepEqual(got, newest(want))) {
-			t.Fatalf("%q… reads as %d events ending %+v, want %d ending %+v", clip(existing), len(got), tail(got), len(newest(want)), tail(newest(want)))
+		if len(got) != len(kept(want)) || (len(got) > 0 && !reflect.DeepEqual(got, kept(want))) {
+			t.Fatalf("%q… reads as %d events ending %+v, want %d ending %+v", clip(existing), len(got), tail(got), len(kept(want)), tail(kept(want)))
 		}
 
 		ev := chatrelay.AuditEvent{At: 99, Event: chatrelay.AuditRevoked, Participant: "p_0011aabb"}
 		assert.Success(t, s.Audit(t.Context(), thread, ev))
-		want = newest(append(want, ev))
+		want = kept(append(want, ev))
 		got, err = s.AuditLog(t.Context(), thread)
 		assert.Success(t, err)
 		if !reflect.DeepEqual(got, want) {

@@ -150,6 +150,9 @@ func (s *Store) sendBatch(batch []*scriptCall) {
 }
 
 func isNoScript(err error) bool {
+	if err == nil { // before re: errors.As makes it escape, an allocation a call
+		return false
+	}
 	var re redis.Error
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
 }

@@ -129,6 +129,9 @@ func about(err error, js []byte) error {
 // (no HTML escaping), so the message JSON the script assembles is byte for
 // byte what chatrelay.MarshalMessage would make.
 func jsonString(s string) string {
+	if plainJSON(s) { // most texts and every author: one allocation, not an encoder's
+		return `"` + s + `"`
+	}
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -136,6 +139,17 @@ func jsonString(s string) string {
 		panic("redisstore: encode string: " + err.Error()) // a string always encodes
 	}
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// plainJSON reports whether s is printable ASCII with neither a quote
+// nor a backslash: what encoding/json writes as it is, between quotes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // parseEntry decodes one stored v1 message JSON, of a message without v2
@@ -255,10 +269,11 @@ func cutJSONString(s string) (val, rest string, ok bool) {
 				}
 				return s[1:i], s[i+1:], true
 			}
-			if err := json.Unmarshal([]byte(s[:i+1]), &val); err != nil {
+			var v string // here: &v escapes, an allocation each call were it the result
+			if err := json.Unmarshal([]byte(s[:i+1]), &v); err != nil {
 				return "", s, false
 			}
-			return val, s[i+1:], true
+			return v, s[i+1:], true
 		}
 	}
 	return "", s, false

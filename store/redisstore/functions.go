@@ -130,6 +130,9 @@ func loadLibrary(ctx context.Context, rdb redis.UniversalClient) (refused, err e
 // isNoFunction reports whether err is Redis's answer to an FCALL of a
 // function it does not have.
 func isNoFunction(err error) bool {
+	if err == nil { // before re: errors.As makes it escape, an allocation a call
+		return false
+	}
 	var re redis.Error
 	return errors.As(err, &re) && strings.Contains(re.Error(), "Function not found")
 }

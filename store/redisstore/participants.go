@@ -36,8 +36,9 @@ import (
 // <prefix>grant-index is a hash from the first 16 hex of each digest to
 // its thread, so that a share token finds its thread on any node; the
 // thread's record then decides, by a constant-time comparison of the
-// whole digest. The audit is a list, <prefix>{T}:audit, capped at the
-// newest chatrelay.LimitAuditKept events. The sweep that removes a thread
+// whole digest. The audit is a list, <prefix>{T}:audit, of the events'
+// JSON, oldest first, cut to what store.KeptAudit keeps once it holds
+// twice chatrelay.LimitAuditKept (auditScript). The sweep that removes a thread
 // removes its record, its audit and its index entries.
 
 var _ store.Participants = (*Store)(nil)
@@ -345,7 +346,9 @@ func (s *Store) Resolve(ctx context.Context, digest string) (string, chatrelay.G
 }
 
 // Audit implements store.Participants: the event is pushed on the
-// thread's audit list, trimmed to the newest LimitAuditKept, in one MULTI.
+// thread's audit list by auditScript, which past twice LimitAuditKept
+// entries cuts the list to the events store.KeptAudit keeps (refusals go
+// first), in the same step.
 func (s *Store) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent) error {
 	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
@@ -353,17 +356,58 @@ func (s *Store) Audit(ctx context.Context, thread string, ev chatrelay.AuditEven
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	js, _ := json.Marshal(ev)
-	key := s.auditKey(thread)
-	err := s.stickyTx(ctx, key, func(p redis.Pipeliner) error {
-		p.RPush(ctx, key, js)
-		p.LTrim(ctx, key, -int64(chatrelay.LimitAuditKept.Max), -1)
-		return nil
-	})
-	if err != nil {
+	if err := auditScript.Run(ctx, s.rdb, []string{s.auditKey(thread)}, js, chatrelay.LimitAuditKept.Max).Err(); err != nil {
 		return s.unavailable("audit", err)
 	}
 	return nil
 }
+
+// auditScript pushes an event (ARGV[1]) on an audit list (KEYS[1]) and,
+// once the list holds more than twice the bound (ARGV[2]), cuts it to
+// what store.KeptAudit keeps: past the bound the oldest refusals go, then
+// the oldest other events. Cutting only past twice the bound keeps an
+// append O(1) amortised (one pass over 2 000 entries every 1 000
+// appends), as the file store's rewrite does; AuditLog applies the same
+// rule to what it reads, so the answer does not depend on when the list
+// was last cut. The list and its values are the previous version's (an
+// RPUSH of the event's JSON, an LRANGE of the newest 1 000), so nodes of
+// both can share it during a rolling deploy.
+//
+// An event is a refusal if its JSON holds "event":"refused": the store
+// writes it with encoding/json, which escapes every quote inside a
+// string, so no other field can hold the pattern.
+var auditScript = redis.NewScript(`
+local n = redis.call('RPUSH', KEYS[1], ARGV[1])
+local bound = tonumber(ARGV[2])
+if n <= 2 * bound then return n end
+local all = redis.call('LRANGE', KEYS[1], 0, -1)
+local refused = {}
+local nrefused = 0
+for i, v in ipairs(all) do
+  if string.find(v, '"event":"refused"', 1, true) then
+    refused[i] = true
+    nrefused = nrefused + 1
+  end
+end
+local drop = #all - bound
+local dropOthers = math.max(0, drop - nrefused)
+local kept = {}
+for i, v in ipairs(all) do
+  if refused[i] and drop > 0 then
+    drop = drop - 1
+  elseif not refused[i] and dropOthers > 0 then
+    dropOthers = dropOthers - 1
+    drop = drop - 1
+  else
+    kept[#kept + 1] = v
+  end
+end
+redis.call('DEL', KEYS[1])
+for i = 1, #kept, 500 do
+  redis.call('RPUSH', KEYS[1], unpack(kept, i, math.min(i + 499, #kept)))
+end
+return #kept
+`)
 
 // AuditLog implements store.Participants. An event that does not decode
 // is left out, as the file store leaves out a torn line.
@@ -373,7 +417,7 @@ func (s *Store) AuditLog(ctx context.Context, thread string) ([]chatrelay.AuditE
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	vals, err := s.rdb.LRange(ctx, s.auditKey(thread), -int64(chatrelay.LimitAuditKept.Max), -1).Result()
+	vals, err := s.rdb.LRange(ctx, s.auditKey(thread), 0, -1).Result() // twice the bound at most (auditScript)
 	if err != nil && err != redis.Nil {
 		return nil, s.unavailable("audit", err)
 	}
@@ -384,5 +428,5 @@ func (s *Store) AuditLog(ctx context.Context, thread string) ([]chatrelay.AuditE
 			events = append(events, e)
 		}
 	}
-	return events, nil
+	return store.KeptAudit(events), nil
 }

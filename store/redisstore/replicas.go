@@ -38,7 +38,7 @@ import (
 // under noWait (the readiness probe) are sent as they are. A MULTI/EXEC
 // cannot carry a WAIT (Redis answers it at once inside a transaction, and
 // go-redis reads a transaction's replies as one): the few that matter
-// run on one connection with waitOn after them (stickyTx, withPush).
+// run on one connection with waitOn after them (withPush).
 
 // notReplicatedError is a write that fewer replicas than asked hold
 // within the timeout. It is not a Redis error reply, so the store answers
@@ -147,35 +147,6 @@ func newWaitHook(c *redis.Client, opt Options) waitHook {
 		timeout = defaultWaitTimeout
 	}
 	return waitHook{c: c, n: int64(opt.WaitReplicas), timeout: timeout.Milliseconds()}
-}
-
-// stickyTx runs fn's commands in one MULTI/EXEC, followed by WAIT on the
-// same connection when the store waits for replicas. key routes it on a
-// cluster (every key of fn's must be in its slot).
-func (s *Store) stickyTx(ctx context.Context, key string, fn func(redis.Pipeliner) error) error {
-	if s.opt.WaitReplicas <= 0 {
-		_, err := s.rdb.TxPipelined(ctx, fn)
-		return err
-	}
-	run := func(tx *redis.Tx) error {
-		if _, err := tx.TxPipelined(ctx, fn); err != nil {
-			return err
-		}
-		return s.waitOn(ctx, tx)
-	}
-	cc, ok := s.rdb.(*redis.ClusterClient)
-	if !ok {
-		return s.rdb.Watch(ctx, run) // no key: no WATCH, only the Tx's one connection
-	}
-	for {
-		// A cluster's Tx is had only with a WATCH (which routes it): a
-		// write of key between the WATCH and the EXEC aborts the EXEC,
-		// which wrote nothing: run it again.
-		err := cc.Watch(ctx, run, key)
-		if !errors.Is(err, redis.TxFailedErr) {
-			return err
-		}
-	}
 }
 
 // isTx reports whether cmds are a MULTI/EXEC (after an ASKING).
