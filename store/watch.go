@@ -11,6 +11,11 @@ func Watch(ctx context.Context, st Store, since int64, updates bool, fn func(thr
 	return NewFeed(st).Watch(ctx, since, updates, fn, skipped)
 }
 
+// WatchGaps is Watch with Feed.WatchGaps's gap.
+func WatchGaps(ctx context.Context, st Store, since int64, updates bool, fn func(thread string, e Entry, update bool) error, gap func(thread string) error, skipped func(thread string, err error)) error {
+	return NewFeed(st).WatchGaps(ctx, since, updates, fn, gap, skipped)
+}
+
 // Watch calls fn with every message appended to any thread of the store
 // from now on (from its first read of the threads, even before the feed
 // listens), by any process, once each and in epoch order within a
@@ -25,7 +30,15 @@ func Watch(ctx context.Context, st Store, since int64, updates bool, fn func(thr
 // ctx is done (nil), fn fails (fn's error) or the store's feed ends (its
 // error).
 func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thread string, e Entry, update bool) error, skipped func(thread string, err error)) error {
-	w := &watcher{st: f.st, updates: updates, fn: fn, skipped: skipped, last: map[string]int64{}, lastRev: map[string]int64{}}
+	return f.WatchGaps(ctx, since, updates, fn, nil, skipped)
+}
+
+// WatchGaps is Watch that also calls gap (if not nil) with a thread whose
+// catch-up from the store finds that retention dropped messages after what
+// was handed on (or after since), before that thread's messages: the
+// reader missed messages it can no longer get.
+func (f *Feed) WatchGaps(ctx context.Context, since int64, updates bool, fn func(thread string, e Entry, update bool) error, gap func(thread string) error, skipped func(thread string, err error)) error {
+	w := &watcher{st: f.st, updates: updates, fn: fn, gap: gap, skipped: skipped, last: map[string]int64{}, lastRev: map[string]int64{}}
 	if since == 0 {
 		// What the threads hold before the watch listens is old; what is
 		// stored from this read on is new: the catch-up once it listens
@@ -66,6 +79,7 @@ type watcher struct {
 	st      Store
 	updates bool
 	fn      func(thread string, e Entry, update bool) error
+	gap     func(thread string) error // nil: gaps are not reported
 	skipped func(thread string, err error)
 	last    map[string]int64 // per thread, the newest epoch handed on
 	lastRev map[string]int64 // per thread, the newest change handed on
@@ -167,6 +181,11 @@ func (w *watcher) catchUpThreads(ctx context.Context, infos []ThreadInfo, from i
 				w.skipped(info.Thread, err)
 			}
 			continue
+		}
+		if p.Reset && w.gap != nil {
+			if err := w.gap(info.Thread); err != nil {
+				return err
+			}
 		}
 		if seen && w.updates {
 			changed = append(changed, changes{info.Thread, p.Messages})

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -526,4 +527,52 @@ func TestWatchEndsOnASignal(t *testing.T) {
 			assert.Equal(t, "exit status", cmd.ProcessState.ExitCode(), 0)
 		})
 	}
+}
+
+// TestWatchSinceSaysWhatRetentionDropped: a watch --since that resumes
+// past messages retention dropped meanwhile prints the thread's reset line
+// before what it kept, as subscribe does, so that an agent resuming from
+// its last epoch knows it missed messages it can no longer read.
+func TestWatchSinceSaysWhatRetentionDropped(t *testing.T) {
+	t.Parallel()
+	data := freshThread(t)
+	r := runCLI(t, nil, "", "show", threadNew, "--json", "--data", data)
+	assert.Success(t, r.err)
+	var before struct{ Cursor int64 }
+	assert.Success(t, json.Unmarshal([]byte(r.stdout), &before))
+	// While the watch is away, five replies in a thread that keeps three:
+	// the first two after the cursor are gone.
+	for i := range 5 {
+		assert.Success(t, runCLI(t, nil, "", "reply", threadNew, fmt.Sprintf("away %d", i), "--retention-messages", "3", "--data", data).err)
+	}
+
+	ctx, cancelWatch := context.WithCancel(t.Context())
+	var watched lockedBuffer
+	watchDone := make(chan error, 1)
+	go func() {
+		watchDone <- run(ctx, []string{"watch", "--all", "--data", data, "--since", strconv.FormatInt(before.Cursor, 10)}, env(nil), strings.NewReader(""), &watched, os.Stderr)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(watched.String(), "away 4") {
+		assert.True(t, time.Now().Before(deadline), "watch did not print the last reply:\n%s", watched.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancelWatch()
+	assert.Success(t, <-watchDone)
+
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(watched.String()), "\n") {
+		var l watchLine
+		assert.Success(t, json.Unmarshal([]byte(line), &l))
+		switch {
+		case l.Reset:
+			assert.Equal(t, "reset line's thread", l.Thread, threadNew)
+			got = append(got, "reset")
+		case l.Message != nil:
+			var m chatrelay.Message
+			assert.Success(t, json.Unmarshal(l.Message, &m))
+			got = append(got, m.Text)
+		}
+	}
+	assert.Equal(t, "watch printed", strings.Join(got, "|"), "reset|away 2|away 3|away 4")
 }

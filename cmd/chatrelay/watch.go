@@ -45,7 +45,7 @@ func watch(ctx context.Context, args []string, getenv func(string) string, stdou
 	enc := json.NewEncoder(stdout)
 	// Interaction changes are printed as update lines (whoever answered),
 	// so an agent that watches learns of an answer without polling.
-	return store.Watch(ctx, st, *since, true, func(thread string, e store.Entry, update bool) error {
+	return store.WatchGaps(ctx, st, *since, true, func(thread string, e store.Entry, update bool) error {
 		if update {
 			if e.Interaction == nil {
 				return nil
@@ -79,6 +79,11 @@ func watch(ctx context.Context, args []string, getenv func(string) string, stdou
 			return enc.Encode(watchLine{Thread: thread, Update: e.JSON2})
 		}
 		return nil
+	}, func(thread string) error {
+		// Retention dropped messages this watch had not printed (it was
+		// away, or fell behind): say so before what it kept, as subscribe
+		// does.
+		return enc.Encode(watchLine{Thread: thread, Reset: true})
 	}, func(thread string, err error) {
 		fmt.Fprintf(stderr, "chatrelay watch: thread %s: %v\n", thread, err)
 	})
