@@ -311,10 +311,7 @@ func TestVerbsAtWork(t *testing.T) {
 func TestWatchSinceSaysAnAnswerGivenWhileAway(t *testing.T) {
 	t.Parallel()
 	data := freshThread(t)
-	r := runCLI(t, nil, "", "show", threadNew, "--json", "--data", data)
-	assert.Success(t, r.err)
-	var before struct{ Cursor int64 }
-	assert.Success(t, json.Unmarshal([]byte(r.stdout), &before))
+	before := cursorOf(t, data, threadNew)
 
 	ix := asked(t, runCLI(t, nil, "", "ask", threadNew, "--input", "Which branch?", "--choice", "main", "--data", data))
 	st := openStore(t, data)
@@ -328,7 +325,7 @@ func TestWatchSinceSaysAnAnswerGivenWhileAway(t *testing.T) {
 	var watched lockedBuffer
 	watchDone := make(chan error, 1)
 	go func() {
-		watchDone <- run(ctx, []string{"watch", "--data", data, "--since", strconv.FormatInt(before.Cursor, 10)}, env(nil), strings.NewReader(""), &watched, os.Stderr)
+		watchDone <- run(ctx, []string{"watch", "--data", data, "--since", strconv.FormatInt(before, 10)}, env(nil), strings.NewReader(""), &watched, os.Stderr)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(watched.String(), "done answering") {
@@ -536,10 +533,7 @@ func TestWatchEndsOnASignal(t *testing.T) {
 func TestWatchSinceSaysWhatRetentionDropped(t *testing.T) {
 	t.Parallel()
 	data := freshThread(t)
-	r := runCLI(t, nil, "", "show", threadNew, "--json", "--data", data)
-	assert.Success(t, r.err)
-	var before struct{ Cursor int64 }
-	assert.Success(t, json.Unmarshal([]byte(r.stdout), &before))
+	before := cursorOf(t, data, threadNew)
 	// While the watch is away, five replies in a thread that keeps three:
 	// the first two after the cursor are gone.
 	for i := range 5 {
@@ -550,7 +544,7 @@ func TestWatchSinceSaysWhatRetentionDropped(t *testing.T) {
 	var watched lockedBuffer
 	watchDone := make(chan error, 1)
 	go func() {
-		watchDone <- run(ctx, []string{"watch", "--all", "--data", data, "--since", strconv.FormatInt(before.Cursor, 10)}, env(nil), strings.NewReader(""), &watched, os.Stderr)
+		watchDone <- run(ctx, []string{"watch", "--all", "--data", data, "--since", strconv.FormatInt(before, 10)}, env(nil), strings.NewReader(""), &watched, os.Stderr)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(watched.String(), "away 4") {
@@ -575,4 +569,15 @@ func TestWatchSinceSaysWhatRetentionDropped(t *testing.T) {
 		}
 	}
 	assert.Equal(t, "watch printed", strings.Join(got, "|"), "reset|away 2|away 3|away 4")
+}
+
+// cursorOf is the thread's cursor as `show --json` gives it: a watch
+// --since from it prints what is stored after now.
+func cursorOf(t *testing.T, data, thread string) int64 {
+	t.Helper()
+	r := runCLI(t, nil, "", "show", thread, "--json", "--data", data)
+	assert.Success(t, r.err)
+	var shown struct{ Cursor int64 }
+	assert.Success(t, json.Unmarshal([]byte(r.stdout), &shown))
+	return shown.Cursor
 }
