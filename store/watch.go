@@ -187,6 +187,15 @@ func (w *watcher) catchUpThreads(ctx context.Context, infos []ThreadInfo, from i
 				return err
 			}
 		}
+		if p.Reset && len(p.Messages) == 0 {
+			// Nothing newer than what was handed on is left: the
+			// thread as listed is handed on, so that the next catch-up
+			// of it does not find the same gap and report it again (a
+			// message stored after the list has a greater epoch and rev).
+			w.last[info.Thread] = max(w.last[info.Thread], info.LastEpoch)
+			w.lastRev[info.Thread] = max(w.lastRev[info.Thread], info.Rev)
+			continue
+		}
 		if seen && w.updates {
 			changed = append(changed, changes{info.Thread, p.Messages})
 			continue
