@@ -160,11 +160,13 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // readAll is io.ReadAll, into one buffer of the body's declared length
 // (Content-Length, n) when it has one: io.ReadAll starts at 512 bytes and
 // keeps a list of its chunks, two allocations for a post's small body.
+// The first buffer holds at most readAllFirst bytes, so that a client
+// that declares a length and sends nothing holds no more than that.
 func readAll(r io.Reader, n int64) ([]byte, error) {
 	if n <= 0 {
 		return io.ReadAll(r)
 	}
-	b := make([]byte, 0, n+1) // the read that meets the end has room
+	b := make([]byte, 0, min(n, readAllFirst)+1) // the read that meets the end has room
 	for {
 		m, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+m]
@@ -174,11 +176,14 @@ func readAll(r io.Reader, n int64) ([]byte, error) {
 		if err != nil {
 			return b, err
 		}
-		if len(b) == cap(b) { // longer than declared: grow as io.ReadAll would
+		if len(b) == cap(b) { // longer than the first buffer: grow as io.ReadAll would
 			b = slices.Grow(b, 512)
 		}
 	}
 }
+
+// readAllFirst bounds readAll's first buffer: a post's body fits.
+const readAllFirst = 4 << 10
 
 // parseSince reads a cursor: empty is 0; otherwise a non-negative integer
 // of milliseconds, digits only. An integer too large for 64 bits is past

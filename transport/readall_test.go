@@ -14,7 +14,16 @@ import (
 // that ended early), in one read or a byte at a time, and passes a read's
 // error on.
 func TestReadAllAsIoReadAll(t *testing.T) {
-	body := strings.Repeat("a message of a typical length. ", 40) // 1 240 bytes
+	for _, body := range []string{
+		strings.Repeat("a message of a typical length. ", 40),    // 1 240 bytes
+		strings.Repeat("a message past the first buffer. ", 300), // 9 900 bytes: readAllFirst is 4 096
+	} {
+		readAllLengths(t, body)
+	}
+}
+
+func readAllLengths(t *testing.T, body string) {
+	t.Helper()
 	for _, declared := range []int64{-1, 0, 1, 70, int64(len(body)) - 1, int64(len(body)), int64(len(body)) + 1, 4096} {
 		for _, one := range []bool{false, true} {
 			var r io.Reader = strings.NewReader(body)
