@@ -220,10 +220,11 @@ func TooLarge(max int64) error {
 	return chatrelay.Errorf(chatrelay.AttachmentTooLarge, "the file is larger than %d bytes", max)
 }
 
-// ThreadFull is the refusal of a file that would take the thread's
-// stored bytes past LimitThreadAttachments.
+// ThreadFull is the refusal of a file that would take the bytes of the
+// thread's named files and its uploader's own drafts past
+// LimitThreadAttachments.
 func ThreadFull() error {
-	return chatrelay.Errorf(chatrelay.AttachmentTooLarge, "this conversation holds the most attachment bytes it may (%d)", chatrelay.LimitThreadAttachments.Max)
+	return chatrelay.Errorf(chatrelay.AttachmentTooLarge, "the files this conversation's messages name and your uploads no message names yet may hold at most %d bytes", chatrelay.LimitThreadAttachments.Max)
 }
 
 // TooManyPending is the refusal of the owner's upload past

@@ -19,8 +19,9 @@ import (
 
 // Attachments (contract Part 5) live in Redis, so every node serves them,
 // bounded by the limits (LimitAttachmentBytes a file, LimitThreadAttachments
-// a thread, LimitAttachmentPending the owner's uploads no message names
-// yet, LimitParticipantPending a participant's). In
+// the named files and the uploader's own drafts, LimitAttachmentPending the
+// owner's uploads no message names yet, LimitParticipantPending a
+// participant's). In
 // the thread's slot:
 //
 //	<prefix>{T}:att          hash: <id> -> the upload's record (JSON),
