@@ -110,7 +110,7 @@ func (v *Verbs) waitMessages(ctx, wctx context.Context, in WaitMessagesInput) (W
 			return errWake
 		}
 		return nil
-	}, nil)
+	}, nil, nil)
 	switch {
 	case errors.Is(err, errWake):
 	case err != nil:

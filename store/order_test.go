@@ -279,7 +279,7 @@ func watched(t *testing.T, st Store, updates bool, calls int) string {
 			cancel()
 		}
 		return nil
-	}, nil)
+	}, nil, nil)
 	assert.Success(t, err)
 	return got
 }

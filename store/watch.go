@@ -7,13 +7,8 @@ import (
 
 // Watch is NewFeed(st).Watch: for a process that watches once (the CLI's
 // watch). A process with several readers shares one Feed.
-func Watch(ctx context.Context, st Store, since int64, updates bool, fn func(thread string, e Entry, update bool) error, skipped func(thread string, err error)) error {
-	return NewFeed(st).Watch(ctx, since, updates, fn, skipped)
-}
-
-// WatchGaps is Watch with Feed.WatchGaps's gap.
-func WatchGaps(ctx context.Context, st Store, since int64, updates bool, fn func(thread string, e Entry, update bool) error, gap func(thread string) error, skipped func(thread string, err error)) error {
-	return NewFeed(st).WatchGaps(ctx, since, updates, fn, gap, skipped)
+func Watch(ctx context.Context, st Store, since int64, updates bool, fn func(thread string, e Entry, update bool) error, gap func(thread string) error, skipped func(thread string, err error)) error {
+	return NewFeed(st).Watch(ctx, since, updates, fn, gap, skipped)
 }
 
 // Watch calls fn with every message appended to any thread of the store
@@ -26,18 +21,14 @@ func WatchGaps(ctx context.Context, st Store, since int64, updates bool, fn func
 // the store's feed: after a Reset batch (the store's, or the Feed's when
 // fn fell behind) it catches up from the store instead (new messages,
 // and with updates the changes of those it handed on). A thread it
-// cannot read is reported to skipped and left out. Watch returns when
+// cannot read is reported to skipped and left out; gap, if not nil, is
+// called with a thread whose catch-up finds that retention dropped
+// messages after what was handed on (or after since), before that
+// thread's messages: the reader missed messages it can no longer get.
+// Watch returns when
 // ctx is done (nil), fn fails (fn's error) or the store's feed ends (its
 // error).
-func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thread string, e Entry, update bool) error, skipped func(thread string, err error)) error {
-	return f.WatchGaps(ctx, since, updates, fn, nil, skipped)
-}
-
-// WatchGaps is Watch that also calls gap (if not nil) with a thread whose
-// catch-up from the store finds that retention dropped messages after what
-// was handed on (or after since), before that thread's messages: the
-// reader missed messages it can no longer get.
-func (f *Feed) WatchGaps(ctx context.Context, since int64, updates bool, fn func(thread string, e Entry, update bool) error, gap func(thread string) error, skipped func(thread string, err error)) error {
+func (f *Feed) Watch(ctx context.Context, since int64, updates bool, fn func(thread string, e Entry, update bool) error, gap func(thread string) error, skipped func(thread string, err error)) error {
 	w := &watcher{st: f.st, updates: updates, fn: fn, gap: gap, skipped: skipped, last: map[string]int64{}, lastRev: map[string]int64{}}
 	if since == 0 {
 		// What the threads hold before the watch listens is old; what is

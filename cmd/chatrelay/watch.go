@@ -45,7 +45,7 @@ func watch(ctx context.Context, args []string, getenv func(string) string, stdou
 	enc := json.NewEncoder(stdout)
 	// Interaction changes are printed as update lines (whoever answered),
 	// so an agent that watches learns of an answer without polling.
-	return store.WatchGaps(ctx, st, *since, true, func(thread string, e store.Entry, update bool) error {
+	return store.Watch(ctx, st, *since, true, func(thread string, e store.Entry, update bool) error {
 		if update {
 			if e.Interaction == nil {
 				return nil
