@@ -321,22 +321,9 @@ func TestWatchSinceSaysAnAnswerGivenWhileAway(t *testing.T) {
 	_, err = st.Append(t.Context(), threadNew, store.NewMessage{Text: "done answering"})
 	assert.Success(t, err)
 
-	ctx, cancelWatch := context.WithCancel(t.Context())
-	var watched lockedBuffer
-	watchDone := make(chan error, 1)
-	go func() {
-		watchDone <- run(ctx, []string{"watch", "--data", data, "--since", strconv.FormatInt(before, 10)}, env(nil), strings.NewReader(""), &watched, os.Stderr)
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(watched.String(), "done answering") {
-		assert.True(t, time.Now().Before(deadline), "watch did not print the person's message:\n%s", watched.String())
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancelWatch()
-	assert.Success(t, <-watchDone)
-
+	watched := watchUntil(t, "done answering", "watch", "--data", data, "--since", strconv.FormatInt(before, 10))
 	var updates, messages int
-	for _, line := range strings.Split(strings.TrimSpace(watched.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(watched), "\n") {
 		var l watchLine
 		assert.Success(t, json.Unmarshal([]byte(line), &l))
 		if l.Message != nil {
@@ -350,7 +337,7 @@ func TestWatchSinceSaysAnAnswerGivenWhileAway(t *testing.T) {
 			assert.True(t, m.Interaction != nil && m.Interaction.ID == ix.Interaction.ID && m.Interaction.State == chatrelay.Answered, "update %s", l.Update)
 		}
 	}
-	assert.Equal(t, "update lines (watch printed:\n"+watched.String()+")", updates, 1)
+	assert.Equal(t, "update lines (watch printed:\n"+watched+")", updates, 1)
 	assert.Equal(t, "message lines", messages, 1)
 }
 
@@ -540,22 +527,9 @@ func TestWatchSinceSaysWhatRetentionDropped(t *testing.T) {
 		assert.Success(t, runCLI(t, nil, "", "reply", threadNew, fmt.Sprintf("away %d", i), "--retention-messages", "3", "--data", data).err)
 	}
 
-	ctx, cancelWatch := context.WithCancel(t.Context())
-	var watched lockedBuffer
-	watchDone := make(chan error, 1)
-	go func() {
-		watchDone <- run(ctx, []string{"watch", "--all", "--data", data, "--since", strconv.FormatInt(before, 10)}, env(nil), strings.NewReader(""), &watched, os.Stderr)
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(watched.String(), "away 4") {
-		assert.True(t, time.Now().Before(deadline), "watch did not print the last reply:\n%s", watched.String())
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancelWatch()
-	assert.Success(t, <-watchDone)
-
+	watched := watchUntil(t, "away 4", "watch", "--all", "--data", data, "--since", strconv.FormatInt(before, 10))
 	var got []string
-	for _, line := range strings.Split(strings.TrimSpace(watched.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(watched), "\n") {
 		var l watchLine
 		assert.Success(t, json.Unmarshal([]byte(line), &l))
 		switch {
@@ -580,4 +554,25 @@ func cursorOf(t *testing.T, data, thread string) int64 {
 	var shown struct{ Cursor int64 }
 	assert.Success(t, json.Unmarshal([]byte(r.stdout), &shown))
 	return shown.Cursor
+}
+
+// watchUntil runs `chatrelay args…` (a watch) until it has printed want,
+// 10 s at most, then interrupts it, and returns what it printed: it must
+// end without an error.
+func watchUntil(t *testing.T, want string, args ...string) string {
+	t.Helper()
+	ctx, cancelWatch := context.WithCancel(t.Context())
+	var watched lockedBuffer
+	watchDone := make(chan error, 1)
+	go func() {
+		watchDone <- run(ctx, args, env(nil), strings.NewReader(""), &watched, os.Stderr)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(watched.String(), want) {
+		assert.True(t, time.Now().Before(deadline), "watch did not print %q:\n%s", want, watched.String())
+		time.Sleep(10 * time.Millisecond) // the poll interval of a condition with a deadline
+	}
+	cancelWatch()
+	assert.Success(t, <-watchDone)
+	return watched.String()
 }
