@@ -342,12 +342,17 @@ func (s *File) threadNames() ([]string, error) {
 	}
 	var names []string
 	for _, de := range des {
-		name, ok := strings.CutSuffix(de.Name(), ".json")
-		if ok && de.Type().IsRegular() && chatrelay.ValidThread(name) {
+		if name, ok := threadOf(de); ok {
 			names = append(names, name)
 		}
 	}
 	return names, nil
+}
+
+// threadOf is the thread whose document de is, if it is one.
+func threadOf(de os.DirEntry) (string, bool) {
+	name, ok := strings.CutSuffix(de.Name(), ".json")
+	return name, ok && de.Type().IsRegular() && chatrelay.ValidThread(name)
 }
 
 // countedThreads lists the threads the thread count counts: those that

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -113,24 +114,31 @@ func (s *File) threadsOrWarn(what string) (names []string, ok bool) {
 	return names, true
 }
 
+// rescan pokes every thread, the agent keys and every participants
+// record, from one listing of the folder (a second one, a Glob of the
+// records, cost as much again: it runs every FileOptions.Rescan, whatever
+// the load).
 func (s *File) rescan() {
-	names, ok := s.threadsOrWarn("store: rescan")
-	if !ok {
+	des, err := os.ReadDir(s.dir)
+	if err != nil {
+		s.log.Warn("store: rescan", "err", err)
 		return
 	}
-	for _, name := range names {
-		s.poke(name)
+	var records []string
+	for _, de := range des {
+		if name, ok := threadOf(de); ok {
+			s.poke(name)
+		} else if name, ok := strings.CutSuffix(de.Name(), ".participants.json"); ok && chatrelay.ValidThread(name) {
+			records = append(records, name)
+		}
 	}
 	// The participants records too: a revoke by another process that the
 	// watch missed (before it began, or lost in an overflow) must still end
 	// the participant's streams. A record with the bytes last announced is
 	// not announced again.
 	s.pokeAgents() // the agent keys too: a revoke must end its sessions
-	paths, _ := filepath.Glob(filepath.Join(s.dir, "*.participants.json"))
-	for _, p := range paths {
-		if name := strings.TrimSuffix(filepath.Base(p), ".participants.json"); chatrelay.ValidThread(name) {
-			s.pokeParticipants(name)
-		}
+	for _, name := range records {
+		s.pokeParticipants(name)
 	}
 }
 
