@@ -394,7 +394,8 @@ func (s *File) write(thread string, doc []byte, create bool) (*fdPin, fileID, er
 				s.noTmpfile.Store(true) // the folder's file system has none: not again
 			}
 		}
-		fd, _, id, err = writeFD(s.dir, thread+".json", doc, s.dsync)
+		var tmp pathBuf
+		fd, id, err = writeFD(s.dir, thread, ".json", doc, s.dsync, &tmp)
 		return err
 	})
 	if err != nil {
