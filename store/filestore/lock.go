@@ -99,10 +99,13 @@ func (s *File) lockState(ctx context.Context, thread string) (*threadState, func
 // path after the removal, so it then takes the file at the path instead.
 // It returns the locked descriptor; lockState, its one caller, unlocks it.
 func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (lockedFD int, err error) {
-	path := s.path(thread) + ".lock"
+	// The path is joined only when it is used: to open the file, to wait
+	// for another holder, or for an error (a post's lock is free, and its
+	// file open).
+	lockPath := func() string { return s.path(thread) + ".lock" }
 	for {
 		if t.lockf == nil {
-			fd, err := s.openLockFD(thread, path)
+			fd, err := s.openLockFD(thread, lockPath())
 			if err != nil {
 				return -1, err
 			}
@@ -111,13 +114,15 @@ func (s *File) lockThread(ctx context.Context, t *threadState, thread string) (l
 			s.pins.add(t, s.opt.MaxOpenDocs) // its descriptor is bounded with the pinned documents'
 		}
 		fd := t.lockf.fd
-		if err := flockWait(ctx, fd, path, s.opt.LockTimeout); err != nil {
-			return -1, err
+		if err := flockNB(fd); err != nil {
+			if err := flockWait(ctx, fd, lockPath(), s.opt.LockTimeout); err != nil {
+				return -1, err
+			}
 		}
 		var st syscall.Stat_t
 		if err := syscall.Fstat(fd, &st); err != nil {
 			syscall.Flock(fd, syscall.LOCK_UN)
-			return -1, s.unavailable(thread, &fs.PathError{Op: "fstat", Path: path, Err: err})
+			return -1, s.unavailable(thread, &fs.PathError{Op: "fstat", Path: lockPath(), Err: err})
 		}
 		if st.Nlink > 0 {
 			return fd, nil
