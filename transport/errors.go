@@ -49,6 +49,12 @@ func errorOf(err error, v view) (*chatrelay.Error, errorBody) {
 	if e.Code == chatrelay.Internal {
 		msg = "internal error"
 	}
+	if v.redact {
+		// The words may quote what the client sent (an id, an event's
+		// name): a participant's view shows them as it shows every
+		// string, redacted. The server's own words have no secret shape.
+		msg = chatrelay.Redact(msg)
+	}
 	body := errorBody{Error: msg, Code: e.Code, Retryable: e.Code.Retryable(), Message: v.about(e.About)}
 	if e.Code == chatrelay.RateLimited {
 		ms := max(e.Retry.Milliseconds(), 1)

@@ -164,7 +164,7 @@ func (s *Server) agentKey(r *http.Request, agents store.Agents) (chatrelay.Agent
 	scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	key = strings.TrimLeft(key, " ")
 	if !strings.EqualFold(scheme, "Bearer") || !chatrelay.ValidAgentKey(key) {
-		return chatrelay.AgentKey{}, chatrelay.Errorf(chatrelay.Unauthorized, "MCP needs Authorization: Bearer cha_… (an agent key: chatrelay agent add)")
+		return chatrelay.AgentKey{}, chatrelay.Errorf(chatrelay.Unauthorized, "MCP needs an agent key (chatrelay agent add), sent as a Bearer credential in the Authorization header")
 	}
 	if len(r.Header.Values("Authorization")) > 1 { // as every route: a proxy may read the other one
 		return chatrelay.AgentKey{}, chatrelay.Errorf(chatrelay.Unauthorized, "MCP takes one Authorization header, not two")

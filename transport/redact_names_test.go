@@ -9,6 +9,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/pushtest"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
 )
@@ -87,4 +88,35 @@ func TestParticipantRedactionKeepsLimits(t *testing.T) {
 		assert.True(t, utf8.RuneCountInString(got) <= chatrelay.LimitName.Max && !strings.Contains(got, "=x"), "a name a participant reads: %q", got)
 		assert.Equal(t, "the name in whoami and as the author", got, author)
 	}
+}
+
+// TestParticipantRefusalWordsRedacted: a refusal's words that quote what
+// the participant sent (an unknown message id to react to, a push
+// subscription id, an unknown push event) obey the participant's view as
+// a success does: a secret-shaped string in them is [redacted]. They
+// quoted it as sent, so an error answer carried what the same answer's
+// success would have redacted (an upload's answer redacts the sender's
+// own file name).
+func TestParticipantRefusalWordsRedacted(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{config: withPush(pushtest.NewService(t), nil)})
+	owner := tokenN(1)
+	e.mustPost(owner, "hello")
+	p := e.invite(owner, `{"name":"Alex","role":"commenter"}`)
+	secret := "sk-abcdefghijklmnopqrstuvwx"
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+	}{
+		{"react to an unknown message", http.MethodPost, "/api/chat/react", `{"message_id":"` + secret + `","emoji":"👍"}`, http.StatusNotFound},
+		{"react to a secret-named id", http.MethodPost, "/api/chat/react", `{"message_id":"password=hunter2","emoji":"👍"}`, http.StatusNotFound},
+		{"delete an unknown push subscription", http.MethodDelete, "/api/chat/push/" + secret, "", http.StatusNotFound},
+		{"subscribe to an unknown event", http.MethodPost, "/api/chat/push", `{"subscription":{"endpoint":"https://push.example.com/x","keys":{"p256dh":"A","auth":"B"}},"events":["` + secret + `"]}`, http.StatusBadRequest},
+	} {
+		status, b := e.asParticipant(tc.method, tc.path, p.Token, tc.body)
+		assert.Equal(t, tc.name+": "+string(b), status, tc.status)
+		assert.True(t, !strings.Contains(string(b), "abcdefghijkl") && !strings.Contains(string(b), "hunter2") && strings.Contains(string(b), "[redacted]"), "%s: a participant's refusal: %s", tc.name, b)
+	}
+	_, _, b := e.do(http.MethodPost, "/api/chat/react", owner, `{"message_id":"`+secret+`","emoji":"👍"}`, nil)
+	assert.True(t, strings.Contains(string(b), secret), "the owner's refusal quotes the id as sent: %s", b)
 }

@@ -16,6 +16,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,6 +73,9 @@ const (
 //     the "on" phase, less the "off" phase's, per push: the server's
 //     share of a push, the pusher's (the posting clients and the host's
 //     writes are the same in both phases);
+//   - B/push, allocs/push: this process's heap allocations (bytes, and
+//     objects) of the "on" phase, less the "off" phase's, per push: the
+//     garbage a push leaves, which the posts' time pays to collect;
 //   - svc-us/push: the push service process's CPU per push (its TLS,
 //     HTTP/2, decryption and VAPID verification), for comparison;
 //   - conns: the connections the pusher opened to the push service, in
@@ -98,22 +102,27 @@ func BenchmarkWebPush(b *testing.B) {
 			var offLat, onLat, pushLat []time.Duration
 			var offHalves [2][]time.Duration // the off phases of even and of odd rounds
 			var offCPU, onCPU, svcCPU time.Duration
+			var offMem, onMem benchMem
 			var pushes, lost, repeated, retried, received int
 			var conns int64
 			b.ResetTimer()
 			for round := range b.N {
+				mem0 := readBenchMem()
 				lat, cpu, _ := benchPushPhase(b, off, round, nil)
+				offMem = offMem.add(readBenchMem().sub(mem0))
 				offLat, offCPU = append(offLat, lat...), offCPU+cpu
 				offHalves[round%2] = append(offHalves[round%2], lat...)
 				sentBefore := benchScrape(b, on, "sent")
 				retriedBefore := benchScrape(b, on, "retried")
 				svc0, _ := svc.CPU(b)
 				target := received + benchPushThreads*benchPushSubs
+				mem0 = readBenchMem()
 				lat, cpu, opened := benchPushPhase(b, on, round, func() bool {
 					// Until the push service received this round's pushes
 					// (it answers when it has them: no polling on the clock).
 					return svc.Wait(b, target, 60*time.Second) >= target
 				})
+				onMem = onMem.add(readBenchMem().sub(mem0))
 				// None is still being tried: the pusher counted each sent
 				// (a lost push fails here; a repeated one is counted below).
 				deadline := time.Now().Add(10 * time.Second)
@@ -180,6 +189,8 @@ func BenchmarkWebPush(b *testing.B) {
 			b.ReportMetric(benchMS(benchP(pushLat, 50)), "push-p50-ms")
 			b.ReportMetric(benchMS(benchP(pushLat, 99)), "push-p99-ms")
 			b.ReportMetric(float64(onCPU-offCPU)/float64(time.Microsecond)/float64(max(pushes, 1)), "cpu-us/push")
+			b.ReportMetric(float64(int64(onMem.bytes)-int64(offMem.bytes))/float64(max(pushes, 1)), "B/push")
+			b.ReportMetric(float64(int64(onMem.objects)-int64(offMem.objects))/float64(max(pushes, 1)), "allocs/push")
 			b.ReportMetric(float64(svcCPU)/float64(time.Microsecond)/float64(max(pushes, 1)), "svc-us/push")
 			b.ReportMetric(float64(conns), "conns")
 			b.ReportMetric(float64(benchLate.Swap(0)), "late-posts")
@@ -310,6 +321,19 @@ func benchScrape(b *testing.B, e *pushEnv, result string) float64 {
 	b.Fatalf("no %s on /metrics", strings.TrimSpace(want))
 	return 0
 }
+
+// benchMem is heap allocations: bytes and objects.
+type benchMem struct{ bytes, objects uint64 }
+
+// readBenchMem is this process's heap allocations so far.
+func readBenchMem() benchMem {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return benchMem{m.TotalAlloc, m.Mallocs}
+}
+
+func (m benchMem) add(o benchMem) benchMem { return benchMem{m.bytes + o.bytes, m.objects + o.objects} }
+func (m benchMem) sub(o benchMem) benchMem { return benchMem{m.bytes - o.bytes, m.objects - o.objects} }
 
 // processCPU is this process's CPU time so far, user and system.
 func processCPU() time.Duration {

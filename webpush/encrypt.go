@@ -47,27 +47,36 @@ func CheckKeys(k Keys) error {
 
 // Encrypt encrypts plaintext for the subscription whose keys are k, as
 // one aes128gcm record (RFC 8291 §3.4 and RFC 8188 §2) with a fresh
-// ephemeral key pair and salt: the body of a push request.
+// ephemeral key pair and salt: the body of a push request. The key pair
+// is not shared by the pushes of one change to several subscriptions,
+// though each has its own salt: RFC 8291 §3.1 says "When sending a push
+// message, the application server also generates a new ECDH key pair",
+// and a push message goes to one subscription (RFC 8030 §2).
 func Encrypt(plaintext []byte, k Keys) ([]byte, error) {
 	as, err := ecdh.P256().GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	salt := make([]byte, 16)
-	rand.Read(salt)
-	return encrypt(plaintext, k, as, salt)
+	var salt [16]byte
+	rand.Read(salt[:])
+	return encrypt(plaintext, k, as, salt[:])
 }
 
 // encrypt is Encrypt with the application server's ephemeral key and the
-// salt given (RFC 8291 Appendix A's example fixes both).
+// salt given (RFC 8291 Appendix A's example fixes both). It parses the
+// subscription's key once and makes the body in one buffer, sealed in
+// place: a push's garbage is collected on the posts' time.
 func encrypt(plaintext []byte, k Keys, as *ecdh.PrivateKey, salt []byte) ([]byte, error) {
 	if len(plaintext) > MaxPayload {
 		return nil, ErrPayloadTooLarge
 	}
-	if err := CheckKeys(k); err != nil {
-		return nil, err
+	if len(k.Auth) != 16 {
+		return nil, fmt.Errorf("webpush: auth must be 16 bytes, has %d", len(k.Auth))
 	}
-	ua, _ := ecdh.P256().NewPublicKey(k.P256dh)
+	ua, err := ecdh.P256().NewPublicKey(k.P256dh) // CheckKeys, without parsing the key twice
+	if err != nil {
+		return nil, fmt.Errorf("webpush: p256dh is not a P-256 public key: %w", err)
+	}
 	secret, err := as.ECDH(ua)
 	if err != nil {
 		return nil, fmt.Errorf("webpush: ecdh: %w", err)
@@ -81,18 +90,23 @@ func encrypt(plaintext []byte, k Keys, as *ecdh.PrivateKey, salt []byte) ([]byte
 	if err != nil {
 		return nil, err
 	}
+	// salt, rs, idlen, keyid, then the record: the plaintext and its
+	// delimiter (2: the last record's, no padding), sealed where it is.
 	out := make([]byte, 0, headerLen+len(plaintext)+1+gcm.Overhead())
 	out = append(out, salt...)
 	out = binary.BigEndian.AppendUint32(out, recordSize)
 	out = append(out, byte(len(asPublic)))
 	out = append(out, asPublic...)
-	record := append(append(make([]byte, 0, len(plaintext)+1), plaintext...), 2) // 2: the last record's delimiter, no padding
-	return gcm.Seal(out, nonce, record, nil), nil
+	hdr := len(out)
+	out = append(append(out, plaintext...), 2)
+	return gcm.Seal(out[:hdr], nonce, out[hdr:], nil), nil
 }
 
 // deriveKeys derives the content-encryption key and nonce (RFC 8291 §3.3
 // and §3.4, RFC 8188 §2.2 and §2.3) from the ECDH shared secret, the
-// subscription's auth secret, the salt and both public keys.
+// subscription's auth secret, the salt and both public keys, with
+// crypto/hkdf (its hash values are most of a push's remaining garbage; an
+// HMAC of our own would save them, and is not ours to write).
 func deriveKeys(secret, auth, salt, uaPublic, asPublic []byte) (cek, nonce []byte, err error) {
 	info := "WebPush: info\x00" + string(uaPublic) + string(asPublic)
 	ikm, err := hkdf.Key(sha256.New, secret, auth, info, 32)

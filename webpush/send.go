@@ -67,7 +67,8 @@ type Sender struct {
 
 // NewClient is the HTTP client of pushes: every connection through
 // guard's DialContext, no proxy (a proxy would dial for us, unguarded),
-// no redirect followed, 30 s per request. roots, if not nil, replaces the
+// no redirect followed (Sender.Do bounds each request to 30 s:
+// the client has no Timeout, see Do). roots, if not nil, replaces the
 // system's certificate authorities (tests). A push service that offers
 // HTTP/2 (FCM, autopush and Apple's do) gets one connection, kept alive,
 // that carries every push to it at once: the first request to an origin
@@ -89,7 +90,6 @@ func NewClient(guard *Guard, roots *tls.Config) *http.Client {
 	}
 	return &http.Client{
 		Transport:     &firstContact{next: tr, answered: map[string]chan struct{}{}},
-		Timeout:       30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
@@ -197,9 +197,20 @@ func (s *Sender) Request(ctx context.Context, m Message) (*http.Request, error) 
 	return req, nil
 }
 
-// Do posts a request Request made and returns the push service's answer.
+// requestTimeout bounds a push request, from Do's call to the end of
+// the answer's body.
+var requestTimeout = 30 * time.Second
+
+// Do posts a request Request made and returns the push service's
+// answer, within requestTimeout. The bound is the request's context's
+// deadline, not the http.Client's Timeout: with a Timeout, a client whose
+// transport is not net/http's own (NewClient's is firstContact) copies
+// each request and starts a goroutine and a timer to cancel it, for
+// every push.
 func (s *Sender) Do(req *http.Request) (Result, error) {
-	resp, err := s.Client.Do(req)
+	ctx, cancel := context.WithTimeout(req.Context(), requestTimeout)
+	defer cancel()
+	resp, err := s.Client.Do(req.WithContext(ctx))
 	if err != nil {
 		return Result{}, err
 	}

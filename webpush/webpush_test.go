@@ -2,7 +2,9 @@ package webpush
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdh"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -296,4 +298,46 @@ func TestRetryAfter(t *testing.T) {
 		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second, now.Add(-time.Minute).Format(http.TimeFormat): 0} {
 		assert.Equal(t, v, retryAfter(v, now), want)
 	}
+}
+
+// TestSendTimeout: a push service that takes a push and never answers
+// gets no longer than the request's bound (requestTimeout, 30 s; here
+// shortened), though the client has no Timeout of its own (Do's
+// context bounds it): Send returns an error, as for no answer.
+func TestSendTimeout(t *testing.T) {
+	svc := pushtest.NewService(t)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) }) // before the service closes: its handler returns
+	svc.Respond = func(string, int) pushtest.Answer {
+		<-release
+		return pushtest.Answer{Status: 201}
+	}
+	defer func(d time.Duration) { requestTimeout = d }(requestTimeout)
+	requestTimeout = 300 * time.Millisecond
+	sub := svc.Subscribe(t, "a")
+	pool := x509.NewCertPool()
+	pool.AddCert(svc.Certificate())
+	v, _ := ParseVAPID(NewVAPIDKey(), "mailto:ops@example.com")
+	s := &Sender{VAPID: v, Client: NewClient(&Guard{Allow: []string{"127.0.0.1"}}, &tls.Config{RootCAs: pool})}
+	ep, _ := url.Parse(sub.Endpoint)
+	_, err := s.Send(t.Context(), Message{Endpoint: ep, Keys: Keys{P256dh: sub.Key.PublicKey().Bytes(), Auth: sub.Auth}, Payload: []byte(`{}`), TTL: 60})
+	assert.True(t, errors.Is(err, context.DeadlineExceeded), "a push never answered: %v", err)
+}
+
+// TestEncryptGarbage: one push's encryption leaves at most 61
+// allocations (it made 67: the subscription's key parsed twice and the
+// record copied before sealing; most of the rest are crypto/hkdf's
+// hash values, which we take as they are): a push's garbage is collected
+// on the posts' time.
+func TestEncryptGarbage(t *testing.T) {
+	ua, err := ecdh.P256().GenerateKey(rand.Reader)
+	assert.Success(t, err)
+	k := Keys{P256dh: ua.PublicKey().Bytes(), Auth: make([]byte, 16)}
+	payload := make([]byte, 600)
+	n := testing.AllocsPerRun(20, func() {
+		if _, err := Encrypt(payload, k); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.True(t, n <= 61, "allocations of one Encrypt: %v", n)
 }

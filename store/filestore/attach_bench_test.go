@@ -1,9 +1,13 @@
 package filestore
 
 import (
+	"bytes"
 	"fmt"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -82,4 +86,56 @@ func BenchmarkPutAttachment(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPutDuplicate: a 10 MiB upload of bytes the thread holds
+// already (received, hashed, dropped at the commit), its Work run on a
+// thread of its own, as the server's lane runs it. It reports the CPU
+// time (user and system, getrusage) of the calling thread per upload,
+// caller-cpu-us: what an upload costs the request's thread, which runs at
+// the posts' priority, beside the work handed to the low-priority lane.
+//
+//	TMPDIR=/dev/shm go test -run '^$' -bench PutDuplicate -benchtime 40x ./store/filestore/
+func BenchmarkPutDuplicate(b *testing.B) {
+	s, ctx := benchThread(b)
+	const size = 10 << 20
+	jobs := make(chan func())
+	defer close(jobs)
+	go func() {
+		runtime.LockOSThread()
+		for j := range jobs {
+			j()
+		}
+	}()
+	work := func(w func()) error {
+		done := make(chan struct{})
+		jobs <- func() { w(); close(done) }
+		<-done
+		return nil
+	}
+	body := bytes.Repeat([]byte("the same bytes, 16"), size/16)[:size]
+	var pending []string
+	put := func() {
+		a, err := s.PutAttachment(ctx, threadA, store.Upload{Name: "f.bin", Body: bytes.NewReader(body), Work: work})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if pending = append(pending, a.ID); len(pending) == chatrelay.LimitAttachments.Max { // a thread holds attachment.pending unnamed
+			if _, err := s.Append(ctx, threadA, store.NewMessage{Author: chatrelay.Operator, Attachments: pending}); err != nil {
+				b.Fatal(err)
+			}
+			pending = nil
+		}
+	}
+	put() // held from now on
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var before, after syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_THREAD, &before)
+	for b.Loop() {
+		put()
+	}
+	syscall.Getrusage(syscall.RUSAGE_THREAD, &after)
+	cpu := time.Duration(syscall.TimevalToNsec(after.Utime) - syscall.TimevalToNsec(before.Utime) + syscall.TimevalToNsec(after.Stime) - syscall.TimevalToNsec(before.Stime))
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "caller-cpu-us/op")
 }

@@ -61,3 +61,39 @@ func TestOpenAttachmentSeesAnotherProcess(t *testing.T) {
 	assert.Success(t, err)
 	assert.Equal(t, "the other store's upload", got.Name+": "+string(data), "two.txt: two")
 }
+
+// TestDuplicateDroppedThroughWork: an upload whose bytes the thread holds
+// already is dropped at its commit, and its temp file is removed through
+// up.Work, as its bytes were written: freeing a large file's pages is the
+// kernel's work on the thread that removes it, which the server runs on
+// its low-priority lane, not on the request's thread beside the posts.
+func TestDuplicateDroppedThroughWork(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openOn(t, dir)
+	ctx := context.Background()
+	_, err := s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "hello"})
+	assert.Success(t, err)
+	temps := func() int {
+		m, err := filepath.Glob(filepath.Join(s.Dir(), ".*.upload.tmp-*"))
+		assert.Success(t, err)
+		return len(m)
+	}
+	removedInWork := 0
+	work := func(w func()) error {
+		before := temps()
+		w()
+		if temps() < before {
+			removedInWork++
+		}
+		return nil
+	}
+	body := strings.Repeat("the same bytes ", 1<<16)
+	a, err := s.PutAttachment(ctx, diskThread, store.Upload{Name: "a.txt", Body: strings.NewReader(body), Work: work})
+	assert.Success(t, err)
+	b, err := s.PutAttachment(ctx, diskThread, store.Upload{Name: "b.txt", Body: strings.NewReader(body), Work: work})
+	assert.Success(t, err)
+	assert.Equal(t, "the two uploads' digests", b.SHA256, a.SHA256)
+	assert.Equal(t, "temp files removed through up.Work", removedInWork, 1)
+	assert.Equal(t, "temp files left", temps(), 0)
+}

@@ -139,3 +139,76 @@ func TestClosedStoreRefusesScripts(t *testing.T) {
 		t.Fatalf("answered after %v", took)
 	}
 }
+
+// TestBatchedTakesAreOneCall: the rate windows' counts of one batch are
+// one call for Redis (takesScript), each answered its own: two posts
+// counted, a third refused with its wait (the address's window full),
+// an append between them stored; and so after Redis forgot the scripts
+// (the merged call is then sent again alone, which loads it).
+func TestBatchedTakesAreOneCall(t *testing.T) {
+	t.Parallel()
+	for _, call := range []string{"fcall", "evalsha"} {
+		t.Run(call, func(t *testing.T) {
+			t.Parallel()
+			batchedTakesAreOneCall(t, call)
+		})
+	}
+}
+
+func batchedTakesAreOneCall(t *testing.T, call string) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	s := openStore(t, srv, Options{evalOnly: call == "evalsha"})
+	rl := NewRateLimiter(s, chatrelay.Windows{PerThread: 2, PerIP: 2, Window: time.Minute})
+	ctx := t.Context()
+	for round, forget := range []bool{false, false, true, false} {
+		if forget {
+			s.rdb.ScriptFlush(ctx)
+			s.rdb.FunctionFlush(ctx)
+		}
+		if err := s.rdb.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ip := fmt.Sprintf("192.0.2.%d", round)
+		t1, t2 := fmt.Sprintf("%016x", 10+round), fmt.Sprintf("%016x", 20+round)
+		takes := []*rateTake{rl.take(t1, ip), rl.take(t2, ip).part(1), rl.take(t2, ip)}
+		var batch []*scriptCall
+		for i, tk := range takes {
+			batch = append(batch, &scriptCall{script: takeScript, keys: tk.keys(), args: tk.args(), done: make(chan *redis.Cmd, 1)})
+			if i == 0 {
+				th := fmt.Sprintf("%016x", 30+round)
+				stamp, ts := secondOf(time.UnixMilli(1792778400000))
+				batch = append(batch, &scriptCall{script: appendScript, keys: s.appendKeys(th, false), done: make(chan *redis.Cmd, 1),
+					args: []any{th, 1792778400000, s.appendSettings(nil), "1000 0 0 g", `"operator"`, `"x"`, stamp, ts, "aaaaaa"}})
+			}
+		}
+		s.sendBatch(batch)
+		var waits []int64
+		for i, c := range batch {
+			cmd := <-c.done
+			if i == 1 {
+				if res, err := cmd.Text(); err != nil || !strings.HasPrefix(res, `{"id":"MSG-`) {
+					t.Fatalf("round %d: the batched append: %q, %v", round, res, err)
+				}
+				continue
+			}
+			w, err := cmd.Int64()
+			if err != nil {
+				t.Fatalf("round %d: take %d: %v", round, len(waits), err)
+			}
+			waits = append(waits, w)
+		}
+		if waits[0] != 0 || waits[1] != 0 || waits[2] <= 0 || waits[2] > time.Minute.Milliseconds() {
+			t.Fatalf("round %d: waits %v, want 0, 0 and the third refused", round, waits)
+		}
+		for key, want := range map[string]int64{takes[0].w[1].key: 2, takes[0].w[0].key: 1, takes[2].w[0].key: 0} {
+			if n := s.rdb.LLen(ctx, key).Val(); n != want {
+				t.Fatalf("round %d: %s holds %d posts, want %d", round, key, n, want)
+			}
+		}
+		if round > 0 && !forget { // round 0 loads the scripts on a Redis without functions
+			if got := commandCalls(t, s)[call]; got != 2 {
+				t.Fatalf("round %d: %d %s calls for three takes and an append, want 2", round, got, call)
+			}
+		}
+	}
+}
