@@ -394,8 +394,7 @@ func (s *File) write(thread string, doc []byte, create bool) (*fdPin, fileID, er
 				s.noTmpfile.Store(true) // the folder's file system has none: not again
 			}
 		}
-		var tmp pathBuf
-		fd, id, err = writeFD(s.dir, thread, ".json", doc, s.dsync, &tmp)
+		fd, _, id, err = writeFD(s.dir, thread+".json", doc, s.dsync)
 		return err
 	})
 	if err != nil {

@@ -33,60 +33,57 @@ func writeFile(dir, name string, data []byte, sync bool) (f *os.File, id fileID,
 // writeFileSync is writeFile with the folder's fsync done by ds (nil: no
 // fsync at all), which groups the fsyncs of concurrent writers.
 func writeFileSync(dir, name string, data []byte, ds *dirSync) (*os.File, fileID, error) {
-	var tmp pathBuf
-	fd, id, err := writeFD(dir, name, "", data, ds, &tmp)
+	fd, tmp, id, err := writeFD(dir, name, data, ds)
 	if err != nil {
 		return nil, id, err
 	}
-	return os.NewFile(uintptr(fd), tmp.String()), id, nil
+	return os.NewFile(uintptr(fd), tmp), id, nil
 }
 
-// writeFD is writeFileSync of dir/name+suffix on a bare descriptor, which
-// it returns open (the caller closes it): a thread document's write keeps
-// it as the snapshot's pin (fdPin), which costs no *os.File (its
-// allocations, its cleanup, and the fcntl with which os.NewFile asks the
-// descriptor's blocking mode). It renames with rename(2) itself:
-// os.Rename first lstats the destination (to refuse a folder there, which
-// rename(2) refuses as well). The paths are pathBufs (no allocation); tmp
-// is set to the temp file's name before the rename.
-func writeFD(dir, name, suffix string, data []byte, ds *dirSync, tmp *pathBuf) (_ int, id fileID, err error) {
-	// tf, not a named result: a failed return sets the results before
-	// the deferred cleanup runs, which must close and remove the temp
-	// file (else its descriptor, and its room on the disk, are held for
-	// good: a bare descriptor has no cleanup).
-	tf, err := createTempPath(tmp, dir, name, suffix)
+// writeFD is writeFileSync on a bare descriptor, which it returns open
+// (the caller closes it): a thread document's write keeps it as the
+// snapshot's pin (fdPin), which costs no *os.File (its allocations, its
+// cleanup, and the fcntl with which os.NewFile asks the descriptor's
+// blocking mode). It renames with rename(2) itself: os.Rename first
+// lstats the destination (to refuse a folder there, which rename(2)
+// refuses as well). tmp is the temp file's name before the rename.
+func writeFD(dir, name string, data []byte, ds *dirSync) (_ int, _ string, id fileID, err error) {
+	// tf and tmp, not named results: a failed return sets the results
+	// before the deferred cleanup runs, which must close and remove the
+	// temp file (else its descriptor, and its room on the disk, are held
+	// for good: a bare descriptor has no cleanup).
+	tf, tmp, err := createTempFD(dir, "."+name+".tmp-")
 	if err != nil {
-		return -1, id, err
+		return -1, "", id, err
 	}
 	defer func() {
 		if err != nil {
 			syscall.Close(tf)
-			os.Remove(tmp.String())
+			os.Remove(tmp)
 		}
 	}()
-	if err = writeFull(tf, data); err != nil {
-		return -1, id, &fs.PathError{Op: "write", Path: tmp.String(), Err: err}
+	if err = writeAll(tf, tmp, data); err != nil {
+		return -1, "", id, err
 	}
 	if ds != nil {
 		if err = ignoringEINTR(func() error { return syscall.Fsync(tf) }); err != nil {
-			return -1, id, &fs.PathError{Op: "sync", Path: tmp.String(), Err: err}
+			return -1, "", id, &fs.PathError{Op: "sync", Path: tmp, Err: err}
 		}
 	}
 	var st syscall.Stat_t
 	if err = ignoringEINTR(func() error { return syscall.Fstat(tf, &st) }); err != nil {
-		return -1, id, &fs.PathError{Op: "stat", Path: tmp.String(), Err: err}
+		return -1, "", id, &fs.PathError{Op: "stat", Path: tmp, Err: err}
 	}
-	var path pathBuf
-	path.set(dir, name, suffix)
-	if err = ignoringEINTR(func() error { return renamePath(tmp, &path) }); err != nil {
-		return -1, id, &os.LinkError{Op: "rename", Old: tmp.String(), New: path.String(), Err: err}
+	path := joinName(dir, name)
+	if err = ignoringEINTR(func() error { return syscall.Rename(tmp, path) }); err != nil {
+		return -1, "", id, &os.LinkError{Op: "rename", Old: tmp, New: path, Err: err}
 	}
 	if ds != nil {
 		if err = ds.sync(); err != nil {
-			return -1, id, &unsyncedError{err}
+			return -1, "", id, &unsyncedError{err}
 		}
 	}
-	return tf, identityOf(&st), nil
+	return tf, tmp, identityOf(&st), nil
 }
 
 // replaceRecord writes data as the record dir/name (writeFileSync:
@@ -145,27 +142,18 @@ const (
 	notHere
 )
 
-// writeAll writes data to fd (a regular file: blocking), the file name,
-// to the end.
+// writeAll writes data to fd (a regular file: blocking) to the end.
 func writeAll(fd int, name string, data []byte) error {
-	if err := writeFull(fd, data); err != nil {
-		return &fs.PathError{Op: "write", Path: name, Err: err}
-	}
-	return nil
-}
-
-// writeFull is writeAll's writes, with the bare error.
-func writeFull(fd int, data []byte) error {
 	for len(data) > 0 {
 		n, err := syscall.Write(fd, data)
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
-			return err
+			return &fs.PathError{Op: "write", Path: name, Err: err}
 		}
 		if n == 0 {
-			return io.ErrShortWrite
+			return &fs.PathError{Op: "write", Path: name, Err: io.ErrShortWrite}
 		}
 		data = data[n:]
 	}
@@ -208,23 +196,6 @@ func createTemp(dir, prefix string) (*os.File, string, error) {
 		return nil, "", err
 	}
 	return os.NewFile(uintptr(fd), name), name, nil
-}
-
-// createTempPath creates a new temp file (mode 0600) for
-// dir/name+suffix, as createTempFD names them, and sets p to its path.
-func createTempPath(p *pathBuf, dir, name, suffix string) (int, error) {
-	for range 100 {
-		p.setTemp(dir, name, suffix)
-		fd, err := openPath(p, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
-		if err == syscall.EEXIST || err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return -1, &fs.PathError{Op: "open", Path: p.String(), Err: err}
-		}
-		return fd, nil
-	}
-	return -1, &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, "."+name+suffix+".tmp-*"), Err: fs.ErrExist}
 }
 
 // createTempFD is createTemp's bare descriptor.

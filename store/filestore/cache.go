@@ -264,11 +264,10 @@ func (s *File) loadLogged(thread string, t *threadState, hasLog *bool) (*snapsho
 	// every read takes them (log.go); a document before logVersion has no
 	// log to look at (a writer appends to a log only once the document is
 	// at logVersion, a new file), so the default layout pays one stat.
+	path := s.path(thread)
 	if snap := t.snap.Load(); snap != nil && snap.pin != nil && !snap.log.torn() && (snap.ver < logVersion || sameLog(s.logPath(thread), snap.log)) {
 		var st syscall.Stat_t
-		var path pathBuf
-		path.set(s.dir, thread, ".json")
-		err := ignoringEINTR(func() error { return statPath(&path, &st) })
+		err := ignoringEINTR(func() error { return syscall.Stat(path, &st) })
 		if err == nil && identityOf(&st) == snap.id && t.snap.Load() == snap {
 			return snap, nil
 		}
