@@ -31,19 +31,8 @@ func BenchmarkCreateThreads(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			ready := make(chan struct{})
-			go func() {
-				defer close(done)
-				s.Follow(ctx, func(bt store.Batch) {
-					if bt.Ready {
-						close(ready)
-					}
-				})
-			}()
-			defer func() { cancel(); <-done }()
-			<-ready
+			defer followed(s, nil)()
+			ctx := context.Background()
 			m := store.NewMessage{Author: chatrelay.Operator, Text: "the first message of a new tab"}
 			lat := make([]time.Duration, 0, 4096)
 			i := 0
@@ -67,6 +56,31 @@ func BenchmarkCreateThreads(b *testing.B) {
 
 // benchDir is a new folder under $CHATRELAY_BENCH_DIR, removed after the
 // benchmark, or the benchmark's temp folder.
+// followed starts a feed following s, as the server's does (its folder
+// watch and rescan), and returns once it is ready, with the call that
+// stops it and waits for its end; fn, if not nil, gets every batch.
+func followed(s *File, fn func(store.Batch)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	ready := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Follow(ctx, func(bt store.Batch) {
+			if bt.Ready {
+				close(ready)
+			}
+			if fn != nil {
+				fn(bt)
+			}
+		})
+	}()
+	select {
+	case <-ready:
+	case <-done: // Follow ended before it was ready (a closed store)
+	}
+	return func() { cancel(); <-done }
+}
+
 func benchDir(b *testing.B) string {
 	root := os.Getenv("CHATRELAY_BENCH_DIR")
 	if root == "" {

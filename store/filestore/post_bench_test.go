@@ -37,21 +37,9 @@ func BenchmarkPostS2(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	ready := make(chan struct{})
 	var fed atomic.Int64
-	go func() {
-		defer close(done)
-		s.Follow(ctx, func(bt store.Batch) {
-			if bt.Ready {
-				close(ready)
-			}
-			fed.Add(int64(len(bt.Messages)))
-		})
-	}()
-	defer func() { cancel(); <-done }()
-	<-ready
+	defer followed(s, func(bt store.Batch) { fed.Add(int64(len(bt.Messages))) })()
+	ctx := context.Background()
 	// 100-byte texts, as chatbench's.
 	text := strings.Repeat("x", 100)
 	names := make([]string, threads)
