@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -33,6 +34,17 @@ type errorBody struct {
 	// (a 409 interaction_closed, client_id_conflict or too_many_reactions),
 	// as the asker's view shows it.
 	Message json.RawMessage `json:"message,omitempty"`
+}
+
+// quoteID quotes an id a client sent, for an error's words: whole if it
+// is at most maxLogValue bytes, else by its length only. No id is that
+// long, and a cut could end inside a secret's shape, which is then no
+// longer one: a participant's view (errorOf) would not redact it.
+func quoteID(id string) string {
+	if len(id) > maxLogValue {
+		return fmt.Sprintf("(an id of %d bytes)", len(id))
+	}
+	return strconv.Quote(id)
 }
 
 // errorOf turns any error into the body a client of view v is shown. A

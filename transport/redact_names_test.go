@@ -117,6 +117,12 @@ func TestParticipantRefusalWordsRedacted(t *testing.T) {
 		assert.Equal(t, tc.name+": "+string(b), status, tc.status)
 		assert.True(t, !strings.Contains(string(b), "abcdefghijkl") && !strings.Contains(string(b), "hunter2") && strings.Contains(string(b), "[redacted]"), "%s: a participant's refusal: %s", tc.name, b)
 	}
-	_, _, b := e.do(http.MethodPost, "/api/chat/react", owner, `{"message_id":"`+secret+`","emoji":"👍"}`, nil)
+	// A long id whose secret the quote would cut at its end: a cut shape
+	// is no longer one, so no cut of it may be quoted.
+	long := strings.Repeat("x", 240) + " " + p.Token
+	status, b := e.asParticipant(http.MethodPost, "/api/chat/react", p.Token, `{"message_id":"`+long+`","emoji":"👍"}`)
+	assert.Equal(t, "a long id: "+string(b), status, http.StatusNotFound)
+	assert.True(t, !strings.Contains(string(b), p.Token[:12]), "a participant's refusal of a long id: %s", b)
+	_, _, b = e.do(http.MethodPost, "/api/chat/react", owner, `{"message_id":"`+secret+`","emoji":"👍"}`, nil)
 	assert.True(t, strings.Contains(string(b), secret), "the owner's refusal quotes the id as sent: %s", b)
 }

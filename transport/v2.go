@@ -39,7 +39,7 @@ func (body respondBody) answer() (chatrelay.Answer, string, error) {
 	}
 	id := *body.InteractionID
 	if !chatrelay.InteractionIDPattern.MatchString(id) {
-		return ans, "", chatrelay.Errorf(chatrelay.NotFound, "no interaction %q in this thread", clip(id))
+		return ans, "", chatrelay.Errorf(chatrelay.NotFound, "no interaction %s in this thread", quoteID(id))
 	}
 	switch {
 	case body.Decision != nil && body.Value != nil:
@@ -112,7 +112,7 @@ func (s *Server) handleReact(w http.ResponseWriter, r *http.Request, who princip
 		return
 	}
 	if !chatrelay.MessageIDPattern.MatchString(*body.MessageID) {
-		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no message %q in this thread", clip(*body.MessageID)))
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.NotFound, "no message %s in this thread", quoteID(*body.MessageID)))
 		return
 	}
 	c := store.Change{Op: store.React, MessageID: *body.MessageID, Emoji: *body.Emoji, By: who.author()}

@@ -237,7 +237,7 @@ func (s *Server) handlePushDelete(w http.ResponseWriter, r *http.Request, p prin
 		return
 	}
 	id := r.PathValue("id")
-	notFound := chatrelay.Errorf(chatrelay.NotFound, "no push subscription %q of yours in this thread", clip(id))
+	notFound := chatrelay.Errorf(chatrelay.NotFound, "no push subscription %s of yours in this thread", quoteID(id))
 	if !chatrelay.ValidPushID(id) {
 		s.writeError(w, r, notFound)
 		return
