@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -133,28 +132,14 @@ func (s *Store) sendBatch(batch []*scriptCall) {
 		c := batch[0]
 		cmds[0] = s.sendOne(ctx, c.script, c.keys, c.args...)
 	} else {
-		takes := mergeTakes(batch)
-		var merged *redis.Cmd
 		s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, c := range batch {
-				if takes != nil && takes.in[i] {
-					continue
-				}
 				// On a pipeline, call's EVALSHA is not yet answered: it is
 				// never turned into an EVAL here (sendOne does that).
 				cmds[i] = s.call(ctx, p, c.script, c.keys, c.args...)
 			}
-			if takes != nil {
-				merged = s.call(ctx, p, takesScript, takes.keys, takes.args...)
-			}
 			return nil
 		})
-		if takes != nil {
-			if isNoScript(merged.Err()) || isNoFunction(merged.Err()) {
-				merged = s.sendOne(ctx, takesScript, takes.keys, takes.args...) // loads it
-			}
-			takes.answer(ctx, merged, cmds)
-		}
 	}
 	for i, c := range batch {
 		if len(batch) > 1 && (isNoScript(cmds[i].Err()) || isNoFunction(cmds[i].Err())) {
@@ -162,87 +147,6 @@ func (s *Store) sendBatch(batch []*scriptCall) {
 		}
 		c.done <- cmds[i]
 	}
-}
-
-// mergedTakes is the takeScript calls of a batch sent as one takesScript
-// call: in marks them (by their index in the batch), keys and args are
-// the merged call's.
-type mergedTakes struct {
-	in   []bool
-	keys []string
-	args []any
-}
-
-// mergeTakes merges the batch's takeScript calls that share the first's
-// clock and window (every call of one limiter does), if there are two or
-// more; else it answers nil. Redis runs the merged call as it would have
-// run them one after the other, alone.
-func mergeTakes(batch []*scriptCall) *mergedTakes {
-	var m *mergedTakes
-	first := -1
-	for i, c := range batch {
-		if c.script != takeScript {
-			continue
-		}
-		if first < 0 {
-			first = i
-			continue
-		}
-		f := batch[first]
-		if c.args[0] != f.args[0] || c.args[1] != f.args[1] {
-			continue
-		}
-		if m == nil {
-			m = &mergedTakes{in: make([]bool, len(batch))}
-			m.args = append(m.args, f.args[0], f.args[1])
-			m.add(first, f)
-		}
-		m.add(i, c)
-	}
-	return m
-}
-
-// add adds take c, the batch's i-th call: ARGV its windows' count, its id
-// and its limits (takeScript's ARGV: clock, window, id, limits).
-func (m *mergedTakes) add(i int, c *scriptCall) {
-	m.in[i] = true
-	m.keys = append(m.keys, c.keys...)
-	m.args = append(m.args, len(c.keys))
-	m.args = append(m.args, c.args[2:]...)
-}
-
-// answer gives each merged take its own answer from the merged call's:
-// its wait, or the call's error.
-func (m *mergedTakes) answer(ctx context.Context, merged *redis.Cmd, cmds []*redis.Cmd) {
-	waits, err := merged.Slice()
-	if err == nil && len(waits) != countIn(m.in) {
-		err = fmt.Errorf("redisstore: %d answers to %d merged takes", len(waits), countIn(m.in))
-	}
-	j := 0
-	for i, in := range m.in {
-		if !in {
-			continue
-		}
-		cmd := redis.NewCmd(ctx)
-		switch {
-		case err != nil:
-			cmd.SetErr(err)
-		default:
-			cmd.SetVal(waits[j])
-		}
-		cmds[i] = cmd
-		j++
-	}
-}
-
-func countIn(in []bool) int {
-	n := 0
-	for _, b := range in {
-		if b {
-			n++
-		}
-	}
-	return n
 }
 
 func isNoScript(err error) bool {

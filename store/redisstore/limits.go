@@ -94,7 +94,12 @@ func (t *rateTake) count(ctx context.Context) error {
 	s := t.at()
 	tctx, cancel := s.bound(ctx)
 	defer cancel()
-	wait, err := s.runScript(tctx, takeScript, t.keys(), t.args()...).Int64()
+	args := make([]any, 0, 5)
+	args = append(args, t.l.clockArg(), t.l.window.Milliseconds(), t.id)
+	for _, w := range t.w {
+		args = append(args, w.limit)
+	}
+	wait, err := s.runScript(tctx, takeScript, t.keys(), args...).Int64()
 	if err != nil {
 		return s.unavailable("rate limit", err)
 	}
@@ -102,17 +107,6 @@ func (t *rateTake) count(ctx context.Context) error {
 		return t.l.refusal(wait)
 	}
 	return nil
-}
-
-// args is takeScript's ARGV for t: the clock, the window (ms), the
-// post's id and each window's limit.
-func (t *rateTake) args() []any {
-	args := make([]any, 0, 5)
-	args = append(args, t.l.clockArg(), t.l.window.Milliseconds(), t.id)
-	for _, w := range t.w {
-		args = append(args, w.limit)
-	}
-	return args
 }
 
 // refusal is the error of a post over a window, to wait ms.

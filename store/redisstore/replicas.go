@@ -231,12 +231,11 @@ var noWaitScripts = map[string]bool{}
 func init() {
 	for _, sc := range []*redis.Script{readScript, changesScript, messageScript, indexScript, pendingScript,
 		sweepScript, collectScript, markLostScript, markScript, claimScript, pushClaimScript,
-		undoScript, acquireScript, renewScript, lockScript, unlockScript, takeScript.Script, takesScript.Script} {
+		undoScript, acquireScript, renewScript, lockScript, unlockScript, takeScript.Script} {
 		noWaitScripts[sc.Hash()] = true
 	}
 	_, prefix := library() // as FCALL names it (takeScript.name, set by another init)
 	noWaitScripts[prefix+takeScript.fn] = true
-	noWaitScripts[prefix+takesScript.fn] = true
 }
 
 // Query parameters of a store URL that the store reads itself.

@@ -110,37 +110,6 @@ if KEYS[2] then rateKeep(KEYS[2], n2, l2, now, win, ARGV[2]) end
 return 0
 `
 
-// takesScript is several takeScript calls of one batch (sendBatch) in
-// one call: each post is counted as takeScript counts it, one after the
-// other, on one reading of the clock, and the answer is each one's (0 or
-// the wait in ms), in order. A take that is a call of its own costs Redis
-// a command's parse and a function's call besides its window's work: on
-// a shard that holds an address's window, about 50k instructions where
-// the window's work in the post's own append is 11k (docs/performance.md).
-// KEYS: every take's windows, one after the other. ARGV: the windows'
-// clock and window (as takeScript's, alike for all), then for each take
-// the number of its windows (1 or 2), its id and its windows' limits.
-var takesScript = newLuaScript("takes", luaRate, "", takesLua)
-
-// takesLua is takesScript's own Lua.
-const takesLua = `
-local now, win = rateNow(ARGV[1]), tonumber(ARGV[2])
-local out, k, a = {}, 1, 3
-while a <= #ARGV do
-  local n, id = ARGV[a], ARGV[a + 1]
-  local k1, l1, k2, l2 = KEYS[k], tonumber(ARGV[a + 2]), nil, nil
-  if n == '2' then k2, l2 = KEYS[k + 1], tonumber(ARGV[a + 3]) end
-  local wait, n1, n2 = rateTake(k1, k2, id, now, win, l1, l2)
-  if wait == 0 then
-    rateKeep(k1, n1, l1, now, win, ARGV[2])
-    if k2 then rateKeep(k2, n2, l2, now, win, ARGV[2]) end
-  end
-  out[#out + 1] = wait
-  if n == '2' then k, a = k + 2, a + 4 else k, a = k + 1, a + 3 end
-end
-return out
-`
-
 // undoScript takes a post's entry out of its windows. KEYS: the windows
 // (on one Redis). ARGV: the post's id. It finds the entry by its id, the
 // newest first (a post undone is nearly always among the newest), since
