@@ -3,9 +3,8 @@ package chatrelay
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
-	"strings"
-	"unicode/utf8"
+
+	segjson "github.com/segmentio/encoding/json"
 )
 
 // Author names who wrote a message. The set is open: later kinds of author
@@ -57,11 +56,7 @@ type v1Message struct {
 // It never carries a v2 field: a message's attachments are lines of its
 // text (v1Text).
 func MarshalMessage(m Message) []byte {
-	v1 := v1Message{ID: m.ID, Epoch: m.Epoch, TS: m.TS, Author: m.Author, Text: V1Text(m)}
-	if b, ok := appendPlainV1(make([]byte, 0, plainSize(&v1)), &v1); ok {
-		return b
-	}
-	return marshal(v1)
+	return appendJSON(&v1Message{ID: m.ID, Epoch: m.Epoch, TS: m.TS, Author: m.Author, Text: V1Text(m)})
 }
 
 // MarshalMessageV2 encodes m as the v2 message object: the v1 fields, rev
@@ -70,67 +65,23 @@ func MarshalMessageV2(m Message) []byte {
 	if m.Rev == 0 {
 		m.Rev = m.Epoch
 	}
-	if m.Interaction == nil && m.Card == nil && len(m.Reactions) == 0 && len(m.Attachments) == 0 &&
-		plainString(m.AuthorName) && plainString(m.ClientID) {
-		v1 := v1Message{ID: m.ID, Epoch: m.Epoch, TS: m.TS, Author: m.Author, Text: m.Text}
-		b, ok := appendPlainV1(make([]byte, 0, plainSize(&v1)+len(m.AuthorName)+len(m.ClientID)+64), &v1)
-		if ok {
-			b = b[:len(b)-1] // the closing brace
-			if m.Rev != 0 {
-				b = strconv.AppendInt(append(b, `,"rev":`...), m.Rev, 10)
-			}
-			if m.AuthorName != "" {
-				b = append(append(append(b, `,"author_name":"`...), m.AuthorName...), '"')
-			}
-			if m.ClientID != "" {
-				b = append(append(append(b, `,"client_id":"`...), m.ClientID...), '"')
-			}
-			return append(b, '}')
-		}
+	if m.Interaction == nil && m.Card == nil && len(m.Reactions) == 0 && len(m.Attachments) == 0 {
+		return appendJSON(&m)
 	}
 	return marshal(m)
 }
 
-// The common message (plain strings, none of the v2 objects) is encoded
-// by hand, byte for byte as marshal encodes it (TestMarshalMessagePlain,
-// FuzzMarshalMessage): encoding/json's reflection, encoder and buffer were
-// a twentieth of the file store's CPU per post. Anything else goes
-// through marshal.
-
-// plainSize is about the length of v's object.
-func plainSize(v *v1Message) int {
-	return len(v.ID) + len(v.TS) + len(v.Author) + len(v.Text) + 80
-}
-
-// appendPlainV1 appends v's object to b, as marshal would, if every string
-// of it is plain (plainString); else ok is false.
-func appendPlainV1(b []byte, v *v1Message) (_ []byte, ok bool) {
-	if !plainString(v.ID) || !plainString(v.TS) || !plainString(string(v.Author)) || !plainString(v.Text) {
-		return b, false
+// appendJSON encodes a message of strings and numbers (v1Message, or a
+// Message without its v2 objects) as marshal does, byte for byte
+// (TestMarshalMessagePlain, FuzzMarshalMessage), with
+// github.com/segmentio/encoding's encoder: encoding/json's reflection,
+// encoder and buffer were a twentieth of the file store's CPU per post.
+func appendJSON(v any) []byte {
+	b, err := segjson.Append(make([]byte, 0, 256), v, 0) // 0: no HTML escaping, as marshal
+	if err != nil {
+		panic("chatrelay: encode: " + err.Error())
 	}
-	b = append(append(b, `{"id":"`...), v.ID...)
-	b = strconv.AppendInt(append(b, `","epoch":`...), v.Epoch, 10)
-	b = append(append(b, `,"ts":"`...), v.TS...)
-	b = append(append(b, `","author":"`...), v.Author...)
-	b = append(append(b, `","text":"`...), v.Text...)
-	return append(b, `"}`...), true
-}
-
-// plainString reports whether encoding/json (HTML escaping off) writes s
-// as it is between its quotes: no byte below 0x20, no '"' or '\\', valid
-// UTF-8 and neither U+2028 nor U+2029 (which it escapes).
-func plainString(s string) bool {
-	ascii := true
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c == '"' || c == '\\' {
-			return false
-		}
-		if c >= utf8.RuneSelf {
-			ascii = false
-		}
-	}
-	return ascii || (utf8.ValidString(s) && !strings.Contains(s, "\u2028") && !strings.Contains(s, "\u2029"))
+	return b
 }
 
 // marshal encodes v compactly without HTML escaping. The domain's types

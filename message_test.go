@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// The hand encoding of a plain message (MarshalMessage, MarshalMessageV2)
+// The encoding of a message without v2 objects (MarshalMessage,
+// MarshalMessageV2: segmentio/encoding)
 // must be encoding/json's, byte for byte: stored documents, frames and
 // answers carry these bytes, and a reader compares them.
 func TestMarshalMessagePlain(t *testing.T) {
