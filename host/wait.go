@@ -324,6 +324,8 @@ func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (I
 		wait = min(wait, recheck) // then looks in the store again
 		got, closed, ferr := v.followInteraction(wctx, in.Thread, in.InteractionID, wait)
 		switch {
+		case chatrelay.CodeOf(ferr) == chatrelay.StoreUnavailable:
+			err = ferr // the feed failed (Redis died under it): look again, as above
 		case ferr != nil:
 			return InteractionResult{}, ferr
 		case ctx.Err() != nil:

@@ -607,8 +607,18 @@ func TestWaitMessagesNotWokenByAnOldMessagesChange(t *testing.T) {
 // restarts does (store_unavailable) while down is set, counting them.
 type downStore struct {
 	store.Store
-	down   atomic.Bool
-	failed atomic.Int32
+	down     atomic.Bool
+	failed   atomic.Int32
+	feedDown atomic.Bool  // Follow fails at once, as a subscription to a Redis that died
+	follows  atomic.Int32 // Follow's failures while feedDown
+}
+
+func (s *downStore) Follow(ctx context.Context, fn func(store.Batch)) error {
+	if s.feedDown.Load() {
+		s.follows.Add(1)
+		return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached: redis changes: EOF"}
+	}
+	return s.Store.Follow(ctx, fn)
 }
 
 func (s *downStore) Changes(ctx context.Context, thread string, since int64, limit int) (store.Page, error) {
@@ -671,6 +681,46 @@ func TestWaitOutlastsTheStoreBeingUnreachable(t *testing.T) {
 	_, err = b.Store.Change(ctx, thread, store.Change{Op: store.Respond, InteractionID: asked.Interaction.ID, Answer: chatrelay.Answer{Decision: "approve"}, By: chatrelay.Operator})
 	assert.Success(t, err)
 	rr := recv(t, got, "wait_interaction once the store is back")
+	assert.Success(t, rr.err)
+	assert.Equal(t, "the outcome", rr.r.Interaction.State, chatrelay.Approved)
+}
+
+// TestWaitOutlastsTheFeedFailing: a wait_interaction whose feed fails
+// (the subscription to a Redis that died: "redis changes: EOF") while it
+// follows the thread looks again until its timeout, as it does when a
+// read fails, and answers the approval given once the store is back. It
+// answered store_unavailable at once: ask --wait exited 1 and left the
+// question pending (CI, TestInterruptWithTheStoreDownSaysStillPending,
+// whose Redis died before its interrupt came).
+func TestWaitOutlastsTheFeedFailing(t *testing.T) {
+	t.Parallel()
+	b := storetest.Open(t, storetest.File, storetest.Options{})
+	ctx := t.Context()
+	_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
+	assert.Success(t, err)
+	asker := &host.Verbs{Store: b.Store}
+	asked, err := asker.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
+	assert.Success(t, err)
+	reader := &downStore{Store: b.Another(t, storetest.Options{}).Store}
+	reader.feedDown.Store(true)
+	v := &host.Verbs{Store: reader}
+	got := make(chan readResult, 1)
+	go func() {
+		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 60})
+		got <- readResult{r, err}
+	}()
+	assert.Eventually(t, within, "the wait's feed failing twice", func() bool {
+		select {
+		case rr := <-got:
+			t.Fatalf("the wait ended while its feed failed: %+v", rr)
+		default:
+		}
+		return reader.follows.Load() >= 2
+	})
+	reader.feedDown.Store(false)
+	_, err = b.Store.Change(ctx, thread, store.Change{Op: store.Respond, InteractionID: asked.Interaction.ID, Answer: chatrelay.Answer{Decision: "approve"}, By: chatrelay.Operator})
+	assert.Success(t, err)
+	rr := recv(t, got, "wait_interaction once the feed is back")
 	assert.Success(t, rr.err)
 	assert.Equal(t, "the outcome", rr.r.Interaction.State, chatrelay.Approved)
 }
