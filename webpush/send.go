@@ -204,9 +204,10 @@ var requestTimeout = 30 * time.Second
 // Do posts a request Request made and returns the push service's
 // answer, within requestTimeout. The bound is the request's context's
 // deadline, not the http.Client's Timeout: with a Timeout, a client whose
-// transport is not net/http's own (NewClient's is firstContact) copies
-// each request and starts a goroutine and a timer to cancel it, for
-// every push.
+// transport is not net/http's own (NewClient's is firstContact) also
+// starts a goroutine, a cancel channel and a second timer to cancel each
+// request, for every push (the context's copy of the request and its one
+// timer are Do's own cost either way).
 func (s *Sender) Do(req *http.Request) (Result, error) {
 	ctx, cancel := context.WithTimeout(req.Context(), requestTimeout)
 	defer cancel()
