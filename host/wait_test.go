@@ -638,8 +638,9 @@ func (s *downStore) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
 }
 
 // awaitFailedTwice waits until the wait that answers on got found the
-// store unreachable twice, and fails the test if it answered before.
-func awaitFailedTwice[T any](t *testing.T, reader *downStore, got <-chan T) {
+// store unreachable twice (failed counts it), and fails the test if it
+// answered before.
+func awaitFailedTwice[T any](t *testing.T, failed *atomic.Int32, got <-chan T) {
 	t.Helper()
 	assert.Eventually(t, within, "the wait looking at the unreachable store twice", func() bool {
 		select {
@@ -647,7 +648,7 @@ func awaitFailedTwice[T any](t *testing.T, reader *downStore, got <-chan T) {
 			t.Fatalf("the wait ended while the store was unreachable: %+v", rr)
 		default:
 		}
-		return reader.failed.Load() >= 2
+		return failed.Load() >= 2
 	})
 }
 
@@ -661,6 +662,13 @@ func awaitFailedTwice[T any](t *testing.T, reader *downStore, got <-chan T) {
 // deadline ended every wait).
 func TestWaitOutlastsTheStoreBeingUnreachable(t *testing.T) {
 	t.Parallel()
+	waitThroughOutage(t, false)
+}
+
+// waitThroughOutage asks for an approval, waits for it through a reader
+// whose reads (or, with feed, whose feed) fail until the wait met the
+// failure twice, then approves it: the wait must answer the approval.
+func waitThroughOutage(t *testing.T, feed bool) {
 	b := storetest.Open(t, storetest.File, storetest.Options{})
 	ctx := t.Context()
 	_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
@@ -669,15 +677,19 @@ func TestWaitOutlastsTheStoreBeingUnreachable(t *testing.T) {
 	asked, err := asker.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
 	assert.Success(t, err)
 	reader := &downStore{Store: b.Another(t, storetest.Options{}).Store}
-	reader.down.Store(true)
+	down, failed := &reader.down, &reader.failed
+	if feed {
+		down, failed = &reader.feedDown, &reader.follows
+	}
+	down.Store(true)
 	v := &host.Verbs{Store: reader}
 	got := make(chan readResult, 1)
 	go func() {
 		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 60})
 		got <- readResult{r, err}
 	}()
-	awaitFailedTwice(t, reader, got)
-	reader.down.Store(false)
+	awaitFailedTwice(t, failed, got)
+	down.Store(false)
 	_, err = b.Store.Change(ctx, thread, store.Change{Op: store.Respond, InteractionID: asked.Interaction.ID, Answer: chatrelay.Answer{Decision: "approve"}, By: chatrelay.Operator})
 	assert.Success(t, err)
 	rr := recv(t, got, "wait_interaction once the store is back")
@@ -694,35 +706,7 @@ func TestWaitOutlastsTheStoreBeingUnreachable(t *testing.T) {
 // whose Redis died before its interrupt came).
 func TestWaitOutlastsTheFeedFailing(t *testing.T) {
 	t.Parallel()
-	b := storetest.Open(t, storetest.File, storetest.Options{})
-	ctx := t.Context()
-	_, err := b.Store.Append(ctx, thread, store.NewMessage{Text: "deploy?"})
-	assert.Success(t, err)
-	asker := &host.Verbs{Store: b.Store}
-	asked, err := asker.RequestApproval(ctx, host.RequestApprovalInput{Thread: thread, Summary: "Deploy?", Timeout: 3600})
-	assert.Success(t, err)
-	reader := &downStore{Store: b.Another(t, storetest.Options{}).Store}
-	reader.feedDown.Store(true)
-	v := &host.Verbs{Store: reader}
-	got := make(chan readResult, 1)
-	go func() {
-		r, err := v.WaitInteraction(ctx, host.WaitInteractionInput{Thread: thread, InteractionID: asked.Interaction.ID, Timeout: 60})
-		got <- readResult{r, err}
-	}()
-	assert.Eventually(t, within, "the wait's feed failing twice", func() bool {
-		select {
-		case rr := <-got:
-			t.Fatalf("the wait ended while its feed failed: %+v", rr)
-		default:
-		}
-		return reader.follows.Load() >= 2
-	})
-	reader.feedDown.Store(false)
-	_, err = b.Store.Change(ctx, thread, store.Change{Op: store.Respond, InteractionID: asked.Interaction.ID, Answer: chatrelay.Answer{Decision: "approve"}, By: chatrelay.Operator})
-	assert.Success(t, err)
-	rr := recv(t, got, "wait_interaction once the feed is back")
-	assert.Success(t, rr.err)
-	assert.Equal(t, "the outcome", rr.r.Interaction.State, chatrelay.Approved)
+	waitThroughOutage(t, true)
 }
 
 // TestWaitMessagesOutlastsTheStoreBeingUnreachable: a wait_messages (and
@@ -762,7 +746,7 @@ func TestWaitMessagesOutlastsTheStoreBeingUnreachable(t *testing.T) {
 				r, err := v.WaitMessages(ctx, in)
 				got <- waited{r, err}
 			}()
-			awaitFailedTwice(t, reader, got)
+			awaitFailedTwice(t, &reader.failed, got)
 			reader.down.Store(false)
 			_, err = b.Store.Append(ctx, thread, store.NewMessage{Text: "still there?"})
 			assert.Success(t, err)
