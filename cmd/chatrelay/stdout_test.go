@@ -64,7 +64,7 @@ func TestServeIgnoresItsStandardOutput(t *testing.T) {
 	var stderr lockedBuffer
 	errc := make(chan error, 1)
 	go func() {
-		errc <- run(ctx, []string{"serve", "--addr", "127.0.0.1:47106", "--data", t.TempDir(), "--fsync", "never"}, env(nil), strings.NewReader(""), out, &stderr)
+		errc <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--fsync", "never"}, env(nil), strings.NewReader(""), out, &stderr)
 	}()
 	select {
 	case <-out.wrote:
