@@ -5,10 +5,10 @@ import (
 	"testing"
 )
 
-// The encoding of a message without v2 objects (MarshalMessage,
-// MarshalMessageV2: segmentio/encoding)
-// must be encoding/json's, byte for byte: stored documents, frames and
-// answers carry these bytes, and a reader compares them.
+// TestMarshalMessagePlain: the encoding of a message without v2 objects
+// (MarshalMessage, MarshalMessageV2: segmentio/encoding) must be
+// encoding/json's, byte for byte: stored documents, frames and answers
+// carry these bytes, and a reader compares them.
 func TestMarshalMessagePlain(t *testing.T) {
 	base := Message{ID: "MSG-20261204-120000-000001", Epoch: 1764849600000, TS: "2026-12-04T12:00:00+00:00", Author: Operator, Text: "hello"}
 	for _, c := range []struct {

@@ -2,12 +2,13 @@
 // request with VAPID (RFC 8292: an ES256 JWT whose aud is the endpoint's
 // origin) and encrypts each payload with aes128gcm (RFC 8291, over RFC
 // 8188's record format), on the standard library alone (crypto/ecdh,
-// crypto/hkdf, crypto/ecdsa, crypto/aes, crypto/cipher). It also guards what the server may reach (Guard): a
-// push endpoint is a URL a client chose, so it must be https and may not
-// resolve to a loopback, private, link-local, shared (CGNAT) or
-// unspecified address, checked when the connection is dialled, after
-// resolution, so that a name whose answer changes after the
-// subscribe-time check (DNS rebinding) still cannot reach one.
+// crypto/hkdf, crypto/ecdsa, crypto/aes, crypto/cipher). It also guards
+// what the server may reach (Guard): a push endpoint is a URL a client
+// chose, so it must be https and may not resolve to a loopback, private,
+// link-local, shared (CGNAT) or unspecified address, checked when the
+// connection is dialled, after resolution, so that a name whose answer
+// changes after the subscribe-time check (DNS rebinding) still cannot
+// reach one.
 //
 // Why not github.com/SherClockHolmes/webpush-go (v1.4.0): it goes through
 // the deprecated crypto/elliptic point functions, ignores its
