@@ -54,8 +54,6 @@ func BenchmarkCreateThreads(b *testing.B) {
 	}
 }
 
-// benchDir is a new folder under $CHATRELAY_BENCH_DIR, removed after the
-// benchmark, or the benchmark's temp folder.
 // followed starts a feed following s, as the server's does (its folder
 // watch and rescan), and returns once it is ready, with the call that
 // stops it and waits for its end; fn, if not nil, gets every batch.
@@ -81,6 +79,8 @@ func followed(s *File, fn func(store.Batch)) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
+// benchDir is a new folder under $CHATRELAY_BENCH_DIR, removed after the
+// benchmark, or the benchmark's temp folder.
 func benchDir(b *testing.B) string {
 	root := os.Getenv("CHATRELAY_BENCH_DIR")
 	if root == "" {
