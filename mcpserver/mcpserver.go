@@ -477,6 +477,8 @@ func replayed(res *mcp.CallToolResult) bool {
 		return r.Replayed
 	case host.InteractionResult:
 		return r.Replayed
+	case host.OpenThreadResult:
+		return r.Replayed
 	}
 	return false
 }
@@ -714,6 +716,9 @@ func sayWait(_ host.WaitMessagesInput, r host.WaitMessagesResult) string {
 }
 
 func sayOpened(_ host.OpenThreadInput, r host.OpenThreadResult) string {
+	if r.Replayed {
+		return fmt.Sprintf("the thread %s was already opened under this client_id: nothing new was made; its link: %s", r.Thread, r.Link)
+	}
 	return fmt.Sprintf("opened the thread %s; give the person this link (whoever opens it first holds the thread; it is shown this once): %s", r.Thread, r.Link)
 }
 
