@@ -99,6 +99,23 @@ func (v *Verbs) OpenThread(ctx context.Context, in OpenThreadInput) (OpenThreadR
 	return OpenThreadResult{Thread: thread, Link: ClaimLink(base, token), Replayed: e.Replayed}, nil
 }
 
+// OpenedWith reports whether the caller opened a thread with clientID
+// whose first message the store still holds: a repeat of that
+// open_thread stores nothing (it is answered again, or refused
+// ClientIDConflict), so a full rate window need not refuse it.
+func (v *Verbs) OpenedWith(ctx context.Context, clientID string) bool {
+	ks := store.OpenSecretsOf(v.Store)
+	if clientID == "" || ks == nil || chatrelay.CheckClientID(clientID) != nil {
+		return false
+	}
+	secret, err := ks.OpenSecret(ctx)
+	if err != nil {
+		return false
+	}
+	_, ok := store.StoredWith(ctx, v.Store, chatrelay.ThreadOf(OpenToken(secret, v.Caller, clientID)), clientID)
+	return ok
+}
+
 // openTokenDomain is the domain string of OpenToken's HMAC: a token
 // derived for open_thread is of no other use.
 const openTokenDomain = "chatrelay open_thread client_id v1"

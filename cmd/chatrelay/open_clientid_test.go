@@ -63,7 +63,8 @@ func TestOpenClientID(t *testing.T) {
 // TestMCPOpenThreadClientID: over MCP HTTP, two agent keys that use the
 // same client_id open two threads, and a key's repeat answers its own
 // thread and link again without counting in its window (--rate-ip 2: the
-// repeat, then another new thread, both pass).
+// repeat, then another new thread, both pass; a repeat past the full
+// window is answered too).
 func TestMCPOpenThreadClientID(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
@@ -89,6 +90,13 @@ func TestMCPOpenThreadClientID(t *testing.T) {
 		r = callTool(t, a, "open_thread", map[string]any{"text": "another"})
 		assert.True(t, !r.IsError, "a second new thread in a window of 2 after a repeat: %+v", r)
 		structured(t, r, &rc)
+		// The key's window is full now; a repeat stores nothing, and is
+		// answered all the same, as a post's is.
+		var ra3 result
+		r = callTool(t, a, "open_thread", args)
+		assert.True(t, !r.IsError, "a repeat over a full window: %+v", r)
+		structured(t, r, &ra3)
+		assert.Equal(t, "the repeat over a full window", ra3, ra2)
 		r = callTool(t, bb, "open_thread", args)
 		assert.True(t, !r.IsError, "the other key: %+v", r)
 		structured(t, r, &rb)
