@@ -258,7 +258,10 @@ type Store struct {
 	closing context.Context // done once Close is called
 	close   context.CancelFunc
 	members closegroup.Group // Follow calls and the goroutines the store owns
-	once    sync.Once
+	// later counts the rate windows' undos and settlements running in
+	// the background (undoLater, settleLater), which tests wait for.
+	later sync.WaitGroup
+	once  sync.Once
 
 	pingEvery time.Duration // chatrelay.DefaultFeedPing; tests shorten it
 
@@ -577,6 +580,14 @@ func (s *Store) unavailable(op string, err error) error {
 	s.log.Warn("redis store unavailable", "op", op, "err", err)
 	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
 		Err: fmt.Errorf("redis %s: %w", op, err)}
+}
+
+// isReply reports whether err is an error reply of Redis: Redis
+// answered, and what it was sent did not run, or a script stopped.
+func isReply(err error) bool {
+	var re redis.Error
+	var ne net.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil) && !errors.As(err, &ne)
 }
 
 // isInternal reports whether err is an error reply of Redis that does not

@@ -359,7 +359,7 @@ func (sh *Sharded) AppendLimited(ctx context.Context, lim chatrelay.RateLimiter,
 	e, err := sh.appendRated(ctx, thread, m, rt.part(0))
 	if err != nil || e.Replayed {
 		if chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
-			a.at().undoLater(a)
+			a.at().settleLater(rt.part(0), a) // its answer may be lost after it stored the post
 		} else {
 			a.undo(context.WithoutCancel(ctx))
 		}

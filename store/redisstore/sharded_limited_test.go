@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -496,3 +497,84 @@ func (p *stallProxy) serve(c net.Conn) {
 		}
 	}
 }
+
+// TestShardedAppendAnswerLostStaysCounted: a post whose address's window
+// is on another shard than its thread, and whose append's answer is lost
+// after its shard stored it, stays counted in the address's window too
+// (the thread's window, counted in the append's script, says it was
+// stored); one whose append was not run is taken out of it.
+func TestShardedAppendAnswerLostStaysCounted(t *testing.T) {
+	spec, prefix := shardSpec(t, "shards")
+	sh := openSharded(t, spec, Options{Prefix: prefix})
+	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 10, PerIP: 10, Window: time.Minute})
+	ctx := t.Context()
+	ip := addressOnShard(sh, 0)
+	th := threadsOnShard(sh, 1, 1, 0x5d0000)[0]
+	must[store.Entry](t)(sh.Append(ctx, th, store.NewMessage{Text: "first"}))
+	ik := prefix + "{rl}:il:" + ip
+	window := func() int64 { return sh.Shards()[0].rdb.LLen(ctx, ik).Val() }
+	post := func(text string) error {
+		t.Helper()
+		_, done, err := sh.AppendLimited(ctx, l, th, ip, store.NewMessage{Text: text})
+		if !done {
+			t.Fatal("AppendLimited left the post to the two calls")
+		}
+		return err
+	}
+	assert.Success(t, post("counted"))
+	sh.Shards()[1].rdb.AddHook(&lostAnswer{key: prefix + "{rl}:tl:" + th})
+	wantCode(t, post("its answer is lost"), chatrelay.StoreUnavailable)
+	if p := must[store.Page](t)(sh.Since(ctx, th, 0, 0)); len(p.Messages) != 3 {
+		t.Fatalf("the thread holds %d messages, want 3: the script ran", len(p.Messages))
+	}
+	sh.Shards()[0].later.Wait() // what the stores do in the background after the failure
+	sh.Shards()[1].later.Wait()
+	if n := window(); n != 2 {
+		t.Fatalf("the address's window holds %d posts, want 2: the lost answer's post is stored", n)
+	}
+	// An append its shard refuses before running it (a Redis error
+	// reply): not stored, taken out of the address's window.
+	sh.Shards()[1].rdb.AddHook(&refusedOnce{key: prefix + "{rl}:tl:" + th})
+	if err := post("refused"); err == nil {
+		t.Fatal("a post whose append Redis refused was acknowledged")
+	}
+	sh.Shards()[0].later.Wait()
+	sh.Shards()[1].later.Wait()
+	if n := window(); n != 2 {
+		t.Fatalf("after a refused append the address's window holds %d posts, want 2", n)
+	}
+}
+
+// refusedOnce answers the first call that names key with a Redis error
+// reply, without sending it.
+type refusedOnce struct {
+	key  string
+	once sync.Once
+}
+
+func (r *refusedOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *refusedOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		refused := false
+		if slices.ContainsFunc(cmd.Args(), func(a any) bool { return a == r.key }) {
+			r.once.Do(func() { refused = true })
+		}
+		if !refused {
+			return next(ctx, cmd)
+		}
+		err := errorReply("ERR refused by the test")
+		cmd.SetErr(err)
+		return err
+	}
+}
+
+func (r *refusedOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// errorReply is an error reply of Redis (redis.Error).
+type errorReply string
+
+func (e errorReply) Error() string { return string(e) }
+func (errorReply) RedisError()     {}
