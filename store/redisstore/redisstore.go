@@ -286,6 +286,12 @@ type Store struct {
 	down   atomic.Bool   // a call failed (or a feed lost its connection) since Redis last answered
 	wakeMu sync.Mutex    // guards wake
 	wake   chan struct{} // closed (and replaced) when Redis answers after down
+	// checks is how many checks are in flight (Check, Sharded.Check);
+	// while any is, answers counts the calls that answered, so that a
+	// check that fails marks Redis down only if none answered since it
+	// began (markDown).
+	checks  atomic.Int32
+	answers atomic.Uint64
 
 	// The feeds (follow.go).
 	feedsDown atomic.Int32 // Follow calls not subscribed and caught up
@@ -566,7 +572,12 @@ func (s *Store) threadKeys(thread string, suffixes []string, extra int) []string
 // unavailable wraps a Redis failure: StoreUnavailable for anything that
 // says Redis cannot serve now, Internal for an answer this code did not
 // expect (a bug, or a Redis too old for a command).
-func (s *Store) unavailable(op string, err error) error {
+func (s *Store) unavailable(op string, err error) error { return s.failed(op, err, nil) }
+
+// failed is unavailable for a call that began when s.answers was *since
+// (nil: not a check's), which marks Redis down only if no call answered
+// since then (markDown).
+func (s *Store) failed(op string, err error, since *uint64) error {
 	var he *chatrelay.Error
 	if errors.As(err, &he) {
 		return err
@@ -575,7 +586,11 @@ func (s *Store) unavailable(op string, err error) error {
 		s.log.Error("redis store", "op", op, "err", err)
 		return &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: fmt.Errorf("redis %s: %w", op, err)}
 	}
-	s.down.Store(true)
+	if since == nil {
+		s.down.Store(true)
+	} else {
+		s.markDown(*since)
+	}
 	s.reloadSlots()
 	s.log.Warn("redis store unavailable", "op", op, "err", err)
 	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,

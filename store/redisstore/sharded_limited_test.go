@@ -375,6 +375,39 @@ func TestAddressWindowSkipsAShardFoundDown(t *testing.T) {
 	}
 }
 
+// TestCheckKeepsAShardThatAnsweredMeanwhile: a check whose call to a
+// shard stalls, while another call to that shard answers, does not mark
+// the shard down when it times out: the answer is newer than the check's
+// start, and the posts whose address's window is on that shard go on
+// counting it there (before, they went to their thread's shard until the
+// shard's next answer).
+func TestCheckKeepsAShardThatAnsweredMeanwhile(t *testing.T) {
+	s0 := redistest.StartServer(t, redistest.ServerOptions{})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	p := startStallProxy(t, s1.Addr())
+	sh := openSharded(t, s0.URL()+","+p.url(), Options{Prefix: "ck:", Timeout: 2 * time.Second})
+	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 100, PerIP: 100, Window: time.Minute})
+	ip := addressOnShard(sh, 1)
+	th := threadsOnShard(sh, 0, 1, 0x5c0000)[0]
+	ctx := t.Context()
+	must[store.Entry](t)(sh.Append(ctx, th, store.NewMessage{Text: "first"}))
+	p.stallOn("readyz") // the check's write, on its connection only
+	checked := make(chan error, 1)
+	go func() { checked <- sh.Check(ctx) }()
+	assert.Eventually(t, 10*time.Second, "the check's call to reach shard 1", func() bool { return p.count("readyz") > 0 })
+	assert.Success(t, sh.Shards()[1].rdb.Ping(ctx).Err()) // shard 1 answers, on another connection
+	if err := <-checked; !store.Partial(err) {
+		t.Fatalf("Check with its call to shard 1 stalled: %v, want a partial error", err)
+	}
+	window := "{rl}:il:" + ip
+	_, done, err := sh.AppendLimited(ctx, l, th, ip, store.NewMessage{Text: "hi"})
+	assert.True(t, done, "AppendLimited left the post to the two calls")
+	assert.Success(t, err)
+	if n := p.count(window); n != 1 {
+		t.Fatalf("shard 1 answered after the check began, and got %d counts of the address, want 1", n)
+	}
+}
+
 // stallProxy forwards loopback connections to a Redis until stall: from
 // then on every connection, open or new, takes what it is sent and
 // answers nothing, until resume (for new connections). It counts the
@@ -388,6 +421,7 @@ type stallProxy struct {
 	sent    []string      // every chunk a client sent
 	conns   []net.Conn    // every connection taken
 	closed  bool          // the test ended: a connection taken now is closed at once
+	on      string        // stallOn's: a connection that sends it stalls from then on
 }
 
 func startStallProxy(t *testing.T, target string) *stallProxy {
@@ -431,6 +465,15 @@ func (p *stallProxy) resume() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stalled = make(chan struct{})
+}
+
+// stallOn stalls each connection, open or new, from the first chunk it
+// sends that names s: that chunk and what follows are taken and never
+// answered. Other connections go on.
+func (p *stallProxy) stallOn(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.on = s
 }
 
 // dials is how many connections the proxy took.
@@ -482,6 +525,10 @@ func (p *stallProxy) serve(c net.Conn) {
 		if n > 0 {
 			p.mu.Lock()
 			p.sent = append(p.sent, string(buf[:n]))
+			if p.on != "" && strings.Contains(string(buf[:n]), p.on) && !isClosed(stalled) {
+				stalled = make(chan struct{}) // this connection's alone
+				close(stalled)
+			}
 			p.mu.Unlock()
 			select {
 			case <-stalled: // taken, never answered
@@ -578,3 +625,13 @@ type errorReply string
 
 func (e errorReply) Error() string { return string(e) }
 func (errorReply) RedisError()     {}
+
+// isClosed reports whether c is closed.
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
