@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,6 +56,11 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// An active agent key is the owner's (chatrelay agent add): its
+	// refusals show their words as the owner's view does, as its tool
+	// results do; the words may quote what it sent (the SDK's
+	// "malformed Last-Event-ID").
+	r = withPrincipal(r, principal{role: chatrelay.Owner, ctx: context.Background()})
 	if r.Method == http.MethodPost {
 		// The body is read here, under the server's read timeout, and
 		// its limit answered as the API's error with its code (the SDK
