@@ -181,8 +181,9 @@ func (sh *Sharded) Check(ctx context.Context) error {
 	for k, err := range errs {
 		s := sh.shards[k]
 		// A shard that answered another call since the check began is
-		// not down: that answer is newer than the check's failure.
-		sh.down[k].Store(err != nil && !store.Full(err) && s.answers.Load() == since[k])
+		// not down: that answer is newer than the check's failure; nor
+		// is one whose check its caller gave up (a probe that hung up).
+		sh.down[k].Store(err != nil && !store.Full(err) && !errors.Is(err, context.Canceled) && s.answers.Load() == since[k])
 		if sh.down[k].Load() {
 			// Failed since it last answered, if a gate (sharded_late.go)
 			// refused the check before Redis could fail it: the rate

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -633,5 +634,24 @@ func isClosed(c chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// TestCheckCanceledMarksNoShardDown: a check whose caller gave up (a
+// readiness probe that hung up) says nothing of the shards: none is
+// marked down, so the addresses' windows stay where they are.
+func TestCheckCanceledMarksNoShardDown(t *testing.T) {
+	s0 := redistest.StartServer(t, redistest.ServerOptions{})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	sh := openSharded(t, s0.URL()+","+s1.URL(), Options{Prefix: "cc:"})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := sh.Check(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Check with a canceled context: %v, want context.Canceled", err)
+	}
+	for k, s := range sh.Shards() {
+		if sh.down[k].Load() || s.down.Load() {
+			t.Errorf("shard %d marked down by a check its caller canceled", k)
+		}
 	}
 }
