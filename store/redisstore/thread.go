@@ -218,6 +218,10 @@ func flag(b bool) string {
 	return "0"
 }
 
+// appendFixedArgs is how many of appendScript's arguments every call
+// sends; the others are sent up to the last that is not empty.
+const appendFixedArgs = 9
+
 // runAppend runs appendScript once, offering the id suffixes given, or
 // idCandidates random ones if suffixes is nil. It returns the script's
 // answer as a table: a message stored with no v2 object, which the script
@@ -264,24 +268,28 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		keys = append(keys, rt.keys()...)
 		rid, clock = rt.id, rt.l.clockArg()
 	}
-	args := make([]any, 0, 24)
-	args = append(args, thread, now.UnixMilli(), s.appendSettings(r.rate), string(creation),
-		jsonString(string(r.m.Author)), jsonString(text), stamp, ts, cands)
-	// The arguments a plain post leaves empty, up to the last that is not.
-	var deadline, capSpent, waiting any = "", "", ""
+	deadline, capSpent, waiting := "", "", ""
 	if r.ix != "" {
-		deadline = r.deadline
+		deadline = strconv.FormatInt(r.deadline, 10)
 	}
 	if r.grant != "" {
-		capSpent, waiting = flag(r.capSpent), chatrelay.LimitWaitingPosts.Max
+		capSpent, waiting = flag(r.capSpent), strconv.Itoa(chatrelay.LimitWaitingPosts.Max)
 	}
-	opt := [...]any{rid, r.m.ClientID, r.event, r.tail, r.ix, deadline, r.grant, r.version, r.next, capSpent, waiting,
+	// The arguments are texts in one array, sent as pointers into it
+	// (fcallArgs): boxed one by one, each would be an allocation. Those a
+	// plain post leaves empty are sent up to the last that is not.
+	a := &[...]string{thread, strconv.FormatInt(now.UnixMilli(), 10), s.appendSettings(r.rate), string(creation),
+		jsonString(string(r.m.Author)), jsonString(text), stamp, ts, cands,
+		rid, r.m.ClientID, r.event, r.tail, r.ix, deadline, r.grant, r.version, r.next, capSpent, waiting,
 		r.m.Title, strings.Join(r.m.Attachments, " "), r.v2Text, clock}
-	n := len(opt)
-	for n > 0 && opt[n-1] == "" {
+	n := len(a)
+	for n > appendFixedArgs && a[n-1] == "" {
 		n--
 	}
-	args = append(args, opt[:n]...)
+	args := make([]any, n)
+	for i := range args {
+		args[i] = &a[i]
+	}
 	cmd := s.runScript(ctx, appendScript, keys, args...)
 	if err := cmd.Err(); err != nil {
 		return nil, err
