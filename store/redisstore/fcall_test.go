@@ -3,6 +3,7 @@ package redisstore
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -63,5 +64,32 @@ func TestFCallOfTakeWaitsForNoReplica(t *testing.T) {
 		if got := needsWait(cmd); got != c.want {
 			t.Errorf("an FCALL of %s needs a WAIT: %v, want %v", c.ls.fn, got, c.want)
 		}
+	}
+}
+
+// TestAppendSettingsKept: an append's settings text is made once for a
+// set of rate windows and sent again as it is (no allocation), and a
+// call with other windows, or none, gets its own.
+func TestAppendSettingsKept(t *testing.T) {
+	s := &Store{pubFeed: "chatrelay:feed"}
+	s.opt.Retention.Messages, s.opt.Retention.Age = 50, time.Hour
+	l := &RateLimiter{window: time.Minute}
+	both := &rateTake{l: l, w: []rateWindow{{limit: 30}, {limit: 60}}}
+	thread := &rateTake{l: l, w: []rateWindow{{limit: 30}}}
+	for _, c := range []struct {
+		rt   *rateTake
+		want string
+	}{
+		{both, "50 3600000 60000 30 60 chatrelay:feed"},
+		{nil, "50 3600000 0 0 0 chatrelay:feed"},
+		{thread, "50 3600000 60000 30 0 chatrelay:feed"},
+		{both, "50 3600000 60000 30 60 chatrelay:feed"},
+	} {
+		if got := s.appendSettings(c.rt); got != c.want {
+			t.Fatalf("appendSettings = %q, want %q", got, c.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { s.appendSettings(both) }); n != 0 {
+		t.Fatalf("the same settings again cost %v allocations, want 0", n)
 	}
 }

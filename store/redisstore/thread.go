@@ -306,6 +306,19 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 // rt (or 0 0 0 for an append counted in none; the address's limit 0 for
 // rt counted in the thread's window alone).
 func (s *Store) appendSettings(rt *rateTake) string {
+	var window int64
+	var thread, address int
+	if rt != nil {
+		window, thread = rt.l.window.Milliseconds(), rt.w[0].limit
+		if len(rt.w) == 2 {
+			address = rt.w[1].limit
+		}
+	}
+	// The settings are the same at nearly every call: the last text is
+	// kept, as Store.secondOf keeps the last second's.
+	if st := s.settings.Load(); st != nil && st.window == window && st.thread == thread && st.address == address {
+		return st.text
+	}
 	b := make([]byte, 0, 64+len(s.pubFeed))
 	b = strconv.AppendInt(b, int64(s.opt.Retention.Messages), 10)
 	b = append(b, ' ')
@@ -314,18 +327,25 @@ func (s *Store) appendSettings(rt *rateTake) string {
 		b = append(b, " 0 0 0 "...)
 	} else {
 		b = append(b, ' ')
-		b = strconv.AppendInt(b, rt.l.window.Milliseconds(), 10)
+		b = strconv.AppendInt(b, window, 10)
 		b = append(b, ' ')
-		b = strconv.AppendInt(b, int64(rt.w[0].limit), 10)
+		b = strconv.AppendInt(b, int64(thread), 10)
 		b = append(b, ' ')
-		l2 := 0
-		if len(rt.w) == 2 {
-			l2 = rt.w[1].limit
-		}
-		b = strconv.AppendInt(b, int64(l2), 10)
+		b = strconv.AppendInt(b, int64(address), 10)
 		b = append(b, ' ')
 	}
-	return string(append(b, s.pubFeed...))
+	st := &settingsText{window: window, thread: thread, address: address, text: string(append(b, s.pubFeed...))}
+	s.settings.Store(st)
+	return st.text
+}
+
+// settingsText is appendSettings' text of one set of rate windows (all
+// zero: an append counted in none; the retention and the feed are the
+// store's, the same at every call).
+type settingsText struct {
+	window          int64
+	thread, address int
+	text            string
 }
 
 // secondText is secondOf of one second (unix: its Unix time).
