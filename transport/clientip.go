@@ -20,6 +20,12 @@ func clientIP(r *http.Request, trusted []netip.Prefix) string {
 	}
 	peer = peer.Unmap()
 	if !isTrusted(peer, trusted) {
+		// host itself when it is written as String would write it (the
+		// usual case): no new string a request.
+		var buf [64]byte
+		if string(peer.AppendTo(buf[:0])) == host {
+			return host
+		}
 		return peer.String()
 	}
 	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")

@@ -51,10 +51,13 @@ func newID(msgs []store.Entry, at time.Time) string {
 		i--
 	}
 	same := msgs[i:]
+	// Built in one buffer: one allocation an id (the string), where the
+	// concatenation of Format's and EncodeToString's strings made three.
+	var buf [len("MSG-20060102-150405-") + 2*3]byte
 	for {
 		var b [3]byte
 		rand.Read(b[:])
-		id := "MSG-" + at.Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+		id := string(hex.AppendEncode(at.AppendFormat(append(buf[:0], "MSG-"...), "20060102-150405-"), b[:]))
 		if !slices.ContainsFunc(same, func(e store.Entry) bool { return e.ID == id }) {
 			return id
 		}
