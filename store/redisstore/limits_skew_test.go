@@ -159,7 +159,7 @@ func (l *lostAnswer) DialHook(next redis.DialHook) redis.DialHook { return next 
 func (l *lostAnswer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if err == nil && slices.ContainsFunc(cmd.Args(), func(a any) bool { return a == l.key }) {
+		if err == nil && slices.ContainsFunc(cmd.Args(), func(a any) bool { return argText(a) == l.key }) {
 			l.once.Do(func() {
 				err = context.DeadlineExceeded
 				cmd.SetErr(err)

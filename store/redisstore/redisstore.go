@@ -276,6 +276,8 @@ type Store struct {
 	slots chan struct{}    // one token per call out (batch.go)
 	// The last second an append was in, as text (Store.secondOf).
 	second atomic.Pointer[secondText]
+	// The last rate windows' settings an append sent (Store.appendSettings).
+	settings atomic.Pointer[settingsText]
 
 	// What the store knows of Redis's data set (gen.go).
 	seen   atomic.Int64               // the newest epoch this store read or its feed announced
