@@ -605,7 +605,7 @@ func (r *refusedOnce) DialHook(next redis.DialHook) redis.DialHook { return next
 func (r *refusedOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		refused := false
-		if slices.ContainsFunc(cmd.Args(), func(a any) bool { return a == r.key }) {
+		if slices.ContainsFunc(cmd.Args(), func(a any) bool { return argText(a) == r.key }) {
 			r.once.Do(func() { refused = true })
 		}
 		if !refused {
