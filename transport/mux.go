@@ -420,11 +420,16 @@ const shutdownAnswerTime = time.Second
 // handler returns.
 func (s *Server) cutAtAbort(w http.ResponseWriter, r *http.Request) func() bool {
 	var b *abortableBody
+	ri := infoOf(r)
 	if r.Body != nil && r.Body != http.NoBody {
-		b = &abortableBody{ReadCloser: r.Body, abort: s.abortCtx}
+		if ri != nil && ri.body.ReadCloser == nil {
+			b = &ri.body // in the request's reqInfo: no allocation of its own
+		} else {
+			b = new(abortableBody)
+		}
+		b.ReadCloser, b.abort = r.Body, s.abortCtx
 		r.Body = b
 	}
-	ri := infoOf(r)
 	if ri != nil {
 		ri.abort.on = true
 	}
