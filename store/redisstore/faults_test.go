@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -318,5 +319,31 @@ func TestWebhooksAfterLostData(t *testing.T) {
 	must[store.Entry](t)(cli.Append(ctx, "abcdabcdabcdabcd", store.NewMessage{Text: "from the host"}))
 	if due := take(); len(due) != 1 {
 		t.Fatalf("a writer opened after the loss: %d events", len(due))
+	}
+}
+
+// TestCallerGivingUpIsNoOutage: a call whose caller gave up (an MCP
+// client's timeout ended its wait_messages, a request's client left) ends
+// with the caller's context.Canceled, and that is no word of Redis: no
+// "redis store unavailable" warning, and Redis is not marked down. Each
+// agent whose SDK gives up on a wait logged the warning an operator
+// alerts on while Redis answered every other call.
+func TestCallerGivingUpIsNoOutage(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.ServerOptions{})
+	var buf syncBuffer
+	s := openStore(t, srv, Options{Log: slog.New(slog.NewJSONHandler(&buf, nil))})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.Threads(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Threads with a canceled context: %v, want context.Canceled", err)
+	}
+	if _, err := s.Since(ctx, "0123456789abcdef", 0, 50); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Since with a canceled context: %v, want context.Canceled", err)
+	}
+	if strings.Contains(buf.String(), "redis store unavailable") {
+		t.Fatalf("a caller that gave up was logged as an outage:\n%s", buf.String())
+	}
+	if s.down.Load() {
+		t.Fatal("a caller that gave up marked Redis down")
 	}
 }

@@ -572,9 +572,13 @@ func (s *Store) unavailable(op string, err error) error {
 		s.log.Error("redis store", "op", op, "err", err)
 		return &chatrelay.Error{Code: chatrelay.Internal, Message: "internal error", Err: fmt.Errorf("redis %s: %w", op, err)}
 	}
-	s.down.Store(true)
-	s.reloadSlots()
-	s.log.Warn("redis store unavailable", "op", op, "err", err)
+	if !errors.Is(err, context.Canceled) {
+		// A canceled call is its caller's giving up (a client that left,
+		// an MCP wait its client ended), no word of Redis's.
+		s.down.Store(true)
+		s.reloadSlots()
+		s.log.Warn("redis store unavailable", "op", op, "err", err)
+	}
 	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
 		Err: fmt.Errorf("redis %s: %w", op, err)}
 }
