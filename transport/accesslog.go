@@ -41,9 +41,6 @@ type reqInfo struct {
 	// abort is the request's hook on Shutdown's abort (cutAtAbort),
 	// which also ends the context of a write that settles (settledReq).
 	abort abortHook
-	// cut is what the abort cuts of the request, and its place in the
-	// server's abortList, while cutAtAbort has it hooked.
-	cut abortCut
 }
 
 type reqInfoKey struct{}

@@ -225,7 +225,7 @@ func (s *Server) methods(rts []route) http.Handler {
 // a request.
 func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) {
 	if rt.row.Stream == "" { // streams end at shutdown their own way
-		defer s.uncut(s.cutAtAbort(w, r))
+		defer s.cutAtAbort(w, r)()
 	}
 	rt.serve(w, r)
 }
@@ -423,8 +423,9 @@ const shutdownAnswerTime = time.Second
 //     does not read its answers, such as pipelined polls of a long thread).
 //
 // MCP's requests too: its sessions end first, and a wait in flight is
-// answered at once. uncut undoes it, when the handler returns.
-func (s *Server) cutAtAbort(w http.ResponseWriter, r *http.Request) cutHook {
+// answered at once. It returns the function that undoes it, for when the
+// handler returns.
+func (s *Server) cutAtAbort(w http.ResponseWriter, r *http.Request) func() bool {
 	ri := infoOf(r)
 	var b *abortableBody
 	if r.Body != nil && r.Body != http.NoBody {
@@ -436,127 +437,19 @@ func (s *Server) cutAtAbort(w http.ResponseWriter, r *http.Request) cutHook {
 		b.ReadCloser, b.abort = r.Body, s.abortCtx
 		r.Body = b
 	}
-	if ri != nil && !ri.abort.on {
+	if ri != nil {
 		ri.abort.on = true
-		ri.cut.w, ri.cut.body = w, b
-		if s.cuts.add(ri) {
-			go ri.cut.run(ri) // the abort came already
-		}
-		return cutHook{ri: ri}
 	}
-	// Served without observe's reqInfo (or hooked already): a hook of
-	// its own on the abort.
-	return cutHook{stop: context.AfterFunc(s.abortCtx, func() {
+	return context.AfterFunc(s.abortCtx, func() {
 		if ri != nil {
 			ri.abort.fire()
 		}
-		(&abortCut{w: w, body: b}).cutIO()
-	})}
-}
-
-// cutHook is a request's hook on the abort, for uncut: in the server's
-// abortList (ri), or a context.AfterFunc's (stop).
-type cutHook struct {
-	ri   *reqInfo
-	stop func() bool
-}
-
-// uncut undoes cutAtAbort's hook h, once the request is answered.
-func (s *Server) uncut(h cutHook) {
-	if h.ri != nil {
-		s.cuts.remove(h.ri)
-	} else {
-		h.stop()
-	}
-}
-
-// abortCut is what Shutdown's abort cuts of a request hooked on the
-// server's abortList: the read of its body and the write of its answer
-// (cutAtAbort); prev and next link it in the list.
-type abortCut struct {
-	w          http.ResponseWriter
-	body       *abortableBody
-	prev, next *reqInfo
-	linked     bool
-}
-
-// run is the abort's, for the request ri: it ends the context of ri's
-// write that settles, then cuts its reading and writing.
-func (c *abortCut) run(ri *reqInfo) {
-	ri.abort.fire()
-	c.cutIO()
-}
-
-// cutIO cuts the read of the body, if it is still arriving, and the write
-// of the answer, shutdownAnswerTime later.
-func (c *abortCut) cutIO() {
-	rc := http.NewResponseController(c.w) // here, not per request: an abort is rare
-	if c.body != nil && !c.body.done.Load() {
-		rc.SetReadDeadline(time.Now())
-	}
-	rc.SetWriteDeadline(time.Now().Add(shutdownAnswerTime))
-}
-
-// abortList is the requests hooked on Shutdown's abort (cutAtAbort),
-// which cuts each once it comes (fire), as a context.AfterFunc each would,
-// without its allocations.
-type abortList struct {
-	mu      sync.Mutex
-	aborted bool
-	head    *reqInfo
-}
-
-// add links ri in; late if the abort came already (the caller cuts ri).
-func (l *abortList) add(ri *reqInfo) (late bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.aborted {
-		return true
-	}
-	ri.cut.linked, ri.cut.prev, ri.cut.next = true, nil, l.head
-	if l.head != nil {
-		l.head.cut.prev = ri
-	}
-	l.head = ri
-	return false
-}
-
-// remove unlinks ri, if the abort has not taken it already.
-func (l *abortList) remove(ri *reqInfo) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	c := &ri.cut
-	if !c.linked {
-		return
-	}
-	if c.prev != nil {
-		c.prev.cut.next = c.next
-	} else {
-		l.head = c.next
-	}
-	if c.next != nil {
-		c.next.cut.prev = c.prev
-	}
-	c.linked, c.prev, c.next = false, nil, nil
-}
-
-// fire is the abort's: it takes every request in the list out and cuts
-// each in its own goroutine, as context.AfterFunc ran each request's hook.
-func (l *abortList) fire() {
-	l.mu.Lock()
-	l.aborted = true
-	var all []*reqInfo
-	for ri := l.head; ri != nil; {
-		next := ri.cut.next
-		ri.cut.linked, ri.cut.prev, ri.cut.next = false, nil, nil
-		all = append(all, ri)
-		ri = next
-	}
-	l.head = nil
-	l.mu.Unlock()
-	for _, ri := range all {
-		go ri.cut.run(ri)
-	}
+		rc := http.NewResponseController(w) // here, not per request: an abort is rare
+		if b != nil && !b.done.Load() {
+			rc.SetReadDeadline(time.Now())
+		}
+		rc.SetWriteDeadline(time.Now().Add(shutdownAnswerTime))
+	})
 }
 
 // abortableBody is a request's body whose read Shutdown's abort may cut

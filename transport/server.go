@@ -104,10 +104,6 @@ type Server struct {
 	// that stopped sending (see Shutdown).
 	abortCtx context.Context
 	abort    context.CancelFunc
-	// cuts are the requests cutAtAbort hooked on the abort: one list,
-	// not a context.AfterFunc a request (its closure, its context and its
-	// stop were three allocations a request).
-	cuts abortList
 }
 
 // NewServer returns the chat's HTTP handler. Call Run to feed its hub: a
@@ -160,7 +156,6 @@ func NewServer(cfg Config) *Server {
 	}
 	s.live = &liveGrants{s: s, m: make(map[string]*liveGrant)}
 	s.abortCtx, s.abort = context.WithCancel(context.Background())
-	context.AfterFunc(s.abortCtx, s.cuts.fire)
 	for _, o := range cfg.AllowedOrigins {
 		// "https://App.example.com:443/" means the origin "https://app.example.com".
 		c, err := CheckOrigin(o)
