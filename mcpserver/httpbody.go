@@ -12,28 +12,85 @@ import (
 	"github.com/chatrelay/chatrelay"
 )
 
-// messages are the JSON-RPC messages of a POST body: one, or a batch
-// (MCP 2025-03-26). What does not decode is left out (the SDK refuses it).
+// messages are the JSON-RPC requests of a POST body: one, or a batch
+// (MCP 2025-03-26). What does not decode is left out (the SDK refuses
+// it), and so are responses, which no caller reads. They are decoded as
+// the SDK's jsonrpc.DecodeMessage decodes a message (segmentio's
+// decoder, keys in their own case, the same fields), in one pass over
+// the body: DecodeMessage made a decoder with a 32 KiB buffer for each
+// message and each method name (66 KB for one small call), after
+// encoding/json had copied a batch's messages out.
 func messages(data []byte) []jsonrpc.Message {
 	data = bytes.TrimLeft(data, " \t\r\n")
-	var raws []json.RawMessage
+	var ws []wireMessage
 	switch {
 	case len(data) == 0:
 		return nil
 	case data[0] == '[':
-		if json.Unmarshal(data, &raws) != nil {
-			return nil
+		if chatrelay.UnmarshalExactCase(data, &ws) != nil {
+			return batchMessages(data) // an element that is no message, or does not decode
 		}
 	default:
-		raws = []json.RawMessage{data}
+		var w wireMessage
+		if chatrelay.UnmarshalExactCase(data, &w) != nil {
+			return nil
+		}
+		ws = []wireMessage{w}
 	}
 	var ms []jsonrpc.Message
-	for _, raw := range raws {
-		if m, err := jsonrpc.DecodeMessage(raw); err == nil {
-			ms = append(ms, m)
+	for _, w := range ws {
+		if r, ok := w.request(); ok {
+			ms = append(ms, r)
 		}
 	}
 	return ms
+}
+
+// batchMessages is messages of a batch that does not decode whole:
+// each of its elements that decodes.
+func batchMessages(data []byte) []jsonrpc.Message {
+	var raws []json.RawMessage
+	if json.Unmarshal(data, &raws) != nil {
+		return nil
+	}
+	var ms []jsonrpc.Message
+	for _, raw := range raws {
+		var w wireMessage
+		if chatrelay.UnmarshalExactCase(raw, &w) != nil {
+			continue
+		}
+		if r, ok := w.request(); ok {
+			ms = append(ms, r)
+		}
+	}
+	return ms
+}
+
+// wireMessage is a JSON-RPC message as the SDK decodes it
+// (jsonrpc2.wireDecode, less a response's fields).
+type wireMessage struct {
+	Version string          `json:"jsonrpc"`
+	ID      any             `json:"id"`
+	Method  json.RawMessage `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+// request is w as the SDK's request, if it is one that the SDK decodes:
+// version "2.0", an id that is none, a number or a string, and a method
+// (the key present).
+func (w wireMessage) request() (*jsonrpc.Request, bool) {
+	if w.Version != "2.0" || len(w.Method) == 0 {
+		return nil, false
+	}
+	id, err := jsonrpc.MakeID(w.ID)
+	if err != nil {
+		return nil, false
+	}
+	var method string
+	if chatrelay.UnmarshalExactCase(w.Method, &method) != nil {
+		return nil, false
+	}
+	return &jsonrpc.Request{ID: id, Method: method, Params: w.Params}, true
 }
 
 // initializeParams refuses an initialize request in data whose params are

@@ -16,7 +16,17 @@ import (
 // reqInfo is what handlers tell the request log about a request: the
 // thread it authenticated as and the code it was refused with. Only the
 // request's own goroutine writes it.
+//
+// It is also the request's context, observe's one allocation for it:
+// its parent's (net/http's) with itself under reqInfoKey, which is what
+// context.WithValue would make, and it holds the request's recorder and
+// abortable body (cutAtAbort), so that a request costs one allocation
+// for all of them, not one each.
 type reqInfo struct {
+	context.Context // the request's context as net/http made it
+	rec             recorder
+	body            abortableBody
+
 	thread      string
 	code        chatrelay.Code
 	participant string // the participant the request authenticated as
@@ -34,6 +44,14 @@ type reqInfo struct {
 }
 
 type reqInfoKey struct{}
+
+// Value is the parent's Value, and ri itself under reqInfoKey.
+func (ri *reqInfo) Value(key any) any {
+	if _, ok := key.(reqInfoKey); ok {
+		return ri
+	}
+	return ri.Context.Value(key)
+}
 
 func infoOf(r *http.Request) *reqInfo {
 	ri, _ := r.Context().Value(reqInfoKey{}).(*reqInfo)
@@ -80,9 +98,10 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 		// over HTTP/2, net/http sends a GOAWAY for it.
 		w.Header().Set("Connection", "close")
 	}
-	ri := new(reqInfo)
-	r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, ri))
-	rec := &recorder{ResponseWriter: w, info: ri}
+	ri := &reqInfo{Context: r.Context()}
+	r = r.WithContext(ri)
+	rec := &ri.rec
+	rec.ResponseWriter, rec.info = w, ri
 	var rw http.ResponseWriter = rec
 	if _, ok := w.(http.Hijacker); ok { // HTTP/1; an HTTP/2 stream cannot be hijacked
 		rw = hijackRecorder{rec}

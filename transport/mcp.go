@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,16 +56,18 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// An active agent key is the owner's (chatrelay agent add): its
+	// refusals show their words as the owner's view does, as its tool
+	// results do; the words may quote what it sent (the SDK's
+	// "malformed Last-Event-ID").
+	r = withPrincipal(r, principal{role: chatrelay.Owner, ctx: context.Background()})
 	if r.Method == http.MethodPost {
 		// The body is read here, under the server's read timeout, and
 		// its limit answered as the API's error with its code (the SDK
 		// answers plain text, which no client tells from another failure).
 		data, err := readMCPBody(w, r)
 		if err == nil {
-			err = oneValue(data)
-		}
-		if err == nil {
-			err = initializeOnce(data, r.Header.Get("Mcp-Session-Id") != "")
+			err = checkMCPBody(data, r.Header.Get("Mcp-Session-Id") != "")
 		}
 		if err != nil {
 			s.writeError(w, r, err)
@@ -203,6 +206,50 @@ func readMCPBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return data, nil
 }
 
+// checkMCPBody refuses a body of more than one JSON value (oneValue) and
+// a message sent in or out of a session that should not be
+// (initializeOnce), in one decode of a body that is a message or a batch
+// (the common case: a decode that takes the whole body found one value),
+// and oneValue's own only for a body that is neither.
+func checkMCPBody(data []byte, inSession bool) error {
+	ms, ok := mcpMessages(data)
+	if !ok {
+		return oneValue(data)
+	}
+	return initializeOnce(ms, inSession)
+}
+
+// mcpMessage is what initializeOnce reads of a JSON-RPC message.
+type mcpMessage struct {
+	ID     json.RawMessage `json:"id"`
+	Method *string         `json:"method"`
+}
+
+// mcpMessages decodes data, a message or a batch, as the SDK does (keys
+// in their own case), and reports whether it did: false for a body that
+// is neither, does not decode, or has more than white space after its
+// value.
+func mcpMessages(data []byte) ([]mcpMessage, bool) {
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	switch {
+	case len(trimmed) == 0:
+		return nil, false
+	case trimmed[0] == '{':
+		var m mcpMessage
+		if chatrelay.UnmarshalExactCase(data, &m) != nil {
+			return nil, false
+		}
+		return []mcpMessage{m}, true
+	case trimmed[0] == '[':
+		var ms []mcpMessage
+		if chatrelay.UnmarshalExactCase(data, &ms) != nil {
+			return nil, false
+		}
+		return ms, true
+	}
+	return nil, false
+}
+
 // oneValue refuses a body whose JSON value (a message, or a batch) is
 // followed by more than white space: the SDK answered the first message
 // and dropped the rest unsaid, where stdio refuses a line with two values.
@@ -228,31 +275,9 @@ func oneValue(data []byte) error {
 // SDK keeps exactly (|id| ≤ 2^53), as chatrelay mcp does on stdio: the SDK
 // answered 1.5 as 1, another request's id. A batch (a JSON array, MCP
 // 2025-03-26) is judged by whether it holds an initialize request, and by
-// each of its ids. A body that does not parse is left to the SDK, which
-// answers it as MCP says.
-func initializeOnce(data []byte, inSession bool) error {
-	type message struct {
-		ID     json.RawMessage `json:"id"`
-		Method *string         `json:"method"`
-	}
-	var ms []message
-	trimmed := bytes.TrimLeft(data, " \t\r\n")
-	switch {
-	case len(trimmed) == 0:
-		return nil
-	case trimmed[0] == '{':
-		var m message
-		if chatrelay.UnmarshalExactCase(data, &m) != nil {
-			return nil
-		}
-		ms = []message{m}
-	case trimmed[0] == '[':
-		if chatrelay.UnmarshalExactCase(data, &ms) != nil {
-			return nil
-		}
-	default:
-		return nil
-	}
+// each of its ids. ms are the body's messages (mcpMessages); a body that
+// does not parse is left to the SDK, which answers it as MCP says.
+func initializeOnce(ms []mcpMessage, inSession bool) error {
 	initialize := false
 	for _, m := range ms {
 		if m.Method != nil && *m.Method == "initialize" {

@@ -208,12 +208,9 @@ func (s *Server) methods(rts []route) http.Handler {
 	}
 	allowed := strings.Join(allow, ", ")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for _, rt := range rts {
-			if rt.takes(r.Method) {
-				if rt.row.Stream == "" { // streams end at shutdown their own way
-					defer s.cutAtAbort(w, r)()
-				}
-				rt.serve(w, r)
+		for i := range rts {
+			if rts[i].takes(r.Method) {
+				s.serveRoute(w, r, &rts[i])
 				return
 			}
 		}
@@ -221,6 +218,16 @@ func (s *Server) methods(rts []route) http.Handler {
 		noteRefused(r, chatrelay.MethodNotAllowed)
 		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "Method not allowed", Code: chatrelay.MethodNotAllowed})
 	})
+}
+
+// serveRoute serves r by rt. It is a call of its own so that its defer is
+// not in a loop: a deferred call in a loop is allocated on the heap, one
+// a request.
+func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt *route) {
+	if rt.row.Stream == "" { // streams end at shutdown their own way
+		defer s.cutAtAbort(w, r)()
+	}
+	rt.serve(w, r)
 }
 
 // gate authenticates a request and lets through the principals rt takes.
@@ -419,12 +426,17 @@ const shutdownAnswerTime = time.Second
 // answered at once. It returns the function that undoes it, for when the
 // handler returns.
 func (s *Server) cutAtAbort(w http.ResponseWriter, r *http.Request) func() bool {
+	ri := infoOf(r)
 	var b *abortableBody
 	if r.Body != nil && r.Body != http.NoBody {
-		b = &abortableBody{ReadCloser: r.Body, abort: s.abortCtx}
+		if ri != nil && ri.body.ReadCloser == nil {
+			b = &ri.body // in the request's reqInfo: no allocation of its own
+		} else {
+			b = new(abortableBody)
+		}
+		b.ReadCloser, b.abort = r.Body, s.abortCtx
 		r.Body = b
 	}
-	ri := infoOf(r)
 	if ri != nil {
 		ri.abort.on = true
 	}

@@ -1173,6 +1173,27 @@ func TestMCPRefusalsOfTheSDKAreTheAPIsErrors(t *testing.T) {
 	assert.True(t, resp.StatusCode == 200 && strings.Contains(string(body), `"name":"chatrelay_list_threads"`), "tools/list after the refusals: %d %.200s", resp.StatusCode, body)
 }
 
+// TestMCPRefusalsQuoteTheAgentsOwnWords: a refusal of a request made
+// with an active agent key shows its words as the owner's view does, as
+// the agent's tool results do: the SDK's "malformed Last-Event-ID" quotes
+// the header the agent sent, whole. Before, /mcp's refusals were all in
+// a participant's view, which redacted the agent's own words.
+func TestMCPRefusalsQuoteTheAgentsOwnWords(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "builder")
+	resp := mcpDo(t, http.MethodPost, n.base, key, mcpInitialize)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	sid := resp.Header.Get("Mcp-Session-Id")
+	const id = "sk-live_0123456789abcdefghij" // a secret's shape, which a participant's view redacts
+	resp = mcpDo(t, http.MethodGet, n.base, key, "", "Mcp-Session-Id", sid, "Accept", "text/event-stream", "Last-Event-ID", id)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.True(t, resp.StatusCode == http.StatusBadRequest && strings.Contains(string(b), id), "a malformed Last-Event-ID: %d %s, want 400 quoting %q", resp.StatusCode, b, id)
+}
+
 // TestMCPSessionLinesAreDebug: the MCP SDK's own lines of a session's
 // life (server connecting, server session connected with its session id,
 // session initialized, client log level set, disconnected) are at debug:

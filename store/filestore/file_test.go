@@ -996,3 +996,36 @@ func TestRemovedLockFileStillExcludes(t *testing.T) {
 	assert.Success(t, other.Unlock())
 	assert.Equal(t, "texts", texts(mustSince(t, waiter, threadA)), []string{"after the wait"})
 }
+
+// TestSweepRemovesTheFilesOfAThreadRemovedMidway: a sweep killed after
+// it removed a thread's document, before its attachments (the last
+// step: no message ever names a file that is gone), leaves the thread's
+// files folder; the next sweep removes it, the uploads a message named
+// and one no message named yet (once its unused hour is past).
+func TestSweepRemovesTheFilesOfAThreadRemovedMidway(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	clk := testclock.New(t0)
+	s := openFile(t, dir, FileOptions{Now: clk.Now})
+	ctx := t.Context()
+	named, err := s.PutAttachment(ctx, threadA, store.Upload{Name: "a.txt", Body: strings.NewReader("named")})
+	assert.Success(t, err)
+	_, err = s.Append(ctx, threadA, store.NewMessage{Author: chatrelay.Operator, Text: "see", Attachments: []string{named.ID}})
+	assert.Success(t, err)
+	_, err = s.PutAttachment(ctx, threadA, store.Upload{Name: "b.txt", Body: strings.NewReader("draft")})
+	assert.Success(t, err)
+	chat := filepath.Join(dir, "chat")
+	assert.Success(t, os.Remove(filepath.Join(chat, threadA+".json"))) // the killed sweep's step before the files
+	if _, err := os.Stat(filepath.Join(chat, threadA+".files", "index.json")); err != nil {
+		t.Fatalf("the thread's uploads before the sweep: %v", err)
+	}
+	_, ttl := chatrelay.LimitAttachmentUnused.Duration()
+	clk.Advance(ttl)
+
+	s = openFile(t, dir, FileOptions{Now: clk.Now}) // the next server
+	_, err = s.Sweep(ctx)
+	assert.Success(t, err)
+	left, err := filepath.Glob(filepath.Join(chat, threadA+"*"))
+	assert.Success(t, err)
+	assert.Equal(t, "the removed thread's files", left, []string(nil))
+}

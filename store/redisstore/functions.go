@@ -140,7 +140,7 @@ func isNoFunction(err error) bool {
 // caller is a client or a pipeline.
 type caller interface {
 	redis.Scripter
-	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 // call sends one call of ls on c: an FCALL if the store uses the library,
@@ -149,7 +149,42 @@ func (s *Store) call(ctx context.Context, c caller, ls *luaScript, keys []string
 	if !s.fcall.Load() {
 		return ls.Run(ctx, c, keys, args...)
 	}
-	return c.FCall(ctx, ls.name, keys, args...)
+	cmd := redis.NewCmd(ctx, fcallArgs(ls, keys, args)...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3) // as go-redis's FCall: a cluster routes by the first key
+	}
+	_ = c.Process(ctx, cmd)
+	return cmd
+}
+
+// fcallArgs is the command FCALL <name> <numkeys> <keys...> <args...>,
+// as go-redis's FCall sends it, byte for byte. Its names and keys are
+// pointers into ls and keys (go-redis writes a *string as the string):
+// boxed as values, each string would be an allocation of its own, the 14
+// to 16 keys of an append and the name a quarter of a post's allocations
+// in the server (docs/performance.md, "Redis: the client's work per post").
+func fcallArgs(ls *luaScript, keys []string, args []any) []any {
+	a := make([]any, 3+len(keys)+len(args))
+	a[0], a[1], a[2] = "fcall", &ls.name, len(keys)
+	for i := range keys {
+		a[3+i] = &keys[i]
+	}
+	copy(a[3+len(keys):], args)
+	return a
+}
+
+// argText is a command's argument as go-redis writes it, if it is a
+// string or a *string; "" otherwise.
+func argText(a any) string {
+	switch a := a.(type) {
+	case string:
+		return a
+	case *string:
+		if a != nil {
+			return *a
+		}
+	}
+	return ""
 }
 
 // sendOne sends ls alone (its first sending, or again after Redis had

@@ -139,7 +139,7 @@ func TestFunctionCallAllocatesNoName(t *testing.T) {
 	name := prefix + "append"
 	direct := testing.AllocsPerRun(200, func() { p.FCall(ctx, name, keys, args...); p.Discard() })
 	viaStore := testing.AllocsPerRun(200, func() { s.call(ctx, p, appendScript, keys, args...); p.Discard() })
-	if viaStore != direct {
+	if viaStore > direct {
 		t.Fatalf("a call of the library's function allocates %v times, go-redis's FCall %v", viaStore, direct)
 	}
 }

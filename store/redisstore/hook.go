@@ -58,6 +58,9 @@ func (s *Store) answered(err error) {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return
 	}
+	if s.checks.Load() > 0 {
+		s.answers.Add(1)
+	}
 	if s.down.Load() && s.down.CompareAndSwap(true, false) {
 		s.wakeMu.Lock()
 		close(s.wake)
@@ -72,4 +75,26 @@ func (s *Store) wakeup() <-chan struct{} {
 	s.wakeMu.Lock()
 	defer s.wakeMu.Unlock()
 	return s.wake
+}
+
+// checking counts a check in flight and returns s.answers as it begins;
+// the check calls its end when it has marked what it found (markDown).
+func (s *Store) checking() (since uint64, end func()) {
+	s.checks.Add(1)
+	return s.answers.Load(), func() { s.checks.Add(-1) }
+}
+
+// markDown marks Redis down for a check that failed and began when
+// s.answers was since, unless a call answered after it began: that
+// answer is newer than the check's failure (a stalled call that timed
+// out while the others went on). A call that answers while it marks is
+// taken as answering after the mark.
+func (s *Store) markDown(since uint64) {
+	if s.answers.Load() != since {
+		return
+	}
+	s.down.Store(true)
+	if s.answers.Load() != since {
+		s.answered(nil) // answered meanwhile, and may have found down not yet marked
+	}
 }

@@ -222,9 +222,41 @@ func (s *Store) undoLater(t *rateTake) {
 	if !s.members.Enter() {
 		return
 	}
+	s.later.Add(1)
 	go func() {
 		defer s.members.Leave()
+		defer s.later.Done()
 		t.undo(s.closing)
+	}()
+}
+
+// settleLater settles, in the background (owned by s, a's store), the
+// address's count a of a post whose append failed without a definite
+// answer (StoreUnavailable): the append's script counts the post in its
+// thread's window (th) and keeps that entry only if it stored the post,
+// so a is taken out if th's window does not hold the post, and left if
+// it does (the post is stored: it counts) or if the thread's shard does
+// not say (one post more in one window, gone with it, as addressDown's).
+// An append still on its way to the thread's shard when this looks (a
+// stalled link that delivers it later) is taken out all the same.
+func (s *Store) settleLater(th, a *rateTake) {
+	if !s.members.Enter() {
+		return
+	}
+	s.later.Add(1)
+	go func() {
+		defer s.members.Leave()
+		defer s.later.Done()
+		ctx, cancel := context.WithTimeout(s.closing, chatrelay.DefaultStoreTimeout)
+		defer cancel()
+		held, err := heldScript.Run(ctx, th.at().rdb, th.keys(), th.id).Int()
+		if err != nil {
+			s.log.Warn("redis rate limit: whether a failed append stored its post, left counted", "err", err)
+			return
+		}
+		if held == 0 {
+			a.undo(s.closing)
+		}
 	}()
 }
 

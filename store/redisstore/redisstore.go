@@ -260,7 +260,10 @@ type Store struct {
 	closing context.Context // done once Close is called
 	close   context.CancelFunc
 	members closegroup.Group // Follow calls and the goroutines the store owns
-	once    sync.Once
+	// later counts the rate windows' undos and settlements running in
+	// the background (undoLater, settleLater), which tests wait for.
+	later sync.WaitGroup
+	once  sync.Once
 
 	pingEvery time.Duration // chatrelay.DefaultFeedPing; tests shorten it
 
@@ -275,6 +278,8 @@ type Store struct {
 	slots chan struct{}    // one token per call out (batch.go)
 	// The last second an append was in, as text (Store.secondOf).
 	second atomic.Pointer[secondText]
+	// The last rate windows' settings an append sent (Store.appendSettings).
+	settings atomic.Pointer[settingsText]
 
 	// What the store knows of Redis's data set (gen.go).
 	seen   atomic.Int64               // the newest epoch this store read or its feed announced
@@ -285,6 +290,12 @@ type Store struct {
 	down   atomic.Bool   // a call failed (or a feed lost its connection) since Redis last answered
 	wakeMu sync.Mutex    // guards wake
 	wake   chan struct{} // closed (and replaced) when Redis answers after down
+	// checks is how many checks are in flight (Check, Sharded.Check);
+	// while any is, answers counts the calls that answered, so that a
+	// check that fails marks Redis down only if none answered since it
+	// began (markDown).
+	checks  atomic.Int32
+	answers atomic.Uint64
 
 	// The feeds (follow.go).
 	feedsDown atomic.Int32 // Follow calls not subscribed and caught up
@@ -565,7 +576,12 @@ func (s *Store) threadKeys(thread string, suffixes []string, extra int) []string
 // unavailable wraps a Redis failure: StoreUnavailable for anything that
 // says Redis cannot serve now, Internal for an answer this code did not
 // expect (a bug, or a Redis too old for a command).
-func (s *Store) unavailable(op string, err error) error {
+func (s *Store) unavailable(op string, err error) error { return s.failed(op, err, nil) }
+
+// failed is unavailable for a call that began when s.answers was *since
+// (nil: not a check's), which marks Redis down only if no call answered
+// since then (markDown).
+func (s *Store) failed(op string, err error, since *uint64) error {
 	var he *chatrelay.Error
 	if errors.As(err, &he) {
 		return err
@@ -577,12 +593,24 @@ func (s *Store) unavailable(op string, err error) error {
 	if !errors.Is(err, context.Canceled) {
 		// A canceled call is its caller's giving up (a client that left,
 		// an MCP wait its client ended), no word of Redis's.
-		s.down.Store(true)
+		if since == nil {
+			s.down.Store(true)
+		} else {
+			s.markDown(*since)
+		}
 		s.reloadSlots()
 		s.log.Warn("redis store unavailable", "op", op, "err", err)
 	}
 	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
 		Err: fmt.Errorf("redis %s: %w", op, err)}
+}
+
+// isReply reports whether err is an error reply of Redis: Redis
+// answered, and what it was sent did not run, or a script stopped.
+func isReply(err error) bool {
+	var re redis.Error
+	var ne net.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil) && !errors.As(err, &ne)
 }
 
 // isInternal reports whether err is an error reply of Redis that does not

@@ -184,7 +184,8 @@ func needsWait(cmd redis.Cmder) bool {
 		if len(args) < 2 {
 			return true
 		}
-		id, _ := args[1].(string)
+		// A function's name is a *string (fcallArgs), a script's SHA-1 a string.
+		id := argText(args[1])
 		if name == "eval" { // the script's source: named by its SHA-1, as EVALSHA does (rare: once per script and Redis)
 			sum := sha1.Sum([]byte(id))
 			id = hex.EncodeToString(sum[:])

@@ -436,7 +436,7 @@ func TestWaitReplicasGatesOnce(t *testing.T) {
 		for _, c := range cmds {
 			names = append(names, c.Name())
 			for _, a := range c.Args() {
-				if s, ok := a.(string); ok && strings.Contains(s, "{"+th+"}") {
+				if strings.Contains(argText(a), "{"+th+"}") {
 					mentions = true
 				}
 			}

@@ -136,6 +136,21 @@ end
 return removed
 `)
 
+// heldScript answers 1 if the window KEYS[1] holds the entry of post
+// ARGV[1] (its id), else 0, looking from the newest as undoScript does.
+var heldScript = redis.NewScript(`
+local tail = ' ' .. ARGV[1]
+local from = -1
+while true do
+  local es = redis.call('LRANGE', KEYS[1], from - 63, from)
+  if #es == 0 then return 0 end
+  for j = #es, 1, -1 do
+    if string.sub(es[j], -#tail) == tail then return 1 end
+  end
+  from = from - 64
+end
+`)
+
 // acquireScript takes one stream lease on its keys if each is under its
 // limit. KEYS: thread leases, IP leases, and for a participant's stream
 // the thread's participants' leases. ARGV: member, lease (ms), then each

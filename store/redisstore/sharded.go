@@ -169,16 +169,26 @@ func (sh *Sharded) Ping(ctx context.Context) error {
 // FeedLive excuses the feeds of the shards the last Check found down.
 func (sh *Sharded) Check(ctx context.Context) error {
 	errs := make([]error, len(sh.shards))
+	since := make([]uint64, len(sh.shards))
+	for k, s := range sh.shards {
+		var end func()
+		since[k], end = s.checking()
+		defer end()
+	}
 	sh.each(func(k int, s *Store) error { errs[k] = s.Check(ctx); return errs[k] })
 	var full, gone error
 	down := 0
 	for k, err := range errs {
-		sh.down[k].Store(err != nil && !store.Full(err))
+		s := sh.shards[k]
+		// A shard that answered another call since the check began is
+		// not down: that answer is newer than the check's failure; nor
+		// is one whose check its caller gave up (a probe that hung up).
+		sh.down[k].Store(err != nil && !store.Full(err) && !errors.Is(err, context.Canceled) && s.answers.Load() == since[k])
 		if sh.down[k].Load() {
 			// Failed since it last answered, if a gate (sharded_late.go)
 			// refused the check before Redis could fail it: the rate
 			// windows count on that (RateLimiter.take).
-			sh.shards[k].down.Store(true)
+			s.markDown(since[k])
 		}
 		switch {
 		case err == nil:
@@ -359,7 +369,7 @@ func (sh *Sharded) AppendLimited(ctx context.Context, lim chatrelay.RateLimiter,
 	e, err := sh.appendRated(ctx, thread, m, rt.part(0))
 	if err != nil || e.Replayed {
 		if chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
-			a.at().undoLater(a)
+			a.at().settleLater(rt.part(0), a) // its answer may be lost after it stored the post
 		} else {
 			a.undo(context.WithoutCancel(ctx))
 		}

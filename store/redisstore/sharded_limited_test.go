@@ -2,9 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -374,6 +376,39 @@ func TestAddressWindowSkipsAShardFoundDown(t *testing.T) {
 	}
 }
 
+// TestCheckKeepsAShardThatAnsweredMeanwhile: a check whose call to a
+// shard stalls, while another call to that shard answers, does not mark
+// the shard down when it times out: the answer is newer than the check's
+// start, and the posts whose address's window is on that shard go on
+// counting it there (before, they went to their thread's shard until the
+// shard's next answer).
+func TestCheckKeepsAShardThatAnsweredMeanwhile(t *testing.T) {
+	s0 := redistest.StartServer(t, redistest.ServerOptions{})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	p := startStallProxy(t, s1.Addr())
+	sh := openSharded(t, s0.URL()+","+p.url(), Options{Prefix: "ck:", Timeout: 2 * time.Second})
+	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 100, PerIP: 100, Window: time.Minute})
+	ip := addressOnShard(sh, 1)
+	th := threadsOnShard(sh, 0, 1, 0x5c0000)[0]
+	ctx := t.Context()
+	must[store.Entry](t)(sh.Append(ctx, th, store.NewMessage{Text: "first"}))
+	p.stallOn("readyz") // the check's write, on its connection only
+	checked := make(chan error, 1)
+	go func() { checked <- sh.Check(ctx) }()
+	assert.Eventually(t, 10*time.Second, "the check's call to reach shard 1", func() bool { return p.count("readyz") > 0 })
+	assert.Success(t, sh.Shards()[1].rdb.Ping(ctx).Err()) // shard 1 answers, on another connection
+	if err := <-checked; !store.Partial(err) {
+		t.Fatalf("Check with its call to shard 1 stalled: %v, want a partial error", err)
+	}
+	window := "{rl}:il:" + ip
+	_, done, err := sh.AppendLimited(ctx, l, th, ip, store.NewMessage{Text: "hi"})
+	assert.True(t, done, "AppendLimited left the post to the two calls")
+	assert.Success(t, err)
+	if n := p.count(window); n != 1 {
+		t.Fatalf("shard 1 answered after the check began, and got %d counts of the address, want 1", n)
+	}
+}
+
 // stallProxy forwards loopback connections to a Redis until stall: from
 // then on every connection, open or new, takes what it is sent and
 // answers nothing, until resume (for new connections). It counts the
@@ -387,6 +422,7 @@ type stallProxy struct {
 	sent    []string      // every chunk a client sent
 	conns   []net.Conn    // every connection taken
 	closed  bool          // the test ended: a connection taken now is closed at once
+	on      string        // stallOn's: a connection that sends it stalls from then on
 }
 
 func startStallProxy(t *testing.T, target string) *stallProxy {
@@ -430,6 +466,15 @@ func (p *stallProxy) resume() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stalled = make(chan struct{})
+}
+
+// stallOn stalls each connection, open or new, from the first chunk it
+// sends that names s: that chunk and what follows are taken and never
+// answered. Other connections go on.
+func (p *stallProxy) stallOn(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.on = s
 }
 
 // dials is how many connections the proxy took.
@@ -481,6 +526,10 @@ func (p *stallProxy) serve(c net.Conn) {
 		if n > 0 {
 			p.mu.Lock()
 			p.sent = append(p.sent, string(buf[:n]))
+			if p.on != "" && strings.Contains(string(buf[:n]), p.on) && !isClosed(stalled) {
+				stalled = make(chan struct{}) // this connection's alone
+				close(stalled)
+			}
 			p.mu.Unlock()
 			select {
 			case <-stalled: // taken, never answered
@@ -493,6 +542,116 @@ func (p *stallProxy) serve(c net.Conn) {
 		}
 		if err != nil {
 			return
+		}
+	}
+}
+
+// TestShardedAppendAnswerLostStaysCounted: a post whose address's window
+// is on another shard than its thread, and whose append's answer is lost
+// after its shard stored it, stays counted in the address's window too
+// (the thread's window, counted in the append's script, says it was
+// stored); one whose append was not run is taken out of it.
+func TestShardedAppendAnswerLostStaysCounted(t *testing.T) {
+	spec, prefix := shardSpec(t, "shards")
+	sh := openSharded(t, spec, Options{Prefix: prefix})
+	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 10, PerIP: 10, Window: time.Minute})
+	ctx := t.Context()
+	ip := addressOnShard(sh, 0)
+	th := threadsOnShard(sh, 1, 1, 0x5d0000)[0]
+	must[store.Entry](t)(sh.Append(ctx, th, store.NewMessage{Text: "first"}))
+	ik := prefix + "{rl}:il:" + ip
+	window := func() int64 { return sh.Shards()[0].rdb.LLen(ctx, ik).Val() }
+	post := func(text string) error {
+		t.Helper()
+		_, done, err := sh.AppendLimited(ctx, l, th, ip, store.NewMessage{Text: text})
+		if !done {
+			t.Fatal("AppendLimited left the post to the two calls")
+		}
+		return err
+	}
+	assert.Success(t, post("counted"))
+	sh.Shards()[1].rdb.AddHook(&lostAnswer{key: prefix + "{rl}:tl:" + th})
+	wantCode(t, post("its answer is lost"), chatrelay.StoreUnavailable)
+	if p := must[store.Page](t)(sh.Since(ctx, th, 0, 0)); len(p.Messages) != 3 {
+		t.Fatalf("the thread holds %d messages, want 3: the script ran", len(p.Messages))
+	}
+	sh.Shards()[0].later.Wait() // what the stores do in the background after the failure
+	sh.Shards()[1].later.Wait()
+	if n := window(); n != 2 {
+		t.Fatalf("the address's window holds %d posts, want 2: the lost answer's post is stored", n)
+	}
+	// An append its shard refuses before running it (a Redis error
+	// reply): not stored, taken out of the address's window.
+	sh.Shards()[1].rdb.AddHook(&refusedOnce{key: prefix + "{rl}:tl:" + th})
+	if err := post("refused"); err == nil {
+		t.Fatal("a post whose append Redis refused was acknowledged")
+	}
+	sh.Shards()[0].later.Wait()
+	sh.Shards()[1].later.Wait()
+	if n := window(); n != 2 {
+		t.Fatalf("after a refused append the address's window holds %d posts, want 2", n)
+	}
+}
+
+// refusedOnce answers the first call that names key with a Redis error
+// reply, without sending it.
+type refusedOnce struct {
+	key  string
+	once sync.Once
+}
+
+func (r *refusedOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *refusedOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		refused := false
+		if slices.ContainsFunc(cmd.Args(), func(a any) bool { return argText(a) == r.key }) {
+			r.once.Do(func() { refused = true })
+		}
+		if !refused {
+			return next(ctx, cmd)
+		}
+		err := errorReply("ERR refused by the test")
+		cmd.SetErr(err)
+		return err
+	}
+}
+
+func (r *refusedOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// errorReply is an error reply of Redis (redis.Error).
+type errorReply string
+
+func (e errorReply) Error() string { return string(e) }
+func (errorReply) RedisError()     {}
+
+// isClosed reports whether c is closed.
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestCheckCanceledMarksNoShardDown: a check whose caller gave up (a
+// readiness probe that hung up) says nothing of the shards: none is
+// marked down, so the addresses' windows stay where they are.
+func TestCheckCanceledMarksNoShardDown(t *testing.T) {
+	s0 := redistest.StartServer(t, redistest.ServerOptions{})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	sh := openSharded(t, s0.URL()+","+s1.URL(), Options{Prefix: "cc:"})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := sh.Check(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Check with a canceled context: %v, want context.Canceled", err)
+	}
+	for k, s := range sh.Shards() {
+		if sh.down[k].Load() || s.down.Load() {
+			t.Errorf("shard %d marked down by a check its caller canceled", k)
 		}
 	}
 }

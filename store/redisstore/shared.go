@@ -27,6 +27,8 @@ var (
 // its own, <prefix>readyz, that expires (on a cluster, each shard's, in
 // its slot: every primary that holds a shard is asked).
 func (s *Store) Check(ctx context.Context) error {
+	since, end := s.checking()
+	defer end()
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	// Without WAIT (replicas.go): the probe asks whether this Redis
@@ -46,7 +48,7 @@ func (s *Store) Check(ctx context.Context) error {
 	} else if isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
 		err = &writeRefusal{reason: "Redis not answering", err: err} // a stall: it took the connection, not the write, in time
 	}
-	return s.unavailable("check", err)
+	return s.failed("check", err, &since)
 }
 
 // readyzTTL is the life of the readiness probe's key.

@@ -62,8 +62,15 @@ func (s *Store) appendRated(ctx context.Context, thread string, m store.NewMessa
 		}
 		res, err := s.runAppend(ctx, thread, r, nil)
 		if err != nil {
-			if rt != nil {
-				s.undoLater(rt) // as the transport undid a take whose append failed
+			if rt != nil && isReply(err) {
+				// Redis refused the script, or it stopped (an error)
+				// after counting the post and before storing it: Redis
+				// does not undo a script's writes. A failure without
+				// Redis's answer (a timeout, a lost connection) is left
+				// counted: the script keeps a post's entries only if it
+				// stored the post, so an entry there is a stored post's
+				// (a script that did not run made none).
+				s.undoLater(rt)
 			}
 			return store.Entry{}, s.unavailable("append", err)
 		}
@@ -218,6 +225,10 @@ func flag(b bool) string {
 	return "0"
 }
 
+// appendFixedArgs is how many of appendScript's arguments every call
+// sends; the others are sent up to the last that is not empty.
+const appendFixedArgs = 9
+
 // runAppend runs appendScript once, offering the id suffixes given, or
 // idCandidates random ones if suffixes is nil. It returns the script's
 // answer as a table: a message stored with no v2 object, which the script
@@ -264,24 +275,28 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 		keys = append(keys, rt.keys()...)
 		rid, clock = rt.id, rt.l.clockArg()
 	}
-	args := make([]any, 0, 24)
-	args = append(args, thread, now.UnixMilli(), s.appendSettings(r.rate), string(creation),
-		jsonString(string(r.m.Author)), jsonString(text), stamp, ts, cands)
-	// The arguments a plain post leaves empty, up to the last that is not.
-	var deadline, capSpent, waiting any = "", "", ""
+	deadline, capSpent, waiting := "", "", ""
 	if r.ix != "" {
-		deadline = r.deadline
+		deadline = strconv.FormatInt(r.deadline, 10)
 	}
 	if r.grant != "" {
-		capSpent, waiting = flag(r.capSpent), chatrelay.LimitWaitingPosts.Max
+		capSpent, waiting = flag(r.capSpent), strconv.Itoa(chatrelay.LimitWaitingPosts.Max)
 	}
-	opt := [...]any{rid, r.m.ClientID, r.event, r.tail, r.ix, deadline, r.grant, r.version, r.next, capSpent, waiting,
+	// The arguments are texts in one array, sent as pointers into it
+	// (fcallArgs): boxed one by one, each would be an allocation. Those a
+	// plain post leaves empty are sent up to the last that is not.
+	a := &[...]string{thread, strconv.FormatInt(now.UnixMilli(), 10), s.appendSettings(r.rate), string(creation),
+		jsonString(string(r.m.Author)), jsonString(text), stamp, ts, cands,
+		rid, r.m.ClientID, r.event, r.tail, r.ix, deadline, r.grant, r.version, r.next, capSpent, waiting,
 		r.m.Title, strings.Join(r.m.Attachments, " "), r.v2Text, clock}
-	n := len(opt)
-	for n > 0 && opt[n-1] == "" {
+	n := len(a)
+	for n > appendFixedArgs && a[n-1] == "" {
 		n--
 	}
-	args = append(args, opt[:n]...)
+	args := make([]any, n)
+	for i := range args {
+		args[i] = &a[i]
+	}
 	cmd := s.runScript(ctx, appendScript, keys, args...)
 	if err := cmd.Err(); err != nil {
 		return nil, err
@@ -298,6 +313,19 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 // rt (or 0 0 0 for an append counted in none; the address's limit 0 for
 // rt counted in the thread's window alone).
 func (s *Store) appendSettings(rt *rateTake) string {
+	var window int64
+	var thread, address int
+	if rt != nil {
+		window, thread = rt.l.window.Milliseconds(), rt.w[0].limit
+		if len(rt.w) == 2 {
+			address = rt.w[1].limit
+		}
+	}
+	// The settings are the same at nearly every call: the last text is
+	// kept, as Store.secondOf keeps the last second's.
+	if st := s.settings.Load(); st != nil && st.window == window && st.thread == thread && st.address == address {
+		return st.text
+	}
 	b := make([]byte, 0, 64+len(s.pubFeed))
 	b = strconv.AppendInt(b, int64(s.opt.Retention.Messages), 10)
 	b = append(b, ' ')
@@ -306,18 +334,25 @@ func (s *Store) appendSettings(rt *rateTake) string {
 		b = append(b, " 0 0 0 "...)
 	} else {
 		b = append(b, ' ')
-		b = strconv.AppendInt(b, rt.l.window.Milliseconds(), 10)
+		b = strconv.AppendInt(b, window, 10)
 		b = append(b, ' ')
-		b = strconv.AppendInt(b, int64(rt.w[0].limit), 10)
+		b = strconv.AppendInt(b, int64(thread), 10)
 		b = append(b, ' ')
-		l2 := 0
-		if len(rt.w) == 2 {
-			l2 = rt.w[1].limit
-		}
-		b = strconv.AppendInt(b, int64(l2), 10)
+		b = strconv.AppendInt(b, int64(address), 10)
 		b = append(b, ' ')
 	}
-	return string(append(b, s.pubFeed...))
+	st := &settingsText{window: window, thread: thread, address: address, text: string(append(b, s.pubFeed...))}
+	s.settings.Store(st)
+	return st.text
+}
+
+// settingsText is appendSettings' text of one set of rate windows (all
+// zero: an append counted in none; the retention and the feed are the
+// store's, the same at every call).
+type settingsText struct {
+	window          int64
+	thread, address int
+	text            string
 }
 
 // secondText is secondOf of one second (unix: its Unix time).
