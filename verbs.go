@@ -230,12 +230,14 @@ func (v verbParts) openVerbs() []verbDef {
 		{
 			VerbOpenThread, "Start a new conversation: a new thread with hermes's first message (text, else title), and its claim link. Whoever opens the link first holds the thread; give the link to the person once (it is not kept anywhere).",
 			object("at least one of title and text", obj{
-				"title": str(LimitThreadTitle, "the thread's title, shown in the page's header and in list"),
-				"text":  text(LimitPostText, "hermes's first message; absent: the title"),
+				"title":     str(LimitThreadTitle, "the thread's title, shown in the page's header and in list"),
+				"text":      text(LimitPostText, "hermes's first message; absent: the title"),
+				"client_id": pattern(ClientIDPattern, "optional idempotency key: calling again with it (the same caller: the host, or one agent key) opens nothing new and answers the same thread and link; another title or text with it is client_id_conflict"),
 			}),
 			object("", obj{
-				"thread": ref("thread"),
-				"link":   describe(obj{"type": "string"}, "the claim link, <base>/#t=<token> (the server's public URL; without one the path alone, /#t=<token>)"),
+				"thread":   ref("thread"),
+				"link":     describe(obj{"type": "string"}, "the claim link, <base>/#t=<token> (the server's public URL; without one the path alone, /#t=<token>)"),
+				"replayed": boolean("the client_id named a thread already opened: nothing new was made"),
 			}, "thread", "link"),
 		},
 	}

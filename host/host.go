@@ -38,6 +38,11 @@ type Verbs struct {
 	// NotFound to every verb, list_threads and the waits leave it out, and
 	// open_thread is NotPermitted (scope.go). nil: every thread.
 	Reaches func(thread string) bool
+	// Caller names who calls the verbs, for open_thread's client_id
+	// (OpenToken): "" is the host (the CLI, MCP over stdio); ForAgent
+	// sets the agent key's. Two callers with the same client_id open two
+	// threads.
+	Caller string
 	// MaxAttachmentBytes is the most bytes of one file the verbs attach
 	// (serve --max-attachment-bytes over MCP HTTP); 0 is
 	// chatrelay.LimitAttachmentBytes.

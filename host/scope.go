@@ -13,7 +13,8 @@ import (
 // ForAgent is a copy of v (sharing its store and feed) that acts for the
 // agent key k: its scope and its name.
 func (v *Verbs) ForAgent(k chatrelay.AgentKey) *Verbs {
-	a := &Verbs{Store: v.Store, Now: v.Now, Feed: v.feed(), PublicURL: v.PublicURL, AuthorName: k.Name, MaxAttachmentBytes: v.MaxAttachmentBytes}
+	a := &Verbs{Store: v.Store, Now: v.Now, Feed: v.feed(), PublicURL: v.PublicURL, AuthorName: k.Name, MaxAttachmentBytes: v.MaxAttachmentBytes,
+		Caller: "agent " + k.ID + " " + k.Digest}
 	if len(k.Threads) > 0 {
 		a.Reaches = k.Reaches
 	}

@@ -514,6 +514,11 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 			// thread), since the thread is not made yet.
 			var err error
 			if undo, err = h.o.Limiter.Take(ctx, "open:"+as.key.ID, "agent:"+as.key.ID); err != nil {
+				// A repeat with its client_id of a thread the key opened
+				// makes nothing: answered over a full window too.
+				if chatrelay.CodeOf(err) == chatrelay.RateLimited && h.v.ForAgent(as.key).OpenedWith(ctx, in.ClientID) {
+					return ctx, after, nil
+				}
 				return ctx, after, err
 			}
 		}

@@ -477,6 +477,8 @@ func replayed(res *mcp.CallToolResult) bool {
 		return r.Replayed
 	case host.InteractionResult:
 		return r.Replayed
+	case host.OpenThreadResult:
+		return r.Replayed
 	}
 	return false
 }
@@ -713,8 +715,15 @@ func sayWait(_ host.WaitMessagesInput, r host.WaitMessagesResult) string {
 	return b.String()
 }
 
-func sayOpened(_ host.OpenThreadInput, r host.OpenThreadResult) string {
-	return fmt.Sprintf("opened the thread %s; give the person this link (whoever opens it first holds the thread; it is shown this once): %s", r.Thread, r.Link)
+func sayOpened(in host.OpenThreadInput, r host.OpenThreadResult) string {
+	if r.Replayed {
+		return fmt.Sprintf("the thread %s was already opened under this client_id: nothing new was made; give the person its link (whoever opens it first holds the thread): %s", r.Thread, r.Link)
+	}
+	shown := "it is shown this once"
+	if in.ClientID != "" {
+		shown = "calling again with this client_id answers it again"
+	}
+	return fmt.Sprintf("opened the thread %s; give the person this link (whoever opens it first holds the thread; %s): %s", r.Thread, shown, r.Link)
 }
 
 func sayMessage[In any](did string) func(In, host.MessageResult) string {

@@ -555,6 +555,28 @@ func TestOpenThread(t *testing.T) {
 	assert.Equal(t, "list_threads' titles", titles, map[string]string{thread: "", r.Thread: "Deploy 412", r2.Thread: "Only a title", r3.Thread: ""})
 }
 
+// TestOpenThreadClientID: over stdio, chatrelay_open_thread with a
+// client_id called again (its answer lost) answers the same thread and
+// link, says so, and makes nothing new; another text with it is the
+// tool's error client_id_conflict.
+func TestOpenThreadClientID(t *testing.T) {
+	e := newEnv(t)
+	args := map[string]any{"title": "Deploy 412", "text": "Shall I deploy build 412?", "client_id": "deploy-412"}
+	r := ok[host.OpenThreadResult](t, e, "open_thread", args)
+	again := e.call(t, t.Context(), "open_thread", args)
+	assert.True(t, !again.IsError, "the repeat: %s", text(again))
+	assert.True(t, strings.Contains(text(again), "already opened") && strings.Contains(text(again), r.Link), "the repeat said %q", text(again))
+	var r2 host.OpenThreadResult
+	b, _ := json.Marshal(again.StructuredContent)
+	assert.Success(t, json.Unmarshal(b, &r2))
+	assert.Equal(t, "the repeat", r2, host.OpenThreadResult{Thread: r.Thread, Link: r.Link, Replayed: true})
+	p, err := e.st.Changes(t.Context(), r.Thread, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "messages", len(p.Messages), 1)
+	conflict := e.call(t, t.Context(), "open_thread", map[string]any{"text": "Shall I roll back?", "title": "Deploy 412", "client_id": "deploy-412"})
+	assert.True(t, conflict.IsError && strings.HasPrefix(text(conflict), string(chatrelay.ClientIDConflict)), "another text: %s", text(conflict))
+}
+
 // TestRefusalSaysHowLongToWait: a refusal that a later retry gets past
 // (rate_limited, whose window frees a place only minutes later, and
 // too_many_streams) says how long to wait, retry_after_ms in its

@@ -68,7 +68,7 @@ var commands = []command{
 	{"cancel", "THREAD INTERACTION", "withdraw a pending interaction", cancel},
 	{"react", "THREAD MESSAGE EMOJI [--remove]", "add (or remove) hermes's reaction", react},
 	{"card", "THREAD FILE", `send a card (JSON; FILE "-" reads standard input)`, card},
-	{"open", "[--title T] [--text FIRST] [--public-url URL]", "start a conversation as hermes: a new thread and its claim link (shown once; whoever opens it first holds the thread)", openThread},
+	{"open", "[--title T] [--text FIRST] [--client-id KEY] [--public-url URL]", "start a conversation as hermes: a new thread and its claim link (shown once; whoever opens it first holds the thread)", openThread},
 	{"share", "THREAD --name NAME [--role viewer|commenter] [--kind human|agent] [--expires D] [--cap N] [--public-url URL] | share list THREAD [--json] | share revoke THREAD (ID | --all) | share audit THREAD [--json]",
 		"share the conversation with a link (shown once), list, revoke and audit the links", share},
 	{"device", "THREAD --name NAME [--expires-in D] [--public-url URL] | device list THREAD [--json] | device revoke THREAD ID",

@@ -418,9 +418,10 @@ func readFile(name string, limit int64) ([]byte, error) {
 
 // openThread is chatrelay open: hermes starts a conversation. It prints
 // {"thread", "link"}: the claim link holds the thread's token, shown this
-// once and kept nowhere.
+// once and kept nowhere. With --client-id, running it again prints the
+// same thread and link (and "replayed": true) and makes nothing new.
 func openThread(ctx context.Context, e cmdEnv) error {
-	v := newVerb("open", "[--title T] [--text FIRST] [--public-url URL] [--data DIR]", e.stderr, false).withPublicURL().startsStore()
+	v := newVerb("open", "[--title T] [--text FIRST] [--client-id KEY] [--public-url URL] [--data DIR]", e.stderr, true).withPublicURL().startsStore()
 	title := v.fs.String("title", "", fmt.Sprintf("the thread's `title` (at most %d code points), shown in the page's header and in list", chatrelay.LimitThreadTitle.Max))
 	text := v.fs.String("text", "", "hermes's first `message` (default: the title; one of the two is needed)")
 	h, done, err := v.open(ctx, e, 0, "no operands (--title, --text)")
@@ -428,7 +429,7 @@ func openThread(ctx context.Context, e cmdEnv) error {
 		return err
 	}
 	defer done()
-	r, err := h.OpenThread(ctx, host.OpenThreadInput{Title: *title, Text: *text})
+	r, err := h.OpenThread(ctx, host.OpenThreadInput{Title: *title, Text: *text, ClientID: v.clientID})
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,8 @@
 //	<prefix>generation  hash: the data set's random id, start and the newest
 //	                    epoch known lost with an earlier one (gen.go)
 //	<prefix>ticket-key  string: the ticket signing key nodes share (TicketKey)
+//	<prefix>open-key    string: the secret open_thread derives a client_id's
+//	                    token from (OpenSecret)
 //	<prefix>feed        pub/sub channel of the change feed (not a key)
 //	<prefix>{rl}:tl:T   lists of the rate windows' posts (RateLimiter)
 //	<prefix>{rl}:il:IP
