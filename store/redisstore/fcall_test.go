@@ -93,3 +93,14 @@ func TestAppendSettingsKept(t *testing.T) {
 		t.Fatalf("the same settings again cost %v allocations, want 0", n)
 	}
 }
+
+// TestHeldScriptWaitsForNoReplica: the look that settles a lost append's
+// address count only reads, so it is sent without a WAIT: with a replica
+// behind, a WAIT would fail it and leave a post that was not stored
+// counted.
+func TestHeldScriptWaitsForNoReplica(t *testing.T) {
+	cmd := redis.NewCmd(t.Context(), "evalsha", heldScript.Hash(), 1, "k", "MSG-1")
+	if needsWait(cmd) {
+		t.Error("heldScript needs a WAIT, want none: it only reads")
+	}
+}

@@ -232,7 +232,7 @@ var noWaitScripts = map[string]bool{}
 func init() {
 	for _, sc := range []*redis.Script{readScript, changesScript, messageScript, indexScript, pendingScript,
 		sweepScript, collectScript, markLostScript, markScript, claimScript, pushClaimScript,
-		undoScript, acquireScript, renewScript, lockScript, unlockScript, takeScript.Script} {
+		undoScript, heldScript, acquireScript, renewScript, lockScript, unlockScript, takeScript.Script} {
 		noWaitScripts[sc.Hash()] = true
 	}
 	_, prefix := library() // as FCALL names it (takeScript.name, set by another init)
