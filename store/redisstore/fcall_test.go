@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -102,5 +103,26 @@ func TestHeldScriptWaitsForNoReplica(t *testing.T) {
 	cmd := redis.NewCmd(t.Context(), "evalsha", heldScript.Hash(), 1, "k", "MSG-1")
 	if needsWait(cmd) {
 		t.Error("heldScript needs a WAIT, want none: it only reads")
+	}
+}
+
+// TestScriptRefusedNotByItsWait: an error reply to the script is the
+// script's refusal (its rate entries are undone); one to the WAIT after
+// it is not (the script ran: its post is stored and counts), nor is a
+// failure without an answer.
+func TestScriptRefusedNotByItsWait(t *testing.T) {
+	reply := errorReply("ERR refused")
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{reply, true},
+		{&notReplicatedError{want: 1, err: reply}, false},
+		{&notReplicatedError{want: 1, got: 0}, false},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := scriptRefused(c.err); got != c.want {
+			t.Errorf("scriptRefused(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -613,6 +613,14 @@ func isReply(err error) bool {
 	return errors.As(err, &re) && !errors.Is(err, redis.Nil) && !errors.As(err, &ne)
 }
 
+// scriptRefused reports whether err says a script did not run to its
+// end: an error reply of Redis to it, not one to the WAIT after it (a
+// notReplicatedError: the script ran on the primary).
+func scriptRefused(err error) bool {
+	var nr *notReplicatedError
+	return isReply(err) && !errors.As(err, &nr)
+}
+
 // isInternal reports whether err is an error reply of Redis that does not
 // mean "try again later": a script error or an unknown command.
 func isInternal(err error) bool {

@@ -62,14 +62,15 @@ func (s *Store) appendRated(ctx context.Context, thread string, m store.NewMessa
 		}
 		res, err := s.runAppend(ctx, thread, r, nil)
 		if err != nil {
-			if rt != nil && isReply(err) {
+			if rt != nil && scriptRefused(err) {
 				// Redis refused the script, or it stopped (an error)
 				// after counting the post and before storing it: Redis
 				// does not undo a script's writes. A failure without
 				// Redis's answer (a timeout, a lost connection) is left
 				// counted: the script keeps a post's entries only if it
 				// stored the post, so an entry there is a stored post's
-				// (a script that did not run made none).
+				// (a script that did not run made none), as is one whose
+				// WAIT failed (the script ran).
 				s.undoLater(rt)
 			}
 			return store.Entry{}, s.unavailable("append", err)
