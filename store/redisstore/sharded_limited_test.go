@@ -386,7 +386,9 @@ func TestCheckKeepsAShardThatAnsweredMeanwhile(t *testing.T) {
 	s0 := redistest.StartServer(t, redistest.ServerOptions{})
 	s1 := redistest.StartServer(t, redistest.ServerOptions{})
 	p := startStallProxy(t, s1.Addr())
-	sh := openSharded(t, s0.URL()+","+p.url(), Options{Prefix: "ck:", Timeout: 2 * time.Second})
+	// A timeout no loaded machine reaches: the check's call fails when
+	// the test cuts its connection, after shard 1 answered the ping.
+	sh := openSharded(t, s0.URL()+","+p.url(), Options{Prefix: "ck:", Timeout: time.Minute})
 	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 100, PerIP: 100, Window: time.Minute})
 	ip := addressOnShard(sh, 1)
 	th := threadsOnShard(sh, 0, 1, 0x5c0000)[0]
@@ -397,6 +399,7 @@ func TestCheckKeepsAShardThatAnsweredMeanwhile(t *testing.T) {
 	go func() { checked <- sh.Check(ctx) }()
 	assert.Eventually(t, 10*time.Second, "the check's call to reach shard 1", func() bool { return p.count("readyz") > 0 })
 	assert.Success(t, sh.Shards()[1].rdb.Ping(ctx).Err()) // shard 1 answers, on another connection
+	p.cutStalled()                                        // then the check's call fails
 	if err := <-checked; !store.Partial(err) {
 		t.Fatalf("Check with its call to shard 1 stalled: %v, want a partial error", err)
 	}
@@ -423,6 +426,7 @@ type stallProxy struct {
 	conns   []net.Conn    // every connection taken
 	closed  bool          // the test ended: a connection taken now is closed at once
 	on      string        // stallOn's: a connection that sends it stalls from then on
+	onConns []net.Conn    // the connections stalled by on
 }
 
 func startStallProxy(t *testing.T, target string) *stallProxy {
@@ -477,6 +481,16 @@ func (p *stallProxy) stallOn(s string) {
 	p.on = s
 }
 
+// cutStalled closes the connections stallOn stalled: their calls fail
+// at once (a lost connection), not at their timeout.
+func (p *stallProxy) cutStalled() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.onConns {
+		c.Close()
+	}
+}
+
 // dials is how many connections the proxy took.
 func (p *stallProxy) dials() int {
 	p.mu.Lock()
@@ -529,6 +543,7 @@ func (p *stallProxy) serve(c net.Conn) {
 			if p.on != "" && strings.Contains(string(buf[:n]), p.on) && !isClosed(stalled) {
 				stalled = make(chan struct{}) // this connection's alone
 				close(stalled)
+				p.onConns = append(p.onConns, c)
 			}
 			p.mu.Unlock()
 			select {
