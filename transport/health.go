@@ -31,10 +31,13 @@ type readiness struct {
 // source (store.FeedStater: Redis's subscription), live now; and the store
 // takes writes now (for the file store, a probe file is created and
 // removed in the chat folder). The store check is bounded by
-// readyzTimeout. The body names each part; causes go to the log (on a
+// readyzTimeout, not by the probe's own patience. The body names each part; causes go to the log (on a
 // change), never to the client, as they may hold host paths.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), readyzTimeout)
+	// The check runs to its own end whatever the probe does: a probe that
+	// hangs up first (a timeout under readyzTimeout) would cancel it, and
+	// a canceled check finds no shard down (its caller gave up).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), readyzTimeout)
 	defer cancel()
 	rd, cause := s.readiness(ctx)
 	why := ""
