@@ -25,12 +25,7 @@ func TestDevice(t *testing.T) {
 	for _, backend := range storetest.Backends() {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			var b *storetest.Backend
-			if backend == storetest.Redis {
-				b = storetest.OpenRedis(t, storetest.StartServer(t, storetest.ServerOptions{}), storetest.NewPrefix(), storetest.Options{})
-			} else {
-				b = storetest.Open(t, backend, storetest.Options{})
-			}
+			b := ownBackend(t, backend)
 			serverLog := &lockedBuffer{}
 			log := slog.New(slog.NewTextHandler(serverLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			hs := httptest.NewServer(transport.NewServer(transport.Config{Store: b.Store, Log: log}))

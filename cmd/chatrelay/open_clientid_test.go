@@ -20,12 +20,7 @@ func TestOpenClientID(t *testing.T) {
 	for _, backend := range storetest.Backends() {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			var b *storetest.Backend
-			if backend == storetest.Redis {
-				b = storetest.OpenRedis(t, storetest.StartServer(t, storetest.ServerOptions{}), storetest.NewPrefix(), storetest.Options{})
-			} else {
-				b = storetest.Open(t, backend, storetest.Options{})
-			}
+			b := ownBackend(t, backend)
 			args := append([]string{"open", "--title", "Deploy 412", "--text", "Shall I deploy?", "--client-id", "deploy-412", "--public-url", "https://chat.example.com"}, b.CLIArgs()...)
 			type result struct {
 				Thread   string `json:"thread"`

@@ -30,12 +30,7 @@ func TestOpen(t *testing.T) {
 	for _, backend := range storetest.Backends() {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			var b *storetest.Backend
-			if backend == storetest.Redis {
-				b = storetest.OpenRedis(t, storetest.StartServer(t, storetest.ServerOptions{}), storetest.NewPrefix(), storetest.Options{})
-			} else {
-				b = storetest.Open(t, backend, storetest.Options{})
-			}
+			b := ownBackend(t, backend)
 			serverLog := &lockedBuffer{}
 			log := slog.New(slog.NewTextHandler(serverLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			hs := httptest.NewServer(transport.NewServer(transport.Config{Store: b.Store, Log: log}))
@@ -186,4 +181,13 @@ func stored(t *testing.T, b *storetest.Backend) map[string]string {
 	}
 	assert.True(t, len(out) > 0, "no key under the prefix")
 	return out
+}
+
+// ownBackend is a fresh store of backend, on a Redis server of its own for
+// Redis (so that the test may read every key of it).
+func ownBackend(t *testing.T, backend string) *storetest.Backend {
+	if backend == storetest.Redis {
+		return storetest.OpenRedis(t, storetest.StartServer(t, storetest.ServerOptions{}), storetest.NewPrefix(), storetest.Options{})
+	}
+	return storetest.Open(t, backend, storetest.Options{})
 }

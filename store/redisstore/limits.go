@@ -219,6 +219,13 @@ func (t *rateTake) undo(ctx context.Context) {
 // when its Take's undo came after a failed append, without waiting on
 // a Redis that may be stalled.
 func (s *Store) undoLater(t *rateTake) {
+	s.inBackground(func() { t.undo(s.closing) })
+}
+
+// inBackground runs f in a goroutine the store owns (members: Close ends
+// and waits for it) and its tests wait for (later); not at all once the
+// store is closing.
+func (s *Store) inBackground(f func()) {
 	if !s.members.Enter() {
 		return
 	}
@@ -226,7 +233,7 @@ func (s *Store) undoLater(t *rateTake) {
 	go func() {
 		defer s.members.Leave()
 		defer s.later.Done()
-		t.undo(s.closing)
+		f()
 	}()
 }
 
@@ -240,13 +247,7 @@ func (s *Store) undoLater(t *rateTake) {
 // An append still on its way to the thread's shard when this looks (a
 // stalled link that delivers it later) is taken out all the same.
 func (s *Store) settleLater(th, a *rateTake) {
-	if !s.members.Enter() {
-		return
-	}
-	s.later.Add(1)
-	go func() {
-		defer s.members.Leave()
-		defer s.later.Done()
+	s.inBackground(func() {
 		ctx, cancel := context.WithTimeout(s.closing, chatrelay.DefaultStoreTimeout)
 		defer cancel()
 		held, err := heldScript.Run(ctx, th.at().rdb, th.keys(), th.id).Int()
@@ -257,7 +258,7 @@ func (s *Store) settleLater(th, a *rateTake) {
 		if held == 0 {
 			a.undo(s.closing)
 		}
-	}()
+	})
 }
 
 // AppendLimited is lim.Take(ctx, thread, ip) and, if the post is under the
