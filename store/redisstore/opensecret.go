@@ -2,9 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/chatrelay/chatrelay/store"
 )
@@ -15,34 +12,15 @@ import (
 
 var _ store.OpenSecrets = (*Store)(nil)
 
-// OpenSecret implements store.OpenSecrets: the secret kept; if there is
-// none, SET NX of a fresh one, then GET, in one transaction, so that every
-// node gets the secret that won.
+// OpenSecret implements store.OpenSecrets: the secret kept, or the one
+// that won (keptKey).
 func (s *Store) OpenSecret(ctx context.Context) ([]byte, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
 	key := s.prefix + "open-key"
-	if get := s.rdb.Get(ctx, key); !errors.Is(get.Err(), redis.Nil) {
-		if get.Err() != nil {
-			return nil, s.unavailable("open_thread secret", get.Err())
-		}
-		return checkOpenSecret(key, get)
-	}
-	var get *redis.StringCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.SetNX(ctx, key, store.NewOpenSecret(), 0)
-		get = p.Get(ctx, key)
-		return nil
-	})
+	secret, err := s.keptKey(ctx, key, "open_thread secret", store.NewOpenSecret)
 	if err != nil {
-		return nil, s.unavailable("open_thread secret", err)
+		return nil, err
 	}
-	return checkOpenSecret(key, get)
-}
-
-func checkOpenSecret(key string, get *redis.StringCmd) ([]byte, error) {
-	raw, err := get.Bytes()
-	return store.CheckOpenSecret("redisstore: "+key, raw, err)
+	return store.CheckOpenSecret("redisstore: "+key, secret, nil)
 }
 
 // OpenSecret implements store.OpenSecrets: shard 0's.

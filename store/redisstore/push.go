@@ -177,29 +177,38 @@ func (s *Store) PushUnsubscribe(ctx context.Context, thread, id string) (out cha
 	return out, err
 }
 
-// VAPIDKey implements store.Push: the key kept; if there is none, SET NX
-// of a fresh key, then GET, in one transaction, so that every node gets
-// the key that won.
+// VAPIDKey implements store.Push: the key kept, or the one that won
+// (keptKey).
 func (s *Store) VAPIDKey(ctx context.Context) ([]byte, error) {
+	key := s.prefix + "vapid-key"
+	raw, err := s.keptKey(ctx, key, "vapid key", webpush.NewVAPIDKey)
+	if err != nil {
+		return nil, err
+	}
+	return store.CheckVAPID("redisstore: "+key, raw, nil)
+}
+
+// keptKey returns the value of key: the one kept; if there is none, SET
+// NX of a fresh one (fresh), then GET, in one transaction, so that every
+// node gets the value that won. what names it in a failure.
+func (s *Store) keptKey(ctx context.Context, key, what string, fresh func() []byte) ([]byte, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	key := s.prefix + "vapid-key"
-	if get := s.rdb.Get(ctx, key); !errors.Is(get.Err(), redis.Nil) {
-		if get.Err() != nil {
-			return nil, s.unavailable("vapid key", get.Err())
+	raw, err := s.rdb.Get(ctx, key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		var get *redis.StringCmd
+		if _, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.SetNX(ctx, key, fresh(), 0)
+			get = p.Get(ctx, key)
+			return nil
+		}); err == nil {
+			raw, err = get.Bytes()
 		}
-		return checkVAPID(key, get)
 	}
-	var get *redis.StringCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.SetNX(ctx, key, webpush.NewVAPIDKey(), 0)
-		get = p.Get(ctx, key)
-		return nil
-	})
 	if err != nil {
-		return nil, s.unavailable("vapid key", err)
+		return nil, s.unavailable(what, err)
 	}
-	return checkVAPID(key, get)
+	return raw, nil
 }
 
 // RotateVAPIDKey implements store.Push.
@@ -211,11 +220,6 @@ func (s *Store) RotateVAPIDKey(ctx context.Context) ([]byte, error) {
 		return nil, s.unavailable("vapid key", err)
 	}
 	return raw, nil
-}
-
-func checkVAPID(key string, get *redis.StringCmd) ([]byte, error) {
-	raw, err := get.Bytes()
-	return store.CheckVAPID("redisstore: "+key, raw, err)
 }
 
 // pushSettled is a settled push claim's value; a held one's is its

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -98,9 +96,7 @@ func (s *Store) FeedLive() bool { return s.feedsDown.Load() == 0 }
 // before it signs a ticket and when one does not verify, so nodes agree
 // again after the key changed.
 func (s *Store) TicketKey(ctx context.Context) ([]byte, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	return s.offerTicketKey(ctx)
+	return s.offerTicketKey(ctx) // bounded by keptKey
 }
 
 func (s *Store) offerTicketKey(ctx context.Context) ([]byte, error) {
@@ -112,23 +108,12 @@ func (s *Store) offerTicketKey(ctx context.Context) ([]byte, error) {
 		offer = make([]byte, 32)
 		rand.Read(offer)
 	}
-	// Read first: a key that is there is adopted without a write, which a
-	// full Redis (maxmemory with noeviction) would refuse, and with it a
-	// node starting then.
-	got, err := s.rdb.Get(ctx, key).Bytes()
-	if err == redis.Nil {
-		var get *redis.StringCmd
-		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.SetNX(ctx, key, offer, 0)
-			get = p.Get(ctx, key)
-			return nil
-		})
-		if err == nil {
-			got, err = get.Bytes()
-		}
-	}
+	// keptKey reads first: a key that is there is adopted without a
+	// write, which a full Redis (maxmemory with noeviction) would refuse,
+	// and with it a node starting then.
+	got, err := s.keptKey(ctx, key, "ticket key", func() []byte { return offer })
 	if err != nil {
-		return nil, s.unavailable("ticket key", err)
+		return nil, err
 	}
 	if len(got) < 32 {
 		return nil, fmt.Errorf("redisstore: %s holds %d bytes, want at least 32", key, len(got))
