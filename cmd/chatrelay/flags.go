@@ -288,7 +288,7 @@ func (sf *storeFlags) openHost(ctx context.Context) (*store.Backend, error) {
 	}
 	// The store's records go to the command's standard error, warnings
 	// and errors only: the command says what it did itself (a store's
-	// info, such as "made a VAPID key" under push rotate-key, would
+	// info, such as "made the VAPID key" under push rotate-key, would
 	// repeat it), and the process's default logger is not the command's.
 	opt.Log = slog.New(slog.NewTextHandler(sf.fs.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if dir, ok := sf.folder(); ok && sf.existing {

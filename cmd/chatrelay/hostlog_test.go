@@ -13,7 +13,7 @@ import (
 // records to the command's standard error at warn and above, never at info
 // through the process's default logger, so that `chatrelay push
 // rotate-key` says what it did in its own words (one "chatrelay:" line)
-// rather than with a store's info line ("made a VAPID key") before it.
+// rather than with a store's info line ("made the VAPID key") before it.
 // Not parallel: it swaps slog's default logger to see what reaches it.
 func TestHostCommandLogsToItsStderrAtWarn(t *testing.T) {
 	var def bytes.Buffer

@@ -3,12 +3,10 @@ package filestore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 
-	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -23,27 +21,7 @@ func (s *File) openSecretPath() string { return filepath.Join(filepath.Dir(s.dir
 
 // OpenSecret implements store.OpenSecrets.
 func (s *File) OpenSecret(ctx context.Context) ([]byte, error) {
-	path := s.openSecretPath()
-	secret, err := readOpenSecret(path)
-	if err == nil || !errors.Is(err, fs.ErrNotExist) {
-		return secret, err
-	}
-	unlock, err := lockPath(ctx, path+".lock", chatrelay.DefaultLockTimeout)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	if secret, err := readOpenSecret(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
-		return secret, err // another process made it meanwhile
-	}
-	secret = store.NewOpenSecret()
-	f, _, err := writeFile(filepath.Dir(path), filepath.Base(path), secret, true)
-	if err != nil {
-		return nil, fmt.Errorf("open_thread secret: %w", err)
-	}
-	f.Close()
-	s.log.Info("made the open_thread secret", "file", path)
-	return secret, nil
+	return keptFile(ctx, s.openSecretPath(), "open_thread secret", readOpenSecret, store.NewOpenSecret, false, s.log)
 }
 
 func readOpenSecret(path string) ([]byte, error) {

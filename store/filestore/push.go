@@ -189,38 +189,12 @@ func (s *File) vapidPath() string { return filepath.Join(filepath.Dir(s.dir), "v
 
 // VAPIDKey implements store.Push.
 func (s *File) VAPIDKey(ctx context.Context) ([]byte, error) {
-	key, err := readVAPID(s.vapidPath())
-	if err == nil || !errors.Is(err, fs.ErrNotExist) {
-		return key, err
-	}
-	return s.writeVAPID(ctx, false)
+	return keptFile(ctx, s.vapidPath(), "VAPID key", readVAPID, webpush.NewVAPIDKey, false, s.log)
 }
 
 // RotateVAPIDKey implements store.Push.
-func (s *File) RotateVAPIDKey(ctx context.Context) ([]byte, error) { return s.writeVAPID(ctx, true) }
-
-// writeVAPID makes a fresh key and writes it, under the key file's lock:
-// always (rotate), or only if there is none yet.
-func (s *File) writeVAPID(ctx context.Context, rotate bool) ([]byte, error) {
-	path := s.vapidPath()
-	unlock, err := lockPath(ctx, path+".lock", chatrelay.DefaultLockTimeout)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	if !rotate {
-		if key, err := readVAPID(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
-			return key, err // another process made it meanwhile
-		}
-	}
-	key := webpush.NewVAPIDKey()
-	f, _, err := writeFile(filepath.Dir(path), filepath.Base(path), key, true)
-	if err != nil {
-		return nil, fmt.Errorf("vapid key: %w", err)
-	}
-	f.Close()
-	s.log.Info("made a VAPID key", "file", path, "rotated", rotate)
-	return key, nil
+func (s *File) RotateVAPIDKey(ctx context.Context) ([]byte, error) {
+	return keptFile(ctx, s.vapidPath(), "VAPID key", readVAPID, webpush.NewVAPIDKey, true, s.log)
 }
 
 func readVAPID(path string) ([]byte, error) {
