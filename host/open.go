@@ -59,21 +59,9 @@ func (v *Verbs) OpenThread(ctx context.Context, in OpenThreadInput) (OpenThreadR
 	if text == "" {
 		return OpenThreadResult{}, chatrelay.Errorf(chatrelay.InvalidText, "open_thread needs a title or a text (hermes's first message)")
 	}
-	var token string
-	if in.ClientID == "" {
-		var b [32]byte
-		rand.Read(b[:]) // never fails (crypto/rand)
-		token = hex.EncodeToString(b[:])
-	} else {
-		ks := store.OpenSecretsOf(v.Store)
-		if ks == nil {
-			return OpenThreadResult{}, chatrelay.Errorf(chatrelay.NotPermitted, "this store keeps no open_thread secret: open the thread without a client_id")
-		}
-		secret, err := ks.OpenSecret(ctx)
-		if err != nil {
-			return OpenThreadResult{}, err
-		}
-		token = OpenToken(secret, v.Caller, in.ClientID)
+	token, err := v.openToken(ctx, in.ClientID)
+	if err != nil {
+		return OpenThreadResult{}, err
 	}
 	thread := chatrelay.ThreadOf(token)
 	e, err := v.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, AuthorName: v.AuthorName, Text: text, Title: in.Title, ClientID: in.ClientID})
@@ -104,16 +92,35 @@ func (v *Verbs) OpenThread(ctx context.Context, in OpenThreadInput) (OpenThreadR
 // open_thread stores nothing (it is answered again, or refused
 // ClientIDConflict), so a full rate window need not refuse it.
 func (v *Verbs) OpenedWith(ctx context.Context, clientID string) bool {
-	ks := store.OpenSecretsOf(v.Store)
-	if clientID == "" || ks == nil || chatrelay.CheckClientID(clientID) != nil {
+	if clientID == "" || chatrelay.CheckClientID(clientID) != nil {
 		return false
 	}
-	secret, err := ks.OpenSecret(ctx)
+	token, err := v.openToken(ctx, clientID)
 	if err != nil {
 		return false
 	}
-	_, ok := store.StoredWith(ctx, v.Store, chatrelay.ThreadOf(OpenToken(secret, v.Caller, clientID)), clientID)
+	_, ok := store.StoredWith(ctx, v.Store, chatrelay.ThreadOf(token), clientID)
 	return ok
+}
+
+// openToken is the owner token of a thread the caller opens: fresh (32
+// bytes from the system's CSPRNG) without a client_id, else derived
+// (OpenToken) under the store's secret.
+func (v *Verbs) openToken(ctx context.Context, clientID string) (string, error) {
+	if clientID == "" {
+		var b [32]byte
+		rand.Read(b[:]) // never fails (crypto/rand)
+		return hex.EncodeToString(b[:]), nil
+	}
+	ks := store.OpenSecretsOf(v.Store)
+	if ks == nil {
+		return "", chatrelay.Errorf(chatrelay.NotPermitted, "this store keeps no open_thread secret: open the thread without a client_id")
+	}
+	secret, err := ks.OpenSecret(ctx)
+	if err != nil {
+		return "", err
+	}
+	return OpenToken(secret, v.Caller, clientID), nil
 }
 
 // openTokenDomain is the domain string of OpenToken's HMAC: a token
