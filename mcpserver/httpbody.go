@@ -67,12 +67,18 @@ func batchMessages(data []byte) []jsonrpc.Message {
 }
 
 // wireMessage is a JSON-RPC message as the SDK decodes it
-// (jsonrpc2.wireDecode, less a response's fields).
+// (jsonrpc2.wireDecode, less a response's result): a request whose error
+// field does not decode as an error is none, there as here.
 type wireMessage struct {
 	Version string          `json:"jsonrpc"`
 	ID      any             `json:"id"`
 	Method  json.RawMessage `json:"method"`
 	Params  json.RawMessage `json:"params"`
+	Error   *struct {
+		Code    int64           `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	} `json:"error"`
 }
 
 // request is w as the SDK's request, if it is one that the SDK decodes:
