@@ -3,6 +3,7 @@ package chatrelay
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -15,13 +16,62 @@ import (
 // fields in their own case only, as the MCP SDK decodes: encoding/json
 // would also take "METHOD" or "REQUESTID" for a field, and the last of
 // two such keys, so a check decoding a message its own way could judge
-// another message than the one the SDK then serves.
+// another message than the one the SDK then serves. Like the SDK's, it
+// refuses data nested deeper than MaxJSONDepth before it decodes any of
+// it: the decoder's work grows with the depth times the length (a
+// megabyte of '[' took it minutes).
 func UnmarshalExactCase(data []byte, v any) error {
+	if tooDeep(data) {
+		return errTooDeep
+	}
 	rest, err := segjson.Parse(data, v, segjson.DontMatchCaseInsensitiveStructFields)
 	if err == nil && len(rest) > 0 {
 		return errors.New("invalid character after top-level value")
 	}
 	return err
+}
+
+// MaxJSONDepth is how deep the MCP SDK's decoder lets JSON nest (objects
+// and arrays, the outermost counted): its internal json's
+// defaultMaxDepth, counted over a whole body, a batch's array too.
+const MaxJSONDepth = 1000
+
+var errTooDeep = fmt.Errorf("json: exceeded maximum nesting depth of %d", MaxJSONDepth)
+
+// tooDeep reports whether data nests deeper than MaxJSONDepth, counted as
+// the SDK counts (its internal json's checkMaxDepth, one pass that skips
+// strings and does not judge the rest: a closing bracket at depth 0 is
+// passed over).
+func tooDeep(data []byte) bool {
+	depth := 0
+	inString, escaped := false, false
+	for _, b := range data {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case b == '\\':
+				escaped = true
+			case b == '"':
+				inString = false
+			}
+			continue
+		}
+		switch b {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+			if depth > MaxJSONDepth {
+				return true
+			}
+		case '}', ']':
+			if depth > 0 {
+				depth--
+			}
+		}
+	}
+	return false
 }
 
 // ValidJSONText reports whether the JSON text s (a string literal, or a

@@ -16,8 +16,8 @@ import (
 // (MCP 2025-03-26). What does not decode is left out (the SDK refuses
 // it), and so are responses, which no caller reads. They are decoded as
 // the SDK's jsonrpc.DecodeMessage decodes a message (segmentio's
-// decoder, keys in their own case, the same fields), in one pass over
-// the body: DecodeMessage made a decoder with a 32 KiB buffer for each
+// decoder, keys in their own case, the same fields, nothing nested past
+// its depth), in one pass over the body: DecodeMessage made a decoder with a 32 KiB buffer for each
 // message and each method name (66 KB for one small call), after
 // encoding/json had copied a batch's messages out.
 func messages(data []byte) []jsonrpc.Message {
@@ -47,10 +47,11 @@ func messages(data []byte) []jsonrpc.Message {
 }
 
 // batchMessages is messages of a batch that does not decode whole:
-// each of its elements that decodes.
+// each of its elements that decodes. A batch the SDK's decoder refuses
+// (the SDK's readBatch decodes it so: nested past its depth) has none.
 func batchMessages(data []byte) []jsonrpc.Message {
 	var raws []json.RawMessage
-	if json.Unmarshal(data, &raws) != nil {
+	if chatrelay.UnmarshalExactCase(data, &raws) != nil {
 		return nil
 	}
 	var ms []jsonrpc.Message

@@ -79,6 +79,13 @@ type Upload struct {
 	// ended while it waited); the server runs the work under a turn of
 	// its background lane, on a low-priority thread. Nil runs it in place.
 	Work func(work func()) error
+	// After, if set, takes work to run once the upload is answered (the
+	// removal of a temp file whose bytes the store held already, or of a
+	// refused upload): the caller owns it, runs it under a turn of its
+	// background lane, and runs it in place at the latest as it stops
+	// (transport's Server.Shutdown), so that the answer waits for no turn.
+	// Nil runs it before the store answers, through Work.
+	After func(work func())
 	// Grant, if set, is the id of the grant (a share link or a device)
 	// the upload is made with: the store keeps the upload only if the
 	// thread still has that grant, active, when it commits (UploadGrant),

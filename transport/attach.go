@@ -87,7 +87,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, who princi
 	// again (not that it broke off), and the server stops.
 	rc := http.NewResponseController(w)
 	defer context.AfterFunc(s.abortCtx, func() { rc.SetReadDeadline(time.Now()) })()
-	up := store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: r.Body, Max: max, Work: uploadWork(r.Context())}
+	up := store.Upload{Name: name, Type: r.Header.Get("Content-Type"), Body: r.Body, Max: max, Work: uploadWork(r.Context()), After: s.afterUpload}
 	if who.grant != nil {
 		up.Grant = who.grant.ID // kept only if still active once the bytes are in
 	}
@@ -300,6 +300,27 @@ var background = lane.ForCores()
 // before, on a busy disk) or a store's round trip lets the turn go after
 // this, for the pushes and the other uploads.
 const uploadHold = 5 * time.Millisecond
+
+// afterUpload is an upload's store.Upload.After: work (a temp file's
+// removal) runs on a goroutine under a turn of the background lane, so
+// that the upload's answer waits for no turn. The goroutine is one of
+// s.uploads, which Shutdown waits for; it waits for a turn until
+// Shutdown's abort, and then runs the work in place. Once Shutdown began
+// (s.uploads closed), the work runs in place at once. A process that
+// ends before (Shutdown's deadline, a crash) leaves the temp file to the
+// store's sweep.
+func (s *Server) afterUpload(work func()) {
+	if !s.uploads.Enter() {
+		work()
+		return
+	}
+	go func() {
+		defer s.uploads.Leave()
+		if uploadWork(s.abortCtx)(work) != nil {
+			work()
+		}
+	}()
+}
 
 // uploadWork is an upload's store.Upload.Work: each chunk's hashing and
 // writing waits for a turn of the background lane (or for ctx, the

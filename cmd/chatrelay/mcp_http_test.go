@@ -938,6 +938,33 @@ func TestMCPBodyIsOneJSONValue(t *testing.T) {
 	assert.True(t, resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"id":5`), "a message and white space: %d %s", resp.StatusCode, b)
 }
 
+// TestMCPBodyNestedTooDeep: a POST body nested past the SDK's 1 000
+// levels of objects and arrays is 400 invalid_mcp_request (the SDK's
+// "malformed payload"), a megabyte of '[' too, which the server's own
+// decoding of the body took minutes over before it was bounded as the
+// SDK's is; the session goes on.
+func TestMCPBodyNestedTooDeep(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	key, _ := addAgent(t, sa, "deep")
+	cs := mcpClient(t, n.base, key, nil)
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":3,"method":"ping","params":{"x":` + deep(999) + `}}`,
+		`[{"jsonrpc":"2.0","id":3,"method":"ping","params":{"x":` + deep(998) + `}}]`,
+		`{"jsonrpc":"2.0","id":3,"method":"ping","params":` + deep(chatrelay.MaxMCPBody/2-100) + `}`,
+	} {
+		resp := mcpPost(t, n.base, key, cs.ID(), body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, "a body 1 001 deep or more: status", resp.StatusCode, http.StatusBadRequest)
+		assert.True(t, strings.Contains(string(b), `"code":"invalid_mcp_request"`) && strings.Contains(string(b), "nesting depth"), "a body 1 001 deep or more: %.300s", b)
+	}
+	r := callTool(t, cs, "list_threads", map[string]any{})
+	assert.True(t, !r.IsError, "a call after: %+v", r)
+}
+
 // TestMCPIDIsAStringOrAnInteger: a request whose id is neither a string
 // nor an integer the SDK keeps exactly (1.5, 2^53+1) is 400 invalid_json,
 // as chatrelay mcp refuses it on stdio (-32600). The SDK answered it with

@@ -150,11 +150,17 @@ func (s *File) PutAttachment(ctx context.Context, thread string, up store.Upload
 
 // dropTemp removes an upload's temp file that the commit did not place
 // (its bytes were held already, or the upload was refused), through
-// up.Work as its writing was: freeing a large file's pages is work in the
-// kernel (about a millisecond for 10 MiB on tmpfs) that the thread
-// removing it does, which a post should not queue behind. Run in place
-// when up.Work is nil or refuses (the request ended).
+// up.After, after the answer, else through up.Work as its writing was:
+// freeing a large file's pages is work in the kernel (about a millisecond
+// for 10 MiB on tmpfs) that the thread removing it does, which a post
+// should not queue behind, nor the upload's answer wait for a turn for.
+// Run in place when both are nil or up.Work refuses (the request ended).
+// A temp file a crash leaves is swept (an hour old).
 func dropTemp(up store.Upload, tmp string) {
+	if up.After != nil {
+		up.After(func() { os.Remove(tmp) })
+		return
+	}
 	if up.Work == nil || up.Work(func() { os.Remove(tmp) }) != nil {
 		os.Remove(tmp)
 	}

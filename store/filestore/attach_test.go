@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
@@ -95,5 +96,58 @@ func TestDuplicateDroppedThroughWork(t *testing.T) {
 	assert.Success(t, err)
 	assert.Equal(t, "the two uploads' digests", b.SHA256, a.SHA256)
 	assert.Equal(t, "temp files removed through up.Work", removedInWork, 1)
+	assert.Equal(t, "temp files left", temps(), 0)
+}
+
+// TestDuplicateAnsweredBeforeItsRemoval: a duplicate upload is answered
+// while the lane its temp file's removal runs on is busy: the removal is
+// handed to up.After, which runs it after the answer (before, the answer
+// waited for a turn of the lane behind the other uploads' chunks). The
+// temp file is gone once the work ran.
+func TestDuplicateAnsweredBeforeItsRemoval(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openOn(t, dir)
+	ctx := context.Background()
+	_, err := s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "hello"})
+	assert.Success(t, err)
+	temps := func() int {
+		m, err := filepath.Glob(filepath.Join(s.Dir(), ".*.upload.tmp-*"))
+		assert.Success(t, err)
+		return len(m)
+	}
+	body := "the same bytes, one chunk"
+	a, err := s.PutAttachment(ctx, diskThread, store.Upload{Name: "a.txt", Body: strings.NewReader(body)})
+	assert.Success(t, err)
+
+	busy := make(chan struct{}) // the lane, busy with other uploads until closed
+	defer close(busy)
+	calls := 0
+	work := func(w func()) error { // the chunk's turn at once, any other after the lane is free
+		if calls++; calls > 1 {
+			<-busy
+		}
+		w()
+		return nil
+	}
+	var later []func()
+	after := func(w func()) { later = append(later, w) }
+	done := make(chan error, 1)
+	go func() {
+		b, err := s.PutAttachment(ctx, diskThread, store.Upload{Name: "b.txt", Body: strings.NewReader(body), Work: work, After: after})
+		if err == nil && b.SHA256 != a.SHA256 {
+			err = errors.New("another digest: " + b.SHA256)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		assert.Success(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the duplicate's answer waited for a turn of the busy lane")
+	}
+	assert.Equal(t, "temp files before the work after the answer", temps(), 1)
+	assert.Equal(t, "works after the answer", len(later), 1)
+	later[0]()
 	assert.Equal(t, "temp files left", temps(), 0)
 }

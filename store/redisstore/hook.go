@@ -9,15 +9,18 @@ import (
 
 // answerHook watches every command the store's client runs, so that a feed
 // waiting to subscribe again (after Redis went away) tries at once when
-// Redis answers anything, instead of at the end of its backoff. On a
-// shard that did not answer when its store opened, it first holds the
-// command until the shard is set up (shardGate).
+// Redis answers anything, instead of at the end of its backoff. It marks
+// a command's lost connection or stall that ends after another command
+// answered (answeredMeanwhile), so that its failure does not mark Redis
+// down. On a shard that did not answer when its store opened, it first
+// holds the command until the shard is set up (shardGate).
 type answerHook struct{ s *Store }
 
 func (h answerHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		since := h.s.answers.Load()
 		if f := h.s.opt.onGate; f != nil {
 			f([]redis.Cmder{cmd})
 		}
@@ -29,12 +32,17 @@ func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		err := next(ctx, cmd)
 		h.s.answered(err)
+		if h.s.stale(err, since) {
+			err = answeredMeanwhile{err}
+			cmd.SetErr(err)
+		}
 		return err
 	}
 }
 
 func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		since := h.s.answers.Load()
 		if f := h.s.opt.onGate; f != nil {
 			f(cmds)
 		}
@@ -48,6 +56,14 @@ func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		}
 		err := next(ctx, cmds)
 		h.s.answered(err)
+		if h.s.stale(err, since) {
+			err = answeredMeanwhile{err}
+		}
+		for _, cmd := range cmds {
+			if cerr := cmd.Err(); h.s.stale(cerr, since) {
+				cmd.SetErr(answeredMeanwhile{cerr})
+			}
+		}
 		return err
 	}
 }
@@ -58,9 +74,7 @@ func (s *Store) answered(err error) {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return
 	}
-	if s.checks.Load() > 0 {
-		s.answers.Add(1)
-	}
+	s.answers.Add(1)
 	if s.down.Load() && s.down.CompareAndSwap(true, false) {
 		s.wakeMu.Lock()
 		close(s.wake)
@@ -77,16 +91,29 @@ func (s *Store) wakeup() <-chan struct{} {
 	return s.wake
 }
 
-// checking counts a check in flight and returns s.answers as it begins;
-// the check calls its end when it has marked what it found (markDown).
-func (s *Store) checking() (since uint64, end func()) {
-	s.checks.Add(1)
-	return s.answers.Load(), func() { s.checks.Add(-1) }
+// answeredMeanwhile is the failure of a command that began when Redis
+// had answered fewer calls than when it failed (Store.answers): a lost
+// connection or a stall (not an error reply, which is Redis's newest
+// word), older news than the answer, which does not mark Redis down
+// (Store.failed). It is the command's error as its caller reads it.
+type answeredMeanwhile struct{ error }
+
+func (e answeredMeanwhile) Unwrap() error { return e.error }
+
+// stale reports whether err is a failure of a command begun when
+// s.answers was since, that another call's answer overtook: neither an
+// answer, nor an error reply, nor its caller's giving up, nor marked.
+func (s *Store) stale(err error, since uint64) bool {
+	if answered(err) || s.answers.Load() == since {
+		return false
+	}
+	var am answeredMeanwhile
+	return !isReply(err) && !errors.Is(err, context.Canceled) && !errors.As(err, &am)
 }
 
-// markDown marks Redis down for a check that failed and began when
+// markDown marks Redis down for a call that failed and began when
 // s.answers was since, unless a call answered after it began: that
-// answer is newer than the check's failure (a stalled call that timed
+// answer is newer than the call's failure (a stalled call that timed
 // out while the others went on). A call that answers while it marks is
 // taken as answering after the mark.
 func (s *Store) markDown(since uint64) {

@@ -290,11 +290,9 @@ type Store struct {
 	down   atomic.Bool   // a call failed (or a feed lost its connection) since Redis last answered
 	wakeMu sync.Mutex    // guards wake
 	wake   chan struct{} // closed (and replaced) when Redis answers after down
-	// checks is how many checks are in flight (Check, Sharded.Check);
-	// while any is, answers counts the calls that answered, so that a
-	// check that fails marks Redis down only if none answered since it
-	// began (markDown).
-	checks  atomic.Int32
+	// answers counts the calls that answered, so that a call that fails
+	// marks Redis down only if none answered since it began (markDown,
+	// answeredMeanwhile).
 	answers atomic.Uint64
 
 	// The feeds (follow.go).
@@ -575,12 +573,15 @@ func (s *Store) threadKeys(thread string, suffixes []string, extra int) []string
 
 // unavailable wraps a Redis failure: StoreUnavailable for anything that
 // says Redis cannot serve now, Internal for an answer this code did not
-// expect (a bug, or a Redis too old for a command).
+// expect (a bug, or a Redis too old for a command). The failure marks
+// Redis down unless its command's answerHook found that another call
+// answered since the command began (answeredMeanwhile).
 func (s *Store) unavailable(op string, err error) error { return s.failed(op, err, nil) }
 
 // failed is unavailable for a call that began when s.answers was *since
-// (nil: not a check's), which marks Redis down only if no call answered
-// since then (markDown).
+// (nil: the failure's own command says, answeredMeanwhile), which marks
+// Redis down only if no call answered since then (markDown): a check's,
+// which a gate may refuse before any command is sent.
 func (s *Store) failed(op string, err error, since *uint64) error {
 	var he *chatrelay.Error
 	if errors.As(err, &he) {
@@ -593,9 +594,12 @@ func (s *Store) failed(op string, err error, since *uint64) error {
 	if !errors.Is(err, context.Canceled) {
 		// A canceled call is its caller's giving up (a client that left,
 		// an MCP wait its client ended), no word of Redis's.
-		if since == nil {
+		var am answeredMeanwhile
+		switch {
+		case errors.As(err, &am): // older news than an answer: not down
+		case since == nil:
 			s.down.Store(true)
-		} else {
+		default:
 			s.markDown(*since)
 		}
 		s.reloadSlots()

@@ -171,9 +171,7 @@ func (sh *Sharded) Check(ctx context.Context) error {
 	errs := make([]error, len(sh.shards))
 	since := make([]uint64, len(sh.shards))
 	for k, s := range sh.shards {
-		var end func()
-		since[k], end = s.checking()
-		defer end()
+		since[k] = s.answers.Load()
 	}
 	sh.each(func(k int, s *Store) error { errs[k] = s.Check(ctx); return errs[k] })
 	var full, gone error

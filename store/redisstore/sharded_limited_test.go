@@ -412,6 +412,121 @@ func TestCheckKeepsAShardThatAnsweredMeanwhile(t *testing.T) {
 	}
 }
 
+// TestCallKeepsRedisThatAnsweredMeanwhile: on one Redis, an ordinary
+// call that stalls, and fails after Redis answered another call, leaves
+// Redis up (not down until the next answer): the answer is newer than the
+// call's start. One that fails with no answer since it began marks it
+// down.
+func TestCallKeepsRedisThatAnsweredMeanwhile(t *testing.T) {
+	r := redistest.StartServer(t, redistest.ServerOptions{})
+	p := startStallProxy(t, r.Addr())
+	s, err := Open(t.Context(), p.url(), Options{Prefix: "cr:", Timeout: time.Minute, Log: testLogger(t)})
+	assert.Success(t, err)
+	t.Cleanup(func() { s.Close() })
+	ctx := t.Context()
+	th := fmt.Sprintf("%016x", 0x5f0000)
+	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "first"}))
+
+	stalled := func(text string) <-chan error {
+		p.stallOn(text)
+		appended := make(chan error, 1)
+		go func() {
+			_, err := s.Append(ctx, th, store.NewMessage{Text: text})
+			appended <- err
+		}()
+		assert.Eventually(t, 10*time.Second, "the append to reach Redis", func() bool { return p.count(text) > 0 })
+		return appended
+	}
+	appended := stalled("stalledappend")
+	assert.Success(t, s.rdb.Ping(ctx).Err()) // Redis answers, on another connection
+	p.cutOn("stalledappend")                 // then the append, begun before, fails
+	if err := <-appended; chatrelay.CodeOf(err) != chatrelay.StoreUnavailable {
+		t.Fatalf("the append whose connection was cut: %v, want store_unavailable", err)
+	}
+	assert.True(t, !s.down.Load(), "Redis answered after the failed append began, and is marked down")
+
+	idle(t, s, 2) // no connection's handshake (an answer) during the next append
+	appended = stalled("alonestalled")
+	p.cutOn("alonestalled") // no answer since it began
+	if err := <-appended; chatrelay.CodeOf(err) != chatrelay.StoreUnavailable {
+		t.Fatalf("the append whose connection was cut: %v, want store_unavailable", err)
+	}
+	assert.True(t, s.down.Load(), "a call failed with no answer since it began, and Redis is not marked down")
+}
+
+// TestCallKeepsAShardThatAnsweredMeanwhile: an ordinary call to a shard
+// (an append) that stalls, and fails after the shard answered another
+// call, does not mark the shard down: the answer is newer than the call's
+// start. So after a check found the shard down and the shard answered
+// again, the posts whose address's window is on that shard count it
+// there (before, the stalled append's failure marked the shard down once
+// more, and they went to their thread's shard until its next answer).
+func TestCallKeepsAShardThatAnsweredMeanwhile(t *testing.T) {
+	s0 := redistest.StartServer(t, redistest.ServerOptions{})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	p := startStallProxy(t, s1.Addr())
+	// A timeout no loaded machine reaches: the calls fail when the test
+	// cuts their connections.
+	sh := openSharded(t, s0.URL()+","+p.url(), Options{Prefix: "cl:", Timeout: time.Minute})
+	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 100, PerIP: 100, Window: time.Minute})
+	ip := addressOnShard(sh, 1)
+	th := threadsOnShard(sh, 0, 1, 0x5d0000)[0]
+	th1 := threadsOnShard(sh, 1, 1, 0x5e0000)[0]
+	ctx := t.Context()
+	must[store.Entry](t)(sh.Append(ctx, th, store.NewMessage{Text: "first"}))
+	must[store.Entry](t)(sh.Append(ctx, th1, store.NewMessage{Text: "first"}))
+	// Connections open for the append and the check: a connection's
+	// handshake during the check is an answer of shard 1 after the check
+	// began, and would keep the shard up.
+	idle(t, sh.Shards()[1], 3)
+
+	p.stallOn("stalledappend") // the append's write, on its connection only
+	appended := make(chan error, 1)
+	go func() {
+		_, err := sh.Append(ctx, th1, store.NewMessage{Text: "stalledappend"})
+		appended <- err
+	}()
+	assert.Eventually(t, 10*time.Second, "the append to reach shard 1", func() bool { return p.count("stalledappend") > 0 })
+
+	p.stallOn("readyz") // a check finds shard 1 down: its call's connection is cut
+	checked := make(chan error, 1)
+	go func() { checked <- sh.Check(ctx) }()
+	assert.Eventually(t, 10*time.Second, "the check's call to reach shard 1", func() bool { return p.count("readyz") > 0 })
+	p.cutOn("readyz")
+	if err := <-checked; !store.Partial(err) {
+		t.Fatalf("Check with its call to shard 1 cut: %v, want a partial error", err)
+	}
+
+	assert.Success(t, sh.Shards()[1].rdb.Ping(ctx).Err()) // shard 1 answers again
+	p.cutOn("stalledappend")                              // then the append, begun before, fails
+	if err := <-appended; chatrelay.CodeOf(err) != chatrelay.StoreUnavailable {
+		t.Fatalf("the append whose connection was cut: %v, want store_unavailable", err)
+	}
+
+	window := "{rl}:il:" + ip
+	_, done, err := sh.AppendLimited(ctx, l, th, ip, store.NewMessage{Text: "hi"})
+	assert.True(t, done, "AppendLimited left the post to the two calls")
+	assert.Success(t, err)
+	if n := p.count(window); n != 1 {
+		t.Fatalf("shard 1 answered after the failed append began, and got %d counts of the address, want 1", n)
+	}
+}
+
+// idle opens n connections to s's Redis (a *redis.Client's) and leaves
+// them idle in its pool.
+func idle(t *testing.T, s *Store, n int) {
+	t.Helper()
+	var conns []*redis.Conn
+	for range n {
+		c := s.rdb.(*redis.Client).Conn()
+		assert.Success(t, c.Ping(t.Context()).Err())
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		assert.Success(t, c.Close())
+	}
+}
+
 // stallProxy forwards loopback connections to a Redis until stall: from
 // then on every connection, open or new, takes what it is sent and
 // answers nothing, until resume (for new connections). It counts the
@@ -427,6 +542,7 @@ type stallProxy struct {
 	closed  bool          // the test ended: a connection taken now is closed at once
 	on      string        // stallOn's: a connection that sends it stalls from then on
 	onConns []net.Conn    // the connections stalled by on
+	onNames []string      // the on that stalled each of onConns
 }
 
 func startStallProxy(t *testing.T, target string) *stallProxy {
@@ -491,6 +607,18 @@ func (p *stallProxy) cutStalled() {
 	}
 }
 
+// cutOn closes the connections stallOn(s) stalled: their calls fail at
+// once (a lost connection); those another string stalled go on stalled.
+func (p *stallProxy) cutOn(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, c := range p.onConns {
+		if p.onNames[i] == s {
+			c.Close()
+		}
+	}
+}
+
 // dials is how many connections the proxy took.
 func (p *stallProxy) dials() int {
 	p.mu.Lock()
@@ -544,6 +672,7 @@ func (p *stallProxy) serve(c net.Conn) {
 				stalled = make(chan struct{}) // this connection's alone
 				close(stalled)
 				p.onConns = append(p.onConns, c)
+				p.onNames = append(p.onNames, p.on)
 			}
 			p.mu.Unlock()
 			select {

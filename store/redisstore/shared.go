@@ -25,8 +25,7 @@ var (
 // its own, <prefix>readyz, that expires (on a cluster, each shard's, in
 // its slot: every primary that holds a shard is asked).
 func (s *Store) Check(ctx context.Context) error {
-	since, end := s.checking()
-	defer end()
+	since := s.answers.Load()
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	// Without WAIT (replicas.go): the probe asks whether this Redis
