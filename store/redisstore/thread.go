@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -647,7 +646,7 @@ func (s *Store) ThreadsReport(ctx context.Context) ([]store.ThreadInfo, []store.
 			Title: title,
 		})
 	}
-	slices.SortStableFunc(infos, func(a, b store.ThreadInfo) int { return cmp.Compare(b.Rev, a.Rev) })
+	slices.SortFunc(infos, store.ThreadOrder)
 	return infos, bad, nil
 }
 
