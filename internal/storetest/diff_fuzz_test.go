@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -86,12 +85,18 @@ const (
 	opOpenAttachment
 	opAgent
 	opObserve
+	opReopen
 	opCount
 )
 
+// opSpace is how many op codes an input's byte names (modulo): the codes
+// past opCount observe, so that an op added later changes the meaning of
+// none of the corpus's inputs but those that named a free code.
+const opSpace = 32
+
 var opNames = [...]string{"append", "ask", "card", "react", "answer", "clock", "since", "changes", "threads",
 	"sweep", "pending", "invite", "device", "revoke", "grants", "resolve", "participant-post", "used", "audit",
-	"upload", "open-attachment", "agent", "observe"}
+	"upload", "open-attachment", "agent", "observe", "reopen"}
 
 // maxDiffOps bounds the operations of one diffInput (a run's time).
 const maxDiffOps = 80
@@ -220,6 +225,7 @@ type diffRun struct {
 	grants []chatrelay.Grant // made by invite and device, the same for every backend
 	agents []chatrelay.AgentKey
 	ops    int
+	opt    Options
 }
 
 func runDiff(t *testing.T, data []byte) {
@@ -238,22 +244,13 @@ func runDiff(t *testing.T, data []byte) {
 	}
 	clk := testclock.New(t0)
 	opt.Now = clk.Now
-	r := &diffRun{t: t, clk: clk}
+	r := &diffRun{t: t, clk: clk, opt: opt}
 	r.log = append(r.log, fmt.Sprintf("options: retention %+v, max threads %d", opt.Retention, opt.MaxThreads))
 	for _, name := range diffBackends {
 		b := Open(t, name, opt)
 		dropKeysAtEnd(t, b)
-		d := &diffBackend{name: name, b: b, st: b.Store, canon: map[string]string{}}
-		var ok bool
-		if d.p, ok = b.Store.(store.Participants); !ok {
-			t.Fatalf("%s keeps no participants", name)
-		}
-		if d.a, ok = b.Store.(store.Attachments); !ok {
-			t.Fatalf("%s keeps no attachments", name)
-		}
-		if d.ag, ok = b.Store.(store.Agents); !ok {
-			t.Fatalf("%s keeps no agent keys", name)
-		}
+		d := &diffBackend{name: name, canon: map[string]string{}}
+		d.open(t, b)
 		r.bs = append(r.bs, d)
 	}
 	for in.more() && r.ops < maxDiffOps {
@@ -261,6 +258,21 @@ func runDiff(t *testing.T, data []byte) {
 		r.step(in)
 	}
 	r.observeAll()
+}
+
+// open makes b the backend d uses.
+func (d *diffBackend) open(t *testing.T, b *Backend) {
+	d.b, d.st = b, b.Store
+	var ok bool
+	if d.p, ok = b.Store.(store.Participants); !ok {
+		t.Fatalf("%s keeps no participants", d.name)
+	}
+	if d.a, ok = b.Store.(store.Attachments); !ok {
+		t.Fatalf("%s keeps no attachments", d.name)
+	}
+	if d.ag, ok = b.Store.(store.Agents); !ok {
+		t.Fatalf("%s keeps no agent keys", d.name)
+	}
 }
 
 // dropKeysAtEnd deletes the keys of a Redis backend once its store is
@@ -352,7 +364,10 @@ func (d *diffBackend) cursor(in *diffInput) (int64, string) {
 }
 
 func (r *diffRun) step(in *diffInput) {
-	op := in.pick(opCount)
+	op := in.pick(opSpace)
+	if op >= opCount {
+		op = opObserve
+	}
 	th := diffThreads[in.pick(len(diffThreads))]
 	name := opNames[op] + " " + th
 	switch op {
@@ -475,13 +490,7 @@ func (r *diffRun) step(in *diffInput) {
 			return d.answer(st, err, nil)
 		})
 	case opPending:
-		r.each("pending", func(d *diffBackend) string {
-			ps, err := d.st.Pending(ctxb)
-			slices.SortFunc(ps, func(a, b store.PendingInteraction) int {
-				return cmp.Or(cmp.Compare(a.Thread, b.Thread), cmp.Compare(a.InteractionID, b.InteractionID))
-			})
-			return d.answer(ps, err, nil)
-		})
+		r.each("pending", (*diffBackend).pending)
 	case opInvite, opDevice:
 		life := []time.Duration{0, time.Hour, 2 * time.Hour, time.Minute}[in.pick(4)]
 		var g chatrelay.Grant
@@ -646,7 +655,27 @@ func (r *diffRun) step(in *diffInput) {
 		}
 	case opObserve:
 		r.observe(th)
+	case opReopen:
+		// A restart: the store closed and opened again on the same data
+		// (the same folder, the same Redis and prefix).
+		r.log = append(r.log, fmt.Sprintf("%3d reopen", r.ops))
+		for _, d := range r.bs {
+			d.b.Close()
+			d.open(r.t, d.b.Another(r.t, r.opt))
+		}
 	}
+}
+
+// pending answers Pending, in an order of its own (the contract gives
+// none): its interactions' ids as named, sorted.
+func (d *diffBackend) pending() string {
+	ps, err := d.st.Pending(ctxb)
+	var out []string
+	for _, p := range ps {
+		out = append(out, d.norm(fmt.Sprintf("%s %s %d", p.Thread, p.InteractionID, p.Deadline)))
+	}
+	slices.Sort(out)
+	return d.answer(out, err, nil)
 }
 
 // grantID picks a grant made so far, or one no thread has.
@@ -698,13 +727,7 @@ func (r *diffRun) observeAll() {
 		infos, err := d.st.Threads(ctxb)
 		return d.answer(infos, err, nil)
 	})
-	r.each("pending at the end", func(d *diffBackend) string {
-		ps, err := d.st.Pending(ctxb)
-		slices.SortFunc(ps, func(a, b store.PendingInteraction) int {
-			return cmp.Or(cmp.Compare(a.Thread, b.Thread), cmp.Compare(a.InteractionID, b.InteractionID))
-		})
-		return d.answer(ps, err, nil)
-	})
+	r.each("pending at the end", (*diffBackend).pending)
 }
 
 // seedsDiff are the seed corpus: sequences that reach the interesting
@@ -760,5 +783,9 @@ func seedsDiff() [][]byte {
 		// A clock that goes back, many in one second, titles, must-exist.
 		s([]byte{0, 0}, app(1, 0, 0, 0, 1), app(1, 0, 0, 0, 2|0x30), clock(7), app(1, 1, 0, 0, 0), app(1, 1, 0, 0, 0),
 			clock(0), app(1, 0, 0, 3, 3), read(opSince, 1, 3, 3, 1), read(opChanges, 1, 2, 1, 0)),
+		// A restart between appends, changes and reads.
+		s([]byte{1, 0}, app(0, 0, 0, 1, 0), []byte{opAsk, 0, 0, 0, 0}, app(0, 1, 1, 0, 0), []byte{opReopen, 0},
+			[]byte{opReact, 0, 0, 0, 0, 0}, []byte{opAnswer, 0, 0, 0}, app(0, 0, 0, 1, 0), []byte{opReopen, 0},
+			app(0, 0, 1, 2, 0), app(0, 0, 1, 3, 0), read(opChanges, 0, 0, 1, 0), []byte{opReopen, 0}, read(opSince, 0, 0, 1, 1)),
 	}
 }
