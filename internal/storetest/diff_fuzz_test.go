@@ -339,7 +339,7 @@ var (
 	authors   = []chatrelay.Author{chatrelay.Operator, chatrelay.Hermes, chatrelay.Agent, ""}
 	emojis    = []string{"👍", "🎉", "", "a b", "❤️"}
 	steps     = []time.Duration{time.Millisecond, 500 * time.Millisecond, time.Second, time.Minute, 30 * time.Minute,
-		time.Hour, 25 * time.Hour, -time.Hour, 0, 31 * 24 * time.Hour}
+		time.Hour, 25 * time.Hour, -time.Hour, 0, 31 * 24 * time.Hour, -26 * time.Hour}
 	limits = []int{0, 1, 2, 5, chatrelay.PollPage}
 )
 
@@ -783,6 +783,13 @@ func seedsDiff() [][]byte {
 		// A clock that goes back, many in one second, titles, must-exist.
 		s([]byte{0, 0}, app(1, 0, 0, 0, 1), app(1, 0, 0, 0, 2|0x30), clock(7), app(1, 1, 0, 0, 0), app(1, 1, 0, 0, 0),
 			clock(0), app(1, 0, 0, 3, 3), read(opSince, 1, 3, 3, 1), read(opChanges, 1, 2, 1, 0)),
+		// A thread the sweep removed, made again on a clock set back: its
+		// epochs start above the old ones; participants and uploads of
+		// the removed thread are gone with it.
+		s([]byte{2, 0}, app(0, 0, 0, 1, 0), []byte{opInvite, 0, 0, 0, 0, 0}, app(0, 0, 0, 0, 0), []byte{opInvite, 0, 0, 0, 0, 0},
+			[]byte{opUpload, 0, 0, 0, 0}, []byte{opAsk, 0, 0, 1, 0}, clock(6), []byte{opSweep, 0}, []byte{opPending, 0},
+			clock(10), app(0, 0, 1, 1, 0), []byte{opGrants, 0, 0, 1}, []byte{opOpenAttachment, 0, 0, 0},
+			read(opSince, 0, 0, 1, 0), read(opChanges, 0, 0, 1, 0), []byte{opReopen, 0}, app(0, 0, 1, 0, 0)),
 		// A restart between appends, changes and reads.
 		s([]byte{1, 0}, app(0, 0, 0, 1, 0), []byte{opAsk, 0, 0, 0, 0}, app(0, 1, 1, 0, 0), []byte{opReopen, 0},
 			[]byte{opReact, 0, 0, 0, 0, 0}, []byte{opAnswer, 0, 0, 0}, app(0, 0, 0, 1, 0), []byte{opReopen, 0},
