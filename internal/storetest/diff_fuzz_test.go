@@ -171,7 +171,7 @@ type entryView struct {
 }
 
 func (d *diffBackend) entry(e store.Entry, bad *[]string) entryView {
-	if e.ID != "" && !bytes.Equal(e.JSON, chatrelay.MarshalMessage(e.Message)) || !bytes.Equal(e.JSON2, chatrelay.MarshalMessageV2(e.Message)) {
+	if e.ID != "" && (!bytes.Equal(e.JSON, chatrelay.MarshalMessage(e.Message)) || !bytes.Equal(e.JSON2, chatrelay.MarshalMessageV2(e.Message))) {
 		*bad = append(*bad, fmt.Sprintf("the JSON of %s is not its message's: %s / %s", e.ID, e.JSON, e.JSON2))
 	}
 	return entryView{Message: e.Message, Replayed: e.Replayed}
