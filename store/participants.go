@@ -52,7 +52,9 @@ type Participants interface {
 	// whether this was the first time (its audit event is written once).
 	NoteExpired(ctx context.Context, thread, id string) (first bool, err error)
 
-	// Audit appends an event to the thread's audit trail; AuditLog returns
+	// Audit appends an event to the thread's audit trail (none to a
+	// thread that has no message: one the sweep removed meanwhile keeps
+	// nothing of it for the thread made again); AuditLog returns
 	// the events KeptAudit keeps of it (LimitAuditKept at most), oldest
 	// first.
 	Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent) error

@@ -15,6 +15,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/chatrelay/chatrelay"
@@ -62,7 +63,8 @@ type Store interface {
 	// timers that expire them.
 	Pending(ctx context.Context) ([]PendingInteraction, error)
 
-	// Threads lists every stored thread, newest activity first.
+	// Threads lists every stored thread, newest activity first
+	// (ThreadOrder).
 	Threads(ctx context.Context) ([]ThreadInfo, error)
 
 	// Sweep applies the retention age to every thread, removing threads
@@ -150,6 +152,15 @@ type ThreadInfo struct {
 	Rev        int64            `json:"rev"`        // the newest change's epoch (v2 cursor)
 	Awaiting   bool             `json:"awaiting"`
 	Title      string           `json:"title,omitempty"` // open_thread's title, if any
+}
+
+// ThreadOrder is the order of Threads and ThreadsReport: newest activity
+// (the newest change's epoch, Rev) first, and threads whose newest change
+// has the same epoch (epochs are per thread: two threads may change in the
+// same millisecond) by id, so that every backend, and every shard of one,
+// lists them in one order.
+func ThreadOrder(a, b ThreadInfo) int {
+	return cmp.Or(cmp.Compare(b.Rev, a.Rev), cmp.Compare(a.Thread, b.Thread))
 }
 
 // ThreadError is a thread a list left out because its stored data

@@ -25,16 +25,25 @@ func (s *File) auditPath(thread string) string {
 // Audit implements Participants: one JSON line appended to the thread's
 // audit file (mode 0600); past twice LimitAuditKept lines the file is
 // rewritten with the events store.KeptAudit keeps (refusals go first), so
-// that an append stays one write, amortised.
+// that an append stays one write, amortised. The event of a thread that
+// has no message (removed by the sweep while the request that is audited
+// ran) is not kept: the thread made again must not find it (as on Redis).
 func (s *File) Audit(ctx context.Context, thread string, ev chatrelay.AuditEvent) error {
 	if err := chatrelay.CheckThread(thread); err != nil {
 		return err
 	}
-	t, unlock, err := s.lockState(ctx, thread)
+	if !s.mayExist(thread) {
+		return nil
+	}
+	t, snap, unlock, err := s.lockLoad(ctx, thread)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	if snap == nil || snap.err == nil && len(snap.doc.msgs) == 0 {
+		t.drop = snap == nil // no document: its lock file goes
+		return nil
+	}
 	if t.auditLines == 0 { // the file's lines, once (counting parses nothing)
 		data, err := s.readFile(s.auditPath(thread))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {

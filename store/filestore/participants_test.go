@@ -82,6 +82,8 @@ func FuzzAudit(f *testing.F) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "chat", thread+".audit.jsonl")
 		s := openFile(t, dir, FileOptions{})
+		_, err := s.Append(t.Context(), thread, store.NewMessage{Text: "hello"}) // a thread that has no message keeps no audit
+		assert.Success(t, err)
 		assert.Success(t, os.WriteFile(path, existing, 0o600))
 		// What the file's whole lines hold.
 		whole := existing[:bytes.LastIndexByte(existing, '\n')+1]
@@ -144,6 +146,8 @@ func TestAuditIsCut(t *testing.T) {
 		return bytes.Count(b, []byte{'\n'})
 	}
 	s := openFile(t, dir, FileOptions{NoFsync: true})
+	_, err := s.Append(t.Context(), thread, store.NewMessage{Text: "hello"}) // a thread that has no message keeps no audit
+	assert.Success(t, err)
 	for i := 1; i <= kept; i++ {
 		audit(s, i)
 	}

@@ -714,10 +714,15 @@ func (r *rangeReader) Close() error { return nil }
 
 // attachments reads the uploads a post names, for its v2 object (the
 // script checks again, atomically, that each is an unused upload of the
-// thread). An upload no message named within the hour is gone.
-func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessage) ([]chatrelay.Attachment, error) {
+// thread). An upload no message named within the hour is gone. refused is
+// the first id the post may not name that only this read can tell (an
+// upload no post named within the hour, another's draft in a
+// participant's post): the script refuses it, at its place among the
+// checks (after the thread's existence, a repeat's replay and the
+// participant's), as the file store does.
+func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessage) (out []chatrelay.Attachment, refused string, err error) {
 	if len(m.Attachments) == 0 {
-		return nil, nil
+		return nil, "", nil
 	}
 	fields := make([]string, 0, 2*len(m.Attachments))
 	for _, id := range m.Attachments {
@@ -725,11 +730,10 @@ func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessa
 	}
 	vals, err := s.rdb.HMGet(ctx, s.attKey(thread), fields...).Result()
 	if err != nil {
-		return nil, s.unavailable("append", err)
+		return nil, "", s.unavailable("append", err)
 	}
 	now := s.now()
-	out := make([]chatrelay.Attachment, len(m.Attachments))
-	repeat := -1 // whether the thread holds a message with m's client_id (-1: not asked yet)
+	out = make([]chatrelay.Attachment, len(m.Attachments))
 	for i, id := range m.Attachments {
 		js, ok := vals[2*i].(string)
 		var rec store.StoredAttachment
@@ -740,29 +744,15 @@ func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessa
 				continue // (a used one is refused by the script, unless the post is a repeat)
 			}
 		}
-		// Unknown, an upload no post named within the hour, or another's
-		// draft in a participant's post (its uploader is kept in the
-		// record, which never changes: the script need not check it
-		// again): refused, unless the post repeats one the thread holds
-		// (the script answers it).
-		if repeat < 0 {
-			repeat = 0
-			if m.ClientID != "" {
-				n, err := s.rdb.HExists(ctx, s.keysOf(thread)[6], m.ClientID).Result() // {T}:cids
-				if err != nil {
-					return nil, s.unavailable("append", err)
-				}
-				if n {
-					repeat = 1
-				}
-			}
-		}
-		if repeat == 0 {
-			return nil, chatrelay.Errorf(chatrelay.InvalidAttachment, "no upload %s in this conversation", id)
-		}
+		// Unknown (the script finds it so too), an upload no post named
+		// within the hour, or another's draft in a participant's post
+		// (its uploader is kept in the record, which never changes).
 		out[i].ID = id
+		if refused == "" {
+			refused = id
+		}
 	}
-	return out, nil
+	return out, refused, nil
 }
 
 // sweepUploads collects the uploads of every thread that has some: those

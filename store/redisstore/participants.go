@@ -356,7 +356,7 @@ func (s *Store) Audit(ctx context.Context, thread string, ev chatrelay.AuditEven
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	js, _ := json.Marshal(ev)
-	if err := auditScript.Run(ctx, s.rdb, []string{s.auditKey(thread)}, js, chatrelay.LimitAuditKept.Max).Err(); err != nil {
+	if err := auditScript.Run(ctx, s.rdb, []string{s.auditKey(thread), s.logKey(thread)}, js, chatrelay.LimitAuditKept.Max).Err(); err != nil {
 		return s.unavailable("audit", err)
 	}
 	return nil
@@ -373,10 +373,16 @@ func (s *Store) Audit(ctx context.Context, thread string, ev chatrelay.AuditEven
 // RPUSH of the event's JSON, an LRANGE of the newest 1 000), so nodes of
 // both can share it during a rolling deploy.
 //
+// The event of a thread whose log (KEYS[2]) is empty, a thread that has
+// no message (removed by the sweep while the request that is audited
+// ran), is not kept: nothing would remove it, and the thread made again
+// with the same token would find it (the file store keeps none either).
+//
 // An event is a refusal if its JSON holds "event":"refused": the store
 // writes it with encoding/json, which escapes every quote inside a
 // string, so no other field can hold the pattern.
 var auditScript = redis.NewScript(`
+if redis.call('XLEN', KEYS[2]) == 0 then return 0 end
 local n = redis.call('RPUSH', KEYS[1], ARGV[1])
 local bound = tonumber(ARGV[2])
 if n <= 2 * bound then return n end

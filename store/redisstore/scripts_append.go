@@ -36,7 +36,8 @@ package redisstore
 //	17 the grants record's version read   18 the grant with one more post
 //	19 "1" if the grant's cap is spent    20 the most messages waiting
 //	21 the thread's title to set ("" to leave it: open_thread sets it)
-//	22 the attachment ids the message names, space-separated
+//	22 the attachment ids the message names, space-separated (the
+//	   first "!" and an id the caller refuses: answered {"attachment", id})
 //	23 the v2 text as JSON ("" if it is the v1 text: only a message with
 //	   attachments differs, whose v1 text has a line per attachment)
 //	24 the windows' clock ("": this Redis's; tests only)
@@ -184,6 +185,7 @@ local atts
 if (ARGV[22] or '') ~= '' then
   atts = {}
   for id in string.gmatch(ARGV[22], '%S+') do
+    if string.byte(id, 1) == 33 then return {'attachment', string.sub(id, 2)} end -- "!": refused by the caller's read
     if redis.call('HEXISTS', K.att, id) == 0 or redis.call('HEXISTS', K.att, 'u:' .. id) == 1 then
       return {'attachment', id}
     end

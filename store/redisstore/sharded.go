@@ -530,9 +530,7 @@ func (sh *Sharded) ThreadsReport(ctx context.Context) ([]store.ThreadInfo, []sto
 		bad = append(bad, b...)
 		mu.Unlock()
 		return infos, err
-	}, func(a, b store.ThreadInfo) int {
-		return cmp.Or(cmp.Compare(b.Rev, a.Rev), cmp.Compare(a.Thread, b.Thread))
-	})
+	}, store.ThreadOrder)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -146,9 +145,13 @@ func (s *Store) appendAnswer(thread string, m store.NewMessage, g chatrelay.Gran
 // and its webhook event.
 func (s *Store) newAppendReq(ctx context.Context, thread string, m store.NewMessage, ix *chatrelay.Interaction) (*appendReq, error) {
 	r := &appendReq{m: m}
-	as, err := s.attachments(ctx, thread, m)
+	as, refused, err := s.attachments(ctx, thread, m)
 	if err != nil {
 		return nil, err
+	}
+	r.atts = strings.Join(m.Attachments, " ")
+	if refused != "" {
+		r.atts = "!" + refused + " " + r.atts // refused by the script at its place (attachments)
 	}
 	if msg := (chatrelay.Message{AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card, Attachments: as}); hasV2(&msg) {
 		msg.Author, msg.Text = m.Author, m.Text
@@ -214,8 +217,11 @@ type appendReq struct {
 	// A message with attachments: its v1 text (a line per attachment)
 	// and its v2 text as JSON.
 	v1Text, v2Text string
-	event          string    // the webhook event to queue ("" if webhooks are off, "-" if none)
-	rate           *rateTake // the rate windows to count the post in (nil: none)
+	// The attachment ids, space-separated, the first "!" and an id the
+	// script refuses (attachments' refused).
+	atts  string
+	event string    // the webhook event to queue ("" if webhooks are off, "-" if none)
+	rate  *rateTake // the rate windows to count the post in (nil: none)
 }
 
 // flag is b as a script's argument: "1" or "0".
@@ -289,7 +295,7 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 	a := &[...]string{thread, strconv.FormatInt(now.UnixMilli(), 10), s.appendSettings(r.rate), string(creation),
 		jsonString(string(r.m.Author)), jsonString(text), stamp, ts, cands,
 		rid, r.m.ClientID, r.event, r.tail, r.ix, deadline, r.grant, r.version, r.next, capSpent, waiting,
-		r.m.Title, strings.Join(r.m.Attachments, " "), r.v2Text, clock}
+		r.m.Title, r.atts, r.v2Text, clock}
 	n := len(a)
 	for n > appendFixedArgs && a[n-1] == "" {
 		n--
@@ -647,7 +653,7 @@ func (s *Store) ThreadsReport(ctx context.Context) ([]store.ThreadInfo, []store.
 			Title: title,
 		})
 	}
-	slices.SortStableFunc(infos, func(a, b store.ThreadInfo) int { return cmp.Compare(b.Rev, a.Rev) })
+	slices.SortFunc(infos, store.ThreadOrder)
 	return infos, bad, nil
 }
 
