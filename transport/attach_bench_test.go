@@ -170,7 +170,10 @@ func BenchmarkUploadHeap(b *testing.B) {
 // refused past it); those posts go to the busy thread too. After the uploads
 // stop, posts alone again into a third new thread: p99-ratio-aa, its p99
 // over the first's, is the noise of the same condition measured twice,
-// beside which p99-ratio (uploading over alone) is read.
+// beside which p99-ratio (uploading over alone) is read. sched-p99-us-*
+// and sched-p999-us-* are the percentiles of the runtime's
+// /sched/latencies:seconds in each phase (alone, uploading, again): how
+// long the process's goroutines waited runnable for a P.
 func BenchmarkPostsWhileUploading(b *testing.B) {
 	const uploaders = 4
 	size := int64(chatrelay.LimitAttachmentBytes.Max)
@@ -195,7 +198,11 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 			}
 			// p99 posts into the new thread of tok through a new client,
 			// while more(i) (i posts made) holds.
+			// sched is the /sched/latencies of the last phase p99 measured.
+			var sched benchSched
 			p99 := func(tok string, more func(i int) bool) float64 {
+				sched0 := readBenchSched()
+				defer func() { sched = readBenchSched().sub(sched0) }()
 				tr := &http.Transport{}
 				defer tr.CloseIdleConnections()
 				c := &http.Client{Transport: tr}
@@ -209,6 +216,7 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 			n := max(b.N, 100)
 			b.ResetTimer()
 			alone := p99(tokenN(1), func(i int) bool { return i < n })
+			aloneSched := sched
 			busyTok := tokenN(2)
 			var uploads atomic.Int64
 			stop := startUploaders(b, uploaderJob{URL: e.url(chatrelay.PathAttachments), Post: e.url(chatrelay.PathPost), Token: busyTok, Size: size, Workers: uploaders}, &uploads)
@@ -221,6 +229,7 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 			start, before := time.Now(), uploads.Load()
 			busy := p99(busyTok, func(i int) bool { return i < n || uploads.Load()-before < 2*uploaders && !b.Failed() })
 			elapsed, done := time.Since(start), uploads.Load()-before
+			busySched := sched
 			stop()
 			// Alone again, once the uploads stopped: the same condition
 			// twice, the noise p99-ratio is read beside.
@@ -231,6 +240,12 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 			b.ReportMetric(busy/alone, "p99-ratio")
 			b.ReportMetric(again/alone, "p99-ratio-aa")
 			b.ReportMetric(float64(done)/elapsed.Seconds(), "uploads/s")
+			b.ReportMetric(benchUS(aloneSched.quantile(0.99)), "sched-p99-us-alone")
+			b.ReportMetric(benchUS(busySched.quantile(0.99)), "sched-p99-us-uploading")
+			b.ReportMetric(benchUS(sched.quantile(0.99)), "sched-p99-us-again")
+			b.ReportMetric(benchUS(aloneSched.quantile(0.999)), "sched-p999-us-alone")
+			b.ReportMetric(benchUS(busySched.quantile(0.999)), "sched-p999-us-uploading")
+			b.ReportMetric(benchUS(sched.quantile(0.999)), "sched-p999-us-again")
 			b.ReportMetric(0, "ns/op")
 		})
 	}

@@ -64,6 +64,12 @@ const (
 //   - p99-ratio-aa: the off phases' p99 of the odd rounds over that of the
 //     even rounds: the same condition twice, the noise p99-ratio is read
 //     beside (a ratio within it is no change);
+//   - sched-p99-us-off, -on, sched-p999-us-off, -on: the 99th and 99.9th
+//     percentiles of the runtime's /sched/latencies:seconds over each
+//     phase (how long a goroutine of this process, the server's or the
+//     clients', waited runnable for a P before it ran; the upper bound of
+//     the histogram's bucket): a figure that the round trips' own noise
+//     (the kernel's, the loopback's) does not move;
 //   - pushes, lost, repeated, retried: per (subscription, approval), the
 //     pushes the push service received, decrypted and verified; the
 //     benchmark fails unless every one arrived exactly once;
@@ -103,26 +109,27 @@ func BenchmarkWebPush(b *testing.B) {
 			var offHalves [2][]time.Duration // the off phases of even and of odd rounds
 			var offCPU, onCPU, svcCPU time.Duration
 			var offMem, onMem benchMem
+			var offSched, onSched benchSched
 			var pushes, lost, repeated, retried, received int
 			var conns int64
 			b.ResetTimer()
 			for round := range b.N {
-				mem0 := readBenchMem()
+				mem0, sched0 := readBenchMem(), readBenchSched()
 				lat, cpu, _ := benchPushPhase(b, off, round, nil)
-				offMem = offMem.add(readBenchMem().sub(mem0))
+				offMem, offSched = offMem.add(readBenchMem().sub(mem0)), offSched.add(readBenchSched().sub(sched0))
 				offLat, offCPU = append(offLat, lat...), offCPU+cpu
 				offHalves[round%2] = append(offHalves[round%2], lat...)
 				sentBefore := benchScrape(b, on, "sent")
 				retriedBefore := benchScrape(b, on, "retried")
 				svc0, _ := svc.CPU(b)
 				target := received + benchPushThreads*benchPushSubs
-				mem0 = readBenchMem()
+				mem0, sched0 = readBenchMem(), readBenchSched()
 				lat, cpu, opened := benchPushPhase(b, on, round, func() bool {
 					// Until the push service received this round's pushes
 					// (it answers when it has them: no polling on the clock).
 					return svc.Wait(b, target, 60*time.Second) >= target
 				})
-				onMem = onMem.add(readBenchMem().sub(mem0))
+				onMem, onSched = onMem.add(readBenchMem().sub(mem0)), onSched.add(readBenchSched().sub(sched0))
 				// None is still being tried: the pusher counted each sent
 				// (a lost push fails here; a repeated one is counted below).
 				deadline := time.Now().Add(10 * time.Second)
@@ -180,6 +187,10 @@ func BenchmarkWebPush(b *testing.B) {
 				// p99-ratio is read.
 				b.ReportMetric(float64(benchP(offHalves[1], 99))/float64(benchP(offHalves[0], 99)), "p99-ratio-aa")
 			}
+			b.ReportMetric(benchUS(offSched.quantile(0.99)), "sched-p99-us-off")
+			b.ReportMetric(benchUS(onSched.quantile(0.99)), "sched-p99-us-on")
+			b.ReportMetric(benchUS(offSched.quantile(0.999)), "sched-p999-us-off")
+			b.ReportMetric(benchUS(onSched.quantile(0.999)), "sched-p999-us-on")
 			b.ReportMetric(benchMS(benchP(offLat, 50)), "p50-ms-off")
 			b.ReportMetric(benchMS(benchP(onLat, 50)), "p50-ms-on")
 			b.ReportMetric(float64(pushes), "pushes")
