@@ -16,6 +16,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/filestore"
 )
 
 // TestRefusedUploadLeavesNoFolder: an upload whose bytes fit on the disk
@@ -63,6 +64,14 @@ func TestOpenAttachmentSeesAnotherProcess(t *testing.T) {
 	assert.Equal(t, "the other store's upload", got.Name+": "+string(data), "two.txt: two")
 }
 
+// uploadTemps is how many uploads' temp files s's folder holds.
+func uploadTemps(t *testing.T, s *filestore.File) int {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(s.Dir(), ".*.upload.tmp-*"))
+	assert.Success(t, err)
+	return len(m)
+}
+
 // TestDuplicateDroppedThroughWork: an upload whose bytes the thread holds
 // already is dropped at its commit, and its temp file is removed through
 // up.Work, as its bytes were written: freeing a large file's pages is the
@@ -75,11 +84,7 @@ func TestDuplicateDroppedThroughWork(t *testing.T) {
 	ctx := context.Background()
 	_, err := s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "hello"})
 	assert.Success(t, err)
-	temps := func() int {
-		m, err := filepath.Glob(filepath.Join(s.Dir(), ".*.upload.tmp-*"))
-		assert.Success(t, err)
-		return len(m)
-	}
+	temps := func() int { return uploadTemps(t, s) }
 	removedInWork := 0
 	work := func(w func()) error {
 		before := temps()
@@ -111,11 +116,7 @@ func TestDuplicateAnsweredBeforeItsRemoval(t *testing.T) {
 	ctx := context.Background()
 	_, err := s.Append(ctx, diskThread, store.NewMessage{Author: chatrelay.Operator, Text: "hello"})
 	assert.Success(t, err)
-	temps := func() int {
-		m, err := filepath.Glob(filepath.Join(s.Dir(), ".*.upload.tmp-*"))
-		assert.Success(t, err)
-		return len(m)
-	}
+	temps := func() int { return uploadTemps(t, s) }
 	body := "the same bytes, one chunk"
 	a, err := s.PutAttachment(ctx, diskThread, store.Upload{Name: "a.txt", Body: strings.NewReader(body)})
 	assert.Success(t, err)
