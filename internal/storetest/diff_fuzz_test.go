@@ -226,6 +226,7 @@ type diffRun struct {
 	agents []chatrelay.AgentKey
 	ops    int
 	opt    Options
+	high   time.Time // the latest time the test clock reached
 }
 
 func runDiff(t *testing.T, data []byte) {
@@ -244,7 +245,7 @@ func runDiff(t *testing.T, data []byte) {
 	}
 	clk := testclock.New(t0)
 	opt.Now = clk.Now
-	r := &diffRun{t: t, clk: clk, opt: opt}
+	r := &diffRun{t: t, clk: clk, opt: opt, high: t0}
 	r.log = append(r.log, fmt.Sprintf("options: retention %+v, max threads %d", opt.Retention, opt.MaxThreads))
 	for _, name := range diffBackends {
 		b := Open(t, name, opt)
@@ -459,8 +460,21 @@ func (r *diffRun) step(in *diffInput) {
 		})
 	case opClock:
 		step := steps[in.pick(len(steps))]
+		// A step back goes no lower than the latest time the run reached
+		// less the removed threads' floors' life (Retention.RemoveAfter)
+		// and a minute: the file store judges a floor's life by the test
+		// clock and Redis by its own (PX), which a test clock does not
+		// move; below that line a floor the file store's sweep let go,
+		// and Redis still holds, would decide the epoch of a thread made
+		// again. With real clocks both judge alike.
+		if low := r.high.Add(-r.opt.Retention.RemoveAfter() + time.Minute); r.clk.Now().Add(step).Before(low) {
+			step = low.Sub(r.clk.Now())
+		}
 		r.log = append(r.log, fmt.Sprintf("%3d clock %+v", r.ops, step))
 		r.clk.Advance(step)
+		if now := r.clk.Now(); now.After(r.high) {
+			r.high = now
+		}
 	case opSince, opChanges:
 		limit := limits[in.pick(len(limits))]
 		at := in.i
@@ -790,6 +804,12 @@ func seedsDiff() [][]byte {
 			[]byte{opUpload, 0, 0, 0, 0}, []byte{opAsk, 0, 0, 1, 0}, clock(6), []byte{opSweep, 0}, []byte{opPending, 0},
 			clock(10), app(0, 0, 1, 1, 0), []byte{opGrants, 0, 0, 1}, []byte{opOpenAttachment, 0, 0, 0},
 			read(opSince, 0, 0, 1, 0), read(opChanges, 0, 0, 1, 0), []byte{opReopen, 0}, app(0, 0, 1, 0, 0)),
+		// A removed thread's floor (its reaction's epoch) let go by the
+		// file store's sweep an hour of test clock later, then the clock
+		// set far back: the step back stops where both stores judge the
+		// floor alike (runDiff's opClock).
+		s([]byte{2, 0}, app(0, 0, 0, 0, 0), clock(4), []byte{opReact, 0, 0, 0, 0, 0}, clock(4), clock(2), []byte{opSweep, 0},
+			clock(5), []byte{opSweep, 0}, clock(10), app(0, 0, 1, 0, 0), read(opChanges, 0, 0, 1, 0)),
 		// A restart between appends, changes and reads.
 		s([]byte{1, 0}, app(0, 0, 0, 1, 0), []byte{opAsk, 0, 0, 0, 0}, app(0, 1, 1, 0, 0), []byte{opReopen, 0},
 			[]byte{opReact, 0, 0, 0, 0, 0}, []byte{opAnswer, 0, 0, 0}, app(0, 0, 0, 1, 0), []byte{opReopen, 0},
