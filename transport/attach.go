@@ -309,18 +309,37 @@ const uploadHold = 5 * time.Millisecond
 // (s.uploads closed), the work runs in place at once. A process that
 // ends before (Shutdown's deadline, a crash) leaves the temp file to the
 // store's sweep.
+//
+// At most afterMax such pieces wait at once: past that, the upload's
+// answer waits for its turn again, as it did before After, so that a
+// client repeating a duplicate (an empty one needs no turn for its bytes)
+// is held back by its own answers instead of piling up goroutines and
+// temp files while the lane is busy.
 func (s *Server) afterUpload(work func()) {
 	if !s.uploads.Enter() {
 		work()
 		return
 	}
+	if s.afters.Add(1) > afterMax {
+		s.afters.Add(-1)
+		defer s.uploads.Leave()
+		if uploadWork(s.abortCtx)(work) != nil {
+			work()
+		}
+		return
+	}
 	go func() {
 		defer s.uploads.Leave()
+		defer s.afters.Add(-1)
 		if uploadWork(s.abortCtx)(work) != nil {
 			work()
 		}
 	}()
 }
+
+// afterMax is how many uploads' after-work (afterUpload) may wait for the
+// lane at once.
+const afterMax = 16
 
 // uploadWork is an upload's store.Upload.Work: each chunk's hashing and
 // writing waits for a turn of the background lane (or for ctx, the

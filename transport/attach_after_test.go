@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -44,4 +45,51 @@ func TestDuplicateUploadAnsweredWhileTheLaneIsBusy(t *testing.T) {
 	assert.Equal(t, "temp files while the lane is busy", temps(), 1)
 	e.stop() // Shutdown, the lane still busy
 	assert.Equal(t, "temp files after Shutdown", temps(), 0)
+}
+
+// TestDuplicateUploadsWaitPastTheBound: while the lane is busy, at most
+// AfterMax duplicates are answered at once with their temp files left to
+// remove; the next one's answer waits for its turn, as before, so that a
+// client repeating a duplicate is held back by its own answers rather
+// than piling up goroutines and temp files (review8: 98 such uploads
+// left 98 of each). Once the lane frees, it is answered and every temp
+// file is removed.
+func TestDuplicateUploadsWaitPastTheBound(t *testing.T) {
+	e := startPush(t, pushOptions{backend: storetest.File})
+	tok := tokenN(1)
+	e.mustUpload(tok, "a.txt", "text/plain", nil)
+	temps := func() int {
+		m, err := filepath.Glob(filepath.Join(e.dir, "chat", ".*.upload.tmp-*"))
+		assert.Success(t, err)
+		return len(m)
+	}
+	leave := transport.HoldLane()
+	released := false
+	defer func() {
+		if !released {
+			leave()
+		}
+	}()
+	for i := range transport.AfterMax {
+		status, _ := e.upload(owner(tok), fmt.Sprintf("d%d.txt", i), "text/plain", strings.NewReader(""))
+		assert.Equal(t, "a duplicate's status within the bound", status, http.StatusCreated)
+	}
+	assert.Equal(t, "temp files within the bound", temps(), transport.AfterMax)
+	answered := make(chan int, 1)
+	go func() {
+		status, _ := e.upload(owner(tok), "past.txt", "text/plain", strings.NewReader(""))
+		answered <- status
+	}()
+	assert.Eventually(t, 10*time.Second, "the duplicate past the bound to wait for a turn", func() bool {
+		return transport.LaneWaiting() == transport.AfterMax+1
+	})
+	select {
+	case status := <-answered:
+		t.Fatalf("the duplicate past the bound was answered %d while the lane was busy", status)
+	default:
+	}
+	leave()
+	released = true
+	assert.Equal(t, "the duplicate past the bound's status", <-answered, http.StatusCreated)
+	assert.Eventually(t, 10*time.Second, "every temp file removed", func() bool { return temps() == 0 })
 }

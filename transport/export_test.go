@@ -27,3 +27,10 @@ func HoldLane() (leave func()) {
 		}
 	}
 }
+
+// LaneWaiting is how many pieces wait for a turn of the background lane.
+func LaneWaiting() int { return background.Waiting() }
+
+// AfterMax is afterMax: how many uploads' after-work may wait for the
+// lane at once.
+const AfterMax = afterMax

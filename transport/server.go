@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -96,6 +97,7 @@ type Server struct {
 	readyMu   sync.Once
 	streamers closegroup.Group // stream handlers (SSE and WebSocket); Shutdown closes it and waits for them
 	uploads   closegroup.Group // upload handlers; Shutdown closes it and waits for them, cutting their reads at the grace's end
+	afters    atomic.Int32     // uploads' after-work waiting for the lane (afterUpload)
 	ops       *ops             // metrics and readiness (metrics.go, health.go)
 	turners   *turners         // the goroutines that run the sessions' turns (turners.go)
 
