@@ -24,11 +24,7 @@ func TestDuplicateUploadAnsweredWhileTheLaneIsBusy(t *testing.T) {
 	e := startPush(t, pushOptions{backend: storetest.File})
 	tok := tokenN(1)
 	e.mustUpload(tok, "a.txt", "text/plain", nil)
-	temps := func() int {
-		m, err := filepath.Glob(filepath.Join(e.dir, "chat", ".*.upload.tmp-*"))
-		assert.Success(t, err)
-		return len(m)
-	}
+	temps := func() int { return uploadTemps(t, e.dir) }
 	leave := transport.HoldLane()
 	defer leave()
 	answered := make(chan int, 1)
@@ -58,11 +54,7 @@ func TestDuplicateUploadsWaitPastTheBound(t *testing.T) {
 	e := startPush(t, pushOptions{backend: storetest.File})
 	tok := tokenN(1)
 	e.mustUpload(tok, "a.txt", "text/plain", nil)
-	temps := func() int {
-		m, err := filepath.Glob(filepath.Join(e.dir, "chat", ".*.upload.tmp-*"))
-		assert.Success(t, err)
-		return len(m)
-	}
+	temps := func() int { return uploadTemps(t, e.dir) }
 	leave := transport.HoldLane()
 	released := false
 	defer func() {
@@ -92,4 +84,13 @@ func TestDuplicateUploadsWaitPastTheBound(t *testing.T) {
 	released = true
 	assert.Equal(t, "the duplicate past the bound's status", <-answered, http.StatusCreated)
 	assert.Eventually(t, 10*time.Second, "every temp file removed", func() bool { return temps() == 0 })
+}
+
+// uploadTemps is how many uploads' temp files the file store under dir
+// holds.
+func uploadTemps(t *testing.T, dir string) int {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "chat", ".*.upload.tmp-*"))
+	assert.Success(t, err)
+	return len(m)
 }
