@@ -223,9 +223,7 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 			// Posts once every uploader is under way (an upload done each),
 			// n at least, and until the uploads of the phase have gone
 			// through every step (received, fsynced, committed) twice each.
-			for uploads.Load() < uploaders && !b.Failed() {
-				time.Sleep(time.Millisecond)
-			}
+			waitUnderWay(b, &uploads, uploaders)
 			start, before := time.Now(), uploads.Load()
 			busy := p99(busyTok, func(i int) bool { return i < n || uploads.Load()-before < 2*uploaders && !b.Failed() })
 			elapsed, done := time.Since(start), uploads.Load()-before
@@ -281,9 +279,7 @@ func BenchmarkDuplicateAnswerWhileUploading(b *testing.B) {
 	var uploads atomic.Int64
 	stop := startUploaders(b, uploaderJob{URL: e.url(chatrelay.PathAttachments), Post: e.url(chatrelay.PathPost), Token: tokenN(2), Size: int64(chatrelay.LimitAttachmentBytes.Max), Workers: uploaders}, &uploads)
 	defer stop()
-	for uploads.Load() < uploaders && !b.Failed() {
-		time.Sleep(time.Millisecond)
-	}
+	waitUnderWay(b, &uploads, uploaders)
 	var d []time.Duration
 	b.ResetTimer()
 	for range b.N {
@@ -310,4 +306,13 @@ func BenchmarkDuplicateAnswerWhileUploading(b *testing.B) {
 	b.ReportMetric(float64(d[len(d)/2])/float64(time.Millisecond), "p50-ms")
 	b.ReportMetric(float64(d[len(d)*99/100])/float64(time.Millisecond), "p99-ms")
 	b.ReportMetric(0, "ns/op")
+}
+
+// waitUnderWay returns once every one of the uploaders has finished an
+// upload (uploads counts them), or b has failed: the uploads are under
+// way. It polls the count, which startUploaders' workers only add to.
+func waitUnderWay(b *testing.B, uploads *atomic.Int64, uploaders int64) {
+	for uploads.Load() < uploaders && !b.Failed() {
+		time.Sleep(time.Millisecond)
+	}
 }
