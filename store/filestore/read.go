@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -119,6 +120,6 @@ func (s *File) threads(report bool) (infos []store.ThreadInfo, bad []store.Threa
 		}
 		infos = append(infos, threadInfo(name, snap.doc))
 	}
-	sortThreads(infos)
+	slices.SortFunc(infos, store.ThreadOrder) // newest activity first
 	return infos, bad, nil
 }

@@ -213,10 +213,6 @@ func threadInfo(thread string, d threadDoc) store.ThreadInfo {
 	}
 }
 
-// sortThreads orders threads newest activity (change) first
-// (store.ThreadOrder).
-func sortThreads(infos []store.ThreadInfo) { slices.SortFunc(infos, store.ThreadOrder) }
-
 // checkParticipantPost checks that the participant of m may post to d now:
 // its grant is active, under its cap, and it has fewer than
 // LimitWaitingPosts.Max messages after hermes's newest. It returns the
