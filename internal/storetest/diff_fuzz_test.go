@@ -29,6 +29,17 @@ import (
 // resets, titles, the error codes (and the message an error is about),
 // interaction states, grants, audit trails, attachments and agent keys.
 //
+// And the live feed (diff_feed_test.go): each backend's store.Feed is
+// followed by a reader of every thread and one of each thread, from the
+// input's start (and again after a restart). After every operation, each
+// reader must have been handed exactly the writes its store acknowledged
+// (each new message and each change that changed something, in its
+// state as answered, in order, none lost or repeated), waited for until a
+// deadline that fails the input (no sleep); what each reader was handed
+// up to them (with the Resets and the interactions retention closed) is
+// compared thread by thread, as the answers are. Participants and agent
+// batches (no message) are not compared.
+//
 // What is normalised, because it may legitimately differ:
 //   - the random part of the ids a store makes (a message id's six hex
 //     after its second, an interaction's and an attachment's 12 hex):
@@ -135,6 +146,11 @@ type diffBackend struct {
 	ixs     []string      // the interactions of msgs, in order
 	atts    []string      // the uploads' ids, in order
 	cursors []int64       // cursors of pages read
+
+	feed   *diffFeed                   // its readers (diff_feed_test.go)
+	taken  map[*feedSub]map[string]int // per reader and thread, the events compared so far
+	acks   map[string][]store.Entry    // per thread, the writes the feed owes since the last check
+	ackRev map[string]int64            // per thread, the newest rev acknowledged
 }
 
 var madeID = regexp.MustCompile(`MSG-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}|ix_[0-9a-f]{12}|at_[0-9a-f]{12}`)
@@ -250,15 +266,28 @@ func runDiff(t *testing.T, data []byte) {
 	for _, name := range diffBackends {
 		b := Open(t, name, opt)
 		dropKeysAtEnd(t, b)
-		d := &diffBackend{name: name, canon: map[string]string{}}
+		d := &diffBackend{name: name, canon: map[string]string{}, acks: map[string][]store.Entry{}, ackRev: map[string]int64{}}
 		d.open(t, b)
+		r.startFeed(d)
+		t.Cleanup(d.stopFeed) // before the store closes
 		r.bs = append(r.bs, d)
 	}
 	for in.more() && r.ops < maxDiffOps {
 		r.ops++
 		r.step(in)
+		r.feedCheck()
 	}
 	r.observeAll()
+	// A last post in every thread that has messages: what the feed
+	// handed on after the last write (an interaction the sweep closed)
+	// comes before it.
+	r.ops++
+	for _, th := range diffThreads {
+		r.each("fence "+th, func(d *diffBackend) string {
+			return r.appendTo(d, th, store.NewMessage{Author: chatrelay.Operator, Text: "fence", MustExist: true})
+		})
+	}
+	r.feedCheck()
 }
 
 // open makes b the backend d uses.
@@ -428,6 +457,9 @@ func (r *diffRun) step(in *diffInput) {
 				c.MessageID = d.msgs[n%len(d.msgs)].ID
 			}
 			e, err := d.st.Change(ctxb, th, c)
+			if err == nil {
+				d.ack(th, e)
+			}
 			var bad []string
 			return d.answer(d.entry(e, &bad), err, bad)
 		})
@@ -455,6 +487,9 @@ func (r *diffRun) step(in *diffInput) {
 				c.InteractionID = d.ixs[n%len(d.ixs)]
 			}
 			e, err := d.st.Change(ctxb, th, c)
+			if err == nil {
+				d.ack(th, e)
+			}
 			var bad []string
 			return d.answer(d.entry(e, &bad), err, bad)
 		})
@@ -674,8 +709,10 @@ func (r *diffRun) step(in *diffInput) {
 		// (the same folder, the same Redis and prefix).
 		r.log = append(r.log, fmt.Sprintf("%3d reopen", r.ops))
 		for _, d := range r.bs {
+			d.stopFeed()
 			d.b.Close()
 			d.open(r.t, d.b.Another(r.t, r.opt))
+			r.startFeed(d)
 		}
 	}
 }
@@ -706,6 +743,7 @@ func (r *diffRun) appendTo(d *diffBackend, th string, m store.NewMessage) string
 	e, err := d.st.Append(ctxb, th, m)
 	if err == nil && !e.Replayed {
 		d.msgs = append(d.msgs, e)
+		d.ack(th, e)
 		if e.Interaction != nil {
 			d.ixs = append(d.ixs, e.Interaction.ID)
 		}
