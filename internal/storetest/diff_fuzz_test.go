@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
@@ -22,10 +24,11 @@ import (
 
 // FuzzStoreDiff is the differential test of the backends: one random
 // sequence of operations, decoded from the fuzz input, applied in turn to
-// the file store, the file store with its append logs, one Redis and two
-// Redis shards (each fresh for the input, all on one test clock), and
-// everything a user could observe of each answer compared with the file
-// store's: the messages and their order, epochs, revs and ts, cursors,
+// the file store, the file store with its append logs, one Redis, two
+// Redis shards and a Redis Cluster (each fresh for the input, under a
+// prefix of its own on servers and a cluster shared by the fuzz run, all
+// on one test clock), and everything a user could observe of each answer
+// compared with the file store's: the messages and their order, epochs, revs and ts, cursors,
 // resets, titles, the error codes (and the message an error is about),
 // interaction states, grants, audit trails, attachments and agent keys.
 //
@@ -67,7 +70,7 @@ func FuzzStoreDiff(f *testing.F) {
 }
 
 // The backends the differential test compares, the first the reference.
-var diffBackends = []string{File, FileAppendLog, Redis, RedisShards}
+var diffBackends = []string{File, FileAppendLog, Redis, RedisShards, RedisCluster}
 
 var diffThreads = []string{thA, thB, thC}
 
@@ -314,6 +317,24 @@ func dropKeysAtEnd(t *testing.T, b *Backend) {
 		srvs = []*Server{b.Server}
 	case RedisShards:
 		srvs = b.Servers
+	case RedisCluster:
+		// One cluster for the fuzz run (SharedCluster), flushed of each
+		// input's keys node by node, one key a command (a node refuses
+		// keys of several slots in one).
+		t.Cleanup(func() {
+			b.Close()
+			ctx := context.Background()
+			b.Cluster.Client(t).ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+				iter := c.Scan(ctx, 0, b.Prefix+"*", 1000).Iterator()
+				p := c.Pipeline()
+				for iter.Next(ctx) {
+					p.Unlink(ctx, iter.Val())
+				}
+				_, err := p.Exec(ctx)
+				return err
+			})
+		})
+		return
 	}
 	if len(srvs) == 0 {
 		return
