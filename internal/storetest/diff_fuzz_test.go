@@ -100,6 +100,7 @@ const (
 	opAgent
 	opObserve
 	opReopen
+	opBulk
 	opCount
 )
 
@@ -110,7 +111,7 @@ const opSpace = 32
 
 var opNames = [...]string{"append", "ask", "card", "react", "answer", "clock", "since", "changes", "threads",
 	"sweep", "pending", "invite", "device", "revoke", "grants", "resolve", "participant-post", "used", "audit",
-	"upload", "open-attachment", "agent", "observe", "reopen"}
+	"upload", "open-attachment", "agent", "observe", "reopen", "bulk"}
 
 // maxDiffOps bounds the operations of one diffInput (a run's time).
 const maxDiffOps = 80
@@ -725,6 +726,8 @@ func (r *diffRun) step(in *diffInput) {
 		}
 	case opObserve:
 		r.observe(th)
+	case opBulk:
+		r.bulk(in, th, name)
 	case opReopen:
 		// A restart: the store closed and opened again on the same data
 		// (the same folder, the same Redis and prefix).
@@ -873,5 +876,72 @@ func seedsDiff() [][]byte {
 		s([]byte{1, 0}, app(0, 0, 0, 1, 0), []byte{opAsk, 0, 0, 0, 0}, app(0, 1, 1, 0, 0), []byte{opReopen, 0},
 			[]byte{opReact, 0, 0, 0, 0, 0}, []byte{opAnswer, 0, 0, 0}, app(0, 0, 0, 1, 0), []byte{opReopen, 0},
 			app(0, 0, 1, 2, 0), app(0, 0, 1, 3, 0), read(opChanges, 0, 0, 1, 0), []byte{opReopen, 0}, read(opSince, 0, 0, 1, 1)),
+		// The bounds bulk writes reach: the audit at LimitAuditKept and
+		// one past it; invites past LimitActiveGrants, every grant
+		// revoked, then invites past the invite window's.
+		s([]byte{0, 0}, app(0, 0, 0, 0, 0), []byte{opBulk, 0, 0, 5}, []byte{opAudit, 0, 0, 0}),
+		s([]byte{0, 0}, app(0, 0, 0, 0, 0), []byte{opBulk, 0, 1, 9}, []byte{opParticipantPost, 0, 3, 0, 0},
+			[]byte{opBulk, 0, 2, 0}, []byte{opBulk, 0, 1, 0}, []byte{opGrants, 0, 0, 1}),
+	}
+}
+
+// bulk runs one of the operations that reach a bound only by many
+// writes, too slow to reach one at a time in an input of maxDiffOps:
+// the audit past LimitAuditKept (and past twice it, where both stores
+// compact), invites past LimitActiveGrants, and revoking every grant of
+// a thread (toward LimitEndedKept). The answers are compared as one.
+func (r *diffRun) bulk(in *diffInput, th, name string) {
+	sub, n := in.pick(3), int(in.byte())
+	switch sub {
+	case 0:
+		count := chatrelay.LimitAuditKept.Max - 50 + 10*(n%12) // around the bound
+		if n%7 == 6 {
+			count = 2*chatrelay.LimitAuditKept.Max + 30 // past the compaction
+		}
+		kinds := []string{chatrelay.AuditRefused, chatrelay.AuditRefused, chatrelay.AuditIssued, chatrelay.AuditRefused, chatrelay.AuditFirstUse}
+		at := r.clk.Now().UnixMilli()
+		r.each(fmt.Sprintf("%s %d audit events (pattern %d)", name, count, n), func(d *diffBackend) string {
+			var errs []string
+			for i := range count {
+				ev := chatrelay.AuditEvent{At: at + int64(i), Event: kinds[(i*(n|1))%len(kinds)], Participant: fmt.Sprintf("p_%08x", i%7), Code: chatrelay.Unauthorized}
+				if ev.Event != chatrelay.AuditRefused {
+					ev.Code = ""
+				}
+				if err := d.p.Audit(ctxb, th, ev); err != nil {
+					errs = append(errs, fmt.Sprintf("%d: %s", i, d.answer(nil, err, nil)))
+				}
+			}
+			log, err := d.p.AuditLog(ctxb, th)
+			return d.answer(errs, nil, nil) + " then " + d.answer(log, err, nil)
+		})
+	case 1:
+		count := chatrelay.LimitActiveGrants.Max - 5 + n%10
+		var gs []chatrelay.Grant
+		for range count {
+			iv := chatrelay.Invite{Name: "Guest", Role: chatrelay.Commenter, ExpiresIn: time.Hour, Cap: 1}
+			g, _ := iv.Grant(r.clk.Now())
+			g.ID = fmt.Sprintf("p_%08x", len(r.grants))
+			g.Digest = chatrelay.DigestOf(fmt.Sprintf("token %d", len(r.grants)))
+			r.grants = append(r.grants, g)
+			gs = append(gs, g)
+		}
+		r.each(fmt.Sprintf("%s %d invites from %s", name, count, gs[0].ID), func(d *diffBackend) string {
+			var out []string
+			for _, g := range gs {
+				out = append(out, d.answer(nil, d.p.Invite(ctxb, th, g), nil))
+			}
+			gs, err := d.p.Grants(ctxb, th)
+			return strings.Join(out, ",") + " then " + d.answer(gs, err, nil)
+		})
+	case 2:
+		r.each(fmt.Sprintf("%s revoke every grant", name), func(d *diffBackend) string {
+			var out []string
+			for _, g := range r.grants {
+				_, err := d.p.Revoke(ctxb, th, g.ID)
+				out = append(out, d.answer(nil, err, nil))
+			}
+			gs, err := d.p.Grants(ctxb, th)
+			return strings.Join(out, ",") + " then " + d.answer(gs, err, nil)
+		})
 	}
 }
