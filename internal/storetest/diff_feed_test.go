@@ -19,7 +19,8 @@ const feedDeadline = 10 * time.Second
 
 // diffFeed is a backend's live feed as FuzzStoreDiff reads it: one
 // store.Feed of the store, followed by a reader of every thread and one
-// reader of each thread (what the CLI's watch and the streams follow).
+// reader of each thread (what the streams follow), and a store.Watch
+// with updates (the CLI's watch --updates) on a Feed of its own.
 type diffFeed struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -29,6 +30,7 @@ type diffFeed struct {
 // feedSub is one reader of the feed: what it was handed, thread by thread.
 type feedSub struct {
 	thread string // "" every thread
+	watch  bool   // a Watch, not a Feed's reader
 	wake   chan struct{}
 
 	mu     sync.Mutex
@@ -41,7 +43,7 @@ type feedSub struct {
 // feedEvent is one thing a reader was handed: a message in its state
 // (Kind "message"), a Reset, or an interaction retention closed.
 type feedEvent struct {
-	Kind  string
+	Kind  string     // message, reset, closed; a Watch's: new, update, gap
 	Entry *entryView `json:",omitempty"`
 	rev   int64
 }
@@ -66,6 +68,26 @@ func (r *diffRun) startFeed(d *diffBackend) {
 			}
 		}()
 	}
+	// The Watch, on a Feed of its own: what is stored after its first
+	// read of the threads is new (store.Feed.Watch), so it is ready once
+	// that read answered.
+	w := &feedSub{thread: "", watch: true, wake: make(chan struct{}, 1), events: map[string][]feedEvent{}, revs: map[string]int64{}}
+	f.subs = append(f.subs, w)
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		err := store.NewFeed(watchedStore{d.st, w}).Watch(ctx, 0, true, w.watched, w.gap, func(thread string, err error) {
+			w.mu.Lock()
+			w.events[thread] = append(w.events[thread], feedEvent{Kind: "skipped " + err.Error()})
+			w.mu.Unlock()
+		})
+		if ctx.Err() == nil {
+			w.mu.Lock()
+			w.err = fmt.Errorf("Watch ended: %v", err)
+			w.mu.Unlock()
+			w.poke()
+		}
+	}()
 	d.feed = f
 	d.taken = map[*feedSub]map[string]int{}
 	for _, s := range f.subs {
@@ -82,6 +104,13 @@ func (d *diffBackend) stopFeed() {
 	d.feed.cancel()
 	d.feed.wg.Wait()
 	d.feed = nil
+}
+
+func (s *feedSub) name() string {
+	if s.watch {
+		return "watch"
+	}
+	return fmt.Sprintf("reader of %q", s.thread)
 }
 
 func (s *feedSub) poke() {
@@ -118,6 +147,49 @@ func (s *feedSub) take(b store.Batch) error {
 	return nil
 }
 
+// watchedStore is a store whose Threads marks w ready once it answered.
+type watchedStore struct {
+	store.Store
+	w *feedSub
+}
+
+func (s watchedStore) Threads(ctx context.Context) ([]store.ThreadInfo, error) {
+	infos, err := s.Store.Threads(ctx)
+	s.w.mu.Lock()
+	s.w.ready = true
+	s.w.mu.Unlock()
+	s.w.poke()
+	return infos, err
+}
+
+// watched records what a Watch handed on.
+func (s *feedSub) watched(thread string, e store.Entry, update bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.poke()
+	kind := "new"
+	if update {
+		kind = "update"
+	}
+	s.events[thread] = append(s.events[thread], feedEvent{Kind: kind, Entry: &entryView{Message: e.Message, Replayed: e.Replayed}, rev: e.Rev})
+	s.revs[thread] = max(s.revs[thread], e.Rev)
+	return nil
+}
+
+// gap records a gap a Watch reported.
+func (s *feedSub) gap(thread string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events[thread] = append(s.events[thread], feedEvent{Kind: "gap"})
+	return nil
+}
+
+// handedOn reports whether e is a write handed on (not a Reset, a gap or
+// an interaction closed).
+func (e feedEvent) handedOn() bool {
+	return e.Kind == "message" || e.Kind == "new" || e.Kind == "update"
+}
+
 // waitFeed waits until done holds of every reader of d, failing the run
 // at feedDeadline or when a reader's Follow ended.
 func (r *diffRun) waitFeed(d *diffBackend, what string, done func(s *feedSub) bool) {
@@ -133,12 +205,12 @@ func (r *diffRun) waitFeed(d *diffBackend, what string, done func(s *feedSub) bo
 				break
 			}
 			if err != nil {
-				r.t.Fatalf("the feed of %s (reader of %q) at operation %d, before it was %s: %v\n%s", d.name, s.thread, r.ops, what, err, strings.Join(r.log, "\n"))
+				r.t.Fatalf("the feed of %s (%s) at operation %d, before it was %s: %v\n%s", d.name, s.name(), r.ops, what, err, strings.Join(r.log, "\n"))
 			}
 			select {
 			case <-s.wake:
 			case <-timer.C:
-				r.t.Fatalf("the feed of %s (reader of %q) was not %s within %v at operation %d\n%s", d.name, s.thread, what, feedDeadline, r.ops, strings.Join(r.log, "\n"))
+				r.t.Fatalf("the feed of %s (%s) was not %s within %v at operation %d\n%s", d.name, s.name(), what, feedDeadline, r.ops, strings.Join(r.log, "\n"))
 			}
 		}
 	}
@@ -198,22 +270,22 @@ func (r *diffRun) feedCheck() {
 				s.mu.Lock()
 				evs := s.events[th][d.taken[s][th]:]
 				s.mu.Unlock()
-				cut := slices.IndexFunc(evs, func(e feedEvent) bool { return e.Kind == "message" && e.rev == want })
+				cut := slices.IndexFunc(evs, func(e feedEvent) bool { return e.handedOn() && e.rev == want })
 				evs = evs[:cut+1]
 				d.taken[s][th] += cut + 1
 				var got []string
 				for _, e := range evs {
-					if e.Kind == "message" {
+					if e.handedOn() {
 						js, _ := json.Marshal(e.Entry)
 						got = append(got, string(js))
 					}
 				}
 				var bad []string
 				if !slices.Equal(got, wantJSON) {
-					bad = append(bad, fmt.Sprintf("the reader of %q was handed the messages\n    %s\n  where the store acknowledged\n    %s",
-						s.thread, strings.Join(got, "\n    "), strings.Join(wantJSON, "\n    ")))
+					bad = append(bad, fmt.Sprintf("the %s was handed the messages\n    %s\n  where the store acknowledged\n    %s",
+						s.name(), strings.Join(got, "\n    "), strings.Join(wantJSON, "\n    ")))
 				}
-				out = append(out, fmt.Sprintf("%s (reader of %q): %s", th, s.thread, d.answer(evs, nil, bad)))
+				out = append(out, fmt.Sprintf("%s (%s): %s", th, s.name(), d.answer(evs, nil, bad)))
 			}
 			d.acks[th] = nil
 		}

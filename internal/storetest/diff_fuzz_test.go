@@ -33,8 +33,9 @@ import (
 // interaction states, grants, audit trails, attachments and agent keys.
 //
 // And the live feed (diff_feed_test.go): each backend's store.Feed is
-// followed by a reader of every thread and one of each thread, from the
-// input's start (and again after a restart). After every operation, each
+// followed by a reader of every thread and one of each thread, and a
+// store.Watch with updates, from the input's start (and again after a
+// restart). After every operation, each
 // reader must have been handed exactly the writes its store acknowledged
 // (each new message and each change that changed something, in its
 // state as answered, in order, none lost or repeated), waited for until a
