@@ -19,8 +19,8 @@ const feedDeadline = 10 * time.Second
 
 // diffFeed is a backend's live feed as FuzzStoreDiff reads it: one
 // store.Feed of the store, followed by a reader of every thread and one
-// reader of each thread (what the streams follow), and a store.Watch
-// with updates (the CLI's watch --updates) on a Feed of its own.
+// reader of each thread (what the streams follow), and a Watch with
+// updates (the CLI's watch --updates).
 type diffFeed struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -52,7 +52,11 @@ type feedEvent struct {
 func (r *diffRun) startFeed(d *diffBackend) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &diffFeed{cancel: cancel}
-	feed := store.NewFeed(d.st)
+	// The Watch's reader: what is stored after its first read of the
+	// threads is new (store.Feed.Watch), so it is ready once that read
+	// answered (watchedStore).
+	w := &feedSub{thread: "", watch: true, wake: make(chan struct{}, 1), events: map[string][]feedEvent{}, revs: map[string]int64{}}
+	feed := store.NewFeed(watchedStore{d.st, w})
 	for _, th := range append([]string{""}, diffThreads...) {
 		s := &feedSub{thread: th, wake: make(chan struct{}, 1), events: map[string][]feedEvent{}, revs: map[string]int64{}}
 		f.subs = append(f.subs, s)
@@ -68,15 +72,11 @@ func (r *diffRun) startFeed(d *diffBackend) {
 			}
 		}()
 	}
-	// The Watch, on a Feed of its own: what is stored after its first
-	// read of the threads is new (store.Feed.Watch), so it is ready once
-	// that read answered.
-	w := &feedSub{thread: "", watch: true, wake: make(chan struct{}, 1), events: map[string][]feedEvent{}, revs: map[string]int64{}}
 	f.subs = append(f.subs, w)
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		err := store.NewFeed(watchedStore{d.st, w}).Watch(ctx, 0, true, w.watched, w.gap, func(thread string, err error) {
+		err := feed.Watch(ctx, 0, true, w.watched, w.gap, func(thread string, err error) {
 			w.mu.Lock()
 			w.events[thread] = append(w.events[thread], feedEvent{Kind: "skipped " + err.Error()})
 			w.mu.Unlock()
