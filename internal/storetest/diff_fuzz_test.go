@@ -744,6 +744,7 @@ func (r *diffRun) step(in *diffInput) {
 			d.b.Close()
 			d.open(r.t, d.b.Another(r.t, r.opt))
 			r.startFeed(d)
+			r.t.Cleanup(d.stopFeed) // before the store Another opened closes
 		}
 	}
 }
