@@ -884,6 +884,13 @@ func seedsDiff() [][]byte {
 		s([]byte{1, 0}, app(0, 0, 0, 1, 0), []byte{opAsk, 0, 0, 0, 0}, app(0, 1, 1, 0, 0), []byte{opReopen, 0},
 			[]byte{opReact, 0, 0, 0, 0, 0}, []byte{opAnswer, 0, 0, 0}, app(0, 0, 0, 1, 0), []byte{opReopen, 0},
 			app(0, 0, 1, 2, 0), app(0, 0, 1, 3, 0), read(opChanges, 0, 0, 1, 0), []byte{opReopen, 0}, read(opSince, 0, 0, 1, 1)),
+		// The feed: a pending interaction retention drops on append
+		// (closed, then the post), a reaction and an answer of it before;
+		// one the sweep drops (closed, handed on before the last post).
+		s([]byte{1, 0}, []byte{opAsk, 0, 0, 3, 0}, []byte{opReact, 0, 0, 0, 0, 0}, app(0, 0, 0, 0, 0), []byte{opAsk, 0, 1, 3, 0},
+			app(0, 1, 1, 0, 0), app(0, 0, 0, 0, 0), app(0, 0, 1, 0, 0), []byte{opAnswer, 0, 2, 0}, app(0, 0, 0, 0, 0)),
+		s([]byte{2, 0}, app(0, 0, 0, 0, 0), []byte{opAsk, 0, 0, 3, 0}, clock(5), app(0, 1, 1, 0, 0), clock(4), []byte{opSweep, 0},
+			[]byte{opPending, 0}, []byte{opReact, 0, 0, 2, 0, 0}, []byte{opReopen, 0}, []byte{opReact, 0, 0, 2, 1, 1}),
 	}
 }
 
