@@ -64,6 +64,11 @@ func (v *verbFlags) open(ctx context.Context, e cmdEnv, n int, what string) (*ho
 	if v.fs.NArg() != n {
 		return nil, nil, usageError(fmt.Sprintf("%s takes %s", v.fs.Name(), what))
 	}
+	if n > 0 { // THREAD first: malformed, it is a bad command line wherever the store is
+		if err := chatrelay.CheckThread(v.fs.Arg(0)); err != nil {
+			return nil, nil, err
+		}
+	}
 	emptyKey := false
 	v.fs.Visit(func(f *flag.Flag) { emptyKey = emptyKey || f.Name == "client-id" && v.clientID == "" })
 	if emptyKey { // given, but empty: "$ID" with ID unset would store at every retry
