@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/chatrelay/chatrelay"
@@ -42,4 +43,21 @@ func TestShowV2WithoutJSONBeforeTheFolder(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "nodata")
 	r := runCLI(t, nil, "", "show", threadOld, "--v2", "--data", missing)
 	assert.Equal(t, "exit code", exitCode(r.err), 2)
+}
+
+// TestEmptyDataIsAUsageError: --data "" (or --store file:) names no
+// folder, a bad flag value (exit 2) for every command, as serve and open
+// refuse it; list, show and the verbs answered not_found, exit 1, "no
+// data folder : give --data".
+func TestEmptyDataIsAUsageError(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"list", "--data", ""},
+		{"list", "--store", "file:"},
+		{"show", threadOld, "--data", ""},
+		{"reply", threadOld, "hi", "--data", ""},
+	} {
+		r := runCLI(t, nil, "", args...)
+		assert.Equal(t, strings.Join(args, " ")+" exit code", exitCode(r.err), 2)
+	}
 }
