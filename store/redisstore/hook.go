@@ -20,7 +20,6 @@ func (h answerHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		since := h.s.answers.Load()
 		if f := h.s.opt.onGate; f != nil {
 			f([]redis.Cmder{cmd})
 		}
@@ -30,6 +29,9 @@ func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				return err
 			}
 		}
+		// After the gate: a late shard's setup answers there, before
+		// the command is sent, and is no news that it answered since.
+		since := h.s.answers.Load()
 		err := next(ctx, cmd)
 		h.s.answered(err)
 		if h.s.stale(err, since) {
@@ -42,7 +44,6 @@ func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		since := h.s.answers.Load()
 		if f := h.s.opt.onGate; f != nil {
 			f(cmds)
 		}
@@ -54,6 +55,7 @@ func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 				return err
 			}
 		}
+		since := h.s.answers.Load() // after the gate, as above
 		err := next(ctx, cmds)
 		h.s.answered(err)
 		if h.s.stale(err, since) {
