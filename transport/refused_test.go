@@ -325,6 +325,7 @@ func TestRefusedPostsBeforeTheirAppendCountNowhere(t *testing.T) {
 			assert.Equal(t, "a post naming an unknown upload "+string(b), s, http.StatusBadRequest)
 			assert.Equal(t, "its code", decodeError(t, b).Code, string(chatrelay.InvalidAttachment))
 			s, b = e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"again"}`)
+			assert.True(t, s >= 400 && s < 500, "the participant's post past its cap: %d %s", s, b)
 			assert.Equal(t, "its code "+string(b), decodeError(t, b).Code, string(chatrelay.CapReached))
 		}
 		e.mustPost(owner, "three")
