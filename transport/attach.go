@@ -203,6 +203,14 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 	} else {
 		rw.refused = true
 	}
+	if rw.failed {
+		// net/http answers an If-Match the file does not match with a
+		// 412 and no body; every error of the API is its JSON, with a
+		// code, and carries none of the file's headers.
+		h.Del("Content-Disposition")
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.PreconditionFailed, "If-Match names no version of this file: its ETag is %s", h.Get("ETag")))
+		return
+	}
 	if rw.refused {
 		// net/http answers a Range it cannot satisfy with a plain-text
 		// 416; every error of the API is its JSON, with a code. The
@@ -254,24 +262,29 @@ func withoutEmptySuffixes(h string) (rg string, left bool) {
 	return "bytes=" + strings.Join(kept, ","), true
 }
 
-// rangeRefusal passes an attachment's answer through, except a 416 from
-// http.ServeContent, which it swallows (status and body) so that the
-// handler answers the API's JSON error instead.
+// rangeRefusal passes an attachment's answer through, except a 416 or a
+// 412 from http.ServeContent, which it swallows (status and body) so that
+// the handler answers the API's JSON error instead.
 type rangeRefusal struct {
 	http.ResponseWriter
-	refused bool
+	refused bool // a 416
+	failed  bool // a 412
 }
 
 func (rw *rangeRefusal) WriteHeader(status int) {
-	if status == http.StatusRequestedRangeNotSatisfiable {
+	switch status {
+	case http.StatusRequestedRangeNotSatisfiable:
 		rw.refused = true
+		return
+	case http.StatusPreconditionFailed:
+		rw.failed = true
 		return
 	}
 	rw.ResponseWriter.WriteHeader(status)
 }
 
 func (rw *rangeRefusal) Write(b []byte) (int, error) {
-	if rw.refused {
+	if rw.refused || rw.failed {
 		return len(b), nil
 	}
 	return rw.ResponseWriter.Write(b)
