@@ -241,8 +241,9 @@ func bytesRange(h string) (rg string, ok bool) {
 // withoutEmptySuffixes is a Range header without its suffix ranges of no
 // byte ("-0"), which satisfy nothing (RFC 9110, 14.1.1) but which
 // net/http serves as a 206 whose Content-Range ends before it starts
-// ("bytes 10-9/10"). left is false when nothing else is left: the Range
-// is not satisfiable. A header that is no bytes Range is kept as it is.
+// ("bytes 10-9/10"). left is false when nothing else is left, or when a
+// range does not parse (rangeSpecParses): the Range is not satisfiable.
+// A header that is no bytes Range is kept as it is.
 func withoutEmptySuffixes(h string) (rg string, left bool) {
 	set, ok := strings.CutPrefix(h, "bytes=")
 	if !ok {
@@ -250,9 +251,14 @@ func withoutEmptySuffixes(h string) (rg string, left bool) {
 	}
 	var kept []string
 	for spec := range strings.SplitSeq(set, ",") {
-		n, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(spec), "-"), 10, 64)
-		if strings.HasPrefix(strings.TrimSpace(spec), "-") && err == nil && n == 0 {
+		spec = strings.Trim(spec, " \t")
+		switch {
+		case spec == "": // an empty list element (RFC 9110, 5.6.1)
 			continue
+		case !rangeSpecParses(spec):
+			return "", false
+		case strings.TrimLeft(spec, "-0") == "" && strings.HasPrefix(spec, "-"):
+			continue // a suffix of no byte
 		}
 		kept = append(kept, spec)
 	}
@@ -260,6 +266,25 @@ func withoutEmptySuffixes(h string) (rg string, left bool) {
 		return "", false
 	}
 	return "bytes=" + strings.Join(kept, ","), true
+}
+
+// rangeSpecParses reports whether spec is a range of RFC 9110's grammar:
+// "first-last", "first-" or "-suffix", each position digits alone.
+// net/http reads a position with strconv, which takes a sign too
+// ("bytes=+1-2", "bytes=-+5"): such a Range does not parse (416).
+func rangeSpecParses(spec string) bool {
+	first, last, ok := strings.Cut(spec, "-")
+	digits := func(s string) bool {
+		return s != "" && strings.Trim(s, "0123456789") == ""
+	}
+	switch {
+	case !ok:
+		return false
+	case first == "":
+		return digits(last)
+	default:
+		return digits(first) && (last == "" || digits(last))
+	}
 }
 
 // rangeRefusal passes an attachment's answer through, except a 416 or a
