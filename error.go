@@ -86,6 +86,8 @@ const (
 	// What MCP's Streamable HTTP transport refuses itself (chatrelay's own).
 	InvalidMCPRequest    Code = "invalid_mcp_request"
 	UnsupportedMediaType Code = "unsupported_media_type"
+	// chatrelay's own: a download's If-Match the attachment does not match.
+	PreconditionFailed Code = "precondition_failed"
 )
 
 // CodeInfo is a row of the code table: a code, the HTTP status of an
@@ -154,6 +156,7 @@ var codeTable = []CodeInfo{
 	{RequestTimeout, 408, true, "the request's body did not arrive within the server's read timeout: nothing was stored; send it again"},
 	{InvalidMCPRequest, 400, false, "an MCP request its transport refuses: an Accept without application/json and text/event-stream, an MCP-Protocol-Version it does not speak, a GET or DELETE without Mcp-Session-Id, a body that is not JSON-RPC or holds more than one JSON value"},
 	{UnsupportedMediaType, 415, false, "a body whose Content-Type the route does not take"},
+	{PreconditionFailed, 412, false, "a download's If-Match that the attachment's ETag does not match"},
 }
 
 // CodeTable returns the code table: every code with its status, whether

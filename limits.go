@@ -119,8 +119,13 @@ var (
 	// before encryption, whose strings are cut (not refused) to
 	// LimitPushString.
 	LimitPushSubscriptions = Limit{"push.subscriptions", 0, 20, Count}
-	LimitPushPayload       = Limit{"push.payload", 0, 3072, JSONUTF8Bytes}
-	LimitPushString        = Limit{"push.string", 0, 500, CodePoints}
+	// LimitPushParticipants is the most of a thread's subscriptions that
+	// its participants hold together; the rest (a quarter, as a thread's
+	// streams) is kept for the owner's token and devices, so that a share
+	// link cannot keep the owner's approvals from its browsers.
+	LimitPushParticipants = Limit{"push.subscriptions_participants", 0, 15, Count}
+	LimitPushPayload      = Limit{"push.payload", 0, 3072, JSONUTF8Bytes}
+	LimitPushString       = Limit{"push.string", 0, 500, CodePoints}
 	// LimitPushEndpoint bounds a subscription's endpoint URL, in bytes
 	// (as taken and as stored, escaped): the subscribe check (webpush's
 	// Guard is given it), the stored record's check and the schema's
@@ -159,7 +164,7 @@ func Limits() []Limit {
 		LimitAttachments, LimitAttachmentBytes, LimitThreadAttachments, LimitAttachmentName, LimitAttachmentUnused, LimitAttachmentPending,
 		LimitParticipantPending, LimitParticipantDraftBytes,
 		LimitDeviceExpiresIn, LimitActiveDevices,
-		LimitPushSubscriptions, LimitPushPayload, LimitPushString, LimitPushEndpoint,
+		LimitPushSubscriptions, LimitPushParticipants, LimitPushPayload, LimitPushString, LimitPushEndpoint,
 		LimitAgentName, LimitAgentThreads, LimitActiveAgents, LimitMCPBody,
 	}
 }

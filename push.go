@@ -239,7 +239,8 @@ func cutStrings(v any, n int) any {
 // the same on every backend): a subscription with sub's endpoint takes
 // sub's keys, events and subscriber and keeps its id and created_at
 // (created false; write false if nothing changed); else sub is appended
-// unless the thread has LimitPushSubscriptions already (PushLimit), or
+// unless the thread has LimitPushSubscriptions already, or sub is a
+// participant's and the participants hold LimitPushParticipants (PushLimit), or
 // sub's id is taken (then it gets another).
 func AdmitPush(subs []PushSubscription, sub PushSubscription) (out []PushSubscription, got PushSubscription, created, write bool, err error) {
 	if i := slices.IndexFunc(subs, func(p PushSubscription) bool { return p.Endpoint == sub.Endpoint }); i >= 0 {
@@ -257,6 +258,20 @@ func AdmitPush(subs []PushSubscription, sub PushSubscription) (out []PushSubscri
 		out = slices.Clone(subs)
 		out[i] = sub
 		return out, sub, false, true, nil
+	}
+	if sub.Participant() {
+		// The participants hold LimitPushParticipants together, the rest
+		// is the owner's; a participant's refusal reads the same whoever
+		// holds the places, so it tells nothing of the owner's browsers.
+		held := 0
+		for _, p := range subs {
+			if p.Participant() {
+				held++
+			}
+		}
+		if held >= LimitPushParticipants.Max || len(subs) >= LimitPushSubscriptions.Max {
+			return nil, PushSubscription{}, false, false, Errorf(PushLimit, "this conversation's participants may subscribe no more browsers to its notifications (at most %d together)", LimitPushParticipants.Max)
+		}
 	}
 	if len(subs) >= LimitPushSubscriptions.Max {
 		return nil, PushSubscription{}, false, false, Errorf(PushLimit, "this thread has %d push subscriptions, the most it keeps", LimitPushSubscriptions.Max)

@@ -203,6 +203,14 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 	} else {
 		rw.refused = true
 	}
+	if rw.failed {
+		// net/http answers an If-Match the file does not match with a
+		// 412 and no body; every error of the API is its JSON, with a
+		// code, and carries none of the file's headers.
+		h.Del("Content-Disposition")
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.PreconditionFailed, "If-Match names no version of this file: its ETag is %s", h.Get("ETag")))
+		return
+	}
 	if rw.refused {
 		// net/http answers a Range it cannot satisfy with a plain-text
 		// 416; every error of the API is its JSON, with a code. The
@@ -233,8 +241,9 @@ func bytesRange(h string) (rg string, ok bool) {
 // withoutEmptySuffixes is a Range header without its suffix ranges of no
 // byte ("-0"), which satisfy nothing (RFC 9110, 14.1.1) but which
 // net/http serves as a 206 whose Content-Range ends before it starts
-// ("bytes 10-9/10"). left is false when nothing else is left: the Range
-// is not satisfiable. A header that is no bytes Range is kept as it is.
+// ("bytes 10-9/10"). left is false when nothing else is left, or when a
+// range does not parse (rangeSpecParses): the Range is not satisfiable.
+// A header that is no bytes Range is kept as it is.
 func withoutEmptySuffixes(h string) (rg string, left bool) {
 	set, ok := strings.CutPrefix(h, "bytes=")
 	if !ok {
@@ -242,9 +251,14 @@ func withoutEmptySuffixes(h string) (rg string, left bool) {
 	}
 	var kept []string
 	for spec := range strings.SplitSeq(set, ",") {
-		n, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(spec), "-"), 10, 64)
-		if strings.HasPrefix(strings.TrimSpace(spec), "-") && err == nil && n == 0 {
+		spec = strings.Trim(spec, " \t")
+		switch {
+		case spec == "": // an empty list element (RFC 9110, 5.6.1)
 			continue
+		case !rangeSpecParses(spec):
+			return "", false
+		case strings.TrimLeft(spec, "-0") == "" && strings.HasPrefix(spec, "-"):
+			continue // a suffix of no byte
 		}
 		kept = append(kept, spec)
 	}
@@ -254,24 +268,48 @@ func withoutEmptySuffixes(h string) (rg string, left bool) {
 	return "bytes=" + strings.Join(kept, ","), true
 }
 
-// rangeRefusal passes an attachment's answer through, except a 416 from
-// http.ServeContent, which it swallows (status and body) so that the
-// handler answers the API's JSON error instead.
+// rangeSpecParses reports whether spec is a range of RFC 9110's grammar:
+// "first-last", "first-" or "-suffix", each position digits alone.
+// net/http reads a position with strconv, which takes a sign too
+// ("bytes=+1-2", "bytes=-+5"): such a Range does not parse (416).
+func rangeSpecParses(spec string) bool {
+	first, last, ok := strings.Cut(spec, "-")
+	digits := func(s string) bool {
+		return s != "" && strings.Trim(s, "0123456789") == ""
+	}
+	switch {
+	case !ok:
+		return false
+	case first == "":
+		return digits(last)
+	default:
+		return digits(first) && (last == "" || digits(last))
+	}
+}
+
+// rangeRefusal passes an attachment's answer through, except a 416 or a
+// 412 from http.ServeContent, which it swallows (status and body) so that
+// the handler answers the API's JSON error instead.
 type rangeRefusal struct {
 	http.ResponseWriter
-	refused bool
+	refused bool // a 416
+	failed  bool // a 412
 }
 
 func (rw *rangeRefusal) WriteHeader(status int) {
-	if status == http.StatusRequestedRangeNotSatisfiable {
+	switch status {
+	case http.StatusRequestedRangeNotSatisfiable:
 		rw.refused = true
+		return
+	case http.StatusPreconditionFailed:
+		rw.failed = true
 		return
 	}
 	rw.ResponseWriter.WriteHeader(status)
 }
 
 func (rw *rangeRefusal) Write(b []byte) (int, error) {
-	if rw.refused {
+	if rw.refused || rw.failed {
 		return len(b), nil
 	}
 	return rw.ResponseWriter.Write(b)

@@ -32,12 +32,8 @@ func TestDuplicateUploadAnsweredWhileTheLaneIsBusy(t *testing.T) {
 		status, _ := e.upload(owner(tok), "b.txt", "text/plain", strings.NewReader(""))
 		answered <- status
 	}()
-	select {
-	case status := <-answered:
-		assert.Equal(t, "the duplicate's status", status, http.StatusCreated)
-	case <-time.After(20 * time.Second):
-		t.Fatal("the duplicate's answer waited for a turn of the busy lane")
-	}
+	status := assert.Receive(t, answered, "the duplicate's answer, which waited for a turn of the busy lane")
+	assert.Equal(t, "the duplicate's status", status, http.StatusCreated)
 	assert.Equal(t, "temp files while the lane is busy", temps(), 1)
 	e.stop() // Shutdown, the lane still busy
 	assert.Equal(t, "temp files after Shutdown", temps(), 0)

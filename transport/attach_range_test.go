@@ -99,3 +99,62 @@ func TestAttachmentRangeUnits(t *testing.T) {
 			"Range %q of another unit: %d %q, Content-Range %q", rg, status, b, h.Get("Content-Range"))
 	}
 }
+
+// TestAttachmentPreconditionFailed: an If-Match the file does not match
+// is an error like every other: 412 with the API's JSON body and code
+// precondition_failed, without the file's name. An outside probe got
+// net/http's 412 with no body at all (and the file's Content-Disposition).
+// A matching If-Match still serves the file.
+func TestAttachmentPreconditionFailed(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	tok := tokenN(1)
+	a := e.mustUpload(tok, "digits.txt", "text/plain", []byte("0123456789"))
+	for _, h := range []map[string]string{
+		{"If-Match": `"another"`},
+		{"If-Match": `"another"`, "Range": "bytes=8-"},
+		{"If-Match": "W/\"" + a.SHA256 + `"`}, // If-Match compares strongly
+	} {
+		h["X-Chat-Token"] = tok
+		status, hd, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, h)
+		assert.Equal(t, "status", status, http.StatusPreconditionFailed)
+		assert.Equal(t, "Content-Type", hd.Get("Content-Type"), "application/json")
+		var body struct {
+			Success   *bool  `json:"success"`
+			Code      string `json:"code"`
+			Error     string `json:"error"`
+			Retryable *bool  `json:"retryable"`
+		}
+		assert.Success(t, json.Unmarshal(b, &body))
+		assert.True(t, body.Success != nil && !*body.Success && body.Code == "precondition_failed" && body.Error != "" &&
+			body.Retryable != nil && !*body.Retryable, "%v: %s", h, b)
+		assert.Equal(t, "no Content-Disposition on an error", hd.Get("Content-Disposition"), "")
+	}
+	for _, im := range []string{`"` + a.SHA256 + `"`, "*", `"x", "` + a.SHA256 + `"`} {
+		status, _, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "If-Match": im})
+		assert.True(t, status == http.StatusOK && string(b) == "0123456789", "If-Match %s: %d %q", im, status, b)
+	}
+}
+
+// TestAttachmentRangeThatDoesNotParse: a Range whose positions are not
+// digits alone (RFC 9110's first-pos and last-pos are 1*DIGIT), or that
+// names no range at all, does not parse: 416 range_not_satisfiable, as
+// docs/api.md says. An outside probe got 206 for "bytes=+1-2" and
+// "bytes=-+5" (strconv reads a sign) and 200 for "bytes=" and "bytes=,-0".
+func TestAttachmentRangeThatDoesNotParse(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	tok := tokenN(1)
+	a := e.mustUpload(tok, "digits.txt", "text/plain", []byte("0123456789"))
+	for _, rg := range []string{"bytes=+1-2", "bytes=-+5", "bytes=0-+1", "bytes=", "bytes=,", "bytes=,-0", "bytes=0-1,+3-4", "bytes=-5,x"} {
+		status, h, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
+		assert.True(t, status == http.StatusRequestedRangeNotSatisfiable && h.Get("Content-Range") == "bytes */10",
+			"%q: %d %q %s", rg, status, h.Get("Content-Range"), b)
+	}
+	// White space around a range and empty list elements are the list
+	// syntax's (RFC 9110, 5.6.1): still a Range of its ranges.
+	for rg, want := range map[string]string{"bytes= 8-": "89", "bytes=,8-": "89", "bytes=8- ,": "89", "bytes=-2": "89", "bytes=08-09": "89"} {
+		status, _, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
+		assert.True(t, status == http.StatusPartialContent && string(b) == want, "%q: %d %q", rg, status, b)
+	}
+}

@@ -29,7 +29,7 @@ type deviceIssued struct {
 	Device  chatrelay.Device `json:"device"`
 	Token   string           `json:"token"`
 	Link    string           `json:"link"`
-	QR      string           `json:"qr"`
+	QR      string           `json:"qr,omitempty"` // absent for a link too long for a QR code
 }
 
 // request checks the body's fields, with the contract's codes.

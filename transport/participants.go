@@ -241,7 +241,7 @@ type inviteAnswer struct {
 	Participant chatrelay.Participant `json:"participant"`
 	Token       string                `json:"token"`
 	Link        string                `json:"link"`
-	QR          string                `json:"qr"`
+	QR          string                `json:"qr,omitempty"` // absent for a link too long for a QR code
 }
 
 // handleInvite serves POST /api/chat/participants (the owner).

@@ -304,3 +304,32 @@ func TestRefusalsKeepTheAuditsLifecycle(t *testing.T) {
 		assert.True(t, slices.IsSortedFunc(evs, func(a, b chatrelay.AuditEvent) int { return cmp.Compare(a.At, b.At) }), "the audit is not oldest first")
 	})
 }
+
+// TestRefusedPostsBeforeTheirAppendCountNowhere: the posts counted in the
+// rate windows in a call of their own before their append (one with
+// attachments, a participant's: not AppendLimited's one script) and
+// that the append then refuses (an unknown attachment, a participant
+// past its cap) leave no count behind: the window takes as many posts
+// afterwards as before.
+func TestRefusedPostsBeforeTheirAppendCountNowhere(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend, windows: chatrelay.Windows{PerThread: 3, PerIP: 100, Window: 10 * time.Minute}})
+		owner := tokenN(1)
+		e.mustPost(owner, "one")
+		alex := e.invite(owner, `{"name":"Alex","role":"commenter","cap":1}`)
+		s, b := e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"two"}`)
+		assert.Equal(t, "the participant's first post "+string(b), s, http.StatusCreated)
+		for range 3 {
+			s, _, b = e.do(http.MethodPost, "/api/chat/post", owner, `{"text":"x","attachments":["at_000000000000"]}`, nil)
+			assert.Equal(t, "a post naming an unknown upload "+string(b), s, http.StatusBadRequest)
+			assert.Equal(t, "its code", decodeError(t, b).Code, string(chatrelay.InvalidAttachment))
+			s, b = e.asParticipant(http.MethodPost, "/api/chat/post", alex.Token, `{"text":"again"}`)
+			assert.True(t, s >= 400 && s < 500, "the participant's post past its cap: %d %s", s, b)
+			assert.Equal(t, "its code "+string(b), decodeError(t, b).Code, string(chatrelay.CapReached))
+		}
+		e.mustPost(owner, "three")
+		s, _, b = e.do(http.MethodPost, "/api/chat/post", owner, `{"text":"four"}`, nil)
+		assert.Equal(t, "the fourth post taken "+string(b), s, http.StatusTooManyRequests)
+	})
+}

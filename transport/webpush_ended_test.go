@@ -34,9 +34,17 @@ func TestPushLimitCountsNoEndedGrant(t *testing.T) {
 					d := e.issueDevice(owner, `{"name":"Phone"}`)
 					tok, revoke = d.Token, chatrelay.PathDevices+"/"+d.Device.ID
 				}
-				for i := range chatrelay.LimitPushSubscriptions.Max {
+				n := chatrelay.LimitPushSubscriptions.Max // a device's: the owner's, all of them
+				if kind == "participant" {
+					n = chatrelay.LimitPushParticipants.Max // the participants' share; the owner takes the rest
+				}
+				for i := range n {
 					status, out := e.subscribe("", bearer(tok), svc.Subscribe(t, fmt.Sprint(kind, i)))
 					assert.True(t, status == 201, "the grant's subscription %d: %d %+v", i, status, out)
+				}
+				for i := range chatrelay.LimitPushSubscriptions.Max - n {
+					status, out := e.subscribe(owner, nil, svc.Subscribe(t, fmt.Sprint("owner", i)))
+					assert.True(t, status == 201, "the owner's subscription %d: %d %+v", i, status, out)
 				}
 				status, out := e.subscribe(owner, nil, svc.Subscribe(t, "owner-full"))
 				assert.True(t, status == 409 && out.Code == "push_limit", "the 21st, the grant active: %d %+v", status, out)
@@ -46,7 +54,8 @@ func TestPushLimitCountsNoEndedGrant(t *testing.T) {
 				status, out = e.subscribe(owner, nil, svc.Subscribe(t, "owner"))
 				assert.True(t, status == 201, "the owner subscribes once the grant is revoked: %d %+v", status, out)
 				_, mine := e.pushCall(http.MethodGet, chatrelay.PathPush, owner, nil)
-				assert.True(t, len(mine.Subscriptions) == 1 && mine.Subscriptions[0].ID == out.Push.ID, "the owner's list: %+v", mine)
+				k := chatrelay.LimitPushSubscriptions.Max - n
+				assert.True(t, len(mine.Subscriptions) == k+1 && mine.Subscriptions[k].ID == out.Push.ID, "the owner's list: %+v", mine)
 			})
 		}
 	})

@@ -172,15 +172,18 @@ func show(ctx context.Context, args []string, getenv func(string) string, stdout
 	if *since < 0 {
 		return usageError("--since must not be negative")
 	}
+	if *v2 && !*asJSON {
+		return usageError("--v2 goes with --json")
+	}
+	if err := chatrelay.CheckThread(fs.Arg(0)); err != nil {
+		return err
+	}
 	st, err := sf.openHost(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	if *v2 {
-		if !*asJSON {
-			return usageError("--v2 goes with --json")
-		}
 		r, err := (&host.Verbs{Store: st}).ReadThread(ctx, host.ReadThreadInput{Thread: fs.Arg(0), Since: *since, Limit: 1 << 20})
 		if err != nil {
 			return err

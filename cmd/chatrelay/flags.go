@@ -291,7 +291,7 @@ func (sf *storeFlags) openHost(ctx context.Context) (*store.Backend, error) {
 	// info, such as "made the VAPID key" under push rotate-key, would
 	// repeat it), and the process's default logger is not the command's.
 	opt.Log = slog.New(slog.NewTextHandler(sf.fs.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if dir, ok := sf.folder(); ok && sf.existing {
+	if dir, ok := sf.folder(); ok && sf.existing && dir != "" { // "": store.Open refuses it as a bad flag value
 		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 			return nil, chatrelay.Errorf(chatrelay.NotFound, "no data folder %s: give --data (or CHATRELAY_DATA) the server's folder", dir)
 		}

@@ -40,6 +40,34 @@ func init() {
 			}
 		}
 	}}
+	walks["push.subscriptions_participants"] = walk{custom: func(t *testing.T, w *walkEnv, l chatrelay.Limit) {
+		// On a thread of its own: l.Max of participants' subscriptions
+		// are taken, one more is push_limit, and the owner's still are.
+		ps := store.PushOf(w.st)
+		assert.True(t, ps != nil, "the file store keeps no push subscriptions")
+		thread := "00000000000000c1"
+		_, err := w.st.Append(t.Context(), thread, store.NewMessage{Text: "push me"})
+		assert.Success(t, err)
+		p256 := make([]byte, 65)
+		p256[0] = 4
+		sub := func(i int, subscriber string) error {
+			_, _, err := ps.PushSubscribe(t.Context(), thread, chatrelay.PushSubscription{
+				ID: chatrelay.NewPushID(), Endpoint: fmt.Sprint("https://push.example.com/p", i),
+				P256dh: base64.RawURLEncoding.EncodeToString(p256), Auth: base64.RawURLEncoding.EncodeToString(make([]byte, 16)),
+				Events: []chatrelay.PushEvent{chatrelay.PushReply}, Subscriber: subscriber,
+			})
+			return err
+		}
+		for i := range l.Max + 1 {
+			err := sub(i, fmt.Sprintf("p:p_%08x", i%3))
+			if i < l.Max {
+				assert.Success(t, err)
+			} else {
+				assert.Code(t, err, chatrelay.PushLimit)
+			}
+		}
+		assert.Success(t, sub(l.Max+1, chatrelay.SubscriberOwner))
+	}}
 	walks["push.endpoint"] = walk{custom: func(t *testing.T, w *walkEnv, l chatrelay.Limit) {
 		// Over HTTP, on a server of its own with push on, its endpoint
 		// host allowed the way --push-allow-host allows it (no name is

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -114,6 +115,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	out := &outWriter{w: stdout}
 	switch name {
 	case "help", "-h", "-help", "--help":
+		if name == "help" && len(rest) > 0 && rest[0] != "help" { // help COMMAND [SUB]: COMMAND [SUB] --help
+			return run(ctx, append(slices.Clip(rest), "--help"), getenv, stdin, stdout, stderr)
+		}
 		fmt.Fprint(out, usage())
 		return out.failed()
 	}

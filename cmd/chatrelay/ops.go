@@ -45,6 +45,11 @@ func (o *opsFlags) check() error {
 	if o.drainDelay < 0 {
 		return usageError("--drain-delay must not be negative")
 	}
+	if o.metricsAddr != "" {
+		if err := checkListenAddr("--metrics-addr", o.metricsAddr); err != nil {
+			return err
+		}
+	}
 	if o.pprof && o.metricsAddr == "" {
 		return usageError("--pprof needs --metrics-addr: the profiles are served only on the private listener")
 	}
@@ -152,4 +157,18 @@ func (o *opsFlags) drain(srv *transport.Server, log *slog.Logger) {
 	t := time.NewTimer(o.drainDelay)
 	defer t.Stop()
 	<-t.C
+}
+
+// checkListenAddr refuses a listen address that is no address (no port,
+// a port that is not one of 0 … 65535): a bad flag value (exit 2), told
+// apart from an address that is taken (exit 1, when serve listens).
+func checkListenAddr(flagName, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return usageError(fmt.Sprintf("%s %q: want host:port, such as 127.0.0.1:8080 (%v)", flagName, addr, err))
+	}
+	return nil
 }

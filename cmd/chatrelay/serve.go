@@ -277,6 +277,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	if err := f.mcp.check(); err != nil {
 		return nil, err
 	}
+	if err := checkListenAddr("--addr", f.addr); err != nil {
+		return nil, err
+	}
 	return &f, f.ops.check()
 }
 

@@ -64,6 +64,11 @@ func (v *verbFlags) open(ctx context.Context, e cmdEnv, n int, what string) (*ho
 	if v.fs.NArg() != n {
 		return nil, nil, usageError(fmt.Sprintf("%s takes %s", v.fs.Name(), what))
 	}
+	if n > 0 { // THREAD first: malformed, it is a bad command line wherever the store is
+		if err := chatrelay.CheckThread(v.fs.Arg(0)); err != nil {
+			return nil, nil, err
+		}
+	}
 	emptyKey := false
 	v.fs.Visit(func(f *flag.Flag) { emptyKey = emptyKey || f.Name == "client-id" && v.clientID == "" })
 	if emptyKey { // given, but empty: "$ID" with ID unset would store at every retry
@@ -406,13 +411,18 @@ func readInput(ctx context.Context, r io.Reader, limit int64) ([]byte, error) {
 	}
 }
 
-// readFile reads at most limit bytes of a file the command line names.
+// readFile reads at most limit bytes of a file the command line names
+// (card's FILE): one that cannot be opened, or a folder, is a bad command
+// line (exit 2) naming it, as reply --attach refuses one.
 func readFile(name string, limit int64) ([]byte, error) {
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, err
+		return nil, usageError(fmt.Sprintf("FILE %s: %v", name, errors.Unwrap(err)))
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		return nil, usageError(fmt.Sprintf("FILE %s: is a folder: give a file", name))
+	}
 	return io.ReadAll(io.LimitReader(f, limit))
 }
 

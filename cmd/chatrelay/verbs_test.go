@@ -204,7 +204,7 @@ func TestVerbsRefuseBadInput(t *testing.T) {
 		{"a malformed thread", []string{"ask", "nope", "--approval", "x"}, "", 2, "invalid_thread"},
 		{"a javascript: link", []string{"card", threadNew, "-"}, `{"fallback_text":"x","blocks":[{"type":"link","url":"javascript:alert(1)","label":"x"}]}`, 1, "http or https"},
 		{"a card with an unknown field", []string{"card", threadNew, "-"}, `{"fallback_text":"x","blocks":[],"html":"<b>"}`, 1, "invalid_card"},
-		{"a card that is not JSON", []string{"card", threadNew, card}, "", 1, "no such file"},
+		{"a card file that is missing", []string{"card", threadNew, card}, "", 2, "no such file"},
 		// As send_card refuses them over MCP: never stored as U+FFFD.
 		{"a card that is not UTF-8", []string{"card", threadNew, "-"}, "{\"fallback_text\":\"a\xffb\",\"blocks\":[]}", 1, "invalid_card: the card is not valid UTF-8"},
 		{"a card with a lone surrogate escape", []string{"card", threadNew, "-"}, `{"fallback_text":"ok","blocks":[{"type":"text","text":"x\ud83d"}]}`, 1, "lone UTF-16 surrogate"},

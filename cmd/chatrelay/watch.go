@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 
 	"github.com/chatrelay/chatrelay"
@@ -108,6 +109,16 @@ func subscribe(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if !strings.HasPrefix(*server, "http://") && !strings.HasPrefix(*server, "https://") {
 		return usageError(fmt.Sprintf("--server %q: want http:// or https://", *server))
+	}
+	// The stream's path goes after --server: a query or a fragment (a
+	// page's address pasted whole, a claim link's #t=…) would take it in.
+	if u, err := url.Parse(*server); err != nil || u.Host == "" || u.RawQuery != "" || u.ForceQuery || strings.Contains(*server, "#") {
+		base, _, frag := strings.Cut(*server, "#")
+		shown := shownURL(base) // no password, no query: either may be a secret
+		if frag {
+			shown = strings.TrimSuffix(shown, `"`) + `#…"` // a claim link's token
+		}
+		return usageError(fmt.Sprintf("--server %s: want the server's address and prefix only, such as http://127.0.0.1:8080 (a host, no query, no fragment)", shown))
 	}
 	if *token != "" && !chatrelay.ValidToken(*token) { // else every resume would be refused, or never sent
 		return usageError("--token: a thread's token is 64 lowercase hex (a share link's chp_ token has no stream here)")

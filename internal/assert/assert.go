@@ -64,3 +64,35 @@ func Eventually(tb testing.TB, within time.Duration, what string, cond func() bo
 		time.Sleep(5 * time.Millisecond) // the poll interval of a condition with a deadline
 	}
 }
+
+// Deadliner is a test that knows its deadline: a *testing.T.
+type Deadliner interface {
+	testing.TB
+	Deadline() (time.Time, bool)
+}
+
+// deadlineMargin is how long before the test binary's deadline (go test
+// -timeout) Receive gives up, so that its failure, not the binary's
+// panic, says what was waited for.
+const deadlineMargin = 10 * time.Second
+
+// Receive waits for a value on c and returns it, or fails the test once
+// the test's deadline is near: the wait for what another goroutine
+// brings about, which has no bound of its own (a call that hangs is the
+// failure) but the test's. With no deadline (-timeout 0) it waits for good.
+func Receive[T any](t Deadliner, c <-chan T, what string) T {
+	t.Helper()
+	var near <-chan time.Time
+	if d, ok := t.Deadline(); ok {
+		timer := time.NewTimer(time.Until(d) - deadlineMargin)
+		defer timer.Stop()
+		near = timer.C
+	}
+	select {
+	case v := <-c:
+		return v
+	case <-near:
+		t.Fatalf("not before the test's deadline: %s", what)
+	}
+	panic("unreachable")
+}

@@ -155,6 +155,20 @@ func TestConformanceAttachments(t *testing.T) {
 				p := since(t, b.Store, thA, 0, 0)
 				assert.Equal(t, "messages stored", len(p.Messages), 1)
 			}},
+			{"a post naming a used upload and an unknown one names the first of the two in the post's order, on every store", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				a := mustUpload(t, b.Store, thA, "a.txt", []byte("a"))
+				_, err := postWith(b.Store, thA, "first", a.ID)
+				assert.Success(t, err)
+				const unknown = "at_000000000000"
+				for _, ids := range [][]string{{a.ID, unknown}, {unknown, a.ID}} {
+					_, err = postWith(b.Store, thA, "both", ids...)
+					assert.Code(t, err, chatrelay.InvalidAttachment)
+					msg := err.(*chatrelay.Error).Message
+					assert.True(t, strings.Contains(msg, ids[0]) && !strings.Contains(msg, ids[1]), "a post naming %v: %q, want the first of them named", ids, msg)
+				}
+				p := since(t, b.Store, thA, 0, 0)
+				assert.Equal(t, "messages stored", len(p.Messages), 1)
+			}},
 			{"10 attachments on a message are taken, 11 refused", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				var ids []string
 				for i := range 11 {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
@@ -141,12 +140,7 @@ func TestDuplicateAnsweredBeforeItsRemoval(t *testing.T) {
 		}
 		done <- err
 	}()
-	select {
-	case err := <-done:
-		assert.Success(t, err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("the duplicate's answer waited for a turn of the busy lane")
-	}
+	assert.Success(t, assert.Receive(t, done, "the duplicate's answer, which waited for a turn of the busy lane"))
 	assert.Equal(t, "temp files before the work after the answer", temps(), 1)
 	assert.Equal(t, "works after the answer", len(later), 1)
 	later[0]()

@@ -2,8 +2,11 @@ package filestore
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -19,14 +22,14 @@ func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backe
 	if opt.Serve {
 		release, err := lockServe(data)
 		if err != nil {
-			return nil, err
+			return nil, folderFault(err)
 		}
 		b.OnClose(release)
 	}
 	set, err := reconcile(data, opt)
 	if err != nil {
 		b.Close()
-		return nil, err
+		return nil, folderFault(err)
 	}
 	b.Settings = set
 	f, err := OpenFile(data, FileOptions{
@@ -36,7 +39,7 @@ func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backe
 	})
 	if err != nil {
 		b.Close()
-		return nil, err
+		return nil, folderFault(err)
 	}
 	b.Store = f
 	if len(set.Webhooks) > 0 {
@@ -44,4 +47,18 @@ func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backe
 	}
 	b.TicketKey = KeyFile(keyPath(data), opt.Log)
 	return b, nil
+}
+
+// folderFault is err, a data folder the store could not open (a file in
+// its place, read-only, full, held by another server), as
+// store_unavailable: the contract's code a command's "chatrelay: …" line
+// and a script read. A coded error and a *store.ConfigError (the caller's
+// to fix, exit 2) stay as they are.
+func folderFault(err error) error {
+	var ce *chatrelay.Error
+	var cfg *store.ConfigError
+	if errors.As(err, &ce) || errors.As(err, &cfg) {
+		return err
+	}
+	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the data folder cannot be used", Retry: time.Second, Err: err}
 }

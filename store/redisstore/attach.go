@@ -715,14 +715,16 @@ func (r *rangeReader) Close() error { return nil }
 // attachments reads the uploads a post names, for its v2 object (the
 // script checks again, atomically, that each is an unused upload of the
 // thread). An upload no message named within the hour is gone. refused is
-// the first id the post may not name that only this read can tell (an
-// upload no post named within the hour, another's draft in a
-// participant's post): the script refuses it, at its place among the
-// checks (after the thread's existence, a repeat's replay and the
-// participant's), as the file store does.
-func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessage) (out []chatrelay.Attachment, refused string, err error) {
+// the index of the first id the post may not name that only this read can
+// tell (an upload no post named within the hour, another's draft in a
+// participant's post), or -1: the script refuses it, at its place among
+// the checks (after the thread's existence, a repeat's replay and the
+// participant's) and among the ids (after an unknown or used one the
+// post names before it), as the file store does.
+func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessage) (out []chatrelay.Attachment, refused int, err error) {
+	refused = -1
 	if len(m.Attachments) == 0 {
-		return nil, "", nil
+		return nil, refused, nil
 	}
 	fields := make([]string, 0, 2*len(m.Attachments))
 	for _, id := range m.Attachments {
@@ -730,7 +732,7 @@ func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessa
 	}
 	vals, err := s.rdb.HMGet(ctx, s.attKey(thread), fields...).Result()
 	if err != nil {
-		return nil, "", s.unavailable("append", err)
+		return nil, refused, s.unavailable("append", err)
 	}
 	now := s.now()
 	out = make([]chatrelay.Attachment, len(m.Attachments))
@@ -748,8 +750,8 @@ func (s *Store) attachments(ctx context.Context, thread string, m store.NewMessa
 		// within the hour, or another's draft in a participant's post
 		// (its uploader is kept in the record, which never changes).
 		out[i].ID = id
-		if refused == "" {
-			refused = id
+		if refused < 0 {
+			refused = i
 		}
 	}
 	return out, refused, nil

@@ -20,7 +20,9 @@ func (h answerHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		since := h.s.answers.Load()
+		if handshake(cmd) {
+			return next(ctx, cmd)
+		}
 		if f := h.s.opt.onGate; f != nil {
 			f([]redis.Cmder{cmd})
 		}
@@ -30,6 +32,9 @@ func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				return err
 			}
 		}
+		// After the gate: a late shard's setup answers there, before
+		// the command is sent, and is no news that it answered since.
+		since := h.s.answers.Load()
 		err := next(ctx, cmd)
 		h.s.answered(err)
 		if h.s.stale(err, since) {
@@ -42,7 +47,9 @@ func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		since := h.s.answers.Load()
+		if len(cmds) > 0 && handshake(cmds[0]) {
+			return next(ctx, cmds)
+		}
 		if f := h.s.opt.onGate; f != nil {
 			f(cmds)
 		}
@@ -54,6 +61,7 @@ func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 				return err
 			}
 		}
+		since := h.s.answers.Load() // after the gate, as above
 		err := next(ctx, cmds)
 		h.s.answered(err)
 		if h.s.stale(err, since) {
@@ -66,6 +74,22 @@ func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		}
 		return err
 	}
+}
+
+// handshake reports whether cmd is (the first command of) a new
+// connection's handshake, which go-redis sends through the hooks inside
+// the call that dialled it, past its gate (HELLO or AUTH alone, then
+// SELECT, READONLY, CLIENT SETNAME as a pipeline), and the store never
+// sends itself. It is no answer (Store.answers): it answered before the
+// call's own command was sent, so a command that stalls after it is no
+// older than the handshake's answer, and a Redis that takes connections
+// and answers nothing else is down.
+func handshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "auth", "select", "readonly", "client":
+		return true
+	}
+	return false
 }
 
 // answered notes the outcome of a command: the first success after a

@@ -36,8 +36,10 @@ package redisstore
 //	17 the grants record's version read   18 the grant with one more post
 //	19 "1" if the grant's cap is spent    20 the most messages waiting
 //	21 the thread's title to set ("" to leave it: open_thread sets it)
-//	22 the attachment ids the message names, space-separated (the
-//	   first "!" and an id the caller refuses: answered {"attachment", id})
+//	22 the attachment ids the message names, space-separated, in the
+//	   post's order (one "!" and an id the caller refuses: answered
+//	   {"attachment", id} at its place, after any id before it that is
+//	   not an unused upload)
 //	23 the v2 text as JSON ("" if it is the v1 text: only a message with
 //	   attachments differs, whose v1 text has a line per attachment)
 //	24 the windows' clock ("": this Redis's; tests only)

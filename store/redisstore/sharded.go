@@ -169,11 +169,8 @@ func (sh *Sharded) Ping(ctx context.Context) error {
 // FeedLive excuses the feeds of the shards the last Check found down.
 func (sh *Sharded) Check(ctx context.Context) error {
 	errs := make([]error, len(sh.shards))
-	since := make([]uint64, len(sh.shards))
-	for k, s := range sh.shards {
-		since[k] = s.answers.Load()
-	}
-	sh.each(func(k int, s *Store) error { errs[k] = s.Check(ctx); return errs[k] })
+	since := make([]uint64, len(sh.shards)) // each check's start, after its gate (Store.check)
+	sh.each(func(k int, s *Store) error { since[k], errs[k] = s.check(ctx); return errs[k] })
 	var full, gone error
 	down := 0
 	for k, err := range errs {

@@ -200,3 +200,57 @@ func TestShardRefusedLateReadAgain(t *testing.T) {
 		return err == nil
 	})
 }
+
+// TestLateShardFailureAfterSetupMarksDown: a call of a shard that did
+// not answer at open sets the shard up at its gate (the setup's calls
+// answer), then fails with no answer since: the shard is marked down, as
+// any call that fails so. The setup's answers are older than the call's
+// own command, and no news that the shard answered it. So for a read,
+// and for a readiness check (which then finds the shard down).
+func TestLateShardFailureAfterSetupMarksDown(t *testing.T) {
+	t.Parallel()
+	for _, call := range []string{"read", "check"} {
+		t.Run(call, func(t *testing.T) {
+			t.Parallel()
+			s0 := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
+			s1 := redistest.StartServer(t, redistest.ServerOptions{Persist: true})
+			p := startStallProxy(t, s1.Addr())
+			spec := s0.URL() + "," + p.url()
+			first := openSharded(t, spec, Options{Prefix: "lf:"})
+			th := threadsOnShard(first, 1, 1, 0x5b0000)[0]
+			first.Close()
+
+			s1.Kill()
+			// A timeout no loaded machine reaches: the call fails when
+			// the test cuts its connection.
+			sh := openSharded(t, spec, Options{Prefix: "lf:", Timeout: time.Minute})
+			sh.late.stop() // the call's own gate sets the shard up, not the retries
+			<-sh.late.done
+			s1.Restart(t)
+			stalled := th // the read's command names its thread
+			if call == "check" {
+				stalled = "readyz"
+			}
+			p.stallOn(stalled)
+			failed := make(chan error, 1)
+			go func() {
+				if call == "check" {
+					failed <- sh.Check(t.Context())
+					return
+				}
+				_, err := sh.Since(t.Context(), th, 0, 0)
+				failed <- err
+			}()
+			assert.Eventually(t, 10*time.Second, "the call to reach shard 1", func() bool { return p.count(stalled) > 0 })
+			assert.True(t, sh.late.gates[1].open.Load(), "the call reached shard 1 before its gate opened")
+			p.cutOn(stalled) // no answer of shard 1 since the gate let the call through
+			err := <-failed
+			wantCode(t, err, chatrelay.StoreUnavailable)
+			assert.True(t, sh.Shards()[1].down.Load(), "a call failed after its gate opened, with no answer since, and shard 1 is not marked down")
+			if call == "check" {
+				assert.True(t, store.Partial(err), "a check with shard 1 down, shard 0 up, is not store.Partial")
+				assert.True(t, sh.down[1].Load(), "the check failed on shard 1, and does not find it down")
+			}
+		})
+	}
+}

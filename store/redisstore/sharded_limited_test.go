@@ -445,13 +445,47 @@ func TestCallKeepsRedisThatAnsweredMeanwhile(t *testing.T) {
 	}
 	assert.True(t, !s.down.Load(), "Redis answered after the failed append began, and is marked down")
 
-	idle(t, s, 2) // no connection's handshake (an answer) during the next append
 	appended = stalled("alonestalled")
 	p.cutOn("alonestalled") // no answer since it began
 	if err := <-appended; chatrelay.CodeOf(err) != chatrelay.StoreUnavailable {
 		t.Fatalf("the append whose connection was cut: %v, want store_unavailable", err)
 	}
 	assert.True(t, s.down.Load(), "a call failed with no answer since it began, and Redis is not marked down")
+}
+
+// TestOwnHandshakeIsNoAnswer: a call whose connection is new, and whose
+// command stalls after the connection's handshake (HELLO, CLIENT
+// SETNAME) answered, marks Redis down when it fails: the handshake is the
+// call's own, older than its command, and no news that Redis answered
+// since the command began (a Redis that takes connections and answers
+// nothing else is down).
+func TestOwnHandshakeIsNoAnswer(t *testing.T) {
+	r := redistest.StartServer(t, redistest.ServerOptions{})
+	p := startStallProxy(t, r.Addr())
+	// A timeout no loaded machine reaches: the append fails when the
+	// test cuts its connection.
+	s, err := Open(t.Context(), p.url(), Options{Prefix: "hs:", Timeout: time.Minute, Log: testLogger(t)})
+	assert.Success(t, err)
+	t.Cleanup(func() { s.Close() })
+	ctx := t.Context()
+	th := fmt.Sprintf("%016x", 0x600000)
+	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "first"}))
+
+	p.cutAll() // every connection the store holds is lost: the next call dials
+	dials := p.dials()
+	p.stallOn("newconnstalled")
+	appended := make(chan error, 1)
+	go func() {
+		_, err := s.Append(ctx, th, store.NewMessage{Text: "newconnstalled"})
+		appended <- err
+	}()
+	assert.Eventually(t, 10*time.Second, "the append to reach Redis", func() bool { return p.count("newconnstalled") > 0 })
+	assert.True(t, p.dials() > dials, "the append did not dial a new connection")
+	p.cutOn("newconnstalled")
+	if err := <-appended; chatrelay.CodeOf(err) != chatrelay.StoreUnavailable {
+		t.Fatalf("the append whose connection was cut: %v, want store_unavailable", err)
+	}
+	assert.True(t, s.down.Load(), "a call failed with no answer but its own connection's handshake, and Redis is not marked down")
 }
 
 // TestCallKeepsAShardThatAnsweredMeanwhile: an ordinary call to a shard
@@ -475,10 +509,6 @@ func TestCallKeepsAShardThatAnsweredMeanwhile(t *testing.T) {
 	ctx := t.Context()
 	must[store.Entry](t)(sh.Append(ctx, th, store.NewMessage{Text: "first"}))
 	must[store.Entry](t)(sh.Append(ctx, th1, store.NewMessage{Text: "first"}))
-	// Connections open for the append and the check: a connection's
-	// handshake during the check is an answer of shard 1 after the check
-	// began, and would keep the shard up.
-	idle(t, sh.Shards()[1], 3)
 
 	p.stallOn("stalledappend") // the append's write, on its connection only
 	appended := make(chan error, 1)
@@ -509,21 +539,6 @@ func TestCallKeepsAShardThatAnsweredMeanwhile(t *testing.T) {
 	assert.Success(t, err)
 	if n := p.count(window); n != 1 {
 		t.Fatalf("shard 1 answered after the failed append began, and got %d counts of the address, want 1", n)
-	}
-}
-
-// idle opens n connections to s's Redis (a *redis.Client's) and leaves
-// them idle in its pool.
-func idle(t *testing.T, s *Store, n int) {
-	t.Helper()
-	var conns []*redis.Conn
-	for range n {
-		c := s.rdb.(*redis.Client).Conn()
-		assert.Success(t, c.Ping(t.Context()).Err())
-		conns = append(conns, c)
-	}
-	for _, c := range conns {
-		assert.Success(t, c.Close())
 	}
 }
 
@@ -616,6 +631,16 @@ func (p *stallProxy) cutOn(s string) {
 		if p.onNames[i] == s {
 			c.Close()
 		}
+	}
+}
+
+// cutAll closes every connection the proxy took: the client's calls on
+// them fail, and its next calls dial.
+func (p *stallProxy) cutAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
 	}
 }
 

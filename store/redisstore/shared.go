@@ -25,14 +25,27 @@ var (
 // its own, <prefix>readyz, that expires (on a cluster, each shard's, in
 // its slot: every primary that holds a shard is asked).
 func (s *Store) Check(ctx context.Context) error {
-	since := s.answers.Load()
+	_, err := s.check(ctx)
+	return err
+}
+
+// check is Check, and the count of answers (Store.answers) its write
+// began at: read once a late shard's gate (sharded_late.go) let it
+// through, whose setup answers are older than the write; read before
+// the gate if the gate refused it.
+func (s *Store) check(ctx context.Context) (since uint64, err error) {
+	since = s.answers.Load()
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	if err := s.admit(ctx); err != nil {
+		return since, err
+	}
+	since = s.answers.Load()
 	// Without WAIT (replicas.go): the probe asks whether this Redis
 	// takes writes, and a replica that lags is every node's alike.
-	err := s.rdb.Set(noWait(ctx), s.prefix+"readyz", "1", readyzTTL).Err()
+	err = s.rdb.Set(noWait(ctx), s.prefix+"readyz", "1", readyzTTL).Err()
 	if err == nil {
-		return nil
+		return since, nil
 	}
 	for _, r := range writeRefusals {
 		if strings.HasPrefix(err.Error(), r.prefix) {
@@ -45,7 +58,7 @@ func (s *Store) Check(ctx context.Context) error {
 	} else if isTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
 		err = &writeRefusal{reason: "Redis not answering", err: err} // a stall: it took the connection, not the write, in time
 	}
-	return s.failed("check", err, &since)
+	return since, s.failed("check", err, &since)
 }
 
 // readyzTTL is the life of the readiness probe's key.

@@ -149,10 +149,16 @@ func (s *Store) newAppendReq(ctx context.Context, thread string, m store.NewMess
 	if err != nil {
 		return nil, err
 	}
-	r.atts = strings.Join(m.Attachments, " ")
-	if refused != "" {
-		r.atts = "!" + refused + " " + r.atts // refused by the script at its place (attachments)
+	ids := m.Attachments
+	if refused >= 0 {
+		// Refused by the script at its place among the checks
+		// (attachments) and among the ids: a used or unknown one before
+		// it in the post's order is named first, as the file store names
+		// it.
+		ids = slices.Clone(ids)
+		ids[refused] = "!" + ids[refused]
 	}
+	r.atts = strings.Join(ids, " ")
 	if msg := (chatrelay.Message{AuthorName: m.AuthorName, ClientID: m.ClientID, Interaction: ix, Card: m.Card, Attachments: as}); hasV2(&msg) {
 		msg.Author, msg.Text = m.Author, m.Text
 		r.tail = v2Tail(msg)
@@ -217,8 +223,8 @@ type appendReq struct {
 	// A message with attachments: its v1 text (a line per attachment)
 	// and its v2 text as JSON.
 	v1Text, v2Text string
-	// The attachment ids, space-separated, the first "!" and an id the
-	// script refuses (attachments' refused).
+	// The attachment ids, space-separated, in the post's order; the one
+	// the script refuses (attachments' refused) is marked with a "!".
 	atts  string
 	event string    // the webhook event to queue ("" if webhooks are off, "-" if none)
 	rate  *rateTake // the rate windows to count the post in (nil: none)
