@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/testclock"
 	"github.com/chatrelay/chatrelay/store"
@@ -22,12 +25,25 @@ import (
 
 // FuzzStoreDiff is the differential test of the backends: one random
 // sequence of operations, decoded from the fuzz input, applied in turn to
-// the file store, the file store with its append logs, one Redis and two
-// Redis shards (each fresh for the input, all on one test clock), and
-// everything a user could observe of each answer compared with the file
-// store's: the messages and their order, epochs, revs and ts, cursors,
+// the file store, the file store with its append logs, one Redis, two
+// Redis shards and a Redis Cluster (each fresh for the input, under a
+// prefix of its own on servers and a cluster shared by the fuzz run, all
+// on one test clock), and everything a user could observe of each answer
+// compared with the file store's: the messages and their order, epochs, revs and ts, cursors,
 // resets, titles, the error codes (and the message an error is about),
 // interaction states, grants, audit trails, attachments and agent keys.
+//
+// And the live feed (diff_feed_test.go): each backend's store.Feed is
+// followed by a reader of every thread and one of each thread, and a
+// store.Watch with updates, from the input's start (and again after a
+// restart). After every operation, each
+// reader must have been handed exactly the writes its store acknowledged
+// (each new message and each change that changed something, in its
+// state as answered, in order, none lost or repeated), waited for until a
+// deadline that fails the input (no sleep); what each reader was handed
+// up to them (with the Resets and the interactions retention closed) is
+// compared thread by thread, as the answers are. Participants and agent
+// batches (no message) are not compared.
 //
 // What is normalised, because it may legitimately differ:
 //   - the random part of the ids a store makes (a message id's six hex
@@ -45,10 +61,15 @@ import (
 //
 // A divergence fails the input with the operations so far and both
 // answers. The seed corpus (seedsDiff and testdata/fuzz/FuzzStoreDiff) runs
-// in every go test of the package.
+// in every go test of the package; seedsBulk only when fuzzing.
 func FuzzStoreDiff(f *testing.F) {
 	for _, s := range seedsDiff() {
 		f.Add(s)
+	}
+	if fl := flag.Lookup("test.fuzz"); fl != nil && fl.Value.String() != "" {
+		for _, s := range seedsBulk() {
+			f.Add(s)
+		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		runDiff(t, data)
@@ -56,7 +77,7 @@ func FuzzStoreDiff(f *testing.F) {
 }
 
 // The backends the differential test compares, the first the reference.
-var diffBackends = []string{File, FileAppendLog, Redis, RedisShards}
+var diffBackends = []string{File, FileAppendLog, Redis, RedisShards, RedisCluster}
 
 var diffThreads = []string{thA, thB, thC}
 
@@ -86,6 +107,7 @@ const (
 	opAgent
 	opObserve
 	opReopen
+	opBulk
 	opCount
 )
 
@@ -96,7 +118,7 @@ const opSpace = 32
 
 var opNames = [...]string{"append", "ask", "card", "react", "answer", "clock", "since", "changes", "threads",
 	"sweep", "pending", "invite", "device", "revoke", "grants", "resolve", "participant-post", "used", "audit",
-	"upload", "open-attachment", "agent", "observe", "reopen"}
+	"upload", "open-attachment", "agent", "observe", "reopen", "bulk"}
 
 // maxDiffOps bounds the operations of one diffInput (a run's time).
 const maxDiffOps = 80
@@ -135,6 +157,11 @@ type diffBackend struct {
 	ixs     []string      // the interactions of msgs, in order
 	atts    []string      // the uploads' ids, in order
 	cursors []int64       // cursors of pages read
+
+	feed   *diffFeed                   // its readers (diff_feed_test.go)
+	taken  map[*feedSub]map[string]int // per reader and thread, the events compared so far
+	acks   map[string][]store.Entry    // per thread, the writes the feed owes since the last check
+	ackRev map[string]int64            // per thread, the newest rev acknowledged
 }
 
 var madeID = regexp.MustCompile(`MSG-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}|ix_[0-9a-f]{12}|at_[0-9a-f]{12}`)
@@ -250,15 +277,28 @@ func runDiff(t *testing.T, data []byte) {
 	for _, name := range diffBackends {
 		b := Open(t, name, opt)
 		dropKeysAtEnd(t, b)
-		d := &diffBackend{name: name, canon: map[string]string{}}
+		d := &diffBackend{name: name, canon: map[string]string{}, acks: map[string][]store.Entry{}, ackRev: map[string]int64{}}
 		d.open(t, b)
+		r.startFeed(d)
+		t.Cleanup(d.stopFeed) // before the store closes
 		r.bs = append(r.bs, d)
 	}
 	for in.more() && r.ops < maxDiffOps {
 		r.ops++
 		r.step(in)
+		r.feedCheck()
 	}
 	r.observeAll()
+	// A last post in every thread that has messages: what the feed
+	// handed on after the last write (an interaction the sweep closed)
+	// comes before it.
+	r.ops++
+	for _, th := range diffThreads {
+		r.each("fence "+th, func(d *diffBackend) string {
+			return r.appendTo(d, th, store.NewMessage{Author: chatrelay.Operator, Text: "fence", MustExist: true})
+		})
+	}
+	r.feedCheck()
 }
 
 // open makes b the backend d uses.
@@ -285,6 +325,24 @@ func dropKeysAtEnd(t *testing.T, b *Backend) {
 		srvs = []*Server{b.Server}
 	case RedisShards:
 		srvs = b.Servers
+	case RedisCluster:
+		// One cluster for the fuzz run (SharedCluster), flushed of each
+		// input's keys node by node, one key a command (a node refuses
+		// keys of several slots in one).
+		t.Cleanup(func() {
+			b.Close()
+			ctx := context.Background()
+			b.Cluster.Client(t).ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+				iter := c.Scan(ctx, 0, b.Prefix+"*", 1000).Iterator()
+				p := c.Pipeline()
+				for iter.Next(ctx) {
+					p.Unlink(ctx, iter.Val())
+				}
+				_, err := p.Exec(ctx)
+				return err
+			})
+		})
+		return
 	}
 	if len(srvs) == 0 {
 		return
@@ -428,6 +486,9 @@ func (r *diffRun) step(in *diffInput) {
 				c.MessageID = d.msgs[n%len(d.msgs)].ID
 			}
 			e, err := d.st.Change(ctxb, th, c)
+			if err == nil {
+				d.ack(th, e)
+			}
 			var bad []string
 			return d.answer(d.entry(e, &bad), err, bad)
 		})
@@ -455,6 +516,9 @@ func (r *diffRun) step(in *diffInput) {
 				c.InteractionID = d.ixs[n%len(d.ixs)]
 			}
 			e, err := d.st.Change(ctxb, th, c)
+			if err == nil {
+				d.ack(th, e)
+			}
 			var bad []string
 			return d.answer(d.entry(e, &bad), err, bad)
 		})
@@ -669,13 +733,18 @@ func (r *diffRun) step(in *diffInput) {
 		}
 	case opObserve:
 		r.observe(th)
+	case opBulk:
+		r.bulk(in, th, name)
 	case opReopen:
 		// A restart: the store closed and opened again on the same data
 		// (the same folder, the same Redis and prefix).
 		r.log = append(r.log, fmt.Sprintf("%3d reopen", r.ops))
 		for _, d := range r.bs {
+			d.stopFeed()
 			d.b.Close()
 			d.open(r.t, d.b.Another(r.t, r.opt))
+			r.startFeed(d)
+			r.t.Cleanup(d.stopFeed) // before the store Another opened closes
 		}
 	}
 }
@@ -706,6 +775,7 @@ func (r *diffRun) appendTo(d *diffBackend, th string, m store.NewMessage) string
 	e, err := d.st.Append(ctxb, th, m)
 	if err == nil && !e.Replayed {
 		d.msgs = append(d.msgs, e)
+		d.ack(th, e)
 		if e.Interaction != nil {
 			d.ixs = append(d.ixs, e.Interaction.ID)
 		}
@@ -814,5 +884,89 @@ func seedsDiff() [][]byte {
 		s([]byte{1, 0}, app(0, 0, 0, 1, 0), []byte{opAsk, 0, 0, 0, 0}, app(0, 1, 1, 0, 0), []byte{opReopen, 0},
 			[]byte{opReact, 0, 0, 0, 0, 0}, []byte{opAnswer, 0, 0, 0}, app(0, 0, 0, 1, 0), []byte{opReopen, 0},
 			app(0, 0, 1, 2, 0), app(0, 0, 1, 3, 0), read(opChanges, 0, 0, 1, 0), []byte{opReopen, 0}, read(opSince, 0, 0, 1, 1)),
+		// The feed: a pending interaction retention drops on append
+		// (closed, then the post), a reaction and an answer of it before;
+		// one the sweep drops (closed, handed on before the last post).
+		s([]byte{1, 0}, []byte{opAsk, 0, 0, 3, 0}, []byte{opReact, 0, 0, 0, 0, 0}, app(0, 0, 0, 0, 0), []byte{opAsk, 0, 1, 3, 0},
+			app(0, 1, 1, 0, 0), app(0, 0, 0, 0, 0), app(0, 0, 1, 0, 0), []byte{opAnswer, 0, 2, 0}, app(0, 0, 0, 0, 0)),
+		s([]byte{2, 0}, app(0, 0, 0, 0, 0), []byte{opAsk, 0, 0, 3, 0}, clock(5), app(0, 1, 1, 0, 0), clock(4), []byte{opSweep, 0},
+			[]byte{opPending, 0}, []byte{opReact, 0, 0, 2, 0, 0}, []byte{opReopen, 0}, []byte{opReact, 0, 0, 2, 1, 1}),
+	}
+}
+
+// bulk runs one of the operations that reach a bound only by many
+// writes, too slow to reach one at a time in an input of maxDiffOps:
+// the audit past LimitAuditKept (and past twice it, where both stores
+// compact), invites past LimitActiveGrants, and revoking every grant of
+// a thread (toward LimitEndedKept). The answers are compared as one.
+func (r *diffRun) bulk(in *diffInput, th, name string) {
+	sub, n := in.pick(3), int(in.byte())
+	switch sub {
+	case 0:
+		count := chatrelay.LimitAuditKept.Max - 50 + 10*(n%12) // around the bound
+		if n%7 == 6 {
+			count = 2*chatrelay.LimitAuditKept.Max + 30 // past the compaction
+		}
+		kinds := []string{chatrelay.AuditRefused, chatrelay.AuditRefused, chatrelay.AuditIssued, chatrelay.AuditRefused, chatrelay.AuditFirstUse}
+		at := r.clk.Now().UnixMilli()
+		r.each(fmt.Sprintf("%s %d audit events (pattern %d)", name, count, n), func(d *diffBackend) string {
+			var errs []string
+			for i := range count {
+				ev := chatrelay.AuditEvent{At: at + int64(i), Event: kinds[(i*(n|1))%len(kinds)], Participant: fmt.Sprintf("p_%08x", i%7), Code: chatrelay.Unauthorized}
+				if ev.Event != chatrelay.AuditRefused {
+					ev.Code = ""
+				}
+				if err := d.p.Audit(ctxb, th, ev); err != nil {
+					errs = append(errs, fmt.Sprintf("%d: %s", i, d.answer(nil, err, nil)))
+				}
+			}
+			log, err := d.p.AuditLog(ctxb, th)
+			return d.answer(errs, nil, nil) + " then " + d.answer(log, err, nil)
+		})
+	case 1:
+		count := chatrelay.LimitActiveGrants.Max - 5 + n%10
+		var gs []chatrelay.Grant
+		for range count {
+			iv := chatrelay.Invite{Name: "Guest", Role: chatrelay.Commenter, ExpiresIn: time.Hour, Cap: 1}
+			g, _ := iv.Grant(r.clk.Now())
+			g.ID = fmt.Sprintf("p_%08x", len(r.grants))
+			g.Digest = chatrelay.DigestOf(fmt.Sprintf("token %d", len(r.grants)))
+			r.grants = append(r.grants, g)
+			gs = append(gs, g)
+		}
+		r.each(fmt.Sprintf("%s %d invites from %s", name, count, gs[0].ID), func(d *diffBackend) string {
+			var out []string
+			for _, g := range gs {
+				out = append(out, d.answer(nil, d.p.Invite(ctxb, th, g), nil))
+			}
+			gs, err := d.p.Grants(ctxb, th)
+			return strings.Join(out, ",") + " then " + d.answer(gs, err, nil)
+		})
+	case 2:
+		r.each(fmt.Sprintf("%s revoke every grant", name), func(d *diffBackend) string {
+			var out []string
+			for _, g := range r.grants {
+				_, err := d.p.Revoke(ctxb, th, g.ID)
+				out = append(out, d.answer(nil, err, nil))
+			}
+			gs, err := d.p.Grants(ctxb, th)
+			return strings.Join(out, ",") + " then " + d.answer(gs, err, nil)
+		})
+	}
+}
+
+// seedsBulk are the seeds of the bounds bulk writes reach. They are the
+// fuzzer's only (go test -fuzz): each makes over a thousand writes on
+// every backend, about 1.5 s, and 8 under -race, past what the seed
+// corpus may add to a plain go test.
+func seedsBulk() [][]byte {
+	app := func(th byte) []byte { return []byte{opAppend, th, 0, 0, 0, 0} }
+	return [][]byte{
+		// The audit at LimitAuditKept and one past it.
+		slices.Concat([]byte{0, 0}, app(0), []byte{opBulk, 0, 0, 5}, []byte{opAudit, 0, 0, 0}),
+		// Invites past LimitActiveGrants, every grant revoked, then
+		// invites past the invite window's.
+		slices.Concat([]byte{0, 0}, app(0), []byte{opBulk, 0, 1, 9}, []byte{opParticipantPost, 0, 3, 0, 0},
+			[]byte{opBulk, 0, 2, 0}, []byte{opBulk, 0, 1, 0}, []byte{opGrants, 0, 0, 1}),
 	}
 }
