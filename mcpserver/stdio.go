@@ -55,8 +55,8 @@ const DefaultMaxLine = chatrelay.MaxMCPBody
 // timeout would end it then (timed_out, with its cursor or the
 // interaction as it stands), through the same carrier as a wait whose
 // HTTP request ended (callTool). A subscriptions/listen, which only ends
-// when canceled, is ended as the client would end it. A call the client
-// canceled still gets no answer.
+// when canceled, is canceled by the server, and answered. A call the
+// client canceled still gets no answer.
 type Stdio struct {
 	// In is read line by line. When the session ends it is closed, if it is
 	// an io.Closer, so that a read blocked on it returns.
