@@ -328,8 +328,8 @@ func check(ctx context.Context, e cmdEnv) error {
 	v := newVerb("check", "THREAD INTERACTION [--wait] [--data DIR]", e.stderr, false)
 	wait := v.fs.Bool("wait", false, "wait until it is answered, expired or canceled, and say which in the exit status: 0 approved or answered, 10 denied, 11 expired, 12 canceled")
 	h, done, err := v.open(ctx, e, 2, "THREAD and INTERACTION")
-	if *wait && chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
-		h, done, err = v.connectAgain(ctx, e, err)
+	if _, file := v.sf.folder(); *wait && !file && chatrelay.CodeOf(err) == chatrelay.StoreUnavailable {
+		h, done, err = v.connectAgain(ctx, e, err) // a Redis restarting; a data folder that cannot be opened stays so
 	}
 	if err != nil {
 		return err
