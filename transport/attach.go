@@ -195,14 +195,14 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 		r.Header.Del("Range")
 	}
 	rw := &rangeRefusal{ResponseWriter: w}
-	if rg, left := withoutEmptySuffixes(r.Header.Get("Range")); left {
-		if rg != r.Header.Get("Range") {
-			r.Header.Set("Range", rg)
-		}
-		http.ServeContent(rw, r, "", time.Time{}, f) // Range, If-Range, HEAD
-	} else {
-		rw.refused = true
+	if rg, left := withoutEmptySuffixes(r.Header.Get("Range")); !left {
+		// Refused by ServeContent after If-Match and If-None-Match
+		// (412, 304 come first: RFC 9110, 13.2.2): a start past the end.
+		r.Header.Set("Range", fmt.Sprintf("bytes=%d-", a.Size))
+	} else if rg != r.Header.Get("Range") {
+		r.Header.Set("Range", rg)
 	}
+	http.ServeContent(rw, r, "", time.Time{}, f) // Range, If-Range, HEAD
 	if rw.failed {
 		// net/http answers an If-Match the file does not match with a
 		// 412 and no body; every error of the API is its JSON, with a

@@ -158,3 +158,29 @@ func TestAttachmentRangeThatDoesNotParse(t *testing.T) {
 		assert.True(t, status == http.StatusPartialContent && string(b) == want, "%q: %d %q", rg, status, b)
 	}
 }
+
+// TestAttachmentPreconditionsBeforeRange: If-Match (412) and
+// If-None-Match (304) are judged before Range (416), as RFC 9110, 13.2.2
+// orders them and http.ServeContent does, also for a Range the handler
+// refuses itself (a suffix of no byte, a position with a sign). (review9)
+func TestAttachmentPreconditionsBeforeRange(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	tok := tokenN(1)
+	a := e.mustUpload(tok, "digits.txt", "text/plain", []byte("0123456789"))
+	etag := `"` + a.SHA256 + `"`
+	for _, rg := range []string{"bytes=100-", "bytes=-0", "bytes=+1-2"} {
+		for _, c := range []struct {
+			header, value string
+			want          int
+		}{
+			{"If-Match", `"another"`, http.StatusPreconditionFailed},
+			{"If-None-Match", etag, http.StatusNotModified},
+		} {
+			status, _, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg, c.header: c.value})
+			if status != c.want {
+				t.Errorf("%s %s, Range %q: %d %s, want %d", c.header, c.value, rg, status, b, c.want)
+			}
+		}
+	}
+}
