@@ -345,7 +345,7 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, `unknown frame type; the client may send {"type":"post","text":…,"kind":…}`), v)
 	}
 	if err := writers.allows(req.p); err != nil {
-		return wsError(err, v)
+		return s.wsRefused(req, err, v)
 	}
 	p, err := parsePost(data, req.p)
 	if err != nil {
@@ -362,7 +362,7 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 		if c := chatrelay.CodeOf(err); c == chatrelay.Internal || c == chatrelay.StoreUnavailable {
 			s.log.Error("ws post failed", "thread", thread, "err", err)
 		}
-		return wsError(err, v)
+		return s.wsRefused(req, err, v)
 	}
 	b, _ := json.Marshal(struct {
 		Type string `json:"type"`
@@ -370,6 +370,26 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 		Replayed bool `json:"replayed,omitempty"` // the client_id named a message already stored
 	}{"posted", postAnswer{Success: true, ID: e.ID, Epoch: e.Epoch, TS: e.TS, Thread: thread}, e.Replayed})
 	return b
+}
+
+// wsRefused is the error frame of a post frame's refusal err, which it
+// audits as a participant's refused request when it is one the audit
+// records over HTTP (401 but unauthorized, 403, 429: accesslog's rule),
+// before the frame is written: a post frame is the participant's request,
+// as its POST /api/chat/post is (contract Part 3's audit).
+func (s *Server) wsRefused(req streamRequest, err error, v view) []byte {
+	code := chatrelay.CodeOf(err)
+	switch statusOf[code] {
+	case http.StatusForbidden, http.StatusTooManyRequests, http.StatusUnauthorized:
+		if req.p.grant == nil || code == chatrelay.Unauthorized {
+			break
+		}
+		if e, ok := req.p.grant.AuditOf(chatrelay.AuditRefused); ok { // a device's is not audited
+			e.Code, e.IP = code, req.addr
+			s.audit(nil, req.p.thread, e)
+		}
+	}
+	return wsError(err, v)
 }
 
 // wsError is the error frame of err in view v (the message a refusal is
