@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +35,11 @@ func TestWSRefusedPostFramesAudited(t *testing.T) {
 
 		post := func(tok, text string) wsFrame {
 			t.Helper()
-			c, _, err := e.dialWS(t.Context(), "/api/chat/ws", "", http.Header{"Authorization": {"Bearer " + tok}})
+			path, hdr := "/api/chat/ws", http.Header{"Authorization": {"Bearer " + tok}}
+			if strings.HasPrefix(tok, "t") { // a ticket
+				path, hdr = path+"?ticket="+url.QueryEscape(tok), nil
+			}
+			c, _, err := e.dialWS(t.Context(), path, "", hdr)
 			assert.Success(t, err)
 			defer c.CloseNow()
 			assert.Equal(t, "first frame", nextWS(t, c).Type, "ready")
@@ -60,6 +66,13 @@ func TestWSRefusedPostFramesAudited(t *testing.T) {
 		assert.Equal(t, "the viewer's frame "+string(f.raw), f.Code, string(chatrelay.NotPermitted))
 		f = post(al.Token, "past the cap")
 		assert.Equal(t, "Al's second frame "+string(f.raw), f.Code, string(chatrelay.CapReached))
+		// A ticket never posts (401 invalid_ticket), over HTTP either: not
+		// a refusal the contract's audit names.
+		_, _, tb := e.do(http.MethodPost, "/api/chat/ticket", "", "", bearer(viewer.Token))
+		var tk struct{ Ticket string }
+		assert.Success(t, json.Unmarshal(tb, &tk))
+		f = post(tk.Ticket, "with a ticket")
+		assert.Equal(t, "the ticket's frame "+string(f.raw), f.Code, string(chatrelay.InvalidTicket))
 
 		status, _, b := e.do(http.MethodGet, "/api/chat/participants/audit", owner, "", nil)
 		assert.Equal(t, "audit", status, http.StatusOK)
