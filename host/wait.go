@@ -12,6 +12,37 @@ import (
 	"github.com/chatrelay/chatrelay/store"
 )
 
+// waitEndKey is the context key of WithWaitEnd's end.
+type waitEndKey struct{}
+
+// WithWaitEnd returns ctx under which a wait (WaitMessages,
+// WaitInteraction) also ends once end is done, as its timeout would end
+// it then: wait_messages answers timed_out with its cursor (nothing is
+// lost: the next call from that cursor reads what came since),
+// wait_interaction the interaction as it stands (timed_out while still
+// pending). It is for a caller that will read the answer but no longer
+// waits for it, such as an MCP client over stdio that has closed its
+// input. Unlike ctx's end, which ends a wait with ctx's error and no
+// answer, the store is still read for the answer.
+func WithWaitEnd(ctx, end context.Context) context.Context {
+	return context.WithValue(ctx, waitEndKey{}, end)
+}
+
+// waitContext is the context of a wait's timeout: it ends with ctx, after
+// timeout, or once WithWaitEnd's end is done.
+func waitContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	end, _ := ctx.Value(waitEndKey{}).(context.Context)
+	if end == nil {
+		return wctx, cancel
+	}
+	stop := context.AfterFunc(end, cancel)
+	return wctx, func() {
+		stop()
+		cancel()
+	}
+}
+
 // WaitMessagesInput is wait_messages's input.
 type WaitMessagesInput struct {
 	Thread  string `json:"thread,omitempty"`  // "": any thread
@@ -37,8 +68,8 @@ type WaitMessagesResult struct {
 var errWake = errors.New("host: a message to answer")
 
 // WaitMessages blocks until the thread (or any thread) has a message not
-// written by hermes with an epoch past the cursor, or the timeout passes,
-// or ctx is done (its error). It watches the store's change feed, so it
+// written by hermes with an epoch past the cursor, or the timeout passes
+// (or WithWaitEnd's end comes), or ctx is done (its error). It watches the store's change feed, so it
 // wakes as soon as the message is stored, by any process.
 //
 // Without a cursor it answers at once with what hermes has not answered:
@@ -62,7 +93,7 @@ func (v *Verbs) WaitMessages(ctx context.Context, in WaitMessagesInput) (WaitMes
 	if err != nil {
 		return WaitMessagesResult{}, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, cancel := waitContext(ctx, timeout)
 	defer cancel()
 	for {
 		r, err := v.waitMessages(ctx, wctx, in)
@@ -262,8 +293,8 @@ type WaitInteractionInput struct {
 const lookAgain = 250 * time.Millisecond
 
 // WaitInteraction blocks until the interaction is no longer pending (it is
-// answered, expired or canceled), or the timeout passes (TimedOut, still
-// pending), or ctx is done (its error). A store that cannot be reached
+// answered, expired or canceled), or the timeout passes (or WithWaitEnd's
+// end comes: TimedOut, still pending), or ctx is done (its error). A store that cannot be reached
 // (StoreUnavailable) is looked at again every lookAgain until the
 // timeout, which then ends the wait with that error. At its deadline it asks the store
 // to expire it (settle), even if no server did so yet: an answer the store
@@ -277,7 +308,7 @@ func (v *Verbs) WaitInteraction(ctx context.Context, in WaitInteractionInput) (I
 	if err != nil {
 		return InteractionResult{}, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, cancel := waitContext(ctx, timeout)
 	defer cancel()
 	e, err := v.find(ctx, in.Thread, in.InteractionID)
 	for {

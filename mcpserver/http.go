@@ -224,7 +224,8 @@ func NewHTTP(v *host.Verbs, o HTTPOptions) *HTTP {
 type keyOf struct{}
 
 // linkBaseField is the TokenInfo.Extra field of a request's link base,
-// requestField that of the request's context.
+// requestField that of the context of what carries the call: over HTTP the
+// request's, over stdio the client's input's (Stdio).
 const (
 	linkBaseField = "chatrelay.link_base"
 	requestField  = "chatrelay.request"

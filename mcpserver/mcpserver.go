@@ -493,20 +493,33 @@ func callTool(ctx context.Context, req *mcp.CallToolRequest, v *host.Verbs, verb
 		stop := reportProgress(ctx, req.Session, token, b.waiting, waitSeconds(req.Params.Arguments), o.ProgressEvery)
 		defer stop()
 	}
-	if req.Extra != nil && req.Extra.TokenInfo != nil { // MCP over HTTP: the request's link base
-		if base, _ := req.Extra.TokenInfo.Extra[linkBaseField].(string); base != "" {
+	if req.Extra != nil && req.Extra.TokenInfo != nil { // what the transport says of the call
+		if base, _ := req.Extra.TokenInfo.Extra[linkBaseField].(string); base != "" { // MCP over HTTP: the request's link base
 			ctx = host.WithLinkBase(ctx, base)
 		}
-		// A wait ends with the HTTP request that carries it (the client
-		// left without notifications/cancelled): the server keeps no
-		// events to resume the request's stream with, so the answer
-		// could reach no one, and the wait would hold one of the key's
-		// calls in flight until its timeout. A write is carried through.
+		// A wait ends with what carries the call. Over HTTP that is its
+		// request: once it ends (the client left without
+		// notifications/cancelled), the server keeps no events to resume
+		// the request's stream with, so the answer could reach no one,
+		// and the wait would hold one of the key's calls in flight until
+		// its timeout; it is canceled. Over stdio it is the client's
+		// input (Stdio): once it ends, the client still reads, so the
+		// wait ends as its timeout would end it now, and is answered. A
+		// write is carried through.
 		if rc, _ := req.Extra.TokenInfo.Extra[requestField].(context.Context); rc != nil && b.waiting != "" {
+			end, endWait := context.WithCancel(context.Background())
+			defer endWait()
+			ctx = host.WithWaitEnd(ctx, end)
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithCancel(ctx)
 			defer cancel()
-			defer context.AfterFunc(rc, cancel)()
+			defer context.AfterFunc(rc, func() {
+				if errors.Is(context.Cause(rc), errInputEnded) {
+					endWait()
+				} else {
+					cancel()
+				}
+			})()
 		}
 	}
 	if o.Stop != nil && b.waiting != "" {

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -44,6 +45,18 @@ const DefaultMaxLine = chatrelay.MaxMCPBody
 // It also keeps MCP's rule for a canceled call: once the client has sent
 // notifications/cancelled for a call in flight, the call gets no answer at
 // all (the SDK would send an error of code 0).
+//
+// At the end of In (the client closed its end, as MCP's stdio shutdown
+// begins, or a script piped its requests), it reads no more, and every
+// call already read is answered before the session ends (the SDK, told of
+// the end, would write no answer at all, and end the calls in flight with
+// it): a write is carried through and answered, a quick call answered as
+// usual, and a wait (wait_messages, wait_interaction) ends at once, as its
+// timeout would end it then (timed_out, with its cursor or the
+// interaction as it stands), through the same carrier as a wait whose
+// HTTP request ended (callTool). A subscriptions/listen, which only ends
+// when canceled, is canceled by the server, and answered. A call the
+// client canceled still gets no answer.
 type Stdio struct {
 	// In is read line by line. When the session ends it is closed, if it is
 	// an io.Closer, so that a read blocked on it returns.
@@ -67,8 +80,11 @@ func (s *Stdio) Connect(context.Context) (mcp.Connection, error) {
 		out:      s.Out,
 		incoming: make(chan jsonrpc.Message),
 		closed:   make(chan struct{}),
-		inFlight: map[jsonrpc.ID]bool{},
+		inFlight: map[jsonrpc.ID]*call{},
+		drained:  make(chan struct{}),
 	}
+	c.input, c.endInput = context.WithCancelCause(context.Background())
+	c.extra = &mcp.RequestExtra{TokenInfo: &auth.TokenInfo{Extra: map[string]any{requestField: c.input}}}
 	go c.read(maxLine)
 	return c, nil
 }
@@ -78,15 +94,38 @@ type stdioConn struct {
 	incoming chan jsonrpc.Message // closed by read when In ends; readErr says how
 	readErr  error                // written before incoming is closed
 
+	// input ends, with the cause errInputEnded, at the end of In. Every
+	// request read carries it (extra) as the carrier of the call, as over
+	// HTTP a request's context: callTool ends a wait with it.
+	input    context.Context
+	endInput context.CancelCauseFunc
+	extra    *mcp.RequestExtra
+
 	writeMu sync.Mutex // one line at a time on out
 	out     io.Writer
 
 	mu       sync.Mutex
-	inFlight map[jsonrpc.ID]bool // the calls read and not answered yet; true: the client canceled it
+	inFlight map[jsonrpc.ID]*call // the calls read and not answered yet
+	ended    bool                 // In has ended
+	outErr   bool                 // a write on out failed: no answer can be written
+	drained  chan struct{}        // closed once In has ended and every call read is answered (or out failed)
 
 	closeOnce sync.Once
 	closed    chan struct{}
 }
+
+// call is a call read and not answered yet.
+type call struct {
+	method   string
+	canceled bool // the client canceled it: its answer is not written
+}
+
+// errInputEnded is the cause with which a call's carrier ends over stdio:
+// the client closed its input, and reads on.
+var errInputEnded = errors.New("mcpserver: the client's input ended")
+
+// listenMethod is the call that lasts until it is canceled.
+const listenMethod = "subscriptions/listen"
 
 // read reads In line by line: it answers each malformed line, and hands
 // each message to Read.
@@ -100,6 +139,9 @@ func (c *stdioConn) read(maxLine int) {
 			if refused != nil {
 				c.refuse(refused)
 			} else {
+				if r, ok := msg.(*jsonrpc.Request); ok {
+					r.Extra = c.extra
+				}
 				c.track(msg)
 				select {
 				case c.incoming <- msg:
@@ -110,12 +152,60 @@ func (c *stdioConn) read(maxLine int) {
 		}
 		if err != nil {
 			c.readErr = err
+			for _, cancel := range c.inputEnded() {
+				select {
+				case c.incoming <- cancel:
+				case <-c.closed:
+					return
+				}
+			}
 			return
 		}
 	}
 }
 
-// Read implements mcp.Connection.
+// inputEnded notes the end of In, ends the calls' carrier, and returns
+// the cancels of the calls that last until they are canceled (a
+// subscriptions/listen), which are then answered as on a cancel of the
+// server's (the client sent none: it reads the answer).
+func (c *stdioConn) inputEnded() (cancels []jsonrpc.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended = true
+	c.endInput(errInputEnded)
+	for id, call := range c.inFlight {
+		if call.method == listenMethod && !call.canceled {
+			params, _ := json.Marshal(map[string]any{"requestId": id.Raw(), "reason": "the client's input ended"}) // cannot fail
+			cancels = append(cancels, &jsonrpc.Request{Method: "notifications/cancelled", Params: params})
+		}
+	}
+	c.checkDrained()
+	return cancels
+}
+
+// checkDrained closes drained once In has ended and no call waits for its
+// answer (or none can be written). c.mu is held.
+func (c *stdioConn) checkDrained() {
+	if !c.ended || len(c.inFlight) > 0 && !c.outErr {
+		return
+	}
+	select {
+	case <-c.drained:
+	default:
+		close(c.drained)
+	}
+}
+
+// outFailed notes that a write on out failed.
+func (c *stdioConn) outFailed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.outErr = true
+	c.checkDrained()
+}
+
+// Read implements mcp.Connection. The end of In is told only once every
+// call read is answered: once told, the SDK writes no more answers.
 func (c *stdioConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	select {
 	case <-ctx.Done():
@@ -123,14 +213,21 @@ func (c *stdioConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	case <-c.closed:
 		return nil, io.EOF
 	case msg, ok := <-c.incoming:
-		switch {
-		case ok:
+		if ok {
 			return msg, nil
-		case c.readErr != nil:
-			return nil, c.readErr
 		}
-		return nil, io.EOF // read stopped because the connection closed
 	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.closed:
+		return nil, io.EOF // read stopped because the connection closed
+	case <-c.drained:
+	}
+	if c.readErr != nil {
+		return nil, c.readErr
+	}
+	return nil, io.EOF
 }
 
 // Write implements mcp.Connection. An answer to a call the client
@@ -163,6 +260,9 @@ func (c *stdioConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	_, err := c.out.Write(line)
+	if err != nil {
+		c.outFailed()
+	}
 	return err
 }
 
@@ -191,7 +291,7 @@ func (c *stdioConn) track(msg jsonrpc.Message) {
 	defer c.mu.Unlock()
 	if r.IsCall() {
 		if _, dup := c.inFlight[r.ID]; !dup { // a duplicate is refused by the SDK under no id
-			c.inFlight[r.ID] = false
+			c.inFlight[r.ID] = &call{method: r.Method}
 		}
 		return
 	}
@@ -205,8 +305,8 @@ func (c *stdioConn) track(msg jsonrpc.Message) {
 		return
 	}
 	if id, err := jsonrpc.MakeID(p.RequestID); err == nil {
-		if _, ok := c.inFlight[id]; ok {
-			c.inFlight[id] = true
+		if call := c.inFlight[id]; call != nil {
+			call.canceled = true
 		}
 	}
 }
@@ -216,17 +316,23 @@ func (c *stdioConn) track(msg jsonrpc.Message) {
 func (c *stdioConn) answered(id jsonrpc.ID) (canceled bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	canceled = c.inFlight[id]
+	if call := c.inFlight[id]; call != nil {
+		canceled = call.canceled
+	}
 	delete(c.inFlight, id)
+	c.checkDrained()
 	return canceled
 }
 
 // refuse writes the error answer of a malformed line. A write that fails
-// is left to the SDK's next write to find.
+// is left to the SDK's next write to find (and noted: no answer can be
+// written).
 func (c *stdioConn) refuse(r *refusal) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	c.out.Write(errorLine(r.id, r.code, r.message))
+	if _, err := c.out.Write(errorLine(r.id, r.code, r.message)); err != nil {
+		c.outFailed()
+	}
 }
 
 // refusal is the error answer due to a malformed line.

@@ -285,3 +285,44 @@ func FuzzStdioFraming(f *testing.F) {
 		assert.True(t, last.Error == nil && json.Unmarshal(last.Result, &tools) == nil && len(tools.Tools) > 0, "the request after the input: %s", last.line)
 	})
 }
+
+// TestStdioAnswersEveryCallAtItsEnd: when the client closes its end of
+// the input, every call already read is answered before the session
+// ends: a wait in flight at once, as its timeout would answer it
+// (timed_out, the cursor it was given), and a write sent after it is
+// carried through (stored, and answered).
+func TestStdioAnswersEveryCallAtItsEnd(t *testing.T) {
+	e := newEnv(t)
+	srv := mcpserver.New(&host.Verbs{Store: e.st}, nil)
+	srv.AddReceivingMiddleware(e.observe)
+	c := startRaw(t, srv, 0, nil)
+	c.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":"wait","method":"tools/call","params":{"name":"chatrelay_wait_messages","arguments":{"thread":%q,"since":%d,"timeout":300}}}`, thread, e.first.Epoch))
+	e.await(t, "start chatrelay_wait_messages")
+	c.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":"send","method":"tools/call","params":{"name":"chatrelay_send","arguments":{"thread":%q,"text":"on my way out"}}}`, thread))
+	assert.Success(t, c.in.Close())
+
+	got := map[string]answer{}
+	for want := `"wait"`; want != ""; {
+		for _, a := range c.until(t, want) { // the lines up to want's answer: the other's too, if it came first
+			got[string(a.ID)] = a
+		}
+		want = ""
+		for _, id := range []string{`"wait"`, `"send"`} {
+			if _, ok := got[id]; !ok {
+				want = id
+			}
+		}
+	}
+	var waited struct {
+		StructuredContent host.WaitMessagesResult `json:"structuredContent"`
+		IsError           bool                    `json:"isError"`
+	}
+	w := got[`"wait"`]
+	assert.True(t, w.Error == nil && json.Unmarshal(w.Result, &waited) == nil && !waited.IsError, "the wait: %s", w.line)
+	assert.True(t, waited.StructuredContent.TimedOut && len(waited.StructuredContent.Messages) == 0 && waited.StructuredContent.Cursor == e.first.Epoch, "the wait: %s", w.line)
+	s := got[`"send"`]
+	assert.True(t, s.Error == nil && len(s.Result) > 0 && !strings.Contains(string(s.Result), `"isError":true`), "the send: %s", s.line)
+	p, err := e.st.Since(t.Context(), thread, e.first.Epoch, 0)
+	assert.Success(t, err)
+	assert.True(t, len(p.Messages) == 1 && p.Messages[0].Text == "on my way out", "stored after the first: %+v", p.Messages)
+}

@@ -85,7 +85,7 @@ type Store interface {
 	// block. The first call of fn is Batch{Ready: true}, made once the feed
 	// is registered: every append after that is delivered, so a reader that
 	// waits for it and then reads the store misses nothing. Follow returns
-	// when ctx is done.
+	// nil when ctx is done, and an error when the store closes under it.
 	Follow(ctx context.Context, fn func(Batch)) error
 
 	// Close releases what the store holds.

@@ -32,7 +32,8 @@ func schema(_ context.Context, e cmdEnv) error {
 }
 
 // mcpServe serves the host's verbs over MCP on standard input and output
-// until the client closes its end (or the process is told to stop).
+// until the client closes its end, and every call read is answered (or
+// the process is told to stop).
 // Warnings and the causes of internal errors go to standard error;
 // standard output carries the protocol only. A malformed line gets its
 // JSON-RPC error and the session goes on (mcpserver.Stdio).

@@ -19,11 +19,16 @@ import (
 
 type feed struct{ fn func(store.Batch) }
 
+// ErrClosed is what Follow returns when the store closes under it.
+var ErrClosed = errors.New("filestore: closed")
+
 // Follow implements Store. Appends by this process are handed to fn inside
 // Append, after the document is durable and before Append returns. Appends
 // by other processes (the host CLI) are noticed by watching the chat folder,
 // with a rescan every FileOptions.Rescan in case the watch misses or loses
 // events. Either way a thread's messages go to fn once each, in order.
+// Follow returns nil when ctx is done, and ErrClosed once the store is
+// closed: it reads nothing of a closed store's folder.
 func (s *File) Follow(ctx context.Context, fn func(store.Batch)) error {
 	s.baseline.Do(s.recordBaseline)
 	f := &feed{fn: fn}
@@ -58,6 +63,8 @@ func (s *File) Follow(ctx context.Context, fn func(store.Batch)) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.closed:
+			return ErrClosed
 		case ev, ok := <-events:
 			if !ok {
 				events = nil

@@ -139,6 +139,8 @@ type File struct {
 
 	feedMu   sync.Mutex // guards feeds
 	feeds    map[*feed]struct{}
+	closed   chan struct{} // closed by Close: the Follows end (ErrClosed)
+	closing  sync.Once
 	baseline sync.Once // the first Follow records what every thread already had
 
 	agentsMu   sync.Mutex    // orders this process's writes of the agent keys (agents.go)
@@ -202,14 +204,15 @@ func OpenFile(data string, opt FileOptions) (*File, error) {
 		ds = newDirSync(filepath.Join(data, "chat"))
 	}
 	s := &File{
-		dir:   filepath.Join(data, "chat"),
-		opt:   opt,
-		log:   opt.Log,
-		now:   opt.Now,
-		tmap:  make(map[string]*threadState),
-		dsync: ds,
-		feeds: make(map[*feed]struct{}),
-		hooks: newHookWriter(data, opt.Webhooks, !opt.NoFsync),
+		dir:    filepath.Join(data, "chat"),
+		opt:    opt,
+		log:    opt.Log,
+		now:    opt.Now,
+		tmap:   make(map[string]*threadState),
+		dsync:  ds,
+		feeds:  make(map[*feed]struct{}),
+		closed: make(chan struct{}),
+		hooks:  newHookWriter(data, opt.Webhooks, !opt.NoFsync),
 	}
 	s.out = &outbox{s: s, dests: make(map[string]*destQueue)}
 	if s.log == nil {
@@ -235,6 +238,7 @@ func (s *File) Dir() string { return s.dir }
 // Close unpins the cached documents (every lock is held only inside a
 // call); a read after Close pins again.
 func (s *File) Close() error {
+	s.closing.Do(func() { close(s.closed) })
 	s.out.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
