@@ -102,7 +102,8 @@ type streamRequest struct {
 	p      principal
 	v      view
 	cursor int64
-	ip     string
+	ip     string // the client's address as the rate windows count it (limitKey)
+	addr   string // the client's address, for the audit of a participant's refused post frames
 }
 
 // frameWriter writes one stream's frames in its transport's framing. The
@@ -217,7 +218,8 @@ func (s *Server) streamRequest(r *http.Request, cursor string) (streamRequest, e
 	if err != nil {
 		return streamRequest{}, err
 	}
-	return streamRequest{p: p, v: p.view(v), cursor: c, ip: limitKey(clientIP(r, s.cfg.Trusted))}, nil
+	addr := clientIP(r, s.cfg.Trusted)
+	return streamRequest{p: p, v: p.view(v), cursor: c, ip: limitKey(addr), addr: addr}, nil
 }
 
 // openSession takes a stream slot, registers a subscriber with the hub

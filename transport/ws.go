@@ -345,7 +345,7 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, `unknown frame type; the client may send {"type":"post","text":…,"kind":…}`), v)
 	}
 	if err := writers.allows(req.p); err != nil {
-		return wsError(err, v)
+		return s.wsRefused(req, err, v)
 	}
 	p, err := parsePost(data, req.p)
 	if err != nil {
@@ -362,7 +362,7 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 		if c := chatrelay.CodeOf(err); c == chatrelay.Internal || c == chatrelay.StoreUnavailable {
 			s.log.Error("ws post failed", "thread", thread, "err", err)
 		}
-		return wsError(err, v)
+		return s.wsRefused(req, err, v)
 	}
 	b, _ := json.Marshal(struct {
 		Type string `json:"type"`
@@ -370,6 +370,25 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 		Replayed bool `json:"replayed,omitempty"` // the client_id named a message already stored
 	}{"posted", postAnswer{Success: true, ID: e.ID, Epoch: e.Epoch, TS: e.TS, Thread: thread}, e.Replayed})
 	return b
+}
+
+// wsRefused is the error frame of a post frame's refusal err, which it
+// audits as a participant's refused request when it is one the contract
+// names (Part 3's audit: 401 token_revoked or token_expired, 403, 429),
+// before the frame is written: a post frame is the participant's request,
+// as its POST /api/chat/post is. A ticket's post (401 invalid_ticket) is
+// not: a ticket never posts, over HTTP either.
+func (s *Server) wsRefused(req streamRequest, err error, v view) []byte {
+	code := chatrelay.CodeOf(err)
+	st := statusOf[code]
+	if req.p.grant != nil && (st == http.StatusForbidden || st == http.StatusTooManyRequests ||
+		code == chatrelay.TokenRevoked || code == chatrelay.TokenExpired) {
+		if e, ok := req.p.grant.AuditOf(chatrelay.AuditRefused); ok { // a device's is not audited
+			e.Code, e.IP = code, req.addr
+			s.audit(nil, req.p.thread, e)
+		}
+	}
+	return wsError(err, v)
 }
 
 // wsError is the error frame of err in view v (the message a refusal is
