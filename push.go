@@ -262,7 +262,8 @@ func AdmitPush(subs []PushSubscription, sub PushSubscription) (out []PushSubscri
 	if sub.Participant() {
 		// The participants hold LimitPushParticipants together, the rest
 		// is the owner's; a participant's refusal reads the same whoever
-		// holds the places, so it tells nothing of the owner's browsers.
+		// holds the places. Its timing does not: past 5 of the owner's,
+		// the thread's 20 refuse a participant first (docs/api.md).
 		held := 0
 		for _, p := range subs {
 			if p.Participant() {

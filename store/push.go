@@ -19,7 +19,9 @@ type Push interface {
 	// subscription with sub's endpoint already, that one takes sub's
 	// keys, events and subscriber and keeps its id and created_at, and
 	// created is false. It returns NotFound if the thread has no message
-	// and PushLimit if it has LimitPushSubscriptions already.
+	// and PushLimit if it has LimitPushSubscriptions already, or sub is a
+	// participant's and the participants hold LimitPushParticipants
+	// (chatrelay.AdmitPush).
 	PushSubscribe(ctx context.Context, thread string, sub chatrelay.PushSubscription) (out chatrelay.PushSubscription, created bool, err error)
 
 	// PushSubscriptions lists the thread's subscriptions, oldest first
