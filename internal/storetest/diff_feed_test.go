@@ -48,7 +48,8 @@ type feedEvent struct {
 	rev   int64
 }
 
-// startFeed starts d's feed readers and waits until each is registered.
+// startFeed starts d's feed readers, which the run's cleanup stops, and
+// waits until each is registered.
 func (r *diffRun) startFeed(d *diffBackend) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &diffFeed{cancel: cancel}
@@ -89,6 +90,9 @@ func (r *diffRun) startFeed(d *diffBackend) {
 		}
 	}()
 	d.feed = f
+	// Before the wait, which may fail the run: the readers end with it,
+	// and before the store, whose close was registered before.
+	r.t.Cleanup(d.stopFeed)
 	d.taken = map[*feedSub]map[string]int{}
 	for _, s := range f.subs {
 		d.taken[s] = map[string]int{}

@@ -280,7 +280,6 @@ func runDiff(t *testing.T, data []byte) {
 		d := &diffBackend{name: name, canon: map[string]string{}, acks: map[string][]store.Entry{}, ackRev: map[string]int64{}}
 		d.open(t, b)
 		r.startFeed(d)
-		t.Cleanup(d.stopFeed) // before the store closes
 		r.bs = append(r.bs, d)
 	}
 	for in.more() && r.ops < maxDiffOps {
@@ -332,15 +331,21 @@ func dropKeysAtEnd(t *testing.T, b *Backend) {
 		t.Cleanup(func() {
 			b.Close()
 			ctx := context.Background()
-			b.Cluster.Client(t).ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			err := b.Cluster.Client(t).ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 				iter := c.Scan(ctx, 0, b.Prefix+"*", 1000).Iterator()
 				p := c.Pipeline()
 				for iter.Next(ctx) {
 					p.Unlink(ctx, iter.Val())
 				}
+				if err := iter.Err(); err != nil {
+					return err
+				}
 				_, err := p.Exec(ctx)
 				return err
 			})
+			if err != nil { // keys left would be the next input's
+				t.Errorf("unlinking the input's keys on the shared cluster: %v", err)
+			}
 		})
 		return
 	}
@@ -744,7 +749,6 @@ func (r *diffRun) step(in *diffInput) {
 			d.b.Close()
 			d.open(r.t, d.b.Another(r.t, r.opt))
 			r.startFeed(d)
-			r.t.Cleanup(d.stopFeed) // before the store Another opened closes
 		}
 	}
 }
