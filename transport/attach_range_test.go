@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -22,17 +23,7 @@ func TestAttachmentRangeNotSatisfiable(t *testing.T) {
 	for _, rg := range []string{"bytes=20-30", "bytes=abc", "bytes=5-2", "bytes=-0", "bytes=-0, -00"} {
 		status, h, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
 		assert.Equal(t, rg+": status", status, http.StatusRequestedRangeNotSatisfiable)
-		assert.Equal(t, rg+": Content-Type", h.Get("Content-Type"), "application/json")
-		var body struct {
-			Success   *bool  `json:"success"`
-			Code      string `json:"code"`
-			Error     string `json:"error"`
-			Retryable *bool  `json:"retryable"`
-		}
-		assert.Success(t, json.Unmarshal(b, &body))
-		assert.True(t, body.Success != nil && !*body.Success && body.Code == "range_not_satisfiable" && body.Error != "" &&
-			body.Retryable != nil && !*body.Retryable, "%s: %s", rg, b)
-		assert.Equal(t, rg+": no Content-Disposition on an error", h.Get("Content-Disposition"), "")
+		assertDownloadRefused(t, rg, h, b, "range_not_satisfiable")
 		// Also for a Range that does not parse (docs/api.md: "with
 		// Content-Range: bytes */SIZE"), which net/http answers without one.
 		assert.Equal(t, rg+": Content-Range of a 416", h.Get("Content-Range"), "bytes */10")
@@ -118,17 +109,7 @@ func TestAttachmentPreconditionFailed(t *testing.T) {
 		h["X-Chat-Token"] = tok
 		status, hd, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, h)
 		assert.Equal(t, "status", status, http.StatusPreconditionFailed)
-		assert.Equal(t, "Content-Type", hd.Get("Content-Type"), "application/json")
-		var body struct {
-			Success   *bool  `json:"success"`
-			Code      string `json:"code"`
-			Error     string `json:"error"`
-			Retryable *bool  `json:"retryable"`
-		}
-		assert.Success(t, json.Unmarshal(b, &body))
-		assert.True(t, body.Success != nil && !*body.Success && body.Code == "precondition_failed" && body.Error != "" &&
-			body.Retryable != nil && !*body.Retryable, "%v: %s", h, b)
-		assert.Equal(t, "no Content-Disposition on an error", hd.Get("Content-Disposition"), "")
+		assertDownloadRefused(t, fmt.Sprint(h), hd, b, "precondition_failed")
 	}
 	for _, im := range []string{`"` + a.SHA256 + `"`, "*", `"x", "` + a.SHA256 + `"`} {
 		status, _, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "If-Match": im})
@@ -183,4 +164,22 @@ func TestAttachmentPreconditionsBeforeRange(t *testing.T) {
 			}
 		}
 	}
+}
+
+// assertDownloadRefused checks that a download's refusal is the API's
+// error, as every other: JSON with success false, the code, words and
+// retryable false, and none of the file's headers (its name).
+func assertDownloadRefused(t *testing.T, what string, h http.Header, b []byte, code string) {
+	t.Helper()
+	assert.Equal(t, what+": Content-Type", h.Get("Content-Type"), "application/json")
+	var body struct {
+		Success   *bool  `json:"success"`
+		Code      string `json:"code"`
+		Error     string `json:"error"`
+		Retryable *bool  `json:"retryable"`
+	}
+	assert.Success(t, json.Unmarshal(b, &body))
+	assert.True(t, body.Success != nil && !*body.Success && body.Code == code && body.Error != "" &&
+		body.Retryable != nil && !*body.Retryable, "%s: %s", what, b)
+	assert.Equal(t, what+": no Content-Disposition on an error", h.Get("Content-Disposition"), "")
 }
