@@ -183,11 +183,14 @@ func TestUploadThreadLimitAcrossNodes(t *testing.T) {
 // TestShardedUploadThreadLimitAcrossNodes: the same on shards and on a
 // cluster, where the limit holds for all shards together: an upload that
 // would start its thread takes the creation lock and counts the other
-// shards' places, as a post that creates one does.
+// shards' places, as a post that creates one does. The 50 writes take the
+// lock in turn, and each one's wait for it counts in its store timeout:
+// the timeout is a minute, so that what is checked is the limit, not that
+// 50 turns fit in the default 2 s on a loaded machine.
 func TestShardedUploadThreadLimitAcrossNodes(t *testing.T) {
 	eachSharded(t, func(t *testing.T, spec, prefix string) {
 		clk := testclock.New(time.UnixMilli(1792778400000))
-		opt := Options{Prefix: prefix, MaxThreads: 7, Now: clk.Now}
+		opt := Options{Prefix: prefix, MaxThreads: 7, Now: clk.Now, Timeout: time.Minute}
 		uploadThreadLimitAcrossNodes(t, openSharded(t, spec, opt), openSharded(t, spec, opt), clk)
 	})
 }
