@@ -126,8 +126,7 @@ func (s *Server) observe(w http.ResponseWriter, r *http.Request) {
 		// nor one for a grant the thread no longer has (401 unauthorized: gone
 		// with its thread, which a post with the owner's token may have made
 		// again since, whose audit must not name it).
-		if chatrelay.ValidParticipantID(ri.participant) && ri.code != chatrelay.Unauthorized &&
-			(status == http.StatusForbidden || status == http.StatusTooManyRequests || status == http.StatusUnauthorized) {
+		if chatrelay.ValidParticipantID(ri.participant) && auditedRefusal(ri.code, status) {
 			s.audit(r, ri.thread, chatrelay.AuditEvent{Event: chatrelay.AuditRefused, Participant: ri.participant, Code: ri.code})
 		}
 	}
@@ -257,4 +256,14 @@ func clipTo(s string, n int) string {
 // work, well past where the line cuts it.
 func logPath(p string) string {
 	return clip(chatrelay.Redact(clipTo(p, 4*maxLogValue)))
+}
+
+// auditedRefusal reports whether a grant's request refused with code and
+// status is the audit's "refused" event (contract Part 3: 401
+// token_revoked or token_expired, 403, 429), over HTTP as in a
+// WebSocket's post frame. 401 unauthorized (a grant the thread no longer
+// has) and invalid_ticket (a ticket never posts) are not.
+func auditedRefusal(code chatrelay.Code, status int) bool {
+	return status == http.StatusForbidden || status == http.StatusTooManyRequests ||
+		code == chatrelay.TokenRevoked || code == chatrelay.TokenExpired
 }

@@ -373,16 +373,11 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 }
 
 // wsRefused is the error frame of a post frame's refusal err, which it
-// audits as a participant's refused request when it is one the contract
-// names (Part 3's audit: 401 token_revoked or token_expired, 403, 429),
-// before the frame is written: a post frame is the participant's request,
-// as its POST /api/chat/post is. A ticket's post (401 invalid_ticket) is
-// not: a ticket never posts, over HTTP either.
+// audits as a participant's refused request when the access log would
+// (auditedRefusal), before the frame is written: a post frame is the
+// participant's request, as its POST /api/chat/post is.
 func (s *Server) wsRefused(req streamRequest, err error, v view) []byte {
-	code := chatrelay.CodeOf(err)
-	st := statusOf[code]
-	if req.p.grant != nil && (st == http.StatusForbidden || st == http.StatusTooManyRequests ||
-		code == chatrelay.TokenRevoked || code == chatrelay.TokenExpired) {
+	if code := chatrelay.CodeOf(err); req.p.grant != nil && auditedRefusal(code, statusOf[code]) {
 		if e, ok := req.p.grant.AuditOf(chatrelay.AuditRefused); ok { // a device's is not audited
 			e.Code, e.IP = code, req.addr
 			s.audit(nil, req.p.thread, e)
