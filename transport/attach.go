@@ -208,7 +208,9 @@ func (s *Server) handleAttachment(w http.ResponseWriter, r *http.Request, who pr
 		// 412 and no body; every error of the API is its JSON, with a
 		// code, and carries none of the file's headers.
 		h.Del("Content-Disposition")
-		s.writeError(w, r, chatrelay.Errorf(chatrelay.PreconditionFailed, "If-Match names no version of this file: its ETag is %s", h.Get("ETag")))
+		// The words name no ETag: a SHA-256 reads as a token to the
+		// redaction of a participant's view; the header carries it.
+		s.writeError(w, r, chatrelay.Errorf(chatrelay.PreconditionFailed, "If-Match names no version of this file: its ETag header names the one it has"))
 		return
 	}
 	if rw.refused {

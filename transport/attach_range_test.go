@@ -110,6 +110,7 @@ func TestAttachmentPreconditionFailed(t *testing.T) {
 		status, hd, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, h)
 		assert.Equal(t, "status", status, http.StatusPreconditionFailed)
 		assertDownloadRefused(t, fmt.Sprint(h), hd, b, "precondition_failed")
+		assert.Equal(t, "the 412's ETag, the version the file has", hd.Get("ETag"), `"`+a.SHA256+`"`)
 	}
 	for _, im := range []string{`"` + a.SHA256 + `"`, "*", `"x", "` + a.SHA256 + `"`} {
 		status, _, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "If-Match": im})
