@@ -430,6 +430,16 @@ return 0`)
 // lock did not move on within the store timeout.
 var errNoTurn = errors.New("no turn of the creation lock ended within the store timeout")
 
+// maxCreateWait bounds a post's whole wait for the creation lock, in store
+// timeouts, however the lock moves on: a node whose posts keep losing the
+// lock to other nodes' endless turns refuses them, retryable, rather
+// than hold their requests, which have no deadline of their own, for ever.
+const maxCreateWait = 10
+
+// errWaitTooLong is why a post that waited for the creation lock gave up
+// while the lock moved on: its wait reached maxCreateWait store timeouts.
+var errWaitTooLong = errors.New("no turn of the creation lock came to this post within its wait's bound")
+
 // lockCreate takes the creation lock: a SET NX PX on shard 0, tried again
 // every few milliseconds, with shard 0's thread count in the same script
 // if count. The lock lapses by itself after three Timeouts (a node that
@@ -445,12 +455,15 @@ var errNoTurn = errors.New("no turn of the creation lock ended within the store 
 // node's ends, or the lock on shard 0 changes hands or is released. It
 // fails store_unavailable when the lock did not move on for
 // Options.Timeout (a holder that hangs, or a call to shard 0 that is not
-// answered within it), and when ctx ends. A burst of new threads is so
+// answered within it), when its whole wait reaches maxCreateWait
+// Timeouts (the lock moves on, never to it), and when ctx ends. A burst of new threads is so
 // answered however long its turns take in all (before, the whole wait
 // counted in one store timeout, and a burst of 300 on a loaded machine
 // had half of them refused while the lock changed hands all the time).
 func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n0 int64, err error) {
 	s := sh.shards[0]
+	ctx, cancel := context.WithTimeoutCause(ctx, maxCreateWait*s.opt.Timeout, errWaitTooLong)
+	defer cancel()
 	idle := time.NewTimer(s.opt.Timeout) // the time since the lock last moved on
 	defer idle.Stop()
 	if err := sh.queue(ctx, idle); err != nil {
@@ -498,6 +511,9 @@ func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n
 			// (its answer came too late): release it rather than leave
 			// every node's new threads waiting for it to lapse.
 			unlock()
+			if ctx.Err() != nil { // the wait's end, not Redis's silence
+				return nil, 0, s.waitFailed(context.Cause(ctx))
+			}
 			return nil, 0, s.unavailable("create lock", err)
 		}
 		if n, ok := v.(int64); ok {
@@ -514,7 +530,7 @@ func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n
 		select {
 		case <-ctx.Done():
 			sh.leave(false)
-			return nil, 0, s.waitFailed(ctx.Err())
+			return nil, 0, s.waitFailed(context.Cause(ctx))
 		case <-idle.C:
 			sh.leave(false)
 			return nil, 0, s.waitFailed(errNoTurn)
@@ -538,7 +554,7 @@ func (sh *Sharded) queue(ctx context.Context, idle *time.Timer) error {
 		case <-idle.C:
 			return errNoTurn
 		case <-ctx.Done():
-			return ctx.Err()
+			return context.Cause(ctx)
 		}
 	}
 }

@@ -394,6 +394,52 @@ func TestShardedCreationHungHolder(t *testing.T) {
 	}
 }
 
+// TestShardedCreationWaitHasAnEnd: a post that waits for the creation lock
+// while it changes hands all the time, never to its node (other nodes'
+// endless turns, played here by setting the lock to a new holder every
+// 50 ms), is refused store_unavailable once it has waited
+// maxCreateWait store timeouts, and not only when its caller gives up:
+// an HTTP request has no deadline of its own.
+func TestShardedCreationWaitHasAnEnd(t *testing.T) {
+	t.Parallel()
+	spec, prefix := shardSpec(t, "shards")
+	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: 200 * time.Millisecond}
+	a := openSharded(t, spec, opt)
+	s0 := a.Shards()[0]
+	lock := s0.prefix + "create-lock"
+	churn, cancelChurn := context.WithCancel(t.Context())
+	churned := make(chan struct{})
+	go func() {
+		defer close(churned)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			s0.rdb.Set(churn, lock, fmt.Sprintf("other-node-%d", i), time.Minute)
+			select {
+			case <-churn.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	// The caller's own bound, far past the store's: the wait must end first.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*maxCreateWait*opt.Timeout/10)
+	defer cancel()
+	th := threadOnShard(a, 1)
+	_, err := a.Append(ctx, th, store.NewMessage{Text: "waits for a lock that never comes"})
+	ended := ctx.Err()
+	cancelChurn()
+	<-churned
+	wantCode(t, err, chatrelay.StoreUnavailable)
+	if ended != nil {
+		t.Fatalf("the post waited until its caller gave up (%v): the wait for the creation lock has no end of its own", ended)
+	}
+	s0.rdb.Del(t.Context(), lock)
+	if p := must[store.Page](t)(a.Since(t.Context(), th, 0, 0)); len(p.Messages) != 0 {
+		t.Fatalf("a refused post was stored: %v", p.Messages)
+	}
+}
+
 // TestShardedCreationLockAnswerLost: a node whose call for the creation
 // lock fails after Redis took the lock for it (the answer came after the
 // store timeout) releases it: the other nodes' new threads do not wait
