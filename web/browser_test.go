@@ -5,6 +5,7 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 	_ "time/tzdata" // Pacific/Chatham, for the local-time check
 
+	"github.com/chromedp/cdproto/accessibility"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
@@ -605,5 +607,65 @@ func TestUnderPrefix(t *testing.T) {
 	tb.waitShown(soon, "under a prefix")
 	if n := len(poll(t, srv.URL, tb.token()).Messages); n != 1 {
 		t.Errorf("poll under the prefix returns %d messages, want 1", n)
+	}
+}
+
+// TestMessagesAreAListAScreenReaderHears: the conversation is, in the
+// browser's accessibility tree (what a screen reader reads), a list named
+// "Messages" whose items are the messages, and a polite live region, so a
+// reply is read out as it arrives. Before, the list carried role="log",
+// which took its list role away: its items were list items outside any
+// list (axe-core's "listitem" rule, serious, one per message), and a screen
+// reader could neither count the messages nor move through them as a list.
+func TestMessagesAreAListAScreenReaderHears(t *testing.T) {
+	srv := startServer(t)
+	tb, token := startConversation(t, srv.URL, "Is the build green?")
+	srv.reply(threadOf(token), "Yes: 812 tests passed.")
+	tb.waitShown(soon, "Yes: 812 tests passed.")
+	tb.waitJS(soon, "the log to settle", `!document.getElementById("log").hasAttribute("aria-busy")`)
+
+	var tree accessibility.GetFullAXTreeResult
+	tb.do(soon, "read the accessibility tree", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		var err error
+		tree, err = cdp.Call(ctx, tg, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{})
+		return chromedp.Void{}, err
+	})
+	str := func(v *accessibility.Value) string {
+		if v == nil {
+			return ""
+		}
+		var s string
+		_ = json.Unmarshal(v.Value, &s)
+		return s
+	}
+	var list *accessibility.Node
+	for _, n := range tree.Nodes {
+		if !n.Ignored && str(n.Name) == "Messages" {
+			list = n
+		}
+	}
+	if list == nil {
+		t.Fatal("no node of the accessibility tree is named Messages")
+	}
+	if role := str(list.Role); role != "list" {
+		t.Errorf("the messages are a %q to a screen reader, want a list", role)
+	}
+	live := ""
+	for _, p := range list.Properties {
+		if p.Name == accessibility.PropertyNameLive {
+			live = str(p.Value)
+		}
+	}
+	if live != "polite" {
+		t.Errorf("the messages are live %q, want polite (a reply is read out as it arrives)", live)
+	}
+	items := 0
+	for _, n := range tree.Nodes {
+		if n.ParentID == list.NodeID && str(n.Role) == "listitem" {
+			items++
+		}
+	}
+	if items != 2 {
+		t.Errorf("the list holds %d list items, want the 2 messages", items)
 	}
 }
