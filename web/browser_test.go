@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -667,5 +668,58 @@ func TestMessagesAreAListAScreenReaderHears(t *testing.T) {
 	}
 	if items != 2 {
 		t.Errorf("the list holds %d list items, want the 2 messages", items)
+	}
+}
+
+// TestFilledButtonsReadInDarkMode: in the browser's dark scheme
+// (prefers-color-scheme: dark, which the page follows), the words on a
+// filled button (Send, Approve) contrast with its fill at least 4.5:1, as
+// they do in the light scheme (WCAG 2.1 AA). Before, dark mode lightened
+// the fills and kept white words on them: Send read at 2.2:1 (white on
+// #7eb0ff) and Approve at 2.0:1 (white on #5fcf7f).
+func TestFilledButtonsReadInDarkMode(t *testing.T) {
+	srv := startServer(t)
+	for _, scheme := range []string{"light", "dark"} {
+		t.Run(scheme, func(t *testing.T) {
+			tb := newWindow(t)
+			tb.do(soon, "the "+scheme+" scheme", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+				_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+					Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+				return chromedp.Void{}, err
+			})
+			tb.open(srv.URL)
+			tb.waitState(live, "ws")
+			tb.write("May I see the approval?")
+			tb.waitShown(soon, "May I see the approval?")
+			q := srv.ask(threadOf(tb.token()), "--approval", "Deploy build 412?", "--timeout", "15m")
+			tb.waitIx(soon, q.Interaction.ID, "pending")
+			if got := eval[bool](tb, `matchMedia("(prefers-color-scheme: dark)").matches`); got != (scheme == "dark") {
+				t.Fatalf("the page sees the dark scheme %v", got)
+			}
+			// Each visible button with an opaque fill: its words' contrast.
+			got := eval[[]string](tb, `(() => {
+				const rgb = (c) => c.match(/[\d.]+/g).map(Number);
+				const lum = ([r, g, b]) => [r, g, b].map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+					.reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+				return [...document.querySelectorAll("button")].filter((b) => b.getClientRects().length > 0 && !b.disabled).flatMap((b) => {
+					const cs = getComputedStyle(b), bg = rgb(cs.backgroundColor);
+					if (bg.length === 4 && bg[3] < 1) return []; // no fill of its own
+					const [hi, lo] = [lum(rgb(cs.color)), lum(bg)].sort((x, y) => y - x);
+					return [b.textContent.trim() + " " + ((hi + 0.05) / (lo + 0.05)).toFixed(1)];
+				});
+			})()`)
+			filled := map[string]bool{}
+			for _, b := range got {
+				i := strings.LastIndexByte(b, ' ')
+				name, ratio := b[:i], b[i+1:]
+				filled[name] = true
+				if r, err := strconv.ParseFloat(ratio, 64); err != nil || r < 4.5 {
+					t.Errorf("%s: %q reads at %s:1, want 4.5:1 at least", scheme, name, ratio)
+				}
+			}
+			if !filled["Send"] || !filled["Approve"] {
+				t.Errorf("%s: the filled buttons measured are %v, want Send and Approve among them", scheme, got)
+			}
+		})
 	}
 }
