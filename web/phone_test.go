@@ -184,3 +184,46 @@ func TestLongFileNameKeepsItsRemoveButton(t *testing.T) {
 	tb.click(`#files button[aria-label^="Remove"]`)
 	tb.waitJS(soon, "the file taken out", `document.querySelectorAll("#files .file").length === 0`)
 }
+
+// TestZoomedPageKeepsTheConversationInSight: a desktop browser zoomed to
+// 200 % (1280×800 is then 640×400 CSS px) and to 400 % (1280×1024 is then
+// 320×256, WCAG's reflow size), and a phone held sideways (844×390): the
+// conversation keeps more of the height than the composer, and shows
+// lines of a reply, with the composer's label, field, Attach, count and
+// Send all on the screen. Before, the composer kept its three lines of
+// field and its own rows whatever the height: 187 px of 256 at 400 %, the
+// conversation 29 px (no whole line of a reply), and 153 px of 400 at 200 %.
+func TestZoomedPageKeepsTheConversationInSight(t *testing.T) {
+	srv := startServer(t)
+	tb, token := startConversation(t, srv.URL, "How did the deploy go?")
+	srv.reply(threadOf(token), "Build 412 is live on every node.\nThe error rate is flat since.")
+	tb.waitShown(soon, "Build 412 is live on every node.\nThe error rate is flat since.")
+	for _, size := range []struct {
+		name          string
+		width, height int64
+		scale         float64
+	}{
+		{"200 % of 1280×800", 640, 400, 2},
+		{"400 % of 1280×1024", 320, 256, 4},
+		{"a phone held sideways", 844, 390, 3},
+	} {
+		tb.do(soon, size.name, chromedp.EmulateViewport(size.width, size.height, chromedp.EmulateScale(size.scale)))
+		tb.waitJS(soon, size.name+": the layout at its size", `document.documentElement.clientWidth === `+strconv.FormatInt(size.width, 10))
+		got := eval[map[string]float64](tb, `(() => {
+			const h = (id) => document.getElementById(id).getBoundingClientRect().height;
+			const line = parseFloat(getComputedStyle(document.querySelector("#log .text")).lineHeight);
+			return { conversation: h("conversation"), composer: h("composer"), line };
+		})()`)
+		if got["conversation"] <= got["composer"] || got["conversation"] < 3*got["line"] {
+			t.Errorf("%s: the conversation is %.0f px tall, the composer %.0f px: want the conversation taller, and 3 lines (%.0f px) at least",
+				size.name, got["conversation"], got["composer"], 3*got["line"])
+		}
+		off := eval[[]string](tb, `[..."label[for=text] #text #attach #count #send".split(" ")].filter((s) => {
+			const r = document.querySelector(s).getBoundingClientRect();
+			return !(r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= innerWidth + 0.5 && r.top >= 0 && r.bottom <= innerHeight + 0.5);
+		})`)
+		if len(off) > 0 {
+			t.Errorf("%s: not whole on the screen: %v", size.name, off)
+		}
+	}
+}
