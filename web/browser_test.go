@@ -669,6 +669,18 @@ func TestMessagesAreAListAScreenReaderHears(t *testing.T) {
 	if items != 2 {
 		t.Errorf("the list holds %d list items, want the 2 messages", items)
 	}
+	// The composer is a landmark a screen reader jumps to, as it jumps to
+	// the banner and the main part (axe-core's best-practice "region" rule
+	// found the field, its label and its count outside every landmark).
+	composer := 0
+	for _, n := range tree.Nodes {
+		if !n.Ignored && str(n.Role) == "form" && str(n.Name) == "Write a message" {
+			composer++
+		}
+	}
+	if composer != 1 {
+		t.Errorf("%d form landmarks named \"Write a message\", want the composer", composer)
+	}
 }
 
 // TestFilledButtonsReadInDarkMode: in the browser's dark scheme
