@@ -227,3 +227,35 @@ func TestZoomedPageKeepsTheConversationInSight(t *testing.T) {
 		}
 	}
 }
+
+// TestNarrowestPhoneKeepsTheBarOnTheScreen: at 320 px, the narrowest
+// phones' width and WCAG's reflow width (a desktop at 400 %), the owner's
+// bar with People and Devices offered keeps every button on the screen,
+// the page does not scroll sideways, and the thread's short id shows whole
+// (the name "chatrelay" gives way first, cut with an ellipsis). Before,
+// New went 34 px past the screen's edge, the page scrolled sideways, and
+// the bar read "N".
+func TestNarrowestPhoneKeepsTheBarOnTheScreen(t *testing.T) {
+	srv := startServer(t)
+	tb, token := startConversation(t, srv.URL, "Is build 412 green?")
+	thread := threadOf(token)
+	tb.do(soon, "a 320 px phone", chromedp.EmulateViewport(320, 568, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	tb.waitJS(soon, "People and Devices offered at 320 px", `document.documentElement.clientWidth === 320 &&
+		!document.getElementById("people-open").hidden && !document.getElementById("devices-open").hidden`)
+	off := eval[[]string](tb, `(() => {
+		const vw = document.documentElement.clientWidth, out = [];
+		if (document.documentElement.scrollWidth > vw) out.push("the page is " + document.documentElement.scrollWidth + " px wide");
+		for (const e of document.querySelectorAll("header.bar > *")) {
+			const r = e.getBoundingClientRect();
+			if (r.width > 0 && (r.left < 0 || r.right > vw + 0.5)) out.push((e.id || e.tagName) + " spans " + Math.round(r.left) + "–" + Math.round(r.right) + " px");
+		}
+		return out;
+	})()`)
+	if len(off) > 0 {
+		t.Errorf("at 320 px: %v", off)
+	}
+	id := eval[[]float64](tb, `(() => { const e = document.getElementById("thread-id"); return [e.scrollWidth, e.clientWidth] })()`)
+	if got := eval[string](tb, `document.getElementById("thread-id").textContent`); got != thread[:8] || id[0] > id[1] {
+		t.Errorf("the bar names the thread %q in %.0f of its %.0f px, want %q whole", got, id[1], id[0], thread[:8])
+	}
+}
