@@ -1,11 +1,14 @@
 package web_test
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 )
 
@@ -258,4 +261,60 @@ func TestNarrowestPhoneKeepsTheBarOnTheScreen(t *testing.T) {
 	if got := eval[string](tb, `document.getElementById("thread-id").textContent`); got != thread[:8] || id[0] > id[1] {
 		t.Errorf("the bar names the thread %q in %.0f of its %.0f px, want %q whole", got, id[1], id[0], thread[:8])
 	}
+}
+
+// TestStatusDotTellsTheStateByItsShape: at a phone's width the bar's status
+// words are cut away and its dot is left to tell the state, which it did by
+// its colour alone (WCAG 1.4.1: green, amber, red; and in the browser's
+// forced colours, a high-contrast mode, by nothing, its fill taken away).
+// The dot is now a filled disc when live, a ring while connecting or
+// polling, and a hollow square offline, in forced colours too.
+func TestStatusDotTellsTheStateByItsShape(t *testing.T) {
+	srv := startServer(t)
+	tb := newWindow(t)
+	tb.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	// The state is set on the bar as app.js sets it, to see each one drawn.
+	shapes := func() map[string]string {
+		return eval[map[string]string](tb, `(() => {
+			const status = document.getElementById("status"), dot = status.querySelector(".dot"), live = status.dataset.state, out = {};
+			for (const state of ["ws", "polling", "offline"]) {
+				status.dataset.state = state;
+				// a fill or a border is seen only in another colour than what is behind the dot
+				const opaque = (c) => !/^rgba\(.*, 0\)$|^transparent$/.test(c);
+				let behind = "rgb(255, 255, 255)";
+				for (let e = status; e; e = e.parentElement) { const c = getComputedStyle(e).backgroundColor; if (opaque(c)) { behind = c; break; } }
+				const cs = getComputedStyle(dot);
+				const filled = opaque(cs.backgroundColor) && cs.backgroundColor !== behind;
+				const ring = parseFloat(cs.borderTopWidth) > 0 && cs.borderTopStyle !== "none" && opaque(cs.borderTopColor) && cs.borderTopColor !== behind;
+				out[state] = (filled ? "filled" : ring ? "hollow" : "invisible") + " " + (parseFloat(cs.borderTopLeftRadius) >= dot.offsetWidth / 2 ? "round" : "square");
+			}
+			status.dataset.state = live;
+			return out;
+		})()`)
+	}
+	check := func(mode string, got map[string]string) {
+		t.Helper()
+		seen := map[string]string{}
+		for state, shape := range got {
+			if strings.HasPrefix(shape, "invisible") {
+				t.Errorf("%s: the dot is not drawn when %s", mode, state)
+			}
+			if other, ok := seen[shape]; ok {
+				t.Errorf("%s: the dot is drawn %s both when %s and when %s: only its colour tells them apart", mode, shape, other, state)
+			}
+			seen[shape] = state
+		}
+	}
+	check("colours", shapes())
+	tb.do(soon, "forced colours", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "forced-colors", Value: "active"}}})
+		return chromedp.Void{}, err
+	})
+	if !eval[bool](tb, `matchMedia("(forced-colors: active)").matches`) {
+		t.Fatal("the page does not see forced colours")
+	}
+	check("forced colours", shapes())
 }
