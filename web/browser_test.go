@@ -625,20 +625,7 @@ func TestMessagesAreAListAScreenReaderHears(t *testing.T) {
 	tb.waitShown(soon, "Yes: 812 tests passed.")
 	tb.waitJS(soon, "the log to settle", `!document.getElementById("log").hasAttribute("aria-busy")`)
 
-	var tree accessibility.GetFullAXTreeResult
-	tb.do(soon, "read the accessibility tree", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		var err error
-		tree, err = cdp.Call(ctx, tg, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{})
-		return chromedp.Void{}, err
-	})
-	str := func(v *accessibility.Value) string {
-		if v == nil {
-			return ""
-		}
-		var s string
-		_ = json.Unmarshal(v.Value, &s)
-		return s
-	}
+	tree := tb.axTree()
 	var list *accessibility.Node
 	for _, n := range tree.Nodes {
 		if !n.Ignored && str(n.Name) == "Messages" {
@@ -733,5 +720,69 @@ func TestFilledButtonsReadInDarkMode(t *testing.T) {
 				t.Errorf("%s: the filled buttons measured are %v, want Send and Approve among them", scheme, got)
 			}
 		})
+	}
+}
+
+// axTree reads the tab's accessibility tree, as a screen reader gets it.
+func (tb *tab) axTree() accessibility.GetFullAXTreeResult {
+	tb.t.Helper()
+	var tree accessibility.GetFullAXTreeResult
+	tb.do(soon, "read the accessibility tree", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		var err error
+		tree, err = cdp.Call(ctx, tg, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{})
+		return chromedp.Void{}, err
+	})
+	return tree
+}
+
+// str is an accessibility value's string ("" for none).
+func str(v *accessibility.Value) string {
+	if v == nil {
+		return ""
+	}
+	var s string
+	_ = json.Unmarshal(v.Value, &s)
+	return s
+}
+
+// TestParticipantPageIsAllInLandmarks: on the participant page, "Also
+// here: …" (who else is in) is inside a landmark, the conversation's main
+// part, so a screen reader that moves by landmarks reaches it. Before, it
+// sat between the banner and the main part, in none (axe-core's
+// best-practice "region" rule).
+func TestParticipantPageIsAllInLandmarks(t *testing.T) {
+	srv := startServer(t)
+	token := strings.Repeat("7c", 32)
+	post(t, srv.URL, token, "Who is in?", "operator")
+	alex := invite(t, srv.URL, token, map[string]any{"name": "Alex", "role": "commenter"})
+	invite(t, srv.URL, token, map[string]any{"name": "Sam", "role": "viewer"})
+	p := newWindow(t)
+	p.open(alex.Link)
+	p.waitState(live, "ws")
+	p.waitJS(soon, "who else is in", `document.getElementById("others").textContent.startsWith("Also here")`)
+	tree := p.axTree()
+	byID := map[accessibility.NodeID]*accessibility.Node{}
+	for _, n := range tree.Nodes {
+		byID[n.NodeID] = n
+	}
+	found := false
+	for _, n := range tree.Nodes {
+		if n.Ignored || str(n.Role) != "StaticText" || !strings.HasPrefix(str(n.Name), "Also here") {
+			continue
+		}
+		found = true
+		var in []string
+		for a := byID[n.ParentID]; a != nil; a = byID[a.ParentID] {
+			switch r := str(a.Role); r {
+			case "main", "banner", "form", "region", "navigation", "complementary", "contentinfo":
+				in = append(in, r)
+			}
+		}
+		if len(in) == 0 {
+			t.Errorf("%q is in no landmark", str(n.Name))
+		}
+	}
+	if !found {
+		t.Fatal("no text of the accessibility tree reads Also here")
 	}
 }
