@@ -31,7 +31,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// (settings.json, which the host CLI's writes follow).
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
-		return err
+		return listenFault("--addr", f.addr, err)
 	}
 	defer ln.Close() // the server closes it too; a start that fails after this point returns
 	opsLn, err := f.ops.listen()
