@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -62,15 +63,16 @@ func mcpServe(ctx context.Context, e cmdEnv) error {
 	return err
 }
 
-// positiveDuration is a duration flag that refuses 0 and negatives.
+// positiveDuration is --progress-every's flag: it refuses a duration
+// under minProgressEvery (0 and negatives among them).
 type positiveDuration time.Duration
 
 func (d *positiveDuration) String() string { return time.Duration(*d).String() }
 
 func (d *positiveDuration) Set(s string) error {
 	v, err := time.ParseDuration(s)
-	if err == nil && v <= 0 {
-		err = errors.New("must be positive")
+	if err == nil && v < minProgressEvery {
+		err = fmt.Errorf("must be at least %v", minProgressEvery)
 	}
 	if err != nil {
 		return err
