@@ -99,6 +99,32 @@ func TestConformanceAttachments(t *testing.T) {
 				assert.True(t, bytes.Contains(v1.Messages[0].JSON, []byte(`"text":"[attachment: build log.txt (22 B)]"`)), "v1 object %s", v1.Messages[0].JSON)
 				assert.True(t, !bytes.Contains(v1.Messages[0].JSON, []byte(`"attachments"`)), "v1 object carries a v2 field: %s", v1.Messages[0].JSON)
 			}},
+			{"an upload's type is kept only if it names one concrete media type: a wildcard or a malformed one is application/octet-stream", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				// A probe's upload with Content-Type */* was stored and
+				// answered "type":"*/*": a range of types (an Accept
+				// header's), which no file is.
+				for _, c := range []struct{ sent, kept string }{
+					{"*/*", "application/octet-stream"},
+					{"image/*", "application/octet-stream"},
+					{"*/png", "application/octet-stream"},
+					{"-x/y", "application/octet-stream"},
+					{"text/.plain", "application/octet-stream"},
+					{"text/plain/x", "application/octet-stream"},
+					{"", "application/octet-stream"},
+					{"Image/PNG; charset=x", "image/png"},
+					{"application/vnd.api+json", "application/vnd.api+json"},
+					{"text/x-c++src", "text/x-c++src"},
+				} {
+					st := b.Store.(store.Attachments)
+					a, err := st.PutAttachment(context.Background(), thA, store.Upload{Name: "f", Type: c.sent, Body: strings.NewReader("x"), Max: 10})
+					assert.Success(t, err)
+					assert.Equal(t, fmt.Sprintf("type answered for %q", c.sent), a.Type, c.kept)
+					stored, f, err := st.OpenAttachment(context.Background(), thA, a.ID, "")
+					assert.Success(t, err)
+					f.Close()
+					assert.Equal(t, fmt.Sprintf("type stored for %q", c.sent), stored.Type, c.kept)
+				}
+			}},
 			{"a change keeps a message's v2 text as posted: the attachments' lines are its v1 text's only", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				// An outside probe reacted to a message with a file on
 				// Redis: its v2 text then carried the v1 line
