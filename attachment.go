@@ -85,6 +85,14 @@ func restrictedName(s string) bool {
 	return true
 }
 
+// UnusableAttachment is the refusal of a post naming id, an attachment
+// id that is not an upload of the thread that no message names yet
+// (unknown, another thread's, on a message already, gone, or another
+// participant's draft), in the same words on every store.
+func UnusableAttachment(id string) *Error {
+	return Errorf(InvalidAttachment, "attachment %s is not an upload of this conversation that no message names yet (unknown here, or on a message already)", id)
+}
+
 // FormatSize is an attachment's size as the v1 line states it: bytes
 // below 1 KiB ("812 B"), else KiB or MiB with one decimal, rounded down
 // ("1.5 KiB", "10.0 MiB"); 1 KiB is 1 024 bytes.

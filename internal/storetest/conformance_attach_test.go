@@ -30,6 +30,17 @@ func upload(st store.Store, thread, name string, body []byte) (chatrelay.Attachm
 	return st.(store.Attachments).PutAttachment(context.Background(), thread, store.Upload{Name: name, Type: "text/plain", Body: bytes.NewReader(body), Max: int64(chatrelay.LimitThreadAttachments.Max)})
 }
 
+// assertUnusable: err is a post's refusal of id, an attachment id that is
+// not an unused upload of the thread, in the same words on every store
+// (the file store said "no upload … in this conversation" or "… is on a
+// message already", Redis "… is not an unused upload of this
+// conversation", for the same post).
+func assertUnusable(t *testing.T, err error, id string) {
+	t.Helper()
+	assert.Code(t, err, chatrelay.InvalidAttachment)
+	assert.Equal(t, "the refusal's words", err.(*chatrelay.Error).Message, chatrelay.UnusableAttachment(id).Message)
+}
+
 func mustUpload(t *testing.T, st store.Store, thread, name string, body []byte) chatrelay.Attachment {
 	t.Helper()
 	a, err := upload(st, thread, name, body)
@@ -165,11 +176,11 @@ func TestConformanceAttachments(t *testing.T) {
 			{"an id is named once, in its own thread only; unknown ids are refused", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				a := mustUpload(t, b.Store, thA, "a.txt", []byte("a"))
 				_, err := postWith(b.Store, thB, "elsewhere", a.ID)
-				assert.Code(t, err, chatrelay.InvalidAttachment)
+				assertUnusable(t, err, a.ID)
 				_, err = download(t, b.Store, thB, a.ID)
 				assert.Code(t, err, chatrelay.NotFound)
 				_, err = postWith(b.Store, thA, "", "at_000000000000")
-				assert.Code(t, err, chatrelay.InvalidAttachment)
+				assertUnusable(t, err, "at_000000000000")
 				for _, ref := range [][2]string{{thA, "at_000000000000"}, {thA, "../" + a.ID}, {"../" + thA, a.ID}, {"", a.ID}} {
 					_, err = download(t, b.Store, ref[0], ref[1])
 					assert.Code(t, err, chatrelay.NotFound) // unknown or malformed, alike
@@ -177,7 +188,7 @@ func TestConformanceAttachments(t *testing.T) {
 				_, err = postWith(b.Store, thA, "first", a.ID)
 				assert.Success(t, err)
 				_, err = postWith(b.Store, thA, "again", a.ID)
-				assert.Code(t, err, chatrelay.InvalidAttachment)
+				assertUnusable(t, err, a.ID)
 				p := since(t, b.Store, thA, 0, 0)
 				assert.Equal(t, "messages stored", len(p.Messages), 1)
 			}},
