@@ -62,13 +62,15 @@ type agentServer struct {
 	cancel context.CancelCauseFunc // with revoked or shuttingDown, the calls' answer
 	calls  atomic.Int64            // its tool calls in flight (MaxCallsPerKey)
 
-	mu       sync.Mutex                                   // guards posts, idle, inflight, used, evicted and pending
-	posts    int                                          // its POST requests being served (a call's answer is written on its POST)
-	idle     chan struct{}                                // made by end while posts are served, closed when none is left
-	inflight map[string]map[*context.CancelCauseFunc]bool // its calls in flight, by session id: a DELETE of the session ends them
-	used     map[string]uint64                            // each session's last request, as HTTP.uses numbered it
-	evicted  map[string]bool                              // sessions being closed to make room (admit): not counted
-	pending  map[string]map[jsonrpc.ID]*bool              // the calls of its POSTs being served, by session id and call id: true once the client canceled it (calling)
+	mu        sync.Mutex                                   // guards posts, idle, sessPosts, sessIdle, inflight, used, evicted and pending
+	posts     int                                          // its POST requests being served (a call's answer is written on its POST)
+	idle      chan struct{}                                // made by end while posts are served, closed when none is left
+	sessPosts map[string]int                               // posts, by session id
+	sessIdle  map[string]chan struct{}                     // idle, by session id: made by endSession
+	inflight  map[string]map[*context.CancelCauseFunc]bool // its calls in flight, by session id: a DELETE of the session ends them
+	used      map[string]uint64                            // each session's last request, as HTTP.uses numbered it
+	evicted   map[string]bool                              // sessions being closed to make room (admit): not counted
+	pending   map[string]map[jsonrpc.ID]*bool              // the calls of its POSTs being served, by session id and call id: true once the client canceled it (calling)
 }
 
 // touchKnown is touch for a session already recorded; any other id is
@@ -117,16 +119,43 @@ func (as *agentServer) track(sid string, cancel *context.CancelCauseFunc) (forge
 	}
 }
 
-// endSession cancels the calls in flight of the session sid: its client
-// ended it (DELETE), so no answer can reach anyone, and the SDK's close
-// of the session waits for them.
-func (as *agentServer) endSession(sid string) {
+// endSession ends the calls in flight of the session sid, which a DELETE
+// ends (the SDK's close of the session waits for them): each answers
+// sessionEnded on its own POST's stream, which closing the session would
+// end first, so it returns once the session's POSTs are answered, or
+// after d.
+func (as *agentServer) endSession(sid string, d time.Duration) {
 	as.mu.Lock()
-	defer as.mu.Unlock()
 	for cancel := range as.inflight[sid] {
-		(*cancel)(nil)
+		(*cancel)(sessionEnded)
+	}
+	if as.sessPosts[sid] == 0 {
+		as.mu.Unlock()
+		return
+	}
+	if as.sessIdle == nil {
+		as.sessIdle = map[string]chan struct{}{}
+	}
+	idle := as.sessIdle[sid]
+	if idle == nil {
+		idle = make(chan struct{})
+		as.sessIdle[sid] = idle
+	}
+	as.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
 	}
 }
+
+// sessionEnded is the cause of a call ended by a DELETE of its session (or
+// by its eviction to make room):
+// the call answers it as its tool error, as a revoke's, since a stream that
+// ends with no answer leaves the client's call waiting for its own timeout
+// (the DELETE may come from another request than the one that waits).
+var sessionEnded = &chatrelay.Error{Code: chatrelay.NotFound, Message: "MCP: this session was ended: call again in a new session"}
 
 // revoked is the cause of a call ended by its key's revoke: the call
 // answers it as its tool error, so that the client is told before its
@@ -141,9 +170,15 @@ var revoked = &chatrelay.Error{Code: chatrelay.TokenRevoked, Message: "this agen
 var shuttingDown = chatrelay.Errorf(chatrelay.StoreUnavailable, "the server is shutting down")
 
 // post counts a POST request of the key being served; done uncounts it.
-func (as *agentServer) post() (done func()) {
+func (as *agentServer) post(sid string) (done func()) {
 	as.mu.Lock()
 	as.posts++
+	if sid != "" {
+		if as.sessPosts == nil {
+			as.sessPosts = map[string]int{}
+		}
+		as.sessPosts[sid]++
+	}
 	as.mu.Unlock()
 	return func() {
 		as.mu.Lock()
@@ -151,6 +186,16 @@ func (as *agentServer) post() (done func()) {
 		if as.posts--; as.posts == 0 && as.idle != nil {
 			close(as.idle)
 			as.idle = nil
+		}
+		if sid == "" {
+			return
+		}
+		if as.sessPosts[sid]--; as.sessPosts[sid] == 0 {
+			delete(as.sessPosts, sid)
+			if idle := as.sessIdle[sid]; idle != nil {
+				close(idle)
+				delete(as.sessIdle, sid)
+			}
 		}
 	}
 }
@@ -244,7 +289,7 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 		as := h.servers[k.ID]
 		h.mu.Unlock()
 		if as != nil {
-			as.endSession(sid)
+			as.endSession(sid, 500*time.Millisecond)
 		}
 	}
 	var use uint64
@@ -254,7 +299,7 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 		as := h.servers[k.ID]
 		h.mu.Unlock()
 		if as != nil {
-			defer as.post()()
+			defer as.post(r.Header.Get("Mcp-Session-Id"))()
 			// Any request of a session is its use (a ping, tools/list), as
 			// the idle timeout counts it: the session made room for is the
 			// one whose last request is the oldest. Only a session it
@@ -411,7 +456,7 @@ func (e *eviction) mark() {
 // close ends the session: its client's next request is answered 404,
 // which tells an MCP client to start a new session.
 func (e *eviction) close() {
-	e.as.endSession(e.ss.ID()) // a call that started since admit looked
+	e.as.endSession(e.ss.ID(), 500*time.Millisecond) // a call that started since admit looked
 	e.ss.Close()
 }
 

@@ -321,10 +321,14 @@ func TestHTTPAuditSaysACallTheClientEnded(t *testing.T) {
 
 // TestHTTPDeleteEndsTheSessionsWaits: a DELETE of a session with a wait in
 // flight (an agent that closes its client) ends the wait and is answered
-// at once; the wait's audit says canceled. The SDK's close waited for the
-// session's calls, so the DELETE was answered only when the wait returned
-// (up to its 300 s), and the wait held one of the key's calls in flight
-// all along, for an answer no one could read.
+// at once. The SDK's close waited for the session's calls, so the DELETE
+// was answered only when the wait returned (up to its 300 s), and the wait
+// held one of the key's calls in flight all along. The wait answers the
+// tool error not_found, as a revoke answers token_revoked: its stream
+// ended with no answer, and the TypeScript SDK's call (1.32.2) then waited
+// for its own request timeout (60 s by default) after its session's
+// DELETE (pushe2e probe: a wait in flight while another request DELETEs
+// its session).
 func TestHTTPDeleteEndsTheSessionsWaits(t *testing.T) {
 	log := audits{mu: new(sync.Mutex), outcomes: map[string][]string{}}
 	_, rpc, end := agentSession(t, slog.New(log))
@@ -338,7 +342,10 @@ func TestHTTPDeleteEndsTheSessionsWaits(t *testing.T) {
 		t.Fatal("the DELETE of a session with a wait of 300 s in flight is not answered after 10 s")
 	}
 	select {
-	case <-waited:
+	case w := <-waited:
+		assert.True(t, strings.Contains(w.body, `"id":2`) && strings.Contains(w.body, `"isError":true`) &&
+			strings.Contains(w.body, `"code":"not_found"`) && strings.Contains(w.body, "this session was ended"),
+			"the answer of the wait whose session was deleted: %q (%v)", w.body, w.err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the wait's request still runs 10 s after its session was deleted")
 	}
@@ -346,7 +353,7 @@ func TestHTTPDeleteEndsTheSessionsWaits(t *testing.T) {
 		return slices.DeleteFunc(log.of("chatrelay_wait_messages"), func(o string) bool { return o == string(chatrelay.TooManyStreams) })
 	}
 	assert.Eventually(t, 10*time.Second, "the wait's audit line", func() bool { return len(ended()) > 0 })
-	assert.Equal(t, "the audited outcome of the wait whose session was deleted", ended(), []string{"canceled"})
+	assert.Equal(t, "the audited outcome of the wait whose session was deleted", ended(), []string{string(chatrelay.NotFound)})
 }
 
 // TestHTTPCanceledCallGetsNoAnswer: a call the client cancels

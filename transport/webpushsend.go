@@ -82,7 +82,7 @@ const (
 	pushSent     = "sent"     // the push service took it (2xx)
 	pushRetried  = "retried"  // 429, 5xx or no answer: tried again later
 	pushGone     = "gone"     // 404 or 410: the subscription is deleted
-	pushRejected = "rejected" // another 4xx: not tried again
+	pushRejected = "rejected" // another 4xx, or a 3xx (never followed): not tried again
 	pushFailed   = "failed"   // no attempt left within the window
 	pushBlocked  = "blocked"  // the endpoint now resolves to an address the guard refuses
 	pushDropped  = "dropped"  // the claim could not be made, or its handover was too old
@@ -262,7 +262,7 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		owner:    rand.Text(), lease: cfg.Lease, working: map[string]*pushChange{}, watch: make(chan *pushWatch, pushWatchQueue),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatrelay_push_total",
-			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx), failed (no attempt left), blocked (the endpoint's address is refused), dropped (handed over at a shutdown more than the window of retries ago, or not watched: a node watches that many changes already), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
+			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx, or a 3xx: no redirect is followed), failed (no attempt left), blocked (the endpoint's address is refused), dropped (handed over at a shutdown more than the window of retries ago, or not watched: a node watches that many changes already), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
 		}, []string{"result"}),
 	}
 	ps.claims = prometheus.NewCounterVec(prometheus.CounterOpts{

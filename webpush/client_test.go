@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net/http"
 	"net/url"
 	"sync"
 	"testing"
@@ -96,4 +97,31 @@ func TestFirstPushHoldsBackNoOther(t *testing.T) {
 	once.Do(func() { close(release) })
 	assert.Success(t, <-slow)
 	assert.Equal(t, "connections", svc.Conns(), int64(1))
+}
+
+// TestSendFollowsNoRedirect: a push service's redirect is the push's
+// answer, never followed: a push is dialled only where its endpoint,
+// checked by the Guard, says (the client resolves and checks the host it
+// dials, and a Location names another). The redirect's target, another
+// host the guard allows here, gets nothing (pushe2e probe: a 307 to
+// another loopback host).
+func TestSendFollowsNoRedirect(t *testing.T) {
+	t.Parallel()
+	svc, other := pushtest.NewService(t), pushtest.NewService(t)
+	target := other.Subscribe(t, "target")
+	svc.Respond = func(string, int) pushtest.Answer {
+		return pushtest.Answer{Status: http.StatusTemporaryRedirect, Headers: http.Header{"Location": {target.Endpoint}}}
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(svc.Certificate())
+	pool.AddCert(other.Certificate())
+	v, _ := ParseVAPID(NewVAPIDKey(), "mailto:ops@example.com")
+	s := &Sender{VAPID: v, Client: NewClient(&Guard{Allow: []string{"127.0.0.1"}}, &tls.Config{RootCAs: pool})}
+	sub := svc.Subscribe(t, "redirected")
+	ep, _ := url.Parse(sub.Endpoint)
+	r, err := s.Send(t.Context(), Message{Endpoint: ep, Keys: Keys{P256dh: sub.Key.PublicKey().Bytes(), Auth: sub.Auth}, Payload: []byte(`{}`), TTL: 60})
+	assert.Success(t, err)
+	assert.Equal(t, "the push's answer", r.Status, http.StatusTemporaryRedirect)
+	assert.Equal(t, "pushes at the endpoint", len(svc.Pushes()), 1)
+	assert.Equal(t, "pushes at the redirect's target", len(other.Pushes()), 0)
 }

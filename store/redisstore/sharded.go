@@ -84,6 +84,19 @@ type Sharded struct {
 	// lock, until the lock is released (lockCreate).
 	creating chan struct{}
 
+	// moved is closed, and replaced, each time the creation lock moves
+	// on as this node sees it: a turn of the node's ends (the lock was
+	// taken and released), or the node's post that asks for it takes it
+	// or finds it in other hands than holder, the last it saw
+	// (lockCreate). Made on first use.
+	movedMu sync.Mutex
+	moved   chan struct{}
+	holder  string
+
+	// turn, if set (tests), runs in each turn of this node's, once it
+	// holds the creation lock: a holder slowed, or one that hangs.
+	turn func()
+
 	outOnce sync.Once
 	out     *shardedOutbox
 	once    sync.Once
@@ -398,12 +411,13 @@ func (sh *Sharded) appendRated(ctx context.Context, thread string, m store.NewMe
 }
 
 // lockScript takes the creation lock (KEYS[1]) for ARGV[1] for ARGV[2]
-// ms if it is free, and answers -1 if it is not, else the places taken in
-// shard 0's thread limit (its index, KEYS[2], and att-places, KEYS[3]:
-// Store.threads) if ARGV[3] is "1" (the lock and the count in one round
-// trip: all are in shard 0's slot), else 0.
+// ms if it is free, and answers the places taken in shard 0's thread
+// limit (its index, KEYS[2], and att-places, KEYS[3]: Store.threads) if
+// ARGV[3] is "1" (the lock and the count in one round trip: all are in
+// shard 0's slot), else 0; if the lock is held, it answers its holder's
+// token (a string), so that a waiter sees the lock change hands.
 var lockScript = redis.NewScript(`
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return -1 end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('GET', KEYS[1]) end
 if ARGV[3] == '1' then return redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) end
 return 0`)
 
@@ -412,35 +426,59 @@ var unlockScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
 
+// errNoTurn is why a post that waited for the creation lock gave up: the
+// lock did not move on within the store timeout.
+var errNoTurn = errors.New("no turn of the creation lock ended within the store timeout")
+
+// maxCreateWait bounds a post's whole wait for the creation lock, in store
+// timeouts, however the lock moves on: a node whose posts keep losing the
+// lock to other nodes' endless turns refuses them, retryable, rather
+// than hold their requests, which have no deadline of their own, for ever.
+const maxCreateWait = 10
+
+// errWaitTooLong is why a post that waited for the creation lock gave up
+// while the lock moved on: its wait reached maxCreateWait store timeouts.
+var errWaitTooLong = errors.New("no turn of the creation lock came to this post within its wait's bound")
+
 // lockCreate takes the creation lock: a SET NX PX on shard 0, tried again
-// every few milliseconds within Options.Timeout, with shard 0's thread
-// count in the same script if count. The lock lapses by itself after
-// three Timeouts (a node that died holding it). The unlock it returns
-// releases the lock in the background, owned by shard 0's Store (its Close
-// waits for it): the post that created a thread is answered without
-// waiting for one more round trip. One post of a node at a time asks for
-// the lock (sh.creating, held until the lock is released): the node's
-// others wait for it in turn, rather than each asking shard 0 again and
-// again, which in a burst of new threads took the pool's connections
-// and the store timeout of most of them.
+// every few milliseconds, with shard 0's thread count in the same script
+// if count. The lock lapses by itself after three Timeouts (a node that
+// died holding it). The unlock it returns releases the lock in the
+// background, owned by shard 0's Store (its Close waits for it): the post
+// that created a thread is answered without waiting for one more round
+// trip. One post of a node at a time asks for the lock (sh.creating, held
+// until the lock is released): the node's others wait for it in turn,
+// rather than each asking shard 0 again and again, which in a burst of
+// new threads took the pool's connections.
+//
+// A post waits as long as the lock moves on (sh.moved): a turn of its
+// node's ends, or the lock on shard 0 changes hands or is released. It
+// fails store_unavailable when the lock did not move on for
+// Options.Timeout (a holder that hangs, or a call to shard 0 that is not
+// answered within it), when its whole wait reaches maxCreateWait
+// Timeouts (the lock moves on, never to it), and when ctx ends. A burst of new threads is so
+// answered however long its turns take in all (before, the whole wait
+// counted in one store timeout, and a burst of 300 on a loaded machine
+// had half of them refused while the lock changed hands all the time).
 func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n0 int64, err error) {
 	s := sh.shards[0]
-	ctx, cancel := s.bound(ctx)
+	ctx, cancel := context.WithTimeoutCause(ctx, maxCreateWait*s.opt.Timeout, errWaitTooLong)
 	defer cancel()
-	select {
-	case sh.creating <- struct{}{}:
-	case <-ctx.Done():
-		return nil, 0, s.unavailable("create lock", ctx.Err())
+	idle := time.NewTimer(s.opt.Timeout) // the time since the lock last moved on
+	defer idle.Stop()
+	if err := sh.queue(ctx, idle); err != nil {
+		return nil, 0, s.waitFailed(err)
 	}
 	key, token := s.prefix+"create-lock", randomHex(8)
+	taken := false
 	unlock = func() {
 		if !s.members.Enter() {
-			<-sh.creating
+			sh.leave(taken)
 			return
 		}
 		go func() {
 			defer s.members.Leave()
-			defer func() { <-sh.creating }()
+			defer sh.leave(taken)
 			ctx, cancel := s.bound(context.WithoutCancel(s.closing))
 			defer cancel()
 			// Sent again until Redis takes it (it deletes only this
@@ -465,25 +503,112 @@ func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n
 	}
 	wait := time.Millisecond
 	for {
-		n, err := lockScript.Run(ctx, s.rdb, []string{key, s.index, s.places}, token, (3 * s.opt.Timeout).Milliseconds(), c).Int64()
+		cctx, cancel := s.bound(ctx)
+		v, err := lockScript.Run(cctx, s.rdb, []string{key, s.index, s.places}, token, (3 * s.opt.Timeout).Milliseconds(), c).Result()
+		cancel()
 		if err != nil {
 			// Redis may have taken the lock for this call all the same
 			// (its answer came too late): release it rather than leave
 			// every node's new threads waiting for it to lapse.
 			unlock()
+			if ctx.Err() != nil { // the wait's end, not Redis's silence
+				return nil, 0, s.waitFailed(context.Cause(ctx))
+			}
 			return nil, 0, s.unavailable("create lock", err)
 		}
-		if n >= 0 {
+		if n, ok := v.(int64); ok {
+			taken = true
+			sh.lockSeen(token)
+			if sh.turn != nil {
+				sh.turn()
+			}
 			return unlock, n, nil
+		}
+		if h, _ := v.(string); sh.lockSeen(h) { // another turn: the lock moved on
+			idle.Reset(s.opt.Timeout)
 		}
 		select {
 		case <-ctx.Done():
-			<-sh.creating
-			return nil, 0, s.unavailable("create lock", ctx.Err())
+			sh.leave(false)
+			return nil, 0, s.waitFailed(context.Cause(ctx))
+		case <-idle.C:
+			sh.leave(false)
+			return nil, 0, s.waitFailed(errNoTurn)
 		case <-time.After(wait): // another node creates a thread: wait for it to finish
 		}
 		wait = min(2*wait, 20*time.Millisecond)
 	}
+}
+
+// queue waits for this node's turn to ask for the creation lock
+// (sh.creating), as long as the lock moves on: idle fires when it has not
+// for the store timeout (it is reset each time it does).
+func (sh *Sharded) queue(ctx context.Context, idle *time.Timer) error {
+	for {
+		moved := sh.watchMoved()
+		select {
+		case sh.creating <- struct{}{}:
+			return nil
+		case <-moved:
+			idle.Reset(sh.shards[0].opt.Timeout)
+		case <-idle.C:
+			return errNoTurn
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// leave ends this node's turn (sh.creating); one that took the lock (and
+// released it) moves the lock on for the node's waiters. One that did
+// not leaves their wait as it was: a holder that gave up waiting, for a
+// lock that did not move, is no progress.
+func (sh *Sharded) leave(took bool) {
+	<-sh.creating
+	if took {
+		sh.lockSeen("")
+	}
+}
+
+// watchMoved returns a channel closed when the creation lock next moves
+// on (lockSeen).
+func (sh *Sharded) watchMoved() <-chan struct{} {
+	sh.movedMu.Lock()
+	defer sh.movedMu.Unlock()
+	if sh.moved == nil {
+		sh.moved = make(chan struct{})
+	}
+	return sh.moved
+}
+
+// lockSeen records that the creation lock is held by holder ("": by
+// none, after a turn of this node's ended) and reports whether that is
+// news: the lock moved on since this node last saw it, which this node's
+// posts that wait for it are told.
+func (sh *Sharded) lockSeen(holder string) bool {
+	sh.movedMu.Lock()
+	defer sh.movedMu.Unlock()
+	if holder == sh.holder && holder != "" {
+		return false
+	}
+	sh.holder = holder
+	if sh.moved != nil {
+		close(sh.moved)
+	}
+	sh.moved = make(chan struct{})
+	return true
+}
+
+// waitFailed is the error of a post that gave up waiting for the creation
+// lock (errNoTurn, or its context's end): 503 store_unavailable, which
+// marks no Redis down: shard 0 may have answered all the while (a holder
+// that hangs, or a caller that left).
+func (s *Store) waitFailed(err error) error {
+	if !errors.Is(err, context.Canceled) {
+		s.log.Warn("redis store unavailable", "op", "create lock", "err", err)
+	}
+	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
+		Err: fmt.Errorf("redis create lock: %w", err)}
 }
 
 // Since implements store.Store.

@@ -251,7 +251,10 @@ func threadsOnShard(sh *Sharded, k, n, base int) []string {
 // TestShardedCreationBurst: a burst of posts that each create a thread,
 // on two nodes, is answered, not refused as an unreachable store: each
 // node's posts wait for the creation lock in turn, rather than every one
-// of them asking Redis for it again and again until its store timeout.
+// of them asking Redis for it again and again until its store timeout,
+// and each waits as long as the lock moves on, however long the turns
+// before it take in all (on a loaded machine, 160 of the 300 were refused
+// when the whole wait counted in one store timeout).
 func TestShardedCreationBurst(t *testing.T) {
 	t.Parallel()
 	spec, prefix := shardSpec(t, "shards")
@@ -275,6 +278,165 @@ func TestShardedCreationBurst(t *testing.T) {
 	close(errs)
 	if len(errs) > 0 {
 		t.Fatalf("%d of %d creating posts failed, the first: %v", len(errs), n, <-errs)
+	}
+}
+
+// TestShardedCreationSlowTurns: 24 posts that each create a thread, on
+// two nodes at once, while every holder's turn is slow (it holds the
+// creation lock a fifth of the store timeout): the turns take about five
+// store timeouts in all, and every post is answered, stored or refused
+// thread_limit past the limit, none 503 store_unavailable, since a turn
+// ended all the while. The limit holds exactly across the nodes.
+func TestShardedCreationSlowTurns(t *testing.T) {
+	t.Parallel()
+	spec, prefix := shardSpec(t, "shards")
+	opt := Options{Prefix: prefix, MaxThreads: 20, Timeout: time.Second}
+	nodes := []*Sharded{openSharded(t, spec, opt), openSharded(t, spec, opt)}
+	for _, sh := range nodes {
+		sh.turn = func() { time.Sleep(opt.Timeout / 5) } // the holder's work, slowed
+	}
+	ctx := t.Context()
+	const n = 24
+	var mu sync.Mutex
+	codes := map[chatrelay.Code]int{}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, err := nodes[i%2].Append(ctx, fmt.Sprintf("%016x", 0x51070000+i), store.NewMessage{Text: "new"})
+			mu.Lock()
+			defer mu.Unlock()
+			codes[chatrelay.CodeOf(err)]++
+			if c := chatrelay.CodeOf(err); c != "" && c != chatrelay.ThreadLimit {
+				t.Errorf("a creating post: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if codes[""] != 20 || codes[chatrelay.ThreadLimit] != 4 {
+		t.Fatalf("of %d creating posts: %v; want 20 stored and 4 refused thread_limit", n, codes)
+	}
+	threads := 0
+	for _, s := range nodes[0].Shards() {
+		threads += int(s.rdb.ZCard(ctx, s.index).Val())
+	}
+	if threads != 20 {
+		t.Fatalf("%d threads on the shards, want 20", threads)
+	}
+}
+
+// TestShardedCreationHungHolder: a holder of the creation lock that
+// hangs (no turn ends, the lock does not change hands) fails the posts
+// waiting for it, on its node (in the node's queue) and on another (for
+// the lock on shard 0), 503 store_unavailable after a store timeout
+// without progress; they leave nothing behind, and once the holder goes
+// on, the lock is released and new threads are created on both nodes.
+func TestShardedCreationHungHolder(t *testing.T) {
+	t.Parallel()
+	spec, prefix := shardSpec(t, "shards")
+	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: 500 * time.Millisecond}
+	a, b := openSharded(t, spec, opt), openSharded(t, spec, opt)
+	s0 := a.Shards()[0]
+	ctx := t.Context()
+	lock := s0.prefix + "create-lock"
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	a.turn = func() {
+		once.Do(func() {
+			// It holds the lock as long as it hangs, not its lapse.
+			s0.rdb.PExpire(ctx, lock, time.Minute)
+			close(entered)
+			<-release
+		})
+	}
+	held := make(chan error, 1)
+	go func() {
+		_, err := a.Append(ctx, threadOnShard(a, 1), store.NewMessage{Text: "its holder hangs"})
+		held <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(time.Minute):
+		t.Fatal("the first post did not take the creation lock")
+	}
+	waiters := threadsOnShard(a, 0, 6, 0x5a100000)
+	errs := make([]error, len(waiters))
+	var wg sync.WaitGroup
+	for i, th := range waiters {
+		node := a
+		if i%2 == 1 {
+			node = b
+		}
+		wg.Go(func() {
+			_, errs[i] = node.Append(ctx, th, store.NewMessage{Text: "waits"})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		wantCode(t, err, chatrelay.StoreUnavailable)
+		if p := must[store.Page](t)(a.Since(ctx, waiters[i], 0, 0)); len(p.Messages) != 0 {
+			t.Fatalf("a refused post was stored: %v", p.Messages)
+		}
+	}
+	close(release)
+	assert.Success(t, <-held)
+	assert.Eventually(t, 10*time.Second, "the creation lock released", func() bool {
+		return s0.rdb.Exists(ctx, lock).Val() == 0
+	})
+	threads := 0
+	for _, s := range a.Shards() {
+		threads += int(s.rdb.ZCard(ctx, s.index).Val() + s.rdb.ZCard(ctx, s.places).Val())
+	}
+	if threads != 1 {
+		t.Fatalf("%d places taken in the thread limit, want 1: the hung holder's", threads)
+	}
+	for i, node := range []*Sharded{a, b} {
+		must[store.Entry](t)(node.Append(ctx, threadsOnShard(node, 1, 1, 0x5a200000+0x1000*i)[0], store.NewMessage{Text: "after"}))
+	}
+}
+
+// TestShardedCreationWaitHasAnEnd: a post that waits for the creation lock
+// while it changes hands all the time, never to its node (other nodes'
+// endless turns, played here by setting the lock to a new holder every
+// 50 ms), is refused store_unavailable once it has waited
+// maxCreateWait store timeouts, and not only when its caller gives up:
+// an HTTP request has no deadline of its own.
+func TestShardedCreationWaitHasAnEnd(t *testing.T) {
+	t.Parallel()
+	spec, prefix := shardSpec(t, "shards")
+	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: 200 * time.Millisecond}
+	a := openSharded(t, spec, opt)
+	s0 := a.Shards()[0]
+	lock := s0.prefix + "create-lock"
+	churn, cancelChurn := context.WithCancel(t.Context())
+	churned := make(chan struct{})
+	go func() {
+		defer close(churned)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			s0.rdb.Set(churn, lock, fmt.Sprintf("other-node-%d", i), time.Minute)
+			select {
+			case <-churn.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	// The caller's own bound, far past the store's: the wait must end first.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*maxCreateWait*opt.Timeout/10)
+	defer cancel()
+	th := threadOnShard(a, 1)
+	_, err := a.Append(ctx, th, store.NewMessage{Text: "waits for a lock that never comes"})
+	ended := ctx.Err()
+	cancelChurn()
+	<-churned
+	wantCode(t, err, chatrelay.StoreUnavailable)
+	if ended != nil {
+		t.Fatalf("the post waited until its caller gave up (%v): the wait for the creation lock has no end of its own", ended)
+	}
+	s0.rdb.Del(t.Context(), lock)
+	if p := must[store.Page](t)(a.Since(t.Context(), th, 0, 0)); len(p.Messages) != 0 {
+		t.Fatalf("a refused post was stored: %v", p.Messages)
 	}
 }
 
