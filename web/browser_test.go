@@ -755,11 +755,25 @@ func TestParticipantPageIsAllInLandmarks(t *testing.T) {
 	token := strings.Repeat("7c", 32)
 	post(t, srv.URL, token, "Who is in?", "operator")
 	alex := invite(t, srv.URL, token, map[string]any{"name": "Alex", "role": "commenter"})
-	invite(t, srv.URL, token, map[string]any{"name": "Sam", "role": "viewer"})
+	sam := invite(t, srv.URL, token, map[string]any{"name": "Sam", "role": "viewer"})
 	p := newWindow(t)
 	p.open(alex.Link)
 	p.waitState(live, "ws")
 	p.waitJS(soon, "who else is in", `document.getElementById("others").textContent.startsWith("Also here")`)
+	assertInLandmark(t, p, "Also here")
+	// A viewer's page tells why it has no composer, in a landmark too.
+	v := newWindow(t)
+	v.open(sam.Link)
+	v.waitState(live, "ws")
+	v.waitJS(soon, "the viewer's note", `!document.getElementById("readonly").hidden`)
+	assertInLandmark(t, v, "You can read")
+}
+
+// assertInLandmark checks that the page's text that begins with prefix,
+// as the accessibility tree has it, is inside a landmark, where a screen
+// reader moving by landmarks reaches it.
+func assertInLandmark(t *testing.T, p *tab, prefix string) {
+	t.Helper()
 	tree := p.axTree()
 	byID := map[accessibility.NodeID]*accessibility.Node{}
 	for _, n := range tree.Nodes {
@@ -767,7 +781,7 @@ func TestParticipantPageIsAllInLandmarks(t *testing.T) {
 	}
 	found := false
 	for _, n := range tree.Nodes {
-		if n.Ignored || str(n.Role) != "StaticText" || !strings.HasPrefix(str(n.Name), "Also here") {
+		if n.Ignored || str(n.Role) != "StaticText" || !strings.HasPrefix(str(n.Name), prefix) {
 			continue
 		}
 		found = true
@@ -783,6 +797,6 @@ func TestParticipantPageIsAllInLandmarks(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Fatal("no text of the accessibility tree reads Also here")
+		t.Fatalf("no text of the accessibility tree reads %s", prefix)
 	}
 }

@@ -279,7 +279,7 @@ func TestStatusDotTellsTheStateByItsShape(t *testing.T) {
 	shapes := func() map[string]string {
 		return eval[map[string]string](tb, `(() => {
 			const status = document.getElementById("status"), dot = status.querySelector(".dot"), live = status.dataset.state, out = {};
-			for (const state of ["ws", "polling", "offline"]) {
+			for (const state of ["ws", "sse", "polling", "connecting", "offline", "ended"]) {
 				status.dataset.state = state;
 				// a fill or a border is seen only in another colour than what is behind the dot
 				const opaque = (c) => !/^rgba\(.*, 0\)$|^transparent$/.test(c);
@@ -294,17 +294,27 @@ func TestStatusDotTellsTheStateByItsShape(t *testing.T) {
 			return out;
 		})()`)
 	}
+	// Three shapes, each for the states docs/web.md gives it: live (ws,
+	// sse), on its way or polling (connecting, polling), not live
+	// (offline, ended).
+	groups := [][]string{{"ws", "sse"}, {"polling", "connecting"}, {"offline", "ended"}}
 	check := func(mode string, got map[string]string) {
 		t.Helper()
 		seen := map[string]string{}
-		for state, shape := range got {
+		for _, g := range groups {
+			shape := got[g[0]]
 			if strings.HasPrefix(shape, "invisible") {
-				t.Errorf("%s: the dot is not drawn when %s", mode, state)
+				t.Errorf("%s: the dot is not drawn when %s", mode, g[0])
+			}
+			for _, state := range g[1:] {
+				if got[state] != shape {
+					t.Errorf("%s: the dot is drawn %s when %s and %s when %s, which docs/web.md gives one shape", mode, got[state], state, shape, g[0])
+				}
 			}
 			if other, ok := seen[shape]; ok {
-				t.Errorf("%s: the dot is drawn %s both when %s and when %s: only its colour tells them apart", mode, shape, other, state)
+				t.Errorf("%s: the dot is drawn %s both when %s and when %s: only its colour tells them apart", mode, shape, other, g[0])
 			}
-			seen[shape] = state
+			seen[shape] = g[0]
 		}
 	}
 	check("colours", shapes())
