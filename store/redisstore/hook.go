@@ -35,7 +35,7 @@ func (h answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		// After the gate: a late shard's setup answers there, before
 		// the command is sent, and is no news that it answered since.
 		since := h.s.answers.Load()
-		err := settle(cmd, next(ctx, cmd))
+		err := next(ctx, cmd)
 		h.s.answered(err)
 		if h.s.stale(err, since) {
 			err = answeredMeanwhile{err}
@@ -62,7 +62,7 @@ func (h answerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			}
 		}
 		since := h.s.answers.Load() // after the gate, as above
-		err := settleAll(cmds, next(ctx, cmds))
+		err := next(ctx, cmds)
 		h.s.answered(err)
 		if h.s.stale(err, since) {
 			err = answeredMeanwhile{err}

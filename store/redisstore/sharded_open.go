@@ -297,26 +297,19 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	if err != nil {
 		return nil, err
 	}
-	// An append is not idempotent: never send it twice. A redirection
-	// (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) is a refusal that ran nothing,
-	// followed within the call's deadline; a command whose answer was
-	// lost is not sent again (redirect.go).
+	// An append is not idempotent: never send it twice. go-redis's
+	// cluster client resends a command after a lost connection or a
+	// redirection within MaxRedirects, whatever MaxRetries says; with
+	// none, a moved slot fails the call (StoreUnavailable, Retry 1s) and
+	// the client reloads the slot map for the next one.
 	co.MaxRetries = -1
-	co.MaxRedirects = clusterRedirects
-	co.MinRetryBackoff, co.MaxRetryBackoff = clusterMinBackoff, clusterMaxBackoff
+	co.MaxRedirects = -1
 	co.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	co.ContextTimeoutEnabled = true
 	if co.ClientName == "" {
 		co.ClientName = "chatrelay"
 	}
-	if opt.dial != nil {
-		co.Dialer = opt.dial
-	}
 	rdb := redis.NewClusterClient(co)
-	rdb.AddHook(redirectHook{}) // the outer one: before every shard's answerHook
-	// onceHook first, the outer one: it sees what a command finally met,
-	// after the wait hook's WAIT.
-	rdb.OnNewNode(func(c *redis.Client) { c.AddHook(onceHook{}) })
 	if opt.WaitReplicas > 0 {
 		// WAIT counts one connection's writes: it goes in each node's
 		// share of a pipeline, on that node's connection (replicas.go).
