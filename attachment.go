@@ -53,29 +53,44 @@ func CleanAttachmentName(name string) (string, error) {
 }
 
 // CleanMediaType returns the media type an uploader sent, as it is kept:
-// its type/subtype in lower case, without parameters, or
-// "application/octet-stream" for anything that is not one.
+// its type/subtype in lower case, without parameters (unread), or
+// "application/octet-stream" for anything that is not one concrete media
+// type: a type and a subtype each an RFC 6838 restricted-name (a letter or
+// digit, then letters, digits and !#$&-^_.+), so never a range of an
+// Accept header (*/*, image/*), which no file is. It is the uploader's
+// word, shown with the file; how the file is served is decided from its
+// bytes (ServedType).
 func CleanMediaType(ct string) string {
 	t, _, _ := strings.Cut(ct, ";")
 	t = strings.ToLower(strings.TrimSpace(t))
 	main, sub, ok := strings.Cut(t, "/")
-	if !ok || !token(main) || !token(sub) || len(t) > 127 {
+	if !ok || !restrictedName(main) || !restrictedName(sub) || len(t) > 127 {
 		return "application/octet-stream"
 	}
 	return t
 }
 
-// token reports whether s is a non-empty RFC 9110 token.
-func token(s string) bool {
-	if s == "" {
+// restrictedName reports whether s is an RFC 6838 restricted-name (section
+// 4.2): 1 to 127 of letters, digits and !#$&-^_.+, the first a letter or a
+// digit.
+func restrictedName(s string) bool {
+	if s == "" || len(s) > 127 || !isAlnum(s[0]) {
 		return false
 	}
 	for _, c := range []byte(s) {
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+		if !isAlnum(c) && strings.IndexByte("!#$&-^_.+", c) < 0 {
 			return false
 		}
 	}
 	return true
+}
+
+// UnusableAttachment is the refusal of a post naming id, an attachment
+// id that is not an upload of the thread that no message names yet
+// (unknown, another thread's, on a message already, gone, or another
+// participant's draft), in the same words on every store.
+func UnusableAttachment(id string) *Error {
+	return Errorf(InvalidAttachment, "attachment %s is not an upload of this conversation that no message names yet (unknown here, or on a message already)", id)
 }
 
 // FormatSize is an attachment's size as the v1 line states it: bytes

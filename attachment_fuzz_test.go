@@ -53,11 +53,13 @@ func FuzzImageSize(f *testing.F) {
 
 // FuzzCleanMediaType: an upload's Content-Type is the uploader's word,
 // kept as its attachment's type. What is kept is a bare media type
-// (type/subtype, two RFC 9110 tokens in lower case, at most 127 bytes) or
+// (type/subtype, two RFC 6838 restricted-names in lower case, at most 127
+// bytes: never a range such as */* or image/*) or
 // application/octet-stream, and cleaning it again keeps it as it is.
 func FuzzCleanMediaType(f *testing.F) {
 	for _, s := range []string{"", "text/plain", "Text/Plain; charset=utf-8", "a/b/c", "image/svg+xml", "/", "a/", "/b",
-		"multipart/form-data; boundary=x", "t\u00e9xt/plain", "a b/c", "application/" + strings.Repeat("x", 200), " image/png ;"} {
+		"multipart/form-data; boundary=x", "t\u00e9xt/plain", "a b/c", "application/" + strings.Repeat("x", 200), " image/png ;",
+		"*/*", "image/*", "*/png", "-x/y", "text/x-c++src"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, ct string) {
@@ -67,7 +69,7 @@ func FuzzCleanMediaType(f *testing.F) {
 		}
 		main, sub, ok := strings.Cut(got, "/")
 		if !ok || main == "" || sub == "" || len(got) > 127 || got != strings.ToLower(got) ||
-			strings.ContainsAny(got, " \t;\"(),:<=>?@[\\]{}") || strings.Contains(sub, "/") {
+			strings.ContainsAny(got, " \t;\"(),:<=>?@[\\]{}*%'`|~") || !isAlnumByte(main[0]) || !isAlnumByte(sub[0]) || strings.Contains(sub, "/") {
 			t.Fatalf("CleanMediaType(%q) = %q: not a bare media type", ct, got)
 		}
 		for _, c := range []byte(got) {
@@ -76,4 +78,8 @@ func FuzzCleanMediaType(f *testing.F) {
 			}
 		}
 	})
+}
+
+func isAlnumByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
 }

@@ -210,7 +210,7 @@ func GrantRefusal(g Grant, now time.Time) error {
 // CapRefusal is CapReached for a grant whose cap is spent, else nil.
 func CapRefusal(g Grant) error {
 	if g.Sent >= g.Cap {
-		return Errorf(CapReached, "this share link's %d messages are spent", g.Cap)
+		return Errorf(CapReached, "this share link's %s spent", plural(g.Cap, "message is", "messages are"))
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package chatrelay_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -79,4 +80,23 @@ func TestPruneCountsDevicesApart(t *testing.T) {
 	}
 	_, err = chatrelay.AdmitGrant(active, d, now)
 	assert.Code(t, err, chatrelay.DeviceLimit)
+}
+
+// TestCapRefusalCountsTheCap: the cap_reached words agree with the cap:
+// "its 1 message is spent" for a cap of 1 (it read "1 messages are
+// spent", probe11), "its 50 messages are spent" at the default.
+func TestCapRefusalCountsTheCap(t *testing.T) {
+	for _, c := range []struct {
+		cap  int
+		want string
+	}{
+		{1, "this share link's 1 message is spent"},
+		{50, "this share link's 50 messages are spent"},
+	} {
+		var e *chatrelay.Error
+		err := chatrelay.CapRefusal(chatrelay.Grant{Cap: c.cap, Sent: c.cap})
+		if !errors.As(err, &e) || e.Code != chatrelay.CapReached || e.Message != c.want {
+			t.Errorf("cap %d: %v, want cap_reached %q", c.cap, err, c.want)
+		}
+	}
 }

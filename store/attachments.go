@@ -382,11 +382,8 @@ func Attach(ids []string, known func(id string) (chatrelay.Attachment, bool), us
 	out := make([]chatrelay.Attachment, len(ids))
 	for i, id := range ids {
 		a, ok := known(id)
-		if !ok {
-			return nil, chatrelay.Errorf(chatrelay.InvalidAttachment, "no upload %s in this conversation", id)
-		}
-		if used(id) {
-			return nil, chatrelay.Errorf(chatrelay.InvalidAttachment, "attachment %s is on a message already", id)
+		if !ok || used(id) {
+			return nil, chatrelay.UnusableAttachment(id) // the Redis store's words too
 		}
 		out[i] = a
 	}

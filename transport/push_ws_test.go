@@ -208,22 +208,36 @@ func TestWSPost(t *testing.T) {
 			frame     any
 			code      string
 			retryable bool
+			words     string // in the error's words, if set
 		}{
-			{"empty text", map[string]string{"type": "post", "text": "  \n "}, "invalid_text", false},
-			{"text not a string", map[string]any{"type": "post", "text": 5}, "invalid_text", false},
-			{"hermes is the host's", map[string]string{"type": "post", "text": "hi", "kind": "hermes"}, "invalid_kind", false},
-			{"too long", map[string]string{"type": "post", "text": strings.Repeat("é", 4001)}, "text_too_long", false},
-			{"unknown type", map[string]string{"type": "typing"}, "invalid_json", false},
-			{"not JSON", "just words", "invalid_json", false},
-			{"null", nil, "invalid_json", false},
-			{"an array", []any{map[string]string{"type": "post", "text": "hi"}}, "invalid_json", false},
+			{"empty text", map[string]string{"type": "post", "text": "  \n "}, "invalid_text", false, ""},
+			{"text not a string", map[string]any{"type": "post", "text": 5}, "invalid_text", false, ""},
+			{"hermes is the host's", map[string]string{"type": "post", "text": "hi", "kind": "hermes"}, "invalid_kind", false, ""},
+			{"too long", map[string]string{"type": "post", "text": strings.Repeat("é", 4001)}, "text_too_long", false, ""},
+			{"unknown type", map[string]string{"type": "typing"}, "invalid_json", false, ""},
+			{"not JSON", "just words", "invalid_json", false, ""},
+			{"null", nil, "invalid_json", false, ""},
+			{"an array", []any{map[string]string{"type": "post", "text": "hi"}}, "invalid_json", false, ""},
+			// An object whose type is not a string was "not a JSON object".
+			{"type a number", map[string]any{"type": 5, "text": "hi"}, "invalid_json", false, "type must be a string"},
+			{"type an array", map[string]any{"type": []string{"post"}, "text": "hi"}, "invalid_json", false, "type must be a string"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				a, _ := wsAnswer(t, c, tc.frame)
 				assert.Equal(t, "answer", a, wsFrame{Type: "error", Code: tc.code, Error: a.Error, Retryable: tc.retryable, raw: a.raw})
 				assert.True(t, a.Error != "", "no words for a person in %s", a.raw)
-				if _, object := tc.frame.(map[string]string); !object && tc.code == "invalid_json" {
+				_, object := tc.frame.(map[string]string)
+				if _, ok := tc.frame.(map[string]any); ok {
+					object = true
+				}
+				if !object && tc.code == "invalid_json" {
 					assert.True(t, strings.Contains(a.Error, "not a JSON object"), "a frame that is no object: %s", a.raw)
+				}
+				if object {
+					assert.True(t, !strings.Contains(a.Error, "not a JSON object"), "an object frame is called no object: %s", a.raw)
+				}
+				if tc.words != "" {
+					assert.True(t, strings.Contains(a.Error, tc.words), "the error does not say %q: %s", tc.words, a.raw)
 				}
 			})
 		}

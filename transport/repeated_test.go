@@ -68,3 +68,41 @@ func TestACursorSentTwiceIsRefused(t *testing.T) {
 		assert.Equal(t, "since and v once each: "+string(b), status, http.StatusOK)
 	})
 }
+
+// TestAMalformedSinceBesideLastEventIDIsRefused: Last-Event-ID wins over
+// ?since=, but a since that is not a cursor (or is sent twice) is still
+// 400 invalid_since, as the contract says of every malformed since, never
+// passed over in silence. An outside probe (probe11) opened
+// /api/chat/stream?since=zz with Last-Event-ID: 1 and got the stream.
+func TestAMalformedSinceBesideLastEventIDIsRefused(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T, backend string) {
+		e := startPush(t, pushOptions{backend: backend})
+		tok := tokenN(1)
+		c := strconv.FormatInt(e.mustPost(tok, "one").Epoch, 10)
+		open := func(query, lastEventID string) (int, []byte) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.url("/api/chat/stream"+query), nil)
+			assert.Success(t, err)
+			req.Header.Set("X-Chat-Token", tok)
+			req.Header.Set("Last-Event-ID", lastEventID)
+			resp, err := e.client.Do(req)
+			assert.Success(t, err)
+			defer resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return resp.StatusCode, nil // a stream: its body never ends
+			}
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, b
+		}
+		for _, q := range []string{"?since=zz", "?since=-1", "?since=%2B5", "?since=1&since=2", "?since=%zz"} {
+			status, b := open(q, c)
+			assert.Equal(t, q+" beside Last-Event-ID: status "+string(b), status, http.StatusBadRequest)
+			assert.Equal(t, q+": its code", decodeError(t, b).Code, "invalid_since")
+		}
+		// A well-formed since beside it: the header wins, as ever.
+		status, b := open("?since=0", c)
+		assert.Equal(t, "since=0 beside Last-Event-ID: status "+string(b), status, http.StatusOK)
+	})
+}

@@ -105,12 +105,19 @@ func hijackSSE(w http.ResponseWriter, r *http.Request) (net.Conn, []byte, bool) 
 // clients send one before they have seen an event, and with it ?since=
 // still resumes (the newest 50 again would repeat what the client has).
 // Sent twice, either is its values joined, refused as invalid_since (see
-// param).
+// param). A since that is not a cursor is refused even when the header
+// wins: the contract refuses every malformed since, and one passed over
+// in silence hides a client's bug until its first reconnect without the
+// header.
 func sseCursor(r *http.Request) string {
+	since := param(r, "since")
 	if v := strings.Join(r.Header.Values("Last-Event-ID"), ","); v != "" {
+		if _, err := parseSince(since); err != nil {
+			return since
+		}
 		return v
 	}
-	return param(r, "since")
+	return since
 }
 
 // sseWriter frames a session as Server-Sent Events on out.

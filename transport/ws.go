@@ -338,8 +338,11 @@ func (s *Server) wsFrame(ctx context.Context, data []byte, req streamRequest) []
 	// the bundle reads it); null is no object.
 	var members map[string]json.RawMessage
 	var typ string
-	if json.Unmarshal(data, &members) != nil || members == nil || members["type"] != nil && json.Unmarshal(members["type"], &typ) != nil {
+	if json.Unmarshal(data, &members) != nil || members == nil {
 		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, "the frame is not a JSON object"), v)
+	}
+	if members["type"] != nil && json.Unmarshal(members["type"], &typ) != nil { // an object, with a wrong field
+		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, `the frame's fields have the wrong types: type must be a string ("post")`), v)
 	}
 	if typ != "post" {
 		return wsError(chatrelay.Errorf(chatrelay.InvalidJSON, `unknown frame type; the client may send {"type":"post","text":…,"kind":…}`), v)

@@ -5,15 +5,18 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 	_ "time/tzdata" // Pacific/Chatham, for the local-time check
 
+	"github.com/chromedp/cdproto/accessibility"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
@@ -605,5 +608,195 @@ func TestUnderPrefix(t *testing.T) {
 	tb.waitShown(soon, "under a prefix")
 	if n := len(poll(t, srv.URL, tb.token()).Messages); n != 1 {
 		t.Errorf("poll under the prefix returns %d messages, want 1", n)
+	}
+}
+
+// TestMessagesAreAListAScreenReaderHears: the conversation is, in the
+// browser's accessibility tree (what a screen reader reads), a list named
+// "Messages" whose items are the messages, and a polite live region, so a
+// reply is read out as it arrives. Before, the list carried role="log",
+// which took its list role away: its items were list items outside any
+// list (axe-core's "listitem" rule, serious, one per message), and a screen
+// reader could neither count the messages nor move through them as a list.
+func TestMessagesAreAListAScreenReaderHears(t *testing.T) {
+	srv := startServer(t)
+	tb, token := startConversation(t, srv.URL, "Is the build green?")
+	srv.reply(threadOf(token), "Yes: 812 tests passed.")
+	tb.waitShown(soon, "Yes: 812 tests passed.")
+	tb.waitJS(soon, "the log to settle", `!document.getElementById("log").hasAttribute("aria-busy")`)
+
+	tree := tb.axTree()
+	var list *accessibility.Node
+	for _, n := range tree.Nodes {
+		if !n.Ignored && str(n.Name) == "Messages" {
+			list = n
+		}
+	}
+	if list == nil {
+		t.Fatal("no node of the accessibility tree is named Messages")
+	}
+	if role := str(list.Role); role != "list" {
+		t.Errorf("the messages are a %q to a screen reader, want a list", role)
+	}
+	live := ""
+	for _, p := range list.Properties {
+		if p.Name == accessibility.PropertyNameLive {
+			live = str(p.Value)
+		}
+	}
+	if live != "polite" {
+		t.Errorf("the messages are live %q, want polite (a reply is read out as it arrives)", live)
+	}
+	items := 0
+	for _, n := range tree.Nodes {
+		if n.ParentID == list.NodeID && str(n.Role) == "listitem" {
+			items++
+		}
+	}
+	if items != 2 {
+		t.Errorf("the list holds %d list items, want the 2 messages", items)
+	}
+	// The composer is a landmark a screen reader jumps to, as it jumps to
+	// the banner and the main part (axe-core's best-practice "region" rule
+	// found the field, its label and its count outside every landmark).
+	composer := 0
+	for _, n := range tree.Nodes {
+		if !n.Ignored && str(n.Role) == "form" && str(n.Name) == "Write a message" {
+			composer++
+		}
+	}
+	if composer != 1 {
+		t.Errorf("%d form landmarks named \"Write a message\", want the composer", composer)
+	}
+}
+
+// TestFilledButtonsReadInDarkMode: in the browser's dark scheme
+// (prefers-color-scheme: dark, which the page follows), the words on a
+// filled button (Send, Approve) contrast with its fill at least 4.5:1, as
+// they do in the light scheme (WCAG 2.1 AA). Before, dark mode lightened
+// the fills and kept white words on them: Send read at 2.2:1 (white on
+// #7eb0ff) and Approve at 2.0:1 (white on #5fcf7f).
+func TestFilledButtonsReadInDarkMode(t *testing.T) {
+	srv := startServer(t)
+	for _, scheme := range []string{"light", "dark"} {
+		t.Run(scheme, func(t *testing.T) {
+			tb := newWindow(t)
+			tb.do(soon, "the "+scheme+" scheme", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+				_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+					Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+				return chromedp.Void{}, err
+			})
+			tb.open(srv.URL)
+			tb.waitState(live, "ws")
+			tb.write("May I see the approval?")
+			tb.waitShown(soon, "May I see the approval?")
+			q := srv.ask(threadOf(tb.token()), "--approval", "Deploy build 412?", "--timeout", "15m")
+			tb.waitIx(soon, q.Interaction.ID, "pending")
+			if got := eval[bool](tb, `matchMedia("(prefers-color-scheme: dark)").matches`); got != (scheme == "dark") {
+				t.Fatalf("the page sees the dark scheme %v", got)
+			}
+			// Each visible button with an opaque fill: its words' contrast.
+			got := eval[[]string](tb, `(() => {
+				const rgb = (c) => c.match(/[\d.]+/g).map(Number);
+				const lum = ([r, g, b]) => [r, g, b].map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+					.reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+				return [...document.querySelectorAll("button")].filter((b) => b.getClientRects().length > 0 && !b.disabled).flatMap((b) => {
+					const cs = getComputedStyle(b), bg = rgb(cs.backgroundColor);
+					if (bg.length === 4 && bg[3] < 1) return []; // no fill of its own
+					const [hi, lo] = [lum(rgb(cs.color)), lum(bg)].sort((x, y) => y - x);
+					return [b.textContent.trim() + " " + ((hi + 0.05) / (lo + 0.05)).toFixed(1)];
+				});
+			})()`)
+			filled := map[string]bool{}
+			for _, b := range got {
+				i := strings.LastIndexByte(b, ' ')
+				name, ratio := b[:i], b[i+1:]
+				filled[name] = true
+				if r, err := strconv.ParseFloat(ratio, 64); err != nil || r < 4.5 {
+					t.Errorf("%s: %q reads at %s:1, want 4.5:1 at least", scheme, name, ratio)
+				}
+			}
+			if !filled["Send"] || !filled["Approve"] {
+				t.Errorf("%s: the filled buttons measured are %v, want Send and Approve among them", scheme, got)
+			}
+		})
+	}
+}
+
+// axTree reads the tab's accessibility tree, as a screen reader gets it.
+func (tb *tab) axTree() accessibility.GetFullAXTreeResult {
+	tb.t.Helper()
+	var tree accessibility.GetFullAXTreeResult
+	tb.do(soon, "read the accessibility tree", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		var err error
+		tree, err = cdp.Call(ctx, tg, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{})
+		return chromedp.Void{}, err
+	})
+	return tree
+}
+
+// str is an accessibility value's string ("" for none).
+func str(v *accessibility.Value) string {
+	if v == nil {
+		return ""
+	}
+	var s string
+	_ = json.Unmarshal(v.Value, &s)
+	return s
+}
+
+// TestParticipantPageIsAllInLandmarks: on the participant page, "Also
+// here: …" (who else is in) is inside a landmark, the conversation's main
+// part, so a screen reader that moves by landmarks reaches it. Before, it
+// sat between the banner and the main part, in none (axe-core's
+// best-practice "region" rule).
+func TestParticipantPageIsAllInLandmarks(t *testing.T) {
+	srv := startServer(t)
+	token := strings.Repeat("7c", 32)
+	post(t, srv.URL, token, "Who is in?", "operator")
+	alex := invite(t, srv.URL, token, map[string]any{"name": "Alex", "role": "commenter"})
+	sam := invite(t, srv.URL, token, map[string]any{"name": "Sam", "role": "viewer"})
+	p := newWindow(t)
+	p.open(alex.Link)
+	p.waitState(live, "ws")
+	p.waitJS(soon, "who else is in", `document.getElementById("others").textContent.startsWith("Also here")`)
+	assertInLandmark(t, p, "Also here")
+	// A viewer's page tells why it has no composer, in a landmark too.
+	v := newWindow(t)
+	v.open(sam.Link)
+	v.waitState(live, "ws")
+	v.waitJS(soon, "the viewer's note", `!document.getElementById("readonly").hidden`)
+	assertInLandmark(t, v, "You can read")
+}
+
+// assertInLandmark checks that the page's text that begins with prefix,
+// as the accessibility tree has it, is inside a landmark, where a screen
+// reader moving by landmarks reaches it.
+func assertInLandmark(t *testing.T, p *tab, prefix string) {
+	t.Helper()
+	tree := p.axTree()
+	byID := map[accessibility.NodeID]*accessibility.Node{}
+	for _, n := range tree.Nodes {
+		byID[n.NodeID] = n
+	}
+	found := false
+	for _, n := range tree.Nodes {
+		if n.Ignored || str(n.Role) != "StaticText" || !strings.HasPrefix(str(n.Name), prefix) {
+			continue
+		}
+		found = true
+		var in []string
+		for a := byID[n.ParentID]; a != nil; a = byID[a.ParentID] {
+			switch r := str(a.Role); r {
+			case "main", "banner", "form", "region", "navigation", "complementary", "contentinfo":
+				in = append(in, r)
+			}
+		}
+		if len(in) == 0 {
+			t.Errorf("%q is in no landmark", str(n.Name))
+		}
+	}
+	if !found {
+		t.Fatalf("no text of the accessibility tree reads %s", prefix)
 	}
 }

@@ -1,11 +1,14 @@
 package web_test
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 )
 
@@ -183,4 +186,145 @@ func TestLongFileNameKeepsItsRemoveButton(t *testing.T) {
 	}
 	tb.click(`#files button[aria-label^="Remove"]`)
 	tb.waitJS(soon, "the file taken out", `document.querySelectorAll("#files .file").length === 0`)
+}
+
+// TestZoomedPageKeepsTheConversationInSight: a desktop browser zoomed to
+// 200 % (1280×800 is then 640×400 CSS px) and to 400 % (1280×1024 is then
+// 320×256, WCAG's reflow size), and a phone held sideways (844×390): the
+// conversation keeps more of the height than the composer, and shows
+// lines of a reply, with the composer's label, field, Attach, count and
+// Send all on the screen. Before, the composer kept its three lines of
+// field and its own rows whatever the height: 187 px of 256 at 400 %, the
+// conversation 29 px (no whole line of a reply), and 153 px of 400 at 200 %.
+func TestZoomedPageKeepsTheConversationInSight(t *testing.T) {
+	srv := startServer(t)
+	tb, token := startConversation(t, srv.URL, "How did the deploy go?")
+	srv.reply(threadOf(token), "Build 412 is live on every node.\nThe error rate is flat since.")
+	tb.waitShown(soon, "Build 412 is live on every node.\nThe error rate is flat since.")
+	for _, size := range []struct {
+		name          string
+		width, height int64
+		scale         float64
+	}{
+		{"200 % of 1280×800", 640, 400, 2},
+		{"400 % of 1280×1024", 320, 256, 4},
+		{"a phone held sideways", 844, 390, 3},
+	} {
+		tb.do(soon, size.name, chromedp.EmulateViewport(size.width, size.height, chromedp.EmulateScale(size.scale)))
+		tb.waitJS(soon, size.name+": the layout at its size", `document.documentElement.clientWidth === `+strconv.FormatInt(size.width, 10))
+		got := eval[map[string]float64](tb, `(() => {
+			const h = (id) => document.getElementById(id).getBoundingClientRect().height;
+			const line = parseFloat(getComputedStyle(document.querySelector("#log .text")).lineHeight);
+			return { conversation: h("conversation"), composer: h("composer"), line };
+		})()`)
+		if got["conversation"] <= got["composer"] || got["conversation"] < 3*got["line"] {
+			t.Errorf("%s: the conversation is %.0f px tall, the composer %.0f px: want the conversation taller, and 3 lines (%.0f px) at least",
+				size.name, got["conversation"], got["composer"], 3*got["line"])
+		}
+		off := eval[[]string](tb, `[..."label[for=text] #text #attach #count #send".split(" ")].filter((s) => {
+			const r = document.querySelector(s).getBoundingClientRect();
+			return !(r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= innerWidth + 0.5 && r.top >= 0 && r.bottom <= innerHeight + 0.5);
+		})`)
+		if len(off) > 0 {
+			t.Errorf("%s: not whole on the screen: %v", size.name, off)
+		}
+	}
+}
+
+// TestNarrowestPhoneKeepsTheBarOnTheScreen: at 320 px, the narrowest
+// phones' width and WCAG's reflow width (a desktop at 400 %), the owner's
+// bar with People and Devices offered keeps every button on the screen,
+// the page does not scroll sideways, and the thread's short id shows whole
+// (the name "chatrelay" gives way first, cut with an ellipsis). Before,
+// New went 34 px past the screen's edge, the page scrolled sideways, and
+// the bar read "N".
+func TestNarrowestPhoneKeepsTheBarOnTheScreen(t *testing.T) {
+	srv := startServer(t)
+	tb, token := startConversation(t, srv.URL, "Is build 412 green?")
+	thread := threadOf(token)
+	tb.do(soon, "a 320 px phone", chromedp.EmulateViewport(320, 568, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	tb.waitJS(soon, "People and Devices offered at 320 px", `document.documentElement.clientWidth === 320 &&
+		!document.getElementById("people-open").hidden && !document.getElementById("devices-open").hidden`)
+	off := eval[[]string](tb, `(() => {
+		const vw = document.documentElement.clientWidth, out = [];
+		if (document.documentElement.scrollWidth > vw) out.push("the page is " + document.documentElement.scrollWidth + " px wide");
+		for (const e of document.querySelectorAll("header.bar > *")) {
+			const r = e.getBoundingClientRect();
+			if (r.width > 0 && (r.left < 0 || r.right > vw + 0.5)) out.push((e.id || e.tagName) + " spans " + Math.round(r.left) + "–" + Math.round(r.right) + " px");
+		}
+		return out;
+	})()`)
+	if len(off) > 0 {
+		t.Errorf("at 320 px: %v", off)
+	}
+	id := eval[[]float64](tb, `(() => { const e = document.getElementById("thread-id"); return [e.scrollWidth, e.clientWidth] })()`)
+	if got := eval[string](tb, `document.getElementById("thread-id").textContent`); got != thread[:8] || id[0] > id[1] {
+		t.Errorf("the bar names the thread %q in %.0f of its %.0f px, want %q whole", got, id[1], id[0], thread[:8])
+	}
+}
+
+// TestStatusDotTellsTheStateByItsShape: at a phone's width the bar's status
+// words are cut away and its dot is left to tell the state, which it did by
+// its colour alone (WCAG 1.4.1: green, amber, red; and in the browser's
+// forced colours, a high-contrast mode, by nothing, its fill taken away).
+// The dot is now a filled disc when live, a ring while connecting or
+// polling, and a hollow square offline, in forced colours too.
+func TestStatusDotTellsTheStateByItsShape(t *testing.T) {
+	srv := startServer(t)
+	tb := newWindow(t)
+	tb.do(soon, "a phone's screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	tb.open(srv.URL)
+	tb.waitState(live, "ws")
+	// The state is set on the bar as app.js sets it, to see each one drawn.
+	shapes := func() map[string]string {
+		return eval[map[string]string](tb, `(() => {
+			const status = document.getElementById("status"), dot = status.querySelector(".dot"), live = status.dataset.state, out = {};
+			for (const state of ["ws", "sse", "polling", "connecting", "offline", "ended"]) {
+				status.dataset.state = state;
+				// a fill or a border is seen only in another colour than what is behind the dot
+				const opaque = (c) => !/^rgba\(.*, 0\)$|^transparent$/.test(c);
+				let behind = "rgb(255, 255, 255)";
+				for (let e = status; e; e = e.parentElement) { const c = getComputedStyle(e).backgroundColor; if (opaque(c)) { behind = c; break; } }
+				const cs = getComputedStyle(dot);
+				const filled = opaque(cs.backgroundColor) && cs.backgroundColor !== behind;
+				const ring = parseFloat(cs.borderTopWidth) > 0 && cs.borderTopStyle !== "none" && opaque(cs.borderTopColor) && cs.borderTopColor !== behind;
+				out[state] = (filled ? "filled" : ring ? "hollow" : "invisible") + " " + (parseFloat(cs.borderTopLeftRadius) >= dot.offsetWidth / 2 ? "round" : "square");
+			}
+			status.dataset.state = live;
+			return out;
+		})()`)
+	}
+	// Three shapes, each for the states docs/web.md gives it: live (ws,
+	// sse), on its way or polling (connecting, polling), not live
+	// (offline, ended).
+	groups := [][]string{{"ws", "sse"}, {"polling", "connecting"}, {"offline", "ended"}}
+	check := func(mode string, got map[string]string) {
+		t.Helper()
+		seen := map[string]string{}
+		for _, g := range groups {
+			shape := got[g[0]]
+			if strings.HasPrefix(shape, "invisible") {
+				t.Errorf("%s: the dot is not drawn when %s", mode, g[0])
+			}
+			for _, state := range g[1:] {
+				if got[state] != shape {
+					t.Errorf("%s: the dot is drawn %s when %s and %s when %s, which docs/web.md gives one shape", mode, got[state], state, shape, g[0])
+				}
+			}
+			if other, ok := seen[shape]; ok {
+				t.Errorf("%s: the dot is drawn %s both when %s and when %s: only its colour tells them apart", mode, shape, other, g[0])
+			}
+			seen[shape] = g[0]
+		}
+	}
+	check("colours", shapes())
+	tb.do(soon, "forced colours", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "forced-colors", Value: "active"}}})
+		return chromedp.Void{}, err
+	})
+	if !eval[bool](tb, `matchMedia("(forced-colors: active)").matches`) {
+		t.Fatal("the page does not see forced colours")
+	}
+	check("forced colours", shapes())
 }

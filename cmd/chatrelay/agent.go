@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -46,6 +50,12 @@ func mcpServe(ctx context.Context, e cmdEnv) error {
 		return err
 	}
 	defer done()
+	// A client that closed its end of our standard output: a write there
+	// fails with EPIPE instead of Go's default for fd 1, death by SIGPIPE
+	// (the session then ends as its output failed, below).
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv := mcpserver.New(h, &mcpserver.Options{Log: log, ProgressEvery: time.Duration(every), Stop: ctx})
 	// Connect and Wait, not the SDK's Run: Run logs a stop by Ctrl-C or
@@ -56,21 +66,27 @@ func mcpServe(ctx context.Context, e cmdEnv) error {
 	}
 	defer context.AfterFunc(ctx, func() { ss.Close() })()
 	err = ss.Wait()
+	if o, ok := e.stdout.(interface{ failed() error }); ok && o.failed() != nil {
+		// No answer can be written: the session ended at the first that
+		// was not (exit 1, docs/cli.md).
+		return fmt.Errorf("mcp: standard output cannot be written, the session ended (what was stored stays stored): %w", o.failed())
+	}
 	if errors.Is(err, io.EOF) || (err != nil && ctx.Err() != nil) {
 		return nil // the client closed its end, or we were told to stop
 	}
 	return err
 }
 
-// positiveDuration is a duration flag that refuses 0 and negatives.
+// positiveDuration is --progress-every's flag: it refuses a duration
+// under minProgressEvery (0 and negatives among them).
 type positiveDuration time.Duration
 
 func (d *positiveDuration) String() string { return time.Duration(*d).String() }
 
 func (d *positiveDuration) Set(s string) error {
 	v, err := time.ParseDuration(s)
-	if err == nil && v <= 0 {
-		err = errors.New("must be positive")
+	if err == nil && v < minProgressEvery {
+		err = fmt.Errorf("must be at least %v", minProgressEvery)
 	}
 	if err != nil {
 		return err

@@ -253,6 +253,42 @@ func (sf *storeFlags) spec() string {
 	return "file:" + sf.data
 }
 
+// The least values of the duration flags: under them the server is
+// useless (a ticket that expires as it is made, a rate window that counts
+// nothing, messages dropped as they arrive, an MCP session that ends at
+// once) or busy for nothing (a ping, a sweep or a progress notification
+// in a loop). 1 ns passed "must be positive".
+const (
+	minTicketTTL     = time.Second            // --ticket-ttl: a ticket outlives its trip to the stream it opens
+	minHeartbeat     = time.Second            // --heartbeat
+	minRateWindow    = time.Second            // --rate-window
+	minRetainAge     = time.Second            // --retention-age
+	minSweepEvery    = 100 * time.Millisecond // --sweep-every
+	minMCPIdle       = 100 * time.Millisecond // --mcp-idle
+	minProgressEvery = 100 * time.Millisecond // --progress-every (serve --mcp and mcp)
+)
+
+// durationFloor is a duration flag's value and its least value.
+type durationFloor struct {
+	flag   string
+	v, min time.Duration
+}
+
+// tooShort refuses the durations under their least value, a usage error
+// naming each flag (namedFromEnv adds the variable that set it).
+func tooShort(fl ...durationFloor) error {
+	var bad []string
+	for _, f := range fl {
+		if f.v < f.min {
+			bad = append(bad, fmt.Sprintf("%s %v must be at least %v", f.flag, f.v, f.min))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return usageError(strings.Join(bad, "; "))
+}
+
 // options are the store options of the flags. A server takes every value
 // (defaults included) and records them in its data folder; any other
 // command passes only the values given, so that the folder's recorded
@@ -264,8 +300,11 @@ func (sf *storeFlags) options() (store.Options, error) {
 	}
 	opt.NoFsync = sf.fsync == "never" // oneOfFlag took always or never
 	opt.AppendLog = sf.appendLog
-	if sf.maxThreads < 1 || sf.retainN < 1 || sf.retainAge <= 0 {
-		return opt, usageError("--max-threads, --retention-messages and --retention-age must be positive")
+	if sf.maxThreads < 1 || sf.retainN < 1 {
+		return opt, usageError("--max-threads and --retention-messages must be positive")
+	}
+	if err := tooShort(durationFloor{"--retention-age", sf.retainAge, minRetainAge}); err != nil {
+		return opt, err
 	}
 	if sf.serve || given(sf.fs, "max-threads") {
 		opt.MaxThreads = sf.maxThreads

@@ -223,6 +223,24 @@ func onCommandLine(args []string, name string) bool {
 	return false
 }
 
+// The CLI's own codes, for failures no API request meets: they are
+// printed (chatrelay: CODE: …) and never sent, so they are not in the
+// contract's code table (chatrelay.CodeTable).
+const (
+	// serve cannot listen on --addr or --metrics-addr (taken by another
+	// listener, not an address of this host, a port it may not bind).
+	codeAddressUnavailable chatrelay.Code = "address_unavailable"
+	// webhook test: the ping reached no receiver, or it did not answer a
+	// 2xx within the timeout.
+	codeWebhookUndelivered chatrelay.Code = "webhook_undelivered"
+)
+
+// listenFault is net.Listen's err for the address the flag gave, with the
+// CLI's code: exit 1, the operator's to fix (another server holds it).
+func listenFault(flag, addr string, err error) error {
+	return &chatrelay.Error{Code: codeAddressUnavailable, Message: flag + " " + addr + " cannot be listened on", Err: err}
+}
+
 // exitCode maps an error to the process's exit status: 0 success, 2 a bad
 // command line, 1 anything else.
 func exitCode(err error) int {

@@ -101,7 +101,7 @@ func (o *opsFlags) listen() (net.Listener, error) {
 	}
 	ln, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr: %w", err)
+		return nil, listenFault("--metrics-addr", o.metricsAddr, err)
 	}
 	return ln, nil
 }

@@ -31,7 +31,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// (settings.json, which the host CLI's writes follow).
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
-		return err
+		return listenFault("--addr", f.addr, err)
 	}
 	defer ln.Close() // the server closes it too; a start that fails after this point returns
 	opsLn, err := f.ops.listen()
@@ -258,9 +258,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 		flag string
 		bad  bool
 	}{
-		{"--rate-thread", w.PerThread < 1}, {"--rate-ip", w.PerIP < 1}, {"--rate-window", w.Window <= 0},
-		{"--sweep-every", f.sweepEvery <= 0}, {"--heartbeat", f.server.Heartbeat <= 0},
-		{"--ticket-ttl", f.server.TicketTTL <= 0},
+		{"--rate-thread", w.PerThread < 1}, {"--rate-ip", w.PerIP < 1},
 		{"--max-streams-per-thread", l.PerThread < 1}, {"--max-streams-per-ip", l.PerIP < 1},
 	} {
 		if c.bad {
@@ -269,6 +267,14 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	}
 	if len(notPositive) > 0 {
 		return nil, usageError(strings.Join(notPositive, ", ") + " must be positive")
+	}
+	if err := tooShort(
+		durationFloor{"--rate-window", w.Window, minRateWindow},
+		durationFloor{"--sweep-every", f.sweepEvery, minSweepEvery},
+		durationFloor{"--heartbeat", f.server.Heartbeat, minHeartbeat},
+		durationFloor{"--ticket-ttl", f.server.TicketTTL, minTicketTTL},
+	); err != nil {
+		return nil, err
 	}
 	if f.server.MaxAttachmentBytes < 1 || f.server.MaxAttachmentBytes > int64(chatrelay.LimitThreadAttachments.Max) {
 		return nil, usageError(fmt.Sprintf("--max-attachment-bytes must be 1 … %d", chatrelay.LimitThreadAttachments.Max))

@@ -33,10 +33,10 @@ func (f *mcpFlags) register(fs *flag.FlagSet) {
 }
 
 func (f *mcpFlags) check() error {
-	if f.opt.MaxSessions < 1 || f.opt.MaxSessionsPerKey < 1 || f.opt.MaxCallsPerKey < 1 || f.opt.SessionIdle <= 0 {
-		return usageError("--mcp-sessions, --mcp-sessions-per-key, --mcp-calls-per-key and --mcp-idle must be positive")
+	if f.opt.MaxSessions < 1 || f.opt.MaxSessionsPerKey < 1 || f.opt.MaxCallsPerKey < 1 {
+		return usageError("--mcp-sessions, --mcp-sessions-per-key and --mcp-calls-per-key must be positive")
 	}
-	return nil
+	return tooShort(durationFloor{"--mcp-idle", f.opt.SessionIdle, minMCPIdle})
 }
 
 // start makes the MCP handler over the opened store, if --mcp, into cfg:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/webhook"
 )
@@ -139,7 +140,7 @@ func webhookCmd(ctx context.Context, e cmdEnv) error {
 		err = uerr.Err // without the URL, which may carry a secret
 	}
 	if err != nil {
-		return fmt.Errorf("ping %s to %s: %w", id, shownURL(u), err)
+		return &chatrelay.Error{Code: codeWebhookUndelivered, Message: fmt.Sprintf("ping %s to %s", id, shownURL(u)), Err: err}
 	}
 	fmt.Fprintf(e.stdout, "ping %s delivered: %d\n", id, status)
 	return nil

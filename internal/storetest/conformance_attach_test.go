@@ -30,6 +30,17 @@ func upload(st store.Store, thread, name string, body []byte) (chatrelay.Attachm
 	return st.(store.Attachments).PutAttachment(context.Background(), thread, store.Upload{Name: name, Type: "text/plain", Body: bytes.NewReader(body), Max: int64(chatrelay.LimitThreadAttachments.Max)})
 }
 
+// assertUnusable: err is a post's refusal of id, an attachment id that is
+// not an unused upload of the thread, in the same words on every store
+// (the file store said "no upload … in this conversation" or "… is on a
+// message already", Redis "… is not an unused upload of this
+// conversation", for the same post).
+func assertUnusable(t *testing.T, err error, id string) {
+	t.Helper()
+	assert.Code(t, err, chatrelay.InvalidAttachment)
+	assert.Equal(t, "the refusal's words", err.(*chatrelay.Error).Message, chatrelay.UnusableAttachment(id).Message)
+}
+
 func mustUpload(t *testing.T, st store.Store, thread, name string, body []byte) chatrelay.Attachment {
 	t.Helper()
 	a, err := upload(st, thread, name, body)
@@ -99,6 +110,32 @@ func TestConformanceAttachments(t *testing.T) {
 				assert.True(t, bytes.Contains(v1.Messages[0].JSON, []byte(`"text":"[attachment: build log.txt (22 B)]"`)), "v1 object %s", v1.Messages[0].JSON)
 				assert.True(t, !bytes.Contains(v1.Messages[0].JSON, []byte(`"attachments"`)), "v1 object carries a v2 field: %s", v1.Messages[0].JSON)
 			}},
+			{"an upload's type is kept only if it names one concrete media type: a wildcard or a malformed one is application/octet-stream", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
+				// A probe's upload with Content-Type */* was stored and
+				// answered "type":"*/*": a range of types (an Accept
+				// header's), which no file is.
+				for _, c := range []struct{ sent, kept string }{
+					{"*/*", "application/octet-stream"},
+					{"image/*", "application/octet-stream"},
+					{"*/png", "application/octet-stream"},
+					{"-x/y", "application/octet-stream"},
+					{"text/.plain", "application/octet-stream"},
+					{"text/plain/x", "application/octet-stream"},
+					{"", "application/octet-stream"},
+					{"Image/PNG; charset=x", "image/png"},
+					{"application/vnd.api+json", "application/vnd.api+json"},
+					{"text/x-c++src", "text/x-c++src"},
+				} {
+					st := b.Store.(store.Attachments)
+					a, err := st.PutAttachment(context.Background(), thA, store.Upload{Name: "f", Type: c.sent, Body: strings.NewReader("x"), Max: 10})
+					assert.Success(t, err)
+					assert.Equal(t, fmt.Sprintf("type answered for %q", c.sent), a.Type, c.kept)
+					stored, f, err := st.OpenAttachment(context.Background(), thA, a.ID, "")
+					assert.Success(t, err)
+					f.Close()
+					assert.Equal(t, fmt.Sprintf("type stored for %q", c.sent), stored.Type, c.kept)
+				}
+			}},
 			{"a change keeps a message's v2 text as posted: the attachments' lines are its v1 text's only", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				// An outside probe reacted to a message with a file on
 				// Redis: its v2 text then carried the v1 line
@@ -139,11 +176,11 @@ func TestConformanceAttachments(t *testing.T) {
 			{"an id is named once, in its own thread only; unknown ids are refused", Options{}, func(t *testing.T, b *Backend, clk *testclock.Clock) {
 				a := mustUpload(t, b.Store, thA, "a.txt", []byte("a"))
 				_, err := postWith(b.Store, thB, "elsewhere", a.ID)
-				assert.Code(t, err, chatrelay.InvalidAttachment)
+				assertUnusable(t, err, a.ID)
 				_, err = download(t, b.Store, thB, a.ID)
 				assert.Code(t, err, chatrelay.NotFound)
 				_, err = postWith(b.Store, thA, "", "at_000000000000")
-				assert.Code(t, err, chatrelay.InvalidAttachment)
+				assertUnusable(t, err, "at_000000000000")
 				for _, ref := range [][2]string{{thA, "at_000000000000"}, {thA, "../" + a.ID}, {"../" + thA, a.ID}, {"", a.ID}} {
 					_, err = download(t, b.Store, ref[0], ref[1])
 					assert.Code(t, err, chatrelay.NotFound) // unknown or malformed, alike
@@ -151,7 +188,7 @@ func TestConformanceAttachments(t *testing.T) {
 				_, err = postWith(b.Store, thA, "first", a.ID)
 				assert.Success(t, err)
 				_, err = postWith(b.Store, thA, "again", a.ID)
-				assert.Code(t, err, chatrelay.InvalidAttachment)
+				assertUnusable(t, err, a.ID)
 				p := since(t, b.Store, thA, 0, 0)
 				assert.Equal(t, "messages stored", len(p.Messages), 1)
 			}},

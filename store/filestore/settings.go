@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofrs/flock"
+
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
 )
@@ -113,6 +115,10 @@ func recordSettings(data string, set store.Settings, sync bool) error {
 	return f.Close()
 }
 
+// tryLockServe takes serve.lock's flock; a test swaps it to fail the way
+// a filesystem can (ENOLCK, EIO).
+var tryLockServe = (*flock.Flock).TryLock
+
 // lockServe takes the data folder for this server process alone: an flock
 // on DATA/serve.lock held until release. The lock file names the holder's
 // pid, so that a second server can say who has the folder.
@@ -126,8 +132,14 @@ func lockServe(data string) (release func() error, err error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	fl := newFlock(path)
-	ok, err := fl.TryLock()
-	if err != nil || !ok {
+	ok, err := tryLockServe(fl)
+	if err != nil {
+		// Not another server: the lock itself failed (ENOLCK on an NFS
+		// without its lock daemon, EIO, EACCES …); say so, not "served by".
+		f.Close()
+		return nil, fmt.Errorf("store: cannot lock %s: %w", path, err)
+	}
+	if !ok {
 		holder, _ := os.ReadFile(path)
 		f.Close()
 		who := strings.TrimSpace(string(holder))

@@ -185,8 +185,8 @@ func TestUploadThreadLimitAcrossNodes(t *testing.T) {
 // would start its thread takes the creation lock and counts the other
 // shards' places, as a post that creates one does. The 50 writes take the
 // lock in turn, on the default store timeout: a write waits for its turn
-// as long as the lock moves on (lockCreate), however long 50 turns take
-// on a loaded machine.
+// as long as the lock moves on (lockCreate), up to maxCreateWait store
+// timeouts, which 50 turns stay far within on a loaded machine.
 func TestShardedUploadThreadLimitAcrossNodes(t *testing.T) {
 	eachSharded(t, func(t *testing.T, spec, prefix string) {
 		clk := testclock.New(time.UnixMilli(1792778400000))

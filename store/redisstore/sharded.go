@@ -457,7 +457,8 @@ var errWaitTooLong = errors.New("no turn of the creation lock came to this post 
 // Options.Timeout (a holder that hangs, or a call to shard 0 that is not
 // answered within it), when its whole wait reaches maxCreateWait
 // Timeouts (the lock moves on, never to it), and when ctx ends. A burst of new threads is so
-// answered however long its turns take in all (before, the whole wait
+// answered as long as each post's turn comes within maxCreateWait
+// Timeouts (before, the whole wait
 // counted in one store timeout, and a burst of 300 on a loaded machine
 // had half of them refused while the lock changed hands all the time).
 func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n0 int64, err error) {
@@ -605,7 +606,8 @@ func (sh *Sharded) lockSeen(holder string) bool {
 // that hangs, or a caller that left).
 func (s *Store) waitFailed(err error) error {
 	if !errors.Is(err, context.Canceled) {
-		s.log.Warn("redis store unavailable", "op", "create lock", "err", err)
+		// Redis may have answered all along: no "redis store unavailable".
+		s.log.Warn("redis store: a new thread's wait for the creation lock gave up", "err", err)
 	}
 	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
 		Err: fmt.Errorf("redis create lock: %w", err)}

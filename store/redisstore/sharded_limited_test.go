@@ -252,8 +252,8 @@ func threadsOnShard(sh *Sharded, k, n, base int) []string {
 // on two nodes, is answered, not refused as an unreachable store: each
 // node's posts wait for the creation lock in turn, rather than every one
 // of them asking Redis for it again and again until its store timeout,
-// and each waits as long as the lock moves on, however long the turns
-// before it take in all (on a loaded machine, 160 of the 300 were refused
+// and each waits as long as the lock moves on, up to maxCreateWait store
+// timeouts, however long the turns before it take (on a loaded machine, 160 of the 300 were refused
 // when the whole wait counted in one store timeout).
 func TestShardedCreationBurst(t *testing.T) {
 	t.Parallel()
@@ -339,7 +339,9 @@ func TestShardedCreationHungHolder(t *testing.T) {
 	ctx := t.Context()
 	lock := s0.prefix + "create-lock"
 	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	var once, released sync.Once
+	free := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(free) // a failure below leaves no turn hanging: the test ends
 	a.turn = func() {
 		once.Do(func() {
 			// It holds the lock as long as it hangs, not its lapse.
@@ -377,7 +379,7 @@ func TestShardedCreationHungHolder(t *testing.T) {
 			t.Fatalf("a refused post was stored: %v", p.Messages)
 		}
 	}
-	close(release)
+	free()
 	assert.Success(t, <-held)
 	assert.Eventually(t, 10*time.Second, "the creation lock released", func() bool {
 		return s0.rdb.Exists(ctx, lock).Val() == 0
@@ -433,6 +435,9 @@ func TestShardedCreationWaitHasAnEnd(t *testing.T) {
 	wantCode(t, err, chatrelay.StoreUnavailable)
 	if ended != nil {
 		t.Fatalf("the post waited until its caller gave up (%v): the wait for the creation lock has no end of its own", ended)
+	}
+	if !errors.Is(err, errWaitTooLong) {
+		t.Fatalf("the post was refused for another reason than its wait's bound: %v", err)
 	}
 	s0.rdb.Del(t.Context(), lock)
 	if p := must[store.Page](t)(a.Since(t.Context(), th, 0, 0)); len(p.Messages) != 0 {

@@ -128,7 +128,7 @@ func (s *Store) appendAnswer(thread string, m store.NewMessage, g chatrelay.Gran
 		if len(res) != 2 {
 			break
 		}
-		return store.Entry{}, false, chatrelay.Errorf(chatrelay.InvalidAttachment, "attachment %s is not an unused upload of this conversation", res[1])
+		return store.Entry{}, false, chatrelay.UnusableAttachment(res[1])
 	case "rate":
 		if len(res) != 2 || rt == nil {
 			break
