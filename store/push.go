@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -25,7 +26,8 @@ type Push interface {
 	PushSubscribe(ctx context.Context, thread string, sub chatrelay.PushSubscription) (out chatrelay.PushSubscription, created bool, err error)
 
 	// PushSubscriptions lists the thread's subscriptions, oldest first
-	// (none for a thread that has none, or no message).
+	// (PushOrder: by created_at, then by id, whatever order they were
+	// subscribed in; none for a thread that has none, or no message).
 	PushSubscriptions(ctx context.Context, thread string) ([]chatrelay.PushSubscription, error)
 
 	// PushUnsubscribe removes the thread's subscription id and returns
@@ -84,6 +86,13 @@ type Push interface {
 	// TakePushes returns the documents handed over, in the order they
 	// were, and removes them: each is taken once, by one server.
 	TakePushes(ctx context.Context) ([][]byte, error)
+}
+
+// PushOrder is the order of PushSubscriptions, oldest first: by
+// CreatedAt, then by ID (two made in one millisecond), so that every
+// backend lists them alike (a Redis hash keeps no order of its own).
+func PushOrder(a, b chatrelay.PushSubscription) int {
+	return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID)) // not a - b: a stored time may be any int64
 }
 
 // JournaledPush is an entry of the push journal (Push.JournaledPushes):

@@ -57,6 +57,34 @@ func TestConformancePush(t *testing.T) {
 				assert.Equal(t, "subscriptions", len(subs), 0)
 				assert.Equal(t, "threads", b.Threads(t), []string(nil))
 			}},
+			{"list oldest first: by created_at, then by id, whatever order they came in", func(t *testing.T, b *Backend) {
+				// FuzzStoreDiff found the file store listing in the order
+				// subscribed and Redis by created_at and id: two made in
+				// one millisecond (their ids random), or across a step of
+				// the clock back, were listed in two orders.
+				ctx := t.Context()
+				p := pushOf(t, b)
+				appendText(t, b.Store, thA, "", "hello")
+				for _, s := range []struct {
+					n  int
+					id string
+					at int64
+				}{{1, "w_0000000c", 2000}, {2, "w_0000000b", 1000}, {3, "w_0000000a", 2000}} {
+					sub := pushSub(s.n, chatrelay.SubscriberOwner)
+					sub.ID, sub.CreatedAt = s.id, s.at
+					_, _, err := p.PushSubscribe(ctx, thA, sub)
+					assert.Success(t, err)
+				}
+				for _, st := range []store.Push{p, pushOf(t, b.Another(t, Options{}))} {
+					subs, err := st.PushSubscriptions(ctx, thA)
+					assert.Success(t, err)
+					var ids []string
+					for _, s := range subs {
+						ids = append(ids, s.ID)
+					}
+					assert.Equal(t, "ids", ids, []string{"w_0000000b", "w_0000000a", "w_0000000c"})
+				}
+			}},
 			{"subscribe, the same endpoint again, list oldest first, seen by another store, unsubscribe", func(t *testing.T, b *Backend) {
 				ctx := t.Context()
 				p := pushOf(t, b)

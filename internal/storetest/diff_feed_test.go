@@ -18,9 +18,9 @@ import (
 const feedDeadline = 10 * time.Second
 
 // diffFeed is a backend's live feed as FuzzStoreDiff reads it: one
-// store.Feed of the store, followed by a reader of every thread and one
-// reader of each thread (what the streams follow), and a Watch with
-// updates (the CLI's watch --updates).
+// store.Feed of the store, followed by a reader of every thread, one of
+// AgentsTopic and one reader of each thread (what the streams follow),
+// and a Watch with updates (the CLI's watch --updates).
 type diffFeed struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -38,6 +38,8 @@ type feedSub struct {
 	err    error // Follow ended before the feed was stopped
 	events map[string][]feedEvent
 	revs   map[string]int64 // per thread, the newest rev handed on
+	parts  map[string]int   // per thread, the Participants batches handed on
+	agents int              // the Agents batches handed on
 }
 
 // feedEvent is one thing a reader was handed: a message in its state
@@ -58,8 +60,8 @@ func (r *diffRun) startFeed(d *diffBackend) {
 	// answered (watchedStore).
 	w := &feedSub{thread: "", watch: true, wake: make(chan struct{}, 1), events: map[string][]feedEvent{}, revs: map[string]int64{}}
 	feed := store.NewFeed(watchedStore{d.st, w})
-	for _, th := range append([]string{""}, diffThreads...) {
-		s := &feedSub{thread: th, wake: make(chan struct{}, 1), events: map[string][]feedEvent{}, revs: map[string]int64{}}
+	for _, th := range append([]string{"", store.AgentsTopic}, diffThreads...) {
+		s := &feedSub{thread: th, wake: make(chan struct{}, 1), events: map[string][]feedEvent{}, revs: map[string]int64{}, parts: map[string]int{}}
 		f.subs = append(f.subs, s)
 		f.wg.Add(1)
 		go func() {
@@ -94,8 +96,10 @@ func (r *diffRun) startFeed(d *diffBackend) {
 	// and before the store, whose close was registered before.
 	r.t.Cleanup(d.stopFeed)
 	d.taken = map[*feedSub]map[string]int{}
+	d.signals = map[*feedSub]map[string]int{}
 	for _, s := range f.subs {
 		d.taken[s] = map[string]int{}
+		d.signals[s] = map[string]int{}
 	}
 	r.waitFeed(d, "registered", func(s *feedSub) bool { return s.ready })
 }
@@ -133,8 +137,14 @@ func (s *feedSub) take(b store.Batch) error {
 		s.ready = true
 		return nil
 	}
+	if b.Participants {
+		s.parts[b.Thread]++
+	}
+	if b.Agents {
+		s.agents++
+	}
 	if b.Participants || b.Agents {
-		return nil // no message: not compared (see FuzzStoreDiff)
+		return nil // no message: counted, not compared (see FuzzStoreDiff)
 	}
 	evs := s.events[b.Thread]
 	if b.Reset {
@@ -237,6 +247,7 @@ func (d *diffBackend) ack(thread string, e store.Entry) {
 // threads have no common order), normalised as the answers are.
 func (r *diffRun) feedCheck() {
 	r.t.Helper()
+	r.signalCheck()
 	pending := false
 	for _, d := range r.bs {
 		for _, acks := range d.acks {
@@ -295,4 +306,38 @@ func (r *diffRun) feedCheck() {
 		}
 		return strings.Join(out, "\n  ")
 	})
+}
+
+// signalCheck waits until every backend's readers were handed a
+// Participants batch of each thread whose participants record a write
+// changed (an invite: the readers of every thread and of that thread)
+// and an Agents batch after an agent key was added (the readers of
+// AgentsTopic), since the last check. How many each was handed is not
+// compared: a backend may announce more (after a feed loss, the file
+// store's watch of its own write), never fewer.
+func (r *diffRun) signalCheck() {
+	r.t.Helper()
+	for _, d := range r.bs {
+		if len(d.partsOwed) == 0 && !d.agentsOwed {
+			continue
+		}
+		r.waitFeed(d, "handed the participants and agent keys changes acknowledged", func(s *feedSub) bool {
+			for th := range d.partsOwed {
+				if !s.watch && (s.thread == "" || s.thread == th) && s.parts[th] <= d.signals[s][th] {
+					return false
+				}
+			}
+			return !d.agentsOwed || s.thread != store.AgentsTopic || s.agents > d.signals[s][store.AgentsTopic]
+		})
+		for _, s := range d.feed.subs {
+			s.mu.Lock()
+			for th, n := range s.parts {
+				d.signals[s][th] = n
+			}
+			d.signals[s][store.AgentsTopic] = s.agents
+			s.mu.Unlock()
+		}
+		clear(d.partsOwed)
+		d.agentsOwed = false
+	}
 }

@@ -31,19 +31,24 @@ import (
 // on one test clock), and everything a user could observe of each answer
 // compared with the file store's: the messages and their order, epochs, revs and ts, cursors,
 // resets, titles, the error codes (and the message an error is about),
-// interaction states, grants, audit trails, attachments and agent keys.
+// interaction states, grants, audit trails, attachments, agent keys (and
+// their scopes) and push subscriptions (up to LimitPushSubscriptions and
+// LimitPushParticipants).
 //
 // And the live feed (diff_feed_test.go): each backend's store.Feed is
-// followed by a reader of every thread and one of each thread, and a
-// store.Watch with updates, from the input's start (and again after a
-// restart). After every operation, each
+// followed by a reader of every thread, one of each thread and one of
+// AgentsTopic, and a store.Watch with updates, from the input's start
+// (and again after a restart). After every operation, each
 // reader must have been handed exactly the writes its store acknowledged
 // (each new message and each change that changed something, in its
 // state as answered, in order, none lost or repeated), waited for until a
 // deadline that fails the input (no sleep); what each reader was handed
 // up to them (with the Resets and the interactions retention closed) is
 // compared thread by thread, as the answers are. Participants and agent
-// batches (no message) are not compared.
+// batches (no message) are not compared, only required: after an invite
+// every reader of the thread is handed a Participants batch of it, and
+// after an agent key is added a reader of AgentsTopic an Agents batch
+// (signalCheck), before the next operation.
 //
 // What is normalised, because it may legitimately differ:
 //   - the random part of the ids a store makes (a message id's six hex
@@ -51,7 +56,10 @@ import (
 //     each is named by the order in which it first appears in that
 //     backend's answers, so that an id still has to be the same one
 //     everywhere it appears;
-//   - an error's words (only its code and its About are the contract);
+//   - an error's words (only its code and its About are the contract),
+//     except in the answers of participants, devices, agent keys and
+//     push subscriptions (answerW), whose refusals every backend words
+//     with the same domain function, and which a user reads;
 //   - the order of Pending (the contract gives none): sorted;
 //   - a list that is nil or empty (every caller answers both as none:
 //     host.ListThreads, the CLI's list --json, the routes);
@@ -108,6 +116,7 @@ const (
 	opObserve
 	opReopen
 	opBulk
+	opPush
 	opCount
 )
 
@@ -118,7 +127,7 @@ const opSpace = 32
 
 var opNames = [...]string{"append", "ask", "card", "react", "answer", "clock", "since", "changes", "threads",
 	"sweep", "pending", "invite", "device", "revoke", "grants", "resolve", "participant-post", "used", "audit",
-	"upload", "open-attachment", "agent", "observe", "reopen", "bulk"}
+	"upload", "open-attachment", "agent", "observe", "reopen", "bulk", "push"}
 
 // maxDiffOps bounds the operations of one diffInput (a run's time).
 const maxDiffOps = 80
@@ -150,6 +159,7 @@ type diffBackend struct {
 	p     store.Participants
 	a     store.Attachments
 	ag    store.Agents
+	pu    store.Push
 	canon map[string]string // a store-made id → its name by first appearance
 	seq   int
 
@@ -158,10 +168,16 @@ type diffBackend struct {
 	atts    []string      // the uploads' ids, in order
 	cursors []int64       // cursors of pages read
 
-	feed   *diffFeed                   // its readers (diff_feed_test.go)
-	taken  map[*feedSub]map[string]int // per reader and thread, the events compared so far
-	acks   map[string][]store.Entry    // per thread, the writes the feed owes since the last check
-	ackRev map[string]int64            // per thread, the newest rev acknowledged
+	feed  *diffFeed                   // its readers (diff_feed_test.go)
+	taken map[*feedSub]map[string]int // per reader and thread, the events compared so far
+	// per reader, the Participants batches of each thread (and the Agents
+	// batches, under AgentsTopic) counted at the last signalCheck
+	signals map[*feedSub]map[string]int
+	acks    map[string][]store.Entry // per thread, the writes the feed owes since the last check
+	ackRev  map[string]int64         // per thread, the newest rev acknowledged
+
+	partsOwed  map[string]bool // threads whose participants record a write changed since the last check
+	agentsOwed bool            // an agent key was added since the last check
 }
 
 var madeID = regexp.MustCompile(`MSG-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}|ix_[0-9a-f]{12}|at_[0-9a-f]{12}`)
@@ -188,6 +204,7 @@ type observed struct {
 	Value any    `json:",omitempty"`
 	Err   string `json:",omitempty"` // the code
 	About string `json:",omitempty"`
+	Words string `json:",omitempty"` // the error's message, where it is compared (answerW)
 	Bad   string `json:",omitempty"` // an answer inconsistent in itself
 }
 
@@ -223,6 +240,18 @@ func (d *diffBackend) page(p store.Page, bad *[]string) pageView {
 
 // answer records value and err as the backend's answer, normalised.
 func (d *diffBackend) answer(value any, err error, bad []string) string {
+	return d.answerOf(value, err, bad, false)
+}
+
+// answerW is answer with the error's words too: the answers of the
+// participants, devices, agent keys and push subscriptions, whose
+// refusals every backend makes with the same domain function (AdmitGrant,
+// AdmitPush, GrantIndex, UnknownAgent) and a user reads.
+func (d *diffBackend) answerW(value any, err error, bad []string) string {
+	return d.answerOf(value, err, bad, true)
+}
+
+func (d *diffBackend) answerOf(value any, err error, bad []string, words bool) string {
 	if v := reflect.ValueOf(value); v.Kind() == reflect.Slice && v.Len() == 0 {
 		value = nil // nil or empty: every caller answers both as none
 	}
@@ -232,6 +261,9 @@ func (d *diffBackend) answer(value any, err error, bad []string) string {
 		var ce *chatrelay.Error
 		if errors.As(err, &ce) {
 			o.Err, o.About = string(ce.Code), string(ce.About)
+			if words {
+				o.Words = ce.Message
+			}
 		} else {
 			o.Err = "not a domain error: " + err.Error()
 		}
@@ -251,6 +283,7 @@ type diffRun struct {
 	log    []string
 	grants []chatrelay.Grant // made by invite and device, the same for every backend
 	agents []chatrelay.AgentKey
+	pushes []string // the ids of the push subscriptions asked for, the same for every backend
 	ops    int
 	opt    Options
 	high   time.Time // the latest time the test clock reached
@@ -277,7 +310,7 @@ func runDiff(t *testing.T, data []byte) {
 	for _, name := range diffBackends {
 		b := Open(t, name, opt)
 		dropKeysAtEnd(t, b)
-		d := &diffBackend{name: name, canon: map[string]string{}, acks: map[string][]store.Entry{}, ackRev: map[string]int64{}}
+		d := &diffBackend{name: name, canon: map[string]string{}, acks: map[string][]store.Entry{}, ackRev: map[string]int64{}, partsOwed: map[string]bool{}}
 		d.open(t, b)
 		r.startFeed(d)
 		r.bs = append(r.bs, d)
@@ -312,6 +345,9 @@ func (d *diffBackend) open(t *testing.T, b *Backend) {
 	}
 	if d.ag, ok = b.Store.(store.Agents); !ok {
 		t.Fatalf("%s keeps no agent keys", d.name)
+	}
+	if d.pu = store.PushOf(b.Store); d.pu == nil {
+		t.Fatalf("%s keeps no push subscriptions", d.name)
 	}
 }
 
@@ -599,7 +635,11 @@ func (r *diffRun) step(in *diffInput) {
 		g.Digest = chatrelay.DigestOf(fmt.Sprintf("token %d", len(r.grants)))
 		r.grants = append(r.grants, g)
 		r.each(fmt.Sprintf("%s %s %+v", name, g.ID, g), func(d *diffBackend) string {
-			return d.answer(nil, d.p.Invite(ctxb, th, g), nil)
+			err := d.p.Invite(ctxb, th, g)
+			if err == nil {
+				d.partsOwed[th] = true
+			}
+			return d.answerW(nil, err, nil)
 		})
 	case opRevoke, opGrants, opResolve, opUsed, opAudit:
 		sub, gid := in.pick(4), r.grantID(in)
@@ -607,16 +647,16 @@ func (r *diffRun) step(in *diffInput) {
 		case opRevoke:
 			r.each(fmt.Sprintf("%s revoke %s", name, gid), func(d *diffBackend) string {
 				g, err := d.p.Revoke(ctxb, th, gid)
-				return d.answer(g, err, nil)
+				return d.answerW(g, err, nil)
 			})
 		case opGrants:
 			r.each(name+" grants", func(d *diffBackend) string {
 				gs, err := d.p.Grants(ctxb, th)
-				return d.answer(gs, err, nil)
+				return d.answerW(gs, err, nil)
 			})
 			r.each(fmt.Sprintf("%s grant %s", name, gid), func(d *diffBackend) string {
 				g, err := d.p.Grant(ctxb, th, gid)
-				return d.answer(g, err, nil)
+				return d.answerW(g, err, nil)
 			})
 		case opResolve:
 			digest := chatrelay.DigestOf("no such token")
@@ -627,7 +667,7 @@ func (r *diffRun) step(in *diffInput) {
 			}
 			r.each(fmt.Sprintf("resolve %s's digest", gid), func(d *diffBackend) string {
 				thread, g, err := d.p.Resolve(ctxb, digest)
-				return d.answer([]any{thread, g}, err, nil)
+				return d.answerW([]any{thread, g}, err, nil)
 			})
 		case opUsed:
 			r.each(fmt.Sprintf("%s used(%d) %s", name, sub, gid), func(d *diffBackend) string {
@@ -641,7 +681,7 @@ func (r *diffRun) step(in *diffInput) {
 				case 3:
 					first, err = d.p.NoteExpired(ctxb, th, gid)
 				}
-				return d.answer(first, err, nil)
+				return d.answerW(first, err, nil)
 			})
 		case opAudit:
 			ev := chatrelay.AuditEvent{At: r.clk.Now().UnixMilli(), Event: []string{chatrelay.AuditRefused, chatrelay.AuditIssued, chatrelay.AuditFirstUse, chatrelay.AuditRefused}[sub],
@@ -649,7 +689,7 @@ func (r *diffRun) step(in *diffInput) {
 			r.each(fmt.Sprintf("%s audit %+v", name, ev), func(d *diffBackend) string {
 				err := d.p.Audit(ctxb, th, ev)
 				log, lerr := d.p.AuditLog(ctxb, th)
-				return d.answer(nil, err, nil) + " then " + d.answer(log, lerr, nil)
+				return d.answerW(nil, err, nil) + " then " + d.answerW(log, lerr, nil)
 			})
 		}
 	case opParticipantPost:
@@ -704,14 +744,23 @@ func (r *diffRun) step(in *diffInput) {
 		case 0:
 			k := chatrelay.AgentKey{ID: fmt.Sprintf("a_%08x", len(r.agents)), Name: "agent", CreatedAt: r.clk.Now().UnixMilli(),
 				Digest: chatrelay.DigestOf(fmt.Sprintf("agent key %d", len(r.agents)))}
-			if n%3 == 0 {
+			switch n % 6 {
+			case 0, 3:
 				k.Threads = []string{th}
+			case 4:
+				k.Threads = []string{th, diffThreads[(slices.Index(diffThreads, th)+1)%len(diffThreads)]}
 			}
 			if n%5 == 1 && len(r.agents) > 0 {
 				k.ID = r.agents[0].ID // an id already stored: refused
 			}
 			r.agents = append(r.agents, k)
-			r.each(fmt.Sprintf("add agent %+v", k), func(d *diffBackend) string { return d.answer(nil, d.ag.AddAgent(ctxb, k), nil) })
+			r.each(fmt.Sprintf("add agent %+v", k), func(d *diffBackend) string {
+				err := d.ag.AddAgent(ctxb, k)
+				if err == nil {
+					d.agentsOwed = true
+				}
+				return d.answerW(nil, err, nil)
+			})
 		case 1:
 			id := "a_ffffffff"
 			if len(r.agents) > 0 {
@@ -719,7 +768,7 @@ func (r *diffRun) step(in *diffInput) {
 			}
 			r.each("revoke agent "+id, func(d *diffBackend) string {
 				k, err := d.ag.RevokeAgent(ctxb, id)
-				return d.answer(k, err, nil)
+				return d.answerW(k, err, nil)
 			})
 		case 2:
 			digest := chatrelay.DigestOf("no such key")
@@ -728,18 +777,20 @@ func (r *diffRun) step(in *diffInput) {
 			}
 			r.each("resolve agent", func(d *diffBackend) string {
 				k, err := d.ag.ResolveAgent(ctxb, digest)
-				return d.answer(k, err, nil)
+				return d.answerW(k, err, nil)
 			})
 		case 3:
 			r.each("agent keys", func(d *diffBackend) string {
 				ks, err := d.ag.AgentKeys(ctxb)
-				return d.answer(ks, err, nil)
+				return d.answerW(ks, err, nil)
 			})
 		}
 	case opObserve:
 		r.observe(th)
 	case opBulk:
 		r.bulk(in, th, name)
+	case opPush:
+		r.push(in, th, name)
 	case opReopen:
 		// A restart: the store closed and opened again on the same data
 		// (the same folder, the same Redis and prefix).
@@ -801,6 +852,8 @@ func (r *diffRun) observe(th string) {
 		out = append(out, d.answer(gs, err, nil))
 		log, err := d.p.AuditLog(ctxb, th)
 		out = append(out, d.answer(log, err, nil))
+		subs, err := d.pu.PushSubscriptions(ctxb, th)
+		out = append(out, d.answerW(subs, err, nil))
 		return strings.Join(out, "\n  ")
 	})
 }
@@ -816,6 +869,10 @@ func (r *diffRun) observeAll() {
 		return d.answer(infos, err, nil)
 	})
 	r.each("pending at the end", (*diffBackend).pending)
+	r.each("agent keys at the end", func(d *diffBackend) string {
+		ks, err := d.ag.AgentKeys(ctxb)
+		return d.answerW(ks, err, nil)
+	})
 }
 
 // seedsDiff are the seed corpus: sequences that reach the interesting
@@ -895,6 +952,27 @@ func seedsDiff() [][]byte {
 			app(0, 1, 1, 0, 0), app(0, 0, 0, 0, 0), app(0, 0, 1, 0, 0), []byte{opAnswer, 0, 2, 0}, app(0, 0, 0, 0, 0)),
 		s([]byte{2, 0}, app(0, 0, 0, 0, 0), []byte{opAsk, 0, 0, 3, 0}, clock(5), app(0, 1, 1, 0, 0), clock(4), []byte{opSweep, 0},
 			[]byte{opPending, 0}, []byte{opReact, 0, 0, 2, 0, 0}, []byte{opReopen, 0}, []byte{opReact, 0, 0, 2, 1, 1}),
+		// Push subscriptions: refused before the thread's first message,
+		// the owner's and a participant's, the same endpoint again (kept,
+		// then its keys and events taken), a participant's taking over the
+		// owner's (refused), a step of the clock back, unsubscribe (twice:
+		// then not found), the thread swept away and made again.
+		s([]byte{2, 0}, []byte{opPush, 0, 0, 0, 0}, app(0, 0, 0, 0, 0), []byte{opInvite, 0, 0, 0, 0, 0},
+			[]byte{opPush, 0, 0, 0, 0}, []byte{opPush, 0, 1, 1, 1, 0}, []byte{opPush, 0, 0, 0, 0}, []byte{opPush, 0, 1, 4, 0},
+			[]byte{opPush, 0, 0, 0, 1, 0}, clock(7), []byte{opPush, 0, 0, 2, 0}, []byte{opPush, 0, 2, 0},
+			[]byte{opPush, 0, 3, 1}, []byte{opPush, 0, 3, 1}, []byte{opPush, 0, 3, 251}, []byte{opReopen, 0}, []byte{opPush, 1, 2, 0},
+			clock(6), []byte{opSweep, 0}, app(0, 0, 0, 0, 0), []byte{opPush, 0, 2, 0}),
+		// Devices and agent keys with scopes: a device that expires, seen,
+		// noted expired (once), revoked; keys of one thread, of two, of
+		// every thread, revoked, resolved, listed.
+		s([]byte{0, 0}, app(1, 0, 0, 0, 0), []byte{opDevice, 1, 3}, []byte{opDevice, 1, 1}, []byte{opUsed, 1, 1, 0},
+			clock(3), clock(3), []byte{opUsed, 1, 3, 0}, []byte{opUsed, 1, 3, 0}, []byte{opUsed, 1, 2, 1}, []byte{opRevoke, 1, 0, 1},
+			[]byte{opGrants, 1, 0, 0}, []byte{opAgent, 1, 0, 0}, []byte{opAgent, 2, 0, 4}, []byte{opAgent, 0, 0, 5},
+			[]byte{opAgent, 0, 1, 1}, []byte{opAgent, 0, 2, 1}, []byte{opAgent, 0, 3, 0}),
+		// Push subscriptions past LimitPushParticipants and
+		// LimitPushSubscriptions, one removed, one more of each.
+		s([]byte{0, 0}, app(0, 0, 0, 0, 0), []byte{opPush, 0, 4, 8}, []byte{opPush, 0, 3, 0}, []byte{opPush, 0, 0, 1, 1, 0},
+			[]byte{opPush, 0, 0, 2, 0}, []byte{opPush, 0, 4, 3}),
 	}
 }
 
@@ -921,11 +999,11 @@ func (r *diffRun) bulk(in *diffInput, th, name string) {
 					ev.Code = ""
 				}
 				if err := d.p.Audit(ctxb, th, ev); err != nil {
-					errs = append(errs, fmt.Sprintf("%d: %s", i, d.answer(nil, err, nil)))
+					errs = append(errs, fmt.Sprintf("%d: %s", i, d.answerW(nil, err, nil)))
 				}
 			}
 			log, err := d.p.AuditLog(ctxb, th)
-			return d.answer(errs, nil, nil) + " then " + d.answer(log, err, nil)
+			return d.answerW(errs, nil, nil) + " then " + d.answerW(log, err, nil)
 		})
 	case 1:
 		count := chatrelay.LimitActiveGrants.Max - 5 + n%10
@@ -941,20 +1019,20 @@ func (r *diffRun) bulk(in *diffInput, th, name string) {
 		r.each(fmt.Sprintf("%s %d invites from %s", name, count, gs[0].ID), func(d *diffBackend) string {
 			var out []string
 			for _, g := range gs {
-				out = append(out, d.answer(nil, d.p.Invite(ctxb, th, g), nil))
+				out = append(out, d.answerW(nil, d.p.Invite(ctxb, th, g), nil))
 			}
 			gs, err := d.p.Grants(ctxb, th)
-			return strings.Join(out, ",") + " then " + d.answer(gs, err, nil)
+			return strings.Join(out, ",") + " then " + d.answerW(gs, err, nil)
 		})
 	case 2:
 		r.each(fmt.Sprintf("%s revoke every grant", name), func(d *diffBackend) string {
 			var out []string
 			for _, g := range r.grants {
 				_, err := d.p.Revoke(ctxb, th, g.ID)
-				out = append(out, d.answer(nil, err, nil))
+				out = append(out, d.answerW(nil, err, nil))
 			}
 			gs, err := d.p.Grants(ctxb, th)
-			return strings.Join(out, ",") + " then " + d.answer(gs, err, nil)
+			return strings.Join(out, ",") + " then " + d.answerW(gs, err, nil)
 		})
 	}
 }
@@ -972,5 +1050,83 @@ func seedsBulk() [][]byte {
 		// invites past the invite window's.
 		slices.Concat([]byte{0, 0}, app(0), []byte{opBulk, 0, 1, 9}, []byte{opParticipantPost, 0, 3, 0, 0},
 			[]byte{opBulk, 0, 2, 0}, []byte{opBulk, 0, 1, 0}, []byte{opGrants, 0, 0, 1}),
+	}
+}
+
+// The push subscriptions' endpoints the generator picks among (reserved
+// names: nothing is ever sent to them).
+var pushEndpoints = []string{"https://push.example.test/ep/0", "https://push.example.test/ep/1", "https://push.example.test/ep/2", "https://push.example.test/ep/3"}
+
+// pushOf is a subscription to endpoint by subscriber with keys of kind
+// keys, asking for events of kind events: its id the run's next, made so
+// that ids do not grow with the order they are made in (as
+// chatrelay.NewPushID's), and its created_at the test clock's.
+func (r *diffRun) pushOf(endpoint, subscriber string, keys, events int) chatrelay.PushSubscription {
+	p := pushSub(keys, subscriber)
+	p.Endpoint = endpoint
+	p.ID = fmt.Sprintf("w_%08x", uint32(len(r.pushes)+1)*2654435761)
+	p.CreatedAt = r.clk.Now().UnixMilli()
+	if events == 1 {
+		p.Events = []chatrelay.PushEvent{chatrelay.PushInteraction}
+	}
+	r.pushes = append(r.pushes, p.ID)
+	return p
+}
+
+// subscriber picks the owner or a participant (a grant made so far, or
+// one no thread has) as a subscription's subscriber.
+func (r *diffRun) subscriber(in *diffInput) string {
+	if in.pick(3) == 0 {
+		return chatrelay.SubscriberOwner
+	}
+	return "p:" + r.grantID(in)
+}
+
+// push runs an operation on the thread's push subscriptions: subscribe
+// (a new endpoint, or one subscribed already, by the owner or a
+// participant), list, unsubscribe, or subscribe many at once toward
+// LimitPushSubscriptions and LimitPushParticipants.
+func (r *diffRun) push(in *diffInput, th, name string) {
+	sub, n := in.pick(5), int(in.byte())
+	switch sub {
+	case 0, 1:
+		p := r.pushOf(pushEndpoints[n%len(pushEndpoints)], r.subscriber(in), (n>>2)%2, (n>>3)%2)
+		r.each(fmt.Sprintf("%s subscribe %+v", name, p), func(d *diffBackend) string {
+			got, created, err := d.pu.PushSubscribe(ctxb, th, p)
+			return d.answerW([]any{got, created}, err, nil)
+		})
+	case 2:
+		r.each(name+" subscriptions", func(d *diffBackend) string {
+			subs, err := d.pu.PushSubscriptions(ctxb, th)
+			return d.answerW(subs, err, nil)
+		})
+	case 3:
+		id := "w_ffffffff"
+		if len(r.pushes) > 0 && n < 250 {
+			id = r.pushes[n%len(r.pushes)]
+		}
+		r.each(fmt.Sprintf("%s unsubscribe %s", name, id), func(d *diffBackend) string {
+			p, err := d.pu.PushUnsubscribe(ctxb, th, id)
+			return d.answerW(p, err, nil)
+		})
+	case 4:
+		count := chatrelay.LimitPushParticipants.Max - 2 + n%9
+		var subs []chatrelay.PushSubscription
+		for i := range count {
+			subscriber := chatrelay.SubscriberOwner
+			if (i*(n|1))%4 != 0 {
+				subscriber = fmt.Sprintf("p:p_%08x", i%5)
+			}
+			subs = append(subs, r.pushOf(fmt.Sprintf("https://push.example.test/bulk/%d", i+n%3), subscriber, i%2, 0))
+		}
+		r.each(fmt.Sprintf("%s %d subscriptions (pattern %d) from %s", name, count, n, subs[0].ID), func(d *diffBackend) string {
+			var out []string
+			for _, p := range subs {
+				_, created, err := d.pu.PushSubscribe(ctxb, th, p)
+				out = append(out, d.answerW(created, err, nil))
+			}
+			got, err := d.pu.PushSubscriptions(ctxb, th)
+			return strings.Join(out, ",") + " then " + d.answerW(got, err, nil)
+		})
 	}
 }

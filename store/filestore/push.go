@@ -93,6 +93,7 @@ func (s *File) parsePush(thread string, data []byte) ([]chatrelay.PushSubscripti
 		s.log.Error("push subscriptions record does not parse; it is kept as it is", "thread", thread, "err", err)
 		return nil, store.PushUnreadable(fmt.Errorf("push record of %s: %w", thread, err))
 	}
+	slices.SortFunc(f.Subscriptions, store.PushOrder) // the record keeps them in the order subscribed
 	return f.Subscriptions, nil
 }
 
@@ -140,6 +141,7 @@ func (s *File) withPush(ctx context.Context, thread string, fn func(subs []chatr
 	if len(subs) > 0 {
 		prev = pushRecord(thread, subs)
 	}
+	slices.SortFunc(out, store.PushOrder) // as every read lists them
 	b := pushRecord(thread, out)
 	if err := s.replaceRecord(s.dir, thread+".push.json", b, prev, s.dsync); err != nil {
 		return s.unavailable(thread, err)

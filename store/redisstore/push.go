@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,12 +51,7 @@ func readPush(fields map[string]string) ([]chatrelay.PushSubscription, error) {
 		}
 		out = append(out, p)
 	}
-	slices.SortFunc(out, func(a, b chatrelay.PushSubscription) int {
-		if c := cmp.Compare(a.CreatedAt, b.CreatedAt); c != 0 { // not a - b: a stored time may be any int64
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
+	slices.SortFunc(out, store.PushOrder)
 	return out, nil
 }
 
