@@ -142,12 +142,7 @@ func (as *agentServer) endSession(sid string, d time.Duration) {
 		as.sessIdle[sid] = idle
 	}
 	as.mu.Unlock()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-idle:
-	case <-t.C:
-	}
+	waitAtMost(idle, d)
 }
 
 // sessionEnded is the cause of a call ended by a DELETE of its session (or
@@ -200,6 +195,16 @@ func (as *agentServer) post(sid string) (done func()) {
 	}
 }
 
+// waitAtMost waits until done is closed, or for d.
+func waitAtMost(done <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
 // drained returns once the key's POST requests in flight have been
 // answered, or after d.
 func (as *agentServer) drained(d time.Duration) {
@@ -213,12 +218,7 @@ func (as *agentServer) drained(d time.Duration) {
 	}
 	idle := as.idle
 	as.mu.Unlock()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-idle:
-	case <-t.C:
-	}
+	waitAtMost(idle, d)
 }
 
 // HTTPOptions tune an HTTP. Agents is required; the zero values of the
