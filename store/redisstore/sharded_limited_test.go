@@ -283,8 +283,9 @@ func TestShardedCreationBurst(t *testing.T) {
 
 // TestShardedCreationSlowTurns: 24 posts that each create a thread, on
 // two nodes at once, while every holder's turn is slow (it holds the
-// creation lock a fifth of the store timeout): the turns take about five
-// store timeouts in all, and every post is answered, stored or refused
+// creation lock a tenth of the store timeout): the turns take about 2.4
+// store timeouts in all (and a quarter of the wait's bound,
+// maxCreateWait, so that a loaded machine does not reach it), and every post is answered, stored or refused
 // thread_limit past the limit, none 503 store_unavailable, since a turn
 // ended all the while. The limit holds exactly across the nodes.
 func TestShardedCreationSlowTurns(t *testing.T) {
@@ -293,7 +294,7 @@ func TestShardedCreationSlowTurns(t *testing.T) {
 	opt := Options{Prefix: prefix, MaxThreads: 20, Timeout: time.Second}
 	nodes := []*Sharded{openSharded(t, spec, opt), openSharded(t, spec, opt)}
 	for _, sh := range nodes {
-		sh.turn = func() { time.Sleep(opt.Timeout / 5) } // the holder's work, slowed
+		sh.turn = func() { time.Sleep(opt.Timeout / 10) } // the holder's work, slowed
 	}
 	ctx := t.Context()
 	const n = 24
