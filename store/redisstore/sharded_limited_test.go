@@ -410,19 +410,21 @@ func TestShardedCreationWaitHasAnEnd(t *testing.T) {
 	a := openSharded(t, spec, opt)
 	s0 := a.Shards()[0]
 	lock := s0.prefix + "create-lock"
+	// The lock is held before the post asks for it, then changes hands.
+	assert.Success(t, s0.rdb.Set(t.Context(), lock, "other-node-0", time.Minute).Err())
 	churn, cancelChurn := context.WithCancel(t.Context())
 	churned := make(chan struct{})
 	go func() {
 		defer close(churned)
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
-		for i := 0; ; i++ {
-			s0.rdb.Set(churn, lock, fmt.Sprintf("other-node-%d", i), time.Minute)
+		for i := 1; ; i++ {
 			select {
 			case <-churn.Done():
 				return
 			case <-tick.C:
 			}
+			s0.rdb.Set(churn, lock, fmt.Sprintf("other-node-%d", i), time.Minute)
 		}
 	}()
 	// The caller's own bound, far past the store's: the wait must end first.
