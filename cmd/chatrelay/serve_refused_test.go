@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 )
 
@@ -15,7 +16,10 @@ import (
 // neither makes a data folder nor records its flags in the folder's
 // settings.json, which the host CLI's writes follow (a failed start with
 // --retention-messages 5 would have the next reply trim every thread to
-// five messages).
+// five messages). It fails with exit 1 and a machine code,
+// address_unavailable, naming the flag: it printed net.Listen's words
+// alone ("chatrelay: listen tcp …: bind: address already in use"), the one
+// serve failure with no code.
 func TestServeThatCannotListenLeavesTheFolderAlone(t *testing.T) {
 	t.Parallel()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
@@ -24,11 +28,11 @@ func TestServeThatCannotListenLeavesTheFolderAlone(t *testing.T) {
 	taken := busy.Addr().String()
 
 	for _, tc := range []struct {
-		name string
-		args []string
+		name, flag string
+		args       []string
 	}{
-		{"address taken", []string{"--addr", taken}},
-		{"metrics address taken", []string{"--addr", "127.0.0.1:0", "--metrics-addr", taken}},
+		{"address taken", "--addr", []string{"--addr", taken}},
+		{"metrics address taken", "--metrics-addr", []string{"--addr", "127.0.0.1:0", "--metrics-addr", taken}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -37,6 +41,13 @@ func TestServeThatCannotListenLeavesTheFolderAlone(t *testing.T) {
 			r := runCLI(t, nil, "", args...)
 			assert.True(t, r.err != nil, "serve started on a taken address")
 			assert.True(t, strings.Contains(r.err.Error(), "address already in use"), "error: %v", r.err)
+			assert.Equal(t, "exit status", exitCode(r.err), 1)
+			assert.Equal(t, "code", chatrelay.CodeOf(r.err), codeAddressUnavailable)
+			var line strings.Builder
+			report(&line, r.err)
+			assert.True(t, strings.HasPrefix(line.String(), "chatrelay: address_unavailable: "+tc.flag+" "+taken+" "),
+				"the error line %q does not start with its code and flag", line.String())
+			assert.True(t, strings.Contains(line.String(), "address already in use"), "the error line %q does not say why", line.String())
 			_, statErr := os.Stat(fresh)
 			assert.True(t, os.IsNotExist(statErr), "a serve that did not start made its data folder: %v", statErr)
 

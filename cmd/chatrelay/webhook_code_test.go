@@ -2,8 +2,6 @@ package main
 
 import (
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,36 +9,6 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/webhooktest"
 )
-
-// TestServeTakenAddressHasACode: serve on an --addr or --metrics-addr
-// another listener holds fails with exit 1 and a machine code,
-// address_unavailable, naming the flag, with the data folder as it was;
-// it printed net.Listen's words alone ("chatrelay: listen tcp …: bind:
-// address already in use"), the one serve failure with no code.
-func TestServeTakenAddressHasACode(t *testing.T) {
-	t.Parallel()
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.Success(t, err)
-	defer taken.Close()
-	addr := taken.Addr().String()
-	for _, args := range [][]string{
-		{"--addr", addr},
-		{"--addr", "127.0.0.1:0", "--metrics-addr", addr},
-	} {
-		data := filepath.Join(t.TempDir(), "data")
-		r := runCLI(t, nil, "", append([]string{"serve", "--data", data}, args...)...)
-		assert.Equal(t, strings.Join(args, " ")+" exit status", exitCode(r.err), 1)
-		assert.Equal(t, strings.Join(args, " ")+" code", chatrelay.CodeOf(r.err), codeAddressUnavailable)
-		var line strings.Builder
-		report(&line, r.err)
-		flag := args[len(args)-2]
-		assert.True(t, strings.HasPrefix(line.String(), "chatrelay: address_unavailable: "+flag+" "+addr+" "),
-			"%v: the error line %q does not start with its code and flag", args, line.String())
-		assert.True(t, strings.Contains(line.String(), "address already in use"), "%v: the error line %q does not say why", args, line.String())
-		_, serr := os.Stat(data)
-		assert.True(t, os.IsNotExist(serr), "%v: the data folder was made", args)
-	}
-}
 
 // TestWebhookTestUndeliveredHasACode: a webhook test ping that reaches no
 // receiver (connection refused), or that the receiver refuses, exits 1
