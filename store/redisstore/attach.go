@@ -180,8 +180,7 @@ func (s *Store) putAttachment(ctx context.Context, thread string, up store.Uploa
 		// no record names bytes the store does not hold.
 		s.unlist(ctx, thread)
 		s.log.Warn("upload: Redis lost chunks of it", "thread", thread)
-		return chatrelay.Attachment{}, &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
-			Err: fmt.Errorf("redis upload: the staging key lacks chunks it was sent (%d)", aw.i)}
+		return chatrelay.Attachment{}, unreachable(fmt.Errorf("redis upload: the staging key lacks chunks it was sent (%d)", aw.i))
 	}
 	if res == "unreadable" {
 		s.unlist(ctx, thread)

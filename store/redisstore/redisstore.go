@@ -571,6 +571,12 @@ func (s *Store) threadKeys(thread string, suffixes []string, extra int) []string
 	return k
 }
 
+// unreachable is the error of a store call that Redis did not serve
+// (why): 503 store_unavailable, retryable after a second.
+func unreachable(why error) *chatrelay.Error {
+	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry, Err: why}
+}
+
 // unavailable wraps a Redis failure: StoreUnavailable for anything that
 // says Redis cannot serve now, Internal for an answer this code did not
 // expect (a bug, or a Redis too old for a command). The failure marks
@@ -605,8 +611,7 @@ func (s *Store) failed(op string, err error, since *uint64) error {
 		s.reloadSlots()
 		s.log.Warn("redis store unavailable", "op", op, "err", err)
 	}
-	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
-		Err: fmt.Errorf("redis %s: %w", op, err)}
+	return unreachable(fmt.Errorf("redis %s: %w", op, err))
 }
 
 // isReply reports whether err is an error reply of Redis: Redis

@@ -609,8 +609,7 @@ func (s *Store) waitFailed(err error) error {
 		// Redis may have answered all along: no "redis store unavailable".
 		s.log.Warn("redis store: a new thread's wait for the creation lock gave up", "err", err)
 	}
-	return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
-		Err: fmt.Errorf("redis create lock: %w", err)}
+	return unreachable(fmt.Errorf("redis create lock: %w", err))
 }
 
 // Since implements store.Store.

@@ -130,8 +130,7 @@ func (g *shardGate) pass(ctx context.Context) error {
 		if errors.As(err, &he) && he.Code == chatrelay.StoreUnavailable && he.Err != nil {
 			err = he.Err // said once
 		}
-		return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
-			Err: fmt.Errorf("redis shard %s: %w", g.l.names[g.k], err)}
+		return unreachable(fmt.Errorf("redis shard %s: %w", g.l.names[g.k], err))
 	}
 }
 
@@ -200,8 +199,7 @@ func (l *lateShards) attempt(ctx context.Context) {
 		case r.err != nil:
 			g.err = r.err
 		default:
-			g.err = &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
-				Err: errors.New("it has no shard record yet, which is written once every shard answers")}
+			g.err = unreachable(errors.New("it has no shard record yet, which is written once every shard answers"))
 		}
 	}
 	if ctx.Err() != nil {

@@ -126,8 +126,7 @@ func (sh *Sharded) openLate(ctx context.Context, names []string, errs []error) e
 	if usable == 0 {
 		// A store's first start (no shard has its record yet) needs every
 		// shard: the records are written together, shard 0's last.
-		return &chatrelay.Error{Code: chatrelay.StoreUnavailable, Message: "the store cannot be reached", Retry: retry,
-			Err: fmt.Errorf("no shard that answers has its shard record yet, and a store's first start needs every shard: %w", why)}
+		return unreachable(fmt.Errorf("no shard that answers has its shard record yet, and a store's first start needs every shard: %w", why))
 	}
 	for k, g := range l.gates {
 		if g != nil {
