@@ -59,7 +59,10 @@ func runCLI(t *testing.T, getenv func(string) string, stdin string, args ...stri
 	if getenv == nil {
 		getenv = env(nil)
 	}
-	var stdout, stderr bytes.Buffer
+	// Locked: go-redis logs through one logger per process, handed to the
+	// newest open store's (clientlog.go), so another test's store may log
+	// a failed dial here while this command writes.
+	var stdout, stderr lockedBuffer
 	err := run(t.Context(), args, getenv, strings.NewReader(stdin), &stdout, &stderr)
 	return cliResult{err: err, stdout: stdout.String(), stderr: stderr.String()}
 }
