@@ -3,7 +3,9 @@ package redisstore
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -259,22 +261,25 @@ func TestClusterMovedFollowed(t *testing.T) {
 }
 
 // TestClusterBatchKeepsWhatRan: a batch of the store's scripts (batch.go)
-// on a migrating slot: two that run on the source (an INCR each) around
-// one whose keys are split between the two nodes (TRYAGAIN). Each that
-// ran keeps its answer, and runs once, whether the refused one is then
-// answered (the migration ends) or stays refused past the store timeout:
-// it then fails alone, with Redis's refusal (the reverted clusterredir
-// answered every script of such a batch with the deadline's error, so
-// posts that were stored answered 503).
+// on a migrating slot: two that run on the source (an INCR each) and one
+// whose keys are split between the two nodes (TRYAGAIN), first or between
+// them. Each that ran keeps its answer, and runs once, whether the
+// refused one is then answered (the migration ends) or stays refused past
+// the store timeout: it then fails alone, with Redis's refusal. (The
+// reverted clusterredir, with the refused one first and staying refused,
+// answered the INCRs that ran "context deadline exceeded": a stored post
+// answered 503.)
 func TestClusterBatchKeepsWhatRan(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3})
 	incr := &luaScript{Script: redis.NewScript("return redis.call('INCR', KEYS[1])")}
 	read := &luaScript{Script: redis.NewScript("return redis.call('MGET', KEYS[1], KEYS[2])")}
-	for _, ends := range []bool{true, false} {
-		name := map[bool]string{true: "migration ends", false: "migration stays"}[ends]
+	for i, tc := range []struct {
+		ends    bool
+		refused int // the refused script's place in the batch
+	}{{true, 0}, {true, 1}, {false, 0}, {false, 1}} {
+		name := fmt.Sprintf("migration ends %v, refused %d", tc.ends, tc.refused)
 		t.Run(name, func(t *testing.T) {
-			tag := "{b" + map[bool]string{true: "e", false: "s"}[ends] + "}"
-			m := startMigration(t, c, tag)
+			m := startMigration(t, c, fmt.Sprintf("{batch%d}", i))
 			rounds := 0
 			opt := Options{Prefix: "b:", evalOnly: true, Timeout: 500 * time.Millisecond, onRedirect: func(cmds []redis.Cmder) {
 				rounds++
@@ -283,7 +288,7 @@ func TestClusterBatchKeepsWhatRan(t *testing.T) {
 						t.Errorf("sent again: %v (it was not refused)", cmd.Args())
 					}
 				}
-				if ends {
+				if tc.ends {
 					m.finish(t)
 				}
 			}}
@@ -295,35 +300,36 @@ func TestClusterBatchKeepsWhatRan(t *testing.T) {
 				}
 				return read.Load(ctx, n).Err()
 			}))
-			calls := []*scriptCall{
-				{script: incr, keys: []string{m.n}},
-				{script: read, keys: []string{m.k1, m.k2}},
-				{script: incr, keys: []string{m.n}},
-			}
+			calls := []*scriptCall{{script: incr, keys: []string{m.n}}, {script: incr, keys: []string{m.n}}}
+			calls = slices.Insert(calls, tc.refused, &scriptCall{script: read, keys: []string{m.k1, m.k2}})
 			for _, call := range calls {
 				call.done = make(chan *redis.Cmd, 1)
 			}
 			a.shards[0].sendBatch(calls)
-			var answers []*redis.Cmd
-			for _, call := range calls {
-				answers = append(answers, <-call.done)
-			}
-			assert.True(t, rounds > 0, "nothing was sent again")
-			for _, i := range []int{0, 2} {
-				got, err := answers[i].Int()
+			var ran []int64
+			var refused *redis.Cmd
+			for j, call := range calls {
+				cmd := <-call.done
+				if j == tc.refused {
+					refused = cmd
+					continue
+				}
+				got, err := cmd.Int64()
 				assert.Success(t, err)
-				assert.Equal(t, "the answer of the INCR that ran", got, i/2+1)
+				ran = append(ran, got)
 			}
+			assert.Equal(t, "the answers of the INCRs that ran", fmt.Sprint(ran), "[1 2]")
 			assert.Equal(t, "the counter", m.counter(t), 2)
-			if ends {
-				got, err := answers[1].StringSlice()
+			if tc.ends {
+				got, err := refused.StringSlice()
 				assert.Success(t, err)
 				assert.Equal(t, "the refused read, answered", strings.Join(got, ","), "a,b")
 				return
 			}
-			err := answers[1].Err()
+			err := refused.Err()
 			assert.True(t, redis.IsTryAgainError(err), "the read still refused has Redis's refusal, not %v", err)
 			assert.Code(t, a.shards[0].unavailable("read", err), chatrelay.StoreUnavailable)
+			assert.True(t, rounds > 1, "the refused read was not sent again until the store timeout")
 		})
 	}
 }
