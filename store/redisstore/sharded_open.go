@@ -301,7 +301,8 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	// redirection within MaxRedirects, whatever MaxRetries says, and its
 	// pipeline loop is not sound (redirect.go): it follows none, one
 	// attempt each, and reloads the slot map after a MOVED; redirectHook
-	// follows MOVED, ASK and TRYAGAIN, and only those.
+	// follows MOVED, ASK and TRYAGAIN (CLUSTERDOWN briefly), and only
+	// those.
 	co.MaxRetries = -1
 	co.MaxRedirects = -1
 	co.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
