@@ -379,3 +379,47 @@ func TestReactionButtonsAreWholeTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestTitleReadWholeAtANarrowWidth: a conversation's title (chatrelay
+// open) that the bar cuts at 320 px, the narrowest phones' width and
+// WCAG's reflow width, can be read whole on the screen, not only in a
+// tooltip (which a touch screen and the keyboard never show); where the
+// bar shows it whole (a desktop), it is shown once. Before, at 320 px the
+// bar read "Deploy bu…" and the rest was in the title attribute alone.
+func TestTitleReadWholeAtANarrowWidth(t *testing.T) {
+	srv := startServer(t)
+	const title = "Deploy build 412 to production tonight?"
+	out := srv.cli("open", "--title", title, "--text", "Build 412 passed.", "--public-url", strings.TrimSuffix(srv.URL, "/"))
+	link := ""
+	if i := strings.Index(string(out), `"link":"`); i >= 0 {
+		link, _, _ = strings.Cut(string(out[i+len(`"link":"`):]), `"`)
+	}
+	if link == "" {
+		t.Fatalf("chatrelay open printed %q", out)
+	}
+	tb := newWindow(t)
+	tb.do(soon, "a 320 px phone", chromedp.EmulateViewport(320, 568, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	tb.open(link)
+	tb.waitShown(soon, "Build 412 passed.")
+	tb.waitJS(soon, "the title in the bar", `document.getElementById("thread-id").textContent === `+js(title))
+	// Each element, out of every tooltip, that shows the title whole: its
+	// text is the title, it is drawn, on the screen, and not cut.
+	const whole = `(() => {
+		const out = [];
+		for (const e of document.querySelectorAll("body *")) {
+			if (e.textContent.trim() !== ` + "`" + title + "`" + ` || [...e.children].some((c) => c.textContent.trim() === e.textContent.trim())) continue;
+			const r = e.getBoundingClientRect();
+			let cut = e.scrollWidth > e.clientWidth + 0.5;
+			for (let p = e.parentElement; p && !cut; p = p.parentElement) {
+				const pr = p.getBoundingClientRect(), s = getComputedStyle(p);
+				if (s.overflowX !== "visible" && (r.left < pr.left - 0.5 || r.right > pr.right + 0.5)) cut = true;
+			}
+			if (r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= innerWidth + 0.5 && r.top >= 0 && r.bottom <= innerHeight + 0.5 && !cut) out.push(e.id || e.className || e.tagName);
+		}
+		return out;
+	})()`
+	tb.waitJS(soon, "the title read whole at 320 px", whole+`.length >= 1`)
+	tb.do(soon, "a desktop", chromedp.EmulateViewport(1280, 900))
+	tb.waitJS(soon, "the width", `document.documentElement.clientWidth === 1280`)
+	tb.waitJS(soon, "the title shown whole once at 1280 px", whole+`.length === 1`)
+}
