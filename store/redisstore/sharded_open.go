@@ -298,9 +298,11 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	}
 	// An append is not idempotent: never send it twice. go-redis's
 	// cluster client resends a command after a lost connection or a
-	// redirection within MaxRedirects, whatever MaxRetries says; with
-	// none, a moved slot fails the call (StoreUnavailable, Retry 1s) and
-	// the client reloads the slot map for the next one.
+	// redirection within MaxRedirects, whatever MaxRetries says, and its
+	// pipeline loop is not sound (redirect.go): it follows none, one
+	// attempt each, and reloads the slot map after a MOVED; redirectHook
+	// follows MOVED, ASK and TRYAGAIN (CLUSTERDOWN briefly), and only
+	// those.
 	co.MaxRetries = -1
 	co.MaxRedirects = -1
 	co.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
@@ -308,7 +310,14 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	if co.ClientName == "" {
 		co.ClientName = "chatrelay"
 	}
+	if opt.dial != nil {
+		co.Dialer = opt.dial
+	}
 	rdb := redis.NewClusterClient(co)
+	nodes := &nodeClients{m: map[string]*redis.Client{}}
+	rdb.OnNewNode(nodes.add)
+	// The outer hook: before every shard's answerHook (newStore).
+	rdb.AddHook(redirectHook{nodes: nodes, onRound: opt.onRedirect})
 	if opt.WaitReplicas > 0 {
 		// WAIT counts one connection's writes: it goes in each node's
 		// share of a pipeline, on that node's connection (replicas.go).
