@@ -97,7 +97,7 @@ func (h redirectHook) DialHook(next redis.DialHook) redis.DialHook { return next
 func (h redirectHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if redirection(err) == notRedirected {
+		if r, _ := redirection(err); r == notRedirected {
 			return err
 		}
 		cmd.SetErr(err)
@@ -194,7 +194,7 @@ func txRedirection(cmds []redis.Cmder) (redirect, string) {
 		return notRedirected, ""
 	}
 	err := cmds[0].Err()
-	r := redirection(err)
+	r, addr := redirection(err)
 	if r == notRedirected {
 		return notRedirected, ""
 	}
@@ -202,13 +202,6 @@ func txRedirection(cmds []redis.Cmder) (redirect, string) {
 		if c.Err() == nil || c.Err().Error() != err.Error() {
 			return notRedirected, ""
 		}
-	}
-	var addr string
-	switch r {
-	case moved:
-		addr, _ = redis.IsMovedError(err)
-	case ask:
-		addr, _ = redis.IsAskError(err)
 	}
 	return r, addr
 }
@@ -250,28 +243,30 @@ const (
 	down                   // CLUSTERDOWN: as TRYAGAIN, within clusterDownFor
 )
 
-func redirection(err error) redirect {
+// redirection is what err asks of its command, and for MOVED and ASK the
+// address of the node it names.
+func redirection(err error) (redirect, string) {
 	if err == nil || !isReply(err) {
-		return notRedirected
+		return notRedirected, ""
 	}
-	if _, ok := redis.IsMovedError(err); ok {
-		return moved
+	if addr, ok := redis.IsMovedError(err); ok {
+		return moved, addr
 	}
-	if _, ok := redis.IsAskError(err); ok {
-		return ask
+	if addr, ok := redis.IsAskError(err); ok {
+		return ask, addr
 	}
 	if redis.IsTryAgainError(err) {
-		return tryAgain
+		return tryAgain, ""
 	}
 	if redis.IsClusterDownError(err) {
-		return down
+		return down, ""
 	}
-	return notRedirected
+	return notRedirected, ""
 }
 
 func anyRedirected(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
-		if redirection(c.Err()) != notRedirected {
+		if r, _ := redirection(c.Err()); r != notRedirected {
 			return true
 		}
 	}
@@ -298,18 +293,12 @@ func (h redirectHook) follow(ctx context.Context, cmds []redis.Cmder, bySlot fun
 			stranger bool // a node named that the client does not know
 		)
 		for _, c := range cmds {
-			err := c.Err()
-			r := redirection(err)
+			r, addr := redirection(c.Err())
 			if r == notRedirected || r == down && time.Now().After(downUntil) {
 				continue
 			}
 			again = append(again, c)
-			var addr string
 			switch r {
-			case moved:
-				addr, _ = redis.IsMovedError(err)
-			case ask:
-				addr, _ = redis.IsAskError(err)
 			case tryAgain, down:
 				wait = true
 				slotted = append(slotted, c)
