@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io/fs"
 	"slices"
 	"syscall"
 	"time"
@@ -397,9 +396,15 @@ func (s *File) write(thread string, doc []byte, create bool) (*fdPin, fileID, er
 		}
 		tmp := s.tempDir()
 		fd, _, id, err = writeFD(tmp, s.dir, thread+".json", doc, s.dsync)
-		if tmp == s.tmpDir && errors.Is(err, fs.ErrNotExist) && s.tmpState.CompareAndSwap(tmpReady, tmpUnknown) {
-			// The temp folder was removed (by hand): made again, once.
-			fd, _, id, err = writeFD(s.tempDir(), s.dir, thread+".json", doc, s.dsync)
+		var unsynced *unsyncedError
+		if err != nil && tmp == s.tmpDir && !errors.As(err, &unsynced) {
+			// The temp folder failed it (removed, or replaced by a file,
+			// or made unwritable, by hand; or the disk is full): the
+			// write is made again beside the documents, where the
+			// readiness probe writes, and the next write looks at the
+			// folder again (made again if it is gone).
+			s.tmpState.CompareAndSwap(tmpReady, tmpUnknown)
+			fd, _, id, err = writeFD(s.dir, s.dir, thread+".json", doc, s.dsync)
 		}
 		return err
 	})

@@ -92,9 +92,36 @@ func TestATempFolderRemovedByHandIsMadeAgain(t *testing.T) {
 	assert.True(t, fi.IsDir(), "the temp folder is not a folder")
 	assert.Success(t, os.Remove(tmp))
 	appendText(t, s, threadA, "three")
+	appendText(t, s, threadA, "four")
 	p, err := s.Since(t.Context(), threadA, 0, 0)
 	assert.Success(t, err)
-	assert.Equal(t, "messages", texts(p), []string{"one", "two", "three"})
-	_, err = os.Stat(tmp)
+	assert.Equal(t, "messages", texts(p), []string{"one", "two", "three", "four"})
+	fi, err = os.Stat(tmp)
 	assert.Success(t, err)
+	assert.True(t, fi.IsDir(), "the temp folder was not made again")
+}
+
+// TestATempFolderReplacedAfterStartTakesPosts: a temp folder removed and
+// replaced by a file while the store runs (by hand) does not fail the
+// posts that follow (review11b: each answered 503 "not a directory" until
+// a restart, while the readiness probe, which writes beside the
+// documents, said ready): they are written beside the documents, and the
+// file is left as it was.
+func TestATempFolderReplacedAfterStartTakesPosts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	appendText(t, s, threadA, "one")
+	appendText(t, s, threadA, "two") // a replace: the temp folder is made
+	tmp := filepath.Join(dir, "chat", tempFolder)
+	assert.Success(t, os.Remove(tmp))
+	assert.Success(t, os.WriteFile(tmp, []byte("mine"), 0o600))
+	appendText(t, s, threadA, "three")
+	appendText(t, s, threadA, "four")
+	p, err := s.Since(t.Context(), threadA, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "messages", texts(p), []string{"one", "two", "three", "four"})
+	b, err := os.ReadFile(tmp)
+	assert.Success(t, err)
+	assert.Equal(t, "the file .tmp", string(b), "mine")
 }
