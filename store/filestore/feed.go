@@ -31,6 +31,15 @@ var ErrClosed = errors.New("filestore: closed")
 // closed: it reads nothing of a closed store's folder.
 func (s *File) Follow(ctx context.Context, fn func(store.Batch)) error {
 	s.baseline.Do(s.recordBaseline)
+	// The watch first, then ready: a feed told ready before its watch
+	// began missed a thread removed between them (a removal is announced
+	// by its event only; the rescans look at the documents there are).
+	w, err := fsnotify.NewWatcher()
+	if err == nil {
+		if err = w.Add(s.dir); err != nil {
+			w.Close()
+		}
+	}
 	f := &feed{fn: fn}
 	s.feedMu.Lock()
 	s.feeds[f] = struct{}{}
@@ -42,12 +51,6 @@ func (s *File) Follow(ctx context.Context, fn func(store.Batch)) error {
 		s.feedMu.Unlock()
 	}()
 
-	w, err := fsnotify.NewWatcher()
-	if err == nil {
-		if err = w.Add(s.dir); err != nil {
-			w.Close()
-		}
-	}
 	var events <-chan fsnotify.Event
 	var errs <-chan error
 	if err != nil {
