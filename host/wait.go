@@ -199,20 +199,25 @@ func (v *Verbs) unanswered(ctx context.Context, thread string) (WaitMessagesResu
 		if err != nil {
 			return WaitMessagesResult{}, err
 		}
-		msgs := p.Messages
-		for len(msgs) > 0 && msgs[len(msgs)-1].Epoch > upTo {
-			msgs = msgs[:len(msgs)-1]
-		}
-		if len(msgs) == len(p.Messages) {
-			out.Cursor = max(out.Cursor, p.Cursor)
-		}
+		// What hermes has answered is read in the whole thread (an
+		// answer stored since the list answers the messages before it);
+		// what is handed back stops at upTo.
 		from := 0
-		for i, e := range msgs {
+		for i, e := range p.Messages {
 			if e.Author == chatrelay.Hermes {
 				from = i + 1
 			}
 		}
-		for _, e := range msgs[from:] {
+		msgs := p.Messages[from:]
+		for len(msgs) > 0 && msgs[len(msgs)-1].Epoch > upTo {
+			msgs = msgs[:len(msgs)-1]
+		}
+		if n := len(p.Messages); n == 0 || p.Messages[n-1].Epoch <= upTo {
+			// Nothing stored since the list, hermes's answer neither:
+			// the cursor may pass it.
+			out.Cursor = max(out.Cursor, p.Cursor)
+		}
+		for _, e := range msgs {
 			all = append(all, msg{ThreadMessage{th, e.JSON2}, e.Epoch})
 		}
 	}
