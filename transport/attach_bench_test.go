@@ -155,7 +155,7 @@ func BenchmarkUploadHeap(b *testing.B) {
 // BenchmarkPostsWhileUploading: the p99 of a post's round trip, alone and
 // then (in the same run) while 4 clients upload 10 MiB files without a
 // pause, on each store: uploads must not hold posts up. The uploading
-// clients run in a process of their own at nice 19 (startUploaders), as
+// clients run in a process of their own in SCHED_IDLE (startUploaders), as
 // on machines of their own; the server's side of every upload (reading,
 // hashing, storing) is this process's, at the posts' priority. The busy phase
 // starts once every uploader has finished an upload and lasts until 8
