@@ -87,6 +87,10 @@ func Start(tb testing.TB, test string, env []string, nice int) *Proc {
 	return p
 }
 
+// Write writes b to the helper's standard input (a helper that takes
+// its work there reads it).
+func (p *Proc) Write(b []byte) (int, error) { return p.stdin.Write(b) }
+
 // Stop closes the helper's standard input (its signal to exit) and waits
 // for it, up to timeout; past it, the helper is killed. It returns the
 // helper's exit error (a kill's included). Its output must be read to
