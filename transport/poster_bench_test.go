@@ -13,7 +13,8 @@ import (
 	"github.com/chatrelay/chatrelay/internal/testproc"
 )
 
-// The posting clients of BenchmarkWebPush run in a process of their own,
+// The posting clients of BenchmarkWebPush and BenchmarkPostsWhileUploading
+// run in a process of their own,
 // as the people posting run on machines of their own: in the server's
 // process their goroutines (a request's write, its answer's read, the
 // connection's loops) took the server's Ps, and with push on, while a
@@ -30,14 +31,19 @@ import (
 const posterEnv = "CHATRELAY_POSTER" // set (to anything) in the poster process
 
 // posterPhase is one phase of posts: Posts posts from Workers clients to
-// URL (its /api/chat/post), post n as tokenN(n % Threads), paced at Rate
-// a second in all from the phase's start.
+// URL (its /api/chat/post), post n as tokenN(First + n % Threads), paced
+// at Rate a second in all from the phase's start (0: each worker's next
+// post as soon as its last is answered). NewClient makes the phase's
+// posts (and the next phases', to URL) through a new client (new
+// connections), not the one kept for URL.
 type posterPhase struct {
-	URL     string `json:"url"`
-	Posts   int    `json:"posts"`
-	Threads int    `json:"threads"`
-	Workers int    `json:"workers"`
-	Rate    int    `json:"rate"`
+	URL       string `json:"url"`
+	Posts     int    `json:"posts"`
+	First     int    `json:"first"`
+	Threads   int    `json:"threads"`
+	Workers   int    `json:"workers"`
+	Rate      int    `json:"rate"`
+	NewClient bool   `json:"new_client"`
 }
 
 // posterResult is a phase's outcome: each post's round trip (ns), the
@@ -65,7 +71,10 @@ func TestPosterProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := clients[ph.URL]
-		if c == nil {
+		if c == nil || ph.NewClient {
+			if c != nil {
+				c.CloseIdleConnections()
+			}
 			c = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: ph.Workers}}
 			clients[ph.URL] = c
 		}
@@ -96,13 +105,15 @@ func postPhase(c *http.Client, ph posterPhase) posterResult {
 				if n >= ph.Posts {
 					return
 				}
-				at := begin.Add(time.Duration(n) * time.Second / time.Duration(ph.Rate))
-				if wait := time.Until(at); wait > 0 {
-					time.Sleep(wait) // the post's time: pacing, not a condition
-				} else if -wait > time.Millisecond {
-					late.Add(1)
+				if ph.Rate > 0 {
+					at := begin.Add(time.Duration(n) * time.Second / time.Duration(ph.Rate))
+					if wait := time.Until(at); wait > 0 {
+						time.Sleep(wait) // the post's time: pacing, not a condition
+					} else if -wait > time.Millisecond {
+						late.Add(1)
+					}
 				}
-				d, err := benchPostURL(c, ph.URL, tokenN(n%ph.Threads))
+				d, err := benchPostURL(c, ph.URL, tokenN(ph.First+n%ph.Threads))
 				if err != nil {
 					mu.Lock()
 					if res.Err == "" {
