@@ -21,6 +21,11 @@ func TestCLIRemovesItsStaleTemps(t *testing.T) {
 	chat := filepath.Join(data, "chat")
 	mine := []string{"." + threadOld + ".json.tmp-dead1", "." + threadOld + ".participants.json.tmp-dead2"}
 	others := []string{"." + threadNew + ".json.tmp-dead3", "." + threadOld + ".upload.tmp-live4"}
+	// Beside the documents (a binary older than the temp folder) and in
+	// the temp folder (chat/.tmp), where a document's temp file is made.
+	mine = append(mine, ".tmp/."+threadOld+".json.tmp-dead5")
+	others = append(others, ".tmp/."+threadNew+".json.tmp-dead6")
+	assert.Success(t, os.MkdirAll(filepath.Join(chat, ".tmp"), 0o700))
 	for _, name := range append(append([]string{}, mine...), others...) {
 		assert.Success(t, os.WriteFile(filepath.Join(chat, name), []byte(`{"version":1,"messages":[{"text":"secret"}]}`), 0o600))
 	}

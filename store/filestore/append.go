@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"slices"
 	"syscall"
 	"time"
@@ -394,7 +395,12 @@ func (s *File) write(thread string, doc []byte, create bool) (*fdPin, fileID, er
 				s.noTmpfile.Store(true) // the folder's file system has none: not again
 			}
 		}
-		fd, _, id, err = writeFD(s.dir, thread+".json", doc, s.dsync)
+		tmp := s.tempDir()
+		fd, _, id, err = writeFD(tmp, s.dir, thread+".json", doc, s.dsync)
+		if tmp == s.tmpDir && errors.Is(err, fs.ErrNotExist) && s.tmpState.CompareAndSwap(tmpReady, tmpUnknown) {
+			// The temp folder was removed (by hand): made again, once.
+			fd, _, id, err = writeFD(s.tempDir(), s.dir, thread+".json", doc, s.dsync)
+		}
 		return err
 	})
 	if err != nil {

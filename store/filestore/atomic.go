@@ -33,7 +33,7 @@ func writeFile(dir, name string, data []byte, sync bool) (f *os.File, id fileID,
 // writeFileSync is writeFile with the folder's fsync done by ds (nil: no
 // fsync at all), which groups the fsyncs of concurrent writers.
 func writeFileSync(dir, name string, data []byte, ds *dirSync) (*os.File, fileID, error) {
-	fd, tmp, id, err := writeFD(dir, name, data, ds)
+	fd, tmp, id, err := writeFD(dir, dir, name, data, ds)
 	if err != nil {
 		return nil, id, err
 	}
@@ -46,13 +46,16 @@ func writeFileSync(dir, name string, data []byte, ds *dirSync) (*os.File, fileID
 // cleanup, and the fcntl with which os.NewFile asks the descriptor's
 // blocking mode). It renames with rename(2) itself: os.Rename first
 // lstats the destination (to refuse a folder there, which rename(2)
-// refuses as well). tmp is the temp file's name before the rename.
-func writeFD(dir, name string, data []byte, ds *dirSync) (_ int, _ string, id fileID, err error) {
+// refuses as well). tmp is the temp file's name before the rename. The
+// temp file is made in tmpDir: dir, or a folder of dir's file system
+// (File.tmpDir) whose changes ds need not sync (the rename's entry in
+// dir is what a crash must keep; a temp file left is the sweep's).
+func writeFD(tmpDir, dir, name string, data []byte, ds *dirSync) (_ int, _ string, id fileID, err error) {
 	// tf and tmp, not named results: a failed return sets the results
 	// before the deferred cleanup runs, which must close and remove the
 	// temp file (else its descriptor, and its room on the disk, are held
 	// for good: a bare descriptor has no cleanup).
-	tf, tmp, err := createTempFD(dir, "."+name+".tmp-")
+	tf, tmp, err := createTempFD(tmpDir, "."+name+".tmp-")
 	if err != nil {
 		return -1, "", id, err
 	}

@@ -5,7 +5,9 @@
 package filestore
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -88,12 +90,24 @@ type FileOptions struct {
 // linked, and takes the one now at the path if not (lockThread). Lock
 // files are empty.
 type File struct {
-	dir  string
-	opt  FileOptions
-	log  *slog.Logger
-	now  func() time.Time
-	mu   sync.Mutex // guards threads
-	tmap map[string]*threadState
+	dir string
+	// tmpDir is the folder of the temp files of the thread documents'
+	// writes: the chat folder's subfolder tempFolder, made by the first
+	// write that replaces a document (tempDir), so that a store nothing
+	// was written to has none. A temp file there makes no event in the
+	// chat folder's watch: a post's rename into the folder is its one
+	// event (moved-to), where a temp file beside the documents added
+	// three (its creation, its write, its moved-from), each read by
+	// every process that follows the folder. tmpState is tmpUnknown
+	// until the folder is made, tmpBeside if it cannot be (temp files
+	// are then made in the chat folder, as before it).
+	tmpDir   string
+	tmpState atomic.Int32
+	opt      FileOptions
+	log      *slog.Logger
+	now      func() time.Time
+	mu       sync.Mutex // guards threads
+	tmap     map[string]*threadState
 
 	createMu sync.Mutex // orders this process's thread creations (flock is per open file, not per goroutine)
 	countMu  sync.Mutex // guards countF, and is held while it is locked (lockCount); taken after createMu
@@ -225,7 +239,39 @@ func OpenFile(data string, opt FileOptions) (*File, error) {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	s.tmpDir = joinName(s.dir, tempFolder)
 	return s, nil
+}
+
+// tempFolder is the chat folder's subfolder of the documents' temp files.
+const tempFolder = ".tmp"
+
+// The states of File.tmpDir.
+const (
+	tmpUnknown = iota // not made yet, or gone (removed by hand)
+	tmpReady          // a folder: temp files are made there
+	tmpBeside         // it could not be made, or is not a folder of its own (a link, a file)
+)
+
+// tempDir returns the folder to make a document's temp file in: the temp
+// folder, made if it is missing, or the chat folder if it cannot be.
+func (s *File) tempDir() string {
+	switch s.tmpState.Load() {
+	case tmpReady:
+		return s.tmpDir
+	case tmpBeside:
+		return s.dir
+	}
+	if err := os.Mkdir(s.tmpDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		s.tmpState.Store(tmpBeside)
+		return s.dir
+	}
+	if fi, err := os.Lstat(s.tmpDir); err != nil || !fi.IsDir() {
+		s.tmpState.Store(tmpBeside)
+		return s.dir
+	}
+	s.tmpState.Store(tmpReady)
+	return s.tmpDir
 }
 
 // Outbox is the queue of webhook events (store.Outbox): its deliverer

@@ -285,15 +285,20 @@ func TestSweepRemovesCrashTempFiles(t *testing.T) {
 	appendText(t, s, threadA, "hello")
 	chat := filepath.Join(dir, "chat")
 	// What a writer killed between CreateTemp and Rename leaves behind: one
-	// beside an existing thread, one for a thread it was creating.
+	// beside an existing thread, one for a thread it was creating; in the
+	// temp folder, and beside the documents (a binary older than it).
+	assert.Success(t, os.MkdirAll(filepath.Join(chat, tempFolder), 0o700))
 	for _, name := range []string{"." + threadA + ".json.tmp-123", "." + threadB + ".json.tmp-456"} {
 		assert.Success(t, os.WriteFile(filepath.Join(chat, name), []byte(`{"version":1`), 0o600))
+		assert.Success(t, os.WriteFile(filepath.Join(chat, tempFolder, name+"7"), []byte(`{"version":1`), 0o600))
 	}
 	_, err := s.Sweep(t.Context())
 	assert.Success(t, err)
-	tmps, err := filepath.Glob(filepath.Join(chat, ".*.tmp-*"))
-	assert.Success(t, err)
-	assert.Equal(t, "temp files left", tmps, []string(nil))
+	for _, d := range []string{chat, filepath.Join(chat, tempFolder)} {
+		tmps, err := filepath.Glob(filepath.Join(d, ".*.tmp-*"))
+		assert.Success(t, err)
+		assert.Equal(t, "temp files left in "+d, tmps, []string(nil))
+	}
 	p, err := s.Since(t.Context(), threadA, 0, 0)
 	assert.Success(t, err)
 	assert.Equal(t, "thread after sweep", texts(p), []string{"hello"})
@@ -942,6 +947,7 @@ func TestSweptThreadLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
 	s := openFile(t, dir, FileOptions{Retention: chatrelay.Retention{Age: time.Hour}, Now: clk.Now})
 	appendText(t, s, threadB, "kept")
+	appendText(t, s, threadB, "kept, replaced") // a replace makes the store's temp folder, which stays
 	before := folderFiles(t, dir)
 	appendText(t, s, threadA, "swept")
 	clk.Advance(2 * time.Hour)

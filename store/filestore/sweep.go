@@ -67,12 +67,15 @@ var orphanSuffixes = append([]string{".log"}, threadRecords...)
 
 // orphanTemps lists the threads, other than those in docs, that have temp
 // files, a log, a lock file an hour old or records (and no document), in
-// one read of the folder: a lock file is statted only when its thread has
-// no document (every thread keeps one).
+// one read of the folder (and one of the temp folder): a lock file is
+// statted only when its thread has no document (every thread keeps one).
 func (s *File) orphanTemps(docs []string) []string {
 	des, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil // the sweep's next run reads it again
+	}
+	if tmps, err := s.readTempFolder(); err == nil {
+		des = append(des, tmps...) // temp files only: orphanOf reads no lock or record there
 	}
 	seen := make(map[string]bool, len(docs))
 	for _, name := range docs {
@@ -211,13 +214,30 @@ func newestChange(d threadDoc) int64 {
 
 // removeTemps removes the thread's temp files (of its document, its
 // participants record, its audit trail and its push subscriptions) that a
-// writer killed mid-write left behind; the caller holds the thread's
-// lock, so none is a live writer's.
+// writer killed mid-write left behind, in the chat folder (a binary older
+// than the temp folder wrote its document's there) and in the temp
+// folder; the caller holds the thread's lock, so none is a live writer's.
 func (s *File) removeTemps(thread string) {
-	des, err := os.ReadDir(s.dir) // once, not once a pattern
-	if err != nil {
-		return
+	if tmps, err := s.readTempFolder(); err == nil {
+		removeTempsOf(s.tmpDir, tmps, thread)
 	}
+	if des, err := os.ReadDir(s.dir); err == nil { // once, not once a pattern
+		removeTempsOf(s.dir, des, thread)
+	}
+}
+
+// readTempFolder lists the temp folder, if it is a folder of its own (not
+// a link to another one, whose files are not the store's).
+func (s *File) readTempFolder() ([]os.DirEntry, error) {
+	if fi, err := os.Lstat(s.tmpDir); err != nil || !fi.IsDir() {
+		return nil, fs.ErrNotExist
+	}
+	return os.ReadDir(s.tmpDir)
+}
+
+// removeTempsOf removes thread's temp files among des, the entries of
+// the folder dir.
+func removeTempsOf(dir string, des []os.DirEntry, thread string) {
 	prefix := "." + thread
 	for _, de := range des {
 		rest, ok := strings.CutPrefix(de.Name(), prefix)
@@ -226,7 +246,7 @@ func (s *File) removeTemps(thread string) {
 		}
 		for _, pattern := range []string{".json.tmp-", ".participants.json.tmp-", ".audit.jsonl.tmp-", ".push.json.tmp-", ".floor.tmp-"} {
 			if strings.HasPrefix(rest, pattern) {
-				os.Remove(filepath.Join(s.dir, de.Name()))
+				os.Remove(filepath.Join(dir, de.Name()))
 				break
 			}
 		}

@@ -159,7 +159,9 @@
 // *chatrelay.Error with code StoreUnavailable and Retry 1s.
 // Commands are not retried by the client (MaxRetries -1): an append whose
 // answer was lost may have been stored, and running it twice would store it
-// twice. An append that fails is never acknowledged; one whose answer is lost
+// twice. On a cluster, a command Redis refused without running it (MOVED,
+// ASK, TRYAGAIN) is sent again where it says, within the call's context
+// (redirect.go). An append that fails is never acknowledged; one whose answer is lost
 // may have been stored and is then delivered to subscribers like any other.
 // With Options.WaitReplicas (the URL's wait-replicas), a write is
 // acknowledged only once that many replicas hold it (replicas.go).
@@ -228,6 +230,13 @@ type Options struct {
 	// (a command alone, or a pipeline) that reaches the store's gate
 	// (answerHook), before the gate checks it.
 	onGate func(cmds []redis.Cmder)
+	// onRedirect, if set (by tests), is called on a cluster with the
+	// commands of each round of redirections before they are sent again
+	// (redirectHook).
+	onRedirect func(cmds []redis.Cmder)
+	// dial, if set (by tests), makes the connections of a cluster's client
+	// (redis.ClusterOptions.Dialer), for faults a real Redis cannot make.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Store is the Redis store. It is safe for concurrent use by many goroutines

@@ -52,7 +52,7 @@ func openInstances(ctx context.Context, urls []string, opt Options) (*Sharded, e
 		}
 		seen[w] = true
 	}
-	sh := &Sharded{opt: opt, creating: make(chan struct{}, 1), down: make([]atomic.Bool, len(urls))}
+	sh := &Sharded{opt: opt, node: randomHex(8), creating: make(chan struct{}, 1), down: make([]atomic.Bool, len(urls))}
 	names := make([]string, len(urls))
 	errs := make([]error, len(urls)) // the shards that did not answer: why (sharded_late.go)
 	late := 0
@@ -298,9 +298,11 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	}
 	// An append is not idempotent: never send it twice. go-redis's
 	// cluster client resends a command after a lost connection or a
-	// redirection within MaxRedirects, whatever MaxRetries says; with
-	// none, a moved slot fails the call (StoreUnavailable, Retry 1s) and
-	// the client reloads the slot map for the next one.
+	// redirection within MaxRedirects, whatever MaxRetries says, and its
+	// pipeline loop is not sound (redirect.go): it follows none, one
+	// attempt each, and reloads the slot map after a MOVED; redirectHook
+	// follows MOVED, ASK and TRYAGAIN (CLUSTERDOWN briefly), and only
+	// those.
 	co.MaxRetries = -1
 	co.MaxRedirects = -1
 	co.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
@@ -308,13 +310,20 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	if co.ClientName == "" {
 		co.ClientName = "chatrelay"
 	}
+	if opt.dial != nil {
+		co.Dialer = opt.dial
+	}
 	rdb := redis.NewClusterClient(co)
+	nodes := &nodeClients{m: map[string]*redis.Client{}}
+	rdb.OnNewNode(nodes.add)
+	// The outer hook: before every shard's answerHook (newStore).
+	rdb.AddHook(redirectHook{nodes: nodes, onRound: opt.onRedirect})
 	if opt.WaitReplicas > 0 {
 		// WAIT counts one connection's writes: it goes in each node's
 		// share of a pipeline, on that node's connection (replicas.go).
 		rdb.OnNewNode(func(c *redis.Client) { c.AddHook(newWaitHook(c, opt)) })
 	}
-	sh := &Sharded{opt: opt, cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0]), down: make([]atomic.Bool, ClusterShards)}
+	sh := &Sharded{opt: opt, node: randomHex(8), cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0]), down: make([]atomic.Bool, ClusterShards)}
 	base := opt.Prefix
 	// The library once for all the shards, on every primary. A cluster is
 	// Redis 7, which has functions: a primary that does not answer now

@@ -1,0 +1,100 @@
+package filestore
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/chatrelay/chatrelay/internal/assert"
+)
+
+// TestPostsMakeOnlyTheirDocumentsEvents: a process that follows the chat
+// folder (every server, and the feed of each) reads each event in it. A
+// post's temp file made beside the documents added three events to its
+// rename's one (its creation, its write, its moved-from); in the temp
+// folder it adds none, so a watcher of the chat folder sees only the
+// documents' names while posts go on.
+func TestPostsMakeOnlyTheirDocumentsEvents(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	appendText(t, s, threadA, "first")  // the thread's creation, before the watch
+	appendText(t, s, threadA, "second") // and the first replace, which makes the temp folder
+	chat := filepath.Join(dir, "chat")
+	w, err := fsnotify.NewWatcher()
+	assert.Success(t, err)
+	defer w.Close()
+	assert.Success(t, w.Add(chat))
+
+	for i := range 20 {
+		appendText(t, s, threadA, "post "+string(rune('a'+i)))
+	}
+	sentinel := filepath.Join(chat, "zz-sentinel")
+	assert.Success(t, os.WriteFile(sentinel, nil, 0o600))
+
+	var names []string
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-w.Events:
+			if ev.Name == sentinel {
+				assert.True(t, len(names) > 0, "no event of the posts' document reached the watch")
+				for _, n := range names {
+					assert.Equal(t, "an event's file", n, threadA+".json")
+				}
+				return
+			}
+			names = append(names, filepath.Base(ev.Name))
+		case err := <-w.Errors:
+			t.Fatalf("watch: %v", err)
+		case <-timeout:
+			t.Fatalf("the sentinel's event did not come in 10 s; events so far: %s", strings.Join(names, " "))
+		}
+	}
+}
+
+// TestATempFolderThatIsAFileLeavesTempsBeside: a chat folder whose
+// ".tmp" is not a folder (a file made by hand) still takes posts, their
+// temp files beside the documents as before the temp folder, and keeps
+// the file as it was.
+func TestATempFolderThatIsAFileLeavesTempsBeside(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	chat := filepath.Join(dir, "chat")
+	assert.Success(t, os.MkdirAll(chat, 0o700))
+	assert.Success(t, os.WriteFile(filepath.Join(chat, tempFolder), []byte("mine"), 0o600))
+	s := openFile(t, dir, FileOptions{})
+	appendText(t, s, threadA, "one")
+	appendText(t, s, threadA, "two")
+	p, err := s.Since(t.Context(), threadA, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "messages", texts(p), []string{"one", "two"})
+	b, err := os.ReadFile(filepath.Join(chat, tempFolder))
+	assert.Success(t, err)
+	assert.Equal(t, "the file .tmp", string(b), "mine")
+}
+
+// TestATempFolderRemovedByHandIsMadeAgain: posts go on after the temp
+// folder was removed between them, into a new one.
+func TestATempFolderRemovedByHandIsMadeAgain(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	appendText(t, s, threadA, "one")
+	appendText(t, s, threadA, "two") // a replace: the temp folder is made
+	tmp := filepath.Join(dir, "chat", tempFolder)
+	fi, err := os.Stat(tmp)
+	assert.Success(t, err)
+	assert.True(t, fi.IsDir(), "the temp folder is not a folder")
+	assert.Success(t, os.Remove(tmp))
+	appendText(t, s, threadA, "three")
+	p, err := s.Since(t.Context(), threadA, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "messages", texts(p), []string{"one", "two", "three"})
+	_, err = os.Stat(tmp)
+	assert.Success(t, err)
+}
