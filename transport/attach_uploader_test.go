@@ -23,8 +23,9 @@ import (
 // writing of 10 MiB bodies is not the server's CPU, and on this 2-core
 // machine it must not be counted as the server's, nor take its cores. The
 // process is this test binary run again with only TestUploaderProcess,
-// at nice 19 (uploaderNiceEnv sets another niceness): it takes the CPU
-// the server leaves. After each upload, it names it in a post, as a real
+// in SCHED_IDLE at nice 19 (testproc.Idle; uploaderNiceEnv sets a
+// niceness instead, 19 for the class of the figures before 2026-12-05):
+// it takes the CPU the server leaves. After each upload, it names it in a post, as a real
 // client does (a thread holds at most attachment.pending uploads no post
 // names). It reports each finished upload on a line of its output (the
 // status of the post naming it, or the upload's own if it was refused),
@@ -129,7 +130,7 @@ func namePost(ctx context.Context, job uploaderJob, id string) (int, error) {
 func startUploaders(tb testing.TB, job uploaderJob, uploads *atomic.Int64) (stop func()) {
 	tb.Helper()
 	raw, _ := json.Marshal(job)
-	proc := testproc.Start(tb, "TestUploaderProcess", []string{uploaderEnv + "=" + string(raw)}, testproc.Nice(uploaderNiceEnv, 19))
+	proc := testproc.Start(tb, "TestUploaderProcess", []string{uploaderEnv + "=" + string(raw)}, testproc.Nice(uploaderNiceEnv, testproc.Idle))
 	stdout := proc.Stdout
 	read := make(chan struct{})
 	go func() {

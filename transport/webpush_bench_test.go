@@ -6,7 +6,8 @@ package transport_test
 //
 // (10 rounds: a p99 of 10 000 posts a phase; on a shared machine 3 rounds
 // swing too much to compare). CHATRELAY_PUSHTEST_NICE=0 runs the push
-// service at the test's CPU priority rather than 19.
+// service at the test's CPU priority rather than in SCHED_IDLE (=19: at
+// nice 19, as the figures before 2026-12-05 had it).
 
 import (
 	"bufio"
@@ -49,10 +50,14 @@ const (
 // process of its own (this test binary run again: TestPushServiceProcess),
 // on 127.0.0.1, HTTPS with HTTP/2 offered, as FCM or Mozilla's autopush
 // run on machines of their own: it decrypts every push with its
-// subscription's private keys and verifies its VAPID JWT, and its CPU is
-// not this process's. Each round runs two phases with the same load, push
-// off and push on: 4 clients make 1 000 posts over HTTP, round robin
-// across the threads, paced at 500 posts/s in all (as chatbench's S1:
+// subscription's private keys and verifies its VAPID JWT, after each
+// round's "on" phase (it keeps the pushes as received until asked: its
+// checking is not to take the server's cores on the clock), and its CPU
+// is not this process's. Each round runs two phases with the same load, push
+// off and push on: 4 clients make 1 000 posts over HTTP, from a process
+// of their own (TestPosterProcess: in this one their goroutines took the
+// server's Ps; CHATRELAY_BENCH_POSTERS=inprocess puts them back), round
+// robin across the threads, paced at 500 posts/s in all (as chatbench's S1:
 // latency at a load the server carries; late-posts counts those that
 // started more than a millisecond after their time), and after every fifth post the host opens an
 // approval in the next thread (store.Append, as `chatrelay ask` does), so
@@ -66,8 +71,8 @@ const (
 //     beside (a ratio within it is no change);
 //   - sched-p99-us-off, -on, sched-p999-us-off, -on: the 99th and 99.9th
 //     percentiles of the runtime's /sched/latencies:seconds over each
-//     phase (how long a goroutine of this process, the server's or the
-//     clients', waited runnable for a P before it ran; the upper bound of
+//     phase (how long a goroutine of this process, the server's (or the
+//     clients', in this process), waited runnable for a P before it ran; the upper bound of
 //     the histogram's bucket): a figure that the round trips' own noise
 //     (the kernel's, the loopback's) does not move;
 //   - pushes, lost, repeated, retried: per (subscription, approval), the
@@ -77,13 +82,17 @@ const (
 //     (the Append call) to the push service's receipt of each push;
 //   - cpu-us/push: this process's CPU time (getrusage: user + system) of
 //     the "on" phase, less the "off" phase's, per push: the server's
-//     share of a push, the pusher's (the posting clients and the host's
-//     writes are the same in both phases);
+//     share of a push, the pusher's (the host's writes are the same in
+//     both phases);
 //   - B/push, allocs/push: this process's heap allocations (bytes, and
 //     objects) of the "on" phase, less the "off" phase's, per push: the
 //     garbage a push leaves, which the posts' time pays to collect;
-//   - svc-us/push: the push service process's CPU per push (its TLS,
-//     HTTP/2, decryption and VAPID verification), for comparison;
+//   - svc-us/push: the push service process's CPU per push in the "on"
+//     phase (its TLS and HTTP/2; it keeps each push as received), and
+//     svc-check-us/push, its CPU after the phase, when the benchmark asks
+//     for the pushes and it decrypts and verifies each (and encodes them
+//     all for the answer): on this one machine a push service's checking
+//     is not to run beside the server on the clock;
 //   - conns: the connections the pusher opened to the push service, in
 //     all (one HTTP/2 connection, kept alive, is what it should take).
 //
@@ -93,6 +102,10 @@ func BenchmarkWebPush(b *testing.B) {
 	for _, backend := range storetest.Backends() {
 		b.Run(backend, func(b *testing.B) {
 			svc := pushtest.StartRemote(b, "TestPushServiceProcess")
+			var posters *poster // in this process with CHATRELAY_BENCH_POSTERS=inprocess (the figures before 2026-12-05)
+			if os.Getenv("CHATRELAY_BENCH_POSTERS") != "inprocess" {
+				posters = startPoster(b)
+			}
 			on := startPush(b, pushOptions{backend: backend, config: withPushTo(svc.Certificate(), nil)})
 			off := startPush(b, pushOptions{backend: backend})
 			for i := range benchPushThreads {
@@ -107,7 +120,7 @@ func BenchmarkWebPush(b *testing.B) {
 			}
 			var offLat, onLat, pushLat []time.Duration
 			var offHalves [2][]time.Duration // the off phases of even and of odd rounds
-			var offCPU, onCPU, svcCPU time.Duration
+			var offCPU, onCPU, svcCPU, svcCheck time.Duration
 			var offMem, onMem benchMem
 			var offSched, onSched benchSched
 			var pushes, lost, repeated, retried, received int
@@ -115,7 +128,7 @@ func BenchmarkWebPush(b *testing.B) {
 			b.ResetTimer()
 			for round := range b.N {
 				mem0, sched0 := readBenchMem(), readBenchSched()
-				lat, cpu, _ := benchPushPhase(b, off, round, nil)
+				lat, cpu, _ := benchPushPhase(b, off, posters, round, nil)
 				offMem, offSched = offMem.add(readBenchMem().sub(mem0)), offSched.add(readBenchSched().sub(sched0))
 				offLat, offCPU = append(offLat, lat...), offCPU+cpu
 				offHalves[round%2] = append(offHalves[round%2], lat...)
@@ -124,7 +137,7 @@ func BenchmarkWebPush(b *testing.B) {
 				svc0, _ := svc.CPU(b)
 				target := received + benchPushThreads*benchPushSubs
 				mem0, sched0 = readBenchMem(), readBenchSched()
-				lat, cpu, opened := benchPushPhase(b, on, round, func() bool {
+				lat, cpu, opened := benchPushPhase(b, on, posters, round, func() bool {
 					// Until the push service received this round's pushes
 					// (it answers when it has them: no polling on the clock).
 					return svc.Wait(b, target, 60*time.Second) >= target
@@ -144,7 +157,9 @@ func BenchmarkWebPush(b *testing.B) {
 				onLat, onCPU = append(onLat, lat...), onCPU+cpu
 				// Every push of this round's approvals, once.
 				got := map[string]int{}
-				all := svc.Pushes(b)
+				all := svc.Pushes(b) // decrypted and verified there now, off the clock
+				svc2, _ := svc.CPU(b)
+				svcCheck += svc2 - svc1
 				received = len(all)
 				for _, p := range all {
 					if p.Err != nil {
@@ -203,6 +218,7 @@ func BenchmarkWebPush(b *testing.B) {
 			b.ReportMetric(float64(int64(onMem.bytes)-int64(offMem.bytes))/float64(max(pushes, 1)), "B/push")
 			b.ReportMetric(float64(int64(onMem.objects)-int64(offMem.objects))/float64(max(pushes, 1)), "allocs/push")
 			b.ReportMetric(float64(svcCPU)/float64(time.Microsecond)/float64(max(pushes, 1)), "svc-us/push")
+			b.ReportMetric(float64(svcCheck)/float64(time.Microsecond)/float64(max(pushes, 1)), "svc-check-us/push")
 			b.ReportMetric(float64(conns), "conns")
 			b.ReportMetric(float64(benchLate.Swap(0)), "late-posts")
 			b.ReportMetric(0, "ns/op")
@@ -227,8 +243,33 @@ func TestPushServiceProcess(t *testing.T) {
 // on e, opening an approval after every fifth, then waits for done (if
 // any: until every push arrived). It returns the posts' round trips, the
 // process CPU time of the phase (to done), and when each approval's write
-// started, by interaction id.
-func benchPushPhase(b *testing.B, e *pushEnv, round int, done func() bool) ([]time.Duration, time.Duration, map[string]time.Time) {
+// started, by interaction id. The clients are the poster process's, p
+// (the approvals are this process's, at the time of every fifth post), or
+// this process's goroutines if p is nil.
+func benchPushPhase(b *testing.B, e *pushEnv, p *poster, round int, done func() bool) ([]time.Duration, time.Duration, map[string]time.Time) {
+	if p != nil {
+		cpu0 := processCPU()
+		opened := map[string]time.Time{}
+		p.phase(b, posterPhase{URL: e.url(""), Posts: benchPushPosts, Threads: benchPushThreads, Workers: benchPushPosters, Rate: benchPushRate})
+		begin := time.Now()
+		for i := range benchPushPosts / 5 {
+			if wait := time.Until(begin.Add(time.Duration(5*i+4) * time.Second / benchPushRate)); wait > 0 {
+				time.Sleep(wait) // the approval's time: pacing, not a condition
+			}
+			start := time.Now()
+			m, err := e.store.Append(context.Background(), threadN(i), store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
+				Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: fmt.Sprintf("Deploy build %d of round %d?", i, round), Timeout: time.Hour}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			opened[m.Interaction.ID] = start
+		}
+		lat := p.result(b)
+		if done != nil && !done() {
+			b.Fatalf("the pushes did not all arrive within 60s")
+		}
+		return lat, processCPU() - cpu0, opened
+	}
 	var mu sync.Mutex
 	var lat []time.Duration
 	opened := map[string]time.Time{}
@@ -255,7 +296,7 @@ func benchPushPhase(b *testing.B, e *pushEnv, round int, done func() bool) ([]ti
 				} else if -wait > time.Millisecond {
 					benchLate.Add(1)
 				}
-				d, err := benchPost(e, tokenN(n%benchPushThreads))
+				d, err := benchPostURL(e.client, e.url(""), tokenN(n%benchPushThreads))
 				if err != nil {
 					b.Error(err)
 					return
@@ -292,14 +333,14 @@ func benchPushPhase(b *testing.B, e *pushEnv, round int, done func() bool) ([]ti
 // time by more than a millisecond): the clients could not keep the pace.
 var benchLate atomic.Int64
 
-// benchPost posts a message of a typical length as token's owner and
-// returns the round trip.
-func benchPost(e *pushEnv, token string) (time.Duration, error) {
+// benchPostURL posts a message of a typical length through c to the
+// server at base (its URL) as token's owner and returns the round trip.
+func benchPostURL(c *http.Client, base, token string) (time.Duration, error) {
 	start := time.Now()
-	req, _ := http.NewRequest(http.MethodPost, e.url(chatrelay.PathPost), strings.NewReader(`{"text":"a message of a typical length, about sixty characters long."}`))
+	req, _ := http.NewRequest(http.MethodPost, base+chatrelay.PathPost, strings.NewReader(`{"text":"a message of a typical length, about sixty characters long."}`))
 	req.Header.Set("X-Chat-Token", token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := e.client.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -45,8 +46,8 @@ func TestNiceHelper(t *testing.T) {
 		}
 		_, rest, _ := strings.Cut(string(b), ") ") // after the command's name
 		fields := strings.Fields(rest)             // from the state (field 3): the niceness is field 19
-		if len(fields) > 16 {
-			fmt.Println(fields[16])
+		if len(fields) > 38 {
+			fmt.Println(fields[16], fields[38]) // the niceness, and the scheduling policy (field 41)
 		}
 	}
 	fmt.Println("end")
@@ -55,12 +56,34 @@ func TestNiceHelper(t *testing.T) {
 }
 
 // TestEveryThreadNice: every thread of a helper runs at the niceness it
-// is started at, not only its first.
+// is started at, not only its first, in the normal scheduling class.
 func TestEveryThreadNice(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc")
 	}
-	p := testproc.Start(t, "TestNiceHelper", []string{helperEnv + "=1"}, 19)
+	for i, n := range helperThreads(t, 19) {
+		assert.Equal(t, fmt.Sprintf("niceness and policy of thread %d", i+1), n, "19 0")
+	}
+}
+
+// TestEveryThreadIdle: every thread of a helper started at Idle runs in
+// the SCHED_IDLE class (policy 5), at nice 19.
+func TestEveryThreadIdle(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	if _, err := exec.LookPath("chrt"); err != nil {
+		t.Skip("no chrt")
+	}
+	for i, n := range helperThreads(t, testproc.Idle) {
+		assert.Equal(t, fmt.Sprintf("niceness and policy of thread %d", i+1), n, "19 5")
+	}
+}
+
+// helperThreads starts TestNiceHelper at nice and returns what it
+// reported of each of its threads: "niceness policy".
+func helperThreads(t *testing.T, nice int) []string {
+	p := testproc.Start(t, "TestNiceHelper", []string{helperEnv + "=1"}, nice)
 	var nices []string
 	read, drained := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -82,7 +105,5 @@ func TestEveryThreadNice(t *testing.T) {
 	assert.Success(t, p.Stop(30*time.Second))
 	<-drained
 	assert.True(t, len(nices) >= 5, "the helper reported %d threads", len(nices))
-	for i, n := range nices {
-		assert.Equal(t, fmt.Sprintf("niceness of thread %d of %d", i+1, len(nices)), n, "19")
-	}
+	return nices
 }
