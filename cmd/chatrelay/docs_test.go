@@ -7,8 +7,9 @@ package main
 // included; the API page has a row for every error code, with its HTTP
 // status; the operations page documents every chatrelay_ metric a server
 // serves, with its type and labels; every CHATRELAY_ variable the docs
-// name is read; every file a data folder holds is in its listing; and
-// every test the docs name exists.
+// name is read; every file a data folder holds is in its listing; every
+// test the docs name exists; and the API page's index names every route,
+// and every route a page names with a method is one the server has.
 
 import (
 	"bytes"
@@ -932,5 +933,70 @@ func TestDocsRouteIndex(t *testing.T) {
 		if !slices.ContainsFunc(index, func(l string) bool { return strings.Contains(l, want) }) {
 			t.Errorf("docs/api.md: the index names no %s`", want)
 		}
+	}
+}
+
+// docRouteRE matches a route the docs name with its method: `GET
+// /api/chat/poll`, `DELETE /api/chat/devices/{id}`. A {name} segment is
+// a placeholder; a query string is not part of the route.
+var docRouteRE = regexp.MustCompile(`\b(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) (/(?:[A-Za-z0-9_.~-]+|\{[a-z_]+\})(?:/(?:[A-Za-z0-9_.~-]+|\{[a-z_]+\}))*/?)`)
+
+// routeServes reports whether row answers method on path, a path as the
+// docs write it (placeholders as {name}, the .php twin of a PHP route).
+func routeServes(row chatrelay.Route, method, path string) bool {
+	switch {
+	case row.Method == "": // the 404 of every other path: no route a doc may name
+		return false
+	case row.AnyMethod, row.Method == method, method == "HEAD" && row.TakesHead():
+	default:
+		return false
+	}
+	if row.PHP && strings.HasSuffix(path, ".php") {
+		path = strings.TrimSuffix(path, ".php")
+	}
+	want, got := strings.Split(row.Path, "/"), strings.Split(strings.TrimSuffix(path, "."), "/")
+	if len(want) != len(got) {
+		return false
+	}
+	for i := range want {
+		placeholder := strings.HasPrefix(want[i], "{") && strings.HasPrefix(got[i], "{")
+		if want[i] != got[i] && !placeholder {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDocsRoutesExist is TestDocsRouteIndex's other half: every route
+// the pages about this server name with a method (`POST
+// /api/chat/respond`, in prose, tables, headings and curl comments) is a
+// row of the route table with that method, so no page sends a reader to
+// a route or a method the server answers 404 or 405. The architecture
+// page's recipe names a route to add, and the performance page other
+// servers' routes: they are not read.
+func TestDocsRoutesExist(t *testing.T) {
+	t.Parallel()
+	pages := []string{"README.md", "docs/api.md", "docs/agents.md", "docs/cli.md", "docs/operations.md", "docs/web.md"}
+	routes := chatrelay.Routes()
+	seen := 0
+	for _, page := range pages {
+		for _, l := range readMarkdown(t, page) {
+			if l.fenced && strings.Contains(l.text, " HTTP/1.1") {
+				continue // a request a webhook receiver gets, not one the server answers
+			}
+			for _, m := range docRouteRE.FindAllStringSubmatch(l.text, -1) {
+				method, path := m[1], m[2]
+				if !strings.HasPrefix(path, "/api/") && !strings.HasPrefix(path, "/mcp") && !strings.HasPrefix(path, "/healthz") && !strings.HasPrefix(path, "/readyz") && !strings.HasPrefix(path, "/metrics") {
+					continue
+				}
+				seen++
+				if !slices.ContainsFunc(routes, func(r chatrelay.Route) bool { return routeServes(r, method, path) }) {
+					t.Errorf("%s:%d: `%s %s` is named, but the route table (routes.go) has no such route with that method", page, l.n, method, path)
+				}
+			}
+		}
+	}
+	if seen < len(routes) {
+		t.Fatalf("found only %d routes named with a method in the docs: the pattern no longer reads them", seen)
 	}
 }
