@@ -909,8 +909,9 @@ func TestDocsChatClientOptions(t *testing.T) {
 }
 
 // TestDocsRouteIndex: the index at the top of docs/api.md names every
-// route of the API (the route table's documented rows, chatrelay.Routes),
-// so a reader finds each one there, not only in its section.
+// route of the API (the route table's documented rows, chatrelay.Routes)
+// and each method of MCP's, so a reader finds each one there, not only in
+// its section; and docs/operations.md names the probes and /metrics.
 func TestDocsRouteIndex(t *testing.T) {
 	t.Parallel()
 	var index []string
@@ -922,8 +923,26 @@ func TestDocsRouteIndex(t *testing.T) {
 			index = append(index, l.text)
 		}
 	}
+	ops, err := os.ReadFile(filepath.Join(repoRoot, "docs/operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, row := range chatrelay.Routes() {
-		if !row.Documented() {
+		switch {
+		case row.Mount == chatrelay.MountOps:
+			// The probes and the scrape are the operations page's.
+			if want := "`" + row.Method + " " + row.Path + "`"; !strings.Contains(string(ops), want) {
+				t.Errorf("docs/operations.md names no %s", want)
+			}
+			continue
+		case row.Path == chatrelay.PathMCP:
+			// One row, "`POST`, `GET`, `DELETE /mcp`": each method named on it.
+			i := slices.IndexFunc(index, func(l string) bool { return strings.Contains(l, " /mcp`") })
+			if i < 0 || !strings.Contains(index[i], "`"+row.Method) {
+				t.Errorf("docs/api.md: the index's /mcp row names no `%s`", row.Method)
+			}
+			continue
+		case !row.Documented():
 			continue
 		}
 		want := "`" + row.Method + " " + row.Path
