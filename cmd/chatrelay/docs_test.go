@@ -8,8 +8,9 @@ package main
 // status; the operations page documents every chatrelay_ metric a server
 // serves, with its type and labels; every CHATRELAY_ variable the docs
 // name is read; every file a data folder holds is in its listing; every
-// test the docs name exists; and the API page's index names every route,
-// and every route a page names with a method is one the server has.
+// test the docs name exists; the API page's index names every route,
+// and every route a page names with a method is one the server has; and
+// the architecture page says truly which package imports which.
 
 import (
 	"bytes"
@@ -18,6 +19,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -1017,5 +1019,94 @@ func TestDocsRoutesExist(t *testing.T) {
 	}
 	if seen < len(routes) {
 		t.Fatalf("found only %d routes named with a method in the docs: the pattern no longer reads them", seen)
+	}
+}
+
+// importsRE matches a clause of the architecture page's "Imports go one
+// way." paragraph: "`host` imports `chatrelay` and `store`"; nothingRE
+// one of "`a`, `b` and `c` import nothing of the module".
+var (
+	importsRE = regexp.MustCompile("`([a-z/]+)` imports ((?:`[a-z/]+`(?:, | and )?)+)")
+	nothingRE = regexp.MustCompile("((?:`[a-z/]+`(?:, | and )?)+) imports? nothing of the module")
+	pkgNameRE = regexp.MustCompile("`([a-z/]+)`")
+)
+
+// TestDocsImports checks docs/architecture.md's paragraph on which
+// package imports which against `go list`: each package it names imports
+// exactly the module's packages it says, and it names every package but
+// the commands and the internal test helpers.
+func TestDocsImports(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	var para string
+	for _, l := range readMarkdown(t, "docs/architecture.md") {
+		switch {
+		case strings.HasPrefix(l.text, "Imports go one way."):
+			para = l.text
+		case para != "" && l.text == "":
+			goto read
+		case para != "":
+			para += " " + l.text
+		}
+	}
+read:
+	if para == "" {
+		t.Fatal("docs/architecture.md has no paragraph starting \"Imports go one way.\"")
+	}
+	const module = "github.com/chatrelay/chatrelay"
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...")
+	cmd.Dir = repoRoot
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	imports := map[string][]string{} // a package, by its path in the module ("chatrelay" for the root), and the module's packages it imports
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		name := strings.TrimPrefix(strings.TrimPrefix(f[0], module), "/")
+		if name == "" {
+			name = "chatrelay"
+		}
+		own := []string{}
+		for _, imp := range f[1:] {
+			switch {
+			case imp == module:
+				own = append(own, "chatrelay")
+			case strings.HasPrefix(imp, module+"/"):
+				own = append(own, strings.TrimPrefix(imp, module+"/"))
+			}
+		}
+		slices.Sort(own)
+		imports[name] = own
+	}
+	said := map[string][]string{}
+	for _, m := range nothingRE.FindAllStringSubmatch(para, -1) {
+		for _, p := range pkgNameRE.FindAllStringSubmatch(m[1], -1) {
+			said[p[1]] = []string{}
+		}
+	}
+	for _, m := range importsRE.FindAllStringSubmatch(para, -1) {
+		var of []string
+		for _, p := range pkgNameRE.FindAllStringSubmatch(m[2], -1) {
+			of = append(of, p[1])
+		}
+		slices.Sort(of)
+		said[m[1]] = of
+	}
+	for name, of := range said {
+		got, ok := imports[name]
+		switch {
+		case !ok:
+			t.Errorf("docs/architecture.md: `%s` is no package of the module", name)
+		case !slices.Equal(got, of):
+			t.Errorf("docs/architecture.md: `%s` imports %q, it says %q", name, got, of)
+		}
+	}
+	for name := range imports {
+		if _, ok := said[name]; !ok && !strings.HasPrefix(name, "cmd/") && !strings.HasPrefix(name, "internal/") {
+			t.Errorf("docs/architecture.md: the imports paragraph does not say what `%s` imports", name)
+		}
 	}
 }
