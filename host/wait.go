@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"time"
 
@@ -182,7 +183,8 @@ func (v *Verbs) timedOutCursor(ctx context.Context, thread string, since int64) 
 // unanswered reads the messages hermes has not answered, of thread or of
 // every thread, oldest first: in each thread those after hermes's newest
 // message. The cursor is the newest epoch of the threads read (0 if there
-// is none).
+// is none). Of every thread, it answers the threads as their list stood
+// (upTo): a message stored since is left to the next call.
 func (v *Verbs) unanswered(ctx context.Context, thread string) (WaitMessagesResult, error) {
 	// A thread whose newest message is not hermes's.
 	threads, newest, err := v.threadsWhere(ctx, thread, func(i store.ThreadInfo) bool { return i.Awaiting })
@@ -190,25 +192,46 @@ func (v *Verbs) unanswered(ctx context.Context, thread string) (WaitMessagesResu
 		return WaitMessagesResult{}, err
 	}
 	out := WaitMessagesResult{Messages: []ThreadMessage{}, Cursor: newest}
+	upTo := upTo(thread, newest)
 	var all []msg
 	for _, th := range threads {
 		p, err := v.Store.Since(ctx, th, 0, 0)
 		if err != nil {
 			return WaitMessagesResult{}, err
 		}
-		out.Cursor = max(out.Cursor, p.Cursor)
+		msgs := p.Messages
+		for len(msgs) > 0 && msgs[len(msgs)-1].Epoch > upTo {
+			msgs = msgs[:len(msgs)-1]
+		}
+		if len(msgs) == len(p.Messages) {
+			out.Cursor = max(out.Cursor, p.Cursor)
+		}
 		from := 0
-		for i, e := range p.Messages {
+		for i, e := range msgs {
 			if e.Author == chatrelay.Hermes {
 				from = i + 1
 			}
 		}
-		for _, e := range p.Messages[from:] {
+		for _, e := range msgs[from:] {
 			all = append(all, msg{ThreadMessage{th, e.JSON2}, e.Epoch})
 		}
 	}
 	out.Messages = oldestFirst(all)
 	return out, nil
+}
+
+// upTo is the newest epoch an answer of thread reads: of one thread,
+// every message (a read of a thread is whole); of every thread, newest,
+// the newest epoch of their list. A message stored after the list was read
+// (in a thread the list says has nothing to read, or in one it reads) is
+// left to the next call: answering a later message of a thread it reads,
+// and passing back that message's epoch as the cursor, passed a message
+// stored meanwhile in another thread, which no later call answered.
+func upTo(thread string, newest int64) int64 {
+	if thread != "" {
+		return math.MaxInt64
+	}
+	return newest
 }
 
 // threadsWhere is thread, or with thread "" every thread that keep
@@ -252,7 +275,7 @@ func oldestFirst(all []msg) []ThreadMessage {
 // behind names: one whose message came behind since); the cursor is the
 // newest epoch read.
 func (v *Verbs) messagesAfter(ctx context.Context, thread string, since int64, behind map[string]int64) (WaitMessagesResult, error) {
-	threads, _, err := v.threadsWhere(ctx, thread, func(i store.ThreadInfo) bool {
+	threads, newest, err := v.threadsWhere(ctx, thread, func(i store.ThreadInfo) bool {
 		_, ok := behind[i.Thread]
 		return i.LastEpoch > since || ok
 	})
@@ -261,6 +284,7 @@ func (v *Verbs) messagesAfter(ctx context.Context, thread string, since int64, b
 	}
 	var all []msg
 	out := WaitMessagesResult{Cursor: since}
+	upTo := upTo(thread, max(newest, since))
 	for _, th := range threads {
 		from, ok := behind[th]
 		if !ok {
@@ -271,6 +295,9 @@ func (v *Verbs) messagesAfter(ctx context.Context, thread string, since int64, b
 			return WaitMessagesResult{}, err
 		}
 		for _, e := range p.Messages {
+			if e.Epoch > upTo {
+				break // stored after the list: the next call's
+			}
 			out.Cursor = max(out.Cursor, e.Epoch)
 			if e.Author != chatrelay.Hermes {
 				all = append(all, msg{ThreadMessage{th, e.JSON2}, e.Epoch})

@@ -62,12 +62,13 @@ type agentServer struct {
 	cancel context.CancelCauseFunc // with revoked or shuttingDown, the calls' answer
 	calls  atomic.Int64            // its tool calls in flight (MaxCallsPerKey)
 
-	mu        sync.Mutex                                   // guards posts, idle, sessPosts, sessIdle, inflight, used, evicted and pending
+	mu        sync.Mutex                                   // guards posts, idle, sessPosts, sessIdle, inflight, ending, used, evicted and pending
 	posts     int                                          // its POST requests being served (a call's answer is written on its POST)
 	idle      chan struct{}                                // made by end while posts are served, closed when none is left
 	sessPosts map[string]int                               // posts, by session id
 	sessIdle  map[string]chan struct{}                     // idle, by session id: made by endSession
 	inflight  map[string]map[*context.CancelCauseFunc]bool // its calls in flight, by session id: a DELETE of the session ends them
+	ending    map[string]int                               // sessions being ended (endSession), by id: a call that reaches one is refused
 	used      map[string]uint64                            // each session's last request, as HTTP.uses numbered it
 	evicted   map[string]bool                              // sessions being closed to make room (admit): not counted
 	pending   map[string]map[jsonrpc.ID]*bool              // the calls of its POSTs being served, by session id and call id: true once the client canceled it (calling)
@@ -98,10 +99,15 @@ func (as *agentServer) touch(sid string, use uint64) {
 }
 
 // track records a call in flight of the session sid, which cancel ends;
-// the returned func forgets it.
-func (as *agentServer) track(sid string, cancel *context.CancelCauseFunc) (forget func()) {
+// the returned func forgets it. A call of a session being ended
+// (endSession) is not recorded: ended is true, and the call must not
+// start.
+func (as *agentServer) track(sid string, cancel *context.CancelCauseFunc) (forget func(), ended bool) {
 	as.mu.Lock()
 	defer as.mu.Unlock()
+	if as.ending[sid] > 0 {
+		return func() {}, true
+	}
 	if as.inflight == nil {
 		as.inflight = map[string]map[*context.CancelCauseFunc]bool{}
 	}
@@ -116,33 +122,49 @@ func (as *agentServer) track(sid string, cancel *context.CancelCauseFunc) (forge
 		if len(as.inflight[sid]) == 0 {
 			delete(as.inflight, sid)
 		}
-	}
+	}, false
 }
 
 // endSession ends the calls in flight of the session sid, which a DELETE
 // ends (the SDK's close of the session waits for them): each answers
 // sessionEnded on its own POST's stream, which closing the session would
 // end first, so it returns once the session's POSTs are answered, or
-// after d.
-func (as *agentServer) endSession(sid string, d time.Duration) {
+// after d. Until done is called (once the session is closed), a call
+// that reaches the session is refused sessionEnded (track) instead of
+// starting: it would run on past the wait, uncanceled.
+func (as *agentServer) endSession(sid string, d time.Duration, log *slog.Logger) (done func()) {
 	as.mu.Lock()
+	if as.ending == nil {
+		as.ending = map[string]int{}
+	}
+	as.ending[sid]++ // a count: a DELETE and an eviction may end the same session
 	for cancel := range as.inflight[sid] {
 		(*cancel)(sessionEnded)
 	}
-	if as.sessPosts[sid] == 0 {
-		as.mu.Unlock()
-		return
+	done = func() {
+		as.mu.Lock()
+		defer as.mu.Unlock()
+		if as.ending[sid]--; as.ending[sid] <= 0 {
+			delete(as.ending, sid)
+		}
 	}
-	if as.sessIdle == nil {
-		as.sessIdle = map[string]chan struct{}{}
-	}
-	idle := as.sessIdle[sid]
-	if idle == nil {
-		idle = make(chan struct{})
-		as.sessIdle[sid] = idle
+	wait := as.sessPosts[sid] > 0
+	var idle chan struct{}
+	if wait {
+		if as.sessIdle == nil {
+			as.sessIdle = map[string]chan struct{}{}
+		}
+		if idle = as.sessIdle[sid]; idle == nil {
+			idle = make(chan struct{})
+			as.sessIdle[sid] = idle
+		}
 	}
 	as.mu.Unlock()
-	waitAtMost(idle, d)
+	log.Debug("mcp: a session ends: its calls in flight were ended", "agent", as.key.ID)
+	if wait {
+		waitAtMost(idle, d)
+	}
+	return done
 }
 
 // sessionEnded is the cause of a call ended by a DELETE of its session (or
@@ -289,7 +311,7 @@ func (h *HTTP) ServeAgent(w http.ResponseWriter, r *http.Request, k chatrelay.Ag
 		as := h.servers[k.ID]
 		h.mu.Unlock()
 		if as != nil {
-			as.endSession(sid, 500*time.Millisecond)
+			defer as.endSession(sid, 500*time.Millisecond, h.o.Log)() // until the SDK closed the session
 		}
 	}
 	var use uint64
@@ -456,7 +478,7 @@ func (e *eviction) mark() {
 // close ends the session: its client's next request is answered 404,
 // which tells an MCP client to start a new session.
 func (e *eviction) close() {
-	e.as.endSession(e.ss.ID(), 500*time.Millisecond) // a call that started since admit looked
+	defer e.as.endSession(e.ss.ID(), 500*time.Millisecond, slog.New(slog.DiscardHandler))() // a call that started since admit looked
 	e.ss.Close()
 }
 
@@ -506,7 +528,7 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		sid, _ := ctx.Value(sessionOf{}).(string)
 		as.touch(sid, h.uses.Add(1))
 		ctx, cancel := context.WithCancelCause(ctx)
-		forget := as.track(sid, &cancel)
+		forget, ended := as.track(sid, &cancel)
 		stop := context.AfterFunc(as.ctx, func() { cancel(context.Cause(as.ctx)) })
 		after := func(outcome error, replayed bool) {
 			as.calls.Add(-1)
@@ -534,6 +556,12 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		}
 		if as.ctx.Err() != nil {
 			return ctx, after, context.Cause(as.ctx)
+		}
+		if ended {
+			// Its session's DELETE (or eviction) ended the calls in flight
+			// and waits for their answers: this one is refused as they
+			// were answered, before it counts or waits.
+			return ctx, after, sessionEnded
 		}
 		if !counted {
 			return ctx, after, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: time.Second,

@@ -417,3 +417,49 @@ func TestHTTPInitializeKeysMCPDoesNotName(t *testing.T) {
 		assert.True(t, w.Header().Get("Mcp-Session-Id") != "", "%s: no session made: %s", params, w.Body)
 	}
 }
+
+// TestHTTPDeleteRefusesACallMeanwhile: a tool call that reaches a session
+// while its DELETE ends it (after the DELETE ended the calls in flight,
+// before the SDK closed the session) is refused at once with the tool
+// error not_found, as the calls in flight were, and starts no wait. It
+// started: a wait that ran on, uncanceled, past the DELETE's 500 ms for
+// its session's answers, on a session being closed. The call is sent
+// exactly there: when the DELETE logs that the session's calls were ended.
+func TestHTTPDeleteRefusesACallMeanwhile(t *testing.T) {
+	log := audits{mu: new(sync.Mutex), outcomes: map[string][]string{}}
+	var rpc func(context.Context, string) (string, error)
+	meanwhile := make(chan waitAnswer, 1)
+	hook := onMessage{msg: "mcp: a session ends: its calls in flight were ended", once: new(sync.Once), f: func() {
+		// The DELETE waits here for the call's answer, at most 10 s.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		body, err := rpc(ctx, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"chatrelay_wait_messages","arguments":{"timeout":300}}}`)
+		meanwhile <- waitAnswer{body, err}
+	}}
+	_, rpc, end := agentSession(t, slog.New(both{log, hook}))
+	deleted := make(chan int, 1)
+	go func() { deleted <- end() }()
+	w := <-meanwhile
+	assert.True(t, w.err == nil && strings.Contains(w.body, `"id":7`) && strings.Contains(w.body, `"isError":true`) &&
+		strings.Contains(w.body, `"code":"not_found"`) && strings.Contains(w.body, "this session was ended"),
+		"the answer of a wait sent while its session's DELETE ran: %q (%v)", w.body, w.err)
+	select {
+	case status := <-deleted:
+		assert.Equal(t, "the DELETE's status", status, http.StatusNoContent)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the DELETE is not answered after 10 s")
+	}
+	assert.Eventually(t, 10*time.Second, "the call's audit line", func() bool { return len(log.of("chatrelay_wait_messages")) > 0 })
+	assert.Equal(t, "the audited outcome of the call refused", log.of("chatrelay_wait_messages"), []string{string(chatrelay.NotFound)})
+}
+
+// both is a slog handler that hands each record to a and b.
+type both struct{ a, b slog.Handler }
+
+func (h both) Enabled(context.Context, slog.Level) bool { return true }
+func (h both) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h both) WithGroup(string) slog.Handler            { return h }
+func (h both) Handle(ctx context.Context, r slog.Record) error {
+	h.a.Handle(ctx, r)
+	return h.b.Handle(ctx, r)
+}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/chatrelay/chatrelay"
@@ -61,8 +62,19 @@ type Stdio struct {
 	// In is read line by line. When the session ends it is closed, if it is
 	// an io.Closer, so that a read blocked on it returns.
 	In io.Reader
-	// Out receives one message a line; it is not closed.
+	// Out receives one message a line; it is not closed. One goroutine
+	// writes it (the connection's writer), one line at a time: a write
+	// that blocks (a client that reads no more, its pipe full) holds no
+	// lock and no call's resource, and a session whose Stop is done does
+	// not wait for it past StopGrace.
 	Out io.Writer
+	// Stop, if set, bounds the writes once it is done (the process is
+	// told to stop): a write that has not gone out StopGrace after it is
+	// abandoned and fails, so that the session can close; the answers
+	// that go out meanwhile (a wait's, ended by the same stop) are written.
+	// The writer goroutine itself ends when its write returns (or with the
+	// process).
+	Stop context.Context
 	// MaxLine bounds a line, in bytes. Defaults to DefaultMaxLine.
 	MaxLine int
 }
@@ -85,8 +97,75 @@ func (s *Stdio) Connect(context.Context) (mcp.Connection, error) {
 	}
 	c.input, c.endInput = context.WithCancelCause(context.Background())
 	c.extra = &mcp.RequestExtra{TokenInfo: &auth.TokenInfo{Extra: map[string]any{requestField: c.input}}}
+	c.lines = make(chan outLine)
+	c.abandon = make(chan struct{})
+	if s.Stop != nil {
+		c.stopAfter = context.AfterFunc(s.Stop, func() {
+			t := time.AfterFunc(StopGrace, func() { close(c.abandon) })
+			c.mu.Lock()
+			c.grace = t
+			c.mu.Unlock()
+		})
+	}
 	go c.read(maxLine)
+	go c.write()
 	return c, nil
+}
+
+// StopGrace is how long, once a Stdio's Stop is done, a write may take
+// before it is abandoned: half of the 2 s that MCP clients (the
+// TypeScript and Python SDKs) leave between SIGTERM and SIGKILL.
+const StopGrace = 500 * time.Millisecond
+
+// errStopped is a write abandoned once Stop was done.
+var errStopped = errors.New("mcpserver: stopped with an answer not written (the client did not read its input)")
+
+// outLine is a line for the writer goroutine, and where it says how its
+// write went.
+type outLine struct {
+	line []byte
+	done chan error // buffered: the writer never waits on it
+}
+
+// write is the writer goroutine: it writes the lines on Out one at a time
+// until the connection is closed.
+func (c *stdioConn) write() {
+	for {
+		select {
+		case l := <-c.lines:
+			_, err := c.out.Write(l.line)
+			if err != nil {
+				c.outFailed()
+			}
+			l.done <- err
+		case <-c.closed:
+			return
+		}
+	}
+}
+
+// send has the writer goroutine write line, and returns how it went; it
+// returns errStopped without waiting more once the write is abandoned
+// (Stop), and ErrConnectionClosed once the connection is closed.
+func (c *stdioConn) send(line []byte) error {
+	l := outLine{line: line, done: make(chan error, 1)}
+	select {
+	case c.lines <- l:
+	case <-c.abandon:
+		c.outFailed()
+		return errStopped
+	case <-c.closed:
+		return mcp.ErrConnectionClosed
+	}
+	select {
+	case err := <-l.done:
+		return err
+	case <-c.abandon:
+		c.outFailed()
+		return errStopped
+	case <-c.closed:
+		return mcp.ErrConnectionClosed
+	}
 }
 
 type stdioConn struct {
@@ -101,14 +180,17 @@ type stdioConn struct {
 	endInput context.CancelCauseFunc
 	extra    *mcp.RequestExtra
 
-	writeMu sync.Mutex // one line at a time on out
-	out     io.Writer
+	out       io.Writer     // written by the writer goroutine (write) only
+	lines     chan outLine  // to the writer goroutine
+	abandon   chan struct{} // closed StopGrace after Stop is done: a write not done is abandoned
+	stopAfter func() bool   // stops the AfterFunc on Stop (nil: no Stop)
 
 	mu       sync.Mutex
 	inFlight map[jsonrpc.ID]*call // the calls read and not answered yet
 	ended    bool                 // In has ended
 	outErr   bool                 // a write on out failed: no answer can be written
 	drained  chan struct{}        // closed once In has ended and every call read is answered (or out failed)
+	grace    *time.Timer          // StopGrace's, once Stop is done
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -257,13 +339,7 @@ func (c *stdioConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		}
 		line = append(b, '\n')
 	}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	_, err := c.out.Write(line)
-	if err != nil {
-		c.outFailed()
-	}
-	return err
+	return c.send(line)
 }
 
 // Close implements mcp.Connection.
@@ -271,6 +347,14 @@ func (c *stdioConn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		close(c.closed)
+		if c.stopAfter != nil {
+			c.stopAfter()
+		}
+		c.mu.Lock()
+		if c.grace != nil {
+			c.grace.Stop()
+		}
+		c.mu.Unlock()
 		if cl, ok := c.in.(io.Closer); ok {
 			err = cl.Close()
 		}
@@ -325,14 +409,10 @@ func (c *stdioConn) answered(id jsonrpc.ID) (canceled bool) {
 }
 
 // refuse writes the error answer of a malformed line. A write that fails
-// is left to the SDK's next write to find (and noted: no answer can be
-// written).
+// is left to the SDK's next write to find (and noted by send: no answer
+// can be written).
 func (c *stdioConn) refuse(r *refusal) {
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	if _, err := c.out.Write(errorLine(r.id, r.code, r.message)); err != nil {
-		c.outFailed()
-	}
+	c.send(errorLine(r.id, r.code, r.message))
 }
 
 // refusal is the error answer due to a malformed line.

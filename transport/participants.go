@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -334,7 +335,9 @@ func wholeNumber(raw json.RawMessage) (n int64, ok bool) {
 
 // publicBase is the base of share links: Config.PublicURL, or the
 // request's scheme (https under TLS, or when a trusted proxy says so in
-// X-Forwarded-Proto) and Host, with the prefix.
+// X-Forwarded-Proto) and Host, with the prefix. A request with no Host
+// (HTTP/1.0 allows it) gets the address it reached, its listener's: its
+// base was "http://", and a device link "http://d#chd_…".
 func (s *Server) publicBase(r *http.Request) string {
 	if s.cfg.PublicURL != "" {
 		return strings.TrimSuffix(s.cfg.PublicURL, "/")
@@ -348,7 +351,13 @@ func (s *Server) publicBase(r *http.Request) string {
 			scheme = p
 		}
 	}
-	return scheme + "://" + r.Host + s.cfg.Prefix
+	host := r.Host
+	if host == "" {
+		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			host = a.String()
+		}
+	}
+	return scheme + "://" + host + s.cfg.Prefix
 }
 
 // participantsAnswer is the 200 of GET /api/chat/participants.

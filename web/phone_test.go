@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -327,4 +328,98 @@ func TestStatusDotTellsTheStateByItsShape(t *testing.T) {
 		t.Fatal("the page does not see forced colours")
 	}
 	check("forced colours", shapes())
+}
+
+// TestReactionButtonsAreWholeTargets: every reaction button under a
+// message, at a phone's width and a desktop's, is a target of 24 × 24 CSS
+// px at least (WCAG 2.2's target size, 2.5.8), and one nobody used yet is
+// drawn at full strength with an outline that stands out from its
+// message (3:1 at least, WCAG 1.4.11), in the light and the dark scheme.
+// Before, the buttons were 19 px high, and an unused one was its emoji
+// greyed at 40 % opacity with no outline: a control a person could hardly
+// see, nor hit on a phone.
+func TestReactionButtonsAreWholeTargets(t *testing.T) {
+	srv := startServer(t)
+	tb, _ := startConversation(t, srv.URL, "Is build 412 green?")
+	for _, size := range []struct {
+		name          string
+		width, height int64
+		scheme        string
+	}{{"a phone", 390, 844, "light"}, {"a desktop", 1280, 900, "light"}, {"a phone, dark", 390, 844, "dark"}} {
+		tb.do(soon, size.name, chromedp.EmulateViewport(size.width, size.height), func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+			_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: size.scheme}}})
+			return chromedp.Void{}, err
+		})
+		tb.waitJS(soon, size.name+": the width", fmt.Sprintf(`document.documentElement.clientWidth === %d`, size.width))
+		problems := eval[[]string](tb, `(() => {
+			const rgb = (c) => c.match(/[\d.]+/g).map(Number);
+			const lum = ([r, g, b]) => [r, g, b].map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+				.reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+			const contrast = (a, b) => { const [x, y] = [lum(rgb(a)), lum(rgb(b))].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); };
+			const fill = (e) => { for (; e; e = e.parentElement) { const c = getComputedStyle(e).backgroundColor; if (rgb(c)[3] !== 0) return c; } return "rgb(255, 255, 255)"; };
+			const out = [], buttons = document.querySelectorAll("#log .reactions .react");
+			if (buttons.length === 0) out.push("no reaction button");
+			for (const b of buttons) {
+				const r = b.getBoundingClientRect(), name = b.getAttribute("aria-label") || b.textContent.trim();
+				if (r.width < 24 || r.height < 24) out.push(name + ": " + r.width.toFixed(1) + " × " + r.height.toFixed(1) + " px");
+				if (!b.classList.contains("unused")) continue;
+				let o = 1;
+				for (let e = b; e; e = e.parentElement) o *= parseFloat(getComputedStyle(e).opacity);
+				const s = getComputedStyle(b);
+				if (o < 1 || s.filter !== "none") out.push(name + ": drawn at opacity " + o + ", filter " + s.filter);
+				const c = contrast(s.borderTopColor, fill(b.parentElement));
+				if (s.borderTopStyle === "none" || parseFloat(s.borderTopWidth) === 0 || rgb(s.borderTopColor)[3] === 0 || c < 3)
+					out.push(name + ": outline " + s.borderTopStyle + " " + s.borderTopColor + " at " + c.toFixed(2) + ":1 on " + fill(b.parentElement));
+			}
+			return out;
+		})()`)
+		if len(problems) > 0 {
+			t.Errorf("%s (%d × %d, %s): %v", size.name, size.width, size.height, size.scheme, problems)
+		}
+	}
+}
+
+// TestTitleReadWholeAtANarrowWidth: a conversation's title (chatrelay
+// open) that the bar cuts at 320 px, the narrowest phones' width and
+// WCAG's reflow width, can be read whole on the screen, not only in a
+// tooltip (which a touch screen and the keyboard never show); where the
+// bar shows it whole (a desktop), it is shown once. Before, at 320 px the
+// bar read "Deploy bu…" and the rest was in the title attribute alone.
+func TestTitleReadWholeAtANarrowWidth(t *testing.T) {
+	srv := startServer(t)
+	const title = "Deploy build 412 to production tonight?"
+	out := srv.cli("open", "--title", title, "--text", "Build 412 passed.", "--public-url", strings.TrimSuffix(srv.URL, "/"))
+	link := ""
+	if i := strings.Index(string(out), `"link":"`); i >= 0 {
+		link, _, _ = strings.Cut(string(out[i+len(`"link":"`):]), `"`)
+	}
+	if link == "" {
+		t.Fatalf("chatrelay open printed %q", out)
+	}
+	tb := newWindow(t)
+	tb.do(soon, "a 320 px phone", chromedp.EmulateViewport(320, 568, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	tb.open(link)
+	tb.waitShown(soon, "Build 412 passed.")
+	tb.waitJS(soon, "the title in the bar", `document.getElementById("thread-id").textContent === `+js(title))
+	// Each element, out of every tooltip, that shows the title whole: its
+	// text is the title, it is drawn, on the screen, and not cut.
+	const whole = `(() => {
+		const out = [];
+		for (const e of document.querySelectorAll("body *")) {
+			if (e.textContent.trim() !== ` + "`" + title + "`" + ` || [...e.children].some((c) => c.textContent.trim() === e.textContent.trim())) continue;
+			const r = e.getBoundingClientRect();
+			let cut = e.scrollWidth > e.clientWidth + 0.5;
+			for (let p = e.parentElement; p && !cut; p = p.parentElement) {
+				const pr = p.getBoundingClientRect(), s = getComputedStyle(p);
+				if (s.overflowX !== "visible" && (r.left < pr.left - 0.5 || r.right > pr.right + 0.5)) cut = true;
+			}
+			if (r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= innerWidth + 0.5 && r.top >= 0 && r.bottom <= innerHeight + 0.5 && !cut) out.push(e.id || e.className || e.tagName);
+		}
+		return out;
+	})()`
+	tb.waitJS(soon, "the title read whole at 320 px", whole+`.length >= 1`)
+	tb.do(soon, "a desktop", chromedp.EmulateViewport(1280, 900))
+	tb.waitJS(soon, "the width", `document.documentElement.clientWidth === 1280`)
+	tb.waitJS(soon, "the title shown whole once at 1280 px", whole+`.length === 1`)
 }

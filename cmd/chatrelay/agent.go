@@ -60,7 +60,9 @@ func mcpServe(ctx context.Context, e cmdEnv) error {
 	srv := mcpserver.New(h, &mcpserver.Options{Log: log, ProgressEvery: time.Duration(every), Stop: ctx})
 	// Connect and Wait, not the SDK's Run: Run logs a stop by Ctrl-C or
 	// SIGTERM at error level ("server run cancelled"), as if it failed.
-	ss, err := srv.Connect(ctx, &mcpserver.Stdio{In: e.stdin, Out: e.stdout}, nil)
+	// Told to stop, an answer that a client does not read (its pipe full)
+	// is given up after mcpserver.StopGrace: the session closes.
+	ss, err := srv.Connect(ctx, &mcpserver.Stdio{In: e.stdin, Out: e.stdout, Stop: ctx}, nil)
 	if err != nil {
 		return err
 	}

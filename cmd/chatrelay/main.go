@@ -147,22 +147,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 
 // outWriter is a command's standard output that remembers its first write
 // error: a command whose answer did not get out (a full disk, a closed
-// pipe with SIGPIPE ignored) fails instead of exiting 0.
+// pipe with SIGPIPE ignored) fails instead of exiting 0. A write that
+// blocks (a pipe nobody reads) holds writing, never mu: failed answers at
+// once, and a command told to stop ends.
 type outWriter struct {
-	mu  sync.Mutex
-	w   io.Writer
-	err error
+	writing sync.Mutex // one write at a time
+	mu      sync.Mutex // guards err
+	w       io.Writer
+	err     error
 }
 
 func (o *outWriter) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.err != nil {
-		return 0, o.err
+	o.writing.Lock()
+	defer o.writing.Unlock()
+	if err := o.failed(); err != nil {
+		return 0, err
 	}
 	n, err := o.w.Write(p)
 	if err != nil {
+		o.mu.Lock()
 		o.err = err
+		o.mu.Unlock()
 	}
 	return n, err
 }

@@ -40,8 +40,9 @@ import (
 // answer, an error reply) or may have (a lost connection, a read that
 // timed out) is never sent again, and never reported failed because
 // another was. A command still refused when the rounds or the context
-// end keeps Redis's last refusal, which the store answers 503
-// store_unavailable.
+// end keeps Redis's last refusal, or errUnanswered if the context ended
+// while it was being sent again (it may have gone out); the store answers
+// either 503 store_unavailable.
 //
 // A MULTI/EXEC (TxPipelined) is sent again whole, when Redis refused the
 // whole of it (followTx).
@@ -96,7 +97,7 @@ func (h redirectHook) DialHook(next redis.DialHook) redis.DialHook { return next
 func (h redirectHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if redirection(err) == notRedirected {
+		if r, _ := redirection(err); r == notRedirected {
 			return err
 		}
 		cmd.SetErr(err)
@@ -157,17 +158,30 @@ func (h redirectHook) followTx(ctx context.Context, wire []redis.Cmder, next red
 		if ctx.Err() != nil {
 			return sent
 		}
-		unanswered(cmds)
+		// Not unanswered: go-redis gives a transaction's commands an
+		// error (its refusal, a lost connection) only where they have
+		// none, so a mark would hide the next refusal; every way out of
+		// a transaction's send gives each command an answer or an error,
+		// and one that did not is given the send's.
+		for _, c := range cmds {
+			c.SetErr(nil)
+		}
 		sent = true
+		var err error
 		if node != nil {
-			node.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			_, err = node.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				for _, c := range cmds {
 					p.Process(ctx, c)
 				}
 				return nil
 			})
 		} else {
-			next(ctx, wire)
+			err = next(ctx, wire)
+		}
+		if err != nil && firstErr(cmds) == nil {
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
 		}
 	}
 	return sent
@@ -180,7 +194,7 @@ func txRedirection(cmds []redis.Cmder) (redirect, string) {
 		return notRedirected, ""
 	}
 	err := cmds[0].Err()
-	r := redirection(err)
+	r, addr := redirection(err)
 	if r == notRedirected {
 		return notRedirected, ""
 	}
@@ -188,13 +202,6 @@ func txRedirection(cmds []redis.Cmder) (redirect, string) {
 		if c.Err() == nil || c.Err().Error() != err.Error() {
 			return notRedirected, ""
 		}
-	}
-	var addr string
-	switch r {
-	case moved:
-		addr, _ = redis.IsMovedError(err)
-	case ask:
-		addr, _ = redis.IsAskError(err)
 	}
 	return r, addr
 }
@@ -236,28 +243,30 @@ const (
 	down                   // CLUSTERDOWN: as TRYAGAIN, within clusterDownFor
 )
 
-func redirection(err error) redirect {
+// redirection is what err asks of its command, and for MOVED and ASK the
+// address of the node it names.
+func redirection(err error) (redirect, string) {
 	if err == nil || !isReply(err) {
-		return notRedirected
+		return notRedirected, ""
 	}
-	if _, ok := redis.IsMovedError(err); ok {
-		return moved
+	if addr, ok := redis.IsMovedError(err); ok {
+		return moved, addr
 	}
-	if _, ok := redis.IsAskError(err); ok {
-		return ask
+	if addr, ok := redis.IsAskError(err); ok {
+		return ask, addr
 	}
 	if redis.IsTryAgainError(err) {
-		return tryAgain
+		return tryAgain, ""
 	}
 	if redis.IsClusterDownError(err) {
-		return down
+		return down, ""
 	}
-	return notRedirected
+	return notRedirected, ""
 }
 
 func anyRedirected(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
-		if redirection(c.Err()) != notRedirected {
+		if r, _ := redirection(c.Err()); r != notRedirected {
 			return true
 		}
 	}
@@ -284,18 +293,12 @@ func (h redirectHook) follow(ctx context.Context, cmds []redis.Cmder, bySlot fun
 			stranger bool // a node named that the client does not know
 		)
 		for _, c := range cmds {
-			err := c.Err()
-			r := redirection(err)
+			r, addr := redirection(c.Err())
 			if r == notRedirected || r == down && time.Now().After(downUntil) {
 				continue
 			}
 			again = append(again, c)
-			var addr string
 			switch r {
-			case moved:
-				addr, _ = redis.IsMovedError(err)
-			case ask:
-				addr, _ = redis.IsAskError(err)
 			case tryAgain, down:
 				wait = true
 				slotted = append(slotted, c)
@@ -328,22 +331,39 @@ func (h redirectHook) follow(ctx context.Context, cmds []redis.Cmder, bySlot fun
 			if ctx.Err() != nil {
 				return
 			}
-			share := toNode[node]
-			unanswered(share)
-			if len(share) == 1 {
-				share[0].SetErr(node.Process(ctx, share[0]))
-				continue
-			}
-			p := node.Pipeline()
-			for _, c := range share {
-				p.Process(ctx, c)
-			}
-			p.Exec(ctx) // each command holds its own answer
+			sendEach(ctx, node, toNode[node])
 		}
 		if len(slotted) > 0 && ctx.Err() == nil {
 			unanswered(slotted)
 			bySlot(ctx, slotted)
 		}
+	}
+}
+
+// sendEach sends a node's share of a round, each command on its own round
+// trip (ASKING and the command it precedes on one): a plain client's
+// pipeline whose read breaks gives its error to every command without
+// one, those it had read the answers of too, so a share sent as one
+// pipeline could report a command that ran and was answered as failed
+// because a later one's answer was lost (review11a).
+func sendEach(ctx context.Context, node *redis.Client, share []redis.Cmder) {
+	for i := 0; i < len(share); i++ {
+		if ctx.Err() != nil {
+			return // the rest keep Redis's last refusal
+		}
+		c := share[i]
+		if c.Name() != "asking" {
+			c.SetErr(node.Process(ctx, c))
+			continue
+		}
+		i++
+		pair := share[i-1 : i+1]
+		unanswered(pair[1:])
+		p := node.Pipeline()
+		for _, c := range pair {
+			p.Process(ctx, c)
+		}
+		p.Exec(ctx) // each holds its own answer; ASKING's is not read
 	}
 }
 

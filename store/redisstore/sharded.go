@@ -83,6 +83,9 @@ type Sharded struct {
 	// creating is held by the post of this node that takes the creation
 	// lock, until the lock is released (lockCreate).
 	creating chan struct{}
+	// node names this node to the creation lock's script: the node of the
+	// last turn yields the lock to another node's waiting post.
+	node string
 
 	// moved is closed, and replaced, each time the creation lock moves
 	// on as this node sees it: a turn of the node's ends (the lock was
@@ -416,10 +419,42 @@ func (sh *Sharded) appendRated(ctx context.Context, thread string, m store.NewMe
 // ARGV[3] is "1" (the lock and the count in one round trip: all are in
 // shard 0's slot), else 0; if the lock is held, it answers its holder's
 // token (a string), so that a waiter sees the lock change hands.
+//
+// The lock is handed over between nodes: a node whose post finds it held
+// is recorded as waiting (KEYS[4], the node ARGV[4] scored by the time of
+// its last try; a try older than ARGV[5] ms is forgotten), and the node
+// of the last turn (KEYS[5]) does not take the free lock while another
+// node waits: it answers lockYielded, and the waiting node's next try
+// takes it. Without it the node whose turn just ended took the lock back
+// at once (its next post asked as the turn ended; the other node's polled
+// every 20 ms): a node with a burst of new threads held it turn after
+// turn while the other node's posts waited, to the wait's bound.
 var lockScript = redis.NewScript(`
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('GET', KEYS[1]) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[5]))
+local holder = redis.call('GET', KEYS[1])
+local others = redis.call('ZCARD', KEYS[4])
+if redis.call('ZSCORE', KEYS[4], ARGV[4]) then others = others - 1 end
+if holder or (others > 0 and redis.call('GET', KEYS[5]) == ARGV[4]) then
+  redis.call('ZADD', KEYS[4], now, ARGV[4])
+  redis.call('PEXPIRE', KEYS[4], ARGV[2])
+  return holder or '` + lockYielded + `'
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[5], ARGV[4], 'PX', ARGV[2])
+redis.call('ZREM', KEYS[4], ARGV[4])
 if ARGV[3] == '1' then return redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) end
 return 0`)
+
+// lockYielded is lockScript's answer to the node of the last turn when the
+// lock is free and another node waits for it (no token: those are hex).
+const lockYielded = "yielded"
+
+// waiterFresh is how long a node's try for the creation lock counts it as
+// waiting: its posts try every 20 ms at most while they wait, so one that
+// gave up stops counting soon (the last turn's node yields to it no longer).
+const waiterFresh = 250 * time.Millisecond
 
 // unlockScript deletes the creation lock if it is still the caller's.
 var unlockScript = redis.NewScript(`
@@ -505,7 +540,8 @@ func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n
 	wait := time.Millisecond
 	for {
 		cctx, cancel := s.bound(ctx)
-		v, err := lockScript.Run(cctx, s.rdb, []string{key, s.index, s.places}, token, (3 * s.opt.Timeout).Milliseconds(), c).Result()
+		v, err := lockScript.Run(cctx, s.rdb, []string{key, s.index, s.places, key + ":waiters", key + ":last"},
+			token, (3 * s.opt.Timeout).Milliseconds(), c, sh.node, waiterFresh.Milliseconds()).Result()
 		cancel()
 		if err != nil {
 			// Redis may have taken the lock for this call all the same

@@ -52,7 +52,7 @@ func openInstances(ctx context.Context, urls []string, opt Options) (*Sharded, e
 		}
 		seen[w] = true
 	}
-	sh := &Sharded{opt: opt, creating: make(chan struct{}, 1), down: make([]atomic.Bool, len(urls))}
+	sh := &Sharded{opt: opt, node: randomHex(8), creating: make(chan struct{}, 1), down: make([]atomic.Bool, len(urls))}
 	names := make([]string, len(urls))
 	errs := make([]error, len(urls)) // the shards that did not answer: why (sharded_late.go)
 	late := 0
@@ -323,7 +323,7 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 		// share of a pipeline, on that node's connection (replicas.go).
 		rdb.OnNewNode(func(c *redis.Client) { c.AddHook(newWaitHook(c, opt)) })
 	}
-	sh := &Sharded{opt: opt, cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0]), down: make([]atomic.Bool, ClusterShards)}
+	sh := &Sharded{opt: opt, node: randomHex(8), cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0]), down: make([]atomic.Bool, ClusterShards)}
 	base := opt.Prefix
 	// The library once for all the shards, on every primary. A cluster is
 	// Redis 7, which has functions: a primary that does not answer now

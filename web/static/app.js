@@ -295,6 +295,7 @@ new ResizeObserver(() => {
 // or else its thread id, short, in the header (the thread id whole in its
 // tooltip), and the same in the tab's title.
 const threadID = document.getElementById("thread-id");
+const fullTitle = document.getElementById("full-title");
 let shownThread = "";
 function showThread() {
   const shown = chat.thread + "\n" + chat.title;
@@ -304,8 +305,21 @@ function showThread() {
   threadID.classList.toggle("titled", !!chat.title);
   threadID.title = chat.title ? `${chat.title} (conversation ${chat.thread})` : `conversation ${chat.thread}`;
   document.title = `chatrelay · ${chat.title || chat.thread}`;
+  fullTitle.textContent = chat.title;
+  fitTitle();
 }
 chat.addEventListener("title", showThread);
+
+// fitTitle shows the title whole above the conversation when the bar cuts
+// it (at a phone's width, or a long title), since its tooltip is shown to
+// no touch screen and no keyboard. Hidden from screen readers, which read
+// the bar's title whole.
+function fitTitle() {
+  const h1 = threadID.parentElement;
+  const cut = threadID.scrollWidth > threadID.clientWidth + 0.5 || h1.scrollWidth > h1.clientWidth + 0.5;
+  fullTitle.hidden = !chat.title || !cut;
+}
+new ResizeObserver(fitTitle).observe(document.querySelector("header.bar"));
 
 let wasLive = false;
 let seenLive = false;
