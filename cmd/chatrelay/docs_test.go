@@ -7,8 +7,10 @@ package main
 // included; the API page has a row for every error code, with its HTTP
 // status; the operations page documents every chatrelay_ metric a server
 // serves, with its type and labels; every CHATRELAY_ variable the docs
-// name is read; every file a data folder holds is in its listing; and
-// every test the docs name exists.
+// name is read; every file a data folder holds is in its listing; every
+// test the docs name exists; the API page's index names every route,
+// and every route a page names with a method is one the server has; and
+// the architecture page says truly which package imports which.
 
 import (
 	"bytes"
@@ -17,6 +19,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -908,8 +911,9 @@ func TestDocsChatClientOptions(t *testing.T) {
 }
 
 // TestDocsRouteIndex: the index at the top of docs/api.md names every
-// route of the API (the route table's documented rows, chatrelay.Routes),
-// so a reader finds each one there, not only in its section.
+// route of the API (the route table's documented rows, chatrelay.Routes)
+// and each method of MCP's, so a reader finds each one there, not only in
+// its section; and docs/operations.md names the probes and /metrics.
 func TestDocsRouteIndex(t *testing.T) {
 	t.Parallel()
 	var index []string
@@ -921,8 +925,26 @@ func TestDocsRouteIndex(t *testing.T) {
 			index = append(index, l.text)
 		}
 	}
+	ops, err := os.ReadFile(filepath.Join(repoRoot, "docs/operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, row := range chatrelay.Routes() {
-		if !row.Documented() {
+		switch {
+		case row.Mount == chatrelay.MountOps:
+			// The probes and the scrape are the operations page's.
+			if want := "`" + row.Method + " " + row.Path + "`"; !strings.Contains(string(ops), want) {
+				t.Errorf("docs/operations.md names no %s", want)
+			}
+			continue
+		case row.Path == chatrelay.PathMCP:
+			// One row, "`POST`, `GET`, `DELETE /mcp`": each method named on it.
+			i := slices.IndexFunc(index, func(l string) bool { return strings.Contains(l, " /mcp`") })
+			if i < 0 || !strings.Contains(index[i], "`"+row.Method) {
+				t.Errorf("docs/api.md: the index's /mcp row names no `%s`", row.Method)
+			}
+			continue
+		case !row.Documented():
 			continue
 		}
 		want := "`" + row.Method + " " + row.Path
@@ -931,6 +953,160 @@ func TestDocsRouteIndex(t *testing.T) {
 		}
 		if !slices.ContainsFunc(index, func(l string) bool { return strings.Contains(l, want) }) {
 			t.Errorf("docs/api.md: the index names no %s`", want)
+		}
+	}
+}
+
+// docRouteRE matches a route the docs name with its method: `GET
+// /api/chat/poll`, `DELETE /api/chat/devices/{id}`. A {name} segment is
+// a placeholder; a query string is not part of the route.
+var docRouteRE = regexp.MustCompile(`\b(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) (/(?:[A-Za-z0-9_.~-]+|\{[a-z_]+\})(?:/(?:[A-Za-z0-9_.~-]+|\{[a-z_]+\}))*/?)`)
+
+// routeServes reports whether row answers method on path, a path as the
+// docs write it (placeholders as {name}, the .php twin of a PHP route).
+func routeServes(row chatrelay.Route, method, path string) bool {
+	switch {
+	case row.Method == "": // the 404 of every other path: no route a doc may name
+		return false
+	case row.AnyMethod, row.Method == method, method == "HEAD" && row.TakesHead():
+	default:
+		return false
+	}
+	if row.PHP && strings.HasSuffix(path, ".php") {
+		path = strings.TrimSuffix(path, ".php")
+	}
+	want, got := strings.Split(row.Path, "/"), strings.Split(strings.TrimSuffix(path, "."), "/")
+	if len(want) != len(got) {
+		return false
+	}
+	for i := range want {
+		placeholder := strings.HasPrefix(want[i], "{") && strings.HasPrefix(got[i], "{")
+		if want[i] != got[i] && !placeholder {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDocsRoutesExist is TestDocsRouteIndex's other half: every route
+// the pages about this server name with a method (`POST
+// /api/chat/respond`, in prose, tables, headings and curl comments) is a
+// row of the route table with that method, so no page sends a reader to
+// a route or a method the server answers 404 or 405. The architecture
+// page's recipe names a route to add, and the performance page other
+// servers' routes: they are not read.
+func TestDocsRoutesExist(t *testing.T) {
+	t.Parallel()
+	pages := []string{"README.md", "docs/api.md", "docs/agents.md", "docs/cli.md", "docs/operations.md", "docs/web.md"}
+	routes := chatrelay.Routes()
+	seen := 0
+	for _, page := range pages {
+		for _, l := range readMarkdown(t, page) {
+			if l.fenced && strings.Contains(l.text, " HTTP/1.1") {
+				continue // a request a webhook receiver gets, not one the server answers
+			}
+			for _, m := range docRouteRE.FindAllStringSubmatch(l.text, -1) {
+				method, path := m[1], m[2]
+				if !strings.HasPrefix(path, "/api/") && !strings.HasPrefix(path, "/mcp") && !strings.HasPrefix(path, "/healthz") && !strings.HasPrefix(path, "/readyz") && !strings.HasPrefix(path, "/metrics") {
+					continue
+				}
+				seen++
+				if !slices.ContainsFunc(routes, func(r chatrelay.Route) bool { return routeServes(r, method, path) }) {
+					t.Errorf("%s:%d: `%s %s` is named, but the route table (routes.go) has no such route with that method", page, l.n, method, path)
+				}
+			}
+		}
+	}
+	if seen < len(routes) {
+		t.Fatalf("found only %d routes named with a method in the docs: the pattern no longer reads them", seen)
+	}
+}
+
+// importsRE matches a clause of the architecture page's "Imports go one
+// way." paragraph: "`host` imports `chatrelay` and `store`"; nothingRE
+// one of "`a`, `b` and `c` import nothing of the module".
+var (
+	importsRE = regexp.MustCompile("`([a-z/]+)` imports ((?:`[a-z/]+`(?:, | and )?)+)")
+	nothingRE = regexp.MustCompile("((?:`[a-z/]+`(?:, | and )?)+) imports? nothing of the module")
+	pkgNameRE = regexp.MustCompile("`([a-z/]+)`")
+)
+
+// TestDocsImports checks docs/architecture.md's paragraph on which
+// package imports which against `go list`: each package it names imports
+// exactly the module's packages it says, and it names every package but
+// the commands and the internal test helpers.
+func TestDocsImports(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	var para string
+	for _, l := range readMarkdown(t, "docs/architecture.md") {
+		switch {
+		case strings.HasPrefix(l.text, "Imports go one way."):
+			para = l.text
+		case para != "" && l.text == "":
+			goto read
+		case para != "":
+			para += " " + l.text
+		}
+	}
+read:
+	if para == "" {
+		t.Fatal("docs/architecture.md has no paragraph starting \"Imports go one way.\"")
+	}
+	const module = "github.com/chatrelay/chatrelay"
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...")
+	cmd.Dir = repoRoot
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	imports := map[string][]string{} // a package, by its path in the module ("chatrelay" for the root), and the module's packages it imports
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		name := strings.TrimPrefix(strings.TrimPrefix(f[0], module), "/")
+		if name == "" {
+			name = "chatrelay"
+		}
+		own := []string{}
+		for _, imp := range f[1:] {
+			switch {
+			case imp == module:
+				own = append(own, "chatrelay")
+			case strings.HasPrefix(imp, module+"/"):
+				own = append(own, strings.TrimPrefix(imp, module+"/"))
+			}
+		}
+		slices.Sort(own)
+		imports[name] = own
+	}
+	said := map[string][]string{}
+	for _, m := range nothingRE.FindAllStringSubmatch(para, -1) {
+		for _, p := range pkgNameRE.FindAllStringSubmatch(m[1], -1) {
+			said[p[1]] = []string{}
+		}
+	}
+	for _, m := range importsRE.FindAllStringSubmatch(para, -1) {
+		var of []string
+		for _, p := range pkgNameRE.FindAllStringSubmatch(m[2], -1) {
+			of = append(of, p[1])
+		}
+		slices.Sort(of)
+		said[m[1]] = of
+	}
+	for name, of := range said {
+		got, ok := imports[name]
+		switch {
+		case !ok:
+			t.Errorf("docs/architecture.md: `%s` is no package of the module", name)
+		case !slices.Equal(got, of):
+			t.Errorf("docs/architecture.md: `%s` imports %q, it says %q", name, got, of)
+		}
+	}
+	for name := range imports {
+		if _, ok := said[name]; !ok && !strings.HasPrefix(name, "cmd/") && !strings.HasPrefix(name, "internal/") {
+			t.Errorf("docs/architecture.md: the imports paragraph does not say what `%s` imports", name)
 		}
 	}
 }
