@@ -160,8 +160,8 @@
 // Commands are not retried by the client (MaxRetries -1): an append whose
 // answer was lost may have been stored, and running it twice would store it
 // twice. On a cluster, a command Redis refused without running it (MOVED,
-// ASK, TRYAGAIN) is sent again where it says, within the call's context
-// (redirect.go). An append that fails is never acknowledged; one whose answer is lost
+// ASK, TRYAGAIN; CLUSTERDOWN within 250 ms of its first answer) is sent
+// again where it says, within the call's context (redirect.go). An append that fails is never acknowledged; one whose answer is lost
 // may have been stored and is then delivered to subscribers like any other.
 // With Options.WaitReplicas (the URL's wait-replicas), a write is
 // acknowledged only once that many replicas hold it (replicas.go).
