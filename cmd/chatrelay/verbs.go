@@ -312,16 +312,19 @@ func leftPending(ctx context.Context, h *host.Verbs, e cmdEnv, thread, id string
 }
 
 // printOutcome prints a closed interaction and returns its state as the
-// exit status.
+// exit status (when not 0, even if its line, given up at a stop, was not
+// printed).
 func printOutcome(e cmdEnv, r host.InteractionResult) error {
-	if err := printJSON(e.stdout, r); err != nil {
-		return err
+	perr := printJSON(e.stdout, r)
+	if perr != nil && !errors.Is(perr, errOutAbandoned) {
+		return perr
 	}
 	code, err := host.ExitCode(r.Interaction.State)
 	if err != nil || code == 0 {
-		return err
+		// An answer given up at a stop (nobody read it) is lost: exit 1.
+		return errors.Join(err, perr)
 	}
-	return exitStatus(code)
+	return exitStatus(code) // the outcome is the exit status, printed or not
 }
 
 func check(ctx context.Context, e cmdEnv) error {
