@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 )
 
@@ -90,4 +91,17 @@ func TestAskWaitStopsWithTheOutcomeStuck(t *testing.T) {
 	r := runCLI(t, nil, "", "show", threadOld, "--v2", "--json", "--data", data)
 	assert.Success(t, r.err)
 	assert.True(t, strings.Contains(r.stdout, `"canceled"`), "the question is canceled: %s", r.stdout)
+}
+
+// TestSubscribeStopsWithALineStuck: `chatrelay subscribe` whose consumer
+// stopped reading its standard output ends at SIGTERM with its documented
+// exit status 0, as watch does.
+func TestSubscribeStopsWithALineStuck(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa)
+	owner := opsToken("subscribe stuck")
+	assert.Equal(t, "post", personPost(t, n.base, owner, chatrelay.PathPost, `{"text":"a line nobody reads"}`), 201)
+	stderr, err := runStuck(t, "a line nobody reads", nil, "subscribe", "--server", n.base, "--token", owner)
+	assert.True(t, err == nil, "subscribe stopped with a line stuck: %v (exit %d); stderr: %s", err, exitCode(err), stderr)
 }
