@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
@@ -262,12 +263,29 @@ func withoutEmptySuffixes(h string) (rg string, left bool) {
 		case strings.TrimLeft(spec, "-0") == "" && strings.HasPrefix(spec, "-"):
 			continue // a suffix of no byte
 		}
-		kept = append(kept, spec)
+		kept = append(kept, clampPositions(spec))
 	}
 	if len(kept) == 0 {
 		return "", false
 	}
 	return "bytes=" + strings.Join(kept, ","), true
+}
+
+// clampPositions is a range that parses (rangeSpecParses) with each
+// position past 2^63-1 written as 2^63-1, which means the same for any
+// file: a last-pos or a suffix at least as long as the file is its end
+// or the whole file, a first-pos past the end a range no byte satisfies
+// (RFC 9110, 14.1.2). net/http reads a position with strconv.ParseInt
+// and takes one it cannot hold for a Range that does not parse (416).
+func clampPositions(spec string) string {
+	first, last, _ := strings.Cut(spec, "-")
+	clamp := func(pos string) string {
+		if _, err := strconv.ParseInt(pos, 10, 64); pos != "" && err != nil {
+			return strconv.FormatInt(math.MaxInt64, 10)
+		}
+		return pos
+	}
+	return clamp(first) + "-" + clamp(last)
 }
 
 // rangeSpecParses reports whether spec is a range of RFC 9110's grammar:

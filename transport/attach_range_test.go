@@ -184,3 +184,35 @@ func assertDownloadRefused(t *testing.T, what string, h http.Header, b []byte, c
 		body.Retryable != nil && !*body.Retryable, "%s: %s", what, b)
 	assert.Equal(t, what+": no Content-Disposition on an error", h.Get("Content-Disposition"), "")
 }
+
+// TestAttachmentRangePositionsPastInt64: a position is 1*DIGIT (RFC 9110,
+// 14.1.1), of any length. A last-pos at or past the file's end means its
+// end (14.1.2), a suffix longer than the file the whole file, and a
+// first-pos past the end is a range no byte satisfies, left out beside
+// others. An outside probe (probe13) got 416 for "bytes=0-99999999999999999999"
+// and "bytes=-99999999999999999999": net/http reads a position with
+// strconv.ParseInt, which refuses one past 2^63-1, so the whole Range was
+// taken for one that does not parse.
+func TestAttachmentRangePositionsPastInt64(t *testing.T) {
+	t.Parallel()
+	e := startPush(t, pushOptions{})
+	tok := tokenN(1)
+	a := e.mustUpload(tok, "digits.txt", "text/plain", []byte("0123456789"))
+	const huge = "99999999999999999999" // past 2^63-1
+	for rg, want := range map[string]struct{ body, contentRange string }{
+		"bytes=0-" + huge:             {"0123456789", "bytes 0-9/10"},
+		"bytes=8-" + huge:             {"89", "bytes 8-9/10"},
+		"bytes=-" + huge:              {"0123456789", "bytes 0-9/10"},
+		"bytes=" + huge + "-,8-":      {"89", "bytes 8-9/10"},
+		"bytes=8-9223372036854775807": {"89", "bytes 8-9/10"},
+	} {
+		status, h, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
+		assert.True(t, status == http.StatusPartialContent && string(b) == want.body && h.Get("Content-Range") == want.contentRange,
+			"%q: %d %q, Content-Range %q", rg, status, b, h.Get("Content-Range"))
+	}
+	for _, rg := range []string{"bytes=" + huge + "-", "bytes=" + huge + "-" + huge} {
+		status, h, b := e.fetch(chatrelay.PathAttachments+"/"+a.ID, map[string]string{"X-Chat-Token": tok, "Range": rg})
+		assert.Equal(t, rg+": status", status, http.StatusRequestedRangeNotSatisfiable)
+		assertDownloadRefused(t, rg, h, b, "range_not_satisfiable")
+	}
+}
