@@ -82,10 +82,11 @@ func (g benchGC) share() float64 {
 // report gives r (a b.ReportMetric) g's figures as phase's, whose posts
 // were posts: its cycles, the collector's CPU and its assists in ms, each
 // per 1 000 posts (phases of different lengths compare), the collector's
-// share of the process's CPU, the pauses' median and longest in µs, and
-// the longest wait to stop the world (the time from a pause's request
-// until every P stopped: a P's goroutine on a thread the kernel does not
-// run holds the world's stop, and every other goroutine, until it runs).
+// share of the process's CPU, the pauses' median and longest in µs, the
+// longest wait to stop the world (from a pause's request until every P
+// stopped: a P's goroutine on a thread the kernel does not run holds the
+// world's stop, and every other goroutine, until it runs) and how many
+// waits took 1 ms or more.
 func (g benchGC) report(r func(float64, string), phase string, posts int) {
 	per := func(v float64) float64 { return v * 1000 / float64(max(posts, 1)) }
 	r(per(float64(g.cycles)), "gc-cycles/kpost-"+phase)
@@ -95,4 +96,5 @@ func (g benchGC) report(r func(float64, string), phase string, posts int) {
 	r(benchUS(g.pause.quantile(0.5)), "gc-pause-p50-us-"+phase)
 	r(benchUS(g.pause.max()), "gc-pause-max-us-"+phase)
 	r(benchUS(g.stopping.max()), "gc-stop-max-us-"+phase)
+	r(float64(g.stopping.over(time.Millisecond)), "gc-stops-1ms-"+phase)
 }

@@ -92,6 +92,17 @@ func (s benchSched) max() time.Duration {
 	return 0
 }
 
+// over is the count of the buckets whose lower bound is d or more.
+func (s benchSched) over(d time.Duration) uint64 {
+	var n uint64
+	for i, c := range s.counts {
+		if s.buckets[i] >= d.Seconds() {
+			n += c
+		}
+	}
+	return n
+}
+
 // total is the count of every bucket.
 func (s benchSched) total() uint64 {
 	var n uint64
