@@ -103,14 +103,5 @@ func (s benchSched) over(d time.Duration) uint64 {
 	return n
 }
 
-// total is the count of every bucket.
-func (s benchSched) total() uint64 {
-	var n uint64
-	for _, c := range s.counts {
-		n += c
-	}
-	return n
-}
-
 // benchUS is d in microseconds.
 func benchUS(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
