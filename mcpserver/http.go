@@ -394,7 +394,7 @@ func (h *HTTP) admit(k chatrelay.AgentKey) (release func(), evict *eviction, err
 		if id == k.ID {
 			mine = n
 			if lru != nil {
-				evict = &eviction{as: as, ss: lru}
+				evict = &eviction{as: as, ss: lru, log: h.o.Log}
 			}
 		}
 	}
@@ -460,8 +460,9 @@ func (as *agentServer) count(lru bool) (n int, oldest *mcp.ServerSession) {
 
 // eviction is a session admit closes to make room.
 type eviction struct {
-	as *agentServer
-	ss *mcp.ServerSession
+	as  *agentServer
+	ss  *mcp.ServerSession
+	log *slog.Logger // the server's: the session's end is logged as a DELETE's
 }
 
 // mark counts the session as gone, so that no other admit counts it or
@@ -478,7 +479,7 @@ func (e *eviction) mark() {
 // close ends the session: its client's next request is answered 404,
 // which tells an MCP client to start a new session.
 func (e *eviction) close() {
-	defer e.as.endSession(e.ss.ID(), 500*time.Millisecond, slog.New(slog.DiscardHandler))() // a call that started since admit looked
+	defer e.as.endSession(e.ss.ID(), 500*time.Millisecond, e.log)() // a call that started since admit looked
 	e.ss.Close()
 }
 

@@ -69,9 +69,11 @@ type Stdio struct {
 	// not wait for it past StopGrace.
 	Out io.Writer
 	// Stop, if set, bounds the writes once it is done (the process is
-	// told to stop): a write that has not gone out StopGrace after it is
-	// abandoned and fails, so that the session can close; the answers
-	// that go out meanwhile (a wait's, ended by the same stop) are written.
+	// told to stop): a write that has not gone out StopGrace after it (or
+	// after it began, if later) is abandoned and fails, so that the
+	// session can close; the answers that go out meanwhile (a wait's,
+	// ended by the same stop) are written, and so are those that come
+	// later while the client reads its input.
 	// The writer goroutine itself ends when its write returns (or with the
 	// process).
 	Stop context.Context
@@ -145,26 +147,50 @@ func (c *stdioConn) write() {
 }
 
 // send has the writer goroutine write line, and returns how it went; it
-// returns errStopped without waiting more once the write is abandoned
-// (Stop), and ErrConnectionClosed once the connection is closed.
+// returns ErrConnectionClosed once the connection is closed, and
+// errStopped without waiting more once the write is abandoned: after
+// StopGrace past Stop, a write that the writer, still busy with an
+// earlier one, cannot take, or one it took that is not out StopGrace
+// after (its own grace, when it began after the first). A write that
+// did go out is preferred over the grace's end: a client that reads its
+// input gets every answer.
 func (c *stdioConn) send(line []byte) error {
 	l := outLine{line: line, done: make(chan error, 1)}
 	select {
-	case c.lines <- l:
-	case <-c.abandon:
-		c.outFailed()
-		return errStopped
-	case <-c.closed:
-		return mcp.ErrConnectionClosed
+	case c.lines <- l: // a free writer takes it, even past the grace
+	default:
+		select {
+		case c.lines <- l:
+		case <-c.abandon:
+			c.outFailed()
+			return errStopped
+		case <-c.closed:
+			return mcp.ErrConnectionClosed
+		}
+	}
+	abandon := c.abandon
+	var own <-chan time.Time
+	select {
+	case <-c.abandon: // past the grace: this write has its own
+		t := time.NewTimer(StopGrace)
+		defer t.Stop()
+		abandon, own = nil, t.C
+	default:
 	}
 	select {
 	case err := <-l.done:
 		return err
-	case <-c.abandon:
-		c.outFailed()
-		return errStopped
+	case <-abandon:
+	case <-own:
 	case <-c.closed:
 		return mcp.ErrConnectionClosed
+	}
+	select {
+	case err := <-l.done: // out just now
+		return err
+	default:
+		c.outFailed()
+		return errStopped
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -336,8 +337,9 @@ func wholeNumber(raw json.RawMessage) (n int64, ok bool) {
 // publicBase is the base of share links: Config.PublicURL, or the
 // request's scheme (https under TLS, or when a trusted proxy says so in
 // X-Forwarded-Proto) and Host, with the prefix. A request with no Host
-// (HTTP/1.0 allows it) gets the address it reached, its listener's: its
-// base was "http://", and a device link "http://d#chd_…".
+// (HTTP/1.0 allows it) gets the address it reached, its listener's (a
+// link-local one with its zone, %25eth0): its base was "http://", and a
+// device link "http://d#chd_…".
 func (s *Server) publicBase(r *http.Request) string {
 	if s.cfg.PublicURL != "" {
 		return strings.TrimSuffix(s.cfg.PublicURL, "/")
@@ -354,7 +356,9 @@ func (s *Server) publicBase(r *http.Request) string {
 	host := r.Host
 	if host == "" {
 		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-			host = a.String()
+			// net/url writes a link-local address's zone escaped, as a
+			// URL's host needs it: [fe80::1%25eth0]:8080.
+			return (&url.URL{Scheme: scheme, Host: a.String()}).String() + s.cfg.Prefix
 		}
 	}
 	return scheme + "://" + host + s.cfg.Prefix

@@ -423,3 +423,48 @@ func TestTitleReadWholeAtANarrowWidth(t *testing.T) {
 	tb.waitJS(soon, "the width", `document.documentElement.clientWidth === 1280`)
 	tb.waitJS(soon, "the title shown whole once at 1280 px", whole+`.length === 1`)
 }
+
+// TestStatusWordsWholeOrNotDrawn: the bar draws its status words whole,
+// or their first word alone, or none where it has no room for "live"
+// (the dot then tells the state by its shape:
+// TestStatusDotTellsTheStateByItsShape); the words stay whole for screen
+// readers and in the tooltip. Before, at a phone's width the bar read
+// "● l…", a letter of "live" that tells no one anything.
+func TestStatusWordsWholeOrNotDrawn(t *testing.T) {
+	srv := startServer(t)
+	tb, _ := startConversation(t, srv.URL, "Is build 412 green?")
+	for _, size := range []struct {
+		name          string
+		width, height int64
+		mobile        bool
+		want          string // the words drawn; "" for any whole words or none
+	}{
+		{"a desktop", 1280, 800, false, "live"},
+		{"a phone", 390, 844, true, ""},
+		{"the narrowest phone", 320, 568, true, ""},
+		{"a desktop again", 1280, 800, false, "live"},
+	} {
+		opts := []chromedp.EmulateViewportOption{chromedp.EmulateScale(2)}
+		if size.mobile {
+			opts = append(opts, chromedp.EmulateMobile)
+		}
+		tb.do(soon, size.name, chromedp.EmulateViewport(size.width, size.height, opts...))
+		tb.waitJS(soon, size.name+"'s width, People offered", fmt.Sprintf(`document.documentElement.clientWidth === %d && !document.getElementById("people-open").hidden`, size.width))
+		// The words are fitted again after a resize (a ResizeObserver's
+		// turn): wait for what a user would see, bounded by soon.
+		drawn := `(() => {
+			const e = document.getElementById("status-text"), box = e.getBoundingClientRect();
+			const parts = e.children.length ? [...e.children] : [e];
+			const drawn = parts.filter((p) => getComputedStyle(p).color !== "rgba(0, 0, 0, 0)");
+			const right = (p) => p === e ? box.left + e.scrollWidth : p.getBoundingClientRect().right;
+			return {whole: drawn.every((p) => right(p) <= box.right + 0.5), words: drawn.map((p) => p.textContent).join(""),
+				all: e.textContent, title: document.getElementById("status").title};
+		})()`
+		tb.waitJS(soon, fmt.Sprintf("%s: the status's words drawn whole (%q)", size.name, size.want),
+			fmt.Sprintf(`(() => { const d = %s; return d.whole && (%q === "" || d.words === %q) })()`, drawn, size.want, size.want))
+		got := eval[map[string]any](tb, drawn)
+		if got["all"] != "live · WebSocket" || got["title"] != "live · WebSocket" {
+			t.Errorf("%s: the status reads %q, its tooltip %q, want both %q", size.name, got["all"], got["title"], "live · WebSocket")
+		}
+	}
+}

@@ -80,7 +80,7 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 			return
 		}
 		values := []string{v}
-		if _, ok := f.Value.(*listFlag); ok {
+		if _, ok := f.Value.(interface{ repeatable() }); ok {
 			values = strings.Split(v, ",")
 		}
 		for _, v := range values {
@@ -135,11 +135,13 @@ func envName(flagName string) string {
 	return "CHATRELAY_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// listFlag is a repeatable string flag.
+// listFlag is a repeatable string flag. A repeatable flag (it has a
+// repeatable method) set by an environment variable takes a list: a,b.
 type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+func (*listFlag) repeatable()          {}
 
 // prefixes parses CIDRs (or bare addresses) of trusted proxies.
 func prefixes(list []string) ([]netip.Prefix, error) {

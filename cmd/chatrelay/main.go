@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -15,8 +16,10 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/mcpserver"
 	_ "github.com/chatrelay/chatrelay/store/filestore"  // the file: store (and a spec without a scheme)
 	_ "github.com/chatrelay/chatrelay/store/redisstore" // the redis:// and rediss:// stores
 )
@@ -86,6 +89,11 @@ var commands = []command{
 	{"version", "", "the module version and the VCS revision this binary was built from", version},
 }
 
+// runsUntilStopped are the commands that run until an interrupt or
+// SIGTERM, which ends them with exit status 0 (docs/cli.md): a line that
+// nobody read, given up at the stop, does not make that a failure.
+var runsUntilStopped = map[string]bool{"watch": true, "subscribe": true, "mcp": true}
+
 // usage is the command list.
 func usage() string {
 	var b strings.Builder
@@ -112,7 +120,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return usageError("no command")
 	}
 	name, rest := args[0], args[1:]
-	out := &outWriter{w: stdout}
+	out := newOutWriter(ctx, stdout)
+	defer out.close()
 	switch name {
 	case "help", "-h", "-help", "--help":
 		if name == "help" && len(rest) > 0 && rest[0] != "help" { // help COMMAND [SUB]: COMMAND [SUB] --help
@@ -132,7 +141,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			if h, ok := errors.AsType[helpRequest](err); ok {
 				io.WriteString(out, h.usage)
 			}
-			if werr := out.failed(); werr != nil && (err == nil || errors.Is(err, flag.ErrHelp)) {
+			if werr := out.failed(); werr != nil && (err == nil || errors.Is(err, flag.ErrHelp)) &&
+				!(errors.Is(werr, errOutAbandoned) && runsUntilStopped[c.name]) {
 				err = werr // an answer nobody could read is no success
 			}
 			if u, ok := err.(usageError); ok {
@@ -147,29 +157,114 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 
 // outWriter is a command's standard output that remembers its first write
 // error: a command whose answer did not get out (a full disk, a closed
-// pipe with SIGPIPE ignored) fails instead of exiting 0. A write that
-// blocks (a pipe nobody reads) holds writing, never mu: failed answers at
-// once, and a command told to stop ends.
+// pipe with SIGPIPE ignored) fails instead of exiting 0. One goroutine,
+// its writer, writes w, one write at a time, so that a write that blocks
+// (a pipe nobody reads) holds no lock: failed answers at once, and once
+// stop is done a write not out within stopGrace is given up
+// (errOutAbandoned), so that a command told to stop ends.
 type outWriter struct {
-	writing sync.Mutex // one write at a time
-	mu      sync.Mutex // guards err
-	w       io.Writer
-	err     error
+	w    io.Writer
+	stop context.Context // the command's; a write is given up stopGrace after it is done
+
+	start  sync.Once
+	lines  chan outLine  // to the writer goroutine
+	closed chan struct{} // closed by close: the writer goroutine ends
+
+	mu  sync.Mutex // guards err
+	err error
 }
 
+// stopGrace is how long, once the command is told to stop (an interrupt,
+// SIGTERM), a write on standard output may take before it is given up:
+// mcpserver.StopGrace, half of the 2 s that MCP clients leave between
+// SIGTERM and SIGKILL, which a service manager's stop timeout (90 s for
+// systemd) leaves too.
+const stopGrace = mcpserver.StopGrace
+
+// errOutAbandoned is a write on standard output given up once the command
+// was told to stop: nobody read it.
+var errOutAbandoned = fmt.Errorf("standard output not read: a write was given up %v after the stop", stopGrace)
+
+// outLine is a write for the writer goroutine, and where it says how it
+// went.
+type outLine struct {
+	p    []byte      // a copy: a write given up must not hold its caller's slice
+	done chan outErr // buffered: the writer never waits on it
+}
+
+type outErr struct {
+	n   int
+	err error
+}
+
+func newOutWriter(stop context.Context, w io.Writer) *outWriter {
+	return &outWriter{w: w, stop: stop, lines: make(chan outLine), closed: make(chan struct{})}
+}
+
+// writer is the writer goroutine: it writes the lines on w one at a time
+// until close; a write that blocks ends it when it returns (or with the
+// process).
+func (o *outWriter) writer() {
+	for {
+		select {
+		case l := <-o.lines:
+			n, err := o.w.Write(l.p)
+			l.done <- outErr{n, err}
+		case <-o.closed:
+			return
+		}
+	}
+}
+
+// close ends the writer goroutine once its write (if any) returns. No
+// Write may be called after.
+func (o *outWriter) close() { close(o.closed) }
+
+// Write has the writer goroutine write p. Once stop is done, a write not
+// out within stopGrace (since the stop, or since it began if later) is
+// given up: it returns errOutAbandoned, as every write after it does. A
+// write that did go out is preferred over the grace's end.
 func (o *outWriter) Write(p []byte) (int, error) {
-	o.writing.Lock()
-	defer o.writing.Unlock()
 	if err := o.failed(); err != nil {
 		return 0, err
 	}
-	n, err := o.w.Write(p)
+	o.start.Do(func() { go o.writer() })
+	l := outLine{p: bytes.Clone(p), done: make(chan outErr, 1)}
+	lines := o.lines // nil once l is handed over
+	stop := o.stop.Done()
+	var grace <-chan time.Time
+	for {
+		select {
+		case lines <- l:
+			lines = nil
+		case r := <-l.done:
+			return r.n, o.note(r.err)
+		case <-stop:
+			stop = nil
+			t := time.NewTimer(stopGrace)
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
+			select {
+			case r := <-l.done: // out just now
+				return r.n, o.note(r.err)
+			default:
+			}
+			return 0, o.note(errOutAbandoned)
+		}
+	}
+}
+
+// note records err, the first write error, and returns it.
+func (o *outWriter) note(err error) error {
 	if err != nil {
 		o.mu.Lock()
-		o.err = err
+		if o.err == nil {
+			o.err = err
+		}
 		o.mu.Unlock()
 	}
-	return n, err
+	return err
 }
 
 // failed is the first write error, nil if none.

@@ -1246,3 +1246,32 @@ func TestMCPSessionLinesAreDebug(t *testing.T) {
 		assert.True(t, !strings.Contains(log, s), "the log at info holds %q:\n%s", s, log)
 	}
 }
+
+// TestMCPEvictionEndsItsSessionInTheLog: at --log-level debug, a session
+// ended to make room says so as a DELETE's does ("mcp: a session ends",
+// with the key's id), after the info line of the room made, even when its
+// client never sends a DELETE (it crashed): the eviction's end of the
+// session logged to a discard logger, so only a client's DELETE, if any,
+// put the line in the log.
+func TestMCPEvictionEndsItsSessionInTheLog(t *testing.T) {
+	t.Parallel()
+	sa := []string{"--data", t.TempDir()}
+	n := serveMCP(t, sa, "--mcp-sessions-per-key", "1", "--log-level", "debug")
+	key, id := addAgent(t, sa, "restarts")
+	session := func() string { // a client that never ends its session (no DELETE)
+		resp := mcpPost(t, n.base, key, "", mcpInitialize)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, "initialize", resp.StatusCode, http.StatusOK)
+		sid := resp.Header.Get("Mcp-Session-Id")
+		resp = mcpPost(t, n.base, key, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		resp.Body.Close()
+		return sid
+	}
+	session()
+	assert.True(t, !strings.Contains(n.log.String(), "mcp: a session ends"), "a session ends before any eviction: %s", n.log.String())
+	session() // the agent again: the first makes room
+	log := n.log.String()
+	assert.True(t, strings.Contains(log, "least recently used session ended"), "the room made is not logged: %s", log)
+	assert.True(t, strings.Contains(log, `msg="mcp: a session ends: its calls in flight were ended" agent=`+id), "the evicted session's end is not logged: %s", log)
+}

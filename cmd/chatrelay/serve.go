@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -18,12 +19,32 @@ import (
 	"github.com/chatrelay/chatrelay/transport"
 )
 
+// serveGCPercent is serve's GOGC where the GOGC variable sets none: the
+// collector runs about half as often as at Go's 100, for a heap that
+// grows to up to three times the live one instead of two. In S2 on tmpfs
+// it halved the collections and cut the collector's CPU by about 0.006 ms
+// a post (about 3 %), and raised S3's memory of an idle stream by about
+// 6 % (docs/performance.md).
+const serveGCPercent = 200
+
+// gcPercent is the GOGC serve sets, ok false when the GOGC variable names
+// one (the runtime has read it: it is left as it is, "off" too).
+func gcPercent(getenv func(string) string) (pct int, ok bool) {
+	if getenv("GOGC") != "" {
+		return 0, false
+	}
+	return serveGCPercent, true
+}
+
 // serve runs the server: wiring of the store the flags name, the HTTP
 // handler and the background work, until ctx is done.
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f, err := parseServe(args, getenv, stderr)
 	if err != nil {
 		return err
+	}
+	if pct, ok := gcPercent(getenv); ok {
+		debug.SetGCPercent(pct)
 	}
 	log := f.ops.logger(stderr, f.level)
 	// The listeners first: a serve that cannot listen has not opened the

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -312,16 +313,19 @@ func leftPending(ctx context.Context, h *host.Verbs, e cmdEnv, thread, id string
 }
 
 // printOutcome prints a closed interaction and returns its state as the
-// exit status.
+// exit status (when not 0, even if its line, given up at a stop, was not
+// printed).
 func printOutcome(e cmdEnv, r host.InteractionResult) error {
-	if err := printJSON(e.stdout, r); err != nil {
-		return err
+	perr := printJSON(e.stdout, r)
+	if perr != nil && !errors.Is(perr, errOutAbandoned) {
+		return perr
 	}
 	code, err := host.ExitCode(r.Interaction.State)
 	if err != nil || code == 0 {
-		return err
+		// An answer given up at a stop (nobody read it) is lost: exit 1.
+		return errors.Join(err, perr)
 	}
-	return exitStatus(code)
+	return exitStatus(code) // the outcome is the exit status, printed or not
 }
 
 func check(ctx context.Context, e cmdEnv) error {
@@ -449,17 +453,58 @@ func openThread(ctx context.Context, e cmdEnv) error {
 	return printJSON(e.stdout, r)
 }
 
-// attachFlag registers the repeatable --attach: a file that does what (the
-// usage's words), then more words after its limits.
-func (v *verbFlags) attachFlag(what, after string) *listFlag {
-	var attach listFlag
-	v.fs.Var(&attach, "attach", fmt.Sprintf("a `file` %s (repeatable, at most %d, each at most %d bytes)%s", what, chatrelay.LimitAttachments.Max, chatrelay.LimitAttachmentBytes.Max, after))
+// attachFlag registers the repeatable --attach FILE and --attach-as
+// NAME=FILE: files that do what (the usage's words), then more words after
+// their limits. Both fill one list, in the order given.
+func (v *verbFlags) attachFlag(what, after string) *attachList {
+	var attach attachList
+	v.fs.Var(attachPaths{&attach}, "attach", fmt.Sprintf("a `file` %s, named by its base name (repeatable, at most %d with --attach-as, each at most %d bytes)%s", what, chatrelay.LimitAttachments.Max, chatrelay.LimitAttachmentBytes.Max, after))
+	v.fs.Var(attachNamed{&attach}, "attach-as", "as --attach, the file named NAME: `NAME=FILE`, for a pipe (--attach-as change.diff=<(git diff)) or another name")
 	return &attach
 }
 
+// attachList is the files of --attach and --attach-as, in order.
+type attachList []attachArg
+
+// attachArg is a file to attach: its path, and the name it is given (""
+// for its base name).
+type attachArg struct{ path, name string }
+
+// attachPaths is --attach FILE.
+type attachPaths struct{ l *attachList }
+
+func (a attachPaths) String() string {
+	if a.l == nil {
+		return ""
+	}
+	var paths []string
+	for _, f := range *a.l {
+		paths = append(paths, f.path)
+	}
+	return strings.Join(paths, ",")
+}
+
+func (a attachPaths) Set(v string) error { *a.l = append(*a.l, attachArg{path: v}); return nil }
+func (attachPaths) repeatable()          {}
+
+// attachNamed is --attach-as NAME=FILE (NAME holds no "=", FILE may).
+type attachNamed struct{ l *attachList }
+
+func (a attachNamed) String() string { return "" }
+
+func (a attachNamed) Set(v string) error {
+	name, path, ok := strings.Cut(v, "=")
+	if !ok || name == "" || path == "" {
+		return errors.New("want NAME=FILE, such as change.diff=<(git diff)")
+	}
+	*a.l = append(*a.l, attachArg{path: path, name: name})
+	return nil
+}
+func (attachNamed) repeatable() {}
+
 // openAttached is open, then the files of --attach opened (openAttachments).
 // The caller calls done, which closes the files and the store.
-func (v *verbFlags) openAttached(ctx context.Context, e cmdEnv, n int, what string, attach *listFlag) (*host.Verbs, []host.AttachmentInput, func(), error) {
+func (v *verbFlags) openAttached(ctx context.Context, e cmdEnv, n int, what string, attach *attachList) (*host.Verbs, []host.AttachmentInput, func(), error) {
 	h, closeStore, err := v.open(ctx, e, n, what)
 	if err != nil {
 		return nil, nil, nil, err
@@ -470,7 +515,7 @@ func (v *verbFlags) openAttached(ctx context.Context, e cmdEnv, n int, what stri
 		return nil, nil, nil, err
 	}
 	// An interrupt closes the files: a read that waits on a pipe
-	// (--attach <(make-report)) then fails, and nothing is sent.
+	// (--attach-as report.txt=<(make-report)) then fails, and nothing is sent.
 	stop := context.AfterFunc(ctx, closeFiles)
 	return h, files, func() { stop(); closeFiles(); closeStore() }, nil
 }
@@ -486,12 +531,20 @@ func interrupted(ctx context.Context, err error) error {
 	return err
 }
 
-// openAttachments opens the files of --attach, to be streamed into the
-// store (never read whole): each named by its base name, typed by its
-// extension. It refuses more than LimitAttachments before opening any.
-func openAttachments(paths []string) ([]host.AttachmentInput, func(), error) {
-	if err := chatrelay.LimitAttachments.CheckItems(chatrelay.TooManyAttachments, "--attach", len(paths)); err != nil {
+// openAttachments opens the files of --attach and --attach-as, to be
+// streamed into the store (never read whole): each named by its name, or
+// else its base name, typed by that name's extension. It refuses more
+// than LimitAttachments before opening any, and a file with no name of
+// its own (a pipe, <(git diff), is /dev/fd/63: "63") that --attach-as
+// does not name.
+func openAttachments(list attachList) ([]host.AttachmentInput, func(), error) {
+	if err := chatrelay.LimitAttachments.CheckItems(chatrelay.TooManyAttachments, "--attach", len(list)); err != nil {
 		return nil, func() {}, err
+	}
+	for _, a := range list {
+		if a.name == "" && nameless(a.path) {
+			return nil, func() {}, usageError(fmt.Sprintf("--attach %s: a pipe (such as <(git diff)) has no file name, it would be named %q: name it with --attach-as NAME=%s", a.path, filepath.Base(a.path), a.path))
+		}
 	}
 	var files []host.AttachmentInput
 	var opened []*os.File
@@ -500,7 +553,8 @@ func openAttachments(paths []string) ([]host.AttachmentInput, func(), error) {
 			f.Close()
 		}
 	}
-	for _, p := range paths {
+	for _, a := range list {
+		p := a.path
 		f, err := os.Open(p)
 		if err != nil {
 			closeAll()
@@ -513,8 +567,21 @@ func openAttachments(paths []string) ([]host.AttachmentInput, func(), error) {
 			closeAll()
 			return nil, func() {}, usageError(fmt.Sprintf("--attach %s: is a folder: give a file", p))
 		}
-		typ := mime.TypeByExtension(filepath.Ext(p))
-		files = append(files, host.AttachmentInput{Name: filepath.Base(p), Type: typ, Body: f})
+		name := a.name
+		if name == "" {
+			name = filepath.Base(p)
+		}
+		typ := mime.TypeByExtension(filepath.Ext(name))
+		files = append(files, host.AttachmentInput{Name: name, Type: typ, Body: f})
 	}
 	return files, closeAll, nil
 }
+
+// fdPath is a path that names a file descriptor, not a file:
+// /dev/fd/63 (bash's <(cmd)), /proc/self/fd/63, /proc/1234/fd/63,
+// /dev/stdin.
+var fdPath = regexp.MustCompile(`^(/dev/fd|/proc/(self|thread-self|[0-9]+)/fd)/[0-9]+$|^/dev/std(in|out|err)$`)
+
+// nameless reports whether path is a file descriptor's, whose base name
+// ("63") is no name for what it holds.
+func nameless(path string) bool { return fdPath.MatchString(filepath.Clean(path)) }

@@ -394,8 +394,8 @@ func (s *File) write(thread string, doc []byte, create bool) (*fdPin, fileID, er
 				s.noTmpfile.Store(true) // the folder's file system has none: not again
 			}
 		}
-		tmp := s.tempDir()
-		fd, _, id, err = writeFD(tmp, s.dir, thread+".json", doc, s.dsync)
+		tmp, tmpFD := s.tempDir()
+		fd, _, id, err = writeFD(tmp, tmpFD, s.dir, thread+".json", doc, s.dsync)
 		var unsynced *unsyncedError
 		if err != nil && tmp == s.tmpDir && !errors.As(err, &unsynced) {
 			// The temp folder failed it (removed, or replaced by a file,
@@ -404,7 +404,7 @@ func (s *File) write(thread string, doc []byte, create bool) (*fdPin, fileID, er
 			// readiness probe writes, and the next write looks at the
 			// folder again (made again if it is gone).
 			s.tmpState.CompareAndSwap(tmpReady, tmpUnknown)
-			fd, _, id, err = writeFD(s.dir, s.dir, thread+".json", doc, s.dsync)
+			fd, _, id, err = writeFD(s.dir, -1, s.dir, thread+".json", doc, s.dsync)
 		}
 		return err
 	})

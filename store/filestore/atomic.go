@@ -33,7 +33,7 @@ func writeFile(dir, name string, data []byte, sync bool) (f *os.File, id fileID,
 // writeFileSync is writeFile with the folder's fsync done by ds (nil: no
 // fsync at all), which groups the fsyncs of concurrent writers.
 func writeFileSync(dir, name string, data []byte, ds *dirSync) (*os.File, fileID, error) {
-	fd, tmp, id, err := writeFD(dir, dir, name, data, ds)
+	fd, tmp, id, err := writeFD(dir, -1, dir, name, data, ds)
 	if err != nil {
 		return nil, id, err
 	}
@@ -46,40 +46,49 @@ func writeFileSync(dir, name string, data []byte, ds *dirSync) (*os.File, fileID
 // cleanup, and the fcntl with which os.NewFile asks the descriptor's
 // blocking mode). It renames with rename(2) itself: os.Rename first
 // lstats the destination (to refuse a folder there, which rename(2)
-// refuses as well). tmp is the temp file's name before the rename. The
-// temp file is made in tmpDir: dir, or a folder of dir's file system
-// (File.tmpDir) whose changes ds need not sync (the rename's entry in
-// dir is what a crash must keep; a temp file left is the sweep's).
-func writeFD(tmpDir, dir, name string, data []byte, ds *dirSync) (_ int, _ string, id fileID, err error) {
+// refuses as well). The temp file is made in tmpDir: dir, or a folder of
+// dir's file system (File.tmpDir) whose changes ds need not sync (the
+// rename's entry in dir is what a crash must keep; a temp file left is
+// the sweep's). tmpFD is tmpDir's descriptor (openDirFD), relative to
+// which the temp file is made, renamed and removed, or -1: by its path.
+// tmp is the temp file's name before the rename: its path with tmpFD
+// -1, else its name in tmpDir.
+func writeFD(tmpDir string, tmpFD int, dir, name string, data []byte, ds *dirSync) (_ int, _ string, id fileID, err error) {
 	// tf and tmp, not named results: a failed return sets the results
 	// before the deferred cleanup runs, which must close and remove the
 	// temp file (else its descriptor, and its room on the disk, are held
 	// for good: a bare descriptor has no cleanup).
-	tf, tmp, err := createTempFD(tmpDir, "."+name+".tmp-")
+	tf, tmp, err := createTempFD(tmpDir, tmpFD, "."+name+".tmp-")
 	if err != nil {
 		return -1, "", id, err
+	}
+	tmpPath := func() string { // for an error: the temp file's path
+		if tmpFD < 0 {
+			return tmp
+		}
+		return joinName(tmpDir, tmp)
 	}
 	defer func() {
 		if err != nil {
 			syscall.Close(tf)
-			os.Remove(tmp)
+			unlinkAt(tmpFD, tmp)
 		}
 	}()
 	if err = writeAll(tf, tmp, data); err != nil {
-		return -1, "", id, err
+		return -1, "", id, &fs.PathError{Op: "write", Path: tmpPath(), Err: errors.Unwrap(err)}
 	}
 	if ds != nil {
 		if err = ignoringEINTR(func() error { return syscall.Fsync(tf) }); err != nil {
-			return -1, "", id, &fs.PathError{Op: "sync", Path: tmp, Err: err}
+			return -1, "", id, &fs.PathError{Op: "sync", Path: tmpPath(), Err: err}
 		}
 	}
 	var st syscall.Stat_t
 	if err = ignoringEINTR(func() error { return syscall.Fstat(tf, &st) }); err != nil {
-		return -1, "", id, &fs.PathError{Op: "stat", Path: tmp, Err: err}
+		return -1, "", id, &fs.PathError{Op: "stat", Path: tmpPath(), Err: err}
 	}
 	path := joinName(dir, name)
-	if err = ignoringEINTR(func() error { return syscall.Rename(tmp, path) }); err != nil {
-		return -1, "", id, &os.LinkError{Op: "rename", Old: tmp, New: path, Err: err}
+	if err = ignoringEINTR(func() error { return renameAt(tmpFD, tmp, path) }); err != nil {
+		return -1, "", id, &os.LinkError{Op: "rename", Old: tmpPath(), New: path, Err: err}
 	}
 	if ds != nil {
 		if err = ds.sync(); err != nil {
@@ -194,23 +203,31 @@ func (p *fdPin) Close() error { return syscall.Close(p.fd) }
 // file), a fifth of an append's system calls; os.NewFile of a blocking
 // descriptor does neither.
 func createTemp(dir, prefix string) (*os.File, string, error) {
-	fd, name, err := createTempFD(dir, prefix)
+	fd, name, err := createTempFD(dir, -1, prefix)
 	if err != nil {
 		return nil, "", err
 	}
 	return os.NewFile(uintptr(fd), name), name, nil
 }
 
-// createTempFD is createTemp's bare descriptor.
-func createTempFD(dir, prefix string) (int, string, error) {
+// createTempFD is createTemp's bare descriptor, made relative to dirfd,
+// dir's descriptor (openDirFD), unless it is -1; name is then the file's
+// name in dir, else its path.
+func createTempFD(dir string, dirfd int, prefix string) (int, string, error) {
 	for range 100 {
 		var buf [20]byte
-		name := joinName(dir, prefix+string(strconv.AppendUint(buf[:0], rand.Uint64(), 36)))
-		fd, err := syscall.Open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
+		name := prefix + string(strconv.AppendUint(buf[:0], rand.Uint64(), 36))
+		if dirfd < 0 {
+			name = joinName(dir, name)
+		}
+		fd, err := openAt(dirfd, name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
 		if err == syscall.EEXIST || err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
+			if dirfd >= 0 {
+				name = joinName(dir, name)
+			}
 			return -1, "", &fs.PathError{Op: "open", Path: name, Err: err}
 		}
 		return fd, name, nil

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
@@ -100,9 +101,19 @@ type File struct {
 	// three (its creation, its write, its moved-from), each read by
 	// every process that follows the folder. tmpState is tmpUnknown
 	// until the folder is made, tmpBeside if it cannot be (temp files
-	// are then made in the chat folder, as before it).
+	// are then made in the chat folder, as before it). tmpFD is the
+	// folder's descriptor (openDirFD, -1 where the system has none) while
+	// tmpState is tmpReady: a temp file is made and renamed relative to
+	// it, which walks one path component where its path walks them all.
+	// A descriptor is closed only by Close, never while a writer may use
+	// it: tmpFDs holds every one opened (one, unless the folder was
+	// removed and made again). tmpMu guards the folder's making and
+	// tmpFDs.
 	tmpDir   string
 	tmpState atomic.Int32
+	tmpFD    atomic.Int32
+	tmpMu    sync.Mutex
+	tmpFDs   []int
 	opt      FileOptions
 	log      *slog.Logger
 	now      func() time.Time
@@ -253,25 +264,39 @@ const (
 	tmpBeside         // it could not be made, or is not a folder of its own (a link, a file)
 )
 
-// tempDir returns the folder to make a document's temp file in: the temp
-// folder, made if it is missing, or the chat folder if it cannot be.
-func (s *File) tempDir() string {
+// tempDir returns the folder to make a document's temp file in, and its
+// descriptor (-1: none, name it by its path): the temp folder, made if it
+// is missing, or the chat folder if it cannot be.
+func (s *File) tempDir() (string, int) {
 	switch s.tmpState.Load() {
 	case tmpReady:
-		return s.tmpDir
+		return s.tmpDir, int(s.tmpFD.Load())
 	case tmpBeside:
-		return s.dir
+		return s.dir, -1
+	}
+	s.tmpMu.Lock()
+	defer s.tmpMu.Unlock()
+	switch s.tmpState.Load() { // another writer made it meanwhile
+	case tmpReady:
+		return s.tmpDir, int(s.tmpFD.Load())
+	case tmpBeside:
+		return s.dir, -1
 	}
 	if err := os.Mkdir(s.tmpDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		s.tmpState.Store(tmpBeside)
-		return s.dir
+		return s.dir, -1
 	}
 	if fi, err := os.Lstat(s.tmpDir); err != nil || !fi.IsDir() {
 		s.tmpState.Store(tmpBeside)
-		return s.dir
+		return s.dir, -1
 	}
+	fd := openDirFD(s.tmpDir) // -1: by its path, as a writer before it
+	if fd >= 0 {
+		s.tmpFDs = append(s.tmpFDs, fd)
+	}
+	s.tmpFD.Store(int32(fd))
 	s.tmpState.Store(tmpReady)
-	return s.tmpDir
+	return s.tmpDir, fd
 }
 
 // Outbox is the queue of webhook events (store.Outbox): its deliverer
@@ -297,6 +322,13 @@ func (s *File) Close() error {
 	}
 	s.closeCount()
 	s.journal.close()
+	s.tmpMu.Lock()
+	s.tmpFD.Store(-1) // a write after Close names the folder by its path
+	for _, fd := range s.tmpFDs {
+		syscall.Close(fd)
+	}
+	s.tmpFDs = nil
+	s.tmpMu.Unlock()
 	return nil
 }
 

@@ -3,6 +3,7 @@ package filestore
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"time"
 
@@ -17,6 +18,10 @@ func openSpec(ctx context.Context, spec string, opt store.Options) (*store.Backe
 	data := strings.TrimPrefix(spec, "file:")
 	if data == "" {
 		return nil, store.ConfigErrorf("store %q: file: needs a folder, as in file:./data", spec)
+	}
+	// Before anything is made there (serve.lock, settings.json, chat/).
+	if err := checkOwner(data, os.Geteuid()); err != nil {
+		return nil, folderFault(err)
 	}
 	b := &store.Backend{Where: "file:" + data}
 	if opt.Serve {

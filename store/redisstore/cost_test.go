@@ -202,9 +202,9 @@ func TestRenewalCommandsPerSet(t *testing.T) {
 		if i%30 == 0 {
 			holder = chatrelay.ParticipantStream
 		}
-		must[func()](t)(l.Acquire(ctx, threads[i%3], "192.0.2.1", holder))
+		must[func()](t)(l.Acquire(ctx, threads[i%3], "127.0.0.2", holder))
 	}
-	sets := []string{s.prefix + "{sl}:i:192.0.2.1"}
+	sets := []string{s.prefix + "{sl}:i:127.0.0.2"}
 	for _, th := range threads {
 		sets = append(sets, s.prefix+"{sl}:t:"+th, s.prefix+"{sl}:p:"+th)
 	}
@@ -245,4 +245,41 @@ func TestRatedAppendKeysAllocateNoMore(t *testing.T) {
 		t.Fatalf("a rated append's keys allocate %v times, a thread's keys %v", rated, plain)
 	}
 	_ = sink
+}
+
+// TestPostPathAllocations: what a post's path in the store allocates, by
+// construction, at every post (docs/performance.md, "Redis: a post's
+// allocations on the server's side"): its stored message read back, from
+// the script's answer and again from the feed, in one allocation for both
+// encodings (v1 and v2); its author and text as JSON for the script in
+// one; its rate windows' take in three (the take, both keys, its id).
+// (Not parallel: AllocsPerRun counts every goroutine's allocations.)
+func TestPostPathAllocations(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector moves more values to the heap")
+	}
+	js := string(chatrelay.MarshalMessage(chatrelay.Message{ID: "MSG-20261023-180000-a1b2c3", Epoch: 1792778400123,
+		TS: "2026-10-23T18:00:00+00:00", Author: "agent", Text: "a message of a typical length, about sixty characters long."}))
+	var e store.Entry
+	if n := testing.AllocsPerRun(200, func() { e, _ = parseEntry(js) }); n != 1 {
+		t.Errorf("parseEntry allocates %v times, want 1", n)
+	}
+	if string(e.JSON) != js || e.Rev != e.Epoch {
+		t.Fatalf("parseEntry(%s) = %+v", js, e)
+	}
+	var a, b string
+	if n := testing.AllocsPerRun(200, func() { a, b = jsonStrings("agent", "a plain text") }); n != 1 {
+		t.Errorf("jsonStrings allocates %v times, want 1", n)
+	}
+	if a != `"agent"` || b != `"a plain text"` {
+		t.Fatalf("jsonStrings = %s, %s", a, b)
+	}
+	l := NewRateLimiter(&Store{limits: "chat:"}, chatrelay.Windows{})
+	var rt *rateTake
+	if n := testing.AllocsPerRun(200, func() { rt = l.take("a1b2c3d4e5f60718", "127.0.0.2") }); n != 3 {
+		t.Errorf("take allocates %v times, want 3", n)
+	}
+	if rt.w[0].key != "chat:{rl}:tl:a1b2c3d4e5f60718" || rt.w[1].key != "chat:{rl}:il:127.0.0.2" || len(rt.w) != 2 {
+		t.Fatalf("take's windows = %+v", rt.w)
+	}
 }

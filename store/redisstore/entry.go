@@ -18,24 +18,6 @@ import (
 // those, without encoding what is already encoded: a message without v2
 // state has for v2 object its v1 object with "rev" (its epoch) added.
 
-// plainEntry completes an entry read from its v1 JSON, of a message
-// without v2 state: its rev is its epoch.
-func plainEntry(e store.Entry) store.Entry {
-	e.Rev = e.Epoch
-	e.JSON2 = withRev(e.JSON, e.Epoch)
-	return e
-}
-
-// withRev is a v1 message object with ,"rev":rev added at its end: what
-// chatrelay.MarshalMessageV2 makes of a message that has no v2 field.
-func withRev(v1 []byte, rev int64) []byte {
-	b := make([]byte, 0, len(v1)+24)
-	b = append(b, v1[:len(v1)-1]...)
-	b = append(b, `,"rev":`...)
-	b = strconv.AppendInt(b, rev, 10)
-	return append(b, '}')
-}
-
 // v2Entry decodes a message's stored v2 object. v1 is its v1 JSON if the
 // caller has it (nil: it is encoded); the v2 object must then begin with
 // it (its v1 fields, byte for byte), or it is another message's.
@@ -141,6 +123,16 @@ func jsonString(s string) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
+// jsonStrings is jsonString of a and of b, in one allocation for the
+// usual pair of plain texts (a post's author and text, at every post).
+func jsonStrings(a, b string) (string, string) {
+	if !plainJSON(a) || !plainJSON(b) {
+		return jsonString(a), jsonString(b)
+	}
+	both := `"` + a + `""` + b + `"`
+	return both[:len(a)+2], both[len(a)+2:]
+}
+
 // plainJSON reports whether s is printable ASCII with neither a quote
 // nor a backslash: what encoding/json writes as it is, between quotes.
 func plainJSON(s string) bool {
@@ -153,31 +145,60 @@ func plainJSON(s string) bool {
 }
 
 // parseEntry decodes one stored v1 message JSON, of a message without v2
-// state. The store writes one exact
-// layout (chatrelay.MarshalMessage's); parseFast reads it without reflection,
-// and anything else goes through encoding/json.
+// state: its rev is its epoch, and its v2 object its v1 object with
+// "rev" added at its end (what chatrelay.MarshalMessageV2 makes of a
+// message that has no v2 field). The store writes one exact layout
+// (chatrelay.MarshalMessage's); parseFast reads it without reflection,
+// and anything else goes through encoding/json. Both encodings share one
+// allocation: every post's answer and its feed message come this way.
 func parseEntry(js string) (store.Entry, error) {
-	e, err := parseV1(js)
+	m, err := parseMessage(js)
 	if err != nil {
 		return store.Entry{}, err
 	}
-	return plainEntry(e), nil
+	b := make([]byte, 0, 2*len(js)+24)
+	b = append(b, js...)
+	b = append(b, js[:len(js)-1]...)
+	b = append(b, `,"rev":`...)
+	b = strconv.AppendInt(b, m.Epoch, 10)
+	b = append(b, '}')
+	m.Rev = m.Epoch
+	return store.Entry{Message: m, JSON: b[:len(js):len(js)], JSON2: b[len(js):len(b):len(b)]}, nil
 }
 
 // parseV1 is parseEntry without the v2 object (JSON2) and rev, which the
 // caller adds (plainEntries, for a page at once).
 func parseV1(js string) (store.Entry, error) {
+	m, err := parseMessage(js)
+	if err != nil {
+		return store.Entry{}, err
+	}
+	return store.Entry{Message: m, JSON: []byte(js)}, nil
+}
+
+// parseMessage decodes a v1 message JSON and checks it is whole.
+func parseMessage(js string) (chatrelay.Message, error) {
 	m, ok := parseFast(js)
 	if !ok {
-		m = chatrelay.Message{}
-		if err := json.Unmarshal([]byte(js), &m); err != nil {
-			return store.Entry{}, err
+		var err error
+		if m, err = unmarshalMessage(js); err != nil {
+			return chatrelay.Message{}, err
 		}
 	}
 	if m.ID == "" || m.Author == "" || m.Epoch <= 0 {
-		return store.Entry{}, errors.New("incomplete message")
+		return chatrelay.Message{}, errors.New("incomplete message")
 	}
-	return store.Entry{Message: m, JSON: []byte(js)}, nil
+	return m, nil
+}
+
+// unmarshalMessage is encoding/json's decode of js. A function of its own
+// so that only its message goes to the heap (json.Unmarshal takes its
+// address): a message decoded in place by the caller was one allocation
+// of its size at every parse, parseFast's too.
+func unmarshalMessage(js string) (chatrelay.Message, error) {
+	var m chatrelay.Message
+	err := json.Unmarshal([]byte(js), &m)
+	return m, err
 }
 
 // plainEntries completes entries read by parseV1 as plainEntry does, with

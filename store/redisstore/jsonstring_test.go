@@ -23,5 +23,15 @@ func TestJSONStringAsEncoder(t *testing.T) {
 		if got, want := jsonString(s), strings.TrimSuffix(b.String(), "\n"); got != want {
 			t.Errorf("jsonString(%q) = %s, want %s", s, got, want)
 		}
+		// A pair (a post's author and text) is each one's jsonString,
+		// whether it is plain or not.
+		for _, other := range []string{"", "agent", `a "quote"`} {
+			if a, b := jsonStrings(other, s); a != jsonString(other) || b != jsonString(s) {
+				t.Errorf("jsonStrings(%q, %q) = %s, %s", other, s, a, b)
+			}
+			if a, b := jsonStrings(s, other); a != jsonString(s) || b != jsonString(other) {
+				t.Errorf("jsonStrings(%q, %q) = %s, %s", s, other, a, b)
+			}
+		}
 	}
 }

@@ -133,6 +133,9 @@ type rateTake struct {
 	l  *RateLimiter
 	w  []rateWindow // the thread's window first
 	id string
+	// take's two windows, which w slices: held in the take's own
+	// allocation (take runs at every post).
+	two [2]rateWindow
 }
 
 // rateWindow is one window a post is counted in.
@@ -155,10 +158,15 @@ func (l *RateLimiter) take(thread, ip string) *rateTake {
 			as = ts
 		}
 	}
-	return &rateTake{l: l, id: randomHex(8), w: []rateWindow{
-		{key: ts.limits + "{rl}:tl:" + thread, at: ts, limit: l.perThread},
-		{key: as.limits + "{rl}:il:" + ip, at: as, limit: l.perIP},
+	// Both keys in one string, each a slice of it: one allocation.
+	keys := ts.limits + "{rl}:tl:" + thread + as.limits + "{rl}:il:" + ip
+	n := len(ts.limits) + len("{rl}:tl:") + len(thread)
+	t := &rateTake{l: l, id: randomHex(8), two: [2]rateWindow{
+		{key: keys[:n], at: ts, limit: l.perThread},
+		{key: keys[n:], at: as, limit: l.perIP},
 	}}
+	t.w = t.two[:]
+	return t
 }
 
 // addressDown is t with its address's window on the thread's shard, for

@@ -84,6 +84,22 @@ func (n *nodeClients) get(addr string) *redis.Client {
 	return n.m[addr]
 }
 
+// drop forgets c, a client go-redis closed (the node left the cluster:
+// its GC closes the client; it makes a new one, add, if the node comes
+// back), unless a new one took its place.
+func (n *nodeClients) drop(c *redis.Client) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if addr := c.Options().Addr; n.m[addr] == c {
+		delete(n.m, addr)
+	}
+}
+
+// notSent reports whether err says a client was closed before it sent
+// anything (go-redis's pool refuses a connection): the command may go
+// again, elsewhere.
+func notSent(err error) bool { return errors.Is(err, redis.ErrClosed) }
+
 // redirectHook is a cluster client's outer hook (see above).
 type redirectHook struct {
 	nodes *nodeClients
@@ -163,7 +179,9 @@ func (h redirectHook) followTx(ctx context.Context, wire []redis.Cmder, next red
 		// none, so a mark would hide the next refusal; every way out of
 		// a transaction's send gives each command an answer or an error,
 		// and one that did not is given the send's.
-		for _, c := range cmds {
+		refusals := make([]error, len(cmds))
+		for i, c := range cmds {
+			refusals[i] = c.Err()
 			c.SetErr(nil)
 		}
 		sent = true
@@ -175,6 +193,16 @@ func (h redirectHook) followTx(ctx context.Context, wire []redis.Cmder, next red
 				}
 				return nil
 			})
+			if notSent(err) {
+				// A client closed (its node left the cluster) sent
+				// nothing: forget it; the transaction keeps its MOVED
+				// and goes by slot next round.
+				h.nodes.drop(node)
+				for i, c := range cmds {
+					c.SetErr(refusals[i])
+				}
+				continue
+			}
 		} else {
 			err = next(ctx, wire)
 		}
@@ -331,7 +359,21 @@ func (h redirectHook) follow(ctx context.Context, cmds []redis.Cmder, bySlot fun
 			if ctx.Err() != nil {
 				return
 			}
-			sendEach(ctx, node, toNode[node])
+			share := toNode[node]
+			refusals := make([]error, len(share))
+			for i, c := range share {
+				refusals[i] = c.Err()
+			}
+			sendEach(ctx, node, share)
+			// A client closed (its node left the cluster) sent nothing:
+			// forget it; its commands keep their redirection and go by
+			// slot next round, as to a node the client does not know.
+			for i, c := range share {
+				if notSent(c.Err()) {
+					h.nodes.drop(node)
+					c.SetErr(refusals[i])
+				}
+			}
 		}
 		if len(slotted) > 0 && ctx.Err() == nil {
 			unanswered(slotted)
@@ -363,7 +405,11 @@ func sendEach(ctx context.Context, node *redis.Client, share []redis.Cmder) {
 		for _, c := range pair {
 			p.Process(ctx, c)
 		}
-		p.Exec(ctx) // each holds its own answer; ASKING's is not read
+		// Each holds its own answer; ASKING's is not read. A closed
+		// client sent nothing: the command's mark would stay, so it says so.
+		if _, err := p.Exec(ctx); notSent(err) {
+			pair[1].SetErr(err)
+		}
 	}
 }
 

@@ -298,8 +298,9 @@ func (s *Store) runAppend(ctx context.Context, thread string, r *appendReq, suff
 	// The arguments are texts in one array, sent as pointers into it
 	// (fcallArgs): boxed one by one, each would be an allocation. Those a
 	// plain post leaves empty are sent up to the last that is not.
+	jsAuthor, jsText := jsonStrings(string(r.m.Author), text)
 	a := &[...]string{thread, strconv.FormatInt(now.UnixMilli(), 10), s.appendSettings(r.rate), string(creation),
-		jsonString(string(r.m.Author)), jsonString(text), stamp, ts, cands,
+		jsAuthor, jsText, stamp, ts, cands,
 		rid, r.m.ClientID, r.event, r.tail, r.ix, deadline, r.grant, r.version, r.next, capSpent, waiting,
 		r.m.Title, r.atts, r.v2Text, clock}
 	n := len(a)

@@ -319,7 +319,31 @@ function fitTitle() {
   const cut = threadID.scrollWidth > threadID.clientWidth + 0.5 || h1.scrollWidth > h1.clientWidth + 0.5;
   fullTitle.hidden = !chat.title || !cut;
 }
+// fitStatus draws the status words whole, or their first word alone ("live"
+// of "live · WebSocket"), or none, as the bar's room allows: a cut word
+// ("l…") tells no one anything, and the dot tells the state by its shape.
+// The words are made transparent, not removed, so that the bar's layout
+// (the room it gives them) does not change with what is drawn, and screen
+// readers still read them whole.
+function fitStatus() {
+  const text = els.statusText, room = text.clientWidth + 0.5;
+  const first = text.firstElementChild;
+  const fits = text.scrollWidth <= room;
+  els.status.classList.toggle("first-word", !fits && !!first && first.getBoundingClientRect().width <= room);
+  els.status.classList.toggle("bare", !fits && !(first && first.getBoundingClientRect().width <= room));
+}
+
+// setStatusWords writes the status words, the first word in a span of its
+// own for fitStatus.
+function setStatusWords(words) {
+  const [first, ...rest] = words.split(" · ");
+  els.statusText.replaceChildren(el("span", { textContent: first }), ...(rest.length ? [el("span", { textContent: " · " + rest.join(" · ") })] : []));
+  fitStatus();
+}
+
 new ResizeObserver(fitTitle).observe(document.querySelector("header.bar"));
+// the words' room changes without the bar's size (a button shown beside them)
+new ResizeObserver(fitStatus).observe(els.statusText);
 
 let wasLive = false;
 let seenLive = false;
@@ -327,9 +351,9 @@ chat.addEventListener("status", (e) => {
   const { state, shared } = e.detail;
   if (state !== "connecting" && settling === null && els.log.hasAttribute("aria-busy")) settle();
   els.status.dataset.state = state;
-  els.statusText.textContent = states[state] || state;
-  // the whole words in its tooltip: the bar cuts them to their room (at a desktop's width beside
-  // "Open on another device", "live…")
+  setStatusWords(states[state] || state);
+  // the whole words in its tooltip: the bar draws them to their room (fitStatus; at a desktop's
+  // width beside "Open on another device", "live")
   els.status.title = `${states[state] || state}${shared ? " (shared with another tab of this browser)" : ""}`;
   showThread();
   // Back after a while away: who is in the conversation may have changed.
@@ -883,7 +907,7 @@ function endWith(code) {
   $("people")?.open && $("people").close();
   document.body.dataset.ended = code;
   els.status.dataset.state = "ended";
-  els.statusText.textContent = states.ended;
+  setStatusWords(states.ended);
   els.status.title = states.ended;
   const words = devicePage ? endedDevice : ended;
   els.endedText.textContent = words[code] || words.unauthorized;

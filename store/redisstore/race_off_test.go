@@ -1,0 +1,5 @@
+//go:build !race
+
+package redisstore
+
+const raceOn = false
