@@ -174,7 +174,12 @@ func BenchmarkUploadHeap(b *testing.B) {
 // beside which p99-ratio (uploading over alone) is read. sched-p99-us-*
 // and sched-p999-us-* are the percentiles of the runtime's
 // /sched/latencies:seconds in each phase (alone, uploading, again): how
-// long the process's goroutines waited runnable for a P.
+// long the process's goroutines waited runnable for a P. gc-*-alone,
+// -uploading, -again are the collector's figures of each phase (as
+// BenchmarkWebPush's: cycles, CPU and assists per 1 000 posts, share of
+// the process's CPU, pauses); B/upload, gc-ms/upload and cpu-ms/upload
+// are the uploading phase's heap allocations, collector's CPU and process
+// CPU less its posts' (the alone phase's per post), per upload.
 func BenchmarkPostsWhileUploading(b *testing.B) {
 	const uploaders = 4
 	size := int64(chatrelay.LimitAttachmentBytes.Max)
@@ -201,9 +206,11 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 			// while more(i) (i posts made) holds.
 			// sched is the /sched/latencies of the last phase p99 measured.
 			var sched benchSched
+			var gc benchGC // and the collector's work in it, and its posts
+			var posts int
 			p99 := func(tok string, more func(i int) bool) float64 {
-				sched0 := readBenchSched()
-				defer func() { sched = readBenchSched().sub(sched0) }()
+				sched0, gc0 := readBenchSched(), readBenchGC()
+				defer func() { sched, gc = readBenchSched().sub(sched0), readBenchGC().sub(gc0) }()
 				tr := &http.Transport{}
 				defer tr.CloseIdleConnections()
 				c := &http.Client{Transport: tr}
@@ -212,6 +219,7 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 					d = append(d, post(c, tok))
 				}
 				slices.Sort(d)
+				posts = len(d)
 				return float64(d[len(d)*99/100]) / float64(time.Millisecond)
 			}
 			n := max(b.N, 100)
@@ -225,8 +233,8 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 			if os.Getenv("CHATRELAY_BENCH_POSTERS") != "inprocess" {
 				pst := startPoster(b)
 				p99 = func(tok string, more func(i int) bool) float64 {
-					sched0 := readBenchSched()
-					defer func() { sched = readBenchSched().sub(sched0) }()
+					sched0, gc0 := readBenchSched(), readBenchGC()
+					defer func() { sched, gc = readBenchSched().sub(sched0), readBenchGC().sub(gc0) }()
 					first := map[string]int{tokenN(1): 1, tokenN(2): 2, tokenN(3): 3}[tok]
 					pst.phase(b, posterPhase{URL: e.url(""), Posts: n, First: first, Threads: 1, Workers: 1, NewClient: true})
 					d := pst.result(b)
@@ -235,12 +243,13 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 						d = append(d, pst.result(b)...)
 					}
 					slices.Sort(d)
+					posts = len(d)
 					return float64(d[len(d)*99/100]) / float64(time.Millisecond)
 				}
 			}
 			b.ResetTimer()
 			alone := p99(tokenN(1), func(i int) bool { return i < n })
-			aloneSched := sched
+			aloneSched, aloneGC, alonePosts := sched, gc, posts
 			busyTok := tokenN(2)
 			var uploads atomic.Int64
 			stop := startUploaders(b, uploaderJob{URL: e.url(chatrelay.PathAttachments), Post: e.url(chatrelay.PathPost), Token: busyTok, Size: size, Workers: uploaders}, &uploads)
@@ -251,7 +260,7 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 			start, before := time.Now(), uploads.Load()
 			busy := p99(busyTok, func(i int) bool { return i < n || uploads.Load()-before < 2*uploaders && !b.Failed() })
 			elapsed, done := time.Since(start), uploads.Load()-before
-			busySched := sched
+			busySched, busyGC, busyPosts := sched, gc, posts
 			stop()
 			// Alone again, once the uploads stopped: the same condition
 			// twice, the noise p99-ratio is read beside.
@@ -268,6 +277,16 @@ func BenchmarkPostsWhileUploading(b *testing.B) {
 			b.ReportMetric(benchUS(aloneSched.quantile(0.999)), "sched-p999-us-alone")
 			b.ReportMetric(benchUS(busySched.quantile(0.999)), "sched-p999-us-uploading")
 			b.ReportMetric(benchUS(sched.quantile(0.999)), "sched-p999-us-again")
+			aloneGC.report(b.ReportMetric, "alone", alonePosts)
+			busyGC.report(b.ReportMetric, "uploading", busyPosts)
+			gc.report(b.ReportMetric, "again", posts)
+			// The uploads' share of the busy phase: less its posts', at
+			// the alone phase's cost per post.
+			k := float64(busyPosts) / float64(max(alonePosts, 1))
+			perUpload := func(busy, alone float64) float64 { return (busy - alone*k) / float64(max(done, 1)) }
+			b.ReportMetric(perUpload(float64(busyGC.bytes), float64(aloneGC.bytes)), "B/upload")
+			b.ReportMetric(perUpload(benchMS(busyGC.gc), benchMS(aloneGC.gc)), "gc-ms/upload")
+			b.ReportMetric(perUpload(benchMS(busyGC.cpu), benchMS(aloneGC.cpu)), "cpu-ms/upload")
 			b.ReportMetric(0, "ns/op")
 		})
 	}

@@ -19,8 +19,12 @@ type benchSched struct {
 }
 
 // readBenchSched is the histogram so far.
-func readBenchSched() benchSched {
-	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+func readBenchSched() benchSched { return readBenchHist("/sched/latencies:seconds") }
+
+// readBenchHist is the runtime/metrics histogram name (of seconds) so
+// far: /sched/latencies:seconds, or another of the same kind.
+func readBenchHist(name string) benchSched {
+	s := []metrics.Sample{{Name: name}}
 	metrics.Read(s)
 	h := s[0].Value.Float64Histogram()
 	return benchSched{counts: slices.Clone(h.Counts), buckets: h.Buckets}
@@ -70,6 +74,33 @@ func (s benchSched) quantile(q float64) time.Duration {
 		}
 	}
 	return 0
+}
+
+// max is the upper bound of the highest bucket with a count (its lower
+// bound if it is the last, unbounded one), 0 if none has.
+func (s benchSched) max() time.Duration {
+	for i := len(s.counts) - 1; i >= 0; i-- {
+		if s.counts[i] == 0 {
+			continue
+		}
+		bound := s.buckets[i+1]
+		if math.IsInf(bound, 1) {
+			bound = s.buckets[i]
+		}
+		return time.Duration(bound * float64(time.Second))
+	}
+	return 0
+}
+
+// over is the count of the buckets whose lower bound is d or more.
+func (s benchSched) over(d time.Duration) uint64 {
+	var n uint64
+	for i, c := range s.counts {
+		if s.buckets[i] >= d.Seconds() {
+			n += c
+		}
+	}
+	return n
 }
 
 // benchUS is d in microseconds.

@@ -87,6 +87,14 @@ const (
 //   - B/push, allocs/push: this process's heap allocations (bytes, and
 //     objects) of the "on" phase, less the "off" phase's, per push: the
 //     garbage a push leaves, which the posts' time pays to collect;
+//   - gc-cycles/kpost-off, -on, gc-ms/kpost-, gc-assist-ms/kpost-: the
+//     collector's cycles, its CPU and, of that, its assists (the
+//     runtime's estimates, runtime/metrics' /cpu/classes/gc/...), each
+//     per 1 000 posts of the phase; gc-share-: the collector's CPU over
+//     this process's in the phase; gc-pause-p50-us-, gc-pause-max-us-:
+//     its stop-the-world pauses (/sched/pauses/total/gc); gc-us/push:
+//     the collector's CPU of the "on" phase less the "off" phase's, per
+//     push, the collector's part of cpu-us/push;
 //   - svc-us/push: the push service process's CPU per push in the "on"
 //     phase (its TLS and HTTP/2; it keeps each push as received), and
 //     svc-check-us/push, its CPU after the phase, when the benchmark asks
@@ -123,12 +131,14 @@ func BenchmarkWebPush(b *testing.B) {
 			var offCPU, onCPU, svcCPU, svcCheck time.Duration
 			var offMem, onMem benchMem
 			var offSched, onSched benchSched
+			var offGC, onGC benchGC
 			var pushes, lost, repeated, retried, received int
 			var conns int64
 			b.ResetTimer()
 			for round := range b.N {
-				mem0, sched0 := readBenchMem(), readBenchSched()
+				mem0, sched0, gc0 := readBenchMem(), readBenchSched(), readBenchGC()
 				lat, cpu, _ := benchPushPhase(b, off, posters, round, nil)
+				offGC = offGC.add(readBenchGC().sub(gc0))
 				offMem, offSched = offMem.add(readBenchMem().sub(mem0)), offSched.add(readBenchSched().sub(sched0))
 				offLat, offCPU = append(offLat, lat...), offCPU+cpu
 				offHalves[round%2] = append(offHalves[round%2], lat...)
@@ -136,12 +146,13 @@ func BenchmarkWebPush(b *testing.B) {
 				retriedBefore := benchScrape(b, on, "retried")
 				svc0, _ := svc.CPU(b)
 				target := received + benchPushThreads*benchPushSubs
-				mem0, sched0 = readBenchMem(), readBenchSched()
+				mem0, sched0, gc0 = readBenchMem(), readBenchSched(), readBenchGC()
 				lat, cpu, opened := benchPushPhase(b, on, posters, round, func() bool {
 					// Until the push service received this round's pushes
 					// (it answers when it has them: no polling on the clock).
 					return svc.Wait(b, target, 60*time.Second) >= target
 				})
+				onGC = onGC.add(readBenchGC().sub(gc0))
 				onMem, onSched = onMem.add(readBenchMem().sub(mem0)), onSched.add(readBenchSched().sub(sched0))
 				// None is still being tried: the pusher counted each sent
 				// (a lost push fails here; a repeated one is counted below).
@@ -217,6 +228,9 @@ func BenchmarkWebPush(b *testing.B) {
 			b.ReportMetric(float64(onCPU-offCPU)/float64(time.Microsecond)/float64(max(pushes, 1)), "cpu-us/push")
 			b.ReportMetric(float64(int64(onMem.bytes)-int64(offMem.bytes))/float64(max(pushes, 1)), "B/push")
 			b.ReportMetric(float64(int64(onMem.objects)-int64(offMem.objects))/float64(max(pushes, 1)), "allocs/push")
+			offGC.report(b.ReportMetric, "off", b.N*benchPushPosts)
+			onGC.report(b.ReportMetric, "on", b.N*benchPushPosts)
+			b.ReportMetric(float64(onGC.gc-offGC.gc)/float64(time.Microsecond)/float64(max(pushes, 1)), "gc-us/push")
 			b.ReportMetric(float64(svcCPU)/float64(time.Microsecond)/float64(max(pushes, 1)), "svc-us/push")
 			b.ReportMetric(float64(svcCheck)/float64(time.Microsecond)/float64(max(pushes, 1)), "svc-check-us/push")
 			b.ReportMetric(float64(conns), "conns")
