@@ -105,15 +105,16 @@ type File struct {
 	// folder's descriptor (openDirFD, -1 where the system has none) while
 	// tmpState is tmpReady: a temp file is made and renamed relative to
 	// it, which walks one path component where its path walks them all.
-	// A descriptor is closed only by Close, never while a writer may use
-	// it: tmpFDs holds every one opened (one, unless the folder was
-	// removed and made again). tmpMu guards the folder's making and
+	// A descriptor is closed only by Close: tmpFDs holds every one
+	// opened, one a folder (a look again after a failed write finds the
+	// folder it holds, and keeps its descriptor; a folder removed and made
+	// again by hand is a new one). tmpMu guards the folder's making and
 	// tmpFDs.
 	tmpDir   string
 	tmpState atomic.Int32
 	tmpFD    atomic.Int32
 	tmpMu    sync.Mutex
-	tmpFDs   []int
+	tmpFDs   []heldDir
 	opt      FileOptions
 	log      *slog.Logger
 	now      func() time.Time
@@ -290,13 +291,48 @@ func (s *File) tempDir() (string, int) {
 		s.tmpState.Store(tmpBeside)
 		return s.dir, -1
 	}
-	fd := openDirFD(s.tmpDir) // -1: by its path, as a writer before it
-	if fd >= 0 {
-		s.tmpFDs = append(s.tmpFDs, fd)
+	fd := -1 // by its path, as a writer before it
+	select {
+	case <-s.closed: // Close has let go of the descriptors: hold none
+	default:
+		fd = s.holdDir(openDirFD(s.tmpDir))
 	}
 	s.tmpFD.Store(int32(fd))
 	s.tmpState.Store(tmpReady)
 	return s.tmpDir, fd
+}
+
+// heldDir is a descriptor of the temp folder (tmpFDs) and the folder it
+// names.
+type heldDir struct {
+	fd       int
+	dev, ino uint64
+}
+
+// holdDir keeps fd, a descriptor of the temp folder just opened (-1:
+// none), in tmpFDs, or closes it and returns the one held for the same
+// folder: a write that failed there (a full disk) makes the next look at
+// the folder again, and each look kept one more descriptor until Close.
+// The caller holds tmpMu.
+func (s *File) holdDir(fd int) int {
+	if fd < 0 {
+		return -1
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		syscall.Close(fd)
+		return -1
+	}
+	for _, h := range s.tmpFDs {
+		// A held descriptor keeps its folder's inode: no new folder
+		// takes its number while it is held.
+		if h.dev == uint64(st.Dev) && h.ino == st.Ino {
+			syscall.Close(fd)
+			return h.fd
+		}
+	}
+	s.tmpFDs = append(s.tmpFDs, heldDir{fd: fd, dev: uint64(st.Dev), ino: st.Ino})
+	return fd
 }
 
 // Outbox is the queue of webhook events (store.Outbox): its deliverer
@@ -324,8 +360,8 @@ func (s *File) Close() error {
 	s.journal.close()
 	s.tmpMu.Lock()
 	s.tmpFD.Store(-1) // a write after Close names the folder by its path
-	for _, fd := range s.tmpFDs {
-		syscall.Close(fd)
+	for _, h := range s.tmpFDs {
+		syscall.Close(h.fd)
 	}
 	s.tmpFDs = nil
 	s.tmpMu.Unlock()

@@ -1,6 +1,7 @@
 package filestore
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,4 +125,52 @@ func TestATempFolderReplacedAfterStartTakesPosts(t *testing.T) {
 	b, err := os.ReadFile(tmp)
 	assert.Success(t, err)
 	assert.Equal(t, "the file .tmp", string(b), "mine")
+}
+
+// TestATempFolderLooksAgainWithTheDescriptorItHolds: a write that fails
+// in the temp folder (a full disk, a quota, EIO) makes the next write look
+// at the folder again; the folder still there, it goes on with the
+// descriptor it holds. Before, each look opened one more descriptor, kept
+// until Close (review13: 50 failing posts on a full disk, 50 descriptors
+// more, on the way to EMFILE). A write after Close names the folder by its
+// path and holds nothing.
+func TestATempFolderLooksAgainWithTheDescriptorItHolds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	appendText(t, s, threadA, "one")
+	appendText(t, s, threadA, "two") // a replace: the temp folder is made
+	_, held := s.tempDir()
+	for i := range 50 {
+		s.tmpState.CompareAndSwap(tmpReady, tmpUnknown) // as a write that failed there
+		appendText(t, s, threadA, fmt.Sprintf("after a failure %d", i))
+	}
+	s.tmpMu.Lock()
+	n := len(s.tmpFDs)
+	s.tmpMu.Unlock()
+	assert.Equal(t, "descriptors of the temp folder held", n, 1)
+	_, fd := s.tempDir()
+	assert.Equal(t, "the descriptor in use", fd, held)
+
+	// Removed and made again by hand: a new folder, a new descriptor.
+	tmp := filepath.Join(dir, "chat", tempFolder)
+	assert.Success(t, os.Remove(tmp))
+	assert.Success(t, os.Mkdir(tmp, 0o700))
+	s.tmpState.CompareAndSwap(tmpReady, tmpUnknown)
+	appendText(t, s, threadA, "in the new folder")
+	s.tmpMu.Lock()
+	n = len(s.tmpFDs)
+	s.tmpMu.Unlock()
+	assert.Equal(t, "descriptors held after the folder was made again", n, 2)
+
+	assert.Success(t, s.Close())
+	s.tmpState.CompareAndSwap(tmpReady, tmpUnknown)
+	appendText(t, s, threadA, "after Close")
+	s.tmpMu.Lock()
+	n = len(s.tmpFDs)
+	s.tmpMu.Unlock()
+	assert.Equal(t, "descriptors held after Close", n, 0)
+	p, err := s.Since(t.Context(), threadA, 0, 0)
+	assert.Success(t, err)
+	assert.Equal(t, "messages kept", len(texts(p)), 54)
 }
