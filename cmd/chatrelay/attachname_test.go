@@ -45,6 +45,12 @@ func TestAttachAPipeByName(t *testing.T) {
 	assert.True(t, i >= 0 && j > i, "the reply's attachments, in the flags' order: %s", s.stdout)
 	assert.True(t, !strings.Contains(s.stdout, "[attachment: "+p[len("/dev/fd/"):]+" ("), "a pipe named by its descriptor: %s", s.stdout)
 
+	// A file --attach-as names that does not open: the error names the
+	// option as given (it named --attach, which the command had not).
+	r = runCLI(t, nil, "", "reply", threadOld, "a missing file", "--attach-as", "log.txt="+file+".missing", "--data", data, "--fsync", "never")
+	assert.Equal(t, "a missing --attach-as file: exit code", exitCode(r.err), 2)
+	assert.True(t, r.err != nil && strings.Contains(r.err.Error(), "--attach-as log.txt="+file+".missing: "), "the error: %v", r.err)
+
 	for _, bad := range []string{"=" + file, "no-name-given", "name="} {
 		r = runCLI(t, nil, "", "reply", threadOld, "bad "+bad, "--attach-as", bad, "--data", data, "--fsync", "never")
 		assert.Equal(t, "--attach-as "+bad+": exit code", exitCode(r.err), 2)

@@ -470,6 +470,14 @@ type attachList []attachArg
 // for its base name).
 type attachArg struct{ path, name string }
 
+// flag is the option as the user gave it, for an error about it.
+func (a attachArg) flag() string {
+	if a.name != "" {
+		return "--attach-as " + a.name + "=" + a.path
+	}
+	return "--attach " + a.path
+}
+
 // attachPaths is --attach FILE.
 type attachPaths struct{ l *attachList }
 
@@ -558,14 +566,14 @@ func openAttachments(list attachList) ([]host.AttachmentInput, func(), error) {
 		f, err := os.Open(p)
 		if err != nil {
 			closeAll()
-			return nil, func() {}, usageError(fmt.Sprintf("--attach %s: %v", p, errors.Unwrap(err)))
+			return nil, func() {}, usageError(fmt.Sprintf("%s: %v", a.flag(), errors.Unwrap(err)))
 		}
 		opened = append(opened, f)
 		// A folder opens, and fails only when read, mid-upload: refuse it
 		// here, as a missing file is (a pipe, <(git diff), streams).
 		if fi, err := f.Stat(); err == nil && fi.IsDir() {
 			closeAll()
-			return nil, func() {}, usageError(fmt.Sprintf("--attach %s: is a folder: give a file", p))
+			return nil, func() {}, usageError(fmt.Sprintf("%s: is a folder: give a file", a.flag()))
 		}
 		name := a.name
 		if name == "" {
