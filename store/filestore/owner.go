@@ -15,24 +15,31 @@ import (
 // thread file replaced, a lock file, the temp folder: 0600 and 0700, the
 // process's own) the folder's owner, whom the server runs as, could not
 // read or lock, and the thread would be lost to it. Root is no exception:
-// root's files are the worst case (sudo chatrelay reply …). Only the chat
-// folder, which chatrelay makes (0700), tells whom the threads are for:
+// root's files are the worst case (sudo chatrelay reply …). The chat
+// folder, which chatrelay makes (0700), tells whom the threads are for;
 // the data folder itself is the deployer's (a container's volume, owned
-// by root or by a group, that the server's user may write), and a chat
-// folder not made yet is the process's to make.
+// by root or by a group, that the server's user may write), so a chat
+// folder not made yet is the process's to make, except root's: root
+// making it in a folder of another user (a script run as root before the
+// service's first start) would give the server's user a chat folder it
+// cannot use.
 func checkOwner(data string, uid int) error {
 	p := filepath.Join(data, "chat")
 	fi, err := os.Stat(p)
+	if err != nil && uid == 0 {
+		p = data // no chat folder yet: root makes none in another's folder
+		fi, err = os.Stat(p)
+	}
 	if err != nil {
 		return nil // not there (made by us), or the open says why
 	}
 	owner, ok := fileOwner(fi)
-	if !ok || owner == uid {
+	if !ok || owner == uid || (p == data && owner == 0) {
 		return nil
 	}
 	o, me := userName(owner), userName(uid)
-	return fmt.Errorf("%s is owned by %s, not by %s whom this process runs as: files it made there would be %s's only (0600), which a server or command run as %s could not read: run as that user (sudo -u %s chatrelay …)",
-		p, o.String(), me.String(), me.name, o.name, o.sudo)
+	return fmt.Errorf("%s is owned by %s, not by %s whom this process runs as: what it made there would be %s's alone (0600 and 0700), which a server run as %s could not use: run this as %s (sudo -u %s chatrelay …), or give the folder to the server's user (chown -R USER %s)",
+		p, o.String(), me.String(), me.name, o.name, o.name, o.sudo, data)
 }
 
 // userName is a user as an error names it: "nobody (uid 65534)", or
