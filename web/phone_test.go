@@ -437,18 +437,27 @@ func TestStatusWordsWholeOrNotDrawn(t *testing.T) {
 		name          string
 		width, height int64
 		mobile        bool
+		forced        bool   // the browser's forced colours (a high-contrast mode)
 		want          string // the words drawn; "" for any whole words or none
 	}{
-		{"a desktop", 1280, 800, false, "live"},
-		{"a phone", 390, 844, true, ""},
-		{"the narrowest phone", 320, 568, true, ""},
-		{"a desktop again", 1280, 800, false, "live"},
+		{"a desktop", 1280, 800, false, false, "live"},
+		{"a phone", 390, 844, true, false, ""},
+		{"the narrowest phone", 320, 568, true, false, ""},
+		{"a phone in forced colours", 390, 844, true, true, ""},
+		{"a desktop again", 1280, 800, false, true, "live"},
 	} {
 		opts := []chromedp.EmulateViewportOption{chromedp.EmulateScale(2)}
 		if size.mobile {
 			opts = append(opts, chromedp.EmulateMobile)
 		}
 		tb.do(soon, size.name, chromedp.EmulateViewport(size.width, size.height, opts...))
+		if size.forced {
+			tb.do(soon, "forced colours", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+				_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+					Features: []*emulation.MediaFeature{{Name: "forced-colors", Value: "active"}}})
+				return chromedp.Void{}, err
+			})
+		}
 		tb.waitJS(soon, size.name+"'s width, People offered", fmt.Sprintf(`document.documentElement.clientWidth === %d && !document.getElementById("people-open").hidden`, size.width))
 		// The words are fitted again after a resize (a ResizeObserver's
 		// turn): wait for what a user would see, bounded by soon.
