@@ -68,7 +68,7 @@ func mcpServe(ctx context.Context, e cmdEnv) error {
 	}
 	defer context.AfterFunc(ctx, func() { ss.Close() })()
 	err = ss.Wait()
-	if o, ok := e.stdout.(interface{ failed() error }); ok && o.failed() != nil && !errors.Is(o.failed(), errOutAbandoned) {
+	if o, ok := e.stdout.(interface{ failed() error }); ok && o.failed() != nil {
 		// No answer can be written: the session ended at the first that
 		// was not (exit 1, docs/cli.md).
 		return fmt.Errorf("mcp: standard output cannot be written, the session ended (what was stored stays stored): %w", o.failed())

@@ -141,8 +141,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			if h, ok := errors.AsType[helpRequest](err); ok {
 				io.WriteString(out, h.usage)
 			}
-			if werr := out.failed(); werr != nil && (err == nil || errors.Is(err, flag.ErrHelp)) &&
-				!(errors.Is(werr, errOutAbandoned) && runsUntilStopped[c.name]) {
+			werr := out.failed()
+			if runsUntilStopped[c.name] && ctx.Err() != nil &&
+				(errors.Is(err, errOutAbandoned) || err == nil && errors.Is(werr, errOutAbandoned)) {
+				// Stopped with a line nobody read: the stop ends it with
+				// exit status 0, as without that line.
+				err, werr = nil, nil
+			}
+			if werr != nil && (err == nil || errors.Is(err, flag.ErrHelp)) {
 				err = werr // an answer nobody could read is no success
 			}
 			if u, ok := err.(usageError); ok {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -47,7 +46,7 @@ func watch(ctx context.Context, args []string, getenv func(string) string, stdou
 	enc := json.NewEncoder(stdout)
 	// Interaction changes are printed as update lines (whoever answered),
 	// so an agent that watches learns of an answer without polling.
-	err = store.Watch(ctx, st, *since, true, func(thread string, e store.Entry, update bool) error {
+	return store.Watch(ctx, st, *since, true, func(thread string, e store.Entry, update bool) error {
 		if update {
 			if e.Interaction == nil {
 				return nil
@@ -89,17 +88,6 @@ func watch(ctx context.Context, args []string, getenv func(string) string, stdou
 	}, func(thread string, err error) {
 		fmt.Fprintf(stderr, "chatrelay watch: thread %s: %v\n", thread, err)
 	})
-	return stoppedWell(ctx, err)
-}
-
-// stoppedWell is nil for err, a command's that runs until it is stopped,
-// when it was stopped with a line nobody read (errOutAbandoned): the stop
-// ends it with exit status 0, as without that line.
-func stoppedWell(ctx context.Context, err error) error {
-	if ctx.Err() != nil && errors.Is(err, errOutAbandoned) {
-		return nil
-	}
-	return err
 }
 
 // subscribe prints one thread's live messages from a remote server, over
@@ -136,12 +124,12 @@ func subscribe(ctx context.Context, args []string, getenv func(string) string, s
 		return usageError("--token: a thread's token is 64 lowercase hex (a share link's chp_ token has no stream here)")
 	}
 	enc := json.NewEncoder(stdout)
-	return stoppedWell(ctx, transport.Subscribe(ctx, transport.SubscribeOptions{
+	return transport.Subscribe(ctx, transport.SubscribeOptions{
 		Server: *server, Token: *token, Ticket: *ticket, Since: *since,
 		Dropped: func(err error, cursor int64) {
 			fmt.Fprintf(stderr, "chatrelay subscribe: stream ended (%v); resuming after %d\n", err, cursor)
 		},
 	}, func(it transport.StreamItem) error {
 		return enc.Encode(watchLine{Thread: it.Thread, Message: it.Message, Reset: it.Reset})
-	}))
+	})
 }
