@@ -140,17 +140,19 @@ func TestATempFolderLooksAgainWithTheDescriptorItHolds(t *testing.T) {
 	s := openFile(t, dir, FileOptions{})
 	appendText(t, s, threadA, "one")
 	appendText(t, s, threadA, "two") // a replace: the temp folder is made
-	_, held := s.tempDir()
+	_, inUse := s.tempDir()
 	for i := range 50 {
 		s.tmpState.CompareAndSwap(tmpReady, tmpUnknown) // as a write that failed there
 		appendText(t, s, threadA, fmt.Sprintf("after a failure %d", i))
 	}
-	s.tmpMu.Lock()
-	n := len(s.tmpFDs)
-	s.tmpMu.Unlock()
-	assert.Equal(t, "descriptors of the temp folder held", n, 1)
+	held := func() int { // the descriptors of the temp folder s holds
+		s.tmpMu.Lock()
+		defer s.tmpMu.Unlock()
+		return len(s.tmpFDs)
+	}
+	assert.Equal(t, "descriptors of the temp folder held", held(), 1)
 	_, fd := s.tempDir()
-	assert.Equal(t, "the descriptor in use", fd, held)
+	assert.Equal(t, "the descriptor in use", fd, inUse)
 
 	// Removed and made again by hand: a new folder, a new descriptor.
 	tmp := filepath.Join(dir, "chat", tempFolder)
@@ -158,18 +160,12 @@ func TestATempFolderLooksAgainWithTheDescriptorItHolds(t *testing.T) {
 	assert.Success(t, os.Mkdir(tmp, 0o700))
 	s.tmpState.CompareAndSwap(tmpReady, tmpUnknown)
 	appendText(t, s, threadA, "in the new folder")
-	s.tmpMu.Lock()
-	n = len(s.tmpFDs)
-	s.tmpMu.Unlock()
-	assert.Equal(t, "descriptors held after the folder was made again", n, 2)
+	assert.Equal(t, "descriptors held after the folder was made again", held(), 2)
 
 	assert.Success(t, s.Close())
 	s.tmpState.CompareAndSwap(tmpReady, tmpUnknown)
 	appendText(t, s, threadA, "after Close")
-	s.tmpMu.Lock()
-	n = len(s.tmpFDs)
-	s.tmpMu.Unlock()
-	assert.Equal(t, "descriptors held after Close", n, 0)
+	assert.Equal(t, "descriptors held after Close", held(), 0)
 	p, err := s.Since(t.Context(), threadA, 0, 0)
 	assert.Success(t, err)
 	assert.Equal(t, "messages kept", len(texts(p)), 54)
