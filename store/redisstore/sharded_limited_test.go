@@ -406,7 +406,10 @@ func TestShardedCreationHungHolder(t *testing.T) {
 func TestShardedCreationWaitHasAnEnd(t *testing.T) {
 	t.Parallel()
 	spec, prefix := shardSpec(t, "shards")
-	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: 200 * time.Millisecond}
+	// A store timeout of 500 ms, not 200: on a loaded CI machine one of
+	// the wait's lock calls took 200 ms and the post was refused for
+	// Redis's silence (store_unavailable, i/o timeout), not for its wait.
+	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: 500 * time.Millisecond}
 	a := openSharded(t, spec, opt)
 	s0 := a.Shards()[0]
 	lock := s0.prefix + "create-lock"
