@@ -99,6 +99,11 @@ type Sharded struct {
 	// turn, if set (tests), runs in each turn of this node's, once it
 	// holds the creation lock: a holder slowed, or one that hangs.
 	turn func()
+	// createWait bounds a post's whole wait for the creation lock:
+	// maxCreateWait store timeouts (lockCreate). Tests shorten it, to see
+	// the bound end a wait whose every call to Redis has a generous
+	// timeout.
+	createWait time.Duration
 
 	outOnce sync.Once
 	out     *shardedOutbox
@@ -498,7 +503,7 @@ var errWaitTooLong = errors.New("no turn of the creation lock came to this post 
 // had half of them refused while the lock changed hands all the time).
 func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n0 int64, err error) {
 	s := sh.shards[0]
-	ctx, cancel := context.WithTimeoutCause(ctx, maxCreateWait*s.opt.Timeout, errWaitTooLong)
+	ctx, cancel := context.WithTimeoutCause(ctx, sh.createWait, errWaitTooLong)
 	defer cancel()
 	idle := time.NewTimer(s.opt.Timeout) // the time since the lock last moved on
 	defer idle.Stop()

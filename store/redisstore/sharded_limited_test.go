@@ -400,17 +400,24 @@ func TestShardedCreationHungHolder(t *testing.T) {
 // TestShardedCreationWaitHasAnEnd: a post that waits for the creation lock
 // while it changes hands all the time, never to its node (other nodes'
 // endless turns, played here by setting the lock to a new holder every
-// 50 ms), is refused store_unavailable once it has waited
-// maxCreateWait store timeouts, and not only when its caller gives up:
+// 50 ms), is refused store_unavailable once its wait reaches its bound
+// (maxCreateWait store timeouts), and not only when its caller gives up:
 // an HTTP request has no deadline of its own.
+//
+// The store timeout is a generous 3 s and the wait's bound is shortened
+// to 1.5 s: each of the wait's calls to Redis (hundreds) is so far from
+// its own timeout that a loaded CI machine does not end the wait for
+// Redis's silence first (at a store timeout of 200, then 500 ms, one
+// call in a CI run timed out and the post was refused for that).
 func TestShardedCreationWaitHasAnEnd(t *testing.T) {
 	t.Parallel()
 	spec, prefix := shardSpec(t, "shards")
-	// A store timeout of 500 ms, not 200: on a loaded CI machine one of
-	// the wait's lock calls took 200 ms and the post was refused for
-	// Redis's silence (store_unavailable, i/o timeout), not for its wait.
-	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: 500 * time.Millisecond}
+	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: 3 * time.Second}
 	a := openSharded(t, spec, opt)
+	if a.createWait != maxCreateWait*opt.Timeout {
+		t.Fatalf("the wait's bound is %v, want %d store timeouts", a.createWait, maxCreateWait)
+	}
+	a.createWait = opt.Timeout / 2
 	s0 := a.Shards()[0]
 	lock := s0.prefix + "create-lock"
 	// The lock is held before the post asks for it, then changes hands.
@@ -430,8 +437,8 @@ func TestShardedCreationWaitHasAnEnd(t *testing.T) {
 			s0.rdb.Set(churn, lock, fmt.Sprintf("other-node-%d", i), time.Minute)
 		}
 	}()
-	// The caller's own bound, far past the store's: the wait must end first.
-	ctx, cancel := context.WithTimeout(t.Context(), 30*maxCreateWait*opt.Timeout/10)
+	// The caller's own bound, far past the wait's: the wait must end first.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*a.createWait)
 	defer cancel()
 	th := threadOnShard(a, 1)
 	_, err := a.Append(ctx, th, store.NewMessage{Text: "waits for a lock that never comes"})
@@ -995,5 +1002,18 @@ func TestCheckCanceledMarksNoShardDown(t *testing.T) {
 		if sh.down[k].Load() || s.down.Load() {
 			t.Errorf("shard %d marked down by a check its caller canceled", k)
 		}
+	}
+}
+
+// TestShardedCreationWaitDefault: a sharded store opened without a store
+// timeout bounds a post's wait for the creation lock at maxCreateWait
+// default store timeouts, not at none (which would refuse every new
+// thread that waits at all).
+func TestShardedCreationWaitDefault(t *testing.T) {
+	t.Parallel()
+	spec, prefix := shardSpec(t, "shards")
+	a := openSharded(t, spec, Options{Prefix: prefix})
+	if want := maxCreateWait * chatrelay.DefaultStoreTimeout; a.createWait != want {
+		t.Fatalf("the wait's bound is %v, want %v", a.createWait, want)
 	}
 }

@@ -37,6 +37,9 @@ func OpenSharded(ctx context.Context, spec string, opt Options) (*Sharded, error
 	if opt.MaxThreads <= 0 {
 		opt.MaxThreads = chatrelay.DefaultMaxThreads
 	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = chatrelay.DefaultStoreTimeout
+	}
 	if strings.HasPrefix(spec, "redis+cluster:") || strings.HasPrefix(spec, "rediss+cluster:") {
 		return openCluster(ctx, spec, opt)
 	}
@@ -52,7 +55,7 @@ func openInstances(ctx context.Context, urls []string, opt Options) (*Sharded, e
 		}
 		seen[w] = true
 	}
-	sh := &Sharded{opt: opt, node: randomHex(8), creating: make(chan struct{}, 1), down: make([]atomic.Bool, len(urls))}
+	sh := &Sharded{opt: opt, node: randomHex(8), creating: make(chan struct{}, 1), createWait: maxCreateWait * opt.Timeout, down: make([]atomic.Bool, len(urls))}
 	names := make([]string, len(urls))
 	errs := make([]error, len(urls)) // the shards that did not answer: why (sharded_late.go)
 	late := 0
@@ -323,7 +326,7 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 		// share of a pipeline, on that node's connection (replicas.go).
 		rdb.OnNewNode(func(c *redis.Client) { c.AddHook(newWaitHook(c, opt)) })
 	}
-	sh := &Sharded{opt: opt, node: randomHex(8), cluster: rdb, creating: make(chan struct{}, 1), where: where(strings.SplitN(spec, ",", 2)[0]), down: make([]atomic.Bool, ClusterShards)}
+	sh := &Sharded{opt: opt, node: randomHex(8), cluster: rdb, creating: make(chan struct{}, 1), createWait: maxCreateWait * opt.Timeout, where: where(strings.SplitN(spec, ",", 2)[0]), down: make([]atomic.Bool, ClusterShards)}
 	base := opt.Prefix
 	// The library once for all the shards, on every primary. A cluster is
 	// Redis 7, which has functions: a primary that does not answer now
@@ -333,7 +336,7 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	// as on a single Redis.
 	fcall := new(atomic.Bool)
 	if !opt.evalOnly {
-		lctx, cancel := context.WithTimeout(ctx, cmp.Or(opt.Timeout, chatrelay.DefaultStoreTimeout))
+		lctx, cancel := context.WithTimeout(ctx, opt.Timeout)
 		refused, err := loadLibrary(lctx, rdb)
 		cancel()
 		fcall.Store(refused == nil)
