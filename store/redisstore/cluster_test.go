@@ -325,7 +325,9 @@ func TestCheckNamesAnUnreachableRedis(t *testing.T) {
 // nothing of why.
 func TestCheckNamesAStalledRedis(t *testing.T) {
 	srv := redistest.StartServer(t, redistest.ServerOptions{})
-	one := openStore(t, srv, Options{Prefix: "p:", Timeout: 300 * time.Millisecond})
+	// The check before the stall has a second (at 300 ms it failed on a
+	// loaded machine); the stall lasts longer than the check's timeout.
+	one := openStore(t, srv, Options{Prefix: "p:", Timeout: time.Second})
 	assert.Success(t, one.Check(t.Context()))
 	srv.Pause(t, 3*time.Second)
 	assert.Equal(t, "a stalled Redis", store.Reason(one.Check(t.Context())), "Redis not answering")

@@ -282,7 +282,17 @@ func TestClusterBatchKeepsWhatRan(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m := startMigration(t, c, fmt.Sprintf("{batch%d}", i))
 			rounds := 0
-			opt := Options{Prefix: "b:", evalOnly: true, Timeout: 500 * time.Millisecond, onRedirect: func(cmds []redis.Cmder) {
+			// The store timeout bounds the open, and the batch with the
+			// migration's end (MoveSlot, inside the call) in it: generous
+			// where it is not the subject. Where the read stays refused,
+			// the timeout is what ends its rounds, so it stays below the
+			// rounds' own end (their backoffs alone, about 3 s).
+			timeout := 5 * time.Second
+			if !tc.ends {
+				timeout = 2 * time.Second
+				assert.True(t, timeout < roundsBackoff(), "the store timeout %v ends no sooner than the rounds' backoffs %v", timeout, roundsBackoff())
+			}
+			opt := Options{Prefix: "b:", evalOnly: true, Timeout: timeout, onRedirect: func(cmds []redis.Cmder) {
 				rounds++
 				for _, cmd := range cmds {
 					if cmd.Name() != "evalsha" || len(cmd.Args()) < 4 || cmd.Args()[3] != m.k1 {
@@ -335,6 +345,19 @@ func TestClusterBatchKeepsWhatRan(t *testing.T) {
 			assert.True(t, rounds > 1, "the refused read was not sent again until the store timeout")
 		})
 	}
+}
+
+// roundsBackoff is the time a call's redirect rounds wait in all on a
+// TRYAGAIN each round (follow sleeps before each): their backoffs from
+// redirectMinBackoff doubling up to redirectMaxBackoff, 2.95 s.
+func roundsBackoff() time.Duration {
+	var all time.Duration
+	b := redirectMinBackoff
+	for range redirectRounds {
+		all += b
+		b = min(2*b, redirectMaxBackoff)
+	}
+	return all
 }
 
 func anyStrings(vs []any) []string {

@@ -20,8 +20,10 @@ func TestWaitReplicasReplayNotAcknowledgedEarly(t *testing.T) {
 	t.Parallel()
 	primary := redistest.StartServer(t, redistest.ServerOptions{})
 	replica := primary.StartReplica(t)
-	a := openWaiting(t, primary, "?wait-replicas=1&wait-timeout=200ms")
-	b := openWaiting(t, primary, "?wait-replicas=1&wait-timeout=200ms")
+	// A second for the wait, so that the first post, with the replica
+	// running, is acknowledged within it on a loaded machine.
+	a := openWaiting(t, primary, "?wait-replicas=1&wait-timeout=1s")
+	b := openWaiting(t, primary, "?wait-replicas=1&wait-timeout=1s")
 	ctx := t.Context()
 	const th = "a1b2c3d4e5f60002"
 	must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "while the replica runs"}))

@@ -283,18 +283,24 @@ func TestShardedCreationBurst(t *testing.T) {
 
 // TestShardedCreationSlowTurns: 24 posts that each create a thread, on
 // two nodes at once, while every holder's turn is slow (it holds the
-// creation lock a tenth of the store timeout): the turns take about 2.4
-// store timeouts in all (and a quarter of the wait's bound,
-// maxCreateWait, so that a loaded machine does not reach it), and every post is answered, stored or refused
-// thread_limit past the limit, none 503 store_unavailable, since a turn
-// ended all the while. The limit holds exactly across the nodes.
+// creation lock 200 ms): the turns take 4.8 s in all, 1.6 store timeouts
+// (and a sixth of the wait's bound, maxCreateWait store timeouts), and
+// every post is answered, stored or refused thread_limit past the limit,
+// none 503 store_unavailable, since a turn ended all the while. The
+// limit holds exactly across the nodes.
+//
+// Each turn is a fifteenth of the store timeout, so that the whole of a
+// turn (its sleep, its Redis calls, the unlock) on a loaded machine stays
+// far within the timeout a waiting post allows it: at a store timeout of
+// 1 s and turns of 100 ms, 3 of 24 posts were refused errNoTurn with two
+// CPU hogs beside the test.
 func TestShardedCreationSlowTurns(t *testing.T) {
 	t.Parallel()
 	spec, prefix := shardSpec(t, "shards")
-	opt := Options{Prefix: prefix, MaxThreads: 20, Timeout: time.Second}
+	opt := Options{Prefix: prefix, MaxThreads: 20, Timeout: 3 * time.Second}
 	nodes := []*Sharded{openSharded(t, spec, opt), openSharded(t, spec, opt)}
 	for _, sh := range nodes {
-		sh.turn = func() { time.Sleep(opt.Timeout / 10) } // the holder's work, slowed
+		sh.turn = func() { time.Sleep(opt.Timeout / 15) } // the holder's work, slowed
 	}
 	ctx := t.Context()
 	const n = 24
@@ -334,7 +340,10 @@ func TestShardedCreationSlowTurns(t *testing.T) {
 func TestShardedCreationHungHolder(t *testing.T) {
 	t.Parallel()
 	spec, prefix := shardSpec(t, "shards")
-	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: 500 * time.Millisecond}
+	// The store timeout is the default 2 s, not a shorter one: it bounds
+	// the opens and every call too (at 500 ms, an open failed on a loaded
+	// machine), and the waits' refusal comes after it either way.
+	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: 2 * time.Second}
 	a, b := openSharded(t, spec, opt), openSharded(t, spec, opt)
 	s0 := a.Shards()[0]
 	ctx := t.Context()
@@ -465,7 +474,10 @@ func TestShardedCreationWaitHasAnEnd(t *testing.T) {
 func TestShardedCreationLockAnswerLost(t *testing.T) {
 	t.Parallel()
 	spec, prefix := shardSpec(t, "shards")
-	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: time.Second}
+	// The default store timeout: the lost answer is played by a hook, so
+	// the timeout bounds only the opens and the calls (at 1 s, an open
+	// failed on a loaded machine), and the lapse stays three of them.
+	opt := Options{Prefix: prefix, MaxThreads: 100, Timeout: 2 * time.Second}
 	a, b := openSharded(t, spec, opt), openSharded(t, spec, opt)
 	s0 := a.Shards()[0]
 	s0.rdb.AddHook(&lostAnswer{key: s0.prefix + "create-lock"})
@@ -514,7 +526,10 @@ func TestAddressWindowSkipsAShardFoundDown(t *testing.T) {
 	s0 := redistest.StartServer(t, redistest.ServerOptions{})
 	s1 := redistest.StartServer(t, redistest.ServerOptions{})
 	p := startStallProxy(t, s1.Addr())
-	sh := openSharded(t, s0.URL()+","+p.url(), Options{Prefix: "as:", Timeout: 500 * time.Millisecond})
+	// The default store timeout: a post tries the stalled shard for as
+	// long once, which is all the test counts (at 500 ms, an open failed
+	// on a loaded machine).
+	sh := openSharded(t, s0.URL()+","+p.url(), Options{Prefix: "as:", Timeout: 2 * time.Second})
 	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 100, PerIP: 100, Window: time.Minute})
 	ip := addressOnShard(sh, 1)
 	ths := threadsOnShard(sh, 0, 2, 0x5b0000)
