@@ -339,8 +339,11 @@ func TestClusterBatchKeepsWhatRan(t *testing.T) {
 			}
 			err := refused.Err()
 			// Redis's refusal, or, when the store timeout ended a send
-			// of it, the mark of a command sent again with no answer.
-			assert.True(t, redis.IsTryAgainError(err) || errors.Is(err, errUnanswered), "the read still refused has %v", err)
+			// of it, the mark of a command sent again with no answer, or
+			// the timeout of the read its answer was due on (it may have
+			// run: it is not sent again), seen on a loaded machine.
+			var ne net.Error
+			assert.True(t, redis.IsTryAgainError(err) || errors.Is(err, errUnanswered) || errors.As(err, &ne) && ne.Timeout(), "the read still refused has %v", err)
 			assert.Code(t, a.shards[0].unavailable("read", err), chatrelay.StoreUnavailable)
 			assert.True(t, rounds > 1, "the refused read was not sent again until the store timeout")
 		})
