@@ -212,7 +212,7 @@ func TestShardedTake(t *testing.T) {
 	if a := window(0, "{rl}:il:"+ip); a != 1 {
 		t.Fatalf("a take the thread's window refused is in the address's (%d)", a)
 	}
-	undo()
+	undo(false)
 	if a, b := window(0, "{rl}:il:"+ip), window(1, "{rl}:tl:"+ths[0]); a != 0 || b != 0 {
 		t.Fatalf("after undo: the address's window %d, the thread's %d; want 0 and 0", a, b)
 	}
