@@ -152,6 +152,24 @@ func structured(t *testing.T, r *mcp.CallToolResult, v any) {
 	assert.Success(t, json.Unmarshal(b, v))
 }
 
+// revokedAt is when agent key id was revoked, as the store has it
+// (revoked_at), so that a test counts a revoke's second from its write:
+// counting from the start of the CLI that revokes it put the process's
+// start and its store's open on the clock, over a second on a loaded CI
+// machine (a run of 6e7ab5d).
+func revokedAt(t *testing.T, b *storetest.Backend, id string) time.Time {
+	t.Helper()
+	keys, err := b.Store.(store.Agents).AgentKeys(t.Context())
+	assert.Success(t, err)
+	for _, k := range keys {
+		if k.ID == id && k.RevokedAt > 0 {
+			return time.UnixMilli(k.RevokedAt)
+		}
+	}
+	t.Fatalf("the key %s has no revoked_at in the store", id)
+	return time.Time{}
+}
+
 // mcpStoreArgs is a fresh store of backend for the chatrelay command.
 func mcpStoreArgs(t *testing.T, backend string) []string {
 	if backend == storetest.Redis {
@@ -397,18 +415,9 @@ func TestMCPRevokeEndsSessionsWithinASecond(t *testing.T) {
 		cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
 		out, err := cmd.CombinedOutput()
 		assert.True(t, err == nil && strings.Contains(string(out), "revoked "+id), "chatrelay agent revoke: %v %s", err, out)
-		// The second counts from the revoke's write (the key's revoked_at,
-		// in the store), not from the CLI's start: a loaded CI machine took
-		// over a second to start the process and open the store.
-		var revoked time.Time
-		keys, err := b.Store.(store.Agents).AgentKeys(t.Context())
-		assert.Success(t, err)
-		for _, k := range keys {
-			if k.ID == id {
-				revoked = time.UnixMilli(k.RevokedAt)
-			}
-		}
-		assert.True(t, !revoked.IsZero() && revoked.Unix() > 0, "the key %s has no revoked_at in the store", id)
+		// The second counts from the revoke's write, not from the CLI's
+		// start (revokedAt).
+		revoked := revokedAt(t, b, id)
 		for i, ch := range waits {
 			var c call
 			select {
