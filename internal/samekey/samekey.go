@@ -1,0 +1,47 @@
+// Package samekey lets the requests that share a key run one at a time:
+// a write repeated with its client_id waits for its first, still being
+// stored, and then finds it stored (a repeat), where beside it the repeat
+// would find the rate window's place the first holds taken.
+package samekey
+
+import (
+	"context"
+	"sync"
+)
+
+// Keys lets the holders of one key in one at a time. Its zero value is
+// ready to use; it is safe for concurrent use.
+type Keys struct {
+	mu  sync.Mutex
+	run map[string]chan struct{} // the key's holder; closed when it leaves
+}
+
+// Enter waits until no other holder of key is in, or ctx ends (the caller
+// then runs beside it, as it would without Keys), and returns the
+// function that lets the next one in; call it once.
+func (k *Keys) Enter(ctx context.Context, key string) (leave func()) {
+	for {
+		k.mu.Lock()
+		busy, ok := k.run[key]
+		if !ok {
+			if k.run == nil {
+				k.run = make(map[string]chan struct{})
+			}
+			done := make(chan struct{})
+			k.run[key] = done
+			k.mu.Unlock()
+			return func() {
+				k.mu.Lock()
+				delete(k.run, key)
+				k.mu.Unlock()
+				close(done)
+			}
+		}
+		k.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return func() {}
+		}
+	}
+}
