@@ -17,6 +17,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
+	"github.com/chatrelay/chatrelay/internal/samekey"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -40,6 +41,8 @@ type HTTP struct {
 	o   HTTPOptions
 	h   http.Handler
 	sdk *mcp.StreamableHTTPHandler
+
+	repeats samekey.Keys // writes with a client_id, one at a time per thread (or key's opens) and client_id
 
 	mu      sync.Mutex              // guards servers, pending and closed
 	servers map[string]*agentServer // by key id
@@ -524,7 +527,7 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 			thread = "" // never a client's arbitrary string in the log
 		}
 		start := time.Now()
-		var undo func()
+		var undo, leave func()
 		counted := as.calls.Add(1) <= int64(h.o.MaxCallsPerKey)
 		sid, _ := ctx.Value(sessionOf{}).(string)
 		as.touch(sid, h.uses.Add(1))
@@ -538,6 +541,9 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 			cancel(nil)
 			if (outcome != nil || replayed) && undo != nil {
 				undo() // only stored writes count: a repeat with its client_id stored nothing
+			}
+			if leave != nil {
+				leave()
 			}
 			result := "ok"
 			var e *chatrelay.Error
@@ -567,6 +573,17 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		if !counted {
 			return ctx, after, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: time.Second,
 				Message: fmt.Sprintf("too many tool calls of this agent key in flight: at most %d; wait for one to return", h.o.MaxCallsPerKey)}
+		}
+		// A write's repeat with its client_id waits for its first, still
+		// being stored, and is then answered as a repeat, rather than
+		// finding the window's place the first holds taken (rate_limited).
+		if in.ClientID != "" {
+			switch {
+			case writes[tool] && thread != "":
+				leave = h.repeats.Enter(ctx, thread+"\x00"+in.ClientID)
+			case tool == ToolName(chatrelay.VerbOpenThread):
+				leave = h.repeats.Enter(ctx, "open\x00"+as.key.ID+"\x00"+in.ClientID)
+			}
 		}
 		if h.o.Limiter != nil && writes[tool] && thread != "" {
 			var err error
