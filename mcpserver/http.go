@@ -580,9 +580,9 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		if in.ClientID != "" {
 			switch {
 			case writes[tool] && thread != "":
-				leave = h.repeats.Enter(ctx, thread+"\x00"+in.ClientID)
+				leave = h.repeats.Enter(ctx, samekey.Key{thread, in.ClientID})
 			case tool == ToolName(chatrelay.VerbOpenThread):
-				leave = h.repeats.Enter(ctx, "open\x00"+as.key.ID+"\x00"+in.ClientID)
+				leave = h.repeats.Enter(ctx, samekey.Key{"open " + as.key.ID, in.ClientID}) // no thread id has a space
 			}
 		}
 		if h.o.Limiter != nil && writes[tool] && thread != "" {

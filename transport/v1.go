@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/samekey"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -141,7 +142,7 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request, who principa
 func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBody) (store.Entry, error) {
 	thread := who.thread
 	if p.ClientID != "" {
-		defer s.repeats.Enter(ctx, thread+"\x00"+p.ClientID)()
+		defer s.repeats.Enter(ctx, samekey.Key{thread, p.ClientID})()
 	}
 	m := store.NewMessage{Author: p.Kind, Text: p.Text, ClientID: p.ClientID, Attachments: p.Attachments}
 	if who.participant() { // a device posts as the owner
