@@ -304,12 +304,12 @@ func testDeviceRevokeEndsStreamsWithinASecond(t *testing.T, backend string) {
 				status, b := e.asDevice(http.MethodDelete, "/api/chat/devices/"+phone.Device.ID, laptop.Token, "")
 				assert.Equal(t, "revoke "+string(b), status, http.StatusOK)
 			} else {
-				start = time.Now() // the process's own start is not the server's to pay
 				args := append([]string{"device", "revoke", threadN(1), phone.Device.ID, "--fsync", "never"}, e.backend.CLIArgs()...)
 				cmd := exec.CommandContext(t.Context(), bin, args...)
 				cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=", "CHATRELAY_REDIS_PREFIX=")
 				out, err := cmd.CombinedOutput()
 				assert.True(t, err == nil && strings.Contains(string(out), "revoked Phone"), "chatrelay device revoke: %v %s", err, out)
+				start = e.revokedAt(t, threadN(1), phone.Device.ID) // not the process's start: not the server's to pay
 			}
 			for _, s := range []*sseStream{sse, ticketSSE} {
 				f := within(t, 2*time.Second, "the revoked event", s.Close, s.NextEvent)

@@ -476,12 +476,12 @@ func testRevokeEndsStreamsWithinASecond(t *testing.T, backend string) {
 				_, err := other.Store.(store.Participants).Revoke(t.Context(), threadN(1), alex.Participant.ID)
 				assert.Success(t, err)
 			} else {
-				start = time.Now() // the process's own start is not the server's to pay
 				args := append([]string{"share", "revoke", threadN(1), alex.Participant.ID, "--fsync", "never"}, e.backend.CLIArgs()...)
 				cmd := exec.CommandContext(t.Context(), bin, args...)
 				cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
 				out, err := cmd.CombinedOutput()
 				assert.True(t, err == nil && strings.Contains(string(out), "revoked Alex"), "chatrelay share revoke: %v %s", err, out)
+				start = e.revokedAt(t, threadN(1), alex.Participant.ID) // not the process's start: not the server's to pay
 			}
 			for _, s := range []*sseStream{sse, ticketSSE} {
 				f := within(t, 2*time.Second, "the revoked event", s.Close, s.NextEvent)

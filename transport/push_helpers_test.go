@@ -594,6 +594,22 @@ func mustBinary(t testing.TB) string {
 	return bin
 }
 
+// revokedAt is when grant id of thread (a share link's or a device's) was
+// revoked, as the store has it (revoked_at), so that a test counts a
+// revoke's second from its write: counting from the start of the CLI that
+// revokes it put the process's start and its store's open on the clock,
+// over a second on a loaded machine (as cmd/chatrelay's revokedAt says of
+// agent keys).
+func (e *pushEnv) revokedAt(t *testing.T, thread, id string) time.Time {
+	t.Helper()
+	g, err := e.backend.Store.(store.Participants).Grant(t.Context(), thread, id)
+	assert.Success(t, err)
+	if g.RevokedAt == 0 {
+		t.Fatalf("the grant %s has no revoked_at in the store", id)
+	}
+	return time.UnixMilli(g.RevokedAt)
+}
+
 // cliReply runs "chatrelay reply" against the env's store (--data, or
 // --store redis://… --redis-prefix) and returns the stored message's
 // epoch. fsync is "always" or "never" (the file store's).
