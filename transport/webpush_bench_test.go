@@ -103,7 +103,11 @@ const (
 //     all for the answer): on this one machine a push service's checking
 //     is not to run beside the server on the clock;
 //   - conns: the connections the pusher opened to the push service, in
-//     all (one HTTP/2 connection, kept alive, is what it should take).
+//     all (one HTTP/2 connection, kept alive, is what it should take);
+//   - pusher-us/push: with CHATRELAY_BENCH_PUSHER=process, where another
+//     process in SCHED_IDLE sends the pushes and the "on" server sends
+//     none (webpush_sender_bench_test.go), that process's CPU per push
+//     (cpu-us/push is then the serving process's alone).
 //
 // Nothing is warmed: the pusher's first TLS connection to the push
 // service is made in the first round's "on" phase, on the clock.
