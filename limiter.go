@@ -14,9 +14,11 @@ type RateLimiter interface {
 	// Take counts one post against thread and ip if both are under their
 	// windows. It returns an *Error with code RateLimited and the wait
 	// otherwise (StoreUnavailable if a shared backend cannot be reached).
-	// Call undo if the post was then not stored, so that only accepted
-	// posts count.
-	Take(ctx context.Context, thread, ip string) (undo func(), err error)
+	// Call settle once with the post's outcome: stored false gives its
+	// place back, so that only accepted posts count. Until then the place
+	// is held: a take refused meanwhile may be told to retry sooner than
+	// the window's oldest post leaves it, as the held place may come back.
+	Take(ctx context.Context, thread, ip string) (settle func(stored bool), err error)
 }
 
 // StreamLimiter bounds the open streams (SSE and WebSocket) per thread and

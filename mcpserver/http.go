@@ -524,7 +524,7 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 			thread = "" // never a client's arbitrary string in the log
 		}
 		start := time.Now()
-		var undo func()
+		var settle func(stored bool)
 		counted := as.calls.Add(1) <= int64(h.o.MaxCallsPerKey)
 		sid, _ := ctx.Value(sessionOf{}).(string)
 		as.touch(sid, h.uses.Add(1))
@@ -536,8 +536,8 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 			forget()
 			stop()
 			cancel(nil)
-			if (outcome != nil || replayed) && undo != nil {
-				undo() // only stored writes count: a repeat with its client_id stored nothing
+			if settle != nil {
+				settle(outcome == nil && !replayed) // only stored writes count: a repeat with its client_id stored nothing
 			}
 			result := "ok"
 			var e *chatrelay.Error
@@ -570,7 +570,7 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		}
 		if h.o.Limiter != nil && writes[tool] && thread != "" {
 			var err error
-			if undo, err = h.o.Limiter.Take(ctx, thread, "agent:"+as.key.ID); err != nil {
+			if settle, err = h.o.Limiter.Take(ctx, thread, "agent:"+as.key.ID); err != nil {
 				// A repeat with a stored client_id is answered over a full
 				// window too (the first message, or client_id_conflict),
 				// as POST /api/chat/post does: it stores nothing.
@@ -588,7 +588,7 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 			// is the key's opens (as a reaction's is "react:" and its
 			// thread), since the thread is not made yet.
 			var err error
-			if undo, err = h.o.Limiter.Take(ctx, "open:"+as.key.ID, "agent:"+as.key.ID); err != nil {
+			if settle, err = h.o.Limiter.Take(ctx, "open:"+as.key.ID, "agent:"+as.key.ID); err != nil {
 				// A repeat with its client_id of a thread the key opened
 				// makes nothing: answered over a full window too.
 				if chatrelay.CodeOf(err) == chatrelay.RateLimited && h.v.ForAgent(as.key).OpenedWith(ctx, in.ClientID) {

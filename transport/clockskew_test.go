@@ -63,6 +63,13 @@ func startSkewedNodes(t *testing.T, backend string, clocks ...*skewed) []*pushEn
 				cfg.TicketKey = key
 			}
 			cfg.Trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+			// The test reads its WebSocket after the posts, and
+			// coder/websocket answers a ping only while it reads (a
+			// browser answers at any time): on a loaded machine the
+			// posts outlasted the heartbeat and the write timeout, and
+			// the server dropped the stream as too slow (1013), as it
+			// should. No ping within the test.
+			cfg.Heartbeat = time.Hour
 		}})
 	}
 	return nodes

@@ -301,10 +301,10 @@ type meteredLimiter struct {
 	m *ops
 }
 
-func (l meteredLimiter) Take(ctx context.Context, thread, ip string) (func(), error) {
-	undo, err := l.RateLimiter.Take(ctx, thread, ip)
+func (l meteredLimiter) Take(ctx context.Context, thread, ip string) (func(bool), error) {
+	settle, err := l.RateLimiter.Take(ctx, thread, ip)
 	l.m.limiterFailed("rate_limit", err)
-	return undo, err
+	return settle, err
 }
 
 // meteredStreams counts the stream limiter's failures (the first call of

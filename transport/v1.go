@@ -144,7 +144,7 @@ func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBo
 			return e, err
 		}
 	}
-	undo, err := s.limiter.Take(ctx, thread, ipKey)
+	settle, err := s.limiter.Take(ctx, thread, ipKey)
 	if err != nil {
 		if p.ClientID != "" && chatrelay.CodeOf(err) == chatrelay.RateLimited {
 			if e, ok := store.StoredWith(ctx, s.store, thread, m.ClientID); ok {
@@ -154,9 +154,7 @@ func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBo
 		return store.Entry{}, err
 	}
 	e, err := s.store.Append(ctx, thread, m)
-	if err != nil || e.Replayed {
-		undo()
-	}
+	settle(err == nil && !e.Replayed)
 	return e, err
 }
 

@@ -134,15 +134,15 @@ func (s *Server) handleReact(w http.ResponseWriter, r *http.Request, who princip
 		return
 	}
 	ip := limitKey(clientIP(r, s.cfg.Trusted))
-	undo, err := s.limiter.Take(r.Context(), "react:"+thread, "react:"+ip)
+	settle, err := s.limiter.Take(r.Context(), "react:"+thread, "react:"+ip)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	e, err := s.store.Change(r.Context(), thread, c)
-	if err != nil || e.Rev == cur.Rev {
-		undo() // refused, or nothing changed after all (another reacted alike meanwhile): no place in the window
-	}
+	// Refused, or nothing changed after all (another reacted alike
+	// meanwhile): no place in the window.
+	settle(err == nil && e.Rev != cur.Rev)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

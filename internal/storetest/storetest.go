@@ -409,7 +409,7 @@ func (b *Backend) CLIArgs() []string {
 // RateLimiter is chatrelay.RateLimiter (this package cannot import
 // transport, whose tests import it).
 type RateLimiter interface {
-	Take(ctx context.Context, thread, ip string) (undo func(), err error)
+	Take(ctx context.Context, thread, ip string) (settle func(stored bool), err error)
 }
 
 // StreamLimiter is chatrelay.StreamLimiter.

@@ -42,7 +42,7 @@ func TestPostsWithoutFunctions(t *testing.T) {
 	rl := NewRateLimiter(s, chatrelay.Windows{PerThread: 100, PerIP: 100, Window: time.Minute})
 	const th = "a1b2c3d4e5f60718"
 	must[store.Entry](t)(s.Append(ctx, th, store.NewMessage{Text: "plain"}))
-	must[func()](t)(rl.Take(ctx, th, "192.0.2.1"))
+	must[func(bool)](t)(rl.Take(ctx, th, "192.0.2.1"))
 	if _, _, err := s.AppendLimited(ctx, rl, th, "192.0.2.1", store.NewMessage{Text: "rated"}); err != nil {
 		t.Fatal(err)
 	}

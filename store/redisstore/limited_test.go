@@ -89,7 +89,7 @@ func TestAppendLimited(t *testing.T) {
 
 	first := must[store.Entry](t)(appendOn(a, la, th, store.NewMessage{Text: "one", ClientID: "c1"}))
 	clk.Advance(time.Minute)
-	must[func()](t)(lb.Take(ctx, th, ip)) // a Take of the other node counts in the same window
+	must[func(bool)](t)(lb.Take(ctx, th, ip)) // a Take of the other node counts in the same window
 	must[store.Entry](t)(appendOn(b, lb, th, store.NewMessage{Text: "three"}))
 	if window("tl:"+th) != 3 || window("il:"+ip) != 3 {
 		t.Fatalf("windows hold %d and %d posts, want 3 and 3", window("tl:"+th), window("il:"+ip))

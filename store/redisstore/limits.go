@@ -59,9 +59,10 @@ func NewRateLimiter(s *Store, w chatrelay.Windows) *RateLimiter {
 
 // Take counts one post against thread and ip if both are under their
 // windows. Over a window it returns *chatrelay.Error RateLimited with the wait;
-// if Redis cannot be reached, StoreUnavailable. undo uncounts the post (if
-// it was then not stored).
-func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(), err error) {
+// if Redis cannot be reached, StoreUnavailable. settle(false) uncounts the
+// post (it was then not stored); settle(true) does nothing: the places a
+// post holds meanwhile are not told apart from stored ones across nodes.
+func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (settle func(stored bool), err error) {
 	t := l.take(thread, ip)
 	if t.split() {
 		// The address's window, then the thread's, each on its shard; a
@@ -86,7 +87,11 @@ func (l *RateLimiter) Take(ctx context.Context, thread, ip string) (undo func(),
 		return nil, err
 	}
 	var once sync.Once
-	return func() { once.Do(func() { t.undo(context.WithoutCancel(ctx)) }) }, nil
+	return func(stored bool) {
+		if !stored {
+			once.Do(func() { t.undo(context.WithoutCancel(ctx)) })
+		}
+	}, nil
 }
 
 // count runs takeScript on t's windows (on one Redis).

@@ -119,18 +119,18 @@ func TestRateWindowsSlideOnRedisClock(t *testing.T) {
 	key := a.s.limits + "{rl}:tl:" + th
 
 	sent := time.Now()
-	undo := must[func()](t)(a.Take(ctx, th, ip))
-	must[func()](t)(b.Take(ctx, th, ip))
+	undo := must[func(bool)](t)(a.Take(ctx, th, ip))
+	must[func(bool)](t)(b.Take(ctx, th, ip))
 	_, err := a.Take(ctx, th, ip)
 	took := time.Since(sent)
 	if he := wantCode(t, err, chatrelay.RateLimited); he.Retry > win || he.Retry < win-took-time.Millisecond {
 		t.Fatalf("Retry-After %s, want between %s (the window less the %s the posts took) and the window %s", he.Retry, win-took, took, win)
 	}
-	undo()
+	undo(false)
 	if n := a.s.rdb.LLen(ctx, key).Val(); n != 1 {
 		t.Fatalf("the window holds %d posts after an undo, want 1", n)
 	}
-	must[func()](t)(b.Take(ctx, th, ip)) // the place the undone post held
+	must[func(bool)](t)(b.Take(ctx, th, ip)) // the place the undone post held
 	_, err = a.Take(ctx, th, ip)
 	wantCode(t, err, chatrelay.RateLimited)
 

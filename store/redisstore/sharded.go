@@ -553,8 +553,8 @@ func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n
 			// (its answer came too late): release it rather than leave
 			// every node's new threads waiting for it to lapse.
 			unlock()
-			if ctx.Err() != nil { // the wait's end, not Redis's silence
-				return nil, 0, s.waitFailed(context.Cause(ctx))
+			if cause := ended(ctx); cause != nil { // the wait's end, not Redis's silence
+				return nil, 0, s.waitFailed(cause)
 			}
 			return nil, 0, s.unavailable("create lock", err)
 		}
@@ -580,6 +580,22 @@ func (sh *Sharded) lockCreate(ctx context.Context, count bool) (unlock func(), n
 		}
 		wait = min(2*wait, 20*time.Millisecond)
 	}
+}
+
+// ended is why ctx ended (context.Cause), or nil if it has not: also
+// once its deadline has passed and its timer has yet to cancel it. A
+// call to Redis that ctx's deadline cut short fails "i/o timeout" (the
+// client sets the connection's deadline from ctx's) as the deadline
+// passes, and on a loaded machine before the goroutine of ctx's timer
+// runs: the wait's bound, not Redis's silence (a CI run saw it).
+func ended(ctx context.Context) error {
+	if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil && !time.Now().Before(dl) {
+		<-ctx.Done() // its timer is due: the cause is set at once
+	}
+	if ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(ctx)
 }
 
 // queue waits for this node's turn to ask for the creation lock

@@ -212,7 +212,7 @@ func TestShardedTake(t *testing.T) {
 	if a := window(0, "{rl}:il:"+ip); a != 1 {
 		t.Fatalf("a take the thread's window refused is in the address's (%d)", a)
 	}
-	undo()
+	undo(false)
 	if a, b := window(0, "{rl}:il:"+ip), window(1, "{rl}:tl:"+ths[0]); a != 0 || b != 0 {
 		t.Fatalf("after undo: the address's window %d, the thread's %d; want 0 and 0", a, b)
 	}
@@ -1015,5 +1015,52 @@ func TestShardedCreationWaitDefault(t *testing.T) {
 	a := openSharded(t, spec, Options{Prefix: prefix})
 	if want := maxCreateWait * chatrelay.DefaultStoreTimeout; a.createWait != want {
 		t.Fatalf("the wait's bound is %v, want %v", a.createWait, want)
+	}
+}
+
+// lateContext is a context whose deadline has passed and whose timer has
+// not yet cancelled it: it is cancelled (Done closed, Err set) only once
+// something waits on Done, as a loaded machine runs a context's timer
+// late, after a Redis call the deadline cut short has failed.
+type lateContext struct {
+	context.Context
+	dl   time.Time
+	once sync.Once
+	done chan struct{}
+}
+
+func (c *lateContext) Deadline() (time.Time, bool) { return c.dl, true }
+func (c *lateContext) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.done) })
+	return c.done
+}
+func (c *lateContext) Err() error {
+	select {
+	case <-c.done:
+		return errWaitTooLong
+	default:
+		return nil
+	}
+}
+
+// TestEndedPastItsDeadline: a wait whose context's deadline has passed
+// is ended, with the context's cause, even while the context's timer has
+// yet to cancel it: a Redis call that the deadline cut short ("i/o
+// timeout", the connection's deadline being the context's) is the wait's
+// end, not Redis's silence. CI saw the creation wait refused "store
+// unavailable: i/o timeout" at its bound, 1.5 s into a 3 s store timeout.
+func TestEndedPastItsDeadline(t *testing.T) {
+	t.Parallel()
+	if err := ended(t.Context()); err != nil {
+		t.Fatalf("a context with no deadline, not done: ended %v", err)
+	}
+	ahead, cancel := context.WithTimeout(t.Context(), time.Hour)
+	defer cancel()
+	if err := ended(ahead); err != nil {
+		t.Fatalf("a context an hour from its deadline: ended %v", err)
+	}
+	late := &lateContext{Context: t.Context(), dl: time.Now().Add(-time.Millisecond), done: make(chan struct{})}
+	if err := ended(late); !errors.Is(err, errWaitTooLong) {
+		t.Fatalf("a context past its deadline, its timer not yet run: ended %v, want its cause", err)
 	}
 }

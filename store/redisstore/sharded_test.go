@@ -200,13 +200,13 @@ func TestShardedLimitersAcrossNodes(t *testing.T) {
 		a, b := sa.NewRateLimiter(w), sb.NewRateLimiter(w)
 		ctx := t.Context()
 		const th, ip = "a1b2c3d4e5f60718", "192.0.2.7"
-		must[func()](t)(a.Take(ctx, th, ip))
-		must[func()](t)(b.Take(ctx, th, ip))
-		must[func()](t)(a.Take(ctx, th, ip))
+		must[func(bool)](t)(a.Take(ctx, th, ip))
+		must[func(bool)](t)(b.Take(ctx, th, ip))
+		must[func(bool)](t)(a.Take(ctx, th, ip))
 		_, err := b.Take(ctx, th, ip)
 		wantCode(t, err, chatrelay.RateLimited)
-		must[func()](t)(a.Take(ctx, "0000000000000001", ip))
-		must[func()](t)(b.Take(ctx, "0000000000000002", ip))
+		must[func(bool)](t)(a.Take(ctx, "0000000000000001", ip))
+		must[func(bool)](t)(b.Take(ctx, "0000000000000002", ip))
 		_, err = a.Take(ctx, "0000000000000003", ip)
 		wantCode(t, err, chatrelay.RateLimited)
 
