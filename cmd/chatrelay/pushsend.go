@@ -52,8 +52,14 @@ func pushSend(ctx context.Context, e cmdEnv, sf *storeFlags, pf *pushFlags, ops 
 		return err
 	}
 	srv := transport.NewServer(transport.Config{Store: st.Store, Push: pc, Log: log})
-	log.Info("push sender running", "store", st.Where, "pid", os.Getpid())
-	err = srv.Run(ctx) // until ctx is done: then its pusher hands over what it did not send
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }() // until ctx is done: then its pusher hands over what it did not send
+	select {
+	case <-srv.Ready(): // the feed is live: every change from here on is pushed
+		log.Info("push sender running", "store", st.Where, "pid", os.Getpid())
+		err = <-done
+	case err = <-done:
+	}
 	if ctx.Err() != nil {
 		log.Info("push sender stopped")
 		return nil
