@@ -39,11 +39,16 @@ const MaxJSONDepth = 1000
 var errTooDeep = fmt.Errorf("json: exceeded maximum nesting depth of %d", MaxJSONDepth)
 
 // tooDeep reports whether data nests deeper than MaxJSONDepth, counted as
-// the SDK counts (its internal json's checkMaxDepth, one pass that skips
-// strings and does not judge the rest: a closing bracket at depth 0 is
-// passed over).
-func tooDeep(data []byte) bool {
-	depth := 0
+// the SDK counts (NestsDeeper).
+func tooDeep(data []byte) bool { return NestsDeeper(data, MaxJSONDepth) }
+
+// NestsDeeper reports whether data nests objects and arrays deeper than
+// depth (the outermost counted), in one pass that skips strings and does
+// not judge the rest, as the MCP SDK's internal json's checkMaxDepth
+// counts: a closing bracket at depth 0 is passed over. For valid JSON it
+// is the nesting depth encoding/json limits (to 10000).
+func NestsDeeper(data []byte, depth int) bool {
+	d := 0
 	inString, escaped := false, false
 	for _, b := range data {
 		if inString {
@@ -61,13 +66,13 @@ func tooDeep(data []byte) bool {
 		case '"':
 			inString = true
 		case '{', '[':
-			depth++
-			if depth > MaxJSONDepth {
+			d++
+			if d > depth {
 				return true
 			}
 		case '}', ']':
-			if depth > 0 {
-				depth--
+			if d > 0 {
+				d--
 			}
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
+	"github.com/chatrelay/chatrelay/internal/samekey"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -40,6 +41,8 @@ type HTTP struct {
 	o   HTTPOptions
 	h   http.Handler
 	sdk *mcp.StreamableHTTPHandler
+
+	repeats samekey.Keys // writes with a client_id, one at a time per thread (or key's opens) and client_id
 
 	mu      sync.Mutex              // guards servers, pending and closed
 	servers map[string]*agentServer // by key id
@@ -525,6 +528,7 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		}
 		start := time.Now()
 		var settle func(stored bool)
+		var leave func()
 		counted := as.calls.Add(1) <= int64(h.o.MaxCallsPerKey)
 		sid, _ := ctx.Value(sessionOf{}).(string)
 		as.touch(sid, h.uses.Add(1))
@@ -538,6 +542,9 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 			cancel(nil)
 			if settle != nil {
 				settle(outcome == nil && !replayed) // only stored writes count: a repeat with its client_id stored nothing
+			}
+			if leave != nil {
+				leave()
 			}
 			result := "ok"
 			var e *chatrelay.Error
@@ -567,6 +574,17 @@ func (h *HTTP) call(as *agentServer) func(ctx context.Context, tool string, args
 		if !counted {
 			return ctx, after, &chatrelay.Error{Code: chatrelay.TooManyStreams, Retry: time.Second,
 				Message: fmt.Sprintf("too many tool calls of this agent key in flight: at most %d; wait for one to return", h.o.MaxCallsPerKey)}
+		}
+		// A write's repeat with its client_id waits for its first, still
+		// being stored, and is then answered as a repeat, rather than
+		// finding the window's place the first holds taken (rate_limited).
+		if in.ClientID != "" {
+			switch {
+			case writes[tool] && thread != "":
+				leave = h.repeats.Enter(ctx, samekey.Key{thread, in.ClientID})
+			case tool == ToolName(chatrelay.VerbOpenThread):
+				leave = h.repeats.Enter(ctx, samekey.Key{"open " + as.key.ID, in.ClientID}) // no thread id has a space
+			}
 		}
 		if h.o.Limiter != nil && writes[tool] && thread != "" {
 			var err error

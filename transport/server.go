@@ -17,6 +17,7 @@ import (
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/hub"
 	"github.com/chatrelay/chatrelay/internal/closegroup"
+	"github.com/chatrelay/chatrelay/internal/samekey"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -83,6 +84,7 @@ type Server struct {
 	feed    *store.Feed
 	hub     *hub.Hub[*Event]
 	limiter chatrelay.RateLimiter
+	repeats samekey.Keys // posts with a client_id, one at a time per thread and client_id (post)
 	streams chatrelay.StreamLimiter
 	tickets tickets
 	parts   store.Participants // nil if the store keeps no participants

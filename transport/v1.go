@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/chatrelay/chatrelay"
+	"github.com/chatrelay/chatrelay/internal/samekey"
 	"github.com/chatrelay/chatrelay/store"
 )
 
@@ -132,8 +133,17 @@ func (s *Server) handlePost(w http.ResponseWriter, r *http.Request, who principa
 // (Entry.Replayed), or 409 client_id_conflict if it is another message,
 // stores nothing and counts in no window, even a full one: over a full
 // window it gets the answer a retry would get, never 429.
+//
+// Posts of a thread with the same client_id go one at a time on this
+// server (s.repeats): a repeat sent while its first is still being stored
+// waits for it and is answered as a repeat, where it would otherwise find
+// the window's place the first holds taken and get 429 with a Retry-After
+// of up to the whole window, for a message that was stored.
 func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBody) (store.Entry, error) {
 	thread := who.thread
+	if p.ClientID != "" {
+		defer s.repeats.Enter(ctx, samekey.Key{thread, p.ClientID})()
+	}
 	m := store.NewMessage{Author: p.Kind, Text: p.Text, ClientID: p.ClientID, Attachments: p.Attachments}
 	if who.participant() { // a device posts as the owner
 		g := who.grant

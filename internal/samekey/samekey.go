@@ -1,0 +1,51 @@
+// Package samekey lets the requests that share a key run one at a time:
+// a write repeated with its client_id waits for its first, still being
+// stored, and then finds it stored (a repeat), where beside it the repeat
+// would find the rate window's place the first holds taken.
+package samekey
+
+import (
+	"context"
+	"sync"
+)
+
+// Key is a key of two parts (a thread and a client_id), so that a caller
+// builds no string to name it.
+type Key [2]string
+
+// Keys lets the holders of one key in one at a time. Its zero value is
+// ready to use; it is safe for concurrent use.
+type Keys struct {
+	mu  sync.Mutex
+	run map[Key]chan struct{} // the key's holder; closed when it leaves
+}
+
+// Enter waits until no other holder of key is in, or ctx ends (the caller
+// then runs beside it, as it would without Keys), and returns the
+// function that lets the next one in; call it once.
+func (k *Keys) Enter(ctx context.Context, key Key) (leave func()) {
+	for {
+		k.mu.Lock()
+		busy, ok := k.run[key]
+		if !ok {
+			if k.run == nil {
+				k.run = make(map[Key]chan struct{})
+			}
+			done := make(chan struct{})
+			k.run[key] = done
+			k.mu.Unlock()
+			return func() {
+				k.mu.Lock()
+				delete(k.run, key)
+				k.mu.Unlock()
+				close(done)
+			}
+		}
+		k.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return func() {}
+		}
+	}
+}
