@@ -28,7 +28,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// never after (webpushsend.go handOver).
 	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer pcancel()
-	if s.push != nil {
+	if s.push != nil && !s.push.noSend {
 		wg.Go(func() { s.push.run(pctx) }) // push delivery (webpushsend.go)
 	}
 	wg.Go(func() { // a thread's participants changed: look at its live grants

@@ -42,6 +42,12 @@ type PushConfig struct {
 	// them): another node sends the pushes of a claim that lapsed
 	// (default chatrelay.DefaultPushLease; tests shorten it).
 	Lease time.Duration
+	// NoSend serves the push routes (the key, subscriptions) and sends
+	// nothing: another process on the same store, a server whose pusher
+	// runs (`chatrelay push send`), sends every push, claiming each change
+	// in the store as nodes do. This server's feed then hands its pusher
+	// nothing, and Run starts none of its workers.
+	NoSend bool
 }
 
 // pushAnswer is a subscription as its subscriber sees it.

@@ -31,6 +31,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/pushtest"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/transport"
 )
 
 const (
@@ -102,7 +103,11 @@ const (
 //     all for the answer): on this one machine a push service's checking
 //     is not to run beside the server on the clock;
 //   - conns: the connections the pusher opened to the push service, in
-//     all (one HTTP/2 connection, kept alive, is what it should take).
+//     all (one HTTP/2 connection, kept alive, is what it should take);
+//   - pusher-us/push: with CHATRELAY_BENCH_PUSHER=process, where another
+//     process in SCHED_IDLE sends the pushes and the "on" server sends
+//     none (webpush_sender_bench_test.go), that process's CPU per push
+//     (cpu-us/push is then the serving process's alone).
 //
 // Nothing is warmed: the pusher's first TLS connection to the push
 // service is made in the first round's "on" phase, on the clock.
@@ -114,7 +119,10 @@ func BenchmarkWebPush(b *testing.B) {
 			if os.Getenv("CHATRELAY_BENCH_POSTERS") != "inprocess" {
 				posters = startPoster(b)
 			}
-			on := startPush(b, pushOptions{backend: backend, config: withPushTo(svc.Certificate(), nil)})
+			inProcess := os.Getenv(pusherModeEnv) != "process"
+			on := startPush(b, pushOptions{backend: backend, config: withPushTo(svc.Certificate(), func(pc *transport.PushConfig) {
+				pc.NoSend = !inProcess // another process sends
+			})})
 			off := startPush(b, pushOptions{backend: backend})
 			for i := range benchPushThreads {
 				tok := tokenN(i)
@@ -126,6 +134,13 @@ func BenchmarkWebPush(b *testing.B) {
 					}
 				}
 			}
+			metrics := on.url("/metrics") // where the pushes sent are counted
+			var sender *pushSender
+			if !inProcess {
+				sender = startPushSender(b, on, svc.Certificate())
+				metrics = sender.url + "/metrics"
+			}
+			var pusherCPU time.Duration
 			var offLat, onLat, pushLat []time.Duration
 			var offHalves [2][]time.Duration // the off phases of even and of odd rounds
 			var offCPU, onCPU, svcCPU, svcCheck time.Duration
@@ -142,9 +157,13 @@ func BenchmarkWebPush(b *testing.B) {
 				offMem, offSched = offMem.add(readBenchMem().sub(mem0)), offSched.add(readBenchSched().sub(sched0))
 				offLat, offCPU = append(offLat, lat...), offCPU+cpu
 				offHalves[round%2] = append(offHalves[round%2], lat...)
-				sentBefore := benchScrape(b, on, "sent")
-				retriedBefore := benchScrape(b, on, "retried")
+				sentBefore := benchScrape(b, on.client, metrics, "sent")
+				retriedBefore := benchScrape(b, on.client, metrics, "retried")
 				svc0, _ := svc.CPU(b)
+				var pusher0 time.Duration
+				if sender != nil {
+					pusher0 = sender.cpu(b)
+				}
 				target := received + benchPushThreads*benchPushSubs
 				mem0, sched0, gc0 = readBenchMem(), readBenchSched(), readBenchGC()
 				lat, cpu, opened := benchPushPhase(b, on, posters, round, func() bool {
@@ -157,13 +176,16 @@ func BenchmarkWebPush(b *testing.B) {
 				// None is still being tried: the pusher counted each sent
 				// (a lost push fails here; a repeated one is counted below).
 				deadline := time.Now().Add(10 * time.Second)
-				for benchScrape(b, on, "sent")-sentBefore < benchPushThreads*benchPushSubs {
+				for benchScrape(b, on.client, metrics, "sent")-sentBefore < benchPushThreads*benchPushSubs {
 					if time.Now().After(deadline) {
-						b.Fatalf("%v of %d pushes sent", benchScrape(b, on, "sent")-sentBefore, benchPushThreads*benchPushSubs)
+						b.Fatalf("%v of %d pushes sent", benchScrape(b, on.client, metrics, "sent")-sentBefore, benchPushThreads*benchPushSubs)
 					}
 					time.Sleep(10 * time.Millisecond) // polls the condition
 				}
 				svc1, c := svc.CPU(b)
+				if sender != nil {
+					pusherCPU += sender.cpu(b) - pusher0
+				}
 				svcCPU, conns = svcCPU+svc1-svc0, c
 				onLat, onCPU = append(onLat, lat...), onCPU+cpu
 				// Every push of this round's approvals, once.
@@ -200,7 +222,7 @@ func BenchmarkWebPush(b *testing.B) {
 				}
 				pushes += n
 				lost += want - len(got)
-				retried += int(benchScrape(b, on, "retried") - retriedBefore)
+				retried += int(benchScrape(b, on.client, metrics, "retried") - retriedBefore)
 			}
 			b.StopTimer()
 			p99off, p99on := benchP(offLat, 99), benchP(onLat, 99)
@@ -233,6 +255,9 @@ func BenchmarkWebPush(b *testing.B) {
 			b.ReportMetric(float64(onGC.gc-offGC.gc)/float64(time.Microsecond)/float64(max(pushes, 1)), "gc-us/push")
 			b.ReportMetric(float64(svcCPU)/float64(time.Microsecond)/float64(max(pushes, 1)), "svc-us/push")
 			b.ReportMetric(float64(svcCheck)/float64(time.Microsecond)/float64(max(pushes, 1)), "svc-check-us/push")
+			if sender != nil {
+				b.ReportMetric(float64(pusherCPU)/float64(time.Microsecond)/float64(max(pushes, 1)), "pusher-us/push")
+			}
 			b.ReportMetric(float64(conns), "conns")
 			b.ReportMetric(float64(benchLate.Swap(0)), "late-posts")
 			b.ReportMetric(0, "ns/op")
@@ -366,9 +391,10 @@ func benchPostURL(c *http.Client, base, token string) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-// benchScrape reads chatrelay_push_total{result} from e's /metrics.
-func benchScrape(b *testing.B, e *pushEnv, result string) float64 {
-	resp, err := e.client.Get(e.url("/metrics"))
+// benchScrape reads chatrelay_push_total{result} from metrics (a
+// server's /metrics URL) through c.
+func benchScrape(b *testing.B, c *http.Client, metrics, result string) float64 {
+	resp, err := c.Get(metrics)
 	if err != nil {
 		b.Fatal(err)
 	}

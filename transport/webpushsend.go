@@ -117,6 +117,7 @@ type pusher struct {
 	openTo      map[string]openedTo
 	openToBytes int // about the bytes openTo holds (pushOpenToBytes)
 
+	noSend    bool          // PushConfig.NoSend: the routes only
 	owner     string        // this node's token in its claims (ClaimPush)
 	lease     time.Duration // of its claims, renewed while they are worked on
 	workMu    sync.Mutex
@@ -259,7 +260,7 @@ func newPusher(s *Server, cfg *PushConfig) *pusher {
 		sender: &webpush.Sender{Client: webpush.NewClient(guard, cfg.TLS), Now: s.cfg.Now},
 		flying: make(chan struct{}, pushInFlight), busy: map[string][]*pushJob{}, closed: map[string]time.Time{}, openTo: map[string]openedTo{},
 		catchUps: newCatchUps(s.cfg.Now()),
-		owner:    rand.Text(), lease: cfg.Lease, working: map[string]*pushChange{}, watch: make(chan *pushWatch, pushWatchQueue),
+		noSend:   cfg.NoSend, owner: rand.Text(), lease: cfg.Lease, working: map[string]*pushChange{}, watch: make(chan *pushWatch, pushWatchQueue),
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatrelay_push_total",
 			Help: "Web Push outcomes, by result: sent, retried (429, 5xx or no answer), gone (404/410: subscription deleted), rejected (another 4xx, or a 3xx: no redirect is followed), failed (no attempt left), blocked (the endpoint's address is refused), dropped (handed over at a shutdown more than the window of retries ago, or not watched: a node watches that many changes already), revoked (a participant's or a device's subscription whose grant ended), superseded (an opening push's retry whose interaction closed since).",
@@ -340,7 +341,7 @@ func (ps *pusher) sendKey(ctx context.Context) (*webpush.VAPID, error) {
 
 // note takes a feed batch's changes to the queue, never waiting.
 func (ps *pusher) note(b store.Batch) {
-	if ps == nil || b.Ready || b.Participants {
+	if ps == nil || ps.noSend || b.Ready || b.Participants {
 		return
 	}
 	if b.Reset { // changes may have been missed: read again from the store (pushcatchup.go)

@@ -94,6 +94,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if hooks != nil {
 		wg.Go(func() { hooks.Run(bg) })
 	}
+	if f.server.Push != nil && f.pushSender == pushSenderProcess { // --push-sender=process (pushsend.go)
+		child, err := newPushChild(f, stderr, log)
+		if err != nil {
+			return err
+		}
+		wg.Go(func() { child.run(bg) })
+	}
 	feedErr := make(chan error, 2)
 	wg.Go(func() { feedErr <- srv.Run(bg) })
 	wg.Go(func() {
@@ -199,6 +206,7 @@ type serveFlags struct {
 	ops        opsFlags // --log-format, --metrics-addr, --tls-cert, --tls-key, --drain-delay (ops.go)
 	mcp        mcpFlags // --mcp and its bounds (servemcp.go)
 	hooks      hookFlags
+	pushSender string // --push-sender: inprocess, process or external
 	server     transport.Config
 	addr       string
 	sweepEvery time.Duration
@@ -230,7 +238,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	publicURL := fs.String("public-url", "", "the public `URL` of the server (https://chat.example.com, with the prefix if any) that share links start with; default: each request's scheme and Host. The host CLI's share takes it from the data folder")
 	fs.Int64Var(&f.server.MaxAttachmentBytes, "max-attachment-bytes", int64(chatrelay.LimitAttachmentBytes.Max), fmt.Sprintf("most `bytes` of one attachment; one more is 413 %s (at most a thread's %d)", chatrelay.AttachmentTooLarge, chatrelay.LimitThreadAttachments.Max))
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	pushf := registerPush(fs) // --push, --push-contact, --push-allow-host (push.go)
+	pushf := registerPush(fs) // --push, --push-contact, --push-allow-host, --push-sender (push.go)
 	f.ops.register(fs)
 	f.mcp.register(fs)
 	f.hooks.register(fs)
@@ -263,6 +271,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	if f.server.Push, err = pushf.config(); err != nil {
 		return nil, err
 	}
+	f.pushSender = pushf.sender
 	if *publicURL != "" {
 		if f.server.PublicURL, err = transport.CheckPublicURL(*publicURL); err != nil {
 			return nil, usageError("--public-url " + err.Error())

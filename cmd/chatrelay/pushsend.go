@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/chatrelay/chatrelay/transport"
+)
+
+// "chatrelay push send" is a node of the store that only sends its Web
+// Push: it follows the store's feed and sends each change's pushes as a
+// server's pusher does, claiming each change in the store (ClaimPush: a
+// lease, journaled until settled), so that it shares the work with the
+// servers and the other senders, and nothing it claimed and did not send
+// is lost when it stops or is killed (the claim lapses, and the next
+// sender or server sends it). It serves no HTTP. "serve
+// --push-sender=process" runs one as its child, in Linux's SCHED_IDLE
+// class, and sends none itself: a push's encryption and writing (about
+// 300 µs a push) then run only on a core no server thread wants, and the
+// kernel takes it back the moment one wakes (docs/performance.md).
+
+// pushSend runs "chatrelay push send" until ctx is done.
+func pushSend(ctx context.Context, e cmdEnv, sf *storeFlags, pf *pushFlags, ops *opsFlags, logLevel string) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return usageError(fmt.Sprintf("--log-level %q: %v", logLevel, err))
+	}
+	if err := ops.check(); err != nil {
+		return err
+	}
+	pc, err := pf.config()
+	if err != nil {
+		return err
+	}
+	log := ops.logger(e.stderr, level)
+	st, err := sf.openHost(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := startPush(ctx, pc, st.Store, log); err != nil {
+		return err
+	}
+	srv := transport.NewServer(transport.Config{Store: st.Store, Push: pc, Log: log})
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }() // until ctx is done: then its pusher hands over what it did not send
+	select {
+	case <-srv.Ready(): // the feed is live: every change from here on is pushed
+		log.Info("push sender running", "store", st.Where, "pid", os.Getpid())
+		err = <-done
+	case err = <-done:
+	}
+	if ctx.Err() != nil {
+		log.Info("push sender stopped")
+		return nil
+	}
+	return fmt.Errorf("change feed: %w", err)
+}
+
+// The push sender child's restarts: the wait before the first is
+// pushSenderBackoffMin, doubled at each exit up to pushSenderBackoffMax,
+// and back to the least once a child ran pushSenderSteady.
+const (
+	pushSenderBackoffMin = time.Second
+	pushSenderBackoffMax = time.Minute
+	pushSenderSteady     = time.Minute
+)
+
+// pushSenderStop is how long a child told to stop (SIGTERM) has to hand
+// over what it did not send (its pusher's reads and write, 7 s at most)
+// before it is killed: what it claimed and did not settle then lapses
+// and is sent by the next sender.
+const pushSenderStop = 10 * time.Second
+
+// pushChild runs "chatrelay push send" as serve's child
+// (--push-sender=process), in SCHED_IDLE, restarting it when it exits.
+type pushChild struct {
+	exe    string   // this program
+	env    []string // the child's environment: the server's store and push flags
+	stderr io.Writer
+	log    *slog.Logger
+}
+
+// newPushChild is the child of serve's flags f: the same store, the
+// same push flags and the same logs, passed in its environment (a Redis
+// URL may hold a password: not on a command line others can read), and
+// none of the server's other CHATRELAY_ variables (a host command
+// refuses a store setting that contradicts the folder's).
+func newPushChild(f *serveFlags, stderr io.Writer, log *slog.Logger) (*pushChild, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("--push-sender=process: this program's path: %w", err)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CHATRELAY_") {
+			env = append(env, kv)
+		}
+	}
+	set := func(flag, v string) { env = append(env, envName(flag)+"="+v) }
+	if f.store.store != "" {
+		set("store", f.store.store)
+	} else {
+		set("data", f.store.data)
+	}
+	set("redis-prefix", f.store.redisPrefix)
+	set("fsync", f.store.fsync)
+	if f.store.appendLog {
+		set("append-log", "true")
+	}
+	set("push-contact", f.server.Push.Contact)
+	if len(f.server.Push.Guard.Allow) > 0 {
+		set("push-allow-host", strings.Join(f.server.Push.Guard.Allow, ","))
+	}
+	set("log-level", f.level.String())
+	set("log-format", f.ops.logFormat)
+	return &pushChild{exe: exe, env: env, stderr: stderr, log: log}, nil
+}
+
+// run runs the child until ctx is done, then stops it (SIGTERM, and
+// SIGKILL pushSenderStop later) and returns once it has exited. It
+// starts each child from a thread of its own that it has put in
+// SCHED_IDLE: a child inherits its class from the thread that forked it,
+// every thread of it then too, and the thread is let go of (it ends)
+// when run returns. The child also gets SIGTERM if that thread ends
+// first (a server that crashed: Pdeathsig).
+func (c *pushChild) run(ctx context.Context) {
+	runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+	if err := schedIdle(); err != nil {
+		c.log.Warn("push sender: not in SCHED_IDLE: it runs at the server's priority", "err", err)
+	}
+	wait := pushSenderBackoffMin
+	for {
+		began := time.Now()
+		err := c.once(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) >= pushSenderSteady {
+			wait = pushSenderBackoffMin
+		}
+		c.log.Error("push sender exited; starting it again", "err", err, "in", wait.String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, pushSenderBackoffMax)
+	}
+}
+
+// once runs one child until it exits, or until ctx is done and it has
+// stopped. Its standard error goes to serve's, a whole line at a time.
+func (c *pushChild) once(ctx context.Context) error {
+	cmd := exec.CommandContext(ctx, c.exe, "push", "send")
+	cmd.Env = c.env
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = pushSenderStop
+	cmd.SysProcAttr = childAttr()
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.log.Info("push sender started", "pid", cmd.Process.Pid)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		lines := bufio.NewScanner(out)
+		lines.Buffer(nil, 1<<20)
+		for lines.Scan() {
+			c.stderr.Write(append(lines.Bytes(), '\n'))
+		}
+		io.Copy(io.Discard, out) // a line past the buffer: the rest, unread, would hold the child
+	})
+	wg.Wait() // the pipe's end: the child exited (or closed its standard error)
+	return cmd.Wait()
+}
