@@ -163,8 +163,10 @@ func (s *Server) post(ctx context.Context, ipKey string, who principal, p postBo
 		}
 		return store.Entry{}, err
 	}
+	stored := false
+	defer func() { settle(stored) }() // a store that panicked stored nothing: its place is not held for ever
 	e, err := s.store.Append(ctx, thread, m)
-	settle(err == nil && !e.Replayed)
+	stored = err == nil && !e.Replayed
 	return e, err
 }
 

@@ -139,10 +139,15 @@ func (s *Server) handleReact(w http.ResponseWriter, r *http.Request, who princip
 		s.writeError(w, r, err)
 		return
 	}
-	e, err := s.store.Change(r.Context(), thread, c)
-	// Refused, or nothing changed after all (another reacted alike
-	// meanwhile): no place in the window.
-	settle(err == nil && e.Rev != cur.Rev)
+	e, err := func() (e store.Entry, err error) {
+		// Refused, or nothing changed after all (another reacted alike
+		// meanwhile), or a store that panicked: no place in the window.
+		changed := false
+		defer func() { settle(changed) }()
+		e, err = s.store.Change(r.Context(), thread, c)
+		changed = err == nil && e.Rev != cur.Rev
+		return e, err
+	}()
 	if err != nil {
 		s.writeError(w, r, err)
 		return
