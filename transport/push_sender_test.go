@@ -50,14 +50,24 @@ type senderServe struct {
 // startSenderServe runs serve with --push-sender=process on be's store,
 // trusting svc, and returns once it listens and its child runs. It is
 // killed at the test's end if the test did not stop it.
-func startSenderServe(t *testing.T, bin string, be *storetest.Backend, svc *pushtest.Service) *senderServe {
+func startSenderServe(t *testing.T, bin string, be *storetest.Backend, svc *pushtest.Service, extra ...string) *senderServe {
+	t.Helper()
+	s := spawnSenderServe(t, bin, be, svc, extra...)
+	s.awaitChild(t, 1)
+	return s
+}
+
+// spawnSenderServe is startSenderServe, returning once serve listens
+// (its first line), whether or not its child runs yet.
+func spawnSenderServe(t *testing.T, bin string, be *storetest.Backend, svc *pushtest.Service, extra ...string) *senderServe {
 	t.Helper()
 	ca := filepath.Join(t.TempDir(), "push-service.pem")
 	assert.Success(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: svc.Certificate().Raw}), 0o644))
 	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--fsync", "never", "--push-sender", "process", "--push-allow-host", "127.0.0.1",
 		"--push-contact", "mailto:ops@example.com"}, be.CLIArgs()...)
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+ca)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group of its own, as a shell's job is
 	s := &senderServe{cmd: cmd, stderr: new(transport.SyncBuffer), exited: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	out, err := cmd.StdoutPipe()
@@ -79,7 +89,6 @@ func startSenderServe(t *testing.T, bin string, be *storetest.Backend, svc *push
 	m := regexp.MustCompile(`^listening on (http://127\.0\.0\.1:[0-9]+)/$`).FindStringSubmatch(lines.Text())
 	assert.True(t, m != nil, "serve's first line %q", lines.Text())
 	s.base = m[1]
-	s.awaitChild(t, 1)
 	return s
 }
 
@@ -282,4 +291,59 @@ func TestServePushSenderKilledLosesNothing(t *testing.T) {
 		}
 		assert.True(t, strings.Contains(srv.stderr.String(), `msg="push sender exited; starting it again"`), "serve's log says nothing of the child's exit:\n%s", srv.stderr.String())
 	})
+}
+
+// TestServePushSenderReadyBeforeServing: serve answers its first request
+// only once its child's feed is live ("push sender running"): a post
+// stored before then would be pushed by no one (the child reads the
+// store's feed from its start on). Before, serve served at once, and
+// its child was live tens of milliseconds later, seconds on a loaded
+// machine.
+func TestServePushSenderReadyBeforeServing(t *testing.T) {
+	t.Parallel()
+	bin := mustBinary(t)
+	be := storetest.Open(t, storetest.File, storetest.Options{})
+	srv := spawnSenderServe(t, bin, be, pushtest.NewService(t))
+	resp, err := http.Get(srv.base + chatrelay.PathHealthz)
+	assert.Success(t, err)
+	resp.Body.Close()
+	assert.True(t, strings.Contains(srv.stderr.String(), `msg="push sender running"`),
+		"serve answered %s before its push sender ran; its log:\n%s", chatrelay.PathHealthz, srv.stderr.String())
+	srv.stop(t)
+}
+
+// TestServePushSenderOutlivesTheDrain: SIGTERM to serve's process group
+// and to its child at once, as a service manager stopping the unit's
+// processes (systemd's default KillMode) or a terminal's Ctrl-C sends
+// it: the child goes on following the feed while serve drains, so an
+// approval opened during the drain is pushed, and serve then stops it
+// and leaves none. Before, the child stopped at the signal, serve took
+// its exit for a crash and started another a second later, and the
+// approval opened between them was never pushed.
+func TestServePushSenderOutlivesTheDrain(t *testing.T) {
+	t.Parallel()
+	bin := mustBinary(t)
+	be := storetest.Open(t, storetest.File, storetest.Options{})
+	svc := pushtest.NewService(t)
+	srv := startSenderServe(t, bin, be, svc, "--drain-delay", "4s")
+	child := srv.childPID()
+	subscribeThrough(t, srv.base, 0, svc.Subscribe(t, "s0"))
+	assert.Success(t, syscall.Kill(-srv.cmd.Process.Pid, syscall.SIGTERM)) // serve's group
+	assert.Success(t, syscall.Kill(child, syscall.SIGTERM))                // and the child, as a cgroup's stop sends it
+	assert.Eventually(t, 10*time.Second, "serve draining", func() bool {
+		return strings.Contains(srv.stderr.String(), "draining")
+	})
+	opened := map[string]bool{askIn(t, be, 0): true} // while serve drains
+	assert.Eventually(t, senderWait, "the push of the approval opened during the drain", func() bool {
+		return len(pushesOf(t, svc, opened)) == 1
+	})
+	select {
+	case <-srv.exited:
+		assert.True(t, srv.err == nil, "serve exited with %v; its log:\n%s", srv.err, srv.stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve still running 30s after SIGTERM; its log:\n%s", srv.stderr.String())
+	}
+	assert.True(t, gone(child), "the child %d outlived serve", child)
+	assert.True(t, !strings.Contains(srv.stderr.String(), "push sender exited; starting it again"),
+		"serve took its child's stop for a crash; its log:\n%s", srv.stderr.String())
 }

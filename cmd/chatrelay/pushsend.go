@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/chatrelay/chatrelay/store/filestore"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -43,11 +45,35 @@ func pushSend(ctx context.Context, e cmdEnv, sf *storeFlags, pf *pushFlags, ops 
 		return err
 	}
 	log := ops.logger(e.stderr, level)
+	child := e.getenv(pushChildEnv) == "1"
+	if child {
+		// serve's child stops when serve closes its standard input
+		// (after serve's drain, or serve's end, whatever ended it), not
+		// on the signal a terminal's Ctrl-C or a service manager sends
+		// to every process of serve's group or unit at once: stopping
+		// then, it would leave the posts serve still takes while it
+		// drains unpushed.
+		signal.Ignore(os.Interrupt, syscall.SIGTERM)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		go func() { // ends with the process, at the latest
+			io.Copy(io.Discard, e.stdin)
+			cancel()
+		}()
+	}
 	st, err := sf.openHost(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	if dir, ok := sf.folder(); ok {
+		release, err := filestore.LockPushSender(dir, "chatrelay push send")
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	if err := startPush(ctx, pc, st.Store, log); err != nil {
 		return err
 	}
@@ -57,6 +83,9 @@ func pushSend(ctx context.Context, e cmdEnv, sf *storeFlags, pf *pushFlags, ops 
 	select {
 	case <-srv.Ready(): // the feed is live: every change from here on is pushed
 		log.Info("push sender running", "store", st.Where, "pid", os.Getpid())
+		if child {
+			fmt.Fprintln(e.stdout, pushChildReady) // serve serves from here on
+		}
 		err = <-done
 	case err = <-done:
 	}
@@ -66,6 +95,22 @@ func pushSend(ctx context.Context, e cmdEnv, sf *storeFlags, pf *pushFlags, ops 
 	}
 	return fmt.Errorf("change feed: %w", err)
 }
+
+// pushChildEnv, set to 1 in a push sender's environment, says it is
+// serve's child (--push-sender=process): it stops when its standard input
+// ends, and writes pushChildReady to its standard output once its feed
+// is live.
+const (
+	pushChildEnv   = "CHATRELAY_PUSH_CHILD"
+	pushChildReady = "push sender ready"
+)
+
+// pushSenderReadyWait bounds serve's wait at its start for its first
+// child's feed to be live, before it serves: a post stored before then
+// would not be pushed. A child slower than that (a machine whose cores are
+// all busy, which a SCHED_IDLE child waits for) is warned of, and serve
+// serves all the same.
+const pushSenderReadyWait = 30 * time.Second
 
 // The push sender child's restarts: the wait before the first is
 // pushSenderBackoffMin, doubled at each exit up to pushSenderBackoffMax,
@@ -89,6 +134,9 @@ type pushChild struct {
 	env    []string // the child's environment: the server's store and push flags
 	stderr io.Writer
 	log    *slog.Logger
+
+	readyOnce sync.Once
+	ready     chan struct{} // closed once a child's feed is live
 }
 
 // newPushChild is the child of serve's flags f: the same store, the
@@ -124,16 +172,18 @@ func newPushChild(f *serveFlags, stderr io.Writer, log *slog.Logger) (*pushChild
 	}
 	set("log-level", f.level.String())
 	set("log-format", f.ops.logFormat)
-	return &pushChild{exe: exe, env: env, stderr: stderr, log: log}, nil
+	env = append(env, pushChildEnv+"=1")
+	return &pushChild{exe: exe, env: env, stderr: stderr, log: log, ready: make(chan struct{})}, nil
 }
 
-// run runs the child until ctx is done, then stops it (SIGTERM, and
-// SIGKILL pushSenderStop later) and returns once it has exited. It
-// starts each child from a thread of its own that it has put in
-// SCHED_IDLE: a child inherits its class from the thread that forked it,
-// every thread of it then too, and the thread is let go of (it ends)
-// when run returns. The child also gets SIGTERM if that thread ends
-// first (a server that crashed: Pdeathsig).
+// run runs the child until ctx is done, then stops it (its standard
+// input closed, and SIGKILL pushSenderStop later) and returns once it has
+// exited. It starts each child from a thread of its own that it has put
+// in SCHED_IDLE: a child inherits its class from the thread that forked
+// it, every thread of it then too, and the thread is let go of (it ends)
+// when run returns. The child is in a process group of its own, and
+// ignores SIGINT and SIGTERM: it stops when its standard input ends,
+// which serve's end also does, however it ends.
 func (c *pushChild) run(ctx context.Context) {
 	runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
 	if err := schedIdle(); err != nil {
@@ -160,14 +210,24 @@ func (c *pushChild) run(ctx context.Context) {
 }
 
 // once runs one child until it exits, or until ctx is done and it has
-// stopped. Its standard error goes to serve's, a whole line at a time.
+// stopped. Its standard error goes to serve's, a line at a time (a line
+// over 64 KiB in pieces); its standard output says when its feed is live
+// (ready).
 func (c *pushChild) once(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, c.exe, "push", "send")
 	cmd.Env = c.env
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = pushSenderStop
 	cmd.SysProcAttr = childAttr()
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Cancel = in.Close // the child's stop: it hands over, then exits
 	out, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	said, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
 	}
@@ -176,14 +236,34 @@ func (c *pushChild) once(ctx context.Context) error {
 	}
 	c.log.Info("push sender started", "pid", cmd.Process.Pid)
 	var wg sync.WaitGroup
+	wg.Go(func() { copyLines(c.stderr, out) })
 	wg.Go(func() {
-		lines := bufio.NewScanner(out)
-		lines.Buffer(nil, 1<<20)
+		lines := bufio.NewScanner(said)
 		for lines.Scan() {
-			c.stderr.Write(append(lines.Bytes(), '\n'))
+			if lines.Text() == pushChildReady {
+				c.readyOnce.Do(func() { close(c.ready) })
+			}
 		}
-		io.Copy(io.Discard, out) // a line past the buffer: the rest, unread, would hold the child
+		io.Copy(io.Discard, said)
 	})
-	wg.Wait() // the pipe's end: the child exited (or closed its standard error)
+	wg.Wait() // the pipes' ends: the child exited (or closed them)
 	return cmd.Wait()
+}
+
+// copyLines copies r to w a line at a time, each in one Write (a line
+// over 64 KiB in pieces of that size), until r ends.
+func copyLines(w io.Writer, r io.Reader) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			if err == io.EOF && line[len(line)-1] != '\n' {
+				line = append(line, '\n')
+			}
+			w.Write(line)
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return
+		}
+	}
 }

@@ -15,8 +15,9 @@ func schedIdle() error {
 	return unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}, 0)
 }
 
-// childAttr is the push sender child's: SIGTERM when the thread that
-// started it ends (serve crashed), so that it hands over and exits.
+// childAttr is the push sender child's: a process group of its own, so
+// that a terminal's Ctrl-C (SIGINT to the foreground group) reaches serve
+// alone, which stops the child after its drain (pushChild.run).
 func childAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	return &syscall.SysProcAttr{Setpgid: true}
 }

@@ -68,6 +68,27 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer st.Close()
+	// Who sends the pushes (pushsend.go): this process, which takes the
+	// sending of a file store's folder for itself (before it says it
+	// listens), or a child.
+	var child *pushChild
+	if f.server.Push != nil {
+		switch f.pushSender {
+		case pushSenderInProcess:
+			if dir, ok := f.store.folder(); ok {
+				release, err := filestore.LockPushSender(dir, "chatrelay serve")
+				if err != nil {
+					return err
+				}
+				defer release()
+			}
+		case pushSenderProcess:
+			if child, err = newPushChild(f, stderr, log); err != nil {
+				return err
+			}
+		}
+	}
+
 	if f.keyFile != "" { // --ticket-key-file: a file, whatever the store
 		st.TicketKey, st.TicketKeyShared = filestore.KeyFile(f.keyFile, log), false
 	}
@@ -94,11 +115,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if hooks != nil {
 		wg.Go(func() { hooks.Run(bg) })
 	}
-	if f.server.Push != nil && f.pushSender == pushSenderProcess { // --push-sender=process (pushsend.go)
-		child, err := newPushChild(f, stderr, log)
-		if err != nil {
-			return err
-		}
+	if child != nil {
 		wg.Go(func() { child.run(bg) })
 	}
 	feedErr := make(chan error, 2)
@@ -109,6 +126,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	})
 	defer wg.Wait()
+	if child != nil {
+		// Its feed live before the first request: a post stored before
+		// then would not be pushed. The requests meanwhile wait in the
+		// listener's queue.
+		select {
+		case <-child.ready:
+		case <-time.After(pushSenderReadyWait):
+			log.Warn("push sender: not ready yet; serving all the same (a post stored before it is ready is not pushed)", "waited", pushSenderReadyWait.String())
+		case <-ctx.Done():
+		}
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- f.ops.serve(hs, ln) }()
 

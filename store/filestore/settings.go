@@ -123,10 +123,31 @@ var tryLockServe = (*flock.Flock).TryLock
 // on DATA/serve.lock held until release. The lock file names the holder's
 // pid, so that a second server can say who has the folder.
 func lockServe(data string) (release func() error, err error) {
+	return lockFolder(data, "serve.lock", "chatrelay serve", func(who string) string {
+		return fmt.Sprintf("the data folder %s is served by %s: one folder serves one chatrelay serve (the host CLI may share it); to run several servers, share a Redis with --store redis://… instead", data, who)
+	})
+}
+
+// LockPushSender takes the sending of the data folder's Web Push for
+// this process alone, until release: an flock on DATA/push-send.lock,
+// held by a server that sends its pushes itself and by chatrelay push
+// send. A folder's claims of its pushes (the push journal) are the
+// sender's, in its memory: two senders would send each push twice and
+// drop each other's unsettled claims from the journal.
+func LockPushSender(data, holder string) (release func() error, err error) {
+	return lockFolder(data, "push-send.lock", holder, func(who string) string {
+		return fmt.Sprintf("the data folder %s has its pushes sent by %s: one process sends a folder's pushes (chatrelay serve, or one chatrelay push send beside a serve --push-sender=process or external)", data, who)
+	})
+}
+
+// lockFolder takes DATA/name's flock until release, and writes what
+// holds it (holder, with the pid) in the file; taken already, it fails
+// with held's message, given what the file says of its holder.
+func lockFolder(data, name, holder string, held func(who string) string) (release func() error, err error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	path := filepath.Join(data, "serve.lock")
+	path := filepath.Join(data, name)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
@@ -140,18 +161,18 @@ func lockServe(data string) (release func() error, err error) {
 		return nil, fmt.Errorf("store: cannot lock %s: %w", path, err)
 	}
 	if !ok {
-		holder, _ := os.ReadFile(path)
+		who, _ := os.ReadFile(path)
 		f.Close()
-		who := strings.TrimSpace(string(holder))
-		if who == "" {
-			who = "another process"
+		w := strings.TrimSpace(string(who))
+		if w == "" {
+			w = "another process"
 		}
-		return nil, fmt.Errorf("the data folder %s is served by %s: one folder serves one chatrelay serve (the host CLI may share it); to run several servers, share a Redis with --store redis://… instead", data, who)
+		return nil, errors.New(held(w))
 	}
 	// The pid goes in after the lock is ours, through f (the lock is on
 	// fl's own descriptor of the same file).
 	if err := f.Truncate(0); err == nil {
-		fmt.Fprintf(f, "chatrelay serve (pid %d, since %s)\n", os.Getpid(), time.Now().UTC().Format(time.RFC3339))
+		fmt.Fprintf(f, "%s (pid %d, since %s)\n", holder, os.Getpid(), time.Now().UTC().Format(time.RFC3339))
 	}
 	f.Close()
 	return func() error {
