@@ -158,16 +158,15 @@ func (f *postFields) decode(data []byte) bool {
 		f.Text, f.Kind, f.ClientID, f.Attachments = raw["text"], raw["kind"], raw["client_id"], raw["attachments"]
 		return true
 	}
-	// A null body decodes to no field without an error: not an object.
-	if i := bytes.IndexFunc(data, func(r rune) bool { return !isJSONSpace(r) }); i < 0 || data[i] != '{' {
+	// A null body decodes to no field without an error: not an object
+	// (isObject, ws.go). Parse takes the white space after the value too:
+	// anything left is data after it, refused as encoding/json does.
+	if !isObject(data) {
 		return false
 	}
 	rest, err := segjson.Parse(data, f, segjson.DontMatchCaseInsensitiveStructFields)
-	return err == nil && len(bytes.TrimLeftFunc(rest, isJSONSpace)) == 0
+	return err == nil && len(rest) == 0
 }
-
-// isJSONSpace reports whether r is JSON's insignificant white space.
-func isJSONSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }
 
 // timeoutAnswerTime is how long the 408 request_timeout answer to a
 // body that did not arrive in time may take to be written.
