@@ -59,7 +59,7 @@ type pushFlags struct {
 	on      *bool
 	contact *string
 	allow   listFlag
-	sender  string // --push-sender: inprocess or process
+	sender  string // --push-sender: inprocess, process or external
 }
 
 // The values of serve's --push-sender.
@@ -73,7 +73,7 @@ func registerPush(fs *flag.FlagSet) *pushFlags {
 	f := registerPushSending(fs)
 	f.on = fs.Bool("push", true, "Web Push: a question reaches a device with no page open (false: the push routes answer 404 "+string(chatrelay.PushDisabled)+")")
 	f.sender = pushSenderInProcess
-	fs.Var(oneOfFlag{&f.sender, []string{pushSenderInProcess, pushSenderProcess, pushSenderExternal}}, "push-sender", "who sends the pushes: `inprocess`, this process; process, a child \"chatrelay push send\" in Linux's SCHED_IDLE class, restarted if it exits; external, a \"chatrelay push send\" the operator runs. With process or external this process serves the push routes and sends none: the posts' tail does not pay for the pushes, which wait for a core no server thread wants")
+	fs.Var(oneOfFlag{&f.sender, []string{pushSenderInProcess, pushSenderProcess, pushSenderExternal}}, "push-sender", "who sends the pushes: `inprocess`, this process; process, a child \"chatrelay push send\" in Linux's SCHED_IDLE class, restarted if it exits; external, a \"chatrelay push send\" the operator runs. With process or external this process serves the push routes and sends none: its goroutines do not wait behind a push's encryption (on a loaded machine a shorter tail for posts; on a quiet one no change measured), and the pushes wait for a core no server thread wants")
 	return f
 }
 
