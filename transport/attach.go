@@ -347,7 +347,7 @@ func (rw *rangeRefusal) Unwrap() http.ResponseWriter { return rw.ResponseWriter 
 // cores the requests leave. Without the turns, 4 clients uploading
 // without a pause took both cores of a 2-core server and posts' p99 grew
 // from a few ms to 50 ms and more; with the turns alone it was still 3 to
-// 5 times the p99 without uploads (docs/performance.md). A push's piece
+// 5 times the p99 without uploads (docs/performance-log.md). A push's piece
 // (about 90 µs of encryption) stays on its own goroutine: handing it to
 // another thread costs a third as much again, and its measured effect on
 // posts is within the noise.

@@ -24,7 +24,7 @@ import (
 // grows to up to three times the live one instead of two. In S2 on tmpfs
 // it halved the collections and cut the collector's CPU by about 0.006 ms
 // a post (about 3 %), and raised S3's memory of an idle stream by about
-// 6 % (docs/performance.md).
+// 6 % (docs/performance-log.md).
 const serveGCPercent = 200
 
 // gcPercent is the GOGC serve sets, ok false when the GOGC variable names

@@ -52,7 +52,7 @@ import (
 // a field of its own (never whole in memory; the key expires if the writer
 // dies): no command grows a string of megabytes, which Redis would copy
 // whole every few APPENDs while every other client waits (see
-// docs/performance.md). Then commitScript renames
+// docs/performance-log.md). Then commitScript renames
 // it to its digest's key, or drops it if the thread holds those bytes,
 // and adds the record: an upload is whole or absent. appendScript marks
 // the uploads a message names (u:<id>), refusing one unknown or marked;

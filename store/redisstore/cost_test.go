@@ -77,7 +77,7 @@ func appendCommands(t *testing.T, call string) {
 	// 9 arguments (the node's settings in one), not those it leaves empty,
 	// and is answered its JSON as one string, not in a table; counted in
 	// the rate windows, 2 keys and 1 argument more: each one is work for
-	// Redis (docs/performance.md).
+	// Redis (docs/performance-log.md).
 	var args []int
 	var answers []string
 	s.rdb.AddHook(argsHook{script: call, args: &args, answers: &answers})
@@ -248,7 +248,7 @@ func TestRatedAppendKeysAllocateNoMore(t *testing.T) {
 }
 
 // TestPostPathAllocations: what a post's path in the store allocates, by
-// construction, at every post (docs/performance.md, "Redis: a post's
+// construction, at every post (docs/performance-log.md, "Redis: a post's
 // allocations on the server's side"): its stored message read back, from
 // the script's answer and again from the feed, in one allocation for both
 // encodings (v1 and v2); its author and text as JSON for the script in

@@ -16,7 +16,7 @@ import (
 // library once, with its helpers (luaHelpers, luaRate) defined once, and
 // each post is an FCALL of its function. As a script, the same Lua builds
 // every helper's closure and the key table K again on every EVALSHA: 7 %
-// of the instructions redis-server runs for a post (docs/performance.md,
+// of the instructions redis-server runs for a post (docs/performance-log.md,
 // "Redis: functions and flatter Lua").
 //
 // The library's name and its functions' carry a hash of its code, so
@@ -162,7 +162,7 @@ func (s *Store) call(ctx context.Context, c caller, ls *luaScript, keys []string
 // pointers into ls and keys (go-redis writes a *string as the string):
 // boxed as values, each string would be an allocation of its own, the 14
 // to 16 keys of an append and the name a quarter of a post's allocations
-// in the server (docs/performance.md, "Redis: the client's work per post").
+// in the server (docs/performance-log.md, "Redis: the client's work per post").
 func fcallArgs(ls *luaScript, keys []string, args []any) []any {
 	a := make([]any, 3+len(keys)+len(args))
 	a[0], a[1], a[2] = "fcall", &ls.name, len(keys)

@@ -382,16 +382,19 @@ func (l *StreamLimiter) Acquire(ctx context.Context, thread, ip string, holder c
 	l.mu.Lock()
 	l.live[seq] = ls
 	l.mu.Unlock()
+	// The release keeps nothing of ctx: a request's context reaches its
+	// connection's buffers and headers, which an open stream would hold
+	// for its whole life (about 12 KiB a stream).
 	var once sync.Once
-	return func() { once.Do(func() { l.forget(ctx, seq, ls) }) }, nil
+	return func() { once.Do(func() { l.forget(seq, ls) }) }, nil
 }
 
 // forget stops renewing a lease and removes it from Redis.
-func (l *StreamLimiter) forget(ctx context.Context, seq uint64, ls streamLease) {
+func (l *StreamLimiter) forget(seq uint64, ls streamLease) {
 	l.mu.Lock()
 	delete(l.live, seq)
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chatrelay.DefaultStoreTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), chatrelay.DefaultStoreTimeout)
 	defer cancel()
 	l.remove(ctx, []streamLease{ls})
 }

@@ -10,7 +10,7 @@ import "github.com/redis/go-redis/v9"
 // with string.format's %d (fmt), never tostring (which would switch to
 // exponent form). Redis's Lua 5.1 formats %d as a C long, exact for them,
 // and about five times cheaper than %.0f, whose printf of a double was 3.4 %
-// of redis-server's instructions for a post (docs/performance.md).
+// of redis-server's instructions for a post (docs/performance-log.md).
 
 // luaCommon is shared by the scripts of a thread. Every one of them is
 // given the same keys (Store.keys): the thread's, then the global ones,

@@ -21,7 +21,7 @@ package redisstore
 // and then those a plain post leaves empty, sent only up to the last
 // that is not (an argument not sent is ""): a call's arguments are
 // strings Redis makes and Lua interns and tables one by one, about 1 000
-// instructions each (docs/performance.md):
+// instructions each (docs/performance-log.md):
 //
 //	10 the post's id in the rate windows ("": counted in none)
 //	11 client id
