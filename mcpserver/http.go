@@ -42,7 +42,7 @@ type HTTP struct {
 	h   http.Handler
 	sdk *mcp.StreamableHTTPHandler
 
-	repeats samekey.Keys // writes with a client_id, one at a time per thread (or key's opens) and client_id
+	repeats *samekey.Keys // writes with a client_id, one at a time per thread (or key's opens) and client_id; HTTPOptions.Repeats
 
 	mu      sync.Mutex              // guards servers, pending and closed
 	servers map[string]*agentServer // by key id
@@ -258,6 +258,11 @@ type HTTPOptions struct {
 	// returns); SessionIdle ends a session that had no request for so
 	// long. Zero fields: the defaults.
 	chatrelay.MCPBounds
+	// Repeats lets the writes with a client_id in one at a time per
+	// thread and client_id: the API's posts' (transport.Config.Repeats),
+	// so that an agent's write and a person's post with the same
+	// client_id, sent at once, wait for each other. nil: its own.
+	Repeats *samekey.Keys
 }
 
 // NewHTTP returns the MCP HTTP server of v's verbs. Call Run to end
@@ -267,7 +272,10 @@ func NewHTTP(v *host.Verbs, o HTTPOptions) *HTTP {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	o.MCPBounds = o.MCPBounds.WithDefaults()
-	h := &HTTP{v: v, o: o, servers: make(map[string]*agentServer)}
+	h := &HTTP{v: v, o: o, servers: make(map[string]*agentServer), repeats: o.Repeats}
+	if h.repeats == nil {
+		h.repeats = new(samekey.Keys)
+	}
 	h.sdk = mcp.NewStreamableHTTPHandler(h.serverOf, &mcp.StreamableHTTPOptions{
 		Logger:         sdkLog(o.Log),
 		SessionTimeout: o.SessionIdle,

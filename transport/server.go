@@ -70,6 +70,11 @@ type Config struct {
 	// MCP serves MCP over HTTP at <prefix>/mcp (serve --mcp) to agent keys
 	// the store keeps (store.Agents); nil: /mcp is not_found (mcp.go).
 	MCP MCPHandler
+	// Repeats lets the posts with a client_id in one at a time per thread
+	// and client_id (post). serve shares it with MCP's writes (--mcp), so
+	// that a post and an agent's write with the same client_id, sent at
+	// once, wait for each other as two posts do. nil: the server's own.
+	Repeats *samekey.Keys
 	// Push turns Web Push on (contract Part 5; webpush.go); nil, or a
 	// store that keeps no subscriptions: its routes answer 404
 	// push_disabled.
@@ -84,7 +89,7 @@ type Server struct {
 	feed    *store.Feed
 	hub     *hub.Hub[*Event]
 	limiter chatrelay.RateLimiter
-	repeats samekey.Keys // posts with a client_id, one at a time per thread and client_id (post)
+	repeats *samekey.Keys // posts with a client_id, one at a time per thread and client_id (post); Config.Repeats
 	streams chatrelay.StreamLimiter
 	tickets tickets
 	parts   store.Participants // nil if the store keeps no participants
@@ -132,6 +137,9 @@ func NewServer(cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Repeats == nil {
+		cfg.Repeats = new(samekey.Keys)
+	}
 	if cfg.TicketTTL <= 0 {
 		cfg.TicketTTL = chatrelay.DefaultTicketTTL
 	}
@@ -152,7 +160,7 @@ func NewServer(cfg Config) *Server {
 	}
 	cfg.Prefix = strings.TrimSuffix(cfg.Prefix, "/")
 	s := &Server{
-		cfg: cfg, store: cfg.Store, feed: cfg.Feed, hub: cfg.Hub, limiter: cfg.Limiter, streams: cfg.Streams,
+		cfg: cfg, store: cfg.Store, feed: cfg.Feed, hub: cfg.Hub, limiter: cfg.Limiter, repeats: cfg.Repeats, streams: cfg.Streams,
 		tickets: tickets{key: cfg.TicketKey, ttl: cfg.TicketTTL, now: cfg.Now, ring: newKeyRing(cfg.TicketKeys, cfg.TicketKey, cfg.Log)},
 		parts:   participantsOf(cfg.Store),
 		origins: make(map[string]bool), log: cfg.Log, mux: http.NewServeMux(),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/chatrelay/chatrelay/internal/samekey"
 	"log/slog"
 	"time"
 
@@ -52,6 +53,14 @@ func (f *mcpFlags) start(st *store.Backend, cfg *transport.Config, lim chatrelay
 	}
 	o := f.opt
 	o.Agents, o.Limiter, o.Log, o.ProgressEvery = agents, lim, log, time.Duration(f.every)
+	// A write with a client_id waits for the API's posts with the same
+	// one, and they for it, as the posts do for each other: otherwise the
+	// second finds the window's place the first holds taken, and is told
+	// rate_limited where it is a repeat or a conflict.
+	if cfg.Repeats == nil {
+		cfg.Repeats = new(samekey.Keys)
+	}
+	o.Repeats = cfg.Repeats
 	if cfg.Feed == nil { // one feed a process: the live streams' and the verbs'
 		cfg.Feed = store.NewFeed(st.Store)
 	}
