@@ -4,12 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/chatrelay/chatrelay/internal/samekey"
 	"log/slog"
 	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/host"
+	"github.com/chatrelay/chatrelay/internal/samekey"
 	"github.com/chatrelay/chatrelay/mcpserver"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
