@@ -140,7 +140,13 @@ type pushChild struct {
 
 	readyOnce sync.Once
 	ready     chan struct{} // closed once a child's feed is live
+
+	settleOnce sync.Once
+	settled    chan struct{} // closed once a child's feed is live or the first child has exited
 }
+
+// settle closes settled: serve waits for it before it serves.
+func (c *pushChild) settle() { c.settleOnce.Do(func() { close(c.settled) }) }
 
 // newPushChild is the child of serve's flags f: the same store, the
 // same push flags and the same logs, passed in its environment (a Redis
@@ -176,7 +182,7 @@ func newPushChild(f *serveFlags, stderr io.Writer, log *slog.Logger) (*pushChild
 	set("log-level", f.level.String())
 	set("log-format", f.ops.logFormat)
 	env = append(env, pushChildEnv+"=1")
-	return &pushChild{exe: exe, env: env, stderr: stderr, log: log, ready: make(chan struct{})}, nil
+	return &pushChild{exe: exe, env: env, stderr: stderr, log: log, ready: make(chan struct{}), settled: make(chan struct{})}, nil
 }
 
 // run runs the child until ctx is done, then stops it (its standard
@@ -245,12 +251,15 @@ func (c *pushChild) once(ctx context.Context) error {
 		for lines.Scan() {
 			if lines.Text() == pushChildReady {
 				c.readyOnce.Do(func() { close(c.ready) })
+				c.settle()
 			}
 		}
 		io.Copy(io.Discard, said)
 	})
 	wg.Wait() // the pipes' ends: the child exited (or closed them)
-	return cmd.Wait()
+	err = cmd.Wait()
+	c.settle() // a child that exited before it was ready: serve waits no longer
+	return err
 }
 
 // copyLines copies r to w a line at a time, each in one Write (a line

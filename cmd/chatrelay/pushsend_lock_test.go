@@ -52,3 +52,36 @@ func TestPushSendOneSenderAFolder(t *testing.T) {
 	again.Process.Kill()
 	again.Wait()
 }
+
+// TestServeDoesNotWaitForAChildThatExited: serve --push-sender=process
+// waits for its child's feed before it serves (a post stored before then
+// would not be pushed), but not for a child that has already exited: one
+// refused because another push send has the folder's pushes waited out
+// the whole 30 s bound, and serve's requests with it (probe15).
+func TestServeDoesNotWaitForAChildThatExited(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	other := exec.Command(chatrelayBinary(t), "push", "send", "--data", dir)
+	other.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
+	var otherLog lockedBuffer
+	other.Stderr = &otherLog
+	assert.Success(t, other.Start())
+	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+	assert.Eventually(t, time.Minute, "the other push send running", func() bool {
+		return strings.Contains(otherLog.String(), "push sender running")
+	})
+
+	srv := exec.Command(chatrelayBinary(t), "serve", "--addr", "127.0.0.1:0", "--data", dir, "--fsync", "never", "--push-sender", "process")
+	srv.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
+	var log lockedBuffer
+	srv.Stderr = &log
+	assert.Success(t, srv.Start())
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	// Either line comes: the one for a child that exited at once, or,
+	// 30 s in, the one for a child still not ready.
+	assert.Eventually(t, time.Minute, "serve serving", func() bool {
+		return strings.Contains(log.String(), "serving all the same")
+	})
+	assert.True(t, strings.Contains(log.String(), "push sender: exited before its feed was live"),
+		"serve waited for a child that had exited:\n%s", log.String())
+}

@@ -129,9 +129,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if child != nil {
 		// Its feed live before the first request: a post stored before
 		// then would not be pushed. The requests meanwhile wait in the
-		// listener's queue.
+		// listener's queue; not for a child that exited (another sender
+		// has the folder's pushes, or the child cannot start): its
+		// restarts come at growing intervals, logged each.
 		select {
-		case <-child.ready:
+		case <-child.settled:
+			select {
+			case <-child.ready:
+			default:
+				log.Warn("push sender: exited before its feed was live; serving all the same (a post stored while no sender runs is not pushed)")
+			}
 		case <-time.After(pushSenderReadyWait):
 			log.Warn("push sender: not ready yet; serving all the same (a post stored before it is ready is not pushed)", "waited", pushSenderReadyWait.String())
 		case <-ctx.Done():
