@@ -302,12 +302,12 @@ func TestStreamLeaseHoldsNoRequest(t *testing.T) {
 	l := NewStreamLimiter(s, chatrelay.StreamLimits{PerThread: 2, PerIP: 100}, time.Minute)
 	const th, ip = "a1b2c3d4e5f60718", "192.0.2.1"
 
-	type request struct{ buf [12 << 10]byte }
+	type requestKey struct{}
 	collected := make(chan struct{})
 	release := func() func() {
-		req := new(request)
+		req := new([12 << 10]byte) // a request's buffers
 		runtime.AddCleanup(req, func(ch chan struct{}) { close(ch) }, collected)
-		ctx := context.WithValue(t.Context(), request{}, req)
+		ctx := context.WithValue(t.Context(), requestKey{}, req)
 		return must[func()](t)(l.Acquire(ctx, th, ip, chatrelay.OwnerStream))
 	}()
 	deadline := time.After(5 * time.Second)
