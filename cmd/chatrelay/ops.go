@@ -66,6 +66,16 @@ func (o *opsFlags) check() error {
 	return nil
 }
 
+// parseLevel is --log-level's value (serve's and push send's): debug,
+// info, warn or error.
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, usageError(fmt.Sprintf("--log-level %q: %v", s, err))
+	}
+	return l, nil
+}
+
 // logger returns the server's logger in the chosen format.
 func (o *opsFlags) logger(w io.Writer, level slog.Level) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}

@@ -35,9 +35,9 @@ import (
 
 // pushSend runs "chatrelay push send" until ctx is done.
 func pushSend(ctx context.Context, e cmdEnv, sf *storeFlags, pf *pushFlags, ops *opsFlags, logLevel string) error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		return usageError(fmt.Sprintf("--log-level %q: %v", logLevel, err))
+	level, err := parseLevel(logLevel)
+	if err != nil {
+		return err
 	}
 	if err := ops.check(); err != nil {
 		return err
@@ -138,15 +138,11 @@ type pushChild struct {
 	stderr io.Writer
 	log    *slog.Logger
 
-	readyOnce sync.Once
 	ready     chan struct{} // closed once a child's feed is live
-
-	settleOnce sync.Once
-	settled    chan struct{} // closed once a child's feed is live or the first child has exited
+	settled   chan struct{} // closed once a child's feed is live or the first child has exited: serve waits for it
+	markReady func()        // closes ready, once
+	settle    func()        // closes settled, once
 }
-
-// settle closes settled: serve waits for it before it serves.
-func (c *pushChild) settle() { c.settleOnce.Do(func() { close(c.settled) }) }
 
 // newPushChild is the child of serve's flags f: the same store, the
 // same push flags and the same logs, passed in its environment (a Redis
@@ -182,7 +178,10 @@ func newPushChild(f *serveFlags, stderr io.Writer, log *slog.Logger) (*pushChild
 	set("log-level", f.level.String())
 	set("log-format", f.ops.logFormat)
 	env = append(env, pushChildEnv+"=1")
-	return &pushChild{exe: exe, env: env, stderr: stderr, log: log, ready: make(chan struct{}), settled: make(chan struct{})}, nil
+	c := &pushChild{exe: exe, env: env, stderr: stderr, log: log, ready: make(chan struct{}), settled: make(chan struct{})}
+	c.markReady = sync.OnceFunc(func() { close(c.ready) })
+	c.settle = sync.OnceFunc(func() { close(c.settled) })
+	return c, nil
 }
 
 // run runs the child until ctx is done, then stops it (its standard
@@ -250,7 +249,7 @@ func (c *pushChild) once(ctx context.Context) error {
 		lines := bufio.NewScanner(said)
 		for lines.Scan() {
 			if lines.Text() == pushChildReady {
-				c.readyOnce.Do(func() { close(c.ready) })
+				c.markReady()
 				c.settle()
 			}
 		}

@@ -73,7 +73,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// listens), or a child.
 	var child *pushChild
 	if f.server.Push != nil {
-		switch f.pushSender {
+		switch f.push.sender {
 		case pushSenderInProcess:
 			if dir, ok := f.store.folder(); ok {
 				release, err := filestore.LockPushSender(dir, "chatrelay serve")
@@ -241,7 +241,7 @@ type serveFlags struct {
 	ops        opsFlags // --log-format, --metrics-addr, --tls-cert, --tls-key, --drain-delay (ops.go)
 	mcp        mcpFlags // --mcp and its bounds (servemcp.go)
 	hooks      hookFlags
-	pushSender string // --push-sender: inprocess, process or external
+	push       *pushFlags // --push, --push-contact, --push-allow-host, --push-sender (push.go)
 	server     transport.Config
 	addr       string
 	sweepEvery time.Duration
@@ -273,7 +273,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 	publicURL := fs.String("public-url", "", "the public `URL` of the server (https://chat.example.com, with the prefix if any) that share links start with; default: each request's scheme and Host. The host CLI's share takes it from the data folder")
 	fs.Int64Var(&f.server.MaxAttachmentBytes, "max-attachment-bytes", int64(chatrelay.LimitAttachmentBytes.Max), fmt.Sprintf("most `bytes` of one attachment; one more is 413 %s (at most a thread's %d)", chatrelay.AttachmentTooLarge, chatrelay.LimitThreadAttachments.Max))
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	pushf := registerPush(fs) // --push, --push-contact, --push-allow-host, --push-sender (push.go)
+	f.push = registerPush(fs)
 	f.ops.register(fs)
 	f.mcp.register(fs)
 	f.hooks.register(fs)
@@ -303,18 +303,17 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (*s
 		}
 	}
 	f.server.AllowedOrigins = origins
-	if f.server.Push, err = pushf.config(); err != nil {
+	if f.server.Push, err = f.push.config(); err != nil {
 		return nil, err
 	}
-	f.pushSender = pushf.sender
 	if *publicURL != "" {
 		if f.server.PublicURL, err = transport.CheckPublicURL(*publicURL); err != nil {
 			return nil, usageError("--public-url " + err.Error())
 		}
 		f.storeOpt.PublicURL = f.server.PublicURL
 	}
-	if err := f.level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return nil, usageError(fmt.Sprintf("--log-level %q: %v", *logLevel, err))
+	if f.level, err = parseLevel(*logLevel); err != nil {
+		return nil, err
 	}
 	// Each refused flag by its whole name, so that the refusal can name
 	// the variable that set it (namedFromEnv).
