@@ -9,6 +9,7 @@ import (
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
+	"github.com/chatrelay/chatrelay/internal/samekey"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
@@ -48,8 +49,9 @@ func TestARepeatBesideItsFirstIsAnsweredAsARepeat(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
 		held := &heldAppend{cid: "tab-1:1", entered: make(chan struct{}), release: make(chan struct{})}
+		repeats := new(samekey.Keys)
 		e := startPush(t, pushOptions{backend: backend, windows: chatrelay.Windows{PerThread: 1, PerIP: 100},
-			config: func(c *transport.Config) { held.Store = c.Store; c.Store = held }})
+			config: func(c *transport.Config) { held.Store = c.Store; c.Store = held; c.Repeats = repeats }})
 		tok := tokenN(1)
 		body := `{"text":"hello","client_id":"tab-1:1"}`
 		type answer struct {
@@ -72,16 +74,25 @@ func TestARepeatBesideItsFirstIsAnsweredAsARepeat(t *testing.T) {
 			repeat <- answer{s, h, b}
 		}()
 		// The repeat is answered while the first is held (the refusal this
-		// test is about), or waits for it: a second is its time to show
-		// which; a slow machine can only hide the refusal, never fail a
-		// server that waits.
+		// test is about), or waits for its first's key to be let go.
 		var r answer
-		select {
-		case r = <-repeat:
-			close(held.release)
-		case <-time.After(time.Second):
-			close(held.release)
-			r = <-repeat
+		answered := false
+		assert.Eventually(t, 10*time.Second, "the repeat answered, or waiting for its first", func() bool {
+			select {
+			case r = <-repeat:
+				answered = true
+				return true
+			default:
+				return repeats.Waiting(samekey.Key{chatrelay.ThreadOf(tok), "tab-1:1"}) == 1
+			}
+		})
+		close(held.release)
+		if !answered {
+			select {
+			case r = <-repeat:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the repeat was not answered within 10 s of its first's release")
+			}
 		}
 		f := <-first
 		assert.Equal(t, "the first post: "+string(f.body), f.status, http.StatusCreated)

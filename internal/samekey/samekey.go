@@ -16,8 +16,16 @@ type Key [2]string
 // Keys lets the holders of one key in one at a time. Its zero value is
 // ready to use; it is safe for concurrent use.
 type Keys struct {
-	mu  sync.Mutex
-	run map[Key]chan struct{} // the key's holder; closed when it leaves
+	mu    sync.Mutex
+	run   map[Key]chan struct{} // the key's holder; closed when it leaves
+	waits map[Key]int           // the key's callers waiting for it (Waiting)
+}
+
+// Waiting is how many callers of Enter wait for key's holder to leave.
+func (k *Keys) Waiting(key Key) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.waits[key]
 }
 
 // Enter waits until no other holder of key is in, or ctx ends (the caller
@@ -41,10 +49,23 @@ func (k *Keys) Enter(ctx context.Context, key Key) (leave func()) {
 				close(done)
 			}
 		}
+		if k.waits == nil {
+			k.waits = make(map[Key]int)
+		}
+		k.waits[key]++
 		k.mu.Unlock()
+		var ended bool
 		select {
 		case <-busy:
 		case <-ctx.Done():
+			ended = true
+		}
+		k.mu.Lock()
+		if k.waits[key]--; k.waits[key] == 0 {
+			delete(k.waits, key)
+		}
+		k.mu.Unlock()
+		if ended {
 			return func() {}
 		}
 	}

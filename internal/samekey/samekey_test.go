@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/samekey"
@@ -42,8 +43,26 @@ func TestOneAtATime(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	k.Enter(ctx, samekey.Key{"a"})() // its context ended: goes on beside the holder
+	assert.Equal(t, "waiting for key a after a caller whose context ended", k.Waiting(samekey.Key{"a"}), 0)
+
+	entered := make(chan struct{})
+	go func() {
+		k.Enter(context.Background(), samekey.Key{"a"})() // waits for leaveA
+		close(entered)
+	}()
+	assert.Eventually(t, 10*time.Second, "a second holder of key a waiting", func() bool { return k.Waiting(samekey.Key{"a"}) == 1 })
+	select {
+	case <-entered:
+		t.Fatal("a second holder of key a came in while the first was in")
+	default:
+	}
 	leaveA()
-	k.Enter(context.Background(), samekey.Key{"a"})() // left: in again
+	select { // left: the waiting one comes in
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting holder of key a did not come in within 10 s of the first's leaving")
+	}
+	assert.Equal(t, "waiting for key a once its holder left", k.Waiting(samekey.Key{"a"}), 0)
 }
 
 // BenchmarkEnter is what a post with a client_id pays when no other post
