@@ -66,8 +66,8 @@ func spawnSenderServe(t *testing.T, bin string, be *storetest.Backend, svc *push
 	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--fsync", "never", "--push-sender", "process", "--push-allow-host", "127.0.0.1",
 		"--push-contact", "mailto:ops@example.com"}, be.CLIArgs()...)
 	cmd := exec.Command(bin, append(args, extra...)...)
-	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+ca)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group of its own, as a shell's job is
+	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=", "SSL_CERT_FILE="+ca) // the store is be's, whatever the environment says
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}                                      // a group of its own, as a shell's job is
 	s := &senderServe{cmd: cmd, stderr: new(transport.SyncBuffer), exited: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	out, err := cmd.StdoutPipe()
@@ -294,8 +294,9 @@ func TestServePushSenderKilledLosesNothing(t *testing.T) {
 }
 
 // TestServePushSenderReadyBeforeServing: serve answers its first request
-// only once its child's feed is live ("push sender running"): a post
-// stored before then would be pushed by no one (the child reads the
+// only once its child's feed is live: an approval opened as soon as serve
+// has answered (a subscription, here) is pushed; one opened before the
+// child follows the feed would be pushed by no one (the child reads the
 // store's feed from its start on). Before, serve served at once, and
 // its child was live tens of milliseconds later, seconds on a loaded
 // machine.
@@ -303,12 +304,17 @@ func TestServePushSenderReadyBeforeServing(t *testing.T) {
 	t.Parallel()
 	bin := mustBinary(t)
 	be := storetest.Open(t, storetest.File, storetest.Options{})
-	srv := spawnSenderServe(t, bin, be, pushtest.NewService(t))
-	resp, err := http.Get(srv.base + chatrelay.PathHealthz)
-	assert.Success(t, err)
-	resp.Body.Close()
+	svc := pushtest.NewService(t)
+	srv := spawnSenderServe(t, bin, be, svc)
+	subscribeThrough(t, srv.base, 0, svc.Subscribe(t, "s0")) // serve's first answer
+	opened := map[string]bool{askIn(t, be, 0): true}
+	assert.Eventually(t, senderWait, "the push of the approval opened at serve's first answer", func() bool {
+		return len(pushesOf(t, svc, opened)) == 1
+	})
+	// The child's own line comes through two copies of its log (serve's,
+	// then this test's): it shows, at the latest, after the push.
 	assert.True(t, strings.Contains(srv.stderr.String(), `msg="push sender running"`),
-		"serve answered %s before its push sender ran; its log:\n%s", chatrelay.PathHealthz, srv.stderr.String())
+		"serve's log says nothing of its push sender running:\n%s", srv.stderr.String())
 	srv.stop(t)
 }
 
@@ -325,7 +331,9 @@ func TestServePushSenderOutlivesTheDrain(t *testing.T) {
 	bin := mustBinary(t)
 	be := storetest.Open(t, storetest.File, storetest.Options{})
 	svc := pushtest.NewService(t)
-	srv := startSenderServe(t, bin, be, svc, "--drain-delay", "4s")
+	// The drain is the child's time to push the approval opened in it: a
+	// child in SCHED_IDLE on a loaded machine takes seconds.
+	srv := startSenderServe(t, bin, be, svc, "--drain-delay", "15s")
 	child := srv.childPID()
 	subscribeThrough(t, srv.base, 0, svc.Subscribe(t, "s0"))
 	assert.Success(t, syscall.Kill(-srv.cmd.Process.Pid, syscall.SIGTERM)) // serve's group
@@ -340,8 +348,8 @@ func TestServePushSenderOutlivesTheDrain(t *testing.T) {
 	select {
 	case <-srv.exited:
 		assert.True(t, srv.err == nil, "serve exited with %v; its log:\n%s", srv.err, srv.stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve still running 30s after SIGTERM; its log:\n%s", srv.stderr.String())
+	case <-time.After(45 * time.Second): // the drain's 15 s, then the child's stop (10 s at most)
+		t.Fatalf("serve still running 45s after SIGTERM; its log:\n%s", srv.stderr.String())
 	}
 	assert.True(t, gone(child), "the child %d outlived serve", child)
 	assert.True(t, !strings.Contains(srv.stderr.String(), "push sender exited; starting it again"),
