@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
@@ -16,7 +15,21 @@ import (
 func TestCopyLinesPastALongLine(t *testing.T) {
 	long := strings.Repeat("x", 1<<20+1)
 	in := "first\n" + long + "\nhello\nno newline at the end"
-	var out bytes.Buffer
+	var out writes
 	copyLines(&out, strings.NewReader(in))
-	assert.Equal(t, "what serve's standard error got", out.String(), in+"\n")
+	assert.Equal(t, "what serve's standard error got", strings.Join(out, ""), in+"\n")
+	// Each write a whole line, or a buffer's worth of a longer one: the
+	// child's lines never interleave with serve's own within a line.
+	for i, w := range out {
+		assert.True(t, strings.HasSuffix(w, "\n") || len(w) == 64<<10, "write %d of %d: %d bytes, not ending a line", i, len(out), len(w))
+	}
+	assert.Equal(t, "writes", len(out), 3+(len(long)+1+64<<10-1)/(64<<10))
+}
+
+// writes records each Write it is given.
+type writes []string
+
+func (w *writes) Write(p []byte) (int, error) {
+	*w = append(*w, string(p))
+	return len(p), nil
 }
