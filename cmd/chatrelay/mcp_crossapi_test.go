@@ -3,9 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 
@@ -41,24 +39,15 @@ func TestRepeatAcrossHTTPAndMCPIsNeverRateLimited(t *testing.T) {
 			var status int
 			var answer string
 			var tool mcpserver.ToolError
-			var toolFailed bool
+			var postErr, toolErr error
 			wg.Go(func() {
-				req, _ := http.NewRequest(http.MethodPost, n.base+chatrelay.PathPost, strings.NewReader(`{"text":"same","client_id":"c1"}`))
-				req.Header.Set("X-Chat-Token", owner)
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := http.DefaultClient.Do(req)
-				assert.Success(t, err)
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				status, answer = resp.StatusCode, string(b)
+				status, answer, postErr = personPostAnswer(n.base, owner, chatrelay.PathPost, `{"text":"same","client_id":"c1"}`)
 			})
-			wg.Go(func() {
-				r := callTool(t, cs, "send", map[string]any{"thread": thread, "text": "same", "client_id": "c1"})
-				if toolFailed = r.IsError; toolFailed {
-					structured(t, r, &tool)
-				}
-			})
+			wg.Go(func() { tool, _, toolErr = sendTool(t.Context(), cs, thread, "same", "c1") })
 			wg.Wait()
+			assert.Success(t, postErr)
+			assert.Success(t, toolErr)
+			toolFailed := tool.Code != ""
 			assert.True(t, status != http.StatusTooManyRequests, "round %d: the post was answered %d %s", i, status, answer)
 			assert.True(t, !toolFailed || tool.Code != chatrelay.RateLimited, "round %d: the MCP send was answered rate_limited: %s", i, tool.Error)
 			// One stored, the other refused as another author's repeat.

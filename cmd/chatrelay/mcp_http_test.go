@@ -129,13 +129,50 @@ func mcpClient(t *testing.T, base, key string, progress chan<- *mcp.ProgressNoti
 // personPost posts as the thread's owner over the API.
 func personPost(t *testing.T, base, token, path, body string) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+	status, _, err := personPostAnswer(base, token, path, body)
+	assert.Success(t, err)
+	return status
+}
+
+// personPostAnswer is personPost's request, answered with its status and
+// body; it asserts nothing, so that a test's goroutines may call it.
+func personPostAnswer(base, token, path, body string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
 	req.Header.Set("X-Chat-Token", token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
-	assert.Success(t, err)
-	resp.Body.Close()
-	return resp.StatusCode
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// sendTool calls the send tool: its answer is the tool's error (Code ""
+// when it stored or replayed the message) and whether it was a replay;
+// err is the call's own failure. It asserts nothing, so that a test's
+// goroutines may call it.
+func sendTool(ctx context.Context, cs *mcp.ClientSession, thread, text, clientID string) (te mcpserver.ToolError, replayed bool, err error) {
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: chatrelay.ToolName("send"),
+		Arguments: map[string]any{"thread": thread, "text": text, "client_id": clientID}})
+	if err != nil {
+		return te, false, err
+	}
+	b, err := json.Marshal(r.StructuredContent)
+	if err != nil {
+		return te, false, err
+	}
+	if r.IsError {
+		return te, false, json.Unmarshal(b, &te)
+	}
+	var out struct {
+		Replayed bool `json:"replayed"`
+	}
+	return te, out.Replayed, json.Unmarshal(b, &out)
 }
 
 func callTool(t *testing.T, cs *mcp.ClientSession, tool string, args any) *mcp.CallToolResult {
@@ -837,17 +874,9 @@ func TestMCPReplayCountsInNoWindow(t *testing.T) {
 		cs := mcpClient(t, n.base, key, nil)
 		send := func(text, clientID string) (mcpserver.ToolError, bool) {
 			t.Helper()
-			r := callTool(t, cs, "send", map[string]any{"thread": thread, "text": text, "client_id": clientID})
-			var te mcpserver.ToolError
-			if r.IsError {
-				structured(t, r, &te)
-				return te, false
-			}
-			var out struct {
-				Replayed bool `json:"replayed"`
-			}
-			structured(t, r, &out)
-			return te, out.Replayed
+			te, replayed, err := sendTool(t.Context(), cs, thread, text, clientID)
+			assert.Success(t, err)
+			return te, replayed
 		}
 		_, replayed := send("one", "c1")
 		assert.True(t, !replayed, "the first send was a replay")

@@ -7,7 +7,6 @@ import (
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/storetest"
-	"github.com/chatrelay/chatrelay/mcpserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -34,21 +33,18 @@ func TestMCPRepeatsAtOnceAreRepeats(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		fresh, replays, refused := 0, 0, []string{}
+		fresh, replays, refused, failed := 0, 0, []string{}, []error{}
 		for _, cs := range sessions {
 			wg.Go(func() {
-				r := callTool(t, cs, "send", map[string]any{"thread": thread, "text": "once", "client_id": "c1"})
-				var te mcpserver.ToolError
-				var out struct {
-					Replayed bool `json:"replayed"`
-				}
+				te, replayed, err := sendTool(t.Context(), cs, thread, "once", "c1")
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
-				case r.IsError:
-					structured(t, r, &te)
+				case err != nil:
+					failed = append(failed, err)
+				case te.Code != "":
 					refused = append(refused, string(te.Code))
-				case func() bool { structured(t, r, &out); return out.Replayed }():
+				case replayed:
 					replays++
 				default:
 					fresh++
@@ -56,6 +52,7 @@ func TestMCPRepeatsAtOnceAreRepeats(t *testing.T) {
 			})
 		}
 		wg.Wait()
+		assert.Equal(t, "calls that failed", len(failed), 0)
 		assert.Equal(t, "refused calls", len(refused), 0)
 		assert.Equal(t, "calls that stored", fresh, 1)
 		assert.Equal(t, "calls answered as repeats", replays, calls-1)

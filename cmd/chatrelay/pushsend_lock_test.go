@@ -36,15 +36,7 @@ func TestPushSendOneSenderAFolder(t *testing.T) {
 	srv.Process.Kill()
 	srv.Wait()
 
-	first := exec.Command(chatrelayBinary(t), "push", "send", "--data", dir)
-	first.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
-	var log lockedBuffer
-	first.Stderr = &log
-	assert.Success(t, first.Start())
-	t.Cleanup(func() { first.Process.Kill(); first.Wait() })
-	assert.Eventually(t, time.Minute, "the first push send running", func() bool {
-		return strings.Contains(log.String(), "push sender running")
-	})
+	first := startPushSend(t, dir)
 	refused("chatrelay push send")
 	first.Process.Kill()
 	first.Wait()
@@ -61,15 +53,7 @@ func TestPushSendOneSenderAFolder(t *testing.T) {
 func TestServeDoesNotWaitForAChildThatExited(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	other := exec.Command(chatrelayBinary(t), "push", "send", "--data", dir)
-	other.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
-	var otherLog lockedBuffer
-	other.Stderr = &otherLog
-	assert.Success(t, other.Start())
-	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
-	assert.Eventually(t, time.Minute, "the other push send running", func() bool {
-		return strings.Contains(otherLog.String(), "push sender running")
-	})
+	startPushSend(t, dir)
 
 	srv := exec.Command(chatrelayBinary(t), "serve", "--addr", "127.0.0.1:0", "--data", dir, "--fsync", "never", "--push-sender", "process")
 	srv.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
@@ -84,4 +68,20 @@ func TestServeDoesNotWaitForAChildThatExited(t *testing.T) {
 	})
 	assert.True(t, strings.Contains(log.String(), "push sender: exited before its feed was live"),
 		"serve waited for a child that had exited:\n%s", log.String())
+}
+
+// startPushSend runs chatrelay push send on the folder dir, returning once
+// it sends the folder's pushes; it is killed at the test's end.
+func startPushSend(t *testing.T, dir string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(chatrelayBinary(t), "push", "send", "--data", dir)
+	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=")
+	var log lockedBuffer
+	cmd.Stderr = &log
+	assert.Success(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	assert.Eventually(t, time.Minute, "push send running", func() bool {
+		return strings.Contains(log.String(), "push sender running")
+	})
+	return cmd
 }
