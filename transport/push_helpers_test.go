@@ -30,6 +30,7 @@ import (
 	"github.com/chatrelay/chatrelay/internal/schematest"
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/store"
+	"github.com/chatrelay/chatrelay/store/redisstore"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -151,6 +152,34 @@ func startPush(t testing.TB, o pushOptions) *pushEnv {
 	}
 	t.Cleanup(e.stop)
 	return e
+}
+
+// procStore names a test's store for a helper process (testproc) to
+// open again: the file store's data folder, or a Redis URL and key prefix.
+type procStore struct {
+	Dir    string `json:"dir,omitempty"`
+	Redis  string `json:"redis,omitempty"`
+	Prefix string `json:"prefix,omitempty"`
+}
+
+// procStoreOf is be's procStore.
+func procStoreOf(be *storetest.Backend) procStore {
+	if be.Server != nil {
+		return procStore{Redis: be.Server.URL(), Prefix: be.Prefix}
+	}
+	return procStore{Dir: be.Dir}
+}
+
+// open opens the store s names, closed at t's end.
+func (s procStore) open(t testing.TB) *storetest.Backend {
+	t.Helper()
+	if s.Dir != "" {
+		return storetest.OpenFileIn(t, s.Dir, storetest.Options{})
+	}
+	rs, err := redisstore.Open(context.Background(), s.Redis, redisstore.Options{Prefix: s.Prefix, Log: slog.New(slog.DiscardHandler)})
+	assert.Success(t, err)
+	t.Cleanup(func() { rs.Close() })
+	return &storetest.Backend{Name: storetest.Redis, Store: rs, Redis: rs, Prefix: s.Prefix}
 }
 
 // tokenN is a deterministic valid token; threadN is its thread.

@@ -22,7 +22,6 @@ import (
 	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/internal/testproc"
 	"github.com/chatrelay/chatrelay/store"
-	"github.com/chatrelay/chatrelay/store/redisstore"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -33,11 +32,9 @@ const pushKillEnv = "CHATRELAY_TEST_PUSH_KILLED"
 // pushKillConfig is where the helper server's store is and how it
 // reaches the test's push service.
 type pushKillConfig struct {
-	Dir    string        // the file store's data folder, or
-	Redis  string        // a Redis URL,
-	Prefix string        // and its key prefix
-	Cert   []byte        // the push service's certificate (DER)
-	Lease  time.Duration // of its push claims
+	procStore
+	Cert  []byte        // the push service's certificate (DER)
+	Lease time.Duration // of its push claims
 }
 
 // TestPushKilledServerProcess is the server TestPushKilledServerLosesNoPush
@@ -50,17 +47,9 @@ func TestPushKilledServerProcess(t *testing.T) {
 	}
 	var c pushKillConfig
 	assert.Success(t, json.Unmarshal([]byte(raw), &c))
-	var be *storetest.Backend
-	if c.Dir != "" {
-		be = storetest.OpenFileIn(t, c.Dir, storetest.Options{})
-	} else {
-		rs, err := redisstore.Open(context.Background(), c.Redis, redisstore.Options{Prefix: c.Prefix, Log: slog.New(slog.DiscardHandler)})
-		assert.Success(t, err)
-		be = &storetest.Backend{Name: storetest.Redis, Store: rs, Redis: rs, Prefix: c.Prefix}
-	}
 	cert, err := x509.ParseCertificate(c.Cert)
 	assert.Success(t, err)
-	startPush(t, pushOptions{on: be, config: withPushTo(cert, retryLater(c.Lease))})
+	startPush(t, pushOptions{on: c.open(t), config: withPushTo(cert, retryLater(c.Lease))})
 	os.Stdout.WriteString("ready\n")
 	io.Copy(io.Discard, os.Stdin) // until it is killed
 }
@@ -146,15 +135,9 @@ func subscribeInStore(t *testing.T, be *storetest.Backend, thread string, sub pu
 // its own (TestPushKilledServerProcess), its claims of lease, its retries
 // 5 minutes away, and returns once it is ready; kill kills it (SIGKILL),
 // and cleanup does if the test did not.
-func startKillable(t *testing.T, backend string, be *storetest.Backend, svc *pushtest.Service, lease time.Duration) (kill func()) {
+func startKillable(t *testing.T, be *storetest.Backend, svc *pushtest.Service, lease time.Duration) (kill func()) {
 	t.Helper()
-	c := pushKillConfig{Cert: svc.Certificate().Raw, Lease: lease}
-	if storetest.IsRedis(backend) {
-		c.Redis, c.Prefix = be.Server.URL(), be.Prefix
-	} else {
-		c.Dir = be.Dir
-	}
-	raw, _ := json.Marshal(c)
+	raw, _ := json.Marshal(pushKillConfig{procStore: procStoreOf(be), Cert: svc.Certificate().Raw, Lease: lease})
 	proc := testproc.Start(t, "TestPushKilledServerProcess", []string{pushKillEnv + "=" + string(raw)}, 10)
 	var once sync.Once
 	kill = func() { once.Do(proc.Kill) }
@@ -267,7 +250,7 @@ func TestPushJournalTakenDespiteBadHandover(t *testing.T) {
 	be := storetest.Open(t, storetest.File, storetest.Options{})
 	ctx, thread := t.Context(), threadN(1)
 	subscribeInStore(t, be, thread, svc.Subscribe(t, "phone"))
-	kill := startKillable(t, storetest.File, be, svc, lease)
+	kill := startKillable(t, be, svc, lease)
 	const text = "are you there?"
 	_, err := be.Store.Append(ctx, thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: text})
 	assert.Success(t, err)
@@ -289,7 +272,7 @@ func killableAsked(t *testing.T, backend string, svc *pushtest.Service, lease ti
 	be = storetest.Open(t, backend, storetest.Options{})
 	thread = threadN(1)
 	subscribeInStore(t, be, thread, svc.Subscribe(t, "phone"))
-	kill = startKillable(t, backend, be, svc, lease)
+	kill = startKillable(t, be, svc, lease)
 	ask, err := be.Store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
 		Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
 	assert.Success(t, err)

@@ -2,7 +2,6 @@ package transport_test
 
 import (
 	"bufio"
-	"context"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
@@ -11,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatrelay/chatrelay/internal/storetest"
 	"github.com/chatrelay/chatrelay/internal/testproc"
-	"github.com/chatrelay/chatrelay/store/redisstore"
 )
 
 // BenchmarkWebPush's pushes sent by another process
@@ -35,11 +32,8 @@ const (
 // server under test (its data folder, or its Redis and prefix) and the
 // push service's certificate, to trust.
 type pushSenderSpec struct {
-	Backend string `json:"backend"`
-	Dir     string `json:"dir,omitempty"`
-	Redis   string `json:"redis,omitempty"`
-	Prefix  string `json:"prefix,omitempty"`
-	Cert    []byte `json:"cert"`
+	procStore
+	Cert []byte `json:"cert"`
 }
 
 // pushSenderHello is the sender process's first line: the address of
@@ -66,18 +60,7 @@ func TestPushSenderProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var be *storetest.Backend
-	if spec.Backend == storetest.File {
-		be = storetest.OpenFileIn(t, spec.Dir, storetest.Options{})
-	} else {
-		rs, err := redisstore.Open(context.Background(), spec.Redis, redisstore.Options{Prefix: spec.Prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rs.Close() })
-		be = &storetest.Backend{Name: storetest.Redis, Store: rs, Redis: rs, Prefix: spec.Prefix}
-	}
-	e := startPush(t, pushOptions{on: be, config: withPushTo(cert, nil)})
+	e := startPush(t, pushOptions{on: spec.open(t), config: withPushTo(cert, nil)})
 	out := bufio.NewWriter(os.Stdout)
 	hello, _ := json.Marshal(pushSenderHello{URL: e.url("")})
 	out.Write(append(hello, '\n'))
@@ -101,11 +84,7 @@ type pushSender struct {
 // cert, in SCHED_IDLE; it is stopped at tb's end.
 func startPushSender(tb testing.TB, on *pushEnv, cert *x509.Certificate) *pushSender {
 	tb.Helper()
-	spec := pushSenderSpec{Backend: on.backend.Name, Dir: on.dir, Prefix: on.backend.Prefix, Cert: cert.Raw}
-	if on.backend.Server != nil {
-		spec.Redis = on.backend.Server.URL()
-	}
-	b, _ := json.Marshal(spec)
+	b, _ := json.Marshal(pushSenderSpec{procStore: procStoreOf(on.backend), Cert: cert.Raw})
 	proc := testproc.Start(tb, "TestPushSenderProcess", []string{pushSenderEnv + "=" + string(b)}, testproc.Idle)
 	tb.Cleanup(func() { proc.Stop(30 * time.Second) })
 	out := bufio.NewScanner(proc.Stdout)
