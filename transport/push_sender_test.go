@@ -66,8 +66,8 @@ func spawnSenderServe(t *testing.T, bin string, be *storetest.Backend, svc *push
 	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--fsync", "never", "--push-sender", "process", "--push-allow-host", "127.0.0.1",
 		"--push-contact", "mailto:ops@example.com"}, be.CLIArgs()...)
 	cmd := exec.Command(bin, append(args, extra...)...)
-	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=", "SSL_CERT_FILE="+ca) // the store is be's, whatever the environment says
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}                                      // a group of its own, as a shell's job is
+	cmd.Env = append(os.Environ(), "CHATRELAY_DATA=", "CHATRELAY_STORE=", "CHATRELAY_REDIS_PREFIX=", "SSL_CERT_FILE="+ca) // the store is be's, whatever the environment says
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}                                                                 // a group of its own, as a shell's job is
 	s := &senderServe{cmd: cmd, stderr: new(transport.SyncBuffer), exited: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	out, err := cmd.StdoutPipe()
@@ -116,11 +116,17 @@ func (s *senderServe) awaitChild(t *testing.T, n int) int {
 func (s *senderServe) stop(t *testing.T) {
 	t.Helper()
 	assert.Success(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	s.awaitExit(t, 30*time.Second)
+}
+
+// awaitExit waits up to d for serve, told to stop, to exit 0.
+func (s *senderServe) awaitExit(t *testing.T, d time.Duration) {
+	t.Helper()
 	select {
 	case <-s.exited:
 		assert.True(t, s.err == nil, "serve exited with %v; its log:\n%s", s.err, s.stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve still running 30s after SIGTERM; its log:\n%s", s.stderr.String())
+	case <-time.After(d):
+		t.Fatalf("serve still running %v after it was told to stop; its log:\n%s", d, s.stderr.String())
 	}
 }
 
@@ -163,9 +169,7 @@ func pushesOf(t *testing.T, svc *pushtest.Service, opened map[string]bool) map[s
 	t.Helper()
 	got := map[string]int{}
 	for _, p := range svc.Pushes() {
-		assert.Success(t, p.Err)
-		var pl payload
-		assert.Success(t, json.Unmarshal(p.Plain, &pl))
+		pl := decodePush(t, p)
 		if pl.Type == chatrelay.PushTypeInteraction && pl.Message.Interaction != nil && opened[pl.Message.Interaction.ID] {
 			got[p.Path+" "+pl.Message.Interaction.ID]++
 		}
@@ -345,12 +349,7 @@ func TestServePushSenderOutlivesTheDrain(t *testing.T) {
 	assert.Eventually(t, senderWait, "the push of the approval opened during the drain", func() bool {
 		return len(pushesOf(t, svc, opened)) == 1
 	})
-	select {
-	case <-srv.exited:
-		assert.True(t, srv.err == nil, "serve exited with %v; its log:\n%s", srv.err, srv.stderr.String())
-	case <-time.After(45 * time.Second): // the drain's 15 s, then the child's stop (10 s at most)
-		t.Fatalf("serve still running 45s after SIGTERM; its log:\n%s", srv.stderr.String())
-	}
+	srv.awaitExit(t, 45*time.Second) // the drain's 15 s, then the child's stop (10 s at most)
 	assert.True(t, gone(child), "the child %d outlived serve", child)
 	assert.True(t, !strings.Contains(srv.stderr.String(), "push sender exited; starting it again"),
 		"serve took its child's stop for a crash; its log:\n%s", srv.stderr.String())

@@ -204,14 +204,21 @@ func awaitPushes(t *testing.T, svc *pushtest.Service, path string, n int) ([]pus
 	})
 	var out []payload
 	for _, p := range got {
-		assert.Success(t, p.Err)
-		schematest.Valid(t, "push.payload", p.Plain)
-		var pl payload
-		assert.Success(t, json.Unmarshal(p.Plain, &pl))
-		assert.True(t, len(p.Plain) <= chatrelay.LimitPushPayload.Max, "a payload of %d bytes", len(p.Plain))
-		out = append(out, pl)
+		out = append(out, decodePush(t, p))
 	}
 	return got, out
+}
+
+// decodePush is a push's payload, decrypted and verified by the push
+// service, checked against the bundle and the payload's size limit.
+func decodePush(t testing.TB, p pushtest.Push) payload {
+	t.Helper()
+	assert.Success(t, p.Err)
+	schematest.Valid(t, "push.payload", p.Plain)
+	var pl payload
+	assert.Success(t, json.Unmarshal(p.Plain, &pl))
+	assert.True(t, len(p.Plain) <= chatrelay.LimitPushPayload.Max, "a payload of %d bytes", len(p.Plain))
+	return pl
 }
 
 // TestPushDelivery: an approval opens (the owner's subscription only:
