@@ -9,7 +9,6 @@ import (
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/pushtest"
 	"github.com/chatrelay/chatrelay/internal/storetest"
-	"github.com/chatrelay/chatrelay/store"
 	"github.com/chatrelay/chatrelay/transport"
 )
 
@@ -30,9 +29,7 @@ func TestPushNoSendServesRoutesOnly(t *testing.T) {
 		assert.Equal(t, "GET the key", status, http.StatusOK)
 		status, _ = routes.subscribe(tok, nil, svc.Subscribe(t, "phone"))
 		assert.Equal(t, "subscribe", status, http.StatusCreated)
-		ask, err := routes.store.Append(t.Context(), threadN(1), store.NewMessage{Author: chatrelay.Hermes, MustExist: true,
-			Ask: &chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour}})
-		assert.Success(t, err)
+		ask := routes.ask(threadN(1), chatrelay.Ask{Type: chatrelay.Approval, Title: "deploy", Prompt: "Deploy?", Timeout: time.Hour})
 		_, pls := awaitPushes(t, svc, "/push/phone", 1)
 		assert.Equal(t, "the push's approval", pls[0].Message.Interaction.ID, ask.Message.Interaction.ID)
 		assert.Eventually(t, 10*time.Second, "the sender counted it sent", func() bool {
