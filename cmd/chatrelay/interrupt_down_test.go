@@ -33,7 +33,12 @@ func TestInterruptWithTheStoreDownSaysStillPending(t *testing.T) {
 	}()
 	assert.Eventually(t, 10*time.Second, "the wait began", func() bool { return strings.Contains(stderr.String(), "waiting for interaction") })
 	id := stderr.String()[strings.Index(stderr.String(), "ix_"):][:15]
-	srv.Kill()
+	// The store stops answering (SIGSTOP: its connections stay, as a
+	// frozen machine's or a partition's), then the interrupt: a killed
+	// Redis ended the wait's feed with EOF, which could come before the
+	// interrupt and end the wait as a store failure, with no interrupt
+	// to report (a CI run of a9fbc97).
+	srv.Stop(t)
 	cancel()
 	err := <-done
 	assert.Equal(t, "exit code", exitCode(err), 1)
