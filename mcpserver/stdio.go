@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -135,10 +136,12 @@ func (c *stdioConn) write() {
 	for {
 		select {
 		case l := <-c.lines:
+			c.writing.Store(true)
 			_, err := c.out.Write(l.line)
 			if err != nil {
 				c.outFailed()
 			}
+			c.writing.Store(false) // before done: the next send finds it free
 			l.done <- err
 		case <-c.closed:
 			return
@@ -151,32 +154,53 @@ func (c *stdioConn) write() {
 // errStopped without waiting more once the write is abandoned: after
 // StopGrace past Stop, a write that the writer, still busy with an
 // earlier one, cannot take, or one it took that is not out StopGrace
-// after (its own grace, when it began after the first). A write that
+// after (its own grace, when it began after the first); a writer done
+// with the line before but not yet back at its receive takes it within
+// that own grace. A write that
 // did go out is preferred over the grace's end: a client that reads its
 // input gets every answer.
 func (c *stdioConn) send(line []byte) error {
 	l := outLine{line: line, done: make(chan error, 1)}
+	var stops []func() bool // the own graces' timers
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	abandon := c.abandon
+	var own <-chan time.Time
+	ownGrace := func() { // past the grace: this write has its own
+		select {
+		case <-c.abandon:
+			t := time.NewTimer(StopGrace)
+			abandon, own = nil, t.C
+			stops = append(stops, t.Stop)
+		default:
+		}
+	}
 	select {
 	case c.lines <- l: // a free writer takes it, even past the grace
 	default:
+		// A writer busy with an earlier line (an output nobody reads)
+		// gives this one up at the grace's end; a free one (back from the
+		// line before, not yet at its receive) takes it.
+		if !c.writing.Load() {
+			ownGrace()
+		}
 		select {
 		case c.lines <- l:
-		case <-c.abandon:
+		case <-abandon:
+			c.outFailed()
+			return errStopped
+		case <-own:
 			c.outFailed()
 			return errStopped
 		case <-c.closed:
 			return mcp.ErrConnectionClosed
 		}
 	}
-	abandon := c.abandon
-	var own <-chan time.Time
-	select {
-	case <-c.abandon: // past the grace: this write has its own
-		t := time.NewTimer(StopGrace)
-		defer t.Stop()
-		abandon, own = nil, t.C
-	default:
-	}
+	abandon, own = c.abandon, nil
+	ownGrace()
 	select {
 	case err := <-l.done:
 		return err
@@ -208,6 +232,7 @@ type stdioConn struct {
 
 	out       io.Writer     // written by the writer goroutine (write) only
 	lines     chan outLine  // to the writer goroutine
+	writing   atomic.Bool   // the writer goroutine has a line it has not written yet
 	abandon   chan struct{} // closed StopGrace after Stop is done: a write not done is abandoned
 	stopAfter func() bool   // stops the AfterFunc on Stop (nil: no Stop)
 
