@@ -1,7 +1,9 @@
 package redisstore
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -370,4 +372,37 @@ func TestCheckShardDownIsPartial(t *testing.T) {
 	s0.Kill()
 	err = sh.Check(t.Context())
 	assert.True(t, err != nil && !store.Partial(err) && store.Reason(err) == "Redis unreachable", "shards 0 and 2 killed: %v (%s)", err, store.Reason(err))
+}
+
+// TestClusterNodeAsOneRedisRefused: a node of a Redis Cluster given as one
+// Redis (redis://node, a new user's slip for redis+cluster://node), alone
+// or as an instance of a list, is refused at open with a configuration
+// error that names the cluster URL, and nothing is written to it. Before,
+// the node that serves the webhooks' slot opened (an empty list of threads,
+// posts refused MOVED), and the others failed store_unavailable, "the store
+// cannot be reached: MOVED …", a retryable error for a wrong URL.
+func TestClusterNodeAsOneRedisRefused(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3})
+	ctx := t.Context()
+	refused := func(spec, words string) {
+		t.Helper()
+		b, err := store.Open(ctx, spec, store.Options{Log: testLogger(t)})
+		if err == nil {
+			b.Close()
+			t.Fatalf("%s, a node of a Redis Cluster, opened as one Redis", spec)
+		}
+		var ce *store.ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), words) {
+			t.Fatalf("%s: %v, want a configuration error saying %q", spec, err, words)
+		}
+	}
+	for _, n := range c.Nodes {
+		refused(n.URL(), "redis+cluster://"+n.Addr())
+	}
+	refused(c.Nodes[0].URL()+","+c.Nodes[1].URL(), "redis+cluster://"+c.Nodes[0].Addr())
+	for _, n := range c.Nodes {
+		if keys := n.Client(t).Keys(ctx, "*").Val(); len(keys) != 0 {
+			t.Fatalf("the refused opens wrote %q on %s", keys, n.Addr())
+		}
+	}
 }

@@ -461,6 +461,9 @@ func (s *Store) setup(ctx context.Context) error {
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
 		return s.unavailable("open", err)
 	}
+	if err := s.notACluster(pctx); err != nil {
+		return err
+	}
 	if s.ownLib {
 		refused, err := loadLibrary(pctx, s.rdb)
 		if err != nil {
@@ -621,6 +624,35 @@ func (s *Store) failed(op string, err error, since *uint64) error {
 		s.log.Warn("redis store unavailable", "op", op, "err", err)
 	}
 	return unreachable(fmt.Errorf("redis %s: %w", op, err))
+}
+
+// notACluster refuses a node of a Redis Cluster given as one Redis
+// (redis://node, alone or in a list of instances): the node serves a third
+// of the slots or less, and answers MOVED for the keys of the others, so
+// that a store opened on it would find most threads missing or
+// unreachable. Nothing is written before it: it comes right after the
+// first PING. A Redis that refuses INFO (an ACL) is taken as no cluster.
+func (s *Store) notACluster(ctx context.Context) error {
+	c, ok := s.rdb.(*redis.Client)
+	if !ok {
+		return nil // a cluster's client (redis+cluster://)
+	}
+	info, err := c.Info(ctx, "cluster").Result()
+	if err != nil {
+		if isReply(err) {
+			return nil
+		}
+		return s.unavailable("open", err)
+	}
+	if !strings.Contains(info, "cluster_enabled:1") {
+		return nil
+	}
+	scheme := "redis+cluster"
+	if c.Options().TLSConfig != nil {
+		scheme = "rediss+cluster"
+	}
+	addr := c.Options().Addr
+	return store.ConfigErrorf("store: the Redis at %s is a node of a Redis Cluster (cluster_enabled): give the cluster as %s://%s (any of its nodes, more make the first connection sturdier)", addr, scheme, addr)
 }
 
 // isReply reports whether err is an error reply of Redis: Redis
