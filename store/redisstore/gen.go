@@ -25,8 +25,8 @@ import (
 // lost its data under a running node. A store that then reads an id other
 // than the one it saw before knows that the data was lost: it raises lost
 // to the newest epoch it had seen (other nodes may have seen newer ones
-// than the node that recreated the key), offers its ticket key again (see
-// TicketKey), records its shard again (claimShard) if it is one of several
+// than the node that recreated the key), offers its ticket key again if it
+// holds it (see TicketKey; shard 0 of several), records its shard again (claimShard) if it is one of several
 // instances, and makes its feeds resubscribe, and they reset every thread
 // they knew.
 //
@@ -124,8 +124,9 @@ func (s *Store) see(e int64) {
 // checkGen notes the generation a call read and returns it with lost
 // raised to what this store knows. The first time the store sees an id
 // other than the one it saw before, Redis lost its data: it records the
-// newest epoch it had seen as lost, offers its ticket key again and makes
-// its feeds (but self, a feed that is checking) resubscribe. The caller
+// newest epoch it had seen as lost, offers its ticket key again (shard 0
+// only, which holds it) and makes its feeds (but self, a feed that is
+// checking) resubscribe. The caller
 // records what it read (see) only after checkGen returns, so what is
 // recorded as lost is never of the new data.
 func (s *Store) checkGen(ctx context.Context, g generation, self *follower) generation {
@@ -167,8 +168,10 @@ func (s *Store) checkGen(ctx context.Context, g generation, self *follower) gene
 	s.gen.Store(&g)
 	s.log.Warn("redis store: Redis lost its data (a new data set began); streams are reset and clients told",
 		"lost_through_epoch", g.lost)
-	if _, err := s.offerTicketKey(ctx); err != nil {
-		s.log.Warn("redis store: offer the ticket key again", "err", err)
+	if !s.other { // shard 0 holds the node-wide keys
+		if _, err := s.offerTicketKey(ctx); err != nil {
+			s.log.Warn("redis store: offer the ticket key again", "err", err)
+		}
 	}
 	// The shard record went with the data: without it, the threads written
 	// since would make the next node refuse this shard as a store that is

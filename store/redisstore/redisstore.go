@@ -265,6 +265,9 @@ type Store struct {
 	// shard is "k/n" when the store is shard k of n instances
 	// (claimShard); written again when Redis lost its data.
 	shard atomic.Pointer[string]
+	// other: the store is a shard other than shard 0 (of instances or of a
+	// cluster), which holds none of the node-wide keys (the ticket key…).
+	other bool
 
 	closing context.Context // done once Close is called
 	close   context.CancelFunc
@@ -370,6 +373,7 @@ func open(ctx context.Context, rdb redis.UniversalClient, opt Options) (*Store, 
 // the zero value is a Store of its own.
 type shardOf struct {
 	shared bool         // the client is shared with other shards: Close leaves it open
+	other  bool         // a shard other than shard 0: no node-wide keys (Store.other)
 	limits string       // the limiters' key prefix, if not the store's prefix
 	spub   bool         // the feed is a sharded channel (Redis Cluster)
 	fcall  *atomic.Bool // whether the store uses the library, shared by a cluster's shards (loaded once for all); nil: load it
@@ -404,6 +408,7 @@ func newStore(rdb redis.UniversalClient, opt Options, sh shardOf) *Store {
 	s := &Store{
 		rdb:    rdb,
 		shared: sh.shared,
+		other:  sh.other,
 		limits: cmp.Or(sh.limits, opt.Prefix),
 		opt:    opt,
 		log:    opt.Log,

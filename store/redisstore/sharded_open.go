@@ -73,7 +73,7 @@ func openInstances(ctx context.Context, urls []string, opt Options) (*Sharded, e
 			sh.Close()
 			return nil, err
 		}
-		s := newStore(rdb, o, shardOf{})
+		s := newStore(rdb, o, shardOf{other: k > 0})
 		sh.shards = append(sh.shards, s)
 		if err := s.setup(ctx); err != nil {
 			if chatrelay.CodeOf(err) != chatrelay.StoreUnavailable {
@@ -350,7 +350,7 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	for k := range ClusterShards {
 		o := opt
 		o.Prefix = base + "{s" + strconv.Itoa(k) + "}:"
-		s, err := openOn(ctx, rdb, o, shardOf{shared: true, limits: base, spub: true, fcall: fcall})
+		s, err := openOn(ctx, rdb, o, shardOf{shared: true, other: k > 0, limits: base, spub: true, fcall: fcall})
 		if err != nil {
 			sh.Close()
 			return nil, err

@@ -450,4 +450,10 @@ func TestShardLostDataReopens(t *testing.T) {
 	if _, err := store.Open(ctx, s2.URL()+","+s1.URL(), store.Options{Log: testLogger(t)}); err == nil {
 		t.Fatal("the shards in another order opened after the loss")
 	}
+	// The node-wide keys live on shard 0 only: noticing shard 1's loss
+	// puts back its shard record, not a ticket key of its own (before, a
+	// fresh random one, which no node reads).
+	if keys := s2.Client(t).Keys(ctx, chatrelay.DefaultKeyPrefix+"ticket-key").Val(); len(keys) != 0 {
+		t.Fatalf("shard 1, after its loss was noticed, holds %q", keys)
+	}
 }
