@@ -38,6 +38,13 @@
 #              reports the busiest shard's CPU per post beside the sum),
 #              ext4j-log ext4j-always-log tmpfs-log (the file store with
 #              --append-log; a BASE_BIN older than the flag cannot run them)
+#   REDIS_CPU  percent of one core that each Redis of the redis and
+#              redis-shards setups may use (a CPU quota of its own cgroup:
+#              10 ms periods), so that S2 is bound by Redis on a machine
+#              too small to give each shard a core and still run the
+#              server and the tool: CONFIGS="redis redis-shards"
+#              REDIS_CPU=12 compares one Redis with two at the same budget
+#              each (default: no quota)
 #   SCENARIOS  which groups to run, a space list of: S1,S2 S3 S4 S5 S6 S7
 #              (default all; S1 and S2 always run together, S2 on S1's
 #              subscribers)
@@ -166,10 +173,12 @@ work=$(mktemp -d "${ROOT_DIR:-/var/tmp}/chatbench-fs.XXXXXX")
 pid=""
 redis_pids=()
 mounts=()
+cgroups=()
 cleanup() {
 	set +e
 	if [ -n "$pid" ]; then kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; fi
 	for p in "${redis_pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	for g in "${cgroups[@]}"; do rmdir "$g"; done
 	for m in "${mounts[@]}"; do umount "$m"; done
 	rm -rf "$work"
 }
@@ -203,7 +212,35 @@ start_redis() {
 	echo "redis-server on port $p did not start: $(tail -5 "$dir/redis.log")" >&2
 	exit 1
 }
-case " $configs " in *" redis "*) start_redis "$rport_none" "$work/redis-none" --appendonly no ;; esac
+# cap_cpu PID NAME: with REDIS_CPU, PID may use REDIS_CPU % of one core
+# (a cgroup of its own, cgroup v1's cpu controller or v2's cpu.max).
+cap_cpu() {
+	[ -n "${REDIS_CPU:-}" ] || return 0
+	local quota=$((REDIS_CPU * 100)) g # µs of CPU per 10 000 µs
+	if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+		g=/sys/fs/cgroup/cpu/chatbench-$$-$2
+		mkdir "$g"
+		echo 10000 >"$g/cpu.cfs_period_us"
+		echo "$quota" >"$g/cpu.cfs_quota_us"
+	elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+		echo +cpu >/sys/fs/cgroup/cgroup.subtree_control
+		g=/sys/fs/cgroup/chatbench-$$-$2
+		mkdir "$g"
+		echo "$quota 10000" >"$g/cpu.max"
+	else
+		echo "REDIS_CPU: no cgroup CPU controller (cgroup v1 cpu or v2 cpu.max) to cap Redis with" >&2
+		exit 1
+	fi
+	cgroups+=("$g")
+	echo "$1" >"$g/cgroup.procs"
+}
+case ${REDIS_CPU:-} in '' | [1-9] | [1-9][0-9] | 100) ;; *) echo "REDIS_CPU: a percent of one core, 1 to 100" >&2; exit 1 ;; esac
+case " $configs " in *" redis "*)
+	start_redis "$rport_none" "$work/redis-none" --appendonly no
+	pv=redis_pid_$rport_none
+	cap_cpu "${!pv}" none
+	;;
+esac
 case " $configs " in *" redis-aof "*) start_redis "$rport_aof" "$work/redis-aof" --appendonly yes --appendfsync everysec ;; esac
 case $peer_setups in *centrifugo-redis*) start_redis "$rport_peer" "$work/redis-peer" --appendonly no ;; esac
 case " $configs " in *" redis-shards "*)
@@ -215,6 +252,7 @@ case " $configs " in *" redis-shards "*)
 		start_redis "$p" "$work/redis-shard$k" --appendonly no
 		pv=redis_pid_$p
 		if command -v taskset >/dev/null && [ "$(nproc)" -gt "$k" ]; then taskset -p -c "$k" "${!pv}" >/dev/null; fi
+		cap_cpu "${!pv}" "shard$k"
 	done
 	;;
 esac
@@ -241,6 +279,7 @@ if git rev-parse --git-dir >/dev/null 2>&1 && ! git diff --quiet HEAD --; then c
 	echo "- machine: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(uname -sr), $(go version | awk '{print $3}'); open files $(ulimit -n)"
 	echo "- root fs: $(fs_of "$work/root"); journaled ext4: $(fs_of "$work/ext4j") (an image on the root fs); tmpfs"
 	echo "- Redis: $(redis-server --version | awk '{print $3}' | sed 's/^v=//'), private, on loopback; \"Redis\": no RDB, no AOF; \"AOF everysec\": appendonly, appendfsync everysec; its CPU is measured beside the server's"
+	if [ -n "${REDIS_CPU:-}" ]; then echo "- REDIS_CPU=$REDIS_CPU: each Redis of the redis and redis-shards setups in a cgroup of its own with a CPU quota of $((REDIS_CPU * 100)) µs every 10 ms ($REDIS_CPU % of a core), so that S2 is bound by Redis"; fi
 	for b in "${builds[@]}"; do echo "- build ${b%%=*}: ${b#*=}"; done
 	case $peer_setups in *centrifugo*)
 		echo "- peer Centrifugo $("$centrifugo_bin" version 2>/dev/null | head -1) ($centrifugo_bin): server API publish, uni_sse and uni_websocket with HS256 connection tokens (\`channels\` claim), history_size ${CENTRIFUGO_HISTORY:-50} (ttl 300s); memory engine, and Redis engine on a private redis-server (no persistence)" ;;
@@ -294,6 +333,8 @@ bench() {
 }
 
 # config NAME: label, backend, fsync mode and groups of a setup.
+capped=""
+if [ -n "${REDIS_CPU:-}" ]; then capped=", each Redis at ${REDIS_CPU} % of a core"; fi
 for c in $configs; do
 	all=$groups
 	no7=${groups/ S7/} # S7 (v2 with reactions) runs on tmpfs and Redis only, for time
@@ -309,9 +350,9 @@ for c in $configs; do
 	ext4j-log) label="journaled ext4, --append-log"; backend=$work/ext4j; mode=never; all=$no7; srvflags=(--append-log) ;;
 	ext4j-always-log) label="journaled ext4, fsync always, --append-log"; backend=$work/ext4j; mode=always; all=$s1s2; srvflags=(--append-log) ;;
 	tmpfs-log) label="tmpfs, --append-log"; backend=$work/tmpfs; mode=never; srvflags=(--append-log) ;;
-	redis) label="Redis"; backend=redis://127.0.0.1:$rport_none/0; mode=never ;;
+	redis) label="Redis$capped"; backend=redis://127.0.0.1:$rport_none/0; mode=never ;;
 	redis-aof) label="Redis AOF everysec"; backend=redis://127.0.0.1:$rport_aof/0; mode=never; all=$s1s2 ;;
-	redis-shards) label="Redis, 2 shards"; backend=redis://127.0.0.1:$rport_shard0/0,redis://127.0.0.1:$((rport_shard0 + 1))/0; mode=never; all=$s1s2 ;;
+	redis-shards) label="Redis, 2 shards$capped"; backend=redis://127.0.0.1:$rport_shard0/0,redis://127.0.0.1:$((rport_shard0 + 1))/0; mode=never; all=$s1s2 ;;
 	s3big) label="tmpfs"; backend=$work/tmpfs; mode=never; all=S3
 		extra=(--idle "$s3big" --idle-threads "${S3_BIG_THREADS:-$((s3big < 1000 ? s3big / 2 : 500))}")
 		[ "$s3big" -gt 0 ] || continue
