@@ -406,3 +406,26 @@ func TestClusterNodeAsOneRedisRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainRedisAsClusterRefused: the converse slip, a Redis that is no
+// cluster node given as redis+cluster://, is refused at open with a
+// configuration error that names its redis:// URL. Before, it failed
+// 'internal: internal error: redis open: ERR This instance has cluster
+// support disabled', a failure of chatrelay's own by its words.
+func TestPlainRedisAsClusterRefused(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartServer(t, redistest.ServerOptions{})
+	spec := "redis+cluster://" + s.Addr()
+	b, err := store.Open(t.Context(), spec, store.Options{Log: testLogger(t)})
+	if err == nil {
+		b.Close()
+		t.Fatalf("%s, a Redis with no cluster support, opened as a cluster", spec)
+	}
+	var ce *store.ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "redis://"+s.Addr()) {
+		t.Fatalf("%s: %v, want a configuration error naming redis://%s", spec, err, s.Addr())
+	}
+	if keys := s.Client(t).Keys(t.Context(), "*").Val(); len(keys) != 0 {
+		t.Fatalf("the refused open wrote %q", keys)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/store"
@@ -326,6 +327,10 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 		// share of a pipeline, on that node's connection (replicas.go).
 		rdb.OnNewNode(func(c *redis.Client) { c.AddHook(newWaitHook(c, opt)) })
 	}
+	if err := notPlainRedis(ctx, rdb, opt.Timeout); err != nil {
+		rdb.Close()
+		return nil, err
+	}
 	sh := &Sharded{opt: opt, node: randomHex(8), cluster: rdb, creating: make(chan struct{}, 1), createWait: maxCreateWait * opt.Timeout, where: where(strings.SplitN(spec, ",", 2)[0]), down: make([]atomic.Bool, ClusterShards)}
 	base := opt.Prefix
 	// The library once for all the shards, on every primary. A cluster is
@@ -388,6 +393,25 @@ func (s *Store) claimShards(ctx context.Context, n int) error {
 }
 
 // parseClusterSpec reads redis+cluster://[user:pass@]host:port[,host:port…][/][?query].
+// notPlainRedis refuses a Redis that is no cluster node given as a
+// cluster (redis+cluster://host, for redis://host): its first call's
+// answer says so (Redis's "ERR This instance has cluster support
+// disabled", to the slot map's CLUSTER SLOTS). Any other failure is left
+// to the open's own calls, which tell a cluster that does not answer.
+func notPlainRedis(ctx context.Context, rdb *redis.ClusterClient, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := rdb.Ping(ctx).Err()
+	if err == nil || !isReply(err) || !strings.Contains(err.Error(), "cluster support disabled") {
+		return nil
+	}
+	scheme, addr := "redis", rdb.Options().Addrs[0]
+	if rdb.Options().TLSConfig != nil {
+		scheme = "rediss"
+	}
+	return store.ConfigErrorf("store: the Redis at %s is not a node of a Redis Cluster (%v): give it as %s://%s/0, or give the nodes of a cluster", addr, err, scheme, addr)
+}
+
 func parseClusterSpec(spec string) (*redis.ClusterOptions, error) {
 	scheme, rest, _ := strings.Cut(spec, "://")
 	scheme = strings.TrimSuffix(scheme, "+cluster")
