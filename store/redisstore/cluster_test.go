@@ -1,8 +1,10 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -427,5 +429,78 @@ func TestPlainRedisAsClusterRefused(t *testing.T) {
 	}
 	if keys := s.Client(t).Keys(t.Context(), "*").Val(); len(keys) != 0 {
 		t.Fatalf("the refused open wrote %q", keys)
+	}
+}
+
+// TestClusterStoppedPrimaryFeedDialsBounded: a primary stopped (SIGSTOP,
+// a frozen VM) rather than killed takes connections it never answers. The
+// feed comes back on its replica while it stays stopped, and every
+// connection the store's client opens to it, the feed's new subscriptions
+// and the slot map's reloads included, gives up within the store timeout,
+// as every call does. Before, each of the feed's new subscriptions that
+// the slot map still sent to the stopped primary dialled it twice with
+// go-redis's own 5 s (its subscribe, then its first receive): the feed came
+// back 10 s after it noticed the loss, 4 s after the store took posts again
+// (probe16, from outside: /readyz 503 "feed not live" on every node, and
+// the posts acknowledged reached the streams that much later).
+func TestClusterStoppedPrimaryFeedDialsBounded(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Primaries: 3, Replicas: 1})
+	const timeout = time.Second
+	var (
+		mu      sync.Mutex
+		stopped string          // the stopped primary's address, once stopped
+		long    []time.Duration // the dials to it allowed longer than the store timeout (-1: no deadline)
+	)
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		if addr == stopped {
+			if d, ok := ctx.Deadline(); !ok {
+				long = append(long, -1)
+
+			} else if left := time.Until(d); left > timeout {
+				long = append(long, left)
+			}
+		}
+		mu.Unlock()
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	const prefix = "fd:"
+	a := openSharded(t, c.URL(), Options{Prefix: prefix, Timeout: timeout})
+	b := openSharded(t, c.URL(), Options{Prefix: prefix, Timeout: timeout, dial: dial})
+	rec := follow(t, b)
+	ctx := t.Context()
+	var th string
+	for i := 0; th == ""; i++ {
+		if x := fmt.Sprintf("%016x", 0xfd00+i); a.ShardOf(x) == 0 {
+			th = x
+		}
+	}
+	must[store.Entry](t)(a.Append(ctx, th, store.NewMessage{Text: "before"}))
+	assert.Eventually(t, 10*time.Second, "the feed to hand on the first post", func() bool { return len(rec.messages(th)) == 1 })
+
+	old := c.PrimaryOf(t, prefix+"{s0}:threads")
+	mu.Lock()
+	stopped = old
+	mu.Unlock()
+	c.Server(t, old).Stop(t) // continued when the test ends
+	var after store.Entry
+	assert.Eventually(t, 60*time.Second, "a post stored on the replica that took over", func() bool {
+		e, err := a.Append(ctx, th, store.NewMessage{Text: "after", ClientID: "after"})
+		after = e
+		return err == nil
+	})
+	assert.Eventually(t, 60*time.Second, "the feed to hand on the post, the old primary still stopped", func() bool {
+		for _, e := range rec.messages(th) {
+			if e.Epoch == after.Epoch {
+				return true
+			}
+		}
+		return false
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(long) > 0 {
+		t.Fatalf("%d dials to the stopped primary allowed longer than the store timeout (%v): %v (-1: no deadline)", len(long), timeout, long)
 	}
 }

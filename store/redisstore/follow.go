@@ -62,7 +62,8 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 	defer context.AfterFunc(s.closing, cancel)()
 
 	conn := &feedConn{s: s}
-	conn.ps, conn.node = s.subscribe(ctx)
+	var subErr error
+	conn.ps, conn.node, subErr = s.subscribe(ctx)
 	defer conn.close()
 	defer context.AfterFunc(ctx, conn.close)()
 
@@ -79,7 +80,7 @@ func (s *Store) Follow(ctx context.Context, fn func(store.Batch)) error {
 	}()
 	// FeedLive: this call is down until it has subscribed and caught up.
 	s.feedsDown.Add(1)
-	l := &feedLoop{s: s, f: f, conn: conn, cur: conn.ps}
+	l := &feedLoop{s: s, f: f, conn: conn, cur: conn.ps, subErr: subErr}
 	defer l.setLive(true) // this call no longer counts
 	return l.run(ctx)
 }
@@ -99,14 +100,16 @@ func (c *feedConn) close() {
 	c.ps.Close()
 }
 
-// renew subscribes on a fresh connection: it forgets a stale one.
-func (c *feedConn) renew(ctx context.Context) *redis.PubSub {
+// renew subscribes on a fresh connection: it forgets a stale one. It
+// returns the failure of a cluster shard's subscription (subscribe).
+func (c *feedConn) renew(ctx context.Context) (*redis.PubSub, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ps.Close()
 	c.s.reloadSlots()
-	c.ps, c.node = c.s.subscribe(ctx)
-	return c.ps
+	var err error
+	c.ps, c.node, err = c.s.subscribe(ctx)
+	return c.ps, err
 }
 
 // feedLoop is the state of a Follow's receive loop; only its goroutine
@@ -120,6 +123,7 @@ type feedLoop struct {
 	live    bool      // counted live in FeedLive
 	synced  bool      // the current connection is subscribed and caught up
 	pinged  bool      // a ping is unanswered
+	subErr  error     // the current subscription failed before it was sent: subscribe again
 	lost    bool      // a loss was logged and not yet followed by a resume
 	lostAt  time.Time // when
 	// resetSent says the threads were reset during this loss.
@@ -130,6 +134,11 @@ type feedLoop struct {
 // store is closed.
 func (l *feedLoop) run(ctx context.Context) error {
 	for {
+		if err := l.subErr; err != nil && ctx.Err() == nil {
+			l.subErr = nil
+			l.resubscribe(ctx, err)
+			continue
+		}
 		wait := l.s.pingEvery
 		if l.pinged {
 			wait = l.s.opt.Timeout // the pong is a call's answer
@@ -220,7 +229,7 @@ func (l *feedLoop) resubscribe(ctx context.Context, err error) {
 	// The first call that finds Redis answering wakes the wait below.
 	wake := s.wakeup()
 	s.down.Store(true)
-	l.cur = l.conn.renew(ctx)
+	l.cur, l.subErr = l.conn.renew(ctx)
 	l.synced, l.pinged = false, false
 	if s.onLost != nil {
 		s.onLost(ctx)
@@ -471,17 +480,26 @@ func (f *follower) deliver(payload string) {
 // subscribe subscribes to the feed: SUBSCRIBE, or on a Redis Cluster
 // shard SSUBSCRIBE on the node that the client's slot map says is the
 // primary of the shard's slot (the scripts SPUBLISH there), which verify
-// then checks.
-func (s *Store) subscribe(ctx context.Context) (*redis.PubSub, *redis.Client) {
+// then checks. The SSUBSCRIBE's connection (its dial, its handshake, the
+// command's write) is bounded by the store timeout, as a call is, and its
+// failure returned, so that the loop subscribes again at once with a
+// slot map reloaded meanwhile: a primary that stalled (SIGSTOP, a frozen
+// VM) while its replica took over its slot would otherwise hold each new
+// subscription that the slot map still sends to it for go-redis's dial
+// timeout (5 s), twice (the subscribe, then the first receive).
+func (s *Store) subscribe(ctx context.Context) (*redis.PubSub, *redis.Client, error) {
 	if !s.spub {
-		return s.rdb.Subscribe(ctx, s.feed), nil
+		return s.rdb.Subscribe(ctx, s.feed), nil, nil
 	}
 	cc := s.rdb.(*redis.ClusterClient)
 	node, err := cc.MasterForKey(ctx, s.feed)
 	if err != nil {
-		return cc.SSubscribe(ctx, s.feed), nil
+		return cc.SSubscribe(ctx, s.feed), nil, nil
 	}
-	return node.SSubscribe(ctx, s.feed), node
+	ps := node.SSubscribe(ctx) // no channel: no connection yet
+	sctx, cancel := s.bound(ctx)
+	defer cancel()
+	return ps, node, ps.SSubscribe(sctx, s.feed)
 }
 
 // verify checks, once a cluster shard's subscription is confirmed, that

@@ -314,6 +314,12 @@ func openCluster(ctx context.Context, spec string, opt Options) (*Sharded, error
 	if co.ClientName == "" {
 		co.ClientName = "chatrelay"
 	}
+	if co.DialTimeout == 0 {
+		// A dial is bounded as a call is, also where no call's deadline
+		// bounds it: the slot map's reloads, the feed's subscriptions (a
+		// primary that stalls takes connections it never answers).
+		co.DialTimeout = opt.Timeout
+	}
 	if opt.dial != nil {
 		co.Dialer = opt.dial
 	}
