@@ -398,7 +398,6 @@ func (s *Store) claimShards(ctx context.Context, n int) error {
 	return nil
 }
 
-// parseClusterSpec reads redis+cluster://[user:pass@]host:port[,host:port…][/][?query].
 // notPlainRedis refuses a Redis that is no cluster node given as a
 // cluster (redis+cluster://host, for redis://host): its first call's
 // answer says so (Redis's "ERR This instance has cluster support
@@ -418,6 +417,7 @@ func notPlainRedis(ctx context.Context, rdb *redis.ClusterClient, timeout time.D
 	return store.ConfigErrorf("store: the Redis at %s is not a node of a Redis Cluster (%v): give it as %s://%s/0, or give the nodes of a cluster", addr, err, scheme, addr)
 }
 
+// parseClusterSpec reads redis+cluster://[user:pass@]host:port[,host:port…][/][?query].
 func parseClusterSpec(spec string) (*redis.ClusterOptions, error) {
 	scheme, rest, _ := strings.Cut(spec, "://")
 	scheme = strings.TrimSuffix(scheme, "+cluster")
