@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,8 +40,7 @@ import (
 // (as each window is on one Redis's).
 type RateLimiter struct {
 	s                *Store
-	shards           []*Store      // the shards the windows are placed on (nil: all on s)
-	down             []atomic.Bool // with shards: by shard, the Sharded store's last Check found it down
+	shards           []*Store // the shards the windows are placed on (nil: all on s)
 	perThread, perIP int
 	window           time.Duration
 	// clock, in tests only, is the windows' clock instead of Redis's,
@@ -155,11 +153,14 @@ func (l *RateLimiter) take(thread, ip string) *rateTake {
 	if n := len(l.shards); n > 1 {
 		a := shardIndex(ip, n)
 		ts, as = l.shards[shardIndex(thread, n)], l.shards[a]
-		if l.down != nil && l.down[a].Load() && as.down.Load() {
-			// Found down by the last check, and no answer since: the
-			// address's window on the thread's shard at once, as
-			// addressDown does after trying it (a refused dial, or a
-			// stall's full timeout, at every post).
+		if as.down.Load() {
+			// A call to it failed (a post's count, a check's write, its
+			// feed) and none answered since: the address's window on the
+			// thread's shard at once, as addressDown does after trying it,
+			// rather than a refused dial, or a stall's whole store timeout,
+			// at every post until a check (/readyz) ran. Its first answer
+			// (a call of its threads, its feed, a check) sends the posts
+			// back to it.
 			as = ts
 		}
 	}

@@ -266,7 +266,7 @@ func (sh *Sharded) limiters() *Store { return sh.shards[0] }
 func (sh *Sharded) NewRateLimiter(w chatrelay.Windows) *RateLimiter {
 	l := NewRateLimiter(sh.limiters(), w)
 	if sh.cluster == nil {
-		l.shards, l.down = sh.shards, sh.down
+		l.shards = sh.shards
 	}
 	return l
 }

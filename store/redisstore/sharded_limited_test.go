@@ -571,6 +571,55 @@ func TestAddressWindowSkipsAShardFoundDown(t *testing.T) {
 	}
 }
 
+// TestAddressWindowSkipsAShardThatFailed: on instances, a post whose
+// count on the shard of its address's window failed (a stall's whole
+// store timeout) marks that shard down as a check would, so that the
+// address's next posts are counted on their thread's shard at once, with
+// no check run (a deployment that never asks /readyz): before, each of
+// them tried the stalled shard and waited out its timeout. The first
+// answer of the shard (any call) sends them back to it.
+func TestAddressWindowSkipsAShardThatFailed(t *testing.T) {
+	s0 := redistest.StartServer(t, redistest.ServerOptions{})
+	s1 := redistest.StartServer(t, redistest.ServerOptions{})
+	p := startStallProxy(t, s1.Addr())
+	sh := openSharded(t, s0.URL()+","+p.url(), Options{Prefix: "af:", Timeout: 2 * time.Second})
+	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 100, PerIP: 100, Window: time.Minute})
+	ip := addressOnShard(sh, 1)
+	ths := threadsOnShard(sh, 0, 2, 0x5d0000)
+	for _, th := range ths { // made while every shard answers (a new thread needs them all)
+		_, err := sh.Append(t.Context(), th, store.NewMessage{Text: "first"})
+		assert.Success(t, err)
+	}
+	window := "{rl}:il:" + ip
+	ctx := t.Context()
+	p.stall()
+	post := func() {
+		t.Helper()
+		_, done, err := sh.AppendLimited(ctx, l, ths[0], ip, store.NewMessage{Text: "hi"})
+		assert.True(t, done, "AppendLimited left the post to the two calls")
+		assert.Success(t, err)
+	}
+	post() // tries shard 1, which does not answer: counted on shard 0
+	if n := p.count(window); n != 1 {
+		t.Fatalf("the first post sent %d counts to the stalled shard, want 1", n)
+	}
+	dials := p.dials()
+	for range 3 {
+		post()
+		_, err := l.Take(ctx, ths[1], ip)
+		assert.Success(t, err)
+	}
+	if n, d := p.count(window), p.dials()-dials; n != 1 || d != 0 {
+		t.Fatalf("after a post found shard 1 stalled, 6 posts with no check sent it %d dials, and %d counts of the address in all, want 0 and still 1", d, n)
+	}
+	p.resume()
+	assert.Success(t, sh.Shards()[1].rdb.Ping(ctx).Err()) // shard 1 answers a call
+	post()
+	if n := p.count(window); n != 2 {
+		t.Fatalf("once shard 1 answered again, it got %d counts of the address, want 2", n)
+	}
+}
+
 // TestCheckKeepsAShardThatAnsweredMeanwhile: a check whose call to a
 // shard stalls, while another call to that shard answers, does not mark
 // the shard down when it times out: the answer is newer than the check's
