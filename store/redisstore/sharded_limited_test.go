@@ -523,16 +523,36 @@ func TestAddressWindowOnADownShard(t *testing.T) {
 // (and waiting its timeout) each time; once a check finds it answering
 // again, the address's posts are counted there again.
 func TestAddressWindowSkipsAShardFoundDown(t *testing.T) {
+	testAddressWindowSkipsAStalledShard(t, "as:", 0x5b0000, true)
+}
+
+// TestAddressWindowSkipsAShardThatFailed: on instances, a post whose
+// count on the shard of its address's window failed (a stall's whole
+// store timeout) marks that shard down as a check would, so that the
+// address's next posts are counted on their thread's shard at once, with
+// no check run (a deployment that never asks /readyz): before, each of
+// them tried the stalled shard and waited out its timeout. The first
+// answer of the shard (any call) sends them back to it.
+func TestAddressWindowSkipsAShardThatFailed(t *testing.T) {
+	testAddressWindowSkipsAStalledShard(t, "af:", 0x5d0000, false)
+}
+
+// testAddressWindowSkipsAStalledShard stalls the shard of an address's
+// window after a first post tried it, then posts 6 times (after a check
+// that finds it down, if check) and counts what reached the stalled
+// shard; then shard 1 answers (a check, or a call) and the next post is
+// counted there.
+func testAddressWindowSkipsAStalledShard(t *testing.T, prefix string, threadsFrom int, check bool) {
 	s0 := redistest.StartServer(t, redistest.ServerOptions{})
 	s1 := redistest.StartServer(t, redistest.ServerOptions{})
 	p := startStallProxy(t, s1.Addr())
 	// The default store timeout: a post tries the stalled shard for as
 	// long once, which is all the test counts (at 500 ms, an open failed
 	// on a loaded machine).
-	sh := openSharded(t, s0.URL()+","+p.url(), Options{Prefix: "as:", Timeout: 2 * time.Second})
+	sh := openSharded(t, s0.URL()+","+p.url(), Options{Prefix: prefix, Timeout: 2 * time.Second})
 	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 100, PerIP: 100, Window: time.Minute})
 	ip := addressOnShard(sh, 1)
-	ths := threadsOnShard(sh, 0, 2, 0x5b0000)
+	ths := threadsOnShard(sh, 0, 2, threadsFrom)
 	for _, th := range ths { // made while every shard answers (a new thread needs them all)
 		_, err := sh.Append(t.Context(), th, store.NewMessage{Text: "first"})
 		assert.Success(t, err)
@@ -550,8 +570,10 @@ func TestAddressWindowSkipsAShardFoundDown(t *testing.T) {
 	if n := p.count(window); n != 1 {
 		t.Fatalf("the first post sent %d counts to the stalled shard, want 1", n)
 	}
-	if err := sh.Check(ctx); !store.Partial(err) {
-		t.Fatalf("Check with shard 1 stalled: %v, want a partial error", err)
+	if check {
+		if err := sh.Check(ctx); !store.Partial(err) {
+			t.Fatalf("Check with shard 1 stalled: %v, want a partial error", err)
+		}
 	}
 	dials := p.dials()
 	for range 3 {
@@ -561,62 +583,17 @@ func TestAddressWindowSkipsAShardFoundDown(t *testing.T) {
 	}
 	// A new connection stalls in its handshake, before the count is sent.
 	if n, d := p.count(window), p.dials()-dials; n != 1 || d != 0 {
-		t.Fatalf("after the check found shard 1 down, 6 posts sent the stalled shard %d dials, and %d counts of the address in all, want 0 and still 1", d, n)
+		t.Fatalf("shard 1 stalled (a check run: %v), 6 posts after the first sent it %d dials, and %d counts of the address in all, want 0 and still 1", check, d, n)
 	}
 	p.resume()
-	assert.Success(t, sh.Check(ctx))
+	if check {
+		assert.Success(t, sh.Check(ctx))
+	} else {
+		assert.Success(t, sh.Shards()[1].rdb.Ping(ctx).Err()) // shard 1 answers a call
+	}
 	post()
 	if n := p.count(window); n != 2 {
 		t.Fatalf("once shard 1 answers again, it got %d counts of the address, want 2", n)
-	}
-}
-
-// TestAddressWindowSkipsAShardThatFailed: on instances, a post whose
-// count on the shard of its address's window failed (a stall's whole
-// store timeout) marks that shard down as a check would, so that the
-// address's next posts are counted on their thread's shard at once, with
-// no check run (a deployment that never asks /readyz): before, each of
-// them tried the stalled shard and waited out its timeout. The first
-// answer of the shard (any call) sends them back to it.
-func TestAddressWindowSkipsAShardThatFailed(t *testing.T) {
-	s0 := redistest.StartServer(t, redistest.ServerOptions{})
-	s1 := redistest.StartServer(t, redistest.ServerOptions{})
-	p := startStallProxy(t, s1.Addr())
-	sh := openSharded(t, s0.URL()+","+p.url(), Options{Prefix: "af:", Timeout: 2 * time.Second})
-	l := sh.NewRateLimiter(chatrelay.Windows{PerThread: 100, PerIP: 100, Window: time.Minute})
-	ip := addressOnShard(sh, 1)
-	ths := threadsOnShard(sh, 0, 2, 0x5d0000)
-	for _, th := range ths { // made while every shard answers (a new thread needs them all)
-		_, err := sh.Append(t.Context(), th, store.NewMessage{Text: "first"})
-		assert.Success(t, err)
-	}
-	window := "{rl}:il:" + ip
-	ctx := t.Context()
-	p.stall()
-	post := func() {
-		t.Helper()
-		_, done, err := sh.AppendLimited(ctx, l, ths[0], ip, store.NewMessage{Text: "hi"})
-		assert.True(t, done, "AppendLimited left the post to the two calls")
-		assert.Success(t, err)
-	}
-	post() // tries shard 1, which does not answer: counted on shard 0
-	if n := p.count(window); n != 1 {
-		t.Fatalf("the first post sent %d counts to the stalled shard, want 1", n)
-	}
-	dials := p.dials()
-	for range 3 {
-		post()
-		_, err := l.Take(ctx, ths[1], ip)
-		assert.Success(t, err)
-	}
-	if n, d := p.count(window), p.dials()-dials; n != 1 || d != 0 {
-		t.Fatalf("after a post found shard 1 stalled, 6 posts with no check sent it %d dials, and %d counts of the address in all, want 0 and still 1", d, n)
-	}
-	p.resume()
-	assert.Success(t, sh.Shards()[1].rdb.Ping(ctx).Err()) // shard 1 answers a call
-	post()
-	if n := p.count(window); n != 2 {
-		t.Fatalf("once shard 1 answered again, it got %d counts of the address, want 2", n)
 	}
 }
 
