@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -34,8 +35,12 @@ type catchUps struct {
 	mu sync.Mutex
 	// floor is where a thread never heard of is read from (ms): the
 	// pusher's start, or the oldest cursor it forgot (pushHeardThreads)
-	floor   int64
-	heard   map[string]int64 // thread → the newest change (rev) its feed handed on
+	floor int64
+	heard map[string]int64 // thread → the newest change (rev) its feed handed on
+	// read is thread → the newest change (rev) a catch-up read to its
+	// end; kept for a stop's floor only (stoppedAt): a Reset reads from
+	// heard, again, as before
+	read    map[string]int64
 	pending map[string]int64 // thread ("" for every thread) → read its changes after this
 	// closed are the interactions retention dropped pending (Batch.Closed)
 	// that found the queue full: no read finds them again, so they wait
@@ -72,7 +77,63 @@ func (c *catchUps) takeClosed() []pushTask {
 }
 
 func newCatchUps(now time.Time) *catchUps {
-	return &catchUps{floor: now.UnixMilli(), heard: map[string]int64{}, pending: map[string]int64{}, wake: make(chan struct{}, 1)}
+	return &catchUps{floor: now.UnixMilli(), heard: map[string]int64{}, read: map[string]int64{}, pending: map[string]int64{}, wake: make(chan struct{}, 1)}
+}
+
+// pushFloor is how far a stopping pusher had taken the store's changes
+// (handOver): each of a thread's changes up to its cursor in Threads, of
+// any other thread up to Floor (epoch ms), was queued (and so sent or
+// handed over) or made no push. The next start reads what is past them
+// (takeHandover, missed): the changes written while no pusher ran (a
+// restart's gap), which no feed hands on. A handover document with a
+// "floor" is one of these, not a change (pushHandover).
+type pushFloor struct {
+	Floor   int64            `json:"floor"`
+	Threads map[string]int64 `json:"threads,omitempty"`
+}
+
+// stoppedAt is what c has taken of the store when its pusher stops:
+// what its feed handed on (heard) and what its catch-ups read, less
+// unread, what they could not read at the stop (missed's again). Nothing
+// older than oldest (a push's window before the stop) is kept: the next
+// start reads nothing older than its own window anyway.
+func (c *catchUps) stoppedAt(oldest int64, unread map[string]int64) pushFloor {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := pushFloor{Floor: max(c.floor, oldest), Threads: map[string]int64{}}
+	if since, ok := unread[""]; ok {
+		f.Floor = max(min(f.Floor, since), oldest)
+	}
+	for _, taken := range []map[string]int64{c.heard, c.read} {
+		for t, rev := range taken {
+			if rev > max(f.Floor, f.Threads[t]) {
+				f.Threads[t] = rev
+			}
+		}
+	}
+	for t, since := range unread {
+		if t == "" {
+			continue
+		}
+		if cur, ok := f.Threads[t]; !ok || since < cur {
+			f.Threads[t] = max(since, oldest)
+		}
+	}
+	return f
+}
+
+// after notes that f's changes are to be read (the next start's catch-up
+// of a stopped pusher's gap), and wakes the reader.
+func (c *catchUps) after(f pushFloor) {
+	c.mu.Lock()
+	c.merge("", f.Floor)
+	for t, rev := range f.Threads {
+		if chatrelay.ValidThread(t) {
+			c.merge(t, rev)
+		}
+	}
+	c.mu.Unlock()
+	c.poke()
 }
 
 // heardOf notes the changes of a batch of thread (its cursor).
@@ -93,6 +154,28 @@ func (c *catchUps) heardOf(thread string, msgs []store.Entry) {
 		clear(c.heard)
 	}
 	c.heard[thread] = max(c.heard[thread], newest)
+}
+
+// readTo notes that a catch-up read thread's changes msgs to their end.
+// Past pushHeardThreads threads it forgets them, as heardOf does, and the
+// floor falls to the oldest.
+func (c *catchUps) readTo(thread string, msgs []store.Entry) {
+	if len(msgs) == 0 {
+		return
+	}
+	newest := int64(0)
+	for _, e := range msgs {
+		newest = max(newest, e.Epoch, e.Rev)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.read[thread]; !ok && len(c.read) >= pushHeardThreads {
+		for _, rev := range c.read {
+			c.floor = min(c.floor, rev)
+		}
+		clear(c.read)
+	}
+	c.read[thread] = max(c.read[thread], newest)
 }
 
 // reset notes a Reset batch of thread ("" for every thread): its changes
@@ -253,13 +336,17 @@ func (ps *pusher) missed(ctx context.Context, pending map[string]int64, fn func(
 			for _, info := range infos {
 				listed[info.Thread] = info.Rev
 			}
+			cursors := maps.Clone(pending)
 			for thread, from := range pending {
 				if rev, ok := listed[thread]; !ok || rev <= from {
 					delete(pending, thread)
 				}
 			}
 			for _, info := range infos {
-				if from := sinceOf(pending, info.Thread, since); info.Rev > from {
+				// From the thread's own cursor where it has one (not the
+				// floor: a thread with nothing past its cursor is not read
+				// again from before it).
+				if from := sinceOf(cursors, info.Thread, since); info.Rev > from {
 					pending[info.Thread] = from
 				}
 			}
@@ -290,6 +377,12 @@ func (ps *pusher) missed(ctx context.Context, pending map[string]int64, fn func(
 				again[thread] = since
 				break
 			}
+		}
+		if !stopped {
+			// Taken to its end: a stop's floor (stoppedAt) counts it as
+			// taken, so that the next start does not read and send again
+			// what this one queued.
+			ps.catchUps.readTo(thread, p.Messages)
 		}
 	}
 	return again

@@ -562,18 +562,24 @@ func (ps *pusher) handOver() {
 		return rctx.Err() == nil
 	})
 	if len(unread) > 0 {
-		ps.s.log.Warn("push: what the feed missed could not be read at shutdown, and is not handed over", "threads", len(unread))
+		ps.s.log.Warn("push: what the feed missed could not be read at shutdown; the next start reads it", "threads", len(unread))
 	}
-	if len(docs) == 0 {
-		return
+	changes := len(docs)
+	// Where this pusher stopped taking the store's changes: the next start
+	// reads what is written after it (the restart's gap), which no feed
+	// hands on.
+	if b, err := json.Marshal(ps.catchUps.stoppedAt(now.Add(-pushWindow).UnixMilli(), unread)); err == nil {
+		docs = append(docs, b)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pushHandoverWrite)
 	defer cancel()
 	if err := ps.st.HandOverPushes(ctx, docs); err != nil {
-		ps.s.log.Warn("push: not sent at shutdown, and not handed over to the next start", "changes", len(docs), "pushes", pushes, "err", err)
+		ps.s.log.Warn("push: not sent at shutdown, and not handed over to the next start", "changes", changes, "pushes", pushes, "err", err)
 		return
 	}
-	ps.s.log.Info("push: handed over at shutdown to the next start", "changes", len(docs), "pushes", pushes)
+	if changes > 0 {
+		ps.s.log.Info("push: handed over at shutdown to the next start", "changes", changes, "pushes", pushes)
+	}
 }
 
 // takeHandover queues, at the start, the changes a server that stopped
@@ -615,7 +621,7 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 		handed bool
 	}
 	var take []taken
-	handed, fromJournal, dropped := 0, 0, 0
+	handed, fromJournal, dropped, floors := 0, 0, 0, 0
 	// keep reports whether h (of claim id; "" if it does not parse) is to
 	// be sent, and settles id if not, so that the journal holds it no more.
 	keep := func(id string, h pushHandover, ok bool) bool {
@@ -647,6 +653,11 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 		return false
 	}
 	for _, d := range docs {
+		if f, ok := floorOf(d); ok { // not a change: where a stopped pusher was
+			ps.catchUps.after(f)
+			floors++
+			continue
+		}
 		var h pushHandover
 		ok := json.Unmarshal(d, &h) == nil
 		id := ""
@@ -673,6 +684,9 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 	if handed+fromJournal+dropped > 0 {
 		ps.s.log.Info("push: changes taken at start", "handed_over", handed, "journaled", fromJournal, "dropped", dropped)
 	}
+	if floors > 0 {
+		ps.s.log.Debug("push: reading what was written since the last pusher stopped", "floors", floors)
+	}
 	for i, t := range take {
 		select {
 		case ps.queue <- pushTask{thread: t.h.Thread, entry: store.Entry{Message: t.h.Message}, handed: t.handed, journaled: !t.handed, owed: t.h.owed()}:
@@ -683,6 +697,19 @@ func (ps *pusher) takeHandover(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// floorOf reads a handover document that is a pushFloor (a "floor"),
+// not a change.
+func floorOf(d []byte) (pushFloor, bool) {
+	var f struct {
+		Floor   *int64           `json:"floor"`
+		Threads map[string]int64 `json:"threads"`
+	}
+	if json.Unmarshal(d, &f) != nil || f.Floor == nil {
+		return pushFloor{}, false
+	}
+	return pushFloor{Floor: *f.Floor, Threads: f.Threads}, true
 }
 
 // pendingNow is the set of the store's pending interactions (by id), or
