@@ -2,7 +2,6 @@ package transport_test
 
 import (
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -24,12 +23,7 @@ func TestPushWrittenWhileNoServerRan(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, backend string) {
 		svc := pushtest.NewService(t)
-		be := storetest.Open(t, backend, storetest.Options{})
-		before := startPush(t, pushOptions{on: be, config: withPush(svc, nil)})
-		owner, thread := tokenN(1), threadN(1)
-		before.mustPost(owner, "hello")
-		status, _ := before.subscribe(owner, nil, svc.Subscribe(t, "owner"))
-		assert.Equal(t, "subscribe", status, http.StatusCreated)
+		be, before, _, thread := retryingServer(t, backend, svc, time.Second, "owner")
 		_, err := before.store.Append(t.Context(), thread, store.NewMessage{Author: chatrelay.Hermes, MustExist: true, Text: "before the restart"})
 		assert.Success(t, err)
 		awaitPushes(t, svc, "/push/owner", 1)

@@ -137,7 +137,12 @@ func (c *catchUps) after(f pushFloor) {
 }
 
 // heardOf notes the changes of a batch of thread (its cursor).
-func (c *catchUps) heardOf(thread string, msgs []store.Entry) {
+func (c *catchUps) heardOf(thread string, msgs []store.Entry) { c.noteNewest(c.heard, thread, msgs) }
+
+// noteNewest raises cursors[thread] (heard or read) to the newest of msgs.
+// Past pushHeardThreads threads it forgets them all, and the floor falls
+// to the oldest of them.
+func (c *catchUps) noteNewest(cursors map[string]int64, thread string, msgs []store.Entry) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -147,36 +152,18 @@ func (c *catchUps) heardOf(thread string, msgs []store.Entry) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.heard[thread]; !ok && len(c.heard) >= pushHeardThreads {
-		for _, rev := range c.heard {
+	if _, ok := cursors[thread]; !ok && len(cursors) >= pushHeardThreads {
+		for _, rev := range cursors {
 			c.floor = min(c.floor, rev)
 		}
-		clear(c.heard)
+		clear(cursors)
 	}
-	c.heard[thread] = max(c.heard[thread], newest)
+	cursors[thread] = max(cursors[thread], newest)
 }
 
-// readTo notes that a catch-up read thread's changes msgs to their end.
-// Past pushHeardThreads threads it forgets them, as heardOf does, and the
-// floor falls to the oldest.
-func (c *catchUps) readTo(thread string, msgs []store.Entry) {
-	if len(msgs) == 0 {
-		return
-	}
-	newest := int64(0)
-	for _, e := range msgs {
-		newest = max(newest, e.Epoch, e.Rev)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.read[thread]; !ok && len(c.read) >= pushHeardThreads {
-		for _, rev := range c.read {
-			c.floor = min(c.floor, rev)
-		}
-		clear(c.read)
-	}
-	c.read[thread] = max(c.read[thread], newest)
-}
+// readTo notes that a catch-up read thread's changes msgs to their end
+// (heardOf's rule, in read).
+func (c *catchUps) readTo(thread string, msgs []store.Entry) { c.noteNewest(c.read, thread, msgs) }
 
 // reset notes a Reset batch of thread ("" for every thread): its changes
 // after its cursor are to be read again, now.
