@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chatrelay/chatrelay"
 	"github.com/chatrelay/chatrelay/internal/assert"
 	"github.com/chatrelay/chatrelay/internal/redistest"
 )
@@ -44,4 +46,31 @@ func TestInterruptWithTheStoreDownSaysStillPending(t *testing.T) {
 	assert.Equal(t, "exit code", exitCode(err), 1)
 	assert.True(t, err != nil && strings.Contains(err.Error(), id) && strings.Contains(err.Error(), "still be pending") &&
 		strings.Contains(err.Error(), "chatrelay cancel "+thread+" "+id), "the error: %v", err)
+}
+
+// TestInterruptDuringAFailingStoreCall: an interrupt that comes while a
+// store call of the wait is in flight, and that call then fails (a read
+// of a Redis that stopped answering ends at its own timeout, not at the
+// interrupt), is still the user's interrupt: the question is withdrawn or
+// said to be still pending. Before, the wait's store failure was reported
+// alone (a CI run of a2f38eb: TestInterruptWithTheStoreDownSaysStillPending
+// got "store_unavailable: … redis changes: … i/o timeout").
+func TestInterruptDuringAFailingStoreCall(t *testing.T) {
+	interrupted, cancel := context.WithCancel(t.Context())
+	cancel()
+	down := chatrelay.Errorf(chatrelay.StoreUnavailable, "the store cannot be reached")
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"interrupted: canceled", interrupted, context.Canceled, true},
+		{"interrupted: a store call failed", interrupted, down, true},
+		{"interrupted: an outcome reached", interrupted, nil, false},
+		{"interrupted: another error", interrupted, errors.New("interaction closed"), false},
+		{"not interrupted: a store call failed", t.Context(), down, false},
+	} {
+		assert.Equal(t, c.name, interruptedWait(c.ctx, c.err), c.want)
+	}
 }

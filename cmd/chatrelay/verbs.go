@@ -252,7 +252,7 @@ func ask(ctx context.Context, e cmdEnv) error {
 	}
 	fmt.Fprintf(e.stderr, "chatrelay: waiting for interaction %s in thread %s (an interrupt %s)\n", id, thread, then)
 	err = waitAndExit(ctx, h, e, thread, id)
-	if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+	if !interruptedWait(ctx, err) {
 		return err
 	}
 	if *keep {
@@ -272,6 +272,16 @@ func ask(ctx context.Context, e cmdEnv) error {
 			id, thread, thread, id, err)
 	}
 	return printOutcome(e, r)
+}
+
+// interruptedWait reports whether a wait that ended with err was ended by
+// the user's interrupt (ctx): canceled, or a store call in flight at the
+// interrupt that then failed (a read Redis stopped answering ends at its
+// own timeout, not at the interrupt). Either way the question is to be
+// withdrawn, or said to be still pending; an outcome the wait reached is
+// not.
+func interruptedWait(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || chatrelay.CodeOf(err) == chatrelay.StoreUnavailable)
 }
 
 // wholeSeconds is a --timeout in whole seconds (0 stays 0).
@@ -341,7 +351,7 @@ func check(ctx context.Context, e cmdEnv) error {
 	defer done()
 	if *wait {
 		err := waitAndExit(ctx, h, e, v.fs.Arg(0), v.fs.Arg(1))
-		if ctx.Err() != nil && errors.Is(err, context.Canceled) { // check never cancels the question
+		if interruptedWait(ctx, err) { // check never cancels the question
 			return leftPending(ctx, h, e, v.fs.Arg(0), v.fs.Arg(1))
 		}
 		return err
